@@ -1,0 +1,10 @@
+#pragma once
+#include <string>
+
+namespace oomb::cli {
+// "oomb 0.1.0 (commit abc123) features: cuda=no cupti=no gui=yes"
+std::string version_string();
+bool built_with_cuda();
+bool built_with_cupti();
+bool built_with_gui();
+}  // namespace oomb::cli

@@ -1,0 +1,61 @@
+// oomb: one executable, one file per subcommand (see cli/command.h).
+#include <cstdio>
+#include <iostream>
+#include <memory>
+
+#include "cli/build_info.h"
+#include "cli/command.h"
+#include "core/error.h"
+
+namespace oomb::cli {
+std::vector<Command>& registry() {
+  static std::vector<Command> r;
+  return r;
+}
+}  // namespace oomb::cli
+
+int main(int argc, char** argv) {
+  using namespace oomb::cli;
+  CLI::App app{"oomb: plan, simulate, run and validate chunk-recurrent long-context training.\n"
+               "Can model M train at context N on GPU G, with which settings, how fast, and does the\n"
+               "real run behave as predicted?  Try: oomb plan --model qwen2.5-7b --gpu h200 --context 4M",
+               "oomb"};
+  app.require_subcommand(0, 1);
+  bool version = false;
+  app.add_flag("--version", version, "Print version, git commit and compiled features (cuda, cupti, gui)");
+
+  std::function<int()> to_run;
+  std::vector<std::pair<CLI::App*, std::function<int()>>> subs;
+  for (auto& cmd : registry()) {
+    CLI::App* sub = app.add_subcommand(cmd.name, cmd.summary);
+    subs.emplace_back(sub, cmd.setup(*sub));
+  }
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  } catch (const oomb::Error& e) {
+    std::fprintf(stderr, "oomb: error: %s\n", e.what());
+    return 2;
+  }
+  if (version) {
+    std::printf("%s\n", version_string().c_str());
+    return 0;
+  }
+  for (auto& [sub, fn] : subs) {
+    if (sub->parsed()) {
+      try {
+        return fn();
+      } catch (const oomb::Error& e) {
+        std::fprintf(stderr, "oomb %s: error: %s\n", sub->get_name().c_str(), e.what());
+        return 2;
+      } catch (const std::bad_alloc&) {
+        std::fprintf(stderr, "oomb %s: error: out of host memory\n", sub->get_name().c_str());
+        return 3;
+      }
+    }
+  }
+  std::cout << app.help();
+  return 0;
+}

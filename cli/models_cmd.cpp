@@ -1,0 +1,68 @@
+// oomb models: list the embedded catalog (or show one spec as JSON).
+#include <cstdio>
+
+#include "cli/command.h"
+#include "core/error.h"
+#include "core/format.h"
+#include "models/specs.h"
+
+namespace oomb::cli {
+namespace {
+
+int run_models(const std::string& show, bool json) {
+  using namespace oomb::models;
+  if (!show.empty()) {
+    for (const auto& id : model_ids())
+      if (id == show) return std::printf("%s\n", load_model(show).to_json().dump(2).c_str()), 0;
+    for (const auto& id : gpu_ids())
+      if (id == show) return std::printf("%s\n", load_gpu(show).to_json().dump(2).c_str()), 0;
+    for (const auto& id : host_ids())
+      if (id == show) return std::printf("%s\n", load_host(show).to_json().dump(2).c_str()), 0;
+    throw oomb::Error("--show", show, "not in the catalog", "run `oomb models` for the list");
+  }
+  if (json) {
+    Json j = {{"models", Json::array()}, {"gpus", Json::array()}, {"hosts", Json::array()}};
+    for (const auto& id : model_ids()) j["models"].push_back(load_model(id).to_json());
+    for (const auto& id : gpu_ids()) j["gpus"].push_back(load_gpu(id).to_json());
+    for (const auto& id : host_ids()) j["hosts"].push_back(load_host(id).to_json());
+    std::printf("%s\n", j.dump(2).c_str());
+    return 0;
+  }
+  std::printf("Models (--model)\n  %-18s %6s %7s %6s %4s %6s %8s %10s %12s\n", "id", "layers", "hidden", "heads", "kv",
+              "hdim", "vocab", "params", "KV B/token");
+  for (const auto& id : model_ids()) {
+    auto m = load_model(id);
+    std::printf("  %-18s %6lld %7lld %6lld %4lld %6lld %8lld %10s %12lld\n", id.c_str(), (long long)m.layers,
+                (long long)m.hidden, (long long)m.q_heads, (long long)m.kv_heads, (long long)m.head_dim,
+                (long long)m.vocab, format_count(static_cast<double>(m.param_count())).c_str(),
+                (long long)m.kv_bytes_per_token(2));
+  }
+  std::printf("\nGPUs (--gpu)\n  %-16s %12s %12s %16s %12s %12s  %s\n", "id", "memory", "HBM", "bf16 dense", "h2d", "d2h",
+              "default host");
+  for (const auto& id : gpu_ids()) {
+    auto g = load_gpu(id);
+    std::printf("  %-16s %12s %12s %16s %12s %12s  %s\n", id.c_str(), format_bytes(g.hbm_capacity_bytes).c_str(),
+                format_rate_bytes_per_s(g.hbm_bytes_per_s).c_str(), format_flops_per_s(g.bf16_flops_per_s).c_str(),
+                format_rate_bytes_per_s(g.h2d_bytes_per_s).c_str(), format_rate_bytes_per_s(g.d2h_bytes_per_s).c_str(),
+                g.default_host.c_str());
+  }
+  std::printf("\nHosts (--host)\n  %-20s %12s %12s  %s\n", "id", "RAM", "pinnable", "name");
+  for (const auto& id : host_ids()) {
+    auto h = load_host(id);
+    std::printf("  %-20s %12s %12s  %s\n", id.c_str(), format_bytes(h.ram_bytes).c_str(),
+                format_bytes(h.pinnable_bytes).c_str(), h.name.c_str());
+  }
+  std::printf("\nAny of --model/--gpu/--host also accepts a path to a JSON file of the same schema.\n");
+  return 0;
+}
+
+const Registrar reg("models", "List the model, GPU and host catalog (or --show ID as JSON)", [](CLI::App& sub) {
+  auto show = std::make_shared<std::string>();
+  auto json = std::make_shared<bool>(false);
+  sub.add_option("--show", *show, "Print one catalog entry as JSON");
+  sub.add_flag("--json", *json, "Print the whole catalog as JSON");
+  return [=] { return run_models(*show, *json); };
+});
+
+}  // namespace
+}  // namespace oomb::cli

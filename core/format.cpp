@@ -1,0 +1,73 @@
+#include "core/format.h"
+
+#include <cmath>
+#include <cstdio>
+
+namespace oomb {
+
+namespace {
+std::string printf_str(const char* fmt, double v, const char* unit) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, fmt, v, unit);
+  return buf;
+}
+}  // namespace
+
+std::string format_bytes(int64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (std::fabs(v) >= 1024.0 && u < 5) {
+    v /= 1024.0;
+    ++u;
+  }
+  if (u == 0) return std::to_string(bytes) + " B";
+  return printf_str("%.2f %s", v, units[u]);
+}
+
+std::string format_duration_s(double s) {
+  if (!std::isfinite(s)) return "inf";
+  double a = std::fabs(s);
+  if (a >= 3600.0) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%dh %02dm", static_cast<int>(s / 3600), static_cast<int>(std::fmod(s, 3600) / 60));
+    return buf;
+  }
+  if (a >= 60.0) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%dm %04.1fs", static_cast<int>(s / 60), std::fmod(s, 60));
+    return buf;
+  }
+  if (a >= 1.0) return printf_str("%.2f %s", s, "s");
+  if (a >= 1e-3) return printf_str("%.2f %s", s * 1e3, "ms");
+  if (a >= 1e-6) return printf_str("%.1f %s", s * 1e6, "us");
+  return printf_str("%.0f %s", s * 1e9, "ns");
+}
+
+std::string format_rate_bytes_per_s(double bps) {
+  if (bps >= 1e12) return printf_str("%.2f %s", bps / 1e12, "TB/s");
+  if (bps >= 1e9) return printf_str("%.1f %s", bps / 1e9, "GB/s");
+  if (bps >= 1e6) return printf_str("%.1f %s", bps / 1e6, "MB/s");
+  return printf_str("%.0f %s", bps, "B/s");
+}
+
+std::string format_flops_per_s(double f) {
+  if (f >= 1e12) return printf_str("%.1f %s", f / 1e12, "TFLOP/s");
+  if (f >= 1e9) return printf_str("%.1f %s", f / 1e9, "GFLOP/s");
+  return printf_str("%.0f %s", f, "FLOP/s");
+}
+
+std::string format_tokens(int64_t t) {
+  if (t > 0 && t % (1024 * 1024) == 0) return std::to_string(t / (1024 * 1024)) + "M";
+  if (t > 0 && t % 1024 == 0) return std::to_string(t / 1024) + "K";
+  return std::to_string(t);
+}
+
+std::string format_count(double v) {
+  if (std::fabs(v) >= 1e6) return printf_str("%.3g%s", v, "");
+  return printf_str("%.0f%s", v, "");
+}
+
+std::string format_percent(double f) { return printf_str("%.1f%s", f * 100.0, "%"); }
+
+}  // namespace oomb

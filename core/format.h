@@ -1,0 +1,16 @@
+#pragma once
+// All human formatting of bytes, durations, rates and counts lives here.
+#include <cstdint>
+#include <string>
+
+namespace oomb {
+
+std::string format_bytes(int64_t bytes);          // "1.50 GiB", "512 B"
+std::string format_duration_s(double seconds);    // "1.23 s", "4.5 ms", "12.0 us", "2h 03m"
+std::string format_rate_bytes_per_s(double bps);  // "52.0 GB/s" (decimal, as links are quoted)
+std::string format_flops_per_s(double fps);       // "989 TFLOP/s"
+std::string format_tokens(int64_t tokens);        // "4M", "16K", "3000"
+std::string format_count(double v);               // "1.23e+06" style for large, fixed for small
+std::string format_percent(double fraction);      // 0.123 -> "12.3%"
+
+}  // namespace oomb

@@ -1,0 +1,115 @@
+#pragma once
+// Hardware and model specifications: the inputs to every prediction.
+//
+// Specs are data (JSON in models/llm, models/gpu, models/host, embedded into the binary at build
+// time) and can also be given as a path to a user's own JSON file of the same schema. Loading
+// validates everything and throws oomb::Error naming the file, the key and what would be valid.
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/json_util.h"
+
+namespace oomb::models {
+
+// Schema "oomb.model/1": a decoder-only transformer (Qwen2 / Llama / Mistral family shapes).
+struct ModelSpec {
+  std::string id;
+  std::string family;  // "qwen2", "llama", "mistral", "tiny"
+  std::string source;  // where the numbers come from (the published config)
+  int64_t layers = 0;
+  int64_t hidden = 0;
+  int64_t q_heads = 0;
+  int64_t kv_heads = 0;
+  int64_t head_dim = 0;
+  int64_t ffn_hidden = 0;
+  int64_t vocab = 0;
+  bool tied_embeddings = false;
+  bool qkv_bias = false;
+  double rope_theta = 10000.0;
+  double norm_eps = 1e-6;
+  int64_t max_position = 0;
+  Json rope_scaling;  // optional, kept as published (null when absent)
+
+  // Derived, never stored.
+  int64_t q_dim() const { return q_heads * head_dim; }
+  int64_t kv_dim() const { return kv_heads * head_dim; }
+  int64_t params_per_layer() const;
+  int64_t embedding_params() const { return vocab * hidden; }
+  int64_t lm_head_params() const { return tied_embeddings ? 0 : vocab * hidden; }
+  int64_t param_count() const;
+  // K and V of one token over all layers: 2 * layers * kv_heads * head_dim * dtype_bytes.
+  int64_t kv_bytes_per_token(int64_t dtype_bytes) const;
+  // Matmul FLOPs of the forward pass per token excluding attention scores (2 * matmul params).
+  double dense_forward_flops_per_token() const;
+
+  Json to_json() const;
+};
+
+// Efficiency of the hardware per op class: achieved / peak. Calibration fits these.
+struct Efficiency {
+  double gemm = 0.7;          // large bf16 GEMMs vs the dense tensor-core peak
+  double attention = 0.5;     // flash attention forward/backward vs the same peak
+  double memory_bound = 0.8;  // elementwise / norms / softmax vs HBM bandwidth
+  double copy = 1.0;          // achieved share of the h2d/d2h link figures
+};
+
+// Schema "oomb.gpu/1". kind "gpu" or "cpu" (calibrated CPU profiles use the same schema).
+struct GpuSpec {
+  std::string id;
+  std::string name;
+  std::string kind = "gpu";
+  std::string source;
+  std::map<std::string, std::string> sources;  // per-key provenance
+  int64_t hbm_capacity_bytes = 0;
+  double hbm_bytes_per_s = 0;
+  double bf16_flops_per_s = 0;  // dense (no sparsity)
+  double fp32_flops_per_s = 0;  // dense, non-tensor-core
+  double h2d_bytes_per_s = 0;   // realistic pinned-memory rate
+  double d2h_bytes_per_s = 0;
+  double duplex_factor = 1.0;   // per-direction share kept when both directions run (0..1]
+  int64_t copy_engines = 2;
+  int64_t sm_count = 0;
+  int64_t reserved_bytes = 0;   // CUDA context + library workspaces, not available to the run
+  double interconnect_bytes_per_s = 0;  // GPU-GPU (NVLink) per direction, for tensor parallelism
+  double launch_overhead_s = 5e-6;
+  std::string default_host;
+  Efficiency efficiency;
+  std::string calibrated_from;  // non-empty for calibrated or projected profiles
+  Json to_json() const;
+};
+
+// Schema "oomb.host/1".
+struct HostSpec {
+  std::string id;
+  std::string name;
+  std::string source;
+  int64_t ram_bytes = 0;
+  int64_t pinnable_bytes = 0;   // how much the job may pin (page-locked) for offloaded pages
+  double mem_bytes_per_s = 0;   // host DRAM bandwidth
+  int64_t nvme_bytes = 0;       // optional third tier (0 = none)
+  double nvme_bytes_per_s = 0;
+  Json to_json() const;
+};
+
+// Parse from JSON (where = file path or "catalog:<id>" for messages).
+ModelSpec model_from_json(const Json& j, const std::string& where);
+GpuSpec gpu_from_json(const Json& j, const std::string& where);
+HostSpec host_from_json(const Json& j, const std::string& where);
+
+// Loads a catalog id ("qwen2.5-7b") or a path to a JSON file (contains '/' or ends in ".json").
+// Unknown ids throw Error listing the known ones.
+ModelSpec load_model(const std::string& id_or_path);
+GpuSpec load_gpu(const std::string& id_or_path);
+HostSpec load_host(const std::string& id_or_path);
+
+// The embedded catalog.
+std::vector<std::string> model_ids();
+std::vector<std::string> gpu_ids();
+std::vector<std::string> host_ids();
+
+// Bytes of one element of a dtype name ("fp32" 4, "bf16"/"fp16" 2, "fp8" 1); Error otherwise.
+int64_t dtype_bytes(const std::string& dtype, const std::string& where = "dtype");
+
+}  // namespace oomb::models
