@@ -1,0 +1,420 @@
+#include "traces/trace.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <map>
+#include <string>
+
+#include "core/error.h"
+
+namespace oomb::traces {
+namespace {
+
+constexpr double kTol = 1e-12;  // relative errors below are exact ratios of small integers
+
+Event ev(EventKind kind, const std::string& stream, int64_t start, int64_t end, int stage = -1,
+         const std::string& op = "", int64_t bytes = 0) {
+  Event e;
+  e.kind = kind;
+  e.name = op.empty() ? std::string(to_string(kind)) : op;
+  e.stream = stream;
+  e.start_ns = start;
+  e.end_ns = end;
+  e.stage = stage;
+  e.op = op;
+  e.bytes = bytes;
+  return e;
+}
+
+// Every field set, including values (0) that sit next to the defaults (-1, "").
+Trace full_trace() {
+  Trace t;
+  t.metadata.source = "cpu";
+  t.metadata.device = "NVIDIA H200 (driver 570.86)";
+  t.metadata.plan_digest = "sha256:0123abcd";
+  t.metadata.git_commit = "ce135a0";
+  t.metadata.time = "2025-11-29T15:20:00Z";
+  t.metadata.command = "oomb run --plan \"p.json\"";
+  t.metadata.detail = Detail::op;
+  t.metadata.dropped_records = 3;
+  t.metadata.extra = Json{{"calibration", "cpu-1"}, {"driver", 570}};
+
+  Event a;
+  a.kind = EventKind::compute;
+  a.name = "attention_bwd";
+  a.stream = "compute";
+  a.start_ns = 17;
+  a.end_ns = 1041;
+  a.bytes = 3;
+  a.flops = 1.5e9 + 0.25;
+  a.stage = 2;
+  a.chunk = 7;
+  a.layer = 27;
+  a.op = "layer_bwd";
+  Event b;  // all defaults, zero length
+  b.kind = EventKind::phase;
+  b.start_ns = 5;
+  b.end_ns = 5;
+  Event c;
+  c.kind = EventKind::copy_h2d;
+  c.name = "kv_prefix";
+  c.stream = "h2d";
+  c.start_ns = 1;
+  c.end_ns = 3;
+  c.bytes = 4096;
+  c.stage = 1;
+  c.chunk = 0;
+  c.layer = 0;
+  c.op = "kv";
+  t.events = {a, b, c};
+  t.memory = {{0, 100, 200, 1}, {9, 300, 50, 2}};
+  t.summary = {1, 2, 3, 4, 5, 6, 7, 8};
+  return t;
+}
+
+void expect_same(const Trace& x, const Trace& y) {
+  EXPECT_EQ(x.metadata.source, y.metadata.source);
+  EXPECT_EQ(x.metadata.device, y.metadata.device);
+  EXPECT_EQ(x.metadata.plan_digest, y.metadata.plan_digest);
+  EXPECT_EQ(x.metadata.git_commit, y.metadata.git_commit);
+  EXPECT_EQ(x.metadata.time, y.metadata.time);
+  EXPECT_EQ(x.metadata.command, y.metadata.command);
+  EXPECT_EQ(x.metadata.detail, y.metadata.detail);
+  EXPECT_EQ(x.metadata.dropped_records, y.metadata.dropped_records);
+  EXPECT_EQ(x.metadata.extra, y.metadata.extra);
+  ASSERT_EQ(x.events.size(), y.events.size());
+  for (size_t i = 0; i < x.events.size(); ++i) {
+    SCOPED_TRACE("event " + std::to_string(i));
+    const Event& a = x.events[i];
+    const Event& b = y.events[i];
+    EXPECT_EQ(a.kind, b.kind);
+    EXPECT_EQ(a.name, b.name);
+    EXPECT_EQ(a.stream, b.stream);
+    EXPECT_EQ(a.start_ns, b.start_ns);
+    EXPECT_EQ(a.end_ns, b.end_ns);
+    EXPECT_EQ(a.bytes, b.bytes);
+    EXPECT_EQ(a.flops, b.flops);  // exact: JSON doubles are written round-trippable
+    EXPECT_EQ(a.stage, b.stage);
+    EXPECT_EQ(a.chunk, b.chunk);
+    EXPECT_EQ(a.layer, b.layer);
+    EXPECT_EQ(a.op, b.op);
+  }
+  ASSERT_EQ(x.memory.size(), y.memory.size());
+  for (size_t i = 0; i < x.memory.size(); ++i) {
+    EXPECT_EQ(x.memory[i].t_ns, y.memory[i].t_ns);
+    EXPECT_EQ(x.memory[i].device_bytes, y.memory[i].device_bytes);
+    EXPECT_EQ(x.memory[i].host_bytes, y.memory[i].host_bytes);
+    EXPECT_EQ(x.memory[i].pool_pages_used, y.memory[i].pool_pages_used);
+  }
+  EXPECT_EQ(x.summary.peak_device_bytes, y.summary.peak_device_bytes);
+  EXPECT_EQ(x.summary.peak_host_bytes, y.summary.peak_host_bytes);
+  EXPECT_EQ(x.summary.h2d_bytes, y.summary.h2d_bytes);
+  EXPECT_EQ(x.summary.d2h_bytes, y.summary.d2h_bytes);
+  EXPECT_EQ(x.summary.step_ns, y.summary.step_ns);
+  EXPECT_EQ(x.summary.compute_busy_ns, y.summary.compute_busy_ns);
+  EXPECT_EQ(x.summary.exposed_copy_ns, y.summary.exposed_copy_ns);
+  EXPECT_EQ(x.summary.pool_pages_peak, y.summary.pool_pages_peak);
+}
+
+// Runs f, expects an oomb::Error with this where and key, and returns it for further checks.
+template <class F>
+Error expect_error(F&& f, const std::string& where, const std::string& key) {
+  try {
+    f();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.where(), where);
+    EXPECT_EQ(e.key(), key);
+    EXPECT_NE(std::string(e.what()).find(key), std::string::npos) << e.what();
+    return e;
+  }
+  ADD_FAILURE() << "expected oomb::Error at '" << key << "'";
+  return Error("none");
+}
+
+std::string temp_path(const std::string& name) { return std::string(OOMB_BINARY_DIR) + "/trace_test_" + name; }
+
+TEST(TraceEnums, NamesRoundTripAndUnknownOnesListValid) {
+  for (auto k : {EventKind::compute, EventKind::copy_h2d, EventKind::copy_d2h, EventKind::alloc, EventKind::free,
+                 EventKind::phase})
+    EXPECT_EQ(event_kind_from_string(to_string(k), "x"), k);
+  for (auto d : {Detail::step, Detail::chunk, Detail::layer, Detail::op})
+    EXPECT_EQ(detail_from_string(to_string(d), "x"), d);
+  EXPECT_STREQ(to_string(EventKind::copy_d2h), "copy_d2h");
+  EXPECT_STREQ(to_string(Detail::chunk), "chunk");
+  Error e = expect_error([] { event_kind_from_string("h2d", "f.json"); }, "f.json", "");
+  EXPECT_NE(e.hint().find("copy_h2d"), std::string::npos);
+  EXPECT_THROW(detail_from_string("token", "f.json"), Error);
+}
+
+TEST(TraceJson, RoundTripKeepsEveryFieldAndWritesEventsCompactly) {
+  const Trace t = full_trace();
+  const Json j = to_json(t);
+  EXPECT_EQ(j["schema"], "oomb.trace/1");
+  // The all-defaults event leaves the defaults out; zeros that are not defaults are kept.
+  const Json& b = j["events"][1];
+  for (const char* key : {"bytes", "flops", "stage", "chunk", "layer", "op"})
+    EXPECT_FALSE(b.contains(key)) << key;
+  EXPECT_EQ(j["events"][2]["chunk"], 0);
+  EXPECT_EQ(j["events"][2]["layer"], 0);
+  expect_same(trace_from_json(j, "mem"), t);
+  // Through text as well.
+  expect_same(trace_from_json(parse_json(j.dump(), "text"), "text"), t);
+}
+
+TEST(TraceJson, ReadsTheFullFormWithEveryFieldSpelledOut) {
+  const std::string text = R"({"schema":"oomb.trace/1",
+    "metadata":{"source":"simulator","device":"h200","plan_digest":"","git_commit":"abc","time":"t",
+                "command":"oomb simulate","detail":"chunk","dropped_records":0,"extra":null},
+    "events":[
+      {"kind":"copy_d2h","name":"dkv","stream":"d2h","start_ns":10,"end_ns":25,"bytes":64,"flops":0,
+       "stage":2,"chunk":3,"layer":-1,"op":"dkv"},
+      {"kind":"alloc","name":"","stream":"","start_ns":0,"end_ns":0,"bytes":0,"flops":0.0,
+       "stage":-1,"chunk":-1,"layer":-1,"op":""}],
+    "memory":[{"t_ns":4,"device_bytes":8,"host_bytes":16,"pool_pages_used":2}],
+    "summary":{"peak_device_bytes":8,"peak_host_bytes":16,"h2d_bytes":0,"d2h_bytes":64,"step_ns":25,
+               "compute_busy_ns":0,"exposed_copy_ns":25,"pool_pages_peak":2}})";
+  Trace want;
+  want.metadata.source = "simulator";
+  want.metadata.device = "h200";
+  want.metadata.git_commit = "abc";
+  want.metadata.time = "t";
+  want.metadata.command = "oomb simulate";
+  want.metadata.detail = Detail::chunk;
+  Event d = ev(EventKind::copy_d2h, "d2h", 10, 25, 2, "dkv", 64);
+  d.chunk = 3;
+  Event a;
+  a.kind = EventKind::alloc;
+  want.events = {d, a};
+  want.memory = {{4, 8, 16, 2}};
+  want.summary = {8, 16, 0, 64, 25, 0, 25, 2};
+  expect_same(trace_from_json(parse_json(text, "full.json"), "full.json"), want);
+}
+
+TEST(TraceJson, WriteThenReadThroughAFile) {
+  const Trace t = full_trace();
+  const std::string path = temp_path("roundtrip.json");
+  write_trace(t, path);
+  expect_same(read_trace(path), t);
+  // The file is the same document as to_json.
+  EXPECT_EQ(read_json_file(path), to_json(t));
+  std::remove(path.c_str());
+}
+
+TEST(TraceJson, RejectsWrongSchemaAndNonObjects) {
+  Json j = to_json(full_trace());
+  j["schema"] = "oomb.trace/0";
+  expect_error([&] { trace_from_json(j, "bad.json"); }, "bad.json", "schema");
+  j.erase("schema");
+  expect_error([&] { trace_from_json(j, "bad.json"); }, "bad.json", "schema");
+  EXPECT_THROW(trace_from_json(Json::array(), "bad.json"), Error);
+  j = to_json(full_trace());
+  j["events"][1] = 5;
+  expect_error([&] { trace_from_json(j, "bad.json"); }, "bad.json", "events[1]");
+}
+
+TEST(TraceJson, RejectsTruncatedFile) {
+  const std::string path = temp_path("truncated.json");
+  write_trace(full_trace(), path);
+  const std::string text = read_text_file(path);
+  write_text_file(path, text.substr(0, text.size() / 2));
+  try {
+    read_trace(path);
+    FAIL() << "a truncated trace was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.where(), path);
+    EXPECT_NE(std::string(e.what()).find("truncated"), std::string::npos) << e.what();
+  }
+  std::remove(path.c_str());
+}
+
+TEST(TraceJson, RejectsBadEventsNamingTheIndexAndKey) {
+  const Json good = to_json(full_trace());
+  Json j = good;
+  j["events"][1]["start_ns"] = 10;
+  j["events"][1]["end_ns"] = 9;
+  Error e = expect_error([&] { trace_from_json(j, "t.json"); }, "t.json", "events[1].end_ns");
+  EXPECT_NE(std::string(e.what()).find("start_ns"), std::string::npos) << e.what();
+
+  j = good;
+  j["events"][0]["kind"] = "copy";
+  e = expect_error([&] { trace_from_json(j, "t.json"); }, "t.json", "events[0].kind");
+  EXPECT_NE(e.hint().find("copy_h2d"), std::string::npos);
+
+  j = good;
+  j["events"][2].erase("start_ns");
+  expect_error([&] { trace_from_json(j, "t.json"); }, "t.json", "events[2].start_ns");
+
+  j = good;
+  j["events"][2].erase("kind");
+  expect_error([&] { trace_from_json(j, "t.json"); }, "t.json", "events[2].kind");
+
+  j = good;
+  j["events"][2]["bytes"] = -4096;
+  expect_error([&] { trace_from_json(j, "t.json"); }, "t.json", "events[2].bytes");
+
+  j = good;
+  j["events"][0]["layer"] = -2;
+  expect_error([&] { trace_from_json(j, "t.json"); }, "t.json", "events[0].layer");
+
+  j = good;
+  j["metadata"]["detail"] = "token";
+  e = expect_error([&] { trace_from_json(j, "t.json"); }, "t.json", "metadata.detail");
+  EXPECT_NE(e.hint().find("layer"), std::string::npos);
+
+  j = good;
+  j["memory"][1]["device_bytes"] = -1;
+  expect_error([&] { trace_from_json(j, "t.json"); }, "t.json", "memory[1].device_bytes");
+}
+
+// Hand-made step (ns):
+//   compute  [1000,1100) on "compute", [1050,1150) on "compute2", [1060,1070) nested, [1200,1300)
+//   h2d      [1000,1080) 1000 B, [1150,1260) 500 B;  d2h [1300,1400) 700 B;  alloc at 1000 (4096 B)
+//   phase    [1000,1400)
+// union of compute = [1000,1150) + [1200,1300) = 250; step = 1400 - 1000 = 400; exposed = 150.
+Trace summary_trace() {
+  Trace t;
+  t.metadata.source = "simulator";
+  t.events = {
+      ev(EventKind::compute, "compute", 1200, 1300, 1, "layer_fwd"),
+      ev(EventKind::copy_h2d, "h2d", 1000, 1080, 1, "kv", 1000),
+      ev(EventKind::compute, "compute", 1000, 1100, 1, "layer_fwd"),
+      ev(EventKind::copy_d2h, "d2h", 1300, 1400, 2, "dkv", 700),
+      ev(EventKind::compute, "compute2", 1050, 1150, 1, "lm_head"),
+      ev(EventKind::compute, "compute", 1060, 1070, 1, "layer_fwd"),
+      ev(EventKind::copy_h2d, "h2d", 1150, 1260, 2, "kv", 500),
+      ev(EventKind::alloc, "", 1000, 1000, -1, "", 4096),
+      ev(EventKind::phase, "", 1000, 1400),
+  };
+  t.memory = {{1000, 10, 5, 1}, {1100, 30, 2, 4}, {1300, 20, 9, 3}};
+  return t;
+}
+
+TEST(TraceSummary, HandComputedStep) {
+  const Summary s = summarize(summary_trace());
+  EXPECT_EQ(s.step_ns, 400);
+  EXPECT_EQ(s.compute_busy_ns, 250);
+  EXPECT_EQ(s.exposed_copy_ns, 150);
+  EXPECT_EQ(s.h2d_bytes, 1500);
+  EXPECT_EQ(s.d2h_bytes, 700);
+  EXPECT_EQ(s.peak_device_bytes, 30);
+  EXPECT_EQ(s.peak_host_bytes, 9);
+  EXPECT_EQ(s.pool_pages_peak, 4);
+}
+
+TEST(TraceSummary, EmptyTraceAndPeaksKeptWithoutSamples) {
+  Trace t;
+  t.summary.peak_device_bytes = 77;
+  t.summary.peak_host_bytes = 88;
+  t.summary.pool_pages_peak = 9;
+  t.summary.step_ns = 1234;  // recomputed: no events -> 0
+  Summary s = summarize(t);
+  EXPECT_EQ(s.step_ns, 0);
+  EXPECT_EQ(s.compute_busy_ns, 0);
+  EXPECT_EQ(s.exposed_copy_ns, 0);
+  EXPECT_EQ(s.peak_device_bytes, 77);
+  EXPECT_EQ(s.peak_host_bytes, 88);
+  EXPECT_EQ(s.pool_pages_peak, 9);
+  // Copies only: nothing hides them, the whole step is exposed.
+  t.events = {ev(EventKind::copy_h2d, "h2d", 7, 24, 1, "kv", 3)};
+  s = summarize(t);
+  EXPECT_EQ(s.step_ns, 17);
+  EXPECT_EQ(s.exposed_copy_ns, 17);
+  EXPECT_EQ(s.h2d_bytes, 3);
+}
+
+TEST(TraceChrome, CompleteEventsThreadNamesAndCounters) {
+  const Trace t = summary_trace();
+  const Json c = to_chrome_trace(t);
+  EXPECT_EQ(c["displayTimeUnit"], "ns");
+  EXPECT_EQ(c["otherData"]["source"], "simulator");
+  std::map<int, std::string> threads;
+  int complete = 0, counters = 0;
+  bool saw_first = false, saw_h2d = false;
+  for (const Json& e : c["traceEvents"]) {
+    const std::string ph = e["ph"];
+    if (ph == "M" && e["name"] == "thread_name") threads[e["tid"].get<int>()] = e["args"]["name"];
+    if (ph == "C") ++counters;
+    if (ph != "X") continue;
+    ++complete;
+    EXPECT_EQ(e["pid"], 1);
+    if (e["cat"] == "compute" && e["ts"].get<double>() == 1.0) {
+      saw_first = true;
+      EXPECT_DOUBLE_EQ(e["dur"].get<double>(), 0.1);
+      EXPECT_EQ(e["tid"], 1);
+      EXPECT_EQ(e["name"], "layer_fwd");
+      EXPECT_EQ(e["args"]["stage"], 1);
+      EXPECT_EQ(e["args"]["op"], "layer_fwd");
+    }
+    if (e["cat"] == "copy_h2d" && e["args"]["bytes"] == 500) {
+      saw_h2d = true;
+      EXPECT_DOUBLE_EQ(e["ts"].get<double>(), 1.15);
+      EXPECT_DOUBLE_EQ(e["dur"].get<double>(), 0.11);
+      EXPECT_EQ(e["tid"], 2);
+    }
+  }
+  EXPECT_TRUE(saw_first);
+  EXPECT_TRUE(saw_h2d);
+  EXPECT_EQ(complete, 9);
+  EXPECT_EQ(counters, 6);  // device_bytes + host_bytes per sample
+  // Fixed tids for the standard streams, then the rest by name; stream-less events go to "other".
+  const std::map<int, std::string> want = {{1, "compute"}, {2, "h2d"}, {3, "d2h"}, {4, "compute2"}, {5, "other"}};
+  EXPECT_EQ(threads, want);
+}
+
+// Predicted: stage1 layer_fwd 3 x 100, stage2 layer_bwd 2 x 300, h2d stage1 1000 B, d2h stage2 800 B.
+// Measured:  stage1 layer_fwd 3 x 110, stage2 layer_bwd 2 x 270, stage2 lm_head 50 (unpredicted),
+//            h2d stage1 1000 B, no d2h.
+TEST(TraceCompare, AlignsByStageAndOp) {
+  Trace p;
+  p.events = {ev(EventKind::compute, "compute", 0, 100, 1, "layer_fwd"),
+              ev(EventKind::compute, "compute", 100, 200, 1, "layer_fwd"),
+              ev(EventKind::compute, "compute", 200, 300, 1, "layer_fwd"),
+              ev(EventKind::compute, "compute", 300, 600, 2, "layer_bwd"),
+              ev(EventKind::compute, "compute", 600, 900, 2, "layer_bwd"),
+              ev(EventKind::copy_h2d, "h2d", 0, 50, 1, "kv", 1000),
+              ev(EventKind::copy_d2h, "d2h", 600, 700, 2, "dkv", 800)};
+  p.memory = {{0, 1000, 0, 0}};
+  p.summary = summarize(p);
+  Trace m;
+  m.events = {ev(EventKind::compute, "compute", 0, 110, 1, "layer_fwd"),
+              ev(EventKind::compute, "compute", 110, 220, 1, "layer_fwd"),
+              ev(EventKind::compute, "compute", 220, 330, 1, "layer_fwd"),
+              ev(EventKind::compute, "compute", 330, 600, 2, "layer_bwd"),
+              ev(EventKind::compute, "compute", 600, 870, 2, "layer_bwd"),
+              ev(EventKind::compute, "compute", 900, 950, 2, "lm_head"),
+              ev(EventKind::copy_h2d, "h2d", 0, 60, 1, "kv", 1000)};
+  m.memory = {{0, 1100, 0, 0}};
+  m.summary = summarize(m);
+
+  const Comparison c = compare(p, m);
+  const char* summary_rows[] = {"peak_device_bytes", "peak_host_bytes", "h2d_bytes",       "d2h_bytes",
+                                "step_ns",           "compute_busy_ns", "exposed_copy_ns", "pool_pages_peak"};
+  ASSERT_EQ(c.rows.size(), 8u + 3u + 2u);
+  for (size_t i = 0; i < 8; ++i) EXPECT_EQ(c.rows[i].name, summary_rows[i]);
+
+  auto expect_row = [&](const std::string& name, double pred, double meas, double err) {
+    SCOPED_TRACE(name);
+    const CompareRow* r = c.find(name);
+    ASSERT_NE(r, nullptr);
+    EXPECT_EQ(r->predicted, pred);
+    EXPECT_EQ(r->measured, meas);
+    EXPECT_NEAR(r->error, err, kTol);
+  };
+  expect_row("peak_device_bytes", 1000, 1100, 0.1);
+  expect_row("peak_host_bytes", 0, 0, 0.0);           // both 0
+  expect_row("h2d_bytes", 1000, 1000, 0.0);
+  expect_row("d2h_bytes", 800, 0, -1.0);
+  expect_row("step_ns", 900, 950, 50.0 / 900.0);
+  expect_row("compute_busy_ns", 900, 920, 20.0 / 900.0);
+  expect_row("exposed_copy_ns", 0, 30, 1.0);          // predicted 0, measured not: error 1.0
+  expect_row("time:stage1/layer_fwd", 300, 330, 0.1);
+  expect_row("time:stage2/layer_bwd", 600, 540, -0.1);
+  expect_row("time:stage2/lm_head", 0, 50, 1.0);
+  expect_row("bytes:stage1/copy_h2d", 1000, 1000, 0.0);
+  expect_row("bytes:stage2/copy_d2h", 800, 0, -1.0);
+  EXPECT_EQ(c.find("time:stage1/lm_head"), nullptr);
+}
+
+}  // namespace
+}  // namespace oomb::traces
