@@ -1,0 +1,92 @@
+#include "cli/report.h"
+
+#include <cmath>
+#include <cstdio>
+
+#include "core/format.h"
+
+namespace oomb::cli {
+
+using namespace simulator;
+
+void print_scenario_header(const Scenario& s) {
+  const auto& c = s.config;
+  std::printf("%s on %s (host %s), context %s tokens, schedule %s", s.model.id.c_str(), s.gpu.id.c_str(), s.host.id.c_str(),
+              format_tokens(c.context_tokens).c_str(), to_string(c.schedule));
+  if (c.schedule == Schedule::oomb) {
+    std::printf(", %s attention\n", to_string(c.attention));
+    std::printf("  chunk %s, page %lld, resident layers %s", format_tokens(c.chunk_tokens).c_str(),
+                static_cast<long long>(c.page_tokens),
+                c.resident_layers >= effective_layers(c, s.model) ? "all (no offload)"
+                                                                   : std::to_string(c.resident_layers).c_str());
+    if (c.attention == Attention::sparse)
+      std::printf(", budget %lld pages (%s, overlap %.2f, selection memory %s)", static_cast<long long>(c.page_budget),
+                  c.selection.c_str(), c.selection_overlap, to_string(c.selection_memory));
+    std::printf("\n");
+  } else {
+    std::printf("\n");
+  }
+  std::printf("  KV %s, KV-grad %s, params %s, param-grad %s, optimizer %s, checkpointing %s, loss tile %s",
+              c.kv_dtype.c_str(), c.kv_grad_dtype.c_str(), c.param_dtype.c_str(), c.param_grad_dtype.c_str(),
+              to_string(c.optimizer), c.checkpointing ? "on" : "off",
+              c.logits_chunk_tokens > 0 ? (format_tokens(c.logits_chunk_tokens) + " fused").c_str() : "whole, unfused");
+  if (c.gpus > 1) std::printf(", tensor parallel x%lld (planning only)", static_cast<long long>(c.gpus));
+  if (c.layers_override > 0) std::printf(", first %lld layers only", static_cast<long long>(c.layers_override));
+  std::printf("\n");
+}
+
+void print_memory_report(const Scenario& s, const MemoryTable& t, const Summary& sum) {
+  std::printf("\nDevice memory (per GPU)                       bytes     share\n");
+  for (const auto& r : t.rows) {
+    if (r.tier != Tier::device || r.bytes == 0) continue;
+    std::printf("  %-34s %14s  %7s   %s\n", r.name.c_str(), format_bytes(r.bytes).c_str(),
+                format_percent(static_cast<double>(r.bytes) / static_cast<double>(sum.peak_device_bytes)).c_str(),
+                r.shape.c_str());
+  }
+  std::printf("  %-34s %14s  of %s (%s)%s\n", "peak", format_bytes(sum.peak_device_bytes).c_str(),
+              format_bytes(s.gpu.hbm_capacity_bytes).c_str(),
+              format_percent(static_cast<double>(sum.peak_device_bytes) / static_cast<double>(s.gpu.hbm_capacity_bytes)).c_str(),
+              s.config.peak_measure == PeakMeasure::allocated ? " [allocated; runtime reserve not counted]" : "");
+  bool any_host = false;
+  for (const auto& r : t.rows) any_host |= r.tier == Tier::host && r.bytes > 0;
+  if (any_host) {
+    std::printf("\nHost memory\n");
+    for (const auto& r : t.rows)
+      if (r.tier == Tier::host && r.bytes > 0)
+        std::printf("  %-34s %14s   %s\n", r.name.c_str(), format_bytes(r.bytes).c_str(), r.shape.c_str());
+    std::printf("  %-34s %14s  of %s pinnable, %s RAM (%s)\n", "peak", format_bytes(sum.peak_host_bytes).c_str(),
+                format_bytes(s.host.pinnable_bytes).c_str(), format_bytes(s.host.ram_bytes).c_str(), s.host.id.c_str());
+  } else {
+    std::printf("\nHost memory: none needed\n");
+  }
+  if (sum.device_pool_pages > 0)
+    std::printf("\nDevice page pools: %lld KV pages + %lld gradient pages (%s + %s per page)", static_cast<long long>(sum.kv_pool_pages),
+                static_cast<long long>(sum.grad_pool_pages), format_bytes(t.pages.kv_page_bytes).c_str(),
+                format_bytes(t.pages.grad_page_bytes).c_str());
+  if (s.config.attention == Attention::sparse)
+    std::printf("; largest selection union %lld pages", static_cast<long long>(sum.max_union_pages));
+  if (sum.device_pool_pages > 0) std::printf("\n");
+}
+
+void print_time_report(const Scenario& s, const Summary& sum) {
+  std::printf("\nStep time %s (%s tokens/s), compute %s, %s\n", format_duration_s(sum.step_s).c_str(),
+              format_count(sum.tokens_per_s).c_str(), format_duration_s(sum.compute_s).c_str(),
+              format_flops_per_s(sum.flops / std::max(sum.step_s, 1e-12)).c_str());
+  if (sum.h2d_bytes > 0 || sum.d2h_bytes > 0) {
+    std::printf("Transfers: h2d %s, d2h %s; exposed copy time %s (%s of the step)\n", format_bytes(sum.h2d_bytes).c_str(),
+                format_bytes(sum.d2h_bytes).c_str(), format_duration_s(sum.exposed_copy_s).c_str(),
+                format_percent(sum.exposed_copy_s / std::max(sum.step_s, 1e-12)).c_str());
+    if (std::isfinite(sum.required_h2d_bytes_per_s))
+      std::printf("Link needed to hide all copies: h2d %s, d2h %s (have %s, %s)\n",
+                  format_rate_bytes_per_s(sum.required_h2d_bytes_per_s).c_str(),
+                  format_rate_bytes_per_s(sum.required_d2h_bytes_per_s).c_str(),
+                  format_rate_bytes_per_s(s.gpu.h2d_bytes_per_s).c_str(),
+                  format_rate_bytes_per_s(s.gpu.d2h_bytes_per_s).c_str());
+    else
+      std::printf("Copies cannot hide behind compute with 1 resident layer (use --resident-layers 2 or more)\n");
+  }
+  std::printf("%s; binding: %s\n", sum.feasible ? "FITS" : "DOES NOT FIT", sum.binding_constraint.c_str());
+  for (const auto& n : sum.notes) std::printf("  - %s\n", n.c_str());
+}
+
+}  // namespace oomb::cli

@@ -1,0 +1,183 @@
+#include "simulator/config.h"
+
+#include <limits>
+
+#include "core/error.h"
+
+namespace oomb::simulator {
+
+namespace {
+template <class E, size_t N>
+E from_string(const std::string& s, const std::string& where, const char* const (&names)[N]) {
+  std::string valid;
+  for (size_t i = 0; i < N; ++i) {
+    if (s == names[i]) return static_cast<E>(i);
+    valid += (i ? ", " : "") + std::string(names[i]);
+  }
+  throw Error(where, s, "unknown value", "one of " + valid);
+}
+const char* const kSchedule[] = {"oomb", "standard"};
+const char* const kAttention[] = {"dense", "sparse"};
+const char* const kOptimizer[] = {"none", "gpu", "host"};
+const char* const kSelectionMemory[] = {"device", "bounded"};
+const char* const kPeakMeasure[] = {"reserved", "allocated"};
+const char* const kSelections[] = {"published", "per-kv-head", "quest", "moba", "local"};
+}  // namespace
+
+const char* to_string(Schedule v) { return kSchedule[static_cast<int>(v)]; }
+const char* to_string(Attention v) { return kAttention[static_cast<int>(v)]; }
+const char* to_string(Optimizer v) { return kOptimizer[static_cast<int>(v)]; }
+const char* to_string(SelectionMemory v) { return kSelectionMemory[static_cast<int>(v)]; }
+const char* to_string(PeakMeasure v) { return kPeakMeasure[static_cast<int>(v)]; }
+Schedule schedule_from_string(const std::string& s, const std::string& w) { return from_string<Schedule>(s, w, kSchedule); }
+Attention attention_from_string(const std::string& s, const std::string& w) { return from_string<Attention>(s, w, kAttention); }
+Optimizer optimizer_from_string(const std::string& s, const std::string& w) { return from_string<Optimizer>(s, w, kOptimizer); }
+SelectionMemory selection_memory_from_string(const std::string& s, const std::string& w) {
+  return from_string<SelectionMemory>(s, w, kSelectionMemory);
+}
+PeakMeasure peak_measure_from_string(const std::string& s, const std::string& w) {
+  return from_string<PeakMeasure>(s, w, kPeakMeasure);
+}
+
+bool is_known_selection(const std::string& s) {
+  for (const char* n : kSelections)
+    if (s == n) return true;
+  return false;
+}
+
+Json Config::to_json() const {
+  return {{"schedule", to_string(schedule)},
+          {"attention", to_string(attention)},
+          {"context_tokens", context_tokens},
+          {"chunk_tokens", chunk_tokens},
+          {"page_tokens", page_tokens},
+          {"page_budget", page_budget},
+          {"selection", selection},
+          {"selection_overlap", selection_overlap},
+          {"resident_layers", resident_layers},
+          {"kv_dtype", kv_dtype},
+          {"kv_grad_dtype", kv_grad_dtype},
+          {"param_dtype", param_dtype},
+          {"param_grad_dtype", param_grad_dtype},
+          {"activation_dtype", activation_dtype},
+          {"optimizer", to_string(optimizer)},
+          {"checkpointing", checkpointing},
+          {"logits_chunk_tokens", logits_chunk_tokens},
+          {"selection_memory", to_string(selection_memory)},
+          {"selection_tile_pages", selection_tile_pages},
+          {"peak_measure", to_string(peak_measure)},
+          {"gpus", gpus},
+          {"layers_override", layers_override}};
+}
+
+Config config_from_json(const Json& j, const std::string& where) {
+  JsonReader r(j, where);
+  Config c;
+  c.schedule = schedule_from_string(r.str("schedule"), where + ": schedule");
+  c.attention = attention_from_string(r.str("attention"), where + ": attention");
+  c.context_tokens = r.i64_positive("context_tokens");
+  c.chunk_tokens = r.i64_positive("chunk_tokens");
+  c.page_tokens = r.i64_positive("page_tokens");
+  c.page_budget = r.i64("page_budget");
+  c.selection = r.str("selection");
+  c.selection_overlap = r.f64("selection_overlap");
+  c.resident_layers = r.i64_positive("resident_layers");
+  c.kv_dtype = r.str("kv_dtype");
+  c.kv_grad_dtype = r.str("kv_grad_dtype");
+  c.param_dtype = r.str("param_dtype");
+  c.param_grad_dtype = r.str("param_grad_dtype");
+  c.activation_dtype = r.str_or("activation_dtype", "bf16");
+  c.optimizer = optimizer_from_string(r.str("optimizer"), where + ": optimizer");
+  c.checkpointing = r.boolean("checkpointing");
+  c.logits_chunk_tokens = r.i64("logits_chunk_tokens");
+  c.selection_memory = selection_memory_from_string(r.str("selection_memory"), where + ": selection_memory");
+  c.selection_tile_pages = r.i64_positive("selection_tile_pages");
+  c.peak_measure = peak_measure_from_string(r.str("peak_measure"), where + ": peak_measure");
+  c.gpus = r.i64_positive("gpus");
+  c.layers_override = r.i64_or("layers_override", 0);
+  return c;
+}
+
+Config published_preset(Config c) {
+  c.schedule = Schedule::oomb;
+  c.chunk_tokens = 4096;
+  c.page_tokens = 128;
+  c.page_budget = 64;
+  c.selection = "published";
+  c.resident_layers = 2;
+  c.kv_dtype = "bf16";
+  c.kv_grad_dtype = "fp32";
+  c.param_dtype = "bf16";
+  c.param_grad_dtype = "bf16";
+  c.optimizer = Optimizer::none;
+  c.checkpointing = true;
+  c.logits_chunk_tokens = 0;
+  c.selection_memory = SelectionMemory::device;
+  c.peak_measure = PeakMeasure::allocated;
+  return c;
+}
+
+bool apply_preset(const std::string& name, Config& c) {
+  if (name == "oomb-published") {
+    c = published_preset(c);
+    return true;
+  }
+  if (name == "oomb") {  // our defaults
+    Config d;
+    d.context_tokens = c.context_tokens;
+    d.attention = c.attention;
+    d.gpus = c.gpus;
+    d.layers_override = c.layers_override;
+    c = d;
+    return true;
+  }
+  return false;
+}
+
+void validate(const Config& c, const models::ModelSpec& m) {
+  if (c.context_tokens <= 0) throw Error("--context", "", "must be positive", "e.g. 4M, 128K or 100000");
+  if (c.context_tokens > (int64_t{1} << 40))
+    throw Error("--context", "", "is beyond any size this tool models (" + std::to_string(c.context_tokens) + " tokens)",
+                "at most 2^40 tokens");
+  if (c.page_tokens <= 0) throw Error("--page", "", "must be positive", "e.g. 64 or 128");
+  if (c.chunk_tokens <= 0) throw Error("--chunk", "", "must be positive", "e.g. 4096");
+  if (c.schedule == Schedule::oomb && c.chunk_tokens % c.page_tokens != 0)
+    throw Error("--chunk", "", "chunk (" + std::to_string(c.chunk_tokens) + ") is not a multiple of the page (" +
+                                   std::to_string(c.page_tokens) + ")",
+                "choose a chunk that is a multiple of --page");
+  if (c.schedule == Schedule::oomb && c.page_tokens > c.chunk_tokens)
+    throw Error("--page", "", "page is larger than the chunk", "page <= chunk");
+  if (c.attention == Attention::sparse) {
+    if (c.schedule != Schedule::oomb)
+      throw Error("--attention", "sparse", "sparse attention needs --schedule oomb");
+    if (c.page_budget <= 0) throw Error("--budget", "", "must be positive in sparse mode", "pages per query page, e.g. 64");
+    if (!is_known_selection(c.selection))
+      throw Error("--selection", c.selection, "unknown selection rule", "published, per-kv-head, quest, moba or local");
+    if (c.selection_overlap < 0 || c.selection_overlap > 1)
+      throw Error("--selection-overlap", "", "must be in [0, 1]", "0 = disjoint selections, 1 = identical");
+  }
+  if (c.resident_layers <= 0) throw Error("--resident-layers", "", "must be positive", "2 (published) or 'all'");
+  if (c.selection_tile_pages <= 0) throw Error("--selection-tile", "", "must be positive");
+  if (c.logits_chunk_tokens < 0) throw Error("--logits-chunk", "", "must be >= 0", "0 = whole chunk, unfused");
+  for (auto [flag, dt] : {std::pair{"--kv-dtype", &c.kv_dtype}, {"--kv-grad-dtype", &c.kv_grad_dtype},
+                          {"--param-dtype", &c.param_dtype}, {"--param-grad-dtype", &c.param_grad_dtype},
+                          {"--activation-dtype", &c.activation_dtype}})
+    models::dtype_bytes(*dt, flag);
+  if (c.gpus <= 0) throw Error("--gpus", "", "must be positive", "1, 2, 4 or 8");
+  if (m.kv_heads % c.gpus != 0 || m.q_heads % c.gpus != 0)
+    throw Error("--gpus", std::to_string(c.gpus), "does not divide the model's heads (q " + std::to_string(m.q_heads) +
+                                                      ", kv " + std::to_string(m.kv_heads) + ")",
+                "tensor parallelism shards KV heads: use a divisor of " + std::to_string(m.kv_heads));
+  if (c.layers_override < 0 || c.layers_override > m.layers)
+    throw Error("--layers", "", "must be between 1 and the model's " + std::to_string(m.layers) + " layers");
+}
+
+int64_t effective_layers(const Config& c, const models::ModelSpec& m) {
+  return c.layers_override > 0 ? c.layers_override : m.layers;
+}
+
+bool offloads(const Config& c, const models::ModelSpec& m) {
+  return c.schedule == Schedule::oomb && c.resident_layers < effective_layers(c, m);
+}
+
+}  // namespace oomb::simulator

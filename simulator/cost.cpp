@@ -1,0 +1,421 @@
+// The cost model and the closed-form fast path (docs/model.md).
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "core/error.h"
+#include "core/format.h"
+#include "simulator/detail.h"
+#include "simulator/simulator.h"
+
+namespace oomb::simulator {
+namespace detail {
+
+int64_t param_count(const Scenario& s) {
+  const auto& m = s.model;
+  int64_t L = effective_layers(s.config, m);
+  return m.embedding_params() + m.lm_head_params() + L * m.params_per_layer() + m.hidden;
+}
+
+namespace {
+
+// Kernels launched per layer pass (order of magnitude of a fused implementation).
+constexpr int kKernelsLayerFwd = 14;
+constexpr int kKernelsLayerBwd = 28;
+constexpr int kKernelsHead = 12;
+// Flash-attention backward does 5 matmuls per tile against the forward's 2.
+constexpr double kAttentionBackwardFactor = 2.5;
+// Query tile of the attention kernel: K/V are re-read once per query tile.
+constexpr int64_t kQueryTile = 128;
+
+struct LayerWork {
+  double gemm_flops = 0;
+  double attn_flops = 0;
+  double attn_bytes = 0;  // K/V reads
+  double mb_bytes = 0;    // memory-bound elementwise traffic
+  double allreduce_bytes = 0;
+};
+
+double peak(const Scenario& s) { return s.gpu.bf16_flops_per_s; }
+
+double time_of(const Scenario& s, const LayerWork& w, double gemm_mult, double attn_mult, double mb_mult, int kernels) {
+  const auto& e = s.gpu.efficiency;
+  double t_gemm = w.gemm_flops * gemm_mult / (peak(s) * e.gemm);
+  double t_attn = std::max(w.attn_flops * attn_mult / (peak(s) * e.attention),
+                           w.attn_bytes * attn_mult / (s.gpu.hbm_bytes_per_s * e.memory_bound));
+  double t_mb = w.mb_bytes * mb_mult / (s.gpu.hbm_bytes_per_s * e.memory_bound);
+  double t_ar = 0;
+  if (s.config.gpus > 1) {
+    double link = s.gpu.interconnect_bytes_per_s > 0 ? s.gpu.interconnect_bytes_per_s : s.gpu.h2d_bytes_per_s;
+    t_ar = w.allreduce_bytes * mb_mult / link;
+  }
+  return t_gemm + t_attn + t_mb + t_ar + kernels * s.gpu.launch_overhead_s;
+}
+
+// Work of one layer's forward over `tokens` query tokens that see `prefix_keys` earlier keys
+// (all of them attended) plus themselves causally.
+LayerWork layer_work(const Geometry& g, int64_t tokens, int64_t prefix_keys) {
+  LayerWork w;
+  const double T = static_cast<double>(tokens);
+  w.gemm_flops = 2.0 * T * static_cast<double>(g.h * g.qd + 2 * g.h * g.kvd + g.qd * g.h + 3 * g.h * g.f);
+  const double pairs = T * static_cast<double>(prefix_keys) + T * (T + 1) / 2.0;
+  w.attn_flops = 4.0 * pairs * static_cast<double>(g.head_dim * g.q_heads);
+  const double keys_avg = static_cast<double>(prefix_keys) + T / 2.0;
+  w.attn_bytes = std::ceil(T / kQueryTile) * keys_avg * static_cast<double>(2 * g.kvd * g.kv_b);
+  w.mb_bytes = T * static_cast<double>((10 * g.h + 4 * g.qd + 4 * g.kvd + 4 * g.f) * g.act_b);
+  if (g.G > 1) w.allreduce_bytes = 2.0 * 2.0 * static_cast<double>(g.G - 1) / g.G * T * g.h * g.act_b;
+  return w;
+}
+
+PassCost head_cost(const Scenario& s, const Geometry& g, int64_t tokens) {
+  // Final norm + LM head forward and backward (3 GEMMs' worth) + cross-entropy over the vocab shard.
+  LayerWork w;
+  const double T = static_cast<double>(tokens);
+  w.gemm_flops = 2.0 * T * static_cast<double>(g.h) * static_cast<double>(g.V / g.G);
+  const double logit_bytes = g.fused_loss ? 6.0 : 10.0;
+  w.mb_bytes = T * static_cast<double>(g.V / g.G) * logit_bytes + T * static_cast<double>(4 * g.h * g.act_b);
+  PassCost p;
+  p.compute_s = time_of(s, w, 3.0, 0.0, 1.0, kKernelsHead);
+  p.flops = 3.0 * w.gemm_flops;
+  return p;
+}
+
+}  // namespace
+
+ChunkCosts chunk_costs(const Scenario& s, const Geometry& g, int64_t c) {
+  ChunkCosts cc;
+  const int64_t tokens = chunk_tokens_of(g, c);
+  const int64_t attended_keys = attended_prefix_pages(g, c) * g.p;
+  const LayerWork w = layer_work(g, tokens, attended_keys);
+  const bool ckpt = s.config.checkpointing;
+
+  cc.fill.compute_s = time_of(s, w, 1.0, 1.0, 1.0, kKernelsLayerFwd);
+  cc.fill.flops = w.gemm_flops + w.attn_flops;
+  if (g.sparse) {
+    // Scoring every earlier page summary per token and KV head, then a softmax over pages.
+    const int64_t pp = prefix_pages(g, c);
+    LayerWork sel;
+    sel.gemm_flops = 2.0 * tokens * static_cast<double>(g.kv_heads * g.head_dim) * pp;
+    sel.mb_bytes = 3.0 * tokens * static_cast<double>(g.kv_heads) * pp * 4.0;
+    cc.fill.compute_s += time_of(s, sel, 1.0, 0.0, 1.0, 4);
+    cc.fill.flops += sel.gemm_flops;
+  }
+  cc.recompute.compute_s = time_of(s, w, 1.0, 1.0, 1.0, kKernelsLayerFwd);
+  cc.recompute.flops = w.gemm_flops + w.attn_flops;
+  const double recompute_mult = ckpt ? 1.0 : 0.0;
+  cc.backward.compute_s = time_of(s, w, 2.0 + recompute_mult, kAttentionBackwardFactor + recompute_mult,
+                                  2.0 + recompute_mult, kKernelsLayerBwd + (ckpt ? kKernelsLayerFwd : 0));
+  cc.backward.flops = (2.0 + recompute_mult) * w.gemm_flops + (kAttentionBackwardFactor + recompute_mult) * w.attn_flops;
+
+  if (g.offload) {
+    const int64_t u = union_pages(g, c);
+    const int64_t own = own_pages(g, c);
+    cc.fill.in_bytes = u * g.kv_page_bytes;
+    cc.fill.out_bytes = own * g.kv_page_bytes;
+    cc.recompute.in_bytes = u * g.kv_page_bytes;
+    cc.backward.in_bytes = u * g.kv_page_bytes + (u + own) * g.grad_page_bytes;
+    cc.backward.out_bytes = u * g.grad_page_bytes;
+  }
+  if (g.sparse && s.config.selection_memory == SelectionMemory::bounded) {
+    // Page summaries live in the host tier: the prefix's are streamed in, the chunk's written out.
+    cc.fill.in_bytes += prefix_pages(g, c) * g.summary_bytes;
+    cc.fill.out_bytes += own_pages(g, c) * g.summary_bytes;
+  }
+  cc.head = head_cost(s, g, tokens);
+  LayerWork emb;
+  emb.mb_bytes = static_cast<double>(tokens) * g.h * g.act_b * 2.0;
+  cc.fill_head.compute_s = time_of(s, emb, 0, 0, 1.0, 1);
+  return cc;
+}
+
+ChunkCosts standard_costs(const Scenario& s, const Geometry& g) {
+  ChunkCosts cc;
+  const LayerWork w = layer_work(g, g.N, 0);
+  const bool ckpt = s.config.checkpointing;
+  cc.fill.compute_s = time_of(s, w, 1.0, 1.0, 1.0, kKernelsLayerFwd);
+  cc.fill.flops = w.gemm_flops + w.attn_flops;
+  const double r = ckpt ? 1.0 : 0.0;
+  cc.backward.compute_s =
+      time_of(s, w, 2.0 + r, kAttentionBackwardFactor + r, 2.0 + r, kKernelsLayerBwd + (ckpt ? kKernelsLayerFwd : 0));
+  cc.backward.flops = (2.0 + r) * w.gemm_flops + (kAttentionBackwardFactor + r) * w.attn_flops;
+  cc.head = head_cost(s, g, g.N);
+  return cc;
+}
+
+double h2d_rate(const Scenario& s, bool duplex) {
+  return s.gpu.h2d_bytes_per_s * s.gpu.efficiency.copy * (duplex ? s.gpu.duplex_factor : 1.0);
+}
+double d2h_rate(const Scenario& s, bool duplex) {
+  return s.gpu.d2h_bytes_per_s * s.gpu.efficiency.copy * (duplex ? s.gpu.duplex_factor : 1.0);
+}
+
+void finish_summary(const Scenario& s, const MemoryTable& t, Summary& out) {
+  const auto& c = s.config;
+  out.peak_device_bytes = t.device_bytes();
+  out.peak_host_bytes = t.host_bytes();
+  out.device_breakdown_bytes = t.device_breakdown();
+  out.host_breakdown_bytes = t.host_breakdown();
+  out.kv_pool_pages = t.pages.kv_pool_pages;
+  out.grad_pool_pages = t.pages.grad_pool_pages;
+  out.device_pool_pages = t.pages.kv_pool_pages + t.pages.grad_pool_pages;
+  out.max_union_pages = t.pages.max_union_pages;
+  out.device_capacity_bytes = s.gpu.hbm_capacity_bytes;
+  out.host_capacity_bytes = s.host.pinnable_bytes;
+  out.tokens_per_s = out.step_s > 0 ? static_cast<double>(c.context_tokens) / out.step_s : 0;
+
+  // Device need always includes the runtime reserve, whatever the peak is reported as.
+  const int64_t device_need = t.device_bytes(false) + s.gpu.reserved_bytes;
+  int64_t pinned = 0;
+  for (const auto& r : t.rows)
+    if (r.tier == Tier::host && r.category != "optimizer_state") pinned += r.bytes;
+  const double dev_ratio = static_cast<double>(device_need) / static_cast<double>(s.gpu.hbm_capacity_bytes);
+  const double pin_ratio = static_cast<double>(pinned) / static_cast<double>(s.host.pinnable_bytes);
+  const double ram_ratio = static_cast<double>(out.peak_host_bytes) / static_cast<double>(s.host.ram_bytes);
+  out.feasible = dev_ratio <= 1.0 && pin_ratio <= 1.0 && ram_ratio <= 1.0;
+  out.notes.clear();
+  if (dev_ratio > 1.0)
+    out.notes.push_back("device memory: needs " + format_bytes(device_need) + " of " +
+                        format_bytes(s.gpu.hbm_capacity_bytes) + " (" + s.gpu.id + "), over by " +
+                        format_bytes(device_need - s.gpu.hbm_capacity_bytes));
+  if (pin_ratio > 1.0)
+    out.notes.push_back("pinned host memory: needs " + format_bytes(pinned) + " of " +
+                        format_bytes(s.host.pinnable_bytes) + " pinnable (" + s.host.id + "), over by " +
+                        format_bytes(pinned - s.host.pinnable_bytes));
+  if (ram_ratio > 1.0)
+    out.notes.push_back("host RAM: needs " + format_bytes(out.peak_host_bytes) + " of " + format_bytes(s.host.ram_bytes));
+  if (!out.feasible) {
+    double worst = std::max({dev_ratio, pin_ratio, ram_ratio});
+    out.binding_constraint = worst == dev_ratio ? "device memory" : worst == pin_ratio ? "pinned host memory" : "host RAM";
+    return;
+  }
+  if (out.step_s > 0 && out.exposed_copy_s > 0.05 * out.step_s) {
+    const bool h2d = out.required_h2d_bytes_per_s / s.gpu.h2d_bytes_per_s >=
+                     out.required_d2h_bytes_per_s / s.gpu.d2h_bytes_per_s;
+    out.binding_constraint = h2d ? "h2d link" : "d2h link";
+    out.notes.push_back("copies expose " + format_duration_s(out.exposed_copy_s) + " of the step (" +
+                        format_percent(out.exposed_copy_s / out.step_s) + ")");
+  } else {
+    out.binding_constraint = "compute";
+  }
+}
+
+}  // namespace detail
+
+namespace {
+
+// Steady-state time of one layer pass with R slots: bounded by compute, by each copy stream,
+// and by the slots (each slot is busy for copy-in + compute + write-back).
+double pass_time(const detail::PassCost& p, double in_s, double out_s, int64_t R) {
+  if (R <= 1) return in_s + p.compute_s + out_s;
+  return std::max({p.compute_s, in_s, out_s, (in_s + p.compute_s + out_s) / static_cast<double>(R)});
+}
+
+// Link speed-up needed so that this pass exposes no copy time (R >= 2).
+double required_scale(const detail::PassCost& p, double in_s, double out_s, int64_t R) {
+  if (p.compute_s <= 0) return 0;
+  return std::max({in_s / p.compute_s, out_s / p.compute_s, (in_s + out_s) / (static_cast<double>(R - 1) * p.compute_s)});
+}
+
+// The per-chunk figures the fast path sums.
+struct ChunkTotals {
+  double step = 0, compute = 0, flops = 0, h2d = 0, d2h = 0, scale = 0, first_in = 0;
+};
+
+ChunkTotals chunk_totals(const Scenario& s, const detail::Geometry& g, int64_t c) {
+  using namespace detail;
+  const ChunkCosts cc = chunk_costs(s, g, c);
+  ChunkTotals r;
+  const double in_full = h2d_rate(s, false), out_full = d2h_rate(s, false);
+  const double in_dup = h2d_rate(s, true), out_dup = d2h_rate(s, true);
+  bool first = true;
+  for (const PassCost* p : {&cc.fill, &cc.recompute, &cc.backward}) {
+    // With one slot the copies of a pass are serialised with its compute: never both at once.
+    const bool both = p->in_bytes > 0 && p->out_bytes > 0 && g.R >= 2;
+    const double in_s = p->in_bytes / (both ? in_dup : in_full);
+    const double out_s = p->out_bytes / (both ? out_dup : out_full);
+    if (first) r.first_in = in_s;
+    first = false;
+    r.compute += g.L * p->compute_s;
+    r.flops += g.L * p->flops;
+    r.step += g.L * (g.offload ? pass_time(*p, in_s, out_s, g.R) : p->compute_s);
+    if (g.offload && g.R >= 2) r.scale = std::max(r.scale, required_scale(*p, in_s, out_s, g.R));
+    r.h2d += static_cast<double>(g.L * p->in_bytes);
+    r.d2h += static_cast<double>(g.L * p->out_bytes);
+  }
+  r.compute += cc.head.compute_s + cc.fill_head.compute_s;
+  r.step += cc.head.compute_s + cc.fill_head.compute_s;
+  r.flops += cc.head.flops;
+  return r;
+}
+
+// Sums chunk_totals over the full chunks c in [a, b]. Within a range where the page counts are
+// affine in c, every summed quantity is a convex piecewise-linear function of c (a max of affine
+// terms), so a midpoint equal to the chord proves the whole range linear and its integer sum is
+// the trapezoid (b - a + 1)(f(a) + f(b)) / 2, exactly. Otherwise split at the midpoint.
+class RangeSum {
+ public:
+  RangeSum(const Scenario& s, const detail::Geometry& g) : s_(s), g_(g) {}
+  ChunkTotals eval(int64_t c) { return chunk_totals(s_, g_, c); }
+
+  void add_range(int64_t a, int64_t b) {
+    if (a > b) return;
+    ChunkTotals fa = eval(a);
+    if (a == b) return add(fa, 1.0);
+    ChunkTotals fb = eval(b);
+    add(fa, 1.0);
+    add(fb, 1.0);
+    interior(a, fa, b, fb);
+  }
+  ChunkTotals total;
+
+ private:
+  // Adds the sum over the open range (a, b).
+  void interior(int64_t a, const ChunkTotals& fa, int64_t b, const ChunkTotals& fb) {
+    if (b - a <= 1) return;
+    const int64_t m = a + (b - a) / 2;
+    ChunkTotals fm = eval(m);
+    const double w = static_cast<double>(m - a) / static_cast<double>(b - a);
+    auto on_chord = [&](double va, double vm, double vb) {
+      const double chord = va + (vb - va) * w;
+      return std::fabs(vm - chord) <= 1e-12 * std::max({std::fabs(va), std::fabs(vb), 1e-300});
+    };
+    if (on_chord(fa.step, fm.step, fb.step) && on_chord(fa.compute, fm.compute, fb.compute)) {
+      // Linear on [a, b]: sum over the open interval = (b - a - 1) * mean of the ends.
+      ChunkTotals mean;
+      const double k = static_cast<double>(b - a - 1);
+      mean.step = (fa.step + fb.step) / 2;
+      mean.compute = (fa.compute + fb.compute) / 2;
+      mean.flops = (fa.flops + fb.flops) / 2;
+      mean.h2d = (fa.h2d + fb.h2d) / 2;
+      mean.d2h = (fa.d2h + fb.d2h) / 2;
+      add(mean, k);
+      total.scale = std::max(total.scale, fm.scale);
+      return;
+    }
+    add(fm, 1.0);
+    interior(a, fa, m, fm);
+    interior(m, fm, b, fb);
+  }
+  void add(const ChunkTotals& t, double k) {
+    total.step += k * t.step;
+    total.compute += k * t.compute;
+    total.flops += k * t.flops;
+    total.h2d += k * t.h2d;
+    total.d2h += k * t.d2h;
+    total.scale = std::max(total.scale, t.scale);
+  }
+  const Scenario& s_;
+  const detail::Geometry& g_;
+};
+
+}  // namespace
+
+Summary evaluate(const Scenario& s) {
+  using namespace detail;
+  const Geometry g = geometry(s);
+  const MemoryTable t = detail::memory_table(s, false);
+  Summary out;
+  double compute = 0, step = 0, flops = 0, scale = 0;
+  int64_t h2d = 0, d2h = 0;
+  if (!g.oomb) {
+    const ChunkCosts cc = standard_costs(s, g);
+    compute = g.L * (cc.fill.compute_s + cc.backward.compute_s) + cc.head.compute_s;
+    flops = g.L * (cc.fill.flops + cc.backward.flops) + cc.head.flops;
+    step = compute;
+  } else {
+    // Full chunks split where the page counts change form: sparse attention is dense until the
+    // prefix exceeds the budget, and the union stops growing once it reaches its cap.
+    RangeSum sum(s, g);
+    const int64_t last_full = g.n - 2;  // the last chunk (maybe ragged) is added on its own
+    std::vector<int64_t> cuts = {0};
+    if (g.sparse) {
+      cuts.push_back(g.B / g.q + 1);  // first c with prefix pages > B
+      for (int64_t c = cuts.back(); c <= last_full; ++c) {
+        if (union_pages(g, c) < prefix_pages(g, c)) {
+          cuts.push_back(c);
+          break;
+        }
+        if (c > cuts.back() + 64) {  // the cap is reached within a few chunks; bisect otherwise
+          int64_t lo = c, hi = last_full + 1;
+          while (lo < hi) {
+            int64_t mid = lo + (hi - lo) / 2;
+            if (union_pages(g, mid) < prefix_pages(g, mid)) hi = mid;
+            else lo = mid + 1;
+          }
+          cuts.push_back(lo);
+          break;
+        }
+      }
+    }
+    cuts.push_back(last_full + 1);
+    for (size_t i = 0; i + 1 < cuts.size(); ++i)
+      sum.add_range(std::max(cuts[i], i ? cuts[i] : 0), std::min(cuts[i + 1] - 1, last_full));
+    ChunkTotals last = sum.eval(g.n - 1);
+    ChunkTotals tot = sum.total;
+    step = tot.step + last.step;
+    compute = tot.compute + last.compute;
+    flops = tot.flops + last.flops;
+    h2d = std::llround(tot.h2d) + std::llround(last.h2d);
+    d2h = std::llround(tot.d2h) + std::llround(last.d2h);
+    scale = std::max(tot.scale, last.scale);
+    // Pipeline fill: the very first copy-in cannot hide behind anything.
+    if (g.offload && g.R >= 2) step += sum.eval(0).first_in;
+  }
+  if (s.config.optimizer == Optimizer::host) {
+    // Gradients go to the host optimizer and updated parameters come back, once per step.
+    const int64_t params = param_count(s) / g.G;
+    const int64_t gbytes = params * models::dtype_bytes(s.config.param_grad_dtype);
+    const int64_t pbytes = params * models::dtype_bytes(s.config.param_dtype);
+    d2h += gbytes;
+    h2d += pbytes;
+    step += gbytes / d2h_rate(s, false) + pbytes / h2d_rate(s, false);
+  }
+  out.step_s = step;
+  out.compute_s = compute;
+  out.flops = flops;
+  out.h2d_bytes = h2d;
+  out.d2h_bytes = d2h;
+  out.exposed_copy_s = std::max(0.0, step - compute);
+  if (g.offload) {
+    if (g.R >= 2) {
+      out.required_h2d_bytes_per_s = scale * s.gpu.h2d_bytes_per_s;
+      out.required_d2h_bytes_per_s = scale * s.gpu.d2h_bytes_per_s;
+    } else {
+      out.required_h2d_bytes_per_s = std::numeric_limits<double>::infinity();
+      out.required_d2h_bytes_per_s = std::numeric_limits<double>::infinity();
+    }
+  }
+  finish_summary(s, t, out);
+  return out;
+}
+
+Json to_json(const Summary& s) {
+  auto rate = [](double v) { return std::isfinite(v) ? Json(v) : Json(nullptr); };
+  Json j = Json::object();
+  j["peak_device_bytes"] = s.peak_device_bytes;
+  j["peak_host_bytes"] = s.peak_host_bytes;
+  j["step_s"] = s.step_s;
+  j["tokens_per_s"] = s.tokens_per_s;
+  j["h2d_bytes"] = s.h2d_bytes;
+  j["d2h_bytes"] = s.d2h_bytes;
+  j["exposed_copy_s"] = s.exposed_copy_s;
+  j["required_h2d_bytes_per_s"] = rate(s.required_h2d_bytes_per_s);
+  j["required_d2h_bytes_per_s"] = rate(s.required_d2h_bytes_per_s);
+  j["device_pool_pages"] = s.device_pool_pages;
+  j["device_breakdown_bytes"] = s.device_breakdown_bytes;
+  j["feasible"] = s.feasible;
+  j["binding_constraint"] = s.binding_constraint;
+  j["host_breakdown_bytes"] = s.host_breakdown_bytes;
+  j["compute_s"] = s.compute_s;
+  j["flops"] = s.flops;
+  j["device_capacity_bytes"] = s.device_capacity_bytes;
+  j["host_pinnable_bytes"] = s.host_capacity_bytes;
+  j["kv_pool_pages"] = s.kv_pool_pages;
+  j["grad_pool_pages"] = s.grad_pool_pages;
+  j["max_union_pages"] = s.max_union_pages;
+  j["notes"] = s.notes;
+  return j;
+}
+
+}  // namespace oomb::simulator

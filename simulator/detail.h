@@ -1,0 +1,61 @@
+#pragma once
+// Internal geometry shared by the memory model, the cost model and the event simulation.
+#include <cstdint>
+
+#include "simulator/simulator.h"
+
+namespace oomb::simulator::detail {
+
+struct Geometry {
+  int64_t L = 0, N = 0, G = 1;                 // layers, context tokens, tensor-parallel GPUs
+  int64_t h = 0, qd = 0, kvd = 0, f = 0, V = 0;  // per-GPU shapes (h and V unsharded)
+  int64_t q_heads = 0, kv_heads = 0, head_dim = 0;
+  int64_t act_b = 2, kv_b = 2, grad_b = 4;
+  bool oomb = true, sparse = false, offload = false, fused_loss = false;
+  int64_t C = 0, p = 0, n = 0, P = 0, q = 0, R = 0, B = 0, T = 0;
+  double overlap = 0;
+  int64_t kv_page_bytes = 0, grad_page_bytes = 0, summary_bytes = 0;
+};
+
+Geometry geometry(const Scenario& s);        // validates the config first
+int64_t prefix_pages(const Geometry& g, int64_t c);
+int64_t own_pages(const Geometry& g, int64_t c);
+int64_t chunk_tokens_of(const Geometry& g, int64_t c);
+int64_t union_pages(const Geometry& g, int64_t c);           // pages copied in for chunk c
+int64_t attended_prefix_pages(const Geometry& g, int64_t c);  // pages each query page attends
+int64_t param_count(const Scenario& s);                        // with --layers applied
+MemoryTable memory_table(const Scenario& s, bool describe);  // describe=false: bytes only
+
+}  // namespace oomb::simulator::detail
+
+namespace oomb::simulator::detail {
+
+// Cost of one pass of one layer over one chunk (or of a non-layer op such as the LM head).
+struct PassCost {
+  double compute_s = 0;
+  double flops = 0;
+  int64_t in_bytes = 0;   // h2d before the compute
+  int64_t out_bytes = 0;  // d2h after the compute
+};
+
+// The three layer passes of chunk c (docs/schedule.md) and the chunk's non-layer work.
+struct ChunkCosts {
+  PassCost fill;        // stage 1, per layer
+  PassCost recompute;   // stage 2 forward recompute, per layer
+  PassCost backward;    // stage 2 backward (with per-layer recompute), per layer
+  PassCost head;        // stage 2: final norm + LM head + loss forward and backward (+ embedding)
+  PassCost fill_head;   // stage 1: embedding
+};
+
+ChunkCosts chunk_costs(const Scenario& s, const Geometry& g, int64_t c);
+// Standard schedule: forward over N (per layer), backward with recompute (per layer), head.
+ChunkCosts standard_costs(const Scenario& s, const Geometry& g);
+
+// Effective copy rates (bytes/s) for one direction, with the duplex share when both run.
+double h2d_rate(const Scenario& s, bool duplex);
+double d2h_rate(const Scenario& s, bool duplex);
+
+// Feasibility, binding constraint and notes from the memory figures and the timing.
+void finish_summary(const Scenario& s, const MemoryTable& t, Summary& out);
+
+}  // namespace oomb::simulator::detail

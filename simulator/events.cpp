@@ -1,0 +1,265 @@
+// Event-level path: a discrete-event simulation of one step over three streams (compute, h2d,
+// d2h) with the slot and ordering dependencies of docs/schedule.md.
+#include <algorithm>
+#include <cmath>
+
+#include "core/units.h"
+#include "simulator/detail.h"
+#include "simulator/simulator.h"
+
+namespace oomb::simulator {
+
+namespace {
+
+using traces::Event;
+using traces::EventKind;
+
+int64_t to_ns(double s) { return static_cast<int64_t>(std::llround(s * 1e9)); }
+
+struct PoolChange {
+  double t;
+  int64_t pages;  // KV + gradient pages
+  int64_t bytes;
+};
+
+class Sim {
+ public:
+  Sim(const Scenario& s, const detail::Geometry& g, traces::Detail d) : s_(s), g_(g), detail_(d) {
+    slot_free_.assign(static_cast<size_t>(std::max<int64_t>(g.R, 1)), 0.0);
+  }
+
+  // A compute-only op (embedding, LM head): no slot.
+  void compute_only(const detail::PassCost& p, int stage, int64_t chunk, const char* op) {
+    if (p.compute_s <= 0) return;
+    double start = compute_free_;
+    compute_free_ = start + p.compute_s;
+    compute_s_ += p.compute_s;
+    emit(EventKind::compute, "compute", op, stage, chunk, -1, start, compute_free_, 0, p.flops);
+  }
+
+  // One layer pass using a slot; kv/grad pages are the slot's contents (for pool occupancy).
+  void layer_pass(const detail::PassCost& p, int stage, int64_t chunk, int64_t layer, const char* op, int64_t kv_pages,
+                  int64_t grad_pages) {
+    const size_t slot = static_cast<size_t>(pass_index_++ % std::max<int64_t>(g_.R, 1));
+    double ready = g_.offload ? slot_free_[slot] : 0.0;
+    double in_start = std::max(h2d_free_, ready), in_end = in_start;
+    if (p.in_bytes > 0) {
+      const bool duplex = d2h_free_ > in_start;
+      in_end = in_start + static_cast<double>(p.in_bytes) / detail::h2d_rate(s_, duplex);
+      h2d_free_ = in_end;
+      h2d_bytes_ += p.in_bytes;
+      emit(EventKind::copy_h2d, "h2d", op, stage, chunk, layer, in_start, in_end, p.in_bytes, 0);
+    }
+    const double c_start = std::max(compute_free_, in_end);
+    const double c_end = c_start + p.compute_s;
+    compute_free_ = c_end;
+    compute_s_ += p.compute_s;
+    emit(EventKind::compute, "compute", op, stage, chunk, layer, c_start, c_end, 0, p.flops);
+    double release = c_end;
+    if (p.out_bytes > 0) {
+      const double o_start = std::max(d2h_free_, c_end);
+      const bool duplex = h2d_free_ > o_start;
+      release = o_start + static_cast<double>(p.out_bytes) / detail::d2h_rate(s_, duplex);
+      d2h_free_ = release;
+      d2h_bytes_ += p.out_bytes;
+      emit(EventKind::copy_d2h, "d2h", op, stage, chunk, layer, o_start, release, p.out_bytes, 0);
+    }
+    if (g_.offload) {
+      slot_free_[slot] = release;
+      const int64_t bytes = kv_pages * g_.kv_page_bytes + grad_pages * g_.grad_page_bytes;
+      changes_.push_back({p.in_bytes > 0 ? in_start : c_start, kv_pages + grad_pages, bytes});
+      changes_.push_back({release, -(kv_pages + grad_pages), -bytes});
+    }
+  }
+
+  // Without offload, pages are allocated in stage 1 and freed in stage 2 (docs/schedule.md).
+  void pool_change(double t, int64_t kv_pages, int64_t grad_pages) {
+    changes_.push_back({t, kv_pages + grad_pages, kv_pages * g_.kv_page_bytes + grad_pages * g_.grad_page_bytes});
+  }
+  double compute_free() const { return compute_free_; }
+
+  // Host optimizer: gradients out, then updated parameters back in, after the last backward.
+  void optimizer_round_trip(int64_t grad_bytes, int64_t param_bytes) {
+    double o_start = std::max(d2h_free_, compute_free_);
+    d2h_free_ = o_start + static_cast<double>(grad_bytes) / detail::d2h_rate(s_, false);
+    d2h_bytes_ += grad_bytes;
+    emit(EventKind::copy_d2h, "d2h", "optimizer_grads", 2, -1, -1, o_start, d2h_free_, grad_bytes, 0);
+    double i_start = std::max(h2d_free_, d2h_free_);
+    h2d_free_ = i_start + static_cast<double>(param_bytes) / detail::h2d_rate(s_, false);
+    h2d_bytes_ += param_bytes;
+    emit(EventKind::copy_h2d, "h2d", "optimizer_params", 2, -1, -1, i_start, h2d_free_, param_bytes, 0);
+  }
+
+  traces::Trace finish(int64_t static_device_bytes, int64_t host_bytes) {
+    traces::Trace t;
+    t.metadata.source = "simulator";
+    t.metadata.device = s_.gpu.id;
+    t.metadata.detail = detail_;
+    t.events = merge(std::move(events_));
+    std::stable_sort(changes_.begin(), changes_.end(), [](const PoolChange& a, const PoolChange& b) { return a.t < b.t; });
+    int64_t pages = 0, bytes = 0;
+    std::vector<traces::MemorySample> samples;
+    samples.push_back({0, static_device_bytes, host_bytes, 0});
+    for (const auto& ch : changes_) {
+      pages += ch.pages;
+      bytes += ch.bytes;
+      samples.push_back({to_ns(ch.t), static_device_bytes + bytes, host_bytes, pages});
+    }
+    t.memory = downsample(std::move(samples));
+    const double step = std::max({compute_free_, h2d_free_, d2h_free_});
+    t.summary.step_ns = to_ns(step);
+    t.summary.compute_busy_ns = to_ns(compute_s_);
+    t.summary.exposed_copy_ns = std::max<int64_t>(0, t.summary.step_ns - t.summary.compute_busy_ns);
+    t.summary.h2d_bytes = h2d_bytes_;
+    t.summary.d2h_bytes = d2h_bytes_;
+    for (const auto& m : t.memory) {
+      t.summary.peak_device_bytes = std::max(t.summary.peak_device_bytes, m.device_bytes);
+      t.summary.peak_host_bytes = std::max(t.summary.peak_host_bytes, m.host_bytes);
+      t.summary.pool_pages_peak = std::max(t.summary.pool_pages_peak, m.pool_pages_used);
+    }
+    return t;
+  }
+
+  double step_s() const { return std::max({compute_free_, h2d_free_, d2h_free_}); }
+  double compute_s() const { return compute_s_; }
+
+ private:
+  void emit(EventKind kind, const char* stream, const char* op, int stage, int64_t chunk, int64_t layer, double start,
+            double end, int64_t bytes, double flops) {
+    Event e;
+    e.kind = kind;
+    e.stream = stream;
+    e.op = op;
+    e.name = op;
+    e.stage = stage;
+    e.chunk = chunk;
+    e.layer = layer;
+    e.start_ns = to_ns(start);
+    e.end_ns = to_ns(end);
+    e.bytes = bytes;
+    e.flops = flops;
+    events_.push_back(std::move(e));
+  }
+
+  // Coarser detail: merge consecutive events of one stream that share the key of that level.
+  std::vector<Event> merge(std::vector<Event> ev) const {
+    if (detail_ == traces::Detail::layer || detail_ == traces::Detail::op) return ev;
+    std::vector<Event> out;
+    std::vector<size_t> last_of_stream(3, SIZE_MAX);
+    auto stream_index = [](const Event& e) { return e.kind == EventKind::compute ? 0 : e.kind == EventKind::copy_h2d ? 1 : 2; };
+    for (auto& e : ev) {
+      const int si = stream_index(e);
+      size_t li = last_of_stream[si];
+      bool same = li != SIZE_MAX && out[li].stage == e.stage &&
+                  (detail_ == traces::Detail::step || out[li].chunk == e.chunk);
+      if (same) {
+        Event& m = out[li];
+        m.end_ns = std::max(m.end_ns, e.end_ns);
+        m.bytes += e.bytes;
+        m.flops += e.flops;
+        if (m.op != e.op) m.op = m.name = e.stage == 1 ? "stage1" : "stage2";
+      } else {
+        e.layer = -1;
+        if (detail_ == traces::Detail::step) e.chunk = -1;
+        out.push_back(std::move(e));
+        last_of_stream[si] = out.size() - 1;
+      }
+    }
+    return out;
+  }
+
+  std::vector<traces::MemorySample> downsample(std::vector<traces::MemorySample> in) const {
+    const size_t cap = detail_ == traces::Detail::step ? 256 : detail_ == traces::Detail::chunk ? 4096 : SIZE_MAX;
+    if (in.size() <= cap) return in;
+    // Keep the maximum of each bucket so that peaks survive.
+    std::vector<traces::MemorySample> out;
+    const size_t per = (in.size() + cap - 1) / cap;
+    for (size_t i = 0; i < in.size(); i += per) {
+      traces::MemorySample m = in[i];
+      for (size_t k = i; k < std::min(in.size(), i + per); ++k) {
+        if (in[k].device_bytes >= m.device_bytes) {
+          m.device_bytes = in[k].device_bytes;
+          m.pool_pages_used = in[k].pool_pages_used;
+        }
+        m.host_bytes = std::max(m.host_bytes, in[k].host_bytes);
+      }
+      out.push_back(m);
+    }
+    return out;
+  }
+
+  const Scenario& s_;
+  const detail::Geometry& g_;
+  traces::Detail detail_;
+  std::vector<Event> events_;
+  std::vector<PoolChange> changes_;
+  std::vector<double> slot_free_;
+  int64_t pass_index_ = 0;
+  double compute_free_ = 0, h2d_free_ = 0, d2h_free_ = 0, compute_s_ = 0;
+  int64_t h2d_bytes_ = 0, d2h_bytes_ = 0;
+};
+
+}  // namespace
+
+EventResult simulate_events(const Scenario& s, traces::Detail detail) {
+  using namespace detail;
+  const Geometry g = geometry(s);
+  const MemoryTable table = detail::memory_table(s, false);
+  Sim sim(s, g, detail);
+  if (!g.oomb) {
+    const ChunkCosts cc = standard_costs(s, g);
+    for (int64_t l = 0; l < g.L; ++l) sim.layer_pass(cc.fill, 1, 0, l, "layer_fwd", 0, 0);
+    sim.compute_only(cc.head, 2, 0, "lm_head");
+    for (int64_t l = g.L - 1; l >= 0; --l) sim.layer_pass(cc.backward, 2, 0, l, "layer_bwd", 0, 0);
+  } else {
+    std::vector<ChunkCosts> costs;
+    costs.reserve(static_cast<size_t>(g.n));
+    for (int64_t c = 0; c < g.n; ++c) costs.push_back(chunk_costs(s, g, c));
+    for (int64_t c = 0; c < g.n; ++c) {
+      const ChunkCosts& cc = costs[static_cast<size_t>(c)];
+      const int64_t u = union_pages(g, c), own = own_pages(g, c);
+      sim.compute_only(cc.fill_head, 1, c, "embedding");
+      for (int64_t l = 0; l < g.L; ++l) {
+        sim.layer_pass(cc.fill, 1, c, l, "layer_fwd", u + own, 0);
+        if (!g.offload) sim.pool_change(sim.compute_free(), own, own);
+      }
+    }
+    for (int64_t c = g.n - 1; c >= 0; --c) {
+      const ChunkCosts& cc = costs[static_cast<size_t>(c)];
+      const int64_t u = union_pages(g, c), own = own_pages(g, c);
+      for (int64_t l = 0; l < g.L; ++l) sim.layer_pass(cc.recompute, 2, c, l, "layer_recompute", u, 0);
+      sim.compute_only(cc.head, 2, c, "lm_head");
+      for (int64_t l = g.L - 1; l >= 0; --l) {
+        sim.layer_pass(cc.backward, 2, c, l, "layer_bwd", u, u + own);
+        if (!g.offload) sim.pool_change(sim.compute_free(), -own, -own);
+      }
+    }
+  }
+  if (s.config.optimizer == Optimizer::host) {
+    const int64_t params = detail::param_count(s) / g.G;
+    sim.optimizer_round_trip(params * models::dtype_bytes(s.config.param_grad_dtype),
+                             params * models::dtype_bytes(s.config.param_dtype));
+  }
+  // Device bytes outside the page pools are allocated for the whole step.
+  int64_t pools = 0;
+  for (const auto& r : table.rows)
+    if (r.tier == Tier::device && (r.name == "kv_pool" || r.name == "kv_grad_pool")) pools += r.bytes;
+  EventResult res;
+  res.trace = sim.finish(table.device_bytes() - pools, table.host_bytes());
+
+  // Memory figures are those of the table (pools are allocated once, at their high-water size);
+  // times and bytes come from the timeline.
+  Summary sum = evaluate(s);
+  sum.step_s = sim.step_s();
+  sum.compute_s = sim.compute_s();
+  sum.exposed_copy_s = std::max(0.0, sum.step_s - sum.compute_s);
+  sum.h2d_bytes = res.trace.summary.h2d_bytes;
+  sum.d2h_bytes = res.trace.summary.d2h_bytes;
+  finish_summary(s, table, sum);
+  res.trace.summary.peak_device_bytes = sum.peak_device_bytes;
+  res.trace.summary.peak_host_bytes = sum.peak_host_bytes;
+  res.summary = sum;
+  return res;
+}
+
+}  // namespace oomb::simulator
