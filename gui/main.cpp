@@ -1,0 +1,213 @@
+// oomb-gui: the what-if front end. A fixed dashboard of panels over one ViewModel:
+//   left: inputs, summary; right: memory breakdown | curves, timeline, pool occupancy | feasibility.
+// `--screenshot out.png` renders N frames (headless under Xvfb), reads the framebuffer and writes
+// a PNG, for tests and docs.
+#include <GLFW/glfw3.h>
+#include <imgui.h>
+#include <imgui_impl_glfw.h>
+#include <imgui_impl_opengl3.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <string>
+
+#include "core/error.h"
+#include "core/units.h"
+#include "gui/panels/panels.h"
+#include "gui/png.h"
+#include "gui/view_model.h"
+
+namespace {
+
+using namespace oomb;
+using namespace oomb::gui;
+using Clock = std::chrono::steady_clock;
+
+struct Options {
+  std::string screenshot;
+  int frames = 3;
+  int width = 1280;
+  int height = 800;
+  std::string model, gpu, host, context, attention, trace;
+};
+
+void glfw_error(int code, const char* what) { std::fprintf(stderr, "oomb-gui: GLFW error %d: %s\n", code, what); }
+
+// A fixed-position, non-movable panel window.
+bool panel(const char* title, float x, float y, float w, float h) {
+  ImGui::SetNextWindowPos({x, y}, ImGuiCond_Always);
+  ImGui::SetNextWindowSize({w, h}, ImGuiCond_Always);
+  return ImGui::Begin(title, nullptr, ImGuiWindowFlags_NoMove | ImGuiWindowFlags_NoResize | ImGuiWindowFlags_NoCollapse |
+                                          ImGuiWindowFlags_NoSavedSettings | ImGuiWindowFlags_NoBringToFrontOnFocus);
+}
+
+void draw_dashboard(ViewModel& vm, UiState& ui) {
+  const ImVec2 d = ImGui::GetIO().DisplaySize;
+  const float left_w = std::max(300.0f, d.x * 0.24f);
+  const float rx = left_w, rw = d.x - left_w;
+  const float summary_h = std::max(250.0f, d.y * 0.31f);
+  const float inputs_h = d.y - summary_h;
+  const float row1 = d.y * 0.34f, row2 = d.y * 0.33f, row3 = d.y - row1 - row2;
+  if (panel("Inputs", 0, 0, left_w, inputs_h)) draw_inputs_panel(vm, ui);
+  ImGui::End();
+  if (panel("Summary (hover a number for its formula)", 0, inputs_h, left_w, summary_h)) draw_summary_panel(vm);
+  ImGui::End();
+  const float mem_w = rw * 0.40f;
+  if (panel("Memory breakdown", rx, 0, mem_w, row1)) draw_memory_panel(vm);
+  ImGui::End();
+  if (panel("Memory and time vs context", rx + mem_w, 0, rw - mem_w, row1)) draw_curves_panel(vm);
+  ImGui::End();
+  if (panel("Timeline (wheel: zoom, drag: pan)", rx, row1, rw, row2)) draw_timeline_panel(vm, ui);
+  ImGui::End();
+  if (panel("Pool occupancy", rx, row1 + row2, rw * 0.5f, row3)) draw_pool_panel(vm);
+  ImGui::End();
+  if (panel("Feasibility map (click a cell)", rx + rw * 0.5f, row1 + row2, rw * 0.5f, row3)) draw_feasibility_panel(vm);
+  ImGui::End();
+}
+
+Image read_framebuffer(int w, int h) {
+  Image img{w, h, std::vector<uint8_t>(static_cast<size_t>(w) * h * 3)};
+  std::vector<uint8_t> raw(img.rgb.size());
+  glPixelStorei(GL_PACK_ALIGNMENT, 1);
+  glReadBuffer(GL_BACK);
+  glReadPixels(0, 0, w, h, GL_RGB, GL_UNSIGNED_BYTE, raw.data());
+  // OpenGL's first row is the bottom one; PNG's is the top one.
+  const size_t stride = static_cast<size_t>(w) * 3;
+  for (int y = 0; y < h; ++y) std::memcpy(&img.rgb[static_cast<size_t>(y) * stride], &raw[static_cast<size_t>(h - 1 - y) * stride], stride);
+  return img;
+}
+
+int run(const Options& opt) {
+  Inputs in;
+  if (!opt.model.empty()) in.model = opt.model;
+  if (!opt.gpu.empty()) in.gpu = opt.gpu;
+  if (!opt.host.empty()) in.host = opt.host;
+  if (!opt.context.empty()) in.config.context_tokens = parse_tokens(opt.context, "--context");
+  if (!opt.attention.empty()) in.config.attention = simulator::attention_from_string(opt.attention, "--attention");
+  ViewModel vm(in);
+  UiState ui;
+  std::snprintf(ui.context_text, sizeof(ui.context_text), "%lld", static_cast<long long>(in.config.context_tokens));
+  if (!opt.trace.empty()) {
+    std::snprintf(ui.trace_path, sizeof(ui.trace_path), "%s", opt.trace.c_str());
+    const std::string msg = vm.load_trace(opt.trace);
+    if (!msg.empty()) throw Error("--trace", opt.trace, msg);
+    ui.trace_message = "loaded";
+  }
+  if (!vm.results().ok) std::fprintf(stderr, "oomb-gui: %s\n", vm.results().error.c_str());
+  std::printf("oomb-gui: recompute %.3f ms\n", vm.results().compute_ms);
+
+  glfwSetErrorCallback(glfw_error);
+  if (!glfwInit()) {
+    std::fprintf(stderr, "oomb-gui: cannot open a display (DISPLAY=%s); run under a desktop session or "
+                         "`xvfb-run -a -s \"-screen 0 1280x800x24\" oomb-gui ...`\n",
+                 std::getenv("DISPLAY") ? std::getenv("DISPLAY") : "unset");
+    return 3;
+  }
+  glfwWindowHint(GLFW_CONTEXT_VERSION_MAJOR, 3);
+  glfwWindowHint(GLFW_CONTEXT_VERSION_MINOR, 0);
+  GLFWwindow* window = glfwCreateWindow(opt.width, opt.height, "oomb what-if", nullptr, nullptr);
+  if (!window) {
+    std::fprintf(stderr, "oomb-gui: cannot create an OpenGL 3.0 window\n");
+    glfwTerminate();
+    return 3;
+  }
+  glfwMakeContextCurrent(window);
+  glfwSwapInterval(opt.screenshot.empty() ? 1 : 0);
+
+  IMGUI_CHECKVERSION();
+  ImGui::CreateContext();
+  ImGuiIO& io = ImGui::GetIO();
+  io.IniFilename = nullptr;
+  ImGui::StyleColorsDark();
+  ImGuiStyle& style = ImGui::GetStyle();
+  style.WindowRounding = 0;
+  style.FramePadding = {5, 2};
+  style.ItemSpacing = {6, 3};
+  style.WindowPadding = {6, 4};
+  ImGui_ImplGlfw_InitForOpenGL(window, true);
+  ImGui_ImplOpenGL3_Init("#version 130");
+
+  const bool shot = !opt.screenshot.empty();
+  // Screenshots show the finished timeline: wait for the background simulation first.
+  if (shot) vm.wait_timeline(120);
+
+  int frame = 0;
+  double frame_total_s = 0, frame_cpu_s = 0;
+  int timed_frames = 0;
+  int rc = 0;
+  while (!glfwWindowShouldClose(window)) {
+    const auto t0 = Clock::now();
+    glfwPollEvents();
+    vm.poll_timeline();
+    ImGui_ImplOpenGL3_NewFrame();
+    ImGui_ImplGlfw_NewFrame();
+    ImGui::NewFrame();
+    draw_dashboard(vm, ui);
+    ImGui::Render();
+    const double cpu_s = std::chrono::duration<double>(Clock::now() - t0).count();
+    int fw = 0, fh = 0;
+    glfwGetFramebufferSize(window, &fw, &fh);
+    glViewport(0, 0, fw, fh);
+    glClearColor(0.08f, 0.08f, 0.10f, 1.0f);
+    glClear(GL_COLOR_BUFFER_BIT);
+    ImGui_ImplOpenGL3_RenderDrawData(ImGui::GetDrawData());
+    ++frame;
+    if (shot) {
+      glFinish();
+      const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
+      if (frame > 1) {  // the first frame builds the font atlas and shaders
+        frame_total_s += dt;
+        frame_cpu_s += cpu_s;
+        ++timed_frames;
+      }
+      if (frame >= opt.frames) {
+        try {
+          write_png(read_framebuffer(fw, fh), opt.screenshot);
+          const double n = std::max(timed_frames, 1);
+          std::printf("oomb-gui: wrote %s (%dx%d) after %d frames; frame time %.2f ms (UI build %.2f ms + GL "
+                      "render; mean of %d)\n",
+                      opt.screenshot.c_str(), fw, fh, frame, 1e3 * frame_total_s / n, 1e3 * frame_cpu_s / n, timed_frames);
+        } catch (const std::exception& e) {
+          std::fprintf(stderr, "oomb-gui: %s\n", e.what());
+          rc = 1;
+        }
+        break;
+      }
+    }
+    glfwSwapBuffers(window);
+  }
+  ImGui_ImplOpenGL3_Shutdown();
+  ImGui_ImplGlfw_Shutdown();
+  ImGui::DestroyContext();
+  glfwDestroyWindow(window);
+  glfwTerminate();
+  return rc;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"oomb-gui: what-if explorer for chunk-recurrent long-context training"};
+  Options opt;
+  app.add_option("--screenshot", opt.screenshot, "Render --frames frames, write the window as a PNG and exit");
+  app.add_option("--frames", opt.frames, "Frames to render before the screenshot")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--width", opt.width, "Window width")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--height", opt.height, "Window height")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--model", opt.model, "Initial model (catalog id or JSON path; default qwen2.5-7b)");
+  app.add_option("--gpu", opt.gpu, "Initial GPU (default h200)");
+  app.add_option("--host", opt.host, "Initial host (default: the GPU's usual host)");
+  app.add_option("--context", opt.context, "Initial context: 4M, 128K, 100000 (default 4M)");
+  app.add_option("--attention", opt.attention, "Initial attention: dense or sparse");
+  app.add_option("--trace", opt.trace, "Measured trace (oomb.trace/1 JSON) to overlay on the timeline");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    return run(opt);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "oomb-gui: %s\n", e.what());
+    return 2;
+  }
+}

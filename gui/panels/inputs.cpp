@@ -1,0 +1,172 @@
+// Inputs: model / GPU / host from the catalog, context on a log slider (8K..16M), every knob of
+// simulator::Config, presets. Edits a copy of the inputs and hands it to the view-model once.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+
+#include "core/error.h"
+#include "core/format.h"
+#include "core/units.h"
+#include "gui/panels/chart.h"
+#include "gui/panels/panels.h"
+
+namespace oomb::gui {
+
+namespace {
+
+using simulator::Config;
+
+bool combo_strings(const char* label, std::string& value, const std::vector<std::string>& items, const char* help) {
+  bool changed = false;
+  if (ImGui::BeginCombo(label, value.c_str())) {
+    for (const auto& it : items) {
+      const bool sel = it == value;
+      if (ImGui::Selectable(it.c_str(), sel)) {
+        value = it;
+        changed = true;
+      }
+      if (sel) ImGui::SetItemDefaultFocus();
+    }
+    ImGui::EndCombo();
+  }
+  chart::formula_tooltip(help);
+  return changed;
+}
+
+template <typename E>
+bool combo_enum(const char* label, E& value, std::initializer_list<E> items, const char* help) {
+  bool changed = false;
+  if (ImGui::BeginCombo(label, simulator::to_string(value))) {
+    for (E it : items)
+      if (ImGui::Selectable(simulator::to_string(it), it == value)) {
+        value = it;
+        changed = true;
+      }
+    ImGui::EndCombo();
+  }
+  chart::formula_tooltip(help);
+  return changed;
+}
+
+bool combo_tokens(const char* label, int64_t& value, std::initializer_list<int64_t> items, const char* zero_name,
+                  const char* help) {
+  auto name = [&](int64_t v) { return v == 0 && zero_name ? std::string(zero_name) : format_tokens(v); };
+  bool changed = false;
+  if (ImGui::BeginCombo(label, name(value).c_str())) {
+    for (int64_t it : items)
+      if (ImGui::Selectable(name(it).c_str(), it == value)) {
+        value = it;
+        changed = true;
+      }
+    ImGui::EndCombo();
+  }
+  chart::formula_tooltip(help);
+  return changed;
+}
+
+const std::vector<std::string> kDtypes = {"bf16", "fp16", "fp32", "fp8"};
+
+}  // namespace
+
+void draw_inputs_panel(ViewModel& vm, UiState& ui) {
+  Inputs in = vm.inputs();
+  Config& c = in.config;
+  ImGui::PushItemWidth(-ImGui::GetFontSize() * 7.5f);
+
+  static const std::vector<std::string> models = models::model_ids(), gpus = models::gpu_ids();
+  static const std::vector<std::string> hosts = [] {
+    std::vector<std::string> h = {"(GPU default)"};
+    for (auto& id : models::host_ids()) h.push_back(id);
+    return h;
+  }();
+  combo_strings("model", in.model, models, "models/llm/<id>.json: the published config of the model");
+  combo_strings("GPU", in.gpu, gpus, "models/gpu/<id>.json: capacity, bandwidths, FLOP/s, link rates");
+  std::string host = in.host.empty() ? hosts[0] : in.host;
+  if (combo_strings("host", host, hosts, "models/host/<id>.json: RAM and pinnable bytes for offloaded pages"))
+    in.host = host == hosts[0] ? "" : host;
+
+  // Context: log2 slider, snapped to quarter octaves and whole K; or typed ("4M", "300K").
+  float lg = static_cast<float>(std::log2(static_cast<double>(std::max<int64_t>(c.context_tokens, 1))));
+  const std::string ctx_label = format_tokens(c.context_tokens) + " tokens";
+  if (ImGui::SliderFloat("context", &lg, 13.0f, 24.0f, ctx_label.c_str())) {
+    lg = std::round(lg * 4.0f) / 4.0f;
+    c.context_tokens = std::max<int64_t>(1024, std::llround(std::exp2(static_cast<double>(lg)) / 1024.0) * 1024);
+  }
+  chart::formula_tooltip("sequence length of one training step, 8K .. 16M on a log scale (K = 1024, M = 1048576)");
+  if (ImGui::InputText("type context", ui.context_text, sizeof(ui.context_text), ImGuiInputTextFlags_EnterReturnsTrue)) {
+    try {
+      c.context_tokens = parse_tokens(ui.context_text, "context");
+    } catch (const Error&) {
+      // An unparsable entry keeps the old value; the field shows what was typed.
+    }
+  }
+  chart::formula_tooltip("e.g. 4M, 300K or 100000, then Enter");
+
+  ImGui::Separator();
+  for (const auto& p : ViewModel::presets()) {
+    if (ImGui::Button(p.c_str())) {
+      simulator::apply_preset(p, c);
+    }
+    chart::formula_tooltip(p == "oomb" ? "oomb's defaults: fp32 KV-grad, bounded selection memory, peak incl. reserve"
+                                       : "the published OOMB configuration: chunk 4096, page 128, budget 64, 2 resident "
+                                         "layers, per-chunk full-vocab logits, selection state on the GPU, peak as "
+                                         "allocated bytes");
+    ImGui::SameLine();
+  }
+  ImGui::TextDisabled("presets");
+
+  combo_enum("schedule", c.schedule, {simulator::Schedule::oomb, simulator::Schedule::standard},
+             "oomb: chunk-recurrent; standard: full-sequence training with per-layer checkpointing");
+  combo_enum("attention", c.attention, {simulator::Attention::dense, simulator::Attention::sparse},
+             "dense: exact gradients; sparse: top-B page selection per query page");
+  combo_tokens("chunk", c.chunk_tokens, {256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536}, nullptr,
+               "tokens per chunk (a multiple of the page)");
+  combo_tokens("page", c.page_tokens, {16, 32, 64, 128, 256, 512}, nullptr, "tokens per KV page");
+  if (c.attention == simulator::Attention::sparse) {
+    int budget = static_cast<int>(c.page_budget);
+    if (ImGui::InputInt("budget", &budget, 8, 64)) c.page_budget = std::max(1, budget);
+    chart::formula_tooltip("earlier pages selected per query page (B)");
+    static const std::vector<std::string> sel = {"published", "per-kv-head", "quest", "moba", "local"};
+    combo_strings("selection", c.selection, sel, "page-selection rule (ALGORITHM.md section 5)");
+    float ov = static_cast<float>(c.selection_overlap);
+    if (ImGui::SliderFloat("overlap", &ov, 0.0f, 1.0f, "%.2f")) c.selection_overlap = ov;
+    chart::formula_tooltip("union of a chunk's selections = min(prefix, B x (1 + (q - 1) x (1 - overlap))), "
+                           "q = chunk / page");
+    combo_enum("sel. memory", c.selection_memory,
+               {simulator::SelectionMemory::bounded, simulator::SelectionMemory::device},
+               "bounded: summaries in the host tier, scores in tiles (flat in N); device: all on the GPU (grows with N)");
+  }
+  int64_t layers = 0;
+  try {
+    layers = models::load_model(in.model).layers;
+  } catch (const std::exception&) {
+    layers = 0;
+  }
+  if (layers > 0) {
+    int resident = static_cast<int>(std::min<int64_t>(c.resident_layers, layers));
+    const std::string fmt = resident >= layers ? "all (no offload)" : "%d";
+    if (ImGui::SliderInt("resident", &resident, 1, static_cast<int>(layers), fmt.c_str())) c.resident_layers = resident;
+    chart::formula_tooltip("layers whose KV pages may be on the GPU at once (computed + prefetched); all = no offload");
+  }
+  combo_strings("KV dtype", c.kv_dtype, kDtypes, "dtype of KV pages");
+  combo_strings("KV-grad dtype", c.kv_grad_dtype, {"fp32", "bf16"}, "dtype of KV-gradient pages (accumulated)");
+  combo_strings("param dtype", c.param_dtype, {"bf16", "fp32"}, "dtype of the weights");
+  combo_strings("grad dtype", c.param_grad_dtype, {"bf16", "fp32"}, "dtype of the parameter gradients");
+  combo_enum("optimizer", c.optimizer, {simulator::Optimizer::none, simulator::Optimizer::gpu, simulator::Optimizer::host},
+             "AdamW state: none, on the GPU, or on the host (gradients go down, parameters come back)");
+  ImGui::Checkbox("checkpointing", &c.checkpointing);
+  chart::formula_tooltip("per-layer checkpointing (inside the chunk for oomb)");
+  combo_tokens("loss tile", c.logits_chunk_tokens, {0, 512, 1024, 2048, 4096, 8192}, "whole, unfused",
+               "tokens per fused LM-head + cross-entropy tile; whole = bf16 logits + fp32 upcast, as PyTorch");
+  combo_enum("peak as", c.peak_measure, {simulator::PeakMeasure::reserved, simulator::PeakMeasure::allocated},
+             "reserved: include the runtime reserve (what a user sees); allocated: as max_memory_allocated");
+  int g = static_cast<int>(c.gpus);
+  if (ImGui::SliderInt("TP GPUs", &g, 1, 8)) c.gpus = g;
+  chart::formula_tooltip("tensor-parallel degree (planning only)");
+  ImGui::PopItemWidth();
+
+  vm.set_inputs(in);
+}
+
+}  // namespace oomb::gui

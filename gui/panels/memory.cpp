@@ -1,0 +1,126 @@
+// Memory breakdown: a stacked bar of device bytes by category against the device capacity, a host
+// bar against host RAM (pinnable marked), and the rows of the memory table with their formulas.
+#include <algorithm>
+#include <map>
+
+#include "core/format.h"
+#include "gui/panels/chart.h"
+#include "gui/panels/panels.h"
+
+namespace oomb::gui {
+
+namespace {
+
+using simulator::Buffer;
+using simulator::Tier;
+
+// One stacked bar: segments per category (in table order), capacity lines, hover = category rows.
+void stacked_bar(const char* id, const std::vector<Buffer>& rows, Tier tier, int64_t total, int64_t capacity,
+                 const char* capacity_label, int64_t second_line, const char* second_label) {
+  ImDrawList* dl = ImGui::GetWindowDrawList();
+  const float label_h = ImGui::GetTextLineHeight();
+  chart::Area a = chart::reserve(id, label_h * 2.6f);
+  const float bar_y0 = a.min.y + label_h * 1.2f, bar_y1 = a.max.y - 2;
+  const double scale_max = static_cast<double>(std::max({total, capacity, int64_t{1}})) * 1.02;
+  auto px = [&](double v) { return a.min.x + static_cast<float>(v / scale_max) * a.w(); };
+  dl->AddRectFilled({a.min.x, bar_y0}, {a.max.x, bar_y1}, IM_COL32(40, 40, 48, 255));
+  std::vector<std::string> order;
+  std::map<std::string, int64_t> by_cat;
+  for (const auto& r : rows)
+    if (r.tier == tier && r.bytes > 0) {
+      if (!by_cat.count(r.category)) order.push_back(r.category);
+      by_cat[r.category] += r.bytes;
+    }
+  double x = 0;
+  std::string hovered;
+  const ImVec2 mouse = ImGui::GetIO().MousePos;
+  for (const auto& cat : order) {
+    const float x0 = px(x), x1 = px(x + static_cast<double>(by_cat[cat]));
+    dl->AddRectFilled({x0, bar_y0}, {std::max(x1, x0 + 1), bar_y1}, chart::category_color(cat));
+    if (x1 - x0 > 3) dl->AddLine({x1, bar_y0}, {x1, bar_y1}, IM_COL32(20, 20, 20, 255));
+    if (a.hovered && mouse.x >= x0 && mouse.x < x1) hovered = cat;
+    x += static_cast<double>(by_cat[cat]);
+  }
+  const float cx = px(static_cast<double>(capacity));
+  if (total > capacity) dl->AddRectFilled({cx, bar_y0}, {px(static_cast<double>(total)), bar_y1}, IM_COL32(255, 40, 40, 70));
+  dl->AddLine({cx, a.min.y + label_h}, {cx, a.max.y}, chart::kOomRed, 2.0f);
+  // Labels: capacity next to its line, the total at the other end, so that they never overlap.
+  const std::string cap_text = std::string(capacity_label) + " " + format_bytes(capacity);
+  const float tw = ImGui::CalcTextSize(cap_text.c_str()).x;
+  const bool cap_left = cx < (a.min.x + a.max.x) / 2;
+  dl->AddText({cap_left ? cx + 4 : std::max(a.min.x, cx - tw - 4), a.min.y}, chart::kOomRed, cap_text.c_str());
+  if (second_line > 0 && second_line != capacity) {
+    const float sx = px(static_cast<double>(second_line));
+    chart::dashed_line(dl, {sx, bar_y0 - 2}, {sx, a.max.y}, IM_COL32(255, 190, 80, 255), 3, 1.5f);
+    if (a.hovered && std::abs(mouse.x - sx) < 3)
+      ImGui::SetTooltip("%s: %s", second_label, format_bytes(second_line).c_str());
+  }
+  const std::string used = format_bytes(total) + (total > capacity ? " needed" : " used");
+  const float uw = ImGui::CalcTextSize(used.c_str()).x;
+  dl->AddText({cap_left ? a.max.x - uw - 2 : a.min.x + 2, a.min.y}, total > capacity ? chart::kOomRed : IM_COL32(230, 230, 230, 255),
+              used.c_str());
+  if (!hovered.empty()) {
+    ImGui::BeginTooltip();
+    ImGui::Text("%s: %s (%s of the total)", hovered.c_str(), format_bytes(by_cat[hovered]).c_str(),
+                format_percent(static_cast<double>(by_cat[hovered]) / static_cast<double>(std::max<int64_t>(total, 1))).c_str());
+    for (const auto& r : rows)
+      if (r.tier == tier && r.category == hovered && r.bytes > 0)
+        ImGui::BulletText("%s  %s  %s\n%s", r.name.c_str(), format_bytes(r.bytes).c_str(), r.shape.c_str(),
+                          r.formula.c_str());
+    ImGui::EndTooltip();
+  }
+}
+
+}  // namespace
+
+void draw_memory_panel(const ViewModel& vm) {
+  const Results& r = vm.results();
+  if (!r.ok) {
+    ImGui::TextDisabled("no result (see the summary)");
+    return;
+  }
+  const auto& s = r.scenario;
+  ImGui::TextDisabled("Device (per GPU)");
+  stacked_bar("##device", r.table.rows, Tier::device, r.summary.peak_device_bytes, s.gpu.hbm_capacity_bytes,
+              ("HBM " + s.gpu.id).c_str(), 0, "");
+  ImGui::TextDisabled("Host");
+  stacked_bar("##host", r.table.rows, Tier::host, r.summary.peak_host_bytes, s.host.ram_bytes,
+              ("RAM " + s.host.id).c_str(), s.host.pinnable_bytes, "pinnable");
+
+  const ImGuiTableFlags flags = ImGuiTableFlags_ScrollY | ImGuiTableFlags_RowBg | ImGuiTableFlags_BordersInnerV |
+                                ImGuiTableFlags_SizingStretchProp;
+  if (ImGui::BeginTable("rows", 4, flags, ImGui::GetContentRegionAvail())) {
+    ImGui::TableSetupScrollFreeze(0, 1);
+    ImGui::TableSetupColumn("buffer", ImGuiTableColumnFlags_WidthStretch, 3.0f);
+    ImGui::TableSetupColumn("tier", ImGuiTableColumnFlags_WidthStretch, 0.8f);
+    ImGui::TableSetupColumn("bytes", ImGuiTableColumnFlags_WidthStretch, 1.4f);
+    ImGui::TableSetupColumn("share", ImGuiTableColumnFlags_WidthStretch, 1.0f);
+    ImGui::TableHeadersRow();
+    std::vector<const simulator::Buffer*> rows;
+    for (const auto& b : r.table.rows)
+      if (b.bytes > 0) rows.push_back(&b);
+    std::stable_sort(rows.begin(), rows.end(), [](auto* x, auto* y) { return x->bytes > y->bytes; });
+    for (const auto* b : rows) {
+      const bool dev = b->tier == Tier::device;
+      const int64_t total = dev ? r.summary.peak_device_bytes : r.summary.peak_host_bytes;
+      ImGui::TableNextRow();
+      ImGui::TableNextColumn();
+      const ImVec2 p = ImGui::GetCursorScreenPos();
+      const float sq = ImGui::GetTextLineHeight() * 0.7f;
+      ImGui::GetWindowDrawList()->AddRectFilled({p.x, p.y + 2}, {p.x + sq, p.y + 2 + sq}, chart::category_color(b->category));
+      ImGui::SetCursorScreenPos({p.x + sq + 4, p.y});
+      ImGui::TextUnformatted(b->name.c_str());
+      chart::formula_tooltip(b->category + "  " + b->shape + "\nlifetime: " + b->lifetime + "\nbytes = " + b->formula);
+      ImGui::TableNextColumn();
+      ImGui::TextUnformatted(dev ? "device" : "host");
+      ImGui::TableNextColumn();
+      ImGui::TextUnformatted(format_bytes(b->bytes).c_str());
+      chart::formula_tooltip(b->formula);
+      ImGui::TableNextColumn();
+      ImGui::TextUnformatted(format_percent(static_cast<double>(b->bytes) / static_cast<double>(std::max<int64_t>(total, 1))).c_str());
+    }
+    ImGui::EndTable();
+  }
+}
+
+}  // namespace oomb::gui

@@ -1,0 +1,180 @@
+#pragma once
+// The GUI's view-model: what the user picked (Inputs) and everything derived from it (Results),
+// with no ImGui or OpenGL in sight so that tests can drive it. Every change of the inputs
+// recomputes the closed-form results synchronously (simulator::evaluate, well under a frame);
+// the event timeline (simulator::simulate_events) runs on a background thread and is picked up by
+// poll_timeline() without ever blocking a frame. Bad combinations become Results::error, never a
+// crash.
+#include <cstdint>
+#include <future>
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "simulator/simulator.h"
+#include "traces/trace.h"
+
+namespace oomb::gui {
+
+struct Inputs {
+  std::string model = "qwen2.5-7b";
+  std::string gpu = "h200";
+  std::string host;              // "" = the GPU profile's default host
+  simulator::Config config = default_config();
+
+  static simulator::Config default_config();  // oomb defaults at 4M tokens
+  bool operator==(const Inputs& o) const;
+};
+
+// A derived number as shown: label, formatted value and the formula behind it (tooltips).
+struct Figure {
+  std::string label;
+  std::string value;
+  std::string formula;
+};
+
+struct CurvePoint {
+  int64_t context_tokens = 0;
+  bool valid = false;     // false: the scenario is invalid at this context (message in `binding`)
+  bool feasible = false;
+  int64_t peak_device_bytes = 0;
+  int64_t peak_host_bytes = 0;
+  double step_s = 0;
+  std::string binding;    // binding constraint, or the error message when !valid
+};
+
+struct Curve {
+  std::string label;      // "oomb dense", "oomb sparse", "standard"
+  simulator::Schedule schedule = simulator::Schedule::oomb;
+  simulator::Attention attention = simulator::Attention::dense;
+  std::vector<CurvePoint> points;  // one per curve_contexts() entry
+};
+
+// Chunk (rows) x sparse budget (columns; column 0 = dense attention) under the current inputs.
+struct FeasibilityCell {
+  bool valid = false;
+  bool feasible = false;
+  double step_s = 0;
+  int64_t peak_device_bytes = 0;
+  std::string binding;    // binding constraint, or the error message when !valid
+};
+struct FeasibilityMap {
+  std::vector<int64_t> chunks;
+  std::vector<int64_t> budgets;  // 0 = dense
+  std::vector<FeasibilityCell> cells;  // [chunk][budget]
+  double min_step_s = 0, max_step_s = 0;  // over feasible cells (colour scale)
+  const FeasibilityCell& at(size_t chunk_i, size_t budget_i) const { return cells[chunk_i * budgets.size() + budget_i]; }
+};
+
+struct Results {
+  bool ok = false;
+  std::string error;      // why the inputs cannot be evaluated (oomb::Error message)
+  simulator::Scenario scenario;
+  simulator::MemoryTable table;
+  simulator::Summary summary;
+  std::vector<Figure> figures;  // headline numbers with formulas
+  std::vector<Curve> curves;
+  FeasibilityMap feasibility;
+  double compute_ms = 0;  // wall time of the last recompute
+};
+
+struct TimelineRequest {
+  traces::Detail detail = traces::Detail::layer;
+  int64_t chunk_first = -1;  // -1: the last two chunks (the longest prefixes, the busiest copies)
+  int64_t chunk_last = -1;
+  bool operator==(const TimelineRequest& o) const = default;
+};
+
+// Key that aligns a predicted and a measured event (DESIGN.md section 2).
+using EventKey = std::tuple<int, int64_t, int64_t, std::string>;  // stage, chunk, layer, op
+EventKey event_key(const traces::Event& e);
+
+struct PoolSeries {  // pool occupancy over the step, bucketed to at most kBuckets (max per bucket)
+  static constexpr size_t kBuckets = 1024;
+  std::vector<double> t_s;
+  std::vector<int64_t> pool_pages;
+  std::vector<int64_t> device_bytes;
+  int64_t pool_capacity_pages = 0;
+  double step_s = 0;
+};
+
+// The finished background simulation, filtered to the requested chunk range.
+struct Timeline {
+  bool ok = false;
+  std::string error;
+  std::string note;                  // e.g. detail lowered to keep the event count bounded
+  traces::Detail detail = traces::Detail::layer;
+  int64_t chunk_first = 0, chunk_last = 0, chunks = 0;
+  traces::Trace trace;               // the whole step
+  simulator::Summary summary;
+  double simulate_s = 0;             // wall time of simulate_events
+  // Events of the chunk range per stage (index 0: stage 1 fill, 1: stage 2 backward), indices into
+  // trace.events, and their time span.
+  std::vector<size_t> stage_events[2];
+  int64_t stage_t0_ns[2] = {0, 0}, stage_t1_ns[2] = {0, 0};
+  PoolSeries pool;
+};
+
+struct Overlay {
+  std::string path;
+  traces::Trace trace;
+  std::map<EventKey, size_t> by_key;  // first measured event per key
+  traces::Comparison comparison;      // vs the predicted timeline (empty until one exists)
+};
+
+class ViewModel {
+ public:
+  ViewModel();
+  explicit ViewModel(Inputs in);
+  ~ViewModel();
+  ViewModel(const ViewModel&) = delete;
+  ViewModel& operator=(const ViewModel&) = delete;
+
+  const Inputs& inputs() const { return inputs_; }
+  // Replaces the inputs and recomputes when they differ; returns whether it recomputed.
+  bool set_inputs(const Inputs& in);
+  // "oomb" or "oomb-published" applied to the current config (context and attention kept).
+  bool apply_preset(const std::string& name);
+  const Results& results() const { return results_; }
+
+  static std::vector<int64_t> curve_contexts();  // 8K .. 16M, doubling
+  static const std::vector<std::string>& presets();
+
+  // Timeline: set what to show, then call poll_timeline() every frame. It starts a background
+  // simulation when the inputs or the detail changed, collects it when done, and refilters the
+  // chunk range without recomputing. Never blocks.
+  void set_timeline_request(const TimelineRequest& r);
+  const TimelineRequest& timeline_request() const { return request_; }
+  void poll_timeline();
+  bool timeline_pending() const { return job_.valid(); }
+  // The latest finished timeline for the current inputs (nullptr while none).
+  const Timeline* timeline() const { return timeline_ && timeline_generation_ == generation_ ? timeline_.get() : nullptr; }
+  // Blocks until the timeline for the current inputs is there (screenshots, tests).
+  bool wait_timeline(double timeout_s);
+
+  // Loads a measured trace to overlay; returns "" or the error message.
+  std::string load_trace(const std::string& path);
+  const Overlay* overlay() const { return overlay_.get(); }
+  void clear_overlay() { overlay_.reset(); }
+
+ private:
+  void recompute();
+  void start_job();
+  void refilter();
+  void compare_overlay();
+
+  Inputs inputs_;
+  Results results_;
+  uint64_t generation_ = 0;  // bumped on every input change
+  TimelineRequest request_;
+  std::future<std::unique_ptr<Timeline>> job_;
+  uint64_t job_generation_ = 0;
+  traces::Detail job_detail_ = traces::Detail::layer;
+  std::unique_ptr<Timeline> timeline_;
+  uint64_t timeline_generation_ = UINT64_MAX;
+  std::unique_ptr<Overlay> overlay_;
+};
+
+}  // namespace oomb::gui

@@ -1,0 +1,207 @@
+// The GUI's view-model: inputs -> results as the simulator says, errors as messages, curves,
+// feasibility map, background timeline, trace overlay, and the recompute time per change.
+#include "gui/view_model.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+
+#include "simulator/simulator.h"
+
+namespace oomb::gui {
+namespace {
+
+constexpr int64_t kM = 1024 * 1024;
+constexpr int64_t kK = 1024;
+// One frame at 60 Hz: a change of inputs must recompute within it.
+constexpr double kFrameBudgetMs = 16.0;
+
+simulator::Scenario scenario_of(const Inputs& in) {
+  simulator::Scenario s;
+  s.model = models::load_model(in.model);
+  s.gpu = models::load_gpu(in.gpu);
+  s.host = models::load_host(in.host.empty() ? s.gpu.default_host : in.host);
+  s.config = in.config;
+  return s;
+}
+
+TEST(ViewModel, DefaultIsQwen7bOnH200At4M) {
+  ViewModel vm;
+  const auto& r = vm.results();
+  ASSERT_TRUE(r.ok) << r.error;
+  EXPECT_EQ(vm.inputs().model, "qwen2.5-7b");
+  EXPECT_EQ(vm.inputs().gpu, "h200");
+  EXPECT_EQ(vm.inputs().config.context_tokens, 4 * kM);
+  const auto expect = simulator::evaluate(scenario_of(vm.inputs()));
+  EXPECT_EQ(r.summary.peak_device_bytes, expect.peak_device_bytes);
+  EXPECT_DOUBLE_EQ(r.summary.step_s, expect.step_s);
+  EXPECT_FALSE(r.table.rows.empty());
+  for (const auto& f : r.figures) {
+    EXPECT_FALSE(f.value.empty()) << f.label;
+    EXPECT_FALSE(f.formula.empty()) << f.label;
+  }
+}
+
+TEST(ViewModel, ChangingContextChangesPeakAsTheSimulatorSays) {
+  ViewModel vm;
+  const int64_t before = vm.results().summary.peak_device_bytes;
+  Inputs in = vm.inputs();
+  in.config.context_tokens = 1 * kM;
+  ASSERT_TRUE(vm.set_inputs(in));
+  ASSERT_TRUE(vm.results().ok) << vm.results().error;
+  const auto expect = simulator::evaluate(scenario_of(in));
+  EXPECT_EQ(vm.results().summary.peak_device_bytes, expect.peak_device_bytes);
+  EXPECT_NE(vm.results().summary.peak_device_bytes, before);
+  EXPECT_FALSE(vm.set_inputs(in)) << "same inputs must not recompute";
+}
+
+TEST(ViewModel, InvalidCombinationIsAMessageNotACrash) {
+  ViewModel vm;
+  Inputs in = vm.inputs();
+  in.config.chunk_tokens = 1000;  // not a multiple of the 128-token page
+  vm.set_inputs(in);
+  EXPECT_FALSE(vm.results().ok);
+  EXPECT_NE(vm.results().error.find("--chunk"), std::string::npos) << vm.results().error;
+  in = vm.inputs();
+  in.config.chunk_tokens = 4096;
+  in.model = "no-such-model";
+  vm.set_inputs(in);
+  EXPECT_FALSE(vm.results().ok);
+  EXPECT_FALSE(vm.results().error.empty());
+  vm.poll_timeline();  // nothing to simulate: must not start or crash
+  EXPECT_EQ(vm.timeline(), nullptr);
+  in.model = "qwen2.5-7b";
+  vm.set_inputs(in);
+  EXPECT_TRUE(vm.results().ok) << vm.results().error;
+}
+
+TEST(ViewModel, CurvesCoverTheContextsAndGrowWithContext) {
+  ViewModel vm;
+  const auto ctx = ViewModel::curve_contexts();
+  ASSERT_EQ(ctx.front(), 8 * kK);
+  ASSERT_EQ(ctx.back(), 16 * kM);
+  ASSERT_EQ(vm.results().curves.size(), 3u);
+  for (const auto& c : vm.results().curves) {
+    ASSERT_EQ(c.points.size(), ctx.size()) << c.label;
+    for (size_t i = 1; i < c.points.size(); ++i) {
+      const auto &a = c.points[i - 1], &b = c.points[i];
+      if (!a.valid || !b.valid) continue;
+      // Step time always grows with the context (more tokens, longer prefixes).
+      EXPECT_GT(b.step_s, a.step_s) << c.label << " at " << b.context_tokens;
+      // Memory never shrinks with the context; dense and standard grow with it.
+      EXPECT_GE(b.peak_device_bytes + b.peak_host_bytes, a.peak_device_bytes + a.peak_host_bytes)
+          << c.label << " at " << b.context_tokens;
+    }
+  }
+  // Standard training stops fitting on a single H200 well before 16M; oomb dense still fits.
+  const auto& standard = vm.results().curves[2];
+  EXPECT_FALSE(standard.points.back().feasible);
+  EXPECT_TRUE(vm.results().curves[0].points.front().feasible);
+}
+
+TEST(ViewModel, FeasibilityMapHasInfeasibleCellsAtHugeContexts) {
+  ViewModel vm;
+  Inputs in = vm.inputs();
+  in.gpu = "rtx-4090";
+  in.config.context_tokens = 16 * kM;
+  vm.set_inputs(in);
+  ASSERT_TRUE(vm.results().ok) << vm.results().error;
+  const auto& fm = vm.results().feasibility;
+  ASSERT_EQ(fm.cells.size(), fm.chunks.size() * fm.budgets.size());
+  int infeasible = 0;
+  for (const auto& c : fm.cells)
+    if (c.valid && !c.feasible) {
+      ++infeasible;
+      EXPECT_FALSE(c.binding.empty()) << "an infeasible cell carries its binding constraint";
+    }
+  EXPECT_GT(infeasible, 0);
+  EXPECT_FALSE(vm.results().summary.feasible);
+}
+
+TEST(ViewModel, RecomputeFitsInAFrame) {
+  ViewModel vm;  // qwen2.5-7b, h200, 4M
+  Inputs in = vm.inputs();
+  double total_ms = 0, worst_ms = 0;
+  constexpr int kChanges = 20;
+  for (int i = 0; i < kChanges; ++i) {
+    in.config.context_tokens = (i % 2 ? 4 : 2) * kM;
+    vm.set_inputs(in);
+    total_ms += vm.results().compute_ms;
+    worst_ms = std::max(worst_ms, vm.results().compute_ms);
+  }
+  std::printf("recompute per change (summary + table + 3 curves x 12 contexts + 8 x 8 map): mean %.3f ms, worst %.3f ms\n",
+              total_ms / kChanges, worst_ms);
+  EXPECT_LT(total_ms / kChanges, kFrameBudgetMs);
+}
+
+TEST(ViewModel, TimelineRunsInTheBackgroundAndFiltersChunks) {
+  Inputs in;
+  in.config.context_tokens = 64 * kK;  // 16 chunks of 4K
+  ViewModel vm(in);
+  vm.poll_timeline();
+  EXPECT_TRUE(vm.timeline_pending());
+  ASSERT_TRUE(vm.wait_timeline(60));
+  const Timeline* t = vm.timeline();
+  ASSERT_NE(t, nullptr);
+  ASSERT_TRUE(t->ok) << t->error;
+  EXPECT_EQ(t->chunks, 16);
+  EXPECT_EQ(t->chunk_first, 14);  // default: the last two chunks
+  EXPECT_EQ(t->chunk_last, 15);
+  for (int st = 0; st < 2; ++st) {
+    ASSERT_FALSE(t->stage_events[st].empty());
+    for (size_t i : t->stage_events[st]) {
+      const auto& e = t->trace.events[i];
+      EXPECT_EQ(e.stage, st + 1);
+      EXPECT_GE(e.chunk, 14);
+    }
+    EXPECT_LT(t->stage_t0_ns[st], t->stage_t1_ns[st]);
+  }
+  EXPECT_FALSE(t->pool.t_s.empty());
+  EXPECT_GT(t->pool.pool_capacity_pages, 0);
+  // Refiltering a new chunk range does not recompute.
+  vm.set_timeline_request({traces::Detail::layer, 0, 0});
+  vm.poll_timeline();
+  EXPECT_FALSE(vm.timeline_pending());
+  EXPECT_EQ(vm.timeline()->chunk_first, 0);
+  for (size_t i : vm.timeline()->stage_events[0]) EXPECT_EQ(vm.timeline()->trace.events[i].chunk, 0);
+  // Changing the inputs hides the stale timeline until the new one is there.
+  in.config.context_tokens = 32 * kK;
+  vm.set_inputs(in);
+  EXPECT_EQ(vm.timeline(), nullptr);
+  ASSERT_TRUE(vm.wait_timeline(60));
+  EXPECT_EQ(vm.timeline()->chunks, 8);
+}
+
+TEST(ViewModel, OverlayAlignsAMeasuredTraceByKey) {
+  Inputs in;
+  in.config.context_tokens = 32 * kK;
+  ViewModel vm(in);
+  ASSERT_TRUE(vm.wait_timeline(60));
+  // A "measured" trace: the prediction itself, written and read back.
+  const auto path = (std::filesystem::temp_directory_path() / "oomb_gui_overlay_test.json").string();
+  traces::write_trace(vm.timeline()->trace, path);
+  ASSERT_EQ(vm.load_trace(path), "");
+  ASSERT_NE(vm.overlay(), nullptr);
+  size_t matched = 0;
+  for (size_t i : vm.timeline()->stage_events[1]) matched += vm.overlay()->by_key.count(event_key(vm.timeline()->trace.events[i]));
+  EXPECT_EQ(matched, vm.timeline()->stage_events[1].size());
+  EXPECT_FALSE(vm.overlay()->comparison.rows.empty());
+  for (const auto& row : vm.overlay()->comparison.rows) EXPECT_NEAR(row.error, 0.0, 1e-9) << row.name;
+  std::filesystem::remove(path);
+  EXPECT_NE(vm.load_trace("/nonexistent/trace.json"), "");
+}
+
+TEST(ViewModel, PresetsApply) {
+  ViewModel vm;
+  ASSERT_TRUE(vm.apply_preset("oomb-published"));
+  EXPECT_EQ(vm.inputs().config.peak_measure, simulator::PeakMeasure::allocated);
+  EXPECT_EQ(vm.inputs().config.context_tokens, 4 * kM);
+  EXPECT_FALSE(vm.apply_preset("nonsense"));
+  ASSERT_TRUE(vm.apply_preset("oomb"));
+  EXPECT_EQ(vm.inputs().config.peak_measure, simulator::PeakMeasure::reserved);
+}
+
+}  // namespace
+}  // namespace oomb::gui
