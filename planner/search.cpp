@@ -1,0 +1,690 @@
+#include "planner/search.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <set>
+#include <tuple>
+
+#include "core/error.h"
+#include "core/format.h"
+#include "core/units.h"
+
+namespace oomb::planner {
+
+using simulator::Attention;
+using simulator::Config;
+using simulator::Optimizer;
+using simulator::Schedule;
+
+const char* to_string(Objective o) {
+  switch (o) {
+    case Objective::time: return "time";
+    case Objective::memory: return "memory";
+    case Objective::context: return "context";
+  }
+  return "?";
+}
+
+Objective objective_from_string(const std::string& s, const std::string& where) {
+  if (s == "time") return Objective::time;
+  if (s == "memory") return Objective::memory;
+  if (s == "context") return Objective::context;
+  throw Error(where, s, "unknown objective", "time (min step time), memory (min peak device memory) or context (max context)");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Usage
+
+namespace {
+double ratio(int64_t need, int64_t limit) {
+  if (limit <= 0) return need > 0 ? std::numeric_limits<double>::infinity() : 0.0;
+  return static_cast<double>(need) / static_cast<double>(limit);
+}
+}  // namespace
+
+double Usage::worst_ratio() const {
+  return std::max({ratio(device_need_bytes, device_limit_bytes), ratio(pinned_need_bytes, pinned_limit_bytes),
+                   ratio(host_need_bytes, host_limit_bytes)});
+}
+
+std::string Usage::binding() const {
+  const double d = ratio(device_need_bytes, device_limit_bytes), p = ratio(pinned_need_bytes, pinned_limit_bytes),
+               h = ratio(host_need_bytes, host_limit_bytes);
+  if (d >= p && d >= h) return "device memory";
+  return p >= h ? "pinned host memory" : "host RAM";
+}
+
+std::vector<std::string> Usage::violations() const {
+  std::vector<std::string> v;
+  if (!device_ok())
+    v.push_back("device memory: needs " + format_bytes(device_need_bytes) + " of " + format_bytes(device_limit_bytes) +
+                " usable (" + format_bytes(device_capacity_bytes) + " less headroom), over by " +
+                format_bytes(device_need_bytes - device_limit_bytes));
+  if (!pinned_ok())
+    v.push_back("pinned host memory: needs " + format_bytes(pinned_need_bytes) + " of " +
+                format_bytes(pinned_limit_bytes) + " pinnable, over by " +
+                format_bytes(pinned_need_bytes - pinned_limit_bytes));
+  if (!host_ok())
+    v.push_back("host RAM: needs " + format_bytes(host_need_bytes) + " of " + format_bytes(host_limit_bytes) +
+                ", over by " + format_bytes(host_need_bytes - host_limit_bytes));
+  return v;
+}
+
+Usage usage_of(const simulator::Scenario& s, const simulator::Summary& sum, double headroom) {
+  Usage u;
+  // As the simulator counts it: the runtime reserve is always on the GPU, whatever the peak is
+  // reported as; everything on the host except optimizer state must be pinned.
+  int64_t device = 0;
+  for (const auto& [category, bytes] : sum.device_breakdown_bytes)
+    if (category != "runtime_reserve") device += bytes;
+  u.device_need_bytes = device + s.gpu.reserved_bytes;
+  u.device_capacity_bytes = s.gpu.hbm_capacity_bytes;
+  u.device_limit_bytes =
+      static_cast<int64_t>(std::floor(static_cast<double>(s.gpu.hbm_capacity_bytes) * (1.0 - headroom)));
+  for (const auto& [category, bytes] : sum.host_breakdown_bytes)
+    if (category != "optimizer_state") u.pinned_need_bytes += bytes;
+  u.pinned_limit_bytes = s.host.pinnable_bytes;
+  u.host_need_bytes = sum.peak_host_bytes;
+  u.host_limit_bytes = s.host.ram_bytes;
+  return u;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The search space
+
+namespace {
+
+constexpr int64_t kChunks[] = {512, 1024, 2048, 4096, 8192, 16384, 32768};
+constexpr int64_t kPages[] = {64, 128, 256};
+constexpr int64_t kBudgets[] = {16, 32, 64, 128, 256, 512, 1024};
+constexpr int64_t kResidents[] = {1, 2, 3, 4};  // plus "all layers"
+constexpr int64_t kLogits[] = {1024, 4096, 0};  // memory-ascending: fused tiles first
+constexpr int64_t kPageLcm = 256;               // every page above divides it
+
+struct Space {
+  bool standard = false;
+  std::vector<int64_t> chunks, pages, residents, logits, budgets;
+  std::vector<std::string> kv_grads, param_grads;  // memory-ascending
+  std::vector<Optimizer> optimizers;
+  bool dense = true, sparse = false;
+};
+
+bool fixed(const Request& r, const char* knob) { return r.fixed.count(knob) > 0; }
+
+Space make_space(const Request& r, int64_t N) {
+  const Config& b = r.scenario.config;
+  const int64_t L = simulator::effective_layers(b, r.scenario.model);
+  Space sp;
+  sp.standard = b.schedule == Schedule::standard;
+  if (sp.standard) {
+    sp.chunks = {b.chunk_tokens};
+    sp.pages = {b.page_tokens};
+    sp.residents = {b.resident_layers};
+    sp.kv_grads = {b.kv_grad_dtype};
+  } else {
+    if (fixed(r, "page")) sp.pages = {b.page_tokens};
+    else sp.pages.assign(std::begin(kPages), std::end(kPages));
+    if (fixed(r, "chunk")) {
+      sp.chunks = {b.chunk_tokens};
+    } else {
+      // Chunks at or beyond the context all mean "one chunk": keep only the first of them.
+      for (int64_t c : kChunks) {
+        sp.chunks.push_back(c);
+        if (c >= N) break;
+      }
+    }
+    if (fixed(r, "resident_layers")) {
+      sp.residents = {std::min(b.resident_layers, L)};
+    } else {
+      for (int64_t x : kResidents)
+        if (x < L) sp.residents.push_back(x);
+      sp.residents.push_back(L);
+    }
+    if (fixed(r, "kv_grad_dtype")) sp.kv_grads = {b.kv_grad_dtype};
+    else sp.kv_grads = {"bf16", "fp32"};
+    if (fixed(r, "budget")) {
+      sp.budgets = {b.page_budget};
+    } else {
+      // The user's minimum itself first when it is not one of the searched budgets.
+      if (std::find(std::begin(kBudgets), std::end(kBudgets), r.min_budget) == std::end(kBudgets))
+        sp.budgets.push_back(r.min_budget);
+      for (int64_t x : kBudgets)
+        if (x >= r.min_budget) sp.budgets.push_back(x);
+    }
+  }
+  if (fixed(r, "param_grad_dtype")) sp.param_grads = {b.param_grad_dtype};
+  else sp.param_grads = {"bf16", "fp32"};
+  if (fixed(r, "logits_chunk")) sp.logits = {b.logits_chunk_tokens};
+  else sp.logits.assign(std::begin(kLogits), std::end(kLogits));
+  if (fixed(r, "optimizer")) sp.optimizers = {b.optimizer};
+  else if (r.optimizer_auto) sp.optimizers = {Optimizer::host, Optimizer::gpu};
+  else sp.optimizers = {b.optimizer};
+  return sp;
+}
+
+std::vector<int64_t> chunks_for_page(const Space& sp, int64_t page) {
+  if (sp.standard) return sp.chunks;
+  std::vector<int64_t> v;
+  for (int64_t c : sp.chunks)
+    if (c >= page && c % page == 0) v.push_back(c);
+  return v;
+}
+
+int64_t pages_of(int64_t N, int64_t page) { return ceil_div(N, page); }
+
+// One group of the first phase: everything but the resident layers and the chunk.
+struct Group {
+  Attention attention = Attention::dense;
+  int64_t budget = 0;
+  int64_t page = 0;
+  Optimizer optimizer = Optimizer::none;
+  std::string kv_grad;
+};
+
+// Memory never falls when the KV-gradient dtype widens or the budget grows (same page, optimizer
+// and attention), so a group with no fitting configuration makes every group above it hopeless.
+bool dominates(const Group& above, const Group& dead) {
+  return above.attention == dead.attention && above.page == dead.page && above.optimizer == dead.optimizer &&
+         models::dtype_bytes(above.kv_grad) >= models::dtype_bytes(dead.kv_grad) && above.budget >= dead.budget;
+}
+
+double primary(const Candidate& c, Objective o) {
+  return o == Objective::memory ? static_cast<double>(c.summary.peak_device_bytes) : c.summary.step_s;
+}
+double secondary(const Candidate& c, Objective o) {
+  return o == Objective::memory ? c.summary.step_s : static_cast<double>(c.summary.peak_device_bytes);
+}
+
+auto tie_key(const Candidate& c, Objective o) {
+  const Config& k = c.config;
+  const bool sparse = k.attention == Attention::sparse;
+  return std::make_tuple(sparse ? 1 : 0, sparse ? -k.page_budget * k.page_tokens : int64_t{0},
+                         -models::dtype_bytes(k.kv_grad_dtype), secondary(c, o), -k.chunk_tokens, k.page_tokens,
+                         k.resident_layers, k.logits_chunk_tokens, k.param_grad_dtype, static_cast<int>(k.optimizer));
+}
+
+// The knobs the planner varies; equal keys mean the same plan.
+auto config_key(const Config& k) {
+  return std::make_tuple(k.attention == Attention::sparse ? k.page_budget : int64_t{0}, k.chunk_tokens, k.page_tokens,
+                         k.resident_layers, k.kv_grad_dtype, k.param_grad_dtype, k.logits_chunk_tokens,
+                         static_cast<int>(k.optimizer), static_cast<int>(k.attention));
+}
+
+class Searcher {
+ public:
+  Searcher(const Request& r, int64_t N, const SearchOptions& o, SearchResult& out)
+      : r_(r), o_(o), out_(out), sp_(make_space(r, N)), objective_(r.objective == Objective::memory ? Objective::memory
+                                                                                                      : Objective::time) {
+    s_ = r.scenario;
+    s_.config.context_tokens = N;
+    base_ = s_.config;
+    layers_ = simulator::effective_layers(base_, s_.model);
+  }
+
+  // One pass over the groups of the given attention modes. Returns true when first_fit found one.
+  bool run(bool dense, bool sparse, bool track_closest) {
+    track_closest_ = track_closest;
+    std::vector<Group> groups;
+    const Config& b = base_;
+    for (int mode = 0; mode < 2; ++mode) {
+      if ((mode == 0 && !dense) || (mode == 1 && (!sparse || sp_.standard))) continue;
+      for (int64_t page : sp_.pages) {
+        std::vector<int64_t> budgets{b.page_budget};
+        if (mode == 1) {
+          // Budgets at or beyond the context's pages all mean "attend everything": keep the first.
+          budgets.clear();
+          for (int64_t x : sp_.budgets) {
+            budgets.push_back(x);
+            if (x >= pages_of(b.context_tokens, page) && !fixed(r_, "budget")) break;
+          }
+        }
+        for (int64_t budget : budgets)
+          for (Optimizer opt : sp_.optimizers)
+            for (const auto& kvg : sp_.kv_grads)
+              groups.push_back({mode == 0 ? Attention::dense : Attention::sparse, budget, page, opt, kvg});
+      }
+    }
+    const size_t first_new = out_.feasible.size();
+    for (const Group& g : groups) {
+      bool hopeless = false;
+      for (const Group& d : dead_)
+        if (dominates(g, d)) hopeless = true;
+      if (hopeless) continue;
+      if (scan(g)) return true;
+    }
+    refine(first_new);
+    return false;
+  }
+
+ private:
+  Config config_of(const Group& g, int64_t resident, int64_t chunk, const std::string& param_grad, int64_t logits) const {
+    Config c = base_;
+    c.attention = g.attention;
+    c.page_budget = g.budget;
+    c.page_tokens = g.page;
+    c.optimizer = g.optimizer;
+    c.kv_grad_dtype = g.kv_grad;
+    c.resident_layers = resident;
+    c.chunk_tokens = chunk;
+    c.param_grad_dtype = param_grad;
+    c.logits_chunk_tokens = logits;
+    return c;
+  }
+
+  Candidate eval(const Config& c) {
+    s_.config = c;
+    Candidate k;
+    k.config = c;
+    k.summary = simulator::evaluate(s_);
+    k.usage = usage_of(s_, k.summary, r_.headroom);
+    ++out_.evaluations;
+    if (track_closest_ && !k.fits()) {
+      auto keep = [&](std::optional<Candidate>& slot) {
+        if (!slot || k.usage.worst_ratio() < slot->usage.worst_ratio()) slot = k;
+      };
+      keep(out_.closest);
+      keep(simulator::offloads(c, s_.model) ? out_.closest_offload : out_.closest_on_device);
+    }
+    return k;
+  }
+
+  // Phase 1 for one group: resident layers ascending; chunks ascending (memory grows with the
+  // chunk, so the first device failure ends the scan) or, for the time objective, descending from
+  // the largest (fewer, cheaper evaluations: time falls with the chunk) until the time leaves the
+  // tie band. The host tier does not depend on the chunk nor, while offloading, on the resident
+  // layers: one host failure rules out every offloading configuration of the group.
+  bool scan(const Group& g) {
+    const std::vector<int64_t> chunks = chunks_for_page(sp_, g.page);
+    if (chunks.empty()) return false;
+    const bool descending = objective_ == Objective::time && !o_.first_fit && !o_.exhaustive;
+    const std::string& pg = sp_.param_grads.front();
+    const int64_t lg = sp_.logits.front();
+    bool any_fit = false, host_dead = false;
+    for (int64_t resident : sp_.residents) {
+      const bool offload = !sp_.standard && resident < layers_;
+      if (offload && host_dead) continue;
+      bool device_dead = false;
+      double band = std::numeric_limits<double>::infinity();
+      for (size_t i = 0; i < chunks.size(); ++i) {
+        const int64_t chunk = descending ? chunks[chunks.size() - 1 - i] : chunks[i];
+        const bool smallest = chunk == chunks.front();
+        Candidate k = eval(config_of(g, resident, chunk, pg, lg));
+        if (!k.usage.device_ok()) {
+          if (smallest) device_dead = true;
+          if (descending) continue;
+          break;
+        }
+        if (!k.usage.host_ok() || !k.usage.pinned_ok()) {
+          if (offload) host_dead = true;
+          break;
+        }
+        if (!k.fits()) continue;  // a constraint the planner does not model: no pruning
+        any_fit = true;
+        const double m = primary(k, objective_);
+        out_.feasible.push_back(std::move(k));
+        if (o_.first_fit) return true;
+        if (o_.exhaustive) continue;
+        if (m > band * (1.0 + kTieTolerance)) break;
+        band = std::min(band, m);
+      }
+      // Device memory grows with the resident layers: if the smallest chunk failed, so will all.
+      if (device_dead) break;
+    }
+    if (!any_fit) dead_.push_back(g);
+    return false;
+  }
+
+  // Phase 2: phase 1 held the parameter-gradient dtype and the logits tiling at their
+  // memory-smallest values, which the cost model also makes the fastest (fused loss, narrower
+  // gradients to move). Try the other values around the best few plans (and, for the frontier,
+  // around every frontier point).
+  void refine(size_t first_new) {
+    if (o_.first_fit || (sp_.param_grads.size() < 2 && sp_.logits.size() < 2)) return;
+    std::vector<Candidate> seeds(out_.feasible.begin() + static_cast<std::ptrdiff_t>(first_new), out_.feasible.end());
+    if (seeds.empty()) return;
+    std::vector<Candidate> picked;
+    if (o_.exhaustive) picked = pareto_frontier(seeds);
+    std::sort(seeds.begin(), seeds.end(), [&](const Candidate& a, const Candidate& b) {
+      return std::make_tuple(primary(a, objective_), tie_key(a, objective_)) <
+             std::make_tuple(primary(b, objective_), tie_key(b, objective_));
+    });
+    if (const Candidate* best = select_best(seeds, objective_, &r_.scenario.config)) picked.push_back(*best);
+    for (size_t i = 0; i < seeds.size() && i < 3; ++i) picked.push_back(seeds[i]);
+    std::set<decltype(config_key(Config{}))> done;
+    for (const auto& k : out_.feasible) done.insert(config_key(k.config));
+    for (const Candidate& seed : picked) {
+      // Tiles at least as long as the chunk are all the same single fused tile: try one of them.
+      const int64_t C = std::min(seed.config.chunk_tokens, seed.config.context_tokens);
+      auto tile = [&](int64_t lg) { return lg == 0 ? int64_t{-1} : std::min(lg, C); };
+      std::set<std::pair<std::string, int64_t>> tried{{seed.config.param_grad_dtype, tile(seed.config.logits_chunk_tokens)}};
+      for (const auto& pg : sp_.param_grads)
+        for (int64_t lg : sp_.logits) {
+          if (!tried.insert({pg, tile(lg)}).second) continue;
+          Config c = seed.config;
+          c.param_grad_dtype = pg;
+          c.logits_chunk_tokens = lg;
+          if (!done.insert(config_key(c)).second) continue;
+          Candidate k = eval(c);
+          if (k.fits()) out_.feasible.push_back(std::move(k));
+        }
+    }
+  }
+
+  const Request& r_;
+  const SearchOptions& o_;
+  SearchResult& out_;
+  Space sp_;
+  Objective objective_;
+  simulator::Scenario s_;  // s_.config is the configuration being evaluated
+  Config base_;            // the request's configuration at this context
+  int64_t layers_ = 0;
+  bool track_closest_ = true;
+  std::vector<Group> dead_;
+};
+
+void fill_alternatives(SearchResult& res, Objective o, const Config* preferred) {
+  if (!res.best) return;
+  const Config& b = res.best->config;
+  using Getter = std::function<std::string(const Config&)>;
+  const std::vector<Getter> dims = {
+      [](const Config& c) { return std::to_string(c.chunk_tokens); },
+      [](const Config& c) { return std::to_string(c.page_tokens); },
+      [](const Config& c) { return std::to_string(c.resident_layers); },
+      [](const Config& c) { return c.kv_grad_dtype; },
+      [](const Config& c) { return c.param_grad_dtype; },
+      [](const Config& c) { return std::to_string(c.logits_chunk_tokens); },
+      [](const Config& c) { return std::string(simulator::to_string(c.optimizer)); },
+      [](const Config& c) {
+        return c.attention == Attention::sparse ? "sparse" + std::to_string(c.page_budget) : std::string("dense");
+      }};
+  std::vector<Candidate> alts;
+  for (const auto& dim : dims) {
+    std::vector<Candidate> other;
+    for (const auto& k : res.feasible)
+      if (dim(k.config) != dim(b)) other.push_back(k);
+    const Candidate* a = select_best(other, o, preferred);
+    if (!a) continue;
+    bool dup = false;
+    for (const auto& x : alts) dup = dup || config_key(x.config) == config_key(a->config);
+    if (!dup) alts.push_back(*a);
+  }
+  std::sort(alts.begin(), alts.end(),
+            [&](const Candidate& x, const Candidate& y) { return primary(x, o) < primary(y, o); });
+  res.alternatives = std::move(alts);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+
+namespace {
+std::string number_text(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+}  // namespace
+
+void check_request(const Request& r, int64_t N) {
+  if (!(r.headroom >= 0.0 && r.headroom < 0.9))
+    throw Error("--headroom", number_text(r.headroom), "is out of range", "a share of HBM capacity in [0, 0.9), e.g. 0.05");
+  if (r.min_budget < 1) throw Error("--min-budget", std::to_string(r.min_budget), "must be positive", "e.g. 64");
+  if (N <= 0) throw Error("--context", std::to_string(N), "must be positive", "e.g. 4M, 128K or 100000");
+  const Config& b = r.scenario.config;
+  if (b.gpus != 1 && b.gpus != 2 && b.gpus != 4 && b.gpus != 8)
+    throw Error("--gpus", std::to_string(b.gpus), "is not a supported tensor-parallel degree", "1, 2, 4 or 8");
+  const Space sp = make_space(r, N);
+  if (fixed(r, "budget") && b.page_budget <= 0)
+    throw Error("--budget", std::to_string(b.page_budget), "must be positive", "pages per query page, e.g. 64");
+  if (!sp.standard) {
+    for (int64_t x : {b.chunk_tokens, b.page_tokens, b.resident_layers})
+      if (x <= 0) throw Error("config", "", "chunk, page and resident layers must be positive");
+    if (fixed(r, "chunk") && fixed(r, "page") && b.page_tokens > b.chunk_tokens)
+      throw Error("--page", std::to_string(b.page_tokens),
+                  "page is larger than the chunk (" + std::to_string(b.chunk_tokens) + ")", "page <= chunk");
+    int64_t smallest_page = 0;
+    for (int64_t p : sp.pages)
+      if (!chunks_for_page(sp, p).empty()) smallest_page = smallest_page ? std::min(smallest_page, p) : p;
+    if (smallest_page == 0) {
+      if (fixed(r, "chunk"))
+        throw Error("--chunk", std::to_string(b.chunk_tokens),
+                    fixed(r, "page") ? "is not a multiple of the page (" + std::to_string(b.page_tokens) + ")"
+                                     : "is not a multiple of any page the planner tries (64, 128, 256)",
+                    "choose a chunk that is a multiple of the page, e.g. 4096");
+      throw Error("--page", std::to_string(b.page_tokens), "is larger than every chunk the planner tries (512..32K)",
+                  "a page of 64, 128 or 256 tokens, or give --chunk too");
+    }
+    const bool may_sparse = !fixed(r, "attention") || b.attention == Attention::sparse;
+    if (fixed(r, "budget") && may_sparse && b.page_budget > pages_of(N, smallest_page))
+      throw Error("--budget", std::to_string(b.page_budget),
+                  "is larger than the context's " + std::to_string(pages_of(N, smallest_page)) + " pages of " +
+                      std::to_string(smallest_page) + " tokens",
+                  "a budget of at most " + std::to_string(pages_of(N, smallest_page)) + " pages");
+  }
+  // Everything else (dtypes, heads divisible by the GPUs, selection rule): the simulator's own
+  // validation of one representative configuration.
+  Config rep = b;
+  rep.context_tokens = N;
+  if (!sp.standard) {
+    rep.page_tokens = sp.pages.front();
+    for (int64_t p : sp.pages)
+      if (!chunks_for_page(sp, p).empty()) {
+        rep.page_tokens = p;
+        break;
+      }
+    rep.chunk_tokens = chunks_for_page(sp, rep.page_tokens).front();
+    if (rep.page_budget <= 0) rep.page_budget = kDefaultMinBudget;
+  }
+  simulator::validate(rep, r.scenario.model);
+  for (const auto& dt : {b.kv_dtype, b.kv_grad_dtype, b.param_dtype, b.param_grad_dtype})
+    models::dtype_bytes(dt, "dtype");
+}
+
+const Candidate* select_best(const std::vector<Candidate>& cands, Objective o, const Config* preferred) {
+  if (o == Objective::context) o = Objective::time;
+  if (cands.empty()) return nullptr;
+  // 1. Within the tie band of the objective ...
+  double best = std::numeric_limits<double>::infinity();
+  for (const auto& k : cands) best = std::min(best, primary(k, o));
+  std::vector<const Candidate*> band;
+  for (const auto& k : cands)
+    if (primary(k, o) <= best * (1.0 + kTieTolerance)) band.push_back(&k);
+  // 2. ... exact attention, the largest budget, the widest KV-gradient accumulator ...
+  auto exactness = [](const Candidate& c) {
+    const bool sparse = c.config.attention == Attention::sparse;
+    return std::make_tuple(sparse ? 1 : 0, sparse ? -c.config.page_budget * c.config.page_tokens : int64_t{0},
+                           -models::dtype_bytes(c.config.kv_grad_dtype));
+  };
+  auto top = exactness(*band.front());
+  for (const Candidate* k : band) top = std::min(top, exactness(*k));
+  std::erase_if(band, [&](const Candidate* k) { return exactness(*k) != top; });
+  // 3. ... then, within the tie band of the other metric, the fewest changes from the starting
+  // configuration (defaults are kept unless changing them matters), then the other metric. The
+  // logits tiling is left out: the fused loss is smaller and faster, there is no default to keep.
+  double sec = std::numeric_limits<double>::infinity();
+  for (const Candidate* k : band) sec = std::min(sec, secondary(*k, o));
+  auto distance = [&](const Candidate& c) {
+    if (!preferred) return 0;
+    const Config& a = c.config;
+    const Config& b = *preferred;
+    return int(a.chunk_tokens != b.chunk_tokens) + int(a.page_tokens != b.page_tokens) +
+           int(a.resident_layers != b.resident_layers) + int(a.param_grad_dtype != b.param_grad_dtype) +
+           int(a.optimizer != b.optimizer);
+  };
+  const Candidate* pick = nullptr;
+  for (const Candidate* k : band) {
+    if (secondary(*k, o) > sec * (1.0 + kTieTolerance)) continue;
+    if (!pick || std::make_tuple(distance(*k), tie_key(*k, o)) < std::make_tuple(distance(*pick), tie_key(*pick, o)))
+      pick = k;
+  }
+  return pick;
+}
+
+std::vector<Candidate> pareto_frontier(const std::vector<Candidate>& cands) {
+  std::vector<const Candidate*> v;
+  for (const auto& k : cands) v.push_back(&k);
+  std::sort(v.begin(), v.end(), [](const Candidate* a, const Candidate* b) {
+    return std::make_tuple(a->summary.peak_device_bytes, a->summary.step_s, tie_key(*a, Objective::time)) <
+           std::make_tuple(b->summary.peak_device_bytes, b->summary.step_s, tie_key(*b, Objective::time));
+  });
+  std::vector<Candidate> out;
+  double best_time = std::numeric_limits<double>::infinity();
+  for (const Candidate* k : v) {
+    if (k->summary.step_s < best_time) {
+      best_time = k->summary.step_s;
+      out.push_back(*k);
+    }
+  }
+  return out;
+}
+
+SearchResult search(const Request& r, int64_t N, const SearchOptions& o) {
+  const auto t0 = std::chrono::steady_clock::now();
+  check_request(r, N);
+  SearchResult res;
+  res.context_tokens = N;
+  const Config& b = r.scenario.config;
+  const bool attention_fixed = fixed(r, "attention");
+  const bool dense = !attention_fixed || b.attention == Attention::dense;
+  const bool sparse = attention_fixed ? b.attention == Attention::sparse : r.allow_sparse;
+  Searcher s(r, N, o, res);
+  bool done = s.run(dense, sparse, true);
+  // Exact gradients first; sparse only when dense cannot reach the target (said loudly by callers).
+  if (!done && res.feasible.empty() && !attention_fixed && !r.allow_sparse) {
+    s.run(false, true, false);
+    res.sparse_fallback = !res.feasible.empty();
+  }
+  const Objective obj = r.objective == Objective::memory ? Objective::memory : Objective::time;
+  if (const Candidate* best = o.first_fit ? (res.feasible.empty() ? nullptr : &res.feasible.front())
+                                          : select_best(res.feasible, obj, &r.scenario.config))
+    res.best = *best;
+  if (!o.first_fit) fill_alternatives(res, obj, &r.scenario.config);
+  res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return res;
+}
+
+MaxContext max_context(const Request& r0, Attention mode, int64_t cap) {
+  const auto t0 = std::chrono::steady_clock::now();
+  MaxContext mc;
+  mc.attention = mode;
+  if (fixed(r0, "attention") && r0.scenario.config.attention != mode) {
+    mc.available = false;
+    return mc;
+  }
+  Request r = r0;
+  r.fixed.insert("attention");
+  r.scenario.config.attention = mode;
+  if (mode == Attention::sparse && !fixed(r, "budget") && r.scenario.config.page_budget <= 0)
+    r.scenario.config.page_budget = r.min_budget;
+  mc.step_tokens = fixed(r, "page") ? r.scenario.config.page_tokens : kPageLcm;
+  const int64_t units_cap = std::max<int64_t>(1, cap / mc.step_tokens);
+  SearchOptions probe;
+  probe.first_fit = true;
+  SearchResult last_fail;
+  auto fits_at = [&](int64_t units) {
+    SearchResult s = search(r, units * mc.step_tokens, probe);
+    mc.evaluations += s.evaluations;
+    if (!s.best) last_fail = std::move(s);
+    return static_cast<bool>(s.best);
+  };
+  int64_t lo = 0, hi = 0;  // fits at lo (0: nothing), fails at hi
+  if (!fits_at(1)) {
+    hi = 1;
+  } else if (fits_at(units_cap)) {
+    lo = units_cap;
+    mc.capped = true;
+  } else {
+    lo = 1;
+    hi = units_cap;
+    // Exponential probe from below first: the answer is usually far below the cap, and small
+    // contexts are cheap to evaluate.
+    for (int64_t u = 2; u < hi; u *= 2) {
+      if (fits_at(u)) lo = u;
+      else {
+        hi = u;
+        break;
+      }
+    }
+    while (hi - lo > 1) {
+      const int64_t mid = lo + (hi - lo) / 2;
+      if (fits_at(mid)) lo = mid;
+      else hi = mid;
+    }
+  }
+  mc.tokens = lo * mc.step_tokens;
+  if (mc.capped) {
+    mc.binding_constraint = "search cap";
+    mc.binding_notes.push_back("fits at the search cap of " + format_tokens(mc.tokens) + " tokens");
+  } else {
+    // Failed probe at hi: what stops the context from growing further.
+    if (last_fail.context_tokens != hi * mc.step_tokens) fits_at(hi);
+    if (last_fail.closest) {
+      mc.binding_constraint = last_fail.closest->usage.binding();
+      mc.binding_notes = last_fail.closest->usage.violations();
+    }
+  }
+  if (mc.tokens > 0) {
+    Request rp = r;
+    if (rp.objective == Objective::context) rp.objective = Objective::time;
+    SearchResult s = search(rp, mc.tokens);
+    mc.evaluations += s.evaluations;
+    mc.plan = s.best;
+  }
+  mc.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return mc;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+namespace {
+std::string resident_text(const Config& c, const models::ModelSpec& m) {
+  const int64_t L = simulator::effective_layers(c, m);
+  if (c.resident_layers >= L) return "all layers resident (no offload)";
+  return std::to_string(c.resident_layers) + " resident layer" + (c.resident_layers == 1 ? "" : "s") + " (offload)";
+}
+std::string logits_text(const Config& c) {
+  return c.logits_chunk_tokens > 0 ? "logits in fused " + format_tokens(c.logits_chunk_tokens) + " tiles"
+                                   : "logits unfused (whole chunk)";
+}
+std::string attention_text(const Config& c) {
+  return c.attention == Attention::sparse ? "sparse (budget " + std::to_string(c.page_budget) + ", " + c.selection + ")"
+                                          : "dense";
+}
+}  // namespace
+
+std::string describe_knobs(const Config& c, const models::ModelSpec& m) {
+  std::string s;
+  if (c.schedule == Schedule::standard) {
+    s = "standard schedule, ";
+  } else {
+    s = "chunk " + format_tokens(c.chunk_tokens) + ", page " + std::to_string(c.page_tokens) + ", " +
+        resident_text(c, m) + ", ";
+  }
+  s += attention_text(c) + ", KV " + c.kv_dtype + ", KV-grad " + c.kv_grad_dtype + ", param-grad " +
+       c.param_grad_dtype + ", " + logits_text(c) + ", optimizer " + simulator::to_string(c.optimizer);
+  if (c.gpus > 1) s += ", " + std::to_string(c.gpus) + " GPUs (TP)";
+  return s;
+}
+
+std::string describe_difference(const Config& a, const Config& b, const models::ModelSpec& m) {
+  std::vector<std::string> d;
+  if (a.attention != b.attention || (b.attention == Attention::sparse && a.page_budget != b.page_budget))
+    d.push_back(attention_text(b));
+  if (a.chunk_tokens != b.chunk_tokens) d.push_back("chunk " + format_tokens(b.chunk_tokens));
+  if (a.page_tokens != b.page_tokens) d.push_back("page " + std::to_string(b.page_tokens));
+  if (a.resident_layers != b.resident_layers) d.push_back(resident_text(b, m));
+  if (a.kv_grad_dtype != b.kv_grad_dtype) d.push_back("KV-grad " + b.kv_grad_dtype);
+  if (a.param_grad_dtype != b.param_grad_dtype) d.push_back("param-grad " + b.param_grad_dtype);
+  if (a.logits_chunk_tokens != b.logits_chunk_tokens) d.push_back(logits_text(b));
+  if (a.optimizer != b.optimizer) d.push_back(std::string("optimizer ") + simulator::to_string(b.optimizer));
+  if (a.gpus != b.gpus) d.push_back(std::to_string(b.gpus) + " GPUs (TP)");
+  std::string s;
+  for (const auto& x : d) s += (s.empty() ? "" : ", ") + x;
+  return s.empty() ? "same settings" : s;
+}
+
+}  // namespace oomb::planner

@@ -1,0 +1,100 @@
+// End-to-end: the `oomb plan` subcommand (skipped when the oomb executable was not built).
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <sys/wait.h>
+
+#include "core/json_util.h"
+#include "planner/plan.h"
+
+namespace {
+
+struct CliRun {
+  int rc = -1;
+  std::string out;
+};
+
+std::string oomb_binary() { return std::string(OOMB_BINARY_DIR) + "/oomb"; }
+
+CliRun run(const std::string& args) {
+  CliRun r;
+  const std::string cmd = oomb_binary() + " plan " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return r;
+  std::array<char, 4096> buf{};
+  size_t n = 0;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  const int status = pclose(p);
+  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+class PlanCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!std::filesystem::exists(oomb_binary())) GTEST_SKIP() << "oomb executable not built";
+  }
+};
+
+TEST_F(PlanCli, ReadmeFirstCommand) {
+  const CliRun r = run("--model qwen2.5-7b --gpu h200 --context 4M");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  for (const char* s : {"attention dense (exact gradients)", "Host memory:", "Step time:", "Binding constraint:",
+                        "Device memory:", "kv_pool", "Close alternatives"})
+    EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
+}
+
+TEST_F(PlanCli, JsonAndOut) {
+  const std::string path = (std::filesystem::temp_directory_path() / "oomb_plan_cli_test.json").string();
+  const CliRun r = run("--model qwen2.5-7b --gpu h200 --context 1M --json --out " + path);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  const oomb::Json j = oomb::parse_json(r.out, "stdout");
+  for (const char* k : {"plan", "prediction", "alternatives", "diagnosis"}) EXPECT_TRUE(j.contains(k)) << k;
+  EXPECT_EQ(j["plan"]["schema"], "oomb.plan/1");
+  EXPECT_TRUE(j["prediction"]["feasible"].get<bool>());
+  const auto plan = oomb::planner::load_plan(path);
+  EXPECT_EQ(plan.to_json(), j["plan"]);
+  std::filesystem::remove(path);
+}
+
+TEST_F(PlanCli, MaxContextParetoAndInfeasible) {
+  CliRun r = run("--model qwen2.5-7b --gpu a100-80gb-sxm --max-context");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("dense (exact gradients)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("sparse (approximate)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("limited by device memory"), std::string::npos) << r.out;
+  r = run("--model qwen2.5-7b --gpu h200 --context 1M --pareto");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("Pareto frontier"), std::string::npos) << r.out;
+  r = run("--model qwen2.5-7b --gpu h200 --host workstation-128g --context 4M");
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_NE(r.out.find("NO PLAN FITS"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("host"), std::string::npos) << r.out;
+  r = run("--model qwen2.5-32b --gpu h200 --context 2M");
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("SPARSE FALLBACK"), std::string::npos) << r.out;
+  r = run("--model qwen2.5-7b --gpu h200 --context 4M --gpus 2");
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("single-GPU for now"), std::string::npos) << r.out;
+}
+
+TEST_F(PlanCli, BadInputExitsWithTwo) {
+  const std::string path = (std::filesystem::temp_directory_path() / "oomb_plan_cli_missing_dir/x/plan.json").string();
+  for (const std::string& args :
+       {std::string("--model nope --context 4M"), std::string("--gpu nope --context 4M"),
+        std::string("--context 4M --host nope"), std::string("--context 16K --attention sparse --budget 1000"),
+        std::string("--context 4M --chunk 128 --page 256"), std::string("--context 4M --gpus 8"),
+        std::string("--context 4M --gpus 3"), std::string("--context 0"), std::string("--context -1"),
+        std::string("--context 4M --headroom -0.5"), std::string("--context 4M --min-budget 0"),
+        std::string("--context 4M --resident-layers 0"), std::string("--context 4M --objective fastest"),
+        std::string("--max-context --context 4M"), std::string(""), std::string("--context 1M --out " + path)}) {
+    const CliRun r = run(args);
+    EXPECT_EQ(r.rc, 2) << args << "\n" << r.out;
+    EXPECT_NE(r.out.find("error"), std::string::npos) << args << "\n" << r.out;
+  }
+}
+
+}  // namespace

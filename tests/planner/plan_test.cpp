@@ -1,0 +1,165 @@
+#include "planner/plan.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+#include "core/error.h"
+#include "core/json_util.h"
+#include "planner/search.h"
+#include "planner_test_util.h"
+
+namespace oomb::planner {
+namespace {
+
+std::string temp_path(const std::string& name) {
+  return (std::filesystem::temp_directory_path() / ("oomb_planner_test_" + name)).string();
+}
+
+Plan plan_for(const std::string& model, const std::string& gpu, int64_t context) {
+  Request r = testing::request(model, gpu);
+  SearchResult res = search(r, context);
+  EXPECT_TRUE(res.best.has_value());
+  simulator::Scenario s = r.scenario;
+  s.config = res.best->config;
+  return make_plan(s, res.best->summary, "time", r.headroom);
+}
+
+// Expects `f` to throw oomb::Error whose where() and key() are the given ones.
+template <class F>
+void expect_error(F&& f, const std::string& where, const std::string& key) {
+  try {
+    f();
+    FAIL() << "no error thrown (expected " << where << ": " << key << ")";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(where), std::string::npos) << e.what();
+    EXPECT_EQ(e.key(), key) << e.what();
+  }
+}
+
+TEST(Plan, JsonRoundTripIsExact) {
+  const Plan p = plan_for("qwen2.5-7b", "h200", int64_t{4} << 20);
+  const Json j = p.to_json();
+  EXPECT_EQ(j.at("schema"), "oomb.plan/1");
+  const Plan q = plan_from_json(j, "mem");
+  EXPECT_EQ(q.to_json(), j);
+  EXPECT_EQ(q.config.to_json(), p.config.to_json());
+  EXPECT_EQ(q.model.to_json(), p.model.to_json());
+  EXPECT_EQ(q.allocation.to_json(), p.allocation.to_json());
+  // And through a file, written atomically (no temp file left behind).
+  const std::string path = temp_path("roundtrip.json");
+  save_plan(path, p);
+  EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
+  EXPECT_EQ(load_plan(path).to_json(), j);
+  std::filesystem::remove(path);
+}
+
+TEST(Plan, AllocationMatchesTheMemoryTable) {
+  const Plan p = plan_for("qwen2.5-7b", "h200", int64_t{4} << 20);
+  const auto& a = p.allocation;
+  const simulator::Scenario s = p.scenario();
+  const auto pc = simulator::page_counts(s);
+  EXPECT_EQ(a.kv_pool_pages, pc.kv_pool_pages);
+  EXPECT_EQ(a.grad_pool_pages, pc.grad_pool_pages);
+  EXPECT_GT(a.kv_pool_pages, 0);
+  // Everything on the device is either a pool, the workspace or the runtime reserve.
+  const int64_t peak = p.prediction.at("peak_device_bytes").get<int64_t>();
+  EXPECT_EQ(a.device_pool_bytes + a.workspace_bytes + a.runtime_reserve_bytes, peak);
+  EXPECT_EQ(a.host_pool_bytes + a.host_other_bytes, p.prediction.at("peak_host_bytes").get<int64_t>());
+  // Offloaded: the host holds every page of every layer, KV and gradient.
+  EXPECT_EQ(a.host_kv_pages, p.model.layers * ((int64_t{4} << 20) / p.config.page_tokens));
+  EXPECT_EQ(a.host_pool_bytes, a.host_kv_pages * a.kv_page_bytes + a.host_grad_pages * a.grad_page_bytes);
+}
+
+TEST(Plan, RejectsOtherSchemasNamingTheFile) {
+  Json j = plan_for("tiny", "h200", 4096).to_json();
+  for (const char* schema : {"oomb.plan/0", "oomb.plan/2", "oomb.model/1"}) {
+    j["schema"] = schema;
+    expect_error([&] { plan_from_json(j, "old.json"); }, "old.json", "schema");
+  }
+  j.erase("schema");
+  expect_error([&] { plan_from_json(j, "old.json"); }, "old.json", "schema");
+}
+
+TEST(Plan, RejectsMissingKeysNamingFileAndKey) {
+  const Json good = plan_for("tiny", "h200", 4096).to_json();
+  for (const char* key : {"model_id", "gpu_id", "host_id", "context_tokens", "config", "allocation", "prediction",
+                          "model_spec", "gpu_spec", "host_spec", "notes"}) {
+    Json j = good;
+    j.erase(key);
+    expect_error([&] { plan_from_json(j, "plan.json"); }, "plan.json", key);
+  }
+  // Nested keys name their section.
+  Json j = good;
+  j["allocation"].erase("kv_pool_pages");
+  expect_error([&] { plan_from_json(j, "plan.json"); }, "plan.json: allocation", "kv_pool_pages");
+  j = good;
+  j["config"].erase("chunk_tokens");
+  expect_error([&] { plan_from_json(j, "plan.json"); }, "plan.json: config", "chunk_tokens");
+  j = good;
+  j["prediction"].erase("step_s");
+  expect_error([&] { plan_from_json(j, "plan.json"); }, "plan.json: prediction", "step_s");
+  j = good;
+  j["allocation"]["workspace_bytes"] = -1;
+  expect_error([&] { plan_from_json(j, "plan.json"); }, "plan.json: allocation", "workspace_bytes");
+  j = good;
+  j["context_tokens"] = good["context_tokens"].get<int64_t>() * 2;
+  expect_error([&] { plan_from_json(j, "plan.json"); }, "plan.json", "context_tokens");
+}
+
+TEST(Plan, RejectsTruncatedAndMissingFiles) {
+  const std::string text = plan_for("tiny", "h200", 4096).to_json().dump(2);
+  const std::string path = temp_path("truncated.json");
+  for (size_t cut : {size_t{0}, size_t{1}, text.size() / 2, text.size() - 2}) {
+    std::FILE* f = std::fopen(path.c_str(), "wb");
+    ASSERT_NE(f, nullptr);
+    std::fwrite(text.data(), 1, cut, f);
+    std::fclose(f);
+    try {
+      load_plan(path);
+      FAIL() << "truncated at " << cut;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+    }
+  }
+  std::filesystem::remove(path);
+  EXPECT_THROW(load_plan(path), Error);
+}
+
+TEST(Plan, CheckAgainstAnotherModelOrGpuNamesBoth) {
+  const Plan p = plan_for("qwen2.5-7b", "h200", 1 << 20);
+  EXPECT_NO_THROW(check_plan_against(p, models::load_model("qwen2.5-7b"), models::load_gpu("h200")));
+  try {
+    check_plan_against(p, models::load_model("llama-3.1-8b"), models::load_gpu("h200"));
+    FAIL();
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("qwen2.5-7b"), std::string::npos) << m;
+    EXPECT_NE(m.find("llama-3.1-8b"), std::string::npos) << m;
+  }
+  try {
+    check_plan_against(p, models::load_model("qwen2.5-7b"), models::load_gpu("a100-80gb-sxm"));
+    FAIL();
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("h200"), std::string::npos) << m;
+    EXPECT_NE(m.find("a100-80gb-sxm"), std::string::npos) << m;
+  }
+  // Same id, different shapes (a user's edited model file): still another model.
+  models::ModelSpec edited = models::load_model("qwen2.5-7b");
+  edited.layers = 14;
+  EXPECT_THROW(check_plan_against(p, edited, models::load_gpu("h200")), Error);
+}
+
+TEST(Plan, IsSelfContained) {
+  // The embedded specs rebuild the scenario without the catalog, and predict the same thing.
+  const Plan p = plan_for("llama-3.2-1b", "a100-80gb-sxm", 256 << 10);
+  const Plan q = plan_from_json(p.to_json(), "mem");
+  const simulator::Summary s = simulator::evaluate(q.scenario());
+  EXPECT_EQ(simulator::to_json(s), p.prediction);
+}
+
+}  // namespace
+}  // namespace oomb::planner

@@ -1,0 +1,390 @@
+#include "planner/search.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <vector>
+
+#include "core/error.h"
+#include "planner_test_util.h"
+
+namespace oomb::planner {
+namespace {
+
+using simulator::Attention;
+using simulator::Config;
+using testing::fits_under_evaluate;
+using testing::request;
+
+constexpr int64_t K = 1024;
+constexpr int64_t M = 1024 * 1024;
+
+TEST(Search, ReadmeCommandFindsAFeasiblePlanQuickly) {
+  const Request r = request("qwen2.5-7b", "h200");
+  double fastest = 1e9;
+  SearchResult res;
+  for (int i = 0; i < 3; ++i) {
+    res = search(r, 4 * M);
+    fastest = std::min(fastest, res.seconds);
+  }
+  ASSERT_TRUE(res.best);
+  EXPECT_FALSE(res.sparse_fallback);
+  EXPECT_EQ(res.best->config.attention, Attention::dense);
+  EXPECT_TRUE(res.best->fits());
+  EXPECT_TRUE(fits_under_evaluate(r, res.best->config));
+  EXPECT_GT(res.best->summary.peak_host_bytes, 0);  // 4M tokens of KV only fit offloaded
+  EXPECT_GT(res.best->summary.step_s, 0);
+  EXPECT_LT(fastest, 0.2) << "a full search for qwen2.5-7b at 4M must take < 200 ms";
+}
+
+TEST(Search, ChosenPlanIsFeasibleUnderTheEventSimulation) {
+  for (auto [model, gpu, n] : {std::tuple{"qwen2.5-7b", "h200", 1 * M}, std::tuple{"llama-3.2-1b", "a100-80gb-sxm", 256 * K},
+                               std::tuple{"tiny", "h200", int64_t{3000}}}) {
+    const Request r = request(model, gpu);
+    const SearchResult res = search(r, n);
+    ASSERT_TRUE(res.best) << model;
+    simulator::Scenario s = r.scenario;
+    s.config = res.best->config;
+    const simulator::EventResult ev = simulator::simulate_events(s, traces::Detail::chunk);
+    EXPECT_TRUE(ev.summary.feasible) << model;
+    EXPECT_TRUE(usage_of(s, ev.summary, r.headroom).fits()) << model;
+    EXPECT_LE(ev.trace.summary.peak_device_bytes, usage_of(s, ev.summary, r.headroom).device_limit_bytes) << model;
+  }
+}
+
+TEST(Search, NeverReturnsAPlanThatDoesNotFit) {
+  for (const char* model : {"tiny", "qwen2.5-0.5b", "qwen2.5-7b", "llama-3.1-8b", "qwen2.5-32b", "mistral-7b-v0.3"})
+    for (const char* gpu : {"h200", "a100-40gb", "rtx-4090", "l40s"})
+      for (int64_t n : {int64_t{1}, int64_t{17}, int64_t{1000}, 32 * K, 1 * M, 4 * M, 16 * M}) {
+        Request r = request(model, gpu);
+        for (bool sparse : {false, true}) {
+          r.allow_sparse = sparse;
+          const SearchResult res = search(r, n);
+          for (const auto& k : res.feasible) ASSERT_TRUE(fits_under_evaluate(r, k.config)) << model << " " << gpu << " " << n;
+          if (res.best) {
+            EXPECT_TRUE(fits_under_evaluate(r, res.best->config)) << model << " " << gpu << " " << n;
+            EXPECT_EQ(res.best->config.context_tokens, n);
+          }
+        }
+      }
+}
+
+// The pruned search must find a plan as good as trying every combination of the space.
+TEST(Search, PrunedSearchMatchesBruteForce) {
+  struct Case {
+    const char* model;
+    const char* gpu;
+    int64_t n;
+  };
+  for (const Case& c : {Case{"qwen2.5-7b", "h200", 1 * M}, Case{"qwen2.5-7b", "h200", 4 * M},
+                        Case{"llama-3.2-1b", "rtx-4090", 512 * K}, Case{"qwen2.5-32b", "h200", 1 * M},
+                        Case{"mistral-7b-v0.3", "l40s", 256 * K}, Case{"tiny", "h200", 3000},
+                        Case{"qwen2.5-14b", "a100-80gb-sxm", 2 * M}}) {
+    for (Objective obj : {Objective::time, Objective::memory}) {
+      Request r = request(c.model, c.gpu);
+      r.objective = obj;
+      const SearchResult res = search(r, c.n);
+      std::vector<Candidate> all;
+      const int64_t L = r.scenario.model.layers;
+      for (int64_t chunk : {512, 1024, 2048, 4096, 8192, 16384, 32768})
+        for (int64_t page : {64, 128, 256})
+          for (int64_t resident : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{4}, L})
+            for (const char* kvg : {"bf16", "fp32"})
+              for (const char* pg : {"bf16", "fp32"})
+                for (int64_t logits : {1024, 4096, 0}) {
+                  Config k = r.scenario.config;
+                  k.context_tokens = c.n;
+                  k.chunk_tokens = chunk;
+                  k.page_tokens = page;
+                  k.resident_layers = std::min(resident, L);
+                  k.kv_grad_dtype = kvg;
+                  k.param_grad_dtype = pg;
+                  k.logits_chunk_tokens = logits;
+                  simulator::Scenario s = r.scenario;
+                  s.config = k;
+                  Candidate cand{k, simulator::evaluate(s), {}};
+                  cand.usage = usage_of(s, cand.summary, r.headroom);
+                  if (cand.fits()) all.push_back(cand);
+                }
+      const Candidate* brute = select_best(all, obj, &r.scenario.config);
+      ASSERT_EQ(brute != nullptr, res.best.has_value()) << c.model << " " << c.n;
+      if (!brute) continue;
+      const auto metric = [&](const Candidate& k) {
+        return obj == Objective::time ? k.summary.step_s : static_cast<double>(k.summary.peak_device_bytes);
+      };
+      double best_metric = metric(all.front());
+      for (const auto& k : all) best_metric = std::min(best_metric, metric(k));
+      EXPECT_LE(metric(*res.best), best_metric * (1 + kTieTolerance)) << c.model << " " << c.n << " " << to_string(obj);
+      // Same exactness class as the brute-force choice (gradient precision is the first tie-break),
+      // and as good on the other metric (the second).
+      EXPECT_EQ(res.best->config.kv_grad_dtype, brute->config.kv_grad_dtype) << c.model << " " << c.n;
+      const auto other = [&](const Candidate& k) {
+        return obj == Objective::time ? static_cast<double>(k.summary.peak_device_bytes) : k.summary.step_s;
+      };
+      EXPECT_LE(other(*res.best), other(*brute) * (1 + kTieTolerance)) << c.model << " " << c.n << " " << to_string(obj);
+      EXPECT_LT(res.evaluations, 630) << "the pruned search should try at most half of the 1260 combinations";
+    }
+  }
+}
+
+// Where the defaults are as good as anything else (within the tie bands), they are kept: for the
+// README command that is the published chunk, page, residency and fp32 KV-gradients.
+TEST(Search, DefaultsWinTies) {
+  const Request r = request("qwen2.5-7b", "h200");
+  const SearchResult res = search(r, 4 * M);
+  ASSERT_TRUE(res.best);
+  EXPECT_EQ(res.best->config.chunk_tokens, 4096);
+  EXPECT_EQ(res.best->config.page_tokens, 128);  // 64 and 256 differ only by page-table bytes
+  EXPECT_EQ(res.best->config.resident_layers, 2);
+  EXPECT_EQ(res.best->config.kv_grad_dtype, "fp32");
+  EXPECT_EQ(res.best->config.param_grad_dtype, "bf16");
+}
+
+TEST(Search, FixedKnobsAreRespected) {
+  Request r = request("qwen2.5-7b", "h200", "", {"chunk", "page", "resident_layers", "kv_grad_dtype", "param_grad_dtype",
+                                                 "logits_chunk", "optimizer"});
+  Config& c = r.scenario.config;
+  c.chunk_tokens = 8192;
+  c.page_tokens = 64;
+  c.resident_layers = 3;
+  c.kv_grad_dtype = "bf16";
+  c.param_grad_dtype = "fp32";
+  c.logits_chunk_tokens = 4096;
+  c.optimizer = simulator::Optimizer::host;
+  const SearchResult res = search(r, 2 * M);
+  ASSERT_TRUE(res.best);
+  ASSERT_FALSE(res.feasible.empty());
+  for (const auto& k : res.feasible) {
+    EXPECT_EQ(k.config.chunk_tokens, 8192);
+    EXPECT_EQ(k.config.page_tokens, 64);
+    EXPECT_EQ(k.config.resident_layers, 3);
+    EXPECT_EQ(k.config.kv_grad_dtype, "bf16");
+    EXPECT_EQ(k.config.param_grad_dtype, "fp32");
+    EXPECT_EQ(k.config.logits_chunk_tokens, 4096);
+    EXPECT_EQ(k.config.optimizer, simulator::Optimizer::host);
+  }
+  // One knob fixed, the rest searched: the fixed one holds, the others move.
+  Request one = request("qwen2.5-7b", "h200", "", {"chunk"});
+  one.scenario.config.chunk_tokens = 1024;
+  const SearchResult res1 = search(one, 4 * M);
+  ASSERT_TRUE(res1.best);
+  EXPECT_EQ(res1.best->config.chunk_tokens, 1024);
+}
+
+TEST(Search, OptimizerAutoPlacesTheState) {
+  Request r = request("qwen2.5-7b", "h200");
+  r.optimizer_auto = true;
+  const SearchResult res = search(r, 1 * M);
+  ASSERT_TRUE(res.best);
+  EXPECT_NE(res.best->config.optimizer, simulator::Optimizer::none);
+  // Without auto and without --optimizer, no optimizer state is planned.
+  const SearchResult none = search(request("qwen2.5-7b", "h200"), 1 * M);
+  ASSERT_TRUE(none.best);
+  EXPECT_EQ(none.best->config.optimizer, simulator::Optimizer::none);
+}
+
+TEST(Search, ObjectivesOrderTheirMetric) {
+  Request r = request("qwen2.5-7b", "h200");
+  const SearchResult t = search(r, 2 * M);
+  r.objective = Objective::memory;
+  const SearchResult m = search(r, 2 * M);
+  ASSERT_TRUE(t.best && m.best);
+  EXPECT_LE(m.best->summary.peak_device_bytes, t.best->summary.peak_device_bytes);
+  EXPECT_LE(t.best->summary.step_s, m.best->summary.step_s * (1 + kTieTolerance));
+  EXPECT_LT(m.best->summary.peak_device_bytes, t.best->summary.peak_device_bytes);  // a real trade-off here
+}
+
+TEST(Search, HeadroomIsKept) {
+  // Where device memory binds (the longest context on an A100-80GB), the headroom is what is left.
+  int64_t last = int64_t{1} << 62;
+  for (double h : {0.0, 0.1, 0.3}) {
+    Request r = request("qwen2.5-7b", "a100-80gb-sxm");
+    r.headroom = h;
+    const MaxContext mc = max_context(r, Attention::dense);
+    ASSERT_TRUE(mc.plan);
+    const double cap = static_cast<double>(r.scenario.gpu.hbm_capacity_bytes);
+    int64_t need = r.scenario.gpu.reserved_bytes;
+    for (const auto& [category, bytes] : mc.plan->summary.device_breakdown_bytes)
+      if (category != "runtime_reserve") need += bytes;
+    EXPECT_LE(static_cast<double>(need), cap * (1 - h)) << h;
+    EXPECT_GT(static_cast<double>(need), cap * (1 - h) * 0.97) << h;  // and the search went up to it
+    EXPECT_LT(mc.tokens, last);
+    last = mc.tokens;
+  }
+  for (double h : {0.0, 0.05, 0.3}) {
+    Request r = request("qwen2.5-7b", "h200");
+    r.headroom = h;
+    const SearchResult res = search(r, 4 * M);
+    ASSERT_TRUE(res.best);
+    EXPECT_LE(static_cast<double>(res.best->usage.device_need_bytes),
+              static_cast<double>(r.scenario.gpu.hbm_capacity_bytes) * (1 - h));
+  }
+}
+
+// Known answer: 1M tokens of Qwen2.5-7B do not fit on an H200 with every layer's KV on the GPU,
+// only with offload.
+TEST(KnownAnswer, Qwen7bAt1MOnH200NeedsOffload) {
+  Request all = request("qwen2.5-7b", "h200", "", {"resident_layers"});
+  all.scenario.config.resident_layers = all.scenario.model.layers;
+  const SearchResult none = search(all, 1 * M);
+  EXPECT_FALSE(none.best);
+  ASSERT_TRUE(none.closest);
+  EXPECT_EQ(none.closest->usage.binding(), "device memory");
+  const SearchResult res = search(request("qwen2.5-7b", "h200"), 1 * M);
+  ASSERT_TRUE(res.best);
+  EXPECT_TRUE(simulator::offloads(res.best->config, all.scenario.model));
+  EXPECT_EQ(res.best->config.attention, Attention::dense);
+}
+
+// Known answer: Qwen2.5-32B at 2M on an H200 fits only with sparse attention (dense device pools
+// grow with the context; sparse ones with the budget).
+TEST(KnownAnswer, Qwen32bAt2MOnH200OnlyFitsSparse) {
+  Request dense = request("qwen2.5-32b", "h200", "", {"attention"});
+  dense.scenario.config.attention = Attention::dense;
+  EXPECT_FALSE(search(dense, 2 * M).best);
+  const SearchResult res = search(request("qwen2.5-32b", "h200"), 2 * M);
+  ASSERT_TRUE(res.best);
+  EXPECT_TRUE(res.sparse_fallback);
+  EXPECT_EQ(res.best->config.attention, Attention::sparse);
+  EXPECT_GE(res.best->config.page_budget, kDefaultMinBudget);
+  ASSERT_TRUE(res.closest);  // the dense attempt, for the diagnosis
+  EXPECT_EQ(res.closest->config.attention, Attention::dense);
+  // A minimum off the searched grid is itself a candidate, and is never undercut.
+  Request odd = request("qwen2.5-7b", "h200");
+  odd.allow_sparse = true;
+  odd.min_budget = 100;
+  const SearchResult s3 = search(odd, 4 * M);
+  bool saw_100 = false;
+  for (const auto& k : s3.feasible)
+    if (k.config.attention == Attention::sparse) {
+      EXPECT_GE(k.config.page_budget, 100);
+      saw_100 = saw_100 || k.config.page_budget == 100;
+    }
+  EXPECT_TRUE(saw_100);
+  // --min-budget bounds the fallback too.
+  Request strict = request("qwen2.5-32b", "h200");
+  strict.min_budget = 256;
+  const SearchResult s2 = search(strict, 2 * M);
+  if (s2.best) {
+    EXPECT_GE(s2.best->config.page_budget, 256);
+  }
+}
+
+TEST(Search, AllowSparseLetsSparseCompeteAboveTheMinimumBudget) {
+  Request r = request("qwen2.5-7b", "h200");
+  r.allow_sparse = true;
+  r.min_budget = 128;
+  const SearchResult res = search(r, 4 * M);
+  ASSERT_TRUE(res.best);
+  EXPECT_FALSE(res.sparse_fallback);
+  bool any_sparse = false;
+  for (const auto& k : res.feasible)
+    if (k.config.attention == Attention::sparse) {
+      any_sparse = true;
+      EXPECT_GE(k.config.page_budget, 128);
+    }
+  EXPECT_TRUE(any_sparse);
+  // Sparse is much faster at 4M, so it wins the time objective.
+  EXPECT_EQ(res.best->config.attention, Attention::sparse);
+}
+
+TEST(Search, TensorParallelismOnPaper) {
+  Request r = request("qwen2.5-7b", "h200");
+  const SearchResult one = search(r, 4 * M);
+  r.scenario.config.gpus = 2;
+  const SearchResult two = search(r, 4 * M);
+  ASSERT_TRUE(one.best && two.best);
+  EXPECT_EQ(two.best->config.gpus, 2);
+  EXPECT_LT(two.best->summary.step_s, one.best->summary.step_s);
+  for (int64_t bad : {3, 8, 16, 0}) {
+    r.scenario.config.gpus = bad;
+    EXPECT_THROW(search(r, 4 * M), Error) << bad;  // 8 does not divide Qwen2.5-7B's 4 KV heads
+  }
+}
+
+TEST(Search, BadInputIsAnErrorNotAnAbort) {
+  {
+    Request r = request("qwen2.5-7b", "h200", "", {"budget", "attention"});
+    r.scenario.config.attention = Attention::sparse;
+    r.scenario.config.page_budget = 1000;
+    EXPECT_THROW(search(r, 16 * K), Error);  // 16K tokens have at most 256 pages
+    r.scenario.config.page_budget = 0;
+    EXPECT_THROW(search(r, 16 * K), Error);
+  }
+  {
+    Request r = request("qwen2.5-7b", "h200", "", {"chunk", "page"});
+    r.scenario.config.chunk_tokens = 128;
+    r.scenario.config.page_tokens = 256;
+    EXPECT_THROW(search(r, 1 * M), Error);
+    r.scenario.config.chunk_tokens = 1000;
+    r.scenario.config.page_tokens = 128;
+    EXPECT_THROW(search(r, 1 * M), Error);
+  }
+  {
+    Request r = request("qwen2.5-7b", "h200", "", {"page"});
+    r.scenario.config.page_tokens = 64 * K;
+    EXPECT_THROW(search(r, 1 * M), Error);
+  }
+  {
+    Request r = request("qwen2.5-7b", "h200");
+    EXPECT_THROW(search(r, 0), Error);
+    EXPECT_THROW(search(r, -5), Error);
+    r.headroom = 0.95;
+    EXPECT_THROW(search(r, 1 * M), Error);
+    r.headroom = -0.1;
+    EXPECT_THROW(search(r, 1 * M), Error);
+    r.headroom = 0.05;
+    r.min_budget = 0;
+    EXPECT_THROW(search(r, 1 * M), Error);
+  }
+  {
+    Request r = request("qwen2.5-7b", "h200", "", {"kv_grad_dtype"});
+    r.scenario.config.kv_grad_dtype = "int3";
+    EXPECT_THROW(search(r, 1 * M), Error);
+  }
+}
+
+TEST(Search, ParetoFrontierIsNonDominated) {
+  const Request r = request("qwen2.5-7b", "h200");
+  SearchOptions o;
+  o.exhaustive = true;
+  const SearchResult res = search(r, 4 * M, o);
+  const auto front = pareto_frontier(res.feasible);
+  ASSERT_GE(front.size(), 3u);
+  for (size_t i = 1; i < front.size(); ++i) {
+    EXPECT_GT(front[i].summary.peak_device_bytes, front[i - 1].summary.peak_device_bytes);
+    EXPECT_LT(front[i].summary.step_s, front[i - 1].summary.step_s);
+  }
+  for (const auto& p : front)
+    for (const auto& k : res.feasible)
+      EXPECT_FALSE(k.summary.peak_device_bytes < p.summary.peak_device_bytes && k.summary.step_s < p.summary.step_s);
+  // The exhaustive search agrees with the pruned one on the best step time.
+  const SearchResult quick = search(r, 4 * M);
+  ASSERT_TRUE(quick.best && res.best);
+  EXPECT_LE(quick.best->summary.step_s, res.best->summary.step_s * (1 + kTieTolerance));
+}
+
+TEST(Search, AlternativesDifferAndFit) {
+  const Request r = request("qwen2.5-7b", "h200");
+  const SearchResult res = search(r, 4 * M);
+  ASSERT_TRUE(res.best);
+  ASSERT_FALSE(res.alternatives.empty());
+  // Every searched knob that has a fitting other value shows up, the second-phase ones included.
+  bool param_grad = false, logits = false, page = false;
+  for (const auto& a : res.alternatives) {
+    param_grad = param_grad || a.config.param_grad_dtype != res.best->config.param_grad_dtype;
+    logits = logits || a.config.logits_chunk_tokens != res.best->config.logits_chunk_tokens;
+    page = page || a.config.page_tokens != res.best->config.page_tokens;
+  }
+  EXPECT_TRUE(param_grad);
+  EXPECT_TRUE(logits);
+  EXPECT_TRUE(page);
+  for (const auto& a : res.alternatives) {
+    EXPECT_TRUE(fits_under_evaluate(r, a.config));
+    EXPECT_NE(a.config.to_json(), res.best->config.to_json());
+    EXPECT_NE(describe_difference(res.best->config, a.config, r.scenario.model), "same settings");
+  }
+}
+
+}  // namespace
+}  // namespace oomb::planner
