@@ -1,7 +1,8 @@
 #pragma once
 // The knobs of one training configuration: what the simulator predicts, the planner searches and
-// the executor runs. Defaults are oomb's own (exact dense gradients, bounded selection memory,
-// fused chunked loss); `published_preset()` reproduces the published OOMB configuration.
+// the executor runs. Defaults are oomb's own (exact dense gradients, bounded selection memory; the
+// loss over the whole chunk unless --logits-chunk or the planner picks fused tiles);
+// `published_preset()` reproduces the published OOMB configuration.
 #include <cstdint>
 #include <string>
 

@@ -143,6 +143,18 @@ ChunkCosts standard_costs(const Scenario& s, const Geometry& g) {
   return cc;
 }
 
+double optimizer_update_s(const Scenario& s) {
+  if (s.config.optimizer == Optimizer::none) return 0;
+  const double params = static_cast<double>(param_count(s) / s.config.gpus);
+  // Read + write of master (4), m (4), v (4); read the gradient, write the parameter.
+  const double bytes_per_param = 24.0 + static_cast<double>(models::dtype_bytes(s.config.param_grad_dtype)) +
+                                 static_cast<double>(models::dtype_bytes(s.config.param_dtype));
+  if (s.config.optimizer == Optimizer::gpu)
+    return params * bytes_per_param / (s.gpu.hbm_bytes_per_s * s.gpu.efficiency.memory_bound);
+  // The host is shared by all tensor-parallel GPUs' shards.
+  return params * static_cast<double>(s.config.gpus) * bytes_per_param / s.host.mem_bytes_per_s;
+}
+
 double h2d_rate(const Scenario& s, bool duplex) {
   return s.gpu.h2d_bytes_per_s * s.gpu.efficiency.copy * (duplex ? s.gpu.duplex_factor : 1.0);
 }
@@ -362,14 +374,17 @@ Summary evaluate(const Scenario& s) {
     // Pipeline fill: the very first copy-in cannot hide behind anything.
     if (g.offload && g.R >= 2) step += sum.eval(0).first_in;
   }
-  if (s.config.optimizer == Optimizer::host) {
-    // Gradients go to the host optimizer and updated parameters come back, once per step.
+  if (s.config.optimizer == Optimizer::gpu) {
+    compute += optimizer_update_s(s);
+    step += optimizer_update_s(s);
+  } else if (s.config.optimizer == Optimizer::host) {
+    // Gradients go to the host optimizer, it updates, and the parameters come back, once per step.
     const int64_t params = param_count(s) / g.G;
     const int64_t gbytes = params * models::dtype_bytes(s.config.param_grad_dtype);
     const int64_t pbytes = params * models::dtype_bytes(s.config.param_dtype);
     d2h += gbytes;
     h2d += pbytes;
-    step += gbytes / d2h_rate(s, false) + pbytes / h2d_rate(s, false);
+    step += gbytes / d2h_rate(s, false) + optimizer_update_s(s) + pbytes / h2d_rate(s, false);
   }
   out.step_s = step;
   out.compute_s = compute;

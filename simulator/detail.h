@@ -55,6 +55,10 @@ ChunkCosts standard_costs(const Scenario& s, const Geometry& g);
 double h2d_rate(const Scenario& s, bool duplex);
 double d2h_rate(const Scenario& s, bool duplex);
 
+// AdamW update time per step: on the GPU (HBM traffic) or on the host (host DRAM traffic), reading
+// and writing fp32 master weights and moments plus the gradient and the parameter.
+double optimizer_update_s(const Scenario& s);
+
 // Feasibility, binding constraint and notes from the memory figures and the timing.
 void finish_summary(const Scenario& s, const MemoryTable& t, Summary& out);
 

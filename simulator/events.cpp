@@ -79,12 +79,13 @@ class Sim {
   double compute_free() const { return compute_free_; }
 
   // Host optimizer: gradients out, then updated parameters back in, after the last backward.
-  void optimizer_round_trip(int64_t grad_bytes, int64_t param_bytes) {
+  void optimizer_round_trip(int64_t grad_bytes, int64_t param_bytes, double host_update_s) {
     double o_start = std::max(d2h_free_, compute_free_);
     d2h_free_ = o_start + static_cast<double>(grad_bytes) / detail::d2h_rate(s_, false);
     d2h_bytes_ += grad_bytes;
     emit(EventKind::copy_d2h, "d2h", "optimizer_grads", 2, -1, -1, o_start, d2h_free_, grad_bytes, 0);
-    double i_start = std::max(h2d_free_, d2h_free_);
+    // The host-side AdamW update runs on no GPU stream: the parameters come back after it.
+    double i_start = std::max(h2d_free_, d2h_free_ + host_update_s);
     h2d_free_ = i_start + static_cast<double>(param_bytes) / detail::h2d_rate(s_, false);
     h2d_bytes_ += param_bytes;
     emit(EventKind::copy_h2d, "h2d", "optimizer_params", 2, -1, -1, i_start, h2d_free_, param_bytes, 0);
@@ -235,10 +236,14 @@ EventResult simulate_events(const Scenario& s, traces::Detail detail) {
       }
     }
   }
-  if (s.config.optimizer == Optimizer::host) {
+  if (s.config.optimizer == Optimizer::gpu) {
+    PassCost update;
+    update.compute_s = optimizer_update_s(s);
+    sim.compute_only(update, 2, -1, "optimizer_step");
+  } else if (s.config.optimizer == Optimizer::host) {
     const int64_t params = detail::param_count(s) / g.G;
     sim.optimizer_round_trip(params * models::dtype_bytes(s.config.param_grad_dtype),
-                             params * models::dtype_bytes(s.config.param_dtype));
+                             params * models::dtype_bytes(s.config.param_dtype), optimizer_update_s(s));
   }
   // Device bytes outside the page pools are allocated for the whole step.
   int64_t pools = 0;

@@ -240,6 +240,27 @@ TEST(EventPath, AgreesWithFastPathWhenCopiesBind) {
   }
 }
 
+TEST(Optimizer, UpdateCostsAndPlacement) {
+  auto s = scenario("qwen2.5-7b", "h200", 256 * 1024);
+  const auto none = evaluate(s);
+  s.config.optimizer = Optimizer::gpu;
+  const auto gpu = evaluate(s);
+  s.config.optimizer = Optimizer::host;
+  const auto host = evaluate(s);
+  // AdamW on the GPU: 12 bytes/param of state (m, v, fp32 master) and an HBM-bound update.
+  EXPECT_EQ(gpu.peak_device_bytes - none.peak_device_bytes, 7615616512LL * 12);
+  const double params = 7615616512.0;
+  const double gpu_update = params * 28 / (4.8e12 * 0.8);
+  EXPECT_NEAR(gpu.step_s - none.step_s, gpu_update, 1e-6);
+  // On the host: gradients out, a host-DRAM-bound update, parameters back in.
+  EXPECT_EQ(host.peak_device_bytes, none.peak_device_bytes);
+  EXPECT_EQ(host.d2h_bytes - none.d2h_bytes, 7615616512LL * 2);
+  const double host_extra = params * 2 / 55e9 + params * 28 / 614e9 + params * 2 / 55e9;
+  EXPECT_NEAR(host.step_s - none.step_s, host_extra, 1e-6);
+  auto ev = simulate_events(s, traces::Detail::chunk);
+  EXPECT_NEAR(ev.summary.step_s / host.step_s, 1.0, kPathAgreement);
+}
+
 TEST(Config, BadInputNamesTheFlag) {
   auto s = scenario("qwen2.5-7b", "h200", 4096);
   s.config.chunk_tokens = 1000;
