@@ -1,45 +1,137 @@
 // oomb simulate: predict memory, time and transfers of one configuration.
 #include <cmath>
 #include <cstdio>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "cli/command.h"
 #include "cli/report.h"
 #include "cli/scenario_flags.h"
 #include "core/error.h"
 #include "core/format.h"
+#include "traces/report.h"
 
 namespace oomb::cli {
 namespace {
 
 struct SimulateArgs {
   ScenarioFlags flags;
-  std::string timeline, chrome, detail = "layer";
+  std::string timeline, chrome, report, detail = "layer";
+  CLI::Option* detail_opt = nullptr;  // to tell an explicit --detail from the default
   bool json = false;
 };
+
+// The facts at the top of the HTML report: what was simulated, with every knob that shapes it.
+std::vector<std::pair<std::string, std::string>> report_facts(const simulator::Scenario& s, const simulator::Summary& sum,
+                                                              traces::Detail detail) {
+  using namespace simulator;
+  const Config& c = s.config;
+  std::vector<std::pair<std::string, std::string>> f = {
+      {"model", s.model.id + " (" + std::to_string(effective_layers(c, s.model)) + " layers)"},
+      {"gpu", s.gpu.id + " (" + format_bytes(s.gpu.hbm_capacity_bytes) + " HBM)"},
+      {"host", s.host.id + " (" + format_bytes(s.host.pinnable_bytes) + " pinnable)"},
+      {"context", format_tokens(c.context_tokens) + " tokens"},
+      {"schedule", to_string(c.schedule)},
+  };
+  if (c.schedule == Schedule::oomb) {
+    f.emplace_back("attention", to_string(c.attention));
+    f.emplace_back("chunk / page", format_tokens(c.chunk_tokens) + " / " + std::to_string(c.page_tokens) + " tokens");
+    if (c.attention == Attention::sparse)
+      f.emplace_back("page budget", std::to_string(c.page_budget) + " pages (" + c.selection + ")");
+    f.emplace_back("resident layers", c.resident_layers >= effective_layers(c, s.model) ? "all (no offload)"
+                                                                                       : std::to_string(c.resident_layers));
+  }
+  f.emplace_back("KV / KV-grad", c.kv_dtype + " / " + c.kv_grad_dtype);
+  f.emplace_back("params / param-grad", c.param_dtype + " / " + c.param_grad_dtype);
+  f.emplace_back("optimizer", to_string(c.optimizer));
+  f.emplace_back("checkpointing", c.checkpointing ? "on" : "off");
+  f.emplace_back("loss tile", c.logits_chunk_tokens > 0 ? format_tokens(c.logits_chunk_tokens) + " fused" : "whole, unfused");
+  if (c.gpus > 1) f.emplace_back("tensor parallel", "x" + std::to_string(c.gpus) + " (planning only)");
+  f.emplace_back("tokens/s", format_count(sum.tokens_per_s));
+  f.emplace_back("verdict", std::string(sum.feasible ? "fits" : "does not fit") + "; binding: " + sum.binding_constraint);
+  f.emplace_back("timeline detail", traces::to_string(detail));
+  return f;
+}
+
+// The summary terms, predicted only (no measurement to judge them against).
+std::vector<traces::ReportTerm> report_terms(const simulator::Scenario& s, const simulator::Summary& sum) {
+  auto term = [](std::string name, double v, std::string unit, std::string note) {
+    traces::ReportTerm t;
+    t.name = std::move(name);
+    t.predicted = v;
+    t.unit = std::move(unit);
+    t.note = std::move(note);
+    return t;
+  };
+  auto d = [](int64_t v) { return static_cast<double>(v); };
+  auto share = [](double part, double whole) { return format_percent(whole > 0 ? part / whole : 0); };
+  std::vector<traces::ReportTerm> terms;
+  terms.push_back(term("peak_device_bytes", d(sum.peak_device_bytes), "bytes",
+                       share(d(sum.peak_device_bytes), d(s.gpu.hbm_capacity_bytes)) + " of " +
+                           format_bytes(s.gpu.hbm_capacity_bytes) + " HBM"));
+  terms.push_back(term("peak_host_bytes", d(sum.peak_host_bytes), "bytes",
+                       share(d(sum.peak_host_bytes), d(s.host.pinnable_bytes)) + " of " +
+                           format_bytes(s.host.pinnable_bytes) + " pinnable"));
+  auto link = [](double need, double have) {
+    return std::isfinite(need) ? "hidden at " + format_rate_bytes_per_s(need) + " (have " + format_rate_bytes_per_s(have) + ")"
+                               : std::string("link too slow to hide");
+  };
+  terms.push_back(term("h2d_bytes", d(sum.h2d_bytes), "bytes", link(sum.required_h2d_bytes_per_s, s.gpu.h2d_bytes_per_s)));
+  terms.push_back(term("d2h_bytes", d(sum.d2h_bytes), "bytes", link(sum.required_d2h_bytes_per_s, s.gpu.d2h_bytes_per_s)));
+  terms.push_back(term("step_s", sum.step_s, "s", "compute " + format_duration_s(sum.compute_s)));
+  terms.push_back(term("exposed_copy_s", sum.exposed_copy_s, "s", share(sum.exposed_copy_s, sum.step_s) + " of the step"));
+  terms.push_back(term("device_pool_pages", d(sum.device_pool_pages), "pages",
+                       std::to_string(sum.kv_pool_pages) + " KV + " + std::to_string(sum.grad_pool_pages) + " gradient"));
+  return terms;
+}
 
 int run_simulate(const SimulateArgs& a) {
   using namespace simulator;
   const Scenario s = a.flags.resolve();
   const traces::Detail detail = traces::detail_from_string(a.detail, "--detail");
   const bool want_events = !a.timeline.empty() || !a.chrome.empty();
+  // The report defaults to chunk detail: the timeline window then holds a handful of bars.
+  const bool detail_given = a.detail_opt != nullptr && a.detail_opt->count() > 0;
+  const traces::Detail report_detail = detail_given ? detail : traces::Detail::chunk;
   Summary sum;
+  std::optional<EventResult> events;
   if (want_events) {
-    EventResult r = simulate_events(s, detail);
-    r.trace.metadata.command = "oomb simulate";
-    if (!a.timeline.empty()) traces::write_trace(r.trace, a.timeline);
-    if (!a.chrome.empty()) write_text_file(a.chrome, traces::to_chrome_trace(r.trace).dump());
-    sum = r.summary;
-  } else {
+    events = simulate_events(s, detail);
+    events->trace.metadata.command = "oomb simulate";
+    if (!a.timeline.empty()) traces::write_trace(events->trace, a.timeline);
+    if (!a.chrome.empty()) write_text_file(a.chrome, traces::to_chrome_trace(events->trace).dump());
+    sum = events->summary;
+  }
+  if (!a.report.empty()) {
+    std::optional<EventResult> own;
+    if (!events || detail != report_detail) {
+      own = simulate_events(s, report_detail);
+      own->trace.metadata.command = "oomb simulate";
+    }
+    const EventResult& r = own ? *own : *events;
+    traces::ReportInput in;
+    in.title = "oomb simulate: " + s.model.id + " on " + s.gpu.id + ", " + format_tokens(s.config.context_tokens) +
+               " tokens";
+    in.facts = report_facts(s, r.summary, report_detail);
+    in.predicted = &r.trace;
+    in.terms = report_terms(s, r.summary);
+    write_text_file(a.report, traces::html_report(in));  // atomic: a bad path leaves nothing behind
+    if (!events) sum = r.summary;
+  } else if (!events) {
     sum = evaluate(s);
   }
   if (a.json) {
     std::printf("%s\n", to_json(sum).dump(2).c_str());
+    if (!a.report.empty()) std::fprintf(stderr, "report (HTML): %s\n", a.report.c_str());  // stdout stays pure JSON
   } else {
     print_scenario_header(s);
     print_memory_report(s, memory_table(s), sum);
     print_time_report(s, sum);
     if (!a.timeline.empty()) std::printf("\ntimeline (oomb.trace/1, %s detail): %s\n", a.detail.c_str(), a.timeline.c_str());
     if (!a.chrome.empty()) std::printf("chrome trace (open in ui.perfetto.dev): %s\n", a.chrome.c_str());
+    if (!a.report.empty()) std::printf("report (HTML): %s\n", a.report.c_str());
   }
   return 0;
 }
@@ -51,8 +143,12 @@ const Registrar reg("simulate", "Predict peak memory, step time and transfers of
                       sub.add_option("--timeline", a->timeline,
                                      "Write the event-level timeline (oomb.trace/1 JSON) to FILE");
                       sub.add_option("--chrome", a->chrome, "Write the timeline as a Chrome/Perfetto trace to FILE");
-                      sub.add_option("--detail", a->detail, "Timeline detail: step, chunk, layer (default), op")
-                          ->capture_default_str();
+                      sub.add_option("--report", a->report,
+                                     "Write a self-contained HTML report (memory over time, stream timeline, terms) to "
+                                     "FILE; chunk detail unless --detail is given");
+                      a->detail_opt = sub.add_option("--detail", a->detail,
+                                                     "Timeline detail: step, chunk, layer (default), op")
+                                          ->capture_default_str();
                       sub.add_flag("--json", a->json,
                                    "Print the simulation summary as JSON (peak_device_bytes, peak_host_bytes, step_s, "
                                    "tokens_per_s, h2d_bytes, d2h_bytes, exposed_copy_s, required_h2d_bytes_per_s, "
@@ -64,7 +160,8 @@ const Registrar reg("simulate", "Predict peak memory, step time and transfers of
                           "  oomb simulate --preset oomb-published --model qwen2.5-7b --gpu h200 --context 4M "
                           "--attention sparse\n"
                           "  oomb simulate --model llama-3.1-8b --gpu h100-sxm --context 128K --schedule standard\n"
-                          "  oomb simulate --model qwen2.5-7b --gpu h200 --context 1M --timeline t.json --chrome t.perfetto.json");
+                          "  oomb simulate --model qwen2.5-7b --gpu h200 --context 1M --timeline t.json --chrome t.perfetto.json\n"
+                          "  oomb simulate --model qwen2.5-7b --gpu h200 --context 256K --report report.html");
                       return [a] { return run_simulate(*a); };
                     });
 
