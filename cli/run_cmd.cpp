@@ -1,0 +1,261 @@
+// oomb run: execute chunk-recurrent training steps (the CPU reference backend; CUDA when built),
+// with a progress line, a measured summary, an optional trace, and an optional full-sequence
+// reference check of the gradients.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "cli/build_info.h"
+#include "cli/command.h"
+#include "cli/scenario_flags.h"
+#include "core/error.h"
+#include "core/format.h"
+#include "executor/cpu/cpu_backend.h"
+#include "executor/cpu/reference.h"
+#include "executor/runtime/driver.h"
+#include "executor/runtime/tokens.h"
+#include "executor/runtime/weights.h"
+
+namespace oomb::cli {
+namespace {
+
+using namespace oomb::executor;
+
+struct RunArgs {
+  ScenarioFlags flags;
+  std::string backend = "cpu";
+  int64_t steps = 1;
+  std::string tokens, weights, save_weights, dump_grads, trace, detail = "layer";
+  uint64_t seed = 1234;
+  float init_std = 0.02f;
+  int64_t grad_accum = 1;
+  float lr = 1e-3f;
+  bool reference = false;
+  bool json = false;
+  bool quiet = false;
+  std::string command;
+};
+
+// Progress on stderr, at most ~5 updates per second (a rewritten line on a terminal, plain lines
+// at most once a second otherwise).
+class ProgressLine {
+ public:
+  explicit ProgressLine(bool enabled) : enabled_(enabled), tty_(isatty(fileno(stderr)) != 0) {}
+  void update(int64_t step, int64_t steps, const Progress& p) {
+    if (!enabled_) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last_ < std::chrono::milliseconds(tty_ ? 200 : 1000)) return;
+    last_ = now;
+    char buf[256];
+    std::snprintf(buf, sizeof buf, "step %lld/%lld  stage %d  chunk %lld/%lld  %5.1f%%  %s tokens/s  device %s  ETA %s",
+                  static_cast<long long>(step + 1), static_cast<long long>(steps), p.stage,
+                  static_cast<long long>(p.chunk + 1), static_cast<long long>(p.chunks), 100.0 * p.fraction,
+                  format_count(p.tokens_per_s).c_str(), format_bytes(p.device_bytes).c_str(),
+                  format_duration_s(p.eta_s).c_str());
+    if (tty_) std::fprintf(stderr, "\r\033[K%s", buf);
+    else std::fprintf(stderr, "%s\n", buf);
+    shown_ = true;
+  }
+  void done() {
+    if (enabled_ && tty_ && shown_) std::fprintf(stderr, "\r\033[K");
+  }
+
+ private:
+  bool enabled_, tty_;
+  bool shown_ = false;
+  std::chrono::steady_clock::time_point last_{};
+};
+
+struct ReferenceCheck {
+  double loss = 0, loss_rel_error = 0, max_grad_rel_error = 0;
+  std::string worst_tensor;
+};
+
+ReferenceCheck check_against_reference(const models::ModelSpec& m, const simulator::Config& c, const Weights& w,
+                                       const std::vector<int32_t>& tokens, const Engine& e, double loss) {
+  const auto n = static_cast<double>(tokens.size());
+  const double probs_bytes = 4.0 * static_cast<double>(m.q_heads) * n * n * static_cast<double>(m.layers);
+  if (probs_bytes > 4.0 * (1ull << 30))
+    throw Error("--reference", "", "the full-sequence reference keeps every layer's N x N attention probabilities (" +
+                                       format_bytes(static_cast<int64_t>(probs_bytes)) + " here)",
+                "use a shorter --context (e.g. 4K) or fewer --layers");
+  std::vector<cpu::MaskedAttention> masks;
+  if (c.attention == simulator::Attention::sparse)
+    for (int64_t l = 0; l < m.layers; ++l)
+      masks.push_back(cpu::selection_mask(m, c.context_tokens, c.chunk_tokens, c.page_tokens, e.selections(), l));
+  const cpu::ReferenceResult ref = cpu::full_sequence_reference(m, w, tokens, masks.empty() ? nullptr : &masks);
+  const Gradients g = e.gradients();
+  ReferenceCheck r;
+  r.loss = ref.loss;
+  r.loss_rel_error = std::abs(loss - ref.loss) / std::max(std::abs(ref.loss), 1e-30);
+  for (const auto& p : g.layout.params()) {
+    const double err = relative_l2(g.at(p), ref.grads.at(p), p.numel);
+    if (err >= r.max_grad_rel_error) {
+      r.max_grad_rel_error = err;
+      r.worst_tensor = p.name;
+    }
+  }
+  return r;
+}
+
+int run_run(const RunArgs& a) {
+  if (a.backend == "cuda")
+    throw Error("--backend", "cuda", "this build has no CUDA backend",
+                "use --backend cpu, or build on a machine with nvcc (OOMB_CUDA=AUTO|ON)");
+  if (a.backend != "cpu") throw Error("--backend", a.backend, "unknown backend", "cpu or cuda");
+  if (a.steps <= 0) throw Error("--steps", "", "must be positive");
+  if (a.grad_accum <= 0) throw Error("--grad-accum", "", "must be positive");
+  const traces::Detail detail = traces::detail_from_string(a.detail, "--detail");
+  const simulator::Scenario s = a.flags.resolve();
+  const simulator::Config& c = s.config;
+  if (c.context_tokens <= 0) throw Error("--context", "", "is required", "e.g. 16K");
+  const models::ModelSpec m = effective_model(s.model, c);
+  if (a.reference && c.optimizer != simulator::Optimizer::none)
+    throw Error("--reference", "", "compares the gradients of step 1, which an optimizer step consumes",
+                "use --optimizer none with --reference");
+
+  // All input is read and checked before anything runs or is written.
+  const TokenSource tokens = a.tokens.empty() ? TokenSource::synthetic(m.vocab, a.seed)
+                                               : TokenSource::from_file(a.tokens, m.vocab);
+  const std::vector<int32_t> first = tokens.sequence(0, c.context_tokens);
+  const Weights w = a.weights.empty() ? random_weights(m, a.seed, a.init_std) : read_safetensors(a.weights, m);
+
+  CpuBackend backend;
+  EngineOptions o;
+  o.record_trace = !a.trace.empty();
+  o.detail = detail;
+  o.adamw.lr = a.lr;
+  o.adamw.grad_accum = a.grad_accum;
+  ProgressLine line(!a.quiet);
+  int64_t current = 0;
+  o.progress = [&](const Progress& p) { line.update(current, a.steps, p); };
+  Engine e(backend, s.model, c, w, o);
+
+  std::vector<double> losses;
+  std::optional<ReferenceCheck> ref;
+  for (current = 0; current < a.steps; ++current) {
+    const std::vector<int32_t> seq = current == 0 ? first : tokens.sequence(current, c.context_tokens);
+    losses.push_back(e.step(seq).loss);
+    if (current == 0 && a.reference) {
+      line.done();
+      if (!a.quiet) std::fprintf(stderr, "running the full-sequence reference ...\n");
+      ref = check_against_reference(m, c, w, seq, e, losses.back());
+    }
+  }
+  line.done();
+
+  if (!a.save_weights.empty()) write_safetensors(e.weights(), a.save_weights);
+  if (!a.dump_grads.empty()) write_safetensors(e.gradients(), a.dump_grads);
+  if (!a.trace.empty()) {
+    traces::Trace t = e.trace(a.command);
+    const std::string v = version_string();
+    const auto at = v.find("commit ");
+    if (at != std::string::npos) t.metadata.git_commit = v.substr(at + 7, v.find(')', at) - at - 7);
+    traces::write_trace(t, a.trace);
+  }
+
+  const Measured& ms = e.measured();
+  if (a.json) {
+    Json j = {{"loss", losses.back()}, {"losses", losses}, {"tokens_per_s", ms.tokens_per_s},
+              {"measured", ms.to_json()}, {"backend", "cpu"}, {"model", m.id}, {"config", c.to_json()}};
+    if (ref)
+      j["reference"] = {{"loss", ref->loss},
+                        {"loss_rel_error", ref->loss_rel_error},
+                        {"max_grad_rel_error", ref->max_grad_rel_error},
+                        {"worst_tensor", ref->worst_tensor}};
+    std::printf("%s\n", j.dump(2).c_str());
+    return 0;
+  }
+  const bool sparse = c.attention == simulator::Attention::sparse;
+  std::printf("oomb run: %s (%lld layers), context %s, chunk %s, page %s, %s attention%s, resident layers %lld%s\n",
+              m.id.c_str(), static_cast<long long>(m.layers), format_tokens(c.context_tokens).c_str(),
+              format_tokens(c.chunk_tokens).c_str(), format_tokens(c.page_tokens).c_str(),
+              simulator::to_string(c.attention),
+              sparse ? (" (budget " + std::to_string(c.page_budget) + ", " + c.selection + ")").c_str() : "",
+              static_cast<long long>(std::min(c.resident_layers, m.layers)),
+              e.geometry().offload ? " (offload)" : " (no offload)");
+  std::printf("backend cpu (fp32 reference), tokens %s, weights %s\n", tokens.describe().c_str(),
+              a.weights.empty() ? ("random (seed " + std::to_string(a.seed) + ")").c_str() : a.weights.c_str());
+  if (c.kv_dtype != "fp32" || c.kv_grad_dtype != "fp32")
+    std::printf("note: the cpu backend keeps KV and KV-gradient pages in fp32 (--kv-dtype %s and --kv-grad-dtype %s "
+                "apply to predictions)\n",
+                c.kv_dtype.c_str(), c.kv_grad_dtype.c_str());
+  for (size_t i = 0; i < losses.size(); ++i) std::printf("  step %zu  loss %.6f\n", i + 1, losses[i]);
+  std::printf("\nstep time %s, %s tokens/s\n", format_duration_s(ms.step_s).c_str(),
+              format_count(ms.tokens_per_s).c_str());
+  std::printf("peak device %s, peak host %s\n", format_bytes(ms.peak_device_bytes).c_str(),
+              format_bytes(ms.peak_host_bytes).c_str());
+  std::printf("device pools: KV %lld / %lld pages, KV-grad %lld / %lld pages (high-water / capacity), page %s\n",
+              static_cast<long long>(ms.kv_pool_high_water_pages), static_cast<long long>(ms.kv_pool_pages),
+              static_cast<long long>(ms.grad_pool_high_water_pages), static_cast<long long>(ms.grad_pool_pages),
+              format_bytes(ms.kv_page_bytes).c_str());
+  std::printf("copies per step: h2d %s, d2h %s\n", format_bytes(ms.h2d_bytes).c_str(),
+              format_bytes(ms.d2h_bytes).c_str());
+  if (sparse) {
+    int64_t mx = 0;
+    double sum = 0;
+    for (const auto& u : ms.union_pages) {
+      mx = std::max(mx, u.pages);
+      sum += static_cast<double>(u.pages);
+    }
+    std::printf("selection union per (chunk, layer): mean %.1f pages, max %lld pages\n",
+                ms.union_pages.empty() ? 0.0 : sum / static_cast<double>(ms.union_pages.size()),
+                static_cast<long long>(mx));
+  }
+  if (ref)
+    std::printf("reference (full sequence): loss %.6f (rel. error %.2e), max gradient rel. L2 error %.2e (%s)\n",
+                ref->loss, ref->loss_rel_error, ref->max_grad_rel_error, ref->worst_tensor.c_str());
+  if (!a.trace.empty()) std::printf("trace (oomb.trace/1, %s detail): %s\n", a.detail.c_str(), a.trace.c_str());
+  if (!a.save_weights.empty()) std::printf("weights: %s\n", a.save_weights.c_str());
+  if (!a.dump_grads.empty()) std::printf("gradients: %s\n", a.dump_grads.c_str());
+  return 0;
+}
+
+const Registrar reg("run", "Execute chunk-recurrent training steps (CPU reference backend) and measure them",
+                    [](CLI::App& sub) {
+                      auto a = std::make_shared<RunArgs>();
+                      a->flags.add_to(sub, true);
+                      sub.add_option("--backend", a->backend, "cpu (fp32 reference) or cuda")->capture_default_str();
+                      sub.add_option("--steps", a->steps, "Training steps (one sequence each)")->capture_default_str();
+                      sub.add_option("--tokens", a->tokens,
+                                     "Binary file of little-endian uint32 token ids (default: seeded synthetic)");
+                      sub.add_option("--weights", a->weights, "Initial weights (safetensors, F32 or BF16, HF names)");
+                      sub.add_option("--save-weights", a->save_weights, "Write the final weights (safetensors)");
+                      sub.add_option("--dump-grads", a->dump_grads,
+                                     "Write the accumulated parameter gradients (safetensors)");
+                      sub.add_option("--seed", a->seed, "Seed of the random weights and synthetic tokens")
+                          ->capture_default_str();
+                      sub.add_option("--init-std", a->init_std, "Std of the random weights")->capture_default_str();
+                      sub.add_option("--lr", a->lr, "AdamW learning rate (with --optimizer gpu|host)")
+                          ->capture_default_str();
+                      sub.add_option("--grad-accum", a->grad_accum, "Steps per optimizer step")->capture_default_str();
+                      sub.add_option("--trace", a->trace, "Write the measured trace (oomb.trace/1 JSON) to FILE");
+                      sub.add_option("--detail", a->detail, "Trace detail: step, chunk, layer (default), op")
+                          ->capture_default_str();
+                      sub.add_flag("--reference", a->reference,
+                                   "Also run the full-sequence reference and report the gradient error");
+                      sub.add_flag("--json", a->json, "Print {loss, tokens_per_s, measured: {...}} as JSON");
+                      sub.add_flag("--quiet", a->quiet, "No progress line");
+                      sub.footer(
+                          "Examples:\n"
+                          "  oomb run --model tiny --context 16K --backend cpu --trace t.json\n"
+                          "  oomb run --model tiny --context 2K --chunk 512 --page 64 --resident-layers 1 --reference\n"
+                          "  oomb run --model tiny --context 8K --attention sparse --budget 4 --chunk 1K --page 64");
+                      return [a, &sub] {
+                        a->command = "oomb run";
+                        for (const auto* opt : sub.get_options()) {
+                          if (opt->count() == 0 || opt->get_name() == "--help") continue;
+                          a->command += " " + opt->get_name();
+                          if (opt->get_type_size() != 0)
+                            for (const auto& r : opt->results()) a->command += " " + r;
+                        }
+                        return run_run(*a);
+                      };
+                    });
+
+}  // namespace
+}  // namespace oomb::cli

@@ -1,0 +1,59 @@
+#pragma once
+// The CPU reference ops (fp32, Eigen), Hugging Face Qwen2/Llama semantics. Row-major matrices
+// [rows, cols]; outputs named *_acc accumulate, others are overwritten. The CpuBackend and the
+// full-sequence reference both call these; tests/executor/ops_test.cpp checks every backward
+// against finite differences.
+#include <cstdint>
+#include <vector>
+
+#include "executor/runtime/backend.h"
+
+namespace oomb::executor::cpu {
+
+void embedding_fwd(const int32_t* ids, int64_t rows, const float* table, int64_t hidden, float* out);
+void embedding_bwd(const int32_t* ids, int64_t rows, const float* dout, int64_t hidden, float* dtable_acc);
+
+// y = x * rsqrt(mean(x^2) + eps) * w ; rstd [rows] saved for backward.
+void rmsnorm_fwd(const float* x, const float* w, int64_t rows, int64_t dim, float eps, float* y, float* rstd);
+void rmsnorm_bwd(const float* x, const float* w, const float* rstd, const float* dy, int64_t rows, int64_t dim,
+                 float* dx_acc, float* dw_acc);
+
+void linear_fwd(const float* x, int64_t rows, int64_t in, const float* w, const float* b, int64_t out, float* y);
+void linear_bwd(const float* x, int64_t rows, int64_t in, const float* w, int64_t out, const float* dy, float* dx,
+                bool accumulate_dx, float* dw_acc, float* db_acc);
+
+// Rotate-half RoPE (HF): inv_freq_i = theta^(-2i/d), angle = pos * inv_freq_i; for i < d/2:
+// x'_i = x_i cos - x_{i+d/2} sin, x'_{i+d/2} = x_{i+d/2} cos + x_i sin. Backward is the inverse rotation.
+void rope_fwd(float* x, int64_t rows, int64_t heads, int64_t head_dim, int64_t pos0, double theta);
+void rope_bwd(float* dx, int64_t rows, int64_t heads, int64_t head_dim, int64_t pos0, double theta);
+
+// out = silu(gate) * up.
+void swiglu_fwd(const float* gate, const float* up, int64_t n, float* out);
+void swiglu_bwd(const float* gate, const float* up, const float* dout, int64_t n, float* dgate, float* dup);
+
+double cross_entropy(float* logits, int64_t rows, int64_t vocab, const int32_t* targets, float scale);
+
+// Paged, causal-in-chunk attention (blocked per query page; see backend.h PagedAttention).
+void attention_fwd(const PagedAttention& a, float* o, float* lse);
+void attention_bwd(const PagedAttention& a, const float* o, const float* lse, const float* dout, float* dq,
+                   float* dk_own, float* dv_own, const std::vector<float*>& prefix_grad_pages);
+
+// Full-sequence attention with an explicit mask (the reference): allowed[g][i * n + t] for kv-head
+// group g (groups = 1: shared by all heads, or kv_heads). probs [q_heads][n][n] saved for backward.
+struct MaskedAttention {
+  int64_t n = 0, q_heads = 0, kv_heads = 0, head_dim = 0;
+  int64_t groups = 1;
+  std::vector<std::vector<uint8_t>> allowed;
+};
+void masked_attention_fwd(const MaskedAttention& a, const float* q, const float* k, const float* v, float* o,
+                          std::vector<float>& probs);
+void masked_attention_bwd(const MaskedAttention& a, const float* q, const float* k, const float* v,
+                          const std::vector<float>& probs, const float* dout, float* dq, float* dk, float* dv);
+
+void page_summaries(const float* k, int64_t rows, int64_t kv_dim, int64_t page_tokens, float* out);
+std::vector<std::vector<int32_t>> select_pages(const SelectionArgs& a);
+
+void adamw(float* param, const float* grad, float* m, float* v, const uint8_t* decay_mask, int64_t n, float lr,
+           float beta1, float beta2, float eps, float weight_decay, int64_t step);
+
+}  // namespace oomb::executor::cpu

@@ -1,0 +1,139 @@
+#include "executor/cpu/reference.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace oomb::executor::cpu {
+
+namespace {
+using Vec = std::vector<float>;
+Vec zeros(int64_t n) { return Vec(static_cast<size_t>(n), 0.0f); }
+
+struct LayerActs {
+  Vec x, h1, rstd1, q, k, v, o, x2, h2, rstd2, g, u, m;
+  std::vector<float> probs;
+};
+}  // namespace
+
+MaskedAttention causal_mask(const models::ModelSpec& m, int64_t n) {
+  MaskedAttention a;
+  a.n = n;
+  a.q_heads = m.q_heads;
+  a.kv_heads = m.kv_heads;
+  a.head_dim = m.head_dim;
+  a.groups = 1;
+  a.allowed.assign(1, std::vector<uint8_t>(static_cast<size_t>(n * n), 0));
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t t = 0; t <= i; ++t) a.allowed[0][static_cast<size_t>(i * n + t)] = 1;
+  return a;
+}
+
+MaskedAttention selection_mask(const models::ModelSpec& m, int64_t n, int64_t chunk_tokens, int64_t page_tokens,
+                               const SelectionLog& log, int64_t layer) {
+  MaskedAttention a = causal_mask(m, n);
+  int64_t groups = 1;
+  for (int64_t c = 0; c < log.chunks(); ++c)
+    if (!log.at(c, layer).dense) groups = std::max(groups, log.at(c, layer).groups);
+  a.groups = groups;
+  a.allowed.resize(static_cast<size_t>(groups), a.allowed[0]);
+  for (int64_t g = 0; g < groups; ++g) {
+    auto& al = a.allowed[static_cast<size_t>(g)];
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t c = i / chunk_tokens, start = c * chunk_tokens;
+      const ChunkSelection& s = log.at(c, layer);
+      if (s.dense) continue;
+      const auto& sel = s.pages[static_cast<size_t>(((i - start) / page_tokens) * s.groups + (s.groups == 1 ? 0 : g))];
+      for (int64_t t = 0; t < start; ++t)
+        al[static_cast<size_t>(i * n + t)] = std::binary_search(sel.begin(), sel.end(), static_cast<int32_t>(t / page_tokens));
+    }
+  }
+  return a;
+}
+
+ReferenceResult full_sequence_reference(const models::ModelSpec& m, const Weights& w,
+                                        const std::vector<int32_t>& tokens,
+                                        const std::vector<MaskedAttention>* masks) {
+  const auto n = static_cast<int64_t>(tokens.size());
+  OOMB_ASSERT(n >= 2 && w.layout.layers() == m.layers);
+  const int64_t H = m.hidden, qd = m.q_dim(), kvd = m.kv_dim(), F = m.ffn_hidden, V = m.vocab;
+  const auto eps = static_cast<float>(m.norm_eps);
+  const ParamLayout& L = w.layout;
+  const float* P = w.data.data();
+  ReferenceResult res;
+  res.grads = zero_params(m);
+  float* G = res.grads.data.data();
+  const MaskedAttention causal = masks ? MaskedAttention{} : causal_mask(m, n);
+
+  std::vector<LayerActs> acts(static_cast<size_t>(m.layers));
+  Vec x = zeros(n * H);
+  embedding_fwd(tokens.data(), n, P + L.embed(), H, x.data());
+  for (int64_t l = 0; l < m.layers; ++l) {
+    const LayerOffsets& o = L.layer(l);
+    LayerActs& A = acts[static_cast<size_t>(l)];
+    const MaskedAttention& mask = masks ? (*masks)[static_cast<size_t>(l)] : causal;
+    A.x = x;
+    A.h1 = zeros(n * H), A.rstd1 = zeros(n), A.q = zeros(n * qd), A.k = zeros(n * kvd), A.v = zeros(n * kvd);
+    A.o = zeros(n * qd), A.x2 = zeros(n * H), A.h2 = zeros(n * H), A.rstd2 = zeros(n);
+    A.g = zeros(n * F), A.u = zeros(n * F), A.m = zeros(n * F);
+    rmsnorm_fwd(A.x.data(), P + o.input_norm, n, H, eps, A.h1.data(), A.rstd1.data());
+    linear_fwd(A.h1.data(), n, H, P + o.q, o.q_bias >= 0 ? P + o.q_bias : nullptr, qd, A.q.data());
+    linear_fwd(A.h1.data(), n, H, P + o.k, o.k_bias >= 0 ? P + o.k_bias : nullptr, kvd, A.k.data());
+    linear_fwd(A.h1.data(), n, H, P + o.v, o.v_bias >= 0 ? P + o.v_bias : nullptr, kvd, A.v.data());
+    rope_fwd(A.q.data(), n, m.q_heads, m.head_dim, 0, m.rope_theta);
+    rope_fwd(A.k.data(), n, m.kv_heads, m.head_dim, 0, m.rope_theta);
+    masked_attention_fwd(mask, A.q.data(), A.k.data(), A.v.data(), A.o.data(), A.probs);
+    Vec a = zeros(n * H);
+    linear_fwd(A.o.data(), n, qd, P + o.o, nullptr, H, a.data());
+    for (int64_t i = 0; i < n * H; ++i) A.x2[static_cast<size_t>(i)] = A.x[static_cast<size_t>(i)] + a[static_cast<size_t>(i)];
+    rmsnorm_fwd(A.x2.data(), P + o.post_norm, n, H, eps, A.h2.data(), A.rstd2.data());
+    linear_fwd(A.h2.data(), n, H, P + o.gate, nullptr, F, A.g.data());
+    linear_fwd(A.h2.data(), n, H, P + o.up, nullptr, F, A.u.data());
+    swiglu_fwd(A.g.data(), A.u.data(), n * F, A.m.data());
+    Vec d = zeros(n * H);
+    linear_fwd(A.m.data(), n, F, P + o.down, nullptr, H, d.data());
+    for (int64_t i = 0; i < n * H; ++i) x[static_cast<size_t>(i)] = A.x2[static_cast<size_t>(i)] + d[static_cast<size_t>(i)];
+  }
+  Vec hf = zeros(n * H), rstdf = zeros(n), logits = zeros(n * V);
+  rmsnorm_fwd(x.data(), P + L.final_norm(), n, H, eps, hf.data(), rstdf.data());
+  linear_fwd(hf.data(), n, H, P + L.lm_head(), nullptr, V, logits.data());
+  std::vector<int32_t> targets(static_cast<size_t>(n), -1);
+  for (int64_t t = 0; t + 1 < n; ++t) targets[static_cast<size_t>(t)] = tokens[static_cast<size_t>(t + 1)];
+  const float scale = 1.0f / static_cast<float>(n - 1);
+  res.loss = cross_entropy(logits.data(), n, V, targets.data(), scale) / static_cast<double>(n - 1);
+
+  // Backward.
+  Vec dhf = zeros(n * H), dx = zeros(n * H);
+  linear_bwd(hf.data(), n, H, P + L.lm_head(), V, logits.data(), dhf.data(), false, G + L.lm_head(), nullptr);
+  rmsnorm_bwd(x.data(), P + L.final_norm(), rstdf.data(), dhf.data(), n, H, dx.data(), G + L.final_norm());
+  for (int64_t l = m.layers - 1; l >= 0; --l) {
+    const LayerOffsets& o = L.layer(l);
+    LayerActs& A = acts[static_cast<size_t>(l)];
+    const MaskedAttention& mask = masks ? (*masks)[static_cast<size_t>(l)] : causal;
+    // dx holds d(layer output); it is also d(x2) through the residual.
+    Vec dx2 = dx, dm = zeros(n * F), dg = zeros(n * F), du = zeros(n * F), dh2 = zeros(n * H);
+    linear_bwd(A.m.data(), n, F, P + o.down, H, dx.data(), dm.data(), false, G + o.down, nullptr);
+    swiglu_bwd(A.g.data(), A.u.data(), dm.data(), n * F, dg.data(), du.data());
+    linear_bwd(A.h2.data(), n, H, P + o.gate, F, dg.data(), dh2.data(), false, G + o.gate, nullptr);
+    linear_bwd(A.h2.data(), n, H, P + o.up, F, du.data(), dh2.data(), true, G + o.up, nullptr);
+    rmsnorm_bwd(A.x2.data(), P + o.post_norm, A.rstd2.data(), dh2.data(), n, H, dx2.data(), G + o.post_norm);
+    Vec dout = zeros(n * qd), dq = zeros(n * qd), dk = zeros(n * kvd), dv = zeros(n * kvd), dh1 = zeros(n * H);
+    linear_bwd(A.o.data(), n, qd, P + o.o, H, dx2.data(), dout.data(), false, G + o.o, nullptr);
+    masked_attention_bwd(mask, A.q.data(), A.k.data(), A.v.data(), A.probs, dout.data(), dq.data(), dk.data(),
+                         dv.data());
+    rope_bwd(dq.data(), n, m.q_heads, m.head_dim, 0, m.rope_theta);
+    rope_bwd(dk.data(), n, m.kv_heads, m.head_dim, 0, m.rope_theta);
+    linear_bwd(A.h1.data(), n, H, P + o.q, qd, dq.data(), dh1.data(), false, G + o.q,
+               o.q_bias >= 0 ? G + o.q_bias : nullptr);
+    linear_bwd(A.h1.data(), n, H, P + o.k, kvd, dk.data(), dh1.data(), true, G + o.k,
+               o.k_bias >= 0 ? G + o.k_bias : nullptr);
+    linear_bwd(A.h1.data(), n, H, P + o.v, kvd, dv.data(), dh1.data(), true, G + o.v,
+               o.v_bias >= 0 ? G + o.v_bias : nullptr);
+    dx = dx2;
+    rmsnorm_bwd(A.x.data(), P + o.input_norm, A.rstd1.data(), dh1.data(), n, H, dx.data(), G + o.input_norm);
+  }
+  embedding_bwd(tokens.data(), n, dx.data(), H, G + L.embed());
+  return res;
+}
+
+}  // namespace oomb::executor::cpu

@@ -1,0 +1,32 @@
+#pragma once
+// The full-sequence reference: the decoder run over all N tokens at once, every activation kept,
+// plain backprop (no chunks, no pages, no checkpointing). Dense causal attention, or sparse
+// attention given as an explicit per-layer mask built from the chunk-recurrent run's recorded
+// selection. This is what the chunk-recurrent gradients are tested against.
+#include <cstdint>
+#include <vector>
+
+#include "executor/cpu/ops.h"
+#include "executor/runtime/selection.h"
+#include "executor/runtime/weights.h"
+#include "models/specs.h"
+
+namespace oomb::executor::cpu {
+
+struct ReferenceResult {
+  double loss = 0;  // mean cross-entropy over the N-1 next-token predictions
+  Gradients grads;
+};
+
+// m.layers must equal the weights' layer count. masks: one per layer, or null for dense causal.
+ReferenceResult full_sequence_reference(const models::ModelSpec& m, const Weights& w,
+                                        const std::vector<int32_t>& tokens,
+                                        const std::vector<MaskedAttention>* masks = nullptr);
+
+MaskedAttention causal_mask(const models::ModelSpec& m, int64_t n);
+// Layer `layer`'s mask from a recorded selection: query token i of chunk c, query page j, may see
+// key t <= i when t is in chunk c or t's page is selected for (c, j[, kv head]).
+MaskedAttention selection_mask(const models::ModelSpec& m, int64_t n, int64_t chunk_tokens, int64_t page_tokens,
+                               const SelectionLog& log, int64_t layer);
+
+}  // namespace oomb::executor::cpu

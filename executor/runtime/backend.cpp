@@ -1,0 +1,98 @@
+#include "executor/runtime/backend.h"
+
+#include "executor/runtime/memory_account.h"
+
+namespace oomb::executor {
+
+const char* to_string(Tier t) { return t == Tier::device ? "device" : "host"; }
+const char* to_string(CopyDir d) { return d == CopyDir::h2d ? "h2d" : "d2h"; }
+
+void Event::signal() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    done_ = true;
+  }
+  cv_.notify_all();
+}
+
+void Event::wait() {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [this] { return done_; });
+}
+
+bool Event::done() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return done_;
+}
+
+Buffer::Buffer(Backend& b, Tier tier, int64_t bytes, MemoryAccount* account, std::string category)
+    : backend_(&b), bytes_(bytes), tier_(tier), account_(account), category_(std::move(category)) {
+  ptr_ = bytes > 0 ? b.allocate(tier, bytes) : nullptr;
+  if (account_) account_->add(tier_, category_, bytes_);
+}
+
+Buffer::~Buffer() { reset(); }
+
+void Buffer::reset() {
+  if (backend_ && ptr_) backend_->deallocate(tier_, ptr_, bytes_);
+  if (account_) account_->add(tier_, category_, -bytes_);
+  backend_ = nullptr;
+  ptr_ = nullptr;
+  bytes_ = 0;
+  account_ = nullptr;
+}
+
+Buffer::Buffer(Buffer&& o) noexcept { *this = std::move(o); }
+
+Buffer& Buffer::operator=(Buffer&& o) noexcept {
+  if (this != &o) {
+    reset();
+    backend_ = o.backend_;
+    ptr_ = o.ptr_;
+    bytes_ = o.bytes_;
+    tier_ = o.tier_;
+    account_ = o.account_;
+    category_ = std::move(o.category_);
+    o.backend_ = nullptr;
+    o.ptr_ = nullptr;
+    o.bytes_ = 0;
+    o.account_ = nullptr;
+  }
+  return *this;
+}
+
+void MemoryAccount::add(Tier tier, const std::string& category, int64_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const int t = static_cast<int>(tier);
+  used_[t] += bytes;
+  by_cat_[t][category] += bytes;
+  if (used_[t] > peak_[t]) {
+    peak_[t] = used_[t];
+    at_peak_[t] = by_cat_[t];
+  }
+}
+
+int64_t MemoryAccount::in_use(Tier tier) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return used_[static_cast<int>(tier)];
+}
+
+int64_t MemoryAccount::peak(Tier tier) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return peak_[static_cast<int>(tier)];
+}
+
+std::map<std::string, int64_t> MemoryAccount::peak_by_category(Tier tier) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return at_peak_[static_cast<int>(tier)];
+}
+
+void MemoryAccount::reset_peaks() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (int t = 0; t < 2; ++t) {
+    peak_[t] = used_[t];
+    at_peak_[t] = by_cat_[t];
+  }
+}
+
+}  // namespace oomb::executor

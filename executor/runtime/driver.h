@@ -1,0 +1,140 @@
+#pragma once
+// The chunk-recurrent driver (ALGORITHM.md section 2): stage 1 fills the paged KV cache chunk by
+// chunk without gradients; stage 2 walks the chunks in reverse, recomputes each chunk's forward
+// keeping only layer inputs, and runs the backward layer by layer (recomputing each layer from its
+// checkpoint), accumulating dK/dV into earlier chunks' gradient pages and reading the chunk's own
+// accumulated gradient pages as the gradient of its own K/V. Written once against Backend.
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/json_util.h"
+#include "executor/runtime/backend.h"
+#include "executor/runtime/geometry.h"
+#include "executor/runtime/memory_account.h"
+#include "executor/runtime/offload.h"
+#include "executor/runtime/selection.h"
+#include "executor/runtime/trace_recorder.h"
+#include "executor/runtime/weights.h"
+#include "models/specs.h"
+#include "simulator/config.h"
+#include "traces/trace.h"
+
+namespace oomb::executor {
+
+struct AdamWOptions {
+  float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0.1f;
+  int64_t grad_accum = 1;  // optimizer step every grad_accum training steps (mean of their gradients)
+};
+
+struct Progress {
+  int stage = 1;
+  int64_t chunk = 0, chunks = 0;  // chunk being worked on (0-based) of `chunks`
+  double fraction = 0;            // of the step's estimated work
+  double elapsed_s = 0, eta_s = 0, tokens_per_s = 0;
+  int64_t device_bytes = 0;
+};
+
+struct EngineOptions {
+  bool record_trace = false;
+  traces::Detail detail = traces::Detail::layer;
+  AdamWOptions adamw;  // used when config.optimizer != none
+  std::function<void(const Progress&)> progress;  // called after every layer pass
+  int64_t host_slab_bytes = int64_t{256} << 20;
+};
+
+struct UnionSize {
+  int64_t chunk = 0, layer = 0, pages = 0;
+};
+
+// What a run measured (the executor's side of `oomb validate`).
+struct Measured {
+  int64_t kv_page_bytes = 0, grad_page_bytes = 0;
+  int64_t kv_pool_pages = 0, grad_pool_pages = 0;  // device pool capacities
+  int64_t kv_pool_high_water_pages = 0, grad_pool_high_water_pages = 0;
+  int64_t host_kv_pages = 0, host_grad_pages = 0;  // host pool capacities (offload)
+  int64_t peak_device_bytes = 0, peak_host_bytes = 0;
+  std::map<std::string, int64_t> device_breakdown_bytes;  // at the device peak
+  int64_t h2d_bytes = 0, d2h_bytes = 0;                   // last step
+  std::vector<UnionSize> union_pages;                     // last step, per (chunk, layer)
+  double step_s = 0;        // mean over steps
+  double tokens_per_s = 0;  // over all steps
+  double loss = 0;          // last step
+  int64_t steps = 0;
+  Json to_json() const;
+};
+
+struct StepResult {
+  double loss = 0;
+  double seconds = 0;
+};
+
+class Engine {
+ public:
+  // model: the catalog spec; config.layers_override cuts it. weights must have its layout.
+  Engine(Backend& backend, const models::ModelSpec& model, const simulator::Config& config, const Weights& weights,
+         EngineOptions options = {});
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // One training step on one sequence of config.context_tokens tokens: forward + backward,
+  // parameter gradients accumulated; AdamW (when configured) every grad_accum steps.
+  StepResult step(const std::vector<int32_t>& tokens);
+
+  Gradients gradients() const;  // accumulated since the last optimizer step
+  Weights weights() const;
+  void zero_gradients();
+  const Measured& measured() const { return measured_; }
+  traces::Trace trace(const std::string& command = {}) const;
+  const SelectionLog& selections() const { return log_; }  // of the last step
+  const models::ModelSpec& model() const { return model_; }
+  const Geometry& geometry() const { return g_; }
+
+ private:
+  struct Work;
+  struct LayerPtrs;
+  LayerPtrs layer_ptrs(int64_t l) const;
+  void embed(int64_t c, int stage, float* x);
+  void layer_forward(const Pass& pass, int64_t pass_index, PassPages& pages, const float* in, float* out);
+  void layer_backward(const Pass& pass, PassPages& pages, const float* in, const float* dy, float* dx);
+  double head_forward_backward(int64_t c, const float* x_last, float* dy);
+  void select(const Pass& pass, int64_t pass_index);
+  PagedAttention attention_args(const Pass& pass, const PassPages& pages) const;
+  void optimizer_step();
+  void report(const Pass& pass);
+  template <class F>
+  void timed(const char* name, const Pass& pass, double flops, F&& f);
+  template <class F>
+  void timed(const char* name, const char* op, int stage, int64_t chunk, double flops, F&& f);
+
+  Backend& backend_;
+  models::ModelSpec model_;
+  simulator::Config config_;
+  EngineOptions options_;
+  Geometry g_;
+  MemoryAccount account_;
+  TraceRecorder recorder_;
+  std::unique_ptr<OffloadEngine> store_;
+  ParamLayout layout_;
+  Buffer params_, grads_, adam_m_, adam_v_, decay_mask_;
+  Buffer summaries_;  // sparse: [L][P][kv_dim] page key means
+  std::unique_ptr<Work> w_;
+  SelectionLog log_;
+  std::vector<std::vector<int64_t>> dense_prefix_;  // per chunk: 0 .. prefix_pages - 1
+  std::vector<int32_t> tokens_;
+  Measured measured_;
+  int64_t steps_ = 0, adam_steps_ = 0, accumulated_ = 0;
+  double total_s_ = 0;
+  int64_t step_start_ns_ = 0;
+  double work_total_ = 0, work_done_ = 0;
+  std::vector<double> chunk_work_;  // stage-1 work units of each chunk
+};
+
+// The model as run: model with config.layers_override applied.
+models::ModelSpec effective_model(const models::ModelSpec& m, const simulator::Config& c);
+
+}  // namespace oomb::executor

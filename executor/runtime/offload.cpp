@@ -1,0 +1,260 @@
+#include "executor/runtime/offload.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "core/units.h"
+
+namespace oomb::executor {
+
+const char* pass_op(PassKind k) {
+  switch (k) {
+    case PassKind::fill: return "layer_fwd";
+    case PassKind::recompute: return "layer_recompute";
+    case PassKind::backward: return "layer_bwd";
+  }
+  return "?";
+}
+
+OffloadEngine::OffloadEngine(Backend& backend, const Geometry& g, int64_t kv_dim, MemoryAccount& account,
+                             TraceRecorder& recorder, int64_t host_slab_bytes)
+    : backend_(backend),
+      g_(g),
+      kv_dim_(kv_dim),
+      page_bytes_(checked_mul(checked_mul(g.p, 2 * kv_dim, "page size"), 4, "page size")),
+      account_(account),
+      recorder_(recorder) {
+  // Pool sizes (docs/schedule.md): without offload all L * P pages of each kind; with offload R
+  // slots of the largest slot on the device and all pages on the host.
+  const int64_t all = checked_mul(g.L, g.P, "pages");
+  const int64_t device_pages = g.offload ? checked_mul(g.R, g.max_slot_pages(), "pages") : all;
+  kv_pool_ = std::make_unique<PagePool>(backend, Tier::device, "kv_pool", page_bytes_, device_pages, account);
+  grad_pool_ = std::make_unique<PagePool>(backend, Tier::device, "kv_grad_pool", page_bytes_, device_pages, account);
+  if (g.offload) {
+    host_kv_ = std::make_unique<PagePool>(backend, Tier::host, "host_kv_pages", page_bytes_, all, account,
+                                          host_slab_bytes);
+    host_grad_ = std::make_unique<PagePool>(backend, Tier::host, "host_kv_grad_pages", page_bytes_, all, account,
+                                            host_slab_bytes);
+    host_kv_written_.resize(static_cast<size_t>(all));
+    host_dkv_written_.resize(static_cast<size_t>(all));
+  }
+  kv_table_.resize(static_cast<size_t>(g.L));
+  dkv_table_.resize(static_cast<size_t>(g.L));
+  for (auto& t : kv_table_) t.resize(g.P);
+  for (auto& t : dkv_table_) t.resize(g.P);
+}
+
+OffloadEngine::~OffloadEngine() {
+  for (auto& e : in_flight_) backend_.wait(e);
+}
+
+void OffloadEngine::begin_step(PrefixFn prefix_of) {
+  OOMB_ASSERT(slots_.empty(), "previous step left passes unreleased");
+  prefix_of_ = std::move(prefix_of);
+  counters_ = {};
+  passes_.clear();
+  for (int64_t c = 0; c < g_.n; ++c)
+    for (int64_t l = 0; l < g_.L; ++l) passes_.push_back({PassKind::fill, c, l});
+  for (int64_t c = g_.n - 1; c >= 0; --c) {
+    for (int64_t l = 0; l < g_.L; ++l) passes_.push_back({PassKind::recompute, c, l});
+    for (int64_t l = g_.L - 1; l >= 0; --l) passes_.push_back({PassKind::backward, c, l});
+  }
+}
+
+EventPtr OffloadEngine::issue(CopyDir dir, std::vector<CopyRegion> regions, std::vector<EventPtr> after,
+                              const char* name, const Pass& p) {
+  int64_t bytes = 0;
+  for (const auto& r : regions) bytes += r.bytes;
+  (dir == CopyDir::h2d ? counters_.h2d_bytes : counters_.d2h_bytes) += bytes;
+  CopyRequest req;
+  req.dir = dir;
+  req.regions = std::move(regions);
+  after.erase(std::remove(after.begin(), after.end(), nullptr), after.end());
+  std::sort(after.begin(), after.end());
+  after.erase(std::unique(after.begin(), after.end()), after.end());
+  req.after = std::move(after);
+  TraceRecorder* rec = &recorder_;
+  const bool h2d = dir == CopyDir::h2d;
+  req.on_done = [rec, h2d, name, p, bytes](int64_t t0, int64_t t1) {
+    rec->copy(h2d, name, pass_op(p.kind), p.stage(), p.chunk, p.layer, t0, t1, bytes);
+  };
+  EventPtr e = backend_.copy_async(std::move(req));
+  in_flight_.push_back(e);
+  return e;
+}
+
+void OffloadEngine::resident_pointers(Slot& s, const Pass& p, const std::vector<int64_t>* prefix) {
+  s.pages.prefix = prefix;
+  s.prefix_loaded = true;
+  const PageTable& kv = kv_table_[static_cast<size_t>(p.layer)];
+  const PageTable& dkv = dkv_table_[static_cast<size_t>(p.layer)];
+  for (int64_t k : *prefix) {
+    OOMB_ASSERT(kv[k] >= 0, "attended page not resident");
+    s.pages.prefix_kv.push_back(kv_pool_->ptr(kv[k]));
+    if (p.kind == PassKind::backward) s.pages.prefix_dkv.push_back(grad_pool_->ptr(dkv[k]));
+  }
+}
+
+void OffloadEngine::load_prefix_into(Slot& s, const Pass& p, const std::vector<int64_t>* prefix) {
+  s.pages.prefix = prefix;
+  s.prefix_loaded = true;
+  const PageTable& kv = kv_table_[static_cast<size_t>(p.layer)];
+  const PageTable& dkv = dkv_table_[static_cast<size_t>(p.layer)];
+  std::vector<CopyRegion> kv_regions, dkv_regions;
+  std::vector<EventPtr> kv_after, dkv_after;
+  for (int64_t k : *prefix) {
+    const int64_t d = kv_pool_->allocate(false);
+    s.dev_kv.push_back(d);
+    s.pages.prefix_kv.push_back(kv_pool_->ptr(d));
+    kv_regions.push_back({kv_pool_->ptr(d), host_kv_->ptr(kv[k]), page_bytes_});
+    kv_after.push_back(host_kv_written_[static_cast<size_t>(kv[k])]);
+    if (p.kind == PassKind::backward) {
+      const int64_t dd = grad_pool_->allocate(false);
+      s.dev_dkv.push_back(dd);
+      s.pages.prefix_dkv.push_back(grad_pool_->ptr(dd));
+      dkv_regions.push_back({grad_pool_->ptr(dd), host_grad_->ptr(dkv[k]), page_bytes_});
+      dkv_after.push_back(host_dkv_written_[static_cast<size_t>(dkv[k])]);
+    }
+  }
+  if (p.kind == PassKind::backward) {
+    // The own gradient pages hold what later chunks accumulated: copied in, never written back.
+    const int64_t first = g_.first_own_page(p.chunk);
+    for (size_t j = 0; j < s.pages.own_dkv.size(); ++j) {
+      const int64_t hp = dkv[first + static_cast<int64_t>(j)];
+      dkv_regions.push_back({s.pages.own_dkv[j], host_grad_->ptr(hp), page_bytes_});
+      dkv_after.push_back(host_dkv_written_[static_cast<size_t>(hp)]);
+    }
+  }
+  if (!kv_regions.empty()) s.ready.push_back(issue(CopyDir::h2d, std::move(kv_regions), kv_after, "kv_prefix", p));
+  if (!dkv_regions.empty()) s.ready.push_back(issue(CopyDir::h2d, std::move(dkv_regions), dkv_after, "dkv", p));
+}
+
+void OffloadEngine::prepare(int64_t i, bool current) {
+  if (slots_.count(i)) return;
+  const Pass& p = passes_[static_cast<size_t>(i)];
+  const std::vector<int64_t>* prefix = prefix_of_(p);
+  OOMB_ASSERT(prefix || p.kind == PassKind::fill, "stage-2 pass without a recorded selection");
+  if (!prefix && !current) return;  // sparse stage 1: its pages are known only after its selection
+  Slot& s = slots_[i];
+  const int64_t own = g_.own_pages(p.chunk);
+  for (int64_t j = 0; j < own; ++j) {
+    if (p.kind == PassKind::fill) {
+      const int64_t d = kv_pool_->allocate(false);
+      s.dev_kv.push_back(d);
+      s.pages.own_kv.push_back(kv_pool_->ptr(d));
+    } else if (p.kind == PassKind::backward) {
+      const int64_t d = grad_pool_->allocate(false);
+      s.dev_dkv.push_back(d);
+      s.pages.own_dkv.push_back(grad_pool_->ptr(d));
+    }
+  }
+  if (prefix) load_prefix_into(s, p, prefix);
+}
+
+PassPages& OffloadEngine::acquire(int64_t i) {
+  OOMB_ASSERT(i >= 0 && i < static_cast<int64_t>(passes_.size()));
+  const Pass& p = passes_[static_cast<size_t>(i)];
+  const int64_t first = g_.first_own_page(p.chunk), own = g_.own_pages(p.chunk);
+  PageTable& kv = kv_table_[static_cast<size_t>(p.layer)];
+  PageTable& dkv = dkv_table_[static_cast<size_t>(p.layer)];
+  if (p.kind == PassKind::fill) {
+    // Stage 1 creates the chunk's pages in their home tier; gradient pages start at zero.
+    PagePool& home_kv = g_.offload ? *host_kv_ : *kv_pool_;
+    PagePool& home_dkv = g_.offload ? *host_grad_ : *grad_pool_;
+    for (int64_t j = first; j < first + own; ++j) {
+      OOMB_ASSERT(kv[j] < 0 && dkv[j] < 0, "page created twice");
+      kv[j] = home_kv.allocate(false);
+      dkv[j] = home_dkv.allocate(true);
+      if (g_.offload) {
+        host_kv_written_[static_cast<size_t>(kv[j])] = nullptr;
+        host_dkv_written_[static_cast<size_t>(dkv[j])] = nullptr;
+      }
+    }
+  }
+  if (!g_.offload) {
+    Slot& s = slots_[i];
+    if (p.kind == PassKind::fill)
+      for (int64_t j = first; j < first + own; ++j) s.pages.own_kv.push_back(kv_pool_->ptr(kv[j]));
+    if (p.kind == PassKind::backward)
+      for (int64_t j = first; j < first + own; ++j) s.pages.own_dkv.push_back(grad_pool_->ptr(dkv[j]));
+    if (const std::vector<int64_t>* prefix = prefix_of_(p)) resident_pointers(s, p, prefix);
+    sample();
+    return s.pages;
+  }
+  prepare(i, true);
+  // Prefetch: the copy-in of the next R - 1 passes runs while this one computes.
+  const auto last = static_cast<int64_t>(passes_.size());
+  for (int64_t k = i + 1; k < std::min(i + g_.R, last); ++k) prepare(k, false);
+  Slot& s = slots_.at(i);
+  for (auto& e : s.ready) backend_.wait(e);
+  s.ready.clear();
+  sample();
+  return s.pages;
+}
+
+void OffloadEngine::load_prefix(int64_t i) {
+  Slot& s = slots_.at(i);
+  if (s.prefix_loaded) return;
+  const Pass& p = passes_[static_cast<size_t>(i)];
+  const std::vector<int64_t>* prefix = prefix_of_(p);
+  OOMB_ASSERT(prefix, "load_prefix before the selection was recorded");
+  if (!g_.offload) {
+    resident_pointers(s, p, prefix);
+    return;
+  }
+  load_prefix_into(s, p, prefix);
+  for (auto& e : s.ready) backend_.wait(e);
+  s.ready.clear();
+  sample();
+}
+
+void OffloadEngine::release(int64_t i) {
+  auto it = slots_.find(i);
+  OOMB_ASSERT(it != slots_.end() && it == slots_.begin(), "passes must be released in order");
+  Slot& s = it->second;
+  const Pass& p = passes_[static_cast<size_t>(i)];
+  const int64_t first = g_.first_own_page(p.chunk), own = g_.own_pages(p.chunk);
+  PageTable& kv = kv_table_[static_cast<size_t>(p.layer)];
+  PageTable& dkv = dkv_table_[static_cast<size_t>(p.layer)];
+  if (g_.offload) {
+    EventPtr wb;
+    if (p.kind == PassKind::fill) {  // write-back KV(own)
+      std::vector<CopyRegion> regions;
+      for (int64_t j = 0; j < own; ++j)
+        regions.push_back({host_kv_->ptr(kv[first + j]), s.pages.own_kv[static_cast<size_t>(j)], page_bytes_});
+      wb = issue(CopyDir::d2h, std::move(regions), {}, "kv_own", p);
+      for (int64_t j = 0; j < own; ++j) host_kv_written_[static_cast<size_t>(kv[first + j])] = wb;
+    } else if (p.kind == PassKind::backward && !s.pages.prefix->empty()) {  // write-back dKV(prefix)
+      std::vector<CopyRegion> regions;
+      for (size_t u = 0; u < s.pages.prefix->size(); ++u)
+        regions.push_back({host_grad_->ptr(dkv[(*s.pages.prefix)[u]]), s.pages.prefix_dkv[u], page_bytes_});
+      wb = issue(CopyDir::d2h, std::move(regions), {}, "dkv_prefix", p);
+      for (int64_t k : *s.pages.prefix) host_dkv_written_[static_cast<size_t>(dkv[k])] = wb;
+    }
+    if (wb) backend_.wait(wb);  // the slot is released only after its write-back completed
+    for (int64_t d : s.dev_kv) kv_pool_->free(d);
+    for (int64_t d : s.dev_dkv) grad_pool_->free(d);
+  }
+  if (p.kind == PassKind::backward) {
+    // The chunk's pages of this layer are no longer needed: later chunks are done with them.
+    PagePool& home_kv = g_.offload ? *host_kv_ : *kv_pool_;
+    PagePool& home_dkv = g_.offload ? *host_grad_ : *grad_pool_;
+    for (int64_t j = first; j < first + own; ++j) {
+      home_kv.free(kv[j]);
+      home_dkv.free(dkv[j]);
+      kv[j] = -1;
+      dkv[j] = -1;
+    }
+  }
+  slots_.erase(it);
+  // Completed copies need no tracking.
+  in_flight_.erase(std::remove_if(in_flight_.begin(), in_flight_.end(), [](const EventPtr& e) { return e->done(); }),
+                   in_flight_.end());
+  sample();
+}
+
+void OffloadEngine::sample() {
+  recorder_.memory(account_.in_use(Tier::device), account_.in_use(Tier::host), account_.pool_pages_in_use());
+}
+
+}  // namespace oomb::executor

@@ -1,0 +1,106 @@
+#pragma once
+// The page and copy schedule of docs/schedule.md, exactly: which pages are allocated, copied
+// h2d / d2h and freed, per layer-pass.
+//
+// Without offload (R >= L) every page lives in the device pools for the whole step and nothing is
+// copied. With offload every page's home is the host tier; a pass gets a device *slot* with the
+// pages it needs (stage 1: KV(prefix) + KV(own); stage-2 recompute: KV(prefix); backward:
+// KV(prefix) + dKV(prefix) + dKV(own)), copied in before it computes and released when it ends,
+// after its write-back (stage 1: KV(own); backward: dKV(prefix)) completed. At most R slots exist:
+// the current pass and the copy-in of the next R - 1 passes in the direction of travel (prefetch).
+// Every h2d copy waits on the events of the write-backs of the pages it reads.
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "executor/runtime/backend.h"
+#include "executor/runtime/geometry.h"
+#include "executor/runtime/memory_account.h"
+#include "executor/runtime/page_pool.h"
+#include "executor/runtime/trace_recorder.h"
+
+namespace oomb::executor {
+
+enum class PassKind { fill, recompute, backward };
+const char* pass_op(PassKind k);  // "layer_fwd", "layer_recompute", "layer_bwd"
+
+struct Pass {
+  PassKind kind = PassKind::fill;
+  int64_t chunk = 0, layer = 0;
+  int stage() const { return kind == PassKind::fill ? 1 : 2; }
+};
+
+// Device pointers of the pages one pass uses (each page: [K or dK rows p][V or dV rows p]).
+struct PassPages {
+  const std::vector<int64_t>* prefix = nullptr;  // attended earlier pages (logical ids, ascending)
+  std::vector<float*> prefix_kv, prefix_dkv;     // per prefix page
+  std::vector<float*> own_kv;                    // fill: where the chunk's K/V go
+  std::vector<float*> own_dkv;                   // backward: gradients later chunks accumulated
+};
+
+struct CopyCounters {
+  int64_t h2d_bytes = 0, d2h_bytes = 0;
+};
+
+class OffloadEngine {
+ public:
+  // prefix_of(pass): the pages the pass attends, or null when not known yet (sparse stage 1 before
+  // its selection is made; such a pass is not prefetched and is completed with load_prefix).
+  using PrefixFn = std::function<const std::vector<int64_t>*(const Pass&)>;
+
+  OffloadEngine(Backend& backend, const Geometry& g, int64_t kv_dim, MemoryAccount& account,
+                TraceRecorder& recorder, int64_t host_slab_bytes);
+  ~OffloadEngine();
+  OffloadEngine(const OffloadEngine&) = delete;
+  OffloadEngine& operator=(const OffloadEngine&) = delete;
+
+  void begin_step(PrefixFn prefix_of);
+  const std::vector<Pass>& passes() const { return passes_; }
+  // Makes pass i's pages available (waits for its copy-in) and starts the prefetch of the next
+  // R - 1 passes. Passes are acquired and released strictly in order.
+  PassPages& acquire(int64_t i);
+  void load_prefix(int64_t i);  // prefix_of(pass i) is now known
+  void release(int64_t i);
+
+  const CopyCounters& counters() const { return counters_; }  // this step
+  const PagePool& kv_pool() const { return *kv_pool_; }
+  const PagePool& grad_pool() const { return *grad_pool_; }
+  const PagePool* host_kv_pool() const { return host_kv_.get(); }
+  const PagePool* host_grad_pool() const { return host_grad_.get(); }
+  int64_t page_bytes() const { return page_bytes_; }
+  bool offload() const { return g_.offload; }
+
+ private:
+  struct Slot {
+    bool prefix_loaded = false;
+    std::vector<int64_t> dev_kv, dev_dkv;  // device pages owned by the slot
+    PassPages pages;
+    std::vector<EventPtr> ready;
+  };
+  // Offload: allocates pass i's slot and issues its copy-in (current: even if its prefix is unknown).
+  void prepare(int64_t i, bool current);
+  void load_prefix_into(Slot& s, const Pass& p, const std::vector<int64_t>* prefix);
+  void resident_pointers(Slot& s, const Pass& p, const std::vector<int64_t>* prefix);
+  EventPtr issue(CopyDir dir, std::vector<CopyRegion> regions, std::vector<EventPtr> after, const char* name,
+                 const Pass& p);
+  void sample();
+
+  Backend& backend_;
+  Geometry g_;
+  int64_t kv_dim_;
+  int64_t page_bytes_;
+  MemoryAccount& account_;
+  TraceRecorder& recorder_;
+  std::unique_ptr<PagePool> kv_pool_, grad_pool_, host_kv_, host_grad_;
+  std::vector<PageTable> kv_table_, dkv_table_;  // per layer: device (no offload) or host pages
+  std::vector<EventPtr> host_kv_written_, host_dkv_written_;  // per host page: last write-back
+  std::vector<EventPtr> in_flight_;
+  std::vector<Pass> passes_;
+  PrefixFn prefix_of_;
+  std::map<int64_t, Slot> slots_;
+  CopyCounters counters_;
+};
+
+}  // namespace oomb::executor

@@ -1,0 +1,77 @@
+#pragma once
+// Model parameters as named fp32 tensors with Hugging Face Qwen2/Llama names and layouts, stored
+// in one flat array (so gradients, optimizer state and uploads are single buffers), plus
+// safetensors reading and (atomic) writing.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "models/specs.h"
+
+namespace oomb::executor {
+
+struct ParamInfo {
+  std::string name;             // "model.layers.3.self_attn.q_proj.weight"
+  std::vector<int64_t> shape;   // HF layout: linear weights [out, in]
+  int64_t offset = 0;           // in floats, into the flat array
+  int64_t numel = 0;
+  bool decay = false;           // AdamW weight decay applies (matrices, not norms or biases)
+};
+
+// Index of every tensor of one layer inside a ParamLayout (offsets in floats; -1 = absent).
+struct LayerOffsets {
+  int64_t input_norm = -1, q = -1, q_bias = -1, k = -1, k_bias = -1, v = -1, v_bias = -1, o = -1;
+  int64_t post_norm = -1, gate = -1, up = -1, down = -1;
+};
+
+class ParamLayout {
+ public:
+  ParamLayout() = default;
+  explicit ParamLayout(const models::ModelSpec& m);  // m.layers layers
+
+  const std::vector<ParamInfo>& params() const { return params_; }
+  const ParamInfo* find(const std::string& name) const;
+  int64_t total() const { return total_; }
+  int64_t embed() const { return embed_; }
+  int64_t final_norm() const { return final_norm_; }
+  int64_t lm_head() const { return lm_head_; }  // == embed() when tied
+  const LayerOffsets& layer(int64_t l) const { return layers_[static_cast<size_t>(l)]; }
+  int64_t layers() const { return static_cast<int64_t>(layers_.size()); }
+
+ private:
+  int64_t add(std::string name, std::vector<int64_t> shape, bool decay);
+  std::vector<ParamInfo> params_;
+  std::vector<LayerOffsets> layers_;
+  int64_t total_ = 0, embed_ = 0, final_norm_ = 0, lm_head_ = 0;
+};
+
+// Parameters (or gradients: same shape) as one flat fp32 array.
+struct ParamTensors {
+  ParamLayout layout;
+  std::vector<float> data;
+
+  float* at(const std::string& name);
+  const float* at(const std::string& name) const;
+  const float* at(const ParamInfo& p) const { return data.data() + p.offset; }
+  float* at(const ParamInfo& p) { return data.data() + p.offset; }
+};
+using Weights = ParamTensors;
+using Gradients = ParamTensors;
+
+ParamTensors zero_params(const models::ModelSpec& m);
+// Seeded-random init: matrices and biases N(0, std^2), norm weights 1 + N(0, (std * 2.5)^2) so that
+// RMSNorm gradients are non-trivial. Deterministic across platforms (own RNG).
+Weights random_weights(const models::ModelSpec& m, uint64_t seed, float std = 0.02f);
+
+// Relative L2 error ||a - b|| / max(||b||, tiny) of one tensor.
+double relative_l2(const float* a, const float* b, int64_t n);
+
+// safetensors: 8-byte little-endian header length, JSON header {name: {dtype, shape,
+// data_offsets}}, raw data. Reads F32 and BF16; every tensor of the layout must be present with
+// its exact shape (extra tensors, e.g. layers beyond --layers, are ignored). Errors name the file
+// and the tensor.
+Weights read_safetensors(const std::string& path, const models::ModelSpec& m);
+// Writes F32 atomically (temp file + rename): a failure leaves no partial file.
+void write_safetensors(const ParamTensors& t, const std::string& path);
+
+}  // namespace oomb::executor

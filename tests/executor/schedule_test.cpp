@@ -1,0 +1,132 @@
+// The executor performs exactly the page allocations and copies of docs/schedule.md (dense mode):
+// bytes per copy direction and pool high-water pages against the closed forms, computed here by
+// hand from N, C, p, L, R. Also the measured trace's contents and detail levels.
+#include <gtest/gtest.h>
+
+#include "executor/cpu/cpu_backend.h"
+#include "executor/runtime/driver.h"
+#include "executor/runtime/tokens.h"
+#include "test_util.h"
+
+namespace oomb::executor {
+namespace {
+
+struct ScheduleCase {
+  int64_t N, C, p, L, R;
+};
+
+struct Expected {
+  int64_t h2d = 0, d2h = 0, kv_high = 0, grad_high = 0;
+};
+
+// docs/schedule.md, dense: prefix(c) = cC/p pages, own(c) = ceil(len_c / p), P = ceil(N / p).
+Expected closed_form(const ScheduleCase& k, int64_t page_bytes) {
+  const int64_t n = (k.N + k.C - 1) / k.C, P = (k.N + k.p - 1) / k.p;
+  Expected e;
+  if (k.R >= k.L) {  // no offload: everything resident, nothing copied
+    e.kv_high = k.L * P;
+    e.grad_high = k.L * P;
+    return e;
+  }
+  int64_t in_pages = 0, out_pages = 0;
+  for (int64_t c = 0; c < n; ++c) {
+    const int64_t prefix = c * k.C / k.p;
+    const int64_t len = std::min(k.N, (c + 1) * k.C) - c * k.C;
+    const int64_t own = (len + k.p - 1) / k.p;
+    // stage 1: KV(prefix) in, KV(own) out; recompute: KV(prefix) in;
+    // backward: KV(prefix) + dKV(prefix) + dKV(own) in, dKV(prefix) out.
+    in_pages += prefix + prefix + (prefix + prefix + own);
+    out_pages += own + prefix;
+  }
+  e.h2d = k.L * in_pages * page_bytes;
+  e.d2h = k.L * out_pages * page_bytes;
+  const int64_t last_prefix = (n - 1) * k.C / k.p;
+  const int64_t last_own = (k.N - (n - 1) * k.C + k.p - 1) / k.p;
+  e.kv_high = k.R * P;                          // stage 1 of the last chunk: all pages, R slots
+  e.grad_high = k.R * (last_prefix + last_own);  // backward of the last chunk
+  return e;
+}
+
+class ScheduleMatchesClosedForm : public ::testing::TestWithParam<ScheduleCase> {};
+
+TEST_P(ScheduleMatchesClosedForm, BytesAndHighWater) {
+  const ScheduleCase k = GetParam();
+  const auto m = test::small_model(k.L, 2, 1, 8, 16, false, false, 31, 16);
+  const Weights w = random_weights(m, 1, 0.02f);
+  CpuBackend backend;
+  Engine e(backend, m, test::small_config(k.N, k.C, k.p, k.R), w);
+  e.step(TokenSource::synthetic(m.vocab, 1).sequence(0, k.N));
+  const Measured& got = e.measured();
+  const int64_t page_bytes = k.p * 2 * m.kv_heads * m.head_dim * 4;
+  EXPECT_EQ(got.kv_page_bytes, page_bytes);
+  const Expected want = closed_form(k, page_bytes);
+  EXPECT_EQ(got.h2d_bytes, want.h2d);
+  EXPECT_EQ(got.d2h_bytes, want.d2h);
+  EXPECT_EQ(got.kv_pool_high_water_pages, want.kv_high);
+  EXPECT_EQ(got.grad_pool_high_water_pages, want.grad_high);
+  // Pools are allocated at exactly their high-water size (dense).
+  EXPECT_EQ(got.kv_pool_pages, want.kv_high);
+  EXPECT_EQ(got.grad_pool_pages, want.grad_high);
+  // A second step repeats the same schedule.
+  e.step(TokenSource::synthetic(m.vocab, 1).sequence(1, k.N));
+  EXPECT_EQ(e.measured().h2d_bytes, want.h2d);
+  EXPECT_EQ(e.measured().kv_pool_high_water_pages, want.kv_high);
+}
+
+INSTANTIATE_TEST_SUITE_P(Dense, ScheduleMatchesClosedForm,
+                         ::testing::Values(ScheduleCase{37, 16, 8, 3, 1},   // ragged chunk and page
+                                           ScheduleCase{37, 16, 8, 3, 2},
+                                           ScheduleCase{64, 16, 4, 4, 2},
+                                           ScheduleCase{64, 16, 4, 4, 3},
+                                           ScheduleCase{17, 8, 8, 2, 1},
+                                           ScheduleCase{20, 32, 4, 3, 2},   // single chunk
+                                           ScheduleCase{37, 16, 8, 3, 3},   // no offload
+                                           ScheduleCase{64, 16, 4, 2, 8}));
+
+TEST(Trace, EventsCopiesAndMemoryAreRecorded) {
+  const auto m = test::small_model(3, 2, 1, 8, 16, false, false, 31, 16);
+  const Weights w = random_weights(m, 1, 0.02f);
+  const auto tokens = TokenSource::synthetic(m.vocab, 1).sequence(0, 40);
+  CpuBackend backend;
+  EngineOptions o;
+  o.record_trace = true;
+  o.detail = traces::Detail::op;
+  Engine e(backend, m, test::small_config(40, 16, 8, 2), w, o);
+  e.step(tokens);
+  const traces::Trace t = e.trace("test");
+  EXPECT_EQ(t.metadata.source, "cpu");
+  EXPECT_EQ(t.summary.h2d_bytes, e.measured().h2d_bytes);
+  EXPECT_EQ(t.summary.d2h_bytes, e.measured().d2h_bytes);
+  EXPECT_FALSE(t.memory.empty());
+  EXPECT_GT(t.summary.peak_device_bytes, 0);
+  bool attention = false, bwd_copy = false;
+  for (const auto& ev : t.events) {
+    EXPECT_LE(ev.start_ns, ev.end_ns);
+    if (ev.name == "attention_bwd" && ev.stage == 2 && ev.layer == 1 && ev.op == "layer_bwd") attention = true;
+    if (ev.kind == traces::EventKind::copy_h2d && ev.op == "layer_bwd" && ev.stream == "h2d") bwd_copy = true;
+  }
+  EXPECT_TRUE(attention);
+  EXPECT_TRUE(bwd_copy);
+
+  // Coarser levels merge: fewer events, same bytes; step level has no chunk or layer.
+  for (auto d : {traces::Detail::layer, traces::Detail::chunk, traces::Detail::step}) {
+    EngineOptions oc = o;
+    oc.detail = d;
+    Engine ec(backend, m, test::small_config(40, 16, 8, 2), w, oc);
+    ec.step(tokens);
+    const traces::Trace tc = ec.trace();
+    EXPECT_LT(tc.events.size(), t.events.size()) << traces::to_string(d);
+    EXPECT_EQ(tc.summary.h2d_bytes, t.summary.h2d_bytes) << traces::to_string(d);
+    for (const auto& ev : tc.events) {
+      if (d == traces::Detail::step) {
+        EXPECT_EQ(ev.chunk, -1);
+      }
+      if (d == traces::Detail::layer) {
+        EXPECT_EQ(ev.name, ev.op);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace oomb::executor
