@@ -19,6 +19,7 @@
 #include "executor/runtime/driver.h"
 #include "executor/runtime/tokens.h"
 #include "executor/runtime/weights.h"
+#include "planner/plan.h"
 
 namespace oomb::cli {
 namespace {
@@ -27,6 +28,7 @@ using namespace oomb::executor;
 
 struct RunArgs {
   ScenarioFlags flags;
+  std::string plan;
   std::string backend = "cpu";
   int64_t steps = 1;
   std::string tokens, weights, save_weights, dump_grads, trace, detail = "layer";
@@ -110,9 +112,23 @@ int run_run(const RunArgs& a) {
   if (a.steps <= 0) throw Error("--steps", "", "must be positive");
   if (a.grad_accum <= 0) throw Error("--grad-accum", "", "must be positive");
   const traces::Detail detail = traces::detail_from_string(a.detail, "--detail");
-  const simulator::Scenario s = a.flags.resolve();
+  simulator::Scenario s;
+  if (!a.plan.empty()) {
+    // The plan carries every knob; flags that would change it are refused rather than ignored.
+    if (!a.flags.context.empty() || !a.flags.explicit_knobs().empty() || !a.flags.preset.empty())
+      throw Error("--plan", a.plan, "a plan fixes the context and every knob",
+                  "drop --context/--preset/knob flags, or run without --plan");
+    const planner::Plan plan = planner::load_plan(a.plan);
+    s = plan.scenario();
+    if (a.flags.layers) {
+      s.config.layers_override = *a.flags.layers;
+      simulator::validate(s.config, s.model);
+    }
+  } else {
+    s = a.flags.resolve();
+  }
   const simulator::Config& c = s.config;
-  if (c.context_tokens <= 0) throw Error("--context", "", "is required", "e.g. 16K");
+  if (c.context_tokens <= 0) throw Error("--context", "", "is required (or give --plan)", "e.g. 16K");
   const models::ModelSpec m = effective_model(s.model, c);
   if (a.reference && c.optimizer != simulator::Optimizer::none)
     throw Error("--reference", "", "compares the gradients of step 1, which an optimizer step consumes",
@@ -218,7 +234,10 @@ int run_run(const RunArgs& a) {
 const Registrar reg("run", "Execute chunk-recurrent training steps (CPU reference backend) and measure them",
                     [](CLI::App& sub) {
                       auto a = std::make_shared<RunArgs>();
-                      a->flags.add_to(sub, true);
+                      a->flags.add_to(sub, false);
+                      sub.add_option("--plan", a->plan,
+                                     "Run a plan made by `oomb plan --out` (its model, context and knobs; --layers may "
+                                     "still cut the model for a quick run)");
                       sub.add_option("--backend", a->backend, "cpu (fp32 reference) or cuda")->capture_default_str();
                       sub.add_option("--steps", a->steps, "Training steps (one sequence each)")->capture_default_str();
                       sub.add_option("--tokens", a->tokens,
@@ -243,6 +262,8 @@ const Registrar reg("run", "Execute chunk-recurrent training steps (CPU referenc
                       sub.footer(
                           "Examples:\n"
                           "  oomb run --model tiny --context 16K --backend cpu --trace t.json\n"
+                          "  oomb plan --model tiny --gpu h200 --context 16K --resident-layers 1 --out p.json && "
+                          "oomb run --plan p.json --trace t.json && oomb validate --plan p.json --trace t.json\n"
                           "  oomb run --model tiny --context 2K --chunk 512 --page 64 --resident-layers 1 --reference\n"
                           "  oomb run --model tiny --context 8K --attention sparse --budget 4 --chunk 1K --page 64");
                       return [a, &sub] {
@@ -250,7 +271,7 @@ const Registrar reg("run", "Execute chunk-recurrent training steps (CPU referenc
                         for (const auto* opt : sub.get_options()) {
                           if (opt->count() == 0 || opt->get_name() == "--help") continue;
                           a->command += " " + opt->get_name();
-                          if (opt->get_type_size() != 0)
+                          if (opt->get_expected_min() > 0)
                             for (const auto& r : opt->results()) a->command += " " + r;
                         }
                         return run_run(*a);

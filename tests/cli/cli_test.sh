@@ -61,5 +61,30 @@ expect_exit 2 "--context" simulate --model qwen2.5-7b --gpu h200
 expect_exit 2 "--detail" simulate --model tiny --gpu h200 --context 8K --timeline "$tmp/never.json" --detail frame
 [ ! -e "$tmp/never.json" ] && ok || bad "a timeline was written despite the error"
 
+# Plan -> run -> validate on the CPU backend (dense, with offload: copies and pools must match exactly).
+expect_exit 0 "Plan written" plan --model tiny --gpu h200 --context 4K --chunk 1K --page 64 --resident-layers 1 --out "$tmp/p.json"
+expect_exit 0 "copies per step" run --plan "$tmp/p.json" --trace "$tmp/run.json" --quiet
+expect_exit 0 "OK: every comparable term" validate --plan "$tmp/p.json" --trace "$tmp/run.json" --report "$tmp/v.html"
+grep -q "<svg" "$tmp/v.html" && ok || bad "validate --report wrote no SVG"
+"$oomb" validate --plan "$tmp/p.json" --trace "$tmp/run.json" --json >"$tmp/v.json" || bad "validate --json failed"
+for key in '"ok": true' '"name": "h2d_bytes"' '"name": "d2h_bytes"' '"name": "pool_pages"' '"name": "peak_device_bytes"' '"name": "step_s"'; do
+  grep -q "$key" "$tmp/v.json" && ok || bad "validate --json lacks $key"
+done
+# A measurement that disagrees fails with exit code 1.
+sed 's/"h2d_bytes":\([0-9]*\)/"h2d_bytes":1\1/' "$tmp/run.json" >"$tmp/tampered.json"
+expect_exit 1 "h2d_bytes .*FAIL" validate --plan "$tmp/p.json" --trace "$tmp/tampered.json"
+# Without a plan, the trace's own configuration is predicted.
+expect_exit 0 "no --plan" validate --trace "$tmp/run.json"
+# A trace of another configuration, a prediction, a truncated plan: exit 2.
+expect_exit 0 "Plan written" plan --model tiny --gpu h200 --context 8K --out "$tmp/other.json"
+expect_exit 2 "context_tokens.*differs from the plan" validate --plan "$tmp/other.json" --trace "$tmp/run.json"
+expect_exit 0 "timeline" simulate --model tiny --gpu h200 --context 4K --timeline "$tmp/pred.json"
+expect_exit 2 "prediction, not a measurement" validate --plan "$tmp/p.json" --trace "$tmp/pred.json"
+head -c 200 "$tmp/p.json" >"$tmp/trunc_plan.json"
+expect_exit 2 "trunc_plan.json" validate --plan "$tmp/trunc_plan.json" --trace "$tmp/run.json"
+expect_exit 2 "--tolerance" validate --plan "$tmp/p.json" --trace "$tmp/run.json" --tolerance nosuch=0.1
+expect_exit 2 "--plan.*fixes the context" run --plan "$tmp/p.json" --context 8K
+expect_exit 2 "--context" run --model tiny --context 0
+
 echo "cli: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -1,0 +1,267 @@
+// oomb validate: a measured trace next to the prediction for the same plan, term by term.
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <optional>
+
+#include "cli/command.h"
+#include "core/error.h"
+#include "core/format.h"
+#include "planner/plan.h"
+#include "simulator/simulator.h"
+#include "traces/report.h"
+#include "traces/trace.h"
+
+namespace oomb::cli {
+namespace {
+
+struct ValidateArgs {
+  std::string plan, trace, report, gpu = "h200";
+  std::vector<std::string> tolerances;  // name=fraction
+  bool json = false;
+};
+
+struct Term {
+  std::string name, unit;
+  double predicted = 0;
+  std::optional<double> measured;  // empty: not comparable
+  double tolerance = 0;
+  std::string note;
+  bool judged = true;  // false: shown for information only
+  double error() const {
+    if (!measured) return 0;
+    if (predicted == 0) return *measured == 0 ? 0 : 1;
+    return (*measured - predicted) / predicted;
+  }
+  std::optional<bool> ok() const {
+    if (!measured || !judged) return std::nullopt;
+    return std::fabs(error()) <= tolerance + 1e-12;
+  }
+};
+
+// Default tolerances (fractions): memory and bytes that the schedule fixes are exact in dense
+// mode; sparse copies depend on the selection-union assumption; whole-buffer peaks and times are
+// model-level estimates.
+constexpr double kExact = 0.0;
+constexpr double kSparseCopies = 0.5;
+constexpr double kPeakBytes = 0.25;
+constexpr double kTime = 0.25;
+
+const Json& measured_block(const traces::Trace& t, const std::string& where) {
+  if (!t.metadata.extra.is_object() || !t.metadata.extra.contains("measured") ||
+      !t.metadata.extra["measured"].is_object())
+    throw Error(where, "metadata.extra.measured", "missing", "a trace written by `oomb run --trace`");
+  return t.metadata.extra["measured"];
+}
+
+int run_validate(const ValidateArgs& a) {
+  using namespace simulator;
+  const traces::Trace trace = traces::read_trace(a.trace);
+  planner::Plan plan;
+  if (!a.plan.empty()) {
+    plan = planner::load_plan(a.plan);
+  } else {
+    // No plan: predict the configuration the trace records, on the --gpu profile.
+    const Json& x = trace.metadata.extra;
+    if (!x.is_object() || !x.contains("model") || !x["model"].is_string() || !x.contains("config"))
+      throw Error(a.trace, "metadata.extra", "does not record the run's model and configuration", "give --plan");
+    Scenario from;
+    from.model = models::load_model(x["model"].get<std::string>());
+    from.gpu = models::load_gpu(a.gpu);
+    from.host = models::load_host(from.gpu.default_host);
+    from.config = config_from_json(x["config"], a.trace + ": metadata.extra.config");
+    plan = planner::make_plan(from, evaluate(from), "time", 0.0);
+  }
+  if (trace.metadata.source == "simulator")
+    throw Error(a.trace, "metadata.source", "is a prediction, not a measurement", "give a trace from `oomb run --trace`");
+  const Json& m = measured_block(trace, a.trace);
+  JsonReader mr(m, a.trace + ": metadata.extra.measured");
+
+  Scenario s = plan.scenario();
+  std::vector<std::string> notes;
+  if (a.plan.empty()) notes.push_back("no --plan: predictions for the configuration recorded in the trace, on " + a.gpu);
+  // The run must be the plan's run: same model and the knobs that shape pages and copies.
+  const Json& extra = trace.metadata.extra;
+  if (extra.contains("model") && extra["model"].is_string() && extra["model"].get<std::string>() != plan.model_id)
+    throw Error(a.trace, "metadata.extra.model",
+                "was measured on " + extra["model"].get<std::string>() + ", the plan is for " + plan.model_id,
+                "validate a trace of a run of this plan");
+  if (extra.contains("config") && extra["config"].is_object()) {
+    const Config run = config_from_json(extra["config"], a.trace + ": metadata.extra.config");
+    const Json pj = s.config.to_json(), rj = run.to_json();
+    for (const char* key : {"schedule", "attention", "context_tokens", "chunk_tokens", "page_tokens", "page_budget",
+                            "selection", "resident_layers", "checkpointing", "optimizer"})
+      if (pj[key] != rj[key])
+        throw Error(a.trace, std::string("metadata.extra.config.") + key,
+                    "differs from the plan (" + rj[key].dump() + " vs " + pj[key].dump() + ")",
+                    "this trace is not a run of this plan");
+    if (run.layers_override != s.config.layers_override) {
+      s.config.layers_override = run.layers_override;
+      notes.push_back("the run used the first " + std::to_string(run.layers_override) +
+                      " layers; predictions are made for the same");
+    }
+  }
+  const bool cpu_run = trace.metadata.source == "cpu";
+  if (cpu_run) {
+    // The CPU reference backend stores everything in fp32: predict for what actually ran.
+    for (std::string* dt : {&s.config.kv_dtype, &s.config.kv_grad_dtype, &s.config.param_dtype,
+                            &s.config.param_grad_dtype, &s.config.activation_dtype})
+      *dt = "fp32";
+    s.config.peak_measure = PeakMeasure::allocated;
+    notes.push_back("cpu backend: predictions re-made with fp32 pages, parameters and activations, peak as allocated");
+  }
+  const bool sparse = s.config.attention == Attention::sparse;
+  const EventResult pred = simulate_events(s, traces::Detail::chunk);
+  const PageCounts pc = page_counts(s);
+  // Time is comparable only when the plan's device profile describes the device that ran.
+  const bool time_comparable = cpu_run ? s.gpu.kind == "cpu" : s.gpu.kind == "gpu";
+  const std::string time_note =
+      time_comparable ? "" : "not comparable: plan for " + s.gpu.id + " (" + s.gpu.kind + "), measured on " + trace.metadata.source;
+
+  std::vector<Term> terms;
+  auto add = [&](std::string name, std::string unit, double p, std::optional<double> meas, double tol, std::string note = {}) {
+    terms.push_back({std::move(name), std::move(unit), p, meas, tol, std::move(note)});
+  };
+  const double copy_tol = sparse ? kSparseCopies : kExact;
+  const std::string sparse_note = sparse ? "sparse: depends on the selection-overlap assumption" : "";
+  const double kv_hw = static_cast<double>(mr.i64("kv_pool_high_water_pages"));
+  const double grad_hw = static_cast<double>(mr.i64("grad_pool_high_water_pages"));
+  add("peak_device_bytes", "bytes", static_cast<double>(pred.summary.peak_device_bytes),
+      static_cast<double>(mr.i64("peak_device_bytes")), kPeakBytes,
+      cpu_run ? "information only: the cpu reference backend keeps fp32 intermediates the GPU memory model does not "
+                "(its page pools are compared exactly below)"
+              : "");
+  if (cpu_run) terms.back().judged = false;
+  add("device_pool_bytes", "bytes",
+      static_cast<double>(pc.kv_pool_pages * pc.kv_page_bytes + pc.grad_pool_pages * pc.grad_page_bytes),
+      kv_hw * static_cast<double>(mr.i64("kv_page_bytes")) + grad_hw * static_cast<double>(mr.i64("grad_page_bytes")),
+      copy_tol, sparse_note);
+  add("pool_pages", "pages", static_cast<double>(pc.kv_pool_pages + pc.grad_pool_pages), kv_hw + grad_hw, copy_tol,
+      sparse_note);
+  add("kv_pool_pages", "pages", static_cast<double>(pc.kv_pool_pages), kv_hw, copy_tol, sparse_note);
+  add("grad_pool_pages", "pages", static_cast<double>(pc.grad_pool_pages), grad_hw, copy_tol, sparse_note);
+  add("host_pool_bytes", "bytes",
+      static_cast<double>(pc.host_kv_pages * pc.kv_page_bytes + pc.host_grad_pages * pc.grad_page_bytes),
+      static_cast<double>(mr.i64("host_kv_pages") * mr.i64("kv_page_bytes") +
+                          mr.i64("host_grad_pages") * mr.i64("grad_page_bytes")),
+      kExact);
+  add("peak_host_bytes", "bytes", static_cast<double>(pred.summary.peak_host_bytes),
+      static_cast<double>(mr.i64("peak_host_bytes")), kPeakBytes);
+  add("h2d_bytes", "bytes", static_cast<double>(pred.summary.h2d_bytes), static_cast<double>(mr.i64("h2d_bytes")),
+      copy_tol, sparse_note);
+  add("d2h_bytes", "bytes", static_cast<double>(pred.summary.d2h_bytes), static_cast<double>(mr.i64("d2h_bytes")),
+      copy_tol, sparse_note);
+  std::optional<double> step;
+  if (time_comparable) step = mr.f64("step_s");
+  add("step_s", "s", pred.summary.step_s, step, kTime, time_note);
+  // Per-phase time: compute time of each stage.
+  std::map<int, double> pred_stage, meas_stage;
+  for (const auto& e : pred.trace.events)
+    if (e.kind == traces::EventKind::compute && e.stage > 0) pred_stage[e.stage] += e.duration_ns() * 1e-9;
+  for (const auto& e : trace.events)
+    if (e.kind == traces::EventKind::compute && e.stage > 0) meas_stage[e.stage] += e.duration_ns() * 1e-9;
+  const double steps = std::max<double>(1.0, static_cast<double>(mr.i64_or("steps", 1)));
+  for (int stage : {1, 2}) {
+    std::optional<double> v;
+    if (time_comparable) v = meas_stage[stage] / steps;
+    add("time:stage" + std::to_string(stage), "s", pred_stage[stage], v, kTime, time_note);
+  }
+
+  // User tolerances: name=fraction.
+  for (const auto& t : a.tolerances) {
+    const auto eq = t.find('=');
+    if (eq == std::string::npos) throw Error("--tolerance", t, "expected NAME=FRACTION", "e.g. step_s=0.3");
+    const std::string name = t.substr(0, eq);
+    double v = 0;
+    try {
+      v = std::stod(t.substr(eq + 1));
+    } catch (const std::exception&) {
+      throw Error("--tolerance", t, "the fraction is not a number", "e.g. step_s=0.3");
+    }
+    if (!(v >= 0)) throw Error("--tolerance", t, "must be >= 0");
+    bool found = false;
+    for (auto& term : terms)
+      if (term.name == name) term.tolerance = v, found = true;
+    if (!found) {
+      std::string names;
+      for (const auto& term : terms) names += (names.empty() ? "" : ", ") + term.name;
+      throw Error("--tolerance", name, "unknown term", "one of " + names);
+    }
+  }
+
+  bool all_ok = true;
+  for (const auto& t : terms) all_ok &= t.ok().value_or(true);
+
+  if (!a.report.empty()) {
+    traces::ReportInput in;
+    in.title = "oomb validate: " + plan.model_id + " on " + plan.gpu_id + ", " + format_tokens(s.config.context_tokens) +
+               " tokens";
+    in.facts = {{"plan", a.plan}, {"trace", a.trace}, {"measured on", trace.metadata.device},
+                {"verdict", all_ok ? "within tolerance" : "OUT OF TOLERANCE"}};
+    for (const auto& n : notes) in.facts.emplace_back("note", n);
+    in.predicted = &pred.trace;
+    in.measured = &trace;
+    for (const auto& t : terms)
+      in.terms.push_back({t.name, t.predicted, t.measured, t.error(), t.tolerance, t.ok(), t.unit, t.note});
+    write_text_file(a.report, traces::html_report(in));
+  }
+
+  if (a.json) {
+    Json j = {{"ok", all_ok}, {"terms", Json::array()}, {"notes", notes}};
+    for (const auto& t : terms) {
+      Json row = {{"name", t.name}, {"predicted", t.predicted}, {"tolerance", t.tolerance}};
+      row["measured"] = t.measured ? Json(*t.measured) : Json(nullptr);
+      row["error"] = t.measured ? Json(t.error()) : Json(nullptr);
+      row["ok"] = t.ok() ? Json(*t.ok()) : Json(nullptr);
+      if (!t.note.empty()) row["note"] = t.note;
+      j["terms"].push_back(row);
+    }
+    std::printf("%s\n", j.dump(2).c_str());
+  } else {
+    std::printf("oomb validate: plan %s, trace %s (%s)\n", a.plan.empty() ? "(from the trace)" : a.plan.c_str(), a.trace.c_str(), trace.metadata.device.c_str());
+    for (const auto& n : notes) std::printf("  note: %s\n", n.c_str());
+    std::printf("\n  %-18s %16s %16s %9s %9s  %s\n", "term", "predicted", "measured", "error", "tolerance", "");
+    auto fmt = [](const std::string& unit, double v) {
+      if (unit == "bytes") return format_bytes(static_cast<int64_t>(std::llround(v)));
+      if (unit == "s") return format_duration_s(v);
+      return format_count(v);
+    };
+    for (const auto& t : terms) {
+      const auto ok = t.ok();
+      std::printf("  %-18s %16s %16s %9s %9s  %s%s%s\n", t.name.c_str(), fmt(t.unit, t.predicted).c_str(),
+                  t.measured ? fmt(t.unit, *t.measured).c_str() : "-",
+                  t.measured ? format_percent(t.error()).c_str() : "-", format_percent(t.tolerance).c_str(),
+                  !ok ? (t.measured ? "info" : "n/a") : *ok ? "ok" : "FAIL", t.note.empty() ? "" : "  ", t.note.c_str());
+    }
+    std::printf("\n%s\n", all_ok ? "OK: every comparable term is within tolerance"
+                                 : "FAILED: terms beyond tolerance (see above)");
+    if (!a.report.empty()) std::printf("report: %s\n", a.report.c_str());
+  }
+  return all_ok ? 0 : 1;
+}
+
+const Registrar reg(
+    "validate", "Compare a measured trace with the prediction for its plan, term by term", [](CLI::App& sub) {
+      auto a = std::make_shared<ValidateArgs>();
+      sub.add_option("--plan", a->plan,
+                     "The plan the run followed (oomb.plan/1, from `oomb plan --out`); without it the configuration "
+                     "recorded in the trace is predicted on --gpu");
+      sub.add_option("--gpu", a->gpu, "Device profile when no --plan is given")->capture_default_str();
+      sub.add_option("--trace", a->trace, "The measured trace (oomb.trace/1, from `oomb run --trace`)")->required();
+      sub.add_option("--tolerance", a->tolerances,
+                     "Override a term's tolerance as NAME=FRACTION (repeatable). Defaults: pool pages, host pool and "
+                     "device pool bytes and bytes per copy direction exact (0) in dense mode, 0.5 in sparse mode (selection-union "
+                     "assumption); peak_device_bytes and peak_host_bytes 0.25 (peak_device_bytes is information only for cpu runs); step_s and time:stage1/2 0.25 (time "
+                     "is compared only when the plan's device profile is the kind of device that ran)");
+      sub.add_option("--report", a->report, "Also write a self-contained HTML report (memory and timelines)");
+      sub.add_flag("--json", a->json,
+                   "Print {\"ok\": bool, \"terms\": [{name, predicted, measured, error, tolerance, ok}]}");
+      sub.footer("Exit codes: 0 within tolerance, 1 a term beyond tolerance, 2 bad input.\n"
+                 "Example:\n"
+                 "  oomb plan --model tiny --gpu h200 --context 16K --resident-layers 1 --out p.json\n"
+                 "  oomb run --plan p.json --trace t.json && oomb validate --plan p.json --trace t.json");
+      return [a] { return run_validate(*a); };
+    });
+
+}  // namespace
+}  // namespace oomb::cli
