@@ -259,6 +259,7 @@ int run_plan(PlanArgs a) {
   Json out = Json::object();
   std::optional<Candidate> chosen;
   bool sparse_fallback = false;
+  std::optional<Candidate> sparse_hint;
   SearchResult res;
   std::optional<planner::Diagnosis> diagnosis;
   std::optional<MaxContext> mc_dense, mc_sparse;
@@ -286,6 +287,15 @@ int run_plan(PlanArgs a) {
     chosen = res.best;
     sparse_fallback = res.sparse_fallback;
     if (!res.best || res.sparse_fallback) diagnosis = diagnose(r, N, res);
+    // Exact gradients were chosen by default: say what sparse attention would buy, when it is a lot.
+    if (chosen && chosen->config.attention == Attention::dense && !r.fixed.count("attention") &&
+        s0.config.schedule == simulator::Schedule::oomb) {
+      planner::Request rs = r;
+      rs.fixed.insert("attention");
+      rs.scenario.config.attention = Attention::sparse;
+      const SearchResult sparse = search(rs, N);
+      if (sparse.best && sparse.best->summary.step_s < 0.5 * chosen->summary.step_s) sparse_hint = sparse.best;
+    }
   }
   if (a.pareto && a.max_context && chosen) {
     planner::Request rp = r;
@@ -325,6 +335,7 @@ int run_plan(PlanArgs a) {
       }
     out["diagnosis"] = diagnosis ? diagnosis->to_json() : Json(nullptr);
     out["sparse_fallback"] = sparse_fallback;
+    out["sparse_alternative"] = sparse_hint ? candidate_brief(*sparse_hint) : Json(nullptr);
     out["search"] = {{"evaluations", res.evaluations}, {"search_s", res.seconds}, {"fixed", r.fixed}};
     if (a.pareto) {
       out["pareto"] = Json::array();
@@ -367,6 +378,14 @@ int run_plan(PlanArgs a) {
   print_time(*chosen);
   print_allocation(*plan);
   print_alternatives(*chosen, res.alternatives, s0.model);
+  if (sparse_hint)
+    std::printf("\nSparse attention would be %.0fx faster: budget %lld pages, step %s, %s tokens/s, peak %s "
+                "(approximate gradients; add --allow-sparse to plan it)\n",
+                chosen->summary.step_s / sparse_hint->summary.step_s,
+                static_cast<long long>(sparse_hint->config.page_budget),
+                format_duration_s(sparse_hint->summary.step_s).c_str(),
+                format_count(sparse_hint->summary.tokens_per_s).c_str(),
+                format_bytes(sparse_hint->summary.peak_device_bytes).c_str());
   if (a.pareto) print_pareto(front, s0.model);
   if (diagnosis) print_diagnosis(*diagnosis);
   print_notes(plan->notes);

@@ -61,6 +61,10 @@ expect_exit 2 "--context" simulate --model qwen2.5-7b --gpu h200
 expect_exit 2 "--detail" simulate --model tiny --gpu h200 --context 8K --timeline "$tmp/never.json" --detail frame
 [ ! -e "$tmp/never.json" ] && ok || bad "a timeline was written despite the error"
 
+# The headline plan: exact gradients by default, with the sparse speed-up stated.
+expect_exit 0 "Sparse attention would be [0-9]+x faster" plan --model qwen2.5-7b --gpu h200 --context 4M
+expect_exit 0 "attention dense" plan --model qwen2.5-7b --gpu h200 --context 4M
+
 # Plan -> run -> validate on the CPU backend (dense, with offload: copies and pools must match exactly).
 expect_exit 0 "Plan written" plan --model tiny --gpu h200 --context 4K --chunk 1K --page 64 --resident-layers 1 --out "$tmp/p.json"
 expect_exit 0 "copies per step" run --plan "$tmp/p.json" --trace "$tmp/run.json" --quiet
