@@ -20,6 +20,9 @@
 #include "executor/runtime/tokens.h"
 #include "executor/runtime/weights.h"
 #include "planner/plan.h"
+#ifdef OOMB_HAVE_CUDA_BACKEND
+#include "executor/cuda/cuda_backend.h"
+#endif
 
 namespace oomb::cli {
 namespace {
@@ -105,10 +108,12 @@ ReferenceCheck check_against_reference(const models::ModelSpec& m, const simulat
 }
 
 int run_run(const RunArgs& a) {
+#ifndef OOMB_HAVE_CUDA_BACKEND
   if (a.backend == "cuda")
     throw Error("--backend", "cuda", "this build has no CUDA backend",
                 "use --backend cpu, or build on a machine with nvcc (OOMB_CUDA=AUTO|ON)");
-  if (a.backend != "cpu") throw Error("--backend", a.backend, "unknown backend", "cpu or cuda");
+#endif
+  if (a.backend != "cpu" && a.backend != "cuda") throw Error("--backend", a.backend, "unknown backend", "cpu or cuda");
   if (a.steps <= 0) throw Error("--steps", "", "must be positive");
   if (a.grad_accum <= 0) throw Error("--grad-accum", "", "must be positive");
   const traces::Detail detail = traces::detail_from_string(a.detail, "--detail");
@@ -140,7 +145,21 @@ int run_run(const RunArgs& a) {
   const std::vector<int32_t> first = tokens.sequence(0, c.context_tokens);
   const Weights w = a.weights.empty() ? random_weights(m, a.seed, a.init_std) : read_safetensors(a.weights, m);
 
-  CpuBackend backend;
+  std::unique_ptr<Backend> backend_owner;
+  if (a.backend == "cpu") {
+    backend_owner = std::make_unique<CpuBackend>();
+  } else {
+#ifdef OOMB_HAVE_CUDA_BACKEND
+    try {
+      backend_owner = std::make_unique<CudaBackend>();
+    } catch (const Error&) {
+      throw;
+    } catch (const std::exception& e) {
+      throw Error("--backend", "cuda", std::string("no usable CUDA device: ") + e.what(), "use --backend cpu");
+    }
+#endif
+  }
+  Backend& backend = *backend_owner;
   EngineOptions o;
   o.record_trace = !a.trace.empty();
   o.detail = detail;
@@ -177,7 +196,7 @@ int run_run(const RunArgs& a) {
   const Measured& ms = e.measured();
   if (a.json) {
     Json j = {{"loss", losses.back()}, {"losses", losses}, {"tokens_per_s", ms.tokens_per_s},
-              {"measured", ms.to_json()}, {"backend", "cpu"}, {"model", m.id}, {"config", c.to_json()}};
+              {"measured", ms.to_json()}, {"backend", a.backend}, {"model", m.id}, {"config", c.to_json()}};
     if (ref)
       j["reference"] = {{"loss", ref->loss},
                         {"loss_rel_error", ref->loss_rel_error},
@@ -194,7 +213,7 @@ int run_run(const RunArgs& a) {
               sparse ? (" (budget " + std::to_string(c.page_budget) + ", " + c.selection + ")").c_str() : "",
               static_cast<long long>(std::min(c.resident_layers, m.layers)),
               e.geometry().offload ? " (offload)" : " (no offload)");
-  std::printf("backend cpu (fp32 reference), tokens %s, weights %s\n", tokens.describe().c_str(),
+  std::printf("backend %s, tokens %s, weights %s\n", a.backend == "cpu" ? "cpu (fp32 reference)" : "cuda (fp32 interface)", tokens.describe().c_str(),
               a.weights.empty() ? ("random (seed " + std::to_string(a.seed) + ")").c_str() : a.weights.c_str());
   if (c.kv_dtype != "fp32" || c.kv_grad_dtype != "fp32")
     std::printf("note: the cpu backend keeps KV and KV-gradient pages in fp32 (--kv-dtype %s and --kv-grad-dtype %s "
@@ -231,7 +250,7 @@ int run_run(const RunArgs& a) {
   return 0;
 }
 
-const Registrar reg("run", "Execute chunk-recurrent training steps (CPU reference backend) and measure them",
+const Registrar reg("run", "Execute chunk-recurrent training steps (cpu reference backend, or cuda) and measure them",
                     [](CLI::App& sub) {
                       auto a = std::make_shared<RunArgs>();
                       a->flags.add_to(sub, false);

@@ -1,0 +1,166 @@
+// CUDA backend speed, each figure next to a baseline measured in the same run:
+//  - paged attention forward + backward at chunk 4096 with Qwen2.5-7B shapes (28 query heads, 4 KV
+//    heads, head_dim 128, pages of 128, 16 dense prefix pages), in TFLOP/s, against a cuBLASLt
+//    GEMM of the same FLOPs (fp32, and TF32 for context): ratio printed;
+//  - offload copy bandwidth per direction through CudaBackend::copy_async (one region per page,
+//    scattered so that no two merge) against one plain cudaMemcpyAsync of the same bytes between
+//    pinned and device memory: ratio printed.
+// Without a CUDA device it says so and exits 0.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <functional>
+#include <vector>
+
+#include "executor/cuda/cuda_backend.h"
+#include "executor/cuda/cuda_check.h"
+#include "executor/cuda/gemm.h"
+#include "executor/runtime/rng.h"
+
+using namespace oomb::executor;
+
+namespace {
+
+// Median milliseconds of `reps` timed runs of f on stream s (after one warm-up run).
+double time_ms(cudaStream_t s, int reps, const std::function<void()>& f) {
+  cudaEvent_t a, b;
+  OOMB_CUDA_CHECK(cudaEventCreate(&a));
+  OOMB_CUDA_CHECK(cudaEventCreate(&b));
+  f();
+  OOMB_CUDA_CHECK(cudaStreamSynchronize(s));
+  std::vector<float> ms;
+  for (int i = 0; i < reps; ++i) {
+    OOMB_CUDA_CHECK(cudaEventRecord(a, s));
+    f();
+    OOMB_CUDA_CHECK(cudaEventRecord(b, s));
+    OOMB_CUDA_CHECK(cudaEventSynchronize(b));
+    float t = 0;
+    OOMB_CUDA_CHECK(cudaEventElapsedTime(&t, a, b));
+    ms.push_back(t);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+void fill_random(CudaBackend& b, float* dst, int64_t n, uint64_t seed, float scale) {
+  Rng r(seed);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (auto& x : v) x = scale * static_cast<float>(r.normal());
+  b.upload(dst, v.data(), n * 4);
+}
+
+}  // namespace
+
+int main() {
+  std::string why;
+  if (!cuda_device_available(&why)) {
+    std::printf("oomb cuda bench: no CUDA device (%s); nothing measured\n", why.c_str());
+    return 0;
+  }
+  CudaBackend gpu;
+  auto compute = static_cast<cudaStream_t>(gpu.stream(CudaStream::compute));
+  std::printf("oomb cuda bench on %s\n", gpu.device_name().c_str());
+
+  // ---- attention
+  const int64_t T = 4096, qh = 28, kvh = 4, hd = 128, p = 128, U = 16;
+  const int64_t qd = qh * hd, kvd = kvh * hd, page = 2 * p * kvd;
+  Buffer q(gpu, Tier::device, T * qd * 4), k(gpu, Tier::device, T * kvd * 4), v(gpu, Tier::device, T * kvd * 4);
+  Buffer o(gpu, Tier::device, T * qd * 4), lse(gpu, Tier::device, T * qh * 4), dout(gpu, Tier::device, T * qd * 4);
+  Buffer dq(gpu, Tier::device, T * qd * 4), dk(gpu, Tier::device, T * kvd * 4), dv(gpu, Tier::device, T * kvd * 4);
+  Buffer pages(gpu, Tier::device, U * page * 4), grads(gpu, Tier::device, U * page * 4);
+  fill_random(gpu, q.f32(), T * qd, 1, 0.5f);
+  fill_random(gpu, k.f32(), T * kvd, 2, 0.5f);
+  fill_random(gpu, v.f32(), T * kvd, 3, 1.0f);
+  fill_random(gpu, dout.f32(), T * qd, 4, 1.0f);
+  fill_random(gpu, pages.f32(), U * page, 5, 0.5f);
+  PagedAttention a;
+  a.rows = T;
+  a.q_heads = qh;
+  a.kv_heads = kvh;
+  a.head_dim = hd;
+  a.page_tokens = p;
+  a.q = q.f32();
+  a.k_own = k.f32();
+  a.v_own = v.f32();
+  std::vector<float*> gp;
+  for (int64_t u = 0; u < U; ++u) {
+    a.prefix_pages.push_back(pages.f32() + u * page);
+    gp.push_back(grads.f32() + u * page);
+  }
+  const double pairs = static_cast<double>(T) * static_cast<double>(U * p) + static_cast<double>(T) * (T + 1) / 2.0;
+  const double fwd_flops = 4.0 * hd * qh * pairs, bwd_flops = 10.0 * hd * qh * pairs;  // the driver's counts
+  const int reps = 5;
+  const double fwd_ms = time_ms(compute, reps, [&] { gpu.attention_fwd(a, o.f32(), lse.f32()); });
+  const double bwd_ms = time_ms(compute, reps, [&] {
+    gpu.attention_bwd(a, o.f32(), lse.f32(), dout.f32(), dq.f32(), dk.f32(), dv.f32(), gp);
+  });
+  const double attn_tflops = (fwd_flops + bwd_flops) / ((fwd_ms + bwd_ms) * 1e-3) / 1e12;
+  std::printf("attention fwd (T %lld, %lld/%lld heads, hd %lld, %lld prefix pages of %lld): %.2f ms, %.2f TFLOP/s\n",
+              static_cast<long long>(T), static_cast<long long>(qh), static_cast<long long>(kvh),
+              static_cast<long long>(hd), static_cast<long long>(U), static_cast<long long>(p), fwd_ms,
+              fwd_flops / (fwd_ms * 1e-3) / 1e12);
+  std::printf("attention bwd: %.2f ms, %.2f TFLOP/s\n", bwd_ms, bwd_flops / (bwd_ms * 1e-3) / 1e12);
+  std::printf("attention fwd+bwd: %.2f TFLOP/s (fp32 CUDA cores)\n", attn_tflops);
+
+  // ---- a GEMM of the same FLOPs: 4096 x 4096 x K
+  const int64_t M = 4096, N = 4096;
+  const int64_t K = std::max<int64_t>(128, static_cast<int64_t>((fwd_flops + bwd_flops) / (2.0 * M * N)) / 128 * 128);
+  const double gemm_flops = 2.0 * static_cast<double>(M) * N * K;
+  Buffer ga(gpu, Tier::device, M * K * 4), gb(gpu, Tier::device, K * N * 4), gc(gpu, Tier::device, M * N * 4);
+  fill_random(gpu, ga.f32(), M * K, 6, 1.0f);
+  fill_random(gpu, gb.f32(), K * N, 7, 1.0f);
+  Buffer gws(gpu, Tier::device, int64_t{32} << 20);
+  for (bool tf32 : {false, true}) {
+    oomb::executor::cuda::Gemm gemm(gws.data(), gws.bytes(), tf32);
+    const double ms = time_ms(compute, reps, [&] {
+      gemm.matmul(false, false, M, N, K, ga.f32(), M, gb.f32(), K, 0.0f, gc.f32(), M, compute);
+    });
+    const double tflops = gemm_flops / (ms * 1e-3) / 1e12;
+    std::printf("cuBLASLt %s GEMM %lldx%lldx%lld (%.2f TFLOP of work, attention %.2f): %.2f ms, %.2f TFLOP/s; "
+                "attention / GEMM = %.3f\n",
+                tf32 ? "TF32" : "fp32", static_cast<long long>(M), static_cast<long long>(N),
+                static_cast<long long>(K), gemm_flops / 1e12, (fwd_flops + bwd_flops) / 1e12, ms, tflops,
+                attn_tflops / tflops);
+  }
+
+  // ---- offload copies: 256 pages of the Qwen2.5-7B page size (128 tokens, fp32 K+V: 512 KiB)
+  const int64_t npages = 256, pbytes = page * 4, total = npages * pbytes;
+  Buffer host(gpu, Tier::host, total), dev(gpu, Tier::device, total);
+  cudaStream_t plain;
+  OOMB_CUDA_CHECK(cudaStreamCreateWithFlags(&plain, cudaStreamNonBlocking));
+  for (CopyDir dir : {CopyDir::h2d, CopyDir::d2h}) {
+    std::vector<double> ours;
+    for (int r = 0; r < reps + 1; ++r) {
+      CopyRequest req;
+      req.dir = dir;
+      for (int64_t i = 0; i < npages; ++i) {
+        // Page i of one side goes to page (npages - 1 - i) of the other: nothing merges.
+        char* h = static_cast<char*>(host.data()) + i * pbytes;
+        char* d = static_cast<char*>(dev.data()) + (npages - 1 - i) * pbytes;
+        req.regions.push_back(dir == CopyDir::h2d ? CopyRegion{d, h, pbytes} : CopyRegion{h, d, pbytes});
+      }
+      double dev_ms = 0;
+      req.on_done = [&dev_ms](int64_t t0, int64_t t1) { dev_ms = static_cast<double>(t1 - t0) * 1e-6; };
+      gpu.copy_async(std::move(req))->wait();
+      if (r > 0) ours.push_back(dev_ms);  // the first is a warm-up
+    }
+    std::sort(ours.begin(), ours.end());
+    const double ours_ms = ours[ours.size() / 2];
+    const double plain_ms = time_ms(plain, reps, [&] {
+      OOMB_CUDA_CHECK(cudaMemcpyAsync(dir == CopyDir::h2d ? dev.data() : host.data(),
+                                      dir == CopyDir::h2d ? host.data() : dev.data(), static_cast<size_t>(total),
+                                      dir == CopyDir::h2d ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost, plain));
+    });
+    const double gbs = static_cast<double>(total) / (ours_ms * 1e-3) / 1e9;
+    const double plain_gbs = static_cast<double>(total) / (plain_ms * 1e-3) / 1e9;
+    std::printf("%s copy_async (%lld pages of %lld KiB, one region each): %.1f GB/s; plain cudaMemcpyAsync of the "
+                "same %lld MiB: %.1f GB/s; ratio %.3f\n",
+                to_string(dir), static_cast<long long>(npages), static_cast<long long>(pbytes >> 10), gbs,
+                static_cast<long long>(total >> 20), plain_gbs, gbs / plain_gbs);
+  }
+  cudaStreamDestroy(plain);
+  return 0;
+}

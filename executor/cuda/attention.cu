@@ -1,0 +1,515 @@
+// Paged flash attention, fp32 on CUDA cores (see attention.cuh). Tiles of 32 query rows x 32 keys
+// in shared memory; 128 threads. Products are tile "GEMMs" written so that every shared-memory
+// access is either a broadcast or conflict-free: rows whose elements are read by different lanes at
+// the same column are padded to MAXD + 1 floats. MAXD (32, 64, 128) bounds head_dim; the loops run
+// to the actual head_dim.
+#include <cfloat>
+
+#include "core/error.h"
+#include "executor/cuda/attention.cuh"
+#include "executor/cuda/common.cuh"
+
+namespace oomb::executor::cuda {
+
+namespace {
+
+constexpr int BQ = 32;   // query rows per tile
+constexpr int BK = 32;   // keys per tile
+constexpr int NT = 128;  // threads: 4 warps
+constexpr int NW = NT / 32;
+constexpr float kNegInf = -INFINITY;
+
+// Scalars of one launch (passed by value).
+struct Dims {
+  int T, qh, kvh, hd, p, group, U, qpages, select_groups;
+  int64_t qd, kvd;
+  float scale;
+};
+
+Dims dims_of(const AttentionArgs& a) {
+  Dims d;
+  d.T = static_cast<int>(a.rows);
+  d.qh = static_cast<int>(a.q_heads);
+  d.kvh = static_cast<int>(a.kv_heads);
+  d.hd = static_cast<int>(a.head_dim);
+  d.p = static_cast<int>(a.page_tokens);
+  d.group = d.qh / d.kvh;
+  d.U = static_cast<int>(a.prefix_slots);
+  d.qpages = (d.T + d.p - 1) / d.p;
+  d.select_groups = static_cast<int>(a.select_groups);
+  d.qd = a.q_heads * a.head_dim;
+  d.kvd = a.kv_heads * a.head_dim;
+  d.scale = 1.0f / sqrtf(static_cast<float>(a.head_dim));
+  return d;
+}
+
+struct Ptrs {
+  const float* q;
+  const float* k_own;
+  const float* v_own;
+  const float* const* pages;
+  const int32_t* sel_off;
+  const int32_t* sel_slots;
+};
+
+Ptrs ptrs_of(const AttentionArgs& a) {
+  return {a.q, a.k_own, a.v_own, a.pages, a.select_offsets, a.select_slots};
+}
+
+// The prefix slots query page j attends for KV head g: `slots` == nullptr means all U (dense).
+struct SlotList {
+  const int32_t* slots;
+  int n;
+};
+
+__device__ __forceinline__ SlotList slot_list(const Dims& D, const Ptrs& P, int j, int g) {
+  if (D.select_groups == 0) return {nullptr, D.U};
+  const int idx = j * D.select_groups + (D.select_groups == 1 ? 0 : g);
+  return {P.sel_slots + P.sel_off[idx], P.sel_off[idx + 1] - P.sel_off[idx]};
+}
+
+__device__ __forceinline__ bool attends(const Dims& D, const Ptrs& P, int j, int g, int slot) {
+  const SlotList L = slot_list(D, P, j, g);
+  if (!L.slots) return true;
+  int lo = 0, hi = L.n;  // ascending list: binary search
+  while (lo < hi) {
+    const int mid = (lo + hi) / 2;
+    if (L.slots[mid] < slot) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo < L.n && L.slots[lo] == slot;
+}
+
+// Key `kappa` of the sequence of (slot list L, KV head g): its K and V rows and its own-token index
+// (-1 for a prefix key).
+__device__ __forceinline__ void key_rows(const Dims& D, const Ptrs& P, const SlotList& L, int g, int kappa,
+                                         const float*& k, const float*& v, int& own) {
+  const int np = L.n * D.p;
+  if (kappa < np) {
+    const int u = L.slots ? L.slots[kappa / D.p] : kappa / D.p, r = kappa % D.p;
+    const float* page = P.pages[u];
+    k = page + r * D.kvd + g * D.hd;
+    v = page + (D.p + r) * D.kvd + g * D.hd;
+    own = -1;
+  } else {
+    const int t = kappa - np;
+    k = P.k_own + t * D.kvd + g * D.hd;
+    v = P.v_own + t * D.kvd + g * D.hd;
+    own = t;
+  }
+}
+
+template <int LDA, int LDB>
+__device__ __forceinline__ float dot_rows(const float* a, const float* b, int hd) {
+  float acc = 0;
+#pragma unroll 8
+  for (int d = 0; d < hd; ++d) acc = fmaf(a[d], b[d], acc);
+  return acc;
+}
+
+// Loads 32 query rows (row rho = token r0 + rho / group, head g * group + rho % group) of `src`
+// ([T, qd]) times `mul` into dst [BQ][MAXD]; rows past `rows` are zero.
+template <int MAXD>
+__device__ __forceinline__ void load_rows(const Dims& D, const float* src, int r0, int rho0, int rows, int g,
+                                          float mul, float* dst) {
+  for (int e = threadIdx.x; e < BQ * D.hd; e += NT) {
+    const int r = e / D.hd, d = e % D.hd, rho = rho0 + r;
+    float val = 0.0f;
+    if (rho < rows) {
+      const int t = r0 + rho / D.group, h = g * D.group + rho % D.group;
+      val = src[t * D.qd + h * D.hd + d] * mul;
+    }
+    dst[r * MAXD + d] = val;
+  }
+}
+
+// Per-row scalars of a query tile ([t * qh + h] arrays), -1 token for rows past `rows`.
+__device__ __forceinline__ void load_row_info(const Dims& D, int r0, int rho0, int rows, int g, const float* lse,
+                                              const float* drow, int* tok, float* lse_s, float* d_s) {
+  if (threadIdx.x < BQ) {
+    const int rho = rho0 + threadIdx.x;
+    if (rho < rows) {
+      const int t = r0 + rho / D.group, h = g * D.group + rho % D.group;
+      tok[threadIdx.x] = t;
+      if (lse) lse_s[threadIdx.x] = lse[t * D.qh + h];
+      if (drow) d_s[threadIdx.x] = drow[t * D.qh + h];
+    } else {
+      tok[threadIdx.x] = -1;
+      if (lse) lse_s[threadIdx.x] = 0.0f;
+      if (drow) d_s[threadIdx.x] = 0.0f;
+    }
+  }
+}
+
+template <int MAXD>
+constexpr size_t fwd_smem() {
+  return sizeof(float) * (BQ * MAXD + BK * (MAXD + 1) + BK * MAXD + BQ * (BK + 1));
+}
+template <int MAXD>
+constexpr size_t dq_smem() {
+  return sizeof(float) * (2 * BQ * MAXD + 2 * BK * (MAXD + 1) + BQ * (BK + 1));
+}
+template <int MAXD>
+constexpr size_t dkv_smem() {
+  return sizeof(float) * (2 * BQ * MAXD + 2 * BK * (MAXD + 1) + 2 * BQ * (BK + 1));
+}
+
+template <int MAXD>
+__global__ void __launch_bounds__(NT) attention_fwd_kernel(Dims D, Ptrs P, float* __restrict__ o,
+                                                           float* __restrict__ lse) {
+  extern __shared__ float smem[];
+  float* Qs = smem;                    // [BQ][MAXD], pre-scaled
+  float* Ks = Qs + BQ * MAXD;          // [BK][MAXD + 1]
+  float* Vs = Ks + BK * (MAXD + 1);    // [BK][MAXD]
+  float* S = Vs + BK * MAXD;           // [BQ][BK + 1]
+  __shared__ float row_m[BQ], row_l[BQ], row_alpha[BQ];
+  __shared__ int row_tok[BQ], key_own[BK];
+  __shared__ const float* key_k[BK];
+  __shared__ const float* key_v[BK];
+
+  const int j = blockIdx.y, g = blockIdx.z, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int r0 = j * D.p, nq = min(D.p, D.T - r0), rows = nq * D.group, rho0 = blockIdx.x * BQ;
+  if (rho0 >= rows) return;
+  load_rows<MAXD>(D, P.q, r0, rho0, rows, g, D.scale, Qs);
+  load_row_info(D, r0, rho0, rows, g, nullptr, nullptr, row_tok, nullptr, nullptr);
+  if (threadIdx.x < BQ) {
+    row_m[threadIdx.x] = kNegInf;
+    row_l[threadIdx.x] = 0.0f;
+  }
+  const SlotList L = slot_list(D, P, j, g);
+  const int last_tok = r0 + (min(rho0 + BQ, rows) - 1) / D.group;
+  const int nkeys = L.n * D.p + last_tok + 1;
+  constexpr int DPT = MAXD / NW;  // output dims per thread: d = warp + NW * i
+  float acc[DPT];
+#pragma unroll
+  for (int i = 0; i < DPT; ++i) acc[i] = 0.0f;
+
+  for (int k0 = 0; k0 < nkeys; k0 += BK) {
+    __syncthreads();  // previous tile fully consumed (and the row info written, first time)
+    if (threadIdx.x < BK) {
+      const int kappa = k0 + threadIdx.x;
+      const float *kr = nullptr, *vr = nullptr;
+      int own = -1;
+      if (kappa < nkeys) key_rows(D, P, L, g, kappa, kr, vr, own);
+      key_k[threadIdx.x] = kr;
+      key_v[threadIdx.x] = vr;
+      key_own[threadIdx.x] = own;
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < BK * D.hd; e += NT) {
+      const int c = e / D.hd, d = e % D.hd;
+      const float* kr = key_k[c];
+      Ks[c * (MAXD + 1) + d] = kr ? kr[d] : 0.0f;
+      Vs[c * MAXD + d] = kr ? key_v[c][d] : 0.0f;
+    }
+    __syncthreads();
+    // Scores: lane = key, rows warp + NW * i.
+    for (int i = 0; i < BQ / NW; ++i) {
+      const int r = warp + NW * i, tq = row_tok[r], own = key_own[lane];
+      float s = kNegInf;
+      if (tq >= 0 && key_k[lane] && own <= tq)
+        s = dot_rows<MAXD, MAXD + 1>(Qs + r * MAXD, Ks + lane * (MAXD + 1), D.hd);
+      S[r * (BK + 1) + lane] = s;
+    }
+    __syncthreads();
+    // Online softmax: warp w owns rows w * BQ/NW .. ; lane = key.
+    for (int i = 0; i < BQ / NW; ++i) {
+      const int r = warp * (BQ / NW) + i;
+      const float s = S[r * (BK + 1) + lane];
+      const float m_old = row_m[r], m_new = fmaxf(m_old, warp_max(s));
+      float pr = 0.0f, alpha = 1.0f;
+      if (m_new != kNegInf) {
+        pr = s == kNegInf ? 0.0f : expf(s - m_new);
+        alpha = m_old == kNegInf ? 0.0f : expf(m_old - m_new);
+      }
+      const float sum = warp_sum(pr);
+      S[r * (BK + 1) + lane] = pr;
+      if (lane == 0) {
+        row_l[r] = row_l[r] * alpha + sum;
+        row_m[r] = m_new;
+        row_alpha[r] = alpha;
+      }
+    }
+    __syncthreads();
+    // O = alpha O + P V: thread (row = lane, dims warp + NW * i).
+    const float alpha = row_alpha[lane];
+#pragma unroll
+    for (int i = 0; i < DPT; ++i) acc[i] *= alpha;
+    for (int c = 0; c < BK; ++c) {
+      const float pc = S[lane * (BK + 1) + c];
+      const float* vr = Vs + c * MAXD + warp;
+#pragma unroll
+      for (int i = 0; i < DPT; ++i) acc[i] = fmaf(pc, vr[NW * i], acc[i]);
+    }
+  }
+  __syncthreads();
+  const int tq = row_tok[lane];
+  if (tq < 0) return;
+  const int h = g * D.group + (rho0 + lane) % D.group;
+  const float inv = 1.0f / row_l[lane];
+#pragma unroll
+  for (int i = 0; i < DPT; ++i) {
+    const int d = warp + NW * i;
+    if (d < D.hd) o[tq * D.qd + h * D.hd + d] = acc[i] * inv;
+  }
+  if (warp == 0) lse[tq * D.qh + h] = row_m[lane] + logf(row_l[lane]);
+}
+
+// D[t, h] = dout . o
+__global__ void attention_drow_kernel(const float* __restrict__ dout, const float* __restrict__ o, int64_t n,
+                                      int64_t hd, float* __restrict__ drow) {
+  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < n; e += int64_t{gridDim.x} * blockDim.x) {
+    float acc = 0;
+    for (int64_t d = 0; d < hd; ++d) acc += dout[e * hd + d] * o[e * hd + d];
+    drow[e] = acc;
+  }
+}
+
+template <int MAXD>
+__global__ void __launch_bounds__(NT) attention_dq_kernel(Dims D, Ptrs P, const float* __restrict__ lse,
+                                                          const float* __restrict__ dout,
+                                                          const float* __restrict__ drow, float* __restrict__ dq) {
+  extern __shared__ float smem[];
+  float* Qs = smem;                    // [BQ][MAXD], pre-scaled
+  float* dOs = Qs + BQ * MAXD;         // [BQ][MAXD]
+  float* Ks = dOs + BQ * MAXD;         // [BK][MAXD + 1]
+  float* Vs = Ks + BK * (MAXD + 1);    // [BK][MAXD + 1]
+  float* S = Vs + BK * (MAXD + 1);     // [BQ][BK + 1]: dS
+  __shared__ float row_lse[BQ], row_d[BQ];
+  __shared__ int row_tok[BQ], key_own[BK];
+  __shared__ const float* key_k[BK];
+  __shared__ const float* key_v[BK];
+
+  const int j = blockIdx.y, g = blockIdx.z, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int r0 = j * D.p, nq = min(D.p, D.T - r0), rows = nq * D.group, rho0 = blockIdx.x * BQ;
+  if (rho0 >= rows) return;
+  load_rows<MAXD>(D, P.q, r0, rho0, rows, g, D.scale, Qs);
+  load_rows<MAXD>(D, dout, r0, rho0, rows, g, 1.0f, dOs);
+  load_row_info(D, r0, rho0, rows, g, lse, drow, row_tok, row_lse, row_d);
+  const SlotList L = slot_list(D, P, j, g);
+  const int last_tok = r0 + (min(rho0 + BQ, rows) - 1) / D.group;
+  const int nkeys = L.n * D.p + last_tok + 1;
+  constexpr int DPT = MAXD / NW;
+  float acc[DPT];
+#pragma unroll
+  for (int i = 0; i < DPT; ++i) acc[i] = 0.0f;
+
+  for (int k0 = 0; k0 < nkeys; k0 += BK) {
+    __syncthreads();
+    if (threadIdx.x < BK) {
+      const int kappa = k0 + threadIdx.x;
+      const float *kr = nullptr, *vr = nullptr;
+      int own = -1;
+      if (kappa < nkeys) key_rows(D, P, L, g, kappa, kr, vr, own);
+      key_k[threadIdx.x] = kr;
+      key_v[threadIdx.x] = vr;
+      key_own[threadIdx.x] = own;
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < BK * D.hd; e += NT) {
+      const int c = e / D.hd, d = e % D.hd;
+      const float* kr = key_k[c];
+      Ks[c * (MAXD + 1) + d] = kr ? kr[d] : 0.0f;
+      Vs[c * (MAXD + 1) + d] = kr ? key_v[c][d] : 0.0f;
+    }
+    __syncthreads();
+    for (int i = 0; i < BQ / NW; ++i) {
+      const int r = warp + NW * i, tq = row_tok[r], own = key_own[lane];
+      float ds = 0.0f;
+      if (tq >= 0 && key_k[lane] && own <= tq) {
+        const float s = dot_rows<MAXD, MAXD + 1>(Qs + r * MAXD, Ks + lane * (MAXD + 1), D.hd);
+        const float pr = expf(s - row_lse[r]);
+        const float dp = dot_rows<MAXD, MAXD + 1>(dOs + r * MAXD, Vs + lane * (MAXD + 1), D.hd);
+        ds = pr * (dp - row_d[r]);
+      }
+      S[r * (BK + 1) + lane] = ds;
+    }
+    __syncthreads();
+    // dQ += dS K: thread (row = lane, dims warp + NW * i).
+    for (int c = 0; c < BK; ++c) {
+      const float dsc = S[lane * (BK + 1) + c];
+      const float* kr = Ks + c * (MAXD + 1) + warp;
+#pragma unroll
+      for (int i = 0; i < DPT; ++i) acc[i] = fmaf(dsc, kr[NW * i], acc[i]);
+    }
+  }
+  __syncthreads();
+  const int tq = row_tok[lane];
+  if (tq < 0) return;
+  const int h = g * D.group + (rho0 + lane) % D.group;
+#pragma unroll
+  for (int i = 0; i < DPT; ++i) {
+    const int d = warp + NW * i;
+    if (d < D.hd) dq[tq * D.qd + h * D.hd + d] = acc[i] * D.scale;
+  }
+}
+
+// Block (key tile, g). Key tiles: prefix slot u's rows [kr0, kr0 + 32) for tiles < U * tiles per
+// page, then the own rows in tiles of 32.
+template <int MAXD>
+__global__ void __launch_bounds__(NT) attention_dkv_kernel(Dims D, Ptrs P, const float* __restrict__ lse,
+                                                           const float* __restrict__ dout,
+                                                           const float* __restrict__ drow,
+                                                           float* const* __restrict__ grad_pages,
+                                                           float* __restrict__ dk_own, float* __restrict__ dv_own) {
+  extern __shared__ float smem[];
+  float* Qs = smem;                    // [BQ][MAXD], pre-scaled
+  float* dOs = Qs + BQ * MAXD;         // [BQ][MAXD]
+  float* Ks = dOs + BQ * MAXD;         // [BK][MAXD + 1]
+  float* Vs = Ks + BK * (MAXD + 1);    // [BK][MAXD + 1]
+  float* Pt = Vs + BK * (MAXD + 1);    // [BQ][BK + 1]: P
+  float* dSt = Pt + BQ * (BK + 1);     // [BQ][BK + 1]: dS
+  __shared__ float row_lse[BQ], row_d[BQ];
+  __shared__ int row_tok[BQ];
+
+  const int g = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int tiles_per_page = (D.p + BK - 1) / BK;
+  const int tile = blockIdx.x;
+  const bool prefix = tile < D.U * tiles_per_page;
+  int u = -1, kr0 = 0, t0 = 0, nk;
+  if (prefix) {
+    u = tile / tiles_per_page;
+    kr0 = (tile % tiles_per_page) * BK;
+    nk = min(BK, D.p - kr0);
+  } else {
+    t0 = (tile - D.U * tiles_per_page) * BK;
+    nk = min(BK, D.T - t0);
+  }
+  // Keys: own token of key c is t0 + c (own tiles) or -1 (prefix).
+  for (int e = threadIdx.x; e < BK * D.hd; e += NT) {
+    const int c = e / D.hd, d = e % D.hd;
+    float kv = 0.0f, vv = 0.0f;
+    if (c < nk) {
+      const float* kr = prefix ? P.pages[u] + (kr0 + c) * D.kvd + g * D.hd : P.k_own + (t0 + c) * D.kvd + g * D.hd;
+      const float* vr = prefix ? P.pages[u] + (D.p + kr0 + c) * D.kvd + g * D.hd
+                               : P.v_own + (t0 + c) * D.kvd + g * D.hd;
+      kv = kr[d];
+      vv = vr[d];
+    }
+    Ks[c * (MAXD + 1) + d] = kv;
+    Vs[c * (MAXD + 1) + d] = vv;
+  }
+  constexpr int DPT = MAXD / NW;
+  float dk[DPT], dv[DPT];
+#pragma unroll
+  for (int i = 0; i < DPT; ++i) dk[i] = dv[i] = 0.0f;
+  const int key_tok = prefix ? -1 : t0 + lane;  // of this thread's key (lane)
+
+  for (int j = prefix ? 0 : t0 / D.p; j < D.qpages; ++j) {
+    if (prefix && !attends(D, P, j, g, u)) continue;
+    const int r0 = j * D.p, nq = min(D.p, D.T - r0), rows = nq * D.group;
+    const int rho_start = prefix ? 0 : max(0, t0 - r0) * D.group;
+    for (int rho0 = rho_start; rho0 < rows; rho0 += BQ) {
+      __syncthreads();  // previous query tile consumed
+      load_rows<MAXD>(D, P.q, r0, rho0, rows, g, D.scale, Qs);
+      load_rows<MAXD>(D, dout, r0, rho0, rows, g, 1.0f, dOs);
+      load_row_info(D, r0, rho0, rows, g, lse, drow, row_tok, row_lse, row_d);
+      __syncthreads();
+      // P and dS: lane = key, rows warp + NW * i.
+      for (int i = 0; i < BQ / NW; ++i) {
+        const int r = warp + NW * i, tq = row_tok[r];
+        float pr = 0.0f, ds = 0.0f;
+        if (tq >= 0 && lane < nk && key_tok <= tq) {
+          const float s = dot_rows<MAXD, MAXD + 1>(Qs + r * MAXD, Ks + lane * (MAXD + 1), D.hd);
+          pr = expf(s - row_lse[r]);
+          const float dp = dot_rows<MAXD, MAXD + 1>(dOs + r * MAXD, Vs + lane * (MAXD + 1), D.hd);
+          ds = pr * (dp - row_d[r]);
+        }
+        Pt[r * (BK + 1) + lane] = pr;
+        dSt[r * (BK + 1) + lane] = ds;
+      }
+      __syncthreads();
+      // dV += P^T dO, dK += dS^T Q (Q pre-scaled): thread (key = lane, dims warp + NW * i).
+      for (int r = 0; r < BQ; ++r) {
+        const float pr = Pt[r * (BK + 1) + lane], ds = dSt[r * (BK + 1) + lane];
+        const float* dor = dOs + r * MAXD + warp;
+        const float* qr = Qs + r * MAXD + warp;
+#pragma unroll
+        for (int i = 0; i < DPT; ++i) {
+          dv[i] = fmaf(pr, dor[NW * i], dv[i]);
+          dk[i] = fmaf(ds, qr[NW * i], dk[i]);
+        }
+      }
+    }
+  }
+  if (lane >= nk) return;
+#pragma unroll
+  for (int i = 0; i < DPT; ++i) {
+    const int d = warp + NW * i;
+    if (d >= D.hd) continue;
+    if (prefix) {
+      float* page = grad_pages[u];
+      page[(kr0 + lane) * D.kvd + g * D.hd + d] += dk[i];
+      page[(D.p + kr0 + lane) * D.kvd + g * D.hd + d] += dv[i];
+    } else {
+      dk_own[(t0 + lane) * D.kvd + g * D.hd + d] = dk[i];
+      dv_own[(t0 + lane) * D.kvd + g * D.hd + d] = dv[i];
+    }
+  }
+}
+
+template <class Kernel>
+void allow_smem(Kernel k, size_t bytes) {
+  if (bytes > 48 * 1024)
+    OOMB_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+}
+
+void check_args(const AttentionArgs& a) {
+  OOMB_ASSERT(a.rows > 0 && a.head_dim > 0 && a.page_tokens > 0 && a.kv_heads > 0 && a.q_heads % a.kv_heads == 0);
+  if (a.head_dim > kMaxAttentionHeadDim)
+    throw Error("cuda attention", "head_dim", std::to_string(a.head_dim) + " is not supported",
+                "head_dim <= " + std::to_string(kMaxAttentionHeadDim));
+  // 32-bit row offsets inside the kernels.
+  OOMB_ASSERT(a.rows * a.q_heads * a.head_dim < (int64_t{1} << 31) &&
+              a.page_tokens * 2 * a.kv_heads * a.head_dim < (int64_t{1} << 31));
+}
+
+dim3 query_grid(const Dims& D) {
+  return dim3(static_cast<unsigned>((D.p * D.group + BQ - 1) / BQ), static_cast<unsigned>(D.qpages),
+              static_cast<unsigned>(D.kvh));
+}
+
+template <int MAXD>
+void fwd(const Dims& D, const Ptrs& P, float* o, float* lse, cudaStream_t s) {
+  allow_smem(attention_fwd_kernel<MAXD>, fwd_smem<MAXD>());
+  attention_fwd_kernel<MAXD><<<query_grid(D), NT, fwd_smem<MAXD>(), s>>>(D, P, o, lse);
+  OOMB_CUDA_LAUNCH_CHECK("attention_fwd_kernel");
+}
+
+template <int MAXD>
+void bwd(const Dims& D, const Ptrs& P, const AttentionGrads& G, cudaStream_t s) {
+  allow_smem(attention_dq_kernel<MAXD>, dq_smem<MAXD>());
+  attention_dq_kernel<MAXD><<<query_grid(D), NT, dq_smem<MAXD>(), s>>>(D, P, G.lse, G.dout, G.drow, G.dq);
+  OOMB_CUDA_LAUNCH_CHECK("attention_dq_kernel");
+  const int tiles = D.U * ((D.p + BK - 1) / BK) + (D.T + BK - 1) / BK;
+  allow_smem(attention_dkv_kernel<MAXD>, dkv_smem<MAXD>());
+  attention_dkv_kernel<MAXD><<<dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(D.kvh)), NT,
+                               dkv_smem<MAXD>(), s>>>(D, P, G.lse, G.dout, G.drow, G.grad_pages, G.dk_own,
+                                                      G.dv_own);
+  OOMB_CUDA_LAUNCH_CHECK("attention_dkv_kernel");
+}
+
+}  // namespace
+
+void launch_attention_fwd(const AttentionArgs& a, float* o, float* lse, cudaStream_t s) {
+  check_args(a);
+  const Dims D = dims_of(a);
+  const Ptrs P = ptrs_of(a);
+  if (a.head_dim <= 32) fwd<32>(D, P, o, lse, s);
+  else if (a.head_dim <= 64) fwd<64>(D, P, o, lse, s);
+  else fwd<128>(D, P, o, lse, s);
+}
+
+void launch_attention_bwd(const AttentionArgs& a, const AttentionGrads& g, cudaStream_t s) {
+  check_args(a);
+  const Dims D = dims_of(a);
+  const Ptrs P = ptrs_of(a);
+  const int64_t n = a.rows * a.q_heads;
+  attention_drow_kernel<<<grid_for(n), kThreads, 0, s>>>(g.dout, g.o, n, a.head_dim, g.drow);
+  OOMB_CUDA_LAUNCH_CHECK("attention_drow_kernel");
+  if (a.head_dim <= 32) bwd<32>(D, P, g, s);
+  else if (a.head_dim <= 64) bwd<64>(D, P, g, s);
+  else bwd<128>(D, P, g, s);
+}
+
+}  // namespace oomb::executor::cuda

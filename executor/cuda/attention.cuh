@@ -1,0 +1,49 @@
+#pragma once
+// Paged flash attention of one chunk (executor/runtime/backend.h PagedAttention), fp32 on CUDA
+// cores: online softmax with saved log-sum-exp, GQA of any ratio, any head_dim <= 128, causal
+// inside the chunk, prefix keys from a list of page pointers, dense or selected per query page
+// (and KV head). The key sequence of query page j and KV head g is: the rows of its attended prefix
+// slots (in slot order), then the chunk's own rows (causal).
+//
+// Forward: block per (32 query rows of page j, j, g); query rows are the (token, head) pairs of the
+// page's tokens and g's query heads. Backward: D = rowsum(dO * O); dQ by the forward's blocks;
+// dK / dV by one block per (32 keys of a prefix page or of the own rows, g), which loops over every
+// query row that attends those keys, so it is the only writer of their gradients: prefix gradient
+// pages are accumulated with plain read-add-writes (deterministic, no atomics), own dK / dV are
+// overwritten.
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace oomb::executor::cuda {
+
+struct AttentionArgs {
+  int64_t rows = 0, q_heads = 0, kv_heads = 0, head_dim = 0, page_tokens = 0;
+  int64_t prefix_slots = 0;                  // U
+  const float* q = nullptr;                  // [T, q_heads * hd]
+  const float* k_own = nullptr;              // [T, kv_heads * hd]
+  const float* v_own = nullptr;
+  const float* const* pages = nullptr;       // device array [U]
+  int64_t select_groups = 0;                 // 0 = dense
+  const int32_t* select_offsets = nullptr;   // device [qpages * select_groups + 1] (CSR)
+  const int32_t* select_slots = nullptr;     // device
+};
+
+void launch_attention_fwd(const AttentionArgs& a, float* o, float* lse, cudaStream_t s);
+
+struct AttentionGrads {
+  const float* o = nullptr;
+  const float* lse = nullptr;
+  const float* dout = nullptr;
+  float* drow = nullptr;                     // scratch [T, q_heads]
+  float* dq = nullptr;                       // overwritten
+  float* dk_own = nullptr;                   // overwritten
+  float* dv_own = nullptr;
+  float* const* grad_pages = nullptr;        // device array [U], accumulated
+};
+
+void launch_attention_bwd(const AttentionArgs& a, const AttentionGrads& g, cudaStream_t s);
+
+constexpr int64_t kMaxAttentionHeadDim = 128;
+
+}  // namespace oomb::executor::cuda

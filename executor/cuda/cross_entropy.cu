@@ -1,0 +1,69 @@
+#include <cfloat>
+
+#include "executor/cuda/common.cuh"
+#include "executor/cuda/cross_entropy.cuh"
+
+namespace oomb::executor::cuda {
+
+namespace {
+
+constexpr int kRowThreads = 512;
+
+__global__ void cross_entropy_kernel(float* __restrict__ logits, int64_t rows, int64_t vocab,
+                                     const int32_t* __restrict__ targets, float scale, double* __restrict__ row_loss) {
+  __shared__ float red_f[32];
+  __shared__ double red_d[32];
+  for (int64_t t = blockIdx.x; t < rows; t += gridDim.x) {
+    float* row = logits + t * vocab;
+    const int32_t target = targets[t];
+    if (target < 0) {
+      for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) row[i] = 0.0f;
+      if (threadIdx.x == 0) row_loss[t] = 0.0;
+      continue;
+    }
+    // Pass 1: online max and sum of exp (per thread, rescaled in double), then combined.
+    float m = -FLT_MAX;
+    double l = 0;
+    for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) {
+      const float x = row[i];
+      if (x > m) {
+        l *= exp(static_cast<double>(m) - x);
+        m = x;
+      }
+      l += expf(x - m);
+    }
+    const float mx = block_max(m, red_f);
+    const double sum = block_sum(l * exp(static_cast<double>(m) - mx), red_d);
+    const float target_p = expf(row[target] - mx);
+    __syncthreads();  // every thread has read row[target] before it is overwritten
+    const float factor = static_cast<float>(scale / sum);
+    for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) {
+      const float g = expf(row[i] - mx) * factor;
+      row[i] = i == target ? g - scale : g;
+    }
+    if (threadIdx.x == 0) row_loss[t] = log(sum) - log(static_cast<double>(target_p));
+  }
+}
+
+__global__ void sum_kernel(const double* __restrict__ v, int64_t n, double* __restrict__ out) {
+  __shared__ double red[32];
+  double acc = 0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) acc += v[i];
+  acc = block_sum(acc, red);
+  if (threadIdx.x == 0) *out = acc;
+}
+
+}  // namespace
+
+void launch_cross_entropy(float* logits, int64_t rows, int64_t vocab, const int32_t* targets, float scale,
+                          double* row_loss, double* loss_sum, cudaStream_t s) {
+  if (rows > 0 && vocab > 0) {
+    const auto blocks = static_cast<unsigned>(rows < 65535 ? rows : 65535);
+    cross_entropy_kernel<<<blocks, kRowThreads, 0, s>>>(logits, rows, vocab, targets, scale, row_loss);
+    OOMB_CUDA_LAUNCH_CHECK("cross_entropy_kernel");
+  }
+  sum_kernel<<<1, kThreads, 0, s>>>(row_loss, rows > 0 ? rows : 0, loss_sum);
+  OOMB_CUDA_LAUNCH_CHECK("sum_kernel");
+}
+
+}  // namespace oomb::executor::cuda

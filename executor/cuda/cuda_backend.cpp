@@ -1,0 +1,696 @@
+// The CUDA backend: memory tiers, streams and copies, and the ops as launches of the kernel files
+// (one .cu + .cuh per kernel family) and cuBLASLt GEMMs. See cuda_backend.h for the stream and
+// event design.
+#include "executor/cuda/cuda_backend.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "core/error.h"
+#include "executor/cuda/adamw.cuh"
+#include "executor/cuda/arena.h"
+#include "executor/cuda/attention.cuh"
+#include "executor/cuda/cross_entropy.cuh"
+#include "executor/cuda/cuda_check.h"
+#include "executor/cuda/elementwise.cuh"
+#include "executor/cuda/embedding.cuh"
+#include "executor/cuda/gemm.h"
+#include "executor/cuda/kv_pages.cuh"
+#include "executor/cuda/rmsnorm.cuh"
+#include "executor/cuda/rope.cuh"
+#include "executor/cuda/selection.cuh"
+#include "executor/cuda/swiglu.cuh"
+
+namespace oomb::executor {
+
+using namespace cuda;
+
+namespace {
+
+constexpr int64_t kGemmWorkspaceBytes = int64_t{32} << 20;
+constexpr int64_t kAlign = 256;
+
+int64_t steady_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+int64_t up(int64_t b) { return (b + kAlign - 1) / kAlign * kAlign; }
+
+// The device events behind an oomb Event returned by copy_async. Held as the shared_ptr's
+// deleter, so that std::get_deleter identifies this backend's events (Event itself is not
+// polymorphic) and the CUDA events live exactly as long as the Event.
+struct CopyEvents {
+  cudaEvent_t start = nullptr, end = nullptr;
+  void operator()(Event* e) const {
+    // Errors are ignored: at process exit the runtime may already be gone.
+    if (start) cudaEventDestroy(start);
+    if (end) cudaEventDestroy(end);
+    delete e;
+  }
+};
+
+}  // namespace
+
+struct CudaBackend::Impl {
+  CudaBackendOptions opt;
+  cudaStream_t compute = nullptr, h2d = nullptr, d2h = nullptr;
+  cudaEvent_t compute_mark = nullptr;  // re-recorded at each copy_async
+  std::unique_ptr<Arena> device, host;
+  std::mutex mem_mu;
+
+  // Device scratch of the ops: reused by every op (all on the compute stream, so in stream order).
+  void* workspace = nullptr;
+  int64_t workspace_bytes = 0, workspace_grows = 0;
+  void* gemm_workspace = nullptr;
+  std::unique_ptr<Gemm> gemm;
+
+  // Pinned staging slots for host -> device transfers issued on the compute stream.
+  struct Slot {
+    void* host = nullptr;
+    cudaEvent_t done = nullptr;
+  };
+  std::vector<Slot> slots;
+  size_t next_slot = 0;
+  void* readback = nullptr;  // pinned, for values returned to the host (synchronised)
+  int64_t readback_bytes = 0;
+
+  // Copies in flight: a completion thread per direction, and the host ranges each copy touches.
+  struct Job {
+    EventPtr event;
+    cudaEvent_t start = nullptr, end = nullptr;
+    std::function<void(int64_t, int64_t)> on_done;
+    uint64_t id = 0;
+  };
+  struct Completion {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::deque<Job> queue;
+    bool stop = false;
+    std::thread thread;
+  };
+  Completion completion[2];
+  std::mutex copy_mu;  // issue order; pending ranges
+  struct Pending {
+    EventPtr event;
+    std::vector<std::pair<uintptr_t, uintptr_t>> host_ranges;
+  };
+  std::map<uint64_t, Pending> pending;
+  uint64_t next_id = 0;
+
+  explicit Impl(CudaBackendOptions o) : opt(std::move(o)) {}
+
+  void run_completion(Completion& c) {
+    cudaSetDevice(opt.device);  // this thread's current device (its events belong to it)
+    for (;;) {
+      Job job;
+      {
+        std::unique_lock<std::mutex> lock(c.mu);
+        c.cv.wait(lock, [&] { return c.stop || !c.queue.empty(); });
+        if (c.queue.empty()) return;  // stopping and drained
+        job = std::move(c.queue.front());
+        c.queue.pop_front();
+      }
+      const cudaError_t e = cudaEventSynchronize(job.end);
+      float ms = 0;
+      if (e == cudaSuccess) cudaEventElapsedTime(&ms, job.start, job.end);
+      else
+        std::fprintf(stderr, "oomb: asynchronous copy failed: %s (%s)\n", cudaGetErrorName(e), cudaGetErrorString(e));
+      const int64_t t1 = steady_ns(), t0 = t1 - static_cast<int64_t>(static_cast<double>(ms) * 1e6);
+      if (job.on_done) {
+        try {
+          job.on_done(t0, t1);
+        } catch (const std::exception& ex) {
+          std::fprintf(stderr, "oomb: copy completion callback failed: %s\n", ex.what());
+        }
+      }
+      {
+        std::lock_guard<std::mutex> lock(copy_mu);
+        pending.erase(job.id);
+      }
+      job.event->signal();
+    }
+  }
+
+  void synchronize() {
+    OOMB_CUDA_CHECK(cudaStreamSynchronize(compute));
+    OOMB_CUDA_CHECK(cudaStreamSynchronize(h2d));
+    OOMB_CUDA_CHECK(cudaStreamSynchronize(d2h));
+  }
+
+  // Device scratch of at least `bytes` (grows with a synchronisation: only the first time a larger
+  // call arrives).
+  char* scratch(int64_t bytes) {
+    if (bytes > workspace_bytes) {
+      OOMB_CUDA_CHECK(cudaStreamSynchronize(compute));
+      if (workspace) OOMB_CUDA_CHECK(cudaFree(workspace));
+      workspace = nullptr;
+      const int64_t n = std::max(bytes, 2 * workspace_bytes);
+      OOMB_CUDA_CHECK(cudaMalloc(&workspace, static_cast<size_t>(n)));
+      workspace_bytes = n;
+      ++workspace_grows;
+    }
+    return static_cast<char*>(workspace);
+  }
+
+  // Host -> device (or any tier) on the compute stream; src may be reused when this returns.
+  void put(void* dst, const void* src, int64_t bytes) {
+    if (bytes <= 0) return;
+    if (bytes <= opt.staging_slot_bytes && !slots.empty()) {
+      Slot& s = slots[next_slot++ % slots.size()];
+      OOMB_CUDA_CHECK(cudaEventSynchronize(s.done));  // the slot's previous copy has read it
+      std::memcpy(s.host, src, static_cast<size_t>(bytes));
+      OOMB_CUDA_CHECK(cudaMemcpyAsync(dst, s.host, static_cast<size_t>(bytes), cudaMemcpyDefault, compute));
+      OOMB_CUDA_CHECK(cudaEventRecord(s.done, compute));
+    } else {
+      OOMB_CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDefault, compute));
+      OOMB_CUDA_CHECK(cudaStreamSynchronize(compute));
+    }
+  }
+
+  // Device (or any tier) -> host, after everything queued on the compute stream.
+  void get(void* dst, const void* src, int64_t bytes) {
+    if (bytes <= 0) return;
+    if (bytes > readback_bytes) {
+      OOMB_CUDA_CHECK(cudaStreamSynchronize(compute));
+      if (readback) OOMB_CUDA_CHECK(cudaFreeHost(readback));
+      readback = nullptr;
+      readback_bytes = std::max<int64_t>(up(bytes), 1 << 20);
+      OOMB_CUDA_CHECK(cudaHostAlloc(&readback, static_cast<size_t>(readback_bytes), cudaHostAllocPortable));
+    }
+    OOMB_CUDA_CHECK(cudaMemcpyAsync(readback, src, static_cast<size_t>(bytes), cudaMemcpyDefault, compute));
+    OOMB_CUDA_CHECK(cudaStreamSynchronize(compute));
+    std::memcpy(dst, readback, static_cast<size_t>(bytes));
+  }
+
+  bool in_host_tier(const void* p) {
+    std::lock_guard<std::mutex> lock(mem_mu);
+    return host->contains(p);
+  }
+  bool in_device_tier(const void* p) {
+    std::lock_guard<std::mutex> lock(mem_mu);
+    return device->contains(p);
+  }
+
+  // Host waits for the in-flight copies that read or write [p, p + bytes) on the host side.
+  void wait_host_range(const void* p, int64_t bytes) {
+    const auto a = reinterpret_cast<uintptr_t>(p), b = a + static_cast<uintptr_t>(bytes);
+    std::vector<EventPtr> waits;
+    {
+      std::lock_guard<std::mutex> lock(copy_mu);
+      for (const auto& [id, pend] : pending)
+        for (const auto& [x, y] : pend.host_ranges)
+          if (x < b && a < y) {
+            waits.push_back(pend.event);
+            break;
+          }
+    }
+    for (auto& e : waits) e->wait();
+  }
+};
+
+CudaBackend::CudaBackend(CudaBackendOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {
+  Impl& m = *impl_;
+  std::string why;
+  if (!cuda_device_available(&why)) throw Error("--backend", "cuda", "no usable CUDA device: " + why);
+  OOMB_CUDA_CHECK(cudaSetDevice(m.opt.device));
+  OOMB_CUDA_CHECK(cudaStreamCreateWithFlags(&m.compute, cudaStreamNonBlocking));
+  OOMB_CUDA_CHECK(cudaStreamCreateWithFlags(&m.h2d, cudaStreamNonBlocking));
+  OOMB_CUDA_CHECK(cudaStreamCreateWithFlags(&m.d2h, cudaStreamNonBlocking));
+  OOMB_CUDA_CHECK(cudaEventCreateWithFlags(&m.compute_mark, cudaEventDisableTiming));
+  m.device = std::make_unique<Arena>(
+      [](int64_t bytes) {
+        void* p = nullptr;
+        OOMB_CUDA_CHECK(cudaMalloc(&p, static_cast<size_t>(bytes)));
+        return p;
+      },
+      [](void* p, int64_t) { cudaFree(p); }, m.opt.device_grow_bytes, kAlign);
+  m.host = std::make_unique<Arena>(
+      [](int64_t bytes) {
+        void* p = nullptr;
+        OOMB_CUDA_CHECK(cudaHostAlloc(&p, static_cast<size_t>(bytes), cudaHostAllocPortable | cudaHostAllocMapped));
+        return p;
+      },
+      [](void* p, int64_t) { cudaFreeHost(p); }, m.opt.host_slab_bytes, kAlign);
+  m.device->reserve(m.opt.device_reserve_bytes);
+  m.scratch(std::max<int64_t>(m.opt.workspace_bytes, kAlign));
+  m.workspace_grows = 0;
+  OOMB_CUDA_CHECK(cudaMalloc(&m.gemm_workspace, static_cast<size_t>(kGemmWorkspaceBytes)));
+  m.gemm = std::make_unique<Gemm>(m.gemm_workspace, kGemmWorkspaceBytes, m.opt.tf32);
+  m.slots.resize(static_cast<size_t>(std::max(m.opt.staging_slots, 0)));
+  for (auto& s : m.slots) {
+    OOMB_CUDA_CHECK(cudaHostAlloc(&s.host, static_cast<size_t>(std::max<int64_t>(m.opt.staging_slot_bytes, 1)),
+                                  cudaHostAllocPortable));
+    OOMB_CUDA_CHECK(cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming));
+  }
+  for (auto& c : m.completion) c.thread = std::thread([&m, &c] { m.run_completion(c); });
+}
+
+CudaBackend::~CudaBackend() {
+  Impl& m = *impl_;
+  for (auto& c : m.completion) {
+    {
+      std::lock_guard<std::mutex> lock(c.mu);
+      c.stop = true;
+    }
+    c.cv.notify_all();
+  }
+  for (auto& c : m.completion)
+    if (c.thread.joinable()) c.thread.join();
+  // Nothing here may throw: errors are ignored.
+  cudaStreamSynchronize(m.compute);
+  cudaStreamSynchronize(m.h2d);
+  cudaStreamSynchronize(m.d2h);
+  m.gemm.reset();
+  if (m.gemm_workspace) cudaFree(m.gemm_workspace);
+  if (m.workspace) cudaFree(m.workspace);
+  if (m.readback) cudaFreeHost(m.readback);
+  for (auto& s : m.slots) {
+    if (s.host) cudaFreeHost(s.host);
+    if (s.done) cudaEventDestroy(s.done);
+  }
+  m.device.reset();
+  m.host.reset();
+  if (m.compute_mark) cudaEventDestroy(m.compute_mark);
+  for (cudaStream_t s : {m.compute, m.h2d, m.d2h})
+    if (s) cudaStreamDestroy(s);
+}
+
+// ---------------------------------------------------------------- memory and copies
+
+void* CudaBackend::allocate(Tier tier, int64_t bytes) {
+  Impl& m = *impl_;
+  void* p = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(m.mem_mu);
+    p = (tier == Tier::device ? m.device : m.host)->allocate(bytes);
+  }
+  // Freed memory is reused only after deallocate() synchronised, so nothing in flight touches it.
+  if (bytes > 0) {
+    if (tier == Tier::device) OOMB_CUDA_CHECK(cudaMemsetAsync(p, 0, static_cast<size_t>(bytes), m.compute));
+    else std::memset(p, 0, static_cast<size_t>(bytes));
+  }
+  return p;
+}
+
+void CudaBackend::deallocate(Tier tier, void* p, int64_t) {
+  if (!p) return;
+  Impl& m = *impl_;
+  m.synchronize();
+  std::lock_guard<std::mutex> lock(m.mem_mu);
+  (tier == Tier::device ? m.device : m.host)->deallocate(p);
+}
+
+void CudaBackend::fill_zero(void* p, int64_t bytes) {
+  if (bytes <= 0) return;
+  Impl& m = *impl_;
+  bool device = m.in_device_tier(p);
+  if (!device && !m.in_host_tier(p)) {
+    cudaPointerAttributes attr{};
+    device = cudaPointerGetAttributes(&attr, p) == cudaSuccess &&
+             (attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged);
+    cudaGetLastError();  // a plain host pointer may leave an error behind on old runtimes
+  }
+  if (device) {
+    OOMB_CUDA_CHECK(cudaMemsetAsync(p, 0, static_cast<size_t>(bytes), m.compute));
+  } else {
+    m.wait_host_range(p, bytes);
+    std::memset(p, 0, static_cast<size_t>(bytes));
+  }
+}
+
+void CudaBackend::upload(void* device_dst, const void* src, int64_t bytes) { impl_->put(device_dst, src, bytes); }
+
+void CudaBackend::download(void* dst, const void* device_src, int64_t bytes) {
+  Impl& m = *impl_;
+  if (bytes <= 0) return;
+  OOMB_CUDA_CHECK(cudaMemcpyAsync(dst, device_src, static_cast<size_t>(bytes), cudaMemcpyDefault, m.compute));
+  OOMB_CUDA_CHECK(cudaStreamSynchronize(m.compute));
+}
+
+EventPtr CudaBackend::copy_async(CopyRequest req) {
+  Impl& m = *impl_;
+  const cudaStream_t st = req.dir == CopyDir::h2d ? m.h2d : m.d2h;
+  Impl::Job job;
+  std::vector<std::pair<uintptr_t, uintptr_t>> ranges;
+  std::unique_lock<std::mutex> lock(m.copy_mu);
+  // Ordered after all compute work issued so far (pages written by kernels; pages kernels read).
+  OOMB_CUDA_CHECK(cudaEventRecord(m.compute_mark, m.compute));
+  OOMB_CUDA_CHECK(cudaStreamWaitEvent(st, m.compute_mark, 0));
+  for (const EventPtr& e : req.after) {
+    if (!e) continue;
+    if (const CopyEvents* d = std::get_deleter<CopyEvents>(e)) {
+      OOMB_CUDA_CHECK(cudaStreamWaitEvent(st, d->end, 0));
+    } else {
+      lock.unlock();
+      e->wait();
+      lock.lock();
+    }
+  }
+  CopyEvents ev;
+  OOMB_CUDA_CHECK(cudaEventCreate(&ev.start));
+  OOMB_CUDA_CHECK(cudaEventCreateWithFlags(&ev.end, cudaEventBlockingSync));
+  EventPtr done(new Event(), ev);
+  OOMB_CUDA_CHECK(cudaEventRecord(ev.start, st));
+  // Adjacent regions (contiguous on both sides) become one copy.
+  const auto& regs = req.regions;
+  for (size_t i = 0; i < regs.size();) {
+    auto* dst = static_cast<char*>(regs[i].dst);
+    const auto* src = static_cast<const char*>(regs[i].src);
+    int64_t bytes = regs[i].bytes;
+    size_t k = i + 1;
+    while (k < regs.size() && regs[k].dst == dst + bytes && regs[k].src == src + bytes) bytes += regs[k++].bytes;
+    if (bytes > 0) {
+      OOMB_CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDefault, st));
+      const char* host_side = req.dir == CopyDir::h2d ? src : dst;
+      ranges.emplace_back(reinterpret_cast<uintptr_t>(host_side), reinterpret_cast<uintptr_t>(host_side) + bytes);
+    }
+    i = k;
+  }
+  OOMB_CUDA_CHECK(cudaEventRecord(ev.end, st));
+  job.event = done;
+  job.start = ev.start;
+  job.end = ev.end;
+  job.on_done = std::move(req.on_done);
+  job.id = m.next_id++;
+  m.pending[job.id] = {done, std::move(ranges)};
+  lock.unlock();
+  Impl::Completion& c = m.completion[req.dir == CopyDir::h2d ? 0 : 1];
+  {
+    std::lock_guard<std::mutex> cl(c.mu);
+    c.queue.push_back(std::move(job));
+  }
+  c.cv.notify_one();
+  return done;
+}
+
+void CudaBackend::wait(const EventPtr& e) {
+  if (!e) return;
+  if (const CopyEvents* d = std::get_deleter<CopyEvents>(e))
+    OOMB_CUDA_CHECK(cudaStreamWaitEvent(impl_->compute, d->end, 0));
+  else
+    e->wait();
+}
+
+// ---------------------------------------------------------------- model ops
+
+void CudaBackend::embedding_fwd(const int32_t* ids, int64_t rows, const float* table, int64_t hidden, float* out) {
+  launch_embedding_fwd(ids, rows, table, hidden, out, impl_->compute);
+}
+
+void CudaBackend::embedding_bwd(const int32_t* ids, int64_t rows, const float* dout, int64_t hidden,
+                                float* dtable_acc) {
+  launch_embedding_bwd(ids, rows, dout, hidden, dtable_acc, impl_->compute);
+}
+
+void CudaBackend::rmsnorm_fwd(const float* x, const float* w, int64_t rows, int64_t dim, float eps, float* y,
+                              float* rstd) {
+  launch_rmsnorm_fwd(x, w, rows, dim, eps, y, rstd, impl_->compute);
+}
+
+void CudaBackend::rmsnorm_bwd(const float* x, const float* w, const float* rstd, const float* dy, int64_t rows,
+                              int64_t dim, float* dx_acc, float* dw_acc) {
+  launch_rmsnorm_bwd(x, w, rstd, dy, rows, dim, dx_acc, dw_acc, impl_->compute);
+}
+
+// Row-major y[rows, out] = x[rows, in] W[out, in]^T is column-major y^T = W x^T.
+void CudaBackend::linear_fwd(const float* x, int64_t rows, int64_t in, const float* w, const float* b, int64_t out,
+                             float* y) {
+  Impl& m = *impl_;
+  m.gemm->matmul(true, false, out, rows, in, w, in, x, in, 0.0f, y, out, m.compute);
+  if (b) launch_add_bias(y, rows, out, b, m.compute);
+}
+
+void CudaBackend::linear_bwd(const float* x, int64_t rows, int64_t in, const float* w, int64_t out, const float* dy,
+                             float* dx, bool accumulate_dx, float* dw_acc, float* db_acc) {
+  Impl& m = *impl_;
+  // dx^T [in, rows] (+)= W^T [in, out] dy^T [out, rows]
+  if (dx) m.gemm->matmul(false, false, in, rows, out, w, in, dy, out, accumulate_dx ? 1.0f : 0.0f, dx, in, m.compute);
+  // dW^T [in, out] += x^T [in, rows] dy [rows, out]
+  if (dw_acc) m.gemm->matmul(false, true, in, out, rows, x, in, dy, out, 1.0f, dw_acc, in, m.compute);
+  if (db_acc) launch_column_sum_acc(dy, rows, out, db_acc, m.compute);
+}
+
+void CudaBackend::rope_fwd(float* x, int64_t rows, int64_t heads, int64_t head_dim, int64_t pos0, double theta) {
+  OOMB_ASSERT(head_dim % 2 == 0, "RoPE needs an even head_dim");
+  launch_rope(x, rows, heads, head_dim, pos0, theta, 1.0f, impl_->compute);
+}
+
+void CudaBackend::rope_bwd(float* dx, int64_t rows, int64_t heads, int64_t head_dim, int64_t pos0, double theta) {
+  OOMB_ASSERT(head_dim % 2 == 0, "RoPE needs an even head_dim");
+  launch_rope(dx, rows, heads, head_dim, pos0, theta, -1.0f, impl_->compute);
+}
+
+void CudaBackend::swiglu_fwd(const float* gate, const float* up_, int64_t n, float* out) {
+  launch_swiglu_fwd(gate, up_, n, out, impl_->compute);
+}
+
+void CudaBackend::swiglu_bwd(const float* gate, const float* up_, const float* dout, int64_t n, float* dgate,
+                             float* dup) {
+  launch_swiglu_bwd(gate, up_, dout, n, dgate, dup, impl_->compute);
+}
+
+void CudaBackend::add(float* y, const float* x, int64_t n) { launch_add(y, x, n, impl_->compute); }
+
+void CudaBackend::copy(float* dst, const float* src, int64_t n) {
+  if (n <= 0 || dst == src) return;
+  OOMB_CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<size_t>(n) * 4, cudaMemcpyDefault, impl_->compute));
+}
+
+void CudaBackend::scale(float* x, int64_t n, float s) { launch_scale(x, n, s, impl_->compute); }
+
+namespace {
+
+// Host image of a launch's metadata (page pointer arrays, selection lists), laid out as it will be
+// in the device workspace; aligned sub-arrays.
+class Metadata {
+ public:
+  template <class T>
+  int64_t add(const T* data, int64_t count) {
+    const int64_t off = static_cast<int64_t>(bytes_.size());
+    const int64_t n = up(count * static_cast<int64_t>(sizeof(T)));
+    bytes_.resize(static_cast<size_t>(off + n), 0);
+    if (count > 0) std::memcpy(bytes_.data() + off, data, static_cast<size_t>(count) * sizeof(T));
+    return off;
+  }
+  int64_t size() const { return static_cast<int64_t>(bytes_.size()); }
+  const char* data() const { return bytes_.data(); }
+
+ private:
+  std::vector<char> bytes_;
+};
+
+struct SelectCsr {
+  std::vector<int32_t> offsets, slots;
+};
+
+SelectCsr csr_of(const PagedAttention& a) {
+  SelectCsr c;
+  if (a.select_groups == 0) return c;
+  const int64_t qpages = (a.rows + a.page_tokens - 1) / a.page_tokens;
+  OOMB_ASSERT(static_cast<int64_t>(a.select.size()) == qpages * a.select_groups, "selection lists per query page");
+  c.offsets.push_back(0);
+  for (const auto& list : a.select) {
+    for (int32_t s : list) {
+      OOMB_ASSERT(s >= 0 && s < static_cast<int32_t>(a.prefix_pages.size()), "selected slot out of range");
+      c.slots.push_back(s);
+    }
+    c.offsets.push_back(static_cast<int32_t>(c.slots.size()));
+  }
+  return c;
+}
+
+AttentionArgs attention_args(const PagedAttention& a) {
+  AttentionArgs r;
+  r.rows = a.rows;
+  r.q_heads = a.q_heads;
+  r.kv_heads = a.kv_heads;
+  r.head_dim = a.head_dim;
+  r.page_tokens = a.page_tokens;
+  r.prefix_slots = static_cast<int64_t>(a.prefix_pages.size());
+  r.q = a.q;
+  r.k_own = a.k_own;
+  r.v_own = a.v_own;
+  r.select_groups = a.select_groups;
+  return r;
+}
+
+}  // namespace
+
+void CudaBackend::attention_fwd(const PagedAttention& a, float* o, float* lse) {
+  Impl& m = *impl_;
+  const SelectCsr csr = csr_of(a);
+  Metadata md;
+  const int64_t pages = md.add(a.prefix_pages.data(), static_cast<int64_t>(a.prefix_pages.size()));
+  const int64_t off = md.add(csr.offsets.data(), static_cast<int64_t>(csr.offsets.size()));
+  const int64_t slots = md.add(csr.slots.data(), static_cast<int64_t>(csr.slots.size()));
+  char* ws = m.scratch(md.size());
+  m.put(ws, md.data(), md.size());
+  AttentionArgs args = attention_args(a);
+  args.pages = reinterpret_cast<const float* const*>(ws + pages);
+  args.select_offsets = reinterpret_cast<const int32_t*>(ws + off);
+  args.select_slots = reinterpret_cast<const int32_t*>(ws + slots);
+  launch_attention_fwd(args, o, lse, m.compute);
+}
+
+void CudaBackend::attention_bwd(const PagedAttention& a, const float* o, const float* lse, const float* dout,
+                                float* dq, float* dk_own, float* dv_own,
+                                const std::vector<float*>& prefix_grad_pages) {
+  Impl& m = *impl_;
+  OOMB_ASSERT(prefix_grad_pages.size() == a.prefix_pages.size(), "one gradient page per prefix page");
+  const SelectCsr csr = csr_of(a);
+  Metadata md;
+  const int64_t pages = md.add(a.prefix_pages.data(), static_cast<int64_t>(a.prefix_pages.size()));
+  const int64_t grads = md.add(prefix_grad_pages.data(), static_cast<int64_t>(prefix_grad_pages.size()));
+  const int64_t off = md.add(csr.offsets.data(), static_cast<int64_t>(csr.offsets.size()));
+  const int64_t slots = md.add(csr.slots.data(), static_cast<int64_t>(csr.slots.size()));
+  const int64_t drow_bytes = up(a.rows * a.q_heads * 4);
+  char* ws = m.scratch(md.size() + drow_bytes);
+  m.put(ws, md.data(), md.size());
+  AttentionArgs args = attention_args(a);
+  args.pages = reinterpret_cast<const float* const*>(ws + pages);
+  args.select_offsets = reinterpret_cast<const int32_t*>(ws + off);
+  args.select_slots = reinterpret_cast<const int32_t*>(ws + slots);
+  AttentionGrads g;
+  g.o = o;
+  g.lse = lse;
+  g.dout = dout;
+  g.drow = reinterpret_cast<float*>(ws + md.size());
+  g.dq = dq;
+  g.dk_own = dk_own;
+  g.dv_own = dv_own;
+  g.grad_pages = reinterpret_cast<float* const*>(ws + grads);
+  launch_attention_bwd(args, g, m.compute);
+}
+
+void CudaBackend::write_kv_pages(const float* k, const float* v, int64_t rows, int64_t kv_dim, int64_t page_tokens,
+                                 const std::vector<float*>& pages) {
+  Impl& m = *impl_;
+  if (pages.empty()) return;
+  OOMB_ASSERT(static_cast<int64_t>(pages.size()) <= (rows + page_tokens - 1) / page_tokens && pages.size() < 65536);
+  char* ws = m.scratch(up(static_cast<int64_t>(pages.size()) * 8));
+  m.put(ws, pages.data(), static_cast<int64_t>(pages.size()) * 8);
+  launch_write_kv_pages(k, v, rows, kv_dim, page_tokens, reinterpret_cast<float* const*>(ws),
+                        static_cast<int64_t>(pages.size()), m.compute);
+}
+
+void CudaBackend::add_from_grad_pages(const std::vector<float*>& pages, int64_t rows, int64_t kv_dim,
+                                      int64_t page_tokens, float* dk, float* dv) {
+  Impl& m = *impl_;
+  if (pages.empty()) return;
+  OOMB_ASSERT(static_cast<int64_t>(pages.size()) <= (rows + page_tokens - 1) / page_tokens && pages.size() < 65536);
+  char* ws = m.scratch(up(static_cast<int64_t>(pages.size()) * 8));
+  m.put(ws, pages.data(), static_cast<int64_t>(pages.size()) * 8);
+  launch_add_from_grad_pages(reinterpret_cast<const float* const*>(ws), static_cast<int64_t>(pages.size()), rows,
+                             kv_dim, page_tokens, dk, dv, m.compute);
+}
+
+void CudaBackend::page_summaries(const float* k, int64_t rows, int64_t kv_dim, int64_t page_tokens, float* out) {
+  launch_page_summaries(k, rows, kv_dim, page_tokens, out, impl_->compute);
+}
+
+std::vector<std::vector<int32_t>> CudaBackend::select_pages(const SelectionArgs& a) {
+  Impl& m = *impl_;
+  OOMB_ASSERT(a.q_heads % a.kv_heads == 0 && a.page_tokens > 0 && a.budget > 0);
+  const int64_t qpages = (a.rows + a.page_tokens - 1) / a.page_tokens, groups = a.per_kv_head ? a.kv_heads : 1;
+  const int64_t take = std::min(a.budget, a.prefix_pages);
+  const int64_t bytes =
+      SelectWorkspace::bytes(a.rows, a.kv_heads, a.head_dim, qpages, groups, a.prefix_pages, a.budget);
+  const SelectWorkspace ws = SelectWorkspace::carve(m.scratch(bytes), a.rows, a.kv_heads, a.head_dim, qpages, groups,
+                                                     a.prefix_pages, a.budget);
+  launch_select_pages(a.q, a.rows, a.q_heads, a.kv_heads, a.head_dim, a.page_tokens, a.summaries, a.prefix_pages,
+                      a.budget, a.per_kv_head, ws, m.compute);
+  std::vector<int32_t> flat(static_cast<size_t>(qpages * groups * a.budget));
+  m.get(flat.data(), ws.selected, static_cast<int64_t>(flat.size()) * 4);
+  std::vector<std::vector<int32_t>> out(static_cast<size_t>(qpages * groups));
+  for (size_t jg = 0; jg < out.size(); ++jg) {
+    const auto* row = flat.data() + jg * static_cast<size_t>(a.budget);
+    out[jg].assign(row, row + take);
+  }
+  return out;
+}
+
+double CudaBackend::cross_entropy(float* logits, int64_t rows, int64_t vocab, const int32_t* targets, float scale_) {
+  Impl& m = *impl_;
+  char* ws = m.scratch(up(std::max<int64_t>(rows, 1) * 8) + kAlign);
+  auto* row_loss = reinterpret_cast<double*>(ws);
+  auto* sum = reinterpret_cast<double*>(ws + up(std::max<int64_t>(rows, 1) * 8));
+  launch_cross_entropy(logits, rows, vocab, targets, scale_, row_loss, sum, m.compute);
+  double total = 0;
+  m.get(&total, sum, 8);
+  return total;
+}
+
+void CudaBackend::adamw(float* param, const float* grad, float* m_, float* v, const uint8_t* decay_mask, int64_t n,
+                        float lr, float beta1, float beta2, float eps, float weight_decay, int64_t step) {
+  launch_adamw(param, grad, m_, v, decay_mask, n, lr, beta1, beta2, eps, weight_decay, step, impl_->compute);
+}
+
+// ---------------------------------------------------------------- beyond the interface
+
+void CudaBackend::synchronize() { impl_->synchronize(); }
+
+void* CudaBackend::stream(CudaStream s) const {
+  switch (s) {
+    case CudaStream::compute: return impl_->compute;
+    case CudaStream::h2d: return impl_->h2d;
+    case CudaStream::d2h: return impl_->d2h;
+  }
+  return nullptr;
+}
+
+CudaMemoryStats CudaBackend::memory_stats() const {
+  Impl& m = *impl_;
+  std::lock_guard<std::mutex> lock(m.mem_mu);
+  CudaMemoryStats s;
+  s.device_reserved_bytes = m.device->reserved_bytes();
+  s.device_in_use_bytes = m.device->in_use_bytes();
+  s.device_blocks = m.device->blocks();
+  s.device_grows = m.device->grows();
+  s.host_reserved_bytes = m.host->reserved_bytes();
+  s.host_in_use_bytes = m.host->in_use_bytes();
+  s.host_slabs = m.host->blocks();
+  s.host_grows = m.host->grows();
+  s.workspace_bytes = m.workspace_bytes;
+  s.workspace_grows = m.workspace_grows;
+  s.gemm_workspace_bytes = kGemmWorkspaceBytes;
+  return s;
+}
+
+const CudaBackendOptions& CudaBackend::options() const { return impl_->opt; }
+
+std::string CudaBackend::device_name() const {
+  cudaDeviceProp p{};
+  OOMB_CUDA_CHECK(cudaGetDeviceProperties(&p, impl_->opt.device));
+  int driver = 0;
+  cudaDriverGetVersion(&driver);
+  return std::string(p.name) + " (sm_" + std::to_string(p.major) + std::to_string(p.minor) + ", " +
+         std::to_string(p.multiProcessorCount) + " SMs, driver " + std::to_string(driver / 1000) + "." +
+         std::to_string((driver % 1000) / 10) + ")";
+}
+
+bool cuda_device_available(std::string* why) {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    if (why) *why = std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
+    return false;
+  }
+  if (n == 0) {
+    if (why) *why = "no CUDA device";
+    return false;
+  }
+  return true;
+}
+
+}  // namespace oomb::executor

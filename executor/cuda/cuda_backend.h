@@ -1,0 +1,121 @@
+#pragma once
+// The CUDA backend (name "cuda"): the Backend interface of executor/runtime/backend.h on one GPU.
+// This header includes no CUDA header (pimpl), so the CLI and tests can use it anywhere.
+//
+// Memory tiers. Device: an arena over a few cudaMalloc'd blocks (reserved at construction, grown
+// only by allocate(), which the runtime calls while it sets up, never inside a step); the page
+// pools' single allocations are carved from it. Host: the same arena over a few large pinned and
+// mapped cudaHostAlloc slabs (never one pin per page); kernels may read and write host-tier
+// buffers directly (page summaries with bounded selection memory, host optimizer state).
+//
+// Streams and events. One compute stream and one stream per copy direction, all non-blocking.
+//  - copy_async: the copy stream first waits (cudaStreamWaitEvent) on an event recorded on the
+//    compute stream at the call (so a copy never reads a page before the kernels that write it, nor
+//    overwrites a page that queued kernels still read), then on the device event of every `after`
+//    event, then records a start event, issues the regions (adjacent ones merged) as
+//    cudaMemcpyAsync, and records an end event. A completion thread per direction waits for the
+//    end events in issue order (cudaEventSynchronize, blocking-sync events, so it sleeps), calls
+//    on_done(start, end) with the copy's device-measured duration ending at the moment it saw
+//    completion (steady clock), and then signals the returned oomb Event. So Event::wait() blocks
+//    the host until the copy is done and on_done has run.
+//  - wait(e): the compute stream waits on e's device event (cudaStreamWaitEvent); the host does
+//    not block. Every later op, and through the compute-stream event every later copy, is ordered
+//    after e. An Event not made by this backend is waited for on the host.
+//  - ops run on the compute stream in call order. upload() stages small sources through a ring of
+//    pinned slots (so it does not stall the host), download() and ops that return host values
+//    (cross_entropy, select_pages) synchronise the compute stream.
+//  - fill_zero of host-tier memory waits (host) for the in-flight copies that touch that range.
+//  - deallocate() synchronises all three streams first (it is never called inside a step).
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "executor/runtime/backend.h"
+
+namespace oomb::executor {
+
+struct CudaBackendOptions {
+  int device = 0;
+  int64_t device_reserve_bytes = 0;                // first device block (0: none until needed)
+  int64_t device_grow_bytes = int64_t{1} << 30;    // each further device block, at least the request
+  int64_t host_slab_bytes = int64_t{1} << 30;      // each pinned slab, at least the request
+  int64_t workspace_bytes = int64_t{64} << 20;     // device scratch of the ops (grows, with a sync)
+  int64_t staging_slot_bytes = int64_t{4} << 20;   // pinned slot for upload() / op metadata
+  int staging_slots = 8;
+  // linear_fwd / linear_bwd on TF32 tensor cores (cuBLASLt CUBLAS_COMPUTE_32F_FAST_TF32: inputs
+  // rounded to 10-bit mantissas, fp32 accumulate). Off: exact fp32 (CUBLAS_COMPUTE_32F).
+  bool tf32 = false;
+};
+
+struct CudaMemoryStats {
+  int64_t device_reserved_bytes = 0, device_in_use_bytes = 0, device_blocks = 0, device_grows = 0;
+  int64_t host_reserved_bytes = 0, host_in_use_bytes = 0, host_slabs = 0, host_grows = 0;
+  int64_t workspace_bytes = 0, workspace_grows = 0;
+  int64_t gemm_workspace_bytes = 0;
+};
+
+enum class CudaStream { compute, h2d, d2h };
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(CudaBackendOptions options = {});
+  ~CudaBackend() override;
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+  std::string name() const override { return "cuda"; }
+
+  void* allocate(Tier tier, int64_t bytes) override;
+  void deallocate(Tier tier, void* p, int64_t bytes) override;
+  void fill_zero(void* p, int64_t bytes) override;
+  void upload(void* device_dst, const void* src, int64_t bytes) override;
+  void download(void* dst, const void* device_src, int64_t bytes) override;
+  EventPtr copy_async(CopyRequest req) override;
+  void wait(const EventPtr& e) override;
+
+  void embedding_fwd(const int32_t* ids, int64_t rows, const float* table, int64_t hidden, float* out) override;
+  void embedding_bwd(const int32_t* ids, int64_t rows, const float* dout, int64_t hidden, float* dtable_acc) override;
+  void rmsnorm_fwd(const float* x, const float* w, int64_t rows, int64_t dim, float eps, float* y,
+                   float* rstd) override;
+  void rmsnorm_bwd(const float* x, const float* w, const float* rstd, const float* dy, int64_t rows, int64_t dim,
+                   float* dx_acc, float* dw_acc) override;
+  void linear_fwd(const float* x, int64_t rows, int64_t in, const float* w, const float* b, int64_t out,
+                  float* y) override;
+  void linear_bwd(const float* x, int64_t rows, int64_t in, const float* w, int64_t out, const float* dy, float* dx,
+                  bool accumulate_dx, float* dw_acc, float* db_acc) override;
+  void rope_fwd(float* x, int64_t rows, int64_t heads, int64_t head_dim, int64_t pos0, double theta) override;
+  void rope_bwd(float* dx, int64_t rows, int64_t heads, int64_t head_dim, int64_t pos0, double theta) override;
+  void swiglu_fwd(const float* gate, const float* up, int64_t n, float* out) override;
+  void swiglu_bwd(const float* gate, const float* up, const float* dout, int64_t n, float* dgate,
+                  float* dup) override;
+  void add(float* y, const float* x, int64_t n) override;
+  void copy(float* dst, const float* src, int64_t n) override;
+  void attention_fwd(const PagedAttention& a, float* o, float* lse) override;
+  void attention_bwd(const PagedAttention& a, const float* o, const float* lse, const float* dout, float* dq,
+                     float* dk_own, float* dv_own, const std::vector<float*>& prefix_grad_pages) override;
+  void write_kv_pages(const float* k, const float* v, int64_t rows, int64_t kv_dim, int64_t page_tokens,
+                      const std::vector<float*>& pages) override;
+  void add_from_grad_pages(const std::vector<float*>& pages, int64_t rows, int64_t kv_dim, int64_t page_tokens,
+                           float* dk, float* dv) override;
+  void page_summaries(const float* k, int64_t rows, int64_t kv_dim, int64_t page_tokens, float* out) override;
+  std::vector<std::vector<int32_t>> select_pages(const SelectionArgs& a) override;
+  double cross_entropy(float* logits, int64_t rows, int64_t vocab, const int32_t* targets, float scale) override;
+  void scale(float* x, int64_t n, float s) override;
+  void adamw(float* param, const float* grad, float* m, float* v, const uint8_t* decay_mask, int64_t n, float lr,
+             float beta1, float beta2, float eps, float weight_decay, int64_t step) override;
+
+  // ---- beyond the Backend interface
+  void synchronize();                      // all three streams
+  void* stream(CudaStream s) const;        // the cudaStream_t (for CUPTI stream ids, benchmarks)
+  CudaMemoryStats memory_stats() const;
+  const CudaBackendOptions& options() const;
+  std::string device_name() const;         // "NVIDIA H200 (sm_90, 132 SMs, driver 12.8)"
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Whether a CUDA device can be used; why not (driver missing, no device) in *why.
+bool cuda_device_available(std::string* why = nullptr);
+
+}  // namespace oomb::executor

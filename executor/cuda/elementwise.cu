@@ -1,0 +1,66 @@
+#include "executor/cuda/common.cuh"
+#include "executor/cuda/elementwise.cuh"
+
+namespace oomb::executor::cuda {
+
+namespace {
+
+__global__ void add_kernel(float* __restrict__ y, const float* __restrict__ x, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+    y[i] += x[i];
+}
+
+__global__ void scale_kernel(float* __restrict__ x, int64_t n, float factor) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+    x[i] *= factor;
+}
+
+__global__ void add_bias_kernel(float* __restrict__ y, int64_t rows, int64_t cols, const float* __restrict__ b) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < rows * cols;
+       i += int64_t{gridDim.x} * blockDim.x)
+    y[i] += b[i % cols];
+}
+
+constexpr int kRowsPerBlock = 64;
+
+// Block (column tile, row tile): each thread sums kRowsPerBlock rows of one column, then one
+// atomic add per column and row tile.
+__global__ void column_sum_kernel(const float* __restrict__ x, int64_t rows, int64_t cols, float* __restrict__ out) {
+  const int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (c >= cols) return;
+  const int64_t r0 = blockIdx.y * int64_t{kRowsPerBlock};
+  const int64_t r1 = r0 + kRowsPerBlock < rows ? r0 + kRowsPerBlock : rows;
+  float acc = 0;
+  for (int64_t r = r0; r < r1; ++r) acc += x[r * cols + c];
+  atomicAdd(out + c, acc);
+}
+
+}  // namespace
+
+void launch_add(float* y, const float* x, int64_t n, cudaStream_t s) {
+  if (n <= 0) return;
+  add_kernel<<<grid_for(n), kThreads, 0, s>>>(y, x, n);
+  OOMB_CUDA_LAUNCH_CHECK("add_kernel");
+}
+
+void launch_scale(float* x, int64_t n, float factor, cudaStream_t s) {
+  if (n <= 0) return;
+  scale_kernel<<<grid_for(n), kThreads, 0, s>>>(x, n, factor);
+  OOMB_CUDA_LAUNCH_CHECK("scale_kernel");
+}
+
+void launch_add_bias(float* y, int64_t rows, int64_t cols, const float* b, cudaStream_t s) {
+  if (rows <= 0 || cols <= 0) return;
+  add_bias_kernel<<<grid_for(rows * cols), kThreads, 0, s>>>(y, rows, cols, b);
+  OOMB_CUDA_LAUNCH_CHECK("add_bias_kernel");
+}
+
+void launch_column_sum_acc(const float* x, int64_t rows, int64_t cols, float* out, cudaStream_t s) {
+  if (rows <= 0 || cols <= 0) return;
+  const dim3 grid(static_cast<unsigned>((cols + kThreads - 1) / kThreads),
+                  static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock));
+  column_sum_kernel<<<grid, kThreads, 0, s>>>(x, rows, cols, out);
+  OOMB_CUDA_LAUNCH_CHECK("column_sum_kernel");
+}
+
+}  // namespace oomb::executor::cuda

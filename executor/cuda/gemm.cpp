@@ -1,0 +1,107 @@
+#include "executor/cuda/gemm.h"
+
+#include <cublasLt.h>
+
+#include <algorithm>
+#include <string>
+
+#include "core/error.h"
+#include "executor/cuda/cuda_check.h"
+
+namespace oomb::executor::cuda {
+
+inline bool status_ok(cublasStatus_t s) { return s == CUBLAS_STATUS_SUCCESS; }
+inline const char* status_name(cublasStatus_t s) { return cublasLtGetStatusName(s); }
+inline const char* status_message(cublasStatus_t s) { return cublasLtGetStatusString(s); }
+
+struct Gemm::Plan {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  ~Plan() {
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (c) cublasLtMatrixLayoutDestroy(c);
+    if (op) cublasLtMatmulDescDestroy(op);
+  }
+};
+
+namespace {
+
+// Largest power of two (<= 256) that divides the address.
+int alignment_of(const void* p) {
+  const auto v = reinterpret_cast<uintptr_t>(p);
+  int a = 256;
+  while (a > 4 && v % static_cast<uintptr_t>(a) != 0) a /= 2;
+  return a;
+}
+
+cublasLtHandle_t h(void* p) { return static_cast<cublasLtHandle_t>(p); }
+
+}  // namespace
+
+Gemm::Gemm(void* workspace, int64_t workspace_bytes, bool tf32)
+    : workspace_(workspace), workspace_bytes_(workspace_bytes), tf32_(tf32) {
+  cublasLtHandle_t handle = nullptr;
+  OOMB_CUDA_CHECK(cublasLtCreate(&handle));
+  handle_ = handle;
+}
+
+Gemm::~Gemm() {
+  plans_.clear();
+  if (handle_) cublasLtDestroy(h(handle_));
+}
+
+Gemm::Plan& Gemm::plan(const Key& key) {
+  auto it = plans_.find(key);
+  if (it != plans_.end()) return *it->second;
+  const auto [ta, tb, m, n, k, lda, ldb, ldc, al_a, al_b, al_c] = key;
+  auto p = std::make_unique<Plan>();
+  OOMB_CUDA_CHECK(cublasLtMatmulDescCreate(&p->op, tf32_ ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F,
+                                           CUDA_R_32F));
+  const cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+  OOMB_CUDA_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
+  OOMB_CUDA_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
+  const auto u = [](int64_t v) { return static_cast<uint64_t>(v); };
+  OOMB_CUDA_CHECK(cublasLtMatrixLayoutCreate(&p->a, CUDA_R_32F, u(ta ? k : m), u(ta ? m : k), lda));
+  OOMB_CUDA_CHECK(cublasLtMatrixLayoutCreate(&p->b, CUDA_R_32F, u(tb ? n : k), u(tb ? k : n), ldb));
+  OOMB_CUDA_CHECK(cublasLtMatrixLayoutCreate(&p->c, CUDA_R_32F, u(m), u(n), ldc));
+
+  cublasLtMatmulPreference_t pref = nullptr;
+  OOMB_CUDA_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  const auto ws = static_cast<uint64_t>(workspace_bytes_);
+  OOMB_CUDA_CHECK(
+      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+  const uint32_t align[4] = {static_cast<uint32_t>(al_a), static_cast<uint32_t>(al_b), static_cast<uint32_t>(al_c),
+                             static_cast<uint32_t>(al_c)};
+  const cublasLtMatmulPreferenceAttributes_t which[4] = {
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+  for (int i = 0; i < 4; ++i)
+    OOMB_CUDA_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, which[i], &align[i], sizeof align[i]));
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  const cublasStatus_t st =
+      cublasLtMatmulAlgoGetHeuristic(h(handle_), p->op, p->a, p->b, p->c, p->c, pref, 1, &result, &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  OOMB_CUDA_CHECK(st);
+  if (found == 0)
+    throw Error("cuBLASLt", "", "no algorithm for a " + std::to_string(m) + " x " + std::to_string(n) + " x " +
+                                    std::to_string(k) + " fp32 GEMM");
+  p->algo = result.algo;
+  return *(plans_[key] = std::move(p));
+}
+
+void Gemm::matmul(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* A, int64_t lda,
+                  const float* B, int64_t ldb, float beta, float* C, int64_t ldc, cudaStream_t s) {
+  if (m <= 0 || n <= 0) return;
+  OOMB_ASSERT(k > 0, "GEMM with an empty inner dimension");
+  std::lock_guard<std::mutex> lock(mu_);
+  const Key key{trans_a, trans_b, m, n, k, lda, ldb, ldc, alignment_of(A), alignment_of(B), alignment_of(C)};
+  Plan& p = plan(key);
+  const float alpha = 1.0f;
+  OOMB_CUDA_CHECK(cublasLtMatmul(h(handle_), p.op, &alpha, A, p.a, B, p.b, &beta, C, p.c, C, p.c, &p.algo, workspace_,
+                                 static_cast<size_t>(workspace_bytes_), s));
+}
+
+}  // namespace oomb::executor::cuda

@@ -1,0 +1,37 @@
+#include "executor/cuda/common.cuh"
+#include "executor/cuda/rope.cuh"
+
+namespace oomb::executor::cuda {
+
+namespace {
+
+// One thread per (row, frequency): the angle is computed once and applied to every head.
+__global__ void rope_kernel(float* __restrict__ x, int64_t rows, int64_t heads, int64_t head_dim, int64_t pos0,
+                            double theta, float sign) {
+  const int64_t half = head_dim / 2;
+  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < rows * half;
+       e += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t t = e / half, i = e % half;
+    const double inv_freq = pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(head_dim));
+    const double a = static_cast<double>(pos0 + t) * inv_freq;
+    const float co = static_cast<float>(cos(a)), si = sign * static_cast<float>(sin(a));
+    for (int64_t h = 0; h < heads; ++h) {
+      float* v = x + (t * heads + h) * head_dim;
+      const float p = v[i], q = v[i + half];
+      v[i] = __fsub_rn(__fmul_rn(p, co), __fmul_rn(q, si));
+      v[i + half] = __fadd_rn(__fmul_rn(q, co), __fmul_rn(p, si));
+    }
+  }
+}
+
+}  // namespace
+
+void launch_rope(float* x, int64_t rows, int64_t heads, int64_t head_dim, int64_t pos0, double theta, float sign,
+                 cudaStream_t s) {
+  const int64_t n = rows * (head_dim / 2);
+  if (n <= 0 || heads <= 0) return;
+  rope_kernel<<<grid_for(n), kThreads, 0, s>>>(x, rows, heads, head_dim, pos0, theta, sign);
+  OOMB_CUDA_LAUNCH_CHECK("rope_kernel");
+}
+
+}  // namespace oomb::executor::cuda

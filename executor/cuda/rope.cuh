@@ -1,0 +1,14 @@
+#pragma once
+// Rotate-half RoPE in place (HF convention, as executor/cpu/ops.h): angles in double, rounded
+// once to fp32 cos/sin; backward is the inverse rotation.
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace oomb::executor::cuda {
+
+// sign +1: forward, -1: backward.
+void launch_rope(float* x, int64_t rows, int64_t heads, int64_t head_dim, int64_t pos0, double theta, float sign,
+                 cudaStream_t s);
+
+}  // namespace oomb::executor::cuda

@@ -1,0 +1,35 @@
+#pragma once
+// Page summaries and page selection (ALGORITHM.md section 5; the rule of executor/cpu/ops.cpp):
+// per query token and KV head, the query summed over the head's GQA group is scored against every
+// earlier page summary (scaled by 1/sqrt(head_dim)), softmaxed over pages, the probabilities are
+// summed (double) over the query page's tokens (and over KV heads for the published rule), and the
+// top `budget` pages per query page are taken on the GPU (radix select over the scores, ties to the
+// lower page index), listed in ascending order.
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace oomb::executor::cuda {
+
+// out [ceil(rows / p), kv_dim]: mean of each page's key rows.
+void launch_page_summaries(const float* k, int64_t rows, int64_t kv_dim, int64_t page_tokens, float* out,
+                           cudaStream_t s);
+
+struct SelectWorkspace {
+  float* qsum = nullptr;   // [rows, kv_heads, head_dim]
+  float* norm_m = nullptr;  // [rows, kv_heads] softmax max over pages
+  float* norm_l = nullptr;  // [rows, kv_heads] softmax sum over pages
+  double* scores = nullptr;  // [qpages * groups, prefix_pages]
+  int32_t* selected = nullptr;  // [qpages * groups, budget]
+  static int64_t bytes(int64_t rows, int64_t kv_heads, int64_t head_dim, int64_t qpages, int64_t groups,
+                       int64_t prefix_pages, int64_t budget);
+  static SelectWorkspace carve(void* base, int64_t rows, int64_t kv_heads, int64_t head_dim, int64_t qpages,
+                               int64_t groups, int64_t prefix_pages, int64_t budget);
+};
+
+// Fills ws.selected; groups = kv_heads when per_kv_head, else 1.
+void launch_select_pages(const float* q, int64_t rows, int64_t q_heads, int64_t kv_heads, int64_t head_dim,
+                         int64_t page_tokens, const float* summaries, int64_t prefix_pages, int64_t budget,
+                         bool per_kv_head, const SelectWorkspace& ws, cudaStream_t s);
+
+}  // namespace oomb::executor::cuda

@@ -1,0 +1,210 @@
+#include "executor/cupti/collector.h"
+
+#include <cupti.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+
+#include "core/error.h"
+#include "executor/cuda/cuda_check.h"
+
+namespace oomb::executor::cuda {
+// CUPTI statuses through the one status macro.
+inline bool status_ok(CUptiResult s) { return s == CUPTI_SUCCESS; }
+inline const char* status_name(CUptiResult s) {
+  const char* str = nullptr;
+  return cuptiGetResultString(s, &str) == CUPTI_SUCCESS && str ? str : "CUPTI_ERROR";
+}
+inline const char* status_message(CUptiResult) { return "CUPTI"; }
+}  // namespace oomb::executor::cuda
+
+namespace oomb::executor::cupti {
+
+namespace {
+
+std::atomic<CuptiCollector*> g_active{nullptr};
+constexpr size_t kBufferAlign = 8;
+
+uint64_t CUPTIAPI steady_timestamp() {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+          .count());
+}
+
+void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records) {
+  CuptiCollector* c = g_active.load();
+  const auto bytes = static_cast<size_t>(c ? c->buffer_bytes() : int64_t{1} << 20);
+  *buffer = static_cast<uint8_t*>(std::aligned_alloc(kBufferAlign, bytes));
+  *size = *buffer ? bytes : 0;
+  *max_records = 0;
+}
+
+void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t valid) {
+  if (CuptiCollector* c = g_active.load()) c->on_buffer(buffer, valid);
+  std::free(buffer);
+}
+
+CopyKind copy_kind(uint8_t k) {
+  switch (k) {
+    case CUPTI_ACTIVITY_MEMCPY_KIND_HTOD: return CopyKind::h2d;
+    case CUPTI_ACTIVITY_MEMCPY_KIND_DTOH: return CopyKind::d2h;
+    case CUPTI_ACTIVITY_MEMCPY_KIND_DTOD: return CopyKind::d2d;
+    case CUPTI_ACTIVITY_MEMCPY_KIND_HTOH: return CopyKind::h2h;
+    default: return CopyKind::other;
+  }
+}
+
+const CUpti_ActivityKind kKinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
+                                     CUPTI_ACTIVITY_KIND_MEMSET, CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION,
+                                     CUPTI_ACTIVITY_KIND_MEMORY2};
+
+}  // namespace
+
+CuptiCollector::CuptiCollector(CollectorOptions options) : options_(options) {
+  CuptiCollector* expected = nullptr;
+  if (!g_active.compare_exchange_strong(expected, this))
+    throw Error("cupti", "", "a CUPTI collector is already active in this process");
+  try {
+    // Before any kind is enabled, so that every record uses the steady clock.
+    if (cuptiActivityRegisterTimestampCallback(steady_timestamp) != CUPTI_SUCCESS)
+      std::fprintf(stderr, "oomb: CUPTI timestamps are not on the steady clock (callback refused)\n");
+    OOMB_CUDA_CHECK(cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed));
+    for (CUpti_ActivityKind k : kKinds)
+      if (k != CUPTI_ACTIVITY_KIND_MEMORY2 || options_.memory) OOMB_CUDA_CHECK(cuptiActivityEnable(k));
+  } catch (...) {
+    g_active.store(nullptr);
+    throw;
+  }
+}
+
+CuptiCollector::~CuptiCollector() {
+  cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+  for (CUpti_ActivityKind k : kKinds) cuptiActivityDisable(k);
+  cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+  g_active.store(nullptr);
+}
+
+void CuptiCollector::on_buffer(uint8_t* buffer, size_t valid) {
+  std::vector<Record> out;
+  CUpti_Activity* rec = nullptr;
+  while (cuptiActivityGetNextRecord(buffer, valid, &rec) == CUPTI_SUCCESS) {
+    Record r;
+    switch (rec->kind) {
+      case CUPTI_ACTIVITY_KIND_KERNEL:
+      case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
+        const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(rec);
+        r.kind = RecordKind::kernel;
+        r.start_ns = static_cast<int64_t>(k->start);
+        r.end_ns = static_cast<int64_t>(k->end);
+        r.stream_id = k->streamId;
+        r.correlation_id = k->correlationId;
+        r.name = k->name ? k->name : "";
+        break;
+      }
+      case CUPTI_ACTIVITY_KIND_MEMCPY: {
+        const auto* m = reinterpret_cast<const CUpti_ActivityMemcpy6*>(rec);
+        r.kind = RecordKind::memcpy;
+        r.copy = copy_kind(m->copyKind);
+        r.bytes = static_cast<int64_t>(m->bytes);
+        r.start_ns = static_cast<int64_t>(m->start);
+        r.end_ns = static_cast<int64_t>(m->end);
+        r.stream_id = m->streamId;
+        r.correlation_id = m->correlationId;
+        break;
+      }
+      case CUPTI_ACTIVITY_KIND_MEMSET: {
+        const auto* m = reinterpret_cast<const CUpti_ActivityMemset4*>(rec);
+        r.kind = RecordKind::memset;
+        r.bytes = static_cast<int64_t>(m->bytes);
+        r.start_ns = static_cast<int64_t>(m->start);
+        r.end_ns = static_cast<int64_t>(m->end);
+        r.stream_id = m->streamId;
+        r.correlation_id = m->correlationId;
+        break;
+      }
+      case CUPTI_ACTIVITY_KIND_MEMORY2: {
+        const auto* m = reinterpret_cast<const CUpti_ActivityMemory4*>(rec);
+        r.kind = RecordKind::memory;
+        r.memory_op = m->memoryOperationType == CUPTI_ACTIVITY_MEMORY_OPERATION_TYPE_ALLOCATION ? MemoryOp::allocation
+                      : m->memoryOperationType == CUPTI_ACTIVITY_MEMORY_OPERATION_TYPE_RELEASE  ? MemoryOp::release
+                                                                                                : MemoryOp::other;
+        r.memory_kind = m->memoryKind == CUPTI_ACTIVITY_MEMORY_KIND_DEVICE   ? MemoryKind::device
+                        : m->memoryKind == CUPTI_ACTIVITY_MEMORY_KIND_PINNED ? MemoryKind::pinned
+                                                                             : MemoryKind::other;
+        r.address = m->address;
+        r.bytes = static_cast<int64_t>(m->bytes);
+        r.start_ns = static_cast<int64_t>(m->timestamp);
+        r.stream_id = m->streamId;
+        r.correlation_id = m->correlationId;
+        break;
+      }
+      case CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION: {
+        const auto* x = reinterpret_cast<const CUpti_ActivityExternalCorrelation*>(rec);
+        if (x->externalKind != CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0) continue;
+        r.kind = RecordKind::external_correlation;
+        r.correlation_id = x->correlationId;
+        r.external_id = x->externalId;
+        break;
+      }
+      default: r.kind = RecordKind::other; break;
+    }
+    out.push_back(std::move(r));
+  }
+  size_t dropped = 0;
+  if (cuptiActivityGetNumDroppedRecords(nullptr, 0, &dropped) == CUPTI_SUCCESS && dropped > 0)
+    dropped_ += static_cast<int64_t>(dropped);
+  std::lock_guard<std::mutex> lock(mu_);
+  records_.insert(records_.end(), std::make_move_iterator(out.begin()), std::make_move_iterator(out.end()));
+}
+
+void CuptiCollector::name_stream(void* cuda_stream, const std::string& name) {
+  uint32_t id = 0;
+  OOMB_CUDA_CHECK(cuptiGetStreamIdEx(nullptr, static_cast<CUstream>(cuda_stream), 0, &id));
+  std::lock_guard<std::mutex> lock(mu_);
+  streams_[id] = name;
+}
+
+int CuptiCollector::op_index(const std::string& op) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = std::find(ops_.begin(), ops_.end(), op);
+  if (it != ops_.end()) return static_cast<int>(it - ops_.begin());
+  ops_.push_back(op);
+  return static_cast<int>(ops_.size()) - 1;
+}
+
+void CuptiCollector::push_tag(int stage, int64_t chunk, int64_t layer, const std::string& op) {
+  const uint64_t id = pack_tag({stage, chunk, layer, op.empty() ? -1 : op_index(op)});
+  OOMB_CUDA_CHECK(cuptiActivityPushExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, id));
+}
+
+void CuptiCollector::pop_tag() {
+  uint64_t last = 0;
+  OOMB_CUDA_CHECK(cuptiActivityPopExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, &last));
+}
+
+void CuptiCollector::flush() { OOMB_CUDA_CHECK(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED)); }
+
+std::vector<Record> CuptiCollector::records() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return records_;
+}
+
+traces::Trace CuptiCollector::trace(traces::Metadata metadata, traces::Detail detail, int64_t origin_ns,
+                                    DecodeStats* stats) {
+  flush();
+  DecodeOptions o;
+  std::vector<Record> recs;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    o.streams = streams_;
+    o.ops = ops_;
+    recs = records_;
+  }
+  o.detail = detail;
+  o.origin_ns = origin_ns;
+  return decode(recs, o, dropped(), std::move(metadata), stats);
+}
+
+}  // namespace oomb::executor::cupti

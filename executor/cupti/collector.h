@@ -1,0 +1,84 @@
+#pragma once
+// RAII CUPTI activity collection (CUDA builds only; this header includes no CUDA or CUPTI header).
+//
+// While a CuptiCollector lives, CUPTI records kernels (CONCURRENT_KERNEL: does not serialise
+// kernels), memcpys, memsets, memory allocations and frees (MEMORY2), and external correlations.
+// CUPTI hands full buffers to a completion callback, which converts them into decode.h Records
+// without taking any lock of the caller (only the collector's own mutex, for the append, never
+// held while CUPTI is called) and adds CUPTI's dropped-record count. CUPTI's timestamps are taken
+// from the steady clock (cuptiActivityRegisterTimestampCallback) so records line up with the
+// executor's TraceRecorder.
+//
+// Tags: push_tag(stage, chunk, layer, op) pushes the packed Tag as a CUSTOM0 external correlation
+// id on the calling thread; every CUDA API call until pop_tag() is correlated with it, and so are
+// the kernels and copies it launches. One collector at a time per process (CUPTI's callbacks are
+// global); a second one throws.
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "executor/cupti/decode.h"
+#include "traces/trace.h"
+
+namespace oomb::executor::cupti {
+
+struct CollectorOptions {
+  int64_t buffer_bytes = int64_t{8} << 20;  // per CUPTI activity buffer
+  bool memory = true;                       // MEMORY2 records (allocations and frees)
+};
+
+class CuptiCollector {
+ public:
+  explicit CuptiCollector(CollectorOptions options = {});
+  ~CuptiCollector();
+  CuptiCollector(const CuptiCollector&) = delete;
+  CuptiCollector& operator=(const CuptiCollector&) = delete;
+
+  // Names a cudaStream_t for the trace ("compute", "h2d", "d2h").
+  void name_stream(void* cuda_stream, const std::string& name);
+
+  void push_tag(int stage, int64_t chunk, int64_t layer, const std::string& op);
+  void pop_tag();
+
+  void flush();  // forces CUPTI to hand over every buffer (completed records only)
+  // Flushes and decodes everything collected so far.
+  traces::Trace trace(traces::Metadata metadata, traces::Detail detail = traces::Detail::op, int64_t origin_ns = -1,
+                      DecodeStats* stats = nullptr);
+  std::vector<Record> records() const;
+  int64_t dropped() const { return dropped_.load(); }
+
+  // CUPTI callbacks (public for the C trampolines in collector.cpp).
+  void on_buffer(uint8_t* buffer, size_t valid_bytes);
+  int64_t buffer_bytes() const { return options_.buffer_bytes; }
+
+ private:
+  int op_index(const std::string& op);
+
+  CollectorOptions options_;
+  mutable std::mutex mu_;  // records_, ops_, streams_
+  std::vector<Record> records_;
+  std::vector<std::string> ops_;
+  std::map<uint32_t, std::string> streams_;
+  std::atomic<int64_t> dropped_{0};
+};
+
+// Pushes a tag for the lifetime of the scope.
+class ScopedTag {
+ public:
+  ScopedTag(CuptiCollector* c, int stage, int64_t chunk, int64_t layer, const std::string& op) : c_(c) {
+    if (c_) c_->push_tag(stage, chunk, layer, op);
+  }
+  ~ScopedTag() {
+    if (c_) c_->pop_tag();
+  }
+  ScopedTag(const ScopedTag&) = delete;
+  ScopedTag& operator=(const ScopedTag&) = delete;
+
+ private:
+  CuptiCollector* c_;
+};
+
+}  // namespace oomb::executor::cupti

@@ -1,0 +1,96 @@
+#pragma once
+// Shared helpers of the CUDA backend tests: skip without a device, device buffers filled from and
+// read back into host vectors, and error norms. Every op is compared with the CPU reference
+// backend on the same inputs.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "executor/cpu/cpu_backend.h"
+#include "executor/cuda/cuda_backend.h"
+#include "executor/runtime/rng.h"
+
+namespace oomb::executor::cudatest {
+
+// In SetUp: the test reports SKIPPED (not passed) on machines without a usable CUDA device.
+#define OOMB_REQUIRE_CUDA()                                                    \
+  do {                                                                         \
+    std::string oomb_why_;                                                     \
+    if (!::oomb::executor::cuda_device_available(&oomb_why_))                  \
+      GTEST_SKIP() << "no CUDA device (" << oomb_why_ << ")";                  \
+  } while (0)
+
+inline std::vector<float> random_vec(size_t n, uint64_t seed, float scale = 1.0f) {
+  Rng r(seed);
+  std::vector<float> v(n);
+  for (auto& x : v) x = scale * static_cast<float>(r.normal());
+  return v;
+}
+
+// ||a - b|| / max(||b||, kRmsFloor sqrt(n)): relative to the reference's norm, or to an RMS of
+// kRmsFloor when the reference is smaller (a result that cancels to ~0, such as the attention
+// gradient of a token that sees only itself, has no relative precision; the inputs are O(1)).
+constexpr double kRmsFloor = 1e-2;
+inline double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double d = static_cast<double>(a[i]) - b[i];
+    num += d * d;
+    den += static_cast<double>(b[i]) * b[i];
+  }
+  return std::sqrt(num / std::max(den, kRmsFloor * kRmsFloor * static_cast<double>(a.size())));
+}
+
+inline double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double m = 0;
+  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::abs(static_cast<double>(a[i]) - b[i]));
+  return m;
+}
+
+// A device-tier buffer of the CUDA backend holding a copy of a host vector.
+template <class T>
+class DeviceVec {
+ public:
+  DeviceVec(CudaBackend& b, const std::vector<T>& host, Tier tier = Tier::device)
+      : b_(&b), n_(host.size()), buf_(b, tier, static_cast<int64_t>(std::max<size_t>(host.size(), 1) * sizeof(T))) {
+    if (!host.empty()) b.upload(buf_.data(), host.data(), static_cast<int64_t>(host.size() * sizeof(T)));
+  }
+  T* get() const { return static_cast<T*>(buf_.data()); }
+  std::vector<T> read() const {
+    std::vector<T> out(n_);
+    if (n_) b_->download(out.data(), buf_.data(), static_cast<int64_t>(n_ * sizeof(T)));
+    return out;
+  }
+
+ private:
+  CudaBackend* b_;
+  size_t n_;
+  Buffer buf_;
+};
+
+// Smaller blocks than a real run's defaults (1 GiB each), so that every test process does not pin
+// a gigabyte of host memory.
+inline CudaBackendOptions test_options(bool tf32 = false) {
+  CudaBackendOptions o;
+  o.device_grow_bytes = int64_t{256} << 20;
+  o.host_slab_bytes = int64_t{64} << 20;
+  o.tf32 = tf32;
+  return o;
+}
+
+// Fixture: a CUDA backend (fp32 GEMMs unless a test makes its own) and the CPU reference.
+class CudaTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    OOMB_REQUIRE_CUDA();
+    gpu = std::make_unique<CudaBackend>(test_options());
+  }
+  std::unique_ptr<CudaBackend> gpu;
+  CpuBackend cpu;
+};
+
+}  // namespace oomb::executor::cudatest

@@ -1,0 +1,74 @@
+// The CUPTI collector on a real device: kernels and copies of the CUDA backend come back as trace
+// events on the backend's named streams, tagged with the (stage, chunk, layer, op) pushed around
+// them, with the bytes of each copy.
+#include <gtest/gtest.h>
+
+#include "cuda_test_util.h"
+#include "executor/cupti/collector.h"
+
+namespace oomb::executor::cudatest {
+namespace {
+
+class CudaCupti : public CudaTest {};
+
+TEST_F(CudaCupti, TaggedKernelsAndCopiesOnNamedStreams) {
+  const int64_t n = 1 << 20, bytes = n * 4;
+  Buffer host(*gpu, Tier::host, bytes), dev(*gpu, Tier::device, bytes);
+  traces::Trace t;
+  {
+    cupti::CuptiCollector collector;
+    EXPECT_THROW(cupti::CuptiCollector second, std::exception) << "one collector per process";
+    collector.name_stream(gpu->stream(CudaStream::compute), "compute");
+    collector.name_stream(gpu->stream(CudaStream::h2d), "h2d");
+    collector.name_stream(gpu->stream(CudaStream::d2h), "d2h");
+    EventPtr e;
+    {
+      cupti::ScopedTag tag(&collector, 1, 2, 3, "layer_fwd");
+      CopyRequest in;
+      in.dir = CopyDir::h2d;
+      in.regions = {{dev.data(), host.data(), bytes}};
+      e = gpu->copy_async(std::move(in));
+      gpu->wait(e);
+      gpu->scale(dev.f32(), n, 2.0f);
+    }
+    {
+      cupti::ScopedTag tag(&collector, 2, 0, -1, "lm_head");
+      gpu->scale(dev.f32(), n, 0.5f);
+    }
+    gpu->synchronize();
+    e->wait();
+    cupti::DecodeStats st;
+    t = collector.trace({}, traces::Detail::op, -1, &st);
+    EXPECT_GE(st.kernels, 2);
+    EXPECT_GE(st.memcpys, 1);
+    EXPECT_EQ(t.metadata.dropped_records, 0);
+  }
+  int fwd_kernels = 0, head_kernels = 0, h2d = 0;
+  for (const auto& ev : t.events) {
+    if (ev.kind == traces::EventKind::copy_h2d && ev.bytes == bytes) {
+      ++h2d;
+      EXPECT_EQ(ev.stream, "h2d");
+      EXPECT_EQ(ev.op, "layer_fwd");
+      EXPECT_EQ(ev.layer, 3);
+    }
+    if (ev.kind == traces::EventKind::compute && ev.name == "scale_kernel") {
+      EXPECT_EQ(ev.stream, "compute");
+      if (ev.op == "layer_fwd") {
+        ++fwd_kernels;
+        EXPECT_EQ(ev.stage, 1);
+        EXPECT_EQ(ev.chunk, 2);
+      }
+      if (ev.op == "lm_head") {
+        ++head_kernels;
+        EXPECT_EQ(ev.layer, -1);
+      }
+    }
+  }
+  EXPECT_EQ(h2d, 1);
+  EXPECT_EQ(fwd_kernels, 1);
+  EXPECT_EQ(head_kernels, 1);
+  EXPECT_EQ(t.summary.h2d_bytes, bytes);
+}
+
+}  // namespace
+}  // namespace oomb::executor::cudatest

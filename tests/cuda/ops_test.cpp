@@ -1,0 +1,241 @@
+// Every model op of the CUDA backend against the CPU reference backend on random inputs, at edge
+// sizes (1, 3, 7, 17 rows; odd widths) and a realistic one. Attention and selection have their own
+// files.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+
+#include "cuda_test_util.h"
+
+namespace oomb::executor::cudatest {
+namespace {
+
+// Tolerances (relative L2 unless named otherwise), with the reason for each.
+constexpr double kExact = 0.0;             // pure data movement: bit-identical
+constexpr double kElementwiseTol = 2e-6;   // expf / sincos vs the CPU's exp: a few ulp per element
+constexpr double kReductionTol = 1e-5;     // fp32 sums in a different order (rows up to ~4K wide)
+constexpr double kGemmFp32Tol = 1e-5;      // cuBLASLt fp32 vs Eigen: summation order only
+constexpr double kGemmTf32Tol = 5e-3;      // TF32 inputs keep 10 mantissa bits (2^-11 relative)
+constexpr double kAtomicTol = 1e-6;        // atomically accumulated sums (order unspecified)
+constexpr double kLossRelTol = 1e-6;       // cross-entropy loss sum (double accumulation on both)
+
+const int64_t kRows[] = {1, 3, 7, 17, 256};
+
+class CudaOps : public CudaTest {};
+
+TEST_F(CudaOps, EmbeddingForwardIsExactAndBackwardScatterAdds) {
+  const int64_t vocab = 13, hidden = 37;
+  for (int64_t rows : kRows) {
+    std::vector<int32_t> ids(static_cast<size_t>(rows));
+    for (int64_t t = 0; t < rows; ++t) ids[static_cast<size_t>(t)] = static_cast<int32_t>((t * 7 + 3) % vocab);
+    const auto table = random_vec(vocab * hidden, 1), dout = random_vec(rows * hidden, 2);
+    std::vector<float> y(rows * hidden), dt = random_vec(vocab * hidden, 3);
+    DeviceVec<int32_t> d_ids(*gpu, ids);
+    DeviceVec<float> d_table(*gpu, table), d_y(*gpu, y), d_dout(*gpu, dout), d_dt(*gpu, dt);
+    cpu.embedding_fwd(ids.data(), rows, table.data(), hidden, y.data());
+    gpu->embedding_fwd(d_ids.get(), rows, d_table.get(), hidden, d_y.get());
+    EXPECT_EQ(rel_l2(d_y.read(), y), kExact) << rows;
+    cpu.embedding_bwd(ids.data(), rows, dout.data(), hidden, dt.data());
+    gpu->embedding_bwd(d_ids.get(), rows, d_dout.get(), hidden, d_dt.get());
+    EXPECT_LE(rel_l2(d_dt.read(), dt), kAtomicTol) << rows;
+  }
+}
+
+TEST_F(CudaOps, RmsNormForwardAndBackward) {
+  for (int64_t dim : {1, 7, 64, 3584}) {
+    for (int64_t rows : kRows) {
+      const auto x = random_vec(rows * dim, 10), w = random_vec(dim, 11), dy = random_vec(rows * dim, 12);
+      auto dx = random_vec(rows * dim, 13), dw = random_vec(dim, 14);
+      std::vector<float> y(rows * dim), rstd(rows);
+      DeviceVec<float> d_x(*gpu, x), d_w(*gpu, w), d_dy(*gpu, dy), d_dx(*gpu, dx), d_dw(*gpu, dw), d_y(*gpu, y),
+          d_rstd(*gpu, rstd);
+      cpu.rmsnorm_fwd(x.data(), w.data(), rows, dim, 1e-6f, y.data(), rstd.data());
+      gpu->rmsnorm_fwd(d_x.get(), d_w.get(), rows, dim, 1e-6f, d_y.get(), d_rstd.get());
+      EXPECT_LE(rel_l2(d_y.read(), y), kReductionTol) << rows << "x" << dim;
+      EXPECT_LE(rel_l2(d_rstd.read(), rstd), kReductionTol) << rows << "x" << dim;
+      cpu.rmsnorm_bwd(x.data(), w.data(), rstd.data(), dy.data(), rows, dim, dx.data(), dw.data());
+      gpu->rmsnorm_bwd(d_x.get(), d_w.get(), d_rstd.get(), d_dy.get(), rows, dim, d_dx.get(), d_dw.get());
+      EXPECT_LE(rel_l2(d_dx.read(), dx), kReductionTol) << rows << "x" << dim;
+      EXPECT_LE(rel_l2(d_dw.read(), dw), kReductionTol) << rows << "x" << dim;
+    }
+  }
+}
+
+void check_linear(CudaBackend& gpu, CpuBackend& cpu, double tol) {
+  for (auto [in, out] : {std::pair<int64_t, int64_t>{1, 1}, {7, 3}, {17, 33}, {64, 96}, {129, 513}}) {
+    for (int64_t rows : kRows) {
+      const auto x = random_vec(rows * in, 20), w = random_vec(out * in, 21), b = random_vec(out, 22),
+                 dy = random_vec(rows * out, 23);
+      auto dx = random_vec(rows * in, 24), dw = random_vec(out * in, 25), db = random_vec(out, 26);
+      std::vector<float> y(rows * out);
+      DeviceVec<float> d_x(gpu, x), d_w(gpu, w), d_b(gpu, b), d_dy(gpu, dy), d_dx(gpu, dx), d_dw(gpu, dw),
+          d_db(gpu, db), d_y(gpu, y);
+      const std::string what = std::to_string(rows) + "x" + std::to_string(in) + "->" + std::to_string(out);
+      cpu.linear_fwd(x.data(), rows, in, w.data(), b.data(), out, y.data());
+      gpu.linear_fwd(d_x.get(), rows, in, d_w.get(), d_b.get(), out, d_y.get());
+      EXPECT_LE(rel_l2(d_y.read(), y), tol) << what;
+      cpu.linear_fwd(x.data(), rows, in, w.data(), nullptr, out, y.data());
+      gpu.linear_fwd(d_x.get(), rows, in, d_w.get(), nullptr, out, d_y.get());
+      EXPECT_LE(rel_l2(d_y.read(), y), tol) << what << " (no bias)";
+      for (bool acc : {false, true}) {
+        cpu.linear_bwd(x.data(), rows, in, w.data(), out, dy.data(), dx.data(), acc, dw.data(), db.data());
+        gpu.linear_bwd(d_x.get(), rows, in, d_w.get(), out, d_dy.get(), d_dx.get(), acc, d_dw.get(), d_db.get());
+        EXPECT_LE(rel_l2(d_dx.read(), dx), tol) << what << " acc " << acc;
+        EXPECT_LE(rel_l2(d_dw.read(), dw), tol) << what;
+        EXPECT_LE(rel_l2(d_db.read(), db), std::max(tol, kAtomicTol)) << what;
+      }
+    }
+  }
+}
+
+TEST_F(CudaOps, LinearForwardAndBackwardFp32) { check_linear(*gpu, cpu, kGemmFp32Tol); }
+
+TEST_F(CudaOps, LinearForwardAndBackwardTf32) {
+  CudaBackend tf32(test_options(true));
+  check_linear(tf32, cpu, kGemmTf32Tol);
+}
+
+TEST_F(CudaOps, LinearOnMisalignedParameterSlices) {
+  // Parameters live at arbitrary float offsets of one flat buffer: cuBLASLt must not assume 16 bytes.
+  const int64_t rows = 7, in = 9, out = 5;
+  const auto flat = random_vec(1 + out * in, 30), x = random_vec(rows * in, 31);
+  const std::vector<float> w(flat.begin() + 1, flat.end());
+  std::vector<float> y(rows * out);
+  DeviceVec<float> d_flat(*gpu, flat), d_x(*gpu, x), d_y(*gpu, y);
+  cpu.linear_fwd(x.data(), rows, in, w.data(), nullptr, out, y.data());
+  gpu->linear_fwd(d_x.get(), rows, in, d_flat.get() + 1, nullptr, out, d_y.get());
+  EXPECT_LE(rel_l2(d_y.read(), y), kGemmFp32Tol);
+}
+
+TEST_F(CudaOps, RopeForwardAndBackward) {
+  for (int64_t hd : {2, 8, 64, 128}) {
+    for (int64_t rows : kRows) {
+      for (int64_t pos0 : {int64_t{0}, int64_t{4093}, int64_t{4194000}}) {
+        const int64_t heads = 3;
+        auto x = random_vec(rows * heads * hd, 40);
+        DeviceVec<float> d_x(*gpu, x);
+        cpu.rope_fwd(x.data(), rows, heads, hd, pos0, 1e6);
+        gpu->rope_fwd(d_x.get(), rows, heads, hd, pos0, 1e6);
+        EXPECT_LE(rel_l2(d_x.read(), x), kElementwiseTol) << rows << " hd " << hd << " pos " << pos0;
+        cpu.rope_bwd(x.data(), rows, heads, hd, pos0, 1e6);
+        gpu->rope_bwd(d_x.get(), rows, heads, hd, pos0, 1e6);
+        EXPECT_LE(rel_l2(d_x.read(), x), kElementwiseTol) << rows << " hd " << hd << " pos " << pos0;
+      }
+    }
+  }
+}
+
+TEST_F(CudaOps, SwigluForwardAndBackward) {
+  for (int64_t n : {1, 3, 7, 17, 100003}) {
+    const auto g = random_vec(n, 50, 3.0f), u = random_vec(n, 51), d = random_vec(n, 52);
+    std::vector<float> out(n), dg(n), du(n);
+    DeviceVec<float> d_g(*gpu, g), d_u(*gpu, u), d_d(*gpu, d), d_out(*gpu, out), d_dg(*gpu, dg), d_du(*gpu, du);
+    cpu.swiglu_fwd(g.data(), u.data(), n, out.data());
+    gpu->swiglu_fwd(d_g.get(), d_u.get(), n, d_out.get());
+    EXPECT_LE(rel_l2(d_out.read(), out), kElementwiseTol) << n;
+    cpu.swiglu_bwd(g.data(), u.data(), d.data(), n, dg.data(), du.data());
+    gpu->swiglu_bwd(d_g.get(), d_u.get(), d_d.get(), n, d_dg.get(), d_du.get());
+    EXPECT_LE(rel_l2(d_dg.read(), dg), kElementwiseTol) << n;
+    EXPECT_LE(rel_l2(d_du.read(), du), kElementwiseTol) << n;
+  }
+}
+
+TEST_F(CudaOps, AddCopyScaleAreExact) {
+  for (int64_t n : {1, 3, 7, 17, 1000001}) {
+    auto y = random_vec(n, 60);
+    const auto x = random_vec(n, 61);
+    std::vector<float> z(n);
+    DeviceVec<float> d_y(*gpu, y), d_x(*gpu, x), d_z(*gpu, z);
+    cpu.add(y.data(), x.data(), n);
+    gpu->add(d_y.get(), d_x.get(), n);
+    EXPECT_EQ(rel_l2(d_y.read(), y), kExact) << n;
+    cpu.scale(y.data(), n, 0.37f);
+    gpu->scale(d_y.get(), n, 0.37f);
+    EXPECT_EQ(rel_l2(d_y.read(), y), kExact) << n;
+    cpu.copy(z.data(), y.data(), n);
+    gpu->copy(d_z.get(), d_y.get(), n);
+    EXPECT_EQ(rel_l2(d_z.read(), z), kExact) << n;
+  }
+}
+
+TEST_F(CudaOps, CrossEntropyLossAndGradient) {
+  for (int64_t vocab : {2, 61, 1000, 152064}) {
+    for (int64_t rows : {1, 3, 7, 17}) {
+      auto logits = random_vec(rows * vocab, 70, 4.0f);
+      std::vector<int32_t> targets(static_cast<size_t>(rows));
+      for (int64_t t = 0; t < rows; ++t)
+        targets[static_cast<size_t>(t)] = t == 1 ? -1 : static_cast<int32_t>((t * 7919) % vocab);  // one unlabelled
+      DeviceVec<float> d_logits(*gpu, logits);
+      DeviceVec<int32_t> d_targets(*gpu, targets);
+      const double lc = cpu.cross_entropy(logits.data(), rows, vocab, targets.data(), 0.25f);
+      const double lg = gpu->cross_entropy(d_logits.get(), rows, vocab, d_targets.get(), 0.25f);
+      EXPECT_NEAR(lg, lc, kLossRelTol * std::abs(lc)) << rows << "x" << vocab;
+      EXPECT_LE(rel_l2(d_logits.read(), logits), kReductionTol) << rows << "x" << vocab;
+    }
+  }
+}
+
+TEST_F(CudaOps, AdamWMatchesTheReferenceOnDeviceAndHostState) {
+  for (int64_t n : {1, 3, 7, 17, 100003}) {
+    auto p = random_vec(n, 80), m = random_vec(n, 81, 0.1f), v = random_vec(n, 82, 0.01f);
+    for (auto& x : v) x = std::abs(x);
+    const auto g = random_vec(n, 83);
+    std::vector<uint8_t> mask(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) mask[static_cast<size_t>(i)] = i % 3 != 0;
+    for (Tier state : {Tier::device, Tier::host}) {
+      auto pc = p, mc = m, vc = v;
+      DeviceVec<float> d_p(*gpu, p), d_g(*gpu, g), d_m(*gpu, m, state), d_v(*gpu, v, state);
+      DeviceVec<uint8_t> d_mask(*gpu, mask, state);
+      for (int64_t step = 1; step <= 3; ++step) {
+        cpu.adamw(pc.data(), g.data(), mc.data(), vc.data(), mask.data(), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, step);
+        gpu->adamw(d_p.get(), d_g.get(), d_m.get(), d_v.get(), d_mask.get(), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, step);
+      }
+      // The update is rounded like the reference: equal up to the last bit of the double division.
+      EXPECT_LE(max_abs_diff(d_p.read(), pc), 1e-7) << n << " state " << to_string(state);
+      EXPECT_LE(rel_l2(d_m.read(), mc), kElementwiseTol) << n;
+      EXPECT_LE(rel_l2(d_v.read(), vc), kElementwiseTol) << n;
+    }
+  }
+}
+
+TEST_F(CudaOps, KvPagesRoundTripIncludingARaggedLastPage) {
+  const int64_t kvd = 12, p = 4;
+  for (int64_t rows : {1, 3, 7, 17}) {
+    const int64_t np = (rows + p - 1) / p;
+    const auto k = random_vec(rows * kvd, 90), v = random_vec(rows * kvd, 91);
+    std::vector<float> pages_c(static_cast<size_t>(np * 2 * p * kvd), 0.0f);
+    DeviceVec<float> d_k(*gpu, k), d_v(*gpu, v), d_pages(*gpu, pages_c);
+    std::vector<float*> pc, pg;
+    for (int64_t j = 0; j < np; ++j) {
+      pc.push_back(pages_c.data() + j * 2 * p * kvd);
+      pg.push_back(d_pages.get() + j * 2 * p * kvd);
+    }
+    cpu.write_kv_pages(k.data(), v.data(), rows, kvd, p, pc);
+    gpu->write_kv_pages(d_k.get(), d_v.get(), rows, kvd, p, pg);
+    EXPECT_EQ(rel_l2(d_pages.read(), pages_c), kExact) << rows;
+    auto dk = random_vec(rows * kvd, 92), dv = random_vec(rows * kvd, 93);
+    DeviceVec<float> d_dk(*gpu, dk), d_dv(*gpu, dv);
+    cpu.add_from_grad_pages(pc, rows, kvd, p, dk.data(), dv.data());
+    gpu->add_from_grad_pages(pg, rows, kvd, p, d_dk.get(), d_dv.get());
+    EXPECT_EQ(rel_l2(d_dk.read(), dk), kExact) << rows;
+    EXPECT_EQ(rel_l2(d_dv.read(), dv), kExact) << rows;
+  }
+}
+
+TEST_F(CudaOps, PageSummariesAreKeyMeans) {
+  using Shape = std::tuple<int64_t, int64_t, int64_t>;  // rows, kv_dim, page
+  for (auto [rows, kvd, p] : {Shape{1, 3, 2}, Shape{7, 8, 4}, Shape{17, 16, 8}, Shape{300, 512, 128}}) {
+    const auto k = random_vec(rows * kvd, 100);
+    const int64_t np = (rows + p - 1) / p;
+    std::vector<float> s(static_cast<size_t>(np * kvd));
+    DeviceVec<float> d_k(*gpu, k), d_s(*gpu, s);
+    cpu.page_summaries(k.data(), rows, kvd, p, s.data());
+    gpu->page_summaries(d_k.get(), rows, kvd, p, d_s.get());
+    EXPECT_LE(rel_l2(d_s.read(), s), kReductionTol) << rows << " " << kvd << " " << p;
+  }
+}
+
+}  // namespace
+}  // namespace oomb::executor::cudatest

@@ -1,0 +1,134 @@
+// Page selection on the GPU (published rule and per KV head) against the CPU reference. Exact ties
+// must be broken the same way (lowest page); near ties (within rounding of the fp32 scores) may go
+// either way, so a differing page is accepted only when its score, recomputed in double here, is
+// within kTieTol of the selection boundary.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "cuda_test_util.h"
+
+namespace oomb::executor::cudatest {
+namespace {
+
+constexpr double kTieTol = 1e-5;  // relative: fp32 scores, different summation order
+
+// The rule in double: acc[(j * groups + gsel) * P + k].
+std::vector<double> reference_scores(const SelectionArgs& a, const std::vector<float>& q,
+                                     const std::vector<float>& summaries) {
+  const int64_t group = a.q_heads / a.kv_heads, hd = a.head_dim, kvd = a.kv_heads * hd, qd = a.q_heads * hd;
+  const int64_t P = a.prefix_pages, groups = a.per_kv_head ? a.kv_heads : 1;
+  const int64_t qpages = (a.rows + a.page_tokens - 1) / a.page_tokens;
+  std::vector<double> acc(static_cast<size_t>(qpages * groups * P), 0.0), s(static_cast<size_t>(P));
+  const double sc = 1.0 / std::sqrt(static_cast<double>(hd));
+  for (int64_t g = 0; g < a.kv_heads; ++g)
+    for (int64_t i = 0; i < a.rows; ++i) {
+      double mx = -1e300;
+      for (int64_t k = 0; k < P; ++k) {
+        double dot = 0;
+        for (int64_t d = 0; d < hd; ++d) {
+          double qs = 0;
+          for (int64_t h = g * group; h < (g + 1) * group; ++h) qs += q[static_cast<size_t>(i * qd + h * hd + d)];
+          dot += qs * summaries[static_cast<size_t>(k * kvd + g * hd + d)];
+        }
+        s[static_cast<size_t>(k)] = sc * dot;
+        mx = std::max(mx, s[static_cast<size_t>(k)]);
+      }
+      double sum = 0;
+      for (auto& x : s) sum += (x = std::exp(x - mx));
+      double* dst = acc.data() + ((i / a.page_tokens) * groups + (a.per_kv_head ? g : 0)) * P;
+      for (int64_t k = 0; k < P; ++k) dst[k] += s[static_cast<size_t>(k)] / sum;
+    }
+  return acc;
+}
+
+class CudaSelection : public CudaTest {
+ protected:
+  std::vector<std::vector<int32_t>> run_gpu(const SelectionArgs& host, const std::vector<float>& q,
+                                            const std::vector<float>& summaries) {
+    DeviceVec<float> d_q(*gpu, q), d_s(*gpu, summaries);
+    SelectionArgs a = host;
+    a.q = d_q.get();
+    a.summaries = d_s.get();
+    return gpu->select_pages(a);
+  }
+};
+
+TEST_F(CudaSelection, PicksTheAlignedPagesAndBreaksExactTiesLow) {
+  const int64_t qh = 4, kvh = 2, hd = 2, p = 2, rows = 4;
+  std::vector<float> q(rows * qh * hd, 0.0f), sum(4 * kvh * hd, 0.0f);
+  for (int64_t t = 0; t < rows; ++t)
+    for (int64_t h = 0; h < qh; ++h) q[(t * qh + h) * hd + (t < 2 ? 0 : 1)] = 1.0f;
+  for (int64_t g = 0; g < kvh; ++g) {
+    sum[(2 * kvh + g) * hd + 0] = 5.0f;
+    sum[(1 * kvh + g) * hd + 1] = 5.0f;
+    sum[(3 * kvh + g) * hd + 0] = 4.0f;
+  }
+  SelectionArgs a;
+  a.rows = rows;
+  a.q_heads = qh;
+  a.kv_heads = kvh;
+  a.head_dim = hd;
+  a.page_tokens = p;
+  a.prefix_pages = 4;
+  a.budget = 2;
+  const auto sel = run_gpu(a, q, sum);
+  ASSERT_EQ(sel.size(), 2u);
+  EXPECT_EQ(sel[0], (std::vector<int32_t>{2, 3}));
+  EXPECT_EQ(sel[1], (std::vector<int32_t>{0, 1}));
+  a.per_kv_head = true;
+  const auto per_head = run_gpu(a, q, sum);
+  ASSERT_EQ(per_head.size(), 4u);
+  EXPECT_EQ(per_head[0], (std::vector<int32_t>{2, 3}));
+  EXPECT_EQ(per_head[1], (std::vector<int32_t>{2, 3}));
+}
+
+struct SelCase {
+  int64_t rows, qh, kvh, hd, p, P, B;
+};
+
+TEST_F(CudaSelection, RandomInputsAgreeWithTheCpuUpToNearTies) {
+  for (const SelCase& c : {SelCase{1, 2, 1, 8, 4, 3, 1}, SelCase{3, 4, 2, 8, 4, 5, 2}, SelCase{7, 7, 1, 16, 4, 9, 4},
+                           SelCase{17, 4, 2, 12, 8, 20, 7}, SelCase{256, 28, 4, 128, 64, 300, 64},
+                           SelCase{128, 8, 2, 64, 128, 3000, 5}}) {
+    for (bool per_head : {false, true}) {
+      const auto q = random_vec(c.rows * c.qh * c.hd, 11 + c.rows), s = random_vec(c.P * c.kvh * c.hd, 12 + c.P);
+      SelectionArgs a;
+      a.rows = c.rows;
+      a.q_heads = c.qh;
+      a.kv_heads = c.kvh;
+      a.head_dim = c.hd;
+      a.page_tokens = c.p;
+      a.prefix_pages = c.P;
+      a.budget = c.B;
+      a.per_kv_head = per_head;
+      SelectionArgs ac = a;
+      ac.q = q.data();
+      ac.summaries = s.data();
+      const auto want = cpu.select_pages(ac);
+      const auto got = run_gpu(a, q, s);
+      ASSERT_EQ(got.size(), want.size());
+      const std::vector<double> ref = reference_scores(a, q, s);
+      for (size_t row = 0; row < want.size(); ++row) {
+        ASSERT_EQ(got[row].size(), static_cast<size_t>(c.B));
+        EXPECT_TRUE(std::is_sorted(got[row].begin(), got[row].end()));
+        if (got[row] == want[row]) continue;
+        const double* r = ref.data() + row * static_cast<size_t>(c.P);
+        std::vector<double> sorted(r, r + c.P);
+        std::nth_element(sorted.begin(), sorted.begin() + (c.B - 1), sorted.end(), std::greater<>());
+        const double boundary = sorted[static_cast<size_t>(c.B - 1)];
+        std::vector<int32_t> diff;
+        std::set_symmetric_difference(got[row].begin(), got[row].end(), want[row].begin(), want[row].end(),
+                                      std::back_inserter(diff));
+        for (int32_t page : diff)
+          EXPECT_LE(std::abs(r[page] - boundary), kTieTol * boundary)
+              << "rows " << c.rows << " P " << c.P << " per_head " << per_head << " query page " << row
+              << ": page " << page << " is not a near tie";
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace oomb::executor::cudatest

@@ -1,0 +1,234 @@
+// CUPTI record decoding (executor/cupti/decode.h) on synthetic records: what a GPU run's collector
+// hands over, checked without a GPU.
+#include "executor/cupti/decode.h"
+
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+
+namespace oomb::executor::cupti {
+namespace {
+
+constexpr uint32_t kCompute = 7, kH2d = 8, kD2h = 9;  // CUPTI stream ids of the backend's streams
+
+DecodeOptions options(traces::Detail detail = traces::Detail::op) {
+  DecodeOptions o;
+  o.streams = {{kCompute, "compute"}, {kH2d, "h2d"}, {kD2h, "d2h"}};
+  o.ops = {"layer_fwd", "layer_bwd", "lm_head"};
+  o.origin_ns = 1000;
+  o.detail = detail;
+  return o;
+}
+
+Record kernel(uint32_t corr, uint32_t stream, int64_t start, int64_t end, const std::string& name = "k") {
+  Record r;
+  r.kind = RecordKind::kernel;
+  r.correlation_id = corr;
+  r.stream_id = stream;
+  r.start_ns = start;
+  r.end_ns = end;
+  r.name = name;
+  return r;
+}
+
+Record copy(uint32_t corr, uint32_t stream, CopyKind kind, int64_t start, int64_t end, int64_t bytes) {
+  Record r = kernel(corr, stream, start, end);
+  r.kind = RecordKind::memcpy;
+  r.copy = kind;
+  r.bytes = bytes;
+  r.name.clear();
+  return r;
+}
+
+Record correlation(uint32_t corr, const Tag& t) {
+  Record r;
+  r.kind = RecordKind::external_correlation;
+  r.correlation_id = corr;
+  r.external_id = pack_tag(t);
+  return r;
+}
+
+Record memory(MemoryOp op, MemoryKind kind, int64_t t, uint64_t address, int64_t bytes) {
+  Record r;
+  r.kind = RecordKind::memory;
+  r.memory_op = op;
+  r.memory_kind = kind;
+  r.start_ns = t;
+  r.address = address;
+  r.bytes = bytes;
+  return r;
+}
+
+TEST(CuptiTag, PackRoundTripsEveryFieldIncludingNotApplicable) {
+  for (const Tag& t : {Tag{1, 0, 0, 0}, Tag{2, 4095, 27, 2}, Tag{-1, -1, -1, -1}, Tag{14, 4294967294LL, 65534, 4094},
+                       Tag{2, -1, 3, -1}}) {
+    EXPECT_EQ(unpack_tag(pack_tag(t)), t) << t.stage << " " << t.chunk << " " << t.layer << " " << t.op;
+  }
+  // Distinct tags stay distinct (no field bleeds into another).
+  EXPECT_NE(pack_tag({1, 1, 0, 0}), pack_tag({1, 0, 1, 0}));
+  EXPECT_NE(pack_tag({1, 0, 0, 1}), pack_tag({2, 0, 0, 0}));
+}
+
+TEST(CuptiTag, OutOfRangeFieldsAreRejected) {
+  EXPECT_THROW(pack_tag({15, 0, 0, 0}), Error);
+  EXPECT_THROW(pack_tag({1, 4294967295LL, 0, 0}), Error);
+  EXPECT_THROW(pack_tag({1, 0, 65535, 0}), Error);
+  EXPECT_THROW(pack_tag({1, 0, 0, 4095}), Error);
+  EXPECT_THROW(pack_tag({-2, 0, 0, 0}), Error);
+}
+
+TEST(CuptiDecode, KernelsAndCopiesGoToTheirStreamsWithTagsAndBytes) {
+  // Correlation records arrive after the work they tag (separate CUPTI buffers).
+  const std::vector<Record> recs = {
+      kernel(10, kCompute, 2000, 3000, "_ZN4oomb4cuda8attn_fwdILi128EEEvv"),
+      copy(11, kH2d, CopyKind::h2d, 1500, 2500, 4096),
+      copy(12, kD2h, CopyKind::d2h, 3000, 3600, 1024),
+      correlation(10, {1, 3, 5, 0}),
+      correlation(11, {1, 3, 6, 0}),
+      correlation(12, {2, 0, 27, 1}),
+  };
+  DecodeStats st;
+  const traces::Trace t = decode(recs, options(), 4, traces::Metadata{}, &st);
+  EXPECT_EQ(t.metadata.source, "cuda-cupti");
+  EXPECT_EQ(t.metadata.dropped_records, 4);
+  EXPECT_EQ(st.dropped, 4);
+  EXPECT_EQ(st.kernels, 1);
+  EXPECT_EQ(st.memcpys, 2);
+  EXPECT_EQ(st.correlations, 3);
+  EXPECT_EQ(st.untagged, 0);
+  ASSERT_EQ(t.events.size(), 3u);
+  // Sorted by start; times relative to origin 1000.
+  const traces::Event& h2d = t.events[0];
+  EXPECT_EQ(h2d.kind, traces::EventKind::copy_h2d);
+  EXPECT_EQ(h2d.stream, "h2d");
+  EXPECT_EQ(h2d.start_ns, 500);
+  EXPECT_EQ(h2d.end_ns, 1500);
+  EXPECT_EQ(h2d.bytes, 4096);
+  EXPECT_EQ(h2d.layer, 6);
+  const traces::Event& k = t.events[1];
+  EXPECT_EQ(k.kind, traces::EventKind::compute);
+  EXPECT_EQ(k.stream, "compute");
+  EXPECT_EQ(k.name, "attn_fwd");
+  EXPECT_EQ(k.stage, 1);
+  EXPECT_EQ(k.chunk, 3);
+  EXPECT_EQ(k.layer, 5);
+  EXPECT_EQ(k.op, "layer_fwd");
+  const traces::Event& d2h = t.events[2];
+  EXPECT_EQ(d2h.kind, traces::EventKind::copy_d2h);
+  EXPECT_EQ(d2h.stream, "d2h");
+  EXPECT_EQ(d2h.bytes, 1024);
+  EXPECT_EQ(d2h.stage, 2);
+  EXPECT_EQ(d2h.op, "layer_bwd");
+  EXPECT_EQ(t.summary.h2d_bytes, 4096);
+  EXPECT_EQ(t.summary.d2h_bytes, 1024);
+  EXPECT_EQ(t.summary.step_ns, 2100);  // first start 500 .. last end 2600
+}
+
+TEST(CuptiDecode, UnknownStreamsFallBackByKindAndUntaggedWorkIsCounted) {
+  const std::vector<Record> recs = {kernel(1, 99, 1100, 1200), copy(2, 98, CopyKind::d2h, 1100, 1300, 8),
+                                    copy(3, 97, CopyKind::d2d, 1200, 1250, 16)};
+  DecodeStats st;
+  const traces::Trace t = decode(recs, options(), 0, {}, &st);
+  ASSERT_EQ(t.events.size(), 3u);
+  EXPECT_EQ(st.untagged, 3);
+  for (const auto& e : t.events) {
+    EXPECT_EQ(e.stage, -1);
+    EXPECT_EQ(e.op, "");
+    if (e.kind == traces::EventKind::copy_d2h) EXPECT_EQ(e.stream, "d2h");
+    else EXPECT_EQ(e.stream, "compute");
+  }
+  EXPECT_EQ(t.events[2].name, "memcpy_d2d");  // device-to-device copies are compute-stream work
+}
+
+TEST(CuptiDecode, UnknownKindsAreIgnoredAndIncompleteRecordsDropped) {
+  Record other;
+  other.kind = RecordKind::other;
+  other.start_ns = 1100;
+  other.end_ns = 1200;
+  const std::vector<Record> recs = {other, kernel(1, kCompute, 1500, 1400), kernel(2, kCompute, 0, 0),
+                                    kernel(3, kCompute, 1200, 1300)};
+  DecodeStats st;
+  const traces::Trace t = decode(recs, options(), 0, {}, &st);
+  EXPECT_EQ(st.ignored, 1);
+  EXPECT_EQ(st.invalid, 2);
+  ASSERT_EQ(t.events.size(), 1u);
+  EXPECT_EQ(t.events[0].start_ns, 200);
+  // The trace survives its own JSON round trip (which rejects end < start).
+  EXPECT_NO_THROW(traces::trace_from_json(traces::to_json(t), "decoded"));
+}
+
+TEST(CuptiDecode, OverlappingRecordsCountComputeOnceAndExposeOnlyUncoveredCopyTime) {
+  // Two kernels overlapping in time (concurrent kernels, or timestamp interpolation) and a copy
+  // partly hidden behind them.
+  const std::vector<Record> recs = {kernel(1, kCompute, 1000, 2000), kernel(2, kCompute, 1500, 2500),
+                                    copy(3, kH2d, CopyKind::h2d, 2200, 3000, 64)};
+  const traces::Trace t = decode(recs, options(), 0, {});
+  EXPECT_EQ(t.summary.compute_busy_ns, 1500);
+  EXPECT_EQ(t.summary.step_ns, 2000);
+  EXPECT_EQ(t.summary.exposed_copy_ns, 500);
+}
+
+TEST(CuptiDecode, LayerDetailMergesConsecutiveRecordsOfAKey) {
+  const Tag a{1, 0, 0, 0}, b{1, 0, 1, 0};
+  const std::vector<Record> recs = {kernel(1, kCompute, 1000, 1100), kernel(2, kCompute, 1100, 1300),
+                                    kernel(3, kCompute, 1300, 1400), copy(4, kH2d, CopyKind::h2d, 1050, 1150, 10),
+                                    copy(5, kH2d, CopyKind::h2d, 1150, 1250, 20),
+                                    correlation(1, a), correlation(2, a), correlation(3, b), correlation(4, b),
+                                    correlation(5, b)};
+  const traces::Trace t = decode(recs, options(traces::Detail::layer), 0, {});
+  ASSERT_EQ(t.events.size(), 3u);
+  EXPECT_EQ(t.events[0].stream, "compute");
+  EXPECT_EQ(t.events[0].layer, 0);
+  EXPECT_EQ(t.events[0].end_ns, 300);
+  EXPECT_EQ(t.events[0].name, "layer_fwd");
+  EXPECT_EQ(t.events[1].stream, "h2d");
+  EXPECT_EQ(t.events[1].bytes, 30);
+  EXPECT_EQ(t.events[2].layer, 1);
+  // Step detail: one event per stream and stage.
+  const traces::Trace s = decode(recs, options(traces::Detail::step), 0, {});
+  EXPECT_EQ(s.events.size(), 2u);
+}
+
+TEST(CuptiDecode, MemoryRecordsBecomeSamplesFromTheBase) {
+  DecodeOptions o = options();
+  o.base_device_bytes = 100;
+  const std::vector<Record> recs = {
+      memory(MemoryOp::allocation, MemoryKind::device, 1100, 0xA0, 1000),
+      memory(MemoryOp::allocation, MemoryKind::pinned, 1200, 0xB0, 50),
+      memory(MemoryOp::release, MemoryKind::device, 1300, 0xA0, 0),  // size taken from the allocation
+      memory(MemoryOp::release, MemoryKind::device, 1400, 0xC0, 0),  // unknown address: invalid
+      kernel(1, kCompute, 1100, 1500)};
+  DecodeStats st;
+  const traces::Trace t = decode(recs, o, 0, {}, &st);
+  EXPECT_EQ(st.memory, 4);
+  EXPECT_EQ(st.invalid, 1);
+  ASSERT_EQ(t.memory.size(), 4u);
+  EXPECT_EQ(t.memory[0].device_bytes, 100);
+  EXPECT_EQ(t.memory[1].device_bytes, 1100);
+  EXPECT_EQ(t.memory[2].host_bytes, 50);
+  EXPECT_EQ(t.memory[3].device_bytes, 100);
+  EXPECT_EQ(t.summary.peak_device_bytes, 1100);
+  EXPECT_EQ(t.summary.peak_host_bytes, 50);
+  ASSERT_EQ(t.events.size(), 1u);  // memory records are samples, not events
+}
+
+TEST(CuptiDecode, OriginDefaultsToTheEarliestRecord) {
+  DecodeOptions o = options();
+  o.origin_ns = -1;
+  const traces::Trace t = decode({kernel(1, kCompute, 5000, 5100), kernel(2, kCompute, 4000, 4100)}, o, 0, {});
+  ASSERT_EQ(t.events.size(), 2u);
+  EXPECT_EQ(t.events[0].start_ns, 0);
+  EXPECT_EQ(t.events[1].start_ns, 1000);
+}
+
+TEST(CuptiDecode, ShortKernelNames) {
+  EXPECT_EQ(short_kernel_name("_ZN4oomb4cuda8attn_fwdILi128EEEvv"), "attn_fwd");
+  EXPECT_EQ(short_kernel_name("void oomb::cuda::rmsnorm_fwd<float>(const float*, int)"), "rmsnorm_fwd");
+  EXPECT_EQ(short_kernel_name("sm90_xmma_gemm_f32f32"), "sm90_xmma_gemm_f32f32");
+  // A kernel in an anonymous namespace, as nvcc mangles it.
+  EXPECT_EQ(short_kernel_name("_ZN4oomb8executor4cuda12_GLOBAL__N_112scale_kernelEPfif"), "scale_kernel");
+  EXPECT_EQ(short_kernel_name("void (anonymous namespace)::k<(int)1>(float*)"), "k");
+}
+
+}  // namespace
+}  // namespace oomb::executor::cupti
