@@ -11,8 +11,10 @@ using namespace simulator;
 
 void print_scenario_header(const Scenario& s) {
   const auto& c = s.config;
-  std::printf("%s on %s (host %s), context %s tokens, schedule %s", s.model.id.c_str(), s.gpu.id.c_str(), s.host.id.c_str(),
-              format_tokens(c.context_tokens).c_str(), to_string(c.schedule));
+  const bool projected = s.gpu.calibrated_from.rfind("projected", 0) == 0;
+  std::printf("%s on %s%s (host %s), context %s tokens, schedule %s", s.model.id.c_str(), s.gpu.id.c_str(),
+              projected ? " (projected profile)" : "", s.host.id.c_str(), format_tokens(c.context_tokens).c_str(),
+              to_string(c.schedule));
   if (c.schedule == Schedule::oomb) {
     std::printf(", %s attention\n", to_string(c.attention));
     std::printf("  chunk %s, page %lld, resident layers %s", format_tokens(c.chunk_tokens).c_str(),

@@ -102,21 +102,28 @@ int run_validate(const ValidateArgs& a) {
     }
   }
   const bool cpu_run = trace.metadata.source == "cpu";
-  if (cpu_run) {
+  // Both executor backends keep fp32 at the backend interface (pages, parameters, activations).
+  const bool fp32_run = cpu_run || trace.metadata.source == "cuda";
+  if (fp32_run) {
     // The CPU reference backend stores everything in fp32: predict for what actually ran.
     for (std::string* dt : {&s.config.kv_dtype, &s.config.kv_grad_dtype, &s.config.param_dtype,
                             &s.config.param_grad_dtype, &s.config.activation_dtype})
       *dt = "fp32";
     s.config.peak_measure = PeakMeasure::allocated;
-    notes.push_back("cpu backend: predictions re-made with fp32 pages, parameters and activations, peak as allocated");
+    notes.push_back(trace.metadata.source +
+                    " backend: predictions re-made with fp32 pages, parameters and activations, peak as allocated");
   }
   const bool sparse = s.config.attention == Attention::sparse;
   const EventResult pred = simulate_events(s, traces::Detail::chunk);
   const PageCounts pc = page_counts(s);
   // Time is comparable only when the plan's device profile describes the device that ran.
-  const bool time_comparable = cpu_run ? s.gpu.kind == "cpu" : s.gpu.kind == "gpu";
+  // A "cuda" trace times ops on the host (enqueue times): only CUPTI's device times compare.
+  const bool time_comparable = cpu_run ? s.gpu.kind == "cpu" : trace.metadata.source == "cuda-cupti" && s.gpu.kind == "gpu";
   const std::string time_note =
-      time_comparable ? "" : "not comparable: plan for " + s.gpu.id + " (" + s.gpu.kind + "), measured on " + trace.metadata.source;
+      time_comparable ? ""
+      : trace.metadata.source == "cuda"
+          ? "not comparable: host-timed cuda trace (no CUPTI device times)"
+          : "not comparable: plan for " + s.gpu.id + " (" + s.gpu.kind + "), measured on " + trace.metadata.source;
 
   std::vector<Term> terms;
   auto add = [&](std::string name, std::string unit, double p, std::optional<double> meas, double tol, std::string note = {}) {
@@ -128,10 +135,10 @@ int run_validate(const ValidateArgs& a) {
   const double grad_hw = static_cast<double>(mr.i64("grad_pool_high_water_pages"));
   add("peak_device_bytes", "bytes", static_cast<double>(pred.summary.peak_device_bytes),
       static_cast<double>(mr.i64("peak_device_bytes")), kPeakBytes,
-      cpu_run ? "information only: the cpu reference backend keeps fp32 intermediates the GPU memory model does not "
+      fp32_run ? "information only: the fp32 executor backends keep fp32 intermediates the GPU memory model does not "
                 "(its page pools are compared exactly below)"
               : "");
-  if (cpu_run) terms.back().judged = false;
+  if (fp32_run) terms.back().judged = false;
   add("device_pool_bytes", "bytes",
       static_cast<double>(pc.kv_pool_pages * pc.kv_page_bytes + pc.grad_pool_pages * pc.grad_page_bytes),
       kv_hw * static_cast<double>(mr.i64("kv_page_bytes")) + grad_hw * static_cast<double>(mr.i64("grad_page_bytes")),
@@ -165,6 +172,23 @@ int run_validate(const ValidateArgs& a) {
     std::optional<double> v;
     if (time_comparable) v = meas_stage[stage] / steps;
     add("time:stage" + std::to_string(stage), "s", pred_stage[stage], v, kTime, time_note);
+  }
+  // Per pass kind (layer_fwd, layer_recompute, layer_bwd, lm_head, embedding): information only,
+  // the step and stage totals above are what the tolerance judges.
+  // Needs a trace of layer or op detail (coarser ones merge the passes of a stage).
+  const bool per_op = trace.metadata.detail == traces::Detail::layer || trace.metadata.detail == traces::Detail::op;
+  std::map<std::string, double> pred_op, meas_op;
+  if (per_op) {
+    for (const auto& e : simulate_events(s, traces::Detail::layer).trace.events)
+      if (e.kind == traces::EventKind::compute && e.stage > 0) pred_op[e.op] += e.duration_ns() * 1e-9;
+    for (const auto& e : trace.events)
+      if (e.kind == traces::EventKind::compute && e.stage > 0) meas_op[e.op] += e.duration_ns() * 1e-9 / steps;
+  }
+  for (const auto& [op, p] : pred_op) {
+    std::optional<double> v;
+    if (time_comparable) v = meas_op[op];
+    add("time:op/" + op, "s", p, v, kTime, time_comparable ? "information only" : time_note);
+    terms.back().judged = false;
   }
 
   // User tolerances: name=fraction.

@@ -18,6 +18,16 @@ int64_t param_count(const Scenario& s) {
   return m.embedding_params() + m.lm_head_params() + L * m.params_per_layer() + m.hidden;
 }
 
+WorkTerms& WorkTerms::operator+=(const WorkTerms& o) {
+  gemm_s += o.gemm_s;
+  attn_s += o.attn_s;
+  attn_bytes_s += o.attn_bytes_s;
+  mb_s += o.mb_s;
+  allreduce_s += o.allreduce_s;
+  kernels += o.kernels;
+  return *this;
+}
+
 namespace {
 
 // Kernels launched per layer pass (order of magnitude of a fused implementation).
@@ -53,6 +63,21 @@ double time_of(const Scenario& s, const LayerWork& w, double gemm_mult, double a
   return t_gemm + t_attn + t_mb + t_ar + kernels * s.gpu.launch_overhead_s;
 }
 
+// time_of's terms at efficiency 1 (the same multipliers), for calibration.
+WorkTerms terms_of(const Scenario& s, const LayerWork& w, double gemm_mult, double attn_mult, double mb_mult, int kernels) {
+  WorkTerms t;
+  t.gemm_s = w.gemm_flops * gemm_mult / peak(s);
+  t.attn_s = w.attn_flops * attn_mult / peak(s);
+  t.attn_bytes_s = w.attn_bytes * attn_mult / s.gpu.hbm_bytes_per_s;
+  t.mb_s = w.mb_bytes * mb_mult / s.gpu.hbm_bytes_per_s;
+  if (s.config.gpus > 1) {
+    double link = s.gpu.interconnect_bytes_per_s > 0 ? s.gpu.interconnect_bytes_per_s : s.gpu.h2d_bytes_per_s;
+    t.allreduce_s = w.allreduce_bytes * mb_mult / link;
+  }
+  t.kernels = kernels;
+  return t;
+}
+
 // Work of one layer's forward over `tokens` query tokens that see `prefix_keys` earlier keys
 // (all of them attended) plus themselves causally.
 LayerWork layer_work(const Geometry& g, int64_t tokens, int64_t prefix_keys) {
@@ -77,6 +102,7 @@ PassCost head_cost(const Scenario& s, const Geometry& g, int64_t tokens) {
   w.mb_bytes = T * static_cast<double>(g.V / g.G) * logit_bytes + T * static_cast<double>(4 * g.h * g.act_b);
   PassCost p;
   p.compute_s = time_of(s, w, 3.0, 0.0, 1.0, kKernelsHead);
+  p.work = terms_of(s, w, 3.0, 0.0, 1.0, kKernelsHead);
   p.flops = 3.0 * w.gemm_flops;
   return p;
 }
@@ -91,6 +117,7 @@ ChunkCosts chunk_costs(const Scenario& s, const Geometry& g, int64_t c) {
   const bool ckpt = s.config.checkpointing;
 
   cc.fill.compute_s = time_of(s, w, 1.0, 1.0, 1.0, kKernelsLayerFwd);
+  cc.fill.work = terms_of(s, w, 1.0, 1.0, 1.0, kKernelsLayerFwd);
   cc.fill.flops = w.gemm_flops + w.attn_flops;
   if (g.sparse) {
     // Scoring every earlier page summary per token and KV head, then a softmax over pages.
@@ -99,13 +126,17 @@ ChunkCosts chunk_costs(const Scenario& s, const Geometry& g, int64_t c) {
     sel.gemm_flops = 2.0 * tokens * static_cast<double>(g.kv_heads * g.head_dim) * pp;
     sel.mb_bytes = 3.0 * tokens * static_cast<double>(g.kv_heads) * pp * 4.0;
     cc.fill.compute_s += time_of(s, sel, 1.0, 0.0, 1.0, 4);
+    cc.fill.work += terms_of(s, sel, 1.0, 0.0, 1.0, 4);
     cc.fill.flops += sel.gemm_flops;
   }
   cc.recompute.compute_s = time_of(s, w, 1.0, 1.0, 1.0, kKernelsLayerFwd);
+  cc.recompute.work = terms_of(s, w, 1.0, 1.0, 1.0, kKernelsLayerFwd);
   cc.recompute.flops = w.gemm_flops + w.attn_flops;
   const double recompute_mult = ckpt ? 1.0 : 0.0;
   cc.backward.compute_s = time_of(s, w, 2.0 + recompute_mult, kAttentionBackwardFactor + recompute_mult,
                                   2.0 + recompute_mult, kKernelsLayerBwd + (ckpt ? kKernelsLayerFwd : 0));
+  cc.backward.work = terms_of(s, w, 2.0 + recompute_mult, kAttentionBackwardFactor + recompute_mult,
+                              2.0 + recompute_mult, kKernelsLayerBwd + (ckpt ? kKernelsLayerFwd : 0));
   cc.backward.flops = (2.0 + recompute_mult) * w.gemm_flops + (kAttentionBackwardFactor + recompute_mult) * w.attn_flops;
 
   if (g.offload) {
@@ -126,6 +157,7 @@ ChunkCosts chunk_costs(const Scenario& s, const Geometry& g, int64_t c) {
   LayerWork emb;
   emb.mb_bytes = static_cast<double>(tokens) * g.h * g.act_b * 2.0;
   cc.fill_head.compute_s = time_of(s, emb, 0, 0, 1.0, 1);
+  cc.fill_head.work = terms_of(s, emb, 0, 0, 1.0, 1);
   return cc;
 }
 

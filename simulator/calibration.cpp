@@ -1,0 +1,280 @@
+#include "simulator/calibration.h"
+
+#include <Eigen/Dense>
+#include <algorithm>
+#include <cmath>
+#include <tuple>
+
+#include "core/error.h"
+#include "simulator/detail.h"
+
+namespace oomb::simulator {
+
+namespace {
+
+constexpr int kParams = 4;
+const char* const kParamNames[kParams] = {"gemm efficiency", "attention efficiency", "memory-bound efficiency",
+                                          "launch overhead"};
+const char* const kWorkNames[kParams] = {"GEMM", "attention", "memory-bound (elementwise)", "kernel launch"};
+// A column whose part not explained by the others is below this share of its norm is not determined.
+constexpr double kCollinear = 1e-6;
+
+double column(const OpWork& w, int j) {
+  switch (j) {
+    case 0: return w.gemm_s;
+    case 1: return w.attn_s;
+    case 2: return w.mb_s;
+    default: return w.kernels;
+  }
+}
+
+struct Design {
+  Eigen::MatrixXd X;  // weighted
+  Eigen::VectorXd y;  // weighted
+};
+
+Design design(const std::vector<CalibrationSample>& samples, int trace_count, int skip_trace) {
+  std::vector<double> total(static_cast<size_t>(trace_count), 0.0);
+  for (const auto& s : samples) total[static_cast<size_t>(s.trace)] += s.measured_s;
+  int64_t n = 0;
+  for (const auto& s : samples) n += s.trace != skip_trace;
+  Design d{Eigen::MatrixXd(n, kParams), Eigen::VectorXd(n)};
+  int64_t i = 0;
+  for (const auto& s : samples) {
+    if (s.trace == skip_trace) continue;
+    const double w = 1.0 / std::max(total[static_cast<size_t>(s.trace)], 1e-12);
+    for (int j = 0; j < kParams; ++j) d.X(i, j) = w * column(s.work, j);
+    d.y(i) = w * s.measured_s;
+    ++i;
+  }
+  return d;
+}
+
+// Throws Error naming the first free parameter the design cannot determine.
+void check_determined(const Eigen::MatrixXd& X, const bool held[kParams]) {
+  if (X.rows() == 0) throw Error("calibrate", "--traces", "no measured compute events to fit", "give traces from `oomb run --trace`");
+  for (int j = 0; j < kParams; ++j)
+    if (!held[j] && X.col(j).norm() == 0)
+      throw Error("calibrate", kParamNames[j],
+                  std::string(kParamNames[j]) + " is not determined by these traces: they contain no " + kWorkNames[j] +
+                      " work",
+                  "add traces of runs that do such work, or --hold it at the profile's value");
+  std::vector<int> free;
+  for (int j = 0; j < kParams; ++j)
+    if (!held[j]) free.push_back(j);
+  if (free.size() < 2) return;
+  Eigen::MatrixXd N = X;
+  for (int j : free) N.col(j) /= X.col(j).norm();
+  for (int j : free) {
+    Eigen::MatrixXd others(N.rows(), static_cast<Eigen::Index>(free.size() - 1));
+    Eigen::Index c = 0;
+    for (int k : free)
+      if (k != j) others.col(c++) = N.col(k);
+    const Eigen::VectorXd beta = others.colPivHouseholderQr().solve(N.col(j));
+    const double rest = (N.col(j) - others * beta).norm();
+    if (rest < kCollinear)
+      throw Error("calibrate", kParamNames[j],
+                  std::string(kParamNames[j]) + " is not determined by these traces: its work is proportional to the "
+                      "other classes' in every event",
+                  "add traces with other shapes (another context, chunk size or model)");
+  }
+}
+
+struct Solved {
+  Eigen::Vector4d x;  // inverse efficiencies, launch overhead
+  std::vector<std::string> clamped;
+};
+
+// Bounded least squares by an active set: solve the free parameters, hold the worst violator at
+// its bound, repeat.
+Solved solve(const Design& d, const double fixed[kParams], const bool hold[kParams]) {
+  const double lower[kParams] = {1.0, 1.0, 1.0, 0.0};
+  double value[kParams];
+  bool held[kParams];
+  for (int j = 0; j < kParams; ++j) held[j] = hold[j], value[j] = hold[j] ? fixed[j] : lower[j];
+  Solved out;
+  for (;;) {
+    std::vector<int> free;
+    for (int j = 0; j < kParams; ++j)
+      if (!held[j]) free.push_back(j);
+    Eigen::VectorXd y = d.y;
+    for (int j = 0; j < kParams; ++j)
+      if (held[j]) y -= d.X.col(j) * value[j];
+    Eigen::MatrixXd A(d.X.rows(), static_cast<Eigen::Index>(free.size()));
+    for (size_t k = 0; k < free.size(); ++k) A.col(static_cast<Eigen::Index>(k)) = d.X.col(free[k]);
+    Eigen::VectorXd b = free.empty() ? Eigen::VectorXd() : Eigen::VectorXd(A.colPivHouseholderQr().solve(y));
+    int worst = -1;
+    double worst_by = 0;
+    for (size_t k = 0; k < free.size(); ++k) {
+      const int j = free[k];
+      const double below = (lower[j] - b(static_cast<Eigen::Index>(k))) / std::max(lower[j], 1e-9);
+      if (below > worst_by) worst_by = below, worst = j;
+    }
+    if (worst < 0) {
+      for (int j = 0; j < kParams; ++j) out.x(j) = value[j];
+      for (size_t k = 0; k < free.size(); ++k) out.x(free[k]) = b(static_cast<Eigen::Index>(k));
+      return out;
+    }
+    held[worst] = true;
+    out.clamped.push_back(std::string(kParamNames[worst]) +
+                          (worst < 3 ? " held at 1 (the fit wanted more than the profile's peak)"
+                                     : " held at 0 (the fit wanted a negative overhead)"));
+  }
+}
+
+double predict(const OpWork& w, const Eigen::Vector4d& x) {
+  return w.gemm_s * x(0) + w.attn_s * x(1) + w.mb_s * x(2) + w.kernels * x(3);
+}
+
+}  // namespace
+
+std::optional<OpWork> pass_work(const Scenario& s, int64_t chunk, const std::string& op) {
+  const detail::Geometry g = detail::geometry(s);
+  if (!g.oomb) throw Error("calibrate", "schedule", "calibration samples come from oomb-schedule runs", "");
+  if (chunk < 0 || chunk >= g.n) return std::nullopt;
+  const detail::ChunkCosts cc = detail::chunk_costs(s, g, chunk);
+  const detail::PassCost* p = op == "embedding"         ? &cc.fill_head
+                              : op == "layer_fwd"       ? &cc.fill
+                              : op == "layer_recompute" ? &cc.recompute
+                              : op == "layer_bwd"       ? &cc.backward
+                              : op == "lm_head"         ? &cc.head
+                                                        : nullptr;
+  if (!p) return std::nullopt;
+  return OpWork{p->work.gemm_s, p->work.attn_s, p->work.mb_s, p->work.kernels};
+}
+
+void apply_cpu_run(Scenario& s) {
+  for (std::string* dt : {&s.config.kv_dtype, &s.config.kv_grad_dtype, &s.config.param_dtype,
+                          &s.config.param_grad_dtype, &s.config.activation_dtype})
+    *dt = "fp32";
+  s.config.peak_measure = PeakMeasure::allocated;
+}
+
+Scenario scenario_of_trace(const traces::Trace& t, const std::string& where, const models::GpuSpec& gpu) {
+  const Json& x = t.metadata.extra;
+  if (t.metadata.source == "simulator")
+    throw Error(where, "metadata.source", "is a prediction, not a measurement", "give a trace from `oomb run --trace`");
+  if (!x.is_object() || !x.contains("model") || !x["model"].is_string() || !x.contains("config"))
+    throw Error(where, "metadata.extra", "does not record the run's model and configuration",
+                "a trace written by `oomb run --trace`");
+  Scenario s;
+  s.model = models::load_model(x["model"].get<std::string>());
+  s.gpu = gpu;
+  s.host = models::load_host(gpu.default_host.empty() ? "workstation-128g" : gpu.default_host);
+  s.config = config_from_json(x["config"], where + ": metadata.extra.config");
+  if (t.metadata.source == "cpu") apply_cpu_run(s);
+  return s;
+}
+
+std::vector<CalibrationSample> calibration_samples(const traces::Trace& t, const std::string& where,
+                                                   const models::GpuSpec& gpu, int trace_index) {
+  if (t.metadata.detail != traces::Detail::layer && t.metadata.detail != traces::Detail::op)
+    throw Error(where, "metadata.detail",
+                std::string("is '") + traces::to_string(t.metadata.detail) +
+                    "': calibration needs one event per (stage, chunk, layer, pass)",
+                "record with `oomb run --trace FILE --detail layer` (or op)");
+  const Scenario s = scenario_of_trace(t, where, gpu);
+  double steps = 1;
+  const Json& x = t.metadata.extra;
+  if (x.contains("measured") && x["measured"].is_object() && x["measured"].contains("steps"))
+    steps = std::max(1.0, x["measured"]["steps"].get<double>());
+  std::map<std::tuple<int, int64_t, int64_t, std::string>, double> sum;
+  for (const auto& e : t.events)
+    if (e.kind == traces::EventKind::compute) sum[{e.stage, e.chunk, e.layer, e.op}] += e.duration_ns() * 1e-9;
+  std::vector<CalibrationSample> out;
+  for (const auto& [key, seconds] : sum) {
+    const auto& [stage, chunk, layer, op] = key;
+    const std::optional<OpWork> w = pass_work(s, chunk, op);
+    if (!w) continue;
+    out.push_back({trace_index, stage, chunk, layer, op, *w, seconds / steps});
+  }
+  return out;
+}
+
+FitResult fit_efficiencies(const std::vector<CalibrationSample>& samples, const models::GpuSpec& base,
+                           int trace_count, const std::vector<std::string>& hold) {
+  bool held[kParams] = {false, false, false, false};
+  const double fixed[kParams] = {1.0 / base.efficiency.gemm, 1.0 / base.efficiency.attention,
+                                 1.0 / base.efficiency.memory_bound, base.launch_overhead_s};
+  const char* const keys[kParams] = {"gemm", "attention", "memory_bound", "launch_overhead"};
+  for (const auto& h : hold) {
+    int j = 0;
+    while (j < kParams && h != keys[j]) ++j;
+    if (j == kParams) throw Error("--hold", h, "unknown parameter", "gemm, attention, memory_bound or launch_overhead");
+    held[j] = true;
+  }
+  const Design d = design(samples, trace_count, -1);
+  check_determined(d.X, held);
+  const Solved sol = solve(d, fixed, held);
+  FitResult r;
+  r.efficiency = base.efficiency;
+  r.efficiency.gemm = 1.0 / sol.x(0);
+  r.efficiency.attention = 1.0 / sol.x(1);
+  r.efficiency.memory_bound = 1.0 / sol.x(2);
+  r.launch_overhead_s = sol.x(3);
+  r.clamped = sol.clamped;
+  const Eigen::VectorXd fit = d.X * sol.x;
+  const double mean = d.y.mean();
+  const double ss_res = (d.y - fit).squaredNorm(), ss_tot = (d.y.array() - mean).square().sum();
+  r.r2 = ss_tot > 0 ? 1.0 - ss_res / ss_tot : 1.0;
+
+  std::map<std::string, OpResidual> by_op;
+  std::vector<double> meas(static_cast<size_t>(trace_count), 0.0), pred(static_cast<size_t>(trace_count), 0.0);
+  for (const auto& s : samples) {
+    OpResidual& o = by_op[s.op];
+    o.op = s.op;
+    const double p = predict(s.work, sol.x);
+    o.samples += 1;
+    o.measured_s += s.measured_s;
+    o.predicted_s += p;
+    const double rel = (p - s.measured_s) / std::max(s.measured_s, 1e-12);
+    o.rms_relative += rel * rel;
+    meas[static_cast<size_t>(s.trace)] += s.measured_s;
+    pred[static_cast<size_t>(s.trace)] += p;
+  }
+  for (auto& [op, o] : by_op) {
+    o.rms_relative = std::sqrt(o.rms_relative / std::max(o.samples, 1));
+    r.residuals.push_back(o);
+  }
+  for (int t = 0; t < trace_count; ++t)
+    r.trace_error.push_back(meas[static_cast<size_t>(t)] > 0
+                                ? (pred[static_cast<size_t>(t)] - meas[static_cast<size_t>(t)]) / meas[static_cast<size_t>(t)]
+                                : 0.0);
+  if (trace_count >= 2) {
+    for (int t = 0; t < trace_count; ++t) {
+      const Design dt = design(samples, trace_count, t);
+      std::optional<double> err;
+      try {
+        check_determined(dt.X, held);
+        const Solved st = solve(dt, fixed, held);
+        double m = 0, p = 0;
+        for (const auto& s : samples)
+          if (s.trace == t) m += s.measured_s, p += predict(s.work, st.x);
+        if (m > 0) err = (p - m) / m;
+      } catch (const Error&) {
+      }
+      r.leave_one_out.push_back(err);
+    }
+  }
+  return r;
+}
+
+Json FitResult::to_json() const {
+  Json res = Json::array();
+  for (const auto& o : residuals)
+    res.push_back({{"op", o.op}, {"samples", o.samples}, {"measured_s", o.measured_s}, {"predicted_s", o.predicted_s},
+                   {"error", o.measured_s > 0 ? (o.predicted_s - o.measured_s) / o.measured_s : 0.0},
+                   {"rms_relative_error", o.rms_relative}});
+  Json loo = Json::array();
+  for (const auto& e : leave_one_out) loo.push_back(e ? Json(*e) : Json(nullptr));
+  return {{"efficiency", {{"gemm", efficiency.gemm}, {"attention", efficiency.attention},
+                          {"memory_bound", efficiency.memory_bound}}},
+          {"launch_overhead_s", launch_overhead_s},
+          {"r2", r2},
+          {"clamped", clamped},
+          {"residuals", res},
+          {"trace_error", trace_error},
+          {"leave_one_trace_out_error", loo}};
+}
+
+}  // namespace oomb::simulator

@@ -1,0 +1,78 @@
+#pragma once
+// Calibration of the cost model's efficiency parameters to measured traces (docs/model.md,
+// "Calibration"): every measured compute event (stage, chunk, layer, op) has a predicted
+// decomposition into seconds at efficiency 1 per op class; least squares over all events gives
+// the inverse efficiencies: measured ~ gemm_s / e_gemm + attn_s / e_attn + mb_s / e_mb + kernels * launch.
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/json_util.h"
+#include "simulator/simulator.h"
+#include "traces/trace.h"
+
+namespace oomb::simulator {
+
+// Seconds of one pass's compute at efficiency 1 per class, and its launches.
+struct OpWork {
+  double gemm_s = 0, attn_s = 0, mb_s = 0, kernels = 0;
+};
+
+// Predicted work of the pass that a trace names op ("embedding", "layer_fwd", "layer_recompute",
+// "lm_head", "layer_bwd") for chunk c of an oomb-schedule scenario; nullopt for ops the cost model
+// does not price (e.g. "embedding_bwd", "optimizer").
+std::optional<OpWork> pass_work(const Scenario& s, int64_t chunk, const std::string& op);
+
+// What the CPU reference backend runs: fp32 pages, parameters and activations; peak as allocated.
+void apply_cpu_run(Scenario& s);
+
+// The scenario a measured trace (from `oomb run --trace`) ran: its model and config, on `gpu`,
+// with the cpu backend's dtypes for cpu traces. Throws Error naming the file when it lacks them.
+Scenario scenario_of_trace(const traces::Trace& t, const std::string& where, const models::GpuSpec& gpu);
+
+// One measured compute event (summed over steps, divided by their count) and its predicted work.
+struct CalibrationSample {
+  int trace = 0;  // index into the fitted traces
+  int stage = 0;
+  int64_t chunk = 0, layer = -1;
+  std::string op;
+  OpWork work;
+  double measured_s = 0;
+};
+
+// Samples of one trace (layer or op detail); Error for coarser detail or a predicted trace.
+std::vector<CalibrationSample> calibration_samples(const traces::Trace& t, const std::string& where,
+                                                   const models::GpuSpec& gpu, int trace_index);
+
+struct OpResidual {
+  std::string op;
+  int samples = 0;
+  double measured_s = 0, predicted_s = 0;  // totals
+  double rms_relative = 0;                 // RMS over samples of (pred - meas) / meas
+};
+
+struct FitResult {
+  models::Efficiency efficiency;  // copy unchanged from the input profile
+  double launch_overhead_s = 0;
+  std::vector<std::string> clamped;  // parameters held at a bound, with why
+  double r2 = 0;                     // of the weighted fit
+  std::vector<OpResidual> residuals;  // per op kind
+  // Leave one trace out: relative error of each held-out trace's total compute time (nullopt
+  // when the others alone do not determine every parameter).
+  std::vector<std::optional<double>> leave_one_out;
+  std::vector<double> trace_error;  // with the full fit, per trace: (pred - meas) / meas of the total
+  Json to_json() const;
+};
+
+// Least squares over the samples. Each trace's rows are weighted by 1 / its total measured time
+// so that every trace counts alike. Constraints: efficiencies in (0, 1] (inverse >= 1), launch
+// overhead >= 0; parameters that leave their range are held at the bound and reported. Throws
+// Error naming the parameter when the samples cannot determine it ("attention efficiency is not
+// determined by these traces: they contain no attention work"). `hold` keeps parameters at the
+// base profile's values ("gemm", "attention", "memory_bound", "launch_overhead").
+FitResult fit_efficiencies(const std::vector<CalibrationSample>& samples, const models::GpuSpec& base,
+                           int trace_count, const std::vector<std::string>& hold = {});
+
+}  // namespace oomb::simulator

@@ -1,0 +1,322 @@
+// The closed loop on the CPU backend: calibrate a cpu profile once (micro-benchmarks, then a
+// least-squares fit of the efficiencies to short calibration runs of each shape family), then for
+// each plan predict, run and compare. Memory terms and bytes moved: exact in dense mode; in sparse
+// mode between the selection-union assumption's best (overlap 1) and worst (overlap 0) cases.
+// Step time: within kStepTolerance when OOMB_FIDELITY_STRICT=1 (a quiet machine); otherwise reported
+// only. The calibration runs are never among the validated plans.
+//
+// Table: OOMB_FIDELITY_TABLE=out.md build/oomb_fidelity_tests   (markdown for README.md)
+// Traces: OOMB_FIDELITY_RECORD=dir build/oomb_fidelity_tests    (layer detail, for traces/recorded)
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <time.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/format.h"
+#include "executor/cpu/cpu_backend.h"
+#include "executor/runtime/driver.h"
+#include "executor/runtime/microbench.h"
+#include "executor/runtime/tokens.h"
+#include "executor/runtime/weights.h"
+#include "simulator/calibration.h"
+#include "simulator/simulator.h"
+
+namespace oomb {
+namespace {
+
+using simulator::Attention;
+using simulator::Scenario;
+
+constexpr double kStepTolerance = 0.25;  // |measured - predicted| / predicted of the step time
+// A 2-core CI machine shared with other jobs: when the driving thread got less than this share of
+// the wall time, another load took the CPU and the times are not this backend's (skip, say so).
+constexpr double kMinCpuShare = 0.8;
+
+double thread_cpu_s() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+struct Case {
+  std::string name, family, model;
+  int64_t layers = 0, context = 0, chunk = 0, page = 0, budget = 0, resident = 2;
+  bool sparse = false;
+};
+
+Scenario scenario(const Case& k, const models::GpuSpec& gpu) {
+  Scenario s;
+  s.model = models::load_model(k.model);
+  s.gpu = gpu;
+  s.host = models::load_host("workstation-128g");
+  auto& c = s.config;
+  c.context_tokens = k.context;
+  c.chunk_tokens = k.chunk;
+  c.page_tokens = k.page;
+  c.attention = k.sparse ? Attention::sparse : Attention::dense;
+  c.page_budget = k.budget > 0 ? k.budget : c.page_budget;
+  c.resident_layers = k.resident;
+  c.layers_override = k.layers;
+  simulator::validate(c, s.model);
+  return s;
+}
+
+// Steps per run after one warm-up step: the step time judged is their median, so one preempted
+// step on a shared VM does not decide the comparison.
+constexpr int kMeasuredSteps = 3;
+
+struct RunResult {
+  executor::Measured measured;
+  traces::Trace trace;
+  double wall_s = 0;
+  double step_median_s = 0;
+  double cpu_share = 1;  // driving thread's CPU time / wall time of the step
+};
+
+RunResult run(const Case& k, const models::GpuSpec& gpu) {
+  const Scenario s = scenario(k, gpu);
+  const models::ModelSpec m = executor::effective_model(s.model, s.config);
+  const auto tokens = executor::TokenSource::synthetic(m.vocab, 7).sequence(0, k.context);
+  const executor::Weights w = executor::random_weights(m, 7);
+  executor::CpuBackend backend;
+  executor::EngineOptions o;
+  o.record_trace = true;
+  o.detail = traces::Detail::layer;
+  executor::Engine e(backend, s.model, s.config, w, o);
+  e.step(tokens);  // warm-up: first-touch page faults and cold caches are not the model's business
+  const auto t0 = std::chrono::steady_clock::now();
+  const double c0 = thread_cpu_s();
+  std::vector<double> steps;
+  for (int i = 0; i < kMeasuredSteps; ++i) {
+    const auto s0 = std::chrono::steady_clock::now();
+    e.step(tokens);
+    steps.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count());
+  }
+  std::sort(steps.begin(), steps.end());
+  RunResult r;
+  r.step_median_s = steps[steps.size() / 2];
+  r.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.cpu_share = (thread_cpu_s() - c0) / std::max(r.wall_s, 1e-9);
+  r.measured = e.measured();
+  r.trace = e.trace("oomb_fidelity_tests: " + k.name);
+  return r;
+}
+
+// Calibration runs per shape family (not validated below).
+const std::vector<Case>& calibration_cases() {
+  static const std::vector<Case> v = {
+      {"cal tiny 6K dense chunk 1K", "tiny", "tiny", 0, 6144, 1024, 64, 0, 2, false},
+      {"cal tiny 4K sparse chunk 2K", "tiny", "tiny", 0, 4096, 2048, 64, 8, 2, true},
+      {"cal qwen 96 dense chunk 32", "qwen", "qwen2.5-0.5b", 2, 96, 32, 16, 0, 2, false},
+  };
+  return v;
+}
+
+const std::vector<Case>& validation_cases() {
+  static const std::vector<Case> v = {
+      {"tiny 2K dense", "tiny", "tiny", 0, 2048, 4096, 128, 0, 2, false},
+      {"tiny 4K dense offload", "tiny", "tiny", 0, 4096, 1024, 64, 0, 1, false},
+      {"tiny 8K dense", "tiny", "tiny", 0, 8192, 2048, 128, 0, 2, false},
+      {"tiny 8K dense offload", "tiny", "tiny", 0, 8192, 4096, 128, 0, 1, false},
+      {"tiny 8K sparse", "tiny", "tiny", 0, 8192, 1024, 64, 4, 2, true},
+      {"tiny 16K sparse offload", "tiny", "tiny", 0, 16384, 2048, 64, 8, 1, true},
+      {"qwen2.5-0.5b x2 128 dense offload", "qwen", "qwen2.5-0.5b", 2, 128, 64, 16, 0, 1, false},
+  };
+  return v;
+}
+
+struct Calibrated {
+  models::GpuSpec micro;                      // micro-benchmarks only
+  std::map<std::string, models::GpuSpec> by_family;  // + fit to the family's calibration runs
+  double seconds = 0;
+  double min_cpu_share = 1;  // over the calibration runs
+};
+
+const Calibrated& calibrated() {
+  static const Calibrated c = [] {
+    Calibrated out;
+    const auto t0 = std::chrono::steady_clock::now();
+    executor::MicrobenchOptions o;
+    o.models = {models::load_model("tiny"), models::load_model("qwen2.5-0.5b")};
+    o.models[1].layers = 2;
+    o.chunk_tokens = 512;
+    o.repetitions = 3;
+    executor::CpuBackend backend;
+    const auto mb = executor::run_microbench(backend, o);
+    out.micro = models::gpu_from_json(executor::device_profile(mb, "cpu-calibrated", int64_t{8} << 30), "microbench");
+    for (const std::string family : {"tiny", "qwen"}) {
+      std::vector<simulator::CalibrationSample> samples;
+      int n = 0;
+      for (const auto& k : calibration_cases()) {
+        if (k.family != family) continue;
+        const RunResult r = run(k, out.micro);
+        out.min_cpu_share = std::min(out.min_cpu_share, r.cpu_share);
+        auto s = simulator::calibration_samples(r.trace, k.name, out.micro, n++);
+        samples.insert(samples.end(), s.begin(), s.end());
+      }
+      // One short qwen run cannot separate every class: its time is GEMM (the LM head) almost
+      // entirely, so only the GEMM efficiency is fitted there.
+      const std::vector<std::string> hold =
+          family == "qwen" ? std::vector<std::string>{"attention", "memory_bound", "launch_overhead"}
+                           : std::vector<std::string>{};
+      const auto fit = simulator::fit_efficiencies(samples, out.micro, n, hold);
+      models::GpuSpec g = out.micro;
+      g.id = "cpu-calibrated-" + family;
+      g.efficiency = fit.efficiency;
+      g.launch_overhead_s = fit.launch_overhead_s;
+      out.by_family[family] = g;
+      std::printf("[calibration] %s: gemm %.3f attention %.3f memory-bound %.3f launch %.2e s (R^2 %.3f)\n",
+                  family.c_str(), g.efficiency.gemm, g.efficiency.attention, g.efficiency.memory_bound,
+                  g.launch_overhead_s, fit.r2);
+    }
+    out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return out;
+  }();
+  return c;
+}
+
+struct Row {
+  std::string name;
+  double pred_step = 0, meas_step = 0, micro_step = 0, pred_s1 = 0, meas_s1 = 0, pred_s2 = 0, meas_s2 = 0;
+  int64_t pred_h2d = 0, meas_h2d = 0, pred_pages = 0, meas_pages = 0;
+  double cpu_share = 1;
+};
+std::vector<Row>& rows() {
+  static std::vector<Row> r;
+  return r;
+}
+
+double rel(double meas, double pred) { return pred != 0 ? (meas - pred) / pred : (meas == 0 ? 0 : 1); }
+
+simulator::EventResult predict(Scenario s) {
+  simulator::apply_cpu_run(s);
+  return simulator::simulate_events(s, traces::Detail::chunk);
+}
+
+std::map<int, double> stage_time(const traces::Trace& t) {
+  std::map<int, double> m;
+  for (const auto& e : t.events)
+    if (e.kind == traces::EventKind::compute && e.stage > 0) m[e.stage] += e.duration_ns() * 1e-9;
+  return m;
+}
+
+class Fidelity : public ::testing::TestWithParam<size_t> {};
+
+TEST_P(Fidelity, PredictRunValidate) {
+  const Case& k = validation_cases()[GetParam()];
+  const Calibrated& cal = calibrated();
+  const models::GpuSpec& gpu = cal.by_family.at(k.family);
+  const Scenario s = scenario(k, gpu);
+  const RunResult r = run(k, gpu);
+  const auto pred = predict(s);
+  Scenario micro_s = scenario(k, cal.micro);
+  const double micro_step = predict(micro_s).summary.step_s;
+  Scenario ps = s;
+  simulator::apply_cpu_run(ps);
+  const simulator::PageCounts pc = simulator::page_counts(ps);
+  const auto& m = r.measured;
+
+  if (!k.sparse) {
+    EXPECT_EQ(m.h2d_bytes, pred.summary.h2d_bytes) << k.name;
+    EXPECT_EQ(m.d2h_bytes, pred.summary.d2h_bytes) << k.name;
+    EXPECT_EQ(m.kv_pool_high_water_pages, pc.kv_pool_pages) << k.name;
+    EXPECT_EQ(m.grad_pool_high_water_pages, pc.grad_pool_pages) << k.name;
+    EXPECT_EQ(m.host_kv_pages, pc.host_kv_pages) << k.name;
+    EXPECT_EQ(m.kv_page_bytes, pc.kv_page_bytes) << k.name;
+  } else {
+    // The stated assumption brackets the measurement: overlap 1 (all query pages agree) is the
+    // fewest pages a chunk can copy, overlap 0 (disjoint selections) the most.
+    // The executor keeps page summaries where they are computed (executor/README.md, known
+    // limits): compare with the summaries' streaming left out of the prediction.
+    Scenario best = ps, worst = ps;
+    best.config.selection_overlap = 1.0;
+    worst.config.selection_overlap = 0.0;
+    best.config.selection_memory = worst.config.selection_memory = simulator::SelectionMemory::device;
+    const auto pb = simulator::simulate_events(best, traces::Detail::step).summary;
+    const auto pw = simulator::simulate_events(worst, traces::Detail::step).summary;
+    EXPECT_LE(m.h2d_bytes, pw.h2d_bytes) << k.name;
+    EXPECT_GE(m.h2d_bytes, pb.h2d_bytes) << k.name;
+    EXPECT_LE(m.d2h_bytes, pw.d2h_bytes) << k.name;
+    EXPECT_GE(m.d2h_bytes, pb.d2h_bytes) << k.name;
+    EXPECT_LE(m.kv_pool_high_water_pages, simulator::page_counts(worst).kv_pool_pages) << k.name;
+    EXPECT_EQ(m.kv_page_bytes, pc.kv_page_bytes) << k.name;
+  }
+  const double err = rel(r.step_median_s, pred.summary.step_s);
+  const auto ps1 = stage_time(pred.trace);
+  auto ms1 = stage_time(r.trace);
+  for (auto& [stage, t] : ms1) t /= kMeasuredSteps + 1;  // the trace holds the warm-up step too
+  rows().push_back({k.name, pred.summary.step_s, r.step_median_s, micro_step, ps1.count(1) ? ps1.at(1) : 0,
+                    ms1.count(1) ? ms1.at(1) : 0, ps1.count(2) ? ps1.at(2) : 0, ms1.count(2) ? ms1.at(2) : 0,
+                    pred.summary.h2d_bytes, m.h2d_bytes, pc.kv_pool_pages + pc.grad_pool_pages,
+                    m.kv_pool_high_water_pages + m.grad_pool_high_water_pages,
+                    std::min(cal.min_cpu_share, r.cpu_share)});
+  if (const char* dir = std::getenv("OOMB_FIDELITY_RECORD")) {
+    std::string file = k.name;
+    for (auto& ch : file)
+      if (ch == ' ' || ch == '.') ch = '-';
+    traces::write_trace(r.trace, std::string(dir) + "/cpu-" + file + ".json");
+  }
+  // Step time is judged only where timings are trustworthy: OOMB_FIDELITY_STRICT=1 on a quiet
+  // machine. On the shared 2-core CI VM, medians of the same run moved by up to 25% between
+  // consecutive invocations (README "Prediction error"), so there the errors are reported in the
+  // table and as test properties, not asserted.
+  RecordProperty("step_time_error", std::to_string(err));
+  const char* strict = std::getenv("OOMB_FIDELITY_STRICT");
+  if (!strict || std::string(strict) != "1") {
+    std::printf("[fidelity] %s: step predicted %.3f s, measured %.3f s, error %+.1f%% (not judged without "
+                "OOMB_FIDELITY_STRICT=1)\n",
+                k.name.c_str(), pred.summary.step_s, r.step_median_s, 100 * err);
+    return;
+  }
+  if (cal.min_cpu_share < kMinCpuShare || r.cpu_share < kMinCpuShare)
+    GTEST_SKIP() << k.name << " (step time not judged)" << ": the CPU was shared with another load (driving thread got "
+                 << format_percent(std::min(cal.min_cpu_share, r.cpu_share)) << " of the wall time); times not comparable";
+  EXPECT_LE(std::fabs(err), kStepTolerance) << k.name << ": predicted " << pred.summary.step_s << " s, measured "
+                                            << r.step_median_s << " s";
+}
+
+INSTANTIATE_TEST_SUITE_P(Cpu, Fidelity, ::testing::Range<size_t>(0, validation_cases().size()),
+                         [](const ::testing::TestParamInfo<size_t>& i) {
+                           std::string n = validation_cases()[i.param].name;
+                           for (auto& ch : n)
+                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           return n;
+                         });
+
+// Prints (and with OOMB_FIDELITY_TABLE writes) the table of measured errors after the cases ran.
+class TableWriter : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    if (rows().empty()) return;
+    std::string t =
+        "| plan | step predicted | step measured | error | micro-benchmarks only | stage 1 error | stage 2 error | "
+        "h2d bytes error | pool pages error | cpu share |\n|---|---|---|---|---|---|---|---|---|---|\n";
+    for (const auto& r : rows()) {
+      char line[512];
+      std::snprintf(line, sizeof line, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.name.c_str(),
+                    format_duration_s(r.pred_step).c_str(), format_duration_s(r.meas_step).c_str(),
+                    format_percent(rel(r.meas_step, r.pred_step)).c_str(),
+                    format_percent(rel(r.meas_step, r.micro_step)).c_str(),
+                    format_percent(rel(r.meas_s1, r.pred_s1)).c_str(), format_percent(rel(r.meas_s2, r.pred_s2)).c_str(),
+                    format_percent(rel(static_cast<double>(r.meas_h2d), static_cast<double>(r.pred_h2d))).c_str(),
+                    format_percent(rel(static_cast<double>(r.meas_pages), static_cast<double>(r.pred_pages))).c_str(),
+                    format_percent(r.cpu_share).c_str());
+      t += line;
+    }
+    std::printf("\n%s\ncalibration (micro-benchmarks + fit): %.1f s\n", t.c_str(), calibrated().seconds);
+    if (const char* path = std::getenv("OOMB_FIDELITY_TABLE")) std::ofstream(path) << t;
+  }
+};
+const auto* const kTable = ::testing::AddGlobalTestEnvironment(new TableWriter);
+
+}  // namespace
+}  // namespace oomb
