@@ -89,6 +89,11 @@ expect_exit 2 "trunc_plan.json" validate --plan "$tmp/trunc_plan.json" --trace "
 expect_exit 2 "--tolerance" validate --plan "$tmp/p.json" --trace "$tmp/run.json" --tolerance nosuch=0.1
 expect_exit 2 "--plan.*fixes the context" run --plan "$tmp/p.json" --context 8K
 expect_exit 2 "--context" run --model tiny --context 0
+# Without a GPU the cuda backend is a clear error (or, in a build without it, says so).
+if ! nvidia-smi >/dev/null 2>&1; then
+  expect_exit 2 "cuda" run --model tiny --context 1K --chunk 512 --backend cuda
+fi
+expect_exit 2 "--backend.*cpu or cuda" run --model tiny --context 1K --backend tpu
 
 echo "cli: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]
