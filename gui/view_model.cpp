@@ -8,6 +8,8 @@
 
 #include "core/error.h"
 #include "core/format.h"
+#include "planner/plan.h"
+#include "planner/search.h"
 
 namespace oomb::gui {
 
@@ -355,6 +357,42 @@ std::string ViewModel::load_trace(const std::string& path) {
     compare_overlay();
     return "";
   } catch (const std::exception& e) {
+    return e.what();
+  }
+}
+
+std::string ViewModel::plan_for_me() {
+  if (!results_.ok) return "cannot plan: " + results_.error;
+  planner::Request r;
+  r.scenario = results_.scenario;
+  r.allow_sparse = inputs_.config.attention == simulator::Attention::sparse;
+  try {
+    const planner::SearchResult res = planner::search(r, inputs_.config.context_tokens);
+    if (!res.best) {
+      const auto& closest = res.closest;
+      return "no plan fits at " + format_tokens(inputs_.config.context_tokens) + " tokens" +
+             (closest ? " (closest fails on " + closest->summary.binding_constraint + ")" : std::string()) +
+             "; see `oomb plan` for the diagnosis";
+    }
+    Inputs next = inputs_;
+    next.config = res.best->config;
+    set_inputs(next);
+    return "planned: " + std::string(simulator::to_string(next.config.attention)) + ", chunk " +
+           format_tokens(next.config.chunk_tokens) + ", step " + format_duration_s(res.best->summary.step_s) +
+           ", peak " + format_bytes(res.best->summary.peak_device_bytes) + (res.sparse_fallback ? " (sparse fallback)" : "");
+  } catch (const Error& e) {
+    return e.what();
+  }
+}
+
+std::string ViewModel::export_plan(const std::string& path) const {
+  if (!results_.ok) return "cannot export: " + results_.error;
+  if (path.empty()) return "give a file name";
+  try {
+    const planner::Plan plan = planner::make_plan(results_.scenario, results_.summary, "what-if", 0.0);
+    planner::save_plan(path, plan);
+    return "";
+  } catch (const Error& e) {
     return e.what();
   }
 }

@@ -154,6 +154,13 @@ class ViewModel {
   // Blocks until the timeline for the current inputs is there (screenshots, tests).
   bool wait_timeline(double timeout_s);
 
+  // "Plan for me": runs the planner (planner::search) for the current model, GPU, host and context
+  // with nothing fixed (sparse competes when the current attention is sparse) and loads the chosen
+  // configuration. Returns a one-line report, or why nothing fits (the planner's binding limit).
+  std::string plan_for_me();
+  // Writes the plan (oomb.plan/1) of the current inputs to `path`; returns "" or the error message.
+  std::string export_plan(const std::string& path) const;
+
   // Loads a measured trace to overlay; returns "" or the error message.
   std::string load_trace(const std::string& path);
   const Overlay* overlay() const { return overlay_.get(); }

@@ -115,6 +115,23 @@ void draw_inputs_panel(ViewModel& vm, UiState& ui) {
     ImGui::SameLine();
   }
   ImGui::TextDisabled("presets");
+  if (ImGui::Button("plan for me")) {
+    vm.set_inputs(in);
+    ui.plan_message = vm.plan_for_me();
+    in = vm.inputs();
+  }
+  chart::formula_tooltip("run the planner (oomb plan) for this model, GPU, host and context and load its settings; "
+                         "sparse competes only when attention is sparse");
+  ImGui::SameLine();
+  if (ImGui::Button("export plan")) {
+    const std::string err = vm.export_plan(ui.plan_path);
+    ui.plan_message = err.empty() ? std::string("plan written to ") + ui.plan_path : err;
+  }
+  chart::formula_tooltip("write the current settings and their prediction as oomb.plan/1 JSON (oomb run --plan)");
+  ImGui::SameLine();
+  ImGui::SetNextItemWidth(-1);
+  ImGui::InputText("##plan_path", ui.plan_path, sizeof(ui.plan_path));
+  if (!ui.plan_message.empty()) ImGui::TextWrapped("%s", ui.plan_message.c_str());
 
   combo_enum("schedule", c.schedule, {simulator::Schedule::oomb, simulator::Schedule::standard},
              "oomb: chunk-recurrent; standard: full-sequence training with per-layer checkpointing");

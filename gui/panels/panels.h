@@ -13,6 +13,8 @@ struct UiState {
   char trace_path[512] = {};
   std::string trace_message;
   char context_text[32] = {};
+  char plan_path[512] = "plan.json";
+  std::string plan_message;
 };
 
 void draw_inputs_panel(ViewModel& vm, UiState& ui);

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "planner/plan.h"
 #include "simulator/simulator.h"
 
 namespace oomb::gui {
@@ -118,6 +119,39 @@ TEST(ViewModel, FeasibilityMapHasInfeasibleCellsAtHugeContexts) {
     }
   EXPECT_GT(infeasible, 0);
   EXPECT_FALSE(vm.results().summary.feasible);
+}
+
+TEST(ViewModel, PlanForMeLoadsTheFeasiblePlanAndExportRoundTrips) {
+  Inputs in;
+  in.config.chunk_tokens = 512;  // a poor starting point the planner must leave
+  in.config.resident_layers = 28;  // all on the GPU: does not fit at 4M
+  ViewModel vm(in);
+  EXPECT_FALSE(vm.results().summary.feasible);
+  const std::string msg = vm.plan_for_me();
+  EXPECT_NE(msg.find("planned"), std::string::npos) << msg;
+  ASSERT_TRUE(vm.results().ok);
+  EXPECT_TRUE(vm.results().summary.feasible);
+  EXPECT_EQ(vm.inputs().config.context_tokens, in.config.context_tokens);
+  EXPECT_EQ(vm.inputs().config.attention, simulator::Attention::dense);  // exact unless sparse was chosen
+
+  const auto path = (std::filesystem::temp_directory_path() / "oomb_gui_plan_test.json").string();
+  ASSERT_EQ(vm.export_plan(path), "");
+  const planner::Plan plan = planner::load_plan(path);
+  EXPECT_EQ(plan.model_id, "qwen2.5-7b");
+  EXPECT_EQ(plan.config.chunk_tokens, vm.inputs().config.chunk_tokens);
+  std::filesystem::remove(path);
+  EXPECT_NE(vm.export_plan("/nonexistent-dir/p.json"), "");
+}
+
+TEST(ViewModel, PlanForMeSaysWhyNothingFits) {
+  Inputs in;
+  in.gpu = "rtx-4090";
+  in.config.context_tokens = 16 * 1024 * 1024;
+  ViewModel vm(in);
+  const Inputs before = vm.inputs();
+  const std::string msg = vm.plan_for_me();
+  EXPECT_NE(msg.find("no plan fits"), std::string::npos) << msg;
+  EXPECT_TRUE(vm.inputs() == before);  // nothing loaded
 }
 
 TEST(ViewModel, RecomputeFitsInAFrame) {
