@@ -93,9 +93,11 @@ int run(const Options& opt) {
   std::snprintf(ui.context_text, sizeof(ui.context_text), "%lld", static_cast<long long>(in.config.context_tokens));
   if (!opt.trace.empty()) {
     std::snprintf(ui.trace_path, sizeof(ui.trace_path), "%s", opt.trace.c_str());
-    const std::string msg = vm.load_trace(opt.trace);
+    const std::string msg = vm.load_trace(opt.trace, /*adopt_run_config=*/true);
     if (!msg.empty()) throw Error("--trace", opt.trace, msg);
     ui.trace_message = "loaded";
+    std::snprintf(ui.context_text, sizeof(ui.context_text), "%lld",
+                  static_cast<long long>(vm.inputs().config.context_tokens));
   }
   if (!vm.results().ok) std::fprintf(stderr, "oomb-gui: %s\n", vm.results().error.c_str());
   std::printf("oomb-gui: recompute %.3f ms\n", vm.results().compute_ms);
@@ -202,7 +204,7 @@ int main(int argc, char** argv) {
   app.add_option("--host", opt.host, "Initial host (default: the GPU's usual host)");
   app.add_option("--context", opt.context, "Initial context: 4M, 128K, 100000 (default 4M)");
   app.add_option("--attention", opt.attention, "Initial attention: dense or sparse");
-  app.add_option("--trace", opt.trace, "Measured trace (oomb.trace/1 JSON) to overlay on the timeline");
+  app.add_option("--trace", opt.trace, "Measured trace (oomb.trace/1 JSON, from `oomb run --trace`) to overlay on the timeline; the inputs take the run's model and configuration");
   CLI11_PARSE(app, argc, argv);
   try {
     return run(opt);

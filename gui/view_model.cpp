@@ -347,11 +347,18 @@ bool ViewModel::wait_timeline(double timeout_s) {
   }
 }
 
-std::string ViewModel::load_trace(const std::string& path) {
+std::string ViewModel::load_trace(const std::string& path, bool adopt_run_config) {
   try {
     auto o = std::make_unique<Overlay>();
     o->path = path;
     o->trace = traces::read_trace(path);
+    const Json& x = o->trace.metadata.extra;
+    if (adopt_run_config && x.is_object() && x.contains("model") && x["model"].is_string() && x.contains("config")) {
+      Inputs next = inputs_;
+      next.model = x["model"].get<std::string>();
+      next.config = simulator::config_from_json(x["config"], path + ": metadata.extra.config");
+      set_inputs(next);
+    }
     for (size_t i = 0; i < o->trace.events.size(); ++i) o->by_key.emplace(event_key(o->trace.events[i]), i);
     overlay_ = std::move(o);
     compare_overlay();

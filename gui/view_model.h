@@ -161,8 +161,10 @@ class ViewModel {
   // Writes the plan (oomb.plan/1) of the current inputs to `path`; returns "" or the error message.
   std::string export_plan(const std::string& path) const;
 
-  // Loads a measured trace to overlay; returns "" or the error message.
-  std::string load_trace(const std::string& path);
+  // Loads a measured trace to overlay; returns "" or the error message. With adopt_run_config the
+  // inputs switch to the model and configuration the trace records (metadata.extra, written by
+  // `oomb run`), so that the prediction shown is that of the measured run.
+  std::string load_trace(const std::string& path, bool adopt_run_config = false);
   const Overlay* overlay() const { return overlay_.get(); }
   void clear_overlay() { overlay_.reset(); }
 
