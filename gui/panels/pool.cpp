@@ -56,6 +56,23 @@ void draw_pool_panel(const ViewModel& vm) {
     dl->AddRectFilled({x0, y}, {x1, pmax.y}, fill);
     dl->AddLine({x0, y}, {x1, y}, line, 1.5f);
   }
+  // A measured trace's pool occupancy over its own step (its time axis scaled to the same width:
+  // a CPU run and a GPU prediction do not share a clock), as a white step line.
+  if (const Overlay* o = vm.overlay(); o && !o->trace.memory.empty()) {
+    const auto& mem = o->trace.memory;
+    const double t0 = static_cast<double>(mem.front().t_ns);
+    const double span = std::max(static_cast<double>(mem.back().t_ns) - t0, 1.0);
+    auto mx_of = [&](double t_ns) { return pmin.x + static_cast<float>((t_ns - t0) / span) * (pmax.x - pmin.x); };
+    const ImU32 white = IM_COL32(240, 240, 240, 230);
+    for (size_t i = 0; i + 1 < mem.size(); ++i) {
+      const float x0 = mx_of(static_cast<double>(mem[i].t_ns)), x1 = mx_of(static_cast<double>(mem[i + 1].t_ns));
+      const float y0 = py(static_cast<double>(mem[i].pool_pages_used));
+      const float y1 = py(static_cast<double>(mem[i + 1].pool_pages_used));
+      dl->AddLine({x0, y0}, {x1, y0}, white, 1.5f);
+      dl->AddLine({x1, y0}, {x1, y1}, white, 1.0f);
+    }
+    dl->AddText({pmin.x + 4, pmin.y + lh + 4}, white, "white: measured (its own step, scaled to this width)");
+  }
   if (p.pool_capacity_pages > 0) {
     const float y = py(static_cast<double>(p.pool_capacity_pages));
     chart::dashed_line(dl, {pmin.x, y}, {pmax.x, y}, chart::kOomRed, 6, 1.5f);
