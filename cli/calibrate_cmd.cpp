@@ -2,6 +2,7 @@
 //   --backend cpu             micro-benchmarks of the local backend -> a profile (kind "cpu")
 //   --traces T... --gpu G     least-squares fit of G's efficiencies to measured traces
 //   --project-to G2 --gpu P   a calibrated profile's efficiencies on another catalog device
+//   --recall T... --out C     a budget-to-recall curve (oomb.recall/1) from sparse runs' recall
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "core/format.h"
 #include "executor/cpu/cpu_backend.h"
 #include "executor/runtime/microbench.h"
+#include "planner/recall_curve.h"
 #include "simulator/calibration.h"
 #include "traces/trace.h"
 
@@ -19,7 +21,7 @@ namespace {
 
 struct CalibrateArgs {
   std::string backend, gpu, out, id, project_to, efficiency_model;
-  std::vector<std::string> traces, hold, models = {"tiny", "qwen2.5-0.5b"};
+  std::vector<std::string> traces, recall, hold, models = {"tiny", "qwen2.5-0.5b"};
   int64_t chunk = 1024;
   bool json = false, quiet = false;
 };
@@ -149,11 +151,39 @@ int run_project_mode(const CalibrateArgs& a) {
   return 0;
 }
 
+int run_recall_mode(const CalibrateArgs& a) {
+  if (a.out.empty() && !a.json) throw Error("--out", "", "is required with --recall", "e.g. --out recall.json");
+  std::vector<planner::RecallPoint> points;
+  std::vector<std::string> models;
+  for (const auto& path : a.recall) {
+    const traces::Trace t = traces::read_trace(path);
+    std::string model;
+    points.push_back(planner::recall_point_from_run(t.metadata.extra, path, &model));
+    models.push_back(model);
+  }
+  const planner::RecallCurve curve = planner::make_recall_curve(models.front(), points, models);
+  const Json j = curve.to_json();
+  if (!a.out.empty()) write_text_file(a.out, j.dump(2) + "\n");
+  if (a.json) {
+    std::printf("%s\n", j.dump(2).c_str());
+    return 0;
+  }
+  std::printf("oomb calibrate: recall curve of %s from %zu trace(s), pages of %lld tokens\n", curve.model.c_str(),
+              curve.points.size(), static_cast<long long>(curve.points.front().page_tokens));
+  std::printf("  %8s %12s %12s  %s\n", "budget", "mean recall", "min recall", "trace");
+  for (const auto& p : curve.points)
+    std::printf("  %8lld %12.4f %12.4f  %s\n", static_cast<long long>(p.budget), p.mean_recall, p.min_recall,
+                p.source.c_str());
+  std::printf("curve (oomb.recall/1): %s\n", a.out.c_str());
+  return 0;
+}
+
 int run_calibrate(const CalibrateArgs& a) {
-  const int modes = !a.backend.empty() + !a.traces.empty() + !a.project_to.empty();
+  const int modes = !a.backend.empty() + !a.traces.empty() + !a.project_to.empty() + !a.recall.empty();
   if (modes != 1)
-    throw Error("calibrate", "", "give exactly one of --backend, --traces, --project-to",
+    throw Error("calibrate", "", "give exactly one of --backend, --traces, --project-to, --recall",
                 "e.g. oomb calibrate --backend cpu --out cpu.json");
+  if (!a.recall.empty()) return run_recall_mode(a);
   if (!a.backend.empty()) return run_microbench_mode(a);
   if (!a.traces.empty()) return run_fit_mode(a);
   return run_project_mode(a);
@@ -173,17 +203,23 @@ const Registrar reg(
       sub.add_option("--hold", a->hold,
                      "With --traces: keep these at --gpu's values (gemm, attention, memory_bound, launch_overhead)");
       sub.add_option("--project-to", a->project_to, "Put --gpu's calibrated efficiencies on this catalog device");
+      sub.add_option("--recall", a->recall,
+                     "Budget-to-recall curve (oomb.recall/1) from traces of `oomb run --attention sparse "
+                     "--measure-recall` at different budgets (same model and page size)");
       sub.add_option("--gpu", a->gpu, "The profile to fit (--traces) or to project (--project-to)");
       sub.add_option("--id", a->id, "Id of the written profile");
-      sub.add_option("--out", a->out, "Write the profile (oomb.gpu/1) here");
-      sub.add_flag("--json", a->json, "Print the profile (--backend) or the fit (--traces) as JSON");
+      sub.add_option("--out", a->out, "Write the profile (oomb.gpu/1), or with --recall the curve, here");
+      sub.add_flag("--json", a->json, "Print the profile (--backend), the fit (--traces) or the curve (--recall) as JSON");
       sub.add_flag("--quiet", a->quiet, "No progress on stderr");
       sub.footer(
           "Examples:\n"
           "  oomb calibrate --backend cpu --out cpu.json\n"
           "  oomb run --model tiny --context 8K --trace t1.json && oomb run --model tiny --context 4K --trace t2.json\n"
           "  oomb calibrate --traces t1.json t2.json --gpu cpu.json --out cpu-fit.json\n"
-          "  oomb calibrate --project-to h200 --gpu cpu-fit.json --out h200-what-if.json");
+          "  oomb calibrate --project-to h200 --gpu cpu-fit.json --out h200-what-if.json\n"
+          "  oomb run --model tiny --context 4K --chunk 512 --page 64 --attention sparse --budget 4 --measure-recall "
+          "--trace r4.json  (and --budget 8, 16 ...)\n"
+          "  oomb calibrate --recall r4.json r8.json r16.json --out recall.json");
       return [a] { return run_calibrate(*a); };
     });
 

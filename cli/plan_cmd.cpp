@@ -14,6 +14,7 @@
 #include "core/units.h"
 #include "planner/diagnosis.h"
 #include "planner/plan.h"
+#include "planner/recall_curve.h"
 #include "planner/search.h"
 
 namespace oomb::cli {
@@ -28,6 +29,8 @@ struct PlanArgs {
   std::string objective = "time";
   bool allow_sparse = false;
   std::optional<int64_t> min_budget;
+  std::optional<double> min_recall;
+  std::string recall_curve;
   double headroom = planner::kDefaultHeadroom;
   std::string out;
   bool json = false;
@@ -254,6 +257,40 @@ int run_plan(PlanArgs a) {
   r.allow_sparse = a.allow_sparse;
   if (a.min_budget) r.min_budget = *a.min_budget;
   r.host_explicit = !a.flags.host.empty();
+  // --min-recall: the curve + R become a minimum budget (and the curve's page size for sparse
+  // candidates, since a budget counts pages).
+  std::optional<RecallCurve> curve;
+  int64_t recall_min_budget = 0;
+  if (a.min_recall && a.recall_curve.empty())
+    throw Error("--min-recall", "", "needs a measured budget-to-recall curve (--recall-curve FILE)",
+                "oomb run --attention sparse --measure-recall --trace T.json at a few budgets, then oomb calibrate "
+                "--recall T*.json --out curve.json");
+  if (!a.recall_curve.empty()) curve = load_recall_curve(a.recall_curve);
+  if (curve && a.min_recall) {
+    const int64_t cp = curve->points.front().page_tokens;
+    const bool page_fixed = r.fixed.count("page") > 0;
+    if (page_fixed && r.scenario.config.page_tokens != cp)
+      throw Error("--page", std::to_string(r.scenario.config.page_tokens),
+                  a.recall_curve + " was measured with pages of " + std::to_string(cp) +
+                      " tokens (a budget counts pages)",
+                  "--page " + std::to_string(cp) + ", or a curve measured at this page size");
+    if (!page_fixed && cp != 64 && cp != 128 && cp != 256)
+      throw Error("--recall-curve", a.recall_curve,
+                  "was measured with pages of " + std::to_string(cp) + " tokens; the planner searches 64, 128, 256",
+                  "fix --page " + std::to_string(cp) + ", or measure at one of the searched page sizes");
+    recall_min_budget = min_budget_for_recall(*curve, *a.min_recall, a.recall_curve);
+    r.min_budget = a.min_budget ? std::max(*a.min_budget, recall_min_budget) : recall_min_budget;
+    r.sparse_page = cp;
+    if (r.fixed.count("budget") && r.scenario.config.page_budget < recall_min_budget)
+      throw Error("--budget", std::to_string(r.scenario.config.page_budget),
+                  "has interpolated mean recall below --min-recall in " + a.recall_curve,
+                  "a budget of at least " + std::to_string(recall_min_budget) + " pages, or a lower --min-recall");
+  }
+  auto recall_of = [&](const simulator::Config& c) -> std::optional<double> {
+    if (!curve || c.attention != Attention::sparse || c.page_tokens != curve->points.front().page_tokens)
+      return std::nullopt;
+    return interpolate_recall(*curve, c.page_budget);
+  };
   const auto& s0 = r.scenario;
 
   Json out = Json::object();
@@ -344,6 +381,14 @@ int run_plan(PlanArgs a) {
     if (a.max_context)
       out["max_context"] = {{"dense", mc_dense ? max_context_json(*mc_dense) : Json(nullptr)},
                             {"sparse", mc_sparse ? max_context_json(*mc_sparse) : Json(nullptr)}};
+    if (curve) {
+      const auto rc = chosen ? recall_of(chosen->config) : std::nullopt;
+      out["recall"] = {{"curve", a.recall_curve},
+                       {"model", curve->model},
+                       {"min_recall", a.min_recall ? Json(*a.min_recall) : Json(nullptr)},
+                       {"min_budget", a.min_recall ? Json(recall_min_budget) : Json(nullptr)},
+                       {"mean_recall", rc ? Json(*rc) : Json(nullptr)}};
+    }
     std::printf("%s\n", out.dump(2).c_str());
     if (plan) for (const auto& n : plan->notes) std::fprintf(stderr, "oomb plan: warning: %s\n", n.c_str());
     return chosen ? 0 : 1;
@@ -374,6 +419,22 @@ int run_plan(PlanArgs a) {
   }
   std::printf("\n");
   print_settings(chosen_s);
+  if (curve) {
+    const auto rc = recall_of(chosen->config);
+    std::string line = "  recall       ";
+    if (rc) line += "mean " + std::to_string(*rc).substr(0, 6) + " of the dense attention mass at budget " +
+                    std::to_string(chosen->config.page_budget);
+    else if (chosen->config.attention == Attention::dense) line += "1 (dense attention)";
+    else line += "not measured at this budget/page";
+    if (a.min_recall)
+      line += " (--min-recall " + std::to_string(*a.min_recall).substr(0, 6) + ": budgets >= " +
+              std::to_string(recall_min_budget) + " pages of " +
+              std::to_string(curve->points.front().page_tokens) + " tokens)";
+    std::printf("%s; curve %s (model %s)\n", line.c_str(), a.recall_curve.c_str(), curve->model.c_str());
+    if (curve->model != s0.model.id)
+      std::printf("  note: the recall curve was measured on %s, not on %s\n", curve->model.c_str(),
+                  s0.model.id.c_str());
+  }
   print_memory(chosen_s, *chosen, r.headroom);
   print_time(*chosen);
   print_allocation(*plan);
@@ -406,6 +467,12 @@ const Registrar reg(
                    "Let sparse attention compete with dense (approximate gradients); without it sparse is used only "
                    "when no dense plan fits, and then said loudly");
       sub.add_option("--min-budget", a->min_budget, "Sparse: smallest page budget the planner may choose (default 64)");
+      sub.add_option("--min-recall", a->min_recall,
+                     "Sparse: only budgets whose mean recall of the dense attention mass, interpolated in "
+                     "--recall-curve, is at least this (0..1]; replaces the default --min-budget");
+      sub.add_option("--recall-curve", a->recall_curve,
+                     "Budget-to-recall curve (oomb.recall/1, from `oomb calibrate --recall`); the chosen budget's "
+                     "recall is printed");
       sub.add_option("--headroom", a->headroom, "Share of HBM capacity kept free (default 0.05)");
       sub.add_option("--out", a->out, "Write the plan (oomb.plan/1 JSON) to this file");
       sub.add_flag("--json", a->json, "Print the plan, prediction, alternatives and diagnosis as JSON");
@@ -413,7 +480,11 @@ const Registrar reg(
       sub.footer(
           "Knobs given on the command line are fixed; the planner searches the others. --optimizer auto lets it "
           "place AdamW state on the GPU or the host. --gpus N plans tensor parallelism on paper (execution is "
-          "single-GPU for now). Exit status: 0 plan found, 1 nothing fits (diagnosis printed), 2 bad input.");
+          "single-GPU for now). --min-recall R with --recall-curve F: the curve's mean recall is piecewise linear "
+          "between measured budgets, the largest budget's value at or above it, and budgets below the smallest "
+          "measured one are rejected; the planner then searches only budgets >= the smallest B whose every larger "
+          "budget keeps recall >= R (max with --min-budget when given), and sparse candidates only at the curve's "
+          "page size. Exit status: 0 plan found, 1 nothing fits (diagnosis printed), 2 bad input.");
       return [a] { return run_plan(*a); };
     });
 

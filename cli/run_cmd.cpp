@@ -40,6 +40,7 @@ struct RunArgs {
   int64_t grad_accum = 1;
   float lr = 1e-3f;
   bool reference = false;
+  bool measure_recall = false, compare_dense = false;
   bool json = false;
   bool quiet = false;
   std::string command;
@@ -138,6 +139,15 @@ int run_run(const RunArgs& a) {
   if (a.reference && c.optimizer != simulator::Optimizer::none)
     throw Error("--reference", "", "compares the gradients of step 1, which an optimizer step consumes",
                 "use --optimizer none with --reference");
+  const bool sparse_mode = c.attention == simulator::Attention::sparse;
+  if (a.measure_recall && !sparse_mode)
+    throw Error("--measure-recall", "", "measures what sparse page selections capture of the dense attention",
+                "add --attention sparse");
+  if (a.compare_dense && !sparse_mode)
+    throw Error("--compare-dense", "", "compares a sparse step with the dense one", "add --attention sparse");
+  if (a.compare_dense && c.optimizer != simulator::Optimizer::none)
+    throw Error("--compare-dense", "", "compares the gradients of step 1, which an optimizer step consumes",
+                "use --optimizer none with --compare-dense");
 
   // All input is read and checked before anything runs or is written.
   const TokenSource tokens = a.tokens.empty() ? TokenSource::synthetic(m.vocab, a.seed)
@@ -165,6 +175,7 @@ int run_run(const RunArgs& a) {
   o.detail = detail;
   o.adamw.lr = a.lr;
   o.adamw.grad_accum = a.grad_accum;
+  o.measure_recall = a.measure_recall;
   ProgressLine line(!a.quiet);
   int64_t current = 0;
   o.progress = [&](const Progress& p) { line.update(current, a.steps, p); };
@@ -172,6 +183,7 @@ int run_run(const RunArgs& a) {
 
   std::vector<double> losses;
   std::optional<ReferenceCheck> ref;
+  std::optional<DenseComparison> cmp;
   for (current = 0; current < a.steps; ++current) {
     const std::vector<int32_t> seq = current == 0 ? first : tokens.sequence(current, c.context_tokens);
     losses.push_back(e.step(seq).loss);
@@ -179,6 +191,11 @@ int run_run(const RunArgs& a) {
       line.done();
       if (!a.quiet) std::fprintf(stderr, "running the full-sequence reference ...\n");
       ref = check_against_reference(m, c, w, seq, e, losses.back());
+    }
+    if (current == 0 && a.compare_dense) {
+      line.done();
+      if (!a.quiet) std::fprintf(stderr, "running the dense step ...\n");
+      cmp = compare_with_dense(backend, s.model, c, w, seq, losses.back(), e.gradients());
     }
   }
   line.done();
@@ -202,6 +219,11 @@ int run_run(const RunArgs& a) {
                         {"loss_rel_error", ref->loss_rel_error},
                         {"max_grad_rel_error", ref->max_grad_rel_error},
                         {"worst_tensor", ref->worst_tensor}};
+    if (cmp) j["compare_dense"] = cmp->to_json();
+    if (!ms.recall.empty()) {
+      j["mean_recall"] = ms.mean_recall();
+      j["min_recall"] = ms.min_recall();
+    }
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
   }
@@ -241,6 +263,13 @@ int run_run(const RunArgs& a) {
                 ms.union_pages.empty() ? 0.0 : sum / static_cast<double>(ms.union_pages.size()),
                 static_cast<long long>(mx));
   }
+  if (!ms.recall.empty())
+    std::printf("recall of the dense attention mass (last step, %zu (chunk, layer) pairs): mean %.4f, min %.4f\n",
+                ms.recall.size(), ms.mean_recall(), ms.min_recall());
+  if (cmp)
+    std::printf("dense comparison (step 1): loss %.6f vs dense %.6f (diff %+.3e), max gradient rel. L2 error %.3e "
+                "(%s)\n",
+                cmp->loss, cmp->dense_loss, cmp->loss_diff, cmp->max_grad_rel_error, cmp->worst_tensor.c_str());
   if (ref)
     std::printf("reference (full sequence): loss %.6f (rel. error %.2e), max gradient rel. L2 error %.2e (%s)\n",
                 ref->loss, ref->loss_rel_error, ref->max_grad_rel_error, ref->worst_tensor.c_str());
@@ -276,6 +305,15 @@ const Registrar reg("run", "Execute chunk-recurrent training steps (cpu referenc
                           ->capture_default_str();
                       sub.add_flag("--reference", a->reference,
                                    "Also run the full-sequence reference and report the gradient error");
+                      sub.add_flag("--measure-recall", a->measure_recall,
+                                   "Sparse: per (chunk, layer) of stage 1, the share of the dense attention "
+                                   "probability mass the selected pages (+ own chunk) capture, averaged over "
+                                   "tokens and heads; mean/min printed, all in the trace (small contexts: keeps a "
+                                   "host copy of the keys and scores every earlier key)");
+                      sub.add_flag("--compare-dense", a->compare_dense,
+                                   "Sparse: also run step 1 with dense attention (same weights and tokens) and "
+                                   "report the loss difference and the worst relative L2 gradient error "
+                                   "(with --optimizer none; small contexts)");
                       sub.add_flag("--json", a->json, "Print {loss, tokens_per_s, measured: {...}} as JSON");
                       sub.add_flag("--quiet", a->quiet, "No progress line");
                       sub.footer(
@@ -284,7 +322,9 @@ const Registrar reg("run", "Execute chunk-recurrent training steps (cpu referenc
                           "  oomb plan --model tiny --gpu h200 --context 16K --resident-layers 1 --out p.json && "
                           "oomb run --plan p.json --trace t.json && oomb validate --plan p.json --trace t.json\n"
                           "  oomb run --model tiny --context 2K --chunk 512 --page 64 --resident-layers 1 --reference\n"
-                          "  oomb run --model tiny --context 8K --attention sparse --budget 4 --chunk 1K --page 64");
+                          "  oomb run --model tiny --context 8K --attention sparse --budget 4 --chunk 1K --page 64\n"
+                          "  oomb run --model tiny --context 4K --attention sparse --budget 4 --chunk 512 --page 64 "
+                          "--measure-recall --compare-dense --trace t.json");
                       return [a, &sub] {
                         a->command = "oomb run";
                         for (const auto* opt : sub.get_options()) {

@@ -233,6 +233,7 @@ class Searcher {
     for (int mode = 0; mode < 2; ++mode) {
       if ((mode == 0 && !dense) || (mode == 1 && (!sparse || sp_.standard))) continue;
       for (int64_t page : sp_.pages) {
+        if (mode == 1 && r_.sparse_page > 0 && page != r_.sparse_page) continue;
         std::vector<int64_t> budgets{b.page_budget};
         if (mode == 1) {
           // Budgets at or beyond the context's pages all mean "attend everything": keep the first.

@@ -41,6 +41,7 @@ struct Request {
   double headroom = kDefaultHeadroom;  // share of HBM capacity kept free
   bool allow_sparse = false;           // sparse competes with dense (otherwise only when dense cannot fit)
   int64_t min_budget = kDefaultMinBudget;
+  int64_t sparse_page = 0;             // > 0: sparse candidates use only this page size (a recall curve's)
   bool optimizer_auto = false;         // AdamW state wanted; the planner places it (GPU or host)
   bool host_explicit = false;          // the host was chosen by the user (kept when suggesting GPUs)
 };

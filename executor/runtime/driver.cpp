@@ -4,8 +4,12 @@
 #include <chrono>
 #include <cmath>
 #include <ctime>
+#include <limits>
+
+#include <Eigen/Core>
 
 #include "core/error.h"
+#include "core/format.h"
 #include "core/units.h"
 
 namespace oomb::executor {
@@ -62,6 +66,9 @@ Engine::Engine(Backend& backend, const models::ModelSpec& model, const simulator
   if (sparse && config.selection != "published" && config.selection != "per-kv-head")
     throw Error("--selection", config.selection, "is not implemented by the executor yet", "published or per-kv-head");
   if (model_.head_dim % 2 != 0) throw Error("--model", model_.id, "head_dim must be even for RoPE");
+  if (options_.measure_recall && !sparse)
+    throw Error("--measure-recall", "", "measures what sparse page selections capture of the dense attention",
+                "add --attention sparse");
   g_ = Geometry(config.context_tokens, config.chunk_tokens, config.page_tokens, model_.layers,
                 config.resident_layers, sparse, config.page_budget,
                 sparse && config.selection == "per-kv-head" ? model_.kv_heads : 1);
@@ -112,6 +119,16 @@ Engine::Engine(Backend& backend, const models::ModelSpec& model, const simulator
   w_->lse = act(Cm * model_.q_heads);
   for (Buffer* b : {&w_->g, &w_->u, &w_->m, &w_->dm, &w_->dg, &w_->du}) *b = act(Cm * F);
   w_->logits = act(checked_mul(Cm, V, "logits"), "logits");
+
+  if (options_.measure_recall) {
+    const int64_t floats = checked_mul(checked_mul(g_.L, g_.N, "recall keys"), kvd, "recall keys");
+    if (floats > (int64_t{1} << 30))
+      throw Error("--measure-recall", "", "keeps a host copy of every layer's keys and computes dense scores over the "
+                                          "whole prefix (" + format_bytes(checked_mul(floats, 4, "recall keys")) +
+                                          " of keys here)",
+                  "measure recall at a shorter --context or with fewer --layers");
+    recall_keys_.assign(static_cast<size_t>(g_.L), std::vector<float>(static_cast<size_t>(g_.N * kvd), 0.0f));
+  }
 
   dense_prefix_.resize(static_cast<size_t>(g_.n));
   for (int64_t c = 0; c < g_.n; ++c) dense_prefix_[static_cast<size_t>(c)] = dense_selection(c, 0, g_.prefix_pages(c)).union_pages;
@@ -218,6 +235,53 @@ void Engine::select(const Pass& pass, int64_t pass_index) {
   store_->load_prefix(pass_index);
 }
 
+// Recall of pass.chunk's selection at pass.layer (RecallSample). Needs the chunk's post-RoPE q and
+// k (in the work buffers) and the keys of every earlier chunk (recall_keys_, filled here).
+void Engine::measure_recall(const Pass& pass) {
+  using RowMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  using Strided = Eigen::Map<const RowMat, 0, Eigen::OuterStride<>>;
+  const int64_t c = pass.chunk, l = pass.layer, T = g_.chunk_len(c), s = g_.chunk_start(c);
+  const int64_t qh = model_.q_heads, kh = model_.kv_heads, hd = model_.head_dim, qd = model_.q_dim();
+  const int64_t kvd = model_.kv_dim(), group = qh / kh, Sk = s + T, prefix = g_.prefix_pages(c);
+  std::vector<float>& keys = recall_keys_[static_cast<size_t>(l)];
+  backend_.download(keys.data() + s * kvd, w_->k.data(), T * kvd * 4);
+  std::vector<float> q(static_cast<size_t>(T * qd));
+  backend_.download(q.data(), w_->q.data(), T * qd * 4);
+
+  // attended[(j * groups + g) * prefix + page]: query page j, selection group g attends `page`.
+  const ChunkSelection& sel = log_.at(c, l);
+  const int64_t groups = sel.dense ? 1 : sel.groups;
+  std::vector<uint8_t> attended(static_cast<size_t>(g_.own_pages(c) * groups * prefix), sel.dense ? 1 : 0);
+  if (!sel.dense)
+    for (size_t i = 0; i < sel.pages.size(); ++i)
+      for (int32_t page : sel.pages[i]) attended[i * static_cast<size_t>(prefix) + static_cast<size_t>(page)] = 1;
+
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  double sum = 0;
+  RowMat K, S;
+  for (int64_t g = 0; g < kh; ++g) {
+    K = Strided(keys.data() + g * hd, Sk, hd, Eigen::OuterStride<>(kvd));
+    for (int64_t h = g * group; h < (g + 1) * group; ++h) {
+      S.noalias() = Strided(q.data() + h * hd, T, hd, Eigen::OuterStride<>(qd)) * K.transpose();
+      for (int64_t t = 0; t < T; ++t) {
+        const float* row = S.data() + t * Sk;
+        const int64_t n = s + t + 1;  // causal: every earlier key and the own chunk up to t
+        float mx = -std::numeric_limits<float>::infinity();
+        for (int64_t key = 0; key < n; ++key) mx = std::max(mx, row[key]);
+        const uint8_t* att = attended.data() + ((t / g_.p) * groups + (groups == 1 ? 0 : g)) * prefix;
+        double total = 0, kept = 0;
+        for (int64_t key = 0; key < n; ++key) {
+          const double e = std::exp((static_cast<double>(row[key]) - mx) * scale);
+          total += e;
+          if (key >= s || att[key / g_.p]) kept += e;
+        }
+        sum += kept / total;
+      }
+    }
+  }
+  recall_.push_back({c, l, sum / static_cast<double>(T * qh)});
+}
+
 // One layer's forward over chunk `pass.chunk`. fill: also selects pages (sparse), writes the own
 // K/V pages and page summaries. out == nullptr: the backward's recompute (the MLP output is not
 // needed, only the activations).
@@ -240,6 +304,7 @@ void Engine::layer_forward(const Pass& pass, int64_t pass_index, PassPages& page
   });
   if (pass.kind == PassKind::fill) {
     select(pass, pass_index);
+    if (options_.measure_recall) measure_recall(pass);
     if (g_.sparse)
       timed("page_summaries", pass, 0, [&] {
         backend_.page_summaries(w.k.f32(), T, kvd, g_.p,
@@ -364,6 +429,7 @@ StepResult Engine::step(const std::vector<int32_t>& tokens) {
   work_total_ = 0;
   for (double wk : chunk_work_) work_total_ += 5.5 * wk;
   log_.reset(g_.n, g_.L);
+  recall_.clear();
   store_->begin_step([this](const Pass& p) -> const std::vector<int64_t>* {
     if (p.kind == PassKind::fill && (!g_.sparse || g_.prefix_pages(p.chunk) <= g_.budget))
       return &dense_prefix_[static_cast<size_t>(p.chunk)];
@@ -449,6 +515,7 @@ StepResult Engine::step(const std::vector<int32_t>& tokens) {
   for (int64_t c = 0; c < g_.n; ++c)
     for (int64_t l = 0; l < g_.L; ++l)
       m.union_pages.push_back({c, l, static_cast<int64_t>(log_.at(c, l).union_pages.size())});
+  m.recall = recall_;
   m.steps = steps_;
   m.step_s = total_s_ / static_cast<double>(steps_);
   m.tokens_per_s = total_s_ > 0 ? static_cast<double>(g_.N * steps_) / total_s_ : 0;
@@ -508,7 +575,7 @@ Json Measured::to_json() const {
     unions.push_back({{"chunk", u.chunk}, {"layer", u.layer}, {"pages", u.pages}});
     max_union = std::max(max_union, u.pages);
   }
-  return {{"compute_dtype", "fp32"},
+  Json j = {{"compute_dtype", "fp32"},
           {"kv_page_bytes", kv_page_bytes},
           {"grad_page_bytes", grad_page_bytes},
           {"kv_pool_pages", kv_pool_pages},
@@ -529,6 +596,54 @@ Json Measured::to_json() const {
           {"tokens_per_s", tokens_per_s},
           {"loss", loss},
           {"steps", steps}};
+  if (!recall.empty()) {
+    Json r = Json::array();
+    for (const auto& x : recall) r.push_back({{"chunk", x.chunk}, {"layer", x.layer}, {"recall", x.recall}});
+    j["recall"] = r;
+    j["mean_recall"] = mean_recall();
+    j["min_recall"] = min_recall();
+  }
+  return j;
+}
+
+double Measured::mean_recall() const {
+  double s = 0;
+  for (const auto& x : recall) s += x.recall;
+  return recall.empty() ? 0.0 : s / static_cast<double>(recall.size());
+}
+
+double Measured::min_recall() const {
+  double m = recall.empty() ? 0.0 : 1.0;
+  for (const auto& x : recall) m = std::min(m, x.recall);
+  return m;
+}
+
+Json DenseComparison::to_json() const {
+  return {{"loss", loss}, {"dense_loss", dense_loss}, {"loss_diff", loss_diff},
+          {"max_grad_rel_error", max_grad_rel_error}, {"worst_tensor", worst_tensor}};
+}
+
+DenseComparison compare_with_dense(Backend& backend, const models::ModelSpec& model, const simulator::Config& config,
+                                   const Weights& weights, const std::vector<int32_t>& tokens, double loss,
+                                   const Gradients& grads) {
+  simulator::Config c = config;
+  c.attention = Attention::dense;
+  c.optimizer = simulator::Optimizer::none;
+  Engine dense(backend, model, c, weights);
+  DenseComparison r;
+  r.loss = loss;
+  r.dense_loss = dense.step(tokens).loss;
+  r.loss_diff = loss - r.dense_loss;
+  const Gradients d = dense.gradients();
+  OOMB_ASSERT(d.data.size() == grads.data.size(), "gradients do not have the model's layout");
+  for (const auto& p : d.layout.params()) {
+    const double err = relative_l2(grads.at(p), d.at(p), p.numel);
+    if (err >= r.max_grad_rel_error) {
+      r.max_grad_rel_error = err;
+      r.worst_tensor = p.name;
+    }
+  }
+  return r;
 }
 
 }  // namespace oomb::executor

@@ -44,10 +44,23 @@ struct EngineOptions {
   AdamWOptions adamw;  // used when config.optimizer != none
   std::function<void(const Progress&)> progress;  // called after every layer pass
   int64_t host_slab_bytes = int64_t{256} << 20;
+  // Sparse only: per (chunk, layer) of stage 1, the share of the dense attention probability mass
+  // the selected pages (plus the causal own chunk) capture (Measured::recall). Keeps a host copy of
+  // every layer's post-RoPE keys (L x N x kv_dim floats, not in the memory account) and computes
+  // dense scores over the whole causal prefix: for small contexts, and it slows the step.
+  bool measure_recall = false;
 };
 
 struct UnionSize {
   int64_t chunk = 0, layer = 0, pages = 0;
+};
+
+// Of one (chunk, layer): mean over the chunk's query tokens and query heads of the dense softmax
+// mass (scores q.k / sqrt(head_dim) over every earlier key and the causal own chunk) that falls on
+// the keys the selection attends (selected pages + own chunk). 1 when the selection is dense.
+struct RecallSample {
+  int64_t chunk = 0, layer = 0;
+  double recall = 0;
 };
 
 // What a run measured (the executor's side of `oomb validate`).
@@ -60,6 +73,9 @@ struct Measured {
   std::map<std::string, int64_t> device_breakdown_bytes;  // at the device peak
   int64_t h2d_bytes = 0, d2h_bytes = 0;                   // last step
   std::vector<UnionSize> union_pages;                     // last step, per (chunk, layer)
+  std::vector<RecallSample> recall;  // last step, per (chunk, layer); empty unless measure_recall
+  double mean_recall() const;        // over the samples (0 when none)
+  double min_recall() const;
   double step_s = 0;        // mean over steps
   double tokens_per_s = 0;  // over all steps
   double loss = 0;          // last step
@@ -106,6 +122,7 @@ class Engine {
   PagedAttention attention_args(const Pass& pass, const PassPages& pages) const;
   void optimizer_step();
   void report(const Pass& pass);
+  void measure_recall(const Pass& pass);
   template <class F>
   void timed(const char* name, const Pass& pass, double flops, F&& f);
   template <class F>
@@ -132,7 +149,22 @@ class Engine {
   int64_t step_start_ns_ = 0;
   double work_total_ = 0, work_done_ = 0;
   std::vector<double> chunk_work_;  // stage-1 work units of each chunk
+  std::vector<std::vector<float>> recall_keys_;  // measure_recall: per layer [N][kv_dim] post-RoPE keys
+  std::vector<RecallSample> recall_;             // measure_recall: this step's samples
 };
+
+// --compare-dense: the same step with dense attention (same weights and tokens, no optimizer)
+// against a sparse step's loss and accumulated gradients.
+struct DenseComparison {
+  double loss = 0, dense_loss = 0;
+  double loss_diff = 0;             // loss - dense_loss
+  double max_grad_rel_error = 0;    // max over tensors of relative_l2(sparse, dense)
+  std::string worst_tensor;
+  Json to_json() const;
+};
+DenseComparison compare_with_dense(Backend& backend, const models::ModelSpec& model, const simulator::Config& config,
+                                   const Weights& weights, const std::vector<int32_t>& tokens, double loss,
+                                   const Gradients& grads);
 
 // The model as run: model with config.layers_override applied.
 models::ModelSpec effective_model(const models::ModelSpec& m, const simulator::Config& c);

@@ -95,5 +95,22 @@ if ! nvidia-smi >/dev/null 2>&1; then
 fi
 expect_exit 2 "--backend.*cpu or cuda" run --model tiny --context 1K --backend tpu
 
+# Sparse recall: measured per (chunk, layer), collected into a budget-to-recall curve, used by the planner.
+for b in 4 8 16; do
+  "$oomb" run --model tiny --context 2K --chunk 512 --page 64 --attention sparse --budget $b --measure-recall --json \
+    --quiet --trace "$tmp/recall$b.json" >"$tmp/recall$b.out" || bad "run --measure-recall --budget $b failed"
+done
+grep -qE '"mean_recall": 0\.[0-9]' "$tmp/recall4.out" && grep -q '"min_recall"' "$tmp/recall4.out" && ok ||
+  bad "run --measure-recall --json lacks mean_recall/min_recall"
+grep -q '"recall":' "$tmp/recall4.json" && ok || bad "trace lacks measured recall"
+expect_exit 0 "max gradient rel. L2 error" run --model tiny --context 2K --chunk 512 --page 64 --attention sparse --budget 4 --compare-dense --quiet
+expect_exit 2 "--measure-recall" run --model tiny --context 2K --chunk 512 --measure-recall
+expect_exit 0 "recall curve of tiny from 3" calibrate --recall "$tmp/recall16.json" "$tmp/recall4.json" "$tmp/recall8.json" --out "$tmp/curve.json"
+grep -q '"oomb.recall/1"' "$tmp/curve.json" && ok || bad "recall curve lacks schema"
+expect_exit 2 "run.json.*dense" calibrate --recall "$tmp/run.json" --out "$tmp/never_curve.json"
+expect_exit 0 "recall +mean 0\.[0-9]+ .*budgets >= [0-9]+ pages" plan --model tiny --gpu h200 --context 2K --attention sparse --min-recall 0.5 --recall-curve "$tmp/curve.json"
+expect_exit 2 "--min-recall.*no budget reaches" plan --model tiny --gpu h200 --context 2K --allow-sparse --min-recall 0.9999 --recall-curve "$tmp/curve.json"
+expect_exit 2 "--min-recall.*--recall-curve" plan --model tiny --gpu h200 --context 2K --allow-sparse --min-recall 0.5
+
 echo "cli: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -1,0 +1,127 @@
+#include "planner/recall_curve.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "core/error.h"
+
+namespace oomb::planner {
+
+namespace {
+std::string fmt(double x) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.4f", x);
+  return b;
+}
+}  // namespace
+
+Json RecallCurve::to_json() const {
+  Json pts = Json::array();
+  for (const auto& p : points)
+    pts.push_back({{"budget", p.budget}, {"page_tokens", p.page_tokens}, {"mean_recall", p.mean_recall},
+                   {"min_recall", p.min_recall}});
+  return {{"schema", "oomb.recall/1"}, {"model", model}, {"points", pts}};
+}
+
+RecallPoint recall_point_from_run(const Json& extra, const std::string& where, std::string* model) {
+  if (!extra.is_object() || !extra.contains("config") || !extra.contains("measured"))
+    throw Error(where, "metadata.extra", "is not a trace of `oomb run` (no config or measurements)",
+                "record one with oomb run --attention sparse --measure-recall --trace FILE");
+  const JsonReader cfg(extra.at("config"), where + ": metadata.extra.config");
+  if (cfg.str_or("attention", "dense") != "sparse")
+    throw Error(where, "attention", "was a dense run: recall is measured for sparse attention",
+                "record it with oomb run --attention sparse --measure-recall --trace FILE");
+  const JsonReader ms(extra.at("measured"), where + ": metadata.extra.measured");
+  if (!ms.has("mean_recall") || !ms.has("min_recall"))
+    throw Error(where, "mean_recall", "the run did not measure recall",
+                "record it with oomb run --attention sparse --measure-recall --trace FILE");
+  RecallPoint p;
+  p.budget = cfg.i64_positive("page_budget");
+  p.page_tokens = cfg.i64_positive("page_tokens");
+  p.mean_recall = ms.f64("mean_recall");
+  p.min_recall = ms.f64("min_recall");
+  p.source = where;
+  if (model) *model = JsonReader(extra, where + ": metadata.extra").str("model");
+  return p;
+}
+
+RecallCurve make_recall_curve(std::string model, std::vector<RecallPoint> points,
+                              const std::vector<std::string>& models) {
+  if (points.empty()) throw Error("--recall", "", "no traces given", "oomb calibrate --recall T1.json T2.json ...");
+  for (size_t i = 0; i < points.size(); ++i) {
+    if (i < models.size() && models[i] != model)
+      throw Error(points[i].source, "model", "was measured on " + models[i] + ", the others on " + model,
+                  "one curve per model");
+    if (points[i].page_tokens != points.front().page_tokens)
+      throw Error(points[i].source, "page_tokens",
+                  "has pages of " + std::to_string(points[i].page_tokens) + " tokens, " + points.front().source +
+                      " of " + std::to_string(points.front().page_tokens),
+                  "budgets count pages: one curve per page size");
+  }
+  std::stable_sort(points.begin(), points.end(), [](const auto& a, const auto& b) { return a.budget < b.budget; });
+  for (size_t i = 1; i < points.size(); ++i)
+    if (points[i].budget == points[i - 1].budget)
+      throw Error(points[i].source, "page_budget",
+                  "budget " + std::to_string(points[i].budget) + " is also measured by " + points[i - 1].source,
+                  "one trace per budget");
+  return {std::move(model), std::move(points)};
+}
+
+RecallCurve recall_curve_from_json(const Json& j, const std::string& where) {
+  const JsonReader r(j, where);
+  r.expect_schema("oomb.recall/1");
+  std::vector<RecallPoint> pts;
+  const Json& arr = r.array("points");
+  for (size_t i = 0; i < arr.size(); ++i) {
+    const std::string w = where + ": points[" + std::to_string(i) + "]";
+    const JsonReader p(arr[i], w);
+    RecallPoint x;
+    x.budget = p.i64_positive("budget");
+    x.page_tokens = p.i64_positive("page_tokens");
+    x.mean_recall = p.f64("mean_recall");
+    x.min_recall = p.f64("min_recall");
+    if (x.mean_recall > 1 || x.min_recall > 1) p.fail("mean_recall", "recall is a share: at most 1");
+    x.source = w;
+    pts.push_back(x);
+  }
+  if (pts.empty()) r.fail("points", "is empty", "at least one measured budget");
+  for (size_t i = 1; i < pts.size(); ++i)
+    if (pts[i].budget <= pts[i - 1].budget)
+      throw Error(pts[i].source, "budget", "budgets must increase strictly", "as oomb calibrate --recall writes them");
+  for (const auto& p : pts)
+    if (p.page_tokens != pts.front().page_tokens)
+      throw Error(p.source, "page_tokens", "differs from points[0]", "one curve per page size");
+  return {r.str("model"), std::move(pts)};
+}
+
+RecallCurve load_recall_curve(const std::string& path) { return recall_curve_from_json(read_json_file(path), path); }
+
+std::optional<double> interpolate_recall(const RecallCurve& c, int64_t budget) {
+  const auto& p = c.points;
+  if (p.empty() || budget < p.front().budget) return std::nullopt;
+  if (budget >= p.back().budget) return p.back().mean_recall;
+  const auto hi = std::upper_bound(p.begin(), p.end(), budget, [](int64_t b, const auto& x) { return b < x.budget; });
+  const auto lo = hi - 1;
+  const double t = static_cast<double>(budget - lo->budget) / static_cast<double>(hi->budget - lo->budget);
+  return lo->mean_recall + t * (hi->mean_recall - lo->mean_recall);
+}
+
+int64_t min_budget_for_recall(const RecallCurve& c, double min_recall, const std::string& where) {
+  if (!(min_recall > 0 && min_recall <= 1))
+    throw Error("--min-recall", fmt(min_recall), "must be in (0, 1]", "e.g. 0.9");
+  if (c.points.empty()) throw Error(where, "points", "is empty");
+  double best = 0;
+  for (const auto& p : c.points) best = std::max(best, p.mean_recall);
+  if (c.points.back().mean_recall < min_recall)
+    throw Error("--min-recall", fmt(min_recall),
+                "no budget reaches it: " + where + " measures mean recall " + fmt(c.points.back().mean_recall) +
+                    " at its largest budget " + std::to_string(c.points.back().budget) + " (best " + fmt(best) + ")",
+                "a lower --min-recall, or measure larger budgets");
+  // Walk down from the largest measured budget while every budget keeps the recall.
+  int64_t b = c.points.back().budget;
+  while (b > c.points.front().budget && *interpolate_recall(c, b - 1) >= min_recall) --b;
+  return b;
+}
+
+}  // namespace oomb::planner
