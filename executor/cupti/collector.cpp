@@ -86,6 +86,17 @@ CuptiCollector::~CuptiCollector() {
   g_active.store(nullptr);
 }
 
+namespace {
+// The fields every timed CUPTI activity record shares (kernel, memcpy, memset).
+template <class Activity>
+void copy_timing(Record& r, const Activity* a) {
+  r.start_ns = static_cast<int64_t>(a->start);
+  r.end_ns = static_cast<int64_t>(a->end);
+  r.stream_id = a->streamId;
+  r.correlation_id = a->correlationId;
+}
+}  // namespace
+
 void CuptiCollector::on_buffer(uint8_t* buffer, size_t valid) {
   std::vector<Record> out;
   CUpti_Activity* rec = nullptr;
@@ -96,10 +107,7 @@ void CuptiCollector::on_buffer(uint8_t* buffer, size_t valid) {
       case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
         const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(rec);
         r.kind = RecordKind::kernel;
-        r.start_ns = static_cast<int64_t>(k->start);
-        r.end_ns = static_cast<int64_t>(k->end);
-        r.stream_id = k->streamId;
-        r.correlation_id = k->correlationId;
+        copy_timing(r, k);
         r.name = k->name ? k->name : "";
         break;
       }
@@ -108,20 +116,14 @@ void CuptiCollector::on_buffer(uint8_t* buffer, size_t valid) {
         r.kind = RecordKind::memcpy;
         r.copy = copy_kind(m->copyKind);
         r.bytes = static_cast<int64_t>(m->bytes);
-        r.start_ns = static_cast<int64_t>(m->start);
-        r.end_ns = static_cast<int64_t>(m->end);
-        r.stream_id = m->streamId;
-        r.correlation_id = m->correlationId;
+        copy_timing(r, m);
         break;
       }
       case CUPTI_ACTIVITY_KIND_MEMSET: {
         const auto* m = reinterpret_cast<const CUpti_ActivityMemset4*>(rec);
         r.kind = RecordKind::memset;
         r.bytes = static_cast<int64_t>(m->bytes);
-        r.start_ns = static_cast<int64_t>(m->start);
-        r.end_ns = static_cast<int64_t>(m->end);
-        r.stream_id = m->streamId;
-        r.correlation_id = m->correlationId;
+        copy_timing(r, m);
         break;
       }
       case CUPTI_ACTIVITY_KIND_MEMORY2: {
