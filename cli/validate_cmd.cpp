@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/format.h"
 #include "planner/plan.h"
+#include "simulator/calibration.h"
 #include "simulator/simulator.h"
 #include "traces/report.h"
 #include "traces/trace.h"
@@ -57,34 +58,25 @@ const Json& measured_block(const traces::Trace& t, const std::string& where) {
 int run_validate(const ValidateArgs& a) {
   using namespace simulator;
   const traces::Trace trace = traces::read_trace(a.trace);
-  planner::Plan plan;
+  Scenario s;
   if (!a.plan.empty()) {
-    plan = planner::load_plan(a.plan);
+    s = planner::load_plan(a.plan).scenario();
   } else {
     // No plan: predict the configuration the trace records, on the --gpu profile.
-    const Json& x = trace.metadata.extra;
-    if (!x.is_object() || !x.contains("model") || !x["model"].is_string() || !x.contains("config"))
-      throw Error(a.trace, "metadata.extra", "does not record the run's model and configuration", "give --plan");
-    Scenario from;
-    from.model = models::load_model(x["model"].get<std::string>());
-    from.gpu = models::load_gpu(a.gpu);
-    from.host = models::load_host(from.gpu.default_host);
-    from.config = config_from_json(x["config"], a.trace + ": metadata.extra.config");
-    plan = planner::make_plan(from, evaluate(from), "time", 0.0);
+    s = scenario_of_trace(trace, a.trace, models::load_gpu(a.gpu));
   }
   if (trace.metadata.source == "simulator")
     throw Error(a.trace, "metadata.source", "is a prediction, not a measurement", "give a trace from `oomb run --trace`");
   const Json& m = measured_block(trace, a.trace);
   JsonReader mr(m, a.trace + ": metadata.extra.measured");
 
-  Scenario s = plan.scenario();
   std::vector<std::string> notes;
   if (a.plan.empty()) notes.push_back("no --plan: predictions for the configuration recorded in the trace, on " + a.gpu);
   // The run must be the plan's run: same model and the knobs that shape pages and copies.
   const Json& extra = trace.metadata.extra;
-  if (extra.contains("model") && extra["model"].is_string() && extra["model"].get<std::string>() != plan.model_id)
+  if (extra.contains("model") && extra["model"].is_string() && extra["model"].get<std::string>() != s.model.id)
     throw Error(a.trace, "metadata.extra.model",
-                "was measured on " + extra["model"].get<std::string>() + ", the plan is for " + plan.model_id,
+                "was measured on " + extra["model"].get<std::string>() + ", the plan is for " + s.model.id,
                 "validate a trace of a run of this plan");
   if (extra.contains("config") && extra["config"].is_object()) {
     const Config run = config_from_json(extra["config"], a.trace + ": metadata.extra.config");
@@ -105,11 +97,8 @@ int run_validate(const ValidateArgs& a) {
   // Both executor backends keep fp32 at the backend interface (pages, parameters, activations).
   const bool fp32_run = cpu_run || trace.metadata.source == "cuda";
   if (fp32_run) {
-    // The CPU reference backend stores everything in fp32: predict for what actually ran.
-    for (std::string* dt : {&s.config.kv_dtype, &s.config.kv_grad_dtype, &s.config.param_dtype,
-                            &s.config.param_grad_dtype, &s.config.activation_dtype})
-      *dt = "fp32";
-    s.config.peak_measure = PeakMeasure::allocated;
+    // Predict for what actually ran.
+    apply_cpu_run(s);
     notes.push_back(trace.metadata.source +
                     " backend: predictions re-made with fp32 pages, parameters and activations, peak as allocated");
   }
@@ -218,7 +207,7 @@ int run_validate(const ValidateArgs& a) {
 
   if (!a.report.empty()) {
     traces::ReportInput in;
-    in.title = "oomb validate: " + plan.model_id + " on " + plan.gpu_id + ", " + format_tokens(s.config.context_tokens) +
+    in.title = "oomb validate: " + s.model.id + " on " + s.gpu.id + ", " + format_tokens(s.config.context_tokens) +
                " tokens";
     in.facts = {{"plan", a.plan}, {"trace", a.trace}, {"measured on", trace.metadata.device},
                 {"verdict", all_ok ? "within tolerance" : "OUT OF TOLERANCE"}};

@@ -25,7 +25,8 @@ struct OpWork {
 // does not price (e.g. "embedding_bwd", "optimizer").
 std::optional<OpWork> pass_work(const Scenario& s, int64_t chunk, const std::string& op);
 
-// What the CPU reference backend runs: fp32 pages, parameters and activations; peak as allocated.
+// What the executor backends run (cpu, and cuda at its fp32 interface): fp32 pages, parameters and
+// activations; peak as allocated.
 void apply_cpu_run(Scenario& s);
 
 // The scenario a measured trace (from `oomb run --trace`) ran: its model and config, on `gpu`,
