@@ -1,6 +1,8 @@
 // oomb run: execute chunk-recurrent training steps (the CPU reference backend; CUDA when built),
 // with a progress line, a measured summary, an optional trace, and an optional full-sequence
-// reference check of the gradients.
+// reference check of the gradients. A cuda run's trace is timed on the device by the CUPTI collector
+// when the build has it (--trace-timing cupti, the default there): the driver tags every op and copy
+// with its (stage, chunk, layer, pass) through EngineOptions::tagger.
 #include <unistd.h>
 
 #include <chrono>
@@ -23,6 +25,9 @@
 #ifdef OOMB_HAVE_CUDA_BACKEND
 #include "executor/cuda/cuda_backend.h"
 #endif
+#ifdef OOMB_HAVE_CUPTI
+#include "executor/cupti/collector.h"
+#endif
 
 namespace oomb::cli {
 namespace {
@@ -35,6 +40,7 @@ struct RunArgs {
   std::string backend = "cpu";
   int64_t steps = 1;
   std::string tokens, weights, save_weights, dump_grads, trace, detail = "layer";
+  std::string trace_timing;  // "" = cupti for cuda when built with CUPTI, else host
   uint64_t seed = 1234;
   float init_std = 0.02f;
   int64_t grad_accum = 1;
@@ -108,6 +114,11 @@ ReferenceCheck check_against_reference(const models::ModelSpec& m, const simulat
   return r;
 }
 
+// What a CUPTI-timed trace recorded (printed, and in --json).
+struct CuptiSummary {
+  int64_t records = 0, kernels = 0, memcpys = 0, memsets = 0, untagged = 0, outside = 0, dropped = 0;
+};
+
 int run_run(const RunArgs& a) {
 #ifndef OOMB_HAVE_CUDA_BACKEND
   if (a.backend == "cuda")
@@ -117,6 +128,19 @@ int run_run(const RunArgs& a) {
   if (a.backend != "cpu" && a.backend != "cuda") throw Error("--backend", a.backend, "unknown backend", "cpu or cuda");
   if (a.steps <= 0) throw Error("--steps", "", "must be positive");
   if (a.grad_accum <= 0) throw Error("--grad-accum", "", "must be positive");
+  // How the trace is timed: CUPTI device times (cuda, when built with CUPTI) or host wall clock.
+  if (!a.trace_timing.empty() && a.trace_timing != "host" && a.trace_timing != "cupti")
+    throw Error("--trace-timing", a.trace_timing, "unknown trace timing", "host or cupti");
+  if (!a.trace_timing.empty() && a.trace.empty())
+    throw Error("--trace-timing", a.trace_timing, "times the trace, and no --trace is written", "add --trace FILE");
+  if (a.trace_timing == "cupti" && a.backend != "cuda")
+    throw Error("--trace-timing", "cupti", "CUPTI times CUDA work; a " + a.backend + " run is timed on the host",
+                "use --backend cuda, or --trace-timing host");
+  if (a.trace_timing == "cupti" && !built_with_cupti())
+    throw Error("--trace-timing", "cupti", "this build has no CUPTI collector",
+                "build with -DOOMB_CUDA=ON where the CUDA toolkit has CUPTI, or use --trace-timing host");
+  const bool use_cupti = !a.trace.empty() && a.backend == "cuda" && built_with_cupti() && a.trace_timing != "host";
+  (void)use_cupti;  // read only in builds with CUPTI
   const traces::Detail detail = traces::detail_from_string(a.detail, "--detail");
   simulator::Scenario s;
   if (!a.plan.empty()) {
@@ -155,13 +179,43 @@ int run_run(const RunArgs& a) {
   const std::vector<int32_t> first = tokens.sequence(0, c.context_tokens);
   const Weights w = a.weights.empty() ? random_weights(m, a.seed, a.init_std) : read_safetensors(a.weights, m);
 
+#ifdef OOMB_HAVE_CUPTI
+  // Declared before the backend and the Engine: outlives both.
+  std::unique_ptr<cupti::CuptiCollector> collector;
+  std::unique_ptr<cupti::CuptiTagger> tagger;
+#endif
   std::unique_ptr<Backend> backend_owner;
+  std::string device_name;
   if (a.backend == "cpu") {
     backend_owner = std::make_unique<CpuBackend>();
   } else {
 #ifdef OOMB_HAVE_CUDA_BACKEND
+    std::string why;
+    if (!cuda_device_available(&why))
+      throw Error("--backend", "cuda", "no usable CUDA device: " + why, "use --backend cpu");
+#ifdef OOMB_HAVE_CUPTI
+    // Before the backend exists, so that CUPTI sees its allocations (memory records).
+    if (use_cupti) {
+      try {
+        collector = std::make_unique<cupti::CuptiCollector>();
+      } catch (const std::exception& e) {
+        throw Error("--trace-timing", "cupti", std::string("CUPTI could not start: ") + e.what(),
+                    "use --trace-timing host");
+      }
+    }
+#endif
     try {
-      backend_owner = std::make_unique<CudaBackend>();
+      auto cuda = std::make_unique<CudaBackend>();
+      device_name = cuda->device_name();
+#ifdef OOMB_HAVE_CUPTI
+      if (collector) {
+        collector->name_stream(cuda->stream(CudaStream::compute), "compute");
+        collector->name_stream(cuda->stream(CudaStream::h2d), "h2d");
+        collector->name_stream(cuda->stream(CudaStream::d2h), "d2h");
+        tagger = std::make_unique<cupti::CuptiTagger>(*collector);
+      }
+#endif
+      backend_owner = std::move(cuda);
     } catch (const Error&) {
       throw;
     } catch (const std::exception& e) {
@@ -176,6 +230,9 @@ int run_run(const RunArgs& a) {
   o.adamw.lr = a.lr;
   o.adamw.grad_accum = a.grad_accum;
   o.measure_recall = a.measure_recall;
+#ifdef OOMB_HAVE_CUPTI
+  o.tagger = tagger.get();
+#endif
   ProgressLine line(!a.quiet);
   int64_t current = 0;
   o.progress = [&](const Progress& p) { line.update(current, a.steps, p); };
@@ -184,9 +241,21 @@ int run_run(const RunArgs& a) {
   std::vector<double> losses;
   std::optional<ReferenceCheck> ref;
   std::optional<DenseComparison> cmp;
+  // CUPTI: the steps' intervals on the steady clock, each closed after the device finished its
+  // work; only work inside them goes into the trace (not set-up, nor the checks run between steps).
+  std::vector<std::pair<int64_t, int64_t>> windows;
   for (current = 0; current < a.steps; ++current) {
     const std::vector<int32_t> seq = current == 0 ? first : tokens.sequence(current, c.context_tokens);
+    const int64_t t0 = steady_now_ns();
     losses.push_back(e.step(seq).loss);
+#ifdef OOMB_HAVE_CUPTI
+    if (collector) {
+      static_cast<CudaBackend&>(backend).synchronize();
+      windows.emplace_back(t0, steady_now_ns());
+    }
+#else
+    (void)t0;
+#endif
     if (current == 0 && a.reference) {
       line.done();
       if (!a.quiet) std::fprintf(stderr, "running the full-sequence reference ...\n");
@@ -202,8 +271,64 @@ int run_run(const RunArgs& a) {
 
   if (!a.save_weights.empty()) write_safetensors(e.weights(), a.save_weights);
   if (!a.dump_grads.empty()) write_safetensors(e.gradients(), a.dump_grads);
+  std::optional<CuptiSummary> cupti_summary;
   if (!a.trace.empty()) {
-    traces::Trace t = e.trace(a.command);
+    traces::Trace t;
+#ifdef OOMB_HAVE_CUPTI
+    if (collector) {
+      cupti::DecodeOptions d;
+      d.detail = detail;
+      if (collector->steady_clock()) {  // the Engine's clock: same origin as its memory samples
+        d.origin_ns = e.trace_origin_ns();
+        d.windows = windows;
+      } else {
+        std::fprintf(stderr, "oomb run: warning: CUPTI refused the steady clock; the trace keeps every record "
+                             "(set-up included) on CUPTI's clock\n");
+      }
+      traces::Metadata md;
+      md.device = device_name + ", CUPTI device times";
+      cupti::DecodeStats st;
+      traces::Trace dev = collector->trace(md, d, &st);
+      int64_t reserved_device = 0, reserved_host = 0;  // cudaMalloc'd / pinned, as CUPTI saw them
+      for (const auto& sample : dev.memory) {
+        reserved_device = std::max(reserved_device, sample.device_bytes);
+        reserved_host = std::max(reserved_host, sample.host_bytes);
+      }
+      dev.metadata.extra = {{"gpu", device_name},
+                            {"trace_timing", "cupti"},
+                            {"cupti",
+                             {{"records", st.records},
+                              {"kernels", st.kernels},
+                              {"memcpys", st.memcpys},
+                              {"memsets", st.memsets},
+                              {"memory", st.memory},
+                              {"correlations", st.correlations},
+                              {"untagged", st.untagged},
+                              {"outside_steps", st.outside},
+                              {"invalid", st.invalid},
+                              {"ignored", st.ignored},
+                              {"dropped", st.dropped},
+                              {"steady_clock", collector->steady_clock()},
+                              {"reserved_device_bytes", reserved_device},
+                              {"reserved_pinned_bytes", reserved_host}}}};
+      t = e.device_timed_trace(std::move(dev), a.command);
+      cupti_summary = CuptiSummary{st.records, st.kernels, st.memcpys, st.memsets, st.untagged, st.outside, st.dropped};
+      if (st.dropped > 0)
+        std::fprintf(stderr, "oomb run: warning: CUPTI dropped %lld activity records (its buffers were full): the "
+                             "trace misses work\n", static_cast<long long>(st.dropped));
+      if (!tagger->error().empty())
+        std::fprintf(stderr, "oomb run: warning: a CUPTI tag could not be popped (%s): later tags may be wrong\n",
+                     tagger->error().c_str());
+    }
+#endif
+    if (!cupti_summary) {
+      t = e.trace(a.command);
+      if (a.backend == "cuda") {
+        t.metadata.device = device_name + ", host-timed (enqueue times)";
+        t.metadata.extra["gpu"] = device_name;
+        t.metadata.extra["trace_timing"] = "host";
+      }
+    }
     const std::string v = version_string();
     const auto at = v.find("commit ");
     if (at != std::string::npos) t.metadata.git_commit = v.substr(at + 7, v.find(')', at) - at - 7);
@@ -220,6 +345,13 @@ int run_run(const RunArgs& a) {
                         {"max_grad_rel_error", ref->max_grad_rel_error},
                         {"worst_tensor", ref->worst_tensor}};
     if (cmp) j["compare_dense"] = cmp->to_json();
+    if (!a.trace.empty()) {
+      j["trace"] = {{"file", a.trace}, {"timing", cupti_summary ? "cupti" : "host"}, {"step_s", ms.step_s}};
+      if (cupti_summary)
+        j["trace"]["cupti"] = {{"records", cupti_summary->records},   {"kernels", cupti_summary->kernels},
+                               {"memcpys", cupti_summary->memcpys},   {"memsets", cupti_summary->memsets},
+                               {"untagged", cupti_summary->untagged}, {"dropped", cupti_summary->dropped}};
+    }
     if (!ms.recall.empty()) {
       j["mean_recall"] = ms.mean_recall();
       j["min_recall"] = ms.min_recall();
@@ -273,7 +405,18 @@ int run_run(const RunArgs& a) {
   if (ref)
     std::printf("reference (full sequence): loss %.6f (rel. error %.2e), max gradient rel. L2 error %.2e (%s)\n",
                 ref->loss, ref->loss_rel_error, ref->max_grad_rel_error, ref->worst_tensor.c_str());
-  if (!a.trace.empty()) std::printf("trace (oomb.trace/1, %s detail): %s\n", a.detail.c_str(), a.trace.c_str());
+  if (!a.trace.empty()) {
+    std::printf("trace (oomb.trace/1, %s detail, %s): %s\n", a.detail.c_str(),
+                cupti_summary ? "CUPTI device times" : "host wall-clock times", a.trace.c_str());
+    if (cupti_summary)
+      std::printf("  CUPTI: %lld records (%lld kernels, %lld memcpys, %lld memsets), %lld dropped, %lld untagged; "
+                  "step time with the collector %s (tracing overhead: divide by the step time of the same run "
+                  "without --trace)\n",
+                  static_cast<long long>(cupti_summary->records), static_cast<long long>(cupti_summary->kernels),
+                  static_cast<long long>(cupti_summary->memcpys), static_cast<long long>(cupti_summary->memsets),
+                  static_cast<long long>(cupti_summary->dropped), static_cast<long long>(cupti_summary->untagged),
+                  format_duration_s(ms.step_s).c_str());
+  }
   if (!a.save_weights.empty()) std::printf("weights: %s\n", a.save_weights.c_str());
   if (!a.dump_grads.empty()) std::printf("gradients: %s\n", a.dump_grads.c_str());
   return 0;
@@ -303,6 +446,16 @@ const Registrar reg("run", "Execute chunk-recurrent training steps (cpu referenc
                       sub.add_option("--trace", a->trace, "Write the measured trace (oomb.trace/1 JSON) to FILE");
                       sub.add_option("--detail", a->detail, "Trace detail: step, chunk, layer (default), op")
                           ->capture_default_str();
+                      sub.add_option("--trace-timing", a->trace_timing,
+                                     "How the --trace is timed: cupti (default for --backend cuda in a build with "
+                                     "CUPTI: kernel and copy times on the device, tagged with the driver's (stage, "
+                                     "chunk, layer, pass); source cuda-cupti, which `oomb validate` compares in "
+                                     "time) or host (wall clock around each op; on cuda these are enqueue times, "
+                                     "not compared in time; always for --backend cpu). Tracing overhead = step "
+                                     "time with --trace / step time of the same run without it (both printed as "
+                                     "'step time', a mean over --steps that includes the first step's warm-up: "
+                                     "compare runs with the same --steps, 3 or more); a CUPTI run also prints its "
+                                     "record count");
                       sub.add_flag("--reference", a->reference,
                                    "Also run the full-sequence reference and report the gradient error");
                       sub.add_flag("--measure-recall", a->measure_recall,
@@ -319,6 +472,8 @@ const Registrar reg("run", "Execute chunk-recurrent training steps (cpu referenc
                       sub.footer(
                           "Examples:\n"
                           "  oomb run --model tiny --context 16K --backend cpu --trace t.json\n"
+                          "  oomb run --model tiny --context 16K --backend cuda --steps 2 --trace t.json && oomb "
+                          "validate --trace t.json --gpu h200   (CUPTI-timed)\n"
                           "  oomb plan --model tiny --gpu h200 --context 16K --resident-layers 1 --out p.json && "
                           "oomb run --plan p.json --trace t.json && oomb validate --plan p.json --trace t.json\n"
                           "  oomb run --model tiny --context 2K --chunk 512 --page 64 --resident-layers 1 --reference\n"

@@ -94,13 +94,31 @@ int run_validate(const ValidateArgs& a) {
     }
   }
   const bool cpu_run = trace.metadata.source == "cpu";
-  // Both executor backends keep fp32 at the backend interface (pages, parameters, activations).
-  const bool fp32_run = cpu_run || trace.metadata.source == "cuda";
+  const bool cupti_run = trace.metadata.source == "cuda-cupti";
+  // Both executor backends keep fp32 at the backend interface (pages, parameters, activations);
+  // a CUPTI-timed trace of the executor says so in its measured block.
+  const bool fp32_run = cpu_run || trace.metadata.source == "cuda" ||
+                        (cupti_run && m.contains("compute_dtype") && m["compute_dtype"] == "fp32");
   if (fp32_run) {
     // Predict for what actually ran.
     apply_cpu_run(s);
-    notes.push_back(trace.metadata.source +
+    notes.push_back((cupti_run ? std::string("cuda") : trace.metadata.source) +
                     " backend: predictions re-made with fp32 pages, parameters and activations, peak as allocated");
+  }
+  if (cupti_run) {
+    std::string n = "times are CUPTI device times (kernels and copies, tagged with their stage, chunk, layer and "
+                    "pass); memory terms are the runtime's device and host allocations";
+    if (extra.contains("cupti") && extra["cupti"].is_object()) {
+      const Json& cu = extra["cupti"];
+      if (cu.contains("reserved_device_bytes") && cu["reserved_device_bytes"].is_number())
+        n += " (CUDA reserved " + format_bytes(cu["reserved_device_bytes"].get<int64_t>()) + " on the device)";
+      if (cu.contains("untagged") && cu["untagged"].is_number() && cu["untagged"].get<int64_t>() > 0)
+        n += "; " + std::to_string(cu["untagged"].get<int64_t>()) + " records without a tag (time:op/untagged)";
+    }
+    notes.push_back(n);
+    if (trace.metadata.dropped_records > 0)
+      notes.push_back("CUPTI dropped " + std::to_string(trace.metadata.dropped_records) +
+                      " records: measured times miss that work");
   }
   const bool sparse = s.config.attention == Attention::sparse;
   const EventResult pred = simulate_events(s, traces::Detail::chunk);
@@ -166,12 +184,15 @@ int run_validate(const ValidateArgs& a) {
   // the step and stage totals above are what the tolerance judges.
   // Needs a trace of layer or op detail (coarser ones merge the passes of a stage).
   const bool per_op = trace.metadata.detail == traces::Detail::layer || trace.metadata.detail == traces::Detail::op;
+  // CUPTI traces: device work the driver did not tag (op "untagged") and measured passes the
+  // simulator does not predict get rows of their own.
   std::map<std::string, double> pred_op, meas_op;
   if (per_op) {
     for (const auto& e : simulate_events(s, traces::Detail::layer).trace.events)
       if (e.kind == traces::EventKind::compute && e.stage > 0) pred_op[e.op] += e.duration_ns() * 1e-9;
     for (const auto& e : trace.events)
-      if (e.kind == traces::EventKind::compute && e.stage > 0) meas_op[e.op] += e.duration_ns() * 1e-9 / steps;
+      if (e.kind == traces::EventKind::compute && (e.stage > 0 || e.op == "untagged"))
+        meas_op[e.op.empty() ? "untagged" : e.op] += e.duration_ns() * 1e-9 / steps;
   }
   for (const auto& [op, p] : pred_op) {
     std::optional<double> v;
@@ -179,6 +200,13 @@ int run_validate(const ValidateArgs& a) {
     add("time:op/" + op, "s", p, v, kTime, time_comparable ? "information only" : time_note);
     terms.back().judged = false;
   }
+  if (time_comparable && cupti_run)
+    for (const auto& [op, v] : meas_op)
+      if (!pred_op.count(op)) {
+        add("time:op/" + op, "s", 0, v, kTime,
+            op == "untagged" ? "information only: device work with no driver tag" : "information only: not predicted");
+        terms.back().judged = false;
+      }
 
   // User tolerances: name=fraction.
   for (const auto& t : a.tolerances) {

@@ -56,8 +56,13 @@ CopyKind copy_kind(uint8_t k) {
   }
 }
 
+// RUNTIME and DRIVER: CUPTI emits an external-correlation record only in front of an API activity
+// record ("activity API record", cupti_activity.h, cuptiActivityPushExternalCorrelationId), so
+// without them no work would carry its tag. Both: our calls go through the runtime, cuBLASLt may
+// launch through the driver. Their records are dropped in on_buffer (only the correlation counts).
 const CUpti_ActivityKind kKinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
                                      CUPTI_ACTIVITY_KIND_MEMSET, CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION,
+                                     CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_ACTIVITY_KIND_DRIVER,
                                      CUPTI_ACTIVITY_KIND_MEMORY2};
 
 }  // namespace
@@ -68,8 +73,8 @@ CuptiCollector::CuptiCollector(CollectorOptions options) : options_(options) {
     throw Error("cupti", "", "a CUPTI collector is already active in this process");
   try {
     // Before any kind is enabled, so that every record uses the steady clock.
-    if (cuptiActivityRegisterTimestampCallback(steady_timestamp) != CUPTI_SUCCESS)
-      std::fprintf(stderr, "oomb: CUPTI timestamps are not on the steady clock (callback refused)\n");
+    steady_clock_ = cuptiActivityRegisterTimestampCallback(steady_timestamp) == CUPTI_SUCCESS;
+    if (!steady_clock_) std::fprintf(stderr, "oomb: CUPTI timestamps are not on the steady clock (callback refused)\n");
     OOMB_CUDA_CHECK(cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed));
     for (CUpti_ActivityKind k : kKinds)
       if (k != CUPTI_ACTIVITY_KIND_MEMORY2 || options_.memory) OOMB_CUDA_CHECK(cuptiActivityEnable(k));
@@ -142,6 +147,8 @@ void CuptiCollector::on_buffer(uint8_t* buffer, size_t valid) {
         r.correlation_id = m->correlationId;
         break;
       }
+      case CUPTI_ACTIVITY_KIND_RUNTIME:
+      case CUPTI_ACTIVITY_KIND_DRIVER: continue;  // enabled for the correlations only
       case CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION: {
         const auto* x = reinterpret_cast<const CUpti_ActivityExternalCorrelation*>(rec);
         if (x->externalKind != CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0) continue;
@@ -195,8 +202,14 @@ std::vector<Record> CuptiCollector::records() const {
 
 traces::Trace CuptiCollector::trace(traces::Metadata metadata, traces::Detail detail, int64_t origin_ns,
                                     DecodeStats* stats) {
-  flush();
   DecodeOptions o;
+  o.detail = detail;
+  o.origin_ns = origin_ns;
+  return trace(std::move(metadata), std::move(o), stats);
+}
+
+traces::Trace CuptiCollector::trace(traces::Metadata metadata, DecodeOptions o, DecodeStats* stats) {
+  flush();
   std::vector<Record> recs;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -204,8 +217,6 @@ traces::Trace CuptiCollector::trace(traces::Metadata metadata, traces::Detail de
     o.ops = ops_;
     recs = records_;
   }
-  o.detail = detail;
-  o.origin_ns = origin_ns;
   return decode(recs, o, dropped(), std::move(metadata), stats);
 }
 

@@ -2,7 +2,9 @@
 // RAII CUPTI activity collection (CUDA builds only; this header includes no CUDA or CUPTI header).
 //
 // While a CuptiCollector lives, CUPTI records kernels (CONCURRENT_KERNEL: does not serialise
-// kernels), memcpys, memsets, memory allocations and frees (MEMORY2), and external correlations.
+// kernels), memcpys, memsets, memory allocations and frees (MEMORY2), and external correlations
+// (which CUPTI emits only with the RUNTIME and DRIVER API records enabled: those are enabled too and
+// discarded on arrival).
 // CUPTI hands full buffers to a completion callback, which converts them into decode.h Records
 // without taking any lock of the caller (only the collector's own mutex, for the append, never
 // held while CUPTI is called) and adds CUPTI's dropped-record count. CUPTI's timestamps are taken
@@ -15,12 +17,14 @@
 // global); a second one throws.
 #include <atomic>
 #include <cstdint>
+#include <exception>
 #include <map>
 #include <mutex>
 #include <string>
 #include <vector>
 
 #include "executor/cupti/decode.h"
+#include "executor/runtime/op_tagger.h"
 #include "traces/trace.h"
 
 namespace oomb::executor::cupti {
@@ -47,6 +51,12 @@ class CuptiCollector {
   // Flushes and decodes everything collected so far.
   traces::Trace trace(traces::Metadata metadata, traces::Detail detail = traces::Detail::op, int64_t origin_ns = -1,
                       DecodeStats* stats = nullptr);
+  // The same with every decode option (detail, origin, windows, base bytes); the streams and op
+  // names are the collector's (name_stream, push_tag), whatever `options` holds.
+  traces::Trace trace(traces::Metadata metadata, DecodeOptions options, DecodeStats* stats = nullptr);
+  // Whether CUPTI accepted the steady-clock timestamp callback: records are then on
+  // std::chrono::steady_clock (the executor's clock: origins and windows from steady_now_ns() apply).
+  bool steady_clock() const { return steady_clock_; }
   std::vector<Record> records() const;
   int64_t dropped() const { return dropped_.load(); }
 
@@ -63,6 +73,7 @@ class CuptiCollector {
   std::vector<std::string> ops_;
   std::map<uint32_t, std::string> streams_;
   std::atomic<int64_t> dropped_{0};
+  bool steady_clock_ = false;
 };
 
 // Pushes a tag for the lifetime of the scope.
@@ -79,6 +90,30 @@ class ScopedTag {
 
  private:
   CuptiCollector* c_;
+};
+
+// The driver's tagging hook (executor/runtime/op_tagger.h, EngineOptions::tagger) on a collector:
+// each push is a push_tag(stage, chunk, layer, op) with op = the pass ("layer_fwd", ...; the
+// trace's Event::op; the op's name inside the pass is not kept: kernels keep their own names).
+// A failing pop is remembered (error()), never thrown (pops run in destructors).
+class CuptiTagger final : public OpTagger {
+ public:
+  explicit CuptiTagger(CuptiCollector& c) : c_(c) {}
+  void push(int stage, int64_t chunk, int64_t layer, const char* op, const char*) override {
+    c_.push_tag(stage, chunk, layer, op ? op : "");
+  }
+  void pop() noexcept override {
+    try {
+      c_.pop_tag();
+    } catch (const std::exception& e) {
+      if (error_.empty()) error_ = e.what();
+    }
+  }
+  const std::string& error() const { return error_; }  // the first failed pop ("" = none)
+
+ private:
+  CuptiCollector& c_;
+  std::string error_;
 };
 
 }  // namespace oomb::executor::cupti

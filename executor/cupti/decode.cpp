@@ -144,14 +144,33 @@ traces::Trace decode(const std::vector<Record>& records, const DecodeOptions& o,
     return it != o.streams.end() ? it->second : std::string(fallback);
   };
   auto valid = [&](const Record& r) { return r.start_ns > 0 && r.end_ns >= r.start_ns; };
+  auto is_work = [](const Record& r) {
+    return r.kind == RecordKind::kernel || r.kind == RecordKind::memcpy || r.kind == RecordKind::memset;
+  };
+  auto inside = [&](int64_t t) {
+    if (o.windows.empty()) return true;
+    for (const auto& [b, e] : o.windows)
+      if (t >= b && t <= e) return true;
+    return false;
+  };
+  // Memory records before this belong to the base (no windows: none does).
+  int64_t first_window = std::numeric_limits<int64_t>::min();
+  if (!o.windows.empty()) {
+    first_window = std::numeric_limits<int64_t>::max();
+    for (const auto& w : o.windows) first_window = std::min(first_window, w.first);
+  }
+  auto compute_stream = [&](uint32_t id) {
+    auto it = o.streams.find(id);
+    return it != o.streams.end() && it->second == "compute";
+  };
 
   int64_t origin = o.origin_ns;
   if (origin < 0) {
     origin = std::numeric_limits<int64_t>::max();
     for (const Record& r : records) {
-      if (r.kind == RecordKind::memory && r.start_ns > 0) origin = std::min(origin, r.start_ns);
-      if ((r.kind == RecordKind::kernel || r.kind == RecordKind::memcpy || r.kind == RecordKind::memset) && valid(r))
+      if (r.kind == RecordKind::memory && r.start_ns > 0 && r.start_ns >= first_window)
         origin = std::min(origin, r.start_ns);
+      if (is_work(r) && valid(r) && inside(r.start_ns)) origin = std::min(origin, r.start_ns);
     }
     if (origin == std::numeric_limits<int64_t>::max()) origin = 0;
   }
@@ -163,6 +182,7 @@ traces::Trace decode(const std::vector<Record>& records, const DecodeOptions& o,
   };
   std::vector<MemOp> mem;
   std::unordered_map<uint64_t, int64_t> live;  // address -> bytes of allocations seen
+  int64_t base_device = o.base_device_bytes, base_host = o.base_host_bytes;
 
   for (const Record& r : records) {
     Event e;
@@ -183,7 +203,11 @@ traces::Trace decode(const std::vector<Record>& records, const DecodeOptions& o,
       case RecordKind::memcpy:
         ++st.memcpys;
         e.bytes = r.bytes;
-        if (r.copy == CopyKind::h2d) {
+        if ((r.copy == CopyKind::h2d || r.copy == CopyKind::d2h) && compute_stream(r.stream_id)) {
+          e.kind = EventKind::compute;
+          e.name = r.copy == CopyKind::h2d ? "memcpy_h2d" : "memcpy_d2h";
+          e.stream = "compute";
+        } else if (r.copy == CopyKind::h2d) {
           e.kind = EventKind::copy_h2d;
           e.name = "memcpy_h2d";
           e.stream = stream_name(r.stream_id, "h2d");
@@ -218,6 +242,10 @@ traces::Trace decode(const std::vector<Record>& records, const DecodeOptions& o,
         }
         const int64_t delta = r.memory_op == MemoryOp::allocation ? bytes : -bytes;
         const bool device = r.memory_kind == MemoryKind::device;
+        if (r.start_ns < first_window) {  // before the decoded intervals: part of the base
+          (device ? base_device : base_host) += delta;
+          continue;
+        }
         mem.push_back({r.start_ns - origin, device ? delta : 0, device ? 0 : delta});
         continue;
       }
@@ -228,11 +256,16 @@ traces::Trace decode(const std::vector<Record>& records, const DecodeOptions& o,
       ++st.invalid;
       continue;
     }
+    if (!inside(r.start_ns)) {
+      ++st.outside;
+      continue;
+    }
     e.start_ns = r.start_ns - origin;
     e.end_ns = r.end_ns - origin;
     auto t = tag_of.find(r.correlation_id);
     if (t == tag_of.end()) {
       ++st.untagged;
+      e.op = "untagged";
     } else {
       const Tag tag = unpack_tag(t->second);
       e.stage = tag.stage;
@@ -255,7 +288,7 @@ traces::Trace decode(const std::vector<Record>& records, const DecodeOptions& o,
   tr.events = merge(std::move(events), o.detail);
 
   std::stable_sort(mem.begin(), mem.end(), [](const MemOp& a, const MemOp& b) { return a.t < b.t; });
-  int64_t device = o.base_device_bytes, host = o.base_host_bytes;
+  int64_t device = base_device, host = base_host;
   if (device > 0 || host > 0) tr.memory.push_back({0, device, host, 0});
   for (const MemOp& m : mem) {
     device += m.device_delta;

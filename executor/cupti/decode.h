@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "traces/trace.h"
@@ -60,6 +61,11 @@ struct DecodeOptions {
   traces::Detail detail = traces::Detail::op;
   // Bytes already allocated when collection started (memory samples start from these).
   int64_t base_device_bytes = 0, base_host_bytes = 0;
+  // When non-empty: only work (kernels, copies, memsets) starting inside one of these [begin, end]
+  // intervals (CUPTI clock, ns) is decoded (e.g. the training steps, leaving out set-up and the work
+  // of anything run between steps); the rest is counted in DecodeStats::outside. Memory records
+  // before the first interval are folded into the base bytes; later ones become samples.
+  std::vector<std::pair<int64_t, int64_t>> windows;
 };
 
 struct DecodeStats {
@@ -67,7 +73,8 @@ struct DecodeStats {
   int64_t kernels = 0, memcpys = 0, memsets = 0, memory = 0, correlations = 0;
   int64_t ignored = 0;   // kinds this decoder does not use
   int64_t invalid = 0;   // no or inverted timestamps (incomplete records)
-  int64_t untagged = 0;  // work records with no external correlation
+  int64_t untagged = 0;  // work records with no external correlation (op "untagged")
+  int64_t outside = 0;   // work records outside DecodeOptions::windows
   int64_t dropped = 0;   // records CUPTI reported as dropped (buffers full)
 };
 
@@ -76,7 +83,11 @@ struct DecodeStats {
 std::string short_kernel_name(const std::string& name);
 
 // Builds the trace: kernels and memsets -> compute events; H2D / D2H copies -> copy events with
-// their bytes (D2D / H2H copies are compute work: "memcpy_d2d"); memory records -> memory samples
+// their bytes, except on the stream named "compute" (the backend's staged uploads, op metadata and
+// result read-backs: compute-stream work, "memcpy_h2d" / "memcpy_d2h" compute events, so that copy
+// events and the summary's h2d / d2h bytes are the copy streams' traffic); D2D / H2H copies are
+// compute work ("memcpy_d2d"). Work with no tag gets op "untagged" (stage, chunk, layer -1).
+// Memory records -> memory samples
 // (device and pinned host bytes in use, from the base bytes on; no events, so that allocations
 // made before the step do not stretch its span). Events are
 // sorted by start; at detail coarser than op, consecutive events of a stream with the same key

@@ -92,7 +92,7 @@ Engine::Engine(Backend& backend, const models::ModelSpec& model, const simulator
   }
 
   store_ = std::make_unique<OffloadEngine>(backend_, g_, model_.kv_dim(), account_, recorder_,
-                                           options_.host_slab_bytes);
+                                           options_.host_slab_bytes, options_.tagger);
   if (sparse) {
     const Tier t = config.selection_memory == simulator::SelectionMemory::device ? Tier::device : Tier::host;
     summaries_ = Buffer(backend_, t, checked_mul(checked_mul(g_.L * g_.P, model_.kv_dim(), "summaries"), 4, "summaries"),
@@ -146,6 +146,7 @@ Engine::~Engine() = default;
 
 template <class F>
 void Engine::timed(const char* name, const Pass& pass, double flops, F&& f) {
+  const TagScope tag(options_.tagger, pass.stage(), pass.chunk, pass.layer, pass_op(pass.kind), name);
   if (!recorder_.enabled()) return f();
   const int64_t t0 = steady_now_ns();
   f();
@@ -154,6 +155,7 @@ void Engine::timed(const char* name, const Pass& pass, double flops, F&& f) {
 
 template <class F>
 void Engine::timed(const char* name, const char* op, int stage, int64_t chunk, double flops, F&& f) {
+  const TagScope tag(options_.tagger, stage, chunk, -1, op, name);
   if (!recorder_.enabled()) return f();
   const int64_t t0 = steady_now_ns();
   f();
@@ -304,7 +306,10 @@ void Engine::layer_forward(const Pass& pass, int64_t pass_index, PassPages& page
   });
   if (pass.kind == PassKind::fill) {
     select(pass, pass_index);
-    if (options_.measure_recall) measure_recall(pass);
+    if (options_.measure_recall) {
+      const TagScope tag(options_.tagger, pass.stage(), pass.chunk, pass.layer, pass_op(pass.kind), "recall");
+      measure_recall(pass);
+    }
     if (g_.sparse)
       timed("page_summaries", pass, 0, [&] {
         backend_.page_summaries(w.k.f32(), T, kvd, g_.p,
@@ -445,6 +450,16 @@ StepResult Engine::step(const std::vector<int32_t>& tokens) {
     OOMB_ASSERT(p.kind == kind && p.chunk == c && p.layer == l, "pass order");
     return p;
   };
+  // A pass's page work (slot allocation, gradient pages zeroed, copy-in waits; write-back and
+  // release), tagged with the pass (its copies carry their own pass's tag, see offload.cpp).
+  auto acquire = [&](const Pass& p) -> PassPages& {
+    const TagScope tag(options_.tagger, p.stage(), p.chunk, p.layer, pass_op(p.kind), "pages");
+    return store_->acquire(static_cast<int64_t>(pi));
+  };
+  auto release = [&](const Pass& p) {
+    const TagScope tag(options_.tagger, p.stage(), p.chunk, p.layer, pass_op(p.kind), "pages");
+    store_->release(static_cast<int64_t>(pi));
+  };
 
   // Stage 1: forward fill, chunks in order, no gradients.
   for (int64_t c = 0; c < g_.n; ++c) {
@@ -453,9 +468,9 @@ StepResult Engine::step(const std::vector<int32_t>& tokens) {
     embed(c, 1, x);
     for (int64_t l = 0; l < g_.L; ++l, ++pi) {
       const Pass& p = next(PassKind::fill, c, l);
-      PassPages& pages = store_->acquire(static_cast<int64_t>(pi));
+      PassPages& pages = acquire(p);
       layer_forward(p, static_cast<int64_t>(pi), pages, x, y);
-      store_->release(static_cast<int64_t>(pi));
+      release(p);
       std::swap(x, y);
       report(p);
     }
@@ -468,9 +483,9 @@ StepResult Engine::step(const std::vector<int32_t>& tokens) {
     embed(c, 2, ckpt(0));
     for (int64_t l = 0; l < g_.L; ++l, ++pi) {
       const Pass& p = next(PassKind::recompute, c, l);
-      PassPages& pages = store_->acquire(static_cast<int64_t>(pi));
+      PassPages& pages = acquire(p);
       layer_forward(p, static_cast<int64_t>(pi), pages, ckpt(l), l + 1 < g_.L ? ckpt(l + 1) : w.x.f32());
-      store_->release(static_cast<int64_t>(pi));
+      release(p);
       report(p);
     }
     float* dy = w.dy.f32();
@@ -478,9 +493,9 @@ StepResult Engine::step(const std::vector<int32_t>& tokens) {
     loss += head_forward_backward(c, w.x.f32(), dy);
     for (int64_t l = g_.L - 1; l >= 0; --l, ++pi) {
       const Pass& p = next(PassKind::backward, c, l);
-      PassPages& pages = store_->acquire(static_cast<int64_t>(pi));
+      PassPages& pages = acquire(p);
       layer_backward(p, pages, ckpt(l), dy, dx);
-      store_->release(static_cast<int64_t>(pi));
+      release(p);
       std::swap(dy, dx);
       report(p);
     }
@@ -532,7 +547,10 @@ void Engine::optimizer_step() {
                    static_cast<const uint8_t*>(decay_mask_.data()), n, o.lr, o.beta1, o.beta2, o.eps, o.weight_decay,
                    ++adam_steps_);
   });
-  zero_gradients();
+  {
+    const TagScope tag(options_.tagger, 2, -1, -1, "optimizer", "zero_gradients");
+    zero_gradients();
+  }
   accumulated_ = 0;
 }
 
@@ -566,6 +584,26 @@ traces::Trace Engine::trace(const std::string& command) const {
   md.extra = {{"model", model_.id}, {"layers", model_.layers}, {"config", config_.to_json()},
               {"measured", measured_.to_json()}};
   return recorder_.finish(std::move(md));
+}
+
+traces::Trace Engine::device_timed_trace(traces::Trace device, const std::string& command) const {
+  OOMB_ASSERT(recorder_.enabled(), "device_timed_trace needs EngineOptions::record_trace");
+  traces::Trace host = trace(command);
+  traces::Trace t = std::move(device);
+  const std::string source = t.metadata.source, name = t.metadata.device;
+  const int64_t dropped = t.metadata.dropped_records;
+  const Json device_extra = t.metadata.extra;
+  const traces::Detail detail = t.metadata.detail;
+  t.metadata = std::move(host.metadata);
+  t.metadata.source = source;
+  if (!name.empty()) t.metadata.device = name;
+  t.metadata.dropped_records = dropped;
+  t.metadata.detail = detail;
+  if (device_extra.is_object())
+    for (const auto& [k, v] : device_extra.items()) t.metadata.extra[k] = v;
+  t.memory = std::move(host.memory);
+  t.summary = traces::summarize(t);
+  return t;
 }
 
 Json Measured::to_json() const {

@@ -16,6 +16,7 @@
 #include "executor/runtime/geometry.h"
 #include "executor/runtime/memory_account.h"
 #include "executor/runtime/offload.h"
+#include "executor/runtime/op_tagger.h"
 #include "executor/runtime/selection.h"
 #include "executor/runtime/trace_recorder.h"
 #include "executor/runtime/weights.h"
@@ -49,6 +50,10 @@ struct EngineOptions {
   // every layer's post-RoPE keys (L x N x kv_dim floats, not in the memory account) and computes
   // dense scores over the whole causal prefix: for small contexts, and it slows the step.
   bool measure_recall = false;
+  // Tags every op, page step and copy of a step with its (stage, chunk, layer, op) for a device
+  // profiler (op_tagger.h; the CLI's CUPTI timing). Not owned; must outlive the Engine. Null: no
+  // tagging (the driver only tests the pointer).
+  OpTagger* tagger = nullptr;
 };
 
 struct UnionSize {
@@ -106,6 +111,14 @@ class Engine {
   void zero_gradients();
   const Measured& measured() const { return measured_; }
   traces::Trace trace(const std::string& command = {}) const;
+  // Steady-clock time (ns) that the host trace's times are relative to (its origin).
+  int64_t trace_origin_ns() const { return recorder_.origin_ns(); }
+  // The trace of a run timed by a device profiler (CUPTI: executor/cupti, source "cuda-cupti"):
+  // `device`'s events, source, device string and dropped-record count, with this Engine's provenance
+  // (metadata.extra: model, layers, config, measured; time, command), its memory samples (the
+  // runtime's device and host allocations and pool pages; on the device events' clock when they were
+  // decoded with origin trace_origin_ns()) and the summary recomputed. Needs record_trace.
+  traces::Trace device_timed_trace(traces::Trace device, const std::string& command = {}) const;
   const SelectionLog& selections() const { return log_; }  // of the last step
   const models::ModelSpec& model() const { return model_; }
   const Geometry& geometry() const { return g_; }

@@ -17,13 +17,14 @@ const char* pass_op(PassKind k) {
 }
 
 OffloadEngine::OffloadEngine(Backend& backend, const Geometry& g, int64_t kv_dim, MemoryAccount& account,
-                             TraceRecorder& recorder, int64_t host_slab_bytes)
+                             TraceRecorder& recorder, int64_t host_slab_bytes, OpTagger* tagger)
     : backend_(backend),
       g_(g),
       kv_dim_(kv_dim),
       page_bytes_(checked_mul(checked_mul(g.p, 2 * kv_dim, "page size"), 4, "page size")),
       account_(account),
-      recorder_(recorder) {
+      recorder_(recorder),
+      tagger_(tagger) {
   // Pool sizes (docs/schedule.md): without offload all L * P pages of each kind; with offload R
   // slots of the largest slot on the device and all pages on the host.
   const int64_t all = checked_mul(g.L, g.P, "pages");
@@ -78,6 +79,8 @@ EventPtr OffloadEngine::issue(CopyDir dir, std::vector<CopyRegion> regions, std:
   req.on_done = [rec, h2d, name, p, bytes](int64_t t0, int64_t t1) {
     rec->copy(h2d, name, pass_op(p.kind), p.stage(), p.chunk, p.layer, t0, t1, bytes);
   };
+  // The copy's own pass (a prefetch is issued while an earlier pass runs).
+  const TagScope tag(tagger_, p.stage(), p.chunk, p.layer, pass_op(p.kind), name);
   EventPtr e = backend_.copy_async(std::move(req));
   in_flight_.push_back(e);
   return e;

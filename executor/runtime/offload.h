@@ -18,6 +18,7 @@
 #include "executor/runtime/backend.h"
 #include "executor/runtime/geometry.h"
 #include "executor/runtime/memory_account.h"
+#include "executor/runtime/op_tagger.h"
 #include "executor/runtime/page_pool.h"
 #include "executor/runtime/trace_recorder.h"
 
@@ -50,8 +51,9 @@ class OffloadEngine {
   // its selection is made; such a pass is not prefetched and is completed with load_prefix).
   using PrefixFn = std::function<const std::vector<int64_t>*(const Pass&)>;
 
+  // tagger (optional, not owned): each copy_async is issued under its pass's tag (op_tagger.h).
   OffloadEngine(Backend& backend, const Geometry& g, int64_t kv_dim, MemoryAccount& account,
-                TraceRecorder& recorder, int64_t host_slab_bytes);
+                TraceRecorder& recorder, int64_t host_slab_bytes, OpTagger* tagger = nullptr);
   ~OffloadEngine();
   OffloadEngine(const OffloadEngine&) = delete;
   OffloadEngine& operator=(const OffloadEngine&) = delete;
@@ -93,6 +95,7 @@ class OffloadEngine {
   int64_t page_bytes_;
   MemoryAccount& account_;
   TraceRecorder& recorder_;
+  OpTagger* tagger_;
   std::unique_ptr<PagePool> kv_pool_, grad_pool_, host_kv_, host_grad_;
   std::vector<PageTable> kv_table_, dkv_table_;  // per layer: device (no offload) or host pages
   std::vector<EventPtr> host_kv_written_, host_dkv_written_;  // per host page: last write-back

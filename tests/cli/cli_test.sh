@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # End-to-end checks of the oomb CLI: outputs, JSON keys, and bad input -> clear message + exit 2.
-# Usage: cli_test.sh path/to/oomb
+# Usage: cli_test.sh path/to/oomb [path/to/oomb_cupti_synth]
+# (the second defaults to oomb_cupti_synth next to oomb; without it the CUPTI-trace checks are skipped)
 set -u
 oomb=$1
+synth=${2:-$(dirname "$oomb")/oomb_cupti_synth}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 pass=0 fail=0
@@ -87,6 +89,38 @@ expect_exit 2 "prediction, not a measurement" validate --plan "$tmp/p.json" --tr
 head -c 200 "$tmp/p.json" >"$tmp/trunc_plan.json"
 expect_exit 2 "trunc_plan.json" validate --plan "$tmp/trunc_plan.json" --trace "$tmp/run.json"
 expect_exit 2 "--tolerance" validate --plan "$tmp/p.json" --trace "$tmp/run.json" --tolerance nosuch=0.1
+# A CUPTI-timed trace (source cuda-cupti) through validate, without a GPU: oomb_cupti_synth runs the
+# plan's step on the CPU backend behind a CUPTI stand-in (the driver's real tags, the real decoder,
+# one untagged kernel). Its times are CPU times, so the time tolerances are opened: what is checked
+# is that the time rows are compared (ok, not n/a), pools and copies exactly, and the untagged row.
+if [ -x "$synth" ]; then
+  "$synth" "$tmp/p.json" "$tmp/cupti.json" >/dev/null || bad "oomb_cupti_synth failed"
+  grep -qE '"source": *"cuda-cupti"' "$tmp/cupti.json" && ok || bad "synthetic trace is not cuda-cupti"
+  loose=(--tolerance step_s=1e9 --tolerance time:stage1=1e9 --tolerance time:stage2=1e9)
+  expect_exit 0 "OK: every comparable term" validate --plan "$tmp/p.json" --trace "$tmp/cupti.json" "${loose[@]}" \
+    --report "$tmp/vc.html"
+  grep -q "<svg" "$tmp/vc.html" && ok || bad "validate --report of a cuda-cupti trace wrote no SVG"
+  vout=$("$oomb" validate --plan "$tmp/p.json" --trace "$tmp/cupti.json" "${loose[@]}" 2>&1)
+  for row in "step_s .* ok" "time:stage1 .* ok" "time:stage2 .* ok" "time:op/layer_fwd .* info" \
+             "time:op/layer_bwd .* info" "time:op/untagged .* info" "pool_pages .* ok" "h2d_bytes .* ok" \
+             "d2h_bytes .* ok" "device_pool_bytes .* ok" "note: .*CUPTI device times" "note: cuda backend: .*fp32"; do
+    grep -qE -- "$row" <<<"$vout" && ok || bad "validate of a cuda-cupti trace lacks /$row/: $vout"
+  done
+  # The same trace marked host-timed ("cuda") is not compared in time.
+  sed -E 's/"source": *"cuda-cupti"/"source":"cuda"/' "$tmp/cupti.json" >"$tmp/cuda_host.json"
+  expect_exit 0 "step_s .* n/a .*host-timed" validate --plan "$tmp/p.json" --trace "$tmp/cuda_host.json"
+else
+  echo "note: no $synth: the cuda-cupti validate checks are skipped"
+fi
+
+# --trace-timing: cupti only for cuda builds with CUPTI, only with --trace; stated in --help.
+expect_exit 0 "--trace-timing.*cupti.*host" run --help
+expect_exit 2 "--trace-timing.*host or cupti" run --model tiny --context 1K --chunk 512 --trace "$tmp/x.json" --trace-timing fast
+expect_exit 2 "--trace-timing.*--trace" run --model tiny --context 1K --chunk 512 --trace-timing host
+expect_exit 2 "--trace-timing.*cpu run is timed on the host" run --model tiny --context 1K --chunk 512 --trace "$tmp/x.json" --trace-timing cupti
+[ ! -e "$tmp/x.json" ] && ok || bad "a trace was written despite the --trace-timing error"
+expect_exit 0 "host wall-clock times" run --model tiny --context 1K --chunk 512 --trace "$tmp/x.json" --trace-timing host --quiet
+
 expect_exit 2 "--plan.*fixes the context" run --plan "$tmp/p.json" --context 8K
 expect_exit 2 "--context" run --model tiny --context 0
 # Without a GPU the cuda backend is a clear error (or, in a build without it, says so).

@@ -133,11 +133,56 @@ TEST(CuptiDecode, UnknownStreamsFallBackByKindAndUntaggedWorkIsCounted) {
   EXPECT_EQ(st.untagged, 3);
   for (const auto& e : t.events) {
     EXPECT_EQ(e.stage, -1);
-    EXPECT_EQ(e.op, "");
+    EXPECT_EQ(e.op, "untagged");
     if (e.kind == traces::EventKind::copy_d2h) EXPECT_EQ(e.stream, "d2h");
     else EXPECT_EQ(e.stream, "compute");
   }
   EXPECT_EQ(t.events[2].name, "memcpy_d2d");  // device-to-device copies are compute-stream work
+}
+
+TEST(CuptiDecode, CopiesOnTheComputeStreamAreComputeWork) {
+  // The backend's staged uploads and read-backs run on the compute stream: not copy-stream traffic.
+  const std::vector<Record> recs = {copy(1, kCompute, CopyKind::h2d, 1100, 1200, 256),
+                                    copy(2, kCompute, CopyKind::d2h, 1300, 1400, 8),
+                                    copy(3, kH2d, CopyKind::h2d, 1100, 1500, 4096), correlation(1, {1, 0, 0, 0}),
+                                    correlation(2, {2, 0, -1, 2}), correlation(3, {1, 0, 0, 0})};
+  const traces::Trace t = decode(recs, options(), 0, {});
+  ASSERT_EQ(t.events.size(), 3u);
+  int compute = 0;
+  for (const auto& e : t.events) {
+    if (e.stream != "compute") continue;
+    ++compute;
+    EXPECT_EQ(e.kind, traces::EventKind::compute);
+    EXPECT_TRUE(e.name == "memcpy_h2d" || e.name == "memcpy_d2h") << e.name;
+  }
+  EXPECT_EQ(compute, 2);
+  EXPECT_EQ(t.summary.h2d_bytes, 4096);
+  EXPECT_EQ(t.summary.d2h_bytes, 0);
+}
+
+TEST(CuptiDecode, WindowsKeepOnlyTheStepsAndFoldEarlierAllocationsIntoTheBase) {
+  DecodeOptions o = options();
+  o.origin_ns = -1;
+  o.windows = {{2000, 3000}, {5000, 6000}};
+  const std::vector<Record> recs = {
+      memory(MemoryOp::allocation, MemoryKind::device, 1100, 0xA0, 1000),  // set-up: base
+      kernel(1, kCompute, 1200, 1300),                                     // set-up work: left out
+      kernel(2, kCompute, 2100, 2200), correlation(2, {1, 0, 0, 0}),
+      kernel(3, kCompute, 4000, 4100),                                     // between steps: left out
+      copy(4, kH2d, CopyKind::h2d, 5100, 5300, 64), correlation(4, {2, 0, 1, 1}),
+      memory(MemoryOp::allocation, MemoryKind::device, 5200, 0xB0, 24)};
+  DecodeStats st;
+  const traces::Trace t = decode(recs, o, 0, {}, &st);
+  EXPECT_EQ(st.outside, 2);
+  EXPECT_EQ(st.untagged, 0);  // work outside the windows is not counted as untagged
+  ASSERT_EQ(t.events.size(), 2u);
+  EXPECT_EQ(t.events[0].start_ns, 0);  // origin: the first work inside a window
+  EXPECT_EQ(t.events[1].start_ns, 3000);
+  EXPECT_EQ(t.events[1].op, "layer_bwd");
+  ASSERT_EQ(t.memory.size(), 2u);
+  EXPECT_EQ(t.memory[0].device_bytes, 1000);
+  EXPECT_EQ(t.memory[1].device_bytes, 1024);
+  EXPECT_EQ(t.memory[1].t_ns, 3100);
 }
 
 TEST(CuptiDecode, UnknownKindsAreIgnoredAndIncompleteRecordsDropped) {

@@ -5,8 +5,10 @@
 # configures with -DOOMB_CUDA=ON (with CMAKE_PREFIX_PATH=$PWD/.device-deps/usr when that folder
 # exists: see shared/device/bundle-deps.sh), builds the CUDA tests, bench and CLI, runs the
 # gpu-labelled tests, compute-sanitizer (memcheck, racecheck) on attention tests when it works on
-# the machine, the kernel bench, and an end-to-end `oomb run --backend cuda` + `oomb validate` when
-# the CLI has the CUDA backend. Logs go to OUTDIR (one file per step, summary.txt); every step runs
+# the machine, the kernel bench, and an end-to-end `oomb run --backend cuda --trace` (CUPTI-timed
+# when the build has CUPTI) + `oomb validate --report` when the CLI has the CUDA backend, and the
+# same run without the trace (tracing overhead). Logs, the trace (trace.json), the validate report
+# (validate.html, validate.json) go to OUTDIR (one log per step, summary.txt); every step runs
 # under `timeout` and the whole script stays under 8 minutes. Exit 1 when a build, a test or the
 # end-to-end run fails.
 set -uo pipefail
@@ -77,13 +79,39 @@ fi
 
 step bench 90 "$build/oomb_cuda_bench" || status=1
 
-# End to end: only when `oomb run` constructs the CUDA backend.
+# End to end: only when `oomb run` constructs the CUDA backend. With CUPTI in the build the trace is
+# CUPTI-timed (source cuda-cupti: device times, tagged by the driver) and validate compares its
+# times; the trace, the validate report (HTML) and its JSON stay in OUTDIR. The same run without
+# --trace gives the tracing overhead (ratio of the mean step times).
 if grep -q "CudaBackend" cli/*_cmd.cpp 2>/dev/null && [ -x "$build/oomb" ]; then
-  step e2e_run 60 "$build/oomb" run --backend cuda --model qwen2.5-0.5b --layers 2 --context 8K --chunk 2K \
-    --page 128 --resident-layers 1 --steps 2 --trace "$out/trace.json" --quiet --json || status=1
+  e2e=(run --backend cuda --model qwen2.5-0.5b --layers 2 --context 8K --chunk 2K --page 128 --resident-layers 1
+       --steps 3 --quiet --json)
+  step e2e_run 60 "$build/oomb" "${e2e[@]}" --trace "$out/trace.json" --detail layer || status=1
+  step e2e_run_untraced 60 "$build/oomb" "${e2e[@]}" || status=1
+  step_s() { grep -m1 -oE '"step_s": [0-9.eE+-]+' "$1" | awk '{print $2}'; }
+  traced=$(step_s "$out/e2e_run.log")
+  plain=$(step_s "$out/e2e_run_untraced.log")
+  if [ -n "$traced" ] && [ -n "$plain" ]; then
+    note "e2e tracing overhead: step $traced s traced / $plain s untraced = $(awk -v a="$traced" -v b="$plain" 'BEGIN { printf "%.3f", a / b }')"
+  fi
+  if "$build/oomb" --version | grep -q "cupti=yes"; then
+    if grep -qE '"source": *"cuda-cupti"' "$out/trace.json" 2>/dev/null; then
+      note "e2e trace: cuda-cupti, $(grep -oE '"dropped_records": *[0-9]+' "$out/trace.json" | head -n 1)," \
+        "cupti $(grep -oE '"cupti": *\{[^}]*\}' "$out/trace.json" | head -n 1)"
+      grep -qE '"dropped_records": *0[,}]' "$out/trace.json" || { note "e2e trace: CUPTI dropped records"; status=1; }
+    else
+      note "e2e trace: not CUPTI-timed although the build has CUPTI"
+      status=1
+    fi
+  fi
   if "$build/oomb" validate --help >/dev/null 2>&1 && [ -f "$out/trace.json" ]; then
-    # Informative: the h200 profile predicts bf16 kernels, these are fp32 (see executor/cuda/README.md).
-    step e2e_validate 30 "$build/oomb" validate --trace "$out/trace.json" --gpu h200
+    # Exit 1 (terms beyond tolerance) is informative: the h200 profile predicts bf16 kernels, these
+    # are fp32 (see executor/cuda/README.md). Exit 2 (the trace was refused) is a failure.
+    step e2e_validate 30 "$build/oomb" validate --trace "$out/trace.json" --gpu h200 --report "$out/validate.html"
+    rc=$?
+    ((rc != 0 && rc != 1)) && status=1
+    "$build/oomb" validate --trace "$out/trace.json" --gpu h200 --json >"$out/validate.json" 2>&1
+    grep -E "^  (step_s|time:stage|time:op/)" "$out/e2e_validate.log" >>"$summary"
   else
     note "e2e_validate: skipped (no validate subcommand or no trace)"
   fi

@@ -1,0 +1,269 @@
+#pragma once
+// A stand-in for CUPTI on machines without a GPU: a Backend that forwards every call to another
+// backend (the CPU reference) and produces the activity records the CUPTI collector would hand over
+// for the same calls on the CUDA backend, and an OpTagger that keeps the external-correlation tag
+// stack the way CUPTI does (push / pop on the calling thread; every API call is correlated with the
+// top of the stack). Each backend call is one API call: a correlation id, one work record timed with
+// the steady clock around the call (ops: a kernel on the compute stream; upload / download: a
+// memcpy on the compute stream, as the CUDA backend's staged transfers; fill_zero: a memset;
+// copy_async: one memcpy on the h2d / d2h stream timed by its on_done) and, under a tag, one
+// external-correlation record with the packed tag. allocate / deallocate give memory records.
+// decode() (executor/cupti/decode.h) then turns the records into a "cuda-cupti" trace exactly as it
+// does for a real collector's.
+#include <algorithm>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "executor/cupti/decode.h"
+#include "executor/runtime/backend.h"
+#include "executor/runtime/op_tagger.h"
+#include "executor/runtime/trace_recorder.h"
+
+namespace oomb::executor::test {
+
+class FakeCupti final : public Backend, public OpTagger {
+ public:
+  static constexpr uint32_t kCompute = 11, kH2d = 12, kD2h = 13;  // "CUPTI stream ids"
+
+  explicit FakeCupti(Backend& inner) : b_(inner) {}
+
+  // ---- OpTagger
+  void push(int stage, int64_t chunk, int64_t layer, const char* op, const char*) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    int index = -1;
+    if (op && *op) {
+      auto it = std::find(ops_.begin(), ops_.end(), op);
+      index = static_cast<int>(it - ops_.begin());
+      if (it == ops_.end()) ops_.emplace_back(op);
+    }
+    stack_.push_back(cupti::pack_tag({stage, chunk, layer, index}));
+    max_depth_ = std::max(max_depth_, static_cast<int64_t>(stack_.size()));
+    ++pushes_;
+  }
+  void pop() noexcept override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stack_.empty()) ++unbalanced_;
+    else stack_.pop_back();
+  }
+
+  // ---- what the "collector" saw
+  std::vector<cupti::Record> records() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return records_;
+  }
+  cupti::DecodeOptions decode_options() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    cupti::DecodeOptions o;
+    o.streams = {{kCompute, "compute"}, {kH2d, "h2d"}, {kD2h, "d2h"}};
+    o.ops = ops_;
+    return o;
+  }
+  int64_t depth() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return static_cast<int64_t>(stack_.size());
+  }
+  int64_t max_depth() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return max_depth_;
+  }
+  int64_t pushes() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return pushes_;
+  }
+  int64_t unbalanced() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return unbalanced_;
+  }
+  // A kernel launched with no tag pushed (what work the driver forgot to tag would look like).
+  void untagged_kernel(const char* name) {
+    const int64_t t0 = steady_now_ns();
+    work(cupti::RecordKind::kernel, name, kCompute, t0, t0 + 1000, 0, cupti::CopyKind::other, /*tagged=*/false);
+  }
+
+  // ---- Backend
+  std::string name() const override { return b_.name(); }
+  void* allocate(Tier tier, int64_t bytes) override {
+    void* p = b_.allocate(tier, bytes);
+    memory(cupti::MemoryOp::allocation, tier, p, bytes);
+    return p;
+  }
+  void deallocate(Tier tier, void* p, int64_t bytes) override {
+    b_.deallocate(tier, p, bytes);
+    memory(cupti::MemoryOp::release, tier, p, bytes);
+  }
+  void fill_zero(void* p, int64_t bytes) override {
+    timed(cupti::RecordKind::memset, "", kCompute, bytes, [&] { b_.fill_zero(p, bytes); });
+  }
+  void upload(void* dst, const void* src, int64_t bytes) override {
+    timed(cupti::RecordKind::memcpy, "", kCompute, bytes, [&] { b_.upload(dst, src, bytes); }, cupti::CopyKind::h2d);
+  }
+  void download(void* dst, const void* src, int64_t bytes) override {
+    timed(cupti::RecordKind::memcpy, "", kCompute, bytes, [&] { b_.download(dst, src, bytes); }, cupti::CopyKind::d2h);
+  }
+  EventPtr copy_async(CopyRequest req) override {
+    int64_t bytes = 0;
+    for (const auto& r : req.regions) bytes += r.bytes;
+    const bool h2d = req.dir == CopyDir::h2d;
+    uint32_t corr = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      corr = correlate();
+    }
+    auto inner = std::move(req.on_done);
+    req.on_done = [this, corr, h2d, bytes, inner](int64_t t0, int64_t t1) {
+      cupti::Record r;
+      r.kind = cupti::RecordKind::memcpy;
+      r.copy = h2d ? cupti::CopyKind::h2d : cupti::CopyKind::d2h;
+      r.correlation_id = corr;
+      r.stream_id = h2d ? kH2d : kD2h;
+      r.start_ns = t0;
+      r.end_ns = std::max(t0, t1);
+      r.bytes = bytes;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        records_.push_back(std::move(r));
+      }
+      if (inner) inner(t0, t1);
+    };
+    return b_.copy_async(std::move(req));
+  }
+  void wait(const EventPtr& e) override { b_.wait(e); }
+
+  void embedding_fwd(const int32_t* ids, int64_t rows, const float* table, int64_t hidden, float* out) override {
+    kernel("embedding_fwd", [&] { b_.embedding_fwd(ids, rows, table, hidden, out); });
+  }
+  void embedding_bwd(const int32_t* ids, int64_t rows, const float* dout, int64_t hidden, float* acc) override {
+    kernel("embedding_bwd", [&] { b_.embedding_bwd(ids, rows, dout, hidden, acc); });
+  }
+  void rmsnorm_fwd(const float* x, const float* w, int64_t rows, int64_t dim, float eps, float* y,
+                   float* rstd) override {
+    kernel("rmsnorm_fwd", [&] { b_.rmsnorm_fwd(x, w, rows, dim, eps, y, rstd); });
+  }
+  void rmsnorm_bwd(const float* x, const float* w, const float* rstd, const float* dy, int64_t rows, int64_t dim,
+                   float* dx, float* dw) override {
+    kernel("rmsnorm_bwd", [&] { b_.rmsnorm_bwd(x, w, rstd, dy, rows, dim, dx, dw); });
+  }
+  void linear_fwd(const float* x, int64_t rows, int64_t in, const float* w, const float* b, int64_t out,
+                  float* y) override {
+    kernel("gemm", [&] { b_.linear_fwd(x, rows, in, w, b, out, y); });
+  }
+  void linear_bwd(const float* x, int64_t rows, int64_t in, const float* w, int64_t out, const float* dy, float* dx,
+                  bool acc, float* dw, float* db) override {
+    kernel("gemm", [&] { b_.linear_bwd(x, rows, in, w, out, dy, dx, acc, dw, db); });
+  }
+  void rope_fwd(float* x, int64_t rows, int64_t heads, int64_t hd, int64_t pos0, double theta) override {
+    kernel("rope_fwd", [&] { b_.rope_fwd(x, rows, heads, hd, pos0, theta); });
+  }
+  void rope_bwd(float* dx, int64_t rows, int64_t heads, int64_t hd, int64_t pos0, double theta) override {
+    kernel("rope_bwd", [&] { b_.rope_bwd(dx, rows, heads, hd, pos0, theta); });
+  }
+  void swiglu_fwd(const float* g, const float* u, int64_t n, float* out) override {
+    kernel("swiglu_fwd", [&] { b_.swiglu_fwd(g, u, n, out); });
+  }
+  void swiglu_bwd(const float* g, const float* u, const float* dout, int64_t n, float* dg, float* du) override {
+    kernel("swiglu_bwd", [&] { b_.swiglu_bwd(g, u, dout, n, dg, du); });
+  }
+  void add(float* y, const float* x, int64_t n) override {
+    kernel("add", [&] { b_.add(y, x, n); });
+  }
+  void copy(float* dst, const float* src, int64_t n) override {
+    timed(cupti::RecordKind::memcpy, "", kCompute, n * 4, [&] { b_.copy(dst, src, n); }, cupti::CopyKind::d2d);
+  }
+  void attention_fwd(const PagedAttention& a, float* o, float* lse) override {
+    kernel("attn_fwd", [&] { b_.attention_fwd(a, o, lse); });
+  }
+  void attention_bwd(const PagedAttention& a, const float* o, const float* lse, const float* dout, float* dq,
+                     float* dk, float* dv, const std::vector<float*>& pages) override {
+    kernel("attn_bwd", [&] { b_.attention_bwd(a, o, lse, dout, dq, dk, dv, pages); });
+  }
+  void write_kv_pages(const float* k, const float* v, int64_t rows, int64_t kv_dim, int64_t p,
+                      const std::vector<float*>& pages) override {
+    kernel("write_kv_pages", [&] { b_.write_kv_pages(k, v, rows, kv_dim, p, pages); });
+  }
+  void add_from_grad_pages(const std::vector<float*>& pages, int64_t rows, int64_t kv_dim, int64_t p, float* dk,
+                           float* dv) override {
+    kernel("add_from_grad_pages", [&] { b_.add_from_grad_pages(pages, rows, kv_dim, p, dk, dv); });
+  }
+  void page_summaries(const float* k, int64_t rows, int64_t kv_dim, int64_t p, float* out) override {
+    kernel("page_summaries", [&] { b_.page_summaries(k, rows, kv_dim, p, out); });
+  }
+  std::vector<std::vector<int32_t>> select_pages(const SelectionArgs& a) override {
+    std::vector<std::vector<int32_t>> r;
+    kernel("select_pages", [&] { r = b_.select_pages(a); });
+    return r;
+  }
+  double cross_entropy(float* logits, int64_t rows, int64_t vocab, const int32_t* targets, float s) override {
+    double r = 0;
+    kernel("cross_entropy", [&] { r = b_.cross_entropy(logits, rows, vocab, targets, s); });
+    return r;
+  }
+  void scale(float* x, int64_t n, float s) override {
+    kernel("scale_kernel", [&] { b_.scale(x, n, s); });
+  }
+  void adamw(float* param, const float* grad, float* m, float* v, const uint8_t* mask, int64_t n, float lr, float b1,
+             float b2, float eps, float wd, int64_t step) override {
+    kernel("adamw", [&] { b_.adamw(param, grad, m, v, mask, n, lr, b1, b2, eps, wd, step); });
+  }
+
+ private:
+  // Under mu_: a new correlation id, with its external-correlation record when a tag is pushed.
+  uint32_t correlate(bool tagged = true) {
+    const uint32_t corr = ++next_corr_;
+    if (tagged && !stack_.empty()) {
+      cupti::Record x;
+      x.kind = cupti::RecordKind::external_correlation;
+      x.correlation_id = corr;
+      x.external_id = stack_.back();
+      records_.push_back(x);
+    }
+    return corr;
+  }
+  void work(cupti::RecordKind kind, const char* name, uint32_t stream, int64_t t0, int64_t t1, int64_t bytes,
+            cupti::CopyKind copy, bool tagged = true) {
+    std::lock_guard<std::mutex> lock(mu_);
+    cupti::Record r;
+    r.kind = kind;
+    r.correlation_id = correlate(tagged);
+    r.stream_id = stream;
+    r.start_ns = t0;
+    r.end_ns = std::max(t0, t1);
+    r.bytes = bytes;
+    r.copy = copy;
+    r.name = name;
+    records_.push_back(std::move(r));
+  }
+  template <class F>
+  void timed(cupti::RecordKind kind, const char* name, uint32_t stream, int64_t bytes, F&& f,
+             cupti::CopyKind copy = cupti::CopyKind::other) {
+    const int64_t t0 = steady_now_ns();
+    f();
+    work(kind, name, stream, t0, steady_now_ns(), bytes, copy);
+  }
+  template <class F>
+  void kernel(const char* name, F&& f) {
+    timed(cupti::RecordKind::kernel, name, kCompute, 0, std::forward<F>(f));
+  }
+  void memory(cupti::MemoryOp op, Tier tier, void* p, int64_t bytes) {
+    std::lock_guard<std::mutex> lock(mu_);
+    cupti::Record r;
+    r.kind = cupti::RecordKind::memory;
+    r.memory_op = op;
+    r.memory_kind = tier == Tier::device ? cupti::MemoryKind::device : cupti::MemoryKind::pinned;
+    r.address = reinterpret_cast<uint64_t>(p);
+    r.bytes = bytes;
+    r.start_ns = steady_now_ns();
+    records_.push_back(std::move(r));
+  }
+
+  Backend& b_;
+  mutable std::mutex mu_;
+  std::vector<cupti::Record> records_;
+  std::vector<std::string> ops_;
+  std::vector<uint64_t> stack_;
+  uint32_t next_corr_ = 0;
+  int64_t max_depth_ = 0, pushes_ = 0, unbalanced_ = 0;
+};
+
+}  // namespace oomb::executor::test
