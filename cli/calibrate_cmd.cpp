@@ -59,8 +59,9 @@ int run_microbench_mode(const CalibrateArgs& a) {
     std::printf("  %-18s GEMM %s (+-%s), attention %s (+-%s)\n", m.model.c_str(),
                 format_flops_per_s(m.gemm_flops_per_s).c_str(), format_percent(m.gemm_spread / 2).c_str(),
                 format_flops_per_s(m.attention_flops_per_s).c_str(), format_percent(m.attention_spread / 2).c_str());
-  std::printf("  efficiency         gemm %.3f, attention %.3f, memory-bound %.3f\n", e["gemm"].get<double>(),
-              e["attention"].get<double>(), e["memory_bound"].get<double>());
+  std::printf("  efficiency         gemm %.3f, attention %.3f (backward %.3f), memory-bound %.3f\n",
+              e["gemm"].get<double>(), e["attention"].get<double>(), e["attention_backward"].get<double>(),
+              e["memory_bound"].get<double>());
   std::printf("  bandwidth          %s (stream), copies h2d %s, d2h %s, duplex factor %.2f\n",
               format_rate_bytes_per_s(profile["hbm_bytes_per_s"].get<double>()).c_str(),
               format_rate_bytes_per_s(r.h2d_bytes_per_s.median).c_str(),
@@ -107,8 +108,8 @@ int run_fit_mode(const CalibrateArgs& a) {
   }
   std::printf("oomb calibrate: %s fitted to %zu trace(s), %zu compute events\n", base.id.c_str(), a.traces.size(),
               samples.size());
-  std::printf("  efficiency gemm %.4f, attention %.4f, memory-bound %.4f; launch overhead %s; R^2 %.4f\n",
-              fit.efficiency.gemm, fit.efficiency.attention, fit.efficiency.memory_bound,
+  std::printf("  efficiency gemm %.4f, attention %.4f (backward %.4f), memory-bound %.4f; launch overhead %s; R^2 %.4f\n",
+              fit.efficiency.gemm, fit.efficiency.attention, fit.efficiency.attention_backward, fit.efficiency.memory_bound,
               format_duration_s(fit.launch_overhead_s).c_str(), fit.r2);
   for (const auto& c : fit.clamped) std::printf("  note: %s\n", c.c_str());
   std::printf("\n  %-16s %7s %12s %12s %8s %10s\n", "op", "events", "measured", "predicted", "error", "rms rel.");
@@ -201,7 +202,7 @@ const Registrar reg(
                      "With --backend: take gemm/attention efficiencies from this model's shapes (default: mean)");
       sub.add_option("--traces", a->traces, "Fit --gpu's efficiencies to these measured traces (layer or op detail)");
       sub.add_option("--hold", a->hold,
-                     "With --traces: keep these at --gpu's values (gemm, attention, memory_bound, launch_overhead)");
+                     "With --traces: keep these at --gpu's values (gemm, attention, attention_backward, memory_bound, launch_overhead)");
       sub.add_option("--project-to", a->project_to, "Put --gpu's calibrated efficiencies on this catalog device");
       sub.add_option("--recall", a->recall,
                      "Budget-to-recall curve (oomb.recall/1) from traces of `oomb run --attention sparse "

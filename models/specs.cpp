@@ -79,6 +79,7 @@ Json GpuSpec::to_json() const {
             {"reserved_bytes", reserved_bytes}, {"interconnect_bytes_per_s", interconnect_bytes_per_s},
             {"launch_overhead_s", launch_overhead_s}, {"default_host", default_host},
             {"efficiency", {{"gemm", efficiency.gemm}, {"attention", efficiency.attention},
+                            {"attention_backward", efficiency.attention_backward},
                             {"memory_bound", efficiency.memory_bound}, {"copy", efficiency.copy}}}};
   if (!sources.empty()) j["sources"] = sources;
   if (!calibrated_from.empty()) j["calibrated_from"] = calibrated_from;
@@ -127,6 +128,7 @@ GpuSpec gpu_from_json(const Json& j, const std::string& where) {
     JsonReader e(r.object("efficiency"), where + ": efficiency");
     g.efficiency.gemm = fraction(e, "gemm", g.efficiency.gemm);
     g.efficiency.attention = fraction(e, "attention", g.efficiency.attention);
+    g.efficiency.attention_backward = fraction(e, "attention_backward", g.efficiency.attention);
     g.efficiency.memory_bound = fraction(e, "memory_bound", g.efficiency.memory_bound);
     g.efficiency.copy = fraction(e, "copy", g.efficiency.copy);
   }

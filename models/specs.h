@@ -50,7 +50,11 @@ struct ModelSpec {
 // Efficiency of the hardware per op class: achieved / peak. Calibration fits these.
 struct Efficiency {
   double gemm = 0.7;          // large bf16 GEMMs vs the dense tensor-core peak
-  double attention = 0.5;     // flash attention forward/backward vs the same peak
+  double attention = 0.5;     // flash attention forward vs the same peak
+  // Flash attention backward (its flops counted as 2.5x the forward's) vs the same peak. Optional
+  // in JSON: equal to `attention` when absent (datasheet profiles); calibrated profiles fit it
+  // separately because kernels rarely run both directions at one rate (the CPU's backward is ~2x).
+  double attention_backward = 0.5;
   double memory_bound = 0.8;  // elementwise / norms / softmax vs HBM bandwidth
   double copy = 1.0;          // achieved share of the h2d/d2h link figures
 };

@@ -12,10 +12,13 @@ namespace oomb::simulator {
 
 namespace {
 
-constexpr int kParams = 4;
-const char* const kParamNames[kParams] = {"gemm efficiency", "attention efficiency", "memory-bound efficiency",
+constexpr int kParams = 5;
+const char* const kParamNames[kParams] = {"gemm efficiency", "attention efficiency",
+                                          "attention backward efficiency", "memory-bound efficiency",
                                           "launch overhead"};
-const char* const kWorkNames[kParams] = {"GEMM", "attention", "memory-bound (elementwise)", "kernel launch"};
+const char* const kWorkNames[kParams] = {"GEMM", "attention forward", "attention backward",
+                                         "memory-bound (elementwise)", "kernel launch"};
+constexpr int kLaunch = kParams - 1;  // the one parameter that is not an inverse efficiency
 // A column whose part not explained by the others is below this share of its norm is not determined.
 constexpr double kCollinear = 1e-6;
 
@@ -23,7 +26,8 @@ double column(const OpWork& w, int j) {
   switch (j) {
     case 0: return w.gemm_s;
     case 1: return w.attn_s;
-    case 2: return w.mb_s;
+    case 2: return w.attn_bwd_s;
+    case 3: return w.mb_s;
     default: return w.kernels;
   }
 }
@@ -81,14 +85,14 @@ void check_determined(const Eigen::MatrixXd& X, const bool held[kParams]) {
 }
 
 struct Solved {
-  Eigen::Vector4d x;  // inverse efficiencies, launch overhead
+  Eigen::Matrix<double, kParams, 1> x;  // inverse efficiencies, launch overhead
   std::vector<std::string> clamped;
 };
 
 // Bounded least squares by an active set: solve the free parameters, hold the worst violator at
 // its bound, repeat.
 Solved solve(const Design& d, const double fixed[kParams], const bool hold[kParams]) {
-  const double lower[kParams] = {1.0, 1.0, 1.0, 0.0};
+  const double lower[kParams] = {1.0, 1.0, 1.0, 1.0, 0.0};
   double value[kParams];
   bool held[kParams];
   for (int j = 0; j < kParams; ++j) held[j] = hold[j], value[j] = hold[j] ? fixed[j] : lower[j];
@@ -117,13 +121,15 @@ Solved solve(const Design& d, const double fixed[kParams], const bool hold[kPara
     }
     held[worst] = true;
     out.clamped.push_back(std::string(kParamNames[worst]) +
-                          (worst < 3 ? " held at 1 (the fit wanted more than the profile's peak)"
+                          (worst != kLaunch ? " held at 1 (the fit wanted more than the profile's peak)"
                                      : " held at 0 (the fit wanted a negative overhead)"));
   }
 }
 
-double predict(const OpWork& w, const Eigen::Vector4d& x) {
-  return w.gemm_s * x(0) + w.attn_s * x(1) + w.mb_s * x(2) + w.kernels * x(3);
+double predict(const OpWork& w, const Eigen::Matrix<double, kParams, 1>& x) {
+  double t = 0;
+  for (int j = 0; j < kParams; ++j) t += column(w, j) * x(j);
+  return t;
 }
 
 }  // namespace
@@ -140,7 +146,7 @@ std::optional<OpWork> pass_work(const Scenario& s, int64_t chunk, const std::str
                               : op == "lm_head"         ? &cc.head
                                                         : nullptr;
   if (!p) return std::nullopt;
-  return OpWork{p->work.gemm_s, p->work.attn_s, p->work.mb_s, p->work.kernels};
+  return OpWork{p->work.gemm_s, p->work.attn_s, p->work.attn_bwd_s, p->work.mb_s, p->work.kernels};
 }
 
 void apply_cpu_run(Scenario& s) {
@@ -162,7 +168,10 @@ Scenario scenario_of_trace(const traces::Trace& t, const std::string& where, con
   s.gpu = gpu;
   s.host = models::load_host(gpu.default_host.empty() ? "workstation-128g" : gpu.default_host);
   s.config = config_from_json(x["config"], where + ": metadata.extra.config");
-  if (t.metadata.source == "cpu") apply_cpu_run(s);
+  // Both executor backends run fp32 pages, parameters and activations (the CUDA backend converts
+  // to bf16 only inside its tensor-core attention): cpu, host-timed cuda and CUPTI-timed cuda.
+  const std::string& src = t.metadata.source;
+  if (src == "cpu" || src == "cuda" || src == "cuda-cupti") apply_cpu_run(s);
   return s;
 }
 
@@ -178,29 +187,42 @@ std::vector<CalibrationSample> calibration_samples(const traces::Trace& t, const
   const Json& x = t.metadata.extra;
   if (x.contains("measured") && x["measured"].is_object() && x["measured"].contains("steps"))
     steps = std::max(1.0, x["measured"]["steps"].get<double>());
-  std::map<std::tuple<int, int64_t, int64_t, std::string>, double> sum;
+  // Occurrences of each (stage, chunk, layer, pass), in trace order.
+  std::map<std::tuple<int, int64_t, int64_t, std::string>, std::vector<double>> seen;
   for (const auto& e : t.events)
-    if (e.kind == traces::EventKind::compute) sum[{e.stage, e.chunk, e.layer, e.op}] += e.duration_ns() * 1e-9;
+    if (e.kind == traces::EventKind::compute) seen[{e.stage, e.chunk, e.layer, e.op}].push_back(e.duration_ns() * 1e-9);
   std::vector<CalibrationSample> out;
-  for (const auto& [key, seconds] : sum) {
+  for (const auto& [key, times] : seen) {
     const auto& [stage, chunk, layer, op] = key;
     const std::optional<OpWork> w = pass_work(s, chunk, op);
     if (!w) continue;
-    out.push_back({trace_index, stage, chunk, layer, op, *w, seconds / steps});
+    double seconds = 0;
+    if (steps >= 2 && static_cast<double>(times.size()) == steps) {
+      // One occurrence per step: the fastest. The first step's page faults and other processes'
+      // interference only ever add time, so the minimum is the backend's own speed.
+      seconds = *std::min_element(times.begin(), times.end());
+    } else {
+      // Several per step (op detail splits a pass) or a one-step trace: the mean per step.
+      for (double x : times) seconds += x;
+      seconds /= steps;
+    }
+    out.push_back({trace_index, stage, chunk, layer, op, *w, seconds});
   }
   return out;
 }
 
 FitResult fit_efficiencies(const std::vector<CalibrationSample>& samples, const models::GpuSpec& base,
                            int trace_count, const std::vector<std::string>& hold) {
-  bool held[kParams] = {false, false, false, false};
+  bool held[kParams] = {false, false, false, false, false};
   const double fixed[kParams] = {1.0 / base.efficiency.gemm, 1.0 / base.efficiency.attention,
-                                 1.0 / base.efficiency.memory_bound, base.launch_overhead_s};
-  const char* const keys[kParams] = {"gemm", "attention", "memory_bound", "launch_overhead"};
+                                 1.0 / base.efficiency.attention_backward, 1.0 / base.efficiency.memory_bound,
+                                 base.launch_overhead_s};
+  const char* const keys[kParams] = {"gemm", "attention", "attention_backward", "memory_bound", "launch_overhead"};
   for (const auto& h : hold) {
     int j = 0;
     while (j < kParams && h != keys[j]) ++j;
-    if (j == kParams) throw Error("--hold", h, "unknown parameter", "gemm, attention, memory_bound or launch_overhead");
+    if (j == kParams) throw Error("--hold", h, "unknown parameter",
+                                        "gemm, attention, attention_backward, memory_bound or launch_overhead");
     held[j] = true;
   }
   const Design d = design(samples, trace_count, -1);
@@ -210,8 +232,9 @@ FitResult fit_efficiencies(const std::vector<CalibrationSample>& samples, const 
   r.efficiency = base.efficiency;
   r.efficiency.gemm = 1.0 / sol.x(0);
   r.efficiency.attention = 1.0 / sol.x(1);
-  r.efficiency.memory_bound = 1.0 / sol.x(2);
-  r.launch_overhead_s = sol.x(3);
+  r.efficiency.attention_backward = 1.0 / sol.x(2);
+  r.efficiency.memory_bound = 1.0 / sol.x(3);
+  r.launch_overhead_s = sol.x(kLaunch);
   r.clamped = sol.clamped;
   const Eigen::VectorXd fit = d.X * sol.x;
   const double mean = d.y.mean();
@@ -268,6 +291,7 @@ Json FitResult::to_json() const {
   Json loo = Json::array();
   for (const auto& e : leave_one_out) loo.push_back(e ? Json(*e) : Json(nullptr));
   return {{"efficiency", {{"gemm", efficiency.gemm}, {"attention", efficiency.attention},
+                          {"attention_backward", efficiency.attention_backward},
                           {"memory_bound", efficiency.memory_bound}}},
           {"launch_overhead_s", launch_overhead_s},
           {"r2", r2},

@@ -2,7 +2,8 @@
 // Calibration of the cost model's efficiency parameters to measured traces (docs/model.md,
 // "Calibration"): every measured compute event (stage, chunk, layer, op) has a predicted
 // decomposition into seconds at efficiency 1 per op class; least squares over all events gives
-// the inverse efficiencies: measured ~ gemm_s / e_gemm + attn_s / e_attn + mb_s / e_mb + kernels * launch.
+// the inverse efficiencies: measured ~ gemm_s / e_gemm + attn_s / e_attn + attn_bwd_s / e_attn_bwd +
+// mb_s / e_mb + kernels * launch.
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -17,7 +18,7 @@ namespace oomb::simulator {
 
 // Seconds of one pass's compute at efficiency 1 per class, and its launches.
 struct OpWork {
-  double gemm_s = 0, attn_s = 0, mb_s = 0, kernels = 0;
+  double gemm_s = 0, attn_s = 0, attn_bwd_s = 0, mb_s = 0, kernels = 0;
 };
 
 // Predicted work of the pass that a trace names op ("embedding", "layer_fwd", "layer_recompute",
@@ -30,10 +31,12 @@ std::optional<OpWork> pass_work(const Scenario& s, int64_t chunk, const std::str
 void apply_cpu_run(Scenario& s);
 
 // The scenario a measured trace (from `oomb run --trace`) ran: its model and config, on `gpu`,
-// with the cpu backend's dtypes for cpu traces. Throws Error naming the file when it lacks them.
+// with the executor's fp32 dtypes for traces of its backends (cpu, cuda, cuda-cupti). Throws Error naming the file when it lacks them.
 Scenario scenario_of_trace(const traces::Trace& t, const std::string& where, const models::GpuSpec& gpu);
 
-// One measured compute event (summed over steps, divided by their count) and its predicted work.
+// One measured pass and its predicted work. measured_s: the fastest of its occurrences when the
+// trace ran several steps and the pass occurs once per step (layer detail); otherwise its total
+// per step (op detail, or one step).
 struct CalibrationSample {
   int trace = 0;  // index into the fitted traces
   int stage = 0;
@@ -72,7 +75,7 @@ struct FitResult {
 // overhead >= 0; parameters that leave their range are held at the bound and reported. Throws
 // Error naming the parameter when the samples cannot determine it ("attention efficiency is not
 // determined by these traces: they contain no attention work"). `hold` keeps parameters at the
-// base profile's values ("gemm", "attention", "memory_bound", "launch_overhead").
+// base profile's values ("gemm", "attention", "attention_backward", "memory_bound", "launch_overhead").
 FitResult fit_efficiencies(const std::vector<CalibrationSample>& samples, const models::GpuSpec& base,
                            int trace_count, const std::vector<std::string>& hold = {});
 

@@ -21,6 +21,7 @@ int64_t param_count(const Scenario& s) {
 WorkTerms& WorkTerms::operator+=(const WorkTerms& o) {
   gemm_s += o.gemm_s;
   attn_s += o.attn_s;
+  attn_bwd_s += o.attn_bwd_s;
   attn_bytes_s += o.attn_bytes_s;
   mb_s += o.mb_s;
   allreduce_s += o.allreduce_s;
@@ -49,32 +50,41 @@ struct LayerWork {
 
 double peak(const Scenario& s) { return s.gpu.bf16_flops_per_s; }
 
-double time_of(const Scenario& s, const LayerWork& w, double gemm_mult, double attn_mult, double mb_mult, int kernels) {
+// How many times a pass runs a layer's work of each class: GEMMs, attention forward (incl. a
+// recompute inside the backward), attention backward (in forward-flop units), memory-bound ops.
+struct Mult {
+  double gemm = 0, attn_fwd = 0, attn_bwd = 0, mb = 0;
+  int kernels = 0;
+};
+
+double time_of(const Scenario& s, const LayerWork& w, const Mult& m) {
   const auto& e = s.gpu.efficiency;
-  double t_gemm = w.gemm_flops * gemm_mult / (peak(s) * e.gemm);
-  double t_attn = std::max(w.attn_flops * attn_mult / (peak(s) * e.attention),
-                           w.attn_bytes * attn_mult / (s.gpu.hbm_bytes_per_s * e.memory_bound));
-  double t_mb = w.mb_bytes * mb_mult / (s.gpu.hbm_bytes_per_s * e.memory_bound);
+  double t_gemm = w.gemm_flops * m.gemm / (peak(s) * e.gemm);
+  double t_attn = std::max(w.attn_flops * m.attn_fwd / (peak(s) * e.attention) +
+                               w.attn_flops * m.attn_bwd / (peak(s) * e.attention_backward),
+                           w.attn_bytes * (m.attn_fwd + m.attn_bwd) / (s.gpu.hbm_bytes_per_s * e.memory_bound));
+  double t_mb = w.mb_bytes * m.mb / (s.gpu.hbm_bytes_per_s * e.memory_bound);
   double t_ar = 0;
   if (s.config.gpus > 1) {
     double link = s.gpu.interconnect_bytes_per_s > 0 ? s.gpu.interconnect_bytes_per_s : s.gpu.h2d_bytes_per_s;
-    t_ar = w.allreduce_bytes * mb_mult / link;
+    t_ar = w.allreduce_bytes * m.mb / link;
   }
-  return t_gemm + t_attn + t_mb + t_ar + kernels * s.gpu.launch_overhead_s;
+  return t_gemm + t_attn + t_mb + t_ar + m.kernels * s.gpu.launch_overhead_s;
 }
 
 // time_of's terms at efficiency 1 (the same multipliers), for calibration.
-WorkTerms terms_of(const Scenario& s, const LayerWork& w, double gemm_mult, double attn_mult, double mb_mult, int kernels) {
+WorkTerms terms_of(const Scenario& s, const LayerWork& w, const Mult& m) {
   WorkTerms t;
-  t.gemm_s = w.gemm_flops * gemm_mult / peak(s);
-  t.attn_s = w.attn_flops * attn_mult / peak(s);
-  t.attn_bytes_s = w.attn_bytes * attn_mult / s.gpu.hbm_bytes_per_s;
-  t.mb_s = w.mb_bytes * mb_mult / s.gpu.hbm_bytes_per_s;
+  t.gemm_s = w.gemm_flops * m.gemm / peak(s);
+  t.attn_s = w.attn_flops * m.attn_fwd / peak(s);
+  t.attn_bwd_s = w.attn_flops * m.attn_bwd / peak(s);
+  t.attn_bytes_s = w.attn_bytes * (m.attn_fwd + m.attn_bwd) / s.gpu.hbm_bytes_per_s;
+  t.mb_s = w.mb_bytes * m.mb / s.gpu.hbm_bytes_per_s;
   if (s.config.gpus > 1) {
     double link = s.gpu.interconnect_bytes_per_s > 0 ? s.gpu.interconnect_bytes_per_s : s.gpu.h2d_bytes_per_s;
-    t.allreduce_s = w.allreduce_bytes * mb_mult / link;
+    t.allreduce_s = w.allreduce_bytes * m.mb / link;
   }
-  t.kernels = kernels;
+  t.kernels = m.kernels;
   return t;
 }
 
@@ -101,8 +111,9 @@ PassCost head_cost(const Scenario& s, const Geometry& g, int64_t tokens) {
   const double logit_bytes = g.fused_loss ? 6.0 : 10.0;
   w.mb_bytes = T * static_cast<double>(g.V / g.G) * logit_bytes + T * static_cast<double>(4 * g.h * g.act_b);
   PassCost p;
-  p.compute_s = time_of(s, w, 3.0, 0.0, 1.0, kKernelsHead);
-  p.work = terms_of(s, w, 3.0, 0.0, 1.0, kKernelsHead);
+  const Mult m{3.0, 0.0, 0.0, 1.0, kKernelsHead};
+  p.compute_s = time_of(s, w, m);
+  p.work = terms_of(s, w, m);
   p.flops = 3.0 * w.gemm_flops;
   return p;
 }
@@ -116,8 +127,9 @@ ChunkCosts chunk_costs(const Scenario& s, const Geometry& g, int64_t c) {
   const LayerWork w = layer_work(g, tokens, attended_keys);
   const bool ckpt = s.config.checkpointing;
 
-  cc.fill.compute_s = time_of(s, w, 1.0, 1.0, 1.0, kKernelsLayerFwd);
-  cc.fill.work = terms_of(s, w, 1.0, 1.0, 1.0, kKernelsLayerFwd);
+  const Mult fwd{1.0, 1.0, 0.0, 1.0, kKernelsLayerFwd};
+  cc.fill.compute_s = time_of(s, w, fwd);
+  cc.fill.work = terms_of(s, w, fwd);
   cc.fill.flops = w.gemm_flops + w.attn_flops;
   if (g.sparse) {
     // Scoring every earlier page summary per token and KV head, then a softmax over pages.
@@ -125,18 +137,19 @@ ChunkCosts chunk_costs(const Scenario& s, const Geometry& g, int64_t c) {
     LayerWork sel;
     sel.gemm_flops = 2.0 * tokens * static_cast<double>(g.kv_heads * g.head_dim) * pp;
     sel.mb_bytes = 3.0 * tokens * static_cast<double>(g.kv_heads) * pp * 4.0;
-    cc.fill.compute_s += time_of(s, sel, 1.0, 0.0, 1.0, 4);
-    cc.fill.work += terms_of(s, sel, 1.0, 0.0, 1.0, 4);
+    const Mult scoring{1.0, 0.0, 0.0, 1.0, 4};
+    cc.fill.compute_s += time_of(s, sel, scoring);
+    cc.fill.work += terms_of(s, sel, scoring);
     cc.fill.flops += sel.gemm_flops;
   }
-  cc.recompute.compute_s = time_of(s, w, 1.0, 1.0, 1.0, kKernelsLayerFwd);
-  cc.recompute.work = terms_of(s, w, 1.0, 1.0, 1.0, kKernelsLayerFwd);
+  cc.recompute.compute_s = time_of(s, w, fwd);
+  cc.recompute.work = terms_of(s, w, fwd);
   cc.recompute.flops = w.gemm_flops + w.attn_flops;
   const double recompute_mult = ckpt ? 1.0 : 0.0;
-  cc.backward.compute_s = time_of(s, w, 2.0 + recompute_mult, kAttentionBackwardFactor + recompute_mult,
-                                  2.0 + recompute_mult, kKernelsLayerBwd + (ckpt ? kKernelsLayerFwd : 0));
-  cc.backward.work = terms_of(s, w, 2.0 + recompute_mult, kAttentionBackwardFactor + recompute_mult,
-                              2.0 + recompute_mult, kKernelsLayerBwd + (ckpt ? kKernelsLayerFwd : 0));
+  const Mult bwd{2.0 + recompute_mult, recompute_mult, kAttentionBackwardFactor, 2.0 + recompute_mult,
+                 kKernelsLayerBwd + (ckpt ? kKernelsLayerFwd : 0)};
+  cc.backward.compute_s = time_of(s, w, bwd);
+  cc.backward.work = terms_of(s, w, bwd);
   cc.backward.flops = (2.0 + recompute_mult) * w.gemm_flops + (kAttentionBackwardFactor + recompute_mult) * w.attn_flops;
 
   if (g.offload) {
@@ -156,8 +169,9 @@ ChunkCosts chunk_costs(const Scenario& s, const Geometry& g, int64_t c) {
   cc.head = head_cost(s, g, tokens);
   LayerWork emb;
   emb.mb_bytes = static_cast<double>(tokens) * g.h * g.act_b * 2.0;
-  cc.fill_head.compute_s = time_of(s, emb, 0, 0, 1.0, 1);
-  cc.fill_head.work = terms_of(s, emb, 0, 0, 1.0, 1);
+  const Mult embedding{0.0, 0.0, 0.0, 1.0, 1};
+  cc.fill_head.compute_s = time_of(s, emb, embedding);
+  cc.fill_head.work = terms_of(s, emb, embedding);
   return cc;
 }
 
@@ -165,11 +179,11 @@ ChunkCosts standard_costs(const Scenario& s, const Geometry& g) {
   ChunkCosts cc;
   const LayerWork w = layer_work(g, g.N, 0);
   const bool ckpt = s.config.checkpointing;
-  cc.fill.compute_s = time_of(s, w, 1.0, 1.0, 1.0, kKernelsLayerFwd);
+  cc.fill.compute_s = time_of(s, w, Mult{1.0, 1.0, 0.0, 1.0, kKernelsLayerFwd});
   cc.fill.flops = w.gemm_flops + w.attn_flops;
   const double r = ckpt ? 1.0 : 0.0;
-  cc.backward.compute_s =
-      time_of(s, w, 2.0 + r, kAttentionBackwardFactor + r, 2.0 + r, kKernelsLayerBwd + (ckpt ? kKernelsLayerFwd : 0));
+  cc.backward.compute_s = time_of(
+      s, w, Mult{2.0 + r, r, kAttentionBackwardFactor, 2.0 + r, kKernelsLayerBwd + (ckpt ? kKernelsLayerFwd : 0)});
   cc.backward.flops = (2.0 + r) * w.gemm_flops + (kAttentionBackwardFactor + r) * w.attn_flops;
   cc.head = head_cost(s, g, g.N);
   return cc;

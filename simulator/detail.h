@@ -31,11 +31,13 @@ MemoryTable memory_table(const Scenario& s, bool describe);  // describe=false: 
 namespace oomb::simulator::detail {
 
 // The compute time of a pass split by op class at efficiency 1 (calibration fits the inverse
-// efficiencies to measured times): compute_s = gemm_s / eff.gemm + max(attn_s / eff.attention,
-// attn_bytes_s / eff.memory_bound) + mb_s / eff.memory_bound + allreduce_s + kernels * launch.
+// efficiencies to measured times): compute_s = gemm_s / eff.gemm + max(attn_s / eff.attention +
+// attn_bwd_s / eff.attention_backward, attn_bytes_s / eff.memory_bound) + mb_s / eff.memory_bound +
+// allreduce_s + kernels * launch.
 struct WorkTerms {
   double gemm_s = 0;        // GEMM flops / bf16 peak
-  double attn_s = 0;        // attention flops / bf16 peak
+  double attn_s = 0;        // attention forward flops (incl. recomputes) / bf16 peak
+  double attn_bwd_s = 0;    // attention backward flops / bf16 peak
   double attn_bytes_s = 0;  // attention K/V re-reads / HBM bandwidth
   double mb_s = 0;          // elementwise bytes / HBM bandwidth
   double allreduce_s = 0;   // tensor-parallel all-reduce (not fitted)

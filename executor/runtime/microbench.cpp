@@ -211,6 +211,8 @@ ModelRates model_rates(const models::ModelSpec& m, const std::vector<GemmShape>&
     if (p.model != m.id) continue;
     const double t = 3.0 / p.fwd.median + 2.5 / p.bwd.median;
     mr.attention_flops_per_s = 5.5 / t;
+    mr.attention_fwd_flops_per_s = p.fwd.median;
+    mr.attention_bwd_flops_per_s = p.bwd.median;
     mr.attention_spread = ((3.0 / p.fwd.min + 2.5 / p.bwd.min) - (3.0 / p.fwd.max + 2.5 / p.bwd.max)) / t;
   }
   return mr;
@@ -233,7 +235,9 @@ Json MicrobenchResult::to_json() const {
                  {"bwd_flops_per_s", x.bwd.to_json()}});
   for (const auto& x : models)
     m.push_back({{"model", x.model}, {"gemm_flops_per_s", x.gemm_flops_per_s}, {"gemm_spread", x.gemm_spread},
-                 {"attention_flops_per_s", x.attention_flops_per_s}, {"attention_spread", x.attention_spread}});
+                 {"attention_flops_per_s", x.attention_flops_per_s}, {"attention_spread", x.attention_spread},
+                 {"attention_fwd_flops_per_s", x.attention_fwd_flops_per_s},
+                 {"attention_bwd_flops_per_s", x.attention_bwd_flops_per_s}});
   return {{"backend", backend},
           {"host", host},
           {"date", date},
@@ -313,16 +317,18 @@ MicrobenchResult run_microbench(Backend& backend, const MicrobenchOptions& o) {
 Json device_profile(const MicrobenchResult& r, const std::string& id, int64_t capacity_bytes,
                     const std::string& model_for_efficiency) {
   OOMB_ASSERT(r.peak_flops_per_s > 0 && !r.models.empty(), "run_microbench first");
-  double gemm = 0, attn = 0, n = 0;
+  double gemm = 0, attn = 0, attn_bwd = 0, n = 0;
   for (const auto& m : r.models) {
     if (!model_for_efficiency.empty() && m.model != model_for_efficiency) continue;
     gemm += m.gemm_flops_per_s;
-    attn += m.attention_flops_per_s;
+    attn += m.attention_fwd_flops_per_s;
+    attn_bwd += m.attention_bwd_flops_per_s;
     n += 1;
   }
   if (n == 0) throw Error("calibrate", model_for_efficiency, "was not benchmarked", "name one of the --model values");
   gemm /= n;
   attn /= n;
+  attn_bwd /= n;
   const double peak = r.peak_flops_per_s;
   // Memory-bound ops on activation-sized tensors can beat the streaming figure (caches): the
   // bandwidth is the best of the two so that the efficiency stays a fraction.
@@ -353,7 +359,8 @@ Json device_profile(const MicrobenchResult& r, const std::string& id, int64_t ca
             {"launch_overhead_s", r.op_overhead_s.median},
             {"default_host", "workstation-128g"},
             {"efficiency",
-             {{"gemm", frac(gemm / peak)}, {"attention", frac(attn / peak)}, {"memory_bound", frac(mb / hbm)}, {"copy", 1.0}}},
+             {{"gemm", frac(gemm / peak)}, {"attention", frac(attn / peak)},
+              {"attention_backward", frac(attn_bwd / peak)}, {"memory_bound", frac(mb / hbm)}, {"copy", 1.0}}},
             {"calibrated_from", r.host + ", " + r.date + " (" + r.backend + " backend micro-benchmarks)"},
             {"calibration", r.to_json()}};
   j["sources"] = {
@@ -363,7 +370,9 @@ Json device_profile(const MicrobenchResult& r, const std::string& id, int64_t ca
       {"efficiency.gemm", "step-mix GEMM rate (layer shapes x3 forward + backward, LM head) / peak" +
                               (model_for_efficiency.empty() ? std::string(", mean over the benchmarked models")
                                                             : ", shapes of " + model_for_efficiency)},
-      {"efficiency.attention", "paged attention, 3 forward + 1 backward (flops as the cost model counts them) / peak"},
+      {"efficiency.attention", "paged attention forward rate / peak"},
+      {"efficiency.attention_backward",
+       "paged attention backward rate (flops counted as 2.5x the forward's, as the cost model does) / peak"},
       {"efficiency.memory_bound", "harmonic mean of the rmsnorm, swiglu and add rates / hbm_bytes_per_s"},
       {"h2d_bytes_per_s", "copy_async host -> device tier, 32 MiB in 4 regions"},
       {"d2h_bytes_per_s", "copy_async device -> host tier, 32 MiB in 4 regions"},

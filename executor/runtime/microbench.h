@@ -41,6 +41,7 @@ struct ModelRates {
   std::string model;
   double gemm_flops_per_s = 0;       // step mix: fill + recompute (fwd) and backward (fwd + bwd) over the shapes
   double attention_flops_per_s = 0;  // step mix: 3 forward passes and one backward per layer
+  double attention_fwd_flops_per_s = 0, attention_bwd_flops_per_s = 0;  // each direction alone (medians)
   double gemm_spread = 0, attention_spread = 0;
 };
 

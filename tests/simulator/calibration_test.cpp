@@ -3,6 +3,7 @@
 // undetermined ones naming the parameter, and pass_work splits exactly what compute_s prices.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -31,21 +32,22 @@ Scenario tiny_scenario(int64_t context, int64_t chunk, bool sparse) {
 }
 
 // Samples of every pass of a scenario with times made from (inverse efficiencies, launch).
-std::vector<CalibrationSample> synth(const Scenario& s, int trace, const double x[4]) {
+// x: inverse efficiencies of gemm, attention forward, attention backward, memory-bound; launch (s).
+std::vector<CalibrationSample> synth(const Scenario& s, int trace, const double x[5]) {
   std::vector<CalibrationSample> out;
   const auto pc = page_counts(s);
   for (int64_t c = 0; c < pc.chunks; ++c)
     for (const char* op : {"embedding", "layer_fwd", "layer_recompute", "layer_bwd", "lm_head"}) {
       const auto w = pass_work(s, c, op);
       EXPECT_TRUE(w.has_value()) << op;
-      const double t = w->gemm_s * x[0] + w->attn_s * x[1] + w->mb_s * x[2] + w->kernels * x[3];
+      const double t = w->gemm_s * x[0] + w->attn_s * x[1] + w->attn_bwd_s * x[2] + w->mb_s * x[3] + w->kernels * x[4];
       out.push_back({trace, 1, c, 0, op, *w, t});
     }
   return out;
 }
 
 TEST(Calibration, RecoversKnownParameters) {
-  const double x[4] = {1.0 / 0.6, 1.0 / 0.35, 1.0 / 0.5, 7e-6};
+  const double x[5] = {1.0 / 0.6, 1.0 / 0.35, 1.0 / 0.7, 1.0 / 0.5, 7e-6};
   auto a = synth(tiny_scenario(4096, 1024, false), 0, x);
   auto b = synth(tiny_scenario(3000, 512, true), 1, x);  // ragged last chunk, other shapes
   auto c = synth(tiny_scenario(777, 256, false), 2, x);
@@ -54,6 +56,7 @@ TEST(Calibration, RecoversKnownParameters) {
   const FitResult f = fit_efficiencies(a, models::load_gpu("h200"), 3);
   EXPECT_NEAR(f.efficiency.gemm, 0.6, kRecoverTol);
   EXPECT_NEAR(f.efficiency.attention, 0.35, kRecoverTol);
+  EXPECT_NEAR(f.efficiency.attention_backward, 0.7, kRecoverTol);
   EXPECT_NEAR(f.efficiency.memory_bound, 0.5, kRecoverTol);
   EXPECT_NEAR(f.launch_overhead_s, 7e-6, 1e-12);
   EXPECT_NEAR(f.r2, 1.0, 1e-9);
@@ -67,7 +70,7 @@ TEST(Calibration, RecoversKnownParameters) {
 
 TEST(Calibration, HoldsParametersAtTheirBounds) {
   // Faster than the peak (inverse efficiency 0.5): held at efficiency 1 and reported.
-  const double x[4] = {0.5, 1.0 / 0.4, 1.0 / 0.5, 2e-6};
+  const double x[5] = {0.5, 1.0 / 0.4, 1.0 / 0.4, 1.0 / 0.5, 2e-6};
   auto a = synth(tiny_scenario(4096, 1024, false), 0, x);
   auto b = synth(tiny_scenario(3000, 512, true), 1, x);
   a.insert(a.end(), b.begin(), b.end());
@@ -78,34 +81,49 @@ TEST(Calibration, HoldsParametersAtTheirBounds) {
 }
 
 TEST(Calibration, RefusesWhatTheTracesDoNotDetermine) {
-  const double x[4] = {2, 3, 2, 1e-6};
+  const double x[5] = {2, 3, 1.5, 2, 1e-6};
   auto a = synth(tiny_scenario(2048, 512, false), 0, x);
-  for (auto& s : a) s.work.attn_s = 0;  // no attention work anywhere
+  for (auto& s : a) s.work.attn_s = s.work.attn_bwd_s = 0;  // no attention work anywhere
   try {
     fit_efficiencies(a, models::load_gpu("h200"), 1);
     FAIL() << "expected an Error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("attention efficiency is not determined by these traces: they contain no "
-                                         "attention work"),
+                                         "attention forward work"),
               std::string::npos)
         << e.what();
   }
-  // Held at the profile's value instead, the rest is fitted.
-  const FitResult f = fit_efficiencies(a, models::load_gpu("h200"), 1, {"attention"});
+  // Held at the profile's values instead, the rest is fitted.
+  const FitResult f = fit_efficiencies(a, models::load_gpu("h200"), 1, {"attention", "attention_backward"});
   EXPECT_DOUBLE_EQ(f.efficiency.attention, models::load_gpu("h200").efficiency.attention);
+  EXPECT_DOUBLE_EQ(f.efficiency.attention_backward, models::load_gpu("h200").efficiency.attention_backward);
+  // Forward-only traces (no backward pass recorded) name the backward parameter.
+  auto fwd_only = synth(tiny_scenario(2048, 512, false), 0, x);
+  fwd_only.erase(std::remove_if(fwd_only.begin(), fwd_only.end(), [](const auto& s) { return s.op == "layer_bwd"; }),
+                 fwd_only.end());
+  try {
+    fit_efficiencies(fwd_only, models::load_gpu("h200"), 1);
+    FAIL() << "expected an Error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("attention backward efficiency is not determined"), std::string::npos)
+        << e.what();
+  }
   EXPECT_THROW(fit_efficiencies(a, models::load_gpu("h200"), 1, {"nonsense"}), Error);
 }
 
 TEST(Calibration, PassWorkPricesLikeTheCostModel) {
   // compute_s of every pass = its work terms at the profile's efficiencies (attention flop-bound here).
-  const Scenario s = tiny_scenario(3000, 512, true);
+  Scenario s = tiny_scenario(3000, 512, true);
+  s.gpu.efficiency.attention_backward = 0.8;  // priced apart from the forward's 0.5
   const detail::Geometry g = detail::geometry(s);
   const auto& e = s.gpu.efficiency;
   for (int64_t c = 0; c < g.n; ++c) {
     const detail::ChunkCosts cc = detail::chunk_costs(s, g, c);
     for (const detail::PassCost* p : {&cc.fill, &cc.recompute, &cc.backward, &cc.head, &cc.fill_head}) {
       const auto& w = p->work;
-      const double t = w.gemm_s / e.gemm + std::max(w.attn_s / e.attention, w.attn_bytes_s / e.memory_bound) +
+      const double t = w.gemm_s / e.gemm +
+                       std::max(w.attn_s / e.attention + w.attn_bwd_s / e.attention_backward,
+                                w.attn_bytes_s / e.memory_bound) +
                        w.mb_s / e.memory_bound + w.allreduce_s + w.kernels * s.gpu.launch_overhead_s;
       EXPECT_NEAR(t, p->compute_s, 1e-12 + 1e-9 * p->compute_s) << "chunk " << c;
     }
