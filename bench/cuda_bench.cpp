@@ -1,16 +1,23 @@
 // CUDA backend speed, each figure next to a baseline measured in the same run:
 //  - paged attention forward + backward at chunk 4096 with Qwen2.5-7B shapes (28 query heads, 4 KV
-//    heads, head_dim 128, pages of 128, 16 dense prefix pages), in TFLOP/s, against a cuBLASLt
-//    GEMM of the same FLOPs (fp32, and TF32 for context): ratio printed;
+//    heads, head_dim 128, pages of 128, 16 dense prefix pages), in TFLOP/s, for the fp32 kernels
+//    and the bf16 tensor-core kernels (CudaAttentionKernel), against cuBLASLt GEMMs of the same
+//    FLOPs: fp32, TF32 and bf16 (fp32 accumulate, the tensor-core kernels' operand precision);
+//    ratios printed, and the tensor-core kernels' ratio to the bf16 GEMM against its target (0.5);
 //  - offload copy bandwidth per direction through CudaBackend::copy_async (one region per page,
 //    scattered so that no two merge) against one plain cudaMemcpyAsync of the same bytes between
 //    pinned and device memory: ratio printed.
 // Without a CUDA device it says so and exits 0.
+#include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <functional>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "executor/cuda/cuda_backend.h"
@@ -50,6 +57,70 @@ void fill_random(CudaBackend& b, float* dst, int64_t n, uint64_t seed, float sca
   std::vector<float> v(static_cast<size_t>(n));
   for (auto& x : v) x = scale * static_cast<float>(r.normal());
   b.upload(dst, v.data(), n * 4);
+}
+
+// Random bf16 values (bit patterns: the top half of the float, rounded to nearest even).
+void fill_random_bf16(CudaBackend& b, void* dst, int64_t n, uint64_t seed) {
+  Rng r(seed);
+  std::vector<uint16_t> v(static_cast<size_t>(n));
+  for (auto& x : v) {
+    const float f = static_cast<float>(r.normal());
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    x = static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+  }
+  b.upload(dst, v.data(), n * 2);
+}
+
+void lt_check(cublasStatus_t s, const char* what) {
+  if (s != CUBLAS_STATUS_SUCCESS) throw std::runtime_error(std::string("cuBLASLt ") + what + " failed: status " +
+                                                           std::to_string(static_cast<int>(s)));
+}
+
+// Median ms of C[m, n] (fp32) = A[m, k] B[k, n] with bf16 A, B (column-major), fp32 compute: the
+// tensor-core GEMM rate at the bf16 attention kernels' operand precision.
+double bf16_gemm_ms(cudaStream_t s, int reps, int64_t m, int64_t n, int64_t k, const void* A, const void* B, float* C,
+                    void* ws, int64_t ws_bytes) {
+  cublasLtHandle_t h;
+  lt_check(cublasLtCreate(&h), "create");
+  cublasLtMatmulDesc_t op;
+  lt_check(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul desc");
+  cublasLtMatrixLayout_t la, lb, lc;
+  lt_check(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, static_cast<uint64_t>(m), static_cast<uint64_t>(k), m), "A");
+  lt_check(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, static_cast<uint64_t>(k), static_cast<uint64_t>(n), k), "B");
+  lt_check(cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, static_cast<uint64_t>(m), static_cast<uint64_t>(n), m), "C");
+  cublasLtMatmulPreference_t pref;
+  lt_check(cublasLtMatmulPreferenceCreate(&pref), "preference");
+  const uint64_t wsb = static_cast<uint64_t>(ws_bytes);
+  lt_check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof(wsb)),
+           "workspace");
+  cublasLtMatmulHeuristicResult_t res{};
+  int found = 0;
+  lt_check(cublasLtMatmulAlgoGetHeuristic(h, op, la, lb, lc, lc, pref, 1, &res, &found), "heuristic");
+  if (found == 0) throw std::runtime_error("cuBLASLt: no bf16 GEMM algorithm");
+  const float alpha = 1.0f, beta = 0.0f;
+  const double ms = time_ms(s, reps, [&] {
+    lt_check(cublasLtMatmul(h, op, &alpha, A, la, B, lb, &beta, C, lc, C, lc, &res.algo, ws,
+                            static_cast<size_t>(ws_bytes), s),
+             "matmul");
+  });
+  cublasLtMatmulPreferenceDestroy(pref);
+  cublasLtMatrixLayoutDestroy(la);
+  cublasLtMatrixLayoutDestroy(lb);
+  cublasLtMatrixLayoutDestroy(lc);
+  cublasLtMatmulDescDestroy(op);
+  cublasLtDestroy(h);
+  return ms;
+}
+
+double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double d = static_cast<double>(a[i]) - b[i];
+    num += d * d;
+    den += static_cast<double>(b[i]) * b[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-30));
 }
 
 }  // namespace
@@ -105,6 +176,33 @@ int main() {
   std::printf("attention bwd: %.2f ms, %.2f TFLOP/s\n", bwd_ms, bwd_flops / (bwd_ms * 1e-3) / 1e12);
   std::printf("attention fwd+bwd: %.2f TFLOP/s (fp32 CUDA cores)\n", attn_tflops);
 
+  // ---- the same attention on bf16 tensor cores: a second backend on the same device and CUDA
+  // context (so it can use the buffers above), timed on its own compute stream.
+  CudaBackendOptions tc_options;
+  tc_options.attention_kernel = CudaAttentionKernel::bf16_tensor_core;
+  CudaBackend tc(tc_options);
+  auto tc_stream = static_cast<cudaStream_t>(tc.stream(CudaStream::compute));
+  Buffer o_tc(gpu, Tier::device, T * qd * 4), lse_tc(gpu, Tier::device, T * qh * 4);
+  const double tc_fwd_ms = time_ms(tc_stream, reps, [&] { tc.attention_fwd(a, o_tc.f32(), lse_tc.f32()); });
+  const double tc_bwd_ms = time_ms(tc_stream, reps, [&] {
+    tc.attention_bwd(a, o.f32(), lse.f32(), dout.f32(), dq.f32(), dk.f32(), dv.f32(), gp);
+  });
+  // Every call ran the tensor-core kernels (not the fp32 fallback), and o differs from the fp32
+  // kernels' by bf16 rounding (~3e-3), not more.
+  const bool tc_ran = tc.attention_calls(CudaAttentionKernel::bf16_tensor_core) == 2 * (reps + 1) &&
+                      tc.attention_calls(CudaAttentionKernel::fp32) == 0;
+  std::vector<float> o_fp32(static_cast<size_t>(T * qd)), o_bf16(o_fp32.size());
+  gpu.download(o_fp32.data(), o.f32(), T * qd * 4);
+  gpu.download(o_bf16.data(), o_tc.f32(), T * qd * 4);
+  const double tc_tflops = (fwd_flops + bwd_flops) / ((tc_fwd_ms + tc_bwd_ms) * 1e-3) / 1e12;
+  std::printf("attention fwd (bf16 tensor cores%s): %.2f ms, %.2f TFLOP/s\n", tc_ran ? "" : ", NOT ALL CALLS RAN THEM",
+              tc_fwd_ms, fwd_flops / (tc_fwd_ms * 1e-3) / 1e12);
+  std::printf("attention bwd (bf16 tensor cores): %.2f ms, %.2f TFLOP/s\n", tc_bwd_ms,
+              bwd_flops / (tc_bwd_ms * 1e-3) / 1e12);
+  std::printf("attention fwd+bwd: %.2f TFLOP/s (bf16 tensor cores), %.2fx the fp32 kernels; o differs from the fp32 "
+              "kernels' by rel. L2 %.2e\n",
+              tc_tflops, tc_tflops / attn_tflops, rel_l2(o_bf16, o_fp32));
+
   // ---- a GEMM of the same FLOPs: 4096 x 4096 x K
   const int64_t M = 4096, N = 4096;
   const int64_t K = std::max<int64_t>(128, static_cast<int64_t>((fwd_flops + bwd_flops) / (2.0 * M * N)) / 128 * 128);
@@ -120,10 +218,25 @@ int main() {
     });
     const double tflops = gemm_flops / (ms * 1e-3) / 1e12;
     std::printf("cuBLASLt %s GEMM %lldx%lldx%lld (%.2f TFLOP of work, attention %.2f): %.2f ms, %.2f TFLOP/s; "
-                "attention / GEMM = %.3f\n",
+                "attention / GEMM = %.3f (fp32 kernels), %.3f (bf16 tensor cores)\n",
                 tf32 ? "TF32" : "fp32", static_cast<long long>(M), static_cast<long long>(N),
                 static_cast<long long>(K), gemm_flops / 1e12, (fwd_flops + bwd_flops) / 1e12, ms, tflops,
-                attn_tflops / tflops);
+                attn_tflops / tflops, tc_tflops / tflops);
+  }
+  {
+    // bf16 operands (2 bytes each), fp32 output and accumulation.
+    Buffer ha(gpu, Tier::device, M * K * 2), hb(gpu, Tier::device, K * N * 2);
+    fill_random_bf16(gpu, ha.data(), M * K, 8);
+    fill_random_bf16(gpu, hb.data(), K * N, 9);
+    const double ms = bf16_gemm_ms(compute, reps, M, N, K, ha.data(), hb.data(), gc.f32(), gws.data(), gws.bytes());
+    const double tflops = gemm_flops / (ms * 1e-3) / 1e12;
+    const double ratio = tc_tflops / tflops;
+    std::printf("cuBLASLt bf16 GEMM %lldx%lldx%lld (fp32 accumulate): %.2f ms, %.2f TFLOP/s; attention / GEMM = %.3f "
+                "(fp32 kernels), %.3f (bf16 tensor cores)\n",
+                static_cast<long long>(M), static_cast<long long>(N), static_cast<long long>(K), ms, tflops,
+                attn_tflops / tflops, ratio);
+    std::printf("bf16 tensor-core attention / bf16 GEMM = %.3f, target >= 0.500: %s\n", ratio,
+                ratio >= 0.5 ? "met" : "NOT met");
   }
 
   // ---- offload copies: 256 pages of the Qwen2.5-7B page size (128 tokens, fp32 K+V: 512 KiB)

@@ -26,6 +26,7 @@ static simulator::Config config(int64_t context, int64_t layers_override) {
   c.page_tokens = 128;
   c.resident_layers = 1;  // offload on: the realistic path
   c.layers_override = layers_override;
+  c.kv_dtype = c.kv_grad_dtype = "fp32";  // against the fp32 full-sequence reference, like for like
   return c;
 }
 

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "cli/build_info.h"
@@ -144,18 +145,28 @@ int run_run(const RunArgs& a) {
   const traces::Detail detail = traces::detail_from_string(a.detail, "--detail");
   simulator::Scenario s;
   if (!a.plan.empty()) {
-    // The plan carries every knob; flags that would change it are refused rather than ignored.
-    if (!a.flags.context.empty() || !a.flags.explicit_knobs().empty() || !a.flags.preset.empty())
+    // The plan carries every knob; flags that would change it are refused rather than ignored, except
+    // --layers (a quick run) and the page dtypes (e.g. fp32 pages on the cuda backend), which
+    // `oomb validate` predicts as run.
+    std::set<std::string> knobs = a.flags.explicit_knobs();
+    knobs.erase("kv_dtype");
+    knobs.erase("kv_grad_dtype");
+    if (!a.flags.context.empty() || !knobs.empty() || !a.flags.preset.empty())
       throw Error("--plan", a.plan, "a plan fixes the context and every knob",
-                  "drop --context/--preset/knob flags, or run without --plan");
+                  "drop --context/--preset/knob flags (--layers, --kv-dtype and --kv-grad-dtype may stay), or run "
+                  "without --plan");
     const planner::Plan plan = planner::load_plan(a.plan);
     s = plan.scenario();
-    if (a.flags.layers) {
-      s.config.layers_override = *a.flags.layers;
-      simulator::validate(s.config, s.model);
-    }
+    if (a.flags.layers) s.config.layers_override = *a.flags.layers;
+    if (a.flags.kv_dtype) s.config.kv_dtype = *a.flags.kv_dtype;
+    if (a.flags.kv_grad_dtype) s.config.kv_grad_dtype = *a.flags.kv_grad_dtype;
+    simulator::validate(s.config, s.model);
   } else {
     s = a.flags.resolve();
+    // Without a plan the run is the exact fp32 reference unless bf16 pages are asked for: the
+    // config's (and presets') page dtypes apply to predictions, not to an unflagged run.
+    if (!a.flags.kv_dtype) s.config.kv_dtype = "fp32";
+    if (!a.flags.kv_grad_dtype) s.config.kv_grad_dtype = "fp32";
   }
   const simulator::Config& c = s.config;
   if (c.context_tokens <= 0) throw Error("--context", "", "is required (or give --plan)", "e.g. 16K");
@@ -167,6 +178,26 @@ int run_run(const RunArgs& a) {
   if (a.measure_recall && !sparse_mode)
     throw Error("--measure-recall", "", "measures what sparse page selections capture of the dense attention",
                 "add --attention sparse");
+  // Page dtypes the executor stores (fp32, bf16; the Engine refuses others by name) and, on cuda,
+  // fp32 only for now: refused before anything is read or allocated.
+  auto page_dtype = [&](const std::string& name, const char* flag, bool given) {
+    try {
+      return page_dtype_from_string(name, flag);
+    } catch (const Error& e) {
+      if (a.plan.empty() || given) throw;
+      throw Error(flag, name, e.problem() + "; the plan asks for it",
+                  std::string("override it: ") + flag + " fp32 or bf16");
+    }
+  };
+  const PageDtype kv_pages = page_dtype(c.kv_dtype, "--kv-dtype", a.flags.kv_dtype.has_value());
+  const PageDtype grad_pages = page_dtype(c.kv_grad_dtype, "--kv-grad-dtype", a.flags.kv_grad_dtype.has_value());
+  if (a.backend == "cuda")
+    for (auto [flag, d] : {std::pair{"--kv-dtype", kv_pages}, {"--kv-grad-dtype", grad_pages}})
+      if (d != PageDtype::f32)
+        throw Error(flag, to_string(d), "the cuda backend stores KV and KV-gradient pages in fp32 only",
+                    std::string(flag) + " fp32" + (a.plan.empty() ? "" : " (overrides the plan's " +
+                                                                            std::string(to_string(d)) + ")") +
+                        ", or --backend cpu for bf16 pages");
   if (a.compare_dense && !sparse_mode)
     throw Error("--compare-dense", "", "compares a sparse step with the dense one", "add --attention sparse");
   if (a.compare_dense && c.optimizer != simulator::Optimizer::none)
@@ -369,19 +400,16 @@ int run_run(const RunArgs& a) {
               e.geometry().offload ? " (offload)" : " (no offload)");
   std::printf("backend %s, tokens %s, weights %s\n", a.backend == "cpu" ? "cpu (fp32 reference)" : "cuda (fp32 interface)", tokens.describe().c_str(),
               a.weights.empty() ? ("random (seed " + std::to_string(a.seed) + ")").c_str() : a.weights.c_str());
-  if (c.kv_dtype != "fp32" || c.kv_grad_dtype != "fp32")
-    std::printf("note: the cpu backend keeps KV and KV-gradient pages in fp32 (--kv-dtype %s and --kv-grad-dtype %s "
-                "apply to predictions)\n",
-                c.kv_dtype.c_str(), c.kv_grad_dtype.c_str());
+  std::printf("pages: KV %s, KV-grad %s\n", to_string(kv_pages), to_string(grad_pages));
   for (size_t i = 0; i < losses.size(); ++i) std::printf("  step %zu  loss %.6f\n", i + 1, losses[i]);
   std::printf("\nstep time %s, %s tokens/s\n", format_duration_s(ms.step_s).c_str(),
               format_count(ms.tokens_per_s).c_str());
   std::printf("peak device %s, peak host %s\n", format_bytes(ms.peak_device_bytes).c_str(),
               format_bytes(ms.peak_host_bytes).c_str());
-  std::printf("device pools: KV %lld / %lld pages, KV-grad %lld / %lld pages (high-water / capacity), page %s\n",
+  std::printf("device pools: KV %lld / %lld pages of %s, KV-grad %lld / %lld pages of %s (high-water / capacity)\n",
               static_cast<long long>(ms.kv_pool_high_water_pages), static_cast<long long>(ms.kv_pool_pages),
-              static_cast<long long>(ms.grad_pool_high_water_pages), static_cast<long long>(ms.grad_pool_pages),
-              format_bytes(ms.kv_page_bytes).c_str());
+              format_bytes(ms.kv_page_bytes).c_str(), static_cast<long long>(ms.grad_pool_high_water_pages),
+              static_cast<long long>(ms.grad_pool_pages), format_bytes(ms.grad_page_bytes).c_str());
   std::printf("copies per step: h2d %s, d2h %s\n", format_bytes(ms.h2d_bytes).c_str(),
               format_bytes(ms.d2h_bytes).c_str());
   if (sparse) {
@@ -426,6 +454,17 @@ const Registrar reg("run", "Execute chunk-recurrent training steps (cpu referenc
                     [](CLI::App& sub) {
                       auto a = std::make_shared<RunArgs>();
                       a->flags.add_to(sub, false);
+                      // The run's own page-dtype defaults (the shared help states the planning defaults).
+                      sub.get_option("--kv-dtype")
+                          ->description("KV page storage: fp32 or bf16 (round to nearest even, converted to fp32 "
+                                        "for compute). Default for oomb run: fp32, the exact reference (with --plan: "
+                                        "the plan's dtype, this flag overrides it; presets do not change it); "
+                                        "fp16/fp8 are modelled by simulate and plan but not executed; --backend "
+                                        "cuda: fp32 only");
+                      sub.get_option("--kv-grad-dtype")
+                          ->description("KV-gradient page storage: fp32 or bf16 (each chunk's fp32 contribution "
+                                        "is added and rounded once). Default for oomb run: fp32 (with --plan: the "
+                                        "plan's dtype, this flag overrides it); --backend cuda: fp32 only");
                       sub.add_option("--plan", a->plan,
                                      "Run a plan made by `oomb plan --out` (its model, context and knobs; --layers may "
                                      "still cut the model for a quick run)");
@@ -477,6 +516,8 @@ const Registrar reg("run", "Execute chunk-recurrent training steps (cpu referenc
                           "  oomb plan --model tiny --gpu h200 --context 16K --resident-layers 1 --out p.json && "
                           "oomb run --plan p.json --trace t.json && oomb validate --plan p.json --trace t.json\n"
                           "  oomb run --model tiny --context 2K --chunk 512 --page 64 --resident-layers 1 --reference\n"
+                          "  oomb run --model tiny --context 2K --chunk 512 --page 64 --kv-dtype bf16 --reference   "
+                          "(bf16 KV pages)\n"
                           "  oomb run --model tiny --context 8K --attention sparse --budget 4 --chunk 1K --page 64\n"
                           "  oomb run --model tiny --context 4K --attention sparse --budget 4 --chunk 512 --page 64 "
                           "--measure-recall --compare-dense --trace t.json");

@@ -95,15 +95,25 @@ int run_validate(const ValidateArgs& a) {
   }
   const bool cpu_run = trace.metadata.source == "cpu";
   const bool cupti_run = trace.metadata.source == "cuda-cupti";
-  // Both executor backends keep fp32 at the backend interface (pages, parameters, activations);
-  // a CUPTI-timed trace of the executor says so in its measured block.
+  // Both executor backends keep fp32 parameters and activations at the backend interface and store
+  // KV / KV-gradient pages as configured (fp32 or bf16, in the measured block); a CUPTI-timed trace
+  // of the executor says so in its measured block.
   const bool fp32_run = cpu_run || trace.metadata.source == "cuda" ||
                         (cupti_run && m.contains("compute_dtype") && m["compute_dtype"] == "fp32");
   if (fp32_run) {
-    // Predict for what actually ran.
+    // Predict for what actually ran: the run's page dtypes (a plan's may have been overridden, and
+    // traces from before bf16 pages stored fp32 whatever their config said), fp32 everything else.
+    const RunPageDtypes pages = executor_page_dtypes(trace);
+    if (pages.kv != s.config.kv_dtype || pages.kv_grad != s.config.kv_grad_dtype)
+      notes.push_back("the run stored KV pages as " + pages.kv + " and KV-gradient pages as " + pages.kv_grad +
+                      " (the plan says KV " + s.config.kv_dtype + ", KV-grad " + s.config.kv_grad_dtype +
+                      "): predicted as run");
+    s.config.kv_dtype = pages.kv;
+    s.config.kv_grad_dtype = pages.kv_grad;
     apply_cpu_run(s);
     notes.push_back((cupti_run ? std::string("cuda") : trace.metadata.source) +
-                    " backend: predictions re-made with fp32 pages, parameters and activations, peak as allocated");
+                    " backend: predictions re-made with fp32 parameters and activations, pages as run (KV " +
+                    pages.kv + ", KV-grad " + pages.kv_grad + "), peak as allocated");
   }
   if (cupti_run) {
     std::string n = "times are CUPTI device times (kernels and copies, tagged with their stage, chunk, layer and "

@@ -150,10 +150,20 @@ std::optional<OpWork> pass_work(const Scenario& s, int64_t chunk, const std::str
 }
 
 void apply_cpu_run(Scenario& s) {
-  for (std::string* dt : {&s.config.kv_dtype, &s.config.kv_grad_dtype, &s.config.param_dtype,
-                          &s.config.param_grad_dtype, &s.config.activation_dtype})
+  for (std::string* dt : {&s.config.param_dtype, &s.config.param_grad_dtype, &s.config.activation_dtype})
     *dt = "fp32";
   s.config.peak_measure = PeakMeasure::allocated;
+}
+
+RunPageDtypes executor_page_dtypes(const traces::Trace& t) {
+  RunPageDtypes d;
+  const Json& x = t.metadata.extra;
+  if (!x.is_object() || !x.contains("measured") || !x["measured"].is_object()) return d;
+  const Json& m = x["measured"];
+  if (m.contains("kv_dtype") && m["kv_dtype"].is_string()) d.kv = m["kv_dtype"].get<std::string>();
+  if (m.contains("kv_grad_dtype") && m["kv_grad_dtype"].is_string())
+    d.kv_grad = m["kv_grad_dtype"].get<std::string>();
+  return d;
 }
 
 Scenario scenario_of_trace(const traces::Trace& t, const std::string& where, const models::GpuSpec& gpu) {
@@ -168,10 +178,16 @@ Scenario scenario_of_trace(const traces::Trace& t, const std::string& where, con
   s.gpu = gpu;
   s.host = models::load_host(gpu.default_host.empty() ? "workstation-128g" : gpu.default_host);
   s.config = config_from_json(x["config"], where + ": metadata.extra.config");
-  // Both executor backends run fp32 pages, parameters and activations (the CUDA backend converts
-  // to bf16 only inside its tensor-core attention): cpu, host-timed cuda and CUPTI-timed cuda.
+  // Both executor backends run fp32 parameters and activations (the CUDA backend converts to bf16
+  // only inside its tensor-core attention) and store pages as the run's measured block says: cpu,
+  // host-timed cuda and CUPTI-timed cuda.
   const std::string& src = t.metadata.source;
-  if (src == "cpu" || src == "cuda" || src == "cuda-cupti") apply_cpu_run(s);
+  if (src == "cpu" || src == "cuda" || src == "cuda-cupti") {
+    apply_cpu_run(s);
+    const RunPageDtypes pages = executor_page_dtypes(t);
+    s.config.kv_dtype = pages.kv;
+    s.config.kv_grad_dtype = pages.kv_grad;
+  }
   return s;
 }
 
@@ -203,7 +219,7 @@ std::vector<CalibrationSample> calibration_samples(const traces::Trace& t, const
       seconds = *std::min_element(times.begin(), times.end());
     } else {
       // Several per step (op detail splits a pass) or a one-step trace: the mean per step.
-      for (double x : times) seconds += x;
+      for (double each : times) seconds += each;
       seconds /= steps;
     }
     out.push_back({trace_index, stage, chunk, layer, op, *w, seconds});

@@ -26,12 +26,22 @@ struct OpWork {
 // does not price (e.g. "embedding_bwd", "optimizer").
 std::optional<OpWork> pass_work(const Scenario& s, int64_t chunk, const std::string& op);
 
-// What the executor backends run (cpu, and cuda at its fp32 interface): fp32 pages, parameters and
-// activations; peak as allocated.
+// What the executor backends run (cpu, and cuda at its fp32 interface): fp32 parameters, parameter
+// gradients and activations; KV and KV-gradient pages as the scenario's kv_dtype / kv_grad_dtype
+// (kept: the executor stores the configured page dtype, fp32 or bf16); peak as allocated.
 void apply_cpu_run(Scenario& s);
 
-// The scenario a measured trace (from `oomb run --trace`) ran: its model and config, on `gpu`,
-// with the executor's fp32 dtypes for traces of its backends (cpu, cuda, cuda-cupti). Throws Error naming the file when it lacks them.
+// The page dtypes an executor run stored: the trace's measured block (metadata.extra.measured
+// kv_dtype, kv_grad_dtype). Traces written before the executor stored bf16 pages lack them: those
+// runs stored fp32 pages whatever their config says.
+struct RunPageDtypes {
+  std::string kv = "fp32", kv_grad = "fp32";
+};
+RunPageDtypes executor_page_dtypes(const traces::Trace& t);
+
+// The scenario a measured trace (from `oomb run --trace`) ran: its model and config, on `gpu`, with
+// what the executor ran for traces of its backends (cpu, cuda, cuda-cupti): apply_cpu_run and the
+// page dtypes of executor_page_dtypes. Throws Error naming the file when it lacks them.
 Scenario scenario_of_trace(const traces::Trace& t, const std::string& where, const models::GpuSpec& gpu);
 
 // One measured pass and its predicted work. measured_s: the fastest of its occurrences when the

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "executor/cpu/ops.h"
+#include "executor/runtime/bf16.h"
 
 namespace oomb::executor {
 
@@ -117,29 +118,78 @@ void CpuBackend::add(float* y, const float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += x[i];
 }
 void CpuBackend::copy(float* dst, const float* src, int64_t n) { std::memcpy(dst, src, static_cast<size_t>(n) * 4); }
-void CpuBackend::attention_fwd(const PagedAttention& a, float* o, float* lse) { cpu::attention_fwd(a, o, lse); }
-void CpuBackend::attention_bwd(const PagedAttention& a, const float* o, const float* lse, const float* dout,
-                               float* dq, float* dk, float* dv, const std::vector<float*>& pages) {
-  cpu::attention_bwd(a, o, lse, dout, dq, dk, dv, pages);
+namespace {
+int64_t page_floats(const PagedAttention& a) { return 2 * a.page_tokens * a.kv_heads * a.head_dim; }
+uint16_t* bf16_page(float* page) { return reinterpret_cast<uint16_t*>(page); }
+const uint16_t* bf16_page(const float* page) { return reinterpret_cast<const uint16_t*>(page); }
+}  // namespace
+
+const PagedAttention& CpuBackend::fp32_pages(const PagedAttention& a, PagedAttention& converted) {
+  if (a.kv_dtype == PageDtype::f32 || a.prefix_pages.empty()) return a;
+  const int64_t pf = page_floats(a), U = static_cast<int64_t>(a.prefix_pages.size());
+  if (static_cast<int64_t>(kv_scratch_.size()) < U * pf) kv_scratch_.resize(static_cast<size_t>(U * pf));
+  converted = a;
+  converted.kv_dtype = PageDtype::f32;
+  for (int64_t u = 0; u < U; ++u) {
+    float* dst = kv_scratch_.data() + u * pf;
+    bf16_to_f32(bf16_page(a.prefix_pages[static_cast<size_t>(u)]), dst, pf);
+    converted.prefix_pages[static_cast<size_t>(u)] = dst;
+  }
+  return converted;
 }
 
-// Page layout: [K rows p x kv_dim][V rows p x kv_dim]; a ragged last page fills its first rows.
+void CpuBackend::attention_fwd(const PagedAttention& a, float* o, float* lse) {
+  PagedAttention converted;
+  cpu::attention_fwd(fp32_pages(a, converted), o, lse);
+}
+
+void CpuBackend::attention_bwd(const PagedAttention& a, const float* o, const float* lse, const float* dout,
+                               float* dq, float* dk, float* dv, const std::vector<float*>& pages) {
+  PagedAttention converted;
+  const PagedAttention& f = fp32_pages(a, converted);
+  if (a.grad_dtype == PageDtype::f32 || pages.empty()) {
+    cpu::attention_bwd(f, o, lse, dout, dq, dk, dv, pages);
+    return;
+  }
+  // bf16 gradient pages: this call's contribution in fp32 (zeroed scratch pages), then added into
+  // the stored pages with one rounding per element.
+  const int64_t pf = page_floats(a), U = static_cast<int64_t>(pages.size());
+  if (static_cast<int64_t>(grad_scratch_.size()) < U * pf) grad_scratch_.resize(static_cast<size_t>(U * pf));
+  std::fill_n(grad_scratch_.data(), U * pf, 0.0f);
+  std::vector<float*> scratch(static_cast<size_t>(U));
+  for (int64_t u = 0; u < U; ++u) scratch[static_cast<size_t>(u)] = grad_scratch_.data() + u * pf;
+  cpu::attention_bwd(f, o, lse, dout, dq, dk, dv, scratch);
+  for (size_t u = 0; u < pages.size(); ++u) bf16_add_f32(bf16_page(pages[u]), scratch[u], pf);
+}
+
+// Page layout: [K rows p x kv_dim][V rows p x kv_dim] elements of the page dtype; a ragged last
+// page fills its first rows.
 void CpuBackend::write_kv_pages(const float* k, const float* v, int64_t rows, int64_t kv_dim, int64_t p,
-                                const std::vector<float*>& pages) {
+                                const std::vector<float*>& pages, PageDtype dtype) {
   for (size_t j = 0; j < pages.size(); ++j) {
     const int64_t r0 = static_cast<int64_t>(j) * p, n = std::min(rows - r0, p);
     OOMB_ASSERT(n > 0);
-    std::memcpy(pages[j], k + r0 * kv_dim, static_cast<size_t>(n * kv_dim) * 4);
-    std::memcpy(pages[j] + p * kv_dim, v + r0 * kv_dim, static_cast<size_t>(n * kv_dim) * 4);
+    if (dtype == PageDtype::bf16) {
+      f32_to_bf16(k + r0 * kv_dim, bf16_page(pages[j]), n * kv_dim);
+      f32_to_bf16(v + r0 * kv_dim, bf16_page(pages[j]) + p * kv_dim, n * kv_dim);
+    } else {
+      std::memcpy(pages[j], k + r0 * kv_dim, static_cast<size_t>(n * kv_dim) * 4);
+      std::memcpy(pages[j] + p * kv_dim, v + r0 * kv_dim, static_cast<size_t>(n * kv_dim) * 4);
+    }
   }
 }
 
 void CpuBackend::add_from_grad_pages(const std::vector<float*>& pages, int64_t rows, int64_t kv_dim, int64_t p,
-                                     float* dk, float* dv) {
+                                     float* dk, float* dv, PageDtype dtype) {
   for (size_t j = 0; j < pages.size(); ++j) {
     const int64_t r0 = static_cast<int64_t>(j) * p, n = std::min(rows - r0, p);
-    add(dk + r0 * kv_dim, pages[j], n * kv_dim);
-    add(dv + r0 * kv_dim, pages[j] + p * kv_dim, n * kv_dim);
+    if (dtype == PageDtype::bf16) {
+      f32_add_bf16(dk + r0 * kv_dim, bf16_page(pages[j]), n * kv_dim);
+      f32_add_bf16(dv + r0 * kv_dim, bf16_page(pages[j]) + p * kv_dim, n * kv_dim);
+    } else {
+      add(dk + r0 * kv_dim, pages[j], n * kv_dim);
+      add(dv + r0 * kv_dim, pages[j] + p * kv_dim, n * kv_dim);
+    }
   }
 }
 

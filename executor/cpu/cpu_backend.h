@@ -2,10 +2,17 @@
 // The CPU reference backend: fp32 ops (executor/cpu/ops.h), a "device" tier that is ordinary
 // memory accounted separately from the host tier, and one worker thread per copy direction that
 // runs queued copies in order after their dependency events and signals completion events.
+//
+// bf16 pages (PageDtype::bf16) by conversion: write_kv_pages rounds the fp32 K/V rows to bf16;
+// attention converts the attended bf16 pages to an fp32 scratch and runs the fp32 kernels on it;
+// with bf16 gradient pages, attention_bwd accumulates the chunk's contribution in a zeroed fp32
+// scratch and then adds it into the bf16 pages (one fp32 add and one rounding per element and
+// call); add_from_grad_pages reads bf16. The scratches are owned here, reused and grown as needed.
 #include <condition_variable>
 #include <deque>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "executor/runtime/backend.h"
 
@@ -46,9 +53,9 @@ class CpuBackend final : public Backend {
   void attention_bwd(const PagedAttention& a, const float* o, const float* lse, const float* dout, float* dq,
                      float* dk_own, float* dv_own, const std::vector<float*>& prefix_grad_pages) override;
   void write_kv_pages(const float* k, const float* v, int64_t rows, int64_t kv_dim, int64_t page_tokens,
-                      const std::vector<float*>& pages) override;
+                      const std::vector<float*>& pages, PageDtype dtype) override;
   void add_from_grad_pages(const std::vector<float*>& pages, int64_t rows, int64_t kv_dim, int64_t page_tokens,
-                           float* dk, float* dv) override;
+                           float* dk, float* dv, PageDtype dtype) override;
   void page_summaries(const float* k, int64_t rows, int64_t kv_dim, int64_t page_tokens, float* out) override;
   std::vector<std::vector<int32_t>> select_pages(const SelectionArgs& a) override;
   double cross_entropy(float* logits, int64_t rows, int64_t vocab, const int32_t* targets, float scale) override;
@@ -69,8 +76,11 @@ class CpuBackend final : public Backend {
     bool stop = false;
   };
   void run_stream(Stream& s);
+  // a with its bf16 prefix pages replaced by fp32 copies in kv_scratch_ (a itself when fp32).
+  const PagedAttention& fp32_pages(const PagedAttention& a, PagedAttention& converted);
 
   Stream streams_[2];  // h2d, d2h
+  std::vector<float> kv_scratch_, grad_scratch_;  // fp32 copies of bf16 KV / gradient pages
 };
 
 }  // namespace oomb::executor

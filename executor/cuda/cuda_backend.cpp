@@ -19,6 +19,7 @@
 #include "executor/cuda/adamw.cuh"
 #include "executor/cuda/arena.h"
 #include "executor/cuda/attention.cuh"
+#include "executor/cuda/attention_tc.cuh"
 #include "executor/cuda/cross_entropy.cuh"
 #include "executor/cuda/cuda_check.h"
 #include "executor/cuda/elementwise.cuh"
@@ -46,6 +47,21 @@ int64_t steady_ns() {
 
 int64_t up(int64_t b) { return (b + kAlign - 1) / kAlign * kAlign; }
 
+// This backend stores KV and KV-gradient pages in fp32 only (PageDtype::bf16 is implemented by the
+// CPU backend): any other page dtype is refused by name rather than misread.
+void require_f32_pages(PageDtype d, const char* flag, const char* op) {
+  if (d != PageDtype::f32)
+    throw Error(flag, to_string(d),
+                std::string("the cuda backend stores KV and KV-gradient pages in fp32 only (") + op +
+                    " was given " + to_string(d) + " pages)",
+                std::string(flag) + " fp32, or --backend cpu for bf16 pages");
+}
+
+void require_f32_pages(const PagedAttention& a, bool grads, const char* op) {
+  require_f32_pages(a.kv_dtype, "--kv-dtype", op);
+  if (grads) require_f32_pages(a.grad_dtype, "--kv-grad-dtype", op);
+}
+
 // The device events behind an oomb Event returned by copy_async. Held as the shared_ptr's
 // deleter, so that std::get_deleter identifies this backend's events (Event itself is not
 // polymorphic) and the CUDA events live exactly as long as the Event.
@@ -63,6 +79,7 @@ struct CopyEvents {
 
 struct CudaBackend::Impl {
   CudaBackendOptions opt;
+  int64_t attention_calls[2] = {0, 0};  // attention_fwd / _bwd calls run by fp32, bf16 tensor-core kernels
   cudaStream_t compute = nullptr, h2d = nullptr, d2h = nullptr;
   cudaEvent_t compute_mark = nullptr;  // re-recorded at each copy_async
   std::unique_ptr<Arena> device, host;
@@ -524,9 +541,17 @@ AttentionArgs attention_args(const PagedAttention& a) {
   return r;
 }
 
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+template <class Ptr>
+bool all_aligned16(const std::vector<Ptr>& v) {
+  return std::all_of(v.begin(), v.end(), [](Ptr p) { return aligned16(p); });
+}
+
 }  // namespace
 
 void CudaBackend::attention_fwd(const PagedAttention& a, float* o, float* lse) {
+  require_f32_pages(a, false, "attention_fwd");
   Impl& m = *impl_;
   const SelectCsr csr = csr_of(a);
   Metadata md;
@@ -539,12 +564,18 @@ void CudaBackend::attention_fwd(const PagedAttention& a, float* o, float* lse) {
   args.pages = reinterpret_cast<const float* const*>(ws + pages);
   args.select_offsets = reinterpret_cast<const int32_t*>(ws + off);
   args.select_slots = reinterpret_cast<const int32_t*>(ws + slots);
-  launch_attention_fwd(args, o, lse, m.compute);
+  // Tensor cores when asked for and possible (the kernels read and write float4 rows); else fp32.
+  const bool tc = m.opt.attention_kernel == CudaAttentionKernel::bf16_tensor_core && attention_tc_supported(args) &&
+                  aligned16(o) && all_aligned16(a.prefix_pages);
+  ++m.attention_calls[tc ? 1 : 0];
+  if (tc) launch_attention_tc_fwd(args, o, lse, m.compute);
+  else launch_attention_fwd(args, o, lse, m.compute);
 }
 
 void CudaBackend::attention_bwd(const PagedAttention& a, const float* o, const float* lse, const float* dout,
                                 float* dq, float* dk_own, float* dv_own,
                                 const std::vector<float*>& prefix_grad_pages) {
+  require_f32_pages(a, true, "attention_bwd");
   Impl& m = *impl_;
   OOMB_ASSERT(prefix_grad_pages.size() == a.prefix_pages.size(), "one gradient page per prefix page");
   const SelectCsr csr = csr_of(a);
@@ -569,11 +600,21 @@ void CudaBackend::attention_bwd(const PagedAttention& a, const float* o, const f
   g.dk_own = dk_own;
   g.dv_own = dv_own;
   g.grad_pages = reinterpret_cast<float* const*>(ws + grads);
-  launch_attention_bwd(args, g, m.compute);
+  const bool tc = m.opt.attention_kernel == CudaAttentionKernel::bf16_tensor_core && attention_tc_supported(args) &&
+                  aligned16(o) && aligned16(dout) && aligned16(dq) && aligned16(dk_own) && aligned16(dv_own) &&
+                  all_aligned16(a.prefix_pages) && all_aligned16(prefix_grad_pages);
+  ++m.attention_calls[tc ? 1 : 0];
+  if (tc) launch_attention_tc_bwd(args, g, m.compute);
+  else launch_attention_bwd(args, g, m.compute);
+}
+
+int64_t CudaBackend::attention_calls(CudaAttentionKernel k) const {
+  return impl_->attention_calls[k == CudaAttentionKernel::fp32 ? 0 : 1];
 }
 
 void CudaBackend::write_kv_pages(const float* k, const float* v, int64_t rows, int64_t kv_dim, int64_t page_tokens,
-                                 const std::vector<float*>& pages) {
+                                 const std::vector<float*>& pages, PageDtype dtype) {
+  require_f32_pages(dtype, "--kv-dtype", "write_kv_pages");
   Impl& m = *impl_;
   if (pages.empty()) return;
   OOMB_ASSERT(static_cast<int64_t>(pages.size()) <= (rows + page_tokens - 1) / page_tokens && pages.size() < 65536);
@@ -584,7 +625,8 @@ void CudaBackend::write_kv_pages(const float* k, const float* v, int64_t rows, i
 }
 
 void CudaBackend::add_from_grad_pages(const std::vector<float*>& pages, int64_t rows, int64_t kv_dim,
-                                      int64_t page_tokens, float* dk, float* dv) {
+                                      int64_t page_tokens, float* dk, float* dv, PageDtype dtype) {
+  require_f32_pages(dtype, "--kv-grad-dtype", "add_from_grad_pages");
   Impl& m = *impl_;
   if (pages.empty()) return;
   OOMB_ASSERT(static_cast<int64_t>(pages.size()) <= (rows + page_tokens - 1) / page_tokens && pages.size() < 65536);

@@ -34,6 +34,16 @@
 
 namespace oomb::executor {
 
+// Which kernels run attention_fwd / attention_bwd (executor/cuda/README.md, "Attention").
+enum class CudaAttentionKernel {
+  // fp32 on CUDA cores (attention.cu): the correctness reference, matches the CPU to ~1e-5.
+  fp32,
+  // bf16 tensor cores (attention_tc.cu): WMMA products of operands rounded to bf16, fp32 softmax and
+  // accumulation; ~3e-3 relative error against fp32. Only head_dim 64 or 128 (and 16-byte-aligned
+  // buffers, an sm_80+ device); other calls fall back to fp32 (attention_calls() tells which ran).
+  bf16_tensor_core,
+};
+
 struct CudaBackendOptions {
   int device = 0;
   int64_t device_reserve_bytes = 0;                // first device block (0: none until needed)
@@ -45,6 +55,8 @@ struct CudaBackendOptions {
   // linear_fwd / linear_bwd on TF32 tensor cores (cuBLASLt CUBLAS_COMPUTE_32F_FAST_TF32: inputs
   // rounded to 10-bit mantissas, fp32 accumulate). Off: exact fp32 (CUBLAS_COMPUTE_32F).
   bool tf32 = false;
+  // Paged attention kernels; fp32 by default (the reference the tensor-core kernels are tested against).
+  CudaAttentionKernel attention_kernel = CudaAttentionKernel::fp32;
 };
 
 struct CudaMemoryStats {
@@ -92,10 +104,12 @@ class CudaBackend final : public Backend {
   void attention_fwd(const PagedAttention& a, float* o, float* lse) override;
   void attention_bwd(const PagedAttention& a, const float* o, const float* lse, const float* dout, float* dq,
                      float* dk_own, float* dv_own, const std::vector<float*>& prefix_grad_pages) override;
+  // Pages are stored in fp32 only: a PageDtype::bf16 argument (here or in PagedAttention's kv_dtype /
+  // grad_dtype) is refused with an oomb::Error naming --kv-dtype / --kv-grad-dtype.
   void write_kv_pages(const float* k, const float* v, int64_t rows, int64_t kv_dim, int64_t page_tokens,
-                      const std::vector<float*>& pages) override;
+                      const std::vector<float*>& pages, PageDtype dtype) override;
   void add_from_grad_pages(const std::vector<float*>& pages, int64_t rows, int64_t kv_dim, int64_t page_tokens,
-                           float* dk, float* dv) override;
+                           float* dk, float* dv, PageDtype dtype) override;
   void page_summaries(const float* k, int64_t rows, int64_t kv_dim, int64_t page_tokens, float* out) override;
   std::vector<std::vector<int32_t>> select_pages(const SelectionArgs& a) override;
   double cross_entropy(float* logits, int64_t rows, int64_t vocab, const int32_t* targets, float scale) override;
@@ -109,6 +123,9 @@ class CudaBackend final : public Backend {
   CudaMemoryStats memory_stats() const;
   const CudaBackendOptions& options() const;
   std::string device_name() const;         // "NVIDIA H200 (sm_90, 132 SMs, driver 12.8)"
+  // attention_fwd + attention_bwd calls so far that ran kernel family k (after the fallback rule of
+  // CudaAttentionKernel::bf16_tensor_core), so tests and benchmarks can tell which one ran.
+  int64_t attention_calls(CudaAttentionKernel k) const;
 
  private:
   struct Impl;

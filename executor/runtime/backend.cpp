@@ -1,11 +1,23 @@
 #include "executor/runtime/backend.h"
 
+#include "core/error.h"
 #include "executor/runtime/memory_account.h"
 
 namespace oomb::executor {
 
 const char* to_string(Tier t) { return t == Tier::device ? "device" : "host"; }
 const char* to_string(CopyDir d) { return d == CopyDir::h2d ? "h2d" : "d2h"; }
+
+int64_t page_dtype_bytes(PageDtype d) { return d == PageDtype::bf16 ? 2 : 4; }
+const char* to_string(PageDtype d) { return d == PageDtype::bf16 ? "bf16" : "fp32"; }
+
+PageDtype page_dtype_from_string(const std::string& name, const std::string& flag) {
+  if (name == "fp32") return PageDtype::f32;
+  if (name == "bf16") return PageDtype::bf16;
+  throw Error(flag, name, "the executor stores KV and KV-gradient pages as fp32 or bf16 only (" + name +
+                              " pages are modelled by simulate and plan, not executed)",
+              "fp32 or bf16");
+}
 
 void Event::signal() {
   {

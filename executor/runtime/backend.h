@@ -5,7 +5,8 @@
 // A backend owns two memory tiers (device, host), two copy streams (h2d, d2h) whose copies are
 // ordered by events, and the model ops. All op pointers are device-tier pointers; activations are
 // row-major fp32 matrices [rows, cols] (the CUDA backend will keep fp32 at this interface for
-// accumulators and define its own storage types behind it).
+// accumulators and define its own storage types behind it). KV pages and KV-gradient pages are the
+// exception: they are stored in a PageDtype (fp32 or bf16) that every op touching them is told.
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -20,6 +21,21 @@ enum class Tier { device, host };
 enum class CopyDir { h2d, d2h };
 const char* to_string(Tier t);
 const char* to_string(CopyDir d);
+
+// Storage type of KV pages and KV-gradient pages (config kv_dtype / kv_grad_dtype). Page pointers
+// stay `float*` / `const float*` at this interface whatever the dtype; they point at storage of the
+// stated dtype, in the page layout below:
+//   f32:  IEEE binary32 elements.
+//   bf16: uint16_t elements, each the upper half of an IEEE binary32 (sign, 8 exponent bits, 7
+//         mantissa bits); stores round to nearest, ties to even (NaN stays NaN, values beyond the
+//         largest finite bf16 become inf); loads are exact (executor/runtime/bf16.h).
+// A page of p tokens holds p * 2 * kv_dim elements: page_dtype_bytes(d) * p * 2 * kv_dim bytes.
+enum class PageDtype { f32, bf16 };
+int64_t page_dtype_bytes(PageDtype d);  // 4 or 2
+const char* to_string(PageDtype d);     // "fp32" or "bf16" (the config's names)
+// The config's name of a page dtype ("fp32", "bf16"); anything else (fp16, fp8, ...) is refused
+// with an oomb::Error naming `flag` (--kv-dtype, --kv-grad-dtype) and what the executor supports.
+PageDtype page_dtype_from_string(const std::string& name, const std::string& flag);
 
 // Completion of an asynchronous copy. Waiting blocks on a condition variable (never polls).
 class Event {
@@ -52,7 +68,8 @@ struct CopyRequest {
 
 // Paged attention of one chunk (ALGORITHM.md sections 2 and 5). Queries are the chunk's T rows;
 // keys are the union of attended earlier pages (each a full page of p tokens: K rows then V rows,
-// [2][p][kv_heads * head_dim]) followed by the chunk's own keys, causal inside the chunk.
+// [2][p][kv_heads * head_dim] elements of kv_dtype) followed by the chunk's own keys (fp32), causal
+// inside the chunk.
 struct PagedAttention {
   int64_t rows = 0;  // T (chunk tokens, may be a ragged last chunk)
   int64_t q_heads = 0, kv_heads = 0, head_dim = 0;
@@ -60,7 +77,13 @@ struct PagedAttention {
   const float* q = nullptr;      // [T, q_heads * head_dim], post-RoPE
   const float* k_own = nullptr;  // [T, kv_heads * head_dim], post-RoPE
   const float* v_own = nullptr;  // [T, kv_heads * head_dim]
-  std::vector<const float*> prefix_pages;  // U earlier KV pages (union of selections), page order
+  // U earlier KV pages (union of selections), page order. Storage of kv_dtype (bf16: uint16 bit
+  // patterns behind the float pointer, see PageDtype).
+  std::vector<const float*> prefix_pages;
+  PageDtype kv_dtype = PageDtype::f32;
+  // Storage of the prefix gradient pages attention_bwd accumulates into (same layout as the KV
+  // pages; bf16: each call adds its fp32 contribution to the stored value and rounds once).
+  PageDtype grad_dtype = PageDtype::f32;
   // Which union slots each query page attends: select_groups == 0 means every query page attends
   // all U slots (dense). Otherwise select[j * select_groups + g] lists slots (ascending) for query
   // page j and KV-head group g (select_groups 1 = one set shared by all heads, kv_heads = per head).
@@ -117,16 +140,19 @@ class Backend {
   // Causal paged attention: o [T, q_heads * head_dim], lse [T, q_heads] (log-sum-exp of scaled scores).
   virtual void attention_fwd(const PagedAttention& a, float* o, float* lse) = 0;
   // dq, dk_own, dv_own are overwritten (own contributions only); the gradient pages of the prefix
-  // (same layout and order as a.prefix_pages) are accumulated into.
+  // (same layout and order as a.prefix_pages, storage a.grad_dtype) are accumulated into.
   virtual void attention_bwd(const PagedAttention& a, const float* o, const float* lse, const float* dout, float* dq,
                              float* dk_own, float* dv_own, const std::vector<float*>& prefix_grad_pages) = 0;
-  // Own K/V rows -> pages (page j gets rows [j p, min(T, (j+1) p))).
+  // Own K/V rows (fp32) -> pages stored as `dtype` (page j gets rows [j p, min(T, (j+1) p)); bf16:
+  // rounded to nearest even).
   virtual void write_kv_pages(const float* k, const float* v, int64_t rows, int64_t kv_dim, int64_t page_tokens,
-                              const std::vector<float*>& pages) = 0;
-  // dk += dK rows of the pages, dv += dV rows (the accumulated gradient of the chunk's own K/V).
+                              const std::vector<float*>& pages, PageDtype dtype) = 0;
+  // dk += dK rows of the pages, dv += dV rows (the accumulated gradient of the chunk's own K/V); the
+  // gradient pages are stored as `dtype`.
   virtual void add_from_grad_pages(const std::vector<float*>& pages, int64_t rows, int64_t kv_dim,
-                                   int64_t page_tokens, float* dk, float* dv) = 0;
-  // Mean of each page's keys: out [ceil(rows / p), kv_dim].
+                                   int64_t page_tokens, float* dk, float* dv, PageDtype dtype) = 0;
+  // Mean of each page's keys: out [ceil(rows / p), kv_dim]. Reads the chunk's fp32 K rows, never
+  // pages, so the summaries do not depend on the page dtype.
   virtual void page_summaries(const float* k, int64_t rows, int64_t kv_dim, int64_t page_tokens, float* out) = 0;
   // Selected earlier page ids, ascending, per query page (x per KV head when per_kv_head):
   // result[j * groups + g].

@@ -72,6 +72,9 @@ Engine::Engine(Backend& backend, const models::ModelSpec& model, const simulator
   g_ = Geometry(config.context_tokens, config.chunk_tokens, config.page_tokens, model_.layers,
                 config.resident_layers, sparse, config.page_budget,
                 sparse && config.selection == "per-kv-head" ? model_.kv_heads : 1);
+  // Page storage as the config says: fp32 or bf16 (anything else is refused by name).
+  g_.kv_dtype = page_dtype_from_string(config.kv_dtype, "--kv-dtype");
+  g_.grad_dtype = page_dtype_from_string(config.kv_grad_dtype, "--kv-grad-dtype");
 
   layout_ = ParamLayout(model_);
   OOMB_ASSERT(weights.layout.total() == layout_.total() && weights.layout.params().size() == layout_.params().size(),
@@ -181,6 +184,8 @@ PagedAttention Engine::attention_args(const Pass& pass, const PassPages& pages) 
   a.k_own = w_->k.f32();
   a.v_own = w_->v.f32();
   a.prefix_pages.assign(pages.prefix_kv.begin(), pages.prefix_kv.end());
+  a.kv_dtype = g_.kv_dtype;
+  a.grad_dtype = g_.grad_dtype;
   const ChunkSelection& s = log_.at(pass.chunk, pass.layer);
   if (!s.dense) {
     a.select_groups = s.groups;
@@ -320,7 +325,9 @@ void Engine::layer_forward(const Pass& pass, int64_t pass_index, PassPages& page
   timed("attention_fwd", pass, 4.0 * model_.head_dim * model_.q_heads * attention_pairs(a),
         [&] { backend_.attention_fwd(a, w.o.f32(), w.lse.f32()); });
   if (pass.kind == PassKind::fill)
-    timed("kv_write", pass, 0, [&] { backend_.write_kv_pages(w.k.f32(), w.v.f32(), T, kvd, g_.p, pages.own_kv); });
+    timed("kv_write", pass, 0, [&] {
+      backend_.write_kv_pages(w.k.f32(), w.v.f32(), T, kvd, g_.p, pages.own_kv, g_.kv_dtype);
+    });
   timed("o_proj", pass, 2 * Td * qd * H, [&] {
     backend_.linear_fwd(w.o.f32(), T, qd, P.wo, nullptr, H, w.tmp.f32());
     backend_.copy(w.x2.f32(), in, T * H);
@@ -365,7 +372,7 @@ void Engine::layer_backward(const Pass& pass, PassPages& pages, const float* in,
   });
   // What later chunks accumulated into this chunk's gradient pages joins the own queries' part.
   timed("dkv_own", pass, 0,
-        [&] { backend_.add_from_grad_pages(pages.own_dkv, T, kvd, g_.p, w.dk.f32(), w.dv.f32()); });
+        [&] { backend_.add_from_grad_pages(pages.own_dkv, T, kvd, g_.p, w.dk.f32(), w.dv.f32(), g_.grad_dtype); });
   timed("rope_bwd", pass, 0, [&] {
     backend_.rope_bwd(w.dq.f32(), T, model_.q_heads, model_.head_dim, pos0, model_.rope_theta);
     backend_.rope_bwd(w.dk.f32(), T, model_.kv_heads, model_.head_dim, pos0, model_.rope_theta);
@@ -514,7 +521,10 @@ StepResult Engine::step(const std::vector<int32_t>& tokens) {
   ++steps_;
   total_s_ += r.seconds;
   Measured& m = measured_;
-  m.kv_page_bytes = m.grad_page_bytes = store_->page_bytes();
+  m.kv_dtype = to_string(g_.kv_dtype);
+  m.kv_grad_dtype = to_string(g_.grad_dtype);
+  m.kv_page_bytes = store_->kv_page_bytes();
+  m.grad_page_bytes = store_->grad_page_bytes();
   m.kv_pool_pages = store_->kv_pool().capacity();
   m.grad_pool_pages = store_->grad_pool().capacity();
   m.kv_pool_high_water_pages = store_->kv_pool().high_water();
@@ -614,6 +624,8 @@ Json Measured::to_json() const {
     max_union = std::max(max_union, u.pages);
   }
   Json j = {{"compute_dtype", "fp32"},
+          {"kv_dtype", kv_dtype},
+          {"kv_grad_dtype", kv_grad_dtype},
           {"kv_page_bytes", kv_page_bytes},
           {"grad_page_bytes", grad_page_bytes},
           {"kv_pool_pages", kv_pool_pages},

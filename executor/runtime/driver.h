@@ -48,7 +48,9 @@ struct EngineOptions {
   // Sparse only: per (chunk, layer) of stage 1, the share of the dense attention probability mass
   // the selected pages (plus the causal own chunk) capture (Measured::recall). Keeps a host copy of
   // every layer's post-RoPE keys (L x N x kv_dim floats, not in the memory account) and computes
-  // dense scores over the whole causal prefix: for small contexts, and it slows the step.
+  // dense scores over the whole causal prefix: for small contexts, and it slows the step. The keys
+  // are the fp32 rows the pages are written from (before any bf16 page rounding), as the page
+  // summaries the selection uses are.
   bool measure_recall = false;
   // Tags every op, page step and copy of a step with its (stage, chunk, layer, op) for a device
   // profiler (op_tagger.h; the CLI's CUPTI timing). Not owned; must outlive the Engine. Null: no
@@ -70,6 +72,9 @@ struct RecallSample {
 
 // What a run measured (the executor's side of `oomb validate`).
 struct Measured {
+  // Page storage as run (config kv_dtype / kv_grad_dtype: "fp32" or "bf16"); everything else the
+  // executor computes and stores is fp32 ("compute_dtype" in to_json).
+  std::string kv_dtype = "fp32", kv_grad_dtype = "fp32";
   int64_t kv_page_bytes = 0, grad_page_bytes = 0;
   int64_t kv_pool_pages = 0, grad_pool_pages = 0;  // device pool capacities
   int64_t kv_pool_high_water_pages = 0, grad_pool_high_water_pages = 0;

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "core/units.h"
+#include "executor/runtime/backend.h"
 
 namespace oomb::executor {
 
@@ -14,6 +15,8 @@ struct Geometry {
   bool sparse = false;
   int64_t budget = 0;         // B (sparse)
   int64_t select_groups = 1;  // selections per query page: 1, or kv_heads (per-KV-head rule)
+  // Page storage (config kv_dtype, kv_grad_dtype): sets the bytes of a page of each kind.
+  PageDtype kv_dtype = PageDtype::f32, grad_dtype = PageDtype::f32;
 
   Geometry() = default;
   Geometry(int64_t tokens, int64_t chunk, int64_t page, int64_t layers, int64_t resident, bool sparse_mode,
@@ -29,6 +32,15 @@ struct Geometry {
         sparse(sparse_mode),
         budget(page_budget),
         select_groups(groups) {}
+
+  // docs/schedule.md: a KV page is p * 2 * kv_dim elements of kv_dtype, a gradient page the same
+  // count of kv_grad_dtype.
+  int64_t kv_page_bytes(int64_t kv_dim) const {
+    return checked_mul(checked_mul(p, 2 * kv_dim, "page size"), page_dtype_bytes(kv_dtype), "page size");
+  }
+  int64_t grad_page_bytes(int64_t kv_dim) const {
+    return checked_mul(checked_mul(p, 2 * kv_dim, "page size"), page_dtype_bytes(grad_dtype), "page size");
+  }
 
   int64_t chunk_start(int64_t c) const { return c * C; }
   int64_t chunk_len(int64_t c) const { return std::min(N, (c + 1) * C) - c * C; }

@@ -21,7 +21,8 @@ OffloadEngine::OffloadEngine(Backend& backend, const Geometry& g, int64_t kv_dim
     : backend_(backend),
       g_(g),
       kv_dim_(kv_dim),
-      page_bytes_(checked_mul(checked_mul(g.p, 2 * kv_dim, "page size"), 4, "page size")),
+      kv_page_bytes_(g.kv_page_bytes(kv_dim)),
+      grad_page_bytes_(g.grad_page_bytes(kv_dim)),
       account_(account),
       recorder_(recorder),
       tagger_(tagger) {
@@ -29,13 +30,14 @@ OffloadEngine::OffloadEngine(Backend& backend, const Geometry& g, int64_t kv_dim
   // slots of the largest slot on the device and all pages on the host.
   const int64_t all = checked_mul(g.L, g.P, "pages");
   const int64_t device_pages = g.offload ? checked_mul(g.R, g.max_slot_pages(), "pages") : all;
-  kv_pool_ = std::make_unique<PagePool>(backend, Tier::device, "kv_pool", page_bytes_, device_pages, account);
-  grad_pool_ = std::make_unique<PagePool>(backend, Tier::device, "kv_grad_pool", page_bytes_, device_pages, account);
+  kv_pool_ = std::make_unique<PagePool>(backend, Tier::device, "kv_pool", kv_page_bytes_, device_pages, account);
+  grad_pool_ =
+      std::make_unique<PagePool>(backend, Tier::device, "kv_grad_pool", grad_page_bytes_, device_pages, account);
   if (g.offload) {
-    host_kv_ = std::make_unique<PagePool>(backend, Tier::host, "host_kv_pages", page_bytes_, all, account,
+    host_kv_ = std::make_unique<PagePool>(backend, Tier::host, "host_kv_pages", kv_page_bytes_, all, account,
                                           host_slab_bytes);
-    host_grad_ = std::make_unique<PagePool>(backend, Tier::host, "host_kv_grad_pages", page_bytes_, all, account,
-                                            host_slab_bytes);
+    host_grad_ = std::make_unique<PagePool>(backend, Tier::host, "host_kv_grad_pages", grad_page_bytes_, all,
+                                            account, host_slab_bytes);
     host_kv_written_.resize(static_cast<size_t>(all));
     host_dkv_written_.resize(static_cast<size_t>(all));
   }
@@ -109,13 +111,13 @@ void OffloadEngine::load_prefix_into(Slot& s, const Pass& p, const std::vector<i
     const int64_t d = kv_pool_->allocate(false);
     s.dev_kv.push_back(d);
     s.pages.prefix_kv.push_back(kv_pool_->ptr(d));
-    kv_regions.push_back({kv_pool_->ptr(d), host_kv_->ptr(kv[k]), page_bytes_});
+    kv_regions.push_back({kv_pool_->ptr(d), host_kv_->ptr(kv[k]), kv_page_bytes_});
     kv_after.push_back(host_kv_written_[static_cast<size_t>(kv[k])]);
     if (p.kind == PassKind::backward) {
       const int64_t dd = grad_pool_->allocate(false);
       s.dev_dkv.push_back(dd);
       s.pages.prefix_dkv.push_back(grad_pool_->ptr(dd));
-      dkv_regions.push_back({grad_pool_->ptr(dd), host_grad_->ptr(dkv[k]), page_bytes_});
+      dkv_regions.push_back({grad_pool_->ptr(dd), host_grad_->ptr(dkv[k]), grad_page_bytes_});
       dkv_after.push_back(host_dkv_written_[static_cast<size_t>(dkv[k])]);
     }
   }
@@ -124,7 +126,7 @@ void OffloadEngine::load_prefix_into(Slot& s, const Pass& p, const std::vector<i
     const int64_t first = g_.first_own_page(p.chunk);
     for (size_t j = 0; j < s.pages.own_dkv.size(); ++j) {
       const int64_t hp = dkv[first + static_cast<int64_t>(j)];
-      dkv_regions.push_back({s.pages.own_dkv[j], host_grad_->ptr(hp), page_bytes_});
+      dkv_regions.push_back({s.pages.own_dkv[j], host_grad_->ptr(hp), grad_page_bytes_});
       dkv_after.push_back(host_dkv_written_[static_cast<size_t>(hp)]);
     }
   }
@@ -224,13 +226,15 @@ void OffloadEngine::release(int64_t i) {
     if (p.kind == PassKind::fill) {  // write-back KV(own)
       std::vector<CopyRegion> regions;
       for (int64_t j = 0; j < own; ++j)
-        regions.push_back({host_kv_->ptr(kv[first + j]), s.pages.own_kv[static_cast<size_t>(j)], page_bytes_});
+        regions.push_back(
+            {host_kv_->ptr(kv[first + j]), s.pages.own_kv[static_cast<size_t>(j)], kv_page_bytes_});
       wb = issue(CopyDir::d2h, std::move(regions), {}, "kv_own", p);
       for (int64_t j = 0; j < own; ++j) host_kv_written_[static_cast<size_t>(kv[first + j])] = wb;
     } else if (p.kind == PassKind::backward && !s.pages.prefix->empty()) {  // write-back dKV(prefix)
       std::vector<CopyRegion> regions;
       for (size_t u = 0; u < s.pages.prefix->size(); ++u)
-        regions.push_back({host_grad_->ptr(dkv[(*s.pages.prefix)[u]]), s.pages.prefix_dkv[u], page_bytes_});
+        regions.push_back(
+            {host_grad_->ptr(dkv[(*s.pages.prefix)[u]]), s.pages.prefix_dkv[u], grad_page_bytes_});
       wb = issue(CopyDir::d2h, std::move(regions), {}, "dkv_prefix", p);
       for (int64_t k : *s.pages.prefix) host_dkv_written_[static_cast<size_t>(dkv[k])] = wb;
     }

@@ -33,7 +33,8 @@ struct Pass {
   int stage() const { return kind == PassKind::fill ? 1 : 2; }
 };
 
-// Device pointers of the pages one pass uses (each page: [K or dK rows p][V or dV rows p]).
+// Device pointers of the pages one pass uses (each page: [K or dK rows p][V or dV rows p]; KV pages
+// stored as Geometry::kv_dtype, gradient pages as Geometry::grad_dtype).
 struct PassPages {
   const std::vector<int64_t>* prefix = nullptr;  // attended earlier pages (logical ids, ascending)
   std::vector<float*> prefix_kv, prefix_dkv;     // per prefix page
@@ -71,7 +72,8 @@ class OffloadEngine {
   const PagePool& grad_pool() const { return *grad_pool_; }
   const PagePool* host_kv_pool() const { return host_kv_.get(); }
   const PagePool* host_grad_pool() const { return host_grad_.get(); }
-  int64_t page_bytes() const { return page_bytes_; }
+  int64_t kv_page_bytes() const { return kv_page_bytes_; }      // Geometry::kv_page_bytes (kv_dtype)
+  int64_t grad_page_bytes() const { return grad_page_bytes_; }  // Geometry::grad_page_bytes (kv_grad_dtype)
   bool offload() const { return g_.offload; }
 
  private:
@@ -92,7 +94,7 @@ class OffloadEngine {
   Backend& backend_;
   Geometry g_;
   int64_t kv_dim_;
-  int64_t page_bytes_;
+  int64_t kv_page_bytes_, grad_page_bytes_;
   MemoryAccount& account_;
   TraceRecorder& recorder_;
   OpTagger* tagger_;

@@ -89,6 +89,40 @@ expect_exit 2 "prediction, not a measurement" validate --plan "$tmp/p.json" --tr
 head -c 200 "$tmp/p.json" >"$tmp/trunc_plan.json"
 expect_exit 2 "trunc_plan.json" validate --plan "$tmp/trunc_plan.json" --trace "$tmp/run.json"
 expect_exit 2 "--tolerance" validate --plan "$tmp/p.json" --trace "$tmp/run.json" --tolerance nosuch=0.1
+# The plan's page dtypes are run (the planner picks bf16 KV pages) and predicted as run.
+plan_kv=$(grep -oE '"kv_dtype": *"[a-z0-9]+"' "$tmp/p.json" | grep -oE '(fp32|bf16)"$' | tr -d '"')
+plan_grad=$(grep -oE '"kv_grad_dtype": *"[a-z0-9]+"' "$tmp/p.json" | grep -oE '(fp32|bf16)"$' | tr -d '"')
+[ "$plan_kv" = bf16 ] && ok || bad "the plan stores $plan_kv KV pages: the bf16 plan->run->validate path is untested"
+grep -qE "\"kv_dtype\": *\"$plan_kv\"" "$tmp/run.json" &&
+  grep -qE "\"kv_grad_dtype\": *\"$plan_grad\"" "$tmp/run.json" && ok ||
+  bad "the run of the plan did not record the plan's page dtypes ($plan_kv, $plan_grad)"
+# Page dtypes: oomb run stores fp32 pages unless asked (header line), bf16 on request; validate is
+# exact on pools, host pools and copies for both, with or without a plan (a plan's page dtypes can
+# be overridden and are then predicted as run); other page dtypes are refused by flag.
+small=(--model tiny --context 4K --chunk 1K --page 64 --resident-layers 1 --quiet)
+expect_exit 0 "pages: KV fp32, KV-grad fp32" run "${small[@]}" --trace "$tmp/run32.json"
+expect_exit 0 "pages: KV bf16, KV-grad bf16" run "${small[@]}" --kv-dtype bf16 --kv-grad-dtype bf16 --trace "$tmp/run16.json"
+expect_exit 0 "pages: KV bf16, KV-grad fp32" run "${small[@]}" --kv-dtype bf16 --trace "$tmp/run16k.json"
+for t in run32 run16 run16k; do
+  vout=$("$oomb" validate --trace "$tmp/$t.json" 2>&1)
+  for row in "OK: every comparable term" "device_pool_bytes .* 0\.0% .* ok" "host_pool_bytes .* 0\.0% .* ok" \
+             "h2d_bytes .* 0\.0% .* ok" "d2h_bytes .* 0\.0% .* ok" "pool_pages .* ok"; do
+    grep -qE -- "$row" <<<"$vout" && ok || bad "validate of $t lacks /$row/: $vout"
+  done
+done
+grep -qE '"kv_dtype": *"bf16"' "$tmp/run16.json" && grep -qE '"kv_grad_dtype": *"bf16"' "$tmp/run16.json" && ok ||
+  bad "the bf16 run's trace does not record bf16 page dtypes"
+grep -qE '"kv_dtype": *"bf16"' "$tmp/run32.json" && bad "the default run's trace records bf16 pages" || ok
+expect_exit 0 "pages as run \(KV bf16, KV-grad bf16\)" validate --trace "$tmp/run16.json"
+expect_exit 0 "pages: KV fp32, KV-grad fp32" run --plan "$tmp/p.json" --kv-dtype fp32 --kv-grad-dtype fp32 --quiet --trace "$tmp/run_plan32.json"
+expect_exit 0 "the run stored KV pages as fp32 .*predicted as run" validate --plan "$tmp/p.json" --trace "$tmp/run_plan32.json"
+expect_exit 0 "OK: every comparable term" validate --plan "$tmp/p.json" --trace "$tmp/run_plan32.json"
+expect_exit 2 "--kv-dtype.*fp8.*fp32 or bf16" run --model tiny --context 1K --chunk 512 --kv-dtype fp8
+expect_exit 2 "--kv-grad-dtype.*fp16.*fp32 or bf16" run --model tiny --context 1K --chunk 512 --kv-grad-dtype fp16
+expect_exit 0 "--kv-dtype.*Default for oomb run: fp32" run --help
+if "$oomb" --version | grep -q "cuda=yes"; then
+  expect_exit 2 "--kv-dtype.*cuda backend stores .* fp32 only" run --model tiny --context 1K --chunk 512 --backend cuda --kv-dtype bf16
+fi
 # A CUPTI-timed trace (source cuda-cupti) through validate, without a GPU: oomb_cupti_synth runs the
 # plan's step on the CPU backend behind a CUPTI stand-in (the driver's real tags, the real decoder,
 # one untagged kernel). Its times are CPU times, so the time tolerances are opened: what is checked
@@ -103,7 +137,8 @@ if [ -x "$synth" ]; then
   vout=$("$oomb" validate --plan "$tmp/p.json" --trace "$tmp/cupti.json" "${loose[@]}" 2>&1)
   for row in "step_s .* ok" "time:stage1 .* ok" "time:stage2 .* ok" "time:op/layer_fwd .* info" \
              "time:op/layer_bwd .* info" "time:op/untagged .* info" "pool_pages .* ok" "h2d_bytes .* ok" \
-             "d2h_bytes .* ok" "device_pool_bytes .* ok" "note: .*CUPTI device times" "note: cuda backend: .*fp32"; do
+             "d2h_bytes .* ok" "device_pool_bytes .* ok" "host_pool_bytes .* ok" "note: .*CUPTI device times" \
+             "note: cuda backend: .*fp32"; do
     grep -qE -- "$row" <<<"$vout" && ok || bad "validate of a cuda-cupti trace lacks /$row/: $vout"
   done
   # The same trace marked host-timed ("cuda") is not compared in time.

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <numeric>
 
+#include "core/error.h"
 #include "cuda_test_util.h"
 
 namespace oomb::executor::cudatest {
@@ -212,16 +213,52 @@ TEST_F(CudaOps, KvPagesRoundTripIncludingARaggedLastPage) {
       pc.push_back(pages_c.data() + j * 2 * p * kvd);
       pg.push_back(d_pages.get() + j * 2 * p * kvd);
     }
-    cpu.write_kv_pages(k.data(), v.data(), rows, kvd, p, pc);
-    gpu->write_kv_pages(d_k.get(), d_v.get(), rows, kvd, p, pg);
+    cpu.write_kv_pages(k.data(), v.data(), rows, kvd, p, pc, PageDtype::f32);
+    gpu->write_kv_pages(d_k.get(), d_v.get(), rows, kvd, p, pg, PageDtype::f32);
     EXPECT_EQ(rel_l2(d_pages.read(), pages_c), kExact) << rows;
     auto dk = random_vec(rows * kvd, 92), dv = random_vec(rows * kvd, 93);
     DeviceVec<float> d_dk(*gpu, dk), d_dv(*gpu, dv);
-    cpu.add_from_grad_pages(pc, rows, kvd, p, dk.data(), dv.data());
-    gpu->add_from_grad_pages(pg, rows, kvd, p, d_dk.get(), d_dv.get());
+    cpu.add_from_grad_pages(pc, rows, kvd, p, dk.data(), dv.data(), PageDtype::f32);
+    gpu->add_from_grad_pages(pg, rows, kvd, p, d_dk.get(), d_dv.get(), PageDtype::f32);
     EXPECT_EQ(rel_l2(d_dk.read(), dk), kExact) << rows;
     EXPECT_EQ(rel_l2(d_dv.read(), dv), kExact) << rows;
   }
+}
+
+TEST_F(CudaOps, Bf16PagesAreRefusedByName) {
+  // bf16 page storage is implemented by the CPU backend only: every page op refuses it by flag.
+  const int64_t kvd = 8, p = 4, rows = 4;
+  DeviceVec<float> d_k(*gpu, random_vec(rows * kvd, 94)), d_pages(*gpu, std::vector<float>(2 * p * kvd, 0.0f));
+  std::vector<float*> pg{d_pages.get()};
+  auto message = [](auto&& f) -> std::string {
+    try {
+      f();
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "no oomb::Error";
+  };
+  const std::string w =
+      message([&] { gpu->write_kv_pages(d_k.get(), d_k.get(), rows, kvd, p, pg, PageDtype::bf16); });
+  EXPECT_NE(w.find("--kv-dtype"), std::string::npos) << w;
+  const std::string g =
+      message([&] { gpu->add_from_grad_pages(pg, rows, kvd, p, d_k.get(), d_k.get(), PageDtype::bf16); });
+  EXPECT_NE(g.find("--kv-grad-dtype"), std::string::npos) << g;
+  PagedAttention a;
+  a.rows = rows;
+  a.q_heads = 2;
+  a.kv_heads = 1;
+  a.head_dim = kvd;
+  a.page_tokens = p;
+  a.prefix_pages = {d_pages.get()};
+  a.kv_dtype = PageDtype::bf16;
+  const std::string f = message([&] { gpu->attention_fwd(a, nullptr, nullptr); });
+  EXPECT_NE(f.find("--kv-dtype"), std::string::npos) << f;
+  a.kv_dtype = PageDtype::f32;
+  a.grad_dtype = PageDtype::bf16;
+  const std::string b = message([&] { gpu->attention_bwd(a, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, pg); });
+  EXPECT_NE(b.find("--kv-grad-dtype"), std::string::npos) << b;
+  gpu->synchronize();
 }
 
 TEST_F(CudaOps, PageSummariesAreKeyMeans) {

@@ -3,6 +3,8 @@
 // mode gives the exact gradient of the sparse forward.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdio>
 #include <cstring>
 
 #include "executor/cpu/cpu_backend.h"
@@ -91,6 +93,86 @@ INSTANTIATE_TEST_SUITE_P(
         DenseCase{"two_tokens", 2, 2, 1, 8, 32, false, true, 2, 8, 4}),
     [](const auto& param_info) { return std::string(param_info.param.name); });
 
+// ---- bf16 page storage (kv_dtype / kv_grad_dtype "bf16")
+//
+// Tolerance: a bf16 store keeps 8 significant bits (7 stored), so it rounds with a relative error
+// of at most 2^-8 = 3.9e-3 (half the 2^-7 spacing), about 2^-8 / sqrt(3) = 2.3e-3 RMS at worst.
+// Only the pages are rounded: the prefix K/V the attention reads (the own chunk's K/V stay fp32),
+// and with bf16 gradient pages the accumulated dK/dV, rounded once by each chunk that adds into
+// them, so at most n - 1 roundings compound (n <= 5 chunks here): (n - 1) 2^-8 = 1.6e-2 if they all
+// aligned, about sqrt(n - 1) 2.3e-3 = 4.6e-3 when independent. The attention, the layers and the
+// backward carry that through with O(1) gains; 2e-2 (~5 x 2^-8) bounds it with margin and is still
+// 2000 x the fp32 tolerance above (measured: 1.8e-3 .. 3.3e-3). The loss sums N - 1 token losses
+// whose rounding errors largely cancel: 1e-3 (measured <= 3e-5).
+constexpr double kBf16GradRelTol = 2e-2;
+constexpr double kBf16LossRelTol = 1e-3;
+// The bf16 run must differ from the fp32 run by far more than fp32 summation order does (the
+// fp32 runs agree with the reference to ~1e-7): proof that bf16 values were stored and read.
+constexpr double kBf16DiffersMin = 1e-4;
+
+simulator::Config with_pages(simulator::Config c, const char* kv, const char* grads) {
+  c.kv_dtype = kv;
+  c.kv_grad_dtype = grads;
+  return c;
+}
+
+class Bf16PagesNearFullSequence : public ::testing::TestWithParam<DenseCase> {};
+
+TEST_P(Bf16PagesNearFullSequence, LossAndEveryParameterGradient) {
+  const DenseCase k = GetParam();
+  const auto m = test::small_model(k.layers, k.q_heads, k.kv_heads, k.head_dim, k.hidden, k.tied, k.bias);
+  const Weights w = random_weights(m, 1234, kInitStd);
+  const auto tokens = TokenSource::synthetic(m.vocab, 7).sequence(0, k.N);
+  const cpu::ReferenceResult ref = cpu::full_sequence_reference(m, w, tokens);
+  const auto base = test::small_config(k.N, k.C, k.p, 64);
+  const RunOut fp32 = run(m, base, w, tokens);
+  const RunOut kv = run(m, with_pages(base, "bf16", "fp32"), w, tokens);
+  const RunOut both = run(m, with_pages(base, "bf16", "bf16"), w, tokens);
+  EXPECT_EQ(kv.measured.kv_page_bytes * 2, fp32.measured.kv_page_bytes);
+  EXPECT_EQ(kv.measured.grad_page_bytes, fp32.measured.grad_page_bytes);
+  EXPECT_EQ(both.measured.grad_page_bytes * 2, fp32.measured.grad_page_bytes);
+  for (const auto* r : {&kv, &both}) {
+    const char* what = r == &kv ? "bf16 KV pages" : "bf16 KV and gradient pages";
+    EXPECT_NEAR(r->loss, ref.loss, kBf16LossRelTol * ref.loss) << what;
+    const auto [err, name] = worst(r->grads, ref.grads);
+    EXPECT_LE(err, kBf16GradRelTol) << what << ", worst tensor " << name;
+    const double vs_fp32 = worst(r->grads, fp32.grads).first;
+    EXPECT_GT(vs_fp32, kBf16DiffersMin) << what << ": no different from fp32 pages";
+    std::printf("[bf16 pages] %s, %s: loss rel. error %.2e, max gradient rel. L2 error %.2e (%s), %.2e from the "
+                "fp32-page run\n",
+                k.name, what, std::abs(r->loss - ref.loss) / ref.loss, err, name.c_str(), vs_fp32);
+  }
+  // bf16 gradient pages are rounded too: the two bf16 runs differ.
+  EXPECT_GT(worst(both.grads, kv.grads).first, kBf16DiffersMin);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, Bf16PagesNearFullSequence,
+    ::testing::Values(
+        // Several chunks each, so that earlier pages are read (a single chunk reads none).
+        DenseCase{"gqa1_ragged_chunk_and_page", 2, 2, 2, 16, 32, false, true, 37, 16, 8},
+        DenseCase{"gqa2_many_chunks_tied", 3, 4, 2, 8, 32, true, false, 64, 16, 4},
+        DenseCase{"gqa7_ragged_single_page", 1, 7, 1, 8, 56, false, true, 17, 8, 8},
+        DenseCase{"four_layers_ragged", 4, 4, 1, 8, 32, true, true, 33, 8, 4}),
+    [](const auto& param_info) { return std::string(param_info.param.name); });
+
+TEST(Offload, Bf16PagesWithResidentOneAndTwoAreBitIdenticalToNoOffload) {
+  const auto m = test::small_model(3, 4, 2, 8, 32, false, true);
+  const Weights w = random_weights(m, 99, kInitStd);
+  const auto tokens = TokenSource::synthetic(m.vocab, 3).sequence(0, 45);
+  for (const char* grads : {"fp32", "bf16"}) {
+    const RunOut off = run(m, with_pages(test::small_config(45, 16, 4, 3), "bf16", grads), w, tokens);
+    for (int64_t r : {1, 2}) {
+      const RunOut on = run(m, with_pages(test::small_config(45, 16, 4, r), "bf16", grads), w, tokens);
+      EXPECT_GT(on.measured.h2d_bytes, 0);
+      EXPECT_EQ(on.loss, off.loss);
+      ASSERT_EQ(on.grads.data.size(), off.grads.data.size());
+      EXPECT_EQ(std::memcmp(on.grads.data.data(), off.grads.data.data(), off.grads.data.size() * 4), 0)
+          << "resident " << r << ", gradient pages " << grads;
+    }
+  }
+}
+
 TEST(Offload, ResidentOneAndTwoAreBitIdenticalToNoOffload) {
   const auto m = test::small_model(3, 4, 2, 8, 32, false, true);
   const Weights w = random_weights(m, 99, kInitStd);
@@ -122,6 +204,16 @@ TEST(Sparse, BudgetCoveringAllPagesEqualsDense) {
   const auto tokens = TokenSource::synthetic(m.vocab, 5).sequence(0, 64);
   const RunOut dense = run(m, test::small_config(64, 16, 4, 8), w, tokens);
   const RunOut sparse = run(m, sparse_config(64, 16, 4, 16, 8), w, tokens);
+  EXPECT_EQ(sparse.loss, dense.loss);
+  EXPECT_EQ(std::memcmp(sparse.grads.data.data(), dense.grads.data.data(), dense.grads.data.size() * 4), 0);
+}
+
+TEST(Sparse, Bf16PagesBudgetCoveringAllPagesEqualsDense) {
+  const auto m = test::small_model(2, 4, 2, 8, 32, false, true);
+  const Weights w = random_weights(m, 5, kInitStd);
+  const auto tokens = TokenSource::synthetic(m.vocab, 5).sequence(0, 64);
+  const RunOut dense = run(m, with_pages(test::small_config(64, 16, 4, 8), "bf16", "bf16"), w, tokens);
+  const RunOut sparse = run(m, with_pages(sparse_config(64, 16, 4, 16, 8), "bf16", "bf16"), w, tokens);
   EXPECT_EQ(sparse.loss, dense.loss);
   EXPECT_EQ(std::memcmp(sparse.grads.data.data(), dense.grads.data.data(), dense.grads.data.size() * 4), 0);
 }

@@ -179,12 +179,12 @@ class FakeCupti final : public Backend, public OpTagger {
     kernel("attn_bwd", [&] { b_.attention_bwd(a, o, lse, dout, dq, dk, dv, pages); });
   }
   void write_kv_pages(const float* k, const float* v, int64_t rows, int64_t kv_dim, int64_t p,
-                      const std::vector<float*>& pages) override {
-    kernel("write_kv_pages", [&] { b_.write_kv_pages(k, v, rows, kv_dim, p, pages); });
+                      const std::vector<float*>& pages, PageDtype dtype) override {
+    kernel("write_kv_pages", [&] { b_.write_kv_pages(k, v, rows, kv_dim, p, pages, dtype); });
   }
   void add_from_grad_pages(const std::vector<float*>& pages, int64_t rows, int64_t kv_dim, int64_t p, float* dk,
-                           float* dv) override {
-    kernel("add_from_grad_pages", [&] { b_.add_from_grad_pages(pages, rows, kv_dim, p, dk, dv); });
+                           float* dv, PageDtype dtype) override {
+    kernel("add_from_grad_pages", [&] { b_.add_from_grad_pages(pages, rows, kv_dim, p, dk, dv, dtype); });
   }
   void page_summaries(const float* k, int64_t rows, int64_t kv_dim, int64_t p, float* out) override {
     kernel("page_summaries", [&] { b_.page_summaries(k, rows, kv_dim, p, out); });

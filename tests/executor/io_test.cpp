@@ -166,6 +166,20 @@ TEST_F(Io, BadRunInputsAreUserErrors) {
             std::string::npos);
   EXPECT_NE(error_of([&] { Engine(backend, kModel, test::small_config(32, 12, 8, 2), w); }).find("--chunk"),
             std::string::npos);
+  // Page dtypes the executor does not store (the simulator models them): refused by flag name.
+  for (const char* dt : {"fp8", "fp16"}) {
+    auto c = test::small_config(16, 8, 4, 2);
+    c.kv_dtype = dt;
+    const std::string kv = error_of([&] { Engine(backend, kModel, c, w); });
+    EXPECT_NE(kv.find("--kv-dtype"), std::string::npos) << kv;
+    EXPECT_NE(kv.find(dt), std::string::npos) << kv;
+    EXPECT_NE(kv.find("fp32 or bf16"), std::string::npos) << kv;
+    c.kv_dtype = "bf16";
+    c.kv_grad_dtype = dt;
+    const std::string grad = error_of([&] { Engine(backend, kModel, c, w); });
+    EXPECT_NE(grad.find("--kv-grad-dtype"), std::string::npos) << grad;
+    EXPECT_NE(grad.find("fp32 or bf16"), std::string::npos) << grad;
+  }
   Engine e(backend, kModel, test::small_config(16, 8, 4, 2), w);
   EXPECT_NE(error_of([&] { e.step(std::vector<int32_t>(16, 29)); }).find("out of range"), std::string::npos);
   EXPECT_NE(error_of([&] { e.step(std::vector<int32_t>(15, 1)); }).find("context"), std::string::npos);

@@ -37,6 +37,10 @@ inline simulator::Config small_config(int64_t context, int64_t chunk, int64_t pa
   c.chunk_tokens = chunk;
   c.page_tokens = page;
   c.resident_layers = resident;
+  // The exactness tests compare fp32 runs (Config's defaults store bf16 KV pages); bf16 page tests
+  // set these explicitly.
+  c.kv_dtype = "fp32";
+  c.kv_grad_dtype = "fp32";
   return c;
 }
 

@@ -132,5 +132,39 @@ TEST(Calibration, PassWorkPricesLikeTheCostModel) {
   EXPECT_FALSE(pass_work(s, g.n, "layer_fwd").has_value());
 }
 
+TEST(Calibration, ExecutorRunsArePredictedWithTheirPageDtypes) {
+  // apply_cpu_run: fp32 parameters, parameter gradients and activations; the pages as configured.
+  Scenario s = tiny_scenario(4096, 1024, false);
+  s.config.kv_dtype = "bf16";
+  s.config.kv_grad_dtype = "bf16";
+  apply_cpu_run(s);
+  EXPECT_EQ(s.config.kv_dtype, "bf16");
+  EXPECT_EQ(s.config.kv_grad_dtype, "bf16");
+  EXPECT_EQ(s.config.param_dtype, "fp32");
+  EXPECT_EQ(s.config.param_grad_dtype, "fp32");
+  EXPECT_EQ(s.config.activation_dtype, "fp32");
+  EXPECT_EQ(s.config.peak_measure, PeakMeasure::allocated);
+  EXPECT_EQ(page_counts(s).kv_page_bytes * 2, page_counts(tiny_scenario(4096, 1024, false)).grad_page_bytes);
+
+  // scenario_of_trace: the page dtypes the run's measured block records, for every executor source.
+  traces::Trace t;
+  t.metadata.extra = {{"model", "tiny"}, {"config", s.config.to_json()},
+                      {"measured", {{"kv_dtype", "bf16"}, {"kv_grad_dtype", "fp32"}}}};
+  for (const char* src : {"cpu", "cuda", "cuda-cupti"}) {
+    t.metadata.source = src;
+    const Scenario r = scenario_of_trace(t, "t.json", models::load_gpu("h200"));
+    EXPECT_EQ(r.config.kv_dtype, "bf16") << src;
+    EXPECT_EQ(r.config.kv_grad_dtype, "fp32") << src;
+    EXPECT_EQ(r.config.param_dtype, "fp32") << src;
+  }
+  // A trace from before the executor stored bf16 pages: fp32 pages whatever its config says.
+  t.metadata.source = "cpu";
+  t.metadata.extra["measured"] = {{"steps", 1}};
+  const Scenario old = scenario_of_trace(t, "t.json", models::load_gpu("h200"));
+  EXPECT_EQ(old.config.kv_dtype, "fp32");
+  EXPECT_EQ(old.config.kv_grad_dtype, "fp32");
+  EXPECT_EQ(executor_page_dtypes(t).kv, "fp32");
+}
+
 }  // namespace
 }  // namespace oomb::simulator
