@@ -1,9 +1,12 @@
 // The closed loop on the CPU backend: calibrate a cpu profile once (micro-benchmarks, then a
-// least-squares fit of the efficiencies to short calibration runs of each shape family), then for
-// each plan predict, run and compare. Memory terms and bytes moved: exact in dense mode; in sparse
-// mode between the selection-union assumption's best (overlap 1) and worst (overlap 0) cases.
-// Step time: within kStepTolerance when OOMB_FIDELITY_STRICT=1 (a quiet machine); otherwise reported
-// only. The calibration runs are never among the validated plans.
+// least-squares fit of the efficiencies to short calibration runs of each shape family, each pass
+// timed by its fastest occurrence over the steps), then for each plan predict, run and compare.
+// Memory terms and bytes moved: exact in dense mode; in sparse mode between the selection-union
+// assumption's best (overlap 1) and worst (overlap 0) cases. Step time: the fastest of 3 measured
+// steps (after a warm-up step) within kStepTolerance of the prediction; a plan beyond it is run
+// again (up to kRetries times) because interference on a shared machine only adds time.
+// OOMB_FIDELITY_STRICT=0 reports the step-time errors without asserting them. The calibration
+// runs are never among the validated plans.
 //
 // Table: OOMB_FIDELITY_TABLE=out.md build/oomb_fidelity_tests   (markdown for README.md)
 // Traces: OOMB_FIDELITY_RECORD=dir build/oomb_fidelity_tests    (layer detail, for traces/recorded)
@@ -19,6 +22,7 @@
 #include <fstream>
 #include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/format.h"
@@ -37,6 +41,13 @@ using simulator::Attention;
 using simulator::Scenario;
 
 constexpr double kStepTolerance = 0.25;  // |measured - predicted| / predicted of the step time
+// Runs of a plan whose step time is beyond the tolerance (the first included: 1 + kRetries).
+constexpr int kRetries = 2;
+// The step-time bound is asserted unless OOMB_FIDELITY_STRICT=0 (then it is reported only).
+bool strict_time() {
+  const char* v = std::getenv("OOMB_FIDELITY_STRICT");
+  return !v || std::string(v) != "0";
+}
 // A 2-core CI machine shared with other jobs: when the driving thread got less than this share of
 // the wall time, another load took the CPU and the times are not this backend's (skip, say so).
 constexpr double kMinCpuShare = 0.8;
@@ -51,6 +62,7 @@ struct Case {
   std::string name, family, model;
   int64_t layers = 0, context = 0, chunk = 0, page = 0, budget = 0, resident = 2;
   bool sparse = false;
+  std::string page_dtype = "fp32";  // KV and KV-gradient pages
 };
 
 Scenario scenario(const Case& k, const models::GpuSpec& gpu) {
@@ -66,19 +78,21 @@ Scenario scenario(const Case& k, const models::GpuSpec& gpu) {
   c.page_budget = k.budget > 0 ? k.budget : c.page_budget;
   c.resident_layers = k.resident;
   c.layers_override = k.layers;
+  c.kv_dtype = c.kv_grad_dtype = k.page_dtype;  // the executor stores the config's page dtypes
   simulator::validate(c, s.model);
   return s;
 }
 
-// Steps per run after one warm-up step: the step time judged is their median, so one preempted
-// step on a shared VM does not decide the comparison.
+// Steps per run after one warm-up step: the step time judged is the fastest of them, as the
+// calibration takes each pass's fastest occurrence (simulator::calibration_samples): interference
+// from other processes on a shared VM only ever adds time.
 constexpr int kMeasuredSteps = 3;
 
 struct RunResult {
   executor::Measured measured;
   traces::Trace trace;
   double wall_s = 0;
-  double step_median_s = 0;
+  double step_min_s = 0;
   double cpu_share = 1;  // driving thread's CPU time / wall time of the step
 };
 
@@ -101,9 +115,8 @@ RunResult run(const Case& k, const models::GpuSpec& gpu) {
     e.step(tokens);
     steps.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count());
   }
-  std::sort(steps.begin(), steps.end());
   RunResult r;
-  r.step_median_s = steps[steps.size() / 2];
+  r.step_min_s = *std::min_element(steps.begin(), steps.end());
   r.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   r.cpu_share = (thread_cpu_s() - c0) / std::max(r.wall_s, 1e-9);
   r.measured = e.measured();
@@ -129,6 +142,7 @@ const std::vector<Case>& validation_cases() {
       {"tiny 8K dense offload", "tiny", "tiny", 0, 8192, 4096, 128, 0, 1, false},
       {"tiny 8K sparse", "tiny", "tiny", 0, 8192, 1024, 64, 4, 2, true},
       {"tiny 16K sparse offload", "tiny", "tiny", 0, 16384, 2048, 64, 8, 1, true},
+      {"tiny 8K dense offload bf16 pages", "tiny", "tiny", 0, 8192, 2048, 128, 0, 1, false, "bf16"},
       {"qwen2.5-0.5b x2 128 dense offload", "qwen", "qwen2.5-0.5b", 2, 128, 64, 16, 0, 1, false},
   };
   return v;
@@ -166,7 +180,7 @@ const Calibrated& calibrated() {
       // One short qwen run cannot separate every class: its time is GEMM (the LM head) almost
       // entirely, so only the GEMM efficiency is fitted there.
       const std::vector<std::string> hold =
-          family == "qwen" ? std::vector<std::string>{"attention", "memory_bound", "launch_overhead"}
+          family == "qwen" ? std::vector<std::string>{"attention", "attention_backward", "memory_bound", "launch_overhead"}
                            : std::vector<std::string>{};
       const auto fit = simulator::fit_efficiencies(samples, out.micro, n, hold);
       models::GpuSpec g = out.micro;
@@ -174,8 +188,9 @@ const Calibrated& calibrated() {
       g.efficiency = fit.efficiency;
       g.launch_overhead_s = fit.launch_overhead_s;
       out.by_family[family] = g;
-      std::printf("[calibration] %s: gemm %.3f attention %.3f memory-bound %.3f launch %.2e s (R^2 %.3f)\n",
-                  family.c_str(), g.efficiency.gemm, g.efficiency.attention, g.efficiency.memory_bound,
+      std::printf("[calibration] %s: gemm %.3f attention %.3f (backward %.3f) memory-bound %.3f launch %.2e s (R^2 %.3f)\n",
+                  family.c_str(), g.efficiency.gemm, g.efficiency.attention, g.efficiency.attention_backward,
+                  g.efficiency.memory_bound,
                   g.launch_overhead_s, fit.r2);
     }
     out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -202,10 +217,16 @@ simulator::EventResult predict(Scenario s) {
   return simulator::simulate_events(s, traces::Detail::chunk);
 }
 
+// Compute time per stage of one step: of a prediction, the sum of its events; of a measurement
+// (several steps in one trace), the sum over passes of each pass's fastest occurrence, as the
+// calibration times them.
 std::map<int, double> stage_time(const traces::Trace& t) {
-  std::map<int, double> m;
+  std::map<std::tuple<int, int64_t, int64_t, std::string>, std::vector<double>> passes;
   for (const auto& e : t.events)
-    if (e.kind == traces::EventKind::compute && e.stage > 0) m[e.stage] += e.duration_ns() * 1e-9;
+    if (e.kind == traces::EventKind::compute && e.stage > 0)
+      passes[{e.stage, e.chunk, e.layer, e.op}].push_back(e.duration_ns() * 1e-9);
+  std::map<int, double> m;
+  for (const auto& [key, times] : passes) m[std::get<0>(key)] += *std::min_element(times.begin(), times.end());
   return m;
 }
 
@@ -250,11 +271,9 @@ TEST_P(Fidelity, PredictRunValidate) {
     EXPECT_LE(m.kv_pool_high_water_pages, simulator::page_counts(worst).kv_pool_pages) << k.name;
     EXPECT_EQ(m.kv_page_bytes, pc.kv_page_bytes) << k.name;
   }
-  const double err = rel(r.step_median_s, pred.summary.step_s);
   const auto ps1 = stage_time(pred.trace);
-  auto ms1 = stage_time(r.trace);
-  for (auto& [stage, t] : ms1) t /= kMeasuredSteps + 1;  // the trace holds the warm-up step too
-  rows().push_back({k.name, pred.summary.step_s, r.step_median_s, micro_step, ps1.count(1) ? ps1.at(1) : 0,
+  const auto ms1 = stage_time(r.trace);
+  rows().push_back({k.name, pred.summary.step_s, r.step_min_s, micro_step, ps1.count(1) ? ps1.at(1) : 0,
                     ms1.count(1) ? ms1.at(1) : 0, ps1.count(2) ? ps1.at(2) : 0, ms1.count(2) ? ms1.at(2) : 0,
                     pred.summary.h2d_bytes, m.h2d_bytes, pc.kv_pool_pages + pc.grad_pool_pages,
                     m.kv_pool_high_water_pages + m.grad_pool_high_water_pages,
@@ -265,23 +284,31 @@ TEST_P(Fidelity, PredictRunValidate) {
       if (ch == ' ' || ch == '.') ch = '-';
     traces::write_trace(r.trace, std::string(dir) + "/cpu-" + file + ".json");
   }
-  // Step time is judged only where timings are trustworthy: OOMB_FIDELITY_STRICT=1 on a quiet
-  // machine. On the shared 2-core CI VM, medians of the same run moved by up to 25% between
-  // consecutive invocations (README "Prediction error"), so there the errors are reported in the
-  // table and as test properties, not asserted.
-  RecordProperty("step_time_error", std::to_string(err));
-  const char* strict = std::getenv("OOMB_FIDELITY_STRICT");
-  if (!strict || std::string(strict) != "1") {
-    std::printf("[fidelity] %s: step predicted %.3f s, measured %.3f s, error %+.1f%% (not judged without "
-                "OOMB_FIDELITY_STRICT=1)\n",
-                k.name.c_str(), pred.summary.step_s, r.step_median_s, 100 * err);
-    return;
+  // Step time. Interference from other processes only ever adds time, so a step beyond the
+  // tolerance is measured again (up to kRetries more runs) and the fastest step of all attempts is
+  // judged; a model error survives every attempt, a preempted run does not.
+  double meas = r.step_min_s;
+  double share = r.cpu_share;  // the best attempt's: one undisturbed run is enough to judge
+  int attempts = 1;
+  for (; attempts <= kRetries && std::fabs(rel(meas, pred.summary.step_s)) > kStepTolerance; ++attempts) {
+    const RunResult again = run(k, gpu);
+    std::printf("[fidelity] %s: attempt %d measured %.3f s (best so far %.3f s)\n", k.name.c_str(), attempts + 1,
+                again.step_min_s, meas);
+    meas = std::min(meas, again.step_min_s);
+    share = std::max(share, again.cpu_share);
   }
-  if (cal.min_cpu_share < kMinCpuShare || r.cpu_share < kMinCpuShare)
-    GTEST_SKIP() << k.name << " (step time not judged)" << ": the CPU was shared with another load (driving thread got "
-                 << format_percent(std::min(cal.min_cpu_share, r.cpu_share)) << " of the wall time); times not comparable";
+  const double err = rel(meas, pred.summary.step_s);
+  rows().back().meas_step = meas;
+  RecordProperty("step_time_error", std::to_string(err));
+  RecordProperty("attempts", attempts);
+  std::printf("[fidelity] %s: step predicted %.3f s, measured %.3f s (fastest of %d x %d steps), error %+.1f%%\n",
+              k.name.c_str(), pred.summary.step_s, meas, attempts, kMeasuredSteps, 100 * err);
+  if (!strict_time()) return;
+  if (share < kMinCpuShare)
+    GTEST_SKIP() << k.name << " (step time not judged)" << ": the CPU was shared with another load in every attempt "
+                 << "(driving thread got at best " << format_percent(share) << " of the wall time); times not comparable";
   EXPECT_LE(std::fabs(err), kStepTolerance) << k.name << ": predicted " << pred.summary.step_s << " s, measured "
-                                            << r.step_median_s << " s";
+                                            << meas << " s (fastest of " << attempts << " runs)";
 }
 
 INSTANTIATE_TEST_SUITE_P(Cpu, Fidelity, ::testing::Range<size_t>(0, validation_cases().size()),
