@@ -1,9 +1,10 @@
 // oomb calibrate: device profiles from measurements.
-//   --backend cpu             micro-benchmarks of the local backend -> a profile (kind "cpu")
+//   --backend cpu|cuda        micro-benchmarks of the local backend -> a profile (kind "cpu" / "gpu")
 //   --traces T... --gpu G     least-squares fit of G's efficiencies to measured traces
 //   --project-to G2 --gpu P   a calibrated profile's efficiencies on another catalog device
 //   --recall T... --out C     a budget-to-recall curve (oomb.recall/1) from sparse runs' recall
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,10 @@
 #include "core/error.h"
 #include "core/format.h"
 #include "executor/cpu/cpu_backend.h"
+#ifdef OOMB_HAVE_CUDA_BACKEND
+#include "executor/cuda/cuda_backend.h"
+#include "executor/cuda/device_info.h"
+#endif
 #include "executor/runtime/microbench.h"
 #include "planner/recall_curve.h"
 #include "simulator/calibration.h"
@@ -34,19 +39,64 @@ void write_or_print(const Json& profile, const std::string& out) {
 }
 
 int run_microbench_mode(const CalibrateArgs& a) {
-  if (a.backend != "cpu")
-    throw Error("--backend", a.backend, a.backend == "cuda" ? "this build calibrates the cpu backend only" : "unknown backend",
+  if (a.backend != "cpu" && a.backend != "cuda")
+    throw Error("--backend", a.backend, "unknown backend", "cpu or cuda");
+#ifndef OOMB_HAVE_CUDA_BACKEND
+  if (a.backend == "cuda")
+    throw Error("--backend", "cuda", "this build has no CUDA backend (configure with nvcc present, -DOOMB_CUDA=ON)",
                 "--backend cpu");
+#endif
   executor::MicrobenchOptions o;
   for (const auto& m : a.models) o.models.push_back(models::load_model(m));
   o.chunk_tokens = a.chunk;
   if (!a.quiet) o.progress = [](const std::string& line) { std::fprintf(stderr, "  %s\n", line.c_str()); };
-  if (!a.quiet) std::fprintf(stderr, "oomb calibrate: micro-benchmarks of the cpu backend (about 10-20 s)\n");
-  executor::CpuBackend backend;
-  const executor::MicrobenchResult r = executor::run_microbench(backend, o);
-  const int64_t ram = executor::host_ram_bytes();
-  const Json profile = executor::device_profile(r, a.id.empty() ? "cpu-calibrated" : a.id,
-                                                ram > 0 ? ram / 2 : int64_t{8} << 30, a.efficiency_model);
+  if (!a.quiet)
+    std::fprintf(stderr, "oomb calibrate: micro-benchmarks of the %s backend (about 10-20 s)\n", a.backend.c_str());
+  std::unique_ptr<executor::Backend> backend;
+  std::string device;  // replaces the host description in the profile for a GPU
+  int64_t capacity_bytes = 0;
+  if (a.backend == "cpu") {
+    backend = std::make_unique<executor::CpuBackend>();
+    const int64_t ram = executor::host_ram_bytes();
+    capacity_bytes = ram > 0 ? ram / 2 : int64_t{8} << 30;
+  } else {
+#ifdef OOMB_HAVE_CUDA_BACKEND
+    std::string why;
+    if (!executor::cuda_device_available(&why))
+      throw Error("--backend", "cuda", "no usable CUDA device: " + why, "use --backend cpu");
+    const executor::CudaDeviceInfo info = executor::cuda_device_info(0);
+    // What `oomb run --backend cuda` runs by default: the tensor-core attention where it applies.
+    executor::CudaBackendOptions copt;
+    copt.attention_kernel = executor::CudaAttentionKernel::bf16_tensor_core;
+    auto cuda = std::make_unique<executor::CudaBackend>(copt);
+    executor::CudaBackend* cb = cuda.get();
+    o.sync = [cb] { cb->synchronize(); };
+    device = cuda->device_name();
+    capacity_bytes = info.memory_bytes;
+    backend = std::move(cuda);
+#endif
+  }
+  executor::MicrobenchResult r = executor::run_microbench(*backend, o);
+  if (!device.empty()) r.host = device;
+  Json profile = executor::device_profile(r, a.id.empty() ? a.backend + "-calibrated" : a.id, capacity_bytes,
+                                          a.efficiency_model);
+  if (a.backend == "cuda") {
+#ifdef OOMB_HAVE_CUDA_BACKEND
+    // The cpu-oriented defaults of device_profile, replaced by the device's own facts.
+    const executor::CudaDeviceInfo info = executor::cuda_device_info(0);
+    profile["sm_count"] = info.sm_count;
+    profile["reserved_bytes"] = int64_t{1} << 30;
+    profile["default_host"] = "";
+    profile["sources"]["hbm_capacity_bytes"] = "the device's total global memory (cudaGetDeviceProperties)";
+    profile["sources"]["sm_count"] = "cudaGetDeviceProperties (multiProcessorCount)";
+    profile["sources"]["reserved_bytes"] =
+        "nominal 1 GiB: CUDA context, cuBLASLt and op workspaces (not measured by the micro-benchmarks)";
+    profile["sources"]["bf16_flops_per_s"] =
+        "the backend's compute peak: the best median rate measured over the benchmarked GEMM and attention shapes "
+        "(fp32 GEMMs through cuBLASLt, bf16 tensor-core attention where it applies)";
+    profile["sources"]["launch_overhead_s"] = "a 1-element add: launch throughput, the stream synchronised per repetition";
+#endif
+  }
   if (a.json || a.out.empty()) {
     write_or_print(profile, "");
     return 0;
@@ -67,7 +117,7 @@ int run_microbench_mode(const CalibrateArgs& a) {
               format_rate_bytes_per_s(r.h2d_bytes_per_s.median).c_str(),
               format_rate_bytes_per_s(r.d2h_bytes_per_s.median).c_str(), profile["duplex_factor"].get<double>());
   std::printf("  per-op overhead    %s\n", format_duration_s(r.op_overhead_s.median).c_str());
-  std::printf("profile (oomb.gpu/1, kind cpu): %s\n", a.out.c_str());
+  std::printf("profile (oomb.gpu/1, kind %s): %s\n", profile["kind"].get<std::string>().c_str(), a.out.c_str());
   return 0;
 }
 
@@ -194,7 +244,8 @@ const Registrar reg(
     "calibrate", "Device profiles from measurements: micro-benchmarks, a fit to traces, or a projection",
     [](CLI::App& sub) {
       auto a = std::make_shared<CalibrateArgs>();
-      sub.add_option("--backend", a->backend, "Micro-benchmark this backend (cpu) and write its profile (kind cpu)");
+      sub.add_option("--backend", a->backend, "Micro-benchmark this backend (cpu, or cuda in CUDA builds with a device) and write its profile "
+                     "(kind cpu / gpu)");
       sub.add_option("--model", a->models, "With --backend: models whose GEMM and attention shapes to benchmark")
           ->capture_default_str();
       sub.add_option("--chunk", a->chunk, "With --backend: rows of the benchmarked layer GEMMs")->capture_default_str();

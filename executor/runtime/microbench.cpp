@@ -20,8 +20,11 @@ double now_s() {
 
 // Seconds per call of f: one warm-up call, then `reps` repetitions, each calling f until the
 // repetition took at least `budget_s` (at least once).
-std::vector<double> time_calls(const std::function<void()>& f, int reps, double budget_s) {
+// With `sync` (asynchronous backends) each repetition ends when the device finished its calls.
+std::vector<double> time_calls(const std::function<void()>& f, int reps, double budget_s,
+                               const std::function<void()>& sync) {
   f();
+  if (sync) sync();
   std::vector<double> per_call;
   for (int r = 0; r < reps; ++r) {
     int64_t calls = 0;
@@ -32,6 +35,10 @@ std::vector<double> time_calls(const std::function<void()>& f, int reps, double 
       ++calls;
       t = now_s();
     } while (t - t0 < budget_s);
+    if (sync) {
+      sync();
+      t = now_s();
+    }
     per_call.push_back((t - t0) / static_cast<double>(calls));
   }
   return per_call;
@@ -79,7 +86,9 @@ struct Bench {
   void say(const std::string& s) const {
     if (o.progress) o.progress(s);
   }
-  std::vector<double> time(const std::function<void()>& f) const { return time_calls(f, o.repetitions, o.seconds_per_point); }
+  std::vector<double> time(const std::function<void()>& f) const {
+    return time_calls(f, o.repetitions, o.seconds_per_point, o.sync);
+  }
 };
 
 void bench_gemm(const Bench& B, GemmShape& g) {

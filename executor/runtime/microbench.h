@@ -68,6 +68,9 @@ struct MicrobenchOptions {
   double seconds_per_point = 0.02;        // timing budget of each repetition
   int repetitions = 5;
   std::function<void(const std::string&)> progress;  // one line per measurement
+  // Waits until the backend finished what was issued (asynchronous backends: the CUDA backend's
+  // synchronize()); called after each timed repetition so that a repetition's time is its work's.
+  std::function<void()> sync;
 };
 
 MicrobenchResult run_microbench(Backend& backend, const MicrobenchOptions& options);

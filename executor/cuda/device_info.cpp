@@ -1,0 +1,26 @@
+#include "executor/cuda/device_info.h"
+
+#include <cuda_runtime_api.h>
+
+#include "core/error.h"
+
+namespace oomb::executor {
+
+CudaDeviceInfo cuda_device_info(int device) {
+  cudaDeviceProp p{};
+  const cudaError_t e = cudaGetDeviceProperties(&p, device);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    throw Error("--backend", "cuda",
+                std::string("cannot query CUDA device ") + std::to_string(device) + ": " + cudaGetErrorString(e),
+                "use --backend cpu");
+  }
+  CudaDeviceInfo i;
+  i.name = p.name;
+  i.memory_bytes = static_cast<int64_t>(p.totalGlobalMem);
+  i.sm_count = p.multiProcessorCount;
+  i.compute_capability = p.major * 10 + p.minor;
+  return i;
+}
+
+}  // namespace oomb::executor

@@ -1,0 +1,19 @@
+#pragma once
+// Facts about a CUDA device that callers outside the backend need (oomb calibrate --backend cuda
+// writes them into the device profile). No CUDA header: usable from the CLI.
+#include <cstdint>
+#include <string>
+
+namespace oomb::executor {
+
+struct CudaDeviceInfo {
+  std::string name;             // e.g. "NVIDIA H200"
+  int64_t memory_bytes = 0;     // total global memory
+  int64_t sm_count = 0;
+  int compute_capability = 0;   // major * 10 + minor
+};
+
+// Throws oomb::Error naming --backend when the device cannot be queried.
+CudaDeviceInfo cuda_device_info(int device = 0);
+
+}  // namespace oomb::executor
