@@ -4,6 +4,7 @@
 //    and the bf16 tensor-core kernels (CudaAttentionKernel), against cuBLASLt GEMMs of the same
 //    FLOPs: fp32, TF32 and bf16 (fp32 accumulate, the tensor-core kernels' operand precision);
 //    ratios printed, and the tensor-core kernels' ratio to the bf16 GEMM against its target (0.5);
+//    the tensor-core kernels again on bf16 KV and gradient pages (ratio to their fp32-page rate);
 //  - offload copy bandwidth per direction through CudaBackend::copy_async (one region per page,
 //    scattered so that no two merge) against one plain cudaMemcpyAsync of the same bytes between
 //    pinned and device memory: ratio printed.
@@ -202,6 +203,32 @@ int main() {
   std::printf("attention fwd+bwd: %.2f TFLOP/s (bf16 tensor cores), %.2fx the fp32 kernels; o differs from the fp32 "
               "kernels' by rel. L2 %.2e\n",
               tc_tflops, tc_tflops / attn_tflops, rel_l2(o_bf16, o_fp32));
+
+  // ---- the tensor-core attention on bf16 KV and gradient pages (what `oomb run --backend cuda`
+  // runs by default with a plan's bf16 KV pages): the prefix rows' loads halve.
+  Buffer pages16(gpu, Tier::device, U * page * 2), grads16(gpu, Tier::device, U * page * 2);
+  PagedAttention a16 = a;
+  a16.kv_dtype = PageDtype::bf16;
+  a16.grad_dtype = PageDtype::bf16;
+  std::vector<float*> gp16, kv16;
+  for (int64_t u = 0; u < U; ++u) {
+    kv16.push_back(reinterpret_cast<float*>(static_cast<char*>(pages16.data()) + u * page * 2));
+    gp16.push_back(reinterpret_cast<float*>(static_cast<char*>(grads16.data()) + u * page * 2));
+    a16.prefix_pages[static_cast<size_t>(u)] = kv16.back();
+  }
+  tc.write_kv_pages(k.f32(), v.f32(), U * p, kvd, p, kv16, PageDtype::bf16);  // the chunk's first U * p rows
+  const int64_t tc_calls0 = tc.attention_calls(CudaAttentionKernel::bf16_tensor_core);
+  const double tc16_fwd_ms = time_ms(tc_stream, reps, [&] { tc.attention_fwd(a16, o_tc.f32(), lse_tc.f32()); });
+  const double tc16_bwd_ms = time_ms(tc_stream, reps, [&] {
+    tc.attention_bwd(a16, o.f32(), lse.f32(), dout.f32(), dq.f32(), dk.f32(), dv.f32(), gp16);
+  });
+  const bool tc16_ran = tc.attention_calls(CudaAttentionKernel::bf16_tensor_core) - tc_calls0 == 2 * (reps + 1) &&
+                        tc.attention_calls(CudaAttentionKernel::fp32) == 0;
+  const double tc16_tflops = (fwd_flops + bwd_flops) / ((tc16_fwd_ms + tc16_bwd_ms) * 1e-3) / 1e12;
+  std::printf("attention fwd+bwd (bf16 tensor cores, bf16 KV and gradient pages%s): fwd %.2f ms, bwd %.2f ms, %.2f "
+              "TFLOP/s, %.2fx the same kernels on fp32 pages\n",
+              tc16_ran ? "" : ", NOT ALL CALLS RAN THEM", tc16_fwd_ms, tc16_bwd_ms, tc16_tflops,
+              tc16_tflops / tc_tflops);
 
   // ---- a GEMM of the same FLOPs: 4096 x 4096 x K
   const int64_t M = 4096, N = 4096;

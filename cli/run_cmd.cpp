@@ -2,11 +2,14 @@
 // with a progress line, a measured summary, an optional trace, and an optional full-sequence
 // reference check of the gradients. A cuda run's trace is timed on the device by the CUPTI collector
 // when the build has it (--trace-timing cupti, the default there): the driver tags every op and copy
-// with its (stage, chunk, layer, pass) through EngineOptions::tagger.
+// with its (stage, chunk, layer, pass) through EngineOptions::tagger. A cuda run's attention kernels
+// are chosen by --attention-kernel (auto: bf16 tensor cores where they run, fp32 elsewhere); which
+// family ran how often goes into --json and the trace's metadata.extra.cuda.
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <set>
@@ -42,6 +45,7 @@ struct RunArgs {
   int64_t steps = 1;
   std::string tokens, weights, save_weights, dump_grads, trace, detail = "layer";
   std::string trace_timing;  // "" = cupti for cuda when built with CUPTI, else host
+  std::string attention_kernel;  // "" = auto (cuda only)
   uint64_t seed = 1234;
   float init_std = 0.02f;
   int64_t grad_accum = 1;
@@ -127,6 +131,18 @@ int run_run(const RunArgs& a) {
                 "use --backend cpu, or build on a machine with nvcc (OOMB_CUDA=AUTO|ON)");
 #endif
   if (a.backend != "cpu" && a.backend != "cuda") throw Error("--backend", a.backend, "unknown backend", "cpu or cuda");
+  // The cuda backend's attention kernels (CudaAttentionKernel): auto = bf16 tensor cores where they
+  // run (head_dim 64 / 128, sm_80+, aligned buffers), fp32 elsewhere; fp32 = the CUDA-core reference;
+  // bf16-tc = tensor cores or an error.
+  if (!a.attention_kernel.empty() && a.attention_kernel != "auto" && a.attention_kernel != "fp32" &&
+      a.attention_kernel != "bf16-tc")
+    throw Error("--attention-kernel", a.attention_kernel, "unknown attention kernel", "auto, fp32 or bf16-tc");
+  if (!a.attention_kernel.empty() && a.backend != "cuda")
+    throw Error("--attention-kernel", a.attention_kernel,
+                "chooses the cuda backend's attention kernels; a " + a.backend +
+                    " run computes attention in fp32 on the CPU",
+                "drop --attention-kernel, or use --backend cuda");
+  const std::string attention_kernel = a.attention_kernel.empty() ? "auto" : a.attention_kernel;
   if (a.steps <= 0) throw Error("--steps", "", "must be positive");
   if (a.grad_accum <= 0) throw Error("--grad-accum", "", "must be positive");
   // How the trace is timed: CUPTI device times (cuda, when built with CUPTI) or host wall clock.
@@ -146,7 +162,7 @@ int run_run(const RunArgs& a) {
   simulator::Scenario s;
   if (!a.plan.empty()) {
     // The plan carries every knob; flags that would change it are refused rather than ignored, except
-    // --layers (a quick run) and the page dtypes (e.g. fp32 pages on the cuda backend), which
+    // --layers (a quick run) and the page dtypes (e.g. fp32 pages for an exact reference run), which
     // `oomb validate` predicts as run.
     std::set<std::string> knobs = a.flags.explicit_knobs();
     knobs.erase("kv_dtype");
@@ -178,8 +194,8 @@ int run_run(const RunArgs& a) {
   if (a.measure_recall && !sparse_mode)
     throw Error("--measure-recall", "", "measures what sparse page selections capture of the dense attention",
                 "add --attention sparse");
-  // Page dtypes the executor stores (fp32, bf16; the Engine refuses others by name) and, on cuda,
-  // fp32 only for now: refused before anything is read or allocated.
+  // Page dtypes the executor stores (fp32, bf16; the Engine refuses others by name), on either
+  // backend: refused before anything is read or allocated.
   auto page_dtype = [&](const std::string& name, const char* flag, bool given) {
     try {
       return page_dtype_from_string(name, flag);
@@ -191,13 +207,11 @@ int run_run(const RunArgs& a) {
   };
   const PageDtype kv_pages = page_dtype(c.kv_dtype, "--kv-dtype", a.flags.kv_dtype.has_value());
   const PageDtype grad_pages = page_dtype(c.kv_grad_dtype, "--kv-grad-dtype", a.flags.kv_grad_dtype.has_value());
-  if (a.backend == "cuda")
-    for (auto [flag, d] : {std::pair{"--kv-dtype", kv_pages}, {"--kv-grad-dtype", grad_pages}})
-      if (d != PageDtype::f32)
-        throw Error(flag, to_string(d), "the cuda backend stores KV and KV-gradient pages in fp32 only",
-                    std::string(flag) + " fp32" + (a.plan.empty() ? "" : " (overrides the plan's " +
-                                                                            std::string(to_string(d)) + ")") +
-                        ", or --backend cpu for bf16 pages");
+  if (a.backend == "cuda" && attention_kernel == "bf16-tc" && m.head_dim != 64 && m.head_dim != 128)
+    throw Error("--attention-kernel", "bf16-tc",
+                "the bf16 tensor-core kernels take head_dim 64 or 128; " + m.id + " has head_dim " +
+                    std::to_string(m.head_dim),
+                "use --attention-kernel auto, which runs the fp32 kernels where the tensor-core ones cannot, or fp32");
   if (a.compare_dense && !sparse_mode)
     throw Error("--compare-dense", "", "compares a sparse step with the dense one", "add --attention sparse");
   if (a.compare_dense && c.optimizer != simulator::Optimizer::none)
@@ -217,6 +231,9 @@ int run_run(const RunArgs& a) {
 #endif
   std::unique_ptr<Backend> backend_owner;
   std::string device_name;
+  // cuda runs: the attention kernel asked for and how many attention calls each family ran (in
+  // --json and the trace's metadata.extra.cuda); null for cpu runs.
+  std::function<Json()> cuda_summary = [] { return Json(); };
   if (a.backend == "cpu") {
     backend_owner = std::make_unique<CpuBackend>();
   } else {
@@ -236,8 +253,24 @@ int run_run(const RunArgs& a) {
     }
 #endif
     try {
-      auto cuda = std::make_unique<CudaBackend>();
+      CudaBackendOptions copt;
+      copt.attention_kernel =
+          attention_kernel == "fp32" ? CudaAttentionKernel::fp32 : CudaAttentionKernel::bf16_tensor_core;
+      copt.attention_kernel_strict = attention_kernel == "bf16-tc";
+      auto cuda = std::make_unique<CudaBackend>(copt);
       device_name = cuda->device_name();
+      if (attention_kernel == "bf16-tc" && !cuda->attention_tc_available())
+        throw Error("--attention-kernel", "bf16-tc",
+                    "the bf16 tensor-core kernels do not run on " + device_name +
+                        " (they need sm_80 or later and a kernel image for it)",
+                    "--attention-kernel auto or fp32");
+      CudaBackend* cb = cuda.get();
+      cuda_summary = [cb, attention_kernel] {
+        return Json{{"attention_kernel", attention_kernel},
+                    {"attention_calls",
+                     {{"fp32", cb->attention_calls(CudaAttentionKernel::fp32)},
+                      {"bf16_tc", cb->attention_calls(CudaAttentionKernel::bf16_tensor_core)}}}};
+      };
 #ifdef OOMB_HAVE_CUPTI
       if (collector) {
         collector->name_stream(cuda->stream(CudaStream::compute), "compute");
@@ -360,6 +393,7 @@ int run_run(const RunArgs& a) {
         t.metadata.extra["trace_timing"] = "host";
       }
     }
+    if (a.backend == "cuda") t.metadata.extra["cuda"] = cuda_summary();
     const std::string v = version_string();
     const auto at = v.find("commit ");
     if (at != std::string::npos) t.metadata.git_commit = v.substr(at + 7, v.find(')', at) - at - 7);
@@ -370,6 +404,7 @@ int run_run(const RunArgs& a) {
   if (a.json) {
     Json j = {{"loss", losses.back()}, {"losses", losses}, {"tokens_per_s", ms.tokens_per_s},
               {"measured", ms.to_json()}, {"backend", a.backend}, {"model", m.id}, {"config", c.to_json()}};
+    if (a.backend == "cuda") j["cuda"] = cuda_summary();
     if (ref)
       j["reference"] = {{"loss", ref->loss},
                         {"loss_rel_error", ref->loss_rel_error},
@@ -401,6 +436,12 @@ int run_run(const RunArgs& a) {
   std::printf("backend %s, tokens %s, weights %s\n", a.backend == "cpu" ? "cpu (fp32 reference)" : "cuda (fp32 interface)", tokens.describe().c_str(),
               a.weights.empty() ? ("random (seed " + std::to_string(a.seed) + ")").c_str() : a.weights.c_str());
   std::printf("pages: KV %s, KV-grad %s\n", to_string(kv_pages), to_string(grad_pages));
+  if (a.backend == "cuda") {
+    const Json cs = cuda_summary();
+    std::printf("attention kernel %s: %lld calls on bf16 tensor cores, %lld on fp32 CUDA cores\n",
+                attention_kernel.c_str(), static_cast<long long>(cs["attention_calls"]["bf16_tc"].get<int64_t>()),
+                static_cast<long long>(cs["attention_calls"]["fp32"].get<int64_t>()));
+  }
   for (size_t i = 0; i < losses.size(); ++i) std::printf("  step %zu  loss %.6f\n", i + 1, losses[i]);
   std::printf("\nstep time %s, %s tokens/s\n", format_duration_s(ms.step_s).c_str(),
               format_count(ms.tokens_per_s).c_str());
@@ -459,16 +500,24 @@ const Registrar reg("run", "Execute chunk-recurrent training steps (cpu referenc
                           ->description("KV page storage: fp32 or bf16 (round to nearest even, converted to fp32 "
                                         "for compute). Default for oomb run: fp32, the exact reference (with --plan: "
                                         "the plan's dtype, this flag overrides it; presets do not change it); "
-                                        "fp16/fp8 are modelled by simulate and plan but not executed; --backend "
-                                        "cuda: fp32 only");
+                                        "fp16/fp8 are modelled by simulate and plan but not executed (both backends "
+                                        "store fp32 and bf16 pages)");
                       sub.get_option("--kv-grad-dtype")
                           ->description("KV-gradient page storage: fp32 or bf16 (each chunk's fp32 contribution "
                                         "is added and rounded once). Default for oomb run: fp32 (with --plan: the "
-                                        "plan's dtype, this flag overrides it); --backend cuda: fp32 only");
+                                        "plan's dtype, this flag overrides it)");
                       sub.add_option("--plan", a->plan,
                                      "Run a plan made by `oomb plan --out` (its model, context and knobs; --layers may "
                                      "still cut the model for a quick run)");
                       sub.add_option("--backend", a->backend, "cpu (fp32 reference) or cuda")->capture_default_str();
+                      sub.add_option("--attention-kernel", a->attention_kernel,
+                                     "--backend cuda only: the paged-attention kernels. auto (default): bf16 tensor "
+                                     "cores (WMMA; operands rounded to bf16, fp32 softmax and accumulation, ~3e-3 "
+                                     "relative error) where they run (head_dim 64 or 128, sm_80+, 16-byte-aligned "
+                                     "buffers), the fp32 kernels elsewhere; fp32: the fp32 CUDA-core kernels (the "
+                                     "reference, ~1e-5 from the CPU backend); bf16-tc: tensor cores or an error. "
+                                     "The choice and how many calls each family ran are printed and recorded in "
+                                     "--json (cuda) and the trace (metadata.extra.cuda)");
                       sub.add_option("--steps", a->steps, "Training steps (one sequence each)")->capture_default_str();
                       sub.add_option("--tokens", a->tokens,
                                      "Binary file of little-endian uint32 token ids (default: seeded synthetic)");

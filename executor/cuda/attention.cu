@@ -2,7 +2,9 @@
 // in shared memory; 128 threads. Products are tile "GEMMs" written so that every shared-memory
 // access is either a broadcast or conflict-free: rows whose elements are read by different lanes at
 // the same column are padded to MAXD + 1 floats. MAXD (32, 64, 128) bounds head_dim; the loops run
-// to the actual head_dim.
+// to the actual head_dim. Prefix K / V rows are read from pages of fp32 or bf16 (converted to fp32 as
+// a tile is loaded: the key's dtype is a runtime test per tile element, see attention_keys.cuh), and
+// prefix gradient pages of either dtype are accumulated by their owning block (row_add).
 #include <cfloat>
 
 #include "core/error.h"
@@ -25,8 +27,12 @@ using attention_keys::attends;
 using attention_keys::Dims;
 using attention_keys::dims_of;
 using attention_keys::key_rows;
+using attention_keys::key_rows_bf16;
+using attention_keys::page_row;
 using attention_keys::Ptrs;
 using attention_keys::ptrs_of;
+using attention_keys::row_add;
+using attention_keys::row_elem;
 using attention_keys::slot_list;
 using attention_keys::SlotList;
 
@@ -95,8 +101,8 @@ __global__ void __launch_bounds__(NT) attention_fwd_kernel(Dims D, Ptrs P, float
   float* S = Vs + BK * MAXD;           // [BQ][BK + 1]
   __shared__ float row_m[BQ], row_l[BQ], row_alpha[BQ];
   __shared__ int row_tok[BQ], key_own[BK];
-  __shared__ const float* key_k[BK];
-  __shared__ const float* key_v[BK];
+  __shared__ const void* key_k[BK];
+  __shared__ const void* key_v[BK];
 
   const int j = blockIdx.y, g = blockIdx.z, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int r0 = j * D.p, nq = min(D.p, D.T - r0), rows = nq * D.group, rho0 = blockIdx.x * BQ;
@@ -119,7 +125,7 @@ __global__ void __launch_bounds__(NT) attention_fwd_kernel(Dims D, Ptrs P, float
     __syncthreads();  // previous tile fully consumed (and the row info written, first time)
     if (threadIdx.x < BK) {
       const int kappa = k0 + threadIdx.x;
-      const float *kr = nullptr, *vr = nullptr;
+      const void *kr = nullptr, *vr = nullptr;
       int own = -1;
       if (kappa < nkeys) key_rows(D, P, L, g, kappa, kr, vr, own);
       key_k[threadIdx.x] = kr;
@@ -129,9 +135,10 @@ __global__ void __launch_bounds__(NT) attention_fwd_kernel(Dims D, Ptrs P, float
     __syncthreads();
     for (int e = threadIdx.x; e < BK * D.hd; e += NT) {
       const int c = e / D.hd, d = e % D.hd;
-      const float* kr = key_k[c];
-      Ks[c * (MAXD + 1) + d] = kr ? kr[d] : 0.0f;
-      Vs[c * MAXD + d] = kr ? key_v[c][d] : 0.0f;
+      const void* kr = key_k[c];
+      const bool h = key_rows_bf16(D, key_own[c]);
+      Ks[c * (MAXD + 1) + d] = kr ? row_elem(kr, h, d) : 0.0f;
+      Vs[c * MAXD + d] = kr ? row_elem(key_v[c], h, d) : 0.0f;
     }
     __syncthreads();
     // Scores: lane = key, rows warp + NW * i.
@@ -208,8 +215,8 @@ __global__ void __launch_bounds__(NT) attention_dq_kernel(Dims D, Ptrs P, const 
   float* S = Vs + BK * (MAXD + 1);     // [BQ][BK + 1]: dS
   __shared__ float row_lse[BQ], row_d[BQ];
   __shared__ int row_tok[BQ], key_own[BK];
-  __shared__ const float* key_k[BK];
-  __shared__ const float* key_v[BK];
+  __shared__ const void* key_k[BK];
+  __shared__ const void* key_v[BK];
 
   const int j = blockIdx.y, g = blockIdx.z, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int r0 = j * D.p, nq = min(D.p, D.T - r0), rows = nq * D.group, rho0 = blockIdx.x * BQ;
@@ -229,7 +236,7 @@ __global__ void __launch_bounds__(NT) attention_dq_kernel(Dims D, Ptrs P, const 
     __syncthreads();
     if (threadIdx.x < BK) {
       const int kappa = k0 + threadIdx.x;
-      const float *kr = nullptr, *vr = nullptr;
+      const void *kr = nullptr, *vr = nullptr;
       int own = -1;
       if (kappa < nkeys) key_rows(D, P, L, g, kappa, kr, vr, own);
       key_k[threadIdx.x] = kr;
@@ -239,9 +246,10 @@ __global__ void __launch_bounds__(NT) attention_dq_kernel(Dims D, Ptrs P, const 
     __syncthreads();
     for (int e = threadIdx.x; e < BK * D.hd; e += NT) {
       const int c = e / D.hd, d = e % D.hd;
-      const float* kr = key_k[c];
-      Ks[c * (MAXD + 1) + d] = kr ? kr[d] : 0.0f;
-      Vs[c * (MAXD + 1) + d] = kr ? key_v[c][d] : 0.0f;
+      const void* kr = key_k[c];
+      const bool h = key_rows_bf16(D, key_own[c]);
+      Ks[c * (MAXD + 1) + d] = kr ? row_elem(kr, h, d) : 0.0f;
+      Vs[c * (MAXD + 1) + d] = kr ? row_elem(key_v[c], h, d) : 0.0f;
     }
     __syncthreads();
     for (int i = 0; i < BQ / NW; ++i) {
@@ -281,7 +289,7 @@ template <int MAXD>
 __global__ void __launch_bounds__(NT) attention_dkv_kernel(Dims D, Ptrs P, const float* __restrict__ lse,
                                                            const float* __restrict__ dout,
                                                            const float* __restrict__ drow,
-                                                           float* const* __restrict__ grad_pages,
+                                                           void* const* __restrict__ grad_pages,
                                                            float* __restrict__ dk_own, float* __restrict__ dv_own) {
   extern __shared__ float smem[];
   float* Qs = smem;                    // [BQ][MAXD], pre-scaled
@@ -306,16 +314,18 @@ __global__ void __launch_bounds__(NT) attention_dkv_kernel(Dims D, Ptrs P, const
     t0 = (tile - D.U * tiles_per_page) * BK;
     nk = min(BK, D.T - t0);
   }
-  // Keys: own token of key c is t0 + c (own tiles) or -1 (prefix).
+  // Keys: own token of key c is t0 + c (own tiles) or -1 (prefix: rows of page u, of the page dtype).
+  const bool kh = prefix && D.kv_bf16;
   for (int e = threadIdx.x; e < BK * D.hd; e += NT) {
     const int c = e / D.hd, d = e % D.hd;
     float kv = 0.0f, vv = 0.0f;
     if (c < nk) {
-      const float* kr = prefix ? P.pages[u] + (kr0 + c) * D.kvd + g * D.hd : P.k_own + (t0 + c) * D.kvd + g * D.hd;
-      const float* vr = prefix ? P.pages[u] + (D.p + kr0 + c) * D.kvd + g * D.hd
-                               : P.v_own + (t0 + c) * D.kvd + g * D.hd;
-      kv = kr[d];
-      vv = vr[d];
+      const void* kr = prefix ? page_row(D, P.pages[u], kr0 + c, g, D.kv_bf16)
+                              : static_cast<const void*>(P.k_own + (t0 + c) * D.kvd + g * D.hd);
+      const void* vr = prefix ? page_row(D, P.pages[u], D.p + kr0 + c, g, D.kv_bf16)
+                              : static_cast<const void*>(P.v_own + (t0 + c) * D.kvd + g * D.hd);
+      kv = row_elem(kr, kh, d);
+      vv = row_elem(vr, kh, d);
     }
     Ks[c * (MAXD + 1) + d] = kv;
     Vs[c * (MAXD + 1) + d] = vv;
@@ -364,14 +374,16 @@ __global__ void __launch_bounds__(NT) attention_dkv_kernel(Dims D, Ptrs P, const
     }
   }
   if (lane >= nk) return;
+  // This block is the only writer of its keys' gradients in this call, and dk / dv hold the call's
+  // whole fp32 contribution: one read-add-write (bf16 pages: one rounding) per element.
+  void* const gpage = prefix ? grad_pages[u] : nullptr;
 #pragma unroll
   for (int i = 0; i < DPT; ++i) {
     const int d = warp + NW * i;
     if (d >= D.hd) continue;
     if (prefix) {
-      float* page = grad_pages[u];
-      page[(kr0 + lane) * D.kvd + g * D.hd + d] += dk[i];
-      page[(D.p + kr0 + lane) * D.kvd + g * D.hd + d] += dv[i];
+      row_add(page_row(D, gpage, kr0 + lane, g, D.grad_bf16), D.grad_bf16, d, dk[i]);
+      row_add(page_row(D, gpage, D.p + kr0 + lane, g, D.grad_bf16), D.grad_bf16, d, dv[i]);
     } else {
       dk_own[(t0 + lane) * D.kvd + g * D.hd + d] = dk[i];
       dv_own[(t0 + lane) * D.kvd + g * D.hd + d] = dv[i];
@@ -433,7 +445,8 @@ void launch_attention_fwd(const AttentionArgs& a, float* o, float* lse, cudaStre
 
 void launch_attention_bwd(const AttentionArgs& a, const AttentionGrads& g, cudaStream_t s) {
   check_args(a);
-  const Dims D = dims_of(a);
+  Dims D = dims_of(a);
+  D.grad_bf16 = g.grad_bf16;
   const Ptrs P = ptrs_of(a);
   const int64_t n = a.rows * a.q_heads;
   attention_drow_kernel<<<grid_for(n), kThreads, 0, s>>>(g.dout, g.o, n, a.head_dim, g.drow);

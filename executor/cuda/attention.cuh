@@ -11,6 +11,13 @@
 // query row that attends those keys, so it is the only writer of their gradients: prefix gradient
 // pages are accumulated with plain read-add-writes (deterministic, no atomics), own dK / dV are
 // overwritten.
+//
+// Page dtypes (executor/runtime/backend.h PageDtype): prefix KV pages and prefix gradient pages are
+// fp32 or bf16 (kv_bf16, grad_bf16). bf16 K / V page rows are converted to fp32 as they are loaded
+// (exact), so the kernels compute on exactly the stored values; with bf16 gradient pages the owning
+// block's read-add-write becomes: read bf16, add the block's fp32 sum of this call, round once to
+// nearest even (runtime/bf16.h), which is the CPU backend's "one rounding per element and call" up
+// to fp32 summation order. The chunk's own rows (q, k_own, v_own, dout, dq, dk_own, dv_own) are fp32.
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -23,7 +30,8 @@ struct AttentionArgs {
   const float* q = nullptr;                  // [T, q_heads * hd]
   const float* k_own = nullptr;              // [T, kv_heads * hd]
   const float* v_own = nullptr;
-  const float* const* pages = nullptr;       // device array [U]
+  const void* const* pages = nullptr;        // device array [U] of pages (fp32 or bf16 elements)
+  bool kv_bf16 = false;                      // the pages hold bf16 (else fp32)
   int64_t select_groups = 0;                 // 0 = dense
   const int32_t* select_offsets = nullptr;   // device [qpages * select_groups + 1] (CSR)
   const int32_t* select_slots = nullptr;     // device
@@ -39,7 +47,8 @@ struct AttentionGrads {
   float* dq = nullptr;                       // overwritten
   float* dk_own = nullptr;                   // overwritten
   float* dv_own = nullptr;
-  float* const* grad_pages = nullptr;        // device array [U], accumulated
+  void* const* grad_pages = nullptr;         // device array [U], accumulated (fp32 or bf16 elements)
+  bool grad_bf16 = false;                    // the gradient pages hold bf16 (else fp32)
 };
 
 void launch_attention_bwd(const AttentionArgs& a, const AttentionGrads& g, cudaStream_t s);

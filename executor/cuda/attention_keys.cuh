@@ -4,12 +4,19 @@
 // kappa's K / V rows. For query page j and KV head g the keys are the attended prefix slots' rows
 // (slot order, p per page), then the chunk's own rows (causal). Host and device code; one copy so
 // that the two kernels cannot disagree about which keys exist.
+//
+// Rows are addressed, not typed: a prefix key's rows lie in a page of the page dtype (fp32 or bf16,
+// Dims::kv_bf16), an own key's rows in the fp32 k_own / v_own. key_rows gives the rows' addresses
+// and the own index; key_rows_bf16 says which dtype they hold, and each kernel's tile loader reads
+// them accordingly (row_elem here; attention_tc.cu stages bf16 rows without rounding). page_row is
+// the one definition of a page row's address, for KV pages and gradient pages alike.
 #include <cuda_runtime_api.h>
 
 #include <cmath>
 #include <cstdint>
 
 #include "executor/cuda/attention.cuh"
+#include "executor/runtime/bf16.h"
 
 namespace oomb::executor::cuda::attention_keys {
 
@@ -18,6 +25,8 @@ struct Dims {
   int T, qh, kvh, hd, p, group, U, qpages, select_groups;
   int64_t qd, kvd;
   float scale;
+  bool kv_bf16;    // prefix KV pages hold bf16
+  bool grad_bf16;  // prefix gradient pages hold bf16 (backward; set by the launcher from AttentionGrads)
 };
 
 inline Dims dims_of(const AttentionArgs& a) {
@@ -34,6 +43,8 @@ inline Dims dims_of(const AttentionArgs& a) {
   d.qd = a.q_heads * a.head_dim;
   d.kvd = a.kv_heads * a.head_dim;
   d.scale = 1.0f / sqrtf(static_cast<float>(a.head_dim));
+  d.kv_bf16 = a.kv_bf16;
+  d.grad_bf16 = false;
   return d;
 }
 
@@ -41,7 +52,7 @@ struct Ptrs {
   const float* q;
   const float* k_own;
   const float* v_own;
-  const float* const* pages;
+  const void* const* pages;
   const int32_t* sel_off;
   const int32_t* sel_slots;
 };
@@ -74,16 +85,45 @@ __device__ __forceinline__ bool attends(const Dims& D, const Ptrs& P, int j, int
   return lo < L.n && L.slots[lo] == slot;
 }
 
-// Key `kappa` of the sequence of (slot list L, KV head g): its K and V rows and its own-token index
-// (-1 for a prefix key).
+// Page layout: [K rows p][V rows p], each row kv_dim elements of the page dtype. The first element of
+// KV head g's part of page row `row` (0 .. 2p - 1: V rows from p), in a page of bf16 (`bf16`) or
+// fp32 elements.
+__host__ __device__ __forceinline__ const void* page_row(const Dims& D, const void* page, int row, int g,
+                                                         bool bf16) {
+  const int64_t e = row * D.kvd + g * D.hd;
+  return static_cast<const char*>(page) + e * (bf16 ? 2 : 4);
+}
+__host__ __device__ __forceinline__ void* page_row(const Dims& D, void* page, int row, int g, bool bf16) {
+  const int64_t e = row * D.kvd + g * D.hd;
+  return static_cast<char*>(page) + e * (bf16 ? 2 : 4);
+}
+
+// Element d of a row holding bf16 (`bf16`) or fp32 elements, as fp32 (bf16 -> fp32 is exact).
+__device__ __forceinline__ float row_elem(const void* row, bool bf16, int d) {
+  return bf16 ? bf16_to_f32(static_cast<const uint16_t*>(row)[d]) : static_cast<const float*>(row)[d];
+}
+
+// row[d] += x on a gradient page row: fp32 in place, or bf16: read, add in fp32, round once to
+// nearest even (runtime/bf16.h, bit for bit the CPU backend's rounding).
+__device__ __forceinline__ void row_add(void* row, bool bf16, int d, float x) {
+  if (bf16) {
+    uint16_t* h = static_cast<uint16_t*>(row) + d;
+    *h = f32_to_bf16(bf16_to_f32(*h) + x);
+  } else {
+    static_cast<float*>(row)[d] += x;
+  }
+}
+
+// Key `kappa` of the sequence of (slot list L, KV head g): the addresses of its K and V rows and its
+// own-token index (-1 for a prefix key). The rows hold bf16 exactly when key_rows_bf16(D, own).
 __device__ __forceinline__ void key_rows(const Dims& D, const Ptrs& P, const SlotList& L, int g, int kappa,
-                                         const float*& k, const float*& v, int& own) {
+                                         const void*& k, const void*& v, int& own) {
   const int np = L.n * D.p;
   if (kappa < np) {
     const int u = L.slots ? L.slots[kappa / D.p] : kappa / D.p, r = kappa % D.p;
-    const float* page = P.pages[u];
-    k = page + r * D.kvd + g * D.hd;
-    v = page + (D.p + r) * D.kvd + g * D.hd;
+    const void* page = P.pages[u];
+    k = page_row(D, page, r, g, D.kv_bf16);
+    v = page_row(D, page, D.p + r, g, D.kv_bf16);
     own = -1;
   } else {
     const int t = kappa - np;
@@ -92,5 +132,9 @@ __device__ __forceinline__ void key_rows(const Dims& D, const Ptrs& P, const Slo
     own = t;
   }
 }
+
+// Whether the rows key_rows gave for own index `own` hold bf16: prefix keys' rows (own < 0) are in
+// the page dtype, the chunk's own rows are fp32.
+__host__ __device__ __forceinline__ bool key_rows_bf16(const Dims& D, int own) { return D.kv_bf16 && own < 0; }
 
 }  // namespace oomb::executor::cuda::attention_keys

@@ -2,7 +2,10 @@
 // matrix product is nvcuda::wmma m16n16k16 with bf16 operands from shared memory and fp32
 // accumulator fragments. Operands are converted fp32 -> bf16 (round to nearest even) while they
 // are staged: global rows are read as float4 (one warp reads 512 contiguous bytes at head_dim
-// 128), converted, and stored as 8-byte pairs of bf16x2.
+// 128), converted, and stored as 8-byte pairs of bf16x2. Prefix K / V rows from bf16 pages
+// (PageDtype::bf16) already hold bf16: they are staged as they are (8-byte loads, no rounding), so
+// the products use exactly the stored values. Prefix gradient pages of bf16 are read, added to in
+// fp32 and rounded once per element by the owning block (write_tile, runtime/bf16.h's rounding).
 //
 // Shared-memory rows are padded (bf16 rows to HD + 8 elements, fp32 score rows to 68 floats): a row
 // stride of 16 bytes more than a multiple of 128 puts the 8 rows that one 16-byte-per-lane fragment
@@ -85,6 +88,8 @@ using attention_keys::attends;
 using attention_keys::Dims;
 using attention_keys::dims_of;
 using attention_keys::key_rows;
+using attention_keys::key_rows_bf16;
+using attention_keys::page_row;
 using attention_keys::Ptrs;
 using attention_keys::ptrs_of;
 using attention_keys::slot_list;
@@ -171,13 +176,18 @@ __device__ __forceinline__ void stage_row_info(const Dims& D, int r0, int rho0, 
   }
 }
 
-// Resolves keys k0 .. k0 + BK - 1 of the sequence (L, g) (threads < BK) into shared pointer and
+// 4 bf16 stored at src (8-byte aligned: a bf16 page row) -> dst as they are.
+__device__ __forceinline__ void copy_bf16x4(bf16* dst, const void* src) {
+  *reinterpret_cast<uint2*>(dst) = __ldg(reinterpret_cast<const uint2*>(src));
+}
+
+// Resolves keys k0 .. k0 + BK - 1 of the sequence (L, g) (threads < BK) into shared row-address and
 // own-index tables; keys from `nkeys` on are missing.
 __device__ __forceinline__ void resolve_keys(const Dims& D, const Ptrs& P, const SlotList& L, int g, int k0,
-                                             int nkeys, const float** kp, const float** vp, int* own) {
+                                             int nkeys, const void** kp, const void** vp, int* own) {
   if (threadIdx.x < BK) {
     const int kappa = k0 + threadIdx.x;
-    const float *kr = nullptr, *vr = nullptr;
+    const void *kr = nullptr, *vr = nullptr;
     int o = kNoKey;
     if (kappa < nkeys) key_rows(D, P, L, g, kappa, kr, vr, o);
     kp[threadIdx.x] = kr;
@@ -186,17 +196,24 @@ __device__ __forceinline__ void resolve_keys(const Dims& D, const Ptrs& P, const
   }
 }
 
-// Stages the K and V rows of the resolved tile as bf16 into Ks, Vs [BK][HD + 8] (missing keys zero).
+// Stages the K and V rows of the resolved tile as bf16 into Ks, Vs [BK][HD + 8] (missing keys zero):
+// fp32 rows rounded to nearest even, bf16 page rows (key_rows_bf16) copied.
 template <int HD>
-__device__ __forceinline__ void stage_keys(const float* const* kp, const float* const* vp, bf16* Ks, bf16* Vs) {
+__device__ __forceinline__ void stage_keys(const Dims& D, const void* const* kp, const void* const* vp,
+                                           const int* own, bf16* Ks, bf16* Vs) {
   constexpr int V = HD / 4;
   for (int e = threadIdx.x; e < BK * V; e += NT) {
     const int c = e / V, d = (e % V) * 4;
-    const float* kr = kp[c];
+    const void* kr = kp[c];
+    if (kr && key_rows_bf16(D, own[c])) {
+      copy_bf16x4(Ks + c * kLdh<HD> + d, static_cast<const uint16_t*>(kr) + d);
+      copy_bf16x4(Vs + c * kLdh<HD> + d, static_cast<const uint16_t*>(vp[c]) + d);
+      continue;
+    }
     float4 kx = make_float4(0.0f, 0.0f, 0.0f, 0.0f), vx = kx;
     if (kr) {
-      kx = __ldg(reinterpret_cast<const float4*>(kr + d));
-      vx = __ldg(reinterpret_cast<const float4*>(vp[c] + d));
+      kx = __ldg(reinterpret_cast<const float4*>(static_cast<const float*>(kr) + d));
+      vx = __ldg(reinterpret_cast<const float4*>(static_cast<const float*>(vp[c]) + d));
     }
     put_bf16x4(Ks + c * kLdh<HD> + d, kx, 1.0f);
     put_bf16x4(Vs + c * kLdh<HD> + d, vx, 1.0f);
@@ -214,12 +231,34 @@ __device__ __forceinline__ void scale_rows(FragC (&acc)[NF], const FragMap& map,
   }
 }
 
-// Writes a warp's 16 x HD accumulator tile to global rows: row_ptr(i) is the destination of tile
-// row i (nullptr: skip). Goes through `stage`, 16 x (HD / 2 + 4) floats of shared memory that only
-// this warp uses, in two passes of HD / 2 columns, so that the global accesses are float4 rows.
-// add: read-add-write (prefix gradient pages), else overwrite.
+// How write_tile puts a tile into its rows: overwrite fp32 rows (outputs, own dK / dV), or
+// read-add-write fp32 or bf16 rows (prefix gradient pages; bf16: one rounding per element).
+enum class TileOut { store_f32, add_f32, add_bf16 };
+
+// Adds 4 fp32 values to 4 bf16 stored at dst (8-byte aligned), rounding each sum once.
+__device__ __forceinline__ void add_bf16x4(uint16_t* dst, float4 x) {
+  uint2 h = *reinterpret_cast<const uint2*>(dst);
+  const float a[4] = {x.x, x.y, x.z, x.w};
+  uint32_t w[2] = {h.x, h.y};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    uint32_t& word = w[i >> 1];
+    const int shift = 16 * (i & 1);  // little endian: the element at the lower address is the low half
+    const uint16_t old = static_cast<uint16_t>(word >> shift);
+    const uint32_t sum = f32_to_bf16(bf16_to_f32(old) + a[i]);
+    word = (word & ~(0xffffu << shift)) | (sum << shift);
+  }
+  h.x = w[0];
+  h.y = w[1];
+  *reinterpret_cast<uint2*>(dst) = h;
+}
+
+// Writes a warp's 16 x HD accumulator tile to global rows: row_ptr(i) is the start of tile row i's
+// destination (fp32, or bf16 for TileOut::add_bf16; nullptr: skip). Goes through `stage`,
+// 16 x (HD / 2 + 4) floats of shared memory that only this warp uses, in two passes of HD / 2
+// columns, so that the global accesses are float4 rows (8-byte bf16x4 for bf16 rows).
 template <int HD, class RowPtr>
-__device__ __forceinline__ void write_tile(const FragC* acc, float* stage, RowPtr row_ptr, bool add) {
+__device__ __forceinline__ void write_tile(const FragC* acc, float* stage, RowPtr row_ptr, TileOut mode) {
   constexpr int CW = HD / 2, LD = CW + 4, V = CW / 4;
   const int lane = threadIdx.x & 31;
 #pragma unroll
@@ -231,11 +270,15 @@ __device__ __forceinline__ void write_tile(const FragC* acc, float* stage, RowPt
     __syncwarp();
     for (int e = lane; e < 16 * V; e += 32) {
       const int r = e / V, c = (e % V) * 4;
-      float* dst = row_ptr(r);
+      void* dst = row_ptr(r);
       if (!dst) continue;
       float4 x = *reinterpret_cast<const float4*>(stage + r * LD + c);
-      float4* out = reinterpret_cast<float4*>(dst + pass * CW + c);
-      if (add) {
+      if (mode == TileOut::add_bf16) {
+        add_bf16x4(static_cast<uint16_t*>(dst) + pass * CW + c, x);
+        continue;
+      }
+      float4* out = reinterpret_cast<float4*>(static_cast<float*>(dst) + pass * CW + c);
+      if (mode == TileOut::add_f32) {
         const float4 y = *out;
         x.x += y.x;
         x.y += y.y;
@@ -268,8 +311,8 @@ __global__ void __launch_bounds__(NT, 2) attention_tc_fwd_kernel(Dims D, Ptrs P,
   __shared__ __align__(32) float coords[256];
   __shared__ float row_scale[BQ];
   __shared__ int row_tok[BQ], key_own[BK];
-  __shared__ const float* key_k[BK];
-  __shared__ const float* key_v[BK];
+  __shared__ const void* key_k[BK];
+  __shared__ const void* key_v[BK];
 
   const int j = blockIdx.y, g = blockIdx.z, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int r0 = j * D.p, nq = min(D.p, D.T - r0), rows = nq * D.group, rho0 = blockIdx.x * BQ;
@@ -302,7 +345,7 @@ __global__ void __launch_bounds__(NT, 2) attention_tc_fwd_kernel(Dims D, Ptrs P,
     __syncthreads();  // every warp is done with the previous tile
     resolve_keys(D, P, L, g, k0, nkeys, key_k, key_v, key_own);
     __syncthreads();
-    stage_keys<HD>(key_k, key_v, Ks, Vs);
+    stage_keys<HD>(D, key_k, key_v, key_own, Ks, Vs);
     __syncthreads();
     // Keys are in sequence order, so own indices ascend: the tile is causally invisible to this
     // warp's rows when its first key is.
@@ -391,12 +434,12 @@ __global__ void __launch_bounds__(NT, 2) attention_tc_fwd_kernel(Dims D, Ptrs P,
   __syncwarp();
   scale_rows(acc, map, row_scale + wr0);
   write_tile<HD>(acc, reinterpret_cast<float*>(Qs + wr0 * LDH),
-                 [&](int i) -> float* {
+                 [&](int i) -> void* {
                    const int rho = rho0 + wr0 + i;
                    if (rho >= rows) return nullptr;
                    return o + (r0 + rho / D.group) * D.qd + (g * D.group + rho % D.group) * HD;
                  },
-                 false);
+                 TileOut::store_f32);
 #endif
 }
 
@@ -435,8 +478,8 @@ __global__ void __launch_bounds__(NT, 1) attention_tc_dq_kernel(Dims D, Ptrs P, 
   __shared__ __align__(32) float coords[256];
   __shared__ float row_lse2[BQ], row_d[BQ];
   __shared__ int row_tok[BQ], key_own[BK];
-  __shared__ const float* key_k[BK];
-  __shared__ const float* key_v[BK];
+  __shared__ const void* key_k[BK];
+  __shared__ const void* key_v[BK];
 
   const int j = blockIdx.y, g = blockIdx.z, warp = threadIdx.x >> 5;
   const int r0 = j * D.p, nq = min(D.p, D.T - r0), rows = nq * D.group, rho0 = blockIdx.x * BQ;
@@ -463,7 +506,7 @@ __global__ void __launch_bounds__(NT, 1) attention_tc_dq_kernel(Dims D, Ptrs P, 
     __syncthreads();
     resolve_keys(D, P, L, g, k0, nkeys, key_k, key_v, key_own);
     __syncthreads();
-    stage_keys<HD>(key_k, key_v, Ks, Vs);
+    stage_keys<HD>(D, key_k, key_v, key_own, Ks, Vs);
     __syncthreads();
     if (!warp_has_rows || key_own[0] > warp_last_tok) continue;
 
@@ -517,12 +560,12 @@ __global__ void __launch_bounds__(NT, 1) attention_tc_dq_kernel(Dims D, Ptrs P, 
 #pragma unroll
     for (int i = 0; i < kAccElems; ++i) acc[f].x[i] *= D.scale;
   write_tile<HD>(acc, reinterpret_cast<float*>(Qs + wr0 * LDH),
-                 [&](int i) -> float* {
+                 [&](int i) -> void* {
                    const int rho = rho0 + wr0 + i;
                    if (rho >= rows) return nullptr;
                    return dq + (r0 + rho / D.group) * D.qd + (g * D.group + rho % D.group) * HD;
                  },
-                 false);
+                 TileOut::store_f32);
 #endif
 }
 
@@ -536,7 +579,7 @@ template <int HD>
 __global__ void __launch_bounds__(NT, 2) attention_tc_dkv_kernel(Dims D, Ptrs P, const float* __restrict__ lse,
                                                                  const float* __restrict__ dout,
                                                                  const float* __restrict__ drow,
-                                                                 float* const* __restrict__ grad_pages,
+                                                                 void* const* __restrict__ grad_pages,
                                                                  float* __restrict__ dk_own,
                                                                  float* __restrict__ dv_own) {
 #if OOMB_TC_DEVICE
@@ -570,10 +613,17 @@ __global__ void __launch_bounds__(NT, 2) attention_tc_dkv_kernel(Dims D, Ptrs P,
     for (int e = threadIdx.x; e < BKV * V; e += NT) {
       const int c = e / V, d = (e % V) * 4;
       float4 kx = make_float4(0.0f, 0.0f, 0.0f, 0.0f), vx = kx;
+      if (c < nk && prefix && D.kv_bf16) {  // bf16 page rows: staged as stored
+        copy_bf16x4(Ks + c * LDH + d, static_cast<const uint16_t*>(page_row(D, P.pages[u], kr0 + c, g, true)) + d);
+        copy_bf16x4(Vs + c * LDH + d,
+                    static_cast<const uint16_t*>(page_row(D, P.pages[u], D.p + kr0 + c, g, true)) + d);
+        continue;
+      }
       if (c < nk) {
-        const float* kr = prefix ? P.pages[u] + (kr0 + c) * D.kvd + g * HD : P.k_own + (t0 + c) * D.kvd + g * HD;
-        const float* vr =
-            prefix ? P.pages[u] + (D.p + kr0 + c) * D.kvd + g * HD : P.v_own + (t0 + c) * D.kvd + g * HD;
+        const float* kr = prefix ? static_cast<const float*>(page_row(D, P.pages[u], kr0 + c, g, false))
+                                 : P.k_own + (t0 + c) * D.kvd + g * HD;
+        const float* vr = prefix ? static_cast<const float*>(page_row(D, P.pages[u], D.p + kr0 + c, g, false))
+                                 : P.v_own + (t0 + c) * D.kvd + g * HD;
         kx = __ldg(reinterpret_cast<const float4*>(kr + d));
         vx = __ldg(reinterpret_cast<const float4*>(vr + d));
       }
@@ -665,15 +715,18 @@ __global__ void __launch_bounds__(NT, 2) attention_tc_dkv_kernel(Dims D, Ptrs P,
   }
   __syncthreads();  // Qs and dOs become the warps' output staging
   float* stage = reinterpret_cast<float*>(Qs) + warp * 16 * (HD / 2 + 4);
-  float* page = prefix ? grad_pages[u] : nullptr;
+  // acc holds the call's whole contribution to these keys, and this block is their only writer: one
+  // read-add-write per prefix gradient element (bf16 pages: one rounding), own dK / dV overwritten.
+  void* page = prefix ? grad_pages[u] : nullptr;
+  const TileOut mode = !prefix ? TileOut::store_f32 : D.grad_bf16 ? TileOut::add_bf16 : TileOut::add_f32;
   write_tile<HD>(acc, stage,
-                 [&](int i) -> float* {
+                 [&](int i) -> void* {
                    const int c = kw0 + i;
                    if (c >= nk) return nullptr;
-                   if (prefix) return page + ((dv_warp ? D.p : 0) + kr0 + c) * D.kvd + g * HD;
+                   if (prefix) return page_row(D, page, (dv_warp ? D.p : 0) + kr0 + c, g, D.grad_bf16);
                    return (dv_warp ? dv_own : dk_own) + (t0 + c) * D.kvd + g * HD;
                  },
-                 prefix);
+                 mode);
 #endif
 }
 
@@ -758,6 +811,8 @@ bool attention_tc_supported(const AttentionArgs& a) {
   return device_supports_tc();
 }
 
+bool attention_tc_device_supported() { return device_supports_tc(); }
+
 void launch_attention_tc_fwd(const AttentionArgs& a, float* o, float* lse, cudaStream_t s) {
   check_args(a);
   const Dims D = dims_of(a);
@@ -768,7 +823,8 @@ void launch_attention_tc_fwd(const AttentionArgs& a, float* o, float* lse, cudaS
 
 void launch_attention_tc_bwd(const AttentionArgs& a, const AttentionGrads& g, cudaStream_t s) {
   check_args(a);
-  const Dims D = dims_of(a);
+  Dims D = dims_of(a);
+  D.grad_bf16 = g.grad_bf16;
   const Ptrs P = ptrs_of(a);
   const int64_t n = a.rows * a.q_heads;
   attention_tc_drow_kernel<<<grid_for(n * 32), kThreads, 0, s>>>(g.dout, g.o, n, static_cast<int>(a.head_dim),

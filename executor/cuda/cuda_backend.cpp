@@ -47,21 +47,6 @@ int64_t steady_ns() {
 
 int64_t up(int64_t b) { return (b + kAlign - 1) / kAlign * kAlign; }
 
-// This backend stores KV and KV-gradient pages in fp32 only (PageDtype::bf16 is implemented by the
-// CPU backend): any other page dtype is refused by name rather than misread.
-void require_f32_pages(PageDtype d, const char* flag, const char* op) {
-  if (d != PageDtype::f32)
-    throw Error(flag, to_string(d),
-                std::string("the cuda backend stores KV and KV-gradient pages in fp32 only (") + op +
-                    " was given " + to_string(d) + " pages)",
-                std::string(flag) + " fp32, or --backend cpu for bf16 pages");
-}
-
-void require_f32_pages(const PagedAttention& a, bool grads, const char* op) {
-  require_f32_pages(a.kv_dtype, "--kv-dtype", op);
-  if (grads) require_f32_pages(a.grad_dtype, "--kv-grad-dtype", op);
-}
-
 // The device events behind an oomb Event returned by copy_async. Held as the shared_ptr's
 // deleter, so that std::get_deleter identifies this backend's events (Event itself is not
 // polymorphic) and the CUDA events live exactly as long as the Event.
@@ -537,6 +522,7 @@ AttentionArgs attention_args(const PagedAttention& a) {
   r.q = a.q;
   r.k_own = a.k_own;
   r.v_own = a.v_own;
+  r.kv_bf16 = a.kv_dtype == PageDtype::bf16;
   r.select_groups = a.select_groups;
   return r;
 }
@@ -548,10 +534,27 @@ bool all_aligned16(const std::vector<Ptr>& v) {
   return std::all_of(v.begin(), v.end(), [](Ptr p) { return aligned16(p); });
 }
 
+// Which family runs a call (after the fallback rule of CudaAttentionKernel::bf16_tensor_core); with
+// CudaBackendOptions::attention_kernel_strict a call the tensor-core kernels cannot take is refused.
+bool use_tc(const CudaBackendOptions& opt, const AttentionArgs& args, bool buffers_aligned, const char* op) {
+  if (opt.attention_kernel != CudaAttentionKernel::bf16_tensor_core) return false;
+  if (buffers_aligned && attention_tc_supported(args)) return true;
+  if (!opt.attention_kernel_strict) return false;
+  std::string why;
+  if (args.head_dim != 64 && args.head_dim != 128)
+    why = "head_dim " + std::to_string(args.head_dim) + " (they take 64 or 128)";
+  else if (!attention_tc_device_supported())
+    why = "this device or build (they need sm_80 or later and a kernel image for it)";
+  else
+    why = "a buffer that is not 16-byte aligned";
+  throw Error("--attention-kernel", "bf16-tc",
+              std::string("the bf16 tensor-core kernels cannot run ") + op + " on " + why,
+              "use --attention-kernel auto, which runs the fp32 kernels where the tensor-core ones cannot, or fp32");
+}
+
 }  // namespace
 
 void CudaBackend::attention_fwd(const PagedAttention& a, float* o, float* lse) {
-  require_f32_pages(a, false, "attention_fwd");
   Impl& m = *impl_;
   const SelectCsr csr = csr_of(a);
   Metadata md;
@@ -561,12 +564,11 @@ void CudaBackend::attention_fwd(const PagedAttention& a, float* o, float* lse) {
   char* ws = m.scratch(md.size());
   m.put(ws, md.data(), md.size());
   AttentionArgs args = attention_args(a);
-  args.pages = reinterpret_cast<const float* const*>(ws + pages);
+  args.pages = reinterpret_cast<const void* const*>(ws + pages);
   args.select_offsets = reinterpret_cast<const int32_t*>(ws + off);
   args.select_slots = reinterpret_cast<const int32_t*>(ws + slots);
   // Tensor cores when asked for and possible (the kernels read and write float4 rows); else fp32.
-  const bool tc = m.opt.attention_kernel == CudaAttentionKernel::bf16_tensor_core && attention_tc_supported(args) &&
-                  aligned16(o) && all_aligned16(a.prefix_pages);
+  const bool tc = use_tc(m.opt, args, aligned16(o) && all_aligned16(a.prefix_pages), "attention_fwd");
   ++m.attention_calls[tc ? 1 : 0];
   if (tc) launch_attention_tc_fwd(args, o, lse, m.compute);
   else launch_attention_fwd(args, o, lse, m.compute);
@@ -575,7 +577,6 @@ void CudaBackend::attention_fwd(const PagedAttention& a, float* o, float* lse) {
 void CudaBackend::attention_bwd(const PagedAttention& a, const float* o, const float* lse, const float* dout,
                                 float* dq, float* dk_own, float* dv_own,
                                 const std::vector<float*>& prefix_grad_pages) {
-  require_f32_pages(a, true, "attention_bwd");
   Impl& m = *impl_;
   OOMB_ASSERT(prefix_grad_pages.size() == a.prefix_pages.size(), "one gradient page per prefix page");
   const SelectCsr csr = csr_of(a);
@@ -588,7 +589,7 @@ void CudaBackend::attention_bwd(const PagedAttention& a, const float* o, const f
   char* ws = m.scratch(md.size() + drow_bytes);
   m.put(ws, md.data(), md.size());
   AttentionArgs args = attention_args(a);
-  args.pages = reinterpret_cast<const float* const*>(ws + pages);
+  args.pages = reinterpret_cast<const void* const*>(ws + pages);
   args.select_offsets = reinterpret_cast<const int32_t*>(ws + off);
   args.select_slots = reinterpret_cast<const int32_t*>(ws + slots);
   AttentionGrads g;
@@ -599,10 +600,12 @@ void CudaBackend::attention_bwd(const PagedAttention& a, const float* o, const f
   g.dq = dq;
   g.dk_own = dk_own;
   g.dv_own = dv_own;
-  g.grad_pages = reinterpret_cast<float* const*>(ws + grads);
-  const bool tc = m.opt.attention_kernel == CudaAttentionKernel::bf16_tensor_core && attention_tc_supported(args) &&
-                  aligned16(o) && aligned16(dout) && aligned16(dq) && aligned16(dk_own) && aligned16(dv_own) &&
-                  all_aligned16(a.prefix_pages) && all_aligned16(prefix_grad_pages);
+  g.grad_pages = reinterpret_cast<void* const*>(ws + grads);
+  g.grad_bf16 = a.grad_dtype == PageDtype::bf16;
+  const bool tc = use_tc(m.opt, args,
+                         aligned16(o) && aligned16(dout) && aligned16(dq) && aligned16(dk_own) && aligned16(dv_own) &&
+                             all_aligned16(a.prefix_pages) && all_aligned16(prefix_grad_pages),
+                         "attention_bwd");
   ++m.attention_calls[tc ? 1 : 0];
   if (tc) launch_attention_tc_bwd(args, g, m.compute);
   else launch_attention_bwd(args, g, m.compute);
@@ -612,28 +615,28 @@ int64_t CudaBackend::attention_calls(CudaAttentionKernel k) const {
   return impl_->attention_calls[k == CudaAttentionKernel::fp32 ? 0 : 1];
 }
 
+bool CudaBackend::attention_tc_available() const { return attention_tc_device_supported(); }
+
 void CudaBackend::write_kv_pages(const float* k, const float* v, int64_t rows, int64_t kv_dim, int64_t page_tokens,
                                  const std::vector<float*>& pages, PageDtype dtype) {
-  require_f32_pages(dtype, "--kv-dtype", "write_kv_pages");
   Impl& m = *impl_;
   if (pages.empty()) return;
   OOMB_ASSERT(static_cast<int64_t>(pages.size()) <= (rows + page_tokens - 1) / page_tokens && pages.size() < 65536);
   char* ws = m.scratch(up(static_cast<int64_t>(pages.size()) * 8));
   m.put(ws, pages.data(), static_cast<int64_t>(pages.size()) * 8);
-  launch_write_kv_pages(k, v, rows, kv_dim, page_tokens, reinterpret_cast<float* const*>(ws),
-                        static_cast<int64_t>(pages.size()), m.compute);
+  launch_write_kv_pages(k, v, rows, kv_dim, page_tokens, reinterpret_cast<void* const*>(ws),
+                        static_cast<int64_t>(pages.size()), dtype == PageDtype::bf16, m.compute);
 }
 
 void CudaBackend::add_from_grad_pages(const std::vector<float*>& pages, int64_t rows, int64_t kv_dim,
                                       int64_t page_tokens, float* dk, float* dv, PageDtype dtype) {
-  require_f32_pages(dtype, "--kv-grad-dtype", "add_from_grad_pages");
   Impl& m = *impl_;
   if (pages.empty()) return;
   OOMB_ASSERT(static_cast<int64_t>(pages.size()) <= (rows + page_tokens - 1) / page_tokens && pages.size() < 65536);
   char* ws = m.scratch(up(static_cast<int64_t>(pages.size()) * 8));
   m.put(ws, pages.data(), static_cast<int64_t>(pages.size()) * 8);
-  launch_add_from_grad_pages(reinterpret_cast<const float* const*>(ws), static_cast<int64_t>(pages.size()), rows,
-                             kv_dim, page_tokens, dk, dv, m.compute);
+  launch_add_from_grad_pages(reinterpret_cast<const void* const*>(ws), static_cast<int64_t>(pages.size()), rows,
+                             kv_dim, page_tokens, dk, dv, dtype == PageDtype::bf16, m.compute);
 }
 
 void CudaBackend::page_summaries(const float* k, int64_t rows, int64_t kv_dim, int64_t page_tokens, float* out) {

@@ -34,13 +34,16 @@
 
 namespace oomb::executor {
 
-// Which kernels run attention_fwd / attention_bwd (executor/cuda/README.md, "Attention").
+// Which kernels run attention_fwd / attention_bwd (executor/cuda/README.md, "Attention"). Both
+// families read KV pages and accumulate KV-gradient pages of either PageDtype.
 enum class CudaAttentionKernel {
-  // fp32 on CUDA cores (attention.cu): the correctness reference, matches the CPU to ~1e-5.
+  // fp32 on CUDA cores (attention.cu): the correctness reference, matches the CPU to ~1e-5 (with bf16
+  // pages too: both compute in fp32 on the same stored values).
   fp32,
   // bf16 tensor cores (attention_tc.cu): WMMA products of operands rounded to bf16, fp32 softmax and
   // accumulation; ~3e-3 relative error against fp32. Only head_dim 64 or 128 (and 16-byte-aligned
-  // buffers, an sm_80+ device); other calls fall back to fp32 (attention_calls() tells which ran).
+  // buffers, an sm_80+ device); other calls fall back to fp32 (attention_calls() tells which ran)
+  // unless attention_kernel_strict. This is `oomb run --attention-kernel auto` (the CLI's default).
   bf16_tensor_core,
 };
 
@@ -57,6 +60,10 @@ struct CudaBackendOptions {
   bool tf32 = false;
   // Paged attention kernels; fp32 by default (the reference the tensor-core kernels are tested against).
   CudaAttentionKernel attention_kernel = CudaAttentionKernel::fp32;
+  // With bf16_tensor_core: a call the tensor-core kernels cannot take (head_dim, device, alignment)
+  // throws an oomb::Error naming --attention-kernel instead of running the fp32 kernels
+  // (`oomb run --attention-kernel bf16-tc`).
+  bool attention_kernel_strict = false;
 };
 
 struct CudaMemoryStats {
@@ -104,8 +111,10 @@ class CudaBackend final : public Backend {
   void attention_fwd(const PagedAttention& a, float* o, float* lse) override;
   void attention_bwd(const PagedAttention& a, const float* o, const float* lse, const float* dout, float* dq,
                      float* dk_own, float* dv_own, const std::vector<float*>& prefix_grad_pages) override;
-  // Pages are stored in fp32 only: a PageDtype::bf16 argument (here or in PagedAttention's kv_dtype /
-  // grad_dtype) is refused with an oomb::Error naming --kv-dtype / --kv-grad-dtype.
+  // Pages of either PageDtype, with the CPU backend's semantics: bf16 stores round to nearest even
+  // with runtime/bf16.h's routine (the same bits as the CPU backend), loads are exact, attention
+  // computes on the stored values, and bf16 gradient pages get each attention_bwd call's fp32
+  // contribution added and rounded once per element.
   void write_kv_pages(const float* k, const float* v, int64_t rows, int64_t kv_dim, int64_t page_tokens,
                       const std::vector<float*>& pages, PageDtype dtype) override;
   void add_from_grad_pages(const std::vector<float*>& pages, int64_t rows, int64_t kv_dim, int64_t page_tokens,
@@ -126,6 +135,9 @@ class CudaBackend final : public Backend {
   // attention_fwd + attention_bwd calls so far that ran kernel family k (after the fallback rule of
   // CudaAttentionKernel::bf16_tensor_core), so tests and benchmarks can tell which one ran.
   int64_t attention_calls(CudaAttentionKernel k) const;
+  // Whether this device and build can run the tensor-core attention kernels at all (sm_80 or later
+  // and a kernel image for it); head_dim and alignment are per call.
+  bool attention_tc_available() const;
 
  private:
   struct Impl;

@@ -1,30 +1,51 @@
 #include "executor/cuda/common.cuh"
 #include "executor/cuda/kv_pages.cuh"
+#include "executor/runtime/bf16.h"
 
 namespace oomb::executor::cuda {
 
 namespace {
 
+// Page elements of fp32 or bf16 (runtime/bf16.h: stores round to nearest even, NaN kept; loads exact).
+template <bool BF16>
+struct PageElem;
+template <>
+struct PageElem<false> {
+  using T = float;
+  static __device__ __forceinline__ T store(float x) { return x; }
+  static __device__ __forceinline__ float load(T x) { return x; }
+};
+template <>
+struct PageElem<true> {
+  using T = uint16_t;
+  static __device__ __forceinline__ T store(float x) { return f32_to_bf16(x); }
+  static __device__ __forceinline__ float load(T x) { return bf16_to_f32(x); }
+};
+
 // Block (page j, slice of the page's rows x kv_dim elements).
+template <bool BF16>
 __global__ void write_kv_pages_kernel(const float* __restrict__ k, const float* __restrict__ v, int64_t rows,
-                                      int64_t kvd, int64_t p, float* const* __restrict__ pages) {
+                                      int64_t kvd, int64_t p, void* const* __restrict__ pages) {
+  using E = PageElem<BF16>;
   const int64_t j = blockIdx.y, r0 = j * p;
   const int64_t n = (rows - r0 < p ? rows - r0 : p) * kvd;
-  float* page = pages[j];
+  auto* page = static_cast<typename E::T*>(pages[j]);
   for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < n; e += int64_t{gridDim.x} * blockDim.x) {
-    page[e] = k[r0 * kvd + e];
-    page[p * kvd + e] = v[r0 * kvd + e];
+    page[e] = E::store(k[r0 * kvd + e]);
+    page[p * kvd + e] = E::store(v[r0 * kvd + e]);
   }
 }
 
-__global__ void add_from_grad_pages_kernel(const float* const* __restrict__ pages, int64_t rows, int64_t kvd,
+template <bool BF16>
+__global__ void add_from_grad_pages_kernel(const void* const* __restrict__ pages, int64_t rows, int64_t kvd,
                                            int64_t p, float* __restrict__ dk, float* __restrict__ dv) {
+  using E = PageElem<BF16>;
   const int64_t j = blockIdx.y, r0 = j * p;
   const int64_t n = (rows - r0 < p ? rows - r0 : p) * kvd;
-  const float* page = pages[j];
+  const auto* page = static_cast<const typename E::T*>(pages[j]);
   for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < n; e += int64_t{gridDim.x} * blockDim.x) {
-    dk[r0 * kvd + e] += page[e];
-    dv[r0 * kvd + e] += page[p * kvd + e];
+    dk[r0 * kvd + e] += E::load(page[e]);
+    dv[r0 * kvd + e] += E::load(page[p * kvd + e]);
   }
 }
 
@@ -36,18 +57,20 @@ dim3 grid_of(int64_t npages, int64_t page_elems) {
 }  // namespace
 
 void launch_write_kv_pages(const float* k, const float* v, int64_t rows, int64_t kv_dim, int64_t page_tokens,
-                           float* const* pages, int64_t npages, cudaStream_t s) {
+                           void* const* pages, int64_t npages, bool bf16, cudaStream_t s) {
   if (npages <= 0 || kv_dim <= 0) return;
-  write_kv_pages_kernel<<<grid_of(npages, page_tokens * kv_dim), kThreads, 0, s>>>(k, v, rows, kv_dim, page_tokens,
-                                                                                  pages);
+  const dim3 grid = grid_of(npages, page_tokens * kv_dim);
+  if (bf16) write_kv_pages_kernel<true><<<grid, kThreads, 0, s>>>(k, v, rows, kv_dim, page_tokens, pages);
+  else write_kv_pages_kernel<false><<<grid, kThreads, 0, s>>>(k, v, rows, kv_dim, page_tokens, pages);
   OOMB_CUDA_LAUNCH_CHECK("write_kv_pages_kernel");
 }
 
-void launch_add_from_grad_pages(const float* const* pages, int64_t npages, int64_t rows, int64_t kv_dim,
-                                int64_t page_tokens, float* dk, float* dv, cudaStream_t s) {
+void launch_add_from_grad_pages(const void* const* pages, int64_t npages, int64_t rows, int64_t kv_dim,
+                                int64_t page_tokens, float* dk, float* dv, bool bf16, cudaStream_t s) {
   if (npages <= 0 || kv_dim <= 0) return;
-  add_from_grad_pages_kernel<<<grid_of(npages, page_tokens * kv_dim), kThreads, 0, s>>>(pages, rows, kv_dim,
-                                                                                       page_tokens, dk, dv);
+  const dim3 grid = grid_of(npages, page_tokens * kv_dim);
+  if (bf16) add_from_grad_pages_kernel<true><<<grid, kThreads, 0, s>>>(pages, rows, kv_dim, page_tokens, dk, dv);
+  else add_from_grad_pages_kernel<false><<<grid, kThreads, 0, s>>>(pages, rows, kv_dim, page_tokens, dk, dv);
   OOMB_CUDA_LAUNCH_CHECK("add_from_grad_pages_kernel");
 }
 

@@ -1,6 +1,8 @@
 #pragma once
-// The chunk's own K/V rows <-> its pages ([K rows p][V rows p], each row kv_dim floats; a ragged
-// last page uses its first rows). `pages` is a device array of page pointers.
+// The chunk's own K/V rows <-> its pages ([K rows p][V rows p], each row kv_dim elements of the page
+// dtype: fp32, or bf16 when `bf16`, as executor/runtime/backend.h PageDtype; a ragged last page uses
+// its first rows). `pages` is a device array of page pointers. bf16 stores round to nearest even
+// with runtime/bf16.h's routine (bit for bit the CPU backend's), loads are exact.
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -9,9 +11,9 @@ namespace oomb::executor::cuda {
 
 // page j gets rows [j p, min(rows, (j+1) p)) of k and v.
 void launch_write_kv_pages(const float* k, const float* v, int64_t rows, int64_t kv_dim, int64_t page_tokens,
-                           float* const* pages, int64_t npages, cudaStream_t s);
+                           void* const* pages, int64_t npages, bool bf16, cudaStream_t s);
 // dk += the dK rows of the pages, dv += the dV rows.
-void launch_add_from_grad_pages(const float* const* pages, int64_t npages, int64_t rows, int64_t kv_dim,
-                                int64_t page_tokens, float* dk, float* dv, cudaStream_t s);
+void launch_add_from_grad_pages(const void* const* pages, int64_t npages, int64_t rows, int64_t kv_dim,
+                                int64_t page_tokens, float* dk, float* dv, bool bf16, cudaStream_t s);
 
 }  // namespace oomb::executor::cuda

@@ -10,34 +10,57 @@
 // are all handled by the same addition. NaN is kept a NaN (quiet bit set, sign and upper payload
 // kept): the addition could otherwise carry a NaN with only low payload bits into inf. bf16 ->
 // fp32 is exact (a shift).
+//
+// The scalar conversions are also the CUDA backend's (kv_pages.cu, attention.cu, attention_tc.cu
+// include this header): compiled by nvcc they are __host__ __device__ and take the bit pattern with
+// __float_as_uint / __uint_as_float in device code, so a page rounded on the GPU holds the same bits
+// as one rounded by the CPU backend, NaNs included. cuda_bf16.h's __float2bfloat16_rn rounds
+// finite values and infinities the same way, but its software path returns the canonical 0x7fff for
+// every NaN (sign and payload lost) and its sm_80 path is a cvt.rn.bf16.f32 whose NaN result PTX
+// does not tie to the input's payload: it is used only for attention_tc.cu's operand rounding,
+// never for what pages store.
 #include <cstdint>
 #include <cstring>
 
+#if defined(__CUDACC__)
+#define OOMB_BF16_HD __host__ __device__
+#else
+#define OOMB_BF16_HD
+#endif
+
 namespace oomb::executor {
 
-inline uint32_t f32_bits(float f) {
+OOMB_BF16_HD inline uint32_t f32_bits(float f) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(f);
+#else
   uint32_t u;
   std::memcpy(&u, &f, 4);
   return u;
+#endif
 }
 
-inline float f32_from_bits(uint32_t u) {
+OOMB_BF16_HD inline float f32_from_bits(uint32_t u) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
   float f;
   std::memcpy(&f, &u, 4);
   return f;
+#endif
 }
 
-inline uint16_t f32_to_bf16(float f) {
+OOMB_BF16_HD inline uint16_t f32_to_bf16(float f) {
   const uint32_t u = f32_bits(f);
   const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
   const uint32_t nan = (u >> 16) | 0x0040u;
   return static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
 }
 
-inline float bf16_to_f32(uint16_t h) { return f32_from_bits(static_cast<uint32_t>(h) << 16); }
+OOMB_BF16_HD inline float bf16_to_f32(uint16_t h) { return f32_from_bits(static_cast<uint32_t>(h) << 16); }
 
 // The fp32 value nearest to f that bf16 can hold (f rounded to bf16 and back).
-inline float round_to_bf16(float f) { return bf16_to_f32(f32_to_bf16(f)); }
+OOMB_BF16_HD inline float round_to_bf16(float f) { return bf16_to_f32(f32_to_bf16(f)); }
 
 // Arrays (written as plain loops for auto-vectorisation).
 inline void f32_to_bf16(const float* src, uint16_t* dst, int64_t n) {

@@ -120,8 +120,16 @@ expect_exit 0 "OK: every comparable term" validate --plan "$tmp/p.json" --trace 
 expect_exit 2 "--kv-dtype.*fp8.*fp32 or bf16" run --model tiny --context 1K --chunk 512 --kv-dtype fp8
 expect_exit 2 "--kv-grad-dtype.*fp16.*fp32 or bf16" run --model tiny --context 1K --chunk 512 --kv-grad-dtype fp16
 expect_exit 0 "--kv-dtype.*Default for oomb run: fp32" run --help
+# --attention-kernel (auto|fp32|bf16-tc) chooses the cuda backend's attention kernels: documented,
+# an unknown value or a cpu run is refused by flag name, and bf16-tc is refused up front (before any
+# device is looked for) for a model whose head_dim has no tensor-core kernel. Both backends store bf16
+# pages; a cuda run with them needs a GPU (tests/gpu/run.sh runs one end to end).
+expect_exit 0 "--attention-kernel.*auto.*fp32.*bf16-tc" run --help
+expect_exit 2 "--attention-kernel.*fast.*auto, fp32 or bf16-tc" run --model tiny --context 1K --chunk 512 --attention-kernel fast
+expect_exit 2 "--attention-kernel.*cuda backend.*cpu run" run --model tiny --context 1K --chunk 512 --attention-kernel fp32
 if "$oomb" --version | grep -q "cuda=yes"; then
-  expect_exit 2 "--kv-dtype.*cuda backend stores .* fp32 only" run --model tiny --context 1K --chunk 512 --backend cuda --kv-dtype bf16
+  expect_exit 2 "--attention-kernel.*bf16-tc.*head_dim 64 or 128.*head_dim 16" run --model tiny --context 1K --chunk 512 \
+    --backend cuda --attention-kernel bf16-tc --kv-dtype bf16
 fi
 # A CUPTI-timed trace (source cuda-cupti) through validate, without a GPU: oomb_cupti_synth runs the
 # plan's step on the CPU backend behind a CUPTI stand-in (the driver's real tags, the real decoder,
@@ -163,6 +171,17 @@ if ! nvidia-smi >/dev/null 2>&1; then
   expect_exit 2 "cuda" run --model tiny --context 1K --chunk 512 --backend cuda
 fi
 expect_exit 2 "--backend.*cpu or cuda" run --model tiny --context 1K --backend tpu
+# calibrate: micro-benchmarks of cuda need a device (or a CUDA build); an unknown backend is named.
+if ! nvidia-smi >/dev/null 2>&1; then
+  expect_exit 2 "--backend.*cuda" calibrate --backend cuda --out "$tmp/never_cuda.json"
+fi
+expect_exit 2 "--backend.*tpu.*cpu or cuda" calibrate --backend tpu --out "$tmp/never_tpu.json"
+[ -e "$tmp/never_cuda.json" ] || [ -e "$tmp/never_tpu.json" ] && bad "a refused calibrate wrote a profile" || ok
+# A sparse run with bounded selection memory (the default): the executor reads page summaries in
+# place, so validate predicts its copies without their streaming, says so, and the bytes are exact.
+"$oomb" run --model tiny --context 2K --chunk 512 --page 64 --attention sparse --budget 4 --quiet \
+  --trace "$tmp/sparse_bounded.json" >/dev/null 2>&1 || bad "sparse run for validate"
+expect_exit 0 "h2d_bytes .* 0\.0% .*without the page summaries' streaming" validate --trace "$tmp/sparse_bounded.json"
 
 # Sparse recall: measured per (chunk, layer), collected into a budget-to-recall curve, used by the planner.
 for b in 4 8 16; do

@@ -1,13 +1,12 @@
 // Every model op of the CUDA backend against the CPU reference backend on random inputs, at edge
-// sizes (1, 3, 7, 17 rows; odd widths) and a realistic one. Attention and selection have their own
-// files.
+// sizes (1, 3, 7, 17 rows; odd widths) and a realistic one. Attention, selection and bf16 pages
+// (bf16_pages_test.cpp) have their own files.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstring>
 #include <numeric>
 
-#include "core/error.h"
 #include "cuda_test_util.h"
 
 namespace oomb::executor::cudatest {
@@ -223,42 +222,6 @@ TEST_F(CudaOps, KvPagesRoundTripIncludingARaggedLastPage) {
     EXPECT_EQ(rel_l2(d_dk.read(), dk), kExact) << rows;
     EXPECT_EQ(rel_l2(d_dv.read(), dv), kExact) << rows;
   }
-}
-
-TEST_F(CudaOps, Bf16PagesAreRefusedByName) {
-  // bf16 page storage is implemented by the CPU backend only: every page op refuses it by flag.
-  const int64_t kvd = 8, p = 4, rows = 4;
-  DeviceVec<float> d_k(*gpu, random_vec(rows * kvd, 94)), d_pages(*gpu, std::vector<float>(2 * p * kvd, 0.0f));
-  std::vector<float*> pg{d_pages.get()};
-  auto message = [](auto&& f) -> std::string {
-    try {
-      f();
-    } catch (const Error& e) {
-      return e.what();
-    }
-    return "no oomb::Error";
-  };
-  const std::string w =
-      message([&] { gpu->write_kv_pages(d_k.get(), d_k.get(), rows, kvd, p, pg, PageDtype::bf16); });
-  EXPECT_NE(w.find("--kv-dtype"), std::string::npos) << w;
-  const std::string g =
-      message([&] { gpu->add_from_grad_pages(pg, rows, kvd, p, d_k.get(), d_k.get(), PageDtype::bf16); });
-  EXPECT_NE(g.find("--kv-grad-dtype"), std::string::npos) << g;
-  PagedAttention a;
-  a.rows = rows;
-  a.q_heads = 2;
-  a.kv_heads = 1;
-  a.head_dim = kvd;
-  a.page_tokens = p;
-  a.prefix_pages = {d_pages.get()};
-  a.kv_dtype = PageDtype::bf16;
-  const std::string f = message([&] { gpu->attention_fwd(a, nullptr, nullptr); });
-  EXPECT_NE(f.find("--kv-dtype"), std::string::npos) << f;
-  a.kv_dtype = PageDtype::f32;
-  a.grad_dtype = PageDtype::bf16;
-  const std::string b = message([&] { gpu->attention_bwd(a, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, pg); });
-  EXPECT_NE(b.find("--kv-grad-dtype"), std::string::npos) << b;
-  gpu->synchronize();
 }
 
 TEST_F(CudaOps, PageSummariesAreKeyMeans) {

@@ -6,8 +6,9 @@
 # exists: see shared/device/bundle-deps.sh), builds the CUDA tests, bench and CLI, runs the
 # gpu-labelled tests, compute-sanitizer (memcheck, racecheck) on attention tests when it works on
 # the machine, the kernel bench, and an end-to-end `oomb run --backend cuda --trace` (CUPTI-timed
-# when the build has CUPTI) + `oomb validate --report` when the CLI has the CUDA backend, and the
-# same run without the trace (tracing overhead). Logs, the trace (trace.json), the validate report
+# when the build has CUPTI; the run's defaults: bf16 KV pages, --attention-kernel auto) +
+# `oomb validate --report` (pool, host-pool and copy bytes must be exact) when the CLI has the CUDA
+# backend, and the same run without the trace (tracing overhead). Logs, the trace (trace.json), the validate report
 # (validate.html, validate.json) go to OUTDIR (one log per step, summary.txt); every step runs
 # under `timeout` and the whole script stays under 8 minutes. Exit 1 when a build, a test or the
 # end-to-end run fails.
@@ -59,12 +60,15 @@ step build 240 cmake --build "$build" -j "$(nproc)" --target "${targets[@]}" || 
 step tests 150 ctest --test-dir "$build" -L gpu --output-on-failure -j 4 || status=1
 grep -E "tests passed|tests failed|Skipped|\*\*\*Failed" "$out/tests.log" | tail -n 20 >>"$summary"
 
-# compute-sanitizer: one attention case (both kernels' shared-memory tiles) under memcheck and
+# compute-sanitizer: one fp32 attention case (both kernels' shared-memory tiles), one tensor-core
+# attention case, and one case of each family on bf16 KV and gradient pages under memcheck and
 # racecheck. It refuses some virtualised devices ("Device not supported"): then it is skipped.
 if command -v compute-sanitizer >/dev/null; then
   filter='Cases/CudaAttention.ForwardAndBackwardMatchTheCpu/hd12_generic'
+  filter+=':Cases/CudaAttentionTc.ForwardAndBackwardMatchTheCpuWithinBf16Tolerance/hd64_p16_gqa7_ragged_shared'
+  filter+=':Cases/CudaBf16PageAttention.MatchesTheCpuAndFp32PagesOfTheSameValues/hd64_p16_gqa7_ragged_shared_*'
   for tool in memcheck racecheck; do
-    step "sanitizer_$tool" 60 compute-sanitizer --tool "$tool" --error-exitcode 3 \
+    step "sanitizer_$tool" 90 compute-sanitizer --tool "$tool" --error-exitcode 3 \
       "$build/oomb_cuda_tests" --gtest_filter="$filter"
     rc=$?
     if grep -q "Device not supported" "$out/sanitizer_$tool.log"; then
@@ -79,14 +83,26 @@ fi
 
 step bench 90 "$build/oomb_cuda_bench" || status=1
 
-# End to end: only when `oomb run` constructs the CUDA backend. With CUPTI in the build the trace is
-# CUPTI-timed (source cuda-cupti: device times, tagged by the driver) and validate compares its
-# times; the trace, the validate report (HTML) and its JSON stay in OUTDIR. The same run without
-# --trace gives the tracing overhead (ratio of the mean step times).
+# End to end: only when `oomb run` constructs the CUDA backend. The run uses the defaults of a
+# planned run: bf16 KV pages (the config's and the planner's kv_dtype; fp32 KV-gradient pages) and
+# --attention-kernel auto (qwen2.5-0.5b has head_dim 64: every call on bf16 tensor cores). With
+# CUPTI in the build the trace is CUPTI-timed (source cuda-cupti: device times, tagged by the
+# driver) and validate compares its times; the pool, host-pool and copy bytes (bf16 pages: half of
+# fp32's) must match the prediction exactly. The trace, the validate report (HTML) and its JSON stay
+# in OUTDIR. The same run without --trace gives the tracing overhead (ratio of the mean step times).
 if grep -q "CudaBackend" cli/*_cmd.cpp 2>/dev/null && [ -x "$build/oomb" ]; then
   e2e=(run --backend cuda --model qwen2.5-0.5b --layers 2 --context 8K --chunk 2K --page 128 --resident-layers 1
-       --steps 3 --quiet --json)
+       --kv-dtype bf16 --steps 3 --quiet --json)
   step e2e_run 60 "$build/oomb" "${e2e[@]}" --trace "$out/trace.json" --detail layer || status=1
+  # The run's choice and which attention family ran (--json "cuda"; also the trace's metadata.extra.cuda).
+  if grep -qE '"attention_kernel": *"auto"' "$out/e2e_run.log" &&
+    grep -qE '"bf16_tc": *[1-9]' "$out/e2e_run.log" && grep -qE '"fp32": *0([,}[:space:]]|$)' "$out/e2e_run.log"; then
+    note "e2e attention: auto, every call on bf16 tensor cores"
+  else
+    note "e2e attention: not every call ran the tensor-core kernels: $(grep -oE '"attention_calls": *\{[^}]*\}' "$out/e2e_run.log" | head -n 1)"
+    status=1
+  fi
+  grep -qE '"kv_dtype": *"bf16"' "$out/trace.json" 2>/dev/null || { note "e2e trace: KV pages not recorded as bf16"; status=1; }
   step e2e_run_untraced 60 "$build/oomb" "${e2e[@]}" || status=1
   step_s() { grep -m1 -oE '"step_s": [0-9.eE+-]+' "$1" | awk '{print $2}'; }
   traced=$(step_s "$out/e2e_run.log")
@@ -105,11 +121,17 @@ if grep -q "CudaBackend" cli/*_cmd.cpp 2>/dev/null && [ -x "$build/oomb" ]; then
     fi
   fi
   if "$build/oomb" validate --help >/dev/null 2>&1 && [ -f "$out/trace.json" ]; then
-    # Exit 1 (terms beyond tolerance) is informative: the h200 profile predicts bf16 kernels, these
-    # are fp32 (see executor/cuda/README.md). Exit 2 (the trace was refused) is a failure.
+    # Exit 1 (terms beyond tolerance) is informative: the h200 profile's times assume bf16 GEMMs and
+    # attention, this run's GEMMs are fp32 (bf16 only in the tensor-core attention; see
+    # executor/cuda/README.md). Exit 2 (the trace was refused) is a failure.
     step e2e_validate 30 "$build/oomb" validate --trace "$out/trace.json" --gpu h200 --report "$out/validate.html"
     rc=$?
     ((rc != 0 && rc != 1)) && status=1
+    # Bytes are exact whatever the times do: the bf16 page pools, host pools and copies as predicted.
+    for row in "device_pool_bytes .* 0\.0% .* ok" "host_pool_bytes .* 0\.0% .* ok" "h2d_bytes .* 0\.0% .* ok" \
+               "d2h_bytes .* 0\.0% .* ok" "pool_pages .* ok" "pages as run \(KV bf16, KV-grad fp32\)"; do
+      grep -qE -- "$row" "$out/e2e_validate.log" || { note "e2e_validate: lacks /$row/"; status=1; }
+    done
     "$build/oomb" validate --trace "$out/trace.json" --gpu h200 --json >"$out/validate.json" 2>&1
     grep -E "^  (step_s|time:stage|time:op/)" "$out/e2e_validate.log" >>"$summary"
   else
