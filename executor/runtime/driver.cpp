@@ -121,7 +121,10 @@ Engine::Engine(Backend& backend, const models::ModelSpec& model, const simulator
   for (Buffer* b : {&w_->k, &w_->v, &w_->dk, &w_->dv}) *b = act(Cm * kvd);
   w_->lse = act(Cm * model_.q_heads);
   for (Buffer* b : {&w_->g, &w_->u, &w_->m, &w_->dm, &w_->dg, &w_->du}) *b = act(Cm * F);
-  w_->logits = act(checked_mul(Cm, V, "logits"), "logits");
+  // The LM head and the loss run over tiles of logits_chunk_tokens rows (0: the whole chunk), so the
+  // fp32 logits are [tile, vocab], never [chunk, vocab], when the config fuses the loss.
+  head_rows_ = config.logits_chunk_tokens > 0 ? std::min(config.logits_chunk_tokens, Cm) : Cm;
+  w_->logits = act(checked_mul(head_rows_, V, "logits"), "logits");
 
   if (options_.measure_recall) {
     const int64_t floats = checked_mul(checked_mul(g_.L, g_.N, "recall keys"), kvd, "recall keys");
@@ -400,10 +403,16 @@ double Engine::head_forward_backward(int64_t c, const float* x_last, float* dy) 
     backend_.upload(w.targets.data(), targets.data(), T * 4);
     backend_.rmsnorm_fwd(x_last, params_.f32() + layout_.final_norm(), T, H, static_cast<float>(model_.norm_eps),
                          w.hf.f32(), w.rstdf.f32());
-    backend_.linear_fwd(w.hf.f32(), T, H, params_.f32() + layout_.lm_head(), nullptr, V, w.logits.f32());
-    loss_sum = backend_.cross_entropy(w.logits.f32(), T, V, w.targets.i32(), inv);
-    backend_.linear_bwd(w.hf.f32(), T, H, params_.f32() + layout_.lm_head(), V, w.logits.f32(), w.dhf.f32(), false,
-                        grads_.f32() + layout_.lm_head(), nullptr);
+    // Row tiles: logits of a tile, the loss and its gradient in place, then the tile's share of dW
+    // (accumulated) and of d(final norm output) (its own rows).
+    for (int64_t r0 = 0; r0 < T; r0 += head_rows_) {
+      const int64_t rows = std::min(head_rows_, T - r0);
+      const float* hf = w.hf.f32() + r0 * H;
+      backend_.linear_fwd(hf, rows, H, params_.f32() + layout_.lm_head(), nullptr, V, w.logits.f32());
+      loss_sum += backend_.cross_entropy(w.logits.f32(), rows, V, w.targets.i32() + r0, inv);
+      backend_.linear_bwd(hf, rows, H, params_.f32() + layout_.lm_head(), V, w.logits.f32(), w.dhf.f32() + r0 * H,
+                          false, grads_.f32() + layout_.lm_head(), nullptr);
+    }
     backend_.fill_zero(dy, T * H * 4);
     backend_.rmsnorm_bwd(x_last, params_.f32() + layout_.final_norm(), w.rstdf.f32(), w.dhf.f32(), T, H, dy,
                          grads_.f32() + layout_.final_norm());

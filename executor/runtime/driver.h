@@ -149,6 +149,7 @@ class Engine {
   Backend& backend_;
   models::ModelSpec model_;
   simulator::Config config_;
+  int64_t head_rows_ = 0;  // rows per LM-head / loss tile (config logits_chunk_tokens, or the chunk)
   EngineOptions options_;
   Geometry g_;
   MemoryAccount account_;

@@ -93,6 +93,26 @@ INSTANTIATE_TEST_SUITE_P(
         DenseCase{"two_tokens", 2, 2, 1, 8, 32, false, true, 2, 8, 4}),
     [](const auto& param_info) { return std::string(param_info.param.name); });
 
+// ---- the LM head and loss in row tiles (config logits_chunk_tokens): the same loss and gradients
+// as the whole chunk at once (only dW's summation order changes), and the fp32 logits buffer is
+// [tile, vocab] instead of [chunk, vocab].
+TEST(LogitsTiles, RaggedTilesGiveTheFullSequenceGradientsWithATileSizedBuffer) {
+  const auto m = test::small_model(2, 4, 2, 8, 32, false, true);
+  const Weights w = random_weights(m, 99, kInitStd);
+  const int64_t N = 37, C = 16, tile = 5;  // tiles of 5, 5, 5, 1 rows per chunk (ragged)
+  const auto tokens = TokenSource::synthetic(m.vocab, 3).sequence(0, N);
+  const RunOut whole = run(m, test::small_config(N, C, 8, 64), w, tokens);
+  auto c = test::small_config(N, C, 8, 64);
+  c.logits_chunk_tokens = tile;
+  const RunOut tiled = run(m, c, w, tokens);
+  const cpu::ReferenceResult ref = cpu::full_sequence_reference(m, w, tokens);
+  EXPECT_NEAR(tiled.loss, ref.loss, kLossRelTol * ref.loss);
+  EXPECT_NEAR(tiled.loss, whole.loss, kLossRelTol * whole.loss);
+  const auto [err, name] = worst(tiled.grads, ref.grads);
+  EXPECT_LE(err, kGradRelTol) << "worst tensor " << name;
+  EXPECT_EQ(whole.measured.peak_device_bytes - tiled.measured.peak_device_bytes, (C - tile) * m.vocab * 4);
+}
+
 // ---- bf16 page storage (kv_dtype / kv_grad_dtype "bf16")
 //
 // Tolerance: a bf16 store keeps 8 significant bits (7 stored), so it rounds with a relative error
