@@ -68,6 +68,7 @@ int run_microbench_mode(const CalibrateArgs& a) {
     // What `oomb run --backend cuda` runs by default: the tensor-core attention where it applies.
     executor::CudaBackendOptions copt;
     copt.attention_kernel = executor::CudaAttentionKernel::bf16_tensor_core;
+    copt.gemm_precision = executor::CudaGemmPrecision::bf16;  // oomb run's default GEMMs
     auto cuda = std::make_unique<executor::CudaBackend>(copt);
     executor::CudaBackend* cb = cuda.get();
     o.sync = [cb] { cb->synchronize(); };
@@ -192,8 +193,10 @@ int run_project_mode(const CalibrateArgs& a) {
   g.calibrated_from = "projected from " + from.id + " (" + from.calibrated_from + ") to " + a.project_to;
   g.sources["efficiency"] = "kept from " + from.id + "; peaks, bandwidths and capacities are " + a.project_to + "'s";
   write_or_print(g.to_json(), a.out);
-  std::printf("oomb calibrate: efficiencies of %s (gemm %.3f, attention %.3f, memory-bound %.3f, copy %.3f) on %s: %s\n",
-              from.id.c_str(), g.efficiency.gemm, g.efficiency.attention, g.efficiency.memory_bound,
+  std::printf("oomb calibrate: efficiencies of %s (gemm %.3f, attention %.3f, backward %.3f, memory-bound %.3f, copy "
+              "%.3f) on %s: %s\n",
+              from.id.c_str(), g.efficiency.gemm, g.efficiency.attention, g.efficiency.attention_backward,
+              g.efficiency.memory_bound,
               g.efficiency.copy, a.project_to.c_str(), a.out.c_str());
   if (from.kind != g.kind)
     std::printf("note: %s is a %s profile and %s a %s: its efficiencies describe another kind of device; the "
