@@ -5,6 +5,9 @@
 //    FLOPs: fp32, TF32 and bf16 (fp32 accumulate, the tensor-core kernels' operand precision);
 //    ratios printed, and the tensor-core kernels' ratio to the bf16 GEMM against its target (0.5);
 //    the tensor-core kernels again on bf16 KV and gradient pages (ratio to their fp32-page rate);
+//  - the backend's linear_fwd (y = x W^T) at a Qwen2.5-7B MLP shape (4096 rows x 3584 -> 18944) with
+//    each CudaGemmPrecision, in TFLOP/s (bf16 includes converting x and W to bf16), and the bf16 / fp32
+//    ratio;
 //  - offload copy bandwidth per direction through CudaBackend::copy_async (one region per page,
 //    scattered so that no two merge) against one plain cudaMemcpyAsync of the same bytes between
 //    pinned and device memory: ratio printed.
@@ -239,9 +242,10 @@ int main() {
   fill_random(gpu, gb.f32(), K * N, 7, 1.0f);
   Buffer gws(gpu, Tier::device, int64_t{32} << 20);
   for (bool tf32 : {false, true}) {
-    oomb::executor::cuda::Gemm gemm(gws.data(), gws.bytes(), tf32);
+    oomb::executor::cuda::Gemm gemm(gws.data(), gws.bytes());
     const double ms = time_ms(compute, reps, [&] {
-      gemm.matmul(false, false, M, N, K, ga.f32(), M, gb.f32(), K, 0.0f, gc.f32(), M, compute);
+      gemm.matmul(tf32 ? CudaGemmPrecision::tf32 : CudaGemmPrecision::fp32, false, false, M, N, K, ga.f32(), M,
+                  gb.f32(), K, 0.0f, gc.f32(), M, compute);
     });
     const double tflops = gemm_flops / (ms * 1e-3) / 1e12;
     std::printf("cuBLASLt %s GEMM %lldx%lldx%lld (%.2f TFLOP of work, attention %.2f): %.2f ms, %.2f TFLOP/s; "
@@ -264,6 +268,32 @@ int main() {
                 attn_tflops / tflops, ratio);
     std::printf("bf16 tensor-core attention / bf16 GEMM = %.3f, target >= 0.500: %s\n", ratio,
                 ratio >= 0.5 ? "met" : "NOT met");
+  }
+
+  // ---- the backend's linear_fwd at a Qwen2.5-7B MLP shape, per GEMM precision (one backend each,
+  // sharing the buffers; bf16 converts x and W into the op scratch at every call, timed with it).
+  {
+    const int64_t rows = 4096, in = 3584, out = 18944;
+    const double flops = 2.0 * rows * in * out;
+    Buffer lx(gpu, Tier::device, rows * in * 4), lw(gpu, Tier::device, out * in * 4);
+    Buffer ly(gpu, Tier::device, rows * out * 4);
+    fill_random(gpu, lx.f32(), rows * in, 10, 1.0f);
+    fill_random(gpu, lw.f32(), out * in, 11, 0.02f);
+    double tflops[3] = {0, 0, 0};
+    for (CudaGemmPrecision prec : {CudaGemmPrecision::fp32, CudaGemmPrecision::tf32, CudaGemmPrecision::bf16}) {
+      CudaBackendOptions lo;
+      lo.gemm_precision = prec;
+      CudaBackend lb(lo);
+      auto ls = static_cast<cudaStream_t>(lb.stream(CudaStream::compute));
+      const double ms = time_ms(ls, reps, [&] { lb.linear_fwd(lx.f32(), rows, in, lw.f32(), nullptr, out, ly.f32()); });
+      const int i = static_cast<int>(prec);
+      tflops[i] = flops / (ms * 1e-3) / 1e12;
+      const bool ran = lb.gemm_calls(prec) == reps + 1;
+      std::printf("linear_fwd %lld x %lld -> %lld, %s GEMM%s: %.2f ms, %.2f TFLOP/s\n", static_cast<long long>(rows),
+                  static_cast<long long>(in), static_cast<long long>(out), to_string(prec),
+                  ran ? "" : " (NOT EVERY CALL RAN IN THIS PRECISION)", ms, tflops[i]);
+    }
+    std::printf("linear_fwd bf16 / fp32 = %.2fx, bf16 / tf32 = %.2fx\n", tflops[2] / tflops[0], tflops[2] / tflops[1]);
   }
 
   // ---- offload copies: 256 pages of the Qwen2.5-7B page size (128 tokens, fp32 K+V: 512 KiB)

@@ -94,7 +94,7 @@ int run_microbench_mode(const CalibrateArgs& a) {
         "nominal 1 GiB: CUDA context, cuBLASLt and op workspaces (not measured by the micro-benchmarks)";
     profile["sources"]["bf16_flops_per_s"] =
         "the backend's compute peak: the best median rate measured over the benchmarked GEMM and attention shapes "
-        "(fp32 GEMMs through cuBLASLt, bf16 tensor-core attention where it applies)";
+        "(bf16-input GEMMs through cuBLASLt, bf16 tensor-core attention where it applies: as oomb run's defaults)";
     profile["sources"]["launch_overhead_s"] = "a 1-element add: launch throughput, the stream synchronised per repetition";
 #endif
   }

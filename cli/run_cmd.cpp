@@ -4,7 +4,9 @@
 // when the build has it (--trace-timing cupti, the default there): the driver tags every op and copy
 // with its (stage, chunk, layer, pass) through EngineOptions::tagger. A cuda run's attention kernels
 // are chosen by --attention-kernel (auto: bf16 tensor cores where they run, fp32 elsewhere); which
-// family ran how often goes into --json and the trace's metadata.extra.cuda.
+// family ran how often goes into --json and the trace's metadata.extra.cuda. Its linear GEMMs run at
+// --gemm-precision (bf16 by default: bf16 operands, fp32 accumulation; CudaBackendOptions' own default is
+// fp32, the tests' reference), recorded the same way with the GEMM count of each precision.
 #include <unistd.h>
 
 #include <chrono>
@@ -46,6 +48,7 @@ struct RunArgs {
   std::string tokens, weights, save_weights, dump_grads, trace, detail = "layer";
   std::string trace_timing;  // "" = cupti for cuda when built with CUPTI, else host
   std::string attention_kernel;  // "" = auto (cuda only)
+  std::string gemm_precision;    // "" = bf16 (cuda only)
   uint64_t seed = 1234;
   float init_std = 0.02f;
   int64_t grad_accum = 1;
@@ -143,6 +146,16 @@ int run_run(const RunArgs& a) {
                     " run computes attention in fp32 on the CPU",
                 "drop --attention-kernel, or use --backend cuda");
   const std::string attention_kernel = a.attention_kernel.empty() ? "auto" : a.attention_kernel;
+  // The cuda backend's linear GEMMs (CudaGemmPrecision): bf16 (default: the method's bf16 training),
+  // tf32, or fp32 (the reference).
+  if (!a.gemm_precision.empty() && a.gemm_precision != "fp32" && a.gemm_precision != "tf32" &&
+      a.gemm_precision != "bf16")
+    throw Error("--gemm-precision", a.gemm_precision, "unknown GEMM precision", "fp32, tf32 or bf16");
+  if (!a.gemm_precision.empty() && a.backend != "cuda")
+    throw Error("--gemm-precision", a.gemm_precision,
+                "chooses the cuda backend's GEMM precision; a " + a.backend + " run computes its GEMMs in fp32",
+                "drop --gemm-precision, or use --backend cuda");
+  const std::string gemm_precision = a.gemm_precision.empty() ? "bf16" : a.gemm_precision;
   if (a.steps <= 0) throw Error("--steps", "", "must be positive");
   if (a.grad_accum <= 0) throw Error("--grad-accum", "", "must be positive");
   // How the trace is timed: CUPTI device times (cuda, when built with CUPTI) or host wall clock.
@@ -257,6 +270,9 @@ int run_run(const RunArgs& a) {
       copt.attention_kernel =
           attention_kernel == "fp32" ? CudaAttentionKernel::fp32 : CudaAttentionKernel::bf16_tensor_core;
       copt.attention_kernel_strict = attention_kernel == "bf16-tc";
+      copt.gemm_precision = gemm_precision == "fp32"   ? CudaGemmPrecision::fp32
+                            : gemm_precision == "tf32" ? CudaGemmPrecision::tf32
+                                                       : CudaGemmPrecision::bf16;
       auto cuda = std::make_unique<CudaBackend>(copt);
       device_name = cuda->device_name();
       if (attention_kernel == "bf16-tc" && !cuda->attention_tc_available())
@@ -265,11 +281,16 @@ int run_run(const RunArgs& a) {
                         " (they need sm_80 or later and a kernel image for it)",
                     "--attention-kernel auto or fp32");
       CudaBackend* cb = cuda.get();
-      cuda_summary = [cb, attention_kernel] {
+      cuda_summary = [cb, attention_kernel, gemm_precision] {
         return Json{{"attention_kernel", attention_kernel},
                     {"attention_calls",
                      {{"fp32", cb->attention_calls(CudaAttentionKernel::fp32)},
-                      {"bf16_tc", cb->attention_calls(CudaAttentionKernel::bf16_tensor_core)}}}};
+                      {"bf16_tc", cb->attention_calls(CudaAttentionKernel::bf16_tensor_core)}}},
+                    {"gemm_precision", gemm_precision},
+                    {"gemm_calls",
+                     {{"fp32", cb->gemm_calls(CudaGemmPrecision::fp32)},
+                      {"tf32", cb->gemm_calls(CudaGemmPrecision::tf32)},
+                      {"bf16", cb->gemm_calls(CudaGemmPrecision::bf16)}}}};
       };
 #ifdef OOMB_HAVE_CUPTI
       if (collector) {
@@ -441,6 +462,10 @@ int run_run(const RunArgs& a) {
     std::printf("attention kernel %s: %lld calls on bf16 tensor cores, %lld on fp32 CUDA cores\n",
                 attention_kernel.c_str(), static_cast<long long>(cs["attention_calls"]["bf16_tc"].get<int64_t>()),
                 static_cast<long long>(cs["attention_calls"]["fp32"].get<int64_t>()));
+    std::printf("GEMM precision %s: %lld GEMMs in bf16, %lld in tf32, %lld in fp32\n", gemm_precision.c_str(),
+                static_cast<long long>(cs["gemm_calls"]["bf16"].get<int64_t>()),
+                static_cast<long long>(cs["gemm_calls"]["tf32"].get<int64_t>()),
+                static_cast<long long>(cs["gemm_calls"]["fp32"].get<int64_t>()));
   }
   for (size_t i = 0; i < losses.size(); ++i) std::printf("  step %zu  loss %.6f\n", i + 1, losses[i]);
   std::printf("\nstep time %s, %s tokens/s\n", format_duration_s(ms.step_s).c_str(),
@@ -518,6 +543,14 @@ const Registrar reg("run", "Execute chunk-recurrent training steps (cpu referenc
                                      "reference, ~1e-5 from the CPU backend); bf16-tc: tensor cores or an error. "
                                      "The choice and how many calls each family ran are printed and recorded in "
                                      "--json (cuda) and the trace (metadata.extra.cuda)");
+                      sub.add_option("--gemm-precision", a->gemm_precision,
+                                     "--backend cuda only: the linear layers' GEMMs (cuBLASLt). bf16 (default for "
+                                     "oomb run: the method's bf16 training; operands rounded to bf16, fp32 "
+                                     "accumulation and fp32 results, ~2e-3 relative error per GEMM; a GEMM with no "
+                                     "bf16 algorithm runs in fp32), tf32 (tensor cores on fp32 operands, 10-bit "
+                                     "mantissas) or fp32 (the reference, the backend library's default). The choice "
+                                     "and how many GEMMs ran in each precision are printed and recorded in --json "
+                                     "(cuda) and the trace (metadata.extra.cuda)");
                       sub.add_option("--steps", a->steps, "Training steps (one sequence each)")->capture_default_str();
                       sub.add_option("--tokens", a->tokens,
                                      "Binary file of little-endian uint32 token ids (default: seeded synthetic)");

@@ -65,6 +65,7 @@ struct CopyEvents {
 struct CudaBackend::Impl {
   CudaBackendOptions opt;
   int64_t attention_calls[2] = {0, 0};  // attention_fwd / _bwd calls run by fp32, bf16 tensor-core kernels
+  int64_t gemm_calls[3] = {0, 0, 0};     // linear GEMMs run in fp32, tf32, bf16 (CudaGemmPrecision order)
   cudaStream_t compute = nullptr, h2d = nullptr, d2h = nullptr;
   cudaEvent_t compute_mark = nullptr;  // re-recorded at each copy_async
   std::unique_ptr<Arena> device, host;
@@ -247,7 +248,7 @@ CudaBackend::CudaBackend(CudaBackendOptions options) : impl_(std::make_unique<Im
   m.scratch(std::max<int64_t>(m.opt.workspace_bytes, kAlign));
   m.workspace_grows = 0;
   OOMB_CUDA_CHECK(cudaMalloc(&m.gemm_workspace, static_cast<size_t>(kGemmWorkspaceBytes)));
-  m.gemm = std::make_unique<Gemm>(m.gemm_workspace, kGemmWorkspaceBytes, m.opt.tf32);
+  m.gemm = std::make_unique<Gemm>(m.gemm_workspace, kGemmWorkspaceBytes);
   m.slots.resize(static_cast<size_t>(std::max(m.opt.staging_slots, 0)));
   for (auto& s : m.slots) {
     OOMB_CUDA_CHECK(cudaHostAlloc(&s.host, static_cast<size_t>(std::max<int64_t>(m.opt.staging_slot_bytes, 1)),
@@ -424,22 +425,108 @@ void CudaBackend::rmsnorm_bwd(const float* x, const float* w, const float* rstd,
   launch_rmsnorm_bwd(x, w, rstd, dy, rows, dim, dx_acc, dw_acc, impl_->compute);
 }
 
+// ---- linear ops: cuBLASLt GEMMs at CudaBackendOptions::gemm_precision.
+//
+// A row-major [rows, cols] matrix with row stride ld is a column-major [cols, rows] one with leading
+// dimension ld. With bf16 GEMMs each operand is first converted (launch_to_bf16) into the op scratch,
+// rows padded to a multiple of 8 elements (16 bytes) and every copy 256-byte aligned, so the bf16
+// operands always meet cuBLASLt's alignment for its fast kernels whatever the shape; C stays the
+// caller's fp32 array (any alignment: the plan's heuristic is told it). The scratch is reused by the
+// next op in stream order, like every op's scratch.
+
+namespace {
+
+int64_t ld8(int64_t cols) { return (cols + 7) / 8 * 8; }
+
+// A GEMM operand: the caller's fp32 row-major matrix and, in bf16 mode, its converted copy.
+struct Operand {
+  const float* f32;
+  int64_t ld;
+  const uint16_t* bf16 = nullptr;
+  int64_t ld16 = 0;
+};
+
+// Carves bf16 copies out of one scratch allocation.
+class Bf16Scratch {
+ public:
+  // Bytes of a bf16 copy of a [rows, cols] matrix.
+  static int64_t bytes(int64_t rows, int64_t cols) { return up(rows * ld8(cols) * 2); }
+  explicit Bf16Scratch(char* base) : next_(base) {}
+  // Converts src [rows, cols] into the next copy.
+  Operand convert(const float* src, int64_t rows, int64_t cols, cudaStream_t s) {
+    auto* dst = reinterpret_cast<uint16_t*>(next_);
+    launch_to_bf16(src, rows, cols, dst, ld8(cols), s);
+    next_ += bytes(rows, cols);
+    return {src, cols, dst, ld8(cols)};
+  }
+
+ private:
+  char* next_;
+};
+
+// One GEMM (column-major C[m, n] = op(A) op(B) + beta C) in the configured precision; bf16 falls back
+// to fp32 on the original operands when cuBLASLt has no bf16 algorithm. Counted by the precision run.
+void run_gemm(Gemm& gemm, const CudaBackendOptions& opt, int64_t* calls, bool ta, bool tb, int64_t m, int64_t n,
+              int64_t k, const Operand& a, const Operand& b, float beta, float* c, int64_t ldc, cudaStream_t s) {
+  if (m <= 0 || n <= 0) return;
+  if (opt.gemm_precision == CudaGemmPrecision::bf16 && a.bf16 && b.bf16 &&
+      gemm.try_matmul(CudaGemmPrecision::bf16, ta, tb, m, n, k, a.bf16, a.ld16, b.bf16, b.ld16, beta, c, ldc, s)) {
+    ++calls[static_cast<int>(CudaGemmPrecision::bf16)];
+    return;
+  }
+  const CudaGemmPrecision p =
+      opt.gemm_precision == CudaGemmPrecision::tf32 ? CudaGemmPrecision::tf32 : CudaGemmPrecision::fp32;
+  gemm.matmul(p, ta, tb, m, n, k, a.f32, a.ld, b.f32, b.ld, beta, c, ldc, s);
+  ++calls[static_cast<int>(p)];
+}
+
+}  // namespace
+
 // Row-major y[rows, out] = x[rows, in] W[out, in]^T is column-major y^T = W x^T.
 void CudaBackend::linear_fwd(const float* x, int64_t rows, int64_t in, const float* w, const float* b, int64_t out,
                              float* y) {
   Impl& m = *impl_;
-  m.gemm->matmul(true, false, out, rows, in, w, in, x, in, 0.0f, y, out, m.compute);
+  Operand wo{w, in}, xo{x, in};
+  if (m.opt.gemm_precision == CudaGemmPrecision::bf16 && rows > 0 && out > 0 && in > 0) {
+    Bf16Scratch ws(m.scratch(Bf16Scratch::bytes(out, in) + Bf16Scratch::bytes(rows, in)));
+    wo = ws.convert(w, out, in, m.compute);
+    xo = ws.convert(x, rows, in, m.compute);
+  }
+  run_gemm(*m.gemm, m.opt, m.gemm_calls, true, false, out, rows, in, wo, xo, 0.0f, y, out, m.compute);
   if (b) launch_add_bias(y, rows, out, b, m.compute);
 }
 
 void CudaBackend::linear_bwd(const float* x, int64_t rows, int64_t in, const float* w, int64_t out, const float* dy,
                              float* dx, bool accumulate_dx, float* dw_acc, float* db_acc) {
   Impl& m = *impl_;
+  Operand wo{w, in}, xo{x, in}, dyo{dy, out};
+  if (m.opt.gemm_precision == CudaGemmPrecision::bf16 && rows > 0 && out > 0 && in > 0 && (dx || dw_acc)) {
+    // dy once for both products; W for dx, x for dW.
+    Bf16Scratch ws(m.scratch(Bf16Scratch::bytes(rows, out) + (dx ? Bf16Scratch::bytes(out, in) : 0) +
+                             (dw_acc ? Bf16Scratch::bytes(rows, in) : 0)));
+    dyo = ws.convert(dy, rows, out, m.compute);
+    if (dx) wo = ws.convert(w, out, in, m.compute);
+    if (dw_acc) xo = ws.convert(x, rows, in, m.compute);
+  }
   // dx^T [in, rows] (+)= W^T [in, out] dy^T [out, rows]
-  if (dx) m.gemm->matmul(false, false, in, rows, out, w, in, dy, out, accumulate_dx ? 1.0f : 0.0f, dx, in, m.compute);
+  if (dx)
+    run_gemm(*m.gemm, m.opt, m.gemm_calls, false, false, in, rows, out, wo, dyo, accumulate_dx ? 1.0f : 0.0f, dx, in,
+             m.compute);
   // dW^T [in, out] += x^T [in, rows] dy [rows, out]
-  if (dw_acc) m.gemm->matmul(false, true, in, out, rows, x, in, dy, out, 1.0f, dw_acc, in, m.compute);
+  if (dw_acc) run_gemm(*m.gemm, m.opt, m.gemm_calls, false, true, in, out, rows, xo, dyo, 1.0f, dw_acc, in, m.compute);
+  // The bias gradient sums the fp32 dy (never the bf16 copy).
   if (db_acc) launch_column_sum_acc(dy, rows, out, db_acc, m.compute);
+}
+
+int64_t CudaBackend::gemm_calls(CudaGemmPrecision p) const { return impl_->gemm_calls[static_cast<int>(p)]; }
+
+const char* to_string(CudaGemmPrecision p) {
+  switch (p) {
+    case CudaGemmPrecision::fp32: return "fp32";
+    case CudaGemmPrecision::tf32: return "tf32";
+    case CudaGemmPrecision::bf16: return "bf16";
+  }
+  return "?";
 }
 
 void CudaBackend::rope_fwd(float* x, int64_t rows, int64_t heads, int64_t head_dim, int64_t pos0, double theta) {

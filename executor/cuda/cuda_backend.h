@@ -47,6 +47,22 @@ enum class CudaAttentionKernel {
   bf16_tensor_core,
 };
 
+// The arithmetic of linear_fwd / linear_bwd's GEMMs (cuBLASLt; executor/cuda/README.md, "Precision").
+// C / D are fp32 and accumulate in fp32 in all three; biases and bias gradients are fp32 kernels.
+enum class CudaGemmPrecision {
+  // fp32 operands, CUBLAS_COMPUTE_32F: the correctness reference (~1e-5 from the CPU backend).
+  fp32,
+  // fp32 operands rounded to 10-bit mantissas by the tensor cores (CUBLAS_COMPUTE_32F_FAST_TF32).
+  tf32,
+  // Operands converted to bf16 (round to nearest even, runtime/bf16.h's routine, one kernel into the
+  // op scratch, rows padded to a multiple of 8 elements) and multiplied on tensor cores: CUDA_R_16BF
+  // A / B, CUBLAS_COMPUTE_32F, fp32 C / D (beta = 1 where the op accumulates). ~2e-3 relative error
+  // against fp32. A GEMM cuBLASLt has no bf16 algorithm for runs in fp32 instead (gemm_calls() tells).
+  // `oomb run --backend cuda`'s default (--gemm-precision bf16).
+  bf16,
+};
+const char* to_string(CudaGemmPrecision p);
+
 struct CudaBackendOptions {
   int device = 0;
   int64_t device_reserve_bytes = 0;                // first device block (0: none until needed)
@@ -55,9 +71,8 @@ struct CudaBackendOptions {
   int64_t workspace_bytes = int64_t{64} << 20;     // device scratch of the ops (grows, with a sync)
   int64_t staging_slot_bytes = int64_t{4} << 20;   // pinned slot for upload() / op metadata
   int staging_slots = 8;
-  // linear_fwd / linear_bwd on TF32 tensor cores (cuBLASLt CUBLAS_COMPUTE_32F_FAST_TF32: inputs
-  // rounded to 10-bit mantissas, fp32 accumulate). Off: exact fp32 (CUBLAS_COMPUTE_32F).
-  bool tf32 = false;
+  // linear_fwd / linear_bwd's GEMMs; fp32 by default (the reference the others are tested against).
+  CudaGemmPrecision gemm_precision = CudaGemmPrecision::fp32;
   // Paged attention kernels; fp32 by default (the reference the tensor-core kernels are tested against).
   CudaAttentionKernel attention_kernel = CudaAttentionKernel::fp32;
   // With bf16_tensor_core: a call the tensor-core kernels cannot take (head_dim, device, alignment)
@@ -135,6 +150,9 @@ class CudaBackend final : public Backend {
   // attention_fwd + attention_bwd calls so far that ran kernel family k (after the fallback rule of
   // CudaAttentionKernel::bf16_tensor_core), so tests and benchmarks can tell which one ran.
   int64_t attention_calls(CudaAttentionKernel k) const;
+  // GEMMs of linear_fwd / linear_bwd so far that ran in precision p (after the bf16 -> fp32 fallback
+  // of CudaGemmPrecision::bf16): one per forward, up to two per backward (dx, dW).
+  int64_t gemm_calls(CudaGemmPrecision p) const;
   // Whether this device and build can run the tensor-core attention kernels at all (sm_80 or later
   // and a kernel image for it); head_dim and alignment are per call.
   bool attention_tc_available() const;

@@ -1,5 +1,6 @@
 #include "executor/cuda/common.cuh"
 #include "executor/cuda/elementwise.cuh"
+#include "executor/runtime/bf16.h"
 
 namespace oomb::executor::cuda {
 
@@ -35,6 +36,14 @@ __global__ void column_sum_kernel(const float* __restrict__ x, int64_t rows, int
   atomicAdd(out + c, acc);
 }
 
+// Block (column tile, row), grid-stride over both: dst[r * ld + c] = bf16(src[r * cols + c]).
+__global__ void to_bf16_kernel(const float* __restrict__ src, int64_t rows, int64_t cols, uint16_t* __restrict__ dst,
+                               int64_t ld) {
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y)
+    for (int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; c < cols; c += int64_t{gridDim.x} * blockDim.x)
+      dst[r * ld + c] = f32_to_bf16(src[r * cols + c]);
+}
+
 }  // namespace
 
 void launch_add(float* y, const float* x, int64_t n, cudaStream_t s) {
@@ -61,6 +70,16 @@ void launch_column_sum_acc(const float* x, int64_t rows, int64_t cols, float* ou
                   static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock));
   column_sum_kernel<<<grid, kThreads, 0, s>>>(x, rows, cols, out);
   OOMB_CUDA_LAUNCH_CHECK("column_sum_kernel");
+}
+
+void launch_to_bf16(const float* src, int64_t rows, int64_t cols, uint16_t* dst, int64_t ld, cudaStream_t s) {
+  if (rows <= 0 || cols <= 0) return;
+  // Narrow matrices get narrow blocks (a warp at least); rows beyond the grid's y limit loop.
+  const int threads = static_cast<int>(cols >= kThreads ? kThreads : (cols + 31) / 32 * 32);
+  const int64_t xb = (cols + threads - 1) / threads;
+  const dim3 grid(static_cast<unsigned>(xb < 1024 ? xb : 1024), static_cast<unsigned>(rows < 65535 ? rows : 65535));
+  to_bf16_kernel<<<grid, threads, 0, s>>>(src, rows, cols, dst, ld);
+  OOMB_CUDA_LAUNCH_CHECK("to_bf16_kernel");
 }
 
 }  // namespace oomb::executor::cuda

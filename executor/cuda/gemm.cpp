@@ -28,11 +28,11 @@ struct Gemm::Plan {
 
 namespace {
 
-// Largest power of two (<= 256) that divides the address.
+// Largest power of two (<= 256) that divides the address (bf16 operands may sit at 2 bytes).
 int alignment_of(const void* p) {
   const auto v = reinterpret_cast<uintptr_t>(p);
   int a = 256;
-  while (a > 4 && v % static_cast<uintptr_t>(a) != 0) a /= 2;
+  while (a > 2 && v % static_cast<uintptr_t>(a) != 0) a /= 2;
   return a;
 }
 
@@ -40,8 +40,7 @@ cublasLtHandle_t h(void* p) { return static_cast<cublasLtHandle_t>(p); }
 
 }  // namespace
 
-Gemm::Gemm(void* workspace, int64_t workspace_bytes, bool tf32)
-    : workspace_(workspace), workspace_bytes_(workspace_bytes), tf32_(tf32) {
+Gemm::Gemm(void* workspace, int64_t workspace_bytes) : workspace_(workspace), workspace_bytes_(workspace_bytes) {
   cublasLtHandle_t handle = nullptr;
   OOMB_CUDA_CHECK(cublasLtCreate(&handle));
   handle_ = handle;
@@ -52,19 +51,24 @@ Gemm::~Gemm() {
   if (handle_) cublasLtDestroy(h(handle_));
 }
 
-Gemm::Plan& Gemm::plan(const Key& key) {
+Gemm::Plan* Gemm::plan(const Key& key) {
   auto it = plans_.find(key);
-  if (it != plans_.end()) return *it->second;
-  const auto [ta, tb, m, n, k, lda, ldb, ldc, al_a, al_b, al_c] = key;
+  if (it != plans_.end()) return it->second.get();
+  const auto [prec, ta, tb, m, n, k, lda, ldb, ldc, al_a, al_b, al_c] = key;
+  const auto precision = static_cast<CudaGemmPrecision>(prec);
   auto p = std::make_unique<Plan>();
-  OOMB_CUDA_CHECK(cublasLtMatmulDescCreate(&p->op, tf32_ ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F,
-                                           CUDA_R_32F));
+  // fp32 and bf16 operands accumulate in fp32 (CUBLAS_COMPUTE_32F); TF32 rounds fp32 operands to
+  // 10-bit mantissas on tensor cores. The scale type (alpha, beta) is fp32 in all three.
+  const cublasComputeType_t compute =
+      precision == CudaGemmPrecision::tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  const cudaDataType_t in_type = precision == CudaGemmPrecision::bf16 ? CUDA_R_16BF : CUDA_R_32F;
+  OOMB_CUDA_CHECK(cublasLtMatmulDescCreate(&p->op, compute, CUDA_R_32F));
   const cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
   OOMB_CUDA_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
   OOMB_CUDA_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
   const auto u = [](int64_t v) { return static_cast<uint64_t>(v); };
-  OOMB_CUDA_CHECK(cublasLtMatrixLayoutCreate(&p->a, CUDA_R_32F, u(ta ? k : m), u(ta ? m : k), lda));
-  OOMB_CUDA_CHECK(cublasLtMatrixLayoutCreate(&p->b, CUDA_R_32F, u(tb ? n : k), u(tb ? k : n), ldb));
+  OOMB_CUDA_CHECK(cublasLtMatrixLayoutCreate(&p->a, in_type, u(ta ? k : m), u(ta ? m : k), lda));
+  OOMB_CUDA_CHECK(cublasLtMatrixLayoutCreate(&p->b, in_type, u(tb ? n : k), u(tb ? k : n), ldb));
   OOMB_CUDA_CHECK(cublasLtMatrixLayoutCreate(&p->c, CUDA_R_32F, u(m), u(n), ldc));
 
   cublasLtMatmulPreference_t pref = nullptr;
@@ -84,24 +88,38 @@ Gemm::Plan& Gemm::plan(const Key& key) {
   const cublasStatus_t st =
       cublasLtMatmulAlgoGetHeuristic(h(handle_), p->op, p->a, p->b, p->c, p->c, pref, 1, &result, &found);
   cublasLtMatmulPreferenceDestroy(pref);
-  OOMB_CUDA_CHECK(st);
-  if (found == 0)
-    throw Error("cuBLASLt", "", "no algorithm for a " + std::to_string(m) + " x " + std::to_string(n) + " x " +
-                                    std::to_string(k) + " fp32 GEMM");
+  if (st == CUBLAS_STATUS_NOT_SUPPORTED) found = 0;  // no algorithm for this combination
+  else OOMB_CUDA_CHECK(st);
+  if (found == 0) {
+    plans_[key] = nullptr;
+    return nullptr;
+  }
   p->algo = result.algo;
-  return *(plans_[key] = std::move(p));
+  return (plans_[key] = std::move(p)).get();
 }
 
-void Gemm::matmul(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* A, int64_t lda,
-                  const float* B, int64_t ldb, float beta, float* C, int64_t ldc, cudaStream_t s) {
-  if (m <= 0 || n <= 0) return;
+bool Gemm::try_matmul(CudaGemmPrecision precision, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                      const void* A, int64_t lda, const void* B, int64_t ldb, float beta, float* C, int64_t ldc,
+                      cudaStream_t s) {
+  if (m <= 0 || n <= 0) return true;
   OOMB_ASSERT(k > 0, "GEMM with an empty inner dimension");
   std::lock_guard<std::mutex> lock(mu_);
-  const Key key{trans_a, trans_b, m, n, k, lda, ldb, ldc, alignment_of(A), alignment_of(B), alignment_of(C)};
-  Plan& p = plan(key);
+  const Key key{static_cast<int>(precision), trans_a, trans_b, m, n, k, lda, ldb, ldc,
+                alignment_of(A),             alignment_of(B), alignment_of(C)};
+  const Plan* p = plan(key);
+  if (!p) return false;
   const float alpha = 1.0f;
-  OOMB_CUDA_CHECK(cublasLtMatmul(h(handle_), p.op, &alpha, A, p.a, B, p.b, &beta, C, p.c, C, p.c, &p.algo, workspace_,
-                                 static_cast<size_t>(workspace_bytes_), s));
+  OOMB_CUDA_CHECK(cublasLtMatmul(h(handle_), p->op, &alpha, A, p->a, B, p->b, &beta, C, p->c, C, p->c, &p->algo,
+                                 workspace_, static_cast<size_t>(workspace_bytes_), s));
+  return true;
+}
+
+void Gemm::matmul(CudaGemmPrecision precision, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                  const void* A, int64_t lda, const void* B, int64_t ldb, float beta, float* C, int64_t ldc,
+                  cudaStream_t s) {
+  if (!try_matmul(precision, trans_a, trans_b, m, n, k, A, lda, B, ldb, beta, C, ldc, s))
+    throw Error("cuBLASLt", "", std::string("no algorithm for a ") + std::to_string(m) + " x " + std::to_string(n) +
+                                    " x " + std::to_string(k) + " " + to_string(precision) + " GEMM");
 }
 
 }  // namespace oomb::executor::cuda

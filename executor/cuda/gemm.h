@@ -1,10 +1,13 @@
 #pragma once
-// fp32 GEMMs through cuBLASLt for linear_fwd / linear_bwd (row-major operands mapped onto
-// column-major cuBLASLt calls), with a plan cache keyed by shape, transposes, epilogue and the
-// pointers' alignment (so that an algorithm needing 16-byte alignment is never picked for a
-// parameter tensor that starts at an odd float offset). TF32 tensor cores are optional. Biases are
-// added by a kernel of ours (elementwise.cuh), not by a cuBLASLt epilogue, whose bias-pointer
-// alignment rules are not documented.
+// GEMMs through cuBLASLt for linear_fwd / linear_bwd (row-major operands mapped onto column-major
+// cuBLASLt calls), with a plan cache keyed by precision, shape, transposes and the pointers'
+// alignment (so that an algorithm needing 16-byte alignment is never picked for a parameter tensor
+// that starts at an odd float offset). Precisions (CudaGemmPrecision): fp32 (CUBLAS_COMPUTE_32F),
+// TF32 tensor cores (CUBLAS_COMPUTE_32F_FAST_TF32) on fp32 A / B, and bf16 tensor cores: A / B
+// already bf16 (CUDA_R_16BF, the caller converts), CUBLAS_COMPUTE_32F, fp32 scale type and fp32 C / D.
+// C / D are fp32 in every precision (beta = 1 accumulates into them). Biases are added by a kernel of
+// ours (elementwise.cuh), not by a cuBLASLt epilogue, whose bias-pointer alignment rules are not
+// documented.
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -13,32 +16,40 @@
 #include <mutex>
 #include <tuple>
 
+#include "executor/cuda/cuda_backend.h"
+
 namespace oomb::executor::cuda {
 
 class Gemm {
  public:
   // workspace: device memory of workspace_bytes owned by the caller.
-  Gemm(void* workspace, int64_t workspace_bytes, bool tf32);
+  Gemm(void* workspace, int64_t workspace_bytes);
   ~Gemm();
   Gemm(const Gemm&) = delete;
   Gemm& operator=(const Gemm&) = delete;
 
-  // Column-major: C[m, n] = op(A) op(B) + beta C.
+  // Column-major: C[m, n] = op(A) op(B) + beta C, C fp32.
   // op(A) is [m, k]: A stored [k, m] (lda >= k) when trans_a, else [m, k] (lda >= m); same for B.
-  void matmul(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* A, int64_t lda,
-              const float* B, int64_t ldb, float beta, float* C, int64_t ldc, cudaStream_t s);
-
-  bool tf32() const { return tf32_; }
+  // A and B are float arrays for fp32 / tf32 and bf16 bit patterns (uint16_t) for bf16; lda / ldb
+  // count elements. Throws an oomb::Error when cuBLASLt has no algorithm.
+  void matmul(CudaGemmPrecision precision, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+              const void* A, int64_t lda, const void* B, int64_t ldb, float beta, float* C, int64_t ldc,
+              cudaStream_t s);
+  // The same, but returns false (nothing enqueued, the answer cached) when cuBLASLt's heuristic
+  // offers no algorithm for this precision, shape and alignment, so that the caller can fall back.
+  bool try_matmul(CudaGemmPrecision precision, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                  const void* A, int64_t lda, const void* B, int64_t ldb, float beta, float* C, int64_t ldc,
+                  cudaStream_t s);
 
  private:
   struct Plan;
-  using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int, int>;
-  Plan& plan(const Key& key);
+  // precision, trans_a, trans_b, m, n, k, lda, ldb, ldc, alignment of A, B, C (bytes)
+  using Key = std::tuple<int, bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int, int>;
+  Plan* plan(const Key& key);  // nullptr: no algorithm (cached too)
 
   void* handle_ = nullptr;  // cublasLtHandle_t
   void* workspace_;
   int64_t workspace_bytes_;
-  bool tf32_;
   std::mutex mu_;
   std::map<Key, std::unique_ptr<Plan>> plans_;
 };

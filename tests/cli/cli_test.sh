@@ -131,6 +131,12 @@ if "$oomb" --version | grep -q "cuda=yes"; then
   expect_exit 2 "--attention-kernel.*bf16-tc.*head_dim 64 or 128.*head_dim 16" run --model tiny --context 1K --chunk 512 \
     --backend cuda --attention-kernel bf16-tc --kv-dtype bf16
 fi
+# --gemm-precision (fp32|tf32|bf16) chooses the cuda backend's GEMM precision: documented with its
+# default (bf16 for oomb run), an unknown value or a cpu run is refused by flag name.
+expect_exit 0 "--gemm-precision.*bf16 \(default for oomb run" run --help
+expect_exit 0 "--gemm-precision.*tf32.*fp32 \(the reference" run --help
+expect_exit 2 "--gemm-precision.*fp16.*fp32, tf32 or bf16" run --model tiny --context 1K --chunk 512 --gemm-precision fp16
+expect_exit 2 "--gemm-precision.*cuda backend.*cpu run" run --model tiny --context 1K --chunk 512 --gemm-precision bf16
 # A CUPTI-timed trace (source cuda-cupti) through validate, without a GPU: oomb_cupti_synth runs the
 # plan's step on the CPU backend behind a CUPTI stand-in (the driver's real tags, the real decoder,
 # one untagged kernel). Its times are CPU times, so the time tolerances are opened: what is checked

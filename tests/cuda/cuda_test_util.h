@@ -74,11 +74,11 @@ class DeviceVec {
 
 // Smaller blocks than a real run's defaults (1 GiB each), so that every test process does not pin
 // a gigabyte of host memory.
-inline CudaBackendOptions test_options(bool tf32 = false) {
+inline CudaBackendOptions test_options(CudaGemmPrecision gemm = CudaGemmPrecision::fp32) {
   CudaBackendOptions o;
   o.device_grow_bytes = int64_t{256} << 20;
   o.host_slab_bytes = int64_t{64} << 20;
-  o.tf32 = tf32;
+  o.gemm_precision = gemm;
   return o;
 }
 

@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "cuda_test_util.h"
+#include "executor/runtime/bf16.h"
 
 namespace oomb::executor::cudatest {
 namespace {
@@ -18,6 +19,20 @@ constexpr double kElementwiseTol = 2e-6;   // expf / sincos vs the CPU's exp: a 
 constexpr double kReductionTol = 1e-5;     // fp32 sums in a different order (rows up to ~4K wide)
 constexpr double kGemmFp32Tol = 1e-5;      // cuBLASLt fp32 vs Eigen: summation order only
 constexpr double kGemmTf32Tol = 5e-3;      // TF32 inputs keep 10 mantissa bits (2^-11 relative)
+// bf16 GEMMs against the CPU on the same fp32 inputs: both operands rounded to 8 significant bits
+// (unit roundoff u = 2^-9; uniform rounding errors have RMS u / sqrt(3) ~ 1.1e-3 each, ~1.6e-3 for a
+// product of two), accumulation fp32. The relative L2 error of a random-sign dot product is the
+// per-term RMS, ~1.6e-3 .. 2.5e-3. Measured with a CPU emulation of exactly these inputs (operands
+// rounded with runtime/bf16.h, products in fp32; an experiment outside the repository): 1.6e-3 ..
+// 3.5e-3 over the shapes of LinearForwardAndBackwardBf16 (worst: 1 row, 9 -> 5, dx). 1e-2 >= 2.9x.
+constexpr double kGemmBf16Tol = 1e-2;
+// The same bf16 GEMMs against the CPU on the bf16-rounded operands: the operands are then identical
+// and bf16 x bf16 products exact in fp32, so only the fp32 summation order (tensor-core accumulation,
+// cuBLASLt's split of k) differs: 1e-4, far below the bf16 effect above.
+constexpr double kGemmBf16EmulatedTol = 1e-4;
+// Proof that the operands were rounded: the bf16 result differs from the fp32 one by far more than
+// fp32 rounding (kGemmFp32Tol); the emulation's smallest difference on these shapes is 1.6e-3.
+constexpr double kGemmBf16DiffersMin = 1e-4;
 constexpr double kAtomicTol = 1e-6;        // atomically accumulated sums (order unspecified)
 constexpr double kLossRelTol = 1e-6;       // cross-entropy loss sum (double accumulation on both)
 
@@ -93,8 +108,91 @@ void check_linear(CudaBackend& gpu, CpuBackend& cpu, double tol) {
 TEST_F(CudaOps, LinearForwardAndBackwardFp32) { check_linear(*gpu, cpu, kGemmFp32Tol); }
 
 TEST_F(CudaOps, LinearForwardAndBackwardTf32) {
-  CudaBackend tf32(test_options(true));
+  CudaBackend tf32(test_options(CudaGemmPrecision::tf32));
   check_linear(tf32, cpu, kGemmTf32Tol);
+}
+
+// x rounded to bf16 and back (runtime/bf16.h's routine: what launch_to_bf16 stores).
+std::vector<float> bf16_rounded(std::vector<float> v) {
+  for (auto& x : v) x = round_to_bf16(x);
+  return v;
+}
+
+TEST_F(CudaOps, LinearForwardAndBackwardBf16) {
+  CudaBackend bf16(test_options(CudaGemmPrecision::bf16));
+  int64_t gemms = 0;
+  // Odd shapes: in / out not multiples of 8 (the bf16 copies are padded, C is not), 1 and 37 rows.
+  for (auto [in, out] : {std::pair<int64_t, int64_t>{7, 3}, {9, 5}, {17, 33}, {64, 96}, {129, 513}}) {
+    for (int64_t rows : {1, 37, 256}) {
+      const auto x = random_vec(rows * in, 20), w = random_vec(out * in, 21), b = random_vec(out, 22),
+                 dy = random_vec(rows * out, 23);
+      const auto xr = bf16_rounded(x), wr = bf16_rounded(w), dyr = bf16_rounded(dy);
+      const std::string what = std::to_string(rows) + "x" + std::to_string(in) + "->" + std::to_string(out);
+      for (const float* bias : {b.data(), static_cast<const float*>(nullptr)}) {
+        std::vector<float> y(rows * out), ye(rows * out);
+        DeviceVec<float> d_x(bf16, x), d_w(bf16, w), d_b(bf16, b), d_y(bf16, y), d_y32(*gpu, y);
+        DeviceVec<float> g_x(*gpu, x), g_w(*gpu, w), g_b(*gpu, b);
+        cpu.linear_fwd(x.data(), rows, in, w.data(), bias, out, y.data());
+        cpu.linear_fwd(xr.data(), rows, in, wr.data(), bias, out, ye.data());
+        bf16.linear_fwd(d_x.get(), rows, in, d_w.get(), bias ? d_b.get() : nullptr, out, d_y.get());
+        gpu->linear_fwd(g_x.get(), rows, in, g_w.get(), bias ? g_b.get() : nullptr, out, d_y32.get());
+        ++gemms;
+        const auto got = d_y.read();
+        const std::string w_ = what + (bias ? " (bias)" : " (no bias)");
+        EXPECT_LE(rel_l2(got, y), kGemmBf16Tol) << w_;
+        EXPECT_LE(rel_l2(got, ye), kGemmBf16EmulatedTol) << w_ << ": not the product of the bf16-rounded operands";
+        EXPECT_GT(rel_l2(got, d_y32.read()), kGemmBf16DiffersMin) << w_ << ": no different from the fp32 GEMM";
+      }
+      for (bool acc : {false, true}) {
+        auto dx = random_vec(rows * in, 24), dw = random_vec(out * in, 25), db = random_vec(out, 26);
+        auto dxe = dx, dwe = dw;
+        DeviceVec<float> d_x(bf16, x), d_w(bf16, w), d_dy(bf16, dy), d_dx(bf16, dx), d_dw(bf16, dw), d_db(bf16, db);
+        cpu.linear_bwd(x.data(), rows, in, w.data(), out, dy.data(), dx.data(), acc, dw.data(), db.data());
+        // The emulation: bf16-rounded operands; the bias gradient sums the fp32 dy (as the backend does).
+        cpu.linear_bwd(xr.data(), rows, in, wr.data(), out, dyr.data(), dxe.data(), acc, dwe.data(), nullptr);
+        bf16.linear_bwd(d_x.get(), rows, in, d_w.get(), out, d_dy.get(), d_dx.get(), acc, d_dw.get(), d_db.get());
+        gemms += 2;
+        const auto got_dx = d_dx.read(), got_dw = d_dw.read();
+        const std::string w_ = what + " acc " + std::to_string(acc);
+        EXPECT_LE(rel_l2(got_dx, dx), kGemmBf16Tol) << w_;
+        EXPECT_LE(rel_l2(got_dw, dw), kGemmBf16Tol) << w_;
+        EXPECT_LE(rel_l2(got_dx, dxe), kGemmBf16EmulatedTol) << w_ << " dx";
+        EXPECT_LE(rel_l2(got_dw, dwe), kGemmBf16EmulatedTol) << w_ << " dw";
+        EXPECT_GT(rel_l2(got_dx, dx), kGemmBf16DiffersMin) << w_ << ": dx no different from fp32";
+        EXPECT_GT(rel_l2(got_dw, dw), kGemmBf16DiffersMin) << w_ << ": dW no different from fp32";
+        EXPECT_LE(rel_l2(d_db.read(), db), kAtomicTol) << w_ << " db (fp32 dy)";
+      }
+    }
+  }
+  EXPECT_EQ(bf16.gemm_calls(CudaGemmPrecision::bf16), gemms) << "every GEMM in bf16 (no fp32 fallback)";
+  EXPECT_EQ(bf16.gemm_calls(CudaGemmPrecision::fp32), 0);
+  EXPECT_EQ(bf16.gemm_calls(CudaGemmPrecision::tf32), 0);
+  EXPECT_EQ(gpu->gemm_calls(CudaGemmPrecision::bf16), 0) << "the default backend's GEMMs are fp32";
+  EXPECT_GT(gpu->gemm_calls(CudaGemmPrecision::fp32), 0);
+}
+
+TEST_F(CudaOps, Bf16LinearOnMisalignedParameterSlices) {
+  // W and dW at odd float offsets (4-byte aligned): the bf16 copy of W is aligned by construction,
+  // the fp32 dW (C) is not; cuBLASLt is asked with its alignment and should still run bf16.
+  CudaBackend bf16(test_options(CudaGemmPrecision::bf16));
+  const int64_t rows = 37, in = 9, out = 5;
+  const auto flat = random_vec(1 + out * in, 30), x = random_vec(rows * in, 31), dy = random_vec(rows * out, 32);
+  const std::vector<float> w(flat.begin() + 1, flat.end());
+  std::vector<float> y(rows * out), dx(rows * in), dw(out * in, 0.0f), dw_flat(1 + out * in, 0.0f);
+  DeviceVec<float> d_flat(bf16, flat), d_x(bf16, x), d_y(bf16, y), d_dy(bf16, dy), d_dx(bf16, dx),
+      d_dw(bf16, dw_flat);
+  cpu.linear_fwd(x.data(), rows, in, w.data(), nullptr, out, y.data());
+  bf16.linear_fwd(d_x.get(), rows, in, d_flat.get() + 1, nullptr, out, d_y.get());
+  EXPECT_LE(rel_l2(d_y.read(), y), kGemmBf16Tol);
+  cpu.linear_bwd(x.data(), rows, in, w.data(), out, dy.data(), dx.data(), false, dw.data(), nullptr);
+  bf16.linear_bwd(d_x.get(), rows, in, d_flat.get() + 1, out, d_dy.get(), d_dx.get(), false, d_dw.get() + 1, nullptr);
+  const auto got = d_dw.read();
+  EXPECT_LE(rel_l2(std::vector<float>(got.begin() + 1, got.end()), dw), kGemmBf16Tol);
+  EXPECT_EQ(got[0], 0.0f) << "wrote before the slice";
+  EXPECT_LE(rel_l2(d_dx.read(), dx), kGemmBf16Tol);
+  // Which precision ran is what this test is about: a 4-byte-aligned fp32 C with bf16 A / B.
+  EXPECT_EQ(bf16.gemm_calls(CudaGemmPrecision::bf16), 3) << "fell back to fp32 on a misaligned C";
+  EXPECT_EQ(bf16.gemm_calls(CudaGemmPrecision::fp32), 0);
 }
 
 TEST_F(CudaOps, LinearOnMisalignedParameterSlices) {
