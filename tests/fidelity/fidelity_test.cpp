@@ -4,7 +4,8 @@
 // Memory terms and bytes moved: exact in dense mode; in sparse mode between the selection-union
 // assumption's best (overlap 1) and worst (overlap 0) cases. Step time: the fastest of 3 measured
 // steps (after a warm-up step) within kStepTolerance of the prediction; a plan beyond it is run
-// again (up to kRetries times) because interference on a shared machine only adds time.
+// again (up to kRetries times) because interference on a shared machine only adds time; a
+// calibration disturbed the same way (poor fit) is taken once more.
 // OOMB_FIDELITY_STRICT=0 reports the step-time errors without asserting them. The calibration
 // runs are never among the validated plans.
 //
@@ -153,47 +154,66 @@ struct Calibrated {
   std::map<std::string, models::GpuSpec> by_family;  // + fit to the family's calibration runs
   double seconds = 0;
   double min_cpu_share = 1;  // over the calibration runs
+  double min_r2 = 1;         // of the families' fits
 };
+
+// One calibration: micro-benchmarks, then a fit per family to its calibration runs.
+Calibrated calibrate_once() {
+  Calibrated out;
+  const auto t0 = std::chrono::steady_clock::now();
+  executor::MicrobenchOptions o;
+  o.models = {models::load_model("tiny"), models::load_model("qwen2.5-0.5b")};
+  o.models[1].layers = 2;
+  o.chunk_tokens = 512;
+  o.repetitions = 3;
+  executor::CpuBackend backend;
+  const auto mb = executor::run_microbench(backend, o);
+  out.micro = models::gpu_from_json(executor::device_profile(mb, "cpu-calibrated", int64_t{8} << 30), "microbench");
+  for (const std::string family : {"tiny", "qwen"}) {
+    std::vector<simulator::CalibrationSample> samples;
+    int n = 0;
+    for (const auto& k : calibration_cases()) {
+      if (k.family != family) continue;
+      const RunResult r = run(k, out.micro);
+      out.min_cpu_share = std::min(out.min_cpu_share, r.cpu_share);
+      auto s = simulator::calibration_samples(r.trace, k.name, out.micro, n++);
+      samples.insert(samples.end(), s.begin(), s.end());
+    }
+    // One short qwen run cannot separate every class: its time is GEMM (the LM head) almost
+    // entirely, so only the GEMM efficiency is fitted there.
+    const std::vector<std::string> hold =
+        family == "qwen" ? std::vector<std::string>{"attention", "attention_backward", "memory_bound", "launch_overhead"}
+                         : std::vector<std::string>{};
+    const auto fit = simulator::fit_efficiencies(samples, out.micro, n, hold);
+    models::GpuSpec g = out.micro;
+    g.id = "cpu-calibrated-" + family;
+    g.efficiency = fit.efficiency;
+    g.launch_overhead_s = fit.launch_overhead_s;
+    out.by_family[family] = g;
+    out.min_r2 = std::min(out.min_r2, fit.r2);
+    std::printf("[calibration] %s: gemm %.3f attention %.3f (backward %.3f) memory-bound %.3f launch %.2e s (R^2 %.3f)\n",
+                family.c_str(), g.efficiency.gemm, g.efficiency.attention, g.efficiency.attention_backward,
+                g.efficiency.memory_bound, g.launch_overhead_s, fit.r2);
+  }
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return out;
+}
+
+// A calibration taken while another load held the CPU is inconsistent (the micro-benchmarks and the
+// runs saw different machines): its fit explains the passes poorly. In eight runs of this suite on
+// the 2-core VM (several beside other engineers' builds) every fit had R^2 >= 0.999; with a
+// parallel build on both cores one fell to 0.947, every tiny efficiency held at 1. Such a
+// calibration is taken again (once).
+constexpr double kMinCalibrationR2 = 0.98;
 
 const Calibrated& calibrated() {
   static const Calibrated c = [] {
-    Calibrated out;
-    const auto t0 = std::chrono::steady_clock::now();
-    executor::MicrobenchOptions o;
-    o.models = {models::load_model("tiny"), models::load_model("qwen2.5-0.5b")};
-    o.models[1].layers = 2;
-    o.chunk_tokens = 512;
-    o.repetitions = 3;
-    executor::CpuBackend backend;
-    const auto mb = executor::run_microbench(backend, o);
-    out.micro = models::gpu_from_json(executor::device_profile(mb, "cpu-calibrated", int64_t{8} << 30), "microbench");
-    for (const std::string family : {"tiny", "qwen"}) {
-      std::vector<simulator::CalibrationSample> samples;
-      int n = 0;
-      for (const auto& k : calibration_cases()) {
-        if (k.family != family) continue;
-        const RunResult r = run(k, out.micro);
-        out.min_cpu_share = std::min(out.min_cpu_share, r.cpu_share);
-        auto s = simulator::calibration_samples(r.trace, k.name, out.micro, n++);
-        samples.insert(samples.end(), s.begin(), s.end());
-      }
-      // One short qwen run cannot separate every class: its time is GEMM (the LM head) almost
-      // entirely, so only the GEMM efficiency is fitted there.
-      const std::vector<std::string> hold =
-          family == "qwen" ? std::vector<std::string>{"attention", "attention_backward", "memory_bound", "launch_overhead"}
-                           : std::vector<std::string>{};
-      const auto fit = simulator::fit_efficiencies(samples, out.micro, n, hold);
-      models::GpuSpec g = out.micro;
-      g.id = "cpu-calibrated-" + family;
-      g.efficiency = fit.efficiency;
-      g.launch_overhead_s = fit.launch_overhead_s;
-      out.by_family[family] = g;
-      std::printf("[calibration] %s: gemm %.3f attention %.3f (backward %.3f) memory-bound %.3f launch %.2e s (R^2 %.3f)\n",
-                  family.c_str(), g.efficiency.gemm, g.efficiency.attention, g.efficiency.attention_backward,
-                  g.efficiency.memory_bound,
-                  g.launch_overhead_s, fit.r2);
+    Calibrated out = calibrate_once();
+    if (out.min_r2 < kMinCalibrationR2 || out.min_cpu_share < kMinCpuShare) {
+      std::printf("[calibration] disturbed (lowest R^2 %.3f, driving thread at %.0f%% of wall time): once more\n",
+                  out.min_r2, 100 * out.min_cpu_share);
+      out = calibrate_once();
     }
-    out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return out;
   }();
   return c;
