@@ -23,21 +23,6 @@ struct Case {
 
 std::ostream& operator<<(std::ostream& os, const Case& c) { return os << c.name; }
 
-// Deterministic pseudo-random ascending subsets of [0, U), including empty and full ones.
-std::vector<std::vector<int32_t>> selections(int64_t lists, int64_t U, uint64_t seed) {
-  Rng r(seed);
-  std::vector<std::vector<int32_t>> out(static_cast<size_t>(lists));
-  for (int64_t i = 0; i < lists; ++i) {
-    auto& s = out[static_cast<size_t>(i)];
-    const uint64_t mode = i % 5;
-    for (int32_t u = 0; u < U; ++u) {
-      const bool take = mode == 0 ? false : mode == 1 ? true : r.uniform() < 0.5;
-      if (take) s.push_back(u);
-    }
-  }
-  return out;
-}
-
 class CudaAttention : public ::testing::TestWithParam<Case> {
  protected:
   void SetUp() override {

@@ -176,20 +176,6 @@ std::ostream& operator<<(std::ostream& os, const Param& p) {
   return os << p.c.name << (p.family == Family::tc ? "_tc" : "_fp32");
 }
 
-std::vector<std::vector<int32_t>> selections(int64_t lists, int64_t U, uint64_t seed) {
-  Rng r(seed);
-  std::vector<std::vector<int32_t>> out(static_cast<size_t>(lists));
-  for (int64_t i = 0; i < lists; ++i) {
-    auto& s = out[static_cast<size_t>(i)];
-    const uint64_t mode = i % 5;
-    for (int32_t u = 0; u < U; ++u) {
-      const bool take = mode == 0 ? false : mode == 1 ? true : r.uniform() < 0.5;
-      if (take) s.push_back(u);
-    }
-  }
-  return out;
-}
-
 // One attention problem whose pages hold bf16-representable values: pages_h (bf16 bits) and
 // pages_f (the same values as fp32); gradient pages start from grads0_h / grads0_f likewise.
 struct Problem {
