@@ -7,6 +7,7 @@
 
 #include "../executor/test_util.h"
 #include "cuda_test_util.h"
+#include "executor/cpu/reference.h"
 #include "executor/runtime/driver.h"
 #include "executor/runtime/tokens.h"
 
@@ -132,6 +133,23 @@ INSTANTIATE_TEST_SUITE_P(
     [](const auto& param_info) { return std::string(param_info.param.name); });
 
 class CudaEngine : public CudaTest {};
+
+// The central property on the GPU: the chunk-recurrent step (paged KV, KV-gradient pages, several
+// chunks, ragged chunk and page, offload) computed by the CUDA backend gives the full-sequence loss
+// and gradients (the CPU reference path, unchunked). Same bounds as against the CPU's chunked step:
+// the GPU's summation orders are the only difference.
+TEST_F(CudaEngine, ChunkRecurrentStepGivesTheFullSequenceGradients) {
+  for (const int64_t resident : {8, 1}) {
+    const auto m = test::small_model(2, 4, 2, 16, 32, false, true);
+    const Weights w = random_weights(m, 1234, kInitStd);
+    const auto tokens = TokenSource::synthetic(m.vocab, 7).sequence(0, 37);
+    const Out got = run(*gpu, m, test::small_config(37, 16, 8, resident), w, tokens);
+    const cpu::ReferenceResult ref = cpu::full_sequence_reference(m, w, tokens);
+    EXPECT_NEAR(got.loss, ref.loss, kStepLossRelTol * ref.loss) << "resident " << resident;
+    const auto [err, name] = worst(got.grads, ref.grads);
+    EXPECT_LE(err, kStepGradRelTol) << "resident " << resident << ", worst tensor " << name;
+  }
+}
 
 TEST_F(CudaEngine, OffloadOnAndOffGiveTheSameStep) {
   const auto m = test::small_model(3, 4, 2, 8, 32, false, true);
