@@ -50,8 +50,6 @@ int run_microbench_mode(const CalibrateArgs& a) {
   for (const auto& m : a.models) o.models.push_back(models::load_model(m));
   o.chunk_tokens = a.chunk;
   if (!a.quiet) o.progress = [](const std::string& line) { std::fprintf(stderr, "  %s\n", line.c_str()); };
-  if (!a.quiet)
-    std::fprintf(stderr, "oomb calibrate: micro-benchmarks of the %s backend (about 10-20 s)\n", a.backend.c_str());
   std::unique_ptr<executor::Backend> backend;
   std::string device;  // replaces the host description in the profile for a GPU
   int64_t capacity_bytes = 0;
@@ -77,6 +75,9 @@ int run_microbench_mode(const CalibrateArgs& a) {
     backend = std::move(cuda);
 #endif
   }
+  // Said once the backend exists (a refused device prints only the error).
+  if (!a.quiet)
+    std::fprintf(stderr, "oomb calibrate: micro-benchmarks of the %s backend (about 10-20 s)\n", a.backend.c_str());
   executor::MicrobenchResult r = executor::run_microbench(*backend, o);
   if (!device.empty()) r.host = device;
   Json profile = executor::device_profile(r, a.id.empty() ? a.backend + "-calibrated" : a.id, capacity_bytes,
