@@ -141,6 +141,9 @@ int run_validate(const ValidateArgs& a) {
       : trace.metadata.source == "cuda"
           ? "not comparable: host-timed cuda trace (no CUPTI device times)"
           : "not comparable: plan for " + s.gpu.id + " (" + s.gpu.kind + "), measured on " + trace.metadata.source;
+  if (!time_comparable && cpu_run)
+    notes.push_back("times are compared against a cpu profile: --gpu cpu.json from `oomb calibrate --backend cpu --out "
+                    "cpu.json`");
 
   std::vector<Term> terms;
   auto add = [&](std::string name, std::string unit, double p, std::optional<double> meas, double tol, std::string note = {}) {

@@ -81,6 +81,7 @@ sed 's/"h2d_bytes":\([0-9]*\)/"h2d_bytes":1\1/' "$tmp/run.json" >"$tmp/tampered.
 expect_exit 1 "h2d_bytes .*FAIL" validate --plan "$tmp/p.json" --trace "$tmp/tampered.json"
 # Without a plan, the trace's own configuration is predicted.
 expect_exit 0 "no --plan" validate --trace "$tmp/run.json"
+expect_exit 0 "times are compared against a cpu profile: --gpu cpu.json" validate --trace "$tmp/run.json"
 # A trace of another configuration, a prediction, a truncated plan: exit 2.
 expect_exit 0 "Plan written" plan --model tiny --gpu h200 --context 8K --out "$tmp/other.json"
 expect_exit 2 "context_tokens.*differs from the plan" validate --plan "$tmp/other.json" --trace "$tmp/run.json"
