@@ -37,12 +37,11 @@ void TraceRecorder::add(Event e) {
   events_.push_back(std::move(e));
 }
 
-void TraceRecorder::compute(const char* name, const char* op, int stage, int64_t chunk, int64_t layer,
-                            int64_t start_ns, int64_t end_ns, double flops) {
-  if (!enabled_) return;
+traces::Event TraceRecorder::event(EventKind kind, const char* stream, const char* name, const char* op, int stage,
+                                   int64_t chunk, int64_t layer, int64_t start_ns, int64_t end_ns) const {
   Event e;
-  e.kind = EventKind::compute;
-  e.stream = "compute";
+  e.kind = kind;
+  e.stream = stream;
   e.name = name;
   e.op = op;
   e.stage = stage;
@@ -50,6 +49,13 @@ void TraceRecorder::compute(const char* name, const char* op, int stage, int64_t
   e.layer = layer;
   e.start_ns = start_ns - origin_;
   e.end_ns = std::max(end_ns, start_ns) - origin_;
+  return e;
+}
+
+void TraceRecorder::compute(const char* name, const char* op, int stage, int64_t chunk, int64_t layer,
+                            int64_t start_ns, int64_t end_ns, double flops) {
+  if (!enabled_) return;
+  Event e = event(EventKind::compute, "compute", name, op, stage, chunk, layer, start_ns, end_ns);
   e.flops = flops;
   add(std::move(e));
 }
@@ -57,16 +63,8 @@ void TraceRecorder::compute(const char* name, const char* op, int stage, int64_t
 void TraceRecorder::copy(bool h2d, const char* name, const char* op, int stage, int64_t chunk, int64_t layer,
                          int64_t start_ns, int64_t end_ns, int64_t bytes) {
   if (!enabled_) return;
-  Event e;
-  e.kind = h2d ? EventKind::copy_h2d : EventKind::copy_d2h;
-  e.stream = h2d ? "h2d" : "d2h";
-  e.name = name;
-  e.op = op;
-  e.stage = stage;
-  e.chunk = chunk;
-  e.layer = layer;
-  e.start_ns = start_ns - origin_;
-  e.end_ns = std::max(end_ns, start_ns) - origin_;
+  Event e = event(h2d ? EventKind::copy_h2d : EventKind::copy_d2h, h2d ? "h2d" : "d2h", name, op, stage, chunk, layer,
+                  start_ns, end_ns);
   e.bytes = bytes;
   add(std::move(e));
 }

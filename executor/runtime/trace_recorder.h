@@ -35,6 +35,10 @@ class TraceRecorder {
 
  private:
   void add(traces::Event e);
+  // An event of the given stream, times made relative to the origin (an end before its start is
+  // clamped to the start).
+  traces::Event event(traces::EventKind kind, const char* stream, const char* name, const char* op, int stage,
+                      int64_t chunk, int64_t layer, int64_t start_ns, int64_t end_ns) const;
   bool enabled_;
   traces::Detail detail_;
   int64_t origin_;
