@@ -112,13 +112,9 @@ ReferenceCheck check_against_reference(const models::ModelSpec& m, const simulat
   ReferenceCheck r;
   r.loss = ref.loss;
   r.loss_rel_error = std::abs(loss - ref.loss) / std::max(std::abs(ref.loss), 1e-30);
-  for (const auto& p : g.layout.params()) {
-    const double err = relative_l2(g.at(p), ref.grads.at(p), p.numel);
-    if (err >= r.max_grad_rel_error) {
-      r.max_grad_rel_error = err;
-      r.worst_tensor = p.name;
-    }
-  }
+  const WorstTensor worst = worst_relative_l2(g, ref.grads);
+  r.max_grad_rel_error = worst.rel_l2;
+  r.worst_tensor = worst.name;
   return r;
 }
 

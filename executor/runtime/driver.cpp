@@ -694,14 +694,9 @@ DenseComparison compare_with_dense(Backend& backend, const models::ModelSpec& mo
   r.dense_loss = dense.step(tokens).loss;
   r.loss_diff = loss - r.dense_loss;
   const Gradients d = dense.gradients();
-  OOMB_ASSERT(d.data.size() == grads.data.size(), "gradients do not have the model's layout");
-  for (const auto& p : d.layout.params()) {
-    const double err = relative_l2(grads.at(p), d.at(p), p.numel);
-    if (err >= r.max_grad_rel_error) {
-      r.max_grad_rel_error = err;
-      r.worst_tensor = p.name;
-    }
-  }
+  const WorstTensor worst = worst_relative_l2(grads, d);
+  r.max_grad_rel_error = worst.rel_l2;
+  r.worst_tensor = worst.name;
   return r;
 }
 

@@ -107,6 +107,16 @@ double relative_l2(const float* a, const float* b, int64_t n) {
   return std::sqrt(num) / std::max(std::sqrt(den), 1e-30);
 }
 
+WorstTensor worst_relative_l2(const ParamTensors& a, const ParamTensors& b) {
+  OOMB_ASSERT(a.data.size() == b.data.size(), "the two parameter sets do not share a layout");
+  WorstTensor w;
+  for (const auto& p : b.layout.params()) {
+    const double e = relative_l2(a.at(p), b.at(p), p.numel);
+    if (e > w.rel_l2 || w.name.empty()) w = {e, p.name};
+  }
+  return w;
+}
+
 Weights read_safetensors(const std::string& path, const models::ModelSpec& m) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error(path, "", "cannot open the weights file", "a .safetensors file");

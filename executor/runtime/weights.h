@@ -66,6 +66,14 @@ Weights random_weights(const models::ModelSpec& m, uint64_t seed, float std = 0.
 // Relative L2 error ||a - b|| / max(||b||, tiny) of one tensor.
 double relative_l2(const float* a, const float* b, int64_t n);
 
+// The largest relative_l2(a's tensor, b's) over the parameters, and that parameter's name (the
+// first one on ties). a and b share b's layout.
+struct WorstTensor {
+  double rel_l2 = 0;
+  std::string name;
+};
+WorstTensor worst_relative_l2(const ParamTensors& a, const ParamTensors& b);
+
 // safetensors: 8-byte little-endian header length, JSON header {name: {dtype, shape,
 // data_offsets}}, raw data. Reads F32 and BF16; every tensor of the layout must be present with
 // its exact shape (extra tensors, e.g. layers beyond --layers, are ignored). Errors name the file

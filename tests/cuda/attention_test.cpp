@@ -23,15 +23,7 @@ struct Case {
 
 std::ostream& operator<<(std::ostream& os, const Case& c) { return os << c.name; }
 
-class CudaAttention : public ::testing::TestWithParam<Case> {
- protected:
-  void SetUp() override {
-    OOMB_REQUIRE_CUDA();
-    gpu = std::make_unique<CudaBackend>(test_options());
-  }
-  std::unique_ptr<CudaBackend> gpu;
-  CpuBackend cpu;
-};
+class CudaAttention : public CudaParamTest<Case> {};
 
 TEST_P(CudaAttention, ForwardAndBackwardMatchTheCpu) {
   const Case c = GetParam();

@@ -82,8 +82,10 @@ inline CudaBackendOptions test_options(CudaGemmPrecision gemm = CudaGemmPrecisio
   return o;
 }
 
-// Fixture: a CUDA backend (fp32 GEMMs unless a test makes its own) and the CPU reference.
-class CudaTest : public ::testing::Test {
+// Fixture: a CUDA backend (fp32 GEMMs unless a test makes its own) and the CPU reference. Base is
+// ::testing::Test (CudaTest) or ::testing::TestWithParam<P> (CudaParamTest<P>).
+template <class Base>
+class CudaFixture : public Base {
  protected:
   void SetUp() override {
     OOMB_REQUIRE_CUDA();
@@ -92,6 +94,9 @@ class CudaTest : public ::testing::Test {
   std::unique_ptr<CudaBackend> gpu;
   CpuBackend cpu;
 };
+using CudaTest = CudaFixture<::testing::Test>;
+template <class P>
+using CudaParamTest = CudaFixture<::testing::TestWithParam<P>>;
 
 // Selection lists for attention tests: deterministic pseudo-random ascending subsets of [0, U),
 // every fifth one empty and every fifth one full.

@@ -59,15 +59,6 @@ Out run(Backend& b, const models::ModelSpec& m, const simulator::Config& c, cons
   return o;
 }
 
-std::pair<double, std::string> worst(const Gradients& a, const Gradients& b) {
-  std::pair<double, std::string> w{0.0, ""};
-  for (const auto& p : a.layout.params()) {
-    const double e = relative_l2(a.at(p), b.at(p), p.numel);
-    if (e > w.first) w = {e, p.name};
-  }
-  return w;
-}
-
 simulator::Config sparse(simulator::Config c, int64_t budget, const char* rule) {
   c.attention = simulator::Attention::sparse;
   c.page_budget = budget;
@@ -85,15 +76,7 @@ struct StepCase {
 
 std::ostream& operator<<(std::ostream& os, const StepCase& c) { return os << c.name; }
 
-class CudaStep : public ::testing::TestWithParam<StepCase> {
- protected:
-  void SetUp() override {
-    OOMB_REQUIRE_CUDA();
-    gpu = std::make_unique<CudaBackend>(test_options());
-  }
-  std::unique_ptr<CudaBackend> gpu;
-  CpuBackend cpu;
-};
+class CudaStep : public CudaParamTest<StepCase> {};
 
 TEST_P(CudaStep, LossAndGradientsMatchTheCpuBackend) {
   const StepCase k = GetParam();
@@ -105,7 +88,7 @@ TEST_P(CudaStep, LossAndGradientsMatchTheCpuBackend) {
   const Out want = run(cpu, m, c, w, tokens);
   const Out got = run(*gpu, m, c, w, tokens);
   EXPECT_NEAR(got.loss, want.loss, kStepLossRelTol * want.loss);
-  const auto [err, name] = worst(got.grads, want.grads);
+  const auto [err, name] = worst_relative_l2(got.grads, want.grads);
   EXPECT_LE(err, kStepGradRelTol) << "worst tensor " << name;
   EXPECT_EQ(got.measured.h2d_bytes, want.measured.h2d_bytes) << "the same page schedule";
   EXPECT_EQ(got.measured.d2h_bytes, want.measured.d2h_bytes);
@@ -146,7 +129,7 @@ TEST_F(CudaEngine, ChunkRecurrentStepGivesTheFullSequenceGradients) {
     const Out got = run(*gpu, m, test::small_config(37, 16, 8, resident), w, tokens);
     const cpu::ReferenceResult ref = cpu::full_sequence_reference(m, w, tokens);
     EXPECT_NEAR(got.loss, ref.loss, kStepLossRelTol * ref.loss) << "resident " << resident;
-    const auto [err, name] = worst(got.grads, ref.grads);
+    const auto [err, name] = worst_relative_l2(got.grads, ref.grads);
     EXPECT_LE(err, kStepGradRelTol) << "resident " << resident << ", worst tensor " << name;
   }
 }
@@ -161,7 +144,7 @@ TEST_F(CudaEngine, OffloadOnAndOffGiveTheSameStep) {
     const Out on = run(*gpu, m, test::small_config(45, 16, 4, r), w, tokens);
     EXPECT_GT(on.measured.h2d_bytes, 0);
     EXPECT_NEAR(on.loss, off.loss, 1e-7 * off.loss) << "resident " << r;
-    EXPECT_LE(worst(on.grads, off.grads).first, kOffloadGradRelTol) << "resident " << r;
+    EXPECT_LE(worst_relative_l2(on.grads, off.grads).rel_l2, kOffloadGradRelTol) << "resident " << r;
   }
 }
 
@@ -208,7 +191,7 @@ TEST_F(CudaEngine, Tf32GemmsStayCloseToTheFp32Reference) {
   const Out want = run(cpu, m, c, w, tokens);
   const Out got = run(tf32, m, c, w, tokens);
   EXPECT_NEAR(got.loss, want.loss, 1e-3 * want.loss);
-  const auto [err, name] = worst(got.grads, want.grads);
+  const auto [err, name] = worst_relative_l2(got.grads, want.grads);
   EXPECT_LE(err, kTf32GradRelTol) << "worst tensor " << name;
 }
 
@@ -223,9 +206,9 @@ TEST_F(CudaEngine, Bf16GemmsStayCloseToTheFp32Reference) {
   const CudaMemoryStats before = bf16.memory_stats();
   const Out got = run(bf16, m, c, w, tokens);
   EXPECT_NEAR(got.loss, want.loss, kBf16GemmLossRelTol * want.loss);
-  const auto [err, name] = worst(got.grads, want.grads);
+  const auto [err, name] = worst_relative_l2(got.grads, want.grads);
   EXPECT_LE(err, kBf16GemmGradRelTol) << "worst tensor " << name;
-  EXPECT_GT(worst(got.grads, fp32.grads).first, kBf16GemmDiffersMin) << "no different from fp32 GEMMs";
+  EXPECT_GT(worst_relative_l2(got.grads, fp32.grads).rel_l2, kBf16GemmDiffersMin) << "no different from fp32 GEMMs";
   EXPECT_GT(bf16.gemm_calls(CudaGemmPrecision::bf16), 0);
   EXPECT_EQ(bf16.gemm_calls(CudaGemmPrecision::fp32), 0)
       << "a GEMM fell back to fp32 (cuBLASLt had no bf16 algorithm for its shape / alignment)";
@@ -287,13 +270,6 @@ constexpr double kBf16DiffersMin = 1e-4;
 constexpr double kTcStepGradRelTol = 5e-2;
 constexpr double kTcStepLossRelTol = 2e-3;
 
-simulator::Config pages(simulator::Config c, const char* kv, const char* grads) {
-  c.kv_dtype = kv;
-  c.kv_grad_dtype = grads;
-  return c;
-}
-
-
 class CudaBf16Step : public CudaStep {};
 
 TEST_P(CudaBf16Step, LossAndGradientsMatchTheCpuWithBf16Pages) {
@@ -305,15 +281,15 @@ TEST_P(CudaBf16Step, LossAndGradientsMatchTheCpuWithBf16Pages) {
   if (k.sparse_rule) base = sparse(base, k.budget, k.sparse_rule == 1 ? "published" : "per-kv-head");
   const Out fp32 = run(*gpu, m, base, w, tokens);
   for (const char* grads : {"fp32", "bf16"}) {
-    const auto c = pages(base, "bf16", grads);
+    const auto c = test::with_pages(base, "bf16", grads);
     const Out want = run(cpu, m, c, w, tokens);
     const Out got = run(*gpu, m, c, w, tokens);
     const std::string what = std::string("KV bf16, KV-grad ") + grads;
     EXPECT_NEAR(got.loss, want.loss, kBf16StepLossRelTol * want.loss) << what;
-    const auto [err, name] = worst(got.grads, want.grads);
+    const auto [err, name] = worst_relative_l2(got.grads, want.grads);
     EXPECT_LE(err, grads == std::string("bf16") ? kBf16BothStepGradRelTol : kBf16KvStepGradRelTol)
         << what << ", worst tensor " << name;
-    EXPECT_GT(worst(got.grads, fp32.grads).first, kBf16DiffersMin) << what << ": no different from fp32 pages";
+    EXPECT_GT(worst_relative_l2(got.grads, fp32.grads).rel_l2, kBf16DiffersMin) << what << ": no different from fp32 pages";
     EXPECT_EQ(got.measured.h2d_bytes, want.measured.h2d_bytes) << what << ": the same page schedule and sizes";
     EXPECT_EQ(got.measured.d2h_bytes, want.measured.d2h_bytes) << what;
     EXPECT_EQ(got.measured.kv_page_bytes * 2, fp32.measured.kv_page_bytes) << what;
@@ -344,13 +320,13 @@ TEST(CudaBf16Engine, TensorCoreStepWithBf16PagesStaysNearTheCpu) {
   const auto m = test::small_model(2, 4, 2, 64, 64, false, true);
   const Weights w = random_weights(m, 1234, kInitStd);
   const auto tokens = TokenSource::synthetic(m.vocab, 7).sequence(0, 200);
-  const auto c = pages(test::small_config(200, 64, 32, 1), "bf16", "bf16");
+  const auto c = test::with_pages(test::small_config(200, 64, 32, 1), "bf16", "bf16");
   const Out want = run(cpu, m, c, w, tokens);
   const Out got = run(tc, m, c, w, tokens);
   EXPECT_GT(tc.attention_calls(CudaAttentionKernel::bf16_tensor_core), 0);
   EXPECT_EQ(tc.attention_calls(CudaAttentionKernel::fp32), 0) << "every call on tensor cores (head_dim 64)";
   EXPECT_NEAR(got.loss, want.loss, kTcStepLossRelTol * want.loss);
-  const auto [err, name] = worst(got.grads, want.grads);
+  const auto [err, name] = worst_relative_l2(got.grads, want.grads);
   EXPECT_LE(err, kTcStepGradRelTol) << "worst tensor " << name;
   std::printf("[bf16 step, tensor cores] loss rel. diff %.2e, max gradient rel. L2 diff %.2e (%s) vs the cpu\n",
               std::abs(got.loss - want.loss) / want.loss, err, name.c_str());

@@ -41,16 +41,6 @@ RunOut run(const models::ModelSpec& m, const simulator::Config& c, const Weights
   return r;
 }
 
-// Worst per-tensor relative L2 error, with its name.
-std::pair<double, std::string> worst(const Gradients& a, const Gradients& b) {
-  std::pair<double, std::string> w{0.0, ""};
-  for (const auto& p : a.layout.params()) {
-    const double e = relative_l2(a.at(p), b.at(p), p.numel);
-    if (e > w.first) w = {e, p.name};
-  }
-  return w;
-}
-
 struct DenseCase {
   const char* name;
   int64_t layers, q_heads, kv_heads, head_dim, hidden;
@@ -73,7 +63,7 @@ TEST_P(DenseEqualsFullSequence, LossAndEveryParameterGradient) {
   const RunOut r = run(m, test::small_config(k.N, k.C, k.p, 64), w, tokens);
   const cpu::ReferenceResult ref = cpu::full_sequence_reference(m, w, tokens);
   EXPECT_NEAR(r.loss, ref.loss, kLossRelTol * ref.loss);
-  const auto [err, name] = worst(r.grads, ref.grads);
+  const auto [err, name] = worst_relative_l2(r.grads, ref.grads);
   EXPECT_LE(err, kGradRelTol) << "worst tensor " << name;
   // The test can fail: the gradient is not trivially zero.
   EXPECT_GT(relative_l2(ref.grads.data.data(), std::vector<float>(ref.grads.data.size(), 0.0f).data(),
@@ -108,7 +98,7 @@ TEST(LogitsTiles, RaggedTilesGiveTheFullSequenceGradientsWithATileSizedBuffer) {
   const cpu::ReferenceResult ref = cpu::full_sequence_reference(m, w, tokens);
   EXPECT_NEAR(tiled.loss, ref.loss, kLossRelTol * ref.loss);
   EXPECT_NEAR(tiled.loss, whole.loss, kLossRelTol * whole.loss);
-  const auto [err, name] = worst(tiled.grads, ref.grads);
+  const auto [err, name] = worst_relative_l2(tiled.grads, ref.grads);
   EXPECT_LE(err, kGradRelTol) << "worst tensor " << name;
   EXPECT_EQ(whole.measured.peak_device_bytes - tiled.measured.peak_device_bytes, (C - tile) * m.vocab * 4);
 }
@@ -130,12 +120,6 @@ constexpr double kBf16LossRelTol = 1e-3;
 // fp32 runs agree with the reference to ~1e-7): proof that bf16 values were stored and read.
 constexpr double kBf16DiffersMin = 1e-4;
 
-simulator::Config with_pages(simulator::Config c, const char* kv, const char* grads) {
-  c.kv_dtype = kv;
-  c.kv_grad_dtype = grads;
-  return c;
-}
-
 class Bf16PagesNearFullSequence : public ::testing::TestWithParam<DenseCase> {};
 
 TEST_P(Bf16PagesNearFullSequence, LossAndEveryParameterGradient) {
@@ -146,24 +130,24 @@ TEST_P(Bf16PagesNearFullSequence, LossAndEveryParameterGradient) {
   const cpu::ReferenceResult ref = cpu::full_sequence_reference(m, w, tokens);
   const auto base = test::small_config(k.N, k.C, k.p, 64);
   const RunOut fp32 = run(m, base, w, tokens);
-  const RunOut kv = run(m, with_pages(base, "bf16", "fp32"), w, tokens);
-  const RunOut both = run(m, with_pages(base, "bf16", "bf16"), w, tokens);
+  const RunOut kv = run(m, test::with_pages(base, "bf16", "fp32"), w, tokens);
+  const RunOut both = run(m, test::with_pages(base, "bf16", "bf16"), w, tokens);
   EXPECT_EQ(kv.measured.kv_page_bytes * 2, fp32.measured.kv_page_bytes);
   EXPECT_EQ(kv.measured.grad_page_bytes, fp32.measured.grad_page_bytes);
   EXPECT_EQ(both.measured.grad_page_bytes * 2, fp32.measured.grad_page_bytes);
   for (const auto* r : {&kv, &both}) {
     const char* what = r == &kv ? "bf16 KV pages" : "bf16 KV and gradient pages";
     EXPECT_NEAR(r->loss, ref.loss, kBf16LossRelTol * ref.loss) << what;
-    const auto [err, name] = worst(r->grads, ref.grads);
+    const auto [err, name] = worst_relative_l2(r->grads, ref.grads);
     EXPECT_LE(err, kBf16GradRelTol) << what << ", worst tensor " << name;
-    const double vs_fp32 = worst(r->grads, fp32.grads).first;
+    const double vs_fp32 = worst_relative_l2(r->grads, fp32.grads).rel_l2;
     EXPECT_GT(vs_fp32, kBf16DiffersMin) << what << ": no different from fp32 pages";
     std::printf("[bf16 pages] %s, %s: loss rel. error %.2e, max gradient rel. L2 error %.2e (%s), %.2e from the "
                 "fp32-page run\n",
                 k.name, what, std::abs(r->loss - ref.loss) / ref.loss, err, name.c_str(), vs_fp32);
   }
   // bf16 gradient pages are rounded too: the two bf16 runs differ.
-  EXPECT_GT(worst(both.grads, kv.grads).first, kBf16DiffersMin);
+  EXPECT_GT(worst_relative_l2(both.grads, kv.grads).rel_l2, kBf16DiffersMin);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -181,9 +165,9 @@ TEST(Offload, Bf16PagesWithResidentOneAndTwoAreBitIdenticalToNoOffload) {
   const Weights w = random_weights(m, 99, kInitStd);
   const auto tokens = TokenSource::synthetic(m.vocab, 3).sequence(0, 45);
   for (const char* grads : {"fp32", "bf16"}) {
-    const RunOut off = run(m, with_pages(test::small_config(45, 16, 4, 3), "bf16", grads), w, tokens);
+    const RunOut off = run(m, test::with_pages(test::small_config(45, 16, 4, 3), "bf16", grads), w, tokens);
     for (int64_t r : {1, 2}) {
-      const RunOut on = run(m, with_pages(test::small_config(45, 16, 4, r), "bf16", grads), w, tokens);
+      const RunOut on = run(m, test::with_pages(test::small_config(45, 16, 4, r), "bf16", grads), w, tokens);
       EXPECT_GT(on.measured.h2d_bytes, 0);
       EXPECT_EQ(on.loss, off.loss);
       ASSERT_EQ(on.grads.data.size(), off.grads.data.size());
@@ -232,8 +216,8 @@ TEST(Sparse, Bf16PagesBudgetCoveringAllPagesEqualsDense) {
   const auto m = test::small_model(2, 4, 2, 8, 32, false, true);
   const Weights w = random_weights(m, 5, kInitStd);
   const auto tokens = TokenSource::synthetic(m.vocab, 5).sequence(0, 64);
-  const RunOut dense = run(m, with_pages(test::small_config(64, 16, 4, 8), "bf16", "bf16"), w, tokens);
-  const RunOut sparse = run(m, with_pages(sparse_config(64, 16, 4, 16, 8), "bf16", "bf16"), w, tokens);
+  const RunOut dense = run(m, test::with_pages(test::small_config(64, 16, 4, 8), "bf16", "bf16"), w, tokens);
+  const RunOut sparse = run(m, test::with_pages(sparse_config(64, 16, 4, 16, 8), "bf16", "bf16"), w, tokens);
   EXPECT_EQ(sparse.loss, dense.loss);
   EXPECT_EQ(std::memcmp(sparse.grads.data.data(), dense.grads.data.data(), dense.grads.data.size() * 4), 0);
 }
@@ -245,14 +229,14 @@ void check_small_budget(const char* rule, int64_t resident, int64_t layers = 2) 
   const auto tokens = TokenSource::synthetic(m.vocab, 6).sequence(0, N);
   const RunOut dense = run(m, test::small_config(N, C, p, 8), w, tokens);
   const RunOut sparse = run(m, sparse_config(N, C, p, B, resident, rule), w, tokens);
-  EXPECT_GT(worst(sparse.grads, dense.grads).first, kSparseDiffersMin) << "dropping pages must matter";
+  EXPECT_GT(worst_relative_l2(sparse.grads, dense.grads).rel_l2, kSparseDiffersMin) << "dropping pages must matter";
 
   // The reference with the recorded selection as a mask: the exact gradient of the sparse forward.
   std::vector<cpu::MaskedAttention> masks;
   for (int64_t l = 0; l < m.layers; ++l) masks.push_back(cpu::selection_mask(m, N, C, p, sparse.log, l));
   const cpu::ReferenceResult ref = cpu::full_sequence_reference(m, w, tokens, &masks);
   EXPECT_NEAR(sparse.loss, ref.loss, kLossRelTol * ref.loss);
-  const auto [err, name] = worst(sparse.grads, ref.grads);
+  const auto [err, name] = worst_relative_l2(sparse.grads, ref.grads);
   EXPECT_LE(err, kGradRelTol) << "worst tensor " << name;
 
   // Union sizes: chunks with more than B earlier pages select; the union is bounded by q * B.

@@ -44,6 +44,13 @@ inline simulator::Config small_config(int64_t context, int64_t chunk, int64_t pa
   return c;
 }
 
+// c with its KV and KV-gradient pages stored as kv / grads ("fp32" or "bf16").
+inline simulator::Config with_pages(simulator::Config c, const char* kv, const char* grads) {
+  c.kv_dtype = kv;
+  c.kv_grad_dtype = grads;
+  return c;
+}
+
 inline std::vector<float> random_vec(size_t n, uint64_t seed, float scale = 1.0f) {
   Rng r(seed);
   std::vector<float> v(n);
