@@ -35,6 +35,8 @@ void ScenarioFlags::add_to(CLI::App& app, bool require_context) {
   app.add_option("--kv-grad-dtype", kv_grad_dtype, "KV-gradient page dtype: fp32 (default) or bf16");
   app.add_option("--param-dtype", param_dtype, "Parameter dtype: bf16 (default) or fp32");
   app.add_option("--param-grad-dtype", param_grad_dtype, "Parameter-gradient dtype: bf16 (default) or fp32");
+  app.add_option("--activation-dtype", activation_dtype,
+                 "Activation and checkpoint dtype: bf16 (default) or fp32 (oomb run: fp32 unless given or planned)");
   app.add_option("--optimizer", optimizer, "AdamW state: none (default), gpu, host");
   app.add_option("--checkpointing", checkpointing, "Per-layer checkpointing inside the chunk: true (default) or false");
   app.add_option("--logits-chunk", logits_chunk,
@@ -75,6 +77,7 @@ simulator::Scenario ScenarioFlags::resolve() const {
   if (kv_grad_dtype) c.kv_grad_dtype = *kv_grad_dtype;
   if (param_dtype) c.param_dtype = *param_dtype;
   if (param_grad_dtype) c.param_grad_dtype = *param_grad_dtype;
+  if (activation_dtype) c.activation_dtype = *activation_dtype;
   if (optimizer) c.optimizer = optimizer_from_string(*optimizer, "--optimizer");
   if (checkpointing) c.checkpointing = *checkpointing;
   if (logits_chunk) c.logits_chunk_tokens = *logits_chunk == "0" ? 0 : parse_tokens(*logits_chunk, "--logits-chunk");
@@ -101,6 +104,7 @@ std::set<std::string> ScenarioFlags::explicit_knobs() const {
   note("kv_grad_dtype", kv_grad_dtype.has_value());
   note("param_dtype", param_dtype.has_value());
   note("param_grad_dtype", param_grad_dtype.has_value());
+  note("activation_dtype", activation_dtype.has_value());
   note("optimizer", optimizer.has_value());
   note("checkpointing", checkpointing.has_value());
   note("logits_chunk", logits_chunk.has_value());

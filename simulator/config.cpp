@@ -60,6 +60,7 @@ Json Config::to_json() const {
           {"param_dtype", param_dtype},
           {"param_grad_dtype", param_grad_dtype},
           {"activation_dtype", activation_dtype},
+          {"loss_dtype", loss_dtype},
           {"optimizer", to_string(optimizer)},
           {"checkpointing", checkpointing},
           {"logits_chunk_tokens", logits_chunk_tokens},
@@ -87,6 +88,7 @@ Config config_from_json(const Json& j, const std::string& where) {
   c.param_dtype = r.str("param_dtype");
   c.param_grad_dtype = r.str("param_grad_dtype");
   c.activation_dtype = r.str_or("activation_dtype", "bf16");
+  c.loss_dtype = r.str_or("loss_dtype", "fp32");
   c.optimizer = optimizer_from_string(r.str("optimizer"), where + ": optimizer");
   c.checkpointing = r.boolean("checkpointing");
   c.logits_chunk_tokens = r.i64("logits_chunk_tokens");
@@ -109,6 +111,7 @@ Config published_preset(Config c) {
   c.kv_grad_dtype = "fp32";
   c.param_dtype = "bf16";
   c.param_grad_dtype = "bf16";
+  c.loss_dtype = "bf16";
   c.optimizer = Optimizer::none;
   c.checkpointing = true;
   c.logits_chunk_tokens = 0;
@@ -161,7 +164,7 @@ void validate(const Config& c, const models::ModelSpec& m) {
   if (c.logits_chunk_tokens < 0) throw Error("--logits-chunk", "", "must be >= 0", "0 = whole chunk, unfused");
   for (auto [flag, dt] : {std::pair{"--kv-dtype", &c.kv_dtype}, {"--kv-grad-dtype", &c.kv_grad_dtype},
                           {"--param-dtype", &c.param_dtype}, {"--param-grad-dtype", &c.param_grad_dtype},
-                          {"--activation-dtype", &c.activation_dtype}})
+                          {"--activation-dtype", &c.activation_dtype}, {"--loss-dtype", &c.loss_dtype}})
     models::dtype_bytes(*dt, flag);
   if (c.gpus <= 0) throw Error("--gpus", "", "must be positive", "1, 2, 4 or 8");
   if (m.kv_heads % c.gpus != 0 || m.q_heads % c.gpus != 0)

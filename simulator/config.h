@@ -59,6 +59,9 @@ struct Config {
   std::string param_dtype = "bf16";
   std::string param_grad_dtype = "bf16";
   std::string activation_dtype = "bf16";
+  // Storage of the LM-head logits tile, its softmax and gradient: "fp32" (upcast, as many
+  // frameworks do) or "bf16" (the published code: no upcast).
+  std::string loss_dtype = "fp32";
   Optimizer optimizer = Optimizer::none;
   bool checkpointing = true;           // per-layer checkpointing (inside the chunk for oomb)
   // Tokens per tile of the LM-head + cross-entropy. 0 = one tile of the whole chunk (oomb) or the

@@ -19,6 +19,13 @@ PageDtype page_dtype_from_string(const std::string& name, const std::string& fla
               "fp32 or bf16");
 }
 
+DType storage_dtype_from_string(const std::string& name, const std::string& flag) {
+  if (name == "fp32") return DType::f32;
+  if (name == "bf16") return DType::bf16;
+  throw Error(flag, name, "the executor stores weights, gradients, activations and loss tiles as fp32 or bf16 only",
+              "fp32 or bf16");
+}
+
 void Event::signal() {
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -37,8 +44,8 @@ bool Event::done() {
   return done_;
 }
 
-Buffer::Buffer(Backend& b, Tier tier, int64_t bytes, MemoryAccount* account, std::string category)
-    : backend_(&b), bytes_(bytes), tier_(tier), account_(account), category_(std::move(category)) {
+Buffer::Buffer(Backend& b, Tier tier, int64_t bytes, MemoryAccount* account, std::string category, DType dtype)
+    : backend_(&b), bytes_(bytes), tier_(tier), dtype_(dtype), account_(account), category_(std::move(category)) {
   ptr_ = bytes > 0 ? b.allocate(tier, bytes) : nullptr;
   if (account_) account_->add(tier_, category_, bytes_);
 }
@@ -63,6 +70,7 @@ Buffer& Buffer::operator=(Buffer&& o) noexcept {
     ptr_ = o.ptr_;
     bytes_ = o.bytes_;
     tier_ = o.tier_;
+    dtype_ = o.dtype_;
     account_ = o.account_;
     category_ = std::move(o.category_);
     o.backend_ = nullptr;
