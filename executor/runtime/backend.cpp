@@ -85,7 +85,8 @@ void MemoryAccount::add(Tier tier, const std::string& category, int64_t bytes) {
   std::lock_guard<std::mutex> lock(mu_);
   const int t = static_cast<int>(tier);
   used_[t] += bytes;
-  by_cat_[t][category] += bytes;
+  // A category whose buffers are all freed leaves the breakdown (no zero entries).
+  if ((by_cat_[t][category] += bytes) == 0) by_cat_[t].erase(category);
   if (used_[t] > peak_[t]) {
     peak_[t] = used_[t];
     at_peak_[t] = by_cat_[t];

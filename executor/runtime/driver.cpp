@@ -222,6 +222,8 @@ Engine::Engine(Backend& backend, const models::ModelSpec& model, const simulator
                             g_.kv_dtype);
   }
 
+  check_plan();
+
   w_ = std::make_unique<Work>();
   w_->ids = row_buffer("token_ids", Tier::device, Cm, DType::f32);
   w_->targets = row_buffer("token_ids", Tier::device, Cm, DType::f32);
@@ -248,6 +250,34 @@ Engine::Engine(Backend& backend, const models::ModelSpec& model, const simulator
     const double prefix_keys = static_cast<double>(g_.union_bound(c) * g_.p);
     chunk_work_.push_back(T * (a + prefix_keys + T / 2));
   }
+}
+
+void Engine::check_plan() {
+  if (options_.planned.empty()) return;
+  std::vector<bool> used(options_.planned.size(), false);
+  for (const ExecutorBuffer& r : rows_) {
+    size_t k = 0;
+    while (k < options_.planned.size() && !(options_.planned[k].name == r.name && options_.planned[k].tier == r.tier)) ++k;
+    if (k == options_.planned.size())
+      throw Error("--plan", r.name, "the run needs this " + std::string(to_string(r.tier)) + " buffer (" +
+                                        format_bytes(r.bytes) + ") and the plan's buffer table has no row for it",
+                  "re-make the plan with this version of oomb (`oomb plan ... --out`)");
+    used[k] = true;
+    const int64_t planned = options_.planned[k].bytes;
+    if (planned < r.bytes)
+      throw Error("--plan", r.name, "the plan budgets " + format_bytes(planned) + " (" + std::to_string(planned) +
+                                        " bytes) for this row and the run needs " + format_bytes(r.bytes) + " (" +
+                                        std::to_string(r.bytes) + " bytes)",
+                  "re-make the plan for this model and configuration");
+    if (planned > r.bytes)
+      notes_.push_back("buffer " + r.name + ": the plan budgets " + format_bytes(planned) + ", the run uses " +
+                       format_bytes(r.bytes));
+  }
+  for (size_t k = 0; k < used.size(); ++k)
+    if (!used[k])
+      notes_.push_back("buffer " + options_.planned[k].name + " (" + format_bytes(options_.planned[k].bytes) +
+                       ", " + to_string(options_.planned[k].tier) + "): planned, not allocated by the " +
+                       backend_.name() + " backend");
 }
 
 // The groups of the working set alive in phase p (the rows' lifetimes above): frees what p does not
@@ -735,6 +765,7 @@ StepResult Engine::step(const std::vector<int32_t>& tokens) {
   m.activation_dtype = to_string(act_dtype_);
   m.loss_dtype = to_string(loss_dtype_);
   m.buffers = rows_;
+  m.notes = notes_;
   m.h2d_bytes = store_->counters().h2d_bytes;
   m.d2h_bytes = store_->counters().d2h_bytes;
   m.union_pages.clear();
@@ -851,6 +882,7 @@ Json Measured::to_json() const {
           {"activation_dtype", activation_dtype},
           {"loss_dtype", loss_dtype},
           {"buffers", bufs},
+          {"notes", notes},
           {"kv_dtype", kv_dtype},
           {"kv_grad_dtype", kv_grad_dtype},
           {"kv_page_bytes", kv_page_bytes},

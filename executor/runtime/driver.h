@@ -39,6 +39,13 @@ struct Progress {
   int64_t device_bytes = 0;
 };
 
+// One row of a plan's buffer table as the executor checks it (planner::Plan::buffers).
+struct PlannedRow {
+  std::string name;
+  Tier tier = Tier::device;
+  int64_t bytes = 0;
+};
+
 struct EngineOptions {
   bool record_trace = false;
   traces::Detail detail = traces::Detail::layer;
@@ -56,6 +63,10 @@ struct EngineOptions {
   // profiler (op_tagger.h; the CLI's CUPTI timing). Not owned; must outlive the Engine. Null: no
   // tagging (the driver only tests the pointer).
   OpTagger* tagger = nullptr;
+  // The plan's buffer table. Non-empty: at construction every row the engine needs is compared
+  // with the plan's row of that name: a missing or smaller planned row is refused (oomb::Error
+  // naming the row), a larger or unused one is a note (Measured::notes).
+  std::vector<PlannedRow> planned;
 };
 
 // Phases of a step (the simulator's phases of the oomb schedule, by the same names).
@@ -93,6 +104,7 @@ struct Measured {
   // Storage of weights, parameter gradients, activations and loss tiles as run (fp32 or bf16).
   std::string param_dtype = "fp32", param_grad_dtype = "fp32", activation_dtype = "fp32", loss_dtype = "fp32";
   std::vector<ExecutorBuffer> buffers;  // the executor's own buffer table
+  std::vector<std::string> notes;       // the plan check's notes (EngineOptions::planned)
   int64_t kv_page_bytes = 0, grad_page_bytes = 0;
   int64_t kv_pool_pages = 0, grad_pool_pages = 0;  // device pool capacities
   int64_t kv_pool_high_water_pages = 0, grad_pool_high_water_pages = 0;
@@ -163,6 +175,7 @@ class Engine {
   void upload_weights(const std::vector<float>& w);
   void download_f32(ConstTensor src, int64_t n, float* dst) const;
   void check_finite_loss(double loss, int64_t chunk) const;
+  void check_plan();
   void select(const Pass& pass, int64_t pass_index);
   PagedAttention attention_args(const Pass& pass, const PassPages& pages) const;
   void optimizer_step();
@@ -187,6 +200,7 @@ class Engine {
   bool fused_loss_ = false;
   StepPhase phase_ = StepPhase::optimizer;
   std::vector<ExecutorBuffer> rows_;
+  std::vector<std::string> notes_;
   Buffer params_, grads_, master_, adam_m_, adam_v_, decay_mask_;
   Buffer summaries_;  // sparse: [L][P][kv_dim] page key means
   std::unique_ptr<Work> w_;
