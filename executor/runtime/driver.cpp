@@ -26,16 +26,22 @@ models::ModelSpec effective_model(const models::ModelSpec& m, const simulator::C
 // Device working set of one chunk (Cm = min(C, N) rows), in groups that live in different phases
 // of the step (the rows of the buffer table, docs/model.md "Lifetimes"): allocated when a phase
 // that needs them begins, freed when one that does not begins.
+// One layer's forward activations over the chunk.
+struct Engine::LayerSet {
+  Buffer h1, x2, h2, tmp, q, o, k, v, g, u, m;  // layer_activations (act)
+  Buffer rstd1, rstd2;                          // layer_norm_rstd: fp32 [Cm]
+  Buffer lse;                                   // attention_lse: fp32 [Cm, q_heads]
+};
+
 struct Engine::Work {
   Buffer ids, targets;            // token_ids: int32 [Cm] each (all phases)
   Buffer x, y;                    // hidden_states: [Cm, H] act (stage 1 ping-pong; stage 2 final)
   // stage 2 (recompute, loss, backward)
   Buffer ckpt;                    // layer_input_checkpoints: [L][Cm, H] act
   Buffer dy, dx;                  // hidden_gradients: [Cm, H] act
-  // layer passes (fill, recompute, backward)
-  Buffer h1, x2, h2, tmp, q, o, k, v, g, u, m;  // layer_activations (act)
-  Buffer rstd1, rstd2;                          // layer_norm_rstd: fp32 [Cm]
-  Buffer lse;                                   // attention_lse: fp32 [Cm, q_heads]
+  // layer passes (fill, recompute, backward; with checkpointing off also loss): one set, or one
+  // per layer when the backward reuses the stage-2 forward's activations instead of recomputing
+  std::vector<LayerSet> sets;
   // backward
   Buffer dx2, dh2, dh1, dout, dq, dk, dv, dm, dg, du;  // layer_backward_temporaries (act)
   // loss
@@ -164,10 +170,16 @@ Engine::Engine(Backend& backend, const models::ModelSpec& model, const simulator
   add_row("hidden_states", "hidden_states", Tier::device, ad, checked_mul(2 * Cm * H, ab), all);
   add_row("layer_input_checkpoints", "checkpoints", Tier::device, ad, checked_mul(checked_mul(L, Cm * H), ab), stage2);
   add_row("hidden_gradients", "layer_working_set", Tier::device, ad, checked_mul(2 * Cm * H, ab), stage2);
+  // Checkpointing off: every layer's activations are kept from the recompute pass to the backward
+  // (which then does not recompute), so the layer rows hold L sets and live through the loss.
+  const int64_t sets = config.checkpointing ? 1 : L;
+  const std::vector<SP> layer_life =
+      config.checkpointing ? layer : std::vector<SP>{SP::fill, SP::recompute, SP::loss, SP::backward};
   add_row("layer_activations", "layer_working_set", Tier::device, ad,
-          checked_mul(Cm, (4 * H + 2 * qd + 2 * kvd + 3 * F) * ab), layer);
-  add_row("layer_norm_rstd", "layer_working_set", Tier::device, "fp32", 8 * Cm, layer);
-  add_row("attention_lse", "attention_workspace", Tier::device, "fp32", checked_mul(Cm, model_.q_heads * 4), layer);
+          checked_mul(sets, checked_mul(Cm, (4 * H + 2 * qd + 2 * kvd + 3 * F) * ab)), layer_life);
+  add_row("layer_norm_rstd", "layer_working_set", Tier::device, "fp32", checked_mul(sets, 8 * Cm), layer_life);
+  add_row("attention_lse", "attention_workspace", Tier::device, "fp32",
+          checked_mul(sets, checked_mul(Cm, model_.q_heads * 4)), layer_life);
   add_row("layer_backward_temporaries", "layer_working_set", Tier::device, ad,
           checked_mul(Cm, (3 * H + 2 * qd + 2 * kvd + 3 * F) * ab), {SP::backward});
   add_row("final_norm", "logits", Tier::device, ad, checked_mul(2 * Cm * H, ab), {SP::loss});
@@ -287,12 +299,13 @@ void Engine::enter(StepPhase p) {
   const int64_t Cm = std::min(g_.C, g_.N), H = model_.hidden, qd = model_.q_dim(), kvd = model_.kv_dim();
   const int64_t F = model_.ffn_hidden, V = model_.vocab;
   const bool stage2 = p == StepPhase::recompute || p == StepPhase::loss || p == StepPhase::backward;
-  const bool layer = p == StepPhase::fill || p == StepPhase::recompute || p == StepPhase::backward;
+  // Without checkpointing the layers' activations of the chunk live from its recompute pass to its
+  // backward pass, through the loss.
+  const bool layer = p == StepPhase::fill || p == StepPhase::recompute || p == StepPhase::backward ||
+                     (p == StepPhase::loss && !config_.checkpointing);
   const bool backward = p == StepPhase::backward, loss = p == StepPhase::loss;
   if (w.stage2 && !stage2) w.ckpt = Buffer(), w.dy = Buffer(), w.dx = Buffer();
-  if (w.layer && !layer)
-    for (Buffer* b : {&w.h1, &w.x2, &w.h2, &w.tmp, &w.q, &w.o, &w.k, &w.v, &w.g, &w.u, &w.m, &w.rstd1, &w.rstd2, &w.lse})
-      *b = Buffer();
+  if (w.layer && !layer) w.sets.clear();
   if (w.backward && !backward)
     for (Buffer* b : {&w.dx2, &w.dh2, &w.dh1, &w.dout, &w.dq, &w.dk, &w.dv, &w.dm, &w.dg, &w.du}) *b = Buffer();
   if (w.loss && !loss)
@@ -304,12 +317,15 @@ void Engine::enter(StepPhase p) {
     w.dx = row_buffer("hidden_gradients", Tier::device, Cm * H, ad);
   }
   if (!w.layer && layer) {
-    for (Buffer* b : {&w.h1, &w.x2, &w.h2, &w.tmp}) *b = row_buffer("layer_activations", Tier::device, Cm * H, ad);
-    for (Buffer* b : {&w.q, &w.o}) *b = row_buffer("layer_activations", Tier::device, Cm * qd, ad);
-    for (Buffer* b : {&w.k, &w.v}) *b = row_buffer("layer_activations", Tier::device, Cm * kvd, ad);
-    for (Buffer* b : {&w.g, &w.u, &w.m}) *b = row_buffer("layer_activations", Tier::device, Cm * F, ad);
-    for (Buffer* b : {&w.rstd1, &w.rstd2}) *b = row_buffer("layer_norm_rstd", Tier::device, Cm, DType::f32);
-    w.lse = row_buffer("attention_lse", Tier::device, Cm * model_.q_heads, DType::f32);
+    w.sets.resize(static_cast<size_t>(config_.checkpointing ? 1 : g_.L));
+    for (LayerSet& a : w.sets) {
+      for (Buffer* b : {&a.h1, &a.x2, &a.h2, &a.tmp}) *b = row_buffer("layer_activations", Tier::device, Cm * H, ad);
+      for (Buffer* b : {&a.q, &a.o}) *b = row_buffer("layer_activations", Tier::device, Cm * qd, ad);
+      for (Buffer* b : {&a.k, &a.v}) *b = row_buffer("layer_activations", Tier::device, Cm * kvd, ad);
+      for (Buffer* b : {&a.g, &a.u, &a.m}) *b = row_buffer("layer_activations", Tier::device, Cm * F, ad);
+      for (Buffer* b : {&a.rstd1, &a.rstd2}) *b = row_buffer("layer_norm_rstd", Tier::device, Cm, DType::f32);
+      a.lse = row_buffer("attention_lse", Tier::device, Cm * model_.q_heads, DType::f32);
+    }
   }
   if (!w.backward && backward) {
     for (Buffer* b : {&w.dx2, &w.dh2, &w.dh1})
@@ -335,6 +351,12 @@ void Engine::enter(StepPhase p) {
   w.backward = backward;
   w.loss = loss;
   phase_ = p;
+}
+
+Engine::LayerSet& Engine::layer_set(int64_t layer) const {
+  auto& sets = w_->sets;
+  OOMB_ASSERT(!sets.empty(), "layer activations used outside a layer phase");
+  return sets[static_cast<size_t>(config_.checkpointing ? 0 : layer)];
 }
 
 void Engine::upload_weights(const std::vector<float>& w) {
@@ -383,9 +405,10 @@ PagedAttention Engine::attention_args(const Pass& pass, const PassPages& pages) 
   a.kv_heads = model_.kv_heads;
   a.head_dim = model_.head_dim;
   a.page_tokens = g_.p;
-  a.q = w_->q.ct();
-  a.k_own = w_->k.ct();
-  a.v_own = w_->v.ct();
+  const LayerSet& acts = layer_set(pass.layer);
+  a.q = acts.q.ct();
+  a.k_own = acts.k.ct();
+  a.v_own = acts.v.ct();
   a.prefix_pages.assign(pages.prefix_kv.begin(), pages.prefix_kv.end());
   a.kv_dtype = g_.kv_dtype;
   a.grad_dtype = g_.grad_dtype;
@@ -428,7 +451,7 @@ void Engine::select(const Pass& pass, int64_t pass_index) {
     return;
   }
   SelectionArgs a;
-  a.q = w_->q.ct();
+  a.q = layer_set(l).q.ct();
   a.rows = g_.chunk_len(c);
   a.q_heads = model_.q_heads;
   a.kv_heads = model_.kv_heads;
@@ -454,9 +477,9 @@ void Engine::measure_recall(const Pass& pass) {
   const int64_t qh = model_.q_heads, kh = model_.kv_heads, hd = model_.head_dim, qd = model_.q_dim();
   const int64_t kvd = model_.kv_dim(), group = qh / kh, Sk = s + T, prefix = g_.prefix_pages(c);
   std::vector<float>& keys = recall_keys_[static_cast<size_t>(l)];
-  download_f32(w_->k.ct(), T * kvd, keys.data() + s * kvd);
+  download_f32(layer_set(l).k.ct(), T * kvd, keys.data() + s * kvd);
   std::vector<float> q(static_cast<size_t>(T * qd));
-  download_f32(w_->q.ct(), T * qd, q.data());
+  download_f32(layer_set(l).q.ct(), T * qd, q.data());
 
   // attended[(j * groups + g) * prefix + page]: query page j, selection group g attends `page`.
   const ChunkSelection& sel = log_.at(c, l);
@@ -500,7 +523,7 @@ void Engine::layer_forward(const Pass& pass, int64_t pass_index, PassPages& page
   const int64_t H = model_.hidden, qd = model_.q_dim(), kvd = model_.kv_dim(), F = model_.ffn_hidden;
   const auto eps = static_cast<float>(model_.norm_eps);
   const LayerPtrs P = layer_ptrs(pass.layer);
-  Work& w = *w_;
+  LayerSet& w = layer_set(pass.layer);
   const double Td = static_cast<double>(T);
   timed("attn_norm", pass, 0, [&] { backend_.rmsnorm_fwd(in, P.ln1, T, H, eps, w.h1.t(), w.rstd1.f32()); });
   timed("qkv_proj", pass, 2 * Td * H * (qd + 2 * kvd), [&] {
@@ -550,27 +573,29 @@ void Engine::layer_forward(const Pass& pass, int64_t pass_index, PassPages& page
 }
 
 void Engine::layer_backward(const Pass& pass, PassPages& pages, ConstTensor in, ConstTensor dy, Tensor dx) {
-  layer_forward(pass, -1, pages, in, Tensor{});  // recompute from the checkpoint
+  // Recompute from the checkpoint, unless the stage-2 forward kept this layer's activations.
+  if (config_.checkpointing) layer_forward(pass, -1, pages, in, Tensor{});
   const int64_t T = g_.chunk_len(pass.chunk), pos0 = g_.chunk_start(pass.chunk);
   const int64_t H = model_.hidden, qd = model_.q_dim(), kvd = model_.kv_dim(), F = model_.ffn_hidden;
   const LayerPtrs P = layer_ptrs(pass.layer);
   Work& w = *w_;
+  LayerSet& a_ = layer_set(pass.layer);
   const double Td = static_cast<double>(T);
   timed("mlp_bwd", pass, 4 * Td * H * F * 3, [&] {
-    backend_.linear_bwd(w.m.t(), T, F, P.wd, H, dy, w.dm.t(), false, P.d_wd, nullptr);
-    backend_.swiglu_bwd(w.g.t(), w.u.t(), w.dm.t(), T * F, w.dg.t(), w.du.t());
-    backend_.linear_bwd(w.h2.t(), T, H, P.wg, F, w.dg.t(), w.dh2.t(), false, P.d_wg, nullptr);
-    backend_.linear_bwd(w.h2.t(), T, H, P.wu, F, w.du.t(), w.dh2.t(), true, P.d_wu, nullptr);
+    backend_.linear_bwd(a_.m.t(), T, F, P.wd, H, dy, w.dm.t(), false, P.d_wd, nullptr);
+    backend_.swiglu_bwd(a_.g.t(), a_.u.t(), w.dm.t(), T * F, w.dg.t(), w.du.t());
+    backend_.linear_bwd(a_.h2.t(), T, H, P.wg, F, w.dg.t(), w.dh2.t(), false, P.d_wg, nullptr);
+    backend_.linear_bwd(a_.h2.t(), T, H, P.wu, F, w.du.t(), w.dh2.t(), true, P.d_wu, nullptr);
   });
   timed("mlp_norm_bwd", pass, 0, [&] {
     backend_.copy(w.dx2.t(), dy, T * H);  // residual
-    backend_.rmsnorm_bwd(w.x2.t(), P.ln2, w.rstd2.f32(), w.dh2.t(), T, H, w.dx2.t(), P.d_ln2);
+    backend_.rmsnorm_bwd(a_.x2.t(), P.ln2, a_.rstd2.f32(), w.dh2.t(), T, H, w.dx2.t(), P.d_ln2);
   });
   timed("o_proj_bwd", pass, 4 * Td * qd * H,
-        [&] { backend_.linear_bwd(w.o.t(), T, qd, P.wo, H, w.dx2.t(), w.dout.t(), false, P.d_wo, nullptr); });
+        [&] { backend_.linear_bwd(a_.o.t(), T, qd, P.wo, H, w.dx2.t(), w.dout.t(), false, P.d_wo, nullptr); });
   const PagedAttention a = attention_args(pass, pages);
   timed("attention_bwd", pass, 10.0 * model_.head_dim * model_.q_heads * attention_pairs(a), [&] {
-    backend_.attention_bwd(a, w.o.t(), w.lse.f32(), w.dout.t(), w.dq.t(), w.dk.t(), w.dv.t(),
+    backend_.attention_bwd(a, a_.o.t(), a_.lse.f32(), w.dout.t(), w.dq.t(), w.dk.t(), w.dv.t(),
                            pages.prefix_dkv);
   });
   // What later chunks accumulated into this chunk's gradient pages joins the own queries' part.
@@ -581,13 +606,13 @@ void Engine::layer_backward(const Pass& pass, PassPages& pages, ConstTensor in, 
     backend_.rope_bwd(w.dk.t(), T, model_.kv_heads, model_.head_dim, pos0, model_.rope_theta);
   });
   timed("qkv_proj_bwd", pass, 4 * Td * H * (qd + 2 * kvd), [&] {
-    backend_.linear_bwd(w.h1.t(), T, H, P.wq, qd, w.dq.t(), w.dh1.t(), false, P.d_wq, P.d_bq);
-    backend_.linear_bwd(w.h1.t(), T, H, P.wk, kvd, w.dk.t(), w.dh1.t(), true, P.d_wk, P.d_bk);
-    backend_.linear_bwd(w.h1.t(), T, H, P.wv, kvd, w.dv.t(), w.dh1.t(), true, P.d_wv, P.d_bv);
+    backend_.linear_bwd(a_.h1.t(), T, H, P.wq, qd, w.dq.t(), w.dh1.t(), false, P.d_wq, P.d_bq);
+    backend_.linear_bwd(a_.h1.t(), T, H, P.wk, kvd, w.dk.t(), w.dh1.t(), true, P.d_wk, P.d_bk);
+    backend_.linear_bwd(a_.h1.t(), T, H, P.wv, kvd, w.dv.t(), w.dh1.t(), true, P.d_wv, P.d_bv);
   });
   timed("attn_norm_bwd", pass, 0, [&] {
     backend_.copy(dx, w.dx2.t(), T * H);
-    backend_.rmsnorm_bwd(in, P.ln1, w.rstd1.f32(), w.dh1.t(), T, H, dx, P.d_ln1);
+    backend_.rmsnorm_bwd(in, P.ln1, a_.rstd1.f32(), w.dh1.t(), T, H, dx, P.d_ln1);
   });
 }
 

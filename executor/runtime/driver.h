@@ -162,7 +162,9 @@ class Engine {
 
  private:
   struct Work;
+  struct LayerSet;
   struct LayerPtrs;
+  LayerSet& layer_set(int64_t layer) const;
   LayerPtrs layer_ptrs(int64_t l) const;
   void embed(int64_t c, int stage, Tensor x);
   void layer_forward(const Pass& pass, int64_t pass_index, PassPages& pages, ConstTensor in, Tensor out);

@@ -152,6 +152,7 @@ struct PhaseCase {
   const char* name;
   int64_t N, C, p, R, logits_chunk;
   bool sparse;
+  bool checkpointing = true;
 };
 
 void PrintTo(const PhaseCase& k, std::ostream* os) { *os << k.name; }
@@ -165,6 +166,7 @@ TEST_P(PhaseLiveSet, PeakIsTheLargestPhaseAndEveryAllocationHasARow) {
   const auto tokens = TokenSource::synthetic(m.vocab, 3).sequence(0, k.N);
   auto c = test::small_config(k.N, k.C, k.p, k.R);
   c.logits_chunk_tokens = k.logits_chunk;
+  c.checkpointing = k.checkpointing;
   if (k.sparse) {
     c.attention = simulator::Attention::sparse;
     c.page_budget = 2;
@@ -211,8 +213,50 @@ INSTANTIATE_TEST_SUITE_P(Cases, PhaseLiveSet,
                          ::testing::Values(PhaseCase{"all_resident_unfused", 48, 16, 8, 8, 0, false},
                                            PhaseCase{"offload_tiled", 61, 16, 8, 1, 5, false},
                                            PhaseCase{"one_chunk", 40, 64, 8, 8, 0, false},
-                                           PhaseCase{"sparse_offload", 96, 16, 8, 1, 7, true}),
+                                           PhaseCase{"sparse_offload", 96, 16, 8, 1, 7, true},
+                                           PhaseCase{"no_recompute", 61, 16, 8, 1, 0, false, false},
+                                           PhaseCase{"no_recompute_sparse_tiled", 96, 16, 8, 2, 5, true, false}),
                          [](const auto& i) { return std::string(i.param.name); });
+
+// ---- checkpointing off: the backward reuses the stage-2 forward's activations of every layer
+// instead of recomputing them from the checkpoint. The recompute is deterministic, so the loss and
+// every gradient are bit-identical to the checkpointed run (and so equal the full-sequence ones).
+TEST(NoRecompute, BitIdenticalToCheckpointedAndSkipsTheRecompute) {
+  const auto m = test::small_model(3, 4, 2, 8, 32, false, true);
+  const Weights w = random_weights(m, 17, kInitStd);
+  const int64_t N = 53;
+  const auto tokens = TokenSource::synthetic(m.vocab, 2).sequence(0, N);
+  for (int64_t R : {1, 2, 8}) {
+    for (bool sparse : {false, true}) {
+      auto c = test::small_config(N, 16, 8, R);
+      if (sparse) {
+        c.attention = simulator::Attention::sparse;
+        c.page_budget = 2;
+      }
+      EngineOptions o;
+      o.record_trace = true;
+      o.detail = traces::Detail::op;
+      CpuBackend b1, b2;
+      Engine on(b1, m, c, w, o);
+      const double l_on = on.step(tokens).loss;
+      c.checkpointing = false;
+      Engine off(b2, m, c, w, o);
+      const double l_off = off.step(tokens).loss;
+      EXPECT_EQ(l_on, l_off) << "R " << R << " sparse " << sparse;
+      EXPECT_EQ(on.gradients().data, off.gradients().data) << "R " << R << " sparse " << sparse;
+      // The backward passes of the checkpointed run recompute the attention forward; the others do not.
+      auto backward_attention_fwd = [](const traces::Trace& t) {
+        int64_t n = 0;
+        for (const auto& e : t.events)
+          if (e.kind == traces::EventKind::compute && e.name == "attention_fwd" && e.op == "layer_bwd") ++n;
+        return n;
+      };
+      EXPECT_GT(backward_attention_fwd(on.trace()), 0);
+      EXPECT_EQ(backward_attention_fwd(off.trace()), 0);
+      EXPECT_EQ(row_bytes(off.measured(), "layer_activations"), 3 * row_bytes(on.measured(), "layer_activations"));
+    }
+  }
+}
 
 // ---- the plan check at start: a missing or smaller planned row is refused by name; a larger or
 // unused one is a note.
