@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -474,6 +475,31 @@ TEST(EventPath, AgreesWithFastPath) {
     EXPECT_EQ(ev.summary.peak_phase, fast.peak_phase);
     EXPECT_EQ(ev.summary.device_breakdown_bytes, fast.device_breakdown_bytes);
     EXPECT_EQ(ev.trace.summary.peak_device_bytes, fast.peak_device_bytes);
+  }
+}
+
+TEST(EventPath, MemorySamplesFollowThePhases) {
+  // No offload (the pools fill in stage 1 and drain in stage 2) and with offload (slots).
+  for (int64_t resident : {2, 24}) {
+    auto s = scenario("qwen2.5-0.5b", "h200", 32 * 1024);
+    s.config.chunk_tokens = 4096;
+    s.config.resident_layers = resident;
+    const auto t = memory_table(s);
+    const auto ev = simulate_events(s, traces::Detail::layer);
+    SCOPED_TRACE(resident);
+    const int64_t pools = row_bytes(t, "kv_pool") + row_bytes(t, "kv_grad_pool");
+    int64_t max_sample = 0;
+    for (const auto& m : ev.trace.memory) {
+      EXPECT_LE(m.device_bytes, ev.summary.peak_device_bytes);
+      max_sample = std::max(max_sample, m.device_bytes);
+    }
+    // The step starts in stage 1 with the fill working set and no pages.
+    ASSERT_FALSE(ev.trace.memory.empty());
+    EXPECT_EQ(ev.trace.memory.front().device_bytes, t.device_bytes_in(Phase::fill) - pools);
+    // Each chunk's loss phase shows up: its rows on top of the pages in use (at least none).
+    EXPECT_GE(max_sample, t.device_bytes_in(Phase::loss) - pools);
+    EXPECT_GT(t.device_bytes_in(Phase::loss), t.device_bytes_in(Phase::fill));
+    EXPECT_EQ(ev.summary.peak_phase, "loss");
   }
 }
 
