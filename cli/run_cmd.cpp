@@ -195,7 +195,7 @@ int run_run(const RunArgs& a) {
     if (!a.flags.param_dtype) s.config.param_dtype = "fp32";
     if (!a.flags.param_grad_dtype) s.config.param_grad_dtype = "fp32";
     if (!a.flags.activation_dtype) s.config.activation_dtype = "fp32";
-    s.config.loss_dtype = "fp32";
+    if (!a.flags.loss_dtype) s.config.loss_dtype = "fp32";
   }
   const simulator::Config& c = s.config;
   if (c.context_tokens <= 0) throw Error("--context", "", "is required (or give --plan)", "e.g. 16K");

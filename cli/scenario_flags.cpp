@@ -15,8 +15,8 @@ void ScenarioFlags::add_to(CLI::App& app, bool require_context) {
   if (require_context) ctx->required();
   app.add_option("--preset", preset,
                  "Start from a preset: oomb-published (the published configuration: chunk 4096, page 128, budget 64, "
-                 "2 resident layers, fp32 KV-grad, bf16 param-grad, per-chunk full-vocab logits, selection state on "
-                 "the GPU, peak as allocated bytes) or oomb (our defaults)");
+                 "2 resident layers, fp32 KV-grad, bf16 param-grad, per-chunk full-vocab bf16 logits and loss, selection "
+                 "state on the GPU, peak as allocated bytes) or oomb (our defaults)");
   app.add_option("--schedule", schedule, "oomb (chunk-recurrent, default) or standard (full-sequence training)");
   app.add_option("--attention", attention, "dense (exact gradients, default) or sparse (page-level top-B selection)");
   app.add_option("--chunk", chunk, "Tokens per chunk, a multiple of --page (default 4096)");
@@ -41,6 +41,8 @@ void ScenarioFlags::add_to(CLI::App& app, bool require_context) {
   app.add_option("--checkpointing", checkpointing, "Per-layer checkpointing inside the chunk: true (default) or false");
   app.add_option("--logits-chunk", logits_chunk,
                  "Tokens per fused LM-head/loss tile (e.g. 1K); 0 = whole chunk, unfused (default)");
+  app.add_option("--loss-dtype", loss_dtype,
+                 "Logits softmax and gradient storage: fp32 (upcast, default) or bf16 (no upcast, as published)");
   app.add_option("--peak-measure", peak_measure,
                  "reserved (include the runtime reserve, default) or allocated (as PyTorch's max_memory_allocated)");
   app.add_option("--gpus", gpus, "Tensor-parallel GPUs (planning only; execution is single-GPU)");
@@ -82,6 +84,7 @@ simulator::Scenario ScenarioFlags::resolve() const {
   if (checkpointing) c.checkpointing = *checkpointing;
   if (logits_chunk) c.logits_chunk_tokens = *logits_chunk == "0" ? 0 : parse_tokens(*logits_chunk, "--logits-chunk");
   if (peak_measure) c.peak_measure = peak_measure_from_string(*peak_measure, "--peak-measure");
+  if (loss_dtype) c.loss_dtype = *loss_dtype;
   if (c.context_tokens > 0) validate(c, s.model);
   return s;
 }
@@ -109,6 +112,7 @@ std::set<std::string> ScenarioFlags::explicit_knobs() const {
   note("checkpointing", checkpointing.has_value());
   note("logits_chunk", logits_chunk.has_value());
   note("peak_measure", peak_measure.has_value());
+  note("loss_dtype", loss_dtype.has_value());
   return k;
 }
 

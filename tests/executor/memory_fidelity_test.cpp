@@ -83,7 +83,7 @@ INSTANTIATE_TEST_SUITE_P(
         MemCase{"tiny_fp32_adamw_host", "tiny", 0, 4096, 1024, 128, 64, 0, 0, false, "fp32", "fp32", Optimizer::host},
         MemCase{"qwen0.5b_x2_512_chunk256_R1", "qwen2.5-0.5b", 2, 512, 256, 128, 1, 0, 0, false, "fp32", "fp32",
                 Optimizer::none},
-        MemCase{"qwen0.5b_x2_bf16_tiled", "qwen2.5-0.5b", 2, 384, 256, 128, 1, 128, 0, false, "bf16", "bf16",
+        MemCase{"qwen0.5b_x2_bf16_tiled", "qwen2.5-0.5b", 2, 256, 128, 64, 1, 64, 0, false, "bf16", "bf16",
                 Optimizer::gpu}),
     [](const auto& i) {
       std::string n = i.param.name;
