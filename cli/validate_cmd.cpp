@@ -118,11 +118,16 @@ int run_validate(const ValidateArgs& a) {
     s.config.activation_dtype = stored("activation_dtype");
     s.config.loss_dtype = stored("loss_dtype");
     s.config.peak_measure = PeakMeasure::allocated;
-    if (planned.param_dtype != s.config.param_dtype || planned.param_grad_dtype != s.config.param_grad_dtype ||
-        planned.activation_dtype != s.config.activation_dtype || planned.loss_dtype != s.config.loss_dtype)
-      notes.push_back("the run stored weights / gradients / activations / loss as " + s.config.param_dtype + " / " +
-                      s.config.param_grad_dtype + " / " + s.config.activation_dtype + " / " + s.config.loss_dtype +
-                      ": predicted as run");
+    notes.push_back((cupti_run ? std::string("cuda") : trace.metadata.source) +
+                    " backend: predicted as run: weights / gradients / activations / loss stored as " +
+                    s.config.param_dtype + " / " + s.config.param_grad_dtype + " / " + s.config.activation_dtype +
+                    " / " + s.config.loss_dtype + ", pages as run (KV " + pages.kv + ", KV-grad " + pages.kv_grad +
+                    "), peak as allocated" +
+                    (planned.param_dtype != s.config.param_dtype || planned.param_grad_dtype != s.config.param_grad_dtype ||
+                             planned.activation_dtype != s.config.activation_dtype || planned.loss_dtype != s.config.loss_dtype
+                         ? " (the plan says " + planned.param_dtype + " / " + planned.param_grad_dtype + " / " +
+                               planned.activation_dtype + " / " + planned.loss_dtype + ")"
+                         : ""));
   }
   if (cupti_run) {
     std::string n = "times are CUPTI device times (kernels and copies, tagged with their stage, chunk, layer and "
@@ -165,9 +170,12 @@ int run_validate(const ValidateArgs& a) {
   // Device memory: the runtime's own allocations (the executor's buffer table, measured at its
   // high-water mark) against the predicted table's peak over phases, and the breakdown at the peak
   // category by category. A cpu run holds no GPU-implementation rows (workspaces, device page
-  // tables, score buffers: the CPU backend keeps those in host RAM), so it is predicted without.
+  // tables, score buffers: the CPU backend keeps those in host RAM), so it is predicted without
+  // (the backend is the measured block's; traces from before it was recorded: the trace's source).
   Scenario mem = s;
-  if (cpu_run) mem.gpu.kind = "cpu";
+  const std::string backend = m.contains("backend") && m["backend"].is_string() ? m["backend"].get<std::string>()
+                                                                                : (cpu_run ? "cpu" : "cuda");
+  if (backend == "cpu") mem.gpu.kind = "cpu";
   const Summary mem_pred = mem.gpu.kind == s.gpu.kind ? pred.summary : evaluate(mem);
   add("peak_device_bytes", "bytes", static_cast<double>(mem_pred.peak_device_bytes),
       static_cast<double>(mr.i64("peak_device_bytes")), kPeakBytes,

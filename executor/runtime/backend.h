@@ -142,10 +142,20 @@ struct SelectionArgs {
   bool per_kv_head = false;
 };
 
+// A device buffer a backend allocates for itself (a GEMM workspace, an op scratch): a row of the
+// buffer table under `name` and `category` (e.g. "gemm_workspace", "backend_scratch").
+struct BackendBuffer {
+  std::string name, category;
+  int64_t bytes = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
+  // The device buffers this backend holds for itself (none on the CPU backend, whose scratch is
+  // host RAM of the emulator): the runtime accounts them as rows of its buffer table.
+  virtual std::vector<BackendBuffer> device_buffers() const { return {}; }
 
   // ---- memory and copies
   virtual void* allocate(Tier tier, int64_t bytes) = 0;  // zero-filled

@@ -234,6 +234,10 @@ Engine::Engine(Backend& backend, const models::ModelSpec& model, const simulator
                             g_.kv_dtype);
   }
 
+  for (const BackendBuffer& b : backend_.device_buffers()) {
+    add_row(b.name, b.category, Tier::device, "-", b.bytes, all);
+    account_.add(Tier::device, b.category, b.bytes);
+  }
   check_plan();
 
   w_ = std::make_unique<Work>();
@@ -789,6 +793,7 @@ StepResult Engine::step(const std::vector<int32_t>& tokens) {
   m.param_grad_dtype = to_string(grad_dtype_);
   m.activation_dtype = to_string(act_dtype_);
   m.loss_dtype = to_string(loss_dtype_);
+  m.backend = backend_.name();
   m.buffers = rows_;
   m.notes = notes_;
   m.h2d_bytes = store_->counters().h2d_bytes;
@@ -906,6 +911,7 @@ Json Measured::to_json() const {
           {"param_grad_dtype", param_grad_dtype},
           {"activation_dtype", activation_dtype},
           {"loss_dtype", loss_dtype},
+          {"backend", backend},
           {"buffers", bufs},
           {"notes", notes},
           {"kv_dtype", kv_dtype},

@@ -103,6 +103,7 @@ struct Measured {
   std::string kv_dtype = "fp32", kv_grad_dtype = "fp32";
   // Storage of weights, parameter gradients, activations and loss tiles as run (fp32 or bf16).
   std::string param_dtype = "fp32", param_grad_dtype = "fp32", activation_dtype = "fp32", loss_dtype = "fp32";
+  std::string backend;                  // the backend that ran ("cpu", "cuda")
   std::vector<ExecutorBuffer> buffers;  // the executor's own buffer table
   std::vector<std::string> notes;       // the plan check's notes (EngineOptions::planned)
   int64_t kv_page_bytes = 0, grad_page_bytes = 0;

@@ -103,9 +103,9 @@ TEST(LogitsTiles, RaggedTilesGiveTheFullSequenceGradientsWithATileSizedBuffer) {
   // The loss path's buffers (rows of the executor's buffer table, alive in the loss phase only):
   // whole chunk unfused = fp32 logits [C, vocab] + a separate gradient [C, vocab] (the framework
   // path); tiled = one fp32 [tile, vocab] buffer, the gradient in place.
-  auto row = [](const Measured& me, const std::string& name) -> int64_t {
+  auto row = [](const Measured& me, const std::string& row_name) -> int64_t {
     for (const auto& b : me.buffers)
-      if (b.name == name) return b.bytes;
+      if (b.name == row_name) return b.bytes;
     return -1;
   };
   EXPECT_EQ(row(whole.measured, "logits"), C * m.vocab * 4);

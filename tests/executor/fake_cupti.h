@@ -84,6 +84,7 @@ class FakeCupti final : public Backend, public OpTagger {
 
   // ---- Backend
   std::string name() const override { return b_.name(); }
+  std::vector<BackendBuffer> device_buffers() const override { return b_.device_buffers(); }
   void* allocate(Tier tier, int64_t bytes) override {
     void* p = b_.allocate(tier, bytes);
     memory(cupti::MemoryOp::allocation, tier, p, bytes);
