@@ -31,13 +31,14 @@ __global__ void adamw_kernel(OutView param, float* __restrict__ master, InView g
 
 }  // namespace
 
-void launch_adamw(Tensor param, float* master, ConstTensor grad, float* m, float* v, const uint8_t* decay_mask, int64_t n, float lr,
-                  float beta1, float beta2, float eps, float weight_decay, int64_t step, cudaStream_t s) {
+void launch_adamw(Tensor param, float* master, ConstTensor grad, float* m, float* v, const uint8_t* decay_mask,
+                  int64_t n, float lr, float beta1, float beta2, float eps, float weight_decay, int64_t step,
+                  cudaStream_t s) {
   if (n <= 0) return;
   const double bc1 = 1.0 - std::pow(static_cast<double>(beta1), static_cast<double>(step));
   const double bc2 = 1.0 - std::pow(static_cast<double>(beta2), static_cast<double>(step));
-  adamw_kernel<<<grid_for(n), kThreads, 0, s>>>(view(param), master, view(grad), m, v, decay_mask, n, lr, beta1, beta2, eps,
-                                                weight_decay, bc1, bc2);
+  adamw_kernel<<<grid_for(n), kThreads, 0, s>>>(view(param), master, view(grad), m, v, decay_mask, n, lr, beta1,
+                                                beta2, eps, weight_decay, bc1, bc2);
   OOMB_CUDA_LAUNCH_CHECK("adamw_kernel");
 }
 

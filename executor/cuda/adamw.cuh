@@ -12,7 +12,8 @@
 
 namespace oomb::executor::cuda {
 
-void launch_adamw(Tensor param, float* master, ConstTensor grad, float* m, float* v, const uint8_t* decay_mask, int64_t n, float lr,
-                  float beta1, float beta2, float eps, float weight_decay, int64_t step, cudaStream_t s);
+void launch_adamw(Tensor param, float* master, ConstTensor grad, float* m, float* v, const uint8_t* decay_mask,
+                  int64_t n, float lr, float beta1, float beta2, float eps, float weight_decay, int64_t step,
+                  cudaStream_t s);
 
 }  // namespace oomb::executor::cuda

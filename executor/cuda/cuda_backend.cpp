@@ -437,7 +437,9 @@ void CudaBackend::rmsnorm_fwd(ConstTensor x, ConstTensor w, int64_t rows, int64_
 void CudaBackend::rmsnorm_bwd(ConstTensor x, ConstTensor w, const float* rstd, ConstTensor dy, int64_t rows,
                               int64_t dim, Tensor dx_acc, Tensor dw_acc) {
   Impl& m = *impl_;
-  float* dw_scratch = is_bf16(dw_acc) && rows > 0 && dim > 0 ? reinterpret_cast<float*>(m.scratch(up(dim * 4))) : nullptr;
+  // A bf16 dw gets its column sums in an fp32 scratch before its one rounding.
+  float* dw_scratch =
+      is_bf16(dw_acc) && rows > 0 && dim > 0 ? reinterpret_cast<float*>(m.scratch(up(dim * 4))) : nullptr;
   launch_rmsnorm_bwd(x, w, rstd, dy, rows, dim, dx_acc, dw_acc, dw_scratch, m.compute);
 }
 

@@ -9,9 +9,9 @@
 // output). beta = 1 accumulates into C: D = A B + C is formed in fp32 from the fp32 accumulators and the
 // loaded C and converted to D's type once. With a bf16 D the heuristic may only offer algorithms
 // without split-K or with split-K partials kept in fp32 (CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE): the
-// in-place and output-type reductions would round partial sums to bf16 and D more than once. Biases are added by a kernel of
-// ours (elementwise.cuh), not by a cuBLASLt epilogue, whose bias-pointer alignment rules are not
-// documented.
+// in-place and output-type reductions would round partial sums to bf16 and D more than once. Biases
+// are added by a kernel of ours (elementwise.cuh), not by a cuBLASLt epilogue, whose bias-pointer
+// alignment rules are not documented.
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
