@@ -619,11 +619,11 @@ void CudaBackend::linear_fwd(ConstTensor x, int64_t rows, int64_t in, ConstTenso
 void CudaBackend::linear_bwd(ConstTensor x, int64_t rows, int64_t in, ConstTensor w, int64_t out, ConstTensor dy,
                              Tensor dx, bool accumulate_dx, Tensor dw_acc, Tensor db_acc) {
   Impl& m = *impl_;
-  if (rows <= 0 || out <= 0 || in <= 0) return;
+  if (rows <= 0 || out <= 0) return;
   Operand wo(w, out, in), xo(x, rows, in), dyo(dy, rows, out);
   std::vector<GemmStep> steps;
   // dx^T [in, rows] (+)= W^T [in, out] dy^T [out, rows]
-  if (dx) {
+  if (dx && in > 0) {
     GemmStep g;
     g.m = in;
     g.n = rows;
@@ -635,7 +635,7 @@ void CudaBackend::linear_bwd(ConstTensor x, int64_t rows, int64_t in, ConstTenso
     steps.push_back(g);
   }
   // dW^T [in, out] += x^T [in, rows] dy [rows, out]
-  if (dw_acc) {
+  if (dw_acc && in > 0) {
     GemmStep g;
     g.tb = true;
     g.m = in;

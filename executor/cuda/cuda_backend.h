@@ -47,8 +47,10 @@ enum class CudaAttentionKernel {
   bf16_tensor_core,
 };
 
-// The arithmetic of linear_fwd / linear_bwd's GEMMs (cuBLASLt; executor/cuda/README.md, "Precision").
-// C / D are fp32 and accumulate in fp32 in all three; biases and bias gradients are fp32 kernels.
+// The arithmetic of linear_fwd / linear_bwd's GEMMs on fp32 storage (cuBLASLt; executor/cuda/README.md,
+// "Precision"), accumulating in fp32 in all three. A GEMM whose two operands are stored as bf16 runs
+// as the bf16 GEMM on them as stored whatever this says, with C / D in the output's dtype
+// (README.md, "Storage dtypes").
 enum class CudaGemmPrecision {
   // fp32 operands, CUBLAS_COMPUTE_32F: the correctness reference (~1e-5 from the CPU backend).
   fp32,
