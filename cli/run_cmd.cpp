@@ -290,7 +290,10 @@ int run_run(const RunArgs& a) {
                     {"gemm_calls",
                      {{"fp32", cb->gemm_calls(CudaGemmPrecision::fp32)},
                       {"tf32", cb->gemm_calls(CudaGemmPrecision::tf32)},
-                      {"bf16", cb->gemm_calls(CudaGemmPrecision::bf16)}}}};
+                      {"bf16", cb->gemm_calls(CudaGemmPrecision::bf16)}}},
+                    // The backend's own device buffers: cuBLASLt's workspace, the ops' scratch (final size).
+                    {"gemm_workspace_bytes", cb->gemm_workspace_bytes()},
+                    {"scratch_bytes", cb->scratch_bytes()}};
       };
 #ifdef OOMB_HAVE_CUPTI
       if (collector) {

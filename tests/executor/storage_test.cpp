@@ -103,6 +103,7 @@ TEST(Bf16Storage, ChunkedNearFullSequenceAndHalfTheBytes) {
               worst.rel_l2, worst.name.c_str());
   EXPECT_LE(worst.rel_l2, kBf16StorageGradRelTol) << worst.name;
   EXPECT_GE(worst_relative_l2(g16, g32).rel_l2, kBf16StorageDiffersMin) << "bf16 was not stored";
+  EXPECT_NE(loss16, loss32);
 
   // Stored bytes: every bf16 row is half its fp32 twin.
   const Measured& m16 = e16.measured();
