@@ -169,6 +169,7 @@ int run_run(const RunArgs& a) {
   (void)use_cupti;  // read only in builds with CUPTI
   const traces::Detail detail = traces::detail_from_string(a.detail, "--detail");
   simulator::Scenario s;
+  std::vector<PlannedRow> planned_rows;
   if (!a.plan.empty()) {
     // The plan carries every knob; flags that would change it are refused rather than ignored, except
     // --layers (a quick run) and the page dtypes (e.g. fp32 pages for an exact reference run), which
@@ -182,6 +183,11 @@ int run_run(const RunArgs& a) {
                   "without --plan");
     const planner::Plan plan = planner::load_plan(a.plan);
     s = plan.scenario();
+    // The plan's buffer table is what the run is checked against at start, unless a flag changed
+    // the run's shapes (then the table describes another run).
+    if (!a.flags.layers && !a.flags.kv_dtype && !a.flags.kv_grad_dtype)
+      for (const planner::PlanBuffer& b : plan.buffers)
+        planned_rows.push_back({b.name, b.tier == "host" ? Tier::host : Tier::device, b.bytes});
     if (a.flags.layers) s.config.layers_override = *a.flags.layers;
     if (a.flags.kv_dtype) s.config.kv_dtype = *a.flags.kv_dtype;
     if (a.flags.kv_grad_dtype) s.config.kv_grad_dtype = *a.flags.kv_grad_dtype;
@@ -313,6 +319,7 @@ int run_run(const RunArgs& a) {
   }
   Backend& backend = *backend_owner;
   EngineOptions o;
+  o.planned = planned_rows;
   o.record_trace = !a.trace.empty();
   o.detail = detail;
   o.adamw.lr = a.lr;
@@ -457,9 +464,11 @@ int run_run(const RunArgs& a) {
               sparse ? (" (budget " + std::to_string(c.page_budget) + ", " + c.selection + ")").c_str() : "",
               static_cast<long long>(std::min(c.resident_layers, m.layers)),
               e.geometry().offload ? " (offload)" : " (no offload)");
-  std::printf("backend %s, tokens %s, weights %s\n", a.backend == "cpu" ? "cpu (fp32 reference)" : "cuda (fp32 interface)", tokens.describe().c_str(),
+  std::printf("backend %s, tokens %s, weights %s\n", a.backend == "cpu" ? "cpu (bf16 storage emulated exactly)" : "cuda", tokens.describe().c_str(),
               a.weights.empty() ? ("random (seed " + std::to_string(a.seed) + ")").c_str() : a.weights.c_str());
-  std::printf("pages: KV %s, KV-grad %s\n", to_string(kv_pages), to_string(grad_pages));
+  std::printf("storage: weights %s, gradients %s, activations %s, loss %s; pages: KV %s, KV-grad %s\n",
+              c.param_dtype.c_str(), c.param_grad_dtype.c_str(), c.activation_dtype.c_str(), c.loss_dtype.c_str(),
+              to_string(kv_pages), to_string(grad_pages));
   if (a.backend == "cuda") {
     const Json cs = cuda_summary();
     std::printf("attention kernel %s: %lld calls on bf16 tensor cores, %lld on fp32 CUDA cores\n",
@@ -473,6 +482,10 @@ int run_run(const RunArgs& a) {
   for (size_t i = 0; i < losses.size(); ++i) std::printf("  step %zu  loss %.6f\n", i + 1, losses[i]);
   std::printf("\nstep time %s, %s tokens/s\n", format_duration_s(ms.step_s).c_str(),
               format_count(ms.tokens_per_s).c_str());
+  if (!planned_rows.empty())
+    std::printf("buffer table: checked against the plan's (%zu rows)%s\n", planned_rows.size(),
+                ms.notes.empty() ? ", every row as planned" : "");
+  for (const std::string& n : ms.notes) std::printf("  note: %s\n", n.c_str());
   std::printf("peak device %s, peak host %s\n", format_bytes(ms.peak_device_bytes).c_str(),
               format_bytes(ms.peak_host_bytes).c_str());
   std::printf("device pools: KV %lld / %lld pages of %s, KV-grad %lld / %lld pages of %s (high-water / capacity)\n",

@@ -864,7 +864,7 @@ traces::Trace Engine::trace(const std::string& command) const {
   // Compute times are host wall-clock around each op: true times on the cpu backend; on the cuda
   // backend they are enqueue times until a CUPTI collector supplies device times ("cuda-cupti").
   md.source = backend_.name() == "cuda" ? "cuda" : "cpu";
-  md.device = backend_.name() == "cuda" ? "cuda (fp32 interface, host-timed)" : backend_.name() + " (fp32 reference backend)";
+  md.device = backend_.name() == "cuda" ? "cuda (host-timed)" : backend_.name() + " (reference backend)";
   md.command = command;
   char buf[32];
   const std::time_t now = std::time(nullptr);
