@@ -2,6 +2,7 @@
 // fits); print the plan, its memory and time, close alternatives, the memory/time frontier, or a
 // diagnosis with concrete ways out when nothing fits; save it for `oomb run`.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <memory>
 #include <optional>
@@ -12,7 +13,9 @@
 #include "core/error.h"
 #include "core/format.h"
 #include "core/units.h"
+#include "planner/defaults.h"
 #include "planner/diagnosis.h"
+#include "planner/executable.h"
 #include "planner/plan.h"
 #include "planner/recall_curve.h"
 #include "planner/search.h"
@@ -31,6 +34,9 @@ struct PlanArgs {
   std::optional<int64_t> min_budget;
   std::optional<double> min_recall;
   std::string recall_curve;
+  bool recall_curve_any = false;
+  std::string max_step_time;
+  std::optional<double> min_tokens_per_s;
   double headroom = planner::kDefaultHeadroom;
   std::string out;
   bool json = false;
@@ -47,6 +53,42 @@ std::string tokens_text(int64_t n) {
   return short_form == digits ? grouped + " tokens" : short_form + " (" + grouped + " tokens)";
 }
 
+// "1h", "30m", "1h30m", "900s", "2.5h" or plain seconds ("3600").
+double parse_duration_s(const std::string& text, const std::string& where) {
+  const auto bad = [&] {
+    return Error(where, text, "is not a duration", "e.g. 1h, 30m, 1h30m, 900s or 3600 (seconds)");
+  };
+  if (text.empty()) throw bad();
+  double total = 0;
+  size_t i = 0;
+  bool any = false;
+  while (i < text.size()) {
+    size_t used = 0;
+    double v = 0;
+    try {
+      v = std::stod(text.substr(i), &used);
+    } catch (...) {
+      throw bad();
+    }
+    if (used == 0 || !(v >= 0) || !std::isfinite(v)) throw bad();
+    i += used;
+    double unit = 1;
+    if (i < text.size()) {
+      const char u = text[i++];
+      if (u == 'h') unit = 3600;
+      else if (u == 'm') unit = 60;
+      else if (u == 's') unit = 1;
+      else throw bad();
+    } else if (any) {
+      throw bad();  // "1h30": a unit is needed after the first part
+    }
+    total += v * unit;
+    any = true;
+  }
+  if (!(total > 0)) throw Error(where, text, "must be positive", "e.g. 1h");
+  return total;
+}
+
 std::string signed_percent(double f) { return (f >= 0 ? "+" : "") + format_percent(f); }
 std::string signed_bytes(int64_t b) { return (b >= 0 ? "+" : "-") + format_bytes(b >= 0 ? b : -b); }
 
@@ -58,7 +100,8 @@ Json candidate_brief(const Candidate& c) {
           {"tokens_per_s", c.summary.tokens_per_s},
           {"h2d_bytes", c.summary.h2d_bytes},
           {"d2h_bytes", c.summary.d2h_bytes},
-          {"binding_constraint", c.summary.binding_constraint}};
+          {"binding_constraint", c.summary.binding_constraint},
+          {"executable", planner::executable(c.config)}};
 }
 
 void print_settings(const simulator::Scenario& s) {
@@ -71,9 +114,7 @@ void print_settings(const simulator::Scenario& s) {
     std::printf("  schedule     oomb (chunk-recurrent), attention %s\n",
                 c.attention == Attention::dense
                     ? "dense (exact gradients)"
-                    : ("SPARSE, budget " + std::to_string(c.page_budget) + " pages (" +
-                       format_tokens(c.page_budget * c.page_tokens) + " tokens per query page), selection " + c.selection)
-                          .c_str());
+                    : ("SPARSE, " + planner::budget_text(c) + " per query page, selection " + c.selection).c_str());
     const int64_t chunks = ceil_div(c.context_tokens, c.chunk_tokens);
     std::printf("  chunk        %s tokens (%lld chunk%s), page %lld tokens\n", format_tokens(c.chunk_tokens).c_str(),
                 static_cast<long long>(chunks), chunks == 1 ? "" : "s", static_cast<long long>(c.page_tokens));
@@ -96,9 +137,11 @@ void print_settings(const simulator::Scenario& s) {
                                            (tile < c.logits_chunk_tokens ? " (one tile)" : ""))
                                               .c_str()
                                         : "unfused, whole chunk");
-  std::printf("  optimizer    %s\n", c.optimizer == simulator::Optimizer::none ? "none (no AdamW state)"
-                                     : c.optimizer == simulator::Optimizer::gpu ? "AdamW, state on the GPU"
-                                                                                 : "AdamW, state on the host");
+  std::printf("  optimizer    %s\n", planner::optimizer_text(s).c_str());
+  std::printf("  recompute    %s\n", c.checkpointing ? "checkpointing on (each layer recomputed from its input in the backward)"
+                                                     : "checkpointing off (every layer's activations kept: no recompute)");
+  std::string why;
+  if (!planner::executable(c, &why)) std::printf("  executable   NO, on paper: %s\n", why.c_str());
   if (c.gpus > 1) std::printf("  gpus         %lld (tensor parallelism, sizes per GPU)\n", static_cast<long long>(c.gpus));
 }
 
@@ -135,7 +178,8 @@ void print_time(const Candidate& k) {
               format_percent(m.step_s > 0 ? m.exposed_copy_s / m.step_s : 0).c_str());
   std::printf("Step time: %s, %.1f tokens/s (compute %s)\n", format_duration_s(m.step_s).c_str(), m.tokens_per_s,
               format_duration_s(m.compute_s).c_str());
-  std::printf("Binding constraint: %s\n", m.binding_constraint.c_str());
+  // What bounds the step's time; which limit bounds the context (--max-context) is said apart.
+  std::printf("Step time bound by: %s\n", m.binding_constraint.c_str());
 }
 
 void print_allocation(const planner::Plan& p) {
@@ -149,23 +193,30 @@ void print_allocation(const planner::Plan& p) {
 }
 
 void print_alternatives(const Candidate& best, const std::vector<Candidate>& alts, const models::ModelSpec& m) {
-  if (alts.empty()) return;
-  std::printf("\nClose alternatives (all fit):\n");
+  if (alts.empty()) {
+    std::printf("\nClose alternatives: none; every other fitting setting is within 1%% of this plan in both step "
+                "time and peak memory\n");
+    return;
+  }
+  std::printf("\nClose alternatives (all fit; each differs by >= 1%% in step time or peak memory):\n");
   for (const auto& a : alts)
-    std::printf("  %-58s step %s (%s), peak %s (%s)\n", planner::describe_difference(best.config, a.config, m).c_str(),
+    std::printf("  %-58s step %s (%s), peak %s (%s)%s\n", planner::describe_difference(best.config, a.config, m).c_str(),
                 format_duration_s(a.summary.step_s).c_str(),
                 signed_percent(a.summary.step_s / best.summary.step_s - 1.0).c_str(),
                 format_bytes(a.summary.peak_device_bytes).c_str(),
-                signed_bytes(a.summary.peak_device_bytes - best.summary.peak_device_bytes).c_str());
+                signed_bytes(a.summary.peak_device_bytes - best.summary.peak_device_bytes).c_str(),
+                planner::executable(a.config) ? "" : " [on paper]");
 }
 
 void print_pareto(const std::vector<Candidate>& front, const models::ModelSpec& m) {
   std::printf("\nPareto frontier (peak device memory vs step time), %zu points:\n", front.size());
+  std::printf("  (a point is kept unless another is as exact, no larger and no slower: KV-gradient dtypes and "
+              "budgets each keep their own points)\n");
   std::printf("  %12s %12s %12s  %s\n", "peak device", "step", "tokens/s", "settings");
   for (const auto& k : front)
-    std::printf("  %12s %12s %12.1f  %s\n", format_bytes(k.summary.peak_device_bytes).c_str(),
+    std::printf("  %12s %12s %12.1f  %s%s\n", format_bytes(k.summary.peak_device_bytes).c_str(),
                 format_duration_s(k.summary.step_s).c_str(), k.summary.tokens_per_s,
-                planner::describe_knobs(k.config, m).c_str());
+                planner::describe_knobs(k.config, m).c_str(), planner::executable(k.config) ? "" : " [on paper]");
 }
 
 void print_diagnosis(const planner::Diagnosis& d) {
@@ -194,6 +245,7 @@ std::vector<std::string> plan_notes(const simulator::Config& c, bool sparse_fall
   if (c.gpus > 1)
     notes.push_back("tensor parallelism over " + std::to_string(c.gpus) +
                     " GPUs is planned on paper only: execution (oomb run) is single-GPU for now");
+  if (std::string why; !planner::executable(c, &why)) notes.push_back("NOT EXECUTABLE: " + why);
   return notes;
 }
 
@@ -204,6 +256,17 @@ void print_notes(const std::vector<std::string>& notes) {
   }
 }
 
+std::string curve_context_text(const planner::RecallCurve& c, int64_t context) {
+  std::string s = "the curve was measured at " + format_tokens(c.context_tokens) + " tokens (chunk " +
+                  format_tokens(c.chunk_tokens) + ", page " + std::to_string(c.page_tokens) + ")";
+  if (context <= 0 || context == c.context_tokens) return s + ", this plan's context";
+  const double f = static_cast<double>(context) / static_cast<double>(c.context_tokens);
+  char b[64];
+  std::snprintf(b, sizeof b, f >= 1 ? "%.0fx longer" : "%.2fx as long", f);
+  return s + "; this plan's context is " + format_tokens(context) + ", " + b +
+         " (more pages compete for the budget: recall measured there is not this context's)";
+}
+
 Json max_context_json(const planner::MaxContext& mc) {
   if (!mc.available) return nullptr;
   return {{"attention", simulator::to_string(mc.attention)},
@@ -212,6 +275,7 @@ Json max_context_json(const planner::MaxContext& mc) {
           {"capped", mc.capped},
           {"binding_constraint", mc.binding_constraint},
           {"binding_notes", mc.binding_notes},
+          {"speed_limited", mc.speed_limited},
           {"plan", mc.plan ? candidate_brief(*mc.plan) : Json(nullptr)},
           {"evaluations", mc.evaluations},
           {"search_s", mc.seconds}};
@@ -236,10 +300,15 @@ void print_max_context(const planner::MaxContext& mc, const planner::Request& r)
 int run_plan(PlanArgs a) {
   using namespace planner;
   planner::Request r;
-  // --optimizer auto belongs to the planner: AdamW state is wanted, its placement searched.
-  if (a.flags.optimizer && *a.flags.optimizer == "auto") {
-    r.optimizer_auto = true;
-    a.flags.optimizer.reset();
+  // --optimizer auto (the default) belongs to the planner: AdamW state is wanted, its placement
+  // searched.
+  r.optimizer_auto = a.flags.optimizer_auto();
+  if (a.flags.optimizer && *a.flags.optimizer == "auto") a.flags.optimizer.reset();
+  if (!a.max_step_time.empty()) r.max_step_s = parse_duration_s(a.max_step_time, "--max-step-time");
+  if (a.min_tokens_per_s) {
+    if (!(*a.min_tokens_per_s > 0) || !std::isfinite(*a.min_tokens_per_s))
+      throw Error("--min-tokens-per-s", std::to_string(*a.min_tokens_per_s), "must be positive", "e.g. 1000");
+    r.min_tokens_per_s = *a.min_tokens_per_s;
   }
   r.objective = objective_from_string(a.objective, "--objective");
   if (r.objective == Objective::context) a.max_context = true;
@@ -248,6 +317,9 @@ int run_plan(PlanArgs a) {
                 "give a context to plan for, or let --max-context find the largest");
   if (!a.max_context && a.flags.context.empty())
     throw Error("--context", "", "missing", "give --context N (e.g. 4M) or --max-context");
+  if ((r.max_step_s > 0 || r.min_tokens_per_s > 0) && !a.max_context)
+    throw Error(r.max_step_s > 0 ? "--max-step-time" : "--min-tokens-per-s", "", "limits the answer of --max-context",
+                "add --max-context (the longest context whose plan keeps the limit)");
   const int64_t N = a.max_context ? 0 : parse_tokens(a.flags.context, "--context");
   r.fixed = a.flags.explicit_knobs();
   ScenarioFlags f = a.flags;
@@ -256,6 +328,9 @@ int run_plan(PlanArgs a) {
   r.headroom = a.headroom;
   r.allow_sparse = a.allow_sparse;
   if (a.min_budget) r.min_budget = *a.min_budget;
+  // --min-budget counts pages of the fixed page size, or of the published 128 tokens; the planner
+  // compares budgets by the tokens they attend.
+  r.min_budget_page_tokens = r.fixed.count("page") ? r.scenario.config.page_tokens : kDefaultMinBudgetPage;
   r.host_explicit = !a.flags.host.empty();
   // --min-recall: the curve + R become a minimum budget (and the curve's page size for sparse
   // candidates, since a budget counts pages).
@@ -266,8 +341,15 @@ int run_plan(PlanArgs a) {
                 "oomb run --attention sparse --measure-recall --trace T.json at a few budgets, then oomb calibrate "
                 "--recall T*.json --out curve.json");
   if (!a.recall_curve.empty()) curve = load_recall_curve(a.recall_curve);
+  if (curve && curve->model != r.scenario.model.id && !a.recall_curve_any)
+    throw Error("--recall-curve", a.recall_curve,
+                "was measured on model " + curve->model + ", not on " + r.scenario.model.id +
+                    " (attention of another model says little about this one's)",
+                "a curve measured on " + r.scenario.model.id +
+                    " (oomb run --attention sparse --measure-recall, then oomb calibrate --recall), or "
+                    "--recall-curve-any to use it anyway");
   if (curve && a.min_recall) {
-    const int64_t cp = curve->points.front().page_tokens;
+    const int64_t cp = curve->page_tokens;
     const bool page_fixed = r.fixed.count("page") > 0;
     if (page_fixed && r.scenario.config.page_tokens != cp)
       throw Error("--page", std::to_string(r.scenario.config.page_tokens),
@@ -279,7 +361,10 @@ int run_plan(PlanArgs a) {
                   "was measured with pages of " + std::to_string(cp) + " tokens; the planner searches 64, 128, 256",
                   "fix --page " + std::to_string(cp) + ", or measure at one of the searched page sizes");
     recall_min_budget = min_budget_for_recall(*curve, *a.min_recall, a.recall_curve);
-    r.min_budget = a.min_budget ? std::max(*a.min_budget, recall_min_budget) : recall_min_budget;
+    // In the curve's pages; a --min-budget (in its own pages) still holds when it attends more.
+    const int64_t user_tokens = a.min_budget ? *a.min_budget * r.min_budget_page_tokens : 0;
+    r.min_budget = std::max(recall_min_budget, ceil_div(user_tokens, cp));
+    r.min_budget_page_tokens = cp;
     r.sparse_page = cp;
     if (r.fixed.count("budget") && r.scenario.config.page_budget < recall_min_budget)
       throw Error("--budget", std::to_string(r.scenario.config.page_budget),
@@ -287,7 +372,7 @@ int run_plan(PlanArgs a) {
                   "a budget of at least " + std::to_string(recall_min_budget) + " pages, or a lower --min-recall");
   }
   auto recall_of = [&](const simulator::Config& c) -> std::optional<double> {
-    if (!curve || c.attention != Attention::sparse || c.page_tokens != curve->points.front().page_tokens)
+    if (!curve || c.attention != Attention::sparse || c.page_tokens != curve->page_tokens)
       return std::nullopt;
     return interpolate_recall(*curve, c.page_budget);
   };
@@ -351,6 +436,17 @@ int run_plan(PlanArgs a) {
   if (a.max_context && res.best) chosen = res.best;  // the same search max_context ended with
   std::vector<Candidate> front = a.pareto ? pareto_frontier(res.feasible) : std::vector<Candidate>{};
 
+  // A plan on paper (a setting the executor does not follow yet): also name the best one it runs.
+  std::optional<Candidate> best_executable;
+  if (chosen && !executable(chosen->config)) {
+    std::vector<Candidate> runnable;
+    for (const auto& k : res.feasible)
+      if (executable(k.config)) runnable.push_back(k);
+    if (const Candidate* b = select_best(runnable, r.objective, &s0.config)) best_executable = *b;
+  }
+  const std::string warning = context_warning(s0.model, chosen ? chosen->config.context_tokens : N);
+  if (!warning.empty()) std::fprintf(stderr, "oomb plan: warning: %s\n", warning.c_str());
+
   std::optional<planner::Plan> plan;
   simulator::Scenario chosen_s = s0;
   if (chosen) {
@@ -373,6 +469,18 @@ int run_plan(PlanArgs a) {
     out["diagnosis"] = diagnosis ? diagnosis->to_json() : Json(nullptr);
     out["sparse_fallback"] = sparse_fallback;
     out["sparse_alternative"] = sparse_hint ? candidate_brief(*sparse_hint) : Json(nullptr);
+    out["best_executable"] = best_executable ? candidate_brief(*best_executable) : Json(nullptr);
+    out["warnings"] = warning.empty() ? Json::array() : Json::array({warning});
+    if (chosen) {
+      std::string why;
+      executable(chosen->config, &why);
+      out["executable"] = {{"executable", why.empty()}, {"reason", why}};
+      out["optimizer"] = {{"placement", simulator::to_string(chosen->config.optimizer)},
+                          {"bytes", optimizer_bytes(chosen_s)},
+                          {"tier", chosen->config.optimizer == simulator::Optimizer::host ? "host"
+                                   : chosen->config.optimizer == simulator::Optimizer::gpu ? "device"
+                                                                                           : "none"}};
+    }
     out["search"] = {{"evaluations", res.evaluations}, {"search_s", res.seconds}, {"fixed", r.fixed}};
     if (a.pareto) {
       out["pareto"] = Json::array();
@@ -387,7 +495,12 @@ int run_plan(PlanArgs a) {
                        {"model", curve->model},
                        {"min_recall", a.min_recall ? Json(*a.min_recall) : Json(nullptr)},
                        {"min_budget", a.min_recall ? Json(recall_min_budget) : Json(nullptr)},
-                       {"mean_recall", rc ? Json(*rc) : Json(nullptr)}};
+                       {"mean_recall", rc ? Json(*rc) : Json(nullptr)},
+                       {"measured_context_tokens", curve->context_tokens},
+                       {"measured_chunk_tokens", curve->chunk_tokens},
+                       {"page_tokens", curve->page_tokens},
+                       {"context_ratio", context > 0 ? static_cast<double>(context) / static_cast<double>(curve->context_tokens) : 0.0},
+                       {"note", curve_context_text(*curve, context)}};
     }
     std::printf("%s\n", out.dump(2).c_str());
     if (plan) for (const auto& n : plan->notes) std::fprintf(stderr, "oomb plan: warning: %s\n", n.c_str());
@@ -399,6 +512,12 @@ int run_plan(PlanArgs a) {
   if (a.max_context) {
     std::printf("oomb plan: largest context for %s on %s (host %s), headroom %s\n", s0.model.id.c_str(), s0.gpu.id.c_str(),
                 s0.host.id.c_str(), format_percent(r.headroom).c_str());
+    std::string limits;
+    if (r.max_step_s > 0) limits += "step time <= " + format_duration_s(r.max_step_s);
+    if (r.min_tokens_per_s > 0)
+      limits += (limits.empty() ? "" : ", ") + std::string(">= ") + format_count(r.min_tokens_per_s) + " tokens/s";
+    std::printf("  speed limits: %s\n", limits.empty() ? "none (give --max-step-time, e.g. 1h, for a useful answer)"
+                                                        : limits.c_str());
     print_max_context(*mc_dense, r);
     if (mc_sparse) print_max_context(*mc_sparse, r);
     if (!chosen) {
@@ -410,6 +529,7 @@ int run_plan(PlanArgs a) {
     std::printf("oomb plan: %s on %s (host %s), context %s, objective %s\n", s0.model.id.c_str(), s0.gpu.id.c_str(),
                 s0.host.id.c_str(), tokens_text(N).c_str(), to_string(r.objective));
   }
+  if (!warning.empty()) std::printf("  WARNING: %s\n", warning.c_str());
   std::printf("  searched %lld configurations in %s; fixed by you: %s\n", static_cast<long long>(res.evaluations),
               format_duration_s(res.seconds).c_str(), fixed_text.empty() ? "nothing" : fixed_text.c_str());
   if (!chosen) {
@@ -428,22 +548,29 @@ int run_plan(PlanArgs a) {
     else line += "not measured at this budget/page";
     if (a.min_recall)
       line += " (--min-recall " + std::to_string(*a.min_recall).substr(0, 6) + ": budgets >= " +
-              std::to_string(recall_min_budget) + " pages of " +
-              std::to_string(curve->points.front().page_tokens) + " tokens)";
+              std::to_string(recall_min_budget) + " pages of " + std::to_string(curve->page_tokens) + " = " +
+              format_tokens(recall_min_budget * curve->page_tokens) + " attended tokens)";
     std::printf("%s; curve %s (model %s)\n", line.c_str(), a.recall_curve.c_str(), curve->model.c_str());
+    std::printf("  %s\n", curve_context_text(*curve, context).c_str());
     if (curve->model != s0.model.id)
-      std::printf("  note: the recall curve was measured on %s, not on %s\n", curve->model.c_str(),
-                  s0.model.id.c_str());
+      std::printf("  WARNING: the recall curve was measured on %s, not on %s (used because of --recall-curve-any)\n",
+                  curve->model.c_str(), s0.model.id.c_str());
   }
   print_memory(chosen_s, *chosen, r.headroom);
   print_time(*chosen);
   print_allocation(*plan);
   print_alternatives(*chosen, res.alternatives, s0.model);
+  if (best_executable)
+    std::printf("\nBest executable plan (what `oomb run` can follow today): %s; step %s (%s), peak %s\n",
+                describe_difference(chosen->config, best_executable->config, s0.model).c_str(),
+                format_duration_s(best_executable->summary.step_s).c_str(),
+                signed_percent(best_executable->summary.step_s / chosen->summary.step_s - 1.0).c_str(),
+                format_bytes(best_executable->summary.peak_device_bytes).c_str());
   if (sparse_hint)
-    std::printf("\nSparse attention would be %.0fx faster: budget %lld pages, step %s, %s tokens/s, peak %s "
+    std::printf("\nSparse attention would be %.0fx faster: %s (page size %lld tokens), step %s, %s tokens/s, peak %s "
                 "(approximate gradients; add --allow-sparse to plan it)\n",
-                chosen->summary.step_s / sparse_hint->summary.step_s,
-                static_cast<long long>(sparse_hint->config.page_budget),
+                chosen->summary.step_s / sparse_hint->summary.step_s, budget_text(sparse_hint->config).c_str(),
+                static_cast<long long>(sparse_hint->config.page_tokens),
                 format_duration_s(sparse_hint->summary.step_s).c_str(),
                 format_count(sparse_hint->summary.tokens_per_s).c_str(),
                 format_bytes(sparse_hint->summary.peak_device_bytes).c_str());
@@ -458,28 +585,40 @@ const Registrar reg(
     "plan", "Find the best settings for a model, GPU, host and context (or the longest context that fits)",
     [](CLI::App& sub) {
       auto a = std::make_shared<PlanArgs>();
+      a->flags.training_defaults = true;
       a->flags.add_to(sub, false);
       sub.add_flag("--max-context", a->max_context,
                    "Find the largest context that fits (dense and sparse), instead of planning for --context");
+      sub.add_option("--max-step-time", a->max_step_time,
+                     "With --max-context: the longest context whose best plan takes at most this per step (1h, 30m, "
+                     "1h30m, 900s)");
+      sub.add_option("--min-tokens-per-s", a->min_tokens_per_s,
+                     "With --max-context: ... and trains at least this many tokens per second");
       sub.add_option("--objective", a->objective,
                      "time (min step time, default), memory (min peak device memory) or context (= --max-context)");
       sub.add_flag("--allow-sparse", a->allow_sparse,
                    "Let sparse attention compete with dense (approximate gradients); without it sparse is used only "
                    "when no dense plan fits, and then said loudly");
-      sub.add_option("--min-budget", a->min_budget, "Sparse: smallest page budget the planner may choose (default 64)");
+      sub.add_option("--min-budget", a->min_budget,
+                     "Sparse: smallest budget the planner may choose, in pages of 128 tokens (of --page when given; "
+                     "default 64 = 8K attended tokens); budgets of other page sizes must attend as many tokens");
       sub.add_option("--min-recall", a->min_recall,
                      "Sparse: only budgets whose mean recall of the dense attention mass, interpolated in "
                      "--recall-curve, is at least this (0..1]; replaces the default --min-budget");
       sub.add_option("--recall-curve", a->recall_curve,
                      "Budget-to-recall curve (oomb.recall/1, from `oomb calibrate --recall`); the chosen budget's "
                      "recall is printed");
+      sub.add_flag("--recall-curve-any", a->recall_curve_any,
+                   "Use a --recall-curve measured on another model (refused otherwise)");
       sub.add_option("--headroom", a->headroom, "Share of HBM capacity kept free (default 0.05)");
       sub.add_option("--out", a->out, "Write the plan (oomb.plan/1 JSON) to this file");
       sub.add_flag("--json", a->json, "Print the plan, prediction, alternatives and diagnosis as JSON");
       sub.add_flag("--pareto", a->pareto, "Also print the frontier of peak device memory vs step time");
       sub.footer(
-          "Knobs given on the command line are fixed; the planner searches the others. --optimizer auto lets it "
-          "place AdamW state on the GPU or the host. --gpus N plans tensor parallelism on paper (execution is "
+          "Knobs given on the command line are fixed; the planner searches the others, checkpointing on and off "
+          "included (off is planned on paper: the executor always recomputes, and such plans are labelled not "
+          "executable). --optimizer auto (the default) places AdamW state on the GPU or the host; --optimizer none "
+          "plans without optimizer state (measurement settings, --preset oomb-published). --gpus N plans tensor parallelism on paper (execution is "
           "single-GPU for now). --min-recall R with --recall-curve F: the curve's mean recall is piecewise linear "
           "between measured budgets, the largest budget's value at or above it, and budgets below the smallest "
           "measured one are rejected; the planner then searches only budgets >= the smallest B whose every larger "

@@ -27,6 +27,7 @@
 #include "executor/runtime/driver.h"
 #include "executor/runtime/tokens.h"
 #include "executor/runtime/weights.h"
+#include "planner/executable.h"
 #include "planner/plan.h"
 #ifdef OOMB_HAVE_CUDA_BACKEND
 #include "executor/cuda/cuda_backend.h"
@@ -181,6 +182,7 @@ int run_run(const RunArgs& a) {
                   "drop --context/--preset/knob flags (--layers, --kv-dtype and --kv-grad-dtype may stay), or run "
                   "without --plan");
     const planner::Plan plan = planner::load_plan(a.plan);
+    if (std::string why; !planner::executable(plan.config, &why)) throw Error("--plan", a.plan, "is not executable", why);
     s = plan.scenario();
     if (a.flags.layers) s.config.layers_override = *a.flags.layers;
     if (a.flags.kv_dtype) s.config.kv_dtype = *a.flags.kv_dtype;
@@ -188,6 +190,7 @@ int run_run(const RunArgs& a) {
     simulator::validate(s.config, s.model);
   } else {
     s = a.flags.resolve();
+    if (std::string why; !planner::executable(s.config, &why)) throw Error("--checkpointing", "false", "is not executable", why);
     // Without a plan the run is the exact fp32 reference unless bf16 pages are asked for: the
     // config's (and presets') page dtypes apply to predictions, not to an unflagged run.
     if (!a.flags.kv_dtype) s.config.kv_dtype = "fp32";

@@ -35,10 +35,17 @@ void ScenarioFlags::add_to(CLI::App& app, bool require_context) {
   app.add_option("--kv-grad-dtype", kv_grad_dtype, "KV-gradient page dtype: fp32 (default) or bf16");
   app.add_option("--param-dtype", param_dtype, "Parameter dtype: bf16 (default) or fp32");
   app.add_option("--param-grad-dtype", param_grad_dtype, "Parameter-gradient dtype: bf16 (default) or fp32");
-  app.add_option("--optimizer", optimizer, "AdamW state: none (default), gpu, host");
+  app.add_option("--optimizer", optimizer,
+                 training_defaults
+                     ? "AdamW state: auto (default: fp32 master weights + moments, on the GPU or the host as fits "
+                       "best), gpu, host, none (no optimizer state: measurement settings such as --preset "
+                       "oomb-published)"
+                     : "AdamW state: none (default), gpu, host; auto places it (plan, simulate, sweep)");
   app.add_option("--checkpointing", checkpointing, "Per-layer checkpointing inside the chunk: true (default) or false");
   app.add_option("--logits-chunk", logits_chunk,
-                 "Tokens per fused LM-head/loss tile (e.g. 1K); 0 = whole chunk, unfused (default)");
+                 training_defaults ? "Tokens per fused LM-head/loss tile (default 1K); 0 = whole chunk, unfused (the "
+                                     "published baseline's loss)"
+                                   : "Tokens per fused LM-head/loss tile (e.g. 1K); 0 = whole chunk, unfused (default)");
   app.add_option("--peak-measure", peak_measure,
                  "reserved (include the runtime reserve, default) or allocated (as PyTorch's max_memory_allocated)");
   app.add_option("--gpus", gpus, "Tensor-parallel GPUs (planning only; execution is single-GPU)");
@@ -70,17 +77,36 @@ simulator::Scenario ScenarioFlags::resolve() const {
   if (resident_layers) {
     if (*resident_layers == "all") c.resident_layers = s.model.layers;
     else c.resident_layers = parse_tokens(*resident_layers, "--resident-layers");
+    const int64_t L = effective_layers(c, s.model);
+    if (c.resident_layers > L)
+      throw Error("--resident-layers", *resident_layers,
+                  "is more than the " + std::to_string(L) + " layers of " + s.model.id +
+                      (c.layers_override > 0 ? " (--layers)" : ""),
+                  "1.." + std::to_string(L) + " or 'all' (no offload)");
   }
   if (kv_dtype) c.kv_dtype = *kv_dtype;
   if (kv_grad_dtype) c.kv_grad_dtype = *kv_grad_dtype;
   if (param_dtype) c.param_dtype = *param_dtype;
   if (param_grad_dtype) c.param_grad_dtype = *param_grad_dtype;
-  if (optimizer) c.optimizer = optimizer_from_string(*optimizer, "--optimizer");
+  if (optimizer && *optimizer != "auto") {
+    if (*optimizer != "none" && *optimizer != "gpu" && *optimizer != "host")
+      throw Error("--optimizer", *optimizer, "unknown value",
+                  "one of auto (AdamW, placed on the GPU or the host), gpu, host, none");
+    c.optimizer = optimizer_from_string(*optimizer, "--optimizer");
+  } else if (optimizer_auto()) {
+    c.optimizer = Optimizer::gpu;  // placement decided by the caller (planner or place_optimizer)
+  }
+  if (training_defaults && !logits_chunk && preset != "oomb-published") c.logits_chunk_tokens = 1024;
   if (checkpointing) c.checkpointing = *checkpointing;
   if (logits_chunk) c.logits_chunk_tokens = *logits_chunk == "0" ? 0 : parse_tokens(*logits_chunk, "--logits-chunk");
   if (peak_measure) c.peak_measure = peak_measure_from_string(*peak_measure, "--peak-measure");
   if (c.context_tokens > 0) validate(c, s.model);
   return s;
+}
+
+bool ScenarioFlags::optimizer_auto() const {
+  if (optimizer) return *optimizer == "auto";
+  return training_defaults && preset != "oomb-published";
 }
 
 std::set<std::string> ScenarioFlags::explicit_knobs() const {
