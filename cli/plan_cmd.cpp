@@ -16,6 +16,7 @@
 #include "planner/defaults.h"
 #include "planner/diagnosis.h"
 #include "planner/executable.h"
+#include "planner/parallel.h"
 #include "planner/plan.h"
 #include "planner/recall_curve.h"
 #include "planner/search.h"
@@ -297,9 +298,118 @@ void print_max_context(const planner::MaxContext& mc, const planner::Request& r)
                 format_duration_s(mc.plan->summary.step_s).c_str(), format_bytes(mc.plan->summary.peak_device_bytes).c_str());
 }
 
+// "8 GPUs": the oomb plan uses the largest tensor-parallel degree that divides the node's GPUs and
+// the model's heads (the rest are data-parallel replicas); the comparison uses all of them.
+struct NodeGpus {
+  int64_t gpus = 1, tp = 1;
+  std::string note;
+};
+
+NodeGpus node_gpus(ScenarioFlags& f) {
+  NodeGpus n;
+  if (!f.gpus || *f.gpus <= 1) return n;
+  n.gpus = n.tp = *f.gpus;
+  if (n.gpus != 2 && n.gpus != 4 && n.gpus != 8) return n;  // check_request names the valid ones
+  const models::ModelSpec m = models::load_model(f.model);
+  while (n.tp > 1 && (m.kv_heads % n.tp != 0 || m.q_heads % n.tp != 0)) n.tp /= 2;
+  if (n.tp != n.gpus) {
+    n.note = "tensor parallelism over " + std::to_string(n.gpus) + " GPUs does not divide " + m.id + "'s heads (q " +
+             std::to_string(m.q_heads) + ", kv " + std::to_string(m.kv_heads) + "): the oomb plan uses " +
+             (n.tp > 1 ? "TP " + std::to_string(n.tp) : std::string("one GPU")) + " per replica, " +
+             std::to_string(n.gpus / n.tp) + " data-parallel replicas on the node";
+    if (n.tp > 1) f.gpus = n.tp;
+    else f.gpus.reset();
+  }
+  return n;
+}
+
+// oomb next to context parallelism on the node's GPUs: per GPU memory, step, tokens/s, GPU-hours.
+struct Comparison {
+  std::vector<planner::ParallelPlan> rows;
+  std::vector<std::string> notes;
+  Json to_json() const {
+    Json j = {{"rows", Json::array()}, {"notes", notes}};
+    for (const auto& r : rows) j["rows"].push_back(r.to_json());
+    return j;
+  }
+};
+
+Comparison compare_multi_gpu(const planner::Request& r, const NodeGpus& node, const std::optional<Candidate>& chosen,
+                             int64_t context) {
+  using namespace planner;
+  Comparison cmp;
+  simulator::Scenario s = r.scenario;
+  s.config.context_tokens = context;
+  // oomb on one GPU (the method's claim), and as data-parallel replicas filling the node.
+  planner::Request one = r;
+  one.scenario.config.gpus = 1;
+  const SearchResult single = search(one, context);
+  if (single.best) {
+    simulator::Scenario s1 = one.scenario;
+    s1.config = single.best->config;
+    ParallelPlan p1 = data_parallel(s1, single.best->summary, 1, r.headroom);
+    p1.label = "oomb, 1 GPU";
+    cmp.rows.push_back(p1);
+    cmp.rows.push_back(data_parallel(s1, single.best->summary, node.gpus, r.headroom));
+  } else {
+    cmp.notes.push_back("oomb on one GPU: no plan fits at " + format_tokens(context) + " tokens");
+  }
+  if (chosen && chosen->config.gpus > 1) {
+    simulator::Scenario st = r.scenario;
+    st.config = chosen->config;
+    cmp.rows.push_back(data_parallel(st, chosen->summary, node.gpus / chosen->config.gpus, r.headroom));
+  }
+  for (auto kind : {ContextParallelism::ring, ContextParallelism::ulysses}) {
+    // All the node's GPUs on one sequence; where the heads forbid that (Ulysses), the largest
+    // degree that works, replicated over the rest.
+    bool found = false;
+    std::vector<std::string> skipped;  // why the full node does not suit, when it does not
+    for (int64_t d = node.gpus; d >= 2 && !found; d /= 2) {
+      std::optional<ParallelPlan> p = best_context_parallel(s, kind, d, r.headroom, d == node.gpus ? &skipped : nullptr);
+      if (!p) continue;
+      found = true;
+      if (d < node.gpus) {
+        p->replicas = node.gpus / d;
+        p->gpus = node.gpus;
+        p->label += " x " + std::to_string(p->replicas) + " data-parallel";
+        p->notes.push_back("no layout of " + std::to_string(node.gpus) + " GPUs suits " + s.model.id +
+                           (skipped.empty() ? "" : " (" + skipped.front() + ")"));
+        finish_rates(*p);
+      }
+      cmp.rows.push_back(*p);
+    }
+    if (!found)
+      cmp.notes.push_back(std::string(kind == ContextParallelism::ring ? "ring attention" : "Ulysses") +
+                          ": no layout of 2.." + std::to_string(node.gpus) + " GPUs suits " + s.model.id);
+  }
+  cmp.notes.push_back("context parallelism is standard full-sequence training (fused chunked loss, AdamW state "
+                      "sharded over the context-parallel ranks) on paper, priced with the same cost model; "
+                      "interconnect " + format_rate_bytes_per_s(s.gpu.interconnect_bytes_per_s) + " per direction (" +
+                      s.gpu.id + " profile)");
+  return cmp;
+}
+
+void print_comparison(const Comparison& cmp, const NodeGpus& node, const simulator::Scenario& s, int64_t context) {
+  std::printf("\nMulti-GPU comparison: %lld x %s in one node (host %s), context %s\n", static_cast<long long>(node.gpus),
+              s.gpu.id.c_str(), s.host.id.c_str(), format_tokens(context).c_str());
+  std::printf("  %-52s %12s %12s %14s %12s  %s\n", "layout", "mem per GPU", "step", "tokens/s node", "GPU-h per 1B",
+              "fits");
+  for (const auto& p : cmp.rows) {
+    std::printf("  %-52s %12s %12s %14s %12s  %s\n", p.label.c_str(), format_bytes(p.device_bytes).c_str(),
+                format_duration_s(p.step_s).c_str(), format_count(p.tokens_per_s).c_str(),
+                format_count(p.gpu_hours_per_billion_tokens).c_str(),
+                p.fits ? ("yes (" + p.binding + ")").c_str() : ("NO: " + p.binding).c_str());
+    for (const auto& n : p.notes) std::printf("  %-52s   %s\n", "", n.c_str());
+  }
+  for (const auto& n : cmp.notes) std::printf("  note: %s\n", n.c_str());
+  std::printf("  (mem per GPU includes the runtime reserve; tokens/s and GPU-hours count every GPU of the layout; "
+              "host memory is per node)\n");
+}
+
 int run_plan(PlanArgs a) {
   using namespace planner;
   planner::Request r;
+  const NodeGpus node = node_gpus(a.flags);
   // --optimizer auto (the default) belongs to the planner: AdamW state is wanted, its placement
   // searched.
   r.optimizer_auto = a.flags.optimizer_auto();
@@ -456,8 +566,13 @@ int run_plan(PlanArgs a) {
     if (!a.out.empty()) save_plan(a.out, *plan);
   }
 
+  std::optional<Comparison> comparison;
+  if (node.gpus > 1 && context > 0) comparison = compare_multi_gpu(r, node, chosen, context);
+
   if (a.json) {
     out["plan"] = plan ? plan->to_json() : Json(nullptr);
+    out["node"] = {{"gpus", node.gpus}, {"tp", node.tp}, {"note", node.note}};
+    out["multi_gpu"] = comparison ? comparison->to_json() : Json(nullptr);
     out["prediction"] = chosen ? simulator::to_json(chosen->summary) : Json(nullptr);
     out["alternatives"] = Json::array();
     if (chosen)
@@ -530,11 +645,13 @@ int run_plan(PlanArgs a) {
                 s0.host.id.c_str(), tokens_text(N).c_str(), to_string(r.objective));
   }
   if (!warning.empty()) std::printf("  WARNING: %s\n", warning.c_str());
+  if (!node.note.empty()) std::printf("  note: %s\n", node.note.c_str());
   std::printf("  searched %lld configurations in %s; fixed by you: %s\n", static_cast<long long>(res.evaluations),
               format_duration_s(res.seconds).c_str(), fixed_text.empty() ? "nothing" : fixed_text.c_str());
   if (!chosen) {
     std::printf("\nNO PLAN FITS.\n");
     if (diagnosis) print_diagnosis(*diagnosis);
+    if (comparison) print_comparison(*comparison, node, s0, context);
     return 1;
   }
   std::printf("\n");
@@ -576,6 +693,7 @@ int run_plan(PlanArgs a) {
                 format_bytes(sparse_hint->summary.peak_device_bytes).c_str());
   if (a.pareto) print_pareto(front, s0.model);
   if (diagnosis) print_diagnosis(*diagnosis);
+  if (comparison) print_comparison(*comparison, node, s0, context);
   print_notes(plan->notes);
   if (!a.out.empty()) std::printf("\nPlan written to %s\n", a.out.c_str());
   return 0;
