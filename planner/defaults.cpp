@@ -1,5 +1,7 @@
 #include "planner/defaults.h"
 
+#include <algorithm>
+
 #include "core/format.h"
 #include "planner/search.h"
 
@@ -18,8 +20,14 @@ simulator::Optimizer place_optimizer(const simulator::Scenario& s0, double headr
     return k;
   };
   const Candidate gpu = judge(Optimizer::gpu), host = judge(Optimizer::host);
-  if (gpu.fits() && (!host.fits() || gpu.summary.step_s <= host.summary.step_s * (1.0 + kTieTolerance)))
-    return Optimizer::gpu;
+  if (gpu.fits() && host.fits()) {
+    // The planner's ranking: the faster, and within the tie band the smaller device peak.
+    const double t = std::min(gpu.summary.step_s, host.summary.step_s) * (1.0 + kTieTolerance);
+    if (gpu.summary.step_s <= t && host.summary.step_s <= t)
+      return gpu.summary.peak_device_bytes < host.summary.peak_device_bytes ? Optimizer::gpu : Optimizer::host;
+    return gpu.summary.step_s < host.summary.step_s ? Optimizer::gpu : Optimizer::host;
+  }
+  if (gpu.fits()) return Optimizer::gpu;
   if (host.fits()) return Optimizer::host;
   // Neither fits: keep the one that is less over its limits, so the report shows the nearer miss.
   return gpu.usage.worst_ratio() <= host.usage.worst_ratio() ? Optimizer::gpu : Optimizer::host;

@@ -13,9 +13,9 @@ namespace oomb::planner {
 inline constexpr int64_t kDefaultLogitsChunk = 1024;
 
 // `--optimizer auto` outside the planner's search (simulate, sweep): AdamW with fp32 master weights
-// and moments, on the GPU when that plan fits and is not slower than on the host (within
-// kTieTolerance), else on the host. The same rule the planner ranks the placement by when nothing
-// else differs.
+// and moments, placed where the planner would rank it first when nothing else differs: of the
+// placements that fit, the faster one, and within kTieTolerance of each other the one with the
+// smaller device peak.
 simulator::Optimizer place_optimizer(const simulator::Scenario& s, double headroom);
 
 // Non-empty when the context is beyond the model's max_position: RoPE scaling (or position

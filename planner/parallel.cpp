@@ -144,9 +144,11 @@ ParallelPlan context_parallel(const Scenario& s, ContextParallelism kind, int64_
   // Communication per layer and pass, per GPU (bytes each GPU sends; links are full duplex).
   const double link = link_bytes_per_s(s);
   const double passes_fwd = checkpointing ? 2.0 : 1.0;  // forward, and its recompute in the backward
-  const double Td = static_cast<double>(T), Nd = static_cast<double>(N);
-  // Attention of one rank's queries against one block of keys (the work a ring step hides behind).
-  const double attn_flops_rank = 4.0 * Td * Nd / 2.0 * static_cast<double>(m.head_dim * m.q_heads) / tp;
+  const double Td = static_cast<double>(T);
+  // Attention of one rank's queries against one block of keys, the work a ring step hides its
+  // transfer behind: with causal load balancing a rank's N/cp x N/2 pairs spread evenly over the cp
+  // steps, T x T / 2 pairs each.
+  const double attn_flops_rank = 4.0 * Td * Td / 2.0 * static_cast<double>(m.head_dim * m.q_heads) / tp;
   const double attn_fwd_s = attn_flops_rank / (s.gpu.bf16_flops_per_s * s.gpu.efficiency.attention);
   const double attn_bwd_s = 2.5 * attn_flops_rank / (s.gpu.bf16_flops_per_s * s.gpu.efficiency.attention_backward);
   double comm = 0, exposed = 0;
@@ -155,8 +157,10 @@ ParallelPlan context_parallel(const Scenario& s, ContextParallelism kind, int64_
       const double kv_block = Td * 2.0 * static_cast<double>(kvd / tp) * static_cast<double>(kvb);
       const double fwd = static_cast<double>(cp - 1) * kv_block / link;
       const double bwd = static_cast<double>(cp - 1) * (kv_block + kv_block) / link;  // K/V in, dK/dV on (bf16)
+      const double steps = static_cast<double>(cp - 1);
       comm = static_cast<double>(L) * (passes_fwd * fwd + bwd);
-      exposed = static_cast<double>(L) * (passes_fwd * std::max(0.0, fwd - attn_fwd_s) + std::max(0.0, bwd - attn_bwd_s));
+      exposed = static_cast<double>(L) * steps *
+                (passes_fwd * std::max(0.0, fwd / steps - attn_fwd_s) + std::max(0.0, bwd / steps - attn_bwd_s));
     } else {
       const double per_token =
           static_cast<double>((2 * qd / tp + 2 * std::max<int64_t>(kvd / tp, kv_heads_local * m.head_dim)) * ab);
