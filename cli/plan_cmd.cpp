@@ -442,6 +442,8 @@ int run_plan(PlanArgs a) {
   // compares budgets by the tokens they attend.
   r.min_budget_page_tokens = r.fixed.count("page") ? r.scenario.config.page_tokens : kDefaultMinBudgetPage;
   r.host_explicit = !a.flags.host.empty();
+  // A plan written for `oomb run` holds only settings the executor follows (unless fixed by you).
+  r.executable_only = !a.out.empty();
   // --min-recall: the curve + R become a minimum budget (and the curve's page size for sparse
   // candidates, since a budget counts pages).
   std::optional<RecallCurve> curve;
@@ -547,7 +549,16 @@ int run_plan(PlanArgs a) {
   std::vector<Candidate> front = a.pareto ? pareto_frontier(res.feasible) : std::vector<Candidate>{};
 
   // A plan on paper (a setting the executor does not follow yet): also name the best one it runs.
-  std::optional<Candidate> best_executable;
+  // A plan to be run: say what the settings on paper would give.
+  std::optional<Candidate> best_executable, on_paper;
+  if (chosen && r.executable_only && !a.max_context) {
+    planner::Request rp = r;
+    rp.executable_only = false;
+    const SearchResult paper = search(rp, context);
+    if (paper.best && !executable(paper.best->config) &&
+        paper.best->summary.step_s < chosen->summary.step_s * (1.0 - kTieTolerance))
+      on_paper = paper.best;
+  }
   if (chosen && !executable(chosen->config)) {
     std::vector<Candidate> runnable;
     for (const auto& k : res.feasible)
@@ -585,6 +596,7 @@ int run_plan(PlanArgs a) {
     out["sparse_fallback"] = sparse_fallback;
     out["sparse_alternative"] = sparse_hint ? candidate_brief(*sparse_hint) : Json(nullptr);
     out["best_executable"] = best_executable ? candidate_brief(*best_executable) : Json(nullptr);
+    out["on_paper"] = on_paper ? candidate_brief(*on_paper) : Json(nullptr);
     out["warnings"] = warning.empty() ? Json::array() : Json::array({warning});
     if (chosen) {
       std::string why;
@@ -677,6 +689,15 @@ int run_plan(PlanArgs a) {
   print_time(*chosen);
   print_allocation(*plan);
   print_alternatives(*chosen, res.alternatives, s0.model);
+  if (on_paper) {
+    std::string why;
+    executable(on_paper->config, &why);
+    std::printf("\nOn paper (not written: the executor does not follow it yet): %s; step %s (%s), peak %s\n",
+                describe_difference(chosen->config, on_paper->config, s0.model).c_str(),
+                format_duration_s(on_paper->summary.step_s).c_str(),
+                signed_percent(on_paper->summary.step_s / chosen->summary.step_s - 1.0).c_str(),
+                format_bytes(on_paper->summary.peak_device_bytes).c_str());
+  }
   if (best_executable)
     std::printf("\nBest executable plan (what `oomb run` can follow today): %s; step %s (%s), peak %s\n",
                 describe_difference(chosen->config, best_executable->config, s0.model).c_str(),
@@ -729,7 +750,10 @@ const Registrar reg(
       sub.add_flag("--recall-curve-any", a->recall_curve_any,
                    "Use a --recall-curve measured on another model (refused otherwise)");
       sub.add_option("--headroom", a->headroom, "Share of HBM capacity kept free (default 0.05)");
-      sub.add_option("--out", a->out, "Write the plan (oomb.plan/1 JSON) to this file");
+      sub.add_option("--out", a->out,
+                     "Write the plan (oomb.plan/1 JSON) to this file for `oomb run`: only settings the executor "
+                     "follows are chosen (checkpointing stays on unless you fix it); the faster plan on paper is "
+                     "named");
       sub.add_flag("--json", a->json, "Print the plan, prediction, alternatives and diagnosis as JSON");
       sub.add_flag("--pareto", a->pareto, "Also print the frontier of peak device memory vs step time");
       sub.footer(

@@ -152,6 +152,7 @@ Space make_space(const Request& r, int64_t N) {
     else sp.budgets.assign(std::begin(kBudgets), std::end(kBudgets));
   }
   if (fixed(r, "checkpointing")) sp.checkpointings = {b.checkpointing};
+  else if (r.executable_only) sp.checkpointings = {true};  // the executor always recomputes
   else sp.checkpointings = {true, false};
   if (fixed(r, "param_grad_dtype")) sp.param_grads = {b.param_grad_dtype};
   else sp.param_grads = {"bf16", "fp32"};

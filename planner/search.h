@@ -55,6 +55,9 @@ struct Request {
   // keeps them.
   double max_step_s = 0;
   double min_tokens_per_s = 0;
+  // A plan that is to be run (`oomb plan --out`): settings the executor does not follow yet
+  // (executable.h) are not searched, unless the user fixed them.
+  bool executable_only = false;
   int64_t min_budget_tokens() const { return min_budget * min_budget_page_tokens; }
 };
 

@@ -168,8 +168,9 @@ TEST(Catalog, MaxContextAndParetoForEveryModel) {
         }
       }
       // The chosen plan is never dominated by a frontier point.
-      if (res.best)
+      if (res.best) {
         for (const auto& p : front) EXPECT_FALSE(dominated_by(*res.best, p)) << what;
+      }
       for (const auto& p : front) EXPECT_TRUE(fits_under_evaluate(r, p.config)) << what;
     }
 }

@@ -87,7 +87,7 @@ TEST_F(PlanCli, BadInputExitsWithTwo) {
   for (const std::string& args :
        {std::string("--model nope --context 4M"), std::string("--gpu nope --context 4M"),
         std::string("--context 4M --host nope"), std::string("--context 16K --attention sparse --budget 1000"),
-        std::string("--context 4M --chunk 128 --page 256"), std::string("--context 4M --gpus 8"),
+        std::string("--context 4M --chunk 128 --page 256"), std::string("--context 4M --gpus 16"),
         std::string("--context 4M --gpus 3"), std::string("--context 0"), std::string("--context -1"),
         std::string("--context 4M --headroom -0.5"), std::string("--context 4M --min-budget 0"),
         std::string("--context 4M --resident-layers 0"), std::string("--context 4M --objective fastest"),

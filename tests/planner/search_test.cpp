@@ -361,7 +361,9 @@ TEST(Search, ParetoFrontierIsNonDominated) {
   // strictly as memory grows.
   std::map<std::string, std::vector<const Candidate*>> by_dtype;
   for (size_t i = 0; i < front.size(); ++i) {
-    if (i) EXPECT_GE(front[i].summary.peak_device_bytes, front[i - 1].summary.peak_device_bytes);
+    if (i) {
+      EXPECT_GE(front[i].summary.peak_device_bytes, front[i - 1].summary.peak_device_bytes);
+    }
     by_dtype[front[i].config.kv_grad_dtype].push_back(&front[i]);
   }
   EXPECT_EQ(by_dtype.size(), 2u) << "the frontier spans KV-gradient dtypes";

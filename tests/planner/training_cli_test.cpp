@@ -113,6 +113,15 @@ TEST_F(TrainingCli, PlansTheExecutorCannotRunAreLabelledAndRefused) {
   // The default 4M plan is on paper (checkpointing off is faster) and names the best runnable one.
   const CliRun d = oomb("plan --model qwen2.5-7b --gpu h200 --context 4M");
   EXPECT_TRUE(has(d.out, "Best executable plan")) << d.out;
+  // A plan written to be run holds only what the executor follows, and names the faster one on paper.
+  const std::string run_me = path("run.json");
+  const CliRun w = oomb("plan --model qwen2.5-7b --gpu h200 --context 4M --out " + run_me);
+  ASSERT_EQ(w.rc, 0) << w.out;
+  EXPECT_TRUE(has(w.out, "On paper (not written")) << w.out;
+  EXPECT_FALSE(has(w.out, "NOT EXECUTABLE")) << w.out;
+  const oomb::Json wj = oomb::read_json_file(run_me);
+  EXPECT_TRUE(wj["executable"].get<bool>());
+  EXPECT_TRUE(wj["config"]["checkpointing"].get<bool>());
 }
 
 TEST_F(TrainingCli, RecallCurveOfAnotherModelIsRefused) {

@@ -43,6 +43,13 @@ TEST(TrainingPlan, FourMillionIsAtLeastAsFastAsCheckpointingOff) {
   on.checkpointing = true;
   EXPECT_TRUE(executable(on, &why));
   EXPECT_TRUE(why.empty());
+  // A plan to be run keeps to what the executor follows.
+  Request run = r;
+  run.executable_only = true;
+  const SearchResult runnable = search(run, 4 * M);
+  ASSERT_TRUE(runnable.best);
+  EXPECT_TRUE(executable(runnable.best->config));
+  EXPECT_GT(runnable.best->summary.step_s, res.best->summary.step_s);
 }
 
 TEST(TrainingPlan, ChosenPlanIsNeverDominated) {
