@@ -13,6 +13,7 @@
 #include "core/format.h"
 #include "core/units.h"
 #include "planner/defaults.h"
+#include "planner/executable.h"
 #include "planner/search.h"
 
 namespace oomb::cli {
@@ -165,12 +166,14 @@ int run_sweep(const SweepArgs& a) {
         j["variant"] = variants[v].name;
         j["planned"] = c.planned;
         j["fits"] = c.fits;
+        j["executable"] = planner::executable(c.config);
         j["config"] = c.config.to_json();
         j["device_figures"] = tp ? "per GPU" : "one GPU";
         j["host_figures"] = tp ? "per node" : "one GPU's host";
         rows.push_back(j);
       } else {
-        const char* verdict = c.fits ? "fits" : c.binding == "device memory" ? "OOM " : "host!";
+        const bool paper = !planner::executable(c.config);
+        const char* verdict = c.fits ? (paper ? "fits*" : "fits") : c.binding == "device memory" ? "OOM " : "host!";
         char cell[64];
         std::snprintf(cell, sizeof cell, "%10s %10s %s", format_bytes(sum.peak_device_bytes).c_str(),
                       format_duration_s(sum.step_s).c_str(), verdict);
@@ -182,7 +185,8 @@ int run_sweep(const SweepArgs& a) {
   if (a.json) std::printf("%s\n", rows.dump(2).c_str());
   if (!a.csv && !a.json)
     std::printf("fits = within device and host limits (5%% headroom); OOM = device memory exceeded; host! = host memory "
-                "exceeded (a planned cell that does not fit shows its closest miss)\n");
+                "exceeded (a planned cell that does not fit shows its closest miss); * = on paper: checkpointing "
+                "off, which the executor does not run yet\n");
   return 0;
 }
 

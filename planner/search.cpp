@@ -646,6 +646,15 @@ SearchResult search(const Request& r, int64_t N, const SearchOptions& o) {
   return res;
 }
 
+namespace {
+// Exact enough to show why a step just over a round limit fails ("3600.4 s", not "1h 00m").
+std::string seconds_text(double s) {
+  char b[48];
+  std::snprintf(b, sizeof b, "%.1f s (%s)", s, format_duration_s(s).c_str());
+  return b;
+}
+}  // namespace
+
 MaxContext max_context(const Request& r0, Attention mode, int64_t cap) {
   const auto t0 = std::chrono::steady_clock::now();
   MaxContext mc;
@@ -717,8 +726,8 @@ MaxContext max_context(const Request& r0, Attention mode, int64_t cap) {
       mc.binding_constraint = slow ? "step time limit" : "throughput limit";
       mc.speed_limited = true;
       mc.binding_notes.push_back(
-          slow ? "the fastest plan that fits takes " + format_duration_s(fastest->summary.step_s) + " per step, over the " +
-                     format_duration_s(r.max_step_s) + " limit (--max-step-time)"
+          slow ? "the fastest plan that fits takes " + seconds_text(fastest->summary.step_s) + " per step, over the " +
+                     seconds_text(r.max_step_s) + " limit (--max-step-time)"
                : "the fastest plan that fits reaches " + format_count(fastest->summary.tokens_per_s) +
                      " tokens/s, under the " + format_count(r.min_tokens_per_s) + " tokens/s floor (--min-tokens-per-s)");
     } else {
