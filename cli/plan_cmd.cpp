@@ -149,9 +149,10 @@ void print_settings(const simulator::Scenario& s) {
 void print_memory(const simulator::Scenario& s, const Candidate& k, double headroom) {
   const simulator::MemoryTable t = simulator::memory_table(s);
   const auto& u = k.usage;
-  std::printf("\nDevice memory: %s of %s (%s), limit %s with %s headroom\n", format_bytes(u.device_need_bytes).c_str(),
-              format_bytes(u.device_capacity_bytes).c_str(), s.gpu.id.c_str(), format_bytes(u.device_limit_bytes).c_str(),
-              format_percent(headroom).c_str());
+  const bool tp = s.config.gpus > 1;
+  std::printf("\nDevice memory%s: %s of %s (%s), limit %s with %s headroom\n", tp ? " per GPU" : "",
+              format_bytes(u.device_need_bytes).c_str(), format_bytes(u.device_capacity_bytes).c_str(), s.gpu.id.c_str(),
+              format_bytes(u.device_limit_bytes).c_str(), format_percent(headroom).c_str());
   std::printf("  %-28s %12s %7s\n", "buffer", "bytes", "share");
   for (const auto& r : t.rows)
     if (r.tier == simulator::Tier::device && r.bytes > 0)
@@ -161,7 +162,9 @@ void print_memory(const simulator::Scenario& s, const Candidate& k, double headr
     std::printf("  %-28s %12s %7s  (not in the reported peak: --peak-measure allocated)\n", "runtime_reserve",
                 format_bytes(s.gpu.reserved_bytes).c_str(),
                 format_percent(static_cast<double>(s.gpu.reserved_bytes) / static_cast<double>(u.device_capacity_bytes)).c_str());
-  std::printf("\nHost memory: %s (%s: %s RAM, %s pinnable; %s of it pinned)\n", format_bytes(u.host_need_bytes).c_str(),
+  std::printf("\nHost memory%s: %s (%s: %s RAM, %s pinnable; %s of it pinned)\n",
+              tp ? (" per node (all " + std::to_string(s.config.gpus) + " GPUs)").c_str() : "",
+              format_bytes(u.host_need_bytes).c_str(),
               s.host.id.c_str(), format_bytes(s.host.ram_bytes).c_str(), format_bytes(s.host.pinnable_bytes).c_str(),
               format_bytes(u.pinned_need_bytes).c_str());
   std::printf("  %-28s %12s %7s\n", "buffer", "bytes", "of pinnable");
@@ -296,6 +299,59 @@ void print_max_context(const planner::MaxContext& mc, const planner::Request& r)
   if (mc.plan)
     std::printf("  %-26s   %s; step %s, peak %s\n", "", planner::describe_knobs(mc.plan->config, r.scenario.model).c_str(),
                 format_duration_s(mc.plan->summary.step_s).c_str(), format_bytes(mc.plan->summary.peak_device_bytes).c_str());
+}
+
+// Standard training at the same context, the two baselines a reader trusts: the best standard
+// configuration (planned: fused chunked loss, checkpointing on or off) and the published one
+// (full-sequence unfused logits, checkpointing on).
+struct Baseline {
+  std::string label;
+  std::optional<Candidate> result;  // the plan, or the closest miss
+  bool fits = false;
+};
+
+std::vector<Baseline> baselines(const planner::Request& r, int64_t context) {
+  using namespace planner;
+  std::vector<Baseline> out;
+  planner::Request q = r;
+  q.fixed.insert("schedule");
+  q.fixed.insert("attention");
+  q.scenario.config.schedule = simulator::Schedule::standard;
+  q.scenario.config.attention = Attention::dense;
+  q.executable_only = false;
+  q.max_step_s = q.min_tokens_per_s = 0;
+  q.objective = Objective::time;
+  const SearchResult best = search(q, context);
+  out.push_back({"standard, best (fused chunked loss, checkpointing on or off)", best.best ? best.best : best.closest,
+                 best.best.has_value()});
+  q.fixed.insert("logits_chunk");
+  q.fixed.insert("checkpointing");
+  q.scenario.config.logits_chunk_tokens = 0;
+  q.scenario.config.checkpointing = true;
+  const SearchResult pub = search(q, context);
+  out.push_back({"standard, published (unfused full-vocabulary logits)", pub.best ? pub.best : pub.closest,
+                 pub.best.has_value()});
+  return out;
+}
+
+void print_baselines(const std::vector<Baseline>& bs, const Candidate& chosen) {
+  std::printf("\nStandard training at this context (full sequence; the oomb plan above: %s, %s):\n",
+              format_bytes(chosen.summary.peak_device_bytes).c_str(), format_duration_s(chosen.summary.step_s).c_str());
+  for (const auto& b : bs) {
+    if (!b.result) {
+      std::printf("  %-62s nothing evaluated\n", b.label.c_str());
+      continue;
+    }
+    const auto& k = *b.result;
+    std::printf("  %-62s %s: peak %s, step %s%s\n", b.label.c_str(),
+                b.fits ? "fits" : ("does not fit (" + k.usage.binding() + ")").c_str(),
+                format_bytes(k.summary.peak_device_bytes).c_str(), format_duration_s(k.summary.step_s).c_str(),
+                b.fits ? (", " + std::string(k.config.checkpointing ? "checkpointing on" : "checkpointing off") + ", " +
+                          (k.config.logits_chunk_tokens > 0 ? format_tokens(k.config.logits_chunk_tokens) + " loss tiles"
+                                                            : std::string("unfused loss")))
+                             .c_str()
+                       : " (closest)");
+  }
 }
 
 // "8 GPUs": the oomb plan uses the largest tensor-parallel degree that divides the node's GPUs and
@@ -579,11 +635,20 @@ int run_plan(PlanArgs a) {
 
   std::optional<Comparison> comparison;
   if (node.gpus > 1 && context > 0) comparison = compare_multi_gpu(r, node, chosen, context);
+  std::vector<Baseline> standard;
+  if (chosen && s0.config.schedule == simulator::Schedule::oomb) standard = baselines(r, context);
 
   if (a.json) {
     out["plan"] = plan ? plan->to_json() : Json(nullptr);
     out["node"] = {{"gpus", node.gpus}, {"tp", node.tp}, {"note", node.note}};
     out["multi_gpu"] = comparison ? comparison->to_json() : Json(nullptr);
+    out["baselines"] = Json::array();
+    for (const auto& b : standard) {
+      Json x = b.result ? candidate_brief(*b.result) : Json::object();
+      x["label"] = b.label;
+      x["fits"] = b.fits;
+      out["baselines"].push_back(x);
+    }
     out["prediction"] = chosen ? simulator::to_json(chosen->summary) : Json(nullptr);
     out["alternatives"] = Json::array();
     if (chosen)
@@ -712,6 +777,7 @@ int run_plan(PlanArgs a) {
                 format_duration_s(sparse_hint->summary.step_s).c_str(),
                 format_count(sparse_hint->summary.tokens_per_s).c_str(),
                 format_bytes(sparse_hint->summary.peak_device_bytes).c_str());
+  if (!standard.empty()) print_baselines(standard, *chosen);
   if (a.pareto) print_pareto(front, s0.model);
   if (diagnosis) print_diagnosis(*diagnosis);
   if (comparison) print_comparison(*comparison, node, s0, context);

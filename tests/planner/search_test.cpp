@@ -81,11 +81,18 @@ TEST(Search, PrunedSearchMatchesBruteForce) {
                         Case{"llama-3.2-1b", "rtx-4090", 512 * K}, Case{"qwen2.5-32b", "h200", 1 * M},
                         Case{"mistral-7b-v0.3", "l40s", 256 * K}, Case{"tiny", "h200", 3000},
                         Case{"qwen2.5-14b", "a100-80gb-sxm", 2 * M}}) {
-    for (Objective obj : {Objective::time, Objective::memory}) {
+    for (int variant = 0; variant < 4; ++variant) {
+      const Objective obj = variant % 2 == 0 ? Objective::time : Objective::memory;
+      const bool adamw = variant >= 2;  // --optimizer auto: the placement is searched too
       Request r = request(c.model, c.gpu);
       r.objective = obj;
+      r.optimizer_auto = adamw;
+      if (adamw) r.scenario.config.optimizer = simulator::Optimizer::gpu;
       const SearchResult res = search(r, c.n);
       std::vector<Candidate> all;
+      const std::vector<simulator::Optimizer> placements =
+          adamw ? std::vector<simulator::Optimizer>{simulator::Optimizer::gpu, simulator::Optimizer::host}
+                : std::vector<simulator::Optimizer>{r.scenario.config.optimizer};
       const int64_t L = r.scenario.model.layers;
       for (int64_t chunk : {512, 1024, 2048, 4096, 8192, 16384, 32768})
         for (int64_t page : {64, 128, 256})
@@ -93,9 +100,11 @@ TEST(Search, PrunedSearchMatchesBruteForce) {
             for (const char* kvg : {"bf16", "fp32"})
               for (const char* pg : {"bf16", "fp32"})
                 for (int64_t logits : {1024, 4096, 0})
-                  for (bool ckpt : {true, false}) {
+                  for (bool ckpt : {true, false})
+                  for (simulator::Optimizer opt : placements) {
                   Config k = r.scenario.config;
                   k.checkpointing = ckpt;
+                  k.optimizer = opt;
                   k.context_tokens = c.n;
                   k.chunk_tokens = chunk;
                   k.page_tokens = page;
@@ -125,7 +134,8 @@ TEST(Search, PrunedSearchMatchesBruteForce) {
         return obj == Objective::time ? static_cast<double>(k.summary.peak_device_bytes) : k.summary.step_s;
       };
       EXPECT_LE(other(*res.best), other(*brute) * (1 + kTieTolerance)) << c.model << " " << c.n << " " << to_string(obj);
-      EXPECT_LT(res.evaluations, 1260) << "the pruned search should try at most half of the 2520 combinations";
+      const int64_t combinations = 2520 * static_cast<int64_t>(placements.size());
+      EXPECT_LT(res.evaluations, combinations / 2) << "the pruned search should try at most half of the combinations";
     }
   }
 }

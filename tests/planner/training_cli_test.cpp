@@ -210,6 +210,22 @@ TEST_F(TrainingCli, SweepPlansEachCellUnlessKnobsAreFixed) {
   EXPECT_TRUE(has(r.out, "per node")) << r.out;
 }
 
+TEST_F(TrainingCli, PlanNamesBothStandardBaselines) {
+  const CliRun r = oomb("plan --model qwen2.5-7b --gpu h200 --context 64K --json", true);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  const oomb::Json b = oomb::parse_json(r.out, "stdout")["baselines"];
+  ASSERT_EQ(b.size(), 2u);
+  // Fused chunked loss: standard training fits at 64K; with full unfused logits it does not.
+  EXPECT_TRUE(b[0]["fits"].get<bool>()) << b.dump(2);
+  EXPECT_GT(b[0]["config"]["logits_chunk_tokens"].get<int64_t>(), 0);
+  EXPECT_FALSE(b[1]["fits"].get<bool>()) << b.dump(2);
+  EXPECT_EQ(b[1]["config"]["logits_chunk_tokens"], 0);
+  EXPECT_EQ(b[1]["config"]["schedule"], "standard");
+  const CliRun t = oomb("plan --model qwen2.5-7b --gpu h200 --context 64K");
+  EXPECT_TRUE(has(t.out, "standard, best")) << t.out;
+  EXPECT_TRUE(has(t.out, "standard, published")) << t.out;
+}
+
 TEST_F(TrainingCli, EightGpusShowOombAndContextParallelismSideBySide) {
   const CliRun r = oomb("plan --model qwen2.5-7b --gpu h100-sxm --context 4M --gpus 8");
   ASSERT_EQ(r.rc, 0) << r.out;
