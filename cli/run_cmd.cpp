@@ -190,7 +190,6 @@ int run_run(const RunArgs& a) {
     simulator::validate(s.config, s.model);
   } else {
     s = a.flags.resolve();
-    if (std::string why; !planner::executable(s.config, &why)) throw Error("--checkpointing", "false", "is not executable", why);
     // Without a plan the run is the exact fp32 reference unless bf16 pages are asked for: the
     // config's (and presets') page dtypes apply to predictions, not to an unflagged run.
     if (!a.flags.kv_dtype) s.config.kv_dtype = "fp32";
@@ -198,6 +197,8 @@ int run_run(const RunArgs& a) {
   }
   const simulator::Config& c = s.config;
   if (c.context_tokens <= 0) throw Error("--context", "", "is required (or give --plan)", "e.g. 16K");
+  if (std::string why; a.plan.empty() && !planner::executable(c, &why))
+    throw Error("--checkpointing", "false", "is not executable", why);
   const models::ModelSpec m = effective_model(s.model, c);
   if (a.reference && c.optimizer != simulator::Optimizer::none)
     throw Error("--reference", "", "compares the gradients of step 1, which an optimizer step consumes",

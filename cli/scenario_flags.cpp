@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "core/units.h"
+#include "planner/defaults.h"
 
 namespace oomb::cli {
 
@@ -35,25 +36,43 @@ void ScenarioFlags::add_to(CLI::App& app, bool require_context) {
   app.add_option("--kv-grad-dtype", kv_grad_dtype, "KV-gradient page dtype: fp32 (default) or bf16");
   app.add_option("--param-dtype", param_dtype, "Parameter dtype: bf16 (default) or fp32");
   app.add_option("--param-grad-dtype", param_grad_dtype, "Parameter-gradient dtype: bf16 (default) or fp32");
-  app.add_option("--optimizer", optimizer,
-                 training_defaults
-                     ? "AdamW state: auto (default: fp32 master weights + moments, on the GPU or the host as fits "
-                       "best), gpu, host, none (no optimizer state: measurement settings such as --preset "
-                       "oomb-published)"
-                     : "AdamW state: none (default), gpu, host; auto places it (plan, simulate, sweep)");
+  app.add_option("--optimizer", optimizer, "AdamW state: none (default), gpu, host");
   app.add_option("--checkpointing", checkpointing, "Per-layer checkpointing inside the chunk: true (default) or false");
   app.add_option("--logits-chunk", logits_chunk,
-                 training_defaults ? "Tokens per fused LM-head/loss tile (default 1K); 0 = whole chunk, unfused (the "
-                                     "published baseline's loss)"
-                                   : "Tokens per fused LM-head/loss tile (e.g. 1K); 0 = whole chunk, unfused (default)");
+                 "Tokens per fused LM-head/loss tile (e.g. 1K); 0 = whole chunk, unfused (default)");
   app.add_option("--peak-measure", peak_measure,
                  "reserved (include the runtime reserve, default) or allocated (as PyTorch's max_memory_allocated)");
   app.add_option("--gpus", gpus, "Tensor-parallel GPUs (planning only; execution is single-GPU)");
   app.add_option("--layers", layers, "Only the first N layers (quick validation runs)");
+  // plan, simulate and sweep: the training defaults (resolve() applies them).
+  if (training_defaults) {
+    app.get_option("--optimizer")
+        ->description("AdamW state: auto (default: fp32 master weights + moments, on the GPU or the host as fits "
+                      "best), gpu, host, none (no optimizer state: measurement settings such as --preset "
+                      "oomb-published)");
+    app.get_option("--logits-chunk")
+        ->description("Tokens per fused LM-head/loss tile (default 1K); 0 = whole chunk, unfused (the published "
+                      "baseline's loss)");
+  }
 }
 
 simulator::Scenario ScenarioFlags::resolve() const {
   using namespace simulator;
+  // The training defaults and --optimizer auto: resolve the rest as given, then apply them.
+  if (training_defaults || (optimizer && *optimizer == "auto")) {
+    if (optimizer && *optimizer != "auto" && *optimizer != "none" && *optimizer != "gpu" && *optimizer != "host")
+      throw Error("--optimizer", *optimizer, "unknown value",
+                  "one of auto (AdamW, placed on the GPU or the host), gpu, host, none");
+    ScenarioFlags plain = *this;
+    plain.training_defaults = false;
+    if (plain.optimizer && *plain.optimizer == "auto") plain.optimizer.reset();
+    Scenario s = plain.resolve();
+    if (optimizer_auto()) s.config.optimizer = Optimizer::gpu;  // placed by the planner or place_optimizer
+    if (training_defaults && !logits_chunk && preset != "oomb-published")
+      s.config.logits_chunk_tokens = planner::kDefaultLogitsChunk;
+    if (s.config.context_tokens > 0) validate(s.config, s.model);
+    return s;
+  }
   Scenario s;
   s.model = models::load_model(model);
   s.gpu = models::load_gpu(gpu);
@@ -88,15 +107,7 @@ simulator::Scenario ScenarioFlags::resolve() const {
   if (kv_grad_dtype) c.kv_grad_dtype = *kv_grad_dtype;
   if (param_dtype) c.param_dtype = *param_dtype;
   if (param_grad_dtype) c.param_grad_dtype = *param_grad_dtype;
-  if (optimizer && *optimizer != "auto") {
-    if (*optimizer != "none" && *optimizer != "gpu" && *optimizer != "host")
-      throw Error("--optimizer", *optimizer, "unknown value",
-                  "one of auto (AdamW, placed on the GPU or the host), gpu, host, none");
-    c.optimizer = optimizer_from_string(*optimizer, "--optimizer");
-  } else if (optimizer_auto()) {
-    c.optimizer = Optimizer::gpu;  // placement decided by the caller (planner or place_optimizer)
-  }
-  if (training_defaults && !logits_chunk && preset != "oomb-published") c.logits_chunk_tokens = 1024;
+  if (optimizer) c.optimizer = optimizer_from_string(*optimizer, "--optimizer");
   if (checkpointing) c.checkpointing = *checkpointing;
   if (logits_chunk) c.logits_chunk_tokens = *logits_chunk == "0" ? 0 : parse_tokens(*logits_chunk, "--logits-chunk");
   if (peak_measure) c.peak_measure = peak_measure_from_string(*peak_measure, "--peak-measure");
