@@ -35,21 +35,27 @@ TEST(TrainingPlan, FourMillionIsAtLeastAsFastAsCheckpointingOff) {
   EXPECT_LE(res.best->summary.step_s, no_ckpt.best->summary.step_s * (1 + kTieTolerance));
   // And it is an AdamW plan: the state has a place.
   EXPECT_NE(res.best->config.optimizer, simulator::Optimizer::none);
-  // Checkpointing off is what makes it faster: labelled not executable, with a reason.
-  std::string why;
-  EXPECT_FALSE(executable(res.best->config, &why));
-  EXPECT_NE(why.find("checkpoint"), std::string::npos) << why;
+  // Checkpointing off is what makes it faster.
+  EXPECT_FALSE(res.best->config.checkpointing);
   Config on = res.best->config;
   on.checkpointing = true;
+  std::string why;
   EXPECT_TRUE(executable(on, &why));
   EXPECT_TRUE(why.empty());
-  // A plan to be run keeps to what the executor follows.
+  // A plan to be run keeps to what the executor follows: slower while checkpointing off is on
+  // paper (planner/executable.cpp says which), the same plan once the executor runs it.
   Request run = r;
   run.executable_only = true;
   const SearchResult runnable = search(run, 4 * M);
   ASSERT_TRUE(runnable.best);
   EXPECT_TRUE(executable(runnable.best->config));
-  EXPECT_GT(runnable.best->summary.step_s, res.best->summary.step_s);
+  if (!executable(res.best->config, &why)) {
+    EXPECT_NE(why.find("checkpoint"), std::string::npos) << why;
+    EXPECT_TRUE(runnable.best->config.checkpointing);
+    EXPECT_GT(runnable.best->summary.step_s, res.best->summary.step_s);
+  } else {
+    EXPECT_EQ(runnable.best->config.to_json(), res.best->config.to_json());
+  }
 }
 
 TEST(TrainingPlan, ChosenPlanIsNeverDominated) {
