@@ -23,8 +23,10 @@ void print_scenario_header(const Scenario& s) {
                 c.resident_layers >= effective_layers(c, s.model) ? "all (no offload)"
                                                                    : std::to_string(c.resident_layers).c_str());
     if (c.attention == Attention::sparse)
-      std::printf(", budget %lld pages (%s, overlap %.2f, selection memory %s)", static_cast<long long>(c.page_budget),
-                  c.selection.c_str(), c.selection_overlap, to_string(c.selection_memory));
+      std::printf(", budget %lld pages of %lld = %s attended tokens (%s, overlap %.2f, selection memory %s)",
+                  static_cast<long long>(c.page_budget), static_cast<long long>(c.page_tokens),
+                  format_tokens(c.page_budget * c.page_tokens).c_str(), c.selection.c_str(), c.selection_overlap,
+                  to_string(c.selection_memory));
     std::printf("\n");
   } else {
     std::printf("\n");
@@ -82,7 +84,10 @@ void print_memory_report(const Scenario& s, const MemoryTable& t, const Summary&
   bool any_host = false;
   for (const auto& r : t.rows) any_host |= r.tier == Tier::host && r.bytes > 0;
   if (any_host) {
-    std::printf("\nHost memory\n");
+    if (s.config.gpus > 1)
+      std::printf("\nHost memory (per node: the host tiers of all %lld GPUs)\n", static_cast<long long>(s.config.gpus));
+    else
+      std::printf("\nHost memory\n");
     for (const auto& r : t.rows)
       if (r.tier == Tier::host && r.bytes > 0)
         std::printf("  %-34s %14s   %s %s\n", r.name.c_str(), format_bytes(r.bytes).c_str(), r.shape.c_str(),

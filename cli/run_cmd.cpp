@@ -27,6 +27,7 @@
 #include "executor/runtime/driver.h"
 #include "executor/runtime/tokens.h"
 #include "executor/runtime/weights.h"
+#include "planner/executable.h"
 #include "planner/plan.h"
 #ifdef OOMB_HAVE_CUDA_BACKEND
 #include "executor/cuda/cuda_backend.h"
@@ -182,6 +183,7 @@ int run_run(const RunArgs& a) {
                   "drop --context/--preset/knob flags (--layers, --kv-dtype and --kv-grad-dtype may stay), or run "
                   "without --plan");
     const planner::Plan plan = planner::load_plan(a.plan);
+    if (std::string why; !planner::executable(plan.config, &why)) throw Error("--plan", a.plan, "is not executable", why);
     s = plan.scenario();
     // The plan's buffer table is what the run is checked against at start, unless a flag changed
     // the run's shapes (then the table describes another run).
@@ -205,6 +207,8 @@ int run_run(const RunArgs& a) {
   }
   const simulator::Config& c = s.config;
   if (c.context_tokens <= 0) throw Error("--context", "", "is required (or give --plan)", "e.g. 16K");
+  if (std::string why; a.plan.empty() && !planner::executable(c, &why))
+    throw Error("--checkpointing", "false", "is not executable", why);
   const models::ModelSpec m = effective_model(s.model, c);
   if (a.reference && c.optimizer != simulator::Optimizer::none)
     throw Error("--reference", "", "compares the gradients of step 1, which an optimizer step consumes",

@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "core/units.h"
+#include "planner/defaults.h"
 
 namespace oomb::cli {
 
@@ -47,10 +48,35 @@ void ScenarioFlags::add_to(CLI::App& app, bool require_context) {
                  "reserved (include the runtime reserve, default) or allocated (as PyTorch's max_memory_allocated)");
   app.add_option("--gpus", gpus, "Tensor-parallel GPUs (planning only; execution is single-GPU)");
   app.add_option("--layers", layers, "Only the first N layers (quick validation runs)");
+  // plan, simulate and sweep: the training defaults (resolve() applies them).
+  if (training_defaults) {
+    app.get_option("--optimizer")
+        ->description("AdamW state: auto (default: fp32 master weights + moments, on the GPU or the host as fits "
+                      "best), gpu, host, none (no optimizer state: measurement settings such as --preset "
+                      "oomb-published)");
+    app.get_option("--logits-chunk")
+        ->description("Tokens per fused LM-head/loss tile (default 1K); 0 = whole chunk, unfused (the published "
+                      "baseline's loss)");
+  }
 }
 
 simulator::Scenario ScenarioFlags::resolve() const {
   using namespace simulator;
+  // The training defaults and --optimizer auto: resolve the rest as given, then apply them.
+  if (training_defaults || (optimizer && *optimizer == "auto")) {
+    if (optimizer && *optimizer != "auto" && *optimizer != "none" && *optimizer != "gpu" && *optimizer != "host")
+      throw Error("--optimizer", *optimizer, "unknown value",
+                  "one of auto (AdamW, placed on the GPU or the host), gpu, host, none");
+    ScenarioFlags plain = *this;
+    plain.training_defaults = false;
+    if (plain.optimizer && *plain.optimizer == "auto") plain.optimizer.reset();
+    Scenario s = plain.resolve();
+    if (optimizer_auto()) s.config.optimizer = Optimizer::gpu;  // placed by the planner or place_optimizer
+    if (training_defaults && !logits_chunk && preset != "oomb-published")
+      s.config.logits_chunk_tokens = planner::kDefaultLogitsChunk;
+    if (s.config.context_tokens > 0) validate(s.config, s.model);
+    return s;
+  }
   Scenario s;
   s.model = models::load_model(model);
   s.gpu = models::load_gpu(gpu);
@@ -74,6 +100,12 @@ simulator::Scenario ScenarioFlags::resolve() const {
   if (resident_layers) {
     if (*resident_layers == "all") c.resident_layers = s.model.layers;
     else c.resident_layers = parse_tokens(*resident_layers, "--resident-layers");
+    const int64_t L = effective_layers(c, s.model);
+    if (c.resident_layers > L)
+      throw Error("--resident-layers", *resident_layers,
+                  "is more than the " + std::to_string(L) + " layers of " + s.model.id +
+                      (c.layers_override > 0 ? " (--layers)" : ""),
+                  "1.." + std::to_string(L) + " or 'all' (no offload)");
   }
   if (kv_dtype) c.kv_dtype = *kv_dtype;
   if (kv_grad_dtype) c.kv_grad_dtype = *kv_grad_dtype;
@@ -87,6 +119,11 @@ simulator::Scenario ScenarioFlags::resolve() const {
   if (loss_dtype) c.loss_dtype = *loss_dtype;
   if (c.context_tokens > 0) validate(c, s.model);
   return s;
+}
+
+bool ScenarioFlags::optimizer_auto() const {
+  if (optimizer) return *optimizer == "auto";
+  return training_defaults && preset != "oomb-published";
 }
 
 std::set<std::string> ScenarioFlags::explicit_knobs() const {

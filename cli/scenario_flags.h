@@ -24,6 +24,10 @@ struct ScenarioFlags {
   std::optional<int64_t> budget, gpus, layers;
   std::optional<double> selection_overlap;
   std::optional<bool> checkpointing;
+  // plan, simulate and sweep set this before add_to: unset --optimizer means auto (AdamW, placed on
+  // the GPU or the host) and unset --logits-chunk the fused 1K tiles, except under
+  // --preset oomb-published (a measurement setting). `oomb run` keeps the config's defaults.
+  bool training_defaults = false;
 
   // require_context: --context is mandatory (simulate, run) or optional (sweep, plan --max-context).
   void add_to(CLI::App& app, bool require_context);
@@ -32,6 +36,8 @@ struct ScenarioFlags {
   simulator::Scenario resolve() const;
   // Names of the knobs given explicitly ("chunk", "page", "budget", ...).
   std::set<std::string> explicit_knobs() const;
+  // --optimizer auto, given or as the training default: AdamW state wanted, placement open.
+  bool optimizer_auto() const;
 };
 
 }  // namespace oomb::cli

@@ -11,6 +11,9 @@
 #include "cli/scenario_flags.h"
 #include "core/error.h"
 #include "core/format.h"
+#include "planner/defaults.h"
+#include "planner/plan.h"
+#include "planner/search.h"
 #include "traces/report.h"
 
 namespace oomb::cli {
@@ -18,6 +21,7 @@ namespace {
 
 struct SimulateArgs {
   ScenarioFlags flags;
+  std::string plan;  // simulate exactly what a plan predicted
   std::string timeline, chrome, report, detail = "layer";
   CLI::Option* detail_opt = nullptr;  // to tell an explicit --detail from the default
   bool json = false;
@@ -39,7 +43,7 @@ std::vector<std::pair<std::string, std::string>> report_facts(const simulator::S
     f.emplace_back("attention", to_string(c.attention));
     f.emplace_back("chunk / page", format_tokens(c.chunk_tokens) + " / " + std::to_string(c.page_tokens) + " tokens");
     if (c.attention == Attention::sparse)
-      f.emplace_back("page budget", std::to_string(c.page_budget) + " pages (" + c.selection + ")");
+      f.emplace_back("page budget", planner::budget_text(c) + " (" + c.selection + ")");
     f.emplace_back("resident layers", c.resident_layers >= effective_layers(c, s.model) ? "all (no offload)"
                                                                                        : std::to_string(c.resident_layers));
   }
@@ -93,9 +97,33 @@ std::vector<traces::ReportTerm> report_terms(const simulator::Scenario& s, const
   return terms;
 }
 
+// The scenario: a plan's (every knob fixed by it) or the flags' with the training defaults, the
+// optimizer placed as --optimizer auto would be.
+simulator::Scenario scenario_of(const SimulateArgs& a, std::string* placed) {
+  using namespace simulator;
+  if (!a.plan.empty()) {
+    if (!a.flags.context.empty() || !a.flags.explicit_knobs().empty() || !a.flags.preset.empty() || a.flags.layers ||
+        a.flags.gpus)
+      throw Error("--plan", a.plan, "a plan fixes the context and every knob",
+                  "drop --context/--preset/knob flags, or simulate without --plan");
+    return planner::load_plan(a.plan).scenario();
+  }
+  if (a.flags.context.empty()) throw Error("--context", "", "is required (or give --plan)", "e.g. 4M");
+  Scenario s = a.flags.resolve();
+  if (a.flags.optimizer_auto()) {
+    s.config.optimizer = planner::place_optimizer(s, planner::kDefaultHeadroom);
+    *placed = std::string("--optimizer auto: AdamW state on the ") +
+              (s.config.optimizer == Optimizer::gpu ? "GPU" : "host") + " (" + planner::optimizer_text(s) + ")";
+  }
+  return s;
+}
+
 int run_simulate(const SimulateArgs& a) {
   using namespace simulator;
-  const Scenario s = a.flags.resolve();
+  std::string placed;
+  const Scenario s = scenario_of(a, &placed);
+  const std::string warning = planner::context_warning(s.model, s.config.context_tokens);
+  if (!warning.empty()) std::fprintf(stderr, "oomb simulate: warning: %s\n", warning.c_str());
   const traces::Detail detail = traces::detail_from_string(a.detail, "--detail");
   const bool want_events = !a.timeline.empty() || !a.chrome.empty();
   // The report defaults to chunk detail: the timeline window then holds a handful of bars.
@@ -133,6 +161,12 @@ int run_simulate(const SimulateArgs& a) {
     if (!a.report.empty()) std::fprintf(stderr, "report (HTML): %s\n", a.report.c_str());  // stdout stays pure JSON
   } else {
     print_scenario_header(s);
+    if (!a.plan.empty()) std::printf("  (from plan %s)\n", a.plan.c_str());
+    if (!placed.empty()) std::printf("  %s\n", placed.c_str());
+    if (!warning.empty()) std::printf("  WARNING: %s\n", warning.c_str());
+    if (s.config.gpus > 1)
+      std::printf("  %lld GPUs: device figures are per GPU, host figures per node (all GPUs' host tiers)\n",
+                  static_cast<long long>(s.config.gpus));
     print_memory_report(s, memory_table(s), sum);
     print_time_report(s, sum);
     if (!a.timeline.empty()) std::printf("\ntimeline (oomb.trace/1, %s detail): %s\n", a.detail.c_str(), a.timeline.c_str());
@@ -145,7 +179,11 @@ int run_simulate(const SimulateArgs& a) {
 const Registrar reg("simulate", "Predict peak memory, step time and transfers of one configuration",
                     [](CLI::App& sub) {
                       auto a = std::make_shared<SimulateArgs>();
-                      a->flags.add_to(sub, true);
+                      a->flags.training_defaults = true;
+                      a->flags.add_to(sub, false);
+                      sub.add_option("--plan", a->plan,
+                                     "Simulate a plan (oomb.plan/1 from `oomb plan --out`): its specs and every knob; "
+                                     "--json then prints exactly the plan's prediction");
                       sub.add_option("--timeline", a->timeline,
                                      "Write the event-level timeline (oomb.trace/1 JSON) to FILE");
                       sub.add_option("--chrome", a->chrome, "Write the timeline as a Chrome/Perfetto trace to FILE");
@@ -161,8 +199,12 @@ const Registrar reg("simulate", "Predict peak memory, step time and transfers of
                                    "required_d2h_bytes_per_s, device_pool_pages, device_breakdown_bytes (at the peak phase), "
                                    "feasible, binding_constraint, peak_phase, ...)");
                       sub.footer(
+                          "Defaults are plan's: --optimizer auto (AdamW, placed on the GPU if that fits and is "
+                          "not slower, else on the host), fused 1K-token loss tiles; --preset oomb-published "
+                          "keeps the published measurement setting (no optimizer, unfused loss).\n"
                           "Examples:\n"
                           "  oomb simulate --model qwen2.5-7b --gpu h200 --context 4M\n"
+                          "  oomb plan --model qwen2.5-7b --gpu h200 --context 4M --out p.json && oomb simulate --plan p.json\n"
                           "  oomb simulate --preset oomb-published --model qwen2.5-7b --gpu h200 --context 4M "
                           "--attention sparse\n"
                           "  oomb simulate --model llama-3.1-8b --gpu h100-sxm --context 128K --schedule standard\n"

@@ -125,14 +125,15 @@ Diagnosis diagnose(const Request& r0, int64_t N, const SearchResult& failed) {
     q.scenario.config.attention = Attention::sparse;
     SearchResult s = search(q, N);
     const Candidate* widest = nullptr;
+    // Widest by attended tokens (a budget counts pages of its page size).
+    auto span = [](const Candidate& k) { return k.config.page_budget * k.config.page_tokens; };
     for (const auto& k : s.feasible)
-      if (!widest || k.config.page_budget > widest->config.page_budget ||
-          (k.config.page_budget == widest->config.page_budget && k.summary.step_s < widest->summary.step_s))
+      if (!widest || span(k) > span(*widest) || (span(k) == span(*widest) && k.summary.step_s < widest->summary.step_s))
         widest = &k;
     if (widest)
-      d.suggestions.push_back({"sparse attention, budget " + std::to_string(widest->config.page_budget) +
-                                   " pages (approximate gradients)",
-                               "--attention sparse --budget " + std::to_string(widest->config.page_budget),
+      d.suggestions.push_back({"sparse attention, " + budget_text(widest->config) + " (approximate gradients)",
+                               "--attention sparse --budget " + std::to_string(widest->config.page_budget) +
+                                   " --page " + std::to_string(widest->config.page_tokens),
                                q.scenario.model.id, q.scenario.gpu.id, q.scenario.host.id, *widest});
   }
   // 3. A shorter context.

@@ -1,6 +1,7 @@
 #include "planner/plan.h"
 
 #include "core/error.h"
+#include "planner/executable.h"
 
 namespace oomb::planner {
 
@@ -93,6 +94,9 @@ Json Plan::to_json() const {
   j["objective"] = objective;
   j["headroom"] = headroom;
   j["config"] = config.to_json();
+  std::string why;  // derived from the config, so not read back
+  j["executable"] = executable(config, &why);
+  j["executable_reason"] = why;
   j["allocation"] = allocation.to_json();
   j["prediction"] = prediction;
   j["buffers"] = Json::array();

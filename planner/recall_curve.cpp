@@ -21,7 +21,8 @@ Json RecallCurve::to_json() const {
   for (const auto& p : points)
     pts.push_back({{"budget", p.budget}, {"page_tokens", p.page_tokens}, {"mean_recall", p.mean_recall},
                    {"min_recall", p.min_recall}});
-  return {{"schema", "oomb.recall/1"}, {"model", model}, {"points", pts}};
+  return {{"schema", "oomb.recall/1"}, {"model", model},          {"context_tokens", context_tokens},
+          {"chunk_tokens", chunk_tokens},  {"page_tokens", page_tokens}, {"points", pts}};
 }
 
 RecallPoint recall_point_from_run(const Json& extra, const std::string& where, std::string* model) {
@@ -39,6 +40,8 @@ RecallPoint recall_point_from_run(const Json& extra, const std::string& where, s
   RecallPoint p;
   p.budget = cfg.i64_positive("page_budget");
   p.page_tokens = cfg.i64_positive("page_tokens");
+  p.context_tokens = cfg.i64_positive("context_tokens");
+  p.chunk_tokens = cfg.i64_positive("chunk_tokens");
   p.mean_recall = ms.f64("mean_recall");
   p.min_recall = ms.f64("min_recall");
   p.source = where;
@@ -58,6 +61,14 @@ RecallCurve make_recall_curve(std::string model, std::vector<RecallPoint> points
                   "has pages of " + std::to_string(points[i].page_tokens) + " tokens, " + points.front().source +
                       " of " + std::to_string(points.front().page_tokens),
                   "budgets count pages: one curve per page size");
+    if (points[i].context_tokens != points.front().context_tokens ||
+        points[i].chunk_tokens != points.front().chunk_tokens)
+      throw Error(points[i].source, "context_tokens",
+                  "was measured at " + std::to_string(points[i].context_tokens) + " tokens in chunks of " +
+                      std::to_string(points[i].chunk_tokens) + ", " + points.front().source + " at " +
+                      std::to_string(points.front().context_tokens) + " in chunks of " +
+                      std::to_string(points.front().chunk_tokens),
+                  "recall depends on both: one curve per context and chunk");
   }
   std::stable_sort(points.begin(), points.end(), [](const auto& a, const auto& b) { return a.budget < b.budget; });
   for (size_t i = 1; i < points.size(); ++i)
@@ -65,12 +76,22 @@ RecallCurve make_recall_curve(std::string model, std::vector<RecallPoint> points
       throw Error(points[i].source, "page_budget",
                   "budget " + std::to_string(points[i].budget) + " is also measured by " + points[i - 1].source,
                   "one trace per budget");
-  return {std::move(model), std::move(points)};
+  RecallCurve c;
+  c.model = std::move(model);
+  c.context_tokens = points.front().context_tokens;
+  c.chunk_tokens = points.front().chunk_tokens;
+  c.page_tokens = points.front().page_tokens;
+  c.points = std::move(points);
+  return c;
 }
 
 RecallCurve recall_curve_from_json(const Json& j, const std::string& where) {
   const JsonReader r(j, where);
   r.expect_schema("oomb.recall/1");
+  RecallCurve c;
+  c.context_tokens = r.i64_positive("context_tokens");
+  c.chunk_tokens = r.i64_positive("chunk_tokens");
+  c.page_tokens = r.i64_positive("page_tokens");
   std::vector<RecallPoint> pts;
   const Json& arr = r.array("points");
   for (size_t i = 0; i < arr.size(); ++i) {
@@ -82,6 +103,8 @@ RecallCurve recall_curve_from_json(const Json& j, const std::string& where) {
     x.mean_recall = p.f64("mean_recall");
     x.min_recall = p.f64("min_recall");
     if (x.mean_recall > 1 || x.min_recall > 1) p.fail("mean_recall", "recall is a share: at most 1");
+    x.context_tokens = c.context_tokens;
+    x.chunk_tokens = c.chunk_tokens;
     x.source = w;
     pts.push_back(x);
   }
@@ -90,9 +113,12 @@ RecallCurve recall_curve_from_json(const Json& j, const std::string& where) {
     if (pts[i].budget <= pts[i - 1].budget)
       throw Error(pts[i].source, "budget", "budgets must increase strictly", "as oomb calibrate --recall writes them");
   for (const auto& p : pts)
-    if (p.page_tokens != pts.front().page_tokens)
-      throw Error(p.source, "page_tokens", "differs from points[0]", "one curve per page size");
-  return {r.str("model"), std::move(pts)};
+    if (p.page_tokens != c.page_tokens)
+      throw Error(p.source, "page_tokens", "differs from the curve's page_tokens (" + std::to_string(c.page_tokens) + ")",
+                  "one curve per page size");
+  c.model = r.str("model");
+  c.points = std::move(pts);
+  return c;
 }
 
 RecallCurve load_recall_curve(const std::string& path) { return recall_curve_from_json(read_json_file(path), path); }

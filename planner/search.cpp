@@ -1,11 +1,14 @@
 #include "planner/search.h"
 
+#include "planner/executable.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <map>
 #include <set>
 #include <tuple>
 
@@ -107,9 +110,10 @@ constexpr int64_t kPageLcm = 256;               // every page above divides it
 
 struct Space {
   bool standard = false;
-  std::vector<int64_t> chunks, pages, residents, logits, budgets;
+  std::vector<int64_t> chunks, pages, residents, logits, budgets;  // budgets: pages of kDefaultMinBudgetPage
   std::vector<std::string> kv_grads, param_grads;  // memory-ascending
   std::vector<Optimizer> optimizers;
+  std::vector<bool> checkpointings;  // memory-ascending: recompute (on) first
   bool dense = true, sparse = false;
 };
 
@@ -146,16 +150,11 @@ Space make_space(const Request& r, int64_t N) {
     }
     if (fixed(r, "kv_grad_dtype")) sp.kv_grads = {b.kv_grad_dtype};
     else sp.kv_grads = {"bf16", "fp32"};
-    if (fixed(r, "budget")) {
-      sp.budgets = {b.page_budget};
-    } else {
-      // The user's minimum itself first when it is not one of the searched budgets.
-      if (std::find(std::begin(kBudgets), std::end(kBudgets), r.min_budget) == std::end(kBudgets))
-        sp.budgets.push_back(r.min_budget);
-      for (int64_t x : kBudgets)
-        if (x >= r.min_budget) sp.budgets.push_back(x);
-    }
+    if (fixed(r, "budget")) sp.budgets = {b.page_budget};
+    else sp.budgets.assign(std::begin(kBudgets), std::end(kBudgets));
   }
+  if (fixed(r, "checkpointing")) sp.checkpointings = {b.checkpointing};
+  else sp.checkpointings = {true, false};
   if (fixed(r, "param_grad_dtype")) sp.param_grads = {b.param_grad_dtype};
   else sp.param_grads = {"bf16", "fp32"};
   if (fixed(r, "logits_chunk")) sp.logits = {b.logits_chunk_tokens};
@@ -176,6 +175,18 @@ std::vector<int64_t> chunks_for_page(const Space& sp, int64_t page) {
 
 int64_t pages_of(int64_t N, int64_t page) { return ceil_div(N, page); }
 
+// Budgets (in pages of `page`) tried for one page size: the searched ones whose attended tokens
+// reach the request's minimum, with the minimum itself first when no searched budget equals it.
+std::vector<int64_t> budgets_for_page(const Request& r, const Space& sp, int64_t page) {
+  if (fixed(r, "budget")) return sp.budgets;
+  const int64_t min_pages = std::max<int64_t>(1, ceil_div(r.min_budget_tokens(), page));
+  std::vector<int64_t> v;
+  if (std::find(sp.budgets.begin(), sp.budgets.end(), min_pages) == sp.budgets.end()) v.push_back(min_pages);
+  for (int64_t x : sp.budgets)
+    if (x >= min_pages) v.push_back(x);
+  return v;
+}
+
 // One group of the first phase: everything but the resident layers and the chunk.
 struct Group {
   Attention attention = Attention::dense;
@@ -183,13 +194,14 @@ struct Group {
   int64_t page = 0;
   Optimizer optimizer = Optimizer::none;
   std::string kv_grad;
+  bool checkpointing = true;
 };
 
 // Memory never falls when the KV-gradient dtype widens or the budget grows (same page, optimizer
 // and attention), so a group with no fitting configuration makes every group above it hopeless.
 bool dominates(const Group& above, const Group& dead) {
   return above.attention == dead.attention && above.page == dead.page && above.optimizer == dead.optimizer &&
-         models::dtype_bytes(above.kv_grad) >= models::dtype_bytes(dead.kv_grad) && above.budget >= dead.budget;
+         above.checkpointing == dead.checkpointing && models::dtype_bytes(above.kv_grad) >= models::dtype_bytes(dead.kv_grad) && above.budget >= dead.budget;
 }
 
 double primary(const Candidate& c, Objective o) {
@@ -199,19 +211,35 @@ double secondary(const Candidate& c, Objective o) {
   return o == Objective::memory ? c.summary.step_s : static_cast<double>(c.summary.peak_device_bytes);
 }
 
-auto tie_key(const Candidate& c, Objective o) {
-  const Config& k = c.config;
+auto exactness(const Config& k) {
   const bool sparse = k.attention == Attention::sparse;
   return std::make_tuple(sparse ? 1 : 0, sparse ? -k.page_budget * k.page_tokens : int64_t{0},
-                         -models::dtype_bytes(k.kv_grad_dtype), secondary(c, o), -k.chunk_tokens, k.page_tokens,
-                         k.resident_layers, k.logits_chunk_tokens, k.param_grad_dtype, static_cast<int>(k.optimizer));
+                         -models::dtype_bytes(k.kv_grad_dtype));
+}
+
+auto tie_key(const Candidate& c, Objective o) {
+  const Config& k = c.config;
+  return std::tuple_cat(exactness(k),
+                        std::make_tuple(secondary(c, o), -k.chunk_tokens, k.page_tokens, k.resident_layers,
+                                        k.logits_chunk_tokens, k.param_grad_dtype, static_cast<int>(k.optimizer),
+                                        k.checkpointing ? 0 : 1));
+}
+
+// `b` at least as exact as `a` in every respect that the exactness key orders (sparse budgets are
+// comparable only at equal attention; dtype width at equal attention and budget).
+bool at_least_as_exact(const Config& b, const Config& a) {
+  const bool sa = a.attention == Attention::sparse, sb = b.attention == Attention::sparse;
+  if (sb && !sa) return false;
+  const int64_t ta = sa ? a.page_budget * a.page_tokens : 0, tb = sb ? b.page_budget * b.page_tokens : 0;
+  if (sa && sb && tb < ta) return false;
+  return models::dtype_bytes(b.kv_grad_dtype) >= models::dtype_bytes(a.kv_grad_dtype);
 }
 
 // The knobs the planner varies; equal keys mean the same plan.
 auto config_key(const Config& k) {
   return std::make_tuple(k.attention == Attention::sparse ? k.page_budget : int64_t{0}, k.chunk_tokens, k.page_tokens,
                          k.resident_layers, k.kv_grad_dtype, k.param_grad_dtype, k.logits_chunk_tokens,
-                         static_cast<int>(k.optimizer), static_cast<int>(k.attention));
+                         static_cast<int>(k.optimizer), static_cast<int>(k.attention), k.checkpointing);
 }
 
 class Searcher {
@@ -222,6 +250,8 @@ class Searcher {
     s_ = r.scenario;
     s_.config.context_tokens = N;
     base_ = s_.config;
+    // A setting the user fixed is kept even when the executor does not run it (it is labelled).
+    only_executable_ = r.executable_only && executable(base_);
     layers_ = simulator::effective_layers(base_, s_.model);
   }
 
@@ -238,15 +268,16 @@ class Searcher {
         if (mode == 1) {
           // Budgets at or beyond the context's pages all mean "attend everything": keep the first.
           budgets.clear();
-          for (int64_t x : sp_.budgets) {
+          for (int64_t x : budgets_for_page(r_, sp_, page)) {
             budgets.push_back(x);
             if (x >= pages_of(b.context_tokens, page) && !fixed(r_, "budget")) break;
           }
         }
         for (int64_t budget : budgets)
           for (Optimizer opt : sp_.optimizers)
-            for (const auto& kvg : sp_.kv_grads)
-              groups.push_back({mode == 0 ? Attention::dense : Attention::sparse, budget, page, opt, kvg});
+            for (bool ckpt : sp_.checkpointings)
+              for (const auto& kvg : sp_.kv_grads)
+                groups.push_back({mode == 0 ? Attention::dense : Attention::sparse, budget, page, opt, kvg, ckpt});
       }
     }
     const size_t first_new = out_.feasible.size();
@@ -269,6 +300,7 @@ class Searcher {
     c.page_tokens = g.page;
     c.optimizer = g.optimizer;
     c.kv_grad_dtype = g.kv_grad;
+    c.checkpointing = g.checkpointing;
     c.resident_layers = resident;
     c.chunk_tokens = chunk;
     c.param_grad_dtype = param_grad;
@@ -324,7 +356,9 @@ class Searcher {
           break;
         }
         if (!k.fits()) continue;  // a constraint the planner does not model: no pruning
-        any_fit = true;
+        any_fit = true;  // memory fits: a group is dead for memory only (speed limits do not prune)
+        if (!k.within(r_)) continue;
+        if (only_executable_ && !executable(k.config)) continue;
         const double m = primary(k, objective_);
         out_.feasible.push_back(std::move(k));
         if (o_.first_fit) return true;
@@ -370,7 +404,8 @@ class Searcher {
           c.logits_chunk_tokens = lg;
           if (!done.insert(config_key(c)).second) continue;
           Candidate k = eval(c);
-          if (k.fits()) out_.feasible.push_back(std::move(k));
+          if (k.fits() && k.within(r_) && (!only_executable_ || executable(k.config)))
+            out_.feasible.push_back(std::move(k));
         }
     }
   }
@@ -384,6 +419,7 @@ class Searcher {
   Config base_;            // the request's configuration at this context
   int64_t layers_ = 0;
   bool track_closest_ = true;
+  bool only_executable_ = false;
   std::vector<Group> dead_;
 };
 
@@ -399,14 +435,24 @@ void fill_alternatives(SearchResult& res, Objective o, const Config* preferred) 
       [](const Config& c) { return c.param_grad_dtype; },
       [](const Config& c) { return std::to_string(c.logits_chunk_tokens); },
       [](const Config& c) { return std::string(simulator::to_string(c.optimizer)); },
+      [](const Config& c) { return std::string(c.checkpointing ? "ckpt" : "no-ckpt"); },
       [](const Config& c) {
         return c.attention == Attention::sparse ? "sparse" + std::to_string(c.page_budget) : std::string("dense");
       }};
+  // An alternative within kTieTolerance of the best in both time and memory tells the reader
+  // nothing: it is left out (callers say so when nothing else is left).
+  auto differs = [&](const Candidate& k) {
+    const auto& x = k.summary;
+    const auto& y = res.best->summary;
+    return std::abs(x.step_s - y.step_s) >= kTieTolerance * y.step_s ||
+           std::abs(static_cast<double>(x.peak_device_bytes - y.peak_device_bytes)) >=
+               kTieTolerance * static_cast<double>(y.peak_device_bytes);
+  };
   std::vector<Candidate> alts;
   for (const auto& dim : dims) {
     std::vector<Candidate> other;
     for (const auto& k : res.feasible)
-      if (dim(k.config) != dim(b)) other.push_back(k);
+      if (dim(k.config) != dim(b) && differs(k)) other.push_back(k);
     const Candidate* a = select_best(other, o, preferred);
     if (!a) continue;
     bool dup = false;
@@ -434,6 +480,13 @@ void check_request(const Request& r, int64_t N) {
   if (!(r.headroom >= 0.0 && r.headroom < 0.9))
     throw Error("--headroom", number_text(r.headroom), "is out of range", "a share of HBM capacity in [0, 0.9), e.g. 0.05");
   if (r.min_budget < 1) throw Error("--min-budget", std::to_string(r.min_budget), "must be positive", "e.g. 64");
+  if (r.min_budget_page_tokens < 1)
+    throw Error("--min-budget", std::to_string(r.min_budget), "is counted in pages of a non-positive size",
+                "pages of 128 tokens (or of --page)");
+  if (r.max_step_s < 0 || !std::isfinite(r.max_step_s))
+    throw Error("--max-step-time", number_text(r.max_step_s), "must be a positive duration", "e.g. 1h, 30m or 900s");
+  if (r.min_tokens_per_s < 0 || !std::isfinite(r.min_tokens_per_s))
+    throw Error("--min-tokens-per-s", number_text(r.min_tokens_per_s), "must be positive", "e.g. 1000");
   if (N <= 0) throw Error("--context", std::to_string(N), "must be positive", "e.g. 4M, 128K or 100000");
   const Config& b = r.scenario.config;
   if (b.gpus != 1 && b.gpus != 2 && b.gpus != 4 && b.gpus != 8)
@@ -495,14 +548,9 @@ const Candidate* select_best(const std::vector<Candidate>& cands, Objective o, c
   for (const auto& k : cands)
     if (primary(k, o) <= best * (1.0 + kTieTolerance)) band.push_back(&k);
   // 2. ... exact attention, the largest budget, the widest KV-gradient accumulator ...
-  auto exactness = [](const Candidate& c) {
-    const bool sparse = c.config.attention == Attention::sparse;
-    return std::make_tuple(sparse ? 1 : 0, sparse ? -c.config.page_budget * c.config.page_tokens : int64_t{0},
-                           -models::dtype_bytes(c.config.kv_grad_dtype));
-  };
-  auto top = exactness(*band.front());
-  for (const Candidate* k : band) top = std::min(top, exactness(*k));
-  std::erase_if(band, [&](const Candidate* k) { return exactness(*k) != top; });
+  auto top = exactness(band.front()->config);
+  for (const Candidate* k : band) top = std::min(top, exactness(k->config));
+  std::erase_if(band, [&](const Candidate* k) { return exactness(k->config) != top; });
   // 3. ... then, within the tie band of the other metric, the fewest changes from the starting
   // configuration (defaults are kept unless changing them matters), then the other metric. The
   // logits tiling is left out: the fused loss is smaller and faster, there is no default to keep.
@@ -514,7 +562,7 @@ const Candidate* select_best(const std::vector<Candidate>& cands, Objective o, c
     const Config& b = *preferred;
     return int(a.chunk_tokens != b.chunk_tokens) + int(a.page_tokens != b.page_tokens) +
            int(a.resident_layers != b.resident_layers) + int(a.param_grad_dtype != b.param_grad_dtype) +
-           int(a.optimizer != b.optimizer);
+           int(a.optimizer != b.optimizer) + int(a.checkpointing != b.checkpointing);
   };
   const Candidate* pick = nullptr;
   for (const Candidate* k : band) {
@@ -522,7 +570,30 @@ const Candidate* select_best(const std::vector<Candidate>& cands, Objective o, c
     if (!pick || std::make_tuple(distance(*k), tie_key(*k, o)) < std::make_tuple(distance(*pick), tie_key(*pick, o)))
       pick = k;
   }
+  // 4. The tie bands may have kept a plan that another is strictly better than (no larger, no
+  // slower, as exact): move to the best such until none is left, so the pick is on the frontier.
+  for (bool moved = true; moved;) {
+    moved = false;
+    const Candidate* better = nullptr;
+    for (const auto& k : cands)
+      if (dominated_by(*pick, k) &&
+          (!better || std::make_tuple(primary(k, o), secondary(k, o), tie_key(k, o)) <
+                          std::make_tuple(primary(*better, o), secondary(*better, o), tie_key(*better, o))))
+        better = &k;
+    if (better) {
+      pick = better;
+      moved = true;
+    }
+  }
   return pick;
+}
+
+bool dominated_by(const Candidate& a, const Candidate& b) {
+  if (!at_least_as_exact(b.config, a.config)) return false;
+  const int64_t ma = a.summary.peak_device_bytes, mb = b.summary.peak_device_bytes;
+  const double ta = a.summary.step_s, tb = b.summary.step_s;
+  if (mb > ma || tb > ta) return false;
+  return mb < ma || tb < ta || (exactness(b.config) < exactness(a.config));
 }
 
 std::vector<Candidate> pareto_frontier(const std::vector<Candidate>& cands) {
@@ -532,14 +603,27 @@ std::vector<Candidate> pareto_frontier(const std::vector<Candidate>& cands) {
     return std::make_tuple(a->summary.peak_device_bytes, a->summary.step_s, tie_key(*a, Objective::time)) <
            std::make_tuple(b->summary.peak_device_bytes, b->summary.step_s, tie_key(*b, Objective::time));
   });
-  std::vector<Candidate> out;
-  double best_time = std::numeric_limits<double>::infinity();
+  // Per exactness class, the 2-D frontier (memory ascending, time strictly falling); a point then
+  // stays when no point of an at-least-as-exact class dominates it.
+  std::map<decltype(exactness(Config{})), std::vector<const Candidate*>> by_class;
   for (const Candidate* k : v) {
-    if (k->summary.step_s < best_time) {
-      best_time = k->summary.step_s;
-      out.push_back(*k);
-    }
+    auto& f = by_class[exactness(k->config)];
+    if (f.empty() || k->summary.step_s < f.back()->summary.step_s) f.push_back(k);
   }
+  std::vector<const Candidate*> pts;
+  for (const auto& [cls, f] : by_class)
+    for (const Candidate* k : f) {
+      bool dominated = false;
+      for (const auto& [cls2, f2] : by_class)
+        for (const Candidate* q : f2) dominated = dominated || (q != k && dominated_by(*k, *q));
+      if (!dominated) pts.push_back(k);
+    }
+  std::sort(pts.begin(), pts.end(), [](const Candidate* a, const Candidate* b) {
+    return std::make_tuple(a->summary.peak_device_bytes, a->summary.step_s, tie_key(*a, Objective::time)) <
+           std::make_tuple(b->summary.peak_device_bytes, b->summary.step_s, tie_key(*b, Objective::time));
+  });
+  std::vector<Candidate> out;
+  for (const Candidate* k : pts) out.push_back(*k);
   return out;
 }
 
@@ -567,6 +651,15 @@ SearchResult search(const Request& r, int64_t N, const SearchOptions& o) {
   res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return res;
 }
+
+namespace {
+// Exact enough to show why a step just over a round limit fails ("3600.4 s", not "1h 00m").
+std::string seconds_text(double s) {
+  char b[48];
+  std::snprintf(b, sizeof b, "%.1f s (%s)", s, format_duration_s(s).c_str());
+  return b;
+}
+}  // namespace
 
 MaxContext max_context(const Request& r0, Attention mode, int64_t cap) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -621,11 +714,34 @@ MaxContext max_context(const Request& r0, Attention mode, int64_t cap) {
     mc.binding_constraint = "search cap";
     mc.binding_notes.push_back("fits at the search cap of " + format_tokens(mc.tokens) + " tokens");
   } else {
-    // Failed probe at hi: what stops the context from growing further.
-    if (last_fail.context_tokens != hi * mc.step_tokens) fits_at(hi);
-    if (last_fail.closest) {
-      mc.binding_constraint = last_fail.closest->usage.binding();
-      mc.binding_notes = last_fail.closest->usage.violations();
+    // Failed probe at hi: what stops the context from growing further. With speed limits, a
+    // context that still fits in memory is stopped by them: say which, with the fastest plan there.
+    const int64_t next = hi * mc.step_tokens;
+    std::optional<Candidate> fastest;
+    if (r.max_step_s > 0 || r.min_tokens_per_s > 0) {
+      Request unlimited = r;
+      unlimited.max_step_s = 0;
+      unlimited.min_tokens_per_s = 0;
+      unlimited.objective = Objective::time;
+      SearchResult s = search(unlimited, next);
+      mc.evaluations += s.evaluations;
+      fastest = s.best;
+    }
+    if (fastest) {
+      const bool slow = r.max_step_s > 0 && fastest->summary.step_s > r.max_step_s;
+      mc.binding_constraint = slow ? "step time limit" : "throughput limit";
+      mc.speed_limited = true;
+      mc.binding_notes.push_back(
+          slow ? "the fastest plan that fits takes " + seconds_text(fastest->summary.step_s) + " per step, over the " +
+                     seconds_text(r.max_step_s) + " limit (--max-step-time)"
+               : "the fastest plan that fits reaches " + format_count(fastest->summary.tokens_per_s) +
+                     " tokens/s, under the " + format_count(r.min_tokens_per_s) + " tokens/s floor (--min-tokens-per-s)");
+    } else {
+      if (last_fail.context_tokens != next) fits_at(hi);
+      if (last_fail.closest) {
+        mc.binding_constraint = last_fail.closest->usage.binding();
+        mc.binding_notes = last_fail.closest->usage.violations();
+      }
     }
   }
   if (mc.tokens > 0) {
@@ -652,10 +768,14 @@ std::string logits_text(const Config& c) {
                                    : "logits unfused (whole chunk)";
 }
 std::string attention_text(const Config& c) {
-  return c.attention == Attention::sparse ? "sparse (budget " + std::to_string(c.page_budget) + ", " + c.selection + ")"
-                                          : "dense";
+  return c.attention == Attention::sparse ? "sparse (" + budget_text(c) + ", " + c.selection + ")" : "dense";
 }
 }  // namespace
+
+std::string budget_text(const Config& c) {
+  return "budget " + std::to_string(c.page_budget) + " pages of " + std::to_string(c.page_tokens) + " = " +
+         format_tokens(c.page_budget * c.page_tokens) + " attended tokens";
+}
 
 std::string describe_knobs(const Config& c, const models::ModelSpec& m) {
   std::string s;
@@ -666,7 +786,8 @@ std::string describe_knobs(const Config& c, const models::ModelSpec& m) {
         resident_text(c, m) + ", ";
   }
   s += attention_text(c) + ", KV " + c.kv_dtype + ", KV-grad " + c.kv_grad_dtype + ", param-grad " +
-       c.param_grad_dtype + ", " + logits_text(c) + ", optimizer " + simulator::to_string(c.optimizer);
+       c.param_grad_dtype + ", " + logits_text(c) + ", optimizer " + simulator::to_string(c.optimizer) +
+       (c.checkpointing ? "" : ", no checkpointing");
   if (c.gpus > 1) s += ", " + std::to_string(c.gpus) + " GPUs (TP)";
   return s;
 }
@@ -682,6 +803,8 @@ std::string describe_difference(const Config& a, const Config& b, const models::
   if (a.param_grad_dtype != b.param_grad_dtype) d.push_back("param-grad " + b.param_grad_dtype);
   if (a.logits_chunk_tokens != b.logits_chunk_tokens) d.push_back(logits_text(b));
   if (a.optimizer != b.optimizer) d.push_back(std::string("optimizer ") + simulator::to_string(b.optimizer));
+  if (a.checkpointing != b.checkpointing)
+    d.push_back(b.checkpointing ? "checkpointing (recompute)" : "no checkpointing (all activations kept)");
   if (a.gpus != b.gpus) d.push_back(std::to_string(b.gpus) + " GPUs (TP)");
   std::string s;
   for (const auto& x : d) s += (s.empty() ? "" : ", ") + x;

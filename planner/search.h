@@ -6,8 +6,10 @@
 // fixed keep their value; the others range over the planner's search space:
 //   chunk 512..32K (powers of two, multiple of the page), page 64/128/256, resident layers 1..4 and
 //   all, KV-gradient fp32/bf16, parameter-gradient bf16/fp32, logits tiles 1K/4K fused or whole
-//   chunk, optimizer placement (only with --optimizer auto), sparse page budget 16..1024.
-// The selection rule, selection memory, checkpointing, KV and parameter dtypes are never searched.
+//   chunk, checkpointing on/off, optimizer placement (only with --optimizer auto), sparse page
+//   budget 16..1024 pages, judged by attended tokens (budget x page).
+// The selection rule, selection memory, KV and parameter dtypes are never searched. Settings the
+// executor cannot run yet (executable.h) are searched and labelled, never hidden.
 #include <cstdint>
 #include <optional>
 #include <set>
@@ -29,7 +31,8 @@ inline constexpr int64_t kMaxContextCap = int64_t{64} * 1048576;
 // of the other metric) to the fewest changes from the starting configuration.
 inline constexpr double kTieTolerance = 0.01;
 inline constexpr double kDefaultHeadroom = 0.05;
-inline constexpr int64_t kDefaultMinBudget = 64;  // the published budget
+inline constexpr int64_t kDefaultMinBudget = 64;  // the published budget ...
+inline constexpr int64_t kDefaultMinBudgetPage = 128;  // ... of the published page size
 
 struct Request {
   simulator::Scenario scenario;  // specs and the starting config (fixed knobs hold the user's values)
@@ -40,10 +43,22 @@ struct Request {
   Objective objective = Objective::time;
   double headroom = kDefaultHeadroom;  // share of HBM capacity kept free
   bool allow_sparse = false;           // sparse competes with dense (otherwise only when dense cannot fit)
+  // Smallest sparse budget, counted in attended tokens: min_budget pages of min_budget_page_tokens
+  // (the published 64 pages of 128 tokens = 8K tokens). Each page size gets the budget in its own
+  // pages, so a smaller page never buys a smaller attended span.
   int64_t min_budget = kDefaultMinBudget;
+  int64_t min_budget_page_tokens = kDefaultMinBudgetPage;
   int64_t sparse_page = 0;             // > 0: sparse candidates use only this page size (a recall curve's)
   bool optimizer_auto = false;         // AdamW state wanted; the planner places it (GPU or host)
   bool host_explicit = false;          // the host was chosen by the user (kept when suggesting GPUs)
+  // Limits on a plan's speed (0 = none): max_context then finds the longest context whose best plan
+  // keeps them.
+  double max_step_s = 0;
+  double min_tokens_per_s = 0;
+  // A plan that is to be run (`oomb plan --out`): only configurations the executor follows
+  // (planner::executable) are candidates.
+  bool executable_only = false;
+  int64_t min_budget_tokens() const { return min_budget * min_budget_page_tokens; }
 };
 
 // Throws oomb::Error for bad input: headroom outside [0, 0.9), min budget < 1, GPUs not 1/2/4/8 or
@@ -75,6 +90,10 @@ struct Candidate {
   simulator::Summary summary;
   Usage usage;
   bool fits() const { return summary.feasible && usage.fits(); }
+  bool within(const Request& r) const {  // the request's speed limits
+    return (r.max_step_s <= 0 || summary.step_s <= r.max_step_s) &&
+           (r.min_tokens_per_s <= 0 || summary.tokens_per_s >= r.min_tokens_per_s);
+  }
 };
 
 struct SearchOptions {
@@ -98,10 +117,16 @@ struct SearchResult {
 SearchResult search(const Request& r, int64_t context_tokens, const SearchOptions& o = {});
 
 // Ranking of fitting candidates under an objective (context ranks as time).
-// `preferred` (the starting configuration) breaks the last ties: the fewest knobs changed.
+// `preferred` (the starting configuration) breaks the last ties: the fewest knobs changed. The pick
+// is never dominated (see `dominated_by`) by another candidate.
 const Candidate* select_best(const std::vector<Candidate>& cands, Objective o,
                              const simulator::Config* preferred = nullptr);
-// Non-dominated (peak device bytes, step time) points, by increasing memory.
+// Gradient exactness, comparable: dense before sparse, then more attended tokens, then wider KV
+// gradients. `b` dominates `a` when it is at least as exact, no larger and no slower, and strictly
+// better in one of the three (so a bf16-gradient point never hides an fp32 one).
+bool dominated_by(const Candidate& a, const Candidate& b);
+// Non-dominated points over (peak device bytes, step time, exactness), by increasing memory; the
+// frontier therefore spans KV-gradient dtypes (and budgets when sparse competes).
 std::vector<Candidate> pareto_frontier(const std::vector<Candidate>& cands);
 
 struct MaxContext {
@@ -111,14 +136,17 @@ struct MaxContext {
   int64_t step_tokens = 0;    // granularity of the search (a multiple of every page tried)
   bool capped = false;        // reached the search cap; the true maximum may be larger
   std::optional<Candidate> plan;       // best plan at `tokens` (objective time unless memory)
-  std::string binding_constraint;      // what fails at tokens + step_tokens
+  std::string binding_constraint;      // what fails at tokens + step_tokens (a memory or a speed limit)
   std::vector<std::string> binding_notes;
+  bool speed_limited = false;          // stopped by max_step_s / min_tokens_per_s, not by memory
   int64_t evaluations = 0;
   double seconds = 0;
 };
 MaxContext max_context(const Request& r, simulator::Attention mode, int64_t cap = kMaxContextCap);
 
-// Human descriptions of knobs (CLI, diagnosis).
+// Human descriptions of knobs (CLI, diagnosis). A budget is always shown in pages and tokens:
+// "budget 64 pages of 128 = 8K attended tokens".
+std::string budget_text(const simulator::Config& c);
 std::string describe_knobs(const simulator::Config& c, const models::ModelSpec& m);
 std::string describe_difference(const simulator::Config& from, const simulator::Config& to, const models::ModelSpec& m);
 

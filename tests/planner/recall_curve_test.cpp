@@ -15,6 +15,9 @@ namespace {
 RecallCurve curve(std::vector<std::pair<int64_t, double>> pts, int64_t page = 64) {
   RecallCurve c;
   c.model = "tiny";
+  c.context_tokens = 4096;
+  c.chunk_tokens = 512;
+  c.page_tokens = page;
   for (auto [b, r] : pts) c.points.push_back({b, page, r, r / 2, std::to_string(b) + ".json"});
   return c;
 }
@@ -59,6 +62,9 @@ TEST(RecallCurve, JsonRoundTripAndBadFiles) {
   const RecallCurve back = recall_curve_from_json(c.to_json(), "c.json");
   ASSERT_EQ(back.points.size(), 2u);
   EXPECT_EQ(back.model, "tiny");
+  EXPECT_EQ(back.context_tokens, 4096);
+  EXPECT_EQ(back.chunk_tokens, 512);
+  EXPECT_EQ(back.page_tokens, 64);
   EXPECT_EQ(back.points[1].budget, 16);
   EXPECT_DOUBLE_EQ(back.points[1].mean_recall, 0.7);
 
@@ -77,6 +83,12 @@ TEST(RecallCurve, JsonRoundTripAndBadFiles) {
   j = c.to_json();
   j["points"][1]["page_tokens"] = 128;
   EXPECT_NE(error_of([&] { recall_curve_from_json(j, "page.json"); }).find("page.json"), std::string::npos);
+  // A curve that does not say where it was measured (model, context, chunk, page) is refused.
+  for (const char* key : {"model", "context_tokens", "chunk_tokens", "page_tokens"}) {
+    j = c.to_json();
+    j.erase(key);
+    EXPECT_NE(error_of([&] { recall_curve_from_json(j, "old.json"); }).find(key), std::string::npos) << key;
+  }
 
   const auto dir = std::filesystem::temp_directory_path() / "oomb_recall_curve_test";
   std::filesystem::create_directories(dir);
@@ -88,14 +100,17 @@ TEST(RecallCurve, JsonRoundTripAndBadFiles) {
   std::filesystem::remove_all(dir);
 }
 
-Json run_extra(const std::string& attention, bool recall, int64_t budget = 8, int64_t page = 64) {
+Json run_extra(const std::string& attention, bool recall, int64_t budget = 8, int64_t page = 64,
+               int64_t context = 4096, int64_t chunk = 512) {
   Json measured = {{"loss", 1.0}};
   if (recall) {
     measured["mean_recall"] = 0.5;
     measured["min_recall"] = 0.25;
   }
   return {{"model", "tiny"},
-          {"config", {{"attention", attention}, {"page_budget", budget}, {"page_tokens", page}}},
+          {"config",
+           {{"attention", attention}, {"page_budget", budget}, {"page_tokens", page}, {"context_tokens", context},
+            {"chunk_tokens", chunk}}},
           {"measured", measured}};
 }
 
@@ -119,12 +134,22 @@ TEST(RecallCurve, FromRunTraces) {
   };
   const RecallCurve c = make_recall_curve("tiny", {pt(16, 64, "a"), pt(4, 64, "b"), pt(8, 64, "c")}, {"tiny", "tiny", "tiny"});
   ASSERT_EQ(c.points.size(), 3u);
+  EXPECT_EQ(c.context_tokens, 4096);
+  EXPECT_EQ(c.chunk_tokens, 512);
+  EXPECT_EQ(c.page_tokens, 64);
   EXPECT_EQ(c.points[0].budget, 4);
   EXPECT_EQ(c.points[2].budget, 16);
   EXPECT_NE(error_of([&] { make_recall_curve("tiny", {pt(4, 64, "a"), pt(4, 64, "dup.json")}, {}); }).find("dup.json"),
             std::string::npos);
   EXPECT_NE(error_of([&] { make_recall_curve("tiny", {pt(4, 64, "a"), pt(8, 128, "p128.json")}, {}); })
                 .find("p128.json"),
+            std::string::npos);
+  // Recall depends on the context and the chunk: one curve per both.
+  const RecallPoint longer = recall_point_from_run(run_extra("sparse", true, 8, 64, 8192), "ctx.json", nullptr);
+  EXPECT_NE(error_of([&] { make_recall_curve("tiny", {pt(4, 64, "a"), longer}, {}); }).find("ctx.json"),
+            std::string::npos);
+  const RecallPoint chunked = recall_point_from_run(run_extra("sparse", true, 8, 64, 4096, 1024), "chunk.json", nullptr);
+  EXPECT_NE(error_of([&] { make_recall_curve("tiny", {pt(4, 64, "a"), chunked}, {}); }).find("chunk.json"),
             std::string::npos);
   EXPECT_NE(error_of([&] { make_recall_curve("tiny", {pt(4, 64, "a"), pt(8, 64, "m.json")}, {"tiny", "other"}); })
                 .find("m.json"),

@@ -1,0 +1,66 @@
+#include "planner/defaults.h"
+
+#include <algorithm>
+
+#include "core/format.h"
+#include "planner/search.h"
+
+namespace oomb::planner {
+
+using simulator::Optimizer;
+
+simulator::Optimizer place_optimizer(const simulator::Scenario& s0, double headroom) {
+  simulator::Scenario s = s0;
+  auto judge = [&](Optimizer o) {
+    s.config.optimizer = o;
+    Candidate k;
+    k.config = s.config;
+    k.summary = simulator::evaluate(s);
+    k.usage = usage_of(s, k.summary, headroom);
+    return k;
+  };
+  const Candidate gpu = judge(Optimizer::gpu), host = judge(Optimizer::host);
+  if (gpu.fits() && host.fits()) {
+    // The planner's ranking: the faster, and within the tie band the smaller device peak.
+    const double t = std::min(gpu.summary.step_s, host.summary.step_s) * (1.0 + kTieTolerance);
+    if (gpu.summary.step_s <= t && host.summary.step_s <= t)
+      return gpu.summary.peak_device_bytes < host.summary.peak_device_bytes ? Optimizer::gpu : Optimizer::host;
+    return gpu.summary.step_s < host.summary.step_s ? Optimizer::gpu : Optimizer::host;
+  }
+  if (gpu.fits()) return Optimizer::gpu;
+  if (host.fits()) return Optimizer::host;
+  // Neither fits: keep the one that is less over its limits, so the report shows the nearer miss.
+  return gpu.usage.worst_ratio() <= host.usage.worst_ratio() ? Optimizer::gpu : Optimizer::host;
+}
+
+std::string context_warning(const models::ModelSpec& m, int64_t n) {
+  if (m.max_position <= 0 || n <= m.max_position) return "";
+  std::string scaling = "the spec has no rope_scaling (plain RoPE, theta " + format_count(m.rope_theta) + ")";
+  if (m.rope_scaling.is_object()) {
+    scaling = "the spec has rope_scaling " + m.rope_scaling.dump();
+    if (m.rope_scaling.contains("original_max_position_embeddings"))
+      scaling += " (already extended from " + m.rope_scaling["original_max_position_embeddings"].dump() + ")";
+  }
+  return "context " + format_tokens(n) + " is beyond " + m.id + "'s max_position " + format_tokens(m.max_position) +
+         " (" + format_count(static_cast<double>(n) / static_cast<double>(m.max_position)) +
+         "x): training it needs RoPE scaling (e.g. YaRN or a larger rope theta) to reach that length; " + scaling;
+}
+
+int64_t optimizer_bytes(const simulator::Scenario& s) {
+  int64_t b = 0;
+  for (const auto& r : simulator::memory_table(s).rows)
+    if (r.category == "optimizer_state") b += r.bytes;
+  return b;
+}
+
+std::string optimizer_text(const simulator::Scenario& s) {
+  const auto& c = s.config;
+  if (c.optimizer == Optimizer::none) return "none (no AdamW state: a measurement setting, not a training run)";
+  const std::string what = models::dtype_bytes(c.param_dtype) == 4 ? "AdamW (fp32 m + v)" : "AdamW (fp32 master + m + v)";
+  if (c.optimizer == Optimizer::gpu)
+    return what + ", " + format_bytes(optimizer_bytes(s)) + (c.gpus > 1 ? " per GPU" : "") + " on the GPU";
+  return what + ", " + format_bytes(optimizer_bytes(s)) + (c.gpus > 1 ? " per node (all GPUs' shards)" : "") +
+         " on the host (updated there)";
+}
+
+}  // namespace oomb::planner

@@ -1,0 +1,16 @@
+#pragma once
+// Which planned settings the executor (`oomb run`) can follow today. The planner searches every
+// setting that matters and labels the ones the executor does not run yet as "on paper"; `oomb run
+// --plan` refuses them instead of running something else than the plan says.
+#include <string>
+
+#include "simulator/config.h"
+
+namespace oomb::planner {
+
+// True when the executor runs `c` as planned; otherwise false with the reason in *why (if given).
+// Not executed: the standard schedule, the quest / moba / local selection
+// rules, fp16 / fp8 storage. Checkpointing on and off both run (off: no recompute in backward).
+bool executable(const simulator::Config& c, std::string* why = nullptr);
+
+}  // namespace oomb::planner

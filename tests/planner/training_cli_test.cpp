@@ -1,0 +1,256 @@
+// End-to-end checks of issue 12 on the built `oomb` (skipped when it was not built): training
+// defaults, one answer per question (simulate --plan, sweep), honest recall curves, plans the
+// executor cannot run, and the multi-GPU comparison.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <sys/wait.h>
+
+#include "core/format.h"
+#include "core/json_util.h"
+#include "planner/plan.h"
+
+namespace {
+
+struct CliRun {
+  int rc = -1;
+  std::string out;
+};
+
+std::string oomb_binary() { return std::string(OOMB_BINARY_DIR) + "/oomb"; }
+
+// `oomb ARGS`; stderr joins stdout unless stdout_only.
+CliRun oomb(const std::string& args, bool stdout_only = false) {
+  CliRun r;
+  const std::string cmd = oomb_binary() + " " + args + (stdout_only ? " 2>/dev/null" : " 2>&1");
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return r;
+  std::array<char, 4096> buf{};
+  size_t n = 0;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  const int status = pclose(p);
+  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+bool has(const std::string& out, const std::string& s) { return out.find(s) != std::string::npos; }
+
+class TrainingCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!std::filesystem::exists(oomb_binary())) GTEST_SKIP() << "oomb executable not built";
+    dir_ = std::filesystem::temp_directory_path() / ("oomb_training_cli_" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::string path(const char* name) const { return (dir_ / name).string(); }
+  std::filesystem::path dir_;
+};
+
+TEST_F(TrainingCli, DefaultPlanHasAnOptimizerAndSaysWhereItLives) {
+  const CliRun r = oomb("plan --model qwen2.5-7b --gpu h200 --context 4M --json", true);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  const oomb::Json j = oomb::parse_json(r.out, "stdout");
+  EXPECT_NE(j["plan"]["config"]["optimizer"], "none");
+  // AdamW for 7.6B parameters: fp32 master + m + v, 12 bytes each at least (85 GiB).
+  EXPECT_GE(j["optimizer"]["bytes"].get<int64_t>(), int64_t{7'615'616'512} * 12);
+  EXPECT_EQ(j["optimizer"]["tier"], "host");
+  // The text says it too; the published measurement preset keeps no optimizer state.
+  const CliRun t = oomb("plan --model qwen2.5-7b --gpu h200 --context 4M");
+  EXPECT_TRUE(has(t.out, "AdamW (fp32 master + m + v), " + oomb::format_bytes(j["optimizer"]["bytes"].get<int64_t>()) +
+                             " on the host"))
+      << t.out;
+  const CliRun pub = oomb("plan --model qwen2.5-7b --gpu h200 --context 1M --preset oomb-published --json", true);
+  ASSERT_EQ(pub.rc, 0) << pub.out;
+  EXPECT_EQ(oomb::parse_json(pub.out, "stdout")["plan"]["config"]["optimizer"], "none");
+  // auto is listed in the help and in the error.
+  EXPECT_TRUE(has(oomb("plan --help").out, "auto (default"));
+  const CliRun bad = oomb("simulate --model tiny --context 4K --optimizer adam");
+  EXPECT_EQ(bad.rc, 2);
+  EXPECT_TRUE(has(bad.out, "auto")) << bad.out;
+}
+
+TEST_F(TrainingCli, SimulatePlanEqualsThePlansPredictionByteForByte) {
+  for (const std::string& args : {std::string("--model qwen2.5-7b --gpu h200 --context 1M"),
+                                  std::string("--model qwen2.5-72b --gpu h200 --context 256K --gpus 8"),
+                                  std::string("--model tiny --gpu h100-sxm --context 12K --allow-sparse")}) {
+    const std::string p = path("p.json");
+    ASSERT_EQ(oomb("plan " + args + " --out " + p).rc, 0) << args;
+    const oomb::planner::Plan plan = oomb::planner::load_plan(p);
+    const CliRun sim = oomb("simulate --plan " + p + " --json", true);
+    ASSERT_EQ(sim.rc, 0) << sim.out;
+    EXPECT_EQ(sim.out, plan.prediction.dump(2) + "\n") << args;
+    // A plan fixes every knob: flags that would change it are refused.
+    EXPECT_EQ(oomb("simulate --plan " + p + " --chunk 8K").rc, 2);
+  }
+  // Without --plan, simulate's defaults are plan's (fused loss, AdamW placed): the same numbers
+  // for the same configuration.
+  const CliRun plan = oomb("plan --model qwen2.5-7b --gpu h200 --context 1M --chunk 4K --page 128 --resident-layers 2 "
+                           "--kv-grad-dtype fp32 --param-grad-dtype bf16 --checkpointing true --json",
+                           true);
+  ASSERT_EQ(plan.rc, 0) << plan.out;
+  const oomb::Json pj = oomb::parse_json(plan.out, "stdout");
+  ASSERT_EQ(pj["plan"]["config"]["logits_chunk_tokens"], 1024);
+  const CliRun sim = oomb("simulate --model qwen2.5-7b --gpu h200 --context 1M --json", true);
+  ASSERT_EQ(sim.rc, 0);
+  const oomb::Json sj = oomb::parse_json(sim.out, "stdout");
+  EXPECT_EQ(sj["peak_device_bytes"], pj["prediction"]["peak_device_bytes"]);
+  EXPECT_EQ(sj["step_s"], pj["prediction"]["step_s"]);
+}
+
+TEST_F(TrainingCli, CheckpointingOffPlansRunWithoutRecompute) {
+  const std::string p = path("off.json");
+  const CliRun r = oomb("plan --model tiny --gpu h200 --context 8K --checkpointing false --out " + p);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  const oomb::Json j = oomb::read_json_file(p);
+  EXPECT_TRUE(j["executable"].get<bool>());
+  EXPECT_FALSE(j["config"]["checkpointing"].get<bool>());
+  EXPECT_FALSE(has(r.out, "NOT EXECUTABLE")) << r.out;
+  EXPECT_EQ(oomb("run --plan " + p + " --quiet").rc, 0);
+  // The default 4M plan is the fastest, and with checkpointing off (faster, it fits) it is runnable.
+  const std::string run_me = path("run.json");
+  const CliRun w = oomb("plan --model qwen2.5-7b --gpu h200 --context 4M --out " + run_me);
+  ASSERT_EQ(w.rc, 0) << w.out;
+  EXPECT_FALSE(has(w.out, "NOT EXECUTABLE")) << w.out;
+  const oomb::Json wj = oomb::read_json_file(run_me);
+  EXPECT_TRUE(wj["executable"].get<bool>());
+  EXPECT_FALSE(wj["config"]["checkpointing"].get<bool>());
+}
+
+TEST_F(TrainingCli, PlansTheExecutorCannotRunAreLabelledAndRefused) {
+  // A selection rule the simulator models and the executor does not run (planner/executable.cpp).
+  const std::string p = path("quest.json");
+  const CliRun r = oomb("plan --model tiny --gpu h200 --context 8K --attention sparse --selection quest --out " + p);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  const oomb::Json j = oomb::read_json_file(p);
+  EXPECT_FALSE(j["executable"].get<bool>());
+  EXPECT_TRUE(has(r.out, "NOT EXECUTABLE")) << r.out;
+  EXPECT_TRUE(has(j["executable_reason"].get<std::string>(), "quest")) << j.dump();
+  const CliRun run = oomb("run --plan " + p);
+  EXPECT_EQ(run.rc, 2) << run.out;
+  EXPECT_TRUE(has(run.out, "not executable")) << run.out;
+  EXPECT_TRUE(has(run.out, "quest")) << run.out;
+}
+
+TEST_F(TrainingCli, RecallCurveOfAnotherModelIsRefused) {
+  const std::string c = path("curve.json");
+  std::ofstream(c) << R"({"schema": "oomb.recall/1", "model": "tiny", "context_tokens": 4096, "chunk_tokens": 512,
+    "page_tokens": 64, "points": [{"budget": 4, "page_tokens": 64, "mean_recall": 0.4, "min_recall": 0.2},
+    {"budget": 32, "page_tokens": 64, "mean_recall": 0.9, "min_recall": 0.5}]})";
+  const std::string args = "plan --model qwen2.5-7b --gpu h200 --context 1M --allow-sparse --min-recall 0.8 "
+                           "--recall-curve " + c;
+  CliRun r = oomb(args);
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_TRUE(has(r.out, "measured on model tiny")) << r.out;
+  EXPECT_TRUE(has(r.out, "--recall-curve-any")) << r.out;
+  r = oomb(args + " --recall-curve-any");
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_TRUE(has(r.out, "measured at 4K tokens (chunk 512, page 64)")) << r.out;
+  EXPECT_TRUE(has(r.out, "256x longer")) << r.out;
+  // The same model is used without the flag, and says how far the context differs.
+  r = oomb("plan --model tiny --gpu h200 --context 16K --allow-sparse --min-recall 0.8 --recall-curve " + c);
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_TRUE(has(r.out, "4x longer")) << r.out;
+}
+
+TEST_F(TrainingCli, MaxContextWithAStepTimeLimit) {
+  const CliRun r = oomb("plan --model qwen2.5-7b --gpu h200 --max-context --max-step-time 1h --json", true);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  const oomb::Json j = oomb::parse_json(r.out, "stdout");
+  const auto& dense = j["max_context"]["dense"];
+  EXPECT_LE(dense["plan"]["step_s"].get<double>(), 3600.0);
+  EXPECT_EQ(dense["binding_constraint"], "step time limit");
+  // The text never states a context limit and a different "binding constraint" for the same plan.
+  const CliRun t = oomb("plan --model qwen2.5-7b --gpu h200 --max-context --max-step-time 1h");
+  EXPECT_TRUE(has(t.out, "limited by step time limit")) << t.out;
+  EXPECT_FALSE(has(t.out, "Binding constraint")) << t.out;
+  EXPECT_TRUE(has(t.out, "Step time bound by")) << t.out;
+  for (const char* bad : {"--max-step-time 1x", "--max-step-time 0", "--max-step-time -5m", "--min-tokens-per-s 0"})
+    EXPECT_EQ(oomb(std::string("plan --model qwen2.5-7b --max-context ") + bad).rc, 2) << bad;
+  EXPECT_EQ(oomb("plan --model qwen2.5-7b --context 1M --max-step-time 1h").rc, 2);
+}
+
+TEST_F(TrainingCli, BadInputThatUsedToReadAsNoFit) {
+  for (const char* args : {"plan --model qwen2.5-7b --context 4M --resident-layers 29",
+                           "simulate --model qwen2.5-7b --context 4M --resident-layers 29",
+                           "plan --model tiny --context 4K --layers 1 --resident-layers 2"}) {
+    const CliRun r = oomb(args);
+    EXPECT_EQ(r.rc, 2) << args << "\n" << r.out;
+    EXPECT_TRUE(has(r.out, "--resident-layers")) << r.out;
+  }
+  const CliRun w = oomb("plan --model llama-3.1-8b --gpu h200 --context 1M");
+  EXPECT_TRUE(has(w.out, "RoPE scaling")) << w.out;
+  EXPECT_TRUE(has(w.out, "llama3")) << w.out;
+}
+
+TEST_F(TrainingCli, SweepPlansEachCellUnlessKnobsAreFixed) {
+  CliRun r = oomb("sweep --model qwen2.5-7b --gpu h200 --contexts 64K,128K --json", true);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  oomb::Json j = oomb::parse_json(r.out, "stdout");
+  ASSERT_EQ(j.size(), 8u);
+  for (const auto& cell : j) {
+    if (cell["variant"] != "standard-published") {
+      EXPECT_TRUE(cell["planned"].get<bool>()) << cell["variant"];
+    }
+    if (cell["variant"] == "standard-best") {
+      EXPECT_TRUE(cell["fits"].get<bool>()) << cell["context_tokens"];  // fused chunked loss: 58.6 / 86.5 GiB
+    }
+    if (cell["variant"] == "standard-published") {
+      EXPECT_FALSE(cell["fits"].get<bool>());  // full-vocabulary unfused logits
+      EXPECT_EQ(cell["config"]["logits_chunk_tokens"], 0);
+    }
+  }
+  // A cell answers what `oomb plan` would.
+  const CliRun p = oomb("plan --model qwen2.5-7b --gpu h200 --context 128K --attention dense --json", true);
+  ASSERT_EQ(p.rc, 0) << p.out;
+  const oomb::Json pj = oomb::parse_json(p.out, "stdout");
+  EXPECT_EQ(j[4]["variant"], "oomb-dense");
+  EXPECT_EQ(j[4]["step_s"], pj["prediction"]["step_s"]);
+  // Fixed knobs: the oomb cells are evaluated as given, and the header says what is fixed.
+  r = oomb("sweep --model qwen2.5-7b --gpu h200 --contexts 64K --chunk 2K");
+  EXPECT_TRUE(has(r.out, "fixed by you: chunk")) << r.out;
+  r = oomb("sweep --model qwen2.5-7b --gpu h200 --contexts 64K --chunk 2K --json", true);
+  j = oomb::parse_json(r.out, "stdout");
+  EXPECT_FALSE(j[0]["planned"].get<bool>());
+  EXPECT_EQ(j[0]["config"]["chunk_tokens"], 2048);
+  r = oomb("sweep --model qwen2.5-72b --gpu h200 --gpus 8 --contexts 64K");
+  EXPECT_TRUE(has(r.out, "per GPU")) << r.out;
+  EXPECT_TRUE(has(r.out, "per node")) << r.out;
+}
+
+TEST_F(TrainingCli, PlanNamesBothStandardBaselines) {
+  const CliRun r = oomb("plan --model qwen2.5-7b --gpu h200 --context 64K --json", true);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  const oomb::Json b = oomb::parse_json(r.out, "stdout")["baselines"];
+  ASSERT_EQ(b.size(), 2u);
+  // Fused chunked loss: standard training fits at 64K; with full unfused logits it does not.
+  EXPECT_TRUE(b[0]["fits"].get<bool>()) << b.dump(2);
+  EXPECT_GT(b[0]["config"]["logits_chunk_tokens"].get<int64_t>(), 0);
+  EXPECT_FALSE(b[1]["fits"].get<bool>()) << b.dump(2);
+  EXPECT_EQ(b[1]["config"]["logits_chunk_tokens"], 0);
+  EXPECT_EQ(b[1]["config"]["schedule"], "standard");
+  const CliRun t = oomb("plan --model qwen2.5-7b --gpu h200 --context 64K");
+  EXPECT_TRUE(has(t.out, "standard, best")) << t.out;
+  EXPECT_TRUE(has(t.out, "standard, published")) << t.out;
+}
+
+TEST_F(TrainingCli, EightGpusShowOombAndContextParallelismSideBySide) {
+  const CliRun r = oomb("plan --model qwen2.5-7b --gpu h100-sxm --context 4M --gpus 8");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  for (const char* s : {"Multi-GPU comparison: 8 x h100-sxm", "oomb, 1 GPU", "oomb x 8 data-parallel replicas",
+                        "ring attention CP", "Ulysses CP", "GPU-h per 1B", "mem per GPU"})
+    EXPECT_TRUE(has(r.out, s)) << s << "\n" << r.out;
+  const CliRun j = oomb("plan --model qwen2.5-7b --gpu h100-sxm --context 1M --gpus 8 --json", true);
+  ASSERT_EQ(j.rc, 0) << j.out;
+  const oomb::Json mg = oomb::parse_json(j.out, "stdout")["multi_gpu"];
+  bool ring_fits = false;
+  for (const auto& row : mg["rows"])
+    if (row["kind"] == "ring") ring_fits = ring_fits || row["fits"].get<bool>();
+  EXPECT_TRUE(ring_fits) << mg.dump(2);
+}
+
+}  // namespace

@@ -1,0 +1,252 @@
+// The plan a real user would run (issue 12): checkpointing searched, the chosen plan never
+// dominated, speed limits on --max-context, budgets by attended tokens, and context parallelism on
+// paper checked against hand arithmetic.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "core/error.h"
+#include "planner/defaults.h"
+#include "planner/executable.h"
+#include "planner/parallel.h"
+#include "planner_test_util.h"
+
+namespace oomb::planner {
+namespace {
+
+using simulator::Attention;
+using simulator::Config;
+using testing::fits_under_evaluate;
+using testing::request;
+
+constexpr int64_t K = 1024;
+constexpr int64_t M = 1024 * 1024;
+
+TEST(TrainingPlan, FourMillionIsAtLeastAsFastAsCheckpointingOff) {
+  Request r = request("qwen2.5-7b", "h200");
+  r.optimizer_auto = true;
+  const SearchResult res = search(r, 4 * M);
+  ASSERT_TRUE(res.best);
+  Request off = request("qwen2.5-7b", "h200", "", {"checkpointing"});
+  off.optimizer_auto = true;
+  off.scenario.config.checkpointing = false;
+  const SearchResult no_ckpt = search(off, 4 * M);
+  ASSERT_TRUE(no_ckpt.best) << "checkpointing off fits at 4M on h200 (about 95 of 133 GiB)";
+  EXPECT_LE(res.best->summary.step_s, no_ckpt.best->summary.step_s * (1 + kTieTolerance));
+  // And it is an AdamW plan: the state has a place.
+  EXPECT_NE(res.best->config.optimizer, simulator::Optimizer::none);
+  // Checkpointing off is what makes it faster.
+  EXPECT_FALSE(res.best->config.checkpointing);
+  Config on = res.best->config;
+  on.checkpointing = true;
+  std::string why;
+  EXPECT_TRUE(executable(on, &why));
+  EXPECT_TRUE(why.empty());
+  // A plan to be run keeps to what the executor follows: slower while checkpointing off is on
+  // paper (planner/executable.cpp says which), the same plan once the executor runs it.
+  Request run = r;
+  run.executable_only = true;
+  const SearchResult runnable = search(run, 4 * M);
+  ASSERT_TRUE(runnable.best);
+  EXPECT_TRUE(executable(runnable.best->config));
+  if (!executable(res.best->config, &why)) {
+    EXPECT_NE(why.find("checkpoint"), std::string::npos) << why;
+    EXPECT_TRUE(runnable.best->config.checkpointing);
+    EXPECT_GT(runnable.best->summary.step_s, res.best->summary.step_s);
+  } else {
+    EXPECT_EQ(runnable.best->config.to_json(), res.best->config.to_json());
+  }
+}
+
+TEST(TrainingPlan, ChosenPlanIsNeverDominated) {
+  // The case of issue 12: 72B at 1M on 8 GPUs, where a bf16-gradient point at the same time and less
+  // memory used to sit on the frontier below the chosen fp32 plan.
+  for (const char* model : {"qwen2.5-72b", "qwen2.5-7b", "llama-3.1-8b"}) {
+    Request r = request(model, "h200");
+    r.optimizer_auto = true;
+    if (std::string(model) == "qwen2.5-72b") r.scenario.config.gpus = 8;
+    SearchOptions o;
+    o.exhaustive = true;
+    const SearchResult res = search(r, 1 * M, o);
+    ASSERT_TRUE(res.best) << model;
+    const auto front = pareto_frontier(res.feasible);
+    bool on_front = false, bf16 = false, fp32 = false;
+    for (const auto& p : front) {
+      EXPECT_FALSE(dominated_by(*res.best, p)) << model << ": " << describe_knobs(p.config, r.scenario.model);
+      on_front = on_front || p.config.to_json() == res.best->config.to_json();
+      bf16 = bf16 || p.config.kv_grad_dtype == "bf16";
+      fp32 = fp32 || p.config.kv_grad_dtype == "fp32";
+    }
+    EXPECT_TRUE(on_front) << model << ": the chosen plan is a frontier point";
+    EXPECT_TRUE(bf16 && fp32) << model << ": the frontier spans KV-gradient dtypes";
+    for (const auto& k : res.feasible) EXPECT_FALSE(dominated_by(*res.best, k)) << model;
+  }
+}
+
+TEST(TrainingPlan, AlternativesDifferByAtLeastOnePercent) {
+  Request r = request("qwen2.5-7b", "h200");
+  r.optimizer_auto = true;
+  const SearchResult res = search(r, 4 * M);
+  ASSERT_TRUE(res.best);
+  ASSERT_FALSE(res.alternatives.empty());
+  const auto& b = res.best->summary;
+  for (const auto& a : res.alternatives) {
+    const double dt = std::abs(a.summary.step_s - b.step_s) / b.step_s;
+    const double dm = std::abs(static_cast<double>(a.summary.peak_device_bytes - b.peak_device_bytes)) /
+                      static_cast<double>(b.peak_device_bytes);
+    EXPECT_TRUE(dt >= kTieTolerance || dm >= kTieTolerance) << describe_difference(res.best->config, a.config, r.scenario.model);
+  }
+}
+
+TEST(TrainingPlan, BudgetsAreJudgedByAttendedTokens) {
+  Request r = request("qwen2.5-7b", "h200");
+  r.allow_sparse = true;
+  const SearchResult res = search(r, 1 * M);
+  bool page64 = false;
+  for (const auto& k : res.feasible)
+    if (k.config.attention == Attention::sparse) {
+      // The published 64 pages of 128 tokens: a page of 64 needs 128 pages for the same span.
+      EXPECT_GE(k.config.page_budget * k.config.page_tokens, 8 * K) << k.config.page_tokens;
+      page64 = page64 || k.config.page_tokens == 64;
+    }
+  EXPECT_TRUE(page64);
+  Config c;
+  c.page_budget = 64;
+  c.page_tokens = 64;
+  EXPECT_EQ(budget_text(c), "budget 64 pages of 64 = 4K attended tokens");
+}
+
+TEST(TrainingPlan, MaxStepTimeBoundsTheAnswer) {
+  Request r = request("qwen2.5-7b", "h200");
+  r.optimizer_auto = true;
+  const MaxContext unlimited = max_context(r, Attention::dense);
+  r.max_step_s = 3600;
+  const MaxContext mc = max_context(r, Attention::dense);
+  ASSERT_GT(mc.tokens, 0);
+  ASSERT_TRUE(mc.plan);
+  EXPECT_LE(mc.plan->summary.step_s, 3600.0);
+  EXPECT_LT(mc.tokens, unlimited.tokens);
+  EXPECT_TRUE(mc.speed_limited);
+  EXPECT_EQ(mc.binding_constraint, "step time limit");
+  // One step further, the fastest plan that fits in memory is over the hour.
+  Request free = r;
+  free.max_step_s = 0;
+  const SearchResult next = search(free, mc.tokens + mc.step_tokens);
+  ASSERT_TRUE(next.best);
+  EXPECT_GT(next.best->summary.step_s, 3600.0);
+  // A tokens/s floor bounds it the same way.
+  Request floor = request("qwen2.5-7b", "h200");
+  floor.optimizer_auto = true;
+  floor.min_tokens_per_s = 1000;
+  const MaxContext mf = max_context(floor, Attention::dense);
+  ASSERT_TRUE(mf.plan);
+  EXPECT_GE(mf.plan->summary.tokens_per_s, 1000.0);
+  EXPECT_EQ(mf.binding_constraint, "throughput limit");
+  Request bad = r;
+  bad.max_step_s = -1;
+  EXPECT_THROW(max_context(bad, Attention::dense), Error);
+}
+
+TEST(TrainingPlan, OptimizerAutoOutsideThePlanner) {
+  simulator::Scenario s = request("qwen2.5-7b", "h200").scenario;
+  s.config.context_tokens = 4 * M;
+  // 85 GiB of AdamW state does not fit next to 4M tokens of pools on the GPU: it goes to the host.
+  EXPECT_EQ(place_optimizer(s, kDefaultHeadroom), simulator::Optimizer::host);
+  s.config.context_tokens = 16 * K;
+  s.config.resident_layers = s.model.layers;
+  EXPECT_EQ(place_optimizer(s, kDefaultHeadroom), simulator::Optimizer::gpu);
+  s.config.optimizer = simulator::Optimizer::host;
+  EXPECT_NE(optimizer_text(s).find("on the host"), std::string::npos);
+  // The memory table's optimizer rows: at least fp32 master + m + v (12 bytes per parameter).
+  int64_t rows = 0;
+  for (const auto& b : simulator::memory_table(s).rows)
+    if (b.category == "optimizer_state") rows += b.bytes;
+  EXPECT_EQ(optimizer_bytes(s), rows);
+  EXPECT_GE(optimizer_bytes(s), s.model.param_count() * 12);
+}
+
+TEST(TrainingPlan, ContextBeyondMaxPositionWarnsWithTheSpecsScaling) {
+  const models::ModelSpec qwen = models::load_model("qwen2.5-7b");
+  EXPECT_EQ(context_warning(qwen, qwen.max_position), "");
+  const std::string w = context_warning(qwen, 4 * M);
+  EXPECT_NE(w.find("RoPE scaling"), std::string::npos) << w;
+  EXPECT_NE(w.find("no rope_scaling"), std::string::npos) << w;
+  const std::string l = context_warning(models::load_model("llama-3.1-8b"), 1 * M);
+  EXPECT_NE(l.find("llama3"), std::string::npos) << l;
+  EXPECT_NE(l.find("8192"), std::string::npos) << l;
+}
+
+// Per GPU memory of ring attention CP 8 x TP 1 for qwen2.5-7b at 1M, from the published shapes
+// (hidden 3584, 28 layers, 28 q / 4 KV heads of 128, ffn 18944, vocab 152064, untied, q/k/v bias).
+TEST(ContextParallel, Qwen7bAt1MOn8GpusByHand) {
+  simulator::Scenario s = request("qwen2.5-7b", "h100-sxm").scenario;
+  s.config.context_tokens = 1 * M;
+  const ParallelPlan p = context_parallel(s, ContextParallelism::ring, 8, 1, true, kDefaultHeadroom);
+  const int64_t h = 3584, kvd = 4 * 128, f = 18944, V = 152064, L = 28;
+  const int64_t per_layer = (h * h + h) + 2 * (h * kvd + kvd) + h * h + 3 * h * f + 2 * h;
+  const int64_t P = 2 * V * h + L * per_layer + h;
+  ASSERT_EQ(P, s.model.param_count());
+  const int64_t T = 1 * M / 8;  // 131,072 tokens per GPU
+  const int64_t act = (3 * h + 2 * h + 2 * kvd + 3 * f) * 2;
+  const std::vector<std::pair<std::string, int64_t>> want = {
+      {"weights", P * 2},
+      {"parameter_gradients", P * 2},
+      {"optimizer_state", P / 8 * 12},
+      {"layer_input_checkpoints", L * T * h * 2},
+      {"layer_activations", T * act},
+      {"attention_exchange", T * 2 * kvd * (2 * 2 + 2 * 4)},
+      {"logits_and_loss", 1024 * V * 6 + T * h * 2},
+      {"runtime_reserve", s.gpu.reserved_bytes}};
+  ASSERT_EQ(p.rows.size(), want.size());
+  int64_t total = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(p.rows[i].name, want[i].first);
+    EXPECT_EQ(p.rows[i].bytes, want[i].second) << want[i].first;
+    total += want[i].second;
+  }
+  EXPECT_EQ(p.device_bytes, total);
+  EXPECT_EQ(total, 93'151'820'032);  // 86.75 GiB: over an 80 GB H100's 75.67 GiB (5% headroom)
+  EXPECT_FALSE(p.fits);
+  EXPECT_EQ(p.binding, "device memory");
+  // TP 2 halves the per-token terms and the weights: CP 4 x TP 2 fits.
+  EXPECT_TRUE(context_parallel(s, ContextParallelism::ring, 4, 2, true, kDefaultHeadroom).fits);
+  EXPECT_EQ(p.gpus, 8);
+  // The step: the simulator's standard step of the whole sequence shared by 8, plus what the ring's
+  // transfers do not hide (at 1M the attention of a block hides them).
+  simulator::Scenario whole = s;
+  whole.config.schedule = simulator::Schedule::standard;
+  whole.config.logits_chunk_tokens = 1024;
+  whole.config.optimizer = simulator::Optimizer::gpu;
+  EXPECT_DOUBLE_EQ(p.compute_s, simulator::evaluate(whole).step_s / 8);
+  EXPECT_GT(p.comm_s, 0);
+  EXPECT_DOUBLE_EQ(p.exposed_comm_s, 0);
+  EXPECT_DOUBLE_EQ(p.tokens_per_s, static_cast<double>(1 * M) / p.step_s);
+  EXPECT_DOUBLE_EQ(p.gpu_hours_per_billion_tokens, 8.0 / p.tokens_per_s * 1e9 / 3600.0);
+  // Ulysses shards heads: 8 does not divide 28 query heads.
+  EXPECT_THROW(context_parallel(s, ContextParallelism::ulysses, 8, 1, true, kDefaultHeadroom), Error);
+  EXPECT_NO_THROW(context_parallel(s, ContextParallelism::ulysses, 4, 1, true, kDefaultHeadroom));
+  // Short contexts expose the ring's transfers (256 tokens per GPU: a block's attention is shorter
+  // than its transfer).
+  s.config.context_tokens = 2 * K;
+  EXPECT_GT(context_parallel(s, ContextParallelism::ring, 8, 1, true, kDefaultHeadroom).exposed_comm_s, 0);
+}
+
+TEST(ContextParallel, DataParallelReplicasShareTheNodesHost) {
+  Request r = request("qwen2.5-7b", "h100-sxm");
+  r.optimizer_auto = true;
+  const SearchResult res = search(r, 4 * M);
+  ASSERT_TRUE(res.best);
+  simulator::Scenario s = r.scenario;
+  s.config = res.best->config;
+  const ParallelPlan one = data_parallel(s, res.best->summary, 1, kDefaultHeadroom);
+  EXPECT_TRUE(one.fits);
+  const ParallelPlan eight = data_parallel(s, res.best->summary, 8, kDefaultHeadroom);
+  EXPECT_DOUBLE_EQ(eight.tokens_per_s, 8 * one.tokens_per_s);
+  EXPECT_EQ(eight.host_bytes, 8 * one.host_bytes);
+  // 8 x 672 GiB of pinned KV pages is more than the node's 1.8 TiB pinnable.
+  EXPECT_FALSE(eight.fits);
+  EXPECT_NE(eight.binding.find("pinned"), std::string::npos) << eight.binding;
+}
+
+}  // namespace
+}  // namespace oomb::planner
