@@ -71,9 +71,12 @@ PhaseMask all_phases(Schedule s) {
 }
 
 std::vector<std::string> phase_names(PhaseMask m) {
+  // Step order of both schedules (fill and recompute never share a mask with forward).
+  constexpr Phase kStepOrder[] = {Phase::fill,     Phase::recompute, Phase::forward,
+                                  Phase::loss,     Phase::backward,  Phase::optimizer};
   std::vector<std::string> v;
-  for (int i = 0; i < 6; ++i)
-    if (m & (PhaseMask{1} << i)) v.emplace_back(kPhaseNames[i]);
+  for (Phase p : kStepOrder)
+    if (m & phase_bit(p)) v.emplace_back(to_string(p));
   return v;
 }
 
