@@ -150,7 +150,8 @@ std::optional<OpWork> pass_work(const Scenario& s, int64_t chunk, const std::str
 }
 
 void apply_cpu_run(Scenario& s) {
-  for (std::string* dt : {&s.config.param_dtype, &s.config.param_grad_dtype, &s.config.activation_dtype})
+  for (std::string* dt :
+       {&s.config.param_dtype, &s.config.param_grad_dtype, &s.config.activation_dtype, &s.config.loss_dtype})
     *dt = "fp32";
   s.config.peak_measure = PeakMeasure::allocated;
 }

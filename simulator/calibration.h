@@ -27,7 +27,7 @@ struct OpWork {
 std::optional<OpWork> pass_work(const Scenario& s, int64_t chunk, const std::string& op);
 
 // What the executor backends run (cpu, and cuda at its fp32 interface): fp32 parameters, parameter
-// gradients and activations; KV and KV-gradient pages as the scenario's kv_dtype / kv_grad_dtype
+// gradients, activations and loss (no upcast copy); KV and KV-gradient pages as the scenario's kv_dtype / kv_grad_dtype
 // (kept: the executor stores the configured page dtype, fp32 or bf16); peak as allocated.
 void apply_cpu_run(Scenario& s);
 

@@ -379,7 +379,7 @@ class RangeSum {
 Summary evaluate(const Scenario& s) {
   using namespace detail;
   const Geometry g = geometry(s);
-  const MemoryTable t = detail::memory_table(s, false);
+  const MemoryTable t = detail::memory_table(s, g, false);
   Summary out;
   double compute = 0, step = 0, flops = 0, scale = 0;
   int64_t h2d = 0, d2h = 0;

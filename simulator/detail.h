@@ -25,6 +25,7 @@ int64_t union_pages(const Geometry& g, int64_t c);           // pages copied in 
 int64_t attended_prefix_pages(const Geometry& g, int64_t c);  // pages each query page attends
 int64_t param_count(const Scenario& s);                        // with --layers applied
 MemoryTable memory_table(const Scenario& s, bool describe);  // describe=false: bytes only
+MemoryTable memory_table(const Scenario& s, const Geometry& g, bool describe);  // g = geometry(s)
 
 }  // namespace oomb::simulator::detail
 

@@ -218,7 +218,7 @@ class Sim {
 EventResult simulate_events(const Scenario& s, traces::Detail detail) {
   using namespace detail;
   const Geometry g = geometry(s);
-  const MemoryTable table = detail::memory_table(s, false);
+  const MemoryTable table = detail::memory_table(s, g, false);
   // Device bytes outside the page pools (the pools are one allocation each; their occupancy is
   // sampled from the page changes), per phase of the step.
   int64_t pools = 0;

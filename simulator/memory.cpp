@@ -71,9 +71,12 @@ PhaseMask all_phases(Schedule s) {
 }
 
 std::vector<std::string> phase_names(PhaseMask m) {
+  // Step order of both schedules (fill and recompute never share a mask with forward).
+  constexpr Phase kStepOrder[] = {Phase::fill,     Phase::recompute, Phase::forward,
+                                  Phase::loss,     Phase::backward,  Phase::optimizer};
   std::vector<std::string> v;
-  for (int i = 0; i < 6; ++i)
-    if (m & (PhaseMask{1} << i)) v.emplace_back(kPhaseNames[i]);
+  for (Phase p : kStepOrder)
+    if (m & phase_bit(p)) v.emplace_back(to_string(p));
   return v;
 }
 
@@ -161,8 +164,9 @@ int64_t attended_prefix_pages(const Geometry& g, int64_t c) {
 
 }  // namespace detail
 
-PageCounts page_counts(const Scenario& s) {
-  auto g = detail::geometry(s);
+namespace {
+
+PageCounts page_counts_of(const detail::Geometry& g) {
   PageCounts pc;
   pc.layers = g.L;
   pc.chunks = g.oomb ? g.n : 1;
@@ -193,6 +197,10 @@ PageCounts page_counts(const Scenario& s) {
   return pc;
 }
 
+}  // namespace
+
+PageCounts page_counts(const Scenario& s) { return page_counts_of(detail::geometry(s)); }
+
 namespace {
 
 // Only called when describing (the strings are built lazily through DIMS below).
@@ -216,11 +224,12 @@ constexpr int64_t kGemmWorkspaceBytes = int64_t{32} << 20;
 
 MemoryTable memory_table(const Scenario& s) { return detail::memory_table(s, true); }
 
-MemoryTable detail::memory_table(const Scenario& s, bool describe) {
-  auto g = detail::geometry(s);
+MemoryTable detail::memory_table(const Scenario& s, bool describe) { return memory_table(s, geometry(s), describe); }
+
+MemoryTable detail::memory_table(const Scenario& s, const Geometry& g, bool describe) {
   const auto& c = s.config;
   MemoryTable t;
-  t.pages = page_counts(s);
+  t.pages = page_counts_of(g);
   t.schedule = c.schedule;
   t.rows.reserve(32);
   // Phases of the step (docs/model.md); `all` = every phase of the schedule.

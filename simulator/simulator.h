@@ -35,7 +35,7 @@ using PhaseMask = uint32_t;                                                // bi
 constexpr PhaseMask phase_bit(Phase p) { return PhaseMask{1} << static_cast<unsigned>(p); }
 std::vector<Phase> phases_of(Schedule s);  // in step order
 PhaseMask all_phases(Schedule s);          // the mask of phases_of(s)
-std::vector<std::string> phase_names(PhaseMask m);  // in enum order
+std::vector<std::string> phase_names(PhaseMask m);  // in step order (forward before loss)
 
 // One row of the memory table: a buffer (or a class of identical buffers), its bytes and the
 // phases in which it is alive. Totals are derived from the rows, never hand-summed.

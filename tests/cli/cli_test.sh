@@ -28,12 +28,19 @@ expect_exit 0 "qwen2.5-7b" models
 expect_exit 0 "FITS" simulate --model qwen2.5-7b --gpu h200 --context 4M
 expect_exit 0 "host_kv_grad_pages +448.00 GiB" simulate --preset oomb-published --model qwen2.5-7b --gpu h200 --context 4M --attention sparse
 expect_exit 0 "OOM" sweep --model qwen2.5-7b --gpu h200 --contexts 8K..1M
+# The phase holding the device peak is named (buffer lifetimes, docs/model.md); the loss dtype is a knob.
+expect_exit 0 "in phase loss" simulate --preset oomb-published --model qwen2.5-7b --gpu h200 --context 4M --attention sparse
+expect_exit 0 "logits_upcast" simulate --model tiny --gpu h200 --context 8K --loss-dtype fp32
+expect_exit 2 "--loss-dtype.*bf16" simulate --model tiny --gpu h200 --context 8K --loss-dtype fp16
+expect_exit 0 "Plan written" plan --model tiny --gpu h200 --context 8K --loss-dtype bf16 --out "$tmp/loss.json"
+grep -q '"loss_dtype": "bf16"' "$tmp/loss.json" && ok || bad "plan --loss-dtype bf16 not in the plan"
+grep -q '"buffers"' "$tmp/loss.json" && ok || bad "plan lacks the buffer table"
 
 # JSON summary has exactly the documented keys.
 "$oomb" simulate --model qwen2.5-7b --gpu h200 --context 1M --json >"$tmp/s.json" || bad "simulate --json failed"
 for key in peak_device_bytes peak_host_bytes step_s tokens_per_s h2d_bytes d2h_bytes exposed_copy_s \
            required_h2d_bytes_per_s required_d2h_bytes_per_s device_pool_pages device_breakdown_bytes feasible \
-           binding_constraint; do
+           binding_constraint peak_phase; do
   if grep -q "\"$key\"" "$tmp/s.json"; then ok; else bad "simulate --json lacks $key"; fi
 done
 

@@ -58,6 +58,29 @@ TEST(ViewModel, ChangingContextChangesPeakAsTheSimulatorSays) {
   EXPECT_FALSE(vm.set_inputs(in)) << "same inputs must not recompute";
 }
 
+TEST(ViewModel, PeakDeviceFigureNamesThePeakPhase) {
+  ViewModel vm;
+  Inputs in = vm.inputs();
+  in.config.context_tokens = 64 * 1024;
+  in.config.logits_chunk_tokens = 1024;  // fused tiles: the layer backward holds the peak
+  ASSERT_TRUE(vm.set_inputs(in));
+  const auto& r = vm.results();
+  ASSERT_TRUE(r.ok) << r.error;
+  const auto expect = simulator::evaluate(scenario_of(in));
+  EXPECT_EQ(r.summary.peak_phase, expect.peak_phase);
+  EXPECT_EQ(r.table.device_peak().bytes, r.summary.peak_device_bytes);
+  bool found = false;
+  for (const auto& f : r.figures)
+    if (f.label == "Peak device") {
+      found = true;
+      EXPECT_NE(f.formula.find("in phase " + expect.peak_phase), std::string::npos) << f.formula;
+    }
+  EXPECT_TRUE(found);
+  in.config.logits_chunk_tokens = 0;  // whole-chunk unfused logits: the loss holds it
+  ASSERT_TRUE(vm.set_inputs(in));
+  EXPECT_NE(vm.results().summary.peak_phase, expect.peak_phase);
+}
+
 TEST(ViewModel, InvalidCombinationIsAMessageNotACrash) {
   ViewModel vm;
   Inputs in = vm.inputs();

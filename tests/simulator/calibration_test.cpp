@@ -137,12 +137,14 @@ TEST(Calibration, ExecutorRunsArePredictedWithTheirPageDtypes) {
   Scenario s = tiny_scenario(4096, 1024, false);
   s.config.kv_dtype = "bf16";
   s.config.kv_grad_dtype = "bf16";
+  s.config.loss_dtype = "bf16";
   apply_cpu_run(s);
   EXPECT_EQ(s.config.kv_dtype, "bf16");
   EXPECT_EQ(s.config.kv_grad_dtype, "bf16");
   EXPECT_EQ(s.config.param_dtype, "fp32");
   EXPECT_EQ(s.config.param_grad_dtype, "fp32");
   EXPECT_EQ(s.config.activation_dtype, "fp32");
+  EXPECT_EQ(s.config.loss_dtype, "fp32");  // the fp32 reference holds its logits and loss in fp32
   EXPECT_EQ(s.config.peak_measure, PeakMeasure::allocated);
   EXPECT_EQ(page_counts(s).kv_page_bytes * 2, page_counts(tiny_scenario(4096, 1024, false)).grad_page_bytes);
 

@@ -62,13 +62,15 @@ TEST(MemoryModel, Qwen7bHandComputedRows) {
 }
 
 TEST(MemoryModel, TotalsAreThePeakOverPhasesOfTheRows) {
-  for (Schedule schedule : {Schedule::oomb, Schedule::standard}) {
+  for (Schedule schedule : {Schedule::oomb, Schedule::standard})
+  for (bool checkpointing : {true, false}) {
     auto s = scenario("qwen2.5-7b", "h200", schedule == Schedule::oomb ? 1 << 20 : 32 << 10);
     s.config.schedule = schedule;
+    s.config.checkpointing = checkpointing;
     if (schedule == Schedule::oomb) s.config.attention = Attention::sparse;
     auto t = memory_table(s);
     auto sum = evaluate(s);
-    SCOPED_TRACE(to_string(schedule));
+    SCOPED_TRACE(std::string(to_string(schedule)) + (checkpointing ? " checkpointing" : " no checkpointing"));
     // Every row lives in at least one phase of its schedule, and in no other.
     for (const auto& r : t.rows) {
       EXPECT_NE(r.phases, 0u) << r.name;
@@ -318,6 +320,8 @@ TEST(Phases, NamesRoundTripAndUnknownNamesAreRefused) {
   EXPECT_EQ(phases_of(Schedule::standard),
             (std::vector<Phase>{Phase::forward, Phase::loss, Phase::backward, Phase::optimizer}));
   EXPECT_EQ(phase_names(phase_bit(Phase::loss) | phase_bit(Phase::fill)), (std::vector<std::string>{"fill", "loss"}));
+  EXPECT_EQ(phase_names(all_phases(Schedule::standard)),
+            (std::vector<std::string>{"forward", "loss", "backward", "optimizer"}));
 }
 
 TEST(MemoryModel, NoOffloadKeepsEveryPageOnTheDevice) {
