@@ -207,8 +207,6 @@ int run_run(const RunArgs& a) {
   }
   const simulator::Config& c = s.config;
   if (c.context_tokens <= 0) throw Error("--context", "", "is required (or give --plan)", "e.g. 16K");
-  if (std::string why; a.plan.empty() && !planner::executable(c, &why))
-    throw Error("--checkpointing", "false", "is not executable", why);
   const models::ModelSpec m = effective_model(s.model, c);
   if (a.reference && c.optimizer != simulator::Optimizer::none)
     throw Error("--reference", "", "compares the gradients of step 1, which an optimizer step consumes",

@@ -135,8 +135,9 @@ Plan make_plan(const simulator::Scenario& s, const simulator::Summary& predictio
 
   const simulator::MemoryTable t = simulator::memory_table(s);
   Allocation& a = p.allocation;
-  a.kv_pool_pages = t.pages.kv_pool_pages;
-  a.grad_pool_pages = t.pages.grad_pool_pages;
+  // What the executor allocates (sparse: for the union's bound; dense: the high-water mark).
+  a.kv_pool_pages = t.pages.kv_pool_capacity_pages;
+  a.grad_pool_pages = t.pages.grad_pool_capacity_pages;
   a.kv_page_bytes = t.pages.kv_page_bytes;
   a.grad_page_bytes = t.pages.grad_page_bytes;
   a.host_kv_pages = t.pages.host_kv_pages;

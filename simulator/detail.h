@@ -14,6 +14,7 @@ struct Geometry {
   bool oomb = true, sparse = false, offload = false, fused_loss = false;
   int64_t C = 0, p = 0, n = 0, P = 0, q = 0, R = 0, B = 0, T = 0;
   double overlap = 0;
+  int64_t select_groups = 1;  // sparse: selections per query page (per-kv-head: one per KV head)
   int64_t kv_page_bytes = 0, grad_page_bytes = 0, summary_bytes = 0;
 };
 

@@ -132,6 +132,7 @@ Geometry geometry(const Scenario& s) {
   g.offload = g.oomb && c.resident_layers < g.L;
   g.B = c.page_budget;
   g.overlap = c.selection_overlap;
+  g.select_groups = c.selection == "per-kv-head" ? g.kv_heads : 1;
   g.kv_page_bytes = checked_mul(g.p, 2 * g.kv_heads * g.head_dim * g.kv_b, "KV page");
   g.grad_page_bytes = checked_mul(g.p, 2 * g.kv_heads * g.head_dim * g.grad_b, "gradient page");
   g.summary_bytes = g.kv_heads * g.head_dim * g.kv_b;
@@ -175,7 +176,7 @@ PageCounts page_counts_of(const detail::Geometry& g) {
   pc.kv_page_bytes = g.kv_page_bytes;
   pc.grad_page_bytes = g.grad_page_bytes;
   if (!g.oomb) return pc;
-  int64_t slot_max = 0, union_max = 0;
+  int64_t slot_max = 0, union_max = 0, bound_slot_max = 0;
   // Over the full chunks the union is non-decreasing in c (dense: the prefix; sparse: the prefix
   // capped at a constant), so the largest slot is that of one of the last two chunks (the last
   // one may be ragged, with fewer query pages and so a smaller sparse union).
@@ -183,16 +184,26 @@ PageCounts page_counts_of(const detail::Geometry& g) {
     int64_t u = detail::union_pages(g, c);
     union_max = std::max(union_max, u);
     slot_max = std::max(slot_max, u + detail::own_pages(g, c));
+    // The pool is allocated before any selection is known: for the union's bound, B pages per
+    // query page (and selection group), not for the modelled overlap.
+    const int64_t pp = detail::prefix_pages(g, c);
+    const int64_t bound = g.sparse && pp > g.B
+                              ? std::min(pp, checked_mul(checked_mul(detail::own_pages(g, c), g.B), g.select_groups))
+                              : pp;
+    bound_slot_max = std::max(bound_slot_max, bound + detail::own_pages(g, c));
   }
   pc.max_union_pages = union_max;
   if (g.offload) {
     pc.kv_pool_pages = checked_mul(g.R, slot_max, "KV pool pages");
     pc.grad_pool_pages = checked_mul(g.R, slot_max, "gradient pool pages");
+    pc.kv_pool_capacity_pages = checked_mul(g.R, bound_slot_max, "KV pool pages");
+    pc.grad_pool_capacity_pages = pc.kv_pool_capacity_pages;
     pc.host_kv_pages = checked_mul(g.L, g.P, "host KV pages");
     pc.host_grad_pages = pc.host_kv_pages;
   } else {
     pc.kv_pool_pages = checked_mul(g.L, g.P, "KV pool pages");
     pc.grad_pool_pages = pc.kv_pool_pages;
+    pc.kv_pool_capacity_pages = pc.grad_pool_capacity_pages = pc.kv_pool_pages;
   }
   return pc;
 }
@@ -307,10 +318,13 @@ MemoryTable detail::memory_table(const Scenario& s, const Geometry& g, bool desc
     add("hidden_states", "hidden_states", Tier::device, OOMB_SHAPE({g.N, g.h}), act, checked_mul(g.N, g.h * A),
         fwd | loss, "sequence tokens x hidden x activation dtype (the last layer's output)");
   }
-  if (c.checkpointing) {
+  // The executor keeps the layer inputs also without checkpointing (the input norm's backward reads
+  // them); a framework's standard step keeps them inside the activations.
+  if (c.checkpointing || g.oomb) {
     add("layer_input_checkpoints", "checkpoints", Tier::device, OOMB_SHAPE({g.L, T, g.h}), act,
         checked_mul(checked_mul(g.L, T), g.h * A), kept, OOMB_TEXT("layers x " + tok + " tokens x hidden x activation dtype"));
-  } else {
+  }
+  if (!c.checkpointing) {
     // No recompute: every layer's activations are kept, and a layer computes in its own slice.
     const PhaseMask all_layers = g.oomb ? (fill | kept) : kept;
     add("all_layer_activations", "checkpoints", Tier::device, OOMB_SHAPE({g.L, T, layer_act_width}), act,
@@ -356,12 +370,15 @@ MemoryTable detail::memory_table(const Scenario& s, const Geometry& g, bool desc
 
   if (g.oomb) {
     const auto& pc = t.pages;
-    add("kv_pool", "kv_pages", Tier::device, OOMB_SHAPE({pc.kv_pool_pages, g.p, 2, g.kv_heads, g.head_dim}), c.kv_dtype,
-        checked_mul(pc.kv_pool_pages, g.kv_page_bytes), all,
-        g.offload ? "resident layers x largest slot (pages) x page bytes" : "layers x pages per layer x page bytes");
-    add("kv_grad_pool", "kv_grad_pages", Tier::device, OOMB_SHAPE({pc.grad_pool_pages, g.p, 2, g.kv_heads, g.head_dim}),
-        c.kv_grad_dtype, checked_mul(pc.grad_pool_pages, g.grad_page_bytes), all,
-        g.offload ? "resident layers x largest slot (pages) x page bytes" : "layers x pages per layer x page bytes");
+    const char* pool_formula = !g.offload ? "layers x pages per layer x page bytes"
+                               : g.sparse ? "resident layers x largest slot (union bound: B pages per query page, + own) "
+                                            "x page bytes"
+                                          : "resident layers x largest slot (pages) x page bytes";
+    add("kv_pool", "kv_pages", Tier::device, OOMB_SHAPE({pc.kv_pool_capacity_pages, g.p, 2, g.kv_heads, g.head_dim}),
+        c.kv_dtype, checked_mul(pc.kv_pool_capacity_pages, g.kv_page_bytes), all, pool_formula);
+    add("kv_grad_pool", "kv_grad_pages", Tier::device,
+        OOMB_SHAPE({pc.grad_pool_capacity_pages, g.p, 2, g.kv_heads, g.head_dim}), c.kv_grad_dtype,
+        checked_mul(pc.grad_pool_capacity_pages, g.grad_page_bytes), all, pool_formula);
     if (gpu_rows) {
       const int64_t table_entries = g.offload ? checked_mul(g.R, 2 * (pc.kv_pool_pages / std::max<int64_t>(g.R, 1)))
                                               : checked_mul(g.L, 2 * g.P);

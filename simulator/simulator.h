@@ -59,8 +59,12 @@ struct PageCounts {
   int64_t pages_per_chunk = 0;    // C / p
   int64_t kv_page_bytes = 0;
   int64_t grad_page_bytes = 0;
-  int64_t kv_pool_pages = 0;      // device pool sizes (high-water marks)
+  int64_t kv_pool_pages = 0;      // device pool high-water marks (sparse: with the modelled union)
   int64_t grad_pool_pages = 0;
+  // Device pool allocations: the high-water marks in dense mode; sparse pools are allocated for the
+  // union's bound (B pages per query page and selection group), not the modelled overlap.
+  int64_t kv_pool_capacity_pages = 0;
+  int64_t grad_pool_capacity_pages = 0;
   int64_t host_kv_pages = 0;      // host tier (offload only)
   int64_t host_grad_pages = 0;
   int64_t max_union_pages = 0;    // sparse: largest prefix set of a chunk (dense: the prefix)

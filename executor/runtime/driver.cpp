@@ -175,7 +175,8 @@ Engine::Engine(Backend& backend, const models::ModelSpec& model, const simulator
   const int64_t sets = config.checkpointing ? 1 : L;
   const std::vector<SP> layer_life =
       config.checkpointing ? layer : std::vector<SP>{SP::fill, SP::recompute, SP::loss, SP::backward};
-  add_row("layer_activations", "layer_working_set", Tier::device, ad,
+  act_row_ = config.checkpointing ? "layer_activations" : "all_layer_activations";
+  add_row(act_row_, config.checkpointing ? "layer_working_set" : "checkpoints", Tier::device, ad,
           checked_mul(sets, checked_mul(Cm, (4 * H + 2 * qd + 2 * kvd + 3 * F) * ab)), layer_life);
   add_row("layer_norm_rstd", "layer_working_set", Tier::device, "fp32", checked_mul(sets, 8 * Cm), layer_life);
   add_row("attention_lse", "attention_workspace", Tier::device, "fp32",
@@ -323,10 +324,10 @@ void Engine::enter(StepPhase p) {
   if (!w.layer && layer) {
     w.sets.resize(static_cast<size_t>(config_.checkpointing ? 1 : g_.L));
     for (LayerSet& a : w.sets) {
-      for (Buffer* b : {&a.h1, &a.x2, &a.h2, &a.tmp}) *b = row_buffer("layer_activations", Tier::device, Cm * H, ad);
-      for (Buffer* b : {&a.q, &a.o}) *b = row_buffer("layer_activations", Tier::device, Cm * qd, ad);
-      for (Buffer* b : {&a.k, &a.v}) *b = row_buffer("layer_activations", Tier::device, Cm * kvd, ad);
-      for (Buffer* b : {&a.g, &a.u, &a.m}) *b = row_buffer("layer_activations", Tier::device, Cm * F, ad);
+      for (Buffer* b : {&a.h1, &a.x2, &a.h2, &a.tmp}) *b = row_buffer(act_row_, Tier::device, Cm * H, ad);
+      for (Buffer* b : {&a.q, &a.o}) *b = row_buffer(act_row_, Tier::device, Cm * qd, ad);
+      for (Buffer* b : {&a.k, &a.v}) *b = row_buffer(act_row_, Tier::device, Cm * kvd, ad);
+      for (Buffer* b : {&a.g, &a.u, &a.m}) *b = row_buffer(act_row_, Tier::device, Cm * F, ad);
       for (Buffer* b : {&a.rstd1, &a.rstd2}) *b = row_buffer("layer_norm_rstd", Tier::device, Cm, DType::f32);
       a.lse = row_buffer("attention_lse", Tier::device, Cm * model_.q_heads, DType::f32);
     }

@@ -203,6 +203,7 @@ class Engine {
   bool fused_loss_ = false;
   StepPhase phase_ = StepPhase::optimizer;
   std::vector<ExecutorBuffer> rows_;
+  std::string act_row_;  // layer_activations (one set) or all_layer_activations (checkpointing off)
   std::vector<std::string> notes_;
   Buffer params_, grads_, master_, adam_m_, adam_v_, decay_mask_;
   Buffer summaries_;  // sparse: [L][P][kv_dim] page key means

@@ -30,7 +30,7 @@ expect_exit 0 "host_kv_grad_pages +448.00 GiB" simulate --preset oomb-published 
 expect_exit 0 "OOM" sweep --model qwen2.5-7b --gpu h200 --contexts 8K..1M
 # The phase holding the device peak is named (buffer lifetimes, docs/model.md); the loss dtype is a knob.
 expect_exit 0 "in phase loss" simulate --preset oomb-published --model qwen2.5-7b --gpu h200 --context 4M --attention sparse
-expect_exit 0 "logits_upcast" simulate --model tiny --gpu h200 --context 8K --loss-dtype fp32
+expect_exit 0 "logits_upcast" simulate --model tiny --gpu h200 --context 8K --loss-dtype fp32 --logits-chunk 0
 expect_exit 2 "--loss-dtype.*bf16" simulate --model tiny --gpu h200 --context 8K --loss-dtype fp16
 expect_exit 0 "Plan written" plan --model tiny --gpu h200 --context 8K --loss-dtype bf16 --out "$tmp/loss.json"
 grep -q '"loss_dtype": "bf16"' "$tmp/loss.json" && ok || bad "plan --loss-dtype bf16 not in the plan"

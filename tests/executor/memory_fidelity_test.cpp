@@ -25,6 +25,8 @@ struct MemCase {
   const char* pages;    // KV and KV-gradient pages
   simulator::Optimizer optimizer;
   simulator::SelectionMemory selection = simulator::SelectionMemory::bounded;
+  bool checkpointing = true;
+  const char* rule = "published";
 };
 
 void PrintTo(const MemCase& k, std::ostream* os) { *os << k.name; }
@@ -51,6 +53,8 @@ TEST_P(PredictedEqualsAllocated, PeakAndBreakdownAtThePeak) {
   c.param_dtype = c.param_grad_dtype = c.activation_dtype = c.loss_dtype = k.storage;
   c.kv_dtype = c.kv_grad_dtype = k.pages;
   c.optimizer = k.optimizer;
+  c.checkpointing = k.checkpointing;
+  c.selection = k.rule;
   c.peak_measure = simulator::PeakMeasure::allocated;
   simulator::validate(c, s.model);
   const simulator::Summary pred = simulator::evaluate(s);
@@ -80,6 +84,10 @@ INSTANTIATE_TEST_SUITE_P(
                 simulator::SelectionMemory::device},
         MemCase{"tiny_ragged_bf16_R2", "tiny", 0, 5000, 1024, 128, 2, 300, 0, false, "bf16", "bf16", Optimizer::none},
         MemCase{"tiny_bf16_adamw_gpu", "tiny", 0, 4096, 1024, 128, 1, 512, 0, false, "bf16", "fp32", Optimizer::gpu},
+        MemCase{"tiny_no_recompute_sparse_R1", "tiny", 0, 6144, 1024, 128, 1, 512, 4, true, "bf16", "fp32",
+                Optimizer::none, simulator::SelectionMemory::bounded, false},
+        MemCase{"tiny_per_kv_head_R1", "tiny", 0, 6144, 1024, 128, 1, 0, 2, true, "fp32", "fp32", Optimizer::none,
+                simulator::SelectionMemory::bounded, true, "per-kv-head"},
         MemCase{"tiny_fp32_adamw_host", "tiny", 0, 4096, 1024, 128, 64, 0, 0, false, "fp32", "fp32", Optimizer::host},
         MemCase{"qwen0.5b_x2_512_chunk256_R1", "qwen2.5-0.5b", 2, 512, 256, 128, 1, 0, 0, false, "fp32", "fp32",
                 Optimizer::none},
