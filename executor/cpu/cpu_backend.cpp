@@ -135,6 +135,8 @@ void CpuBackend::upload(void* d, const void* s, int64_t bytes) { std::memcpy(d, 
 void CpuBackend::download(void* d, const void* s, int64_t bytes) { std::memcpy(d, s, static_cast<size_t>(bytes)); }
 
 EventPtr CpuBackend::copy_async(CopyRequest req) {
+  if (options_.fail_copy_after >= 0 && copies_issued_++ >= options_.fail_copy_after)
+    throw std::runtime_error("cpu backend: injected device fault in copy_async");
   auto done = std::make_shared<Event>();
   EventPtr data;
   if (options_.report_lag_ns > 0) {

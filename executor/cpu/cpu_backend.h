@@ -32,6 +32,8 @@ struct CpuBackendOptions {
   // A sticky device error: every deallocate frees the memory and then throws, as the CUDA
   // backend's does once the context is broken.
   bool deallocate_throws = false;
+  // A device fault: copy_async throws once this many copies were issued (-1: never).
+  int64_t fail_copy_after = -1;
 };
 
 class CpuBackend final : public Backend {
@@ -106,6 +108,7 @@ class CpuBackend final : public Backend {
   const PagedAttention& fp32_pages(const PagedAttention& a, PagedAttention& converted);
 
   CpuBackendOptions options_;
+  int64_t copies_issued_ = 0;
   Stream streams_[2];  // h2d, d2h
   std::mutex report_mu_;  // reports_, data_of_, reporter_stop_
   std::condition_variable report_cv_;

@@ -1,13 +1,12 @@
 // The offload schedule as a device runs it, on the CPU backend with test doubles of a device's
 // timing (CpuBackendOptions): a slow link (write-backs overlap the next pass, as the simulator
 // assumes), a completion thread that reports late (the step and the trace end only when every copy
-// reported; none reports after the engine is gone), a sticky error in deallocate (destructors log
-// instead of throwing) and the copy regions issued per step (contiguous pages, few regions).
+// reported; none reports after the engine is gone), and the copy regions issued per step
+// (contiguous pages, few regions).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 #include <map>
 #include <tuple>
 
@@ -60,7 +59,7 @@ models::ModelSpec overlap_model() { return test::small_model(4, 8, 2, 32, 256, f
 
 TEST(Overlap, WriteBacksOverlapTheNextPassAsTheSimulatorPredicts) {
   const auto m = overlap_model();
-  const simulator::Config c = test::small_config(512, 128, 16, 2);  // 4 chunks, 8 pages each, R = 2
+  const simulator::Config c = test::small_config(512, 128, 16, 3);  // 4 chunks, 8 pages each, R = 3
   const Weights w = random_weights(m, 3, 0.02f);
   const auto tokens = TokenSource::synthetic(m.vocab, 5).sequence(0, c.context_tokens);
   EngineOptions o;
@@ -95,6 +94,7 @@ TEST(Overlap, WriteBacksOverlapTheNextPassAsTheSimulatorPredicts) {
   }
   std::printf("step %.1f ms: simulator's overlap %.1f ms, compute + write-back in series %.1f ms\n", measured_s * 1e3,
               predicted_ns * 1e-6, serial_ns * 1e-6);
+  // R = 3 leaves the region-reuse chain slack, so thread wake-ups on a loaded machine do not add up.
   EXPECT_LT(measured_s * 1e9, (predicted_ns + serial_ns) / 2)
       << "the step is nearer compute + write-back in series than the overlap the simulator predicts";
   // Structurally: a stage-1 pass's next layer computes while the pass's write-back runs.
@@ -104,7 +104,7 @@ TEST(Overlap, WriteBacksOverlapTheNextPassAsTheSimulatorPredicts) {
       const PassTimes& p = passes.at({1, ch, l, "layer_fwd"});
       const PassTimes& next = passes.at({1, ch, l + 1, "layer_fwd"});
       ++fills;
-      if (next.compute_start < p.out_end) ++overlapping;
+      if (next.compute_start < p.out_end) ++overlapping;  // main: never (release waited)
     }
   EXPECT_GE(overlapping, fills / 2) << overlapping << " of " << fills << " write-backs overlap the next pass";
 }
@@ -140,29 +140,6 @@ TEST(Overlap, StepAndTraceEndWhenEveryCopyReported) {
     e.step(tokens);
   }
   EXPECT_EQ(b.reports_pending(), 0) << "a copy would report into the destroyed engine's recorder";
-}
-
-TEST(Overlap, DestructorsLogInsteadOfThrowingAfterAStickyError) {
-  const auto m = test::small_model(3, 2, 1, 8, 16, false, false, 31, 16);
-  const simulator::Config c = test::small_config(64, 16, 8, 1);
-  const Weights w = random_weights(m, 1, 0.02f);
-  const auto tokens = TokenSource::synthetic(m.vocab, 1).sequence(0, c.context_tokens);
-  // In a child process: on a throwing destructor std::terminate aborts it.
-  EXPECT_EXIT(
-      {
-        CpuBackendOptions broken;
-        broken.deallocate_throws = true;
-        CpuBackend b(broken);
-        Measured kept;
-        {
-          Engine e(b, m, c, w);
-          e.step(tokens);
-          kept = e.measured();
-        }
-        std::fprintf(stderr, "measured h2d %lld bytes\n", static_cast<long long>(kept.h2d_bytes));
-        std::exit(kept.h2d_bytes > 0 && kept.steps == 1 ? 0 : 3);
-      },
-      ::testing::ExitedWithCode(0), "failed: cpu backend: injected sticky error in deallocate(.|\n)*measured h2d");
 }
 
 // Dense offload: every copy is one contiguous region on both sides (pages laid out per slot region
