@@ -810,8 +810,9 @@ std::vector<std::vector<int32_t>> CudaBackend::select_pages(const SelectionArgs&
       SelectWorkspace::bytes(a.rows, a.kv_heads, a.head_dim, qpages, groups, a.prefix_pages, a.budget);
   const SelectWorkspace ws = SelectWorkspace::carve(m.scratch(bytes), a.rows, a.kv_heads, a.head_dim, qpages, groups,
                                                      a.prefix_pages, a.budget);
+  // Summaries outside the device arena (the host tier with bounded selection memory) are staged.
   launch_select_pages(a.q, a.rows, a.q_heads, a.kv_heads, a.head_dim, a.page_tokens, a.summaries, a.prefix_pages,
-                      a.budget, a.per_kv_head, ws, m.compute);
+                      a.budget, a.per_kv_head, !m.in_device_tier(a.summaries), ws, m.compute);
   std::vector<int32_t> flat(static_cast<size_t>(qpages * groups * a.budget));
   m.get(flat.data(), ws.selected, static_cast<int64_t>(flat.size()) * 4);
   std::vector<std::vector<int32_t>> out(static_cast<size_t>(qpages * groups));
