@@ -497,14 +497,20 @@ int run_run(const RunArgs& a) {
   for (size_t i = 0; i < losses.size(); ++i) std::printf("  step %zu  loss %.6f\n", i + 1, losses[i]);
   std::printf("\nstep time %s, %s tokens/s\n", format_duration_s(ms.step_s).c_str(),
               format_count(ms.tokens_per_s).c_str());
+  if (ms.step_times_s.size() > 1) {  // the first step pays one-time set-up (scratch growth, caches)
+    double later = 0;
+    for (size_t i = 1; i < ms.step_times_s.size(); ++i) later += ms.step_times_s[i];
+    std::printf("first step %s, later steps %s on average\n", format_duration_s(ms.step_times_s[0]).c_str(),
+                format_duration_s(later / static_cast<double>(ms.step_times_s.size() - 1)).c_str());
+  }
   std::printf("peak device %s, peak host %s\n", format_bytes(ms.peak_device_bytes).c_str(),
               format_bytes(ms.peak_host_bytes).c_str());
   std::printf("device pools: KV %lld / %lld pages of %s, KV-grad %lld / %lld pages of %s (high-water / capacity)\n",
               static_cast<long long>(ms.kv_pool_high_water_pages), static_cast<long long>(ms.kv_pool_pages),
               format_bytes(ms.kv_page_bytes).c_str(), static_cast<long long>(ms.grad_pool_high_water_pages),
               static_cast<long long>(ms.grad_pool_pages), format_bytes(ms.grad_page_bytes).c_str());
-  std::printf("copies per step: h2d %s, d2h %s\n", format_bytes(ms.h2d_bytes).c_str(),
-              format_bytes(ms.d2h_bytes).c_str());
+  std::printf("copies per step: h2d %s, d2h %s, in %lld contiguous regions\n", format_bytes(ms.h2d_bytes).c_str(),
+              format_bytes(ms.d2h_bytes).c_str(), static_cast<long long>(ms.copy_regions));
   if (sparse) {
     int64_t mx = 0;
     double sum = 0;
@@ -629,7 +635,10 @@ const Registrar reg("run", "Execute chunk-recurrent training steps (cpu referenc
                           "(bf16 KV pages)\n"
                           "  oomb run --model tiny --context 8K --attention sparse --budget 4 --chunk 1K --page 64\n"
                           "  oomb run --model tiny --context 4K --attention sparse --budget 4 --chunk 512 --page 64 "
-                          "--measure-recall --compare-dense --trace t.json");
+                          "--measure-recall --compare-dense --trace t.json\n"
+                          "Exit status: 0 done, 2 bad input, 4 a step failed on the device (the error names the "
+                          "stage, chunk, layer and op it was issued under; --json and --trace still record the "
+                          "completed steps).");
                       return [a, &sub] {
                         a->command = "oomb run";
                         for (const auto* opt : sub.get_options()) {
