@@ -7,7 +7,7 @@
 //    the tensor-core kernels again on bf16 KV and gradient pages (ratio to their fp32-page rate);
 //  - the backend's linear_fwd (y = x W^T) at a Qwen2.5-7B MLP shape (4096 rows x 3584 -> 18944) with
 //    each CudaGemmPrecision, in TFLOP/s (bf16 includes converting x and W to bf16), and the bf16 / fp32
-//    ratio;
+//    ratio; then on bf16 storage (no conversion; and dW += into a bf16 gradient);
 //  - offload copy bandwidth per direction through CudaBackend::copy_async (one region per page,
 //    scattered so that no two merge) against one plain cudaMemcpyAsync of the same bytes between
 //    pinned and device memory: ratio printed.
@@ -294,6 +294,29 @@ int main() {
                   ran ? "" : " (NOT EVERY CALL RAN IN THIS PRECISION)", ms, tflops[i]);
     }
     std::printf("linear_fwd bf16 / fp32 = %.2fx, bf16 / tf32 = %.2fx\n", tflops[2] / tflops[0], tflops[2] / tflops[1]);
+
+    // bf16 storage (x, W, y stored as bf16, `--param-dtype` / activations bf16): the bf16 GEMM on the
+    // operands as stored, no conversion, y written as bf16 by cuBLASLt; and dW += dy^T x into a bf16
+    // gradient (beta = 1, bf16 C / D). Against the bf16 precision on fp32 storage above.
+    Buffer bx(gpu, Tier::device, rows * in * 2), bw(gpu, Tier::device, out * in * 2);
+    Buffer by(gpu, Tier::device, rows * out * 2), bdw(gpu, Tier::device, out * in * 2);
+    fill_random_bf16(gpu, bx.data(), rows * in, 12);
+    fill_random_bf16(gpu, bw.data(), out * in, 13);
+    fill_random_bf16(gpu, by.data(), rows * out, 14);
+    CudaBackend sb(CudaBackendOptions{});
+    auto ss = static_cast<cudaStream_t>(sb.stream(CudaStream::compute));
+    const ConstTensor x16(bx.data(), DType::bf16), w16(bw.data(), DType::bf16), dy16(by.data(), DType::bf16);
+    const double fwd16_ms =
+        time_ms(ss, reps, [&] { sb.linear_fwd(x16, rows, in, w16, nullptr, out, Tensor(by.data(), DType::bf16)); });
+    const double dw16_ms = time_ms(ss, reps, [&] {
+      sb.linear_bwd(x16, rows, in, w16, out, dy16, nullptr, false, Tensor(bdw.data(), DType::bf16), nullptr);
+    });
+    const bool native = sb.gemm_calls(CudaGemmPrecision::bf16) == 2 * (reps + 1);
+    std::printf("linear_fwd on bf16 storage%s: %.2f ms, %.2f TFLOP/s (%.2fx the bf16 GEMM on fp32 storage); dW += on "
+                "bf16 storage: %.2f ms, %.2f TFLOP/s; op scratch %lld MiB\n",
+                native ? "" : " (NOT EVERY CALL RAN THE NATIVE bf16 GEMM)", fwd16_ms, flops / (fwd16_ms * 1e-3) / 1e12,
+                flops / (fwd16_ms * 1e-3) / 1e12 / tflops[2], dw16_ms, flops / (dw16_ms * 1e-3) / 1e12,
+                static_cast<long long>(sb.scratch_bytes() >> 20));
   }
 
   // ---- offload copies: 256 pages of the Qwen2.5-7B page size (128 tokens, fp32 K+V: 512 KiB)

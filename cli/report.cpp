@@ -1,5 +1,6 @@
 #include "cli/report.h"
 
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 
@@ -28,34 +29,64 @@ void print_scenario_header(const Scenario& s) {
   } else {
     std::printf("\n");
   }
-  std::printf("  KV %s, KV-grad %s, params %s, param-grad %s, optimizer %s, checkpointing %s, loss tile %s",
+  std::printf("  KV %s, KV-grad %s, params %s, param-grad %s, optimizer %s, checkpointing %s, loss tile %s, loss %s",
               c.kv_dtype.c_str(), c.kv_grad_dtype.c_str(), c.param_dtype.c_str(), c.param_grad_dtype.c_str(),
               to_string(c.optimizer), c.checkpointing ? "on" : "off",
-              c.logits_chunk_tokens > 0 ? (format_tokens(c.logits_chunk_tokens) + " fused").c_str() : "whole, unfused");
+              c.logits_chunk_tokens > 0 ? (format_tokens(c.logits_chunk_tokens) + " fused").c_str() : "whole, unfused",
+              c.loss_dtype.c_str());
   if (c.gpus > 1) std::printf(", tensor parallel x%lld (planning only)", static_cast<long long>(c.gpus));
   if (c.layers_override > 0) std::printf(", first %lld layers only", static_cast<long long>(c.layers_override));
   std::printf("\n");
 }
 
+namespace {
+
+// One letter per phase of the schedule, '.' where the row is not alive: "F R L B O".
+std::string phase_marks(const MemoryTable& t, PhaseMask m) {
+  std::string out;
+  for (Phase p : phases_of(t.schedule)) {
+    if (!out.empty()) out += ' ';
+    out += (m & phase_bit(p)) ? static_cast<char>(std::toupper(to_string(p)[0])) : '.';
+  }
+  return out;
+}
+
+}  // namespace
+
 void print_memory_report(const Scenario& s, const MemoryTable& t, const Summary& sum) {
-  std::printf("\nDevice memory (per GPU)                       bytes     share\n");
+  const MemoryTable::PhasePeak peak = t.device_peak();
+  std::string legend;
+  for (Phase p : phases_of(t.schedule))
+    legend += (legend.empty() ? "" : ", ") + std::string(1, static_cast<char>(std::toupper(to_string(p)[0]))) + " " +
+              to_string(p);
+  std::printf("\nDevice memory (per GPU)                       bytes  peak share  phases (%s)\n", legend.c_str());
   for (const auto& r : t.rows) {
     if (r.tier != Tier::device || r.bytes == 0) continue;
-    std::printf("  %-34s %14s  %7s   %s\n", r.name.c_str(), format_bytes(r.bytes).c_str(),
-                format_percent(static_cast<double>(r.bytes) / static_cast<double>(sum.peak_device_bytes)).c_str(),
-                r.shape.c_str());
+    // The share of the peak for rows alive at the peak phase; the others are freed by then.
+    const bool at_peak = (r.phases & phase_bit(peak.phase)) != 0;
+    std::printf("  %-34s %14s  %10s  %s   %s %s\n", r.name.c_str(), format_bytes(r.bytes).c_str(),
+                at_peak ? format_percent(static_cast<double>(r.bytes) / static_cast<double>(sum.peak_device_bytes)).c_str()
+                        : "-",
+                phase_marks(t, r.phases).c_str(), r.shape.c_str(), r.dtype.c_str());
   }
-  std::printf("  %-34s %14s  of %s (%s)%s\n", "peak", format_bytes(sum.peak_device_bytes).c_str(),
+  std::printf("  %-34s %14s  of %s (%s), in phase %s%s\n", "peak", format_bytes(sum.peak_device_bytes).c_str(),
               format_bytes(s.gpu.hbm_capacity_bytes).c_str(),
               format_percent(static_cast<double>(sum.peak_device_bytes) / static_cast<double>(s.gpu.hbm_capacity_bytes)).c_str(),
+              to_string(peak.phase),
               s.config.peak_measure == PeakMeasure::allocated ? " [allocated; runtime reserve not counted]" : "");
+  std::string by_phase;
+  for (Phase p : phases_of(t.schedule))
+    by_phase += std::string(by_phase.empty() ? "" : ", ") + to_string(p) + " " + format_bytes(t.device_bytes_in(p)) +
+                (p == peak.phase ? " (peak)" : "");
+  std::printf("  live by phase: %s\n", by_phase.c_str());
   bool any_host = false;
   for (const auto& r : t.rows) any_host |= r.tier == Tier::host && r.bytes > 0;
   if (any_host) {
     std::printf("\nHost memory\n");
     for (const auto& r : t.rows)
       if (r.tier == Tier::host && r.bytes > 0)
-        std::printf("  %-34s %14s   %s\n", r.name.c_str(), format_bytes(r.bytes).c_str(), r.shape.c_str());
+        std::printf("  %-34s %14s   %s %s\n", r.name.c_str(), format_bytes(r.bytes).c_str(), r.shape.c_str(),
+                    r.dtype.c_str());
     std::printf("  %-34s %14s  of %s pinnable, %s RAM (%s)\n", "peak", format_bytes(sum.peak_host_bytes).c_str(),
                 format_bytes(s.host.pinnable_bytes).c_str(), format_bytes(s.host.ram_bytes).c_str(), s.host.id.c_str());
   } else {

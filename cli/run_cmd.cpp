@@ -188,10 +188,14 @@ int run_run(const RunArgs& a) {
     simulator::validate(s.config, s.model);
   } else {
     s = a.flags.resolve();
-    // Without a plan the run is the exact fp32 reference unless bf16 pages are asked for: the
-    // config's (and presets') page dtypes apply to predictions, not to an unflagged run.
+    // Without a plan the run is the exact fp32 reference unless bf16 storage is asked for: the
+    // config's (and presets') dtypes apply to predictions, not to an unflagged run.
     if (!a.flags.kv_dtype) s.config.kv_dtype = "fp32";
     if (!a.flags.kv_grad_dtype) s.config.kv_grad_dtype = "fp32";
+    if (!a.flags.param_dtype) s.config.param_dtype = "fp32";
+    if (!a.flags.param_grad_dtype) s.config.param_grad_dtype = "fp32";
+    if (!a.flags.activation_dtype) s.config.activation_dtype = "fp32";
+    if (!a.flags.loss_dtype) s.config.loss_dtype = "fp32";
   }
   const simulator::Config& c = s.config;
   if (c.context_tokens <= 0) throw Error("--context", "", "is required (or give --plan)", "e.g. 16K");
@@ -286,7 +290,10 @@ int run_run(const RunArgs& a) {
                     {"gemm_calls",
                      {{"fp32", cb->gemm_calls(CudaGemmPrecision::fp32)},
                       {"tf32", cb->gemm_calls(CudaGemmPrecision::tf32)},
-                      {"bf16", cb->gemm_calls(CudaGemmPrecision::bf16)}}}};
+                      {"bf16", cb->gemm_calls(CudaGemmPrecision::bf16)}}},
+                    // The backend's own device buffers: cuBLASLt's workspace, the ops' scratch (final size).
+                    {"gemm_workspace_bytes", cb->gemm_workspace_bytes()},
+                    {"scratch_bytes", cb->scratch_bytes()}};
       };
 #ifdef OOMB_HAVE_CUPTI
       if (collector) {

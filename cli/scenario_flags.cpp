@@ -15,8 +15,8 @@ void ScenarioFlags::add_to(CLI::App& app, bool require_context) {
   if (require_context) ctx->required();
   app.add_option("--preset", preset,
                  "Start from a preset: oomb-published (the published configuration: chunk 4096, page 128, budget 64, "
-                 "2 resident layers, fp32 KV-grad, bf16 param-grad, per-chunk full-vocab logits, selection state on "
-                 "the GPU, peak as allocated bytes) or oomb (our defaults)");
+                 "2 resident layers, fp32 KV-grad, bf16 param-grad, per-chunk full-vocab bf16 logits and loss, selection "
+                 "state on the GPU, peak as allocated bytes) or oomb (our defaults)");
   app.add_option("--schedule", schedule, "oomb (chunk-recurrent, default) or standard (full-sequence training)");
   app.add_option("--attention", attention, "dense (exact gradients, default) or sparse (page-level top-B selection)");
   app.add_option("--chunk", chunk, "Tokens per chunk, a multiple of --page (default 4096)");
@@ -35,10 +35,14 @@ void ScenarioFlags::add_to(CLI::App& app, bool require_context) {
   app.add_option("--kv-grad-dtype", kv_grad_dtype, "KV-gradient page dtype: fp32 (default) or bf16");
   app.add_option("--param-dtype", param_dtype, "Parameter dtype: bf16 (default) or fp32");
   app.add_option("--param-grad-dtype", param_grad_dtype, "Parameter-gradient dtype: bf16 (default) or fp32");
+  app.add_option("--activation-dtype", activation_dtype,
+                 "Activation and checkpoint dtype: bf16 (default) or fp32 (oomb run: fp32 unless given or planned)");
   app.add_option("--optimizer", optimizer, "AdamW state: none (default), gpu, host");
   app.add_option("--checkpointing", checkpointing, "Per-layer checkpointing inside the chunk: true (default) or false");
   app.add_option("--logits-chunk", logits_chunk,
                  "Tokens per fused LM-head/loss tile (e.g. 1K); 0 = whole chunk, unfused (default)");
+  app.add_option("--loss-dtype", loss_dtype,
+                 "Logits softmax and gradient storage: fp32 (upcast, default) or bf16 (no upcast, as published)");
   app.add_option("--peak-measure", peak_measure,
                  "reserved (include the runtime reserve, default) or allocated (as PyTorch's max_memory_allocated)");
   app.add_option("--gpus", gpus, "Tensor-parallel GPUs (planning only; execution is single-GPU)");
@@ -75,10 +79,12 @@ simulator::Scenario ScenarioFlags::resolve() const {
   if (kv_grad_dtype) c.kv_grad_dtype = *kv_grad_dtype;
   if (param_dtype) c.param_dtype = *param_dtype;
   if (param_grad_dtype) c.param_grad_dtype = *param_grad_dtype;
+  if (activation_dtype) c.activation_dtype = *activation_dtype;
   if (optimizer) c.optimizer = optimizer_from_string(*optimizer, "--optimizer");
   if (checkpointing) c.checkpointing = *checkpointing;
   if (logits_chunk) c.logits_chunk_tokens = *logits_chunk == "0" ? 0 : parse_tokens(*logits_chunk, "--logits-chunk");
   if (peak_measure) c.peak_measure = peak_measure_from_string(*peak_measure, "--peak-measure");
+  if (loss_dtype) c.loss_dtype = *loss_dtype;
   if (c.context_tokens > 0) validate(c, s.model);
   return s;
 }
@@ -101,10 +107,12 @@ std::set<std::string> ScenarioFlags::explicit_knobs() const {
   note("kv_grad_dtype", kv_grad_dtype.has_value());
   note("param_dtype", param_dtype.has_value());
   note("param_grad_dtype", param_grad_dtype.has_value());
+  note("activation_dtype", activation_dtype.has_value());
   note("optimizer", optimizer.has_value());
   note("checkpointing", checkpointing.has_value());
   note("logits_chunk", logits_chunk.has_value());
   note("peak_measure", peak_measure.has_value());
+  note("loss_dtype", loss_dtype.has_value());
   return k;
 }
 

@@ -19,7 +19,8 @@ struct ScenarioFlags {
   std::string context;
   std::string preset;
   std::optional<std::string> schedule, attention, chunk, page, selection, resident_layers, kv_dtype, kv_grad_dtype,
-      param_dtype, param_grad_dtype, optimizer, logits_chunk, selection_memory, peak_measure;
+      param_dtype, param_grad_dtype, activation_dtype, optimizer, logits_chunk, selection_memory, peak_measure,
+      loss_dtype;
   std::optional<int64_t> budget, gpus, layers;
   std::optional<double> selection_overlap;
   std::optional<bool> checkpointing;

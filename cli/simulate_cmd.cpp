@@ -48,7 +48,13 @@ std::vector<std::pair<std::string, std::string>> report_facts(const simulator::S
   f.emplace_back("optimizer", to_string(c.optimizer));
   f.emplace_back("checkpointing", c.checkpointing ? "on" : "off");
   f.emplace_back("loss tile", c.logits_chunk_tokens > 0 ? format_tokens(c.logits_chunk_tokens) + " fused" : "whole, unfused");
+  f.emplace_back("loss dtype", c.loss_dtype);
   if (c.gpus > 1) f.emplace_back("tensor parallel", "x" + std::to_string(c.gpus) + " (planning only)");
+  // The phase holding the device peak and what is alive there (docs/model.md).
+  std::string at_peak;
+  for (const auto& [category, bytes] : sum.device_breakdown_bytes)
+    if (bytes > 0) at_peak += (at_peak.empty() ? "" : ", ") + category + " " + format_bytes(bytes);
+  f.emplace_back("peak phase", sum.peak_phase + " (" + format_bytes(sum.peak_device_bytes) + ": " + at_peak + ")");
   f.emplace_back("tokens/s", format_count(sum.tokens_per_s));
   f.emplace_back("verdict", std::string(sum.feasible ? "fits" : "does not fit") + "; binding: " + sum.binding_constraint);
   f.emplace_back("timeline detail", traces::to_string(detail));
@@ -70,7 +76,7 @@ std::vector<traces::ReportTerm> report_terms(const simulator::Scenario& s, const
   std::vector<traces::ReportTerm> terms;
   terms.push_back(term("peak_device_bytes", d(sum.peak_device_bytes), "bytes",
                        share(d(sum.peak_device_bytes), d(s.gpu.hbm_capacity_bytes)) + " of " +
-                           format_bytes(s.gpu.hbm_capacity_bytes) + " HBM"));
+                           format_bytes(s.gpu.hbm_capacity_bytes) + " HBM, in phase " + sum.peak_phase));
   terms.push_back(term("peak_host_bytes", d(sum.peak_host_bytes), "bytes",
                        share(d(sum.peak_host_bytes), d(s.host.pinnable_bytes)) + " of " +
                            format_bytes(s.host.pinnable_bytes) + " pinnable"));
@@ -152,8 +158,8 @@ const Registrar reg("simulate", "Predict peak memory, step time and transfers of
                       sub.add_flag("--json", a->json,
                                    "Print the simulation summary as JSON (peak_device_bytes, peak_host_bytes, step_s, "
                                    "tokens_per_s, h2d_bytes, d2h_bytes, exposed_copy_s, required_h2d_bytes_per_s, "
-                                   "required_d2h_bytes_per_s, device_pool_pages, device_breakdown_bytes, feasible, "
-                                   "binding_constraint, ...)");
+                                   "required_d2h_bytes_per_s, device_pool_pages, device_breakdown_bytes (at the peak phase), "
+                                   "feasible, binding_constraint, peak_phase, ...)");
                       sub.footer(
                           "Examples:\n"
                           "  oomb simulate --model qwen2.5-7b --gpu h200 --context 4M\n"

@@ -41,9 +41,12 @@ std::vector<Figure> make_figures(const simulator::Scenario& s, const simulator::
   const auto& c = s.config;
   std::vector<Figure> f;
   int device_rows = 0, host_rows = 0;
-  for (const auto& r : t.rows) (r.tier == simulator::Tier::device ? device_rows : host_rows) += r.bytes > 0;
+  const simulator::PhaseMask peak_bit = simulator::phase_bit(t.device_peak().phase);
+  for (const auto& r : t.rows)
+    if (r.bytes > 0) (r.tier == simulator::Tier::device ? device_rows += (r.phases & peak_bit) != 0 : ++host_rows);
   f.push_back({"Peak device", format_bytes(sum.peak_device_bytes) + " of " + format_bytes(s.gpu.hbm_capacity_bytes),
-               "sum of the " + std::to_string(device_rows) + " device rows of the memory table" +
+               "in phase " + sum.peak_phase + ": sum of the " + std::to_string(device_rows) +
+                   " device rows of the memory table alive in it (the largest phase)" +
                    (c.peak_measure == simulator::PeakMeasure::reserved
                         ? " (runtime reserve " + format_bytes(s.gpu.reserved_bytes) + " included)"
                         : " (allocated bytes: runtime reserve " + format_bytes(s.gpu.reserved_bytes) + " not counted)") +

@@ -16,19 +16,31 @@ namespace oomb::planner {
 inline constexpr const char* kPlanSchema = "oomb.plan/1";
 
 // What the executor allocates, per GPU. Pools are one allocation of whole pages each
-// (docs/schedule.md); the workspace is every other device buffer of the memory table.
+// (docs/schedule.md); the workspace is every other device buffer of the memory table alive at the
+// peak phase.
 struct Allocation {
   int64_t kv_pool_pages = 0;
   int64_t grad_pool_pages = 0;
   int64_t kv_page_bytes = 0;
   int64_t grad_page_bytes = 0;
   int64_t device_pool_bytes = 0;      // kv_pool_pages x kv_page_bytes + grad_pool_pages x grad_page_bytes
-  int64_t workspace_bytes = 0;        // device bytes outside the pools (weights, gradients, activations, ...)
+  int64_t workspace_bytes = 0;        // device bytes outside the pools and the reserve, at the peak phase
   int64_t runtime_reserve_bytes = 0;  // CUDA context + library workspaces: on the GPU, not allocated by the executor
   int64_t host_kv_pages = 0;          // host tier (offload only)
   int64_t host_grad_pages = 0;
   int64_t host_pool_bytes = 0;        // pinned slabs holding the host KV and KV-gradient pages
   int64_t host_other_bytes = 0;       // other host-tier buffers (page tables, summaries, optimizer state)
+
+  Json to_json() const;
+};
+
+// One row of the buffer table the plan carries (docs/model.md): what the simulator predicts the
+// run holds; the executor checks its own sizes against it. JSON: {"name", "category", "tier"
+// ("device" | "host"), "shape" (text), "dtype", "bytes", "phases" (phase names)}.
+struct PlanBuffer {
+  std::string name, category, tier, shape, dtype;
+  int64_t bytes = 0;
+  std::vector<std::string> phases;
 
   Json to_json() const;
 };
@@ -39,6 +51,7 @@ struct Plan {
   simulator::Config config;  // every knob, context included
   Allocation allocation;
   Json prediction;           // simulator::to_json(Summary) of the fast path the plan was chosen on
+  std::vector<PlanBuffer> buffers;  // the memory table, device and host rows (empty in older plans)
   std::string objective;     // "time", "memory" or "context"
   double headroom = 0.05;    // share of HBM capacity the plan leaves free
   std::vector<std::string> notes;  // loud remarks: sparse fallback, tensor parallelism on paper
@@ -50,7 +63,7 @@ struct Plan {
   simulator::Scenario scenario() const;  // the specs and config the plan was made from
 };
 
-// Builds the plan of a chosen configuration (fills the allocation from the memory table).
+// Builds the plan of a chosen configuration (fills the allocation and the buffers from the memory table).
 Plan make_plan(const simulator::Scenario& s, const simulator::Summary& prediction, const std::string& objective,
                double headroom, std::vector<std::string> notes = {});
 

@@ -63,6 +63,7 @@ Json Config::to_json() const {
           {"optimizer", to_string(optimizer)},
           {"checkpointing", checkpointing},
           {"logits_chunk_tokens", logits_chunk_tokens},
+          {"loss_dtype", loss_dtype},
           {"selection_memory", to_string(selection_memory)},
           {"selection_tile_pages", selection_tile_pages},
           {"peak_measure", to_string(peak_measure)},
@@ -90,6 +91,7 @@ Config config_from_json(const Json& j, const std::string& where) {
   c.optimizer = optimizer_from_string(r.str("optimizer"), where + ": optimizer");
   c.checkpointing = r.boolean("checkpointing");
   c.logits_chunk_tokens = r.i64("logits_chunk_tokens");
+  c.loss_dtype = r.str_or("loss_dtype", "fp32");  // plans written before the knob: the fp32 upcast
   c.selection_memory = selection_memory_from_string(r.str("selection_memory"), where + ": selection_memory");
   c.selection_tile_pages = r.i64_positive("selection_tile_pages");
   c.peak_measure = peak_measure_from_string(r.str("peak_measure"), where + ": peak_measure");
@@ -112,6 +114,7 @@ Config published_preset(Config c) {
   c.optimizer = Optimizer::none;
   c.checkpointing = true;
   c.logits_chunk_tokens = 0;
+  c.loss_dtype = "bf16";
   c.selection_memory = SelectionMemory::device;
   c.peak_measure = PeakMeasure::allocated;
   return c;
@@ -159,9 +162,11 @@ void validate(const Config& c, const models::ModelSpec& m) {
   if (c.resident_layers <= 0) throw Error("--resident-layers", "", "must be positive", "2 (published) or 'all'");
   if (c.selection_tile_pages <= 0) throw Error("--selection-tile", "", "must be positive");
   if (c.logits_chunk_tokens < 0) throw Error("--logits-chunk", "", "must be >= 0", "0 = whole chunk, unfused");
+  if (c.loss_dtype != "bf16" && c.loss_dtype != "fp32")
+    throw Error("--loss-dtype", c.loss_dtype, "unknown loss dtype", "bf16 (no upcast) or fp32 (upcast logits and gradient)");
   for (auto [flag, dt] : {std::pair{"--kv-dtype", &c.kv_dtype}, {"--kv-grad-dtype", &c.kv_grad_dtype},
                           {"--param-dtype", &c.param_dtype}, {"--param-grad-dtype", &c.param_grad_dtype},
-                          {"--activation-dtype", &c.activation_dtype}})
+                          {"--activation-dtype", &c.activation_dtype}, {"--loss-dtype", &c.loss_dtype}})
     models::dtype_bytes(*dt, flag);
   if (c.gpus <= 0) throw Error("--gpus", "", "must be positive", "1, 2, 4 or 8");
   if (m.kv_heads % c.gpus != 0 || m.q_heads % c.gpus != 0)

@@ -65,6 +65,10 @@ struct Config {
   // whole sequence (standard), unfused (bf16 logits, fp32 upcast and fp32 gradient, as PyTorch's
   // cross-entropy does); > 0 = fused chunked loss (fp32 tile + bf16 gradient tile only).
   int64_t logits_chunk_tokens = 0;
+  // Storage of the logits' softmax and gradient: "fp32" (upcast, as many frameworks do) or "bf16"
+  // (the published code: no upcast). Fused tiles hold the logits in it; unfused, the LM head writes
+  // activation-dtype logits and an upcast copy exists when it differs (docs/model.md).
+  std::string loss_dtype = "fp32";
   SelectionMemory selection_memory = SelectionMemory::bounded;
   int64_t selection_tile_pages = 4096;  // bounded selection: pages scored per tile
   PeakMeasure peak_measure = PeakMeasure::reserved;
@@ -76,8 +80,8 @@ struct Config {
 
 Config config_from_json(const Json& j, const std::string& where);
 // chunk 4096, page 128, budget 64, resident 2, bf16 KV, fp32 KV-grad, bf16 param-grad, no
-// optimizer, checkpointing, per-chunk unfused full-vocabulary logits, device selection memory,
-// peak as allocated bytes.
+// optimizer, checkpointing, per-chunk unfused full-vocabulary bf16 logits and bf16 cross-entropy
+// (no upcast), device selection memory, peak as allocated bytes.
 Config published_preset(Config base);
 // Names accepted by --preset.
 bool apply_preset(const std::string& name, Config& c);  // false when unknown

@@ -235,10 +235,19 @@ double d2h_rate(const Scenario& s, bool duplex) {
 
 void finish_summary(const Scenario& s, const MemoryTable& t, Summary& out) {
   const auto& c = s.config;
-  out.peak_device_bytes = t.device_bytes();
-  out.peak_host_bytes = t.host_bytes();
-  out.device_breakdown_bytes = t.device_breakdown();
-  out.host_breakdown_bytes = t.host_breakdown();
+  // The peaks over phases (docs/model.md): the phase holding the device peak and what lives there.
+  MemoryTable::PhasePeak dev = t.device_peak();
+  MemoryTable::PhasePeak host = t.host_peak();
+  // Device need always includes the runtime reserve, whatever the peak is reported as. The reserve
+  // is alive in every phase, so the peak without it is at the same phase.
+  const auto reserve_row = dev.breakdown.find("runtime_reserve");
+  const int64_t device_need =
+      dev.bytes - (reserve_row == dev.breakdown.end() ? 0 : reserve_row->second) + s.gpu.reserved_bytes;
+  out.peak_device_bytes = dev.bytes;
+  out.peak_phase = to_string(dev.phase);
+  out.device_breakdown_bytes = std::move(dev.breakdown);
+  out.peak_host_bytes = host.bytes;
+  out.host_breakdown_bytes = std::move(host.breakdown);
   out.kv_pool_pages = t.pages.kv_pool_pages;
   out.grad_pool_pages = t.pages.grad_pool_pages;
   out.device_pool_pages = t.pages.kv_pool_pages + t.pages.grad_pool_pages;
@@ -247,8 +256,6 @@ void finish_summary(const Scenario& s, const MemoryTable& t, Summary& out) {
   out.host_capacity_bytes = s.host.pinnable_bytes;
   out.tokens_per_s = out.step_s > 0 ? static_cast<double>(c.context_tokens) / out.step_s : 0;
 
-  // Device need always includes the runtime reserve, whatever the peak is reported as.
-  const int64_t device_need = t.device_bytes(false) + s.gpu.reserved_bytes;
   int64_t pinned = 0;
   for (const auto& r : t.rows)
     if (r.tier == Tier::host && r.category != "optimizer_state") pinned += r.bytes;
@@ -492,6 +499,7 @@ Json to_json(const Summary& s) {
   j["device_breakdown_bytes"] = s.device_breakdown_bytes;
   j["feasible"] = s.feasible;
   j["binding_constraint"] = s.binding_constraint;
+  j["peak_phase"] = s.peak_phase;
   j["host_breakdown_bytes"] = s.host_breakdown_bytes;
   j["compute_s"] = s.compute_s;
   j["flops"] = s.flops;

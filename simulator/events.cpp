@@ -78,6 +78,18 @@ class Sim {
   }
   double compute_free() const { return compute_free_; }
 
+  // A phase of the step starts at the next compute: the device bytes outside the pools become
+  // `bytes` (the rows alive in it), so the memory samples follow the buffer lifetimes.
+  void phase(int64_t bytes) {
+    if (phase_bytes_ < 0) {
+      base_bytes_ = bytes;
+    } else if (bytes != phase_bytes_) {
+      changes_.push_back({compute_free_, 0, bytes - phase_bytes_});
+    }
+    phase_bytes_ = bytes;
+  }
+  int64_t base_bytes() const { return base_bytes_; }
+
   // Host optimizer: gradients out, then updated parameters back in, after the last backward.
   void optimizer_round_trip(int64_t grad_bytes, int64_t param_bytes, double host_update_s) {
     double o_start = std::max(d2h_free_, compute_free_);
@@ -198,6 +210,7 @@ class Sim {
   int64_t pass_index_ = 0;
   double compute_free_ = 0, h2d_free_ = 0, d2h_free_ = 0, compute_s_ = 0;
   int64_t h2d_bytes_ = 0, d2h_bytes_ = 0;
+  int64_t phase_bytes_ = -1, base_bytes_ = 0;  // device bytes outside the pools: now, at t = 0
 };
 
 }  // namespace
@@ -206,11 +219,23 @@ EventResult simulate_events(const Scenario& s, traces::Detail detail) {
   using namespace detail;
   const Geometry g = geometry(s);
   const MemoryTable table = detail::memory_table(s, false);
+  // Device bytes outside the page pools (the pools are one allocation each; their occupancy is
+  // sampled from the page changes), per phase of the step.
+  int64_t pools = 0;
+  for (const auto& r : table.rows)
+    if (r.tier == Tier::device && (r.name == "kv_pool" || r.name == "kv_grad_pool")) pools += r.bytes;
+  int64_t outside_pools[6] = {};
+  for (Phase p : phases_of(s.config.schedule))
+    outside_pools[static_cast<int>(p)] = table.device_bytes_in(p) - pools;
   Sim sim(s, g, detail);
+  auto enter = [&](Phase p) { sim.phase(outside_pools[static_cast<int>(p)]); };
   if (!g.oomb) {
     const ChunkCosts cc = standard_costs(s, g);
+    enter(Phase::forward);
     for (int64_t l = 0; l < g.L; ++l) sim.layer_pass(cc.fill, 1, 0, l, "layer_fwd", 0, 0);
+    enter(Phase::loss);
     sim.compute_only(cc.head, 2, 0, "lm_head");
+    enter(Phase::backward);
     for (int64_t l = g.L - 1; l >= 0; --l) sim.layer_pass(cc.backward, 2, 0, l, "layer_bwd", 0, 0);
   } else {
     std::vector<ChunkCosts> costs;
@@ -219,6 +244,7 @@ EventResult simulate_events(const Scenario& s, traces::Detail detail) {
     for (int64_t c = 0; c < g.n; ++c) {
       const ChunkCosts& cc = costs[static_cast<size_t>(c)];
       const int64_t u = union_pages(g, c), own = own_pages(g, c);
+      enter(Phase::fill);
       sim.compute_only(cc.fill_head, 1, c, "embedding");
       for (int64_t l = 0; l < g.L; ++l) {
         sim.layer_pass(cc.fill, 1, c, l, "layer_fwd", u + own, 0);
@@ -228,14 +254,18 @@ EventResult simulate_events(const Scenario& s, traces::Detail detail) {
     for (int64_t c = g.n - 1; c >= 0; --c) {
       const ChunkCosts& cc = costs[static_cast<size_t>(c)];
       const int64_t u = union_pages(g, c), own = own_pages(g, c);
+      enter(Phase::recompute);
       for (int64_t l = 0; l < g.L; ++l) sim.layer_pass(cc.recompute, 2, c, l, "layer_recompute", u, 0);
+      enter(Phase::loss);
       sim.compute_only(cc.head, 2, c, "lm_head");
+      enter(Phase::backward);
       for (int64_t l = g.L - 1; l >= 0; --l) {
         sim.layer_pass(cc.backward, 2, c, l, "layer_bwd", u, u + own);
         if (!g.offload) sim.pool_change(sim.compute_free(), -own, -own);
       }
     }
   }
+  enter(Phase::optimizer);
   if (s.config.optimizer == Optimizer::gpu) {
     PassCost update;
     update.compute_s = optimizer_update_s(s);
@@ -245,15 +275,12 @@ EventResult simulate_events(const Scenario& s, traces::Detail detail) {
     sim.optimizer_round_trip(params * models::dtype_bytes(s.config.param_grad_dtype),
                              params * models::dtype_bytes(s.config.param_dtype), optimizer_update_s(s));
   }
-  // Device bytes outside the page pools are allocated for the whole step.
-  int64_t pools = 0;
-  for (const auto& r : table.rows)
-    if (r.tier == Tier::device && (r.name == "kv_pool" || r.name == "kv_grad_pool")) pools += r.bytes;
   EventResult res;
-  res.trace = sim.finish(table.device_bytes() - pools, table.host_bytes());
+  res.trace = sim.finish(sim.base_bytes(), table.host_bytes());
 
-  // Memory figures are those of the table (pools are allocated once, at their high-water size);
-  // times and bytes come from the timeline.
+  // Memory figures are those of the table (pools are allocated once, at their high-water size, so
+  // the samples, which count the pages in use, never exceed it); times and bytes come from the
+  // timeline.
   Summary sum = evaluate(s);
   sum.step_s = sim.step_s();
   sum.compute_s = sim.compute_s();

@@ -11,33 +11,89 @@ namespace oomb::simulator {
 
 using models::dtype_bytes;
 
-int64_t MemoryTable::device_bytes(bool include_reserve) const {
-  int64_t total = 0;
-  for (const auto& r : rows)
-    if (r.tier == Tier::device && (include_reserve || r.category != "runtime_reserve")) total = checked_add(total, r.bytes);
-  return total;
+namespace {
+const char* const kPhaseNames[] = {"fill", "recompute", "loss", "backward", "optimizer", "forward"};
+constexpr Phase kOombPhases[] = {Phase::fill, Phase::recompute, Phase::loss, Phase::backward, Phase::optimizer};
+constexpr Phase kStandardPhases[] = {Phase::forward, Phase::loss, Phase::backward, Phase::optimizer};
+
+// The peak over the schedule's phases of the rows of one tier; the breakdown only for the winner.
+// One pass over the rows sums every phase at once (the planner evaluates this in its inner loop).
+MemoryTable::PhasePeak peak_of(const MemoryTable& t, Tier tier, bool include_reserve) {
+  int64_t totals[6] = {};
+  for (const auto& r : t.rows) {
+    if (r.tier != tier || (!include_reserve && r.category == "runtime_reserve")) continue;
+    for (PhaseMask m = r.phases & 0x3Fu; m != 0; m &= m - 1) {  // the six phases
+      int64_t& total = totals[__builtin_ctz(m)];
+      int64_t sum = 0;
+      if (__builtin_add_overflow(total, r.bytes, &sum)) checked_add(total, r.bytes, "memory of a phase");  // throws
+      total = sum;
+    }
+  }
+  MemoryTable::PhasePeak best;
+  bool first = true;
+  auto each = [&](auto&& phases) {
+    for (Phase p : phases) {
+      const int64_t total = totals[static_cast<int>(p)];
+      if (first || total > best.bytes) {  // ties: the earlier phase
+        best.phase = p;
+        best.bytes = total;
+        first = false;
+      }
+    }
+  };
+  if (t.schedule == Schedule::oomb) each(kOombPhases);
+  else each(kStandardPhases);
+  const PhaseMask bit = phase_bit(best.phase);
+  for (const auto& r : t.rows)
+    if (r.tier == tier && (r.phases & bit) && (include_reserve || r.category != "runtime_reserve"))
+      best.breakdown[r.category] += r.bytes;
+  return best;
+}
+}  // namespace
+
+const char* to_string(Phase p) { return kPhaseNames[static_cast<int>(p)]; }
+
+Phase phase_from_string(const std::string& s, const std::string& where) {
+  for (int i = 0; i < 6; ++i)
+    if (s == kPhaseNames[i]) return static_cast<Phase>(i);
+  throw Error(where, s, "unknown phase", "one of fill, recompute, loss, backward, optimizer, forward");
 }
 
-int64_t MemoryTable::host_bytes() const {
-  int64_t total = 0;
-  for (const auto& r : rows)
-    if (r.tier == Tier::host) total = checked_add(total, r.bytes);
-  return total;
+std::vector<Phase> phases_of(Schedule s) {
+  if (s == Schedule::oomb) return {std::begin(kOombPhases), std::end(kOombPhases)};
+  return {std::begin(kStandardPhases), std::end(kStandardPhases)};
 }
 
-std::map<std::string, int64_t> MemoryTable::device_breakdown() const {
-  std::map<std::string, int64_t> m;
-  for (const auto& r : rows)
-    if (r.tier == Tier::device) m[r.category] += r.bytes;
+PhaseMask all_phases(Schedule s) {
+  PhaseMask m = 0;
+  for (Phase p : phases_of(s)) m |= phase_bit(p);
   return m;
 }
 
-std::map<std::string, int64_t> MemoryTable::host_breakdown() const {
-  std::map<std::string, int64_t> m;
-  for (const auto& r : rows)
-    if (r.tier == Tier::host) m[r.category] += r.bytes;
-  return m;
+std::vector<std::string> phase_names(PhaseMask m) {
+  std::vector<std::string> v;
+  for (int i = 0; i < 6; ++i)
+    if (m & (PhaseMask{1} << i)) v.emplace_back(kPhaseNames[i]);
+  return v;
 }
+
+MemoryTable::PhasePeak MemoryTable::device_peak(bool include_reserve) const {
+  return peak_of(*this, Tier::device, include_reserve);
+}
+MemoryTable::PhasePeak MemoryTable::host_peak() const { return peak_of(*this, Tier::host, true); }
+
+int64_t MemoryTable::device_bytes_in(Phase p, bool include_reserve) const {
+  int64_t total = 0;
+  for (const auto& r : rows)
+    if (r.tier == Tier::device && (r.phases & phase_bit(p)) && (include_reserve || r.category != "runtime_reserve"))
+      total = checked_add(total, r.bytes);
+  return total;
+}
+
+int64_t MemoryTable::device_bytes(bool include_reserve) const { return device_peak(include_reserve).bytes; }
+int64_t MemoryTable::host_bytes() const { return host_peak().bytes; }
+std::map<std::string, int64_t> MemoryTable::device_breakdown() const { return device_peak().breakdown; }
+std::map<std::string, int64_t> MemoryTable::host_breakdown() const { return host_peak().breakdown; }
 
 namespace detail {
 
@@ -140,151 +196,222 @@ PageCounts page_counts(const Scenario& s) {
 namespace {
 
 // Only called when describing (the strings are built lazily through DIMS below).
-std::string dims_text(std::initializer_list<int64_t> v, const std::string& dtype) {
+std::string dims_text(std::initializer_list<int64_t> v) {
   std::string s = "[";
   bool first = true;
   for (auto x : v) {
     s += (first ? "" : ", ") + std::to_string(x);
     first = false;
   }
-  return s + "] " + dtype;
+  return s + "]";
 }
+
+// The CUDA backend's cuBLASLt workspace (executor/cuda), one allocation for the run.
+constexpr int64_t kGemmWorkspaceBytes = int64_t{32} << 20;
 
 }  // namespace
 
 #define OOMB_SHAPE(...) (describe ? dims_text(__VA_ARGS__) : std::string())
+#define OOMB_TEXT(...) (describe ? std::string(__VA_ARGS__) : std::string())
 
 MemoryTable memory_table(const Scenario& s) { return detail::memory_table(s, true); }
 
 MemoryTable detail::memory_table(const Scenario& s, bool describe) {
   auto g = detail::geometry(s);
   const auto& c = s.config;
-  const auto& m = s.model;
   MemoryTable t;
   t.pages = page_counts(s);
-  t.rows.reserve(24);
+  t.schedule = c.schedule;
+  t.rows.reserve(32);
+  // Phases of the step (docs/model.md); `all` = every phase of the schedule.
+  const PhaseMask all = all_phases(c.schedule);
+  const PhaseMask fill = phase_bit(Phase::fill), rec = phase_bit(Phase::recompute), loss = phase_bit(Phase::loss),
+                  bwd = phase_bit(Phase::backward), fwd = phase_bit(Phase::forward);
   // Shapes, lifetimes and formulas are text for people; the planner's inner loop skips them.
-  auto add = [&](const char* name, const char* category, Tier tier, auto&& shape, int64_t bytes, auto&& lifetime,
-                 auto&& formula) {
-    Buffer b;
+  auto add = [&](const char* name, const char* category, Tier tier, auto&& shape, const std::string& dtype,
+                 int64_t bytes, PhaseMask phases, auto&& formula) {
+    Buffer& b = t.rows.emplace_back();
     b.name = name;
     b.category = category;
     b.tier = tier;
+    b.dtype = dtype;
     b.bytes = bytes;
+    b.phases = phases;
     if (describe) {
       b.shape = shape;
-      b.lifetime = lifetime;
       b.formula = formula;
+      if (phases == all) {
+        b.lifetime = "all phases";
+      } else {
+        for (const auto& n : phase_names(phases)) b.lifetime += (b.lifetime.empty() ? "" : ", ") + n;
+      }
     }
-    t.rows.push_back(std::move(b));
   };
+  // The rows that only the CUDA backend allocates (selection scores, page tables, library
+  // workspaces, the context reserve): a "cpu" profile plans for the CPU backend, which keeps
+  // those in host vectors of the emulator.
+  const bool gpu_rows = s.gpu.kind != "cpu";
+  const std::string& act = c.activation_dtype;
+  const int64_t A = g.act_b;
   const int64_t params = detail::param_count(s) / g.G;
   const int64_t pb = dtype_bytes(c.param_dtype, "--param-dtype");
   const int64_t gb = dtype_bytes(c.param_grad_dtype, "--param-grad-dtype");
-  add("weights", "weights", Tier::device, OOMB_SHAPE({params}, c.param_dtype), checked_mul(params, pb), "run",
+  const int64_t lb = dtype_bytes(c.loss_dtype, "--loss-dtype");
+  add("weights", "weights", Tier::device, OOMB_SHAPE({params}), c.param_dtype, checked_mul(params, pb), all,
       "params / gpus x param dtype");
-  add("parameter_gradients", "parameter_gradients", Tier::device, OOMB_SHAPE({params}, c.param_grad_dtype),
-      checked_mul(params, gb), "step", "params / gpus x param-grad dtype");
+  add("parameter_gradients", "parameter_gradients", Tier::device, OOMB_SHAPE({params}), c.param_grad_dtype,
+      checked_mul(params, gb), all, "params / gpus x param-grad dtype");
   if (c.optimizer != Optimizer::none) {
-    // AdamW: m and v in fp32, plus fp32 master weights when the parameters are not fp32.
-    int64_t per_param = 8 + (pb == 4 ? 0 : 4);
-    add("adamw_state", "optimizer_state", c.optimizer == Optimizer::gpu ? Tier::device : Tier::host,
-        OOMB_SHAPE({params, per_param / 4}, "fp32"), checked_mul(params, per_param) * (c.optimizer == Optimizer::host ? g.G : 1),
-        "run", "params x (m, v fp32" + std::string(pb == 4 ? ")" : " + fp32 master)"));
+    // AdamW in fp32: master weights (when the parameters are not fp32), m and v, the decay mask.
+    // The host tier is shared by the tensor-parallel GPUs.
+    const Tier tier = c.optimizer == Optimizer::gpu ? Tier::device : Tier::host;
+    const int64_t shards = c.optimizer == Optimizer::host ? g.G : 1;
+    if (pb != 4)
+      add("master_weights", "optimizer_state", tier, OOMB_SHAPE({params}), "fp32", checked_mul(params, 4) * shards, all,
+          "params x 4 (fp32 master weights of non-fp32 parameters)");
+    add("adamw_moments", "optimizer_state", tier, OOMB_SHAPE({2, params}), "fp32", checked_mul(params, 8) * shards, all,
+        "2 x params x 4 (m, v)");
+    add("adamw_decay_mask", "optimizer_state", tier, OOMB_SHAPE({params}), "uint8", params * shards, all,
+        "params x 1 (weight decay on or off per parameter)");
   }
 
-  const int64_t T = g.oomb ? g.C : g.N;  // tokens whose activations live at once
+  // Tokens whose activations are alive at once: the chunk's rows (not page-aligned) or the sequence.
+  const int64_t T = g.oomb ? std::min(c.chunk_tokens, g.N) : g.N;
+  const int64_t tile = c.logits_chunk_tokens > 0 ? std::min(c.logits_chunk_tokens, T) : T;
   const std::string tok = g.oomb ? "chunk" : "sequence";
-  // Per-token activations of one layer kept for its backward (bf16 unless stated):
-  // input norm (h), q, k, v, attention output (q), post-attention residual (h), post norm (h),
-  // gate, up, silu(gate)*up (f each).
-  const int64_t layer_act_per_token = (3 * g.h + 2 * g.qd + 2 * g.kvd + 3 * g.f) * g.act_b;
-  if (c.checkpointing) {
-    add("layer_input_checkpoints", "checkpoints", Tier::device, OOMB_SHAPE({g.L, T, g.h}, c.activation_dtype),
-        checked_mul(checked_mul(g.L, T), g.h * g.act_b), "stage 2 (per " + tok + ")",
-        "layers x " + tok + " tokens x hidden x activation dtype");
-    add("layer_activations", "layer_working_set", Tier::device, OOMB_SHAPE({T, layer_act_per_token / g.act_b}, c.activation_dtype),
-        checked_mul(T, layer_act_per_token), "one layer's recompute",
-        tok + " tokens x (3 hidden + 2 q_dim + 2 kv_dim + 3 ffn) x activation dtype");
+  // Per token of one layer: h1, x2, h2, tmp (hidden); q, o (q_dim); k, v (kv_dim); gate, up,
+  // silu(gate)*up (ffn). Its backward: dx2, dh2, dh1; dout, dq; dk, dv; dm, dgate, dup.
+  const int64_t layer_act_width = 4 * g.h + 2 * g.qd + 2 * g.kvd + 3 * g.f;
+  const int64_t layer_bwd_width = 3 * g.h + 2 * g.qd + 2 * g.kvd + 3 * g.f;
+  // Stage 1 and stage 2 forward/backward of a layer (oomb); forward/backward of a layer (standard).
+  const PhaseMask layer_phases = g.oomb ? (fill | rec | bwd) : (fwd | bwd);
+  // From the first forward that keeps them to the last backward.
+  const PhaseMask kept = g.oomb ? (rec | loss | bwd) : (fwd | loss | bwd);
+
+  add("token_ids", "inputs", Tier::device, OOMB_SHAPE({2, T}), "int32", checked_mul(T, 8), all,
+      OOMB_TEXT(tok + " tokens x 2 (ids, targets) x 4"));
+  if (g.oomb) {
+    add("hidden_states", "hidden_states", Tier::device, OOMB_SHAPE({2, T, g.h}), act, checked_mul(T, 2 * g.h * A), all,
+        "2 (x, y ping-pong) x chunk tokens x hidden x activation dtype");
   } else {
-    add("all_layer_activations", "checkpoints", Tier::device, OOMB_SHAPE({g.L, T, layer_act_per_token / g.act_b}, c.activation_dtype),
-        checked_mul(checked_mul(g.L, T), layer_act_per_token), "stage 2 (per " + tok + ")",
-        "layers x " + tok + " tokens x per-layer activations");
+    // The layer inputs are the checkpoints; the last layer's output is the final norm's input.
+    add("hidden_states", "hidden_states", Tier::device, OOMB_SHAPE({g.N, g.h}), act, checked_mul(g.N, g.h * A),
+        fwd | loss, "sequence tokens x hidden x activation dtype (the last layer's output)");
   }
-  // Backward temporaries of one layer: gradient of the hidden state and of gate/up (bf16), the
-  // fp32 dQ accumulator of the attention backward.
-  add("layer_backward_temporaries", "layer_working_set", Tier::device, OOMB_SHAPE({T, g.h + 2 * g.f}, c.activation_dtype),
-      checked_mul(T, (g.h + 2 * g.f) * g.act_b + g.qd * 4), "one layer's backward",
-      tok + " tokens x ((hidden + 2 ffn) x activation dtype + q_dim x 4)");
-  add("attention_lse", "attention_workspace", Tier::device, OOMB_SHAPE({T, g.q_heads}, "fp32"), checked_mul(T, g.q_heads * 4),
-      "one layer", tok + " tokens x q_heads x 4 (log-sum-exp saved for the backward)");
-  // Loss: unfused = bf16 logits + fp32 upcast + fp32 gradient over the tile; fused = fp32 tile + bf16 gradient.
-  const int64_t vocab_shard = g.V / g.G;
-  const int64_t logit_bytes = g.fused_loss ? 4 + 2 : 2 + 4 + 4;
-  add("logits_and_loss", "logits", Tier::device, OOMB_SHAPE({g.T, vocab_shard}, g.fused_loss ? "fp32+bf16" : "bf16+fp32+fp32"),
-      checked_mul(checked_mul(g.T, vocab_shard), logit_bytes), "LM head + cross-entropy",
-      std::to_string(g.T) + " tokens x vocab x " + std::to_string(logit_bytes) + " bytes" +
-          (g.fused_loss ? " (fused chunked loss)" : " (unfused, whole " + tok + ")"));
-  add("final_hidden", "logits", Tier::device, OOMB_SHAPE({T, g.h}, c.activation_dtype), checked_mul(T, g.h * g.act_b),
-      "LM head input", tok + " tokens x hidden x activation dtype");
+  if (c.checkpointing) {
+    add("layer_input_checkpoints", "checkpoints", Tier::device, OOMB_SHAPE({g.L, T, g.h}), act,
+        checked_mul(checked_mul(g.L, T), g.h * A), kept, OOMB_TEXT("layers x " + tok + " tokens x hidden x activation dtype"));
+  } else {
+    // No recompute: every layer's activations are kept, and a layer computes in its own slice.
+    const PhaseMask all_layers = g.oomb ? (fill | kept) : kept;
+    add("all_layer_activations", "checkpoints", Tier::device, OOMB_SHAPE({g.L, T, layer_act_width}), act,
+        checked_mul(checked_mul(g.L, T), layer_act_width * A), all_layers,
+        OOMB_TEXT("layers x " + tok + " tokens x (4 hidden + 2 q_dim + 2 kv_dim + 3 ffn) x activation dtype"));
+    add("layer_norm_rstd", "layer_working_set", Tier::device, OOMB_SHAPE({g.L, 2, T}), "fp32",
+        checked_mul(checked_mul(g.L, T), 8), all_layers, OOMB_TEXT("layers x 2 norms x " + tok + " tokens x 4"));
+    add("attention_lse", "attention_workspace", Tier::device, OOMB_SHAPE({g.L, T, g.q_heads}), "fp32",
+        checked_mul(checked_mul(g.L, T), g.q_heads * 4), all_layers, OOMB_TEXT("layers x " + tok + " tokens x q_heads x 4"));
+  }
+  add("hidden_gradients", "layer_working_set", Tier::device, OOMB_SHAPE({2, T, g.h}), act, checked_mul(T, 2 * g.h * A),
+      g.oomb ? (rec | loss | bwd) : (loss | bwd), OOMB_TEXT("2 (dy, dx) x " + tok + " tokens x hidden x activation dtype"));
+  if (c.checkpointing) {
+    add("layer_activations", "layer_working_set", Tier::device, OOMB_SHAPE({T, layer_act_width}), act,
+        checked_mul(T, layer_act_width * A), layer_phases,
+        OOMB_TEXT(tok + " tokens x (4 hidden + 2 q_dim + 2 kv_dim + 3 ffn) x activation dtype (one layer)"));
+    add("layer_norm_rstd", "layer_working_set", Tier::device, OOMB_SHAPE({2, T}), "fp32", checked_mul(T, 8),
+        layer_phases, OOMB_TEXT("2 norms x " + tok + " tokens x 4 (one layer)"));
+    add("attention_lse", "attention_workspace", Tier::device, OOMB_SHAPE({T, g.q_heads}), "fp32",
+        checked_mul(T, g.q_heads * 4), layer_phases, OOMB_TEXT(tok + " tokens x q_heads x 4 (log-sum-exp saved for the backward)"));
+  }
+  add("layer_backward_temporaries", "layer_working_set", Tier::device, OOMB_SHAPE({T, layer_bwd_width}), act,
+      checked_mul(T, layer_bwd_width * A), bwd,
+      OOMB_TEXT(tok + " tokens x (3 hidden + 2 q_dim + 2 kv_dim + 3 ffn) x activation dtype (one layer)"));
+  // Final norm, LM head and cross-entropy (the loss phase).
+  const int64_t V = g.V / g.G;
+  add("final_norm", "logits", Tier::device, OOMB_SHAPE({2, T, g.h}), act, checked_mul(T, 2 * g.h * A), loss,
+      OOMB_TEXT("2 (normed final hidden, its gradient) x " + tok + " tokens x hidden x activation dtype"));
+  add("final_norm_rstd", "logits", Tier::device, OOMB_SHAPE({T}), "fp32", checked_mul(T, 4), loss,
+      OOMB_TEXT(tok + " tokens x 4"));
+  if (g.fused_loss) {
+    add("logits", "logits", Tier::device, OOMB_SHAPE({tile, V}), c.loss_dtype, checked_mul(checked_mul(tile, V), lb), loss,
+        "tile tokens x vocab x loss dtype (fused: the gradient is written in place)");
+  } else {
+    add("logits", "logits", Tier::device, OOMB_SHAPE({T, V}), act, checked_mul(checked_mul(T, V), A), loss,
+        OOMB_TEXT(tok + " tokens x vocab x activation dtype (LM head output)"));
+    if (c.loss_dtype != act)
+      add("logits_upcast", "logits", Tier::device, OOMB_SHAPE({T, V}), c.loss_dtype,
+          checked_mul(checked_mul(T, V), lb), loss, OOMB_TEXT(tok + " tokens x vocab x loss dtype (the upcast copy)"));
+    add("logits_gradient", "logits", Tier::device, OOMB_SHAPE({T, V}), c.loss_dtype, checked_mul(checked_mul(T, V), lb),
+        loss, OOMB_TEXT(tok + " tokens x vocab x loss dtype"));
+  }
 
   if (g.oomb) {
     const auto& pc = t.pages;
-    add("kv_pool", "kv_pages", Tier::device, OOMB_SHAPE({pc.kv_pool_pages, g.p, 2, g.kv_heads, g.head_dim}, c.kv_dtype),
-        checked_mul(pc.kv_pool_pages, g.kv_page_bytes), "step",
+    add("kv_pool", "kv_pages", Tier::device, OOMB_SHAPE({pc.kv_pool_pages, g.p, 2, g.kv_heads, g.head_dim}), c.kv_dtype,
+        checked_mul(pc.kv_pool_pages, g.kv_page_bytes), all,
         g.offload ? "resident layers x largest slot (pages) x page bytes" : "layers x pages per layer x page bytes");
-    add("kv_grad_pool", "kv_grad_pages", Tier::device,
-        OOMB_SHAPE({pc.grad_pool_pages, g.p, 2, g.kv_heads, g.head_dim}, c.kv_grad_dtype),
-        checked_mul(pc.grad_pool_pages, g.grad_page_bytes), "step",
+    add("kv_grad_pool", "kv_grad_pages", Tier::device, OOMB_SHAPE({pc.grad_pool_pages, g.p, 2, g.kv_heads, g.head_dim}),
+        c.kv_grad_dtype, checked_mul(pc.grad_pool_pages, g.grad_page_bytes), all,
         g.offload ? "resident layers x largest slot (pages) x page bytes" : "layers x pages per layer x page bytes");
-    const int64_t table_entries = g.offload ? checked_mul(g.R, 2 * (pc.kv_pool_pages / std::max<int64_t>(g.R, 1)))
-                                            : checked_mul(g.L, 2 * g.P);
-    add("page_tables", "page_tables", Tier::device, OOMB_SHAPE({table_entries}, "int32"), checked_mul(table_entries, 4), "step",
-        g.offload ? "per-slot tables (KV and gradient)" : "layers x pages x 2 tables x 4 bytes");
+    if (gpu_rows) {
+      const int64_t table_entries = g.offload ? checked_mul(g.R, 2 * (pc.kv_pool_pages / std::max<int64_t>(g.R, 1)))
+                                              : checked_mul(g.L, 2 * g.P);
+      add("page_tables", "page_tables", Tier::device, OOMB_SHAPE({table_entries}), "int32", checked_mul(table_entries, 4),
+          all, g.offload ? "per-slot tables (KV and gradient)" : "layers x pages x 2 tables x 4 bytes");
+    }
     if (g.offload) {
-      add("host_kv_pages", "kv_pages", Tier::host, OOMB_SHAPE({pc.host_kv_pages, g.p, 2, g.kv_heads, g.head_dim}, c.kv_dtype),
-          checked_mul(checked_mul(pc.host_kv_pages, g.kv_page_bytes), g.G), "step (peak at end of stage 1)",
+      add("host_kv_pages", "kv_pages", Tier::host, OOMB_SHAPE({pc.host_kv_pages, g.p, 2, g.kv_heads, g.head_dim}),
+          c.kv_dtype, checked_mul(checked_mul(pc.host_kv_pages, g.kv_page_bytes), g.G), all,
           "layers x pages x KV page bytes (x gpus: the host is shared)");
       add("host_kv_grad_pages", "kv_grad_pages", Tier::host,
-          OOMB_SHAPE({pc.host_grad_pages, g.p, 2, g.kv_heads, g.head_dim}, c.kv_grad_dtype),
-          checked_mul(checked_mul(pc.host_grad_pages, g.grad_page_bytes), g.G), "step (peak at end of stage 1)",
+          OOMB_SHAPE({pc.host_grad_pages, g.p, 2, g.kv_heads, g.head_dim}), c.kv_grad_dtype,
+          checked_mul(checked_mul(pc.host_grad_pages, g.grad_page_bytes), g.G), all,
           "layers x pages x gradient page bytes (x gpus)");
-      add("host_page_tables", "page_tables", Tier::host, OOMB_SHAPE({g.L, g.P, 2}, "int32"), checked_mul(g.L * 2, g.P * 4), "step",
-          "layers x pages x 2 tables x 4 bytes");
+      add("host_page_tables", "page_tables", Tier::host, OOMB_SHAPE({g.L, g.P, 2}), "int32", checked_mul(g.L * 2, g.P * 4),
+          all, "layers x pages x 2 tables x 4 bytes");
     }
     if (g.sparse) {
       const int64_t summaries = checked_mul(checked_mul(g.L, g.P), g.summary_bytes);
       const int64_t record = checked_mul(checked_mul(g.L, g.P), g.B * 4);
       if (c.selection_memory == SelectionMemory::device) {
-        add("page_summaries", "page_summaries", Tier::device, OOMB_SHAPE({g.L, g.P, g.kv_heads, g.head_dim}, c.kv_dtype),
-            summaries, "step (grows with N)", "layers x pages x kv_heads x head_dim x KV dtype");
-        add("selection_scores", "selection_scores", Tier::device, OOMB_SHAPE({g.C, g.kv_heads, g.P}, "fp32"),
-            checked_mul(checked_mul(g.C, g.kv_heads), g.P * 4), "one layer's selection (grows with N)",
-            "chunk tokens x kv_heads x pages x 4");
-        add("selection_record", "page_tables", Tier::device, OOMB_SHAPE({g.L, g.P, g.B}, "int32"), record, "stage 1 -> stage 2",
-            "layers x query pages x budget x 4");
+        add("page_summaries", "page_summaries", Tier::device, OOMB_SHAPE({g.L, g.P, g.kvd}), c.kv_dtype, summaries, all,
+            "layers x pages x kv_dim x KV dtype (grows with N)");
+        if (gpu_rows) {
+          add("selection_scores", "selection_scores", Tier::device, OOMB_SHAPE({g.C, g.kv_heads, g.P}), "fp32",
+              checked_mul(checked_mul(g.C, g.kv_heads), g.P * 4), all, "chunk tokens x kv_heads x pages x 4 (grows with N)");
+          add("selection_record", "page_tables", Tier::device, OOMB_SHAPE({g.L, g.P, g.B}), "int32", record, all,
+              "layers x query pages x budget x 4");
+        }
       } else {
-        const int64_t tile = std::min(c.selection_tile_pages, g.P);
-        add("summary_tiles", "page_summaries", Tier::device, OOMB_SHAPE({2, tile, g.kv_heads, g.head_dim}, c.kv_dtype),
-            checked_mul(2 * tile, g.summary_bytes), "selection (bounded)", "2 x tile pages x kv_heads x head_dim x KV dtype");
-        add("selection_scores", "selection_scores", Tier::device, OOMB_SHAPE({g.C, g.kv_heads, tile}, "fp32"),
-            checked_mul(checked_mul(g.C, g.kv_heads), tile * 4) + checked_mul(g.q, g.B * 8), "one layer's selection (bounded)",
-            "chunk tokens x kv_heads x tile pages x 4 + running top-k");
-        add("selection_record_slot", "page_tables", Tier::device, OOMB_SHAPE({g.q, g.B}, "int32"), checked_mul(g.q * g.B, 4) * g.R,
-            "per slot", "query pages x budget x 4 x resident layers");
-        add("host_page_summaries", "page_summaries", Tier::host, OOMB_SHAPE({g.L, g.P, g.kv_heads, g.head_dim}, c.kv_dtype),
-            summaries * g.G, "step", "layers x pages x kv_heads x head_dim x KV dtype (x gpus)");
-        add("host_selection_record", "page_tables", Tier::host, OOMB_SHAPE({g.L, g.P, g.B}, "int32"), record * g.G,
-            "stage 1 -> stage 2", "layers x query pages x budget x 4 (x gpus)");
+        const int64_t tile_pages = std::min(c.selection_tile_pages, g.P);
+        if (gpu_rows) {
+          add("summary_tiles", "page_summaries", Tier::device, OOMB_SHAPE({2, tile_pages, g.kv_heads, g.head_dim}),
+              c.kv_dtype, checked_mul(2 * tile_pages, g.summary_bytes), all,
+              "2 x tile pages x kv_heads x head_dim x KV dtype");
+          add("selection_scores", "selection_scores", Tier::device, OOMB_SHAPE({g.C, g.kv_heads, tile_pages}), "fp32",
+              checked_mul(checked_mul(g.C, g.kv_heads), tile_pages * 4) + checked_mul(g.q, g.B * 8), all,
+              OOMB_TEXT("chunk tokens x kv_heads x tile pages x 4 + running top-k"));
+          add("selection_record_slot", "page_tables", Tier::device, OOMB_SHAPE({g.R, g.q, g.B}), "int32",
+              checked_mul(g.q * g.B, 4) * g.R, all, "query pages x budget x 4 x resident layers");
+        }
+        add("host_page_summaries", "page_summaries", Tier::host, OOMB_SHAPE({g.L, g.P, g.kvd}), c.kv_dtype,
+            summaries * g.G, all, "layers x pages x kv_dim x KV dtype (x gpus)");
+        if (gpu_rows)
+          add("host_selection_record", "page_tables", Tier::host, OOMB_SHAPE({g.L, g.P, g.B}), "int32", record * g.G, all,
+              "layers x query pages x budget x 4 (x gpus)");
       }
     }
   }
-  if (c.peak_measure == PeakMeasure::reserved)
-    add("runtime_reserve", "runtime_reserve", Tier::device, "-", s.gpu.reserved_bytes, "run",
-        "CUDA context + library workspaces (GPU profile)");
-  (void)m;
+  if (gpu_rows) {
+    add("gemm_workspace", "backend_scratch", Tier::device, OOMB_SHAPE({kGemmWorkspaceBytes}), "uint8",
+        kGemmWorkspaceBytes, all, "the CUDA backend's cuBLASLt workspace (32 MiB)");
+    if (c.peak_measure == PeakMeasure::reserved)
+      add("runtime_reserve", "runtime_reserve", Tier::device, OOMB_SHAPE({s.gpu.reserved_bytes}), "uint8",
+          s.gpu.reserved_bytes, all, OOMB_TEXT("CUDA context + library workspaces (GPU profile)"));
+  }
   return t;
 }
 #undef OOMB_SHAPE
+#undef OOMB_TEXT
 
 }  // namespace oomb::simulator

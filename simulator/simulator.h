@@ -25,15 +25,29 @@ struct Scenario {
 
 enum class Tier { device, host };
 
-// One row of the memory table: a buffer (or a class of identical buffers) and its bytes at its
-// peak. Totals are derived from the rows, never hand-summed.
+// The phases of one step in which buffers live (docs/model.md). oomb: stage 1 layer forward
+// (fill), stage 2 forward recompute, loss, layer backward, optimizer step; standard: forward,
+// loss, backward, optimizer.
+enum class Phase : uint8_t { fill, recompute, loss, backward, optimizer, forward };
+const char* to_string(Phase p);
+Phase phase_from_string(const std::string& s, const std::string& where);  // throws oomb::Error
+using PhaseMask = uint32_t;                                                // bit i = Phase i
+constexpr PhaseMask phase_bit(Phase p) { return PhaseMask{1} << static_cast<unsigned>(p); }
+std::vector<Phase> phases_of(Schedule s);  // in step order
+PhaseMask all_phases(Schedule s);          // the mask of phases_of(s)
+std::vector<std::string> phase_names(PhaseMask m);  // in enum order
+
+// One row of the memory table: a buffer (or a class of identical buffers), its bytes and the
+// phases in which it is alive. Totals are derived from the rows, never hand-summed.
 struct Buffer {
   std::string name;      // "kv_pool", "layer_input_checkpoints", ...
   std::string category;  // breakdown key: "weights", "kv_pages", ...
   Tier tier = Tier::device;
-  std::string shape;     // human-readable shape, e.g. "[28 layers, 4096 tok, 3584] bf16"
+  std::string shape;     // dimensions, e.g. "[28, 4096, 3584]" (describe only)
+  std::string dtype;     // element type: "fp32", "bf16", "int32", "uint8", ...
   int64_t bytes = 0;
-  std::string lifetime;  // "step", "stage 1", "chunk", "layer", ...
+  PhaseMask phases = 0;  // where it is alive (always set, also on the fast path)
+  std::string lifetime;  // the phases in words, for people
   std::string formula;   // how bytes are computed (GUI tooltips, --explain)
 };
 
@@ -52,9 +66,22 @@ struct PageCounts {
   int64_t max_union_pages = 0;    // sparse: largest prefix set of a chunk (dense: the prefix)
 };
 
+// The peak is the maximum over the schedule's phases of the bytes alive in a phase (pools at
+// their allocated capacity); ties go to the first phase in step order.
 struct MemoryTable {
   std::vector<Buffer> rows;
   PageCounts pages;
+  Schedule schedule = Schedule::oomb;
+  struct PhasePeak {
+    Phase phase = Phase::fill;
+    int64_t bytes = 0;
+    std::map<std::string, int64_t> breakdown;  // by category, at that phase
+  };
+  PhasePeak device_peak(bool include_reserve = true) const;
+  PhasePeak host_peak() const;
+  // Bytes alive in one phase (no breakdown).
+  int64_t device_bytes_in(Phase p, bool include_reserve = true) const;
+  // The peaks over phases (device_peak().bytes, host_peak().bytes) and their breakdowns.
   int64_t device_bytes(bool include_reserve = true) const;
   int64_t host_bytes() const;
   std::map<std::string, int64_t> device_breakdown() const;
@@ -73,8 +100,9 @@ struct Summary {
   double required_h2d_bytes_per_s = 0;
   double required_d2h_bytes_per_s = 0;
   int64_t device_pool_pages = 0;
-  std::map<std::string, int64_t> device_breakdown_bytes;
+  std::map<std::string, int64_t> device_breakdown_bytes;  // at the peak phase
   std::map<std::string, int64_t> host_breakdown_bytes;
+  std::string peak_phase;  // the phase that holds the device peak
   bool feasible = false;
   std::string binding_constraint;  // "device memory", "host memory", "pinned memory", "h2d link", "compute", ...
   // Supporting figures.

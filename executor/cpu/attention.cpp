@@ -49,8 +49,8 @@ struct Gathered {
         block(kd + u * G.p * G.hd, G.p, G.hd, G.hd) = block(page + g * G.hd, G.p, G.hd, G.kvd);
         block(vd + u * G.p * G.hd, G.p, G.hd, G.hd) = block(page + G.p * G.kvd + g * G.hd, G.p, G.hd, G.kvd);
       }
-      block(kd + G.U * G.p * G.hd, G.T, G.hd, G.hd) = block(a.k_own + g * G.hd, G.T, G.hd, G.kvd);
-      block(vd + G.U * G.p * G.hd, G.T, G.hd, G.hd) = block(a.v_own + g * G.hd, G.T, G.hd, G.kvd);
+      block(kd + G.U * G.p * G.hd, G.T, G.hd, G.hd) = block(a.k_own.f32() + g * G.hd, G.T, G.hd, G.kvd);
+      block(vd + G.U * G.p * G.hd, G.T, G.hd, G.hd) = block(a.v_own.f32() + g * G.hd, G.T, G.hd, G.kvd);
       block(kt.data() + g * G.hd * G.ld, G.hd, G.Tk, G.ld) = mat(kd, G.Tk, G.hd).transpose();
       if (transposed_v) block(vt.data() + g * G.hd * G.ld, G.hd, G.Tk, G.ld) = mat(vd, G.Tk, G.hd).transpose();
     }
@@ -130,7 +130,7 @@ void attention_fwd(const PagedAttention& a, float* o, float* lse) {
     scratch.resize(static_cast<size_t>(flash_scratch_floats(rows, G.hd)));
     for (int64_t g = 0; g < a.kv_heads; ++g) {
       segments(a, G, j, g, r1, start, len);
-      gather_rows(a.q, G, g, r0, r1, sc, qb.data());
+      gather_rows(a.q.f32(), G, g, r0, r1, sc, qb.data());
       rows.q = qb.data();
       flash_fwd(keys_of(ga, G, g, start, len), rows, ob.data(), lb.data(), scratch.data());
       scatter_rows(ob.data(), G, g, r0, r1, o);
@@ -163,7 +163,7 @@ void attention_bwd(const PagedAttention& a, const float* o, const float* lse, co
     scratch.resize(static_cast<size_t>(flash_scratch_floats(rows, G.hd)));
     for (int64_t g = 0; g < a.kv_heads; ++g) {
       segments(a, G, j, g, r1, start, len);
-      gather_rows(a.q, G, g, r0, r1, sc, qb.data());
+      gather_rows(a.q.f32(), G, g, r0, r1, sc, qb.data());
       gather_rows(o, G, g, r0, r1, 1.0f, ob.data());
       gather_rows(dout, G, g, r0, r1, 1.0f, dob.data());
       for (int64_t h = 0; h < G.group; ++h)

@@ -157,42 +157,148 @@ EventPtr CpuBackend::copy_async(CopyRequest req) {
 // event (the report may come later).
 void CpuBackend::wait(const EventPtr& e) { wait_data(e); }
 
-void CpuBackend::embedding_fwd(const int32_t* ids, int64_t rows, const float* table, int64_t hidden, float* out) {
-  cpu::embedding_fwd(ids, rows, table, hidden, out);
+namespace {
+
+// fp32 view of an input: the storage itself (fp32) or a converted copy (bf16: exact).
+class In {
+ public:
+  In(ConstTensor t, int64_t n) {
+    if (!t.data || t.dtype == DType::f32) {
+      p_ = static_cast<const float*>(t.data);
+      return;
+    }
+    buf_.resize(static_cast<size_t>(n));
+    bf16_to_f32(static_cast<const uint16_t*>(t.data), buf_.data(), n);
+    p_ = buf_.data();
+  }
+  operator const float*() const { return p_; }  // NOLINT
+
+ private:
+  const float* p_ = nullptr;
+  std::vector<float> buf_;
+};
+
+// fp32 working copy of an output: the storage itself (fp32) or a scratch (bf16) that is loaded when
+// the op reads it (accumulate, in place) and rounded once into the storage when the op is done.
+class Out {
+ public:
+  Out(Tensor t, int64_t n, bool load) : t_(t), n_(n) {
+    if (!t.data || t.dtype == DType::f32) {
+      p_ = static_cast<float*>(t.data);
+      return;
+    }
+    buf_.assign(static_cast<size_t>(n), 0.0f);
+    if (load) bf16_to_f32(static_cast<const uint16_t*>(t.data), buf_.data(), n);
+    p_ = buf_.data();
+  }
+  ~Out() {
+    if (!buf_.empty()) f32_to_bf16(buf_.data(), static_cast<uint16_t*>(t_.data), n_);
+  }
+  Out(const Out&) = delete;
+  Out& operator=(const Out&) = delete;
+  operator float*() const { return p_; }  // NOLINT
+
+ private:
+  Tensor t_;
+  int64_t n_ = 0;
+  float* p_ = nullptr;
+  std::vector<float> buf_;
+};
+
+}  // namespace
+
+void CpuBackend::embedding_fwd(const int32_t* ids, int64_t rows, ConstTensor table, int64_t hidden, Tensor out) {
+  // Only the rows looked up are loaded (a bf16 table is not converted whole).
+  Out y(out, rows * hidden, false);
+  if (table.dtype == DType::f32) {
+    cpu::embedding_fwd(ids, rows, table.f32(), hidden, y);
+    return;
+  }
+  const auto* t = static_cast<const uint16_t*>(table.data);
+  for (int64_t r = 0; r < rows; ++r) bf16_to_f32(t + static_cast<int64_t>(ids[r]) * hidden, y + r * hidden, hidden);
 }
-void CpuBackend::embedding_bwd(const int32_t* ids, int64_t rows, const float* dout, int64_t hidden, float* dt) {
-  cpu::embedding_bwd(ids, rows, dout, hidden, dt);
+void CpuBackend::embedding_bwd(const int32_t* ids, int64_t rows, ConstTensor dout, int64_t hidden, Tensor dt) {
+  In d(dout, rows * hidden);
+  if (dt.dtype == DType::f32) {
+    cpu::embedding_bwd(ids, rows, d, hidden, dt.f32());
+    return;
+  }
+  // bf16 table gradient: per touched row, the fp32 sum of this call's contributions, added and
+  // rounded once (rows in first-seen order, contributions in row order as the fp32 op adds them).
+  auto* g = static_cast<uint16_t*>(dt.data);
+  std::vector<int32_t> seen;
+  std::vector<float> acc;
+  for (int64_t r = 0; r < rows; ++r) {
+    size_t k = 0;
+    while (k < seen.size() && seen[k] != ids[r]) ++k;
+    if (k == seen.size()) {
+      seen.push_back(ids[r]);
+      acc.resize(acc.size() + static_cast<size_t>(hidden), 0.0f);
+    }
+    float* a = acc.data() + k * static_cast<size_t>(hidden);
+    for (int64_t i = 0; i < hidden; ++i) a[i] += d[r * hidden + i];
+  }
+  for (size_t k = 0; k < seen.size(); ++k)
+    bf16_add_f32(g + static_cast<int64_t>(seen[k]) * hidden, acc.data() + k * static_cast<size_t>(hidden), hidden);
 }
-void CpuBackend::rmsnorm_fwd(const float* x, const float* w, int64_t rows, int64_t dim, float eps, float* y,
+void CpuBackend::rmsnorm_fwd(ConstTensor x, ConstTensor w, int64_t rows, int64_t dim, float eps, Tensor y,
                              float* rstd) {
-  cpu::rmsnorm_fwd(x, w, rows, dim, eps, y, rstd);
+  In xi(x, rows * dim), wi(w, dim);
+  Out yo(y, rows * dim, false);
+  cpu::rmsnorm_fwd(xi, wi, rows, dim, eps, yo, rstd);
 }
-void CpuBackend::rmsnorm_bwd(const float* x, const float* w, const float* rstd, const float* dy, int64_t rows,
-                             int64_t dim, float* dx, float* dw) {
-  cpu::rmsnorm_bwd(x, w, rstd, dy, rows, dim, dx, dw);
+void CpuBackend::rmsnorm_bwd(ConstTensor x, ConstTensor w, const float* rstd, ConstTensor dy, int64_t rows,
+                             int64_t dim, Tensor dx, Tensor dw) {
+  In xi(x, rows * dim), wi(w, dim), dyi(dy, rows * dim);
+  Out dxo(dx, rows * dim, true), dwo(dw, dim, true);
+  cpu::rmsnorm_bwd(xi, wi, rstd, dyi, rows, dim, dxo, dwo);
 }
-void CpuBackend::linear_fwd(const float* x, int64_t rows, int64_t in, const float* w, const float* b, int64_t out,
-                            float* y) {
-  cpu::linear_fwd(x, rows, in, w, b, out, y);
+void CpuBackend::linear_fwd(ConstTensor x, int64_t rows, int64_t in, ConstTensor w, ConstTensor b, int64_t out,
+                            Tensor y) {
+  In xi(x, rows * in), wi(w, out * in), bi(b, out);
+  Out yo(y, rows * out, false);
+  cpu::linear_fwd(xi, rows, in, wi, bi, out, yo);
 }
-void CpuBackend::linear_bwd(const float* x, int64_t rows, int64_t in, const float* w, int64_t out, const float* dy,
-                            float* dx, bool acc, float* dw, float* db) {
-  cpu::linear_bwd(x, rows, in, w, out, dy, dx, acc, dw, db);
+void CpuBackend::linear_bwd(ConstTensor x, int64_t rows, int64_t in, ConstTensor w, int64_t out, ConstTensor dy,
+                            Tensor dx, bool acc, Tensor dw, Tensor db) {
+  In xi(x, rows * in), wi(w, out * in), dyi(dy, rows * out);
+  Out dxo(dx, rows * in, acc), dwo(dw, out * in, true), dbo(db, out, true);
+  cpu::linear_bwd(xi, rows, in, wi, out, dyi, dxo, acc, dwo, dbo);
 }
-void CpuBackend::rope_fwd(float* x, int64_t rows, int64_t heads, int64_t hd, int64_t pos0, double theta) {
-  cpu::rope_fwd(x, rows, heads, hd, pos0, theta);
+void CpuBackend::rope_fwd(Tensor x, int64_t rows, int64_t heads, int64_t hd, int64_t pos0, double theta) {
+  Out xo(x, rows * heads * hd, true);
+  cpu::rope_fwd(xo, rows, heads, hd, pos0, theta);
 }
-void CpuBackend::rope_bwd(float* dx, int64_t rows, int64_t heads, int64_t hd, int64_t pos0, double theta) {
-  cpu::rope_bwd(dx, rows, heads, hd, pos0, theta);
+void CpuBackend::rope_bwd(Tensor dx, int64_t rows, int64_t heads, int64_t hd, int64_t pos0, double theta) {
+  Out d(dx, rows * heads * hd, true);
+  cpu::rope_bwd(d, rows, heads, hd, pos0, theta);
 }
-void CpuBackend::swiglu_fwd(const float* g, const float* u, int64_t n, float* out) { cpu::swiglu_fwd(g, u, n, out); }
-void CpuBackend::swiglu_bwd(const float* g, const float* u, const float* d, int64_t n, float* dg, float* du) {
-  cpu::swiglu_bwd(g, u, d, n, dg, du);
+void CpuBackend::swiglu_fwd(ConstTensor g, ConstTensor u, int64_t n, Tensor out) {
+  In gi(g, n), ui(u, n);
+  Out o(out, n, false);
+  cpu::swiglu_fwd(gi, ui, n, o);
 }
-void CpuBackend::add(float* y, const float* x, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] += x[i];
+void CpuBackend::swiglu_bwd(ConstTensor g, ConstTensor u, ConstTensor d, int64_t n, Tensor dg, Tensor du) {
+  In gi(g, n), ui(u, n), di(d, n);
+  Out dgo(dg, n, false), duo(du, n, false);
+  cpu::swiglu_bwd(gi, ui, di, n, dgo, duo);
 }
-void CpuBackend::copy(float* dst, const float* src, int64_t n) { std::memcpy(dst, src, static_cast<size_t>(n) * 4); }
+void CpuBackend::add(Tensor y, ConstTensor x, int64_t n) {
+  In xi(x, n);
+  Out yo(y, n, true);
+  float* d = yo;
+  const float* s = xi;
+  for (int64_t i = 0; i < n; ++i) d[i] += s[i];
+}
+void CpuBackend::copy(Tensor dst, ConstTensor src, int64_t n) {
+  if (dst.dtype == src.dtype) {
+    if (dst.data != src.data) std::memcpy(dst.data, src.data, static_cast<size_t>(n * dtype_bytes(dst.dtype)));
+    return;
+  }
+  In s(src, n);
+  Out d(dst, n, false);
+  std::memcpy(static_cast<float*>(d), static_cast<const float*>(s), static_cast<size_t>(n) * 4);
+}
 namespace {
 int64_t page_floats(const PagedAttention& a) { return 2 * a.page_tokens * a.kv_heads * a.head_dim; }
 uint16_t* bf16_page(float* page) { return reinterpret_cast<uint16_t*>(page); }
@@ -200,10 +306,30 @@ const uint16_t* bf16_page(const float* page) { return reinterpret_cast<const uin
 }  // namespace
 
 const PagedAttention& CpuBackend::fp32_pages(const PagedAttention& a, PagedAttention& converted) {
-  if (a.kv_dtype == PageDtype::f32 || a.prefix_pages.empty()) return a;
+  const bool own16 = a.q.dtype != DType::f32 || a.k_own.dtype != DType::f32 || a.v_own.dtype != DType::f32;
+  if ((a.kv_dtype == PageDtype::f32 || a.prefix_pages.empty()) && !own16) return a;
+  converted = a;
+  if (own16) {
+    // bf16 activations: the chunk's q, k, v loaded to fp32 (exact) into the backend's scratch.
+    const int64_t nq = a.rows * a.q_heads * a.head_dim, nk = a.rows * a.kv_heads * a.head_dim;
+    own_scratch_.resize(static_cast<size_t>(nq + 2 * nk));
+    float* q = own_scratch_.data();
+    const ConstTensor src[3] = {a.q, a.k_own, a.v_own};
+    float* dst[3] = {q, q + nq, q + nq + nk};
+    const int64_t n[3] = {nq, nk, nk};
+    for (int i = 0; i < 3; ++i) {
+      if (src[i].dtype == DType::f32)
+        std::memcpy(dst[i], src[i].data, static_cast<size_t>(n[i]) * 4);
+      else
+        bf16_to_f32(static_cast<const uint16_t*>(src[i].data), dst[i], n[i]);
+    }
+    converted.q = dst[0];
+    converted.k_own = dst[1];
+    converted.v_own = dst[2];
+  }
+  if (a.kv_dtype == PageDtype::f32 || a.prefix_pages.empty()) return converted;
   const int64_t pf = page_floats(a), U = static_cast<int64_t>(a.prefix_pages.size());
   if (static_cast<int64_t>(kv_scratch_.size()) < U * pf) kv_scratch_.resize(static_cast<size_t>(U * pf));
-  converted = a;
   converted.kv_dtype = PageDtype::f32;
   for (int64_t u = 0; u < U; ++u) {
     float* dst = kv_scratch_.data() + u * pf;
@@ -213,15 +339,19 @@ const PagedAttention& CpuBackend::fp32_pages(const PagedAttention& a, PagedAtten
   return converted;
 }
 
-void CpuBackend::attention_fwd(const PagedAttention& a, float* o, float* lse) {
+void CpuBackend::attention_fwd(const PagedAttention& a, Tensor o, float* lse) {
   PagedAttention converted;
-  cpu::attention_fwd(fp32_pages(a, converted), o, lse);
+  Out oo(o, a.rows * a.q_heads * a.head_dim, false);
+  cpu::attention_fwd(fp32_pages(a, converted), oo, lse);
 }
 
-void CpuBackend::attention_bwd(const PagedAttention& a, const float* o, const float* lse, const float* dout,
-                               float* dq, float* dk, float* dv, const std::vector<float*>& pages) {
+void CpuBackend::attention_bwd(const PagedAttention& a, ConstTensor o_, const float* lse, ConstTensor dout_,
+                               Tensor dq_, Tensor dk_, Tensor dv_, const std::vector<float*>& pages) {
   PagedAttention converted;
   const PagedAttention& f = fp32_pages(a, converted);
+  const int64_t nq = a.rows * a.q_heads * a.head_dim, nk = a.rows * a.kv_heads * a.head_dim;
+  In o(o_, nq), dout(dout_, nq);
+  Out dq(dq_, nq, false), dk(dk_, nk, false), dv(dv_, nk, false);
   if (a.grad_dtype == PageDtype::f32 || pages.empty()) {
     cpu::attention_bwd(f, o, lse, dout, dq, dk, dv, pages);
     return;
@@ -239,8 +369,11 @@ void CpuBackend::attention_bwd(const PagedAttention& a, const float* o, const fl
 
 // Page layout: [K rows p x kv_dim][V rows p x kv_dim] elements of the page dtype; a ragged last
 // page fills its first rows.
-void CpuBackend::write_kv_pages(const float* k, const float* v, int64_t rows, int64_t kv_dim, int64_t p,
+void CpuBackend::write_kv_pages(ConstTensor k_, ConstTensor v_, int64_t rows, int64_t kv_dim, int64_t p,
                                 const std::vector<float*>& pages, PageDtype dtype) {
+  In ki(k_, rows * kv_dim), vi(v_, rows * kv_dim);
+  const float* k = ki;
+  const float* v = vi;
   for (size_t j = 0; j < pages.size(); ++j) {
     const int64_t r0 = static_cast<int64_t>(j) * p, n = std::min(rows - r0, p);
     OOMB_ASSERT(n > 0);
@@ -255,32 +388,60 @@ void CpuBackend::write_kv_pages(const float* k, const float* v, int64_t rows, in
 }
 
 void CpuBackend::add_from_grad_pages(const std::vector<float*>& pages, int64_t rows, int64_t kv_dim, int64_t p,
-                                     float* dk, float* dv, PageDtype dtype) {
+                                     Tensor dk_, Tensor dv_, PageDtype dtype) {
+  Out dko(dk_, rows * kv_dim, true), dvo(dv_, rows * kv_dim, true);
+  float* dk = dko;
+  float* dv = dvo;
   for (size_t j = 0; j < pages.size(); ++j) {
     const int64_t r0 = static_cast<int64_t>(j) * p, n = std::min(rows - r0, p);
     if (dtype == PageDtype::bf16) {
       f32_add_bf16(dk + r0 * kv_dim, bf16_page(pages[j]), n * kv_dim);
       f32_add_bf16(dv + r0 * kv_dim, bf16_page(pages[j]) + p * kv_dim, n * kv_dim);
     } else {
-      add(dk + r0 * kv_dim, pages[j], n * kv_dim);
-      add(dv + r0 * kv_dim, pages[j] + p * kv_dim, n * kv_dim);
+      for (int64_t i = 0; i < n * kv_dim; ++i) dk[r0 * kv_dim + i] += pages[j][i];
+      for (int64_t i = 0; i < n * kv_dim; ++i) dv[r0 * kv_dim + i] += pages[j][p * kv_dim + i];
     }
   }
 }
 
-void CpuBackend::page_summaries(const float* k, int64_t rows, int64_t kv_dim, int64_t p, float* out) {
-  cpu::page_summaries(k, rows, kv_dim, p, out);
+void CpuBackend::page_summaries(ConstTensor k, int64_t rows, int64_t kv_dim, int64_t p, Tensor out) {
+  In ki(k, rows * kv_dim);
+  Out o(out, (rows + p - 1) / p * kv_dim, false);
+  cpu::page_summaries(ki, rows, kv_dim, p, o);
 }
-std::vector<std::vector<int32_t>> CpuBackend::select_pages(const SelectionArgs& a) { return cpu::select_pages(a); }
-double CpuBackend::cross_entropy(float* logits, int64_t rows, int64_t vocab, const int32_t* targets, float s) {
-  return cpu::cross_entropy(logits, rows, vocab, targets, s);
+std::vector<std::vector<int32_t>> CpuBackend::select_pages(const SelectionArgs& a) {
+  In q(a.q, a.rows * a.q_heads * a.head_dim), sum(a.summaries, a.prefix_pages * a.kv_heads * a.head_dim);
+  SelectionArgs f = a;
+  f.q = static_cast<const float*>(q);
+  f.summaries = static_cast<const float*>(sum);
+  return cpu::select_pages(f);
 }
-void CpuBackend::scale(float* x, int64_t n, float s) {
-  for (int64_t i = 0; i < n; ++i) x[i] *= s;
+double CpuBackend::cross_entropy(ConstTensor logits, int64_t rows, int64_t vocab, const int32_t* targets, float s,
+                                 Tensor grad) {
+  // The loss and the gradient in fp32 from the exact logits; the gradient rounded once on store
+  // (grad may be the logits' own storage: In has read them before Out writes back).
+  const int64_t n = rows * vocab;
+  In l(logits, n);
+  Out g(grad, n, false);
+  if (static_cast<float*>(g) != static_cast<const float*>(l))
+    std::memcpy(static_cast<float*>(g), static_cast<const float*>(l), static_cast<size_t>(n) * 4);
+  return cpu::cross_entropy(g, rows, vocab, targets, s);
 }
-void CpuBackend::adamw(float* param, const float* grad, float* m, float* v, const uint8_t* mask, int64_t n, float lr,
-                       float b1, float b2, float eps, float wd, int64_t step) {
-  cpu::adamw(param, grad, m, v, mask, n, lr, b1, b2, eps, wd, step);
+void CpuBackend::scale(Tensor x, int64_t n, float s) {
+  Out xo(x, n, true);
+  float* d = xo;
+  for (int64_t i = 0; i < n; ++i) d[i] *= s;
+}
+void CpuBackend::adamw(Tensor param, float* master, ConstTensor grad, float* m, float* v, const uint8_t* mask,
+                       int64_t n, float lr, float b1, float b2, float eps, float wd, int64_t step) {
+  In g(grad, n);
+  if (!master) {
+    Out p(param, n, true);
+    cpu::adamw(p, g, m, v, mask, n, lr, b1, b2, eps, wd, step);
+    return;
+  }
+  cpu::adamw(master, g, m, v, mask, n, lr, b1, b2, eps, wd, step);
+  copy(param, master, n);  // the working weights refreshed from the fp32 master, rounded once
 }
 
 }  // namespace oomb::executor

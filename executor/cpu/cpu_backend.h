@@ -8,6 +8,11 @@
 // with bf16 gradient pages, attention_bwd accumulates the chunk's contribution in a zeroed fp32
 // scratch and then adds it into the bf16 pages (one fp32 add and one rounding per element and
 // call); add_from_grad_pages reads bf16. The scratches are owned here, reused and grown as needed.
+//
+// bf16 storage of weights, gradients and activations (typed views, backend.h) the same way: every
+// op loads its bf16 operands to fp32 (exact), runs the fp32 op and rounds its outputs once on store
+// (accumulating outputs: load, add in fp32, round), with the one routine of runtime/bf16.h. So a CPU
+// run stores exactly the bytes a GPU run would, and computes on the values a GPU run stores.
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -52,36 +57,36 @@ class CpuBackend final : public Backend {
   EventPtr copy_async(CopyRequest req) override;
   void wait(const EventPtr& e) override;
 
-  void embedding_fwd(const int32_t* ids, int64_t rows, const float* table, int64_t hidden, float* out) override;
-  void embedding_bwd(const int32_t* ids, int64_t rows, const float* dout, int64_t hidden, float* dtable_acc) override;
-  void rmsnorm_fwd(const float* x, const float* w, int64_t rows, int64_t dim, float eps, float* y,
+  void embedding_fwd(const int32_t* ids, int64_t rows, ConstTensor table, int64_t hidden, Tensor out) override;
+  void embedding_bwd(const int32_t* ids, int64_t rows, ConstTensor dout, int64_t hidden, Tensor dtable_acc) override;
+  void rmsnorm_fwd(ConstTensor x, ConstTensor w, int64_t rows, int64_t dim, float eps, Tensor y,
                    float* rstd) override;
-  void rmsnorm_bwd(const float* x, const float* w, const float* rstd, const float* dy, int64_t rows, int64_t dim,
-                   float* dx_acc, float* dw_acc) override;
-  void linear_fwd(const float* x, int64_t rows, int64_t in, const float* w, const float* b, int64_t out,
-                  float* y) override;
-  void linear_bwd(const float* x, int64_t rows, int64_t in, const float* w, int64_t out, const float* dy, float* dx,
-                  bool accumulate_dx, float* dw_acc, float* db_acc) override;
-  void rope_fwd(float* x, int64_t rows, int64_t heads, int64_t head_dim, int64_t pos0, double theta) override;
-  void rope_bwd(float* dx, int64_t rows, int64_t heads, int64_t head_dim, int64_t pos0, double theta) override;
-  void swiglu_fwd(const float* gate, const float* up, int64_t n, float* out) override;
-  void swiglu_bwd(const float* gate, const float* up, const float* dout, int64_t n, float* dgate,
-                  float* dup) override;
-  void add(float* y, const float* x, int64_t n) override;
-  void copy(float* dst, const float* src, int64_t n) override;
-  void attention_fwd(const PagedAttention& a, float* o, float* lse) override;
-  void attention_bwd(const PagedAttention& a, const float* o, const float* lse, const float* dout, float* dq,
-                     float* dk_own, float* dv_own, const std::vector<float*>& prefix_grad_pages) override;
-  void write_kv_pages(const float* k, const float* v, int64_t rows, int64_t kv_dim, int64_t page_tokens,
+  void rmsnorm_bwd(ConstTensor x, ConstTensor w, const float* rstd, ConstTensor dy, int64_t rows, int64_t dim,
+                   Tensor dx_acc, Tensor dw_acc) override;
+  void linear_fwd(ConstTensor x, int64_t rows, int64_t in, ConstTensor w, ConstTensor b, int64_t out,
+                  Tensor y) override;
+  void linear_bwd(ConstTensor x, int64_t rows, int64_t in, ConstTensor w, int64_t out, ConstTensor dy, Tensor dx,
+                  bool accumulate_dx, Tensor dw_acc, Tensor db_acc) override;
+  void rope_fwd(Tensor x, int64_t rows, int64_t heads, int64_t head_dim, int64_t pos0, double theta) override;
+  void rope_bwd(Tensor dx, int64_t rows, int64_t heads, int64_t head_dim, int64_t pos0, double theta) override;
+  void swiglu_fwd(ConstTensor gate, ConstTensor up, int64_t n, Tensor out) override;
+  void swiglu_bwd(ConstTensor gate, ConstTensor up, ConstTensor dout, int64_t n, Tensor dgate, Tensor dup) override;
+  void add(Tensor y, ConstTensor x, int64_t n) override;
+  void copy(Tensor dst, ConstTensor src, int64_t n) override;
+  void attention_fwd(const PagedAttention& a, Tensor o, float* lse) override;
+  void attention_bwd(const PagedAttention& a, ConstTensor o, const float* lse, ConstTensor dout, Tensor dq,
+                     Tensor dk_own, Tensor dv_own, const std::vector<float*>& prefix_grad_pages) override;
+  void write_kv_pages(ConstTensor k, ConstTensor v, int64_t rows, int64_t kv_dim, int64_t page_tokens,
                       const std::vector<float*>& pages, PageDtype dtype) override;
   void add_from_grad_pages(const std::vector<float*>& pages, int64_t rows, int64_t kv_dim, int64_t page_tokens,
-                           float* dk, float* dv, PageDtype dtype) override;
-  void page_summaries(const float* k, int64_t rows, int64_t kv_dim, int64_t page_tokens, float* out) override;
+                           Tensor dk, Tensor dv, PageDtype dtype) override;
+  void page_summaries(ConstTensor k, int64_t rows, int64_t kv_dim, int64_t page_tokens, Tensor out) override;
   std::vector<std::vector<int32_t>> select_pages(const SelectionArgs& a) override;
-  double cross_entropy(float* logits, int64_t rows, int64_t vocab, const int32_t* targets, float scale) override;
-  void scale(float* x, int64_t n, float s) override;
-  void adamw(float* param, const float* grad, float* m, float* v, const uint8_t* decay_mask, int64_t n, float lr,
-             float beta1, float beta2, float eps, float weight_decay, int64_t step) override;
+  double cross_entropy(ConstTensor logits, int64_t rows, int64_t vocab, const int32_t* targets, float scale,
+                       Tensor grad) override;
+  void scale(Tensor x, int64_t n, float s) override;
+  void adamw(Tensor param, float* master, ConstTensor grad, float* m, float* v, const uint8_t* decay_mask, int64_t n,
+             float lr, float beta1, float beta2, float eps, float weight_decay, int64_t step) override;
 
  private:
   struct Job {
@@ -117,6 +122,7 @@ class CpuBackend final : public Backend {
   bool reporter_stop_ = false;
   std::thread reporter_;
   std::vector<float> kv_scratch_, grad_scratch_;  // fp32 copies of bf16 KV / gradient pages
+  std::vector<float> own_scratch_;                // fp32 copies of the chunk's bf16 q, k, v
 };
 
 }  // namespace oomb::executor

@@ -160,8 +160,8 @@ std::vector<std::vector<int32_t>> select_pages(const SelectionArgs& a) {
   RowMat qs(a.rows, hd), s(a.rows, P);
   for (int64_t g = 0; g < a.kv_heads; ++g) {
     qs.setZero();
-    for (int64_t h = g * group; h < (g + 1) * group; ++h) qs += block(a.q + h * hd, a.rows, hd, qd);
-    s.noalias() = sc * (qs * block(a.summaries + g * hd, P, hd, kvd).transpose());
+    for (int64_t h = g * group; h < (g + 1) * group; ++h) qs += block(a.q.f32() + h * hd, a.rows, hd, qd);
+    s.noalias() = sc * (qs * block(a.summaries.f32() + g * hd, P, hd, kvd).transpose());
     for (int64_t i = 0; i < a.rows; ++i) {
       auto row = s.row(i).array();
       row = (row - row.maxCoeff()).exp();

@@ -2,6 +2,7 @@
 
 #include "executor/cuda/common.cuh"
 #include "executor/cuda/cross_entropy.cuh"
+#include "executor/cuda/typed.cuh"
 
 namespace oomb::executor::cuda {
 
@@ -9,15 +10,17 @@ namespace {
 
 constexpr int kRowThreads = 512;
 
-__global__ void cross_entropy_kernel(float* __restrict__ logits, int64_t rows, int64_t vocab,
-                                     const int32_t* __restrict__ targets, float scale, double* __restrict__ row_loss) {
+// grad may be the logits' own storage: each element is read (both passes) by the thread that writes it,
+// after the block has read row[target].
+__global__ void cross_entropy_kernel(InView logits, int64_t rows, int64_t vocab, const int32_t* __restrict__ targets,
+                                     float scale, OutView grad, double* __restrict__ row_loss) {
   __shared__ float red_f[32];
   __shared__ double red_d[32];
   for (int64_t t = blockIdx.x; t < rows; t += gridDim.x) {
-    float* row = logits + t * vocab;
+    const int64_t row = t * vocab;
     const int32_t target = targets[t];
     if (target < 0) {
-      for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) row[i] = 0.0f;
+      for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) grad.store(row + i, 0.0f);
       if (threadIdx.x == 0) row_loss[t] = 0.0;
       continue;
     }
@@ -25,7 +28,7 @@ __global__ void cross_entropy_kernel(float* __restrict__ logits, int64_t rows, i
     float m = -FLT_MAX;
     double l = 0;
     for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) {
-      const float x = row[i];
+      const float x = logits[row + i];
       if (x > m) {
         l *= exp(static_cast<double>(m) - x);
         m = x;
@@ -34,12 +37,12 @@ __global__ void cross_entropy_kernel(float* __restrict__ logits, int64_t rows, i
     }
     const float mx = block_max(m, red_f);
     const double sum = block_sum(l * exp(static_cast<double>(m) - mx), red_d);
-    const float target_p = expf(row[target] - mx);
+    const float target_p = expf(logits[row + target] - mx);
     __syncthreads();  // every thread has read row[target] before it is overwritten
     const float factor = static_cast<float>(scale / sum);
     for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) {
-      const float g = expf(row[i] - mx) * factor;
-      row[i] = i == target ? g - scale : g;
+      const float g = expf(logits[row + i] - mx) * factor;
+      grad.store(row + i, i == target ? g - scale : g);
     }
     if (threadIdx.x == 0) row_loss[t] = log(sum) - log(static_cast<double>(target_p));
   }
@@ -55,11 +58,12 @@ __global__ void sum_kernel(const double* __restrict__ v, int64_t n, double* __re
 
 }  // namespace
 
-void launch_cross_entropy(float* logits, int64_t rows, int64_t vocab, const int32_t* targets, float scale,
-                          double* row_loss, double* loss_sum, cudaStream_t s) {
+void launch_cross_entropy(ConstTensor logits, int64_t rows, int64_t vocab, const int32_t* targets, float scale,
+                          Tensor grad, double* row_loss, double* loss_sum, cudaStream_t s) {
   if (rows > 0 && vocab > 0) {
     const auto blocks = static_cast<unsigned>(rows < 65535 ? rows : 65535);
-    cross_entropy_kernel<<<blocks, kRowThreads, 0, s>>>(logits, rows, vocab, targets, scale, row_loss);
+    cross_entropy_kernel<<<blocks, kRowThreads, 0, s>>>(view(logits), rows, vocab, targets, scale, view(grad),
+                                                        row_loss);
     OOMB_CUDA_LAUNCH_CHECK("cross_entropy_kernel");
   }
   sum_kernel<<<1, kThreads, 0, s>>>(row_loss, rows > 0 ? rows : 0, loss_sum);

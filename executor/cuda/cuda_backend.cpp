@@ -473,117 +473,262 @@ void CudaBackend::wait(const EventPtr& e) {
 }
 
 // ---------------------------------------------------------------- model ops
+//
+// Typed storage (backend.h Tensor / ConstTensor): the kernels take fp32 or bf16 views directly
+// (executor/cuda/typed.cuh: loads exact, fp32 math, one rounding on store with runtime/bf16.h's
+// routine). An fp32 scratch remains only where a result is summed by several blocks or by cuBLASLt
+// before its one rounding (bf16 weight gradients of RMSNorm and biases, GEMM outputs cuBLASLt cannot
+// write as bf16), and for the ops whose kernels compute on fp32 rows (attention, selection: bf16
+// inputs are converted into the op scratch, bf16 outputs rounded from it); see executor/cuda/README.md,
+// "Storage dtypes".
 
-void CudaBackend::embedding_fwd(const int32_t* ids, int64_t rows, const float* table, int64_t hidden, float* out) {
+namespace {
+
+bool is_bf16(ConstTensor t) { return t.dtype == DType::bf16; }
+
+}  // namespace
+
+void CudaBackend::embedding_fwd(const int32_t* ids, int64_t rows, ConstTensor table, int64_t hidden, Tensor out) {
   launch_embedding_fwd(ids, rows, table, hidden, out, impl_->compute);
 }
 
-void CudaBackend::embedding_bwd(const int32_t* ids, int64_t rows, const float* dout, int64_t hidden,
-                                float* dtable_acc) {
+void CudaBackend::embedding_bwd(const int32_t* ids, int64_t rows, ConstTensor dout, int64_t hidden,
+                                Tensor dtable_acc) {
   launch_embedding_bwd(ids, rows, dout, hidden, dtable_acc, impl_->compute);
 }
 
-void CudaBackend::rmsnorm_fwd(const float* x, const float* w, int64_t rows, int64_t dim, float eps, float* y,
+void CudaBackend::rmsnorm_fwd(ConstTensor x, ConstTensor w, int64_t rows, int64_t dim, float eps, Tensor y,
                               float* rstd) {
   launch_rmsnorm_fwd(x, w, rows, dim, eps, y, rstd, impl_->compute);
 }
 
-void CudaBackend::rmsnorm_bwd(const float* x, const float* w, const float* rstd, const float* dy, int64_t rows,
-                              int64_t dim, float* dx_acc, float* dw_acc) {
-  launch_rmsnorm_bwd(x, w, rstd, dy, rows, dim, dx_acc, dw_acc, impl_->compute);
+void CudaBackend::rmsnorm_bwd(ConstTensor x, ConstTensor w, const float* rstd, ConstTensor dy, int64_t rows,
+                              int64_t dim, Tensor dx_acc, Tensor dw_acc) {
+  Impl& m = *impl_;
+  // A bf16 dw gets its column sums in an fp32 scratch before its one rounding.
+  float* dw_scratch =
+      is_bf16(dw_acc) && rows > 0 && dim > 0 ? reinterpret_cast<float*>(m.scratch(up(dim * 4))) : nullptr;
+  launch_rmsnorm_bwd(x, w, rstd, dy, rows, dim, dx_acc, dw_acc, dw_scratch, m.compute);
 }
 
-// ---- linear ops: cuBLASLt GEMMs at CudaBackendOptions::gemm_precision.
+// ---- linear ops: cuBLASLt GEMMs.
 //
 // A row-major [rows, cols] matrix with row stride ld is a column-major [cols, rows] one with leading
-// dimension ld. With bf16 GEMMs each operand is first converted (launch_to_bf16) into the op scratch,
-// rows padded to a multiple of 8 elements (16 bytes) and every copy 256-byte aligned, so the bf16
-// operands always meet cuBLASLt's alignment for its fast kernels whatever the shape; C stays the
-// caller's fp32 array (any alignment: the plan's heuristic is told it). The scratch is reused by the
-// next op in stream order, like every op's scratch.
+// dimension ld. Each GEMM runs in one precision:
+//  - bf16 when both its operands are stored as bf16 (whatever gemm_precision: bf16 products are exact
+//    in fp32 and accumulate in fp32, so this is the fp32 GEMM of the stored values up to summation
+//    order), read in place, no conversion; or when gemm_precision is bf16, with the fp32 operands
+//    converted (launch_to_bf16) into the op scratch, rows padded to a multiple of 8 elements (16 bytes)
+//    and every copy 256-byte aligned, so they meet cuBLASLt's alignment for its fast kernels;
+//  - otherwise fp32 or tf32 (gemm_precision), with bf16 operands converted to fp32 (exact) into the
+//    op scratch; also when cuBLASLt offers no bf16 algorithm for the shape and alignment.
+// The output is written by cuBLASLt in its own dtype where it can (fp32 always; bf16 with bf16
+// operands, beta = 1 where the op accumulates: D = A B + C formed in fp32 and rounded once, see
+// gemm.h), else cuBLASLt writes an fp32 scratch and launch_store_f32 adds the stored value and the
+// bias in fp32 and rounds once. A bias of an fp32 output is added by a kernel after the GEMM, as before.
+// The scratch is reused by the next op in stream order, like every op's scratch.
 
 namespace {
 
 int64_t ld8(int64_t cols) { return (cols + 7) / 8 * 8; }
 
-// A GEMM operand: the caller's fp32 row-major matrix and, in bf16 mode, its converted copy.
+// Stands for a pointer into the op scratch while a GEMM's algorithm is looked up before the scratch
+// is carved (every scratch sub-array is 256-byte aligned).
+const void* const kScratchAligned = reinterpret_cast<const void*>(uintptr_t{256});
+
+// A GEMM operand: the caller's row-major [rows, cols] matrix in its storage dtype and, once
+// prepare()d, its bf16 and / or fp32 forms (the storage itself or a converted copy in the scratch).
 struct Operand {
-  const float* f32;
-  int64_t ld;
-  const uint16_t* bf16 = nullptr;
+  ConstTensor t;
+  int64_t rows = 0, cols = 0;
+  bool want16 = false, want32 = false;  // a GEMM reads it as bf16 / fp32
+  const void* p16 = nullptr;
   int64_t ld16 = 0;
+  const void* p32 = nullptr;
+
+  Operand(ConstTensor t_, int64_t r, int64_t c) : t(t_), rows(r), cols(c) {}
+  bool needs_copy16() const { return want16 && !is_bf16(t); }
+  bool needs_copy32() const { return want32 && is_bf16(t); }
+  // The bf16 form's pointer and leading dimension as the GEMM will see them.
+  const void* probe16() const { return is_bf16(t) ? t.data : kScratchAligned; }
+  int64_t probe_ld16() const { return is_bf16(t) ? cols : ld8(cols); }
+  const void* probe32() const { return is_bf16(t) ? kScratchAligned : t.data; }
+  int64_t scratch_bytes() const {
+    return (needs_copy16() ? up(rows * ld8(cols) * 2) : 0) + (needs_copy32() ? up(rows * cols * 4) : 0);
+  }
+  // Converts what is needed into the scratch at *next (advanced).
+  void prepare(char*& next, cudaStream_t s) {
+    if (want16) {
+      if (is_bf16(t)) {
+        p16 = t.data;
+        ld16 = cols;
+      } else {
+        auto* dst = reinterpret_cast<uint16_t*>(next);
+        launch_to_bf16(static_cast<const float*>(t.data), rows, cols, dst, ld8(cols), s);
+        next += up(rows * ld8(cols) * 2);
+        p16 = dst;
+        ld16 = ld8(cols);
+      }
+    }
+    if (want32) {
+      if (is_bf16(t)) {
+        auto* dst = reinterpret_cast<float*>(next);
+        launch_convert(Tensor(dst), t, rows * cols, s);
+        next += up(rows * cols * 4);
+        p32 = dst;
+      } else {
+        p32 = t.data;
+      }
+    }
+  }
 };
 
-// Carves bf16 copies out of one scratch allocation.
-class Bf16Scratch {
- public:
-  // Bytes of a bf16 copy of a [rows, cols] matrix.
-  static int64_t bytes(int64_t rows, int64_t cols) { return up(rows * ld8(cols) * 2); }
-  explicit Bf16Scratch(char* base) : next_(base) {}
-  // Converts src [rows, cols] into the next copy.
-  Operand convert(const float* src, int64_t rows, int64_t cols, cudaStream_t s) {
-    auto* dst = reinterpret_cast<uint16_t*>(next_);
-    launch_to_bf16(src, rows, cols, dst, ld8(cols), s);
-    next_ += bytes(rows, cols);
-    return {src, cols, dst, ld8(cols)};
-  }
-
- private:
-  char* next_;
+// One GEMM of an op: column-major C[m, n] (+)= op(A) op(B), C the caller's output (row-major
+// [n, m], contiguous) of either dtype; bias (forward only) added to every row.
+struct GemmStep {
+  bool ta = false, tb = false;
+  int64_t m = 0, n = 0, k = 0;
+  Operand* a = nullptr;
+  Operand* b = nullptr;
+  Tensor c;
+  bool accumulate = false;
+  ConstTensor bias;
+  // Chosen by plan_step:
+  CudaGemmPrecision precision = CudaGemmPrecision::fp32;
+  bool via_scratch = false;  // cuBLASLt writes an fp32 scratch, launch_store_f32 the output
+  float* scratch = nullptr;
+  int64_t scratch_bytes() const { return via_scratch ? up(m * n * 4) : 0; }
 };
 
-// One GEMM (column-major C[m, n] = op(A) op(B) + beta C) in the configured precision; bf16 falls back
-// to fp32 on the original operands when cuBLASLt has no bf16 algorithm. Counted by the precision run.
-void run_gemm(Gemm& gemm, const CudaBackendOptions& opt, int64_t* calls, bool ta, bool tb, int64_t m, int64_t n,
-              int64_t k, const Operand& a, const Operand& b, float beta, float* c, int64_t ldc, cudaStream_t s) {
-  if (m <= 0 || n <= 0) return;
-  if (opt.gemm_precision == CudaGemmPrecision::bf16 && a.bf16 && b.bf16 &&
-      gemm.try_matmul(CudaGemmPrecision::bf16, ta, tb, m, n, k, a.bf16, a.ld16, b.bf16, b.ld16, beta, c, ldc, s)) {
-    ++calls[static_cast<int>(CudaGemmPrecision::bf16)];
-    return;
+// Chooses the step's precision and output path (asking cuBLASLt's heuristic, cached, with the
+// pointers and leading dimensions the GEMM will use) and marks the operand forms it needs.
+void plan_step(Gemm& gemm, const CudaBackendOptions& opt, GemmStep& g) {
+  const bool native16 = is_bf16(g.a->t) && is_bf16(g.b->t);
+  const bool out16 = is_bf16(g.c);
+  if (native16 || opt.gemm_precision == CudaGemmPrecision::bf16) {
+    const auto has = [&](const void* c, bool c_bf16) {
+      return gemm.supported(CudaGemmPrecision::bf16, g.ta, g.tb, g.m, g.n, g.k, g.a->probe16(), g.a->probe_ld16(),
+                            g.b->probe16(), g.b->probe_ld16(), c, g.m, c_bf16);
+    };
+    // A bf16 output with a bias is never written by cuBLASLt (the bias would be a second rounding).
+    const bool direct = out16 ? !g.bias && has(g.c.data, true) : has(g.c.data, false);
+    if (direct || (out16 && has(kScratchAligned, false))) {
+      g.precision = CudaGemmPrecision::bf16;
+      g.via_scratch = !direct;
+      g.a->want16 = g.b->want16 = true;
+      return;
+    }
   }
-  const CudaGemmPrecision p =
-      opt.gemm_precision == CudaGemmPrecision::tf32 ? CudaGemmPrecision::tf32 : CudaGemmPrecision::fp32;
-  gemm.matmul(p, ta, tb, m, n, k, a.f32, a.ld, b.f32, b.ld, beta, c, ldc, s);
-  ++calls[static_cast<int>(p)];
+  g.precision = opt.gemm_precision == CudaGemmPrecision::tf32 ? CudaGemmPrecision::tf32 : CudaGemmPrecision::fp32;
+  g.via_scratch = out16;
+  g.a->want32 = g.b->want32 = true;
+}
+
+// Runs the planned steps: the operand conversions and output scratches carved from one op scratch,
+// then each GEMM, its output store and (fp32 output) its bias.
+void run_steps(Gemm& gemm, int64_t* calls, std::vector<GemmStep>& steps, std::vector<Operand*> operands,
+               char* scratch, cudaStream_t s) {
+  char* next = scratch;
+  for (Operand* o : operands) o->prepare(next, s);
+  for (GemmStep& g : steps) {
+    if (g.via_scratch) {
+      g.scratch = reinterpret_cast<float*>(next);
+      next += g.scratch_bytes();
+    }
+  }
+  for (GemmStep& g : steps) {
+    const bool b16 = g.precision == CudaGemmPrecision::bf16;
+    const void* A = b16 ? g.a->p16 : g.a->p32;
+    const void* B = b16 ? g.b->p16 : g.b->p32;
+    const int64_t lda = b16 ? g.a->ld16 : g.a->cols, ldb = b16 ? g.b->ld16 : g.b->cols;
+    if (g.via_scratch) {
+      gemm.matmul(g.precision, g.ta, g.tb, g.m, g.n, g.k, A, lda, B, ldb, 0.0f, g.scratch, g.m, s, false);
+      launch_store_f32(g.c, g.scratch, g.n, g.m, g.bias, g.accumulate, s);
+    } else {
+      gemm.matmul(g.precision, g.ta, g.tb, g.m, g.n, g.k, A, lda, B, ldb, g.accumulate ? 1.0f : 0.0f, g.c.data, g.m, s,
+                  is_bf16(g.c));
+      if (g.bias) launch_add_bias(g.c.f32(), g.n, g.m, g.bias, s);
+    }
+    ++calls[static_cast<int>(g.precision)];
+  }
+}
+
+int64_t steps_scratch_bytes(const std::vector<GemmStep>& steps, const std::vector<Operand*>& operands) {
+  int64_t bytes = 0;
+  for (const Operand* o : operands) bytes += o->scratch_bytes();
+  for (const GemmStep& g : steps) bytes += g.scratch_bytes();
+  return bytes;
 }
 
 }  // namespace
 
 // Row-major y[rows, out] = x[rows, in] W[out, in]^T is column-major y^T = W x^T.
-void CudaBackend::linear_fwd(const float* x, int64_t rows, int64_t in, const float* w, const float* b, int64_t out,
-                             float* y) {
+void CudaBackend::linear_fwd(ConstTensor x, int64_t rows, int64_t in, ConstTensor w, ConstTensor b, int64_t out,
+                             Tensor y) {
   Impl& m = *impl_;
-  Operand wo{w, in}, xo{x, in};
-  if (m.opt.gemm_precision == CudaGemmPrecision::bf16 && rows > 0 && out > 0 && in > 0) {
-    Bf16Scratch ws(m.scratch(Bf16Scratch::bytes(out, in) + Bf16Scratch::bytes(rows, in)));
-    wo = ws.convert(w, out, in, m.compute);
-    xo = ws.convert(x, rows, in, m.compute);
-  }
-  run_gemm(*m.gemm, m.opt, m.gemm_calls, true, false, out, rows, in, wo, xo, 0.0f, y, out, m.compute);
-  if (b) launch_add_bias(y, rows, out, b, m.compute);
+  if (rows <= 0 || out <= 0) return;
+  Operand wo(w, out, in), xo(x, rows, in);
+  std::vector<GemmStep> steps(1);
+  GemmStep& g = steps[0];
+  g.ta = true;
+  g.m = out;
+  g.n = rows;
+  g.k = in;
+  g.a = &wo;
+  g.b = &xo;
+  g.c = y;
+  g.bias = b;
+  plan_step(*m.gemm, m.opt, g);
+  const std::vector<Operand*> ops{&wo, &xo};
+  const int64_t bytes = steps_scratch_bytes(steps, ops);
+  run_steps(*m.gemm, m.gemm_calls, steps, ops, bytes > 0 ? m.scratch(bytes) : nullptr, m.compute);
 }
 
-void CudaBackend::linear_bwd(const float* x, int64_t rows, int64_t in, const float* w, int64_t out, const float* dy,
-                             float* dx, bool accumulate_dx, float* dw_acc, float* db_acc) {
+void CudaBackend::linear_bwd(ConstTensor x, int64_t rows, int64_t in, ConstTensor w, int64_t out, ConstTensor dy,
+                             Tensor dx, bool accumulate_dx, Tensor dw_acc, Tensor db_acc) {
   Impl& m = *impl_;
-  Operand wo{w, in}, xo{x, in}, dyo{dy, out};
-  if (m.opt.gemm_precision == CudaGemmPrecision::bf16 && rows > 0 && out > 0 && in > 0 && (dx || dw_acc)) {
-    // dy once for both products; W for dx, x for dW.
-    Bf16Scratch ws(m.scratch(Bf16Scratch::bytes(rows, out) + (dx ? Bf16Scratch::bytes(out, in) : 0) +
-                             (dw_acc ? Bf16Scratch::bytes(rows, in) : 0)));
-    dyo = ws.convert(dy, rows, out, m.compute);
-    if (dx) wo = ws.convert(w, out, in, m.compute);
-    if (dw_acc) xo = ws.convert(x, rows, in, m.compute);
-  }
+  if (rows <= 0 || out <= 0) return;
+  Operand wo(w, out, in), xo(x, rows, in), dyo(dy, rows, out);
+  std::vector<GemmStep> steps;
   // dx^T [in, rows] (+)= W^T [in, out] dy^T [out, rows]
-  if (dx)
-    run_gemm(*m.gemm, m.opt, m.gemm_calls, false, false, in, rows, out, wo, dyo, accumulate_dx ? 1.0f : 0.0f, dx, in,
-             m.compute);
+  if (dx && in > 0) {
+    GemmStep g;
+    g.m = in;
+    g.n = rows;
+    g.k = out;
+    g.a = &wo;
+    g.b = &dyo;
+    g.c = dx;
+    g.accumulate = accumulate_dx;
+    steps.push_back(g);
+  }
   // dW^T [in, out] += x^T [in, rows] dy [rows, out]
-  if (dw_acc) run_gemm(*m.gemm, m.opt, m.gemm_calls, false, true, in, out, rows, xo, dyo, 1.0f, dw_acc, in, m.compute);
-  // The bias gradient sums the fp32 dy (never the bf16 copy).
-  if (db_acc) launch_column_sum_acc(dy, rows, out, db_acc, m.compute);
+  if (dw_acc && in > 0) {
+    GemmStep g;
+    g.tb = true;
+    g.m = in;
+    g.n = out;
+    g.k = rows;
+    g.a = &xo;
+    g.b = &dyo;
+    g.c = dw_acc;
+    g.accumulate = true;
+    steps.push_back(g);
+  }
+  for (GemmStep& g : steps) plan_step(*m.gemm, m.opt, g);
+  const std::vector<Operand*> ops{&dyo, &wo, &xo};  // dy once for both products
+  // The bias gradient sums dy as stored (never a bf16 copy of an fp32 dy); a bf16 db gets the column
+  // sums in an fp32 scratch and one rounding.
+  const bool db16 = db_acc && is_bf16(db_acc);
+  const int64_t gemm_bytes = steps_scratch_bytes(steps, ops), bytes = gemm_bytes + (db16 ? up(out * 4) : 0);
+  char* ws = bytes > 0 ? m.scratch(bytes) : nullptr;
+  run_steps(*m.gemm, m.gemm_calls, steps, ops, ws, m.compute);
+  if (db_acc) {
+    float* sums = db16 ? reinterpret_cast<float*>(ws + gemm_bytes) : db_acc.f32();
+    if (db16) OOMB_CUDA_CHECK(cudaMemsetAsync(sums, 0, static_cast<size_t>(out) * 4, m.compute));
+    launch_column_sum_acc(dy, rows, out, sums, m.compute);
+    if (db16) launch_store_f32(db_acc, sums, 1, out, nullptr, true, m.compute);
+  }
 }
 
 int64_t CudaBackend::gemm_calls(CudaGemmPrecision p) const { return impl_->gemm_calls[static_cast<int>(p)]; }
@@ -597,33 +742,39 @@ const char* to_string(CudaGemmPrecision p) {
   return "?";
 }
 
-void CudaBackend::rope_fwd(float* x, int64_t rows, int64_t heads, int64_t head_dim, int64_t pos0, double theta) {
+void CudaBackend::rope_fwd(Tensor x, int64_t rows, int64_t heads, int64_t head_dim, int64_t pos0, double theta) {
   OOMB_ASSERT(head_dim % 2 == 0, "RoPE needs an even head_dim");
   launch_rope(x, rows, heads, head_dim, pos0, theta, 1.0f, impl_->compute);
 }
 
-void CudaBackend::rope_bwd(float* dx, int64_t rows, int64_t heads, int64_t head_dim, int64_t pos0, double theta) {
+void CudaBackend::rope_bwd(Tensor dx, int64_t rows, int64_t heads, int64_t head_dim, int64_t pos0, double theta) {
   OOMB_ASSERT(head_dim % 2 == 0, "RoPE needs an even head_dim");
   launch_rope(dx, rows, heads, head_dim, pos0, theta, -1.0f, impl_->compute);
 }
 
-void CudaBackend::swiglu_fwd(const float* gate, const float* up_, int64_t n, float* out) {
+void CudaBackend::swiglu_fwd(ConstTensor gate, ConstTensor up_, int64_t n, Tensor out) {
   launch_swiglu_fwd(gate, up_, n, out, impl_->compute);
 }
 
-void CudaBackend::swiglu_bwd(const float* gate, const float* up_, const float* dout, int64_t n, float* dgate,
-                             float* dup) {
+void CudaBackend::swiglu_bwd(ConstTensor gate, ConstTensor up_, ConstTensor dout, int64_t n, Tensor dgate,
+                             Tensor dup) {
   launch_swiglu_bwd(gate, up_, dout, n, dgate, dup, impl_->compute);
 }
 
-void CudaBackend::add(float* y, const float* x, int64_t n) { launch_add(y, x, n, impl_->compute); }
+void CudaBackend::add(Tensor y, ConstTensor x, int64_t n) { launch_add(y, x, n, impl_->compute); }
 
-void CudaBackend::copy(float* dst, const float* src, int64_t n) {
-  if (n <= 0 || dst == src) return;
-  OOMB_CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<size_t>(n) * 4, cudaMemcpyDefault, impl_->compute));
+void CudaBackend::copy(Tensor dst, ConstTensor src, int64_t n) {
+  if (n <= 0) return;
+  if (dst.dtype != src.dtype) {
+    launch_convert(dst, src, n, impl_->compute);
+    return;
+  }
+  if (dst.data == src.data) return;
+  OOMB_CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, static_cast<size_t>(n * dtype_bytes(dst.dtype)),
+                                  cudaMemcpyDefault, impl_->compute));
 }
 
-void CudaBackend::scale(float* x, int64_t n, float s) { launch_scale(x, n, s, impl_->compute); }
+void CudaBackend::scale(Tensor x, int64_t n, float s) { launch_scale(x, n, s, impl_->compute); }
 
 namespace {
 
@@ -674,9 +825,6 @@ AttentionArgs attention_args(const PagedAttention& a) {
   r.head_dim = a.head_dim;
   r.page_tokens = a.page_tokens;
   r.prefix_slots = static_cast<int64_t>(a.prefix_pages.size());
-  r.q = a.q;
-  r.k_own = a.k_own;
-  r.v_own = a.v_own;
   r.kv_bf16 = a.kv_dtype == PageDtype::bf16;
   r.select_groups = a.select_groups;
   return r;
@@ -707,30 +855,96 @@ bool use_tc(const CudaBackendOptions& opt, const AttentionArgs& args, bool buffe
               "use --attention-kernel auto, which runs the fp32 kernels where the tensor-core ones cannot, or fp32");
 }
 
+// fp32 forms of an op's typed rows for the kernels that compute on fp32 rows (attention, selection):
+// an fp32 view is used as it is, a bf16 one gets an fp32 copy (exact) in the op scratch; an output
+// of bf16 storage gets an fp32 scratch that finish() rounds into it once. Sizes are collected first
+// (add_in / add_out), then the scratch is carved after `base` bytes (place), then the copies made.
+class Fp32Rows {
+ public:
+  explicit Fp32Rows(int64_t base) : bytes_(base) {}
+  int add_in(ConstTensor t, int64_t n) { return add(t.data, is_bf16(t), n, t, {}); }
+  int add_out(Tensor t, int64_t n) { return add(t.data, is_bf16(t), n, {}, t); }
+  int64_t bytes() const { return bytes_; }
+  // Carves the copies from ws (at least bytes()) and converts the bf16 inputs.
+  void place(char* ws, cudaStream_t s) {
+    for (Entry& e : entries_) {
+      if (e.off < 0) continue;
+      e.f32 = reinterpret_cast<float*>(ws + e.off);
+      if (e.in) launch_convert(Tensor(e.f32), e.in, e.n, s);
+    }
+  }
+  const float* in(int i) const {
+    const Entry& e = entries_[static_cast<size_t>(i)];
+    return e.off < 0 ? static_cast<const float*>(e.data) : e.f32;
+  }
+  float* out(int i) const {
+    const Entry& e = entries_[static_cast<size_t>(i)];
+    return e.off < 0 ? static_cast<float*>(const_cast<void*>(e.data)) : e.f32;
+  }
+  // Rounds the fp32 scratch of every bf16 output into its storage.
+  void finish(cudaStream_t s) const {
+    for (const Entry& e : entries_)
+      if (e.off >= 0 && e.out) launch_convert(e.out, e.f32, e.n, s);
+  }
+
+ private:
+  struct Entry {
+    const void* data = nullptr;
+    int64_t n = 0, off = -1;
+    ConstTensor in;
+    Tensor out;
+    float* f32 = nullptr;
+  };
+  int add(const void* data, bool bf16, int64_t n, ConstTensor in, Tensor out) {
+    Entry e;
+    e.data = data;
+    e.n = n;
+    e.in = in;
+    e.out = out;
+    if (bf16 && data && n > 0) {
+      e.off = bytes_;
+      bytes_ += up(n * 4);
+    }
+    entries_.push_back(e);
+    return static_cast<int>(entries_.size()) - 1;
+  }
+  int64_t bytes_;
+  std::vector<Entry> entries_;
+};
+
 }  // namespace
 
-void CudaBackend::attention_fwd(const PagedAttention& a, float* o, float* lse) {
+void CudaBackend::attention_fwd(const PagedAttention& a, Tensor o, float* lse) {
   Impl& m = *impl_;
   const SelectCsr csr = csr_of(a);
   Metadata md;
   const int64_t pages = md.add(a.prefix_pages.data(), static_cast<int64_t>(a.prefix_pages.size()));
   const int64_t off = md.add(csr.offsets.data(), static_cast<int64_t>(csr.offsets.size()));
   const int64_t slots = md.add(csr.slots.data(), static_cast<int64_t>(csr.slots.size()));
-  char* ws = m.scratch(md.size());
+  const int64_t nq = a.rows * a.q_heads * a.head_dim, nk = a.rows * a.kv_heads * a.head_dim;
+  Fp32Rows rows(md.size());
+  const int q = rows.add_in(a.q, nq), k = rows.add_in(a.k_own, nk), v = rows.add_in(a.v_own, nk);
+  const int of = rows.add_out(o, nq);
+  char* ws = m.scratch(rows.bytes());
   m.put(ws, md.data(), md.size());
+  rows.place(ws, m.compute);
   AttentionArgs args = attention_args(a);
+  args.q = rows.in(q);
+  args.k_own = rows.in(k);
+  args.v_own = rows.in(v);
   args.pages = reinterpret_cast<const void* const*>(ws + pages);
   args.select_offsets = reinterpret_cast<const int32_t*>(ws + off);
   args.select_slots = reinterpret_cast<const int32_t*>(ws + slots);
   // Tensor cores when asked for and possible (the kernels read and write float4 rows); else fp32.
-  const bool tc = use_tc(m.opt, args, aligned16(o) && all_aligned16(a.prefix_pages), "attention_fwd");
+  const bool tc = use_tc(m.opt, args, aligned16(rows.out(of)) && all_aligned16(a.prefix_pages), "attention_fwd");
   ++m.attention_calls[tc ? 1 : 0];
-  if (tc) launch_attention_tc_fwd(args, o, lse, m.compute);
-  else launch_attention_fwd(args, o, lse, m.compute);
+  if (tc) launch_attention_tc_fwd(args, rows.out(of), lse, m.compute);
+  else launch_attention_fwd(args, rows.out(of), lse, m.compute);
+  rows.finish(m.compute);
 }
 
-void CudaBackend::attention_bwd(const PagedAttention& a, const float* o, const float* lse, const float* dout,
-                                float* dq, float* dk_own, float* dv_own,
+void CudaBackend::attention_bwd(const PagedAttention& a, ConstTensor o, const float* lse, ConstTensor dout,
+                                Tensor dq, Tensor dk_own, Tensor dv_own,
                                 const std::vector<float*>& prefix_grad_pages) {
   Impl& m = *impl_;
   OOMB_ASSERT(prefix_grad_pages.size() == a.prefix_pages.size(), "one gradient page per prefix page");
@@ -741,29 +955,39 @@ void CudaBackend::attention_bwd(const PagedAttention& a, const float* o, const f
   const int64_t off = md.add(csr.offsets.data(), static_cast<int64_t>(csr.offsets.size()));
   const int64_t slots = md.add(csr.slots.data(), static_cast<int64_t>(csr.slots.size()));
   const int64_t drow_bytes = up(a.rows * a.q_heads * 4);
-  char* ws = m.scratch(md.size() + drow_bytes);
+  const int64_t nq = a.rows * a.q_heads * a.head_dim, nk = a.rows * a.kv_heads * a.head_dim;
+  Fp32Rows rows(md.size() + drow_bytes);
+  const int q = rows.add_in(a.q, nq), k = rows.add_in(a.k_own, nk), v = rows.add_in(a.v_own, nk);
+  const int oi = rows.add_in(o, nq), di = rows.add_in(dout, nq);
+  const int dqi = rows.add_out(dq, nq), dki = rows.add_out(dk_own, nk), dvi = rows.add_out(dv_own, nk);
+  char* ws = m.scratch(rows.bytes());
   m.put(ws, md.data(), md.size());
+  rows.place(ws, m.compute);
   AttentionArgs args = attention_args(a);
+  args.q = rows.in(q);
+  args.k_own = rows.in(k);
+  args.v_own = rows.in(v);
   args.pages = reinterpret_cast<const void* const*>(ws + pages);
   args.select_offsets = reinterpret_cast<const int32_t*>(ws + off);
   args.select_slots = reinterpret_cast<const int32_t*>(ws + slots);
   AttentionGrads g;
-  g.o = o;
+  g.o = rows.in(oi);
   g.lse = lse;
-  g.dout = dout;
+  g.dout = rows.in(di);
   g.drow = reinterpret_cast<float*>(ws + md.size());
-  g.dq = dq;
-  g.dk_own = dk_own;
-  g.dv_own = dv_own;
+  g.dq = rows.out(dqi);
+  g.dk_own = rows.out(dki);
+  g.dv_own = rows.out(dvi);
   g.grad_pages = reinterpret_cast<void* const*>(ws + grads);
   g.grad_bf16 = a.grad_dtype == PageDtype::bf16;
   const bool tc = use_tc(m.opt, args,
-                         aligned16(o) && aligned16(dout) && aligned16(dq) && aligned16(dk_own) && aligned16(dv_own) &&
-                             all_aligned16(a.prefix_pages) && all_aligned16(prefix_grad_pages),
+                         aligned16(g.o) && aligned16(g.dout) && aligned16(g.dq) && aligned16(g.dk_own) &&
+                             aligned16(g.dv_own) && all_aligned16(a.prefix_pages) && all_aligned16(prefix_grad_pages),
                          "attention_bwd");
   ++m.attention_calls[tc ? 1 : 0];
   if (tc) launch_attention_tc_bwd(args, g, m.compute);
   else launch_attention_bwd(args, g, m.compute);
+  rows.finish(m.compute);
 }
 
 int64_t CudaBackend::copy_regions() const { return impl_->copy_regions; }
@@ -775,7 +999,7 @@ int64_t CudaBackend::attention_calls(CudaAttentionKernel k) const {
 
 bool CudaBackend::attention_tc_available() const { return attention_tc_device_supported(); }
 
-void CudaBackend::write_kv_pages(const float* k, const float* v, int64_t rows, int64_t kv_dim, int64_t page_tokens,
+void CudaBackend::write_kv_pages(ConstTensor k, ConstTensor v, int64_t rows, int64_t kv_dim, int64_t page_tokens,
                                  const std::vector<float*>& pages, PageDtype dtype) {
   Impl& m = *impl_;
   if (pages.empty()) return;
@@ -787,7 +1011,7 @@ void CudaBackend::write_kv_pages(const float* k, const float* v, int64_t rows, i
 }
 
 void CudaBackend::add_from_grad_pages(const std::vector<float*>& pages, int64_t rows, int64_t kv_dim,
-                                      int64_t page_tokens, float* dk, float* dv, PageDtype dtype) {
+                                      int64_t page_tokens, Tensor dk, Tensor dv, PageDtype dtype) {
   Impl& m = *impl_;
   if (pages.empty()) return;
   OOMB_ASSERT(static_cast<int64_t>(pages.size()) <= (rows + page_tokens - 1) / page_tokens && pages.size() < 65536);
@@ -797,7 +1021,7 @@ void CudaBackend::add_from_grad_pages(const std::vector<float*>& pages, int64_t 
                              kv_dim, page_tokens, dk, dv, dtype == PageDtype::bf16, m.compute);
 }
 
-void CudaBackend::page_summaries(const float* k, int64_t rows, int64_t kv_dim, int64_t page_tokens, float* out) {
+void CudaBackend::page_summaries(ConstTensor k, int64_t rows, int64_t kv_dim, int64_t page_tokens, Tensor out) {
   launch_page_summaries(k, rows, kv_dim, page_tokens, out, impl_->compute);
 }
 
@@ -808,11 +1032,19 @@ std::vector<std::vector<int32_t>> CudaBackend::select_pages(const SelectionArgs&
   const int64_t take = std::min(a.budget, a.prefix_pages);
   const int64_t bytes =
       SelectWorkspace::bytes(a.rows, a.kv_heads, a.head_dim, qpages, groups, a.prefix_pages, a.budget);
-  const SelectWorkspace ws = SelectWorkspace::carve(m.scratch(bytes), a.rows, a.kv_heads, a.head_dim, qpages, groups,
-                                                     a.prefix_pages, a.budget);
-  // Summaries outside the device arena (the host tier with bounded selection memory) are staged.
-  launch_select_pages(a.q, a.rows, a.q_heads, a.kv_heads, a.head_dim, a.page_tokens, a.summaries, a.prefix_pages,
-                      a.budget, a.per_kv_head, !m.in_device_tier(a.summaries), ws, m.compute);
+  // bf16 queries / summaries: fp32 copies (exact) after the selection workspace.
+  Fp32Rows rows(up(bytes));
+  const int q = rows.add_in(a.q, a.rows * a.q_heads * a.head_dim);
+  const int sum = rows.add_in(a.summaries, a.prefix_pages * a.kv_heads * a.head_dim);
+  char* base = m.scratch(rows.bytes());
+  rows.place(base, m.compute);
+  const SelectWorkspace ws =
+      SelectWorkspace::carve(base, a.rows, a.kv_heads, a.head_dim, qpages, groups, a.prefix_pages, a.budget);
+  // fp32 summaries outside the device arena (the host tier with bounded selection memory) are
+  // staged into device scratch once; bf16 ones were converted into device scratch above.
+  const bool stage = !is_bf16(a.summaries) && !m.in_device_tier(a.summaries.data);
+  launch_select_pages(rows.in(q), a.rows, a.q_heads, a.kv_heads, a.head_dim, a.page_tokens, rows.in(sum),
+                      a.prefix_pages, a.budget, a.per_kv_head, stage, ws, m.compute);
   std::vector<int32_t> flat(static_cast<size_t>(qpages * groups * a.budget));
   m.get(flat.data(), ws.selected, static_cast<int64_t>(flat.size()) * 4);
   std::vector<std::vector<int32_t>> out(static_cast<size_t>(qpages * groups));
@@ -823,21 +1055,32 @@ std::vector<std::vector<int32_t>> CudaBackend::select_pages(const SelectionArgs&
   return out;
 }
 
-double CudaBackend::cross_entropy(float* logits, int64_t rows, int64_t vocab, const int32_t* targets, float scale_) {
+double CudaBackend::cross_entropy(ConstTensor logits, int64_t rows, int64_t vocab, const int32_t* targets,
+                                  float scale_, Tensor grad) {
   Impl& m = *impl_;
+  OOMB_ASSERT(grad.data != logits.data || grad.dtype == logits.dtype, "an in-place loss gradient keeps the dtype");
   char* ws = m.scratch(up(std::max<int64_t>(rows, 1) * 8) + kAlign);
   auto* row_loss = reinterpret_cast<double*>(ws);
   auto* sum = reinterpret_cast<double*>(ws + up(std::max<int64_t>(rows, 1) * 8));
-  launch_cross_entropy(logits, rows, vocab, targets, scale_, row_loss, sum, m.compute);
+  launch_cross_entropy(logits, rows, vocab, targets, scale_, grad, row_loss, sum, m.compute);
   double total = 0;
   m.get(&total, sum, 8);
   return total;
 }
 
-void CudaBackend::adamw(float* param, const float* grad, float* m_, float* v, const uint8_t* decay_mask, int64_t n,
-                        float lr, float beta1, float beta2, float eps, float weight_decay, int64_t step) {
-  launch_adamw(param, grad, m_, v, decay_mask, n, lr, beta1, beta2, eps, weight_decay, step, impl_->compute);
+void CudaBackend::adamw(Tensor param, float* master, ConstTensor grad, float* m_, float* v, const uint8_t* decay_mask,
+                        int64_t n, float lr, float beta1, float beta2, float eps, float weight_decay, int64_t step) {
+  launch_adamw(param, master, grad, m_, v, decay_mask, n, lr, beta1, beta2, eps, weight_decay, step, impl_->compute);
 }
+
+int64_t CudaBackend::gemm_workspace_bytes() const { return kGemmWorkspaceBytes; }
+
+std::vector<BackendBuffer> CudaBackend::device_buffers() const {
+  return {{"gemm_workspace", "backend_scratch", gemm_workspace_bytes()},
+          {"op_scratch", "backend_scratch", scratch_bytes()}};
+}
+
+int64_t CudaBackend::scratch_bytes() const { return impl_->workspace_bytes; }
 
 // ---------------------------------------------------------------- beyond the interface
 

@@ -50,8 +50,10 @@ enum class CudaAttentionKernel {
   bf16_tensor_core,
 };
 
-// The arithmetic of linear_fwd / linear_bwd's GEMMs (cuBLASLt; executor/cuda/README.md, "Precision").
-// C / D are fp32 and accumulate in fp32 in all three; biases and bias gradients are fp32 kernels.
+// The arithmetic of linear_fwd / linear_bwd's GEMMs on fp32 storage (cuBLASLt; executor/cuda/README.md,
+// "Precision"), accumulating in fp32 in all three. A GEMM whose two operands are stored as bf16 runs
+// as the bf16 GEMM on them as stored whatever this says, with C / D in the output's dtype
+// (README.md, "Storage dtypes").
 enum class CudaGemmPrecision {
   // fp32 operands, CUBLAS_COMPUTE_32F: the correctness reference (~1e-5 from the CPU backend).
   fp32,
@@ -100,6 +102,8 @@ class CudaBackend final : public Backend {
   CudaBackend(const CudaBackend&) = delete;
   CudaBackend& operator=(const CudaBackend&) = delete;
   std::string name() const override { return "cuda"; }
+  // The cuBLASLt workspace and the op scratch (its size now: it grows when an op needs more).
+  std::vector<BackendBuffer> device_buffers() const override;
 
   void* allocate(Tier tier, int64_t bytes) override;
   void deallocate(Tier tier, void* p, int64_t bytes) override;
@@ -109,45 +113,50 @@ class CudaBackend final : public Backend {
   EventPtr copy_async(CopyRequest req) override;
   void wait(const EventPtr& e) override;
 
-  void embedding_fwd(const int32_t* ids, int64_t rows, const float* table, int64_t hidden, float* out) override;
-  void embedding_bwd(const int32_t* ids, int64_t rows, const float* dout, int64_t hidden, float* dtable_acc) override;
-  void rmsnorm_fwd(const float* x, const float* w, int64_t rows, int64_t dim, float eps, float* y,
+  void embedding_fwd(const int32_t* ids, int64_t rows, ConstTensor table, int64_t hidden, Tensor out) override;
+  void embedding_bwd(const int32_t* ids, int64_t rows, ConstTensor dout, int64_t hidden, Tensor dtable_acc) override;
+  void rmsnorm_fwd(ConstTensor x, ConstTensor w, int64_t rows, int64_t dim, float eps, Tensor y,
                    float* rstd) override;
-  void rmsnorm_bwd(const float* x, const float* w, const float* rstd, const float* dy, int64_t rows, int64_t dim,
-                   float* dx_acc, float* dw_acc) override;
-  void linear_fwd(const float* x, int64_t rows, int64_t in, const float* w, const float* b, int64_t out,
-                  float* y) override;
-  void linear_bwd(const float* x, int64_t rows, int64_t in, const float* w, int64_t out, const float* dy, float* dx,
-                  bool accumulate_dx, float* dw_acc, float* db_acc) override;
-  void rope_fwd(float* x, int64_t rows, int64_t heads, int64_t head_dim, int64_t pos0, double theta) override;
-  void rope_bwd(float* dx, int64_t rows, int64_t heads, int64_t head_dim, int64_t pos0, double theta) override;
-  void swiglu_fwd(const float* gate, const float* up, int64_t n, float* out) override;
-  void swiglu_bwd(const float* gate, const float* up, const float* dout, int64_t n, float* dgate,
-                  float* dup) override;
-  void add(float* y, const float* x, int64_t n) override;
-  void copy(float* dst, const float* src, int64_t n) override;
-  void attention_fwd(const PagedAttention& a, float* o, float* lse) override;
-  void attention_bwd(const PagedAttention& a, const float* o, const float* lse, const float* dout, float* dq,
-                     float* dk_own, float* dv_own, const std::vector<float*>& prefix_grad_pages) override;
+  void rmsnorm_bwd(ConstTensor x, ConstTensor w, const float* rstd, ConstTensor dy, int64_t rows, int64_t dim,
+                   Tensor dx_acc, Tensor dw_acc) override;
+  void linear_fwd(ConstTensor x, int64_t rows, int64_t in, ConstTensor w, ConstTensor b, int64_t out,
+                  Tensor y) override;
+  void linear_bwd(ConstTensor x, int64_t rows, int64_t in, ConstTensor w, int64_t out, ConstTensor dy, Tensor dx,
+                  bool accumulate_dx, Tensor dw_acc, Tensor db_acc) override;
+  void rope_fwd(Tensor x, int64_t rows, int64_t heads, int64_t head_dim, int64_t pos0, double theta) override;
+  void rope_bwd(Tensor dx, int64_t rows, int64_t heads, int64_t head_dim, int64_t pos0, double theta) override;
+  void swiglu_fwd(ConstTensor gate, ConstTensor up, int64_t n, Tensor out) override;
+  void swiglu_bwd(ConstTensor gate, ConstTensor up, ConstTensor dout, int64_t n, Tensor dgate, Tensor dup) override;
+  void add(Tensor y, ConstTensor x, int64_t n) override;
+  void copy(Tensor dst, ConstTensor src, int64_t n) override;
+  void attention_fwd(const PagedAttention& a, Tensor o, float* lse) override;
+  void attention_bwd(const PagedAttention& a, ConstTensor o, const float* lse, ConstTensor dout, Tensor dq,
+                     Tensor dk_own, Tensor dv_own, const std::vector<float*>& prefix_grad_pages) override;
   // Pages of either PageDtype, with the CPU backend's semantics: bf16 stores round to nearest even
   // with runtime/bf16.h's routine (the same bits as the CPU backend), loads are exact, attention
   // computes on the stored values, and bf16 gradient pages get each attention_bwd call's fp32
   // contribution added and rounded once per element.
-  void write_kv_pages(const float* k, const float* v, int64_t rows, int64_t kv_dim, int64_t page_tokens,
+  void write_kv_pages(ConstTensor k, ConstTensor v, int64_t rows, int64_t kv_dim, int64_t page_tokens,
                       const std::vector<float*>& pages, PageDtype dtype) override;
   void add_from_grad_pages(const std::vector<float*>& pages, int64_t rows, int64_t kv_dim, int64_t page_tokens,
-                           float* dk, float* dv, PageDtype dtype) override;
-  void page_summaries(const float* k, int64_t rows, int64_t kv_dim, int64_t page_tokens, float* out) override;
+                           Tensor dk, Tensor dv, PageDtype dtype) override;
+  void page_summaries(ConstTensor k, int64_t rows, int64_t kv_dim, int64_t page_tokens, Tensor out) override;
   std::vector<std::vector<int32_t>> select_pages(const SelectionArgs& a) override;
-  double cross_entropy(float* logits, int64_t rows, int64_t vocab, const int32_t* targets, float scale) override;
-  void scale(float* x, int64_t n, float s) override;
-  void adamw(float* param, const float* grad, float* m, float* v, const uint8_t* decay_mask, int64_t n, float lr,
-             float beta1, float beta2, float eps, float weight_decay, int64_t step) override;
+  double cross_entropy(ConstTensor logits, int64_t rows, int64_t vocab, const int32_t* targets, float scale,
+                       Tensor grad) override;
+  void scale(Tensor x, int64_t n, float s) override;
+  void adamw(Tensor param, float* master, ConstTensor grad, float* m, float* v, const uint8_t* decay_mask, int64_t n,
+             float lr, float beta1, float beta2, float eps, float weight_decay, int64_t step) override;
 
   // ---- beyond the Backend interface
   void synchronize();                      // all three streams
   void* stream(CudaStream s) const;        // the cudaStream_t (for CUPTI stream ids, benchmarks)
   CudaMemoryStats memory_stats() const;
+  // The device buffers the backend allocates for itself, beyond allocate(): cuBLASLt's workspace
+  // (fixed) and the ops' scratch (its current size: it grows, with a synchronisation, when an op
+  // needs more, e.g. a bf16 GEMM output cuBLASLt cannot write, fp32 copies of bf16 attention rows).
+  int64_t gemm_workspace_bytes() const;
+  int64_t scratch_bytes() const;
   const CudaBackendOptions& options() const;
   std::string device_name() const;         // "NVIDIA H200 (sm_90, 132 SMs, driver 12.8)"
   // attention_fwd + attention_bwd calls so far that ran kernel family k (after the fallback rule of

@@ -1,32 +1,49 @@
 #include "executor/cuda/common.cuh"
 #include "executor/cuda/elementwise.cuh"
+#include "executor/cuda/typed.cuh"
 #include "executor/runtime/bf16.h"
 
 namespace oomb::executor::cuda {
 
 namespace {
 
-__global__ void add_kernel(float* __restrict__ y, const float* __restrict__ x, int64_t n) {
+__global__ void add_kernel(OutView y, InView x, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
-    y[i] += x[i];
+    y.store(i, y.load(i) + x[i]);
 }
 
-__global__ void scale_kernel(float* __restrict__ x, int64_t n, float factor) {
+__global__ void scale_kernel(OutView x, int64_t n, float factor) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
-    x[i] *= factor;
+    x.store(i, x.load(i) * factor);
 }
 
-__global__ void add_bias_kernel(float* __restrict__ y, int64_t rows, int64_t cols, const float* __restrict__ b) {
+__global__ void convert_kernel(OutView dst, InView src, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+    dst.store(i, src[i]);
+}
+
+__global__ void add_bias_kernel(float* __restrict__ y, int64_t rows, int64_t cols, InView b) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < rows * cols;
        i += int64_t{gridDim.x} * blockDim.x)
     y[i] += b[i % cols];
+}
+
+// The GEMM result src plus (as the fp32 path adds them) the stored value and the bias, rounded once.
+__global__ void store_f32_kernel(OutView dst, const float* __restrict__ src, int64_t rows, int64_t cols, InView b,
+                                 bool accumulate) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < rows * cols;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    float v = accumulate ? dst.load(i) + src[i] : src[i];
+    if (b) v += b[i % cols];
+    dst.store(i, v);
+  }
 }
 
 constexpr int kRowsPerBlock = 64;
 
 // Block (column tile, row tile): each thread sums kRowsPerBlock rows of one column, then one
 // atomic add per column and row tile.
-__global__ void column_sum_kernel(const float* __restrict__ x, int64_t rows, int64_t cols, float* __restrict__ out) {
+__global__ void column_sum_kernel(InView x, int64_t rows, int64_t cols, float* __restrict__ out) {
   const int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   if (c >= cols) return;
   const int64_t r0 = blockIdx.y * int64_t{kRowsPerBlock};
@@ -46,29 +63,42 @@ __global__ void to_bf16_kernel(const float* __restrict__ src, int64_t rows, int6
 
 }  // namespace
 
-void launch_add(float* y, const float* x, int64_t n, cudaStream_t s) {
+void launch_add(Tensor y, ConstTensor x, int64_t n, cudaStream_t s) {
   if (n <= 0) return;
-  add_kernel<<<grid_for(n), kThreads, 0, s>>>(y, x, n);
+  add_kernel<<<grid_for(n), kThreads, 0, s>>>(view(y), view(x), n);
   OOMB_CUDA_LAUNCH_CHECK("add_kernel");
 }
 
-void launch_scale(float* x, int64_t n, float factor, cudaStream_t s) {
+void launch_scale(Tensor x, int64_t n, float factor, cudaStream_t s) {
   if (n <= 0) return;
-  scale_kernel<<<grid_for(n), kThreads, 0, s>>>(x, n, factor);
+  scale_kernel<<<grid_for(n), kThreads, 0, s>>>(view(x), n, factor);
   OOMB_CUDA_LAUNCH_CHECK("scale_kernel");
 }
 
-void launch_add_bias(float* y, int64_t rows, int64_t cols, const float* b, cudaStream_t s) {
+void launch_convert(Tensor dst, ConstTensor src, int64_t n, cudaStream_t s) {
+  if (n <= 0) return;
+  convert_kernel<<<grid_for(n), kThreads, 0, s>>>(view(dst), view(src), n);
+  OOMB_CUDA_LAUNCH_CHECK("convert_kernel");
+}
+
+void launch_add_bias(float* y, int64_t rows, int64_t cols, ConstTensor b, cudaStream_t s) {
   if (rows <= 0 || cols <= 0) return;
-  add_bias_kernel<<<grid_for(rows * cols), kThreads, 0, s>>>(y, rows, cols, b);
+  add_bias_kernel<<<grid_for(rows * cols), kThreads, 0, s>>>(y, rows, cols, view(b));
   OOMB_CUDA_LAUNCH_CHECK("add_bias_kernel");
 }
 
-void launch_column_sum_acc(const float* x, int64_t rows, int64_t cols, float* out, cudaStream_t s) {
+void launch_store_f32(Tensor dst, const float* src, int64_t rows, int64_t cols, ConstTensor b, bool accumulate,
+                      cudaStream_t s) {
+  if (rows <= 0 || cols <= 0) return;
+  store_f32_kernel<<<grid_for(rows * cols), kThreads, 0, s>>>(view(dst), src, rows, cols, view(b), accumulate);
+  OOMB_CUDA_LAUNCH_CHECK("store_f32_kernel");
+}
+
+void launch_column_sum_acc(ConstTensor x, int64_t rows, int64_t cols, float* out, cudaStream_t s) {
   if (rows <= 0 || cols <= 0) return;
   const dim3 grid(static_cast<unsigned>((cols + kThreads - 1) / kThreads),
                   static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock));
-  column_sum_kernel<<<grid, kThreads, 0, s>>>(x, rows, cols, out);
+  column_sum_kernel<<<grid, kThreads, 0, s>>>(view(x), rows, cols, out);
   OOMB_CUDA_LAUNCH_CHECK("column_sum_kernel");
 }
 

@@ -1,26 +1,44 @@
 #include "executor/cuda/common.cuh"
 #include "executor/cuda/embedding.cuh"
+#include "executor/cuda/typed.cuh"
 
 namespace oomb::executor::cuda {
 
 namespace {
 
 // One block per row (grid-strided over rows), threads over the hidden dimension.
-__global__ void embedding_fwd_kernel(const int32_t* __restrict__ ids, int64_t rows, const float* __restrict__ table,
-                                     int64_t hidden, float* __restrict__ out) {
+__global__ void embedding_fwd_kernel(const int32_t* __restrict__ ids, int64_t rows, InView table, int64_t hidden,
+                                     OutView out) {
   for (int64_t t = blockIdx.x; t < rows; t += gridDim.x) {
-    const float* src = table + int64_t{ids[t]} * hidden;
-    float* dst = out + t * hidden;
-    for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) dst[i] = src[i];
+    const int64_t src = int64_t{ids[t]} * hidden, dst = t * hidden;
+    for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) out.store(dst + i, table[src + i]);
   }
 }
 
-__global__ void embedding_bwd_kernel(const int32_t* __restrict__ ids, int64_t rows, const float* __restrict__ dout,
-                                     int64_t hidden, float* __restrict__ dtable) {
+__global__ void embedding_bwd_kernel(const int32_t* __restrict__ ids, int64_t rows, InView dout, int64_t hidden,
+                                     float* __restrict__ dtable) {
   for (int64_t t = blockIdx.x; t < rows; t += gridDim.x) {
     float* dst = dtable + int64_t{ids[t]} * hidden;
-    const float* src = dout + t * hidden;
-    for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) atomicAdd(dst + i, src[i]);
+    for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) atomicAdd(dst + i, dout[t * hidden + i]);
+  }
+}
+
+// bf16 table gradient: only the block of an id's first occurrence writes that id's row, so each
+// touched row gets one fp32 sum (its rows in row order) and one rounding, without atomics.
+__global__ void embedding_bwd_bf16_kernel(const int32_t* __restrict__ ids, int64_t rows, InView dout, int64_t hidden,
+                                          OutView dtable) {
+  for (int64_t t = blockIdx.x; t < rows; t += gridDim.x) {
+    const int32_t id = ids[t];
+    int seen = 0;
+    for (int64_t r = threadIdx.x; r < t; r += blockDim.x) seen |= ids[r] == id;
+    if (__syncthreads_or(seen)) continue;
+    const int64_t dst = int64_t{id} * hidden;
+    for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) {
+      float acc = 0.0f;
+      for (int64_t r = t; r < rows; ++r)
+        if (ids[r] == id) acc += dout[r * hidden + i];
+      dtable.store(dst + i, dtable.load(dst + i) + acc);
+    }
   }
 }
 
@@ -28,18 +46,23 @@ unsigned row_blocks(int64_t rows) { return static_cast<unsigned>(rows < 65535 ? 
 
 }  // namespace
 
-void launch_embedding_fwd(const int32_t* ids, int64_t rows, const float* table, int64_t hidden, float* out,
+void launch_embedding_fwd(const int32_t* ids, int64_t rows, ConstTensor table, int64_t hidden, Tensor out,
                           cudaStream_t s) {
   if (rows <= 0 || hidden <= 0) return;
-  embedding_fwd_kernel<<<row_blocks(rows), kThreads, 0, s>>>(ids, rows, table, hidden, out);
+  embedding_fwd_kernel<<<row_blocks(rows), kThreads, 0, s>>>(ids, rows, view(table), hidden, view(out));
   OOMB_CUDA_LAUNCH_CHECK("embedding_fwd_kernel");
 }
 
-void launch_embedding_bwd(const int32_t* ids, int64_t rows, const float* dout, int64_t hidden, float* dtable_acc,
+void launch_embedding_bwd(const int32_t* ids, int64_t rows, ConstTensor dout, int64_t hidden, Tensor dtable_acc,
                           cudaStream_t s) {
   if (rows <= 0 || hidden <= 0) return;
-  embedding_bwd_kernel<<<row_blocks(rows), kThreads, 0, s>>>(ids, rows, dout, hidden, dtable_acc);
-  OOMB_CUDA_LAUNCH_CHECK("embedding_bwd_kernel");
+  if (dtable_acc.dtype == DType::f32) {
+    embedding_bwd_kernel<<<row_blocks(rows), kThreads, 0, s>>>(ids, rows, view(dout), hidden, dtable_acc.f32());
+    OOMB_CUDA_LAUNCH_CHECK("embedding_bwd_kernel");
+  } else {
+    embedding_bwd_bf16_kernel<<<row_blocks(rows), kThreads, 0, s>>>(ids, rows, view(dout), hidden, view(dtable_acc));
+    OOMB_CUDA_LAUNCH_CHECK("embedding_bwd_bf16_kernel");
+  }
 }
 
 }  // namespace oomb::executor::cuda

@@ -54,7 +54,7 @@ Gemm::~Gemm() {
 Gemm::Plan* Gemm::plan(const Key& key) {
   auto it = plans_.find(key);
   if (it != plans_.end()) return it->second.get();
-  const auto [prec, ta, tb, m, n, k, lda, ldb, ldc, al_a, al_b, al_c] = key;
+  const auto [prec, ta, tb, m, n, k, lda, ldb, ldc, al_a, al_b, al_c, c_bf16] = key;
   const auto precision = static_cast<CudaGemmPrecision>(prec);
   auto p = std::make_unique<Plan>();
   // fp32 and bf16 operands accumulate in fp32 (CUBLAS_COMPUTE_32F); TF32 rounds fp32 operands to
@@ -69,7 +69,8 @@ Gemm::Plan* Gemm::plan(const Key& key) {
   const auto u = [](int64_t v) { return static_cast<uint64_t>(v); };
   OOMB_CUDA_CHECK(cublasLtMatrixLayoutCreate(&p->a, in_type, u(ta ? k : m), u(ta ? m : k), lda));
   OOMB_CUDA_CHECK(cublasLtMatrixLayoutCreate(&p->b, in_type, u(tb ? n : k), u(tb ? k : n), ldb));
-  OOMB_CUDA_CHECK(cublasLtMatrixLayoutCreate(&p->c, CUDA_R_32F, u(m), u(n), ldc));
+  OOMB_ASSERT(!c_bf16 || precision == CudaGemmPrecision::bf16, "a bf16 GEMM output needs bf16 operands");
+  OOMB_CUDA_CHECK(cublasLtMatrixLayoutCreate(&p->c, c_bf16 ? CUDA_R_16BF : CUDA_R_32F, u(m), u(n), ldc));
 
   cublasLtMatmulPreference_t pref = nullptr;
   OOMB_CUDA_CHECK(cublasLtMatmulPreferenceCreate(&pref));
@@ -83,6 +84,12 @@ Gemm::Plan* Gemm::plan(const Key& key) {
       CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
   for (int i = 0; i < 4; ++i)
     OOMB_CUDA_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, which[i], &align[i], sizeof align[i]));
+  if (c_bf16) {
+    // One rounding of D: no split-K partial sums stored (and summed) in bf16.
+    const uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+    OOMB_CUDA_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes,
+                                                         sizeof schemes));
+  }
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   const cublasStatus_t st =
@@ -99,13 +106,13 @@ Gemm::Plan* Gemm::plan(const Key& key) {
 }
 
 bool Gemm::try_matmul(CudaGemmPrecision precision, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
-                      const void* A, int64_t lda, const void* B, int64_t ldb, float beta, float* C, int64_t ldc,
-                      cudaStream_t s) {
+                      const void* A, int64_t lda, const void* B, int64_t ldb, float beta, void* C, int64_t ldc,
+                      cudaStream_t s, bool c_bf16) {
   if (m <= 0 || n <= 0) return true;
   OOMB_ASSERT(k > 0, "GEMM with an empty inner dimension");
   std::lock_guard<std::mutex> lock(mu_);
   const Key key{static_cast<int>(precision), trans_a, trans_b, m, n, k, lda, ldb, ldc,
-                alignment_of(A),             alignment_of(B), alignment_of(C)};
+                alignment_of(A),             alignment_of(B), alignment_of(C), c_bf16};
   const Plan* p = plan(key);
   if (!p) return false;
   const float alpha = 1.0f;
@@ -114,10 +121,20 @@ bool Gemm::try_matmul(CudaGemmPrecision precision, bool trans_a, bool trans_b, i
   return true;
 }
 
+bool Gemm::supported(CudaGemmPrecision precision, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                     const void* A, int64_t lda, const void* B, int64_t ldb, const void* C, int64_t ldc,
+                     bool c_bf16) {
+  if (m <= 0 || n <= 0) return true;
+  OOMB_ASSERT(k > 0, "GEMM with an empty inner dimension");
+  std::lock_guard<std::mutex> lock(mu_);
+  return plan(Key{static_cast<int>(precision), trans_a, trans_b, m, n, k, lda, ldb, ldc, alignment_of(A),
+                  alignment_of(B), alignment_of(C), c_bf16}) != nullptr;
+}
+
 void Gemm::matmul(CudaGemmPrecision precision, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
-                  const void* A, int64_t lda, const void* B, int64_t ldb, float beta, float* C, int64_t ldc,
-                  cudaStream_t s) {
-  if (!try_matmul(precision, trans_a, trans_b, m, n, k, A, lda, B, ldb, beta, C, ldc, s))
+                  const void* A, int64_t lda, const void* B, int64_t ldb, float beta, void* C, int64_t ldc,
+                  cudaStream_t s, bool c_bf16) {
+  if (!try_matmul(precision, trans_a, trans_b, m, n, k, A, lda, B, ldb, beta, C, ldc, s, c_bf16))
     throw Error("cuBLASLt", "", std::string("no algorithm for a ") + std::to_string(m) + " x " + std::to_string(n) +
                                     " x " + std::to_string(k) + " " + to_string(precision) + " GEMM");
 }

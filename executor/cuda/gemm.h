@@ -4,10 +4,14 @@
 // alignment (so that an algorithm needing 16-byte alignment is never picked for a parameter tensor
 // that starts at an odd float offset). Precisions (CudaGemmPrecision): fp32 (CUBLAS_COMPUTE_32F),
 // TF32 tensor cores (CUBLAS_COMPUTE_32F_FAST_TF32) on fp32 A / B, and bf16 tensor cores: A / B
-// already bf16 (CUDA_R_16BF, the caller converts), CUBLAS_COMPUTE_32F, fp32 scale type and fp32 C / D.
-// C / D are fp32 in every precision (beta = 1 accumulates into them). Biases are added by a kernel of
-// ours (elementwise.cuh), not by a cuBLASLt epilogue, whose bias-pointer alignment rules are not
-// documented.
+// bf16 (CUDA_R_16BF: bf16 storage as it is, or operands the caller converted), CUBLAS_COMPUTE_32F, fp32
+// scale type. C / D are fp32 in every precision, or bf16 with bf16 A / B (c_bf16: bf16 storage of the
+// output). beta = 1 accumulates into C: D = A B + C is formed in fp32 from the fp32 accumulators and the
+// loaded C and converted to D's type once. With a bf16 D the heuristic may only offer algorithms
+// without split-K or with split-K partials kept in fp32 (CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE): the
+// in-place and output-type reductions would round partial sums to bf16 and D more than once. Biases
+// are added by a kernel of ours (elementwise.cuh), not by a cuBLASLt epilogue, whose bias-pointer
+// alignment rules are not documented.
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -28,23 +32,27 @@ class Gemm {
   Gemm(const Gemm&) = delete;
   Gemm& operator=(const Gemm&) = delete;
 
-  // Column-major: C[m, n] = op(A) op(B) + beta C, C fp32.
+  // Column-major: C[m, n] = op(A) op(B) + beta C, C fp32 (or bf16 when c_bf16, bf16 precision only).
   // op(A) is [m, k]: A stored [k, m] (lda >= k) when trans_a, else [m, k] (lda >= m); same for B.
   // A and B are float arrays for fp32 / tf32 and bf16 bit patterns (uint16_t) for bf16; lda / ldb
   // count elements. Throws an oomb::Error when cuBLASLt has no algorithm.
   void matmul(CudaGemmPrecision precision, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
-              const void* A, int64_t lda, const void* B, int64_t ldb, float beta, float* C, int64_t ldc,
-              cudaStream_t s);
+              const void* A, int64_t lda, const void* B, int64_t ldb, float beta, void* C, int64_t ldc,
+              cudaStream_t s, bool c_bf16 = false);
   // The same, but returns false (nothing enqueued, the answer cached) when cuBLASLt's heuristic
   // offers no algorithm for this precision, shape and alignment, so that the caller can fall back.
   bool try_matmul(CudaGemmPrecision precision, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
-                  const void* A, int64_t lda, const void* B, int64_t ldb, float beta, float* C, int64_t ldc,
-                  cudaStream_t s);
+                  const void* A, int64_t lda, const void* B, int64_t ldb, float beta, void* C, int64_t ldc,
+                  cudaStream_t s, bool c_bf16 = false);
+  // Whether cuBLASLt's heuristic offers an algorithm for this GEMM (nothing enqueued; the answer, and
+  // the plan, cached as try_matmul's). Pointers only count by their alignment.
+  bool supported(CudaGemmPrecision precision, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                 const void* A, int64_t lda, const void* B, int64_t ldb, const void* C, int64_t ldc, bool c_bf16);
 
  private:
   struct Plan;
-  // precision, trans_a, trans_b, m, n, k, lda, ldb, ldc, alignment of A, B, C (bytes)
-  using Key = std::tuple<int, bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int, int>;
+  // precision, trans_a, trans_b, m, n, k, lda, ldb, ldc, alignment of A, B, C (bytes), C / D bf16
+  using Key = std::tuple<int, bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int, int, bool>;
   Plan* plan(const Key& key);  // nullptr: no algorithm (cached too)
 
   void* handle_ = nullptr;  // cublasLtHandle_t

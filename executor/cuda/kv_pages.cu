@@ -1,5 +1,6 @@
 #include "executor/cuda/common.cuh"
 #include "executor/cuda/kv_pages.cuh"
+#include "executor/cuda/typed.cuh"
 #include "executor/runtime/bf16.h"
 
 namespace oomb::executor::cuda {
@@ -24,8 +25,8 @@ struct PageElem<true> {
 
 // Block (page j, slice of the page's rows x kv_dim elements).
 template <bool BF16>
-__global__ void write_kv_pages_kernel(const float* __restrict__ k, const float* __restrict__ v, int64_t rows,
-                                      int64_t kvd, int64_t p, void* const* __restrict__ pages) {
+__global__ void write_kv_pages_kernel(InView k, InView v, int64_t rows, int64_t kvd, int64_t p,
+                                      void* const* __restrict__ pages) {
   using E = PageElem<BF16>;
   const int64_t j = blockIdx.y, r0 = j * p;
   const int64_t n = (rows - r0 < p ? rows - r0 : p) * kvd;
@@ -38,14 +39,14 @@ __global__ void write_kv_pages_kernel(const float* __restrict__ k, const float* 
 
 template <bool BF16>
 __global__ void add_from_grad_pages_kernel(const void* const* __restrict__ pages, int64_t rows, int64_t kvd,
-                                           int64_t p, float* __restrict__ dk, float* __restrict__ dv) {
+                                           int64_t p, OutView dk, OutView dv) {
   using E = PageElem<BF16>;
   const int64_t j = blockIdx.y, r0 = j * p;
   const int64_t n = (rows - r0 < p ? rows - r0 : p) * kvd;
   const auto* page = static_cast<const typename E::T*>(pages[j]);
   for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < n; e += int64_t{gridDim.x} * blockDim.x) {
-    dk[r0 * kvd + e] += E::load(page[e]);
-    dv[r0 * kvd + e] += E::load(page[p * kvd + e]);
+    dk.store(r0 * kvd + e, dk.load(r0 * kvd + e) + E::load(page[e]));
+    dv.store(r0 * kvd + e, dv.load(r0 * kvd + e) + E::load(page[p * kvd + e]));
   }
 }
 
@@ -56,21 +57,23 @@ dim3 grid_of(int64_t npages, int64_t page_elems) {
 
 }  // namespace
 
-void launch_write_kv_pages(const float* k, const float* v, int64_t rows, int64_t kv_dim, int64_t page_tokens,
+void launch_write_kv_pages(ConstTensor k, ConstTensor v, int64_t rows, int64_t kv_dim, int64_t page_tokens,
                            void* const* pages, int64_t npages, bool bf16, cudaStream_t s) {
   if (npages <= 0 || kv_dim <= 0) return;
   const dim3 grid = grid_of(npages, page_tokens * kv_dim);
-  if (bf16) write_kv_pages_kernel<true><<<grid, kThreads, 0, s>>>(k, v, rows, kv_dim, page_tokens, pages);
-  else write_kv_pages_kernel<false><<<grid, kThreads, 0, s>>>(k, v, rows, kv_dim, page_tokens, pages);
+  const InView kv = view(k), vv = view(v);
+  if (bf16) write_kv_pages_kernel<true><<<grid, kThreads, 0, s>>>(kv, vv, rows, kv_dim, page_tokens, pages);
+  else write_kv_pages_kernel<false><<<grid, kThreads, 0, s>>>(kv, vv, rows, kv_dim, page_tokens, pages);
   OOMB_CUDA_LAUNCH_CHECK("write_kv_pages_kernel");
 }
 
 void launch_add_from_grad_pages(const void* const* pages, int64_t npages, int64_t rows, int64_t kv_dim,
-                                int64_t page_tokens, float* dk, float* dv, bool bf16, cudaStream_t s) {
+                                int64_t page_tokens, Tensor dk, Tensor dv, bool bf16, cudaStream_t s) {
   if (npages <= 0 || kv_dim <= 0) return;
   const dim3 grid = grid_of(npages, page_tokens * kv_dim);
-  if (bf16) add_from_grad_pages_kernel<true><<<grid, kThreads, 0, s>>>(pages, rows, kv_dim, page_tokens, dk, dv);
-  else add_from_grad_pages_kernel<false><<<grid, kThreads, 0, s>>>(pages, rows, kv_dim, page_tokens, dk, dv);
+  const OutView dkv = view(dk), dvv = view(dv);
+  if (bf16) add_from_grad_pages_kernel<true><<<grid, kThreads, 0, s>>>(pages, rows, kv_dim, page_tokens, dkv, dvv);
+  else add_from_grad_pages_kernel<false><<<grid, kThreads, 0, s>>>(pages, rows, kv_dim, page_tokens, dkv, dvv);
   OOMB_CUDA_LAUNCH_CHECK("add_from_grad_pages_kernel");
 }
 

@@ -1,5 +1,8 @@
+#include "core/error.h"
 #include "executor/cuda/common.cuh"
+#include "executor/cuda/elementwise.cuh"
 #include "executor/cuda/rmsnorm.cuh"
+#include "executor/cuda/typed.cuh"
 
 namespace oomb::executor::cuda {
 
@@ -8,40 +11,41 @@ namespace {
 constexpr int kRowThreads = 256;
 constexpr int kRowsPerBlock = 64;  // dw: rows summed per block before one atomic per column
 
-__global__ void rmsnorm_fwd_kernel(const float* __restrict__ x, const float* __restrict__ w, int64_t rows,
-                                   int64_t dim, float eps, float* __restrict__ y, float* __restrict__ rstd) {
+__global__ void rmsnorm_fwd_kernel(InView x, InView w, int64_t rows, int64_t dim, float eps, OutView y,
+                                   float* __restrict__ rstd) {
   __shared__ double red[32];
   for (int64_t t = blockIdx.x; t < rows; t += gridDim.x) {
-    const float* xr = x + t * dim;
+    const int64_t row = t * dim;
     double ss = 0;
-    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) ss += static_cast<double>(xr[i]) * xr[i];
+    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
+      const float xi = x[row + i];
+      ss += static_cast<double>(xi) * xi;
+    }
     ss = block_sum(ss, red);
     const float r = static_cast<float>(1.0 / sqrt(ss / static_cast<double>(dim) + eps));
     if (threadIdx.x == 0) rstd[t] = r;
-    float* yr = y + t * dim;
-    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = __fmul_rn(__fmul_rn(xr[i], r), w[i]);
+    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) y.store(row + i, __fmul_rn(__fmul_rn(x[row + i], r), w[i]));
   }
 }
 
-__global__ void rmsnorm_dx_kernel(const float* __restrict__ x, const float* __restrict__ w,
-                                  const float* __restrict__ rstd, const float* __restrict__ dy, int64_t rows,
-                                  int64_t dim, float* __restrict__ dx) {
+__global__ void rmsnorm_dx_kernel(InView x, InView w, const float* __restrict__ rstd, InView dy, int64_t rows,
+                                  int64_t dim, OutView dx) {
   __shared__ double red[32];
   for (int64_t t = blockIdx.x; t < rows; t += gridDim.x) {
-    const float* xr = x + t * dim;
-    const float* dyr = dy + t * dim;
+    const int64_t row = t * dim;
     double dot = 0;
-    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) dot += static_cast<double>(w[i]) * dyr[i] * xr[i];
+    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x)
+      dot += static_cast<double>(w[i]) * dy[row + i] * x[row + i];
     dot = block_sum(dot, red);
     const float r = rstd[t];
     const float c = static_cast<float>(dot / static_cast<double>(dim)) * r * r * r;
-    float* dxr = dx + t * dim;
-    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) dxr[i] += r * w[i] * dyr[i] - c * xr[i];
+    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x)
+      dx.store(row + i, dx.load(row + i) + (r * w[i] * dy[row + i] - c * x[row + i]));
   }
 }
 
-__global__ void rmsnorm_dw_kernel(const float* __restrict__ x, const float* __restrict__ rstd,
-                                  const float* __restrict__ dy, int64_t rows, int64_t dim, float* __restrict__ dw) {
+__global__ void rmsnorm_dw_kernel(InView x, const float* __restrict__ rstd, InView dy, int64_t rows, int64_t dim,
+                                  float* __restrict__ dw) {
   const int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   if (c >= dim) return;
   const int64_t r0 = blockIdx.y * int64_t{kRowsPerBlock};
@@ -55,22 +59,29 @@ unsigned row_blocks(int64_t rows) { return static_cast<unsigned>(rows < 65535 ? 
 
 }  // namespace
 
-void launch_rmsnorm_fwd(const float* x, const float* w, int64_t rows, int64_t dim, float eps, float* y, float* rstd,
+void launch_rmsnorm_fwd(ConstTensor x, ConstTensor w, int64_t rows, int64_t dim, float eps, Tensor y, float* rstd,
                         cudaStream_t s) {
   if (rows <= 0 || dim <= 0) return;
-  rmsnorm_fwd_kernel<<<row_blocks(rows), kRowThreads, 0, s>>>(x, w, rows, dim, eps, y, rstd);
+  rmsnorm_fwd_kernel<<<row_blocks(rows), kRowThreads, 0, s>>>(view(x), view(w), rows, dim, eps, view(y), rstd);
   OOMB_CUDA_LAUNCH_CHECK("rmsnorm_fwd_kernel");
 }
 
-void launch_rmsnorm_bwd(const float* x, const float* w, const float* rstd, const float* dy, int64_t rows, int64_t dim,
-                        float* dx_acc, float* dw_acc, cudaStream_t s) {
+void launch_rmsnorm_bwd(ConstTensor x, ConstTensor w, const float* rstd, ConstTensor dy, int64_t rows, int64_t dim,
+                        Tensor dx_acc, Tensor dw_acc, float* dw_scratch, cudaStream_t s) {
   if (rows <= 0 || dim <= 0) return;
-  rmsnorm_dx_kernel<<<row_blocks(rows), kRowThreads, 0, s>>>(x, w, rstd, dy, rows, dim, dx_acc);
+  rmsnorm_dx_kernel<<<row_blocks(rows), kRowThreads, 0, s>>>(view(x), view(w), rstd, view(dy), rows, dim,
+                                                              view(dx_acc));
   OOMB_CUDA_LAUNCH_CHECK("rmsnorm_dx_kernel");
+  // bf16 dw: the row tiles' atomics sum into a zeroed fp32 scratch, added to dw and rounded once.
+  const bool f32 = dw_acc.dtype == DType::f32;
+  OOMB_ASSERT(f32 || dw_scratch, "a bf16 RMSNorm weight gradient needs an fp32 scratch");
+  float* acc = f32 ? dw_acc.f32() : dw_scratch;
+  if (!f32) OOMB_CUDA_CHECK(cudaMemsetAsync(acc, 0, static_cast<size_t>(dim) * 4, s));
   const dim3 grid(static_cast<unsigned>((dim + kThreads - 1) / kThreads),
                   static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock));
-  rmsnorm_dw_kernel<<<grid, kThreads, 0, s>>>(x, rstd, dy, rows, dim, dw_acc);
+  rmsnorm_dw_kernel<<<grid, kThreads, 0, s>>>(view(x), rstd, view(dy), rows, dim, acc);
   OOMB_CUDA_LAUNCH_CHECK("rmsnorm_dw_kernel");
+  if (!f32) launch_store_f32(dw_acc, acc, 1, dim, nullptr, true, s);
 }
 
 }  // namespace oomb::executor::cuda

@@ -6,11 +6,15 @@
 
 #include <cstdint>
 
+#include "executor/runtime/backend.h"
+
 namespace oomb::executor::cuda {
 
-void launch_rmsnorm_fwd(const float* x, const float* w, int64_t rows, int64_t dim, float eps, float* y, float* rstd,
+// x, w, y, dy, dx, dw of either storage dtype (executor/cuda/typed.cuh); rstd fp32. A bf16 dw_acc needs
+// dw_scratch, dim fp32 elements of device scratch (the column sums before dw's one rounding).
+void launch_rmsnorm_fwd(ConstTensor x, ConstTensor w, int64_t rows, int64_t dim, float eps, Tensor y, float* rstd,
                         cudaStream_t s);
-void launch_rmsnorm_bwd(const float* x, const float* w, const float* rstd, const float* dy, int64_t rows, int64_t dim,
-                        float* dx_acc, float* dw_acc, cudaStream_t s);
+void launch_rmsnorm_bwd(ConstTensor x, ConstTensor w, const float* rstd, ConstTensor dy, int64_t rows, int64_t dim,
+                        Tensor dx_acc, Tensor dw_acc, float* dw_scratch, cudaStream_t s);
 
 }  // namespace oomb::executor::cuda

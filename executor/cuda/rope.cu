@@ -1,12 +1,13 @@
 #include "executor/cuda/common.cuh"
 #include "executor/cuda/rope.cuh"
+#include "executor/cuda/typed.cuh"
 
 namespace oomb::executor::cuda {
 
 namespace {
 
 // One thread per (row, frequency): the angle is computed once and applied to every head.
-__global__ void rope_kernel(float* __restrict__ x, int64_t rows, int64_t heads, int64_t head_dim, int64_t pos0,
+__global__ void rope_kernel(OutView x, int64_t rows, int64_t heads, int64_t head_dim, int64_t pos0,
                             double theta, float sign) {
   const int64_t half = head_dim / 2;
   for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < rows * half;
@@ -16,21 +17,21 @@ __global__ void rope_kernel(float* __restrict__ x, int64_t rows, int64_t heads, 
     const double a = static_cast<double>(pos0 + t) * inv_freq;
     const float co = static_cast<float>(cos(a)), si = sign * static_cast<float>(sin(a));
     for (int64_t h = 0; h < heads; ++h) {
-      float* v = x + (t * heads + h) * head_dim;
-      const float p = v[i], q = v[i + half];
-      v[i] = __fsub_rn(__fmul_rn(p, co), __fmul_rn(q, si));
-      v[i + half] = __fadd_rn(__fmul_rn(q, co), __fmul_rn(p, si));
+      const int64_t v = (t * heads + h) * head_dim;
+      const float p = x.load(v + i), q = x.load(v + i + half);
+      x.store(v + i, __fsub_rn(__fmul_rn(p, co), __fmul_rn(q, si)));
+      x.store(v + i + half, __fadd_rn(__fmul_rn(q, co), __fmul_rn(p, si)));
     }
   }
 }
 
 }  // namespace
 
-void launch_rope(float* x, int64_t rows, int64_t heads, int64_t head_dim, int64_t pos0, double theta, float sign,
+void launch_rope(Tensor x, int64_t rows, int64_t heads, int64_t head_dim, int64_t pos0, double theta, float sign,
                  cudaStream_t s) {
   const int64_t n = rows * (head_dim / 2);
   if (n <= 0 || heads <= 0) return;
-  rope_kernel<<<grid_for(n), kThreads, 0, s>>>(x, rows, heads, head_dim, pos0, theta, sign);
+  rope_kernel<<<grid_for(n), kThreads, 0, s>>>(view(x), rows, heads, head_dim, pos0, theta, sign);
   OOMB_CUDA_LAUNCH_CHECK("rope_kernel");
 }
 

@@ -5,10 +5,12 @@
 
 #include <cstdint>
 
+#include "executor/runtime/backend.h"
+
 namespace oomb::executor::cuda {
 
-// sign +1: forward, -1: backward.
-void launch_rope(float* x, int64_t rows, int64_t heads, int64_t head_dim, int64_t pos0, double theta, float sign,
+// sign +1: forward, -1: backward. x fp32 or bf16 (loaded, rotated in fp32, rounded once).
+void launch_rope(Tensor x, int64_t rows, int64_t heads, int64_t head_dim, int64_t pos0, double theta, float sign,
                  cudaStream_t s);
 
 }  // namespace oomb::executor::cuda

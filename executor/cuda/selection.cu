@@ -2,20 +2,20 @@
 
 #include "executor/cuda/common.cuh"
 #include "executor/cuda/selection.cuh"
+#include "executor/cuda/typed.cuh"
 
 namespace oomb::executor::cuda {
 
 namespace {
 
-__global__ void page_summaries_kernel(const float* __restrict__ k, int64_t rows, int64_t kvd, int64_t p,
-                                      float* __restrict__ out) {
+__global__ void page_summaries_kernel(InView k, int64_t rows, int64_t kvd, int64_t p, OutView out) {
   const int64_t pages = (rows + p - 1) / p;
   for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < pages * kvd;
        e += int64_t{gridDim.x} * blockDim.x) {
     const int64_t j = e / kvd, d = e % kvd, r0 = j * p, r1 = r0 + p < rows ? r0 + p : rows;
     float acc = 0;
     for (int64_t r = r0; r < r1; ++r) acc += k[r * kvd + d];
-    out[e] = acc / static_cast<float>(r1 - r0);
+    out.store(e, acc / static_cast<float>(r1 - r0));
   }
 }
 
@@ -273,11 +273,11 @@ SelectWorkspace SelectWorkspace::carve(void* base, int64_t rows, int64_t kv_head
   return w;
 }
 
-void launch_page_summaries(const float* k, int64_t rows, int64_t kv_dim, int64_t page_tokens, float* out,
+void launch_page_summaries(ConstTensor k, int64_t rows, int64_t kv_dim, int64_t page_tokens, Tensor out,
                            cudaStream_t s) {
   const int64_t n = (rows + page_tokens - 1) / page_tokens * kv_dim;
   if (n <= 0) return;
-  page_summaries_kernel<<<grid_for(n), kThreads, 0, s>>>(k, rows, kv_dim, page_tokens, out);
+  page_summaries_kernel<<<grid_for(n), kThreads, 0, s>>>(view(k), rows, kv_dim, page_tokens, view(out));
   OOMB_CUDA_LAUNCH_CHECK("page_summaries_kernel");
 }
 

@@ -13,10 +13,13 @@
 
 #include <cstdint>
 
+#include "executor/runtime/backend.h"
+
 namespace oomb::executor::cuda {
 
-// out [ceil(rows / p), kv_dim]: mean of each page's key rows.
-void launch_page_summaries(const float* k, int64_t rows, int64_t kv_dim, int64_t page_tokens, float* out,
+// out [ceil(rows / p), kv_dim]: mean of each page's key rows (k and out fp32 or bf16: fp32 sums, one
+// rounding on store).
+void launch_page_summaries(ConstTensor k, int64_t rows, int64_t kv_dim, int64_t page_tokens, Tensor out,
                            cudaStream_t s);
 
 struct SelectWorkspace {

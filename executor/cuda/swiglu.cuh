@@ -1,13 +1,15 @@
 #pragma once
-// out = silu(gate) * up, and its backward (fp32, expf).
+// out = silu(gate) * up, and its backward (fp32 math, expf; operands fp32 or bf16, executor/cuda/typed.cuh).
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
 
+#include "executor/runtime/backend.h"
+
 namespace oomb::executor::cuda {
 
-void launch_swiglu_fwd(const float* gate, const float* up, int64_t n, float* out, cudaStream_t s);
-void launch_swiglu_bwd(const float* gate, const float* up, const float* dout, int64_t n, float* dgate, float* dup,
+void launch_swiglu_fwd(ConstTensor gate, ConstTensor up, int64_t n, Tensor out, cudaStream_t s);
+void launch_swiglu_bwd(ConstTensor gate, ConstTensor up, ConstTensor dout, int64_t n, Tensor dgate, Tensor dup,
                        cudaStream_t s);
 
 }  // namespace oomb::executor::cuda

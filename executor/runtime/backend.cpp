@@ -22,6 +22,13 @@ PageDtype page_dtype_from_string(const std::string& name, const std::string& fla
               "fp32 or bf16");
 }
 
+DType storage_dtype_from_string(const std::string& name, const std::string& flag) {
+  if (name == "fp32") return DType::f32;
+  if (name == "bf16") return DType::bf16;
+  throw Error(flag, name, "the executor stores weights, gradients, activations and loss tiles as fp32 or bf16 only",
+              "fp32 or bf16");
+}
+
 void Event::signal() {
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -40,8 +47,8 @@ bool Event::done() {
   return done_;
 }
 
-Buffer::Buffer(Backend& b, Tier tier, int64_t bytes, MemoryAccount* account, std::string category)
-    : backend_(&b), bytes_(bytes), tier_(tier), account_(account), category_(std::move(category)) {
+Buffer::Buffer(Backend& b, Tier tier, int64_t bytes, MemoryAccount* account, std::string category, DType dtype)
+    : backend_(&b), bytes_(bytes), tier_(tier), dtype_(dtype), account_(account), category_(std::move(category)) {
   ptr_ = bytes > 0 ? b.allocate(tier, bytes) : nullptr;
   if (account_) account_->add(tier_, category_, bytes_);
 }
@@ -75,6 +82,7 @@ Buffer& Buffer::operator=(Buffer&& o) noexcept {
     ptr_ = o.ptr_;
     bytes_ = o.bytes_;
     tier_ = o.tier_;
+    dtype_ = o.dtype_;
     account_ = o.account_;
     category_ = std::move(o.category_);
     o.backend_ = nullptr;
@@ -89,7 +97,8 @@ void MemoryAccount::add(Tier tier, const std::string& category, int64_t bytes) {
   std::lock_guard<std::mutex> lock(mu_);
   const int t = static_cast<int>(tier);
   used_[t] += bytes;
-  by_cat_[t][category] += bytes;
+  // A category whose buffers are all freed leaves the breakdown (no zero entries).
+  if ((by_cat_[t][category] += bytes) == 0) by_cat_[t].erase(category);
   if (used_[t] > peak_[t]) {
     peak_[t] = used_[t];
     at_peak_[t] = by_cat_[t];

@@ -3,11 +3,15 @@
 // sparse selector, chunk-recurrent driver) and a compute backend (cpu: fp32 + Eigen; cuda later).
 //
 // A backend owns two memory tiers (device, host), two copy streams (h2d, d2h) whose copies are
-// ordered by events, and the model ops. All op pointers are device-tier pointers; activations are
-// row-major fp32 matrices [rows, cols] (the CUDA backend will keep fp32 at this interface for
-// accumulators and define its own storage types behind it). KV pages and KV-gradient pages are the
-// exception: they are stored in a PageDtype (fp32 or bf16) that every op touching them is told.
+// ordered by events, and the model ops. All op pointers are device-tier pointers. Weights,
+// parameter gradients, activations, page summaries and loss tiles are passed as typed views
+// (Tensor / ConstTensor: pointer + storage dtype, fp32 or bf16) and stored in the plan's dtypes;
+// every op loads its inputs to fp32, computes in fp32 and rounds once on store (bf16: round to
+// nearest even, runtime/bf16.h), "acc" outputs load, add in fp32 and round. Per-row statistics
+// (RMSNorm rstd, attention log-sum-exp) stay fp32 (`float*`). KV pages and KV-gradient pages are
+// stored in a PageDtype (fp32 or bf16) that every op touching them is told.
 #include <condition_variable>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -30,12 +34,49 @@ const char* to_string(CopyDir d);
 //         mantissa bits); stores round to nearest, ties to even (NaN stays NaN, values beyond the
 //         largest finite bf16 become inf); loads are exact (executor/runtime/bf16.h).
 // A page of p tokens holds p * 2 * kv_dim elements: page_dtype_bytes(d) * p * 2 * kv_dim bytes.
-enum class PageDtype { f32, bf16 };
+enum class DType : uint8_t { f32, bf16 };
+using PageDtype = DType;  // pages use the same two storage types
 int64_t page_dtype_bytes(PageDtype d);  // 4 or 2
+inline int64_t dtype_bytes(DType d) { return d == DType::bf16 ? 2 : 4; }
 const char* to_string(PageDtype d);     // "fp32" or "bf16" (the config's names)
 // The config's name of a page dtype ("fp32", "bf16"); anything else (fp16, fp8, ...) is refused
 // with an oomb::Error naming `flag` (--kv-dtype, --kv-grad-dtype) and what the executor supports.
 PageDtype page_dtype_from_string(const std::string& name, const std::string& flag);
+// The executor's storage dtype for weights, gradients, activations and loss tiles: "fp32" or
+// "bf16"; anything else is refused naming `flag`.
+DType storage_dtype_from_string(const std::string& name, const std::string& flag);
+
+// A typed view of device-tier storage: elements of `dtype` (bf16: uint16 bit patterns, as pages).
+// A plain float pointer converts implicitly to an fp32 view, so fp32 callers stay as they were.
+struct Tensor {
+  void* data = nullptr;
+  DType dtype = DType::f32;
+  Tensor() = default;
+  Tensor(float* p) : data(p) {}  // NOLINT: implicit fp32 view
+  Tensor(std::nullptr_t) {}      // NOLINT
+  Tensor(void* p, DType d) : data(p), dtype(d) {}
+  explicit operator bool() const { return data != nullptr; }
+  // The view `elements` elements further on.
+  Tensor at(int64_t elements) const {
+    return {data ? static_cast<char*>(data) + elements * dtype_bytes(dtype) : nullptr, dtype};
+  }
+  float* f32() const { return dtype == DType::f32 ? static_cast<float*>(data) : nullptr; }
+};
+
+struct ConstTensor {
+  const void* data = nullptr;
+  DType dtype = DType::f32;
+  ConstTensor() = default;
+  ConstTensor(const float* p) : data(p) {}  // NOLINT: implicit fp32 view
+  ConstTensor(std::nullptr_t) {}            // NOLINT
+  ConstTensor(const void* p, DType d) : data(p), dtype(d) {}
+  ConstTensor(const Tensor& t) : data(t.data), dtype(t.dtype) {}  // NOLINT
+  explicit operator bool() const { return data != nullptr; }
+  ConstTensor at(int64_t elements) const {
+    return {data ? static_cast<const char*>(data) + elements * dtype_bytes(dtype) : nullptr, dtype};
+  }
+  const float* f32() const { return dtype == DType::f32 ? static_cast<const float*>(data) : nullptr; }
+};
 
 // Completion of an asynchronous copy. Waiting blocks on a condition variable (never polls).
 class Event {
@@ -68,15 +109,15 @@ struct CopyRequest {
 
 // Paged attention of one chunk (ALGORITHM.md sections 2 and 5). Queries are the chunk's T rows;
 // keys are the union of attended earlier pages (each a full page of p tokens: K rows then V rows,
-// [2][p][kv_heads * head_dim] elements of kv_dtype) followed by the chunk's own keys (fp32), causal
+// [2][p][kv_heads * head_dim] elements of kv_dtype) followed by the chunk's own keys, causal
 // inside the chunk.
 struct PagedAttention {
   int64_t rows = 0;  // T (chunk tokens, may be a ragged last chunk)
   int64_t q_heads = 0, kv_heads = 0, head_dim = 0;
   int64_t page_tokens = 0;  // p: query pages and key pages
-  const float* q = nullptr;      // [T, q_heads * head_dim], post-RoPE
-  const float* k_own = nullptr;  // [T, kv_heads * head_dim], post-RoPE
-  const float* v_own = nullptr;  // [T, kv_heads * head_dim]
+  ConstTensor q;      // [T, q_heads * head_dim], post-RoPE
+  ConstTensor k_own;  // [T, kv_heads * head_dim], post-RoPE
+  ConstTensor v_own;  // [T, kv_heads * head_dim]
   // U earlier KV pages (union of selections), page order. Storage of kv_dtype (bf16: uint16 bit
   // patterns behind the float pointer, see PageDtype).
   std::vector<const float*> prefix_pages;
@@ -93,18 +134,28 @@ struct PagedAttention {
 
 // Page-level selection (ALGORITHM.md section 5, "published" and per-KV-head rules).
 struct SelectionArgs {
-  const float* q = nullptr;  // [T, q_heads * head_dim], post-RoPE
+  ConstTensor q;  // [T, q_heads * head_dim], post-RoPE
   int64_t rows = 0, q_heads = 0, kv_heads = 0, head_dim = 0, page_tokens = 0;
-  const float* summaries = nullptr;  // [prefix_pages, kv_heads * head_dim]: per-page key means
+  ConstTensor summaries;  // [prefix_pages, kv_heads * head_dim]: per-page key means
   int64_t prefix_pages = 0;
   int64_t budget = 0;  // B, < prefix_pages (the caller handles <= B as dense)
   bool per_kv_head = false;
+};
+
+// A device buffer a backend allocates for itself (a GEMM workspace, an op scratch): a row of the
+// buffer table under `name` and `category` (e.g. "gemm_workspace", "backend_scratch").
+struct BackendBuffer {
+  std::string name, category;
+  int64_t bytes = 0;
 };
 
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
+  // The device buffers this backend holds for itself (none on the CPU backend, whose scratch is
+  // host RAM of the emulator): the runtime accounts them as rows of its buffer table.
+  virtual std::vector<BackendBuffer> device_buffers() const { return {}; }
 
   // ---- memory and copies
   virtual void* allocate(Tier tier, int64_t bytes) = 0;  // zero-filled
@@ -115,63 +166,69 @@ class Backend {
   virtual EventPtr copy_async(CopyRequest req) = 0;
   virtual void wait(const EventPtr& e) = 0;
 
-  // ---- model ops (row-major fp32, device pointers; "acc" outputs accumulate, others overwrite)
-  virtual void embedding_fwd(const int32_t* ids, int64_t rows, const float* table, int64_t hidden, float* out) = 0;
-  virtual void embedding_bwd(const int32_t* ids, int64_t rows, const float* dout, int64_t hidden,
-                             float* dtable_acc) = 0;
-  virtual void rmsnorm_fwd(const float* x, const float* w, int64_t rows, int64_t dim, float eps, float* y,
+  // ---- model ops (device pointers, typed views; "acc" outputs accumulate, others overwrite)
+  virtual void embedding_fwd(const int32_t* ids, int64_t rows, ConstTensor table, int64_t hidden, Tensor out) = 0;
+  virtual void embedding_bwd(const int32_t* ids, int64_t rows, ConstTensor dout, int64_t hidden,
+                             Tensor dtable_acc) = 0;
+  virtual void rmsnorm_fwd(ConstTensor x, ConstTensor w, int64_t rows, int64_t dim, float eps, Tensor y,
                            float* rstd) = 0;
-  virtual void rmsnorm_bwd(const float* x, const float* w, const float* rstd, const float* dy, int64_t rows,
-                           int64_t dim, float* dx_acc, float* dw_acc) = 0;
+  virtual void rmsnorm_bwd(ConstTensor x, ConstTensor w, const float* rstd, ConstTensor dy, int64_t rows,
+                           int64_t dim, Tensor dx_acc, Tensor dw_acc) = 0;
   // y = x W^T (+ b): x [rows, in], W [out, in], b [out] or null.
-  virtual void linear_fwd(const float* x, int64_t rows, int64_t in, const float* w, const float* b, int64_t out,
-                          float* y) = 0;
+  virtual void linear_fwd(ConstTensor x, int64_t rows, int64_t in, ConstTensor w, ConstTensor b, int64_t out,
+                          Tensor y) = 0;
   // dx (+)= dy W ; dW += dy^T x ; db += colsum(dy) (db may be null).
-  virtual void linear_bwd(const float* x, int64_t rows, int64_t in, const float* w, int64_t out, const float* dy,
-                          float* dx, bool accumulate_dx, float* dw_acc, float* db_acc) = 0;
+  virtual void linear_bwd(ConstTensor x, int64_t rows, int64_t in, ConstTensor w, int64_t out, ConstTensor dy,
+                          Tensor dx, bool accumulate_dx, Tensor dw_acc, Tensor db_acc) = 0;
   // In place, rotate-half convention, absolute positions pos0 .. pos0 + rows - 1.
-  virtual void rope_fwd(float* x, int64_t rows, int64_t heads, int64_t head_dim, int64_t pos0, double theta) = 0;
-  virtual void rope_bwd(float* dx, int64_t rows, int64_t heads, int64_t head_dim, int64_t pos0, double theta) = 0;
-  virtual void swiglu_fwd(const float* gate, const float* up, int64_t n, float* out) = 0;
-  virtual void swiglu_bwd(const float* gate, const float* up, const float* dout, int64_t n, float* dgate,
-                          float* dup) = 0;
-  virtual void add(float* y, const float* x, int64_t n) = 0;  // y += x
-  virtual void copy(float* dst, const float* src, int64_t n) = 0;
+  virtual void rope_fwd(Tensor x, int64_t rows, int64_t heads, int64_t head_dim, int64_t pos0, double theta) = 0;
+  virtual void rope_bwd(Tensor dx, int64_t rows, int64_t heads, int64_t head_dim, int64_t pos0, double theta) = 0;
+  virtual void swiglu_fwd(ConstTensor gate, ConstTensor up, int64_t n, Tensor out) = 0;
+  virtual void swiglu_bwd(ConstTensor gate, ConstTensor up, ConstTensor dout, int64_t n, Tensor dgate,
+                          Tensor dup) = 0;
+  virtual void add(Tensor y, ConstTensor x, int64_t n) = 0;  // y += x
+  // dst = src, converting between storage dtypes when they differ (the loss's fp32 upcast).
+  virtual void copy(Tensor dst, ConstTensor src, int64_t n) = 0;
   // Causal paged attention: o [T, q_heads * head_dim], lse [T, q_heads] (log-sum-exp of scaled scores).
-  virtual void attention_fwd(const PagedAttention& a, float* o, float* lse) = 0;
+  virtual void attention_fwd(const PagedAttention& a, Tensor o, float* lse) = 0;
   // dq, dk_own, dv_own are overwritten (own contributions only); the gradient pages of the prefix
   // (same layout and order as a.prefix_pages, storage a.grad_dtype) are accumulated into.
-  virtual void attention_bwd(const PagedAttention& a, const float* o, const float* lse, const float* dout, float* dq,
-                             float* dk_own, float* dv_own, const std::vector<float*>& prefix_grad_pages) = 0;
-  // Own K/V rows (fp32) -> pages stored as `dtype` (page j gets rows [j p, min(T, (j+1) p)); bf16:
+  virtual void attention_bwd(const PagedAttention& a, ConstTensor o, const float* lse, ConstTensor dout, Tensor dq,
+                             Tensor dk_own, Tensor dv_own, const std::vector<float*>& prefix_grad_pages) = 0;
+  // Own K/V rows -> pages stored as `dtype` (page j gets rows [j p, min(T, (j+1) p)); bf16:
   // rounded to nearest even).
-  virtual void write_kv_pages(const float* k, const float* v, int64_t rows, int64_t kv_dim, int64_t page_tokens,
+  virtual void write_kv_pages(ConstTensor k, ConstTensor v, int64_t rows, int64_t kv_dim, int64_t page_tokens,
                               const std::vector<float*>& pages, PageDtype dtype) = 0;
   // dk += dK rows of the pages, dv += dV rows (the accumulated gradient of the chunk's own K/V); the
   // gradient pages are stored as `dtype`.
   virtual void add_from_grad_pages(const std::vector<float*>& pages, int64_t rows, int64_t kv_dim,
-                                   int64_t page_tokens, float* dk, float* dv, PageDtype dtype) = 0;
-  // Mean of each page's keys: out [ceil(rows / p), kv_dim]. Reads the chunk's fp32 K rows, never
+                                   int64_t page_tokens, Tensor dk, Tensor dv, PageDtype dtype) = 0;
+  // Mean of each page's keys: out [ceil(rows / p), kv_dim]. Reads the chunk's K rows, never
   // pages, so the summaries do not depend on the page dtype.
-  virtual void page_summaries(const float* k, int64_t rows, int64_t kv_dim, int64_t page_tokens, float* out) = 0;
+  virtual void page_summaries(ConstTensor k, int64_t rows, int64_t kv_dim, int64_t page_tokens, Tensor out) = 0;
   // Selected earlier page ids, ascending, per query page (x per KV head when per_kv_head):
   // result[j * groups + g].
   virtual std::vector<std::vector<int32_t>> select_pages(const SelectionArgs& a) = 0;
-  // Cross-entropy over rows with targets (-1 = no target): returns the sum of token losses;
-  // logits are replaced by d(scale * sum)/d(logits).
-  virtual double cross_entropy(float* logits, int64_t rows, int64_t vocab, const int32_t* targets, float scale) = 0;
-  virtual void scale(float* x, int64_t n, float s) = 0;
+  // Cross-entropy over rows with targets (-1 = no target): returns the sum of token losses and
+  // writes d(scale * sum)/d(logits) to `grad` (which may be `logits` itself: in place).
+  virtual double cross_entropy(ConstTensor logits, int64_t rows, int64_t vocab, const int32_t* targets, float scale,
+                               Tensor grad) = 0;
+  virtual void scale(Tensor x, int64_t n, float s) = 0;
   // AdamW (PyTorch semantics, bias-corrected, decoupled weight decay applied where decay_mask != 0).
-  virtual void adamw(float* param, const float* grad, float* m, float* v, const uint8_t* decay_mask, int64_t n,
-                     float lr, float beta1, float beta2, float eps, float weight_decay, int64_t step) = 0;
+  // master == null: `param` is updated in place (fp32). Otherwise the fp32 master weights are
+  // updated and `param` (the working weights, e.g. bf16) is refreshed from them, rounded once.
+  virtual void adamw(Tensor param, float* master, ConstTensor grad, float* m, float* v, const uint8_t* decay_mask,
+                     int64_t n, float lr, float beta1, float beta2, float eps, float weight_decay, int64_t step) = 0;
 };
 
 // Buffer owned by RAII; `accounted` bytes are reported to a MemoryAccount category when given.
+// `dtype` is the storage type its typed views carry (t(), ct()).
 class MemoryAccount;
 class Buffer {
  public:
   Buffer() = default;
-  Buffer(Backend& b, Tier tier, int64_t bytes, MemoryAccount* account = nullptr, std::string category = {});
+  Buffer(Backend& b, Tier tier, int64_t bytes, MemoryAccount* account = nullptr, std::string category = {},
+         DType dtype = DType::f32);
   ~Buffer();
   Buffer(Buffer&& o) noexcept;
   Buffer& operator=(Buffer&& o) noexcept;
@@ -181,6 +238,9 @@ class Buffer {
   float* f32() const { return static_cast<float*>(ptr_); }
   int32_t* i32() const { return static_cast<int32_t*>(ptr_); }
   void* data() const { return ptr_; }
+  Tensor t() const { return {ptr_, dtype_}; }
+  ConstTensor ct() const { return {ptr_, dtype_}; }
+  DType dtype() const { return dtype_; }
   int64_t bytes() const { return bytes_; }
   Tier tier() const { return tier_; }
 
@@ -190,6 +250,7 @@ class Buffer {
   void* ptr_ = nullptr;
   int64_t bytes_ = 0;
   Tier tier_ = Tier::device;
+  DType dtype_ = DType::f32;
   MemoryAccount* account_ = nullptr;
   std::string category_;
 };

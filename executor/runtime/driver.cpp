@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/format.h"
 #include "core/units.h"
+#include "executor/runtime/bf16.h"
 
 namespace oomb::executor {
 
@@ -22,31 +23,88 @@ models::ModelSpec effective_model(const models::ModelSpec& m, const simulator::C
   return e;
 }
 
-// Device working set of one chunk (Cm = min(C, N) rows).
+// Device working set of one chunk (Cm = min(C, N) rows), in groups that live in different phases
+// of the step (the rows of the buffer table, docs/model.md "Lifetimes"): allocated when a phase
+// that needs them begins, freed when one that does not begins.
+// One layer's forward activations over the chunk.
+struct Engine::LayerSet {
+  Buffer h1, x2, h2, tmp, q, o, k, v, g, u, m;  // layer_activations (act)
+  Buffer rstd1, rstd2;                          // layer_norm_rstd: fp32 [Cm]
+  Buffer lse;                                   // attention_lse: fp32 [Cm, q_heads]
+};
+
 struct Engine::Work {
-  Buffer ids, targets;               // int32 [Cm]
-  Buffer x, y;                       // [Cm, H] hidden states (stage 1 ping-pong; stage 2 final)
-  Buffer ckpt;                       // [L][Cm, H] layer inputs of the chunk (stage 2 checkpoints)
-  Buffer h1, rstd1, q, k, v, o, lse, x2, h2, rstd2, g, u, m, tmp;  // one layer's activations
-  Buffer dy, dx, dx2, dm, dg, du, dh2, dout, dq, dk, dv, dh1;       // and their gradients
-  Buffer hf, rstdf, logits, dhf;     // final norm, LM head [Cm, vocab]
+  Buffer ids, targets;            // token_ids: int32 [Cm] each (all phases)
+  Buffer x, y;                    // hidden_states: [Cm, H] act (stage 1 ping-pong; stage 2 final)
+  // stage 2 (recompute, loss, backward)
+  Buffer ckpt;                    // layer_input_checkpoints: [L][Cm, H] act
+  Buffer dy, dx;                  // hidden_gradients: [Cm, H] act
+  // layer passes (fill, recompute, backward; with checkpointing off also loss): one set, or one
+  // per layer when the backward reuses the stage-2 forward's activations instead of recomputing
+  std::vector<LayerSet> sets;
+  // backward
+  Buffer dx2, dh2, dh1, dout, dq, dk, dv, dm, dg, du;  // layer_backward_temporaries (act)
+  // loss
+  Buffer hf, dhf;                 // final_norm: [Cm, H] act
+  Buffer rstdf;                   // final_norm_rstd: fp32 [Cm]
+  Buffer logits;                  // fused: [tile, V] loss dtype (gradient in place); unfused: [Cm, V] act
+  Buffer logits_upcast;           // unfused, loss dtype != act: [Cm, V] loss dtype
+  Buffer logits_grad;             // unfused: [Cm, V] loss dtype
+  bool stage2 = false, layer = false, backward = false, loss = false;
 };
 
 struct Engine::LayerPtrs {
-  const float *ln1, *wq, *bq, *wk, *bk, *wv, *bv, *wo, *ln2, *wg, *wu, *wd;
-  float *d_ln1, *d_wq, *d_bq, *d_wk, *d_bk, *d_wv, *d_bv, *d_wo, *d_ln2, *d_wg, *d_wu, *d_wd;
+  ConstTensor ln1, wq, bq, wk, bk, wv, bv, wo, ln2, wg, wu, wd;
+  Tensor d_ln1, d_wq, d_bq, d_wk, d_bk, d_wv, d_bv, d_wo, d_ln2, d_wg, d_wu, d_wd;
 };
 
 Engine::LayerPtrs Engine::layer_ptrs(int64_t l) const {
   const LayerOffsets& o = layout_.layer(l);
-  const float* P = params_.f32();
-  float* G = grads_.f32();
-  auto p = [&](int64_t off) -> const float* { return off >= 0 ? P + off : nullptr; };
-  auto d = [&](int64_t off) -> float* { return off >= 0 ? G + off : nullptr; };
+  const ConstTensor P = params_.ct();
+  const Tensor G = grads_.t();
+  auto p = [&](int64_t off) -> ConstTensor { return off >= 0 ? P.at(off) : ConstTensor{}; };
+  auto d = [&](int64_t off) -> Tensor { return off >= 0 ? G.at(off) : Tensor{}; };
   return {p(o.input_norm), p(o.q), p(o.q_bias), p(o.k), p(o.k_bias), p(o.v), p(o.v_bias), p(o.o), p(o.post_norm),
           p(o.gate), p(o.up), p(o.down),
           d(o.input_norm), d(o.q), d(o.q_bias), d(o.k), d(o.k_bias), d(o.v), d(o.v_bias), d(o.o), d(o.post_norm),
           d(o.gate), d(o.up), d(o.down)};
+}
+
+const char* to_string(StepPhase p) {
+  switch (p) {
+    case StepPhase::fill: return "fill";
+    case StepPhase::recompute: return "recompute";
+    case StepPhase::loss: return "loss";
+    case StepPhase::backward: return "backward";
+    case StepPhase::optimizer: return "optimizer";
+  }
+  return "?";
+}
+
+Json ExecutorBuffer::to_json() const {
+  Json ph = Json::array();
+  for (StepPhase p : phases) ph.push_back(to_string(p));
+  return {{"name", name}, {"category", category}, {"tier", to_string(tier)}, {"dtype", dtype}, {"bytes", bytes},
+          {"phases", ph}};
+}
+
+// Adds (or grows) the row `name` of the executor's own buffer table.
+void Engine::add_row(const std::string& name, const std::string& category, Tier tier, const std::string& dtype,
+                     int64_t bytes, std::vector<StepPhase> phases) {
+  for (ExecutorBuffer& r : rows_)
+    if (r.name == name) {
+      r.bytes = checked_add(r.bytes, bytes);
+      return;
+    }
+  rows_.push_back({name, category, tier, dtype, bytes, std::move(phases)});
+}
+
+Buffer Engine::row_buffer(const std::string& name, Tier tier, int64_t elements, DType dtype) {
+  const ExecutorBuffer* row = nullptr;
+  for (const ExecutorBuffer& r : rows_)
+    if (r.name == name) row = &r;
+  OOMB_ASSERT(row, "device buffer '" + name + "' has no row in the executor's buffer table");
+  return Buffer(backend_, tier, checked_mul(elements, dtype_bytes(dtype), name.c_str()), &account_, row->category, dtype);
 }
 
 Engine::Engine(Backend& backend, const models::ModelSpec& model, const simulator::Config& config,
@@ -72,59 +130,121 @@ Engine::Engine(Backend& backend, const models::ModelSpec& model, const simulator
   g_ = Geometry(config.context_tokens, config.chunk_tokens, config.page_tokens, model_.layers,
                 config.resident_layers, sparse, config.page_budget,
                 sparse && config.selection == "per-kv-head" ? model_.kv_heads : 1);
-  // Page storage as the config says: fp32 or bf16 (anything else is refused by name).
+  // Storage as the config says: fp32 or bf16 (anything else is refused by name).
   g_.kv_dtype = page_dtype_from_string(config.kv_dtype, "--kv-dtype");
   g_.grad_dtype = page_dtype_from_string(config.kv_grad_dtype, "--kv-grad-dtype");
+  param_dtype_ = storage_dtype_from_string(config.param_dtype, "--param-dtype");
+  grad_dtype_ = storage_dtype_from_string(config.param_grad_dtype, "--param-grad-dtype");
+  act_dtype_ = storage_dtype_from_string(config.activation_dtype, "--activation-dtype");
+  loss_dtype_ = storage_dtype_from_string(config.loss_dtype, "--loss-dtype");
 
   layout_ = ParamLayout(model_);
   OOMB_ASSERT(weights.layout.total() == layout_.total() && weights.layout.params().size() == layout_.params().size(),
               "weights do not have the model's layout");
-  const int64_t pbytes = checked_mul(layout_.total(), 4, "parameter bytes");
-  params_ = Buffer(backend_, Tier::device, pbytes, &account_, "weights");
-  grads_ = Buffer(backend_, Tier::device, pbytes, &account_, "param_grads");
-  backend_.upload(params_.data(), weights.data.data(), pbytes);
-  if (config.optimizer != simulator::Optimizer::none) {
-    const Tier t = config.optimizer == simulator::Optimizer::gpu ? Tier::device : Tier::host;
-    adam_m_ = Buffer(backend_, t, pbytes, &account_, "optimizer_state");
-    adam_v_ = Buffer(backend_, t, pbytes, &account_, "optimizer_state");
-    decay_mask_ = Buffer(backend_, t, layout_.total(), &account_, "optimizer_state");
-    std::vector<uint8_t> mask(static_cast<size_t>(layout_.total()), 0);
+  const int64_t Cm = std::min(g_.C, g_.N), H = model_.hidden, qd = model_.q_dim(), kvd = model_.kv_dim();
+  const int64_t F = model_.ffn_hidden, V = model_.vocab, L = g_.L, n_params = layout_.total();
+  // The LM head and the loss run over tiles of logits_chunk_tokens rows (0: the whole chunk, the
+  // framework path: logits, an upcast when the loss dtype differs, and a separate gradient).
+  head_rows_ = config.logits_chunk_tokens > 0 ? std::min(config.logits_chunk_tokens, Cm) : Cm;
+  fused_loss_ = config.logits_chunk_tokens > 0;
+
+  // The executor's own buffer table: what this engine allocates, from its own geometry and ops.
+  using SP = StepPhase;
+  const std::vector<SP> all = {SP::fill, SP::recompute, SP::loss, SP::backward, SP::optimizer};
+  const std::vector<SP> stage2 = {SP::recompute, SP::loss, SP::backward};
+  const std::vector<SP> layer = {SP::fill, SP::recompute, SP::backward};
+  const std::string ad = to_string(act_dtype_), ld = to_string(loss_dtype_);
+  const int64_t ab = dtype_bytes(act_dtype_), lb = dtype_bytes(loss_dtype_);
+  const bool optimizer = config.optimizer != simulator::Optimizer::none;
+  const Tier opt_tier = config.optimizer == simulator::Optimizer::gpu ? Tier::device : Tier::host;
+  add_row("weights", "weights", Tier::device, to_string(param_dtype_), checked_mul(n_params, dtype_bytes(param_dtype_)), all);
+  add_row("parameter_gradients", "parameter_gradients", Tier::device, to_string(grad_dtype_),
+          checked_mul(n_params, dtype_bytes(grad_dtype_)), all);
+  if (optimizer) {
+    if (param_dtype_ != DType::f32)
+      add_row("master_weights", "optimizer_state", opt_tier, "fp32", checked_mul(n_params, 4), all);
+    add_row("adamw_moments", "optimizer_state", opt_tier, "fp32", checked_mul(n_params, 8), all);
+    add_row("adamw_decay_mask", "optimizer_state", opt_tier, "uint8", n_params, all);
+  }
+  add_row("token_ids", "inputs", Tier::device, "int32", 8 * Cm, all);
+  add_row("hidden_states", "hidden_states", Tier::device, ad, checked_mul(2 * Cm * H, ab), all);
+  add_row("layer_input_checkpoints", "checkpoints", Tier::device, ad, checked_mul(checked_mul(L, Cm * H), ab), stage2);
+  add_row("hidden_gradients", "layer_working_set", Tier::device, ad, checked_mul(2 * Cm * H, ab), stage2);
+  // Checkpointing off: every layer's activations are kept from the recompute pass to the backward
+  // (which then does not recompute), so the layer rows hold L sets and live through the loss.
+  const int64_t sets = config.checkpointing ? 1 : L;
+  const std::vector<SP> layer_life =
+      config.checkpointing ? layer : std::vector<SP>{SP::fill, SP::recompute, SP::loss, SP::backward};
+  add_row("layer_activations", "layer_working_set", Tier::device, ad,
+          checked_mul(sets, checked_mul(Cm, (4 * H + 2 * qd + 2 * kvd + 3 * F) * ab)), layer_life);
+  add_row("layer_norm_rstd", "layer_working_set", Tier::device, "fp32", checked_mul(sets, 8 * Cm), layer_life);
+  add_row("attention_lse", "attention_workspace", Tier::device, "fp32",
+          checked_mul(sets, checked_mul(Cm, model_.q_heads * 4)), layer_life);
+  add_row("layer_backward_temporaries", "layer_working_set", Tier::device, ad,
+          checked_mul(Cm, (3 * H + 2 * qd + 2 * kvd + 3 * F) * ab), {SP::backward});
+  add_row("final_norm", "logits", Tier::device, ad, checked_mul(2 * Cm * H, ab), {SP::loss});
+  add_row("final_norm_rstd", "logits", Tier::device, "fp32", 4 * Cm, {SP::loss});
+  if (fused_loss_) {
+    add_row("logits", "logits", Tier::device, ld, checked_mul(checked_mul(head_rows_, V, "logits"), lb), {SP::loss});
+  } else {
+    add_row("logits", "logits", Tier::device, ad, checked_mul(checked_mul(Cm, V, "logits"), ab), {SP::loss});
+    if (loss_dtype_ != act_dtype_)
+      add_row("logits_upcast", "logits", Tier::device, ld, checked_mul(checked_mul(Cm, V, "logits"), lb), {SP::loss});
+    add_row("logits_gradient", "logits", Tier::device, ld, checked_mul(checked_mul(Cm, V, "logits"), lb), {SP::loss});
+  }
+
+  params_ = row_buffer("weights", Tier::device, n_params, param_dtype_);
+  grads_ = row_buffer("parameter_gradients", Tier::device, n_params, grad_dtype_);
+  upload_weights(weights.data);
+  if (optimizer) {
+    if (param_dtype_ != DType::f32) {
+      master_ = row_buffer("master_weights", opt_tier, n_params, DType::f32);
+      backend_.upload(master_.data(), weights.data.data(), master_.bytes());
+    }
+    adam_m_ = row_buffer("adamw_moments", opt_tier, n_params, DType::f32);
+    adam_v_ = row_buffer("adamw_moments", opt_tier, n_params, DType::f32);
+    decay_mask_ = Buffer(backend_, opt_tier, n_params, &account_, "optimizer_state");
+    std::vector<uint8_t> mask(static_cast<size_t>(n_params), 0);
     for (const auto& p : layout_.params())
       if (p.decay) std::fill_n(mask.begin() + p.offset, p.numel, uint8_t{1});
-    backend_.upload(decay_mask_.data(), mask.data(), layout_.total());
+    backend_.upload(decay_mask_.data(), mask.data(), n_params);
   }
 
   store_ = std::make_unique<OffloadEngine>(backend_, g_, model_.kv_dim(), account_, recorder_,
                                            options_.host_slab_bytes, options_.tagger);
+  {
+    const int64_t kvb = store_->kv_pool().capacity() * store_->kv_page_bytes();
+    const int64_t gb = store_->grad_pool().capacity() * store_->grad_page_bytes();
+    add_row("kv_pool", "kv_pages", Tier::device, to_string(g_.kv_dtype), kvb, all);
+    add_row("kv_grad_pool", "kv_grad_pages", Tier::device, to_string(g_.grad_dtype), gb, all);
+    if (store_->host_kv_pool()) {
+      add_row("host_kv_pages", "kv_pages", Tier::host, to_string(g_.kv_dtype),
+              store_->host_kv_pool()->capacity() * store_->kv_page_bytes(), all);
+      add_row("host_kv_grad_pages", "kv_grad_pages", Tier::host, to_string(g_.grad_dtype),
+              store_->host_grad_pool()->capacity() * store_->grad_page_bytes(), all);
+    }
+  }
   if (sparse) {
-    const Tier t = config.selection_memory == simulator::SelectionMemory::device ? Tier::device : Tier::host;
-    summaries_ = Buffer(backend_, t, checked_mul(checked_mul(g_.L * g_.P, model_.kv_dim(), "summaries"), 4, "summaries"),
-                        &account_, "page_summaries");
+    // Page key means, stored in the KV page dtype (what the selection reads).
+    const bool dev = config.selection_memory == simulator::SelectionMemory::device;
+    const int64_t elems = checked_mul(g_.L * g_.P, model_.kv_dim(), "summaries");
+    add_row(dev ? "page_summaries" : "host_page_summaries", "page_summaries", dev ? Tier::device : Tier::host,
+            to_string(g_.kv_dtype), checked_mul(elems, dtype_bytes(g_.kv_dtype)), all);
+    summaries_ = row_buffer(dev ? "page_summaries" : "host_page_summaries", dev ? Tier::device : Tier::host, elems,
+                            g_.kv_dtype);
   }
 
-  const int64_t Cm = std::min(g_.C, g_.N), H = model_.hidden, qd = model_.q_dim(), kvd = model_.kv_dim();
-  const int64_t F = model_.ffn_hidden, V = model_.vocab;
+  for (const BackendBuffer& b : backend_.device_buffers()) {
+    add_row(b.name, b.category, Tier::device, "-", b.bytes, all);
+    account_.add(Tier::device, b.category, b.bytes);
+  }
+  check_plan();
+
   w_ = std::make_unique<Work>();
-  auto act = [&](int64_t floats, const char* cat = "activations") {
-    return Buffer(backend_, Tier::device, checked_mul(floats, 4, "activation bytes"), &account_, cat);
-  };
-  w_->ids = act(Cm);
-  w_->targets = act(Cm);
-  w_->x = act(Cm * H);
-  w_->y = act(Cm * H);
-  w_->ckpt = act(checked_mul(g_.L, Cm * H, "checkpoint bytes"), "checkpoints");
-  for (Buffer* b : {&w_->h1, &w_->x2, &w_->h2, &w_->tmp, &w_->dy, &w_->dx, &w_->dx2, &w_->dh2, &w_->dh1, &w_->hf,
-                    &w_->dhf})
-    *b = act(Cm * H);
-  for (Buffer* b : {&w_->rstd1, &w_->rstd2, &w_->rstdf}) *b = act(Cm);
-  for (Buffer* b : {&w_->q, &w_->o, &w_->dout, &w_->dq}) *b = act(Cm * qd);
-  for (Buffer* b : {&w_->k, &w_->v, &w_->dk, &w_->dv}) *b = act(Cm * kvd);
-  w_->lse = act(Cm * model_.q_heads);
-  for (Buffer* b : {&w_->g, &w_->u, &w_->m, &w_->dm, &w_->dg, &w_->du}) *b = act(Cm * F);
-  // The LM head and the loss run over tiles of logits_chunk_tokens rows (0: the whole chunk), so the
-  // fp32 logits are [tile, vocab], never [chunk, vocab], when the config fuses the loss.
-  head_rows_ = config.logits_chunk_tokens > 0 ? std::min(config.logits_chunk_tokens, Cm) : Cm;
-  w_->logits = act(checked_mul(head_rows_, V, "logits"), "logits");
+  w_->ids = row_buffer("token_ids", Tier::device, Cm, DType::f32);
+  w_->targets = row_buffer("token_ids", Tier::device, Cm, DType::f32);
+  w_->x = row_buffer("hidden_states", Tier::device, Cm * H, act_dtype_);
+  w_->y = row_buffer("hidden_states", Tier::device, Cm * H, act_dtype_);
 
   if (options_.measure_recall) {
     const int64_t floats = checked_mul(checked_mul(g_.L, g_.N, "recall keys"), kvd, "recall keys");
@@ -148,6 +268,112 @@ Engine::Engine(Backend& backend, const models::ModelSpec& model, const simulator
   }
 }
 
+void Engine::check_plan() {
+  if (options_.planned.empty()) return;
+  std::vector<bool> used(options_.planned.size(), false);
+  for (const ExecutorBuffer& r : rows_) {
+    size_t k = 0;
+    while (k < options_.planned.size() && !(options_.planned[k].name == r.name && options_.planned[k].tier == r.tier)) ++k;
+    if (k == options_.planned.size())
+      throw Error("--plan", r.name, "the run needs this " + std::string(to_string(r.tier)) + " buffer (" +
+                                        format_bytes(r.bytes) + ") and the plan's buffer table has no row for it",
+                  "re-make the plan with this version of oomb (`oomb plan ... --out`)");
+    used[k] = true;
+    const int64_t planned = options_.planned[k].bytes;
+    if (planned < r.bytes)
+      throw Error("--plan", r.name, "the plan budgets " + format_bytes(planned) + " (" + std::to_string(planned) +
+                                        " bytes) for this row and the run needs " + format_bytes(r.bytes) + " (" +
+                                        std::to_string(r.bytes) + " bytes)",
+                  "re-make the plan for this model and configuration");
+    if (planned > r.bytes)
+      notes_.push_back("buffer " + r.name + ": the plan budgets " + format_bytes(planned) + ", the run uses " +
+                       format_bytes(r.bytes));
+  }
+  for (size_t k = 0; k < used.size(); ++k)
+    if (!used[k])
+      notes_.push_back("buffer " + options_.planned[k].name + " (" + format_bytes(options_.planned[k].bytes) +
+                       ", " + to_string(options_.planned[k].tier) + "): planned, not allocated by the " +
+                       backend_.name() + " backend");
+}
+
+// The groups of the working set alive in phase p (the rows' lifetimes above): frees what p does not
+// need first, then allocates what it needs, so the device holds exactly p's live set.
+void Engine::enter(StepPhase p) {
+  Work& w = *w_;
+  const int64_t Cm = std::min(g_.C, g_.N), H = model_.hidden, qd = model_.q_dim(), kvd = model_.kv_dim();
+  const int64_t F = model_.ffn_hidden, V = model_.vocab;
+  const bool stage2 = p == StepPhase::recompute || p == StepPhase::loss || p == StepPhase::backward;
+  // Without checkpointing the layers' activations of the chunk live from its recompute pass to its
+  // backward pass, through the loss.
+  const bool layer = p == StepPhase::fill || p == StepPhase::recompute || p == StepPhase::backward ||
+                     (p == StepPhase::loss && !config_.checkpointing);
+  const bool backward = p == StepPhase::backward, loss = p == StepPhase::loss;
+  if (w.stage2 && !stage2) w.ckpt = Buffer(), w.dy = Buffer(), w.dx = Buffer();
+  if (w.layer && !layer) w.sets.clear();
+  if (w.backward && !backward)
+    for (Buffer* b : {&w.dx2, &w.dh2, &w.dh1, &w.dout, &w.dq, &w.dk, &w.dv, &w.dm, &w.dg, &w.du}) *b = Buffer();
+  if (w.loss && !loss)
+    for (Buffer* b : {&w.hf, &w.dhf, &w.rstdf, &w.logits, &w.logits_upcast, &w.logits_grad}) *b = Buffer();
+  const DType ad = act_dtype_;
+  if (!w.stage2 && stage2) {
+    w.ckpt = row_buffer("layer_input_checkpoints", Tier::device, checked_mul(g_.L, Cm * H), ad);
+    w.dy = row_buffer("hidden_gradients", Tier::device, Cm * H, ad);
+    w.dx = row_buffer("hidden_gradients", Tier::device, Cm * H, ad);
+  }
+  if (!w.layer && layer) {
+    w.sets.resize(static_cast<size_t>(config_.checkpointing ? 1 : g_.L));
+    for (LayerSet& a : w.sets) {
+      for (Buffer* b : {&a.h1, &a.x2, &a.h2, &a.tmp}) *b = row_buffer("layer_activations", Tier::device, Cm * H, ad);
+      for (Buffer* b : {&a.q, &a.o}) *b = row_buffer("layer_activations", Tier::device, Cm * qd, ad);
+      for (Buffer* b : {&a.k, &a.v}) *b = row_buffer("layer_activations", Tier::device, Cm * kvd, ad);
+      for (Buffer* b : {&a.g, &a.u, &a.m}) *b = row_buffer("layer_activations", Tier::device, Cm * F, ad);
+      for (Buffer* b : {&a.rstd1, &a.rstd2}) *b = row_buffer("layer_norm_rstd", Tier::device, Cm, DType::f32);
+      a.lse = row_buffer("attention_lse", Tier::device, Cm * model_.q_heads, DType::f32);
+    }
+  }
+  if (!w.backward && backward) {
+    for (Buffer* b : {&w.dx2, &w.dh2, &w.dh1})
+      *b = row_buffer("layer_backward_temporaries", Tier::device, Cm * H, ad);
+    for (Buffer* b : {&w.dout, &w.dq}) *b = row_buffer("layer_backward_temporaries", Tier::device, Cm * qd, ad);
+    for (Buffer* b : {&w.dk, &w.dv}) *b = row_buffer("layer_backward_temporaries", Tier::device, Cm * kvd, ad);
+    for (Buffer* b : {&w.dm, &w.dg, &w.du}) *b = row_buffer("layer_backward_temporaries", Tier::device, Cm * F, ad);
+  }
+  if (!w.loss && loss) {
+    w.hf = row_buffer("final_norm", Tier::device, Cm * H, ad);
+    w.dhf = row_buffer("final_norm", Tier::device, Cm * H, ad);
+    w.rstdf = row_buffer("final_norm_rstd", Tier::device, Cm, DType::f32);
+    if (fused_loss_) {
+      w.logits = row_buffer("logits", Tier::device, checked_mul(head_rows_, V, "logits"), loss_dtype_);
+    } else {
+      w.logits = row_buffer("logits", Tier::device, checked_mul(Cm, V, "logits"), ad);
+      if (loss_dtype_ != ad) w.logits_upcast = row_buffer("logits_upcast", Tier::device, Cm * V, loss_dtype_);
+      w.logits_grad = row_buffer("logits_gradient", Tier::device, Cm * V, loss_dtype_);
+    }
+  }
+  w.stage2 = stage2;
+  w.layer = layer;
+  w.backward = backward;
+  w.loss = loss;
+  phase_ = p;
+}
+
+Engine::LayerSet& Engine::layer_set(int64_t layer) const {
+  auto& sets = w_->sets;
+  OOMB_ASSERT(!sets.empty(), "layer activations used outside a layer phase");
+  return sets[static_cast<size_t>(config_.checkpointing ? 0 : layer)];
+}
+
+void Engine::upload_weights(const std::vector<float>& w) {
+  // The working weights in their storage dtype (bf16: each fp32 value rounded once).
+  if (param_dtype_ == DType::f32) {
+    backend_.upload(params_.data(), w.data(), params_.bytes());
+    return;
+  }
+  std::vector<uint16_t> b(w.size());
+  f32_to_bf16(w.data(), b.data(), static_cast<int64_t>(w.size()));
+  backend_.upload(params_.data(), b.data(), params_.bytes());
+}
+
 Engine::~Engine() = default;
 
 template <class F>
@@ -168,11 +394,11 @@ void Engine::timed(const char* name, const char* op, int stage, int64_t chunk, d
   recorder_.compute(name, op, stage, chunk, -1, t0, steady_now_ns(), flops);
 }
 
-void Engine::embed(int64_t c, int stage, float* x) {
+void Engine::embed(int64_t c, int stage, Tensor x) {
   const int64_t T = g_.chunk_len(c), s = g_.chunk_start(c);
   timed("embedding", "embedding", stage, c, 0, [&] {
     backend_.upload(w_->ids.data(), tokens_.data() + s, T * 4);
-    backend_.embedding_fwd(w_->ids.i32(), T, params_.f32() + layout_.embed(), model_.hidden, x);
+    backend_.embedding_fwd(w_->ids.i32(), T, params_.ct().at(layout_.embed()), model_.hidden, x);
   });
 }
 
@@ -183,9 +409,10 @@ PagedAttention Engine::attention_args(const Pass& pass, const PassPages& pages) 
   a.kv_heads = model_.kv_heads;
   a.head_dim = model_.head_dim;
   a.page_tokens = g_.p;
-  a.q = w_->q.f32();
-  a.k_own = w_->k.f32();
-  a.v_own = w_->v.f32();
+  const LayerSet& acts = layer_set(pass.layer);
+  a.q = acts.q.ct();
+  a.k_own = acts.k.ct();
+  a.v_own = acts.v.ct();
   a.prefix_pages.assign(pages.prefix_kv.begin(), pages.prefix_kv.end());
   a.kv_dtype = g_.kv_dtype;
   a.grad_dtype = g_.grad_dtype;
@@ -228,13 +455,13 @@ void Engine::select(const Pass& pass, int64_t pass_index) {
     return;
   }
   SelectionArgs a;
-  a.q = w_->q.f32();
+  a.q = layer_set(l).q.ct();
   a.rows = g_.chunk_len(c);
   a.q_heads = model_.q_heads;
   a.kv_heads = model_.kv_heads;
   a.head_dim = model_.head_dim;
   a.page_tokens = g_.p;
-  a.summaries = summaries_.f32() + l * g_.P * model_.kv_dim();
+  a.summaries = summaries_.ct().at(l * g_.P * model_.kv_dim());
   a.prefix_pages = prefix;
   a.budget = g_.budget;
   a.per_kv_head = config_.selection == "per-kv-head";
@@ -254,9 +481,9 @@ void Engine::measure_recall(const Pass& pass) {
   const int64_t qh = model_.q_heads, kh = model_.kv_heads, hd = model_.head_dim, qd = model_.q_dim();
   const int64_t kvd = model_.kv_dim(), group = qh / kh, Sk = s + T, prefix = g_.prefix_pages(c);
   std::vector<float>& keys = recall_keys_[static_cast<size_t>(l)];
-  backend_.download(keys.data() + s * kvd, w_->k.data(), T * kvd * 4);
+  download_f32(layer_set(l).k.ct(), T * kvd, keys.data() + s * kvd);
   std::vector<float> q(static_cast<size_t>(T * qd));
-  backend_.download(q.data(), w_->q.data(), T * qd * 4);
+  download_f32(layer_set(l).q.ct(), T * qd, q.data());
 
   // attended[(j * groups + g) * prefix + page]: query page j, selection group g attends `page`.
   const ChunkSelection& sel = log_.at(c, l);
@@ -295,22 +522,22 @@ void Engine::measure_recall(const Pass& pass) {
 // One layer's forward over chunk `pass.chunk`. fill: also selects pages (sparse), writes the own
 // K/V pages and page summaries. out == nullptr: the backward's recompute (the MLP output is not
 // needed, only the activations).
-void Engine::layer_forward(const Pass& pass, int64_t pass_index, PassPages& pages, const float* in, float* out) {
+void Engine::layer_forward(const Pass& pass, int64_t pass_index, PassPages& pages, ConstTensor in, Tensor out) {
   const int64_t T = g_.chunk_len(pass.chunk), pos0 = g_.chunk_start(pass.chunk);
   const int64_t H = model_.hidden, qd = model_.q_dim(), kvd = model_.kv_dim(), F = model_.ffn_hidden;
   const auto eps = static_cast<float>(model_.norm_eps);
   const LayerPtrs P = layer_ptrs(pass.layer);
-  Work& w = *w_;
+  LayerSet& w = layer_set(pass.layer);
   const double Td = static_cast<double>(T);
-  timed("attn_norm", pass, 0, [&] { backend_.rmsnorm_fwd(in, P.ln1, T, H, eps, w.h1.f32(), w.rstd1.f32()); });
+  timed("attn_norm", pass, 0, [&] { backend_.rmsnorm_fwd(in, P.ln1, T, H, eps, w.h1.t(), w.rstd1.f32()); });
   timed("qkv_proj", pass, 2 * Td * H * (qd + 2 * kvd), [&] {
-    backend_.linear_fwd(w.h1.f32(), T, H, P.wq, P.bq, qd, w.q.f32());
-    backend_.linear_fwd(w.h1.f32(), T, H, P.wk, P.bk, kvd, w.k.f32());
-    backend_.linear_fwd(w.h1.f32(), T, H, P.wv, P.bv, kvd, w.v.f32());
+    backend_.linear_fwd(w.h1.t(), T, H, P.wq, P.bq, qd, w.q.t());
+    backend_.linear_fwd(w.h1.t(), T, H, P.wk, P.bk, kvd, w.k.t());
+    backend_.linear_fwd(w.h1.t(), T, H, P.wv, P.bv, kvd, w.v.t());
   });
   timed("rope", pass, 0, [&] {
-    backend_.rope_fwd(w.q.f32(), T, model_.q_heads, model_.head_dim, pos0, model_.rope_theta);
-    backend_.rope_fwd(w.k.f32(), T, model_.kv_heads, model_.head_dim, pos0, model_.rope_theta);
+    backend_.rope_fwd(w.q.t(), T, model_.q_heads, model_.head_dim, pos0, model_.rope_theta);
+    backend_.rope_fwd(w.k.t(), T, model_.kv_heads, model_.head_dim, pos0, model_.rope_theta);
   });
   if (pass.kind == PassKind::fill) {
     select(pass, pass_index);
@@ -320,78 +547,80 @@ void Engine::layer_forward(const Pass& pass, int64_t pass_index, PassPages& page
     }
     if (g_.sparse)
       timed("page_summaries", pass, 0, [&] {
-        backend_.page_summaries(w.k.f32(), T, kvd, g_.p,
-                                summaries_.f32() + (pass.layer * g_.P + g_.first_own_page(pass.chunk)) * kvd);
+        backend_.page_summaries(w.k.t(), T, kvd, g_.p,
+                                summaries_.t().at((pass.layer * g_.P + g_.first_own_page(pass.chunk)) * kvd));
       });
   }
   const PagedAttention a = attention_args(pass, pages);
   timed("attention_fwd", pass, 4.0 * model_.head_dim * model_.q_heads * attention_pairs(a),
-        [&] { backend_.attention_fwd(a, w.o.f32(), w.lse.f32()); });
+        [&] { backend_.attention_fwd(a, w.o.t(), w.lse.f32()); });
   if (pass.kind == PassKind::fill)
     timed("kv_write", pass, 0, [&] {
-      backend_.write_kv_pages(w.k.f32(), w.v.f32(), T, kvd, g_.p, pages.own_kv, g_.kv_dtype);
+      backend_.write_kv_pages(w.k.t(), w.v.t(), T, kvd, g_.p, pages.own_kv, g_.kv_dtype);
     });
   timed("o_proj", pass, 2 * Td * qd * H, [&] {
-    backend_.linear_fwd(w.o.f32(), T, qd, P.wo, nullptr, H, w.tmp.f32());
-    backend_.copy(w.x2.f32(), in, T * H);
-    backend_.add(w.x2.f32(), w.tmp.f32(), T * H);
+    backend_.linear_fwd(w.o.t(), T, qd, P.wo, nullptr, H, w.tmp.t());
+    backend_.copy(w.x2.t(), in, T * H);
+    backend_.add(w.x2.t(), w.tmp.t(), T * H);
   });
-  timed("mlp_norm", pass, 0, [&] { backend_.rmsnorm_fwd(w.x2.f32(), P.ln2, T, H, eps, w.h2.f32(), w.rstd2.f32()); });
+  timed("mlp_norm", pass, 0, [&] { backend_.rmsnorm_fwd(w.x2.t(), P.ln2, T, H, eps, w.h2.t(), w.rstd2.f32()); });
   timed("mlp_fwd", pass, 2 * Td * H * F * (out ? 3 : 2), [&] {
-    backend_.linear_fwd(w.h2.f32(), T, H, P.wg, nullptr, F, w.g.f32());
-    backend_.linear_fwd(w.h2.f32(), T, H, P.wu, nullptr, F, w.u.f32());
-    backend_.swiglu_fwd(w.g.f32(), w.u.f32(), T * F, w.m.f32());
+    backend_.linear_fwd(w.h2.t(), T, H, P.wg, nullptr, F, w.g.t());
+    backend_.linear_fwd(w.h2.t(), T, H, P.wu, nullptr, F, w.u.t());
+    backend_.swiglu_fwd(w.g.t(), w.u.t(), T * F, w.m.t());
     if (out) {
-      backend_.linear_fwd(w.m.f32(), T, F, P.wd, nullptr, H, w.tmp.f32());
-      backend_.copy(out, w.x2.f32(), T * H);
-      backend_.add(out, w.tmp.f32(), T * H);
+      backend_.linear_fwd(w.m.t(), T, F, P.wd, nullptr, H, w.tmp.t());
+      backend_.copy(out, w.x2.t(), T * H);
+      backend_.add(out, w.tmp.t(), T * H);
     }
   });
 }
 
-void Engine::layer_backward(const Pass& pass, PassPages& pages, const float* in, const float* dy, float* dx) {
-  layer_forward(pass, -1, pages, in, nullptr);  // recompute from the checkpoint
+void Engine::layer_backward(const Pass& pass, PassPages& pages, ConstTensor in, ConstTensor dy, Tensor dx) {
+  // Recompute from the checkpoint, unless the stage-2 forward kept this layer's activations.
+  if (config_.checkpointing) layer_forward(pass, -1, pages, in, Tensor{});
   const int64_t T = g_.chunk_len(pass.chunk), pos0 = g_.chunk_start(pass.chunk);
   const int64_t H = model_.hidden, qd = model_.q_dim(), kvd = model_.kv_dim(), F = model_.ffn_hidden;
   const LayerPtrs P = layer_ptrs(pass.layer);
   Work& w = *w_;
+  LayerSet& a_ = layer_set(pass.layer);
   const double Td = static_cast<double>(T);
   timed("mlp_bwd", pass, 4 * Td * H * F * 3, [&] {
-    backend_.linear_bwd(w.m.f32(), T, F, P.wd, H, dy, w.dm.f32(), false, P.d_wd, nullptr);
-    backend_.swiglu_bwd(w.g.f32(), w.u.f32(), w.dm.f32(), T * F, w.dg.f32(), w.du.f32());
-    backend_.linear_bwd(w.h2.f32(), T, H, P.wg, F, w.dg.f32(), w.dh2.f32(), false, P.d_wg, nullptr);
-    backend_.linear_bwd(w.h2.f32(), T, H, P.wu, F, w.du.f32(), w.dh2.f32(), true, P.d_wu, nullptr);
+    backend_.linear_bwd(a_.m.t(), T, F, P.wd, H, dy, w.dm.t(), false, P.d_wd, nullptr);
+    backend_.swiglu_bwd(a_.g.t(), a_.u.t(), w.dm.t(), T * F, w.dg.t(), w.du.t());
+    backend_.linear_bwd(a_.h2.t(), T, H, P.wg, F, w.dg.t(), w.dh2.t(), false, P.d_wg, nullptr);
+    backend_.linear_bwd(a_.h2.t(), T, H, P.wu, F, w.du.t(), w.dh2.t(), true, P.d_wu, nullptr);
   });
   timed("mlp_norm_bwd", pass, 0, [&] {
-    backend_.copy(w.dx2.f32(), dy, T * H);  // residual
-    backend_.rmsnorm_bwd(w.x2.f32(), P.ln2, w.rstd2.f32(), w.dh2.f32(), T, H, w.dx2.f32(), P.d_ln2);
+    backend_.copy(w.dx2.t(), dy, T * H);  // residual
+    backend_.rmsnorm_bwd(a_.x2.t(), P.ln2, a_.rstd2.f32(), w.dh2.t(), T, H, w.dx2.t(), P.d_ln2);
   });
   timed("o_proj_bwd", pass, 4 * Td * qd * H,
-        [&] { backend_.linear_bwd(w.o.f32(), T, qd, P.wo, H, w.dx2.f32(), w.dout.f32(), false, P.d_wo, nullptr); });
+        [&] { backend_.linear_bwd(a_.o.t(), T, qd, P.wo, H, w.dx2.t(), w.dout.t(), false, P.d_wo, nullptr); });
   const PagedAttention a = attention_args(pass, pages);
   timed("attention_bwd", pass, 10.0 * model_.head_dim * model_.q_heads * attention_pairs(a), [&] {
-    backend_.attention_bwd(a, w.o.f32(), w.lse.f32(), w.dout.f32(), w.dq.f32(), w.dk.f32(), w.dv.f32(),
+    backend_.attention_bwd(a, a_.o.t(), a_.lse.f32(), w.dout.t(), w.dq.t(), w.dk.t(), w.dv.t(),
                            pages.prefix_dkv);
   });
   // What later chunks accumulated into this chunk's gradient pages joins the own queries' part.
   timed("dkv_own", pass, 0,
-        [&] { backend_.add_from_grad_pages(pages.own_dkv, T, kvd, g_.p, w.dk.f32(), w.dv.f32(), g_.grad_dtype); });
+        [&] { backend_.add_from_grad_pages(pages.own_dkv, T, kvd, g_.p, w.dk.t(), w.dv.t(), g_.grad_dtype); });
   timed("rope_bwd", pass, 0, [&] {
-    backend_.rope_bwd(w.dq.f32(), T, model_.q_heads, model_.head_dim, pos0, model_.rope_theta);
-    backend_.rope_bwd(w.dk.f32(), T, model_.kv_heads, model_.head_dim, pos0, model_.rope_theta);
+    backend_.rope_bwd(w.dq.t(), T, model_.q_heads, model_.head_dim, pos0, model_.rope_theta);
+    backend_.rope_bwd(w.dk.t(), T, model_.kv_heads, model_.head_dim, pos0, model_.rope_theta);
   });
   timed("qkv_proj_bwd", pass, 4 * Td * H * (qd + 2 * kvd), [&] {
-    backend_.linear_bwd(w.h1.f32(), T, H, P.wq, qd, w.dq.f32(), w.dh1.f32(), false, P.d_wq, P.d_bq);
-    backend_.linear_bwd(w.h1.f32(), T, H, P.wk, kvd, w.dk.f32(), w.dh1.f32(), true, P.d_wk, P.d_bk);
-    backend_.linear_bwd(w.h1.f32(), T, H, P.wv, kvd, w.dv.f32(), w.dh1.f32(), true, P.d_wv, P.d_bv);
+    backend_.linear_bwd(a_.h1.t(), T, H, P.wq, qd, w.dq.t(), w.dh1.t(), false, P.d_wq, P.d_bq);
+    backend_.linear_bwd(a_.h1.t(), T, H, P.wk, kvd, w.dk.t(), w.dh1.t(), true, P.d_wk, P.d_bk);
+    backend_.linear_bwd(a_.h1.t(), T, H, P.wv, kvd, w.dv.t(), w.dh1.t(), true, P.d_wv, P.d_bv);
   });
   timed("attn_norm_bwd", pass, 0, [&] {
-    backend_.copy(dx, w.dx2.f32(), T * H);
-    backend_.rmsnorm_bwd(in, P.ln1, w.rstd1.f32(), w.dh1.f32(), T, H, dx, P.d_ln1);
+    backend_.copy(dx, w.dx2.t(), T * H);
+    backend_.rmsnorm_bwd(in, P.ln1, a_.rstd1.f32(), w.dh1.t(), T, H, dx, P.d_ln1);
   });
 }
 
-double Engine::head_forward_backward(int64_t c, const float* x_last, float* dy) {
+double Engine::head_forward_backward(int64_t c, ConstTensor x_last, Tensor dy) {
   const int64_t T = g_.chunk_len(c), s = g_.chunk_start(c), H = model_.hidden, V = model_.vocab;
   Work& w = *w_;
   std::vector<int32_t> targets(static_cast<size_t>(T));
@@ -399,23 +628,34 @@ double Engine::head_forward_backward(int64_t c, const float* x_last, float* dy) 
     targets[static_cast<size_t>(t)] = s + t + 1 < g_.N ? tokens_[static_cast<size_t>(s + t + 1)] : -1;
   double loss_sum = 0;
   const float inv = 1.0f / static_cast<float>(g_.N - 1);
+  const ConstTensor head = params_.ct().at(layout_.lm_head());
   timed("lm_head", "lm_head", 2, c, 6.0 * T * H * V, [&] {
     backend_.upload(w.targets.data(), targets.data(), T * 4);
-    backend_.rmsnorm_fwd(x_last, params_.f32() + layout_.final_norm(), T, H, static_cast<float>(model_.norm_eps),
-                         w.hf.f32(), w.rstdf.f32());
-    // Row tiles: logits of a tile, the loss and its gradient in place, then the tile's share of dW
+    backend_.rmsnorm_fwd(x_last, params_.ct().at(layout_.final_norm()), T, H, static_cast<float>(model_.norm_eps),
+                         w.hf.t(), w.rstdf.f32());
+    // Row tiles: logits of a tile, the loss and its gradient (in place when fused; the framework
+    // path keeps the logits, an upcast copy and a separate gradient), then the tile's share of dW
     // (accumulated) and of d(final norm output) (its own rows).
     for (int64_t r0 = 0; r0 < T; r0 += head_rows_) {
       const int64_t rows = std::min(head_rows_, T - r0);
-      const float* hf = w.hf.f32() + r0 * H;
-      backend_.linear_fwd(hf, rows, H, params_.f32() + layout_.lm_head(), nullptr, V, w.logits.f32());
-      loss_sum += backend_.cross_entropy(w.logits.f32(), rows, V, w.targets.i32() + r0, inv);
-      backend_.linear_bwd(hf, rows, H, params_.f32() + layout_.lm_head(), V, w.logits.f32(), w.dhf.f32() + r0 * H,
-                          false, grads_.f32() + layout_.lm_head(), nullptr);
+      const ConstTensor hf = w.hf.ct().at(r0 * H);
+      backend_.linear_fwd(hf, rows, H, head, nullptr, V, w.logits.t());
+      ConstTensor logits = w.logits.ct();
+      Tensor grad = w.logits.t();
+      if (!fused_loss_) {
+        if (w.logits_upcast.data()) {
+          backend_.copy(w.logits_upcast.t(), logits, rows * V);
+          logits = w.logits_upcast.ct();
+        }
+        grad = w.logits_grad.t();
+      }
+      loss_sum += backend_.cross_entropy(logits, rows, V, w.targets.i32() + r0, inv, grad);
+      backend_.linear_bwd(hf, rows, H, head, V, grad, w.dhf.t().at(r0 * H), false, grads_.t().at(layout_.lm_head()),
+                          nullptr);
     }
-    backend_.fill_zero(dy, T * H * 4);
-    backend_.rmsnorm_bwd(x_last, params_.f32() + layout_.final_norm(), w.rstdf.f32(), w.dhf.f32(), T, H, dy,
-                         grads_.f32() + layout_.final_norm());
+    backend_.fill_zero(dy.data, T * H * dtype_bytes(dy.dtype));
+    backend_.rmsnorm_bwd(x_last, params_.ct().at(layout_.final_norm()), w.rstdf.f32(), w.dhf.ct(), T, H, dy,
+                         grads_.t().at(layout_.final_norm()));
   });
   return loss_sum / static_cast<double>(g_.N - 1);
 }
@@ -478,9 +718,10 @@ StepResult Engine::step(const std::vector<int32_t>& tokens) {
   };
 
   // Stage 1: forward fill, chunks in order, no gradients.
+  enter(StepPhase::fill);
   for (int64_t c = 0; c < g_.n; ++c) {
-    float* x = w.x.f32();
-    float* y = w.y.f32();
+    Tensor x = w.x.t();
+    Tensor y = w.y.t();
     embed(c, 1, x);
     for (int64_t l = 0; l < g_.L; ++l, ++pi) {
       const Pass& p = next(PassKind::fill, c, l);
@@ -495,18 +736,22 @@ StepResult Engine::step(const std::vector<int32_t>& tokens) {
   // Stage 2: chunks in reverse; recompute keeping each layer's input, then backward layer by layer.
   double loss = 0;
   for (int64_t c = g_.n - 1; c >= 0; --c) {
-    auto ckpt = [&](int64_t l) { return w.ckpt.f32() + l * Cm * H; };
+    enter(StepPhase::recompute);
+    auto ckpt = [&](int64_t l) { return w.ckpt.t().at(l * Cm * H); };
     embed(c, 2, ckpt(0));
     for (int64_t l = 0; l < g_.L; ++l, ++pi) {
       const Pass& p = next(PassKind::recompute, c, l);
       PassPages& pages = acquire(p);
-      layer_forward(p, static_cast<int64_t>(pi), pages, ckpt(l), l + 1 < g_.L ? ckpt(l + 1) : w.x.f32());
+      layer_forward(p, static_cast<int64_t>(pi), pages, ckpt(l), l + 1 < g_.L ? ckpt(l + 1) : w.x.t());
       release(p);
       report(p);
     }
-    float* dy = w.dy.f32();
-    float* dx = w.dx.f32();
-    loss += head_forward_backward(c, w.x.f32(), dy);
+    enter(StepPhase::loss);
+    Tensor dy = w.dy.t();
+    Tensor dx = w.dx.t();
+    loss += head_forward_backward(c, w.x.ct(), dy);
+    check_finite_loss(loss, c);
+    enter(StepPhase::backward);
     for (int64_t l = g_.L - 1; l >= 0; --l, ++pi) {
       const Pass& p = next(PassKind::backward, c, l);
       PassPages& pages = acquire(p);
@@ -516,11 +761,12 @@ StepResult Engine::step(const std::vector<int32_t>& tokens) {
       report(p);
     }
     timed("embedding_bwd", "embedding_bwd", 2, c, 0, [&] {
-      backend_.embedding_bwd(w.ids.i32(), g_.chunk_len(c), dy, H, grads_.f32() + layout_.embed());
+      backend_.embedding_bwd(w.ids.i32(), g_.chunk_len(c), dy, H, grads_.t().at(layout_.embed()));
     });
   }
   OOMB_ASSERT(pi == passes.size());
 
+  enter(StepPhase::optimizer);
   if (config_.optimizer != simulator::Optimizer::none && ++accumulated_ >= options_.adamw.grad_accum)
     optimizer_step();
 
@@ -546,6 +792,13 @@ StepResult Engine::step(const std::vector<int32_t>& tokens) {
   m.peak_device_bytes = account_.peak(Tier::device);
   m.peak_host_bytes = account_.peak(Tier::host);
   m.device_breakdown_bytes = account_.peak_by_category(Tier::device);
+  m.param_dtype = to_string(param_dtype_);
+  m.param_grad_dtype = to_string(grad_dtype_);
+  m.activation_dtype = to_string(act_dtype_);
+  m.loss_dtype = to_string(loss_dtype_);
+  m.backend = backend_.name();
+  m.buffers = rows_;
+  m.notes = notes_;
   m.h2d_bytes = store_->counters().h2d_bytes;
   m.d2h_bytes = store_->counters().d2h_bytes;
   m.copy_regions = store_->counters().regions;
@@ -566,8 +819,8 @@ void Engine::optimizer_step() {
   const AdamWOptions& o = options_.adamw;
   const int64_t n = layout_.total();
   timed("adamw", "optimizer", 2, -1, 12.0 * static_cast<double>(n), [&] {
-    if (accumulated_ > 1) backend_.scale(grads_.f32(), n, 1.0f / static_cast<float>(accumulated_));
-    backend_.adamw(params_.f32(), grads_.f32(), adam_m_.f32(), adam_v_.f32(),
+    if (accumulated_ > 1) backend_.scale(grads_.t(), n, 1.0f / static_cast<float>(accumulated_));
+    backend_.adamw(params_.t(), master_.f32(), grads_.ct(), adam_m_.f32(), adam_v_.f32(),
                    static_cast<const uint8_t*>(decay_mask_.data()), n, o.lr, o.beta1, o.beta2, o.eps, o.weight_decay,
                    ++adam_steps_);
   });
@@ -580,15 +833,34 @@ void Engine::optimizer_step() {
 
 void Engine::zero_gradients() { backend_.fill_zero(grads_.data(), grads_.bytes()); }
 
+void Engine::download_f32(ConstTensor src, int64_t n, float* dst) const {
+  if (src.dtype == DType::f32) {
+    backend_.download(dst, src.data, n * 4);
+    return;
+  }
+  std::vector<uint16_t> b(static_cast<size_t>(n));
+  backend_.download(b.data(), src.data, n * 2);
+  bf16_to_f32(b.data(), dst, n);
+}
+
+void Engine::check_finite_loss(double loss, int64_t chunk) const {
+  if (std::isfinite(loss)) return;
+  throw Error("loss", "", "is not finite (" + std::to_string(loss) + ") after the loss of chunk " +
+                              std::to_string(chunk) + ": the weights, tokens or learning rate produce NaN/inf",
+              "check --weights for NaN/inf values, --init-std and --lr");
+}
+
 Gradients Engine::gradients() const {
   Gradients g = zero_params(model_);
-  backend_.download(g.data.data(), grads_.data(), grads_.bytes());
+  download_f32(grads_.ct(), layout_.total(), g.data.data());
   return g;
 }
 
 Weights Engine::weights() const {
   Weights w = zero_params(model_);
-  backend_.download(w.data.data(), params_.data(), params_.bytes());
+  // The working weights as stored (an optimizer's fp32 master weights are what they round from).
+  if (master_.data()) download_f32(master_.ct(), layout_.total(), w.data.data());
+  else download_f32(params_.ct(), layout_.total(), w.data.data());
   return w;
 }
 
@@ -637,7 +909,16 @@ Json Measured::to_json() const {
     unions.push_back({{"chunk", u.chunk}, {"layer", u.layer}, {"pages", u.pages}});
     max_union = std::max(max_union, u.pages);
   }
+  Json bufs = Json::array();
+  for (const auto& b : buffers) bufs.push_back(b.to_json());
   Json j = {{"compute_dtype", "fp32"},
+          {"param_dtype", param_dtype},
+          {"param_grad_dtype", param_grad_dtype},
+          {"activation_dtype", activation_dtype},
+          {"loss_dtype", loss_dtype},
+          {"backend", backend},
+          {"buffers", bufs},
+          {"notes", notes},
           {"kv_dtype", kv_dtype},
           {"kv_grad_dtype", kv_grad_dtype},
           {"kv_page_bytes", kv_page_bytes},

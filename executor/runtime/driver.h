@@ -39,6 +39,13 @@ struct Progress {
   int64_t device_bytes = 0;
 };
 
+// One row of a plan's buffer table as the executor checks it (planner::Plan::buffers).
+struct PlannedRow {
+  std::string name;
+  Tier tier = Tier::device;
+  int64_t bytes = 0;
+};
+
 struct EngineOptions {
   bool record_trace = false;
   traces::Detail detail = traces::Detail::layer;
@@ -56,6 +63,25 @@ struct EngineOptions {
   // profiler (op_tagger.h; the CLI's CUPTI timing). Not owned; must outlive the Engine. Null: no
   // tagging (the driver only tests the pointer).
   OpTagger* tagger = nullptr;
+  // The plan's buffer table. Non-empty: at construction every row the engine needs is compared
+  // with the plan's row of that name: a missing or smaller planned row is refused (oomb::Error
+  // naming the row), a larger or unused one is a note (Measured::notes).
+  std::vector<PlannedRow> planned;
+};
+
+// Phases of a step (the simulator's phases of the oomb schedule, by the same names).
+enum class StepPhase { fill, recompute, loss, backward, optimizer };
+const char* to_string(StepPhase p);
+
+// One row of the executor's own device/host buffer table: what it allocates under the name of the
+// simulator's row (docs/model.md "Lifetimes"), sized from its own geometry.
+struct ExecutorBuffer {
+  std::string name, category;
+  Tier tier = Tier::device;
+  std::string dtype;
+  int64_t bytes = 0;
+  std::vector<StepPhase> phases;
+  Json to_json() const;
 };
 
 struct UnionSize {
@@ -72,9 +98,14 @@ struct RecallSample {
 
 // What a run measured (the executor's side of `oomb validate`).
 struct Measured {
-  // Page storage as run (config kv_dtype / kv_grad_dtype: "fp32" or "bf16"); everything else the
-  // executor computes and stores is fp32 ("compute_dtype" in to_json).
+  // Page storage as run (config kv_dtype / kv_grad_dtype: "fp32" or "bf16"); the executor computes
+  // in fp32 ("compute_dtype" in to_json) on values stored in the dtypes below.
   std::string kv_dtype = "fp32", kv_grad_dtype = "fp32";
+  // Storage of weights, parameter gradients, activations and loss tiles as run (fp32 or bf16).
+  std::string param_dtype = "fp32", param_grad_dtype = "fp32", activation_dtype = "fp32", loss_dtype = "fp32";
+  std::string backend;                  // the backend that ran ("cpu", "cuda")
+  std::vector<ExecutorBuffer> buffers;  // the executor's own buffer table
+  std::vector<std::string> notes;       // the plan check's notes (EngineOptions::planned)
   int64_t kv_page_bytes = 0, grad_page_bytes = 0;
   int64_t kv_pool_pages = 0, grad_pool_pages = 0;  // device pool capacities
   int64_t kv_pool_high_water_pages = 0, grad_pool_high_water_pages = 0;
@@ -127,17 +158,29 @@ class Engine {
   // decoded with origin trace_origin_ns()) and the summary recomputed. Needs record_trace.
   traces::Trace device_timed_trace(traces::Trace device, const std::string& command = {}) const;
   const SelectionLog& selections() const { return log_; }  // of the last step
+  // The executor's own buffer table (every device allocation it makes is under one of these rows).
+  const std::vector<ExecutorBuffer>& buffers() const { return rows_; }
   const models::ModelSpec& model() const { return model_; }
   const Geometry& geometry() const { return g_; }
 
  private:
   struct Work;
+  struct LayerSet;
   struct LayerPtrs;
+  LayerSet& layer_set(int64_t layer) const;
   LayerPtrs layer_ptrs(int64_t l) const;
-  void embed(int64_t c, int stage, float* x);
-  void layer_forward(const Pass& pass, int64_t pass_index, PassPages& pages, const float* in, float* out);
-  void layer_backward(const Pass& pass, PassPages& pages, const float* in, const float* dy, float* dx);
-  double head_forward_backward(int64_t c, const float* x_last, float* dy);
+  void embed(int64_t c, int stage, Tensor x);
+  void layer_forward(const Pass& pass, int64_t pass_index, PassPages& pages, ConstTensor in, Tensor out);
+  void layer_backward(const Pass& pass, PassPages& pages, ConstTensor in, ConstTensor dy, Tensor dx);
+  double head_forward_backward(int64_t c, ConstTensor x_last, Tensor dy);
+  void enter(StepPhase p);
+  void add_row(const std::string& name, const std::string& category, Tier tier, const std::string& dtype,
+               int64_t bytes, std::vector<StepPhase> phases);
+  Buffer row_buffer(const std::string& name, Tier tier, int64_t elements, DType dtype);
+  void upload_weights(const std::vector<float>& w);
+  void download_f32(ConstTensor src, int64_t n, float* dst) const;
+  void check_finite_loss(double loss, int64_t chunk) const;
+  void check_plan();
   void select(const Pass& pass, int64_t pass_index);
   PagedAttention attention_args(const Pass& pass, const PassPages& pages) const;
   void optimizer_step();
@@ -158,7 +201,12 @@ class Engine {
   TraceRecorder recorder_;
   std::unique_ptr<OffloadEngine> store_;
   ParamLayout layout_;
-  Buffer params_, grads_, adam_m_, adam_v_, decay_mask_;
+  DType param_dtype_ = DType::f32, grad_dtype_ = DType::f32, act_dtype_ = DType::f32, loss_dtype_ = DType::f32;
+  bool fused_loss_ = false;
+  StepPhase phase_ = StepPhase::optimizer;
+  std::vector<ExecutorBuffer> rows_;
+  std::vector<std::string> notes_;
+  Buffer params_, grads_, master_, adam_m_, adam_v_, decay_mask_;
   Buffer summaries_;  // sparse: [L][P][kv_dim] page key means
   std::unique_ptr<Work> w_;
   SelectionLog log_;

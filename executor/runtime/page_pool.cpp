@@ -21,8 +21,8 @@ PagePool::PagePool(Backend& backend, Tier tier, std::string name, int64_t page_b
                                          : std::max<int64_t>(1, max_slab_bytes / page_bytes);
   for (int64_t first = 0; first < capacity_pages; first += pages_per_slab_) {
     const int64_t pages = std::min(pages_per_slab_, capacity_pages - first);
-    slabs_.emplace_back(backend_, tier_, checked_mul(pages, page_bytes, "page pool bytes"),
-                        tier_ == Tier::host ? &account_ : nullptr, name_);
+    slabs_.emplace_back(backend_, tier_, checked_mul(pages, page_bytes, "page pool bytes"), &account_,
+                        name_.find("grad") != std::string::npos ? "kv_grad_pages" : "kv_pages");
   }
   for (int64_t i = 0; i < capacity_pages; ++i) free_.insert(free_.end(), i);
   used_.assign(static_cast<size_t>(capacity_pages), 0);
@@ -42,10 +42,7 @@ int64_t PagePool::allocate_at(int64_t page, bool zero) {
   ++in_use_;
   high_water_ = std::max(high_water_, in_use_);
   if (zero) backend_.fill_zero(ptr(page), page_bytes_);
-  if (tier_ == Tier::device) {
-    account_.add(tier_, name_, page_bytes_);
-    account_.add_pool_pages(1);
-  }
+  if (tier_ == Tier::device) account_.add_pool_pages(1);
   return page;
 }
 
@@ -54,10 +51,7 @@ void PagePool::free(int64_t page) {
   used_[static_cast<size_t>(page)] = 0;
   free_.insert(page);
   --in_use_;
-  if (tier_ == Tier::device) {
-    account_.add(tier_, name_, -page_bytes_);
-    account_.add_pool_pages(-1);
-  }
+  if (tier_ == Tier::device) account_.add_pool_pages(-1);
 }
 
 float* PagePool::ptr(int64_t page) const {

@@ -18,7 +18,9 @@ namespace oomb::executor {
 
 class PagePool {
  public:
-  // Device pools account their pages in use (category = name); host pools account their slabs.
+  // Every pool accounts its allocation (its slabs, whole, from construction: a pool is allocated
+  // once for the run) under the buffer-table category of its kind of page (kv_pages /
+  // kv_grad_pages); the pages in use are counted apart (MemoryAccount::pool_pages_in_use).
   PagePool(Backend& backend, Tier tier, std::string name, int64_t page_bytes, int64_t capacity_pages,
            MemoryAccount& account, int64_t max_slab_bytes = std::numeric_limits<int64_t>::max());
   PagePool(const PagePool&) = delete;

@@ -1,5 +1,6 @@
-// Memory breakdown: a stacked bar of device bytes by category against the device capacity, a host
-// bar against host RAM (pinnable marked), and the rows of the memory table with their formulas.
+// Memory breakdown: a stacked bar of the device bytes alive at the peak phase by category against
+// the device capacity, a host bar against host RAM (pinnable marked), and the rows of the memory
+// table with their phases and formulas.
 #include <algorithm>
 #include <map>
 
@@ -15,8 +16,9 @@ using simulator::Buffer;
 using simulator::Tier;
 
 // One stacked bar: segments per category (in table order), capacity lines, hover = category rows.
-void stacked_bar(const char* id, const std::vector<Buffer>& rows, Tier tier, int64_t total, int64_t capacity,
-                 const char* capacity_label, int64_t second_line, const char* second_label) {
+// Only the rows alive in `phases` count (the peak phase; all bits for the host).
+void stacked_bar(const char* id, const std::vector<Buffer>& rows, Tier tier, simulator::PhaseMask phases, int64_t total,
+                 int64_t capacity, const char* capacity_label, int64_t second_line, const char* second_label) {
   ImDrawList* dl = ImGui::GetWindowDrawList();
   const float label_h = ImGui::GetTextLineHeight();
   chart::Area a = chart::reserve(id, label_h * 2.6f);
@@ -27,7 +29,7 @@ void stacked_bar(const char* id, const std::vector<Buffer>& rows, Tier tier, int
   std::vector<std::string> order;
   std::map<std::string, int64_t> by_cat;
   for (const auto& r : rows)
-    if (r.tier == tier && r.bytes > 0) {
+    if (r.tier == tier && r.bytes > 0 && (r.phases & phases)) {
       if (!by_cat.count(r.category)) order.push_back(r.category);
       by_cat[r.category] += r.bytes;
     }
@@ -64,7 +66,7 @@ void stacked_bar(const char* id, const std::vector<Buffer>& rows, Tier tier, int
     ImGui::Text("%s: %s (%s of the total)", hovered.c_str(), format_bytes(by_cat[hovered]).c_str(),
                 format_percent(static_cast<double>(by_cat[hovered]) / static_cast<double>(std::max<int64_t>(total, 1))).c_str());
     for (const auto& r : rows)
-      if (r.tier == tier && r.category == hovered && r.bytes > 0)
+      if (r.tier == tier && r.category == hovered && r.bytes > 0 && (r.phases & phases))
         ImGui::BulletText("%s  %s  %s\n%s", r.name.c_str(), format_bytes(r.bytes).c_str(), r.shape.c_str(),
                           r.formula.c_str());
     ImGui::EndTooltip();
@@ -80,21 +82,28 @@ void draw_memory_panel(const ViewModel& vm) {
     return;
   }
   const auto& s = r.scenario;
-  ImGui::TextDisabled("Device (per GPU)");
-  stacked_bar("##device", r.table.rows, Tier::device, r.summary.peak_device_bytes, s.gpu.hbm_capacity_bytes,
-              ("HBM " + s.gpu.id).c_str(), 0, "");
+  const simulator::Phase peak = r.table.device_peak().phase;
+  ImGui::TextDisabled("Device (per GPU), at the peak phase: %s", simulator::to_string(peak));
+  std::string by_phase;
+  for (simulator::Phase p : simulator::phases_of(r.table.schedule))
+    by_phase += std::string(by_phase.empty() ? "" : "\n") + simulator::to_string(p) + ": " +
+                format_bytes(r.table.device_bytes_in(p)) + (p == peak ? "  (peak)" : "");
+  chart::formula_tooltip("device bytes alive per phase (pools at their allocated size):\n" + by_phase);
+  stacked_bar("##device", r.table.rows, Tier::device, simulator::phase_bit(peak), r.summary.peak_device_bytes,
+              s.gpu.hbm_capacity_bytes, ("HBM " + s.gpu.id).c_str(), 0, "");
   ImGui::TextDisabled("Host");
-  stacked_bar("##host", r.table.rows, Tier::host, r.summary.peak_host_bytes, s.host.ram_bytes,
+  stacked_bar("##host", r.table.rows, Tier::host, ~simulator::PhaseMask{0}, r.summary.peak_host_bytes, s.host.ram_bytes,
               ("RAM " + s.host.id).c_str(), s.host.pinnable_bytes, "pinnable");
 
   const ImGuiTableFlags flags = ImGuiTableFlags_ScrollY | ImGuiTableFlags_RowBg | ImGuiTableFlags_BordersInnerV |
                                 ImGuiTableFlags_SizingStretchProp;
-  if (ImGui::BeginTable("rows", 4, flags, ImGui::GetContentRegionAvail())) {
+  if (ImGui::BeginTable("rows", 5, flags, ImGui::GetContentRegionAvail())) {
     ImGui::TableSetupScrollFreeze(0, 1);
     ImGui::TableSetupColumn("buffer", ImGuiTableColumnFlags_WidthStretch, 3.0f);
     ImGui::TableSetupColumn("tier", ImGuiTableColumnFlags_WidthStretch, 0.8f);
     ImGui::TableSetupColumn("bytes", ImGuiTableColumnFlags_WidthStretch, 1.4f);
     ImGui::TableSetupColumn("share", ImGuiTableColumnFlags_WidthStretch, 1.0f);
+    ImGui::TableSetupColumn("phases", ImGuiTableColumnFlags_WidthStretch, 2.0f);
     ImGui::TableHeadersRow();
     std::vector<const simulator::Buffer*> rows;
     for (const auto& b : r.table.rows)
@@ -110,14 +119,24 @@ void draw_memory_panel(const ViewModel& vm) {
       ImGui::GetWindowDrawList()->AddRectFilled({p.x, p.y + 2}, {p.x + sq, p.y + 2 + sq}, chart::category_color(b->category));
       ImGui::SetCursorScreenPos({p.x + sq + 4, p.y});
       ImGui::TextUnformatted(b->name.c_str());
-      chart::formula_tooltip(b->category + "  " + b->shape + "\nlifetime: " + b->lifetime + "\nbytes = " + b->formula);
+      chart::formula_tooltip(b->category + "  " + b->shape + " " + b->dtype + "\nalive in: " + b->lifetime +
+                             "\nbytes = " + b->formula);
       ImGui::TableNextColumn();
       ImGui::TextUnformatted(dev ? "device" : "host");
       ImGui::TableNextColumn();
       ImGui::TextUnformatted(format_bytes(b->bytes).c_str());
       chart::formula_tooltip(b->formula);
       ImGui::TableNextColumn();
-      ImGui::TextUnformatted(format_percent(static_cast<double>(b->bytes) / static_cast<double>(std::max<int64_t>(total, 1))).c_str());
+      // Share of the peak for the rows alive at the peak phase; the others are freed by then.
+      if (!dev || (b->phases & simulator::phase_bit(peak)))
+        ImGui::TextUnformatted(format_percent(static_cast<double>(b->bytes) / static_cast<double>(std::max<int64_t>(total, 1))).c_str());
+      else
+        ImGui::TextDisabled("-");
+      ImGui::TableNextColumn();
+      if (dev && (b->phases & simulator::phase_bit(peak)))
+        ImGui::TextUnformatted(b->lifetime.c_str());
+      else
+        ImGui::TextDisabled("%s", b->lifetime.c_str());
     }
     ImGui::EndTable();
   }

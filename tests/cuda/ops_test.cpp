@@ -267,8 +267,9 @@ TEST_F(CudaOps, CrossEntropyLossAndGradient) {
         targets[static_cast<size_t>(t)] = t == 1 ? -1 : static_cast<int32_t>((t * 7919) % vocab);  // one unlabelled
       DeviceVec<float> d_logits(*gpu, logits);
       DeviceVec<int32_t> d_targets(*gpu, targets);
-      const double lc = cpu.cross_entropy(logits.data(), rows, vocab, targets.data(), 0.25f);
-      const double lg = gpu->cross_entropy(d_logits.get(), rows, vocab, d_targets.get(), 0.25f);
+      const double lc = cpu.cross_entropy(logits.data(), rows, vocab, targets.data(), 0.25f, logits.data());
+      const double lg =
+          gpu->cross_entropy(d_logits.get(), rows, vocab, d_targets.get(), 0.25f, d_logits.get());
       EXPECT_NEAR(lg, lc, kLossRelTol * std::abs(lc)) << rows << "x" << vocab;
       EXPECT_LE(rel_l2(d_logits.read(), logits), kReductionTol) << rows << "x" << vocab;
     }
@@ -287,8 +288,10 @@ TEST_F(CudaOps, AdamWMatchesTheReferenceOnDeviceAndHostState) {
       DeviceVec<float> d_p(*gpu, p), d_g(*gpu, g), d_m(*gpu, m, state), d_v(*gpu, v, state);
       DeviceVec<uint8_t> d_mask(*gpu, mask, state);
       for (int64_t step = 1; step <= 3; ++step) {
-        cpu.adamw(pc.data(), g.data(), mc.data(), vc.data(), mask.data(), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, step);
-        gpu->adamw(d_p.get(), d_g.get(), d_m.get(), d_v.get(), d_mask.get(), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, step);
+        cpu.adamw(pc.data(), nullptr, g.data(), mc.data(), vc.data(), mask.data(), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f,
+                  step);
+        gpu->adamw(d_p.get(), nullptr, d_g.get(), d_m.get(), d_v.get(), d_mask.get(), n, 1e-3f, 0.9f, 0.95f, 1e-8f,
+                   0.1f, step);
       }
       // The update is rounded like the reference: equal up to the last bit of the double division.
       EXPECT_LE(max_abs_diff(d_p.read(), pc), 1e-7) << n << " state " << to_string(state);

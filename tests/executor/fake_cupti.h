@@ -84,6 +84,7 @@ class FakeCupti final : public Backend, public OpTagger {
 
   // ---- Backend
   std::string name() const override { return b_.name(); }
+  std::vector<BackendBuffer> device_buffers() const override { return b_.device_buffers(); }
   void* allocate(Tier tier, int64_t bytes) override {
     void* p = b_.allocate(tier, bytes);
     memory(cupti::MemoryOp::allocation, tier, p, bytes);
@@ -133,62 +134,62 @@ class FakeCupti final : public Backend, public OpTagger {
   }
   void wait(const EventPtr& e) override { b_.wait(e); }
 
-  void embedding_fwd(const int32_t* ids, int64_t rows, const float* table, int64_t hidden, float* out) override {
+  void embedding_fwd(const int32_t* ids, int64_t rows, ConstTensor table, int64_t hidden, Tensor out) override {
     kernel("embedding_fwd", [&] { b_.embedding_fwd(ids, rows, table, hidden, out); });
   }
-  void embedding_bwd(const int32_t* ids, int64_t rows, const float* dout, int64_t hidden, float* acc) override {
+  void embedding_bwd(const int32_t* ids, int64_t rows, ConstTensor dout, int64_t hidden, Tensor acc) override {
     kernel("embedding_bwd", [&] { b_.embedding_bwd(ids, rows, dout, hidden, acc); });
   }
-  void rmsnorm_fwd(const float* x, const float* w, int64_t rows, int64_t dim, float eps, float* y,
+  void rmsnorm_fwd(ConstTensor x, ConstTensor w, int64_t rows, int64_t dim, float eps, Tensor y,
                    float* rstd) override {
     kernel("rmsnorm_fwd", [&] { b_.rmsnorm_fwd(x, w, rows, dim, eps, y, rstd); });
   }
-  void rmsnorm_bwd(const float* x, const float* w, const float* rstd, const float* dy, int64_t rows, int64_t dim,
-                   float* dx, float* dw) override {
+  void rmsnorm_bwd(ConstTensor x, ConstTensor w, const float* rstd, ConstTensor dy, int64_t rows, int64_t dim,
+                   Tensor dx, Tensor dw) override {
     kernel("rmsnorm_bwd", [&] { b_.rmsnorm_bwd(x, w, rstd, dy, rows, dim, dx, dw); });
   }
-  void linear_fwd(const float* x, int64_t rows, int64_t in, const float* w, const float* b, int64_t out,
-                  float* y) override {
+  void linear_fwd(ConstTensor x, int64_t rows, int64_t in, ConstTensor w, ConstTensor b, int64_t out,
+                  Tensor y) override {
     kernel("gemm", [&] { b_.linear_fwd(x, rows, in, w, b, out, y); });
   }
-  void linear_bwd(const float* x, int64_t rows, int64_t in, const float* w, int64_t out, const float* dy, float* dx,
-                  bool acc, float* dw, float* db) override {
+  void linear_bwd(ConstTensor x, int64_t rows, int64_t in, ConstTensor w, int64_t out, ConstTensor dy, Tensor dx,
+                  bool acc, Tensor dw, Tensor db) override {
     kernel("gemm", [&] { b_.linear_bwd(x, rows, in, w, out, dy, dx, acc, dw, db); });
   }
-  void rope_fwd(float* x, int64_t rows, int64_t heads, int64_t hd, int64_t pos0, double theta) override {
+  void rope_fwd(Tensor x, int64_t rows, int64_t heads, int64_t hd, int64_t pos0, double theta) override {
     kernel("rope_fwd", [&] { b_.rope_fwd(x, rows, heads, hd, pos0, theta); });
   }
-  void rope_bwd(float* dx, int64_t rows, int64_t heads, int64_t hd, int64_t pos0, double theta) override {
+  void rope_bwd(Tensor dx, int64_t rows, int64_t heads, int64_t hd, int64_t pos0, double theta) override {
     kernel("rope_bwd", [&] { b_.rope_bwd(dx, rows, heads, hd, pos0, theta); });
   }
-  void swiglu_fwd(const float* g, const float* u, int64_t n, float* out) override {
+  void swiglu_fwd(ConstTensor g, ConstTensor u, int64_t n, Tensor out) override {
     kernel("swiglu_fwd", [&] { b_.swiglu_fwd(g, u, n, out); });
   }
-  void swiglu_bwd(const float* g, const float* u, const float* dout, int64_t n, float* dg, float* du) override {
+  void swiglu_bwd(ConstTensor g, ConstTensor u, ConstTensor dout, int64_t n, Tensor dg, Tensor du) override {
     kernel("swiglu_bwd", [&] { b_.swiglu_bwd(g, u, dout, n, dg, du); });
   }
-  void add(float* y, const float* x, int64_t n) override {
+  void add(Tensor y, ConstTensor x, int64_t n) override {
     kernel("add", [&] { b_.add(y, x, n); });
   }
-  void copy(float* dst, const float* src, int64_t n) override {
-    timed(cupti::RecordKind::memcpy, "", kCompute, n * 4, [&] { b_.copy(dst, src, n); }, cupti::CopyKind::d2d);
+  void copy(Tensor dst, ConstTensor src, int64_t n) override {
+    timed(cupti::RecordKind::memcpy, "", kCompute, n * dtype_bytes(dst.dtype), [&] { b_.copy(dst, src, n); }, cupti::CopyKind::d2d);
   }
-  void attention_fwd(const PagedAttention& a, float* o, float* lse) override {
+  void attention_fwd(const PagedAttention& a, Tensor o, float* lse) override {
     kernel("attn_fwd", [&] { b_.attention_fwd(a, o, lse); });
   }
-  void attention_bwd(const PagedAttention& a, const float* o, const float* lse, const float* dout, float* dq,
-                     float* dk, float* dv, const std::vector<float*>& pages) override {
+  void attention_bwd(const PagedAttention& a, ConstTensor o, const float* lse, ConstTensor dout, Tensor dq,
+                     Tensor dk, Tensor dv, const std::vector<float*>& pages) override {
     kernel("attn_bwd", [&] { b_.attention_bwd(a, o, lse, dout, dq, dk, dv, pages); });
   }
-  void write_kv_pages(const float* k, const float* v, int64_t rows, int64_t kv_dim, int64_t p,
+  void write_kv_pages(ConstTensor k, ConstTensor v, int64_t rows, int64_t kv_dim, int64_t p,
                       const std::vector<float*>& pages, PageDtype dtype) override {
     kernel("write_kv_pages", [&] { b_.write_kv_pages(k, v, rows, kv_dim, p, pages, dtype); });
   }
-  void add_from_grad_pages(const std::vector<float*>& pages, int64_t rows, int64_t kv_dim, int64_t p, float* dk,
-                           float* dv, PageDtype dtype) override {
+  void add_from_grad_pages(const std::vector<float*>& pages, int64_t rows, int64_t kv_dim, int64_t p, Tensor dk,
+                           Tensor dv, PageDtype dtype) override {
     kernel("add_from_grad_pages", [&] { b_.add_from_grad_pages(pages, rows, kv_dim, p, dk, dv, dtype); });
   }
-  void page_summaries(const float* k, int64_t rows, int64_t kv_dim, int64_t p, float* out) override {
+  void page_summaries(ConstTensor k, int64_t rows, int64_t kv_dim, int64_t p, Tensor out) override {
     kernel("page_summaries", [&] { b_.page_summaries(k, rows, kv_dim, p, out); });
   }
   std::vector<std::vector<int32_t>> select_pages(const SelectionArgs& a) override {
@@ -196,17 +197,18 @@ class FakeCupti final : public Backend, public OpTagger {
     kernel("select_pages", [&] { r = b_.select_pages(a); });
     return r;
   }
-  double cross_entropy(float* logits, int64_t rows, int64_t vocab, const int32_t* targets, float s) override {
+  double cross_entropy(ConstTensor logits, int64_t rows, int64_t vocab, const int32_t* targets, float s,
+                       Tensor grad) override {
     double r = 0;
-    kernel("cross_entropy", [&] { r = b_.cross_entropy(logits, rows, vocab, targets, s); });
+    kernel("cross_entropy", [&] { r = b_.cross_entropy(logits, rows, vocab, targets, s, grad); });
     return r;
   }
-  void scale(float* x, int64_t n, float s) override {
+  void scale(Tensor x, int64_t n, float s) override {
     kernel("scale_kernel", [&] { b_.scale(x, n, s); });
   }
-  void adamw(float* param, const float* grad, float* m, float* v, const uint8_t* mask, int64_t n, float lr, float b1,
-             float b2, float eps, float wd, int64_t step) override {
-    kernel("adamw", [&] { b_.adamw(param, grad, m, v, mask, n, lr, b1, b2, eps, wd, step); });
+  void adamw(Tensor param, float* master, ConstTensor grad, float* m, float* v, const uint8_t* mask, int64_t n,
+             float lr, float b1, float b2, float eps, float wd, int64_t step) override {
+    kernel("adamw", [&] { b_.adamw(param, master, grad, m, v, mask, n, lr, b1, b2, eps, wd, step); });
   }
 
  private:

@@ -31,17 +31,21 @@ inline models::ModelSpec small_model(int64_t layers, int64_t q_heads, int64_t kv
   return m;
 }
 
+// c with every storage dtype fp32 (the exact reference configuration).
+inline simulator::Config all_fp32(simulator::Config c) {
+  c.kv_dtype = c.kv_grad_dtype = c.param_dtype = c.param_grad_dtype = c.activation_dtype = c.loss_dtype = "fp32";
+  return c;
+}
+
 inline simulator::Config small_config(int64_t context, int64_t chunk, int64_t page, int64_t resident) {
   simulator::Config c;
   c.context_tokens = context;
   c.chunk_tokens = chunk;
   c.page_tokens = page;
   c.resident_layers = resident;
-  // The exactness tests compare fp32 runs (Config's defaults store bf16 KV pages); bf16 page tests
-  // set these explicitly.
-  c.kv_dtype = "fp32";
-  c.kv_grad_dtype = "fp32";
-  return c;
+  // The exactness tests compare fp32 runs (Config's defaults store bf16 pages, weights, gradients
+  // and activations); bf16 tests set these explicitly.
+  return all_fp32(c);
 }
 
 // c with its KV and KV-gradient pages stored as kv / grads ("fp32" or "bf16").

@@ -64,6 +64,7 @@ struct Case {
   int64_t layers = 0, context = 0, chunk = 0, page = 0, budget = 0, resident = 2;
   bool sparse = false;
   std::string page_dtype = "fp32";  // KV and KV-gradient pages
+  std::string storage = "fp32";     // weights, parameter gradients, activations, loss tiles
 };
 
 Scenario scenario(const Case& k, const models::GpuSpec& gpu) {
@@ -79,7 +80,9 @@ Scenario scenario(const Case& k, const models::GpuSpec& gpu) {
   c.page_budget = k.budget > 0 ? k.budget : c.page_budget;
   c.resident_layers = k.resident;
   c.layers_override = k.layers;
-  c.kv_dtype = c.kv_grad_dtype = k.page_dtype;  // the executor stores the config's page dtypes
+  c.kv_dtype = c.kv_grad_dtype = k.page_dtype;  // the executor stores the config's dtypes
+  c.param_dtype = c.param_grad_dtype = c.activation_dtype = c.loss_dtype = k.storage;
+  c.peak_measure = simulator::PeakMeasure::allocated;  // the runtime's own allocations
   simulator::validate(c, s.model);
   return s;
 }
@@ -144,6 +147,7 @@ const std::vector<Case>& validation_cases() {
       {"tiny 8K sparse", "tiny", "tiny", 0, 8192, 1024, 64, 4, 2, true},
       {"tiny 16K sparse offload", "tiny", "tiny", 0, 16384, 2048, 64, 8, 1, true},
       {"tiny 8K dense offload bf16 pages", "tiny", "tiny", 0, 8192, 2048, 128, 0, 1, false, "bf16"},
+      {"tiny 8K dense offload bf16 storage", "tiny", "tiny", 0, 8192, 2048, 128, 0, 1, false, "bf16", "bf16"},
       {"qwen2.5-0.5b x2 128 dense offload", "qwen", "qwen2.5-0.5b", 2, 128, 64, 16, 0, 1, false},
   };
   return v;
@@ -232,10 +236,7 @@ std::vector<Row>& rows() {
 
 double rel(double meas, double pred) { return pred != 0 ? (meas - pred) / pred : (meas == 0 ? 0 : 1); }
 
-simulator::EventResult predict(Scenario s) {
-  simulator::apply_cpu_run(s);
-  return simulator::simulate_events(s, traces::Detail::chunk);
-}
+simulator::EventResult predict(const Scenario& s) { return simulator::simulate_events(s, traces::Detail::chunk); }
 
 // Compute time per stage of one step: of a prediction, the sum of its events; of a measurement
 // (several steps in one trace), the sum over passes of each pass's fastest occurrence, as the
@@ -261,11 +262,16 @@ TEST_P(Fidelity, PredictRunValidate) {
   const auto pred = predict(s);
   Scenario micro_s = scenario(k, cal.micro);
   const double micro_step = predict(micro_s).summary.step_s;
-  Scenario ps = s;
-  simulator::apply_cpu_run(ps);
+  const Scenario& ps = s;
   const simulator::PageCounts pc = simulator::page_counts(ps);
   const auto& m = r.measured;
 
+  // Device memory: the runtime's allocations against the predicted table (peak over phases) within
+  // 1%, and the breakdown at the peak equal category by category.
+  EXPECT_LE(std::abs(rel(static_cast<double>(m.peak_device_bytes), static_cast<double>(pred.summary.peak_device_bytes))),
+            0.01)
+      << k.name << ": predicted " << pred.summary.peak_device_bytes << ", allocated " << m.peak_device_bytes;
+  EXPECT_EQ(m.device_breakdown_bytes, pred.summary.device_breakdown_bytes) << k.name;
   if (!k.sparse) {
     EXPECT_EQ(m.h2d_bytes, pred.summary.h2d_bytes) << k.name;
     EXPECT_EQ(m.d2h_bytes, pred.summary.d2h_bytes) << k.name;

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -71,6 +72,98 @@ TEST(Plan, AllocationMatchesTheMemoryTable) {
   // Offloaded: the host holds every page of every layer, KV and gradient.
   EXPECT_EQ(a.host_kv_pages, p.model.layers * ((int64_t{4} << 20) / p.config.page_tokens));
   EXPECT_EQ(a.host_pool_bytes, a.host_kv_pages * a.kv_page_bytes + a.host_grad_pages * a.grad_page_bytes);
+}
+
+TEST(Plan, CarriesTheBufferTableAndRoundTripsIt) {
+  for (const char* kind : {"gpu", "cpu"}) {
+    Request r = testing::request("tiny", "h200");
+    r.scenario.gpu.kind = kind;
+    r.scenario.config.loss_dtype = "bf16";
+    SearchResult res = search(r, 8192);
+    ASSERT_TRUE(res.best.has_value());
+    simulator::Scenario s = r.scenario;
+    s.config = res.best->config;
+    const Plan p = make_plan(s, res.best->summary, "time", r.headroom);
+    SCOPED_TRACE(kind);
+    EXPECT_EQ(p.config.loss_dtype, "bf16");  // the planner keeps the config's loss dtype
+    // One buffer per row of the memory table, with its tier, dtype, bytes and phases.
+    const simulator::MemoryTable t = simulator::memory_table(s);
+    ASSERT_EQ(p.buffers.size(), t.rows.size());
+    for (size_t i = 0; i < t.rows.size(); ++i) {
+      const auto& b = p.buffers[i];
+      const auto& row = t.rows[i];
+      EXPECT_EQ(b.name, row.name);
+      EXPECT_EQ(b.category, row.category);
+      EXPECT_EQ(b.tier, row.tier == simulator::Tier::device ? "device" : "host");
+      EXPECT_EQ(b.shape, row.shape);
+      EXPECT_EQ(b.dtype, row.dtype);
+      EXPECT_EQ(b.bytes, row.bytes);
+      EXPECT_EQ(b.phases, simulator::phase_names(row.phases));
+      EXPECT_FALSE(b.phases.empty()) << b.name;
+      EXPECT_FALSE(b.dtype.empty()) << b.name;
+    }
+    // The rows alive at the predicted peak phase add up to the predicted peak.
+    const std::string peak_phase = p.prediction.at("peak_phase").get<std::string>();
+    int64_t at_peak = 0;
+    for (const auto& b : p.buffers)
+      if (b.tier == "device" && std::find(b.phases.begin(), b.phases.end(), peak_phase) != b.phases.end())
+        at_peak += b.bytes;
+    EXPECT_EQ(at_peak, p.prediction.at("peak_device_bytes").get<int64_t>());
+    // JSON: {"name", "category", "tier", "shape", "dtype", "bytes", "phases"} per row, read back equal.
+    const Json j = p.to_json();
+    ASSERT_TRUE(j.at("buffers").is_array());
+    const Json& first = j.at("buffers").at(0);
+    EXPECT_EQ(first.at("name"), "weights");
+    EXPECT_EQ(first.at("tier"), "device");
+    EXPECT_EQ(first.at("dtype"), "bf16");
+    EXPECT_EQ(first.at("phases"), Json({"fill", "recompute", "loss", "backward", "optimizer"}));
+    const Plan q = plan_from_json(j, "mem");
+    ASSERT_EQ(q.buffers.size(), p.buffers.size());
+    for (size_t i = 0; i < p.buffers.size(); ++i) EXPECT_EQ(q.buffers[i].to_json(), p.buffers[i].to_json());
+    EXPECT_EQ(q.to_json(), j);
+    bool has_gemm = false;
+    for (const auto& b : q.buffers) has_gemm |= b.name == "gemm_workspace";
+    EXPECT_EQ(has_gemm, std::string(kind) == "gpu");
+  }
+}
+
+TEST(Plan, OldPlansWithoutBuffersOrLossDtypeStillLoad) {
+  Json j = plan_for("tiny", "h200", 4096).to_json();
+  j.erase("buffers");
+  j["config"].erase("loss_dtype");
+  j["prediction"].erase("peak_phase");
+  const Plan p = plan_from_json(j, "old.json");
+  EXPECT_TRUE(p.buffers.empty());
+  EXPECT_EQ(p.config.loss_dtype, "fp32");
+}
+
+TEST(Plan, RejectsBadBufferRowsNamingTheRowAndKey) {
+  const Json good = plan_for("tiny", "h200", 4096).to_json();
+  ASSERT_GE(good.at("buffers").size(), 3u);
+  Json j = good;
+  j["buffers"][2]["tier"] = "gpu";
+  expect_error([&] { plan_from_json(j, "plan.json"); }, "plan.json: buffers[2]", "tier");
+  j = good;
+  j["buffers"][1]["phases"] = Json::array({"loss", "stage2"});
+  expect_error([&] { plan_from_json(j, "plan.json"); }, "plan.json: buffers[1]: phases", "stage2");
+  j = good;
+  j["buffers"][1]["phases"] = Json::array();
+  expect_error([&] { plan_from_json(j, "plan.json"); }, "plan.json: buffers[1]", "phases");
+  j = good;
+  j["buffers"][0]["bytes"] = -1;
+  expect_error([&] { plan_from_json(j, "plan.json"); }, "plan.json: buffers[0]", "bytes");
+  j = good;
+  j["buffers"][0].erase("dtype");
+  expect_error([&] { plan_from_json(j, "plan.json"); }, "plan.json: buffers[0]", "dtype");
+  j = good;
+  j["buffers"][1]["name"] = j["buffers"][0]["name"];
+  expect_error([&] { plan_from_json(j, "plan.json"); }, "plan.json", "buffers");
+  j = good;
+  j["buffers"] = Json::object();
+  expect_error([&] { plan_from_json(j, "plan.json"); }, "plan.json", "buffers");
+  j = good;
+  j["config"]["loss_dtype"] = "fp8";
+  expect_error([&] { plan_from_json(j, "plan.json"); }, "plan.json", "config");
 }
 
 TEST(Plan, RejectsOtherSchemasNamingTheFile) {

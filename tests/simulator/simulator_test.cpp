@@ -2,8 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
+#include <set>
 
 #include "core/error.h"
 
@@ -48,26 +51,273 @@ TEST(MemoryModel, Qwen7bHandComputedRows) {
   EXPECT_EQ(row_bytes(t, "host_kv_pages") + row_bytes(t, "host_kv_grad_pages"), 672 * kGiB);
   // Layer-input checkpoints: 28 layers x 4096 tokens x 3584 x 2 bytes.
   EXPECT_EQ(row_bytes(t, "layer_input_checkpoints"), 28LL * 4096 * 3584 * 2);
-  // Unfused per-chunk loss: 4096 x 152064 x (2 + 4 + 4) bytes.
-  EXPECT_EQ(row_bytes(t, "logits_and_loss"), 4096LL * 152064 * 10);
+  // Unfused per-chunk loss: bf16 logits, fp32 upcast and fp32 gradient, 4096 x 152064 x (2 + 4 + 4) bytes.
+  EXPECT_EQ(row_bytes(t, "logits"), 4096LL * 152064 * 2);
+  EXPECT_EQ(row_bytes(t, "logits_upcast"), 4096LL * 152064 * 4);
+  EXPECT_EQ(row_bytes(t, "logits_gradient"), 4096LL * 152064 * 4);
   // bf16 gradients: 448 GiB of host memory.
   s.config.kv_grad_dtype = "bf16";
   t = memory_table(s);
   EXPECT_EQ(row_bytes(t, "host_kv_pages") + row_bytes(t, "host_kv_grad_pages"), 448 * kGiB);
 }
 
-TEST(MemoryModel, TotalsAreTheSumOfRows) {
-  auto s = scenario("qwen2.5-7b", "h200", 1 << 20);
-  s.config.attention = Attention::sparse;
-  auto t = memory_table(s);
+TEST(MemoryModel, TotalsAreThePeakOverPhasesOfTheRows) {
+  for (Schedule schedule : {Schedule::oomb, Schedule::standard}) {
+    auto s = scenario("qwen2.5-7b", "h200", schedule == Schedule::oomb ? 1 << 20 : 32 << 10);
+    s.config.schedule = schedule;
+    if (schedule == Schedule::oomb) s.config.attention = Attention::sparse;
+    auto t = memory_table(s);
+    auto sum = evaluate(s);
+    SCOPED_TRACE(to_string(schedule));
+    // Every row lives in at least one phase of its schedule, and in no other.
+    for (const auto& r : t.rows) {
+      EXPECT_NE(r.phases, 0u) << r.name;
+      EXPECT_EQ(r.phases & ~all_phases(schedule), 0u) << r.name;
+    }
+    int64_t peak = 0, host = 0, sum_of_rows = 0;
+    std::string phase;
+    for (Phase p : phases_of(schedule)) {
+      int64_t live = 0;
+      for (const auto& r : t.rows)
+        if (r.tier == Tier::device && (r.phases & phase_bit(p))) live += r.bytes;
+      if (live > peak) peak = live, phase = to_string(p);
+    }
+    for (const auto& r : t.rows) (r.tier == Tier::device ? sum_of_rows : host) += r.bytes;
+    EXPECT_EQ(sum.peak_device_bytes, peak);
+    EXPECT_EQ(sum.peak_phase, phase);
+    EXPECT_LT(peak, sum_of_rows);  // buffers of different phases do not add up
+    EXPECT_EQ(sum.peak_host_bytes, host);  // host rows live for the whole step
+    int64_t breakdown = 0;
+    for (const auto& [k, v] : sum.device_breakdown_bytes) breakdown += v;
+    EXPECT_EQ(breakdown, peak);
+    EXPECT_EQ(to_json(sum).at("peak_phase"), phase);
+  }
+}
+
+// The rows alive in one phase: name -> bytes.
+std::map<std::string, int64_t> live_set(const MemoryTable& t, Phase p) {
+  std::map<std::string, int64_t> m;
+  for (const auto& r : t.rows)
+    if (r.tier == Tier::device && (r.phases & phase_bit(p))) m[r.name] = r.bytes;
+  return m;
+}
+
+int64_t total_of(const std::map<std::string, int64_t>& m) {
+  int64_t v = 0;
+  for (const auto& [k, b] : m) v += b;
+  return v;
+}
+
+// Qwen2.5-7B (28 layers, hidden 3584, 28 q heads, 4 kv heads, head_dim 128: q_dim 3584, kv_dim 512;
+// ffn 18944, vocab 152064; 7,615,616,512 parameters) on the h200 profile (reserve 1,610,612,736 B),
+// default knobs: bf16 weights, gradients and activations, checkpointing on, no optimizer, unfused
+// loss with loss dtype fp32, peak measured as reserved. Per token of one layer: activations 4H + 2 q_dim
+// + 2 kv_dim + 3 ffn = 79,360 values, backward temporaries 3H + ... = 75,776 values.
+constexpr int64_t kQwen7bParams = 7615616512;
+constexpr int64_t kH200Reserve = 1610612736;
+constexpr int64_t kGemmWorkspace = 33554432;
+
+TEST(PhasePeak, StandardQwen7b64kHoldsThePeakInTheLossHandComputed) {
+  auto s = scenario("qwen2.5-7b", "h200", 64 * 1024);
+  s.config.schedule = Schedule::standard;
+  const auto t = memory_table(s);
+  const int64_t N = 65536;
+  // Live in the loss phase: every-phase rows, the last layer's output, the layer-input checkpoints,
+  // the hidden gradients, final norm, bf16 logits, their fp32 upcast and fp32 gradient over N tokens.
+  const std::map<std::string, int64_t> loss = {
+      {"weights", kQwen7bParams * 2},
+      {"parameter_gradients", kQwen7bParams * 2},
+      {"token_ids", 2 * N * 4},                               // 524,288
+      {"hidden_states", N * 3584 * 2},                        // 469,762,048
+      {"layer_input_checkpoints", 28 * N * 3584 * 2},         // 13,153,337,344
+      {"hidden_gradients", 2 * N * 3584 * 2},                 // 939,524,096
+      {"final_norm", 2 * N * 3584 * 2},                       // 939,524,096
+      {"final_norm_rstd", N * 4},                             // 262,144
+      {"logits", N * 152064 * 2},                             // 19,931,332,608
+      {"logits_upcast", N * 152064 * 4},                      // 39,862,665,216
+      {"logits_gradient", N * 152064 * 4},                    // 39,862,665,216
+      {"gemm_workspace", kGemmWorkspace},
+      {"runtime_reserve", kH200Reserve}};
+  EXPECT_EQ(live_set(t, Phase::loss), loss);
+  EXPECT_EQ(total_of(loss), 147266230272);
+  // The other phases, by hand: forward keeps one layer's working set instead of the loss rows;
+  // backward adds the layer's backward temporaries.
+  EXPECT_EQ(t.device_bytes_in(Phase::forward), 56139995136);
+  EXPECT_EQ(t.device_bytes_in(Phase::backward), 66541869056);
+  EXPECT_EQ(t.device_bytes_in(Phase::optimizer), 32107157504);
+  const auto peak = t.device_peak();
+  EXPECT_EQ(peak.phase, Phase::loss);
+  EXPECT_EQ(peak.bytes, 147266230272);
+  EXPECT_EQ(peak.breakdown.at("logits"), 939524096 + 262144 + 19931332608LL + 2 * 39862665216LL);
+  EXPECT_EQ(peak.breakdown.count("layer_working_set"), 1u);  // the hidden gradients
+  EXPECT_EQ(peak.breakdown.at("layer_working_set"), 939524096);
+  const auto sum = evaluate(s);
+  EXPECT_EQ(sum.peak_device_bytes, 147266230272);
+  EXPECT_EQ(sum.peak_phase, "loss");
+  EXPECT_EQ(sum.device_breakdown_bytes, peak.breakdown);
+  // The published baseline (bf16 logits and cross-entropy): no fp32 upcast, the gradient in bf16
+  // (half of 39,862,665,216): 87,472,232,448 B, still in the loss.
+  s.config.loss_dtype = "bf16";
+  const auto bf16 = evaluate(s);
+  EXPECT_EQ(bf16.peak_device_bytes, 147266230272 - N * 152064 * 4 - N * 152064 * 2);
+  EXPECT_EQ(bf16.peak_device_bytes, 87472232448);
+  EXPECT_EQ(bf16.peak_phase, "loss");
+}
+
+TEST(PhasePeak, OombQwen7bChunk4kHandComputed) {
+  // Context 64K, chunk 4096, page 128, dense, 2 resident layers (offload): each slot holds the last
+  // chunk's prefix and own pages, 15 x 32 + 32 = 512 pages; 1024 KV pages of 256 KiB, 1024 fp32
+  // gradient pages of 512 KiB, slot page tables 2 x 2 x 512 int32.
+  auto s = scenario("qwen2.5-7b", "h200", 64 * 1024);
+  s.config.chunk_tokens = 4096;
+  const auto t = memory_table(s);
+  const int64_t C = 4096;
+  const std::map<std::string, int64_t> every = {
+      {"weights", kQwen7bParams * 2},
+      {"parameter_gradients", kQwen7bParams * 2},
+      {"token_ids", 2 * C * 4},               // 32,768
+      {"hidden_states", 2 * C * 3584 * 2},    // 58,720,256
+      {"kv_pool", 1024 * 262144},             // 268,435,456
+      {"kv_grad_pool", 1024 * 524288},        // 536,870,912
+      {"page_tables", 2048 * 4},
+      {"gemm_workspace", kGemmWorkspace},
+      {"runtime_reserve", kH200Reserve}};
+  EXPECT_EQ(live_set(t, Phase::optimizer), every);
+  EXPECT_EQ(total_of(every), 32970700800);
+  std::map<std::string, int64_t> loss = every;
+  loss.insert({{"layer_input_checkpoints", 28 * C * 3584 * 2},  // 822,083,584
+               {"hidden_gradients", 2 * C * 3584 * 2},          // 58,720,256
+               {"final_norm", 2 * C * 3584 * 2},                // 58,720,256
+               {"final_norm_rstd", C * 4},
+               {"logits", C * 152064 * 2},                      // 1,245,708,288
+               {"logits_upcast", C * 152064 * 4},               // 2,491,416,576
+               {"logits_gradient", C * 152064 * 4}});
+  EXPECT_EQ(live_set(t, Phase::loss), loss);
+  EXPECT_EQ(total_of(loss), 40138782720);
+  std::map<std::string, int64_t> backward = every;
+  backward.insert({{"layer_input_checkpoints", 28 * C * 3584 * 2},
+                   {"hidden_gradients", 2 * C * 3584 * 2},
+                   {"layer_activations", C * 79360 * 2},            // 650,117,120
+                   {"layer_norm_rstd", 2 * C * 4},
+                   {"attention_lse", C * 28 * 4},                   // 458,752
+                   {"layer_backward_temporaries", C * 75776 * 2}});  // 620,756,992
+  EXPECT_EQ(live_set(t, Phase::backward), backward);
+  EXPECT_EQ(total_of(backward), 35122870272);
+  EXPECT_EQ(t.device_bytes_in(Phase::fill), 32970700800 + 650117120 + 32768 + 458752);
+  EXPECT_EQ(t.device_bytes_in(Phase::recompute), 32970700800 + 822083584 + 58720256 + 650117120 + 32768 + 458752);
   auto sum = evaluate(s);
-  int64_t dev = 0, host = 0;
-  for (const auto& r : t.rows) (r.tier == Tier::device ? dev : host) += r.bytes;
-  EXPECT_EQ(sum.peak_device_bytes, dev);
-  EXPECT_EQ(sum.peak_host_bytes, host);
-  int64_t breakdown = 0;
-  for (const auto& [k, v] : sum.device_breakdown_bytes) breakdown += v;
-  EXPECT_EQ(breakdown, dev);
+  EXPECT_EQ(sum.peak_phase, "loss");
+  EXPECT_EQ(sum.peak_device_bytes, 40138782720);
+  // Fused 1K tiles (fp32): the loss shrinks to 32,970,700,800 + 939,540,480 + 1024 x 152064 x 4 =
+  // 34,533,095,424 and the layer backward holds the peak.
+  s.config.logits_chunk_tokens = 1024;
+  const auto fused = memory_table(s);
+  EXPECT_EQ(row_bytes(fused, "logits"), 1024LL * 152064 * 4);
+  EXPECT_EQ(fused.device_bytes_in(Phase::loss), 34533095424);
+  sum = evaluate(s);
+  EXPECT_EQ(sum.peak_phase, "backward");
+  EXPECT_EQ(sum.peak_device_bytes, 35122870272);
+  EXPECT_EQ(sum.device_breakdown_bytes.count("logits"), 0u);  // freed before the layer backward
+}
+
+TEST(MemoryModel, CpuProfileHasNoGpuImplementationRows) {
+  for (auto memory : {SelectionMemory::device, SelectionMemory::bounded}) {
+    auto s = scenario("tiny", "h200", 8192);
+    s.config.chunk_tokens = 1024;
+    s.config.page_tokens = 64;
+    s.config.resident_layers = 1;
+    s.config.attention = Attention::sparse;
+    s.config.page_budget = 8;
+    s.config.selection_memory = memory;
+    const auto gpu = memory_table(s);
+    s.gpu.kind = "cpu";
+    const auto cpu = memory_table(s);
+    std::set<std::string> gpu_names, cpu_names;
+    for (const auto& r : gpu.rows) gpu_names.insert(r.name);
+    for (const auto& r : cpu.rows) cpu_names.insert(r.name);
+    const std::set<std::string> gpu_only =
+        memory == SelectionMemory::device
+            ? std::set<std::string>{"page_tables", "selection_scores", "selection_record", "gemm_workspace",
+                                    "runtime_reserve"}
+            : std::set<std::string>{"page_tables", "summary_tiles", "selection_scores", "selection_record_slot",
+                                    "host_selection_record", "gemm_workspace", "runtime_reserve"};
+    std::set<std::string> missing;
+    for (const auto& n : gpu_names)
+      if (!cpu_names.count(n)) missing.insert(n);
+    EXPECT_EQ(missing, gpu_only);
+    for (const auto& n : cpu_names) EXPECT_TRUE(gpu_names.count(n)) << n;
+    // What stays is the same on both (the CPU backend stores what a GPU run stores).
+    for (const auto& r : cpu.rows) EXPECT_EQ(r.bytes, row_bytes(gpu, r.name)) << r.name;
+    EXPECT_EQ(gpu_names.count("page_summaries"), memory == SelectionMemory::device ? 1u : 0u);
+    EXPECT_EQ(cpu_names.count("host_page_summaries"), memory == SelectionMemory::bounded ? 1u : 0u);
+  }
+}
+
+TEST(MemoryModel, LossDtypeSetsTheLogitsRows) {
+  auto s = scenario("tiny", "h200", 4096);
+  s.config.chunk_tokens = 1024;
+  s.config.page_tokens = 64;
+  const int64_t V = s.model.vocab;
+  auto dtype_of = [](const MemoryTable& t, const std::string& name) {
+    for (const auto& r : t.rows)
+      if (r.name == name) return r.dtype;
+    return std::string("absent");
+  };
+  // Unfused, fp32 loss: bf16 LM-head output, its fp32 upcast and an fp32 gradient.
+  auto t = memory_table(s);
+  EXPECT_EQ(row_bytes(t, "logits"), 1024 * V * 2);
+  EXPECT_EQ(dtype_of(t, "logits"), "bf16");
+  EXPECT_EQ(row_bytes(t, "logits_upcast"), 1024 * V * 4);
+  EXPECT_EQ(dtype_of(t, "logits_gradient"), "fp32");
+  EXPECT_EQ(row_bytes(t, "logits_gradient"), 1024 * V * 4);
+  // bf16 loss (published): no upcast, a bf16 gradient.
+  s.config.loss_dtype = "bf16";
+  t = memory_table(s);
+  EXPECT_EQ(dtype_of(t, "logits_upcast"), "absent");
+  EXPECT_EQ(row_bytes(t, "logits_gradient"), 1024 * V * 2);
+  EXPECT_EQ(dtype_of(t, "logits_gradient"), "bf16");
+  // fp32 activations and fp32 loss: nothing to upcast.
+  s.config.loss_dtype = "fp32";
+  s.config.activation_dtype = "fp32";
+  t = memory_table(s);
+  EXPECT_EQ(dtype_of(t, "logits_upcast"), "absent");
+  EXPECT_EQ(row_bytes(t, "logits"), 1024 * V * 4);
+  // Fused tiles: one [tile, V] buffer in the loss dtype, the gradient written in place; the tile
+  // never exceeds the chunk's rows (300 tokens: one chunk of 300, not the page-aligned 320).
+  s.config.activation_dtype = "bf16";
+  for (const char* dt : {"bf16", "fp32"}) {
+    s.config.loss_dtype = dt;
+    s.config.logits_chunk_tokens = 256;
+    t = memory_table(s);
+    EXPECT_EQ(row_bytes(t, "logits"), 256 * V * (std::string(dt) == "bf16" ? 2 : 4)) << dt;
+    EXPECT_EQ(dtype_of(t, "logits"), dt);
+    EXPECT_EQ(dtype_of(t, "logits_gradient"), "absent");
+    EXPECT_EQ(dtype_of(t, "logits_upcast"), "absent");
+  }
+  s.config.context_tokens = 300;
+  s.config.logits_chunk_tokens = 4096;
+  t = memory_table(s);
+  EXPECT_EQ(row_bytes(t, "logits"), 300 * V * 4);
+  EXPECT_EQ(row_bytes(t, "token_ids"), 300 * 8);
+  // Unknown loss dtypes are refused by flag name.
+  s.config.loss_dtype = "fp16";
+  try {
+    evaluate(s);
+    FAIL() << "fp16 loss accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.where(), "--loss-dtype");
+  }
+}
+
+TEST(Phases, NamesRoundTripAndUnknownNamesAreRefused) {
+  for (Phase p : {Phase::fill, Phase::recompute, Phase::loss, Phase::backward, Phase::optimizer, Phase::forward})
+    EXPECT_EQ(phase_from_string(to_string(p), "test"), p);
+  EXPECT_THROW(phase_from_string("stage1", "plan.json: buffers[0]: phases"), Error);
+  EXPECT_EQ(phases_of(Schedule::oomb),
+            (std::vector<Phase>{Phase::fill, Phase::recompute, Phase::loss, Phase::backward, Phase::optimizer}));
+  EXPECT_EQ(phases_of(Schedule::standard),
+            (std::vector<Phase>{Phase::forward, Phase::loss, Phase::backward, Phase::optimizer}));
+  EXPECT_EQ(phase_names(phase_bit(Phase::loss) | phase_bit(Phase::fill)), (std::vector<std::string>{"fill", "loss"}));
 }
 
 TEST(MemoryModel, NoOffloadKeepsEveryPageOnTheDevice) {
@@ -222,6 +472,34 @@ TEST(EventPath, AgreesWithFastPath) {
     EXPECT_EQ(ev.summary.h2d_bytes, fast.h2d_bytes);
     EXPECT_EQ(ev.summary.d2h_bytes, fast.d2h_bytes);
     EXPECT_EQ(ev.summary.peak_device_bytes, fast.peak_device_bytes);
+    EXPECT_EQ(ev.summary.peak_phase, fast.peak_phase);
+    EXPECT_EQ(ev.summary.device_breakdown_bytes, fast.device_breakdown_bytes);
+    EXPECT_EQ(ev.trace.summary.peak_device_bytes, fast.peak_device_bytes);
+  }
+}
+
+TEST(EventPath, MemorySamplesFollowThePhases) {
+  // No offload (the pools fill in stage 1 and drain in stage 2) and with offload (slots).
+  for (int64_t resident : {2, 24}) {
+    auto s = scenario("qwen2.5-0.5b", "h200", 32 * 1024);
+    s.config.chunk_tokens = 4096;
+    s.config.resident_layers = resident;
+    const auto t = memory_table(s);
+    const auto ev = simulate_events(s, traces::Detail::layer);
+    SCOPED_TRACE(resident);
+    const int64_t pools = row_bytes(t, "kv_pool") + row_bytes(t, "kv_grad_pool");
+    int64_t max_sample = 0;
+    for (const auto& m : ev.trace.memory) {
+      EXPECT_LE(m.device_bytes, ev.summary.peak_device_bytes);
+      max_sample = std::max(max_sample, m.device_bytes);
+    }
+    // The step starts in stage 1 with the fill working set and no pages.
+    ASSERT_FALSE(ev.trace.memory.empty());
+    EXPECT_EQ(ev.trace.memory.front().device_bytes, t.device_bytes_in(Phase::fill) - pools);
+    // Each chunk's loss phase shows up: its rows on top of the pages in use (at least none).
+    EXPECT_GE(max_sample, t.device_bytes_in(Phase::loss) - pools);
+    EXPECT_GT(t.device_bytes_in(Phase::loss), t.device_bytes_in(Phase::fill));
+    EXPECT_EQ(ev.summary.peak_phase, "loss");
   }
 }
 
@@ -247,8 +525,9 @@ TEST(Optimizer, UpdateCostsAndPlacement) {
   const auto gpu = evaluate(s);
   s.config.optimizer = Optimizer::host;
   const auto host = evaluate(s);
-  // AdamW on the GPU: 12 bytes/param of state (m, v, fp32 master) and an HBM-bound update.
-  EXPECT_EQ(gpu.peak_device_bytes - none.peak_device_bytes, 7615616512LL * 12);
+  // AdamW on the GPU: 13 bytes/param of state (m, v, fp32 master, the uint8 decay mask), alive in
+  // every phase, and an HBM-bound update.
+  EXPECT_EQ(gpu.peak_device_bytes - none.peak_device_bytes, 7615616512LL * 13);
   const double params = 7615616512.0;
   const double gpu_update = params * 28 / (4.8e12 * 0.8);
   EXPECT_NEAR(gpu.step_s - none.step_s, gpu_update, 1e-6);
@@ -292,6 +571,9 @@ TEST(Presets, PublishedConfiguration) {
   EXPECT_EQ(c.optimizer, Optimizer::none);
   EXPECT_EQ(c.peak_measure, PeakMeasure::allocated);
   EXPECT_EQ(c.selection_memory, SelectionMemory::device);
+  EXPECT_EQ(c.loss_dtype, "bf16");  // per-chunk full-vocabulary bf16 logits and cross-entropy
+  EXPECT_EQ(c.logits_chunk_tokens, 0);
+  EXPECT_EQ(Config{}.loss_dtype, "fp32");
   // The published 4M sparse run fits in an H200 with the host memory ALGORITHM.md derives.
   auto s = scenario("qwen2.5-7b", "h200", 4 * 1024 * 1024);
   s.config = published_preset(s.config);
@@ -300,9 +582,13 @@ TEST(Presets, PublishedConfiguration) {
   EXPECT_TRUE(sum.feasible);
   EXPECT_LT(sum.peak_device_bytes, 141000000000LL);
   EXPECT_NEAR(static_cast<double>(sum.peak_host_bytes) / kGiB, 672.0, 0.1);
-  // Config JSON round trip.
+  // Config JSON round trip; a config written before loss_dtype existed reads as the fp32 upcast.
   Config back = config_from_json(s.config.to_json(), "test");
   EXPECT_EQ(back.to_json(), s.config.to_json());
+  EXPECT_EQ(back.loss_dtype, "bf16");
+  Json old = s.config.to_json();
+  old.erase("loss_dtype");
+  EXPECT_EQ(config_from_json(old, "old.json").loss_dtype, "fp32");
 }
 
 }  // namespace

@@ -1,0 +1,96 @@
+// Two independent accounts of device memory must agree (issue #11): the simulator's buffer table
+// (peak over the phases of the step) and what the executor allocates (its high-water mark, by
+// category at that moment). The CPU backend allocates what a GPU run of the same plan would,
+// without the GPU-implementation rows (workspaces, device page tables, score buffers), which is how
+// the simulator predicts a plan on a "cpu" profile.
+#include <gtest/gtest.h>
+
+#include "executor/cpu/cpu_backend.h"
+#include "executor/runtime/driver.h"
+#include "executor/runtime/tokens.h"
+#include "models/specs.h"
+#include "simulator/simulator.h"
+
+namespace oomb::executor {
+namespace {
+
+constexpr double kPeakRelTol = 0.01;  // the issue's bound; the breakdown must be equal
+
+struct MemCase {
+  const char* name;
+  const char* model;
+  int64_t layers, N, C, p, R, logits_chunk, budget;
+  bool sparse;
+  const char* storage;  // weights, gradients, activations and loss ("fp32" or "bf16")
+  const char* pages;    // KV and KV-gradient pages
+  simulator::Optimizer optimizer;
+  simulator::SelectionMemory selection = simulator::SelectionMemory::bounded;
+};
+
+void PrintTo(const MemCase& k, std::ostream* os) { *os << k.name; }
+
+class PredictedEqualsAllocated : public ::testing::TestWithParam<MemCase> {};
+
+TEST_P(PredictedEqualsAllocated, PeakAndBreakdownAtThePeak) {
+  const MemCase k = GetParam();
+  simulator::Scenario s;
+  s.model = models::load_model(k.model);
+  s.gpu = models::load_gpu("h200");
+  s.gpu.kind = "cpu";  // the CPU backend: no GPU-implementation rows
+  s.host = models::load_host("workstation-128g");
+  auto& c = s.config;
+  c.context_tokens = k.N;
+  c.chunk_tokens = k.C;
+  c.page_tokens = k.p;
+  c.resident_layers = k.R;
+  c.layers_override = k.layers;
+  c.logits_chunk_tokens = k.logits_chunk;
+  c.attention = k.sparse ? simulator::Attention::sparse : simulator::Attention::dense;
+  if (k.budget > 0) c.page_budget = k.budget;
+  c.selection_memory = k.selection;
+  c.param_dtype = c.param_grad_dtype = c.activation_dtype = c.loss_dtype = k.storage;
+  c.kv_dtype = c.kv_grad_dtype = k.pages;
+  c.optimizer = k.optimizer;
+  c.peak_measure = simulator::PeakMeasure::allocated;
+  simulator::validate(c, s.model);
+  const simulator::Summary pred = simulator::evaluate(s);
+
+  const models::ModelSpec m = effective_model(s.model, c);
+  CpuBackend backend;
+  Engine e(backend, s.model, c, random_weights(m, 3));
+  e.step(TokenSource::synthetic(m.vocab, 4).sequence(0, k.N));
+  const Measured& me = e.measured();
+  const double err = (static_cast<double>(me.peak_device_bytes) - static_cast<double>(pred.peak_device_bytes)) /
+                     static_cast<double>(pred.peak_device_bytes);
+  std::printf("%-28s predicted %12lld  allocated %12lld  (%+.3f%%, peak phase %s)\n", k.name,
+              static_cast<long long>(pred.peak_device_bytes), static_cast<long long>(me.peak_device_bytes),
+              100 * err, pred.peak_phase.c_str());
+  EXPECT_LE(std::abs(err), kPeakRelTol);
+  EXPECT_EQ(me.device_breakdown_bytes, pred.device_breakdown_bytes);
+}
+
+using simulator::Optimizer;
+INSTANTIATE_TEST_SUITE_P(
+    Plans, PredictedEqualsAllocated,
+    ::testing::Values(
+        MemCase{"tiny_16K_one_chunk_resident", "tiny", 0, 16384, 16384, 128, 64, 0, 0, false, "fp32", "fp32", Optimizer::none},
+        MemCase{"tiny_8K_chunk1K_R1", "tiny", 0, 8192, 1024, 128, 1, 0, 0, false, "fp32", "fp32", Optimizer::none},
+        MemCase{"tiny_8K_sparse_b8", "tiny", 0, 8192, 1024, 128, 1, 0, 8, true, "fp32", "fp32", Optimizer::none},
+        MemCase{"tiny_8K_sparse_device_sel", "tiny", 0, 8192, 1024, 128, 2, 256, 8, true, "bf16", "bf16", Optimizer::none,
+                simulator::SelectionMemory::device},
+        MemCase{"tiny_ragged_bf16_R2", "tiny", 0, 5000, 1024, 128, 2, 300, 0, false, "bf16", "bf16", Optimizer::none},
+        MemCase{"tiny_bf16_adamw_gpu", "tiny", 0, 4096, 1024, 128, 1, 512, 0, false, "bf16", "fp32", Optimizer::gpu},
+        MemCase{"tiny_fp32_adamw_host", "tiny", 0, 4096, 1024, 128, 64, 0, 0, false, "fp32", "fp32", Optimizer::host},
+        MemCase{"qwen0.5b_x2_512_chunk256_R1", "qwen2.5-0.5b", 2, 512, 256, 128, 1, 0, 0, false, "fp32", "fp32",
+                Optimizer::none},
+        MemCase{"qwen0.5b_x2_bf16_tiled", "qwen2.5-0.5b", 2, 256, 128, 64, 1, 64, 0, false, "bf16", "bf16",
+                Optimizer::gpu}),
+    [](const auto& i) {
+      std::string n = i.param.name;
+      for (char& ch : n)
+        if (ch == '.') ch = '_';
+      return n;
+    });
+
+}  // namespace
+}  // namespace oomb::executor
