@@ -330,6 +330,9 @@ int run_run(const RunArgs& a) {
 #ifdef OOMB_HAVE_CUPTI
   o.tagger = tagger.get();
 #endif
+  // Remembers the (stage, chunk, layer, op) a failing step was in (forwarding to the CUPTI tagger).
+  FaultTagger fault_tagger(o.tagger);
+  o.tagger = &fault_tagger;
   ProgressLine line(!a.quiet);
   int64_t current = 0;
   o.progress = [&](const Progress& p) { line.update(current, a.steps, p); };
@@ -341,30 +344,58 @@ int run_run(const RunArgs& a) {
   // CUPTI: the steps' intervals on the steady clock, each closed after the device finished its
   // work; only work inside them goes into the trace (not set-up, nor the checks run between steps).
   std::vector<std::pair<int64_t, int64_t>> windows;
-  for (current = 0; current < a.steps; ++current) {
-    const std::vector<int32_t> seq = current == 0 ? first : tokens.sequence(current, c.context_tokens);
-    const int64_t t0 = steady_now_ns();
-    losses.push_back(e.step(seq).loss);
+  std::string failure;  // a device fault (or other runtime failure) in a step
+  try {
+    for (current = 0; current < a.steps; ++current) {
+      const std::vector<int32_t> seq = current == 0 ? first : tokens.sequence(current, c.context_tokens);
+      const int64_t t0 = steady_now_ns();
+      losses.push_back(e.step(seq).loss);
 #ifdef OOMB_HAVE_CUPTI
-    if (collector) {
-      static_cast<CudaBackend&>(backend).synchronize();
-      windows.emplace_back(t0, steady_now_ns());
-    }
+      if (collector) {
+        static_cast<CudaBackend&>(backend).synchronize();
+        windows.emplace_back(t0, steady_now_ns());
+      }
 #else
-    (void)t0;
+      (void)t0;
 #endif
-    if (current == 0 && a.reference) {
-      line.done();
-      if (!a.quiet) std::fprintf(stderr, "running the full-sequence reference ...\n");
-      ref = check_against_reference(m, c, w, seq, e, losses.back());
+      if (current == 0 && a.reference) {
+        line.done();
+        if (!a.quiet) std::fprintf(stderr, "running the full-sequence reference ...\n");
+        ref = check_against_reference(m, c, w, seq, e, losses.back());
+      }
+      if (current == 0 && a.compare_dense) {
+        line.done();
+        if (!a.quiet) std::fprintf(stderr, "running the dense step ...\n");
+        cmp = compare_with_dense(backend, s.model, c, w, seq, losses.back(), e.gradients());
+      }
     }
-    if (current == 0 && a.compare_dense) {
-      line.done();
-      if (!a.quiet) std::fprintf(stderr, "running the dense step ...\n");
-      cmp = compare_with_dense(backend, s.model, c, w, seq, losses.back(), e.gradients());
-    }
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& ex) {
+    const std::optional<FaultTagger::Tag> at = fault_tagger.fault();
+    failure = ex.what() + (at ? " (in " + at->to_string() + ")" : std::string());
   }
   line.done();
+  if (!failure.empty()) {
+    // Still write what was measured: the completed steps (measured) and the host trace so far.
+    std::fprintf(stderr, "oomb run: step %lld of %lld failed: %s\n", static_cast<long long>(current + 1),
+                 static_cast<long long>(a.steps), failure.c_str());
+    if (!a.trace.empty()) {
+      try {
+        traces::write_trace(e.trace(a.command), a.trace);
+        std::fprintf(stderr, "oomb run: trace so far (host-timed): %s\n", a.trace.c_str());
+      } catch (const std::exception& write_error) {
+        std::fprintf(stderr, "oomb run: the trace could not be written: %s\n", write_error.what());
+      }
+    }
+    if (a.json) {
+      Json j = {{"error", failure},        {"failed_step", current + 1}, {"losses", losses},
+                {"backend", a.backend},    {"model", m.id},              {"config", c.to_json()},
+                {"measured", e.measured().steps > 0 ? e.measured().to_json() : Json()}};
+      std::printf("%s\n", j.dump(2).c_str());
+    }
+    return 4;
+  }
 
   if (!a.save_weights.empty()) write_safetensors(e.weights(), a.save_weights);
   if (!a.dump_grads.empty()) write_safetensors(e.gradients(), a.dump_grads);
@@ -484,6 +515,12 @@ int run_run(const RunArgs& a) {
   for (size_t i = 0; i < losses.size(); ++i) std::printf("  step %zu  loss %.6f\n", i + 1, losses[i]);
   std::printf("\nstep time %s, %s tokens/s\n", format_duration_s(ms.step_s).c_str(),
               format_count(ms.tokens_per_s).c_str());
+  if (ms.step_times_s.size() > 1) {  // the first step pays one-time set-up (scratch growth, caches)
+    double later = 0;
+    for (size_t i = 1; i < ms.step_times_s.size(); ++i) later += ms.step_times_s[i];
+    std::printf("first step %s, later steps %s on average\n", format_duration_s(ms.step_times_s[0]).c_str(),
+                format_duration_s(later / static_cast<double>(ms.step_times_s.size() - 1)).c_str());
+  }
   if (!planned_rows.empty())
     std::printf("buffer table: checked against the plan's (%zu rows)%s\n", planned_rows.size(),
                 ms.notes.empty() ? ", every row as planned" : "");
@@ -494,8 +531,8 @@ int run_run(const RunArgs& a) {
               static_cast<long long>(ms.kv_pool_high_water_pages), static_cast<long long>(ms.kv_pool_pages),
               format_bytes(ms.kv_page_bytes).c_str(), static_cast<long long>(ms.grad_pool_high_water_pages),
               static_cast<long long>(ms.grad_pool_pages), format_bytes(ms.grad_page_bytes).c_str());
-  std::printf("copies per step: h2d %s, d2h %s\n", format_bytes(ms.h2d_bytes).c_str(),
-              format_bytes(ms.d2h_bytes).c_str());
+  std::printf("copies per step: h2d %s, d2h %s, in %lld contiguous regions\n", format_bytes(ms.h2d_bytes).c_str(),
+              format_bytes(ms.d2h_bytes).c_str(), static_cast<long long>(ms.copy_regions));
   if (sparse) {
     int64_t mx = 0;
     double sum = 0;
@@ -620,7 +657,10 @@ const Registrar reg("run", "Execute chunk-recurrent training steps (cpu referenc
                           "(bf16 KV pages)\n"
                           "  oomb run --model tiny --context 8K --attention sparse --budget 4 --chunk 1K --page 64\n"
                           "  oomb run --model tiny --context 4K --attention sparse --budget 4 --chunk 512 --page 64 "
-                          "--measure-recall --compare-dense --trace t.json");
+                          "--measure-recall --compare-dense --trace t.json\n"
+                          "Exit status: 0 done, 2 bad input, 4 a step failed on the device (the error names the "
+                          "stage, chunk, layer and op it was issued under; --json and --trace still record the "
+                          "completed steps).");
                       return [a, &sub] {
                         a->command = "oomb run";
                         for (const auto* opt : sub.get_options()) {

@@ -120,6 +120,41 @@ PassCost head_cost(const Scenario& s, const Geometry& g, int64_t tokens) {
 
 }  // namespace
 
+// The page selection of a sparse fill pass as the CUDA executor runs it (executor/cuda/selection.cu):
+// the layer's prefix summaries staged into device scratch (a write and a read), then two fp32
+// CUDA-core products of the summed queries [T x kv_heads, head_dim] with the summaries^T (the
+// softmax normaliser, then the probabilities summed per query page): 4 T kvd pp flops at the fp32
+// rate (expressed in bf16-peak units, so time_of's GEMM term at the gemm efficiency prices it), the
+// summaries read once per 32-token tile and once per query page (per KV head of the group), the
+// fp64 page scores written and read by the top-k; five launches (staging, group sum, two passes,
+// top-k).
+PassCost selection_cost(const Scenario& s, const Geometry& g, int64_t tokens, int64_t prefix) {
+  PassCost p;
+  if (prefix <= 0) return p;
+  const double T = static_cast<double>(tokens), pp = static_cast<double>(prefix);
+  const double summaries = pp * static_cast<double>(g.kvd) * 4.0;
+  const double qpages = std::ceil(T / static_cast<double>(g.p));
+  const double groups = s.config.selection == "per-kv-head" ? static_cast<double>(g.kv_heads) : 1.0;
+  const double flops = 4.0 * T * static_cast<double>(g.kvd) * pp;
+  LayerWork sel;
+  sel.gemm_flops = flops * peak(s) / s.gpu.fp32_flops_per_s;
+  sel.mb_bytes = 2.0 * summaries + std::ceil(T / 32.0) * summaries + qpages * summaries + 2.0 * qpages * groups * pp * 8.0;
+  const Mult once{1.0, 0.0, 0.0, 1.0, 5};
+  p.compute_s = time_of(s, sel, once);
+  p.work = terms_of(s, sel, once);
+  p.flops = flops;
+  return p;
+}
+
+PassCost& PassCost::operator+=(const PassCost& o) {
+  work += o.work;
+  compute_s += o.compute_s;
+  flops += o.flops;
+  in_bytes += o.in_bytes;
+  out_bytes += o.out_bytes;
+  return *this;
+}
+
 ChunkCosts chunk_costs(const Scenario& s, const Geometry& g, int64_t c) {
   ChunkCosts cc;
   const int64_t tokens = chunk_tokens_of(g, c);
@@ -131,17 +166,7 @@ ChunkCosts chunk_costs(const Scenario& s, const Geometry& g, int64_t c) {
   cc.fill.compute_s = time_of(s, w, fwd);
   cc.fill.work = terms_of(s, w, fwd);
   cc.fill.flops = w.gemm_flops + w.attn_flops;
-  if (g.sparse) {
-    // Scoring every earlier page summary per token and KV head, then a softmax over pages.
-    const int64_t pp = prefix_pages(g, c);
-    LayerWork sel;
-    sel.gemm_flops = 2.0 * tokens * static_cast<double>(g.kv_heads * g.head_dim) * pp;
-    sel.mb_bytes = 3.0 * tokens * static_cast<double>(g.kv_heads) * pp * 4.0;
-    const Mult scoring{1.0, 0.0, 0.0, 1.0, 4};
-    cc.fill.compute_s += time_of(s, sel, scoring);
-    cc.fill.work += terms_of(s, sel, scoring);
-    cc.fill.flops += sel.gemm_flops;
-  }
+  if (g.sparse) cc.fill += selection_cost(s, g, tokens, prefix_pages(g, c));
   cc.recompute.compute_s = time_of(s, w, fwd);
   cc.recompute.work = terms_of(s, w, fwd);
   cc.recompute.flops = w.gemm_flops + w.attn_flops;

@@ -54,7 +54,11 @@ struct PassCost {
   double flops = 0;
   int64_t in_bytes = 0;   // h2d before the compute
   int64_t out_bytes = 0;  // d2h after the compute
+  PassCost& operator+=(const PassCost& o);
 };
+
+// A sparse fill pass's page selection over `prefix` earlier pages (cost.cpp).
+PassCost selection_cost(const Scenario& s, const Geometry& g, int64_t tokens, int64_t prefix);
 
 // The three layer passes of chunk c (docs/schedule.md) and the chunk's non-layer work.
 struct ChunkCosts {

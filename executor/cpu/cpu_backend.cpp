@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <stdexcept>
+#include <thread>
 
 #include "core/error.h"
 #include "executor/cpu/ops.h"
@@ -20,8 +22,9 @@ int64_t now_ns() {
 }
 }  // namespace
 
-CpuBackend::CpuBackend() {
+CpuBackend::CpuBackend(CpuBackendOptions options) : options_(options) {
   for (auto& s : streams_) s.worker = std::thread([this, &s] { run_stream(s); });
+  if (options_.report_lag_ns > 0) reporter_ = std::thread([this] { run_reporter(); });
 }
 
 CpuBackend::~CpuBackend() {
@@ -33,6 +36,51 @@ CpuBackend::~CpuBackend() {
     s.cv.notify_all();
   }
   for (auto& s : streams_) s.worker.join();
+  if (reporter_.joinable()) {
+    {
+      std::lock_guard<std::mutex> lock(report_mu_);
+      reporter_stop_ = true;
+    }
+    report_cv_.notify_all();
+    reporter_.join();
+  }
+}
+
+void CpuBackend::run_reporter() {
+  for (;;) {
+    Report r;
+    {
+      std::unique_lock<std::mutex> lock(report_mu_);
+      report_cv_.wait(lock, [&] { return reporter_stop_ || !reports_.empty(); });
+      if (reports_.empty()) return;  // stopping and drained
+      r = std::move(reports_.front());
+      reports_.pop_front();
+    }
+    std::this_thread::sleep_until(
+        std::chrono::steady_clock::time_point(std::chrono::nanoseconds(r.t1 + options_.report_lag_ns)));
+    if (r.on_done) r.on_done(r.t0, r.t1);
+    {
+      std::lock_guard<std::mutex> lock(report_mu_);
+      data_of_.erase(r.done.get());
+    }
+    r.done->signal();
+  }
+}
+
+int64_t CpuBackend::reports_pending() {
+  std::lock_guard<std::mutex> lock(report_mu_);
+  return static_cast<int64_t>(data_of_.size());
+}
+
+void CpuBackend::wait_data(const EventPtr& e) {
+  if (!e) return;
+  EventPtr data;
+  if (options_.report_lag_ns > 0) {
+    std::lock_guard<std::mutex> lock(report_mu_);
+    auto it = data_of_.find(e.get());
+    if (it != data_of_.end()) data = it->second;
+  }
+  (data ? data : e)->wait();
 }
 
 void CpuBackend::run_stream(Stream& s) {
@@ -45,10 +93,26 @@ void CpuBackend::run_stream(Stream& s) {
       job = std::move(s.queue.front());
       s.queue.pop_front();
     }
-    for (const auto& e : job.req.after) e->wait();
+    for (const auto& e : job.req.after) wait_data(e);
     const int64_t t0 = now_ns();
-    for (const auto& r : job.req.regions) std::memcpy(r.dst, r.src, static_cast<size_t>(r.bytes));
+    int64_t bytes = 0;
+    for (const auto& r : job.req.regions) {
+      std::memcpy(r.dst, r.src, static_cast<size_t>(r.bytes));
+      bytes += r.bytes;
+    }
+    const double delay_ns = options_.copy_ns_per_byte[job.req.dir == CopyDir::h2d ? 0 : 1] * static_cast<double>(bytes);
+    if (delay_ns > 0) std::this_thread::sleep_until(std::chrono::steady_clock::time_point(
+                          std::chrono::nanoseconds(t0 + static_cast<int64_t>(delay_ns))));
     const int64_t t1 = now_ns();
+    if (job.data) {
+      job.data->signal();
+      {
+        std::lock_guard<std::mutex> lock(report_mu_);
+        reports_.push_back({std::move(job.req.on_done), t0, t1, job.done});
+      }
+      report_cv_.notify_one();
+      continue;
+    }
     if (job.req.on_done) job.req.on_done(t0, t1);
     job.done->signal();
   }
@@ -62,25 +126,36 @@ void* CpuBackend::allocate(Tier, int64_t bytes) {
   return p;
 }
 
-void CpuBackend::deallocate(Tier, void* p, int64_t) { std::free(p); }
+void CpuBackend::deallocate(Tier, void* p, int64_t) {
+  std::free(p);
+  if (options_.deallocate_throws) throw std::runtime_error("cpu backend: injected sticky error in deallocate");
+}
 void CpuBackend::fill_zero(void* p, int64_t bytes) { std::memset(p, 0, static_cast<size_t>(bytes)); }
 void CpuBackend::upload(void* d, const void* s, int64_t bytes) { std::memcpy(d, s, static_cast<size_t>(bytes)); }
 void CpuBackend::download(void* d, const void* s, int64_t bytes) { std::memcpy(d, s, static_cast<size_t>(bytes)); }
 
 EventPtr CpuBackend::copy_async(CopyRequest req) {
+  if (options_.fail_copy_after >= 0 && copies_issued_++ >= options_.fail_copy_after)
+    throw std::runtime_error("cpu backend: injected device fault in copy_async");
   auto done = std::make_shared<Event>();
+  EventPtr data;
+  if (options_.report_lag_ns > 0) {
+    data = std::make_shared<Event>();
+    std::lock_guard<std::mutex> lock(report_mu_);
+    data_of_[done.get()] = data;
+  }
   Stream& s = streams_[req.dir == CopyDir::h2d ? 0 : 1];
   {
     std::lock_guard<std::mutex> lock(s.mu);
-    s.queue.push_back(Job{std::move(req), done});
+    s.queue.push_back(Job{std::move(req), done, data});
   }
   s.cv.notify_one();
   return done;
 }
 
-void CpuBackend::wait(const EventPtr& e) {
-  if (e) e->wait();
-}
+// The compute side waits for the copy's data only, like a CUDA stream waiting on the copy's device
+// event (the report may come later).
+void CpuBackend::wait(const EventPtr& e) { wait_data(e); }
 
 namespace {
 

@@ -15,6 +15,8 @@
 // run stores exactly the bytes a GPU run would, and computes on the values a GPU run stores.
 #include <condition_variable>
 #include <deque>
+#include <functional>
+#include <map>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -23,11 +25,29 @@
 
 namespace oomb::executor {
 
+// Test doubles of a real device's behaviour (all off by default).
+struct CpuBackendOptions {
+  // A slow link: each copy request takes at least bytes x this (its stream's thread sleeps), so
+  // tests can see whether copies overlap compute the way the simulator assumes.
+  double copy_ns_per_byte[2] = {0, 0};  // h2d, d2h
+  // A completion thread that reports late, as the CUDA backend's: a copy's data is in place (and
+  // wait() and `after` lists see it) when its stream finishes it, but on_done runs and the returned
+  // Event signals only this long afterwards (on a reporting thread).
+  int64_t report_lag_ns = 0;
+  // A sticky device error: every deallocate frees the memory and then throws, as the CUDA
+  // backend's does once the context is broken.
+  bool deallocate_throws = false;
+  // A device fault: copy_async throws once this many copies were issued (-1: never).
+  int64_t fail_copy_after = -1;
+};
+
 class CpuBackend final : public Backend {
  public:
-  CpuBackend();
+  explicit CpuBackend(CpuBackendOptions options = {});
   ~CpuBackend() override;
   std::string name() const override { return "cpu"; }
+  // Copies whose on_done has not run yet (only with report_lag_ns).
+  int64_t reports_pending();
 
   void* allocate(Tier tier, int64_t bytes) override;
   void deallocate(Tier tier, void* p, int64_t bytes) override;
@@ -72,6 +92,12 @@ class CpuBackend final : public Backend {
   struct Job {
     CopyRequest req;
     EventPtr done;
+    EventPtr data;  // with report_lag_ns: signalled when the data is in place, before `done`
+  };
+  struct Report {
+    std::function<void(int64_t, int64_t)> on_done;
+    int64_t t0 = 0, t1 = 0;
+    EventPtr done;
   };
   struct Stream {
     std::mutex mu;
@@ -81,10 +107,20 @@ class CpuBackend final : public Backend {
     bool stop = false;
   };
   void run_stream(Stream& s);
+  void run_reporter();
+  void wait_data(const EventPtr& e);  // the copy's data (report_lag_ns), else e itself
   // a with its bf16 prefix pages replaced by fp32 copies in kv_scratch_ (a itself when fp32).
   const PagedAttention& fp32_pages(const PagedAttention& a, PagedAttention& converted);
 
+  CpuBackendOptions options_;
+  int64_t copies_issued_ = 0;
   Stream streams_[2];  // h2d, d2h
+  std::mutex report_mu_;  // reports_, data_of_, reporter_stop_
+  std::condition_variable report_cv_;
+  std::deque<Report> reports_;
+  std::map<const Event*, EventPtr> data_of_;  // returned event -> its data event, until reported
+  bool reporter_stop_ = false;
+  std::thread reporter_;
   std::vector<float> kv_scratch_, grad_scratch_;  // fp32 copies of bf16 KV / gradient pages
   std::vector<float> own_scratch_;                // fp32 copies of the chunk's bf16 q, k, v
 };

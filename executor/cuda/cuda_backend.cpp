@@ -110,7 +110,45 @@ struct CudaBackend::Impl {
   std::map<uint64_t, Pending> pending;
   uint64_t next_id = 0;
 
+  // Copy regions issued (one cudaMemcpyAsync each, or one cudaMemcpyBatchAsync per copy_async).
+  int64_t copy_regions = 0, copy_api_calls = 0;
+  bool batch_copies = true;  // cleared when the driver refuses cudaMemcpyBatchAsync
+  // Op scratch replaced by a larger one, freed at the next synchronisation (never inside a step).
+  std::vector<void*> retired;
+
   explicit Impl(CudaBackendOptions o) : opt(std::move(o)) {}
+  Impl(const Impl&) = delete;
+  Impl& operator=(const Impl&) = delete;
+
+  // Releases whatever the constructor got to (it may have thrown half-way): nothing here throws,
+  // errors are ignored (after a sticky error, or at exit, the runtime may refuse).
+  ~Impl() {
+    for (auto& c : completion) {
+      {
+        std::lock_guard<std::mutex> lock(c.mu);
+        c.stop = true;
+      }
+      c.cv.notify_all();
+    }
+    for (auto& c : completion)
+      if (c.thread.joinable()) c.thread.join();
+    for (cudaStream_t s : {compute, h2d, d2h})
+      if (s) cudaStreamSynchronize(s);
+    gemm.reset();
+    if (gemm_workspace) cudaFree(gemm_workspace);
+    if (workspace) cudaFree(workspace);
+    for (void* p : retired) cudaFree(p);
+    if (readback) cudaFreeHost(readback);
+    for (auto& sl : slots) {
+      if (sl.host) cudaFreeHost(sl.host);
+      if (sl.done) cudaEventDestroy(sl.done);
+    }
+    device.reset();
+    host.reset();
+    if (compute_mark) cudaEventDestroy(compute_mark);
+    for (cudaStream_t s : {compute, h2d, d2h})
+      if (s) cudaStreamDestroy(s);
+  }
 
   void run_completion(Completion& c) {
     cudaSetDevice(opt.device);  // this thread's current device (its events belong to it)
@@ -148,35 +186,49 @@ struct CudaBackend::Impl {
     OOMB_CUDA_CHECK(cudaStreamSynchronize(compute));
     OOMB_CUDA_CHECK(cudaStreamSynchronize(h2d));
     OOMB_CUDA_CHECK(cudaStreamSynchronize(d2h));
+    free_retired();
   }
 
-  // Device scratch of at least `bytes` (grows with a synchronisation: only the first time a larger
-  // call arrives).
+  // Device scratch of at least `bytes`. Grows only the first time a larger call arrives, without a
+  // synchronisation: queued kernels may still use the old scratch, so it is retired (freed at the
+  // next synchronize(), deallocate() or destruction) rather than freed (cudaFree would synchronise
+  // the device inside the step).
   char* scratch(int64_t bytes) {
     if (bytes > workspace_bytes) {
-      OOMB_CUDA_CHECK(cudaStreamSynchronize(compute));
-      if (workspace) OOMB_CUDA_CHECK(cudaFree(workspace));
-      workspace = nullptr;
       const int64_t n = std::max(bytes, 2 * workspace_bytes);
-      OOMB_CUDA_CHECK(cudaMalloc(&workspace, static_cast<size_t>(n)));
+      void* grown = nullptr;
+      OOMB_CUDA_CHECK(cudaMalloc(&grown, static_cast<size_t>(n)));
+      if (workspace) retired.push_back(workspace);
+      workspace = grown;
       workspace_bytes = n;
       ++workspace_grows;
     }
     return static_cast<char*>(workspace);
   }
 
-  // Host -> device (or any tier) on the compute stream; src may be reused when this returns.
+  void free_retired() {
+    for (void* p : retired) OOMB_CUDA_CHECK(cudaFree(p));
+    retired.clear();
+  }
+
+  // Host -> device (or any tier) on the compute stream; src may be reused when this returns. Goes
+  // through the pinned staging ring in pieces of a slot, so the host waits at most for a slot's
+  // previous copy, never for the stream (metadata of long-context launches exceeds a slot).
   void put(void* dst, const void* src, int64_t bytes) {
     if (bytes <= 0) return;
-    if (bytes <= opt.staging_slot_bytes && !slots.empty()) {
-      Slot& s = slots[next_slot++ % slots.size()];
-      OOMB_CUDA_CHECK(cudaEventSynchronize(s.done));  // the slot's previous copy has read it
-      std::memcpy(s.host, src, static_cast<size_t>(bytes));
-      OOMB_CUDA_CHECK(cudaMemcpyAsync(dst, s.host, static_cast<size_t>(bytes), cudaMemcpyDefault, compute));
-      OOMB_CUDA_CHECK(cudaEventRecord(s.done, compute));
-    } else {
+    if (slots.empty() || opt.staging_slot_bytes <= 0) {  // no ring configured: a synchronous copy
       OOMB_CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDefault, compute));
       OOMB_CUDA_CHECK(cudaStreamSynchronize(compute));
+      return;
+    }
+    for (int64_t off = 0; off < bytes; off += opt.staging_slot_bytes) {
+      const int64_t n = std::min(opt.staging_slot_bytes, bytes - off);
+      Slot& s = slots[next_slot++ % slots.size()];
+      OOMB_CUDA_CHECK(cudaEventSynchronize(s.done));  // the slot's previous copy has read it
+      std::memcpy(s.host, static_cast<const char*>(src) + off, static_cast<size_t>(n));
+      OOMB_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(dst) + off, s.host, static_cast<size_t>(n),
+                                      cudaMemcpyDefault, compute));
+      OOMB_CUDA_CHECK(cudaEventRecord(s.done, compute));
     }
   }
 
@@ -193,6 +245,36 @@ struct CudaBackend::Impl {
     OOMB_CUDA_CHECK(cudaMemcpyAsync(readback, src, static_cast<size_t>(bytes), cudaMemcpyDefault, compute));
     OOMB_CUDA_CHECK(cudaStreamSynchronize(compute));
     std::memcpy(dst, readback, static_cast<size_t>(bytes));
+  }
+
+  // One cudaMemcpyBatchAsync (CUDA 12.8+) of the regions, in stream order. False (and batching
+  // off from then on) when the runtime or driver lacks it: the caller issues the regions one by one.
+  bool issue_batch(std::vector<void*>& dsts, std::vector<const void*>& srcs, std::vector<size_t>& sizes,
+                   cudaStream_t st) {
+#if CUDART_VERSION >= 12080
+    cudaMemcpyAttributes attr{};
+    attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+    attr.flags = cudaMemcpyFlagPreferOverlapWithCompute;
+    size_t attr_index = 0;
+#if CUDART_VERSION >= 13000
+    const cudaError_t e = cudaMemcpyBatchAsync(dsts.data(), srcs.data(), sizes.data(), sizes.size(), &attr,
+                                               &attr_index, 1, st);
+#else
+    size_t fail_index = 0;
+    const cudaError_t e = cudaMemcpyBatchAsync(dsts.data(), const_cast<void**>(srcs.data()), sizes.data(),
+                                               sizes.size(), &attr, &attr_index, 1, &fail_index, st);
+#endif
+    if (e == cudaSuccess) return true;
+    if (e != cudaErrorNotSupported && e != cudaErrorCallRequiresNewerDriver && e != cudaErrorInvalidValue)
+      OOMB_CUDA_CHECK(e);
+    cudaGetLastError();  // not sticky: clear it and copy region by region from now on
+    std::fprintf(stderr, "oomb: cudaMemcpyBatchAsync unavailable (%s): copies go region by region\n",
+                 cudaGetErrorName(e));
+#else
+    (void)dsts, (void)srcs, (void)sizes, (void)st;
+#endif
+    batch_copies = false;
+    return false;
   }
 
   bool in_host_tier(const void* p) {
@@ -250,7 +332,7 @@ CudaBackend::CudaBackend(CudaBackendOptions options) : impl_(std::make_unique<Im
   OOMB_CUDA_CHECK(cudaMalloc(&m.gemm_workspace, static_cast<size_t>(kGemmWorkspaceBytes)));
   m.gemm = std::make_unique<Gemm>(m.gemm_workspace, kGemmWorkspaceBytes);
   m.slots.resize(static_cast<size_t>(std::max(m.opt.staging_slots, 0)));
-  for (auto& s : m.slots) {
+  for (auto& s : m.slots) {  // a slot not reached stays null (Impl::~Impl skips it)
     OOMB_CUDA_CHECK(cudaHostAlloc(&s.host, static_cast<size_t>(std::max<int64_t>(m.opt.staging_slot_bytes, 1)),
                                   cudaHostAllocPortable));
     OOMB_CUDA_CHECK(cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming));
@@ -258,35 +340,7 @@ CudaBackend::CudaBackend(CudaBackendOptions options) : impl_(std::make_unique<Im
   for (auto& c : m.completion) c.thread = std::thread([&m, &c] { m.run_completion(c); });
 }
 
-CudaBackend::~CudaBackend() {
-  Impl& m = *impl_;
-  for (auto& c : m.completion) {
-    {
-      std::lock_guard<std::mutex> lock(c.mu);
-      c.stop = true;
-    }
-    c.cv.notify_all();
-  }
-  for (auto& c : m.completion)
-    if (c.thread.joinable()) c.thread.join();
-  // Nothing here may throw: errors are ignored.
-  cudaStreamSynchronize(m.compute);
-  cudaStreamSynchronize(m.h2d);
-  cudaStreamSynchronize(m.d2h);
-  m.gemm.reset();
-  if (m.gemm_workspace) cudaFree(m.gemm_workspace);
-  if (m.workspace) cudaFree(m.workspace);
-  if (m.readback) cudaFreeHost(m.readback);
-  for (auto& s : m.slots) {
-    if (s.host) cudaFreeHost(s.host);
-    if (s.done) cudaEventDestroy(s.done);
-  }
-  m.device.reset();
-  m.host.reset();
-  if (m.compute_mark) cudaEventDestroy(m.compute_mark);
-  for (cudaStream_t s : {m.compute, m.h2d, m.d2h})
-    if (s) cudaStreamDestroy(s);
-}
+CudaBackend::~CudaBackend() = default;  // Impl::~Impl
 
 // ---------------------------------------------------------------- memory and copies
 
@@ -308,7 +362,7 @@ void* CudaBackend::allocate(Tier tier, int64_t bytes) {
 void CudaBackend::deallocate(Tier tier, void* p, int64_t) {
   if (!p) return;
   Impl& m = *impl_;
-  m.synchronize();
+  m.synchronize();  // throws after a sticky error (Buffer logs it)
   std::lock_guard<std::mutex> lock(m.mem_mu);
   (tier == Tier::device ? m.device : m.host)->deallocate(p);
 }
@@ -365,6 +419,9 @@ EventPtr CudaBackend::copy_async(CopyRequest req) {
   EventPtr done(new Event(), ev);
   OOMB_CUDA_CHECK(cudaEventRecord(ev.start, st));
   // Adjacent regions (contiguous on both sides) become one copy.
+  std::vector<void*> dsts;
+  std::vector<const void*> srcs;
+  std::vector<size_t> sizes;
   const auto& regs = req.regions;
   for (size_t i = 0; i < regs.size();) {
     auto* dst = static_cast<char*>(regs[i].dst);
@@ -373,11 +430,22 @@ EventPtr CudaBackend::copy_async(CopyRequest req) {
     size_t k = i + 1;
     while (k < regs.size() && regs[k].dst == dst + bytes && regs[k].src == src + bytes) bytes += regs[k++].bytes;
     if (bytes > 0) {
-      OOMB_CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDefault, st));
+      dsts.push_back(dst);
+      srcs.push_back(src);
+      sizes.push_back(static_cast<size_t>(bytes));
       const char* host_side = req.dir == CopyDir::h2d ? src : dst;
       ranges.emplace_back(reinterpret_cast<uintptr_t>(host_side), reinterpret_cast<uintptr_t>(host_side) + bytes);
     }
     i = k;
+  }
+  m.copy_regions += static_cast<int64_t>(sizes.size());
+  // What stays scattered (sparse selections) goes as one batch, not one API call per region.
+  if (sizes.size() > 1 && m.batch_copies && m.issue_batch(dsts, srcs, sizes, st)) {
+    ++m.copy_api_calls;
+  } else {
+    for (size_t i = 0; i < sizes.size(); ++i)
+      OOMB_CUDA_CHECK(cudaMemcpyAsync(dsts[i], srcs[i], sizes[i], cudaMemcpyDefault, st));
+    m.copy_api_calls += static_cast<int64_t>(sizes.size());
   }
   OOMB_CUDA_CHECK(cudaEventRecord(ev.end, st));
   job.event = done;
@@ -922,6 +990,9 @@ void CudaBackend::attention_bwd(const PagedAttention& a, ConstTensor o, const fl
   rows.finish(m.compute);
 }
 
+int64_t CudaBackend::copy_regions() const { return impl_->copy_regions; }
+int64_t CudaBackend::copy_api_calls() const { return impl_->copy_api_calls; }
+
 int64_t CudaBackend::attention_calls(CudaAttentionKernel k) const {
   return impl_->attention_calls[k == CudaAttentionKernel::fp32 ? 0 : 1];
 }
@@ -969,8 +1040,11 @@ std::vector<std::vector<int32_t>> CudaBackend::select_pages(const SelectionArgs&
   rows.place(base, m.compute);
   const SelectWorkspace ws =
       SelectWorkspace::carve(base, a.rows, a.kv_heads, a.head_dim, qpages, groups, a.prefix_pages, a.budget);
+  // fp32 summaries outside the device arena (the host tier with bounded selection memory) are
+  // staged into device scratch once; bf16 ones were converted into device scratch above.
+  const bool stage = !is_bf16(a.summaries) && !m.in_device_tier(a.summaries.data);
   launch_select_pages(rows.in(q), a.rows, a.q_heads, a.kv_heads, a.head_dim, a.page_tokens, rows.in(sum),
-                      a.prefix_pages, a.budget, a.per_kv_head, ws, m.compute);
+                      a.prefix_pages, a.budget, a.per_kv_head, stage, ws, m.compute);
   std::vector<int32_t> flat(static_cast<size_t>(qpages * groups * a.budget));
   m.get(flat.data(), ws.selected, static_cast<int64_t>(flat.size()) * 4);
   std::vector<std::vector<int32_t>> out(static_cast<size_t>(qpages * groups));

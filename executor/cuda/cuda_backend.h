@@ -12,8 +12,9 @@
 //  - copy_async: the copy stream first waits (cudaStreamWaitEvent) on an event recorded on the
 //    compute stream at the call (so a copy never reads a page before the kernels that write it, nor
 //    overwrites a page that queued kernels still read), then on the device event of every `after`
-//    event, then records a start event, issues the regions (adjacent ones merged) as
-//    cudaMemcpyAsync, and records an end event. A completion thread per direction waits for the
+//    event, then records a start event, issues the regions (adjacent ones merged) as one
+//    cudaMemcpyBatchAsync (CUDA 12.8+; a single region, or an older driver: cudaMemcpyAsync each),
+//    and records an end event. A completion thread per direction waits for the
 //    end events in issue order (cudaEventSynchronize, blocking-sync events, so it sleeps), calls
 //    on_done(start, end) with the copy's device-measured duration ending at the moment it saw
 //    completion (steady clock), and then signals the returned oomb Event. So Event::wait() blocks
@@ -21,9 +22,11 @@
 //  - wait(e): the compute stream waits on e's device event (cudaStreamWaitEvent); the host does
 //    not block. Every later op, and through the compute-stream event every later copy, is ordered
 //    after e. An Event not made by this backend is waited for on the host.
-//  - ops run on the compute stream in call order. upload() stages small sources through a ring of
-//    pinned slots (so it does not stall the host), download() and ops that return host values
-//    (cross_entropy, select_pages) synchronise the compute stream.
+//  - ops run on the compute stream in call order. upload() and op metadata go through a ring of
+//    pinned slots in slot-sized pieces (so they do not stall the host), download() and ops that
+//    return host values (cross_entropy, select_pages: the interface returns them) synchronise the
+//    compute stream. The op scratch grows without a synchronisation (the old one is freed at the
+//    next synchronize()).
 //  - fill_zero of host-tier memory waits (host) for the in-flight copies that touch that range.
 //  - deallocate() synchronises all three streams first (it is never called inside a step).
 #include <cstdint>
@@ -162,6 +165,11 @@ class CudaBackend final : public Backend {
   // GEMMs of linear_fwd / linear_bwd so far that ran in precision p (after the bf16 -> fp32 fallback
   // of CudaGemmPrecision::bf16): one per forward, up to two per backward (dx, dW).
   int64_t gemm_calls(CudaGemmPrecision p) const;
+  // Copy regions copy_async issued so far (after merging adjacent ones) and the API calls that
+  // issued them: one cudaMemcpyAsync per region, or one cudaMemcpyBatchAsync per copy_async where
+  // the runtime and driver have it (CUDA 12.8+).
+  int64_t copy_regions() const;
+  int64_t copy_api_calls() const;
   // Whether this device and build can run the tensor-core attention kernels at all (sm_80 or later
   // and a kernel image for it); head_dim and alignment are per call.
   bool attention_tc_available() const;

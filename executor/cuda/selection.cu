@@ -8,9 +8,6 @@ namespace oomb::executor::cuda {
 
 namespace {
 
-constexpr int kPagesPerBlock = 128;
-constexpr int kTokenTile = 16;
-
 __global__ void page_summaries_kernel(InView k, int64_t rows, int64_t kvd, int64_t p, OutView out) {
   const int64_t pages = (rows + p - 1) / p;
   for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < pages * kvd;
@@ -35,68 +32,136 @@ __global__ void group_sum_kernel(const float* __restrict__ q, int64_t rows, int6
   }
 }
 
-// The score of one page for one query: computed identically (fixed order, explicit FMA) wherever it
-// is needed, so the normaliser and the probabilities agree bit for bit.
-__device__ __forceinline__ float page_score(const float* q, const float* summary, int64_t hd, float sc) {
-  float dot = 0;
-  for (int64_t d = 0; d < hd; ++d) dot = __fmaf_rn(q[d], summary[d], dot);
-  return sc * dot;
+// Scores as a tiled product: a block computes the [kTileTokens x kTilePages] tile of
+// sc * qsum[t, g, :] . summaries[k, g, :] for one KV head g, staging both operands through shared
+// memory kChunkDim dimensions at a time (coalesced rows of head_dim floats), each thread 2 tokens x 4
+// pages. Every score is accumulated in the same order (d ascending, explicit FMA) in both passes,
+// so the normaliser and the probabilities agree bit for bit.
+constexpr int kTileTokens = 32;
+constexpr int kTilePages = 64;
+constexpr int kChunkDim = 32;
+constexpr int kTileThreads = 256;  // 16 x 16: tokens ty, ty + 16; pages tx + 16 j
+
+struct TileSmem {
+  float q[kTileTokens][kChunkDim + 1];
+  float s[kTilePages][kChunkDim + 1];
+  float score[kTileTokens][kTilePages + 1];
+};
+
+// Tokens [t0, t1) (at most kTileTokens) x pages [k0, min(k0 + kTilePages, P)) of KV head g into
+// sm.score (unscaled dot products; rows and columns beyond the ranges hold 0).
+__device__ void score_tile(const float* __restrict__ qsum, int64_t kv_heads, int64_t hd,
+                           const float* __restrict__ summaries, int64_t P, int64_t g, int64_t t0, int64_t t1,
+                           int64_t k0, TileSmem& sm) {
+  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+  const int64_t kvd = kv_heads * hd;
+  float acc[2][4] = {};
+  for (int64_t d0 = 0; d0 < hd; d0 += kChunkDim) {
+    __syncthreads();
+    for (int e = threadIdx.x; e < kTileTokens * kChunkDim; e += kTileThreads) {
+      const int i = e / kChunkDim, dd = e % kChunkDim;
+      const int64_t t = t0 + i, d = d0 + dd;
+      sm.q[i][dd] = t < t1 && d < hd ? qsum[(t * kv_heads + g) * hd + d] : 0.0f;
+    }
+    for (int e = threadIdx.x; e < kTilePages * kChunkDim; e += kTileThreads) {
+      const int k = e / kChunkDim, dd = e % kChunkDim;
+      const int64_t page = k0 + k, d = d0 + dd;
+      sm.s[k][dd] = page < P && d < hd ? summaries[page * kvd + g * hd + d] : 0.0f;
+    }
+    __syncthreads();
+    const int n = hd - d0 < kChunkDim ? static_cast<int>(hd - d0) : kChunkDim;
+    for (int dd = 0; dd < n; ++dd) {
+      const float a0 = sm.q[ty][dd], a1 = sm.q[ty + 16][dd];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const float b = sm.s[tx + 16 * j][dd];
+        acc[0][j] = __fmaf_rn(a0, b, acc[0][j]);
+        acc[1][j] = __fmaf_rn(a1, b, acc[1][j]);
+      }
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    sm.score[ty][tx + 16 * j] = acc[0][j];
+    sm.score[ty + 16][tx + 16 * j] = acc[1][j];
+  }
+  __syncthreads();
 }
 
-// Block per (token, KV head): max and sum of exp of the page scores.
-__global__ void page_norm_kernel(const float* __restrict__ qsum, int64_t kv_heads, int64_t hd,
+// Block per (tile of tokens, KV head): online max and sum of exp of the page scores over all page
+// tiles (a warp per 4 tokens, 2 pages per lane).
+__global__ void page_norm_kernel(const float* __restrict__ qsum, int64_t rows, int64_t kv_heads, int64_t hd,
                                  const float* __restrict__ summaries, int64_t P, float sc, float* __restrict__ norm_m,
                                  float* __restrict__ norm_l) {
-  __shared__ float red[32];
-  const int64_t ig = blockIdx.x, g = ig % kv_heads;
-  const float* qv = qsum + ig * hd;
-  const int64_t kvd = kv_heads * hd;
-  float m = -FLT_MAX;
-  for (int64_t k = threadIdx.x; k < P; k += blockDim.x)
-    m = fmaxf(m, page_score(qv, summaries + k * kvd + g * hd, hd, sc));
-  m = block_max(m, red);
-  float l = 0;
-  for (int64_t k = threadIdx.x; k < P; k += blockDim.x)
-    l += expf(page_score(qv, summaries + k * kvd + g * hd, hd, sc) - m);
-  l = block_sum(l, red);
-  if (threadIdx.x == 0) {
-    norm_m[ig] = m;
-    norm_l[ig] = l;
+  __shared__ TileSmem sm;
+  __shared__ float m_s[kTileTokens], l_s[kTileTokens];
+  const int64_t t0 = blockIdx.x * int64_t{kTileTokens}, t1 = t0 + kTileTokens < rows ? t0 + kTileTokens : rows;
+  const int64_t g = blockIdx.y;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (threadIdx.x < kTileTokens) {
+    m_s[threadIdx.x] = -FLT_MAX;
+    l_s[threadIdx.x] = 0;
+  }
+  for (int64_t k0 = 0; k0 < P; k0 += kTilePages) {
+    score_tile(qsum, kv_heads, hd, summaries, P, g, t0, t1, k0, sm);
+    const bool v0 = k0 + lane < P, v1 = k0 + lane + 32 < P;
+    for (int i = warp * 4; i < warp * 4 + 4; ++i) {
+      const float s0 = v0 ? sc * sm.score[i][lane] : -FLT_MAX, s1 = v1 ? sc * sm.score[i][lane + 32] : -FLT_MAX;
+      float mx = fmaxf(s0, s1);
+      for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+      const float m_new = fmaxf(m_s[i], mx);
+      float e = (v0 ? expf(s0 - m_new) : 0.0f) + (v1 ? expf(s1 - m_new) : 0.0f);
+      for (int o = 16; o > 0; o >>= 1) e += __shfl_xor_sync(0xffffffffu, e, o);
+      __syncwarp();
+      if (lane == 0) {
+        l_s[i] = l_s[i] * expf(m_s[i] - m_new) + e;
+        m_s[i] = m_new;
+      }
+      __syncwarp();
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x < t1 - t0) {
+    const int64_t ig = (t0 + threadIdx.x) * kv_heads + g;
+    norm_m[ig] = m_s[threadIdx.x];
+    norm_l[ig] = l_s[threadIdx.x];
   }
 }
 
-// Block per (query page x group, tile of pages); thread per page: sum (double) of the softmax
-// probabilities over the KV heads of the group and the tokens of the query page, in the CPU
-// reference's order (heads outer, tokens inner).
+// Block per (query page x group, tile of pages): the sum (double) of the softmax probabilities over
+// the KV heads of the group and the tokens of the query page, in the CPU reference's order (heads
+// outer, tokens inner), one thread per page.
 __global__ void page_scores_kernel(const float* __restrict__ qsum, int64_t rows, int64_t kv_heads, int64_t hd,
                                    int64_t p, const float* __restrict__ summaries, int64_t P, float sc,
                                    const float* __restrict__ norm_m, const float* __restrict__ norm_l, int64_t groups,
                                    double* __restrict__ scores) {
-  extern __shared__ float qtile[];  // [kTokenTile][hd]
+  __shared__ TileSmem sm;
   const int64_t jg = blockIdx.y, j = jg / groups, gsel = jg % groups;
-  const int64_t k = blockIdx.x * int64_t{kPagesPerBlock} + threadIdx.x;
-  const int64_t kvd = kv_heads * hd;
+  const int64_t k0 = blockIdx.x * int64_t{kTilePages};
   const int64_t t0 = j * p, t1 = t0 + p < rows ? t0 + p : rows;
   const int64_t g0 = groups == 1 ? 0 : gsel, g1 = groups == 1 ? kv_heads : gsel + 1;
+  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
   double acc = 0;
   for (int64_t g = g0; g < g1; ++g) {
-    for (int64_t tb = t0; tb < t1; tb += kTokenTile) {
-      const int64_t nt = t1 - tb < kTokenTile ? t1 - tb : kTokenTile;
-      __syncthreads();
-      for (int64_t e = threadIdx.x; e < nt * hd; e += blockDim.x)
-        qtile[e] = qsum[((tb + e / hd) * kv_heads + g) * hd + e % hd];
-      __syncthreads();
-      if (k < P) {
-        const float* summary = summaries + k * kvd + g * hd;
-        for (int64_t i = 0; i < nt; ++i) {
-          const int64_t ig = (tb + i) * kv_heads + g;
-          const float s = page_score(qtile + i * hd, summary, hd, sc);
-          acc += static_cast<double>(expf(s - norm_m[ig]) / norm_l[ig]);
-        }
+    for (int64_t tb = t0; tb < t1; tb += kTileTokens) {
+      const int64_t te = tb + kTileTokens < t1 ? tb + kTileTokens : t1;
+      score_tile(qsum, kv_heads, hd, summaries, P, g, tb, te, k0, sm);
+      // Probabilities in place (each thread its own 2 x 4 entries), then summed per page.
+      for (int a = 0; a < 2; ++a) {
+        const int i = ty + 16 * a;
+        if (tb + i >= te) continue;
+        const int64_t ig = (tb + i) * kv_heads + g;
+        const float m = norm_m[ig], l = norm_l[ig];
+#pragma unroll
+        for (int jj = 0; jj < 4; ++jj) sm.score[i][tx + 16 * jj] = expf(sc * sm.score[i][tx + 16 * jj] - m) / l;
       }
+      __syncthreads();
+      if (threadIdx.x < kTilePages)
+        for (int64_t i = 0; i < te - tb; ++i) acc += static_cast<double>(sm.score[i][threadIdx.x]);
     }
   }
-  if (k < P) scores[jg * P + k] = acc;
+  const int64_t k = k0 + threadIdx.x;
+  if (threadIdx.x < kTilePages && k < P) scores[jg * P + k] = acc;
 }
 
 // Exclusive prefix sum over the block (blockDim.x a multiple of 32); *total gets the block sum.
@@ -186,7 +251,7 @@ int64_t SelectWorkspace::bytes(int64_t rows, int64_t kv_heads, int64_t head_dim,
                                int64_t prefix_pages, int64_t budget) {
   auto up = [](int64_t b) { return (b + 255) / 256 * 256; };
   return up(rows * kv_heads * head_dim * 4) + 2 * up(rows * kv_heads * 4) + up(qpages * groups * prefix_pages * 8) +
-         up(qpages * groups * budget * 4);
+         up(qpages * groups * budget * 4) + up(prefix_pages * kv_heads * head_dim * 4);
 }
 
 SelectWorkspace SelectWorkspace::carve(void* base, int64_t rows, int64_t kv_heads, int64_t head_dim, int64_t qpages,
@@ -203,6 +268,8 @@ SelectWorkspace SelectWorkspace::carve(void* base, int64_t rows, int64_t kv_head
   w.scores = reinterpret_cast<double*>(p);
   p += up(qpages * groups * prefix_pages * 8);
   w.selected = reinterpret_cast<int32_t*>(p);
+  p += up(qpages * groups * budget * 4);
+  w.staged = reinterpret_cast<float*>(p);
   return w;
 }
 
@@ -216,24 +283,29 @@ void launch_page_summaries(ConstTensor k, int64_t rows, int64_t kv_dim, int64_t 
 
 void launch_select_pages(const float* q, int64_t rows, int64_t q_heads, int64_t kv_heads, int64_t head_dim,
                          int64_t page_tokens, const float* summaries, int64_t prefix_pages, int64_t budget,
-                         bool per_kv_head, const SelectWorkspace& ws, cudaStream_t s) {
+                         bool per_kv_head, bool stage, const SelectWorkspace& ws, cudaStream_t s) {
   if (rows <= 0 || prefix_pages <= 0 || budget <= 0) return;
   const int64_t qpages = (rows + page_tokens - 1) / page_tokens, groups = per_kv_head ? kv_heads : 1;
   const float sc = 1.0f / sqrtf(static_cast<float>(head_dim));
   const int64_t n = rows * kv_heads * head_dim;
+  // One read of the layer's summaries (over the host link when they live in the host tier), then
+  // both passes read the device copy.
+  const float* sums = summaries;
+  if (stage) {
+    OOMB_CUDA_CHECK(cudaMemcpyAsync(ws.staged, summaries, static_cast<size_t>(prefix_pages * kv_heads * head_dim) * 4,
+                                    cudaMemcpyDefault, s));
+    sums = ws.staged;
+  }
   group_sum_kernel<<<grid_for(n), kThreads, 0, s>>>(q, rows, q_heads, kv_heads, head_dim, ws.qsum);
   OOMB_CUDA_LAUNCH_CHECK("group_sum_kernel");
-  page_norm_kernel<<<static_cast<unsigned>(rows * kv_heads), kThreads, 0, s>>>(ws.qsum, kv_heads, head_dim, summaries,
-                                                                              prefix_pages, sc, ws.norm_m, ws.norm_l);
+  const dim3 norm_grid(static_cast<unsigned>((rows + kTileTokens - 1) / kTileTokens), static_cast<unsigned>(kv_heads));
+  page_norm_kernel<<<norm_grid, kTileThreads, 0, s>>>(ws.qsum, rows, kv_heads, head_dim, sums, prefix_pages, sc,
+                                                      ws.norm_m, ws.norm_l);
   OOMB_CUDA_LAUNCH_CHECK("page_norm_kernel");
-  const dim3 grid(static_cast<unsigned>((prefix_pages + kPagesPerBlock - 1) / kPagesPerBlock),
+  const dim3 grid(static_cast<unsigned>((prefix_pages + kTilePages - 1) / kTilePages),
                   static_cast<unsigned>(qpages * groups));
-  const size_t smem = static_cast<size_t>(kTokenTile * head_dim) * sizeof(float);
-  if (smem > 48 * 1024)
-    OOMB_CUDA_CHECK(cudaFuncSetAttribute(page_scores_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(smem)));
-  page_scores_kernel<<<grid, kPagesPerBlock, smem, s>>>(ws.qsum, rows, kv_heads, head_dim, page_tokens, summaries,
-                                                        prefix_pages, sc, ws.norm_m, ws.norm_l, groups, ws.scores);
+  page_scores_kernel<<<grid, kTileThreads, 0, s>>>(ws.qsum, rows, kv_heads, head_dim, page_tokens, sums,
+                                                   prefix_pages, sc, ws.norm_m, ws.norm_l, groups, ws.scores);
   OOMB_CUDA_LAUNCH_CHECK("page_scores_kernel");
   topk_kernel<<<static_cast<unsigned>(qpages * groups), kThreads, 0, s>>>(ws.scores, prefix_pages, budget,
                                                                           ws.selected);

@@ -4,7 +4,11 @@
 // earlier page summary (scaled by 1/sqrt(head_dim)), softmaxed over pages, the probabilities are
 // summed (double) over the query page's tokens (and over KV heads for the published rule), and the
 // top `budget` pages per query page are taken on the GPU (radix select over the scores, ties to the
-// lower page index), listed in ascending order.
+// lower page index), listed in ascending order. The scores are two tiled products of the summed
+// queries [rows x kv_heads, head_dim] with the summaries^T (shared-memory tiles of 32 tokens x 64
+// pages, coalesced rows): the first the softmax normaliser per (token, KV head), the second the
+// probabilities summed per query page. Summaries in the host tier are staged into device scratch
+// once per call, so the passes never read across the host link.
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -24,15 +28,17 @@ struct SelectWorkspace {
   float* norm_l = nullptr;  // [rows, kv_heads] softmax sum over pages
   double* scores = nullptr;  // [qpages * groups, prefix_pages]
   int32_t* selected = nullptr;  // [qpages * groups, budget]
+  float* staged = nullptr;      // [prefix_pages, kv_heads * head_dim]: device copy of the summaries
   static int64_t bytes(int64_t rows, int64_t kv_heads, int64_t head_dim, int64_t qpages, int64_t groups,
                        int64_t prefix_pages, int64_t budget);
   static SelectWorkspace carve(void* base, int64_t rows, int64_t kv_heads, int64_t head_dim, int64_t qpages,
                                int64_t groups, int64_t prefix_pages, int64_t budget);
 };
 
-// Fills ws.selected; groups = kv_heads when per_kv_head, else 1.
+// Fills ws.selected; groups = kv_heads when per_kv_head, else 1. stage: copy the summaries into
+// ws.staged first (they are not device memory).
 void launch_select_pages(const float* q, int64_t rows, int64_t q_heads, int64_t kv_heads, int64_t head_dim,
                          int64_t page_tokens, const float* summaries, int64_t prefix_pages, int64_t budget,
-                         bool per_kv_head, const SelectWorkspace& ws, cudaStream_t s);
+                         bool per_kv_head, bool stage, const SelectWorkspace& ws, cudaStream_t s);
 
 }  // namespace oomb::executor::cuda

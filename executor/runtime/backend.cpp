@@ -1,5 +1,8 @@
 #include "executor/runtime/backend.h"
 
+#include <cstdio>
+#include <exception>
+
 #include "core/error.h"
 #include "executor/runtime/memory_account.h"
 
@@ -53,7 +56,16 @@ Buffer::Buffer(Backend& b, Tier tier, int64_t bytes, MemoryAccount* account, std
 Buffer::~Buffer() { reset(); }
 
 void Buffer::reset() {
-  if (backend_ && ptr_) backend_->deallocate(tier_, ptr_, bytes_);
+  // Runs in destructors and noexcept moves: after a device fault deallocate can throw, and letting
+  // it escape would terminate the program before it writes what it measured. Logged instead.
+  if (backend_ && ptr_) {
+    try {
+      backend_->deallocate(tier_, ptr_, bytes_);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "oomb: freeing %lld bytes of %s memory (%s) failed: %s\n", static_cast<long long>(bytes_),
+                   to_string(tier_), category_.empty() ? "uncategorised" : category_.c_str(), e.what());
+    }
+  }
   if (account_) account_->add(tier_, category_, -bytes_);
   backend_ = nullptr;
   ptr_ = nullptr;

@@ -771,6 +771,9 @@ StepResult Engine::step(const std::vector<int32_t>& tokens) {
   if (config_.optimizer != simulator::Optimizer::none && ++accumulated_ >= options_.adamw.grad_accum)
     optimizer_step();
 
+  // The host runs layer passes ahead of the device: the step ends when the device's work and every
+  // copy (with its trace report) did.
+  store_->finish_step();
   StepResult r;
   r.loss = loss;
   r.seconds = static_cast<double>(steady_now_ns() - step_start_ns_) * 1e-9;
@@ -799,6 +802,8 @@ StepResult Engine::step(const std::vector<int32_t>& tokens) {
   m.notes = notes_;
   m.h2d_bytes = store_->counters().h2d_bytes;
   m.d2h_bytes = store_->counters().d2h_bytes;
+  m.copy_regions = store_->counters().regions;
+  m.step_times_s.push_back(r.seconds);
   m.union_pages.clear();
   for (int64_t c = 0; c < g_.n; ++c)
     for (int64_t l = 0; l < g_.L; ++l)
@@ -931,9 +936,11 @@ Json Measured::to_json() const {
           {"device_breakdown_bytes", device_breakdown_bytes},
           {"h2d_bytes", h2d_bytes},
           {"d2h_bytes", d2h_bytes},
+          {"copy_regions", copy_regions},
           {"max_union_pages", max_union},
           {"union_pages", unions},
           {"step_s", step_s},
+          {"step_times_s", step_times_s},
           {"tokens_per_s", tokens_per_s},
           {"loss", loss},
           {"steps", steps}};

@@ -113,11 +113,13 @@ struct Measured {
   int64_t peak_device_bytes = 0, peak_host_bytes = 0;
   std::map<std::string, int64_t> device_breakdown_bytes;  // at the device peak
   int64_t h2d_bytes = 0, d2h_bytes = 0;                   // last step
+  int64_t copy_regions = 0;  // last step: contiguous copy regions issued (API calls unless batched)
   std::vector<UnionSize> union_pages;                     // last step, per (chunk, layer)
   std::vector<RecallSample> recall;  // last step, per (chunk, layer); empty unless measure_recall
   double mean_recall() const;        // over the samples (0 when none)
   double min_recall() const;
   double step_s = 0;        // mean over steps
+  std::vector<double> step_times_s;  // each step (the first pays one-time set-up)
   double tokens_per_s = 0;  // over all steps
   double loss = 0;          // last step
   int64_t steps = 0;

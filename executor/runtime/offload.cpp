@@ -41,6 +41,7 @@ OffloadEngine::OffloadEngine(Backend& backend, const Geometry& g, int64_t kv_dim
     host_kv_written_.resize(static_cast<size_t>(all));
     host_dkv_written_.resize(static_cast<size_t>(all));
   }
+  region_reuse_after_.resize(static_cast<size_t>(g.R));
   kv_table_.resize(static_cast<size_t>(g.L));
   dkv_table_.resize(static_cast<size_t>(g.L));
   for (auto& t : kv_table_) t.resize(g.P);
@@ -48,7 +49,24 @@ OffloadEngine::OffloadEngine(Backend& backend, const Geometry& g, int64_t kv_dim
 }
 
 OffloadEngine::~OffloadEngine() {
-  for (auto& e : in_flight_) backend_.wait(e);
+  // Host waits: a copy's completion calls into the recorder, which may be destroyed after this.
+  drain();
+}
+
+void OffloadEngine::drain() {
+  for (auto& e : in_flight_) e->wait();
+  in_flight_.clear();
+}
+
+void OffloadEngine::finish_step() {
+  // A fence: an empty copy is ordered after all compute issued so far (Backend::copy_async) and
+  // after every copy in flight; waiting for it on the host ends the step's device work.
+  CopyRequest fence;
+  fence.dir = CopyDir::d2h;
+  fence.after = in_flight_;
+  const EventPtr e = backend_.copy_async(std::move(fence));
+  e->wait();
+  drain();
 }
 
 void OffloadEngine::begin_step(PrefixFn prefix_of) {
@@ -69,9 +87,20 @@ EventPtr OffloadEngine::issue(CopyDir dir, std::vector<CopyRegion> regions, std:
   int64_t bytes = 0;
   for (const auto& r : regions) bytes += r.bytes;
   (dir == CopyDir::h2d ? counters_.h2d_bytes : counters_.d2h_bytes) += bytes;
+  // Regions contiguous on both sides become one (the pages are laid out so that most are).
+  std::vector<CopyRegion> runs;
+  for (const CopyRegion& r : regions) {
+    if (!runs.empty() && static_cast<char*>(runs.back().dst) + runs.back().bytes == r.dst &&
+        static_cast<const char*>(runs.back().src) + runs.back().bytes == r.src)
+      runs.back().bytes += r.bytes;
+    else
+      runs.push_back(r);
+  }
+  counters_.regions += static_cast<int64_t>(runs.size());
+  ++counters_.requests;
   CopyRequest req;
   req.dir = dir;
-  req.regions = std::move(regions);
+  req.regions = std::move(runs);
   after.erase(std::remove(after.begin(), after.end(), nullptr), after.end());
   std::sort(after.begin(), after.end());
   after.erase(std::unique(after.begin(), after.end()), after.end());
@@ -106,15 +135,17 @@ void OffloadEngine::load_prefix_into(Slot& s, const Pass& p, const std::vector<i
   const PageTable& kv = kv_table_[static_cast<size_t>(p.layer)];
   const PageTable& dkv = dkv_table_[static_cast<size_t>(p.layer)];
   std::vector<CopyRegion> kv_regions, dkv_regions;
-  std::vector<EventPtr> kv_after, dkv_after;
+  // The slot's device pages are written only after the last write-back that read them.
+  std::vector<EventPtr> kv_after{s.reuse_after}, dkv_after{s.reuse_after};
   for (int64_t k : *prefix) {
-    const int64_t d = kv_pool_->allocate(false);
+    const int64_t d = slot_page(*kv_pool_, s, static_cast<int64_t>(s.dev_kv.size()));
     s.dev_kv.push_back(d);
     s.pages.prefix_kv.push_back(kv_pool_->ptr(d));
     kv_regions.push_back({kv_pool_->ptr(d), host_kv_->ptr(kv[k]), kv_page_bytes_});
     kv_after.push_back(host_kv_written_[static_cast<size_t>(kv[k])]);
     if (p.kind == PassKind::backward) {
-      const int64_t dd = grad_pool_->allocate(false);
+      // Gradient slots: prefix pages first, then the own pages (placed by prepare), as on the host.
+      const int64_t dd = slot_page(*grad_pool_, s, static_cast<int64_t>(s.pages.prefix_dkv.size()));
       s.dev_dkv.push_back(dd);
       s.pages.prefix_dkv.push_back(grad_pool_->ptr(dd));
       dkv_regions.push_back({grad_pool_->ptr(dd), host_grad_->ptr(dkv[k]), grad_page_bytes_});
@@ -141,14 +172,20 @@ void OffloadEngine::prepare(int64_t i, bool current) {
   OOMB_ASSERT(prefix || p.kind == PassKind::fill, "stage-2 pass without a recorded selection");
   if (!prefix && !current) return;  // sparse stage 1: its pages are known only after its selection
   Slot& s = slots_[i];
+  // Slots live at most R at a time, passes i .. i + R - 1: pass i owns region i mod R of each
+  // device pool (max_slot_pages pages), so its pages form one ascending run.
+  s.region = i % g_.R;
+  for (const auto& [k, other] : slots_)
+    OOMB_ASSERT(k == i || other.region != s.region, "two live slots in one device region");
+  s.reuse_after = region_reuse_after_[static_cast<size_t>(s.region)];
   const int64_t own = g_.own_pages(p.chunk);
   for (int64_t j = 0; j < own; ++j) {
     if (p.kind == PassKind::fill) {
-      const int64_t d = kv_pool_->allocate(false);
+      const int64_t d = slot_page(*kv_pool_, s, j);
       s.dev_kv.push_back(d);
       s.pages.own_kv.push_back(kv_pool_->ptr(d));
     } else if (p.kind == PassKind::backward) {
-      const int64_t d = grad_pool_->allocate(false);
+      const int64_t d = slot_page(*grad_pool_, s, static_cast<int64_t>(prefix->size()) + j);
       s.dev_dkv.push_back(d);
       s.pages.own_dkv.push_back(grad_pool_->ptr(d));
     }
@@ -166,10 +203,12 @@ PassPages& OffloadEngine::acquire(int64_t i) {
     // Stage 1 creates the chunk's pages in their home tier; gradient pages start at zero.
     PagePool& home_kv = g_.offload ? *host_kv_ : *kv_pool_;
     PagePool& home_dkv = g_.offload ? *host_grad_ : *grad_pool_;
+    // Page j of layer l is physical page l * P + j of its home pool, so a layer's pages are one
+    // ascending run there and a copy of consecutive pages is one region.
     for (int64_t j = first; j < first + own; ++j) {
       OOMB_ASSERT(kv[j] < 0 && dkv[j] < 0, "page created twice");
-      kv[j] = home_kv.allocate(false);
-      dkv[j] = home_dkv.allocate(true);
+      kv[j] = home_kv.allocate_at(p.layer * g_.P + j, false);
+      dkv[j] = home_dkv.allocate_at(p.layer * g_.P + j, true);
       if (g_.offload) {
         host_kv_written_[static_cast<size_t>(kv[j])] = nullptr;
         host_dkv_written_[static_cast<size_t>(dkv[j])] = nullptr;
@@ -193,6 +232,7 @@ PassPages& OffloadEngine::acquire(int64_t i) {
   Slot& s = slots_.at(i);
   for (auto& e : s.ready) backend_.wait(e);
   s.ready.clear();
+  backend_.wait(s.reuse_after);  // the kernels write pages (own KV) a write-back may still read
   sample();
   return s.pages;
 }
@@ -238,7 +278,9 @@ void OffloadEngine::release(int64_t i) {
       wb = issue(CopyDir::d2h, std::move(regions), {}, "dkv_prefix", p);
       for (int64_t k : *s.pages.prefix) host_dkv_written_[static_cast<size_t>(dkv[k])] = wb;
     }
-    if (wb) backend_.wait(wb);  // the slot is released only after its write-back completed
+    // Only the next user of the slot's region waits for the write-back (its copy-in's `after`, or
+    // the compute stream at its acquire), never the next pass: it runs in another region.
+    region_reuse_after_[static_cast<size_t>(s.region)] = wb;
     for (int64_t d : s.dev_kv) kv_pool_->free(d);
     for (int64_t d : s.dev_dkv) grad_pool_->free(d);
   }
@@ -258,6 +300,12 @@ void OffloadEngine::release(int64_t i) {
   in_flight_.erase(std::remove_if(in_flight_.begin(), in_flight_.end(), [](const EventPtr& e) { return e->done(); }),
                    in_flight_.end());
   sample();
+}
+
+int64_t OffloadEngine::slot_page(PagePool& pool, const Slot& s, int64_t offset) const {
+  const int64_t size = g_.max_slot_pages();
+  OOMB_ASSERT(offset >= 0 && offset < size, "slot larger than max_slot_pages");
+  return pool.allocate_at(s.region * size + offset, false);
 }
 
 void OffloadEngine::sample() {

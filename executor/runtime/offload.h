@@ -6,9 +6,15 @@
 // copied. With offload every page's home is the host tier; a pass gets a device *slot* with the
 // pages it needs (stage 1: KV(prefix) + KV(own); stage-2 recompute: KV(prefix); backward:
 // KV(prefix) + dKV(prefix) + dKV(own)), copied in before it computes and released when it ends,
-// after its write-back (stage 1: KV(own); backward: dKV(prefix)) completed. At most R slots exist:
+// with its write-back (stage 1: KV(own); backward: dKV(prefix)) issued. At most R slots exist:
 // the current pass and the copy-in of the next R - 1 passes in the direction of travel (prefetch).
-// Every h2d copy waits on the events of the write-backs of the pages it reads.
+// Every h2d copy waits on the events of the write-backs of the pages it reads; the next pass does
+// not wait for a write-back: only the next user of the released slot's device pages does.
+//
+// Layout (so that copies are few large regions): the device pools hold R regions of
+// max_slot_pages pages and pass i's slot is region i mod R (KV: own pages, then prefix pages;
+// gradients: prefix pages, then own pages); page j of layer l lives at l * P + j of its home pool
+// (the host with offload). So a dense copy is one region.
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -44,6 +50,8 @@ struct PassPages {
 
 struct CopyCounters {
   int64_t h2d_bytes = 0, d2h_bytes = 0;
+  int64_t requests = 0;  // copy_async calls
+  int64_t regions = 0;   // contiguous regions in them (one cudaMemcpyAsync each unless batched)
 };
 
 class OffloadEngine {
@@ -66,6 +74,9 @@ class OffloadEngine {
   PassPages& acquire(int64_t i);
   void load_prefix(int64_t i);  // prefix_of(pass i) is now known
   void release(int64_t i);
+  // After the last release of a step: waits on the host until the device has finished all work
+  // issued so far and every copy completed and reported (so the step's time and trace are whole).
+  void finish_step();
 
   const CopyCounters& counters() const { return counters_; }  // this step
   const PagePool& kv_pool() const { return *kv_pool_; }
@@ -78,6 +89,8 @@ class OffloadEngine {
 
  private:
   struct Slot {
+    int64_t region = 0;      // of the device pools (offload)
+    EventPtr reuse_after;    // write-back of the region's previous pass (null: none)
     bool prefix_loaded = false;
     std::vector<int64_t> dev_kv, dev_dkv;  // device pages owned by the slot
     PassPages pages;
@@ -90,6 +103,9 @@ class OffloadEngine {
   EventPtr issue(CopyDir dir, std::vector<CopyRegion> regions, std::vector<EventPtr> after, const char* name,
                  const Pass& p);
   void sample();
+  void drain();  // host waits for every copy in flight
+  // Page `offset` of slot s's region in `pool`.
+  int64_t slot_page(PagePool& pool, const Slot& s, int64_t offset) const;
 
   Backend& backend_;
   Geometry g_;
@@ -102,6 +118,7 @@ class OffloadEngine {
   std::vector<PageTable> kv_table_, dkv_table_;  // per layer: device (no offload) or host pages
   std::vector<EventPtr> host_kv_written_, host_dkv_written_;  // per host page: last write-back
   std::vector<EventPtr> in_flight_;
+  std::vector<EventPtr> region_reuse_after_;  // per device region: its last pass's write-back
   std::vector<Pass> passes_;
   PrefixFn prefix_of_;
   std::map<int64_t, Slot> slots_;

@@ -12,6 +12,11 @@
 // called on the thread that issues the work (the driver's thread), in strictly nested pairs.
 // Without a tagger (EngineOptions::tagger == nullptr) the driver only tests the pointer.
 #include <cstdint>
+#include <exception>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
 
 namespace oomb::executor {
 
@@ -42,6 +47,52 @@ class TagScope {
 
  private:
   OpTagger* t_;
+};
+
+// Where a step failed: keeps the tag stack (forwarding to an optional inner tagger, e.g. the CUPTI
+// one) and, at the first pop that runs while an exception unwinds, records the innermost tag: the
+// (stage, chunk, layer, op, name) the failing op or copy was issued under. A CUDA fault is raised
+// where it is detected (the next launch check or synchronisation; OOMB_CUDA_SYNC_CHECK=1 makes that
+// the launch that caused it).
+class FaultTagger final : public OpTagger {
+ public:
+  struct Tag {
+    int stage = -1;
+    int64_t chunk = -1, layer = -1;
+    std::string op, name;
+    std::string to_string() const {
+      return "stage " + std::to_string(stage) + ", chunk " + std::to_string(chunk) + ", layer " +
+             std::to_string(layer) + ", " + op + " / " + name;
+    }
+  };
+  explicit FaultTagger(OpTagger* inner = nullptr) : inner_(inner) {}
+  void push(int stage, int64_t chunk, int64_t layer, const char* op, const char* name) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stack_.push_back({stage, chunk, layer, op ? op : "", name ? name : ""});
+    }
+    if (inner_) inner_->push(stage, chunk, layer, op, name);
+  }
+  void pop() noexcept override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!stack_.empty()) {
+        if (!fault_ && std::uncaught_exceptions() > 0) fault_ = stack_.back();
+        stack_.pop_back();
+      }
+    }
+    if (inner_) inner_->pop();
+  }
+  std::optional<Tag> fault() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return fault_;
+  }
+
+ private:
+  OpTagger* inner_;
+  mutable std::mutex mu_;
+  std::vector<Tag> stack_;
+  std::optional<Tag> fault_;
 };
 
 }  // namespace oomb::executor

@@ -24,16 +24,20 @@ PagePool::PagePool(Backend& backend, Tier tier, std::string name, int64_t page_b
     slabs_.emplace_back(backend_, tier_, checked_mul(pages, page_bytes, "page pool bytes"), &account_,
                         name_.find("grad") != std::string::npos ? "kv_grad_pages" : "kv_pages");
   }
-  free_.reserve(static_cast<size_t>(capacity_pages));
-  for (int64_t i = capacity_pages - 1; i >= 0; --i) free_.push_back(i);
+  for (int64_t i = 0; i < capacity_pages; ++i) free_.insert(free_.end(), i);
   used_.assign(static_cast<size_t>(capacity_pages), 0);
 }
 
 int64_t PagePool::allocate(bool zero) {
   OOMB_ASSERT(!free_.empty(), "page pool '" + name_ + "' exhausted at " + std::to_string(capacity_) +
                                   " pages: the schedule's pool size was computed wrongly");
-  const int64_t page = free_.back();
-  free_.pop_back();
+  return allocate_at(*free_.begin(), zero);
+}
+
+int64_t PagePool::allocate_at(int64_t page, bool zero) {
+  OOMB_ASSERT(page >= 0 && page < capacity_ && !used_[static_cast<size_t>(page)],
+              "page " + std::to_string(page) + " of pool '" + name_ + "' is not free");
+  free_.erase(page);
   used_[static_cast<size_t>(page)] = 1;
   ++in_use_;
   high_water_ = std::max(high_water_, in_use_);
@@ -45,7 +49,7 @@ int64_t PagePool::allocate(bool zero) {
 void PagePool::free(int64_t page) {
   OOMB_ASSERT(page >= 0 && page < capacity_ && used_[static_cast<size_t>(page)], "bad free in pool " + name_);
   used_[static_cast<size_t>(page)] = 0;
-  free_.push_back(page);
+  free_.insert(page);
   --in_use_;
   if (tier_ == Tier::device) account_.add_pool_pages(-1);
 }

@@ -1,9 +1,13 @@
 #pragma once
 // Fixed-size pages carved out of one allocation per pool (device tier) or a few large slabs (host
-// tier: the pinned slabs of a CUDA run): no fragmentation, no reallocation during a step. A free
-// list hands out pages; high-water is kept in pages. Gradient pages are zeroed when created.
+// tier: the pinned slabs of a CUDA run): no fragmentation, no reallocation during a step. The free
+// set hands out the lowest free page (so pages taken in a row form ascending runs, whatever order
+// they were freed in); allocate_at takes a given page (the offload engine lays pages out so that a
+// copy's regions are contiguous on both sides, see offload.h). High-water is kept in pages.
+// Gradient pages are zeroed when created.
 #include <cstdint>
 #include <limits>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -22,7 +26,8 @@ class PagePool {
   PagePool(const PagePool&) = delete;
   PagePool& operator=(const PagePool&) = delete;
 
-  int64_t allocate(bool zero);  // physical page id
+  int64_t allocate(bool zero);  // physical page id: the lowest free one
+  int64_t allocate_at(int64_t page, bool zero);  // `page`, which must be free
   void free(int64_t page);
   float* ptr(int64_t page) const;
 
@@ -44,7 +49,7 @@ class PagePool {
   MemoryAccount& account_;
   int64_t pages_per_slab_ = 0;
   std::vector<Buffer> slabs_;
-  std::vector<int64_t> free_;  // stack: next page on top
+  std::set<int64_t> free_;
   std::vector<uint8_t> used_;
   int64_t in_use_ = 0;
   int64_t high_water_ = 0;

@@ -17,7 +17,10 @@ class Rng {
   }
   double uniform() { return static_cast<double>(next() >> 11) * (1.0 / 9007199254740992.0); }  // [0, 1)
   uint64_t below(uint64_t n) { return next() % n; }
-  double normal() {  // Box-Muller
+  // The state after n more next() calls (splitmix64's state advances by a constant), so a sequence
+  // can be generated in parallel pieces with exactly the values of one pass.
+  void skip(uint64_t n) { s_ += n * 0x9E3779B97F4A7C15ull; }
+  double normal() {  // Box-Muller: two next() calls per sample
     const double u1 = uniform() + 1e-300, u2 = uniform();
     return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
   }

@@ -1,10 +1,13 @@
 #include "executor/runtime/weights.h"
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <thread>
+#include <vector>
 
 #include "core/error.h"
 #include "core/json_util.h"
@@ -85,15 +88,40 @@ ParamTensors zero_params(const models::ModelSpec& m) {
   return t;
 }
 
-Weights random_weights(const models::ModelSpec& m, uint64_t seed, float std) {
+Weights random_weights(const models::ModelSpec& m, uint64_t seed, float std, int threads_asked) {
   Weights w = zero_params(m);
-  Rng rng(seed);
+  // One normal sample per element in layout order from Rng(seed) (two next() calls each), generated
+  // by several threads that each skip to their first element: the values of a single pass, at a
+  // fraction of its time (billions of Box-Muller samples take tens of seconds on one thread).
+  struct Span {
+    float* data;
+    int64_t first, numel;  // global element index of data[0]
+    bool norm;
+  };
+  std::vector<Span> spans;
+  int64_t total = 0;
   for (const auto& p : w.layout.params()) {
-    const bool norm = p.name.find("norm") != std::string::npos;
-    float* d = w.at(p);
-    for (int64_t i = 0; i < p.numel; ++i)
-      d[i] = norm ? 1.0f + 2.5f * std * static_cast<float>(rng.normal()) : std * static_cast<float>(rng.normal());
+    spans.push_back({w.at(p), total, p.numel, p.name.find("norm") != std::string::npos});
+    total += p.numel;
   }
+  auto fill = [&](int64_t begin, int64_t end) {
+    Rng rng(seed);
+    rng.skip(2 * static_cast<uint64_t>(begin));
+    for (const Span& sp : spans) {
+      const int64_t a = std::max(begin, sp.first), b = std::min(end, sp.first + sp.numel);
+      for (int64_t i = a; i < b; ++i) {
+        const auto z = static_cast<float>(rng.normal());
+        sp.data[i - sp.first] = sp.norm ? 1.0f + 2.5f * std * z : std * z;
+      }
+    }
+  };
+  const int64_t threads =
+      threads_asked > 0 ? std::min<int64_t>(threads_asked, std::max<int64_t>(total, 1))
+                        : std::clamp<int64_t>(total >> 20, 1, std::max<int64_t>(1, std::thread::hardware_concurrency()));
+  std::vector<std::thread> pool;
+  for (int64_t t = 1; t < threads; ++t) pool.emplace_back(fill, total * t / threads, total * (t + 1) / threads);
+  fill(0, total / threads);
+  for (auto& th : pool) th.join();
   return w;
 }
 

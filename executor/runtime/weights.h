@@ -61,7 +61,9 @@ using Gradients = ParamTensors;
 ParamTensors zero_params(const models::ModelSpec& m);
 // Seeded-random init: matrices and biases N(0, std^2), norm weights 1 + N(0, (std * 2.5)^2) so that
 // RMSNorm gradients are non-trivial. Deterministic across platforms (own RNG).
-Weights random_weights(const models::ModelSpec& m, uint64_t seed, float std = 0.02f);
+// threads: how many generate it (0: one per hardware thread, a piece of at least 1M elements each);
+// the values do not depend on it.
+Weights random_weights(const models::ModelSpec& m, uint64_t seed, float std = 0.02f, int threads = 0);
 
 // Relative L2 error ||a - b|| / max(||b||, tiny) of one tensor.
 double relative_l2(const float* a, const float* b, int64_t n);

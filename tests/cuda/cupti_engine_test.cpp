@@ -3,6 +3,8 @@
 // AdamW; every kernel, memset and copy of the step is attributed to a known pass, the copy streams'
 // bytes are the Engine's measured copy bytes, nothing is dropped and the trace is valid. Prints the
 // tracing overhead (step time with the collector and tags / without).
+// Built only with the CUPTI collector (tests/CMakeLists.txt defines OOMB_HAVE_CUPTI then).
+#ifdef OOMB_HAVE_CUPTI
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -137,3 +139,5 @@ TEST_F(CudaCuptiEngine, EveryRecordOfAStepIsTaggedAndCopiesMatchTheEngine) {
 
 }  // namespace
 }  // namespace oomb::executor::cudatest
+
+#endif  // OOMB_HAVE_CUPTI

@@ -1,6 +1,8 @@
 // The CUPTI collector on a real device: kernels and copies of the CUDA backend come back as trace
 // events on the backend's named streams, tagged with the (stage, chunk, layer, op) pushed around
 // them, with the bytes of each copy.
+// Built only with the CUPTI collector (tests/CMakeLists.txt defines OOMB_HAVE_CUPTI then).
+#ifdef OOMB_HAVE_CUPTI
 #include <gtest/gtest.h>
 
 #include "cuda_test_util.h"
@@ -72,3 +74,5 @@ TEST_F(CudaCupti, TaggedKernelsAndCopiesOnNamedStreams) {
 
 }  // namespace
 }  // namespace oomb::executor::cudatest
+
+#endif  // OOMB_HAVE_CUPTI

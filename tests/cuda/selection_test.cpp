@@ -43,6 +43,28 @@ std::vector<double> reference_scores(const SelectionArgs& a, const std::vector<f
   return acc;
 }
 
+// got agrees with want (the CPU's selection) up to near ties of the double reference scores.
+void expect_agree_up_to_near_ties(const SelectionArgs& a, const std::vector<std::vector<int32_t>>& got,
+                                  const std::vector<std::vector<int32_t>>& want, const std::vector<double>& ref) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t row = 0; row < want.size(); ++row) {
+    ASSERT_EQ(got[row].size(), static_cast<size_t>(a.budget));
+    EXPECT_TRUE(std::is_sorted(got[row].begin(), got[row].end()));
+    if (got[row] == want[row]) continue;
+    const double* r = ref.data() + row * static_cast<size_t>(a.prefix_pages);
+    std::vector<double> sorted(r, r + a.prefix_pages);
+    std::nth_element(sorted.begin(), sorted.begin() + (a.budget - 1), sorted.end(), std::greater<>());
+    const double boundary = sorted[static_cast<size_t>(a.budget - 1)];
+    std::vector<int32_t> diff;
+    std::set_symmetric_difference(got[row].begin(), got[row].end(), want[row].begin(), want[row].end(),
+                                  std::back_inserter(diff));
+    for (int32_t page : diff)
+      EXPECT_LE(std::abs(r[page] - boundary), kTieTol * boundary)
+          << "rows " << a.rows << " P " << a.prefix_pages << " per_head " << a.per_kv_head << " query page " << row
+          << ": page " << page << " is not a near tie";
+  }
+}
+
 class CudaSelection : public CudaTest {
  protected:
   std::vector<std::vector<int32_t>> run_gpu(const SelectionArgs& host, const std::vector<float>& q,
@@ -106,26 +128,47 @@ TEST_F(CudaSelection, RandomInputsAgreeWithTheCpuUpToNearTies) {
       SelectionArgs ac = a;
       ac.q = q.data();
       ac.summaries = s.data();
-      const auto want = cpu.select_pages(ac);
-      const auto got = run_gpu(a, q, s);
-      ASSERT_EQ(got.size(), want.size());
-      const std::vector<double> ref = reference_scores(a, q, s);
-      for (size_t row = 0; row < want.size(); ++row) {
-        ASSERT_EQ(got[row].size(), static_cast<size_t>(c.B));
-        EXPECT_TRUE(std::is_sorted(got[row].begin(), got[row].end()));
-        if (got[row] == want[row]) continue;
-        const double* r = ref.data() + row * static_cast<size_t>(c.P);
-        std::vector<double> sorted(r, r + c.P);
-        std::nth_element(sorted.begin(), sorted.begin() + (c.B - 1), sorted.end(), std::greater<>());
-        const double boundary = sorted[static_cast<size_t>(c.B - 1)];
-        std::vector<int32_t> diff;
-        std::set_symmetric_difference(got[row].begin(), got[row].end(), want[row].begin(), want[row].end(),
-                                      std::back_inserter(diff));
-        for (int32_t page : diff)
-          EXPECT_LE(std::abs(r[page] - boundary), kTieTol * boundary)
-              << "rows " << c.rows << " P " << c.P << " per_head " << per_head << " query page " << row
-              << ": page " << page << " is not a near tie";
-      }
+      expect_agree_up_to_near_ties(a, run_gpu(a, q, s), cpu.select_pages(ac), reference_scores(a, q, s));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace oomb::executor::cudatest
+
+namespace oomb::executor::cudatest {
+namespace {
+
+// Bounded selection memory keeps the summaries in the host tier (pinned, mapped): the backend stages
+// them into device scratch once per call, so the selection is the one the same values in device
+// memory give, bit for bit, and agrees with the CPU up to near ties. Shapes off the kernels' tiles
+// (rows not a multiple of 32, pages not a multiple of 64, head_dim not a multiple of 32).
+TEST_F(CudaSelection, HostTierSummariesAreStagedAndSelectLikeDeviceOnes) {
+  for (const SelCase& c : {SelCase{200, 28, 4, 128, 64, 701, 64}, SelCase{45, 6, 3, 40, 16, 130, 9}}) {
+    for (bool per_head : {false, true}) {
+      const auto q = random_vec(c.rows * c.qh * c.hd, 21 + c.rows), s = random_vec(c.P * c.kvh * c.hd, 22 + c.P);
+      SelectionArgs a;
+      a.rows = c.rows;
+      a.q_heads = c.qh;
+      a.kv_heads = c.kvh;
+      a.head_dim = c.hd;
+      a.page_tokens = c.p;
+      a.prefix_pages = c.P;
+      a.budget = c.B;
+      a.per_kv_head = per_head;
+      const auto on_device = run_gpu(a, q, s);
+      Buffer host(*gpu, Tier::host, static_cast<int64_t>(s.size()) * 4);
+      std::copy(s.begin(), s.end(), host.f32());
+      DeviceVec<float> d_q(*gpu, q);
+      SelectionArgs ah = a;
+      ah.q = d_q.get();
+      ah.summaries = host.f32();
+      const auto staged = gpu->select_pages(ah);
+      EXPECT_EQ(staged, on_device) << "rows " << c.rows << " per_head " << per_head;
+      SelectionArgs ac = a;
+      ac.q = q.data();
+      ac.summaries = s.data();
+      expect_agree_up_to_near_ties(a, staged, cpu.select_pages(ac), reference_scores(a, q, s));
     }
   }
 }

@@ -6,7 +6,7 @@
 // top of the stack). Each backend call is one API call: a correlation id, one work record timed with
 // the steady clock around the call (ops: a kernel on the compute stream; upload / download: a
 // memcpy on the compute stream, as the CUDA backend's staged transfers; fill_zero: a memset;
-// copy_async: one memcpy on the h2d / d2h stream timed by its on_done) and, under a tag, one
+// copy_async: one memcpy on the h2d / d2h stream timed by its on_done, none without regions) and, under a tag, one
 // external-correlation record with the packed tag. allocate / deallocate give memory records.
 // decode() (executor/cupti/decode.h) then turns the records into a "cuda-cupti" trace exactly as it
 // does for a real collector's.
@@ -104,6 +104,8 @@ class FakeCupti final : public Backend, public OpTagger {
     timed(cupti::RecordKind::memcpy, "", kCompute, bytes, [&] { b_.download(dst, src, bytes); }, cupti::CopyKind::d2h);
   }
   EventPtr copy_async(CopyRequest req) override {
+    // No regions (the offload engine's end-of-step fence): the CUDA backend issues no memcpy.
+    if (req.regions.empty()) return b_.copy_async(std::move(req));
     int64_t bytes = 0;
     for (const auto& r : req.regions) bytes += r.bytes;
     const bool h2d = req.dir == CopyDir::h2d;
