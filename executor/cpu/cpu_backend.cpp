@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "executor/cpu/ops.h"
+#include "executor/cpu/threads.h"
 #include "executor/runtime/bf16.h"
 
 namespace oomb::executor {
@@ -20,7 +21,9 @@ int64_t now_ns() {
 }
 }  // namespace
 
-CpuBackend::CpuBackend() {
+CpuBackend::CpuBackend(CpuBackendOptions options)
+    : threads_(options.threads > 0 ? options.threads : cpu::available_cpus()) {
+  cpu::set_threads(threads_);
   for (auto& s : streams_) s.worker = std::thread([this, &s] { run_stream(s); });
 }
 

@@ -18,9 +18,16 @@
 
 namespace oomb::executor {
 
+struct CpuBackendOptions {
+  // Compute threads (OpenMP loops and BLAS GEMMs, process-wide: cpu::set_threads); 0 = the CPUs
+  // this process may run on. The copy workers are two more threads, outside this count.
+  int threads = 0;
+};
+
 class CpuBackend final : public Backend {
  public:
-  CpuBackend();
+  explicit CpuBackend(CpuBackendOptions options = {});
+  int threads() const { return threads_; }
   ~CpuBackend() override;
   std::string name() const override { return "cpu"; }
 
@@ -79,6 +86,7 @@ class CpuBackend final : public Backend {
   // a with its bf16 prefix pages replaced by fp32 copies in kv_scratch_ (a itself when fp32).
   const PagedAttention& fp32_pages(const PagedAttention& a, PagedAttention& converted);
 
+  int threads_ = 1;
   Stream streams_[2];  // h2d, d2h
   std::vector<float> kv_scratch_, grad_scratch_;  // fp32 copies of bf16 KV / gradient pages
 };
