@@ -43,7 +43,7 @@ struct Gathered {
     v.assign(k.size(), 0.0f);
     kt.assign(static_cast<size_t>(a.kv_heads * G.hd * G.ld), 0.0f);
     if (transposed_v) vt.assign(kt.size(), 0.0f);
-    parallel_items(a.kv_heads, [&](int64_t g) {
+    parallel_items(a.kv_heads, static_cast<double>(a.kv_heads * G.Tk * G.hd) * 8, [&](int64_t g) {
       float* kd = k.data() + g * G.Tk * G.hd;
       float* vd = v.data() + g * G.Tk * G.hd;
       for (int64_t u = 0; u < G.U; ++u) {
@@ -120,7 +120,9 @@ void attention_fwd(const PagedAttention& a, float* o, float* lse) {
   const Gathered ga(a, G, false);
   const float sc = 1.0f / std::sqrt(static_cast<float>(G.hd));
   const int64_t qpages = (G.T + G.p - 1) / G.p;
-  parallel_items(qpages * a.kv_heads, [&](int64_t item) {
+  // ~4 flops per (query row, head, attended key, dim): the causal half of the own chunk and the prefix.
+  const double flops = 4.0 * static_cast<double>(G.T * a.q_heads * G.hd) * static_cast<double>(G.U * G.p + G.T / 2);
+  parallel_items(qpages * a.kv_heads, flops, [&](int64_t item) {
     const int64_t j = item / a.kv_heads, g = item % a.kv_heads;
     const int64_t r0 = j * G.p, r1 = std::min(G.T, r0 + G.p), nq = r1 - r0;
     FlashRows rows;
@@ -154,7 +156,8 @@ void attention_bwd(const PagedAttention& a, const float* o, const float* lse, co
   const auto per_slice = static_cast<size_t>(a.kv_heads * G.Tk * G.hd);
   std::vector<float> dkh(per_slice * static_cast<size_t>(slices), 0.0f), dvh(dkh.size(), 0.0f);
   const float sc = 1.0f / std::sqrt(static_cast<float>(G.hd));
-  parallel_items(slices * a.kv_heads, [&](int64_t item) {
+  const double flops = 10.0 * static_cast<double>(G.T * a.q_heads * G.hd) * static_cast<double>(G.U * G.p + G.T / 2);
+  parallel_items(slices * a.kv_heads, flops, [&](int64_t item) {
     const int64_t sl = item / a.kv_heads, g = item % a.kv_heads;
     float* dkg = dkh.data() + static_cast<size_t>(sl) * per_slice + g * G.Tk * G.hd;
     float* dvg = dvh.data() + static_cast<size_t>(sl) * per_slice + g * G.Tk * G.hd;

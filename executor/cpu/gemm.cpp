@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "executor/cpu/eigen_util.h"
+#include "executor/cpu/parallel.h"
 #ifdef OOMB_HAVE_BLAS
 #include <cblas.h>
 #endif
@@ -64,7 +65,7 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
   if (m <= 0 || n <= 0) return;
   const bool split_m = m >= n;
   const int64_t d = split_m ? m : n, piece = piece_of(d), pieces = (d + piece - 1) / piece;
-  const bool parallel = pieces > 1 && m * n * std::max<int64_t>(k, 1) >= (int64_t{1} << 18);
+  const bool parallel = pieces > 1 && 2 * m * n * std::max<int64_t>(k, 1) >= kParallelMinFlops;
   auto piece_gemm = [&](int64_t p) {
     const int64_t s0 = p * piece, s1 = std::min(d, s0 + piece);
     if (split_m)  // rows s0..s1 of C and of op(A)

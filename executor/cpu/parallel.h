@@ -8,8 +8,12 @@
 
 namespace oomb::executor::cpu {
 
-// Elements of work below which a loop stays on one thread (the fork costs more than it saves).
-constexpr int64_t kParallelMinWork = 16384;
+// Work (elements touched, or flops for the matrix kernels) below which a loop stays on one
+// thread. A parallel region costs a wake-up of every thread and a barrier: microseconds on an idle
+// machine, a scheduler time slice when the cores are shared with other processes; so regions are
+// kept coarse (roughly a millisecond of work or more).
+constexpr int64_t kParallelMinWork = int64_t{1} << 18;
+constexpr int64_t kParallelMinFlops = int64_t{1} << 24;
 
 inline int64_t pieces_of(int64_t n, int64_t grain) { return (n + grain - 1) / grain; }
 
@@ -21,10 +25,11 @@ void parallel_pieces(int64_t n, int64_t grain, int64_t work, F&& f) {
   for (int64_t p = 0; p < pieces; ++p) f(p * grain, std::min(n, (p + 1) * grain));
 }
 
-// f(i) for i < n, dynamically scheduled (uneven items, e.g. causal attention pages).
+// f(i) for i < n, dynamically scheduled (uneven items, e.g. causal attention pages); flops = the
+// items' total work.
 template <class F>
-void parallel_items(int64_t n, F&& f) {
-#pragma omp parallel for schedule(dynamic, 1) if (n > 1)
+void parallel_items(int64_t n, double flops, F&& f) {
+#pragma omp parallel for schedule(dynamic, 1) if (n > 1 && flops >= static_cast<double>(kParallelMinFlops))
   for (int64_t i = 0; i < n; ++i) f(i);
 }
 

@@ -47,9 +47,7 @@ int threads() {
 const char* gemm_library() {
 #ifdef OOMB_HAVE_BLAS
   static const std::string s = [] {
-    std::string c = openblas_get_config();
-    const int p = openblas_get_parallel();  // 0 sequential, 1 pthreads, 2 OpenMP
-    return "OpenBLAS (" + c + (p == 2 ? ", openmp" : p == 1 ? ", pthreads" : ", sequential") + ")";
+    return std::string(openblas_get_config()) + ", core " + openblas_get_corename();
   }();
   return s.c_str();
 #else

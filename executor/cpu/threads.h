@@ -10,7 +10,7 @@ int available_cpus();
 // n >= 1: the OpenMP thread count (OpenBLAS runs single-threaded inside our parallel pieces).
 void set_threads(int n);
 int threads();
-// "OpenBLAS 0.3.21 (openmp)" or "Eigen (no BLAS)": what computes the GEMMs.
+// What computes the GEMMs: OpenBLAS's build and the kernels it picked for this CPU, or "Eigen (no BLAS)".
 const char* gemm_library();
 
 }  // namespace oomb::executor::cpu

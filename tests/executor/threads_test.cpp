@@ -81,7 +81,7 @@ TEST_F(ThreadsTest, ReferenceBitIdenticalAt1_2_3Threads) {
 // RMSNorm's weight gradient sums over rows (per-piece partials) and the embedding gradient
 // scatters rows onto repeated ids: the reductions the thread count must not reorder.
 TEST_F(ThreadsTest, RowReductionsBitIdentical) {
-  const int64_t rows = 1000, dim = 96, vocab = 9000;
+  const int64_t rows = 4000, dim = 96, vocab = 9000;  // above parallel.h's thresholds: the loops split
   Rng rng(3);
   std::vector<float> x(rows * dim), dy(rows * dim), wn(dim);
   for (auto& v : x) v = static_cast<float>(rng.normal());
