@@ -222,21 +222,8 @@ void masked_attention_fwd(const MaskedAttention& a, const float* q, const float*
     const auto& allowed = a.allowed[static_cast<size_t>(a.groups == 1 ? 0 : g)];
     float* P = probs.data() + h * n * n;
     gemm(false, true, n, n, hd, sc, q + h * hd, qd, k + g * hd, kvd, 0.0f, P, n);
-    parallel_pieces(n, 8, n * n, [&](int64_t i0, int64_t i1) {
-      for (int64_t i = i0; i < i1; ++i) {
-        float* row = P + i * n;
-        const uint8_t* al = allowed.data() + i * n;
-        float mx = -std::numeric_limits<float>::infinity();
-        for (int64_t t = 0; t < n; ++t)
-          if (al[t]) mx = std::max(mx, row[t]);
-        double sum = 0;
-        for (int64_t t = 0; t < n; ++t) {
-          row[t] = al[t] ? std::exp(row[t] - mx) : 0.0f;
-          sum += row[t];
-        }
-        const float inv = static_cast<float>(sum);
-        for (int64_t t = 0; t < n; ++t) row[t] /= inv;
-      }
+    parallel_pieces(n, 8, n * n * 8, [&](int64_t i0, int64_t i1) {
+      masked_softmax_rows(P + i0 * n, allowed.data() + i0 * n, i1 - i0, n);
     });
     gemm(false, false, n, hd, n, 1.0f, P, n, v + g * hd, kvd, 0.0f, o + h * hd, qd);
   }
@@ -257,14 +244,8 @@ void masked_attention_bwd(const MaskedAttention& a, const float* q, const float*
     const float* dO = dout + h * hd;
     gemm(false, true, n, n, hd, 1.0f, dO, qd, v + g * hd, kvd, 0.0f, dP.data(), n);
     // dS = P * (dP - rowsum(P * dP))
-    parallel_pieces(n, 8, n * n, [&](int64_t i0, int64_t i1) {
-      for (int64_t i = i0; i < i1; ++i) {
-        const float* pr = P + i * n;
-        float* dr = dP.data() + i * n;
-        float rs = 0;
-        for (int64_t t = 0; t < n; ++t) rs += pr[t] * dr[t];
-        for (int64_t t = 0; t < n; ++t) dr[t] = pr[t] * (dr[t] - rs);
-      }
+    parallel_pieces(n, 8, n * n * 4, [&](int64_t i0, int64_t i1) {
+      softmax_bwd_rows(P + i0 * n, dP.data() + i0 * n, i1 - i0, n);
     });
     gemm(false, false, n, hd, n, sc, dP.data(), n, k + g * hd, kvd, 0.0f, dq + h * hd, qd);
     gemm(true, false, n, hd, n, sc, dP.data(), n, q + h * hd, qd, 1.0f, dk + g * hd, kvd);
