@@ -84,7 +84,7 @@ expect_exit 0 "no --plan" validate --trace "$tmp/run.json"
 expect_exit 0 "times are compared against a cpu profile: --gpu cpu.json" validate --trace "$tmp/run.json"
 # A trace is timed for validate as the fidelity suite times: a warm-up step, then the fastest of 3
 # (stated in the trace), and records the cpu backend's compute threads.
-for key in '"warmup_steps":1' '"timed_steps":3' '"statistic":"fastest"' '"cpu_threads":[0-9]'; do
+for key in '"warmup_steps":1' '"timed_steps":3' '"statistic":"fastest"' '"cpu_threads":[0-9]' '"events":"timed steps only'; do
   grep -qE "$key" "$tmp/run.json" && ok || bad "run --trace lacks $key"
 done
 # Compute threads: refused when not positive; a cpu profile records its count, a plan keeps it, and
