@@ -11,9 +11,9 @@ namespace oomb::executor::cpu {
 // Work (elements touched, or flops for the matrix kernels) below which a loop stays on one
 // thread. A parallel region costs a wake-up of every thread and a barrier: microseconds on an idle
 // machine, a scheduler time slice when the cores are shared with other processes; so regions are
-// kept coarse (roughly a millisecond of work or more).
-constexpr int64_t kParallelMinWork = int64_t{1} << 18;
-constexpr int64_t kParallelMinFlops = int64_t{1} << 24;
+// kept coarse (a millisecond of work or more).
+constexpr int64_t kParallelMinWork = int64_t{1} << 19;
+constexpr int64_t kParallelMinFlops = int64_t{1} << 25;
 
 inline int64_t pieces_of(int64_t n, int64_t grain) { return (n + grain - 1) / grain; }
 

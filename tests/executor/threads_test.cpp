@@ -47,9 +47,9 @@ void expect_identical(const StepOut& a, const StepOut& b, int threads) {
 class ThreadsTest : public ::testing::Test {
  protected:
   void TearDown() override { cpu::set_threads(cpu::available_cpus()); }
-  // 2 layers, 4 query heads over 2 KV heads, hidden 128 (RMSNorm rows split into pieces), 640
+  // 2 layers, 4 query heads over 2 KV heads, hidden 192 (layer GEMMs split into pieces), 640
   // tokens in chunks of 256 with pages of 32 (8 query pages per chunk), one resident layer.
-  const models::ModelSpec m = test::small_model(2, 4, 2, 32, 128, false, true, 301, 192);
+  const models::ModelSpec m = test::small_model(2, 4, 2, 48, 192, false, true, 301, 384);
   const Weights w = random_weights(m, 99, 0.1f);
   const std::vector<int32_t> tokens = TokenSource::synthetic(m.vocab, 5).sequence(0, 640);
 };
@@ -81,7 +81,7 @@ TEST_F(ThreadsTest, ReferenceBitIdenticalAt1_2_3Threads) {
 // RMSNorm's weight gradient sums over rows (per-piece partials) and the embedding gradient
 // scatters rows onto repeated ids: the reductions the thread count must not reorder.
 TEST_F(ThreadsTest, RowReductionsBitIdentical) {
-  const int64_t rows = 4000, dim = 96, vocab = 9000;  // above parallel.h's thresholds: the loops split
+  const int64_t rows = 8000, dim = 96, vocab = 9000;  // above parallel.h's thresholds: the loops split
   Rng rng(3);
   std::vector<float> x(rows * dim), dy(rows * dim), wn(dim);
   for (auto& v : x) v = static_cast<float>(rng.normal());
