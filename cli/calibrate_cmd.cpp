@@ -28,6 +28,7 @@ struct CalibrateArgs {
   std::string backend, gpu, out, id, project_to, efficiency_model;
   std::vector<std::string> traces, recall, hold, models = {"tiny", "qwen2.5-0.5b"};
   int64_t chunk = 1024;
+  int threads = 0;  // --backend cpu: compute threads (0 = the CPUs this process may use)
   bool json = false, quiet = false;
 };
 
@@ -53,8 +54,14 @@ int run_microbench_mode(const CalibrateArgs& a) {
   std::unique_ptr<executor::Backend> backend;
   std::string device;  // replaces the host description in the profile for a GPU
   int64_t capacity_bytes = 0;
+  if (a.threads < 0) throw Error("--threads", std::to_string(a.threads), "must be positive", "e.g. --threads 2");
+  if (a.threads > 0 && a.backend != "cpu")
+    throw Error("--threads", std::to_string(a.threads), "sets the cpu backend's compute threads", "drop it, or --backend cpu");
   if (a.backend == "cpu") {
-    backend = std::make_unique<executor::CpuBackend>();
+    // Measured at the thread count `oomb run --threads` will use (the profile records it).
+    executor::CpuBackendOptions copt;
+    copt.threads = a.threads;
+    backend = std::make_unique<executor::CpuBackend>(copt);
     const int64_t ram = executor::host_ram_bytes();
     capacity_bytes = ram > 0 ? ram / 2 : int64_t{8} << 30;
   } else {
@@ -106,6 +113,7 @@ int run_microbench_mode(const CalibrateArgs& a) {
   write_or_print(profile, a.out);
   const auto& e = profile["efficiency"];
   std::printf("oomb calibrate: %s in %.1f s\n", r.host.c_str(), r.seconds);
+  if (r.threads > 0) std::printf("  compute threads    %d\n", r.threads);
   std::printf("  peak (best GEMM)   %s\n", format_flops_per_s(r.peak_flops_per_s).c_str());
   for (const auto& m : r.models)
     std::printf("  %-18s GEMM %s (+-%s), attention %s (+-%s)\n", m.model.c_str(),
@@ -253,6 +261,9 @@ const Registrar reg(
       sub.add_option("--model", a->models, "With --backend: models whose GEMM and attention shapes to benchmark")
           ->capture_default_str();
       sub.add_option("--chunk", a->chunk, "With --backend: rows of the benchmarked layer GEMMs")->capture_default_str();
+      sub.add_option("--threads", a->threads,
+                     "With --backend cpu: compute threads to measure at, as `oomb run --threads` will run (default: "
+                     "the CPUs this process may use); recorded in the profile (cpu_threads)");
       sub.add_option("--efficiency-model", a->efficiency_model,
                      "With --backend: take gemm/attention efficiencies from this model's shapes (default: mean)");
       sub.add_option("--traces", a->traces, "Fit --gpu's efficiencies to these measured traces (layer or op detail)");

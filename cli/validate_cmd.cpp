@@ -149,13 +149,26 @@ int run_validate(const ValidateArgs& a) {
   const PageCounts pc = page_counts(s);
   // Time is comparable only when the plan's device profile describes the device that ran.
   // A "cuda" trace times ops on the host (enqueue times): only CUPTI's device times compare.
-  const bool time_comparable = cpu_run ? s.gpu.kind == "cpu" : trace.metadata.source == "cuda-cupti" && s.gpu.kind == "gpu";
+  // A cpu run's compute threads (recorded since --threads; 1 before) must be the profile's.
+  const int64_t run_threads = extra.contains("cpu_threads") && extra["cpu_threads"].is_number_integer()
+                                  ? extra["cpu_threads"].get<int64_t>() : 1;
+  const bool threads_differ = cpu_run && s.gpu.kind == "cpu" && s.gpu.cpu_threads > 0 && run_threads != s.gpu.cpu_threads;
+  const bool time_comparable =
+      cpu_run ? s.gpu.kind == "cpu" && !threads_differ : trace.metadata.source == "cuda-cupti" && s.gpu.kind == "gpu";
   const std::string time_note =
       time_comparable ? ""
+      : threads_differ ? "not comparable: run at " + std::to_string(run_threads) + " compute threads, " + s.gpu.id +
+                             " calibrated at " + std::to_string(s.gpu.cpu_threads) + " (oomb run --threads " +
+                             std::to_string(s.gpu.cpu_threads) + ", or oomb calibrate --backend cpu --threads " +
+                             std::to_string(run_threads) + ")"
       : trace.metadata.source == "cuda"
           ? "not comparable: host-timed cuda trace (no CUPTI device times)"
           : "not comparable: plan for " + s.gpu.id + " (" + s.gpu.kind + "), measured on " + trace.metadata.source;
-  if (!time_comparable && cpu_run)
+  if (cpu_run && s.gpu.kind == "cpu" && s.gpu.cpu_threads == 0)
+    notes.push_back(s.gpu.id + " does not record its compute threads (calibrated before oomb calibrate --threads): its "
+                    "times describe this run (" + std::to_string(run_threads) + " threads) only if it was measured at "
+                    "that count");
+  if (!time_comparable && cpu_run && !threads_differ)
     notes.push_back("times are compared against a cpu profile: --gpu cpu.json from `oomb calibrate --backend cpu --out "
                     "cpu.json`");
 

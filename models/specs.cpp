@@ -83,6 +83,7 @@ Json GpuSpec::to_json() const {
                             {"memory_bound", efficiency.memory_bound}, {"copy", efficiency.copy}}}};
   if (!sources.empty()) j["sources"] = sources;
   if (!calibrated_from.empty()) j["calibrated_from"] = calibrated_from;
+  if (cpu_threads > 0) j["cpu_threads"] = cpu_threads;
   return j;
 }
 
@@ -133,6 +134,8 @@ GpuSpec gpu_from_json(const Json& j, const std::string& where) {
     g.efficiency.copy = fraction(e, "copy", g.efficiency.copy);
   }
   g.calibrated_from = r.str_or("calibrated_from", "");
+  g.cpu_threads = r.i64_or("cpu_threads", 0);
+  if (g.cpu_threads < 0) r.fail("cpu_threads", "must be positive (or absent)", "the thread count it was calibrated at");
   return g;
 }
 

@@ -81,6 +81,7 @@ struct GpuSpec {
   std::string default_host;
   Efficiency efficiency;
   std::string calibrated_from;  // non-empty for calibrated or projected profiles
+  int64_t cpu_threads = 0;      // kind cpu, calibrated: compute threads it was measured at (0 = unknown)
   Json to_json() const;
 };
 

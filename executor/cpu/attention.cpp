@@ -10,7 +10,9 @@
 #include "core/error.h"
 #include "executor/cpu/eigen_util.h"
 #include "executor/cpu/flash.h"
+#include "executor/cpu/gemm.h"
 #include "executor/cpu/ops.h"
+#include "executor/cpu/parallel.h"
 
 namespace oomb::executor::cpu {
 
@@ -41,7 +43,7 @@ struct Gathered {
     v.assign(k.size(), 0.0f);
     kt.assign(static_cast<size_t>(a.kv_heads * G.hd * G.ld), 0.0f);
     if (transposed_v) vt.assign(kt.size(), 0.0f);
-    for (int64_t g = 0; g < a.kv_heads; ++g) {
+    parallel_items(a.kv_heads, static_cast<double>(a.kv_heads * G.Tk * G.hd) * 8, [&](int64_t g) {
       float* kd = k.data() + g * G.Tk * G.hd;
       float* vd = v.data() + g * G.Tk * G.hd;
       for (int64_t u = 0; u < G.U; ++u) {
@@ -53,7 +55,7 @@ struct Gathered {
       block(vd + G.U * G.p * G.hd, G.T, G.hd, G.hd) = block(a.v_own.f32() + g * G.hd, G.T, G.hd, G.kvd);
       block(kt.data() + g * G.hd * G.ld, G.hd, G.Tk, G.ld) = mat(kd, G.Tk, G.hd).transpose();
       if (transposed_v) block(vt.data() + g * G.hd * G.ld, G.hd, G.Tk, G.ld) = mat(vd, G.Tk, G.hd).transpose();
-    }
+    });
   }
 };
 
@@ -112,56 +114,67 @@ FlashKeys keys_of(const Gathered& ga, const Geometry& G, int64_t g, const std::v
 
 }  // namespace
 
+// Every (query page, KV head) writes its own rows of o and lse: all of them in parallel.
 void attention_fwd(const PagedAttention& a, float* o, float* lse) {
   const Geometry G(a);
   const Gathered ga(a, G, false);
   const float sc = 1.0f / std::sqrt(static_cast<float>(G.hd));
-  std::vector<int64_t> start, len;
-  std::vector<float> qb, ob, lb, scratch;
-  for (int64_t j = 0, r0 = 0; r0 < G.T; ++j, r0 += G.p) {
-    const int64_t r1 = std::min(G.T, r0 + G.p), nq = r1 - r0;
+  const int64_t qpages = (G.T + G.p - 1) / G.p;
+  // ~4 flops per (query row, head, attended key, dim): the causal half of the own chunk and the prefix.
+  const double flops = 4.0 * static_cast<double>(G.T * a.q_heads * G.hd) * static_cast<double>(G.U * G.p + G.T / 2);
+  parallel_items(qpages * a.kv_heads, flops, [&](int64_t item) {
+    const int64_t j = item / a.kv_heads, g = item % a.kv_heads;
+    const int64_t r0 = j * G.p, r1 = std::min(G.T, r0 + G.p), nq = r1 - r0;
     FlashRows rows;
     rows.nq = nq;
     rows.heads = G.group;
     rows.q_first = r0;
-    qb.resize(static_cast<size_t>(G.group * nq * G.hd));
-    ob.resize(qb.size());
-    lb.resize(static_cast<size_t>(G.group * nq));
-    scratch.resize(static_cast<size_t>(flash_scratch_floats(rows, G.hd)));
-    for (int64_t g = 0; g < a.kv_heads; ++g) {
-      segments(a, G, j, g, r1, start, len);
-      gather_rows(a.q.f32(), G, g, r0, r1, sc, qb.data());
-      rows.q = qb.data();
-      flash_fwd(keys_of(ga, G, g, start, len), rows, ob.data(), lb.data(), scratch.data());
-      scatter_rows(ob.data(), G, g, r0, r1, o);
-      for (int64_t h = 0; h < G.group; ++h)
-        for (int64_t i = 0; i < nq; ++i) lse[(r0 + i) * a.q_heads + g * G.group + h] = lb[static_cast<size_t>(h * nq + i)];
-    }
-  }
+    std::vector<int64_t> start, len;
+    std::vector<float> qb(static_cast<size_t>(G.group * nq * G.hd)), ob(qb.size()),
+        lb(static_cast<size_t>(G.group * nq)), scratch(static_cast<size_t>(flash_scratch_floats(rows, G.hd)));
+    segments(a, G, j, g, r1, start, len);
+    gather_rows(a.q.f32(), G, g, r0, r1, sc, qb.data());
+    rows.q = qb.data();
+    flash_fwd(keys_of(ga, G, g, start, len), rows, ob.data(), lb.data(), scratch.data());
+    scatter_rows(ob.data(), G, g, r0, r1, o);
+    for (int64_t h = 0; h < G.group; ++h)
+      for (int64_t i = 0; i < nq; ++i) lse[(r0 + i) * a.q_heads + g * G.group + h] = lb[static_cast<size_t>(h * nq + i)];
+  });
 }
 
+// dQ rows belong to one (query page, KV head); dK / dV rows are shared by the query pages. The
+// pages of KV head g are dealt to S slices (page j to slice j % S), S fixed by the shapes; each
+// (slice, head) accumulates its pages in order into its own dK / dV, and the slices are added in
+// slice order: no atomics, and the same sums whatever the thread count.
 void attention_bwd(const PagedAttention& a, const float* o, const float* lse, const float* dout, float* dq,
                    float* dk_own, float* dv_own, const std::vector<float*>& prefix_grad_pages) {
   const Geometry G(a);
   OOMB_ASSERT(static_cast<int64_t>(prefix_grad_pages.size()) == G.U);
   const Gathered ga(a, G, true);
-  std::vector<float> dkh(ga.k.size(), 0.0f), dvh(ga.k.size(), 0.0f);
+  const int64_t qpages = (G.T + G.p - 1) / G.p;
+  const int64_t slices = std::clamp<int64_t>((8 + a.kv_heads - 1) / a.kv_heads, 1, qpages);
+  const auto per_slice = static_cast<size_t>(a.kv_heads * G.Tk * G.hd);
+  std::vector<float> dkh(per_slice * static_cast<size_t>(slices), 0.0f), dvh(dkh.size(), 0.0f);
   const float sc = 1.0f / std::sqrt(static_cast<float>(G.hd));
-  std::vector<int64_t> start, len;
-  std::vector<float> qb, ob, dob, dqb, lb, scratch;
-  for (int64_t j = 0, r0 = 0; r0 < G.T; ++j, r0 += G.p) {
-    const int64_t r1 = std::min(G.T, r0 + G.p), nq = r1 - r0;
-    FlashRows rows;
-    rows.nq = nq;
-    rows.heads = G.group;
-    rows.q_first = r0;
-    qb.resize(static_cast<size_t>(G.group * nq * G.hd));
-    ob.resize(qb.size());
-    dob.resize(qb.size());
-    dqb.resize(qb.size());
-    lb.resize(static_cast<size_t>(G.group * nq));
-    scratch.resize(static_cast<size_t>(flash_scratch_floats(rows, G.hd)));
-    for (int64_t g = 0; g < a.kv_heads; ++g) {
+  const double flops = 10.0 * static_cast<double>(G.T * a.q_heads * G.hd) * static_cast<double>(G.U * G.p + G.T / 2);
+  parallel_items(slices * a.kv_heads, flops, [&](int64_t item) {
+    const int64_t sl = item / a.kv_heads, g = item % a.kv_heads;
+    float* dkg = dkh.data() + static_cast<size_t>(sl) * per_slice + g * G.Tk * G.hd;
+    float* dvg = dvh.data() + static_cast<size_t>(sl) * per_slice + g * G.Tk * G.hd;
+    std::vector<int64_t> start, len;
+    std::vector<float> qb, ob, dob, dqb, lb, scratch;
+    for (int64_t j = sl; j < qpages; j += slices) {
+      const int64_t r0 = j * G.p, r1 = std::min(G.T, r0 + G.p), nq = r1 - r0;
+      FlashRows rows;
+      rows.nq = nq;
+      rows.heads = G.group;
+      rows.q_first = r0;
+      qb.resize(static_cast<size_t>(G.group * nq * G.hd));
+      ob.resize(qb.size());
+      dob.resize(qb.size());
+      dqb.resize(qb.size());
+      lb.resize(static_cast<size_t>(G.group * nq));
+      scratch.resize(static_cast<size_t>(flash_scratch_floats(rows, G.hd)));
       segments(a, G, j, g, r1, start, len);
       gather_rows(a.q.f32(), G, g, r0, r1, sc, qb.data());
       gather_rows(o, G, g, r0, r1, 1.0f, ob.data());
@@ -169,11 +182,22 @@ void attention_bwd(const PagedAttention& a, const float* o, const float* lse, co
       for (int64_t h = 0; h < G.group; ++h)
         for (int64_t i = 0; i < nq; ++i) lb[static_cast<size_t>(h * nq + i)] = lse[(r0 + i) * a.q_heads + g * G.group + h];
       rows.q = qb.data();
-      flash_bwd(keys_of(ga, G, g, start, len), rows, ob.data(), lb.data(), dob.data(), dqb.data(),
-                dkh.data() + g * G.Tk * G.hd, dvh.data() + g * G.Tk * G.hd, scratch.data());
+      flash_bwd(keys_of(ga, G, g, start, len), rows, ob.data(), lb.data(), dob.data(), dqb.data(), dkg, dvg,
+                scratch.data());
       scatter_rows(dqb.data(), G, g, r0, r1, dq);
     }
-  }
+  });
+  // Slice 0 += slices 1.., in slice order (pieces of the elements in parallel).
+  parallel_pieces(static_cast<int64_t>(per_slice), 8192, static_cast<int64_t>(per_slice * slices),
+                  [&](int64_t i0, int64_t i1) {
+                    for (int64_t sl = 1; sl < slices; ++sl) {
+                      const size_t off = static_cast<size_t>(sl) * per_slice;
+                      for (int64_t i = i0; i < i1; ++i) {
+                        dkh[static_cast<size_t>(i)] += dkh[off + static_cast<size_t>(i)];
+                        dvh[static_cast<size_t>(i)] += dvh[off + static_cast<size_t>(i)];
+                      }
+                    }
+                  });
   for (int64_t g = 0; g < a.kv_heads; ++g) {
     const float* dkg = dkh.data() + g * G.Tk * G.hd;
     const float* dvg = dvh.data() + g * G.Tk * G.hd;
@@ -187,6 +211,7 @@ void attention_bwd(const PagedAttention& a, const float* o, const float* lse, co
   }
 }
 
+// Per head: scores and P V as (multithreaded) GEMMs, the masked softmax rows in parallel.
 void masked_attention_fwd(const MaskedAttention& a, const float* q, const float* k, const float* v, float* o,
                           std::vector<float>& probs) {
   const int64_t n = a.n, hd = a.head_dim, qd = a.q_heads * hd, kvd = a.kv_heads * hd, group = a.q_heads / a.kv_heads;
@@ -195,41 +220,36 @@ void masked_attention_fwd(const MaskedAttention& a, const float* q, const float*
   for (int64_t h = 0; h < a.q_heads; ++h) {
     const int64_t g = h / group;
     const auto& allowed = a.allowed[static_cast<size_t>(a.groups == 1 ? 0 : g)];
-    auto P = mat(probs.data() + h * n * n, n, n);
-    P.noalias() = sc * (block(q + h * hd, n, hd, qd) * block(k + g * hd, n, hd, kvd).transpose());
-    for (int64_t i = 0; i < n; ++i) {
-      float mx = -std::numeric_limits<float>::infinity();
-      for (int64_t t = 0; t < n; ++t)
-        if (allowed[static_cast<size_t>(i * n + t)]) mx = std::max(mx, P(i, t));
-      double sum = 0;
-      for (int64_t t = 0; t < n; ++t) {
-        P(i, t) = allowed[static_cast<size_t>(i * n + t)] ? std::exp(P(i, t) - mx) : 0.0f;
-        sum += P(i, t);
-      }
-      P.row(i) /= static_cast<float>(sum);
-    }
-    block(o + h * hd, n, hd, qd).noalias() = P * block(v + g * hd, n, hd, kvd);
+    float* P = probs.data() + h * n * n;
+    gemm(false, true, n, n, hd, sc, q + h * hd, qd, k + g * hd, kvd, 0.0f, P, n);
+    parallel_pieces(n, 8, n * n * 8, [&](int64_t i0, int64_t i1) {
+      masked_softmax_rows(P + i0 * n, allowed.data() + i0 * n, i1 - i0, n);
+    });
+    gemm(false, false, n, hd, n, 1.0f, P, n, v + g * hd, kvd, 0.0f, o + h * hd, qd);
   }
 }
 
+// Heads in order (dK / dV of a KV head sum its query heads in head order); within a head the GEMMs
+// are multithreaded and the dS rows run in parallel.
 void masked_attention_bwd(const MaskedAttention& a, const float* q, const float* k, const float* v,
                           const std::vector<float>& probs, const float* dout, float* dq, float* dk, float* dv) {
   const int64_t n = a.n, hd = a.head_dim, qd = a.q_heads * hd, kvd = a.kv_heads * hd, group = a.q_heads / a.kv_heads;
   const float sc = 1.0f / std::sqrt(static_cast<float>(hd));
-  RowMat dP(n, n);
+  std::vector<float> dP(static_cast<size_t>(n * n));
   std::fill_n(dk, n * kvd, 0.0f);
   std::fill_n(dv, n * kvd, 0.0f);
   for (int64_t h = 0; h < a.q_heads; ++h) {
     const int64_t g = h / group;
-    const auto P = mat(probs.data() + h * n * n, n, n);
-    const auto dO = block(dout + h * hd, n, hd, qd);
-    dP.noalias() = dO * block(v + g * hd, n, hd, kvd).transpose();
+    const float* P = probs.data() + h * n * n;
+    const float* dO = dout + h * hd;
+    gemm(false, true, n, n, hd, 1.0f, dO, qd, v + g * hd, kvd, 0.0f, dP.data(), n);
     // dS = P * (dP - rowsum(P * dP))
-    const Eigen::VectorXf rs = (P.array() * dP.array()).rowwise().sum();
-    dP.array() = P.array() * (dP.array().colwise() - rs.array());
-    block(dq + h * hd, n, hd, qd).noalias() = sc * (dP * block(k + g * hd, n, hd, kvd));
-    block(dk + g * hd, n, hd, kvd).noalias() += sc * (dP.transpose() * block(q + h * hd, n, hd, qd));
-    block(dv + g * hd, n, hd, kvd).noalias() += P.transpose() * dO;
+    parallel_pieces(n, 8, n * n * 4, [&](int64_t i0, int64_t i1) {
+      softmax_bwd_rows(P + i0 * n, dP.data() + i0 * n, i1 - i0, n);
+    });
+    gemm(false, false, n, hd, n, sc, dP.data(), n, k + g * hd, kvd, 0.0f, dq + h * hd, qd);
+    gemm(true, false, n, hd, n, sc, dP.data(), n, q + h * hd, qd, 1.0f, dk + g * hd, kvd);
+    gemm(true, false, n, hd, n, 1.0f, P, n, dO, qd, 1.0f, dv + g * hd, kvd);
   }
 }
 

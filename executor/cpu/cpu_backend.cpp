@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "executor/cpu/ops.h"
+#include "executor/cpu/threads.h"
 #include "executor/runtime/bf16.h"
 
 namespace oomb::executor {
@@ -22,7 +23,9 @@ int64_t now_ns() {
 }
 }  // namespace
 
-CpuBackend::CpuBackend(CpuBackendOptions options) : options_(options) {
+CpuBackend::CpuBackend(CpuBackendOptions options)
+    : options_(options), threads_(options.threads > 0 ? options.threads : cpu::available_cpus()) {
+  cpu::set_threads(threads_);
   for (auto& s : streams_) s.worker = std::thread([this, &s] { run_stream(s); });
   if (options_.report_lag_ns > 0) reporter_ = std::thread([this] { run_reporter(); });
 }

@@ -39,11 +39,15 @@ struct CpuBackendOptions {
   bool deallocate_throws = false;
   // A device fault: copy_async throws once this many copies were issued (-1: never).
   int64_t fail_copy_after = -1;
+  // Compute threads (OpenMP loops and BLAS GEMMs, process-wide: cpu::set_threads); 0 = the CPUs
+  // this process may run on. The copy workers are two more threads, outside this count.
+  int threads = 0;
 };
 
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(CpuBackendOptions options = {});
+  int threads() const { return threads_; }
   ~CpuBackend() override;
   std::string name() const override { return "cpu"; }
   // Copies whose on_done has not run yet (only with report_lag_ns).
@@ -114,6 +118,7 @@ class CpuBackend final : public Backend {
 
   CpuBackendOptions options_;
   int64_t copies_issued_ = 0;
+  int threads_ = 1;
   Stream streams_[2];  // h2d, d2h
   std::mutex report_mu_;  // reports_, data_of_, reporter_stop_
   std::condition_variable report_cv_;

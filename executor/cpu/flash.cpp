@@ -359,7 +359,88 @@ bool cpu_has_v3() {
 #endif
 }
 
+// Row kernels of the full-sequence reference's attention (see flash.h), 16 independent lanes per
+// reduction in a fixed order.
+OOMB_INLINE void softmax_masked_impl(float* p, const uint8_t* allowed, int64_t rows, int64_t n) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float* x = p + r * n;
+    const uint8_t* al = allowed + r * n;
+    float part[16];
+    std::fill_n(part, 16, kNegInf);
+    int64_t c0 = 0;
+    for (; c0 + 16 <= n; c0 += 16)
+      for (int c = 0; c < 16; ++c) {
+        const float v = al[c0 + c] ? x[c0 + c] : kNegInf;
+        part[c] = part[c] > v ? part[c] : v;
+      }
+    float mx = kNegInf;
+    for (float v : part) mx = std::max(mx, v);
+    for (int64_t t = c0; t < n; ++t)
+      if (al[t]) mx = std::max(mx, x[t]);
+    if (mx == kNegInf) {  // nothing allowed: no probability anywhere
+      std::fill_n(x, n, 0.0f);
+      continue;
+    }
+    std::fill_n(part, 16, 0.0f);
+    for (c0 = 0; c0 + 16 <= n; c0 += 16)
+      for (int c = 0; c < 16; ++c) {
+        const float e = fast_exp(x[c0 + c] - mx);
+        const float v = al[c0 + c] ? e : 0.0f;
+        x[c0 + c] = v;
+        part[c] += v;
+      }
+    float sum = 0;
+    for (float v : part) sum += v;
+    for (int64_t t = c0; t < n; ++t) {
+      x[t] = al[t] ? fast_exp(x[t] - mx) : 0.0f;
+      sum += x[t];
+    }
+    const float inv = 1.0f / sum;
+    for (int64_t t = 0; t < n; ++t) x[t] *= inv;
+  }
+}
+
+OOMB_INLINE void softmax_bwd_impl(const float* p, float* dp, int64_t rows, int64_t n) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* pr = p + r * n;
+    float* dr = dp + r * n;
+    float part[16] = {};
+    int64_t c0 = 0;
+    for (; c0 + 16 <= n; c0 += 16)
+      for (int c = 0; c < 16; ++c) part[c] += pr[c0 + c] * dr[c0 + c];
+    float rs = 0;
+    for (float v : part) rs += v;
+    for (int64_t t = c0; t < n; ++t) rs += pr[t] * dr[t];
+    for (int64_t t = 0; t < n; ++t) dr[t] = pr[t] * (dr[t] - rs);
+  }
+}
+
+void softmax_masked_base(float* p, const uint8_t* a, int64_t rows, int64_t n) { softmax_masked_impl(p, a, rows, n); }
+void softmax_bwd_base(const float* p, float* dp, int64_t rows, int64_t n) { softmax_bwd_impl(p, dp, rows, n); }
+#if OOMB_HAVE_V3
+OOMB_TARGET_V3 void softmax_masked_v3(float* p, const uint8_t* a, int64_t rows, int64_t n) {
+  softmax_masked_impl(p, a, rows, n);
+}
+OOMB_TARGET_V3 void softmax_bwd_v3(const float* p, float* dp, int64_t rows, int64_t n) {
+  softmax_bwd_impl(p, dp, rows, n);
+}
+#endif
+
 }  // namespace
+
+void masked_softmax_rows(float* p, const uint8_t* allowed, int64_t rows, int64_t n) {
+#if OOMB_HAVE_V3
+  if (cpu_has_v3()) return softmax_masked_v3(p, allowed, rows, n);
+#endif
+  softmax_masked_base(p, allowed, rows, n);
+}
+
+void softmax_bwd_rows(const float* p, float* dp, int64_t rows, int64_t n) {
+#if OOMB_HAVE_V3
+  if (cpu_has_v3()) return softmax_bwd_v3(p, dp, rows, n);
+#endif
+  softmax_bwd_base(p, dp, rows, n);
+}
 
 void flash_force_baseline(bool on) { g_force_baseline = on; }
 bool flash_uses_avx2() { return cpu_has_v3(); }

@@ -42,6 +42,12 @@ void flash_fwd(const FlashKeys& k, const FlashRows& r, float* o, float* lse, flo
 void flash_bwd(const FlashKeys& k, const FlashRows& r, const float* o, const float* lse, const float* dout,
                float* dq, float* dk, float* dv, float* scratch);
 
+// Row kernels of the full-sequence reference (n columns per row, same dispatch): softmax over the
+// allowed entries of each row of p (others 0; a row with none allowed is all 0), and the softmax
+// backward dp = p * (dp - rowsum(p * dp)).
+void masked_softmax_rows(float* p, const uint8_t* allowed, int64_t rows, int64_t n);
+void softmax_bwd_rows(const float* p, float* dp, int64_t rows, int64_t n);
+
 // Tests: run the baseline kernels even where the AVX2/FMA ones could run.
 void flash_force_baseline(bool on);
 bool flash_uses_avx2();

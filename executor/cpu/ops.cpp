@@ -6,67 +6,107 @@
 
 #include "core/error.h"
 #include "executor/cpu/eigen_util.h"
+#include "executor/cpu/gemm.h"
+#include "executor/cpu/parallel.h"
 
 namespace oomb::executor::cpu {
 
+namespace {
+// Rows per piece of the row-parallel loops, and per partial sum of the weight-gradient reductions.
+constexpr int64_t kRowGrain = 32;
+// Table rows per piece of the embedding-gradient scatter.
+constexpr int64_t kVocabGrain = 4096;
+
+// sum_i a[i] * b[i] (c == nullptr) or sum_i a[i] * b[i] * c[i], in double, with 8 independent
+// lanes in a fixed order (vectorisable without reassociation).
+inline double dot_d(const float* a, const float* b, const float* c, int64_t n) {
+  double part[8] = {};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int l = 0; l < 8; ++l)
+      part[l] += static_cast<double>(a[i + l]) * b[i + l] * (c ? static_cast<double>(c[i + l]) : 1.0);
+  double s = 0;
+  for (double v : part) s += v;
+  for (; i < n; ++i) s += static_cast<double>(a[i]) * b[i] * (c ? static_cast<double>(c[i]) : 1.0);
+  return s;
+}
+}  // namespace
+
 void embedding_fwd(const int32_t* ids, int64_t rows, const float* table, int64_t hidden, float* out) {
-  for (int64_t t = 0; t < rows; ++t) std::copy_n(table + ids[t] * hidden, hidden, out + t * hidden);
+  parallel_pieces(rows, kRowGrain, rows * hidden, [&](int64_t r0, int64_t r1) {
+    for (int64_t t = r0; t < r1; ++t) std::copy_n(table + ids[t] * hidden, hidden, out + t * hidden);
+  });
 }
 
+// Pieces own ranges of table rows: each scans every id in order and adds the rows it owns, so a
+// table row sums its tokens in token order whatever the thread count.
 void embedding_bwd(const int32_t* ids, int64_t rows, const float* dout, int64_t hidden, float* dtable_acc) {
-  for (int64_t t = 0; t < rows; ++t) {
-    float* d = dtable_acc + ids[t] * hidden;
-    const float* s = dout + t * hidden;
-    for (int64_t i = 0; i < hidden; ++i) d[i] += s[i];
-  }
+  int64_t vocab = 0;
+  for (int64_t t = 0; t < rows; ++t) vocab = std::max<int64_t>(vocab, ids[t] + 1);
+  parallel_pieces(vocab, kVocabGrain, rows * hidden, [&](int64_t v0, int64_t v1) {
+    for (int64_t t = 0; t < rows; ++t) {
+      if (ids[t] < v0 || ids[t] >= v1) continue;
+      float* d = dtable_acc + ids[t] * hidden;
+      const float* s = dout + t * hidden;
+      for (int64_t i = 0; i < hidden; ++i) d[i] += s[i];
+    }
+  });
 }
 
 void rmsnorm_fwd(const float* x, const float* w, int64_t rows, int64_t dim, float eps, float* y, float* rstd) {
-  for (int64_t t = 0; t < rows; ++t) {
-    const float* xr = x + t * dim;
-    double ss = 0;
-    for (int64_t i = 0; i < dim; ++i) ss += static_cast<double>(xr[i]) * xr[i];
-    const float r = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(dim) + eps));
-    rstd[t] = r;
-    float* yr = y + t * dim;
-    for (int64_t i = 0; i < dim; ++i) yr[i] = xr[i] * r * w[i];
-  }
+  parallel_pieces(rows, kRowGrain, rows * dim, [&](int64_t r0, int64_t r1) {
+    for (int64_t t = r0; t < r1; ++t) {
+      const float* xr = x + t * dim;
+      const double ss = dot_d(xr, xr, nullptr, dim);
+      const float r = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(dim) + eps));
+      rstd[t] = r;
+      float* yr = y + t * dim;
+      for (int64_t i = 0; i < dim; ++i) yr[i] = xr[i] * r * w[i];
+    }
+  });
 }
 
-// dx_i = r (w_i dy_i) - r^3 x_i / D * sum_j w_j dy_j x_j ; dw_i += dy_i x_i r.
+// dx_i = r (w_i dy_i) - r^3 x_i / D * sum_j w_j dy_j x_j ; dw_i += dy_i x_i r. dw: one partial
+// per piece of kRowGrain rows, added to dw_acc in piece order.
 void rmsnorm_bwd(const float* x, const float* w, const float* rstd, const float* dy, int64_t rows, int64_t dim,
                  float* dx_acc, float* dw_acc) {
-  for (int64_t t = 0; t < rows; ++t) {
-    const float* xr = x + t * dim;
-    const float* dyr = dy + t * dim;
-    float* dxr = dx_acc + t * dim;
-    const float r = rstd[t];
-    double dot = 0;
-    for (int64_t i = 0; i < dim; ++i) dot += static_cast<double>(w[i]) * dyr[i] * xr[i];
-    const float c = static_cast<float>(dot / static_cast<double>(dim)) * r * r * r;
-    for (int64_t i = 0; i < dim; ++i) {
-      dxr[i] += r * w[i] * dyr[i] - c * xr[i];
-      dw_acc[i] += dyr[i] * xr[i] * r;
+  const int64_t pieces = pieces_of(rows, kRowGrain);
+  std::vector<float> dw_part(static_cast<size_t>(pieces * dim), 0.0f);
+  parallel_pieces(rows, kRowGrain, rows * dim, [&](int64_t r0, int64_t r1) {
+    float* dwp = dw_part.data() + (r0 / kRowGrain) * dim;
+    for (int64_t t = r0; t < r1; ++t) {
+      const float* xr = x + t * dim;
+      const float* dyr = dy + t * dim;
+      float* dxr = dx_acc + t * dim;
+      const float r = rstd[t];
+      const double dot = dot_d(w, dyr, xr, dim);
+      const float c = static_cast<float>(dot / static_cast<double>(dim)) * r * r * r;
+      for (int64_t i = 0; i < dim; ++i) {
+        dxr[i] += r * w[i] * dyr[i] - c * xr[i];
+        dwp[i] += dyr[i] * xr[i] * r;
+      }
     }
+  });
+  for (int64_t p = 0; p < pieces; ++p) {
+    const float* dwp = dw_part.data() + p * dim;
+    for (int64_t i = 0; i < dim; ++i) dw_acc[i] += dwp[i];
   }
 }
 
 void linear_fwd(const float* x, int64_t rows, int64_t in, const float* w, const float* b, int64_t out, float* y) {
-  auto Y = mat(y, rows, out);
-  Y.noalias() = mat(x, rows, in) * mat(w, out, in).transpose();
-  if (b) Y.rowwise() += Eigen::Map<const Eigen::RowVectorXf>(b, out);
+  gemm(false, true, rows, out, in, 1.0f, x, in, w, in, 0.0f, y, out);
+  if (b)
+    parallel_pieces(rows, kRowGrain, rows * out, [&](int64_t r0, int64_t r1) {
+      for (int64_t t = r0; t < r1; ++t)
+        for (int64_t i = 0; i < out; ++i) y[t * out + i] += b[i];
+    });
 }
 
 void linear_bwd(const float* x, int64_t rows, int64_t in, const float* w, int64_t out, const float* dy, float* dx,
                 bool accumulate_dx, float* dw_acc, float* db_acc) {
-  const auto DY = mat(dy, rows, out);
-  if (dx) {
-    auto DX = mat(dx, rows, in);
-    if (accumulate_dx) DX.noalias() += DY * mat(w, out, in);
-    else DX.noalias() = DY * mat(w, out, in);
-  }
-  if (dw_acc) mat(dw_acc, out, in).noalias() += DY.transpose() * mat(x, rows, in);
-  if (db_acc) Eigen::Map<Eigen::RowVectorXf>(db_acc, out) += DY.colwise().sum();
+  if (dx) gemm(false, false, rows, in, out, 1.0f, dy, out, w, in, accumulate_dx ? 1.0f : 0.0f, dx, in);
+  if (dw_acc) gemm(true, false, out, in, rows, 1.0f, dy, out, x, in, 1.0f, dw_acc, in);
+  if (db_acc) Eigen::Map<Eigen::RowVectorXf>(db_acc, out) += mat(dy, rows, out).colwise().sum();
 }
 
 namespace {
@@ -83,18 +123,20 @@ void rope_angles(int64_t pos, int64_t half, double theta, int64_t head_dim, floa
 void rope_apply(float* x, int64_t rows, int64_t heads, int64_t head_dim, int64_t pos0, double theta, float sign) {
   OOMB_ASSERT(head_dim % 2 == 0, "RoPE needs an even head_dim");
   const int64_t half = head_dim / 2;
-  std::vector<float> c(static_cast<size_t>(half)), s(static_cast<size_t>(half));
-  for (int64_t t = 0; t < rows; ++t) {
-    rope_angles(pos0 + t, half, theta, head_dim, c.data(), s.data());
-    for (int64_t h = 0; h < heads; ++h) {
-      float* v = x + (t * heads + h) * head_dim;
-      for (int64_t i = 0; i < half; ++i) {
-        const float a = v[i], b = v[i + half], si = sign * s[static_cast<size_t>(i)], co = c[static_cast<size_t>(i)];
-        v[i] = a * co - b * si;
-        v[i + half] = b * co + a * si;
+  parallel_pieces(rows, kRowGrain, rows * heads * head_dim * 4, [&](int64_t r0, int64_t r1) {
+    std::vector<float> c(static_cast<size_t>(half)), s(static_cast<size_t>(half));
+    for (int64_t t = r0; t < r1; ++t) {
+      rope_angles(pos0 + t, half, theta, head_dim, c.data(), s.data());
+      for (int64_t h = 0; h < heads; ++h) {
+        float* v = x + (t * heads + h) * head_dim;
+        for (int64_t i = 0; i < half; ++i) {
+          const float a = v[i], b = v[i + half], si = sign * s[static_cast<size_t>(i)], co = c[static_cast<size_t>(i)];
+          v[i] = a * co - b * si;
+          v[i + half] = b * co + a * si;
+        }
       }
     }
-  }
+  });
 }
 }  // namespace
 
@@ -107,34 +149,47 @@ void rope_bwd(float* dx, int64_t rows, int64_t heads, int64_t head_dim, int64_t 
   rope_apply(dx, rows, heads, head_dim, pos0, theta, -1.0f);
 }
 
+// Elementwise: pieces of kElemGrain elements.
+constexpr int64_t kElemGrain = 8192;
+
 void swiglu_fwd(const float* gate, const float* up, int64_t n, float* out) {
-  const CMapA g(gate, n), u(up, n);
-  MapA(out, n) = g / (1.0f + (-g).exp()) * u;
+  parallel_pieces(n, kElemGrain, n, [&](int64_t i0, int64_t i1) {
+    const CMapA g(gate + i0, i1 - i0), u(up + i0, i1 - i0);
+    MapA(out + i0, i1 - i0) = g / (1.0f + (-g).exp()) * u;
+  });
 }
 
 void swiglu_bwd(const float* gate, const float* up, const float* dout, int64_t n, float* dgate, float* dup) {
-  const CMapA g(gate, n), u(up, n), d(dout, n);
-  const Eigen::ArrayXf sig = 1.0f / (1.0f + (-g).exp());
-  MapA(dup, n) = d * g * sig;
-  MapA(dgate, n) = d * u * sig * (1.0f + g * (1.0f - sig));
+  parallel_pieces(n, kElemGrain, n, [&](int64_t i0, int64_t i1) {
+    const int64_t m = i1 - i0;
+    const CMapA g(gate + i0, m), u(up + i0, m), d(dout + i0, m);
+    const Eigen::ArrayXf sig = 1.0f / (1.0f + (-g).exp());
+    MapA(dup + i0, m) = d * g * sig;
+    MapA(dgate + i0, m) = d * u * sig * (1.0f + g * (1.0f - sig));
+  });
 }
 
+// Rows in parallel; the loss adds the rows' terms in row order.
 double cross_entropy(float* logits, int64_t rows, int64_t vocab, const int32_t* targets, float scale) {
-  double total = 0;
-  for (int64_t t = 0; t < rows; ++t) {
-    MapA row(logits + t * vocab, vocab);
-    if (targets[t] < 0) {
-      row.setZero();
-      continue;
+  std::vector<double> term(static_cast<size_t>(rows), 0.0);
+  parallel_pieces(rows, 4, rows * vocab, [&](int64_t r0, int64_t r1) {
+    for (int64_t t = r0; t < r1; ++t) {
+      MapA row(logits + t * vocab, vocab);
+      if (targets[t] < 0) {
+        row.setZero();
+        continue;
+      }
+      const float mx = row.maxCoeff();
+      row = (row - mx).exp();
+      const double sum = row.cast<double>().sum();
+      const float target_p = row[targets[t]];
+      term[static_cast<size_t>(t)] = std::log(sum) - std::log(static_cast<double>(target_p));
+      row *= static_cast<float>(scale / sum);
+      row[targets[t]] -= scale;
     }
-    const float mx = row.maxCoeff();
-    row = (row - mx).exp();
-    const double sum = row.cast<double>().sum();
-    const float target_p = row[targets[t]];
-    total += std::log(sum) - std::log(static_cast<double>(target_p));
-    row *= static_cast<float>(scale / sum);
-    row[targets[t]] -= scale;
-  }
+  });
+  double total = 0;
+  for (double v : term) total += v;
   return total;
 }
 
@@ -189,13 +244,15 @@ void adamw(float* param, const float* grad, float* m, float* v, const uint8_t* d
            float beta1, float beta2, float eps, float weight_decay, int64_t step) {
   const double bc1 = 1.0 - std::pow(static_cast<double>(beta1), static_cast<double>(step));
   const double bc2 = 1.0 - std::pow(static_cast<double>(beta2), static_cast<double>(step));
-  for (int64_t i = 0; i < n; ++i) {
-    if (decay_mask[i]) param[i] -= lr * weight_decay * param[i];
-    m[i] = beta1 * m[i] + (1 - beta1) * grad[i];
-    v[i] = beta2 * v[i] + (1 - beta2) * grad[i] * grad[i];
-    const double mhat = m[i] / bc1, vhat = v[i] / bc2;
-    param[i] -= static_cast<float>(lr * mhat / (std::sqrt(vhat) + eps));
-  }
+  parallel_pieces(n, kElemGrain, n, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      if (decay_mask[i]) param[i] -= lr * weight_decay * param[i];
+      m[i] = beta1 * m[i] + (1 - beta1) * grad[i];
+      v[i] = beta2 * v[i] + (1 - beta2) * grad[i] * grad[i];
+      const double mhat = m[i] / bc1, vhat = v[i] / bc2;
+      param[i] -= static_cast<float>(lr * mhat / (std::sqrt(vhat) + eps));
+    }
+  });
 }
 
 }  // namespace oomb::executor::cpu

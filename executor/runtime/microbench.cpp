@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "executor/cpu/threads.h"
 
 namespace oomb::executor {
 
@@ -273,6 +274,9 @@ MicrobenchResult run_microbench(Backend& backend, const MicrobenchOptions& o) {
   MicrobenchResult r;
   r.backend = backend.name();
   r.host = host_description();
+  // The cpu backend's kernels run at the process-wide thread count its constructor set: the rates
+  // below are for that count, which the profile records (validate compares runs at that count).
+  if (r.backend == "cpu") r.threads = cpu::threads();
   r.date = iso_date();
   const int64_t T = o.chunk_tokens;
   for (const auto& m : o.models) {
@@ -372,6 +376,11 @@ Json device_profile(const MicrobenchResult& r, const std::string& id, int64_t ca
               {"attention_backward", frac(attn_bwd / peak)}, {"memory_bound", frac(mb / hbm)}, {"copy", 1.0}}},
             {"calibrated_from", r.host + ", " + r.date + " (" + r.backend + " backend micro-benchmarks)"},
             {"calibration", r.to_json()}};
+  if (r.threads > 0) {
+    j["cpu_threads"] = r.threads;
+    j["name"] = r.backend + " backend on " + r.host + ", " + std::to_string(r.threads) + " compute thread" +
+                (r.threads == 1 ? "" : "s");
+  }
   j["sources"] = {
       {"bf16_flops_per_s", "the backend's compute peak: the best median rate measured over the benchmarked GEMM and "
                            "attention shapes (fp32 on the cpu backend; the key keeps the schema's name)"},
@@ -389,6 +398,9 @@ Json device_profile(const MicrobenchResult& r, const std::string& id, int64_t ca
       {"launch_overhead_s", "a 1-element add, call to return"},
       {"hbm_capacity_bytes", "half of the host's MemTotal (the cpu backend's device tier is host memory)"},
       {"reserved_bytes", "nominal 64 MiB (no context or library workspace on the cpu backend)"}};
+  if (r.threads > 0)
+    j["sources"]["cpu_threads"] = "the cpu backend's compute threads during the micro-benchmarks (oomb calibrate "
+                                  "--threads; oomb validate compares only runs at this count)";
   return j;
 }
 

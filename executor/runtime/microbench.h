@@ -49,6 +49,7 @@ struct MicrobenchResult {
   std::string backend;
   std::string host;  // description of the machine (CPU model, cores)
   std::string date;  // ISO-8601 UTC
+  int threads = 0;   // cpu backend: the compute threads it ran at (cpu::threads()); 0 for other backends
   std::vector<GemmShape> gemms;
   std::vector<AttentionPoint> attention;
   std::vector<ModelRates> models;

@@ -89,6 +89,25 @@ expect_exit 1 "h2d_bytes .*FAIL" validate --plan "$tmp/p.json" --trace "$tmp/tam
 # Without a plan, the trace's own configuration is predicted.
 expect_exit 0 "no --plan" validate --trace "$tmp/run.json"
 expect_exit 0 "times are compared against a cpu profile: --gpu cpu.json" validate --trace "$tmp/run.json"
+# A trace is timed for validate as the fidelity suite times: a warm-up step, then the fastest of 3
+# (stated in the trace), and records the cpu backend's compute threads.
+for key in '"warmup_steps":1' '"timed_steps":3' '"statistic":"fastest"' '"cpu_threads":[0-9]' '"events":"timed steps only'; do
+  grep -qE "$key" "$tmp/run.json" && ok || bad "run --trace lacks $key"
+done
+# Compute threads: refused when not positive; a cpu profile records its count, a plan keeps it, and
+# validate refuses times measured at another count.
+expect_exit 2 "--threads.*must be positive" run --model tiny --context 1K --threads -1
+expect_exit 2 "--threads.*must be positive" calibrate --backend cpu --threads -2 --out "$tmp/never_cpu.json"
+expect_exit 0 "compute threads +1" calibrate --backend cpu --model tiny --threads 1 --quiet --out "$tmp/cpu1.json"
+grep -qE '"cpu_threads": ?1' "$tmp/cpu1.json" && ok || bad "calibrate --threads 1 profile lacks cpu_threads"
+expect_exit 0 "Plan written" plan --model tiny --gpu "$tmp/cpu1.json" --context 2K --chunk 512 --page 64 --out "$tmp/pcpu.json"
+grep -qE '"cpu_threads": ?1' "$tmp/pcpu.json" && ok || bad "a plan on a cpu profile lost its cpu_threads"
+"$oomb" run --plan "$tmp/pcpu.json" --threads 2 --quiet --trace "$tmp/t2.json" >/dev/null 2>&1 || bad "run --threads 2"
+expect_exit 0 "step_s .*not comparable: run at 2 compute threads, .*calibrated at 1" validate --plan "$tmp/pcpu.json" --trace "$tmp/t2.json"
+"$oomb" run --plan "$tmp/pcpu.json" --threads 1 --warmup 0 --steps 1 --quiet --trace "$tmp/t1.json" >/dev/null 2>&1 ||
+  bad "run --threads 1"
+out=$("$oomb" validate --plan "$tmp/pcpu.json" --trace "$tmp/t1.json" 2>&1)
+grep -qE "step_s +[0-9.]+ [mun]?s +[0-9.]+ [mun]?s" <<<"$out" && ok || bad "validate at equal threads compares no step_s: $out"
 # A trace of another configuration, a prediction, a truncated plan: exit 2.
 expect_exit 0 "Plan written" plan --model tiny --gpu h200 --context 8K --out "$tmp/other.json"
 expect_exit 2 "context_tokens.*differs from the plan" validate --plan "$tmp/other.json" --trace "$tmp/run.json"

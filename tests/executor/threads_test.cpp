@@ -1,0 +1,109 @@
+// The CPU backend gives bit-identical results at every thread count (executor/cpu/threads.h): the
+// chunk-recurrent step (dense and sparse, offloaded pages), the full-sequence reference, and the
+// ops whose gradients reduce over rows. Sizes are chosen so that every parallel loop really splits
+// (several pieces per loop, several attention slices and items).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "executor/cpu/cpu_backend.h"
+#include "executor/cpu/ops.h"
+#include "executor/cpu/reference.h"
+#include "executor/cpu/threads.h"
+#include "executor/runtime/driver.h"
+#include "executor/runtime/rng.h"
+#include "executor/runtime/tokens.h"
+#include "test_util.h"
+
+namespace oomb::executor {
+namespace {
+
+struct StepOut {
+  double loss = 0;
+  std::vector<float> grads;
+};
+
+StepOut step_at(int threads, const models::ModelSpec& m, const simulator::Config& c, const Weights& w,
+                const std::vector<int32_t>& tokens) {
+  CpuBackendOptions o;
+  o.threads = threads;
+  CpuBackend backend(o);
+  EXPECT_EQ(cpu::threads(), threads);
+  Engine e(backend, m, c, w);
+  StepOut r;
+  r.loss = e.step(tokens).loss;
+  r.grads = e.gradients().data;
+  return r;
+}
+
+void expect_identical(const StepOut& a, const StepOut& b, int threads) {
+  EXPECT_EQ(a.loss, b.loss) << threads << " threads";
+  ASSERT_EQ(a.grads.size(), b.grads.size());
+  EXPECT_EQ(std::memcmp(a.grads.data(), b.grads.data(), a.grads.size() * sizeof(float)), 0)
+      << "gradients at " << threads << " threads differ from 1 thread";
+}
+
+class ThreadsTest : public ::testing::Test {
+ protected:
+  void TearDown() override { cpu::set_threads(cpu::available_cpus()); }
+  // 2 layers, 4 query heads over 2 KV heads, hidden 192 (layer GEMMs split into pieces), 640
+  // tokens in chunks of 256 with pages of 32 (8 query pages per chunk), one resident layer.
+  const models::ModelSpec m = test::small_model(2, 4, 2, 48, 192, false, true, 301, 384);
+  const Weights w = random_weights(m, 99, 0.1f);
+  const std::vector<int32_t> tokens = TokenSource::synthetic(m.vocab, 5).sequence(0, 640);
+};
+
+TEST_F(ThreadsTest, DenseStepBitIdenticalAt1_2_3Threads) {
+  const simulator::Config c = test::small_config(640, 256, 32, 1);
+  const StepOut one = step_at(1, m, c, w, tokens);
+  for (int t : {2, 3}) expect_identical(one, step_at(t, m, c, w, tokens), t);
+}
+
+TEST_F(ThreadsTest, SparseStepBitIdenticalAt1_2_3Threads) {
+  simulator::Config c = test::small_config(640, 256, 32, 1);
+  c.attention = simulator::Attention::sparse;
+  c.page_budget = 3;
+  const StepOut one = step_at(1, m, c, w, tokens);
+  for (int t : {2, 3}) expect_identical(one, step_at(t, m, c, w, tokens), t);
+}
+
+TEST_F(ThreadsTest, ReferenceBitIdenticalAt1_2_3Threads) {
+  auto ref_at = [&](int threads) {
+    cpu::set_threads(threads);
+    const cpu::ReferenceResult r = cpu::full_sequence_reference(m, w, tokens);
+    return StepOut{r.loss, r.grads.data};
+  };
+  const StepOut one = ref_at(1);
+  for (int t : {2, 3}) expect_identical(one, ref_at(t), t);
+}
+
+// RMSNorm's weight gradient sums over rows (per-piece partials) and the embedding gradient
+// scatters rows onto repeated ids: the reductions the thread count must not reorder.
+TEST_F(ThreadsTest, RowReductionsBitIdentical) {
+  const int64_t rows = 8000, dim = 96, vocab = 9000;  // above parallel.h's thresholds: the loops split
+  Rng rng(3);
+  std::vector<float> x(rows * dim), dy(rows * dim), wn(dim);
+  for (auto& v : x) v = static_cast<float>(rng.normal());
+  for (auto& v : dy) v = static_cast<float>(rng.normal());
+  for (auto& v : wn) v = static_cast<float>(1 + 0.1 * rng.normal());
+  std::vector<int32_t> ids(rows);
+  for (int64_t t = 0; t < rows; ++t) ids[t] = static_cast<int32_t>((t * 7919) % vocab % 50 + (t % 3) * 4000);
+  auto run = [&](int threads) {
+    cpu::set_threads(threads);
+    std::vector<float> y(rows * dim), rstd(rows), dx(rows * dim, 0.0f), dw(dim, 0.0f), dt(vocab * dim, 0.0f);
+    cpu::rmsnorm_fwd(x.data(), wn.data(), rows, dim, 1e-6f, y.data(), rstd.data());
+    cpu::rmsnorm_bwd(x.data(), wn.data(), rstd.data(), dy.data(), rows, dim, dx.data(), dw.data());
+    cpu::embedding_bwd(ids.data(), rows, dy.data(), dim, dt.data());
+    std::vector<float> all = y;
+    all.insert(all.end(), dx.begin(), dx.end());
+    all.insert(all.end(), dw.begin(), dw.end());
+    all.insert(all.end(), dt.begin(), dt.end());
+    return StepOut{0, all};
+  };
+  const StepOut one = run(1);
+  for (int t : {2, 3}) expect_identical(one, run(t), t);
+}
+
+}  // namespace
+}  // namespace oomb::executor
