@@ -293,6 +293,13 @@ MemoryTable detail::memory_table(const Scenario& s, const Geometry& g, bool desc
         "2 x params x 4 (m, v)");
     add("adamw_decay_mask", "optimizer_state", tier, OOMB_SHAPE({params}), "uint8", params * shards, all,
         "params x 1 (weight decay on or off per parameter)");
+    if (c.optimizer == Optimizer::host) {
+      // The host update's operands: the gradients copied out, the working weights copied back in.
+      add("host_parameter_gradients", "optimizer_state", Tier::host, OOMB_SHAPE({params}), c.param_grad_dtype,
+          checked_mul(params, gb) * shards, all, "params x param-grad dtype (copied out for the host update)");
+      add("host_weights", "optimizer_state", Tier::host, OOMB_SHAPE({params}), c.param_dtype,
+          checked_mul(params, pb) * shards, all, "params x param dtype (the updated working weights, copied in)");
+    }
   }
 
   // Tokens whose activations are alive at once: the chunk's rows (not page-aligned) or the sequence.

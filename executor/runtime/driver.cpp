@@ -165,6 +165,13 @@ Engine::Engine(Backend& backend, const models::ModelSpec& model, const simulator
       add_row("master_weights", "optimizer_state", opt_tier, "fp32", checked_mul(n_params, 4), all);
     add_row("adamw_moments", "optimizer_state", opt_tier, "fp32", checked_mul(n_params, 8), all);
     add_row("adamw_decay_mask", "optimizer_state", opt_tier, "uint8", n_params, all);
+    if (opt_tier == Tier::host) {
+      // The host update's operands: the gradients copied out and the working weights it refreshes.
+      add_row("host_parameter_gradients", "optimizer_state", Tier::host, to_string(grad_dtype_),
+              checked_mul(n_params, dtype_bytes(grad_dtype_)), all);
+      add_row("host_weights", "optimizer_state", Tier::host, to_string(param_dtype_),
+              checked_mul(n_params, dtype_bytes(param_dtype_)), all);
+    }
   }
   add_row("token_ids", "inputs", Tier::device, "int32", 8 * Cm, all);
   add_row("hidden_states", "hidden_states", Tier::device, ad, checked_mul(2 * Cm * H, ab), all);
@@ -201,6 +208,11 @@ Engine::Engine(Backend& backend, const models::ModelSpec& model, const simulator
     if (param_dtype_ != DType::f32) {
       master_ = row_buffer("master_weights", opt_tier, n_params, DType::f32);
       backend_.upload(master_.data(), weights.data.data(), master_.bytes());
+    }
+    if (opt_tier == Tier::host) {
+      host_grads_ = row_buffer("host_parameter_gradients", Tier::host, n_params, grad_dtype_);
+      host_weights_ = row_buffer("host_weights", Tier::host, n_params, param_dtype_);
+      backend_.download(host_weights_.data(), params_.data(), params_.bytes());
     }
     adam_m_ = row_buffer("adamw_moments", opt_tier, n_params, DType::f32);
     adam_v_ = row_buffer("adamw_moments", opt_tier, n_params, DType::f32);
@@ -687,6 +699,7 @@ StepResult Engine::step(const std::vector<int32_t>& tokens) {
                                     " is out of range", "ids must be < vocab " + std::to_string(model_.vocab));
   tokens_ = tokens;
   step_start_ns_ = steady_now_ns();
+  optimizer_h2d_bytes_ = optimizer_d2h_bytes_ = 0;
   work_done_ = 0;
   work_total_ = 0;
   for (double wk : chunk_work_) work_total_ += 5.5 * wk;
@@ -800,8 +813,8 @@ StepResult Engine::step(const std::vector<int32_t>& tokens) {
   m.backend = backend_.name();
   m.buffers = rows_;
   m.notes = notes_;
-  m.h2d_bytes = store_->counters().h2d_bytes;
-  m.d2h_bytes = store_->counters().d2h_bytes;
+  m.h2d_bytes = store_->counters().h2d_bytes + optimizer_h2d_bytes_;
+  m.d2h_bytes = store_->counters().d2h_bytes + optimizer_d2h_bytes_;
   m.copy_regions = store_->counters().regions;
   m.step_times_s.push_back(r.seconds);
   m.union_pages.clear();
@@ -819,12 +832,26 @@ StepResult Engine::step(const std::vector<int32_t>& tokens) {
 void Engine::optimizer_step() {
   const AdamWOptions& o = options_.adamw;
   const int64_t n = layout_.total();
+  const bool host = config_.optimizer == simulator::Optimizer::host;
+  // The host optimizer's round trip: the gradients out to the host, the update there, the updated
+  // working weights back in (the copies the simulator prices after the last backward).
+  auto copy = [&](CopyDir dir, void* dst, const void* src, int64_t bytes) {
+    CopyRequest r;
+    r.dir = dir;
+    r.regions.push_back({dst, src, bytes});
+    backend_.wait(backend_.copy_async(std::move(r)));
+    (dir == CopyDir::h2d ? optimizer_h2d_bytes_ : optimizer_d2h_bytes_) += bytes;
+  };
+  if (host) copy(CopyDir::d2h, host_grads_.data(), grads_.data(), grads_.bytes());
+  const Tensor grads = host ? host_grads_.t() : grads_.t();
+  const Tensor weights = host ? host_weights_.t() : params_.t();
   timed("adamw", "optimizer", 2, -1, 12.0 * static_cast<double>(n), [&] {
-    if (accumulated_ > 1) backend_.scale(grads_.t(), n, 1.0f / static_cast<float>(accumulated_));
-    backend_.adamw(params_.t(), master_.f32(), grads_.ct(), adam_m_.f32(), adam_v_.f32(),
+    if (accumulated_ > 1) backend_.scale(grads, n, 1.0f / static_cast<float>(accumulated_));
+    backend_.adamw(weights, master_.f32(), grads, adam_m_.f32(), adam_v_.f32(),
                    static_cast<const uint8_t*>(decay_mask_.data()), n, o.lr, o.beta1, o.beta2, o.eps, o.weight_decay,
                    ++adam_steps_);
   });
+  if (host) copy(CopyDir::h2d, params_.data(), host_weights_.data(), params_.bytes());
   {
     const TagScope tag(options_.tagger, 2, -1, -1, "optimizer", "zero_gradients");
     zero_gradients();

@@ -208,6 +208,8 @@ class Engine {
   std::string act_row_;  // layer_activations (one set) or all_layer_activations (checkpointing off)
   std::vector<std::string> notes_;
   Buffer params_, grads_, master_, adam_m_, adam_v_, decay_mask_;
+  Buffer host_grads_, host_weights_;  // optimizer on the host: its gradients and working weights
+  int64_t optimizer_h2d_bytes_ = 0, optimizer_d2h_bytes_ = 0;  // of the last step
   Buffer summaries_;  // sparse: [L][P][kv_dim] page key means
   std::unique_ptr<Work> w_;
   SelectionLog log_;

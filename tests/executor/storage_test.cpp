@@ -146,6 +146,34 @@ TEST(Bf16Storage, AdamWUpdatesTheFp32MasterWeights) {
   EXPECT_EQ(row_bytes(e.measured(), "adamw_moments"), static_cast<int64_t>(w.data.size()) * 8);
 }
 
+// The host optimizer: the gradients go out to the host, AdamW runs there, the working weights come
+// back; the same update as on the device (bit for bit), and the copies counted with the step's.
+TEST(HostOptimizer, RoundTripCopiesAndTheSameUpdateAsOnTheDevice) {
+  const auto m = test::small_model(1, 2, 1, 8, 16, true, false);
+  const Weights w = random_weights(m, 13, kInitStd);
+  const int64_t N = 24;
+  const auto tokens = TokenSource::synthetic(m.vocab, 9).sequence(0, N);
+  for (const char* storage : {"fp32", "bf16"}) {
+    auto c = test::small_config(N, 8, 8, 8);
+    c.param_dtype = c.param_grad_dtype = storage;
+    c.optimizer = simulator::Optimizer::gpu;
+    CpuBackend b1, b2;
+    Engine gpu(b1, m, c, w);
+    c.optimizer = simulator::Optimizer::host;
+    Engine host(b2, m, c, w);
+    for (int s = 0; s < 2; ++s) {
+      gpu.step(tokens);
+      host.step(tokens);
+    }
+    EXPECT_EQ(gpu.weights().data, host.weights().data) << storage;
+    const int64_t n = static_cast<int64_t>(w.data.size()), b = std::string(storage) == "bf16" ? 2 : 4;
+    EXPECT_EQ(host.measured().d2h_bytes - gpu.measured().d2h_bytes, n * b) << storage;
+    EXPECT_EQ(host.measured().h2d_bytes - gpu.measured().h2d_bytes, n * b) << storage;
+    EXPECT_EQ(row_bytes(host.measured(), "host_parameter_gradients"), n * b);
+    EXPECT_EQ(row_bytes(host.measured(), "host_weights"), n * b);
+  }
+}
+
 // ---- lifetimes: the measured device peak is the largest phase's live set of the executor's own
 // rows, its breakdown that phase's categories, and the backend saw no device allocation outside
 // the rows (FakeCupti records every allocate / deallocate the engine makes).
