@@ -6,6 +6,7 @@
 #include "cli/build_info.h"
 #include "cli/command.h"
 #include "core/error.h"
+#include "core/json_util.h"
 
 namespace oomb::cli {
 std::vector<Command>& registry() {
@@ -53,6 +54,14 @@ int main(int argc, char** argv) {
       } catch (const std::bad_alloc&) {
         std::fprintf(stderr, "oomb %s: error: out of host memory\n", sub->get_name().c_str());
         return 3;
+      } catch (const nlohmann::json::exception& e) {
+        // A JSON document of an unexpected shape that a loader read without JsonReader.
+        std::fprintf(stderr, "oomb %s: error: malformed input document: %s\n", sub->get_name().c_str(), e.what());
+        return 2;
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "oomb %s: internal error (a bug in oomb, please report it): %s\n", sub->get_name().c_str(),
+                     e.what());
+        return 4;
       }
     }
   }

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <functional>
 #include <memory>
@@ -95,14 +96,31 @@ struct ReferenceCheck {
   std::string worst_tensor;
 };
 
-ReferenceCheck check_against_reference(const models::ModelSpec& m, const simulator::Config& c, const Weights& w,
-                                       const std::vector<int32_t>& tokens, const Engine& e, double loss) {
-  const auto n = static_cast<double>(tokens.size());
+// Before any work: the reference's size is known from the model and the context.
+void check_reference_size(const models::ModelSpec& m, int64_t context_tokens) {
+  const auto n = static_cast<double>(context_tokens);
   const double probs_bytes = 4.0 * static_cast<double>(m.q_heads) * n * n * static_cast<double>(m.layers);
   if (probs_bytes > 4.0 * (1ull << 30))
     throw Error("--reference", "", "the full-sequence reference keeps every layer's N x N attention probabilities (" +
-                                       format_bytes(static_cast<int64_t>(probs_bytes)) + " here)",
+                                       format_bytes(static_cast<int64_t>(std::min(probs_bytes, 9e18))) + " here)",
                 "use a shorter --context (e.g. 4K) or fewer --layers");
+}
+
+// Weights or gradients about to be written: a NaN from a diverged step must not reach a file.
+void check_finite(const ParamTensors& t, const std::string& flag, const char* what) {
+  for (const auto& p : t.layout.params()) {
+    const float* x = t.at(p);
+    for (int64_t i = 0; i < p.numel; ++i)
+      if (!std::isfinite(x[i]))
+        throw Error(flag, p.name, std::string("the run's ") + what + " hold a non-finite value (element " +
+                                      std::to_string(i) + "); nothing was written",
+                    "a lower --lr, or finite --weights");
+  }
+}
+
+ReferenceCheck check_against_reference(const models::ModelSpec& m, const simulator::Config& c, const Weights& w,
+                                       const std::vector<int32_t>& tokens, const Engine& e, double loss) {
+  check_reference_size(m, static_cast<int64_t>(tokens.size()));
   std::vector<cpu::MaskedAttention> masks;
   if (c.attention == simulator::Attention::sparse)
     for (int64_t l = 0; l < m.layers; ++l)
@@ -152,8 +170,15 @@ int run_run(const RunArgs& a) {
                 "chooses the cuda backend's GEMM precision; a " + a.backend + " run computes its GEMMs in fp32",
                 "drop --gemm-precision, or use --backend cuda");
   const std::string gemm_precision = a.gemm_precision.empty() ? "bf16" : a.gemm_precision;
-  if (a.steps <= 0) throw Error("--steps", "", "must be positive");
-  if (a.grad_accum <= 0) throw Error("--grad-accum", "", "must be positive");
+  if (a.steps <= 0 || a.steps > 1000000) throw Error("--steps", std::to_string(a.steps), "must be in [1, 1000000]");
+  if (a.grad_accum <= 0 || a.grad_accum > 1000000)
+    throw Error("--grad-accum", std::to_string(a.grad_accum), "must be in [1, 1000000]");
+  finite_in(a.init_std, 0, 10, "--init-std", "the std of the random weights, e.g. 0.02");
+  finite_in(a.lr, 0, 10, "--lr", "an AdamW learning rate, e.g. 1e-3");
+  // Every output is checked before any work: a bad --trace must not cost the whole run.
+  check_writable(a.save_weights, "--save-weights");
+  check_writable(a.dump_grads, "--dump-grads");
+  check_writable(a.trace, "--trace");
   // How the trace is timed: CUPTI device times (cuda, when built with CUPTI) or host wall clock.
   if (!a.trace_timing.empty() && a.trace_timing != "host" && a.trace_timing != "cupti")
     throw Error("--trace-timing", a.trace_timing, "unknown trace timing", "host or cupti");
@@ -182,6 +207,11 @@ int run_run(const RunArgs& a) {
                   "without --plan");
     const planner::Plan plan = planner::load_plan(a.plan);
     s = plan.scenario();
+    if (s.config.gpus > 1)
+      throw Error("--plan", a.plan,
+                  "plans tensor parallelism over " + std::to_string(s.config.gpus) +
+                      " GPUs, and oomb run executes on one GPU (its pages and copies would not be the plan's)",
+                  "plan for one GPU (drop --gpus from oomb plan) to run it");
     if (a.flags.layers) s.config.layers_override = *a.flags.layers;
     if (a.flags.kv_dtype) s.config.kv_dtype = *a.flags.kv_dtype;
     if (a.flags.kv_grad_dtype) s.config.kv_grad_dtype = *a.flags.kv_grad_dtype;
@@ -221,6 +251,7 @@ int run_run(const RunArgs& a) {
                 "the bf16 tensor-core kernels take head_dim 64 or 128; " + m.id + " has head_dim " +
                     std::to_string(m.head_dim),
                 "use --attention-kernel auto, which runs the fp32 kernels where the tensor-core ones cannot, or fp32");
+  if (a.reference) check_reference_size(m, c.context_tokens);
   if (a.compare_dense && !sparse_mode)
     throw Error("--compare-dense", "", "compares a sparse step with the dense one", "add --attention sparse");
   if (a.compare_dense && c.optimizer != simulator::Optimizer::none)
@@ -350,8 +381,16 @@ int run_run(const RunArgs& a) {
   }
   line.done();
 
-  if (!a.save_weights.empty()) write_safetensors(e.weights(), a.save_weights);
-  if (!a.dump_grads.empty()) write_safetensors(e.gradients(), a.dump_grads);
+  if (!a.save_weights.empty()) {
+    const Weights final_weights = e.weights();
+    check_finite(final_weights, "--save-weights", "weights");
+    write_safetensors(final_weights, a.save_weights);
+  }
+  if (!a.dump_grads.empty()) {
+    const Gradients grads = e.gradients();
+    check_finite(grads, "--dump-grads", "gradients");
+    write_safetensors(grads, a.dump_grads);
+  }
   std::optional<CuptiSummary> cupti_summary;
   if (!a.trace.empty()) {
     traces::Trace t;
@@ -555,7 +594,8 @@ const Registrar reg("run", "Execute chunk-recurrent training steps (cpu referenc
                       sub.add_option("--dump-grads", a->dump_grads,
                                      "Write the accumulated parameter gradients (safetensors)");
                       sub.add_option("--seed", a->seed, "Seed of the random weights and synthetic tokens")
-                          ->capture_default_str();
+                          ->capture_default_str()
+                          ->check(unsigned_integer());
                       sub.add_option("--init-std", a->init_std, "Std of the random weights")->capture_default_str();
                       sub.add_option("--lr", a->lr, "AdamW learning rate (with --optimizer gpu|host)")
                           ->capture_default_str();

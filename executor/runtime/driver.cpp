@@ -521,6 +521,11 @@ StepResult Engine::step(const std::vector<int32_t>& tokens) {
   }
   OOMB_ASSERT(pi == passes.size());
 
+  // A non-finite loss poisons the gradients and, through the optimizer, every later step: stop.
+  if (!std::isfinite(loss))
+    throw Error("run", "loss", std::string("is ") + (std::isnan(loss) ? "NaN" : "infinite") + " at step " +
+                                   std::to_string(steps_ + 1) + ": the run diverged; nothing more is computed or written",
+                "finite --weights, a smaller --init-std, or a lower --lr");
   if (config_.optimizer != simulator::Optimizer::none && ++accumulated_ >= options_.adamw.grad_accum)
     optimizer_step();
 
