@@ -1,4 +1,5 @@
-// oomb: one executable, one file per subcommand (see cli/command.h).
+// oomb: one executable, one file per subcommand (see cli/command.h). run_main is the whole CLI
+// (entry.cpp's main calls it) so that the fuzz suite parses and runs argv vectors in-process.
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -15,8 +16,7 @@ std::vector<Command>& registry() {
 }
 }  // namespace oomb::cli
 
-int main(int argc, char** argv) {
-  using namespace oomb::cli;
+int oomb::cli::run_main(int argc, char** argv) {
   CLI::App app{"oomb: plan, simulate, run and validate chunk-recurrent long-context training.\n"
                "Can model M train at context N on GPU G, with which settings, how fast, and does the\n"
                "real run behave as predicted?  Try: oomb plan --model qwen2.5-7b --gpu h200 --context 4M",

@@ -148,7 +148,7 @@ mkdir links && echo old >links/real.json && ln -s real.json links/link.json
 expect 0 "timeline" -- simulate --model tiny --context 4K --timeline links/link.json
 [ -L links/link.json ] && grep -q '"oomb.trace/1"' links/real.json && ok || bad "the symlink was replaced"
 mkfifo links/fifo
-(cat links/fifo >fifo_out) &
+(timeout 30 cat links/fifo >fifo_out) &
 reader=$!
 expect 0 "timeline" -- simulate --model tiny --context 4K --timeline links/fifo
 wait "$reader"
