@@ -70,7 +70,7 @@ std::pair<std::string, double> parse_tolerance(const std::string& t) {
   }
   if (text.empty() || used != text.size())
     throw Error("--tolerance", t, "the fraction is not a number", "e.g. step_s=0.3");
-  if (!std::isfinite(v) || v < 0 || v > 1000) throw Error("--tolerance", t, "must be a finite fraction in [0, 1000]");
+  if (!std::isfinite(v) || v < 0) throw Error("--tolerance", t, "must be a finite fraction >= 0");
   return {t.substr(0, eq), v};
 }
 

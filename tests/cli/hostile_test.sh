@@ -179,6 +179,7 @@ expect 2 "tokdir: is a directory" -- run --model tiny --context 2K --chunk 512 -
 variant "$tiny" layers 18446744073709551615 m_u64.json
 expect 2 "m_u64.json: 'layers': is too large" -- simulate --model ./m_u64.json --context 4K
 expect 2 "--tolerance.*not a number" -- validate --plan p.json --trace run.json --tolerance h2d_bytes=0.3abc
+expect 2 "--tolerance.*finite" -- validate --plan p.json --trace run.json --tolerance h2d_bytes=nan
 expect 2 "--seed.*non-negative integer" -- run --model tiny --context 2K --chunk 512 --page 64 --seed -1 --quiet
 expect 2 "--checkpointing.*not true or false" -- simulate --model tiny --context 4K --checkpointing 2
 sed -E 's/"layers": *([0-9]+)/"layers": \1, "layers": 3/' "$tiny" >m_dup.json
