@@ -26,9 +26,11 @@
 #include "executor/cpu/cpu_backend.h"
 #include "executor/cpu/reference.h"
 #include "executor/runtime/driver.h"
+#include "executor/runtime/microbench.h"
 #include "executor/runtime/tokens.h"
 #include "executor/runtime/weights.h"
 #include "planner/plan.h"
+#include "simulator/calibration.h"
 #ifdef OOMB_HAVE_CUDA_BACKEND
 #include "executor/cuda/cuda_backend.h"
 #endif
@@ -252,6 +254,23 @@ int run_run(const RunArgs& a) {
                     std::to_string(m.head_dim),
                 "use --attention-kernel auto, which runs the fp32 kernels where the tensor-core ones cannot, or fp32");
   if (a.reference) check_reference_size(m, c.context_tokens);
+  {
+    // A context no host can hold is refused by flag, before the tokens are generated: the
+    // simulator's prediction of this run (fp32, as the executor runs it) is a lower bound of what
+    // it allocates (the CPU backend's device memory is host memory too), plus the token ids.
+    simulator::Scenario need = s;
+    need.config.layers_override = c.layers_override;
+    simulator::apply_cpu_run(need);
+    const simulator::Summary sum = simulator::evaluate(need);
+    const double host_bytes = static_cast<double>(sum.peak_host_bytes) + 8.0 * static_cast<double>(c.context_tokens) +
+                              (a.backend == "cpu" ? static_cast<double>(sum.peak_device_bytes) : 0.0);
+    const int64_t ram = host_ram_bytes();
+    if (ram > 0 && host_bytes > static_cast<double>(ram))
+      throw Error(a.plan.empty() ? "--context" : "--plan", a.plan.empty() ? a.flags.context : a.plan,
+                  "this run needs at least " + format_bytes(static_cast<int64_t>(std::min(host_bytes, 9e18))) +
+                      " of host memory and this machine has " + format_bytes(ram),
+                  "a shorter context or fewer --layers");
+  }
   if (a.compare_dense && !sparse_mode)
     throw Error("--compare-dense", "", "compares a sparse step with the dense one", "add --attention sparse");
   if (a.compare_dense && c.optimizer != simulator::Optimizer::none)

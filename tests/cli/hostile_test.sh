@@ -164,6 +164,8 @@ done
 variant "$h200" bf16_flops_per_s 1e-300 g_flops.json
 expect 2 "g_flops.json: 'bf16_flops_per_s': is out of range" -- simulate --model tiny --gpu ./g_flops.json --context 4K
 expect 2 "--context.*beyond any size" -- simulate --model tiny --context 2199023255552
+# A context no host holds (tiny at 1G: ~1 TiB of pages) is refused before any work, not "out of host memory".
+expect 2 "--context: '1G': this run needs at least .* of host memory" -- run --model tiny --context 1G --quiet
 
 # --- Small ones.
 out=$("$oomb" sweep --model tiny --contexts 1..9223372036854775807 2>/dev/null)
