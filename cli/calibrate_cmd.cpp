@@ -3,6 +3,7 @@
 //   --traces T... --gpu G     least-squares fit of G's efficiencies to measured traces
 //   --project-to G2 --gpu P   a calibrated profile's efficiencies on another catalog device
 //   --recall T... --out C     a budget-to-recall curve (oomb.recall/1) from sparse runs' recall
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -29,6 +30,7 @@ struct CalibrateArgs {
   std::vector<std::string> traces, recall, hold, models = {"tiny", "qwen2.5-0.5b"};
   int64_t chunk = 1024;
   int threads = 0;  // --backend cpu: compute threads (0 = the CPUs this process may use)
+  CLI::Option* chunk_opt = nullptr;
   bool json = false, quiet = false;
 };
 
@@ -49,6 +51,10 @@ int run_microbench_mode(const CalibrateArgs& a) {
 #endif
   executor::MicrobenchOptions o;
   for (const auto& m : a.models) o.models.push_back(models::load_model(m));
+  if (!a.efficiency_model.empty() &&
+      std::none_of(o.models.begin(), o.models.end(), [&](const auto& m) { return m.id == a.efficiency_model; }))
+    throw Error("--efficiency-model", a.efficiency_model, "is not one of the benchmarked models",
+                "name one of the --model values");
   o.chunk_tokens = a.chunk;
   if (!a.quiet) o.progress = [](const std::string& line) { std::fprintf(stderr, "  %s\n", line.c_str()); };
   std::unique_ptr<executor::Backend> backend;
@@ -246,6 +252,15 @@ int run_calibrate(const CalibrateArgs& a) {
   if (modes != 1)
     throw Error("calibrate", "", "give exactly one of --backend, --traces, --project-to, --recall",
                 "e.g. oomb calibrate --backend cpu --out cpu.json");
+  // Every flag and the output path before any work (the benchmarks take seconds).
+  // --chunk: rows of the benchmarked GEMMs; the LM-head slice needs at least 16 and 16K rows of
+  // the widest shape already take ~1 GB.
+  if (a.chunk < 16 || a.chunk > 16384)
+    throw Error("--chunk", std::to_string(a.chunk), "must be in [16, 16384] rows", "e.g. 1024 (the default)");
+  if (a.backend.empty() && a.chunk_opt && a.chunk_opt->count() > 0)
+    throw Error("--chunk", std::to_string(a.chunk), "applies to --backend only");
+  if (a.models.empty()) throw Error("--model", "", "no model shapes to benchmark", "e.g. --model tiny");
+  check_writable(a.out, "--out");
   if (!a.recall.empty()) return run_recall_mode(a);
   if (!a.backend.empty()) return run_microbench_mode(a);
   if (!a.traces.empty()) return run_fit_mode(a);
@@ -260,7 +275,9 @@ const Registrar reg(
                      "(kind cpu / gpu)");
       sub.add_option("--model", a->models, "With --backend: models whose GEMM and attention shapes to benchmark")
           ->capture_default_str();
-      sub.add_option("--chunk", a->chunk, "With --backend: rows of the benchmarked layer GEMMs")->capture_default_str();
+      a->chunk_opt =
+          sub.add_option("--chunk", a->chunk, "With --backend: rows of the benchmarked layer GEMMs (16..16384)")
+              ->capture_default_str();
       sub.add_option("--threads", a->threads,
                      "With --backend cpu: compute threads to measure at, as `oomb run --threads` will run (default: "
                      "the CPUs this process may use); recorded in the profile (cpu_threads)");

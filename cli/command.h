@@ -18,6 +18,10 @@ struct Command {
 
 std::vector<Command>& registry();
 
+// The oomb command line: parses argv, runs the subcommand, returns the exit code (0 ok, 1 an honest
+// negative result, 2 bad input, 3 out of host memory, 4 an internal error); see README.
+int run_main(int argc, char** argv);
+
 struct Registrar {
   Registrar(std::string name, std::string summary, std::function<std::function<int()>(CLI::App&)> setup) {
     registry().push_back({std::move(name), std::move(summary), std::move(setup)});

@@ -1,4 +1,5 @@
-// oomb: one executable, one file per subcommand (see cli/command.h).
+// oomb: one executable, one file per subcommand (see cli/command.h). run_main is the whole CLI
+// (entry.cpp's main calls it) so that the fuzz suite parses and runs argv vectors in-process.
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -6,6 +7,7 @@
 #include "cli/build_info.h"
 #include "cli/command.h"
 #include "core/error.h"
+#include "core/json_util.h"
 
 namespace oomb::cli {
 std::vector<Command>& registry() {
@@ -14,8 +16,7 @@ std::vector<Command>& registry() {
 }
 }  // namespace oomb::cli
 
-int main(int argc, char** argv) {
-  using namespace oomb::cli;
+int oomb::cli::run_main(int argc, char** argv) {
   CLI::App app{"oomb: plan, simulate, run and validate chunk-recurrent long-context training.\n"
                "Can model M train at context N on GPU G, with which settings, how fast, and does the\n"
                "real run behave as predicted?  Try: oomb plan --model qwen2.5-7b --gpu h200 --context 4M",
@@ -53,6 +54,14 @@ int main(int argc, char** argv) {
       } catch (const std::bad_alloc&) {
         std::fprintf(stderr, "oomb %s: error: out of host memory\n", sub->get_name().c_str());
         return 3;
+      } catch (const nlohmann::json::exception& e) {
+        // A JSON document of an unexpected shape that a loader read without JsonReader.
+        std::fprintf(stderr, "oomb %s: error: malformed input document: %s\n", sub->get_name().c_str(), e.what());
+        return 2;
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "oomb %s: internal error (a bug in oomb, please report it): %s\n", sub->get_name().c_str(),
+                     e.what());
+        return 4;
       }
     }
   }

@@ -465,6 +465,12 @@ void print_comparison(const Comparison& cmp, const NodeGpus& node, const simulat
 int run_plan(PlanArgs a) {
   using namespace planner;
   planner::Request r;
+  check_writable(a.out, "--out");  // before the search, not after it
+  if (a.min_budget && (*a.min_budget < 1 || *a.min_budget > simulator::kMaxPageBudget))
+    throw Error("--min-budget", std::to_string(*a.min_budget),
+                "must be in [1, " + std::to_string(simulator::kMaxPageBudget) + "] pages", "e.g. 64");
+  if (a.min_recall && !(*a.min_recall > 0 && *a.min_recall <= 1))  // NaN fails too
+    throw Error("--min-recall", format_number(*a.min_recall), "must be in (0, 1]", "e.g. 0.9");
   const NodeGpus node = node_gpus(a.flags);
   // --optimizer auto (the default) belongs to the planner: AdamW state is wanted, its placement
   // searched.

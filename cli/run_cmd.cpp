@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <functional>
 #include <memory>
@@ -26,10 +27,12 @@
 #include "executor/cpu/cpu_backend.h"
 #include "executor/cpu/reference.h"
 #include "executor/runtime/driver.h"
+#include "executor/runtime/microbench.h"
 #include "executor/runtime/tokens.h"
 #include "executor/runtime/weights.h"
 #include "planner/executable.h"
 #include "planner/plan.h"
+#include "simulator/calibration.h"
 #ifdef OOMB_HAVE_CUDA_BACKEND
 #include "executor/cuda/cuda_backend.h"
 #endif
@@ -100,14 +103,31 @@ struct ReferenceCheck {
   std::string worst_tensor;
 };
 
-ReferenceCheck check_against_reference(const models::ModelSpec& m, const simulator::Config& c, const Weights& w,
-                                       const std::vector<int32_t>& tokens, const Engine& e, double loss) {
-  const auto n = static_cast<double>(tokens.size());
+// Before any work: the reference's size is known from the model and the context.
+void check_reference_size(const models::ModelSpec& m, int64_t context_tokens) {
+  const auto n = static_cast<double>(context_tokens);
   const double probs_bytes = 4.0 * static_cast<double>(m.q_heads) * n * n * static_cast<double>(m.layers);
   if (probs_bytes > 4.0 * (1ull << 30))
     throw Error("--reference", "", "the full-sequence reference keeps every layer's N x N attention probabilities (" +
-                                       format_bytes(static_cast<int64_t>(probs_bytes)) + " here)",
+                                       format_bytes(static_cast<int64_t>(std::min(probs_bytes, 9e18))) + " here)",
                 "use a shorter --context (e.g. 4K) or fewer --layers");
+}
+
+// Weights or gradients about to be written: a NaN from a diverged step must not reach a file.
+void check_finite(const ParamTensors& t, const std::string& flag, const char* what) {
+  for (const auto& p : t.layout.params()) {
+    const float* x = t.at(p);
+    for (int64_t i = 0; i < p.numel; ++i)
+      if (!std::isfinite(x[i]))
+        throw Error(flag, p.name, std::string("the run's ") + what + " hold a non-finite value (element " +
+                                      std::to_string(i) + "); nothing was written",
+                    "a lower --lr, or finite --weights");
+  }
+}
+
+ReferenceCheck check_against_reference(const models::ModelSpec& m, const simulator::Config& c, const Weights& w,
+                                       const std::vector<int32_t>& tokens, const Engine& e, double loss) {
+  check_reference_size(m, static_cast<int64_t>(tokens.size()));
   std::vector<cpu::MaskedAttention> masks;
   if (c.attention == simulator::Attention::sparse)
     for (int64_t l = 0; l < m.layers; ++l)
@@ -157,7 +177,7 @@ int run_run(const RunArgs& a) {
                 "chooses the cuda backend's GEMM precision; a " + a.backend + " run computes its GEMMs in fp32",
                 "drop --gemm-precision, or use --backend cuda");
   const std::string gemm_precision = a.gemm_precision.empty() ? "bf16" : a.gemm_precision;
-  if (a.steps <= 0) throw Error("--steps", "", "must be positive");
+  if (a.steps <= 0 || a.steps > 1000000) throw Error("--steps", std::to_string(a.steps), "must be in [1, 1000000]");
   if (a.warmup < -1) throw Error("--warmup", std::to_string(a.warmup), "must be 0 or more");
   if (a.threads < 0) throw Error("--threads", std::to_string(a.threads), "must be positive", "e.g. --threads 2");
   if (a.threads > 0 && a.backend != "cpu")
@@ -168,7 +188,14 @@ int run_run(const RunArgs& a) {
   const int64_t warmup = a.warmup >= 0 ? a.warmup : (a.trace.empty() ? 0 : 1);
   const int64_t timed_steps = a.steps_given || a.trace.empty() ? a.steps : 3;
   const int64_t total_steps = warmup + timed_steps;
-  if (a.grad_accum <= 0) throw Error("--grad-accum", "", "must be positive");
+  if (a.grad_accum <= 0 || a.grad_accum > 1000000)
+    throw Error("--grad-accum", std::to_string(a.grad_accum), "must be in [1, 1000000]");
+  finite_in(a.init_std, 0, 10, "--init-std", "the std of the random weights, e.g. 0.02");
+  finite_in(a.lr, 0, 10, "--lr", "an AdamW learning rate, e.g. 1e-3");
+  // Every output is checked before any work: a bad --trace must not cost the whole run.
+  check_writable(a.save_weights, "--save-weights");
+  check_writable(a.dump_grads, "--dump-grads");
+  check_writable(a.trace, "--trace");
   // How the trace is timed: CUPTI device times (cuda, when built with CUPTI) or host wall clock.
   if (!a.trace_timing.empty() && a.trace_timing != "host" && a.trace_timing != "cupti")
     throw Error("--trace-timing", a.trace_timing, "unknown trace timing", "host or cupti");
@@ -199,6 +226,11 @@ int run_run(const RunArgs& a) {
     const planner::Plan plan = planner::load_plan(a.plan);
     if (std::string why; !planner::executable(plan.config, &why)) throw Error("--plan", a.plan, "is not executable", why);
     s = plan.scenario();
+    if (s.config.gpus > 1)
+      throw Error("--plan", a.plan,
+                  "plans tensor parallelism over " + std::to_string(s.config.gpus) +
+                      " GPUs, and oomb run executes on one GPU (its pages and copies would not be the plan's)",
+                  "plan for one GPU (drop --gpus from oomb plan) to run it");
     // The plan's buffer table is what the run is checked against at start, unless a flag changed
     // the run's shapes (then the table describes another run).
     if (!a.flags.layers && !a.flags.kv_dtype && !a.flags.kv_grad_dtype)
@@ -247,6 +279,24 @@ int run_run(const RunArgs& a) {
                 "the bf16 tensor-core kernels take head_dim 64 or 128; " + m.id + " has head_dim " +
                     std::to_string(m.head_dim),
                 "use --attention-kernel auto, which runs the fp32 kernels where the tensor-core ones cannot, or fp32");
+  if (a.reference) check_reference_size(m, c.context_tokens);
+  {
+    // A context no host can hold is refused by flag, before the tokens are generated: the
+    // simulator's prediction of this run (fp32, as the executor runs it) is a lower bound of what
+    // it allocates (the CPU backend's device memory is host memory too), plus the token ids.
+    simulator::Scenario need = s;
+    need.config.layers_override = c.layers_override;
+    simulator::apply_cpu_run(need);
+    const simulator::Summary sum = simulator::evaluate(need);
+    const double host_bytes = static_cast<double>(sum.peak_host_bytes) + 8.0 * static_cast<double>(c.context_tokens) +
+                              (a.backend == "cpu" ? static_cast<double>(sum.peak_device_bytes) : 0.0);
+    const int64_t ram = host_ram_bytes();
+    if (ram > 0 && host_bytes > static_cast<double>(ram))
+      throw Error(a.plan.empty() ? "--context" : "--plan", a.plan.empty() ? a.flags.context : a.plan,
+                  "this run needs at least " + format_bytes(static_cast<int64_t>(std::min(host_bytes, 9e18))) +
+                      " of host memory and this machine has " + format_bytes(ram),
+                  "a shorter context or fewer --layers");
+  }
   if (a.compare_dense && !sparse_mode)
     throw Error("--compare-dense", "", "compares a sparse step with the dense one", "add --attention sparse");
   if (a.compare_dense && c.optimizer != simulator::Optimizer::none)
@@ -418,8 +468,16 @@ int run_run(const RunArgs& a) {
     return 4;
   }
 
-  if (!a.save_weights.empty()) write_safetensors(e.weights(), a.save_weights);
-  if (!a.dump_grads.empty()) write_safetensors(e.gradients(), a.dump_grads);
+  if (!a.save_weights.empty()) {
+    const Weights final_weights = e.weights();
+    check_finite(final_weights, "--save-weights", "weights");
+    write_safetensors(final_weights, a.save_weights);
+  }
+  if (!a.dump_grads.empty()) {
+    const Gradients grads = e.gradients();
+    check_finite(grads, "--dump-grads", "gradients");
+    write_safetensors(grads, a.dump_grads);
+  }
   std::optional<CuptiSummary> cupti_summary;
   const Measured& ms = e.measured();
   const double fastest_step_s = *std::min_element(step_times_s.begin(), step_times_s.end());
@@ -685,7 +743,8 @@ const Registrar reg("run", "Execute chunk-recurrent training steps (cpu referenc
                       sub.add_option("--dump-grads", a->dump_grads,
                                      "Write the accumulated parameter gradients (safetensors)");
                       sub.add_option("--seed", a->seed, "Seed of the random weights and synthetic tokens")
-                          ->capture_default_str();
+                          ->capture_default_str()
+                          ->check(unsigned_integer());
                       sub.add_option("--init-std", a->init_std, "Std of the random weights")->capture_default_str();
                       sub.add_option("--lr", a->lr, "AdamW learning rate (with --optimizer gpu|host)")
                           ->capture_default_str();

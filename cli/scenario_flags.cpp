@@ -1,10 +1,67 @@
 #include "cli/scenario_flags.h"
 
+#include <cmath>
+#include <cstdio>
+
 #include "core/error.h"
+#include "core/format.h"
 #include "core/units.h"
 #include "planner/defaults.h"
 
 namespace oomb::cli {
+
+CLI::Validator boolean_word() {
+  return CLI::Validator(
+      [](std::string& v) -> std::string {
+        for (const char* w : {"true", "false", "on", "off", "yes", "no", "1", "0"})
+          if (v == w) return {};
+        return "'" + v + "' is not true or false";
+      },
+      "true|false");
+}
+
+CLI::Validator unsigned_integer() {
+  return CLI::Validator(
+      [](std::string& v) -> std::string {
+        if (v.empty() || v.size() > 20 || v.find_first_not_of("0123456789") != std::string::npos)
+          return "'" + v + "' is not a non-negative integer";
+        if (v.size() == 20 && v > "18446744073709551615") return "'" + v + "' does not fit 64 bits";
+        return {};
+      },
+      "UINT");
+}
+
+double finite_in(double v, double lo, double hi, const std::string& flag, const std::string& hint) {
+  if (!std::isfinite(v) || v < lo || v > hi) {
+    char b[64];
+    std::snprintf(b, sizeof b, "%g", v);
+    throw Error(flag, b, "must be a finite number in [" + format_number(lo) + ", " + format_number(hi) + "]", hint);
+  }
+  return v;
+}
+
+std::string format_number(double v) {
+  char b[64];
+  std::snprintf(b, sizeof b, "%g", v);
+  return b;
+}
+
+void check_event_simulation_size(const simulator::Scenario& s, const std::string& where, const std::string& key,
+                                 const std::string& hint) {
+  const simulator::Config& c = s.config;
+  const int64_t layers = simulator::effective_layers(c, s.model);
+  const int64_t chunks = c.schedule == simulator::Schedule::oomb ? ceil_div(c.context_tokens, c.chunk_tokens) : 1;
+  if (chunks <= kMaxEventPairs / layers) return;
+  // Measured: `oomb simulate --model qwen2.5-7b --gpu h200 --context 4M --timeline t.json` (1024
+  // chunks x 28 layers) peaks at 136 MB resident and writes 58.7 MB: ~4.7 KB and ~2 KB per pair.
+  const double pairs = static_cast<double>(chunks) * static_cast<double>(layers);
+  throw Error(where, key,
+              "an event-level simulation of " + std::to_string(chunks) + " chunks x " + std::to_string(layers) +
+                  " layers would need about " + format_bytes(static_cast<int64_t>(std::min(pairs * 4700.0, 9e18))) +
+                  " of memory (and " + format_bytes(static_cast<int64_t>(std::min(pairs * 2000.0, 9e18))) +
+                  " per written timeline); the limit is " + std::to_string(kMaxEventPairs) + " (chunk, layer) pairs",
+              hint);
+}
 
 void ScenarioFlags::add_to(CLI::App& app, bool require_context) {
   app.add_option("--model", model, "Model: catalog id (see `oomb models`) or path to an oomb.model/1 JSON file")
@@ -39,7 +96,8 @@ void ScenarioFlags::add_to(CLI::App& app, bool require_context) {
   app.add_option("--activation-dtype", activation_dtype,
                  "Activation and checkpoint dtype: bf16 (default) or fp32 (oomb run: fp32 unless given or planned)");
   app.add_option("--optimizer", optimizer, "AdamW state: none (default), gpu, host");
-  app.add_option("--checkpointing", checkpointing, "Per-layer checkpointing inside the chunk: true (default) or false");
+  app.add_option("--checkpointing", checkpointing, "Per-layer checkpointing inside the chunk: true (default) or false")
+      ->check(boolean_word());
   app.add_option("--logits-chunk", logits_chunk,
                  "Tokens per fused LM-head/loss tile (e.g. 1K); 0 = whole chunk, unfused (default)");
   app.add_option("--loss-dtype", loss_dtype,
@@ -85,17 +143,31 @@ simulator::Scenario ScenarioFlags::resolve() const {
   s.host = models::load_host(host_id);
   Config& c = s.config;
   if (!context.empty()) c.context_tokens = parse_tokens(context, "--context");
-  if (layers) c.layers_override = *layers;
-  if (gpus) c.gpus = *gpus;
+  if (layers) {
+    if (*layers <= 0 || *layers > s.model.layers)
+      throw Error("--layers", std::to_string(*layers), "must be between 1 and the model's " +
+                  std::to_string(s.model.layers) + " layers");
+    c.layers_override = *layers;
+  }
+  if (gpus) {
+    if (*gpus <= 0 || *gpus > 1024) throw Error("--gpus", std::to_string(*gpus), "must be in [1, 1024]", "1, 2, 4 or 8");
+    c.gpus = *gpus;
+  }
   if (attention) c.attention = attention_from_string(*attention, "--attention");
   if (!preset.empty() && !apply_preset(preset, c))
     throw Error("--preset", preset, "unknown preset", "oomb-published or oomb");
   if (schedule) c.schedule = schedule_from_string(*schedule, "--schedule");
   if (chunk) c.chunk_tokens = parse_tokens(*chunk, "--chunk");
   if (page) c.page_tokens = parse_tokens(*page, "--page");
-  if (budget) c.page_budget = *budget;
+  if (budget) {
+    // A budget counts pages of the context: beyond 2^40 it selects more than any context holds.
+    if (*budget <= 0 || *budget > (int64_t{1} << 40))
+      throw Error("--budget", std::to_string(*budget), "must be in [1, 2^40] pages", "pages per query page, e.g. 64");
+    c.page_budget = *budget;
+  }
   if (selection) c.selection = *selection;
-  if (selection_overlap) c.selection_overlap = *selection_overlap;
+  if (selection_overlap)
+    c.selection_overlap = finite_in(*selection_overlap, 0, 1, "--selection-overlap", "0 = disjoint selections, 1 = identical");
   if (selection_memory) c.selection_memory = selection_memory_from_string(*selection_memory, "--selection-memory");
   if (resident_layers) {
     if (*resident_layers == "all") c.resident_layers = s.model.layers;

@@ -40,4 +40,19 @@ struct ScenarioFlags {
   bool optimizer_auto() const;
 };
 
+// Flag checks shared by the subcommands. CLI11 would read "2" as true and "-1" as 2^64 - 1:
+// these refuse both at parse time (exit 2).
+CLI::Validator boolean_word();      // true|false|on|off|yes|no|1|0
+CLI::Validator unsigned_integer();  // digits only, fits uint64
+// v when finite and in [lo, hi]; otherwise Error naming `flag` (NaN and inf fail every range).
+double finite_in(double v, double lo, double hi, const std::string& flag, const std::string& hint = {});
+std::string format_number(double v);  // "%g"
+
+// Event-level simulations (simulate --timeline/--chrome/--report, validate's re-simulation) hold
+// every (chunk, layer) pass in memory whatever the detail: beyond kMaxEventPairs pairs they are
+// refused with an Error naming `where` and `key` and the size they would need.
+constexpr int64_t kMaxEventPairs = int64_t{1} << 16;
+void check_event_simulation_size(const simulator::Scenario& s, const std::string& where, const std::string& key,
+                                 const std::string& hint);
+
 }  // namespace oomb::cli

@@ -126,6 +126,14 @@ int run_simulate(const SimulateArgs& a) {
   if (!warning.empty()) std::fprintf(stderr, "oomb simulate: warning: %s\n", warning.c_str());
   const traces::Detail detail = traces::detail_from_string(a.detail, "--detail");
   const bool want_events = !a.timeline.empty() || !a.chrome.empty();
+  // Every output is checked before any work: a bad --report must not cost (or leave) a timeline.
+  check_writable(a.timeline, "--timeline");
+  check_writable(a.chrome, "--chrome");
+  check_writable(a.report, "--report");
+  if (want_events || !a.report.empty())
+    check_event_simulation_size(s, !a.timeline.empty() ? "--timeline" : !a.chrome.empty() ? "--chrome" : "--report", "",
+                                "a larger --chunk, fewer --layers or a shorter --context; the summary without "
+                                "--timeline/--chrome/--report has no such limit");
   // The report defaults to chunk detail: the timeline window then holds a handful of bars.
   const bool detail_given = a.detail_opt != nullptr && a.detail_opt->count() > 0;
   const traces::Detail report_detail = detail_given ? detail : traces::Detail::chunk;

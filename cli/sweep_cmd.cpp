@@ -73,6 +73,17 @@ int run_sweep(const SweepArgs& a) {
   using namespace simulator;
   const std::vector<int64_t> contexts = parse_token_list(a.contexts, "--contexts");
   const Scenario base = a.flags.resolve();
+  // Every row is checked before the first is printed: a bad range fails whole, naming --contexts.
+  for (int64_t n : contexts) {
+    Config c = base.config;
+    c.context_tokens = n;
+    try {
+      validate(c, base.model);
+    } catch (const Error& e) {
+      if (e.where() != "--context") throw;
+      throw Error("--contexts", a.contexts, "context " + std::to_string(n) + " " + e.problem(), e.hint());
+    }
+  }
   const std::set<std::string> fixed = a.flags.explicit_knobs();
   const bool plan_each = a.plan_each || (fixed.empty() && a.flags.preset.empty());
   if (fixed.count("schedule") || fixed.count("attention"))

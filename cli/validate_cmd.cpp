@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "cli/command.h"
+#include "cli/scenario_flags.h"
 #include "core/error.h"
 #include "core/format.h"
 #include "planner/plan.h"
@@ -57,12 +58,35 @@ const Json& measured_block(const traces::Trace& t, const std::string& where) {
   return t.metadata.extra["measured"];
 }
 
+// NAME=FRACTION with nothing after the number ("0.3abc" is refused, not read as 0.3).
+std::pair<std::string, double> parse_tolerance(const std::string& t) {
+  const auto eq = t.find('=');
+  if (eq == std::string::npos) throw Error("--tolerance", t, "expected NAME=FRACTION", "e.g. step_s=0.3");
+  const std::string text = t.substr(eq + 1);
+  double v = 0;
+  size_t used = 0;
+  try {
+    v = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (text.empty() || used != text.size())
+    throw Error("--tolerance", t, "the fraction is not a number", "e.g. step_s=0.3");
+  if (!std::isfinite(v) || v < 0) throw Error("--tolerance", t, "must be a finite fraction >= 0");
+  return {t.substr(0, eq), v};
+}
+
 int run_validate(const ValidateArgs& a) {
   using namespace simulator;
+  for (const auto& t : a.tolerances) parse_tolerance(t);  // flags before any work
+  check_writable(a.report, "--report");
   const traces::Trace trace = traces::read_trace(a.trace);
   Scenario s;
+  std::string config_where = a.trace, config_key = "metadata.extra.config.context_tokens";
   if (!a.plan.empty()) {
     s = planner::load_plan(a.plan).scenario();
+    config_where = a.plan;
+    config_key = "config.context_tokens";
   } else {
     // No plan: predict the configuration the trace records, on the --gpu profile.
     s = scenario_of_trace(trace, a.trace, models::load_gpu(a.gpu));
@@ -84,10 +108,10 @@ int run_validate(const ValidateArgs& a) {
     const Config run = config_from_json(extra["config"], a.trace + ": metadata.extra.config");
     const Json pj = s.config.to_json(), rj = run.to_json();
     for (const char* key : {"schedule", "attention", "context_tokens", "chunk_tokens", "page_tokens", "page_budget",
-                            "selection", "resident_layers", "checkpointing", "optimizer"})
+                            "selection", "resident_layers", "checkpointing", "optimizer", "gpus"})
       if (pj[key] != rj[key])
         throw Error(a.trace, std::string("metadata.extra.config.") + key,
-                    "differs from the plan (" + rj[key].dump() + " vs " + pj[key].dump() + ")",
+                    "differs from the plan (" + json_excerpt(rj[key]) + " vs " + json_excerpt(pj[key]) + ")",
                     "this trace is not a run of this plan");
     if (run.layers_override != s.config.layers_override) {
       s.config.layers_override = run.layers_override;
@@ -145,6 +169,11 @@ int run_validate(const ValidateArgs& a) {
                       " records: measured times miss that work");
   }
   const bool sparse = s.config.attention == Attention::sparse;
+  // The re-simulation holds every (chunk, layer) pass: a small file claiming a huge context is
+  // refused by its key, not by running out of memory.
+  check_event_simulation_size(s, config_where, config_key,
+                              "validate compares runs of oomb run, whose contexts are far smaller; is this the right "
+                              "file?");
   const EventResult pred = simulate_events(s, traces::Detail::chunk);
   const PageCounts pc = page_counts(s);
   // Time is comparable only when the plan's device profile describes the device that ran.
@@ -286,16 +315,7 @@ int run_validate(const ValidateArgs& a) {
 
   // User tolerances: name=fraction.
   for (const auto& t : a.tolerances) {
-    const auto eq = t.find('=');
-    if (eq == std::string::npos) throw Error("--tolerance", t, "expected NAME=FRACTION", "e.g. step_s=0.3");
-    const std::string name = t.substr(0, eq);
-    double v = 0;
-    try {
-      v = std::stod(t.substr(eq + 1));
-    } catch (const std::exception&) {
-      throw Error("--tolerance", t, "the fraction is not a number", "e.g. step_s=0.3");
-    }
-    if (!(v >= 0)) throw Error("--tolerance", t, "must be >= 0");
+    const auto [name, v] = parse_tolerance(t);
     bool found = false;
     for (auto& term : terms)
       if (term.name == name) term.tolerance = v, found = true;

@@ -14,10 +14,10 @@ std::string printf_str(const char* fmt, double v, const char* unit) {
 }  // namespace
 
 std::string format_bytes(int64_t bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
   double v = static_cast<double>(bytes);
   int u = 0;
-  while (std::fabs(v) >= 1024.0 && u < 5) {
+  while (std::fabs(v) >= 1024.0 && u < 6) {
     v /= 1024.0;
     ++u;
   }
@@ -28,14 +28,18 @@ std::string format_bytes(int64_t bytes) {
 std::string format_duration_s(double s) {
   if (!std::isfinite(s)) return "inf";
   double a = std::fabs(s);
+  const char* sign = s < 0 ? "-" : "";
+  // Beyond a million hours the h/m split says nothing (and would overflow an integer).
+  if (a >= 3600.0 * 1e6) return printf_str("%.3g %s", s / 3600.0, "h");
   if (a >= 3600.0) {
     char buf[64];
-    std::snprintf(buf, sizeof buf, "%dh %02dm", static_cast<int>(s / 3600), static_cast<int>(std::fmod(s, 3600) / 60));
+    const auto minutes = static_cast<long long>(a / 60);
+    std::snprintf(buf, sizeof buf, "%s%lldh %02lldm", sign, minutes / 60, minutes % 60);
     return buf;
   }
   if (a >= 60.0) {
     char buf[64];
-    std::snprintf(buf, sizeof buf, "%dm %04.1fs", static_cast<int>(s / 60), std::fmod(s, 60));
+    std::snprintf(buf, sizeof buf, "%s%dm %04.1fs", sign, static_cast<int>(a / 60), std::fmod(a, 60));
     return buf;
   }
   if (a >= 1.0) return printf_str("%.2f %s", s, "s");

@@ -2,6 +2,8 @@
 // Strict JSON field access for versioned documents: every read names the document (file path or
 // id) and the key, so a user sees exactly what is wrong and what would be valid.
 #include <cstdint>
+#include <functional>
+#include <iosfwd>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -10,13 +12,29 @@ namespace oomb {
 
 using Json = nlohmann::json;
 
-// Parses text; on a syntax error (truncated file, stray comma) throws Error naming `where`.
+// Deepest nesting parse_json accepts: our documents nest a few levels, and a deeper value would
+// overflow the stack when it is printed or destroyed.
+constexpr int kMaxJsonDepth = 64;
+// Longest excerpt of a value quoted in an error message.
+constexpr size_t kMaxJsonExcerptChars = 200;
+
+// Parses text; throws Error naming `where` on a syntax error (truncated file, stray comma), a number
+// out of range (1e999), nesting deeper than kMaxJsonDepth, or a key given twice in one object.
 Json parse_json(const std::string& text, const std::string& where);
-// Reads a whole file (Error when missing/unreadable) and parses it.
+// Reads a whole regular file (Error when missing, unreadable or not a file) and parses it.
 Json read_json_file(const std::string& path);
 std::string read_text_file(const std::string& path);
-// Writes atomically (temp file + rename) so nothing is left half-written.
+// Writes atomically (a unique temp file next to the target + rename) so nothing is left
+// half-written; through a symlink the link's target is replaced, and a non-regular target (a FIFO,
+// /dev/stdout) is written directly.
 void write_text_file(const std::string& path, const std::string& text);
+// The same for any content: `fill` writes it to the stream.
+void write_file_atomically(const std::string& path, const std::function<void(std::ostream&)>& fill);
+// Error naming `flag` when `path` could not be written (missing or read-only directory, a
+// directory given as the file); called before any work so a bad output path costs nothing.
+void check_writable(const std::string& path, const std::string& flag);
+// `v` as compact JSON for a message: at most kMaxJsonExcerptChars, "..." when cut.
+std::string json_excerpt(const Json& v);
 
 class JsonReader {
  public:
@@ -31,6 +49,12 @@ class JsonReader {
   double f64(const std::string& key) const;                // required, finite, >= 0
   double f64_positive(const std::string& key) const;       // required, > 0
   double f64_or(const std::string& key, double fallback) const;
+  // Required (or, with a fallback, optional) and within [lo, hi]: physical bounds that keep absurd
+  // values (hidden 2^40, a bandwidth of 1e-300 B/s) out of the arithmetic downstream.
+  int64_t i64_in(const std::string& key, int64_t lo, int64_t hi) const;
+  int64_t i64_in_or(const std::string& key, int64_t lo, int64_t hi, int64_t fallback) const;
+  double f64_in(const std::string& key, double lo, double hi) const;
+  double f64_in_or(const std::string& key, double lo, double hi, double fallback) const;
   bool boolean(const std::string& key) const;
   bool boolean_or(const std::string& key, bool fallback) const;
   std::string str(const std::string& key) const;           // required, non-empty

@@ -20,6 +20,7 @@
 #include "gui/panels/panels.h"
 #include "gui/png.h"
 #include "gui/view_model.h"
+#include "models/specs.h"
 
 namespace {
 
@@ -82,6 +83,10 @@ Image read_framebuffer(int w, int h) {
 }
 
 int run(const Options& opt) {
+  // Bad specs are refused here, by flag, file and key (exit 2), not rendered as the default scenario.
+  if (!opt.model.empty()) models::load_model(opt.model);
+  if (!opt.gpu.empty()) models::load_gpu(opt.gpu);
+  if (!opt.host.empty()) models::load_host(opt.host);
   Inputs in;
   if (!opt.model.empty()) in.model = opt.model;
   if (!opt.gpu.empty()) in.gpu = opt.gpu;
@@ -99,7 +104,7 @@ int run(const Options& opt) {
     std::snprintf(ui.context_text, sizeof(ui.context_text), "%lld",
                   static_cast<long long>(vm.inputs().config.context_tokens));
   }
-  if (!vm.results().ok) std::fprintf(stderr, "oomb-gui: %s\n", vm.results().error.c_str());
+  if (!vm.results().ok) throw Error(vm.results().error);
   std::printf("oomb-gui: recompute %.3f ms\n", vm.results().compute_ms);
 
   glfwSetErrorCallback(glfw_error);
@@ -196,20 +201,33 @@ int main(int argc, char** argv) {
   CLI::App app{"oomb-gui: what-if explorer for chunk-recurrent long-context training"};
   Options opt;
   app.add_option("--screenshot", opt.screenshot, "Render --frames frames, write the window as a PNG and exit");
-  app.add_option("--frames", opt.frames, "Frames to render before the screenshot")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--width", opt.width, "Window width")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--height", opt.height, "Window height")->capture_default_str()->check(CLI::PositiveNumber);
+  // Bounded: X refuses windows beyond its maximum size (BadValue), and frames are rendered one by one.
+  app.add_option("--frames", opt.frames, "Frames to render before the screenshot (1..10000)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 10000));
+  app.add_option("--width", opt.width, "Window width (64..8192)")->capture_default_str()->check(CLI::Range(64, 8192));
+  app.add_option("--height", opt.height, "Window height (64..8192)")->capture_default_str()->check(CLI::Range(64, 8192));
   app.add_option("--model", opt.model, "Initial model (catalog id or JSON path; default qwen2.5-7b)");
   app.add_option("--gpu", opt.gpu, "Initial GPU (default h200)");
   app.add_option("--host", opt.host, "Initial host (default: the GPU's usual host)");
   app.add_option("--context", opt.context, "Initial context: 4M, 128K, 100000 (default 4M)");
   app.add_option("--attention", opt.attention, "Initial attention: dense or sparse");
   app.add_option("--trace", opt.trace, "Measured trace (oomb.trace/1 JSON, from `oomb run --trace`) to overlay on the timeline; the inputs take the run's model and configuration");
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // --help exits 0; every other parse error is bad input: exit 2 (not CLI11's own codes).
+    if (e.get_exit_code() == 0) return app.exit(e);
+    std::fprintf(stderr, "oomb-gui: error: %s\n(see oomb-gui --help)\n", e.what());
+    return 2;
+  }
   try {
     return run(opt);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "oomb-gui: %s\n", e.what());
+  } catch (const Error& e) {
+    std::fprintf(stderr, "oomb-gui: error: %s\n", e.what());
     return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "oomb-gui: internal error (a bug in oomb, please report it): %s\n", e.what());
+    return 4;
   }
 }

@@ -1,24 +1,31 @@
 #include "models/specs.h"
 
 #include "core/error.h"
+#include "core/units.h"
 #include "models/catalog.h"
 
 namespace oomb::models {
 
+// Checked: a spec built in code (not through the bounded loader) must not wrap around.
 int64_t ModelSpec::params_per_layer() const {
-  int64_t attn = hidden * q_dim() + 2 * hidden * kv_dim() + q_dim() * hidden;
-  if (qkv_bias) attn += q_dim() + 2 * kv_dim();
-  int64_t mlp = 3 * hidden * ffn_hidden;
-  int64_t norms = 2 * hidden;
-  return attn + mlp + norms;
+  const int64_t qd = checked_mul(q_heads, head_dim, "q_heads x head_dim");
+  const int64_t kvd = checked_mul(kv_heads, head_dim, "kv_heads x head_dim");
+  int64_t attn = checked_mul(hidden, checked_add(checked_mul(2, qd, "q_dim"), checked_mul(2, kvd, "kv_dim"), "qkvo"),
+                             "attention parameters");
+  if (qkv_bias) attn = checked_add(attn, qd + 2 * kvd, "attention parameters");
+  const int64_t mlp = checked_mul(3, checked_mul(hidden, ffn_hidden, "mlp parameters"), "mlp parameters");
+  return checked_add(checked_add(attn, mlp, "layer parameters"), 2 * hidden, "layer parameters");
 }
 
 int64_t ModelSpec::param_count() const {
-  return embedding_params() + lm_head_params() + layers * params_per_layer() + hidden;
+  const int64_t emb = checked_mul(vocab, hidden, "embedding parameters");
+  int64_t n = checked_add(emb, tied_embeddings ? 0 : emb, "embedding parameters");
+  n = checked_add(n, checked_mul(layers, params_per_layer(), "layer parameters"), "parameters");
+  return checked_add(n, hidden, "parameters");
 }
 
 int64_t ModelSpec::kv_bytes_per_token(int64_t dtype_bytes) const {
-  return 2 * layers * kv_dim() * dtype_bytes;
+  return checked_mul(checked_mul(2 * layers, kv_dim(), "KV per token"), dtype_bytes, "KV bytes per token");
 }
 
 double ModelSpec::dense_forward_flops_per_token() const {
@@ -39,6 +46,11 @@ Json ModelSpec::to_json() const {
   return j;
 }
 
+namespace {
+constexpr int64_t kMaxLayers = 4096, kMaxWidth = int64_t{1} << 18, kMaxHeads = 4096, kMaxHeadDim = 4096;
+constexpr int64_t kMaxFfn = int64_t{1} << 21, kMaxVocab = int64_t{1} << 24;
+}  // namespace
+
 ModelSpec model_from_json(const Json& j, const std::string& where) {
   JsonReader r(j, where);
   r.expect_schema("oomb.model/1");
@@ -46,24 +58,29 @@ ModelSpec model_from_json(const Json& j, const std::string& where) {
   m.id = r.str("id");
   m.family = r.str("family");
   m.source = r.str("source");
-  m.layers = r.i64_positive("layers");
-  m.hidden = r.i64_positive("hidden");
-  m.q_heads = r.i64_positive("q_heads");
-  m.kv_heads = r.i64_positive("kv_heads");
-  m.head_dim = r.i64_positive("head_dim");
-  m.ffn_hidden = r.i64_positive("ffn_hidden");
-  m.vocab = r.i64_positive("vocab");
+  // Physical bounds, far beyond any published model, so that every derived count (parameters,
+  // bytes per token) fits an int64 and an absurd file is refused by key, not by a failed allocation.
+  m.layers = r.i64_in("layers", 1, kMaxLayers);
+  m.hidden = r.i64_in("hidden", 1, kMaxWidth);
+  m.q_heads = r.i64_in("q_heads", 1, kMaxHeads);
+  m.kv_heads = r.i64_in("kv_heads", 1, kMaxHeads);
+  m.head_dim = r.i64_in("head_dim", 1, kMaxHeadDim);
+  m.ffn_hidden = r.i64_in("ffn_hidden", 1, kMaxFfn);
+  m.vocab = r.i64_in("vocab", 1, kMaxVocab);
   m.tied_embeddings = r.boolean("tied_embeddings");
   m.qkv_bias = r.boolean("qkv_bias");
-  m.rope_theta = r.f64_positive("rope_theta");
-  m.norm_eps = r.f64_positive("norm_eps");
-  m.max_position = r.i64_positive("max_position");
+  m.rope_theta = r.f64_in("rope_theta", 1.0, 1e12);
+  m.norm_eps = r.f64_in("norm_eps", 1e-12, 1.0);
+  m.max_position = r.i64_in("max_position", 1, int64_t{1} << 40);
   if (r.has("rope_scaling")) m.rope_scaling = r.object("rope_scaling");
   if (m.q_heads % m.kv_heads != 0)
     r.fail("kv_heads", "kv_heads (" + std::to_string(m.kv_heads) + ") does not divide q_heads (" +
                            std::to_string(m.q_heads) + ")",
            "grouped-query attention needs q_heads % kv_heads == 0");
   if (m.head_dim % 2 != 0) r.fail("head_dim", "must be even for rotary embeddings");
+  if (m.q_heads * m.head_dim > kMaxWidth)
+    r.fail("head_dim", "q_heads x head_dim (" + std::to_string(m.q_heads * m.head_dim) + ") is out of range",
+           "at most " + std::to_string(kMaxWidth));
   if (m.hidden % m.q_heads != 0)
     r.fail("q_heads", "q_heads (" + std::to_string(m.q_heads) + ") does not divide hidden (" +
                           std::to_string(m.hidden) + ")", "hidden % q_heads == 0");
@@ -88,6 +105,10 @@ Json GpuSpec::to_json() const {
 }
 
 namespace {
+constexpr double kMinRate = 1e3, kMaxRate = 1e15;
+constexpr double kMinFlops = 1e6, kMaxFlops = 1e18;
+constexpr int64_t kMaxMemoryBytes = int64_t{1} << 50;
+
 double fraction(const JsonReader& r, const std::string& key, double fallback) {
   double v = r.f64_or(key, fallback);
   if (v <= 0 || v > 1.0) r.fail(key, "must be in (0, 1]", "a fraction of the peak, e.g. 0.7");
@@ -110,20 +131,24 @@ GpuSpec gpu_from_json(const Json& j, const std::string& where) {
       g.sources[k] = v.get<std::string>();
     }
   }
-  g.hbm_capacity_bytes = r.i64_positive("hbm_capacity_bytes");
-  g.hbm_bytes_per_s = r.f64_positive("hbm_bytes_per_s");
-  g.bf16_flops_per_s = r.f64_positive("bf16_flops_per_s");
-  g.fp32_flops_per_s = r.f64_positive("fp32_flops_per_s");
-  g.h2d_bytes_per_s = r.f64_positive("h2d_bytes_per_s");
-  g.d2h_bytes_per_s = r.f64_positive("d2h_bytes_per_s");
+  // Physical bounds (1 kB/s .. 1 PB/s, 1 MFLOP/s .. 1 EFLOP/s, up to 1 PiB of memory): a rate
+  // of 1e-300 would make every time infinite and every verdict meaningless.
+  g.hbm_capacity_bytes = r.i64_in("hbm_capacity_bytes", 1, kMaxMemoryBytes);
+  g.hbm_bytes_per_s = r.f64_in("hbm_bytes_per_s", kMinRate, kMaxRate);
+  g.bf16_flops_per_s = r.f64_in("bf16_flops_per_s", kMinFlops, kMaxFlops);
+  g.fp32_flops_per_s = r.f64_in("fp32_flops_per_s", kMinFlops, kMaxFlops);
+  g.h2d_bytes_per_s = r.f64_in("h2d_bytes_per_s", kMinRate, kMaxRate);
+  g.d2h_bytes_per_s = r.f64_in("d2h_bytes_per_s", kMinRate, kMaxRate);
   g.duplex_factor = fraction(r, "duplex_factor", 1.0);
-  g.copy_engines = r.i64_positive("copy_engines");
-  g.sm_count = r.i64("sm_count");
-  g.reserved_bytes = r.i64("reserved_bytes");
+  g.copy_engines = r.i64_in("copy_engines", 1, 64);
+  g.sm_count = r.i64_in("sm_count", 0, 1 << 20);
+  g.reserved_bytes = r.i64_in("reserved_bytes", 0, kMaxMemoryBytes);
   if (g.reserved_bytes >= g.hbm_capacity_bytes)
     r.fail("reserved_bytes", "is not below hbm_capacity_bytes", "the runtime reserve must leave room for the run");
-  g.interconnect_bytes_per_s = r.f64_or("interconnect_bytes_per_s", 0.0);
-  g.launch_overhead_s = r.f64_or("launch_overhead_s", 5e-6);
+  g.interconnect_bytes_per_s = r.f64_in_or("interconnect_bytes_per_s", 0.0, kMaxRate, 0.0);
+  if (g.interconnect_bytes_per_s > 0 && g.interconnect_bytes_per_s < kMinRate)
+    r.fail("interconnect_bytes_per_s", "is out of range", "0 (none) or at least 1000 bytes/s");
+  g.launch_overhead_s = r.f64_in_or("launch_overhead_s", 0.0, 1.0, 5e-6);
   g.default_host = r.str_or("default_host", "");
   if (r.has("efficiency")) {
     JsonReader e(r.object("efficiency"), where + ": efficiency");
@@ -156,14 +181,14 @@ HostSpec host_from_json(const Json& j, const std::string& where) {
   h.id = r.str("id");
   h.name = r.str_or("name", h.id);
   h.source = r.str("source");
-  h.ram_bytes = r.i64_positive("ram_bytes");
-  h.pinnable_bytes = r.i64_positive("pinnable_bytes");
+  h.ram_bytes = r.i64_in("ram_bytes", 1, kMaxMemoryBytes);
+  h.pinnable_bytes = r.i64_in("pinnable_bytes", 1, kMaxMemoryBytes);
   if (h.pinnable_bytes > h.ram_bytes) r.fail("pinnable_bytes", "exceeds ram_bytes", "pinned memory is part of RAM");
-  h.mem_bytes_per_s = r.f64_positive("mem_bytes_per_s");
-  h.nvme_bytes = r.i64_or("nvme_bytes", 0);
-  h.nvme_bytes_per_s = r.f64_or("nvme_bytes_per_s", 0.0);
-  if (h.nvme_bytes > 0 && h.nvme_bytes_per_s <= 0)
-    r.fail("nvme_bytes_per_s", "must be positive when nvme_bytes is set");
+  h.mem_bytes_per_s = r.f64_in("mem_bytes_per_s", kMinRate, kMaxRate);
+  h.nvme_bytes = r.i64_in_or("nvme_bytes", 0, kMaxMemoryBytes, 0);
+  h.nvme_bytes_per_s = r.f64_in_or("nvme_bytes_per_s", 0.0, kMaxRate, 0.0);
+  if (h.nvme_bytes > 0 && h.nvme_bytes_per_s < kMinRate)
+    r.fail("nvme_bytes_per_s", "must be at least 1000 bytes/s when nvme_bytes is set");
   return h;
 }
 

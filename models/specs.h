@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/json_util.h"
+#include "core/units.h"
 
 namespace oomb::models {
 
@@ -36,8 +37,8 @@ struct ModelSpec {
   int64_t q_dim() const { return q_heads * head_dim; }
   int64_t kv_dim() const { return kv_heads * head_dim; }
   int64_t params_per_layer() const;
-  int64_t embedding_params() const { return vocab * hidden; }
-  int64_t lm_head_params() const { return tied_embeddings ? 0 : vocab * hidden; }
+  int64_t embedding_params() const { return checked_mul(vocab, hidden, "embedding parameters"); }
+  int64_t lm_head_params() const { return tied_embeddings ? 0 : embedding_params(); }
   int64_t param_count() const;
   // K and V of one token over all layers: 2 * layers * kv_heads * head_dim * dtype_bytes.
   int64_t kv_bytes_per_token(int64_t dtype_bytes) const;

@@ -61,7 +61,10 @@ Allocation allocation_from_json(const Json& j, const std::string& where) {
   a.host_grad_pages = r.i64("host_grad_pages");
   a.host_pool_bytes = r.i64("host_pool_bytes");
   a.host_other_bytes = r.i64("host_other_bytes");
-  if (a.device_pool_bytes != a.kv_pool_pages * a.kv_page_bytes + a.grad_pool_pages * a.grad_page_bytes)
+  int64_t kv_bytes = 0, grad_bytes = 0, pool_bytes = 0;  // checked: edited sizes must not wrap into agreement
+  if (__builtin_mul_overflow(a.kv_pool_pages, a.kv_page_bytes, &kv_bytes) ||
+      __builtin_mul_overflow(a.grad_pool_pages, a.grad_page_bytes, &grad_bytes) ||
+      __builtin_add_overflow(kv_bytes, grad_bytes, &pool_bytes) || a.device_pool_bytes != pool_bytes)
     r.fail("device_pool_bytes", "does not equal kv_pool_pages x kv_page_bytes + grad_pool_pages x grad_page_bytes",
            "the plan was edited inconsistently; re-run `oomb plan --out`");
   return a;
@@ -212,11 +215,7 @@ Plan plan_from_json(const Json& j, const std::string& where) {
   if (p.gpu.id != p.gpu_id) r.fail("gpu_id", "'" + p.gpu_id + "' differs from gpu_spec.id '" + p.gpu.id + "'");
   if (p.host.id != p.host_id) r.fail("host_id", "'" + p.host_id + "' differs from host_spec.id '" + p.host.id + "'");
   if (p.headroom >= 1.0) r.fail("headroom", "must be below 1", "a share of HBM capacity, e.g. 0.05");
-  try {
-    simulator::validate(p.config, p.model);
-  } catch (const Error& e) {
-    throw Error(where, "config", e.what());
-  }
+  simulator::validate_document(p.config, p.model, where + ": config");
   return p;
 }
 

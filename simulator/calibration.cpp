@@ -179,6 +179,7 @@ Scenario scenario_of_trace(const traces::Trace& t, const std::string& where, con
   s.gpu = gpu;
   s.host = models::load_host(gpu.default_host.empty() ? "workstation-128g" : gpu.default_host);
   s.config = config_from_json(x["config"], where + ": metadata.extra.config");
+  validate_document(s.config, s.model, where + ": metadata.extra.config");
   // Both executor backends run fp32 parameters and activations (the CUDA backend converts to bf16
   // only inside its tensor-core attention) and store pages as the run's measured block says: cpu,
   // host-timed cuda and CUPTI-timed cuda.

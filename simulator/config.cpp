@@ -154,9 +154,12 @@ void validate(const Config& c, const models::ModelSpec& m) {
     if (c.schedule != Schedule::oomb)
       throw Error("--attention", "sparse", "sparse attention needs --schedule oomb");
     if (c.page_budget <= 0) throw Error("--budget", "", "must be positive in sparse mode", "pages per query page, e.g. 64");
+    if (c.page_budget > kMaxPageBudget)
+      throw Error("--budget", std::to_string(c.page_budget), "is beyond any budget this tool models",
+                  "at most " + std::to_string(kMaxPageBudget) + " pages");
     if (!is_known_selection(c.selection))
       throw Error("--selection", c.selection, "unknown selection rule", "published, per-kv-head, quest, moba or local");
-    if (c.selection_overlap < 0 || c.selection_overlap > 1)
+    if (!(c.selection_overlap >= 0 && c.selection_overlap <= 1))  // NaN fails too
       throw Error("--selection-overlap", "", "must be in [0, 1]", "0 = disjoint selections, 1 = identical");
   }
   if (c.resident_layers <= 0) throw Error("--resident-layers", "", "must be positive", "2 (published) or 'all'");
@@ -175,6 +178,29 @@ void validate(const Config& c, const models::ModelSpec& m) {
                 "tensor parallelism shards KV heads: use a divisor of " + std::to_string(m.kv_heads));
   if (c.layers_override < 0 || c.layers_override > m.layers)
     throw Error("--layers", "", "must be between 1 and the model's " + std::to_string(m.layers) + " layers");
+}
+
+void validate_document(const Config& c, const models::ModelSpec& m, const std::string& where) {
+  try {
+    validate(c, m);
+  } catch (const Error& e) {
+    // validate() names the flag that sets each knob; a document names the key.
+    static const std::pair<const char*, const char*> keys[] = {
+        {"--context", "context_tokens"},     {"--chunk", "chunk_tokens"},
+        {"--page", "page_tokens"},           {"--budget", "page_budget"},
+        {"--selection", "selection"},        {"--selection-overlap", "selection_overlap"},
+        {"--resident-layers", "resident_layers"}, {"--selection-tile", "selection_tile_pages"},
+        {"--logits-chunk", "logits_chunk_tokens"}, {"--kv-dtype", "kv_dtype"},
+        {"--kv-grad-dtype", "kv_grad_dtype"}, {"--param-dtype", "param_dtype"},
+        {"--param-grad-dtype", "param_grad_dtype"}, {"--activation-dtype", "activation_dtype"},
+        {"--loss-dtype", "loss_dtype"},      {"--gpus", "gpus"},
+        {"--layers", "layers_override"},
+        {"--attention", "attention"}};
+    std::string key = e.where();
+    for (const auto& [flag, k] : keys)
+      if (e.where() == flag) key = k;
+    throw Error(where, key, e.problem() + (e.key().empty() ? "" : " (" + e.key() + ")"), e.hint());
+  }
 }
 
 int64_t effective_layers(const Config& c, const models::ModelSpec& m) {

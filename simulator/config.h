@@ -90,6 +90,11 @@ bool apply_preset(const std::string& name, Config& c);  // false when unknown
 // divisible by gpus, known dtypes and selection, context within int64 sizes). Throws oomb::Error
 // naming the flag (`--chunk`, ...) and what would be valid.
 void validate(const Config& c, const models::ModelSpec& m);
+// validate() for a configuration read from a document (a trace's or a plan's config): errors name
+// `where` and the config key (context_tokens) instead of a flag nobody passed (--context).
+void validate_document(const Config& c, const models::ModelSpec& m, const std::string& where);
+// Largest page budget validate() accepts (keeps budget x pages within int64).
+constexpr int64_t kMaxPageBudget = int64_t{1} << 20;
 
 // Effective layer count (layers_override or model layers) and resident layer count (clamped).
 int64_t effective_layers(const Config& c, const models::ModelSpec& m);

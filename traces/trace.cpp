@@ -30,14 +30,14 @@ std::string one_of(const char* const (&names)[N]) {
 }
 
 void require_object(const Json& j, const std::string& where, const char* expected) {
-  if (!j.is_object()) throw Error(where, "", "is not a JSON object (" + j.dump() + ")", expected);
+  if (!j.is_object()) throw Error(where, "", "is not a JSON object (" + json_excerpt(j) + ")", expected);
 }
 
 // Optional string that may be empty (JsonReader::str_or insists on non-empty).
 std::string text_or_empty(const JsonReader& r, const std::string& key) {
   if (!r.has(key)) return {};
   const Json& v = r.json().at(key);
-  if (!v.is_string()) r.fail(key, "is not a string (" + v.dump() + ")", "expected a string");
+  if (!v.is_string()) r.fail(key, "is not a string (" + json_excerpt(v) + ")", "expected a string");
   return v.get<std::string>();
 }
 
@@ -46,7 +46,7 @@ int64_t index_or_na(const JsonReader& r, const std::string& key, int64_t max) {
   if (!r.has(key)) return -1;
   const Json& v = r.json().at(key);
   if (!v.is_number_integer() || v.get<int64_t>() < -1 || v.get<int64_t>() > max)
-    r.fail(key, "is not a valid index (" + v.dump() + ")", "expected an integer >= 0, or -1 for n/a");
+    r.fail(key, "is not a valid index (" + json_excerpt(v) + ")", "expected an integer >= 0, or -1 for n/a");
   return v.get<int64_t>();
 }
 

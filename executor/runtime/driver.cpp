@@ -764,7 +764,6 @@ StepResult Engine::step(const std::vector<int32_t>& tokens) {
     Tensor dy = w.dy.t();
     Tensor dx = w.dx.t();
     loss += head_forward_backward(c, w.x.ct(), dy);
-    check_finite_loss(loss, c);
     enter(StepPhase::backward);
     for (int64_t l = g_.L - 1; l >= 0; --l, ++pi) {
       const Pass& p = next(PassKind::backward, c, l);
@@ -780,6 +779,11 @@ StepResult Engine::step(const std::vector<int32_t>& tokens) {
   }
   OOMB_ASSERT(pi == passes.size());
 
+  // A non-finite loss poisons the gradients and, through the optimizer, every later step: stop.
+  if (!std::isfinite(loss))
+    throw Error("run", "loss", std::string("is ") + (std::isnan(loss) ? "NaN" : "infinite") + " at step " +
+                                   std::to_string(steps_ + 1) + ": the run diverged; nothing more is computed or written",
+                "finite --weights, a smaller --init-std, or a lower --lr");
   enter(StepPhase::optimizer);
   if (config_.optimizer != simulator::Optimizer::none && ++accumulated_ >= options_.adamw.grad_accum)
     optimizer_step();
@@ -869,13 +873,6 @@ void Engine::download_f32(ConstTensor src, int64_t n, float* dst) const {
   std::vector<uint16_t> b(static_cast<size_t>(n));
   backend_.download(b.data(), src.data, n * 2);
   bf16_to_f32(b.data(), dst, n);
-}
-
-void Engine::check_finite_loss(double loss, int64_t chunk) const {
-  if (std::isfinite(loss)) return;
-  throw Error("loss", "", "is not finite (" + std::to_string(loss) + ") after the loss of chunk " +
-                              std::to_string(chunk) + ": the weights, tokens or learning rate produce NaN/inf",
-              "check --weights for NaN/inf values, --init-std and --lr");
 }
 
 Gradients Engine::gradients() const {

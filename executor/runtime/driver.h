@@ -179,7 +179,6 @@ class Engine {
   Buffer row_buffer(const std::string& name, Tier tier, int64_t elements, DType dtype);
   void upload_weights(const std::vector<float>& w);
   void download_f32(ConstTensor src, int64_t n, float* dst) const;
-  void check_finite_loss(double loss, int64_t chunk) const;
   void check_plan();
   void select(const Pass& pass, int64_t pass_index);
   PagedAttention attention_args(const Pass& pass, const PassPages& pages) const;

@@ -1,5 +1,6 @@
 #include "executor/runtime/tokens.h"
 
+#include <filesystem>
 #include <fstream>
 
 #include "core/error.h"
@@ -16,11 +17,19 @@ TokenSource TokenSource::synthetic(int64_t vocab, uint64_t seed) {
 }
 
 TokenSource TokenSource::from_file(const std::string& path, int64_t vocab) {
+  const char* expected = "a binary file of little-endian uint32 token ids";
+  std::error_code ec;
+  // A directory or a FIFO has no size to check: refused by name rather than read as 2^63 bytes.
+  if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec))
+    throw Error(path, "", std::filesystem::is_directory(path, ec) ? "is a directory" : "is not a regular file",
+                expected);
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(path, "", "cannot open the token file", "a binary file of little-endian uint32 token ids");
+  if (!in) throw Error(path, "", "cannot open the token file", expected);
   in.seekg(0, std::ios::end);
   const int64_t size = static_cast<int64_t>(in.tellg());
   in.seekg(0);
+  if (size < 0) throw Error(path, "", "cannot tell the file's size", expected);
+  if (size == 0) throw Error(path, "", "is empty", expected);
   if (size % 4 != 0)
     throw Error(path, "", "size " + std::to_string(size) + " bytes is not a multiple of 4",
                 "a binary file of little-endian uint32 token ids");

@@ -146,6 +146,10 @@ WorstTensor worst_relative_l2(const ParamTensors& a, const ParamTensors& b) {
 }
 
 Weights read_safetensors(const std::string& path, const models::ModelSpec& m) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec))
+    throw Error(path, "", std::filesystem::exists(path, ec) ? "is not a regular file" : "cannot open the weights file",
+                "a .safetensors file");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error(path, "", "cannot open the weights file", "a .safetensors file");
   in.seekg(0, std::ios::end);
@@ -194,8 +198,8 @@ Weights read_safetensors(const std::string& path, const models::ModelSpec& m) {
       throw Error(path, p.name, "data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) +
                                     "] do not hold " + std::to_string(p.numel) + " " + dtype + " values");
     if (end > data_bytes)
-      throw Error(path, p.name, "truncated file: the tensor's data ends at byte " + std::to_string(data_start + end) +
-                                    " but the file has " + std::to_string(size) + " bytes");
+      throw Error(path, p.name, "truncated file: the tensor's data ends at data offset " + std::to_string(end) +
+                                    " but the data section has " + std::to_string(data_bytes) + " bytes");
     in.seekg(data_start + begin);
     float* dst = w.at(p);
     if (elem == 4) {
@@ -209,6 +213,10 @@ Weights read_safetensors(const std::string& path, const models::ModelSpec& m) {
       }
     }
     if (!in) throw Error(path, p.name, "read error (truncated file?)");
+    for (int64_t i = 0; i < p.numel; ++i)
+      if (!std::isfinite(dst[i]))
+        throw Error(path, p.name, "holds a non-finite value (NaN or inf) at element " + std::to_string(i),
+                    "initial weights must be finite");
   }
   return w;
 }
@@ -223,27 +231,14 @@ void write_safetensors(const ParamTensors& t, const std::string& path) {
   }
   std::string text = header.dump();
   while (text.size() % 8) text += ' ';
-  const std::string tmp = path + ".tmp-oomb";
-  try {
-    {
-      std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-      if (!out) throw Error(path, "", "cannot write the file", "check the directory exists and is writable");
-      const uint64_t n = text.size();
-      out.write(reinterpret_cast<const char*>(&n), 8);
-      out.write(text.data(), static_cast<std::streamsize>(text.size()));
-      for (const auto& p : t.layout.params())
-        out.write(reinterpret_cast<const char*>(t.at(p)), static_cast<std::streamsize>(p.numel * 4));
-      out.flush();
-      if (!out) throw Error(path, "", "write failed (disk full?)");
-    }
-    std::error_code ec;
-    std::filesystem::rename(tmp, path, ec);
-    if (ec) throw Error(path, "", "cannot write the file: " + ec.message());
-  } catch (...) {
-    std::error_code ec;
-    std::filesystem::remove(tmp, ec);
-    throw;
-  }
+  // Atomic (a unique temp file + rename), through symlinks, direct to a FIFO: as every oomb output.
+  write_file_atomically(path, [&](std::ostream& out) {
+    const uint64_t n = text.size();
+    out.write(reinterpret_cast<const char*>(&n), 8);
+    out.write(text.data(), static_cast<std::streamsize>(text.size()));
+    for (const auto& p : t.layout.params())
+      out.write(reinterpret_cast<const char*>(t.at(p)), static_cast<std::streamsize>(p.numel * 4));
+  });
 }
 
 }  // namespace oomb::executor

@@ -1,6 +1,13 @@
 #include "core/json_util.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <functional>
+#include <thread>
 
 #include "core/error.h"
 
@@ -29,6 +36,122 @@ TEST(JsonReader, RejectsWrongSchemaAndTruncatedText) {
   Json j = Json::parse(R"({"schema":"oomb.x/0"})");
   EXPECT_THROW(JsonReader(j, "a").expect_schema("oomb.x/1"), Error);
   EXPECT_THROW(parse_json(R"({"schema": "oomb.x/1", "a": [1, 2)", "t.json"), Error);
+}
+
+}  // namespace
+}  // namespace oomb
+
+// Issue #13: every JSON input refuses, by document and key, what nlohmann would abort or crash on.
+namespace oomb {
+namespace {
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(ParseJson, NumberOutOfRangeNamesTheKey) {
+  const std::string e = error_of([] { parse_json(R"({"schema": "x", "rope_theta": 1e999})", "m.json"); });
+  EXPECT_NE(e.find("m.json: 'rope_theta': a number is out of range"), std::string::npos) << e;
+  EXPECT_NE(error_of([] { parse_json("[-1e999]", "a.json"); }).find("out of range"), std::string::npos);
+}
+
+TEST(ParseJson, NestingIsBounded) {
+  const auto nest = [](int n) { return std::string(static_cast<size_t>(n), '[') + std::string(static_cast<size_t>(n), ']'); };
+  EXPECT_NO_THROW(parse_json(nest(kMaxJsonDepth), "ok.json"));
+  EXPECT_NE(error_of([&] { parse_json(nest(kMaxJsonDepth + 1), "d.json"); }).find("nests deeper than 64"),
+            std::string::npos);
+  // 100,000 deep used to overflow the stack when a message printed it.
+  const std::string e = error_of([&] { parse_json("{\"id\": " + nest(100000) + "}", "deep.json"); });
+  EXPECT_NE(e.find("deep.json: 'id"), std::string::npos) << e.substr(0, 300);
+  EXPECT_LT(e.size(), 400u);
+}
+
+TEST(ParseJson, DuplicateKeysAreRefusedByPath) {
+  EXPECT_NE(error_of([] { parse_json(R"({"a": 1, "a": 2})", "f.json"); }).find("f.json: 'a': is given twice"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { parse_json(R"({"o": {"k": 1, "x": [], "k": 3}})", "f.json"); }).find("'o.k': is given twice"),
+            std::string::npos);
+  // The same key in different objects (array elements, siblings) is fine.
+  EXPECT_NO_THROW(parse_json(R"({"p": [{"k": 1}, {"k": 2}], "q": {"k": 3}})", "f.json"));
+}
+
+TEST(JsonExcerpt, CutsLongValues) {
+  const Json v = std::string(10000, 'x');
+  const std::string s = json_excerpt(v);
+  EXPECT_EQ(s.size(), kMaxJsonExcerptChars + 3);
+  EXPECT_EQ(s.substr(s.size() - 3), "...");
+  EXPECT_EQ(json_excerpt(Json(12)), "12");
+}
+
+TEST(JsonReader, Uint64MaxIsTooLargeNotNegative) {
+  const Json j = parse_json(R"({"n": 18446744073709551615})", "u.json");
+  const std::string e = error_of([&] { JsonReader(j, "u.json").i64("n"); });
+  EXPECT_NE(e.find("too large"), std::string::npos) << e;
+  EXPECT_EQ(e.find("is negative"), std::string::npos) << e;
+}
+
+TEST(JsonReader, BoundsNameTheKeyAndRefuseNaN) {
+  const Json j = parse_json(R"({"big": 1099511627776, "tiny": 1e-300, "ok": 7})", "b.json");
+  const JsonReader r(j, "b.json");
+  EXPECT_NE(error_of([&] { r.i64_in("big", 1, 1 << 18); }).find("'big': is out of range"), std::string::npos);
+  EXPECT_NE(error_of([&] { r.f64_in("tiny", 1e3, 1e15); }).find("'tiny': is out of range"), std::string::npos);
+  EXPECT_EQ(r.i64_in("ok", 1, 7), 7);
+  EXPECT_EQ(r.i64_in_or("absent", 1, 7, 3), 3);
+}
+
+class WriteFile : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("oomb-write-test-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::vector<std::string> names() const {
+    std::vector<std::string> v;
+    for (const auto& e : std::filesystem::directory_iterator(dir_)) v.push_back(e.path().filename().string());
+    std::sort(v.begin(), v.end());
+    return v;
+  }
+  std::filesystem::path dir_;
+};
+
+TEST_F(WriteFile, WritesThroughSymlinksAndLeavesNoTempFile) {
+  const auto real = dir_ / "real.json", link = dir_ / "link.json";
+  write_text_file(real.string(), "old");
+  std::filesystem::create_symlink("real.json", link);
+  write_text_file(link.string(), "new");
+  EXPECT_TRUE(std::filesystem::is_symlink(link));
+  EXPECT_EQ(read_text_file(real.string()), "new");
+  EXPECT_EQ(names(), (std::vector<std::string>{"link.json", "real.json"}));
+}
+
+TEST_F(WriteFile, WritesFifosInPlace) {
+  const auto fifo = dir_ / "fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  std::string got;
+  std::thread reader([&] { got = read_text_file(fifo.string()); });
+  write_text_file(fifo.string(), "through the pipe");
+  reader.join();
+  EXPECT_EQ(got, "through the pipe");
+  EXPECT_TRUE(std::filesystem::is_fifo(fifo));
+  EXPECT_EQ(names(), (std::vector<std::string>{"fifo"}));
+}
+
+TEST_F(WriteFile, RefusesDirectoriesAndMissingParents) {
+  EXPECT_NE(error_of([&] { write_text_file(dir_.string(), "x"); }).find("is a directory"), std::string::npos);
+  EXPECT_THROW(write_text_file((dir_ / "no/such/dir/f.json").string(), "x"), Error);
+  EXPECT_NE(error_of([&] { check_writable((dir_ / "no/f.json").string(), "--out"); }).find("--out"), std::string::npos);
+  EXPECT_NE(error_of([&] { check_writable(dir_.string(), "--report"); }).find("--report"), std::string::npos);
+  EXPECT_NO_THROW(check_writable((dir_ / "new.json").string(), "--out"));
+  EXPECT_TRUE(names().empty());  // checking writes nothing
 }
 
 }  // namespace

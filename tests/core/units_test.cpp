@@ -5,6 +5,8 @@
 #include "core/error.h"
 #include "core/format.h"
 
+#include <limits>
+
 namespace oomb {
 namespace {
 
@@ -54,6 +56,16 @@ TEST(Format, BytesAndDurations) {
   EXPECT_EQ(format_tokens(4194304), "4M");
   EXPECT_EQ(format_tokens(3000), "3000");
   EXPECT_EQ(format_percent(0.123), "12.3%");
+}
+
+// Issue #13: a 2^40-token step used to print "-2147483648h 11m" (an int cast).
+TEST(Format, HugeValuesNeverWrap) {
+  EXPECT_EQ(format_duration_s(7380.0), "2h 03m");
+  EXPECT_EQ(format_duration_s(-7380.0), "-2h 03m");
+  EXPECT_EQ(format_duration_s(3600.0 * 999999), "999999h 00m");
+  EXPECT_EQ(format_duration_s(3.44e12), "9.56e+08 h");
+  EXPECT_EQ(format_bytes(std::numeric_limits<int64_t>::max()), "8.00 EiB");
+  EXPECT_EQ(format_bytes(int64_t{1} << 50), "1.00 PiB");
 }
 
 }  // namespace

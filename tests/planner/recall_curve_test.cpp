@@ -57,6 +57,34 @@ TEST(RecallCurve, MinBudget) {
   EXPECT_EQ(min_budget_for_recall(dip, 0.6, "d.json"), 11);  // 0.5 + 0.3 * 3 / 8
 }
 
+// Issue #13: the minimum budget used to be found by stepping down one budget at a time, which never
+// finished for a curve measured at 2^40 pages. It must agree with that definition (checked here by
+// brute force on small random curves, seed fixed) and answer at once for a far point.
+TEST(RecallCurve, MinBudgetMatchesTheStepDownDefinitionAndIsFast) {
+  uint64_t state = 13;
+  auto next = [&] { return (state = state * 6364136223846793005ull + 1442695040888963407ull) >> 33; };
+  for (int trial = 0; trial < 200; ++trial) {
+    std::vector<std::pair<int64_t, double>> pts;
+    int64_t b = 1 + static_cast<int64_t>(next() % 8);
+    const int n = 1 + static_cast<int>(next() % 5);
+    for (int i = 0; i < n; ++i) {
+      pts.push_back({b, static_cast<double>(next() % 1000) / 1000.0});
+      b += 1 + static_cast<int64_t>(next() % 40);
+    }
+    pts.back().second = 1.0;  // some budget always reaches the recall
+    const RecallCurve c = curve(pts);
+    for (double r : {0.05, 0.3, 0.5, 0.77, 0.999, 1.0}) {
+      int64_t expect = c.points.back().budget;
+      while (expect > c.points.front().budget && *interpolate_recall(c, expect - 1) >= r) --expect;
+      EXPECT_EQ(min_budget_for_recall(c, r, "c.json"), expect) << "trial " << trial << ", recall " << r;
+    }
+  }
+  const RecallCurve far = curve({{4, 0.3}, {int64_t{1} << 40, 0.9}});
+  const int64_t got = min_budget_for_recall(far, 0.5, "far.json");
+  EXPECT_GE(*interpolate_recall(far, got), 0.5);
+  EXPECT_LT(*interpolate_recall(far, got - 1), 0.5);
+}
+
 TEST(RecallCurve, JsonRoundTripAndBadFiles) {
   const RecallCurve c = curve({{4, 0.4}, {16, 0.7}});
   const RecallCurve back = recall_curve_from_json(c.to_json(), "c.json");

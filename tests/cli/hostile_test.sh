@@ -1,0 +1,215 @@
+#!/usr/bin/env bash
+# Hostile input never crashes oomb (issue #13): one check per case found by adversarial testing.
+# Each reproduces the exact case and checks the exit code, that the message names the file, key or
+# flag, and that no output was written.
+# Usage: hostile_test.sh path/to/oomb [path/to/oomb-gui]   (the gui checks are skipped without it)
+set -u
+oomb=$(realpath "$1")
+gui=${2:+$(realpath "$2")}
+src=$(cd "$(dirname "$0")/../.." && pwd)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cd "$tmp" || exit 1
+pass=0 fail=0
+ok() { pass=$((pass + 1)); }
+bad() { echo "FAIL: $*"; fail=$((fail + 1)); }
+
+# expect CODE PATTERN [--absent FILE]... -- ARGS...: exit code CODE, stdout+stderr matching PATTERN
+# (extended regex), and none of the --absent files exists afterwards. A run over 60 s is a hang.
+expect() {
+  local code=$1 pattern=$2
+  shift 2
+  local absent=()
+  while [ "$1" = "--absent" ]; do absent+=("$2"); shift 2; done
+  [ "$1" = "--" ] && shift
+  local out rc
+  out=$(timeout 60 "$oomb" "$@" 2>&1)
+  rc=$?
+  if [ "$rc" -ne "$code" ]; then bad "oomb $* -> exit $rc, want $code: ${out:0:600}"; return; fi
+  if ! grep -qE -- "$pattern" <<<"$out"; then bad "oomb $* -> output lacks /$pattern/: ${out:0:600}"; return; fi
+  for f in "${absent[@]}"; do
+    if [ -e "$f" ]; then bad "oomb $* -> wrote $f despite the error"; rm -f "$f"; return; fi
+  done
+  ok
+}
+# variant SRC KEY VALUE OUT: SRC with the number of "KEY" replaced by VALUE (numbers only: the
+# GPU files' "sources" hold strings under the same keys).
+variant() { sed -E "s/\"$2\": *-?[0-9][0-9.eE+-]*/\"$2\": $3/" "$1" >"$4"; }
+
+tiny=$src/models/llm/tiny.json
+h200=$src/models/gpu/h200.json
+host=$src/models/host/workstation-128g.json
+
+# --- 1. A JSON number out of range (1e999) is exit 2 naming the file and key, in every loader.
+variant "$tiny" rope_theta 1e999 m_big.json
+expect 2 "m_big.json: 'rope_theta': a number is out of range" -- simulate --model ./m_big.json --context 4K
+variant "$h200" hbm_bytes_per_s 1e999 g_big.json
+expect 2 "g_big.json: 'hbm_bytes_per_s': a number is out of range" -- simulate --model tiny --gpu ./g_big.json --context 4K
+variant "$host" mem_bytes_per_s 1e999 h_big.json
+expect 2 "h_big.json: 'mem_bytes_per_s': a number is out of range" -- simulate --model tiny --host ./h_big.json --context 4K
+
+# A plan and a measured run of it, for the plan/trace/weights cases below.
+"$oomb" plan --model tiny --gpu h200 --context 4K --chunk 1K --page 64 --resident-layers 1 --out p.json >/dev/null ||
+  bad "plan for the fixtures failed"
+"$oomb" run --plan p.json --trace run.json --save-weights w.safetensors --quiet >/dev/null ||
+  bad "run for the fixtures failed"
+[ -s w.safetensors ] && [ -s run.json ] || { echo "hostile_test: no fixtures, giving up"; exit 1; }
+sed -E 's/"headroom": *[^,}]*/"headroom": 1e999/' p.json >p_big.json
+expect 2 "p_big.json: 'headroom': a number is out of range" -- run --plan p_big.json --quiet
+sed -E '0,/"start_ns": *[0-9]+/s//"start_ns": 1e999/' run.json >t_big.json
+expect 2 "t_big.json: .*start_ns.*out of range" -- validate --plan p.json --trace t_big.json
+printf '{"schema":"oomb.recall/1","model":"tiny","points":[{"budget":4,"page_tokens":64,"mean_recall":1e999,"min_recall":0.1}]}' >c_big.json
+expect 2 "c_big.json: .*mean_recall.*out of range" -- plan --model tiny --gpu h200 --context 2K --allow-sparse --min-recall 0.5 --recall-curve c_big.json
+# The safetensors header: the first dtype "F32" replaced by 1e999 (same length, so the offsets hold).
+hdr=$(od -An -t u8 -N8 w.safetensors | tr -d ' ')
+sed -E '0,/"F32"/s//1e999/' w.safetensors >w_big.safetensors
+if [ "$(stat -c %s w_big.safetensors)" -eq "$(stat -c %s w.safetensors)" ]; then
+  expect 2 "w_big.safetensors: .*out of range" -- run --model tiny --context 4K --chunk 1K --page 64 --weights w_big.safetensors --quiet
+else
+  bad "could not build the 1e999 safetensors header"
+fi
+
+# --- 2. Deep nesting: refused while parsing, never echoed whole.
+deep=$(printf '%*s' 100000 '' | tr ' ' '[')$(printf '%*s' 100000 '' | tr ' ' ']')
+printf '{"schema":"oomb.model/1","id":%s}' "$deep" >m_deep.json
+expect 2 "m_deep.json: .*nests deeper than 64 levels" -- simulate --model ./m_deep.json --context 4K
+printf '{"schema":"oomb.trace/1","metadata":%s}' "$deep" >t_deep.json
+expect 2 "t_deep.json: .*nests deeper" -- validate --plan p.json --trace t_deep.json
+expect 2 "t_deep.json: .*nests deeper" -- calibrate --traces t_deep.json --gpu h200 --out cal.json
+[ ! -e cal.json ] && ok || bad "calibrate wrote cal.json despite the error"
+# A long value in a message is cut to a few hundred characters.
+long=$(printf '%*s' 100000 '' | tr ' ' 'x')
+sed -E "s/\"family\": *\"[a-z0-9]*\"/\"family\": [\"$long\"]/" "$tiny" >m_long.json
+out=$("$oomb" simulate --model ./m_long.json --context 4K 2>&1)
+[ $? -eq 2 ] && [ ${#out} -lt 1000 ] && grep -q "'family'" <<<"$out" && ok || bad "long value echoed: ${#out} chars"
+
+# --- 3. calibrate validates its flags before the benchmarks (no assertion, no "out of host memory").
+expect 2 "--chunk.*\[16, 16384\]" -- calibrate --backend cpu --model tiny --chunk 0 --quiet
+expect 2 "--chunk.*\[16, 16384\]" -- calibrate --backend cpu --model tiny --chunk -1 --quiet
+start=$(date +%s)
+expect 2 "--out.*/nonexistent.*does not exist" --absent /nonexistent/x -- calibrate --backend cpu --model tiny --out /nonexistent/x --quiet
+[ $(($(date +%s) - start)) -lt 5 ] && ok || bad "calibrate --out /nonexistent ran the benchmarks first"
+expect 2 "--efficiency-model.*not one of" -- calibrate --backend cpu --model tiny --efficiency-model nope --quiet
+
+# --- 4. No hang: a recall curve with a point at budget 2^40.
+printf '{"schema":"oomb.recall/1","model":"tiny","points":[{"budget":4,"page_tokens":64,"mean_recall":0.3,"min_recall":0.2},{"budget":1099511627776,"page_tokens":64,"mean_recall":0.9,"min_recall":0.8}]}' >c_far.json
+out=$(timeout 60 "$oomb" plan --model tiny --gpu h200 --context 2K --allow-sparse --min-recall 0.5 --recall-curve c_far.json 2>&1)
+rc=$?
+[ $rc -ne 124 ] && [ $rc -le 2 ] && ok || bad "plan with a curve point at 2^40 -> exit $rc: ${out:0:300}"
+
+# --- 5. Unbounded memory from a small file: refused by name with the size it would need.
+sed -E 's/"context_tokens": *4096/"context_tokens": 1073741824/' run.json >t_huge.json
+expect 2 "t_huge.json: 'metadata.extra.config.context_tokens': an event-level simulation of 1048576 chunks.*would need" -- validate --trace t_huge.json
+expect 2 "--timeline.*event-level simulation.*would need" --absent t1g.json -- simulate --model tiny --context 1G --timeline t1g.json
+expect 2 "--chrome.*event-level simulation" --absent c16m.json -- simulate --model qwen2.5-7b --context 16M --chrome c16m.json
+
+# --- 6. No undefined behaviour printing nonsense.
+out=$("$oomb" simulate --context 1099511627776 2>&1)
+[ $? -eq 0 ] && grep -q "Step time" <<<"$out" && ! grep -qE "Step time -|-[0-9]+h" <<<"$out" && ok || bad "2^40 context: $out"
+variant "$tiny" hidden 1099511627776 m_hidden.json
+expect 2 "m_hidden.json: 'hidden': is out of range" -- simulate --model ./m_hidden.json --context 4K
+expect 2 "--budget.*must be in" -- simulate --model tiny --context 4K --attention sparse --budget 9223372036854775807
+variant "$h200" h2d_bytes_per_s 1e-300 g_slow.json
+expect 2 "g_slow.json: 'h2d_bytes_per_s': is out of range" -- simulate --model tiny --gpu ./g_slow.json --context 4K
+# 64 + 2^51 KV pages of 8 KiB: the product wraps to exactly the plan's device_pool_bytes.
+grep -q '"kv_page_bytes": 8192' p.json && grep -q '"kv_pool_pages": 64' p.json || bad "plan fixture changed: fix p_wrap"
+sed -E 's/"kv_pool_pages": 64/"kv_pool_pages": 2251799813685312/' p.json >p_wrap.json
+expect 2 "p_wrap.json: allocation: 'device_pool_bytes'" -- run --plan p_wrap.json --quiet
+
+# --- NaN and non-finite values.
+expect 2 "--selection-overlap.*finite" -- simulate --model tiny --context 4K --attention sparse --budget 4 --selection-overlap nan
+expect 2 "--selection-overlap.*finite" --absent p_nan.json -- plan --model tiny --gpu h200 --context 4K --selection-overlap nan --out p_nan.json
+for v in nan inf -1; do
+  expect 2 "--init-std.*finite" -- run --model tiny --context 2K --chunk 512 --page 64 --init-std $v --quiet
+done
+expect 2 "--lr.*finite" -- run --model tiny --context 2K --chunk 512 --page 64 --optimizer gpu --lr nan --quiet
+# NaN in --weights (every byte 0xff), and finite weights so large that the loss overflows.
+data=$(($(stat -c %s w.safetensors) - 8 - hdr))
+{ head -c $((8 + hdr)) w.safetensors; head -c "$data" /dev/zero | tr '\0' '\377'; } >w_nan.safetensors
+expect 2 "w_nan.safetensors: .*non-finite" -- run --model tiny --context 4K --chunk 1K --page 64 --weights w_nan.safetensors --quiet
+{ head -c $((8 + hdr)) w.safetensors; head -c "$data" /dev/zero | tr '\0' '\177'; } >w_huge.safetensors
+expect 2 "'loss': is (NaN|infinite) at step 1" --absent w_out.safetensors -- run --model tiny --context 4K --chunk 1K --page 64 --weights w_huge.safetensors --save-weights w_out.safetensors --quiet
+
+# --- A tensor-parallel plan is refused by run, and validate compares gpus.
+"$oomb" plan --model tiny --gpu h200 --context 4K --chunk 1K --page 64 --resident-layers 1 --gpus 2 --out p_tp.json >/dev/null 2>&1 ||
+  bad "plan --gpus 2 failed"
+expect 2 "--plan.*p_tp.json.*tensor parallelism over 2 GPUs" --absent t_tp.json -- run --plan p_tp.json --trace t_tp.json --quiet
+expect 2 "metadata.extra.config.gpus.*differs from the plan" -- validate --plan p_tp.json --trace run.json
+
+# --- Outputs are checked before any work.
+expect 2 "--report.*/nonexistent" --absent a.json --absent b.json -- simulate --model tiny --context 4K --timeline a.json --chrome b.json --report /nonexistent/r.html
+expect 2 "--trace.*/nonexistent" --absent w2.safetensors --absent g2.safetensors -- run --model tiny --context 2K --chunk 512 --page 64 --save-weights w2.safetensors --dump-grads g2.safetensors --trace /nonexistent/t.json --quiet
+out=$(timeout 60 "$oomb" run --model tiny --context 256K --reference 2>&1)
+rc=$?
+[ $rc -eq 2 ] && grep -q -- "--reference" <<<"$out" && ! grep -q "step 1/" <<<"$out" && ok || bad "run --reference checked late: rc $rc: ${out:0:300}"
+expect 2 "--out.*/nonexistent" -- plan --model tiny --gpu h200 --context 4K --out /nonexistent/p.json
+expect 2 "--out.*is a directory" -- plan --model tiny --gpu h200 --context 4K --out .
+
+# --- Atomic writes go through symlinks and write FIFOs in place; no temp file is left.
+mkdir links && echo old >links/real.json && ln -s real.json links/link.json
+expect 0 "timeline" -- simulate --model tiny --context 4K --timeline links/link.json
+[ -L links/link.json ] && grep -q '"oomb.trace/1"' links/real.json && ok || bad "the symlink was replaced"
+mkfifo links/fifo
+(timeout 30 cat links/fifo >fifo_out) &
+reader=$!
+expect 0 "timeline" -- simulate --model tiny --context 4K --timeline links/fifo
+wait "$reader"
+[ -p links/fifo ] && grep -q '"oomb.trace/1"' fifo_out && ok || bad "the FIFO was replaced or not written"
+[ -z "$(ls -A links | grep -v '^real.json$\|^link.json$\|^fifo$')" ] && ok || bad "temp files left: $(ls -A links)"
+
+# --- Absurd values are refused by the loaders, naming the key.
+for kv in "layers 1000000000" "vocab 1099511627776" "norm_eps 1e308" "max_position 0"; do
+  set -- $kv
+  variant "$tiny" "$1" "$2" m_absurd.json
+  expect 2 "m_absurd.json: '$1'" -- simulate --model ./m_absurd.json --context 4K
+done
+variant "$h200" bf16_flops_per_s 1e-300 g_flops.json
+expect 2 "g_flops.json: 'bf16_flops_per_s': is out of range" -- simulate --model tiny --gpu ./g_flops.json --context 4K
+expect 2 "--context.*beyond any size" -- simulate --model tiny --context 2199023255552
+# A context no host holds (tiny at 1G: ~1 TiB of pages) is refused before any work, not "out of host memory".
+expect 2 "--context: '1G': this run needs at least .* of host memory" -- run --model tiny --context 1G --quiet
+
+# --- Small ones.
+out=$("$oomb" sweep --model tiny --contexts 1..9223372036854775807 2>/dev/null)
+rc=$?
+[ $rc -eq 2 ] && [ -z "$out" ] && ok || bad "sweep printed rows before failing (rc $rc): ${out:0:200}"
+expect 2 "--contexts" -- sweep --model tiny --contexts 1..9223372036854775807
+sed -E 's/"layers_override": *[0-9]+/"layers_override": 99/' run.json >t_layers.json
+out=$("$oomb" validate --trace t_layers.json 2>&1)
+[ $? -eq 2 ] && grep -q "t_layers.json: metadata.extra.config: 'layers_override'" <<<"$out" && ! grep -q -- "--layers" <<<"$out" &&
+  ok || bad "trace error blames a flag: $out"
+mkdir tokdir
+expect 2 "tokdir: is a directory" -- run --model tiny --context 2K --chunk 512 --page 64 --tokens tokdir --quiet
+variant "$tiny" layers 18446744073709551615 m_u64.json
+expect 2 "m_u64.json: 'layers': is too large" -- simulate --model ./m_u64.json --context 4K
+expect 2 "--tolerance.*not a number" -- validate --plan p.json --trace run.json --tolerance h2d_bytes=0.3abc
+expect 2 "--tolerance.*finite" -- validate --plan p.json --trace run.json --tolerance h2d_bytes=nan
+expect 2 "--seed.*non-negative integer" -- run --model tiny --context 2K --chunk 512 --page 64 --seed -1 --quiet
+expect 2 "--checkpointing.*not true or false" -- simulate --model tiny --context 4K --checkpointing 2
+sed -E 's/"layers": *([0-9]+)/"layers": \1, "layers": 3/' "$tiny" >m_dup.json
+expect 2 "m_dup.json: 'layers': is given twice" -- simulate --model ./m_dup.json --context 4K
+sed -E 's/"efficiency": *\{/"efficiency": {"gemm": 0.5, /' "$h200" >g_dup.json
+expect 2 "g_dup.json: 'efficiency.gemm': is given twice" -- simulate --model tiny --gpu ./g_dup.json --context 4K
+
+# --- oomb-gui: argument errors are exit 2 with a readable message (before any window opens).
+if [ -n "$gui" ] && [ -x "$gui" ]; then
+  gexpect() {
+    local pattern=$1
+    shift
+    local out rc
+    out=$(DISPLAY= timeout 60 "$gui" "$@" 2>&1)
+    rc=$?
+    [ $rc -eq 2 ] && grep -qE -- "$pattern" <<<"$out" && ok || bad "oomb-gui $* -> exit $rc: ${out:0:300}"
+  }
+  gexpect "m_big.json: 'rope_theta'" --model ./m_big.json
+  gexpect "m_deep.json: .*nests deeper" --model ./m_deep.json
+  gexpect "t_deep.json: .*nests deeper" --trace t_deep.json
+  gexpect "known: .*h200" --gpu nope
+  gexpect "--width: Value 100000 not in range 64 to 8192" --width 100000
+  gexpect "--frames: Value 0 not in range 1 to 10000" --frames 0
+else
+  echo "note: no oomb-gui: its argument checks are skipped"
+fi
+
+echo "hostile_test: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]
