@@ -163,7 +163,7 @@ TEST(Plan, RejectsBadBufferRowsNamingTheRowAndKey) {
   expect_error([&] { plan_from_json(j, "plan.json"); }, "plan.json", "buffers");
   j = good;
   j["config"]["loss_dtype"] = "fp8";
-  expect_error([&] { plan_from_json(j, "plan.json"); }, "plan.json", "config");
+  expect_error([&] { plan_from_json(j, "plan.json"); }, "plan.json: config", "loss_dtype");
 }
 
 TEST(Plan, RejectsOtherSchemasNamingTheFile) {
