@@ -1,4 +1,5 @@
 // oomb: one executable, one file per subcommand (see cli/command.h).
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -6,6 +7,7 @@
 #include "cli/build_info.h"
 #include "cli/command.h"
 #include "core/error.h"
+#include "models/lookup.h"
 
 namespace oomb::cli {
 std::vector<Command>& registry() {
@@ -29,6 +31,21 @@ int main(int argc, char** argv) {
   for (auto& cmd : registry()) {
     CLI::App* sub = app.add_subcommand(cmd.name, cmd.summary);
     subs.emplace_back(sub, cmd.setup(*sub));
+  }
+  // An unknown first word is a mistyped subcommand, not "arguments not expected".
+  if (argc >= 2 && argv[1][0] != '-') {
+    const std::string word = argv[1];
+    std::vector<std::string> names;
+    for (const auto& cmd : registry()) names.push_back(cmd.name);
+    if (std::find(names.begin(), names.end(), word) == names.end()) {
+      const std::vector<std::string> near = oomb::models::closest_ids(word, names, 2);
+      std::string all, hint;
+      for (const auto& n : names) all += (all.empty() ? "" : ", ") + n;
+      for (const auto& n : near) hint += (hint.empty() ? "" : " or ") + n;
+      std::fprintf(stderr, "oomb: error: unknown subcommand '%s'%s; subcommands: %s (oomb --help)\n", word.c_str(),
+                   hint.empty() ? "" : (" (did you mean " + hint + "?)").c_str(), all.c_str());
+      return 2;
+    }
   }
   try {
     app.parse(argc, argv);

@@ -199,7 +199,8 @@ int main(int argc, char** argv) {
   app.add_option("--frames", opt.frames, "Frames to render before the screenshot")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--width", opt.width, "Window width")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--height", opt.height, "Window height")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--model", opt.model, "Initial model (catalog id or JSON path; default qwen2.5-7b)");
+  app.add_option("--model", opt.model, "Initial model (catalog id, oomb.model/1 JSON, or Hugging Face config.json / model folder; "
+                 "default qwen2.5-7b)");
   app.add_option("--gpu", opt.gpu, "Initial GPU (default h200)");
   app.add_option("--host", opt.host, "Initial host (default: the GPU's usual host)");
   app.add_option("--context", opt.context, "Initial context: 4M, 128K, 100000 (default 4M)");

@@ -207,5 +207,53 @@ expect_exit 0 "recall +mean 0\.[0-9]+ .*budgets >= [0-9]+ pages" plan --model ti
 expect_exit 2 "--min-recall.*no budget reaches" plan --model tiny --gpu h200 --context 2K --allow-sparse --min-recall 0.9999 --recall-curve "$tmp/curve.json"
 expect_exit 2 "--min-recall.*--recall-curve" plan --model tiny --gpu h200 --context 2K --allow-sparse --min-recall 0.5
 
+# Hugging Face config.json as --model (Qwen/Qwen2.5-7B's published config): the same plan as the
+# catalog id, with ids typed as people type them.
+mkdir -p "$tmp/Qwen2.5-7B"
+cat >"$tmp/Qwen2.5-7B/config.json" <<'JSON'
+{"architectures": ["Qwen2ForCausalLM"], "hidden_act": "silu", "hidden_size": 3584, "intermediate_size": 18944,
+ "max_position_embeddings": 131072, "max_window_layers": 28, "model_type": "qwen2", "num_attention_heads": 28,
+ "num_hidden_layers": 28, "num_key_value_heads": 4, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0,
+ "sliding_window": 131072, "tie_word_embeddings": false, "torch_dtype": "bfloat16", "use_sliding_window": false,
+ "vocab_size": 152064}
+JSON
+"$oomb" plan --model "$tmp/Qwen2.5-7B/config.json" --gpu H200 --context 4M --out "$tmp/hf_plan.json" >"$tmp/hf_plan.out" 2>&1 || bad "plan --model config.json failed: $(cat "$tmp/hf_plan.out")"
+"$oomb" plan --model qwen2.5-7b --gpu h200 --context 4M --out "$tmp/id_plan.json" >"$tmp/id_plan.out" 2>&1 || bad "plan --model qwen2.5-7b failed"
+# Identical but for the planner's own timing line, the output path and the spec's provenance.
+if diff <(grep -v -e searched -e "Plan written" "$tmp/hf_plan.out") <(grep -v -e searched -e "Plan written" "$tmp/id_plan.out") >/dev/null &&
+   diff <(grep -v '"source"' "$tmp/hf_plan.json") <(grep -v '"source"' "$tmp/id_plan.json") >/dev/null; then ok; else
+  bad "plan from config.json differs from plan from qwen2.5-7b"; fi
+grep -q 'Hugging Face config' "$tmp/hf_plan.json" && ok || bad "plan from config.json does not name its source"
+expect_exit 0 "qwen2.5-7b on h200" simulate --model "$tmp/Qwen2.5-7B" --gpu h200 --context 1M
+expect_exit 0 "qwen2.5-7b on h100-sxm" simulate --model Qwen2.5-7B-Instruct --gpu h100 --context 1M
+expect_exit 0 "wrote .*my-model.json .*id qwen2.5-7b" models --import "$tmp/Qwen2.5-7B/config.json" --out "$tmp/my-model.json"
+grep -q '"schema": "oomb.model/1"' "$tmp/my-model.json" && grep -q 'Qwen2.5-7B/config.json' "$tmp/my-model.json" && ok ||
+  bad "models --import wrote no oomb.model/1 naming its source"
+expect_exit 0 "qwen2.5-7b on h200" simulate --model "$tmp/my-model.json" --gpu h200 --context 1M
+expect_exit 2 "--out.*--import" models --out "$tmp/never.json"
+sed 's/Qwen2ForCausalLM/MixtralForCausalLM/; s/"vocab_size"/"num_local_experts": 8, "vocab_size"/' "$tmp/Qwen2.5-7B/config.json" >"$tmp/mixtral.json"
+expect_exit 2 "MixtralForCausalLM is not supported: it has num_local_experts" plan --model "$tmp/mixtral.json" --gpu h200 --context 1M
+# Qwen3 (q/k norm) is planned and simulated; the executor refuses it by name.
+expect_exit 0 "qwen3-8b on h200" simulate --model Qwen3-8B --gpu h200 --context 1M
+expect_exit 2 "--model.*q/k RMSNorm.*executor does not run" run --model qwen3-8b --context 2K --layers 1
+
+# Ids and commands as typed: did you mean, unknown subcommands, completion scripts.
+expect_exit 2 "did you mean qwen2.5-7b" plan --model qwen2.5-7 --gpu h200 --context 1M
+expect_exit 2 "did you mean h200" plan --model qwen2.5-7b --gpu h2000 --context 1M
+expect_exit 2 "unknown subcommand 'plann' \(did you mean plan\?\)" plann --context 1M
+expect_exit 2 "unknown subcommand 'frobnicate'.*subcommands: .*plan" frobnicate
+expect_exit 2 "completion.*bash or zsh" completion fish
+"$oomb" completion bash >"$tmp/oomb.bash" && bash -n "$tmp/oomb.bash" && ok || bad "completion bash is not valid bash"
+# Completing in a real bash: subcommands, a subcommand's flags, catalog ids after --model / --gpu.
+complete_words() { bash -c 'source "$1"; shift; COMP_WORDS=("$@"); COMP_CWORD=$((${#COMP_WORDS[@]} - 1)); _oomb; echo "${COMPREPLY[*]}"' _ "$tmp/oomb.bash" "$@"; }
+[[ " $(complete_words oomb pl) " == *" plan "* ]] && ok || bad "bash completion of 'oomb pl' lacks plan"
+[[ " $(complete_words oomb plan --cont) " == *" --context "* ]] && ok || bad "bash completion lacks plan --context"
+[[ " $(complete_words oomb run --weig) " == *" --weights "* ]] && ok || bad "bash completion lacks run --weights"
+[[ " $(complete_words oomb plan --model qwen2.5-7) " == *" qwen2.5-7b "* ]] && ok || bad "bash completion lacks model ids"
+[[ " $(complete_words oomb simulate --gpu h2) " == *" h200 "* ]] && ok || bad "bash completion lacks gpu ids"
+"$oomb" completion zsh >"$tmp/_oomb" && grep -q '^#compdef oomb' "$tmp/_oomb" && grep -q -- '--context' "$tmp/_oomb" && ok ||
+  bad "completion zsh lacks #compdef or flags"
+if command -v zsh >/dev/null; then zsh -n "$tmp/_oomb" && ok || bad "completion zsh is not valid zsh"; fi
+
 echo "cli: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

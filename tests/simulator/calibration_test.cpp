@@ -168,3 +168,34 @@ TEST(Calibration, ExecutorRunsArePredictedWithTheirPageDtypes) {
 
 }  // namespace
 }  // namespace oomb::simulator
+
+namespace oomb::simulator {
+namespace {
+
+// Qwen3's q/k RMSNorm: its weights are in the parameter count (and so the weights row), and each
+// layer pass reads and writes q and k once more (memory-bound work), nothing else changes.
+TEST(QkNorm, Qwen3PricesTheNormsWeightsAndTraffic) {
+  Scenario with = tiny_scenario(8192, 2048, false);
+  with.model = models::load_model("qwen3-8b");
+  with.config.resident_layers = 2;
+  Scenario without = with;
+  without.model.qk_norm = false;
+  const detail::Geometry g = detail::geometry(with);
+  const double tokens = 2048;
+  const double extra_mb_s = tokens * 2.0 * static_cast<double>((g.qd + g.kvd) * g.act_b) / with.gpu.hbm_bytes_per_s;
+  const auto fwd_with = *pass_work(with, 1, "layer_fwd"), fwd_without = *pass_work(without, 1, "layer_fwd");
+  EXPECT_NEAR(fwd_with.mb_s - fwd_without.mb_s, extra_mb_s, extra_mb_s * 1e-9);
+  EXPECT_DOUBLE_EQ(fwd_with.gemm_s, fwd_without.gemm_s);
+  EXPECT_DOUBLE_EQ(fwd_with.attn_s, fwd_without.attn_s);
+  // Backward (with its recompute) runs the memory-bound work 3 times.
+  const auto bwd_with = *pass_work(with, 1, "layer_bwd"), bwd_without = *pass_work(without, 1, "layer_bwd");
+  EXPECT_NEAR(bwd_with.mb_s - bwd_without.mb_s, 3 * extra_mb_s, extra_mb_s * 1e-9);
+  const Summary a = evaluate(with), b = evaluate(without);
+  EXPECT_GT(a.step_s, b.step_s);
+  // 36 layers x (q_norm + k_norm) x head_dim 128 weights, in the param dtype and its gradient's.
+  const int64_t norm_params = 36 * 2 * 128;
+  EXPECT_EQ(detail::param_count(with) - detail::param_count(without), norm_params);
+}
+
+}  // namespace
+}  // namespace oomb::simulator
