@@ -52,6 +52,7 @@ struct RunArgs {
   uint64_t seed = 1234;
   float init_std = 0.02f;
   int64_t grad_accum = 1;
+  int64_t max_shard_bytes = kDefaultMaxShardBytes;  // --save-weights / --dump-grads shard size
   float lr = 1e-3f;
   bool reference = false;
   bool measure_recall = false, compare_dense = false;
@@ -237,7 +238,10 @@ int run_run(const RunArgs& a) {
   const TokenSource tokens = a.tokens.empty() ? TokenSource::synthetic(m.vocab, a.seed)
                                                : TokenSource::from_file(a.tokens, m.vocab);
   const std::vector<int32_t> first = tokens.sequence(0, c.context_tokens);
-  const Weights w = a.weights.empty() ? random_weights(m, a.seed, a.init_std) : read_safetensors(a.weights, m);
+  if (a.max_shard_bytes <= 0)
+    throw Error("--max-shard-bytes", std::to_string(a.max_shard_bytes), "must be positive", "e.g. 5000000000 (5 GB)");
+  // A checkpoint has the model's own layers; tensors of layers --layers leaves out are skipped.
+  const Weights w = a.weights.empty() ? random_weights(m, a.seed, a.init_std) : read_checkpoint(a.weights, m, s.model.layers);
 
 #ifdef OOMB_HAVE_CUPTI
   // Declared before the backend and the Engine: outlives both.
@@ -356,8 +360,10 @@ int run_run(const RunArgs& a) {
   }
   line.done();
 
-  if (!a.save_weights.empty()) write_safetensors(e.weights(), a.save_weights);
-  if (!a.dump_grads.empty()) write_safetensors(e.gradients(), a.dump_grads);
+  const CheckpointWrite shards{a.max_shard_bytes, "F32"};
+  std::vector<std::string> weight_files, grad_files;
+  if (!a.save_weights.empty()) weight_files = write_checkpoint(e.weights(), a.save_weights, shards);
+  if (!a.dump_grads.empty()) grad_files = write_checkpoint(e.gradients(), a.dump_grads, shards);
   std::optional<CuptiSummary> cupti_summary;
   if (!a.trace.empty()) {
     traces::Trace t;
@@ -513,8 +519,11 @@ int run_run(const RunArgs& a) {
                   static_cast<long long>(cupti_summary->dropped), static_cast<long long>(cupti_summary->untagged),
                   format_duration_s(ms.step_s).c_str());
   }
-  if (!a.save_weights.empty()) std::printf("weights: %s\n", a.save_weights.c_str());
-  if (!a.dump_grads.empty()) std::printf("gradients: %s\n", a.dump_grads.c_str());
+  auto files = [](const std::vector<std::string>& f) {
+    return f.size() == 1 ? f[0] : f[0] + " (index of " + std::to_string(f.size() - 1) + " shards)";
+  };
+  if (!weight_files.empty()) std::printf("weights: %s\n", files(weight_files).c_str());
+  if (!grad_files.empty()) std::printf("gradients: %s\n", files(grad_files).c_str());
   return 0;
 }
 
@@ -556,10 +565,19 @@ const Registrar reg("run", "Execute chunk-recurrent training steps (cpu referenc
                       sub.add_option("--steps", a->steps, "Training steps (one sequence each)")->capture_default_str();
                       sub.add_option("--tokens", a->tokens,
                                      "Binary file of little-endian uint32 token ids (default: seeded synthetic)");
-                      sub.add_option("--weights", a->weights, "Initial weights (safetensors, F32 or BF16, HF names)");
-                      sub.add_option("--save-weights", a->save_weights, "Write the final weights (safetensors)");
+                      sub.add_option("--weights", a->weights,
+                                     "Initial weights: a Hugging Face checkpoint (folder with model.safetensors or "
+                                     "model.safetensors.index.json + shards, the index, or one .safetensors file; "
+                                     "F32, BF16 or F16 tensors, HF names)");
+                      sub.add_option("--save-weights", a->save_weights,
+                                     "Write the final weights (F32, HF layout): a folder, or FILE.safetensors; sharded "
+                                     "with an index above --max-shard-bytes");
                       sub.add_option("--dump-grads", a->dump_grads,
-                                     "Write the accumulated parameter gradients (safetensors)");
+                                     "Write the accumulated parameter gradients (same layout as --save-weights)");
+                      sub.add_option("--max-shard-bytes", a->max_shard_bytes,
+                                     "Largest shard --save-weights / --dump-grads write (default 5e9, Hugging Face's "
+                                     "5GB)")
+                          ->capture_default_str();
                       sub.add_option("--seed", a->seed, "Seed of the random weights and synthetic tokens")
                           ->capture_default_str();
                       sub.add_option("--init-std", a->init_std, "Std of the random weights")->capture_default_str();

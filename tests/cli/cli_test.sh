@@ -237,6 +237,46 @@ expect_exit 2 "MixtralForCausalLM is not supported: it has num_local_experts" pl
 expect_exit 0 "qwen3-8b on h200" simulate --model Qwen3-8B --gpu h200 --context 1M
 expect_exit 2 "--model.*q/k RMSNorm.*executor does not run" run --model qwen3-8b --context 2K --layers 1
 
+# Hugging Face checkpoints: --save-weights writes shards + index above --max-shard-bytes, --weights
+# reads the folder back (same loss as the seeded weights it saved); bf16 shards (converted here
+# when python3 is present) run too.
+"$oomb" run --model tiny --context 1K --chunk 256 --page 64 >"$tmp/ck_ref.out" 2>&1 || bad "run tiny failed"
+expect_exit 0 "weights: .*model.safetensors.index.json \(index of [0-9]+ shards\)" run --model tiny --context 1K --chunk 256 --page 64 --save-weights "$tmp/ck" --max-shard-bytes 100000
+[ -f "$tmp/ck/model-00001-of-00005.safetensors" ] && ok || bad "--save-weights wrote no shards: $(ls "$tmp/ck")"
+"$oomb" run --model tiny --context 1K --chunk 256 --page 64 --weights "$tmp/ck" >"$tmp/ck_run.out" 2>&1 || bad "run --weights DIR failed: $(cat "$tmp/ck_run.out")"
+[ "$(grep -o 'loss [0-9.]*' "$tmp/ck_ref.out")" = "$(grep -o 'loss [0-9.]*' "$tmp/ck_run.out")" ] && ok ||
+  bad "run --weights DIR gave another loss than the weights it saved"
+expect_exit 2 "--max-shard-bytes" run --model tiny --context 1K --chunk 256 --page 64 --save-weights "$tmp/never_ck" --max-shard-bytes 0
+[ ! -e "$tmp/never_ck" ] && ok || bad "a checkpoint was written despite --max-shard-bytes 0"
+expect_exit 2 "weight_map|missing" run --model tiny --context 1K --chunk 256 --page 64 --weights "$tmp/Qwen2.5-7B/config.json"
+if command -v python3 >/dev/null; then
+  mkdir -p "$tmp/ck_bf16"
+  python3 - "$tmp/ck" "$tmp/ck_bf16" <<'PY' || bad "bf16 conversion failed"
+import json, os, struct, sys
+src, dst = sys.argv[1], sys.argv[2]
+index = json.load(open(os.path.join(src, "model.safetensors.index.json")))
+for shard in sorted(set(index["weight_map"].values())):
+    raw = open(os.path.join(src, shard), "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    header, data = json.loads(raw[8:8 + n]), raw[8 + n:]
+    out_header, out = {}, bytearray()
+    for name, e in header.items():
+        if name == "__metadata__":
+            continue
+        b, end = e["data_offsets"]
+        vals = struct.unpack("<%dI" % ((end - b) // 4), data[b:end])
+        start = len(out)
+        for u in vals:  # fp32 -> bf16, round to nearest even
+            out += struct.pack("<H", ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) & 0xFFFF)
+        out_header[name] = {"dtype": "BF16", "shape": e["shape"], "data_offsets": [start, len(out)]}
+    text = json.dumps(out_header).encode()
+    open(os.path.join(dst, shard), "wb").write(struct.pack("<Q", len(text)) + text + bytes(out))
+index["metadata"]["total_size"] //= 2
+json.dump(index, open(os.path.join(dst, "model.safetensors.index.json"), "w"))
+PY
+  expect_exit 0 "step 1 +loss [0-9]" run --model tiny --context 1K --chunk 256 --page 64 --weights "$tmp/ck_bf16"
+fi
+
 # Ids and commands as typed: did you mean, unknown subcommands, completion scripts.
 expect_exit 2 "did you mean qwen2.5-7b" plan --model qwen2.5-7 --gpu h200 --context 1M
 expect_exit 2 "did you mean h200" plan --model qwen2.5-7b --gpu h2000 --context 1M
