@@ -181,11 +181,14 @@ ChunkCosts standard_costs(const Scenario& s, const Geometry& g) {
   ChunkCosts cc;
   const LayerWork w = layer_work(g, g.N, 0, s.model.qk_norm);
   const bool ckpt = s.config.checkpointing;
-  cc.fill.compute_s = time_of(s, w, Mult{1.0, 1.0, 0.0, 1.0, kKernelsLayerFwd});
+  const Mult fwd{1.0, 1.0, 0.0, 1.0, kKernelsLayerFwd};
+  cc.fill.compute_s = time_of(s, w, fwd);
+  cc.fill.work = terms_of(s, w, fwd);
   cc.fill.flops = w.gemm_flops + w.attn_flops;
   const double r = ckpt ? 1.0 : 0.0;
-  cc.backward.compute_s = time_of(
-      s, w, Mult{2.0 + r, r, kAttentionBackwardFactor, 2.0 + r, kKernelsLayerBwd + (ckpt ? kKernelsLayerFwd : 0)});
+  const Mult bwd{2.0 + r, r, kAttentionBackwardFactor, 2.0 + r, kKernelsLayerBwd + (ckpt ? kKernelsLayerFwd : 0)};
+  cc.backward.compute_s = time_of(s, w, bwd);
+  cc.backward.work = terms_of(s, w, bwd);
   cc.backward.flops = (2.0 + r) * w.gemm_flops + (kAttentionBackwardFactor + r) * w.attn_flops;
   cc.head = head_cost(s, g, g.N);
   return cc;

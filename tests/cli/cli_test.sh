@@ -277,6 +277,65 @@ PY
   expect_exit 0 "step 1 +loss [0-9]" run --model tiny --context 1K --chunk 256 --page 64 --weights "$tmp/ck_bf16"
 fi
 
+# Run logs as measurements: steps "measured" on a known profile (the h200 with other efficiencies)
+# are fitted back to it by `calibrate --points`, CSV and JSON (a plan as a point), with per-point
+# and left-out errors; `validate --measured` compares a plan with outside numbers.
+"$oomb" models --show h200 | sed 's/"attention": 0.5/"attention": 0.45/; s/"attention_backward": 0.5/"attention_backward": 0.33/; s/"gemm": 0.7/"gemm": 0.62/; s/"memory_bound": 0.8/"memory_bound": 0.55/; s/"launch_overhead_s": 5e-06/"launch_overhead_s": 7e-06/; s/"id": "h200"/"id": "h200-truth"/' >"$tmp/truth.json"
+echo "name,model,context,chunk,schedule,checkpointing,resident_layers,step_s,peak_device_bytes" >"$tmp/points.csv"
+i=0
+while IFS=, read -r m c ch sc ck r; do
+  i=$((i + 1))
+  j=$("$oomb" simulate --gpu "$tmp/truth.json" --model "$m" --context "$c" --chunk "$ch" --schedule "$sc" --checkpointing "$ck" --resident-layers "$r" --json)
+  st=$(grep -m1 '"step_s"' <<<"$j" | sed 's/.*: //; s/,//')
+  pk=$(grep -m1 '"peak_device_bytes"' <<<"$j" | sed 's/.*: //; s/,//')
+  echo "run $i,$m,$c,$ch,$sc,$ck,$r,$st,$pk" >>"$tmp/points.csv"
+done <<'ROWS'
+qwen2.5-7b,256K,4K,oomb,true,1
+qwen2.5-7b,64K,2K,oomb,true,all
+qwen2.5-7b,32K,4K,oomb,false,all
+qwen2.5-7b,1M,8K,oomb,true,2
+qwen2.5-0.5b,128K,1K,oomb,true,all
+qwen2.5-0.5b,16K,512,oomb,true,2
+qwen2.5-0.5b,8K,256,oomb,false,all
+qwen2.5-1.5b,32K,4K,standard,true,all
+qwen2.5-1.5b,8K,4K,standard,false,all
+llama-3.1-8b,512K,8K,oomb,true,2
+ROWS
+expect_exit 0 "efficiency gemm 0.6200, attention 0.4500 \(backward 0.3300\), memory-bound 0.5500; launch overhead 7.0 us" calibrate --points "$tmp/points.csv" --gpu h200 --out "$tmp/points-fit.json"
+expect_exit 0 "run 10 .* 0.0% .* 0.0%" calibrate --points "$tmp/points.csv" --gpu h200
+grep -q '"left_out_step_error"' "$tmp/points-fit.json" && grep -q '"calibrated_from": "least-squares fit to 10 measured step' "$tmp/points-fit.json" && ok ||
+  bad "calibrate --points wrote no per-point / left-out errors"
+# JSON points, one of them a plan (paths relative to the points file), tokens_per_s instead of step_s.
+"$oomb" plan --model qwen2.5-7b --gpu h200 --context 256K --chunk 4K --resident-layers 1 --out "$tmp/pt_plan.json" >/dev/null || bad "plan for points failed"
+st=$("$oomb" simulate --gpu "$tmp/truth.json" --model qwen2.5-0.5b --context 32K --chunk 2K --json | grep -m1 '"step_s"' | sed 's/.*: //; s/,//')
+cat >"$tmp/points.json" <<JSON
+{"schema": "oomb.points/1", "points": [
+  {"name": "from a plan", "plan": "pt_plan.json", "step_s": 300},
+  {"model": "Qwen2.5-0.5B", "context": "32K", "chunk": "2K", "tokens_per_s": $(awk "BEGIN{printf \"%.6f\", 32768 / $st}")}]}
+JSON
+expect_exit 0 "from a plan .* point 2|from a plan" calibrate --points "$tmp/points.json" "$tmp/points.csv" --gpu h200
+printf 'model,context,stepp\ntiny,4K,1\n' >"$tmp/badkey.csv"
+expect_exit 2 "badkey.csv line 2.*stepp.*unknown key" calibrate --points "$tmp/badkey.csv" --gpu h200
+printf 'model,context,step_s\ntiny,4K,\n' >"$tmp/nostep.csv"
+expect_exit 2 "nostep.csv line 2.*step_s.*missing" calibrate --points "$tmp/nostep.csv" --gpu h200
+printf 'model,context,chunk,step_s,tokens_per_s\ntiny,4K,1K,1,99\n' >"$tmp/disagree.csv"
+expect_exit 2 "tokens_per_s.*disagrees with step_s" calibrate --points "$tmp/disagree.csv" --gpu h200
+printf 'model,gpu,context,chunk,step_s\ntiny,a100-40gb,4K,1K,1\n' >"$tmp/othergpu.csv"
+expect_exit 2 "othergpu.csv line 2.*gpu.*not the fitted profile" calibrate --points "$tmp/othergpu.csv" --gpu h200
+printf 'model,context,chunk,step_s\ntiny,4K,1000,1\n' >"$tmp/badchunk.csv"
+expect_exit 2 "badchunk.csv line 2.*--chunk" calibrate --points "$tmp/badchunk.csv" --gpu h200
+head -2 "$tmp/points.csv" >"$tmp/one.csv"
+expect_exit 2 "is not determined" calibrate --points "$tmp/one.csv" --gpu h200
+expect_exit 0 "efficiency gemm 0.6200" calibrate --points "$tmp/one.csv" --gpu "$tmp/truth.json" --hold attention attention_backward memory_bound launch_overhead
+expect_exit 2 "--gpu.*required with --points" calibrate --points "$tmp/points.csv"
+pst=$("$oomb" simulate --model qwen2.5-7b --gpu h200 --context 256K --chunk 4K --resident-layers 1 --json | grep -m1 '"step_s"' | sed 's/.*: //; s/,//')
+expect_exit 0 "step_s .* ok" validate --plan "$tmp/pt_plan.json" --measured "step_s=$pst"
+expect_exit 1 "step_s .*FAIL" validate --plan "$tmp/pt_plan.json" --measured "step_s=$(awk "BEGIN{print $pst * 2}"),peak_device_bytes=1000"
+expect_exit 2 "--measured.*unknown term" validate --plan "$tmp/pt_plan.json" --measured "stepp=3"
+expect_exit 2 "--measured.*not a positive number" validate --plan "$tmp/pt_plan.json" --measured "step_s=-1"
+expect_exit 2 "--measured.*--plan" validate --measured "step_s=3"
+expect_exit 2 "--trace.*required" validate --plan "$tmp/pt_plan.json"
+
 # Ids and commands as typed: did you mean, unknown subcommands, completion scripts.
 expect_exit 2 "did you mean qwen2.5-7b" plan --model qwen2.5-7 --gpu h200 --context 1M
 expect_exit 2 "did you mean h200" plan --model qwen2.5-7b --gpu h2000 --context 1M
