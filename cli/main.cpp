@@ -49,6 +49,29 @@ int main(int argc, char** argv) {
   }
   try {
     app.parse(argc, argv);
+  } catch (const CLI::ExtrasError& e) {
+    // A mistyped flag: name the subcommand's closest ones instead of only "not expected".
+    for (auto& [sub, fn] : subs) {
+      if (!sub->parsed()) continue;
+      std::vector<std::string> flags;
+      for (const CLI::Option* o : sub->get_options())
+        for (const auto& l : o->get_lnames()) flags.push_back("--" + l);
+      std::string hints;
+      for (const auto& extra : sub->remaining()) {
+        if (extra.rfind("--", 0) != 0) continue;
+        const std::string typed = extra.substr(0, extra.find('='));
+        const std::vector<std::string> near = oomb::models::closest_ids(typed, flags, 2);
+        hints += "\n  " + typed + ": unknown flag of `oomb " + sub->get_name() + "`";
+        for (size_t i = 0; i < near.size(); ++i) hints += (i ? " or " : " (did you mean ") + near[i];
+        if (!near.empty()) hints += "?)";
+      }
+      if (!hints.empty()) {
+        std::fprintf(stderr, "oomb %s: error: %s%s\n  (oomb %s --help lists the flags)\n", sub->get_name().c_str(),
+                     e.what(), hints.c_str(), sub->get_name().c_str());
+        return 2;
+      }
+    }
+    return app.exit(e) == 0 ? 0 : 2;
   } catch (const CLI::ParseError& e) {
     int rc = app.exit(e);
     return rc == 0 ? 0 : 2;

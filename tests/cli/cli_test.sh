@@ -341,6 +341,8 @@ expect_exit 2 "did you mean qwen2.5-7b" plan --model qwen2.5-7 --gpu h200 --cont
 expect_exit 2 "did you mean h200" plan --model qwen2.5-7b --gpu h2000 --context 1M
 expect_exit 2 "unknown subcommand 'plann' \(did you mean plan\?\)" plann --context 1M
 expect_exit 2 "unknown subcommand 'frobnicate'.*subcommands: .*plan" frobnicate
+expect_exit 2 "--contxt: unknown flag of .oomb plan. \(did you mean --context\?\)" plan --model qwen2.5-7b --contxt 4M
+expect_exit 2 "--weight: unknown flag of .oomb run. \(did you mean --weights\?\)" run --model tiny --context 1K --weight x
 expect_exit 2 "completion.*bash or zsh" completion fish
 "$oomb" completion bash >"$tmp/oomb.bash" && bash -n "$tmp/oomb.bash" && ok || bad "completion bash is not valid bash"
 # Completing in a real bash: subcommands, a subcommand's flags, catalog ids after --model / --gpu.
