@@ -399,10 +399,10 @@ std::vector<std::string> write_checkpoint(const ParamTensors& t, const std::stri
   // A checkpoint written here before, in the other form, would shadow or contradict this one.
   if (shards.size() == 1) {
     write_file(t, shards[0], single.string(), how.dtype);
-    if (!file_mode) fs::remove(index, ec);
+    fs::remove(index, ec);
     return {single.string()};
   }
-  if (!file_mode) fs::remove(single, ec);
+  fs::remove(single, ec);
   char name[64];
   std::vector<std::string> written = {index.string()};
   Json map = Json::object();

@@ -285,6 +285,10 @@ TEST_F(Checkpoint, WritesAFilePathAndReplacesTheOtherForm) {
   EXPECT_EQ(s[0], path("g.safetensors.index.json"));
   EXPECT_TRUE(fs::exists(path("g-00001-of-0000" + std::to_string(s.size() - 1) + ".safetensors")));
   EXPECT_TRUE(same_bits(read_checkpoint(s[0], m), w));
+  // The same file path written sharded after a single file: the stale file goes.
+  write_checkpoint(w, path("w.safetensors"), {100'000, "F32"});
+  EXPECT_FALSE(fs::exists(path("w.safetensors")));
+  EXPECT_TRUE(same_bits(read_checkpoint(path("w.safetensors.index.json"), m), w));
   // A folder first written sharded, then as one file: the stale index goes, the new file is read.
   write_checkpoint(w, path("ck"), {100'000, "F32"});
   const Weights w2 = random_weights(m, 10, 0.05f);

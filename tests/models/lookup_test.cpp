@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "core/error.h"
+#include "models/catalog.h"
 #include "models/specs.h"
 
 namespace oomb::models {
@@ -28,6 +29,16 @@ TEST(Lookup, IdsAsPeopleTypeThem) {
   EXPECT_EQ(load_model("Qwen2.5-7B").id, "qwen2.5-7b");
   EXPECT_EQ(load_gpu("H200").id, "h200");
   EXPECT_EQ(load_gpu("h100").id, "h100-sxm");
+}
+
+TEST(Lookup, EveryIdAndAliasResolvesToItsOwnEntry) {
+  // An alias that normalises to another entry's id or alias would make both ambiguous.
+  for (const char* kind : {"llm", "gpu", "host"})
+    for (const auto& id : catalog_ids(kind)) {
+      EXPECT_EQ(resolve_catalog_id(kind, id), id) << kind << "/" << id;
+      EXPECT_EQ(resolve_catalog_id(kind, normalized_id(id)), id) << kind << "/" << id;
+      for (const auto& alias : catalog_aliases(kind, id)) EXPECT_EQ(resolve_catalog_id(kind, alias), id) << alias;
+    }
 }
 
 TEST(Lookup, EditDistance) {
