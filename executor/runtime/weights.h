@@ -103,7 +103,8 @@ struct CheckpointWrite {
 // "<stem>.safetensors" file. At most max_shard_bytes of tensor data: one file (the folder's
 // model.safetensors, or path itself); above it shards <stem>-00001-of-0000N.safetensors and
 // <stem>.safetensors.index.json (weight_map, metadata.total_size), each written atomically, the
-// index last. A tensor larger than the limit gets a shard of its own. Returns the files written,
+// index last. A tensor larger than the limit gets a shard of its own. What an earlier write left
+// there in the other form (the single file, or the index) is removed. Returns the files written,
 // the index (or single file) first.
 std::vector<std::string> write_checkpoint(const ParamTensors& t, const std::string& path, const CheckpointWrite& how = {});
 

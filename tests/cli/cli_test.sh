@@ -354,7 +354,24 @@ complete_words() { bash -c 'source "$1"; shift; COMP_WORDS=("$@"); COMP_CWORD=$(
 [[ " $(complete_words oomb simulate --gpu h2) " == *" h200 "* ]] && ok || bad "bash completion lacks gpu ids"
 "$oomb" completion zsh >"$tmp/_oomb" && grep -q '^#compdef oomb' "$tmp/_oomb" && grep -q -- '--context' "$tmp/_oomb" && ok ||
   bad "completion zsh lacks #compdef or flags"
-if command -v zsh >/dev/null; then zsh -n "$tmp/_oomb" && ok || bad "completion zsh is not valid zsh"; fi
+if command -v zsh >/dev/null; then
+  zsh -n "$tmp/_oomb" && ok || bad "completion zsh is not valid zsh"
+  # _oomb with zsh's completion builtins stubbed to print what they would offer.
+  cat >"$tmp/zsh_stub.zsh" <<'ZSH'
+_describe() { print -r -- "describe ${(P)2}"; }
+compadd() { shift; print -r -- "compadd $*"; }
+_alternative() { print -r -- "alternative $*"; }
+_files() { print -r -- "files"; }
+compdef() { :; }
+source "$1"; shift
+words=("$@"); CURRENT=${#words}
+_oomb
+ZSH
+  zcomplete() { zsh -f "$tmp/zsh_stub.zsh" "$tmp/_oomb" "$@"; }
+  [[ "$(zcomplete oomb pl)" == *"plan:"* ]] && ok || bad "zsh completion of 'oomb pl' lacks plan"
+  [[ " $(zcomplete oomb plan --cont) " == *" --context "* ]] && ok || bad "zsh completion lacks plan --context"
+  [[ "$(zcomplete oomb plan --model qw)" == *"qwen2.5-7b"* ]] && ok || bad "zsh completion lacks model ids"
+fi
 
 echo "cli: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]
