@@ -197,18 +197,15 @@ MemoryTable detail::memory_table(const Scenario& s, bool describe) {
   const std::string tok = g.oomb ? "chunk" : "sequence";
   // Per-token activations of one layer kept for its backward (bf16 unless stated):
   // input norm (h), q, k, v, attention output (q), post-attention residual (h), post norm (h),
-  // gate, up, silu(gate)*up (f each); with q/k norm (Qwen3) also q and k before their norm.
-  const int64_t qk_norm_inputs = s.model.qk_norm ? g.qd + g.kvd : 0;
-  const int64_t layer_act_per_token = (3 * g.h + 2 * g.qd + 2 * g.kvd + 3 * g.f + qk_norm_inputs) * g.act_b;
+  // gate, up, silu(gate)*up (f each).
+  const int64_t layer_act_per_token = (3 * g.h + 2 * g.qd + 2 * g.kvd + 3 * g.f) * g.act_b;
   if (c.checkpointing) {
     add("layer_input_checkpoints", "checkpoints", Tier::device, OOMB_SHAPE({g.L, T, g.h}, c.activation_dtype),
         checked_mul(checked_mul(g.L, T), g.h * g.act_b), "stage 2 (per " + tok + ")",
         "layers x " + tok + " tokens x hidden x activation dtype");
     add("layer_activations", "layer_working_set", Tier::device, OOMB_SHAPE({T, layer_act_per_token / g.act_b}, c.activation_dtype),
         checked_mul(T, layer_act_per_token), "one layer's recompute",
-        tok + " tokens x (3 hidden + 2 q_dim + 2 kv_dim + 3 ffn" +
-            (s.model.qk_norm ? std::string(" + q_dim + kv_dim before the q/k norm") : std::string()) +
-            ") x activation dtype");
+        tok + " tokens x (3 hidden + 2 q_dim + 2 kv_dim + 3 ffn) x activation dtype");
   } else {
     add("all_layer_activations", "checkpoints", Tier::device, OOMB_SHAPE({g.L, T, layer_act_per_token / g.act_b}, c.activation_dtype),
         checked_mul(checked_mul(g.L, T), layer_act_per_token), "stage 2 (per " + tok + ")",
