@@ -3,13 +3,19 @@
 //   --traces T... --gpu G     least-squares fit of G's efficiencies to measured traces
 //   --project-to G2 --gpu P   a calibrated profile's efficiencies on another catalog device
 //   --recall T... --out C     a budget-to-recall curve (oomb.recall/1) from sparse runs' recall
+//   --points P... --gpu G     least-squares fit of G's efficiencies to measured whole steps (run logs)
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <filesystem>
+#include <map>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "cli/command.h"
+#include "cli/scenario_flags.h"
 #include "core/error.h"
 #include "core/format.h"
 #include "executor/cpu/cpu_backend.h"
@@ -18,7 +24,10 @@
 #include "executor/cuda/device_info.h"
 #endif
 #include "executor/runtime/microbench.h"
+#include "planner/defaults.h"
+#include "planner/plan.h"
 #include "planner/recall_curve.h"
+#include "planner/search.h"
 #include "simulator/calibration.h"
 #include "traces/trace.h"
 
@@ -27,7 +36,7 @@ namespace {
 
 struct CalibrateArgs {
   std::string backend, gpu, out, id, project_to, efficiency_model;
-  std::vector<std::string> traces, recall, hold, models = {"tiny", "qwen2.5-0.5b"};
+  std::vector<std::string> traces, recall, points, hold, models = {"tiny", "qwen2.5-0.5b"};
   int64_t chunk = 1024;
   int threads = 0;  // --backend cpu: compute threads (0 = the CPUs this process may use)
   CLI::Option* chunk_opt = nullptr;
@@ -247,10 +256,312 @@ int run_recall_mode(const CalibrateArgs& a) {
   return 0;
 }
 
+// ---- --points: run logs (a plan, or the knobs, and what was measured) as calibration points.
+
+// The keys a point may have: the scenario flags (as in `oomb plan`), a plan instead of them, what
+// was measured, and free text.
+const std::vector<std::string> kKnobKeys = {
+    "model", "gpu", "host", "context", "preset", "schedule", "attention", "chunk", "page", "budget", "selection",
+    "selection_overlap", "selection_memory", "resident_layers", "kv_dtype", "kv_grad_dtype", "param_dtype",
+    "param_grad_dtype", "optimizer", "checkpointing", "logits_chunk", "peak_measure", "gpus", "layers"};
+const std::vector<std::string> kMeasuredKeys = {"step_s", "peak_device_bytes", "tokens_per_s"};
+const std::vector<std::string> kTextKeys = {"name", "plan", "note", "source"};
+
+bool one_of(const std::string& k, const std::vector<std::string>& v) { return std::find(v.begin(), v.end(), k) != v.end(); }
+
+std::string valid_keys() {
+  std::string s;
+  for (const auto* v : {&kTextKeys, &kMeasuredKeys, &kKnobKeys})
+    for (const auto& k : *v) s += (s.empty() ? "" : ", ") + k;
+  return s;
+}
+
+double number_of(const std::string& text, const std::string& where, const std::string& key) {
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != text.size() || !std::isfinite(v) || v < 0)
+    throw Error(where, key, "'" + text + "' is not a non-negative number", key == "step_s" ? "seconds, e.g. 12.5" : "");
+  return v;
+}
+
+int64_t integer_of(const std::string& text, const std::string& where, const std::string& key) {
+  const double v = number_of(text, where, key);
+  if (v != std::floor(v) || v > 9.2e18) throw Error(where, key, "'" + text + "' is not an integer");
+  return static_cast<int64_t>(v);
+}
+
+// One point from its fields (key -> text; empty text = not given). dir: the points file's folder
+// (plan paths are relative to it).
+// The same device: what the fit's peaks and capacity are (ids differ between a catalog entry and
+// its calibrated profiles).
+bool same_device(const models::GpuSpec& a, const models::GpuSpec& b) {
+  return a.hbm_capacity_bytes == b.hbm_capacity_bytes && a.bf16_flops_per_s == b.bf16_flops_per_s &&
+         a.hbm_bytes_per_s == b.hbm_bytes_per_s;
+}
+
+simulator::MeasuredPoint point_of(std::map<std::string, std::string> f, const std::string& where,
+                                  const std::filesystem::path& dir, const std::string& gpu_arg,
+                                  const models::GpuSpec& base) {
+  for (auto it = f.begin(); it != f.end();) it = it->second.empty() ? f.erase(it) : std::next(it);
+  for (const auto& [k, v] : f)
+    if (!one_of(k, kKnobKeys) && !one_of(k, kMeasuredKeys) && !one_of(k, kTextKeys))
+      throw Error(where, k, "unknown key", "one of " + valid_keys());
+  simulator::MeasuredPoint p;
+  p.name = f.count("name") ? f["name"] : where;
+  if (f.count("plan")) {
+    for (const auto& k : kKnobKeys)
+      if (f.count(k)) throw Error(where, k, "is fixed by the point's plan", "give either plan or the knobs");
+    const std::filesystem::path given(f["plan"]);
+    const std::filesystem::path plan = given.is_absolute() ? given : dir / given;
+    const planner::Plan pl = planner::load_plan(plan.string());
+    if (!same_device(pl.gpu, base))
+      throw Error(where, "plan", "the plan is for GPU '" + pl.gpu_id + "', the fitted profile is '" + base.id + "'",
+                  "fit points measured on the --gpu device");
+    p.scenario = pl.scenario();
+  } else {
+    if (!f.count("model")) throw Error(where, "model", "missing", "a catalog id, a model JSON or a Hugging Face config");
+    if (!f.count("context")) throw Error(where, "context", "missing", "the tokens per step, e.g. 32K");
+    if (f.count("gpu") && !same_device(models::load_gpu(f["gpu"]), base))
+      throw Error(where, "gpu", "'" + f["gpu"] + "' is not the fitted profile '" + base.id + "'",
+                  "fit points measured on the --gpu device (or leave gpu out)");
+    ScenarioFlags flags;
+    flags.training_defaults = true;  // a point's knobs mean what they mean to `oomb simulate` and `oomb plan`
+    flags.model = f["model"];
+    flags.gpu = gpu_arg;
+    if (f.count("host")) flags.host = f["host"];
+    flags.context = f["context"];
+    if (f.count("preset")) flags.preset = f["preset"];
+    auto text = [&](const char* k, std::optional<std::string>& dst) {
+      if (f.count(k)) dst = f[k];
+    };
+    text("schedule", flags.schedule);
+    text("attention", flags.attention);
+    text("chunk", flags.chunk);
+    text("page", flags.page);
+    text("selection", flags.selection);
+    text("selection_memory", flags.selection_memory);
+    text("resident_layers", flags.resident_layers);
+    text("kv_dtype", flags.kv_dtype);
+    text("kv_grad_dtype", flags.kv_grad_dtype);
+    text("param_dtype", flags.param_dtype);
+    text("param_grad_dtype", flags.param_grad_dtype);
+    text("optimizer", flags.optimizer);
+    text("logits_chunk", flags.logits_chunk);
+    text("peak_measure", flags.peak_measure);
+    if (f.count("budget")) flags.budget = integer_of(f["budget"], where, "budget");
+    if (f.count("gpus")) flags.gpus = integer_of(f["gpus"], where, "gpus");
+    if (f.count("layers")) flags.layers = integer_of(f["layers"], where, "layers");
+    if (f.count("selection_overlap")) flags.selection_overlap = number_of(f["selection_overlap"], where, "selection_overlap");
+    if (f.count("checkpointing")) {
+      if (f["checkpointing"] != "true" && f["checkpointing"] != "false")
+        throw Error(where, "checkpointing", "'" + f["checkpointing"] + "' is not true or false");
+      flags.checkpointing = f["checkpointing"] == "true";
+    }
+    // The model, GPU, host and knob checks of `oomb plan`, named for this point.
+    try {
+      p.scenario = flags.resolve();
+      if (flags.optimizer_auto())
+        p.scenario.config.optimizer = planner::place_optimizer(p.scenario, planner::kDefaultHeadroom);
+    } catch (const Error& e) {
+      throw Error(where, e.where(), e.problem() + (e.key().empty() ? "" : " ('" + e.key() + "')"), e.hint());
+    }
+  }
+  p.scenario.gpu = base;
+  const double tokens = static_cast<double>(p.scenario.config.context_tokens);
+  if (f.count("tokens_per_s")) {
+    p.tokens_per_s = number_of(f["tokens_per_s"], where, "tokens_per_s");
+    if (!(*p.tokens_per_s > 0)) throw Error(where, "tokens_per_s", "must be positive");
+  }
+  if (f.count("step_s")) {
+    p.step_s = number_of(f["step_s"], where, "step_s");
+    if (!(p.step_s > 0)) throw Error(where, "step_s", "must be positive");
+    // Both given: they must describe the same step (a sequence of context tokens per step).
+    if (p.tokens_per_s && std::fabs(tokens / p.step_s - *p.tokens_per_s) > 0.02 * *p.tokens_per_s)
+      throw Error(where, "tokens_per_s",
+                  "disagrees with step_s: " + format_count(tokens) + " tokens / " + format_duration_s(p.step_s) +
+                      " is " + format_count(tokens / p.step_s) + " tokens/s",
+                  "give one of them, or check the context");
+  } else if (p.tokens_per_s) {
+    p.step_s = tokens / *p.tokens_per_s;
+  } else {
+    throw Error(where, "step_s", "missing: a point needs what was measured", "step_s (or tokens_per_s)");
+  }
+  if (f.count("peak_device_bytes")) p.peak_device_bytes = integer_of(f["peak_device_bytes"], where, "peak_device_bytes");
+  return p;
+}
+
+std::string trimmed(const std::string& s) {
+  const size_t b = s.find_first_not_of(" \t\r"), e = s.find_last_not_of(" \t\r");
+  return b == std::string::npos ? std::string() : s.substr(b, e - b + 1);
+}
+
+// Splits one CSV line (commas; double quotes around fields that hold commas or quotes).
+std::vector<std::string> csv_fields(const std::string& line, const std::string& where) {
+  std::vector<std::string> out;
+  std::string cur;
+  bool quoted = false, was_quoted = false;
+  for (size_t i = 0; i < line.size(); ++i) {
+    const char c = line[i];
+    if (quoted) {
+      if (c == '"' && i + 1 < line.size() && line[i + 1] == '"') cur += '"', ++i;
+      else if (c == '"') quoted = false;
+      else cur += c;
+    } else if (c == '"' && trimmed(cur).empty() && !was_quoted) {
+      quoted = was_quoted = true;
+      cur.clear();
+    } else if (c == ',') {
+      out.push_back(was_quoted ? cur : trimmed(cur));
+      cur.clear();
+      was_quoted = false;
+    } else if (!was_quoted) {
+      cur += c;
+    }
+  }
+  if (quoted) throw Error(where, "", "unterminated quoted field");
+  out.push_back(was_quoted ? cur : trimmed(cur));
+  return out;
+}
+
+std::string key_of(std::string k) {
+  for (char& c : k) c = c == '-' ? '_' : static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return k;
+}
+
+std::vector<simulator::MeasuredPoint> read_points(const std::string& path, const std::string& gpu_arg,
+                                                  const models::GpuSpec& base) {
+  const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  std::vector<simulator::MeasuredPoint> out;
+  const std::string text = read_text_file(path);
+  const bool json = path.size() >= 5 && path.substr(path.size() - 5) == ".json";
+  if (json) {
+    const Json j = parse_json(text, path);
+    JsonReader r(j, path);
+    r.expect_schema("oomb.points/1");
+    const Json& pts = r.array("points");
+    if (pts.empty()) throw Error(path, "points", "is empty", "one object per measured configuration");
+    for (size_t i = 0; i < pts.size(); ++i) {
+      const std::string where = path + ": points[" + std::to_string(i) + "]";
+      if (!pts[i].is_object()) throw Error(where, "", "is not an object");
+      std::map<std::string, std::string> f;
+      for (auto it = pts[i].begin(); it != pts[i].end(); ++it) {
+        const Json& v = it.value();
+        f[key_of(it.key())] = v.is_string() ? v.get<std::string>() : v.is_null() ? std::string() : v.dump();
+      }
+      out.push_back(point_of(f, where, dir, gpu_arg, base));
+    }
+    return out;
+  }
+  // CSV: a header row of keys, one point per row; '#' starts a comment line.
+  std::istringstream in(text);
+  std::string line;
+  std::vector<std::string> header;
+  int n = 0;
+  while (std::getline(in, line)) {
+    ++n;
+    if (line.find_first_not_of(" \t\r") == std::string::npos || line[line.find_first_not_of(" \t")] == '#') continue;
+    const std::string where = path + " line " + std::to_string(n);
+    std::vector<std::string> fields = csv_fields(line, where);
+    if (header.empty()) {
+      for (auto& h : fields) header.push_back(key_of(h));
+      continue;
+    }
+    if (fields.size() != header.size())
+      throw Error(where, "", std::to_string(fields.size()) + " fields, the header has " + std::to_string(header.size()));
+    std::map<std::string, std::string> f;
+    for (size_t i = 0; i < header.size(); ++i) f[header[i]] = fields[i];
+    out.push_back(point_of(f, where, dir, gpu_arg, base));
+  }
+  if (out.empty()) throw Error(path, "", "no points", "a header row (e.g. model,context,chunk,step_s) and one row per run");
+  return out;
+}
+
+int run_points_mode(const CalibrateArgs& a) {
+  if (a.gpu.empty())
+    throw Error("--gpu", "", "is required with --points", "the profile of the device that ran, e.g. h100-sxm");
+  const models::GpuSpec base = models::load_gpu(a.gpu);
+  std::vector<simulator::MeasuredPoint> points;
+  for (const auto& path : a.points) {
+    auto p = read_points(path, a.gpu, base);
+    points.insert(points.end(), p.begin(), p.end());
+  }
+  const simulator::PointsFit pf = simulator::fit_points(points, base, a.hold);
+  const simulator::FitResult& fit = pf.fit;
+  models::GpuSpec g = pf.profile;
+  g.id = a.id.empty() ? base.id + "-calibrated" : a.id;
+  std::string names;
+  for (const auto& p : a.points) names += (names.empty() ? "" : ", ") + p;
+  g.calibrated_from = "least-squares fit to " + std::to_string(points.size()) + " measured step(s): " + names;
+  g.sources["efficiency"] = "oomb calibrate --points (least squares over " + std::to_string(points.size()) +
+                            " whole steps, R^2 " + std::to_string(fit.r2) + ")";
+  Json cal = fit.to_json();
+  cal.erase("residuals");  // one sample per point: the per-point rows below say it
+  cal.erase("trace_error");
+  cal.erase("leave_one_trace_out_error");
+  Json rows = Json::array();
+  for (size_t i = 0; i < points.size(); ++i) {
+    const auto& p = points[i];
+    const auto& q = pf.predicted[i];
+    Json row = {{"name", p.name}, {"measured_step_s", p.step_s}, {"predicted_step_s", q.step_s},
+                {"step_error", fit.trace_error[i]}, {"predicted_peak_device_bytes", q.peak_device_bytes}};
+    row["left_out_step_error"] =
+        i < fit.leave_one_out.size() && fit.leave_one_out[i] ? Json(*fit.leave_one_out[i]) : Json(nullptr);
+    if (p.peak_device_bytes) {
+      row["measured_peak_device_bytes"] = *p.peak_device_bytes;
+      row["peak_device_error"] = *p.peak_device_bytes > 0
+                                     ? (static_cast<double>(q.peak_device_bytes) - static_cast<double>(*p.peak_device_bytes)) /
+                                           static_cast<double>(*p.peak_device_bytes)
+                                     : 0.0;
+    }
+    rows.push_back(row);
+  }
+  cal["points"] = rows;
+  Json j = g.to_json();
+  j["calibration"] = cal;
+  models::gpu_from_json(j, a.out.empty() ? "calibrated profile" : a.out);
+  if (!a.out.empty()) write_text_file(a.out, j.dump(2) + "\n");
+  if (a.json) {
+    std::printf("%s\n", cal.dump(2).c_str());
+    return 0;
+  }
+  std::printf("oomb calibrate: %s fitted to %zu measured step(s) (%d iteration(s) of the copy-time fixed point)\n",
+              base.id.c_str(), points.size(), pf.iterations);
+  std::printf("  efficiency gemm %.4f, attention %.4f (backward %.4f), memory-bound %.4f; launch overhead %s; R^2 %.4f\n",
+              fit.efficiency.gemm, fit.efficiency.attention, fit.efficiency.attention_backward,
+              fit.efficiency.memory_bound, format_duration_s(fit.launch_overhead_s).c_str(), fit.r2);
+  for (const auto& c : fit.clamped) std::printf("  note: %s\n", c.c_str());
+  for (const auto& h : a.hold) std::printf("  held at %s's value: %s\n", base.id.c_str(), h.c_str());
+  std::printf("\n  %-28s %12s %12s %8s %10s %12s %12s %8s\n", "point", "measured", "predicted", "error", "left out",
+              "peak meas.", "peak pred.", "error");
+  for (size_t i = 0; i < points.size(); ++i) {
+    const auto& p = points[i];
+    const auto& q = pf.predicted[i];
+    std::string loo = "-";
+    if (i < fit.leave_one_out.size()) loo = fit.leave_one_out[i] ? format_percent(*fit.leave_one_out[i]) : "undetermined";
+    std::string pm = "-", pe = "-";
+    if (p.peak_device_bytes) {
+      pm = format_bytes(*p.peak_device_bytes);
+      if (*p.peak_device_bytes > 0)
+        pe = format_percent((static_cast<double>(q.peak_device_bytes) - static_cast<double>(*p.peak_device_bytes)) /
+                            static_cast<double>(*p.peak_device_bytes));
+    }
+    std::printf("  %-28s %12s %12s %8s %10s %12s %12s %8s\n", p.name.c_str(), format_duration_s(p.step_s).c_str(),
+                format_duration_s(q.step_s).c_str(), format_percent(fit.trace_error[i]).c_str(), loo.c_str(),
+                pm.c_str(), format_bytes(q.peak_device_bytes).c_str(), pe.c_str());
+  }
+  if (!a.out.empty()) std::printf("\nprofile: %s\n", a.out.c_str());
+  return 0;
+}
+
 int run_calibrate(const CalibrateArgs& a) {
-  const int modes = !a.backend.empty() + !a.traces.empty() + !a.project_to.empty() + !a.recall.empty();
+  const int modes =
+      !a.backend.empty() + !a.traces.empty() + !a.project_to.empty() + !a.recall.empty() + !a.points.empty();
   if (modes != 1)
-    throw Error("calibrate", "", "give exactly one of --backend, --traces, --project-to, --recall",
+    throw Error("calibrate", "", "give exactly one of --backend, --traces, --points, --project-to, --recall",
                 "e.g. oomb calibrate --backend cpu --out cpu.json");
   // Every flag and the output path before any work (the benchmarks take seconds).
   // --chunk: rows of the benchmarked GEMMs; the LM-head slice needs at least 16 and 16K rows of
@@ -262,6 +573,7 @@ int run_calibrate(const CalibrateArgs& a) {
   if (a.models.empty()) throw Error("--model", "", "no model shapes to benchmark", "e.g. --model tiny");
   check_writable(a.out, "--out");
   if (!a.recall.empty()) return run_recall_mode(a);
+  if (!a.points.empty()) return run_points_mode(a);
   if (!a.backend.empty()) return run_microbench_mode(a);
   if (!a.traces.empty()) return run_fit_mode(a);
   return run_project_mode(a);
@@ -284,8 +596,13 @@ const Registrar reg(
       sub.add_option("--efficiency-model", a->efficiency_model,
                      "With --backend: take gemm/attention efficiencies from this model's shapes (default: mean)");
       sub.add_option("--traces", a->traces, "Fit --gpu's efficiencies to these measured traces (layer or op detail)");
+      sub.add_option("--points", a->points,
+                     "Fit --gpu's efficiencies to measured whole steps: CSV (header row) or JSON (oomb.points/1) "
+                     "files, one point per run: a plan (plan, relative to the file) or the knobs (model, context, "
+                     "chunk, ... as `oomb plan` takes them) and step_s (or tokens_per_s), optionally "
+                     "peak_device_bytes");
       sub.add_option("--hold", a->hold,
-                     "With --traces: keep these at --gpu's values (gemm, attention, attention_backward, memory_bound, launch_overhead)");
+                     "With --traces or --points: keep these at --gpu's values (gemm, attention, attention_backward, memory_bound, launch_overhead)");
       sub.add_option("--project-to", a->project_to, "Put --gpu's calibrated efficiencies on this catalog device");
       sub.add_option("--recall", a->recall,
                      "Budget-to-recall curve (oomb.recall/1) from traces of `oomb run --attention sparse "
@@ -303,7 +620,8 @@ const Registrar reg(
           "  oomb calibrate --project-to h200 --gpu cpu-fit.json --out h200-what-if.json\n"
           "  oomb run --model tiny --context 4K --chunk 512 --page 64 --attention sparse --budget 4 --measure-recall "
           "--trace r4.json  (and --budget 8, 16 ...)\n"
-          "  oomb calibrate --recall r4.json r8.json r16.json --out recall.json");
+          "  oomb calibrate --recall r4.json r8.json r16.json --out recall.json\n"
+          "  oomb calibrate --points runs.csv --gpu h100 --out h100-fit.json  (runs.csv: model,context,chunk,step_s,...)");
       return [a] { return run_calibrate(*a); };
     });
 

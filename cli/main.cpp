@@ -1,5 +1,6 @@
 // oomb: one executable, one file per subcommand (see cli/command.h). run_main is the whole CLI
 // (entry.cpp's main calls it) so that the fuzz suite parses and runs argv vectors in-process.
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -8,6 +9,7 @@
 #include "cli/command.h"
 #include "core/error.h"
 #include "core/json_util.h"
+#include "models/lookup.h"
 
 namespace oomb::cli {
 std::vector<Command>& registry() {
@@ -31,8 +33,46 @@ int oomb::cli::run_main(int argc, char** argv) {
     CLI::App* sub = app.add_subcommand(cmd.name, cmd.summary);
     subs.emplace_back(sub, cmd.setup(*sub));
   }
+  // An unknown first word is a mistyped subcommand, not "arguments not expected".
+  if (argc >= 2 && argv[1][0] != '-') {
+    const std::string word = argv[1];
+    std::vector<std::string> names;
+    for (const auto& cmd : registry()) names.push_back(cmd.name);
+    if (std::find(names.begin(), names.end(), word) == names.end()) {
+      const std::vector<std::string> near = oomb::models::closest_ids(word, names, 2);
+      std::string all, hint;
+      for (const auto& n : names) all += (all.empty() ? "" : ", ") + n;
+      for (const auto& n : near) hint += (hint.empty() ? "" : " or ") + n;
+      std::fprintf(stderr, "oomb: error: unknown subcommand '%s'%s; subcommands: %s (oomb --help)\n", word.c_str(),
+                   hint.empty() ? "" : (" (did you mean " + hint + "?)").c_str(), all.c_str());
+      return 2;
+    }
+  }
   try {
     app.parse(argc, argv);
+  } catch (const CLI::ExtrasError& e) {
+    // A mistyped flag: name the subcommand's closest ones instead of only "not expected".
+    for (auto& [sub, fn] : subs) {
+      if (!sub->parsed()) continue;
+      std::vector<std::string> flags;
+      for (const CLI::Option* o : sub->get_options())
+        for (const auto& l : o->get_lnames()) flags.push_back("--" + l);
+      std::string hints;
+      for (const auto& extra : sub->remaining()) {
+        if (extra.rfind("--", 0) != 0) continue;
+        const std::string typed = extra.substr(0, extra.find('='));
+        const std::vector<std::string> near = oomb::models::closest_ids(typed, flags, 2);
+        hints += "\n  " + typed + ": unknown flag of `oomb " + sub->get_name() + "`";
+        for (size_t i = 0; i < near.size(); ++i) hints += (i ? " or " : " (did you mean ") + near[i];
+        if (!near.empty()) hints += "?)";
+      }
+      if (!hints.empty()) {
+        std::fprintf(stderr, "oomb %s: error: %s%s\n  (oomb %s --help lists the flags)\n", sub->get_name().c_str(),
+                     e.what(), hints.c_str(), sub->get_name().c_str());
+        return 2;
+      }
+    }
+    return app.exit(e) == 0 ? 0 : 2;
   } catch (const CLI::ParseError& e) {
     int rc = app.exit(e);
     return rc == 0 ? 0 : 2;

@@ -1,24 +1,51 @@
-// oomb models: list the embedded catalog (or show one spec as JSON).
+// oomb models: list the embedded catalog (or show one spec as JSON, or import a Hugging Face
+// config.json as an oomb.model/1 file).
 #include <cstdio>
 
 #include "cli/command.h"
 #include "core/error.h"
 #include "core/format.h"
+#include "models/hf_config.h"
+#include "models/lookup.h"
 #include "models/specs.h"
 
 namespace oomb::cli {
 namespace {
 
+// `oomb models --import config.json --out my-model.json`: the equivalent oomb.model/1 document.
+int import_model(const std::string& from, const std::string& out) {
+  using namespace oomb::models;
+  const std::string file = hf_config_path(from);
+  const Json j = read_json_file(file);
+  if (!is_hf_config(j))
+    throw oomb::Error("--import", file, "is not a Hugging Face config.json (no architectures / model_type)",
+                      "the config.json of a Hugging Face model folder, or the folder");
+  const ModelSpec m = *load_hf_model(from);
+  const std::string text = m.to_json().dump(2) + "\n";
+  if (out.empty()) return std::printf("%s", text.c_str()), 0;
+  write_text_file(out, text);
+  std::printf("wrote %s (oomb.model/1, id %s, %s parameters) from %s\n", out.c_str(), m.id.c_str(),
+              format_count(static_cast<double>(m.param_count())).c_str(), file.c_str());
+  return 0;
+}
+
 int run_models(const std::string& show, bool json) {
   using namespace oomb::models;
   if (!show.empty()) {
-    for (const auto& id : model_ids())
-      if (id == show) return std::printf("%s\n", load_model(show).to_json().dump(2).c_str()), 0;
-    for (const auto& id : gpu_ids())
-      if (id == show) return std::printf("%s\n", load_gpu(show).to_json().dump(2).c_str()), 0;
-    for (const auto& id : host_ids())
-      if (id == show) return std::printf("%s\n", load_host(show).to_json().dump(2).c_str()), 0;
-    throw oomb::Error("--show", show, "not in the catalog", "run `oomb models` for the list");
+    if (auto id = resolve_catalog_id("llm", show); !id.empty())
+      return std::printf("%s\n", load_model(id).to_json().dump(2).c_str()), 0;
+    if (auto id = resolve_catalog_id("gpu", show); !id.empty())
+      return std::printf("%s\n", load_gpu(id).to_json().dump(2).c_str()), 0;
+    if (auto id = resolve_catalog_id("host", show); !id.empty())
+      return std::printf("%s\n", load_host(id).to_json().dump(2).c_str()), 0;
+    std::vector<std::string> all = model_ids(), g = gpu_ids(), h = host_ids();
+    all.insert(all.end(), g.begin(), g.end());
+    all.insert(all.end(), h.begin(), h.end());
+    const std::vector<std::string> near = closest_ids(show, all);
+    std::string hint;
+    for (const auto& n : near) hint += (hint.empty() ? "did you mean " : ", ") + n;
+    throw oomb::Error("--show", show, "not in the catalog",
+                      (hint.empty() ? std::string() : hint + "? ") + "run `oomb models` for the list");
   }
   if (json) {
     Json j = {{"models", Json::array()}, {"gpus", Json::array()}, {"hosts", Json::array()}};
@@ -56,12 +83,26 @@ int run_models(const std::string& show, bool json) {
   return 0;
 }
 
-const Registrar reg("models", "List the model, GPU and host catalog (or --show ID as JSON)", [](CLI::App& sub) {
+const Registrar reg("models", "List the model, GPU and host catalog (or --show ID as JSON, or --import a HF config)",
+                    [](CLI::App& sub) {
   auto show = std::make_shared<std::string>();
   auto json = std::make_shared<bool>(false);
+  auto import_from = std::make_shared<std::string>();
+  auto out = std::make_shared<std::string>();
   sub.add_option("--show", *show, "Print one catalog entry as JSON");
   sub.add_flag("--json", *json, "Print the whole catalog as JSON");
-  return [=] { return run_models(*show, *json); };
+  sub.add_option("--import", *import_from,
+                 "A Hugging Face config.json (or its model folder): print or --out the equivalent oomb.model/1");
+  sub.add_option("--out", *out, "With --import: write the oomb.model/1 JSON here");
+  return [=] {
+    if (!out->empty() && import_from->empty())
+      throw oomb::Error("--out", *out, "writes an imported model", "add --import config.json");
+    if (!import_from->empty()) {
+      if (!show->empty() || *json) throw oomb::Error("--import", *import_from, "is not combined with --show or --json");
+      return import_model(*import_from, *out);
+    }
+    return run_models(*show, *json);
+  };
 });
 
 }  // namespace

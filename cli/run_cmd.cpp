@@ -60,6 +60,7 @@ struct RunArgs {
   uint64_t seed = 1234;
   float init_std = 0.02f;
   int64_t grad_accum = 1;
+  int64_t max_shard_bytes = kDefaultMaxShardBytes;  // --save-weights / --dump-grads shard size
   float lr = 1e-3f;
   bool reference = false;
   bool measure_recall = false, compare_dense = false;
@@ -254,6 +255,12 @@ int run_run(const RunArgs& a) {
   const simulator::Config& c = s.config;
   if (c.context_tokens <= 0) throw Error("--context", "", "is required (or give --plan)", "e.g. 16K");
   const models::ModelSpec m = effective_model(s.model, c);
+  // Qwen3's per-head q/k RMSNorm is planned and simulated but not yet executed: refuse it rather
+  // than run a different model.
+  if (m.qk_norm)
+    throw Error(a.plan.empty() ? "--model" : "--plan", m.id,
+                "has q/k RMSNorm (Qwen3), which the executor does not run yet",
+                "plan and simulate it (`oomb plan`, `oomb simulate`); `oomb run` takes models without q/k norm");
   if (a.reference && c.optimizer != simulator::Optimizer::none)
     throw Error("--reference", "", "compares the gradients of step 1, which an optimizer step consumes",
                 "use --optimizer none with --reference");
@@ -307,7 +314,10 @@ int run_run(const RunArgs& a) {
   const TokenSource tokens = a.tokens.empty() ? TokenSource::synthetic(m.vocab, a.seed)
                                                : TokenSource::from_file(a.tokens, m.vocab);
   const std::vector<int32_t> first = tokens.sequence(0, c.context_tokens);
-  const Weights w = a.weights.empty() ? random_weights(m, a.seed, a.init_std) : read_safetensors(a.weights, m);
+  if (a.max_shard_bytes <= 0)
+    throw Error("--max-shard-bytes", std::to_string(a.max_shard_bytes), "must be positive", "e.g. 5000000000 (5 GB)");
+  // A checkpoint has the model's own layers; tensors of layers --layers leaves out are skipped.
+  const Weights w = a.weights.empty() ? random_weights(m, a.seed, a.init_std) : read_checkpoint(a.weights, m, s.model.layers);
 
 #ifdef OOMB_HAVE_CUPTI
   // Declared before the backend and the Engine: outlives both.
@@ -468,15 +478,17 @@ int run_run(const RunArgs& a) {
     return 4;
   }
 
+  const CheckpointWrite shards{a.max_shard_bytes, "F32"};
+  std::vector<std::string> weight_files, grad_files;
   if (!a.save_weights.empty()) {
     const Weights final_weights = e.weights();
     check_finite(final_weights, "--save-weights", "weights");
-    write_safetensors(final_weights, a.save_weights);
+    weight_files = write_checkpoint(final_weights, a.save_weights, shards);
   }
   if (!a.dump_grads.empty()) {
     const Gradients grads = e.gradients();
     check_finite(grads, "--dump-grads", "gradients");
-    write_safetensors(grads, a.dump_grads);
+    grad_files = write_checkpoint(grads, a.dump_grads, shards);
   }
   std::optional<CuptiSummary> cupti_summary;
   const Measured& ms = e.measured();
@@ -685,8 +697,11 @@ int run_run(const RunArgs& a) {
                   static_cast<long long>(cupti_summary->dropped), static_cast<long long>(cupti_summary->untagged),
                   format_duration_s(ms.step_s).c_str());
   }
-  if (!a.save_weights.empty()) std::printf("weights: %s\n", a.save_weights.c_str());
-  if (!a.dump_grads.empty()) std::printf("gradients: %s\n", a.dump_grads.c_str());
+  auto files = [](const std::vector<std::string>& f) {
+    return f.size() == 1 ? f[0] : f[0] + " (index of " + std::to_string(f.size() - 1) + " shards)";
+  };
+  if (!weight_files.empty()) std::printf("weights: %s\n", files(weight_files).c_str());
+  if (!grad_files.empty()) std::printf("gradients: %s\n", files(grad_files).c_str());
   return 0;
 }
 
@@ -738,10 +753,19 @@ const Registrar reg("run", "Execute chunk-recurrent training steps (cpu referenc
                                      "the same count");
                       sub.add_option("--tokens", a->tokens,
                                      "Binary file of little-endian uint32 token ids (default: seeded synthetic)");
-                      sub.add_option("--weights", a->weights, "Initial weights (safetensors, F32 or BF16, HF names)");
-                      sub.add_option("--save-weights", a->save_weights, "Write the final weights (safetensors)");
+                      sub.add_option("--weights", a->weights,
+                                     "Initial weights: a Hugging Face checkpoint (folder with model.safetensors or "
+                                     "model.safetensors.index.json + shards, the index, or one .safetensors file; "
+                                     "F32, BF16 or F16 tensors, HF names)");
+                      sub.add_option("--save-weights", a->save_weights,
+                                     "Write the final weights (F32, HF layout): a folder, or FILE.safetensors; sharded "
+                                     "with an index above --max-shard-bytes");
                       sub.add_option("--dump-grads", a->dump_grads,
-                                     "Write the accumulated parameter gradients (safetensors)");
+                                     "Write the accumulated parameter gradients (same layout as --save-weights)");
+                      sub.add_option("--max-shard-bytes", a->max_shard_bytes,
+                                     "Largest shard --save-weights / --dump-grads write (default 5e9, Hugging Face's "
+                                     "5GB)")
+                          ->capture_default_str();
                       sub.add_option("--seed", a->seed, "Seed of the random weights and synthetic tokens")
                           ->capture_default_str()
                           ->check(unsigned_integer());

@@ -64,7 +64,8 @@ void check_event_simulation_size(const simulator::Scenario& s, const std::string
 }
 
 void ScenarioFlags::add_to(CLI::App& app, bool require_context) {
-  app.add_option("--model", model, "Model: catalog id (see `oomb models`) or path to an oomb.model/1 JSON file")
+  app.add_option("--model", model, "Model: catalog id (see `oomb models`), a path to an oomb.model/1 JSON file, or a Hugging Face "
+                 "config.json or model folder")
       ->capture_default_str();
   app.add_option("--gpu", gpu, "GPU: catalog id or path to an oomb.gpu/1 JSON file (e.g. a calibrated profile)")
       ->capture_default_str();

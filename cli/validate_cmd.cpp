@@ -1,4 +1,5 @@
 // oomb validate: a measured trace next to the prediction for the same plan, term by term.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -20,6 +21,7 @@ namespace {
 
 struct ValidateArgs {
   std::string plan, trace, report, gpu = "h200";
+  std::string measured;  // NAME=VALUE,...: numbers from outside (a PyTorch run, a paper) instead of a trace
   std::vector<std::string> tolerances;  // name=fraction
   bool json = false;
 };
@@ -49,6 +51,8 @@ constexpr double kExact = 0.0;
 constexpr double kSparseCopies = 0.5;
 constexpr double kPeakBytes = 0.01;      // device: the buffer table, predicted and allocated
 constexpr double kPeakHostBytes = 0.25;
+// Numbers measured outside oomb (--measured: a framework's allocator, a logged step): 25%.
+constexpr double kOutsideBytes = 0.25;
 constexpr double kTime = 0.25;
 
 const Json& measured_block(const traces::Trace& t, const std::string& where) {
@@ -76,10 +80,108 @@ std::pair<std::string, double> parse_tolerance(const std::string& t) {
   return {t.substr(0, eq), v};
 }
 
+// `oomb validate --plan p.json --measured step_s=...,peak_device_bytes=...`: the plan's prediction
+// next to numbers measured outside oomb (torch.cuda.max_memory_allocated, a logged step time).
+int run_validate_measured(const ValidateArgs& a) {
+  using namespace simulator;
+  if (a.plan.empty())
+    throw Error("--measured", a.measured, "compares a plan with outside numbers", "add --plan p.json (from `oomb plan --out`)");
+  if (!a.report.empty()) throw Error("--report", a.report, "draws a measured trace", "drop --report with --measured");
+  const planner::Plan plan = planner::load_plan(a.plan);
+  const Scenario s = plan.scenario();
+  const Summary pred = simulate_events(s, traces::Detail::step).summary;
+  const std::vector<std::string> keys = {"step_s", "tokens_per_s", "peak_device_bytes", "peak_host_bytes", "h2d_bytes",
+                                         "d2h_bytes"};
+  std::map<std::string, double> given;
+  std::string rest = a.measured;
+  while (!rest.empty()) {
+    const size_t comma = rest.find(',');
+    const std::string item = rest.substr(0, comma);
+    rest = comma == std::string::npos ? "" : rest.substr(comma + 1);
+    const size_t eq = item.find('=');
+    const std::string name = item.substr(0, eq);
+    std::string all;
+    for (const auto& k : keys) all += (all.empty() ? "" : ", ") + k;
+    if (eq == std::string::npos || name.empty())
+      throw Error("--measured", item, "expected NAME=VALUE", "e.g. step_s=12.5,peak_device_bytes=61000000000");
+    if (std::find(keys.begin(), keys.end(), name) == keys.end()) throw Error("--measured", name, "unknown term", "one of " + all);
+    if (given.count(name)) throw Error("--measured", name, "given twice");
+    const std::string text = item.substr(eq + 1);
+    size_t used = 0;
+    double v = -1;
+    try {
+      v = std::stod(text, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != text.size() || !std::isfinite(v) || v < 0 || (name.find("_s") != std::string::npos && v == 0))
+      throw Error("--measured", item, "the value is not a " + std::string(name == "step_s" || name == "tokens_per_s" ? "positive" : "non-negative") + " number",
+                  name == "step_s" ? "seconds, e.g. step_s=12.5" : name == "tokens_per_s" ? "e.g. tokens_per_s=5800" : "bytes, e.g. 61000000000");
+    given[name] = v;
+  }
+  if (given.empty()) throw Error("--measured", "", "is empty", "e.g. step_s=12.5,peak_device_bytes=61000000000");
+  std::vector<Term> terms;
+  auto add = [&](const std::string& name, const std::string& unit, double p, double tol, const std::string& note) {
+    std::optional<double> m;
+    if (given.count(name)) m = given[name];
+    terms.push_back({name, unit, p, m, tol, note});
+  };
+  const std::string measure = to_string(s.config.peak_measure);
+  add("step_s", "s", pred.step_s, kTime, "");
+  add("tokens_per_s", "tokens/s", pred.tokens_per_s, kTime, "");
+  add("peak_device_bytes", "bytes", static_cast<double>(pred.peak_device_bytes), kOutsideBytes,
+      "as the plan counts its peak: " + measure +
+          (s.config.peak_measure == PeakMeasure::allocated
+               ? " (torch.cuda.max_memory_allocated)"
+               : " (with the runtime reserve; torch.cuda.max_memory_allocated compares with --peak-measure allocated)"));
+  add("peak_host_bytes", "bytes", static_cast<double>(pred.peak_host_bytes), kOutsideBytes, "");
+  add("h2d_bytes", "bytes", static_cast<double>(pred.h2d_bytes), kOutsideBytes, "per step");
+  add("d2h_bytes", "bytes", static_cast<double>(pred.d2h_bytes), kOutsideBytes, "per step");
+  // Only what was given is shown.
+  terms.erase(std::remove_if(terms.begin(), terms.end(), [](const Term& t) { return !t.measured; }), terms.end());
+  for (const auto& t : a.tolerances) {
+    const auto [name, v] = parse_tolerance(t);
+    bool found = false;
+    for (auto& term : terms)
+      if (term.name == name) term.tolerance = v, found = true;
+    if (!found) throw Error("--tolerance", name, "is not among the --measured terms");
+  }
+  bool all_ok = true;
+  for (const auto& t : terms) all_ok &= t.ok().value_or(true);
+  if (a.json) {
+    Json j = {{"ok", all_ok}, {"terms", Json::array()}};
+    for (const auto& t : terms)
+      j["terms"].push_back({{"name", t.name}, {"predicted", t.predicted}, {"measured", *t.measured}, {"error", t.error()},
+                            {"tolerance", t.tolerance}, {"ok", *t.ok()}});
+    std::printf("%s\n", j.dump(2).c_str());
+    return all_ok ? 0 : 1;
+  }
+  std::printf("oomb validate: plan %s (%s on %s, %s tokens) against measured numbers\n", a.plan.c_str(),
+              s.model.id.c_str(), s.gpu.id.c_str(), format_tokens(s.config.context_tokens).c_str());
+  std::printf("\n  %-18s %16s %16s %9s %9s\n", "term", "predicted", "measured", "error", "tolerance");
+  for (const auto& t : terms) {
+    auto fmt = [&](double v) {
+      return t.unit == "bytes" ? format_bytes(static_cast<int64_t>(std::llround(v)))
+             : t.unit == "s"   ? format_duration_s(v)
+                               : format_count(v);
+    };
+    std::printf("  %-18s %16s %16s %9s %9s  %s%s%s\n", t.name.c_str(), fmt(t.predicted).c_str(), fmt(*t.measured).c_str(),
+                format_percent(t.error()).c_str(), format_percent(t.tolerance).c_str(), *t.ok() ? "ok" : "FAIL",
+                t.note.empty() ? "" : "  ", t.note.c_str());
+  }
+  std::printf("\n%s\n", all_ok ? "OK: every measured term is within tolerance" : "FAILED: terms beyond tolerance (see above)");
+  return all_ok ? 0 : 1;
+}
+
 int run_validate(const ValidateArgs& a) {
   using namespace simulator;
   for (const auto& t : a.tolerances) parse_tolerance(t);  // flags before any work
   check_writable(a.report, "--report");
+  if (!a.measured.empty()) {
+    if (!a.trace.empty()) throw Error("--measured", a.measured, "is instead of --trace", "give one of them");
+    return run_validate_measured(a);
+  }
+  if (a.trace.empty()) throw Error("--trace", "", "is required (or --measured NAME=VALUE,...)", "a trace from `oomb run --trace`");
   const traces::Trace trace = traces::read_trace(a.trace);
   Scenario s;
   std::string config_where = a.trace, config_key = "metadata.extra.config.context_tokens";
@@ -384,7 +486,10 @@ const Registrar reg(
                      "The plan the run followed (oomb.plan/1, from `oomb plan --out`); without it the configuration "
                      "recorded in the trace is predicted on --gpu");
       sub.add_option("--gpu", a->gpu, "Device profile when no --plan is given")->capture_default_str();
-      sub.add_option("--trace", a->trace, "The measured trace (oomb.trace/1, from `oomb run --trace`)")->required();
+      sub.add_option("--trace", a->trace, "The measured trace (oomb.trace/1, from `oomb run --trace`)");
+      sub.add_option("--measured", a->measured,
+                     "Instead of --trace: numbers measured outside oomb, NAME=VALUE,... of step_s, tokens_per_s, "
+                     "peak_device_bytes, peak_host_bytes, h2d_bytes, d2h_bytes (compared with --plan's prediction)");
       sub.add_option("--tolerance", a->tolerances,
                      "Override a term's tolerance as NAME=FRACTION (repeatable). Defaults: pool pages, host pool and "
                      "device pool bytes and bytes per copy direction exact (0) in dense mode, 0.5 in sparse mode (selection-union "

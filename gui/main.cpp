@@ -207,7 +207,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 10000));
   app.add_option("--width", opt.width, "Window width (64..8192)")->capture_default_str()->check(CLI::Range(64, 8192));
   app.add_option("--height", opt.height, "Window height (64..8192)")->capture_default_str()->check(CLI::Range(64, 8192));
-  app.add_option("--model", opt.model, "Initial model (catalog id or JSON path; default qwen2.5-7b)");
+  app.add_option("--model", opt.model, "Initial model (catalog id, oomb.model/1 JSON, or Hugging Face config.json / model folder; "
+                 "default qwen2.5-7b)");
   app.add_option("--gpu", opt.gpu, "Initial GPU (default h200)");
   app.add_option("--host", opt.host, "Initial host (default: the GPU's usual host)");
   app.add_option("--context", opt.context, "Initial context: 4M, 128K, 100000 (default 4M)");

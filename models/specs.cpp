@@ -1,8 +1,12 @@
 #include "models/specs.h"
 
+#include <filesystem>
+
 #include "core/error.h"
 #include "core/units.h"
 #include "models/catalog.h"
+#include "models/hf_config.h"
+#include "models/lookup.h"
 
 namespace oomb::models {
 
@@ -14,7 +18,8 @@ int64_t ModelSpec::params_per_layer() const {
                              "attention parameters");
   if (qkv_bias) attn = checked_add(attn, qd + 2 * kvd, "attention parameters");
   const int64_t mlp = checked_mul(3, checked_mul(hidden, ffn_hidden, "mlp parameters"), "mlp parameters");
-  return checked_add(checked_add(attn, mlp, "layer parameters"), 2 * hidden, "layer parameters");
+  const int64_t norms = 2 * hidden + (qk_norm ? 2 * head_dim : 0);
+  return checked_add(checked_add(attn, mlp, "layer parameters"), norms, "layer parameters");
 }
 
 int64_t ModelSpec::param_count() const {
@@ -42,6 +47,7 @@ Json ModelSpec::to_json() const {
             {"head_dim", head_dim}, {"ffn_hidden", ffn_hidden}, {"vocab", vocab},
             {"tied_embeddings", tied_embeddings}, {"qkv_bias", qkv_bias}, {"rope_theta", rope_theta},
             {"norm_eps", norm_eps}, {"max_position", max_position}};
+  if (qk_norm) j["qk_norm"] = true;  // absent = false: older files and plans stay byte-identical
   if (!rope_scaling.is_null()) j["rope_scaling"] = rope_scaling;
   return j;
 }
@@ -69,6 +75,7 @@ ModelSpec model_from_json(const Json& j, const std::string& where) {
   m.vocab = r.i64_in("vocab", 1, kMaxVocab);
   m.tied_embeddings = r.boolean("tied_embeddings");
   m.qkv_bias = r.boolean("qkv_bias");
+  m.qk_norm = r.boolean_or("qk_norm", false);
   m.rope_theta = r.f64_in("rope_theta", 1.0, 1e12);
   m.norm_eps = r.f64_in("norm_eps", 1e-12, 1.0);
   m.max_position = r.i64_in("max_position", 1, int64_t{1} << 40);
@@ -208,16 +215,28 @@ template <class T, class F>
 T load(const std::string& kind, const std::string& flag, const std::string& id_or_path, F from_json) {
   if (id_or_path.empty()) throw Error(flag, "", "empty", "a catalog id (see `oomb models`) or a path to a JSON file");
   if (looks_like_path(id_or_path)) return from_json(read_json_file(id_or_path), id_or_path);
-  const std::string* text = catalog_text(kind, id_or_path);
-  if (!text)
-    throw Error(flag, id_or_path, "unknown id", "known: " + join(catalog_ids(kind)) + "; or give a path to a JSON file");
-  std::string where = "catalog " + kind + "/" + id_or_path + ".json";
+  const std::string id = resolve_catalog_id(kind, id_or_path);
+  const std::string* text = id.empty() ? nullptr : catalog_text(kind, id);
+  if (!text) {
+    const std::vector<std::string> near = closest_catalog_ids(kind, id_or_path);
+    throw Error(flag, id_or_path, "unknown id" + (near.empty() ? std::string() : " (did you mean " + join(near) + "?)"),
+                "known: " + join(catalog_ids(kind)) + "; or give a path to a JSON file" +
+                    (kind == "llm" ? " or to a Hugging Face config.json / model folder" : ""));
+  }
+  std::string where = "catalog " + kind + "/" + id + ".json";
   return from_json(parse_json(*text, where), where);
 }
 
 }  // namespace
 
-ModelSpec load_model(const std::string& s) { return load<ModelSpec>("llm", "--model", s, model_from_json); }
+ModelSpec load_model(const std::string& s) {
+  // A folder with a config.json, or a config.json in the Hugging Face form; anything else (an
+  // oomb.model/1 file, a catalog id) goes the usual way.
+  std::error_code ec;
+  if (!s.empty() && (looks_like_path(s) || std::filesystem::exists(std::filesystem::path(s) / "config.json", ec)))
+    if (auto hf = load_hf_model(s)) return *hf;
+  return load<ModelSpec>("llm", "--model", s, model_from_json);
+}
 GpuSpec load_gpu(const std::string& s) { return load<GpuSpec>("gpu", "--gpu", s, gpu_from_json); }
 HostSpec load_host(const std::string& s) { return load<HostSpec>("host", "--host", s, host_from_json); }
 

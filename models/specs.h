@@ -17,7 +17,7 @@ namespace oomb::models {
 // Schema "oomb.model/1": a decoder-only transformer (Qwen2 / Llama / Mistral family shapes).
 struct ModelSpec {
   std::string id;
-  std::string family;  // "qwen2", "llama", "mistral", "tiny"
+  std::string family;  // "qwen2", "qwen3", "llama", "mistral", "tiny"
   std::string source;  // where the numbers come from (the published config)
   int64_t layers = 0;
   int64_t hidden = 0;
@@ -28,6 +28,7 @@ struct ModelSpec {
   int64_t vocab = 0;
   bool tied_embeddings = false;
   bool qkv_bias = false;
+  bool qk_norm = false;  // Qwen3: RMSNorm over each q and k head (weight [head_dim]) before RoPE
   double rope_theta = 10000.0;
   double norm_eps = 1e-6;
   int64_t max_position = 0;
@@ -104,8 +105,10 @@ ModelSpec model_from_json(const Json& j, const std::string& where);
 GpuSpec gpu_from_json(const Json& j, const std::string& where);
 HostSpec host_from_json(const Json& j, const std::string& where);
 
-// Loads a catalog id ("qwen2.5-7b") or a path to a JSON file (contains '/' or ends in ".json").
-// Unknown ids throw Error listing the known ones.
+// Loads a catalog id ("qwen2.5-7b"; also as typed: "Qwen2.5-7B", "H200", an entry's aliases) or a
+// path to a JSON file (contains '/' or ends in ".json"). load_model also takes a Hugging Face
+// config.json or a folder holding one (models/hf_config.h). Unknown ids throw Error with the
+// closest ids ("did you mean") and the known ones.
 ModelSpec load_model(const std::string& id_or_path);
 GpuSpec load_gpu(const std::string& id_or_path);
 HostSpec load_host(const std::string& id_or_path);

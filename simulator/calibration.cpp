@@ -6,6 +6,7 @@
 #include <tuple>
 
 #include "core/error.h"
+#include "core/format.h"
 #include "simulator/detail.h"
 
 namespace oomb::simulator {
@@ -298,6 +299,140 @@ FitResult fit_efficiencies(const std::vector<CalibrationSample>& samples, const 
     }
   }
   return r;
+}
+
+OpWork step_work(const Scenario& s) {
+  const detail::Geometry g = detail::geometry(s);
+  OpWork w;
+  auto add = [&](const detail::WorkTerms& t, double times) {
+    w.gemm_s += times * t.gemm_s;
+    w.attn_s += times * t.attn_s;
+    w.attn_bwd_s += times * t.attn_bwd_s;
+    w.mb_s += times * t.mb_s;
+    w.kernels += times * t.kernels;
+  };
+  const double L = static_cast<double>(g.L);
+  if (g.oomb) {
+    for (int64_t c = 0; c < g.n; ++c) {
+      const detail::ChunkCosts cc = detail::chunk_costs(s, g, c);
+      add(cc.fill.work, L);
+      add(cc.recompute.work, L);
+      add(cc.backward.work, L);
+      add(cc.head.work, 1);
+      add(cc.fill_head.work, 1);
+    }
+  } else {
+    const detail::ChunkCosts cc = detail::standard_costs(s, g);
+    add(cc.fill.work, L);
+    add(cc.backward.work, L);
+    add(cc.head.work, 1);
+  }
+  // optimizer_update_s prices the GPU update at the memory-bound efficiency.
+  if (s.config.optimizer == Optimizer::gpu) w.mb_s += detail::optimizer_update_s(s) * s.gpu.efficiency.memory_bound;
+  return w;
+}
+
+namespace {
+
+// fit_points without its leave-one-out: the fixed point of (time outside compute, fit).
+PointsFit fit_points_once(const std::vector<MeasuredPoint>& points, const models::GpuSpec& base,
+                          const std::vector<std::string>& hold) {
+  const int n = static_cast<int>(points.size());
+  std::vector<OpWork> work;
+  for (const auto& p : points) {
+    Scenario s = p.scenario;
+    s.gpu = base;
+    work.push_back(step_work(s));  // seconds at efficiency 1: the same for every profile of this device
+  }
+  PointsFit out;
+  out.profile = base;
+  std::vector<double> other(points.size(), 0.0);
+  constexpr int kMaxIterations = 50;
+  constexpr double kSettled = 1e-12;  // change of the time outside compute, relative to the step
+  for (int it = 1; it <= kMaxIterations; ++it) {
+    double moved = 0;
+    for (size_t i = 0; i < points.size(); ++i) {
+      Scenario s = points[i].scenario;
+      s.gpu = out.profile;
+      const Summary sum = evaluate(s);
+      const double o = std::max(0.0, sum.step_s - sum.compute_s);
+      moved = std::max(moved, std::fabs(o - other[i]) / points[i].step_s);
+      other[i] = o;
+    }
+    if (it > 1 && moved <= kSettled) break;
+    std::vector<CalibrationSample> samples;
+    for (size_t i = 0; i < points.size(); ++i) {
+      const double compute = points[i].step_s - other[i];
+      if (!(compute > 0))
+        throw Error(points[i].name, "step_s",
+                    "the measured step (" + format_duration_s(points[i].step_s) +
+                        ") is not longer than its predicted copy and host-optimizer time alone (" +
+                        format_duration_s(other[i]) + ")",
+                    "check that the configuration (offload, host, link) is the one that ran");
+      CalibrationSample c;
+      c.trace = static_cast<int>(i);
+      c.op = "step";
+      c.work = work[i];
+      c.measured_s = compute;
+      samples.push_back(c);
+    }
+    out.fit = fit_efficiencies(samples, base, n, hold);
+    out.profile.efficiency = out.fit.efficiency;
+    out.profile.launch_overhead_s = out.fit.launch_overhead_s;
+    out.iterations = it;
+  }
+  for (const auto& p : points) {
+    Scenario s = p.scenario;
+    s.gpu = out.profile;
+    out.predicted.push_back(evaluate(s));
+  }
+  return out;
+}
+
+}  // namespace
+
+PointsFit fit_points(const std::vector<MeasuredPoint>& points, const models::GpuSpec& base,
+                     const std::vector<std::string>& hold) {
+  if (points.empty()) throw Error("--points", "", "no points", "give at least one measured configuration");
+  for (const auto& p : points) {
+    if (p.scenario.config.gpus > 1)
+      throw Error(p.name, "gpus", "tensor-parallel points are not fitted (their all-reduce is not calibrated)",
+                  "give single-GPU measurements");
+    if (!(p.step_s > 0) || !std::isfinite(p.step_s)) throw Error(p.name, "step_s", "must be a positive number of seconds");
+  }
+  PointsFit out = fit_points_once(points, base, hold);
+  // Errors of whole steps as the full cost model predicts them (not the fit's linear part): with
+  // every point, and with each point left out of the fit.
+  out.fit.trace_error.clear();
+  out.fit.leave_one_out.clear();
+  for (size_t i = 0; i < points.size(); ++i)
+    out.fit.trace_error.push_back((out.predicted[i].step_s - points[i].step_s) / points[i].step_s);
+  // Each point's weighted row is 1 (its time over itself), so the weighted R^2 says nothing: the
+  // step times' own R^2 instead.
+  double mean = 0, ss_res = 0, ss_tot = 0;
+  for (const auto& p : points) mean += p.step_s / static_cast<double>(points.size());
+  for (size_t i = 0; i < points.size(); ++i) {
+    ss_res += std::pow(out.predicted[i].step_s - points[i].step_s, 2);
+    ss_tot += std::pow(points[i].step_s - mean, 2);
+  }
+  out.fit.r2 = ss_tot > 0 ? 1.0 - ss_res / ss_tot : 1.0;
+  if (points.size() >= 2) {
+    for (size_t i = 0; i < points.size(); ++i) {
+      std::vector<MeasuredPoint> others;
+      for (size_t k = 0; k < points.size(); ++k)
+        if (k != i) others.push_back(points[k]);
+      std::optional<double> err;
+      try {
+        Scenario s = points[i].scenario;
+        s.gpu = fit_points_once(others, base, hold).profile;
+        err = (evaluate(s).step_s - points[i].step_s) / points[i].step_s;
+      } catch (const Error&) {
+        // The other points alone do not determine every parameter.
+      }
+      out.fit.leave_one_out.push_back(err);
+    }
+  }
+  return out;
 }
 
 Json FitResult::to_json() const {

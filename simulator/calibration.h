@@ -89,4 +89,39 @@ struct FitResult {
 FitResult fit_efficiencies(const std::vector<CalibrationSample>& samples, const models::GpuSpec& base,
                            int trace_count, const std::vector<std::string>& hold = {});
 
+// ---- Whole steps as measurements (`oomb calibrate --points`): what a user has from their own
+// PyTorch runs or a paper's figure, one step time per configuration.
+
+// The compute work of one whole step at efficiency 1: every pass of every chunk and layer (oomb
+// schedule) or of the full sequence (standard schedule), and a GPU optimizer's update as
+// memory-bound work. Priced at a profile's efficiencies it is the step's compute_s wherever
+// attention is compute-bound (the cost model takes the larger of its flops and K/V reads).
+OpWork step_work(const Scenario& s);
+
+// One measured configuration: a step time (and optionally the device peak and tokens/s).
+struct MeasuredPoint {
+  std::string name;  // where it came from, for messages ("points.csv line 3")
+  Scenario scenario;
+  double step_s = 0;
+  std::optional<int64_t> peak_device_bytes;
+  std::optional<double> tokens_per_s;
+};
+
+struct PointsFit {
+  FitResult fit;                   // trace_error / leave_one_out: per point, of the whole step; r2: of the step times
+  models::GpuSpec profile;         // the base profile with the fitted efficiencies and launch overhead
+  std::vector<Summary> predicted;  // each point's prediction with the fitted profile
+  int iterations = 0;
+};
+
+// Least squares of the efficiencies to whole steps: each point is one sample (weighted by 1 / its
+// step time, so every point counts alike; leave-one-out leaves out one point) whose measured
+// compute is step_s minus the step's predicted time outside compute (exposed copies, a host
+// optimizer). That part depends on the compute it hides behind, so the fit is repeated with its
+// own profile until it settles. Bounds, held parameters and undetermined ones (refused by name)
+// as fit_efficiencies. Throws Error naming the point when its step is shorter than its predicted
+// copy time alone, and for tensor-parallel points (their all-reduce is not fitted).
+PointsFit fit_points(const std::vector<MeasuredPoint>& points, const models::GpuSpec& base,
+                     const std::vector<std::string>& hold = {});
+
 }  // namespace oomb::simulator

@@ -89,8 +89,9 @@ WorkTerms terms_of(const Scenario& s, const LayerWork& w, const Mult& m) {
 }
 
 // Work of one layer's forward over `tokens` query tokens that see `prefix_keys` earlier keys
-// (all of them attended) plus themselves causally.
-LayerWork layer_work(const Geometry& g, int64_t tokens, int64_t prefix_keys) {
+// (all of them attended) plus themselves causally. qk_norm (Qwen3): an RMSNorm over every q and
+// k head reads and writes q and k once more.
+LayerWork layer_work(const Geometry& g, int64_t tokens, int64_t prefix_keys, bool qk_norm) {
   LayerWork w;
   const double T = static_cast<double>(tokens);
   w.gemm_flops = 2.0 * T * static_cast<double>(g.h * g.qd + 2 * g.h * g.kvd + g.qd * g.h + 3 * g.h * g.f);
@@ -99,6 +100,7 @@ LayerWork layer_work(const Geometry& g, int64_t tokens, int64_t prefix_keys) {
   const double keys_avg = static_cast<double>(prefix_keys) + T / 2.0;
   w.attn_bytes = std::ceil(T / kQueryTile) * keys_avg * static_cast<double>(2 * g.kvd * g.kv_b);
   w.mb_bytes = T * static_cast<double>((10 * g.h + 4 * g.qd + 4 * g.kvd + 4 * g.f) * g.act_b);
+  if (qk_norm) w.mb_bytes += T * static_cast<double>(2 * (g.qd + g.kvd) * g.act_b);
   if (g.G > 1) w.allreduce_bytes = 2.0 * 2.0 * static_cast<double>(g.G - 1) / g.G * T * g.h * g.act_b;
   return w;
 }
@@ -159,7 +161,7 @@ ChunkCosts chunk_costs(const Scenario& s, const Geometry& g, int64_t c) {
   ChunkCosts cc;
   const int64_t tokens = chunk_tokens_of(g, c);
   const int64_t attended_keys = attended_prefix_pages(g, c) * g.p;
-  const LayerWork w = layer_work(g, tokens, attended_keys);
+  const LayerWork w = layer_work(g, tokens, attended_keys, s.model.qk_norm);
   const bool ckpt = s.config.checkpointing;
 
   const Mult fwd{1.0, 1.0, 0.0, 1.0, kKernelsLayerFwd};
@@ -202,13 +204,16 @@ ChunkCosts chunk_costs(const Scenario& s, const Geometry& g, int64_t c) {
 
 ChunkCosts standard_costs(const Scenario& s, const Geometry& g) {
   ChunkCosts cc;
-  const LayerWork w = layer_work(g, g.N, 0);
+  const LayerWork w = layer_work(g, g.N, 0, s.model.qk_norm);
   const bool ckpt = s.config.checkpointing;
-  cc.fill.compute_s = time_of(s, w, Mult{1.0, 1.0, 0.0, 1.0, kKernelsLayerFwd});
+  const Mult fwd{1.0, 1.0, 0.0, 1.0, kKernelsLayerFwd};
+  cc.fill.compute_s = time_of(s, w, fwd);
+  cc.fill.work = terms_of(s, w, fwd);
   cc.fill.flops = w.gemm_flops + w.attn_flops;
   const double r = ckpt ? 1.0 : 0.0;
-  cc.backward.compute_s = time_of(
-      s, w, Mult{2.0 + r, r, kAttentionBackwardFactor, 2.0 + r, kKernelsLayerBwd + (ckpt ? kKernelsLayerFwd : 0)});
+  const Mult bwd{2.0 + r, r, kAttentionBackwardFactor, 2.0 + r, kKernelsLayerBwd + (ckpt ? kKernelsLayerFwd : 0)};
+  cc.backward.compute_s = time_of(s, w, bwd);
+  cc.backward.work = terms_of(s, w, bwd);
   cc.backward.flops = (2.0 + r) * w.gemm_flops + (kAttentionBackwardFactor + r) * w.attn_flops;
   cc.head = head_cost(s, g, g.N);
   return cc;

@@ -2,6 +2,10 @@
 
 #include <algorithm>
 #include <bit>
+#include <cctype>
+#include <cstdio>
+#include <limits>
+#include <map>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -12,6 +16,7 @@
 #include "core/error.h"
 #include "core/json_util.h"
 #include "core/units.h"
+#include "executor/runtime/bf16.h"
 #include "executor/runtime/rng.h"
 
 namespace oomb::executor {
@@ -53,6 +58,10 @@ ParamLayout::ParamLayout(const models::ModelSpec& m) {
     o.v = add(pre + "self_attn.v_proj.weight", {kv, h}, true);
     if (m.qkv_bias) o.v_bias = add(pre + "self_attn.v_proj.bias", {kv}, false);
     o.o = add(pre + "self_attn.o_proj.weight", {h, q}, true);
+    if (m.qk_norm) {
+      o.q_norm = add(pre + "self_attn.q_norm.weight", {m.head_dim}, false);
+      o.k_norm = add(pre + "self_attn.k_norm.weight", {m.head_dim}, false);
+    }
     o.post_norm = add(pre + "post_attention_layernorm.weight", {h}, false);
     o.gate = add(pre + "mlp.gate_proj.weight", {f, h}, true);
     o.up = add(pre + "mlp.up_proj.weight", {f, h}, true);
@@ -145,89 +154,216 @@ WorstTensor worst_relative_l2(const ParamTensors& a, const ParamTensors& b) {
   return w;
 }
 
-Weights read_safetensors(const std::string& path, const models::ModelSpec& m) {
+namespace {
+
+// One safetensors file: its header (tensor name -> entry) and where its data starts.
+struct SafetensorsFile {
+  std::string path;
+  Json header;
+  int64_t data_start = 0, size = 0;
+};
+
+SafetensorsFile open_safetensors(const std::string& path, const std::string& needed_for) {
+  SafetensorsFile f;
+  f.path = path;
   std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec))
-    throw Error(path, "", std::filesystem::exists(path, ec) ? "is not a regular file" : "cannot open the weights file",
-                "a .safetensors file");
+  if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec))
+    throw Error(path, needed_for, "is not a regular file", "a .safetensors file");
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(path, "", "cannot open the weights file", "a .safetensors file");
+  if (!in)
+    throw Error(path, needed_for, "cannot open the weights file",
+                needed_for.empty() ? "a .safetensors file" : "the index maps this tensor to it: is the shard missing?");
   in.seekg(0, std::ios::end);
-  const int64_t size = static_cast<int64_t>(in.tellg());
+  f.size = static_cast<int64_t>(in.tellg());
   in.seekg(0);
-  if (size < 8) throw Error(path, "", "truncated safetensors file (" + std::to_string(size) + " bytes, no header)");
+  if (f.size < 8) throw Error(path, "", "truncated safetensors file (" + std::to_string(f.size) + " bytes, no header)");
   uint64_t n = 0;
   in.read(reinterpret_cast<char*>(&n), 8);
-  if (n > static_cast<uint64_t>(size - 8) || n > (uint64_t{1} << 30))
+  if (n > static_cast<uint64_t>(f.size - 8) || n > (uint64_t{1} << 30))
     throw Error(path, "", "truncated or corrupt safetensors file: header of " + std::to_string(n) +
-                              " bytes but the file has " + std::to_string(size) + " bytes");
+                              " bytes but the file has " + std::to_string(f.size) + " bytes");
   std::string text(static_cast<size_t>(n), '\0');
   in.read(text.data(), static_cast<std::streamsize>(n));
-  const Json header = parse_json(text, path);
-  if (!header.is_object()) throw Error(path, "", "safetensors header is not a JSON object");
-  const int64_t data_start = 8 + static_cast<int64_t>(n);
-  const int64_t data_bytes = size - data_start;
+  f.header = parse_json(text, path);
+  if (!f.header.is_object()) throw Error(path, "", "safetensors header is not a JSON object");
+  f.data_start = 8 + static_cast<int64_t>(n);
+  return f;
+}
 
-  Weights w = zero_params(m);
-  for (const auto& p : w.layout.params()) {
-    if (!header.contains(p.name))
-      throw Error(path, p.name, "missing tensor",
-                  "the model '" + m.id + "' needs shape " + shape_str(p.shape) + " (a weights file for another model?)");
-    const Json& e = header.at(p.name);
-    std::string dtype;
-    std::vector<int64_t> shape;
-    int64_t begin = 0, end = 0;
-    try {
-      dtype = e.at("dtype").get<std::string>();
-      shape = e.at("shape").get<std::vector<int64_t>>();
-      const auto off = e.at("data_offsets").get<std::vector<int64_t>>();
-      if (off.size() != 2) throw std::runtime_error("data_offsets");
-      begin = off[0];
-      end = off[1];
-    } catch (const std::exception&) {
-      throw Error(path, p.name, "malformed header entry", "needs dtype, shape and data_offsets [begin, end]");
-    }
-    if (shape != p.shape)
-      throw Error(path, p.name, "shape " + shape_str(shape) + " does not match the model's " + shape_str(p.shape),
-                  "a weights file for another model or --layers?");
-    int64_t elem = 0;
-    if (dtype == "F32") elem = 4;
-    else if (dtype == "BF16") elem = 2;
-    else throw Error(path, p.name, "unsupported dtype " + dtype, "F32 or BF16");
-    if (begin < 0 || end < begin || end - begin != p.numel * elem)
-      throw Error(path, p.name, "data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) +
+// IEEE half -> fp32 (exact: every half is an fp32), subnormals, infinities and NaN included.
+float f16_to_f32(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
+  if (exp == 0) {
+    const float v = std::ldexp(static_cast<float>(man), -24);  // subnormal (or zero)
+    return sign ? -v : v;
+  }
+  const uint32_t bits = exp == 0x1f ? sign | 0x7f800000u | (man << 13) : sign | ((exp + 112) << 23) | (man << 13);
+  return f32_from_bits(bits);
+}
+
+// Reads tensor p of file f into dst (fp32), checking dtype, shape and extent.
+void read_tensor(std::ifstream& in, const SafetensorsFile& f, const ParamInfo& p, float* dst) {
+  const Json& e = f.header.at(p.name);
+  std::string dtype;
+  std::vector<int64_t> shape;
+  int64_t begin = 0, end = 0;
+  try {
+    dtype = e.at("dtype").get<std::string>();
+    shape = e.at("shape").get<std::vector<int64_t>>();
+    const auto off = e.at("data_offsets").get<std::vector<int64_t>>();
+    if (off.size() != 2) throw std::runtime_error("data_offsets");
+    begin = off[0];
+    end = off[1];
+  } catch (const std::exception&) {
+    throw Error(f.path, p.name, "malformed header entry", "needs dtype, shape and data_offsets [begin, end]");
+  }
+  if (shape != p.shape)
+    throw Error(f.path, p.name, "shape " + shape_str(shape) + " does not match the model's " + shape_str(p.shape),
+                "a weights file for another model or --layers?");
+  int64_t elem = 0;
+  if (dtype == "F32") elem = 4;
+  else if (dtype == "BF16" || dtype == "F16") elem = 2;
+  else throw Error(f.path, p.name, "unsupported dtype " + dtype, "F32, BF16 or F16");
+  if (begin < 0 || end < begin || end - begin != p.numel * elem)
+    throw Error(f.path, p.name, "data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) +
                                     "] do not hold " + std::to_string(p.numel) + " " + dtype + " values");
-    if (end > data_bytes)
-      throw Error(path, p.name, "truncated file: the tensor's data ends at data offset " + std::to_string(end) +
-                                    " but the data section has " + std::to_string(data_bytes) + " bytes");
-    in.seekg(data_start + begin);
-    float* dst = w.at(p);
-    if (elem == 4) {
-      in.read(reinterpret_cast<char*>(dst), static_cast<std::streamsize>(p.numel * 4));
-    } else {
-      std::vector<uint16_t> raw(static_cast<size_t>(p.numel));
-      in.read(reinterpret_cast<char*>(raw.data()), static_cast<std::streamsize>(p.numel * 2));
-      for (int64_t i = 0; i < p.numel; ++i) {
-        const uint32_t bits = static_cast<uint32_t>(raw[static_cast<size_t>(i)]) << 16;
-        std::memcpy(&dst[i], &bits, 4);
+  if (end > f.size - f.data_start)
+    throw Error(f.path, p.name, "truncated file: the tensor's data ends at byte " + std::to_string(f.data_start + end) +
+                                    " but the file has " + std::to_string(f.size) + " bytes");
+  in.seekg(f.data_start + begin);
+  if (elem == 4) {
+    in.read(reinterpret_cast<char*>(dst), static_cast<std::streamsize>(p.numel * 4));
+  } else {
+    std::vector<uint16_t> raw(static_cast<size_t>(p.numel));
+    in.read(reinterpret_cast<char*>(raw.data()), static_cast<std::streamsize>(p.numel * 2));
+    if (dtype == "BF16") bf16_to_f32(raw.data(), dst, p.numel);
+    else
+      for (int64_t i = 0; i < p.numel; ++i) dst[i] = f16_to_f32(raw[static_cast<size_t>(i)]);
+  }
+  if (!in) throw Error(f.path, p.name, "read error (truncated file?)");
+  for (int64_t i = 0; i < p.numel; ++i)
+    if (!std::isfinite(dst[i]))
+      throw Error(f.path, p.name, "holds a non-finite value (NaN or inf) at element " + std::to_string(i),
+                  "initial weights must be finite");
+}
+
+// Whether a tensor the layout lacks may be skipped: a layer the run leaves out (--layers), or a
+// non-parameter buffer older checkpoints carry (rotary inverse frequencies).
+bool skippable(const std::string& name, const ParamLayout& layout, int64_t checkpoint_layers) {
+  if (name.size() > 20 && name.compare(name.size() - 20, 20, "rotary_emb.inv_freq") == 0) return true;
+  const std::string pre = "model.layers.";
+  if (name.rfind(pre, 0) != 0) return false;
+  size_t i = pre.size();
+  int64_t l = 0;
+  if (i >= name.size() || !std::isdigit(static_cast<unsigned char>(name[i]))) return false;
+  while (i < name.size() && std::isdigit(static_cast<unsigned char>(name[i]))) l = l * 10 + (name[i++] - '0');
+  if (i >= name.size() || name[i] != '.' || l < layout.layers() || l >= checkpoint_layers) return false;
+  // The same tensor of layer 0 must be one the layout has: layer l's tensors have layer 0's names.
+  return layout.find("model.layers.0" + name.substr(i)) != nullptr;
+}
+
+std::string extra_hint(const models::ModelSpec& m) {
+  return "the model '" + m.id + "' has no such tensor (a checkpoint of another model, or of a model with " +
+         (m.qk_norm ? "different norms or biases" : "q/k norms or other biases") + "?)";
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+Weights read_index(const std::string& index_path, const models::ModelSpec& m, int64_t checkpoint_layers) {
+  const Json index = read_json_file(index_path);
+  JsonReader r(index, index_path);
+  const Json& map = r.object("weight_map");
+  const std::filesystem::path dir = std::filesystem::path(index_path).parent_path();
+  Weights w = zero_params(m);
+  // Which tensors each shard holds, in the layout's order.
+  std::map<std::string, std::vector<const ParamInfo*>> by_shard;
+  for (const auto& p : w.layout.params()) {
+    auto it = map.find(p.name);
+    if (it == map.end())
+      throw Error(index_path, p.name, "missing tensor: weight_map does not name a shard for it",
+                  "the model '" + m.id + "' needs shape " + shape_str(p.shape) + " (an index for another model?)");
+    if (!it->is_string() || it->get<std::string>().empty())
+      throw Error(index_path, "weight_map." + p.name, "must name a shard file");
+    by_shard[it->get<std::string>()].push_back(&p);
+  }
+  for (auto it = map.begin(); it != map.end(); ++it)
+    if (!w.layout.find(it.key()) && !skippable(it.key(), w.layout, checkpoint_layers))
+      throw Error(index_path, it.key(), "extra tensor (in shard " + (it->is_string() ? it->get<std::string>() : it->dump()) + ")",
+                  extra_hint(m));
+  for (const auto& [shard, params] : by_shard) {
+    const std::string path = (dir / shard).string();
+    const SafetensorsFile f = open_safetensors(path, params.front()->name);
+    for (auto it = f.header.begin(); it != f.header.end(); ++it) {
+      if (it.key() == "__metadata__") continue;
+      auto in_map = map.find(it.key());
+      if (in_map == map.end() || !in_map->is_string() || in_map->get<std::string>() != shard) {
+        if (!w.layout.find(it.key()) && !skippable(it.key(), w.layout, checkpoint_layers))
+          throw Error(path, it.key(), "extra tensor", extra_hint(m));
+        if (in_map == map.end())
+          throw Error(path, it.key(), "is in the shard but not in the index's weight_map", index_path + " is stale?");
       }
     }
-    if (!in) throw Error(path, p.name, "read error (truncated file?)");
-    for (int64_t i = 0; i < p.numel; ++i)
-      if (!std::isfinite(dst[i]))
-        throw Error(path, p.name, "holds a non-finite value (NaN or inf) at element " + std::to_string(i),
-                    "initial weights must be finite");
+    std::ifstream in(path, std::ios::binary);
+    for (const ParamInfo* p : params) {
+      if (!f.header.contains(p->name))
+        throw Error(path, p->name, "missing tensor: the index maps it to this shard, which does not hold it",
+                    "a shard from another checkpoint? (" + index_path + ")");
+      read_tensor(in, f, *p, w.at(*p));
+    }
   }
   return w;
 }
 
-void write_safetensors(const ParamTensors& t, const std::string& path) {
+}  // namespace
+
+Weights read_safetensors(const std::string& path, const models::ModelSpec& m, int64_t checkpoint_layers) {
+  if (checkpoint_layers < 0) checkpoint_layers = std::numeric_limits<int64_t>::max();
+  const SafetensorsFile f = open_safetensors(path, "");
+  Weights w = zero_params(m);
+  for (auto it = f.header.begin(); it != f.header.end(); ++it)
+    if (it.key() != "__metadata__" && !w.layout.find(it.key()) && !skippable(it.key(), w.layout, checkpoint_layers))
+      throw Error(path, it.key(), "extra tensor", extra_hint(m));
+  std::ifstream in(path, std::ios::binary);
+  for (const auto& p : w.layout.params()) {
+    if (!f.header.contains(p.name))
+      throw Error(path, p.name, "missing tensor",
+                  "the model '" + m.id + "' needs shape " + shape_str(p.shape) + " (a weights file for another model?)");
+    read_tensor(in, f, p, w.at(p));
+  }
+  return w;
+}
+
+Weights read_checkpoint(const std::string& path, const models::ModelSpec& m, int64_t checkpoint_layers) {
+  if (checkpoint_layers < 0) checkpoint_layers = std::numeric_limits<int64_t>::max();
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    const std::filesystem::path d(path);
+    if (std::filesystem::exists(d / "model.safetensors.index.json", ec))
+      return read_index((d / "model.safetensors.index.json").string(), m, checkpoint_layers);
+    if (std::filesystem::exists(d / "model.safetensors", ec))
+      return read_safetensors((d / "model.safetensors").string(), m, checkpoint_layers);
+    throw Error("--weights", path, "the folder holds neither model.safetensors.index.json nor model.safetensors",
+                "a Hugging Face checkpoint folder, an index .json or a .safetensors file");
+  }
+  if (ends_with(path, ".json")) return read_index(path, m, checkpoint_layers);
+  return read_safetensors(path, m, checkpoint_layers);
+}
+
+namespace {
+
+// Writes the tensors `params` of t as one safetensors file (atomically).
+void write_file(const ParamTensors& t, const std::vector<const ParamInfo*>& params, const std::string& path,
+                const std::string& dtype) {
+  const int64_t elem = dtype == "F32" ? 4 : 2;
   Json header = Json::object();
   header["__metadata__"] = {{"format", "pt"}, {"producer", "oomb"}};
   int64_t offset = 0;
-  for (const auto& p : t.layout.params()) {
-    header[p.name] = {{"dtype", "F32"}, {"shape", p.shape}, {"data_offsets", {offset, offset + p.numel * 4}}};
-    offset += p.numel * 4;
+  for (const ParamInfo* p : params) {
+    header[p->name] = {{"dtype", dtype}, {"shape", p->shape}, {"data_offsets", {offset, offset + p->numel * elem}}};
+    offset += p->numel * elem;
   }
   std::string text = header.dump();
   while (text.size() % 8) text += ' ';
@@ -236,9 +372,72 @@ void write_safetensors(const ParamTensors& t, const std::string& path) {
     const uint64_t n = text.size();
     out.write(reinterpret_cast<const char*>(&n), 8);
     out.write(text.data(), static_cast<std::streamsize>(text.size()));
-    for (const auto& p : t.layout.params())
-      out.write(reinterpret_cast<const char*>(t.at(p)), static_cast<std::streamsize>(p.numel * 4));
+    std::vector<uint16_t> half;
+    for (const ParamInfo* p : params) {
+      if (elem == 4) {
+        out.write(reinterpret_cast<const char*>(t.at(*p)), static_cast<std::streamsize>(p->numel * 4));
+      } else {
+        half.resize(static_cast<size_t>(p->numel));
+        f32_to_bf16(t.at(*p), half.data(), p->numel);
+        out.write(reinterpret_cast<const char*>(half.data()), static_cast<std::streamsize>(p->numel * 2));
+      }
+    }
   });
+}
+
+}  // namespace
+
+void write_safetensors(const ParamTensors& t, const std::string& path) {
+  std::vector<const ParamInfo*> all;
+  for (const auto& p : t.layout.params()) all.push_back(&p);
+  write_file(t, all, path, "F32");
+}
+
+std::vector<std::string> write_checkpoint(const ParamTensors& t, const std::string& path, const CheckpointWrite& how) {
+  if (how.dtype != "F32" && how.dtype != "BF16") throw Error("checkpoint dtype", how.dtype, "unknown", "F32 or BF16");
+  if (how.max_shard_bytes <= 0) throw Error("--max-shard-bytes", std::to_string(how.max_shard_bytes), "must be positive");
+  const int64_t elem = how.dtype == "F32" ? 4 : 2;
+  const bool file_mode = ends_with(path, ".safetensors");
+  namespace fs = std::filesystem;
+  const fs::path dir = file_mode ? fs::path(path).parent_path() : fs::path(path);
+  const std::string stem = file_mode ? fs::path(path).stem().string() : "model";
+  std::error_code ec;
+  if (!file_mode) {
+    fs::create_directories(dir, ec);
+    if (ec) throw Error(path, "", "cannot create the checkpoint folder: " + ec.message());
+  }
+  // Shards fill up in the layout's order (Hugging Face's order of the state dict).
+  std::vector<std::vector<const ParamInfo*>> shards(1);
+  int64_t in_shard = 0, total = 0;
+  for (const auto& p : t.layout.params()) {
+    const int64_t bytes = p.numel * elem;
+    if (in_shard > 0 && in_shard + bytes > how.max_shard_bytes) shards.emplace_back(), in_shard = 0;
+    shards.back().push_back(&p);
+    in_shard += bytes;
+    total += bytes;
+  }
+  const fs::path single = file_mode ? fs::path(path) : dir / "model.safetensors";
+  const fs::path index = dir / (stem + ".safetensors.index.json");
+  // A checkpoint written here before, in the other form, would shadow or contradict this one.
+  if (shards.size() == 1) {
+    write_file(t, shards[0], single.string(), how.dtype);
+    fs::remove(index, ec);
+    return {single.string()};
+  }
+  fs::remove(single, ec);
+  char name[64];
+  std::vector<std::string> written = {index.string()};
+  Json map = Json::object();
+  for (size_t i = 0; i < shards.size(); ++i) {
+    std::snprintf(name, sizeof name, "-%05zu-of-%05zu.safetensors", i + 1, shards.size());
+    const std::string file = stem + name;
+    write_file(t, shards[i], (dir / file).string(), how.dtype);
+    written.push_back((dir / file).string());
+    for (const ParamInfo* p : shards[i]) map[p->name] = file;
+  }
+  const Json j = {{"metadata", {{"total_size", total}, {"producer", "oomb"}}}, {"weight_map", map}};
+  write_text_file(index.string(), j.dump(2) + "\n");
+  return written;
 }
 
 }  // namespace oomb::executor

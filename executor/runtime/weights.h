@@ -21,6 +21,7 @@ struct ParamInfo {
 // Index of every tensor of one layer inside a ParamLayout (offsets in floats; -1 = absent).
 struct LayerOffsets {
   int64_t input_norm = -1, q = -1, q_bias = -1, k = -1, k_bias = -1, v = -1, v_bias = -1, o = -1;
+  int64_t q_norm = -1, k_norm = -1;  // Qwen3 (ModelSpec::qk_norm): RMSNorm weight [head_dim] per q / k head
   int64_t post_norm = -1, gate = -1, up = -1, down = -1;
 };
 
@@ -77,11 +78,36 @@ struct WorstTensor {
 WorstTensor worst_relative_l2(const ParamTensors& a, const ParamTensors& b);
 
 // safetensors: 8-byte little-endian header length, JSON header {name: {dtype, shape,
-// data_offsets}}, raw data. Reads F32 and BF16; every tensor of the layout must be present with
-// its exact shape (extra tensors, e.g. layers beyond --layers, are ignored). Errors name the file
-// and the tensor.
-Weights read_safetensors(const std::string& path, const models::ModelSpec& m);
+// data_offsets}}, raw data. Reads F32, BF16 and F16 (converted to fp32); every tensor of the layout
+// must be present with its exact shape. Tensors of layers the run leaves out (--layers) are skipped;
+// any other tensor the layout lacks is an error (a checkpoint of another model). checkpoint_layers:
+// the layers the checkpoint has (the model's own count before --layers). Errors name
+// the file and the tensor. (-1: any layer beyond m.layers may be skipped.)
+Weights read_safetensors(const std::string& path, const models::ModelSpec& m, int64_t checkpoint_layers = -1);
+
+// A Hugging Face checkpoint: a .safetensors file, a model.safetensors.index.json (weight_map from
+// tensor to shard file, shards next to it), or a folder holding either (the index first). Errors
+// name the tensor and the shard (or the index) at fault.
+Weights read_checkpoint(const std::string& path, const models::ModelSpec& m, int64_t checkpoint_layers = -1);
+
 // Writes F32 atomically (temp file + rename): a failure leaves no partial file.
 void write_safetensors(const ParamTensors& t, const std::string& path);
+
+// Hugging Face's default shard size (transformers' max_shard_size "5GB").
+constexpr int64_t kDefaultMaxShardBytes = 5'000'000'000;
+
+struct CheckpointWrite {
+  int64_t max_shard_bytes = kDefaultMaxShardBytes;
+  std::string dtype = "F32";  // "F32" or "BF16" (rounded to nearest even)
+};
+
+// Writes the layout Hugging Face writes. path: a folder (created; files named model*) or a
+// "<stem>.safetensors" file. At most max_shard_bytes of tensor data: one file (the folder's
+// model.safetensors, or path itself); above it shards <stem>-00001-of-0000N.safetensors and
+// <stem>.safetensors.index.json (weight_map, metadata.total_size), each written atomically, the
+// index last. A tensor larger than the limit gets a shard of its own. What an earlier write left
+// there in the other form (the single file, or the index) is removed. Returns the files written,
+// the index (or single file) first.
+std::vector<std::string> write_checkpoint(const ParamTensors& t, const std::string& path, const CheckpointWrite& how = {});
 
 }  // namespace oomb::executor

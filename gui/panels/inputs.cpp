@@ -80,7 +80,11 @@ void draw_inputs_panel(ViewModel& vm, UiState& ui) {
     for (auto& id : models::host_ids()) h.push_back(id);
     return h;
   }();
-  combo_strings("model", in.model, models, "models/llm/<id>.json: the published config of the model");
+  // A model given as a path (oomb.model/1 JSON, Hugging Face config.json or folder) stays selectable.
+  static std::vector<std::string> model_items = models;
+  if (std::find(model_items.begin(), model_items.end(), in.model) == model_items.end()) model_items.push_back(in.model);
+  combo_strings("model", in.model, model_items,
+                "models/llm/<id>.json: the published config of the model (or the file / Hugging Face folder given)");
   combo_strings("GPU", in.gpu, gpus, "models/gpu/<id>.json: capacity, bandwidths, FLOP/s, link rates");
   std::string host = in.host.empty() ? hosts[0] : in.host;
   if (combo_strings("host", host, hosts, "models/host/<id>.json: RAM and pinnable bytes for offloaded pages"))

@@ -233,5 +233,171 @@ expect_exit 0 "recall +mean 0\.[0-9]+ .*budgets >= [0-9]+ pages" plan --model ti
 expect_exit 2 "--min-recall.*no budget reaches" plan --model tiny --gpu h200 --context 2K --allow-sparse --min-recall 0.9999 --recall-curve "$tmp/curve.json"
 expect_exit 2 "--min-recall.*--recall-curve" plan --model tiny --gpu h200 --context 2K --allow-sparse --min-recall 0.5
 
+# Hugging Face config.json as --model (Qwen/Qwen2.5-7B's published config): the same plan as the
+# catalog id, with ids typed as people type them.
+mkdir -p "$tmp/Qwen2.5-7B"
+cat >"$tmp/Qwen2.5-7B/config.json" <<'JSON'
+{"architectures": ["Qwen2ForCausalLM"], "hidden_act": "silu", "hidden_size": 3584, "intermediate_size": 18944,
+ "max_position_embeddings": 131072, "max_window_layers": 28, "model_type": "qwen2", "num_attention_heads": 28,
+ "num_hidden_layers": 28, "num_key_value_heads": 4, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0,
+ "sliding_window": 131072, "tie_word_embeddings": false, "torch_dtype": "bfloat16", "use_sliding_window": false,
+ "vocab_size": 152064}
+JSON
+"$oomb" plan --model "$tmp/Qwen2.5-7B/config.json" --gpu H200 --context 4M --out "$tmp/hf_plan.json" >"$tmp/hf_plan.out" 2>&1 || bad "plan --model config.json failed: $(cat "$tmp/hf_plan.out")"
+"$oomb" plan --model qwen2.5-7b --gpu h200 --context 4M --out "$tmp/id_plan.json" >"$tmp/id_plan.out" 2>&1 || bad "plan --model qwen2.5-7b failed"
+# Identical but for the planner's own timing line, the output path and the spec's provenance.
+if diff <(grep -v -e searched -e "Plan written" "$tmp/hf_plan.out") <(grep -v -e searched -e "Plan written" "$tmp/id_plan.out") >/dev/null &&
+   diff <(grep -v '"source"' "$tmp/hf_plan.json") <(grep -v '"source"' "$tmp/id_plan.json") >/dev/null; then ok; else
+  bad "plan from config.json differs from plan from qwen2.5-7b"; fi
+grep -q 'Hugging Face config' "$tmp/hf_plan.json" && ok || bad "plan from config.json does not name its source"
+expect_exit 0 "qwen2.5-7b on h200" simulate --model "$tmp/Qwen2.5-7B" --gpu h200 --context 1M
+expect_exit 0 "qwen2.5-7b on h100-sxm" simulate --model Qwen2.5-7B-Instruct --gpu h100 --context 1M
+expect_exit 0 "wrote .*my-model.json .*id qwen2.5-7b" models --import "$tmp/Qwen2.5-7B/config.json" --out "$tmp/my-model.json"
+grep -q '"schema": "oomb.model/1"' "$tmp/my-model.json" && grep -q 'Qwen2.5-7B/config.json' "$tmp/my-model.json" && ok ||
+  bad "models --import wrote no oomb.model/1 naming its source"
+expect_exit 0 "qwen2.5-7b on h200" simulate --model "$tmp/my-model.json" --gpu h200 --context 1M
+expect_exit 2 "--out.*--import" models --out "$tmp/never.json"
+sed 's/Qwen2ForCausalLM/MixtralForCausalLM/; s/"vocab_size"/"num_local_experts": 8, "vocab_size"/' "$tmp/Qwen2.5-7B/config.json" >"$tmp/mixtral.json"
+expect_exit 2 "MixtralForCausalLM is not supported: it has num_local_experts" plan --model "$tmp/mixtral.json" --gpu h200 --context 1M
+# Qwen3 (q/k norm) is planned and simulated; the executor refuses it by name.
+expect_exit 0 "qwen3-8b on h200" simulate --model Qwen3-8B --gpu h200 --context 1M
+expect_exit 2 "--model.*q/k RMSNorm.*executor does not run" run --model qwen3-8b --context 2K --layers 1
+
+# Hugging Face checkpoints: --save-weights writes shards + index above --max-shard-bytes, --weights
+# reads the folder back (same loss as the seeded weights it saved); bf16 shards (converted here
+# when python3 is present) run too.
+"$oomb" run --model tiny --context 1K --chunk 256 --page 64 >"$tmp/ck_ref.out" 2>&1 || bad "run tiny failed"
+expect_exit 0 "weights: .*model.safetensors.index.json \(index of [0-9]+ shards\)" run --model tiny --context 1K --chunk 256 --page 64 --save-weights "$tmp/ck" --max-shard-bytes 100000
+[ -f "$tmp/ck/model-00001-of-00005.safetensors" ] && ok || bad "--save-weights wrote no shards: $(ls "$tmp/ck")"
+"$oomb" run --model tiny --context 1K --chunk 256 --page 64 --weights "$tmp/ck" >"$tmp/ck_run.out" 2>&1 || bad "run --weights DIR failed: $(cat "$tmp/ck_run.out")"
+[ "$(grep -o 'loss [0-9.]*' "$tmp/ck_ref.out")" = "$(grep -o 'loss [0-9.]*' "$tmp/ck_run.out")" ] && ok ||
+  bad "run --weights DIR gave another loss than the weights it saved"
+expect_exit 2 "--max-shard-bytes" run --model tiny --context 1K --chunk 256 --page 64 --save-weights "$tmp/never_ck" --max-shard-bytes 0
+[ ! -e "$tmp/never_ck" ] && ok || bad "a checkpoint was written despite --max-shard-bytes 0"
+expect_exit 2 "weight_map|missing" run --model tiny --context 1K --chunk 256 --page 64 --weights "$tmp/Qwen2.5-7B/config.json"
+if command -v python3 >/dev/null; then
+  mkdir -p "$tmp/ck_bf16"
+  python3 - "$tmp/ck" "$tmp/ck_bf16" <<'PY' || bad "bf16 conversion failed"
+import json, os, struct, sys
+src, dst = sys.argv[1], sys.argv[2]
+index = json.load(open(os.path.join(src, "model.safetensors.index.json")))
+for shard in sorted(set(index["weight_map"].values())):
+    raw = open(os.path.join(src, shard), "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    header, data = json.loads(raw[8:8 + n]), raw[8 + n:]
+    out_header, out = {}, bytearray()
+    for name, e in header.items():
+        if name == "__metadata__":
+            continue
+        b, end = e["data_offsets"]
+        vals = struct.unpack("<%dI" % ((end - b) // 4), data[b:end])
+        start = len(out)
+        for u in vals:  # fp32 -> bf16, round to nearest even
+            out += struct.pack("<H", ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) & 0xFFFF)
+        out_header[name] = {"dtype": "BF16", "shape": e["shape"], "data_offsets": [start, len(out)]}
+    text = json.dumps(out_header).encode()
+    open(os.path.join(dst, shard), "wb").write(struct.pack("<Q", len(text)) + text + bytes(out))
+index["metadata"]["total_size"] //= 2
+json.dump(index, open(os.path.join(dst, "model.safetensors.index.json"), "w"))
+PY
+  expect_exit 0 "step 1 +loss [0-9]" run --model tiny --context 1K --chunk 256 --page 64 --weights "$tmp/ck_bf16"
+fi
+
+# Run logs as measurements: steps "measured" on a known profile (the h200 with other efficiencies)
+# are fitted back to it by `calibrate --points`, CSV and JSON (a plan as a point), with per-point
+# and left-out errors; `validate --measured` compares a plan with outside numbers.
+"$oomb" models --show h200 | sed 's/"attention": 0.5/"attention": 0.45/; s/"attention_backward": 0.5/"attention_backward": 0.33/; s/"gemm": 0.7/"gemm": 0.62/; s/"memory_bound": 0.8/"memory_bound": 0.55/; s/"launch_overhead_s": 5e-06/"launch_overhead_s": 7e-06/; s/"id": "h200"/"id": "h200-truth"/' >"$tmp/truth.json"
+echo "name,model,context,chunk,schedule,checkpointing,resident_layers,step_s,peak_device_bytes" >"$tmp/points.csv"
+i=0
+while IFS=, read -r m c ch sc ck r; do
+  i=$((i + 1))
+  j=$("$oomb" simulate --gpu "$tmp/truth.json" --model "$m" --context "$c" --chunk "$ch" --schedule "$sc" --checkpointing "$ck" --resident-layers "$r" --json)
+  st=$(grep -m1 '"step_s"' <<<"$j" | sed 's/.*: //; s/,//')
+  pk=$(grep -m1 '"peak_device_bytes"' <<<"$j" | sed 's/.*: //; s/,//')
+  echo "run $i,$m,$c,$ch,$sc,$ck,$r,$st,$pk" >>"$tmp/points.csv"
+done <<'ROWS'
+qwen2.5-7b,256K,4K,oomb,true,1
+qwen2.5-7b,64K,2K,oomb,true,all
+qwen2.5-7b,32K,4K,oomb,false,all
+qwen2.5-7b,1M,8K,oomb,true,2
+qwen2.5-0.5b,128K,1K,oomb,true,all
+qwen2.5-0.5b,16K,512,oomb,true,2
+qwen2.5-0.5b,8K,256,oomb,false,all
+qwen2.5-1.5b,32K,4K,standard,true,all
+qwen2.5-1.5b,8K,4K,standard,false,all
+llama-3.1-8b,512K,8K,oomb,true,2
+ROWS
+expect_exit 0 "efficiency gemm 0.6200, attention 0.4500 \(backward 0.3300\), memory-bound 0.5500; launch overhead 7.0 us" calibrate --points "$tmp/points.csv" --gpu h200 --out "$tmp/points-fit.json"
+expect_exit 0 "run 10 .* 0.0% .* 0.0%" calibrate --points "$tmp/points.csv" --gpu h200
+grep -q '"left_out_step_error"' "$tmp/points-fit.json" && grep -q '"calibrated_from": "least-squares fit to 10 measured step' "$tmp/points-fit.json" && ok ||
+  bad "calibrate --points wrote no per-point / left-out errors"
+# JSON points, one of them a plan (paths relative to the points file), tokens_per_s instead of step_s.
+"$oomb" plan --model qwen2.5-7b --gpu h200 --context 256K --chunk 4K --resident-layers 1 --out "$tmp/pt_plan.json" >/dev/null || bad "plan for points failed"
+st=$("$oomb" simulate --gpu "$tmp/truth.json" --model qwen2.5-0.5b --context 32K --chunk 2K --json | grep -m1 '"step_s"' | sed 's/.*: //; s/,//')
+cat >"$tmp/points.json" <<JSON
+{"schema": "oomb.points/1", "points": [
+  {"name": "from a plan", "plan": "pt_plan.json", "step_s": 300},
+  {"model": "Qwen2.5-0.5B", "context": "32K", "chunk": "2K", "tokens_per_s": $(awk "BEGIN{printf \"%.6f\", 32768 / $st}")}]}
+JSON
+expect_exit 0 "from a plan .* point 2|from a plan" calibrate --points "$tmp/points.json" "$tmp/points.csv" --gpu h200
+printf 'model,context,stepp\ntiny,4K,1\n' >"$tmp/badkey.csv"
+expect_exit 2 "badkey.csv line 2.*stepp.*unknown key" calibrate --points "$tmp/badkey.csv" --gpu h200
+printf 'model,context,step_s\ntiny,4K,\n' >"$tmp/nostep.csv"
+expect_exit 2 "nostep.csv line 2.*step_s.*missing" calibrate --points "$tmp/nostep.csv" --gpu h200
+printf 'model,context,chunk,step_s,tokens_per_s\ntiny,4K,1K,1,99\n' >"$tmp/disagree.csv"
+expect_exit 2 "tokens_per_s.*disagrees with step_s" calibrate --points "$tmp/disagree.csv" --gpu h200
+printf 'model,gpu,context,chunk,step_s\ntiny,a100-40gb,4K,1K,1\n' >"$tmp/othergpu.csv"
+expect_exit 2 "othergpu.csv line 2.*gpu.*not the fitted profile" calibrate --points "$tmp/othergpu.csv" --gpu h200
+printf 'model,context,chunk,step_s\ntiny,4K,1000,1\n' >"$tmp/badchunk.csv"
+expect_exit 2 "badchunk.csv line 2.*--chunk" calibrate --points "$tmp/badchunk.csv" --gpu h200
+head -2 "$tmp/points.csv" >"$tmp/one.csv"
+expect_exit 2 "is not determined" calibrate --points "$tmp/one.csv" --gpu h200
+expect_exit 0 "efficiency gemm 0.6200" calibrate --points "$tmp/one.csv" --gpu "$tmp/truth.json" --hold attention attention_backward memory_bound launch_overhead
+expect_exit 2 "--gpu.*required with --points" calibrate --points "$tmp/points.csv"
+pst=$("$oomb" simulate --plan "$tmp/pt_plan.json" --json | grep -m1 '"step_s"' | sed 's/.*: //; s/,//')
+expect_exit 0 "step_s .* ok" validate --plan "$tmp/pt_plan.json" --measured "step_s=$pst"
+expect_exit 1 "step_s .*FAIL" validate --plan "$tmp/pt_plan.json" --measured "step_s=$(awk "BEGIN{print $pst * 2}"),peak_device_bytes=1000"
+expect_exit 2 "--measured.*unknown term" validate --plan "$tmp/pt_plan.json" --measured "stepp=3"
+expect_exit 2 "--measured.*not a positive number" validate --plan "$tmp/pt_plan.json" --measured "step_s=-1"
+expect_exit 2 "--measured.*--plan" validate --measured "step_s=3"
+expect_exit 2 "--trace.*required" validate --plan "$tmp/pt_plan.json"
+
+# Ids and commands as typed: did you mean, unknown subcommands, completion scripts.
+expect_exit 2 "did you mean qwen2.5-7b" plan --model qwen2.5-7 --gpu h200 --context 1M
+expect_exit 2 "did you mean h200" plan --model qwen2.5-7b --gpu h2000 --context 1M
+expect_exit 2 "unknown subcommand 'plann' \(did you mean plan\?\)" plann --context 1M
+expect_exit 2 "unknown subcommand 'frobnicate'.*subcommands: .*plan" frobnicate
+expect_exit 2 "--contxt: unknown flag of .oomb plan. \(did you mean --context\?\)" plan --model qwen2.5-7b --contxt 4M
+expect_exit 2 "--weight: unknown flag of .oomb run. \(did you mean --weights\?\)" run --model tiny --context 1K --weight x
+expect_exit 2 "completion.*bash or zsh" completion fish
+"$oomb" completion bash >"$tmp/oomb.bash" && bash -n "$tmp/oomb.bash" && ok || bad "completion bash is not valid bash"
+# Completing in a real bash: subcommands, a subcommand's flags, catalog ids after --model / --gpu.
+complete_words() { bash -c 'source "$1"; shift; COMP_WORDS=("$@"); COMP_CWORD=$((${#COMP_WORDS[@]} - 1)); _oomb; echo "${COMPREPLY[*]}"' _ "$tmp/oomb.bash" "$@"; }
+[[ " $(complete_words oomb pl) " == *" plan "* ]] && ok || bad "bash completion of 'oomb pl' lacks plan"
+[[ " $(complete_words oomb plan --cont) " == *" --context "* ]] && ok || bad "bash completion lacks plan --context"
+[[ " $(complete_words oomb run --weig) " == *" --weights "* ]] && ok || bad "bash completion lacks run --weights"
+[[ " $(complete_words oomb plan --model qwen2.5-7) " == *" qwen2.5-7b "* ]] && ok || bad "bash completion lacks model ids"
+[[ " $(complete_words oomb simulate --gpu h2) " == *" h200 "* ]] && ok || bad "bash completion lacks gpu ids"
+"$oomb" completion zsh >"$tmp/_oomb" && grep -q '^#compdef oomb' "$tmp/_oomb" && grep -q -- '--context' "$tmp/_oomb" && ok ||
+  bad "completion zsh lacks #compdef or flags"
+if command -v zsh >/dev/null; then
+  zsh -n "$tmp/_oomb" && ok || bad "completion zsh is not valid zsh"
+  # _oomb with zsh's completion builtins stubbed to print what they would offer.
+  cat >"$tmp/zsh_stub.zsh" <<'ZSH'
+_describe() { print -r -- "describe ${(P)2}"; }
+compadd() { shift; print -r -- "compadd $*"; }
+_alternative() { print -r -- "alternative $*"; }
+_files() { print -r -- "files"; }
+compdef() { :; }
+source "$1"; shift
+words=("$@"); CURRENT=${#words}
+_oomb
+ZSH
+  zcomplete() { zsh -f "$tmp/zsh_stub.zsh" "$tmp/_oomb" "$@"; }
+  [[ "$(zcomplete oomb pl)" == *"plan:"* ]] && ok || bad "zsh completion of 'oomb pl' lacks plan"
+  [[ " $(zcomplete oomb plan --cont) " == *" --context "* ]] && ok || bad "zsh completion lacks plan --context"
+  [[ "$(zcomplete oomb plan --model qw)" == *"qwen2.5-7b"* ]] && ok || bad "zsh completion lacks model ids"
+fi
+
 echo "cli: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

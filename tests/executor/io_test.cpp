@@ -112,16 +112,17 @@ TEST_F(Io, WeightsForAnotherShapeAreRejected) {
 }
 
 TEST_F(Io, WrongDtypeIsRejected) {
+  // F16 is read since Hugging Face checkpoints use it (checkpoint_test.cpp); F64 is not.
   const ParamLayout layout(kModel);
   Json header = Json::object();
   int64_t off = 0;
   for (const auto& p : layout.params()) {
-    header[p.name] = {{"dtype", "F16"}, {"shape", p.shape}, {"data_offsets", {off, off + p.numel * 2}}};
-    off += p.numel * 2;
+    header[p.name] = {{"dtype", "F64"}, {"shape", p.shape}, {"data_offsets", {off, off + p.numel * 8}}};
+    off += p.numel * 8;
   }
-  write_raw(path("f16.safetensors"), header.dump(), std::vector<char>(static_cast<size_t>(off)));
-  const std::string msg = error_of([&] { read_safetensors(path("f16.safetensors"), kModel); });
-  EXPECT_NE(msg.find("F16"), std::string::npos) << msg;
+  write_raw(path("f64.safetensors"), header.dump(), std::vector<char>(static_cast<size_t>(off)));
+  const std::string msg = error_of([&] { read_safetensors(path("f64.safetensors"), kModel); });
+  EXPECT_NE(msg.find("F64"), std::string::npos) << msg;
   EXPECT_NE(msg.find("model.embed_tokens.weight"), std::string::npos) << msg;
 }
 

@@ -81,6 +81,30 @@ TEST(ViewModel, PeakDeviceFigureNamesThePeakPhase) {
   EXPECT_NE(vm.results().summary.peak_phase, expect.peak_phase);
 }
 
+TEST(ViewModel, HuggingFaceFolderAsModelGivesTheCatalogResults) {
+  // Qwen/Qwen2.5-7B's published config.json, as a downloaded model folder holds it.
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "oomb_gui_hf_Qwen2.5-7B";
+  std::filesystem::create_directories(dir);
+  {
+    std::FILE* f = std::fopen((dir / "config.json").string().c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fputs(R"({"architectures": ["Qwen2ForCausalLM"], "hidden_act": "silu", "hidden_size": 3584,
+      "intermediate_size": 18944, "max_position_embeddings": 131072, "model_type": "qwen2",
+      "num_attention_heads": 28, "num_hidden_layers": 28, "num_key_value_heads": 4, "rms_norm_eps": 1e-06,
+      "rope_theta": 1000000.0, "sliding_window": 131072, "tie_word_embeddings": false, "torch_dtype": "bfloat16",
+      "use_sliding_window": false, "vocab_size": 152064})", f);
+    std::fclose(f);
+  }
+  ViewModel by_id;
+  Inputs in = by_id.inputs();
+  in.model = dir.string();
+  ViewModel by_folder(in);
+  std::filesystem::remove_all(dir);
+  ASSERT_TRUE(by_folder.results().ok) << by_folder.results().error;
+  EXPECT_EQ(by_folder.results().summary.peak_device_bytes, by_id.results().summary.peak_device_bytes);
+  EXPECT_DOUBLE_EQ(by_folder.results().summary.step_s, by_id.results().summary.step_s);
+}
+
 TEST(ViewModel, InvalidCombinationIsAMessageNotACrash) {
   ViewModel vm;
   Inputs in = vm.inputs();

@@ -24,6 +24,7 @@ const std::map<std::string, double>& published_params() {
       {"qwen2.5-7b", 7.62e9},    {"qwen2.5-14b", 14.7e9},   {"qwen2.5-32b", 32.5e9},
       {"qwen2.5-72b", 72.7e9},   {"llama-3.2-1b", 1.24e9},  {"llama-3.2-3b", 3.21e9},
       {"llama-3.1-8b", 8.03e9},  {"llama-3.1-70b", 70.6e9}, {"mistral-7b-v0.3", 7.25e9},
+      {"qwen3-8b", 8.2e9},
   };
   return m;
 }

@@ -170,3 +170,197 @@ TEST(Calibration, ExecutorRunsArePredictedWithTheirPageDtypes) {
 
 }  // namespace
 }  // namespace oomb::simulator
+
+namespace oomb::simulator {
+namespace {
+
+// Qwen3's q/k RMSNorm: its weights are in the parameter count (and so the weights row), and each
+// layer pass reads and writes q and k once more (memory-bound work), nothing else changes.
+TEST(QkNorm, Qwen3PricesTheNormsWeightsAndTraffic) {
+  Scenario with = tiny_scenario(8192, 2048, false);
+  with.model = models::load_model("qwen3-8b");
+  with.config.resident_layers = 2;
+  Scenario without = with;
+  without.model.qk_norm = false;
+  const detail::Geometry g = detail::geometry(with);
+  const double tokens = 2048;
+  const double extra_mb_s = tokens * 2.0 * static_cast<double>((g.qd + g.kvd) * g.act_b) / with.gpu.hbm_bytes_per_s;
+  const auto fwd_with = *pass_work(with, 1, "layer_fwd"), fwd_without = *pass_work(without, 1, "layer_fwd");
+  EXPECT_NEAR(fwd_with.mb_s - fwd_without.mb_s, extra_mb_s, extra_mb_s * 1e-9);
+  EXPECT_DOUBLE_EQ(fwd_with.gemm_s, fwd_without.gemm_s);
+  EXPECT_DOUBLE_EQ(fwd_with.attn_s, fwd_without.attn_s);
+  // Backward (with its recompute) runs the memory-bound work 3 times.
+  const auto bwd_with = *pass_work(with, 1, "layer_bwd"), bwd_without = *pass_work(without, 1, "layer_bwd");
+  EXPECT_NEAR(bwd_with.mb_s - bwd_without.mb_s, 3 * extra_mb_s, extra_mb_s * 1e-9);
+  const Summary a = evaluate(with), b = evaluate(without);
+  EXPECT_GT(a.step_s, b.step_s);
+  // 36 layers x (q_norm + k_norm) x head_dim 128 weights, in the param dtype and its gradient's.
+  const int64_t norm_params = 36 * 2 * 128;
+  EXPECT_EQ(detail::param_count(with) - detail::param_count(without), norm_params);
+}
+
+}  // namespace
+}  // namespace oomb::simulator
+
+namespace oomb::simulator {
+namespace {
+
+// ---- Whole steps as measurements (fit_points): configurations on one device, each with a step time.
+
+// A profile to recover: the h200 with efficiencies and launch overhead unlike its defaults.
+models::GpuSpec known_profile() {
+  models::GpuSpec g = models::load_gpu("h200");
+  g.efficiency.gemm = 0.62;
+  g.efficiency.attention = 0.45;
+  g.efficiency.attention_backward = 0.33;
+  g.efficiency.memory_bound = 0.55;
+  g.launch_overhead_s = 7e-6;
+  return g;
+}
+
+Scenario point_scenario(const std::string& model, int64_t context, int64_t chunk, Schedule schedule, bool ckpt,
+                        int64_t resident) {
+  Scenario s;
+  s.model = models::load_model(model);
+  s.gpu = models::load_gpu("h200");
+  s.host = models::load_host(s.gpu.default_host);
+  s.config.schedule = schedule;
+  s.config.context_tokens = context;
+  s.config.chunk_tokens = chunk;
+  s.config.checkpointing = ckpt;
+  s.config.resident_layers = resident;
+  return s;
+}
+
+// Points that tell every parameter apart: shapes (GEMM vs memory-bound), contexts (attention grows
+// quadratically), chunk sizes (launches per token), checkpointing off and the standard schedule
+// (the attention forward : backward ratio), with and without offload (copy time in the step).
+std::vector<Scenario> point_scenarios() {
+  return {point_scenario("qwen2.5-7b", 256 * 1024, 4096, Schedule::oomb, true, 1),
+          point_scenario("qwen2.5-7b", 64 * 1024, 2048, Schedule::oomb, true, 28),
+          point_scenario("qwen2.5-7b", 32 * 1024, 4096, Schedule::oomb, false, 28),
+          point_scenario("qwen2.5-7b", 1024 * 1024, 8192, Schedule::oomb, true, 2),
+          point_scenario("qwen2.5-0.5b", 128 * 1024, 1024, Schedule::oomb, true, 24),
+          point_scenario("qwen2.5-0.5b", 16 * 1024, 512, Schedule::oomb, true, 2),
+          point_scenario("qwen2.5-0.5b", 8 * 1024, 256, Schedule::oomb, false, 24),
+          point_scenario("qwen2.5-0.5b", 512 * 1024, 4096, Schedule::oomb, false, 24),
+          point_scenario("qwen2.5-1.5b", 32 * 1024, 4096, Schedule::standard, true, 28),
+          point_scenario("qwen2.5-1.5b", 8 * 1024, 4096, Schedule::standard, false, 28),
+          point_scenario("llama-3.1-8b", 512 * 1024, 8192, Schedule::oomb, true, 2),
+          point_scenario("llama-3.1-8b", 16 * 1024, 1024, Schedule::oomb, true, 32),
+          point_scenario("qwen2.5-3b", 96 * 1024, 2048, Schedule::oomb, false, 36),
+          point_scenario("qwen2.5-3b", 256 * 1024, 512, Schedule::oomb, true, 36)};
+}
+
+// Deterministic standard normal (own generator: the same numbers on every platform).
+double normal(uint64_t& state) {
+  auto uniform = [&] {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return (static_cast<double>(state >> 11) + 0.5) / 9007199254740992.0;
+  };
+  const double u1 = uniform(), u2 = uniform();
+  return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+}
+
+std::vector<MeasuredPoint> measured(const models::GpuSpec& truth, double noise, uint64_t seed) {
+  std::vector<MeasuredPoint> out;
+  uint64_t state = seed;
+  int i = 0;
+  for (Scenario s : point_scenarios()) {
+    s.gpu = truth;
+    const Summary sum = evaluate(s);
+    MeasuredPoint p;
+    p.name = "point " + std::to_string(++i);
+    p.scenario = s;
+    p.scenario.gpu = models::load_gpu("h200");  // what the user's file names: the catalog device
+    p.step_s = sum.step_s * (1.0 + noise * normal(state));
+    p.peak_device_bytes = sum.peak_device_bytes;
+    out.push_back(p);
+  }
+  return out;
+}
+
+TEST(StepWork, PricedAtAProfileIsTheStepsComputeTime) {
+  const models::GpuSpec g = known_profile();
+  std::vector<Scenario> all = point_scenarios();
+  Scenario opt = point_scenario("qwen2.5-7b", 64 * 1024, 4096, Schedule::oomb, true, 28);
+  opt.config.optimizer = Optimizer::gpu;
+  all.push_back(opt);
+  for (Scenario s : all) {
+    s.gpu = g;
+    const OpWork w = step_work(s);
+    const double priced = w.gemm_s / g.efficiency.gemm + w.attn_s / g.efficiency.attention +
+                          w.attn_bwd_s / g.efficiency.attention_backward + w.mb_s / g.efficiency.memory_bound +
+                          w.kernels * g.launch_overhead_s;
+    const double compute = evaluate(s).compute_s;
+    EXPECT_NEAR(priced, compute, compute * 1e-9) << s.model.id << " " << s.config.context_tokens;
+  }
+}
+
+TEST(FitPoints, RecoversTheProfileThatMadeThem) {
+  const models::GpuSpec truth = known_profile();
+  const PointsFit f = fit_points(measured(truth, 0.0, 1), models::load_gpu("h200"));
+  EXPECT_NEAR(f.profile.efficiency.gemm, truth.efficiency.gemm, 1e-6);
+  EXPECT_NEAR(f.profile.efficiency.attention, truth.efficiency.attention, 1e-6);
+  EXPECT_NEAR(f.profile.efficiency.attention_backward, truth.efficiency.attention_backward, 1e-6);
+  EXPECT_NEAR(f.profile.efficiency.memory_bound, truth.efficiency.memory_bound, 1e-6);
+  EXPECT_NEAR(f.profile.launch_overhead_s, truth.launch_overhead_s, 1e-9);
+  EXPECT_TRUE(f.fit.clamped.empty());
+  ASSERT_EQ(f.fit.leave_one_out.size(), point_scenarios().size());
+  for (size_t i = 0; i < f.predicted.size(); ++i) {
+    EXPECT_NEAR(f.fit.trace_error[i], 0.0, 1e-6) << i;
+    ASSERT_TRUE(f.fit.leave_one_out[i].has_value()) << i;
+    EXPECT_NEAR(*f.fit.leave_one_out[i], 0.0, 1e-5) << i;
+  }
+  // The offloaded points' copies are part of the step, not of the fitted compute.
+  EXPECT_GT(f.predicted[0].exposed_copy_s, 0.0);
+}
+
+TEST(FitPoints, AHeldOutPointIsPredictedWithinItsNoise) {
+  constexpr double kNoise = 0.01;  // 1% measurement noise per step
+  const models::GpuSpec truth = known_profile();
+  std::vector<MeasuredPoint> pts = measured(truth, kNoise, 42);
+  const MeasuredPoint held = pts.back();
+  pts.pop_back();
+  const PointsFit f = fit_points(pts, models::load_gpu("h200"));
+  Scenario s = held.scenario;
+  s.gpu = f.profile;
+  const double predicted = evaluate(s).step_s;
+  s.gpu = truth;
+  const double noiseless = evaluate(s).step_s;
+  // Within 3 sigma of the held-out measurement, and closer to the noiseless truth than that.
+  EXPECT_LT(std::fabs(predicted - held.step_s) / held.step_s, 3 * kNoise);
+  EXPECT_LT(std::fabs(predicted - noiseless) / noiseless, 3 * kNoise);
+  for (size_t i = 0; i < f.fit.leave_one_out.size(); ++i) {
+    ASSERT_TRUE(f.fit.leave_one_out[i].has_value()) << "point " << i + 1;
+    EXPECT_LT(std::fabs(*f.fit.leave_one_out[i]), 4 * kNoise) << "point " << i + 1;
+  }
+}
+
+TEST(FitPoints, RefusesWhatThePointsCannotDetermine) {
+  // One configuration: nothing but one efficiency is determined.
+  std::vector<MeasuredPoint> one = {measured(known_profile(), 0.0, 1).front()};
+  try {
+    fit_points(one, models::load_gpu("h200"));
+    FAIL() << "fitted five parameters to one point";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("is not determined"), std::string::npos) << e.what();
+  }
+  // Holding the others, the GEMM efficiency alone is fitted from it.
+  const PointsFit f = fit_points(one, known_profile(), {"attention", "attention_backward", "memory_bound",
+                                                        "launch_overhead"});
+  EXPECT_NEAR(f.profile.efficiency.gemm, 0.62, 1e-6);
+  // A step shorter than its own predicted copy time is refused naming the point.
+  std::vector<MeasuredPoint> fast = measured(known_profile(), 0.0, 1);
+  fast[0].step_s = 1e-6;
+  try {
+    fit_points(fast, models::load_gpu("h200"));
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.where(), "point 1");
+    EXPECT_EQ(e.key(), "step_s");
+  }
+}
+
+}  // namespace
+}  // namespace oomb::simulator

@@ -1,0 +1,261 @@
+// Hugging Face config.json as --model: the published configs of four families (values from their
+// model cards / config.json on the Hugging Face Hub) read into the same shapes as the catalog.
+#include "models/hf_config.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.h"
+#include "models/specs.h"
+
+namespace oomb::models {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Qwen/Qwen2.5-7B config.json (the keys that matter plus the usual others).
+const char* kQwen25_7b = R"({
+  "architectures": ["Qwen2ForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 151643,
+  "eos_token_id": 151643, "hidden_act": "silu", "hidden_size": 3584, "initializer_range": 0.02,
+  "intermediate_size": 18944, "max_position_embeddings": 131072, "max_window_layers": 28,
+  "model_type": "qwen2", "num_attention_heads": 28, "num_hidden_layers": 28, "num_key_value_heads": 4,
+  "rms_norm_eps": 1e-06, "rope_theta": 1000000.0, "sliding_window": 131072, "tie_word_embeddings": false,
+  "torch_dtype": "bfloat16", "transformers_version": "4.43.1", "use_cache": true, "use_sliding_window": false,
+  "vocab_size": 152064})";
+
+// meta-llama/Llama-3.1-8B config.json.
+const char* kLlama31_8b = R"({
+  "architectures": ["LlamaForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+  "bos_token_id": 128000, "eos_token_id": 128001, "hidden_act": "silu", "hidden_size": 4096,
+  "initializer_range": 0.02, "intermediate_size": 14336, "max_position_embeddings": 131072,
+  "mlp_bias": false, "model_type": "llama", "num_attention_heads": 32, "num_hidden_layers": 32,
+  "num_key_value_heads": 8, "pretraining_tp": 1, "rms_norm_eps": 1e-05,
+  "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                   "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+  "rope_theta": 500000.0, "tie_word_embeddings": false, "torch_dtype": "bfloat16", "use_cache": true,
+  "vocab_size": 128256})";
+
+// mistralai/Mistral-7B-v0.3 config.json.
+const char* kMistral7b = R"({
+  "architectures": ["MistralForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 1, "eos_token_id": 2,
+  "hidden_act": "silu", "hidden_size": 4096, "initializer_range": 0.02, "intermediate_size": 14336,
+  "max_position_embeddings": 32768, "model_type": "mistral", "num_attention_heads": 32,
+  "num_hidden_layers": 32, "num_key_value_heads": 8, "rms_norm_eps": 1e-05, "rope_theta": 1000000.0,
+  "sliding_window": null, "tie_word_embeddings": false, "torch_dtype": "bfloat16", "use_cache": true,
+  "vocab_size": 32768})";
+
+// Qwen/Qwen3-8B config.json.
+const char* kQwen3_8b = R"({
+  "architectures": ["Qwen3ForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+  "bos_token_id": 151643, "eos_token_id": 151645, "head_dim": 128, "hidden_act": "silu", "hidden_size": 4096,
+  "initializer_range": 0.02, "intermediate_size": 12288, "max_position_embeddings": 40960,
+  "max_window_layers": 36, "model_type": "qwen3", "num_attention_heads": 32, "num_hidden_layers": 36,
+  "num_key_value_heads": 8, "rms_norm_eps": 1e-06, "rope_scaling": null, "rope_theta": 1000000,
+  "sliding_window": null, "tie_word_embeddings": false, "torch_dtype": "bfloat16", "use_cache": true,
+  "use_sliding_window": false, "vocab_size": 151936})";
+
+class HfConfig : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = fs::temp_directory_path() / ("oomb_hf_" + std::to_string(::getpid()) + "_" +
+                                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(root_);
+  }
+  void TearDown() override { fs::remove_all(root_); }
+  // Writes `text` as <folder>/config.json; returns the folder.
+  std::string folder(const std::string& name, const std::string& text) {
+    const fs::path d = root_ / name;
+    fs::create_directories(d);
+    std::ofstream(d / "config.json") << text;
+    return d.string();
+  }
+  std::string folder(const std::string& name, const Json& j) { return folder(name, j.dump()); }
+  fs::path root_;
+};
+
+void expect_same_shapes(const ModelSpec& a, const ModelSpec& b) {
+  EXPECT_EQ(a.layers, b.layers);
+  EXPECT_EQ(a.hidden, b.hidden);
+  EXPECT_EQ(a.q_heads, b.q_heads);
+  EXPECT_EQ(a.kv_heads, b.kv_heads);
+  EXPECT_EQ(a.head_dim, b.head_dim);
+  EXPECT_EQ(a.ffn_hidden, b.ffn_hidden);
+  EXPECT_EQ(a.vocab, b.vocab);
+  EXPECT_EQ(a.tied_embeddings, b.tied_embeddings);
+  EXPECT_EQ(a.qkv_bias, b.qkv_bias);
+  EXPECT_EQ(a.qk_norm, b.qk_norm);
+  EXPECT_DOUBLE_EQ(a.rope_theta, b.rope_theta);
+  EXPECT_DOUBLE_EQ(a.norm_eps, b.norm_eps);
+  EXPECT_EQ(a.max_position, b.max_position);
+  EXPECT_EQ(a.rope_scaling, b.rope_scaling);
+  EXPECT_EQ(a.param_count(), b.param_count());
+}
+
+TEST_F(HfConfig, PublishedConfigsEqualTheCatalog) {
+  const std::pair<const char*, const char*> cases[] = {{"Qwen2.5-7B", kQwen25_7b},
+                                                       {"Llama-3.1-8B", kLlama31_8b},
+                                                       {"Mistral-7B-v0.3", kMistral7b},
+                                                       {"Qwen3-8B", kQwen3_8b}};
+  const char* ids[] = {"qwen2.5-7b", "llama-3.1-8b", "mistral-7b-v0.3", "qwen3-8b"};
+  for (size_t i = 0; i < 4; ++i) {
+    SCOPED_TRACE(cases[i].first);
+    const std::string dir = folder(cases[i].first, std::string(cases[i].second));
+    const ModelSpec cat = load_model(ids[i]);
+    // The folder, and the config.json inside it.
+    for (const std::string& path : {dir, dir + "/config.json"}) {
+      const ModelSpec m = load_model(path);
+      EXPECT_EQ(m.id, ids[i]);  // same shapes as the catalog entry: its id, so plans are the same
+      expect_same_shapes(m, cat);
+      EXPECT_NE(m.source.find("config.json"), std::string::npos) << m.source;
+      // It round-trips through oomb.model/1.
+      expect_same_shapes(model_from_json(m.to_json(), "roundtrip"), m);
+    }
+  }
+}
+
+TEST_F(HfConfig, PublishedParameterCounts) {
+  // Model cards: Qwen2.5-7B 7.61B (7,615,616,512), Llama-3.1-8B 8.03B, Mistral-7B-v0.3 7.25B,
+  // Qwen3-8B 8.2B of which 6.95B non-embedding.
+  EXPECT_EQ(load_model(folder("q", std::string(kQwen25_7b))).param_count(), 7615616512);
+  EXPECT_NEAR(load_model(folder("l", std::string(kLlama31_8b))).param_count() / 8.03e9, 1.0, 0.002);
+  EXPECT_NEAR(load_model(folder("m", std::string(kMistral7b))).param_count() / 7.25e9, 1.0, 0.002);
+  const ModelSpec q3 = load_model(folder("q3", std::string(kQwen3_8b)));
+  EXPECT_NEAR(q3.param_count() / 8.2e9, 1.0, 0.005);
+  const int64_t non_embedding = q3.param_count() - q3.embedding_params() - q3.lm_head_params();
+  EXPECT_NEAR(non_embedding / 6.95e9, 1.0, 0.002);
+  // q/k norm: 2 x head_dim weights per layer on top of the Qwen2-shaped count without biases.
+  ModelSpec no_norm = q3;
+  no_norm.qk_norm = false;
+  EXPECT_EQ(q3.param_count() - no_norm.param_count(), 36 * 2 * 128);
+}
+
+TEST_F(HfConfig, FamiliesSetBiasAndNormFlags) {
+  EXPECT_TRUE(load_model(folder("q", std::string(kQwen25_7b))).qkv_bias);  // Qwen2 always has q/k/v bias
+  const ModelSpec q3 = load_model(folder("q3", std::string(kQwen3_8b)));
+  EXPECT_FALSE(q3.qkv_bias);
+  EXPECT_TRUE(q3.qk_norm);
+  EXPECT_EQ(q3.family, "qwen3");
+  Json l = Json::parse(kLlama31_8b);
+  l["attention_bias"] = true;
+  EXPECT_TRUE(load_model(folder("lb", l)).qkv_bias);
+  const ModelSpec llama = load_model(folder("l", std::string(kLlama31_8b)));
+  EXPECT_FALSE(llama.qkv_bias);
+  EXPECT_EQ(llama.rope_scaling.value("rope_type", ""), "llama3");
+  EXPECT_DOUBLE_EQ(llama.rope_scaling.value("factor", 0.0), 8.0);
+}
+
+TEST_F(HfConfig, DefaultsAndOptionalKeys) {
+  // head_dim absent: hidden / heads; num_key_value_heads absent: every head.
+  Json j = Json::parse(kMistral7b);
+  j.erase("num_key_value_heads");
+  const ModelSpec mha = load_model(folder("mha", j));
+  EXPECT_EQ(mha.head_dim, 128);
+  EXPECT_EQ(mha.kv_heads, 32);
+  // An explicit head_dim that is not hidden / heads is kept (q_dim != hidden).
+  j = Json::parse(kQwen3_8b);
+  j["head_dim"] = 64;
+  const ModelSpec narrow = load_model(folder("narrow", j));
+  EXPECT_EQ(narrow.head_dim, 64);
+  EXPECT_EQ(narrow.q_dim(), 32 * 64);
+  // tie_word_embeddings, rms_norm_eps, rope_theta, max_position_embeddings, vocab_size are read.
+  j = Json::parse(kQwen25_7b);
+  j["tie_word_embeddings"] = true;
+  j["rms_norm_eps"] = 1e-5;
+  j["rope_theta"] = 2e6;
+  j["max_position_embeddings"] = 4096;
+  j["vocab_size"] = 1000;
+  const ModelSpec t = load_model(folder("MyModel", j));
+  EXPECT_TRUE(t.tied_embeddings);
+  EXPECT_EQ(t.lm_head_params(), 0);
+  EXPECT_DOUBLE_EQ(t.norm_eps, 1e-5);
+  EXPECT_DOUBLE_EQ(t.rope_theta, 2e6);
+  EXPECT_EQ(t.max_position, 4096);
+  EXPECT_EQ(t.vocab, 1000);
+  EXPECT_EQ(t.id, "mymodel");  // no catalog entry has these shapes: the folder's name
+  // model_type alone (no architectures) is enough.
+  j = Json::parse(kMistral7b);
+  j.erase("architectures");
+  EXPECT_EQ(load_model(folder("mt", j)).id, "mistral-7b-v0.3");
+}
+
+// The message names the architecture and the keys; the Error's key is the config key at fault.
+void expect_refused(const std::string& path, const std::string& key, const std::vector<std::string>& named) {
+  try {
+    load_model(path);
+    FAIL() << "accepted " << path;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.key(), key) << e.what();
+    for (const auto& n : named) EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << n << " in " << e.what();
+  }
+}
+
+TEST_F(HfConfig, UnsupportedArchitecturesAreRefusedByName) {
+  Json mixtral = Json::parse(kMistral7b);
+  mixtral["architectures"] = {"MixtralForCausalLM"};
+  mixtral["model_type"] = "mixtral";
+  mixtral["num_local_experts"] = 8;
+  mixtral["num_experts_per_tok"] = 2;
+  expect_refused(folder("mixtral", mixtral), "architectures",
+                 {"MixtralForCausalLM", "num_local_experts", "mixture of experts"});
+  Json moe = Json::parse(kQwen25_7b);
+  moe["architectures"] = {"Qwen2MoeForCausalLM"};
+  moe["num_experts"] = 60;
+  moe["moe_intermediate_size"] = 1408;
+  expect_refused(folder("qwen2moe", moe), "architectures", {"Qwen2MoeForCausalLM", "num_experts"});
+  Json oss = Json::parse(kMistral7b);
+  oss["architectures"] = {"GptOssForCausalLM"};
+  oss["num_local_experts"] = 32;
+  expect_refused(folder("gptoss", oss), "architectures", {"GptOssForCausalLM", "num_local_experts"});
+  Json vl = Json::parse(kQwen25_7b);
+  vl["architectures"] = {"Qwen2VLForConditionalGeneration"};
+  vl["vision_config"] = {{"depth", 32}};
+  expect_refused(folder("vl", vl), "architectures", {"Qwen2VLForConditionalGeneration", "vision_config", "multimodal"});
+  Json mla = Json::parse(kMistral7b);
+  mla["architectures"] = {"DeepseekV2ForCausalLM"};
+  mla["kv_lora_rank"] = 512;
+  expect_refused(folder("mla", mla), "architectures", {"DeepseekV2ForCausalLM", "kv_lora_rank", "latent attention"});
+  Json other = Json::parse(kMistral7b);
+  other["architectures"] = {"GPT2LMHeadModel"};
+  expect_refused(folder("gpt2", other), "architectures", {"GPT2LMHeadModel", "Qwen3ForCausalLM"});
+  // Supported families with a feature oomb does not model.
+  Json window = Json::parse(kMistral7b);
+  window["sliding_window"] = 4096;
+  expect_refused(folder("window", window), "sliding_window", {"4096", "sliding-window"});
+  Json qwin = Json::parse(kQwen25_7b);
+  qwin["use_sliding_window"] = true;
+  expect_refused(folder("qwin", qwin), "use_sliding_window", {"sliding-window"});
+  Json yarn = Json::parse(kQwen3_8b);
+  yarn["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
+  expect_refused(folder("yarn", yarn), "rope_scaling", {"yarn"});
+  Json act = Json::parse(kLlama31_8b);
+  act["hidden_act"] = "gelu";
+  expect_refused(folder("gelu", act), "hidden_act", {"gelu"});
+  Json missing = Json::parse(kLlama31_8b);
+  missing.erase("intermediate_size");
+  expect_refused(folder("missing", missing), "intermediate_size", {"missing"});
+}
+
+TEST_F(HfConfig, FolderWithoutConfigAndNonHfJson) {
+  fs::create_directories(root_ / "empty");
+  try {
+    load_model((root_ / "empty").string());
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("config.json"), std::string::npos) << e.what();
+  }
+  // An oomb.model/1 file still loads the usual way, and a schema-less non-HF JSON is refused as such.
+  std::ofstream(root_ / "mine.json") << load_model("tiny").to_json().dump();
+  EXPECT_EQ(load_model((root_ / "mine.json").string()).id, "tiny");
+  std::ofstream(root_ / "odd.json") << R"({"hidden_size": 4})";
+  try {
+    load_model((root_ / "odd.json").string());
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.key(), "schema") << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace oomb::models
