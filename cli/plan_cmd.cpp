@@ -763,7 +763,7 @@ int run_plan(PlanArgs a) {
   if (on_paper) {
     std::string why;
     executable(on_paper->config, &why);
-    std::printf("\nOn paper (not written: the executor does not follow it yet): %s; step %s (%s), peak %s\n",
+    std::printf("\nOn paper (not written: the executor does not run it): %s; step %s (%s), peak %s\n",
                 describe_difference(chosen->config, on_paper->config, s0.model).c_str(),
                 format_duration_s(on_paper->summary.step_s).c_str(),
                 signed_percent(on_paper->summary.step_s / chosen->summary.step_s - 1.0).c_str(),

@@ -196,8 +196,8 @@ int run_sweep(const SweepArgs& a) {
   if (a.json) std::printf("%s\n", rows.dump(2).c_str());
   if (!a.csv && !a.json)
     std::printf("fits = within device and host limits (5%% headroom); OOM = device memory exceeded; host! = host memory "
-                "exceeded (a planned cell that does not fit shows its closest miss); * = on paper: checkpointing "
-                "off, which the executor does not run yet\n");
+                "exceeded (a planned cell that does not fit shows its closest miss); * = on paper: the executor does not "
+                "run it (the standard baselines: the executor runs the oomb schedule)\n");
   return 0;
 }
 

@@ -351,7 +351,7 @@ int run_validate(const ValidateArgs& a) {
       static_cast<double>(mr.i64("host_kv_pages") * mr.i64("kv_page_bytes") +
                           mr.i64("host_grad_pages") * mr.i64("grad_page_bytes")),
       kExact);
-  add("peak_host_bytes", "bytes", static_cast<double>(pred.summary.peak_host_bytes),
+  add("peak_host_bytes", "bytes", static_cast<double>(mem_pred.peak_host_bytes),
       static_cast<double>(mr.i64("peak_host_bytes")), kPeakHostBytes);
   // The executor keeps bounded-mode page summaries in the host tier and its kernels read them in
   // place (executor/README.md, known limits): its copies are predicted without the summaries'
