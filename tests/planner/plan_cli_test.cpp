@@ -9,29 +9,15 @@
 
 #include "core/json_util.h"
 #include "planner/plan.h"
+#include "cli_run.h"
 
 namespace {
 
-struct CliRun {
-  int rc = -1;
-  std::string out;
-};
+using oomb::test::CliRun;
+using oomb::test::oomb_binary;
 
-std::string oomb_binary() { return std::string(OOMB_BINARY_DIR) + "/oomb"; }
-
-// stderr joins stdout unless `stdout_only` (JSON output, with warnings on stderr).
-CliRun run(const std::string& args, bool stdout_only = false) {
-  CliRun r;
-  const std::string cmd = oomb_binary() + " plan " + args + (stdout_only ? " 2>/dev/null" : " 2>&1");
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return r;
-  std::array<char, 4096> buf{};
-  size_t n = 0;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  const int status = pclose(p);
-  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+// `oomb plan ARGS`; stderr joins stdout unless `stdout_only` (JSON output, with warnings on stderr).
+CliRun run(const std::string& args, bool stdout_only = false) { return oomb::test::run_oomb("plan " + args, stdout_only); }
 
 class PlanCli : public ::testing::Test {
  protected:

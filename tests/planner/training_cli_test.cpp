@@ -13,29 +13,15 @@
 #include "core/format.h"
 #include "core/json_util.h"
 #include "planner/plan.h"
+#include "cli_run.h"
 
 namespace {
 
-struct CliRun {
-  int rc = -1;
-  std::string out;
-};
-
-std::string oomb_binary() { return std::string(OOMB_BINARY_DIR) + "/oomb"; }
+using oomb::test::CliRun;
+using oomb::test::oomb_binary;
 
 // `oomb ARGS`; stderr joins stdout unless stdout_only.
-CliRun oomb(const std::string& args, bool stdout_only = false) {
-  CliRun r;
-  const std::string cmd = oomb_binary() + " " + args + (stdout_only ? " 2>/dev/null" : " 2>&1");
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return r;
-  std::array<char, 4096> buf{};
-  size_t n = 0;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  const int status = pclose(p);
-  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+CliRun oomb(const std::string& args, bool stdout_only = false) { return oomb::test::run_oomb(args, stdout_only); }
 
 bool has(const std::string& out, const std::string& s) { return out.find(s) != std::string::npos; }
 
