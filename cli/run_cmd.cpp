@@ -255,12 +255,6 @@ int run_run(const RunArgs& a) {
   const simulator::Config& c = s.config;
   if (c.context_tokens <= 0) throw Error("--context", "", "is required (or give --plan)", "e.g. 16K");
   const models::ModelSpec m = effective_model(s.model, c);
-  // Qwen3's per-head q/k RMSNorm is planned and simulated but not yet executed: refuse it rather
-  // than run a different model.
-  if (m.qk_norm)
-    throw Error(a.plan.empty() ? "--model" : "--plan", m.id,
-                "has q/k RMSNorm (Qwen3), which the executor does not run yet",
-                "plan and simulate it (`oomb plan`, `oomb simulate`); `oomb run` takes models without q/k norm");
   if (a.reference && c.optimizer != simulator::Optimizer::none)
     throw Error("--reference", "", "compares the gradients of step 1, which an optimizer step consumes",
                 "use --optimizer none with --reference");

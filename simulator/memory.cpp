@@ -308,8 +308,12 @@ MemoryTable detail::memory_table(const Scenario& s, const Geometry& g, bool desc
   const std::string tok = g.oomb ? "chunk" : "sequence";
   // Per token of one layer: h1, x2, h2, tmp (hidden); q, o (q_dim); k, v (kv_dim); gate, up,
   // silu(gate)*up (ffn). Its backward: dx2, dh2, dh1; dout, dq; dk, dv; dm, dgate, dup.
-  const int64_t layer_act_width = 4 * g.h + 2 * g.qd + 2 * g.kvd + 3 * g.f;
-  const int64_t layer_bwd_width = 3 * g.h + 2 * g.qd + 2 * g.kvd + 3 * g.f;
+  // q/k RMSNorm (Qwen3) adds the projections before it (q_dim + kv_dim) and, to the backward, their
+  // gradients; its per-head rstd joins the norms' (q_heads + kv_heads per token).
+  const int64_t qkn = s.model.qk_norm ? g.qd + g.kvd : 0;
+  const int64_t rstd_per_token = 2 + (s.model.qk_norm ? g.q_heads + g.kv_heads : 0);
+  const int64_t layer_act_width = 4 * g.h + 2 * g.qd + 2 * g.kvd + 3 * g.f + qkn;
+  const int64_t layer_bwd_width = 3 * g.h + 2 * g.qd + 2 * g.kvd + 3 * g.f + qkn;
   // Stage 1 and stage 2 forward/backward of a layer (oomb); forward/backward of a layer (standard).
   const PhaseMask layer_phases = g.oomb ? (fill | rec | bwd) : (fwd | bwd);
   // From the first forward that keeps them to the last backward.
@@ -337,8 +341,8 @@ MemoryTable detail::memory_table(const Scenario& s, const Geometry& g, bool desc
     add("all_layer_activations", "checkpoints", Tier::device, OOMB_SHAPE({g.L, T, layer_act_width}), act,
         checked_mul(checked_mul(g.L, T), layer_act_width * A), all_layers,
         OOMB_TEXT("layers x " + tok + " tokens x (4 hidden + 2 q_dim + 2 kv_dim + 3 ffn) x activation dtype"));
-    add("layer_norm_rstd", "layer_working_set", Tier::device, OOMB_SHAPE({g.L, 2, T}), "fp32",
-        checked_mul(checked_mul(g.L, T), 8), all_layers, OOMB_TEXT("layers x 2 norms x " + tok + " tokens x 4"));
+    add("layer_norm_rstd", "layer_working_set", Tier::device, OOMB_SHAPE({g.L, rstd_per_token, T}), "fp32",
+        checked_mul(checked_mul(g.L, T), 4 * rstd_per_token), all_layers, OOMB_TEXT("layers x 2 norms x " + tok + " tokens x 4"));
     add("attention_lse", "attention_workspace", Tier::device, OOMB_SHAPE({g.L, T, g.q_heads}), "fp32",
         checked_mul(checked_mul(g.L, T), g.q_heads * 4), all_layers, OOMB_TEXT("layers x " + tok + " tokens x q_heads x 4"));
   }
@@ -348,7 +352,8 @@ MemoryTable detail::memory_table(const Scenario& s, const Geometry& g, bool desc
     add("layer_activations", "layer_working_set", Tier::device, OOMB_SHAPE({T, layer_act_width}), act,
         checked_mul(T, layer_act_width * A), layer_phases,
         OOMB_TEXT(tok + " tokens x (4 hidden + 2 q_dim + 2 kv_dim + 3 ffn) x activation dtype (one layer)"));
-    add("layer_norm_rstd", "layer_working_set", Tier::device, OOMB_SHAPE({2, T}), "fp32", checked_mul(T, 8),
+    add("layer_norm_rstd", "layer_working_set", Tier::device, OOMB_SHAPE({rstd_per_token, T}), "fp32",
+        checked_mul(T, 4 * rstd_per_token),
         layer_phases, OOMB_TEXT("2 norms x " + tok + " tokens x 4 (one layer)"));
     add("attention_lse", "attention_workspace", Tier::device, OOMB_SHAPE({T, g.q_heads}), "fp32",
         checked_mul(T, g.q_heads * 4), layer_phases, OOMB_TEXT(tok + " tokens x q_heads x 4 (log-sum-exp saved for the backward)"));

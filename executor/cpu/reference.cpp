@@ -12,6 +12,7 @@ Vec zeros(int64_t n) { return Vec(static_cast<size_t>(n), 0.0f); }
 
 struct LayerActs {
   Vec x, h1, rstd1, q, k, v, o, x2, h2, rstd2, g, u, m;
+  Vec q_pre, k_pre, rstd_q, rstd_k;  // q/k RMSNorm (Qwen3): the projections before it, per-head rstd
   std::vector<float> probs;
 };
 }  // namespace
@@ -80,6 +81,11 @@ ReferenceResult full_sequence_reference(const models::ModelSpec& m, const Weight
     linear_fwd(A.h1.data(), n, H, P + o.q, o.q_bias >= 0 ? P + o.q_bias : nullptr, qd, A.q.data());
     linear_fwd(A.h1.data(), n, H, P + o.k, o.k_bias >= 0 ? P + o.k_bias : nullptr, kvd, A.k.data());
     linear_fwd(A.h1.data(), n, H, P + o.v, o.v_bias >= 0 ? P + o.v_bias : nullptr, kvd, A.v.data());
+    if (m.qk_norm) {  // Hugging Face Qwen3: RMSNorm over each head's head_dim, before RoPE
+      A.q_pre = A.q, A.k_pre = A.k, A.rstd_q = zeros(n * m.q_heads), A.rstd_k = zeros(n * m.kv_heads);
+      rmsnorm_fwd(A.q_pre.data(), P + o.q_norm, n * m.q_heads, m.head_dim, eps, A.q.data(), A.rstd_q.data());
+      rmsnorm_fwd(A.k_pre.data(), P + o.k_norm, n * m.kv_heads, m.head_dim, eps, A.k.data(), A.rstd_k.data());
+    }
     rope_fwd(A.q.data(), n, m.q_heads, m.head_dim, 0, m.rope_theta);
     rope_fwd(A.k.data(), n, m.kv_heads, m.head_dim, 0, m.rope_theta);
     masked_attention_fwd(mask, A.q.data(), A.k.data(), A.v.data(), A.o.data(), A.probs);
@@ -123,6 +129,14 @@ ReferenceResult full_sequence_reference(const models::ModelSpec& m, const Weight
                          dv.data());
     rope_bwd(dq.data(), n, m.q_heads, m.head_dim, 0, m.rope_theta);
     rope_bwd(dk.data(), n, m.kv_heads, m.head_dim, 0, m.rope_theta);
+    if (m.qk_norm) {
+      Vec dq_pre = zeros(n * qd), dk_pre = zeros(n * kvd);
+      rmsnorm_bwd(A.q_pre.data(), P + o.q_norm, A.rstd_q.data(), dq.data(), n * m.q_heads, m.head_dim, dq_pre.data(),
+                  G + o.q_norm);
+      rmsnorm_bwd(A.k_pre.data(), P + o.k_norm, A.rstd_k.data(), dk.data(), n * m.kv_heads, m.head_dim, dk_pre.data(),
+                  G + o.k_norm);
+      dq = std::move(dq_pre), dk = std::move(dk_pre);
+    }
     linear_bwd(A.h1.data(), n, H, P + o.q, qd, dq.data(), dh1.data(), false, G + o.q,
                o.q_bias >= 0 ? G + o.q_bias : nullptr);
     linear_bwd(A.h1.data(), n, H, P + o.k, kvd, dk.data(), dh1.data(), true, G + o.k,

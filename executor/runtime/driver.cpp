@@ -31,6 +31,8 @@ struct Engine::LayerSet {
   Buffer h1, x2, h2, tmp, q, o, k, v, g, u, m;  // layer_activations (act)
   Buffer rstd1, rstd2;                          // layer_norm_rstd: fp32 [Cm]
   Buffer lse;                                   // attention_lse: fp32 [Cm, q_heads]
+  Buffer q_pre, k_pre;                          // q/k norm (Qwen3): the projections before it (act)
+  Buffer rstd_q, rstd_k;                        // and its per-head rstd: fp32 [Cm, heads]
 };
 
 struct Engine::Work {
@@ -44,6 +46,7 @@ struct Engine::Work {
   std::vector<LayerSet> sets;
   // backward
   Buffer dx2, dh2, dh1, dout, dq, dk, dv, dm, dg, du;  // layer_backward_temporaries (act)
+  Buffer dq_pre, dk_pre;                               // + with q/k norm: gradients before it
   // loss
   Buffer hf, dhf;                 // final_norm: [Cm, H] act
   Buffer rstdf;                   // final_norm_rstd: fp32 [Cm]
@@ -54,8 +57,8 @@ struct Engine::Work {
 };
 
 struct Engine::LayerPtrs {
-  ConstTensor ln1, wq, bq, wk, bk, wv, bv, wo, ln2, wg, wu, wd;
-  Tensor d_ln1, d_wq, d_bq, d_wk, d_bk, d_wv, d_bv, d_wo, d_ln2, d_wg, d_wu, d_wd;
+  ConstTensor ln1, wq, bq, wk, bk, wv, bv, wo, ln2, wg, wu, wd, qn, kn;
+  Tensor d_ln1, d_wq, d_bq, d_wk, d_bk, d_wv, d_bv, d_wo, d_ln2, d_wg, d_wu, d_wd, d_qn, d_kn;
 };
 
 Engine::LayerPtrs Engine::layer_ptrs(int64_t l) const {
@@ -65,9 +68,9 @@ Engine::LayerPtrs Engine::layer_ptrs(int64_t l) const {
   auto p = [&](int64_t off) -> ConstTensor { return off >= 0 ? P.at(off) : ConstTensor{}; };
   auto d = [&](int64_t off) -> Tensor { return off >= 0 ? G.at(off) : Tensor{}; };
   return {p(o.input_norm), p(o.q), p(o.q_bias), p(o.k), p(o.k_bias), p(o.v), p(o.v_bias), p(o.o), p(o.post_norm),
-          p(o.gate), p(o.up), p(o.down),
+          p(o.gate), p(o.up), p(o.down), p(o.q_norm), p(o.k_norm),
           d(o.input_norm), d(o.q), d(o.q_bias), d(o.k), d(o.k_bias), d(o.v), d(o.v_bias), d(o.o), d(o.post_norm),
-          d(o.gate), d(o.up), d(o.down)};
+          d(o.gate), d(o.up), d(o.down), d(o.q_norm), d(o.k_norm)};
 }
 
 const char* to_string(StepPhase p) {
@@ -183,13 +186,16 @@ Engine::Engine(Backend& backend, const models::ModelSpec& model, const simulator
   const std::vector<SP> layer_life =
       config.checkpointing ? layer : std::vector<SP>{SP::fill, SP::recompute, SP::loss, SP::backward};
   act_row_ = config.checkpointing ? "layer_activations" : "all_layer_activations";
+  // q/k norm (Qwen3) keeps the projections before it and its per-head rstd for the backward.
+  const int64_t qkn = model_.qk_norm ? qd + kvd : 0, qkn_heads = model_.qk_norm ? model_.q_heads + model_.kv_heads : 0;
   add_row(act_row_, config.checkpointing ? "layer_working_set" : "checkpoints", Tier::device, ad,
-          checked_mul(sets, checked_mul(Cm, (4 * H + 2 * qd + 2 * kvd + 3 * F) * ab)), layer_life);
-  add_row("layer_norm_rstd", "layer_working_set", Tier::device, "fp32", checked_mul(sets, 8 * Cm), layer_life);
+          checked_mul(sets, checked_mul(Cm, (4 * H + 2 * qd + 2 * kvd + 3 * F + qkn) * ab)), layer_life);
+  add_row("layer_norm_rstd", "layer_working_set", Tier::device, "fp32", checked_mul(sets, (2 + qkn_heads) * 4 * Cm),
+          layer_life);
   add_row("attention_lse", "attention_workspace", Tier::device, "fp32",
           checked_mul(sets, checked_mul(Cm, model_.q_heads * 4)), layer_life);
   add_row("layer_backward_temporaries", "layer_working_set", Tier::device, ad,
-          checked_mul(Cm, (3 * H + 2 * qd + 2 * kvd + 3 * F) * ab), {SP::backward});
+          checked_mul(Cm, (3 * H + 2 * qd + 2 * kvd + 3 * F + qkn) * ab), {SP::backward});
   add_row("final_norm", "logits", Tier::device, ad, checked_mul(2 * Cm * H, ab), {SP::loss});
   add_row("final_norm_rstd", "logits", Tier::device, "fp32", 4 * Cm, {SP::loss});
   if (fused_loss_) {
@@ -324,7 +330,8 @@ void Engine::enter(StepPhase p) {
   if (w.stage2 && !stage2) w.ckpt = Buffer(), w.dy = Buffer(), w.dx = Buffer();
   if (w.layer && !layer) w.sets.clear();
   if (w.backward && !backward)
-    for (Buffer* b : {&w.dx2, &w.dh2, &w.dh1, &w.dout, &w.dq, &w.dk, &w.dv, &w.dm, &w.dg, &w.du}) *b = Buffer();
+    for (Buffer* b : {&w.dx2, &w.dh2, &w.dh1, &w.dout, &w.dq, &w.dk, &w.dv, &w.dm, &w.dg, &w.du, &w.dq_pre, &w.dk_pre})
+      *b = Buffer();
   if (w.loss && !loss)
     for (Buffer* b : {&w.hf, &w.dhf, &w.rstdf, &w.logits, &w.logits_upcast, &w.logits_grad}) *b = Buffer();
   const DType ad = act_dtype_;
@@ -342,6 +349,12 @@ void Engine::enter(StepPhase p) {
       for (Buffer* b : {&a.g, &a.u, &a.m}) *b = row_buffer(act_row_, Tier::device, Cm * F, ad);
       for (Buffer* b : {&a.rstd1, &a.rstd2}) *b = row_buffer("layer_norm_rstd", Tier::device, Cm, DType::f32);
       a.lse = row_buffer("attention_lse", Tier::device, Cm * model_.q_heads, DType::f32);
+      if (model_.qk_norm) {
+        a.q_pre = row_buffer(act_row_, Tier::device, Cm * qd, ad);
+        a.k_pre = row_buffer(act_row_, Tier::device, Cm * kvd, ad);
+        a.rstd_q = row_buffer("layer_norm_rstd", Tier::device, Cm * model_.q_heads, DType::f32);
+        a.rstd_k = row_buffer("layer_norm_rstd", Tier::device, Cm * model_.kv_heads, DType::f32);
+      }
     }
   }
   if (!w.backward && backward) {
@@ -350,6 +363,10 @@ void Engine::enter(StepPhase p) {
     for (Buffer* b : {&w.dout, &w.dq}) *b = row_buffer("layer_backward_temporaries", Tier::device, Cm * qd, ad);
     for (Buffer* b : {&w.dk, &w.dv}) *b = row_buffer("layer_backward_temporaries", Tier::device, Cm * kvd, ad);
     for (Buffer* b : {&w.dm, &w.dg, &w.du}) *b = row_buffer("layer_backward_temporaries", Tier::device, Cm * F, ad);
+    if (model_.qk_norm) {
+      w.dq_pre = row_buffer("layer_backward_temporaries", Tier::device, Cm * qd, ad);
+      w.dk_pre = row_buffer("layer_backward_temporaries", Tier::device, Cm * kvd, ad);
+    }
   }
   if (!w.loss && loss) {
     w.hf = row_buffer("final_norm", Tier::device, Cm * H, ad);
@@ -543,11 +560,17 @@ void Engine::layer_forward(const Pass& pass, int64_t pass_index, PassPages& page
   LayerSet& w = layer_set(pass.layer);
   const double Td = static_cast<double>(T);
   timed("attn_norm", pass, 0, [&] { backend_.rmsnorm_fwd(in, P.ln1, T, H, eps, w.h1.t(), w.rstd1.f32()); });
+  const bool qkn = model_.qk_norm;
   timed("qkv_proj", pass, 2 * Td * H * (qd + 2 * kvd), [&] {
-    backend_.linear_fwd(w.h1.t(), T, H, P.wq, P.bq, qd, w.q.t());
-    backend_.linear_fwd(w.h1.t(), T, H, P.wk, P.bk, kvd, w.k.t());
+    backend_.linear_fwd(w.h1.t(), T, H, P.wq, P.bq, qd, qkn ? w.q_pre.t() : w.q.t());
+    backend_.linear_fwd(w.h1.t(), T, H, P.wk, P.bk, kvd, qkn ? w.k_pre.t() : w.k.t());
     backend_.linear_fwd(w.h1.t(), T, H, P.wv, P.bv, kvd, w.v.t());
   });
+  if (qkn)  // Qwen3: RMSNorm over each head's head_dim, before RoPE
+    timed("qk_norm", pass, 0, [&] {
+      backend_.rmsnorm_fwd(w.q_pre.t(), P.qn, T * model_.q_heads, model_.head_dim, eps, w.q.t(), w.rstd_q.f32());
+      backend_.rmsnorm_fwd(w.k_pre.t(), P.kn, T * model_.kv_heads, model_.head_dim, eps, w.k.t(), w.rstd_k.f32());
+    });
   timed("rope", pass, 0, [&] {
     backend_.rope_fwd(w.q.t(), T, model_.q_heads, model_.head_dim, pos0, model_.rope_theta);
     backend_.rope_fwd(w.k.t(), T, model_.kv_heads, model_.head_dim, pos0, model_.rope_theta);
@@ -622,9 +645,19 @@ void Engine::layer_backward(const Pass& pass, PassPages& pages, ConstTensor in, 
     backend_.rope_bwd(w.dq.t(), T, model_.q_heads, model_.head_dim, pos0, model_.rope_theta);
     backend_.rope_bwd(w.dk.t(), T, model_.kv_heads, model_.head_dim, pos0, model_.rope_theta);
   });
+  const bool qkn = model_.qk_norm;
+  if (qkn)
+    timed("qk_norm_bwd", pass, 0, [&] {
+      backend_.fill_zero(w.dq_pre.data(), w.dq_pre.bytes());
+      backend_.fill_zero(w.dk_pre.data(), w.dk_pre.bytes());
+      backend_.rmsnorm_bwd(a_.q_pre.t(), P.qn, a_.rstd_q.f32(), w.dq.t(), T * model_.q_heads, model_.head_dim,
+                           w.dq_pre.t(), P.d_qn);
+      backend_.rmsnorm_bwd(a_.k_pre.t(), P.kn, a_.rstd_k.f32(), w.dk.t(), T * model_.kv_heads, model_.head_dim,
+                           w.dk_pre.t(), P.d_kn);
+    });
   timed("qkv_proj_bwd", pass, 4 * Td * H * (qd + 2 * kvd), [&] {
-    backend_.linear_bwd(a_.h1.t(), T, H, P.wq, qd, w.dq.t(), w.dh1.t(), false, P.d_wq, P.d_bq);
-    backend_.linear_bwd(a_.h1.t(), T, H, P.wk, kvd, w.dk.t(), w.dh1.t(), true, P.d_wk, P.d_bk);
+    backend_.linear_bwd(a_.h1.t(), T, H, P.wq, qd, qkn ? w.dq_pre.t() : w.dq.t(), w.dh1.t(), false, P.d_wq, P.d_bq);
+    backend_.linear_bwd(a_.h1.t(), T, H, P.wk, kvd, qkn ? w.dk_pre.t() : w.dk.t(), w.dh1.t(), true, P.d_wk, P.d_bk);
     backend_.linear_bwd(a_.h1.t(), T, H, P.wv, kvd, w.dv.t(), w.dh1.t(), true, P.d_wv, P.d_bv);
   });
   timed("attn_norm_bwd", pass, 0, [&] {

@@ -259,9 +259,11 @@ expect_exit 0 "qwen2.5-7b on h200" simulate --model "$tmp/my-model.json" --gpu h
 expect_exit 2 "--out.*--import" models --out "$tmp/never.json"
 sed 's/Qwen2ForCausalLM/MixtralForCausalLM/; s/"vocab_size"/"num_local_experts": 8, "vocab_size"/' "$tmp/Qwen2.5-7B/config.json" >"$tmp/mixtral.json"
 expect_exit 2 "MixtralForCausalLM is not supported: it has num_local_experts" plan --model "$tmp/mixtral.json" --gpu h200 --context 1M
-# Qwen3 (q/k norm) is planned and simulated; the executor refuses it by name.
+# Qwen3 (q/k norm) is planned, simulated and executed (a tiny model with the norms: the chunked run
+# against the full-sequence reference).
 expect_exit 0 "qwen3-8b on h200" simulate --model Qwen3-8B --gpu h200 --context 1M
-expect_exit 2 "--model.*q/k RMSNorm.*executor does not run" run --model qwen3-8b --context 2K --layers 1
+"$oomb" models --show tiny | sed 's/"id": "tiny"/"id": "tiny-qk", "qk_norm": true/' >"$tmp/tiny-qk.json"
+expect_exit 0 "reference \(full sequence\)" run --model "$tmp/tiny-qk.json" --context 512 --chunk 256 --page 64 --reference --quiet
 
 # Hugging Face checkpoints: --save-weights writes shards + index above --max-shard-bytes, --weights
 # reads the folder back (same loss as the seeded weights it saved); bf16 shards (converted here

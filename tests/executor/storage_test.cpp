@@ -15,6 +15,7 @@
 #include "executor/runtime/driver.h"
 #include "executor/runtime/tokens.h"
 #include "fake_cupti.h"
+#include "simulator/simulator.h"
 #include "test_util.h"
 
 namespace oomb::executor {
@@ -286,6 +287,46 @@ TEST(NoRecompute, BitIdenticalToCheckpointedAndSkipsTheRecompute) {
       EXPECT_EQ(row_bytes(off.measured(), "layer_activations"), -1);
     }
   }
+}
+
+// ---- q/k RMSNorm (Qwen3: per-head norms of q and k before RoPE): the chunk-recurrent step gives
+// the full-sequence reference's loss and every gradient, the norms' weights included (fp32, the
+// exactness tolerance of chunked_test), with and without offload, checkpointing on and off.
+TEST(QkNorm, ChunkedEqualsFullSequence) {
+  auto m = test::small_model(2, 4, 2, 8, 32, false, false);
+  m.qk_norm = true;
+  const Weights w = random_weights(m, 23, kInitStd);
+  ASSERT_GE(w.layout.layer(0).q_norm, 0);
+  const int64_t N = 45;
+  const auto tokens = TokenSource::synthetic(m.vocab, 6).sequence(0, N);
+  const cpu::ReferenceResult ref = cpu::full_sequence_reference(m, w, tokens);
+  for (int64_t R : {1, 8})
+    for (bool ckpt : {true, false}) {
+      auto c = test::small_config(N, 16, 8, R);
+      c.checkpointing = ckpt;
+      CpuBackend b;
+      Engine e(b, m, c, w);
+      const double loss = e.step(tokens).loss;
+      EXPECT_NEAR(loss, ref.loss, 1e-6 * ref.loss) << "R " << R;
+      const WorstTensor worst = worst_relative_l2(e.gradients(), ref.grads);
+      EXPECT_LE(worst.rel_l2, 1e-5) << worst.name << " R " << R << " ckpt " << ckpt;
+      // The simulator's table has the norms' buffers too: predicted = allocated, by category.
+      simulator::Scenario s;
+      s.model = m;
+      s.gpu = models::load_gpu("h200");
+      s.gpu.kind = "cpu";
+      s.host = models::load_host("workstation-128g");
+      s.config = c;
+      s.config.peak_measure = simulator::PeakMeasure::allocated;
+      const simulator::Summary pred = simulator::evaluate(s);
+      EXPECT_EQ(e.measured().peak_device_bytes, pred.peak_device_bytes) << "R " << R << " ckpt " << ckpt;
+      EXPECT_EQ(e.measured().device_breakdown_bytes, pred.device_breakdown_bytes) << "R " << R << " ckpt " << ckpt;
+    }
+  // The norms matter: the same weights without them give another loss.
+  auto plain = m;
+  plain.qk_norm = false;
+  EXPECT_GT(std::abs(cpu::full_sequence_reference(plain, random_weights(plain, 23, kInitStd), tokens).loss - ref.loss),
+            1e-4);
 }
 
 // ---- the plan check at start: a missing or smaller planned row is refused by name; a larger or
