@@ -14,6 +14,7 @@
 #include "executor/runtime/driver.h"
 #include "executor/runtime/tokens.h"
 #include "executor/runtime/weights.h"
+#include "file_test_util.h"
 #include "test_util.h"
 
 namespace oomb::executor {
@@ -21,28 +22,12 @@ namespace {
 
 namespace fs = std::filesystem;
 
-class Checkpoint : public ::testing::Test {
+class Checkpoint : public test::FileTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::path(OOMB_BINARY_DIR) / "executor_checkpoint_test" /
-           ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-  fs::path dir_;
+  Checkpoint() : FileTest("executor_checkpoint_test") {}
 };
 
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no oomb::Error thrown";
-  return {};
-}
+using test::error_of;
 
 bool same_bits(const Weights& a, const Weights& b) {
   return a.data.size() == b.data.size() && std::memcmp(a.data.data(), b.data.data(), a.data.size() * 4) == 0;

@@ -11,6 +11,7 @@
 #include "executor/runtime/driver.h"
 #include "executor/runtime/tokens.h"
 #include "executor/runtime/weights.h"
+#include "file_test_util.h"
 #include "test_util.h"
 
 namespace oomb::executor {
@@ -18,29 +19,12 @@ namespace {
 
 namespace fs = std::filesystem;
 
-class Io : public ::testing::Test {
+class Io : public test::FileTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::path(OOMB_BINARY_DIR) / "executor_io_test" /
-           ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  std::string path(const char* name) const { return (dir_ / name).string(); }
-  fs::path dir_;
+  Io() : FileTest("executor_io_test") {}
 };
 
-// Message of the oomb::Error f throws (fails the test when it throws nothing).
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no oomb::Error thrown";
-  return {};
-}
+using test::error_of;
 
 void write_raw(const std::string& p, const std::string& header, const std::vector<char>& data) {
   std::ofstream out(p, std::ios::binary);
