@@ -171,9 +171,9 @@ simulator::Scenario ScenarioFlags::resolve() const {
     c.selection_overlap = finite_in(*selection_overlap, 0, 1, "--selection-overlap", "0 = disjoint selections, 1 = identical");
   if (selection_memory) c.selection_memory = selection_memory_from_string(*selection_memory, "--selection-memory");
   if (resident_layers) {
-    if (*resident_layers == "all") c.resident_layers = s.model.layers;
+    const int64_t L = effective_layers(c, s.model);  // --layers counts: 'all' is all that run
+    if (*resident_layers == "all") c.resident_layers = L;
     else c.resident_layers = parse_tokens(*resident_layers, "--resident-layers");
-    const int64_t L = effective_layers(c, s.model);
     if (c.resident_layers > L)
       throw Error("--resident-layers", *resident_layers,
                   "is more than the " + std::to_string(L) + " layers of " + s.model.id +

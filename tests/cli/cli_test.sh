@@ -32,6 +32,9 @@ expect_exit 0 "OOM" sweep --model qwen2.5-7b --gpu h200 --contexts 8K..1M
 expect_exit 0 "in phase loss" simulate --preset oomb-published --model qwen2.5-7b --gpu h200 --context 4M --attention sparse
 expect_exit 0 "logits_upcast" simulate --model tiny --gpu h200 --context 8K --loss-dtype fp32 --logits-chunk 0
 expect_exit 2 "--loss-dtype.*bf16" simulate --model tiny --gpu h200 --context 8K --loss-dtype fp16
+# --resident-layers all means every layer that runs, also under --layers (the issue #15 command).
+expect_exit 0 "FITS" simulate --model qwen2.5-0.5b --layers 2 --gpu h200 --context 1K --chunk 1K --resident-layers all
+expect_exit 2 "--resident-layers.*1..2" simulate --model qwen2.5-0.5b --layers 2 --gpu h200 --context 1K --chunk 1K --resident-layers 3
 expect_exit 0 "Plan written" plan --model tiny --gpu h200 --context 8K --loss-dtype bf16 --out "$tmp/loss.json"
 grep -q '"loss_dtype": "bf16"' "$tmp/loss.json" && ok || bad "plan --loss-dtype bf16 not in the plan"
 grep -q '"buffers"' "$tmp/loss.json" && ok || bad "plan lacks the buffer table"
