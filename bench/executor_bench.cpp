@@ -106,20 +106,29 @@ struct Case {
 int main(int argc, char** argv) {
   int reps = 2;
   bool quick = false, use_torch = true;
-  std::string python = "/usr/bin/python3";
+  std::string python = "/usr/bin/python3", only_case;
+  int only_threads = 0;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) reps = std::max(1, std::atoi(argv[++i]));
     else if (!std::strcmp(argv[i], "--quick")) quick = true;
     else if (!std::strcmp(argv[i], "--no-torch")) use_torch = false;
     else if (!std::strcmp(argv[i], "--python") && i + 1 < argc) python = argv[++i];
+    else if (!std::strcmp(argv[i], "--case") && i + 1 < argc) only_case = argv[++i];
+    else if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) only_threads = std::max(1, std::atoi(argv[++i]));
     else {
-      std::fprintf(stderr, "usage: oomb_executor_bench [--reps N] [--quick] [--no-torch] [--python PATH]\n");
+      std::fprintf(stderr,
+                   "usage: oomb_executor_bench [--reps N] [--quick] [--no-torch] [--python PATH] [--case NAME] "
+                   "[--threads N]\n"
+                   "  --case NAME   only the cases whose label starts with NAME (tiny-4K, qwen2.5-0.5b-1K, "
+                   "qwen2.5-0.5b-4K)\n"
+                   "  --threads N   only N threads (default: 1 and all usable CPUs)\n");
       return 2;
     }
   }
   const int all = cpu::available_cpus();
   std::vector<int> thread_counts = {1};
   if (all > 1) thread_counts.push_back(all);
+  if (only_threads > 0) thread_counts = {only_threads};
   std::printf("oomb executor bench (cpu backend, fp32; GEMMs: %s; %d CPUs usable; fastest of %d after a warm-up; "
               "load %s)\n",
               cpu::gemm_library(), all, reps, load_now().c_str());
@@ -135,7 +144,10 @@ int main(int argc, char** argv) {
     double ref = 0, chunked = 0, torch = -1;
   };
   std::vector<std::vector<Row>> rows;
+  std::vector<Case> ran;
   for (const Case& k : cases) {
+    const std::string label = std::string(k.model) + "-" + format_tokens(k.context);
+    if (!only_case.empty() && label.rfind(only_case, 0) != 0) continue;
     const models::ModelSpec full = models::load_model(k.model);
     const simulator::Config c = config(k.context, k.layers);
     const models::ModelSpec m = effective_model(full, c);
@@ -151,6 +163,7 @@ int main(int argc, char** argv) {
     char name[64];
     std::snprintf(name, sizeof name, "%s%s", k.model, k.layers ? " (2 layers)" : "");
     rows.emplace_back();
+    ran.push_back(k);
     for (int t : thread_counts) {
       Row r;
       CpuBackendOptions o;
@@ -185,13 +198,13 @@ int main(int argc, char** argv) {
               ">= 1.70x\n", all);
   if (thread_counts.size() > 1) {
     std::printf("%-22s %6s %14s %14s %14s\n", "speed-up 1 -> all", "tokens", "chunked", "reference", "torch");
-    for (size_t i = 0; i < cases.size(); ++i) {
+    for (size_t i = 0; i < ran.size(); ++i) {
       const Row& a = rows[i][0];
       const Row& b = rows[i][1];
       char name[64], ts[32] = "-";
-      std::snprintf(name, sizeof name, "%s%s", cases[i].model, cases[i].layers ? " (2 layers)" : "");
+      std::snprintf(name, sizeof name, "%s%s", ran[i].model, ran[i].layers ? " (2 layers)" : "");
       if (a.torch > 0 && b.torch > 0) std::snprintf(ts, sizeof ts, "%.2fx", a.torch / b.torch);
-      std::printf("%-22s %6s %13.2fx %13.2fx %14s\n", name, format_tokens(cases[i].context).c_str(),
+      std::printf("%-22s %6s %13.2fx %13.2fx %14s\n", name, format_tokens(ran[i].context).c_str(),
                   a.chunked / b.chunked, a.ref / b.ref, ts);
     }
   }

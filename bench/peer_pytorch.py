@@ -14,8 +14,17 @@ libopenblas0-pthread installed, so that torch's BLAS is OpenBLAS and not the ref
 """
 import argparse
 import json
+import os
 import sys
 import time
+
+# torch.set_num_threads() does not reach OpenBLAS's own thread pool (Debian's torch calls the
+# system OpenBLAS, pthread build): at --threads 1 a second BLAS thread still ran, so "1 thread"
+# was up to 2 cores. The pool size is read when the library loads, so set it before the import.
+for _i, _arg in enumerate(sys.argv[:-1]):
+    if _arg == "--threads":
+        os.environ["OPENBLAS_NUM_THREADS"] = sys.argv[_i + 1]
+        os.environ["OMP_NUM_THREADS"] = sys.argv[_i + 1]
 
 try:
     import torch
