@@ -4,12 +4,14 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <new>
 #include <stdexcept>
 #include <thread>
 
 #include "core/error.h"
 #include "executor/cpu/ops.h"
+#include "executor/cpu/parallel.h"
 #include "executor/cpu/threads.h"
 #include "executor/runtime/bf16.h"
 
@@ -21,11 +23,97 @@ int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
+
+// Memory-bound loops of the backend itself over n elements, cut into fixed pieces on the compute
+// threads (elementwise: the result does not depend on the count).
+constexpr int64_t kElementGrain = int64_t{1} << 16;
+void zero_floats(float* p, int64_t n) {
+  cpu::parallel_pieces(n, kElementGrain, n, [&](int64_t i0, int64_t i1) {
+    std::memset(p + i0, 0, static_cast<size_t>(i1 - i0) * sizeof(float));
+  });
+}
+void zero_bytes(void* p, int64_t bytes) {
+  auto* b = static_cast<unsigned char*>(p);
+  cpu::parallel_pieces(bytes, 4 * kElementGrain, bytes, [&](int64_t i0, int64_t i1) {
+    std::memset(b + i0, 0, static_cast<size_t>(i1 - i0));
+  });
+}
+void load_bf16(const uint16_t* src, float* dst, int64_t n) {
+  cpu::parallel_pieces(n, kElementGrain, n, [&](int64_t i0, int64_t i1) { bf16_to_f32(src + i0, dst + i0, i1 - i0); });
+}
+void store_bf16(const float* src, uint16_t* dst, int64_t n) {
+  cpu::parallel_pieces(n, kElementGrain, n, [&](int64_t i0, int64_t i1) { f32_to_bf16(src + i0, dst + i0, i1 - i0); });
+}
+
+// fp32 staging buffers of the bf16 operands, reused from op to op. A fresh vector per operand
+// cost its page faults and its zero fill on one thread, every op: with 2 threads that serial part
+// was most of the chunked step's lost speed-up (issue #15). Uninitialised; held while a CpuBackend
+// lives and freed with the last one.
+class Staging {
+ public:
+  struct Buf {
+    std::unique_ptr<float[]> p;
+    size_t cap = 0;
+  };
+  static Buf take(size_t n) {
+    {
+      std::lock_guard<std::mutex> lock(mu());
+      auto& f = free_list();
+      // The smallest free buffer that holds n, else a new one (the free ones stay for others).
+      auto best = f.end();
+      for (auto it = f.begin(); it != f.end(); ++it)
+        if (it->cap >= n && (best == f.end() || it->cap < best->cap)) best = it;
+      if (best != f.end()) {
+        Buf b = std::move(*best);
+        f.erase(best);
+        return b;
+      }
+    }
+    Buf b;
+    b.p.reset(new float[n]);
+    b.cap = n;
+    return b;
+  }
+  static void give(Buf b) {
+    if (!b.p) return;
+    std::lock_guard<std::mutex> lock(mu());
+    auto& f = free_list();
+    f.push_back(std::move(b));
+    if (f.size() > kKept) {  // drop the smallest: the large ones are the ones that fault
+      auto smallest = std::min_element(f.begin(), f.end(), [](const Buf& a, const Buf& c) { return a.cap < c.cap; });
+      f.erase(smallest);
+    }
+  }
+  static void backend_created() {
+    std::lock_guard<std::mutex> lock(mu());
+    ++backends();
+  }
+  static void backend_destroyed() {
+    std::lock_guard<std::mutex> lock(mu());
+    if (--backends() == 0) free_list().clear();
+  }
+
+ private:
+  static constexpr size_t kKept = 8;  // more than the operands of any one op
+  static std::mutex& mu() {
+    static std::mutex m;
+    return m;
+  }
+  static std::vector<Buf>& free_list() {
+    static std::vector<Buf> f;
+    return f;
+  }
+  static int& backends() {
+    static int n = 0;
+    return n;
+  }
+};
 }  // namespace
 
 CpuBackend::CpuBackend(CpuBackendOptions options)
     : options_(options), threads_(options.threads > 0 ? options.threads : cpu::available_cpus()) {
   cpu::set_threads(threads_);
+  Staging::backend_created();
   for (auto& s : streams_) s.worker = std::thread([this, &s] { run_stream(s); });
   if (options_.report_lag_ns > 0) reporter_ = std::thread([this] { run_reporter(); });
 }
@@ -47,6 +135,8 @@ CpuBackend::~CpuBackend() {
     report_cv_.notify_all();
     reporter_.join();
   }
+  for (auto& [n, p] : cached_) std::free(p);
+  Staging::backend_destroyed();
 }
 
 void CpuBackend::run_reporter() {
@@ -121,19 +211,50 @@ void CpuBackend::run_stream(Stream& s) {
   }
 }
 
+// A caching allocator, as a GPU framework's: a freed block is kept for the next request of the same
+// size (the executor frees and allocates the same phase buffers every step), so a step after the
+// first pays no page faults; the blocks kept never exceed the largest amount in use at once. The
+// memory is zeroed on every allocate (on the compute threads), as before.
 void* CpuBackend::allocate(Tier, int64_t bytes) {
   const size_t n = (static_cast<size_t>(bytes) + kAlign - 1) / kAlign * kAlign;
-  void* p = std::aligned_alloc(kAlign, n);
+  void* p = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(alloc_mu_);
+    auto it = cached_.find(n);
+    if (it != cached_.end()) {
+      p = it->second;
+      cached_.erase(it);
+      cached_bytes_ -= static_cast<int64_t>(n);
+    }
+  }
+  if (!p) p = std::aligned_alloc(kAlign, n);
   if (!p) throw std::bad_alloc();
-  std::memset(p, 0, n);
+  zero_bytes(p, static_cast<int64_t>(n));
+  std::lock_guard<std::mutex> lock(alloc_mu_);
+  live_[p] = n;
+  in_use_bytes_ += static_cast<int64_t>(n);
+  in_use_high_bytes_ = std::max(in_use_high_bytes_, in_use_bytes_);
   return p;
 }
 
 void CpuBackend::deallocate(Tier, void* p, int64_t) {
-  std::free(p);
+  if (p) {
+    std::lock_guard<std::mutex> lock(alloc_mu_);
+    auto it = live_.find(p);
+    OOMB_ASSERT(it != live_.end(), "cpu backend: deallocate of a block it did not allocate");
+    const size_t n = it->second;
+    live_.erase(it);
+    in_use_bytes_ -= static_cast<int64_t>(n);
+    if (cached_bytes_ + static_cast<int64_t>(n) <= in_use_high_bytes_) {
+      cached_.emplace(n, p);
+      cached_bytes_ += static_cast<int64_t>(n);
+    } else {
+      std::free(p);
+    }
+  }
   if (options_.deallocate_throws) throw std::runtime_error("cpu backend: injected sticky error in deallocate");
 }
-void CpuBackend::fill_zero(void* p, int64_t bytes) { std::memset(p, 0, static_cast<size_t>(bytes)); }
+void CpuBackend::fill_zero(void* p, int64_t bytes) { zero_bytes(p, bytes); }
 void CpuBackend::upload(void* d, const void* s, int64_t bytes) { std::memcpy(d, s, static_cast<size_t>(bytes)); }
 void CpuBackend::download(void* d, const void* s, int64_t bytes) { std::memcpy(d, s, static_cast<size_t>(bytes)); }
 
@@ -170,15 +291,18 @@ class In {
       p_ = static_cast<const float*>(t.data);
       return;
     }
-    buf_.resize(static_cast<size_t>(n));
-    bf16_to_f32(static_cast<const uint16_t*>(t.data), buf_.data(), n);
-    p_ = buf_.data();
+    buf_ = Staging::take(static_cast<size_t>(n));
+    load_bf16(static_cast<const uint16_t*>(t.data), buf_.p.get(), n);
+    p_ = buf_.p.get();
   }
+  ~In() { Staging::give(std::move(buf_)); }
+  In(const In&) = delete;
+  In& operator=(const In&) = delete;
   operator const float*() const { return p_; }  // NOLINT
 
  private:
   const float* p_ = nullptr;
-  std::vector<float> buf_;
+  Staging::Buf buf_;
 };
 
 // fp32 working copy of an output: the storage itself (fp32) or a scratch (bf16) that is loaded when
@@ -190,12 +314,14 @@ class Out {
       p_ = static_cast<float*>(t.data);
       return;
     }
-    buf_.assign(static_cast<size_t>(n), 0.0f);
-    if (load) bf16_to_f32(static_cast<const uint16_t*>(t.data), buf_.data(), n);
-    p_ = buf_.data();
+    buf_ = Staging::take(static_cast<size_t>(n));
+    if (load) load_bf16(static_cast<const uint16_t*>(t.data), buf_.p.get(), n);
+    else zero_floats(buf_.p.get(), n);
+    p_ = buf_.p.get();
   }
   ~Out() {
-    if (!buf_.empty()) f32_to_bf16(buf_.data(), static_cast<uint16_t*>(t_.data), n_);
+    if (buf_.p) store_bf16(buf_.p.get(), static_cast<uint16_t*>(t_.data), n_);
+    Staging::give(std::move(buf_));
   }
   Out(const Out&) = delete;
   Out& operator=(const Out&) = delete;
@@ -205,7 +331,7 @@ class Out {
   Tensor t_;
   int64_t n_ = 0;
   float* p_ = nullptr;
-  std::vector<float> buf_;
+  Staging::Buf buf_;
 };
 
 }  // namespace

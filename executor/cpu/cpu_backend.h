@@ -19,6 +19,7 @@
 #include <map>
 #include <mutex>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "executor/runtime/backend.h"
@@ -52,6 +53,11 @@ class CpuBackend final : public Backend {
   std::string name() const override { return "cpu"; }
   // Copies whose on_done has not run yet (only with report_lag_ns).
   int64_t reports_pending();
+  // Bytes of freed blocks the caching allocator keeps for reuse (at most the high-water in use).
+  int64_t cached_bytes() {
+    std::lock_guard<std::mutex> lock(alloc_mu_);
+    return cached_bytes_;
+  }
 
   void* allocate(Tier tier, int64_t bytes) override;
   void deallocate(Tier tier, void* p, int64_t bytes) override;
@@ -128,6 +134,11 @@ class CpuBackend final : public Backend {
   std::thread reporter_;
   std::vector<float> kv_scratch_, grad_scratch_;  // fp32 copies of bf16 KV / gradient pages
   std::vector<float> own_scratch_;                // fp32 copies of the chunk's bf16 q, k, v
+  // The caching allocator (allocate / deallocate): blocks in use by address, freed blocks by size.
+  std::mutex alloc_mu_;
+  std::unordered_map<void*, size_t> live_;
+  std::unordered_multimap<size_t, void*> cached_;
+  int64_t cached_bytes_ = 0, in_use_bytes_ = 0, in_use_high_bytes_ = 0;
 };
 
 }  // namespace oomb::executor
