@@ -13,12 +13,14 @@
 #include <sstream>
 #include <string>
 #include <vector>
+#include <optional>
 
 #include "cli/command.h"
 #include "cli/scenario_flags.h"
 #include "core/error.h"
 #include "core/format.h"
 #include "executor/cpu/cpu_backend.h"
+#include "executor/runtime/calibration_runs.h"
 #ifdef OOMB_HAVE_CUDA_BACKEND
 #include "executor/cuda/cuda_backend.h"
 #include "executor/cuda/device_info.h"
@@ -36,6 +38,7 @@ namespace {
 
 struct CalibrateArgs {
   std::string backend, gpu, out, id, project_to, efficiency_model;
+  std::string fit_model;  // --backend cpu: the model of the calibration runs ("" = the first --model, "none")
   std::vector<std::string> traces, recall, points, hold, models = {"tiny", "qwen2.5-0.5b"};
   int64_t chunk = 1024;
   int threads = 0;  // --backend cpu: compute threads (0 = the CPUs this process may use)
@@ -98,12 +101,52 @@ int run_microbench_mode(const CalibrateArgs& a) {
 #endif
   }
   // Said once the backend exists (a refused device prints only the error).
+  const std::string fit_model = a.fit_model.empty() ? a.models.front() : a.fit_model;
+  if (a.backend != "cpu" && !a.fit_model.empty())
+    throw Error("--fit-model", a.fit_model, "calibration runs are for --backend cpu", "drop it");
+  if (a.backend == "cpu" && fit_model != "none" && !a.fit_model.empty()) {  // a bad name before any work
+    try {
+      (void)models::load_model(fit_model);
+    } catch (const Error& e) {
+      if (e.where() != "--model") throw;
+      throw Error("--fit-model", e.key(), e.problem(), e.hint() + "; or none (micro-benchmarks only)");
+    }
+  }
   if (!a.quiet)
-    std::fprintf(stderr, "oomb calibrate: micro-benchmarks of the %s backend (about 10-20 s)\n", a.backend.c_str());
+    std::fprintf(stderr, "oomb calibrate: micro-benchmarks of the %s backend%s (about 10-30 s)\n", a.backend.c_str(),
+                 a.backend == "cpu" && fit_model != "none" ? (", then calibration runs of " + fit_model).c_str() : "");
   executor::MicrobenchResult r = executor::run_microbench(*backend, o);
   if (!device.empty()) r.host = device;
   Json profile = executor::device_profile(r, a.id.empty() ? a.backend + "-calibrated" : a.id, capacity_bytes,
                                           a.efficiency_model);
+  // Calibration runs (cpu): short executor steps of the model to be planned, and the efficiencies
+  // fitted to them, as the fidelity suite calibrates (executor/runtime/calibration_runs.h).
+  std::optional<executor::CalibrationRunsFit> runs;
+  if (a.backend == "cpu" && fit_model != "none") {
+    const models::ModelSpec fm = models::load_model(fit_model);
+    const models::GpuSpec micro = models::gpu_from_json(profile, "the micro-benchmark profile");
+    runs = executor::fit_to_calibration_runs(*backend, fm, micro, 3, [&](const std::string& name) {
+      if (!a.quiet) std::fprintf(stderr, "  %s\n", name.c_str());
+    });
+    const auto& e = runs->profile.efficiency;
+    profile["efficiency"]["gemm"] = e.gemm;
+    profile["efficiency"]["attention"] = e.attention;
+    profile["efficiency"]["attention_backward"] = e.attention_backward;
+    profile["efficiency"]["memory_bound"] = e.memory_bound;
+    profile["launch_overhead_s"] = runs->profile.launch_overhead_s;
+    Json fit = runs->fit.to_json();
+    fit["runs"] = runs->runs;
+    fit["model"] = fm.id;
+    fit["held"] = executor::calibration_hold(fm);
+    fit["seconds"] = runs->seconds;
+    profile["calibration"]["runs_fit"] = fit;
+    const std::string how = "least-squares fit to " + std::to_string(runs->runs.size()) + " calibration run(s) of " +
+                            fm.id + " on this backend (oomb calibrate --backend cpu; micro-benchmark values as the prior)";
+    profile["sources"]["efficiency"] = how;
+    profile["sources"]["launch_overhead_s"] = how;
+    profile["calibrated_from"] = profile["calibrated_from"].get<std::string>() + " + " + how;
+    models::gpu_from_json(profile, "the fitted profile");  // still a valid profile
+  }
   if (a.backend == "cuda") {
 #ifdef OOMB_HAVE_CUDA_BACKEND
     // The cpu-oriented defaults of device_profile, replaced by the device's own facts.
@@ -141,7 +184,14 @@ int run_microbench_mode(const CalibrateArgs& a) {
               format_rate_bytes_per_s(profile["hbm_bytes_per_s"].get<double>()).c_str(),
               format_rate_bytes_per_s(r.h2d_bytes_per_s.median).c_str(),
               format_rate_bytes_per_s(r.d2h_bytes_per_s.median).c_str(), profile["duplex_factor"].get<double>());
-  std::printf("  per-op overhead    %s\n", format_duration_s(r.op_overhead_s.median).c_str());
+  std::printf("  per-op overhead    %s\n", format_duration_s(profile["launch_overhead_s"].get<double>()).c_str());
+  if (runs)
+    std::printf("  fitted to          %zu calibration run(s) of %s (R^2 %.3f, %.1f s)%s: plans of other models "
+                "are best served by calibrating with --fit-model\n",
+                runs->runs.size(), fit_model.c_str(), runs->fit.r2, runs->seconds,
+                executor::calibration_hold(models::load_model(fit_model)).empty() ? "" : ", GEMM efficiency only");
+  else if (a.backend == "cpu")
+    std::printf("  (micro-benchmarks only: --fit-model none)\n");
   std::printf("profile (oomb.gpu/1, kind %s): %s\n", profile["kind"].get<std::string>().c_str(), a.out.c_str());
   return 0;
 }
@@ -593,6 +643,10 @@ const Registrar reg(
       sub.add_option("--threads", a->threads,
                      "With --backend cpu: compute threads to measure at, as `oomb run --threads` will run (default: "
                      "the CPUs this process may use); recorded in the profile (cpu_threads)");
+      sub.add_option("--fit-model", a->fit_model,
+                     "With --backend cpu: after the micro-benchmarks, run a few short steps of this model and fit the "
+                     "efficiencies to them (as the fidelity suite does; predictions of this model's plans within "
+                     "~10%). Default: the first --model; 'none' keeps the micro-benchmark values");
       sub.add_option("--efficiency-model", a->efficiency_model,
                      "With --backend: take gemm/attention efficiencies from this model's shapes (default: mean)");
       sub.add_option("--traces", a->traces, "Fit --gpu's efficiencies to these measured traces (layer or op detail)");

@@ -103,6 +103,10 @@ expect_exit 2 "--threads.*must be positive" run --model tiny --context 1K --thre
 expect_exit 2 "--threads.*must be positive" calibrate --backend cpu --threads -2 --out "$tmp/never_cpu.json"
 expect_exit 0 "compute threads +1" calibrate --backend cpu --model tiny --threads 1 --quiet --out "$tmp/cpu1.json"
 grep -qE '"cpu_threads": ?1' "$tmp/cpu1.json" && ok || bad "calibrate --threads 1 profile lacks cpu_threads"
+# The efficiencies are fitted to calibration runs of the first --model (issue #15), or not (none).
+grep -q '"runs_fit"' "$tmp/cpu1.json" && ok || bad "calibrate --backend cpu profile lacks its calibration runs' fit"
+expect_exit 2 "--fit-model.*nosuch" calibrate --backend cpu --model tiny --fit-model nosuch --out "$tmp/never_fit.json"
+[ -e "$tmp/never_fit.json" ] && bad "calibrate with a bad --fit-model wrote a profile" || ok
 expect_exit 0 "Plan written" plan --model tiny --gpu "$tmp/cpu1.json" --context 2K --chunk 512 --page 64 --out "$tmp/pcpu.json"
 grep -qE '"cpu_threads": ?1' "$tmp/pcpu.json" && ok || bad "a plan on a cpu profile lost its cpu_threads"
 "$oomb" run --plan "$tmp/pcpu.json" --threads 2 --quiet --trace "$tmp/t2.json" >/dev/null 2>&1 || bad "run --threads 2"
