@@ -47,7 +47,9 @@ simulator::Config config(int64_t context, int64_t layers_override) {
   c.page_tokens = 128;
   c.resident_layers = 1;  // offload on: the realistic path
   c.layers_override = layers_override;
-  c.kv_dtype = c.kv_grad_dtype = "fp32";  // against the fp32 full-sequence reference, like for like
+  // fp32 storage and pages: against the fp32 full-sequence reference and PyTorch's fp32, like for like
+  c.kv_dtype = c.kv_grad_dtype = "fp32";
+  c.param_dtype = c.param_grad_dtype = c.activation_dtype = c.loss_dtype = "fp32";
   return c;
 }
 
