@@ -134,6 +134,7 @@ int run_sweep(const SweepArgs& a) {
         s.config.attention = Attention::dense;
         s.config.logits_chunk_tokens = 0;
         s.config.checkpointing = true;
+        s.config.kept_layers = 0;
         return evaluated(place(s));
     }
   };
