@@ -301,7 +301,7 @@ void print_max_context(const planner::MaxContext& mc, const planner::Request& r)
 }
 
 // Standard training at the same context, the two baselines a reader trusts: the best standard
-// configuration (planned: fused chunked loss, checkpointing on or off) and the published one
+// configuration (planned: fused chunked loss, checkpointing searched) and the published one
 // (full-sequence unfused logits, checkpointing on).
 struct Baseline {
   std::string label;
@@ -321,7 +321,7 @@ std::vector<Baseline> baselines(const planner::Request& r, int64_t context) {
   q.max_step_s = q.min_tokens_per_s = 0;
   q.objective = Objective::time;
   const SearchResult best = search(q, context);
-  out.push_back({"standard, best (fused chunked loss, checkpointing on or off)", best.best ? best.best : best.closest,
+  out.push_back({"standard, best (fused chunked loss, checkpointing searched)", best.best ? best.best : best.closest,
                  best.best.has_value()});
   q.fixed.insert("logits_chunk");
   q.fixed.insert("checkpointing");
