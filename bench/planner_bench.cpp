@@ -1,7 +1,8 @@
 // planner_bench: speed of the planner against its targets.
 //   evaluate() (closed-form fast path)       >= 100,000 evaluations/s
 //   full search, qwen2.5-7b / h200 / 4M      < 50 ms on one core (the enlarged space: checkpointing
-//                                            on/off, optimizer placement with --optimizer auto)
+//                                            off / on with 0..L-1 layers kept, optimizer placement
+//                                            with --optimizer auto)
 //   `oomb plan` for the same (the README's first command)  well under a second (target 1 s)
 // Usage: planner_bench [path/to/oomb]  (with the path, the real command is timed as well)
 #include <sys/wait.h>

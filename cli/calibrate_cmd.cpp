@@ -313,7 +313,7 @@ int run_recall_mode(const CalibrateArgs& a) {
 const std::vector<std::string> kKnobKeys = {
     "model", "gpu", "host", "context", "preset", "schedule", "attention", "chunk", "page", "budget", "selection",
     "selection_overlap", "selection_memory", "resident_layers", "kv_dtype", "kv_grad_dtype", "param_dtype",
-    "param_grad_dtype", "optimizer", "checkpointing", "logits_chunk", "peak_measure", "gpus", "layers"};
+    "param_grad_dtype", "optimizer", "checkpointing", "kept_layers", "logits_chunk", "peak_measure", "gpus", "layers"};
 const std::vector<std::string> kMeasuredKeys = {"step_s", "peak_device_bytes", "tokens_per_s"};
 const std::vector<std::string> kTextKeys = {"name", "plan", "note", "source"};
 
@@ -406,6 +406,7 @@ simulator::MeasuredPoint point_of(std::map<std::string, std::string> f, const st
     if (f.count("budget")) flags.budget = integer_of(f["budget"], where, "budget");
     if (f.count("gpus")) flags.gpus = integer_of(f["gpus"], where, "gpus");
     if (f.count("layers")) flags.layers = integer_of(f["layers"], where, "layers");
+    if (f.count("kept_layers")) flags.kept_layers = integer_of(f["kept_layers"], where, "kept_layers");
     if (f.count("selection_overlap")) flags.selection_overlap = number_of(f["selection_overlap"], where, "selection_overlap");
     if (f.count("checkpointing")) {
       if (f["checkpointing"] != "true" && f["checkpointing"] != "false")

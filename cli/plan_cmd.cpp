@@ -139,8 +139,7 @@ void print_settings(const simulator::Scenario& s) {
                                               .c_str()
                                         : "unfused, whole chunk");
   std::printf("  optimizer    %s\n", planner::optimizer_text(s).c_str());
-  std::printf("  recompute    %s\n", c.checkpointing ? "checkpointing on (each layer recomputed from its input in the backward)"
-                                                     : "checkpointing off (every layer's activations kept: no recompute)");
+  std::printf("  recompute    %s\n", planner::recompute_text(c, s.model).c_str());
   std::string why;
   if (!planner::executable(c, &why)) std::printf("  executable   NO, on paper: %s\n", why.c_str());
   if (c.gpus > 1) std::printf("  gpus         %lld (tensor parallelism, sizes per GPU)\n", static_cast<long long>(c.gpus));
@@ -302,7 +301,7 @@ void print_max_context(const planner::MaxContext& mc, const planner::Request& r)
 }
 
 // Standard training at the same context, the two baselines a reader trusts: the best standard
-// configuration (planned: fused chunked loss, checkpointing on or off) and the published one
+// configuration (planned: fused chunked loss, checkpointing searched) and the published one
 // (full-sequence unfused logits, checkpointing on).
 struct Baseline {
   std::string label;
@@ -322,12 +321,14 @@ std::vector<Baseline> baselines(const planner::Request& r, int64_t context) {
   q.max_step_s = q.min_tokens_per_s = 0;
   q.objective = Objective::time;
   const SearchResult best = search(q, context);
-  out.push_back({"standard, best (fused chunked loss, checkpointing on or off)", best.best ? best.best : best.closest,
+  out.push_back({"standard, best (fused chunked loss, checkpointing searched)", best.best ? best.best : best.closest,
                  best.best.has_value()});
   q.fixed.insert("logits_chunk");
   q.fixed.insert("checkpointing");
+  q.fixed.insert("kept_layers");
   q.scenario.config.logits_chunk_tokens = 0;
   q.scenario.config.checkpointing = true;
+  q.scenario.config.kept_layers = 0;
   const SearchResult pub = search(q, context);
   out.push_back({"standard, published (unfused full-vocabulary logits)", pub.best ? pub.best : pub.closest,
                  pub.best.has_value()});
@@ -346,7 +347,12 @@ void print_baselines(const std::vector<Baseline>& bs, const Candidate& chosen) {
     std::printf("  %-62s %s: peak %s, step %s%s\n", b.label.c_str(),
                 b.fits ? "fits" : ("does not fit (" + k.usage.binding() + ")").c_str(),
                 format_bytes(k.summary.peak_device_bytes).c_str(), format_duration_s(k.summary.step_s).c_str(),
-                b.fits ? (", " + std::string(k.config.checkpointing ? "checkpointing on" : "checkpointing off") + ", " +
+                b.fits ? (", " +
+                          std::string(!k.config.checkpointing ? "checkpointing off"
+                                      : k.config.kept_layers > 0
+                                          ? "checkpointing on, " + std::to_string(k.config.kept_layers) + " layers kept"
+                                          : "checkpointing on") +
+                          ", " +
                           (k.config.logits_chunk_tokens > 0 ? format_tokens(k.config.logits_chunk_tokens) + " loss tiles"
                                                             : std::string("unfused loss")))
                              .c_str()
@@ -824,14 +830,13 @@ const Registrar reg(
       sub.add_option("--headroom", a->headroom, "Share of HBM capacity kept free (default 0.05)");
       sub.add_option("--out", a->out,
                      "Write the plan (oomb.plan/1 JSON) to this file for `oomb run`: only settings the executor "
-                     "follows are chosen (checkpointing stays on unless you fix it); the faster plan on paper is "
-                     "named");
+                     "follows are chosen; the faster plan on paper is named");
       sub.add_flag("--json", a->json, "Print the plan, prediction, alternatives and diagnosis as JSON");
       sub.add_flag("--pareto", a->pareto, "Also print the frontier of peak device memory vs step time");
       sub.footer(
-          "Knobs given on the command line are fixed; the planner searches the others, checkpointing on and off "
-          "included (off is planned on paper: the executor always recomputes, and such plans are labelled not "
-          "executable). --optimizer auto (the default) places AdamW state on the GPU or the host; --optimizer none "
+          "Knobs given on the command line are fixed; the planner searches the others, recompute included: "
+          "checkpointing off, full checkpointing, and partial checkpointing (--kept-layers K: the last K layers keep "
+          "their activations, the largest K that fits), all run by the executor. --optimizer auto (the default) places AdamW state on the GPU or the host; --optimizer none "
           "plans without optimizer state (measurement settings, --preset oomb-published). --gpus N plans tensor parallelism on paper (execution is "
           "single-GPU for now). --min-recall R with --recall-curve F: the curve's mean recall is piecewise linear "
           "between measured budgets, the largest budget's value at or above it, and budgets below the smallest "

@@ -33,7 +33,12 @@ void print_scenario_header(const Scenario& s) {
   }
   std::printf("  KV %s, KV-grad %s, params %s, param-grad %s, optimizer %s, checkpointing %s, loss tile %s, loss %s",
               c.kv_dtype.c_str(), c.kv_grad_dtype.c_str(), c.param_dtype.c_str(), c.param_grad_dtype.c_str(),
-              to_string(c.optimizer), c.checkpointing ? "on" : "off",
+              to_string(c.optimizer),
+              !c.checkpointing    ? "off"
+              : c.kept_layers > 0 ? ("on, last " + std::to_string(c.kept_layers) + " of " +
+                                     std::to_string(effective_layers(c, s.model)) + " layers kept")
+                                        .c_str()
+                                  : "on",
               c.logits_chunk_tokens > 0 ? (format_tokens(c.logits_chunk_tokens) + " fused").c_str() : "whole, unfused",
               c.loss_dtype.c_str());
   if (c.gpus > 1) std::printf(", tensor parallel x%lld (planning only)", static_cast<long long>(c.gpus));

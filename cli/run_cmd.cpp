@@ -237,7 +237,11 @@ int run_run(const RunArgs& a) {
     if (!a.flags.layers && !a.flags.kv_dtype && !a.flags.kv_grad_dtype)
       for (const planner::PlanBuffer& b : plan.buffers)
         planned_rows.push_back({b.name, b.tier == "host" ? Tier::host : Tier::device, b.bytes});
-    if (a.flags.layers) s.config.layers_override = *a.flags.layers;
+    if (a.flags.layers) {
+      s.config.layers_override = *a.flags.layers;
+      // A quick run on fewer layers keeps at most all but one of them (the trace records it).
+      if (s.config.checkpointing) s.config.kept_layers = std::min(s.config.kept_layers, *a.flags.layers - 1);
+    }
     if (a.flags.kv_dtype) s.config.kv_dtype = *a.flags.kv_dtype;
     if (a.flags.kv_grad_dtype) s.config.kv_grad_dtype = *a.flags.kv_grad_dtype;
     simulator::validate(s.config, s.model);

@@ -99,6 +99,12 @@ void ScenarioFlags::add_to(CLI::App& app, bool require_context) {
   app.add_option("--optimizer", optimizer, "AdamW state: none (default), gpu, host");
   app.add_option("--checkpointing", checkpointing, "Per-layer checkpointing inside the chunk: true (default) or false")
       ->check(boolean_word());
+  app.add_option("--kept-layers", kept_layers,
+                 "Partial checkpointing: the last K layers keep their activations from the forward to their backward "
+                 "(no recompute for them; K sets of activations more on the GPU), the others are recomputed from "
+                 "their inputs. 0 = full checkpointing (default), at most layers - 1 (all kept is --checkpointing "
+                 "false); needs checkpointing on")
+      ->check(unsigned_integer());
   app.add_option("--logits-chunk", logits_chunk,
                  "Tokens per fused LM-head/loss tile (e.g. 1K); 0 = whole chunk, unfused (default)");
   app.add_option("--loss-dtype", loss_dtype,
@@ -187,6 +193,7 @@ simulator::Scenario ScenarioFlags::resolve() const {
   if (activation_dtype) c.activation_dtype = *activation_dtype;
   if (optimizer) c.optimizer = optimizer_from_string(*optimizer, "--optimizer");
   if (checkpointing) c.checkpointing = *checkpointing;
+  if (kept_layers) c.kept_layers = *kept_layers;
   if (logits_chunk) c.logits_chunk_tokens = *logits_chunk == "0" ? 0 : parse_tokens(*logits_chunk, "--logits-chunk");
   if (peak_measure) c.peak_measure = peak_measure_from_string(*peak_measure, "--peak-measure");
   if (loss_dtype) c.loss_dtype = *loss_dtype;
@@ -220,6 +227,7 @@ std::set<std::string> ScenarioFlags::explicit_knobs() const {
   note("activation_dtype", activation_dtype.has_value());
   note("optimizer", optimizer.has_value());
   note("checkpointing", checkpointing.has_value());
+  note("kept_layers", kept_layers.has_value());
   note("logits_chunk", logits_chunk.has_value());
   note("peak_measure", peak_measure.has_value());
   note("loss_dtype", loss_dtype.has_value());

@@ -21,7 +21,7 @@ struct ScenarioFlags {
   std::optional<std::string> schedule, attention, chunk, page, selection, resident_layers, kv_dtype, kv_grad_dtype,
       param_dtype, param_grad_dtype, activation_dtype, optimizer, logits_chunk, selection_memory, peak_measure,
       loss_dtype;
-  std::optional<int64_t> budget, gpus, layers;
+  std::optional<int64_t> budget, gpus, layers, kept_layers;
   std::optional<double> selection_overlap;
   std::optional<bool> checkpointing;
   // plan, simulate and sweep set this before add_to: unset --optimizer means auto (AdamW, placed on

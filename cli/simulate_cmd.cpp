@@ -50,7 +50,11 @@ std::vector<std::pair<std::string, std::string>> report_facts(const simulator::S
   f.emplace_back("KV / KV-grad", c.kv_dtype + " / " + c.kv_grad_dtype);
   f.emplace_back("params / param-grad", c.param_dtype + " / " + c.param_grad_dtype);
   f.emplace_back("optimizer", to_string(c.optimizer));
-  f.emplace_back("checkpointing", c.checkpointing ? "on" : "off");
+  f.emplace_back("checkpointing", !c.checkpointing ? std::string("off")
+                                  : c.kept_layers > 0
+                                      ? "on, last " + std::to_string(c.kept_layers) + " of " +
+                                            std::to_string(effective_layers(c, s.model)) + " layers kept"
+                                      : std::string("on"));
   f.emplace_back("loss tile", c.logits_chunk_tokens > 0 ? format_tokens(c.logits_chunk_tokens) + " fused" : "whole, unfused");
   f.emplace_back("loss dtype", c.loss_dtype);
   if (c.gpus > 1) f.emplace_back("tensor parallel", "x" + std::to_string(c.gpus) + " (planning only)");

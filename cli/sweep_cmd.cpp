@@ -122,7 +122,7 @@ int run_sweep(const SweepArgs& a) {
         }
         return evaluated(place(s));
       case 2:
-        // The strongest standard baseline: fused chunked loss, checkpointing on or off, dtypes and
+        // The strongest standard baseline: fused chunked loss, checkpointing searched, dtypes and
         // optimizer placement as the planner finds fastest (the user's fixed knobs kept).
         s.config.schedule = Schedule::standard;
         s.config.attention = Attention::dense;
@@ -134,6 +134,7 @@ int run_sweep(const SweepArgs& a) {
         s.config.attention = Attention::dense;
         s.config.logits_chunk_tokens = 0;
         s.config.checkpointing = true;
+        s.config.kept_layers = 0;
         return evaluated(place(s));
     }
   };
@@ -154,7 +155,7 @@ int run_sweep(const SweepArgs& a) {
       std::printf("oomb cells evaluate your settings as given (fixed by you: %s; add --plan-each to plan the others "
                   "per context); standard-best is planned\n",
                   fixed.empty() ? (std::string("preset ") + a.flags.preset).c_str() : knobs_text(fixed).c_str());
-    std::printf("standard, best = fused chunked loss, checkpointing on or off, whichever is fastest and fits; "
+    std::printf("standard, best = fused chunked loss, checkpointing searched, whichever is fastest and fits; "
                 "standard, published = full-sequence unfused logits, checkpointing on\n");
     std::printf("device memory%s, step time%s\n", per.c_str(),
                 tp ? " (all GPUs together); host memory is per node" : "");

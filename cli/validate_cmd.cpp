@@ -219,7 +219,18 @@ int run_validate(const ValidateArgs& a) {
       s.config.layers_override = run.layers_override;
       notes.push_back("the run used the first " + std::to_string(run.layers_override) +
                       " layers; predictions are made for the same");
+      // `oomb run --plan --layers N` keeps at most N - 1 of the plan's kept layers.
+      if (run.kept_layers != s.config.kept_layers && run.kept_layers == std::min(s.config.kept_layers, run.layers_override - 1)) {
+        notes.push_back("it kept the last " + std::to_string(run.kept_layers) + " of them (the plan keeps " +
+                        std::to_string(s.config.kept_layers) + ")");
+        s.config.kept_layers = run.kept_layers;
+      }
     }
+    if (run.kept_layers != s.config.kept_layers)
+      throw Error(a.trace, "metadata.extra.config.kept_layers",
+                  "differs from the plan (" + std::to_string(run.kept_layers) + " vs " +
+                      std::to_string(s.config.kept_layers) + ")",
+                  "this trace is not a run of this plan");
   }
   const bool cpu_run = trace.metadata.source == "cpu";
   const bool cupti_run = trace.metadata.source == "cuda-cupti";

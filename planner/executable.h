@@ -10,7 +10,8 @@ namespace oomb::planner {
 
 // True when the executor runs `c` as planned; otherwise false with the reason in *why (if given).
 // Not executed: the standard schedule, the quest / moba / local selection
-// rules, fp16 / fp8 storage. Checkpointing on and off both run (off: no recompute in backward).
+// rules, fp16 / fp8 storage. Checkpointing on, off and partial (--kept-layers) all run (off: no
+// recompute in backward; partial: none for the kept layers).
 bool executable(const simulator::Config& c, std::string* why = nullptr);
 
 }  // namespace oomb::planner

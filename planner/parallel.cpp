@@ -136,6 +136,7 @@ ParallelPlan context_parallel(const Scenario& s, ContextParallelism kind, int64_
   whole.config.attention = simulator::Attention::dense;
   whole.config.gpus = tp;
   whole.config.checkpointing = checkpointing;
+  whole.config.kept_layers = 0;  // context parallelism on paper: checkpointing on or off only
   whole.config.logits_chunk_tokens = 1024;
   whole.config.optimizer = simulator::Optimizer::gpu;
   const simulator::Summary sum = simulator::evaluate(whole);

@@ -113,7 +113,9 @@ struct Space {
   std::vector<int64_t> chunks, pages, residents, logits, budgets;  // budgets: pages of kDefaultMinBudgetPage
   std::vector<std::string> kv_grads, param_grads;  // memory-ascending
   std::vector<Optimizer> optimizers;
-  std::vector<bool> checkpointings;  // memory-ascending: recompute (on) first
+  // Recompute settings, memory-ascending (and time-descending): r < L is checkpointing on with the
+  // last r layers kept (0 = every layer recomputed), r = L is checkpointing off.
+  std::vector<int64_t> recomputes;
   bool dense = true, sparse = false;
 };
 
@@ -153,8 +155,14 @@ Space make_space(const Request& r, int64_t N) {
     if (fixed(r, "budget")) sp.budgets = {b.page_budget};
     else sp.budgets.assign(std::begin(kBudgets), std::end(kBudgets));
   }
-  if (fixed(r, "checkpointing")) sp.checkpointings = {b.checkpointing};
-  else sp.checkpointings = {true, false};
+  if (fixed(r, "kept_layers")) {
+    sp.recomputes = {b.checkpointing ? b.kept_layers : L};
+  } else if (fixed(r, "checkpointing") && !b.checkpointing) {
+    sp.recomputes = {L};
+  } else {
+    for (int64_t k = 0; k < L; ++k) sp.recomputes.push_back(k);
+    if (!fixed(r, "checkpointing")) sp.recomputes.push_back(L);
+  }
   if (fixed(r, "param_grad_dtype")) sp.param_grads = {b.param_grad_dtype};
   else sp.param_grads = {"bf16", "fp32"};
   if (fixed(r, "logits_chunk")) sp.logits = {b.logits_chunk_tokens};
@@ -194,14 +202,13 @@ struct Group {
   int64_t page = 0;
   Optimizer optimizer = Optimizer::none;
   std::string kv_grad;
-  bool checkpointing = true;
 };
 
 // Memory never falls when the KV-gradient dtype widens or the budget grows (same page, optimizer
 // and attention), so a group with no fitting configuration makes every group above it hopeless.
 bool dominates(const Group& above, const Group& dead) {
   return above.attention == dead.attention && above.page == dead.page && above.optimizer == dead.optimizer &&
-         above.checkpointing == dead.checkpointing && models::dtype_bytes(above.kv_grad) >= models::dtype_bytes(dead.kv_grad) && above.budget >= dead.budget;
+         models::dtype_bytes(above.kv_grad) >= models::dtype_bytes(dead.kv_grad) && above.budget >= dead.budget;
 }
 
 double primary(const Candidate& c, Objective o) {
@@ -217,12 +224,22 @@ auto exactness(const Config& k) {
                          -models::dtype_bytes(k.kv_grad_dtype));
 }
 
+// Recompute settings in memory order: kept layers, then checkpointing off.
+int64_t recompute_rank(const Config& k) {
+  return k.checkpointing ? k.kept_layers : std::numeric_limits<int64_t>::max();
+}
+
+// Within the tie bands, the recompute setting that serves the objective comes before the other
+// metric: one kept layer more costs a layer's activations and saves a layer's recompute (under 1%
+// of the step on a 28-layer model), so the bands hold several settings of the same plan, and
+// trading the objective for a hair of the other metric would be the wrong way round.
 auto tie_key(const Candidate& c, Objective o) {
   const Config& k = c.config;
+  const int64_t rank = recompute_rank(k);
   return std::tuple_cat(exactness(k),
-                        std::make_tuple(secondary(c, o), -k.chunk_tokens, k.page_tokens, k.resident_layers,
-                                        k.logits_chunk_tokens, k.param_grad_dtype, static_cast<int>(k.optimizer),
-                                        k.checkpointing ? 0 : 1));
+                        std::make_tuple(o == Objective::memory ? rank : -rank, secondary(c, o),
+                                        -k.chunk_tokens, k.page_tokens, k.resident_layers, k.logits_chunk_tokens,
+                                        k.param_grad_dtype, static_cast<int>(k.optimizer)));
 }
 
 // `b` at least as exact as `a` in every respect that the exactness key orders (sparse budgets are
@@ -239,8 +256,24 @@ bool at_least_as_exact(const Config& b, const Config& a) {
 auto config_key(const Config& k) {
   return std::make_tuple(k.attention == Attention::sparse ? k.page_budget : int64_t{0}, k.chunk_tokens, k.page_tokens,
                          k.resident_layers, k.kv_grad_dtype, k.param_grad_dtype, k.logits_chunk_tokens,
-                         static_cast<int>(k.optimizer), static_cast<int>(k.attention), k.checkpointing);
+                         static_cast<int>(k.optimizer), static_cast<int>(k.attention), k.checkpointing,
+                         k.kept_layers);
 }
+
+// The same without the recompute setting: one point of the search, whose settings run from full
+// checkpointing (least memory) to checkpointing off (fastest).
+auto point_key(const Config& k) {
+  Config c = k;
+  c.checkpointing = true;
+  c.kept_layers = 0;
+  return config_key(c);
+}
+
+void set_recompute(Config& c, int64_t r, int64_t L) {
+  c.checkpointing = r < L;
+  c.kept_layers = r < L ? r : 0;
+}
+int64_t recompute_of(const Config& c, int64_t L) { return c.checkpointing ? c.kept_layers : L; }
 
 class Searcher {
  public:
@@ -275,9 +308,8 @@ class Searcher {
         }
         for (int64_t budget : budgets)
           for (Optimizer opt : sp_.optimizers)
-            for (bool ckpt : sp_.checkpointings)
-              for (const auto& kvg : sp_.kv_grads)
-                groups.push_back({mode == 0 ? Attention::dense : Attention::sparse, budget, page, opt, kvg, ckpt});
+            for (const auto& kvg : sp_.kv_grads)
+              groups.push_back({mode == 0 ? Attention::dense : Attention::sparse, budget, page, opt, kvg});
       }
     }
     const size_t first_new = out_.feasible.size();
@@ -300,7 +332,7 @@ class Searcher {
     c.page_tokens = g.page;
     c.optimizer = g.optimizer;
     c.kv_grad_dtype = g.kv_grad;
-    c.checkpointing = g.checkpointing;
+    set_recompute(c, sp_.recomputes.front(), layers_);
     c.resident_layers = resident;
     c.chunk_tokens = chunk;
     c.param_grad_dtype = param_grad;
@@ -357,12 +389,17 @@ class Searcher {
         }
         if (!k.fits()) continue;  // a constraint the planner does not model: no pruning
         any_fit = true;  // memory fits: a group is dead for memory only (speed limits do not prune)
-        if (!k.within(r_)) continue;
-        if (only_executable_ && !executable(k.config)) continue;
-        const double m = primary(k, objective_);
-        out_.feasible.push_back(std::move(k));
-        if (o_.first_fit) return true;
-        if (o_.exhaustive) continue;
+        // k recomputes every layer (the least memory); the fastest setting that fits keeps the most.
+        std::optional<Candidate> top;
+        if (!o_.first_fit || !acceptable(k)) top = fastest_fitting(k.config);
+        double m = std::numeric_limits<double>::infinity();
+        for (Candidate* x : {&k, top ? &*top : nullptr}) {
+          if (!x || !acceptable(*x)) continue;
+          m = std::min(m, primary(*x, objective_));
+          out_.feasible.push_back(std::move(*x));
+          if (o_.first_fit) return true;
+        }
+        if (m == std::numeric_limits<double>::infinity() || o_.exhaustive) continue;
         if (m > band * (1.0 + kTieTolerance)) break;
         band = std::min(band, m);
       }
@@ -371,6 +408,108 @@ class Searcher {
     }
     if (!any_fit) dead_.push_back(g);
     return false;
+  }
+
+  bool acceptable(const Candidate& k) const {
+    return k.fits() && k.within(r_) && (!only_executable_ || executable(k.config));
+  }
+
+  // The recompute settings: time falls and memory grows with the index into sp_.recomputes (the
+  // kept layers, then checkpointing off), and host memory does not depend on it. Given `low`, the
+  // configuration at the first setting (it fits the device), the one at the largest setting whose
+  // device memory fits, when that is not the first: checkpointing off if it fits, else a binary
+  // search over the kept layers (a few evaluations instead of one per layer).
+  std::optional<Candidate> fastest_fitting(const Config& low) {
+    const std::vector<int64_t>& S = sp_.recomputes;
+    if (S.size() < 2) return std::nullopt;
+    Config c = low;
+    set_recompute(c, S.back(), layers_);
+    Candidate last = eval(c);
+    if (last.usage.device_ok()) return last;
+    std::optional<Candidate> best;
+    size_t lo = 0, hi = S.size() - 1;  // fits at lo, not at hi
+    while (hi - lo > 1) {
+      const size_t mid = lo + (hi - lo) / 2;
+      set_recompute(c, S[mid], layers_);
+      Candidate k = eval(c);
+      if (k.usage.device_ok()) {
+        lo = mid;
+        best = std::move(k);
+      } else {
+        hi = mid;
+      }
+    }
+    return best;
+  }
+
+  size_t recompute_index(const Config& c) const {
+    const auto& S = sp_.recomputes;
+    return static_cast<size_t>(std::lower_bound(S.begin(), S.end(), recompute_of(c, layers_)) - S.begin());
+  }
+
+ public:
+  // Phase 3: the tie bands. Phase 1 keeps the two ends of each point's recompute settings (the
+  // least memory and the fastest that fits); the pick is the best within kTieTolerance of the
+  // objective, then within kTieTolerance of the other metric (select_best), and either edge can
+  // be a setting between the ends. For the time objective: within the band of the best time, the
+  // fewest kept layers whose time is in it (the least memory, which sets the memory band), then
+  // the most kept layers whose memory is in that band (the pick); for the memory objective the
+  // other way round. One binary search per point in the band and edge.
+  void complete_bands() {
+    if (o_.first_fit || sp_.recomputes.size() < 3 || out_.feasible.empty()) return;
+    const bool time = objective_ == Objective::time;
+    double best = std::numeric_limits<double>::infinity();
+    for (const auto& k : out_.feasible) best = std::min(best, primary(k, objective_));
+    const double limit1 = best * (1.0 + kTieTolerance);
+    auto in1 = [&](const Candidate& k) { return primary(k, objective_) <= limit1; };
+    complete_edge(in1, time);
+    double sec = std::numeric_limits<double>::infinity();
+    for (const auto& k : out_.feasible)
+      if (in1(k)) sec = std::min(sec, secondary(k, objective_));
+    const double limit2 = sec * (1.0 + kTieTolerance);
+    complete_edge([&](const Candidate& k) { return in1(k) && secondary(k, objective_) <= limit2; }, !time);
+  }
+
+ private:
+  // For every point with a setting that satisfies `in`, adds the setting at the edge of those that
+  // do, towards fewer kept layers (low) or more: `in` holds from the known one up to the edge.
+  template <class In>
+  void complete_edge(const In& in, bool low) {
+    const std::vector<int64_t>& S = sp_.recomputes;
+    struct Known {
+      Config config;
+      int64_t in = -1, out = -1;  // the known setting in the band nearest the edge; beyond it, outside
+    };
+    std::map<decltype(point_key(Config{})), Known> points;
+    for (const auto& k : out_.feasible) {
+      Known& p = points.try_emplace(point_key(k.config), Known{k.config}).first->second;
+      const int64_t i = static_cast<int64_t>(recompute_index(k.config));
+      if (in(k) && (p.in < 0 || (low ? i < p.in : i > p.in))) p.in = i;
+    }
+    for (const auto& k : out_.feasible) {
+      Known& p = points.at(point_key(k.config));
+      const int64_t i = static_cast<int64_t>(recompute_index(k.config));
+      if (p.in < 0 || in(k) || (low ? i > p.in : i < p.in)) continue;
+      if (p.out < 0 || (low ? i > p.out : i < p.out)) p.out = i;
+    }
+    for (auto& [key, p] : points) {
+      if (p.in < 0) continue;
+      int64_t good = p.in, bad = p.out >= 0 ? p.out : low ? -1 : static_cast<int64_t>(S.size());
+      std::optional<Candidate> edge;
+      while (std::abs(good - bad) > 1) {
+        const int64_t mid = (good + bad) / 2;
+        Config c = p.config;
+        set_recompute(c, S[static_cast<size_t>(mid)], layers_);
+        Candidate k = eval(c);
+        if (acceptable(k) && in(k)) {
+          good = mid;
+          edge = std::move(k);
+        } else {
+          bad = mid;
+        }
+      }
+      if (edge) out_.feasible.push_back(std::move(*edge));
+    }
   }
 
   // Phase 2: phase 1 held the parameter-gradient dtype and the logits tiling at their
@@ -389,8 +528,8 @@ class Searcher {
     });
     if (const Candidate* best = select_best(seeds, objective_, &r_.scenario.config)) picked.push_back(*best);
     for (size_t i = 0; i < seeds.size() && i < 3; ++i) picked.push_back(seeds[i]);
-    std::set<decltype(config_key(Config{}))> done;
-    for (const auto& k : out_.feasible) done.insert(config_key(k.config));
+    std::set<decltype(point_key(Config{}))> done;
+    for (const auto& k : out_.feasible) done.insert(point_key(k.config));
     for (const Candidate& seed : picked) {
       // Tiles at least as long as the chunk are all the same single fused tile: try one of them.
       const int64_t C = std::min(seed.config.chunk_tokens, seed.config.context_tokens);
@@ -402,10 +541,14 @@ class Searcher {
           Config c = seed.config;
           c.param_grad_dtype = pg;
           c.logits_chunk_tokens = lg;
-          if (!done.insert(config_key(c)).second) continue;
+          set_recompute(c, sp_.recomputes.front(), layers_);
+          if (!done.insert(point_key(c)).second) continue;
+          // As in phase 1: the least-memory recompute setting and the fastest that fits.
           Candidate k = eval(c);
-          if (k.fits() && k.within(r_) && (!only_executable_ || executable(k.config)))
-            out_.feasible.push_back(std::move(k));
+          if (!k.usage.device_ok()) continue;
+          std::optional<Candidate> top = fastest_fitting(k.config);
+          for (Candidate* x : {&k, top ? &*top : nullptr})
+            if (x && acceptable(*x)) out_.feasible.push_back(std::move(*x));
         }
     }
   }
@@ -435,7 +578,7 @@ void fill_alternatives(SearchResult& res, Objective o, const Config* preferred) 
       [](const Config& c) { return c.param_grad_dtype; },
       [](const Config& c) { return std::to_string(c.logits_chunk_tokens); },
       [](const Config& c) { return std::string(simulator::to_string(c.optimizer)); },
-      [](const Config& c) { return std::string(c.checkpointing ? "ckpt" : "no-ckpt"); },
+      [](const Config& c) { return c.checkpointing ? "ckpt" + std::to_string(c.kept_layers) : std::string("no-ckpt"); },
       [](const Config& c) {
         return c.attention == Attention::sparse ? "sparse" + std::to_string(c.page_budget) : std::string("dense");
       }};
@@ -562,7 +705,8 @@ const Candidate* select_best(const std::vector<Candidate>& cands, Objective o, c
     const Config& b = *preferred;
     return int(a.chunk_tokens != b.chunk_tokens) + int(a.page_tokens != b.page_tokens) +
            int(a.resident_layers != b.resident_layers) + int(a.param_grad_dtype != b.param_grad_dtype) +
-           int(a.optimizer != b.optimizer) + int(a.checkpointing != b.checkpointing);
+           int(a.optimizer != b.optimizer) + int(a.checkpointing != b.checkpointing) +
+           int(a.kept_layers != b.kept_layers);
   };
   const Candidate* pick = nullptr;
   for (const Candidate* k : band) {
@@ -643,6 +787,7 @@ SearchResult search(const Request& r, int64_t N, const SearchOptions& o) {
     s.run(false, true, false);
     res.sparse_fallback = !res.feasible.empty();
   }
+  s.complete_bands();
   const Objective obj = r.objective == Objective::memory ? Objective::memory : Objective::time;
   if (const Candidate* best = o.first_fit ? (res.feasible.empty() ? nullptr : &res.feasible.front())
                                           : select_best(res.feasible, obj, &r.scenario.config))
@@ -777,6 +922,15 @@ std::string budget_text(const Config& c) {
          format_tokens(c.page_budget * c.page_tokens) + " attended tokens";
 }
 
+std::string recompute_text(const Config& c, const models::ModelSpec& m) {
+  if (!c.checkpointing) return "checkpointing off (every layer's activations kept: no recompute)";
+  if (c.kept_layers == 0) return "checkpointing on (each layer recomputed from its input in the backward)";
+  const int64_t L = simulator::effective_layers(c, m);
+  return "checkpointing on, last " + std::to_string(c.kept_layers) + " of " + std::to_string(L) +
+         " layers kept (their activations live from the forward to their backward; the other " +
+         std::to_string(L - c.kept_layers) + " are recomputed from their inputs)";
+}
+
 std::string describe_knobs(const Config& c, const models::ModelSpec& m) {
   std::string s;
   if (c.schedule == Schedule::standard) {
@@ -787,7 +941,11 @@ std::string describe_knobs(const Config& c, const models::ModelSpec& m) {
   }
   s += attention_text(c) + ", KV " + c.kv_dtype + ", KV-grad " + c.kv_grad_dtype + ", param-grad " +
        c.param_grad_dtype + ", " + logits_text(c) + ", optimizer " + simulator::to_string(c.optimizer) +
-       (c.checkpointing ? "" : ", no checkpointing");
+       (!c.checkpointing ? ", no checkpointing"
+        : c.kept_layers > 0
+            ? ", last " + std::to_string(c.kept_layers) + " of " +
+                  std::to_string(simulator::effective_layers(c, m)) + " layers kept"
+            : "");
   if (c.gpus > 1) s += ", " + std::to_string(c.gpus) + " GPUs (TP)";
   return s;
 }
@@ -803,8 +961,14 @@ std::string describe_difference(const Config& a, const Config& b, const models::
   if (a.param_grad_dtype != b.param_grad_dtype) d.push_back("param-grad " + b.param_grad_dtype);
   if (a.logits_chunk_tokens != b.logits_chunk_tokens) d.push_back(logits_text(b));
   if (a.optimizer != b.optimizer) d.push_back(std::string("optimizer ") + simulator::to_string(b.optimizer));
-  if (a.checkpointing != b.checkpointing)
-    d.push_back(b.checkpointing ? "checkpointing (recompute)" : "no checkpointing (all activations kept)");
+  if (a.checkpointing != b.checkpointing || a.kept_layers != b.kept_layers) {
+    const int64_t L = simulator::effective_layers(b, m);
+    d.push_back(!b.checkpointing       ? "no checkpointing (all activations kept)"
+                : b.kept_layers == 0   ? "checkpointing (recompute)"
+                                       : "checkpointing, last " + std::to_string(b.kept_layers) + " of " +
+                                           std::to_string(L) + " layers kept (" + std::to_string(L - b.kept_layers) +
+                                           " recomputed)");
+  }
   if (a.gpus != b.gpus) d.push_back(std::to_string(b.gpus) + " GPUs (TP)");
   std::string s;
   for (const auto& x : d) s += (s.empty() ? "" : ", ") + x;

@@ -6,8 +6,12 @@
 // fixed keep their value; the others range over the planner's search space:
 //   chunk 512..32K (powers of two, multiple of the page), page 64/128/256, resident layers 1..4 and
 //   all, KV-gradient fp32/bf16, parameter-gradient bf16/fp32, logits tiles 1K/4K fused or whole
-//   chunk, checkpointing on/off, optimizer placement (only with --optimizer auto), sparse page
-//   budget 16..1024 pages, judged by attended tokens (budget x page).
+//   chunk, recompute (checkpointing off, or on with the last k of L layers kept, k = 0..L-1),
+//   optimizer placement (only with --optimizer auto), sparse page budget 16..1024 pages, judged
+//   by attended tokens (budget x page).
+// Time falls and memory grows with the kept layers, so each point of the other knobs is tried at
+// full checkpointing and at the most kept layers that fit (checkpointing off, else a binary search
+// over k), and the tie bands are completed by a binary search per point in them (search.cpp).
 // The selection rule, selection memory, KV and parameter dtypes are never searched. Settings the
 // executor cannot run yet (executable.h) are searched and labelled, never hidden.
 #include <cstdint>
@@ -148,6 +152,8 @@ MaxContext max_context(const Request& r, simulator::Attention mode, int64_t cap 
 // "budget 64 pages of 128 = 8K attended tokens".
 std::string budget_text(const simulator::Config& c);
 std::string describe_knobs(const simulator::Config& c, const models::ModelSpec& m);
+// "checkpointing on, last K of L layers kept (...)" and the like (plan output).
+std::string recompute_text(const simulator::Config& c, const models::ModelSpec& m);
 std::string describe_difference(const simulator::Config& from, const simulator::Config& to, const models::ModelSpec& m);
 
 }  // namespace oomb::planner

@@ -135,7 +135,7 @@ double predict(const OpWork& w, const Eigen::Matrix<double, kParams, 1>& x) {
 
 }  // namespace
 
-std::optional<OpWork> pass_work(const Scenario& s, int64_t chunk, const std::string& op) {
+std::optional<OpWork> pass_work(const Scenario& s, int64_t chunk, const std::string& op, int64_t layer) {
   const detail::Geometry g = detail::geometry(s);
   if (!g.oomb) throw Error("calibrate", "schedule", "calibration samples come from oomb-schedule runs", "");
   if (chunk < 0 || chunk >= g.n) return std::nullopt;
@@ -143,7 +143,7 @@ std::optional<OpWork> pass_work(const Scenario& s, int64_t chunk, const std::str
   const detail::PassCost* p = op == "embedding"         ? &cc.fill_head
                               : op == "layer_fwd"       ? &cc.fill
                               : op == "layer_recompute" ? &cc.recompute
-                              : op == "layer_bwd"       ? &cc.backward
+                              : op == "layer_bwd"       ? &detail::backward_of(cc, g, layer)
                               : op == "lm_head"         ? &cc.head
                                                         : nullptr;
   if (!p) return std::nullopt;
@@ -213,7 +213,7 @@ std::vector<CalibrationSample> calibration_samples(const traces::Trace& t, const
   std::vector<CalibrationSample> out;
   for (const auto& [key, times] : seen) {
     const auto& [stage, chunk, layer, op] = key;
-    const std::optional<OpWork> w = pass_work(s, chunk, op);
+    const std::optional<OpWork> w = pass_work(s, chunk, op, layer);
     if (!w) continue;
     double seconds = 0;
     if (steps >= 2 && static_cast<double>(times.size()) == steps) {
@@ -311,20 +311,22 @@ OpWork step_work(const Scenario& s) {
     w.mb_s += times * t.mb_s;
     w.kernels += times * t.kernels;
   };
-  const double L = static_cast<double>(g.L);
+  const double L = static_cast<double>(g.L), Lr = static_cast<double>(g.Lr);
   if (g.oomb) {
     for (int64_t c = 0; c < g.n; ++c) {
       const detail::ChunkCosts cc = detail::chunk_costs(s, g, c);
       add(cc.fill.work, L);
       add(cc.recompute.work, L);
-      add(cc.backward.work, L);
+      add(cc.backward.work, Lr);
+      add(cc.backward_kept.work, L - Lr);
       add(cc.head.work, 1);
       add(cc.fill_head.work, 1);
     }
   } else {
     const detail::ChunkCosts cc = detail::standard_costs(s, g);
     add(cc.fill.work, L);
-    add(cc.backward.work, L);
+    add(cc.backward.work, Lr);
+    add(cc.backward_kept.work, L - Lr);
     add(cc.head.work, 1);
   }
   // optimizer_update_s prices the GPU update at the memory-bound efficiency.

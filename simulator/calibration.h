@@ -22,9 +22,10 @@ struct OpWork {
 };
 
 // Predicted work of the pass that a trace names op ("embedding", "layer_fwd", "layer_recompute",
-// "lm_head", "layer_bwd") for chunk c of an oomb-schedule scenario; nullopt for ops the cost model
-// does not price (e.g. "embedding_bwd", "optimizer").
-std::optional<OpWork> pass_work(const Scenario& s, int64_t chunk, const std::string& op);
+// "lm_head", "layer_bwd") for chunk c (and layer: a kept layer's backward does not recompute) of an
+// oomb-schedule scenario; nullopt for ops the cost model does not price (e.g. "embedding_bwd",
+// "optimizer").
+std::optional<OpWork> pass_work(const Scenario& s, int64_t chunk, const std::string& op, int64_t layer = 0);
 
 // What the executor backends run (cpu, and cuda at its fp32 interface): fp32 parameters, parameter
 // gradients, activations and loss (no upcast copy); KV and KV-gradient pages as the scenario's kv_dtype / kv_grad_dtype

@@ -62,6 +62,7 @@ Json Config::to_json() const {
           {"activation_dtype", activation_dtype},
           {"optimizer", to_string(optimizer)},
           {"checkpointing", checkpointing},
+          {"kept_layers", kept_layers},
           {"logits_chunk_tokens", logits_chunk_tokens},
           {"loss_dtype", loss_dtype},
           {"selection_memory", to_string(selection_memory)},
@@ -90,6 +91,7 @@ Config config_from_json(const Json& j, const std::string& where) {
   c.activation_dtype = r.str_or("activation_dtype", "bf16");
   c.optimizer = optimizer_from_string(r.str("optimizer"), where + ": optimizer");
   c.checkpointing = r.boolean("checkpointing");
+  c.kept_layers = r.i64_or("kept_layers", 0);  // documents written before partial checkpointing: full
   c.logits_chunk_tokens = r.i64("logits_chunk_tokens");
   c.loss_dtype = r.str_or("loss_dtype", "fp32");  // plans written before the knob: the fp32 upcast
   c.selection_memory = selection_memory_from_string(r.str("selection_memory"), where + ": selection_memory");
@@ -113,6 +115,7 @@ Config published_preset(Config c) {
   c.param_grad_dtype = "bf16";
   c.optimizer = Optimizer::none;
   c.checkpointing = true;
+  c.kept_layers = 0;
   c.logits_chunk_tokens = 0;
   c.loss_dtype = "bf16";
   c.selection_memory = SelectionMemory::device;
@@ -178,6 +181,16 @@ void validate(const Config& c, const models::ModelSpec& m) {
                 "tensor parallelism shards KV heads: use a divisor of " + std::to_string(m.kv_heads));
   if (c.layers_override < 0 || c.layers_override > m.layers)
     throw Error("--layers", "", "must be between 1 and the model's " + std::to_string(m.layers) + " layers");
+  const int64_t L = effective_layers(c, m);
+  if (!c.checkpointing && c.kept_layers != 0)
+    throw Error("--kept-layers", std::to_string(c.kept_layers),
+                "keeps layers' activations under checkpointing, and checkpointing is off (every layer keeps them)",
+                "drop --kept-layers, or --checkpointing true with 0 <= K < " + std::to_string(L));
+  if (c.kept_layers < 0 || c.kept_layers >= L)
+    throw Error("--kept-layers", std::to_string(c.kept_layers),
+                "must be between 0 and " + std::to_string(L - 1) + " (of the " + std::to_string(L) +
+                    " layers, at least one is recomputed)",
+                "0 = full checkpointing; keeping all " + std::to_string(L) + " is --checkpointing false");
 }
 
 void validate_document(const Config& c, const models::ModelSpec& m, const std::string& where) {
@@ -194,7 +207,7 @@ void validate_document(const Config& c, const models::ModelSpec& m, const std::s
         {"--kv-grad-dtype", "kv_grad_dtype"}, {"--param-dtype", "param_dtype"},
         {"--param-grad-dtype", "param_grad_dtype"}, {"--activation-dtype", "activation_dtype"},
         {"--loss-dtype", "loss_dtype"},      {"--gpus", "gpus"},
-        {"--layers", "layers_override"},
+        {"--layers", "layers_override"},     {"--kept-layers", "kept_layers"},
         {"--attention", "attention"}};
     std::string key = e.where();
     for (const auto& [flag, k] : keys)
@@ -205,6 +218,10 @@ void validate_document(const Config& c, const models::ModelSpec& m, const std::s
 
 int64_t effective_layers(const Config& c, const models::ModelSpec& m) {
   return c.layers_override > 0 ? c.layers_override : m.layers;
+}
+
+int64_t recomputed_layers(const Config& c, const models::ModelSpec& m) {
+  return c.checkpointing ? effective_layers(c, m) - c.kept_layers : 0;
 }
 
 bool offloads(const Config& c, const models::ModelSpec& m) {

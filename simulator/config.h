@@ -61,6 +61,12 @@ struct Config {
   std::string activation_dtype = "bf16";
   Optimizer optimizer = Optimizer::none;
   bool checkpointing = true;           // per-layer checkpointing (inside the chunk for oomb)
+  // Partial checkpointing: with checkpointing on, the last kept_layers layers of the (effective)
+  // layer stack keep their activations from the forward that computes them (oomb: the chunk's
+  // stage-2 recompute pass) to their backward, which then does not re-run their forward; the other
+  // layers are recomputed from their input checkpoints. 0 = full checkpointing; valid: 0 <= k < L
+  // with checkpointing on (k = L is checkpointing off: say so), 0 with it off.
+  int64_t kept_layers = 0;
   // Tokens per tile of the LM-head + cross-entropy. 0 = one tile of the whole chunk (oomb) or the
   // whole sequence (standard), unfused (bf16 logits, fp32 upcast and fp32 gradient, as PyTorch's
   // cross-entropy does); > 0 = fused chunked loss (fp32 tile + bf16 gradient tile only).
@@ -99,5 +105,8 @@ constexpr int64_t kMaxPageBudget = int64_t{1} << 20;
 // Effective layer count (layers_override or model layers) and resident layer count (clamped).
 int64_t effective_layers(const Config& c, const models::ModelSpec& m);
 bool offloads(const Config& c, const models::ModelSpec& m);  // resident_layers < layers
+// Layers whose backward re-runs their forward: L - kept_layers with checkpointing on, 0 off. They
+// are the first ones of the stack (0 .. recomputed - 1); the rest keep their activations.
+int64_t recomputed_layers(const Config& c, const models::ModelSpec& m);
 
 }  // namespace oomb::simulator

@@ -157,6 +157,25 @@ PassCost& PassCost::operator+=(const PassCost& o) {
   return *this;
 }
 
+namespace {
+// A layer's backward, with (checkpointing) or without the re-run of its forward; a kept layer's
+// (partial checkpointing) is always the one without.
+void backward_costs(const Scenario& s, const LayerWork& w, bool ckpt, ChunkCosts& cc) {
+  for (PassCost* p : {&cc.backward, &cc.backward_kept}) {
+    const bool recompute = ckpt && p == &cc.backward;
+    const double r = recompute ? 1.0 : 0.0;
+    const Mult bwd{2.0 + r, r, kAttentionBackwardFactor, 2.0 + r, kKernelsLayerBwd + (recompute ? kKernelsLayerFwd : 0)};
+    p->compute_s = time_of(s, w, bwd);
+    p->work = terms_of(s, w, bwd);
+    p->flops = (2.0 + r) * w.gemm_flops + (kAttentionBackwardFactor + r) * w.attn_flops;
+  }
+}
+}  // namespace
+
+const PassCost& backward_of(const ChunkCosts& cc, const Geometry& g, int64_t layer) {
+  return layer < g.Lr ? cc.backward : cc.backward_kept;
+}
+
 ChunkCosts chunk_costs(const Scenario& s, const Geometry& g, int64_t c) {
   ChunkCosts cc;
   const int64_t tokens = chunk_tokens_of(g, c);
@@ -172,12 +191,7 @@ ChunkCosts chunk_costs(const Scenario& s, const Geometry& g, int64_t c) {
   cc.recompute.compute_s = time_of(s, w, fwd);
   cc.recompute.work = terms_of(s, w, fwd);
   cc.recompute.flops = w.gemm_flops + w.attn_flops;
-  const double recompute_mult = ckpt ? 1.0 : 0.0;
-  const Mult bwd{2.0 + recompute_mult, recompute_mult, kAttentionBackwardFactor, 2.0 + recompute_mult,
-                 kKernelsLayerBwd + (ckpt ? kKernelsLayerFwd : 0)};
-  cc.backward.compute_s = time_of(s, w, bwd);
-  cc.backward.work = terms_of(s, w, bwd);
-  cc.backward.flops = (2.0 + recompute_mult) * w.gemm_flops + (kAttentionBackwardFactor + recompute_mult) * w.attn_flops;
+  backward_costs(s, w, ckpt, cc);
 
   if (g.offload) {
     const int64_t u = union_pages(g, c);
@@ -185,8 +199,10 @@ ChunkCosts chunk_costs(const Scenario& s, const Geometry& g, int64_t c) {
     cc.fill.in_bytes = u * g.kv_page_bytes;
     cc.fill.out_bytes = own * g.kv_page_bytes;
     cc.recompute.in_bytes = u * g.kv_page_bytes;
-    cc.backward.in_bytes = u * g.kv_page_bytes + (u + own) * g.grad_page_bytes;
-    cc.backward.out_bytes = u * g.grad_page_bytes;
+    for (PassCost* p : {&cc.backward, &cc.backward_kept}) {
+      p->in_bytes = u * g.kv_page_bytes + (u + own) * g.grad_page_bytes;
+      p->out_bytes = u * g.grad_page_bytes;
+    }
   }
   if (g.sparse && s.config.selection_memory == SelectionMemory::bounded) {
     // Page summaries live in the host tier: the prefix's are streamed in, the chunk's written out.
@@ -210,11 +226,7 @@ ChunkCosts standard_costs(const Scenario& s, const Geometry& g) {
   cc.fill.compute_s = time_of(s, w, fwd);
   cc.fill.work = terms_of(s, w, fwd);
   cc.fill.flops = w.gemm_flops + w.attn_flops;
-  const double r = ckpt ? 1.0 : 0.0;
-  const Mult bwd{2.0 + r, r, kAttentionBackwardFactor, 2.0 + r, kKernelsLayerBwd + (ckpt ? kKernelsLayerFwd : 0)};
-  cc.backward.compute_s = time_of(s, w, bwd);
-  cc.backward.work = terms_of(s, w, bwd);
-  cc.backward.flops = (2.0 + r) * w.gemm_flops + (kAttentionBackwardFactor + r) * w.attn_flops;
+  backward_costs(s, w, ckpt, cc);
   cc.head = head_cost(s, g, g.N);
   return cc;
 }
@@ -324,19 +336,24 @@ ChunkTotals chunk_totals(const Scenario& s, const detail::Geometry& g, int64_t c
   const double in_full = h2d_rate(s, false), out_full = d2h_rate(s, false);
   const double in_dup = h2d_rate(s, true), out_dup = d2h_rate(s, true);
   bool first = true;
-  for (const PassCost* p : {&cc.fill, &cc.recompute, &cc.backward}) {
+  // Layers of each pass: every layer fills and recomputes; the backward re-runs the forward of the
+  // first g.Lr layers only (partial checkpointing keeps the others' activations).
+  const std::pair<const PassCost*, int64_t> passes[] = {
+      {&cc.fill, g.L}, {&cc.recompute, g.L}, {&cc.backward, g.Lr}, {&cc.backward_kept, g.L - g.Lr}};
+  for (const auto& [p, layers] : passes) {
+    if (layers == 0) continue;
     // With one slot the copies of a pass are serialised with its compute: never both at once.
     const bool both = p->in_bytes > 0 && p->out_bytes > 0 && g.R >= 2;
     const double in_s = p->in_bytes / (both ? in_dup : in_full);
     const double out_s = p->out_bytes / (both ? out_dup : out_full);
     if (first) r.first_in = in_s;
     first = false;
-    r.compute += g.L * p->compute_s;
-    r.flops += g.L * p->flops;
-    r.step += g.L * (g.offload ? pass_time(*p, in_s, out_s, g.R) : p->compute_s);
+    r.compute += layers * p->compute_s;
+    r.flops += layers * p->flops;
+    r.step += layers * (g.offload ? pass_time(*p, in_s, out_s, g.R) : p->compute_s);
     if (g.offload && g.R >= 2) r.scale = std::max(r.scale, required_scale(*p, in_s, out_s, g.R));
-    r.h2d += static_cast<double>(g.L * p->in_bytes);
-    r.d2h += static_cast<double>(g.L * p->out_bytes);
+    r.h2d += static_cast<double>(layers * p->in_bytes);
+    r.d2h += static_cast<double>(layers * p->out_bytes);
   }
   r.compute += cc.head.compute_s + cc.fill_head.compute_s;
   r.step += cc.head.compute_s + cc.fill_head.compute_s;
@@ -415,8 +432,9 @@ Summary evaluate(const Scenario& s) {
   int64_t h2d = 0, d2h = 0;
   if (!g.oomb) {
     const ChunkCosts cc = standard_costs(s, g);
-    compute = g.L * (cc.fill.compute_s + cc.backward.compute_s) + cc.head.compute_s;
-    flops = g.L * (cc.fill.flops + cc.backward.flops) + cc.head.flops;
+    compute = g.L * cc.fill.compute_s + g.Lr * cc.backward.compute_s + (g.L - g.Lr) * cc.backward_kept.compute_s +
+              cc.head.compute_s;
+    flops = g.L * cc.fill.flops + g.Lr * cc.backward.flops + (g.L - g.Lr) * cc.backward_kept.flops + cc.head.flops;
     step = compute;
   } else {
     // Full chunks split where the page counts change form: sparse attention is dense until the

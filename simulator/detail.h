@@ -8,6 +8,7 @@ namespace oomb::simulator::detail {
 
 struct Geometry {
   int64_t L = 0, N = 0, G = 1;                 // layers, context tokens, tensor-parallel GPUs
+  int64_t Lr = 0;                              // layers recomputed in the backward (0 .. Lr-1)
   int64_t h = 0, qd = 0, kvd = 0, f = 0, V = 0;  // per-GPU shapes (h and V unsharded)
   int64_t q_heads = 0, kv_heads = 0, head_dim = 0;
   int64_t act_b = 2, kv_b = 2, grad_b = 4;
@@ -64,12 +65,15 @@ PassCost selection_cost(const Scenario& s, const Geometry& g, int64_t tokens, in
 struct ChunkCosts {
   PassCost fill;        // stage 1, per layer
   PassCost recompute;   // stage 2 forward recompute, per layer
-  PassCost backward;    // stage 2 backward (with per-layer recompute), per layer
+  PassCost backward;    // stage 2 backward (with per-layer recompute when checkpointing), per layer
+  PassCost backward_kept;  // the backward of a layer that kept its activations (no recompute)
   PassCost head;        // stage 2: final norm + LM head + loss forward and backward (+ embedding)
   PassCost fill_head;   // stage 1: embedding
 };
 
 ChunkCosts chunk_costs(const Scenario& s, const Geometry& g, int64_t c);
+// The backward cost of `layer`: recomputed (layer < g.Lr) or kept.
+const PassCost& backward_of(const ChunkCosts& cc, const Geometry& g, int64_t layer);
 // Standard schedule: forward over N (per layer), backward with recompute (per layer), head.
 ChunkCosts standard_costs(const Scenario& s, const Geometry& g);
 

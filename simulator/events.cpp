@@ -236,7 +236,7 @@ EventResult simulate_events(const Scenario& s, traces::Detail detail) {
     enter(Phase::loss);
     sim.compute_only(cc.head, 2, 0, "lm_head");
     enter(Phase::backward);
-    for (int64_t l = g.L - 1; l >= 0; --l) sim.layer_pass(cc.backward, 2, 0, l, "layer_bwd", 0, 0);
+    for (int64_t l = g.L - 1; l >= 0; --l) sim.layer_pass(backward_of(cc, g, l), 2, 0, l, "layer_bwd", 0, 0);
   } else {
     std::vector<ChunkCosts> costs;
     costs.reserve(static_cast<size_t>(g.n));
@@ -260,7 +260,7 @@ EventResult simulate_events(const Scenario& s, traces::Detail detail) {
       sim.compute_only(cc.head, 2, c, "lm_head");
       enter(Phase::backward);
       for (int64_t l = g.L - 1; l >= 0; --l) {
-        sim.layer_pass(cc.backward, 2, c, l, "layer_bwd", u, u + own);
+        sim.layer_pass(backward_of(cc, g, l), 2, c, l, "layer_bwd", u, u + own);
         if (!g.offload) sim.pool_change(sim.compute_free(), -own, -own);
       }
     }

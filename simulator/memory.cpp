@@ -106,6 +106,7 @@ Geometry geometry(const Scenario& s) {
   validate(c, m);
   Geometry g;
   g.L = effective_layers(c, m);
+  g.Lr = recomputed_layers(c, m);
   g.N = c.context_tokens;
   g.G = c.gpus;
   g.h = m.hidden;
@@ -348,6 +349,21 @@ MemoryTable detail::memory_table(const Scenario& s, const Geometry& g, bool desc
   }
   add("hidden_gradients", "layer_working_set", Tier::device, OOMB_SHAPE({2, T, g.h}), act, checked_mul(T, 2 * g.h * A),
       g.oomb ? (rec | loss | bwd) : (loss | bwd), OOMB_TEXT("2 (dy, dx) x " + tok + " tokens x hidden x activation dtype"));
+  if (c.checkpointing && c.kept_layers > 0) {
+    // Partial checkpointing: the last k layers keep their activations as checkpointing off keeps
+    // all of them (same lifetime), and the recomputed layers share the one-layer set below.
+    const int64_t k = c.kept_layers;
+    const PhaseMask all_layers = g.oomb ? (fill | kept) : kept;
+    add("kept_layer_activations", "checkpoints", Tier::device, OOMB_SHAPE({k, T, layer_act_width}), act,
+        checked_mul(checked_mul(k, T), layer_act_width * A), all_layers,
+        OOMB_TEXT("kept layers x " + tok + " tokens x (4 hidden + 2 q_dim + 2 kv_dim + 3 ffn) x activation dtype"));
+    add("kept_layer_norm_rstd", "layer_working_set", Tier::device, OOMB_SHAPE({k, rstd_per_token, T}), "fp32",
+        checked_mul(checked_mul(k, T), 4 * rstd_per_token), all_layers,
+        OOMB_TEXT("kept layers x 2 norms x " + tok + " tokens x 4"));
+    add("kept_attention_lse", "attention_workspace", Tier::device, OOMB_SHAPE({k, T, g.q_heads}), "fp32",
+        checked_mul(checked_mul(k, T), g.q_heads * 4), all_layers,
+        OOMB_TEXT("kept layers x " + tok + " tokens x q_heads x 4"));
+  }
   if (c.checkpointing) {
     add("layer_activations", "layer_working_set", Tier::device, OOMB_SHAPE({T, layer_act_width}), act,
         checked_mul(T, layer_act_width * A), layer_phases,

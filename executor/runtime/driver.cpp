@@ -44,6 +44,8 @@ struct Engine::Work {
   // layer passes (fill, recompute, backward; with checkpointing off also loss): one set, or one
   // per layer when the backward reuses the stage-2 forward's activations instead of recomputing
   std::vector<LayerSet> sets;
+  // partial checkpointing: one set per kept layer (the last ones), alive as checkpointing off's
+  std::vector<LayerSet> kept;
   // backward
   Buffer dx2, dh2, dh1, dout, dq, dk, dv, dm, dg, du;  // layer_backward_temporaries (act)
   Buffer dq_pre, dk_pre;                               // + with q/k norm: gradients before it
@@ -53,7 +55,7 @@ struct Engine::Work {
   Buffer logits;                  // fused: [tile, V] loss dtype (gradient in place); unfused: [Cm, V] act
   Buffer logits_upcast;           // unfused, loss dtype != act: [Cm, V] loss dtype
   Buffer logits_grad;             // unfused: [Cm, V] loss dtype
-  bool stage2 = false, layer = false, backward = false, loss = false;
+  bool stage2 = false, layer = false, kept_alive = false, backward = false, loss = false;
 };
 
 struct Engine::LayerPtrs {
@@ -182,18 +184,26 @@ Engine::Engine(Backend& backend, const models::ModelSpec& model, const simulator
   add_row("hidden_gradients", "layer_working_set", Tier::device, ad, checked_mul(2 * Cm * H, ab), stage2);
   // Checkpointing off: every layer's activations are kept from the recompute pass to the backward
   // (which then does not recompute), so the layer rows hold L sets and live through the loss.
-  const int64_t sets = config.checkpointing ? 1 : L;
-  const std::vector<SP> layer_life =
-      config.checkpointing ? layer : std::vector<SP>{SP::fill, SP::recompute, SP::loss, SP::backward};
+  // Partial checkpointing: the last kept_layers layers do so in rows of their own (kept_*), the
+  // others share the one recompute set.
+  recomputed_ = simulator::recomputed_layers(config, model);
+  const int64_t sets = config.checkpointing ? 1 : L, kept = L - recomputed_;
+  const std::vector<SP> kept_life = {SP::fill, SP::recompute, SP::loss, SP::backward};
+  const std::vector<SP> layer_life = config.checkpointing ? layer : kept_life;
   act_row_ = config.checkpointing ? "layer_activations" : "all_layer_activations";
   // q/k norm (Qwen3) keeps the projections before it and its per-head rstd for the backward.
   const int64_t qkn = model_.qk_norm ? qd + kvd : 0, qkn_heads = model_.qk_norm ? model_.q_heads + model_.kv_heads : 0;
+  const int64_t act_set = checked_mul(Cm, (4 * H + 2 * qd + 2 * kvd + 3 * F + qkn) * ab);
+  const int64_t rstd_set = (2 + qkn_heads) * 4 * Cm, lse_set = checked_mul(Cm, model_.q_heads * 4);
+  if (config.checkpointing && kept > 0) {
+    add_row("kept_layer_activations", "checkpoints", Tier::device, ad, checked_mul(kept, act_set), kept_life);
+    add_row("kept_layer_norm_rstd", "layer_working_set", Tier::device, "fp32", checked_mul(kept, rstd_set), kept_life);
+    add_row("kept_attention_lse", "attention_workspace", Tier::device, "fp32", checked_mul(kept, lse_set), kept_life);
+  }
   add_row(act_row_, config.checkpointing ? "layer_working_set" : "checkpoints", Tier::device, ad,
-          checked_mul(sets, checked_mul(Cm, (4 * H + 2 * qd + 2 * kvd + 3 * F + qkn) * ab)), layer_life);
-  add_row("layer_norm_rstd", "layer_working_set", Tier::device, "fp32", checked_mul(sets, (2 + qkn_heads) * 4 * Cm),
-          layer_life);
-  add_row("attention_lse", "attention_workspace", Tier::device, "fp32",
-          checked_mul(sets, checked_mul(Cm, model_.q_heads * 4)), layer_life);
+          checked_mul(sets, act_set), layer_life);
+  add_row("layer_norm_rstd", "layer_working_set", Tier::device, "fp32", checked_mul(sets, rstd_set), layer_life);
+  add_row("attention_lse", "attention_workspace", Tier::device, "fp32", checked_mul(sets, lse_set), layer_life);
   add_row("layer_backward_temporaries", "layer_working_set", Tier::device, ad,
           checked_mul(Cm, (3 * H + 2 * qd + 2 * kvd + 3 * F + qkn) * ab), {SP::backward});
   add_row("final_norm", "logits", Tier::device, ad, checked_mul(2 * Cm * H, ab), {SP::loss});
@@ -327,8 +337,10 @@ void Engine::enter(StepPhase p) {
   const bool layer = p == StepPhase::fill || p == StepPhase::recompute || p == StepPhase::backward ||
                      (p == StepPhase::loss && !config_.checkpointing);
   const bool backward = p == StepPhase::backward, loss = p == StepPhase::loss;
+  const bool kept_alive = p != StepPhase::optimizer && recomputed_ < g_.L && config_.checkpointing;
   if (w.stage2 && !stage2) w.ckpt = Buffer(), w.dy = Buffer(), w.dx = Buffer();
   if (w.layer && !layer) w.sets.clear();
+  if (w.kept_alive && !kept_alive) w.kept.clear();
   if (w.backward && !backward)
     for (Buffer* b : {&w.dx2, &w.dh2, &w.dh1, &w.dout, &w.dq, &w.dk, &w.dv, &w.dm, &w.dg, &w.du, &w.dq_pre, &w.dk_pre})
       *b = Buffer();
@@ -340,23 +352,29 @@ void Engine::enter(StepPhase p) {
     w.dy = row_buffer("hidden_gradients", Tier::device, Cm * H, ad);
     w.dx = row_buffer("hidden_gradients", Tier::device, Cm * H, ad);
   }
-  if (!w.layer && layer) {
-    w.sets.resize(static_cast<size_t>(config_.checkpointing ? 1 : g_.L));
-    for (LayerSet& a : w.sets) {
-      for (Buffer* b : {&a.h1, &a.x2, &a.h2, &a.tmp}) *b = row_buffer(act_row_, Tier::device, Cm * H, ad);
-      for (Buffer* b : {&a.q, &a.o}) *b = row_buffer(act_row_, Tier::device, Cm * qd, ad);
-      for (Buffer* b : {&a.k, &a.v}) *b = row_buffer(act_row_, Tier::device, Cm * kvd, ad);
-      for (Buffer* b : {&a.g, &a.u, &a.m}) *b = row_buffer(act_row_, Tier::device, Cm * F, ad);
-      for (Buffer* b : {&a.rstd1, &a.rstd2}) *b = row_buffer("layer_norm_rstd", Tier::device, Cm, DType::f32);
-      a.lse = row_buffer("attention_lse", Tier::device, Cm * model_.q_heads, DType::f32);
+  // One layer's set from the rows act / rstd / lse.
+  auto allocate = [&](std::vector<LayerSet>& sets, int64_t count, const std::string& act, const std::string& rstd,
+                      const std::string& lse) {
+    sets.resize(static_cast<size_t>(count));
+    for (LayerSet& a : sets) {
+      for (Buffer* b : {&a.h1, &a.x2, &a.h2, &a.tmp}) *b = row_buffer(act, Tier::device, Cm * H, ad);
+      for (Buffer* b : {&a.q, &a.o}) *b = row_buffer(act, Tier::device, Cm * qd, ad);
+      for (Buffer* b : {&a.k, &a.v}) *b = row_buffer(act, Tier::device, Cm * kvd, ad);
+      for (Buffer* b : {&a.g, &a.u, &a.m}) *b = row_buffer(act, Tier::device, Cm * F, ad);
+      for (Buffer* b : {&a.rstd1, &a.rstd2}) *b = row_buffer(rstd, Tier::device, Cm, DType::f32);
+      a.lse = row_buffer(lse, Tier::device, Cm * model_.q_heads, DType::f32);
       if (model_.qk_norm) {
-        a.q_pre = row_buffer(act_row_, Tier::device, Cm * qd, ad);
-        a.k_pre = row_buffer(act_row_, Tier::device, Cm * kvd, ad);
-        a.rstd_q = row_buffer("layer_norm_rstd", Tier::device, Cm * model_.q_heads, DType::f32);
-        a.rstd_k = row_buffer("layer_norm_rstd", Tier::device, Cm * model_.kv_heads, DType::f32);
+        a.q_pre = row_buffer(act, Tier::device, Cm * qd, ad);
+        a.k_pre = row_buffer(act, Tier::device, Cm * kvd, ad);
+        a.rstd_q = row_buffer(rstd, Tier::device, Cm * model_.q_heads, DType::f32);
+        a.rstd_k = row_buffer(rstd, Tier::device, Cm * model_.kv_heads, DType::f32);
       }
     }
-  }
+  };
+  if (!w.kept_alive && kept_alive)
+    allocate(w.kept, g_.L - recomputed_, "kept_layer_activations", "kept_layer_norm_rstd", "kept_attention_lse");
+  if (!w.layer && layer)
+    allocate(w.sets, config_.checkpointing ? 1 : g_.L, act_row_, "layer_norm_rstd", "attention_lse");
   if (!w.backward && backward) {
     for (Buffer* b : {&w.dx2, &w.dh2, &w.dh1})
       *b = row_buffer("layer_backward_temporaries", Tier::device, Cm * H, ad);
@@ -382,6 +400,7 @@ void Engine::enter(StepPhase p) {
   }
   w.stage2 = stage2;
   w.layer = layer;
+  w.kept_alive = kept_alive;
   w.backward = backward;
   w.loss = loss;
   phase_ = p;
@@ -389,6 +408,10 @@ void Engine::enter(StepPhase p) {
 
 Engine::LayerSet& Engine::layer_set(int64_t layer) const {
   auto& sets = w_->sets;
+  if (config_.checkpointing && layer >= recomputed_) {
+    OOMB_ASSERT(static_cast<int64_t>(w_->kept.size()) == g_.L - recomputed_, "kept layer activations not allocated");
+    return w_->kept[static_cast<size_t>(layer - recomputed_)];
+  }
   OOMB_ASSERT(!sets.empty(), "layer activations used outside a layer phase");
   return sets[static_cast<size_t>(config_.checkpointing ? 0 : layer)];
 }
@@ -614,7 +637,7 @@ void Engine::layer_forward(const Pass& pass, int64_t pass_index, PassPages& page
 
 void Engine::layer_backward(const Pass& pass, PassPages& pages, ConstTensor in, ConstTensor dy, Tensor dx) {
   // Recompute from the checkpoint, unless the stage-2 forward kept this layer's activations.
-  if (config_.checkpointing) layer_forward(pass, -1, pages, in, Tensor{});
+  if (pass.layer < recomputed_) layer_forward(pass, -1, pages, in, Tensor{});
   const int64_t T = g_.chunk_len(pass.chunk), pos0 = g_.chunk_start(pass.chunk);
   const int64_t H = model_.hidden, qd = model_.q_dim(), kvd = model_.kv_dim(), F = model_.ffn_hidden;
   const LayerPtrs P = layer_ptrs(pass.layer);

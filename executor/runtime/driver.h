@@ -205,6 +205,7 @@ class Engine {
   StepPhase phase_ = StepPhase::optimizer;
   std::vector<ExecutorBuffer> rows_;
   std::string act_row_;  // layer_activations (one set) or all_layer_activations (checkpointing off)
+  int64_t recomputed_ = 0;  // layers 0 .. recomputed_-1 re-run their forward in the backward; the rest kept
   std::vector<std::string> notes_;
   Buffer params_, grads_, master_, adam_m_, adam_v_, decay_mask_;
   Buffer host_grads_, host_weights_;  // optimizer on the host: its gradients and working weights

@@ -178,6 +178,16 @@ void draw_inputs_panel(ViewModel& vm, UiState& ui) {
              "AdamW state: none, on the GPU, or on the host (gradients go down, parameters come back)");
   ImGui::Checkbox("checkpointing", &c.checkpointing);
   chart::formula_tooltip("per-layer checkpointing (inside the chunk for oomb)");
+  // Partial checkpointing: 0 .. L-1 kept layers, only with checkpointing on (config.h).
+  const int64_t eff_layers = c.layers_override > 0 ? c.layers_override : layers;
+  if (!c.checkpointing || eff_layers <= 1) c.kept_layers = 0;
+  else c.kept_layers = std::min(c.kept_layers, eff_layers - 1);
+  if (c.checkpointing && eff_layers > 1) {
+    int kept = static_cast<int>(c.kept_layers);
+    if (ImGui::SliderInt("kept layers", &kept, 0, static_cast<int>(eff_layers - 1))) c.kept_layers = kept;
+    chart::formula_tooltip("partial checkpointing: the last K layers keep their activations from the forward to their "
+                           "backward (K more activation sets, K fewer layer recomputes); 0 = every layer recomputed");
+  }
   combo_tokens("loss tile", c.logits_chunk_tokens, {0, 512, 1024, 2048, 4096, 8192}, "whole, unfused",
                "tokens per fused LM-head + cross-entropy tile; whole = bf16 logits + fp32 upcast, as PyTorch");
   combo_enum("peak as", c.peak_measure, {simulator::PeakMeasure::reserved, simulator::PeakMeasure::allocated},

@@ -27,6 +27,7 @@ struct MemCase {
   simulator::SelectionMemory selection = simulator::SelectionMemory::bounded;
   bool checkpointing = true;
   const char* rule = "published";
+  int64_t kept_layers = 0;  // partial checkpointing: the last k layers keep their activations
 };
 
 void PrintTo(const MemCase& k, std::ostream* os) { *os << k.name; }
@@ -54,6 +55,7 @@ TEST_P(PredictedEqualsAllocated, PeakAndBreakdownAtThePeak) {
   c.kv_dtype = c.kv_grad_dtype = k.pages;
   c.optimizer = k.optimizer;
   c.checkpointing = k.checkpointing;
+  c.kept_layers = k.kept_layers;
   c.selection = k.rule;
   c.peak_measure = simulator::PeakMeasure::allocated;
   simulator::validate(c, s.model);
@@ -92,7 +94,13 @@ INSTANTIATE_TEST_SUITE_P(
         MemCase{"qwen0.5b_x2_512_chunk256_R1", "qwen2.5-0.5b", 2, 512, 256, 128, 1, 0, 0, false, "fp32", "fp32",
                 Optimizer::none},
         MemCase{"qwen0.5b_x2_bf16_tiled", "qwen2.5-0.5b", 2, 256, 128, 64, 1, 64, 0, false, "bf16", "bf16",
-                Optimizer::gpu}),
+                Optimizer::gpu},
+        MemCase{"tiny_one_kept_R1", "tiny", 0, 4096, 1024, 128, 1, 0, 0, false, "fp32", "fp32", Optimizer::none,
+                simulator::SelectionMemory::bounded, true, "published", 1},
+        MemCase{"qwen0.5b_x3_two_kept", "qwen2.5-0.5b", 3, 256, 128, 64, 2, 64, 0, false, "fp32", "fp32",
+                Optimizer::none, simulator::SelectionMemory::bounded, true, "published", 2},
+        MemCase{"tiny_one_kept_sparse_bf16_adamw", "tiny", 0, 6144, 1024, 128, 1, 512, 4, true, "bf16", "fp32",
+                Optimizer::gpu, simulator::SelectionMemory::bounded, true, "published", 1}),
     [](const auto& i) {
       std::string n = i.param.name;
       for (char& ch : n)

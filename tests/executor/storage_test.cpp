@@ -183,6 +183,7 @@ struct PhaseCase {
   int64_t N, C, p, R, logits_chunk;
   bool sparse;
   bool checkpointing = true;
+  int64_t kept_layers = 0;
 };
 
 void PrintTo(const PhaseCase& k, std::ostream* os) { *os << k.name; }
@@ -197,6 +198,7 @@ TEST_P(PhaseLiveSet, PeakIsTheLargestPhaseAndEveryAllocationHasARow) {
   auto c = test::small_config(k.N, k.C, k.p, k.R);
   c.logits_chunk_tokens = k.logits_chunk;
   c.checkpointing = k.checkpointing;
+  c.kept_layers = k.kept_layers;
   if (k.sparse) {
     c.attention = simulator::Attention::sparse;
     c.page_budget = 2;
@@ -245,7 +247,9 @@ INSTANTIATE_TEST_SUITE_P(Cases, PhaseLiveSet,
                                            PhaseCase{"one_chunk", 40, 64, 8, 8, 0, false},
                                            PhaseCase{"sparse_offload", 96, 16, 8, 1, 7, true},
                                            PhaseCase{"no_recompute", 61, 16, 8, 1, 0, false, false},
-                                           PhaseCase{"no_recompute_sparse_tiled", 96, 16, 8, 2, 5, true, false}),
+                                           PhaseCase{"no_recompute_sparse_tiled", 96, 16, 8, 2, 5, true, false},
+                                           PhaseCase{"one_layer_kept", 61, 16, 8, 1, 0, false, true, 1},
+                                           PhaseCase{"one_layer_kept_sparse_tiled", 96, 16, 8, 2, 5, true, true, 1}),
                          [](const auto& i) { return std::string(i.param.name); });
 
 // ---- checkpointing off: the backward reuses the stage-2 forward's activations of every layer
@@ -287,6 +291,64 @@ TEST(NoRecompute, BitIdenticalToCheckpointedAndSkipsTheRecompute) {
       EXPECT_EQ(row_bytes(off.measured(), "layer_activations"), -1);
     }
   }
+}
+
+// ---- partial checkpointing: the last k layers keep their stage-2 forward activations to their
+// backward, the others are recomputed from their checkpoints. Every k gives the full-sequence
+// gradients (fp32, the exactness tolerance of chunked_test) and is bit-identical to full
+// checkpointing (the recompute is deterministic); only the first L - k layers' backward passes
+// re-run the attention forward, and the k kept sets are allocated next to the one shared set.
+TEST(PartialCheckpointing, ExactAndBitIdenticalToFullCheckpointing) {
+  const int64_t L = 4;
+  const auto m = test::small_model(L, 4, 2, 8, 32, false, true);
+  const Weights w = random_weights(m, 29, kInitStd);
+  const int64_t N = 53;
+  const auto tokens = TokenSource::synthetic(m.vocab, 8).sequence(0, N);
+  const cpu::ReferenceResult ref = cpu::full_sequence_reference(m, w, tokens);
+  for (int64_t R : {1, 2, 8})
+    for (bool sparse : {false, true}) {
+      auto c = test::small_config(N, 16, 8, R);
+      if (sparse) {
+        c.attention = simulator::Attention::sparse;
+        c.page_budget = 2;
+      }
+      EngineOptions o;
+      o.record_trace = true;
+      o.detail = traces::Detail::op;
+      CpuBackend b0;
+      Engine full(b0, m, c, w, o);
+      const double l_full = full.step(tokens).loss;
+      if (!sparse) {
+        EXPECT_NEAR(l_full, ref.loss, 1e-6 * ref.loss);
+        EXPECT_LE(worst_relative_l2(full.gradients(), ref.grads).rel_l2, 1e-5);
+      }
+      for (int64_t k : {int64_t{1}, int64_t{2}, L - 1}) {
+        SCOPED_TRACE("R " + std::to_string(R) + (sparse ? " sparse" : " dense") + " kept " + std::to_string(k));
+        c.kept_layers = k;
+        CpuBackend b;
+        Engine e(b, m, c, w, o);
+        const double loss = e.step(tokens).loss;
+        EXPECT_EQ(loss, l_full);
+        EXPECT_EQ(e.gradients().data, full.gradients().data);
+        if (!sparse) {
+          const WorstTensor worst = worst_relative_l2(e.gradients(), ref.grads);
+          EXPECT_LE(worst.rel_l2, 1e-5) << worst.name;
+        }
+        // Which backward passes re-ran their forward: layers 0 .. L-k-1 only.
+        std::set<int64_t> recomputed;
+        for (const auto& ev : e.trace().events)
+          if (ev.kind == traces::EventKind::compute && ev.name == "attention_fwd" && ev.op == "layer_bwd")
+            recomputed.insert(ev.layer);
+        std::set<int64_t> expected;
+        for (int64_t l = 0; l < L - k; ++l) expected.insert(l);
+        EXPECT_EQ(recomputed, expected);
+        EXPECT_EQ(row_bytes(e.measured(), "kept_layer_activations"), k * row_bytes(full.measured(), "layer_activations"));
+        EXPECT_EQ(row_bytes(e.measured(), "layer_activations"), row_bytes(full.measured(), "layer_activations"));
+        EXPECT_EQ(row_bytes(e.measured(), "all_layer_activations"), -1);
+        EXPECT_GT(e.measured().peak_device_bytes, full.measured().peak_device_bytes);
+      }
+      c.kept_layers = 0;
+    }
 }
 
 // ---- q/k RMSNorm (Qwen3: per-head norms of q and k before RoPE): the chunk-recurrent step gives

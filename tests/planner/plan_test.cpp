@@ -137,6 +137,40 @@ TEST(Plan, OldPlansWithoutBuffersOrLossDtypeStillLoad) {
   EXPECT_EQ(p.config.loss_dtype, "fp32");
 }
 
+// Partial checkpointing travels with the plan; plans written before it read as full checkpointing,
+// and a plan keeping every layer (or keeping layers without checkpointing) is refused by key.
+TEST(Plan, KeptLayersRoundTripAndOldPlansReadAsNone) {
+  Request r = testing::request("qwen2.5-14b", "h200");
+  const SearchResult res = search(r, int64_t{4} << 20);
+  ASSERT_TRUE(res.best);
+  ASSERT_TRUE(res.best->config.checkpointing);
+  ASSERT_GT(res.best->config.kept_layers, 0) << "qwen2.5-14b at 4M on h200 keeps some of its layers";
+  simulator::Scenario s = r.scenario;
+  s.config = res.best->config;
+  const Plan p = make_plan(s, res.best->summary, "time", r.headroom);
+  Json j = p.to_json();
+  EXPECT_EQ(j["config"]["kept_layers"], res.best->config.kept_layers);
+  const Plan q = plan_from_json(j, "mem");
+  EXPECT_EQ(q.config.kept_layers, res.best->config.kept_layers);
+  EXPECT_EQ(q.to_json(), j);
+  bool kept_row = false;
+  for (const auto& b : q.buffers) kept_row |= b.name == "kept_layer_activations";
+  EXPECT_TRUE(kept_row);
+
+  Json old = plan_for("tiny", "h200", 4096).to_json();
+  old["config"].erase("kept_layers");
+  EXPECT_EQ(plan_from_json(old, "old.json").config.kept_layers, 0);
+  Json all = j;
+  all["config"]["kept_layers"] = 48;
+  expect_error([&] { plan_from_json(all, "all.json"); }, "all.json", "kept_layers");
+  Json off = j;
+  off["config"]["checkpointing"] = false;
+  expect_error([&] { plan_from_json(off, "off.json"); }, "off.json", "kept_layers");
+  Json negative = j;
+  negative["config"]["kept_layers"] = -1;
+  expect_error([&] { plan_from_json(negative, "neg.json"); }, "neg.json", "kept_layers");
+}
+
 TEST(Plan, RejectsBadBufferRowsNamingTheRowAndKey) {
   const Json good = plan_for("tiny", "h200", 4096).to_json();
   ASSERT_GE(good.at("buffers").size(), 3u);

@@ -76,7 +76,7 @@ TEST_F(TrainingCli, SimulatePlanEqualsThePlansPredictionByteForByte) {
   // Without --plan, simulate's defaults are plan's (fused loss, AdamW placed): the same numbers
   // for the same configuration.
   const CliRun plan = oomb("plan --model qwen2.5-7b --gpu h200 --context 1M --chunk 4K --page 128 --resident-layers 2 "
-                           "--kv-grad-dtype fp32 --param-grad-dtype bf16 --checkpointing true --json",
+                           "--kv-grad-dtype fp32 --param-grad-dtype bf16 --checkpointing true --kept-layers 0 --json",
                            true);
   ASSERT_EQ(plan.rc, 0) << plan.out;
   const oomb::Json pj = oomb::parse_json(plan.out, "stdout");
@@ -105,6 +105,48 @@ TEST_F(TrainingCli, CheckpointingOffPlansRunWithoutRecompute) {
   const oomb::Json wj = oomb::read_json_file(run_me);
   EXPECT_TRUE(wj["executable"].get<bool>());
   EXPECT_FALSE(wj["config"]["checkpointing"].get<bool>());
+}
+
+// Partial checkpointing end to end: --kept-layers is planned, printed, written to the plan, run
+// (memory validated against the plan like every plan's) and compared by validate; values outside
+// 0 <= K < layers, or with checkpointing off, are refused naming the flag (exit 2).
+TEST_F(TrainingCli, KeptLayersArePlannedRunAndValidated) {
+  const std::string p = path("kept.json"), t = path("kept_trace.json");
+  const CliRun r = oomb("plan --model tiny --gpu h200 --context 4K --chunk 1K --page 64 --resident-layers 1 "
+                        "--kept-layers 1 --out " + p);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_TRUE(has(r.out, "checkpointing on, last 1 of 2 layers kept")) << r.out;
+  const oomb::Json j = oomb::read_json_file(p);
+  EXPECT_TRUE(j["executable"].get<bool>());
+  EXPECT_TRUE(j["config"]["checkpointing"].get<bool>());
+  EXPECT_EQ(j["config"]["kept_layers"], 1);
+  const CliRun run = oomb("run --plan " + p + " --trace " + t + " --quiet");
+  ASSERT_EQ(run.rc, 0) << run.out;
+  const CliRun v = oomb("validate --plan " + p + " --trace " + t);
+  EXPECT_EQ(v.rc, 0) << v.out;
+  EXPECT_TRUE(has(v.out, "OK: every comparable term")) << v.out;
+  // The trace records the setting; a plan with another one is not this run's.
+  const oomb::Json tj = oomb::read_json_file(t);
+  EXPECT_EQ(tj["metadata"]["extra"]["config"]["kept_layers"], 1);
+  const std::string p0 = path("kept0.json");
+  ASSERT_EQ(oomb("plan --model tiny --gpu h200 --context 4K --chunk 1K --page 64 --resident-layers 1 "
+                 "--kept-layers 0 --out " + p0).rc, 0);
+  const CliRun other = oomb("validate --plan " + p0 + " --trace " + t);
+  EXPECT_EQ(other.rc, 2) << other.out;
+  EXPECT_TRUE(has(other.out, "kept_layers")) << other.out;
+  // simulate prints it too.
+  EXPECT_TRUE(has(oomb("simulate --model tiny --gpu h200 --context 8K --kept-layers 1").out, "on, last 1 of 2 layers kept"));
+
+  for (const std::string& bad : {std::string("plan --model tiny --gpu h200 --context 8K --kept-layers 2"),
+                                 std::string("plan --model tiny --gpu h200 --context 8K --kept-layers 1 --checkpointing false"),
+                                 std::string("plan --model tiny --gpu h200 --context 8K --kept-layers -1"),
+                                 std::string("simulate --model qwen2.5-7b --gpu h200 --context 8K --kept-layers 28"),
+                                 std::string("simulate --model qwen2.5-7b --gpu h200 --context 8K --layers 4 --kept-layers 4"),
+                                 std::string("run --model tiny --context 256 --chunk 128 --page 64 --kept-layers 2")}) {
+    const CliRun b = oomb(bad);
+    EXPECT_EQ(b.rc, 2) << bad << "\n" << b.out;
+    EXPECT_TRUE(has(b.out, "--kept-layers")) << bad << "\n" << b.out;
+  }
 }
 
 TEST_F(TrainingCli, PlansTheExecutorCannotRunAreLabelledAndRefused) {

@@ -1,4 +1,4 @@
-// The plan a real user would run (issue 12): checkpointing searched, the chosen plan never
+// The plan a real user would run (issue 12): checkpointing searched (off, full and partial), the chosen plan never
 // dominated, speed limits on --max-context, budgets by attended tokens, and context parallelism on
 // paper checked against hand arithmetic.
 #include <gtest/gtest.h>
@@ -56,6 +56,92 @@ TEST(TrainingPlan, FourMillionIsAtLeastAsFastAsCheckpointingOff) {
   } else {
     EXPECT_EQ(runnable.best->config.to_json(), res.best->config.to_json());
   }
+}
+
+// Partial checkpointing (issue 12): when checkpointing off does not fit but full checkpointing
+// does, the planner keeps as many layers as fit (the largest k: time falls with k), the plan is
+// executable, and it beats both ends it lies between.
+TEST(TrainingPlan, KeepsTheLayersThatFitWhenCheckpointingOffDoesNot) {
+  Request r = request("qwen2.5-7b", "h200");
+  r.optimizer_auto = true;
+  const SearchResult wide = search(r, 4 * M);
+  ASSERT_TRUE(wide.best);
+  ASSERT_FALSE(wide.best->config.checkpointing) << "the unsqueezed 4M plan keeps every layer";
+  // HBM between the plan's full-checkpointing and checkpointing-off needs, a third of the way up.
+  simulator::Scenario s = r.scenario;
+  s.config = wide.best->config;
+  const int64_t L = s.model.layers;
+  auto need = [&](bool ckpt) {
+    s.config.checkpointing = ckpt;
+    return usage_of(s, simulator::evaluate(s), r.headroom).device_need_bytes;
+  };
+  const int64_t on = need(true), off = need(false);
+  r.scenario.gpu.hbm_capacity_bytes =
+      static_cast<int64_t>(static_cast<double>(on + (off - on) / 3) / (1.0 - r.headroom));
+  r.executable_only = true;
+  // The plan's other knobs fixed (elsewhere a smaller chunk or bf16 KV-gradients would let
+  // checkpointing off fit again): only the recompute setting is searched.
+  r.scenario.config = wide.best->config;
+  r.fixed = {"attention", "chunk", "page", "resident_layers", "kv_grad_dtype", "param_grad_dtype", "logits_chunk",
+             "optimizer"};
+  r.optimizer_auto = false;
+  const SearchResult res = search(r, 4 * M);
+  ASSERT_TRUE(res.best);
+  const Config& b = res.best->config;
+  EXPECT_TRUE(b.checkpointing);
+  EXPECT_GT(b.kept_layers, 0);
+  EXPECT_LT(b.kept_layers, L);
+  EXPECT_TRUE(executable(b));
+  EXPECT_TRUE(fits_under_evaluate(r, b));
+  // The largest k that fits this plan's other settings: one more does not.
+  Config more = b;
+  if (more.kept_layers + 1 < L) {
+    ++more.kept_layers;
+    EXPECT_FALSE(fits_under_evaluate(r, more));
+  }
+  // Faster than the best full-checkpointing plan; checkpointing off fits nowhere near.
+  Request full = r;
+  full.fixed.insert({"checkpointing", "kept_layers"});
+  full.scenario.config.checkpointing = true;
+  full.scenario.config.kept_layers = 0;
+  const SearchResult fr = search(full, 4 * M);
+  ASSERT_TRUE(fr.best);
+  EXPECT_LT(res.best->summary.step_s, fr.best->summary.step_s * (1 - kTieTolerance));
+  Request none = r;
+  none.fixed.insert("checkpointing");
+  none.scenario.config.checkpointing = false;
+  EXPECT_FALSE(search(none, 4 * M).best);
+  // The text says how many.
+  EXPECT_NE(recompute_text(b, r.scenario.model).find("last " + std::to_string(b.kept_layers) + " of 28 layers kept"),
+            std::string::npos);
+  // A fixed --kept-layers is kept.
+  Request fixed_k = r;
+  fixed_k.fixed.insert("kept_layers");
+  fixed_k.scenario.config.checkpointing = true;
+  fixed_k.scenario.config.kept_layers = 3;
+  const SearchResult kr = search(fixed_k, 4 * M);
+  ASSERT_TRUE(kr.best);
+  for (const auto& k : kr.feasible) {
+    EXPECT_TRUE(k.config.checkpointing);
+    EXPECT_EQ(k.config.kept_layers, 3);
+  }
+}
+
+// Without squeezing anything: qwen2.5-14b at 4M on an h200 fits full checkpointing but not
+// checkpointing off, and keeping most of its 48 layers is faster than recomputing them all.
+TEST(TrainingPlan, Qwen14bAt4MKeepsMostLayers) {
+  Request r = request("qwen2.5-14b", "h200");
+  r.optimizer_auto = true;
+  const SearchResult res = search(r, 4 * M);
+  ASSERT_TRUE(res.best);
+  EXPECT_TRUE(res.best->config.checkpointing);
+  EXPECT_GT(res.best->config.kept_layers, 24);
+  EXPECT_LT(res.best->config.kept_layers, 48);
+  Request full = r;
+  full.fixed = {"kept_layers"};
+  const SearchResult fr = search(full, 4 * M);
+  ASSERT_TRUE(fr.best);
+  EXPECT_LT(res.best->summary.step_s, 0.95 * fr.best->summary.step_s);
 }
 
 TEST(TrainingPlan, ChosenPlanIsNeverDominated) {

@@ -564,6 +564,75 @@ TEST(Config, BadInputNamesTheFlag) {
   EXPECT_THROW(evaluate(s), Error);
 }
 
+// Partial checkpointing: k kept layers add k sets of the layer rows (alive as checkpointing off's,
+// through the loss) to the one shared set, and take k layers' forward out of the backward. Both
+// ends: k = 0 is full checkpointing; the step falls by the same amount per kept layer and reaches
+// checkpointing off's one layer past k = L - 1.
+TEST(Config, KeptLayersRowsTimeAndValidation) {
+  for (Schedule schedule : {Schedule::oomb, Schedule::standard}) {
+    SCOPED_TRACE(to_string(schedule));
+    auto s = scenario("qwen2.5-7b", "h200", schedule == Schedule::oomb ? int64_t{1} << 20 : int64_t{1} << 15);
+    s.config.schedule = schedule;
+    const int64_t L = s.model.layers;
+    const MemoryTable full = memory_table(s);
+    const Summary t_full = evaluate(s);
+    auto row = [](const MemoryTable& t, const std::string& name) -> const Buffer* {
+      for (const auto& r : t.rows)
+        if (r.name == name) return &r;
+      return nullptr;
+    };
+    EXPECT_EQ(row(full, "kept_layer_activations"), nullptr);
+    std::vector<double> steps = {t_full.step_s};
+    for (int64_t k : {int64_t{1}, int64_t{2}, L - 1}) {
+      s.config.kept_layers = k;
+      const MemoryTable t = memory_table(s);
+      const Buffer* kept = row(t, "kept_layer_activations");
+      ASSERT_NE(kept, nullptr);
+      EXPECT_EQ(kept->bytes, k * row(full, "layer_activations")->bytes);
+      EXPECT_EQ(kept->category, "checkpoints");
+      EXPECT_EQ(row(t, "kept_layer_norm_rstd")->bytes, k * row(full, "layer_norm_rstd")->bytes);
+      EXPECT_EQ(row(t, "kept_attention_lse")->bytes, k * row(full, "attention_lse")->bytes);
+      EXPECT_EQ(row(t, "layer_activations")->bytes, row(full, "layer_activations")->bytes);
+      EXPECT_TRUE(kept->phases & phase_bit(Phase::loss));
+      EXPECT_FALSE(row(t, "layer_activations")->phases & phase_bit(Phase::loss));
+      const Summary sum = evaluate(s);
+      EXPECT_GT(sum.peak_device_bytes, t_full.peak_device_bytes);
+      steps.push_back(sum.step_s);
+    }
+    const double per_layer = steps[0] - steps[1];
+    EXPECT_GT(per_layer, 0);
+    EXPECT_NEAR(steps[2], steps[0] - 2 * per_layer, 1e-9 * steps[0]);
+    EXPECT_NEAR(steps[3], steps[0] - static_cast<double>(L - 1) * per_layer, 1e-9 * steps[0]);
+    s.config.kept_layers = 0;
+    s.config.checkpointing = false;
+    EXPECT_NEAR(evaluate(s).step_s, steps[0] - static_cast<double>(L) * per_layer, 1e-9 * steps[0]);
+  }
+  // The range: 0 <= k < L with checkpointing on, 0 with it off; errors name --kept-layers.
+  auto s = scenario("qwen2.5-7b", "h200", 4096);
+  for (auto [ckpt, k] : {std::pair{true, int64_t{28}}, {true, int64_t{-1}}, {false, int64_t{3}}}) {
+    s.config.checkpointing = ckpt;
+    s.config.kept_layers = k;
+    try {
+      evaluate(s);
+      FAIL() << k;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.where(), "--kept-layers") << e.what();
+    }
+  }
+  // With --layers the range is of the layers run.
+  s.config.checkpointing = true;
+  s.config.layers_override = 4;
+  s.config.kept_layers = 3;
+  EXPECT_NO_THROW(evaluate(s));
+  s.config.kept_layers = 4;
+  EXPECT_THROW(evaluate(s), Error);
+  // The event simulation prices the same backward passes.
+  s.config.kept_layers = 2;
+  s.config.context_tokens = 16384;
+  const EventResult ev = simulate_events(s, traces::Detail::layer);
+  EXPECT_NEAR(ev.summary.step_s, evaluate(s).step_s, 0.02 * evaluate(s).step_s);
+}
+
 TEST(Presets, PublishedConfiguration) {
   Config c = published_preset(Config{});
   EXPECT_EQ(c.chunk_tokens, 4096);
