@@ -223,7 +223,7 @@ int main(int argc, char** argv) {
     const Measured& ms = e.measured();
     int64_t pools = 0;
     for (const auto& [k, v] : ms.device_breakdown_bytes)
-      if (k == "kv_pool" || k == "kv_grad_pool") pools += v;
+      if (k == "kv_pages" || k == "kv_grad_pages") pools += v;  // the pools' categories (buffer table)
     std::printf("%10s %16s %16s %16s\n", format_tokens(n).c_str(), format_bytes(ms.peak_device_bytes).c_str(),
                 format_bytes(pools).c_str(), format_bytes(ms.peak_device_bytes - pools).c_str());
   }

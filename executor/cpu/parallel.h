@@ -12,8 +12,8 @@ namespace oomb::executor::cpu {
 // thread. A parallel region costs a wake-up of every thread and a barrier: microseconds on an idle
 // machine, a scheduler time slice when the cores are shared with other processes; so regions are
 // kept coarse (a millisecond of work or more).
-constexpr int64_t kParallelMinWork = int64_t{1} << 19;
-constexpr int64_t kParallelMinFlops = int64_t{1} << 25;
+constexpr int64_t kParallelMinWork = int64_t{1} << 16;
+constexpr int64_t kParallelMinFlops = int64_t{1} << 22;
 
 inline int64_t pieces_of(int64_t n, int64_t grain) { return (n + grain - 1) / grain; }
 
