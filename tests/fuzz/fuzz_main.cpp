@@ -477,7 +477,19 @@ int main(int argc, char** argv) {
   }
   g_target = target->name;
   g_stderr = ::dup(2);
-  for (int sig : {SIGSEGV, SIGABRT, SIGFPE, SIGBUS, SIGILL}) std::signal(sig, on_fatal_signal);
+  // On an alternate stack, so that a stack overflow still writes its input.
+  static std::vector<char> alt_stack(1 << 16);
+  stack_t ss{};
+  ss.ss_sp = alt_stack.data();
+  ss.ss_size = alt_stack.size();
+  ::sigaltstack(&ss, nullptr);
+  for (int sig : {SIGSEGV, SIGABRT, SIGFPE, SIGBUS, SIGILL}) {
+    struct sigaction sa {};
+    sa.sa_handler = on_fatal_signal;
+    sa.sa_flags = SA_ONSTACK;
+    sigemptyset(&sa.sa_mask);
+    ::sigaction(sig, &sa, nullptr);
+  }
   if (hang_limit > 0) std::signal(SIGPROF, on_hang);
 
   Rng rng{seed * 0x100000001B3ull + std::hash<std::string>{}(name)};
