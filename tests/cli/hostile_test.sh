@@ -91,11 +91,13 @@ expect 2 "--out.*/nonexistent.*does not exist" --absent /nonexistent/x -- calibr
 [ $(($(date +%s) - start)) -lt 5 ] && ok || bad "calibrate --out /nonexistent ran the benchmarks first"
 expect 2 "--efficiency-model.*not one of" -- calibrate --backend cpu --model tiny --efficiency-model nope --quiet
 
-# --- 4. No hang: a recall curve with a point at budget 2^40.
-printf '{"schema":"oomb.recall/1","model":"tiny","points":[{"budget":4,"page_tokens":64,"mean_recall":0.3,"min_recall":0.2},{"budget":1099511627776,"page_tokens":64,"mean_recall":0.9,"min_recall":0.8}]}' >c_far.json
+# --- 4. No hang: a recall curve with a point at budget 2^40. The curve is complete (the loader
+# accepts it), so the search for the smallest budget runs: it lands beyond the modelled budgets.
+printf '{"schema":"oomb.recall/1","model":"tiny","context_tokens":2048,"chunk_tokens":512,"page_tokens":64,"points":[{"budget":4,"page_tokens":64,"mean_recall":0.3,"min_recall":0.2},{"budget":1099511627776,"page_tokens":64,"mean_recall":0.9,"min_recall":0.8}]}' >c_far.json
 out=$(timeout 60 "$oomb" plan --model tiny --gpu h200 --context 2K --allow-sparse --min-recall 0.5 --recall-curve c_far.json 2>&1)
 rc=$?
 [ $rc -ne 124 ] && [ $rc -le 2 ] && ok || bad "plan with a curve point at 2^40 -> exit $rc: ${out:0:300}"
+! grep -q "c_far.json" <<<"$out" && ok || bad "plan with a curve point at 2^40 refused the curve itself: ${out:0:300}"
 
 # --- 5. Unbounded memory from a small file: refused by name with the size it would need.
 sed -E 's/"context_tokens": *4096/"context_tokens": 1073741824/' run.json >t_huge.json

@@ -1,15 +1,22 @@
 // oomb_fuzz: a seeded mutation fuzzer over every input oomb reads (issue #13).
 //
-//   oomb_fuzz TARGET [--iterations N] [--seconds S] [--seed K] [--corpus DIR] [--crashes DIR]
+//   oomb_fuzz TARGET [--iterations N] [--seconds S] [--cpu-seconds S] [--hang-seconds S] [--seed K]
+//                    [--corpus DIR] [--crashes DIR]
 //   oomb_fuzz --list
+//
+// Budgets: --iterations (0: none), --seconds (wall clock), --cpu-seconds (this process's CPU time,
+// so a niced run on a loaded machine still gets that much fuzzing); the first one reached ends the
+// run. --hang-seconds (CPU time, default 60) fails an input that takes longer than that: a hang.
 //
 // Each iteration takes an input from the target's seed corpus (tests/fuzz/corpus/TARGET/*), mutates
 // it (bytes, JSON values, or argv words), and feeds it to the target. The contract under test: bad
 // input ends in oomb::Error (exit 2 in the CLI) and nothing else: any other exception, a crash, an
 // abort or (for the CLI targets) exit code 3 or 4 is a failure, and the input is written to
-// --crashes (default: the working directory) as crash-TARGET-ITERATION, for the corpus.
+// --crashes (default: the working directory) as crash-TARGET-ITERATION, for the corpus. So is an
+// input that runs past --hang-seconds of CPU time.
 // Deterministic: the same seed and iteration count replay the same inputs.
 #include <fcntl.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -17,6 +24,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -356,6 +364,7 @@ std::vector<Target> targets() {
 std::string g_crash_path;
 std::string g_input;
 const char* g_target = "";
+int g_stderr = 2;  // a copy of the real stderr: the CLI targets point fd 2 at /dev/null
 
 extern "C" void on_fatal_signal(int sig) {
   // Async-signal-safe only: the input was prepared before the iteration.
@@ -372,11 +381,33 @@ extern "C" void on_fatal_signal(int sig) {
     ::close(fd);
   }
   const char msg[] = "oomb_fuzz: fatal signal; the input is in ";
-  (void)!::write(2, msg, sizeof msg - 1);
-  (void)!::write(2, g_crash_path.c_str(), g_crash_path.size());
-  (void)!::write(2, "\n", 1);
+  (void)!::write(g_stderr, msg, sizeof msg - 1);
+  (void)!::write(g_stderr, g_crash_path.c_str(), g_crash_path.size());
+  (void)!::write(g_stderr, "\n", 1);
   std::signal(sig, SIG_DFL);
   std::raise(sig);
+}
+
+// SIGPROF: the current input has used --hang-seconds of CPU time.
+extern "C" void on_hang(int) {
+  const char msg[] = "oomb_fuzz: hang (the input ran past --hang-seconds of CPU time)\n";
+  (void)!::write(g_stderr, msg, sizeof msg - 1);
+  on_fatal_signal(SIGABRT);
+}
+
+// The CPU time of this process (all threads), in seconds.
+double cpu_seconds() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+// Arms (or, with 0, disarms) the hang watchdog: SIGPROF after S seconds of this process's CPU time.
+void arm_watchdog(double s) {
+  itimerval t{};
+  t.it_value.tv_sec = static_cast<time_t>(s);
+  t.it_value.tv_usec = static_cast<suseconds_t>((s - static_cast<double>(t.it_value.tv_sec)) * 1e6);
+  ::setitimer(ITIMER_PROF, &t, nullptr);
 }
 
 std::vector<std::string> load_corpus(const fs::path& dir) {
@@ -397,8 +428,13 @@ std::vector<std::string> load_corpus(const fs::path& dir) {
 
 int usage() {
   std::fprintf(stderr,
-               "usage: oomb_fuzz TARGET [--iterations N] [--seconds S] [--seed K] [--corpus DIR] [--crashes DIR]\n"
-               "       oomb_fuzz --list\n");
+               "usage: oomb_fuzz TARGET [--iterations N] [--seconds S] [--cpu-seconds S] [--hang-seconds S]\n"
+               "                        [--seed K] [--corpus DIR] [--crashes DIR]\n"
+               "       oomb_fuzz --list\n"
+               "  --iterations N    stop after N inputs (0: no limit; default: the target's CI budget)\n"
+               "  --seconds S       stop after S seconds of wall-clock time\n"
+               "  --cpu-seconds S   stop after S seconds of this process's CPU time (for niced runs)\n"
+               "  --hang-seconds S  an input that takes more than S CPU seconds is a hang (default 60; 0: off)\n");
   return 2;
 }
 
@@ -417,7 +453,9 @@ int main(int argc, char** argv) {
     if (name == t.name) target = &t;
   if (!target) return usage();
   int64_t iterations = target->default_iterations;
-  double seconds = 0;  // 0: no time limit
+  double seconds = 0;      // wall clock; 0: no limit
+  double cpu_limit = 0;    // CPU time; 0: no limit
+  double hang_limit = 60;  // CPU time per input; 0: off
   uint64_t seed = 13;
   fs::path corpus_dir = fs::path(OOMB_SOURCE_DIR) / "tests/fuzz/corpus" / name;
   fs::path crash_dir = fs::current_path();
@@ -425,6 +463,8 @@ int main(int argc, char** argv) {
     const std::string f = argv[i], v = argv[i + 1];
     if (f == "--iterations") iterations = std::stoll(v);
     else if (f == "--seconds") seconds = std::stod(v);
+    else if (f == "--cpu-seconds") cpu_limit = std::stod(v);
+    else if (f == "--hang-seconds") hang_limit = std::stod(v);
     else if (f == "--seed") seed = std::stoull(v);
     else if (f == "--corpus") corpus_dir = v;
     else if (f == "--crashes") crash_dir = v;
@@ -436,13 +476,29 @@ int main(int argc, char** argv) {
     return 2;
   }
   g_target = target->name;
-  for (int sig : {SIGSEGV, SIGABRT, SIGFPE, SIGBUS, SIGILL}) std::signal(sig, on_fatal_signal);
+  g_stderr = ::dup(2);
+  // On an alternate stack, so that a stack overflow still writes its input.
+  static std::vector<char> alt_stack(1 << 16);
+  stack_t ss{};
+  ss.ss_sp = alt_stack.data();
+  ss.ss_size = alt_stack.size();
+  ::sigaltstack(&ss, nullptr);
+  for (int sig : {SIGSEGV, SIGABRT, SIGFPE, SIGBUS, SIGILL}) {
+    struct sigaction sa {};
+    sa.sa_handler = on_fatal_signal;
+    sa.sa_flags = SA_ONSTACK;
+    sigemptyset(&sa.sa_mask);
+    ::sigaction(sig, &sa, nullptr);
+  }
+  if (hang_limit > 0) std::signal(SIGPROF, on_hang);
 
   Rng rng{seed * 0x100000001B3ull + std::hash<std::string>{}(name)};
   const auto t0 = std::chrono::steady_clock::now();
+  const double cpu0 = cpu_seconds();
   int64_t done = 0, accepted = 0, refused = 0;
   for (int64_t it = 0; iterations <= 0 || it < iterations; ++it) {
     if (seconds > 0 && std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > seconds) break;
+    if (cpu_limit > 0 && cpu_seconds() - cpu0 > cpu_limit) break;
     std::string input = corpus[static_cast<size_t>(it) % corpus.size()];
     if (it >= static_cast<int64_t>(corpus.size())) {  // the seeds themselves first, unmutated
       if (target->kind == Kind::argv) mutate_argv(input, rng);
@@ -451,6 +507,7 @@ int main(int argc, char** argv) {
     g_input = input;
     g_crash_path = (crash_dir / ("crash-" + name + "-" + std::to_string(it))).string();
     std::string failure;
+    if (hang_limit > 0) arm_watchdog(hang_limit);
     try {
       target->run(input);
       ++accepted;
@@ -461,6 +518,7 @@ int main(int argc, char** argv) {
     } catch (const std::exception& e) {
       failure = std::string("unexpected exception: ") + e.what();
     }
+    if (hang_limit > 0) arm_watchdog(0);
     ++done;
     if (!failure.empty()) {
       std::ofstream(g_crash_path, std::ios::binary) << input;
@@ -470,9 +528,10 @@ int main(int argc, char** argv) {
     }
   }
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("oomb_fuzz %s: %lld inputs in %.1f s (%lld accepted, %lld refused with oomb::Error), no crash\n",
-              name.c_str(), static_cast<long long>(done), s, static_cast<long long>(accepted),
-              static_cast<long long>(refused));
+  std::printf("oomb_fuzz %s: %lld inputs in %.1f s (%.1f s CPU; seed %llu; %lld accepted, %lld refused with "
+              "oomb::Error), no crash\n",
+              name.c_str(), static_cast<long long>(done), s, cpu_seconds() - cpu0, static_cast<unsigned long long>(seed),
+              static_cast<long long>(accepted), static_cast<long long>(refused));
   std::error_code ec;
   fs::remove_all(scratch_dir(), ec);
   return 0;
