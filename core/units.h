@@ -16,6 +16,8 @@ std::vector<int64_t> parse_token_list(const std::string& text, const std::string
 // Checked arithmetic: throws oomb::Error("... overflows int64") naming `what`.
 int64_t checked_mul(int64_t a, int64_t b, const char* what = "size");
 int64_t checked_add(int64_t a, int64_t b, const char* what = "size");
-inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+// ceil(a / b) for a >= 0, b > 0, without forming a + b - 1 (which overflowed for b near int64 max:
+// `--page 9223372036854775807`, found by the simulate_flags fuzz target under UBSan).
+inline int64_t ceil_div(int64_t a, int64_t b) { return a / b + (a % b != 0 ? 1 : 0); }
 
 }  // namespace oomb

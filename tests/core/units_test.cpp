@@ -46,6 +46,11 @@ TEST(CheckedMath, Overflows) {
   EXPECT_THROW(checked_add(INT64_MAX, 1), Error);
   EXPECT_EQ(ceil_div(7, 3), 3);
   EXPECT_EQ(ceil_div(6, 3), 2);
+  EXPECT_EQ(ceil_div(0, 3), 0);
+  // A divisor near int64 max: a + b - 1 overflowed (UBSan, simulate_flags fuzz target).
+  EXPECT_EQ(ceil_div(16384, INT64_MAX), 1);
+  EXPECT_EQ(ceil_div(INT64_MAX, INT64_MAX), 1);
+  EXPECT_EQ(ceil_div(INT64_MAX, 2), INT64_MAX / 2 + 1);
 }
 
 TEST(Format, BytesAndDurations) {
