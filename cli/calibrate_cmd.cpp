@@ -137,7 +137,7 @@ int run_microbench_mode(const CalibrateArgs& a) {
     Json fit = runs->fit.to_json();
     fit["runs"] = runs->runs;
     fit["model"] = fm.id;
-    fit["held"] = executor::calibration_hold(fm);
+    fit["held"] = runs->held;
     fit["seconds"] = runs->seconds;
     profile["calibration"]["runs_fit"] = fit;
     const std::string how = "least-squares fit to " + std::to_string(runs->runs.size()) + " calibration run(s) of " +
@@ -189,7 +189,7 @@ int run_microbench_mode(const CalibrateArgs& a) {
     std::printf("  fitted to          %zu calibration run(s) of %s (R^2 %.3f, %.1f s)%s: plans of other models "
                 "are best served by calibrating with --fit-model\n",
                 runs->runs.size(), fit_model.c_str(), runs->fit.r2, runs->seconds,
-                executor::calibration_hold(models::load_model(fit_model)).empty() ? "" : ", GEMM efficiency only");
+                runs->held.empty() ? "" : ", GEMM efficiency only");
   else if (a.backend == "cpu")
     std::printf("  (micro-benchmarks only: --fit-model none)\n");
   std::printf("profile (oomb.gpu/1, kind %s): %s\n", profile["kind"].get<std::string>().c_str(), a.out.c_str());

@@ -27,11 +27,6 @@ int64_t now_ns() {
 // Memory-bound loops of the backend itself over n elements, cut into fixed pieces on the compute
 // threads (elementwise: the result does not depend on the count).
 constexpr int64_t kElementGrain = int64_t{1} << 16;
-void zero_floats(float* p, int64_t n) {
-  cpu::parallel_pieces(n, kElementGrain, n, [&](int64_t i0, int64_t i1) {
-    std::memset(p + i0, 0, static_cast<size_t>(i1 - i0) * sizeof(float));
-  });
-}
 void zero_bytes(void* p, int64_t bytes) {
   auto* b = static_cast<unsigned char*>(p);
   cpu::parallel_pieces(bytes, 4 * kElementGrain, bytes, [&](int64_t i0, int64_t i1) {
@@ -316,7 +311,7 @@ class Out {
     }
     buf_ = Staging::take(static_cast<size_t>(n));
     if (load) load_bf16(static_cast<const uint16_t*>(t.data), buf_.p.get(), n);
-    else zero_floats(buf_.p.get(), n);
+    else zero_bytes(buf_.p.get(), n * static_cast<int64_t>(sizeof(float)));
     p_ = buf_.p.get();
   }
   ~Out() {

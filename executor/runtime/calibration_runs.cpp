@@ -71,7 +71,8 @@ CalibrationRunsFit fit_to_calibration_runs(Backend& backend, const models::Model
     samples.insert(samples.end(), s.begin(), s.end());
     out.runs.push_back(r.name);
   }
-  out.fit = simulator::fit_efficiencies(samples, micro, n, calibration_hold(m));
+  out.held = calibration_hold(m);
+  out.fit = simulator::fit_efficiencies(samples, micro, n, out.held);
   out.profile = micro;
   out.profile.efficiency = out.fit.efficiency;
   out.profile.launch_overhead_s = out.fit.launch_overhead_s;

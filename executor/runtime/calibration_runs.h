@@ -36,6 +36,7 @@ struct CalibrationRunsFit {
   models::GpuSpec profile;  // the micro-benchmark profile with the fitted efficiencies
   simulator::FitResult fit;
   std::vector<std::string> runs;  // names, in order
+  std::vector<std::string> held;  // calibration_hold(m): kept at the micro-benchmark values
   double seconds = 0;
 };
 
