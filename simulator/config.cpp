@@ -143,7 +143,7 @@ bool apply_preset(const std::string& name, Config& c) {
 void validate(const Config& c, const models::ModelSpec& m) {
   if (c.context_tokens <= 0) throw Error("--context", "", "must be positive", "e.g. 4M, 128K or 100000");
   if (c.context_tokens > (int64_t{1} << 40))
-    throw Error("--context", "", "is beyond any size this tool models (" + std::to_string(c.context_tokens) + " tokens)",
+    throw Error("--context", std::to_string(c.context_tokens), "is beyond any size this tool models",
                 "at most 2^40 tokens");
   if (c.page_tokens <= 0) throw Error("--page", "", "must be positive", "e.g. 64 or 128");
   if (c.chunk_tokens <= 0) throw Error("--chunk", "", "must be positive", "e.g. 4096");
