@@ -21,7 +21,11 @@ if [ ${#targets[@]} -eq 0 ]; then mapfile -t targets < <("$fuzz" --list | cut -d
 seed=${OOMB_FUZZ_SEED:-$(date +%s)}
 crashes=$(mktemp -d)
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0:abort_on_error=1:log_path=$crashes/sanitizer}
-export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1:log_path=$crashes/sanitizer}
+# abort_on_error for UBSan too: its report then ends in SIGABRT, which the driver catches to save the
+# input (without it UBSan exits 1 and the input is lost). This runtime prints UBSan's reports to
+# stderr whatever log_path says, so a CLI target's (stderr on /dev/null) is lost: replay the saved
+# input (copy it into the corpus and run the target) to see it.
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1:abort_on_error=1:log_path=$crashes/sanitizer}
 echo "fuzz: ${#targets[@]} target(s), ${seconds} CPU s each, seed $seed"
 wall=()
 if [ -n "${OOMB_FUZZ_WALL_SECONDS:-}" ]; then wall=(--seconds "$OOMB_FUZZ_WALL_SECONDS"); fi

@@ -250,14 +250,23 @@ void read_tensor(std::ifstream& in, const SafetensorsFile& f, const ParamInfo& p
 
 // Whether a tensor the layout lacks may be skipped: a layer the run leaves out (--layers), or a
 // non-parameter buffer older checkpoints carry (rotary inverse frequencies).
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
 bool skippable(const std::string& name, const ParamLayout& layout, int64_t checkpoint_layers) {
-  if (name.size() > 20 && name.compare(name.size() - 20, 20, "rotary_emb.inv_freq") == 0) return true;
+  if (ends_with(name, ".rotary_emb.inv_freq")) return true;
   const std::string pre = "model.layers.";
   if (name.rfind(pre, 0) != 0) return false;
   size_t i = pre.size();
   int64_t l = 0;
   if (i >= name.size() || !std::isdigit(static_cast<unsigned char>(name[i]))) return false;
-  while (i < name.size() && std::isdigit(static_cast<unsigned char>(name[i]))) l = l * 10 + (name[i++] - '0');
+  while (i < name.size() && std::isdigit(static_cast<unsigned char>(name[i]))) {
+    const int digit = name[i++] - '0';
+    // A layer number beyond int64 is no layer of any checkpoint (and must not wrap around into one).
+    if (l > (std::numeric_limits<int64_t>::max() - digit) / 10) return false;
+    l = l * 10 + digit;
+  }
   if (i >= name.size() || name[i] != '.' || l < layout.layers() || l >= checkpoint_layers) return false;
   // The same tensor of layer 0 must be one the layout has: layer l's tensors have layer 0's names.
   return layout.find("model.layers.0" + name.substr(i)) != nullptr;
@@ -266,10 +275,6 @@ bool skippable(const std::string& name, const ParamLayout& layout, int64_t check
 std::string extra_hint(const models::ModelSpec& m) {
   return "the model '" + m.id + "' has no such tensor (a checkpoint of another model, or of a model with " +
          (m.qk_norm ? "different norms or biases" : "q/k norms or other biases") + "?)";
-}
-
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 Weights read_index(const std::string& index_path, const models::ModelSpec& m, int64_t checkpoint_layers) {

@@ -268,6 +268,50 @@ TEST_F(Checkpoint, ErrorsNameTheTensorAndTheShard) {
   msg = error_of([&] { read_checkpoint(path("ok"), one, 1); });
   EXPECT_NE(msg.find("model.layers.1."), std::string::npos) << msg;
   EXPECT_NE(msg.find("extra tensor"), std::string::npos) << msg;
+
+  // A layer number beyond int64 is an extra tensor: it once overflowed (UBSan, found by the
+  // safetensors fuzz target) and 10^20 wrapped to a layer the run "leaves out", so it was skipped.
+  j = index;
+  j["weight_map"]["model.layers.100000000000000000000.mlp.up_proj.weight"] = shard1;
+  write_index(j);
+  msg = error_of([&] { read_checkpoint(path("bad"), m); });
+  EXPECT_NE(msg.find("model.layers.100000000000000000000.mlp.up_proj.weight"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("extra tensor"), std::string::npos) << msg;
+  fs::remove_all(path("bad"));
+}
+
+TEST_F(Checkpoint, SkipsRotaryInverseFrequencyBuffers) {
+  // Older Hugging Face checkpoints carry self_attn.rotary_emb.inv_freq per layer (a buffer, not a
+  // parameter): it is skipped, in one file and in an index, and the weights read are unchanged.
+  const models::ModelSpec m = models::load_model("tiny");
+  const Weights w = random_weights(m, 4, 0.05f);
+  const ParamLayout& layout = w.layout;
+  Json header = Json::object();
+  std::string data;
+  auto add = [&](const std::string& name, const std::vector<int64_t>& shape, const float* v, int64_t n) {
+    header[name] = {{"dtype", "F32"}, {"shape", shape}, {"data_offsets", {data.size(), data.size() + n * 4}}};
+    data.append(reinterpret_cast<const char*>(v), static_cast<size_t>(n * 4));
+  };
+  for (const auto& p : layout.params()) add(p.name, p.shape, w.at(p), p.numel);
+  const int64_t half = m.head_dim / 2;
+  const std::vector<float> inv_freq(static_cast<size_t>(half), 0.5f);
+  for (int64_t l = 0; l < m.layers; ++l)
+    add("model.layers." + std::to_string(l) + ".self_attn.rotary_emb.inv_freq", {half}, inv_freq.data(), half);
+  const std::string text = header.dump();
+  {
+    std::ofstream out(path("rotary.safetensors"), std::ios::binary);
+    const uint64_t n = text.size();
+    out.write(reinterpret_cast<const char*>(&n), 8);
+    out << text << data;
+  }
+  EXPECT_TRUE(same_bits(read_checkpoint(path("rotary.safetensors"), m), w));
+
+  const auto files = write_checkpoint(w, path("sharded"), {60'000, "F32"});
+  Json index = read_json_file(files[0]);
+  const std::string shard = index["weight_map"]["model.layers.0.mlp.up_proj.weight"].get<std::string>();
+  index["weight_map"]["model.layers.0.self_attn.rotary_emb.inv_freq"] = shard;
+  write_text_file(path("sharded/model.safetensors.index.json"), index.dump());
+  EXPECT_TRUE(same_bits(read_checkpoint(path("sharded"), m), w));
 }
 
 TEST_F(Checkpoint, WritesAFilePathAndReplacesTheOtherForm) {
