@@ -271,9 +271,9 @@ int run_validate(const ValidateArgs& a) {
                     "pass); memory terms are the runtime's device and host allocations";
     if (extra.contains("cupti") && extra["cupti"].is_object()) {
       const Json& cu = extra["cupti"];
-      if (cu.contains("reserved_device_bytes") && cu["reserved_device_bytes"].is_number())
+      if (cu.contains("reserved_device_bytes") && cu["reserved_device_bytes"].is_number_integer())
         n += " (CUDA reserved " + format_bytes(cu["reserved_device_bytes"].get<int64_t>()) + " on the device)";
-      if (cu.contains("untagged") && cu["untagged"].is_number() && cu["untagged"].get<int64_t>() > 0)
+      if (cu.contains("untagged") && cu["untagged"].is_number_integer() && cu["untagged"].get<int64_t>() > 0)
         n += "; " + std::to_string(cu["untagged"].get<int64_t>()) + " records without a tag (time:op/untagged)";
     }
     notes.push_back(n);

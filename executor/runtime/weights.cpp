@@ -202,6 +202,20 @@ float f16_to_f32(uint16_t h) {
   return f32_from_bits(bits);
 }
 
+// A header's integer array (shape, data_offsets). Only JSON integers that fit int64: a float would be
+// truncated (or, beyond int64, converted with undefined behaviour) by nlohmann's get<int64_t>.
+std::vector<int64_t> int64_array(const Json& a) {
+  if (!a.is_array()) throw std::runtime_error("not an array");
+  std::vector<int64_t> out;
+  for (const Json& v : a) {
+    if (!v.is_number_integer() ||
+        (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())))
+      throw std::runtime_error("not an int64");
+    out.push_back(v.get<int64_t>());
+  }
+  return out;
+}
+
 // Reads tensor p of file f into dst (fp32), checking dtype, shape and extent.
 void read_tensor(std::ifstream& in, const SafetensorsFile& f, const ParamInfo& p, float* dst) {
   const Json& e = f.header.at(p.name);
@@ -210,8 +224,8 @@ void read_tensor(std::ifstream& in, const SafetensorsFile& f, const ParamInfo& p
   int64_t begin = 0, end = 0;
   try {
     dtype = e.at("dtype").get<std::string>();
-    shape = e.at("shape").get<std::vector<int64_t>>();
-    const auto off = e.at("data_offsets").get<std::vector<int64_t>>();
+    shape = int64_array(e.at("shape"));
+    const auto off = int64_array(e.at("data_offsets"));
     if (off.size() != 2) throw std::runtime_error("data_offsets");
     begin = off[0];
     end = off[1];

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
 #include "core/error.h"
 #include "core/json_util.h"
@@ -280,30 +281,39 @@ TEST_F(Checkpoint, ErrorsNameTheTensorAndTheShard) {
   fs::remove_all(path("bad"));
 }
 
+// A one-file F32 safetensors checkpoint built tensor by tensor; the header may be edited before
+// the file is written.
+struct F32File {
+  Json header = Json::object();
+  std::string data;
+  void add(const std::string& name, const std::vector<int64_t>& shape, const float* v, int64_t n) {
+    header[name] = {{"dtype", "F32"}, {"shape", shape}, {"data_offsets", {data.size(), data.size() + n * 4}}};
+    data.append(reinterpret_cast<const char*>(v), static_cast<size_t>(n * 4));
+  }
+  void add(const Weights& w) {
+    for (const auto& p : w.layout.params()) add(p.name, p.shape, w.at(p), p.numel);
+  }
+  void write(const std::string& p) const {
+    const std::string text = header.dump();
+    std::ofstream out(p, std::ios::binary);
+    const uint64_t n = text.size();
+    out.write(reinterpret_cast<const char*>(&n), 8);
+    out << text << data;
+  }
+};
+
 TEST_F(Checkpoint, SkipsRotaryInverseFrequencyBuffers) {
   // Older Hugging Face checkpoints carry self_attn.rotary_emb.inv_freq per layer (a buffer, not a
   // parameter): it is skipped, in one file and in an index, and the weights read are unchanged.
   const models::ModelSpec m = models::load_model("tiny");
   const Weights w = random_weights(m, 4, 0.05f);
-  const ParamLayout& layout = w.layout;
-  Json header = Json::object();
-  std::string data;
-  auto add = [&](const std::string& name, const std::vector<int64_t>& shape, const float* v, int64_t n) {
-    header[name] = {{"dtype", "F32"}, {"shape", shape}, {"data_offsets", {data.size(), data.size() + n * 4}}};
-    data.append(reinterpret_cast<const char*>(v), static_cast<size_t>(n * 4));
-  };
-  for (const auto& p : layout.params()) add(p.name, p.shape, w.at(p), p.numel);
+  F32File file;
+  file.add(w);
   const int64_t half = m.head_dim / 2;
   const std::vector<float> inv_freq(static_cast<size_t>(half), 0.5f);
   for (int64_t l = 0; l < m.layers; ++l)
-    add("model.layers." + std::to_string(l) + ".self_attn.rotary_emb.inv_freq", {half}, inv_freq.data(), half);
-  const std::string text = header.dump();
-  {
-    std::ofstream out(path("rotary.safetensors"), std::ios::binary);
-    const uint64_t n = text.size();
-    out.write(reinterpret_cast<const char*>(&n), 8);
-    out << text << data;
-  }
+    file.add("model.layers." + std::to_string(l) + ".self_attn.rotary_emb.inv_freq", {half}, inv_freq.data(), half);
+  file.write(path("rotary.safetensors"));
   EXPECT_TRUE(same_bits(read_checkpoint(path("rotary.safetensors"), m), w));
 
   const auto files = write_checkpoint(w, path("sharded"), {60'000, "F32"});
@@ -312,6 +322,29 @@ TEST_F(Checkpoint, SkipsRotaryInverseFrequencyBuffers) {
   index["weight_map"]["model.layers.0.self_attn.rotary_emb.inv_freq"] = shard;
   write_text_file(path("sharded/model.safetensors.index.json"), index.dump());
   EXPECT_TRUE(same_bits(read_checkpoint(path("sharded"), m), w));
+}
+
+TEST_F(Checkpoint, ShapesAndOffsetsMustBeInt64Integers) {
+  // A float in shape or data_offsets is a malformed entry: it was truncated (shape [64.5] read as
+  // [64] and accepted) or, beyond int64, converted with undefined behaviour.
+  const models::ModelSpec m = models::load_model("tiny");
+  const Weights w = random_weights(m, 6, 0.05f);
+  const std::string norm = "model.norm.weight";
+  const std::vector<std::function<void(Json&)>> edits = {
+      [&](Json& e) { e["shape"] = {static_cast<double>(m.hidden) + 0.5}; },
+      [&](Json& e) { e["data_offsets"][1] = 1e300; },
+      [&](Json& e) { e["data_offsets"][0] = 18446744073709551615u; },
+      [&](Json& e) { e["shape"] = {"64"}; },
+  };
+  for (size_t k = 0; k < edits.size(); ++k) {
+    F32File file;
+    file.add(w);
+    edits[k](file.header[norm]);
+    file.write(path("bad.safetensors"));
+    const std::string msg = error_of([&] { read_checkpoint(path("bad.safetensors"), m); });
+    EXPECT_NE(msg.find(norm), std::string::npos) << k << ": " << msg;
+    EXPECT_NE(msg.find("malformed header entry"), std::string::npos) << k << ": " << msg;
+  }
 }
 
 TEST_F(Checkpoint, WritesAFilePathAndReplacesTheOtherForm) {
