@@ -38,7 +38,8 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 OOMB_INLINE float fast_exp(float x) {
   x = x < -87.0f ? -87.0f : x;
   x = x > 88.0f ? 88.0f : x;
-  const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;  // round to nearest
+  const float t = x * 1.44269504088896341f + 12582912.0f;  // 1.5 * 2^23 + round(x * log2(e))
+  const float n = t - 12582912.0f;
   const float r = (x - n * 0.693359375f) + n * 2.12194440e-4f;
   float p = 1.9875691500e-4f;
   p = p * r + 1.3981999507e-3f;
@@ -47,7 +48,12 @@ OOMB_INLINE float fast_exp(float x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   const float y = p * r * r + r + 1.0f;
-  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  // 2^n from t's low mantissa bits (the integer n, as static_cast<int32_t>(n) would give it), in
+  // unsigned arithmetic: defined for a NaN x too (a cast of NaN to int is undefined behaviour, found
+  // by UBSan in a run whose weights overflow), whose NaN then reaches the result through y.
+  uint32_t tb;
+  std::memcpy(&tb, &t, 4);
+  const uint32_t bits = (tb - 0x4B400000u + 127u) << 23;
   float scale;
   std::memcpy(&scale, &bits, 4);
   return y * scale;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "executor/cpu/flash.h"
 #include "executor/cpu/ops.h"
@@ -250,6 +251,20 @@ TEST_P(PagedAttentionKernels, DenseBackward) { check_paged_attention(0, {}); }
 TEST_P(PagedAttentionKernels, SharedSelectionBackward) { check_paged_attention(1, {{0, 2}, {1}, {}}); }
 TEST_P(PagedAttentionKernels, PerKvHeadSelectionBackward) {
   check_paged_attention(2, {{0}, {2}, {1, 2}, {0, 1, 2}, {}, {1}});
+}
+// A NaN or an overflowing key reaches the output as NaN (never a finite number, so the run's
+// non-finite loss check sees it), through the kernels' exp without undefined behaviour.
+TEST_P(PagedAttentionKernels, NonFiniteInputsReachTheOutput) {
+  for (float bad : {std::numeric_limits<float>::quiet_NaN(), 3e38f}) {
+    AttentionCase c;
+    std::fill_n(c.k.begin(), c.kvd(), bad);  // own row 0: every row attends it
+    std::fill_n(c.q.begin(), c.T * c.qd(), bad == bad ? 1.0f : bad);
+    std::vector<float> o(c.T * c.qd()), lse(c.T * c.qh);
+    cpu::attention_fwd(c.args(0, {}), o.data(), lse.data());
+    int64_t finite = 0;
+    for (float v : o) finite += std::isfinite(v);
+    EXPECT_EQ(finite, 0) << "key " << bad << ": " << finite << " of " << o.size() << " outputs finite";
+  }
 }
 INSTANTIATE_TEST_SUITE_P(Kernels, PagedAttentionKernels, ::testing::Values(false, true),
                          [](const auto& param_info) { return param_info.param ? "baseline" : "native"; });
