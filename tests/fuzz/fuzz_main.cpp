@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
@@ -270,9 +271,20 @@ models::ModelSpec micro_model() {
   return m;
 }
 
+// On tmpfs (/dev/shm) unless TMPDIR names a place: the file targets write every input, and on this
+// VM's disk the tokens target waited for those writes 3/4 of the time (24,174 inputs in 10 s there,
+// 203,293 on /dev/shm).
+fs::path scratch_parent() {
+  std::error_code ec;
+  const char* tmpdir = std::getenv("TMPDIR");
+  if ((tmpdir == nullptr || *tmpdir == '\0') && fs::is_directory("/dev/shm", ec) && ::access("/dev/shm", W_OK) == 0)
+    return "/dev/shm";
+  return fs::temp_directory_path();
+}
+
 std::string scratch_dir() {
   static const std::string d = [] {
-    std::string tmpl = (fs::temp_directory_path() / "oomb-fuzz-XXXXXX").string();
+    std::string tmpl = (scratch_parent() / "oomb-fuzz-XXXXXX").string();
     if (!::mkdtemp(tmpl.data())) throw std::runtime_error("cannot create a scratch directory");
     return tmpl;
   }();
