@@ -29,6 +29,7 @@ class Checkpoint : public test::FileTest {
 };
 
 using test::error_of;
+using test::SafetensorsWriter;
 
 bool same_bits(const Weights& a, const Weights& b) {
   return a.data.size() == b.data.size() && std::memcmp(a.data.data(), b.data.data(), a.data.size() * 4) == 0;
@@ -143,25 +144,21 @@ TEST_F(Checkpoint, Qwen3ShapedLayoutHasHfNormNamesAndShardsRoundTrip) {
   EXPECT_NE(extra.find("extra tensor"), std::string::npos) << extra;
 }
 
-// Writes a safetensors file whose every tensor of `layout` is `dtype` with the raw element bytes
-// produced by `element(i)` (2 bytes for BF16/F16).
+// Writes a safetensors file whose every tensor of `layout` is `dtype` (BF16 or F16) with the raw
+// 2-byte elements of `pattern`, repeated.
 void write_typed(const std::string& p, const ParamLayout& layout, const std::string& dtype,
                  const std::vector<uint16_t>& pattern) {
-  Json header = Json::object();
-  std::string data;
+  SafetensorsWriter file;
   for (const auto& t : layout.params()) {
-    header[t.name] = {{"dtype", dtype}, {"shape", t.shape}, {"data_offsets", {data.size(), data.size() + t.numel * 2}}};
+    std::string bytes;
     for (int64_t i = 0; i < t.numel; ++i) {
       const uint16_t v = pattern[static_cast<size_t>(i) % pattern.size()];
-      data.push_back(static_cast<char>(v & 0xFF));
-      data.push_back(static_cast<char>(v >> 8));
+      bytes.push_back(static_cast<char>(v & 0xFF));
+      bytes.push_back(static_cast<char>(v >> 8));
     }
+    file.add(t.name, dtype, t.shape, bytes.data(), bytes.size());
   }
-  const std::string text = header.dump();
-  std::ofstream out(p, std::ios::binary);
-  const uint64_t n = text.size();
-  out.write(reinterpret_cast<const char*>(&n), 8);
-  out << text << data;
+  file.write(p);
 }
 
 TEST_F(Checkpoint, ReadsF16AndBf16Exactly) {
@@ -281,38 +278,17 @@ TEST_F(Checkpoint, ErrorsNameTheTensorAndTheShard) {
   fs::remove_all(path("bad"));
 }
 
-// A one-file F32 safetensors checkpoint built tensor by tensor; the header may be edited before
-// the file is written.
-struct F32File {
-  Json header = Json::object();
-  std::string data;
-  void add(const std::string& name, const std::vector<int64_t>& shape, const float* v, int64_t n) {
-    header[name] = {{"dtype", "F32"}, {"shape", shape}, {"data_offsets", {data.size(), data.size() + n * 4}}};
-    data.append(reinterpret_cast<const char*>(v), static_cast<size_t>(n * 4));
-  }
-  void add(const Weights& w) {
-    for (const auto& p : w.layout.params()) add(p.name, p.shape, w.at(p), p.numel);
-  }
-  void write(const std::string& p) const {
-    const std::string text = header.dump();
-    std::ofstream out(p, std::ios::binary);
-    const uint64_t n = text.size();
-    out.write(reinterpret_cast<const char*>(&n), 8);
-    out << text << data;
-  }
-};
-
 TEST_F(Checkpoint, SkipsRotaryInverseFrequencyBuffers) {
   // Older Hugging Face checkpoints carry self_attn.rotary_emb.inv_freq per layer (a buffer, not a
   // parameter): it is skipped, in one file and in an index, and the weights read are unchanged.
   const models::ModelSpec m = models::load_model("tiny");
   const Weights w = random_weights(m, 4, 0.05f);
-  F32File file;
-  file.add(w);
+  SafetensorsWriter file;
+  file.add_f32(w);
   const int64_t half = m.head_dim / 2;
   const std::vector<float> inv_freq(static_cast<size_t>(half), 0.5f);
   for (int64_t l = 0; l < m.layers; ++l)
-    file.add("model.layers." + std::to_string(l) + ".self_attn.rotary_emb.inv_freq", {half}, inv_freq.data(), half);
+    file.add_f32("model.layers." + std::to_string(l) + ".self_attn.rotary_emb.inv_freq", {half}, inv_freq.data(), half);
   file.write(path("rotary.safetensors"));
   EXPECT_TRUE(same_bits(read_checkpoint(path("rotary.safetensors"), m), w));
 
@@ -337,8 +313,8 @@ TEST_F(Checkpoint, ShapesAndOffsetsMustBeInt64Integers) {
       [&](Json& e) { e["shape"] = {"64"}; },
   };
   for (size_t k = 0; k < edits.size(); ++k) {
-    F32File file;
-    file.add(w);
+    SafetensorsWriter file;
+    file.add_f32(w);
     edits[k](file.header[norm]);
     file.write(path("bad.safetensors"));
     const std::string msg = error_of([&] { read_checkpoint(path("bad.safetensors"), m); });

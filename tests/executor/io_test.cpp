@@ -25,14 +25,7 @@ class Io : public test::FileTest {
 };
 
 using test::error_of;
-
-void write_raw(const std::string& p, const std::string& header, const std::vector<char>& data) {
-  std::ofstream out(p, std::ios::binary);
-  const uint64_t n = header.size();
-  out.write(reinterpret_cast<const char*>(&n), 8);
-  out.write(header.data(), static_cast<std::streamsize>(header.size()));
-  out.write(data.data(), static_cast<std::streamsize>(data.size()));
-}
+using test::SafetensorsWriter;
 
 const models::ModelSpec kModel = test::small_model(2, 2, 1, 8, 16, false, true, 29, 16);
 
@@ -53,17 +46,12 @@ TEST_F(Io, SafetensorsRoundTripIsExact) {
 TEST_F(Io, ReadsBf16) {
   auto m = test::small_model(1, 2, 1, 8, 16, true, false, 29, 16);
   const ParamLayout layout(m);
-  Json header = Json::object();
-  std::vector<char> data;
+  SafetensorsWriter file;
   for (const auto& p : layout.params()) {
-    header[p.name] = {{"dtype", "BF16"}, {"shape", p.shape}, {"data_offsets", {data.size(), data.size() + p.numel * 2}}};
-    for (int64_t i = 0; i < p.numel; ++i) {
-      const uint16_t v = 0x3FC0;  // 1.5 in bfloat16
-      data.push_back(static_cast<char>(v & 0xFF));
-      data.push_back(static_cast<char>(v >> 8));
-    }
+    const std::vector<uint16_t> v(static_cast<size_t>(p.numel), 0x3FC0);  // 1.5 in bfloat16 (little-endian)
+    file.add(p.name, "BF16", p.shape, v.data(), v.size() * 2);
   }
-  write_raw(path("bf16.safetensors"), header.dump(), data);
+  file.write(path("bf16.safetensors"));
   const Weights w = read_safetensors(path("bf16.safetensors"), m);
   for (float v : w.data) ASSERT_EQ(v, 1.5f);
 }
@@ -98,13 +86,12 @@ TEST_F(Io, WeightsForAnotherShapeAreRejected) {
 TEST_F(Io, WrongDtypeIsRejected) {
   // F16 is read since Hugging Face checkpoints use it (checkpoint_test.cpp); F64 is not.
   const ParamLayout layout(kModel);
-  Json header = Json::object();
-  int64_t off = 0;
+  SafetensorsWriter file;
   for (const auto& p : layout.params()) {
-    header[p.name] = {{"dtype", "F64"}, {"shape", p.shape}, {"data_offsets", {off, off + p.numel * 8}}};
-    off += p.numel * 8;
+    const std::vector<double> v(static_cast<size_t>(p.numel), 0.0);
+    file.add(p.name, "F64", p.shape, v.data(), v.size() * 8);
   }
-  write_raw(path("f64.safetensors"), header.dump(), std::vector<char>(static_cast<size_t>(off)));
+  file.write(path("f64.safetensors"));
   const std::string msg = error_of([&] { read_safetensors(path("f64.safetensors"), kModel); });
   EXPECT_NE(msg.find("F64"), std::string::npos) << msg;
   EXPECT_NE(msg.find("model.embed_tokens.weight"), std::string::npos) << msg;
