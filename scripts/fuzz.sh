@@ -6,7 +6,8 @@
 # tests/fuzz/corpus/TARGET/: fix the bug, keep the input, commit both. CI runs the same targets
 # with a fixed budget (ctest -R '^fuzz\.').
 # With OOMB_BUILD_DIR=build-asan (after scripts/sanitize.sh) it fuzzes the sanitizer build: memory
-# errors fail too; their reports are kept in the crash directory (the CLI targets silence stderr).
+# errors and undefined behaviour fail too; ASan's reports are printed from the crash directory
+# (the CLI targets silence stderr; for UBSan's, see below).
 # OOMB_FUZZ_WALL_SECONDS also caps each target's wall-clock time (for a deadline on a busy machine).
 # Usage: scripts/fuzz.sh [CPU_SECONDS] [TARGET...]   (OOMB_BUILD_DIR, OOMB_FUZZ_SEED, OOMB_FUZZ_WALL_SECONDS)
 set -euo pipefail

@@ -262,12 +262,12 @@ void read_tensor(std::ifstream& in, const SafetensorsFile& f, const ParamInfo& p
                   "initial weights must be finite");
 }
 
-// Whether a tensor the layout lacks may be skipped: a layer the run leaves out (--layers), or a
-// non-parameter buffer older checkpoints carry (rotary inverse frequencies).
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
+// Whether a tensor the layout lacks may be skipped: a layer the run leaves out (--layers), or a
+// non-parameter buffer older checkpoints carry (rotary inverse frequencies).
 bool skippable(const std::string& name, const ParamLayout& layout, int64_t checkpoint_layers) {
   if (ends_with(name, ".rotary_emb.inv_freq")) return true;
   const std::string pre = "model.layers.";
