@@ -212,7 +212,7 @@ int run_run(const RunArgs& a) {
   (void)use_cupti;  // read only in builds with CUPTI
   const traces::Detail detail = traces::detail_from_string(a.detail, "--detail");
   simulator::Scenario s;
-  std::vector<PlannedRow> planned_rows;
+  std::vector<step::BufferRow> planned_rows;
   if (!a.plan.empty()) {
     // The plan carries every knob; flags that would change it are refused rather than ignored, except
     // --layers (a quick run) and the page dtypes (e.g. fp32 pages for an exact reference run), which
@@ -235,8 +235,7 @@ int run_run(const RunArgs& a) {
     // The plan's buffer table is what the run is checked against at start, unless a flag changed
     // the run's shapes (then the table describes another run).
     if (!a.flags.layers && !a.flags.kv_dtype && !a.flags.kv_grad_dtype)
-      for (const planner::PlanBuffer& b : plan.buffers)
-        planned_rows.push_back({b.name, b.tier == "host" ? Tier::host : Tier::device, b.bytes});
+      planned_rows = plan.buffers;
     if (a.flags.layers) {
       s.config.layers_override = *a.flags.layers;
       // A quick run on fewer layers keeps at most all but one of them (the trace records it).
@@ -317,6 +316,15 @@ int run_run(const RunArgs& a) {
   // A checkpoint has the model's own layers; tensors of layers --layers leaves out are skipped.
   const Weights w = a.weights.empty() ? random_weights(m, a.seed, a.init_std) : read_checkpoint(a.weights, m, s.model.layers);
 
+  // The run's buffer table for the backend that will run it (step/buffers.h: the CUDA backend's
+  // workspace and op scratch included) and the plan check against it, before any device call: a plan
+  // that cannot start is refused here, not after the weights are on the GPU.
+  step::Target target;
+  target.backend = a.backend == "cuda" ? step::BackendKind::cuda : step::BackendKind::cpu;
+  target.bf16_gemm = gemm_precision == "bf16";
+  const std::vector<step::BufferRow> needed_rows = run_rows(s.model, c, target);
+  check_plan_rows(planned_rows, needed_rows, a.backend);
+
 #ifdef OOMB_HAVE_CUPTI
   // Declared before the backend and the Engine: outlives both.
   std::unique_ptr<cupti::CuptiCollector> collector;
@@ -355,6 +363,10 @@ int run_run(const RunArgs& a) {
       copt.gemm_precision = gemm_precision == "fp32"   ? CudaGemmPrecision::fp32
                             : gemm_precision == "tf32" ? CudaGemmPrecision::tf32
                                                        : CudaGemmPrecision::bf16;
+      // The op scratch is the table's op_scratch row, allocated once; no op grows it.
+      for (const step::BufferRow& r : needed_rows)
+        if (r.name == step::row::kOpScratch) copt.workspace_bytes = r.bytes;
+      copt.fixed_workspace = true;
       auto cuda = std::make_unique<CudaBackend>(copt);
       device_name = cuda->device_name();
       if (attention_kernel == "bf16-tc" && !cuda->attention_tc_available())

@@ -46,23 +46,6 @@ std::string format_number(double v) {
   return b;
 }
 
-void check_event_simulation_size(const simulator::Scenario& s, const std::string& where, const std::string& key,
-                                 const std::string& hint) {
-  const simulator::Config& c = s.config;
-  const int64_t layers = simulator::effective_layers(c, s.model);
-  const int64_t chunks = c.schedule == simulator::Schedule::oomb ? ceil_div(c.context_tokens, c.chunk_tokens) : 1;
-  if (chunks <= kMaxEventPairs / layers) return;
-  // Measured: `oomb simulate --model qwen2.5-7b --gpu h200 --context 4M --timeline t.json` (1024
-  // chunks x 28 layers) peaks at 136 MB resident and writes 58.7 MB: ~4.7 KB and ~2 KB per pair.
-  const double pairs = static_cast<double>(chunks) * static_cast<double>(layers);
-  throw Error(where, key,
-              "an event-level simulation of " + std::to_string(chunks) + " chunks x " + std::to_string(layers) +
-                  " layers would need about " + format_bytes(static_cast<int64_t>(std::min(pairs * 4700.0, 9e18))) +
-                  " of memory (and " + format_bytes(static_cast<int64_t>(std::min(pairs * 2000.0, 9e18))) +
-                  " per written timeline); the limit is " + std::to_string(kMaxEventPairs) + " (chunk, layer) pairs",
-              hint);
-}
-
 void ScenarioFlags::add_to(CLI::App& app, bool require_context) {
   app.add_option("--model", model, "Model: catalog id (see `oomb models`), a path to an oomb.model/1 JSON file, or a Hugging Face "
                  "config.json or model folder")

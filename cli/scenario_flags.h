@@ -48,11 +48,8 @@ CLI::Validator unsigned_integer();  // digits only, fits uint64
 double finite_in(double v, double lo, double hi, const std::string& flag, const std::string& hint = {});
 std::string format_number(double v);  // "%g"
 
-// Event-level simulations (simulate --timeline/--chrome/--report, validate's re-simulation) hold
-// every (chunk, layer) pass in memory whatever the detail: beyond kMaxEventPairs pairs they are
-// refused with an Error naming `where` and `key` and the size they would need.
-constexpr int64_t kMaxEventPairs = int64_t{1} << 16;
-void check_event_simulation_size(const simulator::Scenario& s, const std::string& where, const std::string& key,
-                                 const std::string& hint);
+// Event-level simulations hold every (chunk, layer) pass: bounded in the simulator (simulator.h).
+using simulator::check_event_simulation_size;
+using simulator::kMaxEventPairs;
 
 }  // namespace oomb::cli

@@ -10,6 +10,7 @@
 #include "core/format.h"
 #include "planner/plan.h"
 #include "planner/search.h"
+#include "step/run_record.h"
 
 namespace oomb::gui {
 
@@ -325,6 +326,21 @@ void ViewModel::compare_overlay() {
   if (!overlay_) return;
   overlay_->comparison = {};
   if (const Timeline* t = timeline(); t && t->ok) overlay_->comparison = traces::compare(t->trace, overlay_->trace);
+  overlay_->validation.reset();
+  overlay_->validation_error.clear();
+  if (!results_.ok) {
+    overlay_->validation_error = results_.error;
+    return;
+  }
+  try {
+    planner::ValidationRequest r;
+    r.trace = &overlay_->trace;
+    r.trace_where = overlay_->path;
+    r.scenario = results_.scenario;
+    overlay_->validation = planner::validate_run(r);
+  } catch (const std::exception& e) {
+    overlay_->validation_error = e.what();
+  }
 }
 
 void ViewModel::poll_timeline() {
@@ -355,11 +371,11 @@ std::string ViewModel::load_trace(const std::string& path, bool adopt_run_config
     auto o = std::make_unique<Overlay>();
     o->path = path;
     o->trace = traces::read_trace(path);
-    const Json& x = o->trace.metadata.extra;
-    if (adopt_run_config && x.is_object() && x.contains("model") && x["model"].is_string() && x.contains("config")) {
+    if (adopt_run_config && o->trace.metadata.source != "simulator") {
+      const step::RunRecord run = step::run_record_from_json(o->trace.metadata.extra, path);
       Inputs next = inputs_;
-      next.model = x["model"].get<std::string>();
-      next.config = simulator::config_from_json(x["config"], path + ": metadata.extra.config");
+      next.model = run.model;
+      next.config = run.config;
       set_inputs(next);
     }
     for (size_t i = 0; i < o->trace.events.size(); ++i) o->by_key.emplace(event_key(o->trace.events[i]), i);

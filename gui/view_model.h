@@ -9,10 +9,12 @@
 #include <future>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
 
+#include "planner/validation.h"
 #include "simulator/simulator.h"
 #include "traces/trace.h"
 
@@ -122,6 +124,10 @@ struct Overlay {
   traces::Trace trace;
   std::map<EventKey, size_t> by_key;  // first measured event per key
   traces::Comparison comparison;      // vs the predicted timeline (empty until one exists)
+  // `oomb validate`'s verdict on this trace against the current inputs (planner::validate_run, the
+  // same terms and tolerances); empty with validation_error set when it cannot be judged.
+  std::optional<planner::Validation> validation;
+  std::string validation_error;
 };
 
 class ViewModel {

@@ -7,6 +7,9 @@ bool executable(const simulator::Config& c, std::string* why) {
   auto storable = [](const std::string& d) { return d == "fp32" || d == "bf16"; };
   if (c.schedule != simulator::Schedule::oomb)
     reason = "the standard schedule is a baseline on paper: the executor runs the oomb schedule";
+  else if (c.implementation == simulator::Implementation::published)
+    reason = "it describes the published implementation's memory (--preset oomb-published), which is modelled, not "
+             "run: plan without the preset for this project's executor";
   else if (c.attention == simulator::Attention::sparse && c.selection != "published" && c.selection != "per-kv-head")
     reason = "selection rule " + c.selection + " is modelled, not executed (the executor runs published and per-kv-head)";
   else if (!storable(c.kv_dtype) || !storable(c.kv_grad_dtype))

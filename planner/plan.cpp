@@ -19,32 +19,7 @@ Json Allocation::to_json() const {
           {"host_other_bytes", host_other_bytes}};
 }
 
-Json PlanBuffer::to_json() const {
-  return {{"name", name}, {"category", category}, {"tier", tier}, {"shape", shape},
-          {"dtype", dtype}, {"bytes", bytes}, {"phases", phases}};
-}
-
 namespace {
-
-PlanBuffer buffer_from_json(const Json& j, const std::string& where) {
-  JsonReader r(j, where);
-  if (!j.is_object()) r.fail("", "is not an object", "{\"name\", \"category\", \"tier\", \"shape\", \"dtype\", \"bytes\", \"phases\"}");
-  PlanBuffer b;
-  b.name = r.str("name");
-  b.category = r.str("category");
-  b.tier = r.str("tier");
-  if (b.tier != "device" && b.tier != "host") r.fail("tier", "'" + b.tier + "' is not a tier", "device or host");
-  b.shape = r.str_or("shape", "");
-  b.dtype = r.str("dtype");
-  b.bytes = r.i64("bytes");
-  const Json& phases = r.array("phases");
-  if (phases.empty()) r.fail("phases", "is empty", "the phases in which the buffer is alive, e.g. [\"loss\"]");
-  for (const auto& p : phases) {
-    if (!p.is_string()) r.fail("phases", "must be an array of phase names");
-    b.phases.push_back(simulator::to_string(simulator::phase_from_string(p.get<std::string>(), where + ": phases")));
-  }
-  return b;
-}
 
 Allocation allocation_from_json(const Json& j, const std::string& where) {
   JsonReader r(j, where);
@@ -103,7 +78,7 @@ Json Plan::to_json() const {
   j["allocation"] = allocation.to_json();
   j["prediction"] = prediction;
   j["buffers"] = Json::array();
-  for (const auto& b : buffers) j["buffers"].push_back(b.to_json());
+  for (const auto& b : buffers) j["buffers"].push_back(step::to_json(b));
   j["notes"] = notes;
   j["model_spec"] = model.to_json();
   j["gpu_spec"] = gpu.to_json();
@@ -150,7 +125,7 @@ Plan make_plan(const simulator::Scenario& s, const simulator::Summary& predictio
   const simulator::PhaseMask peak_bit = simulator::phase_bit(t.device_peak().phase);
   for (const auto& r : t.rows) {
     if (r.tier == simulator::Tier::device) {
-      if (r.name == "kv_pool" || r.name == "kv_grad_pool") a.device_pool_bytes += r.bytes;
+      if (r.name == step::row::kKvPool || r.name == step::row::kKvGradPool) a.device_pool_bytes += r.bytes;
       else if (r.category == "runtime_reserve") a.runtime_reserve_bytes += r.bytes;
       else if (r.phases & peak_bit) a.workspace_bytes += r.bytes;
     } else if (r.category == "kv_pages" || r.category == "kv_grad_pages") {
@@ -158,15 +133,9 @@ Plan make_plan(const simulator::Scenario& s, const simulator::Summary& predictio
     } else {
       a.host_other_bytes += r.bytes;
     }
-    PlanBuffer b;
-    b.name = r.name;
-    b.category = r.category;
-    b.tier = r.tier == simulator::Tier::device ? "device" : "host";
-    b.shape = r.shape;
-    b.dtype = r.dtype;
-    b.bytes = r.bytes;
-    b.phases = simulator::phase_names(r.phases);
-    p.buffers.push_back(std::move(b));
+    p.buffers.push_back(r);
+    p.buffers.back().lifetime.clear();
+    p.buffers.back().formula.clear();
   }
   // The executor reserves nothing for the runtime; keep the GPU's figure for the reader even when
   // the peak is measured as "allocated" (the table then has no reserve row).
@@ -193,9 +162,9 @@ Plan plan_from_json(const Json& j, const std::string& where) {
   if (r.has("buffers")) {  // plans written before the buffer table have none
     const Json& rows = r.array("buffers");
     for (size_t i = 0; i < rows.size(); ++i) {
-      p.buffers.push_back(buffer_from_json(rows[i], where + ": buffers[" + std::to_string(i) + "]"));
+      p.buffers.push_back(step::buffer_row_from_json(rows[i], where + ": buffers[" + std::to_string(i) + "]"));
       for (size_t k = 0; k < i; ++k)
-        if (p.buffers[k].name == p.buffers[i].name)
+        if (p.buffers[k].name == p.buffers[i].name && p.buffers[k].tier == p.buffers[i].tier)
           r.fail("buffers", "row '" + p.buffers[i].name + "' appears twice (" + std::to_string(k) + " and " +
                                 std::to_string(i) + ")",
                  "one row per buffer name; re-run `oomb plan --out`");

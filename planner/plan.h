@@ -34,24 +34,16 @@ struct Allocation {
   Json to_json() const;
 };
 
-// One row of the buffer table the plan carries (docs/model.md): what the simulator predicts the
-// run holds; the executor checks its own sizes against it. JSON: {"name", "category", "tier"
-// ("device" | "host"), "shape" (text), "dtype", "bytes", "phases" (phase names)}.
-struct PlanBuffer {
-  std::string name, category, tier, shape, dtype;
-  int64_t bytes = 0;
-  std::vector<std::string> phases;
-
-  Json to_json() const;
-};
-
 struct Plan {
   std::string model_id, gpu_id, host_id;
   int64_t context_tokens = 0;
   simulator::Config config;  // every knob, context included
   Allocation allocation;
   Json prediction;           // simulator::to_json(Summary) of the fast path the plan was chosen on
-  std::vector<PlanBuffer> buffers;  // the memory table, device and host rows (empty in older plans)
+  // The step's buffer table (step/buffers.h), device and host rows, as the simulator priced it; the
+  // executor allocates under these rows and refuses to start when its own need exceeds one. JSON
+  // per row: name, category, tier, shape (text), dtype, bytes, phases (empty in older plans).
+  std::vector<step::BufferRow> buffers;
   std::string objective;     // "time", "memory" or "context"
   double headroom = 0.05;    // share of HBM capacity the plan leaves free
   std::vector<std::string> notes;  // loud remarks: sparse fallback, tensor parallelism on paper

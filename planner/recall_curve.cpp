@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "core/error.h"
+#include "step/run_record.h"
 
 namespace oomb::planner {
 
@@ -29,23 +30,22 @@ RecallPoint recall_point_from_run(const Json& extra, const std::string& where, s
   if (!extra.is_object() || !extra.contains("config") || !extra.contains("measured"))
     throw Error(where, "metadata.extra", "is not a trace of `oomb run` (no config or measurements)",
                 "record one with oomb run --attention sparse --measure-recall --trace FILE");
-  const JsonReader cfg(extra.at("config"), where + ": metadata.extra.config");
-  if (cfg.str_or("attention", "dense") != "sparse")
+  const step::RunRecord run = step::run_record_from_json(extra, where);
+  if (run.config.attention != step::Attention::sparse)
     throw Error(where, "attention", "was a dense run: recall is measured for sparse attention",
                 "record it with oomb run --attention sparse --measure-recall --trace FILE");
-  const JsonReader ms(extra.at("measured"), where + ": metadata.extra.measured");
-  if (!ms.has("mean_recall") || !ms.has("min_recall"))
+  if (!run.mean_recall || !run.min_recall)
     throw Error(where, "mean_recall", "the run did not measure recall",
                 "record it with oomb run --attention sparse --measure-recall --trace FILE");
   RecallPoint p;
-  p.budget = cfg.i64_positive("page_budget");
-  p.page_tokens = cfg.i64_positive("page_tokens");
-  p.context_tokens = cfg.i64_positive("context_tokens");
-  p.chunk_tokens = cfg.i64_positive("chunk_tokens");
-  p.mean_recall = ms.f64("mean_recall");
-  p.min_recall = ms.f64("min_recall");
+  p.budget = run.config.page_budget;
+  p.page_tokens = run.config.page_tokens;
+  p.context_tokens = run.config.context_tokens;
+  p.chunk_tokens = run.config.chunk_tokens;
+  p.mean_recall = *run.mean_recall;
+  p.min_recall = *run.min_recall;
   p.source = where;
-  if (model) *model = JsonReader(extra, where + ": metadata.extra").str("model");
+  if (model) *model = run.model;
   return p;
 }
 

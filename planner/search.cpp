@@ -740,7 +740,7 @@ bool dominated_by(const Candidate& a, const Candidate& b) {
   return mb < ma || tb < ta || (exactness(b.config) < exactness(a.config));
 }
 
-std::vector<Candidate> pareto_frontier(const std::vector<Candidate>& cands) {
+std::vector<Candidate> pareto_frontier(const std::vector<Candidate>& cands, const Candidate* chosen) {
   std::vector<const Candidate*> v;
   for (const auto& k : cands) v.push_back(&k);
   std::sort(v.begin(), v.end(), [](const Candidate* a, const Candidate* b) {
@@ -752,7 +752,12 @@ std::vector<Candidate> pareto_frontier(const std::vector<Candidate>& cands) {
   std::map<decltype(exactness(Config{})), std::vector<const Candidate*>> by_class;
   for (const Candidate* k : v) {
     auto& f = by_class[exactness(k->config)];
-    if (f.empty() || k->summary.step_s < f.back()->summary.step_s) f.push_back(k);
+    if (f.empty() || k->summary.step_s < f.back()->summary.step_s) {
+      f.push_back(k);
+    } else if (chosen && k->summary.peak_device_bytes == f.back()->summary.peak_device_bytes &&
+               k->summary.step_s == f.back()->summary.step_s && k->config.to_json() == chosen->config.to_json()) {
+      f.back() = k;  // an exact twin of the chosen plan gives its place to it
+    }
   }
   std::vector<const Candidate*> pts;
   for (const auto& [cls, f] : by_class)

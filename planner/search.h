@@ -131,7 +131,8 @@ const Candidate* select_best(const std::vector<Candidate>& cands, Objective o,
 bool dominated_by(const Candidate& a, const Candidate& b);
 // Non-dominated points over (peak device bytes, step time, exactness), by increasing memory; the
 // frontier therefore spans KV-gradient dtypes (and budgets when sparse competes).
-std::vector<Candidate> pareto_frontier(const std::vector<Candidate>& cands);
+// chosen (optional): where points tie exactly in memory and time, the chosen plan is the one kept.
+std::vector<Candidate> pareto_frontier(const std::vector<Candidate>& cands, const Candidate* chosen = nullptr);
 
 struct MaxContext {
   simulator::Attention attention = simulator::Attention::dense;

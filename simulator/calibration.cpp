@@ -1,4 +1,5 @@
 #include "simulator/calibration.h"
+#include "step/run_record.h"
 
 #include <Eigen/Dense>
 #include <algorithm>
@@ -157,40 +158,17 @@ void apply_cpu_run(Scenario& s) {
   s.config.peak_measure = PeakMeasure::allocated;
 }
 
-RunPageDtypes executor_page_dtypes(const traces::Trace& t) {
-  RunPageDtypes d;
-  const Json& x = t.metadata.extra;
-  if (!x.is_object() || !x.contains("measured") || !x["measured"].is_object()) return d;
-  const Json& m = x["measured"];
-  if (m.contains("kv_dtype") && m["kv_dtype"].is_string()) d.kv = m["kv_dtype"].get<std::string>();
-  if (m.contains("kv_grad_dtype") && m["kv_grad_dtype"].is_string())
-    d.kv_grad = m["kv_grad_dtype"].get<std::string>();
-  return d;
-}
-
 Scenario scenario_of_trace(const traces::Trace& t, const std::string& where, const models::GpuSpec& gpu) {
-  const Json& x = t.metadata.extra;
   if (t.metadata.source == "simulator")
     throw Error(where, "metadata.source", "is a prediction, not a measurement", "give a trace from `oomb run --trace`");
-  if (!x.is_object() || !x.contains("model") || !x["model"].is_string() || !x.contains("config"))
-    throw Error(where, "metadata.extra", "does not record the run's model and configuration",
-                "a trace written by `oomb run --trace`");
+  const step::RunRecord run = step::run_record_from_json(t.metadata.extra, where);
   Scenario s;
-  s.model = models::load_model(x["model"].get<std::string>());
+  s.model = models::load_model(run.model);
   s.gpu = gpu;
   s.host = models::load_host(gpu.default_host.empty() ? "workstation-128g" : gpu.default_host);
-  s.config = config_from_json(x["config"], where + ": metadata.extra.config");
+  s.config = run.config;
   validate_document(s.config, s.model, where + ": metadata.extra.config");
-  // Both executor backends run fp32 parameters and activations (the CUDA backend converts to bf16
-  // only inside its tensor-core attention) and store pages as the run's measured block says: cpu,
-  // host-timed cuda and CUPTI-timed cuda.
-  const std::string& src = t.metadata.source;
-  if (src == "cpu" || src == "cuda" || src == "cuda-cupti") {
-    apply_cpu_run(s);
-    const RunPageDtypes pages = executor_page_dtypes(t);
-    s.config.kv_dtype = pages.kv;
-    s.config.kv_grad_dtype = pages.kv_grad;
-  }
+  s.config.peak_measure = PeakMeasure::allocated;  // the runtime's own allocations
   return s;
 }
 
@@ -202,10 +180,7 @@ std::vector<CalibrationSample> calibration_samples(const traces::Trace& t, const
                     "': calibration needs one event per (stage, chunk, layer, pass)",
                 "record with `oomb run --trace FILE --detail layer` (or op)");
   const Scenario s = scenario_of_trace(t, where, gpu);
-  double steps = 1;
-  const Json& x = t.metadata.extra;
-  if (x.contains("measured") && x["measured"].is_object() && x["measured"].contains("steps"))
-    steps = std::max(1.0, x["measured"]["steps"].get<double>());
+  const double steps = static_cast<double>(step::run_record_from_json(t.metadata.extra, where).steps);
   // Occurrences of each (stage, chunk, layer, pass), in trace order.
   std::map<std::tuple<int, int64_t, int64_t, std::string>, std::vector<double>> seen;
   for (const auto& e : t.events)

@@ -32,17 +32,9 @@ std::optional<OpWork> pass_work(const Scenario& s, int64_t chunk, const std::str
 // (kept: the executor stores the configured page dtype, fp32 or bf16); peak as allocated.
 void apply_cpu_run(Scenario& s);
 
-// The page dtypes an executor run stored: the trace's measured block (metadata.extra.measured
-// kv_dtype, kv_grad_dtype). Traces written before the executor stored bf16 pages lack them: those
-// runs stored fp32 pages whatever their config says.
-struct RunPageDtypes {
-  std::string kv = "fp32", kv_grad = "fp32";
-};
-RunPageDtypes executor_page_dtypes(const traces::Trace& t);
-
-// The scenario a measured trace (from `oomb run --trace`) ran: its model and config, on `gpu`, with
-// what the executor ran for traces of its backends (cpu, cuda, cuda-cupti): apply_cpu_run and the
-// page dtypes of executor_page_dtypes. Throws Error naming the file when it lacks them.
+// The scenario a measured trace (from `oomb run --trace`) ran: its run record's model and
+// configuration as run (step/run_record.h: the storage dtypes it stored), on `gpu`, peak as
+// allocated. Throws Error naming the file when it is no run's trace.
 Scenario scenario_of_trace(const traces::Trace& t, const std::string& where, const models::GpuSpec& gpu);
 
 // One measured pass and its predicted work. measured_s: the fastest of its occurrences when the

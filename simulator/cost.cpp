@@ -12,11 +12,7 @@
 namespace oomb::simulator {
 namespace detail {
 
-int64_t param_count(const Scenario& s) {
-  const auto& m = s.model;
-  int64_t L = effective_layers(s.config, m);
-  return m.embedding_params() + m.lm_head_params() + L * m.params_per_layer() + m.hidden;
-}
+int64_t param_count(const Scenario& s) { return step::param_count(s.model, s.config); }
 
 WorkTerms& WorkTerms::operator+=(const WorkTerms& o) {
   gemm_s += o.gemm_s;

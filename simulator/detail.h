@@ -3,29 +3,20 @@
 #include <cstdint>
 
 #include "simulator/simulator.h"
+#include "step/geometry.h"
 
 namespace oomb::simulator::detail {
 
-struct Geometry {
-  int64_t L = 0, N = 0, G = 1;                 // layers, context tokens, tensor-parallel GPUs
-  int64_t Lr = 0;                              // layers recomputed in the backward (0 .. Lr-1)
-  int64_t h = 0, qd = 0, kvd = 0, f = 0, V = 0;  // per-GPU shapes (h and V unsharded)
-  int64_t q_heads = 0, kv_heads = 0, head_dim = 0;
-  int64_t act_b = 2, kv_b = 2, grad_b = 4;
-  bool oomb = true, sparse = false, offload = false, fused_loss = false;
-  int64_t C = 0, p = 0, n = 0, P = 0, q = 0, R = 0, B = 0, T = 0;
-  double overlap = 0;
-  int64_t select_groups = 1;  // sparse: selections per query page (per-kv-head: one per KV head)
-  int64_t kv_page_bytes = 0, grad_page_bytes = 0, summary_bytes = 0;
-};
+using step::Geometry;
 
-Geometry geometry(const Scenario& s);        // validates the config first
-int64_t prefix_pages(const Geometry& g, int64_t c);
-int64_t own_pages(const Geometry& g, int64_t c);
-int64_t chunk_tokens_of(const Geometry& g, int64_t c);
-int64_t union_pages(const Geometry& g, int64_t c);           // pages copied in for chunk c
-int64_t attended_prefix_pages(const Geometry& g, int64_t c);  // pages each query page attends
-int64_t param_count(const Scenario& s);                        // with --layers applied
+Geometry geometry(const Scenario& s);  // step::geometry(model, config): validates the config first
+inline int64_t prefix_pages(const Geometry& g, int64_t c) { return g.prefix_pages(c); }
+inline int64_t own_pages(const Geometry& g, int64_t c) { return g.own_pages(c); }
+inline int64_t chunk_tokens_of(const Geometry& g, int64_t c) { return g.chunk_len(c); }
+using step::union_pages;            // pages copied in for chunk c
+using step::attended_prefix_pages;  // pages each query page attends
+int64_t param_count(const Scenario& s);  // with --layers applied
+step::Target target_of(const Scenario& s);  // the backend the scenario's GPU profile plans for
 MemoryTable memory_table(const Scenario& s, bool describe);  // describe=false: bytes only
 MemoryTable memory_table(const Scenario& s, const Geometry& g, bool describe);  // g = geometry(s)
 

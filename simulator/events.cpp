@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/error.h"
+#include "core/format.h"
 #include "core/units.h"
 #include "simulator/detail.h"
 #include "simulator/simulator.h"
@@ -223,7 +225,7 @@ EventResult simulate_events(const Scenario& s, traces::Detail detail) {
   // sampled from the page changes), per phase of the step.
   int64_t pools = 0;
   for (const auto& r : table.rows)
-    if (r.tier == Tier::device && (r.name == "kv_pool" || r.name == "kv_grad_pool")) pools += r.bytes;
+    if (r.tier == Tier::device && (r.name == step::row::kKvPool || r.name == step::row::kKvGradPool)) pools += r.bytes;
   int64_t outside_pools[6] = {};
   for (Phase p : phases_of(s.config.schedule))
     outside_pools[static_cast<int>(p)] = table.device_bytes_in(p) - pools;
@@ -292,6 +294,23 @@ EventResult simulate_events(const Scenario& s, traces::Detail detail) {
   res.trace.summary.peak_host_bytes = sum.peak_host_bytes;
   res.summary = sum;
   return res;
+}
+
+void check_event_simulation_size(const Scenario& s, const std::string& where, const std::string& key,
+                                 const std::string& hint) {
+  const Config& c = s.config;
+  const int64_t layers = effective_layers(c, s.model);
+  const int64_t chunks = c.schedule == Schedule::oomb ? ceil_div(c.context_tokens, c.chunk_tokens) : 1;
+  if (chunks <= kMaxEventPairs / layers) return;
+  // Measured: `oomb simulate --model qwen2.5-7b --gpu h200 --context 4M --timeline t.json` (1024
+  // chunks x 28 layers) peaks at 136 MB resident and writes 58.7 MB: ~4.7 KB and ~2 KB per pair.
+  const double pairs = static_cast<double>(chunks) * static_cast<double>(layers);
+  throw Error(where, key,
+              "an event-level simulation of " + std::to_string(chunks) + " chunks x " + std::to_string(layers) +
+                  " layers would need about " + format_bytes(static_cast<int64_t>(std::min(pairs * 4700.0, 9e18))) +
+                  " of memory (and " + format_bytes(static_cast<int64_t>(std::min(pairs * 2000.0, 9e18))) +
+                  " per written timeline); the limit is " + std::to_string(kMaxEventPairs) + " (chunk, layer) pairs",
+              hint);
 }
 
 }  // namespace oomb::simulator

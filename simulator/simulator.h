@@ -12,6 +12,7 @@
 #include "core/json_util.h"
 #include "models/specs.h"
 #include "simulator/config.h"
+#include "step/buffers.h"
 #include "traces/trace.h"
 
 namespace oomb::simulator {
@@ -23,74 +24,19 @@ struct Scenario {
   Config config;
 };
 
-enum class Tier { device, host };
-
-// The phases of one step in which buffers live (docs/model.md). oomb: stage 1 layer forward
-// (fill), stage 2 forward recompute, loss, layer backward, optimizer step; standard: forward,
-// loss, backward, optimizer.
-enum class Phase : uint8_t { fill, recompute, loss, backward, optimizer, forward };
-const char* to_string(Phase p);
-Phase phase_from_string(const std::string& s, const std::string& where);  // throws oomb::Error
-using PhaseMask = uint32_t;                                                // bit i = Phase i
-constexpr PhaseMask phase_bit(Phase p) { return PhaseMask{1} << static_cast<unsigned>(p); }
-std::vector<Phase> phases_of(Schedule s);  // in step order
-PhaseMask all_phases(Schedule s);          // the mask of phases_of(s)
-std::vector<std::string> phase_names(PhaseMask m);  // in step order (forward before loss)
-
-// One row of the memory table: a buffer (or a class of identical buffers), its bytes and the
-// phases in which it is alive. Totals are derived from the rows, never hand-summed.
-struct Buffer {
-  std::string name;      // "kv_pool", "layer_input_checkpoints", ...
-  std::string category;  // breakdown key: "weights", "kv_pages", ...
-  Tier tier = Tier::device;
-  std::string shape;     // dimensions, e.g. "[28, 4096, 3584]" (describe only)
-  std::string dtype;     // element type: "fp32", "bf16", "int32", "uint8", ...
-  int64_t bytes = 0;
-  PhaseMask phases = 0;  // where it is alive (always set, also on the fast path)
-  std::string lifetime;  // the phases in words, for people
-  std::string formula;   // how bytes are computed (GUI tooltips, --explain)
-};
-
-// Page geometry and counts of one scenario (docs/schedule.md); all counts per GPU.
-struct PageCounts {
-  int64_t layers = 0;             // effective layers
-  int64_t chunks = 0;             // n
-  int64_t pages_per_layer = 0;    // P
-  int64_t pages_per_chunk = 0;    // C / p
-  int64_t kv_page_bytes = 0;
-  int64_t grad_page_bytes = 0;
-  int64_t kv_pool_pages = 0;      // device pool high-water marks (sparse: with the modelled union)
-  int64_t grad_pool_pages = 0;
-  // Device pool allocations: the high-water marks in dense mode; sparse pools are allocated for the
-  // union's bound (B pages per query page and selection group), not the modelled overlap.
-  int64_t kv_pool_capacity_pages = 0;
-  int64_t grad_pool_capacity_pages = 0;
-  int64_t host_kv_pages = 0;      // host tier (offload only)
-  int64_t host_grad_pages = 0;
-  int64_t max_union_pages = 0;    // sparse: largest prefix set of a chunk (dense: the prefix)
-};
-
-// The peak is the maximum over the schedule's phases of the bytes alive in a phase (pools at
-// their allocated capacity); ties go to the first phase in step order.
-struct MemoryTable {
-  std::vector<Buffer> rows;
-  PageCounts pages;
-  Schedule schedule = Schedule::oomb;
-  struct PhasePeak {
-    Phase phase = Phase::fill;
-    int64_t bytes = 0;
-    std::map<std::string, int64_t> breakdown;  // by category, at that phase
-  };
-  PhasePeak device_peak(bool include_reserve = true) const;
-  PhasePeak host_peak() const;
-  // Bytes alive in one phase (no breakdown).
-  int64_t device_bytes_in(Phase p, bool include_reserve = true) const;
-  // The peaks over phases (device_peak().bytes, host_peak().bytes) and their breakdowns.
-  int64_t device_bytes(bool include_reserve = true) const;
-  int64_t host_bytes() const;
-  std::map<std::string, int64_t> device_breakdown() const;
-  std::map<std::string, int64_t> host_breakdown() const;
-};
+// The description of one step (step/): tiers, phases, the buffer table and its page counts.
+using step::to_string;  // Tier, Phase, BackendKind too
+using step::Tier;
+using step::Phase;
+using step::PhaseMask;
+using step::phase_bit;
+using step::phase_from_string;
+using step::phases_of;
+using step::all_phases;
+using step::phase_names;
+using Buffer = step::BufferRow;
+using step::PageCounts;
+using MemoryTable = step::BufferTable;
 
 // The simulation summary (DESIGN.md section 2) plus supporting figures.
 struct Summary {
@@ -135,5 +81,13 @@ struct EventResult {
   Summary summary;
 };
 EventResult simulate_events(const Scenario& s, traces::Detail detail);
+
+// Event-level simulations (simulate --timeline/--chrome/--report, validate's re-simulation, the
+// GUI's timeline) hold every (chunk, layer) pass in memory whatever the detail: beyond
+// kMaxEventPairs pairs they are refused with an Error naming `where` and `key` and the size they
+// would need.
+constexpr int64_t kMaxEventPairs = int64_t{1} << 16;
+void check_event_simulation_size(const Scenario& s, const std::string& where, const std::string& key,
+                                 const std::string& hint);
 
 }  // namespace oomb::simulator

@@ -332,6 +332,7 @@ class Out {
 }  // namespace
 
 void CpuBackend::embedding_fwd(const int32_t* ids, int64_t rows, ConstTensor table, int64_t hidden, Tensor out) {
+  extents::embedding("embedding_fwd", rows, hidden, out);
   // Only the rows looked up are loaded (a bf16 table is not converted whole).
   Out y(out, rows * hidden, false);
   if (table.dtype == DType::f32) {
@@ -342,6 +343,7 @@ void CpuBackend::embedding_fwd(const int32_t* ids, int64_t rows, ConstTensor tab
   for (int64_t r = 0; r < rows; ++r) bf16_to_f32(t + static_cast<int64_t>(ids[r]) * hidden, y + r * hidden, hidden);
 }
 void CpuBackend::embedding_bwd(const int32_t* ids, int64_t rows, ConstTensor dout, int64_t hidden, Tensor dt) {
+  extents::embedding("embedding_bwd", rows, hidden, dout);
   In d(dout, rows * hidden);
   if (dt.dtype == DType::f32) {
     cpu::embedding_bwd(ids, rows, d, hidden, dt.f32());
@@ -367,24 +369,29 @@ void CpuBackend::embedding_bwd(const int32_t* ids, int64_t rows, ConstTensor dou
 }
 void CpuBackend::rmsnorm_fwd(ConstTensor x, ConstTensor w, int64_t rows, int64_t dim, float eps, Tensor y,
                              float* rstd) {
+  extents::rmsnorm("rmsnorm_fwd", x, w, rows, dim, y);
   In xi(x, rows * dim), wi(w, dim);
   Out yo(y, rows * dim, false);
   cpu::rmsnorm_fwd(xi, wi, rows, dim, eps, yo, rstd);
 }
 void CpuBackend::rmsnorm_bwd(ConstTensor x, ConstTensor w, const float* rstd, ConstTensor dy, int64_t rows,
                              int64_t dim, Tensor dx, Tensor dw) {
+  extents::rmsnorm("rmsnorm_bwd", x, w, rows, dim, dy);
+  extents::rmsnorm("rmsnorm_bwd", dx, dw, rows, dim, dx);
   In xi(x, rows * dim), wi(w, dim), dyi(dy, rows * dim);
   Out dxo(dx, rows * dim, true), dwo(dw, dim, true);
   cpu::rmsnorm_bwd(xi, wi, rstd, dyi, rows, dim, dxo, dwo);
 }
 void CpuBackend::linear_fwd(ConstTensor x, int64_t rows, int64_t in, ConstTensor w, ConstTensor b, int64_t out,
                             Tensor y) {
+  extents::linear_fwd(x, rows, in, w, b, out, y);
   In xi(x, rows * in), wi(w, out * in), bi(b, out);
   Out yo(y, rows * out, false);
   cpu::linear_fwd(xi, rows, in, wi, bi, out, yo);
 }
 void CpuBackend::linear_bwd(ConstTensor x, int64_t rows, int64_t in, ConstTensor w, int64_t out, ConstTensor dy,
                             Tensor dx, bool acc, Tensor dw, Tensor db) {
+  extents::linear_bwd(x, rows, in, w, out, dy, dx, dw, db);
   In xi(x, rows * in), wi(w, out * in), dyi(dy, rows * out);
   Out dxo(dx, rows * in, acc), dwo(dw, out * in, true), dbo(db, out, true);
   cpu::linear_bwd(xi, rows, in, wi, out, dyi, dxo, acc, dwo, dbo);
@@ -398,16 +405,19 @@ void CpuBackend::rope_bwd(Tensor dx, int64_t rows, int64_t heads, int64_t hd, in
   cpu::rope_bwd(d, rows, heads, hd, pos0, theta);
 }
 void CpuBackend::swiglu_fwd(ConstTensor g, ConstTensor u, int64_t n, Tensor out) {
+  extents::elementwise("swiglu_fwd", n, {g, u, out});
   In gi(g, n), ui(u, n);
   Out o(out, n, false);
   cpu::swiglu_fwd(gi, ui, n, o);
 }
 void CpuBackend::swiglu_bwd(ConstTensor g, ConstTensor u, ConstTensor d, int64_t n, Tensor dg, Tensor du) {
+  extents::elementwise("swiglu_bwd", n, {g, u, d, dg, du});
   In gi(g, n), ui(u, n), di(d, n);
   Out dgo(dg, n, false), duo(du, n, false);
   cpu::swiglu_bwd(gi, ui, di, n, dgo, duo);
 }
 void CpuBackend::add(Tensor y, ConstTensor x, int64_t n) {
+  extents::elementwise("add", n, {y, x});
   In xi(x, n);
   Out yo(y, n, true);
   float* d = yo;
@@ -415,6 +425,7 @@ void CpuBackend::add(Tensor y, ConstTensor x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) d[i] += s[i];
 }
 void CpuBackend::copy(Tensor dst, ConstTensor src, int64_t n) {
+  extents::elementwise("copy", n, {dst, src});
   if (dst.dtype == src.dtype) {
     if (dst.data != src.data) std::memcpy(dst.data, src.data, static_cast<size_t>(n * dtype_bytes(dst.dtype)));
     return;
@@ -464,6 +475,7 @@ const PagedAttention& CpuBackend::fp32_pages(const PagedAttention& a, PagedAtten
 }
 
 void CpuBackend::attention_fwd(const PagedAttention& a, Tensor o, float* lse) {
+  extents::attention("attention_fwd", a, {a.q, o}, {a.k_own, a.v_own});
   PagedAttention converted;
   Out oo(o, a.rows * a.q_heads * a.head_dim, false);
   cpu::attention_fwd(fp32_pages(a, converted), oo, lse);
@@ -471,6 +483,7 @@ void CpuBackend::attention_fwd(const PagedAttention& a, Tensor o, float* lse) {
 
 void CpuBackend::attention_bwd(const PagedAttention& a, ConstTensor o_, const float* lse, ConstTensor dout_,
                                Tensor dq_, Tensor dk_, Tensor dv_, const std::vector<float*>& pages) {
+  extents::attention("attention_bwd", a, {a.q, o_, dout_, dq_}, {a.k_own, a.v_own, dk_, dv_});
   PagedAttention converted;
   const PagedAttention& f = fp32_pages(a, converted);
   const int64_t nq = a.rows * a.q_heads * a.head_dim, nk = a.rows * a.kv_heads * a.head_dim;
@@ -542,6 +555,7 @@ std::vector<std::vector<int32_t>> CpuBackend::select_pages(const SelectionArgs& 
 }
 double CpuBackend::cross_entropy(ConstTensor logits, int64_t rows, int64_t vocab, const int32_t* targets, float s,
                                  Tensor grad) {
+  extents::cross_entropy(logits, rows, vocab, grad);
   // The loss and the gradient in fp32 from the exact logits; the gradient rounded once on store
   // (grad may be the logits' own storage: In has read them before Out writes back).
   const int64_t n = rows * vocab;

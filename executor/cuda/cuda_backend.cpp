@@ -30,6 +30,8 @@
 #include "executor/cuda/rope.cuh"
 #include "executor/cuda/selection.cuh"
 #include "executor/cuda/swiglu.cuh"
+#include "step/buffers.h"
+#include "step/cuda_layout.h"
 
 namespace oomb::executor {
 
@@ -37,15 +39,14 @@ using namespace cuda;
 
 namespace {
 
-constexpr int64_t kGemmWorkspaceBytes = int64_t{32} << 20;
-constexpr int64_t kAlign = 256;
+using step::cuda_scratch::kAlign;
+using step::cuda_scratch::kGemmWorkspaceBytes;
+using step::cuda_scratch::up;
 
 int64_t steady_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
-
-int64_t up(int64_t b) { return (b + kAlign - 1) / kAlign * kAlign; }
 
 // The device events behind an oomb Event returned by copy_async. Held as the shared_ptr's
 // deleter, so that std::get_deleter identifies this backend's events (Event itself is not
@@ -193,7 +194,15 @@ struct CudaBackend::Impl {
   // synchronisation: queued kernels may still use the old scratch, so it is retired (freed at the
   // next synchronize(), deallocate() or destruction) rather than freed (cudaFree would synchronise
   // the device inside the step).
-  char* scratch(int64_t bytes) {
+  char* scratch(int64_t bytes, const char* op = "an op") {
+    // Sized from the buffer table's op_scratch row (the declared need of step/cuda_scratch.h): a
+    // request beyond it is refused, never grown inside a step.
+    if (bytes > workspace_bytes && opt.fixed_workspace)
+      throw Error("op_scratch", std::to_string(bytes),
+                  std::string(op) + " needs " + std::to_string(bytes) + " bytes of op scratch and the row holds " +
+                      std::to_string(workspace_bytes) + " (its declared need, step/cuda_scratch.h, is short of what "
+                                                        "this call does)",
+                  "a bug of the declaration; --gemm-precision fp32 or bf16 changes which GEMM paths run");
     if (bytes > workspace_bytes) {
       const int64_t n = std::max(bytes, 2 * workspace_bytes);
       void* grown = nullptr;
@@ -327,7 +336,13 @@ CudaBackend::CudaBackend(CudaBackendOptions options) : impl_(std::make_unique<Im
       },
       [](void* p, int64_t) { cudaFreeHost(p); }, m.opt.host_slab_bytes, kAlign);
   m.device->reserve(m.opt.device_reserve_bytes);
-  m.scratch(std::max<int64_t>(m.opt.workspace_bytes, kAlign));
+  {
+    // Exactly the declared size when it is fixed (a run of a buffer table), else at least one block.
+    const bool fixed = m.opt.fixed_workspace;
+    m.opt.fixed_workspace = false;
+    m.scratch(fixed ? m.opt.workspace_bytes : std::max<int64_t>(m.opt.workspace_bytes, kAlign));
+    m.opt.fixed_workspace = fixed;
+  }
   m.workspace_grows = 0;
   OOMB_CUDA_CHECK(cudaMalloc(&m.gemm_workspace, static_cast<size_t>(kGemmWorkspaceBytes)));
   m.gemm = std::make_unique<Gemm>(m.gemm_workspace, kGemmWorkspaceBytes);
@@ -489,21 +504,26 @@ bool is_bf16(ConstTensor t) { return t.dtype == DType::bf16; }
 }  // namespace
 
 void CudaBackend::embedding_fwd(const int32_t* ids, int64_t rows, ConstTensor table, int64_t hidden, Tensor out) {
+  extents::embedding("embedding_fwd", rows, hidden, out);
   launch_embedding_fwd(ids, rows, table, hidden, out, impl_->compute);
 }
 
 void CudaBackend::embedding_bwd(const int32_t* ids, int64_t rows, ConstTensor dout, int64_t hidden,
                                 Tensor dtable_acc) {
+  extents::embedding("embedding_bwd", rows, hidden, dout);
   launch_embedding_bwd(ids, rows, dout, hidden, dtable_acc, impl_->compute);
 }
 
 void CudaBackend::rmsnorm_fwd(ConstTensor x, ConstTensor w, int64_t rows, int64_t dim, float eps, Tensor y,
                               float* rstd) {
+  extents::rmsnorm("rmsnorm_fwd", x, w, rows, dim, y);
   launch_rmsnorm_fwd(x, w, rows, dim, eps, y, rstd, impl_->compute);
 }
 
 void CudaBackend::rmsnorm_bwd(ConstTensor x, ConstTensor w, const float* rstd, ConstTensor dy, int64_t rows,
                               int64_t dim, Tensor dx_acc, Tensor dw_acc) {
+  extents::rmsnorm("rmsnorm_bwd", x, w, rows, dim, dy);
+  extents::rmsnorm("rmsnorm_bwd", dx_acc, dw_acc, rows, dim, dx_acc);
   Impl& m = *impl_;
   // A bf16 dw gets its column sums in an fp32 scratch before its one rounding.
   float* dw_scratch =
@@ -665,6 +685,7 @@ int64_t steps_scratch_bytes(const std::vector<GemmStep>& steps, const std::vecto
 // Row-major y[rows, out] = x[rows, in] W[out, in]^T is column-major y^T = W x^T.
 void CudaBackend::linear_fwd(ConstTensor x, int64_t rows, int64_t in, ConstTensor w, ConstTensor b, int64_t out,
                              Tensor y) {
+  extents::linear_fwd(x, rows, in, w, b, out, y);
   Impl& m = *impl_;
   if (rows <= 0 || out <= 0) return;
   Operand wo(w, out, in), xo(x, rows, in);
@@ -686,6 +707,7 @@ void CudaBackend::linear_fwd(ConstTensor x, int64_t rows, int64_t in, ConstTenso
 
 void CudaBackend::linear_bwd(ConstTensor x, int64_t rows, int64_t in, ConstTensor w, int64_t out, ConstTensor dy,
                              Tensor dx, bool accumulate_dx, Tensor dw_acc, Tensor db_acc) {
+  extents::linear_bwd(x, rows, in, w, out, dy, dx, dw_acc, db_acc);
   Impl& m = *impl_;
   if (rows <= 0 || out <= 0) return;
   Operand wo(w, out, in), xo(x, rows, in), dyo(dy, rows, out);
@@ -753,17 +775,23 @@ void CudaBackend::rope_bwd(Tensor dx, int64_t rows, int64_t heads, int64_t head_
 }
 
 void CudaBackend::swiglu_fwd(ConstTensor gate, ConstTensor up_, int64_t n, Tensor out) {
+  extents::elementwise("swiglu_fwd", n, {gate, up_, out});
   launch_swiglu_fwd(gate, up_, n, out, impl_->compute);
 }
 
 void CudaBackend::swiglu_bwd(ConstTensor gate, ConstTensor up_, ConstTensor dout, int64_t n, Tensor dgate,
                              Tensor dup) {
+  extents::elementwise("swiglu_bwd", n, {gate, up_, dout, dgate, dup});
   launch_swiglu_bwd(gate, up_, dout, n, dgate, dup, impl_->compute);
 }
 
-void CudaBackend::add(Tensor y, ConstTensor x, int64_t n) { launch_add(y, x, n, impl_->compute); }
+void CudaBackend::add(Tensor y, ConstTensor x, int64_t n) {
+  extents::elementwise("add", n, {y, x});
+  launch_add(y, x, n, impl_->compute);
+}
 
 void CudaBackend::copy(Tensor dst, ConstTensor src, int64_t n) {
+  extents::elementwise("copy", n, {dst, src});
   if (n <= 0) return;
   if (dst.dtype != src.dtype) {
     launch_convert(dst, src, n, impl_->compute);
@@ -915,6 +943,7 @@ class Fp32Rows {
 }  // namespace
 
 void CudaBackend::attention_fwd(const PagedAttention& a, Tensor o, float* lse) {
+  extents::attention("attention_fwd", a, {a.q, o}, {a.k_own, a.v_own});
   Impl& m = *impl_;
   const SelectCsr csr = csr_of(a);
   Metadata md;
@@ -946,6 +975,7 @@ void CudaBackend::attention_fwd(const PagedAttention& a, Tensor o, float* lse) {
 void CudaBackend::attention_bwd(const PagedAttention& a, ConstTensor o, const float* lse, ConstTensor dout,
                                 Tensor dq, Tensor dk_own, Tensor dv_own,
                                 const std::vector<float*>& prefix_grad_pages) {
+  extents::attention("attention_bwd", a, {a.q, o, dout, dq}, {a.k_own, a.v_own, dk_own, dv_own});
   Impl& m = *impl_;
   OOMB_ASSERT(prefix_grad_pages.size() == a.prefix_pages.size(), "one gradient page per prefix page");
   const SelectCsr csr = csr_of(a);
@@ -1057,6 +1087,7 @@ std::vector<std::vector<int32_t>> CudaBackend::select_pages(const SelectionArgs&
 
 double CudaBackend::cross_entropy(ConstTensor logits, int64_t rows, int64_t vocab, const int32_t* targets,
                                   float scale_, Tensor grad) {
+  extents::cross_entropy(logits, rows, vocab, grad);
   Impl& m = *impl_;
   OOMB_ASSERT(grad.data != logits.data || grad.dtype == logits.dtype, "an in-place loss gradient keeps the dtype");
   char* ws = m.scratch(up(std::max<int64_t>(rows, 1) * 8) + kAlign);
@@ -1076,8 +1107,15 @@ void CudaBackend::adamw(Tensor param, float* master, ConstTensor grad, float* m_
 int64_t CudaBackend::gemm_workspace_bytes() const { return kGemmWorkspaceBytes; }
 
 std::vector<BackendBuffer> CudaBackend::device_buffers() const {
-  return {{"gemm_workspace", "backend_scratch", gemm_workspace_bytes()},
-          {"op_scratch", "backend_scratch", scratch_bytes()}};
+  return {{step::row::kGemmWorkspace, "backend_scratch", gemm_workspace_bytes()},
+          {step::row::kOpScratch, "backend_scratch", scratch_bytes()}};
+}
+
+step::Target CudaBackend::target() const {
+  step::Target t;
+  t.backend = step::BackendKind::cuda;
+  t.bf16_gemm = impl_->opt.gemm_precision == CudaGemmPrecision::bf16;
+  return t;
 }
 
 int64_t CudaBackend::scratch_bytes() const { return impl_->workspace_bytes; }

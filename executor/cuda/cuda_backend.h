@@ -73,7 +73,11 @@ struct CudaBackendOptions {
   int64_t device_reserve_bytes = 0;                // first device block (0: none until needed)
   int64_t device_grow_bytes = int64_t{1} << 30;    // each further device block, at least the request
   int64_t host_slab_bytes = int64_t{1} << 30;      // each pinned slab, at least the request
-  int64_t workspace_bytes = int64_t{64} << 20;     // device scratch of the ops (grows, with a sync)
+  int64_t workspace_bytes = int64_t{64} << 20;     // device scratch of the ops (grows unless fixed)
+  // The op scratch is exactly workspace_bytes and a larger request throws oomb::Error naming the
+  // op_scratch row (a run of a buffer table: the size is the row's, step/cuda_scratch.h). Off: it
+  // grows, the old block freed at the next synchronize() (tests and benchmarks of single ops).
+  bool fixed_workspace = false;
   int64_t staging_slot_bytes = int64_t{4} << 20;   // pinned slot for upload() / op metadata
   int staging_slots = 8;
   // linear_fwd / linear_bwd's GEMMs; fp32 by default (the reference the others are tested against).
@@ -104,6 +108,7 @@ class CudaBackend final : public Backend {
   std::string name() const override { return "cuda"; }
   // The cuBLASLt workspace and the op scratch (its size now: it grows when an op needs more).
   std::vector<BackendBuffer> device_buffers() const override;
+  step::Target target() const override;  // cuda, bf16_gemm when gemm_precision is bf16
 
   void* allocate(Tier tier, int64_t bytes) override;
   void deallocate(Tier tier, void* p, int64_t bytes) override;

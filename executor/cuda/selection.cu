@@ -3,6 +3,7 @@
 #include "executor/cuda/common.cuh"
 #include "executor/cuda/selection.cuh"
 #include "executor/cuda/typed.cuh"
+#include "step/cuda_layout.h"
 
 namespace oomb::executor::cuda {
 
@@ -249,27 +250,21 @@ __global__ void topk_kernel(const double* __restrict__ scores, int64_t P, int64_
 
 int64_t SelectWorkspace::bytes(int64_t rows, int64_t kv_heads, int64_t head_dim, int64_t qpages, int64_t groups,
                                int64_t prefix_pages, int64_t budget) {
-  auto up = [](int64_t b) { return (b + 255) / 256 * 256; };
-  return up(rows * kv_heads * head_dim * 4) + 2 * up(rows * kv_heads * 4) + up(qpages * groups * prefix_pages * 8) +
-         up(qpages * groups * budget * 4) + up(prefix_pages * kv_heads * head_dim * 4);
+  return step::cuda_scratch::select_layout(rows, kv_heads, head_dim, qpages, groups, prefix_pages, budget).bytes;
 }
 
 SelectWorkspace SelectWorkspace::carve(void* base, int64_t rows, int64_t kv_heads, int64_t head_dim, int64_t qpages,
                                        int64_t groups, int64_t prefix_pages, int64_t budget) {
-  auto up = [](int64_t b) { return (b + 255) / 256 * 256; };
+  const step::cuda_scratch::SelectLayout l =
+      step::cuda_scratch::select_layout(rows, kv_heads, head_dim, qpages, groups, prefix_pages, budget);
   char* p = static_cast<char*>(base);
   SelectWorkspace w;
-  w.qsum = reinterpret_cast<float*>(p);
-  p += up(rows * kv_heads * head_dim * 4);
-  w.norm_m = reinterpret_cast<float*>(p);
-  p += up(rows * kv_heads * 4);
-  w.norm_l = reinterpret_cast<float*>(p);
-  p += up(rows * kv_heads * 4);
-  w.scores = reinterpret_cast<double*>(p);
-  p += up(qpages * groups * prefix_pages * 8);
-  w.selected = reinterpret_cast<int32_t*>(p);
-  p += up(qpages * groups * budget * 4);
-  w.staged = reinterpret_cast<float*>(p);
+  w.qsum = reinterpret_cast<float*>(p + l.qsum);
+  w.norm_m = reinterpret_cast<float*>(p + l.norm_m);
+  w.norm_l = reinterpret_cast<float*>(p + l.norm_l);
+  w.scores = reinterpret_cast<double*>(p + l.scores);
+  w.selected = reinterpret_cast<int32_t*>(p + l.selected);
+  w.staged = reinterpret_cast<float*>(p + l.staged);
   return w;
 }
 

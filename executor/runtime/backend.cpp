@@ -8,7 +8,10 @@
 
 namespace oomb::executor {
 
-const char* to_string(Tier t) { return t == Tier::device ? "device" : "host"; }
+void extent_fail(const char* op, const char* what, int64_t n, int64_t held) {
+  throw ExtentError(std::string("oomb: internal error: ") + op + " would touch " + std::to_string(n) + " elements of " +
+                    what + ", whose buffer holds " + std::to_string(held));
+}
 const char* to_string(CopyDir d) { return d == CopyDir::h2d ? "h2d" : "d2h"; }
 
 int64_t page_dtype_bytes(PageDtype d) { return d == PageDtype::bf16 ? 2 : 4; }
@@ -29,6 +32,52 @@ DType storage_dtype_from_string(const std::string& name, const std::string& flag
               "fp32 or bf16");
 }
 
+namespace extents {
+
+void embedding(const char* op, int64_t rows, int64_t hidden, ConstTensor rows_view) {
+  check_extent(op, "the rows", rows_view, rows * hidden);
+}
+
+void rmsnorm(const char* op, ConstTensor x, ConstTensor w, int64_t rows, int64_t dim, ConstTensor y) {
+  check_extent(op, "x", x, rows * dim);
+  check_extent(op, "the weight", w, dim);
+  check_extent(op, "the output", y, rows * dim);
+}
+
+void linear_fwd(ConstTensor x, int64_t rows, int64_t in, ConstTensor w, ConstTensor b, int64_t out, ConstTensor y) {
+  check_extent("linear_fwd", "x", x, rows * in);
+  check_extent("linear_fwd", "W", w, out * in);
+  check_extent("linear_fwd", "b", b, out);
+  check_extent("linear_fwd", "y", y, rows * out);
+}
+
+void linear_bwd(ConstTensor x, int64_t rows, int64_t in, ConstTensor w, int64_t out, ConstTensor dy, ConstTensor dx,
+                ConstTensor dw, ConstTensor db) {
+  check_extent("linear_bwd", "x", x, rows * in);
+  check_extent("linear_bwd", "W", w, out * in);
+  check_extent("linear_bwd", "dy", dy, rows * out);
+  check_extent("linear_bwd", "dx", dx, rows * in);
+  check_extent("linear_bwd", "dW", dw, out * in);
+  check_extent("linear_bwd", "db", db, out);
+}
+
+void elementwise(const char* op, int64_t n, std::initializer_list<ConstTensor> views) {
+  for (const ConstTensor& v : views) check_extent(op, "an operand", v, n);
+}
+
+void attention(const char* op, const PagedAttention& a, std::initializer_list<ConstTensor> q_rows,
+               std::initializer_list<ConstTensor> kv_rows) {
+  for (const ConstTensor& v : q_rows) check_extent(op, "a query-row operand", v, a.rows * a.q_heads * a.head_dim);
+  for (const ConstTensor& v : kv_rows) check_extent(op, "a key-row operand", v, a.rows * a.kv_heads * a.head_dim);
+}
+
+void cross_entropy(ConstTensor logits, int64_t rows, int64_t vocab, ConstTensor grad) {
+  check_extent("cross_entropy", "the logits", logits, rows * vocab);
+  check_extent("cross_entropy", "the gradient", grad, rows * vocab);
+}
+
+}  // namespace extents
+
 void Event::signal() {
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -47,10 +96,16 @@ bool Event::done() {
   return done_;
 }
 
-Buffer::Buffer(Backend& b, Tier tier, int64_t bytes, MemoryAccount* account, std::string category, DType dtype)
-    : backend_(&b), bytes_(bytes), tier_(tier), dtype_(dtype), account_(account), category_(std::move(category)) {
-  ptr_ = bytes > 0 ? b.allocate(tier, bytes) : nullptr;
+Buffer::Buffer(Backend& b, Tier tier, int64_t bytes, MemoryAccount* account, std::string row, DType dtype)
+    : backend_(&b), bytes_(bytes), tier_(tier), dtype_(dtype), account_(account), category_(std::move(row)) {
+  // Accounted first: an allocation the table does not hold is refused before it is made.
   if (account_) account_->add(tier_, category_, bytes_);
+  try {
+    ptr_ = bytes > 0 ? b.allocate(tier, bytes) : nullptr;
+  } catch (...) {
+    if (account_) account_->add(tier_, category_, -bytes_);
+    throw;
+  }
 }
 
 Buffer::~Buffer() { reset(); }
@@ -93,16 +148,42 @@ Buffer& Buffer::operator=(Buffer&& o) noexcept {
   return *this;
 }
 
-void MemoryAccount::add(Tier tier, const std::string& category, int64_t bytes) {
+void MemoryAccount::bind(const std::vector<step::BufferRow>& rows) {
+  std::lock_guard<std::mutex> lock(mu_);
+  OOMB_ASSERT(used_[0] == 0 && used_[1] == 0, "a memory account is bound before anything is allocated");
+  bound_ = true;
+  for (auto& r : rows_) r.clear();
+  for (const step::BufferRow& r : rows) {
+    Row& row = rows_[static_cast<int>(r.tier)][r.name];
+    row.category = r.category;
+    row.capacity = r.bytes;
+  }
+}
+
+void MemoryAccount::add(Tier tier, const std::string& name, int64_t bytes) {
   std::lock_guard<std::mutex> lock(mu_);
   const int t = static_cast<int>(tier);
+  auto it = rows_[t].find(name);
+  if (it == rows_[t].end()) {
+    if (bound_)
+      throw AccountError("a " + std::string(to_string(tier)) + " allocation of " + std::to_string(bytes) +
+                         " bytes under '" + name + "', which is no row of the step's buffer table");
+    it = rows_[t].emplace(name, Row{name, -1, 0, 0}).first;
+  }
+  Row& row = it->second;
+  if (row.capacity >= 0 && row.used + bytes > row.capacity)
+    throw AccountError("row '" + name + "' of the step's buffer table holds " + std::to_string(row.capacity) +
+                       " bytes, and the run needs " + std::to_string(row.used + bytes) + " under it (an undersized row)");
+  row.used += bytes;
+  row.high = std::max(row.high, row.used);
   used_[t] += bytes;
   // A category whose buffers are all freed leaves the breakdown (no zero entries).
-  if ((by_cat_[t][category] += bytes) == 0) by_cat_[t].erase(category);
+  if ((by_cat_[t][row.category] += bytes) == 0) by_cat_[t].erase(row.category);
   if (used_[t] > peak_[t]) {
     peak_[t] = used_[t];
     at_peak_[t] = by_cat_[t];
   }
+  if (tier == Tier::device && in_phase_) phase_high_[phase_] = std::max(phase_high_[phase_], used_[t]);
 }
 
 int64_t MemoryAccount::in_use(Tier tier) const {
@@ -120,12 +201,35 @@ std::map<std::string, int64_t> MemoryAccount::peak_by_category(Tier tier) const 
   return at_peak_[static_cast<int>(tier)];
 }
 
+std::map<std::string, int64_t> MemoryAccount::row_high_water(Tier tier) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::map<std::string, int64_t> m;
+  for (const auto& [name, r] : rows_[static_cast<int>(tier)])
+    if (r.high > 0) m[name] = r.high;
+  return m;
+}
+
+void MemoryAccount::enter_phase(step::Phase p) {
+  std::lock_guard<std::mutex> lock(mu_);
+  in_phase_ = true;
+  phase_ = p;
+  phase_high_[p] = std::max(phase_high_[p], used_[0]);
+}
+
+std::map<step::Phase, int64_t> MemoryAccount::phase_high_water() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return phase_high_;
+}
+
 void MemoryAccount::reset_peaks() {
   std::lock_guard<std::mutex> lock(mu_);
   for (int t = 0; t < 2; ++t) {
     peak_[t] = used_[t];
     at_peak_[t] = by_cat_[t];
+    for (auto& [name, r] : rows_[t]) r.high = r.used;
   }
+  phase_high_.clear();
+  if (in_phase_) phase_high_[phase_] = used_[0];
 }
 
 }  // namespace oomb::executor

@@ -14,16 +14,21 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "step/phase.h"
+#include "step/target.h"
+
 namespace oomb::executor {
 
-enum class Tier { device, host };
+using step::Tier;  // device, host (step/phase.h)
+using step::to_string;
 enum class CopyDir { h2d, d2h };
-const char* to_string(Tier t);
 const char* to_string(CopyDir d);
 
 // Storage type of KV pages and KV-gradient pages (config kv_dtype / kv_grad_dtype). Page pointers
@@ -46,19 +51,23 @@ PageDtype page_dtype_from_string(const std::string& name, const std::string& fla
 // "bf16"; anything else is refused naming `flag`.
 DType storage_dtype_from_string(const std::string& name, const std::string& flag);
 
-// A typed view of device-tier storage: elements of `dtype` (bf16: uint16 bit patterns, as pages).
-// A plain float pointer converts implicitly to an fp32 view, so fp32 callers stay as they were.
+// A typed view of device-tier storage: elements of `dtype` (bf16: uint16 bit patterns, as pages)
+// and, when it comes from a Buffer, how many elements it holds (`elements`, -1 = not known: a raw
+// pointer). Every op checks the elements it touches against the views it is given (check_extent):
+// an op that would touch more than its buffer holds fails, so an undersized buffer cannot pass
+// silently. A plain float pointer converts implicitly to an fp32 view, so fp32 callers stay as they were.
 struct Tensor {
   void* data = nullptr;
   DType dtype = DType::f32;
+  int64_t elements = -1;
   Tensor() = default;
   Tensor(float* p) : data(p) {}  // NOLINT: implicit fp32 view
   Tensor(std::nullptr_t) {}      // NOLINT
-  Tensor(void* p, DType d) : data(p), dtype(d) {}
+  Tensor(void* p, DType d, int64_t n = -1) : data(p), dtype(d), elements(n) {}
   explicit operator bool() const { return data != nullptr; }
-  // The view `elements` elements further on.
-  Tensor at(int64_t elements) const {
-    return {data ? static_cast<char*>(data) + elements * dtype_bytes(dtype) : nullptr, dtype};
+  // The view `k` elements further on (what is left of it).
+  Tensor at(int64_t k) const {
+    return {data ? static_cast<char*>(data) + k * dtype_bytes(dtype) : nullptr, dtype, elements < 0 ? -1 : elements - k};
   }
   float* f32() const { return dtype == DType::f32 ? static_cast<float*>(data) : nullptr; }
 };
@@ -66,17 +75,30 @@ struct Tensor {
 struct ConstTensor {
   const void* data = nullptr;
   DType dtype = DType::f32;
+  int64_t elements = -1;
   ConstTensor() = default;
   ConstTensor(const float* p) : data(p) {}  // NOLINT: implicit fp32 view
   ConstTensor(std::nullptr_t) {}            // NOLINT
-  ConstTensor(const void* p, DType d) : data(p), dtype(d) {}
-  ConstTensor(const Tensor& t) : data(t.data), dtype(t.dtype) {}  // NOLINT
+  ConstTensor(const void* p, DType d, int64_t n = -1) : data(p), dtype(d), elements(n) {}
+  ConstTensor(const Tensor& t) : data(t.data), dtype(t.dtype), elements(t.elements) {}  // NOLINT
   explicit operator bool() const { return data != nullptr; }
-  ConstTensor at(int64_t elements) const {
-    return {data ? static_cast<const char*>(data) + elements * dtype_bytes(dtype) : nullptr, dtype};
+  ConstTensor at(int64_t k) const {
+    return {data ? static_cast<const char*>(data) + k * dtype_bytes(dtype) : nullptr, dtype,
+            elements < 0 ? -1 : elements - k};
   }
   const float* f32() const { return dtype == DType::f32 ? static_cast<const float*>(data) : nullptr; }
 };
+
+// The always-on extent check of the ops: `op` would touch n elements of `what` (a view of known
+// size), and it holds fewer. Throws ExtentError naming the op, the operand and both counts.
+class ExtentError : public std::logic_error {
+ public:
+  using std::logic_error::logic_error;
+};
+void extent_fail(const char* op, const char* what, int64_t n, int64_t held);
+inline void check_extent(const char* op, const char* what, ConstTensor t, int64_t n) {
+  if (t.data && t.elements >= 0 && n > t.elements) extent_fail(op, what, n, t.elements);
+}
 
 // Completion of an asynchronous copy. Waiting blocks on a condition variable (never polls).
 class Event {
@@ -153,6 +175,9 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
+  // What this backend allocates besides the runtime's buffers (step/buffers.h Target): the CPU
+  // backend nothing on the device tier, the CUDA backend its declared workspace and op scratch.
+  virtual step::Target target() const { return {}; }
   // The device buffers this backend holds for itself (none on the CPU backend, whose scratch is
   // host RAM of the emulator): the runtime accounts them as rows of its buffer table.
   virtual std::vector<BackendBuffer> device_buffers() const { return {}; }
@@ -221,13 +246,28 @@ class Backend {
                      int64_t n, float lr, float beta1, float beta2, float eps, float weight_decay, int64_t step) = 0;
 };
 
-// Buffer owned by RAII; `accounted` bytes are reported to a MemoryAccount category when given.
+// The elements each op touches of its typed views (both backends check them before they run):
+// throws ExtentError when a view of known size holds fewer.
+namespace extents {
+void embedding(const char* op, int64_t rows, int64_t hidden, ConstTensor rows_view);
+void rmsnorm(const char* op, ConstTensor x, ConstTensor w, int64_t rows, int64_t dim, ConstTensor y);
+void linear_fwd(ConstTensor x, int64_t rows, int64_t in, ConstTensor w, ConstTensor b, int64_t out, ConstTensor y);
+void linear_bwd(ConstTensor x, int64_t rows, int64_t in, ConstTensor w, int64_t out, ConstTensor dy, ConstTensor dx,
+                ConstTensor dw, ConstTensor db);
+void elementwise(const char* op, int64_t n, std::initializer_list<ConstTensor> views);
+void attention(const char* op, const PagedAttention& a, std::initializer_list<ConstTensor> q_rows,
+               std::initializer_list<ConstTensor> kv_rows);
+void cross_entropy(ConstTensor logits, int64_t rows, int64_t vocab, ConstTensor grad);
+}  // namespace extents
+
+// Buffer owned by RAII; its bytes are recorded in a MemoryAccount under the row `row` when given
+// (before the allocation: an account bound to the step's table refuses what no row holds).
 // `dtype` is the storage type its typed views carry (t(), ct()).
 class MemoryAccount;
 class Buffer {
  public:
   Buffer() = default;
-  Buffer(Backend& b, Tier tier, int64_t bytes, MemoryAccount* account = nullptr, std::string category = {},
+  Buffer(Backend& b, Tier tier, int64_t bytes, MemoryAccount* account = nullptr, std::string row = {},
          DType dtype = DType::f32);
   ~Buffer();
   Buffer(Buffer&& o) noexcept;
@@ -238,8 +278,8 @@ class Buffer {
   float* f32() const { return static_cast<float*>(ptr_); }
   int32_t* i32() const { return static_cast<int32_t*>(ptr_); }
   void* data() const { return ptr_; }
-  Tensor t() const { return {ptr_, dtype_}; }
-  ConstTensor ct() const { return {ptr_, dtype_}; }
+  Tensor t() const { return {ptr_, dtype_, bytes_ / dtype_bytes(dtype_)}; }
+  ConstTensor ct() const { return {ptr_, dtype_, bytes_ / dtype_bytes(dtype_)}; }
   DType dtype() const { return dtype_; }
   int64_t bytes() const { return bytes_; }
   Tier tier() const { return tier_; }

@@ -12,6 +12,7 @@
 #include "core/format.h"
 #include "core/units.h"
 #include "executor/runtime/bf16.h"
+#include "step/buffers.h"
 
 namespace oomb::executor {
 
@@ -75,41 +76,57 @@ Engine::LayerPtrs Engine::layer_ptrs(int64_t l) const {
           d(o.gate), d(o.up), d(o.down), d(o.q_norm), d(o.k_norm)};
 }
 
-const char* to_string(StepPhase p) {
-  switch (p) {
-    case StepPhase::fill: return "fill";
-    case StepPhase::recompute: return "recompute";
-    case StepPhase::loss: return "loss";
-    case StepPhase::backward: return "backward";
-    case StepPhase::optimizer: return "optimizer";
+std::vector<step::BufferRow> run_rows(const models::ModelSpec& model, const simulator::Config& config,
+                                      const step::Target& target) {
+  std::vector<step::BufferRow> rows = step::buffer_table(model, config, target, false).rows;
+  rows.erase(std::remove_if(rows.begin(), rows.end(),
+                            [](const step::BufferRow& r) { return r.category == step::kRuntimeReserveCategory; }),
+             rows.end());
+  return rows;
+}
+
+step::BufferTable run_table(const models::ModelSpec& model, const simulator::Config& config, const Backend& backend) {
+  step::BufferTable t = step::buffer_table(model, config, backend.target(), true);
+  t.rows.erase(std::remove_if(t.rows.begin(), t.rows.end(),
+                              [](const step::BufferRow& r) { return r.category == step::kRuntimeReserveCategory; }),
+               t.rows.end());
+  return t;
+}
+
+std::vector<std::string> check_plan_rows(const std::vector<step::BufferRow>& planned,
+                                         const std::vector<step::BufferRow>& needed, const std::string& backend_name) {
+  std::vector<std::string> notes;
+  if (planned.empty()) return notes;
+  std::vector<bool> used(planned.size(), false);
+  for (const step::BufferRow& r : needed) {
+    size_t k = 0;
+    while (k < planned.size() && !(planned[k].name == r.name && planned[k].tier == r.tier)) ++k;
+    if (k == planned.size())
+      throw Error("--plan", r.name, "the run needs this " + std::string(to_string(r.tier)) + " buffer (" +
+                                        format_bytes(r.bytes) + ") and the plan's buffer table has no row for it",
+                  "re-make the plan with this version of oomb (`oomb plan ... --out`)");
+    used[k] = true;
+    const int64_t budget = planned[k].bytes;
+    if (budget < r.bytes)
+      throw Error("--plan", r.name, "the plan budgets " + format_bytes(budget) + " (" + std::to_string(budget) +
+                                        " bytes) for this row and the run needs " + format_bytes(r.bytes) + " (" +
+                                        std::to_string(r.bytes) + " bytes)",
+                  "re-make the plan for this model and configuration");
+    if (budget > r.bytes)
+      notes.push_back("buffer " + r.name + ": the plan budgets " + format_bytes(budget) + ", the run uses " +
+                      format_bytes(r.bytes));
   }
-  return "?";
+  for (size_t k = 0; k < used.size(); ++k)
+    if (!used[k] && planned[k].category != step::kRuntimeReserveCategory)
+      notes.push_back("buffer " + planned[k].name + " (" + format_bytes(planned[k].bytes) + ", " +
+                      to_string(planned[k].tier) + "): planned, not allocated by the " + backend_name + " backend");
+  return notes;
 }
 
-Json ExecutorBuffer::to_json() const {
-  Json ph = Json::array();
-  for (StepPhase p : phases) ph.push_back(to_string(p));
-  return {{"name", name}, {"category", category}, {"tier", to_string(tier)}, {"dtype", dtype}, {"bytes", bytes},
-          {"phases", ph}};
-}
-
-// Adds (or grows) the row `name` of the executor's own buffer table.
-void Engine::add_row(const std::string& name, const std::string& category, Tier tier, const std::string& dtype,
-                     int64_t bytes, std::vector<StepPhase> phases) {
-  for (ExecutorBuffer& r : rows_)
-    if (r.name == name) {
-      r.bytes = checked_add(r.bytes, bytes);
-      return;
-    }
-  rows_.push_back({name, category, tier, dtype, bytes, std::move(phases)});
-}
-
+// A buffer under the row `name` of the run's table: the memory account refuses it when no row of
+// that name and tier exists or the row cannot hold it.
 Buffer Engine::row_buffer(const std::string& name, Tier tier, int64_t elements, DType dtype) {
-  const ExecutorBuffer* row = nullptr;
-  for (const ExecutorBuffer& r : rows_)
-    if (r.name == name) row = &r;
-  OOMB_ASSERT(row, "device buffer '" + name + "' has no row in the executor's buffer table");
-  return Buffer(backend_, tier, checked_mul(elements, dtype_bytes(dtype), name.c_str()), &account_, row->category, dtype);
+  return Buffer(backend_, tier, checked_mul(elements, dtype_bytes(dtype), name.c_str()), &account_, name, dtype);
 }
 
 Engine::Engine(Backend& backend, const models::ModelSpec& model, const simulator::Config& config,
@@ -132,148 +149,81 @@ Engine::Engine(Backend& backend, const models::ModelSpec& model, const simulator
   if (options_.measure_recall && !sparse)
     throw Error("--measure-recall", "", "measures what sparse page selections capture of the dense attention",
                 "add --attention sparse");
-  g_ = Geometry(config.context_tokens, config.chunk_tokens, config.page_tokens, model_.layers,
-                config.resident_layers, sparse, config.page_budget,
-                sparse && config.selection == "per-kv-head" ? model_.kv_heads : 1);
+  if (config.gpus != 1)
+    throw Error("--gpus", std::to_string(config.gpus), "the executor runs on one GPU", "--gpus 1");
   // Storage as the config says: fp32 or bf16 (anything else is refused by name).
-  g_.kv_dtype = page_dtype_from_string(config.kv_dtype, "--kv-dtype");
-  g_.grad_dtype = page_dtype_from_string(config.kv_grad_dtype, "--kv-grad-dtype");
+  kv_dtype_ = page_dtype_from_string(config.kv_dtype, "--kv-dtype");
+  grad_page_dtype_ = page_dtype_from_string(config.kv_grad_dtype, "--kv-grad-dtype");
   param_dtype_ = storage_dtype_from_string(config.param_dtype, "--param-dtype");
   grad_dtype_ = storage_dtype_from_string(config.param_grad_dtype, "--param-grad-dtype");
   act_dtype_ = storage_dtype_from_string(config.activation_dtype, "--activation-dtype");
   loss_dtype_ = storage_dtype_from_string(config.loss_dtype, "--loss-dtype");
+  g_ = step::geometry(model, config);
 
   layout_ = ParamLayout(model_);
   OOMB_ASSERT(weights.layout.total() == layout_.total() && weights.layout.params().size() == layout_.params().size(),
               "weights do not have the model's layout");
-  const int64_t Cm = std::min(g_.C, g_.N), H = model_.hidden, qd = model_.q_dim(), kvd = model_.kv_dim();
-  const int64_t F = model_.ffn_hidden, V = model_.vocab, L = g_.L, n_params = layout_.total();
-  // The LM head and the loss run over tiles of logits_chunk_tokens rows (0: the whole chunk, the
-  // framework path: logits, an upcast when the loss dtype differs, and a separate gradient).
-  head_rows_ = config.logits_chunk_tokens > 0 ? std::min(config.logits_chunk_tokens, Cm) : Cm;
-  fused_loss_ = config.logits_chunk_tokens > 0;
+  const int64_t Cm = g_.Cm, H = model_.hidden, kvd = model_.kv_dim(), n_params = layout_.total();
+  // The LM head and the loss run over tiles of g.T rows (logits_chunk_tokens, or the whole chunk:
+  // the framework path keeps the logits, an upcast when the loss dtype differs, and a gradient).
+  head_rows_ = g_.T;
+  fused_loss_ = g_.fused_loss;
+  recomputed_ = g_.Lr;
+  act_row_ = config.checkpointing ? step::row::kLayerActivations : step::row::kAllLayerActivations;
 
-  // The executor's own buffer table: what this engine allocates, from its own geometry and ops.
-  using SP = StepPhase;
-  const std::vector<SP> all = {SP::fill, SP::recompute, SP::loss, SP::backward, SP::optimizer};
-  const std::vector<SP> stage2 = {SP::recompute, SP::loss, SP::backward};
-  const std::vector<SP> layer = {SP::fill, SP::recompute, SP::backward};
-  const std::string ad = to_string(act_dtype_), ld = to_string(loss_dtype_);
-  const int64_t ab = dtype_bytes(act_dtype_), lb = dtype_bytes(loss_dtype_);
+  // The run's buffer table: every buffer below is allocated under one of its rows, and the memory
+  // account measures each row's use against its bytes (an allocation outside every row, or beyond
+  // its row, is refused). The plan is checked against it first.
+  const step::BufferTable table = run_table(model, config, backend_);
+  rows_ = options_.table_override.empty() ? table.rows : options_.table_override;
+  notes_ = check_plan_rows(options_.planned, rows_, backend_.name());
+  account_.bind(rows_);
+  const step::BufferRow* opt_row = nullptr;
+  for (const auto& r : rows_)
+    if (r.name == step::row::kAdamwMoments) opt_row = &r;
   const bool optimizer = config.optimizer != simulator::Optimizer::none;
-  const Tier opt_tier = config.optimizer == simulator::Optimizer::gpu ? Tier::device : Tier::host;
-  add_row("weights", "weights", Tier::device, to_string(param_dtype_), checked_mul(n_params, dtype_bytes(param_dtype_)), all);
-  add_row("parameter_gradients", "parameter_gradients", Tier::device, to_string(grad_dtype_),
-          checked_mul(n_params, dtype_bytes(grad_dtype_)), all);
-  if (optimizer) {
-    if (param_dtype_ != DType::f32)
-      add_row("master_weights", "optimizer_state", opt_tier, "fp32", checked_mul(n_params, 4), all);
-    add_row("adamw_moments", "optimizer_state", opt_tier, "fp32", checked_mul(n_params, 8), all);
-    add_row("adamw_decay_mask", "optimizer_state", opt_tier, "uint8", n_params, all);
-    if (opt_tier == Tier::host) {
-      // The host update's operands: the gradients copied out and the working weights it refreshes.
-      add_row("host_parameter_gradients", "optimizer_state", Tier::host, to_string(grad_dtype_),
-              checked_mul(n_params, dtype_bytes(grad_dtype_)), all);
-      add_row("host_weights", "optimizer_state", Tier::host, to_string(param_dtype_),
-              checked_mul(n_params, dtype_bytes(param_dtype_)), all);
-    }
-  }
-  add_row("token_ids", "inputs", Tier::device, "int32", 8 * Cm, all);
-  add_row("hidden_states", "hidden_states", Tier::device, ad, checked_mul(2 * Cm * H, ab), all);
-  add_row("layer_input_checkpoints", "checkpoints", Tier::device, ad, checked_mul(checked_mul(L, Cm * H), ab), stage2);
-  add_row("hidden_gradients", "layer_working_set", Tier::device, ad, checked_mul(2 * Cm * H, ab), stage2);
-  // Checkpointing off: every layer's activations are kept from the recompute pass to the backward
-  // (which then does not recompute), so the layer rows hold L sets and live through the loss.
-  // Partial checkpointing: the last kept_layers layers do so in rows of their own (kept_*), the
-  // others share the one recompute set.
-  recomputed_ = simulator::recomputed_layers(config, model);
-  const int64_t sets = config.checkpointing ? 1 : L, kept = L - recomputed_;
-  const std::vector<SP> kept_life = {SP::fill, SP::recompute, SP::loss, SP::backward};
-  const std::vector<SP> layer_life = config.checkpointing ? layer : kept_life;
-  act_row_ = config.checkpointing ? "layer_activations" : "all_layer_activations";
-  // q/k norm (Qwen3) keeps the projections before it and its per-head rstd for the backward.
-  const int64_t qkn = model_.qk_norm ? qd + kvd : 0, qkn_heads = model_.qk_norm ? model_.q_heads + model_.kv_heads : 0;
-  const int64_t act_set = checked_mul(Cm, (4 * H + 2 * qd + 2 * kvd + 3 * F + qkn) * ab);
-  const int64_t rstd_set = (2 + qkn_heads) * 4 * Cm, lse_set = checked_mul(Cm, model_.q_heads * 4);
-  if (config.checkpointing && kept > 0) {
-    add_row("kept_layer_activations", "checkpoints", Tier::device, ad, checked_mul(kept, act_set), kept_life);
-    add_row("kept_layer_norm_rstd", "layer_working_set", Tier::device, "fp32", checked_mul(kept, rstd_set), kept_life);
-    add_row("kept_attention_lse", "attention_workspace", Tier::device, "fp32", checked_mul(kept, lse_set), kept_life);
-  }
-  add_row(act_row_, config.checkpointing ? "layer_working_set" : "checkpoints", Tier::device, ad,
-          checked_mul(sets, act_set), layer_life);
-  add_row("layer_norm_rstd", "layer_working_set", Tier::device, "fp32", checked_mul(sets, rstd_set), layer_life);
-  add_row("attention_lse", "attention_workspace", Tier::device, "fp32", checked_mul(sets, lse_set), layer_life);
-  add_row("layer_backward_temporaries", "layer_working_set", Tier::device, ad,
-          checked_mul(Cm, (3 * H + 2 * qd + 2 * kvd + 3 * F + qkn) * ab), {SP::backward});
-  add_row("final_norm", "logits", Tier::device, ad, checked_mul(2 * Cm * H, ab), {SP::loss});
-  add_row("final_norm_rstd", "logits", Tier::device, "fp32", 4 * Cm, {SP::loss});
-  if (fused_loss_) {
-    add_row("logits", "logits", Tier::device, ld, checked_mul(checked_mul(head_rows_, V, "logits"), lb), {SP::loss});
-  } else {
-    add_row("logits", "logits", Tier::device, ad, checked_mul(checked_mul(Cm, V, "logits"), ab), {SP::loss});
-    if (loss_dtype_ != act_dtype_)
-      add_row("logits_upcast", "logits", Tier::device, ld, checked_mul(checked_mul(Cm, V, "logits"), lb), {SP::loss});
-    add_row("logits_gradient", "logits", Tier::device, ld, checked_mul(checked_mul(Cm, V, "logits"), lb), {SP::loss});
-  }
+  const Tier opt_tier = config.optimizer == simulator::Optimizer::host ? Tier::host : Tier::device;
+  OOMB_ASSERT(!optimizer || !opt_row || opt_row->tier == opt_tier, "optimizer state placed as the table says");
 
-  params_ = row_buffer("weights", Tier::device, n_params, param_dtype_);
-  grads_ = row_buffer("parameter_gradients", Tier::device, n_params, grad_dtype_);
+  params_ = row_buffer(step::row::kWeights, Tier::device, n_params, param_dtype_);
+  grads_ = row_buffer(step::row::kParameterGradients, Tier::device, n_params, grad_dtype_);
   upload_weights(weights.data);
   if (optimizer) {
     if (param_dtype_ != DType::f32) {
-      master_ = row_buffer("master_weights", opt_tier, n_params, DType::f32);
+      master_ = row_buffer(step::row::kMasterWeights, opt_tier, n_params, DType::f32);
       backend_.upload(master_.data(), weights.data.data(), master_.bytes());
     }
     if (opt_tier == Tier::host) {
-      host_grads_ = row_buffer("host_parameter_gradients", Tier::host, n_params, grad_dtype_);
-      host_weights_ = row_buffer("host_weights", Tier::host, n_params, param_dtype_);
+      host_grads_ = row_buffer(step::row::kHostParameterGradients, Tier::host, n_params, grad_dtype_);
+      host_weights_ = row_buffer(step::row::kHostWeights, Tier::host, n_params, param_dtype_);
       backend_.download(host_weights_.data(), params_.data(), params_.bytes());
     }
-    adam_m_ = row_buffer("adamw_moments", opt_tier, n_params, DType::f32);
-    adam_v_ = row_buffer("adamw_moments", opt_tier, n_params, DType::f32);
-    decay_mask_ = Buffer(backend_, opt_tier, n_params, &account_, "optimizer_state");
+    adam_m_ = row_buffer(step::row::kAdamwMoments, opt_tier, n_params, DType::f32);
+    adam_v_ = row_buffer(step::row::kAdamwMoments, opt_tier, n_params, DType::f32);
+    decay_mask_ = Buffer(backend_, opt_tier, n_params, &account_, step::row::kAdamwDecayMask);
     std::vector<uint8_t> mask(static_cast<size_t>(n_params), 0);
     for (const auto& p : layout_.params())
       if (p.decay) std::fill_n(mask.begin() + p.offset, p.numel, uint8_t{1});
     backend_.upload(decay_mask_.data(), mask.data(), n_params);
   }
 
-  store_ = std::make_unique<OffloadEngine>(backend_, g_, model_.kv_dim(), account_, recorder_,
+  store_ = std::make_unique<OffloadEngine>(backend_, g_, table.pages.kv_pool_capacity_pages, account_, recorder_,
                                            options_.host_slab_bytes, options_.tagger);
-  {
-    const int64_t kvb = store_->kv_pool().capacity() * store_->kv_page_bytes();
-    const int64_t gb = store_->grad_pool().capacity() * store_->grad_page_bytes();
-    add_row("kv_pool", "kv_pages", Tier::device, to_string(g_.kv_dtype), kvb, all);
-    add_row("kv_grad_pool", "kv_grad_pages", Tier::device, to_string(g_.grad_dtype), gb, all);
-    if (store_->host_kv_pool()) {
-      add_row("host_kv_pages", "kv_pages", Tier::host, to_string(g_.kv_dtype),
-              store_->host_kv_pool()->capacity() * store_->kv_page_bytes(), all);
-      add_row("host_kv_grad_pages", "kv_grad_pages", Tier::host, to_string(g_.grad_dtype),
-              store_->host_grad_pool()->capacity() * store_->grad_page_bytes(), all);
-    }
-  }
   if (sparse) {
     // Page key means, stored in the KV page dtype (what the selection reads).
     const bool dev = config.selection_memory == simulator::SelectionMemory::device;
-    const int64_t elems = checked_mul(g_.L * g_.P, model_.kv_dim(), "summaries");
-    add_row(dev ? "page_summaries" : "host_page_summaries", "page_summaries", dev ? Tier::device : Tier::host,
-            to_string(g_.kv_dtype), checked_mul(elems, dtype_bytes(g_.kv_dtype)), all);
-    summaries_ = row_buffer(dev ? "page_summaries" : "host_page_summaries", dev ? Tier::device : Tier::host, elems,
-                            g_.kv_dtype);
+    const int64_t elems = checked_mul(g_.L * g_.P, kvd, "summaries");
+    summaries_ = row_buffer(dev ? step::row::kPageSummaries : step::row::kHostPageSummaries,
+                            dev ? Tier::device : Tier::host, elems, kv_dtype_);
   }
-
-  for (const BackendBuffer& b : backend_.device_buffers()) {
-    add_row(b.name, b.category, Tier::device, "-", b.bytes, all);
-    account_.add(Tier::device, b.category, b.bytes);
-  }
-  check_plan();
+  // What the backend holds for itself (the CUDA workspace and op scratch), under their rows.
+  for (const BackendBuffer& b : backend_.device_buffers()) account_.add(Tier::device, b.name, b.bytes);
 
   w_ = std::make_unique<Work>();
-  w_->ids = row_buffer("token_ids", Tier::device, Cm, DType::f32);
-  w_->targets = row_buffer("token_ids", Tier::device, Cm, DType::f32);
-  w_->x = row_buffer("hidden_states", Tier::device, Cm * H, act_dtype_);
-  w_->y = row_buffer("hidden_states", Tier::device, Cm * H, act_dtype_);
+  w_->ids = row_buffer(step::row::kTokenIds, Tier::device, Cm, DType::f32);
+  w_->targets = row_buffer(step::row::kTokenIds, Tier::device, Cm, DType::f32);
+  w_->x = row_buffer(step::row::kHiddenStates, Tier::device, Cm * H, act_dtype_);
+  w_->y = row_buffer(step::row::kHiddenStates, Tier::device, Cm * H, act_dtype_);
 
   if (options_.measure_recall) {
     const int64_t floats = checked_mul(checked_mul(g_.L, g_.N, "recall keys"), kvd, "recall keys");
@@ -289,7 +239,7 @@ Engine::Engine(Backend& backend, const models::ModelSpec& model, const simulator
   for (int64_t c = 0; c < g_.n; ++c) dense_prefix_[static_cast<size_t>(c)] = dense_selection(c, 0, g_.prefix_pages(c)).union_pages;
 
   // Relative work per chunk for progress: tokens x (dense per-token cost in key units + keys seen).
-  const double a = 2.0 * static_cast<double>(model_.params_per_layer()) / (4.0 * static_cast<double>(qd));
+  const double a = 2.0 * static_cast<double>(model_.params_per_layer()) / (4.0 * static_cast<double>(model_.q_dim()));
   for (int64_t c = 0; c < g_.n; ++c) {
     const double T = static_cast<double>(g_.chunk_len(c));
     const double prefix_keys = static_cast<double>(g_.union_bound(c) * g_.p);
@@ -297,39 +247,11 @@ Engine::Engine(Backend& backend, const models::ModelSpec& model, const simulator
   }
 }
 
-void Engine::check_plan() {
-  if (options_.planned.empty()) return;
-  std::vector<bool> used(options_.planned.size(), false);
-  for (const ExecutorBuffer& r : rows_) {
-    size_t k = 0;
-    while (k < options_.planned.size() && !(options_.planned[k].name == r.name && options_.planned[k].tier == r.tier)) ++k;
-    if (k == options_.planned.size())
-      throw Error("--plan", r.name, "the run needs this " + std::string(to_string(r.tier)) + " buffer (" +
-                                        format_bytes(r.bytes) + ") and the plan's buffer table has no row for it",
-                  "re-make the plan with this version of oomb (`oomb plan ... --out`)");
-    used[k] = true;
-    const int64_t planned = options_.planned[k].bytes;
-    if (planned < r.bytes)
-      throw Error("--plan", r.name, "the plan budgets " + format_bytes(planned) + " (" + std::to_string(planned) +
-                                        " bytes) for this row and the run needs " + format_bytes(r.bytes) + " (" +
-                                        std::to_string(r.bytes) + " bytes)",
-                  "re-make the plan for this model and configuration");
-    if (planned > r.bytes)
-      notes_.push_back("buffer " + r.name + ": the plan budgets " + format_bytes(planned) + ", the run uses " +
-                       format_bytes(r.bytes));
-  }
-  for (size_t k = 0; k < used.size(); ++k)
-    if (!used[k])
-      notes_.push_back("buffer " + options_.planned[k].name + " (" + format_bytes(options_.planned[k].bytes) +
-                       ", " + to_string(options_.planned[k].tier) + "): planned, not allocated by the " +
-                       backend_.name() + " backend");
-}
-
 // The groups of the working set alive in phase p (the rows' lifetimes above): frees what p does not
 // need first, then allocates what it needs, so the device holds exactly p's live set.
 void Engine::enter(StepPhase p) {
   Work& w = *w_;
-  const int64_t Cm = std::min(g_.C, g_.N), H = model_.hidden, qd = model_.q_dim(), kvd = model_.kv_dim();
+  const int64_t Cm = g_.Cm, H = model_.hidden, qd = model_.q_dim(), kvd = model_.kv_dim();
   const int64_t F = model_.ffn_hidden, V = model_.vocab;
   const bool stage2 = p == StepPhase::recompute || p == StepPhase::loss || p == StepPhase::backward;
   // Without checkpointing the layers' activations of the chunk live from its recompute pass to its
@@ -346,11 +268,12 @@ void Engine::enter(StepPhase p) {
       *b = Buffer();
   if (w.loss && !loss)
     for (Buffer* b : {&w.hf, &w.dhf, &w.rstdf, &w.logits, &w.logits_upcast, &w.logits_grad}) *b = Buffer();
+  account_.enter_phase(p);  // what p allocates counts toward p's high-water mark
   const DType ad = act_dtype_;
   if (!w.stage2 && stage2) {
-    w.ckpt = row_buffer("layer_input_checkpoints", Tier::device, checked_mul(g_.L, Cm * H), ad);
-    w.dy = row_buffer("hidden_gradients", Tier::device, Cm * H, ad);
-    w.dx = row_buffer("hidden_gradients", Tier::device, Cm * H, ad);
+    w.ckpt = row_buffer(step::row::kLayerInputCheckpoints, Tier::device, checked_mul(g_.L, Cm * H), ad);
+    w.dy = row_buffer(step::row::kHiddenGradients, Tier::device, Cm * H, ad);
+    w.dx = row_buffer(step::row::kHiddenGradients, Tier::device, Cm * H, ad);
   }
   // One layer's set from the rows act / rstd / lse.
   auto allocate = [&](std::vector<LayerSet>& sets, int64_t count, const std::string& act, const std::string& rstd,
@@ -372,30 +295,31 @@ void Engine::enter(StepPhase p) {
     }
   };
   if (!w.kept_alive && kept_alive)
-    allocate(w.kept, g_.L - recomputed_, "kept_layer_activations", "kept_layer_norm_rstd", "kept_attention_lse");
+    allocate(w.kept, g_.L - recomputed_, step::row::kKeptLayerActivations, step::row::kKeptLayerNormRstd,
+             step::row::kKeptAttentionLse);
   if (!w.layer && layer)
-    allocate(w.sets, config_.checkpointing ? 1 : g_.L, act_row_, "layer_norm_rstd", "attention_lse");
+    allocate(w.sets, config_.checkpointing ? 1 : g_.L, act_row_, step::row::kLayerNormRstd, step::row::kAttentionLse);
   if (!w.backward && backward) {
     for (Buffer* b : {&w.dx2, &w.dh2, &w.dh1})
-      *b = row_buffer("layer_backward_temporaries", Tier::device, Cm * H, ad);
-    for (Buffer* b : {&w.dout, &w.dq}) *b = row_buffer("layer_backward_temporaries", Tier::device, Cm * qd, ad);
-    for (Buffer* b : {&w.dk, &w.dv}) *b = row_buffer("layer_backward_temporaries", Tier::device, Cm * kvd, ad);
-    for (Buffer* b : {&w.dm, &w.dg, &w.du}) *b = row_buffer("layer_backward_temporaries", Tier::device, Cm * F, ad);
+      *b = row_buffer(step::row::kLayerBackwardTemporaries, Tier::device, Cm * H, ad);
+    for (Buffer* b : {&w.dout, &w.dq}) *b = row_buffer(step::row::kLayerBackwardTemporaries, Tier::device, Cm * qd, ad);
+    for (Buffer* b : {&w.dk, &w.dv}) *b = row_buffer(step::row::kLayerBackwardTemporaries, Tier::device, Cm * kvd, ad);
+    for (Buffer* b : {&w.dm, &w.dg, &w.du}) *b = row_buffer(step::row::kLayerBackwardTemporaries, Tier::device, Cm * F, ad);
     if (model_.qk_norm) {
-      w.dq_pre = row_buffer("layer_backward_temporaries", Tier::device, Cm * qd, ad);
-      w.dk_pre = row_buffer("layer_backward_temporaries", Tier::device, Cm * kvd, ad);
+      w.dq_pre = row_buffer(step::row::kLayerBackwardTemporaries, Tier::device, Cm * qd, ad);
+      w.dk_pre = row_buffer(step::row::kLayerBackwardTemporaries, Tier::device, Cm * kvd, ad);
     }
   }
   if (!w.loss && loss) {
-    w.hf = row_buffer("final_norm", Tier::device, Cm * H, ad);
-    w.dhf = row_buffer("final_norm", Tier::device, Cm * H, ad);
-    w.rstdf = row_buffer("final_norm_rstd", Tier::device, Cm, DType::f32);
+    w.hf = row_buffer(step::row::kFinalNorm, Tier::device, Cm * H, ad);
+    w.dhf = row_buffer(step::row::kFinalNorm, Tier::device, Cm * H, ad);
+    w.rstdf = row_buffer(step::row::kFinalNormRstd, Tier::device, Cm, DType::f32);
     if (fused_loss_) {
-      w.logits = row_buffer("logits", Tier::device, checked_mul(head_rows_, V, "logits"), loss_dtype_);
+      w.logits = row_buffer(step::row::kLogits, Tier::device, checked_mul(head_rows_, V, "logits"), loss_dtype_);
     } else {
-      w.logits = row_buffer("logits", Tier::device, checked_mul(Cm, V, "logits"), ad);
-      if (loss_dtype_ != ad) w.logits_upcast = row_buffer("logits_upcast", Tier::device, Cm * V, loss_dtype_);
-      w.logits_grad = row_buffer("logits_gradient", Tier::device, Cm * V, loss_dtype_);
+      w.logits = row_buffer(step::row::kLogits, Tier::device, checked_mul(Cm, V, "logits"), ad);
+      if (loss_dtype_ != ad) w.logits_upcast = row_buffer(step::row::kLogitsUpcast, Tier::device, Cm * V, loss_dtype_);
+      w.logits_grad = row_buffer(step::row::kLogitsGradient, Tier::device, Cm * V, loss_dtype_);
     }
   }
   w.stage2 = stage2;
@@ -467,8 +391,8 @@ PagedAttention Engine::attention_args(const Pass& pass, const PassPages& pages) 
   a.k_own = acts.k.ct();
   a.v_own = acts.v.ct();
   a.prefix_pages.assign(pages.prefix_kv.begin(), pages.prefix_kv.end());
-  a.kv_dtype = g_.kv_dtype;
-  a.grad_dtype = g_.grad_dtype;
+  a.kv_dtype = kv_dtype_;
+  a.grad_dtype = grad_page_dtype_;
   const ChunkSelection& s = log_.at(pass.chunk, pass.layer);
   if (!s.dense) {
     a.select_groups = s.groups;
@@ -503,7 +427,7 @@ double attention_pairs(const PagedAttention& a) {
 
 void Engine::select(const Pass& pass, int64_t pass_index) {
   const int64_t c = pass.chunk, l = pass.layer, prefix = g_.prefix_pages(c);
-  if (!g_.sparse || prefix <= g_.budget) {
+  if (!g_.sparse || prefix <= g_.B) {
     log_.at(c, l) = dense_selection(c, l, prefix);
     return;
   }
@@ -516,7 +440,7 @@ void Engine::select(const Pass& pass, int64_t pass_index) {
   a.page_tokens = g_.p;
   a.summaries = summaries_.ct().at(l * g_.P * model_.kv_dim());
   a.prefix_pages = prefix;
-  a.budget = g_.budget;
+  a.budget = g_.B;
   a.per_kv_head = config_.selection == "per-kv-head";
   const double flops = 2.0 * static_cast<double>(a.rows * prefix * model_.kv_dim());
   timed("select", pass, flops, [&] {
@@ -615,7 +539,7 @@ void Engine::layer_forward(const Pass& pass, int64_t pass_index, PassPages& page
         [&] { backend_.attention_fwd(a, w.o.t(), w.lse.f32()); });
   if (pass.kind == PassKind::fill)
     timed("kv_write", pass, 0, [&] {
-      backend_.write_kv_pages(w.k.t(), w.v.t(), T, kvd, g_.p, pages.own_kv, g_.kv_dtype);
+      backend_.write_kv_pages(w.k.t(), w.v.t(), T, kvd, g_.p, pages.own_kv, kv_dtype_);
     });
   timed("o_proj", pass, 2 * Td * qd * H, [&] {
     backend_.linear_fwd(w.o.t(), T, qd, P.wo, nullptr, H, w.tmp.t());
@@ -663,7 +587,7 @@ void Engine::layer_backward(const Pass& pass, PassPages& pages, ConstTensor in, 
   });
   // What later chunks accumulated into this chunk's gradient pages joins the own queries' part.
   timed("dkv_own", pass, 0,
-        [&] { backend_.add_from_grad_pages(pages.own_dkv, T, kvd, g_.p, w.dk.t(), w.dv.t(), g_.grad_dtype); });
+        [&] { backend_.add_from_grad_pages(pages.own_dkv, T, kvd, g_.p, w.dk.t(), w.dv.t(), grad_page_dtype_); });
   timed("rope_bwd", pass, 0, [&] {
     backend_.rope_bwd(w.dq.t(), T, model_.q_heads, model_.head_dim, pos0, model_.rope_theta);
     backend_.rope_bwd(w.dk.t(), T, model_.kv_heads, model_.head_dim, pos0, model_.rope_theta);
@@ -762,13 +686,13 @@ StepResult Engine::step(const std::vector<int32_t>& tokens) {
   log_.reset(g_.n, g_.L);
   recall_.clear();
   store_->begin_step([this](const Pass& p) -> const std::vector<int64_t>* {
-    if (p.kind == PassKind::fill && (!g_.sparse || g_.prefix_pages(p.chunk) <= g_.budget))
+    if (p.kind == PassKind::fill && (!g_.sparse || g_.prefix_pages(p.chunk) <= g_.B))
       return &dense_prefix_[static_cast<size_t>(p.chunk)];
     if (!log_.recorded(p.chunk, p.layer)) return nullptr;
     return &log_.at(p.chunk, p.layer).union_pages;
   });
   const auto& passes = store_->passes();
-  const int64_t H = model_.hidden, Cm = std::min(g_.C, g_.N);
+  const int64_t H = model_.hidden, Cm = g_.Cm;
   Work& w = *w_;
   size_t pi = 0;
   auto next = [&](PassKind kind, int64_t c, int64_t l) -> const Pass& {
@@ -853,8 +777,8 @@ StepResult Engine::step(const std::vector<int32_t>& tokens) {
   ++steps_;
   total_s_ += r.seconds;
   Measured& m = measured_;
-  m.kv_dtype = to_string(g_.kv_dtype);
-  m.kv_grad_dtype = to_string(g_.grad_dtype);
+  m.kv_dtype = to_string(kv_dtype_);
+  m.kv_grad_dtype = to_string(grad_page_dtype_);
   m.kv_page_bytes = store_->kv_page_bytes();
   m.grad_page_bytes = store_->grad_page_bytes();
   m.kv_pool_pages = store_->kv_pool().capacity();
@@ -866,6 +790,8 @@ StepResult Engine::step(const std::vector<int32_t>& tokens) {
   m.peak_device_bytes = account_.peak(Tier::device);
   m.peak_host_bytes = account_.peak(Tier::host);
   m.device_breakdown_bytes = account_.peak_by_category(Tier::device);
+  m.row_high_water_bytes = account_.row_high_water(Tier::device);
+  m.phase_high_water_bytes = account_.phase_high_water();
   m.param_dtype = to_string(param_dtype_);
   m.param_grad_dtype = to_string(grad_dtype_);
   m.activation_dtype = to_string(act_dtype_);
@@ -991,7 +917,9 @@ Json Measured::to_json() const {
     max_union = std::max(max_union, u.pages);
   }
   Json bufs = Json::array();
-  for (const auto& b : buffers) bufs.push_back(b.to_json());
+  for (const auto& b : buffers) bufs.push_back(step::to_json(b));
+  Json phases = Json::object();
+  for (const auto& [p, bytes] : phase_high_water_bytes) phases[step::to_string(p)] = bytes;
   Json j = {{"compute_dtype", "fp32"},
           {"param_dtype", param_dtype},
           {"param_grad_dtype", param_grad_dtype},
@@ -1014,6 +942,8 @@ Json Measured::to_json() const {
           {"peak_device_bytes", peak_device_bytes},
           {"peak_host_bytes", peak_host_bytes},
           {"device_breakdown_bytes", device_breakdown_bytes},
+          {"row_high_water_bytes", row_high_water_bytes},
+          {"phase_high_water_bytes", phases},
           {"h2d_bytes", h2d_bytes},
           {"d2h_bytes", d2h_bytes},
           {"copy_regions", copy_regions},

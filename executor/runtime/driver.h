@@ -13,7 +13,6 @@
 
 #include "core/json_util.h"
 #include "executor/runtime/backend.h"
-#include "executor/runtime/geometry.h"
 #include "executor/runtime/memory_account.h"
 #include "executor/runtime/offload.h"
 #include "executor/runtime/op_tagger.h"
@@ -22,6 +21,8 @@
 #include "executor/runtime/weights.h"
 #include "models/specs.h"
 #include "simulator/config.h"
+#include "step/buffers.h"
+#include "step/geometry.h"
 #include "traces/trace.h"
 
 namespace oomb::executor {
@@ -37,13 +38,6 @@ struct Progress {
   double fraction = 0;            // of the step's estimated work
   double elapsed_s = 0, eta_s = 0, tokens_per_s = 0;
   int64_t device_bytes = 0;
-};
-
-// One row of a plan's buffer table as the executor checks it (planner::Plan::buffers).
-struct PlannedRow {
-  std::string name;
-  Tier tier = Tier::device;
-  int64_t bytes = 0;
 };
 
 struct EngineOptions {
@@ -63,26 +57,28 @@ struct EngineOptions {
   // profiler (op_tagger.h; the CLI's CUPTI timing). Not owned; must outlive the Engine. Null: no
   // tagging (the driver only tests the pointer).
   OpTagger* tagger = nullptr;
-  // The plan's buffer table. Non-empty: at construction every row the engine needs is compared
-  // with the plan's row of that name: a missing or smaller planned row is refused (oomb::Error
-  // naming the row), a larger or unused one is a note (Measured::notes).
-  std::vector<PlannedRow> planned;
+  // The plan's buffer table. Non-empty: at construction (before anything is allocated) every row
+  // the run needs is compared with the plan's row of that name (check_plan_rows).
+  std::vector<step::BufferRow> planned;
+  // Tests only: the table the engine allocates from, instead of the step's own (to see an
+  // undersized or missing row caught). Empty: step::buffer_table for the backend's target.
+  std::vector<step::BufferRow> table_override;
 };
 
-// Phases of a step (the simulator's phases of the oomb schedule, by the same names).
-enum class StepPhase { fill, recompute, loss, backward, optimizer };
-const char* to_string(StepPhase p);
+// The phases of a step (the oomb schedule's phases of step/phase.h).
+using StepPhase = step::Phase;
 
-// One row of the executor's own device/host buffer table: what it allocates under the name of the
-// simulator's row (docs/model.md "Lifetimes"), sized from its own geometry.
-struct ExecutorBuffer {
-  std::string name, category;
-  Tier tier = Tier::device;
-  std::string dtype;
-  int64_t bytes = 0;
-  std::vector<StepPhase> phases;
-  Json to_json() const;
-};
+// The run's buffer table: the step's table for `backend`'s target (step/buffers.h) less the rows the
+// executor does not allocate (the runtime reserve: the CUDA context).
+step::BufferTable run_table(const models::ModelSpec& model, const simulator::Config& config, const Backend& backend);
+std::vector<step::BufferRow> run_rows(const models::ModelSpec& model, const simulator::Config& config,
+                                      const step::Target& target);
+
+// The start-of-run check of a plan: every row the run needs must be in the plan (name and tier) with
+// at least its bytes, or oomb::Error naming the row is thrown; planned rows larger than needed or
+// not allocated by `backend_name` are returned as notes. Runs before any device call.
+std::vector<std::string> check_plan_rows(const std::vector<step::BufferRow>& planned,
+                                         const std::vector<step::BufferRow>& needed, const std::string& backend_name);
 
 struct UnionSize {
   int64_t chunk = 0, layer = 0, pages = 0;
@@ -104,7 +100,7 @@ struct Measured {
   // Storage of weights, parameter gradients, activations and loss tiles as run (fp32 or bf16).
   std::string param_dtype = "fp32", param_grad_dtype = "fp32", activation_dtype = "fp32", loss_dtype = "fp32";
   std::string backend;                  // the backend that ran ("cpu", "cuda")
-  std::vector<ExecutorBuffer> buffers;  // the executor's own buffer table
+  std::vector<step::BufferRow> buffers;  // the run's buffer table (what it allocated under)
   std::vector<std::string> notes;       // the plan check's notes (EngineOptions::planned)
   int64_t kv_page_bytes = 0, grad_page_bytes = 0;
   int64_t kv_pool_pages = 0, grad_pool_pages = 0;  // device pool capacities
@@ -112,6 +108,10 @@ struct Measured {
   int64_t host_kv_pages = 0, host_grad_pages = 0;  // host pool capacities (offload)
   int64_t peak_device_bytes = 0, peak_host_bytes = 0;
   std::map<std::string, int64_t> device_breakdown_bytes;  // at the device peak
+  // The memory account against the table: each device row's most bytes in use at once, and each
+  // phase's device high-water mark (MemoryAccount).
+  std::map<std::string, int64_t> row_high_water_bytes;
+  std::map<step::Phase, int64_t> phase_high_water_bytes;
   int64_t h2d_bytes = 0, d2h_bytes = 0;                   // last step
   int64_t copy_regions = 0;  // last step: contiguous copy regions issued (API calls unless batched)
   std::vector<UnionSize> union_pages;                     // last step, per (chunk, layer)
@@ -158,8 +158,9 @@ class Engine {
   // decoded with origin trace_origin_ns()) and the summary recomputed. Needs record_trace.
   traces::Trace device_timed_trace(traces::Trace device, const std::string& command = {}) const;
   const SelectionLog& selections() const { return log_; }  // of the last step
-  // The executor's own buffer table (every device allocation it makes is under one of these rows).
-  const std::vector<ExecutorBuffer>& buffers() const { return rows_; }
+  // The run's buffer table (every allocation it makes is under one of these rows, measured by the
+  // memory account against their bytes).
+  const std::vector<step::BufferRow>& buffers() const { return rows_; }
   const models::ModelSpec& model() const { return model_; }
   const Geometry& geometry() const { return g_; }
 
@@ -174,12 +175,9 @@ class Engine {
   void layer_backward(const Pass& pass, PassPages& pages, ConstTensor in, ConstTensor dy, Tensor dx);
   double head_forward_backward(int64_t c, ConstTensor x_last, Tensor dy);
   void enter(StepPhase p);
-  void add_row(const std::string& name, const std::string& category, Tier tier, const std::string& dtype,
-               int64_t bytes, std::vector<StepPhase> phases);
   Buffer row_buffer(const std::string& name, Tier tier, int64_t elements, DType dtype);
   void upload_weights(const std::vector<float>& w);
   void download_f32(ConstTensor src, int64_t n, float* dst) const;
-  void check_plan();
   void select(const Pass& pass, int64_t pass_index);
   PagedAttention attention_args(const Pass& pass, const PassPages& pages) const;
   void optimizer_step();
@@ -196,6 +194,7 @@ class Engine {
   int64_t head_rows_ = 0;  // rows per LM-head / loss tile (config logits_chunk_tokens, or the chunk)
   EngineOptions options_;
   Geometry g_;
+  PageDtype kv_dtype_ = PageDtype::f32, grad_page_dtype_ = PageDtype::f32;  // KV and KV-gradient pages
   MemoryAccount account_;
   TraceRecorder recorder_;
   std::unique_ptr<OffloadEngine> store_;
@@ -203,7 +202,7 @@ class Engine {
   DType param_dtype_ = DType::f32, grad_dtype_ = DType::f32, act_dtype_ = DType::f32, loss_dtype_ = DType::f32;
   bool fused_loss_ = false;
   StepPhase phase_ = StepPhase::optimizer;
-  std::vector<ExecutorBuffer> rows_;
+  std::vector<step::BufferRow> rows_;
   std::string act_row_;  // layer_activations (one set) or all_layer_activations (checkpointing off)
   int64_t recomputed_ = 0;  // layers 0 .. recomputed_-1 re-run their forward in the backward; the rest kept
   std::vector<std::string> notes_;

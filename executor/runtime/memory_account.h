@@ -1,33 +1,65 @@
 #pragma once
-// Bytes in use per tier, by category, with peaks. Device bytes in use = pool pages in use (KV and
-// gradient pools, counted per page) + every other accounted device buffer (weights, gradients,
-// optimizer state, checkpoints, working set, summaries). Backend-internal scratch (the CPU
-// backend's attention gather buffers) is not a device buffer of the method and is not counted.
+// The executor's independent account of memory: every device- and host-tier allocation of the
+// runtime and of the backend is recorded under a row of the step's buffer table (step/buffers.h):
+// bytes in use per row and tier, the peaks and the breakdown by category at each tier's peak, and
+// each phase's high-water mark. Bound to a table, an allocation under a name that is no row of it,
+// or one that takes a row past its bytes (an undersized row), throws: nothing is allocated outside
+// the table and no row is exceeded silently. Unbound (tests of the pools alone), every name is its
+// own category and nothing is refused. Device bytes in use = the pools' allocations (whole, from
+// construction) + every other buffer; the pages in use are counted apart.
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "executor/runtime/backend.h"
+#include "step/buffers.h"
 
 namespace oomb::executor {
 
+// An allocation the bound table does not hold: a bug of the executor or of the table, never of
+// the input (the plan check refuses a plan whose rows are too small before anything is allocated).
+class AccountError : public std::logic_error {
+ public:
+  using std::logic_error::logic_error;
+};
+
 class MemoryAccount {
  public:
-  void add(Tier tier, const std::string& category, int64_t bytes);  // bytes may be negative
+  // From now on every allocation must name a row of `rows` (name and tier).
+  void bind(const std::vector<step::BufferRow>& rows);
+  void add(Tier tier, const std::string& row, int64_t bytes);  // bytes may be negative (a free)
   int64_t in_use(Tier tier) const;
   int64_t peak(Tier tier) const;
   std::map<std::string, int64_t> peak_by_category(Tier tier) const;  // at the moment of the tier's peak
+  // Rows' high-water marks (bytes in use at once under each row) since the last reset_peaks.
+  std::map<std::string, int64_t> row_high_water(Tier tier) const;
+  // Per-phase device high-water marks: a phase's mark is the most bytes in use while it was the
+  // current phase (set by enter_phase), since the last reset_peaks.
+  void enter_phase(step::Phase p);
+  std::map<step::Phase, int64_t> phase_high_water() const;
   int64_t pool_pages_in_use() const { return pool_pages_; }
   void add_pool_pages(int64_t pages) { pool_pages_ += pages; }
   void reset_peaks();
 
  private:
+  struct Row {
+    std::string category;
+    int64_t capacity = -1;  // -1: unbound
+    int64_t used = 0, high = 0;
+  };
   mutable std::mutex mu_;
+  bool bound_ = false;
+  std::map<std::string, Row> rows_[2];
   int64_t used_[2] = {0, 0};
   int64_t peak_[2] = {0, 0};
   std::map<std::string, int64_t> by_cat_[2];
   std::map<std::string, int64_t> at_peak_[2];
+  bool in_phase_ = false;
+  step::Phase phase_ = step::Phase::fill;
+  std::map<step::Phase, int64_t> phase_high_;
   int64_t pool_pages_ = 0;
 };
 

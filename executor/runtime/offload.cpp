@@ -4,39 +4,32 @@
 
 #include "core/error.h"
 #include "core/units.h"
+#include "step/buffers.h"
 
 namespace oomb::executor {
 
-const char* pass_op(PassKind k) {
-  switch (k) {
-    case PassKind::fill: return "layer_fwd";
-    case PassKind::recompute: return "layer_recompute";
-    case PassKind::backward: return "layer_bwd";
-  }
-  return "?";
-}
-
-OffloadEngine::OffloadEngine(Backend& backend, const Geometry& g, int64_t kv_dim, MemoryAccount& account,
+OffloadEngine::OffloadEngine(Backend& backend, const Geometry& g, int64_t device_pool_pages, MemoryAccount& account,
                              TraceRecorder& recorder, int64_t host_slab_bytes, OpTagger* tagger)
     : backend_(backend),
       g_(g),
-      kv_dim_(kv_dim),
-      kv_page_bytes_(g.kv_page_bytes(kv_dim)),
-      grad_page_bytes_(g.grad_page_bytes(kv_dim)),
+      kv_dim_(g.kvd),
+      kv_page_bytes_(g.kv_page_bytes),
+      grad_page_bytes_(g.grad_page_bytes),
       account_(account),
       recorder_(recorder),
       tagger_(tagger) {
   // Pool sizes (docs/schedule.md): without offload all L * P pages of each kind; with offload R
   // slots of the largest slot on the device and all pages on the host.
   const int64_t all = checked_mul(g.L, g.P, "pages");
-  const int64_t device_pages = g.offload ? checked_mul(g.R, g.max_slot_pages(), "pages") : all;
-  kv_pool_ = std::make_unique<PagePool>(backend, Tier::device, "kv_pool", kv_page_bytes_, device_pages, account);
+  const int64_t device_pages = device_pool_pages;
+  OOMB_ASSERT(device_pages >= (g.offload ? g.R * g.max_slot_pages() : all), "device pools smaller than the schedule");
+  kv_pool_ = std::make_unique<PagePool>(backend, Tier::device, step::row::kKvPool, kv_page_bytes_, device_pages, account);
   grad_pool_ =
-      std::make_unique<PagePool>(backend, Tier::device, "kv_grad_pool", grad_page_bytes_, device_pages, account);
+      std::make_unique<PagePool>(backend, Tier::device, step::row::kKvGradPool, grad_page_bytes_, device_pages, account);
   if (g.offload) {
-    host_kv_ = std::make_unique<PagePool>(backend, Tier::host, "host_kv_pages", kv_page_bytes_, all, account,
+    host_kv_ = std::make_unique<PagePool>(backend, Tier::host, step::row::kHostKvPages, kv_page_bytes_, all, account,
                                           host_slab_bytes);
-    host_grad_ = std::make_unique<PagePool>(backend, Tier::host, "host_kv_grad_pages", grad_page_bytes_, all,
+    host_grad_ = std::make_unique<PagePool>(backend, Tier::host, step::row::kHostKvGradPages, grad_page_bytes_, all,
                                             account, host_slab_bytes);
     host_kv_written_.resize(static_cast<size_t>(all));
     host_dkv_written_.resize(static_cast<size_t>(all));

@@ -22,16 +22,18 @@
 #include <vector>
 
 #include "executor/runtime/backend.h"
-#include "executor/runtime/geometry.h"
 #include "executor/runtime/memory_account.h"
 #include "executor/runtime/op_tagger.h"
 #include "executor/runtime/page_pool.h"
 #include "executor/runtime/trace_recorder.h"
+#include "step/geometry.h"
+#include "step/phase.h"
 
 namespace oomb::executor {
 
-enum class PassKind { fill, recompute, backward };
-const char* pass_op(PassKind k);  // "layer_fwd", "layer_recompute", "layer_bwd"
+using step::Geometry;
+using step::pass_op;  // "layer_fwd", "layer_recompute", "layer_bwd"
+using step::PassKind;
 
 struct Pass {
   PassKind kind = PassKind::fill;
@@ -61,7 +63,10 @@ class OffloadEngine {
   using PrefixFn = std::function<const std::vector<int64_t>*(const Pass&)>;
 
   // tagger (optional, not owned): each copy_async is issued under its pass's tag (op_tagger.h).
-  OffloadEngine(Backend& backend, const Geometry& g, int64_t kv_dim, MemoryAccount& account,
+  // device_pool_pages: the capacity of each device pool (the buffer table's kv_pool and kv_grad_pool
+  // rows, step/buffers.h PageCounts: at least Geometry::max_slot_pages() per resident layer with
+  // offload, every page without).
+  OffloadEngine(Backend& backend, const Geometry& g, int64_t device_pool_pages, MemoryAccount& account,
                 TraceRecorder& recorder, int64_t host_slab_bytes, OpTagger* tagger = nullptr);
   ~OffloadEngine();
   OffloadEngine(const OffloadEngine&) = delete;

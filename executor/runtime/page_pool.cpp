@@ -21,8 +21,7 @@ PagePool::PagePool(Backend& backend, Tier tier, std::string name, int64_t page_b
                                          : std::max<int64_t>(1, max_slab_bytes / page_bytes);
   for (int64_t first = 0; first < capacity_pages; first += pages_per_slab_) {
     const int64_t pages = std::min(pages_per_slab_, capacity_pages - first);
-    slabs_.emplace_back(backend_, tier_, checked_mul(pages, page_bytes, "page pool bytes"), &account_,
-                        name_.find("grad") != std::string::npos ? "kv_grad_pages" : "kv_pages");
+    slabs_.emplace_back(backend_, tier_, checked_mul(pages, page_bytes, "page pool bytes"), &account_, name_);
   }
   for (int64_t i = 0; i < capacity_pages; ++i) free_.insert(free_.end(), i);
   used_.assign(static_cast<size_t>(capacity_pages), 0);

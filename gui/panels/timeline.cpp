@@ -4,7 +4,9 @@
 // simulation runs in the background (ViewModel::poll_timeline); this panel never waits for it.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <optional>
 
 #include "core/format.h"
 #include "gui/panels/chart.h"
@@ -217,6 +219,31 @@ void draw_timeline_panel(ViewModel& vm, UiState& ui) {
         ImGui::Text("%-34s %12.4g %12.4g %8s", row.name.c_str(), row.predicted, row.measured,
                     format_percent(row.error).c_str());
       ImGui::EndTooltip();
+    }
+    // `oomb validate`'s verdict on the same trace against these inputs (planner::validate_run).
+    ImGui::SameLine();
+    if (ov->validation) {
+      int beyond = 0;
+      for (const auto& term : ov->validation->terms) beyond += term.ok() == std::optional<bool>(false);
+      if (ov->validation->ok) ImGui::TextColored(ImColor(IM_COL32(90, 200, 120, 255)), "| validate: OK");
+      else ImGui::TextColored(ImColor(chart::kOomRed), "| validate: FAILED (%d terms beyond tolerance)", beyond);
+      if (ImGui::IsItemHovered()) {
+        ImGui::BeginTooltip();
+        ImGui::Text("%-24s %14s %14s %9s %9s", "term", "predicted", "measured", "error", "tolerance");
+        for (const auto& term : ov->validation->terms) {
+          const auto ok = term.ok();
+          char measured[32] = "-";
+          if (term.measured) std::snprintf(measured, sizeof measured, "%.6g", *term.measured);
+          ImGui::Text("%-24s %14.6g %14s %9s %9s  %s", term.name.c_str(), term.predicted, measured,
+                      term.measured ? format_percent(term.error()).c_str() : "-", format_percent(term.tolerance).c_str(),
+                      !ok ? (term.measured ? "info" : "n/a") : *ok ? "ok" : "FAIL");
+        }
+        for (const auto& note : ov->validation->notes) ImGui::TextDisabled("note: %s", note.c_str());
+        ImGui::EndTooltip();
+      }
+    } else {
+      ImGui::TextDisabled("| validate: n/a");
+      if (ImGui::IsItemHovered() && !ov->validation_error.empty()) ImGui::SetTooltip("%s", ov->validation_error.c_str());
     }
   } else if (!ui.trace_message.empty() && ui.trace_message != "loaded") {
     ImGui::SameLine();

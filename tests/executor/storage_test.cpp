@@ -222,7 +222,7 @@ TEST_P(PhaseLiveSet, PeakIsTheLargestPhaseAndEveryAllocationHasARow) {
     int64_t live = 0;
     std::map<std::string, int64_t> cat;
     for (const auto& b : me.buffers)
-      if (b.tier == Tier::device && std::find(b.phases.begin(), b.phases.end(), ph) != b.phases.end()) {
+      if (b.tier == Tier::device && (b.phases & step::phase_bit(ph))) {
         live += b.bytes;
         cat[b.category] += b.bytes;
       }
@@ -401,10 +401,10 @@ TEST(PlanCheck, RefusesASmallerOrMissingRowAndNotesTheRest) {
   const Weights w = random_weights(m, 5, kInitStd);
   const auto c = test::small_config(48, 16, 8, 1);
   CpuBackend b;
-  std::vector<PlannedRow> planned;
+  std::vector<step::BufferRow> planned;
   {
     Engine e(b, m, c, w);
-    for (const auto& r : e.buffers()) planned.push_back({r.name, r.tier, r.bytes});
+    planned = e.buffers();
   }
   EngineOptions exact;
   exact.planned = planned;
@@ -413,7 +413,11 @@ TEST(PlanCheck, RefusesASmallerOrMissingRowAndNotesTheRest) {
   EngineOptions larger = exact;
   for (auto& r : larger.planned)
     if (r.name == "logits") r.bytes += 4096;
-  larger.planned.push_back({"gemm_workspace", Tier::device, 1 << 20});
+  step::BufferRow gemm;
+  gemm.name = "gemm_workspace";
+  gemm.category = "backend_scratch";
+  gemm.bytes = 1 << 20;
+  larger.planned.push_back(gemm);
   Engine e(b, m, c, w, larger);
   e.step(TokenSource::synthetic(m.vocab, 1).sequence(0, 48));
   ASSERT_EQ(e.measured().notes.size(), 2u);
@@ -431,7 +435,7 @@ TEST(PlanCheck, RefusesASmallerOrMissingRowAndNotesTheRest) {
   }
   EngineOptions missing = exact;
   missing.planned.erase(std::remove_if(missing.planned.begin(), missing.planned.end(),
-                                       [](const PlannedRow& r) { return r.name == "attention_lse"; }),
+                                       [](const step::BufferRow& r) { return r.name == "attention_lse"; }),
                         missing.planned.end());
   EXPECT_THROW(Engine(b, m, c, w, missing), Error);
 }

@@ -6,7 +6,10 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+
+#include <sys/wait.h>
 
 #include "planner/plan.h"
 #include "simulator/simulator.h"
@@ -272,6 +275,63 @@ TEST(ViewModel, OverlayAlignsAMeasuredTraceByKey) {
   for (const auto& row : vm.overlay()->comparison.rows) EXPECT_NEAR(row.error, 0.0, 1e-9) << row.name;
   std::filesystem::remove(path);
   EXPECT_NE(vm.load_trace("/nonexistent/trace.json"), "");
+}
+
+// `oomb validate` and the GUI's overlay judge the same plan and trace alike: the verdict and every
+// term (predicted, measured, tolerance), passing and failing.
+TEST(ViewModel, OverlayGivesTheVerdictOfOombValidate) {
+  const auto dir = std::filesystem::temp_directory_path() / "oomb_gui_validate_test";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string oomb = std::string(OOMB_BINARY_DIR) + "/oomb";
+  const std::string plan = (dir / "p.json").string(), trace = (dir / "t.json").string();
+  auto sh = [](const std::string& cmd) { return std::system((cmd + " >/dev/null 2>&1").c_str()); };
+  ASSERT_EQ(sh(oomb + " plan --model tiny --gpu h200 --context 2K --chunk 512 --page 64 --resident-layers 1 --out " +
+               plan),
+            0);
+  ASSERT_EQ(sh(oomb + " run --plan " + plan + " --trace " + trace + " --warmup 0 --steps 1 --threads 1 --quiet"), 0);
+  const planner::Plan p = planner::load_plan(plan);
+  Inputs in;
+  in.model = "tiny";
+  in.gpu = "h200";
+  in.config = p.config;
+  ViewModel vm(in);
+  ASSERT_TRUE(vm.results().ok) << vm.results().error;
+  // A second trace that claims one more device byte at the peak: FAILED both ways.
+  traces::Trace bad = traces::read_trace(trace);
+  bad.metadata.extra["measured"]["peak_device_bytes"] = bad.metadata.extra["measured"]["peak_device_bytes"].get<int64_t>() * 2;
+  const std::string bad_path = (dir / "bad.json").string();
+  traces::write_trace(bad, bad_path);
+  for (const std::string& t : {trace, bad_path}) {
+    SCOPED_TRACE(t);
+    const std::string out = (dir / "v.json").string();
+    const int rc = std::system((oomb + " validate --plan " + plan + " --trace " + t + " --json > " + out).c_str());
+    std::FILE* f = std::fopen(out.c_str(), "r");
+    ASSERT_NE(f, nullptr);
+    std::string text;
+    for (int ch; (ch = std::fgetc(f)) != EOF;) text.push_back(static_cast<char>(ch));
+    std::fclose(f);
+    const Json j = Json::parse(text);
+    ASSERT_EQ(vm.load_trace(t), "");
+    ASSERT_NE(vm.overlay(), nullptr);
+    ASSERT_TRUE(vm.overlay()->validation.has_value()) << vm.overlay()->validation_error;
+    const planner::Validation& v = *vm.overlay()->validation;
+    EXPECT_EQ(v.ok, j.at("ok").get<bool>());
+    EXPECT_EQ(v.ok, t == trace);
+    EXPECT_EQ(WEXITSTATUS(rc), v.ok ? 0 : 1);
+    ASSERT_EQ(v.terms.size(), j.at("terms").size());
+    for (size_t i = 0; i < v.terms.size(); ++i) {
+      const Json& jt = j.at("terms")[i];
+      EXPECT_EQ(v.terms[i].name, jt.at("name").get<std::string>());
+      EXPECT_DOUBLE_EQ(v.terms[i].predicted, jt.at("predicted").get<double>()) << v.terms[i].name;
+      EXPECT_DOUBLE_EQ(v.terms[i].tolerance, jt.at("tolerance").get<double>()) << v.terms[i].name;
+      EXPECT_EQ(v.terms[i].measured.has_value(), !jt.at("measured").is_null()) << v.terms[i].name;
+      if (v.terms[i].measured) {
+        EXPECT_DOUBLE_EQ(*v.terms[i].measured, jt.at("measured").get<double>());
+      }
+    }
+  }
+  std::filesystem::remove_all(dir);
 }
 
 TEST(ViewModel, PresetsApply) {

@@ -135,11 +135,13 @@ Json run_extra(const std::string& attention, bool recall, int64_t budget = 8, in
     measured["mean_recall"] = 0.5;
     measured["min_recall"] = 0.25;
   }
-  return {{"model", "tiny"},
-          {"config",
-           {{"attention", attention}, {"page_budget", budget}, {"page_tokens", page}, {"context_tokens", context},
-            {"chunk_tokens", chunk}}},
-          {"measured", measured}};
+  simulator::Config c;  // a run's whole configuration, as oomb run records it
+  c.attention = simulator::attention_from_string(attention, "test");
+  c.page_budget = budget;
+  c.page_tokens = page;
+  c.context_tokens = context;
+  c.chunk_tokens = chunk;
+  return {{"model", "tiny"}, {"config", c.to_json()}, {"measured", measured}};
 }
 
 TEST(RecallCurve, FromRunTraces) {

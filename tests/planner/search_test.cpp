@@ -156,6 +156,12 @@ TEST(Search, PrunedSearchMatchesBruteForce) {
                       if (cand.fits()) all.push_back(cand);
                     }
       const Candidate* brute = select_best(all, obj, &r.scenario.config);
+      // The brute force tries dense attention; where nothing dense fits the search falls back to
+      // sparse (qwen2.5-32b at 1M on an H200 since the CUDA backend's op scratch is planned).
+      if (res.best && res.best->config.attention == simulator::Attention::sparse) {
+        EXPECT_EQ(brute, nullptr);
+        continue;
+      }
       ASSERT_EQ(brute != nullptr, res.best.has_value());
       if (!brute) continue;
       const auto metric = [&](const Candidate& k) {
@@ -191,9 +197,9 @@ TEST(Search, DefaultsWinTies) {
   const SearchResult res = search(r, 4 * M);
   ASSERT_TRUE(res.best);
   EXPECT_EQ(res.best->config.chunk_tokens, 4096);
-  // 64, 128 and 256 differ only by page-table bytes at equal time: the smallest memory wins, since
-  // the pick is never dominated (page 128, the default, used to win this tie with 256 KiB more).
-  EXPECT_EQ(res.best->config.page_tokens, 256);
+  // 64, 128 and 256 tie in time and memory (the CUDA executor stages its page tables per call in its
+  // op scratch, whose largest op is the LM head's), so the default page is kept.
+  EXPECT_EQ(res.best->config.page_tokens, 128);
   EXPECT_EQ(res.best->config.resident_layers, 2);
   EXPECT_EQ(res.best->config.kv_grad_dtype, "fp32");
   EXPECT_EQ(res.best->config.param_grad_dtype, "bf16");
@@ -409,7 +415,7 @@ TEST(Search, ParetoFrontierIsNonDominated) {
   SearchOptions o;
   o.exhaustive = true;
   const SearchResult res = search(r, 4 * M, o);
-  const auto front = pareto_frontier(res.feasible);
+  const auto front = pareto_frontier(res.feasible, res.best ? &*res.best : nullptr);
   ASSERT_GE(front.size(), 3u);
   // By increasing memory overall; within one exactness class (KV-gradient dtype here) time falls
   // strictly as memory grows.

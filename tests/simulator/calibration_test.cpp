@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "simulator/calibration.h"
 #include "simulator/detail.h"
+#include "step/run_record.h"
 
 namespace oomb::simulator {
 namespace {
@@ -148,7 +149,7 @@ TEST(Calibration, ExecutorRunsArePredictedWithTheirPageDtypes) {
   EXPECT_EQ(s.config.peak_measure, PeakMeasure::allocated);
   EXPECT_EQ(page_counts(s).kv_page_bytes * 2, page_counts(tiny_scenario(4096, 1024, false)).grad_page_bytes);
 
-  // scenario_of_trace: the page dtypes the run's measured block records, for every executor source.
+  // scenario_of_trace: the storage dtypes the run's record says it stored, for every executor source.
   traces::Trace t;
   t.metadata.extra = {{"model", "tiny"}, {"config", s.config.to_json()},
                       {"measured", {{"kv_dtype", "bf16"}, {"kv_grad_dtype", "fp32"}}}};
@@ -165,7 +166,7 @@ TEST(Calibration, ExecutorRunsArePredictedWithTheirPageDtypes) {
   const Scenario old = scenario_of_trace(t, "t.json", models::load_gpu("h200"));
   EXPECT_EQ(old.config.kv_dtype, "fp32");
   EXPECT_EQ(old.config.kv_grad_dtype, "fp32");
-  EXPECT_EQ(executor_page_dtypes(t).kv, "fp32");
+  EXPECT_EQ(step::run_record_from_json(t.metadata.extra, "t.json").config.kv_dtype, "fp32");
 }
 
 }  // namespace

@@ -169,11 +169,15 @@ TEST(PhasePeak, StandardQwen7b64kHoldsThePeakInTheLossHandComputed) {
 TEST(PhasePeak, OombQwen7bChunk4kHandComputed) {
   // Context 64K, chunk 4096, page 128, dense, 2 resident layers (offload): each slot holds the last
   // chunk's prefix and own pages, 15 x 32 + 32 = 512 pages; 1024 KV pages of 256 KiB, 1024 fp32
-  // gradient pages of 512 KiB, slot page tables 2 x 2 x 512 int32.
+  // gradient pages of 512 KiB. The CUDA backend's op scratch is its LM-head backward
+  // (step/cuda_scratch.h): the fp32 loss gradient staged as bf16 for the bf16 GEMMs (4096 x 152064 x
+  // 2 = 1,245,708,288) and the fp32 dW of the bf16 gradient (3584 x 152064 x 4 = 2,179,989,504).
   auto s = scenario("qwen2.5-7b", "h200", 64 * 1024);
   s.config.chunk_tokens = 4096;
   const auto t = memory_table(s);
   const int64_t C = 4096;
+  const int64_t dw_fallback = int64_t{3584} * 152064 * 4;
+  const int64_t op_scratch = C * 152064 * 2 + dw_fallback;  // 3,425,697,792
   const std::map<std::string, int64_t> every = {
       {"weights", kQwen7bParams * 2},
       {"parameter_gradients", kQwen7bParams * 2},
@@ -181,11 +185,11 @@ TEST(PhasePeak, OombQwen7bChunk4kHandComputed) {
       {"hidden_states", 2 * C * 3584 * 2},    // 58,720,256
       {"kv_pool", 1024 * 262144},             // 268,435,456
       {"kv_grad_pool", 1024 * 524288},        // 536,870,912
-      {"page_tables", 2048 * 4},
       {"gemm_workspace", kGemmWorkspace},
+      {"op_scratch", op_scratch},
       {"runtime_reserve", kH200Reserve}};
   EXPECT_EQ(live_set(t, Phase::optimizer), every);
-  EXPECT_EQ(total_of(every), 32970700800);
+  EXPECT_EQ(total_of(every), 36396390400);
   std::map<std::string, int64_t> loss = every;
   loss.insert({{"layer_input_checkpoints", 28 * C * 3584 * 2},  // 822,083,584
                {"hidden_gradients", 2 * C * 3584 * 2},          // 58,720,256
@@ -195,7 +199,7 @@ TEST(PhasePeak, OombQwen7bChunk4kHandComputed) {
                {"logits_upcast", C * 152064 * 4},               // 2,491,416,576
                {"logits_gradient", C * 152064 * 4}});
   EXPECT_EQ(live_set(t, Phase::loss), loss);
-  EXPECT_EQ(total_of(loss), 40138782720);
+  EXPECT_EQ(total_of(loss), 43564472320);
   std::map<std::string, int64_t> backward = every;
   backward.insert({{"layer_input_checkpoints", 28 * C * 3584 * 2},
                    {"hidden_gradients", 2 * C * 3584 * 2},
@@ -204,21 +208,23 @@ TEST(PhasePeak, OombQwen7bChunk4kHandComputed) {
                    {"attention_lse", C * 28 * 4},                   // 458,752
                    {"layer_backward_temporaries", C * 75776 * 2}});  // 620,756,992
   EXPECT_EQ(live_set(t, Phase::backward), backward);
-  EXPECT_EQ(total_of(backward), 35122870272);
-  EXPECT_EQ(t.device_bytes_in(Phase::fill), 32970700800 + 650117120 + 32768 + 458752);
-  EXPECT_EQ(t.device_bytes_in(Phase::recompute), 32970700800 + 822083584 + 58720256 + 650117120 + 32768 + 458752);
+  EXPECT_EQ(total_of(backward), 38548559872);
+  EXPECT_EQ(t.device_bytes_in(Phase::fill), 36396390400 + 650117120 + 32768 + 458752);
+  EXPECT_EQ(t.device_bytes_in(Phase::recompute), 36396390400 + 822083584 + 58720256 + 650117120 + 32768 + 458752);
   auto sum = evaluate(s);
   EXPECT_EQ(sum.peak_phase, "loss");
-  EXPECT_EQ(sum.peak_device_bytes, 40138782720);
-  // Fused 1K tiles (fp32): the loss shrinks to 32,970,700,800 + 939,540,480 + 1024 x 152064 x 4 =
-  // 34,533,095,424 and the layer backward holds the peak.
+  EXPECT_EQ(sum.peak_device_bytes, 43564472320);
+  // Fused 1K tiles (fp32): the staging is one tile's (1024 x 152064 x 2) and the loss shrinks to
+  // 36,396,390,400 - 934,281,216 (the smaller staging) + 939,540,480 + 1024 x 152064 x 4 =
+  // 37,024,503,808; the layer backward holds the peak.
   s.config.logits_chunk_tokens = 1024;
   const auto fused = memory_table(s);
   EXPECT_EQ(row_bytes(fused, "logits"), 1024LL * 152064 * 4);
-  EXPECT_EQ(fused.device_bytes_in(Phase::loss), 34533095424);
+  EXPECT_EQ(row_bytes(fused, "op_scratch"), 1024LL * 152064 * 2 + dw_fallback);
+  EXPECT_EQ(fused.device_bytes_in(Phase::loss), 37024503808);
   sum = evaluate(s);
   EXPECT_EQ(sum.peak_phase, "backward");
-  EXPECT_EQ(sum.peak_device_bytes, 35122870272);
+  EXPECT_EQ(sum.peak_device_bytes, 38548559872 - 934281216);
   EXPECT_EQ(sum.device_breakdown_bytes.count("logits"), 0u);  // freed before the layer backward
 }
 
@@ -237,12 +243,10 @@ TEST(MemoryModel, CpuProfileHasNoGpuImplementationRows) {
     std::set<std::string> gpu_names, cpu_names;
     for (const auto& r : gpu.rows) gpu_names.insert(r.name);
     for (const auto& r : cpu.rows) cpu_names.insert(r.name);
-    const std::set<std::string> gpu_only =
-        memory == SelectionMemory::device
-            ? std::set<std::string>{"page_tables", "selection_scores", "selection_record", "gemm_workspace",
-                                    "runtime_reserve"}
-            : std::set<std::string>{"page_tables", "summary_tiles", "selection_scores", "selection_record_slot",
-                                    "host_selection_record", "gemm_workspace", "runtime_reserve"};
+    // The CUDA backend's own rows (its workspace and op scratch, which holds the selection's
+    // scores) and the context; nothing of the published implementation's (page tables, score
+    // matrices: --preset oomb-published, below).
+    const std::set<std::string> gpu_only = {"gemm_workspace", "op_scratch", "runtime_reserve"};
     std::set<std::string> missing;
     for (const auto& n : gpu_names)
       if (!cpu_names.count(n)) missing.insert(n);
@@ -252,6 +256,18 @@ TEST(MemoryModel, CpuProfileHasNoGpuImplementationRows) {
     for (const auto& r : cpu.rows) EXPECT_EQ(r.bytes, row_bytes(gpu, r.name)) << r.name;
     EXPECT_EQ(gpu_names.count("page_summaries"), memory == SelectionMemory::device ? 1u : 0u);
     EXPECT_EQ(cpu_names.count("host_page_summaries"), memory == SelectionMemory::bounded ? 1u : 0u);
+    // The published implementation keeps its score matrix and page tables on the GPU.
+    s.gpu.kind = "gpu";
+    s.config.implementation = Implementation::published;
+    std::set<std::string> published;
+    for (const auto& r : memory_table(s).rows) published.insert(r.name);
+    const std::set<std::string> published_only =
+        memory == SelectionMemory::device
+            ? std::set<std::string>{"page_tables", "selection_scores", "selection_record"}
+            : std::set<std::string>{"page_tables", "summary_tiles", "selection_scores", "selection_record_slot",
+                                    "host_selection_record"};
+    for (const auto& n : published_only) EXPECT_TRUE(published.count(n)) << n;
+    EXPECT_FALSE(published.count("op_scratch"));
   }
 }
 

@@ -1,10 +1,10 @@
-#include "simulator/config.h"
+#include "step/config.h"
 
 #include <limits>
 
 #include "core/error.h"
 
-namespace oomb::simulator {
+namespace oomb::step {
 
 namespace {
 template <class E, size_t N>
@@ -21,6 +21,7 @@ const char* const kAttention[] = {"dense", "sparse"};
 const char* const kOptimizer[] = {"none", "gpu", "host"};
 const char* const kSelectionMemory[] = {"device", "bounded"};
 const char* const kPeakMeasure[] = {"reserved", "allocated"};
+const char* const kImplementation[] = {"oomb", "published"};
 const char* const kSelections[] = {"published", "per-kv-head", "quest", "moba", "local"};
 }  // namespace
 
@@ -29,6 +30,10 @@ const char* to_string(Attention v) { return kAttention[static_cast<int>(v)]; }
 const char* to_string(Optimizer v) { return kOptimizer[static_cast<int>(v)]; }
 const char* to_string(SelectionMemory v) { return kSelectionMemory[static_cast<int>(v)]; }
 const char* to_string(PeakMeasure v) { return kPeakMeasure[static_cast<int>(v)]; }
+const char* to_string(Implementation v) { return kImplementation[static_cast<int>(v)]; }
+Implementation implementation_from_string(const std::string& s, const std::string& w) {
+  return from_string<Implementation>(s, w, kImplementation);
+}
 Schedule schedule_from_string(const std::string& s, const std::string& w) { return from_string<Schedule>(s, w, kSchedule); }
 Attention attention_from_string(const std::string& s, const std::string& w) { return from_string<Attention>(s, w, kAttention); }
 Optimizer optimizer_from_string(const std::string& s, const std::string& w) { return from_string<Optimizer>(s, w, kOptimizer); }
@@ -68,6 +73,7 @@ Json Config::to_json() const {
           {"selection_memory", to_string(selection_memory)},
           {"selection_tile_pages", selection_tile_pages},
           {"peak_measure", to_string(peak_measure)},
+          {"implementation", to_string(implementation)},
           {"gpus", gpus},
           {"layers_override", layers_override}};
 }
@@ -97,6 +103,8 @@ Config config_from_json(const Json& j, const std::string& where) {
   c.selection_memory = selection_memory_from_string(r.str("selection_memory"), where + ": selection_memory");
   c.selection_tile_pages = r.i64_positive("selection_tile_pages");
   c.peak_measure = peak_measure_from_string(r.str("peak_measure"), where + ": peak_measure");
+  // Documents written before the key: the published preset was the only source of its rows.
+  c.implementation = implementation_from_string(r.str_or("implementation", "oomb"), where + ": implementation");
   c.gpus = r.i64_positive("gpus");
   c.layers_override = r.i64_or("layers_override", 0);
   return c;
@@ -120,6 +128,7 @@ Config published_preset(Config c) {
   c.loss_dtype = "bf16";
   c.selection_memory = SelectionMemory::device;
   c.peak_measure = PeakMeasure::allocated;
+  c.implementation = Implementation::published;
   return c;
 }
 
@@ -228,4 +237,4 @@ bool offloads(const Config& c, const models::ModelSpec& m) {
   return c.schedule == Schedule::oomb && c.resident_layers < effective_layers(c, m);
 }
 
-}  // namespace oomb::simulator
+}  // namespace oomb::step

@@ -1,0 +1,303 @@
+#include "planner/validation.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "core/error.h"
+#include "core/format.h"
+#include "step/run_record.h"
+
+namespace oomb::planner {
+
+using namespace simulator;
+
+double ValidationTerm::error() const {
+  if (!measured) return 0;
+  if (predicted == 0) return *measured == 0 ? 0 : 1;
+  return (*measured - predicted) / predicted;
+}
+
+std::optional<bool> ValidationTerm::ok() const {
+  if (!measured || !judged) return std::nullopt;
+  return std::fabs(error()) <= tolerance + 1e-12;
+}
+
+namespace {
+
+void apply_tolerances(std::vector<ValidationTerm>& terms, const std::vector<std::pair<std::string, double>>& tols,
+                      const char* unknown_problem) {
+  for (const auto& [name, v] : tols) {
+    bool found = false;
+    for (auto& term : terms)
+      if (term.name == name) term.tolerance = v, found = true;
+    if (!found) {
+      std::string names;
+      for (const auto& term : terms) names += (names.empty() ? "" : ", ") + term.name;
+      throw Error("--tolerance", name, unknown_problem, "one of " + names);
+    }
+  }
+}
+
+bool all_ok(const std::vector<ValidationTerm>& terms) {
+  bool ok = true;
+  for (const auto& t : terms) ok &= t.ok().value_or(true);
+  return ok;
+}
+
+}  // namespace
+
+Validation validate_numbers(const Scenario& s, const std::vector<std::pair<std::string, double>>& given,
+                            const std::vector<std::pair<std::string, double>>& tolerances) {
+  Validation v;
+  const Summary pred = simulate_events(s, traces::Detail::step).summary;
+  std::map<std::string, double> m(given.begin(), given.end());
+  auto add = [&](const std::string& name, const std::string& unit, double p, double tol, const std::string& note) {
+    if (m.count(name)) v.terms.push_back({name, unit, p, m[name], tol, note});
+  };
+  const std::string measure = to_string(s.config.peak_measure);
+  add("step_s", "s", pred.step_s, kTimeTolerance, "");
+  add("tokens_per_s", "tokens/s", pred.tokens_per_s, kTimeTolerance, "");
+  add("peak_device_bytes", "bytes", static_cast<double>(pred.peak_device_bytes), kOutsideBytesTolerance,
+      "as the plan counts its peak: " + measure +
+          (s.config.peak_measure == PeakMeasure::allocated
+               ? " (torch.cuda.max_memory_allocated)"
+               : " (with the runtime reserve; torch.cuda.max_memory_allocated compares with --peak-measure allocated)"));
+  add("peak_host_bytes", "bytes", static_cast<double>(pred.peak_host_bytes), kOutsideBytesTolerance, "");
+  add("h2d_bytes", "bytes", static_cast<double>(pred.h2d_bytes), kOutsideBytesTolerance, "per step");
+  add("d2h_bytes", "bytes", static_cast<double>(pred.d2h_bytes), kOutsideBytesTolerance, "per step");
+  apply_tolerances(v.terms, tolerances, "is not among the --measured terms");
+  v.ok = all_ok(v.terms);
+  return v;
+}
+
+Validation validate_run(const ValidationRequest& req) {
+  OOMB_ASSERT(req.trace, "validate_run needs a trace");
+  const traces::Trace& trace = *req.trace;
+  const std::string& tw = req.trace_where;
+  Scenario s = req.scenario;
+  Validation v;
+  std::vector<std::string>& notes = v.notes;
+  if (trace.metadata.source == "simulator")
+    throw Error(tw, "metadata.source", "is a prediction, not a measurement", "give a trace from `oomb run --trace`");
+  const step::RunRecord run = step::run_record_from_json(trace.metadata.extra, tw);
+  const std::string config_where = req.plan_where.empty() ? tw : req.plan_where;
+  const std::string config_key = req.plan_where.empty() ? "metadata.extra.config.context_tokens" : "config.context_tokens";
+  // The run must be the plan's run: same model and the knobs that shape pages and copies.
+  if (run.model != s.model.id)
+    throw Error(tw, "metadata.extra.model", "was measured on " + run.model + ", the plan is for " + s.model.id,
+                "validate a trace of a run of this plan");
+  {
+    const Config& rc = run.config;
+    const Json pj = s.config.to_json(), rj = rc.to_json();
+    for (const char* key : {"schedule", "attention", "context_tokens", "chunk_tokens", "page_tokens", "page_budget",
+                            "selection", "resident_layers", "checkpointing", "optimizer", "gpus"})
+      if (pj[key] != rj[key])
+        throw Error(tw, std::string("metadata.extra.config.") + key,
+                    "differs from the plan (" + json_excerpt(rj[key]) + " vs " + json_excerpt(pj[key]) + ")",
+                    "this trace is not a run of this plan");
+    if (rc.layers_override != s.config.layers_override) {
+      s.config.layers_override = rc.layers_override;
+      notes.push_back("the run used the first " + std::to_string(rc.layers_override) +
+                      " layers; predictions are made for the same");
+      // `oomb run --plan --layers N` keeps at most N - 1 of the plan's kept layers.
+      if (rc.kept_layers != s.config.kept_layers &&
+          rc.kept_layers == std::min(s.config.kept_layers, rc.layers_override - 1)) {
+        notes.push_back("it kept the last " + std::to_string(rc.kept_layers) + " of them (the plan keeps " +
+                        std::to_string(s.config.kept_layers) + ")");
+        s.config.kept_layers = rc.kept_layers;
+      }
+    }
+    if (rc.kept_layers != s.config.kept_layers)
+      throw Error(tw, "metadata.extra.config.kept_layers",
+                  "differs from the plan (" + std::to_string(rc.kept_layers) + " vs " +
+                      std::to_string(s.config.kept_layers) + ")",
+                  "this trace is not a run of this plan");
+  }
+  const bool cpu_run = trace.metadata.source == "cpu";
+  const bool cupti_run = trace.metadata.source == "cuda-cupti";
+  const bool executor_run = cpu_run || trace.metadata.source == "cuda" || cupti_run;
+  if (executor_run) {
+    // Predict for what ran: the storage dtypes of the run's record (a plan's page dtypes may have
+    // been overridden by flags), peak as allocated (the runtime's own allocations).
+    const Config planned = s.config;
+    const Config& rc = run.config;
+    if (rc.kv_dtype != planned.kv_dtype || rc.kv_grad_dtype != planned.kv_grad_dtype)
+      notes.push_back("the run stored KV pages as " + rc.kv_dtype + " and KV-gradient pages as " + rc.kv_grad_dtype +
+                      " (the plan says KV " + planned.kv_dtype + ", KV-grad " + planned.kv_grad_dtype +
+                      "): predicted as run");
+    s.config.kv_dtype = rc.kv_dtype;
+    s.config.kv_grad_dtype = rc.kv_grad_dtype;
+    s.config.param_dtype = rc.param_dtype;
+    s.config.param_grad_dtype = rc.param_grad_dtype;
+    s.config.activation_dtype = rc.activation_dtype;
+    s.config.loss_dtype = rc.loss_dtype;
+    s.config.peak_measure = PeakMeasure::allocated;
+    const bool dtypes_differ = planned.param_dtype != s.config.param_dtype ||
+                               planned.param_grad_dtype != s.config.param_grad_dtype ||
+                               planned.activation_dtype != s.config.activation_dtype ||
+                               planned.loss_dtype != s.config.loss_dtype;
+    notes.push_back((cupti_run ? std::string("cuda") : trace.metadata.source) +
+                    " backend: predicted as run: weights / gradients / activations / loss stored as " +
+                    s.config.param_dtype + " / " + s.config.param_grad_dtype + " / " + s.config.activation_dtype +
+                    " / " + s.config.loss_dtype + ", pages as run (KV " + rc.kv_dtype + ", KV-grad " +
+                    rc.kv_grad_dtype + "), peak as allocated" +
+                    (dtypes_differ ? " (the plan says " + planned.param_dtype + " / " + planned.param_grad_dtype +
+                                         " / " + planned.activation_dtype + " / " + planned.loss_dtype + ")"
+                                   : ""));
+  }
+  if (cupti_run) {
+    std::string n = "times are CUPTI device times (kernels and copies, tagged with their stage, chunk, layer and "
+                    "pass); memory terms are the runtime's device and host allocations";
+    if (run.cupti_reserved_device_bytes)
+      n += " (CUDA reserved " + format_bytes(*run.cupti_reserved_device_bytes) + " on the device)";
+    if (run.cupti_untagged && *run.cupti_untagged > 0)
+      n += "; " + std::to_string(*run.cupti_untagged) + " records without a tag (time:op/untagged)";
+    notes.push_back(n);
+    if (trace.metadata.dropped_records > 0)
+      notes.push_back("CUPTI dropped " + std::to_string(trace.metadata.dropped_records) +
+                      " records: measured times miss that work");
+  }
+  const bool sparse = s.config.attention == Attention::sparse;
+  // The re-simulation holds every (chunk, layer) pass: a small file claiming a huge context is
+  // refused by its key, not by running out of memory.
+  check_event_simulation_size(s, config_where, config_key,
+                              "validate compares runs of oomb run, whose contexts are far smaller; is this the right "
+                              "file?");
+  v.prediction = simulate_events(s, traces::Detail::chunk);
+  const EventResult& pred = v.prediction;
+  const PageCounts pc = page_counts(s);
+  // Time is comparable only when the plan's device profile describes the device that ran.
+  // A "cuda" trace times ops on the host (enqueue times): only CUPTI's device times compare.
+  // A cpu run's compute threads must be the profile's.
+  const int64_t run_threads = run.cpu_threads;
+  const bool threads_differ = cpu_run && s.gpu.kind == "cpu" && s.gpu.cpu_threads > 0 && run_threads != s.gpu.cpu_threads;
+  const bool time_comparable =
+      cpu_run ? s.gpu.kind == "cpu" && !threads_differ : trace.metadata.source == "cuda-cupti" && s.gpu.kind == "gpu";
+  const std::string time_note =
+      time_comparable ? ""
+      : threads_differ ? "not comparable: run at " + std::to_string(run_threads) + " compute threads, " + s.gpu.id +
+                             " calibrated at " + std::to_string(s.gpu.cpu_threads) + " (oomb run --threads " +
+                             std::to_string(s.gpu.cpu_threads) + ", or oomb calibrate --backend cpu --threads " +
+                             std::to_string(run_threads) + ")"
+      : trace.metadata.source == "cuda"
+          ? "not comparable: host-timed cuda trace (no CUPTI device times)"
+          : "not comparable: plan for " + s.gpu.id + " (" + s.gpu.kind + "), measured on " + trace.metadata.source;
+  if (cpu_run && s.gpu.kind == "cpu" && s.gpu.cpu_threads == 0)
+    notes.push_back(s.gpu.id + " does not record its compute threads (calibrated before oomb calibrate --threads): its "
+                    "times describe this run (" + std::to_string(run_threads) + " threads) only if it was measured at "
+                    "that count");
+  if (!time_comparable && cpu_run && !threads_differ)
+    notes.push_back("times are compared against a cpu profile: --gpu cpu.json from `oomb calibrate --backend cpu --out "
+                    "cpu.json`");
+
+  std::vector<ValidationTerm>& terms = v.terms;
+  auto add = [&](std::string name, std::string unit, double p, std::optional<double> meas, double tol, std::string note = {}) {
+    terms.push_back({std::move(name), std::move(unit), p, meas, tol, std::move(note)});
+  };
+  const double copy_tol = sparse ? kSparseCopiesTolerance : kExactTolerance;
+  const std::string sparse_note = sparse ? "sparse: depends on the selection-overlap assumption" : "";
+  const double kv_hw = static_cast<double>(run.kv_pool_high_water_pages);
+  const double grad_hw = static_cast<double>(run.grad_pool_high_water_pages);
+  // Device memory: the runtime's allocations, measured by its memory account under the rows of the
+  // run's buffer table, against the predicted table's peak over phases, and the breakdown at the
+  // peak category by category. The table is the backend's that ran (a cpu run holds none of the
+  // CUDA backend's rows).
+  Scenario mem = s;
+  const std::string backend = !run.backend.empty() ? run.backend : (cpu_run ? "cpu" : "cuda");
+  if (backend == "cpu") mem.gpu.kind = "cpu";
+  const Summary mem_pred = mem.gpu.kind == s.gpu.kind ? pred.summary : evaluate(mem);
+  add("peak_device_bytes", "bytes", static_cast<double>(mem_pred.peak_device_bytes),
+      static_cast<double>(run.peak_device_bytes), kPeakBytesTolerance,
+      mem_pred.peak_phase.empty() ? "" : "peak phase " + mem_pred.peak_phase);
+  if (!run.device_breakdown_bytes.empty()) {
+    std::set<std::string> cats;
+    for (const auto& [cat, b] : mem_pred.device_breakdown_bytes) cats.insert(cat);
+    for (const auto& [cat, b] : run.device_breakdown_bytes) cats.insert(cat);
+    for (const std::string& cat : cats) {
+      auto p = mem_pred.device_breakdown_bytes.find(cat);
+      auto q = run.device_breakdown_bytes.find(cat);
+      add("peak:" + cat, "bytes", p == mem_pred.device_breakdown_bytes.end() ? 0.0 : static_cast<double>(p->second),
+          q == run.device_breakdown_bytes.end() ? 0.0 : static_cast<double>(q->second), kExactTolerance, "at the peak");
+    }
+  }
+  add("device_pool_bytes", "bytes",
+      static_cast<double>(pc.kv_pool_pages * pc.kv_page_bytes + pc.grad_pool_pages * pc.grad_page_bytes),
+      kv_hw * static_cast<double>(run.kv_page_bytes) + grad_hw * static_cast<double>(run.grad_page_bytes), copy_tol,
+      sparse_note);
+  add("pool_pages", "pages", static_cast<double>(pc.kv_pool_pages + pc.grad_pool_pages), kv_hw + grad_hw, copy_tol,
+      sparse_note);
+  add("kv_pool_pages", "pages", static_cast<double>(pc.kv_pool_pages), kv_hw, copy_tol, sparse_note);
+  add("grad_pool_pages", "pages", static_cast<double>(pc.grad_pool_pages), grad_hw, copy_tol, sparse_note);
+  add("host_pool_bytes", "bytes",
+      static_cast<double>(pc.host_kv_pages * pc.kv_page_bytes + pc.host_grad_pages * pc.grad_page_bytes),
+      static_cast<double>(run.host_kv_pages * run.kv_page_bytes + run.host_grad_pages * run.grad_page_bytes),
+      kExactTolerance);
+  add("peak_host_bytes", "bytes", static_cast<double>(mem_pred.peak_host_bytes), static_cast<double>(run.peak_host_bytes),
+      kPeakHostBytesTolerance);
+  // The executor keeps bounded-mode page summaries in the host tier and its kernels read them in
+  // place (executor/README.md, known limits): its copies are predicted without the summaries'
+  // streaming, i.e. as with the summaries on the device.
+  int64_t pred_h2d = pred.summary.h2d_bytes, pred_d2h = pred.summary.d2h_bytes;
+  std::string copy_note = sparse_note;
+  if (sparse && s.config.selection_memory == SelectionMemory::bounded) {
+    Scenario in_place = s;
+    in_place.config.selection_memory = SelectionMemory::device;
+    const auto ip = simulate_events(in_place, traces::Detail::step).summary;
+    pred_h2d = ip.h2d_bytes;
+    pred_d2h = ip.d2h_bytes;
+    copy_note += "; without the page summaries' streaming (" + format_bytes(pred.summary.h2d_bytes - ip.h2d_bytes) +
+                 " in, " + format_bytes(pred.summary.d2h_bytes - ip.d2h_bytes) +
+                 " out): the executor reads them in the host tier in place";
+  }
+  add("h2d_bytes", "bytes", static_cast<double>(pred_h2d), static_cast<double>(run.h2d_bytes), copy_tol, copy_note);
+  add("d2h_bytes", "bytes", static_cast<double>(pred_d2h), static_cast<double>(run.d2h_bytes), copy_tol, copy_note);
+  std::optional<double> step;
+  if (time_comparable) step = run.step_s;
+  add("step_s", "s", pred.summary.step_s, step, kTimeTolerance, time_note);
+  // Per-phase time: compute time of each stage.
+  std::map<int, double> pred_stage, meas_stage;
+  for (const auto& e : pred.trace.events)
+    if (e.kind == traces::EventKind::compute && e.stage > 0) pred_stage[e.stage] += e.duration_ns() * 1e-9;
+  for (const auto& e : trace.events)
+    if (e.kind == traces::EventKind::compute && e.stage > 0) meas_stage[e.stage] += e.duration_ns() * 1e-9;
+  const double steps = static_cast<double>(run.steps);
+  for (int stage : {1, 2}) {
+    std::optional<double> val;
+    if (time_comparable) val = meas_stage[stage] / steps;
+    add("time:stage" + std::to_string(stage), "s", pred_stage[stage], val, kTimeTolerance, time_note);
+  }
+  // Per pass kind (layer_fwd, layer_recompute, layer_bwd, lm_head, embedding): information only,
+  // the step and stage totals above are what the tolerance judges. Needs a trace of layer or op
+  // detail (coarser ones merge the passes of a stage).
+  const bool per_op = trace.metadata.detail == traces::Detail::layer || trace.metadata.detail == traces::Detail::op;
+  // CUPTI traces: device work the driver did not tag (op "untagged") and measured passes the
+  // simulator does not predict get rows of their own.
+  std::map<std::string, double> pred_op, meas_op;
+  if (per_op) {
+    for (const auto& e : simulate_events(s, traces::Detail::layer).trace.events)
+      if (e.kind == traces::EventKind::compute && e.stage > 0) pred_op[e.op] += e.duration_ns() * 1e-9;
+    for (const auto& e : trace.events)
+      if (e.kind == traces::EventKind::compute && (e.stage > 0 || e.op == "untagged"))
+        meas_op[e.op.empty() ? "untagged" : e.op] += e.duration_ns() * 1e-9 / steps;
+  }
+  for (const auto& [op, p] : pred_op) {
+    std::optional<double> val;
+    if (time_comparable) val = meas_op[op];
+    add("time:op/" + op, "s", p, val, kTimeTolerance, time_comparable ? "information only" : time_note);
+    terms.back().judged = false;
+  }
+  if (time_comparable && cupti_run)
+    for (const auto& [op, val] : meas_op)
+      if (!pred_op.count(op)) {
+        add("time:op/" + op, "s", 0, val, kTimeTolerance,
+            op == "untagged" ? "information only: device work with no driver tag" : "information only: not predicted");
+        terms.back().judged = false;
+      }
+  apply_tolerances(terms, req.tolerances, "unknown term");
+  v.ok = all_ok(terms);
+  return v;
+}
+
+}  // namespace oomb::planner

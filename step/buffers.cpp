@@ -1,0 +1,431 @@
+// The buffer table: every buffer of the step is a row sized here (docs/model.md).
+#include "step/buffers.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "core/units.h"
+#include "step/cuda_scratch.h"
+
+namespace oomb::step {
+
+using models::dtype_bytes;
+
+const char* to_string(BackendKind b) { return b == BackendKind::cpu ? "cpu" : "cuda"; }
+
+Target target_of(const models::GpuSpec& gpu) {
+  Target t;
+  t.backend = gpu.kind == "cpu" ? BackendKind::cpu : BackendKind::cuda;
+  t.runtime_reserve_bytes = gpu.reserved_bytes;
+  return t;
+}
+
+namespace {
+constexpr Phase kOombPhases[] = {Phase::fill, Phase::recompute, Phase::loss, Phase::backward, Phase::optimizer};
+constexpr Phase kStandardPhases[] = {Phase::forward, Phase::loss, Phase::backward, Phase::optimizer};
+
+bool counted(const BufferRow& r, Tier tier, bool include_reserve) {
+  return r.tier == tier && (include_reserve || r.category != kRuntimeReserveCategory);
+}
+
+// The peak over the schedule's phases of the rows of one tier; the breakdown only for the winner.
+// One pass over the rows sums every phase at once (the planner evaluates this in its inner loop).
+BufferTable::PhasePeak peak_of(const BufferTable& t, Tier tier, bool include_reserve) {
+  int64_t totals[kPhaseCount] = {};
+  for (const auto& r : t.rows) {
+    if (!counted(r, tier, include_reserve)) continue;
+    for (PhaseMask m = r.phases & 0x3Fu; m != 0; m &= m - 1) {  // the six phases
+      int64_t& total = totals[__builtin_ctz(m)];
+      int64_t sum = 0;
+      if (__builtin_add_overflow(total, r.bytes, &sum)) checked_add(total, r.bytes, "memory of a phase");  // throws
+      total = sum;
+    }
+  }
+  BufferTable::PhasePeak best;
+  bool first = true;
+  auto each = [&](auto&& phases) {
+    for (Phase p : phases) {
+      const int64_t total = totals[static_cast<int>(p)];
+      if (first || total > best.bytes) {  // ties: the earlier phase
+        best.phase = p;
+        best.bytes = total;
+        first = false;
+      }
+    }
+  };
+  if (t.schedule == Schedule::oomb) each(kOombPhases);
+  else each(kStandardPhases);
+  const PhaseMask bit = phase_bit(best.phase);
+  for (const auto& r : t.rows)
+    if (counted(r, tier, include_reserve) && (r.phases & bit)) best.breakdown[r.category] += r.bytes;
+  return best;
+}
+}  // namespace
+
+BufferTable::PhasePeak BufferTable::device_peak(bool include_reserve) const {
+  return peak_of(*this, Tier::device, include_reserve);
+}
+BufferTable::PhasePeak BufferTable::host_peak() const { return peak_of(*this, Tier::host, true); }
+
+int64_t BufferTable::device_bytes_in(Phase p, bool include_reserve) const {
+  int64_t total = 0;
+  for (const auto& r : rows)
+    if (counted(r, Tier::device, include_reserve) && (r.phases & phase_bit(p))) total = checked_add(total, r.bytes);
+  return total;
+}
+
+int64_t BufferTable::device_bytes(bool include_reserve) const { return device_peak(include_reserve).bytes; }
+int64_t BufferTable::host_bytes() const { return host_peak().bytes; }
+std::map<std::string, int64_t> BufferTable::device_breakdown() const { return device_peak().breakdown; }
+std::map<std::string, int64_t> BufferTable::host_breakdown() const { return host_peak().breakdown; }
+
+const BufferRow* BufferTable::find(const std::string& name, Tier tier) const {
+  for (const auto& r : rows)
+    if (r.tier == tier && r.name == name) return &r;
+  return nullptr;
+}
+
+Json to_json(const BufferRow& r) {
+  return {{"name", r.name},   {"category", r.category}, {"tier", to_string(r.tier)}, {"shape", r.shape},
+          {"dtype", r.dtype}, {"bytes", r.bytes},       {"phases", phase_names(r.phases)}};
+}
+
+BufferRow buffer_row_from_json(const Json& j, const std::string& where) {
+  JsonReader r(j, where);
+  if (!j.is_object())
+    r.fail("", "is not an object", "{\"name\", \"category\", \"tier\", \"shape\", \"dtype\", \"bytes\", \"phases\"}");
+  BufferRow b;
+  b.name = r.str("name");
+  b.category = r.str("category");
+  const std::string tier = r.str("tier");
+  if (tier != "device" && tier != "host") r.fail("tier", "'" + tier + "' is not a tier", "device or host");
+  b.tier = tier == "device" ? Tier::device : Tier::host;
+  b.shape = r.str_or("shape", "");
+  b.dtype = r.str("dtype");
+  b.bytes = r.i64("bytes");
+  const Json& phases = r.array("phases");
+  if (phases.empty()) r.fail("phases", "is empty", "the phases in which the buffer is alive, e.g. [\"loss\"]");
+  for (const auto& p : phases) {
+    if (!p.is_string()) r.fail("phases", "must be an array of phase names");
+    b.phases |= phase_bit(phase_from_string(p.get<std::string>(), where + ": phases"));
+  }
+  return b;
+}
+
+int64_t union_pages(const Geometry& g, int64_t c) {
+  const int64_t pp = g.prefix_pages(c);
+  if (!g.sparse || pp <= g.B) return pp;
+  const int64_t qc = g.own_pages(c);
+  const double u = static_cast<double>(g.B) * (1.0 + static_cast<double>(qc - 1) * (1.0 - g.overlap));
+  return std::min(pp, static_cast<int64_t>(std::llround(u)));
+}
+
+int64_t attended_prefix_pages(const Geometry& g, int64_t c) {
+  const int64_t pp = g.prefix_pages(c);
+  return g.sparse ? std::min(pp, g.B) : pp;
+}
+
+PageCounts page_counts(const Geometry& g) {
+  PageCounts pc;
+  pc.layers = g.L;
+  pc.chunks = g.oomb ? g.n : 1;
+  pc.pages_per_layer = g.P;
+  pc.pages_per_chunk = g.q;
+  pc.kv_page_bytes = g.kv_page_bytes;
+  pc.grad_page_bytes = g.grad_page_bytes;
+  if (!g.oomb) return pc;
+  int64_t slot_max = 0, union_max = 0;
+  // Over the full chunks the union is non-decreasing in c (dense: the prefix; sparse: the prefix
+  // capped at a constant), so the largest slot is that of one of the last two chunks (the last one
+  // may be ragged, with fewer query pages and so a smaller sparse union).
+  for (int64_t c = std::max<int64_t>(0, g.n - 2); c < g.n; ++c) {
+    const int64_t u = union_pages(g, c);
+    union_max = std::max(union_max, u);
+    slot_max = std::max(slot_max, u + g.own_pages(c));
+  }
+  pc.max_union_pages = union_max;
+  if (g.offload) {
+    pc.kv_pool_pages = checked_mul(g.R, slot_max, "KV pool pages");
+    pc.grad_pool_pages = checked_mul(g.R, slot_max, "gradient pool pages");
+    // The pool is allocated before any selection is known: for the union's bound, B pages per
+    // query page (and selection group), not for the modelled overlap.
+    pc.kv_pool_capacity_pages = checked_mul(g.R, g.max_slot_pages(), "KV pool pages");
+    pc.grad_pool_capacity_pages = pc.kv_pool_capacity_pages;
+    pc.host_kv_pages = checked_mul(g.L, g.P, "host KV pages");
+    pc.host_grad_pages = pc.host_kv_pages;
+  } else {
+    pc.kv_pool_pages = checked_mul(g.L, g.P, "KV pool pages");
+    pc.grad_pool_pages = pc.kv_pool_pages;
+    pc.kv_pool_capacity_pages = pc.grad_pool_capacity_pages = pc.kv_pool_pages;
+  }
+  return pc;
+}
+
+namespace {
+
+// Only called when describing (the strings are built lazily through OOMB_SHAPE below).
+std::string dims_text(std::initializer_list<int64_t> v) {
+  std::string s = "[";
+  bool first = true;
+  for (auto x : v) {
+    s += (first ? "" : ", ") + std::to_string(x);
+    first = false;
+  }
+  return s + "]";
+}
+
+}  // namespace
+
+#define OOMB_SHAPE(...) (describe ? dims_text(__VA_ARGS__) : std::string())
+#define OOMB_TEXT(...) (describe ? std::string(__VA_ARGS__) : std::string())
+
+BufferTable buffer_table(const models::ModelSpec& m, const Config& c, const Target& target, bool describe) {
+  return buffer_table(m, c, target, geometry(m, c), describe);
+}
+
+BufferTable buffer_table(const models::ModelSpec& m, const Config& c, const Target& target, const Geometry& g,
+                         bool describe) {
+  BufferTable t;
+  t.pages = page_counts(g);
+  t.schedule = c.schedule;
+  t.rows.reserve(32);
+  // Phases of the step (docs/model.md); `all` = every phase of the schedule.
+  const PhaseMask all = all_phases(c.schedule);
+  const PhaseMask fill = phase_bit(Phase::fill), rec = phase_bit(Phase::recompute), loss = phase_bit(Phase::loss),
+                  bwd = phase_bit(Phase::backward), fwd = phase_bit(Phase::forward);
+  // Shapes, lifetimes and formulas are text for people; the planner's inner loop skips them.
+  auto add = [&](const char* name, const char* category, Tier tier, auto&& shape, const std::string& dtype,
+                 int64_t bytes, PhaseMask phases, auto&& formula) {
+    BufferRow& b = t.rows.emplace_back();
+    b.name = name;
+    b.category = category;
+    b.tier = tier;
+    b.dtype = dtype;
+    b.bytes = bytes;
+    b.phases = phases;
+    if (describe) {
+      b.shape = shape;
+      b.formula = formula;
+      if (phases == all) {
+        b.lifetime = "all phases";
+      } else {
+        for (const auto& n : phase_names(phases)) b.lifetime += (b.lifetime.empty() ? "" : ", ") + n;
+      }
+    }
+  };
+  const bool cuda = target.backend == BackendKind::cuda;
+  // The published implementation's own GPU buffers (device score matrix, page tables): modelled
+  // for --preset oomb-published on a GPU profile, never allocated by this project's executor.
+  const bool published = cuda && c.implementation == Implementation::published;
+  const std::string& act = c.activation_dtype;
+  const int64_t A = g.act_b;
+  const int64_t params = param_count(m, c) / g.G;
+  const int64_t pb = dtype_bytes(c.param_dtype, "--param-dtype");
+  const int64_t gb = dtype_bytes(c.param_grad_dtype, "--param-grad-dtype");
+  const int64_t lb = dtype_bytes(c.loss_dtype, "--loss-dtype");
+  add(row::kWeights, "weights", Tier::device, OOMB_SHAPE({params}), c.param_dtype, checked_mul(params, pb), all,
+      "params / gpus x param dtype");
+  add(row::kParameterGradients, "parameter_gradients", Tier::device, OOMB_SHAPE({params}), c.param_grad_dtype,
+      checked_mul(params, gb), all, "params / gpus x param-grad dtype");
+  if (c.optimizer != Optimizer::none) {
+    // AdamW in fp32: master weights (when the parameters are not fp32), m and v, the decay mask.
+    // The host tier is shared by the tensor-parallel GPUs.
+    const Tier tier = c.optimizer == Optimizer::gpu ? Tier::device : Tier::host;
+    const int64_t shards = c.optimizer == Optimizer::host ? g.G : 1;
+    if (pb != 4)
+      add(row::kMasterWeights, "optimizer_state", tier, OOMB_SHAPE({params}), "fp32", checked_mul(params, 4) * shards,
+          all, "params x 4 (fp32 master weights of non-fp32 parameters)");
+    add(row::kAdamwMoments, "optimizer_state", tier, OOMB_SHAPE({2, params}), "fp32", checked_mul(params, 8) * shards,
+        all, "2 x params x 4 (m, v)");
+    add(row::kAdamwDecayMask, "optimizer_state", tier, OOMB_SHAPE({params}), "uint8", params * shards, all,
+        "params x 1 (weight decay on or off per parameter)");
+    if (c.optimizer == Optimizer::host) {
+      // The host update's operands: the gradients copied out, the working weights copied back in.
+      add(row::kHostParameterGradients, "optimizer_state", Tier::host, OOMB_SHAPE({params}), c.param_grad_dtype,
+          checked_mul(params, gb) * shards, all, "params x param-grad dtype (copied out for the host update)");
+      add(row::kHostWeights, "optimizer_state", Tier::host, OOMB_SHAPE({params}), c.param_dtype,
+          checked_mul(params, pb) * shards, all, "params x param dtype (the updated working weights, copied in)");
+    }
+  }
+
+  // Tokens whose activations are alive at once: the chunk's rows (not page-aligned) or the sequence.
+  const int64_t T = g.Cm;
+  const int64_t tile = g.T;
+  const std::string tok = g.oomb ? "chunk" : "sequence";
+  // Per token of one layer: h1, x2, h2, tmp (hidden); q, o (q_dim); k, v (kv_dim); gate, up,
+  // silu(gate)*up (ffn). Its backward: dx2, dh2, dh1; dout, dq; dk, dv; dm, dgate, dup.
+  // q/k RMSNorm (Qwen3) adds the projections before it (q_dim + kv_dim) and, to the backward, their
+  // gradients; its per-head rstd joins the norms' (q_heads + kv_heads per token).
+  const int64_t qkn = m.qk_norm ? g.qd + g.kvd : 0;
+  const int64_t rstd_per_token = 2 + (m.qk_norm ? g.q_heads + g.kv_heads : 0);
+  const int64_t layer_act_width = 4 * g.h + 2 * g.qd + 2 * g.kvd + 3 * g.f + qkn;
+  const int64_t layer_bwd_width = 3 * g.h + 2 * g.qd + 2 * g.kvd + 3 * g.f + qkn;
+  // Stage 1 and stage 2 forward/backward of a layer (oomb); forward/backward of a layer (standard).
+  const PhaseMask layer_phases = g.oomb ? (fill | rec | bwd) : (fwd | bwd);
+  // From the first forward that keeps them to the last backward.
+  const PhaseMask kept = g.oomb ? (rec | loss | bwd) : (fwd | loss | bwd);
+
+  add(row::kTokenIds, "inputs", Tier::device, OOMB_SHAPE({2, T}), "int32", checked_mul(T, 8), all,
+      OOMB_TEXT(tok + " tokens x 2 (ids, targets) x 4"));
+  if (g.oomb) {
+    add(row::kHiddenStates, "hidden_states", Tier::device, OOMB_SHAPE({2, T, g.h}), act, checked_mul(T, 2 * g.h * A),
+        all, "2 (x, y ping-pong) x chunk tokens x hidden x activation dtype");
+  } else {
+    // The layer inputs are the checkpoints; the last layer's output is the final norm's input.
+    add(row::kHiddenStates, "hidden_states", Tier::device, OOMB_SHAPE({g.N, g.h}), act, checked_mul(g.N, g.h * A),
+        fwd | loss, "sequence tokens x hidden x activation dtype (the last layer's output)");
+  }
+  // The executor keeps the layer inputs also without checkpointing (the input norm's backward reads
+  // them); a framework's standard step keeps them inside the activations.
+  if (c.checkpointing || g.oomb) {
+    add(row::kLayerInputCheckpoints, "checkpoints", Tier::device, OOMB_SHAPE({g.L, T, g.h}), act,
+        checked_mul(checked_mul(g.L, T), g.h * A), kept,
+        OOMB_TEXT("layers x " + tok + " tokens x hidden x activation dtype"));
+  }
+  if (!c.checkpointing) {
+    // No recompute: every layer's activations are kept, and a layer computes in its own slice.
+    const PhaseMask all_layers = g.oomb ? (fill | kept) : kept;
+    add(row::kAllLayerActivations, "checkpoints", Tier::device, OOMB_SHAPE({g.L, T, layer_act_width}), act,
+        checked_mul(checked_mul(g.L, T), layer_act_width * A), all_layers,
+        OOMB_TEXT("layers x " + tok + " tokens x (4 hidden + 2 q_dim + 2 kv_dim + 3 ffn) x activation dtype"));
+    add(row::kLayerNormRstd, "layer_working_set", Tier::device, OOMB_SHAPE({g.L, rstd_per_token, T}), "fp32",
+        checked_mul(checked_mul(g.L, T), 4 * rstd_per_token), all_layers,
+        OOMB_TEXT("layers x 2 norms x " + tok + " tokens x 4"));
+    add(row::kAttentionLse, "attention_workspace", Tier::device, OOMB_SHAPE({g.L, T, g.q_heads}), "fp32",
+        checked_mul(checked_mul(g.L, T), g.q_heads * 4), all_layers,
+        OOMB_TEXT("layers x " + tok + " tokens x q_heads x 4"));
+  }
+  add(row::kHiddenGradients, "layer_working_set", Tier::device, OOMB_SHAPE({2, T, g.h}), act,
+      checked_mul(T, 2 * g.h * A), g.oomb ? (rec | loss | bwd) : (loss | bwd),
+      OOMB_TEXT("2 (dy, dx) x " + tok + " tokens x hidden x activation dtype"));
+  if (c.checkpointing && c.kept_layers > 0) {
+    // Partial checkpointing: the last k layers keep their activations as checkpointing off keeps
+    // all of them (same lifetime), and the recomputed layers share the one-layer set below.
+    const int64_t k = c.kept_layers;
+    const PhaseMask all_layers = g.oomb ? (fill | kept) : kept;
+    add(row::kKeptLayerActivations, "checkpoints", Tier::device, OOMB_SHAPE({k, T, layer_act_width}), act,
+        checked_mul(checked_mul(k, T), layer_act_width * A), all_layers,
+        OOMB_TEXT("kept layers x " + tok + " tokens x (4 hidden + 2 q_dim + 2 kv_dim + 3 ffn) x activation dtype"));
+    add(row::kKeptLayerNormRstd, "layer_working_set", Tier::device, OOMB_SHAPE({k, rstd_per_token, T}), "fp32",
+        checked_mul(checked_mul(k, T), 4 * rstd_per_token), all_layers,
+        OOMB_TEXT("kept layers x 2 norms x " + tok + " tokens x 4"));
+    add(row::kKeptAttentionLse, "attention_workspace", Tier::device, OOMB_SHAPE({k, T, g.q_heads}), "fp32",
+        checked_mul(checked_mul(k, T), g.q_heads * 4), all_layers,
+        OOMB_TEXT("kept layers x " + tok + " tokens x q_heads x 4"));
+  }
+  if (c.checkpointing) {
+    add(row::kLayerActivations, "layer_working_set", Tier::device, OOMB_SHAPE({T, layer_act_width}), act,
+        checked_mul(T, layer_act_width * A), layer_phases,
+        OOMB_TEXT(tok + " tokens x (4 hidden + 2 q_dim + 2 kv_dim + 3 ffn) x activation dtype (one layer)"));
+    add(row::kLayerNormRstd, "layer_working_set", Tier::device, OOMB_SHAPE({rstd_per_token, T}), "fp32",
+        checked_mul(T, 4 * rstd_per_token), layer_phases, OOMB_TEXT("2 norms x " + tok + " tokens x 4 (one layer)"));
+    add(row::kAttentionLse, "attention_workspace", Tier::device, OOMB_SHAPE({T, g.q_heads}), "fp32",
+        checked_mul(T, g.q_heads * 4), layer_phases,
+        OOMB_TEXT(tok + " tokens x q_heads x 4 (log-sum-exp saved for the backward)"));
+  }
+  add(row::kLayerBackwardTemporaries, "layer_working_set", Tier::device, OOMB_SHAPE({T, layer_bwd_width}), act,
+      checked_mul(T, layer_bwd_width * A), bwd,
+      OOMB_TEXT(tok + " tokens x (3 hidden + 2 q_dim + 2 kv_dim + 3 ffn) x activation dtype (one layer)"));
+  // Final norm, LM head and cross-entropy (the loss phase).
+  const int64_t V = g.V / g.G;
+  add(row::kFinalNorm, "logits", Tier::device, OOMB_SHAPE({2, T, g.h}), act, checked_mul(T, 2 * g.h * A), loss,
+      OOMB_TEXT("2 (normed final hidden, its gradient) x " + tok + " tokens x hidden x activation dtype"));
+  add(row::kFinalNormRstd, "logits", Tier::device, OOMB_SHAPE({T}), "fp32", checked_mul(T, 4), loss,
+      OOMB_TEXT(tok + " tokens x 4"));
+  if (g.fused_loss) {
+    add(row::kLogits, "logits", Tier::device, OOMB_SHAPE({tile, V}), c.loss_dtype,
+        checked_mul(checked_mul(tile, V), lb), loss, "tile tokens x vocab x loss dtype (fused: the gradient is written in place)");
+  } else {
+    add(row::kLogits, "logits", Tier::device, OOMB_SHAPE({T, V}), act, checked_mul(checked_mul(T, V), A), loss,
+        OOMB_TEXT(tok + " tokens x vocab x activation dtype (LM head output)"));
+    if (c.loss_dtype != act)
+      add(row::kLogitsUpcast, "logits", Tier::device, OOMB_SHAPE({T, V}), c.loss_dtype,
+          checked_mul(checked_mul(T, V), lb), loss, OOMB_TEXT(tok + " tokens x vocab x loss dtype (the upcast copy)"));
+    add(row::kLogitsGradient, "logits", Tier::device, OOMB_SHAPE({T, V}), c.loss_dtype,
+        checked_mul(checked_mul(T, V), lb), loss, OOMB_TEXT(tok + " tokens x vocab x loss dtype"));
+  }
+
+  if (g.oomb) {
+    const auto& pc = t.pages;
+    const char* pool_formula = !g.offload ? "layers x pages per layer x page bytes"
+                               : g.sparse ? "resident layers x largest slot (union bound: B pages per query page, + own) "
+                                            "x page bytes"
+                                          : "resident layers x largest slot (pages) x page bytes";
+    add(row::kKvPool, "kv_pages", Tier::device,
+        OOMB_SHAPE({pc.kv_pool_capacity_pages, g.p, 2, g.kv_heads, g.head_dim}), c.kv_dtype,
+        checked_mul(pc.kv_pool_capacity_pages, g.kv_page_bytes), all, pool_formula);
+    add(row::kKvGradPool, "kv_grad_pages", Tier::device,
+        OOMB_SHAPE({pc.grad_pool_capacity_pages, g.p, 2, g.kv_heads, g.head_dim}), c.kv_grad_dtype,
+        checked_mul(pc.grad_pool_capacity_pages, g.grad_page_bytes), all, pool_formula);
+    if (published) {
+      const int64_t table_entries = g.offload ? checked_mul(g.R, 2 * (pc.kv_pool_pages / std::max<int64_t>(g.R, 1)))
+                                              : checked_mul(g.L, 2 * g.P);
+      add("page_tables", "page_tables", Tier::device, OOMB_SHAPE({table_entries}), "int32",
+          checked_mul(table_entries, 4), all,
+          g.offload ? "per-slot tables (KV and gradient)" : "layers x pages x 2 tables x 4 bytes");
+    }
+    if (g.offload) {
+      add(row::kHostKvPages, "kv_pages", Tier::host, OOMB_SHAPE({pc.host_kv_pages, g.p, 2, g.kv_heads, g.head_dim}),
+          c.kv_dtype, checked_mul(checked_mul(pc.host_kv_pages, g.kv_page_bytes), g.G), all,
+          "layers x pages x KV page bytes (x gpus: the host is shared)");
+      add(row::kHostKvGradPages, "kv_grad_pages", Tier::host,
+          OOMB_SHAPE({pc.host_grad_pages, g.p, 2, g.kv_heads, g.head_dim}), c.kv_grad_dtype,
+          checked_mul(checked_mul(pc.host_grad_pages, g.grad_page_bytes), g.G), all,
+          "layers x pages x gradient page bytes (x gpus)");
+      if (published)
+        add("host_page_tables", "page_tables", Tier::host, OOMB_SHAPE({g.L, g.P, 2}), "int32",
+            checked_mul(g.L * 2, g.P * 4), all, "layers x pages x 2 tables x 4 bytes");
+    }
+    if (g.sparse) {
+      const int64_t summaries = checked_mul(checked_mul(g.L, g.P), g.summary_bytes);
+      const int64_t record = checked_mul(checked_mul(g.L, g.P), g.B * 4);
+      if (c.selection_memory == SelectionMemory::device) {
+        add(row::kPageSummaries, "page_summaries", Tier::device, OOMB_SHAPE({g.L, g.P, g.kvd}), c.kv_dtype, summaries,
+            all, "layers x pages x kv_dim x KV dtype (grows with N)");
+        if (published) {
+          add("selection_scores", "selection_scores", Tier::device, OOMB_SHAPE({g.C, g.kv_heads, g.P}), "fp32",
+              checked_mul(checked_mul(g.C, g.kv_heads), g.P * 4), all,
+              "chunk tokens x kv_heads x pages x 4 (grows with N)");
+          add("selection_record", "page_tables", Tier::device, OOMB_SHAPE({g.L, g.P, g.B}), "int32", record, all,
+              "layers x query pages x budget x 4");
+        }
+      } else {
+        const int64_t tile_pages = std::min(c.selection_tile_pages, g.P);
+        if (published) {
+          add("summary_tiles", "page_summaries", Tier::device, OOMB_SHAPE({2, tile_pages, g.kv_heads, g.head_dim}),
+              c.kv_dtype, checked_mul(2 * tile_pages, g.summary_bytes), all,
+              "2 x tile pages x kv_heads x head_dim x KV dtype");
+          add("selection_scores", "selection_scores", Tier::device, OOMB_SHAPE({g.C, g.kv_heads, tile_pages}), "fp32",
+              checked_mul(checked_mul(g.C, g.kv_heads), tile_pages * 4) + checked_mul(g.q, g.B * 8), all,
+              OOMB_TEXT("chunk tokens x kv_heads x tile pages x 4 + running top-k"));
+          add("selection_record_slot", "page_tables", Tier::device, OOMB_SHAPE({g.R, g.q, g.B}), "int32",
+              checked_mul(g.q * g.B, 4) * g.R, all, "query pages x budget x 4 x resident layers");
+        }
+        add(row::kHostPageSummaries, "page_summaries", Tier::host, OOMB_SHAPE({g.L, g.P, g.kvd}), c.kv_dtype,
+            summaries * g.G, all, "layers x pages x kv_dim x KV dtype (x gpus)");
+        if (published)
+          add("host_selection_record", "page_tables", Tier::host, OOMB_SHAPE({g.L, g.P, g.B}), "int32", record * g.G,
+              all, "layers x query pages x budget x 4 (x gpus)");
+      }
+    }
+  }
+  if (cuda) {
+    add(row::kGemmWorkspace, "backend_scratch", Tier::device, OOMB_SHAPE({cuda_scratch::kGemmWorkspaceBytes}),
+        "uint8", cuda_scratch::kGemmWorkspaceBytes, all, "the CUDA backend's cuBLASLt workspace (32 MiB)");
+    if (!published && g.oomb) {
+      // The CUDA backend's op scratch, allocated once at its declared size (step/cuda_scratch.h).
+      const cuda_scratch::StepScratch s = cuda_scratch::step_op_scratch(m, c, g, target.bf16_gemm);
+      add(row::kOpScratch, "backend_scratch", Tier::device, OOMB_SHAPE({s.bytes}), "uint8", s.bytes, all,
+          OOMB_TEXT("the CUDA backend's op scratch: its largest op (" + s.op + ", step/cuda_scratch.h)"));
+    }
+    if (c.peak_measure == PeakMeasure::reserved)
+      add(row::kRuntimeReserve, kRuntimeReserveCategory, Tier::device, OOMB_SHAPE({target.runtime_reserve_bytes}),
+          "uint8", target.runtime_reserve_bytes, all, OOMB_TEXT("CUDA context + library workspaces (GPU profile)"));
+  }
+  return t;
+}
+#undef OOMB_SHAPE
+#undef OOMB_TEXT
+
+}  // namespace oomb::step

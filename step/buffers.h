@@ -1,0 +1,134 @@
+#pragma once
+// The buffer table of one step (docs/model.md): every buffer the run holds is a row {name,
+// category, tier, shape, dtype, bytes, lifetime}, sized here and nowhere else. The simulator
+// prices the table (peak over phases), the plan carries it, the executor allocates every device-
+// and host-tier buffer under its rows and its allocator measures each row's use against it.
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/json_util.h"
+#include "models/specs.h"
+#include "step/config.h"
+#include "step/geometry.h"
+#include "step/phase.h"
+#include "step/target.h"
+
+namespace oomb::step {
+
+// Row names used by more than the table itself (the executor's allocations, the simulator's pools).
+namespace row {
+inline constexpr const char* kWeights = "weights";
+inline constexpr const char* kParameterGradients = "parameter_gradients";
+inline constexpr const char* kMasterWeights = "master_weights";
+inline constexpr const char* kAdamwMoments = "adamw_moments";
+inline constexpr const char* kAdamwDecayMask = "adamw_decay_mask";
+inline constexpr const char* kHostParameterGradients = "host_parameter_gradients";
+inline constexpr const char* kHostWeights = "host_weights";
+inline constexpr const char* kTokenIds = "token_ids";
+inline constexpr const char* kHiddenStates = "hidden_states";
+inline constexpr const char* kLayerInputCheckpoints = "layer_input_checkpoints";
+inline constexpr const char* kAllLayerActivations = "all_layer_activations";
+inline constexpr const char* kLayerActivations = "layer_activations";
+inline constexpr const char* kLayerNormRstd = "layer_norm_rstd";
+inline constexpr const char* kAttentionLse = "attention_lse";
+inline constexpr const char* kKeptLayerActivations = "kept_layer_activations";
+inline constexpr const char* kKeptLayerNormRstd = "kept_layer_norm_rstd";
+inline constexpr const char* kKeptAttentionLse = "kept_attention_lse";
+inline constexpr const char* kHiddenGradients = "hidden_gradients";
+inline constexpr const char* kLayerBackwardTemporaries = "layer_backward_temporaries";
+inline constexpr const char* kFinalNorm = "final_norm";
+inline constexpr const char* kFinalNormRstd = "final_norm_rstd";
+inline constexpr const char* kLogits = "logits";
+inline constexpr const char* kLogitsUpcast = "logits_upcast";
+inline constexpr const char* kLogitsGradient = "logits_gradient";
+inline constexpr const char* kKvPool = "kv_pool";
+inline constexpr const char* kKvGradPool = "kv_grad_pool";
+inline constexpr const char* kHostKvPages = "host_kv_pages";
+inline constexpr const char* kHostKvGradPages = "host_kv_grad_pages";
+inline constexpr const char* kPageSummaries = "page_summaries";
+inline constexpr const char* kHostPageSummaries = "host_page_summaries";
+inline constexpr const char* kGemmWorkspace = "gemm_workspace";
+inline constexpr const char* kOpScratch = "op_scratch";
+inline constexpr const char* kRuntimeReserve = "runtime_reserve";
+}  // namespace row
+
+// The category of the runtime reserve (the CUDA context: on the GPU, not allocated by the executor).
+inline constexpr const char* kRuntimeReserveCategory = "runtime_reserve";
+
+// A GPU profile plans for the CUDA backend, a "cpu" profile (calibrated CPU) for the CPU backend.
+Target target_of(const models::GpuSpec& gpu);
+
+// One row of the table: a buffer (or a class of identical buffers), its bytes and the phases in
+// which it is alive. Totals are derived from the rows, never hand-summed.
+struct BufferRow {
+  std::string name;      // "kv_pool", "layer_input_checkpoints", ...
+  std::string category;  // breakdown key: "weights", "kv_pages", ...
+  Tier tier = Tier::device;
+  std::string shape;     // dimensions, e.g. "[28, 4096, 3584]" (describe only)
+  std::string dtype;     // element type: "fp32", "bf16", "int32", "uint8", ...
+  int64_t bytes = 0;
+  PhaseMask phases = 0;  // where it is alive (always set, also on the fast path)
+  std::string lifetime;  // the phases in words, for people (describe only)
+  std::string formula;   // how bytes are computed (GUI tooltips, --explain; describe only)
+};
+
+// A row as a plan carries it: {"name", "category", "tier" ("device" | "host"), "shape" (text),
+// "dtype", "bytes", "phases" (names)}. Strict parse: errors name `where` and the key.
+Json to_json(const BufferRow& r);
+BufferRow buffer_row_from_json(const Json& j, const std::string& where);
+
+// Page geometry and counts (docs/schedule.md); all counts per GPU.
+struct PageCounts {
+  int64_t layers = 0;             // effective layers
+  int64_t chunks = 0;             // n
+  int64_t pages_per_layer = 0;    // P
+  int64_t pages_per_chunk = 0;    // C / p
+  int64_t kv_page_bytes = 0;
+  int64_t grad_page_bytes = 0;
+  int64_t kv_pool_pages = 0;      // device pool high-water marks (sparse: with the modelled union)
+  int64_t grad_pool_pages = 0;
+  // Device pool allocations: the high-water marks in dense mode; sparse pools are allocated for the
+  // union's bound (B pages per query page and selection group), not the modelled overlap.
+  int64_t kv_pool_capacity_pages = 0;
+  int64_t grad_pool_capacity_pages = 0;
+  int64_t host_kv_pages = 0;      // host tier (offload only)
+  int64_t host_grad_pages = 0;
+  int64_t max_union_pages = 0;    // sparse: largest prefix set of a chunk (dense: the prefix)
+};
+
+// Pages copied in for chunk c under the modelled selection overlap (dense: the prefix).
+int64_t union_pages(const Geometry& g, int64_t c);
+int64_t attended_prefix_pages(const Geometry& g, int64_t c);  // pages each query page attends
+PageCounts page_counts(const Geometry& g);
+
+// The peak is the maximum over the schedule's phases of the bytes alive in a phase (pools at
+// their allocated capacity); ties go to the first phase in step order.
+struct BufferTable {
+  std::vector<BufferRow> rows;
+  PageCounts pages;
+  Schedule schedule = Schedule::oomb;
+  struct PhasePeak {
+    Phase phase = Phase::fill;
+    int64_t bytes = 0;
+    std::map<std::string, int64_t> breakdown;  // by category, at that phase
+  };
+  PhasePeak device_peak(bool include_reserve = true) const;
+  PhasePeak host_peak() const;
+  // Bytes alive in one phase (no breakdown).
+  int64_t device_bytes_in(Phase p, bool include_reserve = true) const;
+  int64_t device_bytes(bool include_reserve = true) const;
+  int64_t host_bytes() const;
+  std::map<std::string, int64_t> device_breakdown() const;
+  std::map<std::string, int64_t> host_breakdown() const;
+  const BufferRow* find(const std::string& name, Tier tier) const;  // null when absent
+};
+
+// The table of the step for `target` (describe = false: bytes and phases only, for the planner's
+// inner loop). g must be geometry(model, config).
+BufferTable buffer_table(const models::ModelSpec& m, const Config& c, const Target& target, const Geometry& g,
+                         bool describe);
+BufferTable buffer_table(const models::ModelSpec& m, const Config& c, const Target& target, bool describe = true);
+
+}  // namespace oomb::step

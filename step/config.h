@@ -1,0 +1,119 @@
+#pragma once
+// The knobs of one training configuration: what the simulator predicts, the planner searches and
+// the executor runs (part of the description of one step, step/README.md). Defaults are oomb's own (exact dense gradients, bounded selection memory; the
+// loss over the whole chunk unless --logits-chunk or the planner picks fused tiles);
+// `published_preset()` reproduces the published OOMB configuration.
+#include <cstdint>
+#include <string>
+
+#include "core/json_util.h"
+#include "models/specs.h"
+
+namespace oomb::step {
+
+enum class Schedule { oomb, standard };
+enum class Attention { dense, sparse };
+enum class Optimizer { none, gpu, host };  // AdamW state placement (none = no optimizer state)
+// Where the sparse-selection state lives: "device" (published: page summaries and the full
+// query x page score matrix on the GPU, both growing with N) or "bounded" (summaries in the host
+// tier, scores computed in fixed-size tiles with a running top-k: flat in N).
+enum class SelectionMemory { device, bounded };
+// What "peak device bytes" means: "reserved" counts the runtime reserve (context, workspaces) as
+// a real GPU user would see it; "allocated" leaves it out, as the published measurement does.
+enum class PeakMeasure { reserved, allocated };
+// Whose memory the buffer table describes on a GPU: "oomb" (this project's executor: what its CUDA
+// backend allocates, docs/model.md) or "published" (the published PyTorch implementation, for
+// `--preset oomb-published`: its device score matrix and page tables; modelled, never run).
+enum class Implementation { oomb, published };
+
+const char* to_string(Schedule v);
+const char* to_string(Attention v);
+const char* to_string(Optimizer v);
+const char* to_string(SelectionMemory v);
+const char* to_string(PeakMeasure v);
+const char* to_string(Implementation v);
+Schedule schedule_from_string(const std::string& s, const std::string& where);
+Attention attention_from_string(const std::string& s, const std::string& where);
+Optimizer optimizer_from_string(const std::string& s, const std::string& where);
+SelectionMemory selection_memory_from_string(const std::string& s, const std::string& where);
+PeakMeasure peak_measure_from_string(const std::string& s, const std::string& where);
+Implementation implementation_from_string(const std::string& s, const std::string& where);
+
+// Page-selection rules of ALGORITHM.md section 5 (names as used on the command line).
+// "published" (GQA-summed query vs page mean key, one set per query page), "per-kv-head",
+// "quest" (min/max key bounds), "moba" (mean-pooled block keys per head), "local" (window only).
+bool is_known_selection(const std::string& s);
+
+struct Config {
+  Schedule schedule = Schedule::oomb;
+  Attention attention = Attention::dense;
+  int64_t context_tokens = 0;
+  int64_t chunk_tokens = 4096;  // oomb: tokens per chunk (multiple of page_tokens)
+  int64_t page_tokens = 128;
+  int64_t page_budget = 64;     // sparse: selected earlier pages per query page
+  std::string selection = "published";
+  // Sparse only: share of a query page's selection already selected by earlier query pages of the
+  // same chunk. The union of a chunk's selections is modelled as
+  //   min(prefix_pages, B * (1 + (q - 1) * (1 - overlap))), q = chunk_tokens / page_tokens.
+  // 0 = disjoint selections (worst case, union = q * B); 1 = all query pages pick the same B.
+  double selection_overlap = 0.75;
+  // Layers whose KV (and KV-gradient) pages may be on the GPU at once: the layer being computed
+  // plus (resident_layers - 1) being prefetched. >= model layers means no offload (all on GPU).
+  int64_t resident_layers = 2;
+  std::string kv_dtype = "bf16";
+  std::string kv_grad_dtype = "fp32";
+  std::string param_dtype = "bf16";
+  std::string param_grad_dtype = "bf16";
+  std::string activation_dtype = "bf16";
+  Optimizer optimizer = Optimizer::none;
+  bool checkpointing = true;           // per-layer checkpointing (inside the chunk for oomb)
+  // Partial checkpointing: with checkpointing on, the last kept_layers layers of the (effective)
+  // layer stack keep their activations from the forward that computes them (oomb: the chunk's
+  // stage-2 recompute pass) to their backward, which then does not re-run their forward; the other
+  // layers are recomputed from their input checkpoints. 0 = full checkpointing; valid: 0 <= k < L
+  // with checkpointing on (k = L is checkpointing off: say so), 0 with it off.
+  int64_t kept_layers = 0;
+  // Tokens per tile of the LM-head + cross-entropy. 0 = one tile of the whole chunk (oomb) or the
+  // whole sequence (standard), unfused (bf16 logits, fp32 upcast and fp32 gradient, as PyTorch's
+  // cross-entropy does); > 0 = fused chunked loss (fp32 tile + bf16 gradient tile only).
+  int64_t logits_chunk_tokens = 0;
+  // Storage of the logits' softmax and gradient: "fp32" (upcast, as many frameworks do) or "bf16"
+  // (the published code: no upcast). Fused tiles hold the logits in it; unfused, the LM head writes
+  // activation-dtype logits and an upcast copy exists when it differs (docs/model.md).
+  std::string loss_dtype = "fp32";
+  SelectionMemory selection_memory = SelectionMemory::bounded;
+  int64_t selection_tile_pages = 4096;  // bounded selection: pages scored per tile
+  PeakMeasure peak_measure = PeakMeasure::reserved;
+  Implementation implementation = Implementation::oomb;
+  int64_t gpus = 1;                    // tensor parallelism degree (planning only)
+  int64_t layers_override = 0;         // > 0: run/predict only the first N layers (validation runs)
+
+  Json to_json() const;
+};
+
+Config config_from_json(const Json& j, const std::string& where);
+// chunk 4096, page 128, budget 64, resident 2, bf16 KV, fp32 KV-grad, bf16 param-grad, no
+// optimizer, checkpointing, per-chunk unfused full-vocabulary bf16 logits and bf16 cross-entropy
+// (no upcast), device selection memory, peak as allocated bytes.
+Config published_preset(Config base);
+// Names accepted by --preset.
+bool apply_preset(const std::string& name, Config& c);  // false when unknown
+
+// Checks the config against a model (page divides chunk, budget > 0 in sparse mode, heads
+// divisible by gpus, known dtypes and selection, context within int64 sizes). Throws oomb::Error
+// naming the flag (`--chunk`, ...) and what would be valid.
+void validate(const Config& c, const models::ModelSpec& m);
+// validate() for a configuration read from a document (a trace's or a plan's config): errors name
+// `where` and the config key (context_tokens) instead of a flag nobody passed (--context).
+void validate_document(const Config& c, const models::ModelSpec& m, const std::string& where);
+// Largest page budget validate() accepts (keeps budget x pages within int64).
+constexpr int64_t kMaxPageBudget = int64_t{1} << 20;
+
+// Effective layer count (layers_override or model layers) and resident layer count (clamped).
+int64_t effective_layers(const Config& c, const models::ModelSpec& m);
+bool offloads(const Config& c, const models::ModelSpec& m);  // resident_layers < layers
+// Layers whose backward re-runs their forward: L - kept_layers with checkpointing on, 0 off. They
+// are the first ones of the stack (0 .. recomputed - 1); the rest keep their activations.
+int64_t recomputed_layers(const Config& c, const models::ModelSpec& m);
+
+}  // namespace oomb::step

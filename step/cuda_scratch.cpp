@@ -1,0 +1,164 @@
+#include "step/cuda_scratch.h"
+
+#include <algorithm>
+
+#include "core/units.h"
+
+namespace oomb::step::cuda_scratch {
+
+namespace {
+
+// One GEMM's operand forms: a bf16 GEMM reads both operands as bf16, an fp32 (or tf32) GEMM as fp32.
+// Two bf16 operands always run as a bf16 GEMM; fp32 operands do when bf16_gemm.
+bool runs_bf16(bool a16, bool b16, bool bf16_gemm) { return (a16 && b16) || bf16_gemm; }
+
+struct Form {
+  bool want16 = false, want32 = false;
+};
+
+int64_t copy_bytes(int64_t rows, int64_t cols, bool bf16_storage, const Form& f) {
+  return (f.want16 && !bf16_storage ? up(checked_mul(rows, ld8(cols) * 2, "op scratch")) : 0) +
+         (f.want32 && bf16_storage ? up(checked_mul(rows, cols * 4, "op scratch")) : 0);
+}
+
+// A bf16 output goes through an fp32 scratch on the fp32 path, and on the bf16 path when it has a
+// bias (never a second rounding) or accumulates (cuBLASLt's bf16 C = D with beta 1 is the case it
+// may not offer; a plain bf16 output is written directly on sm_80+).
+int64_t out_bytes(int64_t m, int64_t n, bool out16, bool gemm16, bool accumulate, bool bias) {
+  return out16 && (!gemm16 || accumulate || bias) ? up(checked_mul(m, n * 4, "op scratch")) : 0;
+}
+
+}  // namespace
+
+int64_t linear_fwd_bytes(int64_t rows, int64_t in, int64_t out, bool x16, bool w16, bool y16, bool has_bias,
+                         bool bf16_gemm) {
+  if (rows <= 0 || out <= 0) return 0;
+  const bool g16 = runs_bf16(w16, x16, bf16_gemm);
+  Form f;
+  (g16 ? f.want16 : f.want32) = true;
+  return copy_bytes(out, in, w16, f) + copy_bytes(rows, in, x16, f) + out_bytes(out, rows, y16, g16, false, has_bias);
+}
+
+int64_t linear_bwd_bytes(int64_t rows, int64_t in, int64_t out, bool x16, bool w16, bool dy16, bool has_dx, bool dx16,
+                         bool dx_acc, bool has_dw, bool dw16, bool has_db, bool db16, bool bf16_gemm) {
+  if (rows <= 0 || out <= 0) return 0;
+  Form fw, fx, fdy;
+  int64_t bytes = 0;
+  if (has_dx && in > 0) {  // dx^T [in, rows] (+)= W^T dy^T
+    const bool g16 = runs_bf16(w16, dy16, bf16_gemm);
+    (g16 ? fw.want16 : fw.want32) = true;
+    (g16 ? fdy.want16 : fdy.want32) = true;
+    bytes += out_bytes(in, rows, dx16, g16, dx_acc, false);
+  }
+  if (has_dw && in > 0) {  // dW^T [in, out] += x^T dy
+    const bool g16 = runs_bf16(x16, dy16, bf16_gemm);
+    (g16 ? fx.want16 : fx.want32) = true;
+    (g16 ? fdy.want16 : fdy.want32) = true;
+    bytes += out_bytes(in, out, dw16, g16, true, false);
+  }
+  bytes += copy_bytes(rows, out, dy16, fdy) + copy_bytes(out, in, w16, fw) + copy_bytes(rows, in, x16, fx);
+  if (has_db && db16) bytes += up(out * 4);
+  return bytes;
+}
+
+int64_t rmsnorm_bwd_bytes(int64_t dim, bool dw16) { return dw16 && dim > 0 ? up(dim * 4) : 0; }
+
+int64_t attention_metadata_bytes(const AttentionShape& a, bool backward) {
+  int64_t b = up(a.slots * 8) * (backward ? 2 : 1);
+  if (a.select_groups > 0) {
+    const int64_t qpages = ceil_div(a.rows, a.page_tokens);
+    b += up((qpages * a.select_groups + 1) * 4) + up(a.listed * 4);
+  }
+  return b;
+}
+
+int64_t attention_fwd_bytes(const AttentionShape& a) {
+  const int64_t nq = a.rows * a.q_heads * a.head_dim, nk = a.rows * a.kv_heads * a.head_dim;
+  int64_t b = attention_metadata_bytes(a, false);
+  if (a.act16) b += 2 * up(nq * 4) + 2 * up(nk * 4);  // q, k, v in; o out
+  return b;
+}
+
+int64_t attention_bwd_bytes(const AttentionShape& a) {
+  const int64_t nq = a.rows * a.q_heads * a.head_dim, nk = a.rows * a.kv_heads * a.head_dim;
+  int64_t b = attention_metadata_bytes(a, true) + up(a.rows * a.q_heads * 4);  // D = rowsum(dO * O)
+  if (a.act16) b += 4 * up(nq * 4) + 4 * up(nk * 4);  // q, o, dout, dq; k, v, dk, dv
+  return b;
+}
+
+int64_t select_pages_bytes(int64_t rows, int64_t q_heads, int64_t kv_heads, int64_t head_dim, int64_t page_tokens,
+                           int64_t groups, int64_t prefix_pages, int64_t budget, bool q16, bool summaries16) {
+  const int64_t qpages = ceil_div(rows, page_tokens);
+  int64_t b = up(select_layout(rows, kv_heads, head_dim, qpages, groups, prefix_pages, budget).bytes);
+  if (q16) b += up(rows * q_heads * head_dim * 4);
+  if (summaries16) b += up(checked_mul(prefix_pages, kv_heads * head_dim * 4, "staged summaries"));
+  return b;
+}
+
+int64_t page_list_bytes(int64_t pages) { return up(pages * 8); }
+
+int64_t cross_entropy_bytes(int64_t rows) { return up(std::max<int64_t>(rows, 1) * 8) + kAlign; }
+
+StepScratch step_op_scratch(const models::ModelSpec& m, const Config& c, const Geometry& g, bool bf16_gemm) {
+  StepScratch best;
+  auto need = [&](int64_t bytes, const char* op) {
+    if (bytes > best.bytes) {
+      best.bytes = bytes;
+      best.op = op;
+    }
+  };
+  const bool a16 = c.activation_dtype == "bf16", w16 = c.param_dtype == "bf16", d16 = c.param_grad_dtype == "bf16";
+  const bool l16 = c.loss_dtype == "bf16", kv16 = c.kv_dtype == "bf16", bias = m.qkv_bias;
+  const int64_t H = g.h, qd = g.qd, kvd = g.kvd, F = g.f, V = g.V / g.G;  // the vocabulary-parallel LM head's share
+  // The passes of the last two chunks hold every shape of the step (the largest prefix and the
+  // largest rows: the last chunk may be ragged).
+  for (int64_t ch = std::max<int64_t>(0, g.n - 2); ch < g.n; ++ch) {
+    const int64_t T = g.chunk_len(ch);
+    // Layer forward (fill, recompute) and backward.
+    need(linear_fwd_bytes(T, H, qd, a16, w16, a16, bias, bf16_gemm), "q projection");
+    need(linear_fwd_bytes(T, H, kvd, a16, w16, a16, bias, bf16_gemm), "k/v projection");
+    need(linear_fwd_bytes(T, qd, H, a16, w16, a16, false, bf16_gemm), "o projection");
+    need(linear_fwd_bytes(T, H, F, a16, w16, a16, false, bf16_gemm), "gate/up projection");
+    need(linear_fwd_bytes(T, F, H, a16, w16, a16, false, bf16_gemm), "down projection");
+    need(linear_bwd_bytes(T, F, H, a16, w16, a16, true, a16, false, true, d16, false, false, bf16_gemm),
+         "down projection backward");
+    need(linear_bwd_bytes(T, H, F, a16, w16, a16, true, a16, true, true, d16, false, false, bf16_gemm),
+         "gate/up projection backward");
+    need(linear_bwd_bytes(T, qd, H, a16, w16, a16, true, a16, false, true, d16, false, false, bf16_gemm),
+         "o projection backward");
+    need(linear_bwd_bytes(T, H, qd, a16, w16, a16, true, a16, true, true, d16, bias, d16, bf16_gemm),
+         "q projection backward");
+    need(linear_bwd_bytes(T, H, kvd, a16, w16, a16, true, a16, true, true, d16, bias, d16, bf16_gemm),
+         "k/v projection backward");
+    need(rmsnorm_bwd_bytes(H, d16), "rmsnorm backward");
+    // Attention over the pass's prefix slots (at most the union bound).
+    AttentionShape a;
+    a.rows = T;
+    a.q_heads = g.q_heads;
+    a.kv_heads = g.kv_heads;
+    a.head_dim = g.head_dim;
+    a.page_tokens = g.p;
+    a.slots = g.union_bound(ch);
+    a.act16 = a16;
+    const int64_t prefix = g.prefix_pages(ch);
+    if (g.sparse && prefix > g.B) {
+      a.select_groups = g.select_groups;
+      a.listed = checked_mul(checked_mul(g.own_pages(ch), g.select_groups), g.B, "selection lists");
+      need(select_pages_bytes(T, g.q_heads, g.kv_heads, g.head_dim, g.p, g.select_groups, prefix, g.B, a16, kv16),
+           "select_pages");
+    }
+    need(attention_fwd_bytes(a), "attention forward");
+    need(attention_bwd_bytes(a), "attention backward");
+    need(page_list_bytes(g.own_pages(ch)), "page lists");
+    // The LM head and the loss over row tiles of g.T (unfused: the whole chunk).
+    const int64_t rows = std::min(g.T, T);
+    const bool y16 = g.fused_loss ? l16 : a16;
+    need(linear_fwd_bytes(rows, H, V, a16, w16, y16, false, bf16_gemm), "lm_head");
+    need(linear_bwd_bytes(rows, H, V, a16, w16, l16, true, a16, false, true, d16, false, false, bf16_gemm),
+         "lm_head backward");
+    need(cross_entropy_bytes(rows), "cross_entropy");
+  }
+  return best;
+}
+
+}  // namespace oomb::step::cuda_scratch

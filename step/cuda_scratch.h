@@ -1,0 +1,62 @@
+#pragma once
+// The CUDA backend's declared device needs (executor/cuda): what it allocates for itself besides
+// the runtime's buffers, as a function of the shapes the chunk-recurrent step runs. These are the
+// formulas: the buffer table sizes the `gemm_workspace` and `op_scratch` rows from them, and the
+// CUDA backend carves its scratch with the same layouts and refuses a request beyond its row.
+//
+// Every op's scratch is one allocation reused in stream order: 256-byte aligned sub-arrays of
+//   GEMMs (linear_fwd / linear_bwd): operand copies (an fp32 operand as bf16, rows padded to 8
+//     elements, when fp32 operands run as bf16 GEMMs; a bf16 operand as fp32 when a GEMM falls back
+//     to fp32 because cuBLASLt has no bf16 algorithm for its shape) and an fp32 output of each GEMM
+//     whose output is stored as bf16 (when cuBLASLt cannot write it, or a bias follows); a bf16 bias
+//     gradient's fp32 column sums. The worst case of these paths is declared (the algorithm choice
+//     is cuBLASLt's, at run time).
+//   attention_fwd / _bwd: the page pointer arrays and selection lists, fp32 copies of bf16 rows,
+//     fp32 staging of bf16 outputs (and the backward's per-row D = rowsum(dO * O)).
+//   select_pages: the summed queries, the softmax normalisers, the page scores (double, per query
+//     page and selection group, over the whole prefix: grows with N), the selected ids, the
+//     summaries staged on the device, fp32 copies of bf16 queries and summaries.
+//   write_kv_pages / add_from_grad_pages: page pointer arrays; cross_entropy: per-row losses + sum;
+//   rmsnorm_bwd: a bf16 weight gradient's fp32 column sums.
+#include <cstdint>
+#include <string>
+
+#include "models/specs.h"
+#include "step/config.h"
+#include "step/cuda_layout.h"
+#include "step/geometry.h"
+
+namespace oomb::step::cuda_scratch {
+
+// y[rows, out] = x[rows, in] W[out, in]^T (+ b).
+int64_t linear_fwd_bytes(int64_t rows, int64_t in, int64_t out, bool x16, bool w16, bool y16, bool has_bias,
+                         bool bf16_gemm);
+// dx (+)= dy W, dW += dy^T x, db += colsum(dy); has_* say which are computed.
+int64_t linear_bwd_bytes(int64_t rows, int64_t in, int64_t out, bool x16, bool w16, bool dy16, bool has_dx, bool dx16,
+                         bool dx_acc, bool has_dw, bool dw16, bool has_db, bool db16, bool bf16_gemm);
+int64_t rmsnorm_bwd_bytes(int64_t dim, bool dw16);
+
+// Paged attention over `slots` prefix pages; select_groups 0 = dense (no lists), else `listed`
+// selected slots in all lists together over qpages x select_groups lists.
+struct AttentionShape {
+  int64_t rows = 0, q_heads = 0, kv_heads = 0, head_dim = 0, page_tokens = 0;
+  int64_t slots = 0, select_groups = 0, listed = 0;
+  bool act16 = false;  // q, k, v, o, dout, dq, dk, dv stored as bf16
+};
+int64_t attention_metadata_bytes(const AttentionShape& a, bool backward);
+int64_t attention_fwd_bytes(const AttentionShape& a);
+int64_t attention_bwd_bytes(const AttentionShape& a);
+
+int64_t select_pages_bytes(int64_t rows, int64_t q_heads, int64_t kv_heads, int64_t head_dim, int64_t page_tokens,
+                           int64_t groups, int64_t prefix_pages, int64_t budget, bool q16, bool summaries16);
+int64_t page_list_bytes(int64_t pages);  // write_kv_pages, add_from_grad_pages
+int64_t cross_entropy_bytes(int64_t rows);
+
+// The largest op scratch of one step of (m, c) and the op that needs it.
+struct StepScratch {
+  int64_t bytes = 0;
+  std::string op;  // "lm_head backward", "attention backward", "select_pages", ...
+};
+StepScratch step_op_scratch(const models::ModelSpec& m, const Config& c, const Geometry& g, bool bf16_gemm);
+
+}  // namespace oomb::step::cuda_scratch

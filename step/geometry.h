@@ -1,0 +1,49 @@
+#pragma once
+// The sizes of one step (docs/schedule.md notation), computed once from the model and the
+// configuration: N tokens, chunk C, page p, L layers, R resident layers, n = ceil(N / C) chunks,
+// P = ceil(N / p) pages per layer, per-GPU shapes. The simulator prices them, the buffer table is
+// sized from them and the executor walks its passes over them.
+#include <algorithm>
+#include <cstdint>
+
+#include "core/units.h"
+#include "models/specs.h"
+#include "step/config.h"
+
+namespace oomb::step {
+
+struct Geometry {
+  int64_t L = 0, N = 0, G = 1;                 // layers, context tokens, tensor-parallel GPUs
+  int64_t Lr = 0;                              // layers recomputed in the backward (0 .. Lr-1)
+  int64_t h = 0, qd = 0, kvd = 0, f = 0, V = 0;  // per-GPU shapes (h and V unsharded)
+  int64_t q_heads = 0, kv_heads = 0, head_dim = 0;
+  int64_t act_b = 2, kv_b = 2, grad_b = 4;     // bytes per element: activations, KV pages, KV-gradient pages
+  bool oomb = true, sparse = false, offload = false, fused_loss = false;
+  // C: the chunk (oomb; page-aligned when the configured chunk exceeds N, which is then one chunk;
+  // standard: N). Cm: rows of one chunk's buffers, min(chunk, N) (not page-aligned; standard: N).
+  // T: rows of one LM-head / loss tile. q = C / p query pages per chunk. B: sparse page budget.
+  int64_t C = 0, Cm = 0, p = 0, n = 0, P = 0, q = 0, R = 0, B = 0, T = 0;
+  double overlap = 0;
+  int64_t select_groups = 1;  // sparse: selections per query page (per-kv-head: one per KV head)
+  int64_t kv_page_bytes = 0, grad_page_bytes = 0, summary_bytes = 0;
+
+  int64_t chunk_start(int64_t c) const { return c * C; }
+  int64_t chunk_len(int64_t c) const { return std::min(N, (c + 1) * C) - c * C; }
+  int64_t prefix_pages(int64_t c) const { return c * C / p; }  // pages of tokens [0, cC)
+  int64_t own_pages(int64_t c) const { return ceil_div(chunk_len(c), p); }
+  int64_t first_own_page(int64_t c) const { return c * C / p; }
+  // Upper bound of the pages a chunk attends among its prefix: all (dense, or <= B earlier pages),
+  // else at most B per query page (and KV head, for per-head selections).
+  int64_t union_bound(int64_t c) const;
+  // Largest slot of any pass (pages of each kind): union bound + own. Over the full chunks the bound
+  // is non-decreasing in c, so it is that of one of the last two chunks (the last may be ragged).
+  int64_t max_slot_pages() const;
+};
+
+// Validates the configuration against the model first (throws oomb::Error naming the flag).
+Geometry geometry(const models::ModelSpec& m, const Config& c);
+
+// Parameters of the model as configured (layers_override applied), all GPUs together.
+int64_t param_count(const models::ModelSpec& m, const Config& c);
+
+}  // namespace oomb::step

@@ -1,0 +1,77 @@
+#include "step/run_record.h"
+
+#include "core/error.h"
+
+namespace oomb::step {
+
+namespace {
+
+std::map<std::string, int64_t> byte_map(const JsonReader& r, const char* key) {
+  std::map<std::string, int64_t> m;
+  if (!r.has(key)) return m;
+  const JsonReader o(r.object(key), r.where() + ": " + key);
+  for (const auto& [k, v] : r.object(key).items()) {
+    if (!v.is_number_integer()) o.fail(k, "must be an integer byte count");
+    m[k] = v.get<int64_t>();
+  }
+  return m;
+}
+
+}  // namespace
+
+RunRecord run_record_from_json(const Json& extra, const std::string& where) {
+  if (!extra.is_object() || !extra.contains("model") || !extra.contains("config") || !extra.contains("measured"))
+    throw Error(where, "metadata.extra", "does not record a run of the executor (its model, configuration and "
+                                         "measurements)",
+                "a trace written by `oomb run --trace`");
+  const JsonReader x(extra, where + ": metadata.extra");
+  if (x.has("schema") && x.str("schema") != kRunRecordSchema)
+    x.fail("schema", "is '" + x.str("schema") + "'", std::string("this oomb reads ") + kRunRecordSchema);
+  RunRecord r;
+  r.model = x.str("model");
+  r.layers = x.i64_or("layers", 0);
+  r.config = config_from_json(x.object("config"), where + ": metadata.extra.config");
+  r.cpu_threads = x.i64_or("cpu_threads", 1);
+  const JsonReader m(x.object("measured"), where + ": metadata.extra.measured");
+  // Storage as run (the measured block's word; fp32 before typed storage recorded it).
+  r.config.kv_dtype = m.str_or("kv_dtype", "fp32");
+  r.config.kv_grad_dtype = m.str_or("kv_grad_dtype", "fp32");
+  r.config.param_dtype = m.str_or("param_dtype", "fp32");
+  r.config.param_grad_dtype = m.str_or("param_grad_dtype", "fp32");
+  r.config.activation_dtype = m.str_or("activation_dtype", "fp32");
+  r.config.loss_dtype = m.str_or("loss_dtype", "fp32");
+  r.backend = m.str_or("backend", "");
+  r.steps = std::max<int64_t>(1, m.i64_or("steps", 1));
+  r.step_s = m.has("step_s") ? m.f64("step_s") : 0;
+  r.mean_step_s = m.has("mean_step_s") ? m.f64("mean_step_s") : r.step_s;
+  r.tokens_per_s = m.has("tokens_per_s") ? m.f64("tokens_per_s") : 0;
+  r.loss = m.has("loss") ? m.f64("loss") : 0;
+  r.kv_page_bytes = m.i64_or("kv_page_bytes", 0);
+  r.grad_page_bytes = m.i64_or("grad_page_bytes", 0);
+  r.kv_pool_pages = m.i64_or("kv_pool_pages", 0);
+  r.grad_pool_pages = m.i64_or("grad_pool_pages", 0);
+  r.kv_pool_high_water_pages = m.i64_or("kv_pool_high_water_pages", 0);
+  r.grad_pool_high_water_pages = m.i64_or("grad_pool_high_water_pages", 0);
+  r.host_kv_pages = m.i64_or("host_kv_pages", 0);
+  r.host_grad_pages = m.i64_or("host_grad_pages", 0);
+  r.peak_device_bytes = m.i64_or("peak_device_bytes", 0);
+  r.peak_host_bytes = m.i64_or("peak_host_bytes", 0);
+  r.device_breakdown_bytes = byte_map(m, "device_breakdown_bytes");
+  r.row_high_water_bytes = byte_map(m, "row_high_water_bytes");
+  r.h2d_bytes = m.i64_or("h2d_bytes", 0);
+  r.d2h_bytes = m.i64_or("d2h_bytes", 0);
+  r.copy_regions = m.i64_or("copy_regions", 0);
+  if (m.has("mean_recall")) r.mean_recall = m.f64("mean_recall");
+  if (m.has("min_recall")) r.min_recall = m.f64("min_recall");
+  if (m.has("notes"))
+    for (const auto& n : m.array("notes"))
+      if (n.is_string()) r.notes.push_back(n.get<std::string>());
+  if (x.has("cupti")) {
+    const JsonReader c(x.object("cupti"), where + ": metadata.extra.cupti");
+    if (c.has("reserved_device_bytes")) r.cupti_reserved_device_bytes = c.i64("reserved_device_bytes");
+    if (c.has("untagged")) r.cupti_untagged = c.i64("untagged");
+  }
+  return r;
+}
+
+}  // namespace oomb::step

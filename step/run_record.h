@@ -1,0 +1,50 @@
+#pragma once
+// One typed record of what a run of the executor was and measured: the `metadata.extra` section of
+// a trace written by `oomb run --trace` (schema "oomb.run/1"), read by this one loader. validate,
+// calibrate, recall curves and the GUI overlay read the record, never the JSON by key.
+//
+// Written by the executor (Engine::trace: model, layers, config as run, measured) and the CLI
+// (backend details). Traces from before the schema key have the same layout; their config may
+// carry the plan's storage dtypes while the run stored others, so the loader takes the dtypes the
+// measured block records (fp32 where it records none: runs before typed storage).
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/json_util.h"
+#include "step/config.h"
+
+namespace oomb::step {
+
+inline constexpr const char* kRunRecordSchema = "oomb.run/1";
+
+struct RunRecord {
+  std::string model;     // catalog id (or the spec's id)
+  int64_t layers = 0;    // layers as run
+  Config config;         // the configuration as run (storage dtypes as stored)
+  std::string backend;   // "cpu" or "cuda"
+  int64_t cpu_threads = 1;  // cpu runs (1 in traces from before threads were recorded)
+  // Measured over the run (memory: its high-water marks; copies: the last step).
+  int64_t steps = 1;     // timed steps (the warm-up excluded)
+  double step_s = 0;     // the fastest timed step (what validate compares)
+  double mean_step_s = 0, tokens_per_s = 0, loss = 0;
+  int64_t kv_page_bytes = 0, grad_page_bytes = 0;
+  int64_t kv_pool_pages = 0, grad_pool_pages = 0, kv_pool_high_water_pages = 0, grad_pool_high_water_pages = 0;
+  int64_t host_kv_pages = 0, host_grad_pages = 0;
+  int64_t peak_device_bytes = 0, peak_host_bytes = 0;
+  std::map<std::string, int64_t> device_breakdown_bytes;  // at the device peak
+  std::map<std::string, int64_t> row_high_water_bytes;    // per device row of the run's table
+  int64_t h2d_bytes = 0, d2h_bytes = 0, copy_regions = 0;
+  std::optional<double> mean_recall, min_recall;  // --measure-recall runs
+  // CUPTI-timed CUDA runs: device bytes CUDA reserved, records without a tag.
+  std::optional<int64_t> cupti_reserved_device_bytes, cupti_untagged;
+  std::vector<std::string> notes;  // the plan check's
+};
+
+// Throws oomb::Error naming `where` and the key when the section is not a run's record (a
+// simulator trace, a missing or malformed key).
+RunRecord run_record_from_json(const Json& extra, const std::string& where);
+
+}  // namespace oomb::step

@@ -1,0 +1,20 @@
+#pragma once
+// The backend a buffer table describes (light: CUDA translation units include it).
+#include <cstdint>
+
+namespace oomb::step {
+
+// What a backend allocates besides the runtime's own buffers (step/buffers.h).
+enum class BackendKind { cpu, cuda };
+const char* to_string(BackendKind b);
+struct Target {
+  BackendKind backend = BackendKind::cpu;
+  // CUDA: linear ops on fp32 operands convert them to bf16 in the op scratch (the CUDA backend's
+  // --gemm-precision bf16, its default) rather than running fp32 / tf32 GEMMs (which convert bf16
+  // operands to fp32 instead).
+  bool bf16_gemm = true;
+  // CUDA with peak_measure reserved: the CUDA context and library workspaces (the GPU profile's).
+  int64_t runtime_reserve_bytes = 0;
+};
+
+}  // namespace oomb::step
