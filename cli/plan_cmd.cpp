@@ -19,10 +19,15 @@
 #include "planner/parallel.h"
 #include "planner/plan.h"
 #include "planner/recall_curve.h"
+#include "planner/requests.h"
 #include "planner/search.h"
 
 namespace oomb::cli {
 namespace {
+
+using planner::Baseline;
+using planner::Comparison;
+using planner::NodeGpus;
 
 using planner::Candidate;
 using simulator::Attention;
@@ -300,41 +305,6 @@ void print_max_context(const planner::MaxContext& mc, const planner::Request& r)
                 format_duration_s(mc.plan->summary.step_s).c_str(), format_bytes(mc.plan->summary.peak_device_bytes).c_str());
 }
 
-// Standard training at the same context, the two baselines a reader trusts: the best standard
-// configuration (planned: fused chunked loss, checkpointing searched) and the published one
-// (full-sequence unfused logits, checkpointing on).
-struct Baseline {
-  std::string label;
-  std::optional<Candidate> result;  // the plan, or the closest miss
-  bool fits = false;
-};
-
-std::vector<Baseline> baselines(const planner::Request& r, int64_t context) {
-  using namespace planner;
-  std::vector<Baseline> out;
-  planner::Request q = r;
-  q.fixed.insert("schedule");
-  q.fixed.insert("attention");
-  q.scenario.config.schedule = simulator::Schedule::standard;
-  q.scenario.config.attention = Attention::dense;
-  q.executable_only = false;
-  q.max_step_s = q.min_tokens_per_s = 0;
-  q.objective = Objective::time;
-  const SearchResult best = search(q, context);
-  out.push_back({"standard, best (fused chunked loss, checkpointing searched)", best.best ? best.best : best.closest,
-                 best.best.has_value()});
-  q.fixed.insert("logits_chunk");
-  q.fixed.insert("checkpointing");
-  q.fixed.insert("kept_layers");
-  q.scenario.config.logits_chunk_tokens = 0;
-  q.scenario.config.checkpointing = true;
-  q.scenario.config.kept_layers = 0;
-  const SearchResult pub = search(q, context);
-  out.push_back({"standard, published (unfused full-vocabulary logits)", pub.best ? pub.best : pub.closest,
-                 pub.best.has_value()});
-  return out;
-}
-
 void print_baselines(const std::vector<Baseline>& bs, const Candidate& chosen) {
   std::printf("\nStandard training at this context (full sequence; the oomb plan above: %s, %s):\n",
               format_bytes(chosen.summary.peak_device_bytes).c_str(), format_duration_s(chosen.summary.step_s).c_str());
@@ -358,97 +328,6 @@ void print_baselines(const std::vector<Baseline>& bs, const Candidate& chosen) {
                              .c_str()
                        : " (closest)");
   }
-}
-
-// "8 GPUs": the oomb plan uses the largest tensor-parallel degree that divides the node's GPUs and
-// the model's heads (the rest are data-parallel replicas); the comparison uses all of them.
-struct NodeGpus {
-  int64_t gpus = 1, tp = 1;
-  std::string note;
-};
-
-NodeGpus node_gpus(ScenarioFlags& f) {
-  NodeGpus n;
-  if (!f.gpus || *f.gpus <= 1) return n;
-  n.gpus = n.tp = *f.gpus;
-  if (n.gpus != 2 && n.gpus != 4 && n.gpus != 8) return n;  // check_request names the valid ones
-  const models::ModelSpec m = models::load_model(f.model);
-  while (n.tp > 1 && (m.kv_heads % n.tp != 0 || m.q_heads % n.tp != 0)) n.tp /= 2;
-  if (n.tp != n.gpus) {
-    n.note = "tensor parallelism over " + std::to_string(n.gpus) + " GPUs does not divide " + m.id + "'s heads (q " +
-             std::to_string(m.q_heads) + ", kv " + std::to_string(m.kv_heads) + "): the oomb plan uses " +
-             (n.tp > 1 ? "TP " + std::to_string(n.tp) : std::string("one GPU")) + " per replica, " +
-             std::to_string(n.gpus / n.tp) + " data-parallel replicas on the node";
-    if (n.tp > 1) f.gpus = n.tp;
-    else f.gpus.reset();
-  }
-  return n;
-}
-
-// oomb next to context parallelism on the node's GPUs: per GPU memory, step, tokens/s, GPU-hours.
-struct Comparison {
-  std::vector<planner::ParallelPlan> rows;
-  std::vector<std::string> notes;
-  Json to_json() const {
-    Json j = {{"rows", Json::array()}, {"notes", notes}};
-    for (const auto& r : rows) j["rows"].push_back(r.to_json());
-    return j;
-  }
-};
-
-Comparison compare_multi_gpu(const planner::Request& r, const NodeGpus& node, const std::optional<Candidate>& chosen,
-                             int64_t context) {
-  using namespace planner;
-  Comparison cmp;
-  simulator::Scenario s = r.scenario;
-  s.config.context_tokens = context;
-  // oomb on one GPU (the method's claim), and as data-parallel replicas filling the node.
-  planner::Request one = r;
-  one.scenario.config.gpus = 1;
-  const SearchResult single = search(one, context);
-  if (single.best) {
-    simulator::Scenario s1 = one.scenario;
-    s1.config = single.best->config;
-    ParallelPlan p1 = data_parallel(s1, single.best->summary, 1, r.headroom);
-    p1.label = "oomb, 1 GPU";
-    cmp.rows.push_back(p1);
-    cmp.rows.push_back(data_parallel(s1, single.best->summary, node.gpus, r.headroom));
-  } else {
-    cmp.notes.push_back("oomb on one GPU: no plan fits at " + format_tokens(context) + " tokens");
-  }
-  if (chosen && chosen->config.gpus > 1) {
-    simulator::Scenario st = r.scenario;
-    st.config = chosen->config;
-    cmp.rows.push_back(data_parallel(st, chosen->summary, node.gpus / chosen->config.gpus, r.headroom));
-  }
-  for (auto kind : {ContextParallelism::ring, ContextParallelism::ulysses}) {
-    // All the node's GPUs on one sequence; where the heads forbid that (Ulysses), the largest
-    // degree that works, replicated over the rest.
-    bool found = false;
-    std::vector<std::string> skipped;  // why the full node does not suit, when it does not
-    for (int64_t d = node.gpus; d >= 2 && !found; d /= 2) {
-      std::optional<ParallelPlan> p = best_context_parallel(s, kind, d, r.headroom, d == node.gpus ? &skipped : nullptr);
-      if (!p) continue;
-      found = true;
-      if (d < node.gpus) {
-        p->replicas = node.gpus / d;
-        p->gpus = node.gpus;
-        p->label += " x " + std::to_string(p->replicas) + " data-parallel";
-        p->notes.push_back("no layout of " + std::to_string(node.gpus) + " GPUs suits " + s.model.id +
-                           (skipped.empty() ? "" : " (" + skipped.front() + ")"));
-        finish_rates(*p);
-      }
-      cmp.rows.push_back(*p);
-    }
-    if (!found)
-      cmp.notes.push_back(std::string(kind == ContextParallelism::ring ? "ring attention" : "Ulysses") +
-                          ": no layout of 2.." + std::to_string(node.gpus) + " GPUs suits " + s.model.id);
-  }
-  cmp.notes.push_back("context parallelism is standard full-sequence training (fused chunked loss, AdamW state "
-                      "sharded over the context-parallel ranks) on paper, priced with the same cost model; "
-                      "interconnect " + format_rate_bytes_per_s(s.gpu.interconnect_bytes_per_s) + " per direction (" +
-                      s.gpu.id + " profile)");
-  return cmp;
 }
 
 void print_comparison(const Comparison& cmp, const NodeGpus& node, const simulator::Scenario& s, int64_t context) {
@@ -477,7 +356,11 @@ int run_plan(PlanArgs a) {
                 "must be in [1, " + std::to_string(simulator::kMaxPageBudget) + "] pages", "e.g. 64");
   if (a.min_recall && !(*a.min_recall > 0 && *a.min_recall <= 1))  // NaN fails too
     throw Error("--min-recall", format_number(*a.min_recall), "must be in (0, 1]", "e.g. 0.9");
-  const NodeGpus node = node_gpus(a.flags);
+  const NodeGpus node = planner::node_gpus(a.flags.gpus ? *a.flags.gpus : 1, a.flags.model);
+  if (node.tp != node.gpus) {
+    if (node.tp > 1) a.flags.gpus = node.tp;
+    else a.flags.gpus.reset();
+  }
   // --optimizer auto (the default) belongs to the planner: AdamW state is wanted, its placement
   // searched.
   r.optimizer_auto = a.flags.optimizer_auto();
@@ -614,7 +497,7 @@ int run_plan(PlanArgs a) {
     res = search(rp, context);
   }
   if (a.max_context && res.best) chosen = res.best;  // the same search max_context ended with
-  std::vector<Candidate> front = a.pareto ? pareto_frontier(res.feasible) : std::vector<Candidate>{};
+  std::vector<Candidate> front = a.pareto ? pareto_frontier(res.feasible, res.best ? &*res.best : nullptr) : std::vector<Candidate>{};
 
   // A plan on paper (a setting the executor does not follow yet): also name the best one it runs.
   // A plan to be run: say what the settings on paper would give.
@@ -646,9 +529,9 @@ int run_plan(PlanArgs a) {
   }
 
   std::optional<Comparison> comparison;
-  if (node.gpus > 1 && context > 0) comparison = compare_multi_gpu(r, node, chosen, context);
+  if (node.gpus > 1 && context > 0) comparison = planner::compare_multi_gpu(r, node, chosen, context);
   std::vector<Baseline> standard;
-  if (chosen && s0.config.schedule == simulator::Schedule::oomb) standard = baselines(r, context);
+  if (chosen && s0.config.schedule == simulator::Schedule::oomb) standard = planner::baselines(r, context);
 
   if (a.json) {
     out["plan"] = plan ? plan->to_json() : Json(nullptr);

@@ -1,0 +1,103 @@
+#include "planner/requests.h"
+
+#include "core/format.h"
+#include "planner/search.h"
+
+namespace oomb::planner {
+
+std::vector<Baseline> baselines(const Request& r, int64_t context) {
+  std::vector<Baseline> out;
+  Request q = r;
+  q.fixed.insert("schedule");
+  q.fixed.insert("attention");
+  q.scenario.config.schedule = simulator::Schedule::standard;
+  q.scenario.config.attention = simulator::Attention::dense;
+  q.executable_only = false;
+  q.max_step_s = q.min_tokens_per_s = 0;
+  q.objective = Objective::time;
+  const SearchResult best = search(q, context);
+  out.push_back({"standard, best (fused chunked loss, checkpointing searched)", best.best ? best.best : best.closest,
+                 best.best.has_value()});
+  q.fixed.insert("logits_chunk");
+  q.fixed.insert("checkpointing");
+  q.fixed.insert("kept_layers");
+  q.scenario.config.logits_chunk_tokens = 0;
+  q.scenario.config.checkpointing = true;
+  q.scenario.config.kept_layers = 0;
+  const SearchResult pub = search(q, context);
+  out.push_back({"standard, published (unfused full-vocabulary logits)", pub.best ? pub.best : pub.closest,
+                 pub.best.has_value()});
+  return out;
+}
+
+NodeGpus node_gpus(int64_t gpus, const std::string& model) {
+  NodeGpus n;
+  if (gpus <= 1) return n;
+  n.gpus = n.tp = gpus;
+  if (n.gpus != 2 && n.gpus != 4 && n.gpus != 8) return n;  // check_request names the valid ones
+  const models::ModelSpec m = models::load_model(model);
+  while (n.tp > 1 && (m.kv_heads % n.tp != 0 || m.q_heads % n.tp != 0)) n.tp /= 2;
+  if (n.tp != n.gpus) {
+    n.note = "tensor parallelism over " + std::to_string(n.gpus) + " GPUs does not divide " + m.id + "'s heads (q " +
+             std::to_string(m.q_heads) + ", kv " + std::to_string(m.kv_heads) + "): the oomb plan uses " +
+             (n.tp > 1 ? "TP " + std::to_string(n.tp) : std::string("one GPU")) + " per replica, " +
+             std::to_string(n.gpus / n.tp) + " data-parallel replicas on the node";
+  }
+  return n;
+}
+
+Comparison compare_multi_gpu(const Request& r, const NodeGpus& node, const std::optional<Candidate>& chosen,
+                             int64_t context) {
+  Comparison cmp;
+  simulator::Scenario s = r.scenario;
+  s.config.context_tokens = context;
+  // oomb on one GPU (the method's claim), and as data-parallel replicas filling the node.
+  Request one = r;
+  one.scenario.config.gpus = 1;
+  const SearchResult single = search(one, context);
+  if (single.best) {
+    simulator::Scenario s1 = one.scenario;
+    s1.config = single.best->config;
+    ParallelPlan p1 = data_parallel(s1, single.best->summary, 1, r.headroom);
+    p1.label = "oomb, 1 GPU";
+    cmp.rows.push_back(p1);
+    cmp.rows.push_back(data_parallel(s1, single.best->summary, node.gpus, r.headroom));
+  } else {
+    cmp.notes.push_back("oomb on one GPU: no plan fits at " + format_tokens(context) + " tokens");
+  }
+  if (chosen && chosen->config.gpus > 1) {
+    simulator::Scenario st = r.scenario;
+    st.config = chosen->config;
+    cmp.rows.push_back(data_parallel(st, chosen->summary, node.gpus / chosen->config.gpus, r.headroom));
+  }
+  for (auto kind : {ContextParallelism::ring, ContextParallelism::ulysses}) {
+    // All the node's GPUs on one sequence; where the heads forbid that (Ulysses), the largest
+    // degree that works, replicated over the rest.
+    bool found = false;
+    std::vector<std::string> skipped;  // why the full node does not suit, when it does not
+    for (int64_t d = node.gpus; d >= 2 && !found; d /= 2) {
+      std::optional<ParallelPlan> p = best_context_parallel(s, kind, d, r.headroom, d == node.gpus ? &skipped : nullptr);
+      if (!p) continue;
+      found = true;
+      if (d < node.gpus) {
+        p->replicas = node.gpus / d;
+        p->gpus = node.gpus;
+        p->label += " x " + std::to_string(p->replicas) + " data-parallel";
+        p->notes.push_back("no layout of " + std::to_string(node.gpus) + " GPUs suits " + s.model.id +
+                           (skipped.empty() ? "" : " (" + skipped.front() + ")"));
+        finish_rates(*p);
+      }
+      cmp.rows.push_back(*p);
+    }
+    if (!found)
+      cmp.notes.push_back(std::string(kind == ContextParallelism::ring ? "ring attention" : "Ulysses") +
+                          ": no layout of 2.." + std::to_string(node.gpus) + " GPUs suits " + s.model.id);
+  }
+  cmp.notes.push_back("context parallelism is standard full-sequence training (fused chunked loss, AdamW state "
+                      "sharded over the context-parallel ranks) on paper, priced with the same cost model; "
+                      "interconnect " + format_rate_bytes_per_s(s.gpu.interconnect_bytes_per_s) + " per direction (" +
+                      s.gpu.id + " profile)");
+  return cmp;
+}
+
+}  // namespace oomb::planner
