@@ -1124,6 +1124,19 @@ int64_t CudaBackend::scratch_bytes() const { return impl_->workspace_bytes; }
 
 void CudaBackend::synchronize() { impl_->synchronize(); }
 
+void CudaBackend::size_op_scratch(int64_t bytes) {
+  Impl& m = *impl_;
+  m.opt.fixed_workspace = true;
+  if (bytes == m.workspace_bytes) return;
+  // At set-up, never inside a step: the old scratch may still be read by queued kernels.
+  m.synchronize();
+  if (m.workspace) OOMB_CUDA_CHECK(cudaFree(m.workspace));
+  m.workspace = nullptr;
+  m.workspace_bytes = 0;
+  if (bytes > 0) OOMB_CUDA_CHECK(cudaMalloc(&m.workspace, static_cast<size_t>(bytes)));
+  m.workspace_bytes = bytes;
+}
+
 void* CudaBackend::stream(CudaStream s) const {
   switch (s) {
     case CudaStream::compute: return impl_->compute;

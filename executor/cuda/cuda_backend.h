@@ -109,6 +109,9 @@ class CudaBackend final : public Backend {
   // The cuBLASLt workspace and the op scratch (its size now: it grows when an op needs more).
   std::vector<BackendBuffer> device_buffers() const override;
   step::Target target() const override;  // cuda, bf16_gemm when gemm_precision is bf16
+  // The op scratch becomes exactly `bytes` (the table's op_scratch row) and fixed: a larger request
+  // throws. Synchronises when the size changes (the Engine calls it at set-up).
+  void size_op_scratch(int64_t bytes) override;
 
   void* allocate(Tier tier, int64_t bytes) override;
   void deallocate(Tier tier, void* p, int64_t bytes) override;

@@ -178,6 +178,9 @@ class Backend {
   // What this backend allocates besides the runtime's buffers (step/buffers.h Target): the CPU
   // backend nothing on the device tier, the CUDA backend its declared workspace and op scratch.
   virtual step::Target target() const { return {}; }
+  // The op scratch the run's table declares (its op_scratch row; backends without one ignore it):
+  // from now on no op may need more. Called once at set-up, before anything runs.
+  virtual void size_op_scratch(int64_t bytes) {}
   // The device buffers this backend holds for itself (none on the CPU backend, whose scratch is
   // host RAM of the emulator): the runtime accounts them as rows of its buffer table.
   virtual std::vector<BackendBuffer> device_buffers() const { return {}; }

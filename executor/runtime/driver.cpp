@@ -216,7 +216,10 @@ Engine::Engine(Backend& backend, const models::ModelSpec& model, const simulator
     summaries_ = row_buffer(dev ? step::row::kPageSummaries : step::row::kHostPageSummaries,
                             dev ? Tier::device : Tier::host, elems, kv_dtype_);
   }
-  // What the backend holds for itself (the CUDA workspace and op scratch), under their rows.
+  // What the backend holds for itself (the CUDA workspace and op scratch), under their rows: the op
+  // scratch is sized to its row first (a larger request throws from then on).
+  for (const auto& r : rows_)
+    if (r.name == step::row::kOpScratch && r.tier == Tier::device) backend_.size_op_scratch(r.bytes);
   for (const BackendBuffer& b : backend_.device_buffers()) account_.add(Tier::device, b.name, b.bytes);
 
   w_ = std::make_unique<Work>();

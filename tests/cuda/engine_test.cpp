@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "../executor/test_util.h"
+#include "core/error.h"
 #include "cuda_test_util.h"
 #include "executor/cpu/reference.h"
 #include "executor/runtime/driver.h"
@@ -163,6 +164,43 @@ TEST_F(CudaEngine, NoAllocationInsideSteps) {
   EXPECT_EQ(after.host_slabs, before.host_slabs);
   EXPECT_EQ(after.workspace_grows, 0);
   EXPECT_EQ(after.device_in_use_bytes, before.device_in_use_bytes);
+}
+
+// The op scratch is the table's op_scratch row (step/cuda_scratch.h's declaration), allocated once:
+// steps of fp32 and bf16 storage, dense and sparse, run within it, and a row one block short of
+// what the largest op carves is refused by name rather than grown.
+TEST_F(CudaEngine, OpScratchIsItsRowAndNoOpNeedsMore) {
+  const auto m = test::small_model(2, 4, 2, 16, 32, true, true);
+  const Weights w = random_weights(m, 5, kInitStd);
+  const auto tokens = TokenSource::synthetic(m.vocab, 5).sequence(0, 64);
+  for (int variant = 0; variant < 4; ++variant) {
+    simulator::Config c = test::small_config(64, 16, 8, 1);
+    if (variant & 1) c = sparse(c, 2, "published");
+    if (variant & 2) c.param_dtype = c.param_grad_dtype = c.activation_dtype = c.kv_dtype = "bf16";
+    SCOPED_TRACE(variant);
+    const auto rows = run_rows(m, c, gpu->target());
+    int64_t row = -1;
+    for (const auto& r : rows)
+      if (r.name == step::row::kOpScratch) row = r.bytes;
+    ASSERT_GT(row, 0);
+    Engine e(*gpu, m, c, w);
+    EXPECT_EQ(gpu->scratch_bytes(), row);
+    EXPECT_NO_THROW(e.step(tokens));
+    EXPECT_EQ(gpu->scratch_bytes(), row);
+    EXPECT_EQ(gpu->memory_stats().workspace_grows, 0);
+  }
+  simulator::Config c = test::small_config(64, 16, 8, 1);
+  EngineOptions o;
+  o.table_override = run_rows(m, c, gpu->target());
+  for (auto& r : o.table_override)
+    if (r.name == step::row::kOpScratch) r.bytes -= 256;
+  Engine e(*gpu, m, c, w, o);
+  try {
+    e.step(tokens);
+    FAIL() << "an op scratch smaller than the declared need was accepted";
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find("op_scratch"), std::string::npos) << err.what();
+  }
 }
 
 TEST_F(CudaEngine, AdamWStepsMatchTheCpuWithDeviceAndHostState) {
