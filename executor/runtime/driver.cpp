@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <ctime>
+#include <iterator>
 #include <limits>
 
 #include <Eigen/Core>
@@ -847,9 +848,11 @@ StepResult Engine::step(const std::vector<int32_t>& tokens) {
   // The host runs layer passes ahead of the device: the step ends when the device's work and every
   // copy (with its trace report) did.
   store_->finish_step();
+  const int64_t step_end_ns = steady_now_ns();
+  recorder_.phase(traces::kStepPhase, step_start_ns_, step_end_ns);
   StepResult r;
   r.loss = loss;
-  r.seconds = static_cast<double>(steady_now_ns() - step_start_ns_) * 1e-9;
+  r.seconds = static_cast<double>(step_end_ns - step_start_ns_) * 1e-9;
   ++steps_;
   total_s_ += r.seconds;
   Measured& m = measured_;
@@ -979,6 +982,19 @@ traces::Trace Engine::device_timed_trace(traces::Trace device, const std::string
   if (device_extra.is_object())
     for (const auto& [k, v] : device_extra.items()) t.metadata.extra[k] = v;
   t.memory = std::move(host.memory);
+  // The intervals of the steps the device trace holds work of (host clock, each ending when the
+  // device finished the step's work); steps left out of the decoding (a warm-up) stay out.
+  std::vector<traces::Event> steps;
+  for (traces::Event& ev : host.events) {
+    if (ev.kind != traces::EventKind::phase || ev.name != traces::kStepPhase) continue;
+    const bool has_work = std::any_of(t.events.begin(), t.events.end(), [&](const traces::Event& d) {
+      return d.kind != traces::EventKind::phase && d.start_ns >= ev.start_ns && d.start_ns < ev.end_ns;
+    });
+    if (has_work) steps.push_back(std::move(ev));
+  }
+  t.events.insert(t.events.end(), std::make_move_iterator(steps.begin()), std::make_move_iterator(steps.end()));
+  std::stable_sort(t.events.begin(), t.events.end(),
+                   [](const traces::Event& a, const traces::Event& b) { return a.start_ns < b.start_ns; });
   t.summary = traces::summarize(t);
   return t;
 }

@@ -155,7 +155,8 @@ class Engine {
   // `device`'s events, source, device string and dropped-record count, with this Engine's provenance
   // (metadata.extra: model, layers, config, measured; time, command), its memory samples (the
   // runtime's device and host allocations and pool pages; on the device events' clock when they were
-  // decoded with origin trace_origin_ns()) and the summary recomputed. Needs record_trace.
+  // decoded with origin trace_origin_ns()), its steps' phase events (traces::kStepPhase) and the
+  // summary recomputed. Needs record_trace.
   traces::Trace device_timed_trace(traces::Trace device, const std::string& command = {}) const;
   const SelectionLog& selections() const { return log_; }  // of the last step
   // The executor's own buffer table (every device allocation it makes is under one of these rows).
