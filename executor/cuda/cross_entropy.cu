@@ -37,14 +37,16 @@ __global__ void cross_entropy_kernel(InView logits, int64_t rows, int64_t vocab,
     }
     const float mx = block_max(m, red_f);
     const double sum = block_sum(l * exp(static_cast<double>(m) - mx), red_d);
-    const float target_p = expf(logits[row + target] - mx);
+    // loss = log(sum) - (x_target - mx), not log(expf(x_target - mx)): that is -inf once the target
+    // is ~104 below the max (expf underflows) and the run would be refused as diverged.
+    const double target_shifted = static_cast<double>(logits[row + target]) - static_cast<double>(mx);
     __syncthreads();  // every thread has read row[target] before it is overwritten
     const float factor = static_cast<float>(scale / sum);
     for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) {
       const float g = expf(logits[row + i] - mx) * factor;
       grad.store(row + i, i == target ? g - scale : g);
     }
-    if (threadIdx.x == 0) row_loss[t] = log(sum) - log(static_cast<double>(target_p));
+    if (threadIdx.x == 0) row_loss[t] = log(sum) - target_shifted;
   }
 }
 
