@@ -174,11 +174,13 @@ struct CudaBackend::Impl {
           std::fprintf(stderr, "oomb: copy completion callback failed: %s\n", ex.what());
         }
       }
+      // Signal, then erase: a host wait (wait_host_range) that no longer finds the entry must find
+      // the event done already.
+      job.event->signal();
       {
         std::lock_guard<std::mutex> lock(copy_mu);
         pending.erase(job.id);
       }
-      job.event->signal();
     }
   }
 
