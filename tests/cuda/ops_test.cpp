@@ -277,6 +277,19 @@ TEST_F(CudaOps, CrossEntropyLossAndGradient) {
   }
 }
 
+// More rows than 65,535 row tiles of 64 (q/k-norm at 64K tokens x 64 heads is 4,194,304 rows): the
+// weight gradient's grid is capped in y and its blocks stride over the rest (launch_shape.h). All
+// ones: each column's dw is the row count, exact in fp32 (tiles of 64 summed, < 2^24 in all).
+TEST_F(CudaOps, RmsNormWeightGradientPastTheGridLimitCoversEveryRow) {
+  const int64_t rows = 4194304 + 17, dim = 3;
+  const std::vector<float> ones(static_cast<size_t>(rows * dim), 1.0f), rstd(static_cast<size_t>(rows), 1.0f);
+  const std::vector<float> w(static_cast<size_t>(dim), 1.0f), dw(static_cast<size_t>(dim), 0.0f);
+  DeviceVec<float> d_x(*gpu, ones), d_dy(*gpu, ones), d_dx(*gpu, ones), d_w(*gpu, w), d_rstd(*gpu, rstd),
+      d_dw(*gpu, dw);
+  gpu->rmsnorm_bwd(d_x.get(), d_w.get(), d_rstd.get(), d_dy.get(), rows, dim, d_dx.get(), d_dw.get());
+  for (float v : d_dw.read()) EXPECT_EQ(v, static_cast<float>(rows));
+}
+
 // A target logit 200 below the row's max (on every row, at widths past one block's threads): the
 // loss is finite (~200 a row) and matches the CPU reference; expf(-200) underflowing must not
 // make it +inf.
