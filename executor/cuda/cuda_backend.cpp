@@ -20,6 +20,7 @@
 #include "executor/cuda/arena.h"
 #include "executor/cuda/attention.cuh"
 #include "executor/cuda/attention_tc.cuh"
+#include "executor/cuda/batch_copy.h"
 #include "executor/cuda/cross_entropy.cuh"
 #include "executor/cuda/cuda_check.h"
 #include "executor/cuda/elementwise.cuh"
@@ -251,6 +252,7 @@ struct CudaBackend::Impl {
 
   // One cudaMemcpyBatchAsync (CUDA 12.8+) of the regions, in stream order. False (and batching
   // off from then on) when the runtime or driver lacks it: the caller issues the regions one by one.
+  // Any other failure throws with the call (classify_batch_copy, batch_copy.h).
   bool issue_batch(std::vector<void*>& dsts, std::vector<const void*>& srcs, std::vector<size_t>& sizes,
                    cudaStream_t st) {
 #if CUDART_VERSION >= 12080
@@ -266,9 +268,13 @@ struct CudaBackend::Impl {
     const cudaError_t e = cudaMemcpyBatchAsync(dsts.data(), const_cast<void**>(srcs.data()), sizes.data(),
                                                sizes.size(), &attr, &attr_index, 1, &fail_index, st);
 #endif
-    if (e == cudaSuccess) return true;
-    if (e != cudaErrorNotSupported && e != cudaErrorCallRequiresNewerDriver && e != cudaErrorInvalidValue)
-      OOMB_CUDA_CHECK(e);
+    switch (classify_batch_copy(e)) {
+      case BatchCopyStatus::issued: return true;
+      case BatchCopyStatus::fault:
+        check_failed("cudaMemcpyBatchAsync(dsts, srcs, sizes, ...)", cudaGetErrorName(e), cudaGetErrorString(e),
+                     __FILE__, __LINE__);
+      case BatchCopyStatus::unsupported: break;
+    }
     cudaGetLastError();  // not sticky: clear it and copy region by region from now on
     std::fprintf(stderr, "oomb: cudaMemcpyBatchAsync unavailable (%s): copies go region by region\n",
                  cudaGetErrorName(e));

@@ -10,6 +10,7 @@
 
 #include "cuda_test_util.h"
 #include "executor/cuda/arena.h"
+#include "executor/cuda/batch_copy.h"
 #include "executor/runtime/memory_account.h"
 #include "executor/runtime/page_pool.h"
 
@@ -56,6 +57,19 @@ TEST(CudaArena, FirstFitReusesAndMergesFreedRanges) {
   EXPECT_EQ(a.in_use_bytes(), 0);
   EXPECT_EQ(a.peak_in_use_bytes(), 2048 + 1024 + 10240);
   EXPECT_EQ(grows, 2);
+}
+
+// The batch-copy policy, with injected statuses (no device needed): only "cannot do it here" turns
+// batching off; a bad argument or a device fault is a fault (thrown by the backend with the call).
+// Other cudaError_t values as in driver_types.h: 1 invalid value, 17 invalid device pointer, 700
+// illegal address.
+TEST(CudaBatchCopyPolicy, OnlyNotSupportedTurnsBatchingOff) {
+  using cuda::BatchCopyStatus;
+  using cuda::classify_batch_copy;
+  EXPECT_EQ(classify_batch_copy(cuda::kCudaSuccess), BatchCopyStatus::issued);
+  for (int e : {cuda::kCudaErrorNotSupported, cuda::kCudaErrorCallRequiresNewerDriver, cuda::kCudaErrorNotYetImplemented})
+    EXPECT_EQ(classify_batch_copy(e), BatchCopyStatus::unsupported) << e;
+  for (int e : {1, 17, 700}) EXPECT_EQ(classify_batch_copy(e), BatchCopyStatus::fault) << e;
 }
 
 TEST(CudaArenaDeathTest, FreeingAForeignPointerIsAnInvariantFailure) {
