@@ -57,7 +57,7 @@ struct RunArgs {
   std::string tokens, weights, save_weights, dump_grads, trace, detail = "layer";
   std::string trace_timing;  // "" = cupti for cuda when built with CUPTI, else host
   std::string attention_kernel;  // "" = auto (cuda only)
-  std::string gemm_precision;    // "" = bf16 (cuda only)
+  std::string gemm_precision;    // "" = bf16, or fp32 for a run without a plan on fp32 weights (cuda only)
   uint64_t seed = 1234;
   float init_std = 0.02f;
   int64_t grad_accum = 1;
@@ -178,7 +178,6 @@ int run_run(const RunArgs& a) {
     throw Error("--gemm-precision", a.gemm_precision,
                 "chooses the cuda backend's GEMM precision; a " + a.backend + " run computes its GEMMs in fp32",
                 "drop --gemm-precision, or use --backend cuda");
-  const std::string gemm_precision = a.gemm_precision.empty() ? "bf16" : a.gemm_precision;
   if (a.steps <= 0 || a.steps > 1000000) throw Error("--steps", std::to_string(a.steps), "must be in [1, 1000000]");
   if (a.warmup < -1) throw Error("--warmup", std::to_string(a.warmup), "must be 0 or more");
   if (a.threads < 0) throw Error("--threads", std::to_string(a.threads), "must be positive", "e.g. --threads 2");
@@ -249,15 +248,23 @@ int run_run(const RunArgs& a) {
   } else {
     s = a.flags.resolve();
     // Without a plan the run is the exact fp32 reference unless bf16 storage is asked for: the
-    // config's (and presets') dtypes apply to predictions, not to an unflagged run.
+    // config's (and presets') dtypes apply to predictions, not to an unflagged run. On cuda the
+    // weights are bf16 (the planner's default), so that its bf16 GEMMs read them as they are
+    // instead of converting W at every call; --param-dtype fp32 gives the fp32 reference (with fp32
+    // GEMMs, below).
     if (!a.flags.kv_dtype) s.config.kv_dtype = "fp32";
     if (!a.flags.kv_grad_dtype) s.config.kv_grad_dtype = "fp32";
-    if (!a.flags.param_dtype) s.config.param_dtype = "fp32";
+    if (!a.flags.param_dtype) s.config.param_dtype = a.backend == "cuda" ? "bf16" : "fp32";
     if (!a.flags.param_grad_dtype) s.config.param_grad_dtype = "fp32";
     if (!a.flags.activation_dtype) s.config.activation_dtype = "fp32";
     if (!a.flags.loss_dtype) s.config.loss_dtype = "fp32";
   }
   const simulator::Config& c = s.config;
+  // The GEMM precision, unless --gemm-precision: bf16; without a plan, that of the weights (fp32
+  // weights with bf16 GEMMs would be converted at every call).
+  const std::string gemm_precision = !a.gemm_precision.empty()                      ? a.gemm_precision
+                                     : a.plan.empty() && c.param_dtype == "fp32" ? "fp32"
+                                                                                 : "bf16";
   if (c.context_tokens <= 0) throw Error("--context", "", "is required (or give --plan)", "e.g. 16K");
   const models::ModelSpec m = effective_model(s.model, c);
   if (a.reference && c.optimizer != simulator::Optimizer::none)
@@ -767,7 +774,8 @@ const Registrar reg("run", "Execute chunk-recurrent training steps (cpu referenc
                                      "--json (cuda) and the trace (metadata.extra.cuda)");
                       sub.add_option("--gemm-precision", a->gemm_precision,
                                      "--backend cuda only: the linear layers' GEMMs (cuBLASLt). bf16 (default for "
-                                     "oomb run: the method's bf16 training; operands rounded to bf16, fp32 "
+                                     "oomb run, except fp32 for a run without --plan on fp32 weights (--param-dtype "
+                                     "fp32): the method's bf16 training; operands rounded to bf16, fp32 "
                                      "accumulation and fp32 results, ~2e-3 relative error per GEMM; a GEMM with no "
                                      "bf16 algorithm runs in fp32), tf32 (tensor cores on fp32 operands, 10-bit "
                                      "mantissas) or fp32 (the reference, the backend library's default). The choice "
