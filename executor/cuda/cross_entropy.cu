@@ -50,25 +50,25 @@ __global__ void cross_entropy_kernel(InView logits, int64_t rows, int64_t vocab,
   }
 }
 
-__global__ void sum_kernel(const double* __restrict__ v, int64_t n, double* __restrict__ out) {
+__global__ void sum_kernel(const double* __restrict__ v, int64_t n, double* __restrict__ out, bool accumulate) {
   __shared__ double red[32];
   double acc = 0;
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) acc += v[i];
   acc = block_sum(acc, red);
-  if (threadIdx.x == 0) *out = acc;
+  if (threadIdx.x == 0) *out = accumulate ? *out + acc : acc;
 }
 
 }  // namespace
 
 void launch_cross_entropy(ConstTensor logits, int64_t rows, int64_t vocab, const int32_t* targets, float scale,
-                          Tensor grad, double* row_loss, double* loss_sum, cudaStream_t s) {
+                          Tensor grad, double* row_loss, double* loss_sum, cudaStream_t s, bool accumulate) {
   if (rows > 0 && vocab > 0) {
     const auto blocks = static_cast<unsigned>(rows < 65535 ? rows : 65535);
     cross_entropy_kernel<<<blocks, kRowThreads, 0, s>>>(view(logits), rows, vocab, targets, scale, view(grad),
                                                         row_loss);
     OOMB_CUDA_LAUNCH_CHECK("cross_entropy_kernel");
   }
-  sum_kernel<<<1, kThreads, 0, s>>>(row_loss, rows > 0 ? rows : 0, loss_sum);
+  sum_kernel<<<1, kThreads, 0, s>>>(row_loss, rows > 0 ? rows : 0, loss_sum, accumulate);
   OOMB_CUDA_LAUNCH_CHECK("sum_kernel");
 }
 

@@ -6,6 +6,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -40,6 +41,7 @@ namespace {
 
 constexpr int64_t kGemmWorkspaceBytes = int64_t{32} << 20;
 constexpr int64_t kAlign = 256;
+constexpr int64_t kLossSlots = 4096;  // cross_entropy_acc's slots (the Engine's: one per chunk), 32 KiB pinned
 
 int64_t steady_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
@@ -113,6 +115,12 @@ struct CudaBackend::Impl {
 
   // Copy regions issued (one cudaMemcpyAsync each, or one cudaMemcpyBatchAsync per copy_async).
   int64_t copy_regions = 0, copy_api_calls = 0;
+  std::atomic<int64_t> host_syncs{0};  // CudaBackend::host_syncs
+  // cross_entropy_acc's loss slots: pinned, mapped host memory the device adds to (loss_slots_dev),
+  // read by take_losses after one synchronisation.
+  double* loss_slots = nullptr;
+  double* loss_slots_dev = nullptr;
+  int64_t loss_slot_count = 0;
   bool batch_copies = true;  // cleared when the driver refuses cudaMemcpyBatchAsync
   // Op scratch replaced by a larger one, freed at the next synchronisation (never inside a step).
   std::vector<void*> retired;
@@ -140,6 +148,7 @@ struct CudaBackend::Impl {
     if (workspace) cudaFree(workspace);
     for (void* p : retired) cudaFree(p);
     if (readback) cudaFreeHost(readback);
+    if (loss_slots) cudaFreeHost(loss_slots);
     for (auto& sl : slots) {
       if (sl.host) cudaFreeHost(sl.host);
       if (sl.done) cudaEventDestroy(sl.done);
@@ -185,7 +194,26 @@ struct CudaBackend::Impl {
     }
   }
 
+  // At least `need` loss slots, the old values kept (kernels may still add to them: drained first).
+  void grow_loss_slots(int64_t need) {
+    const int64_t n = std::max(need, 2 * loss_slot_count);
+    OOMB_CUDA_CHECK(cudaStreamSynchronize(compute));
+    ++host_syncs;
+    void* p = nullptr;
+    OOMB_CUDA_CHECK(cudaHostAlloc(&p, static_cast<size_t>(n) * 8, cudaHostAllocPortable | cudaHostAllocMapped));
+    auto* grown = static_cast<double*>(p);
+    std::fill(grown, grown + n, 0.0);
+    if (loss_slots) {
+      std::copy(loss_slots, loss_slots + loss_slot_count, grown);
+      OOMB_CUDA_CHECK(cudaFreeHost(loss_slots));
+    }
+    loss_slots = grown;
+    loss_slot_count = n;
+    OOMB_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&loss_slots_dev), loss_slots, 0));
+  }
+
   void synchronize() {
+    ++host_syncs;
     OOMB_CUDA_CHECK(cudaStreamSynchronize(compute));
     OOMB_CUDA_CHECK(cudaStreamSynchronize(h2d));
     OOMB_CUDA_CHECK(cudaStreamSynchronize(d2h));
@@ -221,6 +249,7 @@ struct CudaBackend::Impl {
     if (bytes <= 0) return;
     if (slots.empty() || opt.staging_slot_bytes <= 0) {  // no ring configured: a synchronous copy
       OOMB_CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDefault, compute));
+      ++host_syncs;
       OOMB_CUDA_CHECK(cudaStreamSynchronize(compute));
       return;
     }
@@ -246,6 +275,7 @@ struct CudaBackend::Impl {
       OOMB_CUDA_CHECK(cudaHostAlloc(&readback, static_cast<size_t>(readback_bytes), cudaHostAllocPortable));
     }
     OOMB_CUDA_CHECK(cudaMemcpyAsync(readback, src, static_cast<size_t>(bytes), cudaMemcpyDefault, compute));
+    ++host_syncs;
     OOMB_CUDA_CHECK(cudaStreamSynchronize(compute));
     std::memcpy(dst, readback, static_cast<size_t>(bytes));
   }
@@ -307,6 +337,7 @@ struct CudaBackend::Impl {
             break;
           }
     }
+    if (!waits.empty()) ++host_syncs;
     for (auto& e : waits) e->wait();
   }
 };
@@ -345,6 +376,8 @@ CudaBackend::CudaBackend(CudaBackendOptions options) : impl_(std::make_unique<Im
                                   cudaHostAllocPortable));
     OOMB_CUDA_CHECK(cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming));
   }
+  m.grow_loss_slots(kLossSlots);
+  m.host_syncs = 0;  // set-up, not work
   for (auto& c : m.completion) c.thread = std::thread([&m, &c] { m.run_completion(c); });
 }
 
@@ -399,6 +432,7 @@ void CudaBackend::download(void* dst, const void* device_src, int64_t bytes) {
   Impl& m = *impl_;
   if (bytes <= 0) return;
   OOMB_CUDA_CHECK(cudaMemcpyAsync(dst, device_src, static_cast<size_t>(bytes), cudaMemcpyDefault, m.compute));
+  ++m.host_syncs;
   OOMB_CUDA_CHECK(cudaStreamSynchronize(m.compute));
 }
 
@@ -1075,6 +1109,31 @@ double CudaBackend::cross_entropy(ConstTensor logits, int64_t rows, int64_t voca
   m.get(&total, sum, 8);
   return total;
 }
+
+void CudaBackend::cross_entropy_acc(ConstTensor logits, int64_t rows, int64_t vocab, const int32_t* targets,
+                                    float scale_, Tensor grad, int64_t slot) {
+  Impl& m = *impl_;
+  OOMB_ASSERT(slot >= 0);
+  OOMB_ASSERT(grad.data != logits.data || grad.dtype == logits.dtype, "an in-place loss gradient keeps the dtype");
+  if (slot >= m.loss_slot_count) m.grow_loss_slots(slot + 1);
+  // The same scratch request as cross_entropy (row losses; the sum goes to the slot instead).
+  char* ws = m.scratch(up(std::max<int64_t>(rows, 1) * 8) + kAlign);
+  launch_cross_entropy(logits, rows, vocab, targets, scale_, grad, reinterpret_cast<double*>(ws),
+                       m.loss_slots_dev + slot, m.compute, /*accumulate=*/true);
+}
+
+std::vector<double> CudaBackend::take_losses(int64_t n) {
+  Impl& m = *impl_;
+  OOMB_ASSERT(n >= 0);
+  ++m.host_syncs;
+  OOMB_CUDA_CHECK(cudaStreamSynchronize(m.compute));  // every tile's kernel has added its loss
+  std::vector<double> out(static_cast<size_t>(n), 0.0);
+  std::copy(m.loss_slots, m.loss_slots + std::min(n, m.loss_slot_count), out.begin());
+  std::fill(m.loss_slots, m.loss_slots + m.loss_slot_count, 0.0);
+  return out;
+}
+
+int64_t CudaBackend::host_syncs() const { return impl_->host_syncs.load(); }
 
 void CudaBackend::adamw(Tensor param, float* master, ConstTensor grad, float* m_, float* v, const uint8_t* decay_mask,
                         int64_t n, float lr, float beta1, float beta2, float eps, float weight_decay, int64_t step) {

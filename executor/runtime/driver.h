@@ -114,6 +114,7 @@ struct Measured {
   std::map<std::string, int64_t> device_breakdown_bytes;  // at the device peak
   int64_t h2d_bytes = 0, d2h_bytes = 0;                   // last step
   int64_t copy_regions = 0;  // last step: contiguous copy regions issued (API calls unless batched)
+  int64_t host_syncs = 0;    // last step: host synchronisations (Backend::host_syncs; 0 on the cpu backend)
   std::vector<UnionSize> union_pages;                     // last step, per (chunk, layer)
   std::vector<RecallSample> recall;  // last step, per (chunk, layer); empty unless measure_recall
   double mean_recall() const;        // over the samples (0 when none)
@@ -173,7 +174,7 @@ class Engine {
   void embed(int64_t c, int stage, Tensor x);
   void layer_forward(const Pass& pass, int64_t pass_index, PassPages& pages, ConstTensor in, Tensor out);
   void layer_backward(const Pass& pass, PassPages& pages, ConstTensor in, ConstTensor dy, Tensor dx);
-  double head_forward_backward(int64_t c, ConstTensor x_last, Tensor dy);
+  void head_forward_backward(int64_t c, ConstTensor x_last, Tensor dy);  // chunk c's loss: backend slot c
   void enter(StepPhase p);
   void add_row(const std::string& name, const std::string& category, Tier tier, const std::string& dtype,
                int64_t bytes, std::vector<StepPhase> phases);
