@@ -392,7 +392,9 @@ void* CudaBackend::allocate(Tier tier, int64_t bytes) {
     std::lock_guard<std::mutex> lock(m.mem_mu);
     p = (tier == Tier::device ? m.device : m.host)->allocate(bytes);
   }
-  // Freed memory is reused only after deallocate() synchronised, so nothing in flight touches it.
+  // Device memory freed by deallocate() is reused in compute-stream order (this zeroing and every
+  // later use are queued after the work issued before the free); host memory only after
+  // deallocate() synchronised.
   if (bytes > 0) {
     if (tier == Tier::device) OOMB_CUDA_CHECK(cudaMemsetAsync(p, 0, static_cast<size_t>(bytes), m.compute));
     else std::memset(p, 0, static_cast<size_t>(bytes));
@@ -403,7 +405,14 @@ void* CudaBackend::allocate(Tier tier, int64_t bytes) {
 void CudaBackend::deallocate(Tier tier, void* p, int64_t) {
   if (!p) return;
   Impl& m = *impl_;
-  m.synchronize();  // throws after a sticky error (Buffer logs it)
+  // Device tier: stream-ordered, no synchronisation (the Engine frees a phase's buffers inside the
+  // step, and draining the three streams there waited for every prefetch in flight). Kernels queued
+  // before the free may still use the range; whoever gets it next is ordered after them: its zeroing
+  // (allocate) and its kernels on the compute stream, its copies through the compute mark that each
+  // copy_async waits for. Copies in flight must not touch it (Backend::deallocate).
+  // Host tier: host code reuses the range at once (allocate zeroes it with memset), so every stream
+  // is drained first (throws after a sticky error; Buffer logs it).
+  if (tier == Tier::host) m.synchronize();
   std::lock_guard<std::mutex> lock(m.mem_mu);
   (tier == Tier::device ? m.device : m.host)->deallocate(p);
 }

@@ -159,6 +159,9 @@ class Backend {
 
   // ---- memory and copies
   virtual void* allocate(Tier tier, int64_t bytes) = 0;  // zero-filled
+  // Ops queued before the call may still be using p (a backend orders the range's reuse after
+  // them: the CUDA backend in stream order, without a synchronisation); no copy_async in flight may
+  // touch it.
   virtual void deallocate(Tier tier, void* p, int64_t bytes) = 0;
   virtual void fill_zero(void* p, int64_t bytes) = 0;                // device or host tier
   virtual void upload(void* device_dst, const void* src, int64_t bytes) = 0;    // synchronous

@@ -229,6 +229,26 @@ TEST_F(CudaBackendCopies, HostFillZeroWaitsForAnInFlightCopyIntoThatRange) {
   EXPECT_EQ(host.f32()[n - 1], 0.0f);
 }
 
+// A device free inside a step does not drain the streams (no host synchronisation): the range's
+// next owner is ordered after the work queued on it before the free, so it sees its own zeros.
+TEST_F(CudaBackendCopies, ADeviceFreeIsStreamOrderedWithoutASynchronisation) {
+  const int64_t n = 1 << 24, bytes = n * 4;  // 64 MiB: 50 passes over it are still queued at the free
+  const std::vector<float> ones(static_cast<size_t>(n), 1.0f);
+  Buffer a(*gpu, Tier::device, bytes);
+  gpu->upload(a.data(), ones.data(), bytes);
+  for (int i = 0; i < 50; ++i) gpu->scale(a.t(), n, 2.0f);
+  void* const freed = a.data();
+  const int64_t syncs = gpu->host_syncs();
+  a = Buffer();
+  EXPECT_EQ(gpu->host_syncs(), syncs) << "the device free synchronised";
+  Buffer b(*gpu, Tier::device, bytes);
+  ASSERT_EQ(b.data(), freed) << "first fit: the freed range";
+  std::vector<float> v(static_cast<size_t>(n));
+  gpu->download(v.data(), b.data(), bytes);
+  EXPECT_EQ(v[0], 0.0f);
+  EXPECT_EQ(v[static_cast<size_t>(n - 1)], 0.0f);
+}
+
 TEST_F(CudaBackendCopies, UploadCopiesTheSourceBeforeItReturns) {
   const int64_t n = 1000;
   std::vector<float> v(n, 1.0f);
