@@ -28,6 +28,7 @@
 #include "executor/cpu/reference.h"
 #include "executor/runtime/driver.h"
 #include "executor/runtime/microbench.h"
+#include "executor/runtime/profiler_fallback.h"
 #include "executor/runtime/tokens.h"
 #include "executor/runtime/weights.h"
 #include "planner/executable.h"
@@ -56,7 +57,7 @@ struct RunArgs {
   std::string tokens, weights, save_weights, dump_grads, trace, detail = "layer";
   std::string trace_timing;  // "" = cupti for cuda when built with CUPTI, else host
   std::string attention_kernel;  // "" = auto (cuda only)
-  std::string gemm_precision;    // "" = bf16 (cuda only)
+  std::string gemm_precision;    // "" = bf16, or fp32 for a run without a plan on fp32 weights (cuda only)
   uint64_t seed = 1234;
   float init_std = 0.02f;
   int64_t grad_accum = 1;
@@ -177,7 +178,6 @@ int run_run(const RunArgs& a) {
     throw Error("--gemm-precision", a.gemm_precision,
                 "chooses the cuda backend's GEMM precision; a " + a.backend + " run computes its GEMMs in fp32",
                 "drop --gemm-precision, or use --backend cuda");
-  const std::string gemm_precision = a.gemm_precision.empty() ? "bf16" : a.gemm_precision;
   if (a.steps <= 0 || a.steps > 1000000) throw Error("--steps", std::to_string(a.steps), "must be in [1, 1000000]");
   if (a.warmup < -1) throw Error("--warmup", std::to_string(a.warmup), "must be 0 or more");
   if (a.threads < 0) throw Error("--threads", std::to_string(a.threads), "must be positive", "e.g. --threads 2");
@@ -247,15 +247,23 @@ int run_run(const RunArgs& a) {
   } else {
     s = a.flags.resolve();
     // Without a plan the run is the exact fp32 reference unless bf16 storage is asked for: the
-    // config's (and presets') dtypes apply to predictions, not to an unflagged run.
+    // config's (and presets') dtypes apply to predictions, not to an unflagged run. On cuda the
+    // weights are bf16 (the planner's default), so that its bf16 GEMMs read them as they are
+    // instead of converting W at every call; --param-dtype fp32 gives the fp32 reference (with fp32
+    // GEMMs, below).
     if (!a.flags.kv_dtype) s.config.kv_dtype = "fp32";
     if (!a.flags.kv_grad_dtype) s.config.kv_grad_dtype = "fp32";
-    if (!a.flags.param_dtype) s.config.param_dtype = "fp32";
+    if (!a.flags.param_dtype) s.config.param_dtype = a.backend == "cuda" ? "bf16" : "fp32";
     if (!a.flags.param_grad_dtype) s.config.param_grad_dtype = "fp32";
     if (!a.flags.activation_dtype) s.config.activation_dtype = "fp32";
     if (!a.flags.loss_dtype) s.config.loss_dtype = "fp32";
   }
   const simulator::Config& c = s.config;
+  // The GEMM precision, unless --gemm-precision: bf16; without a plan, that of the weights (fp32
+  // weights with bf16 GEMMs would be converted at every call).
+  const std::string gemm_precision = !a.gemm_precision.empty()                      ? a.gemm_precision
+                                     : a.plan.empty() && c.param_dtype == "fp32" ? "fp32"
+                                                                                 : "bf16";
   if (c.context_tokens <= 0) throw Error("--context", "", "is required (or give --plan)", "e.g. 16K");
   const models::ModelSpec m = effective_model(s.model, c);
   if (a.reference && c.optimizer != simulator::Optimizer::none)
@@ -332,6 +340,9 @@ int run_run(const RunArgs& a) {
 #endif
   std::unique_ptr<Backend> backend_owner;
   std::string device_name;
+  // Why a CUPTI-timed trace fell back to host timing ("" = it did not): the collector could not
+  // start, or failed later; the run goes on, says so and the trace records it.
+  std::string cupti_failure;
   // cuda runs: the attention kernel asked for and how many attention calls each family ran (in
   // --json and the trace's metadata.extra.cuda); null for cpu runs.
   std::function<Json()> cuda_summary = [] { return Json(); };
@@ -346,13 +357,13 @@ int run_run(const RunArgs& a) {
       throw Error("--backend", "cuda", "no usable CUDA device: " + why, "use --backend cpu");
 #ifdef OOMB_HAVE_CUPTI
     // Before the backend exists, so that CUPTI sees its allocations (memory records).
+    // Asked for by name (--trace-timing cupti), a refusal is an error; by default the run falls
+    // back to host timing.
     if (use_cupti) {
-      try {
-        collector = std::make_unique<cupti::CuptiCollector>();
-      } catch (const std::exception& e) {
-        throw Error("--trace-timing", "cupti", std::string("CUPTI could not start: ") + e.what(),
-                    "use --trace-timing host");
-      }
+      collector = start_or_fall_back([] { return std::make_unique<cupti::CuptiCollector>(); }, &cupti_failure);
+      if (!collector && a.trace_timing == "cupti")
+        throw Error("--trace-timing", "cupti", "CUPTI could not start: " + cupti_failure, "use --trace-timing host");
+      if (!collector) std::fprintf(stderr, "%s\n", fallback_message(cupti_failure).c_str());
     }
 #endif
     try {
@@ -391,10 +402,18 @@ int run_run(const RunArgs& a) {
       };
 #ifdef OOMB_HAVE_CUPTI
       if (collector) {
-        collector->name_stream(cuda->stream(CudaStream::compute), "compute");
-        collector->name_stream(cuda->stream(CudaStream::h2d), "h2d");
-        collector->name_stream(cuda->stream(CudaStream::d2h), "d2h");
-        tagger = std::make_unique<cupti::CuptiTagger>(*collector);
+        try {
+          collector->name_stream(cuda->stream(CudaStream::compute), "compute");
+          collector->name_stream(cuda->stream(CudaStream::h2d), "h2d");
+          collector->name_stream(cuda->stream(CudaStream::d2h), "d2h");
+          tagger = std::make_unique<cupti::CuptiTagger>(*collector);
+        } catch (const std::exception& ex) {
+          if (a.trace_timing == "cupti") throw Error("--trace-timing", "cupti", std::string("CUPTI failed: ") + ex.what(),
+                                                     "use --trace-timing host");
+          cupti_failure = ex.what();
+          std::fprintf(stderr, "%s\n", fallback_message(cupti_failure).c_str());
+          collector.reset();
+        }
       }
 #endif
       backend_owner = std::move(cuda);
@@ -444,7 +463,8 @@ int run_run(const RunArgs& a) {
 #ifdef OOMB_HAVE_CUPTI
       if (collector) {
         static_cast<CudaBackend&>(backend).synchronize();
-        windows.emplace_back(t0, steady_now_ns());
+        // The warm-up's device work is left out, as on the host-timed path.
+        if (current >= warmup) windows.emplace_back(t0, steady_now_ns());
       }
 #else
       (void)t0;
@@ -517,6 +537,7 @@ int run_run(const RunArgs& a) {
   std::string step_timing_events = "every step's";
   if (!a.trace.empty()) {
     traces::Trace t;
+    bool engine_clock = true;  // the events' times are on the Engine's steady clock
 #ifdef OOMB_HAVE_CUPTI
     if (collector) {
       cupti::DecodeOptions d;
@@ -526,61 +547,81 @@ int run_run(const RunArgs& a) {
         d.windows = windows;
       } else {
         std::fprintf(stderr, "oomb run: warning: CUPTI refused the steady clock; the trace keeps every record "
-                             "(set-up included) on CUPTI's clock\n");
+                             "(set-up and warm-up included) on CUPTI's clock\n");
+        engine_clock = false;
       }
       traces::Metadata md;
       md.device = device_name + ", CUPTI device times";
       cupti::DecodeStats st;
-      traces::Trace dev = collector->trace(md, d, &st);
-      int64_t reserved_device = 0, reserved_host = 0;  // cudaMalloc'd / pinned, as CUPTI saw them
-      for (const auto& sample : dev.memory) {
-        reserved_device = std::max(reserved_device, sample.device_bytes);
-        reserved_host = std::max(reserved_host, sample.host_bytes);
+      std::optional<traces::Trace> decoded;
+      try {
+        decoded = collector->trace(md, d, &st);
+      } catch (const std::exception& ex) {  // the host trace is still good: keep it, say why
+        cupti_failure = ex.what();
+        std::fprintf(stderr, "%s\n", fallback_message(cupti_failure).c_str());
+        engine_clock = true;
       }
-      dev.metadata.extra = {{"gpu", device_name},
-                            {"trace_timing", "cupti"},
-                            {"cupti",
-                             {{"records", st.records},
-                              {"kernels", st.kernels},
-                              {"memcpys", st.memcpys},
-                              {"memsets", st.memsets},
-                              {"memory", st.memory},
-                              {"correlations", st.correlations},
-                              {"untagged", st.untagged},
-                              {"outside_steps", st.outside},
-                              {"invalid", st.invalid},
-                              {"ignored", st.ignored},
-                              {"dropped", st.dropped},
-                              {"steady_clock", collector->steady_clock()},
-                              {"reserved_device_bytes", reserved_device},
-                              {"reserved_pinned_bytes", reserved_host}}}};
-      t = e.device_timed_trace(std::move(dev), a.command);
-      cupti_summary = CuptiSummary{st.records, st.kernels, st.memcpys, st.memsets, st.untagged, st.outside, st.dropped};
-      if (st.dropped > 0)
-        std::fprintf(stderr, "oomb run: warning: CUPTI dropped %lld activity records (its buffers were full): the "
-                             "trace misses work\n", static_cast<long long>(st.dropped));
-      if (!tagger->error().empty())
-        std::fprintf(stderr, "oomb run: warning: a CUPTI tag could not be popped (%s): later tags may be wrong\n",
-                     tagger->error().c_str());
+      if (decoded) {
+        traces::Trace& dev = *decoded;
+        int64_t reserved_device = 0, reserved_host = 0;  // cudaMalloc'd / pinned, as CUPTI saw them
+        for (const auto& sample : dev.memory) {
+          reserved_device = std::max(reserved_device, sample.device_bytes);
+          reserved_host = std::max(reserved_host, sample.host_bytes);
+        }
+        dev.metadata.extra = {{"gpu", device_name},
+                              {"trace_timing", "cupti"},
+                              {"cupti",
+                               {{"records", st.records},
+                                {"kernels", st.kernels},
+                                {"memcpys", st.memcpys},
+                                {"memsets", st.memsets},
+                                {"memory", st.memory},
+                                {"correlations", st.correlations},
+                                {"untagged", st.untagged},
+                                {"outside_steps", st.outside},
+                                {"invalid", st.invalid},
+                                {"ignored", st.ignored},
+                                {"dropped", st.dropped},
+                                {"steady_clock", collector->steady_clock()},
+                                {"driver_api_records", collector->driver_records()},
+                                {"reserved_device_bytes", reserved_device},
+                                {"reserved_pinned_bytes", reserved_host}}}};
+        t = e.device_timed_trace(std::move(dev), a.command);
+        if (!engine_clock) {  // the Engine's step intervals are on another clock: one step, first to last
+          std::erase_if(t.events, [](const traces::Event& ev) {
+            return ev.kind == traces::EventKind::phase && ev.name == traces::kStepPhase;
+          });
+          t.summary = traces::summarize(t);
+        }
+        cupti_summary = CuptiSummary{st.records, st.kernels, st.memcpys, st.memsets, st.untagged, st.outside, st.dropped};
+        if (st.dropped > 0)
+          std::fprintf(stderr, "oomb run: warning: CUPTI dropped %lld activity records (its buffers were full): the "
+                               "trace misses work\n", static_cast<long long>(st.dropped));
+        if (!tagger->error().empty())
+          std::fprintf(stderr, "oomb run: warning: a CUPTI tag could not be popped (%s): later tags may be wrong\n",
+                       tagger->error().c_str());
+      }
     }
 #endif
+    if (!cupti_summary) t = e.trace(a.command);
+    // Either timing: the warm-up's events (and its step phase) are left out, so that per-step times
+    // (the summary's, and validate's stage and pass rows, which divide by the measured block's
+    // steps) describe the timed steps only. CUPTI decoded only the timed steps' windows already.
+    if (warmup > 0 && engine_clock) {
+      const int64_t cut = timed_start_ns - e.trace_origin_ns();
+      std::erase_if(t.events, [cut](const traces::Event& ev) { return ev.start_ns < cut; });
+      t.summary = traces::summarize(t);
+      if (t.metadata.extra.contains("measured") && t.metadata.extra["measured"].is_object())
+        t.metadata.extra["measured"]["steps"] = timed_steps;
+      step_timing_events = "timed steps only (the warm-up's events are left out)";
+    }
     if (!cupti_summary) {
-      t = e.trace(a.command);
-      // Host-timed: the warm-up's events are left out, so that per-step times (validate's stage and
-      // pass rows divide by the measured block's steps) describe the timed steps only.
-      if (warmup > 0) {
-        const int64_t cut = timed_start_ns - e.trace_origin_ns();
-        std::erase_if(t.events, [cut](const traces::Event& ev) { return ev.start_ns < cut; });
-        t.summary = traces::summarize(t);
-        if (t.metadata.extra.contains("measured") && t.metadata.extra["measured"].is_object())
-          t.metadata.extra["measured"]["steps"] = timed_steps;
-        step_timing_events = "timed steps only (the warm-up's events are left out)";
-      }
       if (a.backend == "cuda") {
         t.metadata.device = device_name + ", host-timed (enqueue times)";
         t.metadata.extra["gpu"] = device_name;
         t.metadata.extra["trace_timing"] = "host";
       }
+      if (!cupti_failure.empty()) record_profiler_fallback(t, cupti_failure);
     }
     if (a.backend == "cuda") t.metadata.extra["cuda"] = cuda_summary();
     // What validate compares as the step time: the fastest timed step (the measured block's mean
@@ -613,6 +654,7 @@ int run_run(const RunArgs& a) {
     if (cmp) j["compare_dense"] = cmp->to_json();
     if (!a.trace.empty()) {
       j["trace"] = {{"file", a.trace}, {"timing", cupti_summary ? "cupti" : "host"}, {"step_s", fastest_step_s}};
+      if (!cupti_failure.empty()) j["trace"]["cupti_unavailable"] = cupti_failure;
       if (cupti_summary)
         j["trace"]["cupti"] = {{"records", cupti_summary->records},   {"kernels", cupti_summary->kernels},
                                {"memcpys", cupti_summary->memcpys},   {"memsets", cupti_summary->memsets},
@@ -744,7 +786,8 @@ const Registrar reg("run", "Execute chunk-recurrent training steps (cpu referenc
                                      "--json (cuda) and the trace (metadata.extra.cuda)");
                       sub.add_option("--gemm-precision", a->gemm_precision,
                                      "--backend cuda only: the linear layers' GEMMs (cuBLASLt). bf16 (default for "
-                                     "oomb run: the method's bf16 training; operands rounded to bf16, fp32 "
+                                     "oomb run, except fp32 for a run without --plan on fp32 weights (--param-dtype "
+                                     "fp32): the method's bf16 training; operands rounded to bf16, fp32 "
                                      "accumulation and fp32 results, ~2e-3 relative error per GEMM; a GEMM with no "
                                      "bf16 algorithm runs in fp32), tf32 (tensor cores on fp32 operands, 10-bit "
                                      "mantissas) or fp32 (the reference, the backend library's default). The choice "

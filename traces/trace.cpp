@@ -285,35 +285,96 @@ void write_trace(const Trace& t, const std::string& path) {
   write_text_file(path, s);
 }
 
+namespace {
+
+using Interval = std::pair<int64_t, int64_t>;  // [begin, end) ns
+
+// The union of the intervals clipped to [lo, hi), as sorted disjoint intervals.
+std::vector<Interval> union_within(const std::vector<Interval>& v, int64_t lo, int64_t hi) {
+  std::vector<Interval> clipped;
+  for (const auto& [b, e] : v) {
+    const int64_t cb = std::max(b, lo), ce = std::min(e, hi);
+    if (cb < ce) clipped.emplace_back(cb, ce);
+  }
+  std::sort(clipped.begin(), clipped.end());
+  std::vector<Interval> out;
+  for (const Interval& i : clipped) {
+    if (!out.empty() && i.first <= out.back().second) out.back().second = std::max(out.back().second, i.second);
+    else out.push_back(i);
+  }
+  return out;
+}
+
+int64_t total_length(const std::vector<Interval>& v) {
+  int64_t n = 0;
+  for (const auto& [b, e] : v) n += e - b;
+  return n;
+}
+
+// Length of a minus b, both sorted and disjoint.
+int64_t uncovered_length(const std::vector<Interval>& a, const std::vector<Interval>& b) {
+  int64_t n = 0;
+  size_t j = 0;
+  for (const auto& [ab, ae] : a) {
+    int64_t at = ab;
+    while (j < b.size() && b[j].second <= at) ++j;
+    for (size_t k = j; k < b.size() && b[k].first < ae; ++k) {
+      if (b[k].first > at) n += b[k].first - at;
+      at = std::max(at, b[k].second);
+      if (at >= ae) break;
+    }
+    if (at < ae) n += ae - at;
+  }
+  return n;
+}
+
+}  // namespace
+
 Summary summarize(const Trace& t) {
   Summary s;
+  // The steps: the "step" phase events, or (none) the whole trace as one step.
+  std::vector<Interval> steps;
   int64_t first = INT64_MAX, last = INT64_MIN;
-  std::vector<std::pair<int64_t, int64_t>> busy;
+  std::vector<Interval> compute, copy;
   for (const Event& e : t.events) {
     first = std::min(first, e.start_ns);
     last = std::max(last, e.end_ns);
-    if (e.kind == EventKind::compute) busy.emplace_back(e.start_ns, e.end_ns);
-    if (e.kind == EventKind::copy_h2d) s.h2d_bytes += e.bytes;
-    if (e.kind == EventKind::copy_d2h) s.d2h_bytes += e.bytes;
+    if (e.kind == EventKind::phase && e.name == kStepPhase) steps.emplace_back(e.start_ns, e.end_ns);
+    if (e.kind == EventKind::compute) compute.emplace_back(e.start_ns, e.end_ns);
+    if (e.kind == EventKind::copy_h2d || e.kind == EventKind::copy_d2h) copy.emplace_back(e.start_ns, e.end_ns);
   }
-  s.step_ns = t.events.empty() ? 0 : last - first;
+  const bool whole = steps.empty();
+  if (whole && !t.events.empty()) steps.emplace_back(first, last);
+  std::sort(steps.begin(), steps.end());
 
-  // Union of compute intervals: overlapping kernels (several compute streams) count once.
-  std::sort(busy.begin(), busy.end());
-  int64_t cur_start = 0, cur_end = 0;
-  bool open = false;
-  for (const auto& [b, e] : busy) {
-    if (open && b <= cur_end) {
-      cur_end = std::max(cur_end, e);
-      continue;
-    }
-    if (open) s.compute_busy_ns += cur_end - cur_start;
-    cur_start = b;
-    cur_end = e;
-    open = true;
+  // Per step: compute busy = the union of compute intervals (overlapping kernels count once);
+  // exposed copy = the union of copy intervals (either direction) that no compute covers, so that
+  // compute idle with no copy in flight (host work, launch gaps) is not blamed on the copies.
+  int64_t step_ns = 0, busy_ns = 0, exposed_ns = 0, h2d = 0, d2h = 0;
+  for (const auto& [b, e] : steps) {
+    step_ns += e - b;
+    const std::vector<Interval> busy = union_within(compute, b, e);
+    busy_ns += total_length(busy);
+    exposed_ns += uncovered_length(union_within(copy, b, e), busy);
   }
-  if (open) s.compute_busy_ns += cur_end - cur_start;
-  s.exposed_copy_ns = std::max<int64_t>(0, s.step_ns - s.compute_busy_ns);
+  // Bytes: every copy of a trace without steps; else those starting inside a step.
+  auto in_a_step = [&](int64_t at) {
+    if (whole) return true;
+    for (const auto& [b, e] : steps)
+      if (at >= b && at < e) return true;
+    return false;
+  };
+  for (const Event& e : t.events) {
+    if (e.kind == EventKind::copy_h2d && in_a_step(e.start_ns)) h2d += e.bytes;
+    if (e.kind == EventKind::copy_d2h && in_a_step(e.start_ns)) d2h += e.bytes;
+  }
+  const int64_t n = std::max<int64_t>(1, static_cast<int64_t>(steps.size()));
+  auto per_step = [n](int64_t total) { return (total + n / 2) / n; };
+  s.step_ns = per_step(step_ns);
+  s.compute_busy_ns = per_step(busy_ns);
+  s.exposed_copy_ns = per_step(exposed_ns);
+  s.h2d_bytes = per_step(h2d);
+  s.d2h_bytes = per_step(d2h);
 
   if (t.memory.empty()) {
     s.peak_device_bytes = t.summary.peak_device_bytes;

@@ -17,6 +17,10 @@ EventKind event_kind_from_string(const std::string& s, const std::string& where)
 const char* to_string(Detail d);
 Detail detail_from_string(const std::string& s, const std::string& where);
 
+// A phase event with this name spans one training step; summarize() describes the mean step over
+// them (a trace without any is one step: first event to last).
+inline constexpr const char* kStepPhase = "step";
+
 struct Event {
   EventKind kind = EventKind::compute;
   std::string name;       // e.g. "attention_fwd", "kv_prefix", "stage1"
@@ -96,6 +100,10 @@ Comparison compare(const Trace& predicted, const Trace& measured);
 
 // Recomputes summary.step_ns / compute_busy_ns / exposed_copy_ns / h2d_bytes / d2h_bytes from the
 // events (peaks from memory samples); used by producers so that summaries are never hand-made.
+// They describe one step: the mean over the trace's kStepPhase events (each step's work clipped to
+// its interval; work outside every step, e.g. checks run between steps, is left out), or the whole
+// trace as one step when it has none. compute_busy_ns = the union of compute intervals;
+// exposed_copy_ns = the union of copy intervals (both directions) not covered by compute.
 Summary summarize(const Trace& t);
 
 }  // namespace oomb::traces

@@ -180,10 +180,12 @@ double cross_entropy(float* logits, int64_t rows, int64_t vocab, const int32_t* 
         continue;
       }
       const float mx = row.maxCoeff();
+      // loss = log(sum exp(x - mx)) - (x_target - mx): not log(exp(x_target - mx)), which is -inf
+      // once the target is ~104 below the max (expf underflows).
+      const double target_shifted = static_cast<double>(row[targets[t]]) - static_cast<double>(mx);
       row = (row - mx).exp();
       const double sum = row.cast<double>().sum();
-      const float target_p = row[targets[t]];
-      term[static_cast<size_t>(t)] = std::log(sum) - std::log(static_cast<double>(target_p));
+      term[static_cast<size_t>(t)] = std::log(sum) - target_shifted;
       row *= static_cast<float>(scale / sum);
       row[targets[t]] -= scale;
     }

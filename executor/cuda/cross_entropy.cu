@@ -37,36 +37,38 @@ __global__ void cross_entropy_kernel(InView logits, int64_t rows, int64_t vocab,
     }
     const float mx = block_max(m, red_f);
     const double sum = block_sum(l * exp(static_cast<double>(m) - mx), red_d);
-    const float target_p = expf(logits[row + target] - mx);
+    // loss = log(sum) - (x_target - mx), not log(expf(x_target - mx)): that is -inf once the target
+    // is ~104 below the max (expf underflows) and the run would be refused as diverged.
+    const double target_shifted = static_cast<double>(logits[row + target]) - static_cast<double>(mx);
     __syncthreads();  // every thread has read row[target] before it is overwritten
     const float factor = static_cast<float>(scale / sum);
     for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) {
       const float g = expf(logits[row + i] - mx) * factor;
       grad.store(row + i, i == target ? g - scale : g);
     }
-    if (threadIdx.x == 0) row_loss[t] = log(sum) - log(static_cast<double>(target_p));
+    if (threadIdx.x == 0) row_loss[t] = log(sum) - target_shifted;
   }
 }
 
-__global__ void sum_kernel(const double* __restrict__ v, int64_t n, double* __restrict__ out) {
+__global__ void sum_kernel(const double* __restrict__ v, int64_t n, double* __restrict__ out, bool accumulate) {
   __shared__ double red[32];
   double acc = 0;
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) acc += v[i];
   acc = block_sum(acc, red);
-  if (threadIdx.x == 0) *out = acc;
+  if (threadIdx.x == 0) *out = accumulate ? *out + acc : acc;
 }
 
 }  // namespace
 
 void launch_cross_entropy(ConstTensor logits, int64_t rows, int64_t vocab, const int32_t* targets, float scale,
-                          Tensor grad, double* row_loss, double* loss_sum, cudaStream_t s) {
+                          Tensor grad, double* row_loss, double* loss_sum, cudaStream_t s, bool accumulate) {
   if (rows > 0 && vocab > 0) {
     const auto blocks = static_cast<unsigned>(rows < 65535 ? rows : 65535);
     cross_entropy_kernel<<<blocks, kRowThreads, 0, s>>>(view(logits), rows, vocab, targets, scale, view(grad),
                                                         row_loss);
     OOMB_CUDA_LAUNCH_CHECK("cross_entropy_kernel");
   }
-  sum_kernel<<<1, kThreads, 0, s>>>(row_loss, rows > 0 ? rows : 0, loss_sum);
+  sum_kernel<<<1, kThreads, 0, s>>>(row_loss, rows > 0 ? rows : 0, loss_sum, accumulate);
   OOMB_CUDA_LAUNCH_CHECK("sum_kernel");
 }
 

@@ -6,6 +6,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -20,6 +21,7 @@
 #include "executor/cuda/arena.h"
 #include "executor/cuda/attention.cuh"
 #include "executor/cuda/attention_tc.cuh"
+#include "executor/cuda/batch_copy.h"
 #include "executor/cuda/cross_entropy.cuh"
 #include "executor/cuda/cuda_check.h"
 #include "executor/cuda/elementwise.cuh"
@@ -42,6 +44,7 @@ namespace {
 using step::cuda_scratch::kAlign;
 using step::cuda_scratch::kGemmWorkspaceBytes;
 using step::cuda_scratch::up;
+constexpr int64_t kLossSlots = 4096;  // cross_entropy_acc's slots (the Engine's: one per chunk), 32 KiB pinned
 
 int64_t steady_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
@@ -113,6 +116,12 @@ struct CudaBackend::Impl {
 
   // Copy regions issued (one cudaMemcpyAsync each, or one cudaMemcpyBatchAsync per copy_async).
   int64_t copy_regions = 0, copy_api_calls = 0;
+  std::atomic<int64_t> host_syncs{0};  // CudaBackend::host_syncs
+  // cross_entropy_acc's loss slots: pinned, mapped host memory the device adds to (loss_slots_dev),
+  // read by take_losses after one synchronisation.
+  double* loss_slots = nullptr;
+  double* loss_slots_dev = nullptr;
+  int64_t loss_slot_count = 0;
   bool batch_copies = true;  // cleared when the driver refuses cudaMemcpyBatchAsync
   // Op scratch replaced by a larger one, freed at the next synchronisation (never inside a step).
   std::vector<void*> retired;
@@ -140,6 +149,7 @@ struct CudaBackend::Impl {
     if (workspace) cudaFree(workspace);
     for (void* p : retired) cudaFree(p);
     if (readback) cudaFreeHost(readback);
+    if (loss_slots) cudaFreeHost(loss_slots);
     for (auto& sl : slots) {
       if (sl.host) cudaFreeHost(sl.host);
       if (sl.done) cudaEventDestroy(sl.done);
@@ -175,15 +185,36 @@ struct CudaBackend::Impl {
           std::fprintf(stderr, "oomb: copy completion callback failed: %s\n", ex.what());
         }
       }
+      // Signal, then erase: a host wait (wait_host_range) that no longer finds the entry must find
+      // the event done already.
+      job.event->signal();
       {
         std::lock_guard<std::mutex> lock(copy_mu);
         pending.erase(job.id);
       }
-      job.event->signal();
     }
   }
 
+  // At least `need` loss slots, the old values kept (kernels may still add to them: drained first).
+  void grow_loss_slots(int64_t need) {
+    const int64_t n = std::max(need, 2 * loss_slot_count);
+    OOMB_CUDA_CHECK(cudaStreamSynchronize(compute));
+    ++host_syncs;
+    void* p = nullptr;
+    OOMB_CUDA_CHECK(cudaHostAlloc(&p, static_cast<size_t>(n) * 8, cudaHostAllocPortable | cudaHostAllocMapped));
+    auto* grown = static_cast<double*>(p);
+    std::fill(grown, grown + n, 0.0);
+    if (loss_slots) {
+      std::copy(loss_slots, loss_slots + loss_slot_count, grown);
+      OOMB_CUDA_CHECK(cudaFreeHost(loss_slots));
+    }
+    loss_slots = grown;
+    loss_slot_count = n;
+    OOMB_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&loss_slots_dev), loss_slots, 0));
+  }
+
   void synchronize() {
+    ++host_syncs;
     OOMB_CUDA_CHECK(cudaStreamSynchronize(compute));
     OOMB_CUDA_CHECK(cudaStreamSynchronize(h2d));
     OOMB_CUDA_CHECK(cudaStreamSynchronize(d2h));
@@ -227,6 +258,7 @@ struct CudaBackend::Impl {
     if (bytes <= 0) return;
     if (slots.empty() || opt.staging_slot_bytes <= 0) {  // no ring configured: a synchronous copy
       OOMB_CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDefault, compute));
+      ++host_syncs;
       OOMB_CUDA_CHECK(cudaStreamSynchronize(compute));
       return;
     }
@@ -252,12 +284,14 @@ struct CudaBackend::Impl {
       OOMB_CUDA_CHECK(cudaHostAlloc(&readback, static_cast<size_t>(readback_bytes), cudaHostAllocPortable));
     }
     OOMB_CUDA_CHECK(cudaMemcpyAsync(readback, src, static_cast<size_t>(bytes), cudaMemcpyDefault, compute));
+    ++host_syncs;
     OOMB_CUDA_CHECK(cudaStreamSynchronize(compute));
     std::memcpy(dst, readback, static_cast<size_t>(bytes));
   }
 
   // One cudaMemcpyBatchAsync (CUDA 12.8+) of the regions, in stream order. False (and batching
   // off from then on) when the runtime or driver lacks it: the caller issues the regions one by one.
+  // Any other failure throws with the call (classify_batch_copy, batch_copy.h).
   bool issue_batch(std::vector<void*>& dsts, std::vector<const void*>& srcs, std::vector<size_t>& sizes,
                    cudaStream_t st) {
 #if CUDART_VERSION >= 12080
@@ -273,9 +307,13 @@ struct CudaBackend::Impl {
     const cudaError_t e = cudaMemcpyBatchAsync(dsts.data(), const_cast<void**>(srcs.data()), sizes.data(),
                                                sizes.size(), &attr, &attr_index, 1, &fail_index, st);
 #endif
-    if (e == cudaSuccess) return true;
-    if (e != cudaErrorNotSupported && e != cudaErrorCallRequiresNewerDriver && e != cudaErrorInvalidValue)
-      OOMB_CUDA_CHECK(e);
+    switch (classify_batch_copy(e)) {
+      case BatchCopyStatus::issued: return true;
+      case BatchCopyStatus::fault:
+        check_failed("cudaMemcpyBatchAsync(dsts, srcs, sizes, ...)", cudaGetErrorName(e), cudaGetErrorString(e),
+                     __FILE__, __LINE__);
+      case BatchCopyStatus::unsupported: break;
+    }
     cudaGetLastError();  // not sticky: clear it and copy region by region from now on
     std::fprintf(stderr, "oomb: cudaMemcpyBatchAsync unavailable (%s): copies go region by region\n",
                  cudaGetErrorName(e));
@@ -308,6 +346,7 @@ struct CudaBackend::Impl {
             break;
           }
     }
+    if (!waits.empty()) ++host_syncs;
     for (auto& e : waits) e->wait();
   }
 };
@@ -352,6 +391,8 @@ CudaBackend::CudaBackend(CudaBackendOptions options) : impl_(std::make_unique<Im
                                   cudaHostAllocPortable));
     OOMB_CUDA_CHECK(cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming));
   }
+  m.grow_loss_slots(kLossSlots);
+  m.host_syncs = 0;  // set-up, not work
   for (auto& c : m.completion) c.thread = std::thread([&m, &c] { m.run_completion(c); });
 }
 
@@ -366,7 +407,9 @@ void* CudaBackend::allocate(Tier tier, int64_t bytes) {
     std::lock_guard<std::mutex> lock(m.mem_mu);
     p = (tier == Tier::device ? m.device : m.host)->allocate(bytes);
   }
-  // Freed memory is reused only after deallocate() synchronised, so nothing in flight touches it.
+  // Device memory freed by deallocate() is reused in compute-stream order (this zeroing and every
+  // later use are queued after the work issued before the free); host memory only after
+  // deallocate() synchronised.
   if (bytes > 0) {
     if (tier == Tier::device) OOMB_CUDA_CHECK(cudaMemsetAsync(p, 0, static_cast<size_t>(bytes), m.compute));
     else std::memset(p, 0, static_cast<size_t>(bytes));
@@ -377,7 +420,14 @@ void* CudaBackend::allocate(Tier tier, int64_t bytes) {
 void CudaBackend::deallocate(Tier tier, void* p, int64_t) {
   if (!p) return;
   Impl& m = *impl_;
-  m.synchronize();  // throws after a sticky error (Buffer logs it)
+  // Device tier: stream-ordered, no synchronisation (the Engine frees a phase's buffers inside the
+  // step, and draining the three streams there waited for every prefetch in flight). Kernels queued
+  // before the free may still use the range; whoever gets it next is ordered after them: its zeroing
+  // (allocate) and its kernels on the compute stream, its copies through the compute mark that each
+  // copy_async waits for. Copies in flight must not touch it (Backend::deallocate).
+  // Host tier: host code reuses the range at once (allocate zeroes it with memset), so every stream
+  // is drained first (throws after a sticky error; Buffer logs it).
+  if (tier == Tier::host) m.synchronize();
   std::lock_guard<std::mutex> lock(m.mem_mu);
   (tier == Tier::device ? m.device : m.host)->deallocate(p);
 }
@@ -406,6 +456,7 @@ void CudaBackend::download(void* dst, const void* device_src, int64_t bytes) {
   Impl& m = *impl_;
   if (bytes <= 0) return;
   OOMB_CUDA_CHECK(cudaMemcpyAsync(dst, device_src, static_cast<size_t>(bytes), cudaMemcpyDefault, m.compute));
+  ++m.host_syncs;
   OOMB_CUDA_CHECK(cudaStreamSynchronize(m.compute));
 }
 
@@ -1098,6 +1149,32 @@ double CudaBackend::cross_entropy(ConstTensor logits, int64_t rows, int64_t voca
   m.get(&total, sum, 8);
   return total;
 }
+
+void CudaBackend::cross_entropy_acc(ConstTensor logits, int64_t rows, int64_t vocab, const int32_t* targets,
+                                    float scale_, Tensor grad, int64_t slot) {
+  extents::cross_entropy(logits, rows, vocab, grad);
+  Impl& m = *impl_;
+  OOMB_ASSERT(slot >= 0);
+  OOMB_ASSERT(grad.data != logits.data || grad.dtype == logits.dtype, "an in-place loss gradient keeps the dtype");
+  if (slot >= m.loss_slot_count) m.grow_loss_slots(slot + 1);
+  // The same scratch request as cross_entropy (row losses; the sum goes to the slot instead).
+  char* ws = m.scratch(up(std::max<int64_t>(rows, 1) * 8) + kAlign);
+  launch_cross_entropy(logits, rows, vocab, targets, scale_, grad, reinterpret_cast<double*>(ws),
+                       m.loss_slots_dev + slot, m.compute, /*accumulate=*/true);
+}
+
+std::vector<double> CudaBackend::take_losses(int64_t n) {
+  Impl& m = *impl_;
+  OOMB_ASSERT(n >= 0);
+  ++m.host_syncs;
+  OOMB_CUDA_CHECK(cudaStreamSynchronize(m.compute));  // every tile's kernel has added its loss
+  std::vector<double> out(static_cast<size_t>(n), 0.0);
+  std::copy(m.loss_slots, m.loss_slots + std::min(n, m.loss_slot_count), out.begin());
+  std::fill(m.loss_slots, m.loss_slots + m.loss_slot_count, 0.0);
+  return out;
+}
+
+int64_t CudaBackend::host_syncs() const { return impl_->host_syncs.load(); }
 
 void CudaBackend::adamw(Tensor param, float* master, ConstTensor grad, float* m_, float* v, const uint8_t* decay_mask,
                         int64_t n, float lr, float beta1, float beta2, float eps, float weight_decay, int64_t step) {

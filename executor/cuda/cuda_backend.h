@@ -152,6 +152,15 @@ class CudaBackend final : public Backend {
   std::vector<std::vector<int32_t>> select_pages(const SelectionArgs& a) override;
   double cross_entropy(ConstTensor logits, int64_t rows, int64_t vocab, const int32_t* targets, float scale,
                        Tensor grad) override;
+  // The loss slots are pinned host memory the device writes (no read-back per tile); take_losses
+  // synchronises the compute stream once.
+  void cross_entropy_acc(ConstTensor logits, int64_t rows, int64_t vocab, const int32_t* targets, float scale,
+                         Tensor grad, int64_t slot) override;
+  std::vector<double> take_losses(int64_t n) override;
+  // Counted: read-backs (download, select_pages, cross_entropy, take_losses), synchronize(), a
+  // host-tier deallocate, host-side waits for copies (fill_zero on a host range in flight). Not
+  // counted: the staging ring's wait for a slot's previous upload, waits on copy events.
+  int64_t host_syncs() const override;
   void scale(Tensor x, int64_t n, float s) override;
   void adamw(Tensor param, float* master, ConstTensor grad, float* m, float* v, const uint8_t* decay_mask, int64_t n,
              float lr, float beta1, float beta2, float eps, float weight_decay, int64_t step) override;

@@ -1,5 +1,6 @@
 #include "executor/cuda/common.cuh"
 #include "executor/cuda/elementwise.cuh"
+#include "executor/cuda/launch_shape.h"
 #include "executor/cuda/typed.cuh"
 #include "executor/runtime/bf16.h"
 
@@ -44,13 +45,14 @@ constexpr int kRowsPerBlock = 64;
 // Block (column tile, row tile): each thread sums kRowsPerBlock rows of one column, then one
 // atomic add per column and row tile.
 __global__ void column_sum_kernel(InView x, int64_t rows, int64_t cols, float* __restrict__ out) {
-  const int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  if (c >= cols) return;
-  const int64_t r0 = blockIdx.y * int64_t{kRowsPerBlock};
-  const int64_t r1 = r0 + kRowsPerBlock < rows ? r0 + kRowsPerBlock : rows;
-  float acc = 0;
-  for (int64_t r = r0; r < r1; ++r) acc += x[r * cols + c];
-  atomicAdd(out + c, acc);
+  const int64_t tiles = row_tiles(rows, kRowsPerBlock);
+  for (int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; c < cols; c += int64_t{gridDim.x} * blockDim.x)
+    for (int64_t tile = blockIdx.y; tile < tiles; tile += gridDim.y) {  // row tiles past grid.y's limit loop
+      const RowRange rr = row_tile(tile, kRowsPerBlock, rows);
+      float acc = 0;
+      for (int64_t r = rr.begin; r < rr.end; ++r) acc += x[r * cols + c];
+      atomicAdd(out + c, acc);
+    }
 }
 
 // Block (column tile, row), grid-stride over both: dst[r * ld + c] = bf16(src[r * cols + c]).
@@ -96,8 +98,8 @@ void launch_store_f32(Tensor dst, const float* src, int64_t rows, int64_t cols, 
 
 void launch_column_sum_acc(ConstTensor x, int64_t rows, int64_t cols, float* out, cudaStream_t s) {
   if (rows <= 0 || cols <= 0) return;
-  const dim3 grid(static_cast<unsigned>((cols + kThreads - 1) / kThreads),
-                  static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock));
+  const GridShape g = column_reduce_grid(rows, cols, kThreads, kRowsPerBlock);
+  const dim3 grid(static_cast<unsigned>(g.x), static_cast<unsigned>(g.y));
   column_sum_kernel<<<grid, kThreads, 0, s>>>(view(x), rows, cols, out);
   OOMB_CUDA_LAUNCH_CHECK("column_sum_kernel");
 }

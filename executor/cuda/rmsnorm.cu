@@ -1,6 +1,7 @@
 #include "core/error.h"
 #include "executor/cuda/common.cuh"
 #include "executor/cuda/elementwise.cuh"
+#include "executor/cuda/launch_shape.h"
 #include "executor/cuda/rmsnorm.cuh"
 #include "executor/cuda/typed.cuh"
 
@@ -44,15 +45,18 @@ __global__ void rmsnorm_dx_kernel(InView x, InView w, const float* __restrict__ 
   }
 }
 
+// Block (column tile, row tile), grid-stride over both (launch_shape.h: row tiles beyond the grid's
+// y limit loop); one atomic per column and row tile.
 __global__ void rmsnorm_dw_kernel(InView x, const float* __restrict__ rstd, InView dy, int64_t rows, int64_t dim,
                                   float* __restrict__ dw) {
-  const int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  if (c >= dim) return;
-  const int64_t r0 = blockIdx.y * int64_t{kRowsPerBlock};
-  const int64_t r1 = r0 + kRowsPerBlock < rows ? r0 + kRowsPerBlock : rows;
-  float acc = 0;
-  for (int64_t r = r0; r < r1; ++r) acc += dy[r * dim + c] * x[r * dim + c] * rstd[r];
-  atomicAdd(dw + c, acc);
+  const int64_t tiles = row_tiles(rows, kRowsPerBlock);
+  for (int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; c < dim; c += int64_t{gridDim.x} * blockDim.x)
+    for (int64_t tile = blockIdx.y; tile < tiles; tile += gridDim.y) {
+      const RowRange rr = row_tile(tile, kRowsPerBlock, rows);
+      float acc = 0;
+      for (int64_t r = rr.begin; r < rr.end; ++r) acc += dy[r * dim + c] * x[r * dim + c] * rstd[r];
+      atomicAdd(dw + c, acc);
+    }
 }
 
 unsigned row_blocks(int64_t rows) { return static_cast<unsigned>(rows < 65535 ? rows : 65535); }
@@ -77,8 +81,8 @@ void launch_rmsnorm_bwd(ConstTensor x, ConstTensor w, const float* rstd, ConstTe
   OOMB_ASSERT(f32 || dw_scratch, "a bf16 RMSNorm weight gradient needs an fp32 scratch");
   float* acc = f32 ? dw_acc.f32() : dw_scratch;
   if (!f32) OOMB_CUDA_CHECK(cudaMemsetAsync(acc, 0, static_cast<size_t>(dim) * 4, s));
-  const dim3 grid(static_cast<unsigned>((dim + kThreads - 1) / kThreads),
-                  static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock));
+  const GridShape g = column_reduce_grid(rows, dim, kThreads, kRowsPerBlock);
+  const dim3 grid(static_cast<unsigned>(g.x), static_cast<unsigned>(g.y));
   rmsnorm_dw_kernel<<<grid, kThreads, 0, s>>>(view(x), rstd, view(dy), rows, dim, acc);
   OOMB_CUDA_LAUNCH_CHECK("rmsnorm_dw_kernel");
   if (!f32) launch_store_f32(dw_acc, acc, 1, dim, nullptr, true, s);

@@ -1,6 +1,7 @@
 #include <cfloat>
 
 #include "executor/cuda/common.cuh"
+#include "executor/cuda/launch_shape.h"
 #include "executor/cuda/selection.cuh"
 #include "executor/cuda/typed.cuh"
 #include "step/cuda_layout.h"
@@ -129,40 +130,43 @@ __global__ void page_norm_kernel(const float* __restrict__ qsum, int64_t rows, i
   }
 }
 
-// Block per (query page x group, tile of pages): the sum (double) of the softmax probabilities over
-// the KV heads of the group and the tokens of the query page, in the CPU reference's order (heads
-// outer, tokens inner), one thread per page.
+// Block per (query page x group, tile of pages), striding over query page x group beyond the grid's
+// y limit (launch_shape.h): the sum (double) of the softmax probabilities over the KV heads of the
+// group and the tokens of the query page, in the CPU reference's order (heads outer, tokens inner),
+// one thread per page.
 __global__ void page_scores_kernel(const float* __restrict__ qsum, int64_t rows, int64_t kv_heads, int64_t hd,
                                    int64_t p, const float* __restrict__ summaries, int64_t P, float sc,
                                    const float* __restrict__ norm_m, const float* __restrict__ norm_l, int64_t groups,
-                                   double* __restrict__ scores) {
+                                   int64_t query_groups, double* __restrict__ scores) {
   __shared__ TileSmem sm;
-  const int64_t jg = blockIdx.y, j = jg / groups, gsel = jg % groups;
   const int64_t k0 = blockIdx.x * int64_t{kTilePages};
-  const int64_t t0 = j * p, t1 = t0 + p < rows ? t0 + p : rows;
-  const int64_t g0 = groups == 1 ? 0 : gsel, g1 = groups == 1 ? kv_heads : gsel + 1;
   const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
-  double acc = 0;
-  for (int64_t g = g0; g < g1; ++g) {
-    for (int64_t tb = t0; tb < t1; tb += kTileTokens) {
-      const int64_t te = tb + kTileTokens < t1 ? tb + kTileTokens : t1;
-      score_tile(qsum, kv_heads, hd, summaries, P, g, tb, te, k0, sm);
-      // Probabilities in place (each thread its own 2 x 4 entries), then summed per page.
-      for (int a = 0; a < 2; ++a) {
-        const int i = ty + 16 * a;
-        if (tb + i >= te) continue;
-        const int64_t ig = (tb + i) * kv_heads + g;
-        const float m = norm_m[ig], l = norm_l[ig];
+  for (int64_t jg = blockIdx.y; jg < query_groups; jg += gridDim.y) {  // uniform per block
+    const int64_t j = jg / groups, gsel = jg % groups;
+    const int64_t t0 = j * p, t1 = t0 + p < rows ? t0 + p : rows;
+    const int64_t g0 = groups == 1 ? 0 : gsel, g1 = groups == 1 ? kv_heads : gsel + 1;
+    double acc = 0;
+    for (int64_t g = g0; g < g1; ++g) {
+      for (int64_t tb = t0; tb < t1; tb += kTileTokens) {
+        const int64_t te = tb + kTileTokens < t1 ? tb + kTileTokens : t1;
+        score_tile(qsum, kv_heads, hd, summaries, P, g, tb, te, k0, sm);
+        // Probabilities in place (each thread its own 2 x 4 entries), then summed per page.
+        for (int a = 0; a < 2; ++a) {
+          const int i = ty + 16 * a;
+          if (tb + i >= te) continue;
+          const int64_t ig = (tb + i) * kv_heads + g;
+          const float m = norm_m[ig], l = norm_l[ig];
 #pragma unroll
-        for (int jj = 0; jj < 4; ++jj) sm.score[i][tx + 16 * jj] = expf(sc * sm.score[i][tx + 16 * jj] - m) / l;
+          for (int jj = 0; jj < 4; ++jj) sm.score[i][tx + 16 * jj] = expf(sc * sm.score[i][tx + 16 * jj] - m) / l;
+        }
+        __syncthreads();
+        if (threadIdx.x < kTilePages)
+          for (int64_t i = 0; i < te - tb; ++i) acc += static_cast<double>(sm.score[i][threadIdx.x]);
       }
-      __syncthreads();
-      if (threadIdx.x < kTilePages)
-        for (int64_t i = 0; i < te - tb; ++i) acc += static_cast<double>(sm.score[i][threadIdx.x]);
     }
+    const int64_t k = k0 + threadIdx.x;
+    if (threadIdx.x < kTilePages && k < P) scores[jg * P + k] = acc;
   }
-  const int64_t k = k0 + threadIdx.x;
-  if (threadIdx.x < kTilePages && k < P) scores[jg * P + k] = acc;
 }
 
 // Exclusive prefix sum over the block (blockDim.x a multiple of 32); *total gets the block sum.
@@ -297,10 +301,11 @@ void launch_select_pages(const float* q, int64_t rows, int64_t q_heads, int64_t 
   page_norm_kernel<<<norm_grid, kTileThreads, 0, s>>>(ws.qsum, rows, kv_heads, head_dim, sums, prefix_pages, sc,
                                                       ws.norm_m, ws.norm_l);
   OOMB_CUDA_LAUNCH_CHECK("page_norm_kernel");
-  const dim3 grid(static_cast<unsigned>((prefix_pages + kTilePages - 1) / kTilePages),
-                  static_cast<unsigned>(qpages * groups));
+  const GridShape g = page_scores_grid(prefix_pages, kTilePages, qpages, groups);
+  const dim3 grid(static_cast<unsigned>(g.x), static_cast<unsigned>(g.y));
   page_scores_kernel<<<grid, kTileThreads, 0, s>>>(ws.qsum, rows, kv_heads, head_dim, page_tokens, sums,
-                                                   prefix_pages, sc, ws.norm_m, ws.norm_l, groups, ws.scores);
+                                                   prefix_pages, sc, ws.norm_m, ws.norm_l, groups, qpages * groups,
+                                                   ws.scores);
   OOMB_CUDA_LAUNCH_CHECK("page_scores_kernel");
   topk_kernel<<<static_cast<unsigned>(qpages * groups), kThreads, 0, s>>>(ws.scores, prefix_pages, budget,
                                                                           ws.selected);

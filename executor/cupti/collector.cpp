@@ -41,8 +41,8 @@ void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_recor
   *max_records = 0;
 }
 
-void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t valid) {
-  if (CuptiCollector* c = g_active.load()) c->on_buffer(buffer, valid);
+void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t* buffer, size_t, size_t valid) {
+  if (CuptiCollector* c = g_active.load()) c->on_buffer(ctx, stream_id, buffer, valid);
   std::free(buffer);
 }
 
@@ -56,14 +56,21 @@ CopyKind copy_kind(uint8_t k) {
   }
 }
 
-// RUNTIME and DRIVER: CUPTI emits an external-correlation record only in front of an API activity
-// record ("activity API record", cupti_activity.h, cuptiActivityPushExternalCorrelationId), so
-// without them no work would carry its tag. Both: our calls go through the runtime, cuBLASLt may
-// launch through the driver. Their records are dropped in on_buffer (only the correlation counts).
+// RUNTIME: CUPTI emits an external-correlation record only in front of an API activity record
+// ("activity API record", cupti_activity.h, cuptiActivityPushExternalCorrelationId), so without
+// API records no work would carry its tag. Our calls go through the runtime; cuBLASLt launches its
+// kernels through the driver, so the driver's launch calls are recorded too (kDriverLaunches, one
+// by one where CUPTI can: the DRIVER kind would add a record for every driver call the libraries
+// make). API records are dropped in on_buffer (only the correlation counts).
 const CUpti_ActivityKind kKinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
                                      CUPTI_ACTIVITY_KIND_MEMSET, CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION,
-                                     CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_ACTIVITY_KIND_DRIVER,
-                                     CUPTI_ACTIVITY_KIND_MEMORY2};
+                                     CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_ACTIVITY_KIND_MEMORY2};
+#if CUPTI_API_VERSION >= 130001  // cuptiActivityEnableDriverApi (checked against CUDA 13.0's CUPTI)
+const CUpti_CallbackId kDriverLaunches[] = {
+    CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel,           CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx,         CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel, CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz};
+#endif
 
 }  // namespace
 
@@ -78,15 +85,32 @@ CuptiCollector::CuptiCollector(CollectorOptions options) : options_(options) {
     OOMB_CUDA_CHECK(cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed));
     for (CUpti_ActivityKind k : kKinds)
       if (k != CUPTI_ACTIVITY_KIND_MEMORY2 || options_.memory) OOMB_CUDA_CHECK(cuptiActivityEnable(k));
+    driver_records_ = "all";
+#if CUPTI_API_VERSION >= 130001
+    bool launches_only = true;
+    for (CUpti_CallbackId id : kDriverLaunches) launches_only &= cuptiActivityEnableDriverApi(id, 1) == CUPTI_SUCCESS;
+    if (launches_only) driver_records_ = "launches";
+#endif
+    if (driver_records_ == "all") OOMB_CUDA_CHECK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_DRIVER));
   } catch (...) {
+    disable();
     g_active.store(nullptr);
     throw;
   }
 }
 
+// Everything the constructor may have enabled; errors ignored (CUPTI may refuse at exit).
+void CuptiCollector::disable() {
+  for (CUpti_ActivityKind k : kKinds) cuptiActivityDisable(k);
+  cuptiActivityDisable(CUPTI_ACTIVITY_KIND_DRIVER);
+#if CUPTI_API_VERSION >= 130001
+  for (CUpti_CallbackId id : kDriverLaunches) cuptiActivityEnableDriverApi(id, 0);
+#endif
+}
+
 CuptiCollector::~CuptiCollector() {
   cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
-  for (CUpti_ActivityKind k : kKinds) cuptiActivityDisable(k);
+  disable();
   cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
   g_active.store(nullptr);
 }
@@ -102,7 +126,7 @@ void copy_timing(Record& r, const Activity* a) {
 }
 }  // namespace
 
-void CuptiCollector::on_buffer(uint8_t* buffer, size_t valid) {
+void CuptiCollector::on_buffer(void* context, uint32_t stream_id, uint8_t* buffer, size_t valid) {
   std::vector<Record> out;
   CUpti_Activity* rec = nullptr;
   while (cuptiActivityGetNextRecord(buffer, valid, &rec) == CUPTI_SUCCESS) {
@@ -161,8 +185,11 @@ void CuptiCollector::on_buffer(uint8_t* buffer, size_t valid) {
     }
     out.push_back(std::move(r));
   }
+  // The drops of this buffer's own queue (its context and stream; null: the global queue), not
+  // only the global queue's: per-context buffers are where kernels and copies go.
   size_t dropped = 0;
-  if (cuptiActivityGetNumDroppedRecords(nullptr, 0, &dropped) == CUPTI_SUCCESS && dropped > 0)
+  if (cuptiActivityGetNumDroppedRecords(static_cast<CUcontext>(context), stream_id, &dropped) == CUPTI_SUCCESS &&
+      dropped > 0)
     dropped_ += static_cast<int64_t>(dropped);
   std::lock_guard<std::mutex> lock(mu_);
   records_.insert(records_.end(), std::make_move_iterator(out.begin()), std::make_move_iterator(out.end()));

@@ -3,8 +3,9 @@
 //
 // While a CuptiCollector lives, CUPTI records kernels (CONCURRENT_KERNEL: does not serialise
 // kernels), memcpys, memsets, memory allocations and frees (MEMORY2), and external correlations
-// (which CUPTI emits only with the RUNTIME and DRIVER API records enabled: those are enabled too and
-// discarded on arrival).
+// (which CUPTI emits only in front of API records: the RUNTIME ones and the driver's kernel-launch
+// calls, which cuBLASLt uses, are enabled too and discarded on arrival; the whole DRIVER kind only
+// where CUPTI cannot enable single driver calls, driver_records()).
 // CUPTI hands full buffers to a completion callback, which converts them into decode.h Records
 // without taking any lock of the caller (only the collector's own mutex, for the append, never
 // held while CUPTI is called) and adds CUPTI's dropped-record count. CUPTI's timestamps are taken
@@ -58,14 +59,20 @@ class CuptiCollector {
   // std::chrono::steady_clock (the executor's clock: origins and windows from steady_now_ns() apply).
   bool steady_clock() const { return steady_clock_; }
   std::vector<Record> records() const;
+  // Records CUPTI dropped (its buffers full), summed over every queue a buffer came from (each
+  // buffer's context and stream).
   int64_t dropped() const { return dropped_.load(); }
+  // Which driver API records are enabled: "launches" (the kernel-launch calls only) or "all".
+  const std::string& driver_records() const { return driver_records_; }
 
-  // CUPTI callbacks (public for the C trampolines in collector.cpp).
-  void on_buffer(uint8_t* buffer, size_t valid_bytes);
+  // CUPTI callbacks (public for the C trampolines in collector.cpp). context: the buffer's CUcontext
+  // (null for the global queue), stream_id: its stream.
+  void on_buffer(void* context, uint32_t stream_id, uint8_t* buffer, size_t valid_bytes);
   int64_t buffer_bytes() const { return options_.buffer_bytes; }
 
  private:
   int op_index(const std::string& op);
+  void disable();
 
   CollectorOptions options_;
   mutable std::mutex mu_;  // records_, ops_, streams_
@@ -74,6 +81,7 @@ class CuptiCollector {
   std::map<uint32_t, std::string> streams_;
   std::atomic<int64_t> dropped_{0};
   bool steady_clock_ = false;
+  std::string driver_records_;
 };
 
 // Pushes a tag for the lifetime of the scope.

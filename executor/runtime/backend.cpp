@@ -78,6 +78,21 @@ void cross_entropy(ConstTensor logits, int64_t rows, int64_t vocab, ConstTensor 
 
 }  // namespace extents
 
+void Backend::cross_entropy_acc(ConstTensor logits, int64_t rows, int64_t vocab, const int32_t* targets, float scale,
+                                Tensor grad, int64_t slot) {
+  OOMB_ASSERT(slot >= 0);
+  if (static_cast<int64_t>(loss_slots_.size()) <= slot) loss_slots_.resize(static_cast<size_t>(slot) + 1, 0.0);
+  loss_slots_[static_cast<size_t>(slot)] += cross_entropy(logits, rows, vocab, targets, scale, grad);
+}
+
+std::vector<double> Backend::take_losses(int64_t n) {
+  OOMB_ASSERT(n >= 0);
+  std::vector<double> out(static_cast<size_t>(n), 0.0);
+  for (size_t i = 0; i < out.size() && i < loss_slots_.size(); ++i) out[i] = loss_slots_[i];
+  loss_slots_.clear();
+  return out;
+}
+
 void Event::signal() {
   {
     std::lock_guard<std::mutex> lock(mu_);

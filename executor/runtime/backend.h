@@ -187,6 +187,9 @@ class Backend {
 
   // ---- memory and copies
   virtual void* allocate(Tier tier, int64_t bytes) = 0;  // zero-filled
+  // Ops queued before the call may still be using p (a backend orders the range's reuse after
+  // them: the CUDA backend in stream order, without a synchronisation); no copy_async in flight may
+  // touch it.
   virtual void deallocate(Tier tier, void* p, int64_t bytes) = 0;
   virtual void fill_zero(void* p, int64_t bytes) = 0;                // device or host tier
   virtual void upload(void* device_dst, const void* src, int64_t bytes) = 0;    // synchronous
@@ -241,12 +244,26 @@ class Backend {
   // writes d(scale * sum)/d(logits) to `grad` (which may be `logits` itself: in place).
   virtual double cross_entropy(ConstTensor logits, int64_t rows, int64_t vocab, const int32_t* targets, float scale,
                                Tensor grad) = 0;
+  // The same without returning the loss: it is added to loss slot `slot` (the Engine: one per
+  // chunk) where the backend keeps it (the CUDA backend: written by the device), and take_losses(n)
+  // returns slots [0, n) and clears them: one host synchronisation per step instead of one per
+  // logits tile. Default: the slots on the host, filled through cross_entropy (the CPU backend).
+  virtual void cross_entropy_acc(ConstTensor logits, int64_t rows, int64_t vocab, const int32_t* targets,
+                                 float scale, Tensor grad, int64_t slot);
+  virtual std::vector<double> take_losses(int64_t n);
+  // Host synchronisations so far: the times the host waited for the device's work (read-backs,
+  // stream drains). The CUDA backend counts its own; 0 on the CPU backend, which computes on the
+  // host. The Engine reports them per step (Measured::host_syncs).
+  virtual int64_t host_syncs() const { return 0; }
   virtual void scale(Tensor x, int64_t n, float s) = 0;
   // AdamW (PyTorch semantics, bias-corrected, decoupled weight decay applied where decay_mask != 0).
   // master == null: `param` is updated in place (fp32). Otherwise the fp32 master weights are
   // updated and `param` (the working weights, e.g. bf16) is refreshed from them, rounded once.
   virtual void adamw(Tensor param, float* master, ConstTensor grad, float* m, float* v, const uint8_t* decay_mask,
                      int64_t n, float lr, float beta1, float beta2, float eps, float weight_decay, int64_t step) = 0;
+
+ private:
+  std::vector<double> loss_slots_;  // the default cross_entropy_acc's
 };
 
 // The elements each op touches of its typed views (both backends check them before they run):

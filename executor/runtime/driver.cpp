@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <ctime>
+#include <iterator>
 #include <limits>
 
 #include <Eigen/Core>
@@ -616,13 +617,12 @@ void Engine::layer_backward(const Pass& pass, PassPages& pages, ConstTensor in, 
   });
 }
 
-double Engine::head_forward_backward(int64_t c, ConstTensor x_last, Tensor dy) {
+void Engine::head_forward_backward(int64_t c, ConstTensor x_last, Tensor dy) {
   const int64_t T = g_.chunk_len(c), s = g_.chunk_start(c), H = model_.hidden, V = model_.vocab;
   Work& w = *w_;
   std::vector<int32_t> targets(static_cast<size_t>(T));
   for (int64_t t = 0; t < T; ++t)
     targets[static_cast<size_t>(t)] = s + t + 1 < g_.N ? tokens_[static_cast<size_t>(s + t + 1)] : -1;
-  double loss_sum = 0;
   const float inv = 1.0f / static_cast<float>(g_.N - 1);
   const ConstTensor head = params_.ct().at(layout_.lm_head());
   timed("lm_head", "lm_head", 2, c, 6.0 * T * H * V, [&] {
@@ -645,7 +645,8 @@ double Engine::head_forward_backward(int64_t c, ConstTensor x_last, Tensor dy) {
         }
         grad = w.logits_grad.t();
       }
-      loss_sum += backend_.cross_entropy(logits, rows, V, w.targets.i32() + r0, inv, grad);
+      // The tile's loss stays with the backend (chunk c's slot): no read-back per tile.
+      backend_.cross_entropy_acc(logits, rows, V, w.targets.i32() + r0, inv, grad, c);
       backend_.linear_bwd(hf, rows, H, head, V, grad, w.dhf.t().at(r0 * H), false, grads_.t().at(layout_.lm_head()),
                           nullptr);
     }
@@ -653,7 +654,6 @@ double Engine::head_forward_backward(int64_t c, ConstTensor x_last, Tensor dy) {
     backend_.rmsnorm_bwd(x_last, params_.ct().at(layout_.final_norm()), w.rstdf.f32(), w.dhf.ct(), T, H, dy,
                          grads_.t().at(layout_.final_norm()));
   });
-  return loss_sum / static_cast<double>(g_.N - 1);
 }
 
 void Engine::report(const Pass& pass) {
@@ -682,6 +682,7 @@ StepResult Engine::step(const std::vector<int32_t>& tokens) {
                                     " is out of range", "ids must be < vocab " + std::to_string(model_.vocab));
   tokens_ = tokens;
   step_start_ns_ = steady_now_ns();
+  const int64_t syncs_before = backend_.host_syncs();
   optimizer_h2d_bytes_ = optimizer_d2h_bytes_ = 0;
   work_done_ = 0;
   work_total_ = 0;
@@ -731,7 +732,6 @@ StepResult Engine::step(const std::vector<int32_t>& tokens) {
   }
 
   // Stage 2: chunks in reverse; recompute keeping each layer's input, then backward layer by layer.
-  double loss = 0;
   for (int64_t c = g_.n - 1; c >= 0; --c) {
     enter(StepPhase::recompute);
     auto ckpt = [&](int64_t l) { return w.ckpt.t().at(l * Cm * H); };
@@ -746,7 +746,7 @@ StepResult Engine::step(const std::vector<int32_t>& tokens) {
     enter(StepPhase::loss);
     Tensor dy = w.dy.t();
     Tensor dx = w.dx.t();
-    loss += head_forward_backward(c, w.x.ct(), dy);
+    head_forward_backward(c, w.x.ct(), dy);
     enter(StepPhase::backward);
     for (int64_t l = g_.L - 1; l >= 0; --l, ++pi) {
       const Pass& p = next(PassKind::backward, c, l);
@@ -761,6 +761,10 @@ StepResult Engine::step(const std::vector<int32_t>& tokens) {
     });
   }
   OOMB_ASSERT(pi == passes.size());
+  // The loss: the chunks' sums, read back once, added in the order stage 2 ran them.
+  const std::vector<double> chunk_loss = backend_.take_losses(g_.n);
+  double loss = 0;
+  for (int64_t c = g_.n - 1; c >= 0; --c) loss += chunk_loss[static_cast<size_t>(c)] / static_cast<double>(g_.N - 1);
 
   // A non-finite loss poisons the gradients and, through the optimizer, every later step: stop.
   if (!std::isfinite(loss))
@@ -774,9 +778,11 @@ StepResult Engine::step(const std::vector<int32_t>& tokens) {
   // The host runs layer passes ahead of the device: the step ends when the device's work and every
   // copy (with its trace report) did.
   store_->finish_step();
+  const int64_t step_end_ns = steady_now_ns();
+  recorder_.phase(traces::kStepPhase, step_start_ns_, step_end_ns);
   StepResult r;
   r.loss = loss;
-  r.seconds = static_cast<double>(steady_now_ns() - step_start_ns_) * 1e-9;
+  r.seconds = static_cast<double>(step_end_ns - step_start_ns_) * 1e-9;
   ++steps_;
   total_s_ += r.seconds;
   Measured& m = measured_;
@@ -805,6 +811,7 @@ StepResult Engine::step(const std::vector<int32_t>& tokens) {
   m.h2d_bytes = store_->counters().h2d_bytes + optimizer_h2d_bytes_;
   m.d2h_bytes = store_->counters().d2h_bytes + optimizer_d2h_bytes_;
   m.copy_regions = store_->counters().regions;
+  m.host_syncs = backend_.host_syncs() - syncs_before;
   m.step_times_s.push_back(r.seconds);
   m.union_pages.clear();
   for (int64_t c = 0; c < g_.n; ++c)
@@ -908,6 +915,19 @@ traces::Trace Engine::device_timed_trace(traces::Trace device, const std::string
   if (device_extra.is_object())
     for (const auto& [k, v] : device_extra.items()) t.metadata.extra[k] = v;
   t.memory = std::move(host.memory);
+  // The intervals of the steps the device trace holds work of (host clock, each ending when the
+  // device finished the step's work); steps left out of the decoding (a warm-up) stay out.
+  std::vector<traces::Event> steps;
+  for (traces::Event& ev : host.events) {
+    if (ev.kind != traces::EventKind::phase || ev.name != traces::kStepPhase) continue;
+    const bool has_work = std::any_of(t.events.begin(), t.events.end(), [&](const traces::Event& d) {
+      return d.kind != traces::EventKind::phase && d.start_ns >= ev.start_ns && d.start_ns < ev.end_ns;
+    });
+    if (has_work) steps.push_back(std::move(ev));
+  }
+  t.events.insert(t.events.end(), std::make_move_iterator(steps.begin()), std::make_move_iterator(steps.end()));
+  std::stable_sort(t.events.begin(), t.events.end(),
+                   [](const traces::Event& a, const traces::Event& b) { return a.start_ns < b.start_ns; });
   t.summary = traces::summarize(t);
   return t;
 }
@@ -950,6 +970,7 @@ Json Measured::to_json() const {
           {"h2d_bytes", h2d_bytes},
           {"d2h_bytes", d2h_bytes},
           {"copy_regions", copy_regions},
+          {"host_syncs", host_syncs},
           {"max_union_pages", max_union},
           {"union_pages", unions},
           {"step_s", step_s},

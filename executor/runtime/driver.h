@@ -114,6 +114,7 @@ struct Measured {
   std::map<step::Phase, int64_t> phase_high_water_bytes;
   int64_t h2d_bytes = 0, d2h_bytes = 0;                   // last step
   int64_t copy_regions = 0;  // last step: contiguous copy regions issued (API calls unless batched)
+  int64_t host_syncs = 0;    // last step: host synchronisations (Backend::host_syncs; 0 on the cpu backend)
   std::vector<UnionSize> union_pages;                     // last step, per (chunk, layer)
   std::vector<RecallSample> recall;  // last step, per (chunk, layer); empty unless measure_recall
   double mean_recall() const;        // over the samples (0 when none)
@@ -155,7 +156,8 @@ class Engine {
   // `device`'s events, source, device string and dropped-record count, with this Engine's provenance
   // (metadata.extra: model, layers, config, measured; time, command), its memory samples (the
   // runtime's device and host allocations and pool pages; on the device events' clock when they were
-  // decoded with origin trace_origin_ns()) and the summary recomputed. Needs record_trace.
+  // decoded with origin trace_origin_ns()), its steps' phase events (traces::kStepPhase) and the
+  // summary recomputed. Needs record_trace.
   traces::Trace device_timed_trace(traces::Trace device, const std::string& command = {}) const;
   const SelectionLog& selections() const { return log_; }  // of the last step
   // The run's buffer table (every allocation it makes is under one of these rows, measured by the
@@ -173,7 +175,7 @@ class Engine {
   void embed(int64_t c, int stage, Tensor x);
   void layer_forward(const Pass& pass, int64_t pass_index, PassPages& pages, ConstTensor in, Tensor out);
   void layer_backward(const Pass& pass, PassPages& pages, ConstTensor in, ConstTensor dy, Tensor dx);
-  double head_forward_backward(int64_t c, ConstTensor x_last, Tensor dy);
+  void head_forward_backward(int64_t c, ConstTensor x_last, Tensor dy);  // chunk c's loss: backend slot c
   void enter(StepPhase p);
   Buffer row_buffer(const std::string& name, Tier tier, int64_t elements, DType dtype);
   void upload_weights(const std::vector<float>& w);

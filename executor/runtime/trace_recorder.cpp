@@ -20,7 +20,7 @@ TraceRecorder::TraceRecorder(bool enabled, Detail detail)
 void TraceRecorder::add(Event e) {
   std::lock_guard<std::mutex> lock(mu_);
   // Layer (and coarser) detail: merge into the previous event of the stream when the key matches.
-  if (detail_ != Detail::op) {
+  if (detail_ != Detail::op && e.kind != EventKind::phase) {
     for (auto it = events_.rbegin(); it != events_.rend(); ++it) {
       if (it->stream != e.stream) continue;
       if (it->kind == e.kind && it->stage == e.stage && it->chunk == e.chunk && it->layer == e.layer &&
@@ -69,6 +69,11 @@ void TraceRecorder::copy(bool h2d, const char* name, const char* op, int stage, 
   add(std::move(e));
 }
 
+void TraceRecorder::phase(const char* name, int64_t start_ns, int64_t end_ns) {
+  if (!enabled_) return;
+  add(event(EventKind::phase, "step", name, name, -1, -1, -1, start_ns, end_ns));  // op = name, as merged events
+}
+
 void TraceRecorder::memory(int64_t device_bytes, int64_t host_bytes, int64_t pool_pages) {
   if (!enabled_) return;
   std::lock_guard<std::mutex> lock(mu_);
@@ -87,6 +92,10 @@ traces::Trace TraceRecorder::finish(traces::Metadata metadata) const {
     std::vector<Event> out;
     std::vector<std::pair<std::string, size_t>> last;  // stream -> index in out
     for (auto& e : ev) {
+      if (e.kind == EventKind::phase) {  // step boundaries stay as they are
+        out.push_back(std::move(e));
+        continue;
+      }
       auto it = std::find_if(last.begin(), last.end(), [&](const auto& p) { return p.first == e.stream; });
       if (it != last.end()) {
         Event& m = out[it->second];

@@ -29,6 +29,8 @@ class TraceRecorder {
   void copy(bool h2d, const char* name, const char* op, int stage, int64_t chunk, int64_t layer, int64_t start_ns,
             int64_t end_ns, int64_t bytes);
   void memory(int64_t device_bytes, int64_t host_bytes, int64_t pool_pages);
+  // A phase event (e.g. traces::kStepPhase around each step); never merged with another.
+  void phase(const char* name, int64_t start_ns, int64_t end_ns);
 
   // Merged at the recorder's detail, with the summary recomputed from the events.
   traces::Trace finish(traces::Metadata metadata) const;

@@ -10,6 +10,7 @@
 
 #include "cuda_test_util.h"
 #include "executor/cuda/arena.h"
+#include "executor/cuda/batch_copy.h"
 #include "executor/runtime/memory_account.h"
 #include "executor/runtime/page_pool.h"
 
@@ -56,6 +57,19 @@ TEST(CudaArena, FirstFitReusesAndMergesFreedRanges) {
   EXPECT_EQ(a.in_use_bytes(), 0);
   EXPECT_EQ(a.peak_in_use_bytes(), 2048 + 1024 + 10240);
   EXPECT_EQ(grows, 2);
+}
+
+// The batch-copy policy, with injected statuses (no device needed): only "cannot do it here" turns
+// batching off; a bad argument or a device fault is a fault (thrown by the backend with the call).
+// Other cudaError_t values as in driver_types.h: 1 invalid value, 17 invalid device pointer, 700
+// illegal address.
+TEST(CudaBatchCopyPolicy, OnlyNotSupportedTurnsBatchingOff) {
+  using cuda::BatchCopyStatus;
+  using cuda::classify_batch_copy;
+  EXPECT_EQ(classify_batch_copy(cuda::kCudaSuccess), BatchCopyStatus::issued);
+  for (int e : {cuda::kCudaErrorNotSupported, cuda::kCudaErrorCallRequiresNewerDriver, cuda::kCudaErrorNotYetImplemented})
+    EXPECT_EQ(classify_batch_copy(e), BatchCopyStatus::unsupported) << e;
+  for (int e : {1, 17, 700}) EXPECT_EQ(classify_batch_copy(e), BatchCopyStatus::fault) << e;
 }
 
 TEST(CudaArenaDeathTest, FreeingAForeignPointerIsAnInvariantFailure) {
@@ -213,6 +227,26 @@ TEST_F(CudaBackendCopies, HostFillZeroWaitsForAnInFlightCopyIntoThatRange) {
   EXPECT_TRUE(e->done()) << "fill_zero returned while the copy into the range was in flight";
   EXPECT_EQ(host.f32()[0], 0.0f);
   EXPECT_EQ(host.f32()[n - 1], 0.0f);
+}
+
+// A device free inside a step does not drain the streams (no host synchronisation): the range's
+// next owner is ordered after the work queued on it before the free, so it sees its own zeros.
+TEST_F(CudaBackendCopies, ADeviceFreeIsStreamOrderedWithoutASynchronisation) {
+  const int64_t n = 1 << 24, bytes = n * 4;  // 64 MiB: 50 passes over it are still queued at the free
+  const std::vector<float> ones(static_cast<size_t>(n), 1.0f);
+  Buffer a(*gpu, Tier::device, bytes);
+  gpu->upload(a.data(), ones.data(), bytes);
+  for (int i = 0; i < 50; ++i) gpu->scale(a.t(), n, 2.0f);
+  void* const freed = a.data();
+  const int64_t syncs = gpu->host_syncs();
+  a = Buffer();
+  EXPECT_EQ(gpu->host_syncs(), syncs) << "the device free synchronised";
+  Buffer b(*gpu, Tier::device, bytes);
+  ASSERT_EQ(b.data(), freed) << "first fit: the freed range";
+  std::vector<float> v(static_cast<size_t>(n));
+  gpu->download(v.data(), b.data(), bytes);
+  EXPECT_EQ(v[0], 0.0f);
+  EXPECT_EQ(v[static_cast<size_t>(n - 1)], 0.0f);
 }
 
 TEST_F(CudaBackendCopies, UploadCopiesTheSourceBeforeItReturns) {

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <numeric>
 
@@ -273,6 +274,43 @@ TEST_F(CudaOps, CrossEntropyLossAndGradient) {
       EXPECT_NEAR(lg, lc, kLossRelTol * std::abs(lc)) << rows << "x" << vocab;
       EXPECT_LE(rel_l2(d_logits.read(), logits), kReductionTol) << rows << "x" << vocab;
     }
+  }
+}
+
+// More rows than 65,535 row tiles of 64 (q/k-norm at 64K tokens x 64 heads is 4,194,304 rows): the
+// weight gradient's grid is capped in y and its blocks stride over the rest (launch_shape.h). All
+// ones: each column's dw is the row count, exact in fp32 (tiles of 64 summed, < 2^24 in all).
+TEST_F(CudaOps, RmsNormWeightGradientPastTheGridLimitCoversEveryRow) {
+  const int64_t rows = 4194304 + 17, dim = 3;
+  const std::vector<float> ones(static_cast<size_t>(rows * dim), 1.0f), rstd(static_cast<size_t>(rows), 1.0f);
+  const std::vector<float> w(static_cast<size_t>(dim), 1.0f), dw(static_cast<size_t>(dim), 0.0f);
+  DeviceVec<float> d_x(*gpu, ones), d_dy(*gpu, ones), d_dx(*gpu, ones), d_w(*gpu, w), d_rstd(*gpu, rstd),
+      d_dw(*gpu, dw);
+  gpu->rmsnorm_bwd(d_x.get(), d_w.get(), d_rstd.get(), d_dy.get(), rows, dim, d_dx.get(), d_dw.get());
+  for (float v : d_dw.read()) EXPECT_EQ(v, static_cast<float>(rows));
+}
+
+// A target logit 200 below the row's max (on every row, at widths past one block's threads): the
+// loss is finite (~200 a row) and matches the CPU reference; expf(-200) underflowing must not
+// make it +inf.
+TEST_F(CudaOps, CrossEntropyTargetFarBelowTheMaxIsFinite) {
+  for (int64_t vocab : {5, 1000, 152064}) {
+    const int64_t rows = 3;
+    auto logits = random_vec(rows * vocab, 71, 1.0f);
+    std::vector<int32_t> targets(static_cast<size_t>(rows));
+    for (int64_t t = 0; t < rows; ++t) {
+      const auto tgt = static_cast<int32_t>((t * 7919 + 1) % vocab);
+      targets[static_cast<size_t>(t)] = tgt;
+      logits[static_cast<size_t>(t * vocab + tgt)] = -200.0f;  // the others are in [-1, 1]
+    }
+    DeviceVec<float> d_logits(*gpu, logits);
+    DeviceVec<int32_t> d_targets(*gpu, targets);
+    const double lc = cpu.cross_entropy(logits.data(), rows, vocab, targets.data(), 0.25f, logits.data());
+    const double lg = gpu->cross_entropy(d_logits.get(), rows, vocab, d_targets.get(), 0.25f, d_logits.get());
+    ASSERT_TRUE(std::isfinite(lg)) << vocab;
+    EXPECT_GT(lc, rows * 199.0) << vocab;
+    EXPECT_NEAR(lg, lc, kLossRelTol * std::abs(lc)) << vocab;
+    EXPECT_LE(rel_l2(d_logits.read(), logits), kReductionTol) << vocab;
   }
 }
 

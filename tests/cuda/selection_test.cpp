@@ -133,6 +133,28 @@ TEST_F(CudaSelection, RandomInputsAgreeWithTheCpuUpToNearTies) {
   }
 }
 
+// One-token pages: 66,000 query pages (x 2 KV heads per head) put the score kernel's grid past
+// 65,535 blocks in y; its blocks stride over the rest (launch_shape.h), so every query page is scored.
+TEST_F(CudaSelection, QueryPagesPastTheGridLimitAreAllSelected) {
+  const SelCase c{66000, 2, 2, 4, 1, 3, 1};
+  for (bool per_head : {false, true}) {
+    const auto q = random_vec(c.rows * c.qh * c.hd, 21), s = random_vec(c.P * c.kvh * c.hd, 22);
+    SelectionArgs a;
+    a.rows = c.rows;
+    a.q_heads = c.qh;
+    a.kv_heads = c.kvh;
+    a.head_dim = c.hd;
+    a.page_tokens = c.p;
+    a.prefix_pages = c.P;
+    a.budget = c.B;
+    a.per_kv_head = per_head;
+    SelectionArgs ac = a;
+    ac.q = q.data();
+    ac.summaries = s.data();
+    expect_agree_up_to_near_ties(a, run_gpu(a, q, s), cpu.select_pages(ac), reference_scores(a, q, s));
+  }
+}
+
 }  // namespace
 }  // namespace oomb::executor::cudatest
 

@@ -8,6 +8,9 @@
 // memcpy on the compute stream, as the CUDA backend's staged transfers; fill_zero: a memset;
 // copy_async: one memcpy on the h2d / d2h stream timed by its on_done, none without regions) and, under a tag, one
 // external-correlation record with the packed tag. allocate / deallocate give memory records.
+// host_syncs() counts the calls that make the CUDA backend's host wait for the device (its own
+// count, CudaBackend::host_syncs): download, select_pages, cross_entropy, take_losses, a host-tier
+// deallocate; loss_readbacks() the cross_entropy and take_losses calls among them.
 // decode() (executor/cupti/decode.h) then turns the records into a "cuda-cupti" trace exactly as it
 // does for a real collector's.
 #include <algorithm>
@@ -91,6 +94,7 @@ class FakeCupti final : public Backend, public OpTagger {
     return p;
   }
   void deallocate(Tier tier, void* p, int64_t bytes) override {
+    if (tier == Tier::host) sync();
     b_.deallocate(tier, p, bytes);
     memory(cupti::MemoryOp::release, tier, p, bytes);
   }
@@ -101,6 +105,7 @@ class FakeCupti final : public Backend, public OpTagger {
     timed(cupti::RecordKind::memcpy, "", kCompute, bytes, [&] { b_.upload(dst, src, bytes); }, cupti::CopyKind::h2d);
   }
   void download(void* dst, const void* src, int64_t bytes) override {
+    sync();
     timed(cupti::RecordKind::memcpy, "", kCompute, bytes, [&] { b_.download(dst, src, bytes); }, cupti::CopyKind::d2h);
   }
   EventPtr copy_async(CopyRequest req) override {
@@ -194,14 +199,32 @@ class FakeCupti final : public Backend, public OpTagger {
   }
   std::vector<std::vector<int32_t>> select_pages(const SelectionArgs& a) override {
     std::vector<std::vector<int32_t>> r;
+    sync();
     kernel("select_pages", [&] { r = b_.select_pages(a); });
     return r;
   }
   double cross_entropy(ConstTensor logits, int64_t rows, int64_t vocab, const int32_t* targets, float s,
                        Tensor grad) override {
     double r = 0;
+    sync(true);
     kernel("cross_entropy", [&] { r = b_.cross_entropy(logits, rows, vocab, targets, s, grad); });
     return r;
+  }
+  void cross_entropy_acc(ConstTensor logits, int64_t rows, int64_t vocab, const int32_t* targets, float s,
+                         Tensor grad, int64_t slot) override {
+    kernel("cross_entropy", [&] { b_.cross_entropy_acc(logits, rows, vocab, targets, s, grad, slot); });
+  }
+  std::vector<double> take_losses(int64_t n) override {
+    sync(true);
+    return b_.take_losses(n);
+  }
+  int64_t host_syncs() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return host_syncs_;
+  }
+  int64_t loss_readbacks() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return loss_readbacks_;
   }
   void scale(Tensor x, int64_t n, float s) override {
     kernel("scale_kernel", [&] { b_.scale(x, n, s); });
@@ -212,6 +235,11 @@ class FakeCupti final : public Backend, public OpTagger {
   }
 
  private:
+  void sync(bool loss = false) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++host_syncs_;
+    if (loss) ++loss_readbacks_;
+  }
   // Under mu_: a new correlation id, with its external-correlation record when a tag is pushed.
   uint32_t correlate(bool tagged = true) {
     const uint32_t corr = ++next_corr_;
@@ -268,6 +296,7 @@ class FakeCupti final : public Backend, public OpTagger {
   std::vector<uint64_t> stack_;
   uint32_t next_corr_ = 0;
   int64_t max_depth_ = 0, pushes_ = 0, unbalanced_ = 0;
+  int64_t host_syncs_ = 0, loss_readbacks_ = 0;
 };
 
 }  // namespace oomb::executor::test

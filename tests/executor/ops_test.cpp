@@ -115,6 +115,24 @@ TEST(Ops, CrossEntropyBackward) {
   EXPECT_LT(fd_error(logits, l, f), kFdTol);
 }
 
+// A target logit 200 below the row's max: exp(-200) underflows fp32 (and log of it would be
+// -inf), but the loss is logsumexp - logit[target] = about 200, finite, and the gradient is
+// softmax - onehot (the target's entry -scale, up to exp(-200)).
+TEST(Ops, CrossEntropyTargetFarBelowTheMaxIsFinite) {
+  const int64_t vocab = 5;
+  const std::vector<float> logits = {3.0f, -197.0f, 1.0f, 0.5f, -2.0f};
+  const std::vector<int32_t> target = {1};
+  double se = 0;
+  for (float x : logits) se += std::exp(static_cast<double>(x) - 3.0);
+  const double want = 3.0 + std::log(se) - (-197.0);  // ~200.13
+  auto l = logits;
+  const double loss = cpu::cross_entropy(l.data(), 1, vocab, target.data(), 0.5f);
+  ASSERT_TRUE(std::isfinite(loss)) << loss;
+  EXPECT_NEAR(loss, want, 1e-9 * want);
+  EXPECT_NEAR(l[1], -0.5f, 1e-7f);
+  EXPECT_NEAR(l[0], 0.5 * std::exp(0.0) / se, 1e-6);
+}
+
 TEST(Ops, EmbeddingBackward) {
   const int64_t rows = 5, hidden = 3, vocab = 4;
   auto table = random_vec(vocab * hidden, 14), r = random_vec(rows * hidden, 15);

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 #include "executor/cpu/cpu_backend.h"
 #include "executor/runtime/driver.h"
@@ -191,6 +192,42 @@ TEST(Trace, EventsCopiesAndMemoryAreRecorded) {
         EXPECT_EQ(ev.name, ev.op);
       }
     }
+  }
+}
+
+// Every step is a phase event (never merged, at any detail), its work inside it, and the summary
+// describes one step: the mean over the steps, bytes included.
+TEST(Trace, EachStepIsAPhaseAndTheSummaryIsPerStep) {
+  const auto m = test::small_model(3, 2, 1, 8, 16, false, false, 31, 16);
+  const Weights w = random_weights(m, 1, 0.02f);
+  const TokenSource tokens = TokenSource::synthetic(m.vocab, 1);
+  CpuBackend backend;
+  for (auto d : {traces::Detail::op, traces::Detail::layer, traces::Detail::chunk, traces::Detail::step}) {
+    SCOPED_TRACE(traces::to_string(d));
+    EngineOptions o;
+    o.record_trace = true;
+    o.detail = d;
+    Engine e(backend, m, test::small_config(40, 16, 8, 2), w, o);
+    e.step(tokens.sequence(0, 40));
+    e.step(tokens.sequence(1, 40));
+    const traces::Trace t = e.trace();
+    std::vector<traces::Event> steps;
+    for (const auto& ev : t.events)
+      if (ev.kind == traces::EventKind::phase && ev.name == traces::kStepPhase) steps.push_back(ev);
+    ASSERT_EQ(steps.size(), 2u);
+    EXPECT_LE(steps[0].end_ns, steps[1].start_ns);
+    for (const auto& ev : t.events) {
+      if (ev.kind == traces::EventKind::phase) continue;
+      const bool inside = (ev.start_ns >= steps[0].start_ns && ev.end_ns <= steps[0].end_ns) ||
+                          (ev.start_ns >= steps[1].start_ns && ev.end_ns <= steps[1].end_ns);
+      EXPECT_TRUE(inside) << ev.name << " [" << ev.start_ns << ", " << ev.end_ns << ")";
+    }
+    const int64_t mean_ns = (steps[0].duration_ns() + steps[1].duration_ns() + 1) / 2;
+    EXPECT_EQ(t.summary.step_ns, mean_ns);
+    EXPECT_LE(t.summary.compute_busy_ns, t.summary.step_ns);
+    EXPECT_GT(e.measured().h2d_bytes, 0);
+    EXPECT_EQ(t.summary.h2d_bytes, e.measured().h2d_bytes);  // dense: the same copies every step
+    EXPECT_EQ(t.summary.d2h_bytes, e.measured().d2h_bytes);
   }
 }
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # CTest (label cpu) of tests/gpu/run.sh on a machine without a GPU: --quick checks its own budget
-# arithmetic and stops at "no device" (exit 0) leaving only summary.txt and building nothing; a
+# arithmetic (its steps, and 15 minutes of device time with a rerun) and stops at "no device" (exit 0) leaving only summary.txt and building nothing; a
 # budget that cannot hold the essential steps is refused (exit 2). With a GPU, --dry-run stops
 # before the build instead. Usage: tests/gpu/check_script.sh SCRATCH_DIR
 set -uo pipefail
@@ -17,6 +17,8 @@ rc=$?
 cat "$scratch/log"
 ((rc == 0)) || fail "run.sh --quick exited $rc"
 grep -q "^budget arithmetic: ok" "$scratch/out/summary.txt" || fail "no budget check in summary.txt"
+grep -qE "^device time: .* <= 900 s \(15 minutes\): fits" "$scratch/out/summary.txt" ||
+  fail "--quick with a rerun does not fit 15 minutes of device time"
 grep -qE "^(no device|dry run)" "$scratch/out/summary.txt" || fail "did not stop at 'no device'"
 [ -e "$scratch/build" ] && fail "it configured or built something"
 [ "$(ls -A "$scratch/out")" = summary.txt ] || fail "OUTDIR holds more than summary.txt: $(ls -A "$scratch/out")"

@@ -323,6 +323,63 @@ TEST(TraceSummary, EmptyTraceAndPeaksKeptWithoutSamples) {
   EXPECT_EQ(s.h2d_bytes, 3);
 }
 
+// Exposed copy is copy-busy time that no compute covers, not compute-idle time: the gap
+// [150, 300) has no copy in flight and exposes nothing.
+//   compute [0,100) [300,400);  h2d [50,150) [380,450);  d2h [350,500)
+//   copy union [50,150) + [350,500); minus compute: [100,150) + [400,500) = 150.
+TEST(TraceSummary, ExposedCopyIsCopyTimeNoComputeCovers) {
+  Trace t;
+  t.events = {
+      ev(EventKind::compute, "compute", 0, 100, 1, "layer_fwd"),
+      ev(EventKind::compute, "compute", 300, 400, 1, "layer_fwd"),
+      ev(EventKind::copy_h2d, "h2d", 50, 150, 1, "kv", 10),
+      ev(EventKind::copy_h2d, "h2d", 380, 450, 2, "kv", 20),
+      ev(EventKind::copy_d2h, "d2h", 350, 500, 2, "dkv", 30),
+  };
+  const Summary s = summarize(t);
+  EXPECT_EQ(s.step_ns, 500);
+  EXPECT_EQ(s.compute_busy_ns, 200);
+  EXPECT_EQ(s.exposed_copy_ns, 150);
+  EXPECT_EQ(s.h2d_bytes, 30);
+  EXPECT_EQ(s.d2h_bytes, 30);
+}
+
+// With "step" phase events the summary describes one step: the mean over the steps, each clipped
+// to its own interval; work between steps (a check run between them) and the gap count nowhere.
+//   step 1 [1000,2000): compute [1000,1800), h2d [1700,2000) 100 B             -> busy 800, exposed 200
+//   between:            compute [2200,2600), h2d [2300,2400) 999 B             -> ignored
+//   step 2 [3000,4000): compute [3000,3500) [3600,3900), d2h [3400,3700) 300 B -> busy 800, exposed 100
+TEST(TraceSummary, PerStepMeanOverTheStepPhases) {
+  Trace t;
+  Event step1 = ev(EventKind::phase, "", 1000, 2000);
+  step1.name = kStepPhase;
+  Event step2 = ev(EventKind::phase, "", 3000, 4000);
+  step2.name = kStepPhase;
+  t.events = {
+      step1,
+      ev(EventKind::compute, "compute", 1000, 1800, 1, "layer_fwd"),
+      ev(EventKind::copy_h2d, "h2d", 1700, 2000, 1, "kv", 100),
+      ev(EventKind::compute, "compute", 2200, 2600, -1, "check"),
+      ev(EventKind::copy_h2d, "h2d", 2300, 2400, -1, "check", 999),
+      step2,
+      ev(EventKind::compute, "compute", 3000, 3500, 2, "layer_bwd"),
+      ev(EventKind::compute, "compute", 3600, 3900, 2, "layer_bwd"),
+      ev(EventKind::copy_d2h, "d2h", 3400, 3700, 2, "dkv", 300),
+  };
+  Summary s = summarize(t);
+  EXPECT_EQ(s.step_ns, 1000);
+  EXPECT_EQ(s.compute_busy_ns, 800);
+  EXPECT_EQ(s.exposed_copy_ns, 150);
+  EXPECT_EQ(s.h2d_bytes, 50);   // 100 B over 2 steps
+  EXPECT_EQ(s.d2h_bytes, 150);  // 300 B over 2 steps
+
+  // A copy running past its step's end counts only inside the step: [3950,4000).
+  t.events.push_back(ev(EventKind::copy_h2d, "h2d", 3950, 4500, 2, "kv", 0));
+  s = summarize(t);
+  EXPECT_EQ(s.exposed_copy_ns, 175);  // (200 + 150) / 2
+  EXPECT_EQ(s.step_ns, 1000);
+}
+
 TEST(TraceChrome, CompleteEventsThreadNamesAndCounters) {
   const Trace t = summary_trace();
   const Json c = to_chrome_trace(t);
@@ -383,7 +440,9 @@ TEST(TraceCompare, AlignsByStageAndOp) {
               ev(EventKind::compute, "compute", 330, 600, 2, "layer_bwd"),
               ev(EventKind::compute, "compute", 600, 870, 2, "layer_bwd"),
               ev(EventKind::compute, "compute", 900, 950, 2, "lm_head"),
-              ev(EventKind::copy_h2d, "h2d", 0, 60, 1, "kv", 1000)};
+              ev(EventKind::copy_h2d, "h2d", 0, 60, 1, "kv", 1000),
+              // Compute waits [870,900) for this copy (no bytes: d2h_bytes stays 0): exposed 30.
+              ev(EventKind::copy_d2h, "d2h", 860, 900, 2, "dkv", 0)};
   m.memory = {{0, 1100, 0, 0}};
   m.summary = summarize(m);
 
