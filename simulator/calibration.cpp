@@ -168,7 +168,16 @@ Scenario scenario_of_trace(const traces::Trace& t, const std::string& where, con
   s.host = models::load_host(gpu.default_host.empty() ? "workstation-128g" : gpu.default_host);
   s.config = run.config;
   validate_document(s.config, s.model, where + ": metadata.extra.config");
-  s.config.peak_measure = PeakMeasure::allocated;  // the runtime's own allocations
+  // Timed as the executor's backends compute: fp32 parameters, activations and loss (bf16 storage is
+  // emulated, loaded to fp32 and rounded on store: the cost model prices the fp32 work), pages as
+  // stored (the record's); peak as allocated.
+  const std::string& src = t.metadata.source;
+  if (src == "cpu" || src == "cuda" || src == "cuda-cupti") {
+    const std::string kv = s.config.kv_dtype, kv_grad = s.config.kv_grad_dtype;
+    apply_cpu_run(s);
+    s.config.kv_dtype = kv;
+    s.config.kv_grad_dtype = kv_grad;
+  }
   return s;
 }
 

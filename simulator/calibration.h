@@ -32,9 +32,9 @@ std::optional<OpWork> pass_work(const Scenario& s, int64_t chunk, const std::str
 // (kept: the executor stores the configured page dtype, fp32 or bf16); peak as allocated.
 void apply_cpu_run(Scenario& s);
 
-// The scenario a measured trace (from `oomb run --trace`) ran: its run record's model and
-// configuration as run (step/run_record.h: the storage dtypes it stored), on `gpu`, peak as
-// allocated. Throws Error naming the file when it is no run's trace.
+// The scenario a measured trace (from `oomb run --trace`) ran, as its time is priced: its run
+// record's model and configuration (step/run_record.h) on `gpu`, with apply_cpu_run and the page
+// dtypes the run stored. Throws Error naming the file when it is no run's trace.
 Scenario scenario_of_trace(const traces::Trace& t, const std::string& where, const models::GpuSpec& gpu);
 
 // One measured pass and its predicted work. measured_s: the fastest of its occurrences when the

@@ -65,8 +65,34 @@ void expect_agree_up_to_near_ties(const SelectionArgs& a, const std::vector<std:
   }
 }
 
+struct SelCase {
+  int64_t rows, qh, kvh, hd, p, P, B;
+};
+
+SelectionArgs args_of(const SelCase& c, bool per_head) {
+  SelectionArgs a;
+  a.rows = c.rows;
+  a.q_heads = c.qh;
+  a.kv_heads = c.kvh;
+  a.head_dim = c.hd;
+  a.page_tokens = c.p;
+  a.prefix_pages = c.P;
+  a.budget = c.B;
+  a.per_kv_head = per_head;
+  return a;
+}
+
 class CudaSelection : public CudaTest {
  protected:
+  // Random queries and summaries of case c (a seed for each): the GPU's selection against the CPU's.
+  void check_case(const SelCase& c, bool per_head, uint64_t q_seed, uint64_t s_seed) {
+    const auto q = random_vec(c.rows * c.qh * c.hd, q_seed), s = random_vec(c.P * c.kvh * c.hd, s_seed);
+    const SelectionArgs a = args_of(c, per_head);
+    SelectionArgs ac = a;
+    ac.q = q.data();
+    ac.summaries = s.data();
+    expect_agree_up_to_near_ties(a, run_gpu(a, q, s), cpu.select_pages(ac), reference_scores(a, q, s));
+  }
   std::vector<std::vector<int32_t>> run_gpu(const SelectionArgs& host, const std::vector<float>& q,
                                             const std::vector<float>& summaries) {
     DeviceVec<float> d_q(*gpu, q), d_s(*gpu, summaries);
@@ -106,30 +132,11 @@ TEST_F(CudaSelection, PicksTheAlignedPagesAndBreaksExactTiesLow) {
   EXPECT_EQ(per_head[1], (std::vector<int32_t>{2, 3}));
 }
 
-struct SelCase {
-  int64_t rows, qh, kvh, hd, p, P, B;
-};
-
 TEST_F(CudaSelection, RandomInputsAgreeWithTheCpuUpToNearTies) {
   for (const SelCase& c : {SelCase{1, 2, 1, 8, 4, 3, 1}, SelCase{3, 4, 2, 8, 4, 5, 2}, SelCase{7, 7, 1, 16, 4, 9, 4},
                            SelCase{17, 4, 2, 12, 8, 20, 7}, SelCase{256, 28, 4, 128, 64, 300, 64},
                            SelCase{128, 8, 2, 64, 128, 3000, 5}}) {
-    for (bool per_head : {false, true}) {
-      const auto q = random_vec(c.rows * c.qh * c.hd, 11 + c.rows), s = random_vec(c.P * c.kvh * c.hd, 12 + c.P);
-      SelectionArgs a;
-      a.rows = c.rows;
-      a.q_heads = c.qh;
-      a.kv_heads = c.kvh;
-      a.head_dim = c.hd;
-      a.page_tokens = c.p;
-      a.prefix_pages = c.P;
-      a.budget = c.B;
-      a.per_kv_head = per_head;
-      SelectionArgs ac = a;
-      ac.q = q.data();
-      ac.summaries = s.data();
-      expect_agree_up_to_near_ties(a, run_gpu(a, q, s), cpu.select_pages(ac), reference_scores(a, q, s));
-    }
+    for (bool per_head : {false, true}) check_case(c, per_head, 11 + c.rows, 12 + c.P);
   }
 }
 
@@ -137,22 +144,7 @@ TEST_F(CudaSelection, RandomInputsAgreeWithTheCpuUpToNearTies) {
 // 65,535 blocks in y; its blocks stride over the rest (launch_shape.h), so every query page is scored.
 TEST_F(CudaSelection, QueryPagesPastTheGridLimitAreAllSelected) {
   const SelCase c{66000, 2, 2, 4, 1, 3, 1};
-  for (bool per_head : {false, true}) {
-    const auto q = random_vec(c.rows * c.qh * c.hd, 21), s = random_vec(c.P * c.kvh * c.hd, 22);
-    SelectionArgs a;
-    a.rows = c.rows;
-    a.q_heads = c.qh;
-    a.kv_heads = c.kvh;
-    a.head_dim = c.hd;
-    a.page_tokens = c.p;
-    a.prefix_pages = c.P;
-    a.budget = c.B;
-    a.per_kv_head = per_head;
-    SelectionArgs ac = a;
-    ac.q = q.data();
-    ac.summaries = s.data();
-    expect_agree_up_to_near_ties(a, run_gpu(a, q, s), cpu.select_pages(ac), reference_scores(a, q, s));
-  }
+  for (bool per_head : {false, true}) check_case(c, per_head, 21, 22);
 }
 
 }  // namespace
@@ -169,15 +161,7 @@ TEST_F(CudaSelection, HostTierSummariesAreStagedAndSelectLikeDeviceOnes) {
   for (const SelCase& c : {SelCase{200, 28, 4, 128, 64, 701, 64}, SelCase{45, 6, 3, 40, 16, 130, 9}}) {
     for (bool per_head : {false, true}) {
       const auto q = random_vec(c.rows * c.qh * c.hd, 21 + c.rows), s = random_vec(c.P * c.kvh * c.hd, 22 + c.P);
-      SelectionArgs a;
-      a.rows = c.rows;
-      a.q_heads = c.qh;
-      a.kv_heads = c.kvh;
-      a.head_dim = c.hd;
-      a.page_tokens = c.p;
-      a.prefix_pages = c.P;
-      a.budget = c.B;
-      a.per_kv_head = per_head;
+      const SelectionArgs a = args_of(c, per_head);
       const auto on_device = run_gpu(a, q, s);
       Buffer host(*gpu, Tier::host, static_cast<int64_t>(s.size()) * 4);
       std::copy(s.begin(), s.end(), host.f32());
