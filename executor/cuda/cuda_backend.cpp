@@ -223,8 +223,9 @@ struct CudaBackend::Impl {
 
   // Device scratch of at least `bytes`. Grows only the first time a larger call arrives, without a
   // synchronisation: queued kernels may still use the old scratch, so it is retired (freed at the
-  // next synchronize(), deallocate() or destruction) rather than freed (cudaFree would synchronise
-  // the device inside the step).
+  // next synchronize(), host-tier deallocate() or destruction) rather than freed (cudaFree would
+  // synchronise the device inside the step). A run of a buffer table never grows it: its size is
+  // the op_scratch row (size_op_scratch) and a larger request throws.
   char* scratch(int64_t bytes, const char* op = "an op") {
     // Sized from the buffer table's op_scratch row (the declared need of step/cuda_scratch.h): a
     // request beyond it is refused, never grown inside a step.
