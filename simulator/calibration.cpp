@@ -158,10 +158,16 @@ void apply_cpu_run(Scenario& s) {
   s.config.peak_measure = PeakMeasure::allocated;
 }
 
-Scenario scenario_of_trace(const traces::Trace& t, const std::string& where, const models::GpuSpec& gpu) {
+namespace {
+
+step::RunRecord run_of(const traces::Trace& t, const std::string& where) {
   if (t.metadata.source == "simulator")
     throw Error(where, "metadata.source", "is a prediction, not a measurement", "give a trace from `oomb run --trace`");
-  const step::RunRecord run = step::run_record_from_json(t.metadata.extra, where);
+  return step::run_record_from_json(t.metadata.extra, where);
+}
+
+Scenario scenario_of_run(const traces::Trace& t, const step::RunRecord& run, const std::string& where,
+                         const models::GpuSpec& gpu) {
   Scenario s;
   s.model = models::load_model(run.model);
   s.gpu = gpu;
@@ -181,6 +187,12 @@ Scenario scenario_of_trace(const traces::Trace& t, const std::string& where, con
   return s;
 }
 
+}  // namespace
+
+Scenario scenario_of_trace(const traces::Trace& t, const std::string& where, const models::GpuSpec& gpu) {
+  return scenario_of_run(t, run_of(t, where), where, gpu);
+}
+
 std::vector<CalibrationSample> calibration_samples(const traces::Trace& t, const std::string& where,
                                                    const models::GpuSpec& gpu, int trace_index) {
   if (t.metadata.detail != traces::Detail::layer && t.metadata.detail != traces::Detail::op)
@@ -188,8 +200,9 @@ std::vector<CalibrationSample> calibration_samples(const traces::Trace& t, const
                 std::string("is '") + traces::to_string(t.metadata.detail) +
                     "': calibration needs one event per (stage, chunk, layer, pass)",
                 "record with `oomb run --trace FILE --detail layer` (or op)");
-  const Scenario s = scenario_of_trace(t, where, gpu);
-  const double steps = static_cast<double>(step::run_record_from_json(t.metadata.extra, where).steps);
+  const step::RunRecord run = run_of(t, where);
+  const Scenario s = scenario_of_run(t, run, where, gpu);
+  const double steps = static_cast<double>(run.steps);
   // Occurrences of each (stage, chunk, layer, pass), in trace order.
   std::map<std::tuple<int, int64_t, int64_t, std::string>, std::vector<double>> seen;
   for (const auto& e : t.events)

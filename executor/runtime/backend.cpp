@@ -112,13 +112,13 @@ bool Event::done() {
 }
 
 Buffer::Buffer(Backend& b, Tier tier, int64_t bytes, MemoryAccount* account, std::string row, DType dtype)
-    : backend_(&b), bytes_(bytes), tier_(tier), dtype_(dtype), account_(account), category_(std::move(row)) {
+    : backend_(&b), bytes_(bytes), tier_(tier), dtype_(dtype), account_(account), row_(std::move(row)) {
   // Accounted first: an allocation the table does not hold is refused before it is made.
-  if (account_) account_->add(tier_, category_, bytes_);
+  if (account_) account_->add(tier_, row_, bytes_);
   try {
     ptr_ = bytes > 0 ? b.allocate(tier, bytes) : nullptr;
   } catch (...) {
-    if (account_) account_->add(tier_, category_, -bytes_);
+    if (account_) account_->add(tier_, row_, -bytes_);
     throw;
   }
 }
@@ -133,10 +133,10 @@ void Buffer::reset() {
       backend_->deallocate(tier_, ptr_, bytes_);
     } catch (const std::exception& e) {
       std::fprintf(stderr, "oomb: freeing %lld bytes of %s memory (%s) failed: %s\n", static_cast<long long>(bytes_),
-                   to_string(tier_), category_.empty() ? "uncategorised" : category_.c_str(), e.what());
+                   to_string(tier_), row_.empty() ? "no row" : row_.c_str(), e.what());
     }
   }
-  if (account_) account_->add(tier_, category_, -bytes_);
+  if (account_) account_->add(tier_, row_, -bytes_);
   backend_ = nullptr;
   ptr_ = nullptr;
   bytes_ = 0;
@@ -154,7 +154,7 @@ Buffer& Buffer::operator=(Buffer&& o) noexcept {
     tier_ = o.tier_;
     dtype_ = o.dtype_;
     account_ = o.account_;
-    category_ = std::move(o.category_);
+    row_ = std::move(o.row_);
     o.backend_ = nullptr;
     o.ptr_ = nullptr;
     o.bytes_ = 0;

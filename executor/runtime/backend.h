@@ -312,7 +312,7 @@ class Buffer {
   Tier tier_ = Tier::device;
   DType dtype_ = DType::f32;
   MemoryAccount* account_ = nullptr;
-  std::string category_;
+  std::string row_;
 };
 
 }  // namespace oomb::executor

@@ -77,21 +77,21 @@ Engine::LayerPtrs Engine::layer_ptrs(int64_t l) const {
           d(o.gate), d(o.up), d(o.down), d(o.q_norm), d(o.k_norm)};
 }
 
+namespace {
+// The runtime reserve (the CUDA context) is on the GPU but not allocated by the executor.
+step::BufferTable without_reserve(step::BufferTable t) {
+  std::erase_if(t.rows, [](const step::BufferRow& r) { return r.category == step::kRuntimeReserveCategory; });
+  return t;
+}
+}  // namespace
+
 std::vector<step::BufferRow> run_rows(const models::ModelSpec& model, const simulator::Config& config,
                                       const step::Target& target) {
-  std::vector<step::BufferRow> rows = step::buffer_table(model, config, target, false).rows;
-  rows.erase(std::remove_if(rows.begin(), rows.end(),
-                            [](const step::BufferRow& r) { return r.category == step::kRuntimeReserveCategory; }),
-             rows.end());
-  return rows;
+  return without_reserve(step::buffer_table(model, config, target, false)).rows;
 }
 
 step::BufferTable run_table(const models::ModelSpec& model, const simulator::Config& config, const Backend& backend) {
-  step::BufferTable t = step::buffer_table(model, config, backend.target(), true);
-  t.rows.erase(std::remove_if(t.rows.begin(), t.rows.end(),
-                              [](const step::BufferRow& r) { return r.category == step::kRuntimeReserveCategory; }),
-               t.rows.end());
-  return t;
+  return without_reserve(step::buffer_table(model, config, backend.target(), true));
 }
 
 std::vector<std::string> check_plan_rows(const std::vector<step::BufferRow>& planned,
@@ -179,12 +179,8 @@ Engine::Engine(Backend& backend, const models::ModelSpec& model, const simulator
   rows_ = options_.table_override.empty() ? table.rows : options_.table_override;
   notes_ = check_plan_rows(options_.planned, rows_, backend_.name());
   account_.bind(rows_);
-  const step::BufferRow* opt_row = nullptr;
-  for (const auto& r : rows_)
-    if (r.name == step::row::kAdamwMoments) opt_row = &r;
   const bool optimizer = config.optimizer != simulator::Optimizer::none;
   const Tier opt_tier = config.optimizer == simulator::Optimizer::host ? Tier::host : Tier::device;
-  OOMB_ASSERT(!optimizer || !opt_row || opt_row->tier == opt_tier, "optimizer state placed as the table says");
 
   params_ = row_buffer(step::row::kWeights, Tier::device, n_params, param_dtype_);
   grads_ = row_buffer(step::row::kParameterGradients, Tier::device, n_params, grad_dtype_);
