@@ -74,4 +74,12 @@ RunRecord run_record_from_json(const Json& extra, const std::string& where) {
   return r;
 }
 
+void record_step_timing(Json& extra, int64_t timed_steps, double step_s, double mean_step_s) {
+  if (!extra.is_object() || !extra.contains("measured") || !extra["measured"].is_object()) return;
+  Json& m = extra["measured"];
+  if (timed_steps > 0) m["steps"] = timed_steps;
+  m["mean_step_s"] = mean_step_s;
+  m["step_s"] = step_s;
+}
+
 }  // namespace oomb::step

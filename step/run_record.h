@@ -47,4 +47,9 @@ struct RunRecord {
 // simulator trace, a missing or malformed key).
 RunRecord run_record_from_json(const Json& extra, const std::string& where);
 
+// The runner's timing of the record (the Engine writes the rest): the timed steps (the warm-up left
+// out; 0 = keep the Engine's count), the fastest timed step validate compares and the mean over every
+// step. No-op on a section without a measured block.
+void record_step_timing(Json& extra, int64_t timed_steps, double step_s, double mean_step_s);
+
 }  // namespace oomb::step

@@ -1,0 +1,672 @@
+#include "executor/runner/runner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdarg>
+#include <cstdio>
+#include <memory>
+
+#include "core/error.h"
+#include "core/format.h"
+#include "executor/cpu/cpu_backend.h"
+#include "executor/cpu/reference.h"
+#include "executor/runtime/microbench.h"
+#include "executor/runtime/op_tagger.h"
+#include "executor/runtime/profiler_fallback.h"
+#include "executor/runtime/trace_recorder.h"
+#include "planner/executable.h"
+#include "simulator/calibration.h"
+#include "step/run_record.h"
+#ifdef OOMB_HAVE_CUDA_BACKEND
+#include "executor/cuda/cuda_backend.h"
+#endif
+#ifdef OOMB_HAVE_CUPTI
+#include "executor/cupti/collector.h"
+#endif
+
+namespace oomb::runner {
+
+using namespace oomb::executor;
+
+PlannedRun plan_run(const planner::Plan& plan, const std::string& plan_path, const PlanOverrides& o) {
+  if (std::string why; !planner::executable(plan.config, &why)) throw Error("--plan", plan_path, "is not executable", why);
+  PlannedRun r;
+  simulator::Scenario& s = r.scenario;
+  s = plan.scenario();
+  if (s.config.gpus > 1)
+    throw Error("--plan", plan_path,
+                "plans tensor parallelism over " + std::to_string(s.config.gpus) +
+                    " GPUs, and oomb run executes on one GPU (its pages and copies would not be the plan's)",
+                "plan for one GPU (drop --gpus from oomb plan) to run it");
+  if (!o.layers && !o.kv_dtype && !o.kv_grad_dtype) r.planned = plan.buffers;
+  if (o.layers) {
+    s.config.layers_override = *o.layers;
+    // A quick run on fewer layers keeps at most all but one of them (the trace records it).
+    if (s.config.checkpointing) s.config.kept_layers = std::min(s.config.kept_layers, *o.layers - 1);
+  }
+  if (o.kv_dtype) s.config.kv_dtype = *o.kv_dtype;
+  if (o.kv_grad_dtype) s.config.kv_grad_dtype = *o.kv_grad_dtype;
+  simulator::validate(s.config, s.model);
+  return r;
+}
+
+simulator::Scenario unplanned_run(simulator::Scenario s, const std::set<std::string>& given, const std::string& backend) {
+  auto unless_given = [&](const char* key, std::string& field, const char* value) {
+    if (!given.count(key)) field = value;
+  };
+  unless_given("kv_dtype", s.config.kv_dtype, "fp32");
+  unless_given("kv_grad_dtype", s.config.kv_grad_dtype, "fp32");
+  unless_given("param_dtype", s.config.param_dtype, backend == "cuda" ? "bf16" : "fp32");
+  unless_given("param_grad_dtype", s.config.param_grad_dtype, "fp32");
+  unless_given("activation_dtype", s.config.activation_dtype, "fp32");
+  unless_given("loss_dtype", s.config.loss_dtype, "fp32");
+  return s;
+}
+
+namespace {
+
+bool built_with_cupti() {
+#ifdef OOMB_HAVE_CUPTI
+  return true;
+#else
+  return false;
+#endif
+}
+
+std::string attention_kernel_of(const RunRequest& r) { return r.attention_kernel.empty() ? "auto" : r.attention_kernel; }
+
+// The GEMM precision, unless given: bf16; without a plan, that of the weights (fp32 weights with
+// bf16 GEMMs would be converted at every call).
+std::string gemm_precision_of(const RunRequest& r) {
+  if (!r.gemm_precision.empty()) return r.gemm_precision;
+  return r.plan_path.empty() && r.scenario.config.param_dtype == "fp32" ? "fp32" : "bf16";
+}
+
+bool uses_cupti(const RunRequest& r) {
+  return r.record_trace && r.backend == "cuda" && built_with_cupti() && r.trace_timing != "host";
+}
+
+// Page dtypes the executor stores (fp32, bf16), refused by flag; a plan's other dtype is named as the plan's.
+PageDtype page_dtype(const RunRequest& r, const std::string& name, const char* flag) {
+  try {
+    return page_dtype_from_string(name, flag);
+  } catch (const Error& e) {
+    if (r.plan_path.empty()) throw;
+    throw Error(flag, name, e.problem() + "; the plan asks for it", std::string("override it: ") + flag + " fp32 or bf16");
+  }
+}
+
+void check_reference_size(const models::ModelSpec& m, int64_t context_tokens) {
+  const auto n = static_cast<double>(context_tokens);
+  const double probs_bytes = 4.0 * static_cast<double>(m.q_heads) * n * n * static_cast<double>(m.layers);
+  if (probs_bytes > 4.0 * (1ull << 30))
+    throw Error("--reference", "", "the full-sequence reference keeps every layer's N x N attention probabilities (" +
+                                       format_bytes(static_cast<int64_t>(std::min(probs_bytes, 9e18))) + " here)",
+                "use a shorter --context (e.g. 4K) or fewer --layers");
+}
+
+step::Target target_of(const RunRequest& r) {
+  step::Target t;
+  t.backend = r.backend == "cuda" ? step::BackendKind::cuda : step::BackendKind::cpu;
+  t.bf16_gemm = gemm_precision_of(r) == "bf16";
+  return t;
+}
+
+ReferenceCheck check_against_reference(const models::ModelSpec& m, const simulator::Config& c, const Weights& w,
+                                       const std::vector<int32_t>& tokens, const Engine& e, double loss) {
+  check_reference_size(m, static_cast<int64_t>(tokens.size()));
+  std::vector<cpu::MaskedAttention> masks;
+  if (c.attention == simulator::Attention::sparse)
+    for (int64_t l = 0; l < m.layers; ++l)
+      masks.push_back(cpu::selection_mask(m, c.context_tokens, c.chunk_tokens, c.page_tokens, e.selections(), l));
+  const cpu::ReferenceResult ref = cpu::full_sequence_reference(m, w, tokens, masks.empty() ? nullptr : &masks);
+  const Gradients g = e.gradients();
+  ReferenceCheck r;
+  r.loss = ref.loss;
+  r.loss_rel_error = std::abs(loss - ref.loss) / std::max(std::abs(ref.loss), 1e-30);
+  const WorstTensor worst = worst_relative_l2(g, ref.grads);
+  r.max_grad_rel_error = worst.rel_l2;
+  r.worst_tensor = worst.name;
+  return r;
+}
+
+void say(const RunRequest& r, const std::string& line) {
+  if (r.message) r.message(line);
+}
+
+void status(const RunRequest& r, const std::string& line) {
+  if (r.status) r.status(line);
+}
+
+}  // namespace
+
+void check_run(const RunRequest& r) {
+#ifndef OOMB_HAVE_CUDA_BACKEND
+  if (r.backend == "cuda")
+    throw Error("--backend", "cuda", "this build has no CUDA backend",
+                "use --backend cpu, or build on a machine with nvcc (OOMB_CUDA=AUTO|ON)");
+#endif
+  if (r.backend != "cpu" && r.backend != "cuda") throw Error("--backend", r.backend, "unknown backend", "cpu or cuda");
+  // The cuda backend's attention kernels (CudaAttentionKernel): auto = bf16 tensor cores where they
+  // run (head_dim 64 / 128, sm_80+, aligned buffers), fp32 elsewhere; fp32 = the CUDA-core reference;
+  // bf16-tc = tensor cores or an error.
+  const std::string& ak = r.attention_kernel;
+  if (!ak.empty() && ak != "auto" && ak != "fp32" && ak != "bf16-tc")
+    throw Error("--attention-kernel", ak, "unknown attention kernel", "auto, fp32 or bf16-tc");
+  if (!ak.empty() && r.backend != "cuda")
+    throw Error("--attention-kernel", ak,
+                "chooses the cuda backend's attention kernels; a " + r.backend + " run computes attention in fp32 on the CPU",
+                "drop --attention-kernel, or use --backend cuda");
+  // The cuda backend's linear GEMMs (CudaGemmPrecision): bf16 (the method's bf16 training), tf32, or
+  // fp32 (the reference).
+  const std::string& gp = r.gemm_precision;
+  if (!gp.empty() && gp != "fp32" && gp != "tf32" && gp != "bf16")
+    throw Error("--gemm-precision", gp, "unknown GEMM precision", "fp32, tf32 or bf16");
+  if (!gp.empty() && r.backend != "cuda")
+    throw Error("--gemm-precision", gp,
+                "chooses the cuda backend's GEMM precision; a " + r.backend + " run computes its GEMMs in fp32",
+                "drop --gemm-precision, or use --backend cuda");
+  if (r.cpu_threads < 0) throw Error("--threads", std::to_string(r.cpu_threads), "must be positive", "e.g. --threads 2");
+  if (r.cpu_threads > 0 && r.backend != "cpu")
+    throw Error("--threads", std::to_string(r.cpu_threads), "sets the cpu backend's compute threads",
+                "drop it, or --backend cpu");
+  if (r.warmup_steps < 0) throw Error("--warmup", std::to_string(r.warmup_steps), "must be 0 or more");
+  if (r.timed_steps <= 0) throw Error("--steps", std::to_string(r.timed_steps), "must be in [1, 1000000]");
+  // How the trace is timed: CUPTI device times (cuda, when built with CUPTI) or host wall clock.
+  const std::string& tt = r.trace_timing;
+  if (!tt.empty() && tt != "host" && tt != "cupti") throw Error("--trace-timing", tt, "unknown trace timing", "host or cupti");
+  if (!tt.empty() && !r.record_trace)
+    throw Error("--trace-timing", tt, "times the trace, and no --trace is written", "add --trace FILE");
+  if (tt == "cupti" && r.backend != "cuda")
+    throw Error("--trace-timing", "cupti", "CUPTI times CUDA work; a " + r.backend + " run is timed on the host",
+                "use --backend cuda, or --trace-timing host");
+  if (tt == "cupti" && !built_with_cupti())
+    throw Error("--trace-timing", "cupti", "this build has no CUPTI collector",
+                "build with -DOOMB_CUDA=ON where the CUDA toolkit has CUPTI, or use --trace-timing host");
+
+  const simulator::Config& c = r.scenario.config;
+  if (c.context_tokens <= 0) throw Error("--context", "", "is required (or give --plan)", "e.g. 16K");
+  const models::ModelSpec m = effective_model(r.scenario.model, c);
+  if (r.reference && c.optimizer != simulator::Optimizer::none)
+    throw Error("--reference", "", "compares the gradients of step 1, which an optimizer step consumes",
+                "use --optimizer none with --reference");
+  const bool sparse = c.attention == simulator::Attention::sparse;
+  if (r.measure_recall && !sparse)
+    throw Error("--measure-recall", "", "measures what sparse page selections capture of the dense attention",
+                "add --attention sparse");
+  page_dtype(r, c.kv_dtype, "--kv-dtype");
+  page_dtype(r, c.kv_grad_dtype, "--kv-grad-dtype");
+  if (r.backend == "cuda" && ak == "bf16-tc" && m.head_dim != 64 && m.head_dim != 128)
+    throw Error("--attention-kernel", "bf16-tc",
+                "the bf16 tensor-core kernels take head_dim 64 or 128; " + m.id + " has head_dim " +
+                    std::to_string(m.head_dim),
+                "use --attention-kernel auto, which runs the fp32 kernels where the tensor-core ones cannot, or fp32");
+  if (r.reference) check_reference_size(m, c.context_tokens);
+  {
+    // A context no host can hold is refused before the tokens are generated: the simulator's
+    // prediction of this run (fp32, as the executor runs it) is a lower bound of what it allocates
+    // (the CPU backend's device memory is host memory too), plus the token ids.
+    simulator::Scenario need = r.scenario;
+    simulator::apply_cpu_run(need);
+    const simulator::Summary sum = simulator::evaluate(need);
+    const double host_bytes = static_cast<double>(sum.peak_host_bytes) + 8.0 * static_cast<double>(c.context_tokens) +
+                              (r.backend == "cpu" ? static_cast<double>(sum.peak_device_bytes) : 0.0);
+    const int64_t ram = host_ram_bytes();
+    if (ram > 0 && host_bytes > static_cast<double>(ram))
+      throw Error(r.plan_path.empty() ? "--context" : "--plan", r.plan_path.empty() ? r.context_flag : r.plan_path,
+                  "this run needs at least " + format_bytes(static_cast<int64_t>(std::min(host_bytes, 9e18))) +
+                      " of host memory and this machine has " + format_bytes(ram),
+                  "a shorter context or fewer --layers");
+  }
+  if (r.compare_dense && !sparse)
+    throw Error("--compare-dense", "", "compares a sparse step with the dense one", "add --attention sparse");
+  if (r.compare_dense && c.optimizer != simulator::Optimizer::none)
+    throw Error("--compare-dense", "", "compares the gradients of step 1, which an optimizer step consumes",
+                "use --optimizer none with --compare-dense");
+  // The run's buffer table for the backend that will run it (the CUDA backend's workspace and op
+  // scratch included) against the plan's, before any device call: a plan that cannot start is
+  // refused here, not after the weights are on the GPU.
+  check_plan_rows(r.planned, run_rows(r.scenario.model, c, target_of(r)), r.backend);
+}
+
+void check_finite(const ParamTensors& t, const std::string& flag, const char* what) {
+  for (const auto& p : t.layout.params()) {
+    const float* x = t.at(p);
+    for (int64_t i = 0; i < p.numel; ++i)
+      if (!std::isfinite(x[i]))
+        throw Error(flag, p.name, std::string("the run's ") + what + " hold a non-finite value (element " +
+                                      std::to_string(i) + "); nothing was written",
+                    "a lower --lr, or finite --weights");
+  }
+}
+
+Json RunResult::step_timing() const {
+  return {{"warmup_steps", warmup_steps},
+          {"timed_steps", timed_steps},
+          {"statistic", "fastest"},
+          {"step_s", fastest_step_s},
+          {"timed_mean_step_s", timed_mean_step_s},
+          {"step_times_s", step_times_s},
+          {"why", "the step time validate compares: the fastest timed step after the warm-up, as the fidelity "
+                  "suite and the calibration time (interference only adds time)"}};
+}
+
+RunResult run(const RunRequest& r, const Weights& w, const TokenSource& tokens) {
+  check_run(r);
+  const simulator::Config& c = r.scenario.config;
+  RunResult res;
+  res.model = effective_model(r.scenario.model, c);
+  res.config = c;
+  res.backend = r.backend;
+  res.attention_kernel = attention_kernel_of(r);
+  res.gemm_precision = gemm_precision_of(r);
+  res.kv_pages = to_string(page_dtype(r, c.kv_dtype, "--kv-dtype"));
+  res.grad_pages = to_string(page_dtype(r, c.kv_grad_dtype, "--kv-grad-dtype"));
+  res.warmup_steps = r.warmup_steps;
+  res.timed_steps = r.timed_steps;
+  const int64_t warmup = r.warmup_steps, total_steps = r.warmup_steps + r.timed_steps;
+  const std::vector<step::BufferRow> needed_rows = run_rows(r.scenario.model, c, target_of(r));
+  const bool use_cupti = uses_cupti(r);
+  (void)use_cupti;  // read only in builds with CUPTI
+
+#ifdef OOMB_HAVE_CUPTI
+  // Declared before the backend and the Engine: outlives both.
+  std::unique_ptr<cupti::CuptiCollector> collector;
+  std::unique_ptr<cupti::CuptiTagger> tagger;
+#endif
+  std::unique_ptr<Backend> backend_owner;
+  // cuda runs: the kernel families and GEMM precisions that ran, and the backend's own buffers.
+  std::function<Json()> cuda_summary = [] { return Json(); };
+  if (r.backend == "cpu") {
+    CpuBackendOptions copt;
+    copt.threads = r.cpu_threads;
+    backend_owner = std::make_unique<CpuBackend>(copt);
+  } else {
+#ifdef OOMB_HAVE_CUDA_BACKEND
+    std::string why;
+    if (!cuda_device_available(&why)) throw Error("--backend", "cuda", "no usable CUDA device: " + why, "use --backend cpu");
+#ifdef OOMB_HAVE_CUPTI
+    // Before the backend exists, so that CUPTI sees its allocations (memory records). Asked for by
+    // name (--trace-timing cupti), a refusal is an error; by default the run falls back to host timing.
+    if (use_cupti) {
+      collector = start_or_fall_back([] { return std::make_unique<cupti::CuptiCollector>(); }, &res.cupti_failure);
+      if (!collector && r.trace_timing == "cupti")
+        throw Error("--trace-timing", "cupti", "CUPTI could not start: " + res.cupti_failure, "use --trace-timing host");
+      if (!collector) say(r, fallback_message(res.cupti_failure));
+    }
+#endif
+    try {
+      CudaBackendOptions copt;
+      const std::string ak = res.attention_kernel, gp = res.gemm_precision;
+      copt.attention_kernel = ak == "fp32" ? CudaAttentionKernel::fp32 : CudaAttentionKernel::bf16_tensor_core;
+      copt.attention_kernel_strict = ak == "bf16-tc";
+      copt.gemm_precision = gp == "fp32"   ? CudaGemmPrecision::fp32
+                            : gp == "tf32" ? CudaGemmPrecision::tf32
+                                           : CudaGemmPrecision::bf16;
+      // The op scratch is the table's op_scratch row, allocated once; no op grows it.
+      for (const step::BufferRow& row : needed_rows)
+        if (row.name == step::row::kOpScratch) copt.workspace_bytes = row.bytes;
+      copt.fixed_workspace = true;
+      auto cuda = std::make_unique<CudaBackend>(copt);
+      res.device_name = cuda->device_name();
+      if (ak == "bf16-tc" && !cuda->attention_tc_available())
+        throw Error("--attention-kernel", "bf16-tc",
+                    "the bf16 tensor-core kernels do not run on " + res.device_name +
+                        " (they need sm_80 or later and a kernel image for it)",
+                    "--attention-kernel auto or fp32");
+      CudaBackend* cb = cuda.get();
+      cuda_summary = [cb, ak, gp] {
+        return Json{{"attention_kernel", ak},
+                    {"attention_calls",
+                     {{"fp32", cb->attention_calls(CudaAttentionKernel::fp32)},
+                      {"bf16_tc", cb->attention_calls(CudaAttentionKernel::bf16_tensor_core)}}},
+                    {"gemm_precision", gp},
+                    {"gemm_calls",
+                     {{"fp32", cb->gemm_calls(CudaGemmPrecision::fp32)},
+                      {"tf32", cb->gemm_calls(CudaGemmPrecision::tf32)},
+                      {"bf16", cb->gemm_calls(CudaGemmPrecision::bf16)}}},
+                    // The backend's own device buffers: cuBLASLt's workspace, the ops' scratch.
+                    {"gemm_workspace_bytes", cb->gemm_workspace_bytes()},
+                    {"scratch_bytes", cb->scratch_bytes()}};
+      };
+#ifdef OOMB_HAVE_CUPTI
+      if (collector) {
+        try {
+          collector->name_stream(cuda->stream(CudaStream::compute), "compute");
+          collector->name_stream(cuda->stream(CudaStream::h2d), "h2d");
+          collector->name_stream(cuda->stream(CudaStream::d2h), "d2h");
+          tagger = std::make_unique<cupti::CuptiTagger>(*collector);
+        } catch (const std::exception& ex) {
+          if (r.trace_timing == "cupti")
+            throw Error("--trace-timing", "cupti", std::string("CUPTI failed: ") + ex.what(), "use --trace-timing host");
+          res.cupti_failure = ex.what();
+          say(r, fallback_message(res.cupti_failure));
+          collector.reset();
+        }
+      }
+#endif
+      backend_owner = std::move(cuda);
+    } catch (const Error&) {
+      throw;
+    } catch (const std::exception& e) {
+      throw Error("--backend", "cuda", std::string("no usable CUDA device: ") + e.what(), "use --backend cpu");
+    }
+#endif
+  }
+  Backend& backend = *backend_owner;
+  if (r.backend == "cpu") res.cpu_threads = static_cast<CpuBackend&>(backend).threads();
+  EngineOptions o;
+  o.planned = r.planned;
+  o.record_trace = r.record_trace;
+  o.detail = r.detail;
+  o.adamw.lr = r.lr;
+  o.adamw.grad_accum = r.grad_accum;
+  o.measure_recall = r.measure_recall;
+#ifdef OOMB_HAVE_CUPTI
+  o.tagger = tagger.get();
+#endif
+  // Remembers the (stage, chunk, layer, op) a failing step was in (forwarding to the CUPTI tagger).
+  FaultTagger fault_tagger(o.tagger);
+  o.tagger = &fault_tagger;
+  int64_t current = 0;
+  if (r.progress) o.progress = [&](const Progress& p) { r.progress(current, total_steps, p); };
+  Engine e(backend, r.scenario.model, c, w, o);
+  res.offload = e.geometry().offload;
+
+  // CUPTI: the steps' intervals on the steady clock, each closed after the device finished its
+  // work; only work inside them goes into the trace (not set-up, nor the checks run between steps).
+  std::vector<std::pair<int64_t, int64_t>> windows;
+  int64_t timed_start_ns = 0;  // steady clock at the first timed step
+  const std::vector<int32_t> first = tokens.sequence(0, c.context_tokens);
+  try {
+    for (current = 0; current < total_steps; ++current) {
+      const std::vector<int32_t> seq = current == 0 ? first : tokens.sequence(current, c.context_tokens);
+      const int64_t t0 = steady_now_ns();
+      if (current == warmup) timed_start_ns = t0;
+      const StepResult sr = e.step(seq);
+      res.losses.push_back(sr.loss);
+      if (current >= warmup) res.step_times_s.push_back(sr.seconds);
+#ifdef OOMB_HAVE_CUPTI
+      if (collector) {
+        static_cast<CudaBackend&>(backend).synchronize();
+        // The warm-up's device work is left out, as on the host-timed path.
+        if (current >= warmup) windows.emplace_back(t0, steady_now_ns());
+      }
+#else
+      (void)t0;
+#endif
+      if (current == 0 && r.reference) {
+        status(r, "running the full-sequence reference ...");
+        res.reference = check_against_reference(res.model, c, w, seq, e, res.losses.back());
+      }
+      if (current == 0 && r.compare_dense) {
+        status(r, "running the dense step ...");
+        res.dense = compare_with_dense(backend, r.scenario.model, c, w, seq, res.losses.back(), e.gradients());
+      }
+    }
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& ex) {
+    const std::optional<FaultTagger::Tag> at = fault_tagger.fault();
+    res.failure = ex.what() + (at ? " (in " + at->to_string() + ")" : std::string());
+    res.failed_step = current + 1;
+  }
+  res.measured = e.measured();
+  res.cuda = cuda_summary();
+  if (!res.failure.empty()) {
+    // What was measured still goes out: the completed steps and the host trace so far.
+    if (r.record_trace) res.trace = e.trace(r.command);
+    return res;
+  }
+  if (r.keep_weights) res.weights = e.weights();
+  if (r.keep_gradients) res.gradients = e.gradients();
+  res.fastest_step_s = *std::min_element(res.step_times_s.begin(), res.step_times_s.end());
+  for (double x : res.step_times_s) res.timed_mean_step_s += x / static_cast<double>(res.step_times_s.size());
+  if (!r.record_trace) return res;
+
+  std::string step_timing_events = "every step's";
+  traces::Trace t;
+  bool engine_clock = true;  // the events' times are on the Engine's steady clock
+#ifdef OOMB_HAVE_CUPTI
+  if (collector) {
+    cupti::DecodeOptions d;
+    d.detail = r.detail;
+    if (collector->steady_clock()) {  // the Engine's clock: same origin as its memory samples
+      d.origin_ns = e.trace_origin_ns();
+      d.windows = windows;
+    } else {
+      say(r, "oomb run: warning: CUPTI refused the steady clock; the trace keeps every record (set-up and warm-up "
+             "included) on CUPTI's clock");
+      engine_clock = false;
+    }
+    traces::Metadata md;
+    md.device = res.device_name + ", CUPTI device times";
+    cupti::DecodeStats st;
+    std::optional<traces::Trace> decoded;
+    try {
+      decoded = collector->trace(md, d, &st);
+    } catch (const std::exception& ex) {  // the host trace is still good: keep it, say why
+      res.cupti_failure = ex.what();
+      say(r, fallback_message(res.cupti_failure));
+      engine_clock = true;
+    }
+    if (decoded) {
+      traces::Trace& dev = *decoded;
+      int64_t reserved_device = 0, reserved_host = 0;  // cudaMalloc'd / pinned, as CUPTI saw them
+      for (const auto& sample : dev.memory) {
+        reserved_device = std::max(reserved_device, sample.device_bytes);
+        reserved_host = std::max(reserved_host, sample.host_bytes);
+      }
+      dev.metadata.extra = {{"gpu", res.device_name},
+                            {"trace_timing", "cupti"},
+                            {"cupti",
+                             {{"records", st.records},
+                              {"kernels", st.kernels},
+                              {"memcpys", st.memcpys},
+                              {"memsets", st.memsets},
+                              {"memory", st.memory},
+                              {"correlations", st.correlations},
+                              {"untagged", st.untagged},
+                              {"outside_steps", st.outside},
+                              {"invalid", st.invalid},
+                              {"ignored", st.ignored},
+                              {"dropped", st.dropped},
+                              {"steady_clock", collector->steady_clock()},
+                              {"driver_api_records", collector->driver_records()},
+                              {"reserved_device_bytes", reserved_device},
+                              {"reserved_pinned_bytes", reserved_host}}}};
+      t = e.device_timed_trace(std::move(dev), r.command);
+      if (!engine_clock) {  // the Engine's step intervals are on another clock: one step, first to last
+        std::erase_if(t.events, [](const traces::Event& ev) {
+          return ev.kind == traces::EventKind::phase && ev.name == traces::kStepPhase;
+        });
+        t.summary = traces::summarize(t);
+      }
+      res.cupti = CuptiSummary{st.records, st.kernels, st.memcpys, st.memsets, st.untagged, st.outside, st.dropped};
+      if (st.dropped > 0)
+        say(r, "oomb run: warning: CUPTI dropped " + std::to_string(st.dropped) +
+                   " activity records (its buffers were full): the trace misses work");
+      if (!tagger->error().empty())
+        say(r, "oomb run: warning: a CUPTI tag could not be popped (" + tagger->error() + "): later tags may be wrong");
+    }
+  }
+#endif
+  if (!res.cupti) t = e.trace(r.command);
+  // Either timing: the warm-up's events (and its step phase) are left out, so that per-step times
+  // (the summary's, and validate's stage and pass rows, which divide by the measured block's steps)
+  // describe the timed steps only. CUPTI decoded only the timed steps' windows already.
+  int64_t record_steps = 0;  // 0: the Engine's count (every step)
+  if (warmup > 0 && engine_clock) {
+    const int64_t cut = timed_start_ns - e.trace_origin_ns();
+    std::erase_if(t.events, [cut](const traces::Event& ev) { return ev.start_ns < cut; });
+    t.summary = traces::summarize(t);
+    record_steps = r.timed_steps;
+    step_timing_events = "timed steps only (the warm-up's events are left out)";
+  }
+  if (!res.cupti) {
+    if (r.backend == "cuda") {
+      t.metadata.device = res.device_name + ", host-timed (enqueue times)";
+      t.metadata.extra["gpu"] = res.device_name;
+      t.metadata.extra["trace_timing"] = "host";
+    }
+    if (!res.cupti_failure.empty()) record_profiler_fallback(t, res.cupti_failure);
+  }
+  if (r.backend == "cuda") t.metadata.extra["cuda"] = res.cuda;
+  // What validate compares as the step time: the fastest timed step (the mean over all steps stays
+  // as mean_step_s), and how it was timed.
+  step::record_step_timing(t.metadata.extra, record_steps, res.fastest_step_s, res.measured.step_s);
+  t.metadata.extra["step_timing"] = res.step_timing();
+  t.metadata.extra["step_timing"]["events"] = step_timing_events;
+  if (r.backend == "cpu") t.metadata.extra["cpu_threads"] = res.cpu_threads;
+  res.trace = std::move(t);
+  return res;
+}
+
+Json to_json(const RunResult& r) {
+  if (!r.failure.empty())
+    return {{"error", r.failure},   {"failed_step", r.failed_step}, {"losses", r.losses},
+            {"backend", r.backend}, {"model", r.model.id},          {"config", r.config.to_json()},
+            {"measured", r.measured.steps > 0 ? r.measured.to_json() : Json()}};
+  Json j = {{"loss", r.losses.back()},      {"losses", r.losses},    {"tokens_per_s", r.measured.tokens_per_s},
+            {"measured", r.measured.to_json()}, {"backend", r.backend}, {"model", r.model.id},
+            {"config", r.config.to_json()}, {"step_timing", r.step_timing()}};
+  if (r.backend == "cpu") j["cpu_threads"] = r.cpu_threads;
+  if (r.backend == "cuda") j["cuda"] = r.cuda;
+  if (r.reference)
+    j["reference"] = {{"loss", r.reference->loss},
+                      {"loss_rel_error", r.reference->loss_rel_error},
+                      {"max_grad_rel_error", r.reference->max_grad_rel_error},
+                      {"worst_tensor", r.reference->worst_tensor}};
+  if (r.dense) j["compare_dense"] = r.dense->to_json();
+  if (r.trace) {
+    j["trace"] = {{"timing", r.cupti ? "cupti" : "host"}, {"step_s", r.fastest_step_s}};
+    if (!r.cupti_failure.empty()) j["trace"]["cupti_unavailable"] = r.cupti_failure;
+    if (r.cupti)
+      j["trace"]["cupti"] = {{"records", r.cupti->records},   {"kernels", r.cupti->kernels},
+                             {"memcpys", r.cupti->memcpys},   {"memsets", r.cupti->memsets},
+                             {"untagged", r.cupti->untagged}, {"dropped", r.cupti->dropped}};
+  }
+  if (!r.measured.recall.empty()) {
+    j["mean_recall"] = r.measured.mean_recall();
+    j["min_recall"] = r.measured.min_recall();
+  }
+  return j;
+}
+
+namespace {
+
+void appendf(std::string& out, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+void appendf(std::string& out, const char* fmt, ...) {
+  char buf[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  const int n = std::vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  if (n < 0) return;
+  if (static_cast<size_t>(n) < sizeof buf) {
+    out += buf;
+    return;
+  }
+  std::string big(static_cast<size_t>(n) + 1, '\0');
+  va_start(ap, fmt);
+  std::vsnprintf(big.data(), big.size(), fmt, ap);
+  va_end(ap);
+  big.pop_back();
+  out += big;
+}
+
+}  // namespace
+
+std::string describe(const RunResult& r, const RunRequest& req, const std::string& tokens, const std::string& weights,
+                     const std::string& trace_file) {
+  std::string out;
+  const simulator::Config& c = r.config;
+  const Measured& ms = r.measured;
+  const bool sparse = c.attention == simulator::Attention::sparse;
+  appendf(out, "oomb run: %s (%lld layers), context %s, chunk %s, page %s, %s attention%s, resident layers %lld%s\n",
+          r.model.id.c_str(), static_cast<long long>(r.model.layers), format_tokens(c.context_tokens).c_str(),
+          format_tokens(c.chunk_tokens).c_str(), format_tokens(c.page_tokens).c_str(), simulator::to_string(c.attention),
+          sparse ? (" (budget " + std::to_string(c.page_budget) + ", " + c.selection + ")").c_str() : "",
+          static_cast<long long>(std::min(c.resident_layers, r.model.layers)),
+          r.offload ? " (offload)" : " (no offload)");
+  appendf(out, "backend %s, tokens %s, weights %s\n",
+          r.backend == "cpu"
+              ? ("cpu (bf16 storage emulated exactly, " + std::to_string(r.cpu_threads) + " compute threads)").c_str()
+              : "cuda",
+          tokens.c_str(), weights.c_str());
+  appendf(out, "storage: weights %s, gradients %s, activations %s, loss %s; pages: KV %s, KV-grad %s\n",
+          c.param_dtype.c_str(), c.param_grad_dtype.c_str(), c.activation_dtype.c_str(), c.loss_dtype.c_str(),
+          r.kv_pages.c_str(), r.grad_pages.c_str());
+  if (r.backend == "cuda" && r.cuda.is_object()) {
+    const Json& cs = r.cuda;
+    appendf(out, "attention kernel %s: %lld calls on bf16 tensor cores, %lld on fp32 CUDA cores\n",
+            r.attention_kernel.c_str(), static_cast<long long>(cs["attention_calls"]["bf16_tc"].get<int64_t>()),
+            static_cast<long long>(cs["attention_calls"]["fp32"].get<int64_t>()));
+    appendf(out, "GEMM precision %s: %lld GEMMs in bf16, %lld in tf32, %lld in fp32\n", r.gemm_precision.c_str(),
+            static_cast<long long>(cs["gemm_calls"]["bf16"].get<int64_t>()),
+            static_cast<long long>(cs["gemm_calls"]["tf32"].get<int64_t>()),
+            static_cast<long long>(cs["gemm_calls"]["fp32"].get<int64_t>()));
+  }
+  for (size_t i = 0; i < r.losses.size(); ++i)
+    appendf(out, "  step %zu  loss %.6f%s\n", i + 1, r.losses[i],
+            static_cast<int64_t>(i) < r.warmup_steps ? "  (warm-up)" : "");
+  appendf(out, "\nstep time %s, %s tokens/s\n", format_duration_s(ms.step_s).c_str(), format_count(ms.tokens_per_s).c_str());
+  if (ms.step_times_s.size() > 1) {  // the first step pays one-time set-up (scratch growth, caches)
+    double later = 0;
+    for (size_t i = 1; i < ms.step_times_s.size(); ++i) later += ms.step_times_s[i];
+    appendf(out, "first step %s, later steps %s on average\n", format_duration_s(ms.step_times_s[0]).c_str(),
+            format_duration_s(later / static_cast<double>(ms.step_times_s.size() - 1)).c_str());
+  }
+  if (!req.planned.empty())
+    appendf(out, "buffer table: checked against the plan's (%zu rows)%s\n", req.planned.size(),
+            ms.notes.empty() ? ", every row as planned" : "");
+  for (const std::string& n : ms.notes) appendf(out, "  note: %s\n", n.c_str());
+  if (r.warmup_steps > 0 || r.timed_steps > 1)
+    appendf(out, "timed step (fastest of %lld after %lld warm-up%s): %s%s\n", static_cast<long long>(r.timed_steps),
+            static_cast<long long>(r.warmup_steps), r.warmup_steps == 1 ? "" : "s",
+            format_duration_s(r.fastest_step_s).c_str(), r.trace ? " (the trace's step_s, what validate compares)" : "");
+  appendf(out, "peak device %s, peak host %s\n", format_bytes(ms.peak_device_bytes).c_str(),
+          format_bytes(ms.peak_host_bytes).c_str());
+  appendf(out, "device pools: KV %lld / %lld pages of %s, KV-grad %lld / %lld pages of %s (high-water / capacity)\n",
+          static_cast<long long>(ms.kv_pool_high_water_pages), static_cast<long long>(ms.kv_pool_pages),
+          format_bytes(ms.kv_page_bytes).c_str(), static_cast<long long>(ms.grad_pool_high_water_pages),
+          static_cast<long long>(ms.grad_pool_pages), format_bytes(ms.grad_page_bytes).c_str());
+  appendf(out, "copies per step: h2d %s, d2h %s, in %lld contiguous regions\n", format_bytes(ms.h2d_bytes).c_str(),
+          format_bytes(ms.d2h_bytes).c_str(), static_cast<long long>(ms.copy_regions));
+  if (sparse) {
+    int64_t mx = 0;
+    double sum = 0;
+    for (const auto& u : ms.union_pages) {
+      mx = std::max(mx, u.pages);
+      sum += static_cast<double>(u.pages);
+    }
+    appendf(out, "selection union per (chunk, layer): mean %.1f pages, max %lld pages\n",
+            ms.union_pages.empty() ? 0.0 : sum / static_cast<double>(ms.union_pages.size()), static_cast<long long>(mx));
+  }
+  if (!ms.recall.empty())
+    appendf(out, "recall of the dense attention mass (last step, %zu (chunk, layer) pairs): mean %.4f, min %.4f\n",
+            ms.recall.size(), ms.mean_recall(), ms.min_recall());
+  if (r.dense)
+    appendf(out,
+            "dense comparison (step 1): loss %.6f vs dense %.6f (diff %+.3e), max gradient rel. L2 error %.3e (%s)\n",
+            r.dense->loss, r.dense->dense_loss, r.dense->loss_diff, r.dense->max_grad_rel_error,
+            r.dense->worst_tensor.c_str());
+  if (r.reference)
+    appendf(out, "reference (full sequence): loss %.6f (rel. error %.2e), max gradient rel. L2 error %.2e (%s)\n",
+            r.reference->loss, r.reference->loss_rel_error, r.reference->max_grad_rel_error,
+            r.reference->worst_tensor.c_str());
+  if (!trace_file.empty())
+    appendf(out, "trace (oomb.trace/1, %s detail, %s): %s\n", traces::to_string(req.detail),
+            r.cupti ? "CUPTI device times" : "host wall-clock times", trace_file.c_str());
+  if (r.cupti)
+    appendf(out,
+            "  CUPTI: %lld records (%lld kernels, %lld memcpys, %lld memsets), %lld dropped, %lld untagged; step time "
+            "with the collector %s (tracing overhead: divide by the step time of the same run without --trace)\n",
+            static_cast<long long>(r.cupti->records), static_cast<long long>(r.cupti->kernels),
+            static_cast<long long>(r.cupti->memcpys), static_cast<long long>(r.cupti->memsets),
+            static_cast<long long>(r.cupti->dropped), static_cast<long long>(r.cupti->untagged),
+            format_duration_s(ms.step_s).c_str());
+  return out;
+}
+
+}  // namespace oomb::runner
