@@ -1,6 +1,7 @@
 #include "core/format.h"
 
 #include <cmath>
+#include <cstdarg>
 #include <cstdio>
 
 namespace oomb {
@@ -73,5 +74,26 @@ std::string format_count(double v) {
 }
 
 std::string format_percent(double f) { return printf_str("%.1f%s", f * 100.0, "%"); }
+
+std::string format_signed_percent(double f) { return (f >= 0 ? "+" : "") + format_percent(f); }
+
+void appendf(std::string& out, const char* fmt, ...) {
+  char buf[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  const int n = std::vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  if (n < 0) return;
+  if (static_cast<size_t>(n) < sizeof buf) {
+    out += buf;
+    return;
+  }
+  std::string big(static_cast<size_t>(n) + 1, '\0');
+  va_start(ap, fmt);
+  std::vsnprintf(big.data(), big.size(), fmt, ap);
+  va_end(ap);
+  big.pop_back();
+  out += big;
+}
 
 }  // namespace oomb

@@ -12,5 +12,9 @@ std::string format_flops_per_s(double fps);       // "989 TFLOP/s"
 std::string format_tokens(int64_t tokens);        // "4M", "16K", "3000"
 std::string format_count(double v);               // "1.23e+06" style for large, fixed for small
 std::string format_percent(double fraction);      // 0.123 -> "12.3%"
+std::string format_signed_percent(double fraction);  // 0.123 -> "+12.3%", -0.05 -> "-5.0%"
+
+// printf into the end of `out` (reports built as text, printed by the CLI).
+void appendf(std::string& out, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
 
 }  // namespace oomb

@@ -553,29 +553,6 @@ Json to_json(const RunResult& r) {
   return j;
 }
 
-namespace {
-
-void appendf(std::string& out, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
-void appendf(std::string& out, const char* fmt, ...) {
-  char buf[1024];
-  va_list ap;
-  va_start(ap, fmt);
-  const int n = std::vsnprintf(buf, sizeof buf, fmt, ap);
-  va_end(ap);
-  if (n < 0) return;
-  if (static_cast<size_t>(n) < sizeof buf) {
-    out += buf;
-    return;
-  }
-  std::string big(static_cast<size_t>(n) + 1, '\0');
-  va_start(ap, fmt);
-  std::vsnprintf(big.data(), big.size(), fmt, ap);
-  va_end(ap);
-  big.pop_back();
-  out += big;
-}
-
-}  // namespace
 
 std::string describe(const RunResult& r, const RunRequest& req, const std::string& tokens, const std::string& weights,
                      const std::string& trace_file) {
