@@ -1,4 +1,6 @@
-// End-to-end: the `oomb plan` subcommand (skipped when the oomb executable was not built).
+// End-to-end: the `oomb plan` subcommand on the built binary: flags, exit codes, output (skipped when
+// the oomb executable was not built). The planning itself is tested through the library
+// (tests/planner/answer_test.cpp).
 #include <gtest/gtest.h>
 
 #include <array>

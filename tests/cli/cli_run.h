@@ -1,5 +1,5 @@
 #pragma once
-// Runs the built `oomb` binary from the planner tests (OOMB_BINARY_DIR): exit code and output.
+// Runs the built `oomb` binary from the CLI tests (OOMB_BINARY_DIR): exit code and output.
 #include <array>
 #include <cstdio>
 #include <string>

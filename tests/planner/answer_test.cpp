@@ -1,0 +1,139 @@
+// The planning requests `oomb plan` answers, through the library (planner/answer.h): the answer's
+// data, its JSON and its text. (The command line itself is tested in tests/cli.)
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "core/error.h"
+#include "planner/answer.h"
+#include "planner/defaults.h"
+#include "planner_test_util.h"
+
+namespace oomb::planner {
+namespace {
+
+// A request as `oomb plan` builds it with no knob given: training defaults (AdamW placed by the
+// planner, fused 1K loss tiles).
+PlanQuery query(const std::string& model, const std::string& gpu, int64_t context, const std::string& host = "") {
+  PlanQuery q;
+  q.request = testing::request(model, gpu, host);
+  q.request.optimizer_auto = true;
+  q.request.scenario.config.optimizer = simulator::Optimizer::gpu;
+  q.request.scenario.config.logits_chunk_tokens = kDefaultLogitsChunk;
+  q.context = context;
+  return q;
+}
+
+bool has(const std::string& text, const std::string& s) { return text.find(s) != std::string::npos; }
+
+TEST(PlanAnswer, ReadmeFirstRequest) {
+  const PlanAnswer a = answer(query("qwen2.5-7b", "h200", 4 << 20));
+  ASSERT_TRUE(a.chosen);
+  ASSERT_TRUE(a.plan);
+  EXPECT_EQ(a.context, 4 << 20);
+  EXPECT_EQ(a.chosen->config.attention, simulator::Attention::dense);
+  EXPECT_TRUE(a.chosen->summary.feasible);
+  EXPECT_EQ(a.plan->prediction["peak_device_bytes"].get<int64_t>(), a.chosen->summary.peak_device_bytes);
+  EXPECT_FALSE(a.warning.empty());  // 4M is beyond the model's max_position
+  EXPECT_EQ(a.baselines.size(), 2u);  // the best and the published standard training
+  const std::string text = a.describe();
+  for (const char* s : {"attention dense (exact gradients)", "Host memory:", "Step time:", "Step time bound by:",
+                        "Device memory:", "kv_pool", "Close alternatives", "Standard training at this context"})
+    EXPECT_TRUE(has(text, s)) << s << "\n" << text;
+}
+
+TEST(PlanAnswer, JsonCarriesThePlanAndItsPrediction) {
+  const PlanAnswer a = answer(query("qwen2.5-7b", "h200", 1 << 20));
+  ASSERT_TRUE(a.plan);
+  const Json j = a.to_json();
+  for (const char* k : {"plan", "prediction", "alternatives", "diagnosis", "baselines", "search"})
+    EXPECT_TRUE(j.contains(k)) << k;
+  EXPECT_EQ(j["plan"], a.plan->to_json());
+  EXPECT_TRUE(j["prediction"]["feasible"].get<bool>());
+  EXPECT_EQ(j["prediction"]["peak_device_bytes"].get<int64_t>(), a.chosen->summary.peak_device_bytes);
+  EXPECT_EQ(j["search"]["evaluations"].get<int64_t>(), a.search.evaluations);
+}
+
+TEST(PlanAnswer, MaxContextFindsDenseAndSparse) {
+  PlanQuery q = query("qwen2.5-7b", "a100-80gb-sxm", 0);
+  q.max_context = true;
+  const PlanAnswer a = answer(q);
+  ASSERT_TRUE(a.max_dense && a.max_sparse);
+  ASSERT_TRUE(a.chosen);
+  EXPECT_GT(a.context, 0);
+  EXPECT_EQ(a.chosen->config.context_tokens, a.context);
+  const std::string text = a.describe();
+  EXPECT_TRUE(has(text, "dense (exact gradients)")) << text;
+  EXPECT_TRUE(has(text, "sparse (approximate)")) << text;
+  EXPECT_TRUE(has(text, "limited by device memory")) << text;
+}
+
+TEST(PlanAnswer, ParetoFrontKeepsTheChosenPlan) {
+  PlanQuery q = query("qwen2.5-7b", "h200", 1 << 20);
+  q.pareto = true;
+  const PlanAnswer a = answer(q);
+  ASSERT_TRUE(a.chosen);
+  ASSERT_FALSE(a.pareto.empty());
+  bool found = false;
+  for (const Candidate& k : a.pareto) found = found || k.config.to_json() == a.chosen->config.to_json();
+  EXPECT_TRUE(found) << "the chosen plan is on its own frontier";
+  // No point of the front dominates another.
+  for (const Candidate& x : a.pareto)
+    for (const Candidate& y : a.pareto)
+      if (&x != &y && x.config.attention == y.config.attention && x.config.kv_grad_dtype == y.config.kv_grad_dtype &&
+          x.config.page_budget == y.config.page_budget) {
+        EXPECT_FALSE(x.summary.peak_device_bytes < y.summary.peak_device_bytes &&
+                     x.summary.step_s < y.summary.step_s * (1 - 1e-9))
+            << describe_knobs(x.config, q.request.scenario.model) << " dominates "
+            << describe_knobs(y.config, q.request.scenario.model);
+      }
+  EXPECT_TRUE(has(a.describe(), "Pareto frontier"));
+}
+
+TEST(PlanAnswer, NothingFitsGivesADiagnosis) {
+  const PlanAnswer a = answer(query("qwen2.5-7b", "h200", 4 << 20, "workstation-128g"));
+  EXPECT_FALSE(a.chosen);
+  EXPECT_FALSE(a.plan);
+  ASSERT_TRUE(a.diagnosis);
+  EXPECT_FALSE(a.diagnosis->failures.empty());
+  EXPECT_TRUE(has(a.describe(), "NO PLAN FITS"));
+  EXPECT_TRUE(a.to_json()["plan"].is_null());
+}
+
+TEST(PlanAnswer, SparseFallbackIsSaidLoudly) {
+  const PlanAnswer a = answer(query("qwen2.5-32b", "h200", 2 << 20));
+  ASSERT_TRUE(a.chosen);
+  EXPECT_TRUE(a.sparse_fallback);
+  EXPECT_EQ(a.chosen->config.attention, simulator::Attention::sparse);
+  ASSERT_TRUE(a.plan);
+  bool noted = false;
+  for (const std::string& n : a.plan->notes) noted = noted || has(n, "SPARSE FALLBACK");
+  EXPECT_TRUE(noted);
+  EXPECT_TRUE(has(a.describe(), "SPARSE FALLBACK"));
+}
+
+TEST(PlanAnswer, ANodeOfEightGpusIsComparedWithContextParallelism) {
+  PlanQuery q = query("qwen2.5-7b", "h100-sxm", 4 << 20);
+  q.node = node_gpus(8, "qwen2.5-7b");
+  if (q.node.tp > 1) q.request.scenario.config.gpus = q.node.tp;
+  const PlanAnswer a = answer(q);
+  ASSERT_TRUE(a.comparison);
+  EXPECT_GE(a.comparison->rows.size(), 3u);
+  EXPECT_TRUE(has(a.describe(), "Multi-GPU comparison"));
+  EXPECT_FALSE(a.to_json()["multi_gpu"].is_null());
+}
+
+TEST(PlanAnswer, MinRecallWithoutACurveIsRefusedByFlag) {
+  PlanQuery q = query("qwen2.5-7b", "h200", 1 << 20);
+  q.min_recall = 0.9;
+  try {
+    (void)answer(q);
+    FAIL() << "--min-recall without a curve was accepted";
+  } catch (const Error& e) {
+    EXPECT_TRUE(has(e.what(), "--min-recall")) << e.what();
+    EXPECT_TRUE(has(e.what(), "--recall-curve")) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace oomb::planner
