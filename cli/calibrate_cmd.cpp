@@ -19,15 +19,12 @@
 #include "cli/scenario_flags.h"
 #include "core/error.h"
 #include "core/format.h"
-#include "executor/cpu/cpu_backend.h"
+#include "executor/runner/calibrate.h"
 #include "executor/runtime/calibration_runs.h"
-#ifdef OOMB_HAVE_CUDA_BACKEND
-#include "executor/cuda/cuda_backend.h"
-#include "executor/cuda/device_info.h"
-#endif
 #include "executor/runtime/microbench.h"
 #include "planner/defaults.h"
 #include "planner/plan.h"
+#include "planner/points.h"
 #include "planner/recall_curve.h"
 #include "planner/search.h"
 #include "simulator/calibration.h"
@@ -54,116 +51,20 @@ void write_or_print(const Json& profile, const std::string& out) {
 }
 
 int run_microbench_mode(const CalibrateArgs& a) {
-  if (a.backend != "cpu" && a.backend != "cuda")
-    throw Error("--backend", a.backend, "unknown backend", "cpu or cuda");
-#ifndef OOMB_HAVE_CUDA_BACKEND
-  if (a.backend == "cuda")
-    throw Error("--backend", "cuda", "this build has no CUDA backend (configure with nvcc present, -DOOMB_CUDA=ON)",
-                "--backend cpu");
-#endif
-  executor::MicrobenchOptions o;
-  for (const auto& m : a.models) o.models.push_back(models::load_model(m));
-  if (!a.efficiency_model.empty() &&
-      std::none_of(o.models.begin(), o.models.end(), [&](const auto& m) { return m.id == a.efficiency_model; }))
-    throw Error("--efficiency-model", a.efficiency_model, "is not one of the benchmarked models",
-                "name one of the --model values");
-  o.chunk_tokens = a.chunk;
-  if (!a.quiet) o.progress = [](const std::string& line) { std::fprintf(stderr, "  %s\n", line.c_str()); };
-  std::unique_ptr<executor::Backend> backend;
-  std::string device;  // replaces the host description in the profile for a GPU
-  int64_t capacity_bytes = 0;
-  if (a.threads < 0) throw Error("--threads", std::to_string(a.threads), "must be positive", "e.g. --threads 2");
-  if (a.threads > 0 && a.backend != "cpu")
-    throw Error("--threads", std::to_string(a.threads), "sets the cpu backend's compute threads", "drop it, or --backend cpu");
-  if (a.backend == "cpu") {
-    // Measured at the thread count `oomb run --threads` will use (the profile records it).
-    executor::CpuBackendOptions copt;
-    copt.threads = a.threads;
-    backend = std::make_unique<executor::CpuBackend>(copt);
-    const int64_t ram = executor::host_ram_bytes();
-    capacity_bytes = ram > 0 ? ram / 2 : int64_t{8} << 30;
-  } else {
-#ifdef OOMB_HAVE_CUDA_BACKEND
-    std::string why;
-    if (!executor::cuda_device_available(&why))
-      throw Error("--backend", "cuda", "no usable CUDA device: " + why, "use --backend cpu");
-    const executor::CudaDeviceInfo info = executor::cuda_device_info(0);
-    // What `oomb run --backend cuda` runs by default: the tensor-core attention where it applies.
-    executor::CudaBackendOptions copt;
-    copt.attention_kernel = executor::CudaAttentionKernel::bf16_tensor_core;
-    copt.gemm_precision = executor::CudaGemmPrecision::bf16;  // oomb run's default GEMMs
-    auto cuda = std::make_unique<executor::CudaBackend>(copt);
-    executor::CudaBackend* cb = cuda.get();
-    o.sync = [cb] { cb->synchronize(); };
-    device = cuda->device_name();
-    capacity_bytes = info.memory_bytes;
-    backend = std::move(cuda);
-#endif
-  }
-  // Said once the backend exists (a refused device prints only the error).
-  const std::string fit_model = a.fit_model.empty() ? a.models.front() : a.fit_model;
-  if (a.backend != "cpu" && !a.fit_model.empty())
-    throw Error("--fit-model", a.fit_model, "calibration runs are for --backend cpu", "drop it");
-  if (a.backend == "cpu" && fit_model != "none" && !a.fit_model.empty()) {  // a bad name before any work
-    try {
-      (void)models::load_model(fit_model);
-    } catch (const Error& e) {
-      if (e.where() != "--model") throw;
-      throw Error("--fit-model", e.key(), e.problem(), e.hint() + "; or none (micro-benchmarks only)");
-    }
-  }
-  if (!a.quiet)
-    std::fprintf(stderr, "oomb calibrate: micro-benchmarks of the %s backend%s (about 10-30 s)\n", a.backend.c_str(),
-                 a.backend == "cpu" && fit_model != "none" ? (", then calibration runs of " + fit_model).c_str() : "");
-  executor::MicrobenchResult r = executor::run_microbench(*backend, o);
-  if (!device.empty()) r.host = device;
-  Json profile = executor::device_profile(r, a.id.empty() ? a.backend + "-calibrated" : a.id, capacity_bytes,
-                                          a.efficiency_model);
-  // Calibration runs (cpu): short executor steps of the model to be planned, and the efficiencies
-  // fitted to them, as the fidelity suite calibrates (executor/runtime/calibration_runs.h).
-  std::optional<executor::CalibrationRunsFit> runs;
-  if (a.backend == "cpu" && fit_model != "none") {
-    const models::ModelSpec fm = models::load_model(fit_model);
-    const models::GpuSpec micro = models::gpu_from_json(profile, "the micro-benchmark profile");
-    runs = executor::fit_to_calibration_runs(*backend, fm, micro, 3, [&](const std::string& name) {
-      if (!a.quiet) std::fprintf(stderr, "  %s\n", name.c_str());
-    });
-    const auto& e = runs->profile.efficiency;
-    profile["efficiency"]["gemm"] = e.gemm;
-    profile["efficiency"]["attention"] = e.attention;
-    profile["efficiency"]["attention_backward"] = e.attention_backward;
-    profile["efficiency"]["memory_bound"] = e.memory_bound;
-    profile["launch_overhead_s"] = runs->profile.launch_overhead_s;
-    Json fit = runs->fit.to_json();
-    fit["runs"] = runs->runs;
-    fit["model"] = fm.id;
-    fit["held"] = runs->held;
-    fit["seconds"] = runs->seconds;
-    profile["calibration"]["runs_fit"] = fit;
-    const std::string how = "least-squares fit to " + std::to_string(runs->runs.size()) + " calibration run(s) of " +
-                            fm.id + " on this backend (oomb calibrate --backend cpu; micro-benchmark values as the prior)";
-    profile["sources"]["efficiency"] = how;
-    profile["sources"]["launch_overhead_s"] = how;
-    profile["calibrated_from"] = profile["calibrated_from"].get<std::string>() + " + " + how;
-    models::gpu_from_json(profile, "the fitted profile");  // still a valid profile
-  }
-  if (a.backend == "cuda") {
-#ifdef OOMB_HAVE_CUDA_BACKEND
-    // The cpu-oriented defaults of device_profile, replaced by the device's own facts.
-    const executor::CudaDeviceInfo info = executor::cuda_device_info(0);
-    profile["sm_count"] = info.sm_count;
-    profile["reserved_bytes"] = int64_t{1} << 30;
-    profile["default_host"] = "";
-    profile["sources"]["hbm_capacity_bytes"] = "the device's total global memory (cudaGetDeviceProperties)";
-    profile["sources"]["sm_count"] = "cudaGetDeviceProperties (multiProcessorCount)";
-    profile["sources"]["reserved_bytes"] =
-        "nominal 1 GiB: CUDA context, cuBLASLt and op workspaces (not measured by the micro-benchmarks)";
-    profile["sources"]["bf16_flops_per_s"] =
-        "the backend's compute peak: the best median rate measured over the benchmarked GEMM and attention shapes "
-        "(bf16-input GEMMs through cuBLASLt, bf16 tensor-core attention where it applies: as oomb run's defaults)";
-    profile["sources"]["launch_overhead_s"] = "a 1-element add: launch throughput, the stream synchronised per repetition";
-#endif
-  }
+  runner::CalibrationRequest q;
+  q.backend = a.backend;
+  q.models = a.models;
+  q.efficiency_model = a.efficiency_model;
+  q.fit_model = a.fit_model;
+  q.id = a.id;
+  q.chunk = a.chunk;
+  q.threads = a.threads;
+  if (!a.quiet) q.progress = [](const std::string& line) { std::fprintf(stderr, "  %s\n", line.c_str()); };
+  const runner::BackendCalibration cal = runner::calibrate_backend(q);
+  const Json& profile = cal.profile;
+  const executor::MicrobenchResult& r = cal.microbench;
+  const auto& runs = cal.runs;
+  const std::string& fit_model = cal.fit_model;
   if (a.json || a.out.empty()) {
     write_or_print(profile, "");
     return 0;
@@ -306,238 +207,13 @@ int run_recall_mode(const CalibrateArgs& a) {
   return 0;
 }
 
-// ---- --points: run logs (a plan, or the knobs, and what was measured) as calibration points.
-
-// The keys a point may have: the scenario flags (as in `oomb plan`), a plan instead of them, what
-// was measured, and free text.
-const std::vector<std::string> kKnobKeys = {
-    "model", "gpu", "host", "context", "preset", "schedule", "attention", "chunk", "page", "budget", "selection",
-    "selection_overlap", "selection_memory", "resident_layers", "kv_dtype", "kv_grad_dtype", "param_dtype",
-    "param_grad_dtype", "optimizer", "checkpointing", "kept_layers", "logits_chunk", "peak_measure", "gpus", "layers"};
-const std::vector<std::string> kMeasuredKeys = {"step_s", "peak_device_bytes", "tokens_per_s"};
-const std::vector<std::string> kTextKeys = {"name", "plan", "note", "source"};
-
-bool one_of(const std::string& k, const std::vector<std::string>& v) { return std::find(v.begin(), v.end(), k) != v.end(); }
-
-std::string valid_keys() {
-  std::string s;
-  for (const auto* v : {&kTextKeys, &kMeasuredKeys, &kKnobKeys})
-    for (const auto& k : *v) s += (s.empty() ? "" : ", ") + k;
-  return s;
-}
-
-double number_of(const std::string& text, const std::string& where, const std::string& key) {
-  size_t used = 0;
-  double v = 0;
-  try {
-    v = std::stod(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used != text.size() || !std::isfinite(v) || v < 0)
-    throw Error(where, key, "'" + text + "' is not a non-negative number", key == "step_s" ? "seconds, e.g. 12.5" : "");
-  return v;
-}
-
-int64_t integer_of(const std::string& text, const std::string& where, const std::string& key) {
-  const double v = number_of(text, where, key);
-  if (v != std::floor(v) || v > 9.2e18) throw Error(where, key, "'" + text + "' is not an integer");
-  return static_cast<int64_t>(v);
-}
-
-// One point from its fields (key -> text; empty text = not given). dir: the points file's folder
-// (plan paths are relative to it).
-// The same device: what the fit's peaks and capacity are (ids differ between a catalog entry and
-// its calibrated profiles).
-bool same_device(const models::GpuSpec& a, const models::GpuSpec& b) {
-  return a.hbm_capacity_bytes == b.hbm_capacity_bytes && a.bf16_flops_per_s == b.bf16_flops_per_s &&
-         a.hbm_bytes_per_s == b.hbm_bytes_per_s;
-}
-
-simulator::MeasuredPoint point_of(std::map<std::string, std::string> f, const std::string& where,
-                                  const std::filesystem::path& dir, const std::string& gpu_arg,
-                                  const models::GpuSpec& base) {
-  for (auto it = f.begin(); it != f.end();) it = it->second.empty() ? f.erase(it) : std::next(it);
-  for (const auto& [k, v] : f)
-    if (!one_of(k, kKnobKeys) && !one_of(k, kMeasuredKeys) && !one_of(k, kTextKeys))
-      throw Error(where, k, "unknown key", "one of " + valid_keys());
-  simulator::MeasuredPoint p;
-  p.name = f.count("name") ? f["name"] : where;
-  if (f.count("plan")) {
-    for (const auto& k : kKnobKeys)
-      if (f.count(k)) throw Error(where, k, "is fixed by the point's plan", "give either plan or the knobs");
-    const std::filesystem::path given(f["plan"]);
-    const std::filesystem::path plan = given.is_absolute() ? given : dir / given;
-    const planner::Plan pl = planner::load_plan(plan.string());
-    if (!same_device(pl.gpu, base))
-      throw Error(where, "plan", "the plan is for GPU '" + pl.gpu_id + "', the fitted profile is '" + base.id + "'",
-                  "fit points measured on the --gpu device");
-    p.scenario = pl.scenario();
-  } else {
-    if (!f.count("model")) throw Error(where, "model", "missing", "a catalog id, a model JSON or a Hugging Face config");
-    if (!f.count("context")) throw Error(where, "context", "missing", "the tokens per step, e.g. 32K");
-    if (f.count("gpu") && !same_device(models::load_gpu(f["gpu"]), base))
-      throw Error(where, "gpu", "'" + f["gpu"] + "' is not the fitted profile '" + base.id + "'",
-                  "fit points measured on the --gpu device (or leave gpu out)");
-    ScenarioFlags flags;
-    flags.training_defaults = true;  // a point's knobs mean what they mean to `oomb simulate` and `oomb plan`
-    flags.model = f["model"];
-    flags.gpu = gpu_arg;
-    if (f.count("host")) flags.host = f["host"];
-    flags.context = f["context"];
-    if (f.count("preset")) flags.preset = f["preset"];
-    auto text = [&](const char* k, std::optional<std::string>& dst) {
-      if (f.count(k)) dst = f[k];
-    };
-    text("schedule", flags.schedule);
-    text("attention", flags.attention);
-    text("chunk", flags.chunk);
-    text("page", flags.page);
-    text("selection", flags.selection);
-    text("selection_memory", flags.selection_memory);
-    text("resident_layers", flags.resident_layers);
-    text("kv_dtype", flags.kv_dtype);
-    text("kv_grad_dtype", flags.kv_grad_dtype);
-    text("param_dtype", flags.param_dtype);
-    text("param_grad_dtype", flags.param_grad_dtype);
-    text("optimizer", flags.optimizer);
-    text("logits_chunk", flags.logits_chunk);
-    text("peak_measure", flags.peak_measure);
-    if (f.count("budget")) flags.budget = integer_of(f["budget"], where, "budget");
-    if (f.count("gpus")) flags.gpus = integer_of(f["gpus"], where, "gpus");
-    if (f.count("layers")) flags.layers = integer_of(f["layers"], where, "layers");
-    if (f.count("kept_layers")) flags.kept_layers = integer_of(f["kept_layers"], where, "kept_layers");
-    if (f.count("selection_overlap")) flags.selection_overlap = number_of(f["selection_overlap"], where, "selection_overlap");
-    if (f.count("checkpointing")) {
-      if (f["checkpointing"] != "true" && f["checkpointing"] != "false")
-        throw Error(where, "checkpointing", "'" + f["checkpointing"] + "' is not true or false");
-      flags.checkpointing = f["checkpointing"] == "true";
-    }
-    // The model, GPU, host and knob checks of `oomb plan`, named for this point.
-    try {
-      p.scenario = flags.resolve();
-      if (flags.optimizer_auto())
-        p.scenario.config.optimizer = planner::place_optimizer(p.scenario, planner::kDefaultHeadroom);
-    } catch (const Error& e) {
-      throw Error(where, e.where(), e.problem() + (e.key().empty() ? "" : " ('" + e.key() + "')"), e.hint());
-    }
-  }
-  p.scenario.gpu = base;
-  const double tokens = static_cast<double>(p.scenario.config.context_tokens);
-  if (f.count("tokens_per_s")) {
-    p.tokens_per_s = number_of(f["tokens_per_s"], where, "tokens_per_s");
-    if (!(*p.tokens_per_s > 0)) throw Error(where, "tokens_per_s", "must be positive");
-  }
-  if (f.count("step_s")) {
-    p.step_s = number_of(f["step_s"], where, "step_s");
-    if (!(p.step_s > 0)) throw Error(where, "step_s", "must be positive");
-    // Both given: they must describe the same step (a sequence of context tokens per step).
-    if (p.tokens_per_s && std::fabs(tokens / p.step_s - *p.tokens_per_s) > 0.02 * *p.tokens_per_s)
-      throw Error(where, "tokens_per_s",
-                  "disagrees with step_s: " + format_count(tokens) + " tokens / " + format_duration_s(p.step_s) +
-                      " is " + format_count(tokens / p.step_s) + " tokens/s",
-                  "give one of them, or check the context");
-  } else if (p.tokens_per_s) {
-    p.step_s = tokens / *p.tokens_per_s;
-  } else {
-    throw Error(where, "step_s", "missing: a point needs what was measured", "step_s (or tokens_per_s)");
-  }
-  if (f.count("peak_device_bytes")) p.peak_device_bytes = integer_of(f["peak_device_bytes"], where, "peak_device_bytes");
-  return p;
-}
-
-std::string trimmed(const std::string& s) {
-  const size_t b = s.find_first_not_of(" \t\r"), e = s.find_last_not_of(" \t\r");
-  return b == std::string::npos ? std::string() : s.substr(b, e - b + 1);
-}
-
-// Splits one CSV line (commas; double quotes around fields that hold commas or quotes).
-std::vector<std::string> csv_fields(const std::string& line, const std::string& where) {
-  std::vector<std::string> out;
-  std::string cur;
-  bool quoted = false, was_quoted = false;
-  for (size_t i = 0; i < line.size(); ++i) {
-    const char c = line[i];
-    if (quoted) {
-      if (c == '"' && i + 1 < line.size() && line[i + 1] == '"') cur += '"', ++i;
-      else if (c == '"') quoted = false;
-      else cur += c;
-    } else if (c == '"' && trimmed(cur).empty() && !was_quoted) {
-      quoted = was_quoted = true;
-      cur.clear();
-    } else if (c == ',') {
-      out.push_back(was_quoted ? cur : trimmed(cur));
-      cur.clear();
-      was_quoted = false;
-    } else if (!was_quoted) {
-      cur += c;
-    }
-  }
-  if (quoted) throw Error(where, "", "unterminated quoted field");
-  out.push_back(was_quoted ? cur : trimmed(cur));
-  return out;
-}
-
-std::string key_of(std::string k) {
-  for (char& c : k) c = c == '-' ? '_' : static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return k;
-}
-
-std::vector<simulator::MeasuredPoint> read_points(const std::string& path, const std::string& gpu_arg,
-                                                  const models::GpuSpec& base) {
-  const std::filesystem::path dir = std::filesystem::path(path).parent_path();
-  std::vector<simulator::MeasuredPoint> out;
-  const std::string text = read_text_file(path);
-  const bool json = path.size() >= 5 && path.substr(path.size() - 5) == ".json";
-  if (json) {
-    const Json j = parse_json(text, path);
-    JsonReader r(j, path);
-    r.expect_schema("oomb.points/1");
-    const Json& pts = r.array("points");
-    if (pts.empty()) throw Error(path, "points", "is empty", "one object per measured configuration");
-    for (size_t i = 0; i < pts.size(); ++i) {
-      const std::string where = path + ": points[" + std::to_string(i) + "]";
-      if (!pts[i].is_object()) throw Error(where, "", "is not an object");
-      std::map<std::string, std::string> f;
-      for (auto it = pts[i].begin(); it != pts[i].end(); ++it) {
-        const Json& v = it.value();
-        f[key_of(it.key())] = v.is_string() ? v.get<std::string>() : v.is_null() ? std::string() : v.dump();
-      }
-      out.push_back(point_of(f, where, dir, gpu_arg, base));
-    }
-    return out;
-  }
-  // CSV: a header row of keys, one point per row; '#' starts a comment line.
-  std::istringstream in(text);
-  std::string line;
-  std::vector<std::string> header;
-  int n = 0;
-  while (std::getline(in, line)) {
-    ++n;
-    if (line.find_first_not_of(" \t\r") == std::string::npos || line[line.find_first_not_of(" \t")] == '#') continue;
-    const std::string where = path + " line " + std::to_string(n);
-    std::vector<std::string> fields = csv_fields(line, where);
-    if (header.empty()) {
-      for (auto& h : fields) header.push_back(key_of(h));
-      continue;
-    }
-    if (fields.size() != header.size())
-      throw Error(where, "", std::to_string(fields.size()) + " fields, the header has " + std::to_string(header.size()));
-    std::map<std::string, std::string> f;
-    for (size_t i = 0; i < header.size(); ++i) f[header[i]] = fields[i];
-    out.push_back(point_of(f, where, dir, gpu_arg, base));
-  }
-  if (out.empty()) throw Error(path, "", "no points", "a header row (e.g. model,context,chunk,step_s) and one row per run");
-  return out;
-}
-
 int run_points_mode(const CalibrateArgs& a) {
   if (a.gpu.empty())
     throw Error("--gpu", "", "is required with --points", "the profile of the device that ran, e.g. h100-sxm");
   const models::GpuSpec base = models::load_gpu(a.gpu);
   std::vector<simulator::MeasuredPoint> points;
   for (const auto& path : a.points) {
-    auto p = read_points(path, a.gpu, base);
+    auto p = planner::read_points(path, a.gpu, base);
     points.insert(points.end(), p.begin(), p.end());
   }
   const simulator::PointsFit pf = simulator::fit_points(points, base, a.hold);

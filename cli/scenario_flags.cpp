@@ -6,7 +6,6 @@
 #include "core/error.h"
 #include "core/format.h"
 #include "core/units.h"
-#include "planner/defaults.h"
 
 namespace oomb::cli {
 
@@ -29,21 +28,6 @@ CLI::Validator unsigned_integer() {
         return {};
       },
       "UINT");
-}
-
-double finite_in(double v, double lo, double hi, const std::string& flag, const std::string& hint) {
-  if (!std::isfinite(v) || v < lo || v > hi) {
-    char b[64];
-    std::snprintf(b, sizeof b, "%g", v);
-    throw Error(flag, b, "must be a finite number in [" + format_number(lo) + ", " + format_number(hi) + "]", hint);
-  }
-  return v;
-}
-
-std::string format_number(double v) {
-  char b[64];
-  std::snprintf(b, sizeof b, "%g", v);
-  return b;
 }
 
 void ScenarioFlags::add_to(CLI::App& app, bool require_context) {
@@ -106,115 +90,6 @@ void ScenarioFlags::add_to(CLI::App& app, bool require_context) {
         ->description("Tokens per fused LM-head/loss tile (default 1K); 0 = whole chunk, unfused (the published "
                       "baseline's loss)");
   }
-}
-
-simulator::Scenario ScenarioFlags::resolve() const {
-  using namespace simulator;
-  // The training defaults and --optimizer auto: resolve the rest as given, then apply them.
-  if (training_defaults || (optimizer && *optimizer == "auto")) {
-    if (optimizer && *optimizer != "auto" && *optimizer != "none" && *optimizer != "gpu" && *optimizer != "host")
-      throw Error("--optimizer", *optimizer, "unknown value",
-                  "one of auto (AdamW, placed on the GPU or the host), gpu, host, none");
-    ScenarioFlags plain = *this;
-    plain.training_defaults = false;
-    if (plain.optimizer && *plain.optimizer == "auto") plain.optimizer.reset();
-    Scenario s = plain.resolve();
-    if (optimizer_auto()) s.config.optimizer = Optimizer::gpu;  // placed by the planner or place_optimizer
-    if (training_defaults && !logits_chunk && preset != "oomb-published")
-      s.config.logits_chunk_tokens = planner::kDefaultLogitsChunk;
-    if (s.config.context_tokens > 0) validate(s.config, s.model);
-    return s;
-  }
-  Scenario s;
-  s.model = models::load_model(model);
-  s.gpu = models::load_gpu(gpu);
-  std::string host_id = host.empty() ? s.gpu.default_host : host;
-  if (host_id.empty()) throw Error("--host", "", "the GPU profile names no default host", "give --host ID (see `oomb models`)");
-  s.host = models::load_host(host_id);
-  Config& c = s.config;
-  if (!context.empty()) c.context_tokens = parse_tokens(context, "--context");
-  if (layers) {
-    if (*layers <= 0 || *layers > s.model.layers)
-      throw Error("--layers", std::to_string(*layers), "must be between 1 and the model's " +
-                  std::to_string(s.model.layers) + " layers");
-    c.layers_override = *layers;
-  }
-  if (gpus) {
-    if (*gpus <= 0 || *gpus > 1024) throw Error("--gpus", std::to_string(*gpus), "must be in [1, 1024]", "1, 2, 4 or 8");
-    c.gpus = *gpus;
-  }
-  if (attention) c.attention = attention_from_string(*attention, "--attention");
-  if (!preset.empty() && !apply_preset(preset, c))
-    throw Error("--preset", preset, "unknown preset", "oomb-published or oomb");
-  if (schedule) c.schedule = schedule_from_string(*schedule, "--schedule");
-  if (chunk) c.chunk_tokens = parse_tokens(*chunk, "--chunk");
-  if (page) c.page_tokens = parse_tokens(*page, "--page");
-  if (budget) {
-    // A budget counts pages of the context: beyond 2^40 it selects more than any context holds.
-    if (*budget <= 0 || *budget > (int64_t{1} << 40))
-      throw Error("--budget", std::to_string(*budget), "must be in [1, 2^40] pages", "pages per query page, e.g. 64");
-    c.page_budget = *budget;
-  }
-  if (selection) c.selection = *selection;
-  if (selection_overlap)
-    c.selection_overlap = finite_in(*selection_overlap, 0, 1, "--selection-overlap", "0 = disjoint selections, 1 = identical");
-  if (selection_memory) c.selection_memory = selection_memory_from_string(*selection_memory, "--selection-memory");
-  if (resident_layers) {
-    const int64_t L = effective_layers(c, s.model);  // --layers counts: 'all' is all that run
-    if (*resident_layers == "all") c.resident_layers = L;
-    else c.resident_layers = parse_tokens(*resident_layers, "--resident-layers");
-    if (c.resident_layers > L)
-      throw Error("--resident-layers", *resident_layers,
-                  "is more than the " + std::to_string(L) + " layers of " + s.model.id +
-                      (c.layers_override > 0 ? " (--layers)" : ""),
-                  "1.." + std::to_string(L) + " or 'all' (no offload)");
-  }
-  if (kv_dtype) c.kv_dtype = *kv_dtype;
-  if (kv_grad_dtype) c.kv_grad_dtype = *kv_grad_dtype;
-  if (param_dtype) c.param_dtype = *param_dtype;
-  if (param_grad_dtype) c.param_grad_dtype = *param_grad_dtype;
-  if (activation_dtype) c.activation_dtype = *activation_dtype;
-  if (optimizer) c.optimizer = optimizer_from_string(*optimizer, "--optimizer");
-  if (checkpointing) c.checkpointing = *checkpointing;
-  if (kept_layers) c.kept_layers = *kept_layers;
-  if (logits_chunk) c.logits_chunk_tokens = *logits_chunk == "0" ? 0 : parse_tokens(*logits_chunk, "--logits-chunk");
-  if (peak_measure) c.peak_measure = peak_measure_from_string(*peak_measure, "--peak-measure");
-  if (loss_dtype) c.loss_dtype = *loss_dtype;
-  if (c.context_tokens > 0) validate(c, s.model);
-  return s;
-}
-
-bool ScenarioFlags::optimizer_auto() const {
-  if (optimizer) return *optimizer == "auto";
-  return training_defaults && preset != "oomb-published";
-}
-
-std::set<std::string> ScenarioFlags::explicit_knobs() const {
-  std::set<std::string> k;
-  auto note = [&](const char* name, bool set) {
-    if (set) k.insert(name);
-  };
-  note("schedule", schedule.has_value());
-  note("attention", attention.has_value());
-  note("chunk", chunk.has_value());
-  note("page", page.has_value());
-  note("budget", budget.has_value());
-  note("selection", selection.has_value());
-  note("selection_overlap", selection_overlap.has_value());
-  note("selection_memory", selection_memory.has_value());
-  note("resident_layers", resident_layers.has_value());
-  note("kv_dtype", kv_dtype.has_value());
-  note("kv_grad_dtype", kv_grad_dtype.has_value());
-  note("param_dtype", param_dtype.has_value());
-  note("param_grad_dtype", param_grad_dtype.has_value());
-  note("activation_dtype", activation_dtype.has_value());
-  note("optimizer", optimizer.has_value());
-  note("checkpointing", checkpointing.has_value());
-  note("kept_layers", kept_layers.has_value());
-  note("logits_chunk", logits_chunk.has_value());
-  note("peak_measure", peak_measure.has_value());
-  note("loss_dtype", loss_dtype.has_value());
-  return k;
 }
 
 }  // namespace oomb::cli

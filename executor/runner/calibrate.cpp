@@ -1,0 +1,135 @@
+#include "executor/runner/calibrate.h"
+
+#include <algorithm>
+#include <memory>
+
+#include "core/error.h"
+#include "executor/cpu/cpu_backend.h"
+#include "models/specs.h"
+#ifdef OOMB_HAVE_CUDA_BACKEND
+#include "executor/cuda/cuda_backend.h"
+#include "executor/cuda/device_info.h"
+#endif
+
+namespace oomb::runner {
+
+BackendCalibration calibrate_backend(const CalibrationRequest& a) {
+  BackendCalibration out;
+  if (a.backend != "cpu" && a.backend != "cuda")
+    throw Error("--backend", a.backend, "unknown backend", "cpu or cuda");
+#ifndef OOMB_HAVE_CUDA_BACKEND
+  if (a.backend == "cuda")
+    throw Error("--backend", "cuda", "this build has no CUDA backend (configure with nvcc present, -DOOMB_CUDA=ON)",
+                "--backend cpu");
+#endif
+  executor::MicrobenchOptions o;
+  for (const auto& m : a.models) o.models.push_back(models::load_model(m));
+  if (!a.efficiency_model.empty() &&
+      std::none_of(o.models.begin(), o.models.end(), [&](const auto& m) { return m.id == a.efficiency_model; }))
+    throw Error("--efficiency-model", a.efficiency_model, "is not one of the benchmarked models",
+                "name one of the --model values");
+  o.chunk_tokens = a.chunk;
+  o.progress = a.progress;
+  std::unique_ptr<executor::Backend> backend;
+  std::string device;  // replaces the host description in the profile for a GPU
+  int64_t capacity_bytes = 0;
+  if (a.threads < 0) throw Error("--threads", std::to_string(a.threads), "must be positive", "e.g. --threads 2");
+  if (a.threads > 0 && a.backend != "cpu")
+    throw Error("--threads", std::to_string(a.threads), "sets the cpu backend's compute threads", "drop it, or --backend cpu");
+  if (a.backend == "cpu") {
+    // Measured at the thread count `oomb run --threads` will use (the profile records it).
+    executor::CpuBackendOptions copt;
+    copt.threads = a.threads;
+    backend = std::make_unique<executor::CpuBackend>(copt);
+    const int64_t ram = executor::host_ram_bytes();
+    capacity_bytes = ram > 0 ? ram / 2 : int64_t{8} << 30;
+  } else {
+#ifdef OOMB_HAVE_CUDA_BACKEND
+    std::string why;
+    if (!executor::cuda_device_available(&why))
+      throw Error("--backend", "cuda", "no usable CUDA device: " + why, "use --backend cpu");
+    const executor::CudaDeviceInfo info = executor::cuda_device_info(0);
+    // What `oomb run --backend cuda` runs by default: the tensor-core attention where it applies.
+    executor::CudaBackendOptions copt;
+    copt.attention_kernel = executor::CudaAttentionKernel::bf16_tensor_core;
+    copt.gemm_precision = executor::CudaGemmPrecision::bf16;  // oomb run's default GEMMs
+    auto cuda = std::make_unique<executor::CudaBackend>(copt);
+    executor::CudaBackend* cb = cuda.get();
+    o.sync = [cb] { cb->synchronize(); };
+    device = cuda->device_name();
+    capacity_bytes = info.memory_bytes;
+    backend = std::move(cuda);
+#endif
+  }
+  // Said once the backend exists (a refused device prints only the error).
+  const std::string fit_model = a.fit_model.empty() ? a.models.front() : a.fit_model;
+  if (a.backend != "cpu" && !a.fit_model.empty())
+    throw Error("--fit-model", a.fit_model, "calibration runs are for --backend cpu", "drop it");
+  if (a.backend == "cpu" && fit_model != "none" && !a.fit_model.empty()) {  // a bad name before any work
+    try {
+      (void)models::load_model(fit_model);
+    } catch (const Error& e) {
+      if (e.where() != "--model") throw;
+      throw Error("--fit-model", e.key(), e.problem(), e.hint() + "; or none (micro-benchmarks only)");
+    }
+  }
+  if (a.progress)
+    a.progress("oomb calibrate: micro-benchmarks of the " + a.backend + " backend" +
+               (a.backend == "cpu" && fit_model != "none" ? ", then calibration runs of " + fit_model : std::string()) +
+               " (about 10-30 s)");
+  executor::MicrobenchResult& r = out.microbench;
+  r = executor::run_microbench(*backend, o);
+  if (!device.empty()) r.host = device;
+  Json& profile = out.profile;
+  profile = executor::device_profile(r, a.id.empty() ? a.backend + "-calibrated" : a.id, capacity_bytes,
+                                          a.efficiency_model);
+  // Calibration runs (cpu): short executor steps of the model to be planned, and the efficiencies
+  // fitted to them, as the fidelity suite calibrates (executor/runtime/calibration_runs.h).
+  std::optional<executor::CalibrationRunsFit>& runs = out.runs;
+  out.fit_model = fit_model;
+  if (a.backend == "cpu" && fit_model != "none") {
+    const models::ModelSpec fm = models::load_model(fit_model);
+    const models::GpuSpec micro = models::gpu_from_json(profile, "the micro-benchmark profile");
+    runs = executor::fit_to_calibration_runs(*backend, fm, micro, 3, [&](const std::string& name) {
+      if (a.progress) a.progress(name);
+    });
+    const auto& e = runs->profile.efficiency;
+    profile["efficiency"]["gemm"] = e.gemm;
+    profile["efficiency"]["attention"] = e.attention;
+    profile["efficiency"]["attention_backward"] = e.attention_backward;
+    profile["efficiency"]["memory_bound"] = e.memory_bound;
+    profile["launch_overhead_s"] = runs->profile.launch_overhead_s;
+    Json fit = runs->fit.to_json();
+    fit["runs"] = runs->runs;
+    fit["model"] = fm.id;
+    fit["held"] = runs->held;
+    fit["seconds"] = runs->seconds;
+    profile["calibration"]["runs_fit"] = fit;
+    const std::string how = "least-squares fit to " + std::to_string(runs->runs.size()) + " calibration run(s) of " +
+                            fm.id + " on this backend (oomb calibrate --backend cpu; micro-benchmark values as the prior)";
+    profile["sources"]["efficiency"] = how;
+    profile["sources"]["launch_overhead_s"] = how;
+    profile["calibrated_from"] = profile["calibrated_from"].get<std::string>() + " + " + how;
+    models::gpu_from_json(profile, "the fitted profile");  // still a valid profile
+  }
+  if (a.backend == "cuda") {
+#ifdef OOMB_HAVE_CUDA_BACKEND
+    // The cpu-oriented defaults of device_profile, replaced by the device's own facts.
+    const executor::CudaDeviceInfo info = executor::cuda_device_info(0);
+    profile["sm_count"] = info.sm_count;
+    profile["reserved_bytes"] = int64_t{1} << 30;
+    profile["default_host"] = "";
+    profile["sources"]["hbm_capacity_bytes"] = "the device's total global memory (cudaGetDeviceProperties)";
+    profile["sources"]["sm_count"] = "cudaGetDeviceProperties (multiProcessorCount)";
+    profile["sources"]["reserved_bytes"] =
+        "nominal 1 GiB: CUDA context, cuBLASLt and op workspaces (not measured by the micro-benchmarks)";
+    profile["sources"]["bf16_flops_per_s"] =
+        "the backend's compute peak: the best median rate measured over the benchmarked GEMM and attention shapes "
+        "(bf16-input GEMMs through cuBLASLt, bf16 tensor-core attention where it applies: as oomb run's defaults)";
+    profile["sources"]["launch_overhead_s"] = "a 1-element add: launch throughput, the stream synchronised per repetition";
+#endif
+  }
+  return out;
+}
+
+}  // namespace oomb::runner

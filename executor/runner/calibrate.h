@@ -1,0 +1,39 @@
+#pragma once
+// `oomb calibrate --backend cpu|cuda` as one library call: builds the backend (the CUDA one with
+// the defaults `oomb run` uses), runs the micro-benchmarks, turns them into a device profile
+// (oomb.gpu/1) and, on the CPU, fits its efficiencies to short calibration runs of the model to be
+// planned (executor/runtime/calibration_runs.h). The CLI prints and writes the profile.
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/json_util.h"
+#include "executor/runtime/calibration_runs.h"
+#include "executor/runtime/microbench.h"
+
+namespace oomb::runner {
+
+struct CalibrationRequest {
+  std::string backend = "cpu";                             // cpu | cuda
+  std::vector<std::string> models = {"tiny", "qwen2.5-0.5b"};  // benchmarked shapes
+  std::string efficiency_model;  // the profile's efficiencies from this model's shapes ("" = all)
+  std::string fit_model;         // cpu: calibration runs of this model ("" = the first of models, "none")
+  std::string id;                // the profile's id ("" = "<backend>-calibrated")
+  int64_t chunk = 1024;
+  int threads = 0;               // cpu: compute threads (0 = the CPUs this process may use)
+  std::function<void(const std::string&)> progress;  // a line per benchmark and run
+};
+
+struct BackendCalibration {
+  Json profile;  // a valid oomb.gpu/1 profile (checked by the loader)
+  executor::MicrobenchResult microbench;
+  std::optional<executor::CalibrationRunsFit> runs;  // cpu with a fit model
+  std::string fit_model;                             // as resolved
+};
+
+// Throws oomb::Error naming the flag (--backend, --efficiency-model, --fit-model, --threads).
+BackendCalibration calibrate_backend(const CalibrationRequest& a);
+
+}  // namespace oomb::runner
