@@ -169,6 +169,7 @@ int run_validate(const ValidateArgs& a) {
       row["measured"] = t.measured ? Json(*t.measured) : Json(nullptr);
       row["error"] = t.measured ? Json(t.error()) : Json(nullptr);
       row["ok"] = t.ok() ? Json(*t.ok()) : Json(nullptr);
+      if (t.at_most) row["at_most"] = true;
       if (!t.note.empty()) row["note"] = t.note;
       j["terms"].push_back(row);
     }
@@ -186,7 +187,8 @@ int run_validate(const ValidateArgs& a) {
       const auto ok = t.ok();
       std::printf("  %-18s %16s %16s %9s %9s  %s%s%s\n", t.name.c_str(), fmt(t.unit, t.predicted).c_str(),
                   t.measured ? fmt(t.unit, *t.measured).c_str() : "-",
-                  t.measured ? format_percent(t.error()).c_str() : "-", format_percent(t.tolerance).c_str(),
+                  t.measured ? format_percent(t.error()).c_str() : "-",
+                  ((t.at_most ? "<= " : "") + format_percent(t.tolerance)).c_str(),
                   !ok ? (t.measured ? "info" : "n/a") : *ok ? "ok" : "FAIL", t.note.empty() ? "" : "  ", t.note.c_str());
     }
     std::printf("\n%s\n", all_ok ? "OK: every comparable term is within tolerance"

@@ -7,6 +7,7 @@
 #include "core/format.h"
 #include "core/units.h"
 #include "planner/search.h"
+#include "step/buffers.h"
 
 namespace oomb::planner {
 
@@ -87,58 +88,65 @@ ParallelPlan context_parallel(const Scenario& s, ContextParallelism kind, int64_
 
   const int64_t T = ceil_div(N, cp);  // tokens per context-parallel rank
   const int64_t L = simulator::effective_layers(c, m);
-  const int64_t h = m.hidden, qd = m.q_dim(), kvd = m.kv_dim(), f = m.ffn_hidden, V = m.vocab;
-  const int64_t P = m.param_count();
-  const int64_t pb = models::dtype_bytes(c.param_dtype), gb = models::dtype_bytes(c.param_grad_dtype);
+  const int64_t qd = m.q_dim(), kvd = m.kv_dim();
   const int64_t ab = models::dtype_bytes(c.activation_dtype), kvb = models::dtype_bytes(c.kv_dtype);
-  auto add = [&](std::string name, int64_t bytes, std::string formula) {
-    p.rows.push_back({std::move(name), bytes, std::move(formula)});
-  };
-  add("weights", checked_mul(P / tp, pb), "params / tp x param dtype");
-  add("parameter_gradients", checked_mul(P / tp, gb), "params / tp x param-grad dtype");
-  add("optimizer_state", checked_mul(P / (tp * cp), 8 + (pb == 4 ? 0 : 4)),
-      "params / (tp x cp) x (fp32 m, v" + std::string(pb == 4 ? ")" : " + fp32 master)"));
-  const int64_t act_per_token = (3 * h + 2 * qd + 2 * kvd + 3 * f) * ab;
-  if (checkpointing) {
-    add("layer_input_checkpoints", checked_mul(checked_mul(L, T), h * ab) / tp, "layers x N/cp x hidden x act / tp");
-    add("layer_activations", checked_mul(T, act_per_token) / tp,
-        "N/cp x (3 hidden + 2 q_dim + 2 kv_dim + 3 ffn) x act / tp");
-  } else {
-    add("all_layer_activations", checked_mul(checked_mul(L, T), act_per_token) / tp,
-        "layers x N/cp x (3 hidden + 2 q_dim + 2 kv_dim + 3 ffn) x act / tp");
-  }
+
+  // Standard full-sequence training on one TP group (sequence parallelism with TP, fused 1K loss
+  // tiles, AdamW state on the GPUs), the configuration both the compute and the memory below are of.
+  Scenario whole = s;
+  whole.config.schedule = simulator::Schedule::standard;
+  whole.config.attention = simulator::Attention::dense;
+  whole.config.gpus = tp;
+  whole.config.sequence_parallel = tp > 1;  // as Megatron-LM runs tensor with context parallelism
+  whole.config.checkpointing = checkpointing;
+  whole.config.kept_layers = 0;  // context parallelism on paper: checkpointing on or off only
+  whole.config.logits_chunk_tokens = 1024;
+  whole.config.optimizer = simulator::Optimizer::gpu;
+
+  // Memory per GPU: the one buffer table (step/buffers.h) of that step over this rank's N/cp tokens,
+  // with its AdamW state sharded over the cp ranks (ZeRO-1 in the context-parallel group), plus the
+  // buffers context parallelism adds to the attention (its only rows written here).
+  step::Config rank = whole.config;
+  rank.context_tokens = T;
+  step::BufferTable table = step::buffer_table(m, rank, step::target_of(s.gpu));
+  for (step::BufferRow& r : table.rows)
+    if (r.tier == step::Tier::device && r.category == "optimizer_state") {
+      r.bytes = ceil_div(r.bytes, cp);
+      r.formula += " / cp (sharded over the context-parallel ranks)";
+    }
+  step::BufferRow exchange;
+  exchange.name = "attention_exchange";
+  exchange.category = "attention_workspace";
+  exchange.tier = step::Tier::device;
+  exchange.dtype = c.kv_dtype;
+  exchange.phases = step::phase_bit(step::Phase::forward) | step::phase_bit(step::Phase::backward);
   int64_t kv_heads_local = 0;
   if (kind == ContextParallelism::ring) {
-    add("attention_exchange", checked_mul(T, 2 * kvd / tp) * (2 * kvb + 2 * 4),
-        "2 remote K/V blocks (N/cp x 2 kv_dim / tp x KV dtype) + dK/dV send and receive (fp32)");
+    exchange.bytes = checked_mul(T, 2 * kvd / tp) * (2 * kvb + 2 * 4);
+    exchange.formula = "2 remote K/V blocks (N/cp x 2 kv_dim / tp x KV dtype) + dK/dV send and receive (fp32)";
   } else {
     kv_heads_local = std::max<int64_t>(1, m.kv_heads / (tp * cp));
     const int64_t per_token = (2 * qd / (tp * cp) + 2 * kv_heads_local * m.head_dim) * ab;
-    add("attention_exchange", checked_mul(N, per_token) * 2,
-        "N x (q + o of heads/(tp x cp) + K, V of " + std::to_string(kv_heads_local) +
-            " KV head(s)) x act, send and receive buffers");
+    exchange.bytes = checked_mul(N, per_token) * 2;
+    exchange.formula = "N x (q + o of heads/(tp x cp) + K, V of " + std::to_string(kv_heads_local) +
+                       " KV head(s)) x act, send and receive buffers";
     if (m.kv_heads < tp * cp)
       p.notes.push_back(std::to_string(m.kv_heads) + " KV heads over " + std::to_string(tp * cp) +
                         " GPUs: each KV head is replicated on " + std::to_string(tp * cp / m.kv_heads) + " GPUs");
   }
-  const int64_t tile = std::min<int64_t>(1024, T);
-  add("logits_and_loss", checked_mul(tile, V / tp) * (4 + 2) + checked_mul(T, h * ab),
-      "fused loss tile min(1K, N/cp) x vocab / tp x (fp32 + bf16) + final hidden N/cp x hidden x act");
-  add("runtime_reserve", s.gpu.reserved_bytes, "the GPU profile's reserved bytes");
-  for (const auto& r : p.rows) p.device_bytes = checked_add(p.device_bytes, r.bytes);
+  table.rows.push_back(exchange);
+  // The rows alive at the table's device peak (what the per-GPU total is).
+  const step::BufferTable::PhasePeak peak = table.device_peak(true);
+  const step::PhaseMask at_peak = step::phase_bit(peak.phase);
+  for (const step::BufferRow& r : table.rows)
+    if (r.tier == step::Tier::device && r.bytes > 0 && (r.phases & at_peak))
+      p.rows.push_back({r.name, r.bytes, r.formula});
+  p.device_bytes = peak.bytes;
   p.device_limit_bytes = device_limit(s, headroom);
   p.host_limit_bytes = s.host.ram_bytes;
   p.fits = p.device_bytes <= p.device_limit_bytes;
 
   // Compute: the simulator's standard step for the whole sequence on one TP group, shared by cp.
-  Scenario whole = s;
-  whole.config.schedule = simulator::Schedule::standard;
-  whole.config.attention = simulator::Attention::dense;
-  whole.config.gpus = tp;
-  whole.config.checkpointing = checkpointing;
-  whole.config.kept_layers = 0;  // context parallelism on paper: checkpointing on or off only
-  whole.config.logits_chunk_tokens = 1024;
-  whole.config.optimizer = simulator::Optimizer::gpu;
   const simulator::Summary sum = simulator::evaluate(whole);
   p.compute_s = sum.step_s / static_cast<double>(cp);
 

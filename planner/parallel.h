@@ -6,23 +6,18 @@
 // model numbers as the simulator.
 //
 // Context parallelism (cp GPUs share one sequence of N tokens, each holds T = N / cp of them; tp
-// GPUs shard every layer, with sequence parallelism for the activations), per GPU:
-//   weights                P / tp x param dtype
-//   parameter_gradients    P / tp x param-grad dtype
-//   optimizer_state        P / (tp x cp) x (fp32 m + v (+ fp32 master)): the distributed optimizer
-//                          shards AdamW over the context-parallel ranks (they all hold the same
-//                          parameters, as data-parallel ranks do)
-//   checkpointing on:  layer_input_checkpoints  L x T x hidden x act / tp
-//                      layer_activations        T x (3 hidden + 2 q_dim + 2 kv_dim + 3 ffn) x act / tp
-//   checkpointing off: all_layer_activations    L x T x (3 hidden + 2 q_dim + 2 kv_dim + 3 ffn) x act / tp
+// GPUs shard every layer, with sequence parallelism for the hidden-wide activations). Memory per
+// GPU is the one buffer table (step/buffers.h) of standard training over T tokens at tensor
+// parallelism tp (Config::sequence_parallel), priced at its device peak, with two changes that only
+// context parallelism makes:
+//   AdamW state rows   / cp: the distributed optimizer shards it over the context-parallel ranks
+//                      (they all hold the same parameters, as data-parallel ranks do)
 //   attention_exchange ring:    2 remote K/V blocks in flight, T x 2 kv_dim / tp x KV dtype each, and
 //                               the travelling dK/dV block sent and received, T x 2 kv_dim / tp x fp32 each
 //                      Ulysses: after the all-to-all a GPU holds q, k, v and o of its heads over all N
 //                               tokens (send and receive buffers: x 2); KV heads are replicated when
 //                               fewer than tp x cp
-//   logits_and_loss    fused chunked loss: min(1K, T) x vocab / tp x (fp32 + bf16), plus the final
-//                      hidden state T x hidden x act
-//   runtime_reserve    the GPU profile's reserve
+// The rows listed are those alive at the peak.
 // Step time: the simulator's standard-schedule step for the whole sequence on one tensor-parallel
 // group, divided by cp (causal load balancing, e.g. zig-zag, makes every rank's share equal), plus
 // the exposed communication on the GPU profile's interconnect (per direction): ring passes its K/V

@@ -29,6 +29,7 @@ struct ValidationTerm {
   double tolerance = 0;
   std::string note;
   bool judged = true;  // false: shown for information only
+  bool at_most = false;  // a bound: ok when measured <= predicted x (1 + tolerance), however much lower
   double error() const;              // (measured - predicted) / predicted
   std::optional<bool> ok() const;    // empty when not judged or not comparable
 };

@@ -258,9 +258,13 @@ BufferTable buffer_table(const models::ModelSpec& m, const Config& c, const Targ
   // q/k RMSNorm (Qwen3) adds the projections before it (q_dim + kv_dim) and, to the backward, their
   // gradients; its per-head rstd joins the norms' (q_heads + kv_heads per token).
   const int64_t qkn = m.qk_norm ? g.qd + g.kvd : 0;
+  // Hidden-wide activations per token: the hidden size, or its share of it under sequence
+  // parallelism (each of the tensor-parallel GPUs holds 1/G of the tokens of those tensors).
+  const int64_t hs = c.sequence_parallel ? ceil_div(g.h, g.G) : g.h;
+  const int64_t rstd_share = c.sequence_parallel ? g.G : 1;  // norms run on the split sequence too
   const int64_t rstd_per_token = 2 + (m.qk_norm ? g.q_heads + g.kv_heads : 0);
-  const int64_t layer_act_width = 4 * g.h + 2 * g.qd + 2 * g.kvd + 3 * g.f + qkn;
-  const int64_t layer_bwd_width = 3 * g.h + 2 * g.qd + 2 * g.kvd + 3 * g.f + qkn;
+  const int64_t layer_act_width = 4 * hs + 2 * g.qd + 2 * g.kvd + 3 * g.f + qkn;
+  const int64_t layer_bwd_width = 3 * hs + 2 * g.qd + 2 * g.kvd + 3 * g.f + qkn;
   // Stage 1 and stage 2 forward/backward of a layer (oomb); forward/backward of a layer (standard).
   const PhaseMask layer_phases = g.oomb ? (fill | rec | bwd) : (fwd | bwd);
   // From the first forward that keeps them to the last backward.
@@ -269,18 +273,18 @@ BufferTable buffer_table(const models::ModelSpec& m, const Config& c, const Targ
   add(row::kTokenIds, "inputs", Tier::device, OOMB_SHAPE({2, T}), "int32", checked_mul(T, 8), all,
       OOMB_TEXT(tok + " tokens x 2 (ids, targets) x 4"));
   if (g.oomb) {
-    add(row::kHiddenStates, "hidden_states", Tier::device, OOMB_SHAPE({2, T, g.h}), act, checked_mul(T, 2 * g.h * A),
+    add(row::kHiddenStates, "hidden_states", Tier::device, OOMB_SHAPE({2, T, hs}), act, checked_mul(T, 2 * hs * A),
         all, "2 (x, y ping-pong) x chunk tokens x hidden x activation dtype");
   } else {
     // The layer inputs are the checkpoints; the last layer's output is the final norm's input.
-    add(row::kHiddenStates, "hidden_states", Tier::device, OOMB_SHAPE({g.N, g.h}), act, checked_mul(g.N, g.h * A),
+    add(row::kHiddenStates, "hidden_states", Tier::device, OOMB_SHAPE({g.N, hs}), act, checked_mul(g.N, hs * A),
         fwd | loss, "sequence tokens x hidden x activation dtype (the last layer's output)");
   }
   // The executor keeps the layer inputs also without checkpointing (the input norm's backward reads
   // them); a framework's standard step keeps them inside the activations.
   if (c.checkpointing || g.oomb) {
-    add(row::kLayerInputCheckpoints, "checkpoints", Tier::device, OOMB_SHAPE({g.L, T, g.h}), act,
-        checked_mul(checked_mul(g.L, T), g.h * A), kept,
+    add(row::kLayerInputCheckpoints, "checkpoints", Tier::device, OOMB_SHAPE({g.L, T, hs}), act,
+        checked_mul(checked_mul(g.L, T), hs * A), kept,
         OOMB_TEXT("layers x " + tok + " tokens x hidden x activation dtype"));
   }
   if (!c.checkpointing) {
@@ -290,14 +294,14 @@ BufferTable buffer_table(const models::ModelSpec& m, const Config& c, const Targ
         checked_mul(checked_mul(g.L, T), layer_act_width * A), all_layers,
         OOMB_TEXT("layers x " + tok + " tokens x (4 hidden + 2 q_dim + 2 kv_dim + 3 ffn) x activation dtype"));
     add(row::kLayerNormRstd, "layer_working_set", Tier::device, OOMB_SHAPE({g.L, rstd_per_token, T}), "fp32",
-        checked_mul(checked_mul(g.L, T), 4 * rstd_per_token), all_layers,
+        ceil_div(checked_mul(checked_mul(g.L, T), 4 * rstd_per_token), rstd_share), all_layers,
         OOMB_TEXT("layers x 2 norms x " + tok + " tokens x 4"));
     add(row::kAttentionLse, "attention_workspace", Tier::device, OOMB_SHAPE({g.L, T, g.q_heads}), "fp32",
         checked_mul(checked_mul(g.L, T), g.q_heads * 4), all_layers,
         OOMB_TEXT("layers x " + tok + " tokens x q_heads x 4"));
   }
-  add(row::kHiddenGradients, "layer_working_set", Tier::device, OOMB_SHAPE({2, T, g.h}), act,
-      checked_mul(T, 2 * g.h * A), g.oomb ? (rec | loss | bwd) : (loss | bwd),
+  add(row::kHiddenGradients, "layer_working_set", Tier::device, OOMB_SHAPE({2, T, hs}), act,
+      checked_mul(T, 2 * hs * A), g.oomb ? (rec | loss | bwd) : (loss | bwd),
       OOMB_TEXT("2 (dy, dx) x " + tok + " tokens x hidden x activation dtype"));
   if (c.checkpointing && c.kept_layers > 0) {
     // Partial checkpointing: the last k layers keep their activations as checkpointing off keeps
@@ -308,7 +312,7 @@ BufferTable buffer_table(const models::ModelSpec& m, const Config& c, const Targ
         checked_mul(checked_mul(k, T), layer_act_width * A), all_layers,
         OOMB_TEXT("kept layers x " + tok + " tokens x (4 hidden + 2 q_dim + 2 kv_dim + 3 ffn) x activation dtype"));
     add(row::kKeptLayerNormRstd, "layer_working_set", Tier::device, OOMB_SHAPE({k, rstd_per_token, T}), "fp32",
-        checked_mul(checked_mul(k, T), 4 * rstd_per_token), all_layers,
+        ceil_div(checked_mul(checked_mul(k, T), 4 * rstd_per_token), rstd_share), all_layers,
         OOMB_TEXT("kept layers x 2 norms x " + tok + " tokens x 4"));
     add(row::kKeptAttentionLse, "attention_workspace", Tier::device, OOMB_SHAPE({k, T, g.q_heads}), "fp32",
         checked_mul(checked_mul(k, T), g.q_heads * 4), all_layers,
@@ -319,7 +323,7 @@ BufferTable buffer_table(const models::ModelSpec& m, const Config& c, const Targ
         checked_mul(T, layer_act_width * A), layer_phases,
         OOMB_TEXT(tok + " tokens x (4 hidden + 2 q_dim + 2 kv_dim + 3 ffn) x activation dtype (one layer)"));
     add(row::kLayerNormRstd, "layer_working_set", Tier::device, OOMB_SHAPE({rstd_per_token, T}), "fp32",
-        checked_mul(T, 4 * rstd_per_token), layer_phases, OOMB_TEXT("2 norms x " + tok + " tokens x 4 (one layer)"));
+        ceil_div(checked_mul(T, 4 * rstd_per_token), rstd_share), layer_phases, OOMB_TEXT("2 norms x " + tok + " tokens x 4 (one layer)"));
     add(row::kAttentionLse, "attention_workspace", Tier::device, OOMB_SHAPE({T, g.q_heads}), "fp32",
         checked_mul(T, g.q_heads * 4), layer_phases,
         OOMB_TEXT(tok + " tokens x q_heads x 4 (log-sum-exp saved for the backward)"));
@@ -329,9 +333,9 @@ BufferTable buffer_table(const models::ModelSpec& m, const Config& c, const Targ
       OOMB_TEXT(tok + " tokens x (3 hidden + 2 q_dim + 2 kv_dim + 3 ffn) x activation dtype (one layer)"));
   // Final norm, LM head and cross-entropy (the loss phase).
   const int64_t V = g.V / g.G;
-  add(row::kFinalNorm, "logits", Tier::device, OOMB_SHAPE({2, T, g.h}), act, checked_mul(T, 2 * g.h * A), loss,
+  add(row::kFinalNorm, "logits", Tier::device, OOMB_SHAPE({2, T, hs}), act, checked_mul(T, 2 * hs * A), loss,
       OOMB_TEXT("2 (normed final hidden, its gradient) x " + tok + " tokens x hidden x activation dtype"));
-  add(row::kFinalNormRstd, "logits", Tier::device, OOMB_SHAPE({T}), "fp32", checked_mul(T, 4), loss,
+  add(row::kFinalNormRstd, "logits", Tier::device, OOMB_SHAPE({T}), "fp32", ceil_div(checked_mul(T, 4), rstd_share), loss,
       OOMB_TEXT(tok + " tokens x 4"));
   if (g.fused_loss) {
     add(row::kLogits, "logits", Tier::device, OOMB_SHAPE({tile, V}), c.loss_dtype,

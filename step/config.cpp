@@ -75,6 +75,7 @@ Json Config::to_json() const {
           {"peak_measure", to_string(peak_measure)},
           {"implementation", to_string(implementation)},
           {"gpus", gpus},
+          {"sequence_parallel", sequence_parallel},
           {"layers_override", layers_override}};
 }
 
@@ -106,6 +107,7 @@ Config config_from_json(const Json& j, const std::string& where) {
   // Documents written before the key: the published preset was the only source of its rows.
   c.implementation = implementation_from_string(r.str_or("implementation", "oomb"), where + ": implementation");
   c.gpus = r.i64_positive("gpus");
+  c.sequence_parallel = r.boolean_or("sequence_parallel", false);  // documents before the key: off
   c.layers_override = r.i64_or("layers_override", 0);
   return c;
 }

@@ -86,6 +86,10 @@ struct Config {
   PeakMeasure peak_measure = PeakMeasure::reserved;
   Implementation implementation = Implementation::oomb;
   int64_t gpus = 1;                    // tensor parallelism degree (planning only)
+  // With tensor parallelism: the hidden-wide activations (layer inputs, norms, residuals) are split
+  // over the gpus along the sequence, as Megatron-LM's sequence parallelism does (the head- and
+  // ffn-wide ones are split by tensor parallelism itself). The context-parallel layouts use it.
+  bool sequence_parallel = false;
   int64_t layers_override = 0;         // > 0: run/predict only the first N layers (validation runs)
 
   Json to_json() const;
