@@ -27,10 +27,12 @@ Json RecallCurve::to_json() const {
 }
 
 RecallPoint recall_point_from_run(const Json& extra, const std::string& where, std::string* model) {
-  if (!extra.is_object() || !extra.contains("config") || !extra.contains("measured"))
-    throw Error(where, "metadata.extra", "is not a trace of `oomb run` (no config or measurements)",
-                "record one with oomb run --attention sparse --measure-recall --trace FILE");
-  const step::RunRecord run = step::run_record_from_json(extra, where);
+  step::RunRecord run;
+  try {
+    run = step::run_record_from_json(extra, where);
+  } catch (const Error& e) {
+    throw Error(e.where(), e.key(), e.problem(), "record one with oomb run --attention sparse --measure-recall --trace FILE");
+  }
   if (run.config.attention != step::Attention::sparse)
     throw Error(where, "attention", "was a dense run: recall is measured for sparse attention",
                 "record it with oomb run --attention sparse --measure-recall --trace FILE");
