@@ -79,6 +79,18 @@ void ScenarioFlags::add_to(CLI::App& app, bool require_context) {
   app.add_option("--peak-measure", peak_measure,
                  "reserved (include the runtime reserve, default) or allocated (as PyTorch's max_memory_allocated)");
   app.add_option("--gpus", gpus, "Tensor-parallel GPUs (planning only; execution is single-GPU)");
+  app.add_option("--lora-rank", lora_rank,
+                 "LoRA: train rank-R adapters (y = W x + (alpha / R) B A x, fp32 as PEFT makes them) on a frozen "
+                 "base: no gradients or optimizer state for the base, no weight-gradient GEMMs for it in the "
+                 "backward. 0 = full fine-tuning (default). Planned and simulated; oomb run does not run adapters yet")
+      ->check(unsigned_integer());
+  app.add_option("--lora-alpha", lora_alpha, "LoRA scaling alpha (default 8, PEFT's; does not change memory or time)");
+  app.add_option("--lora-targets", lora_targets,
+                 "LoRA: the projections with adapters, PEFT's module names: q_proj, k_proj, v_proj, o_proj, gate_proj, "
+                 "up_proj, down_proj (comma-separated) or all-linear (default q_proj,v_proj, PEFT's for llama and qwen2)");
+  app.add_option("--lora-train-embeddings", lora_train_embeddings,
+                 "LoRA: also train the embeddings and the LM head (PEFT's modules_to_save; default false: frozen)")
+      ->check(boolean_word());
   app.add_option("--layers", layers, "Only the first N layers (quick validation runs)");
   // plan, simulate and sweep: the training defaults (resolve() applies them).
   if (training_defaults) {

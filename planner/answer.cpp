@@ -10,6 +10,7 @@
 #include "planner/defaults.h"
 #include "planner/executable.h"
 #include "planner/parallel.h"
+#include "step/geometry.h"
 
 namespace oomb::planner {
 
@@ -74,6 +75,16 @@ void print_settings(std::string& out, const simulator::Scenario& s) {
                                            (tile < c.logits_chunk_tokens ? " (one tile)" : ""))
                                               .c_str()
                                         : "unfused, whole chunk");
+  if (c.lora_rank > 0) {
+    const step::Geometry g = step::geometry(s.model, c);
+    const int64_t trained = step::trainable_param_count(s.model, c, g);
+    const double share = static_cast<double>(trained) / static_cast<double>(step::param_count(s.model, c) / g.G);
+    appendf(out, "  training     LoRA rank %lld (alpha %g) on %s%s: %s trained parameters (%s of the model), the "
+                 "base frozen\n",
+            static_cast<long long>(c.lora_rank), c.lora_alpha, step::lora_targets_text(c.lora_targets).c_str(),
+            c.lora_train_embeddings ? " + embeddings and LM head" : "", format_count(static_cast<double>(trained)).c_str(),
+            format_percent(share).c_str());
+  }
   appendf(out, "  optimizer    %s\n", planner::optimizer_text(s).c_str());
   appendf(out, "  recompute    %s\n", planner::recompute_text(c, s.model).c_str());
   std::string why;
@@ -416,6 +427,22 @@ PlanAnswer answer(const PlanQuery& query) {
 
   if (q.node.gpus > 1 && context > 0) ans.comparison = planner::compare_multi_gpu(r, q.node, chosen, context);
   if (chosen && s0.config.schedule == simulator::Schedule::oomb) ans.baselines = planner::baselines(r, context);
+  if (s0.config.lora_rank > 0 && context > 0) {
+    Request full = r;
+    full.scenario.config.lora_rank = 0;
+    full.scenario.config.lora_train_embeddings = false;
+    for (const char* k : {"lora_rank", "lora_alpha", "lora_targets", "lora_train_embeddings"}) full.fixed.erase(k);
+    const SearchResult f = planner::search(full, context);
+    ans.full_finetune_fits = f.best.has_value();
+    ans.full_finetune = f.best ? f.best : f.closest;
+    if (chosen) {
+      simulator::Scenario same = ans.chosen_scenario;
+      same.config.lora_rank = 0;
+      same.config.lora_train_embeddings = false;
+      const simulator::Summary sum = simulator::evaluate(same);
+      ans.full_finetune_same = Candidate{same.config, sum, usage_of(same, sum, r.headroom)};
+    }
+  }
   return ans;
 
 }
@@ -455,6 +482,16 @@ Json PlanAnswer::to_json() const {
     }
   out["diagnosis"] = diagnosis ? diagnosis->to_json() : Json(nullptr);
   out["sparse_fallback"] = sparse_fallback;
+  if (full_finetune) {
+    Json ff = candidate_brief(*full_finetune);
+    ff["fits"] = full_finetune_fits;
+    out["full_finetune"] = ff;
+  }
+  if (full_finetune_same) {
+    Json ff = candidate_brief(*full_finetune_same);
+    ff["fits"] = full_finetune_same->fits();
+    out["full_finetune_same_settings"] = ff;
+  }
   out["sparse_alternative"] = sparse_hint ? candidate_brief(*sparse_hint) : Json(nullptr);
   out["best_executable"] = best_executable ? candidate_brief(*best_executable) : Json(nullptr);
   out["on_paper"] = on_paper ? candidate_brief(*on_paper) : Json(nullptr);
@@ -588,6 +625,26 @@ std::string PlanAnswer::describe() const {
                 format_count(sparse_hint->summary.tokens_per_s).c_str(),
                 format_bytes(sparse_hint->summary.peak_device_bytes).c_str());
   if (!standard.empty()) print_baselines(out, standard, *chosen);
+  if (full_finetune_same) {
+    const Candidate& f = *full_finetune_same;
+    appendf(out,
+            "\nFull fine-tuning (every parameter trained, AdamW on all), these settings: %s: peak %s, step %s (LoRA saves "
+            "%s and %s of the step)\n",
+            f.fits() ? "fits" : ("does not fit (" + f.usage.binding() + ")").c_str(),
+            format_bytes(f.summary.peak_device_bytes).c_str(), format_duration_s(f.summary.step_s).c_str(),
+            format_bytes(f.summary.peak_device_bytes - chosen->summary.peak_device_bytes).c_str(),
+            format_percent(1.0 - chosen->summary.step_s / f.summary.step_s).c_str());
+  }
+  if (full_finetune) {
+    const Candidate& f = *full_finetune;
+    std::string tail = full_finetune_fits ? "" : " (closest)";
+    if (full_finetune_fits && f.config.attention == Attention::sparse && chosen->config.attention == Attention::dense)
+      tail = " with sparse attention (approximate gradients: no dense full fine-tuning fits)";
+    appendf(out, "Full fine-tuning, its best plan: %s: peak %s, step %s%s; %s\n",
+            full_finetune_fits ? "fits" : ("does not fit (" + f.usage.binding() + ")").c_str(),
+            format_bytes(f.summary.peak_device_bytes).c_str(), format_duration_s(f.summary.step_s).c_str(), tail.c_str(),
+            describe_knobs(f.config, s0.model).c_str());
+  }
   if (q.pareto) print_pareto(out, front, s0.model);
   if (diagnosis) print_diagnosis(out, *diagnosis);
   if (comparison) print_comparison(out, *comparison, node, s0, context);

@@ -46,6 +46,12 @@ struct PlanAnswer {
   std::optional<Candidate> on_paper;         // a plan to run: what the settings on paper would give
   std::optional<Comparison> comparison;      // multi-GPU
   std::vector<Baseline> baselines;           // standard training at this context
+  // A LoRA request: full fine-tuning of the same model at this context (its best plan, or the
+  // closest miss when none fits), what the adapters buy.
+  std::optional<Candidate> full_finetune;
+  bool full_finetune_fits = false;
+  // ... and the chosen LoRA plan's own settings with every parameter trained (like for like).
+  std::optional<Candidate> full_finetune_same;
   std::optional<RecallCurve> curve;
   int64_t recall_min_budget = 0;
   std::string warning;  // about the context (context_warning), "" = none

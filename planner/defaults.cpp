@@ -56,7 +56,9 @@ int64_t optimizer_bytes(const simulator::Scenario& s) {
 std::string optimizer_text(const simulator::Scenario& s) {
   const auto& c = s.config;
   if (c.optimizer == Optimizer::none) return "none (no AdamW state: a measurement setting, not a training run)";
-  const std::string what = models::dtype_bytes(c.param_dtype) == 4 ? "AdamW (fp32 m + v)" : "AdamW (fp32 master + m + v)";
+  const bool master = models::dtype_bytes(c.param_dtype) != 4 && (c.lora_rank == 0 || c.lora_train_embeddings);
+  const std::string what = std::string(master ? "AdamW (fp32 master + m + v" : "AdamW (fp32 m + v") +
+                           (c.lora_rank > 0 ? " of the trained parameters)" : ")");
   if (c.optimizer == Optimizer::gpu)
     return what + ", " + format_bytes(optimizer_bytes(s)) + (c.gpus > 1 ? " per GPU" : "") + " on the GPU";
   return what + ", " + format_bytes(optimizer_bytes(s)) + (c.gpus > 1 ? " per node (all GPUs' shards)" : "") +

@@ -96,6 +96,13 @@ simulator::Scenario Knobs::resolve() const {
   if (logits_chunk) c.logits_chunk_tokens = *logits_chunk == "0" ? 0 : parse_tokens(*logits_chunk, "--logits-chunk");
   if (peak_measure) c.peak_measure = peak_measure_from_string(*peak_measure, "--peak-measure");
   if (loss_dtype) c.loss_dtype = *loss_dtype;
+  if (lora_rank) c.lora_rank = *lora_rank;
+  if (lora_alpha) c.lora_alpha = finite_in(*lora_alpha, 1e-6, 1e6, "--lora-alpha", "e.g. 16 (PEFT's default is 8)");
+  if (lora_targets) c.lora_targets = step::lora_targets_from_string(*lora_targets, "--lora-targets");
+  if (lora_train_embeddings) c.lora_train_embeddings = *lora_train_embeddings;
+  if (c.lora_rank == 0 && (lora_alpha || lora_targets || lora_train_embeddings))
+    throw Error(lora_alpha ? "--lora-alpha" : lora_targets ? "--lora-targets" : "--lora-train-embeddings", "",
+                "sets up LoRA, and no --lora-rank is given", "add --lora-rank R (e.g. 16)");
   if (c.context_tokens > 0) validate(c, s.model);
   return s;
 }
@@ -130,6 +137,10 @@ std::set<std::string> Knobs::explicit_knobs() const {
   note("logits_chunk", logits_chunk.has_value());
   note("peak_measure", peak_measure.has_value());
   note("loss_dtype", loss_dtype.has_value());
+  note("lora_rank", lora_rank.has_value());
+  note("lora_alpha", lora_alpha.has_value());
+  note("lora_targets", lora_targets.has_value());
+  note("lora_train_embeddings", lora_train_embeddings.has_value());
   return k;
 }
 

@@ -21,10 +21,10 @@ struct Knobs {
   std::string preset;
   std::optional<std::string> schedule, attention, chunk, page, selection, resident_layers, kv_dtype, kv_grad_dtype,
       param_dtype, param_grad_dtype, activation_dtype, optimizer, logits_chunk, selection_memory, peak_measure,
-      loss_dtype;
-  std::optional<int64_t> budget, gpus, layers, kept_layers;
-  std::optional<double> selection_overlap;
-  std::optional<bool> checkpointing;
+      loss_dtype, lora_targets;
+  std::optional<int64_t> budget, gpus, layers, kept_layers, lora_rank;
+  std::optional<double> selection_overlap, lora_alpha;
+  std::optional<bool> checkpointing, lora_train_embeddings;
   // plan, simulate, sweep and calibration points: unset optimizer means auto (AdamW, placed on the
   // GPU or the host) and unset logits_chunk the fused 1K tiles, except under --preset
   // oomb-published (a measurement setting). `oomb run` keeps the config's defaults.

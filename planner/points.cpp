@@ -24,7 +24,8 @@ namespace {
 const std::vector<std::string> kKnobKeys = {
     "model", "gpu", "host", "context", "preset", "schedule", "attention", "chunk", "page", "budget", "selection",
     "selection_overlap", "selection_memory", "resident_layers", "kv_dtype", "kv_grad_dtype", "param_dtype",
-    "param_grad_dtype", "optimizer", "checkpointing", "kept_layers", "logits_chunk", "peak_measure", "gpus", "layers"};
+    "param_grad_dtype", "optimizer", "checkpointing", "kept_layers", "logits_chunk", "peak_measure", "gpus", "layers",
+    "lora_rank", "lora_alpha", "lora_targets", "lora_train_embeddings"};
 const std::vector<std::string> kMeasuredKeys = {"step_s", "peak_device_bytes", "tokens_per_s"};
 const std::vector<std::string> kTextKeys = {"name", "plan", "note", "source"};
 
@@ -117,6 +118,14 @@ simulator::MeasuredPoint point_of(std::map<std::string, std::string> f, const st
     if (f.count("budget")) flags.budget = integer_of(f["budget"], where, "budget");
     if (f.count("gpus")) flags.gpus = integer_of(f["gpus"], where, "gpus");
     if (f.count("layers")) flags.layers = integer_of(f["layers"], where, "layers");
+    if (f.count("lora_rank")) flags.lora_rank = integer_of(f["lora_rank"], where, "lora_rank");
+    if (f.count("lora_alpha")) flags.lora_alpha = number_of(f["lora_alpha"], where, "lora_alpha");
+    text("lora_targets", flags.lora_targets);
+    if (f.count("lora_train_embeddings")) {
+      if (f["lora_train_embeddings"] != "true" && f["lora_train_embeddings"] != "false")
+        throw Error(where, "lora_train_embeddings", "'" + f["lora_train_embeddings"] + "' is not true or false");
+      flags.lora_train_embeddings = f["lora_train_embeddings"] == "true";
+    }
     if (f.count("kept_layers")) flags.kept_layers = integer_of(f["kept_layers"], where, "kept_layers");
     if (f.count("selection_overlap")) flags.selection_overlap = number_of(f["selection_overlap"], where, "selection_overlap");
     if (f.count("checkpointing")) {

@@ -11,6 +11,7 @@
 #include <map>
 #include <set>
 #include <tuple>
+#include <utility>
 
 #include "core/error.h"
 #include "core/format.h"
@@ -163,7 +164,9 @@ Space make_space(const Request& r, int64_t N) {
     for (int64_t k = 0; k < L; ++k) sp.recomputes.push_back(k);
     if (!fixed(r, "checkpointing")) sp.recomputes.push_back(L);
   }
-  if (fixed(r, "param_grad_dtype")) sp.param_grads = {b.param_grad_dtype};
+  // Under LoRA with a frozen embedding and LM head no base parameter has a gradient: the dtype
+  // changes nothing (the adapters' gradients are fp32).
+  if (fixed(r, "param_grad_dtype") || (b.lora_rank > 0 && !b.lora_train_embeddings)) sp.param_grads = {b.param_grad_dtype};
   else sp.param_grads = {"bf16", "fp32"};
   if (fixed(r, "logits_chunk")) sp.logits = {b.logits_chunk_tokens};
   else sp.logits.assign(std::begin(kLogits), std::end(kLogits));
@@ -480,7 +483,7 @@ class Searcher {
       Config config;
       int64_t in = -1, out = -1;  // the known setting in the band nearest the edge; beyond it, outside
     };
-    std::map<decltype(point_key(Config{})), Known> points;
+    std::map<decltype(point_key(std::declval<const Config&>())), Known> points;
     for (const auto& k : out_.feasible) {
       Known& p = points.try_emplace(point_key(k.config), Known{k.config}).first->second;
       const int64_t i = static_cast<int64_t>(recompute_index(k.config));
@@ -528,7 +531,7 @@ class Searcher {
     });
     if (const Candidate* best = select_best(seeds, objective_, &r_.scenario.config)) picked.push_back(*best);
     for (size_t i = 0; i < seeds.size() && i < 3; ++i) picked.push_back(seeds[i]);
-    std::set<decltype(point_key(Config{}))> done;
+    std::set<decltype(point_key(std::declval<const Config&>()))> done;
     for (const auto& k : out_.feasible) done.insert(point_key(k.config));
     for (const Candidate& seed : picked) {
       // Tiles at least as long as the chunk are all the same single fused tile: try one of them.

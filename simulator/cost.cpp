@@ -38,6 +38,9 @@ constexpr int64_t kQueryTile = 128;
 
 struct LayerWork {
   double gemm_flops = 0;
+  // LoRA: the frozen base's GEMM flops (a forward's worth): its weight gradients are not computed,
+  // so a backward skips them (Mult::skip_dw).
+  double frozen_gemm_flops = 0;
   double attn_flops = 0;
   double attn_bytes = 0;  // K/V reads
   double mb_bytes = 0;    // memory-bound elementwise traffic
@@ -51,11 +54,14 @@ double peak(const Scenario& s) { return s.gpu.bf16_flops_per_s; }
 struct Mult {
   double gemm = 0, attn_fwd = 0, attn_bwd = 0, mb = 0;
   int kernels = 0;
+  double skip_dw = 0;  // passes whose frozen dW GEMMs are skipped (a backward: 1)
 };
+
+double gemm_work(const LayerWork& w, const Mult& m) { return w.gemm_flops * m.gemm - w.frozen_gemm_flops * m.skip_dw; }
 
 double time_of(const Scenario& s, const LayerWork& w, const Mult& m) {
   const auto& e = s.gpu.efficiency;
-  double t_gemm = w.gemm_flops * m.gemm / (peak(s) * e.gemm);
+  double t_gemm = gemm_work(w, m) / (peak(s) * e.gemm);
   double t_attn = std::max(w.attn_flops * m.attn_fwd / (peak(s) * e.attention) +
                                w.attn_flops * m.attn_bwd / (peak(s) * e.attention_backward),
                            w.attn_bytes * (m.attn_fwd + m.attn_bwd) / (s.gpu.hbm_bytes_per_s * e.memory_bound));
@@ -71,7 +77,7 @@ double time_of(const Scenario& s, const LayerWork& w, const Mult& m) {
 // time_of's terms at efficiency 1 (the same multipliers), for calibration.
 WorkTerms terms_of(const Scenario& s, const LayerWork& w, const Mult& m) {
   WorkTerms t;
-  t.gemm_s = w.gemm_flops * m.gemm / peak(s);
+  t.gemm_s = gemm_work(w, m) / peak(s);
   t.attn_s = w.attn_flops * m.attn_fwd / peak(s);
   t.attn_bwd_s = w.attn_flops * m.attn_bwd / peak(s);
   t.attn_bytes_s = w.attn_bytes * (m.attn_fwd + m.attn_bwd) / s.gpu.hbm_bytes_per_s;
@@ -91,6 +97,10 @@ LayerWork layer_work(const Geometry& g, int64_t tokens, int64_t prefix_keys, boo
   LayerWork w;
   const double T = static_cast<double>(tokens);
   w.gemm_flops = 2.0 * T * static_cast<double>(g.h * g.qd + 2 * g.h * g.kvd + g.qd * g.h + 3 * g.h * g.f);
+  if (g.lora) {  // the adapters' two thin GEMMs per target (A x, then B (A x)): 2 flops per parameter and token
+    w.frozen_gemm_flops = w.gemm_flops;
+    w.gemm_flops += 2.0 * T * static_cast<double>(g.lora_layer_params);
+  }
   const double pairs = T * static_cast<double>(prefix_keys) + T * (T + 1) / 2.0;
   w.attn_flops = 4.0 * pairs * static_cast<double>(g.head_dim * g.q_heads);
   const double keys_avg = static_cast<double>(prefix_keys) + T / 2.0;
@@ -109,10 +119,12 @@ PassCost head_cost(const Scenario& s, const Geometry& g, int64_t tokens) {
   const double logit_bytes = g.fused_loss ? 6.0 : 10.0;
   w.mb_bytes = T * static_cast<double>(g.V / g.G) * logit_bytes + T * static_cast<double>(4 * g.h * g.act_b);
   PassCost p;
-  const Mult m{3.0, 0.0, 0.0, 1.0, kKernelsHead};
+  // Under LoRA a frozen LM head computes no weight gradient: forward and input gradient only.
+  const double gemms = g.lora && !s.config.lora_train_embeddings ? 2.0 : 3.0;
+  const Mult m{gemms, 0.0, 0.0, 1.0, kKernelsHead};
   p.compute_s = time_of(s, w, m);
   p.work = terms_of(s, w, m);
-  p.flops = 3.0 * w.gemm_flops;
+  p.flops = gemms * w.gemm_flops;
   return p;
 }
 
@@ -160,10 +172,11 @@ void backward_costs(const Scenario& s, const LayerWork& w, bool ckpt, ChunkCosts
   for (PassCost* p : {&cc.backward, &cc.backward_kept}) {
     const bool recompute = ckpt && p == &cc.backward;
     const double r = recompute ? 1.0 : 0.0;
-    const Mult bwd{2.0 + r, r, kAttentionBackwardFactor, 2.0 + r, kKernelsLayerBwd + (recompute ? kKernelsLayerFwd : 0)};
+    const Mult bwd{2.0 + r, r, kAttentionBackwardFactor, 2.0 + r,
+                   kKernelsLayerBwd + (recompute ? kKernelsLayerFwd : 0), 1.0};
     p->compute_s = time_of(s, w, bwd);
     p->work = terms_of(s, w, bwd);
-    p->flops = (2.0 + r) * w.gemm_flops + (kAttentionBackwardFactor + r) * w.attn_flops;
+    p->flops = gemm_work(w, bwd) + (kAttentionBackwardFactor + r) * w.attn_flops;
   }
 }
 }  // namespace
@@ -229,7 +242,7 @@ ChunkCosts standard_costs(const Scenario& s, const Geometry& g) {
 
 double optimizer_update_s(const Scenario& s) {
   if (s.config.optimizer == Optimizer::none) return 0;
-  const double params = static_cast<double>(param_count(s) / s.config.gpus);
+  const double params = static_cast<double>(step::trainable_param_count(s.model, s.config, geometry(s)));
   // Read + write of master (4), m (4), v (4); read the gradient, write the parameter.
   const double bytes_per_param = 24.0 + static_cast<double>(models::dtype_bytes(s.config.param_grad_dtype)) +
                                  static_cast<double>(models::dtype_bytes(s.config.param_dtype));
@@ -476,9 +489,8 @@ Summary evaluate(const Scenario& s) {
     step += optimizer_update_s(s);
   } else if (s.config.optimizer == Optimizer::host) {
     // Gradients go to the host optimizer, it updates, and the parameters come back, once per step.
-    const int64_t params = param_count(s) / g.G;
-    const int64_t gbytes = params * models::dtype_bytes(s.config.param_grad_dtype);
-    const int64_t pbytes = params * models::dtype_bytes(s.config.param_dtype);
+    const int64_t gbytes = step::trained_gradient_bytes(s.model, s.config, g);
+    const int64_t pbytes = step::trained_weight_bytes(s.model, s.config, g);
     d2h += gbytes;
     h2d += pbytes;
     step += gbytes / d2h_rate(s, false) + optimizer_update_s(s) + pbytes / h2d_rate(s, false);

@@ -273,9 +273,8 @@ EventResult simulate_events(const Scenario& s, traces::Detail detail) {
     update.compute_s = optimizer_update_s(s);
     sim.compute_only(update, 2, -1, "optimizer_step");
   } else if (s.config.optimizer == Optimizer::host) {
-    const int64_t params = detail::param_count(s) / g.G;
-    sim.optimizer_round_trip(params * models::dtype_bytes(s.config.param_grad_dtype),
-                             params * models::dtype_bytes(s.config.param_dtype), optimizer_update_s(s));
+    sim.optimizer_round_trip(step::trained_gradient_bytes(s.model, s.config, g),
+                             step::trained_weight_bytes(s.model, s.config, g), optimizer_update_s(s));
   }
   EventResult res;
   res.trace = sim.finish(sim.base_bytes(), table.host_bytes());

@@ -222,30 +222,45 @@ BufferTable buffer_table(const models::ModelSpec& m, const Config& c, const Targ
   const int64_t A = g.act_b;
   const int64_t params = param_count(m, c) / g.G;
   const int64_t pb = dtype_bytes(c.param_dtype, "--param-dtype");
-  const int64_t gb = dtype_bytes(c.param_grad_dtype, "--param-grad-dtype");
+  (void)dtype_bytes(c.param_grad_dtype, "--param-grad-dtype");  // a bad dtype is refused by flag
   const int64_t lb = dtype_bytes(c.loss_dtype, "--loss-dtype");
   add(row::kWeights, "weights", Tier::device, OOMB_SHAPE({params}), c.param_dtype, checked_mul(params, pb), all,
-      "params / gpus x param dtype");
-  add(row::kParameterGradients, "parameter_gradients", Tier::device, OOMB_SHAPE({params}), c.param_grad_dtype,
-      checked_mul(params, gb), all, "params / gpus x param-grad dtype");
+      g.lora ? "params / gpus x param dtype (the frozen base)" : "params / gpus x param dtype");
+  // What the step trains: every parameter, or under LoRA the adapters (fp32, as PEFT creates them
+  // on a bf16 base) and, with lora_train_embeddings, the embeddings and the LM head.
+  const int64_t adapters = lora_param_count(g);
+  const int64_t trained_base = g.lora ? trainable_param_count(m, c, g) - adapters : params;
+  if (g.lora)
+    add(row::kLoraAdapters, "weights", Tier::device, OOMB_SHAPE({adapters}), "fp32", checked_mul(adapters, 4), all,
+        "layers x targets x r x (in + out) per GPU x 4 (A and B, fp32)");
+  const int64_t grad_bytes = trained_gradient_bytes(m, c, g);
+  add(row::kParameterGradients, "parameter_gradients", Tier::device, OOMB_SHAPE({adapters + trained_base}),
+      g.lora && trained_base == 0 ? std::string("fp32") : c.param_grad_dtype, grad_bytes, all,
+      g.lora ? "adapters x 4 + trained embeddings / gpus x param-grad dtype (the frozen base has none)"
+             : "params / gpus x param-grad dtype");
   if (c.optimizer != Optimizer::none) {
-    // AdamW in fp32: master weights (when the parameters are not fp32), m and v, the decay mask.
-    // The host tier is shared by the tensor-parallel GPUs.
+    // AdamW in fp32: master weights (of trained parameters that are not fp32), m and v, the decay
+    // mask. The host tier is shared by the tensor-parallel GPUs.
     const Tier tier = c.optimizer == Optimizer::gpu ? Tier::device : Tier::host;
     const int64_t shards = c.optimizer == Optimizer::host ? g.G : 1;
-    if (pb != 4)
-      add(row::kMasterWeights, "optimizer_state", tier, OOMB_SHAPE({params}), "fp32", checked_mul(params, 4) * shards,
-          all, "params x 4 (fp32 master weights of non-fp32 parameters)");
-    add(row::kAdamwMoments, "optimizer_state", tier, OOMB_SHAPE({2, params}), "fp32", checked_mul(params, 8) * shards,
-        all, "2 x params x 4 (m, v)");
-    add(row::kAdamwDecayMask, "optimizer_state", tier, OOMB_SHAPE({params}), "uint8", params * shards, all,
-        "params x 1 (weight decay on or off per parameter)");
+    const int64_t trained = adapters + trained_base;
+    if (pb != 4 && trained_base > 0)
+      add(row::kMasterWeights, "optimizer_state", tier, OOMB_SHAPE({trained_base}), "fp32",
+          checked_mul(trained_base, 4) * shards, all,
+          g.lora ? "trained embeddings x 4 (fp32 master weights; the adapters are fp32)"
+                 : "params x 4 (fp32 master weights of non-fp32 parameters)");
+    add(row::kAdamwMoments, "optimizer_state", tier, OOMB_SHAPE({2, trained}), "fp32", checked_mul(trained, 8) * shards,
+        all, g.lora ? "2 x trained params x 4 (m, v)" : "2 x params x 4 (m, v)");
+    add(row::kAdamwDecayMask, "optimizer_state", tier, OOMB_SHAPE({trained}), "uint8", trained * shards, all,
+        "trained params x 1 (weight decay on or off per parameter)");
     if (c.optimizer == Optimizer::host) {
       // The host update's operands: the gradients copied out, the working weights copied back in.
-      add(row::kHostParameterGradients, "optimizer_state", Tier::host, OOMB_SHAPE({params}), c.param_grad_dtype,
-          checked_mul(params, gb) * shards, all, "params x param-grad dtype (copied out for the host update)");
-      add(row::kHostWeights, "optimizer_state", Tier::host, OOMB_SHAPE({params}), c.param_dtype,
-          checked_mul(params, pb) * shards, all, "params x param dtype (the updated working weights, copied in)");
+      add(row::kHostParameterGradients, "optimizer_state", Tier::host, OOMB_SHAPE({trained}),
+          g.lora && trained_base == 0 ? std::string("fp32") : c.param_grad_dtype, grad_bytes * shards, all,
+          "trained params x param-grad dtype (copied out for the host update)");
+      add(row::kHostWeights, "optimizer_state", Tier::host, OOMB_SHAPE({trained}), g.lora ? "fp32" : c.param_dtype,
+          trained_weight_bytes(m, c, g) * shards, all,
+          "trained params x their dtype (the updated working weights, copied in)");
     }
   }
 
@@ -263,8 +278,10 @@ BufferTable buffer_table(const models::ModelSpec& m, const Config& c, const Targ
   const int64_t hs = c.sequence_parallel ? ceil_div(g.h, g.G) : g.h;
   const int64_t rstd_share = c.sequence_parallel ? g.G : 1;  // norms run on the split sequence too
   const int64_t rstd_per_token = 2 + (m.qk_norm ? g.q_heads + g.kv_heads : 0);
-  const int64_t layer_act_width = 4 * hs + 2 * g.qd + 2 * g.kvd + 3 * g.f + qkn;
-  const int64_t layer_bwd_width = 3 * hs + 2 * g.qd + 2 * g.kvd + 3 * g.f + qkn;
+  // LoRA adds its rank-r intermediates (A x of every target) to the forward's and their gradients to
+  // the backward's.
+  const int64_t layer_act_width = 4 * hs + 2 * g.qd + 2 * g.kvd + 3 * g.f + qkn + g.lora_width;
+  const int64_t layer_bwd_width = 3 * hs + 2 * g.qd + 2 * g.kvd + 3 * g.f + qkn + g.lora_width;
   // Stage 1 and stage 2 forward/backward of a layer (oomb); forward/backward of a layer (standard).
   const PhaseMask layer_phases = g.oomb ? (fill | rec | bwd) : (fwd | bwd);
   // From the first forward that keeps them to the last backward.

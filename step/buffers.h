@@ -21,6 +21,7 @@ namespace oomb::step {
 namespace row {
 inline constexpr const char* kWeights = "weights";
 inline constexpr const char* kParameterGradients = "parameter_gradients";
+inline constexpr const char* kLoraAdapters = "lora_adapters";
 inline constexpr const char* kMasterWeights = "master_weights";
 inline constexpr const char* kAdamwMoments = "adamw_moments";
 inline constexpr const char* kAdamwDecayMask = "adamw_decay_mask";

@@ -1,5 +1,7 @@
 #include "step/config.h"
 
+#include <algorithm>
+#include <cmath>
 #include <limits>
 
 #include "core/error.h"
@@ -76,6 +78,10 @@ Json Config::to_json() const {
           {"implementation", to_string(implementation)},
           {"gpus", gpus},
           {"sequence_parallel", sequence_parallel},
+          {"lora_rank", lora_rank},
+          {"lora_alpha", lora_alpha},
+          {"lora_targets", lora_targets},
+          {"lora_train_embeddings", lora_train_embeddings},
           {"layers_override", layers_override}};
 }
 
@@ -108,6 +114,17 @@ Config config_from_json(const Json& j, const std::string& where) {
   c.implementation = implementation_from_string(r.str_or("implementation", "oomb"), where + ": implementation");
   c.gpus = r.i64_positive("gpus");
   c.sequence_parallel = r.boolean_or("sequence_parallel", false);  // documents before the key: off
+  // Documents before LoRA: full fine-tuning.
+  c.lora_rank = r.i64_or("lora_rank", 0);
+  if (r.has("lora_alpha")) c.lora_alpha = r.f64("lora_alpha");
+  if (r.has("lora_targets")) {
+    c.lora_targets.clear();
+    for (const auto& t : r.array("lora_targets")) {
+      if (!t.is_string()) r.fail("lora_targets", "must be a list of module names", "e.g. [\"q_proj\", \"v_proj\"]");
+      c.lora_targets.push_back(t.get<std::string>());
+    }
+  }
+  c.lora_train_embeddings = r.boolean_or("lora_train_embeddings", false);
   c.layers_override = r.i64_or("layers_override", 0);
   return c;
 }
@@ -151,6 +168,40 @@ bool apply_preset(const std::string& name, Config& c) {
   return false;
 }
 
+const std::vector<std::string>& lora_target_names() {
+  static const std::vector<std::string> names = {"q_proj", "k_proj", "v_proj", "o_proj",
+                                                 "gate_proj", "up_proj", "down_proj"};
+  return names;
+}
+
+std::vector<std::string> lora_targets_from_string(const std::string& text, const std::string& flag) {
+  if (text == "all-linear") return lora_target_names();
+  std::vector<std::string> out;
+  size_t at = 0;
+  while (at <= text.size()) {
+    const size_t comma = text.find(',', at);
+    std::string name = text.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+    while (!name.empty() && name.front() == ' ') name.erase(name.begin());
+    while (!name.empty() && name.back() == ' ') name.pop_back();
+    const auto& known = lora_target_names();
+    if (std::find(known.begin(), known.end(), name) == known.end())
+      throw Error(flag, name.empty() ? text : name, "is not a projection LoRA can target",
+                  "a comma-separated list of q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj, or "
+                  "all-linear");
+    if (std::find(out.begin(), out.end(), name) != out.end()) throw Error(flag, name, "is named twice");
+    out.push_back(name);
+    if (comma == std::string::npos) break;
+    at = comma + 1;
+  }
+  return out;
+}
+
+std::string lora_targets_text(const std::vector<std::string>& targets) {
+  std::string s;
+  for (const auto& t : targets) s += (s.empty() ? "" : ", ") + t;
+  return s;
+}
+
 void validate(const Config& c, const models::ModelSpec& m) {
   if (c.context_tokens <= 0) throw Error("--context", "", "must be positive", "e.g. 4M, 128K or 100000");
   if (c.context_tokens > (int64_t{1} << 40))
@@ -190,6 +241,22 @@ void validate(const Config& c, const models::ModelSpec& m) {
     throw Error("--gpus", std::to_string(c.gpus), "does not divide the model's heads (q " + std::to_string(m.q_heads) +
                                                       ", kv " + std::to_string(m.kv_heads) + ")",
                 "tensor parallelism shards KV heads: use a divisor of " + std::to_string(m.kv_heads));
+  if (c.lora_rank < 0 || c.lora_rank > 4096)
+    throw Error("--lora-rank", std::to_string(c.lora_rank), "must be in [0, 4096]", "e.g. 16; 0 = full fine-tuning");
+  if (c.lora_rank > 0) {
+    if (!std::isfinite(c.lora_alpha) || c.lora_alpha <= 0)
+      throw Error("--lora-alpha", "", "must be a positive number", "e.g. 16 (PEFT's default is 8)");
+    if (c.lora_targets.empty())
+      throw Error("--lora-targets", "", "names no projection", "e.g. q_proj,v_proj or all-linear");
+    std::string joined;
+    for (const auto& x : c.lora_targets) joined += (joined.empty() ? "" : ",") + x;
+    (void)lora_targets_from_string(joined, "--lora-targets");  // known names, none twice
+    const int64_t smallest = std::min({m.hidden, m.kv_dim(), m.ffn_hidden});
+    if (c.lora_rank > smallest)
+      throw Error("--lora-rank", std::to_string(c.lora_rank),
+                  "is larger than the smallest projection dimension of " + m.id + " (" + std::to_string(smallest) + ")",
+                  "a rank well below it, e.g. 16");
+  }
   if (c.layers_override < 0 || c.layers_override > m.layers)
     throw Error("--layers", "", "must be between 1 and the model's " + std::to_string(m.layers) + " layers");
   const int64_t L = effective_layers(c, m);
@@ -218,6 +285,8 @@ void validate_document(const Config& c, const models::ModelSpec& m, const std::s
         {"--kv-grad-dtype", "kv_grad_dtype"}, {"--param-dtype", "param_dtype"},
         {"--param-grad-dtype", "param_grad_dtype"}, {"--activation-dtype", "activation_dtype"},
         {"--loss-dtype", "loss_dtype"},      {"--gpus", "gpus"},
+        {"--lora-rank", "lora_rank"},        {"--lora-alpha", "lora_alpha"},
+        {"--lora-targets", "lora_targets"},
         {"--layers", "layers_override"},     {"--kept-layers", "kept_layers"},
         {"--attention", "attention"}};
     std::string key = e.where();

@@ -5,6 +5,7 @@
 // `published_preset()` reproduces the published OOMB configuration.
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/json_util.h"
 #include "models/specs.h"
@@ -90,6 +91,15 @@ struct Config {
   // over the gpus along the sequence, as Megatron-LM's sequence parallelism does (the head- and
   // ffn-wide ones are split by tensor parallelism itself). The context-parallel layouts use it.
   bool sequence_parallel = false;
+  // LoRA (parameter-efficient fine-tuning as Hugging Face PEFT does it): rank r > 0 trains low-rank
+  // adapters y = W x + (alpha / r) B A x (A: [r, in], B: [out, r], fp32) on the targeted projections
+  // of a frozen base; the embeddings and the LM head are frozen unless lora_train_embeddings (PEFT's
+  // modules_to_save). 0 = full fine-tuning. Defaults: PEFT's LoraConfig (lora_alpha 8) and its
+  // target modules for llama / qwen2 (q_proj, v_proj).
+  int64_t lora_rank = 0;
+  double lora_alpha = 8;
+  std::vector<std::string> lora_targets = {"q_proj", "v_proj"};
+  bool lora_train_embeddings = false;
   int64_t layers_override = 0;         // > 0: run/predict only the first N layers (validation runs)
 
   Json to_json() const;
@@ -110,6 +120,12 @@ void validate(const Config& c, const models::ModelSpec& m);
 // validate() for a configuration read from a document (a trace's or a plan's config): errors name
 // `where` and the config key (context_tokens) instead of a flag nobody passed (--context).
 void validate_document(const Config& c, const models::ModelSpec& m, const std::string& where);
+// The projections LoRA may target (PEFT's module names), in layer order; "all-linear" (PEFT's
+// spelling) names them all.
+const std::vector<std::string>& lora_target_names();
+// "q_proj,v_proj" or "all-linear" -> the list; Error naming `flag` for an unknown or repeated name.
+std::vector<std::string> lora_targets_from_string(const std::string& text, const std::string& flag);
+std::string lora_targets_text(const std::vector<std::string>& targets);  // "q_proj, v_proj"
 // Largest page budget validate() accepts (keeps budget x pages within int64).
 constexpr int64_t kMaxPageBudget = int64_t{1} << 20;
 

@@ -54,12 +54,45 @@ Geometry geometry(const models::ModelSpec& m, const Config& c) {
   g.summary_bytes = g.kv_heads * g.head_dim * g.kv_b;
   g.fused_loss = c.logits_chunk_tokens > 0;
   g.T = g.fused_loss ? std::min(c.logits_chunk_tokens, g.Cm) : g.Cm;
+  g.lora = c.lora_rank > 0;
+  if (g.lora) {
+    const int64_t r = c.lora_rank, h = m.hidden, G = g.G;
+    for (const std::string& t : c.lora_targets) {
+      // (in, out) of the projection; column-parallel ones split out, row-parallel ones split in.
+      const bool row_parallel = t == "o_proj" || t == "down_proj";
+      const int64_t in = t == "o_proj" ? m.q_dim() : t == "down_proj" ? m.ffn_hidden : h;
+      const int64_t out = t == "q_proj"                     ? m.q_dim()
+                          : t == "k_proj" || t == "v_proj"   ? m.kv_dim()
+                          : t == "gate_proj" || t == "up_proj" ? m.ffn_hidden
+                                                             : h;
+      g.lora_layer_params += row_parallel ? r * (in / G) + r * out : r * in + r * (out / G);
+      g.lora_width += r;
+    }
+  }
   return g;
 }
 
 int64_t param_count(const models::ModelSpec& m, const Config& c) {
   const int64_t L = effective_layers(c, m);
   return m.embedding_params() + m.lm_head_params() + L * m.params_per_layer() + m.hidden;
+}
+
+int64_t lora_param_count(const Geometry& g) { return checked_mul(g.L, g.lora_layer_params, "LoRA parameters"); }
+
+int64_t trainable_param_count(const models::ModelSpec& m, const Config& c, const Geometry& g) {
+  if (!g.lora) return param_count(m, c) / g.G;
+  const int64_t embeddings = c.lora_train_embeddings ? (m.embedding_params() + m.lm_head_params()) / g.G : 0;
+  return lora_param_count(g) + embeddings;
+}
+
+int64_t trained_gradient_bytes(const models::ModelSpec& m, const Config& c, const Geometry& g) {
+  const int64_t adapters = lora_param_count(g), base = trainable_param_count(m, c, g) - adapters;
+  return checked_add(checked_mul(adapters, 4), checked_mul(base, dtype_bytes(c.param_grad_dtype, "--param-grad-dtype")));
+}
+
+int64_t trained_weight_bytes(const models::ModelSpec& m, const Config& c, const Geometry& g) {
+  const int64_t adapters = lora_param_count(g), base = trainable_param_count(m, c, g) - adapters;
+  return checked_add(checked_mul(adapters, 4), checked_mul(base, dtype_bytes(c.param_dtype, "--param-dtype")));
 }
 
 }  // namespace oomb::step

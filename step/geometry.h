@@ -26,6 +26,12 @@ struct Geometry {
   double overlap = 0;
   int64_t select_groups = 1;  // sparse: selections per query page (per-kv-head: one per KV head)
   int64_t kv_page_bytes = 0, grad_page_bytes = 0, summary_bytes = 0;
+  // LoRA (Config::lora_rank > 0): per GPU, the adapters' parameters of one layer (A and B of every
+  // targeted projection; A of a column-parallel and B of a row-parallel projection whole, the
+  // other split over the GPUs) and the rank-r intermediates per token (A x, one r-vector per
+  // target: the activations an adapter adds).
+  int64_t lora_layer_params = 0, lora_width = 0;
+  bool lora = false;
 
   int64_t chunk_start(int64_t c) const { return c * C; }
   int64_t chunk_len(int64_t c) const { return std::min(N, (c + 1) * C) - c * C; }
@@ -45,5 +51,15 @@ Geometry geometry(const models::ModelSpec& m, const Config& c);
 
 // Parameters of the model as configured (layers_override applied), all GPUs together.
 int64_t param_count(const models::ModelSpec& m, const Config& c);
+// Parameters one GPU trains: every one of its shard (full fine-tuning), or under LoRA the layers'
+// adapters plus, with lora_train_embeddings, its share of the embeddings and the LM head.
+int64_t trainable_param_count(const models::ModelSpec& m, const Config& c, const Geometry& g);
+// LoRA: the adapters' parameters on one GPU (0 without LoRA).
+int64_t lora_param_count(const Geometry& g);
+// Bytes of one GPU's trained parameters' gradients, and of the trained parameters as stored (LoRA
+// adapters fp32, everything else in its configured dtype): the parameter_gradients row and what a
+// host optimizer copies out and back in per step.
+int64_t trained_gradient_bytes(const models::ModelSpec& m, const Config& c, const Geometry& g);
+int64_t trained_weight_bytes(const models::ModelSpec& m, const Config& c, const Geometry& g);
 
 }  // namespace oomb::step

@@ -186,6 +186,10 @@ void check_run(const RunRequest& r) {
 
   const simulator::Config& c = r.scenario.config;
   if (c.context_tokens <= 0) throw Error("--context", "", "is required (or give --plan)", "e.g. 16K");
+  if (c.lora_rank > 0)
+    throw Error(r.plan_path.empty() ? "--lora-rank" : "--plan", r.plan_path.empty() ? std::to_string(c.lora_rank) : r.plan_path,
+                "LoRA is planned and simulated, not executed yet: the executor trains every parameter",
+                "drop --lora-rank to run full fine-tuning; plan and simulate LoRA with oomb plan / oomb simulate");
   const models::ModelSpec m = effective_model(r.scenario.model, c);
   if (r.reference && c.optimizer != simulator::Optimizer::none)
     throw Error("--reference", "", "compares the gradients of step 1, which an optimizer step consumes",

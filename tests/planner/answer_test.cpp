@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "planner/answer.h"
 #include "planner/defaults.h"
+#include "planner/executable.h"
 #include "planner_test_util.h"
 
 namespace oomb::planner {
@@ -133,6 +134,41 @@ TEST(PlanAnswer, MinRecallWithoutACurveIsRefusedByFlag) {
     EXPECT_TRUE(has(e.what(), "--min-recall")) << e.what();
     EXPECT_TRUE(has(e.what(), "--recall-curve")) << e.what();
   }
+}
+
+// What adapters buy: qwen2.5-32b at 1M on one H200 fits with exact (dense) gradients under LoRA,
+// while full fine-tuning fits only with sparse attention; the answer says both.
+TEST(PlanAnswer, LoraIsPlannedNextToFullFineTuning) {
+  PlanQuery q = query("qwen2.5-32b", "h200", 1 << 20);
+  q.request.scenario.config.lora_rank = 16;
+  q.request.fixed.insert("lora_rank");
+  const PlanAnswer a = answer(q);
+  ASSERT_TRUE(a.chosen);
+  EXPECT_EQ(a.chosen->config.lora_rank, 16);
+  EXPECT_EQ(a.chosen->config.attention, simulator::Attention::dense);
+  EXPECT_FALSE(a.sparse_fallback);
+  ASSERT_TRUE(a.full_finetune);
+  EXPECT_EQ(a.full_finetune->config.lora_rank, 0);
+  EXPECT_TRUE(a.full_finetune_fits);
+  EXPECT_EQ(a.full_finetune->config.attention, simulator::Attention::sparse);
+  const std::string text = a.describe();
+  EXPECT_TRUE(has(text, "LoRA rank 16")) << text;
+  EXPECT_TRUE(has(text, "lora_adapters")) << text;
+  EXPECT_TRUE(has(text, "Full fine-tuning (every parameter trained")) << text;
+  // Like for like: the LoRA plan's settings with every parameter trained hold more and take longer.
+  ASSERT_TRUE(a.full_finetune_same);
+  EXPECT_EQ(a.full_finetune_same->config.lora_rank, 0);
+  EXPECT_EQ(a.full_finetune_same->config.chunk_tokens, a.chosen->config.chunk_tokens);
+  EXPECT_GT(a.full_finetune_same->summary.peak_device_bytes, a.chosen->summary.peak_device_bytes);
+  EXPECT_GT(a.full_finetune_same->summary.step_s, a.chosen->summary.step_s);
+  EXPECT_TRUE(has(text, "no dense full fine-tuning fits")) << text;
+  EXPECT_FALSE(a.to_json()["full_finetune"].is_null());
+  // Planned on paper: not a plan oomb run follows.
+  std::string why;
+  EXPECT_FALSE(executable(a.chosen->config, &why));
+  EXPECT_TRUE(has(why, "LoRA")) << why;
+  // Without LoRA the answer has no such comparison.
+  EXPECT_FALSE(answer(query("qwen2.5-7b", "h200", 1 << 20)).full_finetune);
 }
 
 }  // namespace
