@@ -344,6 +344,13 @@ BufferTable buffer_table(const models::ModelSpec& m, const Config& c, const Targ
           checked_mul(checked_mul(T, V), lb), loss, OOMB_TEXT(tok + " tokens x vocab x loss dtype (the upcast copy)"));
     add(row::kLogitsGradient, "logits", Tier::device, OOMB_SHAPE({T, V}), c.loss_dtype,
         checked_mul(checked_mul(T, V), lb), loss, OOMB_TEXT(tok + " tokens x vocab x loss dtype"));
+    if (published)
+      // The published code's unchunked cross-entropy (docs/model.md): inside the log-softmax
+      // backward its saved output (the row above), the NLL gradient and the log-softmax gradient
+      // are live at once, three logits-sized tensors.
+      add(row::kLogSoftmaxGradient, "logits", Tier::device, OOMB_SHAPE({T, V}), c.loss_dtype,
+          checked_mul(checked_mul(T, V), lb), loss,
+          OOMB_TEXT(tok + " tokens x vocab x loss dtype (the log-softmax gradient, published cross-entropy)"));
   }
 
   if (g.oomb) {

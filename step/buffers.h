@@ -43,6 +43,7 @@ inline constexpr const char* kFinalNormRstd = "final_norm_rstd";
 inline constexpr const char* kLogits = "logits";
 inline constexpr const char* kLogitsUpcast = "logits_upcast";
 inline constexpr const char* kLogitsGradient = "logits_gradient";
+inline constexpr const char* kLogSoftmaxGradient = "log_softmax_gradient";
 inline constexpr const char* kKvPool = "kv_pool";
 inline constexpr const char* kKvGradPool = "kv_grad_pool";
 inline constexpr const char* kHostKvPages = "host_kv_pages";

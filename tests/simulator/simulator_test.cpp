@@ -649,6 +649,43 @@ TEST(Config, KeptLayersRowsTimeAndValidation) {
   EXPECT_NEAR(ev.summary.step_s, evaluate(s).step_s, 0.02 * evaluate(s).step_s);
 }
 
+TEST(PublishedBaseline, ThreeLogitsSizedTensorsAtTheLogSoftmaxBackward) {
+  // --preset oomb-published --schedule standard (docs/model.md, the published baseline): inside the
+  // unchunked bf16 log-softmax backward its saved output, the NLL gradient and the log-softmax
+  // gradient are live, 3 x N x V x 2 bytes; bf16 gradients of every parameter stay resident and no
+  // optimizer state exists.
+  auto s = scenario("qwen2.5-7b", "h200", 16 * 1024);
+  s.config = published_preset(s.config);
+  s.config.schedule = Schedule::standard;
+  const int64_t N = 16 * 1024, V = 152064;
+  const auto t = memory_table(s);
+  EXPECT_EQ(row_bytes(t, "logits"), N * V * 2);
+  EXPECT_EQ(row_bytes(t, "logits_gradient"), N * V * 2);
+  EXPECT_EQ(row_bytes(t, "log_softmax_gradient"), N * V * 2);
+  EXPECT_EQ(t.find("logits_upcast", Tier::device), nullptr);
+  EXPECT_EQ(t.find("adamw_moments", Tier::device), nullptr);
+  EXPECT_EQ(t.find("adamw_moments", Tier::host), nullptr);
+  EXPECT_EQ(row_bytes(t, "parameter_gradients"), row_bytes(t, "weights"));  // bf16, all phases
+  const auto peak = t.device_peak();
+  EXPECT_EQ(peak.phase, Phase::loss);
+  // Without the third tensor the loss phase would hold N x V x 2 bytes less.
+  Scenario ours = s;
+  ours.config.implementation = Implementation::oomb;
+  EXPECT_EQ(memory_table(ours).find("log_softmax_gradient", Tier::device), nullptr);
+  EXPECT_EQ(peak.bytes - memory_table(ours).device_peak().bytes, N * V * 2);
+  // The published figure has no point at 128K: out of memory on one H200 (3 x 37.1 GiB of logits
+  // over the weights, their gradients and 28 x 128K x 3584 x 2 checkpoints), while 64K fits.
+  s.config.context_tokens = 128 * 1024;
+  const auto at128k = evaluate(s);
+  EXPECT_FALSE(at128k.feasible);
+  EXPECT_EQ(at128k.binding_constraint, "device memory");
+  s.config.context_tokens = 64 * 1024;
+  EXPECT_TRUE(evaluate(s).feasible);
+  // Without the third tensor 128K would (wrongly) fit.
+  ours.config.context_tokens = 128 * 1024;
+  EXPECT_TRUE(evaluate(ours).feasible);
+}
+
 TEST(Presets, PublishedConfiguration) {
   Config c = published_preset(Config{});
   EXPECT_EQ(c.chunk_tokens, 4096);
