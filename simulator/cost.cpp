@@ -306,6 +306,51 @@ void finish_summary(const Scenario& s, const MemoryTable& t, Summary& out) {
 }  // namespace detail
 
 namespace {
+double pass_time(const detail::PassCost& p, double in_s, double out_s, int64_t R);
+}
+
+namespace detail {
+
+double published_page_writeback_s(const Scenario& s, const Geometry& g) {
+  // kv_cache.py CacheManager.offload: per page, copy_ of K, V, K-grad and V-grad, each blocking.
+  return 4.0 * s.config.page_copy_latency_s +
+         static_cast<double>(g.kv_page_bytes + g.grad_page_bytes) / d2h_rate(s, false);
+}
+
+double published_layer_period_s(const Scenario& s, const Geometry& g, int64_t c) {
+  const PassCost p = chunk_costs(s, g, c).recompute;
+  const bool both = p.in_bytes > 0 && p.out_bytes > 0 && g.R >= 2;
+  const double in_s = p.in_bytes / h2d_rate(s, both), out_s = p.out_bytes / d2h_rate(s, both);
+  return pass_time(p, in_s, out_s, g.R);
+}
+
+int64_t published_slot_pages(const Geometry& g, int64_t c) { return union_pages(g, c) + own_pages(g, c); }
+
+int64_t published_pages_in_flight(const Scenario& s, const Geometry& g, int64_t c) {
+  const int64_t S = published_slot_pages(g, c);
+  const double page_s = published_page_writeback_s(s, g);
+  const double period = published_layer_period_s(s, g, c);
+  int64_t pages = 0;
+  for (int64_t m = 0; m + 2 <= g.L; ++m) {
+    const double freed = page_s > 0 ? std::floor(static_cast<double>(m) * period / page_s) : static_cast<double>(S);
+    if (freed >= static_cast<double>(S)) break;  // older write-backs are done too
+    pages += S - static_cast<int64_t>(freed);
+  }
+  return pages;
+}
+
+int64_t published_pages_in_flight(const Scenario& s, const Geometry& g) {
+  if (s.config.implementation != Implementation::published || !g.oomb || !g.offload ||
+      step::target_of(s.gpu).backend != step::BackendKind::cuda)
+    return 0;
+  int64_t best = 0;
+  for (int64_t c = std::max<int64_t>(0, g.n - 2); c < g.n; ++c) best = std::max(best, published_pages_in_flight(s, g, c));
+  return best;
+}
+
+}  // namespace detail
+
+namespace {
 
 // Steady-state time of one layer pass with R slots: bounded by compute, by each copy stream,
 // and by the slots (each slot is busy for copy-in + compute + write-back).

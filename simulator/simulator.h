@@ -79,6 +79,9 @@ Summary evaluate(const Scenario& s);
 struct EventResult {
   traces::Trace trace;
   Summary summary;
+  // The published implementation with offload: the most pages (of each kind) whose write-back had
+  // been issued and had not finished at any layer switch, timed on the timeline (docs/model.md).
+  int64_t pages_in_flight_peak = 0;
 };
 EventResult simulate_events(const Scenario& s, traces::Detail detail);
 

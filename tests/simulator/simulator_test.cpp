@@ -1,4 +1,5 @@
 #include "simulator/simulator.h"
+#include "simulator/detail.h"
 
 #include <gtest/gtest.h>
 
@@ -684,6 +685,64 @@ TEST(PublishedBaseline, ThreeLogitsSizedTensorsAtTheLogSoftmaxBackward) {
   // Without the third tensor 128K would (wrongly) fit.
   ours.config.context_tokens = 128 * 1024;
   EXPECT_TRUE(evaluate(ours).feasible);
+}
+
+TEST(PagesInFlight, EventSimulationAgreesWithTheClosedForm) {
+  // The published preset with offload: the pages whose write-back has not finished at the pool's
+  // peak, timed on the event simulation's timeline (its layer switches, each write-back freeing a
+  // page per page_s) against the fast path's closed form (steady-state period, last two chunks),
+  // across contexts, chunk sizes and resident layers. The table carries the closed form's count.
+  int cases = 0, piled = 0;
+  for (int64_t N : {8 * 1024, 24 * 1024 + 512, 64 * 1024}) {
+    for (int64_t chunk : {1024, 4096}) {
+      for (int64_t R : {2, 3, 5}) {
+        for (double latency : {10e-6, 40e-6, -1.0}) {
+          auto s = scenario("qwen2.5-7b", "h200", N);
+          if (latency < 0) {  // a slow link: the copy-in, not the compute, spaces the switches
+            latency = 10e-6;
+            s.gpu.h2d_bytes_per_s /= 50;
+          }
+          s.config = published_preset(s.config);
+          s.config.chunk_tokens = chunk;
+          s.config.resident_layers = R;
+          s.config.page_copy_latency_s = latency;
+          const auto g = detail::geometry(s);
+          const int64_t closed = detail::published_pages_in_flight(s, g);
+          const EventResult ev = simulate_events(s, traces::Detail::layer);
+          SCOPED_TRACE("N=" + std::to_string(N) + " chunk=" + std::to_string(chunk) + " R=" + std::to_string(R) +
+                       " latency=" + std::to_string(latency));
+          // At least the write-back just issued: a whole layer's pages at the last switch.
+          EXPECT_GE(closed, detail::published_slot_pages(g, g.n - 1));
+          EXPECT_NEAR(static_cast<double>(ev.pages_in_flight_peak), static_cast<double>(closed),
+                      0.02 * static_cast<double>(closed) + 1.0);
+          const auto t = memory_table(s);
+          EXPECT_EQ(row_bytes(t, "kv_pages_in_flight"), closed * g.kv_page_bytes);
+          EXPECT_EQ(row_bytes(t, "kv_grad_pages_in_flight"), closed * g.grad_page_bytes);
+          // The trace's pool samples hold the in-flight pages (KV and gradient) over the resident ones.
+          EXPECT_GE(ev.trace.summary.pool_pages_peak, 2 * ev.pages_in_flight_peak);
+          ++cases;
+          if (closed > detail::published_slot_pages(g, g.n - 1)) ++piled;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(cases, 54);
+  EXPECT_GT(piled, 0);  // some cases pile more than one layer's write-back up
+  // Slower copies hold more pages; without offload, or for this project's executor (the next user
+  // of a slot waits for its write-back), nothing is in flight beyond the pool.
+  auto s = scenario("qwen2.5-7b", "h200", 64 * 1024);
+  s.config = published_preset(s.config);
+  const auto g = detail::geometry(s);
+  const int64_t fast = detail::published_pages_in_flight(s, g);
+  s.config.page_copy_latency_s = 100e-6;
+  EXPECT_GT(detail::published_pages_in_flight(s, g), fast);
+  s.config.implementation = Implementation::oomb;
+  EXPECT_EQ(detail::published_pages_in_flight(s, detail::geometry(s)), 0);
+  EXPECT_EQ(memory_table(s).find("kv_pages_in_flight", Tier::device), nullptr);
+  EXPECT_EQ(simulate_events(s, traces::Detail::layer).pages_in_flight_peak, 0);
+  s.config.implementation = Implementation::published;
+  s.config.resident_layers = 28;
+  EXPECT_EQ(detail::published_pages_in_flight(s, detail::geometry(s)), 0);
 }
 
 TEST(Presets, PublishedConfiguration) {
