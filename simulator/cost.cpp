@@ -265,6 +265,7 @@ void finish_summary(const Scenario& s, const MemoryTable& t, Summary& out) {
   out.grad_pool_pages = t.pages.grad_pool_pages;
   out.device_pool_pages = t.pages.kv_pool_pages + t.pages.grad_pool_pages;
   out.max_union_pages = t.pages.max_union_pages;
+  out.pages_in_flight = t.pages.pages_in_flight;
   out.device_capacity_bytes = s.gpu.hbm_capacity_bytes;
   out.host_capacity_bytes = s.host.pinnable_bytes;
   out.tokens_per_s = out.step_s > 0 ? static_cast<double>(c.context_tokens) / out.step_s : 0;
@@ -572,6 +573,7 @@ Json to_json(const Summary& s) {
   j["kv_pool_pages"] = s.kv_pool_pages;
   j["grad_pool_pages"] = s.grad_pool_pages;
   j["max_union_pages"] = s.max_union_pages;
+  if (s.pages_in_flight > 0) j["pages_in_flight"] = s.pages_in_flight;
   j["notes"] = s.notes;
   return j;
 }

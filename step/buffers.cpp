@@ -372,6 +372,7 @@ BufferTable buffer_table(const models::ModelSpec& m, const Config& c, const Targ
     add(row::kKvGradPool, "kv_grad_pages", Tier::device, OOMB_SHAPE({grad_pool_pages, g.p, 2, g.kv_heads, g.head_dim}),
         c.kv_grad_dtype, checked_mul(grad_pool_pages, g.grad_page_bytes), all, pool_formula);
     if (published && g.offload && target.pages_in_flight > 0) {
+      t.pages.pages_in_flight = target.pages_in_flight;
       // Pages in flight (docs/model.md): the published onload allocates a layer's pages as soon as
       // it is issued while the write-back of the layer it replaces frees each page only when that
       // page's blocking copy ends; the simulator counts the pages not yet written back at the peak.

@@ -99,6 +99,9 @@ struct PageCounts {
   int64_t host_kv_pages = 0;      // host tier (offload only)
   int64_t host_grad_pages = 0;
   int64_t max_union_pages = 0;    // sparse: largest prefix set of a chunk (dense: the prefix)
+  // The published implementation with offload: pages (of each kind) whose write-back has not
+  // finished at the pool's peak, over the pool pages above (Target::pages_in_flight); else 0.
+  int64_t pages_in_flight = 0;
 };
 
 // Pages copied in for chunk c under the modelled selection overlap (dense: the prefix).

@@ -715,6 +715,8 @@ TEST(PagesInFlight, EventSimulationAgreesWithTheClosedForm) {
           EXPECT_GE(closed, detail::published_slot_pages(g, g.n - 1));
           EXPECT_NEAR(static_cast<double>(ev.pages_in_flight_peak), static_cast<double>(closed),
                       0.02 * static_cast<double>(closed) + 1.0);
+          EXPECT_EQ(evaluate(s).pages_in_flight, closed);  // the fast path's summary
+          EXPECT_EQ(to_json(evaluate(s)).at("pages_in_flight").get<int64_t>(), closed);
           const auto t = memory_table(s);
           EXPECT_EQ(row_bytes(t, "kv_pages_in_flight"), closed * g.kv_page_bytes);
           EXPECT_EQ(row_bytes(t, "kv_grad_pages_in_flight"), closed * g.grad_page_bytes);
@@ -747,6 +749,8 @@ TEST(PagesInFlight, EventSimulationAgreesWithTheClosedForm) {
   s.config.implementation = Implementation::oomb;
   EXPECT_EQ(detail::published_pages_in_flight(s, detail::geometry(s)), 0);
   EXPECT_EQ(memory_table(s).find("kv_pages_in_flight", Tier::device), nullptr);
+  EXPECT_EQ(evaluate(s).pages_in_flight, 0);
+  EXPECT_FALSE(to_json(evaluate(s)).contains("pages_in_flight"));  // other outputs unchanged
   EXPECT_EQ(simulate_events(s, traces::Detail::layer).pages_in_flight_peak, 0);
   s.config.implementation = Implementation::published;
   s.config.resident_layers = 28;
