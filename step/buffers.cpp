@@ -364,9 +364,8 @@ BufferTable buffer_table(const models::ModelSpec& m, const Config& c, const Targ
     // modelled union's, not the bound's.
     const int64_t kv_pool_pages = published ? pc.kv_pool_pages : pc.kv_pool_capacity_pages;
     const int64_t grad_pool_pages = published ? pc.grad_pool_pages : pc.grad_pool_capacity_pages;
-    if (published && g.sparse)
-      pool_formula = g.offload ? "resident layers x largest slot (modelled union + own, allocated per page) x page bytes"
-                               : pool_formula;
+    if (published && g.sparse && g.offload)
+      pool_formula = "resident layers x largest slot (modelled union + own, allocated per page) x page bytes";
     add(row::kKvPool, "kv_pages", Tier::device, OOMB_SHAPE({kv_pool_pages, g.p, 2, g.kv_heads, g.head_dim}),
         c.kv_dtype, checked_mul(kv_pool_pages, g.kv_page_bytes), all, pool_formula);
     add(row::kKvGradPool, "kv_grad_pages", Tier::device, OOMB_SHAPE({grad_pool_pages, g.p, 2, g.kv_heads, g.head_dim}),
@@ -376,8 +375,8 @@ BufferTable buffer_table(const models::ModelSpec& m, const Config& c, const Targ
       // Pages in flight (docs/model.md): the published onload allocates a layer's pages as soon as
       // it is issued while the write-back of the layer it replaces frees each page only when that
       // page's blocking copy ends; the simulator counts the pages not yet written back at the peak.
-      add(row::kKvPagesInFlight, "kv_pages", Tier::device, OOMB_SHAPE({target.pages_in_flight, g.p, 2, g.kv_heads, g.head_dim}),
-          c.kv_dtype, checked_mul(target.pages_in_flight, g.kv_page_bytes), all,
+      add(row::kKvPagesInFlight, "kv_pages", Tier::device,
+          OOMB_SHAPE({target.pages_in_flight, g.p, 2, g.kv_heads, g.head_dim}), c.kv_dtype, checked_mul(target.pages_in_flight, g.kv_page_bytes), all,
           "pages whose write-back has not finished (copy rate vs layer pass time) x page bytes");
       add(row::kKvGradPagesInFlight, "kv_grad_pages", Tier::device,
           OOMB_SHAPE({target.pages_in_flight, g.p, 2, g.kv_heads, g.head_dim}), c.kv_grad_dtype,
