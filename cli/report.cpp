@@ -108,6 +108,9 @@ void print_memory_report(const Scenario& s, const MemoryTable& t, const Summary&
                 format_bytes(t.pages.grad_page_bytes).c_str());
   if (s.config.attention == Attention::sparse)
     std::printf("; largest selection union %lld pages", static_cast<long long>(sum.max_union_pages));
+  if (sum.pages_in_flight > 0)
+    std::printf("; %lld pages of each kind still being written back at the peak (published write-backs)",
+                static_cast<long long>(sum.pages_in_flight));
   if (sum.device_pool_pages > 0) std::printf("\n");
 }
 

@@ -278,6 +278,7 @@ void finish_summary(const Scenario& s, const MemoryTable& t, Summary& out) {
   out.grad_pool_pages = t.pages.grad_pool_pages;
   out.device_pool_pages = t.pages.kv_pool_pages + t.pages.grad_pool_pages;
   out.max_union_pages = t.pages.max_union_pages;
+  out.pages_in_flight = t.pages.pages_in_flight;
   out.device_capacity_bytes = s.gpu.hbm_capacity_bytes;
   out.host_capacity_bytes = s.host.pinnable_bytes;
   out.tokens_per_s = out.step_s > 0 ? static_cast<double>(c.context_tokens) / out.step_s : 0;
@@ -314,6 +315,51 @@ void finish_summary(const Scenario& s, const MemoryTable& t, Summary& out) {
   } else {
     out.binding_constraint = "compute";
   }
+}
+
+}  // namespace detail
+
+namespace {
+double pass_time(const detail::PassCost& p, double in_s, double out_s, int64_t R);
+}
+
+namespace detail {
+
+double published_page_writeback_s(const Scenario& s, const Geometry& g) {
+  // kv_cache.py CacheManager.offload: per page, copy_ of K, V, K-grad and V-grad, each blocking.
+  return 4.0 * s.config.page_copy_latency_s +
+         static_cast<double>(g.kv_page_bytes + g.grad_page_bytes) / d2h_rate(s, false);
+}
+
+double published_layer_period_s(const Scenario& s, const Geometry& g, int64_t c) {
+  const PassCost p = chunk_costs(s, g, c).recompute;
+  const bool both = p.in_bytes > 0 && p.out_bytes > 0 && g.R >= 2;
+  const double in_s = p.in_bytes / h2d_rate(s, both), out_s = p.out_bytes / d2h_rate(s, both);
+  return pass_time(p, in_s, out_s, g.R);
+}
+
+int64_t published_slot_pages(const Geometry& g, int64_t c) { return union_pages(g, c) + own_pages(g, c); }
+
+int64_t published_pages_in_flight(const Scenario& s, const Geometry& g, int64_t c) {
+  const int64_t S = published_slot_pages(g, c);
+  const double page_s = published_page_writeback_s(s, g);
+  const double period = published_layer_period_s(s, g, c);
+  int64_t pages = 0;
+  for (int64_t m = 0; m + 2 <= g.L; ++m) {
+    const double freed = page_s > 0 ? std::floor(static_cast<double>(m) * period / page_s) : static_cast<double>(S);
+    if (freed >= static_cast<double>(S)) break;  // older write-backs are done too
+    pages += S - static_cast<int64_t>(freed);
+  }
+  return pages;
+}
+
+int64_t published_pages_in_flight(const Scenario& s, const Geometry& g) {
+  if (s.config.implementation != Implementation::published || !g.oomb || !g.offload ||
+      step::target_of(s.gpu).backend != step::BackendKind::cuda)
+    return 0;
+  int64_t best = 0;
+  for (int64_t c = std::max<int64_t>(0, g.n - 2); c < g.n; ++c) best = std::max(best, published_pages_in_flight(s, g, c));
+  return best;
 }
 
 }  // namespace detail
@@ -539,6 +585,7 @@ Json to_json(const Summary& s) {
   j["kv_pool_pages"] = s.kv_pool_pages;
   j["grad_pool_pages"] = s.grad_pool_pages;
   j["max_union_pages"] = s.max_union_pages;
+  if (s.pages_in_flight > 0) j["pages_in_flight"] = s.pages_in_flight;
   j["notes"] = s.notes;
   return j;
 }

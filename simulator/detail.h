@@ -76,6 +76,20 @@ double d2h_rate(const Scenario& s, bool duplex);
 // and writing fp32 master weights and moments plus the gradient and the parameter.
 double optimizer_update_s(const Scenario& s);
 
+// Pages in flight of the published implementation with offload (docs/model.md): in the stage-2
+// forward sweep of a chunk each layer switch issues the write-back of the layer left behind (its
+// own worker thread, one blocking copy per tensor of a page, each page freed when its copies end)
+// while the next layer's onload allocates at once. At the sweep's last switch the write-back issued
+// m switches ago (m = 0 .. L-2) still holds max(0, S - floor(m * period / page_s)) of its S pages.
+// page_s: the write-back time of one page; period: the steady-state layer pass time of the sweep.
+double published_page_writeback_s(const Scenario& s, const Geometry& g);
+double published_layer_period_s(const Scenario& s, const Geometry& g, int64_t c);
+int64_t published_slot_pages(const Geometry& g, int64_t c);  // S: the layer's pages in chunk c's stage 2
+int64_t published_pages_in_flight(const Scenario& s, const Geometry& g, int64_t c);
+// The step's peak: the largest over chunks, that of one of the last two (S and the ratio
+// page_s / period grow with the prefix over the full chunks). 0 unless published with offload.
+int64_t published_pages_in_flight(const Scenario& s, const Geometry& g);
+
 // Feasibility, binding constraint and notes from the memory figures and the timing.
 void finish_summary(const Scenario& s, const MemoryTable& t, Summary& out);
 

@@ -53,6 +53,7 @@ class Sim {
       emit(EventKind::copy_h2d, "h2d", op, stage, chunk, layer, in_start, in_end, p.in_bytes, 0);
     }
     const double c_start = std::max(compute_free_, in_end);
+    last_compute_start_ = c_start;
     const double c_end = c_start + p.compute_s;
     compute_free_ = c_end;
     compute_s_ += p.compute_s;
@@ -79,6 +80,30 @@ class Sim {
     changes_.push_back({t, kv_pages + grad_pages, kv_pages * g_.kv_page_bytes + grad_pages * g_.grad_page_bytes});
   }
   double compute_free() const { return compute_free_; }
+  double last_compute_start() const { return last_compute_start_; }
+
+  // The published implementation's write-backs over one stage-2 forward sweep (docs/model.md):
+  // the pass of layer k (k >= 1) starts at switches[k] and issues the write-back of layer k - 1,
+  // which frees one of its S pages every page_s from then on (its own worker, not queued behind
+  // others); the onload of the next layer allocates at once. Pages only grow at a switch, so the
+  // occupancy peaks at one: the pages still held there are sampled until the next switch.
+  int64_t published_writebacks(const std::vector<double>& switches, int64_t S, double page_s) {
+    int64_t peak = 0;
+    for (size_t k = 1; k < switches.size(); ++k) {
+      int64_t held = 0;
+      for (size_t j = 1; j <= k; ++j) {
+        const double age = switches[k] - switches[j];
+        const int64_t freed = page_s > 0 ? static_cast<int64_t>(std::min(std::floor(age / page_s), 1e18)) : S;
+        held += std::max<int64_t>(0, S - freed);
+      }
+      peak = std::max(peak, held);
+      const double until = k + 1 < switches.size() ? switches[k + 1] : compute_free_;
+      const int64_t bytes = held * (g_.kv_page_bytes + g_.grad_page_bytes);
+      changes_.push_back({switches[k], 2 * held, bytes});
+      changes_.push_back({until, -2 * held, -bytes});
+    }
+    return peak;
+  }
 
   // A phase of the step starts at the next compute: the device bytes outside the pools become
   // `bytes` (the rows alive in it), so the memory samples follow the buffer lifetimes.
@@ -210,7 +235,7 @@ class Sim {
   std::vector<PoolChange> changes_;
   std::vector<double> slot_free_;
   int64_t pass_index_ = 0;
-  double compute_free_ = 0, h2d_free_ = 0, d2h_free_ = 0, compute_s_ = 0;
+  double compute_free_ = 0, h2d_free_ = 0, d2h_free_ = 0, compute_s_ = 0, last_compute_start_ = 0;
   int64_t h2d_bytes_ = 0, d2h_bytes_ = 0;
   int64_t phase_bytes_ = -1, base_bytes_ = 0;  // device bytes outside the pools: now, at t = 0
 };
@@ -225,11 +250,19 @@ EventResult simulate_events(const Scenario& s, traces::Detail detail) {
   // sampled from the page changes), per phase of the step.
   int64_t pools = 0;
   for (const auto& r : table.rows)
-    if (r.tier == Tier::device && (r.name == step::row::kKvPool || r.name == step::row::kKvGradPool)) pools += r.bytes;
+    if (r.tier == Tier::device && (r.name == step::row::kKvPool || r.name == step::row::kKvGradPool ||
+                                   r.name == step::row::kKvPagesInFlight || r.name == step::row::kKvGradPagesInFlight))
+      pools += r.bytes;
   int64_t outside_pools[6] = {};
   for (Phase p : phases_of(s.config.schedule))
     outside_pools[static_cast<int>(p)] = table.device_bytes_in(p) - pools;
   Sim sim(s, g, detail);
+  // The published implementation's write-backs are timed here (not taken from the table's rows).
+  const bool published_writebacks = s.config.implementation == Implementation::published && g.oomb && g.offload &&
+                                    target_of(s).backend == step::BackendKind::cuda;
+  const double page_s = published_writebacks ? published_page_writeback_s(s, g) : 0;
+  int64_t in_flight_peak = 0;
+  std::vector<double> switches;
   auto enter = [&](Phase p) { sim.phase(outside_pools[static_cast<int>(p)]); };
   if (!g.oomb) {
     const ChunkCosts cc = standard_costs(s, g);
@@ -257,7 +290,14 @@ EventResult simulate_events(const Scenario& s, traces::Detail detail) {
       const ChunkCosts& cc = costs[static_cast<size_t>(c)];
       const int64_t u = union_pages(g, c), own = own_pages(g, c);
       enter(Phase::recompute);
-      for (int64_t l = 0; l < g.L; ++l) sim.layer_pass(cc.recompute, 2, c, l, "layer_recompute", u, 0);
+      switches.clear();
+      for (int64_t l = 0; l < g.L; ++l) {
+        sim.layer_pass(cc.recompute, 2, c, l, "layer_recompute", u, 0);
+        switches.push_back(sim.last_compute_start());
+      }
+      if (published_writebacks)
+        in_flight_peak =
+            std::max(in_flight_peak, sim.published_writebacks(switches, published_slot_pages(g, c), page_s));
       enter(Phase::loss);
       sim.compute_only(cc.head, 2, c, "lm_head");
       enter(Phase::backward);
@@ -292,6 +332,7 @@ EventResult simulate_events(const Scenario& s, traces::Detail detail) {
   res.trace.summary.peak_device_bytes = sum.peak_device_bytes;
   res.trace.summary.peak_host_bytes = sum.peak_host_bytes;
   res.summary = sum;
+  res.pages_in_flight_peak = in_flight_peak;
   return res;
 }
 

@@ -14,7 +14,9 @@ step::Target target_of(const Scenario& s) { return step::target_of(s.gpu); }
 MemoryTable memory_table(const Scenario& s, bool describe) { return memory_table(s, geometry(s), describe); }
 
 MemoryTable memory_table(const Scenario& s, const Geometry& g, bool describe) {
-  return step::buffer_table(s.model, s.config, target_of(s), g, describe);
+  step::Target target = target_of(s);
+  target.pages_in_flight = published_pages_in_flight(s, g);  // 0 but for the published preset
+  return step::buffer_table(s.model, s.config, target, g, describe);
 }
 
 }  // namespace detail

@@ -63,6 +63,9 @@ struct Summary {
   int64_t kv_pool_pages = 0;
   int64_t grad_pool_pages = 0;
   int64_t max_union_pages = 0;
+  // The published implementation with offload: pages (of each kind) still being written back at
+  // the pool's peak, beyond device_pool_pages (docs/model.md); 0 otherwise, and then not in JSON.
+  int64_t pages_in_flight = 0;
   std::vector<std::string> notes;     // violated constraints and remarks, human-readable
 };
 
@@ -79,6 +82,9 @@ Summary evaluate(const Scenario& s);
 struct EventResult {
   traces::Trace trace;
   Summary summary;
+  // The published implementation with offload: the most pages (of each kind) whose write-back had
+  // been issued and had not finished at any layer switch, timed on the timeline (docs/model.md).
+  int64_t pages_in_flight_peak = 0;
 };
 EventResult simulate_events(const Scenario& s, traces::Detail detail);
 

@@ -365,6 +365,13 @@ BufferTable buffer_table(const models::ModelSpec& m, const Config& c, const Targ
           checked_mul(checked_mul(T, V), lb), loss, OOMB_TEXT(tok + " tokens x vocab x loss dtype (the upcast copy)"));
     add(row::kLogitsGradient, "logits", Tier::device, OOMB_SHAPE({T, V}), c.loss_dtype,
         checked_mul(checked_mul(T, V), lb), loss, OOMB_TEXT(tok + " tokens x vocab x loss dtype"));
+    if (published)
+      // The published code's unchunked cross-entropy (docs/model.md): inside the log-softmax
+      // backward its saved output (the row above), the NLL gradient and the log-softmax gradient
+      // are live at once, three logits-sized tensors.
+      add(row::kLogSoftmaxGradient, "logits", Tier::device, OOMB_SHAPE({T, V}), c.loss_dtype,
+          checked_mul(checked_mul(T, V), lb), loss,
+          OOMB_TEXT(tok + " tokens x vocab x loss dtype (the log-softmax gradient, published cross-entropy)"));
   }
 
   if (g.oomb) {
@@ -373,12 +380,30 @@ BufferTable buffer_table(const models::ModelSpec& m, const Config& c, const Targ
                                : g.sparse ? "resident layers x largest slot (union bound: B pages per query page, + own) "
                                             "x page bytes"
                                           : "resident layers x largest slot (pages) x page bytes";
-    add(row::kKvPool, "kv_pages", Tier::device,
-        OOMB_SHAPE({pc.kv_pool_capacity_pages, g.p, 2, g.kv_heads, g.head_dim}), c.kv_dtype,
-        checked_mul(pc.kv_pool_capacity_pages, g.kv_page_bytes), all, pool_formula);
-    add(row::kKvGradPool, "kv_grad_pages", Tier::device,
-        OOMB_SHAPE({pc.grad_pool_capacity_pages, g.p, 2, g.kv_heads, g.head_dim}), c.kv_grad_dtype,
-        checked_mul(pc.grad_pool_capacity_pages, g.grad_page_bytes), all, pool_formula);
+    // The published code allocates each page as it is copied in (kv_cache.py, onload: one tensor
+    // per page), not a pool sized before the selection is known: its high-water mark is the
+    // modelled union's, not the bound's.
+    const int64_t kv_pool_pages = published ? pc.kv_pool_pages : pc.kv_pool_capacity_pages;
+    const int64_t grad_pool_pages = published ? pc.grad_pool_pages : pc.grad_pool_capacity_pages;
+    if (published && g.sparse && g.offload)
+      pool_formula = "resident layers x largest slot (modelled union + own, allocated per page) x page bytes";
+    add(row::kKvPool, "kv_pages", Tier::device, OOMB_SHAPE({kv_pool_pages, g.p, 2, g.kv_heads, g.head_dim}),
+        c.kv_dtype, checked_mul(kv_pool_pages, g.kv_page_bytes), all, pool_formula);
+    add(row::kKvGradPool, "kv_grad_pages", Tier::device, OOMB_SHAPE({grad_pool_pages, g.p, 2, g.kv_heads, g.head_dim}),
+        c.kv_grad_dtype, checked_mul(grad_pool_pages, g.grad_page_bytes), all, pool_formula);
+    if (published && g.offload && target.pages_in_flight > 0) {
+      t.pages.pages_in_flight = target.pages_in_flight;
+      // Pages in flight (docs/model.md): the published onload allocates a layer's pages as soon as
+      // it is issued while the write-back of the layer it replaces frees each page only when that
+      // page's blocking copy ends; the simulator counts the pages not yet written back at the peak.
+      add(row::kKvPagesInFlight, "kv_pages", Tier::device,
+          OOMB_SHAPE({target.pages_in_flight, g.p, 2, g.kv_heads, g.head_dim}), c.kv_dtype, checked_mul(target.pages_in_flight, g.kv_page_bytes), all,
+          "pages whose write-back has not finished (copy rate vs layer pass time) x page bytes");
+      add(row::kKvGradPagesInFlight, "kv_grad_pages", Tier::device,
+          OOMB_SHAPE({target.pages_in_flight, g.p, 2, g.kv_heads, g.head_dim}), c.kv_grad_dtype,
+          checked_mul(target.pages_in_flight, g.grad_page_bytes), all,
+          "pages whose write-back has not finished (copy rate vs layer pass time) x gradient page bytes");
+    }
     if (published) {
       const int64_t table_entries = g.offload ? checked_mul(g.R, 2 * (pc.kv_pool_pages / std::max<int64_t>(g.R, 1)))
                                               : checked_mul(g.L, 2 * g.P);

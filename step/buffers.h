@@ -44,8 +44,11 @@ inline constexpr const char* kFinalNormRstd = "final_norm_rstd";
 inline constexpr const char* kLogits = "logits";
 inline constexpr const char* kLogitsUpcast = "logits_upcast";
 inline constexpr const char* kLogitsGradient = "logits_gradient";
+inline constexpr const char* kLogSoftmaxGradient = "log_softmax_gradient";
 inline constexpr const char* kKvPool = "kv_pool";
 inline constexpr const char* kKvGradPool = "kv_grad_pool";
+inline constexpr const char* kKvPagesInFlight = "kv_pages_in_flight";
+inline constexpr const char* kKvGradPagesInFlight = "kv_grad_pages_in_flight";
 inline constexpr const char* kHostKvPages = "host_kv_pages";
 inline constexpr const char* kHostKvGradPages = "host_kv_grad_pages";
 inline constexpr const char* kPageSummaries = "page_summaries";
@@ -97,6 +100,9 @@ struct PageCounts {
   int64_t host_kv_pages = 0;      // host tier (offload only)
   int64_t host_grad_pages = 0;
   int64_t max_union_pages = 0;    // sparse: largest prefix set of a chunk (dense: the prefix)
+  // The published implementation with offload: pages (of each kind) whose write-back has not
+  // finished at the pool's peak, over the pool pages above (Target::pages_in_flight); else 0.
+  int64_t pages_in_flight = 0;
 };
 
 // Pages copied in for chunk c under the modelled selection overlap (dense: the prefix).

@@ -53,7 +53,7 @@ bool is_known_selection(const std::string& s) {
 }
 
 Json Config::to_json() const {
-  return {{"schedule", to_string(schedule)},
+  Json j = {{"schedule", to_string(schedule)},
           {"attention", to_string(attention)},
           {"context_tokens", context_tokens},
           {"chunk_tokens", chunk_tokens},
@@ -83,6 +83,8 @@ Json Config::to_json() const {
           {"lora_targets", lora_targets},
           {"lora_train_embeddings", lora_train_embeddings},
           {"layers_override", layers_override}};
+  if (implementation == Implementation::published) j["page_copy_latency_s"] = page_copy_latency_s;
+  return j;
 }
 
 Config config_from_json(const Json& j, const std::string& where) {
@@ -126,6 +128,7 @@ Config config_from_json(const Json& j, const std::string& where) {
   }
   c.lora_train_embeddings = r.boolean_or("lora_train_embeddings", false);
   c.layers_override = r.i64_or("layers_override", 0);
+  c.page_copy_latency_s = r.f64_or("page_copy_latency_s", Config{}.page_copy_latency_s);
   return c;
 }
 
@@ -229,6 +232,8 @@ void validate(const Config& c, const models::ModelSpec& m) {
   }
   if (c.resident_layers <= 0) throw Error("--resident-layers", "", "must be positive", "2 (published) or 'all'");
   if (c.selection_tile_pages <= 0) throw Error("--selection-tile", "", "must be positive");
+  if (!(c.page_copy_latency_s >= 0 && c.page_copy_latency_s < 1))  // NaN fails too
+    throw Error("page_copy_latency_s", "", "must be in [0, 1) seconds", "the published default is 1e-05");
   if (c.logits_chunk_tokens < 0) throw Error("--logits-chunk", "", "must be >= 0", "0 = whole chunk, unfused");
   if (c.loss_dtype != "bf16" && c.loss_dtype != "fp32")
     throw Error("--loss-dtype", c.loss_dtype, "unknown loss dtype", "bf16 (no upcast) or fp32 (upcast logits and gradient)");

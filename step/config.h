@@ -86,6 +86,11 @@ struct Config {
   int64_t selection_tile_pages = 4096;  // bounded selection: pages scored per tile
   PeakMeasure peak_measure = PeakMeasure::reserved;
   Implementation implementation = Implementation::oomb;
+  // The published implementation only (docs/model.md, pages in flight): the fixed cost of one of
+  // the blocking page copies its write-back worker issues one after another (a copy to pinned host
+  // memory and the wait for it), on top of the bytes at the GPU profile's d2h rate. A page is four
+  // copies (K, V and their gradients). Written to documents only with "implementation": "published".
+  double page_copy_latency_s = 10e-6;
   int64_t gpus = 1;                    // tensor parallelism degree (planning only)
   // With tensor parallelism: the hidden-wide activations (layer inputs, norms, residuals) are split
   // over the gpus along the sequence, as Megatron-LM's sequence parallelism does (the head- and

@@ -15,6 +15,10 @@ struct Target {
   bool bf16_gemm = true;
   // CUDA with peak_measure reserved: the CUDA context and library workspaces (the GPU profile's).
   int64_t runtime_reserve_bytes = 0;
+  // The published implementation with offload (docs/model.md, pages in flight): pages whose
+  // write-back has been issued and has not finished, beyond the resident layers, at the pool's peak
+  // (the simulator's closed form from the copy rate and the layer pass time; 0 = none).
+  int64_t pages_in_flight = 0;
 };
 
 }  // namespace oomb::step

@@ -1,4 +1,5 @@
 #include "simulator/simulator.h"
+#include "simulator/detail.h"
 
 #include <gtest/gtest.h>
 
@@ -647,6 +648,113 @@ TEST(Config, KeptLayersRowsTimeAndValidation) {
   s.config.context_tokens = 16384;
   const EventResult ev = simulate_events(s, traces::Detail::layer);
   EXPECT_NEAR(ev.summary.step_s, evaluate(s).step_s, 0.02 * evaluate(s).step_s);
+}
+
+TEST(PublishedBaseline, ThreeLogitsSizedTensorsAtTheLogSoftmaxBackward) {
+  // --preset oomb-published --schedule standard (docs/model.md, the published baseline): inside the
+  // unchunked bf16 log-softmax backward its saved output, the NLL gradient and the log-softmax
+  // gradient are live, 3 x N x V x 2 bytes; bf16 gradients of every parameter stay resident and no
+  // optimizer state exists.
+  auto s = scenario("qwen2.5-7b", "h200", 16 * 1024);
+  s.config = published_preset(s.config);
+  s.config.schedule = Schedule::standard;
+  const int64_t N = 16 * 1024, V = 152064;
+  const auto t = memory_table(s);
+  EXPECT_EQ(row_bytes(t, "logits"), N * V * 2);
+  EXPECT_EQ(row_bytes(t, "logits_gradient"), N * V * 2);
+  EXPECT_EQ(row_bytes(t, "log_softmax_gradient"), N * V * 2);
+  EXPECT_EQ(t.find("logits_upcast", Tier::device), nullptr);
+  EXPECT_EQ(t.find("adamw_moments", Tier::device), nullptr);
+  EXPECT_EQ(t.find("adamw_moments", Tier::host), nullptr);
+  EXPECT_EQ(row_bytes(t, "parameter_gradients"), row_bytes(t, "weights"));  // bf16, all phases
+  const auto peak = t.device_peak();
+  EXPECT_EQ(peak.phase, Phase::loss);
+  // Without the third tensor the loss phase would hold N x V x 2 bytes less.
+  Scenario ours = s;
+  ours.config.implementation = Implementation::oomb;
+  EXPECT_EQ(memory_table(ours).find("log_softmax_gradient", Tier::device), nullptr);
+  EXPECT_EQ(peak.bytes - memory_table(ours).device_peak().bytes, N * V * 2);
+  // The published figure has no point at 128K: out of memory on one H200 (3 x 37.1 GiB of logits
+  // over the weights, their gradients and 28 x 128K x 3584 x 2 checkpoints), while 64K fits.
+  s.config.context_tokens = 128 * 1024;
+  const auto at128k = evaluate(s);
+  EXPECT_FALSE(at128k.feasible);
+  EXPECT_EQ(at128k.binding_constraint, "device memory");
+  s.config.context_tokens = 64 * 1024;
+  EXPECT_TRUE(evaluate(s).feasible);
+  // Without the third tensor 128K would (wrongly) fit.
+  ours.config.context_tokens = 128 * 1024;
+  EXPECT_TRUE(evaluate(ours).feasible);
+}
+
+TEST(PagesInFlight, EventSimulationAgreesWithTheClosedForm) {
+  // The published preset with offload: the pages whose write-back has not finished at the pool's
+  // peak, timed on the event simulation's timeline (its layer switches, each write-back freeing a
+  // page per page_s) against the fast path's closed form (steady-state period, last two chunks),
+  // across contexts, chunk sizes and resident layers. The table carries the closed form's count.
+  int cases = 0, piled = 0;
+  for (int64_t N : {8 * 1024, 24 * 1024 + 512, 64 * 1024}) {
+    for (int64_t chunk : {1024, 4096}) {
+      for (int64_t R : {2, 3, 5}) {
+        for (double latency : {10e-6, 40e-6, -1.0}) {
+          auto s = scenario("qwen2.5-7b", "h200", N);
+          if (latency < 0) {  // a slow link: the copy-in, not the compute, spaces the switches
+            latency = 10e-6;
+            s.gpu.h2d_bytes_per_s /= 50;
+          }
+          s.config = published_preset(s.config);
+          s.config.chunk_tokens = chunk;
+          s.config.resident_layers = R;
+          s.config.page_copy_latency_s = latency;
+          const auto g = detail::geometry(s);
+          const int64_t closed = detail::published_pages_in_flight(s, g);
+          const EventResult ev = simulate_events(s, traces::Detail::layer);
+          SCOPED_TRACE("N=" + std::to_string(N) + " chunk=" + std::to_string(chunk) + " R=" + std::to_string(R) +
+                       " latency=" + std::to_string(latency));
+          // At least the write-back just issued: a whole layer's pages at the last switch.
+          EXPECT_GE(closed, detail::published_slot_pages(g, g.n - 1));
+          EXPECT_NEAR(static_cast<double>(ev.pages_in_flight_peak), static_cast<double>(closed),
+                      0.02 * static_cast<double>(closed) + 1.0);
+          EXPECT_EQ(evaluate(s).pages_in_flight, closed);  // the fast path's summary
+          EXPECT_EQ(to_json(evaluate(s)).at("pages_in_flight").get<int64_t>(), closed);
+          const auto t = memory_table(s);
+          EXPECT_EQ(row_bytes(t, "kv_pages_in_flight"), closed * g.kv_page_bytes);
+          EXPECT_EQ(row_bytes(t, "kv_grad_pages_in_flight"), closed * g.grad_page_bytes);
+          // The trace's pool samples hold the in-flight pages (KV and gradient) over the resident ones.
+          EXPECT_GE(ev.trace.summary.pool_pages_peak, 2 * ev.pages_in_flight_peak);
+          ++cases;
+          if (closed > detail::published_slot_pages(g, g.n - 1)) ++piled;
+          // This project's executor at the same knobs: the next pass on a slot waits for the slot's
+          // write-back, so the pool's occupancy over time never exceeds its resident slots.
+          Scenario ours = s;
+          ours.config.implementation = Implementation::oomb;
+          const EventResult own = simulate_events(ours, traces::Detail::layer);
+          EXPECT_EQ(own.pages_in_flight_peak, 0);
+          EXPECT_LE(own.trace.summary.pool_pages_peak, own.summary.device_pool_pages);
+          EXPECT_GT(own.trace.summary.pool_pages_peak, 0);
+        }
+      }
+    }
+  }
+  EXPECT_EQ(cases, 54);
+  EXPECT_GT(piled, 0);  // some cases pile more than one layer's write-back up
+  // Slower copies hold more pages; without offload, or for this project's executor (the next user
+  // of a slot waits for its write-back), nothing is in flight beyond the pool.
+  auto s = scenario("qwen2.5-7b", "h200", 64 * 1024);
+  s.config = published_preset(s.config);
+  const auto g = detail::geometry(s);
+  const int64_t fast = detail::published_pages_in_flight(s, g);
+  s.config.page_copy_latency_s = 100e-6;
+  EXPECT_GT(detail::published_pages_in_flight(s, g), fast);
+  s.config.implementation = Implementation::oomb;
+  EXPECT_EQ(detail::published_pages_in_flight(s, detail::geometry(s)), 0);
+  EXPECT_EQ(memory_table(s).find("kv_pages_in_flight", Tier::device), nullptr);
+  EXPECT_EQ(evaluate(s).pages_in_flight, 0);
+  EXPECT_FALSE(to_json(evaluate(s)).contains("pages_in_flight"));  // other outputs unchanged
+  EXPECT_EQ(simulate_events(s, traces::Detail::layer).pages_in_flight_peak, 0);
+  s.config.implementation = Implementation::published;
+  s.config.resident_layers = 28;
+  EXPECT_EQ(detail::published_pages_in_flight(s, detail::geometry(s)), 0);
 }
 
 TEST(Presets, PublishedConfiguration) {
