@@ -298,6 +298,10 @@ int run_calibrate(const CalibrateArgs& a) {
   if (a.backend.empty() && a.chunk_opt && a.chunk_opt->count() > 0)
     throw Error("--chunk", std::to_string(a.chunk), "applies to --backend only");
   if (a.models.empty()) throw Error("--model", "", "no model shapes to benchmark", "e.g. --model tiny");
+  bounded_list(a.models.size(), "--model", "models");
+  bounded_list(a.traces.size(), "--traces", "files");
+  bounded_list(a.points.size(), "--points", "files");
+  bounded_list(a.recall.size(), "--recall", "files");
   check_writable(a.out, "--out");
   if (!a.recall.empty()) return run_recall_mode(a);
   if (!a.points.empty()) return run_points_mode(a);

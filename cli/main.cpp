@@ -16,6 +16,19 @@ std::vector<Command>& registry() {
   static std::vector<Command> r;
   return r;
 }
+
+int64_t bounded(int64_t v, int64_t lo, int64_t hi, const std::string& flag, const std::string& hint) {
+  if (v < lo || v > hi)
+    throw Error(flag, std::to_string(v), "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]", hint);
+  return v;
+}
+
+void bounded_list(size_t n, const std::string& flag, const std::string& what, size_t most) {
+  if (n > most)
+    throw Error(flag, std::to_string(n) + " " + what,
+                "at most " + std::to_string(most) + " " + what + " in one command",
+                "split the work over several commands");
+}
 }  // namespace oomb::cli
 
 int oomb::cli::run_main(int argc, char** argv) {

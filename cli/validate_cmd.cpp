@@ -120,6 +120,7 @@ int run_validate_measured(const ValidateArgs& a) {
 
 int run_validate(const ValidateArgs& a) {
   using namespace simulator;
+  bounded_list(a.tolerances.size(), "--tolerance", "terms");
   for (const auto& t : a.tolerances) parse_tolerance(t);  // flags before any work
   check_writable(a.report, "--report");
   if (!a.measured.empty()) {

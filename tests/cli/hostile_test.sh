@@ -193,6 +193,24 @@ expect 2 "m_dup.json: 'layers': is given twice" -- simulate --model ./m_dup.json
 sed -E 's/"efficiency": *\{/"efficiency": {"gemm": 0.5, /' "$h200" >g_dup.json
 expect 2 "g_dup.json: 'efficiency.gemm': is given twice" -- simulate --model tiny --gpu ./g_dup.json --context 4K
 
+# === Issue 24 (hostile input, round 2) ===
+# --- Resource flags are bounded, each refused by name with its range before any work (no crash in
+# the OpenMP runtime at --threads 100000, no "Thread creation failed" at 32768).
+r24="run --model tiny --context 256 --chunk 256 --page 64 --quiet"
+for t in 100000 32768 1025 -1; do
+  expect 2 "--threads: '$t': must be in \[0, 1024\]" -- $r24 --threads $t
+done
+expect 2 "--threads: '100000': must be in \[0, 1024\]" --absent cal_t.json -- calibrate --backend cpu --model tiny --threads 100000 --out cal_t.json --quiet
+for v in 0 1000001 -1; do expect 2 "--steps: '$v': must be in \[1, 1000000\]" -- $r24 --steps $v; done
+# --warmup -1 was silently the default while -5 was refused: both are errors now.
+for v in -1 -5 1000001; do expect 2 "--warmup: '$v': must be in \[0, 1000000\]" -- $r24 --warmup $v; done
+for v in 0 -1 1000001; do expect 2 "--grad-accum: '$v': must be in \[1, 1000000\]" -- $r24 --grad-accum $v; done
+for v in 0 1023 1125899906842625; do
+  expect 2 "--max-shard-bytes: '$v': must be in \[1024, 1125899906842624\]" --absent ck_never -- $r24 --max-shard-bytes $v --save-weights ck_never
+done
+expect 2 "--contexts: '257 contexts': at most 256 contexts" -- sweep --model tiny --contexts "$(seq -s, 1024 1024 263168)"
+expect 2 "--tolerance: '1001 terms': at most 1000" -- validate --plan p.json --trace run.json $(for i in $(seq 1001); do printf -- '--tolerance h2d_bytes=0.1 '; done)
+
 # --- oomb-gui: argument errors are exit 2 with a readable message (before any window opens).
 if [ -n "$gui" ] && [ -x "$gui" ]; then
   gexpect() {
