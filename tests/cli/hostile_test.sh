@@ -211,6 +211,31 @@ done
 expect 2 "--contexts: '257 contexts': at most 256 contexts" -- sweep --model tiny --contexts "$(seq -s, 1024 1024 263168)"
 expect 2 "--tolerance: '1001 terms': at most 1000" -- validate --plan p.json --trace run.json $(for i in $(seq 1001); do printf -- '--tolerance h2d_bytes=0.1 '; done)
 
+# --- Standard output on a full disk is a failed write (exit 2, said on stderr), as --out /dev/full is.
+if [ -w /dev/full ]; then
+  full() {
+    local err rc
+    err=$(timeout 60 "$oomb" "$@" 2>&1 >/dev/full)
+    rc=$?
+    [ $rc -eq 2 ] && grep -q "standard output: write failed" <<<"$err" && ok || bad "oomb $* >/dev/full -> exit $rc: ${err:0:300}"
+  }
+  full simulate --model tiny --context 4K --json
+  full simulate --model tiny --context 4K
+  full plan --model tiny --gpu h200 --context 4K
+  full sweep --model tiny --contexts 8K..16K --csv
+  full models
+  full models --show tiny
+  full validate --plan p.json --trace run.json
+  full $r24 --json
+  full completion bash
+  full --help
+  full plan --help
+  full --version
+  expect 2 "--out.*/dev/full|/dev/full.*write failed" -- plan --model tiny --gpu h200 --context 4K --out /dev/full
+else
+  echo "note: no /dev/full: the full-disk checks are skipped"
+fi
+
 # --- oomb-gui: argument errors are exit 2 with a readable message (before any window opens).
 if [ -n "$gui" ] && [ -x "$gui" ]; then
   gexpect() {
