@@ -4,6 +4,8 @@
 // errors are thrown as oomb::Error and reported by main with exit code 2.
 #include <CLI/CLI.hpp>
 #include <cstdint>
+
+#include "core/json_util.h"
 #include <functional>
 #include <string>
 #include <vector>
@@ -37,6 +39,12 @@ constexpr size_t kMaxSweepContexts = 256;
 int64_t bounded(int64_t v, int64_t lo, int64_t hi, const std::string& flag, const std::string& hint = {});
 // A list flag of at most `most` items (Error naming the flag, the count and the bound).
 void bounded_list(size_t n, const std::string& flag, const std::string& what, size_t most = kMaxListItems);
+
+// A file a flag reads, for check_distinct_paths: a folder given as a model (a Hugging Face folder)
+// is read as its config.json.
+FlagPath input_file(const std::string& flag, const std::string& path);
+// The inputs every scenario command may read: --model, --gpu and --host when they name files.
+std::vector<FlagPath> scenario_inputs(const std::string& model, const std::string& gpu, const std::string& host);
 
 struct Registrar {
   Registrar(std::string name, std::string summary, std::function<std::function<int()>(CLI::App&)> setup) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <cstdio>
 #include <iostream>
@@ -31,6 +32,17 @@ void bounded_list(size_t n, const std::string& flag, const std::string& what, si
     throw Error(flag, std::to_string(n) + " " + what,
                 "at most " + std::to_string(most) + " " + what + " in one command",
                 "split the work over several commands");
+}
+
+FlagPath input_file(const std::string& flag, const std::string& path) {
+  std::error_code ec;
+  if (!path.empty() && std::filesystem::is_directory(path, ec))
+    return {flag, (std::filesystem::path(path) / "config.json").string()};
+  return {flag, path};
+}
+
+std::vector<FlagPath> scenario_inputs(const std::string& model, const std::string& gpu, const std::string& host) {
+  return {input_file("--model", model), input_file("--gpu", gpu), input_file("--host", host)};
 }
 
 namespace {

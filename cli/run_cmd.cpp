@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <cstdio>
 #include <memory>
 #include <set>
@@ -89,9 +90,27 @@ int run_run(const RunArgs& a) {
   finite_in(a.init_std, 0, 10, "--init-std", "the std of the random weights, e.g. 0.02");
   finite_in(a.lr, 0, 10, "--lr", "an AdamW learning rate, e.g. 1e-3");
   // Every output is checked before any work: a bad --trace must not cost the whole run.
-  check_writable(a.save_weights, "--save-weights");
-  check_writable(a.dump_grads, "--dump-grads");
+  check_checkpoint_writable(a.save_weights, "--save-weights");
+  check_checkpoint_writable(a.dump_grads, "--dump-grads");
   check_writable(a.trace, "--trace");
+  // No output may replace an input, nor two outputs one file (checkpoints: their folder and files).
+  {
+    std::vector<FlagPath> in = a.plan.empty() ? scenario_inputs(a.flags.model, a.flags.gpu, a.flags.host)
+                                              : std::vector<FlagPath>{};
+    in.push_back({"--plan", a.plan});
+    in.push_back({"--tokens", a.tokens});
+    for (const std::string& f : checkpoint_input_files(a.weights)) in.push_back({"--weights", f});
+    std::error_code ec;
+    if (std::filesystem::is_directory(a.weights, ec)) in.push_back({"--weights", a.weights, true});
+    std::vector<FlagPath> out = {{"--trace", a.trace}};
+    for (const auto& [flag, path] : {std::pair{"--save-weights", a.save_weights}, {"--dump-grads", a.dump_grads}}) {
+      if (path.empty()) continue;
+      const CheckpointPaths c = checkpoint_paths(path);
+      if (c.folder) out.push_back({flag, path, true});
+      for (const std::string& f : c.files) out.push_back({flag, f});
+    }
+    check_distinct_paths(in, out);
+  }
 
   runner::RunRequest r;
   if (!a.plan.empty()) {

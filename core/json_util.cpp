@@ -291,6 +291,86 @@ void check_writable(const std::string& path, const std::string& flag) {
     throw Error(flag, path, "cannot be written: the file is read-only", "write elsewhere");
 }
 
+namespace {
+
+// A path as the file it names: links followed (a dangling one to its target), made absolute, "." and
+// ".." resolved through the existing part.
+struct ResolvedPath {
+  const FlagPath* from = nullptr;
+  std::filesystem::path canonical;
+  bool exists = false, special = false;
+};
+
+ResolvedPath resolve_path(const FlagPath& p) {
+  namespace fs = std::filesystem;
+  ResolvedPath r;
+  r.from = &p;
+  std::error_code ec;
+  fs::path target;
+  try {
+    target = resolve_links(p.path);
+  } catch (const Error&) {
+    target = p.path;  // a loop of links: the readers and writers name it
+  }
+  const fs::file_status st = fs::status(target, ec);
+  r.exists = fs::exists(st);
+  r.special = r.exists && !fs::is_regular_file(st) && !fs::is_directory(st);
+  r.canonical = fs::weakly_canonical(fs::absolute(target, ec), ec);
+  if (ec) r.canonical = fs::absolute(target).lexically_normal();
+  return r;
+}
+
+bool same_file(const ResolvedPath& a, const ResolvedPath& b) {
+  std::error_code ec;
+  if (a.exists && b.exists) return std::filesystem::equivalent(a.canonical, b.canonical, ec);
+  return a.canonical == b.canonical;
+}
+
+// Whether `inner` lies inside the folder `outer` (not equal to it).
+bool inside(const ResolvedPath& outer, const ResolvedPath& inner) {
+  const auto& o = outer.canonical;
+  const auto& i = inner.canonical;
+  auto oi = o.begin(), ii = i.begin();
+  for (; oi != o.end(); ++oi, ++ii) {
+    if (oi->empty()) continue;  // a trailing separator
+    if (ii == i.end() || *oi != *ii) return false;
+  }
+  return ii != i.end();
+}
+
+}  // namespace
+
+void check_distinct_paths(const std::vector<FlagPath>& inputs, const std::vector<FlagPath>& outputs) {
+  std::vector<ResolvedPath> in, out;
+  for (const auto& p : inputs)
+    if (!p.path.empty())
+      if (ResolvedPath r = resolve_path(p); r.exists && !r.special) in.push_back(std::move(r));
+  for (const auto& p : outputs)
+    if (!p.path.empty())
+      if (ResolvedPath r = resolve_path(p); !r.special) out.push_back(std::move(r));
+  auto quoted = [](const ResolvedPath& r) { return r.from->flag + " " + r.from->path; };
+  for (const auto& o : out) {
+    for (const auto& i : in) {
+      if (same_file(o, i))
+        throw Error(o.from->flag, o.from->path,
+                    "is the input " + quoted(i) + ": writing it would replace what this command reads",
+                    "write the output elsewhere");
+      if (i.from->tree && inside(i, o))
+        throw Error(o.from->flag, o.from->path, "lies inside the input folder " + quoted(i),
+                    "write the output outside the folder this command reads");
+      if (o.from->tree && inside(o, i))
+        throw Error(o.from->flag, o.from->path,
+                    "is a folder that holds the input " + quoted(i) + ": writing it could replace the input",
+                    "write the output elsewhere");
+    }
+  }
+  for (size_t a = 0; a < out.size(); ++a)
+    for (size_t b = a + 1; b < out.size(); ++b)
+      if (same_file(out[a], out[b]))
+        throw Error(out[b].from->flag, out[b].from->path, "is also the output " + quoted(out[a]) + ": one would replace the other",
+                    "give each output its own file");
+}
+
 void JsonReader::fail(const std::string& key, const std::string& problem, const std::string& hint) const {
   throw Error(where_, key, problem, hint);
 }

@@ -33,6 +33,18 @@ void write_file_atomically(const std::string& path, const std::function<void(std
 // Error naming `flag` when `path` could not be written (missing or read-only directory, a
 // directory given as the file); called before any work so a bad output path costs nothing.
 void check_writable(const std::string& path, const std::string& flag);
+// One path a command reads or writes, named by its flag, for check_distinct_paths. tree: a folder
+// (a checkpoint folder): a file inside it counts as part of it.
+struct FlagPath {
+  std::string flag, path;
+  bool tree = false;
+};
+// Refuses (Error naming both flags and the path) an output that would replace an input (the same
+// file, an output inside an input folder, or an input inside an output folder) and two outputs on
+// one file. Files are compared, not strings: "./x", "dir/../x", symlinks and hard links count.
+// Empty paths, inputs that do not exist (catalog ids) and devices or FIFOs (/dev/null, /dev/stdout)
+// are left out. Called before any work, after the outputs' check_writable.
+void check_distinct_paths(const std::vector<FlagPath>& inputs, const std::vector<FlagPath>& outputs);
 // `v` as compact JSON for a message: at most kMaxJsonExcerptChars, "..." when cut.
 std::string json_excerpt(const Json& v);
 

@@ -1,11 +1,14 @@
 #include "executor/runtime/weights.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <bit>
 #include <cctype>
 #include <cstdio>
 #include <limits>
 #include <map>
+#include <set>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -291,6 +294,20 @@ std::string extra_hint(const models::ModelSpec& m) {
          (m.qk_norm ? "different norms or biases" : "q/k norms or other biases") + "?)";
 }
 
+// A shard as the index names it: a relative path that stays inside the index's folder (no absolute
+// path, no ".." component). Symlinks inside the folder are followed (Hugging Face's cache links
+// its snapshot files to blobs). Error naming the index and the tensor otherwise.
+std::filesystem::path shard_path(const std::string& index_path, const std::string& tensor, const std::string& shard) {
+  const std::filesystem::path p(shard);
+  bool up = false;
+  for (const auto& part : p) up = up || part == "..";
+  if (shard.empty() || p.is_absolute() || p.has_root_name() || p.has_root_directory() || up)
+    throw Error(index_path, "weight_map." + tensor,
+                "names the shard '" + shard.substr(0, 200) + "', which is not inside the index's folder",
+                "shards are files next to the index (a relative name without '..')");
+  return std::filesystem::path(index_path).parent_path() / p;
+}
+
 Weights read_index(const std::string& index_path, const models::ModelSpec& m, int64_t checkpoint_layers) {
   const Json index = read_json_file(index_path);
   JsonReader r(index, index_path);
@@ -306,12 +323,15 @@ Weights read_index(const std::string& index_path, const models::ModelSpec& m, in
                   "the model '" + m.id + "' needs shape " + shape_str(p.shape) + " (an index for another model?)");
     if (!it->is_string() || it->get<std::string>().empty())
       throw Error(index_path, "weight_map." + p.name, "must name a shard file");
+    shard_path(index_path, p.name, it->get<std::string>());
     by_shard[it->get<std::string>()].push_back(&p);
   }
-  for (auto it = map.begin(); it != map.end(); ++it)
+  for (auto it = map.begin(); it != map.end(); ++it) {
+    if (it->is_string()) shard_path(index_path, it.key(), it->get<std::string>());
     if (!w.layout.find(it.key()) && !skippable(it.key(), w.layout, checkpoint_layers))
       throw Error(index_path, it.key(), "extra tensor (in shard " + (it->is_string() ? it->get<std::string>() : it->dump()) + ")",
                   extra_hint(m));
+  }
   for (const auto& [shard, params] : by_shard) {
     const std::string path = (dir / shard).string();
     const SafetensorsFile f = open_safetensors(path, params.front()->name);
@@ -359,16 +379,80 @@ Weights read_checkpoint(const std::string& path, const models::ModelSpec& m, int
   if (checkpoint_layers < 0) checkpoint_layers = std::numeric_limits<int64_t>::max();
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) {
+    // The single file first, as Hugging Face's loader (and write_checkpoint's switch: a single file
+    // replaces shards the moment it is renamed into place, before the index is removed).
     const std::filesystem::path d(path);
-    if (std::filesystem::exists(d / "model.safetensors.index.json", ec))
-      return read_index((d / "model.safetensors.index.json").string(), m, checkpoint_layers);
     if (std::filesystem::exists(d / "model.safetensors", ec))
       return read_safetensors((d / "model.safetensors").string(), m, checkpoint_layers);
+    if (std::filesystem::exists(d / "model.safetensors.index.json", ec))
+      return read_index((d / "model.safetensors.index.json").string(), m, checkpoint_layers);
     throw Error("--weights", path, "the folder holds neither model.safetensors.index.json nor model.safetensors",
                 "a Hugging Face checkpoint folder, an index .json or a .safetensors file");
   }
   if (ends_with(path, ".json")) return read_index(path, m, checkpoint_layers);
   return read_safetensors(path, m, checkpoint_layers);
+}
+
+CheckpointPaths checkpoint_paths(const std::string& path) {
+  namespace fs = std::filesystem;
+  CheckpointPaths c;
+  c.folder = !ends_with(path, ".safetensors");
+  c.dir = c.folder ? path : fs::path(path).parent_path().string();
+  if (c.dir.empty()) c.dir = ".";
+  c.stem = c.folder ? "model" : fs::path(path).stem().string();
+  c.files = {c.folder ? (fs::path(path) / "model.safetensors").string() : path,
+             (fs::path(c.dir) / (c.stem + ".safetensors.index.json")).string()};
+  return c;
+}
+
+void check_checkpoint_writable(const std::string& path, const std::string& flag) {
+  namespace fs = std::filesystem;
+  if (path.empty()) return;
+  const CheckpointPaths c = checkpoint_paths(path);
+  if (!c.folder) return check_writable(path, flag);
+  std::error_code ec;
+  const fs::file_status st = fs::status(path, ec);
+  if (fs::exists(st) && !fs::is_directory(st))
+    throw Error(flag, path, "is a file, not a folder", "a checkpoint folder (existing or new), or FILE.safetensors");
+  if (fs::is_directory(st)) {
+    if (::access(path.c_str(), W_OK | X_OK) != 0)
+      throw Error(flag, path, "cannot be written: the folder is not writable", "write elsewhere");
+    return;
+  }
+  // A new folder: created with its missing parents under the nearest existing one.
+  fs::path up = fs::absolute(fs::path(path), ec).parent_path();
+  while (!up.empty() && !fs::exists(fs::status(up, ec)) && up != up.root_path()) up = up.parent_path();
+  if (!fs::is_directory(fs::status(up, ec)))
+    throw Error(flag, path, "cannot be written: " + up.string() + " is not a folder", "write elsewhere");
+  if (::access(up.c_str(), W_OK | X_OK) != 0)
+    throw Error(flag, path, "cannot be written: folder " + up.string() + " is not writable", "write elsewhere");
+}
+
+std::vector<std::string> checkpoint_input_files(const std::string& path) {
+  namespace fs = std::filesystem;
+  if (path.empty()) return {};
+  std::error_code ec;
+  std::string index;
+  if (fs::is_directory(path, ec)) {
+    const fs::path d(path);
+    if (fs::exists(d / "model.safetensors", ec)) return {(d / "model.safetensors").string()};
+    if (!fs::exists(d / "model.safetensors.index.json", ec)) return {};
+    index = (d / "model.safetensors.index.json").string();
+  } else if (ends_with(path, ".json")) {
+    index = path;
+  } else {
+    return {path};
+  }
+  std::vector<std::string> files = {index};
+  try {  // the shards it names; a malformed index is refused by read_checkpoint, by name
+    const Json j = read_json_file(index);
+    std::set<std::string> seen;
+    for (auto it = j.at("weight_map").begin(); it != j.at("weight_map").end(); ++it)
+      if (it->is_string() && seen.insert(it->get<std::string>()).second)
+        files.push_back(shard_path(index, it.key(), it->get<std::string>()).string());
+  } catch (const std::exception&) {
+  }
+  return files;
 }
 
 namespace {

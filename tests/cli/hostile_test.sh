@@ -211,6 +211,53 @@ done
 expect 2 "--contexts: '257 contexts': at most 256 contexts" -- sweep --model tiny --contexts "$(seq -s, 1024 1024 263168)"
 expect 2 "--tolerance: '1001 terms': at most 1000" -- validate --plan p.json --trace run.json $(for i in $(seq 1001); do printf -- '--tolerance h2d_bytes=0.1 '; done)
 
+# --- An output that would replace an input is refused (exit 2, naming both flags), and two outputs
+# on one file; files are compared, not strings: "./x", "d/../x", symlinks and hard links count.
+# Each input (and each old output) is byte-identical afterwards.
+mkdir -p same && cp p.json same/p.json && cp run.json same/t.json && cp w.safetensors same/w.safetensors && cp "$tiny" same/m.json && mkdir -p same/g
+ln -sf p.json same/p_link.json && ln -f same/t.json same/t_hard.json
+sums() { find same -type f | sort | xargs sha256sum; }
+before=$(sums)
+expect 2 "--timeline: 'same/p.json': is the input --plan same/p.json" -- simulate --plan same/p.json --timeline same/p.json
+expect 2 "--timeline: '\./same/p.json': is the input --plan same/p.json" -- simulate --plan same/p.json --timeline ./same/p.json
+expect 2 "--chrome: 'same/p_link.json': is the input --plan" -- simulate --plan same/p.json --chrome same/p_link.json
+expect 2 "--report: 'same/../same/p.json': is the input --plan" -- simulate --plan same/p.json --report same/../same/p.json
+expect 2 "--trace: 'same/p.json': is the input --plan same/p.json" -- run --plan same/p.json --trace same/p.json --quiet
+expect 2 "--report: 'same/t.json': is the input --trace same/t.json" -- validate --plan p.json --trace same/t.json --report same/t.json
+expect 2 "--report: 'same/t_hard.json': is the input --trace" -- validate --plan p.json --trace same/t.json --report same/t_hard.json
+expect 2 "--report: 'same/p.json': is the input --plan" -- validate --plan same/p.json --trace run.json --report same/p.json
+expect 2 "--out: 'same/t.json': is the input --traces same/t.json" -- calibrate --traces same/t.json --gpu h200 --out same/t.json
+expect 2 "--out: 'same/p.json': is the input --gpu" -- calibrate --project-to h100 --gpu same/p.json --out same/p.json
+expect 2 "--dump-grads: 'same/w.safetensors': is the input --weights same/w.safetensors" -- run --model tiny --context 4K --chunk 1K --page 64 --weights same/w.safetensors --dump-grads same/w.safetensors --quiet
+expect 2 "--save-weights: 'same/w.safetensors': is the input --weights" -- run --model tiny --context 4K --chunk 1K --page 64 --weights same/w.safetensors --save-weights same/w.safetensors --quiet
+expect 2 "--save-weights: 'same': is a folder that holds the input --weights same/w.safetensors" -- run --model tiny --context 4K --chunk 1K --page 64 --weights same/w.safetensors --save-weights same --quiet
+expect 2 "--timeline: 'same/m.json': is the input --model same/m.json" -- simulate --model same/m.json --context 4K --timeline same/m.json
+expect 2 "--chrome: 'same/o.json': is also the output --timeline same/o.json" --absent same/o.json -- simulate --model tiny --context 4K --timeline same/o.json --chrome same/o.json
+expect 2 "--report: '\./same/o.json': is also the output --timeline" --absent same/o.json -- simulate --model tiny --context 4K --timeline same/o.json --report ./same/o.json
+expect 2 "--dump-grads: 'same/g': is also the output --save-weights same/g" --absent same/g/model.safetensors -- run --model tiny --context 1K --chunk 256 --page 64 --save-weights same/g --dump-grads same/g --quiet
+expect 2 "--save-weights: 'same/g/model.safetensors': is also the output --trace same/g/model.safetensors" --absent same/g/model.safetensors -- run --model tiny --context 1K --chunk 256 --page 64 --save-weights same/g --trace same/g/model.safetensors --quiet
+[ "$before" = "$(sums)" ] && ok || bad "an input changed under a refused command"
+# A checkpoint folder read by --weights: writing into it, or a file inside it, is refused.
+"$oomb" run --model tiny --context 1K --chunk 256 --page 64 --save-weights ckin --quiet >/dev/null || bad "run --save-weights ckin"
+cks=$(sha256sum ckin/*)
+expect 2 "--save-weights: 'ckin': is a folder that holds the input --weights ckin" -- run --model tiny --context 1K --chunk 256 --page 64 --weights ckin --save-weights ckin --quiet
+expect 2 "--save-weights: 'ckin/model.safetensors': is the input --weights" -- run --model tiny --context 1K --chunk 256 --page 64 --weights ckin --save-weights ckin/model.safetensors --quiet
+expect 2 "--dump-grads: 'ckin/g.safetensors': lies inside the input folder --weights ckin" --absent ckin/g.safetensors -- run --model tiny --context 1K --chunk 256 --page 64 --weights ckin --dump-grads ckin/g.safetensors --quiet
+[ "$cks" = "$(sha256sum ckin/*)" ] && ok || bad "the input checkpoint changed"
+# models --import DIR --out DIR/config.json: the config it reads.
+mkdir -p hfdir && printf '{"architectures":["Qwen2ForCausalLM"],"model_type":"qwen2","hidden_size":64,"intermediate_size":128,"num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"vocab_size":256,"max_position_embeddings":4096,"rms_norm_eps":1e-6,"rope_theta":10000,"tie_word_embeddings":true}' >hfdir/config.json
+hf=$(sha256sum hfdir/config.json)
+expect 2 "--out: 'hfdir/config.json': is the input --import" -- models --import hfdir --out hfdir/config.json
+expect 2 "--out: '\./hfdir/config.json': is the input --import" -- models --import hfdir/config.json --out ./hfdir/config.json
+[ "$hf" = "$(sha256sum hfdir/config.json)" ] && ok || bad "models --import replaced its config"
+# calibrate --points runs.csv --out runs.csv
+printf 'model,context,chunk,page,step_s\ntiny,4096,1024,64,0.5\ntiny,8192,1024,64,1.1\n' >runs.csv
+rs=$(sha256sum runs.csv)
+expect 2 "--out: 'runs.csv': is the input --points runs.csv" -- calibrate --points runs.csv --gpu h200 --out runs.csv
+[ "$rs" = "$(sha256sum runs.csv)" ] && ok || bad "calibrate replaced its points"
+# Devices are not files: two outputs on /dev/null are fine.
+expect 0 "" -- simulate --model tiny --context 4K --timeline /dev/null --chrome /dev/null
+
 # --- Standard output on a full disk is a failed write (exit 2, said on stderr), as --out /dev/full is.
 if [ -w /dev/full ]; then
   full() {
