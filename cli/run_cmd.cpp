@@ -276,10 +276,15 @@ const Registrar reg("run", "Execute chunk-recurrent training steps (cpu referenc
                       sub.add_option("--weights", a->weights,
                                      "Initial weights: a Hugging Face checkpoint (folder with model.safetensors or "
                                      "model.safetensors.index.json + shards, the index, or one .safetensors file; "
-                                     "F32, BF16 or F16 tensors, HF names)");
+                                     "F32, BF16 or F16 tensors, HF names). A folder holding both is read as its "
+                                     "model.safetensors (the single file first, as Hugging Face's loader); shards "
+                                     "are files inside the index's folder (no absolute path, no '..'); a tied "
+                                     "model's lm_head.weight is accepted when it equals the embedding");
                       sub.add_option("--save-weights", a->save_weights,
-                                     "Write the final weights (F32, HF layout): a folder, or FILE.safetensors; sharded "
-                                     "with an index above --max-shard-bytes");
+                                     "Write the final weights (F32, HF layout): a folder (new or existing; other "
+                                     "files in it stay), or FILE.safetensors; sharded with an index above "
+                                     "--max-shard-bytes. Every file is written aside first and the checkpoint "
+                                     "switched at the end: an interrupted or failed save leaves the old one whole");
                       sub.add_option("--dump-grads", a->dump_grads,
                                      "Write the accumulated parameter gradients (same layout as --save-weights)");
                       sub.add_option("--max-shard-bytes", a->max_shard_bytes,

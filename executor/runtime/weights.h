@@ -86,7 +86,8 @@ WorstTensor worst_relative_l2(const ParamTensors& a, const ParamTensors& b);
 Weights read_safetensors(const std::string& path, const models::ModelSpec& m, int64_t checkpoint_layers = -1);
 
 // A Hugging Face checkpoint: a .safetensors file, a model.safetensors.index.json (weight_map from
-// tensor to shard file, shards next to it), or a folder holding either (the index first). Errors
+// tensor to shard file, shards inside its folder), or a folder holding either (model.safetensors first, as
+// Hugging Face's loader). Errors
 // name the tensor and the shard (or the index) at fault.
 Weights read_checkpoint(const std::string& path, const models::ModelSpec& m, int64_t checkpoint_layers = -1);
 

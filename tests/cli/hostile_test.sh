@@ -258,6 +258,125 @@ expect 2 "--out: 'runs.csv': is the input --points runs.csv" -- calibrate --poin
 # Devices are not files: two outputs on /dev/null are fine.
 expect 0 "" -- simulate --model tiny --context 4K --timeline /dev/null --chrome /dev/null
 
+# --- A checkpoint is replaced as a whole (written aside, then switched) or not at all.
+c24="run --model tiny --context 1K --chunk 256 --page 64 --quiet"
+# --save-weights / --dump-grads into an existing folder, even empty, even the one the last run wrote.
+mkdir -p ck_empty gr_empty
+expect 0 "weights: ck_empty/model.safetensors" -- $c24 --save-weights ck_empty --dump-grads gr_empty
+expect 0 "weights: ck_empty/model.safetensors" -- $c24 --save-weights ck_empty --seed 7
+[ -s gr_empty/model.safetensors ] && ok || bad "--dump-grads into an existing folder wrote nothing"
+expect 2 "--save-weights: 'p.json': is a file, not a folder" -- $c24 --save-weights p.json
+# A full disk part-way (one old shard is a link to /dev/full, written in place and failing): exit 2,
+# every old file byte-identical, no new shard or temporary file left.
+"$oomb" $c24 --save-weights ckf --max-shard-bytes 100000 >/dev/null || bad "sharded save for the full-disk case"
+sh2=$(cd ckf 2>/dev/null && ls model-00002-of-*.safetensors 2>/dev/null)
+if [ -w /dev/full ] && [ -n "$sh2" ]; then
+  rm "ckf/$sh2" && ln -s /dev/full "ckf/$sh2"
+  ckf_sums() { ls -A ckf; find ckf -type f | sort | xargs sha256sum; }
+  ckf_before=$(ckf_sums)
+  expect 2 "$sh2.*write failed" -- $c24 --save-weights ckf --max-shard-bytes 100000 --seed 9
+  [ "$ckf_before" = "$(ckf_sums)" ] && ok || bad "a failed sharded save changed the old checkpoint: $(ls -A ckf)"
+else
+  bad "no sharded checkpoint (or no /dev/full) for the full-disk case: $(ls ckf)"
+fi
+# SIGTERM during the save, over an old sharded checkpoint and over an old single file: the old one is
+# byte-identical afterwards (it loads to the same loss), and no temporary file is left.
+big="run --model qwen2.5-0.5b --layers 1 --context 128 --chunk 128 --page 64 --quiet"
+for old in sharded single; do
+  rm -rf ckt
+  if [ $old = sharded ]; then "$oomb" $big --save-weights ckt --max-shard-bytes 50000000 --seed 1 >/dev/null
+  else "$oomb" $big --save-weights ckt --seed 1 >/dev/null; fi || bad "the $old checkpoint for the interrupt case"
+  ckt_before=$(ls -A ckt | sort; sha256sum ckt/* | sort)
+  "$oomb" $big --save-weights ckt --max-shard-bytes 50000000 --seed 2 >/dev/null 2>&1 &
+  pid=$!
+  seen=0
+  for _ in $(seq 6000); do  # up to 60 s: until the first shard is being written aside
+    if ls -A ckt | grep -q oomb-tmp; then seen=1; break; fi
+    kill -0 $pid 2>/dev/null || break
+    sleep 0.01
+  done
+  kill -TERM $pid 2>/dev/null
+  wait $pid
+  rc=$?
+  if [ $seen -eq 1 ]; then
+    [ $rc -eq 143 ] && ok || bad "SIGTERM during a save ($old): exit $rc, want 143"
+    [ "$ckt_before" = "$(ls -A ckt | sort; sha256sum ckt/* | sort)" ] && ok ||
+      bad "SIGTERM during a save over a $old checkpoint changed it: $(ls -A ckt)"
+  else
+    echo "note: the save over the $old checkpoint ended before SIGTERM (rc $rc): the interrupt case did not run"
+  fi
+done
+rm -rf ckt
+
+# --- Shard index safety: shards stay inside the checkpoint's folder; no size of another file leaks.
+"$oomb" $c24 --save-weights cki --max-shard-bytes 100000 >/dev/null || bad "sharded save for the index cases"
+idx() { mkdir -p "$1" && cp cki/*.safetensors "$1"/ && sed -E "$2" cki/model.safetensors.index.json >"$1/model.safetensors.index.json"; }
+sh1=$(cd cki && ls model-00001-of-*.safetensors)
+idx ck_up "s#\"$sh1\"#\"../cki/$sh1\"#"
+expect 2 "ck_up/model.safetensors.index.json: .*names the shard '../cki/$sh1', which is not inside the index's folder" -- $c24 --weights ck_up
+idx ck_abs "s#\"$sh1\"#\"/etc/passwd\"#"
+out=$(timeout 60 "$oomb" $c24 --weights ck_abs 2>&1)
+[ $? -eq 2 ] && grep -q "names the shard '/etc/passwd', which is not inside" <<<"$out" && ! grep -q "bytes" <<<"$out" &&
+  ok || bad "an index naming /etc/passwd: ${out:0:300}"
+# Trailing bytes after the data, overlapping ranges and a second copy of a tensor.
+cp w.safetensors w_tail.safetensors && printf 'appended' >>w_tail.safetensors
+expect 2 "w_tail.safetensors: .*8 bytes after the last tensor's data belong to no tensor" -- run --model tiny --context 4K --chunk 1K --page 64 --weights w_tail.safetensors --quiet
+if command -v python3 >/dev/null; then
+  # edit FILE OUT PYTHON: OUT is FILE with its header h (a dict) and data d (bytes) changed by PYTHON.
+  edit() {
+    python3 - "$1" "$2" "$3" <<'PY'
+import json, struct, sys
+src, dst, code = sys.argv[1:]
+b = open(src, "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+h, d = json.loads(b[8:8 + n]), b[8 + n:]
+exec(code)
+t = json.dumps(h).encode()
+t += b" " * (-len(t) % 8)
+open(dst, "wb").write(struct.pack("<Q", len(t)) + t + d)
+PY
+  }
+  # model.norm.weight moved onto the end of the tensor before it (a larger one): an overlap.
+  edit w.safetensors w_overlap.safetensors '
+n = h["model.norm.weight"]["data_offsets"]
+h["model.norm.weight"]["data_offsets"] = [n[0] - (n[1] - n[0]), n[0]]'
+  expect 2 "w_overlap.safetensors: 'model.norm.weight': its bytes .* overlap those of|w_overlap.safetensors: .*overlap" -- run --model tiny --context 4K --chunk 1K --page 64 --weights w_overlap.safetensors --quiet
+  # A second copy: shard 1 also holds the final norm, which the index maps to another shard.
+  edit "cki/$sh1" ck_dup.tmp '
+import glob
+norm = json.load(open("cki/model.safetensors.index.json"))["weight_map"]["model.norm.weight"]
+b2 = open("cki/" + norm, "rb").read(); n2 = struct.unpack("<Q", b2[:8])[0]; h2 = json.loads(b2[8:8 + n2])
+s, e = h2["model.norm.weight"]["data_offsets"]
+h["model.norm.weight"] = dict(h2["model.norm.weight"], data_offsets=[len(d), len(d) + e - s])
+d = d + b2[8 + n2 + s:8 + n2 + e]'
+  idx ck_dup 's/^//' && mv ck_dup.tmp "ck_dup/$sh1"
+  expect 2 "ck_dup/$sh1: 'model.norm.weight': is a second copy: the index maps this tensor to model-0000[2-9]-of-" -- $c24 --weights ck_dup
+  # A tied model: lm_head.weight equal to the embedding is accepted (same loss), another is refused.
+  sed -E 's/"tied_embeddings": *false/"tied_embeddings": true/' "$tiny" >m_tied.json
+  "$oomb" run --model ./m_tied.json --context 1K --chunk 256 --page 64 --quiet --save-weights wt.safetensors >/dev/null || bad "tied save"
+  edit wt.safetensors wt_head.safetensors '
+s, e = h["model.embed_tokens.weight"]["data_offsets"]
+h["lm_head.weight"] = dict(h["model.embed_tokens.weight"], data_offsets=[len(d), len(d) + e - s])
+d = d + d[s:e]'
+  edit wt.safetensors wt_other.safetensors '
+s, e = h["model.embed_tokens.weight"]["data_offsets"]
+h["lm_head.weight"] = dict(h["model.embed_tokens.weight"], data_offsets=[len(d), len(d) + e - s])
+d = d + bytes(e - s)'
+  l1=$("$oomb" run --model ./m_tied.json --context 1K --chunk 256 --page 64 --quiet --weights wt.safetensors --json | grep -m1 '"loss"')
+  l2=$("$oomb" run --model ./m_tied.json --context 1K --chunk 256 --page 64 --quiet --weights wt_head.safetensors --json | grep -m1 '"loss"')
+  [ -n "$l1" ] && [ "$l1" = "$l2" ] && ok || bad "a tied checkpoint with lm_head.weight = the embedding: '$l1' vs '$l2'"
+  expect 2 "wt_other.safetensors: 'lm_head.weight': differs from model.embed_tokens.weight at element 0, and the model ties them" -- run --model ./m_tied.json --context 1K --chunk 256 --page 64 --quiet --weights wt_other.safetensors
+else
+  echo "note: no python3: the crafted safetensors cases are skipped"
+fi
+# A folder with both model.safetensors and an index: the single file is read (Hugging Face's rule).
+"$oomb" $c24 --save-weights single5.safetensors --seed 5 >/dev/null || bad "single save for the both-forms case"
+mkdir -p ck_both && cp cki/* ck_both/ && cp single5.safetensors ck_both/model.safetensors
+lb=$("$oomb" $c24 --weights ck_both --json | grep -m1 '"loss"')
+ls=$("$oomb" $c24 --weights ck_both/model.safetensors --json | grep -m1 '"loss"')
+li=$("$oomb" $c24 --weights ck_both/model.safetensors.index.json --json | grep -m1 '"loss"')
+[ -n "$lb" ] && [ "$lb" = "$ls" ] && [ "$lb" != "$li" ] && ok || bad "a folder with both forms: folder '$lb', single '$ls', index '$li'"
+
 # --- Standard output on a full disk is a failed write (exit 2, said on stderr), as --out /dev/full is.
 if [ -w /dev/full ]; then
   full() {
