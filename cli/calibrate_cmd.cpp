@@ -298,7 +298,19 @@ int run_calibrate(const CalibrateArgs& a) {
   if (a.backend.empty() && a.chunk_opt && a.chunk_opt->count() > 0)
     throw Error("--chunk", std::to_string(a.chunk), "applies to --backend only");
   if (a.models.empty()) throw Error("--model", "", "no model shapes to benchmark", "e.g. --model tiny");
+  bounded_list(a.models.size(), "--model", "models");
+  bounded_list(a.traces.size(), "--traces", "files");
+  bounded_list(a.points.size(), "--points", "files");
+  bounded_list(a.recall.size(), "--recall", "files");
   check_writable(a.out, "--out");
+  {
+    std::vector<FlagPath> in = {input_file("--gpu", a.gpu), input_file("--project-to", a.project_to)};
+    for (const auto& f : a.traces) in.push_back({"--traces", f});
+    for (const auto& f : a.points) in.push_back({"--points", f});
+    for (const auto& f : a.recall) in.push_back({"--recall", f});
+    for (const auto& f : a.models) in.push_back(input_file("--model", f));
+    check_distinct_paths(in, {{"--out", a.out}});
+  }
   if (!a.recall.empty()) return run_recall_mode(a);
   if (!a.points.empty()) return run_points_mode(a);
   if (!a.backend.empty()) return run_microbench_mode(a);

@@ -1,6 +1,10 @@
 // oomb: one executable, one file per subcommand (see cli/command.h). run_main is the whole CLI
 // (entry.cpp's main calls it) so that the fuzz suite parses and runs argv vectors in-process.
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <string>
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -16,6 +20,47 @@ std::vector<Command>& registry() {
   static std::vector<Command> r;
   return r;
 }
+
+int64_t bounded(int64_t v, int64_t lo, int64_t hi, const std::string& flag, const std::string& hint) {
+  if (v < lo || v > hi)
+    throw Error(flag, std::to_string(v), "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]", hint);
+  return v;
+}
+
+void bounded_list(size_t n, const std::string& flag, const std::string& what, size_t most) {
+  if (n > most)
+    throw Error(flag, std::to_string(n) + " " + what,
+                "at most " + std::to_string(most) + " " + what + " in one command",
+                "split the work over several commands");
+}
+
+FlagPath input_file(const std::string& flag, const std::string& path) {
+  std::error_code ec;
+  if (!path.empty() && std::filesystem::is_directory(path, ec))
+    return {flag, (std::filesystem::path(path) / "config.json").string()};
+  return {flag, path};
+}
+
+std::vector<FlagPath> scenario_inputs(const std::string& model, const std::string& gpu, const std::string& host) {
+  return {input_file("--model", model), input_file("--gpu", gpu), input_file("--host", host)};
+}
+
+namespace {
+// A command's answer on standard output is part of its result: when it could not be written (a full
+// disk behind `> file`, a closed descriptor), the command fails with exit 2 like a bad --out, rather
+// than exit 0 with the output lost. Returns rc, or 2 after the message on stderr.
+int stdout_written(int rc, const std::string& who) {
+  std::cout.flush();
+  const bool failed = std::fflush(stdout) != 0 || std::ferror(stdout) || !std::cout.good();
+  if (!failed) return rc;
+  std::fprintf(stderr, "%s: error: standard output: write failed (%s)%s\n", who.c_str(),
+               errno ? std::strerror(errno) : "disk full or closed?",
+               rc == 0 ? "" : (" (the command itself ended with exit " + std::to_string(rc) + ")").c_str());
+  std::clearerr(stdout);  // run_main may be called again in this process (the fuzz suite)
+  std::cout.clear();
+  return 2;
+}
+}  // namespace
 }  // namespace oomb::cli
 
 int oomb::cli::run_main(int argc, char** argv) {
@@ -74,20 +119,20 @@ int oomb::cli::run_main(int argc, char** argv) {
     }
     return app.exit(e) == 0 ? 0 : 2;
   } catch (const CLI::ParseError& e) {
-    int rc = app.exit(e);
-    return rc == 0 ? 0 : 2;
+    int rc = app.exit(e);  // --help: the help on stdout, rc 0
+    return rc == 0 ? stdout_written(0, "oomb") : 2;
   } catch (const oomb::Error& e) {
     std::fprintf(stderr, "oomb: error: %s\n", e.what());
     return 2;
   }
   if (version) {
     std::printf("%s\n", version_string().c_str());
-    return 0;
+    return stdout_written(0, "oomb");
   }
   for (auto& [sub, fn] : subs) {
     if (sub->parsed()) {
       try {
-        return fn();
+        return stdout_written(fn(), "oomb " + sub->get_name());
       } catch (const oomb::Error& e) {
         std::fprintf(stderr, "oomb %s: error: %s\n", sub->get_name().c_str(), e.what());
         return 2;
@@ -106,5 +151,5 @@ int oomb::cli::run_main(int argc, char** argv) {
     }
   }
   std::cout << app.help();
-  return 0;
+  return stdout_written(0, "oomb");
 }

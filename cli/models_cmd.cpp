@@ -16,6 +16,8 @@ namespace {
 int import_model(const std::string& from, const std::string& out) {
   using namespace oomb::models;
   const std::string file = hf_config_path(from);
+  check_writable(out, "--out");
+  check_distinct_paths({{"--import", file}}, {{"--out", out}});
   const Json j = read_json_file(file);
   if (!is_hf_config(j))
     throw oomb::Error("--import", file, "is not a Hugging Face config.json (no architectures / model_type)",

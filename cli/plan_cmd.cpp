@@ -82,6 +82,11 @@ int run_plan(PlanArgs a) {
   using namespace planner;
   planner::Request r;
   check_writable(a.out, "--out");  // before the search, not after it
+  {
+    std::vector<FlagPath> in = scenario_inputs(a.flags.model, a.flags.gpu, a.flags.host);
+    in.push_back({"--recall-curve", a.recall_curve});
+    check_distinct_paths(in, {{"--out", a.out}});
+  }
   if (a.min_budget && (*a.min_budget < 1 || *a.min_budget > simulator::kMaxPageBudget))
     throw Error("--min-budget", std::to_string(*a.min_budget),
                 "must be in [1, " + std::to_string(simulator::kMaxPageBudget) + "] pages", "e.g. 64");

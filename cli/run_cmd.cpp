@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <cstdio>
 #include <memory>
 #include <set>
@@ -31,7 +32,8 @@ struct RunArgs {
   std::string backend = "cpu";
   int64_t steps = 1;
   bool steps_given = false;
-  int64_t warmup = -1;  // untimed steps first; -1 = 1 when a --trace is written, else 0
+  int64_t warmup = 0;   // untimed steps first; not given (warmup_given false): 1 when a --trace is written, else 0
+  bool warmup_given = false;
   int threads = 0;      // cpu backend compute threads; 0 = the CPUs this process may use
   std::string tokens, weights, save_weights, dump_grads, trace, detail = "layer";
   std::string trace_timing;  // "" = cupti for cuda when built with CUPTI, else host
@@ -80,18 +82,35 @@ class ProgressLine {
 };
 
 int run_run(const RunArgs& a) {
-  if (a.steps <= 0 || a.steps > 1000000) throw Error("--steps", std::to_string(a.steps), "must be in [1, 1000000]");
-  if (a.warmup < -1) throw Error("--warmup", std::to_string(a.warmup), "must be 0 or more");
-  if (a.grad_accum <= 0 || a.grad_accum > 1000000)
-    throw Error("--grad-accum", std::to_string(a.grad_accum), "must be in [1, 1000000]");
+  // Resource flags are bounded (issue 24): each is refused, naming the flag and its range, before any work.
+  bounded(a.steps, 1, kMaxSteps, "--steps", "timed steps, e.g. 3");
+  bounded(a.warmup, 0, kMaxSteps, "--warmup", "untimed steps, e.g. 1 (leave it out for the default)");
+  bounded(a.grad_accum, 1, kMaxSteps, "--grad-accum", "steps per optimizer step, e.g. 4");
+  bounded(a.max_shard_bytes, kMinShardBytes, kMaxShardBytes, "--max-shard-bytes", "e.g. 5000000000 (5 GB)");
   finite_in(a.init_std, 0, 10, "--init-std", "the std of the random weights, e.g. 0.02");
   finite_in(a.lr, 0, 10, "--lr", "an AdamW learning rate, e.g. 1e-3");
-  if (a.max_shard_bytes <= 0)
-    throw Error("--max-shard-bytes", std::to_string(a.max_shard_bytes), "must be positive", "e.g. 5000000000 (5 GB)");
   // Every output is checked before any work: a bad --trace must not cost the whole run.
-  check_writable(a.save_weights, "--save-weights");
-  check_writable(a.dump_grads, "--dump-grads");
+  check_checkpoint_writable(a.save_weights, "--save-weights");
+  check_checkpoint_writable(a.dump_grads, "--dump-grads");
   check_writable(a.trace, "--trace");
+  // No output may replace an input, nor two outputs one file (checkpoints: their folder and files).
+  {
+    std::vector<FlagPath> in = a.plan.empty() ? scenario_inputs(a.flags.model, a.flags.gpu, a.flags.host)
+                                              : std::vector<FlagPath>{};
+    in.push_back({"--plan", a.plan});
+    in.push_back({"--tokens", a.tokens});
+    for (const std::string& f : checkpoint_input_files(a.weights)) in.push_back({"--weights", f});
+    std::error_code ec;
+    if (std::filesystem::is_directory(a.weights, ec)) in.push_back({"--weights", a.weights, true});
+    std::vector<FlagPath> out = {{"--trace", a.trace}};
+    for (const auto& [flag, path] : {std::pair{"--save-weights", a.save_weights}, {"--dump-grads", a.dump_grads}}) {
+      if (path.empty()) continue;
+      const CheckpointPaths c = checkpoint_paths(path);
+      if (c.folder) out.push_back({flag, path, true});
+      for (const std::string& f : c.files) out.push_back({flag, f});
+    }
+    check_distinct_paths(in, out);
+  }
 
   runner::RunRequest r;
   if (!a.plan.empty()) {
@@ -119,7 +138,7 @@ int run_run(const RunArgs& a) {
   r.trace_timing = a.trace_timing;
   // A trace is what `oomb validate` compares: timed like the fidelity suite (a warm-up step, then
   // the fastest of 3 steps) unless --warmup / --steps say otherwise.
-  r.warmup_steps = a.warmup >= 0 ? a.warmup : (a.trace.empty() ? 0 : 1);
+  r.warmup_steps = a.warmup_given ? a.warmup : (a.trace.empty() ? 0 : 1);
   r.timed_steps = a.steps_given || a.trace.empty() ? a.steps : 3;
   r.record_trace = !a.trace.empty();
   r.detail = traces::detail_from_string(a.detail, "--detail");
@@ -239,14 +258,17 @@ const Registrar reg("run", "Execute chunk-recurrent training steps (cpu referenc
                                      "and how many GEMMs ran in each precision are printed and recorded in --json "
                                      "(cuda) and the trace (metadata.extra.cuda)");
                       sub.add_option("--steps", a->steps,
-                                     "Timed training steps (one sequence each; default 1, or 3 when a --trace is "
-                                     "written: the trace's step_s is the fastest of them)");
+                                     "Timed training steps, 1..1000000 (one sequence each; default 1, or 3 when a "
+                                     "--trace is written: the trace's step_s is the fastest of them)");
                       sub.add_option("--warmup", a->warmup,
-                                     "Untimed training steps before the --steps (default: 1 when a --trace is "
-                                     "written, else 0); they train like the others and are in the trace's events");
+                                     "Untimed training steps before the --steps, 0..1000000 (default: 1 when a "
+                                     "--trace is written, else 0); they train like the others and are in the "
+                                     "trace's events");
                       sub.add_option("--threads", a->threads,
-                                     "--backend cpu: compute threads (OpenMP loops and BLAS GEMMs; results are "
-                                     "identical at any count). Default: the CPUs this process may use. Recorded in "
+                                     "--backend cpu: compute threads, 0..1024 (OpenMP loops and BLAS GEMMs; results "
+                                     "are identical at any count; 1024, a fixed bound so that a command means the "
+                                     "same on every machine, is far above any CPU's count and far below what the "
+                                     "OpenMP runtime fails to create). Default (0): the CPUs this process may use. Recorded in "
                                      "the trace (cpu_threads): validate compares it with a profile calibrated at "
                                      "the same count");
                       sub.add_option("--tokens", a->tokens,
@@ -254,15 +276,20 @@ const Registrar reg("run", "Execute chunk-recurrent training steps (cpu referenc
                       sub.add_option("--weights", a->weights,
                                      "Initial weights: a Hugging Face checkpoint (folder with model.safetensors or "
                                      "model.safetensors.index.json + shards, the index, or one .safetensors file; "
-                                     "F32, BF16 or F16 tensors, HF names)");
+                                     "F32, BF16 or F16 tensors, HF names). A folder holding both is read as its "
+                                     "model.safetensors (the single file first, as Hugging Face's loader); shards "
+                                     "are files inside the index's folder (no absolute path, no '..'); a tied "
+                                     "model's lm_head.weight is accepted when it equals the embedding");
                       sub.add_option("--save-weights", a->save_weights,
-                                     "Write the final weights (F32, HF layout): a folder, or FILE.safetensors; sharded "
-                                     "with an index above --max-shard-bytes");
+                                     "Write the final weights (F32, HF layout): a folder (new or existing; other "
+                                     "files in it stay), or FILE.safetensors; sharded with an index above "
+                                     "--max-shard-bytes. Every file is written aside first and the checkpoint "
+                                     "switched at the end: an interrupted or failed save leaves the old one whole");
                       sub.add_option("--dump-grads", a->dump_grads,
                                      "Write the accumulated parameter gradients (same layout as --save-weights)");
                       sub.add_option("--max-shard-bytes", a->max_shard_bytes,
-                                     "Largest shard --save-weights / --dump-grads write (default 5e9, Hugging Face's "
-                                     "5GB)")
+                                     "Largest shard --save-weights / --dump-grads write, 1024..2^50 bytes (default "
+                                     "5e9, Hugging Face's 5GB)")
                           ->capture_default_str();
                       sub.add_option("--seed", a->seed, "Seed of the random weights and synthetic tokens")
                           ->capture_default_str()
@@ -270,7 +297,7 @@ const Registrar reg("run", "Execute chunk-recurrent training steps (cpu referenc
                       sub.add_option("--init-std", a->init_std, "Std of the random weights")->capture_default_str();
                       sub.add_option("--lr", a->lr, "AdamW learning rate (with --optimizer gpu|host)")
                           ->capture_default_str();
-                      sub.add_option("--grad-accum", a->grad_accum, "Steps per optimizer step")->capture_default_str();
+                      sub.add_option("--grad-accum", a->grad_accum, "Steps per optimizer step, 1..1000000")->capture_default_str();
                       sub.add_option("--trace", a->trace, "Write the measured trace (oomb.trace/1 JSON) to FILE");
                       sub.add_option("--detail", a->detail, "Trace detail: step, chunk, layer (default), op")
                           ->capture_default_str();
@@ -315,6 +342,7 @@ const Registrar reg("run", "Execute chunk-recurrent training steps (cpu referenc
                       return [a, &sub] {
                         a->command = "oomb run";
                         a->steps_given = sub.get_option("--steps")->count() > 0;
+                        a->warmup_given = sub.get_option("--warmup")->count() > 0;
                         for (const auto* opt : sub.get_options()) {
                           if (opt->count() == 0 || opt->get_name() == "--help") continue;
                           a->command += " " + opt->get_name();

@@ -134,6 +134,11 @@ int run_simulate(const SimulateArgs& a) {
   check_writable(a.timeline, "--timeline");
   check_writable(a.chrome, "--chrome");
   check_writable(a.report, "--report");
+  {
+    std::vector<FlagPath> in = scenario_inputs(a.flags.model, a.flags.gpu, a.flags.host);
+    in.push_back({"--plan", a.plan});
+    check_distinct_paths(in, {{"--timeline", a.timeline}, {"--chrome", a.chrome}, {"--report", a.report}});
+  }
   if (want_events || !a.report.empty())
     check_event_simulation_size(s, !a.timeline.empty() ? "--timeline" : !a.chrome.empty() ? "--chrome" : "--report", "",
                                 "a larger --chunk, fewer --layers or a shorter --context; the summary without "

@@ -72,6 +72,7 @@ std::string knobs_text(const std::set<std::string>& fixed) {
 int run_sweep(const SweepArgs& a) {
   using namespace simulator;
   const std::vector<int64_t> contexts = parse_token_list(a.contexts, "--contexts");
+  bounded_list(contexts.size(), "--contexts", "contexts", kMaxSweepContexts);
   const Scenario base = a.flags.resolve();
   // Every row is checked before the first is printed: a bad range fails whole, naming --contexts.
   for (int64_t n : contexts) {
@@ -209,7 +210,8 @@ const Registrar reg("sweep",
                       a->flags.training_defaults = true;
                       a->flags.add_to(sub, false);
                       sub.add_option("--contexts", a->contexts,
-                                     "Contexts: LOW..HIGH (doubling, e.g. 8K..4M) or a list (8K,100000,1M)")
+                                     "Contexts: LOW..HIGH (doubling, e.g. 8K..4M) or a list (8K,100000,1M); at most 256 (each is a "
+                                     "plan search)")
                           ->capture_default_str();
                       sub.add_flag("--plan-each", a->plan_each,
                                    "Plan every cell (the default when no knob is fixed); knobs you give stay fixed");

@@ -120,8 +120,10 @@ int run_validate_measured(const ValidateArgs& a) {
 
 int run_validate(const ValidateArgs& a) {
   using namespace simulator;
+  bounded_list(a.tolerances.size(), "--tolerance", "terms");
   for (const auto& t : a.tolerances) parse_tolerance(t);  // flags before any work
   check_writable(a.report, "--report");
+  check_distinct_paths({{"--plan", a.plan}, {"--trace", a.trace}, input_file("--gpu", a.gpu)}, {{"--report", a.report}});
   if (!a.measured.empty()) {
     if (!a.trace.empty()) throw Error("--measured", a.measured, "is instead of --trace", "give one of them");
     return run_validate_measured(a);

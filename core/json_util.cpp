@@ -174,8 +174,20 @@ namespace {
 char g_inflight_tmp[4096];
 volatile std::sig_atomic_t g_inflight = 0;
 
+// The temporaries of the FileSetWriter in flight (one at a time), and whether it is switching.
+const char* const* volatile g_set_tmps = nullptr;
+volatile std::sig_atomic_t g_set_count = 0;
+volatile std::sig_atomic_t g_set_committing = 0;
+volatile std::sig_atomic_t g_set_pending = 0;
+
 extern "C" void remove_inflight_tmp(int sig) {
+  if (g_set_committing) {  // a checkpoint switching: finished first, then this signal
+    g_set_pending = sig;
+    return;
+  }
   if (g_inflight) ::unlink(g_inflight_tmp);
+  for (std::sig_atomic_t i = 0; i < g_set_count; ++i)
+    if (g_set_tmps[i] && g_set_tmps[i][0]) ::unlink(g_set_tmps[i]);
   std::signal(sig, SIG_DFL);
   std::raise(sig);
 }
@@ -263,6 +275,93 @@ void write_file_atomically(const std::string& path, const std::function<void(std
   g_inflight = 0;
 }
 
+FileSetWriter::FileSetWriter(const std::vector<std::string>& targets) {
+  namespace fs = std::filesystem;
+  static std::atomic<unsigned> counter{0};
+  OOMB_ASSERT(g_set_count == 0, "one FileSetWriter at a time");
+  install_cleanup_handlers();
+  for (const std::string& t : targets) {
+    const fs::path target = resolve_links(t);
+    std::error_code ec;
+    const fs::file_status st = fs::status(target, ec);
+    if (fs::is_directory(st)) throw Error(t, "", "is a directory", "give the path of a file to write");
+    shown_.push_back(t);
+    targets_.push_back(target.string());
+    if (fs::exists(st) && !fs::is_regular_file(st)) {
+      tmps_.emplace_back();
+      continue;
+    }
+    std::string name = target.filename().string();  // (not "." + ...: GCC 12 warns -Wrestrict on that)
+    name.insert(0, 1, '.');
+    name += ".oomb-tmp-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
+    tmps_.push_back((target.parent_path() / name).string());
+  }
+  for (const auto& t : tmps_) tmp_ptrs_.push_back(t.c_str());
+  g_set_tmps = tmp_ptrs_.data();
+  g_set_count = static_cast<std::sig_atomic_t>(tmp_ptrs_.size());
+}
+
+FileSetWriter::~FileSetWriter() {
+  if (!done_) discard();
+}
+
+void FileSetWriter::discard() {
+  g_set_count = 0;
+  std::error_code ec;
+  for (const auto& t : tmps_)
+    if (!t.empty()) std::filesystem::remove(t, ec);
+  done_ = true;
+}
+
+void FileSetWriter::write(size_t i, const std::function<void(std::ostream&)>& fill) {
+  OOMB_ASSERT(i < targets_.size() && !done_, "FileSetWriter::write out of range");
+  try {
+    const std::string& dest = tmps_[i].empty() ? targets_[i] : tmps_[i];
+    if (!tmps_[i].empty()) {
+      const int fd = ::open(dest.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+      if (fd < 0)
+        throw Error(shown_[i], "", std::string("cannot write file: ") + std::strerror(errno),
+                    "check the directory exists and is writable");
+      ::close(fd);
+    }
+    std::ofstream out(dest, std::ios::binary | std::ios::trunc);
+    if (!out) throw Error(shown_[i], "", "cannot write file", "check the directory exists and is writable");
+    write_stream(out, shown_[i], fill);
+  } catch (...) {
+    discard();
+    throw;
+  }
+}
+
+void FileSetWriter::commit(const std::vector<std::string>& stale) {
+  OOMB_ASSERT(!done_, "FileSetWriter::commit twice");
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  g_set_committing = 1;
+  size_t moved = 0;
+  for (; moved < targets_.size(); ++moved) {
+    if (tmps_[moved].empty()) continue;
+    fs::rename(tmps_[moved], targets_[moved], ec);
+    if (ec) break;
+    tmps_[moved].clear();  // in place now: never removed as a temporary
+  }
+  if (moved == targets_.size())
+    for (const auto& f : stale)
+      if (std::find(targets_.begin(), targets_.end(), resolve_links(f).string()) == targets_.end()) fs::remove(f, ec);
+  g_set_count = 0;
+  g_set_committing = 0;
+  const std::string failed = moved < targets_.size() ? shown_[moved] : "";
+  const std::string why = ec.message();
+  if (!failed.empty()) discard();
+  done_ = true;
+  if (const int sig = g_set_pending) {
+    g_set_pending = 0;
+    std::signal(sig, SIG_DFL);
+    std::raise(sig);
+  }
+  if (!failed.empty()) throw Error(failed, "", "cannot write file (rename failed: " + why + ")");
+}
+
 void write_text_file(const std::string& path, const std::string& text) {
   write_file_atomically(path, [&text](std::ostream& out) { out << text; });
 }
@@ -289,6 +388,86 @@ void check_writable(const std::string& path, const std::string& flag) {
                 "write elsewhere");
   if (fs::exists(st) && ::access(target.c_str(), W_OK) != 0)
     throw Error(flag, path, "cannot be written: the file is read-only", "write elsewhere");
+}
+
+namespace {
+
+// A path as the file it names: links followed (a dangling one to its target), made absolute, "." and
+// ".." resolved through the existing part.
+struct ResolvedPath {
+  const FlagPath* from = nullptr;
+  std::filesystem::path canonical;
+  bool exists = false, special = false;
+};
+
+ResolvedPath resolve_path(const FlagPath& p) {
+  namespace fs = std::filesystem;
+  ResolvedPath r;
+  r.from = &p;
+  std::error_code ec;
+  fs::path target;
+  try {
+    target = resolve_links(p.path);
+  } catch (const Error&) {
+    target = p.path;  // a loop of links: the readers and writers name it
+  }
+  const fs::file_status st = fs::status(target, ec);
+  r.exists = fs::exists(st);
+  r.special = r.exists && !fs::is_regular_file(st) && !fs::is_directory(st);
+  r.canonical = fs::weakly_canonical(fs::absolute(target, ec), ec);
+  if (ec) r.canonical = fs::absolute(target).lexically_normal();
+  return r;
+}
+
+bool same_file(const ResolvedPath& a, const ResolvedPath& b) {
+  std::error_code ec;
+  if (a.exists && b.exists) return std::filesystem::equivalent(a.canonical, b.canonical, ec);
+  return a.canonical == b.canonical;
+}
+
+// Whether `inner` lies inside the folder `outer` (not equal to it).
+bool inside(const ResolvedPath& outer, const ResolvedPath& inner) {
+  const auto& o = outer.canonical;
+  const auto& i = inner.canonical;
+  auto oi = o.begin(), ii = i.begin();
+  for (; oi != o.end(); ++oi, ++ii) {
+    if (oi->empty()) continue;  // a trailing separator
+    if (ii == i.end() || *oi != *ii) return false;
+  }
+  return ii != i.end();
+}
+
+}  // namespace
+
+void check_distinct_paths(const std::vector<FlagPath>& inputs, const std::vector<FlagPath>& outputs) {
+  std::vector<ResolvedPath> in, out;
+  for (const auto& p : inputs)
+    if (!p.path.empty())
+      if (ResolvedPath r = resolve_path(p); r.exists && !r.special) in.push_back(std::move(r));
+  for (const auto& p : outputs)
+    if (!p.path.empty())
+      if (ResolvedPath r = resolve_path(p); !r.special) out.push_back(std::move(r));
+  auto quoted = [](const ResolvedPath& r) { return r.from->flag + " " + r.from->path; };
+  for (const auto& o : out) {
+    for (const auto& i : in) {
+      if (same_file(o, i))
+        throw Error(o.from->flag, o.from->path,
+                    "is the input " + quoted(i) + ": writing it would replace what this command reads",
+                    "write the output elsewhere");
+      if (i.from->tree && inside(i, o))
+        throw Error(o.from->flag, o.from->path, "lies inside the input folder " + quoted(i),
+                    "write the output outside the folder this command reads");
+      if (o.from->tree && inside(o, i))
+        throw Error(o.from->flag, o.from->path,
+                    "is a folder that holds the input " + quoted(i) + ": writing it could replace the input",
+                    "write the output elsewhere");
+    }
+  }
+  for (size_t a = 0; a < out.size(); ++a)
+    for (size_t b = a + 1; b < out.size(); ++b)
+      if (same_file(out[a], out[b]))
+        throw Error(out[b].from->flag, out[b].from->path, "is also the output " + quoted(out[a]) + ": one would replace the other",
+                    "give each output its own file");
 }
 
 void JsonReader::fail(const std::string& key, const std::string& problem, const std::string& hint) const {

@@ -26,6 +26,11 @@
 
 namespace oomb::executor {
 
+// Most compute threads a CpuBackend takes (oomb run / calibrate --threads): far more than any CPU
+// this runs on has, a fixed number so that a command line means the same on every machine, and far
+// below what libgomp fails to create (32768 threads: "Thread creation failed"; 100000: a crash).
+constexpr int kMaxCpuThreads = 1024;
+
 // Test doubles of a real device's behaviour (all off by default).
 struct CpuBackendOptions {
   // A slow link: each copy request takes at least bytes x this (its stream's thread sleeps), so

@@ -33,7 +33,10 @@ BackendCalibration calibrate_backend(const CalibrationRequest& a) {
   std::unique_ptr<executor::Backend> backend;
   std::string device;  // replaces the host description in the profile for a GPU
   int64_t capacity_bytes = 0;
-  if (a.threads < 0) throw Error("--threads", std::to_string(a.threads), "must be positive", "e.g. --threads 2");
+  if (a.threads < 0 || a.threads > executor::kMaxCpuThreads)
+    throw Error("--threads", std::to_string(a.threads),
+                "must be in [0, " + std::to_string(executor::kMaxCpuThreads) + "] (0 = every CPU this process may use)",
+                "e.g. --threads 2");
   if (a.threads > 0 && a.backend != "cpu")
     throw Error("--threads", std::to_string(a.threads), "sets the cpu backend's compute threads", "drop it, or --backend cpu");
   if (a.backend == "cpu") {

@@ -166,7 +166,10 @@ void check_run(const RunRequest& r) {
     throw Error("--gemm-precision", gp,
                 "chooses the cuda backend's GEMM precision; a " + r.backend + " run computes its GEMMs in fp32",
                 "drop --gemm-precision, or use --backend cuda");
-  if (r.cpu_threads < 0) throw Error("--threads", std::to_string(r.cpu_threads), "must be positive", "e.g. --threads 2");
+  if (r.cpu_threads < 0 || r.cpu_threads > kMaxCpuThreads)
+    throw Error("--threads", std::to_string(r.cpu_threads),
+                "must be in [0, " + std::to_string(kMaxCpuThreads) + "] (0 = every CPU this process may use)",
+                "e.g. --threads 2");
   if (r.cpu_threads > 0 && r.backend != "cpu")
     throw Error("--threads", std::to_string(r.cpu_threads), "sets the cpu backend's compute threads",
                 "drop it, or --backend cpu");

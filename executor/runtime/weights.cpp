@@ -1,15 +1,19 @@
 #include "executor/runtime/weights.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <bit>
 #include <cctype>
 #include <cstdio>
 #include <limits>
 #include <map>
+#include <set>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <thread>
 #include <vector>
 
@@ -163,6 +167,58 @@ struct SafetensorsFile {
   int64_t data_start = 0, size = 0;
 };
 
+std::vector<int64_t> int64_array(const Json& a);
+
+// The data is the tensors' bytes, each once, end to end (the safetensors rule: no overlap, no hole),
+// and nothing after them: two tensors on one byte range, unused bytes and trailing bytes after the
+// last tensor are refused, naming the file and the tensor.
+void check_byte_ranges(const SafetensorsFile& f) {
+  struct Range {
+    int64_t begin, end;
+    std::string name;
+  };
+  std::vector<Range> ranges;
+  const int64_t data = f.size - f.data_start;
+  for (auto it = f.header.begin(); it != f.header.end(); ++it) {
+    if (it.key() == "__metadata__") continue;
+    std::vector<int64_t> off;
+    try {
+      off = int64_array(it->at("data_offsets"));
+      if (off.size() != 2) throw std::runtime_error("data_offsets");
+    } catch (const std::exception&) {
+      throw Error(f.path, it.key(), "malformed header entry", "needs dtype, shape and data_offsets [begin, end]");
+    }
+    if (off[0] < 0 || off[1] < off[0])
+      throw Error(f.path, it.key(), "data_offsets [" + std::to_string(off[0]) + ", " + std::to_string(off[1]) +
+                                        "] are not a byte range", "[begin, end] with 0 <= begin <= end");
+    if (off[1] > data)
+      throw Error(f.path, it.key(), "truncated file: the tensor's data ends at byte " +
+                                        std::to_string(f.data_start + off[1]) + " but the file has " +
+                                        std::to_string(f.size) + " bytes");
+    ranges.push_back({off[0], off[1], it.key()});
+  }
+  std::sort(ranges.begin(), ranges.end(), [](const Range& a, const Range& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  });
+  int64_t at = 0;
+  const Range* last = nullptr;
+  for (const Range& r : ranges) {
+    if (r.begin < at)
+      throw Error(f.path, r.name, "its bytes [" + std::to_string(r.begin) + ", " + std::to_string(r.end) +
+                                      ") overlap those of " + last->name,
+                  "each tensor has its own bytes (a corrupt or hand-made file?)");
+    if (r.begin > at)
+      throw Error(f.path, r.name, "bytes [" + std::to_string(at) + ", " + std::to_string(r.begin) +
+                                      ") of the data before it belong to no tensor",
+                  "the tensors' bytes lie end to end (a corrupt or hand-made file?)");
+    at = r.end;
+    last = &r;
+  }
+  if (at != data)
+    throw Error(f.path, last ? last->name : "", std::to_string(data - at) + " bytes after the last tensor's data belong to no tensor",
+                "a safetensors file ends with its last tensor (a corrupt or appended file?)");
+}
+
 SafetensorsFile open_safetensors(const std::string& path, const std::string& needed_for) {
   SafetensorsFile f;
   f.path = path;
@@ -187,6 +243,7 @@ SafetensorsFile open_safetensors(const std::string& path, const std::string& nee
   f.header = parse_json(text, path);
   if (!f.header.is_object()) throw Error(path, "", "safetensors header is not a JSON object");
   f.data_start = 8 + static_cast<int64_t>(n);
+  check_byte_ranges(f);
   return f;
 }
 
@@ -286,16 +343,50 @@ bool skippable(const std::string& name, const ParamLayout& layout, int64_t check
   return layout.find("model.layers.0" + name.substr(i)) != nullptr;
 }
 
+// A tied model (tie_word_embeddings) has no lm_head.weight of its own; a checkpoint may still carry
+// it (transformers' save_pretrained of some models does): accepted when it equals the embedding.
+bool tied_head(const std::string& name, const models::ModelSpec& m) { return m.tied_embeddings && name == "lm_head.weight"; }
+
+// Reads a tied checkpoint's lm_head.weight from f and refuses it unless it is the embedding, value
+// for value.
+void check_tied_head(std::ifstream& in, const SafetensorsFile& f, const Weights& w) {
+  const ParamInfo* embed = w.layout.find("model.embed_tokens.weight");
+  ParamInfo head = *embed;
+  head.name = "lm_head.weight";
+  std::vector<float> v(static_cast<size_t>(head.numel));
+  read_tensor(in, f, head, v.data());
+  const float* e = w.at(*embed);
+  for (int64_t i = 0; i < head.numel; ++i)
+    if (std::memcmp(&v[static_cast<size_t>(i)], &e[i], 4) != 0)
+      throw Error(f.path, "lm_head.weight",
+                  "differs from model.embed_tokens.weight at element " + std::to_string(i) +
+                      ", and the model ties them (tie_word_embeddings): one matrix serves both",
+                  "a checkpoint of an untied model needs a config with tie_word_embeddings false");
+}
+
 std::string extra_hint(const models::ModelSpec& m) {
   return "the model '" + m.id + "' has no such tensor (a checkpoint of another model, or of a model with " +
          (m.qk_norm ? "different norms or biases" : "q/k norms or other biases") + "?)";
+}
+
+// A shard as the index names it: a relative path that stays inside the index's folder (no absolute
+// path, no ".." component). Symlinks inside the folder are followed (Hugging Face's cache links
+// its snapshot files to blobs). Error naming the index and the tensor otherwise.
+std::filesystem::path shard_path(const std::string& index_path, const std::string& tensor, const std::string& shard) {
+  const std::filesystem::path p(shard);
+  bool up = false;
+  for (const auto& part : p) up = up || part == "..";
+  if (shard.empty() || p.is_absolute() || p.has_root_name() || p.has_root_directory() || up)
+    throw Error(index_path, "weight_map." + tensor,
+                "names the shard '" + shard.substr(0, 200) + "', which is not inside the index's folder",
+                "shards are files next to the index (a relative name without '..')");
+  return std::filesystem::path(index_path).parent_path() / p;
 }
 
 Weights read_index(const std::string& index_path, const models::ModelSpec& m, int64_t checkpoint_layers) {
   const Json index = read_json_file(index_path);
   JsonReader r(index, index_path);
   const Json& map = r.object("weight_map");
-  const std::filesystem::path dir = std::filesystem::path(index_path).parent_path();
   Weights w = zero_params(m);
   // Which tensors each shard holds, in the layout's order.
   std::map<std::string, std::vector<const ParamInfo*>> by_shard;
@@ -306,23 +397,31 @@ Weights read_index(const std::string& index_path, const models::ModelSpec& m, in
                   "the model '" + m.id + "' needs shape " + shape_str(p.shape) + " (an index for another model?)");
     if (!it->is_string() || it->get<std::string>().empty())
       throw Error(index_path, "weight_map." + p.name, "must name a shard file");
+    shard_path(index_path, p.name, it->get<std::string>());
     by_shard[it->get<std::string>()].push_back(&p);
   }
-  for (auto it = map.begin(); it != map.end(); ++it)
-    if (!w.layout.find(it.key()) && !skippable(it.key(), w.layout, checkpoint_layers))
+  for (auto it = map.begin(); it != map.end(); ++it) {
+    if (it->is_string()) shard_path(index_path, it.key(), it->get<std::string>());
+    if (!w.layout.find(it.key()) && !skippable(it.key(), w.layout, checkpoint_layers) && !tied_head(it.key(), m))
       throw Error(index_path, it.key(), "extra tensor (in shard " + (it->is_string() ? it->get<std::string>() : it->dump()) + ")",
                   extra_hint(m));
+  }
   for (const auto& [shard, params] : by_shard) {
-    const std::string path = (dir / shard).string();
+    const std::string path = shard_path(index_path, params.front()->name, shard).string();
     const SafetensorsFile f = open_safetensors(path, params.front()->name);
     for (auto it = f.header.begin(); it != f.header.end(); ++it) {
       if (it.key() == "__metadata__") continue;
       auto in_map = map.find(it.key());
       if (in_map == map.end() || !in_map->is_string() || in_map->get<std::string>() != shard) {
-        if (!w.layout.find(it.key()) && !skippable(it.key(), w.layout, checkpoint_layers))
+        if (!w.layout.find(it.key()) && !skippable(it.key(), w.layout, checkpoint_layers) && !tied_head(it.key(), m))
           throw Error(path, it.key(), "extra tensor", extra_hint(m));
         if (in_map == map.end())
           throw Error(path, it.key(), "is in the shard but not in the index's weight_map", index_path + " is stale?");
+        throw Error(path, it.key(),
+                    "is a second copy: the index maps this tensor to " +
+                        (in_map->is_string() ? in_map->get<std::string>() : in_map->dump()) +
+                        ", and this shard holds it too",
+                    "each tensor in one shard (" + index_path + " or the shards are from different checkpoints?)");
       }
     }
     std::ifstream in(path, std::ios::binary);
@@ -332,6 +431,15 @@ Weights read_index(const std::string& index_path, const models::ModelSpec& m, in
                     "a shard from another checkpoint? (" + index_path + ")");
       read_tensor(in, f, *p, w.at(*p));
     }
+  }
+  if (auto it = map.find("lm_head.weight"); it != map.end() && tied_head("lm_head.weight", m) && it->is_string()) {
+    const std::string path = shard_path(index_path, "lm_head.weight", it->get<std::string>()).string();
+    const SafetensorsFile f = open_safetensors(path, "lm_head.weight");
+    if (!f.header.contains("lm_head.weight"))
+      throw Error(path, "lm_head.weight", "missing tensor: the index maps it to this shard, which does not hold it",
+                  "a shard from another checkpoint? (" + index_path + ")");
+    std::ifstream in(path, std::ios::binary);
+    check_tied_head(in, f, w);
   }
   return w;
 }
@@ -343,7 +451,8 @@ Weights read_safetensors(const std::string& path, const models::ModelSpec& m, in
   const SafetensorsFile f = open_safetensors(path, "");
   Weights w = zero_params(m);
   for (auto it = f.header.begin(); it != f.header.end(); ++it)
-    if (it.key() != "__metadata__" && !w.layout.find(it.key()) && !skippable(it.key(), w.layout, checkpoint_layers))
+    if (it.key() != "__metadata__" && !w.layout.find(it.key()) && !skippable(it.key(), w.layout, checkpoint_layers) &&
+        !tied_head(it.key(), m))
       throw Error(path, it.key(), "extra tensor", extra_hint(m));
   std::ifstream in(path, std::ios::binary);
   for (const auto& p : w.layout.params()) {
@@ -352,6 +461,7 @@ Weights read_safetensors(const std::string& path, const models::ModelSpec& m, in
                   "the model '" + m.id + "' needs shape " + shape_str(p.shape) + " (a weights file for another model?)");
     read_tensor(in, f, p, w.at(p));
   }
+  if (f.header.contains("lm_head.weight") && tied_head("lm_head.weight", m)) check_tied_head(in, f, w);
   return w;
 }
 
@@ -359,11 +469,13 @@ Weights read_checkpoint(const std::string& path, const models::ModelSpec& m, int
   if (checkpoint_layers < 0) checkpoint_layers = std::numeric_limits<int64_t>::max();
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) {
+    // The single file first, as Hugging Face's loader (and write_checkpoint's switch: a single file
+    // replaces shards the moment it is renamed into place, before the index is removed).
     const std::filesystem::path d(path);
-    if (std::filesystem::exists(d / "model.safetensors.index.json", ec))
-      return read_index((d / "model.safetensors.index.json").string(), m, checkpoint_layers);
     if (std::filesystem::exists(d / "model.safetensors", ec))
       return read_safetensors((d / "model.safetensors").string(), m, checkpoint_layers);
+    if (std::filesystem::exists(d / "model.safetensors.index.json", ec))
+      return read_index((d / "model.safetensors.index.json").string(), m, checkpoint_layers);
     throw Error("--weights", path, "the folder holds neither model.safetensors.index.json nor model.safetensors",
                 "a Hugging Face checkpoint folder, an index .json or a .safetensors file");
   }
@@ -371,11 +483,73 @@ Weights read_checkpoint(const std::string& path, const models::ModelSpec& m, int
   return read_safetensors(path, m, checkpoint_layers);
 }
 
+CheckpointPaths checkpoint_paths(const std::string& path) {
+  namespace fs = std::filesystem;
+  CheckpointPaths c;
+  c.folder = !ends_with(path, ".safetensors");
+  c.dir = c.folder ? path : fs::path(path).parent_path().string();
+  if (c.dir.empty()) c.dir = ".";
+  c.stem = c.folder ? "model" : fs::path(path).stem().string();
+  c.files = {c.folder ? (fs::path(path) / "model.safetensors").string() : path,
+             (fs::path(c.dir) / (c.stem + ".safetensors.index.json")).string()};
+  return c;
+}
+
+void check_checkpoint_writable(const std::string& path, const std::string& flag) {
+  namespace fs = std::filesystem;
+  if (path.empty()) return;
+  const CheckpointPaths c = checkpoint_paths(path);
+  if (!c.folder) return check_writable(path, flag);
+  std::error_code ec;
+  const fs::file_status st = fs::status(path, ec);
+  if (fs::exists(st) && !fs::is_directory(st))
+    throw Error(flag, path, "is a file, not a folder", "a checkpoint folder (existing or new), or FILE.safetensors");
+  if (fs::is_directory(st)) {
+    if (::access(path.c_str(), W_OK | X_OK) != 0)
+      throw Error(flag, path, "cannot be written: the folder is not writable", "write elsewhere");
+    return;
+  }
+  // A new folder: created with its missing parents under the nearest existing one.
+  fs::path up = fs::absolute(fs::path(path), ec).parent_path();
+  while (!up.empty() && !fs::exists(fs::status(up, ec)) && up != up.root_path()) up = up.parent_path();
+  if (!fs::is_directory(fs::status(up, ec)))
+    throw Error(flag, path, "cannot be written: " + up.string() + " is not a folder", "write elsewhere");
+  if (::access(up.c_str(), W_OK | X_OK) != 0)
+    throw Error(flag, path, "cannot be written: folder " + up.string() + " is not writable", "write elsewhere");
+}
+
+std::vector<std::string> checkpoint_input_files(const std::string& path) {
+  namespace fs = std::filesystem;
+  if (path.empty()) return {};
+  std::error_code ec;
+  std::string index;
+  if (fs::is_directory(path, ec)) {
+    const fs::path d(path);
+    if (fs::exists(d / "model.safetensors", ec)) return {(d / "model.safetensors").string()};
+    if (!fs::exists(d / "model.safetensors.index.json", ec)) return {};
+    index = (d / "model.safetensors.index.json").string();
+  } else if (ends_with(path, ".json")) {
+    index = path;
+  } else {
+    return {path};
+  }
+  std::vector<std::string> files = {index};
+  try {  // the shards it names; a malformed index is refused by read_checkpoint, by name
+    const Json j = read_json_file(index);
+    std::set<std::string> seen;
+    for (auto it = j.at("weight_map").begin(); it != j.at("weight_map").end(); ++it)
+      if (it->is_string() && seen.insert(it->get<std::string>()).second)
+        files.push_back(shard_path(index, it.key(), it->get<std::string>()).string());
+  } catch (const std::exception&) {
+  }
+  return files;
+}
+
 namespace {
 
-// Writes the tensors `params` of t as one safetensors file (atomically).
-void write_file(const ParamTensors& t, const std::vector<const ParamInfo*>& params, const std::string& path,
-                const std::string& dtype) {
+// The bytes of the tensors `params` of t as one safetensors file.
+std::function<void(std::ostream&)> file_contents(const ParamTensors& t, const std::vector<const ParamInfo*>& params,
+                                                 const std::string& dtype) {
   const int64_t elem = dtype == "F32" ? 4 : 2;
   Json header = Json::object();
   header["__metadata__"] = {{"format", "pt"}, {"producer", "oomb"}};
@@ -386,8 +560,7 @@ void write_file(const ParamTensors& t, const std::vector<const ParamInfo*>& para
   }
   std::string text = header.dump();
   while (text.size() % 8) text += ' ';
-  // Atomic (a unique temp file + rename), through symlinks, direct to a FIFO: as every oomb output.
-  write_file_atomically(path, [&](std::ostream& out) {
+  return [&t, params, text, elem](std::ostream& out) {
     const uint64_t n = text.size();
     out.write(reinterpret_cast<const char*>(&n), 8);
     out.write(text.data(), static_cast<std::streamsize>(text.size()));
@@ -401,7 +574,20 @@ void write_file(const ParamTensors& t, const std::vector<const ParamInfo*>& para
         out.write(reinterpret_cast<const char*>(half.data()), static_cast<std::streamsize>(p->numel * 2));
       }
     }
-  });
+  };
+}
+
+// "<stem>-NNNNN-of-NNNNN.safetensors": a shard name write_checkpoint writes (and replaces).
+bool is_shard_name(const std::string& name, const std::string& stem) {
+  const std::string tail = ".safetensors";
+  if (name.size() != stem.size() + 15 + tail.size() || name.compare(0, stem.size(), stem) != 0) return false;
+  const std::string mid = name.substr(stem.size(), 15);  // -00001-of-00012
+  for (size_t k = 0; k < mid.size(); ++k) {
+    const bool digit = std::isdigit(static_cast<unsigned char>(mid[k])) != 0;
+    if ((k == 0 || k == 6 || k == 9) ? mid[k] != '-' : (k == 7 || k == 8) ? mid[k] != "of"[k - 7] : !digit)
+      return false;
+  }
+  return ends_with(name, tail);
 }
 
 }  // namespace
@@ -409,22 +595,17 @@ void write_file(const ParamTensors& t, const std::vector<const ParamInfo*>& para
 void write_safetensors(const ParamTensors& t, const std::string& path) {
   std::vector<const ParamInfo*> all;
   for (const auto& p : t.layout.params()) all.push_back(&p);
-  write_file(t, all, path, "F32");
+  write_file_atomically(path, file_contents(t, all, "F32"));
 }
 
 std::vector<std::string> write_checkpoint(const ParamTensors& t, const std::string& path, const CheckpointWrite& how) {
   if (how.dtype != "F32" && how.dtype != "BF16") throw Error("checkpoint dtype", how.dtype, "unknown", "F32 or BF16");
   if (how.max_shard_bytes <= 0) throw Error("--max-shard-bytes", std::to_string(how.max_shard_bytes), "must be positive");
   const int64_t elem = how.dtype == "F32" ? 4 : 2;
-  const bool file_mode = ends_with(path, ".safetensors");
   namespace fs = std::filesystem;
-  const fs::path dir = file_mode ? fs::path(path).parent_path() : fs::path(path);
-  const std::string stem = file_mode ? fs::path(path).stem().string() : "model";
-  std::error_code ec;
-  if (!file_mode) {
-    fs::create_directories(dir, ec);
-    if (ec) throw Error(path, "", "cannot create the checkpoint folder: " + ec.message());
-  }
+  const CheckpointPaths where = checkpoint_paths(path);
+  const fs::path dir = where.dir;
+  const std::string& stem = where.stem;
   // Shards fill up in the layout's order (Hugging Face's order of the state dict).
   std::vector<std::vector<const ParamInfo*>> shards(1);
   int64_t in_shard = 0, total = 0;
@@ -435,27 +616,56 @@ std::vector<std::string> write_checkpoint(const ParamTensors& t, const std::stri
     in_shard += bytes;
     total += bytes;
   }
-  const fs::path single = file_mode ? fs::path(path) : dir / "model.safetensors";
-  const fs::path index = dir / (stem + ".safetensors.index.json");
-  // A checkpoint written here before, in the other form, would shadow or contradict this one.
-  if (shards.size() == 1) {
-    write_file(t, shards[0], single.string(), how.dtype);
-    fs::remove(index, ec);
-    return {single.string()};
+  if (shards.size() > 99999)
+    throw Error("--max-shard-bytes", std::to_string(how.max_shard_bytes),
+                "would split the checkpoint into " + std::to_string(shards.size()) + " shards (at most 99999)",
+                "a larger --max-shard-bytes");
+  std::error_code ec;
+  bool created = false;
+  if (where.folder && !fs::is_directory(dir, ec)) {
+    created = fs::create_directories(dir, ec);
+    if (ec) throw Error(path, "", "cannot create the checkpoint folder: " + ec.message());
   }
-  fs::remove(single, ec);
-  char name[64];
-  std::vector<std::string> written = {index.string()};
+  const std::string single = where.files[0], index = where.files[1];
+  // What an earlier write left here and this one replaces: the other form, and shards of ours.
+  std::vector<std::string> stale;
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (is_shard_name(e.path().filename().string(), stem)) stale.push_back(e.path().string());
+  std::vector<std::string> files;  // in the order they are switched into place
+  std::vector<std::function<void(std::ostream&)>> contents;
   Json map = Json::object();
-  for (size_t i = 0; i < shards.size(); ++i) {
-    std::snprintf(name, sizeof name, "-%05zu-of-%05zu.safetensors", i + 1, shards.size());
-    const std::string file = stem + name;
-    write_file(t, shards[i], (dir / file).string(), how.dtype);
-    written.push_back((dir / file).string());
-    for (const ParamInfo* p : shards[i]) map[p->name] = file;
+  if (shards.size() == 1) {
+    // The single file first: read_checkpoint prefers it, so its rename is the switch.
+    files.push_back(single);
+    contents.push_back(file_contents(t, shards[0], how.dtype));
+    stale.push_back(index);
+  } else {
+    char name[64];
+    for (size_t i = 0; i < shards.size(); ++i) {
+      std::snprintf(name, sizeof name, "-%05zu-of-%05zu.safetensors", i + 1, shards.size());
+      const std::string file = stem + name;
+      files.push_back((dir / file).string());
+      contents.push_back(file_contents(t, shards[i], how.dtype));
+      for (const ParamInfo* p : shards[i]) map[p->name] = file;
+    }
+    files.push_back(index);
+    const Json j = {{"metadata", {{"total_size", total}, {"producer", "oomb"}}}, {"weight_map", map}};
+    const std::string text = j.dump(2) + "\n";
+    contents.push_back([text](std::ostream& out) { out << text; });
+    stale.push_back(single);  // removed last: until then read_checkpoint reads the old single file
   }
-  const Json j = {{"metadata", {{"total_size", total}, {"producer", "oomb"}}}, {"weight_map", map}};
-  write_text_file(index.string(), j.dump(2) + "\n");
+  try {
+    // Every file is written aside; the old checkpoint stays whole until all of the new one is on disk.
+    FileSetWriter set(files);
+    for (size_t i = 0; i < files.size(); ++i) set.write(i, contents[i]);
+    set.commit(stale);
+  } catch (...) {
+    if (created) fs::remove(dir, ec);  // only when empty
+    throw;
+  }
+  if (shards.size() == 1) return {single};
+  std::vector<std::string> written = {index};
+  written.insert(written.end(), files.begin(), files.end() - 1);
   return written;
 }
 

@@ -86,7 +86,8 @@ WorstTensor worst_relative_l2(const ParamTensors& a, const ParamTensors& b);
 Weights read_safetensors(const std::string& path, const models::ModelSpec& m, int64_t checkpoint_layers = -1);
 
 // A Hugging Face checkpoint: a .safetensors file, a model.safetensors.index.json (weight_map from
-// tensor to shard file, shards next to it), or a folder holding either (the index first). Errors
+// tensor to shard file, shards inside its folder), or a folder holding either (model.safetensors first, as
+// Hugging Face's loader). Errors
 // name the tensor and the shard (or the index) at fault.
 Weights read_checkpoint(const std::string& path, const models::ModelSpec& m, int64_t checkpoint_layers = -1);
 
@@ -108,6 +109,21 @@ struct CheckpointWrite {
 // index last. A tensor larger than the limit gets a shard of its own. What an earlier write left
 // there in the other form (the single file, or the index) is removed. Returns the files written,
 // the index (or single file) first.
+// Where write_checkpoint(path) writes: a folder (folder true) or FILE.safetensors, and the files
+// that name the checkpoint there (the single file and the index).
+struct CheckpointPaths {
+  bool folder = false;
+  std::string dir, stem;
+  std::vector<std::string> files;  // the single file, then the index
+};
+CheckpointPaths checkpoint_paths(const std::string& path);
+// Error naming `flag` when write_checkpoint(path) could not write there (called before any work):
+// a folder (existing, even empty, or to be created) or FILE.safetensors, in a writable directory.
+void check_checkpoint_writable(const std::string& path, const std::string& flag);
+// The files read_checkpoint(path) would read: the single file, or the index and the shards it names
+// (those that stay inside the folder); empty when path names nothing readable.
+std::vector<std::string> checkpoint_input_files(const std::string& path);
+
 std::vector<std::string> write_checkpoint(const ParamTensors& t, const std::string& path, const CheckpointWrite& how = {});
 
 }  // namespace oomb::executor

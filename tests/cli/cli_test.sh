@@ -105,8 +105,8 @@ for key in '"warmup_steps":1' '"timed_steps":3' '"statistic":"fastest"' '"cpu_th
 done
 # Compute threads: refused when not positive; a cpu profile records its count, a plan keeps it, and
 # validate refuses times measured at another count.
-expect_exit 2 "--threads.*must be positive" run --model tiny --context 1K --threads -1
-expect_exit 2 "--threads.*must be positive" calibrate --backend cpu --threads -2 --out "$tmp/never_cpu.json"
+expect_exit 2 "--threads.*must be in \[0, 1024\]" run --model tiny --context 1K --threads -1
+expect_exit 2 "--threads.*must be in \[0, 1024\]" calibrate --backend cpu --threads -2 --out "$tmp/never_cpu.json"
 expect_exit 0 "compute threads +1" calibrate --backend cpu --model tiny --threads 1 --quiet --out "$tmp/cpu1.json"
 grep -qE '"cpu_threads": ?1' "$tmp/cpu1.json" && ok || bad "calibrate --threads 1 profile lacks cpu_threads"
 # The efficiencies are fitted to calibration runs of the first --model (issue #15), or not (none).

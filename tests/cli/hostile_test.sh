@@ -193,6 +193,215 @@ expect 2 "m_dup.json: 'layers': is given twice" -- simulate --model ./m_dup.json
 sed -E 's/"efficiency": *\{/"efficiency": {"gemm": 0.5, /' "$h200" >g_dup.json
 expect 2 "g_dup.json: 'efficiency.gemm': is given twice" -- simulate --model tiny --gpu ./g_dup.json --context 4K
 
+# === Issue 24 (hostile input, round 2) ===
+# --- Resource flags are bounded, each refused by name with its range before any work (no crash in
+# the OpenMP runtime at --threads 100000, no "Thread creation failed" at 32768).
+r24="run --model tiny --context 256 --chunk 256 --page 64 --quiet"
+for t in 100000 32768 1025 -1; do
+  expect 2 "--threads: '$t': must be in \[0, 1024\]" -- $r24 --threads $t
+done
+expect 2 "--threads: '100000': must be in \[0, 1024\]" --absent cal_t.json -- calibrate --backend cpu --model tiny --threads 100000 --out cal_t.json --quiet
+for v in 0 1000001 -1; do expect 2 "--steps: '$v': must be in \[1, 1000000\]" -- $r24 --steps $v; done
+# --warmup -1 was silently the default while -5 was refused: both are errors now.
+for v in -1 -5 1000001; do expect 2 "--warmup: '$v': must be in \[0, 1000000\]" -- $r24 --warmup $v; done
+for v in 0 -1 1000001; do expect 2 "--grad-accum: '$v': must be in \[1, 1000000\]" -- $r24 --grad-accum $v; done
+for v in 0 1023 1125899906842625; do
+  expect 2 "--max-shard-bytes: '$v': must be in \[1024, 1125899906842624\]" --absent ck_never -- $r24 --max-shard-bytes $v --save-weights ck_never
+done
+expect 2 "--contexts: '257 contexts': at most 256 contexts" -- sweep --model tiny --contexts "$(seq -s, 1024 1024 263168)"
+expect 2 "--tolerance: '1001 terms': at most 1000" -- validate --plan p.json --trace run.json $(for i in $(seq 1001); do printf -- '--tolerance h2d_bytes=0.1 '; done)
+
+# --- An output that would replace an input is refused (exit 2, naming both flags), and two outputs
+# on one file; files are compared, not strings: "./x", "d/../x", symlinks and hard links count.
+# Each input (and each old output) is byte-identical afterwards.
+mkdir -p same && cp p.json same/p.json && cp run.json same/t.json && cp w.safetensors same/w.safetensors && cp "$tiny" same/m.json && mkdir -p same/g
+ln -sf p.json same/p_link.json && ln -f same/t.json same/t_hard.json
+sums() { find same -type f | sort | xargs sha256sum; }
+before=$(sums)
+expect 2 "--timeline: 'same/p.json': is the input --plan same/p.json" -- simulate --plan same/p.json --timeline same/p.json
+expect 2 "--timeline: '\./same/p.json': is the input --plan same/p.json" -- simulate --plan same/p.json --timeline ./same/p.json
+expect 2 "--chrome: 'same/p_link.json': is the input --plan" -- simulate --plan same/p.json --chrome same/p_link.json
+expect 2 "--report: 'same/../same/p.json': is the input --plan" -- simulate --plan same/p.json --report same/../same/p.json
+expect 2 "--trace: 'same/p.json': is the input --plan same/p.json" -- run --plan same/p.json --trace same/p.json --quiet
+expect 2 "--report: 'same/t.json': is the input --trace same/t.json" -- validate --plan p.json --trace same/t.json --report same/t.json
+expect 2 "--report: 'same/t_hard.json': is the input --trace" -- validate --plan p.json --trace same/t.json --report same/t_hard.json
+expect 2 "--report: 'same/p.json': is the input --plan" -- validate --plan same/p.json --trace run.json --report same/p.json
+expect 2 "--out: 'same/t.json': is the input --traces same/t.json" -- calibrate --traces same/t.json --gpu h200 --out same/t.json
+expect 2 "--out: 'same/p.json': is the input --gpu" -- calibrate --project-to h100 --gpu same/p.json --out same/p.json
+expect 2 "--dump-grads: 'same/w.safetensors': is the input --weights same/w.safetensors" -- run --model tiny --context 4K --chunk 1K --page 64 --weights same/w.safetensors --dump-grads same/w.safetensors --quiet
+expect 2 "--save-weights: 'same/w.safetensors': is the input --weights" -- run --model tiny --context 4K --chunk 1K --page 64 --weights same/w.safetensors --save-weights same/w.safetensors --quiet
+expect 2 "--save-weights: 'same': is a folder that holds the input --weights same/w.safetensors" -- run --model tiny --context 4K --chunk 1K --page 64 --weights same/w.safetensors --save-weights same --quiet
+expect 2 "--timeline: 'same/m.json': is the input --model same/m.json" -- simulate --model same/m.json --context 4K --timeline same/m.json
+expect 2 "--chrome: 'same/o.json': is also the output --timeline same/o.json" --absent same/o.json -- simulate --model tiny --context 4K --timeline same/o.json --chrome same/o.json
+expect 2 "--report: '\./same/o.json': is also the output --timeline" --absent same/o.json -- simulate --model tiny --context 4K --timeline same/o.json --report ./same/o.json
+expect 2 "--dump-grads: 'same/g': is also the output --save-weights same/g" --absent same/g/model.safetensors -- run --model tiny --context 1K --chunk 256 --page 64 --save-weights same/g --dump-grads same/g --quiet
+expect 2 "--save-weights: 'same/g/model.safetensors': is also the output --trace same/g/model.safetensors" --absent same/g/model.safetensors -- run --model tiny --context 1K --chunk 256 --page 64 --save-weights same/g --trace same/g/model.safetensors --quiet
+[ "$before" = "$(sums)" ] && ok || bad "an input changed under a refused command"
+# A checkpoint folder read by --weights: writing into it, or a file inside it, is refused.
+"$oomb" run --model tiny --context 1K --chunk 256 --page 64 --save-weights ckin --quiet >/dev/null || bad "run --save-weights ckin"
+cks=$(sha256sum ckin/*)
+expect 2 "--save-weights: 'ckin': is a folder that holds the input --weights ckin" -- run --model tiny --context 1K --chunk 256 --page 64 --weights ckin --save-weights ckin --quiet
+expect 2 "--save-weights: 'ckin/model.safetensors': is the input --weights" -- run --model tiny --context 1K --chunk 256 --page 64 --weights ckin --save-weights ckin/model.safetensors --quiet
+expect 2 "--dump-grads: 'ckin/g.safetensors': lies inside the input folder --weights ckin" --absent ckin/g.safetensors -- run --model tiny --context 1K --chunk 256 --page 64 --weights ckin --dump-grads ckin/g.safetensors --quiet
+[ "$cks" = "$(sha256sum ckin/*)" ] && ok || bad "the input checkpoint changed"
+# models --import DIR --out DIR/config.json: the config it reads.
+mkdir -p hfdir && printf '{"architectures":["Qwen2ForCausalLM"],"model_type":"qwen2","hidden_size":64,"intermediate_size":128,"num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"vocab_size":256,"max_position_embeddings":4096,"rms_norm_eps":1e-6,"rope_theta":10000,"tie_word_embeddings":true}' >hfdir/config.json
+hf=$(sha256sum hfdir/config.json)
+expect 2 "--out: 'hfdir/config.json': is the input --import" -- models --import hfdir --out hfdir/config.json
+expect 2 "--out: '\./hfdir/config.json': is the input --import" -- models --import hfdir/config.json --out ./hfdir/config.json
+[ "$hf" = "$(sha256sum hfdir/config.json)" ] && ok || bad "models --import replaced its config"
+# calibrate --points runs.csv --out runs.csv
+printf 'model,context,chunk,page,step_s\ntiny,4096,1024,64,0.5\ntiny,8192,1024,64,1.1\n' >runs.csv
+rs=$(sha256sum runs.csv)
+expect 2 "--out: 'runs.csv': is the input --points runs.csv" -- calibrate --points runs.csv --gpu h200 --out runs.csv
+[ "$rs" = "$(sha256sum runs.csv)" ] && ok || bad "calibrate replaced its points"
+# Devices are not files: two outputs on /dev/null are fine.
+expect 0 "" -- simulate --model tiny --context 4K --timeline /dev/null --chrome /dev/null
+
+# --- A checkpoint is replaced as a whole (written aside, then switched) or not at all.
+c24="run --model tiny --context 1K --chunk 256 --page 64 --quiet"
+# --save-weights / --dump-grads into an existing folder, even empty, even the one the last run wrote.
+mkdir -p ck_empty gr_empty
+expect 0 "weights: ck_empty/model.safetensors" -- $c24 --save-weights ck_empty --dump-grads gr_empty
+expect 0 "weights: ck_empty/model.safetensors" -- $c24 --save-weights ck_empty --seed 7
+[ -s gr_empty/model.safetensors ] && ok || bad "--dump-grads into an existing folder wrote nothing"
+expect 2 "--save-weights: 'p.json': is a file, not a folder" -- $c24 --save-weights p.json
+# A full disk part-way (one old shard is a link to /dev/full, written in place and failing): exit 2,
+# every old file byte-identical, no new shard or temporary file left.
+"$oomb" $c24 --save-weights ckf --max-shard-bytes 100000 >/dev/null || bad "sharded save for the full-disk case"
+sh2=$(cd ckf 2>/dev/null && ls model-00002-of-*.safetensors 2>/dev/null)
+if [ -w /dev/full ] && [ -n "$sh2" ]; then
+  rm "ckf/$sh2" && ln -s /dev/full "ckf/$sh2"
+  ckf_sums() { ls -A ckf; find ckf -type f | sort | xargs sha256sum; }
+  ckf_before=$(ckf_sums)
+  expect 2 "$sh2.*write failed" -- $c24 --save-weights ckf --max-shard-bytes 100000 --seed 9
+  [ "$ckf_before" = "$(ckf_sums)" ] && ok || bad "a failed sharded save changed the old checkpoint: $(ls -A ckf)"
+else
+  bad "no sharded checkpoint (or no /dev/full) for the full-disk case: $(ls ckf)"
+fi
+# SIGTERM during the save, over an old sharded checkpoint and over an old single file: the old one is
+# byte-identical afterwards (it loads to the same loss), and no temporary file is left.
+big="run --model qwen2.5-0.5b --layers 1 --context 128 --chunk 128 --page 64 --quiet"
+for old in sharded single; do
+  rm -rf ckt
+  if [ $old = sharded ]; then "$oomb" $big --save-weights ckt --max-shard-bytes 50000000 --seed 1 >/dev/null
+  else "$oomb" $big --save-weights ckt --seed 1 >/dev/null; fi || bad "the $old checkpoint for the interrupt case"
+  ckt_before=$(ls -A ckt | sort; sha256sum ckt/* | sort)
+  "$oomb" $big --save-weights ckt --max-shard-bytes 50000000 --seed 2 >/dev/null 2>&1 &
+  pid=$!
+  seen=0
+  for _ in $(seq 6000); do  # up to 60 s: until the first shard is being written aside
+    if ls -A ckt | grep -q oomb-tmp; then seen=1; break; fi
+    kill -0 $pid 2>/dev/null || break
+    sleep 0.01
+  done
+  kill -TERM $pid 2>/dev/null
+  wait $pid
+  rc=$?
+  if [ $seen -eq 1 ]; then
+    [ $rc -eq 143 ] && ok || bad "SIGTERM during a save ($old): exit $rc, want 143"
+    [ "$ckt_before" = "$(ls -A ckt | sort; sha256sum ckt/* | sort)" ] && ok ||
+      bad "SIGTERM during a save over a $old checkpoint changed it: $(ls -A ckt)"
+  else
+    echo "note: the save over the $old checkpoint ended before SIGTERM (rc $rc): the interrupt case did not run"
+  fi
+done
+rm -rf ckt
+
+# --- Shard index safety: shards stay inside the checkpoint's folder; no size of another file leaks.
+"$oomb" $c24 --save-weights cki --max-shard-bytes 100000 >/dev/null || bad "sharded save for the index cases"
+idx() { mkdir -p "$1" && cp cki/*.safetensors "$1"/ && sed -E "$2" cki/model.safetensors.index.json >"$1/model.safetensors.index.json"; }
+sh1=$(cd cki && ls model-00001-of-*.safetensors)
+idx ck_up "s#\"$sh1\"#\"../cki/$sh1\"#"
+expect 2 "ck_up/model.safetensors.index.json: .*names the shard '../cki/$sh1', which is not inside the index's folder" -- $c24 --weights ck_up
+idx ck_abs "s#\"$sh1\"#\"/etc/passwd\"#"
+out=$(timeout 60 "$oomb" $c24 --weights ck_abs 2>&1)
+[ $? -eq 2 ] && grep -q "names the shard '/etc/passwd', which is not inside" <<<"$out" && ! grep -q "bytes" <<<"$out" &&
+  ok || bad "an index naming /etc/passwd: ${out:0:300}"
+# Trailing bytes after the data, overlapping ranges and a second copy of a tensor.
+cp w.safetensors w_tail.safetensors && printf 'appended' >>w_tail.safetensors
+expect 2 "w_tail.safetensors: .*8 bytes after the last tensor's data belong to no tensor" -- run --model tiny --context 4K --chunk 1K --page 64 --weights w_tail.safetensors --quiet
+if command -v python3 >/dev/null; then
+  # edit FILE OUT PYTHON: OUT is FILE with its header h (a dict) and data d (bytes) changed by PYTHON.
+  edit() {
+    python3 - "$1" "$2" "$3" <<'PY'
+import json, struct, sys
+src, dst, code = sys.argv[1:]
+b = open(src, "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+h, d = json.loads(b[8:8 + n]), b[8 + n:]
+exec(code)
+t = json.dumps(h).encode()
+t += b" " * (-len(t) % 8)
+open(dst, "wb").write(struct.pack("<Q", len(t)) + t + d)
+PY
+  }
+  # model.norm.weight moved onto the end of the tensor before it (a larger one): an overlap.
+  edit w.safetensors w_overlap.safetensors '
+n = h["model.norm.weight"]["data_offsets"]
+h["model.norm.weight"]["data_offsets"] = [n[0] - (n[1] - n[0]), n[0]]'
+  expect 2 "w_overlap.safetensors: 'model.norm.weight': its bytes .* overlap those of|w_overlap.safetensors: .*overlap" -- run --model tiny --context 4K --chunk 1K --page 64 --weights w_overlap.safetensors --quiet
+  # A second copy: shard 1 also holds the final norm, which the index maps to another shard.
+  edit "cki/$sh1" ck_dup.tmp '
+import glob
+norm = json.load(open("cki/model.safetensors.index.json"))["weight_map"]["model.norm.weight"]
+b2 = open("cki/" + norm, "rb").read(); n2 = struct.unpack("<Q", b2[:8])[0]; h2 = json.loads(b2[8:8 + n2])
+s, e = h2["model.norm.weight"]["data_offsets"]
+h["model.norm.weight"] = dict(h2["model.norm.weight"], data_offsets=[len(d), len(d) + e - s])
+d = d + b2[8 + n2 + s:8 + n2 + e]'
+  idx ck_dup 's/^//' && mv ck_dup.tmp "ck_dup/$sh1"
+  expect 2 "ck_dup/$sh1: 'model.norm.weight': is a second copy: the index maps this tensor to model-0000[2-9]-of-" -- $c24 --weights ck_dup
+  # A tied model: lm_head.weight equal to the embedding is accepted (same loss), another is refused.
+  sed -E 's/"tied_embeddings": *false/"tied_embeddings": true/' "$tiny" >m_tied.json
+  "$oomb" run --model ./m_tied.json --context 1K --chunk 256 --page 64 --quiet --save-weights wt.safetensors >/dev/null || bad "tied save"
+  edit wt.safetensors wt_head.safetensors '
+s, e = h["model.embed_tokens.weight"]["data_offsets"]
+h["lm_head.weight"] = dict(h["model.embed_tokens.weight"], data_offsets=[len(d), len(d) + e - s])
+d = d + d[s:e]'
+  edit wt.safetensors wt_other.safetensors '
+s, e = h["model.embed_tokens.weight"]["data_offsets"]
+h["lm_head.weight"] = dict(h["model.embed_tokens.weight"], data_offsets=[len(d), len(d) + e - s])
+d = d + bytes(e - s)'
+  l1=$("$oomb" run --model ./m_tied.json --context 1K --chunk 256 --page 64 --quiet --weights wt.safetensors --json | grep -m1 '"loss"')
+  l2=$("$oomb" run --model ./m_tied.json --context 1K --chunk 256 --page 64 --quiet --weights wt_head.safetensors --json | grep -m1 '"loss"')
+  [ -n "$l1" ] && [ "$l1" = "$l2" ] && ok || bad "a tied checkpoint with lm_head.weight = the embedding: '$l1' vs '$l2'"
+  expect 2 "wt_other.safetensors: 'lm_head.weight': differs from model.embed_tokens.weight at element 0, and the model ties them" -- run --model ./m_tied.json --context 1K --chunk 256 --page 64 --quiet --weights wt_other.safetensors
+else
+  echo "note: no python3: the crafted safetensors cases are skipped"
+fi
+# A folder with both model.safetensors and an index: the single file is read (Hugging Face's rule).
+"$oomb" $c24 --save-weights single5.safetensors --seed 5 >/dev/null || bad "single save for the both-forms case"
+mkdir -p ck_both && cp cki/* ck_both/ && cp single5.safetensors ck_both/model.safetensors
+lb=$("$oomb" $c24 --weights ck_both --json | grep -m1 '"loss"')
+ls=$("$oomb" $c24 --weights ck_both/model.safetensors --json | grep -m1 '"loss"')
+li=$("$oomb" $c24 --weights ck_both/model.safetensors.index.json --json | grep -m1 '"loss"')
+[ -n "$lb" ] && [ "$lb" = "$ls" ] && [ "$lb" != "$li" ] && ok || bad "a folder with both forms: folder '$lb', single '$ls', index '$li'"
+
+# --- Standard output on a full disk is a failed write (exit 2, said on stderr), as --out /dev/full is.
+if [ -w /dev/full ]; then
+  full() {
+    local err rc
+    err=$(timeout 60 "$oomb" "$@" 2>&1 >/dev/full)
+    rc=$?
+    [ $rc -eq 2 ] && grep -q "standard output: write failed" <<<"$err" && ok || bad "oomb $* >/dev/full -> exit $rc: ${err:0:300}"
+  }
+  full simulate --model tiny --context 4K --json
+  full simulate --model tiny --context 4K
+  full plan --model tiny --gpu h200 --context 4K
+  full sweep --model tiny --contexts 8K..16K --csv
+  full models
+  full models --show tiny
+  full validate --plan p.json --trace run.json
+  full $r24 --json
+  full completion bash
+  full --help
+  full plan --help
+  full --version
+  expect 2 "--out.*/dev/full|/dev/full.*write failed" -- plan --model tiny --gpu h200 --context 4K --out /dev/full
+else
+  echo "note: no /dev/full: the full-disk checks are skipped"
+fi
+
 # --- oomb-gui: argument errors are exit 2 with a readable message (before any window opens).
 if [ -n "$gui" ] && [ -x "$gui" ]; then
   gexpect() {

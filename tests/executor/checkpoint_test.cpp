@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <set>
+#include <algorithm>
 
 #include "core/error.h"
 #include "core/json_util.h"
@@ -344,6 +346,77 @@ TEST_F(Checkpoint, WritesAFilePathAndReplacesTheOtherForm) {
   EXPECT_TRUE(same_bits(read_checkpoint(path("ck"), m), w2));
   EXPECT_FALSE(error_of([&] { write_checkpoint(w, path("x"), {0, "F32"}); }).empty());
   EXPECT_FALSE(error_of([&] { write_checkpoint(w, path("x"), {100, "F8"}); }).empty());
+}
+
+TEST_F(Checkpoint, AFailedWriteLeavesTheOldCheckpointWhole) {
+  // Issue 24: a checkpoint is replaced as a whole or not at all. A write that fails part-way (here:
+  // the folder made read-only after the first shards, via a file in the way of the index) leaves the
+  // old shards, their index and no temporary file; a save into an existing (even empty) folder works.
+  const models::ModelSpec m = models::load_model("tiny");
+  const Weights old_w = random_weights(m, 21, 0.05f), new_w = random_weights(m, 22, 0.05f);
+  fs::create_directories(path("empty"));
+  EXPECT_EQ(write_checkpoint(old_w, path("empty")), std::vector<std::string>{path("empty/model.safetensors")});
+  EXPECT_TRUE(same_bits(read_checkpoint(path("empty"), m), old_w));
+
+  const auto old_files = write_checkpoint(old_w, path("ck"), {100'000, "F32"});
+  ASSERT_GT(old_files.size(), 3u);
+  auto listing = [&](const std::string& d) {
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(path(d))) names.push_back(e.path().filename().string());
+    std::sort(names.begin(), names.end());
+    return names;
+  };
+  const auto before = listing("ck");
+  // The last file (the index) fails after every new shard was written aside: those are removed and
+  // the old shards are untouched (byte-identical).
+  if (fs::exists("/dev/full")) {
+    write_checkpoint(old_w, path("ck2"), {100'000, "F32"});
+    const std::string old_shard = read_text_file(path("ck2/model-00001-of-0000" + std::to_string(old_files.size() - 1) + ".safetensors"));
+    fs::remove(path("ck2/model.safetensors.index.json"));
+    fs::create_symlink("/dev/full", path("ck2/model.safetensors.index.json"));
+    const auto before2 = listing("ck2");
+    EXPECT_NE(error_of([&] { write_checkpoint(new_w, path("ck2"), {100'000, "F32"}); }).find("write failed"),
+              std::string::npos);
+    EXPECT_EQ(listing("ck2"), before2);
+    EXPECT_EQ(read_text_file(path("ck2/model-00001-of-0000" + std::to_string(old_files.size() - 1) + ".safetensors")), old_shard);
+  }
+  // A full disk: /dev/full as one shard (a device is written in place, and fails): nothing of the new
+  // checkpoint stays, the old one loads unchanged.
+  const std::string shard2 = old_files[2];
+  if (fs::exists("/dev/full")) {
+    fs::remove(shard2);
+    fs::create_symlink("/dev/full", shard2);
+    EXPECT_NE(error_of([&] { write_checkpoint(new_w, path("ck"), {100'000, "F32"}); }).find("write failed"),
+              std::string::npos);
+    EXPECT_EQ(listing("ck"), before);
+    EXPECT_TRUE(fs::is_symlink(shard2));
+    fs::remove(shard2);
+    write_checkpoint(old_w, path("ck"), {100'000, "F32"});
+  }
+  EXPECT_TRUE(same_bits(read_checkpoint(path("ck"), m), old_w));
+  // Sharded over a single file: the single file stays until the shards and the index are in place.
+  write_checkpoint(new_w, path("empty"), {100'000, "F32"});
+  EXPECT_FALSE(fs::exists(path("empty/model.safetensors")));
+  EXPECT_TRUE(same_bits(read_checkpoint(path("empty"), m), new_w));
+  // Fewer shards than before: the stale shards of ours go; other files in the folder stay.
+  std::ofstream(path("ck/config.json")) << "{}";
+  write_checkpoint(new_w, path("ck"), {200'000, "F32"});
+  const Json index = read_json_file(path("ck/model.safetensors.index.json"));
+  std::set<std::string> named;
+  for (const auto& [k, v] : index["weight_map"].items()) named.insert(v.get<std::string>());
+  for (const auto& name : listing("ck"))
+    EXPECT_TRUE(named.count(name) || name == "model.safetensors.index.json" || name == "config.json") << name;
+  EXPECT_TRUE(same_bits(read_checkpoint(path("ck"), m), new_w));
+}
+
+TEST_F(Checkpoint, AFolderWithBothFormsReadsTheSingleFile) {
+  // The single file first, as Hugging Face's loader: an index beside model.safetensors is ignored.
+  const models::ModelSpec m = models::load_model("tiny");
+  const Weights a = random_weights(m, 31, 0.05f), b = random_weights(m, 32, 0.05f);
+  write_checkpoint(a, path("both"), {100'000, "F32"});
+  write_safetensors(b, path("both/model.safetensors"));
+  EXPECT_TRUE(same_bits(read_checkpoint(path("both"), m), b));
+  EXPECT_TRUE(same_bits(read_checkpoint(path("both/model.safetensors.index.json"), m), a));
 }
 
 }  // namespace
