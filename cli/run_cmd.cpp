@@ -87,6 +87,14 @@ int run_run(const RunArgs& a) {
   bounded(a.warmup, 0, kMaxSteps, "--warmup", "untimed steps, e.g. 1 (leave it out for the default)");
   bounded(a.grad_accum, 1, kMaxSteps, "--grad-accum", "steps per optimizer step, e.g. 4");
   bounded(a.max_shard_bytes, kMinShardBytes, kMaxShardBytes, "--max-shard-bytes", "e.g. 5000000000 (5 GB)");
+  // A trace holds every event of every step in memory until it is written: bounded in steps.
+  constexpr int64_t kMaxTraceSteps = 1000;
+  const int64_t traced = (a.steps_given ? a.steps : 3) + (a.warmup_given ? a.warmup : 1);
+  if (!a.trace.empty() && traced > kMaxTraceSteps)
+    throw Error(a.steps_given ? "--steps" : "--warmup", std::to_string(a.steps_given ? a.steps : a.warmup),
+                "with --trace at most " + std::to_string(kMaxTraceSteps) +
+                    " steps, warm-up included (the trace holds every event of every step in memory)",
+                "fewer --steps (3, the default with --trace, gives the fastest of 3), or no --trace");
   finite_in(a.init_std, 0, 10, "--init-std", "the std of the random weights, e.g. 0.02");
   finite_in(a.lr, 0, 10, "--lr", "an AdamW learning rate, e.g. 1e-3");
   // Every output is checked before any work: a bad --trace must not cost the whole run.
@@ -298,7 +306,8 @@ const Registrar reg("run", "Execute chunk-recurrent training steps (cpu referenc
                       sub.add_option("--lr", a->lr, "AdamW learning rate (with --optimizer gpu|host)")
                           ->capture_default_str();
                       sub.add_option("--grad-accum", a->grad_accum, "Steps per optimizer step, 1..1000000")->capture_default_str();
-                      sub.add_option("--trace", a->trace, "Write the measured trace (oomb.trace/1 JSON) to FILE");
+                      sub.add_option("--trace", a->trace, "Write the measured trace (oomb.trace/1 JSON) to FILE (at most 1000 steps, warm-up included: "
+                                     "it is held in memory until written)");
                       sub.add_option("--detail", a->detail, "Trace detail: step, chunk, layer (default), op")
                           ->capture_default_str();
                       sub.add_option("--trace-timing", a->trace_timing,

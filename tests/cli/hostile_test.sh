@@ -281,19 +281,21 @@ else
 fi
 # SIGTERM during the save, over an old sharded checkpoint and over an old single file: the old one is
 # byte-identical afterwards (it loads to the same loss), and no temporary file is left.
-big="run --model qwen2.5-0.5b --layers 1 --context 128 --chunk 128 --page 64 --quiet"
+# A model of ~62 MB (tiny's shapes widened) so that a save takes long enough to be caught.
+sed -E 's/"hidden": *[0-9]+/"hidden": 512/; s/"q_heads": *[0-9]+/"q_heads": 8/; s/"kv_heads": *[0-9]+/"kv_heads": 4/; s/"head_dim": *[0-9]+/"head_dim": 64/; s/"ffn_hidden": *[0-9]+/"ffn_hidden": 2048/; s/"layers": *[0-9]+/"layers": 4/' "$tiny" >m_save.json
+big="run --model ./m_save.json --context 128 --chunk 128 --page 64 --quiet"
 for old in sharded single; do
   rm -rf ckt
-  if [ $old = sharded ]; then "$oomb" $big --save-weights ckt --max-shard-bytes 50000000 --seed 1 >/dev/null
+  if [ $old = sharded ]; then "$oomb" $big --save-weights ckt --max-shard-bytes 5000000 --seed 1 >/dev/null
   else "$oomb" $big --save-weights ckt --seed 1 >/dev/null; fi || bad "the $old checkpoint for the interrupt case"
   ckt_before=$(ls -A ckt | sort; sha256sum ckt/* | sort)
-  "$oomb" $big --save-weights ckt --max-shard-bytes 50000000 --seed 2 >/dev/null 2>&1 &
+  "$oomb" $big --save-weights ckt --max-shard-bytes 5000000 --seed 2 >/dev/null 2>&1 &
   pid=$!
   seen=0
-  for _ in $(seq 6000); do  # up to 60 s: until the first shard is being written aside
+  for _ in $(seq 12000); do  # up to 60 s: until the first shard is being written aside
     if ls -A ckt | grep -q oomb-tmp; then seen=1; break; fi
     kill -0 $pid 2>/dev/null || break
-    sleep 0.01
+    sleep 0.005
   done
   kill -TERM $pid 2>/dev/null
   wait $pid
@@ -376,6 +378,10 @@ lb=$("$oomb" $c24 --weights ck_both --json | grep -m1 '"loss"')
 ls=$("$oomb" $c24 --weights ck_both/model.safetensors --json | grep -m1 '"loss"')
 li=$("$oomb" $c24 --weights ck_both/model.safetensors.index.json --json | grep -m1 '"loss"')
 [ -n "$lb" ] && [ "$lb" = "$ls" ] && [ "$lb" != "$li" ] && ok || bad "a folder with both forms: folder '$lb', single '$ls', index '$li'"
+
+# --- A trace is bounded: every event of every step is held in memory until it is written.
+expect 2 "--steps: '1000000': with --trace at most 1000 steps" --absent t_long.json -- $r24 --steps 1000000 --trace t_long.json
+expect 2 "--steps: '999': with --trace at most 1000 steps" --absent t_long.json -- $r24 --steps 999 --warmup 2 --trace t_long.json
 
 # --- Standard output on a full disk is a failed write (exit 2, said on stderr), as --out /dev/full is.
 if [ -w /dev/full ]; then
