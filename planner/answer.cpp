@@ -458,9 +458,7 @@ Json PlanAnswer::to_json() const {
   const std::optional<MaxContext>& mc_sparse = max_sparse;
   const std::vector<Baseline>& standard = baselines;
   const simulator::Scenario& chosen_s = chosen_scenario;
-  const int64_t N = q.context;
   auto recall_of = [&](const simulator::Config& c) { return recall_at(curve, c); };
-  (void)N;
   Json out = Json::object();
   out["plan"] = plan ? plan->to_json() : Json(nullptr);
   out["node"] = {{"gpus", node.gpus}, {"tp", node.tp}, {"note", node.note}};
@@ -536,15 +534,11 @@ std::string PlanAnswer::describe() const {
   const simulator::Scenario& s0 = r.scenario;
   const NodeGpus& node = q.node;
   const SearchResult& res = search;
-  const std::vector<Candidate>& front = pareto;
   const std::optional<MaxContext>& mc_dense = max_dense;
   const std::optional<MaxContext>& mc_sparse = max_sparse;
   const std::vector<Baseline>& standard = baselines;
-  const simulator::Scenario& chosen_s = chosen_scenario;
   const int64_t N = q.context;
   auto recall_of = [&](const simulator::Config& c) { return recall_at(curve, c); };
-  (void)chosen_s;
-  (void)front;
   std::string out;
   std::string fixed_text;
   for (const auto& k : r.fixed) fixed_text += (fixed_text.empty() ? "" : ", ") + k;
@@ -579,7 +573,7 @@ std::string PlanAnswer::describe() const {
     return out;
   }
   appendf(out, "\n");
-  print_settings(out, chosen_s);
+  print_settings(out, chosen_scenario);
   if (curve) {
     const auto rc = recall_of(chosen->config);
     std::string line = "  recall       ";
@@ -597,7 +591,7 @@ std::string PlanAnswer::describe() const {
       appendf(out, "  WARNING: the recall curve was measured on %s, not on %s (used because of --recall-curve-any)\n",
                   curve->model.c_str(), s0.model.id.c_str());
   }
-  print_memory(out, chosen_s, *chosen, r.headroom);
+  print_memory(out, chosen_scenario, *chosen, r.headroom);
   print_time(out, *chosen);
   print_allocation(out, *plan);
   print_alternatives(out, *chosen, res.alternatives, s0.model);
@@ -645,7 +639,7 @@ std::string PlanAnswer::describe() const {
             format_bytes(f.summary.peak_device_bytes).c_str(), format_duration_s(f.summary.step_s).c_str(), tail.c_str(),
             describe_knobs(f.config, s0.model).c_str());
   }
-  if (q.pareto) print_pareto(out, front, s0.model);
+  if (q.pareto) print_pareto(out, pareto, s0.model);
   if (diagnosis) print_diagnosis(out, *diagnosis);
   if (comparison) print_comparison(out, *comparison, node, s0, context);
   print_notes(out, plan->notes);

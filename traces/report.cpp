@@ -28,31 +28,6 @@ constexpr const char* kDeviceColor = "#1f6fb4";
 constexpr const char* kHostColor = "#e8710a";
 constexpr const char* kMixedColor = "#8a8f98";  // a merged rect holding several ops
 
-#if defined(__GNUC__)
-#define OOMB_PRINTF(fmt_index, first_arg) __attribute__((format(printf, fmt_index, first_arg)))
-#else
-#define OOMB_PRINTF(fmt_index, first_arg)
-#endif
-
-// Appends printf-formatted text (numbers and already-escaped strings only).
-OOMB_PRINTF(2, 3) void appendf(std::string& out, const char* fmt, ...) {
-  char buf[512];
-  va_list ap;
-  va_start(ap, fmt);
-  const int n = std::vsnprintf(buf, sizeof buf, fmt, ap);
-  va_end(ap);
-  if (n < 0) return;
-  if (static_cast<size_t>(n) < sizeof buf) {
-    out.append(buf, static_cast<size_t>(n));
-    return;
-  }
-  std::string big(static_cast<size_t>(n) + 1, '\0');
-  va_start(ap, fmt);
-  std::vsnprintf(big.data(), big.size(), fmt, ap);
-  va_end(ap);
-  out.append(big.data(), static_cast<size_t>(n));
-}
-
 std::string esc(const std::string& s) { return html_escape(s); }
 
 double seconds(int64_t ns) { return static_cast<double>(ns) * 1e-9; }
