@@ -1,4 +1,5 @@
 #include "executor/cpu/cpu_backend.h"
+#include "executor/cpu/gemm.h"
 
 #include <algorithm>
 #include <chrono>
@@ -395,6 +396,41 @@ void CpuBackend::linear_bwd(ConstTensor x, int64_t rows, int64_t in, ConstTensor
   In xi(x, rows * in), wi(w, out * in), dyi(dy, rows * out);
   Out dxo(dx, rows * in, acc), dwo(dw, out * in, true), dbo(db, out, true);
   cpu::linear_bwd(xi, rows, in, wi, out, dyi, dxo, acc, dwo, dbo);
+}
+void CpuBackend::lora_fwd(ConstTensor x, int64_t rows, int64_t in, ConstTensor a, ConstTensor b, int64_t rank,
+                          int64_t out, float scale, Tensor u, Tensor y) {
+  extents::lora("lora_fwd", x, rows, in, a, b, rank, out, u, y);
+  if (rows <= 0 || rank <= 0) return;
+  In xi(x, rows * in), ai(a, rank * in), bi(b, out * rank);
+  {
+    Out uo(u, rows * rank, false);
+    cpu::gemm(false, true, rows, rank, in, scale, xi, in, ai, in, 0.0f, uo, rank);
+  }
+  // y's update reads u as stored (bf16 storage: rounded once), as the backward does.
+  In ui(u, rows * rank);
+  Out yo(y, rows * out, true);
+  cpu::gemm(false, true, rows, out, rank, 1.0f, ui, rank, bi, rank, 1.0f, yo, out);
+}
+void CpuBackend::lora_bwd(ConstTensor x, ConstTensor u, int64_t rows, int64_t in, ConstTensor a, ConstTensor b,
+                          int64_t rank, int64_t out, float scale, ConstTensor dy, Tensor du, Tensor dx, Tensor da,
+                          Tensor db) {
+  extents::lora("lora_bwd", x, rows, in, a, b, rank, out, u, dy);
+  extents::lora("lora_bwd", dx, rows, in, da, db, rank, out, du, dy);
+  if (rows <= 0 || rank <= 0) return;
+  In xi(x, rows * in), ui(u, rows * rank), ai(a, rank * in), bi(b, out * rank), dyi(dy, rows * out);
+  {
+    Out dbo(db, out * rank, true);
+    cpu::gemm(true, false, out, rank, rows, 1.0f, dyi, out, ui, rank, 1.0f, dbo, rank);
+    Out duo(du, rows * rank, false);
+    cpu::gemm(false, false, rows, rank, out, scale, dyi, out, bi, rank, 0.0f, duo, rank);
+  }
+  In dui(du, rows * rank);
+  Out dao(da, rank * in, true);
+  cpu::gemm(true, false, rank, in, rows, 1.0f, dui, rank, xi, in, 1.0f, dao, in);
+  if (dx) {
+    Out dxo(dx, rows * in, true);
+    cpu::gemm(false, false, rows, in, rank, 1.0f, dui, rank, ai, in, 1.0f, dxo, in);
+  }
 }
 void CpuBackend::rope_fwd(Tensor x, int64_t rows, int64_t heads, int64_t hd, int64_t pos0, double theta) {
   Out xo(x, rows * heads * hd, true);

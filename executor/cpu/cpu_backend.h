@@ -82,6 +82,11 @@ class CpuBackend final : public Backend {
                   Tensor y) override;
   void linear_bwd(ConstTensor x, int64_t rows, int64_t in, ConstTensor w, int64_t out, ConstTensor dy, Tensor dx,
                   bool accumulate_dx, Tensor dw_acc, Tensor db_acc) override;
+  void lora_fwd(ConstTensor x, int64_t rows, int64_t in, ConstTensor a, ConstTensor b, int64_t rank, int64_t out,
+                float scale, Tensor u, Tensor y) override;
+  void lora_bwd(ConstTensor x, ConstTensor u, int64_t rows, int64_t in, ConstTensor a, ConstTensor b, int64_t rank,
+                int64_t out, float scale, ConstTensor dy, Tensor du, Tensor dx_acc, Tensor da_acc,
+                Tensor db_acc) override;
   void rope_fwd(Tensor x, int64_t rows, int64_t heads, int64_t head_dim, int64_t pos0, double theta) override;
   void rope_bwd(Tensor dx, int64_t rows, int64_t heads, int64_t head_dim, int64_t pos0, double theta) override;
   void swiglu_fwd(ConstTensor gate, ConstTensor up, int64_t n, Tensor out) override;

@@ -83,10 +83,12 @@ void rmsnorm_bwd(const float* x, const float* w, const float* rstd, const float*
       const float c = static_cast<float>(dot / static_cast<double>(dim)) * r * r * r;
       for (int64_t i = 0; i < dim; ++i) {
         dxr[i] += r * w[i] * dyr[i] - c * xr[i];
-        dwp[i] += dyr[i] * xr[i] * r;
       }
+      if (dw_acc)  // null: a frozen weight (LoRA), no gradient
+        for (int64_t i = 0; i < dim; ++i) dwp[i] += dyr[i] * xr[i] * r;
     }
   });
+  if (!dw_acc) return;
   for (int64_t p = 0; p < pieces; ++p) {
     const float* dwp = dw_part.data() + p * dim;
     for (int64_t i = 0; i < dim; ++i) dw_acc[i] += dwp[i];

@@ -757,6 +757,16 @@ void CudaBackend::linear_fwd(ConstTensor x, int64_t rows, int64_t in, ConstTenso
   run_steps(*m.gemm, m.gemm_calls, steps, ops, bytes > 0 ? m.scratch(bytes) : nullptr, m.compute);
 }
 
+// TEMPORARY (replaced by the cuBLASLt implementation on branch i26cuda before this lands).
+void CudaBackend::lora_fwd(ConstTensor, int64_t, int64_t, ConstTensor, ConstTensor, int64_t, int64_t, float, Tensor,
+                           Tensor) {
+  throw Error("--lora-rank", "", "the cuda backend does not run LoRA adapters yet", "--backend cpu");
+}
+void CudaBackend::lora_bwd(ConstTensor, ConstTensor, int64_t, int64_t, ConstTensor, ConstTensor, int64_t, int64_t,
+                           float, ConstTensor, Tensor, Tensor, Tensor, Tensor) {
+  throw Error("--lora-rank", "", "the cuda backend does not run LoRA adapters yet", "--backend cpu");
+}
+
 void CudaBackend::linear_bwd(ConstTensor x, int64_t rows, int64_t in, ConstTensor w, int64_t out, ConstTensor dy,
                              Tensor dx, bool accumulate_dx, Tensor dw_acc, Tensor db_acc) {
   extents::linear_bwd(x, rows, in, w, out, dy, dx, dw_acc, db_acc);

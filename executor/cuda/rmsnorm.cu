@@ -76,6 +76,7 @@ void launch_rmsnorm_bwd(ConstTensor x, ConstTensor w, const float* rstd, ConstTe
   rmsnorm_dx_kernel<<<row_blocks(rows), kRowThreads, 0, s>>>(view(x), view(w), rstd, view(dy), rows, dim,
                                                               view(dx_acc));
   OOMB_CUDA_LAUNCH_CHECK("rmsnorm_dx_kernel");
+  if (!dw_acc) return;  // a frozen weight (LoRA): no gradient
   // bf16 dw: the row tiles' atomics sum into a zeroed fp32 scratch, added to dw and rounded once.
   const bool f32 = dw_acc.dtype == DType::f32;
   OOMB_ASSERT(f32 || dw_scratch, "a bf16 RMSNorm weight gradient needs an fp32 scratch");

@@ -61,6 +61,15 @@ void linear_bwd(ConstTensor x, int64_t rows, int64_t in, ConstTensor w, int64_t 
   check_extent("linear_bwd", "db", db, out);
 }
 
+void lora(const char* op, ConstTensor x, int64_t rows, int64_t in, ConstTensor a, ConstTensor b, int64_t rank,
+          int64_t out, ConstTensor u, ConstTensor y) {
+  check_extent(op, "x", x, rows * in);
+  check_extent(op, "A", a, rank * in);
+  check_extent(op, "B", b, out * rank);
+  check_extent(op, "u", u, rows * rank);
+  check_extent(op, "the output rows", y, rows * out);
+}
+
 void elementwise(const char* op, int64_t n, std::initializer_list<ConstTensor> views) {
   for (const ConstTensor& v : views) check_extent(op, "an operand", v, n);
 }

@@ -211,6 +211,17 @@ class Backend {
   // dx (+)= dy W ; dW += dy^T x ; db += colsum(dy) (db may be null).
   virtual void linear_bwd(ConstTensor x, int64_t rows, int64_t in, ConstTensor w, int64_t out, ConstTensor dy,
                           Tensor dx, bool accumulate_dx, Tensor dw_acc, Tensor db_acc) = 0;
+  // A LoRA adapter on a projection y = x W^T (Hugging Face PEFT: y += scale * (x A^T) B^T, scale =
+  // lora_alpha / r): x [rows, in], A [rank, in], B [out, rank] (fp32 or the storage dtype),
+  // u [rows, rank] = scale * x A^T (overwritten; kept for the backward), then y += u B^T.
+  virtual void lora_fwd(ConstTensor x, int64_t rows, int64_t in, ConstTensor a, ConstTensor b, int64_t rank,
+                        int64_t out, float scale, Tensor u, Tensor y) = 0;
+  // Its backward, given u from lora_fwd and dy [rows, out]: dB += dy^T u; du = scale * dy B
+  // (overwritten, [rows, rank]); dA += du^T x; dx += du A (dx accumulates: the base projection's
+  // linear_bwd wrote its part first). dx may be null (no input gradient wanted).
+  virtual void lora_bwd(ConstTensor x, ConstTensor u, int64_t rows, int64_t in, ConstTensor a, ConstTensor b,
+                        int64_t rank, int64_t out, float scale, ConstTensor dy, Tensor du, Tensor dx_acc,
+                        Tensor da_acc, Tensor db_acc) = 0;
   // In place, rotate-half convention, absolute positions pos0 .. pos0 + rows - 1.
   virtual void rope_fwd(Tensor x, int64_t rows, int64_t heads, int64_t head_dim, int64_t pos0, double theta) = 0;
   virtual void rope_bwd(Tensor dx, int64_t rows, int64_t heads, int64_t head_dim, int64_t pos0, double theta) = 0;
@@ -274,6 +285,8 @@ void rmsnorm(const char* op, ConstTensor x, ConstTensor w, int64_t rows, int64_t
 void linear_fwd(ConstTensor x, int64_t rows, int64_t in, ConstTensor w, ConstTensor b, int64_t out, ConstTensor y);
 void linear_bwd(ConstTensor x, int64_t rows, int64_t in, ConstTensor w, int64_t out, ConstTensor dy, ConstTensor dx,
                 ConstTensor dw, ConstTensor db);
+void lora(const char* op, ConstTensor x, int64_t rows, int64_t in, ConstTensor a, ConstTensor b, int64_t rank,
+          int64_t out, ConstTensor u, ConstTensor y);
 void elementwise(const char* op, int64_t n, std::initializer_list<ConstTensor> views);
 void attention(const char* op, const PagedAttention& a, std::initializer_list<ConstTensor> q_rows,
                std::initializer_list<ConstTensor> kv_rows);

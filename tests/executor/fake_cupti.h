@@ -161,6 +161,14 @@ class FakeCupti final : public Backend, public OpTagger {
                   bool acc, Tensor dw, Tensor db) override {
     kernel("gemm", [&] { b_.linear_bwd(x, rows, in, w, out, dy, dx, acc, dw, db); });
   }
+  void lora_fwd(ConstTensor x, int64_t rows, int64_t in, ConstTensor a, ConstTensor b, int64_t rank, int64_t out,
+                float scale, Tensor u, Tensor y) override {
+    kernel("gemm", [&] { b_.lora_fwd(x, rows, in, a, b, rank, out, scale, u, y); });
+  }
+  void lora_bwd(ConstTensor x, ConstTensor u, int64_t rows, int64_t in, ConstTensor a, ConstTensor b, int64_t rank,
+                int64_t out, float scale, ConstTensor dy, Tensor du, Tensor dx, Tensor da, Tensor db) override {
+    kernel("gemm", [&] { b_.lora_bwd(x, u, rows, in, a, b, rank, out, scale, dy, du, dx, da, db); });
+  }
   void rope_fwd(Tensor x, int64_t rows, int64_t heads, int64_t hd, int64_t pos0, double theta) override {
     kernel("rope_fwd", [&] { b_.rope_fwd(x, rows, heads, hd, pos0, theta); });
   }
