@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "step/config.h"
 #include "core/error.h"
 #include "core/format.h"
 #include "core/units.h"
@@ -187,6 +188,29 @@ void draw_inputs_panel(ViewModel& vm, UiState& ui) {
     if (ImGui::SliderInt("kept layers", &kept, 0, static_cast<int>(eff_layers - 1))) c.kept_layers = kept;
     chart::formula_tooltip("partial checkpointing: the last K layers keep their activations from the forward to their "
                            "backward (K more activation sets, K fewer layer recomputes); 0 = every layer recomputed");
+  }
+  // LoRA (PEFT): rank 0 = full fine-tuning; the targets as PEFT names them.
+  int rank = static_cast<int>(c.lora_rank);
+  if (ImGui::InputInt("LoRA rank", &rank, 4, 16)) c.lora_rank = std::clamp(rank, 0, 4096);
+  chart::formula_tooltip("LoRA adapters of rank r on a frozen base (Hugging Face PEFT); 0 = full fine-tuning. The base "
+                         "keeps no gradients or optimizer state; the adapters are fp32 with their own AdamW state");
+  if (c.lora_rank > 0) {
+    float alpha = static_cast<float>(c.lora_alpha);
+    if (ImGui::InputFloat("LoRA alpha", &alpha, 1.0f, 8.0f, "%.1f") && alpha > 0) c.lora_alpha = alpha;
+    chart::formula_tooltip("scale = alpha / r (PEFT's default alpha is 8)");
+    std::vector<std::string> targets;
+    for (const std::string& t : step::lora_target_names()) {
+      bool on = std::find(c.lora_targets.begin(), c.lora_targets.end(), t) != c.lora_targets.end();
+      ImGui::Checkbox(t.c_str(), &on);
+      if (t != "o_proj" && t != "down_proj") ImGui::SameLine();
+      if (on) targets.push_back(t);
+    }
+    c.lora_targets = targets;
+    ImGui::Checkbox("train embeddings + LM head", &c.lora_train_embeddings);
+    chart::formula_tooltip("PEFT's modules_to_save: the embeddings and the LM head trained too (planned; the executor "
+                           "runs adapters on a wholly frozen base)");
+  } else {
+    c.lora_train_embeddings = false;
   }
   combo_tokens("loss tile", c.logits_chunk_tokens, {0, 512, 1024, 2048, 4096, 8192}, "whole, unfused",
                "tokens per fused LM-head + cross-entropy tile; whole = bf16 logits + fp32 upcast, as PyTorch");

@@ -29,12 +29,14 @@
 
 #include "core/format.h"
 #include "executor/cpu/cpu_backend.h"
+#include "executor/runtime/adapters.h"
 #include "executor/runtime/driver.h"
 #include "executor/runtime/microbench.h"
 #include "executor/runtime/tokens.h"
 #include "executor/runtime/weights.h"
 #include "simulator/calibration.h"
 #include "simulator/simulator.h"
+#include "step/config.h"
 
 namespace oomb {
 namespace {
@@ -72,6 +74,7 @@ struct Case {
   int steps = 3;
   bool warmup = true;         // one unmeasured step first
   bool checkpointing = true;  // off: no recompute in the backward (one forward pass less per step)
+  int64_t lora_rank = 0;      // LoRA: adapters of this rank on every projection, the base frozen
 };
 
 Scenario scenario(const Case& k, const models::GpuSpec& gpu) {
@@ -91,6 +94,8 @@ Scenario scenario(const Case& k, const models::GpuSpec& gpu) {
   c.kv_dtype = c.kv_grad_dtype = k.page_dtype;  // the executor stores the config's dtypes
   c.param_dtype = c.param_grad_dtype = c.activation_dtype = c.loss_dtype = k.storage;
   c.peak_measure = simulator::PeakMeasure::allocated;  // the runtime's own allocations
+  c.lora_rank = k.lora_rank;
+  if (k.lora_rank > 0) c.lora_targets = step::lora_target_names();
   simulator::validate(c, s.model);
   return s;
 }
@@ -111,6 +116,7 @@ RunResult run(const Case& k, const models::GpuSpec& gpu) {
   const executor::Weights w = executor::random_weights(m, 7);
   executor::CpuBackend backend;
   executor::EngineOptions o;
+  if (k.lora_rank > 0) o.adapters = executor::init_adapters(m, s.config, 7, 0.02f);
   o.record_trace = true;
   o.detail = traces::Detail::layer;
   executor::Engine e(backend, s.model, s.config, w, o);
@@ -158,6 +164,10 @@ const std::vector<Case>& validation_cases() {
       {"tiny 8K dense offload bf16 pages", "tiny", "tiny", 0, 8192, 2048, 128, 0, 1, false, "bf16"},
       {"tiny 8K dense offload bf16 storage", "tiny", "tiny", 0, 8192, 2048, 128, 0, 1, false, "bf16", "bf16"},
       {"qwen2.5-0.5b x2 128 dense offload", "qwen", "qwen2.5-0.5b", 2, 128, 64, 16, 0, 1, false},
+      // LoRA (issue #26): rank 16 on every projection of a frozen base (no weight-gradient GEMMs,
+      // the adapters' rank-r GEMMs), calibrated on full fine-tuning runs only.
+      {"tiny 8K dense offload LoRA r16 all-linear", "tiny", "tiny", 0, 8192, 4096, 128, 0, 1, false, "fp32", "fp32", 3,
+       true, true, 16},
       // All 24 layers at 2K (issue #15: the larger plan a faster CPU backend affords). Its step is
       // ~40 s on 2 cores, so to keep CI's time: checkpointing off (no backward recompute) and one
       // measured step without a warm-up (the caching allocator's first step pays the page faults).

@@ -61,6 +61,28 @@ TEST(ViewModel, ChangingContextChangesPeakAsTheSimulatorSays) {
   EXPECT_FALSE(vm.set_inputs(in)) << "same inputs must not recompute";
 }
 
+// LoRA (issue 26): the GUI's LoRA inputs reach the simulator; the frozen base holds less and the
+// table gains the adapters' row.
+TEST(ViewModel, LoraInputsPredictWhatTheSimulatorSays) {
+  ViewModel vm;
+  const int64_t full = vm.results().summary.peak_device_bytes;
+  Inputs in = vm.inputs();
+  in.config.lora_rank = 16;
+  in.config.lora_targets = {"q_proj", "k_proj", "v_proj", "o_proj"};
+  ASSERT_TRUE(vm.set_inputs(in));
+  ASSERT_TRUE(vm.results().ok) << vm.results().error;
+  EXPECT_EQ(vm.results().summary.peak_device_bytes, simulator::evaluate(scenario_of(in)).peak_device_bytes);
+  EXPECT_LT(vm.results().summary.peak_device_bytes, full);
+  bool adapters = false;
+  for (const auto& row : vm.results().table.rows) adapters = adapters || row.name == "lora_adapters";
+  EXPECT_TRUE(adapters);
+  // No target with a rank is a message, not a crash.
+  in.config.lora_targets.clear();
+  vm.set_inputs(in);
+  EXPECT_FALSE(vm.results().ok);
+  EXPECT_NE(vm.results().error.find("--lora-targets"), std::string::npos) << vm.results().error;
+}
+
 TEST(ViewModel, PeakDeviceFigureNamesThePeakPhase) {
   ViewModel vm;
   Inputs in = vm.inputs();
