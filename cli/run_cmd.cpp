@@ -17,6 +17,7 @@
 #include "core/error.h"
 #include "core/format.h"
 #include "executor/runner/runner.h"
+#include "executor/runtime/adapters.h"
 #include "executor/runtime/tokens.h"
 #include "executor/runtime/weights.h"
 #include "planner/plan.h"
@@ -36,6 +37,8 @@ struct RunArgs {
   bool warmup_given = false;
   int threads = 0;      // cpu backend compute threads; 0 = the CPUs this process may use
   std::string tokens, weights, save_weights, dump_grads, trace, detail = "layer";
+  std::string adapter, save_adapter;  // LoRA: PEFT adapter folders in and out
+  float lora_init_b_std = 0;          // LoRA without --adapter: B's init std (0 = PEFT's zeros)
   std::string trace_timing;  // "" = cupti for cuda when built with CUPTI, else host
   std::string attention_kernel;  // "" = auto (cuda only)
   std::string gemm_precision;    // "" = bf16, or fp32 for a run without a plan on fp32 weights (cuda only)
@@ -97,10 +100,14 @@ int run_run(const RunArgs& a) {
                 "fewer --steps (3, the default with --trace, gives the fastest of 3), or no --trace");
   finite_in(a.init_std, 0, 10, "--init-std", "the std of the random weights, e.g. 0.02");
   finite_in(a.lr, 0, 10, "--lr", "an AdamW learning rate, e.g. 1e-3");
+  finite_in(a.lora_init_b_std, 0, 10, "--lora-init-b-std", "0 (PEFT's zero B) or e.g. 0.02");
+  if (!a.adapter.empty() && a.lora_init_b_std != 0)
+    throw Error("--lora-init-b-std", "", "initialises new adapters, and --adapter loads one", "drop one of them");
   // Every output is checked before any work: a bad --trace must not cost the whole run.
   check_checkpoint_writable(a.save_weights, "--save-weights");
   check_checkpoint_writable(a.dump_grads, "--dump-grads");
   check_writable(a.trace, "--trace");
+  if (!a.save_adapter.empty()) check_adapter_writable(a.save_adapter, "--save-adapter");
   // No output may replace an input, nor two outputs one file (checkpoints: their folder and files).
   {
     std::vector<FlagPath> in = a.plan.empty() ? scenario_inputs(a.flags.model, a.flags.gpu, a.flags.host)
@@ -110,7 +117,9 @@ int run_run(const RunArgs& a) {
     for (const std::string& f : checkpoint_input_files(a.weights)) in.push_back({"--weights", f});
     std::error_code ec;
     if (std::filesystem::is_directory(a.weights, ec)) in.push_back({"--weights", a.weights, true});
+    if (!a.adapter.empty()) in.push_back({"--adapter", a.adapter, true});
     std::vector<FlagPath> out = {{"--trace", a.trace}};
+    if (!a.save_adapter.empty()) out.push_back({"--save-adapter", a.save_adapter, true});
     for (const auto& [flag, path] : {std::pair{"--save-weights", a.save_weights}, {"--dump-grads", a.dump_grads}}) {
       if (path.empty()) continue;
       const CheckpointPaths c = checkpoint_paths(path);
@@ -137,6 +146,15 @@ int run_run(const RunArgs& a) {
     r.plan_path = a.plan;
   } else {
     r.scenario = runner::unplanned_run(a.flags.resolve(), a.flags.explicit_knobs(), a.backend);
+    // --adapter without --lora-rank: the adapter's own rank, alpha and targets.
+    simulator::Config& c = r.scenario.config;
+    if (!a.adapter.empty() && c.lora_rank == 0) {
+      const AdapterConfig ac = read_adapter_config(a.adapter);
+      c.lora_rank = ac.rank;
+      c.lora_alpha = ac.alpha;
+      c.lora_targets = ac.targets;
+      simulator::validate(c, r.scenario.model);
+    }
   }
   r.context_flag = a.flags.context;
   r.backend = a.backend;
@@ -158,6 +176,7 @@ int run_run(const RunArgs& a) {
   r.compare_dense = a.compare_dense;
   r.keep_weights = !a.save_weights.empty();
   r.keep_gradients = !a.dump_grads.empty();
+  r.keep_adapters = !a.save_adapter.empty();
   ProgressLine line(!a.quiet);
   r.progress = [&](int64_t step, int64_t steps, const Progress& p) { line.update(step, steps, p); };
   r.status = [&](const std::string& s) {
@@ -178,7 +197,19 @@ int run_run(const RunArgs& a) {
   // A checkpoint has the model's own layers; tensors of layers --layers leaves out are skipped.
   const Weights w = a.weights.empty() ? random_weights(m, a.seed, a.init_std)
                                       : read_checkpoint(a.weights, m, r.scenario.model.layers);
-  runner::RunResult res = runner::run(r, w, tokens);
+  const simulator::Config& c = r.scenario.config;
+  if (c.lora_rank <= 0 && !a.adapter.empty())
+    throw Error("--adapter", a.adapter, "loads a LoRA adapter, and the plan trains every parameter",
+                "re-plan with --lora-rank (and the adapter's alpha and targets), or run without --plan");
+  if (c.lora_rank <= 0 && a.lora_init_b_std != 0)
+    throw Error("--lora-init-b-std", "", "initialises LoRA adapters, and this run trains every parameter",
+                "add --lora-rank R");
+  // LoRA: the adapter to train, loaded (a PEFT folder) or initialised as PEFT does (seeded).
+  const ParamTensors adapters =
+      c.lora_rank <= 0    ? ParamTensors{}
+      : a.adapter.empty() ? init_adapters(m, c, a.seed + 1, a.lora_init_b_std)
+                          : read_adapter(a.adapter, m, c, r.scenario.model.layers);
+  runner::RunResult res = runner::run(r, w, tokens, adapters);
   line.done();
   if (res.trace) {
     const std::string v = version_string();
@@ -211,6 +242,11 @@ int run_run(const RunArgs& a) {
     runner::check_finite(*res.gradients, "--dump-grads", "gradients");
     grad_files = write_checkpoint(*res.gradients, a.dump_grads, shards);
   }
+  std::vector<std::string> adapter_files;
+  if (res.adapters) {
+    runner::check_finite(*res.adapters, "--save-adapter", "adapters");
+    adapter_files = write_adapter(*res.adapters, a.save_adapter, adapter_config(c, a.weights.empty() ? m.id : a.weights));
+  }
   if (res.trace) traces::write_trace(*res.trace, a.trace);
   if (a.json) {
     Json j = runner::to_json(res);
@@ -226,6 +262,8 @@ int run_run(const RunArgs& a) {
   };
   if (!weight_files.empty()) std::printf("weights: %s\n", files(weight_files).c_str());
   if (!grad_files.empty()) std::printf("gradients: %s\n", files(grad_files).c_str());
+  if (!adapter_files.empty()) std::printf("adapter: %s (PEFT: adapter_config.json, adapter_model.safetensors)\n",
+                                          a.save_adapter.c_str());
   return 0;
 }
 
@@ -294,7 +332,22 @@ const Registrar reg("run", "Execute chunk-recurrent training steps (cpu referenc
                                      "--max-shard-bytes. Every file is written aside first and the checkpoint "
                                      "switched at the end: an interrupted or failed save leaves the old one whole");
                       sub.add_option("--dump-grads", a->dump_grads,
-                                     "Write the accumulated parameter gradients (same layout as --save-weights)");
+                                     "Write the accumulated parameter gradients (same layout as --save-weights; "
+                                     "LoRA: the adapters' gradients, PEFT's tensor names)");
+                      sub.add_option("--adapter", a->adapter,
+                                     "LoRA: start from this Hugging Face PEFT adapter folder (adapter_config.json + "
+                                     "adapter_model.safetensors, lora_A [r, in] / lora_B [out, r] per target). Its r, "
+                                     "lora_alpha and target_modules must match --lora-* or the plan (without them "
+                                     "they are taken from it); a missing, extra or misshapen tensor is an error "
+                                     "naming it. Default: PEFT's initialisation (A kaiming-uniform, B zero; seeded)");
+                      sub.add_option("--save-adapter", a->save_adapter,
+                                     "LoRA: write the trained adapter as a PEFT folder (adapter_config.json, "
+                                     "adapter_model.safetensors in F32), loadable by PeftModel.from_pretrained; both "
+                                     "files written aside and switched in together");
+                      sub.add_option("--lora-init-b-std", a->lora_init_b_std,
+                                     "LoRA without --adapter: draw B from N(0, std^2) instead of PEFT's zeros, so that "
+                                     "the first step's A gradients are not zero (for --reference checks)")
+                          ->capture_default_str();
                       sub.add_option("--max-shard-bytes", a->max_shard_bytes,
                                      "Largest shard --save-weights / --dump-grads write, 1024..2^50 bytes (default "
                                      "5e9, Hugging Face's 5GB)")
@@ -343,6 +396,8 @@ const Registrar reg("run", "Execute chunk-recurrent training steps (cpu referenc
                           "  oomb run --model tiny --context 2K --chunk 512 --page 64 --kv-dtype bf16 --reference   "
                           "(bf16 KV pages)\n"
                           "  oomb run --model tiny --context 8K --attention sparse --budget 4 --chunk 1K --page 64\n"
+                          "  oomb run --model tiny --context 2K --chunk 512 --page 64 --lora-rank 8 --lora-targets "
+                          "all-linear --optimizer gpu --steps 3 --save-adapter out/adapter   (LoRA, PEFT folder out)\n"
                           "  oomb run --model tiny --context 4K --attention sparse --budget 4 --chunk 512 --page 64 "
                           "--measure-recall --compare-dense --trace t.json\n"
                           "Exit status: 0 done, 2 bad input, 4 a step failed on the device (the error names the "

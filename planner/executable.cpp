@@ -12,9 +12,9 @@ bool executable(const simulator::Config& c, std::string* why) {
              "run: plan without the preset for this project's executor";
   else if (c.attention == simulator::Attention::sparse && c.selection != "published" && c.selection != "per-kv-head")
     reason = "selection rule " + c.selection + " is modelled, not executed (the executor runs published and per-kv-head)";
-  else if (c.lora_rank > 0)
-    reason = "LoRA (rank " + std::to_string(c.lora_rank) + ") is planned on paper: the executor trains every "
-             "parameter and does not run adapters yet";
+  else if (c.lora_rank > 0 && c.lora_train_embeddings)
+    reason = "LoRA with trained embeddings and LM head (--lora-train-embeddings) is planned on paper: the executor "
+             "trains adapters on a wholly frozen base";
   else if (!storable(c.kv_dtype) || !storable(c.kv_grad_dtype))
     reason = "the executor stores KV and KV-gradient pages as fp32 or bf16 (the plan says " + c.kv_dtype + " / " +
              c.kv_grad_dtype + ")";

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include <Eigen/Core>
+
 #include "core/error.h"
 
 namespace oomb::executor::cpu {
@@ -147,6 +149,45 @@ ReferenceResult full_sequence_reference(const models::ModelSpec& m, const Weight
     rmsnorm_bwd(A.x.data(), P + o.input_norm, A.rstd1.data(), dh1.data(), n, H, dx.data(), G + o.input_norm);
   }
   embedding_bwd(tokens.data(), n, dx.data(), H, G + L.embed());
+  return res;
+}
+
+ReferenceResult lora_reference(const models::ModelSpec& m, const Weights& base, const ParamTensors& adapters,
+                               double scale, const std::vector<int32_t>& tokens,
+                               const std::vector<MaskedAttention>* masks) {
+  OOMB_ASSERT(adapters.layout.is_lora() && adapters.layout.layers() == m.layers, "lora_reference needs m's adapters");
+  using Mat = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  using FMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  const int64_t r = adapters.layout.lora_rank();
+  // The base weight of each target, in LoraTarget order.
+  auto base_offset = [&](const LayerOffsets& o, int k) {
+    const int64_t offs[kLoraTargets] = {o.q, o.k, o.v, o.o, o.gate, o.up, o.down};
+    return offs[k];
+  };
+  auto A_of = [&](const LoraSlot& s) { return Eigen::Map<const FMat>(adapters.data.data() + s.a, r, s.in).cast<double>(); };
+  auto B_of = [&](const LoraSlot& s) { return Eigen::Map<const FMat>(adapters.data.data() + s.b, s.out, r).cast<double>(); };
+  Weights merged = base;
+  for (int64_t l = 0; l < m.layers; ++l)
+    for (int k = 0; k < kLoraTargets; ++k) {
+      const LoraSlot& s = adapters.layout.lora_slot(l, static_cast<LoraTarget>(k));
+      if (s.a < 0) continue;
+      Eigen::Map<FMat> W(merged.data.data() + base_offset(base.layout.layer(l), k), s.out, s.in);
+      const Mat BA = B_of(s) * A_of(s);
+      W = (W.cast<double>() + scale * BA).cast<float>();
+    }
+  ReferenceResult full = full_sequence_reference(m, merged, tokens, masks);
+  ReferenceResult res;
+  res.loss = full.loss;
+  res.grads = zero_params(adapters.layout);
+  for (int64_t l = 0; l < m.layers; ++l)
+    for (int k = 0; k < kLoraTargets; ++k) {
+      const LoraSlot& s = adapters.layout.lora_slot(l, static_cast<LoraTarget>(k));
+      if (s.a < 0) continue;
+      const Mat G =
+          Eigen::Map<const FMat>(full.grads.data.data() + base_offset(base.layout.layer(l), k), s.out, s.in).cast<double>();
+      Eigen::Map<FMat>(res.grads.data.data() + s.a, r, s.in) = (scale * B_of(s).transpose() * G).cast<float>();
+      Eigen::Map<FMat>(res.grads.data.data() + s.b, s.out, r) = (scale * G * A_of(s).transpose()).cast<float>();
+    }
   return res;
 }
 

@@ -23,6 +23,15 @@ ReferenceResult full_sequence_reference(const models::ModelSpec& m, const Weight
                                         const std::vector<int32_t>& tokens,
                                         const std::vector<MaskedAttention>* masks = nullptr);
 
+// LoRA (Hugging Face PEFT): the reference of a step that trains `adapters` (ParamLayout::lora) on a
+// frozen base. The forward runs on the merged weights W + scale B A of every adapted projection (the
+// same function of x as W x + scale B A x); each adapter's gradients follow from its merged weight's
+// gradient G by the chain rule, dA = scale B^T G and dB = scale G A^T (in double). Independent of
+// the executor's adapter GEMMs. grads: in the adapters' layout.
+ReferenceResult lora_reference(const models::ModelSpec& m, const Weights& base, const ParamTensors& adapters,
+                               double scale, const std::vector<int32_t>& tokens,
+                               const std::vector<MaskedAttention>* masks = nullptr);
+
 MaskedAttention causal_mask(const models::ModelSpec& m, int64_t n);
 // Layer `layer`'s mask from a recorded selection: query token i of chunk c, query page j, may see
 // key t <= i when t is in chunk c or t's page is selected for (c, j[, kv head]).

@@ -10,6 +10,7 @@
 #include "core/format.h"
 #include "executor/cpu/cpu_backend.h"
 #include "executor/cpu/reference.h"
+#include "executor/runtime/adapters.h"
 #include "executor/runtime/microbench.h"
 #include "executor/runtime/op_tagger.h"
 #include "executor/runtime/profiler_fallback.h"
@@ -113,13 +114,18 @@ step::Target target_of(const RunRequest& r) {
 }
 
 ReferenceCheck check_against_reference(const models::ModelSpec& m, const simulator::Config& c, const Weights& w,
-                                       const std::vector<int32_t>& tokens, const Engine& e, double loss) {
+                                       const ParamTensors& adapters, const std::vector<int32_t>& tokens,
+                                       const Engine& e, double loss) {
   check_reference_size(m, static_cast<int64_t>(tokens.size()));
   std::vector<cpu::MaskedAttention> masks;
   if (c.attention == simulator::Attention::sparse)
     for (int64_t l = 0; l < m.layers; ++l)
       masks.push_back(cpu::selection_mask(m, c.context_tokens, c.chunk_tokens, c.page_tokens, e.selections(), l));
-  const cpu::ReferenceResult ref = cpu::full_sequence_reference(m, w, tokens, masks.empty() ? nullptr : &masks);
+  const auto* mask = masks.empty() ? nullptr : &masks;
+  // LoRA: the adapters' gradients by the merged weights and the chain rule.
+  const cpu::ReferenceResult ref =
+      c.lora_rank > 0 ? cpu::lora_reference(m, w, adapters, c.lora_alpha / static_cast<double>(c.lora_rank), tokens, mask)
+                      : cpu::full_sequence_reference(m, w, tokens, mask);
   const Gradients g = e.gradients();
   ReferenceCheck r;
   r.loss = ref.loss;
@@ -189,10 +195,17 @@ void check_run(const RunRequest& r) {
 
   const simulator::Config& c = r.scenario.config;
   if (c.context_tokens <= 0) throw Error("--context", "", "is required (or give --plan)", "e.g. 16K");
-  if (c.lora_rank > 0)
-    throw Error(r.plan_path.empty() ? "--lora-rank" : "--plan", r.plan_path.empty() ? std::to_string(c.lora_rank) : r.plan_path,
-                "LoRA is planned and simulated, not executed yet: the executor trains every parameter",
-                "drop --lora-rank to run full fine-tuning; plan and simulate LoRA with oomb plan / oomb simulate");
+  if (c.lora_rank > 0 && c.lora_train_embeddings)
+    throw Error(r.plan_path.empty() ? "--lora-train-embeddings" : "--plan", r.plan_path,
+                "trains the embeddings and the LM head beside the adapters: planned and simulated, not executed yet "
+                "(the executor trains adapters on a wholly frozen base)",
+                "drop --lora-train-embeddings to run; plan and simulate take it");
+  if (r.keep_weights && c.lora_rank > 0)
+    throw Error("--save-weights", "", "a LoRA run trains adapters on a frozen base: the base weights do not change",
+                "--save-adapter DIR writes the trained adapter (PEFT's folder)");
+  if (r.keep_adapters && c.lora_rank <= 0)
+    throw Error("--save-adapter", "", "writes a LoRA adapter, and this run trains every parameter",
+                "add --lora-rank R (with --lora-alpha, --lora-targets), or --save-weights for full fine-tuning");
   const models::ModelSpec m = effective_model(r.scenario.model, c);
   if (r.reference && c.optimizer != simulator::Optimizer::none)
     throw Error("--reference", "", "compares the gradients of step 1, which an optimizer step consumes",
@@ -258,11 +271,13 @@ Json RunResult::step_timing() const {
                   "suite and the calibration time (interference only adds time)"}};
 }
 
-RunResult run(const RunRequest& r, const Weights& w, const TokenSource& tokens) {
+RunResult run(const RunRequest& r, const Weights& w, const TokenSource& tokens, const ParamTensors& adapters) {
   check_run(r);
   const simulator::Config& c = r.scenario.config;
   RunResult res;
   res.model = effective_model(r.scenario.model, c);
+  if (c.lora_rank > 0 && adapters.layout.total() != executor::adapter_layout(res.model, c).total())
+    throw Error("--lora-rank", std::to_string(c.lora_rank), "internal: the run's adapters do not have its layout");
   res.config = c;
   res.backend = r.backend;
   res.attention_kernel = attention_kernel_of(r);
@@ -369,6 +384,7 @@ RunResult run(const RunRequest& r, const Weights& w, const TokenSource& tokens) 
   o.adamw.lr = r.lr;
   o.adamw.grad_accum = r.grad_accum;
   o.measure_recall = r.measure_recall;
+  o.adapters = adapters;
 #ifdef OOMB_HAVE_CUPTI
   o.tagger = tagger.get();
 #endif
@@ -404,11 +420,11 @@ RunResult run(const RunRequest& r, const Weights& w, const TokenSource& tokens) 
 #endif
       if (current == 0 && r.reference) {
         status(r, "running the full-sequence reference ...");
-        res.reference = check_against_reference(res.model, c, w, seq, e, res.losses.back());
+        res.reference = check_against_reference(res.model, c, w, adapters, seq, e, res.losses.back());
       }
       if (current == 0 && r.compare_dense) {
         status(r, "running the dense step ...");
-        res.dense = compare_with_dense(backend, r.scenario.model, c, w, seq, res.losses.back(), e.gradients());
+        res.dense = compare_with_dense(backend, r.scenario.model, c, w, seq, res.losses.back(), e.gradients(), adapters);
       }
     }
   } catch (const Error&) {
@@ -427,6 +443,7 @@ RunResult run(const RunRequest& r, const Weights& w, const TokenSource& tokens) 
   }
   if (r.keep_weights) res.weights = e.weights();
   if (r.keep_gradients) res.gradients = e.gradients();
+  if (r.keep_adapters) res.adapters = e.adapters();
   res.fastest_step_s = *std::min_element(res.step_times_s.begin(), res.step_times_s.end());
   for (double x : res.step_times_s) res.timed_mean_step_s += x / static_cast<double>(res.step_times_s.size());
   if (!r.record_trace) return res;
@@ -578,9 +595,15 @@ std::string describe(const RunResult& r, const RunRequest& req, const std::strin
               ? ("cpu (bf16 storage emulated exactly, " + std::to_string(r.cpu_threads) + " compute threads)").c_str()
               : "cuda",
           tokens.c_str(), weights.c_str());
+  const bool lora = c.lora_rank > 0;
   appendf(out, "storage: weights %s, gradients %s, activations %s, loss %s; pages: KV %s, KV-grad %s\n",
-          c.param_dtype.c_str(), c.param_grad_dtype.c_str(), c.activation_dtype.c_str(), c.loss_dtype.c_str(),
-          r.kv_pages.c_str(), r.grad_pages.c_str());
+          c.param_dtype.c_str(), lora ? "fp32 (the adapters')" : c.param_grad_dtype.c_str(),
+          c.activation_dtype.c_str(), c.loss_dtype.c_str(), r.kv_pages.c_str(), r.grad_pages.c_str());
+  if (lora)
+    appendf(out, "training: LoRA rank %lld (alpha %g, scale %g) on %s: %s adapter parameters (fp32), the base frozen\n",
+            static_cast<long long>(c.lora_rank), c.lora_alpha, c.lora_alpha / static_cast<double>(c.lora_rank),
+            step::lora_targets_text(c.lora_targets).c_str(),
+            format_count(static_cast<double>(executor::adapter_layout(r.model, c).total())).c_str());
   if (r.backend == "cuda" && r.cuda.is_object()) {
     const Json& cs = r.cuda;
     appendf(out, "attention kernel %s: %lld calls on bf16 tensor cores, %lld on fp32 CUDA cores\n",

@@ -75,6 +75,7 @@ struct RunRequest {
   int64_t grad_accum = 1;
   bool reference = false, measure_recall = false, compare_dense = false;
   bool keep_weights = false, keep_gradients = false;  // return the final weights / gradients
+  bool keep_adapters = false;                          // LoRA: return the trained adapters
   // Progress of step `step` of `steps` (warm-up included) and what the run is doing now (both quiet
   // with --quiet); warnings for the user (always shown; stderr in the CLI).
   std::function<void(int64_t step, int64_t steps, const Progress&)> progress;
@@ -115,7 +116,8 @@ struct RunResult {
   std::string failure;                 // a step failed (device fault or runtime error): what and where
   int64_t failed_step = 0;             // 1-based
   std::optional<Weights> weights;      // keep_weights
-  std::optional<Gradients> gradients;  // keep_gradients
+  std::optional<Gradients> gradients;  // keep_gradients (LoRA: the adapters' gradients)
+  std::optional<executor::ParamTensors> adapters;  // keep_adapters (LoRA)
   Json step_timing() const;            // the step time validate compares, and how it was taken
 };
 
@@ -125,8 +127,10 @@ struct RunResult {
 void check_run(const RunRequest& r);
 
 // Runs it (check_run first). A step that fails is returned (failure, failed_step, the trace so
-// far), not thrown; bad input throws oomb::Error.
-RunResult run(const RunRequest& r, const Weights& weights, const executor::TokenSource& tokens);
+// far), not thrown; bad input throws oomb::Error. LoRA (config lora_rank > 0): `adapters` are the
+// initial adapters (executor::init_adapters or read_adapter, laid out for the model as run).
+RunResult run(const RunRequest& r, const Weights& weights, const executor::TokenSource& tokens,
+              const executor::ParamTensors& adapters = {});
 
 // Weights or gradients about to be written: a non-finite value from a diverged step must not reach a
 // file (Error naming `flag` and the tensor).

@@ -1,6 +1,7 @@
 #include "executor/runtime/driver.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <ctime>
@@ -35,6 +36,8 @@ struct Engine::LayerSet {
   Buffer lse;                                   // attention_lse: fp32 [Cm, q_heads]
   Buffer q_pre, k_pre;                          // q/k norm (Qwen3): the projections before it (act)
   Buffer rstd_q, rstd_k;                        // and its per-head rstd: fp32 [Cm, heads]
+  // LoRA: per targeted projection, u = scale * x A^T [Cm, r] (act; the row's rank-r share)
+  std::array<Buffer, kLoraTargets> lora_u;
 };
 
 struct Engine::Work {
@@ -51,6 +54,7 @@ struct Engine::Work {
   // backward
   Buffer dx2, dh2, dh1, dout, dq, dk, dv, dm, dg, du;  // layer_backward_temporaries (act)
   Buffer dq_pre, dk_pre;                               // + with q/k norm: gradients before it
+  std::array<Buffer, kLoraTargets> lora_du;  // LoRA: du [Cm, r] per target, layer_backward_temporaries
   // loss
   Buffer hf, dhf;                 // final_norm: [Cm, H] act
   Buffer rstdf;                   // final_norm_rstd: fp32 [Cm]
@@ -63,6 +67,10 @@ struct Engine::Work {
 struct Engine::LayerPtrs {
   ConstTensor ln1, wq, bq, wk, bk, wv, bv, wo, ln2, wg, wu, wd, qn, kn;
   Tensor d_ln1, d_wq, d_bq, d_wk, d_bk, d_wv, d_bv, d_wo, d_ln2, d_wg, d_wu, d_wd, d_qn, d_kn;
+  // LoRA: per target, A and B and their gradients (null where the projection has no adapter)
+  std::array<ConstTensor, kLoraTargets> la{}, lb{};
+  std::array<Tensor, kLoraTargets> d_la{}, d_lb{};
+  std::array<LoraSlot, kLoraTargets> slot{};
 };
 
 Engine::LayerPtrs Engine::layer_ptrs(int64_t l) const {
@@ -70,11 +78,23 @@ Engine::LayerPtrs Engine::layer_ptrs(int64_t l) const {
   const ConstTensor P = params_.ct();
   const Tensor G = grads_.t();
   auto p = [&](int64_t off) -> ConstTensor { return off >= 0 ? P.at(off) : ConstTensor{}; };
-  auto d = [&](int64_t off) -> Tensor { return off >= 0 ? G.at(off) : Tensor{}; };
-  return {p(o.input_norm), p(o.q), p(o.q_bias), p(o.k), p(o.k_bias), p(o.v), p(o.v_bias), p(o.o), p(o.post_norm),
-          p(o.gate), p(o.up), p(o.down), p(o.q_norm), p(o.k_norm),
-          d(o.input_norm), d(o.q), d(o.q_bias), d(o.k), d(o.k_bias), d(o.v), d(o.v_bias), d(o.o), d(o.post_norm),
-          d(o.gate), d(o.up), d(o.down), d(o.q_norm), d(o.k_norm)};
+  // Under LoRA the base is frozen: no parameter of it has a gradient.
+  auto d = [&](int64_t off) -> Tensor { return off >= 0 && !lora_ ? G.at(off) : Tensor{}; };
+  LayerPtrs r{p(o.input_norm), p(o.q), p(o.q_bias), p(o.k), p(o.k_bias), p(o.v), p(o.v_bias), p(o.o), p(o.post_norm),
+              p(o.gate), p(o.up), p(o.down), p(o.q_norm), p(o.k_norm),
+              d(o.input_norm), d(o.q), d(o.q_bias), d(o.k), d(o.k_bias), d(o.v), d(o.v_bias), d(o.o), d(o.post_norm),
+              d(o.gate), d(o.up), d(o.down), d(o.q_norm), d(o.k_norm)};
+  if (lora_) {
+    const ConstTensor A = adapters_.ct();
+    for (int k = 0; k < kLoraTargets; ++k) {
+      const LoraSlot& s = lora_layout_.lora_slot(l, static_cast<LoraTarget>(k));
+      r.slot[k] = s;
+      if (s.a < 0) continue;
+      r.la[k] = A.at(s.a), r.lb[k] = A.at(s.b);
+      r.d_la[k] = G.at(s.a), r.d_lb[k] = G.at(s.b);
+    }
+  }
+  return r;
 }
 
 namespace {
@@ -164,6 +184,19 @@ Engine::Engine(Backend& backend, const models::ModelSpec& model, const simulator
   layout_ = ParamLayout(model_);
   OOMB_ASSERT(weights.layout.total() == layout_.total() && weights.layout.params().size() == layout_.params().size(),
               "weights do not have the model's layout");
+  lora_ = config.lora_rank > 0;
+  if (lora_) {
+    if (config.lora_train_embeddings)
+      throw Error("--lora-train-embeddings", "",
+                  "is planned and simulated; the executor trains adapters on a wholly frozen base for now",
+                  "drop --lora-train-embeddings to run (plan and simulate take it)");
+    lora_layout_ = ParamLayout::lora(model_, config.lora_rank, config.lora_targets);
+    lora_scale_ = static_cast<float>(config.lora_alpha / static_cast<double>(config.lora_rank));
+    OOMB_ASSERT(options_.adapters.layout.total() == lora_layout_.total() &&
+                    options_.adapters.layout.params().size() == lora_layout_.params().size(),
+                "LoRA: EngineOptions::adapters does not have the adapters' layout");
+    grad_dtype_ = DType::f32;  // the adapters' gradients (fp32, as the adapters)
+  }
   const int64_t Cm = g_.Cm, H = model_.hidden, kvd = model_.kv_dim(), n_params = layout_.total();
   // The LM head and the loss run over tiles of g.T rows (logits_chunk_tokens, or the whole chunk:
   // the framework path keeps the logits, an upcast when the loss dtype differs, and a gradient).
@@ -182,26 +215,34 @@ Engine::Engine(Backend& backend, const models::ModelSpec& model, const simulator
   const bool optimizer = config.optimizer != simulator::Optimizer::none;
   const Tier opt_tier = config.optimizer == simulator::Optimizer::host ? Tier::host : Tier::device;
 
+  // What the step trains: every parameter, or under LoRA the adapters (fp32).
+  const int64_t n_trained = lora_ ? lora_layout_.total() : n_params;
+  const DType trained_dtype = lora_ ? DType::f32 : param_dtype_;
   params_ = row_buffer(step::row::kWeights, Tier::device, n_params, param_dtype_);
-  grads_ = row_buffer(step::row::kParameterGradients, Tier::device, n_params, grad_dtype_);
+  grads_ = row_buffer(step::row::kParameterGradients, Tier::device, n_trained, grad_dtype_);
   upload_weights(weights.data);
+  if (lora_) {
+    adapters_ = row_buffer(step::row::kLoraAdapters, Tier::device, n_trained, DType::f32);
+    backend_.upload(adapters_.data(), options_.adapters.data.data(), adapters_.bytes());
+  }
+  const Buffer& trained = lora_ ? adapters_ : params_;
   if (optimizer) {
-    if (param_dtype_ != DType::f32) {
+    if (trained_dtype != DType::f32) {
       master_ = row_buffer(step::row::kMasterWeights, opt_tier, n_params, DType::f32);
       backend_.upload(master_.data(), weights.data.data(), master_.bytes());
     }
     if (opt_tier == Tier::host) {
-      host_grads_ = row_buffer(step::row::kHostParameterGradients, Tier::host, n_params, grad_dtype_);
-      host_weights_ = row_buffer(step::row::kHostWeights, Tier::host, n_params, param_dtype_);
-      backend_.download(host_weights_.data(), params_.data(), params_.bytes());
+      host_grads_ = row_buffer(step::row::kHostParameterGradients, Tier::host, n_trained, grad_dtype_);
+      host_weights_ = row_buffer(step::row::kHostWeights, Tier::host, n_trained, trained_dtype);
+      backend_.download(host_weights_.data(), trained.data(), trained.bytes());
     }
-    adam_m_ = row_buffer(step::row::kAdamwMoments, opt_tier, n_params, DType::f32);
-    adam_v_ = row_buffer(step::row::kAdamwMoments, opt_tier, n_params, DType::f32);
-    decay_mask_ = Buffer(backend_, opt_tier, n_params, &account_, step::row::kAdamwDecayMask);
-    std::vector<uint8_t> mask(static_cast<size_t>(n_params), 0);
-    for (const auto& p : layout_.params())
+    adam_m_ = row_buffer(step::row::kAdamwMoments, opt_tier, n_trained, DType::f32);
+    adam_v_ = row_buffer(step::row::kAdamwMoments, opt_tier, n_trained, DType::f32);
+    decay_mask_ = Buffer(backend_, opt_tier, n_trained, &account_, step::row::kAdamwDecayMask);
+    std::vector<uint8_t> mask(static_cast<size_t>(n_trained), 0);
+    for (const auto& p : (lora_ ? lora_layout_ : layout_).params())
       if (p.decay) std::fill_n(mask.begin() + p.offset, p.numel, uint8_t{1});
-    backend_.upload(decay_mask_.data(), mask.data(), n_params);
+    backend_.upload(decay_mask_.data(), mask.data(), n_trained);
   }
 
   store_ = std::make_unique<OffloadEngine>(backend_, g_, table.pages.kv_pool_capacity_pages, account_, recorder_,
@@ -266,6 +307,8 @@ void Engine::enter(StepPhase p) {
   if (w.backward && !backward)
     for (Buffer* b : {&w.dx2, &w.dh2, &w.dh1, &w.dout, &w.dq, &w.dk, &w.dv, &w.dm, &w.dg, &w.du, &w.dq_pre, &w.dk_pre})
       *b = Buffer();
+  if (w.backward && !backward)
+    for (Buffer& b : w.lora_du) b = Buffer();
   if (w.loss && !loss)
     for (Buffer* b : {&w.hf, &w.dhf, &w.rstdf, &w.logits, &w.logits_upcast, &w.logits_grad}) *b = Buffer();
   account_.enter_phase(p);  // what p allocates counts toward p's high-water mark
@@ -292,6 +335,10 @@ void Engine::enter(StepPhase p) {
         a.rstd_q = row_buffer(rstd, Tier::device, Cm * model_.q_heads, DType::f32);
         a.rstd_k = row_buffer(rstd, Tier::device, Cm * model_.kv_heads, DType::f32);
       }
+      if (lora_)
+        for (int k = 0; k < kLoraTargets; ++k)
+          if (lora_layout_.lora_slot(0, static_cast<LoraTarget>(k)).a >= 0)
+            a.lora_u[static_cast<size_t>(k)] = row_buffer(act, Tier::device, Cm * config_.lora_rank, ad);
     }
   };
   if (!w.kept_alive && kept_alive)
@@ -309,6 +356,11 @@ void Engine::enter(StepPhase p) {
       w.dq_pre = row_buffer(step::row::kLayerBackwardTemporaries, Tier::device, Cm * qd, ad);
       w.dk_pre = row_buffer(step::row::kLayerBackwardTemporaries, Tier::device, Cm * kvd, ad);
     }
+    if (lora_)
+      for (int k = 0; k < kLoraTargets; ++k)
+        if (lora_layout_.lora_slot(0, static_cast<LoraTarget>(k)).a >= 0)
+          w.lora_du[static_cast<size_t>(k)] =
+              row_buffer(step::row::kLayerBackwardTemporaries, Tier::device, Cm * config_.lora_rank, ad);
   }
   if (!w.loss && loss) {
     w.hf = row_buffer(step::row::kFinalNorm, Tier::device, Cm * H, ad);
@@ -496,6 +548,37 @@ void Engine::measure_recall(const Pass& pass) {
   recall_.push_back({c, l, sum / static_cast<double>(T * qh)});
 }
 
+// LoRA on projection t of a layer: u = scale x A^T (kept in the layer's set), y += u B^T; nothing
+// where t has no adapter.
+void Engine::adapter_fwd(const LayerPtrs& P, LayerSet& w, LoraTarget t, ConstTensor x, int64_t rows, Tensor y) {
+  const auto k = static_cast<size_t>(t);
+  if (!P.la[k]) return;
+  backend_.lora_fwd(x, rows, P.slot[k].in, P.la[k], P.lb[k], config_.lora_rank, P.slot[k].out, lora_scale_,
+                    w.lora_u[k].t(), y);
+}
+
+// Its backward: dA, dB accumulated, dx += the adapter's share (after the frozen base's linear_bwd).
+void Engine::adapter_bwd(const LayerPtrs& P, LayerSet& w, LoraTarget t, ConstTensor x, int64_t rows, ConstTensor dy,
+                         Tensor dx) {
+  const auto k = static_cast<size_t>(t);
+  if (!P.la[k]) return;
+  backend_.lora_bwd(x, w.lora_u[k].ct(), rows, P.slot[k].in, P.la[k], P.lb[k], config_.lora_rank, P.slot[k].out,
+                    lora_scale_, dy, w_->lora_du[k].t(), dx, P.d_la[k], P.d_lb[k]);
+}
+
+// FLOPs of the adapters on `targets` of a layer over `rows` tokens: per_mac x rows x r x (in + out)
+// per adapter (2 forward: x A^T and u B^T; 4 backward: dB, du, dA, dx).
+double Engine::adapter_flops(int64_t layer, std::initializer_list<LoraTarget> targets, int64_t rows,
+                             double per_mac) const {
+  if (!lora_) return 0;
+  double f = 0;
+  for (LoraTarget t : targets) {
+    const LoraSlot& s = lora_layout_.lora_slot(layer, t);
+    if (s.a >= 0) f += per_mac * static_cast<double>(rows * config_.lora_rank) * static_cast<double>(s.in + s.out);
+  }
+  return f;
+}
+
 // One layer's forward over chunk `pass.chunk`. fill: also selects pages (sparse), writes the own
 // K/V pages and page summaries. out == nullptr: the backward's recompute (the MLP output is not
 // needed, only the activations).
@@ -508,10 +591,15 @@ void Engine::layer_forward(const Pass& pass, int64_t pass_index, PassPages& page
   const double Td = static_cast<double>(T);
   timed("attn_norm", pass, 0, [&] { backend_.rmsnorm_fwd(in, P.ln1, T, H, eps, w.h1.t(), w.rstd1.f32()); });
   const bool qkn = model_.qk_norm;
-  timed("qkv_proj", pass, 2 * Td * H * (qd + 2 * kvd), [&] {
+  const int64_t l = pass.layer;
+  using LT = LoraTarget;
+  timed("qkv_proj", pass, 2 * Td * H * (qd + 2 * kvd) + adapter_flops(l, {LT::q, LT::k, LT::v}, T, 2), [&] {
     backend_.linear_fwd(w.h1.t(), T, H, P.wq, P.bq, qd, qkn ? w.q_pre.t() : w.q.t());
     backend_.linear_fwd(w.h1.t(), T, H, P.wk, P.bk, kvd, qkn ? w.k_pre.t() : w.k.t());
     backend_.linear_fwd(w.h1.t(), T, H, P.wv, P.bv, kvd, w.v.t());
+    adapter_fwd(P, w, LT::q, w.h1.ct(), T, qkn ? w.q_pre.t() : w.q.t());
+    adapter_fwd(P, w, LT::k, w.h1.ct(), T, qkn ? w.k_pre.t() : w.k.t());
+    adapter_fwd(P, w, LT::v, w.h1.ct(), T, w.v.t());
   });
   if (qkn)  // Qwen3: RMSNorm over each head's head_dim, before RoPE
     timed("qk_norm", pass, 0, [&] {
@@ -541,20 +629,28 @@ void Engine::layer_forward(const Pass& pass, int64_t pass_index, PassPages& page
     timed("kv_write", pass, 0, [&] {
       backend_.write_kv_pages(w.k.t(), w.v.t(), T, kvd, g_.p, pages.own_kv, kv_dtype_);
     });
-  timed("o_proj", pass, 2 * Td * qd * H, [&] {
+  timed("o_proj", pass, 2 * Td * qd * H + adapter_flops(l, {LT::o}, T, 2), [&] {
     backend_.linear_fwd(w.o.t(), T, qd, P.wo, nullptr, H, w.tmp.t());
+    adapter_fwd(P, w, LT::o, w.o.ct(), T, w.tmp.t());
     backend_.copy(w.x2.t(), in, T * H);
     backend_.add(w.x2.t(), w.tmp.t(), T * H);
   });
   timed("mlp_norm", pass, 0, [&] { backend_.rmsnorm_fwd(w.x2.t(), P.ln2, T, H, eps, w.h2.t(), w.rstd2.f32()); });
-  timed("mlp_fwd", pass, 2 * Td * H * F * (out ? 3 : 2), [&] {
+  timed("mlp_fwd", pass, 2 * Td * H * F * (out ? 3 : 2) + adapter_flops(l, {LT::gate, LT::up, LT::down}, T, 2), [&] {
     backend_.linear_fwd(w.h2.t(), T, H, P.wg, nullptr, F, w.g.t());
     backend_.linear_fwd(w.h2.t(), T, H, P.wu, nullptr, F, w.u.t());
+    adapter_fwd(P, w, LT::gate, w.h2.ct(), T, w.g.t());
+    adapter_fwd(P, w, LT::up, w.h2.ct(), T, w.u.t());
     backend_.swiglu_fwd(w.g.t(), w.u.t(), T * F, w.m.t());
     if (out) {
       backend_.linear_fwd(w.m.t(), T, F, P.wd, nullptr, H, w.tmp.t());
+      adapter_fwd(P, w, LT::down, w.m.ct(), T, w.tmp.t());
       backend_.copy(out, w.x2.t(), T * H);
       backend_.add(out, w.tmp.t(), T * H);
+    } else {
+      // The recompute skips the down projection, but its adapter's backward needs u: computed here
+      // (its update lands in tmp, which nothing reads after the o projection's residual add).
+      adapter_fwd(P, w, LT::down, w.m.ct(), T, w.tmp.t());
     }
   });
 }
@@ -568,18 +664,27 @@ void Engine::layer_backward(const Pass& pass, PassPages& pages, ConstTensor in, 
   Work& w = *w_;
   LayerSet& a_ = layer_set(pass.layer);
   const double Td = static_cast<double>(T);
-  timed("mlp_bwd", pass, 4 * Td * H * F * 3, [&] {
+  // A frozen base (LoRA) computes only the input gradients: 2 FLOPs per MAC, not 4.
+  const double bw = lora_ ? 2 : 4;
+  const int64_t l = pass.layer;
+  using LT = LoraTarget;
+  timed("mlp_bwd", pass, bw * Td * H * F * 3 + adapter_flops(l, {LT::gate, LT::up, LT::down}, T, 4), [&] {
     backend_.linear_bwd(a_.m.t(), T, F, P.wd, H, dy, w.dm.t(), false, P.d_wd, nullptr);
+    adapter_bwd(P, a_, LT::down, a_.m.ct(), T, dy, w.dm.t());
     backend_.swiglu_bwd(a_.g.t(), a_.u.t(), w.dm.t(), T * F, w.dg.t(), w.du.t());
     backend_.linear_bwd(a_.h2.t(), T, H, P.wg, F, w.dg.t(), w.dh2.t(), false, P.d_wg, nullptr);
+    adapter_bwd(P, a_, LT::gate, a_.h2.ct(), T, w.dg.ct(), w.dh2.t());
     backend_.linear_bwd(a_.h2.t(), T, H, P.wu, F, w.du.t(), w.dh2.t(), true, P.d_wu, nullptr);
+    adapter_bwd(P, a_, LT::up, a_.h2.ct(), T, w.du.ct(), w.dh2.t());
   });
   timed("mlp_norm_bwd", pass, 0, [&] {
     backend_.copy(w.dx2.t(), dy, T * H);  // residual
     backend_.rmsnorm_bwd(a_.x2.t(), P.ln2, a_.rstd2.f32(), w.dh2.t(), T, H, w.dx2.t(), P.d_ln2);
   });
-  timed("o_proj_bwd", pass, 4 * Td * qd * H,
-        [&] { backend_.linear_bwd(a_.o.t(), T, qd, P.wo, H, w.dx2.t(), w.dout.t(), false, P.d_wo, nullptr); });
+  timed("o_proj_bwd", pass, bw * Td * qd * H + adapter_flops(l, {LT::o}, T, 4), [&] {
+    backend_.linear_bwd(a_.o.t(), T, qd, P.wo, H, w.dx2.t(), w.dout.t(), false, P.d_wo, nullptr);
+    adapter_bwd(P, a_, LT::o, a_.o.ct(), T, w.dx2.ct(), w.dout.t());
+  });
   const PagedAttention a = attention_args(pass, pages);
   timed("attention_bwd", pass, 10.0 * model_.head_dim * model_.q_heads * attention_pairs(a), [&] {
     backend_.attention_bwd(a, a_.o.t(), a_.lse.f32(), w.dout.t(), w.dq.t(), w.dk.t(), w.dv.t(),
@@ -602,10 +707,14 @@ void Engine::layer_backward(const Pass& pass, PassPages& pages, ConstTensor in, 
       backend_.rmsnorm_bwd(a_.k_pre.t(), P.kn, a_.rstd_k.f32(), w.dk.t(), T * model_.kv_heads, model_.head_dim,
                            w.dk_pre.t(), P.d_kn);
     });
-  timed("qkv_proj_bwd", pass, 4 * Td * H * (qd + 2 * kvd), [&] {
-    backend_.linear_bwd(a_.h1.t(), T, H, P.wq, qd, qkn ? w.dq_pre.t() : w.dq.t(), w.dh1.t(), false, P.d_wq, P.d_bq);
-    backend_.linear_bwd(a_.h1.t(), T, H, P.wk, kvd, qkn ? w.dk_pre.t() : w.dk.t(), w.dh1.t(), true, P.d_wk, P.d_bk);
+  timed("qkv_proj_bwd", pass, bw * Td * H * (qd + 2 * kvd) + adapter_flops(l, {LT::q, LT::k, LT::v}, T, 4), [&] {
+    const ConstTensor dq = qkn ? w.dq_pre.ct() : w.dq.ct(), dk = qkn ? w.dk_pre.ct() : w.dk.ct();
+    backend_.linear_bwd(a_.h1.t(), T, H, P.wq, qd, dq, w.dh1.t(), false, P.d_wq, P.d_bq);
+    adapter_bwd(P, a_, LT::q, a_.h1.ct(), T, dq, w.dh1.t());
+    backend_.linear_bwd(a_.h1.t(), T, H, P.wk, kvd, dk, w.dh1.t(), true, P.d_wk, P.d_bk);
+    adapter_bwd(P, a_, LT::k, a_.h1.ct(), T, dk, w.dh1.t());
     backend_.linear_bwd(a_.h1.t(), T, H, P.wv, kvd, w.dv.t(), w.dh1.t(), true, P.d_wv, P.d_bv);
+    adapter_bwd(P, a_, LT::v, a_.h1.ct(), T, w.dv.ct(), w.dh1.t());
   });
   timed("attn_norm_bwd", pass, 0, [&] {
     backend_.copy(dx, w.dx2.t(), T * H);
@@ -621,7 +730,10 @@ void Engine::head_forward_backward(int64_t c, ConstTensor x_last, Tensor dy) {
     targets[static_cast<size_t>(t)] = s + t + 1 < g_.N ? tokens_[static_cast<size_t>(s + t + 1)] : -1;
   const float inv = 1.0f / static_cast<float>(g_.N - 1);
   const ConstTensor head = params_.ct().at(layout_.lm_head());
-  timed("lm_head", "lm_head", 2, c, 6.0 * T * H * V, [&] {
+  // A frozen LM head and final norm (LoRA): no weight gradients, the head's input gradient only.
+  const Tensor d_head = lora_ ? Tensor{} : grads_.t().at(layout_.lm_head());
+  const Tensor d_final_norm = lora_ ? Tensor{} : grads_.t().at(layout_.final_norm());
+  timed("lm_head", "lm_head", 2, c, (lora_ ? 4.0 : 6.0) * T * H * V, [&] {
     backend_.upload(w.targets.data(), targets.data(), T * 4);
     backend_.rmsnorm_fwd(x_last, params_.ct().at(layout_.final_norm()), T, H, static_cast<float>(model_.norm_eps),
                          w.hf.t(), w.rstdf.f32());
@@ -643,12 +755,11 @@ void Engine::head_forward_backward(int64_t c, ConstTensor x_last, Tensor dy) {
       }
       // The tile's loss stays with the backend (chunk c's slot): no read-back per tile.
       backend_.cross_entropy_acc(logits, rows, V, w.targets.i32() + r0, inv, grad, c);
-      backend_.linear_bwd(hf, rows, H, head, V, grad, w.dhf.t().at(r0 * H), false, grads_.t().at(layout_.lm_head()),
-                          nullptr);
+      backend_.linear_bwd(hf, rows, H, head, V, grad, w.dhf.t().at(r0 * H), false, d_head, nullptr);
     }
     backend_.fill_zero(dy.data, T * H * dtype_bytes(dy.dtype));
     backend_.rmsnorm_bwd(x_last, params_.ct().at(layout_.final_norm()), w.rstdf.f32(), w.dhf.ct(), T, H, dy,
-                         grads_.t().at(layout_.final_norm()));
+                         d_final_norm);
   });
 }
 
@@ -752,9 +863,10 @@ StepResult Engine::step(const std::vector<int32_t>& tokens) {
       std::swap(dy, dx);
       report(p);
     }
-    timed("embedding_bwd", "embedding_bwd", 2, c, 0, [&] {
-      backend_.embedding_bwd(w.ids.i32(), g_.chunk_len(c), dy, H, grads_.t().at(layout_.embed()));
-    });
+    if (!lora_)  // a frozen embedding (LoRA) has no gradient
+      timed("embedding_bwd", "embedding_bwd", 2, c, 0, [&] {
+        backend_.embedding_bwd(w.ids.i32(), g_.chunk_len(c), dy, H, grads_.t().at(layout_.embed()));
+      });
   }
   OOMB_ASSERT(pi == passes.size());
   // The loss: the chunks' sums, read back once, added in the order stage 2 ran them.
@@ -823,7 +935,8 @@ StepResult Engine::step(const std::vector<int32_t>& tokens) {
 
 void Engine::optimizer_step() {
   const AdamWOptions& o = options_.adamw;
-  const int64_t n = layout_.total();
+  const int64_t n = lora_ ? lora_layout_.total() : layout_.total();
+  Buffer& trained = lora_ ? adapters_ : params_;
   const bool host = config_.optimizer == simulator::Optimizer::host;
   // The host optimizer's round trip: the gradients out to the host, the update there, the updated
   // working weights back in (the copies the simulator prices after the last backward).
@@ -836,14 +949,14 @@ void Engine::optimizer_step() {
   };
   if (host) copy(CopyDir::d2h, host_grads_.data(), grads_.data(), grads_.bytes());
   const Tensor grads = host ? host_grads_.t() : grads_.t();
-  const Tensor weights = host ? host_weights_.t() : params_.t();
+  const Tensor weights = host ? host_weights_.t() : trained.t();
   timed("adamw", "optimizer", 2, -1, 12.0 * static_cast<double>(n), [&] {
     if (accumulated_ > 1) backend_.scale(grads, n, 1.0f / static_cast<float>(accumulated_));
     backend_.adamw(weights, master_.f32(), grads, adam_m_.f32(), adam_v_.f32(),
                    static_cast<const uint8_t*>(decay_mask_.data()), n, o.lr, o.beta1, o.beta2, o.eps, o.weight_decay,
                    ++adam_steps_);
   });
-  if (host) copy(CopyDir::h2d, params_.data(), host_weights_.data(), params_.bytes());
+  if (host) copy(CopyDir::h2d, trained.data(), host_weights_.data(), trained.bytes());
   {
     const TagScope tag(options_.tagger, 2, -1, -1, "optimizer", "zero_gradients");
     zero_gradients();
@@ -864,9 +977,16 @@ void Engine::download_f32(ConstTensor src, int64_t n, float* dst) const {
 }
 
 Gradients Engine::gradients() const {
-  Gradients g = zero_params(model_);
-  download_f32(grads_.ct(), layout_.total(), g.data.data());
+  Gradients g = lora_ ? zero_params(lora_layout_) : zero_params(model_);
+  download_f32(grads_.ct(), g.layout.total(), g.data.data());
   return g;
+}
+
+ParamTensors Engine::adapters() const {
+  if (!lora_) return {};
+  ParamTensors a = zero_params(lora_layout_);
+  download_f32(adapters_.ct(), a.layout.total(), a.data.data());
+  return a;
 }
 
 Weights Engine::weights() const {
@@ -1003,11 +1123,13 @@ Json DenseComparison::to_json() const {
 
 DenseComparison compare_with_dense(Backend& backend, const models::ModelSpec& model, const simulator::Config& config,
                                    const Weights& weights, const std::vector<int32_t>& tokens, double loss,
-                                   const Gradients& grads) {
+                                   const Gradients& grads, const ParamTensors& adapters) {
   simulator::Config c = config;
   c.attention = Attention::dense;
   c.optimizer = simulator::Optimizer::none;
-  Engine dense(backend, model, c, weights);
+  EngineOptions o;
+  o.adapters = adapters;
+  Engine dense(backend, model, c, weights, std::move(o));
   DenseComparison r;
   r.loss = loss;
   r.dense_loss = dense.step(tokens).loss;

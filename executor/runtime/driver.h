@@ -60,6 +60,9 @@ struct EngineOptions {
   // The plan's buffer table. Non-empty: at construction (before anything is allocated) every row
   // the run needs is compared with the plan's row of that name (check_plan_rows).
   std::vector<step::BufferRow> planned;
+  // LoRA (config.lora_rank > 0): the adapters' initial values, laid out as
+  // adapter_layout(effective_model(model, config), config) (adapters.h: init_adapters, read_adapter).
+  ParamTensors adapters;
   // Tests only: the table the engine allocates from, instead of the step's own (to see an
   // undersized or missing row caught). Empty: step::buffer_table for the backend's target.
   std::vector<step::BufferRow> table_override;
@@ -145,8 +148,12 @@ class Engine {
   // parameter gradients accumulated; AdamW (when configured) every grad_accum steps.
   StepResult step(const std::vector<int32_t>& tokens);
 
-  Gradients gradients() const;  // accumulated since the last optimizer step
-  Weights weights() const;
+  // Accumulated since the last optimizer step, of what the step trains: every parameter (the
+  // model's layout), or under LoRA the adapters (their layout).
+  Gradients gradients() const;
+  Weights weights() const;        // the base model's (frozen under LoRA)
+  ParamTensors adapters() const;  // LoRA: the adapters as trained so far (empty layout otherwise)
+  bool lora() const { return lora_; }
   void zero_gradients();
   const Measured& measured() const { return measured_; }
   traces::Trace trace(const std::string& command = {}) const;
@@ -173,6 +180,10 @@ class Engine {
   LayerSet& layer_set(int64_t layer) const;
   LayerPtrs layer_ptrs(int64_t l) const;
   void embed(int64_t c, int stage, Tensor x);
+  void adapter_fwd(const LayerPtrs& P, LayerSet& w, LoraTarget t, ConstTensor x, int64_t rows, Tensor y);
+  void adapter_bwd(const LayerPtrs& P, LayerSet& w, LoraTarget t, ConstTensor x, int64_t rows, ConstTensor dy,
+                   Tensor dx);
+  double adapter_flops(int64_t layer, std::initializer_list<LoraTarget> targets, int64_t rows, double per_mac) const;
   void layer_forward(const Pass& pass, int64_t pass_index, PassPages& pages, ConstTensor in, Tensor out);
   void layer_backward(const Pass& pass, PassPages& pages, ConstTensor in, ConstTensor dy, Tensor dx);
   void head_forward_backward(int64_t c, ConstTensor x_last, Tensor dy);  // chunk c's loss: backend slot c
@@ -201,6 +212,12 @@ class Engine {
   TraceRecorder recorder_;
   std::unique_ptr<OffloadEngine> store_;
   ParamLayout layout_;
+  // LoRA: the adapters' layout and scale (alpha / r); the base is frozen (no gradients, no
+  // optimizer state) and the trained parameters are the adapters (fp32, row lora_adapters).
+  bool lora_ = false;
+  ParamLayout lora_layout_;
+  float lora_scale_ = 0;
+  Buffer adapters_;
   DType param_dtype_ = DType::f32, grad_dtype_ = DType::f32, act_dtype_ = DType::f32, loss_dtype_ = DType::f32;
   bool fused_loss_ = false;
   StepPhase phase_ = StepPhase::optimizer;
@@ -237,7 +254,7 @@ struct DenseComparison {
 };
 DenseComparison compare_with_dense(Backend& backend, const models::ModelSpec& model, const simulator::Config& config,
                                    const Weights& weights, const std::vector<int32_t>& tokens, double loss,
-                                   const Gradients& grads);
+                                   const Gradients& grads, const ParamTensors& adapters = {});
 
 // The model as run: model with config.layers_override applied.
 models::ModelSpec effective_model(const models::ModelSpec& m, const simulator::Config& c);

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cctype>
 #include <cstdio>
@@ -22,6 +23,7 @@
 #include "core/units.h"
 #include "executor/runtime/bf16.h"
 #include "executor/runtime/rng.h"
+#include "step/config.h"
 
 namespace oomb::executor {
 
@@ -76,6 +78,39 @@ ParamLayout::ParamLayout(const models::ModelSpec& m) {
   lm_head_ = m.tied_embeddings ? embed_ : add("lm_head.weight", {m.vocab, h}, true);
 }
 
+ParamLayout ParamLayout::lora(const models::ModelSpec& m, int64_t rank, const std::vector<std::string>& targets) {
+  OOMB_ASSERT(rank > 0, "a LoRA layout needs a rank");
+  ParamLayout t;
+  t.lora_rank_ = rank;
+  const auto& names = step::lora_target_names();
+  std::array<bool, kLoraTargets> on{};
+  for (const std::string& name : targets) {
+    const auto it = std::find(names.begin(), names.end(), name);
+    OOMB_ASSERT(it != names.end(), "unknown LoRA target " + name);
+    on[static_cast<size_t>(it - names.begin())] = true;
+  }
+  const int64_t h = m.hidden, q = m.q_dim(), kv = m.kv_dim(), f = m.ffn_hidden;
+  // (in, out) of each projection, in target order.
+  const std::array<std::pair<int64_t, int64_t>, kLoraTargets> dims = {
+      {{h, q}, {h, kv}, {h, kv}, {q, h}, {h, f}, {h, f}, {f, h}}};
+  t.lora_.resize(static_cast<size_t>(m.layers * kLoraTargets));
+  for (int64_t l = 0; l < m.layers; ++l) {
+    t.layers_.emplace_back();
+    for (int k = 0; k < kLoraTargets; ++k) {
+      if (!on[static_cast<size_t>(k)]) continue;
+      const std::string& name = names[static_cast<size_t>(k)];
+      const std::string module = std::string(k < 4 ? "self_attn." : "mlp.") + name;
+      const std::string pre = "base_model.model.model.layers." + std::to_string(l) + "." + module + ".";
+      LoraSlot& sl = t.lora_[static_cast<size_t>(l * kLoraTargets + k)];
+      sl.in = dims[static_cast<size_t>(k)].first;
+      sl.out = dims[static_cast<size_t>(k)].second;
+      sl.a = t.add(pre + "lora_A.weight", {rank, sl.in}, true);
+      sl.b = t.add(pre + "lora_B.weight", {sl.out, rank}, true);
+    }
+  }
+  return t;
+}
+
 const ParamInfo* ParamLayout::find(const std::string& name) const {
   for (const auto& p : params_)
     if (p.name == name) return &p;
@@ -97,6 +132,13 @@ const float* ParamTensors::at(const std::string& name) const {
 ParamTensors zero_params(const models::ModelSpec& m) {
   ParamTensors t;
   t.layout = ParamLayout(m);
+  t.data.assign(static_cast<size_t>(t.layout.total()), 0.0f);
+  return t;
+}
+
+ParamTensors zero_params(ParamLayout layout) {
+  ParamTensors t;
+  t.layout = std::move(layout);
   t.data.assign(static_cast<size_t>(t.layout.total()), 0.0f);
   return t;
 }
@@ -591,6 +633,29 @@ bool is_shard_name(const std::string& name, const std::string& stem) {
 }
 
 }  // namespace
+
+std::function<void(std::ostream&)> safetensors_contents(const ParamTensors& t, const std::string& dtype) {
+  if (dtype != "F32" && dtype != "BF16") throw Error("safetensors dtype", dtype, "unknown", "F32 or BF16");
+  std::vector<const ParamInfo*> all;
+  for (const auto& p : t.layout.params()) all.push_back(&p);
+  return file_contents(t, all, dtype);
+}
+
+ParamTensors read_safetensors_layout(const std::string& path, ParamLayout layout,
+                                     const std::function<bool(const std::string&)>& skip, const std::string& what_for) {
+  const SafetensorsFile f = open_safetensors(path, "");
+  ParamTensors t = zero_params(std::move(layout));
+  for (auto it = f.header.begin(); it != f.header.end(); ++it)
+    if (it.key() != "__metadata__" && !t.layout.find(it.key()) && !(skip && skip(it.key())))
+      throw Error(path, it.key(), "extra tensor", "not a tensor of " + what_for);
+  std::ifstream in(path, std::ios::binary);
+  for (const auto& p : t.layout.params()) {
+    if (!f.header.contains(p.name))
+      throw Error(path, p.name, "missing tensor", what_for + " needs it, shape " + shape_str(p.shape));
+    read_tensor(in, f, p, t.at(p));
+  }
+  return t;
+}
 
 void write_safetensors(const ParamTensors& t, const std::string& path) {
   std::vector<const ParamInfo*> all;

@@ -3,6 +3,8 @@
 // in one flat array (so gradients, optimizer state and uploads are single buffers), plus
 // safetensors reading and (atomic) writing.
 #include <cstdint>
+#include <functional>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -25,10 +27,30 @@ struct LayerOffsets {
   int64_t post_norm = -1, gate = -1, up = -1, down = -1;
 };
 
+// The projections a LoRA adapter may sit on, in step::lora_target_names() order (PEFT's names).
+enum class LoraTarget : int { q = 0, k, v, o, gate, up, down };
+inline constexpr int kLoraTargets = 7;
+
+// One projection's adapter inside a LoRA layout: A [rank, in] and B [out, rank] (offsets in floats;
+// a = -1: the projection has no adapter).
+struct LoraSlot {
+  int64_t a = -1, b = -1, in = 0, out = 0;
+};
+
 class ParamLayout {
  public:
   ParamLayout() = default;
   explicit ParamLayout(const models::ModelSpec& m);  // m.layers layers
+  // LoRA adapters of m (Hugging Face PEFT's layout): per layer, per target in lora_target_names()
+  // order, lora_A [rank, in] then lora_B [out, rank], named
+  // "base_model.model.model.layers.N.self_attn.q_proj.lora_A.weight" (mlp.*_proj for the MLP's);
+  // weight decay on (PEFT trains them as the matrices they are). targets: PEFT module names.
+  static ParamLayout lora(const models::ModelSpec& m, int64_t rank, const std::vector<std::string>& targets);
+  bool is_lora() const { return lora_rank_ > 0; }
+  int64_t lora_rank() const { return lora_rank_; }
+  const LoraSlot& lora_slot(int64_t layer, LoraTarget t) const {
+    return lora_[static_cast<size_t>(layer * kLoraTargets + static_cast<int>(t))];
+  }
 
   const std::vector<ParamInfo>& params() const { return params_; }
   const ParamInfo* find(const std::string& name) const;
@@ -44,6 +66,8 @@ class ParamLayout {
   std::vector<ParamInfo> params_;
   std::vector<LayerOffsets> layers_;
   int64_t total_ = 0, embed_ = 0, final_norm_ = 0, lm_head_ = 0;
+  int64_t lora_rank_ = 0;
+  std::vector<LoraSlot> lora_;  // layers x kLoraTargets (LoRA layouts only)
 };
 
 // Parameters (or gradients: same shape) as one flat fp32 array.
@@ -60,6 +84,7 @@ using Weights = ParamTensors;
 using Gradients = ParamTensors;
 
 ParamTensors zero_params(const models::ModelSpec& m);
+ParamTensors zero_params(ParamLayout layout);
 // Seeded-random init: matrices and biases N(0, std^2), norm weights 1 + N(0, (std * 2.5)^2) so that
 // RMSNorm gradients are non-trivial. Deterministic across platforms (own RNG).
 // threads: how many generate it (0: one per hardware thread, a piece of at least 1M elements each);
@@ -93,6 +118,14 @@ Weights read_checkpoint(const std::string& path, const models::ModelSpec& m, int
 
 // Writes F32 atomically (temp file + rename): a failure leaves no partial file.
 void write_safetensors(const ParamTensors& t, const std::string& path);
+// The bytes of all of t's tensors as one safetensors file in `dtype` ("F32" or "BF16"), for a writer
+// (FileSetWriter) that places it; t must outlive the function.
+std::function<void(std::ostream&)> safetensors_contents(const ParamTensors& t, const std::string& dtype = "F32");
+// One safetensors file read into `layout`'s tensors (F32, BF16, F16; finite values): each must be
+// present with its exact shape; a tensor the layout lacks is an error naming it unless skip(name).
+// what_for: what the file should be, for the messages (e.g. "a PEFT adapter of qwen2.5-0.5b").
+ParamTensors read_safetensors_layout(const std::string& path, ParamLayout layout,
+                                     const std::function<bool(const std::string&)>& skip, const std::string& what_for);
 
 // Hugging Face's default shard size (transformers' max_shard_size "5GB").
 constexpr int64_t kDefaultMaxShardBytes = 5'000'000'000;

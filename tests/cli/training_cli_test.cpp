@@ -282,3 +282,68 @@ TEST_F(TrainingCli, EightGpusShowOombAndContextParallelismSideBySide) {
 }
 
 }  // namespace
+
+namespace {
+
+// Issue 26: a LoRA run on the CPU trains the adapter, writes PEFT's folder, and that folder loads
+// back with the same loss (the tokens file holds one window: every step sees the same sequence).
+TEST_F(TrainingCli, LoraRunWritesAPeftAdapterThatLoadsBackWithTheSameLoss) {
+  {
+    std::ofstream t(path("tok.bin"), std::ios::binary);
+    for (uint32_t i = 0; i < 512; ++i) {
+      const uint32_t id = (i * 7 + 3) % 97;
+      t.write(reinterpret_cast<const char*>(&id), 4);
+    }
+  }
+  const std::string base = "run --model tiny --context 512 --chunk 128 --page 64 --lora-rank 4 --lora-targets "
+                           "q_proj,v_proj,down_proj --lora-alpha 8 --tokens " + path("tok.bin") + " --quiet --json";
+  // Two AdamW steps, the adapter saved after them.
+  const CliRun a = oomb(base + " --optimizer gpu --lr 1e-2 --steps 2 --save-adapter " + path("ad"), true);
+  ASSERT_EQ(a.rc, 0) << a.out;
+  // Three steps: the third's loss is that of the adapter after two updates.
+  const CliRun three = oomb(base + " --optimizer gpu --lr 1e-2 --steps 3", true);
+  ASSERT_EQ(three.rc, 0) << three.out;
+  const oomb::Json j3 = oomb::parse_json(three.out, "stdout");
+  ASSERT_EQ(j3["losses"].size(), 3u);
+  EXPECT_LT(j3["losses"][2].get<double>(), j3["losses"][0].get<double>());  // it trains
+  // The saved adapter, loaded (its rank, alpha and targets from adapter_config.json), no update.
+  const CliRun b = oomb("run --model tiny --context 512 --chunk 128 --page 64 --tokens " + path("tok.bin") +
+                            " --quiet --json --adapter " + path("ad"),
+                        true);
+  ASSERT_EQ(b.rc, 0) << b.out;
+  EXPECT_EQ(oomb::parse_json(b.out, "stdout")["losses"][0].get<double>(), j3["losses"][2].get<double>());
+  // PEFT's files, names and shapes.
+  const oomb::Json cfg = oomb::read_json_file(path("ad") + "/adapter_config.json");
+  EXPECT_EQ(cfg["r"], 4);
+  EXPECT_EQ(cfg["target_modules"], oomb::Json({"q_proj", "v_proj", "down_proj"}));
+  std::ifstream in(path("ad") + "/adapter_model.safetensors", std::ios::binary);
+  uint64_t n = 0;
+  in.read(reinterpret_cast<char*>(&n), 8);
+  std::string header(n, '\0');
+  in.read(header.data(), static_cast<std::streamsize>(n));
+  const oomb::Json h = oomb::parse_json(header, "header");
+  EXPECT_TRUE(h.contains("base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight")) << header;
+  EXPECT_TRUE(h.contains("base_model.model.model.layers.1.mlp.down_proj.lora_B.weight")) << header;
+  // Hostile: an adapter of another rank, --save-weights of a frozen base, --save-adapter without LoRA.
+  const CliRun r8 = oomb("run --model tiny --context 512 --chunk 128 --page 64 --quiet --lora-rank 8 --adapter " + path("ad"));
+  EXPECT_EQ(r8.rc, 2);
+  EXPECT_TRUE(has(r8.out, "--lora-rank 4")) << r8.out;
+  const CliRun sw = oomb("run --model tiny --context 512 --chunk 128 --page 64 --quiet --lora-rank 4 --save-weights " +
+                         path("w"));
+  EXPECT_EQ(sw.rc, 2);
+  EXPECT_TRUE(has(sw.out, "--save-adapter")) << sw.out;
+  const CliRun sa = oomb("run --model tiny --context 512 --chunk 128 --page 64 --quiet --save-adapter " + path("x"));
+  EXPECT_EQ(sa.rc, 2);
+  EXPECT_TRUE(has(sa.out, "--lora-rank")) << sa.out;
+  const CliRun same = oomb("run --model tiny --context 512 --chunk 128 --page 64 --quiet --adapter " + path("ad") +
+                           " --save-adapter " + path("ad"));
+  EXPECT_EQ(same.rc, 2) << same.out;
+  // --reference checks the adapters' gradients (B drawn non-zero so that A's are not zero).
+  const CliRun ref = oomb("run --model tiny --context 512 --chunk 128 --page 64 --lora-rank 4 --lora-targets all-linear "
+                          "--lora-init-b-std 0.05 --reference --quiet --json",
+                          true);
+  ASSERT_EQ(ref.rc, 0) << ref.out;
+  EXPECT_LE(oomb::parse_json(ref.out, "stdout")["reference"]["max_grad_rel_error"].get<double>(), 1e-5);
+}
+
+}  // namespace

@@ -6,10 +6,12 @@
 #include <gtest/gtest.h>
 
 #include "executor/cpu/cpu_backend.h"
+#include "executor/runtime/adapters.h"
 #include "executor/runtime/driver.h"
 #include "executor/runtime/tokens.h"
 #include "models/specs.h"
 #include "simulator/simulator.h"
+#include "step/config.h"
 
 namespace oomb::executor {
 namespace {
@@ -28,6 +30,8 @@ struct MemCase {
   bool checkpointing = true;
   const char* rule = "published";
   int64_t kept_layers = 0;  // partial checkpointing: the last k layers keep their activations
+  int64_t lora_rank = 0;    // LoRA: adapters of this rank on lora_targets, the base frozen
+  const char* lora_targets = "q_proj,v_proj";
 };
 
 void PrintTo(const MemCase& k, std::ostream* os) { *os << k.name; }
@@ -58,12 +62,16 @@ TEST_P(PredictedEqualsAllocated, PeakAndBreakdownAtThePeak) {
   c.kept_layers = k.kept_layers;
   c.selection = k.rule;
   c.peak_measure = simulator::PeakMeasure::allocated;
+  c.lora_rank = k.lora_rank;
+  c.lora_targets = step::lora_targets_from_string(k.lora_targets, "--lora-targets");
   simulator::validate(c, s.model);
   const simulator::Summary pred = simulator::evaluate(s);
 
   const models::ModelSpec m = effective_model(s.model, c);
   CpuBackend backend;
-  Engine e(backend, s.model, c, random_weights(m, 3));
+  EngineOptions o;
+  if (c.lora_rank > 0) o.adapters = init_adapters(m, c, 3);
+  Engine e(backend, s.model, c, random_weights(m, 3), o);
   e.step(TokenSource::synthetic(m.vocab, 4).sequence(0, k.N));
   const Measured& me = e.measured();
   const double err = (static_cast<double>(me.peak_device_bytes) - static_cast<double>(pred.peak_device_bytes)) /
@@ -100,7 +108,13 @@ INSTANTIATE_TEST_SUITE_P(
         MemCase{"qwen0.5b_x3_two_kept", "qwen2.5-0.5b", 3, 256, 128, 64, 2, 64, 0, false, "fp32", "fp32",
                 Optimizer::none, simulator::SelectionMemory::bounded, true, "published", 2},
         MemCase{"tiny_one_kept_sparse_bf16_adamw", "tiny", 0, 6144, 1024, 128, 1, 512, 4, true, "bf16", "fp32",
-                Optimizer::gpu, simulator::SelectionMemory::bounded, true, "published", 1}),
+                Optimizer::gpu, simulator::SelectionMemory::bounded, true, "published", 1},
+        MemCase{"tiny_lora_r8_bf16_adamw", "tiny", 0, 4096, 1024, 128, 1, 512, 0, false, "bf16", "bf16", Optimizer::gpu,
+                simulator::SelectionMemory::bounded, true, "published", 0, 8},
+        MemCase{"tiny_lora_all_linear_host_adamw", "tiny", 0, 4096, 1024, 128, 2, 0, 0, false, "fp32", "fp32",
+                Optimizer::host, simulator::SelectionMemory::bounded, true, "published", 0, 16, "all-linear"},
+        MemCase{"qwen0.5b_x2_lora_no_recompute_sparse", "qwen2.5-0.5b", 2, 512, 128, 64, 1, 64, 2, true, "bf16", "bf16",
+                Optimizer::gpu, simulator::SelectionMemory::bounded, false, "published", 0, 4, "all-linear"}),
     [](const auto& i) {
       std::string n = i.param.name;
       for (char& ch : n)

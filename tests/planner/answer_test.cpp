@@ -163,10 +163,13 @@ TEST(PlanAnswer, LoraIsPlannedNextToFullFineTuning) {
   EXPECT_GT(a.full_finetune_same->summary.step_s, a.chosen->summary.step_s);
   EXPECT_TRUE(has(text, "no dense full fine-tuning fits")) << text;
   EXPECT_FALSE(a.to_json()["full_finetune"].is_null());
-  // Planned on paper: not a plan oomb run follows.
+  // A plan oomb run follows (adapters on a frozen base); with trained embeddings it is on paper.
   std::string why;
-  EXPECT_FALSE(executable(a.chosen->config, &why));
-  EXPECT_TRUE(has(why, "LoRA")) << why;
+  EXPECT_TRUE(executable(a.chosen->config, &why)) << why;
+  simulator::Config emb = a.chosen->config;
+  emb.lora_train_embeddings = true;
+  EXPECT_FALSE(executable(emb, &why));
+  EXPECT_TRUE(has(why, "--lora-train-embeddings")) << why;
   // Without LoRA the answer has no such comparison.
   EXPECT_FALSE(answer(query("qwen2.5-7b", "h200", 1 << 20)).full_finetune);
 }
