@@ -30,13 +30,24 @@ int64_t out_bytes(int64_t m, int64_t n, bool out16, bool gemm16, bool accumulate
 
 }  // namespace
 
-int64_t linear_fwd_bytes(int64_t rows, int64_t in, int64_t out, bool x16, bool w16, bool y16, bool has_bias,
-                         bool bf16_gemm) {
+namespace {
+
+// linear_fwd's GEMM, y overwritten or accumulated into (the LoRA forward's y += u B^T).
+int64_t forward_bytes(int64_t rows, int64_t in, int64_t out, bool x16, bool w16, bool y16, bool has_bias,
+                      bool accumulate, bool bf16_gemm) {
   if (rows <= 0 || out <= 0) return 0;
   const bool g16 = runs_bf16(w16, x16, bf16_gemm);
   Form f;
   (g16 ? f.want16 : f.want32) = true;
-  return copy_bytes(out, in, w16, f) + copy_bytes(rows, in, x16, f) + out_bytes(out, rows, y16, g16, false, has_bias);
+  return copy_bytes(out, in, w16, f) + copy_bytes(rows, in, x16, f) +
+         out_bytes(out, rows, y16, g16, accumulate, has_bias);
+}
+
+}  // namespace
+
+int64_t linear_fwd_bytes(int64_t rows, int64_t in, int64_t out, bool x16, bool w16, bool y16, bool has_bias,
+                         bool bf16_gemm) {
+  return forward_bytes(rows, in, out, x16, w16, y16, has_bias, false, bf16_gemm);
 }
 
 int64_t linear_bwd_bytes(int64_t rows, int64_t in, int64_t out, bool x16, bool w16, bool dy16, bool has_dx, bool dx16,
@@ -62,6 +73,24 @@ int64_t linear_bwd_bytes(int64_t rows, int64_t in, int64_t out, bool x16, bool w
 }
 
 int64_t rmsnorm_bwd_bytes(int64_t dim, bool dw16) { return dw16 && dim > 0 ? up(dim * 4) : 0; }
+
+int64_t lora_fwd_bytes(const LoraShape& s, bool bf16_gemm) {
+  if (s.rows <= 0 || s.rank <= 0 || s.in <= 0) return 0;
+  const int64_t through_a = forward_bytes(s.rows, s.in, s.rank, s.act16, s.adapter16, s.act16, false, false, bf16_gemm);
+  const int64_t through_b = forward_bytes(s.rows, s.rank, s.out, s.act16, s.adapter16, s.act16, false, true, bf16_gemm);
+  return std::max(through_a, through_b);
+}
+
+int64_t lora_bwd_bytes(const LoraShape& s, bool has_dx, bool bf16_gemm) {
+  if (s.rows <= 0 || s.rank <= 0 || s.out <= 0) return 0;
+  // B [out, rank] on x = u: dx = du (overwritten), dW = dB.
+  const int64_t through_b = linear_bwd_bytes(s.rows, s.rank, s.out, s.act16, s.adapter16, s.act16, true, s.act16, false,
+                                             true, s.grad16, false, false, bf16_gemm);
+  // A [rank, in] on dy = du: dx accumulated, dW = dA.
+  const int64_t through_a = linear_bwd_bytes(s.rows, s.in, s.rank, s.act16, s.adapter16, s.act16, has_dx, s.act16,
+                                             true, true, s.grad16, false, false, bf16_gemm);
+  return std::max(through_a, through_b);
+}
 
 int64_t attention_metadata_bytes(const AttentionShape& a, bool backward) {
   int64_t b = up(a.slots * 8) * (backward ? 2 : 1);
@@ -101,7 +130,7 @@ int64_t cross_entropy_bytes(int64_t rows) { return up(std::max<int64_t>(rows, 1)
 
 StepScratch step_op_scratch(const models::ModelSpec& m, const Config& c, const Geometry& g, bool bf16_gemm) {
   StepScratch best;
-  auto need = [&](int64_t bytes, const char* op) {
+  auto need = [&](int64_t bytes, const std::string& op) {
     if (bytes > best.bytes) {
       best.bytes = bytes;
       best.op = op;
@@ -110,6 +139,10 @@ StepScratch step_op_scratch(const models::ModelSpec& m, const Config& c, const G
   const bool a16 = c.activation_dtype == "bf16", w16 = c.param_dtype == "bf16", d16 = c.param_grad_dtype == "bf16";
   const bool l16 = c.loss_dtype == "bf16", kv16 = c.kv_dtype == "bf16", bias = m.qkv_bias;
   const int64_t H = g.h, qd = g.qd, kvd = g.kvd, F = g.f, V = g.V / g.G;  // the vocabulary-parallel LM head's share
+  // LoRA freezes the base: its projections' backward computes dx only (no dW, no bias gradient), and
+  // the LM head has no weight gradient unless the embeddings are trained (lora_train_embeddings).
+  const bool layer_dw = !g.lora, layer_db = bias && !g.lora;
+  const bool head_dw = !(g.lora && !c.lora_train_embeddings);
   // The passes of the last two chunks hold every shape of the step (the largest prefix and the
   // largest rows: the last chunk may be ragged).
   for (int64_t ch = std::max<int64_t>(0, g.n - 2); ch < g.n; ++ch) {
@@ -120,16 +153,30 @@ StepScratch step_op_scratch(const models::ModelSpec& m, const Config& c, const G
     need(linear_fwd_bytes(T, qd, H, a16, w16, a16, false, bf16_gemm), "o projection");
     need(linear_fwd_bytes(T, H, F, a16, w16, a16, false, bf16_gemm), "gate/up projection");
     need(linear_fwd_bytes(T, F, H, a16, w16, a16, false, bf16_gemm), "down projection");
-    need(linear_bwd_bytes(T, F, H, a16, w16, a16, true, a16, false, true, d16, false, false, bf16_gemm),
+    need(linear_bwd_bytes(T, F, H, a16, w16, a16, true, a16, false, layer_dw, d16, false, false, bf16_gemm),
          "down projection backward");
-    need(linear_bwd_bytes(T, H, F, a16, w16, a16, true, a16, true, true, d16, false, false, bf16_gemm),
+    need(linear_bwd_bytes(T, H, F, a16, w16, a16, true, a16, true, layer_dw, d16, false, false, bf16_gemm),
          "gate/up projection backward");
-    need(linear_bwd_bytes(T, qd, H, a16, w16, a16, true, a16, false, true, d16, false, false, bf16_gemm),
+    need(linear_bwd_bytes(T, qd, H, a16, w16, a16, true, a16, false, layer_dw, d16, false, false, bf16_gemm),
          "o projection backward");
-    need(linear_bwd_bytes(T, H, qd, a16, w16, a16, true, a16, true, true, d16, bias, d16, bf16_gemm),
+    need(linear_bwd_bytes(T, H, qd, a16, w16, a16, true, a16, true, layer_dw, d16, layer_db, d16, bf16_gemm),
          "q projection backward");
-    need(linear_bwd_bytes(T, H, kvd, a16, w16, a16, true, a16, true, true, d16, bias, d16, bf16_gemm),
+    need(linear_bwd_bytes(T, H, kvd, a16, w16, a16, true, a16, true, layer_dw, d16, layer_db, d16, bf16_gemm),
          "k/v projection backward");
+    // The adapters of the targeted projections (per-GPU shapes; fp32 A, B and gradients), forward
+    // (fill, recompute) and backward with an input gradient.
+    if (g.lora) {
+      for (const std::string& t : c.lora_targets) {
+        LoraShape s;
+        s.rows = T;
+        s.rank = c.lora_rank;
+        s.in = t == "o_proj" ? qd : t == "down_proj" ? F : H;
+        s.out = t == "q_proj" ? qd : t == "k_proj" || t == "v_proj" ? kvd : t == "gate_proj" || t == "up_proj" ? F : H;
+        s.act16 = a16;
+        need(lora_fwd_bytes(s, bf16_gemm), t + " LoRA forward");
+        need(lora_bwd_bytes(s, true, bf16_gemm), t + " LoRA backward");
+      }
+    }
     need(rmsnorm_bwd_bytes(H, d16), "rmsnorm backward");
     // Attention over the pass's prefix slots (at most the union bound).
     AttentionShape a;
@@ -154,7 +201,7 @@ StepScratch step_op_scratch(const models::ModelSpec& m, const Config& c, const G
     const int64_t rows = std::min(g.T, T);
     const bool y16 = g.fused_loss ? l16 : a16;
     need(linear_fwd_bytes(rows, H, V, a16, w16, y16, false, bf16_gemm), "lm_head");
-    need(linear_bwd_bytes(rows, H, V, a16, w16, l16, true, a16, false, true, d16, false, false, bf16_gemm),
+    need(linear_bwd_bytes(rows, H, V, a16, w16, l16, true, a16, false, head_dw, d16, false, false, bf16_gemm),
          "lm_head backward");
     need(cross_entropy_bytes(rows), "cross_entropy");
   }

@@ -11,6 +11,11 @@
 //     whose output is stored as bf16 (when cuBLASLt cannot write it, or a bias follows); a bf16 bias
 //     gradient's fp32 column sums. The worst case of these paths is declared (the algorithm choice
 //     is cuBLASLt's, at run time).
+//   lora_fwd / lora_bwd: two of those linear phases in a row (A's, then B's in the forward; B's,
+//     then A's on du in the backward), the second reading what the first wrote, each carved from the
+//     start of the scratch: an op's need is its larger phase's (lora_fwd_bytes / lora_bwd_bytes).
+//     Under LoRA the frozen base's projections declare their backward without dW and bias gradient,
+//     and the LM head without dW unless lora_train_embeddings.
 //   attention_fwd / _bwd: the page pointer arrays and selection lists, fp32 copies of bf16 rows,
 //     fp32 staging of bf16 outputs (and the backward's per-row D = rowsum(dO * O)).
 //   select_pages: the summed queries, the softmax normalisers, the page scores (double, per query
@@ -35,6 +40,20 @@ int64_t linear_fwd_bytes(int64_t rows, int64_t in, int64_t out, bool x16, bool w
 int64_t linear_bwd_bytes(int64_t rows, int64_t in, int64_t out, bool x16, bool w16, bool dy16, bool has_dx, bool dx16,
                          bool dx_acc, bool has_dw, bool dw16, bool has_db, bool db16, bool bf16_gemm);
 int64_t rmsnorm_bwd_bytes(int64_t dim, bool dw16);
+
+// A LoRA adapter (backend.h lora_fwd / lora_bwd) on a projection of in -> out at rank `rank`: x, u,
+// y, dy, du, dx stored as bf16 when act16, A and B when adapter16, dA and dB when grad16 (a LoRA run:
+// activations in their dtype, the adapters and their gradients fp32).
+struct LoraShape {
+  int64_t rows = 0, in = 0, rank = 0, out = 0;
+  bool act16 = false, adapter16 = false, grad16 = false;
+};
+// Each op is two linear ops in a row, the second reading what the first wrote: the forward
+// u = scale x A^T (linear_fwd of A) then y += u B^T (of B, accumulating); the backward the linear_bwd
+// of B (dB += dy^T u, du = scale dy B) then that of A on du (dA += du^T x, dx += du A when has_dx).
+// The two phases reuse the scratch from its start: an op's need is the larger phase's.
+int64_t lora_fwd_bytes(const LoraShape& s, bool bf16_gemm);
+int64_t lora_bwd_bytes(const LoraShape& s, bool has_dx, bool bf16_gemm);
 
 // Paged attention over `slots` prefix pages; select_groups 0 = dense (no lists), else `listed`
 // selected slots in all lists together over qpages x select_groups lists.

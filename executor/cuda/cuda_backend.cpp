@@ -665,6 +665,9 @@ struct GemmStep {
   Tensor c;
   bool accumulate = false;
   ConstTensor bias;
+  // Scales the product in cuBLASLt, before C is added and the output rounded (the LoRA ops' scale:
+  // one rounding of a bf16 output, where a scale after the store would round it twice).
+  float alpha = 1.0f;
   // Chosen by plan_step:
   CudaGemmPrecision precision = CudaGemmPrecision::fp32;
   bool via_scratch = false;  // cuBLASLt writes an fp32 scratch, launch_store_f32 the output
@@ -714,11 +717,11 @@ void run_steps(Gemm& gemm, int64_t* calls, std::vector<GemmStep>& steps, std::ve
     const void* B = b16 ? g.b->p16 : g.b->p32;
     const int64_t lda = b16 ? g.a->ld16 : g.a->cols, ldb = b16 ? g.b->ld16 : g.b->cols;
     if (g.via_scratch) {
-      gemm.matmul(g.precision, g.ta, g.tb, g.m, g.n, g.k, A, lda, B, ldb, 0.0f, g.scratch, g.m, s, false);
+      gemm.matmul(g.precision, g.ta, g.tb, g.m, g.n, g.k, A, lda, B, ldb, 0.0f, g.scratch, g.m, s, false, g.alpha);
       launch_store_f32(g.c, g.scratch, g.n, g.m, g.bias, g.accumulate, s);
     } else {
       gemm.matmul(g.precision, g.ta, g.tb, g.m, g.n, g.k, A, lda, B, ldb, g.accumulate ? 1.0f : 0.0f, g.c.data, g.m, s,
-                  is_bf16(g.c));
+                  is_bf16(g.c), g.alpha);
       if (g.bias) launch_add_bias(g.c.f32(), g.n, g.m, g.bias, s);
     }
     ++calls[static_cast<int>(g.precision)];
@@ -732,6 +735,64 @@ int64_t steps_scratch_bytes(const std::vector<GemmStep>& steps, const std::vecto
   return bytes;
 }
 
+// The three GEMM shapes of a projection y = x W^T, x [rows, in], W [out, in] (linear_* and the
+// LoRA ops, whose A and B are such projections).
+// y[rows, out] (+)= alpha x W^T, column-major y^T [out, rows] = W x^T.
+GemmStep output_step(Operand& w, Operand& x, int64_t rows, int64_t in, int64_t out, Tensor y, bool accumulate,
+                     float alpha) {
+  GemmStep g;
+  g.ta = true;
+  g.m = out;
+  g.n = rows;
+  g.k = in;
+  g.a = &w;
+  g.b = &x;
+  g.c = y;
+  g.accumulate = accumulate;
+  g.alpha = alpha;
+  return g;
+}
+
+// dx[rows, in] (+)= alpha dy W, column-major dx^T [in, rows] = W^T [in, out] dy^T [out, rows].
+GemmStep input_grad_step(Operand& w, Operand& dy, int64_t rows, int64_t in, int64_t out, Tensor dx, bool accumulate,
+                         float alpha) {
+  GemmStep g;
+  g.m = in;
+  g.n = rows;
+  g.k = out;
+  g.a = &w;
+  g.b = &dy;
+  g.c = dx;
+  g.accumulate = accumulate;
+  g.alpha = alpha;
+  return g;
+}
+
+// dW[out, in] += dy^T x, column-major dW^T [in, out] += x^T [in, rows] dy [rows, out].
+GemmStep weight_grad_step(Operand& x, Operand& dy, int64_t rows, int64_t in, int64_t out, Tensor dw) {
+  GemmStep g;
+  g.tb = true;
+  g.m = in;
+  g.n = out;
+  g.k = rows;
+  g.a = &x;
+  g.b = &dy;
+  g.c = dw;
+  g.accumulate = true;
+  return g;
+}
+
+// One phase of an op: GEMM steps whose operands are all ready when the phase starts (their copies
+// are made first, run_steps), planned against cuBLASLt's heuristic.
+struct GemmPhase {
+  std::vector<GemmStep> steps;
+  std::vector<Operand*> operands;
+  void plan(Gemm& gemm, const CudaBackendOptions& opt) {
+    for (GemmStep& g : steps) plan_step(gemm, opt, g);
+  }
+  int64_t scratch_bytes() const { return steps_scratch_bytes(steps, operands); }
+};
+
 }  // namespace
 
 // Row-major y[rows, out] = x[rows, in] W[out, in]^T is column-major y^T = W x^T.
@@ -741,30 +802,12 @@ void CudaBackend::linear_fwd(ConstTensor x, int64_t rows, int64_t in, ConstTenso
   Impl& m = *impl_;
   if (rows <= 0 || out <= 0) return;
   Operand wo(w, out, in), xo(x, rows, in);
-  std::vector<GemmStep> steps(1);
-  GemmStep& g = steps[0];
-  g.ta = true;
-  g.m = out;
-  g.n = rows;
-  g.k = in;
-  g.a = &wo;
-  g.b = &xo;
-  g.c = y;
-  g.bias = b;
-  plan_step(*m.gemm, m.opt, g);
+  std::vector<GemmStep> steps{output_step(wo, xo, rows, in, out, y, false, 1.0f)};
+  steps[0].bias = b;
+  plan_step(*m.gemm, m.opt, steps[0]);
   const std::vector<Operand*> ops{&wo, &xo};
   const int64_t bytes = steps_scratch_bytes(steps, ops);
   run_steps(*m.gemm, m.gemm_calls, steps, ops, bytes > 0 ? m.scratch(bytes) : nullptr, m.compute);
-}
-
-// TEMPORARY (replaced by the cuBLASLt implementation on branch i26cuda before this lands).
-void CudaBackend::lora_fwd(ConstTensor, int64_t, int64_t, ConstTensor, ConstTensor, int64_t, int64_t, float, Tensor,
-                           Tensor) {
-  throw Error("--lora-rank", "", "the cuda backend does not run LoRA adapters yet", "--backend cpu");
-}
-void CudaBackend::lora_bwd(ConstTensor, ConstTensor, int64_t, int64_t, ConstTensor, ConstTensor, int64_t, int64_t,
-                           float, ConstTensor, Tensor, Tensor, Tensor, Tensor) {
-  throw Error("--lora-rank", "", "the cuda backend does not run LoRA adapters yet", "--backend cpu");
 }
 
 void CudaBackend::linear_bwd(ConstTensor x, int64_t rows, int64_t in, ConstTensor w, int64_t out, ConstTensor dy,
@@ -774,31 +817,8 @@ void CudaBackend::linear_bwd(ConstTensor x, int64_t rows, int64_t in, ConstTenso
   if (rows <= 0 || out <= 0) return;
   Operand wo(w, out, in), xo(x, rows, in), dyo(dy, rows, out);
   std::vector<GemmStep> steps;
-  // dx^T [in, rows] (+)= W^T [in, out] dy^T [out, rows]
-  if (dx && in > 0) {
-    GemmStep g;
-    g.m = in;
-    g.n = rows;
-    g.k = out;
-    g.a = &wo;
-    g.b = &dyo;
-    g.c = dx;
-    g.accumulate = accumulate_dx;
-    steps.push_back(g);
-  }
-  // dW^T [in, out] += x^T [in, rows] dy [rows, out]
-  if (dw_acc && in > 0) {
-    GemmStep g;
-    g.tb = true;
-    g.m = in;
-    g.n = out;
-    g.k = rows;
-    g.a = &xo;
-    g.b = &dyo;
-    g.c = dw_acc;
-    g.accumulate = true;
-    steps.push_back(g);
-  }
+  if (dx && in > 0) steps.push_back(input_grad_step(wo, dyo, rows, in, out, dx, accumulate_dx, 1.0f));
+  if (dw_acc && in > 0) steps.push_back(weight_grad_step(xo, dyo, rows, in, out, dw_acc));
   for (GemmStep& g : steps) plan_step(*m.gemm, m.opt, g);
   const std::vector<Operand*> ops{&dyo, &wo, &xo};  // dy once for both products
   // The bias gradient sums dy as stored (never a bf16 copy of an fp32 dy); a bf16 db gets the column
@@ -813,6 +833,76 @@ void CudaBackend::linear_bwd(ConstTensor x, int64_t rows, int64_t in, ConstTenso
     launch_column_sum_acc(dy, rows, out, sums, m.compute);
     if (db16) launch_store_f32(db_acc, sums, 1, out, nullptr, true, m.compute);
   }
+}
+
+// ---- LoRA adapters: two projections in a row, A [rank, in] then B [out, rank], as the GEMMs of
+// linear_fwd / linear_bwd. The second GEMM of each op reads what the first wrote, as stored (a bf16
+// u or du rounded once, as the CPU backend reads it), so each op runs as two phases in stream order,
+// each converting its own operands into the op scratch from its start: the op's scratch is the
+// larger phase's (step/cuda_scratch.h, lora_fwd_bytes / lora_bwd_bytes). The scale is cuBLASLt's
+// alpha on the GEMMs that write u and du: applied to the fp32 accumulators before the one rounding
+// of a bf16 output (a scale kernel after the store would round twice).
+
+namespace {
+
+// Plans both phases, carves one scratch (scratch(bytes): the op's) for the larger and runs them in order.
+template <class Scratch>
+void run_phases(Gemm& gemm, const CudaBackendOptions& opt, int64_t* calls, GemmPhase& first, GemmPhase& second,
+                Scratch&& scratch, cudaStream_t s) {
+  first.plan(gemm, opt);
+  second.plan(gemm, opt);
+  const int64_t bytes = std::max(first.scratch_bytes(), second.scratch_bytes());
+  char* ws = bytes > 0 ? scratch(bytes) : nullptr;
+  run_steps(gemm, calls, first.steps, first.operands, ws, s);
+  run_steps(gemm, calls, second.steps, second.operands, ws, s);  // after the first in stream order
+}
+
+}  // namespace
+
+void CudaBackend::lora_fwd(ConstTensor x, int64_t rows, int64_t in, ConstTensor a, ConstTensor b, int64_t rank,
+                           int64_t out, float scale, Tensor u, Tensor y) {
+  extents::lora("lora_fwd", x, rows, in, a, b, rank, out, u, y);
+  Impl& m = *impl_;
+  if (rows <= 0 || rank <= 0) return;
+  if (in <= 0) {  // an empty x A^T: u = 0 and y unchanged
+    OOMB_CUDA_CHECK(cudaMemsetAsync(u.data, 0, static_cast<size_t>(rows * rank * dtype_bytes(u.dtype)), m.compute));
+    return;
+  }
+  Operand ao(a, rank, in), xo(x, rows, in), bo(b, out, rank), uo(u, rows, rank);
+  GemmPhase through_a, through_b;
+  // u [rows, rank] = scale x A^T, then y [rows, out] += u B^T.
+  through_a.steps.push_back(output_step(ao, xo, rows, in, rank, u, false, scale));
+  through_a.operands = {&ao, &xo};
+  if (out > 0) through_b.steps.push_back(output_step(bo, uo, rows, rank, out, y, true, 1.0f));
+  through_b.operands = {&bo, &uo};
+  run_phases(*m.gemm, m.opt, m.gemm_calls, through_a, through_b, [&](int64_t n) { return m.scratch(n, "lora_fwd"); },
+             m.compute);
+}
+
+void CudaBackend::lora_bwd(ConstTensor x, ConstTensor u, int64_t rows, int64_t in, ConstTensor a, ConstTensor b,
+                           int64_t rank, int64_t out, float scale, ConstTensor dy, Tensor du, Tensor dx_acc,
+                           Tensor da_acc, Tensor db_acc) {
+  extents::lora("lora_bwd", x, rows, in, a, b, rank, out, u, dy);
+  extents::lora("lora_bwd", dx_acc, rows, in, da_acc, db_acc, rank, out, du, dy);
+  Impl& m = *impl_;
+  if (rows <= 0 || rank <= 0) return;
+  if (out <= 0) {  // an empty dy: du = 0, nothing accumulates
+    OOMB_CUDA_CHECK(cudaMemsetAsync(du.data, 0, static_cast<size_t>(rows * rank * dtype_bytes(du.dtype)), m.compute));
+    return;
+  }
+  Operand dyo(dy, rows, out), bo(b, out, rank), uo(u, rows, rank);
+  Operand duo(du, rows, rank), ao(a, rank, in), xo(x, rows, in);
+  // The B projection's backward: dB += dy^T u and du = scale dy B (dy read once for both).
+  GemmPhase through_b, through_a;
+  through_b.steps.push_back(weight_grad_step(uo, dyo, rows, rank, out, db_acc));
+  through_b.steps.push_back(input_grad_step(bo, dyo, rows, rank, out, du, false, scale));
+  through_b.operands = {&dyo, &bo, &uo};
+  // The A projection's, on du as stored: dA += du^T x and dx += du A.
+  if (in > 0) through_a.steps.push_back(weight_grad_step(xo, duo, rows, in, rank, da_acc));
+  if (dx_acc && in > 0) through_a.steps.push_back(input_grad_step(ao, duo, rows, in, rank, dx_acc, true, 1.0f));
+  through_a.operands = {&duo, &ao, &xo};
+  run_phases(*m.gemm, m.opt, m.gemm_calls, through_b, through_a, [&](int64_t n) { return m.scratch(n, "lora_bwd"); },
+             m.compute);
 }
 
 int64_t CudaBackend::gemm_calls(CudaGemmPrecision p) const { return impl_->gemm_calls[static_cast<int>(p)]; }

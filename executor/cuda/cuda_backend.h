@@ -50,10 +50,10 @@ enum class CudaAttentionKernel {
   bf16_tensor_core,
 };
 
-// The arithmetic of linear_fwd / linear_bwd's GEMMs on fp32 storage (cuBLASLt; executor/cuda/README.md,
-// "Precision"), accumulating in fp32 in all three. A GEMM whose two operands are stored as bf16 runs
-// as the bf16 GEMM on them as stored whatever this says, with C / D in the output's dtype
-// (README.md, "Storage dtypes").
+// The arithmetic of linear_fwd / linear_bwd's (and lora_fwd / lora_bwd's) GEMMs on fp32 storage
+// (cuBLASLt; executor/cuda/README.md, "Precision"), accumulating in fp32 in all three. A GEMM whose
+// two operands are stored as bf16 runs as the bf16 GEMM on them as stored whatever this says, with
+// C / D in the output's dtype (README.md, "Storage dtypes").
 enum class CudaGemmPrecision {
   // fp32 operands, CUBLAS_COMPUTE_32F: the correctness reference (~1e-5 from the CPU backend).
   fp32,
@@ -184,8 +184,9 @@ class CudaBackend final : public Backend {
   // attention_fwd + attention_bwd calls so far that ran kernel family k (after the fallback rule of
   // CudaAttentionKernel::bf16_tensor_core), so tests and benchmarks can tell which one ran.
   int64_t attention_calls(CudaAttentionKernel k) const;
-  // GEMMs of linear_fwd / linear_bwd so far that ran in precision p (after the bf16 -> fp32 fallback
-  // of CudaGemmPrecision::bf16): one per forward, up to two per backward (dx, dW).
+  // GEMMs of linear_fwd / linear_bwd and the LoRA ops so far that ran in precision p (after the bf16 ->
+  // fp32 fallback of CudaGemmPrecision::bf16): one per linear forward, up to two per linear backward
+  // (dx, dW); two per lora_fwd (u, y), up to four per lora_bwd (dB, du, dA, dx).
   int64_t gemm_calls(CudaGemmPrecision p) const;
   // Copy regions copy_async issued so far (after merging adjacent ones) and the API calls that
   // issued them: one cudaMemcpyAsync per region, or one cudaMemcpyBatchAsync per copy_async where

@@ -107,7 +107,7 @@ Gemm::Plan* Gemm::plan(const Key& key) {
 
 bool Gemm::try_matmul(CudaGemmPrecision precision, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                       const void* A, int64_t lda, const void* B, int64_t ldb, float beta, void* C, int64_t ldc,
-                      cudaStream_t s, bool c_bf16) {
+                      cudaStream_t s, bool c_bf16, float alpha) {
   if (m <= 0 || n <= 0) return true;
   OOMB_ASSERT(k > 0, "GEMM with an empty inner dimension");
   std::lock_guard<std::mutex> lock(mu_);
@@ -115,7 +115,6 @@ bool Gemm::try_matmul(CudaGemmPrecision precision, bool trans_a, bool trans_b, i
                 alignment_of(A),             alignment_of(B), alignment_of(C), c_bf16};
   const Plan* p = plan(key);
   if (!p) return false;
-  const float alpha = 1.0f;
   OOMB_CUDA_CHECK(cublasLtMatmul(h(handle_), p->op, &alpha, A, p->a, B, p->b, &beta, C, p->c, C, p->c, &p->algo,
                                  workspace_, static_cast<size_t>(workspace_bytes_), s));
   return true;
@@ -133,8 +132,8 @@ bool Gemm::supported(CudaGemmPrecision precision, bool trans_a, bool trans_b, in
 
 void Gemm::matmul(CudaGemmPrecision precision, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                   const void* A, int64_t lda, const void* B, int64_t ldb, float beta, void* C, int64_t ldc,
-                  cudaStream_t s, bool c_bf16) {
-  if (!try_matmul(precision, trans_a, trans_b, m, n, k, A, lda, B, ldb, beta, C, ldc, s, c_bf16))
+                  cudaStream_t s, bool c_bf16, float alpha) {
+  if (!try_matmul(precision, trans_a, trans_b, m, n, k, A, lda, B, ldb, beta, C, ldc, s, c_bf16, alpha))
     throw Error("cuBLASLt", "", std::string("no algorithm for a ") + std::to_string(m) + " x " + std::to_string(n) +
                                     " x " + std::to_string(k) + " " + to_string(precision) + " GEMM");
 }

@@ -32,18 +32,20 @@ class Gemm {
   Gemm(const Gemm&) = delete;
   Gemm& operator=(const Gemm&) = delete;
 
-  // Column-major: C[m, n] = op(A) op(B) + beta C, C fp32 (or bf16 when c_bf16, bf16 precision only).
+  // Column-major: C[m, n] = alpha op(A) op(B) + beta C, C fp32 (or bf16 when c_bf16, bf16 precision
+  // only). alpha scales the fp32 accumulators before C is added and D rounded (one rounding of a bf16
+  // D; the LoRA ops' scale, executor/cuda/README.md); it is not part of the plan's key.
   // op(A) is [m, k]: A stored [k, m] (lda >= k) when trans_a, else [m, k] (lda >= m); same for B.
   // A and B are float arrays for fp32 / tf32 and bf16 bit patterns (uint16_t) for bf16; lda / ldb
   // count elements. Throws an oomb::Error when cuBLASLt has no algorithm.
   void matmul(CudaGemmPrecision precision, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
               const void* A, int64_t lda, const void* B, int64_t ldb, float beta, void* C, int64_t ldc,
-              cudaStream_t s, bool c_bf16 = false);
+              cudaStream_t s, bool c_bf16 = false, float alpha = 1.0f);
   // The same, but returns false (nothing enqueued, the answer cached) when cuBLASLt's heuristic
   // offers no algorithm for this precision, shape and alignment, so that the caller can fall back.
   bool try_matmul(CudaGemmPrecision precision, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                   const void* A, int64_t lda, const void* B, int64_t ldb, float beta, void* C, int64_t ldc,
-                  cudaStream_t s, bool c_bf16 = false);
+                  cudaStream_t s, bool c_bf16 = false, float alpha = 1.0f);
   // Whether cuBLASLt's heuristic offers an algorithm for this GEMM (nothing enqueued; the answer, and
   // the plan, cached as try_matmul's). Pointers only count by their alignment.
   bool supported(CudaGemmPrecision precision, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
