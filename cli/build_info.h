@@ -7,4 +7,5 @@ std::string version_string();
 bool built_with_cuda();
 bool built_with_cupti();
 bool built_with_gui();
+bool built_with_mpi();  // data-parallel runs under mpirun (executor/mpi)
 }  // namespace oomb::cli

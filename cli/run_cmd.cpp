@@ -18,6 +18,10 @@
 #include "core/format.h"
 #include "executor/runner/runner.h"
 #include "executor/runtime/adapters.h"
+#include "executor/runtime/comm.h"
+#ifdef OOMB_HAVE_MPI
+#include "executor/mpi/mpi_comm.h"
+#endif
 #include "executor/runtime/tokens.h"
 #include "executor/runtime/weights.h"
 #include "planner/plan.h"
@@ -84,7 +88,17 @@ class ProgressLine {
   std::chrono::steady_clock::time_point last_{};
 };
 
-int run_run(const RunArgs& a) {
+// Rank r > 0 of a data-parallel job writes its trace beside rank 0's: t.json -> t.rank1.json.
+std::string rank_path(const std::string& path, int rank) {
+  if (rank == 0 || path.empty()) return path;
+  const std::filesystem::path p(path);
+  return (p.parent_path() / (p.stem().string() + ".rank" + std::to_string(rank) + p.extension().string())).string();
+}
+
+int run_run(RunArgs a, Communicator* comm) {
+  const int rank = comm ? comm->rank() : 0;
+  a.trace = rank_path(a.trace, rank);
+  if (rank > 0) a.quiet = true;  // rank 0 reports progress and prints the job's summary
   // Resource flags are bounded (issue 24): each is refused, naming the flag and its range, before any work.
   bounded(a.steps, 1, kMaxSteps, "--steps", "timed steps, e.g. 3");
   bounded(a.warmup, 0, kMaxSteps, "--warmup", "untimed steps, e.g. 1 (leave it out for the default)");
@@ -159,6 +173,7 @@ int run_run(const RunArgs& a) {
   r.context_flag = a.flags.context;
   r.backend = a.backend;
   r.cpu_threads = a.threads;
+  r.comm = comm;
   r.attention_kernel = a.attention_kernel;
   r.gemm_precision = a.gemm_precision;
   r.trace_timing = a.trace_timing;
@@ -232,6 +247,12 @@ int run_run(const RunArgs& a) {
     return 4;
   }
 
+  // Data parallelism: every replica holds the same weights (and adapters); rank 0 writes them and
+  // prints the job's summary, each rank writes its own trace.
+  if (rank > 0) {
+    if (res.trace) traces::write_trace(*res.trace, a.trace);
+    return 0;
+  }
   const CheckpointWrite shards{a.max_shard_bytes, "F32"};
   std::vector<std::string> weight_files, grad_files;
   if (res.weights) {
@@ -413,7 +434,28 @@ const Registrar reg("run", "Execute chunk-recurrent training steps (cpu referenc
                           if (opt->get_expected_min() > 0)
                             for (const auto& r : opt->results()) a->command += " " + r;
                         }
-                        return run_run(*a);
+                        if (!launched_by_mpi()) return run_run(*a, nullptr);
+#ifdef OOMB_HAVE_MPI
+                        // One process of an MPI job: every rank runs the same command; a rank that fails
+                        // ends the job (its peers would wait in a collective for it).
+                        executor::mpi::init(nullptr, nullptr);
+                        const auto world = executor::mpi::world();
+                        int rc = 0;
+                        try {
+                          rc = run_run(*a, world.get());
+                        } catch (const std::exception& e) {
+                          std::fprintf(stderr, "oomb run (rank %d of %d): error: %s\n", world->rank(), world->size(),
+                                       e.what());
+                          std::fflush(stderr);
+                          if (world->size() > 1) executor::mpi::abort(2);
+                          throw;
+                        }
+                        if (rc != 0 && world->size() > 1) executor::mpi::abort(rc);
+                        executor::mpi::finalize();
+                        return rc;
+#else
+                        return run_run(*a, nullptr);
+#endif
                       };
                     });
 

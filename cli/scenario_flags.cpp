@@ -79,10 +79,16 @@ void ScenarioFlags::add_to(CLI::App& app, bool require_context) {
   app.add_option("--peak-measure", peak_measure,
                  "reserved (include the runtime reserve, default) or allocated (as PyTorch's max_memory_allocated)");
   app.add_option("--gpus", gpus, "Tensor-parallel GPUs (planning only; execution is single-GPU)");
+  app.add_option("--data-parallel", data_parallel,
+                 "Data-parallel replicas, 1..4096: each trains on its own sequence (one process and GPU each), the "
+                 "parameter gradients all-reduced before every optimizer step; memory per replica is the one-GPU "
+                 "plan's, the step adds the all-reduce. oomb run executes it under MPI: mpirun -np N oomb run ... "
+                 "(CPU: MPI's collectives; CUDA: NCCL's)")
+      ->check(unsigned_integer());
   app.add_option("--lora-rank", lora_rank,
                  "LoRA: train rank-R adapters (y = W x + (alpha / R) B A x, fp32 as PEFT makes them) on a frozen "
                  "base: no gradients or optimizer state for the base, no weight-gradient GEMMs for it in the "
-                 "backward. 0 = full fine-tuning (default). Planned and simulated; oomb run does not run adapters yet")
+                 "backward. 0 = full fine-tuning (default). oomb run trains them (--adapter / --save-adapter: PEFT folders)")
       ->check(unsigned_integer());
   app.add_option("--lora-alpha", lora_alpha, "LoRA scaling alpha (default 8, PEFT's; does not change memory or time)");
   app.add_option("--lora-targets", lora_targets,

@@ -59,6 +59,12 @@ simulator::Scenario Knobs::resolve() const {
     if (*gpus <= 0 || *gpus > 1024) throw Error("--gpus", std::to_string(*gpus), "must be in [1, 1024]", "1, 2, 4 or 8");
     c.gpus = *gpus;
   }
+  if (data_parallel) {
+    if (*data_parallel <= 0 || *data_parallel > 4096)
+      throw Error("--data-parallel", std::to_string(*data_parallel), "must be in [1, 4096]",
+                  "replicas training on different sequences, e.g. 2");
+    c.data_parallel = *data_parallel;
+  }
   if (attention) c.attention = attention_from_string(*attention, "--attention");
   if (!preset.empty() && !apply_preset(preset, c))
     throw Error("--preset", preset, "unknown preset", "oomb-published or oomb");
@@ -137,6 +143,7 @@ std::set<std::string> Knobs::explicit_knobs() const {
   note("logits_chunk", logits_chunk.has_value());
   note("peak_measure", peak_measure.has_value());
   note("loss_dtype", loss_dtype.has_value());
+  note("data_parallel", data_parallel.has_value());
   note("lora_rank", lora_rank.has_value());
   note("lora_alpha", lora_alpha.has_value());
   note("lora_targets", lora_targets.has_value());

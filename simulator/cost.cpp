@@ -252,6 +252,19 @@ double optimizer_update_s(const Scenario& s) {
   return params * static_cast<double>(s.config.gpus) * bytes_per_param / s.host.mem_bytes_per_s;
 }
 
+int64_t gradient_allreduce_bytes(const Scenario& s) {
+  if (s.config.data_parallel <= 1 || s.config.optimizer == Optimizer::none) return 0;
+  return step::trained_gradient_bytes(s.model, s.config, geometry(s));
+}
+
+double gradient_allreduce_s(const Scenario& s) {
+  const int64_t bytes = gradient_allreduce_bytes(s);
+  if (bytes == 0) return 0;
+  const double n = static_cast<double>(s.config.data_parallel);
+  const double link = s.gpu.interconnect_bytes_per_s > 0 ? s.gpu.interconnect_bytes_per_s : s.gpu.h2d_bytes_per_s;
+  return 2.0 * (n - 1) / n * static_cast<double>(bytes) / link;
+}
+
 double h2d_rate(const Scenario& s, bool duplex) {
   return s.gpu.h2d_bytes_per_s * s.gpu.efficiency.copy * (duplex ? s.gpu.duplex_factor : 1.0);
 }
@@ -279,6 +292,8 @@ void finish_summary(const Scenario& s, const MemoryTable& t, Summary& out) {
   out.device_pool_pages = t.pages.kv_pool_pages + t.pages.grad_pool_pages;
   out.max_union_pages = t.pages.max_union_pages;
   out.pages_in_flight = t.pages.pages_in_flight;
+  out.allreduce_bytes = gradient_allreduce_bytes(s);
+  out.allreduce_s = gradient_allreduce_s(s);
   out.device_capacity_bytes = s.gpu.hbm_capacity_bytes;
   out.host_capacity_bytes = s.host.pinnable_bytes;
   out.tokens_per_s = out.step_s > 0 ? static_cast<double>(c.context_tokens) / out.step_s : 0;
@@ -530,6 +545,9 @@ Summary evaluate(const Scenario& s) {
     // Pipeline fill: the very first copy-in cannot hide behind anything.
     if (g.offload && g.R >= 2) step += sum.eval(0).first_in;
   }
+  // Data parallelism: the gradients' all-reduce before the update, on the compute stream.
+  step += gradient_allreduce_s(s);
+  compute += gradient_allreduce_s(s);
   if (s.config.optimizer == Optimizer::gpu) {
     compute += optimizer_update_s(s);
     step += optimizer_update_s(s);
@@ -586,6 +604,10 @@ Json to_json(const Summary& s) {
   j["grad_pool_pages"] = s.grad_pool_pages;
   j["max_union_pages"] = s.max_union_pages;
   if (s.pages_in_flight > 0) j["pages_in_flight"] = s.pages_in_flight;
+  if (s.allreduce_bytes > 0) {
+    j["allreduce_bytes"] = s.allreduce_bytes;
+    j["allreduce_s"] = s.allreduce_s;
+  }
   j["notes"] = s.notes;
   return j;
 }

@@ -75,6 +75,12 @@ double d2h_rate(const Scenario& s, bool duplex);
 // AdamW update time per step: on the GPU (HBM traffic) or on the host (host DRAM traffic), reading
 // and writing fp32 master weights and moments plus the gradient and the parameter.
 double optimizer_update_s(const Scenario& s);
+// Data parallelism (config.data_parallel > 1, with an optimizer): the ring all-reduce of one rank's
+// trained-parameter gradients before the update, 2 (N - 1) / N x their bytes over the profile's
+// GPU-GPU link (interconnect_bytes_per_s; the h2d link where a profile has none, as on the CPU,
+// whose MPI moves the bytes through memory). 0 otherwise.
+double gradient_allreduce_s(const Scenario& s);
+int64_t gradient_allreduce_bytes(const Scenario& s);
 
 // Pages in flight of the published implementation with offload (docs/model.md): in the stage-2
 // forward sweep of a chunk each layer switch issues the write-back of the layer left behind (its

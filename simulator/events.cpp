@@ -308,6 +308,11 @@ EventResult simulate_events(const Scenario& s, traces::Detail detail) {
     }
   }
   enter(Phase::optimizer);
+  if (const double ar = gradient_allreduce_s(s); ar > 0) {  // data parallelism
+    PassCost allreduce;
+    allreduce.compute_s = ar;
+    sim.compute_only(allreduce, 2, -1, "gradient_allreduce");
+  }
   if (s.config.optimizer == Optimizer::gpu) {
     PassCost update;
     update.compute_s = optimizer_update_s(s);

@@ -66,6 +66,10 @@ struct Summary {
   // The published implementation with offload: pages (of each kind) still being written back at
   // the pool's peak, beyond device_pool_pages (docs/model.md); 0 otherwise, and then not in JSON.
   int64_t pages_in_flight = 0;
+  // Data parallelism (config.data_parallel > 1): the gradients' all-reduce per step (its bytes per
+  // rank and time, inside step_s); 0 otherwise, and then not in JSON.
+  int64_t allreduce_bytes = 0;
+  double allreduce_s = 0;
   std::vector<std::string> notes;     // violated constraints and remarks, human-readable
 };
 

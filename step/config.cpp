@@ -77,6 +77,7 @@ Json Config::to_json() const {
           {"peak_measure", to_string(peak_measure)},
           {"implementation", to_string(implementation)},
           {"gpus", gpus},
+          {"data_parallel", data_parallel},
           {"sequence_parallel", sequence_parallel},
           {"lora_rank", lora_rank},
           {"lora_alpha", lora_alpha},
@@ -115,6 +116,7 @@ Config config_from_json(const Json& j, const std::string& where) {
   // Documents written before the key: the published preset was the only source of its rows.
   c.implementation = implementation_from_string(r.str_or("implementation", "oomb"), where + ": implementation");
   c.gpus = r.i64_positive("gpus");
+  c.data_parallel = r.i64_or("data_parallel", 1);  // documents before the key: one replica
   c.sequence_parallel = r.boolean_or("sequence_parallel", false);  // documents before the key: off
   // Documents before LoRA: full fine-tuning.
   c.lora_rank = r.i64_or("lora_rank", 0);
@@ -164,6 +166,7 @@ bool apply_preset(const std::string& name, Config& c) {
     d.context_tokens = c.context_tokens;
     d.attention = c.attention;
     d.gpus = c.gpus;
+    d.data_parallel = c.data_parallel;
     d.layers_override = c.layers_override;
     c = d;
     return true;
@@ -246,6 +249,9 @@ void validate(const Config& c, const models::ModelSpec& m) {
     throw Error("--gpus", std::to_string(c.gpus), "does not divide the model's heads (q " + std::to_string(m.q_heads) +
                                                       ", kv " + std::to_string(m.kv_heads) + ")",
                 "tensor parallelism shards KV heads: use a divisor of " + std::to_string(m.kv_heads));
+  if (c.data_parallel < 1 || c.data_parallel > 4096)
+    throw Error("--data-parallel", std::to_string(c.data_parallel), "must be in [1, 4096]",
+                "replicas training on different sequences, e.g. 2 (one process per GPU under mpirun)");
   if (c.lora_rank < 0 || c.lora_rank > 4096)
     throw Error("--lora-rank", std::to_string(c.lora_rank), "must be in [0, 4096]", "e.g. 16; 0 = full fine-tuning");
   if (c.lora_rank > 0) {
@@ -290,6 +296,7 @@ void validate_document(const Config& c, const models::ModelSpec& m, const std::s
         {"--kv-grad-dtype", "kv_grad_dtype"}, {"--param-dtype", "param_dtype"},
         {"--param-grad-dtype", "param_grad_dtype"}, {"--activation-dtype", "activation_dtype"},
         {"--loss-dtype", "loss_dtype"},      {"--gpus", "gpus"},
+        {"--data-parallel", "data_parallel"},
         {"--lora-rank", "lora_rank"},        {"--lora-alpha", "lora_alpha"},
         {"--lora-targets", "lora_targets"},
         {"--layers", "layers_override"},     {"--kept-layers", "kept_layers"},

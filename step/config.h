@@ -92,6 +92,11 @@ struct Config {
   // copies (K, V and their gradients). Written to documents only with "implementation": "published".
   double page_copy_latency_s = 10e-6;
   int64_t gpus = 1;                    // tensor parallelism degree (planning only)
+  // Data parallelism: replicas (one process and GPU each, the same buffer table per rank) train on
+  // different sequences, their parameter gradients all-reduced (summed, then averaged) before every
+  // optimizer step. Run under MPI (`mpirun -np N oomb run`): the CPU backend's collectives are MPI's,
+  // the CUDA backend's NCCL's.
+  int64_t data_parallel = 1;
   // With tensor parallelism: the hidden-wide activations (layer inputs, norms, residuals) are split
   // over the gpus along the sequence, as Megatron-LM's sequence parallelism does (the head- and
   // ffn-wide ones are split by tensor parallelism itself). The context-parallel layouts use it.

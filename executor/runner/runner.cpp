@@ -74,6 +74,14 @@ bool built_with_cupti() {
 #endif
 }
 
+bool built_with_mpi() {
+#ifdef OOMB_HAVE_MPI
+  return true;
+#else
+  return false;
+#endif
+}
+
 std::string attention_kernel_of(const RunRequest& r) { return r.attention_kernel.empty() ? "auto" : r.attention_kernel; }
 
 // The GEMM precision, unless given: bf16; without a plan, that of the weights (fp32 weights with
@@ -195,6 +203,26 @@ void check_run(const RunRequest& r) {
 
   const simulator::Config& c = r.scenario.config;
   if (c.context_tokens <= 0) throw Error("--context", "", "is required (or give --plan)", "e.g. 16K");
+  const int world = r.comm ? r.comm->size() : 1;
+  if (c.data_parallel != world) {
+    const std::string how = "mpirun -np " + std::to_string(c.data_parallel) + " oomb run " +
+                            (r.plan_path.empty() ? "... --data-parallel " + std::to_string(c.data_parallel)
+                                                 : "--plan " + r.plan_path);
+    throw Error(r.plan_path.empty() ? "--data-parallel" : "--plan",
+                r.plan_path.empty() ? std::to_string(c.data_parallel) : r.plan_path,
+                std::to_string(c.data_parallel) + " data-parallel replica" + (c.data_parallel == 1 ? "" : "s") +
+                    " and " + std::to_string(world) + " process" + (world == 1 ? "" : "es") +
+                    (world == 1 ? " (not launched by MPI)" : " in this MPI job") + ": one process per replica",
+                world == 1 && c.data_parallel > 1
+                    ? (built_with_mpi() ? "run it as: " + how : "this build has no MPI (apt install libopenmpi-dev, rebuild)")
+                    : "run it as: " + how);
+  }
+  if (world > 1 && r.backend != "cpu")
+    throw Error("--backend", r.backend, "data-parallel runs execute on the cpu backend (MPI collectives) for now",
+                "--backend cpu; the CUDA backend's NCCL collectives are not wired into oomb run yet");
+  if (world > 1 && r.reference)
+    throw Error("--reference", "", "checks one process's step; each replica of a data-parallel run trains its own "
+                "sequence", "run --reference without mpirun");
   if (c.lora_rank > 0 && c.lora_train_embeddings)
     throw Error(r.plan_path.empty() ? "--lora-train-embeddings" : "--plan", r.plan_path,
                 "trains the embeddings and the LM head beside the adapters: planned and simulated, not executed yet "
@@ -385,6 +413,7 @@ RunResult run(const RunRequest& r, const Weights& w, const TokenSource& tokens, 
   o.adamw.grad_accum = r.grad_accum;
   o.measure_recall = r.measure_recall;
   o.adapters = adapters;
+  o.comm = r.comm;
 #ifdef OOMB_HAVE_CUPTI
   o.tagger = tagger.get();
 #endif
@@ -400,10 +429,15 @@ RunResult run(const RunRequest& r, const Weights& w, const TokenSource& tokens, 
   // work; only work inside them goes into the trace (not set-up, nor the checks run between steps).
   std::vector<std::pair<int64_t, int64_t>> windows;
   int64_t timed_start_ns = 0;  // steady clock at the first timed step
-  const std::vector<int32_t> first = tokens.sequence(0, c.context_tokens);
+  // Data parallelism: rank r of N trains on sequence step x N + r (one process: step).
+  const int world = r.comm ? r.comm->size() : 1, rank = r.comm ? r.comm->rank() : 0;
+  res.rank = rank;
+  res.world = world;
+  auto sequence_of = [&](int64_t step) { return tokens.sequence(step * world + rank, c.context_tokens); };
+  const std::vector<int32_t> first = sequence_of(0);
   try {
     for (current = 0; current < total_steps; ++current) {
-      const std::vector<int32_t> seq = current == 0 ? first : tokens.sequence(current, c.context_tokens);
+      const std::vector<int32_t> seq = current == 0 ? first : sequence_of(current);
       const int64_t t0 = steady_now_ns();
       if (current == warmup) timed_start_ns = t0;
       const StepResult sr = e.step(seq);
@@ -440,6 +474,14 @@ RunResult run(const RunRequest& r, const Weights& w, const TokenSource& tokens, 
     // What was measured still goes out: the completed steps and the host trace so far.
     if (r.record_trace) res.trace = e.trace(r.command);
     return res;
+  }
+  if (world > 1) {
+    // Every rank's losses, for the job's summary (rank 0 prints it).
+    std::vector<double> all(static_cast<size_t>(world * total_steps), 0.0);
+    std::copy(res.losses.begin(), res.losses.end(), all.begin() + rank * total_steps);
+    r.comm->all_reduce_sum_host(all.data(), static_cast<int64_t>(all.size()));
+    for (int k = 0; k < world; ++k)
+      res.rank_losses.emplace_back(all.begin() + k * total_steps, all.begin() + (k + 1) * total_steps);
   }
   if (r.keep_weights) res.weights = e.weights();
   if (r.keep_gradients) res.gradients = e.gradients();
@@ -562,6 +604,12 @@ Json to_json(const RunResult& r) {
                       {"max_grad_rel_error", r.reference->max_grad_rel_error},
                       {"worst_tensor", r.reference->worst_tensor}};
   if (r.dense) j["compare_dense"] = r.dense->to_json();
+  if (r.world > 1)
+    j["data_parallel"] = {{"world", r.world},
+                          {"rank", r.rank},
+                          {"rank_losses", r.rank_losses},
+                          {"allreduce_bytes", r.measured.allreduce_bytes},
+                          {"allreduce_s", r.measured.allreduce_s}};
   if (r.trace) {
     j["trace"] = {{"timing", r.cupti ? "cupti" : "host"}, {"step_s", r.fastest_step_s}};
     if (!r.cupti_failure.empty()) j["trace"]["cupti_unavailable"] = r.cupti_failure;
@@ -599,6 +647,10 @@ std::string describe(const RunResult& r, const RunRequest& req, const std::strin
   appendf(out, "storage: weights %s, gradients %s, activations %s, loss %s; pages: KV %s, KV-grad %s\n",
           c.param_dtype.c_str(), lora ? "fp32 (the adapters')" : c.param_grad_dtype.c_str(),
           c.activation_dtype.c_str(), c.loss_dtype.c_str(), r.kv_pages.c_str(), r.grad_pages.c_str());
+  if (r.world > 1)
+    appendf(out, "data parallel: rank %d of %d (%s), gradient all-reduce %s per optimizer step (%s on this rank)\n",
+            r.rank, r.world, r.measured.comm.c_str(), format_bytes(r.measured.allreduce_bytes).c_str(),
+            format_duration_s(r.measured.allreduce_s).c_str());
   if (lora)
     appendf(out, "training: LoRA rank %lld (alpha %g, scale %g) on %s: %s adapter parameters (fp32), the base frozen\n",
             static_cast<long long>(c.lora_rank), c.lora_alpha, c.lora_alpha / static_cast<double>(c.lora_rank),

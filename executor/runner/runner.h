@@ -64,6 +64,9 @@ struct RunRequest {
   std::string context_flag;              // the --context the user gave (errors of a run without a plan)
   std::string backend = "cpu";           // cpu | cuda
   int cpu_threads = 0;                   // cpu: compute threads (0 = the CPUs this process may use)
+  // Data parallelism: the job's communicator (MPI under mpirun; not owned). Rank r of N trains on
+  // sequence step x N + r. Null: one process.
+  executor::Communicator* comm = nullptr;
   std::string attention_kernel;          // cuda: auto (""), fp32, bf16-tc
   std::string gemm_precision;            // cuda: bf16, tf32, fp32; "" = bf16, or fp32 without a plan on fp32 weights
   std::string trace_timing;              // "" (cupti where built, else host), host, cupti
@@ -118,6 +121,8 @@ struct RunResult {
   std::optional<Weights> weights;      // keep_weights
   std::optional<Gradients> gradients;  // keep_gradients (LoRA: the adapters' gradients)
   std::optional<executor::ParamTensors> adapters;  // keep_adapters (LoRA)
+  int rank = 0, world = 1;                          // data parallelism
+  std::vector<std::vector<double>> rank_losses;     // world > 1: every rank's losses (gathered)
   Json step_timing() const;            // the step time validate compares, and how it was taken
 };
 

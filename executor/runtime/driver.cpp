@@ -172,6 +172,12 @@ Engine::Engine(Backend& backend, const models::ModelSpec& model, const simulator
                 "add --attention sparse");
   if (config.gpus != 1)
     throw Error("--gpus", std::to_string(config.gpus), "the executor runs on one GPU", "--gpus 1");
+  const int world = options_.comm ? options_.comm->size() : 1;
+  if (config.data_parallel != world)
+    throw Error("--data-parallel", std::to_string(config.data_parallel),
+                "the run has " + std::to_string(world) + " rank" + (world == 1 ? "" : "s") +
+                    " and the configuration " + std::to_string(config.data_parallel) + " data-parallel replicas",
+                "launch one process per replica: mpirun -np " + std::to_string(config.data_parallel) + " oomb run ...");
   // Storage as the config says: fp32 or bf16 (anything else is refused by name).
   kv_dtype_ = page_dtype_from_string(config.kv_dtype, "--kv-dtype");
   grad_page_dtype_ = page_dtype_from_string(config.kv_grad_dtype, "--kv-grad-dtype");
@@ -791,6 +797,8 @@ StepResult Engine::step(const std::vector<int32_t>& tokens) {
   step_start_ns_ = steady_now_ns();
   const int64_t syncs_before = backend_.host_syncs();
   optimizer_h2d_bytes_ = optimizer_d2h_bytes_ = 0;
+  allreduce_bytes_ = 0;
+  allreduce_s_ = 0;
   work_done_ = 0;
   work_total_ = 0;
   for (double wk : chunk_work_) work_total_ += 5.5 * wk;
@@ -920,6 +928,11 @@ StepResult Engine::step(const std::vector<int32_t>& tokens) {
   m.d2h_bytes = store_->counters().d2h_bytes + optimizer_d2h_bytes_;
   m.copy_regions = store_->counters().regions;
   m.host_syncs = backend_.host_syncs() - syncs_before;
+  m.rank = options_.comm ? options_.comm->rank() : 0;
+  m.world = options_.comm ? options_.comm->size() : 1;
+  m.comm = options_.comm ? options_.comm->name() : "self";
+  m.allreduce_bytes = allreduce_bytes_;
+  m.allreduce_s = allreduce_s_;
   m.step_times_s.push_back(r.seconds);
   m.union_pages.clear();
   for (int64_t c = 0; c < g_.n; ++c)
@@ -947,11 +960,22 @@ void Engine::optimizer_step() {
     backend_.wait(backend_.copy_async(std::move(r)));
     (dir == CopyDir::h2d ? optimizer_h2d_bytes_ : optimizer_d2h_bytes_) += bytes;
   };
+  // Data parallelism: every replica's gradients summed (their mean below) before the update, so
+  // that every replica applies the same one.
+  const int world = options_.comm ? options_.comm->size() : 1;
+  if (world > 1) {
+    const int64_t t0 = steady_now_ns();
+    // The CPU backend's ops are done when they return; NCCL's collectives are stream-ordered.
+    timed("gradient_allreduce", "optimizer", 2, -1, 0, [&] { options_.comm->all_reduce_sum(grads_.t(), n); });
+    allreduce_bytes_ += grads_.bytes();
+    allreduce_s_ += static_cast<double>(steady_now_ns() - t0) * 1e-9;
+  }
   if (host) copy(CopyDir::d2h, host_grads_.data(), grads_.data(), grads_.bytes());
   const Tensor grads = host ? host_grads_.t() : grads_.t();
   const Tensor weights = host ? host_weights_.t() : trained.t();
+  const int64_t contributions = accumulated_ * world;
   timed("adamw", "optimizer", 2, -1, 12.0 * static_cast<double>(n), [&] {
-    if (accumulated_ > 1) backend_.scale(grads, n, 1.0f / static_cast<float>(accumulated_));
+    if (contributions > 1) backend_.scale(grads, n, 1.0f / static_cast<float>(contributions));
     backend_.adamw(weights, master_.f32(), grads, adam_m_.f32(), adam_v_.f32(),
                    static_cast<const uint8_t*>(decay_mask_.data()), n, o.lr, o.beta1, o.beta2, o.eps, o.weight_decay,
                    ++adam_steps_);
@@ -979,6 +1003,11 @@ void Engine::download_f32(ConstTensor src, int64_t n, float* dst) const {
 Gradients Engine::gradients() const {
   Gradients g = lora_ ? zero_params(lora_layout_) : zero_params(model_);
   download_f32(grads_.ct(), g.layout.total(), g.data.data());
+  if (options_.comm && options_.comm->size() > 1) {
+    std::vector<double> sum(g.data.begin(), g.data.end());
+    options_.comm->all_reduce_sum_host(sum.data(), static_cast<int64_t>(sum.size()));
+    for (size_t i = 0; i < sum.size(); ++i) g.data[i] = static_cast<float>(sum[i]);
+  }
   return g;
 }
 
@@ -1094,6 +1123,9 @@ Json Measured::to_json() const {
           {"tokens_per_s", tokens_per_s},
           {"loss", loss},
           {"steps", steps}};
+  if (world > 1)
+    j["data_parallel"] = {{"rank", rank}, {"world", world}, {"comm", comm}, {"allreduce_bytes", allreduce_bytes},
+                          {"allreduce_s", allreduce_s}};
   if (!recall.empty()) {
     Json r = Json::array();
     for (const auto& x : recall) r.push_back({{"chunk", x.chunk}, {"layer", x.layer}, {"recall", x.recall}});

@@ -13,6 +13,7 @@
 
 #include "core/json_util.h"
 #include "executor/runtime/backend.h"
+#include "executor/runtime/comm.h"
 #include "executor/runtime/memory_account.h"
 #include "executor/runtime/offload.h"
 #include "executor/runtime/op_tagger.h"
@@ -60,6 +61,10 @@ struct EngineOptions {
   // The plan's buffer table. Non-empty: at construction (before anything is allocated) every row
   // the run needs is compared with the plan's row of that name (check_plan_rows).
   std::vector<step::BufferRow> planned;
+  // Data parallelism (config.data_parallel > 1): the job's communicator, one rank per replica (not
+  // owned; its size must be config.data_parallel). The gradients are all-reduced (summed, then
+  // averaged) before every optimizer step. Null: one replica.
+  Communicator* comm = nullptr;
   // LoRA (config.lora_rank > 0): the adapters' initial values, laid out as
   // adapter_layout(effective_model(model, config), config) (adapters.h: init_adapters, read_adapter).
   ParamTensors adapters;
@@ -118,6 +123,12 @@ struct Measured {
   int64_t h2d_bytes = 0, d2h_bytes = 0;                   // last step
   int64_t copy_regions = 0;  // last step: contiguous copy regions issued (API calls unless batched)
   int64_t host_syncs = 0;    // last step: host synchronisations (Backend::host_syncs; 0 on the cpu backend)
+  // Data parallelism: this rank of `world`, the communicator, and the last step's gradient
+  // all-reduce (bytes given per rank, as stored, and its wall time); in to_json when world > 1.
+  int rank = 0, world = 1;
+  std::string comm = "self";
+  int64_t allreduce_bytes = 0;
+  double allreduce_s = 0;
   std::vector<UnionSize> union_pages;                     // last step, per (chunk, layer)
   std::vector<RecallSample> recall;  // last step, per (chunk, layer); empty unless measure_recall
   double mean_recall() const;        // over the samples (0 when none)
@@ -149,7 +160,8 @@ class Engine {
   StepResult step(const std::vector<int32_t>& tokens);
 
   // Accumulated since the last optimizer step, of what the step trains: every parameter (the
-  // model's layout), or under LoRA the adapters (their layout).
+  // model's layout), or under LoRA the adapters (their layout). Data parallelism: summed over the
+  // replicas (a collective: every rank calls it), in double, rounded once.
   Gradients gradients() const;
   Weights weights() const;        // the base model's (frozen under LoRA)
   ParamTensors adapters() const;  // LoRA: the adapters as trained so far (empty layout otherwise)
@@ -228,6 +240,8 @@ class Engine {
   Buffer params_, grads_, master_, adam_m_, adam_v_, decay_mask_;
   Buffer host_grads_, host_weights_;  // optimizer on the host: its gradients and working weights
   int64_t optimizer_h2d_bytes_ = 0, optimizer_d2h_bytes_ = 0;  // of the last step
+  int64_t allreduce_bytes_ = 0;                                 // of the last step
+  double allreduce_s_ = 0;
   Buffer summaries_;  // sparse: [L][P][kv_dim] page key means
   std::unique_ptr<Work> w_;
   SelectionLog log_;

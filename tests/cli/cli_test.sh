@@ -37,7 +37,7 @@ expect_exit 0 "Full fine-tuning, its best plan" plan --model qwen2.5-7b --gpu h2
 expect_exit 2 "--lora-targets.*qkv" plan --model qwen2.5-7b --gpu h200 --context 64K --lora-rank 16 --lora-targets q_proj,qkv
 expect_exit 2 "--lora-alpha.*no --lora-rank" simulate --model qwen2.5-7b --gpu h200 --context 64K --lora-alpha 16
 expect_exit 0 "LoRA rank 4 .*the base frozen" run --model tiny --context 256 --chunk 256 --page 64 --lora-rank 4
-expect_exit 2 "--lora-train-embeddings.*not executed" run --model tiny --context 256 --chunk 256 --page 64 --lora-rank 4 --lora-train-embeddings
+expect_exit 2 "--lora-train-embeddings.*not executed" run --model tiny --context 256 --chunk 256 --page 64 --lora-rank 4 --lora-train-embeddings true
 expect_exit 2 "--loss-dtype.*bf16" simulate --model tiny --gpu h200 --context 8K --loss-dtype fp16
 # --resident-layers all means every layer that runs, also under --layers (the issue #15 command).
 expect_exit 0 "FITS" simulate --model qwen2.5-0.5b --layers 2 --gpu h200 --context 1K --chunk 1K --resident-layers all

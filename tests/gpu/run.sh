@@ -196,7 +196,7 @@ oomb=$build/oomb
 "$oomb" --version >"$work/version.txt" 2>&1
 note "build: $(tr '\n' ' ' <"$work/version.txt")"
 
-core='Attention|Step|Engine'  # the attention kernels and whole engine steps against the CPU
+core='Attention|Step|Engine|Lora|Nccl'  # attention kernels, engine steps, LoRA ops vs the CPU; NCCL one-rank check
 step tests_core ctest --test-dir "$build" -L gpu -R "$core" --output-on-failure -j 4
 rc=$?
 failed $rc && status=1

@@ -1,0 +1,17 @@
+#pragma once
+// NCCL: the CUDA backend's collectives (issue #25). One communicator per job over its ranks (one
+// GPU each), bootstrapped over another communicator (MPI: rank 0's ncclUniqueId broadcast to the
+// others); the device collectives are enqueued on the backend's compute stream (stream-ordered with
+// the step's kernels, no host synchronisation), host ones go through the bootstrap. Built when CMake
+// finds NCCL beside the CUDA toolkit (OOMB_HAVE_NCCL).
+#include <memory>
+
+#include "executor/runtime/comm.h"
+
+namespace oomb::executor::cuda {
+
+// bootstrap: the job's host communicator (its rank and size are NCCL's); it must outlive the result.
+// stream: the cudaStream_t the collectives are enqueued on (CudaBackend::stream(CudaStream::compute)).
+std::unique_ptr<Communicator> nccl_communicator(Communicator& bootstrap, void* stream);
+
+}  // namespace oomb::executor::cuda

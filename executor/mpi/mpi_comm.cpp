@@ -1,0 +1,95 @@
+#include "executor/mpi/mpi_comm.h"
+
+#include <mpi.h>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "executor/runtime/bf16.h"
+
+namespace oomb::executor::mpi {
+
+namespace {
+void check(int rc, const char* what) {
+  if (rc == MPI_SUCCESS) return;
+  char msg[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, msg, &len);
+  throw std::runtime_error(std::string("MPI ") + what + " failed: " + std::string(msg, static_cast<size_t>(len)));
+}
+
+// MPI counts are int: large buffers go in pieces.
+constexpr int64_t kPiece = int64_t{1} << 30;
+
+class MpiCommunicator final : public Communicator {
+ public:
+  MpiCommunicator() {
+    check(MPI_Comm_rank(MPI_COMM_WORLD, &rank_), "Comm_rank");
+    check(MPI_Comm_size(MPI_COMM_WORLD, &size_), "Comm_size");
+  }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string name() const override { return "mpi"; }
+  void all_reduce_sum(Tensor data, int64_t n) override {
+    reduced_bytes_ += n * dtype_bytes(data.dtype);
+    if (data.dtype == DType::f32) return sum(static_cast<float*>(data.data), n);
+    // bf16: summed in fp32 (each rank's values exact in fp32), rounded once.
+    std::vector<float> f(static_cast<size_t>(n));
+    bf16_to_f32(static_cast<const uint16_t*>(data.data), f.data(), n);
+    sum(f.data(), n);
+    f32_to_bf16(f.data(), static_cast<uint16_t*>(data.data), n);
+  }
+  void all_reduce_sum_host(double* data, int64_t n) override {
+    for (int64_t at = 0; at < n; at += kPiece)
+      check(MPI_Allreduce(MPI_IN_PLACE, data + at, static_cast<int>(std::min(kPiece, n - at)), MPI_DOUBLE, MPI_SUM,
+                          MPI_COMM_WORLD),
+            "Allreduce");
+  }
+  void broadcast_host(void* data, int64_t bytes, int root) override {
+    auto* p = static_cast<char*>(data);
+    for (int64_t at = 0; at < bytes; at += kPiece)
+      check(MPI_Bcast(p + at, static_cast<int>(std::min(kPiece, bytes - at)), MPI_BYTE, root, MPI_COMM_WORLD), "Bcast");
+  }
+  void barrier() override { check(MPI_Barrier(MPI_COMM_WORLD), "Barrier"); }
+
+ private:
+  void sum(float* p, int64_t n) {
+    for (int64_t at = 0; at < n; at += kPiece)
+      check(MPI_Allreduce(MPI_IN_PLACE, p + at, static_cast<int>(std::min(kPiece, n - at)), MPI_FLOAT, MPI_SUM,
+                          MPI_COMM_WORLD),
+            "Allreduce");
+  }
+  int rank_ = 0, size_ = 1;
+};
+}  // namespace
+
+void init(int* argc, char*** argv) {
+  if (initialized()) return;
+  int provided = 0;
+  check(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided), "Init_thread");
+}
+
+bool initialized() {
+  int flag = 0, done = 0;
+  MPI_Initialized(&flag);
+  MPI_Finalized(&done);
+  return flag != 0 && done == 0;
+}
+
+void finalize() {
+  if (initialized()) MPI_Finalize();
+}
+
+void abort(int code) {
+  if (initialized()) MPI_Abort(MPI_COMM_WORLD, code);
+  std::exit(code);
+}
+
+std::unique_ptr<Communicator> world() {
+  OOMB_ASSERT(initialized(), "mpi::world() before mpi::init()");
+  return std::make_unique<MpiCommunicator>();
+}
+
+}  // namespace oomb::executor::mpi

@@ -1,0 +1,43 @@
+#pragma once
+// The communicator behind the runtime (issue #25): the collectives data parallelism needs, over the
+// ranks of one job. Implementations: self (one process; every collective is the identity), MPI
+// (executor/mpi: the CPU backend's collectives, and the launcher and bootstrap of a job) and NCCL
+// (executor/cuda: the CUDA backend's, stream-ordered on its compute stream, its id broadcast over
+// MPI). A build without MPI still builds and runs one-process plans.
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "executor/runtime/backend.h"
+
+namespace oomb::executor {
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual std::string name() const = 0;  // "self", "mpi", "nccl"
+  // In place, on every rank: the sum over the ranks of n elements of `data` (fp32 or bf16 storage)
+  // in the memory the backend computes in (host memory for the CPU backend, device memory for NCCL).
+  // A bf16 buffer is summed in fp32 and rounded once.
+  virtual void all_reduce_sum(Tensor data, int64_t n) = 0;
+  // In place, host doubles (losses, counters): the sum over the ranks.
+  virtual void all_reduce_sum_host(double* data, int64_t n) = 0;
+  virtual void broadcast_host(void* data, int64_t bytes, int root) = 0;
+  virtual void barrier() = 0;
+  // Bytes all_reduce_sum was given so far (per rank, as stored).
+  int64_t reduced_bytes() const { return reduced_bytes_; }
+
+ protected:
+  int64_t reduced_bytes_ = 0;
+};
+
+// One process: rank 0 of 1.
+std::unique_ptr<Communicator> self_communicator();
+
+// Whether this process was started by an MPI launcher (mpirun / mpiexec / srun set the environment
+// a job's ranks read: OMPI_COMM_WORLD_SIZE, PMI_SIZE, PMIX_RANK) with more than one rank or at all.
+bool launched_by_mpi();
+
+}  // namespace oomb::executor

@@ -1,0 +1,132 @@
+// Issue 25, data parallelism: `mpirun -np 2 oomb run --data-parallel 2` on the CPU backend (MPI's
+// collectives) against one process that accumulates the same two sequences per optimizer step
+// (--grad-accum 2): the same losses, the same final weights within 1e-5 relative L2 (fp32), every
+// rank's trace, the all-reduce's bytes as the simulator predicts them, and plans that say how they
+// run. Skipped without mpirun or an MPI build.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <unistd.h>
+
+#include "cli_run.h"
+#include "core/json_util.h"
+#include "executor/runtime/weights.h"
+#include "models/specs.h"
+#include "traces/trace.h"
+
+namespace {
+
+using oomb::test::CliRun;
+using oomb::test::oomb_binary;
+
+bool has(const std::string& out, const std::string& s) { return out.find(s) != std::string::npos; }
+
+// mpirun as CI runs it: as root in a container, two ranks on however many cores.
+std::string mpirun(int np) {
+  return "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 mpirun "
+         "--oversubscribe -np " + std::to_string(np) + " " + oomb_binary() + " ";
+}
+
+CliRun sh(const std::string& cmd) {
+  CliRun r;
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  size_t n = 0;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  const int status = pclose(p);
+  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+// The JSON document in an output that may carry launcher lines around it.
+oomb::Json json_in(const std::string& out) {
+  const size_t a = out.find('{'), b = out.rfind('}');
+  return oomb::parse_json(a == std::string::npos ? out : out.substr(a, b - a + 1), "output");
+}
+
+class MpiCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!std::filesystem::exists(oomb_binary())) GTEST_SKIP() << "oomb executable not built";
+    if (sh("command -v mpirun").rc != 0) GTEST_SKIP() << "no mpirun (apt install openmpi-bin)";
+    if (!has(oomb::test::run_oomb("--version").out, "mpi=yes")) GTEST_SKIP() << "oomb built without MPI";
+    dir_ = std::filesystem::temp_directory_path() / ("oomb_mpi_cli_" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::string path(const char* name) const { return (dir_ / name).string(); }
+  std::filesystem::path dir_;
+};
+
+TEST_F(MpiCli, TwoReplicasTrainAsOneProcessAccumulatingTheirSequences) {
+  const std::string common = "run --model tiny --context 512 --chunk 128 --page 64 --resident-layers 1 --optimizer gpu "
+                             "--lr 1e-2 --quiet --json ";
+  const CliRun dp = sh(mpirun(2) + common + "--data-parallel 2 --steps 2 --save-weights " + path("dp") + " --trace " +
+                       path("t.json"));
+  ASSERT_EQ(dp.rc, 0) << dp.out;
+  const CliRun one = sh(oomb_binary() + " " + common + "--steps 4 --grad-accum 2 --save-weights " + path("one"));
+  ASSERT_EQ(one.rc, 0) << one.out;
+  const oomb::Json j = json_in(dp.out), k = json_in(one.out);
+  ASSERT_EQ(j["data_parallel"]["world"], 2) << dp.out;
+  const auto& rl = j["data_parallel"]["rank_losses"];
+  ASSERT_EQ(rl.size(), 2u);
+  // Rank r's step s is the one process's step 2 s + r (the same weights, the same sequence).
+  for (int s = 0; s < 2; ++s)
+    for (int r = 0; r < 2; ++r) {
+      const double a = rl[r][s].get<double>(), b = k["losses"][2 * s + r].get<double>();
+      EXPECT_NEAR(a, b, 1e-6 * b) << "rank " << r << " step " << s;
+    }
+  const auto m = oomb::models::load_model("tiny");
+  // The gradients: without an optimizer the job's (summed over the replicas, --dump-grads) equal the
+  // one process's accumulated over the same two sequences.
+  const std::string plain = "run --model tiny --context 512 --chunk 128 --page 64 --resident-layers 1 --quiet --json ";
+  ASSERT_EQ(sh(mpirun(2) + plain + "--data-parallel 2 --dump-grads " + path("gdp")).rc, 0);
+  ASSERT_EQ(sh(oomb_binary() + " " + plain + "--steps 2 --dump-grads " + path("g1")).rc, 0);
+  const auto gd = oomb::executor::read_checkpoint(path("gdp"), m), g1 = oomb::executor::read_checkpoint(path("g1"), m);
+  const auto worst = oomb::executor::worst_relative_l2(gd, g1);
+  EXPECT_LE(worst.rel_l2, 1e-5) << worst.name;
+  // The weights after one update (AdamW's first step moves every weight by about lr, so its
+  // direction is what is compared; after more steps the gradients' rounding differences grow where a
+  // gradient is near zero, through the second moment, and no weight bound holds).
+  ASSERT_EQ(sh(mpirun(2) + common + "--data-parallel 2 --save-weights " + path("dp1")).rc, 0);
+  ASSERT_EQ(sh(oomb_binary() + " " + common + "--steps 2 --grad-accum 2 --save-weights " + path("one1")).rc, 0);
+  const auto wd = oomb::executor::read_checkpoint(path("dp1"), m), w1 = oomb::executor::read_checkpoint(path("one1"), m);
+  const auto wworst = oomb::executor::worst_relative_l2(wd, w1);
+  EXPECT_LE(wworst.rel_l2, 1e-5) << wworst.name;
+  EXPECT_GT(oomb::executor::worst_relative_l2(wd, oomb::executor::random_weights(m, 1234)).rel_l2, 1e-4);  // it trained
+  // Every rank's trace; the all-reduce moved each rank's fp32 gradients.
+  ASSERT_TRUE(std::filesystem::exists(path("t.json")));
+  ASSERT_TRUE(std::filesystem::exists(path("t.rank1.json")));
+  const auto t1 = oomb::traces::read_trace(path("t.rank1.json"));
+  const auto& dpm = t1.metadata.extra["measured"]["data_parallel"];
+  EXPECT_EQ(dpm["rank"], 1);
+  EXPECT_EQ(dpm["allreduce_bytes"].get<int64_t>(), oomb::executor::ParamLayout(m).total() * 4);
+}
+
+TEST_F(MpiCli, ADataParallelPlanSaysHowItRunsAndItsAllReduceIsPredicted) {
+  const CliRun plan = sh(oomb_binary() + " plan --model tiny --gpu h200 --context 512 --data-parallel 2 --out " +
+                         path("p.json"));
+  ASSERT_EQ(plan.rc, 0) << plan.out;
+  // Without the launcher: refused with the command that runs it.
+  const CliRun alone = sh(oomb_binary() + " run --plan " + path("p.json") + " --quiet");
+  EXPECT_EQ(alone.rc, 2);
+  EXPECT_TRUE(has(alone.out, "mpirun -np 2 oomb run --plan")) << alone.out;
+  const CliRun run = sh(mpirun(2) + "run --plan " + path("p.json") + " --quiet --json");
+  ASSERT_EQ(run.rc, 0) << run.out;
+  const oomb::Json j = json_in(run.out);
+  const CliRun sim = sh(oomb_binary() + " simulate --plan " + path("p.json") + " --json");
+  ASSERT_EQ(sim.rc, 0) << sim.out;
+  const oomb::Json s = json_in(sim.out);
+  // The bytes each rank all-reduces are the simulator's (the plan's gradient dtype, as stored).
+  ASSERT_TRUE(s.contains("allreduce_bytes")) << sim.out;
+  EXPECT_EQ(j["data_parallel"]["allreduce_bytes"], s["allreduce_bytes"]);
+  // More ranks than replicas: refused by every rank, the job ends.
+  const CliRun three = sh(mpirun(3) + "run --plan " + path("p.json") + " --quiet");
+  EXPECT_NE(three.rc, 0);
+  EXPECT_TRUE(has(three.out, "3 processes in this MPI job")) << three.out;
+}
+
+}  // namespace
