@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdarg>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 
 #include "core/error.h"
@@ -20,6 +21,9 @@
 #include "step/run_record.h"
 #ifdef OOMB_HAVE_CUDA_BACKEND
 #include "executor/cuda/cuda_backend.h"
+#endif
+#ifdef OOMB_HAVE_NCCL
+#include "executor/cuda/nccl_comm.h"
 #endif
 #ifdef OOMB_HAVE_CUPTI
 #include "executor/cupti/collector.h"
@@ -68,6 +72,14 @@ namespace {
 
 bool built_with_cupti() {
 #ifdef OOMB_HAVE_CUPTI
+  return true;
+#else
+  return false;
+#endif
+}
+
+bool built_with_nccl() {
+#ifdef OOMB_HAVE_NCCL
   return true;
 #else
   return false;
@@ -217,9 +229,9 @@ void check_run(const RunRequest& r) {
                     ? (built_with_mpi() ? "run it as: " + how : "this build has no MPI (apt install libopenmpi-dev, rebuild)")
                     : "run it as: " + how);
   }
-  if (world > 1 && r.backend != "cpu")
-    throw Error("--backend", r.backend, "data-parallel runs execute on the cpu backend (MPI collectives) for now",
-                "--backend cpu; the CUDA backend's NCCL collectives are not wired into oomb run yet");
+  if (world > 1 && r.backend == "cuda" && !built_with_nccl())
+    throw Error("--backend", "cuda", "a data-parallel CUDA run all-reduces with NCCL, and this build has none",
+                "build where the CUDA toolkit has NCCL (nccl.h, libnccl), or --backend cpu (MPI)");
   if (world > 1 && r.reference)
     throw Error("--reference", "", "checks one process's step; each replica of a data-parallel run trains its own "
                 "sequence", "run --reference without mpirun");
@@ -325,6 +337,7 @@ RunResult run(const RunRequest& r, const Weights& w, const TokenSource& tokens, 
   std::unique_ptr<cupti::CuptiTagger> tagger;
 #endif
   std::unique_ptr<Backend> backend_owner;
+  std::unique_ptr<Communicator> nccl;  // a data-parallel CUDA run's collectives (bootstrapped over r.comm)
   // cuda runs: the kernel families and GEMM precisions that ran, and the backend's own buffers.
   std::function<Json()> cuda_summary = [] { return Json(); };
   if (r.backend == "cpu") {
@@ -357,6 +370,9 @@ RunResult run(const RunRequest& r, const Weights& w, const TokenSource& tokens, 
       for (const step::BufferRow& row : needed_rows)
         if (row.name == step::row::kOpScratch) copt.workspace_bytes = row.bytes;
       copt.fixed_workspace = true;
+      // One GPU per rank: the node-local rank picks it (Open MPI's OMPI_COMM_WORLD_LOCAL_RANK).
+      if (const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK"); local && r.comm && r.comm->size() > 1)
+        copt.device = std::atoi(local);
       auto cuda = std::make_unique<CudaBackend>(copt);
       res.device_name = cuda->device_name();
       if (ak == "bf16-tc" && !cuda->attention_tc_available())
@@ -395,6 +411,9 @@ RunResult run(const RunRequest& r, const Weights& w, const TokenSource& tokens, 
         }
       }
 #endif
+#ifdef OOMB_HAVE_NCCL
+      if (r.comm && r.comm->size() > 1) nccl = oomb::executor::cuda::nccl_communicator(*r.comm, cuda->stream(CudaStream::compute));
+#endif
       backend_owner = std::move(cuda);
     } catch (const Error&) {
       throw;
@@ -413,7 +432,7 @@ RunResult run(const RunRequest& r, const Weights& w, const TokenSource& tokens, 
   o.adamw.grad_accum = r.grad_accum;
   o.measure_recall = r.measure_recall;
   o.adapters = adapters;
-  o.comm = r.comm;
+  o.comm = nccl ? nccl.get() : r.comm;
 #ifdef OOMB_HAVE_CUPTI
   o.tagger = tagger.get();
 #endif
