@@ -964,6 +964,9 @@ void Engine::optimizer_step() {
   // that every replica applies the same one.
   const int world = options_.comm ? options_.comm->size() : 1;
   if (world > 1) {
+    // The replicas meet first (a slower rank's backward is not the collective's time), then the
+    // all-reduce is timed on its own.
+    options_.comm->barrier();
     const int64_t t0 = steady_now_ns();
     // The CPU backend's ops are done when they return; NCCL's collectives are stream-ordered.
     timed("gradient_allreduce", "optimizer", 2, -1, 0, [&] { options_.comm->all_reduce_sum(grads_.t(), n); });
