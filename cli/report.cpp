@@ -42,6 +42,8 @@ void print_scenario_header(const Scenario& s) {
               c.logits_chunk_tokens > 0 ? (format_tokens(c.logits_chunk_tokens) + " fused").c_str() : "whole, unfused",
               c.loss_dtype.c_str());
   if (c.gpus > 1) std::printf(", tensor parallel x%lld (planning only)", static_cast<long long>(c.gpus));
+  if (c.data_parallel > 1)
+    std::printf(", %lld data-parallel replicas (figures per rank)", static_cast<long long>(c.data_parallel));
   if (c.layers_override > 0) std::printf(", first %lld layers only", static_cast<long long>(c.layers_override));
   std::printf("\n");
 }
@@ -131,6 +133,10 @@ void print_time_report(const Scenario& s, const Summary& sum) {
     else
       std::printf("Copies cannot hide behind compute with 1 resident layer (use --resident-layers 2 or more)\n");
   }
+  if (sum.allreduce_bytes > 0)
+    std::printf("Gradient all-reduce (data parallel x%lld, ring): %s per rank, %s per step before the update\n",
+                static_cast<long long>(s.config.data_parallel), format_bytes(sum.allreduce_bytes).c_str(),
+                format_duration_s(sum.allreduce_s).c_str());
   std::printf("%s; binding: %s\n", sum.feasible ? "FITS" : "DOES NOT FIT", sum.binding_constraint.c_str());
   for (const auto& n : sum.notes) std::printf("  - %s\n", n.c_str());
 }

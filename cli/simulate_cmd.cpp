@@ -58,6 +58,13 @@ std::vector<std::pair<std::string, std::string>> report_facts(const simulator::S
   f.emplace_back("loss tile", c.logits_chunk_tokens > 0 ? format_tokens(c.logits_chunk_tokens) + " fused" : "whole, unfused");
   f.emplace_back("loss dtype", c.loss_dtype);
   if (c.gpus > 1) f.emplace_back("tensor parallel", "x" + std::to_string(c.gpus) + " (planning only)");
+  if (c.data_parallel > 1)
+    f.emplace_back("data parallel",
+                   "x" + std::to_string(c.data_parallel) + " replicas (per-rank figures); gradient all-reduce " +
+                       (sum.allreduce_bytes > 0
+                            ? format_bytes(sum.allreduce_bytes) + " per rank, " + format_duration_s(sum.allreduce_s) +
+                                  " per step (ring, in the step)"
+                            : std::string("none (no optimizer step)")));
   // The phase holding the device peak and what is alive there (docs/model.md).
   std::string at_peak;
   for (const auto& [category, bytes] : sum.device_breakdown_bytes)

@@ -34,6 +34,10 @@ expect_exit 0 "logits_upcast" simulate --model tiny --gpu h200 --context 8K --lo
 # LoRA: planned and simulated next to full fine-tuning; run on the CPU (trained embeddings refused by name).
 expect_exit 0 "lora_adapters" simulate --model qwen2.5-7b --gpu h200 --context 64K --lora-rank 16
 expect_exit 0 "Full fine-tuning, its best plan" plan --model qwen2.5-7b --gpu h200 --context 64K --lora-rank 16 --lora-targets all-linear
+# Data parallelism: the all-reduce priced per rank; oomb run without mpirun says how to launch it.
+expect_exit 0 "Gradient all-reduce \(data parallel x4, ring\)" simulate --model qwen2.5-7b --gpu h200 --context 64K --data-parallel 4 --optimizer gpu
+expect_exit 2 "--data-parallel.*mpirun -np 2" run --model tiny --context 256 --chunk 256 --page 64 --data-parallel 2
+expect_exit 2 "--data-parallel.*\[1, 4096\]" simulate --model tiny --gpu h200 --context 8K --data-parallel 0
 expect_exit 2 "--lora-targets.*qkv" plan --model qwen2.5-7b --gpu h200 --context 64K --lora-rank 16 --lora-targets q_proj,qkv
 expect_exit 2 "--lora-alpha.*no --lora-rank" simulate --model qwen2.5-7b --gpu h200 --context 64K --lora-alpha 16
 expect_exit 0 "LoRA rank 4 .*the base frozen" run --model tiny --context 256 --chunk 256 --page 64 --lora-rank 4
