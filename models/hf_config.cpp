@@ -123,14 +123,9 @@ ModelSpec model_from_hf_config(const Json& j, const std::string& where, const st
   m.qkv_bias = family == "qwen2" ? true : family == "mistral" ? false : r.boolean_or("attention_bias", false);
   m.qk_norm = family == "qwen3";
   if (r.has("rope_scaling")) {
-    const Json& rs = r.object("rope_scaling");
-    const std::string type = rs.contains("rope_type") && rs["rope_type"].is_string() ? rs["rope_type"].get<std::string>()
-                             : rs.contains("type") && rs["type"].is_string()        ? rs["type"].get<std::string>()
-                                                                                     : "";
-    if (type != "llama3" && type != "default")
-      r.fail("rope_scaling", "rope_scaling of type '" + type + "' is not supported",
-             "null or {\"rope_type\": \"llama3\", ...} (Llama 3.1/3.2)");
-    if (type == "llama3") m.rope_scaling = rs;
+    // Validated (and any type but llama3 / default refused by name) as in oomb.model/1 files.
+    m.rope_scaling = r.object("rope_scaling");
+    if (!rope_of(m, where).llama3()) m.rope_scaling = Json();  // "default": plain RoPE
   }
 
   // The same validation as oomb.model/1 files, with this file's name in the message.

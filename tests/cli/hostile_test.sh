@@ -408,6 +408,21 @@ else
   echo "note: no /dev/full: the full-disk checks are skipped"
 fi
 
+# --- Round 2, wrong answers made loud (issue 24).
+# Llama 3.1 rope_scaling (rope_type llama3) is computed, not ignored: tiny with and without it gives
+# different losses; any other scaling is refused by name (the key, the type, what is supported).
+sed 's/"rope_theta": 10000.0,/"rope_theta": 10000.0, "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 256},/' "$tiny" >m_l3.json
+loss_of() { timeout 120 "$oomb" run --model "$1" --context 512 --chunk 256 --page 64 --json 2>/dev/null | grep -oE '"loss": *[0-9.e+-]+' | head -1; }
+l_plain=$(loss_of tiny)
+l_l3=$(loss_of ./m_l3.json)
+[ -n "$l_plain" ] && [ -n "$l_l3" ] && [ "$l_plain" != "$l_l3" ] && ok || bad "llama3 rope_scaling ignored: loss '$l_plain' with, '$l_l3' without"
+for t in linear dynamic yarn longrope; do
+  sed "s/\"rope_theta\": 10000.0,/\"rope_theta\": 10000.0, \"rope_scaling\": {\"rope_type\": \"$t\", \"factor\": 4.0},/" "$tiny" >m_$t.json
+  expect 2 "m_$t.json: 'rope_scaling.rope_type': rope_scaling of type '$t' is not supported.*llama3" -- run --model ./m_$t.json --context 256 --chunk 256 --page 64 --quiet
+done
+mkdir -p hfyarn && sed 's/"tie_word_embeddings":true/"tie_word_embeddings":true,"rope_scaling":{"type":"dynamic","factor":2.0}/' hfdir/config.json >hfyarn/config.json
+expect 2 "hfyarn/config.json: 'rope_scaling.rope_type': rope_scaling of type 'dynamic'" -- simulate --model ./hfyarn --context 4K
+
 # --- oomb-gui: argument errors are exit 2 with a readable message (before any window opens).
 if [ -n "$gui" ] && [ -x "$gui" ]; then
   gexpect() {

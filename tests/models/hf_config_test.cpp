@@ -228,7 +228,10 @@ TEST_F(HfConfig, UnsupportedArchitecturesAreRefusedByName) {
   expect_refused(folder("qwin", qwin), "use_sliding_window", {"sliding-window"});
   Json yarn = Json::parse(kQwen3_8b);
   yarn["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
-  expect_refused(folder("yarn", yarn), "rope_scaling", {"yarn"});
+  expect_refused(folder("yarn", yarn), "rope_scaling.rope_type", {"yarn", "llama3"});
+  Json linear = Json::parse(kLlama31_8b);
+  linear["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};
+  expect_refused(folder("linear", linear), "rope_scaling.rope_type", {"linear", "llama3"});
   Json act = Json::parse(kLlama31_8b);
   act["hidden_act"] = "gelu";
   expect_refused(folder("gelu", act), "hidden_act", {"gelu"});
