@@ -423,6 +423,26 @@ done
 mkdir -p hfyarn && sed 's/"tie_word_embeddings":true/"tie_word_embeddings":true,"rope_scaling":{"type":"dynamic","factor":2.0}/' hfdir/config.json >hfyarn/config.json
 expect 2 "hfyarn/config.json: 'rope_scaling.rope_type': rope_scaling of type 'dynamic'" -- simulate --model ./hfyarn --context 4K
 
+# Run logs (calibrate --points): read as written or refused naming the line and the column.
+printf 'model,context,chunk,page,step_s,step_s\ntiny,4096,1024,64,0.5,0.6\n' >dup.csv
+expect 2 "dup.csv line 1: 'step_s': is a column twice in the header \(columns 5 and 6\)" --absent dup_out.json -- calibrate --points dup.csv --gpu h200 --out dup_out.json
+printf 'model,context,chunk,page,step_s\ntiny,"64"K,1024,64,0.5\n' >q64.csv
+expect 2 "q64.csv line 2: text after the closing quote of field 2" --absent q64_out.json -- calibrate --points q64.csv --gpu h200 --out q64_out.json
+printf 'model,context,chunk,page,step_s\ntiny,4096,1024,64,1e300\ntiny,8192,1024,64,1.1\n' >huge.csv
+expect 2 "huge.csv line 2: 'step_s': '1e300' is out of range" --absent huge_out.json -- calibrate --points huge.csv --gpu h200 --out huge_out.json
+# Equal step times for very different work: the fit cannot reproduce them, so there is no R^2 1.0
+# and no profile.
+printf 'model,context,chunk,page,step_s\ntiny,4096,1024,64,1.0\nqwen2.5-0.5b,8192,1024,64,1.0\nqwen2.5-7b,16384,4096,128,1.0\nqwen2.5-7b,65536,4096,128,1.0\n' >flat.csv
+expect 2 "the fit failed: R\^2 is undefined.*no profile written" --absent flat_out.json -- calibrate --points flat.csv --gpu h200 --hold attention --hold attention_backward --hold memory_bound --hold launch_overhead --out flat_out.json
+# A UTF-8 byte-order mark is not part of the first key.
+printf 'model,context,chunk,page,step_s\nqwen2.5-7b,16384,4096,128,2.1\nqwen2.5-7b,65536,4096,128,14.9\n' >nobom.csv
+{ printf '\xEF\xBB\xBF'; cat nobom.csv; } >bom.csv
+expect 0 "" -- calibrate --points bom.csv --gpu h200 --hold attention --hold attention_backward --hold memory_bound --hold launch_overhead --out bom_out.json
+# A plan named in a row: its error names the row's line.
+printf '{"schema": "oomb.plan/1"}' >p_cut.json
+printf 'plan,step_s\np_cut.json,0.5\n' >planrow.csv
+expect 2 "planrow.csv line 2: 'plan': p_cut.json: 'model_id': missing" --absent planrow_out.json -- calibrate --points planrow.csv --gpu h200 --out planrow_out.json
+
 # --- oomb-gui: argument errors are exit 2 with a readable message (before any window opens).
 if [ -n "$gui" ] && [ -x "$gui" ]; then
   gexpect() {
