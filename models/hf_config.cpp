@@ -119,8 +119,16 @@ ModelSpec model_from_hf_config(const Json& j, const std::string& where, const st
   m.rope_theta = r.has("rope_theta") ? r.f64_positive("rope_theta") : 10000.0;
   m.norm_eps = r.has("rms_norm_eps") ? r.f64_positive("rms_norm_eps") : 1e-6;
   m.max_position = r.i64_positive("max_position_embeddings");
-  // Qwen2 always has q/k/v biases (no key); Llama and Qwen3 say so in attention_bias; Mistral has none.
-  m.qkv_bias = family == "qwen2" ? true : family == "mistral" ? false : r.boolean_or("attention_bias", false);
+  // Qwen2 always has q/k/v biases and none on o_proj (no key); Mistral has none. Llama and Qwen3's
+  // attention_bias gives q/k/v *and* o_proj biases (transformers' LlamaAttention / Qwen3Attention):
+  // oomb models q/k/v biases only, so such a config is refused here rather than its checkpoint
+  // later as an "extra tensor" (or, without weights, planned a model it is not).
+  if ((family == "llama" || family == "qwen3") && r.boolean_or("attention_bias", false))
+    r.fail("attention_bias",
+           "true gives q_proj, k_proj, v_proj and o_proj biases; an o_proj bias is not supported (oomb models "
+           "q/k/v biases only, as in Qwen2)",
+           "attention_bias false (as every published Llama 3 and Qwen3 model)");
+  m.qkv_bias = family == "qwen2";
   m.qk_norm = family == "qwen3";
   if (r.has("rope_scaling")) {
     // Validated (and any type but llama3 / default refused by name) as in oomb.model/1 files.
@@ -147,7 +155,10 @@ ModelSpec model_from_hf_config(const Json& j, const std::string& where, const st
   for (const auto& id : catalog_ids("llm")) {
     const std::string* text = catalog_text("llm", id);
     const ModelSpec c = model_from_json(parse_json(*text, id), "catalog llm/" + id + ".json");
-    if (shape_of(c) == shape_of(checked)) {
+    // The same model: family, shapes and RoPE and norm constants (a Llama config with tiny's
+    // shapes is not tiny, which is Qwen2-shaped).
+    if (c.family == checked.family && shape_of(c) == shape_of(checked) && c.rope_theta == checked.rope_theta &&
+        c.norm_eps == checked.norm_eps && c.rope_scaling == checked.rope_scaling) {
       checked.id = id;
       detail += " (the shapes of catalog model " + id + ")";
       break;

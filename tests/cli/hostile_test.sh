@@ -443,6 +443,14 @@ printf '{"schema": "oomb.plan/1"}' >p_cut.json
 printf 'plan,step_s\np_cut.json,0.5\n' >planrow.csv
 expect 2 "planrow.csv line 2: 'plan': p_cut.json: 'model_id': missing" --absent planrow_out.json -- calibrate --points planrow.csv --gpu h200 --out planrow_out.json
 
+# Llama attention_bias true gives q/k/v and o_proj biases: refused by name at load, not later as
+# an "extra tensor"; and a config is a catalog entry only with its family.
+mkdir -p hfbias && printf '{"architectures":["LlamaForCausalLM"],"model_type":"llama","hidden_size":64,"intermediate_size":128,"num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"head_dim":16,"vocab_size":256,"max_position_embeddings":16777216,"rms_norm_eps":1e-6,"rope_theta":10000,"tie_word_embeddings":false,"attention_bias":true}' >hfbias/config.json
+expect 2 "hfbias/config.json: 'attention_bias': true gives q_proj, k_proj, v_proj and o_proj biases" -- models --import hfbias
+mkdir -p hfllama && sed 's/,"attention_bias":true//' hfbias/config.json >hfllama/config.json
+expect 0 "" -- models --import hfllama
+"$oomb" models --import hfllama 2>&1 | grep -q '"id": "tiny"' && bad "a Llama config with tiny's shapes is labelled tiny" || ok
+
 # --- oomb-gui: argument errors are exit 2 with a readable message (before any window opens).
 if [ -n "$gui" ] && [ -x "$gui" ]; then
   gexpect() {
