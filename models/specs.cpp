@@ -282,10 +282,16 @@ T load(const std::string& kind, const std::string& flag, const std::string& id_o
 }  // namespace
 
 ModelSpec load_model(const std::string& s) {
-  // A folder with a config.json, or a config.json in the Hugging Face form; anything else (an
-  // oomb.model/1 file, a catalog id) goes the usual way.
+  // The rule: a catalog id (as typed: "tiny", "Qwen2.5-7B") wins unless the argument looks like a
+  // path (a '/' or a ".json" ending), so a folder ./tiny in the current directory never silently
+  // replaces --model tiny (write ./tiny for it). A bare name that is no catalog id may still be a
+  // model folder. A folder with a config.json, or a config.json in the Hugging Face form; anything
+  // else (an oomb.model/1 file, a catalog id) goes the usual way.
   std::error_code ec;
-  if (!s.empty() && (looks_like_path(s) || std::filesystem::exists(std::filesystem::path(s) / "config.json", ec)))
+  const bool path = looks_like_path(s);
+  const std::string id = path || s.empty() ? std::string() : resolve_catalog_id("llm", s);
+  const bool catalog = !id.empty() && catalog_text("llm", id) != nullptr;
+  if (!s.empty() && !catalog && (path || std::filesystem::exists(std::filesystem::path(s) / "config.json", ec)))
     if (auto hf = load_hf_model(s)) return *hf;
   return load<ModelSpec>("llm", "--model", s, model_from_json);
 }

@@ -451,6 +451,16 @@ mkdir -p hfllama && sed 's/,"attention_bias":true//' hfbias/config.json >hfllama
 expect 0 "" -- models --import hfllama
 "$oomb" models --import hfllama 2>&1 | grep -q '"id": "tiny"' && bad "a Llama config with tiny's shapes is labelled tiny" || ok
 
+# A folder in the current directory named like a catalog id does not replace the catalog entry:
+# an argument is a path only with a '/' or a .json ending (--help says so).
+mkdir -p cwd/tiny && sed 's/"num_hidden_layers":2/"num_hidden_layers":6/' hfllama/config.json >cwd/tiny/config.json
+s_cat=$("$oomb" simulate --model tiny --context 4K 2>&1)
+s_cwd=$(cd cwd && "$oomb" simulate --model tiny --context 4K 2>&1)
+s_dir=$(cd cwd && "$oomb" simulate --model ./tiny --context 4K 2>&1)
+[ "$s_cat" = "$s_cwd" ] && ok || bad "./tiny/config.json replaced --model tiny"
+[ "$s_dir" != "$s_cat" ] && ok || bad "--model ./tiny did not load the folder: ${s_dir:0:300}"
+"$oomb" simulate --help 2>&1 | tr -s ' \n' ' ' | grep -q "A catalog id wins over a folder of that name" && ok || bad "--help does not state the catalog-id rule"
+
 # --- oomb-gui: argument errors are exit 2 with a readable message (before any window opens).
 if [ -n "$gui" ] && [ -x "$gui" ]; then
   gexpect() {
