@@ -461,6 +461,26 @@ s_dir=$(cd cwd && "$oomb" simulate --model ./tiny --context 4K 2>&1)
 [ "$s_dir" != "$s_cat" ] && ok || bad "--model ./tiny did not load the folder: ${s_dir:0:300}"
 "$oomb" simulate --help 2>&1 | tr -s ' \n' ' ' | grep -q "A catalog id wins over a folder of that name" && ok || bad "--help does not state the catalog-id rule"
 
+# Hand-edited plans are checked like every other input: each edit refused naming the key.
+plan_edit() {  # NAME SED-EXPR PATTERN
+  sed -E "$2" p.json >"$1"
+  cmp -s "$1" p.json && { bad "plan edit $1 changed nothing"; return; }
+  expect 2 "$3" -- run --plan "$1" --quiet
+  expect 2 "$3" -- validate --plan "$1" --trace run.json
+}
+plan_edit pe_fp7.json '0,/"dtype": *"[a-z0-9]+"/s//"dtype": "fp7"/' "pe_fp7.json: buffers\[0\]: 'dtype': 'fp7' differs from"
+plan_edit pe_big.json '0,/"bytes": *[0-9]+/s//"bytes": 4611686018427387904/' "pe_big.json: buffers\[0\]: 'bytes': '4611686018427387904' differs from"
+plan_edit pe_peak.json 's/"peak_device_bytes": *[0-9]+/"peak_device_bytes": 1/' "pe_peak.json: prediction: 'peak_device_bytes': 1 differs from [0-9]+, what the plan's configuration gives"
+plan_edit pe_head.json 's/"headroom": *[0-9.e-]+/"headroom": 0.999/' "pe_head.json: 'headroom': is out of range"
+plan_edit pe_obj.json 's/"objective": *"[a-z-]*"/"objective": "zzz"/' "pe_obj.json: 'objective': 'zzz' is not an objective"
+plan_edit pe_ckey.json 's/"chunk_tokens":/"zzz_knob": 1, "chunk_tokens":/' "pe_ckey.json: config: 'zzz_knob': unknown configuration key"
+plan_edit pe_key.json '0,/"headroom":/s//"extra": 1, "headroom":/' "pe_key.json: 'extra': unknown key"
+if command -v python3 >/dev/null; then
+  python3 -c 'import json,sys; p=json.load(open("p.json")); p["buffers"]=[]; json.dump(p, open("pe_empty.json","w"))'
+  expect 2 "pe_empty.json: 'buffers': has 0 rows, the plan's configuration has [0-9]+" -- run --plan pe_empty.json --quiet
+fi
+expect 0 "" -- validate --plan p.json --trace run.json
+
 # --- oomb-gui: argument errors are exit 2 with a readable message (before any window opens).
 if [ -n "$gui" ] && [ -x "$gui" ]; then
   gexpect() {
