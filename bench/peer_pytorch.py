@@ -15,6 +15,7 @@ libopenblas0-pthread installed, so that torch's BLAS is OpenBLAS and not the ref
 import argparse
 import json
 import os
+import math
 import sys
 import time
 
@@ -33,10 +34,26 @@ except ImportError:
     sys.exit(0)
 
 
-def rope(x, theta):  # x [n, heads, d]
+def inv_freqs(d, theta, scaling):
+    """Plain RoPE, or Hugging Face's llama3 scaling (models/rope.h); other scalings are refused."""
+    inv_freq = theta ** (-2.0 * torch.arange(d // 2, dtype=torch.float64) / d)
+    if not scaling or scaling.get("rope_type", scaling.get("type")) == "default":
+        return inv_freq
+    kind = scaling.get("rope_type", scaling.get("type"))
+    if kind != "llama3":
+        raise SystemExit("peer_pytorch: rope_scaling of type %r is not supported" % kind)
+    f, lo, hi = scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"]
+    orig = scaling["original_max_position_embeddings"]
+    wavelen = 2 * math.pi / inv_freq
+    s = (orig / wavelen - lo) / (hi - lo)
+    mid = (1 - s) * inv_freq / f + s * inv_freq
+    return torch.where(wavelen < orig / hi, inv_freq, torch.where(wavelen > orig / lo, inv_freq / f, mid))
+
+
+def rope(x, theta, scaling=None):  # x [n, heads, d]
     n, _, d = x.shape
     half = d // 2
-    inv_freq = theta ** (-2.0 * torch.arange(half, dtype=torch.float64) / d)
+    inv_freq = inv_freqs(d, theta, scaling)
     ang = torch.arange(n, dtype=torch.float64)[:, None] * inv_freq[None, :]
     c = torch.cos(ang).float()[:, None, :]
     s = torch.sin(ang).float()[:, None, :]
@@ -80,8 +97,8 @@ def step(m, layers, P, tokens):
         q = torch.nn.functional.linear(h, P[f"{l}.q"], P.get(f"{l}.qb"))
         k = torch.nn.functional.linear(h, P[f"{l}.k"], P.get(f"{l}.kb"))
         v = torch.nn.functional.linear(h, P[f"{l}.v"], P.get(f"{l}.vb"))
-        q = rope(q.view(n, hq, d), theta).transpose(0, 1)  # [hq, n, d]
-        k = rope(k.view(n, hk, d), theta).transpose(0, 1)
+        q = rope(q.view(n, hq, d), theta, m.get("rope_scaling")).transpose(0, 1)  # [hq, n, d]
+        k = rope(k.view(n, hk, d), theta, m.get("rope_scaling")).transpose(0, 1)
         v = v.view(n, hk, d).transpose(0, 1)
         k = k.repeat_interleave(hq // hk, dim=0)
         v = v.repeat_interleave(hq // hk, dim=0)

@@ -43,6 +43,24 @@ struct CalibrateArgs {
   bool json = false, quiet = false;
 };
 
+// A failed or degenerate fit (R^2 undefined: measurements that do not vary and a fit that does not
+// reproduce them; a non-finite parameter) writes no profile: `plan --gpu` would trust it.
+void check_fit(const simulator::FitResult& fit, const std::string& what) {
+  double worst = 0;
+  for (double e : fit.trace_error) worst = std::max(worst, std::fabs(e));
+  const bool finite = std::isfinite(fit.efficiency.gemm) && std::isfinite(fit.efficiency.attention) &&
+                      std::isfinite(fit.efficiency.attention_backward) && std::isfinite(fit.efficiency.memory_bound) &&
+                      std::isfinite(fit.launch_overhead_s);
+  if (std::isfinite(fit.r2) && finite) return;
+  throw Error("calibrate", what,
+              std::string("the fit failed: ") +
+                  (finite ? "R^2 is undefined (the measured times do not vary, and the fit does not reproduce them"
+                          : "a fitted parameter is not a finite number (") +
+                  (fit.trace_error.empty() ? std::string(")") : "; worst per-point error " + format_percent(worst) + ")") +
+                  "; no profile written",
+              "measure configurations whose step times differ (context, chunk, model), and check the measurements");
+}
+
 void write_or_print(const Json& profile, const std::string& out) {
   // The written profile must load: check it with the loader before writing.
   models::gpu_from_json(profile, out.empty() ? "calibrated profile" : out);
@@ -125,6 +143,7 @@ int run_fit_mode(const CalibrateArgs& a) {
                       (devices.empty() ? std::string("?") : devices.front()) + ": " + names;
   g.sources["efficiency"] = "oomb calibrate --traces (least squares over " + std::to_string(samples.size()) +
                             " compute events, R^2 " + std::to_string(fit.r2) + ")";
+  check_fit(fit, "--traces");
   Json j = g.to_json();
   j["calibration"] = fit.to_json();
   write_or_print(j, a.out);
@@ -218,6 +237,7 @@ int run_points_mode(const CalibrateArgs& a) {
   }
   const simulator::PointsFit pf = simulator::fit_points(points, base, a.hold);
   const simulator::FitResult& fit = pf.fit;
+  check_fit(fit, "--points");
   models::GpuSpec g = pf.profile;
   g.id = a.id.empty() ? base.id + "-calibrated" : a.id;
   std::string names;

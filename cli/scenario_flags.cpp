@@ -32,7 +32,8 @@ CLI::Validator unsigned_integer() {
 
 void ScenarioFlags::add_to(CLI::App& app, bool require_context) {
   app.add_option("--model", model, "Model: catalog id (see `oomb models`), a path to an oomb.model/1 JSON file, or a Hugging Face "
-                 "config.json or model folder")
+                 "config.json or model folder. A catalog id wins over a folder of that name: an argument is a path "
+                 "only when it has a '/' or ends in .json (./tiny is the folder, tiny the catalog entry)")
       ->capture_default_str();
   app.add_option("--gpu", gpu, "GPU: catalog id or path to an oomb.gpu/1 JSON file (e.g. a calibrated profile)")
       ->capture_default_str();

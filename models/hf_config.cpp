@@ -119,18 +119,21 @@ ModelSpec model_from_hf_config(const Json& j, const std::string& where, const st
   m.rope_theta = r.has("rope_theta") ? r.f64_positive("rope_theta") : 10000.0;
   m.norm_eps = r.has("rms_norm_eps") ? r.f64_positive("rms_norm_eps") : 1e-6;
   m.max_position = r.i64_positive("max_position_embeddings");
-  // Qwen2 always has q/k/v biases (no key); Llama and Qwen3 say so in attention_bias; Mistral has none.
-  m.qkv_bias = family == "qwen2" ? true : family == "mistral" ? false : r.boolean_or("attention_bias", false);
+  // Qwen2 always has q/k/v biases and none on o_proj (no key); Mistral has none. Llama and Qwen3's
+  // attention_bias gives q/k/v *and* o_proj biases (transformers' LlamaAttention / Qwen3Attention):
+  // oomb models q/k/v biases only, so such a config is refused here rather than its checkpoint
+  // later as an "extra tensor" (or, without weights, planned a model it is not).
+  if ((family == "llama" || family == "qwen3") && r.boolean_or("attention_bias", false))
+    r.fail("attention_bias",
+           "true gives q_proj, k_proj, v_proj and o_proj biases; an o_proj bias is not supported (oomb models "
+           "q/k/v biases only, as in Qwen2)",
+           "attention_bias false (as every published Llama 3 and Qwen3 model)");
+  m.qkv_bias = family == "qwen2";
   m.qk_norm = family == "qwen3";
   if (r.has("rope_scaling")) {
-    const Json& rs = r.object("rope_scaling");
-    const std::string type = rs.contains("rope_type") && rs["rope_type"].is_string() ? rs["rope_type"].get<std::string>()
-                             : rs.contains("type") && rs["type"].is_string()        ? rs["type"].get<std::string>()
-                                                                                     : "";
-    if (type != "llama3" && type != "default")
-      r.fail("rope_scaling", "rope_scaling of type '" + type + "' is not supported",
-             "null or {\"rope_type\": \"llama3\", ...} (Llama 3.1/3.2)");
-    if (type == "llama3") m.rope_scaling = rs;
+    // Validated (and any type but llama3 / default refused by name) as in oomb.model/1 files.
+    m.rope_scaling = r.object("rope_scaling");
+    if (!rope_of(m, where).llama3()) m.rope_scaling = Json();  // "default": plain RoPE
   }
 
   // The same validation as oomb.model/1 files, with this file's name in the message.
@@ -152,7 +155,10 @@ ModelSpec model_from_hf_config(const Json& j, const std::string& where, const st
   for (const auto& id : catalog_ids("llm")) {
     const std::string* text = catalog_text("llm", id);
     const ModelSpec c = model_from_json(parse_json(*text, id), "catalog llm/" + id + ".json");
-    if (shape_of(c) == shape_of(checked)) {
+    // The same model: family, shapes and RoPE and norm constants (a Llama config with tiny's
+    // shapes is not tiny, which is Qwen2-shaped).
+    if (c.family == checked.family && shape_of(c) == shape_of(checked) && c.rope_theta == checked.rope_theta &&
+        c.norm_eps == checked.norm_eps && c.rope_scaling == checked.rope_scaling) {
       checked.id = id;
       detail += " (the shapes of catalog model " + id + ")";
       break;

@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "core/format.h"
 #include "core/units.h"
 #include "models/catalog.h"
 #include "models/hf_config.h"
@@ -52,6 +53,54 @@ Json ModelSpec::to_json() const {
   return j;
 }
 
+Rope rope_of(const ModelSpec& m, const std::string& where) {
+  Rope rope(m.rope_theta);
+  if (m.rope_scaling.is_null()) return rope;
+  const std::string key = "rope_scaling";
+  if (!m.rope_scaling.is_object())
+    throw Error(where, key, "expected an object or null, got " + json_excerpt(m.rope_scaling),
+                "null or {\"rope_type\": \"llama3\", \"factor\", \"low_freq_factor\", \"high_freq_factor\", "
+                "\"original_max_position_embeddings\"}");
+  const Json& rs = m.rope_scaling;
+  const std::string supported = "null, \"default\" or \"llama3\" (Llama 3.1/3.2; with factor, low_freq_factor, "
+                                "high_freq_factor and original_max_position_embeddings)";
+  // Hugging Face's key is rope_type; older configs say type (transformers reads either).
+  std::string type;
+  for (const char* k : {"rope_type", "type"}) {
+    if (!rs.contains(k) || rs[k].is_null()) continue;
+    if (!rs[k].is_string())
+      throw Error(where, key + "." + k, "expected a string, got " + json_excerpt(rs[k]), supported);
+    const std::string t = rs[k].get<std::string>();
+    if (!type.empty() && t != type)
+      throw Error(where, key, "rope_type '" + type + "' and type '" + t + "' disagree", supported);
+    type = t;
+  }
+  if (type.empty()) throw Error(where, key + ".rope_type", "missing: the scaling's type is not given", supported);
+  if (type == "default") return rope;  // transformers' name for plain RoPE
+  if (type != "llama3")
+    throw Error(where, key + ".rope_type",
+                "rope_scaling of type '" + type + "' is not supported (the executor would compute plain RoPE)",
+                supported);
+  for (auto it = rs.begin(); it != rs.end(); ++it) {
+    const std::string& k = it.key();
+    if (k != "rope_type" && k != "type" && k != "factor" && k != "low_freq_factor" && k != "high_freq_factor" &&
+        k != "original_max_position_embeddings")
+      throw Error(where, key + "." + k, "unknown key of a llama3 rope_scaling",
+                  "rope_type, factor, low_freq_factor, high_freq_factor, original_max_position_embeddings");
+  }
+  JsonReader r(rs, where + " rope_scaling");
+  rope.factor = r.f64_in("factor", 1.0, 1e6);
+  rope.low_freq_factor = r.f64_in("low_freq_factor", 1e-6, 1e6);
+  rope.high_freq_factor = r.f64_in("high_freq_factor", 1e-6, 1e6);
+  if (!(rope.high_freq_factor > rope.low_freq_factor))
+    r.fail("high_freq_factor",
+           "must be greater than low_freq_factor (" + format_count(rope.low_freq_factor) + ")",
+           "Llama 3.1 uses low_freq_factor 1, high_freq_factor 4");
+  rope.original_max_position =
+      static_cast<double>(r.i64_in("original_max_position_embeddings", 1, int64_t{1} << 40));
+  return rope;
+}
+
 namespace {
 constexpr int64_t kMaxLayers = 4096, kMaxWidth = int64_t{1} << 18, kMaxHeads = 4096, kMaxHeadDim = 4096;
 constexpr int64_t kMaxFfn = int64_t{1} << 21, kMaxVocab = int64_t{1} << 24;
@@ -79,7 +128,10 @@ ModelSpec model_from_json(const Json& j, const std::string& where) {
   m.rope_theta = r.f64_in("rope_theta", 1.0, 1e12);
   m.norm_eps = r.f64_in("norm_eps", 1e-12, 1.0);
   m.max_position = r.i64_in("max_position", 1, int64_t{1} << 40);
-  if (r.has("rope_scaling")) m.rope_scaling = r.object("rope_scaling");
+  if (r.has("rope_scaling")) {
+    m.rope_scaling = r.object("rope_scaling");
+    (void)rope_of(m, where);
+  }
   if (m.q_heads % m.kv_heads != 0)
     r.fail("kv_heads", "kv_heads (" + std::to_string(m.kv_heads) + ") does not divide q_heads (" +
                            std::to_string(m.q_heads) + ")",
@@ -230,10 +282,16 @@ T load(const std::string& kind, const std::string& flag, const std::string& id_o
 }  // namespace
 
 ModelSpec load_model(const std::string& s) {
-  // A folder with a config.json, or a config.json in the Hugging Face form; anything else (an
-  // oomb.model/1 file, a catalog id) goes the usual way.
+  // The rule: a catalog id (as typed: "tiny", "Qwen2.5-7B") wins unless the argument looks like a
+  // path (a '/' or a ".json" ending), so a folder ./tiny in the current directory never silently
+  // replaces --model tiny (write ./tiny for it). A bare name that is no catalog id may still be a
+  // model folder. A folder with a config.json, or a config.json in the Hugging Face form; anything
+  // else (an oomb.model/1 file, a catalog id) goes the usual way.
   std::error_code ec;
-  if (!s.empty() && (looks_like_path(s) || std::filesystem::exists(std::filesystem::path(s) / "config.json", ec)))
+  const bool path = looks_like_path(s);
+  const std::string id = path || s.empty() ? std::string() : resolve_catalog_id("llm", s);
+  const bool catalog = !id.empty() && catalog_text("llm", id) != nullptr;
+  if (!s.empty() && !catalog && (path || std::filesystem::exists(std::filesystem::path(s) / "config.json", ec)))
     if (auto hf = load_hf_model(s)) return *hf;
   return load<ModelSpec>("llm", "--model", s, model_from_json);
 }

@@ -11,6 +11,7 @@
 
 #include "core/json_util.h"
 #include "core/units.h"
+#include "models/rope.h"
 
 namespace oomb::models {
 
@@ -99,6 +100,12 @@ struct HostSpec {
   double nvme_bytes_per_s = 0;
   Json to_json() const;
 };
+
+// The model's RoPE: rope_theta and, for rope_scaling {"rope_type": "llama3", ...}, its four
+// parameters. Any other rope_scaling (linear, dynamic, yarn, longrope, ...) throws Error naming the
+// key, the type and what is supported: a scaling is implemented or refused, never ignored.
+// model_from_json checks this, so a loaded spec always has a valid one.
+Rope rope_of(const ModelSpec& m, const std::string& where = "model");
 
 // Parse from JSON (where = file path or "catalog:<id>" for messages).
 ModelSpec model_from_json(const Json& j, const std::string& where);

@@ -1,5 +1,8 @@
 #include "planner/plan.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "core/error.h"
 #include "planner/executable.h"
 
@@ -58,6 +61,72 @@ void check_prediction(const Json& j, const std::string& where) {
   r.i64("device_pool_pages");
   r.boolean("feasible");
   r.str("binding_constraint");
+}
+
+// Keys a document may have: anything else is a typo or an edit the reader would silently ignore.
+void check_keys(const Json& j, const std::vector<const char*>& known, const std::string& where) {
+  if (!j.is_object()) return;
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    bool ok = false;
+    for (const char* k : known) ok = ok || it.key() == k;
+    if (!ok) {
+      std::string list;
+      for (const char* k : known) list += (list.empty() ? "" : ", ") + std::string(k);
+      throw Error(where, it.key(), "unknown key", "one of " + list);
+    }
+  }
+}
+
+std::string number_text(const Json& v) { return v.dump(); }
+
+// The plan's recorded prediction, allocation and buffer table against what its own configuration
+// gives when simulated again: an edited plan (a peak set to 1, a buffer of 2^62 bytes, an fp7
+// dtype, an emptied table) would make `run` and `validate` judge against numbers nothing produced.
+void check_against_configuration(const Plan& p, const Json& j, const std::string& where) {
+  const Plan fresh = make_plan(p.scenario(), simulator::evaluate(p.scenario()), p.objective, p.headroom);
+  const std::string hint = "the plan was edited or is stale; re-run `oomb plan --out`";
+  const Json want = fresh.prediction;
+  for (const char* k : {"peak_device_bytes", "peak_host_bytes", "h2d_bytes", "d2h_bytes", "device_pool_pages"}) {
+    if (p.prediction.at(k) != want.at(k))
+      throw Error(where + ": prediction", k,
+                  number_text(p.prediction.at(k)) + " differs from " + number_text(want.at(k)) +
+                      ", what the plan's configuration gives when simulated again",
+                  hint);
+  }
+  for (const char* k : {"step_s"}) {
+    const double a = p.prediction.at(k).get<double>(), b = want.at(k).get<double>();
+    if (!(std::fabs(a - b) <= 1e-9 * std::max(std::fabs(b), 1e-12)))
+      throw Error(where + ": prediction", k,
+                  number_text(p.prediction.at(k)) + " differs from " + number_text(want.at(k)) +
+                      ", what the plan's configuration gives when simulated again",
+                  hint);
+  }
+  const Json have_alloc = p.allocation.to_json(), want_alloc = fresh.allocation.to_json();
+  for (auto it = want_alloc.begin(); it != want_alloc.end(); ++it)
+    if (have_alloc.at(it.key()) != it.value())
+      throw Error(where + ": allocation", it.key(),
+                  number_text(have_alloc.at(it.key())) + " differs from " + number_text(it.value()) +
+                      ", what the plan's configuration gives",
+                  hint);
+  if (!j.contains("buffers")) return;  // plans written before the buffer table have none
+  if (p.buffers.size() != fresh.buffers.size())
+    throw Error(where, "buffers",
+                "has " + std::to_string(p.buffers.size()) + " rows, the plan's configuration has " +
+                    std::to_string(fresh.buffers.size()),
+                hint);
+  for (size_t i = 0; i < p.buffers.size(); ++i) {
+    const step::BufferRow &a = p.buffers[i], &b = fresh.buffers[i];
+    const std::string at = where + ": buffers[" + std::to_string(i) + "]";
+    auto differ = [&](const char* key, const std::string& have, const std::string& w) {
+      throw Error(at, key, "'" + have + "' differs from '" + w + "', what the plan's configuration gives", hint);
+    };
+    if (a.name != b.name) differ("name", a.name, b.name);
+    if (a.tier != b.tier) differ("tier", step::to_json(a).value("tier", ""), step::to_json(b).value("tier", ""));
+    if (a.category != b.category) differ("category", a.category, b.category);
+    if (a.dtype != b.dtype) differ("dtype", a.dtype, b.dtype);
+    if (a.bytes != b.bytes) differ("bytes", std::to_string(a.bytes), std::to_string(b.bytes));
+    if (a.phases != b.phases) differ("phases", step::to_json(a)["phases"].dump(), step::to_json(b)["phases"].dump());
+  }
 }
 
 }  // namespace
@@ -148,14 +217,28 @@ Plan make_plan(const simulator::Scenario& s, const simulator::Summary& predictio
 Plan plan_from_json(const Json& j, const std::string& where) {
   JsonReader r(j, where);
   r.expect_schema(kPlanSchema);
+  check_keys(j,
+             {"schema", "model_id", "gpu_id", "host_id", "context_tokens", "objective", "headroom", "config",
+              "executable", "executable_reason", "allocation", "prediction", "buffers", "notes", "model_spec",
+              "gpu_spec", "host_spec"},
+             where);
   Plan p;
   p.model_id = r.str("model_id");
   p.gpu_id = r.str("gpu_id");
   p.host_id = r.str("host_id");
   p.context_tokens = r.i64_positive("context_tokens");
   p.objective = r.str("objective");
+  if (p.objective != "time" && p.objective != "memory" && p.objective != "context" && p.objective != "what-if")
+    r.fail("objective", "'" + p.objective + "' is not an objective",
+           "time, memory or context (`oomb plan --objective`), or what-if (oomb-gui)");
   p.headroom = r.f64("headroom");
+  // As `oomb plan --headroom` takes it.
+  if (!(p.headroom < 0.9)) r.fail("headroom", "is out of range", "a share of HBM capacity in [0, 0.9), e.g. 0.05");
   p.config = simulator::config_from_json(r.object("config"), where + ": config");
+  check_keys(r.object("allocation"), {"kv_pool_pages", "grad_pool_pages", "kv_page_bytes", "grad_page_bytes",
+                                      "device_pool_bytes", "workspace_bytes", "runtime_reserve_bytes", "host_kv_pages",
+                                      "host_grad_pages", "host_pool_bytes", "host_other_bytes"},
+             where + ": allocation");
   p.allocation = allocation_from_json(r.object("allocation"), where + ": allocation");
   p.prediction = r.object("prediction");
   check_prediction(p.prediction, where + ": prediction");
@@ -183,8 +266,8 @@ Plan plan_from_json(const Json& j, const std::string& where) {
   if (p.model.id != p.model_id) r.fail("model_id", "'" + p.model_id + "' differs from model_spec.id '" + p.model.id + "'");
   if (p.gpu.id != p.gpu_id) r.fail("gpu_id", "'" + p.gpu_id + "' differs from gpu_spec.id '" + p.gpu.id + "'");
   if (p.host.id != p.host_id) r.fail("host_id", "'" + p.host_id + "' differs from host_spec.id '" + p.host.id + "'");
-  if (p.headroom >= 1.0) r.fail("headroom", "must be below 1", "a share of HBM capacity, e.g. 0.05");
   simulator::validate_document(p.config, p.model, where + ": config");
+  check_against_configuration(p, j, where);
   return p;
 }
 

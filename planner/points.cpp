@@ -51,6 +51,20 @@ double number_of(const std::string& text, const std::string& where, const std::s
   return v;
 }
 
+// What was measured, within physical bounds (a step of 1e300 s or 1e30 tokens/s is a typo, and
+// would only drive the fit to a meaningless profile): the column, the line and the range.
+double measured_of(const std::string& text, const std::string& where, const std::string& key, double lo, double hi,
+                   const std::string& unit) {
+  const double v = number_of(text, where, key);
+  if (!(v >= lo && v <= hi))
+    throw Error(where, key, "'" + text + "' is out of range",
+                "from " + format_count(lo) + " to " + format_count(hi) + " " + unit);
+  return v;
+}
+constexpr double kMinStepS = 1e-6, kMaxStepS = 1e7;          // 1 us .. 116 days
+constexpr double kMinTokensPerS = 1e-3, kMaxTokensPerS = 1e12;
+constexpr double kMaxPeakBytes = 1125899906842624.0;          // 2^50 bytes (1 PiB)
+
 int64_t integer_of(const std::string& text, const std::string& where, const std::string& key) {
   const double v = number_of(text, where, key);
   if (v != std::floor(v) || v > 9.2e18) throw Error(where, key, "'" + text + "' is not an integer");
@@ -80,7 +94,13 @@ simulator::MeasuredPoint point_of(std::map<std::string, std::string> f, const st
       if (f.count(k)) throw Error(where, k, "is fixed by the point's plan", "give either plan or the knobs");
     const std::filesystem::path given(f["plan"]);
     const std::filesystem::path plan = given.is_absolute() ? given : dir / given;
-    const Plan pl = load_plan(plan.string());
+    Plan pl;
+    try {
+      pl = load_plan(plan.string());
+    } catch (const Error& e) {
+      // The plan's own message (its path and key), and which row named it.
+      throw Error(where, "plan", e.what(), "the plan named in this row");
+    }
     if (!same_device(pl.gpu, base))
       throw Error(where, "plan", "the plan is for GPU '" + pl.gpu_id + "', the fitted profile is '" + base.id + "'",
                   "fit points measured on the --gpu device");
@@ -145,12 +165,10 @@ simulator::MeasuredPoint point_of(std::map<std::string, std::string> f, const st
   p.scenario.gpu = base;
   const double tokens = static_cast<double>(p.scenario.config.context_tokens);
   if (f.count("tokens_per_s")) {
-    p.tokens_per_s = number_of(f["tokens_per_s"], where, "tokens_per_s");
-    if (!(*p.tokens_per_s > 0)) throw Error(where, "tokens_per_s", "must be positive");
+    p.tokens_per_s = measured_of(f["tokens_per_s"], where, "tokens_per_s", kMinTokensPerS, kMaxTokensPerS, "tokens/s");
   }
   if (f.count("step_s")) {
-    p.step_s = number_of(f["step_s"], where, "step_s");
-    if (!(p.step_s > 0)) throw Error(where, "step_s", "must be positive");
+    p.step_s = measured_of(f["step_s"], where, "step_s", kMinStepS, kMaxStepS, "seconds");
     // Both given: they must describe the same step (a sequence of context tokens per step).
     if (p.tokens_per_s && std::fabs(tokens / p.step_s - *p.tokens_per_s) > 0.02 * *p.tokens_per_s)
       throw Error(where, "tokens_per_s",
@@ -159,10 +177,17 @@ simulator::MeasuredPoint point_of(std::map<std::string, std::string> f, const st
                   "give one of them, or check the context");
   } else if (p.tokens_per_s) {
     p.step_s = tokens / *p.tokens_per_s;
+    if (!(p.step_s >= kMinStepS && p.step_s <= kMaxStepS))
+      throw Error(where, "tokens_per_s",
+                  "gives a step of " + format_duration_s(p.step_s) + " for " + format_count(tokens) + " tokens",
+                  "a step from " + format_count(kMinStepS) + " to " + format_count(kMaxStepS) + " seconds");
   } else {
     throw Error(where, "step_s", "missing: a point needs what was measured", "step_s (or tokens_per_s)");
   }
-  if (f.count("peak_device_bytes")) p.peak_device_bytes = integer_of(f["peak_device_bytes"], where, "peak_device_bytes");
+  if (f.count("peak_device_bytes")) {
+    (void)measured_of(f["peak_device_bytes"], where, "peak_device_bytes", 0, kMaxPeakBytes, "bytes");
+    p.peak_device_bytes = integer_of(f["peak_device_bytes"], where, "peak_device_bytes");
+  }
   return p;
 }
 
@@ -191,6 +216,11 @@ std::vector<std::string> csv_fields(const std::string& line, const std::string& 
       was_quoted = false;
     } else if (!was_quoted) {
       cur += c;
+    } else if (c != ' ' && c != '\t' && c != '\r') {
+      // "64"K: the K would be dropped and the field read as 64.
+      throw Error(where, "", "text after the closing quote of field " + std::to_string(out.size() + 1) + ": '" +
+                                 line.substr(i) + "'",
+                  "quote the whole field (\"64K\") or none of it");
     }
   }
   if (quoted) throw Error(where, "", "unterminated quoted field");
@@ -209,7 +239,9 @@ std::vector<simulator::MeasuredPoint> read_points(const std::string& path, const
                                                   const models::GpuSpec& base) {
   const std::filesystem::path dir = std::filesystem::path(path).parent_path();
   std::vector<simulator::MeasuredPoint> out;
-  const std::string text = read_text_file(path);
+  std::string text = read_text_file(path);
+  // A UTF-8 byte-order mark (spreadsheets write one) is not part of the first key.
+  if (text.compare(0, 3, "\xEF\xBB\xBF") == 0) text.erase(0, 3);
   const bool json = path.size() >= 5 && path.substr(path.size() - 5) == ".json";
   if (json) {
     const Json j = parse_json(text, path);
@@ -223,7 +255,9 @@ std::vector<simulator::MeasuredPoint> read_points(const std::string& path, const
       std::map<std::string, std::string> f;
       for (auto it = pts[i].begin(); it != pts[i].end(); ++it) {
         const Json& v = it.value();
-        f[key_of(it.key())] = v.is_string() ? v.get<std::string>() : v.is_null() ? std::string() : v.dump();
+        const std::string k = key_of(it.key());
+        if (f.count(k)) throw Error(where, it.key(), "is given twice (keys are read case- and '-'/'_'-insensitively)");
+        f[k] = v.is_string() ? v.get<std::string>() : v.is_null() ? std::string() : v.dump();
       }
       out.push_back(point_of(f, where, dir, gpu_arg, base));
     }
@@ -240,7 +274,16 @@ std::vector<simulator::MeasuredPoint> read_points(const std::string& path, const
     const std::string where = path + " line " + std::to_string(n);
     std::vector<std::string> fields = csv_fields(line, where);
     if (header.empty()) {
-      for (auto& h : fields) header.push_back(key_of(h));
+      for (size_t i = 0; i < fields.size(); ++i) {
+        const std::string k = key_of(fields[i]);
+        const auto seen = std::find(header.begin(), header.end(), k);
+        if (!k.empty() && seen != header.end())
+          throw Error(where, fields[i],
+                      "is a column twice in the header (columns " + std::to_string(seen - header.begin() + 1) +
+                          " and " + std::to_string(i + 1) + ")",
+                      "one column per key");
+        header.push_back(k);
+      }
       continue;
     }
     if (fields.size() != header.size())

@@ -73,6 +73,32 @@ Validation validate_numbers(const Scenario& s, const std::vector<std::pair<std::
   return v;
 }
 
+namespace {
+
+// The shortest of a trace's step phases (traces::kStepPhase): the fastest timed step.
+struct StepWindow {
+  bool found = false;
+  int64_t start_ns = 0, end_ns = 0;
+  int64_t count = 0;  // step phases in the trace
+};
+StepWindow fastest_step(const traces::Trace& t) {
+  StepWindow w;
+  for (const auto& e : t.events) {
+    if (e.kind != traces::EventKind::phase || e.name != traces::kStepPhase || e.end_ns <= e.start_ns) continue;
+    ++w.count;
+    if (!w.found || e.end_ns - e.start_ns < w.end_ns - w.start_ns) w.found = true, w.start_ns = e.start_ns, w.end_ns = e.end_ns;
+  }
+  return w;
+}
+// e's seconds inside w (all of them without a window).
+double seconds_within(const traces::Event& e, const StepWindow& w) {
+  if (!w.found) return static_cast<double>(e.duration_ns()) * 1e-9;
+  const int64_t b = std::max(e.start_ns, w.start_ns), f = std::min(e.end_ns, w.end_ns);
+  return f > b ? static_cast<double>(f - b) * 1e-9 : 0.0;
+}
+
+}  // namespace
+
 Validation validate_run(const ValidationRequest& req) {
   OOMB_ASSERT(req.trace, "validate_run needs a trace");
   const traces::Trace& trace = *req.trace;
@@ -275,12 +301,21 @@ Validation validate_run(const ValidationRequest& req) {
       time_comparable ? "information only: per timed step, copy time no compute covers" : time_note);
   terms.back().judged = false;
   // Per-phase time: compute time of each stage.
+  // Measured over the step that step_s is (the run's fastest timed step: the shortest of the
+  // trace's step phases), like with like: means over the steps against the fastest step would
+  // give stages that do not fit in the step they are part of.
+  const StepWindow fastest = fastest_step(trace);
   std::map<int, double> pred_stage, meas_stage;
   for (const auto& e : pred.trace.events)
     if (e.kind == traces::EventKind::compute && e.stage > 0) pred_stage[e.stage] += e.duration_ns() * 1e-9;
   for (const auto& e : trace.events)
-    if (e.kind == traces::EventKind::compute && e.stage > 0) meas_stage[e.stage] += e.duration_ns() * 1e-9;
-  const double steps = static_cast<double>(run.steps);
+    if (e.kind == traces::EventKind::compute && e.stage > 0) meas_stage[e.stage] += seconds_within(e, fastest);
+  // Without step phases (a one-step trace, an older file) the whole trace is spread over its steps.
+  const double steps = fastest.found ? 1.0 : static_cast<double>(run.steps);
+  if (time_comparable && fastest.found && fastest.count > 1)
+    notes.push_back("stage and pass times are the fastest timed step's (" +
+                    format_duration_s(static_cast<double>(fastest.end_ns - fastest.start_ns) * 1e-9) + " of " +
+                    std::to_string(fastest.count) + " traced steps), as step_s is");
   for (int stage : {1, 2}) {
     std::optional<double> val;
     if (time_comparable) val = meas_stage[stage] / steps;
@@ -298,7 +333,7 @@ Validation validate_run(const ValidationRequest& req) {
       if (e.kind == traces::EventKind::compute && e.stage > 0) pred_op[e.op] += e.duration_ns() * 1e-9;
     for (const auto& e : trace.events)
       if (e.kind == traces::EventKind::compute && (e.stage > 0 || e.op == "untagged"))
-        meas_op[e.op.empty() ? "untagged" : e.op] += e.duration_ns() * 1e-9 / steps;
+        meas_op[e.op.empty() ? "untagged" : e.op] += seconds_within(e, fastest) / steps;
   }
   for (const auto& [op, p] : pred_op) {
     std::optional<double> val;

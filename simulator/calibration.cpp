@@ -13,6 +13,17 @@
 namespace oomb::simulator {
 
 namespace {
+// R^2 = 1 - ss_res / ss_tot. Measurements that do not vary (ss_tot ~0: one point, or equal step
+// times) leave it undefined: 1 only when the fit reproduces them (rms relative residual at most
+// 1e-3 of sum_sq, the measurements' own sum of squares), NaN otherwise, never 1 over large residuals.
+double r_squared(double ss_res, double ss_tot, double sum_sq) {
+  // Equal measurements leave a rounding-sized ss_tot (the mean is rounded): not variation.
+  if (ss_tot > 1e-12 * sum_sq) return 1.0 - ss_res / ss_tot;
+  return ss_res <= 1e-6 * sum_sq ? 1.0 : std::nan("");
+}
+}  // namespace
+
+namespace {
 
 constexpr int kParams = 5;
 const char* const kParamNames[kParams] = {"gemm efficiency", "attention efficiency",
@@ -255,7 +266,7 @@ FitResult fit_efficiencies(const std::vector<CalibrationSample>& samples, const 
   const Eigen::VectorXd fit = d.X * sol.x;
   const double mean = d.y.mean();
   const double ss_res = (d.y - fit).squaredNorm(), ss_tot = (d.y.array() - mean).square().sum();
-  r.r2 = ss_tot > 0 ? 1.0 - ss_res / ss_tot : 1.0;
+  r.r2 = r_squared(ss_res, ss_tot, d.y.squaredNorm());
 
   std::map<std::string, OpResidual> by_op;
   std::vector<double> meas(static_cast<size_t>(trace_count), 0.0), pred(static_cast<size_t>(trace_count), 0.0);
@@ -408,13 +419,15 @@ PointsFit fit_points(const std::vector<MeasuredPoint>& points, const models::Gpu
     out.fit.trace_error.push_back((out.predicted[i].step_s - points[i].step_s) / points[i].step_s);
   // Each point's weighted row is 1 (its time over itself), so the weighted R^2 says nothing: the
   // step times' own R^2 instead.
-  double mean = 0, ss_res = 0, ss_tot = 0;
+  // From the very residuals reported per point (trace_error), so the two cannot disagree.
+  double mean = 0, ss_res = 0, ss_tot = 0, ss = 0;
   for (const auto& p : points) mean += p.step_s / static_cast<double>(points.size());
   for (size_t i = 0; i < points.size(); ++i) {
     ss_res += std::pow(out.predicted[i].step_s - points[i].step_s, 2);
     ss_tot += std::pow(points[i].step_s - mean, 2);
+    ss += points[i].step_s * points[i].step_s;
   }
-  out.fit.r2 = ss_tot > 0 ? 1.0 - ss_res / ss_tot : 1.0;
+  out.fit.r2 = r_squared(ss_res, ss_tot, ss);
   if (points.size() >= 2) {
     for (size_t i = 0; i < points.size(); ++i) {
       std::vector<MeasuredPoint> others;

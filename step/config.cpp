@@ -90,6 +90,18 @@ Json Config::to_json() const {
 
 Config config_from_json(const Json& j, const std::string& where) {
   JsonReader r(j, where);
+  // Every key is one a configuration has (a typo or an invented knob would be ignored).
+  if (j.is_object()) {
+    Config all;
+    all.implementation = Implementation::published;  // the only case writing page_copy_latency_s
+    const Json known = all.to_json();
+    for (auto it = j.begin(); it != j.end(); ++it)
+      if (!known.contains(it.key())) {
+        std::string list;
+        for (auto k = known.begin(); k != known.end(); ++k) list += (list.empty() ? "" : ", ") + k.key();
+        r.fail(it.key(), "unknown configuration key", "one of " + list);
+      }
+  }
   Config c;
   c.schedule = schedule_from_string(r.str("schedule"), where + ": schedule");
   c.attention = attention_from_string(r.str("attention"), where + ": attention");

@@ -432,13 +432,13 @@ void CpuBackend::lora_bwd(ConstTensor x, ConstTensor u, int64_t rows, int64_t in
     cpu::gemm(false, false, rows, in, rank, 1.0f, dui, rank, ai, in, 1.0f, dxo, in);
   }
 }
-void CpuBackend::rope_fwd(Tensor x, int64_t rows, int64_t heads, int64_t hd, int64_t pos0, double theta) {
+void CpuBackend::rope_fwd(Tensor x, int64_t rows, int64_t heads, int64_t hd, int64_t pos0, const models::Rope& rope) {
   Out xo(x, rows * heads * hd, true);
-  cpu::rope_fwd(xo, rows, heads, hd, pos0, theta);
+  cpu::rope_fwd(xo, rows, heads, hd, pos0, rope);
 }
-void CpuBackend::rope_bwd(Tensor dx, int64_t rows, int64_t heads, int64_t hd, int64_t pos0, double theta) {
+void CpuBackend::rope_bwd(Tensor dx, int64_t rows, int64_t heads, int64_t hd, int64_t pos0, const models::Rope& rope) {
   Out d(dx, rows * heads * hd, true);
-  cpu::rope_bwd(d, rows, heads, hd, pos0, theta);
+  cpu::rope_bwd(d, rows, heads, hd, pos0, rope);
 }
 void CpuBackend::swiglu_fwd(ConstTensor g, ConstTensor u, int64_t n, Tensor out) {
   extents::elementwise("swiglu_fwd", n, {g, u, out});

@@ -113,22 +113,24 @@ void linear_bwd(const float* x, int64_t rows, int64_t in, const float* w, int64_
 
 namespace {
 // cos/sin of one position for every frequency (angles in double, then rounded once).
-void rope_angles(int64_t pos, int64_t half, double theta, int64_t head_dim, float* c, float* s) {
+void rope_angles(int64_t pos, int64_t half, const double* inv_freq, float* c, float* s) {
   for (int64_t i = 0; i < half; ++i) {
-    const double inv_freq = std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(head_dim));
-    const double a = static_cast<double>(pos) * inv_freq;
+    const double a = static_cast<double>(pos) * inv_freq[i];
     c[i] = static_cast<float>(std::cos(a));
     s[i] = static_cast<float>(std::sin(a));
   }
 }
 
-void rope_apply(float* x, int64_t rows, int64_t heads, int64_t head_dim, int64_t pos0, double theta, float sign) {
+void rope_apply(float* x, int64_t rows, int64_t heads, int64_t head_dim, int64_t pos0, const models::Rope& rope,
+                float sign) {
   OOMB_ASSERT(head_dim % 2 == 0, "RoPE needs an even head_dim");
   const int64_t half = head_dim / 2;
+  std::vector<double> inv_freq(static_cast<size_t>(half));
+  for (int64_t i = 0; i < half; ++i) inv_freq[static_cast<size_t>(i)] = models::rope_inv_freq(rope, i, head_dim);
   parallel_pieces(rows, kRowGrain, rows * heads * head_dim * 4, [&](int64_t r0, int64_t r1) {
     std::vector<float> c(static_cast<size_t>(half)), s(static_cast<size_t>(half));
     for (int64_t t = r0; t < r1; ++t) {
-      rope_angles(pos0 + t, half, theta, head_dim, c.data(), s.data());
+      rope_angles(pos0 + t, half, inv_freq.data(), c.data(), s.data());
       for (int64_t h = 0; h < heads; ++h) {
         float* v = x + (t * heads + h) * head_dim;
         for (int64_t i = 0; i < half; ++i) {
@@ -142,13 +144,13 @@ void rope_apply(float* x, int64_t rows, int64_t heads, int64_t head_dim, int64_t
 }
 }  // namespace
 
-void rope_fwd(float* x, int64_t rows, int64_t heads, int64_t head_dim, int64_t pos0, double theta) {
-  rope_apply(x, rows, heads, head_dim, pos0, theta, 1.0f);
+void rope_fwd(float* x, int64_t rows, int64_t heads, int64_t head_dim, int64_t pos0, const models::Rope& rope) {
+  rope_apply(x, rows, heads, head_dim, pos0, rope, 1.0f);
 }
 
 // The rotation is orthogonal: its gradient is the inverse rotation (angle -> -angle).
-void rope_bwd(float* dx, int64_t rows, int64_t heads, int64_t head_dim, int64_t pos0, double theta) {
-  rope_apply(dx, rows, heads, head_dim, pos0, theta, -1.0f);
+void rope_bwd(float* dx, int64_t rows, int64_t heads, int64_t head_dim, int64_t pos0, const models::Rope& rope) {
+  rope_apply(dx, rows, heads, head_dim, pos0, rope, -1.0f);
 }
 
 // Elementwise: pieces of kElemGrain elements.

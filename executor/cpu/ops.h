@@ -22,10 +22,11 @@ void linear_fwd(const float* x, int64_t rows, int64_t in, const float* w, const 
 void linear_bwd(const float* x, int64_t rows, int64_t in, const float* w, int64_t out, const float* dy, float* dx,
                 bool accumulate_dx, float* dw_acc, float* db_acc);
 
-// Rotate-half RoPE (HF): inv_freq_i = theta^(-2i/d), angle = pos * inv_freq_i; for i < d/2:
+// Rotate-half RoPE (HF): inv_freq_i = models::rope_inv_freq (theta^(-2i/d), llama3-scaled when the
+// model says so), angle = pos * inv_freq_i; for i < d/2:
 // x'_i = x_i cos - x_{i+d/2} sin, x'_{i+d/2} = x_{i+d/2} cos + x_i sin. Backward is the inverse rotation.
-void rope_fwd(float* x, int64_t rows, int64_t heads, int64_t head_dim, int64_t pos0, double theta);
-void rope_bwd(float* dx, int64_t rows, int64_t heads, int64_t head_dim, int64_t pos0, double theta);
+void rope_fwd(float* x, int64_t rows, int64_t heads, int64_t head_dim, int64_t pos0, const models::Rope& rope);
+void rope_bwd(float* dx, int64_t rows, int64_t heads, int64_t head_dim, int64_t pos0, const models::Rope& rope);
 
 // out = silu(gate) * up.
 void swiglu_fwd(const float* gate, const float* up, int64_t n, float* out);

@@ -67,6 +67,7 @@ ReferenceResult full_sequence_reference(const models::ModelSpec& m, const Weight
   res.grads = zero_params(m);
   float* G = res.grads.data.data();
   const MaskedAttention causal = masks ? MaskedAttention{} : causal_mask(m, n);
+  const models::Rope rope = models::rope_of(m);
 
   std::vector<LayerActs> acts(static_cast<size_t>(m.layers));
   Vec x = zeros(n * H);
@@ -88,8 +89,8 @@ ReferenceResult full_sequence_reference(const models::ModelSpec& m, const Weight
       rmsnorm_fwd(A.q_pre.data(), P + o.q_norm, n * m.q_heads, m.head_dim, eps, A.q.data(), A.rstd_q.data());
       rmsnorm_fwd(A.k_pre.data(), P + o.k_norm, n * m.kv_heads, m.head_dim, eps, A.k.data(), A.rstd_k.data());
     }
-    rope_fwd(A.q.data(), n, m.q_heads, m.head_dim, 0, m.rope_theta);
-    rope_fwd(A.k.data(), n, m.kv_heads, m.head_dim, 0, m.rope_theta);
+    rope_fwd(A.q.data(), n, m.q_heads, m.head_dim, 0, rope);
+    rope_fwd(A.k.data(), n, m.kv_heads, m.head_dim, 0, rope);
     masked_attention_fwd(mask, A.q.data(), A.k.data(), A.v.data(), A.o.data(), A.probs);
     Vec a = zeros(n * H);
     linear_fwd(A.o.data(), n, qd, P + o.o, nullptr, H, a.data());
@@ -129,8 +130,8 @@ ReferenceResult full_sequence_reference(const models::ModelSpec& m, const Weight
     linear_bwd(A.o.data(), n, qd, P + o.o, H, dx2.data(), dout.data(), false, G + o.o, nullptr);
     masked_attention_bwd(mask, A.q.data(), A.k.data(), A.v.data(), A.probs, dout.data(), dq.data(), dk.data(),
                          dv.data());
-    rope_bwd(dq.data(), n, m.q_heads, m.head_dim, 0, m.rope_theta);
-    rope_bwd(dk.data(), n, m.kv_heads, m.head_dim, 0, m.rope_theta);
+    rope_bwd(dq.data(), n, m.q_heads, m.head_dim, 0, rope);
+    rope_bwd(dk.data(), n, m.kv_heads, m.head_dim, 0, rope);
     if (m.qk_norm) {
       Vec dq_pre = zeros(n * qd), dk_pre = zeros(n * kvd);
       rmsnorm_bwd(A.q_pre.data(), P + o.q_norm, A.rstd_q.data(), dq.data(), n * m.q_heads, m.head_dim, dq_pre.data(),

@@ -916,14 +916,16 @@ const char* to_string(CudaGemmPrecision p) {
   return "?";
 }
 
-void CudaBackend::rope_fwd(Tensor x, int64_t rows, int64_t heads, int64_t head_dim, int64_t pos0, double theta) {
+void CudaBackend::rope_fwd(Tensor x, int64_t rows, int64_t heads, int64_t head_dim, int64_t pos0,
+                           const models::Rope& rope) {
   OOMB_ASSERT(head_dim % 2 == 0, "RoPE needs an even head_dim");
-  launch_rope(x, rows, heads, head_dim, pos0, theta, 1.0f, impl_->compute);
+  launch_rope(x, rows, heads, head_dim, pos0, rope, 1.0f, impl_->compute);
 }
 
-void CudaBackend::rope_bwd(Tensor dx, int64_t rows, int64_t heads, int64_t head_dim, int64_t pos0, double theta) {
+void CudaBackend::rope_bwd(Tensor dx, int64_t rows, int64_t heads, int64_t head_dim, int64_t pos0,
+                           const models::Rope& rope) {
   OOMB_ASSERT(head_dim % 2 == 0, "RoPE needs an even head_dim");
-  launch_rope(dx, rows, heads, head_dim, pos0, theta, -1.0f, impl_->compute);
+  launch_rope(dx, rows, heads, head_dim, pos0, rope, -1.0f, impl_->compute);
 }
 
 void CudaBackend::swiglu_fwd(ConstTensor gate, ConstTensor up_, int64_t n, Tensor out) {

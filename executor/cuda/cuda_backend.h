@@ -136,8 +136,8 @@ class CudaBackend final : public Backend {
   void lora_bwd(ConstTensor x, ConstTensor u, int64_t rows, int64_t in, ConstTensor a, ConstTensor b, int64_t rank,
                 int64_t out, float scale, ConstTensor dy, Tensor du, Tensor dx_acc, Tensor da_acc,
                 Tensor db_acc) override;
-  void rope_fwd(Tensor x, int64_t rows, int64_t heads, int64_t head_dim, int64_t pos0, double theta) override;
-  void rope_bwd(Tensor dx, int64_t rows, int64_t heads, int64_t head_dim, int64_t pos0, double theta) override;
+  void rope_fwd(Tensor x, int64_t rows, int64_t heads, int64_t head_dim, int64_t pos0, const models::Rope& rope) override;
+  void rope_bwd(Tensor dx, int64_t rows, int64_t heads, int64_t head_dim, int64_t pos0, const models::Rope& rope) override;
   void swiglu_fwd(ConstTensor gate, ConstTensor up, int64_t n, Tensor out) override;
   void swiglu_bwd(ConstTensor gate, ConstTensor up, ConstTensor dout, int64_t n, Tensor dgate, Tensor dup) override;
   void add(Tensor y, ConstTensor x, int64_t n) override;

@@ -8,12 +8,12 @@ namespace {
 
 // One thread per (row, frequency): the angle is computed once and applied to every head.
 __global__ void rope_kernel(OutView x, int64_t rows, int64_t heads, int64_t head_dim, int64_t pos0,
-                            double theta, float sign) {
+                            models::Rope rope, float sign) {
   const int64_t half = head_dim / 2;
   for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < rows * half;
        e += int64_t{gridDim.x} * blockDim.x) {
     const int64_t t = e / half, i = e % half;
-    const double inv_freq = pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(head_dim));
+    const double inv_freq = models::rope_inv_freq(rope, i, head_dim);
     const double a = static_cast<double>(pos0 + t) * inv_freq;
     const float co = static_cast<float>(cos(a)), si = sign * static_cast<float>(sin(a));
     for (int64_t h = 0; h < heads; ++h) {
@@ -27,11 +27,11 @@ __global__ void rope_kernel(OutView x, int64_t rows, int64_t heads, int64_t head
 
 }  // namespace
 
-void launch_rope(Tensor x, int64_t rows, int64_t heads, int64_t head_dim, int64_t pos0, double theta, float sign,
+void launch_rope(Tensor x, int64_t rows, int64_t heads, int64_t head_dim, int64_t pos0, const models::Rope& rope, float sign,
                  cudaStream_t s) {
   const int64_t n = rows * (head_dim / 2);
   if (n <= 0 || heads <= 0) return;
-  rope_kernel<<<grid_for(n), kThreads, 0, s>>>(view(x), rows, heads, head_dim, pos0, theta, sign);
+  rope_kernel<<<grid_for(n), kThreads, 0, s>>>(view(x), rows, heads, head_dim, pos0, rope, sign);
   OOMB_CUDA_LAUNCH_CHECK("rope_kernel");
 }
 

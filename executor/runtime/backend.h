@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "models/rope.h"
 #include "step/phase.h"
 #include "step/target.h"
 
@@ -223,8 +224,8 @@ class Backend {
                         int64_t rank, int64_t out, float scale, ConstTensor dy, Tensor du, Tensor dx_acc,
                         Tensor da_acc, Tensor db_acc) = 0;
   // In place, rotate-half convention, absolute positions pos0 .. pos0 + rows - 1.
-  virtual void rope_fwd(Tensor x, int64_t rows, int64_t heads, int64_t head_dim, int64_t pos0, double theta) = 0;
-  virtual void rope_bwd(Tensor dx, int64_t rows, int64_t heads, int64_t head_dim, int64_t pos0, double theta) = 0;
+  virtual void rope_fwd(Tensor x, int64_t rows, int64_t heads, int64_t head_dim, int64_t pos0, const models::Rope& rope) = 0;
+  virtual void rope_bwd(Tensor dx, int64_t rows, int64_t heads, int64_t head_dim, int64_t pos0, const models::Rope& rope) = 0;
   virtual void swiglu_fwd(ConstTensor gate, ConstTensor up, int64_t n, Tensor out) = 0;
   virtual void swiglu_bwd(ConstTensor gate, ConstTensor up, ConstTensor dout, int64_t n, Tensor dgate,
                           Tensor dup) = 0;

@@ -154,6 +154,7 @@ Engine::Engine(Backend& backend, const models::ModelSpec& model, const simulator
                const Weights& weights, EngineOptions options)
     : backend_(backend),
       model_(effective_model(model, config)),
+      rope_(models::rope_of(model_)),
       config_(config),
       options_(std::move(options)),
       recorder_(options_.record_trace, options_.detail) {
@@ -613,8 +614,8 @@ void Engine::layer_forward(const Pass& pass, int64_t pass_index, PassPages& page
       backend_.rmsnorm_fwd(w.k_pre.t(), P.kn, T * model_.kv_heads, model_.head_dim, eps, w.k.t(), w.rstd_k.f32());
     });
   timed("rope", pass, 0, [&] {
-    backend_.rope_fwd(w.q.t(), T, model_.q_heads, model_.head_dim, pos0, model_.rope_theta);
-    backend_.rope_fwd(w.k.t(), T, model_.kv_heads, model_.head_dim, pos0, model_.rope_theta);
+    backend_.rope_fwd(w.q.t(), T, model_.q_heads, model_.head_dim, pos0, rope_);
+    backend_.rope_fwd(w.k.t(), T, model_.kv_heads, model_.head_dim, pos0, rope_);
   });
   if (pass.kind == PassKind::fill) {
     select(pass, pass_index);
@@ -700,8 +701,8 @@ void Engine::layer_backward(const Pass& pass, PassPages& pages, ConstTensor in, 
   timed("dkv_own", pass, 0,
         [&] { backend_.add_from_grad_pages(pages.own_dkv, T, kvd, g_.p, w.dk.t(), w.dv.t(), grad_page_dtype_); });
   timed("rope_bwd", pass, 0, [&] {
-    backend_.rope_bwd(w.dq.t(), T, model_.q_heads, model_.head_dim, pos0, model_.rope_theta);
-    backend_.rope_bwd(w.dk.t(), T, model_.kv_heads, model_.head_dim, pos0, model_.rope_theta);
+    backend_.rope_bwd(w.dq.t(), T, model_.q_heads, model_.head_dim, pos0, rope_);
+    backend_.rope_bwd(w.dk.t(), T, model_.kv_heads, model_.head_dim, pos0, rope_);
   });
   const bool qkn = model_.qk_norm;
   if (qkn)

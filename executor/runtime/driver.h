@@ -215,6 +215,7 @@ class Engine {
 
   Backend& backend_;
   models::ModelSpec model_;
+  models::Rope rope_;  // the model's RoPE frequencies (plain or llama3-scaled), models::rope_of
   simulator::Config config_;
   int64_t head_rows_ = 0;  // rows per LM-head / loss tile (config logits_chunk_tokens, or the chunk)
   EngineOptions options_;

@@ -408,6 +408,79 @@ else
   echo "note: no /dev/full: the full-disk checks are skipped"
 fi
 
+# --- Round 2, wrong answers made loud (issue 24).
+# Llama 3.1 rope_scaling (rope_type llama3) is computed, not ignored: tiny with and without it gives
+# different losses; any other scaling is refused by name (the key, the type, what is supported).
+sed 's/"rope_theta": 10000.0,/"rope_theta": 10000.0, "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 256},/' "$tiny" >m_l3.json
+loss_of() { timeout 120 "$oomb" run --model "$1" --context 512 --chunk 256 --page 64 --json 2>/dev/null | grep -oE '"loss": *[0-9.e+-]+' | head -1; }
+l_plain=$(loss_of tiny)
+l_l3=$(loss_of ./m_l3.json)
+[ -n "$l_plain" ] && [ -n "$l_l3" ] && [ "$l_plain" != "$l_l3" ] && ok || bad "llama3 rope_scaling ignored: loss '$l_plain' with, '$l_l3' without"
+for t in linear dynamic yarn longrope; do
+  sed "s/\"rope_theta\": 10000.0,/\"rope_theta\": 10000.0, \"rope_scaling\": {\"rope_type\": \"$t\", \"factor\": 4.0},/" "$tiny" >m_$t.json
+  expect 2 "m_$t.json: 'rope_scaling.rope_type': rope_scaling of type '$t' is not supported.*llama3" -- run --model ./m_$t.json --context 256 --chunk 256 --page 64 --quiet
+done
+mkdir -p hfyarn && sed 's/"tie_word_embeddings":true/"tie_word_embeddings":true,"rope_scaling":{"type":"dynamic","factor":2.0}/' hfdir/config.json >hfyarn/config.json
+expect 2 "hfyarn/config.json: 'rope_scaling.rope_type': rope_scaling of type 'dynamic'" -- simulate --model ./hfyarn --context 4K
+
+# Run logs (calibrate --points): read as written or refused naming the line and the column.
+printf 'model,context,chunk,page,step_s,step_s\ntiny,4096,1024,64,0.5,0.6\n' >dup.csv
+expect 2 "dup.csv line 1: 'step_s': is a column twice in the header \(columns 5 and 6\)" --absent dup_out.json -- calibrate --points dup.csv --gpu h200 --out dup_out.json
+printf 'model,context,chunk,page,step_s\ntiny,"64"K,1024,64,0.5\n' >q64.csv
+expect 2 "q64.csv line 2: text after the closing quote of field 2" --absent q64_out.json -- calibrate --points q64.csv --gpu h200 --out q64_out.json
+printf 'model,context,chunk,page,step_s\ntiny,4096,1024,64,1e300\ntiny,8192,1024,64,1.1\n' >huge.csv
+expect 2 "huge.csv line 2: 'step_s': '1e300' is out of range" --absent huge_out.json -- calibrate --points huge.csv --gpu h200 --out huge_out.json
+# Equal step times for very different work: the fit cannot reproduce them, so there is no R^2 1.0
+# and no profile.
+printf 'model,context,chunk,page,step_s\ntiny,4096,1024,64,1.0\nqwen2.5-0.5b,8192,1024,64,1.0\nqwen2.5-7b,16384,4096,128,1.0\nqwen2.5-7b,65536,4096,128,1.0\n' >flat.csv
+expect 2 "the fit failed: R\^2 is undefined.*no profile written" --absent flat_out.json -- calibrate --points flat.csv --gpu h200 --hold attention --hold attention_backward --hold memory_bound --hold launch_overhead --out flat_out.json
+# A UTF-8 byte-order mark is not part of the first key.
+printf 'model,context,chunk,page,step_s\nqwen2.5-7b,16384,4096,128,2.1\nqwen2.5-7b,65536,4096,128,14.9\n' >nobom.csv
+{ printf '\xEF\xBB\xBF'; cat nobom.csv; } >bom.csv
+expect 0 "" -- calibrate --points bom.csv --gpu h200 --hold attention --hold attention_backward --hold memory_bound --hold launch_overhead --out bom_out.json
+# A plan named in a row: its error names the row's line.
+printf '{"schema": "oomb.plan/1"}' >p_cut.json
+printf 'plan,step_s\np_cut.json,0.5\n' >planrow.csv
+expect 2 "planrow.csv line 2: 'plan': p_cut.json: 'model_id': missing" --absent planrow_out.json -- calibrate --points planrow.csv --gpu h200 --out planrow_out.json
+
+# Llama attention_bias true gives q/k/v and o_proj biases: refused by name at load, not later as
+# an "extra tensor"; and a config is a catalog entry only with its family.
+mkdir -p hfbias && printf '{"architectures":["LlamaForCausalLM"],"model_type":"llama","hidden_size":64,"intermediate_size":128,"num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"head_dim":16,"vocab_size":256,"max_position_embeddings":16777216,"rms_norm_eps":1e-6,"rope_theta":10000,"tie_word_embeddings":false,"attention_bias":true}' >hfbias/config.json
+expect 2 "hfbias/config.json: 'attention_bias': true gives q_proj, k_proj, v_proj and o_proj biases" -- models --import hfbias
+mkdir -p hfllama && sed 's/,"attention_bias":true//' hfbias/config.json >hfllama/config.json
+expect 0 "" -- models --import hfllama
+"$oomb" models --import hfllama 2>&1 | grep -q '"id": "tiny"' && bad "a Llama config with tiny's shapes is labelled tiny" || ok
+
+# A folder in the current directory named like a catalog id does not replace the catalog entry:
+# an argument is a path only with a '/' or a .json ending (--help says so).
+mkdir -p cwd/tiny && sed 's/"num_hidden_layers":2/"num_hidden_layers":6/' hfllama/config.json >cwd/tiny/config.json
+s_cat=$("$oomb" simulate --model tiny --context 4K 2>&1)
+s_cwd=$(cd cwd && "$oomb" simulate --model tiny --context 4K 2>&1)
+s_dir=$(cd cwd && "$oomb" simulate --model ./tiny --context 4K 2>&1)
+[ "$s_cat" = "$s_cwd" ] && ok || bad "./tiny/config.json replaced --model tiny"
+[ "$s_dir" != "$s_cat" ] && ok || bad "--model ./tiny did not load the folder: ${s_dir:0:300}"
+"$oomb" simulate --help 2>&1 | tr -s ' \n' ' ' | grep -q "A catalog id wins over a folder of that name" && ok || bad "--help does not state the catalog-id rule"
+
+# Hand-edited plans are checked like every other input: each edit refused naming the key.
+plan_edit() {  # NAME SED-EXPR PATTERN
+  sed -E "$2" p.json >"$1"
+  cmp -s "$1" p.json && { bad "plan edit $1 changed nothing"; return; }
+  expect 2 "$3" -- run --plan "$1" --quiet
+  expect 2 "$3" -- validate --plan "$1" --trace run.json
+}
+plan_edit pe_fp7.json '0,/"dtype": *"[a-z0-9]+"/s//"dtype": "fp7"/' "pe_fp7.json: buffers\[0\]: 'dtype': 'fp7' differs from"
+plan_edit pe_big.json '0,/"bytes": *[0-9]+/s//"bytes": 4611686018427387904/' "pe_big.json: buffers\[0\]: 'bytes': '4611686018427387904' differs from"
+plan_edit pe_peak.json 's/"peak_device_bytes": *[0-9]+/"peak_device_bytes": 1/' "pe_peak.json: prediction: 'peak_device_bytes': 1 differs from [0-9]+, what the plan's configuration gives"
+plan_edit pe_head.json 's/"headroom": *[0-9.e-]+/"headroom": 0.999/' "pe_head.json: 'headroom': is out of range"
+plan_edit pe_obj.json 's/"objective": *"[a-z-]*"/"objective": "zzz"/' "pe_obj.json: 'objective': 'zzz' is not an objective"
+plan_edit pe_ckey.json 's/"chunk_tokens":/"zzz_knob": 1, "chunk_tokens":/' "pe_ckey.json: config: 'zzz_knob': unknown configuration key"
+plan_edit pe_key.json '0,/"headroom":/s//"extra": 1, "headroom":/' "pe_key.json: 'extra': unknown key"
+if command -v python3 >/dev/null; then
+  python3 -c 'import json,sys; p=json.load(open("p.json")); p["buffers"]=[]; json.dump(p, open("pe_empty.json","w"))'
+  expect 2 "pe_empty.json: 'buffers': has 0 rows, the plan's configuration has [0-9]+" -- run --plan pe_empty.json --quiet
+fi
+expect 0 "" -- validate --plan p.json --trace run.json
+
 # --- oomb-gui: argument errors are exit 2 with a readable message (before any window opens).
 if [ -n "$gui" ] && [ -x "$gui" ]; then
   gexpect() {

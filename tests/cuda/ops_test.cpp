@@ -209,18 +209,25 @@ TEST_F(CudaOps, LinearOnMisalignedParameterSlices) {
 }
 
 TEST_F(CudaOps, RopeForwardAndBackward) {
-  for (int64_t hd : {2, 8, 64, 128}) {
-    for (int64_t rows : kRows) {
-      for (int64_t pos0 : {int64_t{0}, int64_t{4093}, int64_t{4194000}}) {
-        const int64_t heads = 3;
-        auto x = random_vec(rows * heads * hd, 40);
-        DeviceVec<float> d_x(*gpu, x);
-        cpu.rope_fwd(x.data(), rows, heads, hd, pos0, 1e6);
-        gpu->rope_fwd(d_x.get(), rows, heads, hd, pos0, 1e6);
-        EXPECT_LE(rel_l2(d_x.read(), x), kElementwiseTol) << rows << " hd " << hd << " pos " << pos0;
-        cpu.rope_bwd(x.data(), rows, heads, hd, pos0, 1e6);
-        gpu->rope_bwd(d_x.get(), rows, heads, hd, pos0, 1e6);
-        EXPECT_LE(rel_l2(d_x.read(), x), kElementwiseTol) << rows << " hd " << hd << " pos " << pos0;
+  // Plain RoPE and Llama 3.1's llama3 scaling (factor 8, low 1, high 4, original 8192).
+  models::Rope llama3(5e5);
+  llama3.factor = 8.0, llama3.low_freq_factor = 1.0, llama3.high_freq_factor = 4.0, llama3.original_max_position = 8192;
+  for (const models::Rope& rope : {models::Rope(1e6), llama3}) {
+    for (int64_t hd : {2, 8, 64, 128}) {
+      for (int64_t rows : kRows) {
+        for (int64_t pos0 : {int64_t{0}, int64_t{4093}, int64_t{4194000}}) {
+          const int64_t heads = 3;
+          auto x = random_vec(rows * heads * hd, 40);
+          DeviceVec<float> d_x(*gpu, x);
+          cpu.rope_fwd(x.data(), rows, heads, hd, pos0, rope);
+          gpu->rope_fwd(d_x.get(), rows, heads, hd, pos0, rope);
+          EXPECT_LE(rel_l2(d_x.read(), x), kElementwiseTol)
+              << rows << " hd " << hd << " pos " << pos0 << " llama3 " << rope.llama3();
+          cpu.rope_bwd(x.data(), rows, heads, hd, pos0, rope);
+          gpu->rope_bwd(d_x.get(), rows, heads, hd, pos0, rope);
+          EXPECT_LE(rel_l2(d_x.read(), x), kElementwiseTol)
+              << rows << " hd " << hd << " pos " << pos0 << " llama3 " << rope.llama3();
+        }
       }
     }
   }

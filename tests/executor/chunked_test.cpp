@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "core/error.h"
 #include "executor/cpu/cpu_backend.h"
 #include "executor/cpu/reference.h"
 #include "executor/runtime/driver.h"
@@ -82,6 +83,39 @@ INSTANTIATE_TEST_SUITE_P(
         DenseCase{"four_layers_ragged", 4, 4, 1, 8, 32, true, true, 33, 8, 4},
         DenseCase{"two_tokens", 2, 2, 1, 8, 32, false, true, 2, 8, 4}),
     [](const auto& param_info) { return std::string(param_info.param.name); });
+
+// ---- Llama 3.1 rope_scaling (rope_type llama3), scaled so that a 37-token sequence sees it: with
+// head_dim 8 and theta 1e4 the wavelengths are 6.3, 63, 628, 6283 tokens against original 64 / 4
+// and 64 / 1, so one frequency is kept, one interpolated and two divided by 8. The chunked step
+// equals the full-sequence reference with the scaling, and the scaling changes the loss.
+TEST(RopeScaling, Llama3ChunkedEqualsFullSequenceAndDiffersFromPlainRope) {
+  auto plain = test::small_model(2, 4, 2, 8, 32, false, false);
+  plain.family = "llama";
+  auto scaled = plain;
+  scaled.rope_scaling = {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0},
+                         {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 64}};
+  ASSERT_TRUE(models::rope_of(scaled).llama3());
+  const Weights w = random_weights(plain, 4321, kInitStd);
+  const int64_t N = 37;
+  const auto tokens = TokenSource::synthetic(plain.vocab, 11).sequence(0, N);
+  const RunOut r = run(scaled, test::small_config(N, 16, 8, 64), w, tokens);
+  const cpu::ReferenceResult ref = cpu::full_sequence_reference(scaled, w, tokens);
+  EXPECT_NEAR(r.loss, ref.loss, kLossRelTol * ref.loss);
+  const auto [err, name] = worst_relative_l2(r.grads, ref.grads);
+  EXPECT_LE(err, kGradRelTol) << "worst tensor " << name;
+  const RunOut p = run(plain, test::small_config(N, 16, 8, 64), w, tokens);
+  const cpu::ReferenceResult pref = cpu::full_sequence_reference(plain, w, tokens);
+  EXPECT_NEAR(p.loss, pref.loss, kLossRelTol * pref.loss);
+  // Far beyond the chunked-vs-reference tolerance: the scaling is applied, not ignored.
+  EXPECT_GT(std::fabs(r.loss - p.loss), 1e3 * kLossRelTol * p.loss) << r.loss << " vs " << p.loss;
+  EXPECT_GT(relative_l2(r.grads.data.data(), p.grads.data.data(), static_cast<int64_t>(p.grads.data.size())),
+            1e2 * kGradRelTol);
+  // A scaling the executor does not compute never reaches it as plain RoPE.
+  auto yarn = plain;
+  yarn.rope_scaling = {{"rope_type", "yarn"}, {"factor", 4.0}};
+  EXPECT_THROW(run(yarn, test::small_config(N, 16, 8, 64), w, tokens), Error);
+  EXPECT_THROW(cpu::full_sequence_reference(yarn, w, tokens), Error);
+}
 
 // ---- the LM head and loss in row tiles (config logits_chunk_tokens): the same loss and gradients
 // as the whole chunk at once (only dW's summation order changes), and the fp32 logits buffer is

@@ -169,11 +169,11 @@ class FakeCupti final : public Backend, public OpTagger {
                 int64_t out, float scale, ConstTensor dy, Tensor du, Tensor dx, Tensor da, Tensor db) override {
     kernel("gemm", [&] { b_.lora_bwd(x, u, rows, in, a, b, rank, out, scale, dy, du, dx, da, db); });
   }
-  void rope_fwd(Tensor x, int64_t rows, int64_t heads, int64_t hd, int64_t pos0, double theta) override {
-    kernel("rope_fwd", [&] { b_.rope_fwd(x, rows, heads, hd, pos0, theta); });
+  void rope_fwd(Tensor x, int64_t rows, int64_t heads, int64_t hd, int64_t pos0, const models::Rope& rope) override {
+    kernel("rope_fwd", [&] { b_.rope_fwd(x, rows, heads, hd, pos0, rope); });
   }
-  void rope_bwd(Tensor dx, int64_t rows, int64_t heads, int64_t hd, int64_t pos0, double theta) override {
-    kernel("rope_bwd", [&] { b_.rope_bwd(dx, rows, heads, hd, pos0, theta); });
+  void rope_bwd(Tensor dx, int64_t rows, int64_t heads, int64_t hd, int64_t pos0, const models::Rope& rope) override {
+    kernel("rope_bwd", [&] { b_.rope_bwd(dx, rows, heads, hd, pos0, rope); });
   }
   void swiglu_fwd(ConstTensor g, ConstTensor u, int64_t n, Tensor out) override {
     kernel("swiglu_fwd", [&] { b_.swiglu_fwd(g, u, n, out); });

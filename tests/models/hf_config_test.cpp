@@ -131,15 +131,21 @@ TEST_F(HfConfig, PublishedParameterCounts) {
   EXPECT_EQ(q3.param_count() - no_norm.param_count(), 36 * 2 * 128);
 }
 
+void expect_refused(const std::string& path, const std::string& key, const std::vector<std::string>& named);
+
 TEST_F(HfConfig, FamiliesSetBiasAndNormFlags) {
   EXPECT_TRUE(load_model(folder("q", std::string(kQwen25_7b))).qkv_bias);  // Qwen2 always has q/k/v bias
   const ModelSpec q3 = load_model(folder("q3", std::string(kQwen3_8b)));
   EXPECT_FALSE(q3.qkv_bias);
   EXPECT_TRUE(q3.qk_norm);
   EXPECT_EQ(q3.family, "qwen3");
+  // attention_bias true is q/k/v and o_proj biases in Hugging Face Llama and Qwen3: refused by name.
   Json l = Json::parse(kLlama31_8b);
   l["attention_bias"] = true;
-  EXPECT_TRUE(load_model(folder("lb", l)).qkv_bias);
+  expect_refused(folder("lb", l), "attention_bias", {"o_proj", "not supported"});
+  Json q3b = Json::parse(kQwen3_8b);
+  q3b["attention_bias"] = true;
+  expect_refused(folder("q3b", q3b), "attention_bias", {"o_proj"});
   const ModelSpec llama = load_model(folder("l", std::string(kLlama31_8b)));
   EXPECT_FALSE(llama.qkv_bias);
   EXPECT_EQ(llama.rope_scaling.value("rope_type", ""), "llama3");
@@ -178,6 +184,18 @@ TEST_F(HfConfig, DefaultsAndOptionalKeys) {
   j = Json::parse(kMistral7b);
   j.erase("architectures");
   EXPECT_EQ(load_model(folder("mt", j)).id, "mistral-7b-v0.3");
+  // The catalog match is of the whole model, family included: Mistral's shapes as a Llama config,
+  // or with another rope_theta / rms_norm_eps, are not Mistral 7B.
+  j = Json::parse(kMistral7b);
+  j["architectures"] = {"LlamaForCausalLM"};
+  j["model_type"] = "llama";
+  j.erase("sliding_window");
+  EXPECT_EQ(load_model(folder("asllama", j)).id, "asllama");
+  for (const auto& [key, value] : std::vector<std::pair<std::string, double>>{{"rope_theta", 5e5}, {"rms_norm_eps", 1e-6}}) {
+    j = Json::parse(kMistral7b);
+    j[key] = value;
+    EXPECT_EQ(load_model(folder("other", j)).id, "other") << key;
+  }
 }
 
 // The message names the architecture and the keys; the Error's key is the config key at fault.
@@ -228,7 +246,10 @@ TEST_F(HfConfig, UnsupportedArchitecturesAreRefusedByName) {
   expect_refused(folder("qwin", qwin), "use_sliding_window", {"sliding-window"});
   Json yarn = Json::parse(kQwen3_8b);
   yarn["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
-  expect_refused(folder("yarn", yarn), "rope_scaling", {"yarn"});
+  expect_refused(folder("yarn", yarn), "rope_scaling.rope_type", {"yarn", "llama3"});
+  Json linear = Json::parse(kLlama31_8b);
+  linear["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};
+  expect_refused(folder("linear", linear), "rope_scaling.rope_type", {"linear", "llama3"});
   Json act = Json::parse(kLlama31_8b);
   act["hidden_act"] = "gelu";
   expect_refused(folder("gelu", act), "hidden_act", {"gelu"});

@@ -1,6 +1,11 @@
 #include "models/lookup.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
 
 #include "core/error.h"
 #include "models/catalog.h"
@@ -73,6 +78,38 @@ TEST(Lookup, UnknownIdsSayDidYouMean) {
   EXPECT_NE(g.find("did you mean h200"), std::string::npos) << g;
   const std::string far = message(load_gpu, "tpu-v5e-pod");
   EXPECT_EQ(far.find("did you mean"), std::string::npos) << far;
+}
+
+// A folder in the current directory named like a catalog id does not replace the catalog entry:
+// the argument is a path only when it has a '/' or ends in .json.
+TEST(Lookup, CatalogIdWinsOverAFolderOfThatNameUnlessWrittenAsAPath) {
+  namespace fs = std::filesystem;
+  const fs::path old = fs::current_path();
+  const fs::path dir = fs::temp_directory_path() / ("oomb_lookup_" + std::to_string(::getpid()));
+  fs::create_directories(dir / "tiny");
+  fs::create_directories(dir / "Qwen2.5-7B");
+  fs::create_directories(dir / "mymodel");
+  const std::string cfg =
+      R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 128, "intermediate_size": 256,
+          "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 512,
+          "max_position_embeddings": 4096})";
+  for (const char* d : {"tiny", "Qwen2.5-7B", "mymodel"}) std::ofstream(dir / d / "config.json") << cfg;
+  fs::current_path(dir);
+  const ModelSpec catalog = load_model("tiny"), folder = load_model("./tiny"), slash = load_model("tiny/");
+  const ModelSpec typed = load_model("Qwen2.5-7B"), as_path = load_model("./Qwen2.5-7B");
+  const ModelSpec bare = load_model("mymodel");  // no catalog id: the folder
+  const ModelSpec file = load_model("tiny/config.json");
+  fs::current_path(old);
+  fs::remove_all(dir);
+  EXPECT_EQ(catalog.id, "tiny");
+  EXPECT_EQ(catalog.hidden, 64);
+  EXPECT_EQ(folder.hidden, 128);
+  EXPECT_EQ(folder.family, "llama");
+  EXPECT_EQ(slash.hidden, 128);
+  EXPECT_EQ(typed.id, "qwen2.5-7b");
+  EXPECT_EQ(as_path.hidden, 128);
+  EXPECT_EQ(bare.hidden, 128);
+  EXPECT_EQ(file.hidden, 128);
 }
 
 }  // namespace

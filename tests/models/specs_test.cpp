@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "core/error.h"
@@ -102,6 +104,87 @@ TEST(Specs, DerivedCountsAreChecked) {
   m.vocab = int64_t{1} << 30;
   EXPECT_THROW(m.param_count(), Error);
   EXPECT_THROW(m.embedding_params(), Error);
+}
+
+// Llama 3.1 8B's rope_scaling (factor 8, low_freq_factor 1, high_freq_factor 4, original 8192;
+// theta 5e5, head_dim 128): the inverse frequencies of Hugging Face's llama3 formula, computed by
+// hand (inv = theta^(-2i/128), wavelength 2 pi / inv against 8192 / 4 = 2048 and 8192 / 1 = 8192).
+TEST(Rope, Llama31InverseFrequenciesMatchThePublishedFormula) {
+  const ModelSpec m = load_model("llama-3.1-8b");
+  ASSERT_EQ(m.head_dim, 128);
+  const Rope r = rope_of(m);
+  ASSERT_TRUE(r.llama3());
+  EXPECT_DOUBLE_EQ(r.theta, 500000.0);
+  EXPECT_DOUBLE_EQ(r.factor, 8.0);
+  EXPECT_DOUBLE_EQ(r.low_freq_factor, 1.0);
+  EXPECT_DOUBLE_EQ(r.high_freq_factor, 4.0);
+  EXPECT_DOUBLE_EQ(r.original_max_position, 8192.0);
+  const struct {
+    int64_t i;
+    double inv_freq;
+  } cases[] = {
+      {0, 1.0},                       // wavelength 6.28 < 2048: kept
+      {28, 0.0032114459947525909},    // 1956.5 < 2048: kept
+      {29, 0.0021665707635033591},    // 2401.7: smooth, s = 0.803621
+      {30, 0.0013718935677611381},    // 2948.3: smooth, s = 0.592849
+      {34, 0.00017850781276799641},   // 6695.1: smooth, s = 0.074527
+      {35, 9.5562123539646833e-05},   // 8218.7 > 8192: divided by 8
+      {63, 3.0689259889145111e-07},   // divided by 8
+  };
+  for (const auto& c : cases) EXPECT_NEAR(rope_inv_freq(r, c.i, 128) / c.inv_freq, 1.0, 1e-12) << "i " << c.i;
+  // Plain RoPE is theta^(-2i/d), and the scaled frequencies are never above it.
+  const Rope plain(500000.0);
+  for (int64_t i = 0; i < 64; ++i) {
+    EXPECT_DOUBLE_EQ(rope_inv_freq(plain, i, 128), std::pow(500000.0, -2.0 * static_cast<double>(i) / 128.0));
+    EXPECT_LE(rope_inv_freq(r, i, 128), rope_inv_freq(plain, i, 128));
+  }
+  // Every Llama 3.x catalog entry carries its scaling; the others are plain.
+  for (const auto& id : model_ids()) EXPECT_EQ(rope_of(load_model(id)).llama3(), id.rfind("llama-3", 0) == 0) << id;
+}
+
+std::string rope_error(const Json& scaling) {
+  Json j = load_model("tiny").to_json();
+  j["rope_scaling"] = scaling;
+  try {
+    model_from_json(j, "m.json");
+  } catch (const Error& e) {
+    return e.key() + ": " + e.what();
+  }
+  return "accepted";
+}
+
+// A scaling the executor does not compute is refused by name (the key, the type, what is
+// supported), never run as plain RoPE.
+TEST(Rope, OtherScalingsAreRefusedByName) {
+  for (const char* type : {"linear", "dynamic", "yarn", "longrope", "su", "mrope"}) {
+    for (const char* key : {"rope_type", "type"}) {
+      const std::string e = rope_error({{key, type}, {"factor", 4.0}});
+      EXPECT_EQ(e.rfind("rope_scaling.", 0), 0u) << e;
+      EXPECT_NE(e.find(std::string("'") + type + "'"), std::string::npos) << e;
+      EXPECT_NE(e.find("llama3"), std::string::npos) << e;
+      EXPECT_NE(e.find("m.json"), std::string::npos) << e;
+    }
+  }
+  const Json ok = {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0},
+                   {"original_max_position_embeddings", 8192}};
+  EXPECT_EQ(rope_error(ok), "accepted");
+  EXPECT_EQ(rope_error({{"rope_type", "default"}}), "accepted");
+  EXPECT_NE(rope_error({{"factor", 8.0}}).find("rope_scaling.rope_type: "), std::string::npos);
+  EXPECT_NE(rope_error(Json::array()).find("rope_scaling: "), std::string::npos);
+  Json both = ok;
+  both["type"] = "linear";
+  EXPECT_NE(rope_error(both).find("disagree"), std::string::npos);
+  for (const char* k : {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"}) {
+    Json missing = ok;
+    missing.erase(k);
+    EXPECT_NE(rope_error(missing).find(std::string(k) + ": "), std::string::npos) << k;
+  }
+  Json inverted = ok;
+  inverted["high_freq_factor"] = 1.0;  // would divide by zero
+  EXPECT_NE(rope_error(inverted).find("high_freq_factor: "), std::string::npos);
+  Json extra = ok;
+  extra["attention_factor"] = 2.0;
+  EXPECT_NE(rope_error(extra).find("rope_scaling.attention_factor"), std::string::npos);
 }
 
 }  // namespace

@@ -200,6 +200,63 @@ TEST(Plan, RejectsBadBufferRowsNamingTheRowAndKey) {
   expect_error([&] { plan_from_json(j, "plan.json"); }, "plan.json: config", "loss_dtype");
 }
 
+// A hand-edited plan is checked like every other input: its recorded prediction, allocation and
+// buffer table must be what its own configuration gives, and every key must be one a plan has.
+TEST(Plan, HandEditsAreRefusedNamingTheKey) {
+  const Json good = plan_for("tiny", "h200", 4096).to_json();
+  EXPECT_NO_THROW(plan_from_json(good, "plan.json"));
+  auto message = [](const Json& j) -> std::string {
+    try {
+      plan_from_json(j, "plan.json");
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "accepted";
+  };
+  Json j = good;
+  j["buffers"][0]["dtype"] = "fp7";
+  expect_error([&] { plan_from_json(j, "plan.json"); }, "plan.json: buffers[0]", "dtype");
+  j = good;
+  j["buffers"] = Json::array();
+  expect_error([&] { plan_from_json(j, "plan.json"); }, "plan.json", "buffers");
+  j = good;
+  j["buffers"][0]["bytes"] = int64_t{1} << 62;
+  expect_error([&] { plan_from_json(j, "plan.json"); }, "plan.json: buffers[0]", "bytes");
+  j = good;
+  j["prediction"]["peak_device_bytes"] = 1;
+  expect_error([&] { plan_from_json(j, "plan.json"); }, "plan.json: prediction", "peak_device_bytes");
+  const std::string both = message(j);
+  EXPECT_NE(both.find("'peak_device_bytes': 1 differs from " + good["prediction"]["peak_device_bytes"].dump()),
+            std::string::npos)
+      << both;
+  j = good;
+  j["prediction"]["step_s"] = good["prediction"]["step_s"].get<double>() * 2;
+  expect_error([&] { plan_from_json(j, "plan.json"); }, "plan.json: prediction", "step_s");
+  j = good;
+  j["allocation"]["workspace_bytes"] = 1;
+  expect_error([&] { plan_from_json(j, "plan.json"); }, "plan.json: allocation", "workspace_bytes");
+  j = good;
+  j["headroom"] = 0.999;
+  expect_error([&] { plan_from_json(j, "plan.json"); }, "plan.json", "headroom");
+  j = good;
+  j["objective"] = "zzz";
+  expect_error([&] { plan_from_json(j, "plan.json"); }, "plan.json", "objective");
+  for (const char* o : {"time", "memory", "context", "what-if"}) {
+    j = good;
+    j["objective"] = o;
+    EXPECT_EQ(message(j), "accepted") << o;
+  }
+  j = good;
+  j["config"]["zzz_knob"] = 1;
+  expect_error([&] { plan_from_json(j, "plan.json: config"); }, "plan.json: config", "zzz_knob");
+  j = good;
+  j["extra"] = 1;
+  expect_error([&] { plan_from_json(j, "plan.json"); }, "plan.json", "extra");
+  j = good;
+  j["allocation"]["extra"] = 1;
+  expect_error([&] { plan_from_json(j, "plan.json"); }, "plan.json: allocation", "extra");
+}
+
 TEST(Plan, RejectsOtherSchemasNamingTheFile) {
   Json j = plan_for("tiny", "h200", 4096).to_json();
   for (const char* schema : {"oomb.plan/0", "oomb.plan/2", "oomb.model/1"}) {

@@ -363,5 +363,30 @@ TEST(FitPoints, RefusesWhatThePointsCannotDetermine) {
   }
 }
 
+// The fit's R^2 is of the residuals it reports per point (trace_error), and measurements that do
+// not vary leave it undefined (NaN) unless the fit reproduces them: never "R^2 1.0000" over large
+// per-point errors.
+TEST(FitPoints, R2IsOfTheReportedResidualsAndNeverOneOverLargeErrors) {
+  const std::vector<MeasuredPoint> pts = measured(known_profile(), 0.05, 7);
+  const PointsFit f = fit_points(pts, models::load_gpu("h200"));
+  double mean = 0, ss_res = 0, ss_tot = 0;
+  for (const auto& p : pts) mean += p.step_s / static_cast<double>(pts.size());
+  for (size_t i = 0; i < pts.size(); ++i) {
+    ss_res += std::pow(f.fit.trace_error[i] * pts[i].step_s, 2);
+    ss_tot += std::pow(pts[i].step_s - mean, 2);
+  }
+  EXPECT_NEAR(f.fit.r2, 1.0 - ss_res / ss_tot, 1e-9);
+  // Every point measured at the same step time: the fit cannot reproduce workloads this different.
+  std::vector<MeasuredPoint> same = pts;
+  double longest = 0;
+  for (const auto& p : pts) longest = std::max(longest, p.step_s);
+  for (auto& p : same) p.step_s = longest;
+  const PointsFit g = fit_points(same, models::load_gpu("h200"));
+  double worst = 0;
+  for (double e : g.fit.trace_error) worst = std::max(worst, std::fabs(e));
+  ASSERT_GT(worst, 0.01);
+  EXPECT_FALSE(std::isfinite(g.fit.r2)) << g.fit.r2 << " with a per-point error of " << worst;
+}
+
 }  // namespace
 }  // namespace oomb::simulator
