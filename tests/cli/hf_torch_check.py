@@ -25,21 +25,32 @@ except ImportError:
 REL_TOL = 1e-5  # oomb runs fp32 (chunked, paged attention); the reference is float64
 
 
+def read_safetensors(path):
+    """Every tensor of one F32 safetensors file, as float64."""
+    raw = open(path, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    header = json.loads(raw[8:8 + n])
+    data = raw[8 + n:]
+    tensors = {}
+    for name, e in header.items():
+        if name == "__metadata__":
+            continue
+        assert e["dtype"] == "F32", name
+        b, end = e["data_offsets"]
+        values = struct.unpack("<%df" % ((end - b) // 4), data[b:end])
+        tensors[name] = torch.tensor(values, dtype=torch.float64).reshape(e["shape"])
+    return tensors
+
+
 def read_checkpoint(folder):
+    """A checkpoint folder as oomb writes it: model.safetensors, or the index and its shards."""
+    single = os.path.join(folder, "model.safetensors")
+    if os.path.exists(single):
+        return read_safetensors(single)
     index = json.load(open(os.path.join(folder, "model.safetensors.index.json")))
     tensors = {}
     for shard in sorted(set(index["weight_map"].values())):
-        raw = open(os.path.join(folder, shard), "rb").read()
-        n = struct.unpack("<Q", raw[:8])[0]
-        header = json.loads(raw[8:8 + n])
-        data = raw[8 + n:]
-        for name, e in header.items():
-            if name == "__metadata__":
-                continue
-            assert e["dtype"] == "F32", name
-            b, end = e["data_offsets"]
-            values = struct.unpack("<%df" % ((end - b) // 4), data[b:end])
-            tensors[name] = torch.tensor(values, dtype=torch.float64).reshape(e["shape"])
+        tensors.update(read_safetensors(os.path.join(folder, shard)))
     missing = set(index["weight_map"]) - set(tensors)
     assert not missing, missing
     return tensors
@@ -54,7 +65,16 @@ def rotate_half(x):
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
-def qwen2_loss(t, cfg, ids):
+def projection(t, h, module, layer):
+    """h W^T (+ b) of model.layers.<layer>.<module> (nn.Linear)."""
+    name = "model.layers.%d.%s" % (layer, module)
+    y = h @ t[name + ".weight"].T
+    return y + t[name + ".bias"] if name + ".bias" in t else y
+
+
+def qwen2_loss(t, cfg, ids, linear=projection):
+    """Qwen2ForCausalLM's mean next-token loss (a float64 tensor); linear(t, h, module, layer) computes
+    each projection (a LoRA check adds its adapters there)."""
     n = len(ids)
     hd, nq, nkv = cfg["head_dim"], cfg["q_heads"], cfg["kv_heads"]
     x = t["model.embed_tokens.weight"][torch.tensor(ids)]
@@ -66,23 +86,23 @@ def qwen2_loss(t, cfg, ids):
     for l in range(cfg["layers"]):
         p = "model.layers.%d." % l
         h = rms_norm(x, t[p + "input_layernorm.weight"], cfg["norm_eps"])
-        q = (h @ t[p + "self_attn.q_proj.weight"].T + t[p + "self_attn.q_proj.bias"]).view(n, nq, hd)
-        k = (h @ t[p + "self_attn.k_proj.weight"].T + t[p + "self_attn.k_proj.bias"]).view(n, nkv, hd)
-        v = (h @ t[p + "self_attn.v_proj.weight"].T + t[p + "self_attn.v_proj.bias"]).view(n, nkv, hd)
+        q = linear(t, h, "self_attn.q_proj", l).view(n, nq, hd)
+        k = linear(t, h, "self_attn.k_proj", l).view(n, nkv, hd)
+        v = linear(t, h, "self_attn.v_proj", l).view(n, nkv, hd)
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
         k = k.repeat_interleave(nq // nkv, dim=1)  # HF repeat_kv: query head j uses kv head j // group
         v = v.repeat_interleave(nq // nkv, dim=1)
         scores = torch.einsum("qhd,khd->hqk", q, k) / hd ** 0.5 + mask
         a = torch.einsum("hqk,khd->qhd", scores.softmax(-1), v).reshape(n, nq * hd)
-        x = x + a @ t[p + "self_attn.o_proj.weight"].T
+        x = x + linear(t, a, "self_attn.o_proj", l)
         h = rms_norm(x, t[p + "post_attention_layernorm.weight"], cfg["norm_eps"])
-        g = h @ t[p + "mlp.gate_proj.weight"].T
-        u = h @ t[p + "mlp.up_proj.weight"].T
-        x = x + (torch.nn.functional.silu(g) * u) @ t[p + "mlp.down_proj.weight"].T
+        g = linear(t, h, "mlp.gate_proj", l)
+        u = linear(t, h, "mlp.up_proj", l)
+        x = x + linear(t, torch.nn.functional.silu(g) * u, "mlp.down_proj", l)
     x = rms_norm(x, t["model.norm.weight"], cfg["norm_eps"])
     logits = x @ t["lm_head.weight"].T
-    return torch.nn.functional.cross_entropy(logits[:-1], torch.tensor(ids[1:])).item()
+    return torch.nn.functional.cross_entropy(logits[:-1], torch.tensor(ids[1:]))
 
 
 def main():
@@ -100,7 +120,7 @@ def main():
                               "--init-std", "0.1", "--tokens", tokens, "--save-weights", ck, "--max-shard-bytes",
                               "100000", "--json", "--quiet"], check=True, capture_output=True, text=True)
         ours = json.loads(run.stdout)["loss"]
-        theirs = qwen2_loss(read_checkpoint(ck), model, ids)
+        theirs = qwen2_loss(read_checkpoint(ck), model, ids).item()
         err = abs(ours - theirs) / abs(theirs)
         print("oomb loss %.9f, PyTorch (HF Qwen2 semantics, float64) %.9f, relative difference %.2e (tolerance %.0e)"
               % (ours, theirs, err, REL_TOL))

@@ -24,68 +24,20 @@ except ImportError:
     sys.exit(77)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from hf_torch_check import read_checkpoint, rms_norm, rotate_half  # noqa: E402
+from hf_torch_check import projection, qwen2_loss, read_checkpoint, read_safetensors  # noqa: E402
 
 REL_TOL = 1e-5  # oomb runs fp32 (chunked, paged attention); the reference is float64
 RANK, ALPHA = 4, 8.0
 
 
-def read_safetensors(path):
-    raw = open(path, "rb").read()
-    n = struct.unpack("<Q", raw[:8])[0]
-    header = json.loads(raw[8:8 + n])
-    data = raw[8 + n:]
-    out = {}
-    for name, e in header.items():
-        if name == "__metadata__":
-            continue
-        assert e["dtype"] == "F32", name
-        b, end = e["data_offsets"]
-        out[name] = torch.tensor(struct.unpack("<%df" % ((end - b) // 4), data[b:end]),
-                                 dtype=torch.float64).reshape(e["shape"])
-    return out
-
-
 def lora_loss(t, ad, cfg, ids, scale):
-    n = len(ids)
-    hd, nq, nkv = cfg["head_dim"], cfg["q_heads"], cfg["kv_heads"]
-
-    def lin(h, module, layer):
-        name = "model.layers.%d.%s" % (layer, module)
-        y = h @ t[name + ".weight"].T
-        if name + ".bias" in t:
-            y = y + t[name + ".bias"]
-        a = ad.get("base_model.model.%s.lora_A.weight" % name)
-        if a is not None:
-            y = y + scale * ((h @ a.T) @ ad["base_model.model.%s.lora_B.weight" % name].T)
-        return y
-
-    x = t["model.embed_tokens.weight"][torch.tensor(ids)]
-    inv_freq = 1.0 / (cfg["rope_theta"] ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd))
-    freqs = torch.outer(torch.arange(n, dtype=torch.float64), inv_freq)
-    emb = torch.cat((freqs, freqs), dim=-1)
-    cos, sin = emb.cos()[:, None, :], emb.sin()[:, None, :]
-    mask = torch.full((n, n), float("-inf"), dtype=torch.float64).triu(1)
-    for l in range(cfg["layers"]):
-        p = "model.layers.%d." % l
-        h = rms_norm(x, t[p + "input_layernorm.weight"], cfg["norm_eps"])
-        q = lin(h, "self_attn.q_proj", l).view(n, nq, hd)
-        k = lin(h, "self_attn.k_proj", l).view(n, nkv, hd)
-        v = lin(h, "self_attn.v_proj", l).view(n, nkv, hd)
-        q = q * cos + rotate_half(q) * sin
-        k = k * cos + rotate_half(k) * sin
-        k = k.repeat_interleave(nq // nkv, dim=1)
-        v = v.repeat_interleave(nq // nkv, dim=1)
-        scores = torch.einsum("qhd,khd->hqk", q, k) / hd ** 0.5 + mask
-        a = torch.einsum("hqk,khd->qhd", scores.softmax(-1), v).reshape(n, nq * hd)
-        x = x + lin(a, "self_attn.o_proj", l)
-        h = rms_norm(x, t[p + "post_attention_layernorm.weight"], cfg["norm_eps"])
-        g = lin(h, "mlp.gate_proj", l)
-        u = lin(h, "mlp.up_proj", l)
-        x = x + lin(torch.nn.functional.silu(g) * u, "mlp.down_proj", l)
-    x = rms_norm(x, t["model.norm.weight"], cfg["norm_eps"])
-    logits = x @ t["lm_head.weight"].T
-    return torch.nn.functional.cross_entropy(logits[:-1], torch.tensor(ids[1:]))
+    """The Qwen2 loss with PEFT's LoRA Linear on every adapted projection: W x + b + scale B A x."""
+    def linear(t, h, module, layer):
+        y = projection(t, h, module, layer)
+        name = "base_model.model.model.layers.%d.%s" % (layer, module)
+        a = ad.get(name + ".lora_A.weight")
+        return y if a is None else y + scale * ((h @ a.T) @ ad[name + ".lora_B.weight"].T)
+    return qwen2_loss(t, cfg, ids, linear)
 
 
 def main():
@@ -118,8 +70,7 @@ def main():
             v.requires_grad_(True)
         loss = lora_loss(t, ad, model, ids, cfg["lora_alpha"] / cfg["r"])
         loss.backward()
-        single = os.path.join(grads, "model.safetensors")
-        ours = read_safetensors(single) if os.path.exists(single) else read_checkpoint(grads)
+        ours = read_checkpoint(grads)
         assert set(ours) == set(ad), set(ours) ^ set(ad)
         worst, worst_name = 0.0, ""
         for name, a in ad.items():
