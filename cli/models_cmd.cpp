@@ -22,7 +22,7 @@ int import_model(const std::string& from, const std::string& out) {
   if (!is_hf_config(j))
     throw oomb::Error("--import", file, "is not a Hugging Face config.json (no architectures / model_type)",
                       "the config.json of a Hugging Face model folder, or the folder");
-  const ModelSpec m = *load_hf_model(from);
+  const ModelSpec m = model_from_hf_config(j, file, hf_fallback_id(file));
   const std::string text = m.to_json().dump(2) + "\n";
   if (out.empty()) return std::printf("%s", text.c_str()), 0;
   write_text_file(out, text);

@@ -2,6 +2,7 @@
 #include <cmath>
 #include <cstdio>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -121,6 +122,17 @@ simulator::Scenario scenario_of(const SimulateArgs& a, std::string* placed) {
   }
   if (a.flags.context.empty()) throw Error("--context", "", "is required (or give --plan)", "e.g. 4M");
   Scenario s = a.flags.resolve();
+  // A budget over the context's pages selects every earlier page: oomb plan refuses it, and so
+  // does simulate (it would be sparse attention priced as dense under another name).
+  const step::Config& c = s.config;
+  if (a.flags.budget && c.attention == Attention::sparse && c.schedule != Schedule::standard && c.page_tokens > 0) {
+    const int64_t pages = (c.context_tokens + c.page_tokens - 1) / c.page_tokens;
+    if (c.page_budget > pages)
+      throw Error("--budget", std::to_string(c.page_budget),
+                  "is larger than the context's " + std::to_string(pages) + " pages of " +
+                      std::to_string(c.page_tokens) + " tokens",
+                  "a budget of at most " + std::to_string(pages) + " pages");
+  }
   if (a.flags.optimizer_auto()) {
     s.config.optimizer = planner::place_optimizer(s, planner::kDefaultHeadroom);
     *placed = std::string("--optimizer auto: AdamW state on the ") +
@@ -187,6 +199,19 @@ int run_simulate(const SimulateArgs& a) {
     print_scenario_header(s);
     if (!a.plan.empty()) std::printf("  (from plan %s)\n", a.plan.c_str());
     if (!placed.empty()) std::printf("  %s\n", placed.c_str());
+    if (a.plan.empty() && a.flags.preset.empty()) {
+      // Knobs left to simulate's fixed defaults are not what `oomb plan` would choose: say so.
+      const std::set<std::string> given = a.flags.explicit_knobs();
+      std::string left;
+      for (const auto& [key, text] : std::vector<std::pair<std::string, std::string>>{
+               {"schedule", "schedule"}, {"attention", "attention"}, {"chunk", "chunk"}, {"page", "page"},
+               {"resident_layers", "resident layers"}, {"checkpointing", "checkpointing"}, {"kept_layers", "kept layers"},
+               {"kv_grad_dtype", "KV-grad dtype"}})
+        if (!given.count(key)) left += (left.empty() ? "" : ", ") + text;
+      if (!left.empty())
+        std::printf("  defaults, not a plan's choice: %s (oomb plan searches them; give a flag to fix one)\n",
+                    left.c_str());
+    }
     if (!warning.empty()) std::printf("  WARNING: %s\n", warning.c_str());
     if (s.config.gpus > 1)
       std::printf("  %lld GPUs: device figures are per GPU, host figures per node (all GPUs' host tiers)\n",

@@ -50,6 +50,27 @@ std::pair<std::string, double> parse_tolerance(const std::string& t) {
 
 // `oomb validate --plan p.json --measured step_s=...,peak_device_bytes=...`: the plan's prediction
 // next to numbers measured outside oomb (torch.cuda.max_memory_allocated, a logged step time).
+// The comparison table: the name column as wide as the longest term's, so long names
+// (per-stage and per-buffer terms) do not push their row out of line.
+void print_terms(const std::vector<planner::ValidationTerm>& terms) {
+  int w = 18;
+  for (const auto& t : terms) w = std::max(w, static_cast<int>(t.name.size()));
+  auto fmt = [](const std::string& unit, double v) {
+    if (unit == "bytes") return format_bytes(static_cast<int64_t>(std::llround(v)));
+    if (unit == "s") return format_duration_s(v);
+    return format_count(v);
+  };
+  std::printf("\n  %-*s %16s %16s %9s %9s\n", w, "term", "predicted", "measured", "error", "tolerance");
+  for (const auto& t : terms) {
+    const auto ok = t.ok();
+    std::printf("  %-*s %16s %16s %9s %9s  %s%s%s\n", w, t.name.c_str(), fmt(t.unit, t.predicted).c_str(),
+                t.measured ? fmt(t.unit, *t.measured).c_str() : "-",
+                t.measured ? format_percent(t.error()).c_str() : "-",
+                ((t.at_most ? "<= " : "") + format_percent(t.tolerance)).c_str(),
+                !ok ? (t.measured ? "info" : "n/a") : *ok ? "ok" : "FAIL", t.note.empty() ? "" : "  ", t.note.c_str());
+  }
+}
+
 int run_validate_measured(const ValidateArgs& a) {
   using namespace simulator;
   if (a.plan.empty())
@@ -103,17 +124,7 @@ int run_validate_measured(const ValidateArgs& a) {
   }
   std::printf("oomb validate: plan %s (%s on %s, %s tokens) against measured numbers\n", a.plan.c_str(),
               s.model.id.c_str(), s.gpu.id.c_str(), format_tokens(s.config.context_tokens).c_str());
-  std::printf("\n  %-18s %16s %16s %9s %9s\n", "term", "predicted", "measured", "error", "tolerance");
-  for (const auto& t : terms) {
-    auto fmt = [&](double v) {
-      return t.unit == "bytes" ? format_bytes(static_cast<int64_t>(std::llround(v)))
-             : t.unit == "s"   ? format_duration_s(v)
-                               : format_count(v);
-    };
-    std::printf("  %-18s %16s %16s %9s %9s  %s%s%s\n", t.name.c_str(), fmt(t.predicted).c_str(), fmt(*t.measured).c_str(),
-                format_percent(t.error()).c_str(), format_percent(t.tolerance).c_str(), *t.ok() ? "ok" : "FAIL",
-                t.note.empty() ? "" : "  ", t.note.c_str());
-  }
+  print_terms(terms);
   std::printf("\n%s\n", all_ok ? "OK: every measured term is within tolerance" : "FAILED: terms beyond tolerance (see above)");
   return all_ok ? 0 : 1;
 }
@@ -179,20 +190,7 @@ int run_validate(const ValidateArgs& a) {
   } else {
     std::printf("oomb validate: plan %s, trace %s (%s)\n", a.plan.empty() ? "(from the trace)" : a.plan.c_str(), a.trace.c_str(), trace.metadata.device.c_str());
     for (const auto& n : notes) std::printf("  note: %s\n", n.c_str());
-    std::printf("\n  %-18s %16s %16s %9s %9s  %s\n", "term", "predicted", "measured", "error", "tolerance", "");
-    auto fmt = [](const std::string& unit, double v) {
-      if (unit == "bytes") return format_bytes(static_cast<int64_t>(std::llround(v)));
-      if (unit == "s") return format_duration_s(v);
-      return format_count(v);
-    };
-    for (const auto& t : terms) {
-      const auto ok = t.ok();
-      std::printf("  %-18s %16s %16s %9s %9s  %s%s%s\n", t.name.c_str(), fmt(t.unit, t.predicted).c_str(),
-                  t.measured ? fmt(t.unit, *t.measured).c_str() : "-",
-                  t.measured ? format_percent(t.error()).c_str() : "-",
-                  ((t.at_most ? "<= " : "") + format_percent(t.tolerance)).c_str(),
-                  !ok ? (t.measured ? "info" : "n/a") : *ok ? "ok" : "FAIL", t.note.empty() ? "" : "  ", t.note.c_str());
-    }
+    print_terms(terms);
     std::printf("\n%s\n", all_ok ? "OK: every comparable term is within tolerance"
                                  : "FAILED: terms beyond tolerance (see above)");
     if (!a.report.empty()) std::printf("report: %s\n", a.report.c_str());

@@ -174,6 +174,18 @@ std::string hf_config_path(const std::string& path) {
   return path;
 }
 
+std::string hf_fallback_id(const std::string& file) {
+  // The folder's name ("Qwen2.5-7B") when the shapes match no catalog entry; a pipe or a process
+  // substitution (/dev/fd/63) has no folder of its own, so its id is the family's.
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(file, ec)) return "";
+  std::filesystem::path p = std::filesystem::absolute(std::filesystem::path(file), ec);
+  std::string id;
+  for (char c : p.parent_path().filename().string())
+    id += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return id;
+}
+
 std::optional<ModelSpec> load_hf_model(const std::string& path) {
   std::error_code ec;
   const bool dir = std::filesystem::is_directory(path, ec);
@@ -181,18 +193,15 @@ std::optional<ModelSpec> load_hf_model(const std::string& path) {
     throw Error("--model", path, "is a folder without config.json",
                 "a Hugging Face model folder (config.json), a config.json, an oomb.model/1 JSON or a catalog id");
   const std::string file = hf_config_path(path);
-  if (!dir && !std::filesystem::is_regular_file(file, ec)) return std::nullopt;
+  // Any file that exists is read once, whatever its kind: a pipe or <(cat config.json) cannot be
+  // read a second time, so the caller gets its document back when it is not in the HF form.
+  if (!dir && !std::filesystem::exists(file, ec)) return std::nullopt;
   const Json j = read_json_file(file);
   if (!is_hf_config(j)) {
     if (dir) throw Error(file, "", "is not a Hugging Face config (no architectures / model_type)");
-    return std::nullopt;
+    return model_from_json(j, path);
   }
-  // The folder's name ("Qwen2.5-7B") when the shapes match no catalog entry.
-  std::filesystem::path p = std::filesystem::absolute(std::filesystem::path(file), ec);
-  std::string folder = p.parent_path().filename().string();
-  std::string id;
-  for (char c : folder) id += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return model_from_hf_config(j, file, id);
+  return model_from_hf_config(j, file, hf_fallback_id(file));
 }
 
 }  // namespace oomb::models

@@ -22,9 +22,14 @@ bool is_hf_config(const Json& j);
 // `--model qwen2.5-7b`), else `fallback_id` (the folder's name, normalised).
 ModelSpec model_from_hf_config(const Json& j, const std::string& where, const std::string& fallback_id);
 
-// A path to a config.json, or to a folder that holds one: the spec; nullopt when `path` is neither
-// a folder nor a JSON file in the Hugging Face form (an oomb.model/1 file goes the usual way).
+// A path to a config.json, or to a folder that holds one: the spec. A file that is not in the
+// Hugging Face form is read as an oomb.model/1 document (read once: the path may be a pipe);
+// nullopt only when no such file exists (the caller's usual error then names it).
 std::optional<ModelSpec> load_hf_model(const std::string& path);
+
+// The id a Hugging Face config falls back to when it matches no catalog model: its folder's name,
+// lower-cased; empty (the family's name) for a file with no folder of its own (a pipe).
+std::string hf_fallback_id(const std::string& file);
 
 // The config.json a path names: `path` itself, or `path`/config.json for a folder.
 std::string hf_config_path(const std::string& path);

@@ -140,9 +140,8 @@ ModelSpec model_from_json(const Json& j, const std::string& where) {
   if (m.q_heads * m.head_dim > kMaxWidth)
     r.fail("head_dim", "q_heads x head_dim (" + std::to_string(m.q_heads * m.head_dim) + ") is out of range",
            "at most " + std::to_string(kMaxWidth));
-  if (m.hidden % m.q_heads != 0)
-    r.fail("q_heads", "q_heads (" + std::to_string(m.q_heads) + ") does not divide hidden (" +
-                          std::to_string(m.hidden) + ")", "hidden % q_heads == 0");
+  // q_heads x head_dim need not equal hidden (Qwen3 and Gemma give head_dim explicitly); every
+  // projection is sized by q_dim().
   return m;
 }
 

@@ -149,13 +149,17 @@ void print_alternatives(std::string& out, const Candidate& best, const std::vect
     return;
   }
   appendf(out, "\nClose alternatives (all fit; each differs by >= 1%% in step time or peak memory):\n");
-  for (const auto& a : alts)
-    appendf(out, "  %-58s step %s (%s), peak %s (%s)%s\n", planner::describe_difference(best.config, a.config, m).c_str(),
-                format_duration_s(a.summary.step_s).c_str(),
-                format_signed_percent(a.summary.step_s / best.summary.step_s - 1.0).c_str(),
-                format_bytes(a.summary.peak_device_bytes).c_str(),
-                signed_bytes(a.summary.peak_device_bytes - best.summary.peak_device_bytes).c_str(),
+  // The numbers first and the (any length) description last, so the columns stay aligned.
+  appendf(out, "  %-22s %-28s %s\n", "step", "peak device", "differs from the plan in");
+  for (const auto& a : alts) {
+    const std::string step = format_duration_s(a.summary.step_s) + " (" +
+                             format_signed_percent(a.summary.step_s / best.summary.step_s - 1.0) + ")";
+    const std::string peak = format_bytes(a.summary.peak_device_bytes) + " (" +
+                             signed_bytes(a.summary.peak_device_bytes - best.summary.peak_device_bytes) + ")";
+    appendf(out, "  %-22s %-28s %s%s\n", step.c_str(), peak.c_str(),
+                planner::describe_difference(best.config, a.config, m).c_str(),
                 planner::executable(a.config) ? "" : " [on paper]");
+  }
 }
 
 void print_pareto(std::string& out, const std::vector<Candidate>& front, const models::ModelSpec& m) {

@@ -587,9 +587,11 @@ void fill_alternatives(SearchResult& res, Objective o, const Config* preferred) 
       }};
   // An alternative within kTieTolerance of the best in both time and memory tells the reader
   // nothing: it is left out (callers say so when nothing else is left).
-  auto differs = [&](const Candidate& k) {
+  // The same holds between alternatives: two rows with one step time and one peak (chunk 2K,
+  // and chunk 2K with page 64) are one row; the second dimension takes its next-best instead.
+  auto differs_from = [&](const Candidate& k, const Candidate& ref) {
     const auto& x = k.summary;
-    const auto& y = res.best->summary;
+    const auto& y = ref.summary;
     return std::abs(x.step_s - y.step_s) >= kTieTolerance * y.step_s ||
            std::abs(static_cast<double>(x.peak_device_bytes - y.peak_device_bytes)) >=
                kTieTolerance * static_cast<double>(y.peak_device_bytes);
@@ -597,8 +599,11 @@ void fill_alternatives(SearchResult& res, Objective o, const Config* preferred) 
   std::vector<Candidate> alts;
   for (const auto& dim : dims) {
     std::vector<Candidate> other;
-    for (const auto& k : res.feasible)
-      if (dim(k.config) != dim(b) && differs(k)) other.push_back(k);
+    for (const auto& k : res.feasible) {
+      bool tells = dim(k.config) != dim(b) && differs_from(k, *res.best);
+      for (const auto& x : alts) tells = tells && differs_from(k, x);
+      if (tells) other.push_back(k);
+    }
     const Candidate* a = select_best(other, o, preferred);
     if (!a) continue;
     bool dup = false;

@@ -329,6 +329,19 @@ void finish_summary(const Scenario& s, const MemoryTable& t, Summary& out) {
                         format_percent(out.exposed_copy_s / out.step_s) + ")");
   } else {
     out.binding_constraint = "compute";
+    // Under 5% exposed the step is compute's, but a link that cannot hide the copies is said, with
+    // what it costs: "binding: compute" alone reads as "the copies are free".
+    const bool h2d_short = out.required_h2d_bytes_per_s > s.gpu.h2d_bytes_per_s;
+    const bool d2h_short = out.required_d2h_bytes_per_s > s.gpu.d2h_bytes_per_s;
+    if (out.exposed_copy_s > 0 && (h2d_short || d2h_short)) {
+      const bool h2d = out.required_h2d_bytes_per_s / s.gpu.h2d_bytes_per_s >=
+                       out.required_d2h_bytes_per_s / s.gpu.d2h_bytes_per_s;
+      out.notes.push_back(std::string(h2d ? "h2d" : "d2h") + " link short: copies expose " +
+                          format_duration_s(out.exposed_copy_s) + " (" +
+                          format_percent(out.exposed_copy_s / out.step_s) + " of the step); hiding them needs " +
+                          format_rate_bytes_per_s(h2d ? out.required_h2d_bytes_per_s : out.required_d2h_bytes_per_s) +
+                          " of its " + format_rate_bytes_per_s(h2d ? s.gpu.h2d_bytes_per_s : s.gpu.d2h_bytes_per_s));
+    }
   }
 }
 

@@ -71,6 +71,14 @@ simulator::Scenario unplanned_run(simulator::Scenario s, const std::set<std::str
 
 namespace {
 
+// Whether any stored tensor is bf16 (the CPU backend then rounds to bf16 exactly where the GPU would).
+bool any_bf16(const simulator::Config& c) {
+  for (const std::string* d : {&c.param_dtype, &c.param_grad_dtype, &c.activation_dtype, &c.kv_dtype, &c.kv_grad_dtype,
+                               &c.loss_dtype})
+    if (*d == "bf16") return true;
+  return false;
+}
+
 bool built_with_cupti() {
 #ifdef OOMB_HAVE_CUPTI
   return true;
@@ -664,9 +672,10 @@ std::string describe(const RunResult& r, const RunRequest& req, const std::strin
           static_cast<long long>(std::min(c.resident_layers, r.model.layers)),
           r.offload ? " (offload)" : " (no offload)");
   appendf(out, "backend %s, tokens %s, weights %s\n",
-          r.backend == "cpu"
-              ? ("cpu (bf16 storage emulated exactly, " + std::to_string(r.cpu_threads) + " compute threads)").c_str()
-              : "cuda",
+          r.backend == "cpu" ? ("cpu (" + std::string(any_bf16(c) ? "bf16 storage emulated exactly, " : "") +
+                                std::to_string(r.cpu_threads) + " compute threads)")
+                                   .c_str()
+                             : "cuda",
           tokens.c_str(), weights.c_str());
   const bool lora = c.lora_rank > 0;
   appendf(out, "storage: weights %s, gradients %s, activations %s, loss %s; pages: KV %s, KV-grad %s\n",
@@ -694,21 +703,31 @@ std::string describe(const RunResult& r, const RunRequest& req, const std::strin
   for (size_t i = 0; i < r.losses.size(); ++i)
     appendf(out, "  step %zu  loss %.6f%s\n", i + 1, r.losses[i],
             static_cast<int64_t>(i) < r.warmup_steps ? "  (warm-up)" : "");
-  appendf(out, "\nstep time %s, %s tokens/s\n", format_duration_s(ms.step_s).c_str(), format_count(ms.tokens_per_s).c_str());
-  if (ms.step_times_s.size() > 1) {  // the first step pays one-time set-up (scratch growth, caches)
-    double later = 0;
-    for (size_t i = 1; i < ms.step_times_s.size(); ++i) later += ms.step_times_s[i];
-    appendf(out, "first step %s, later steps %s on average\n", format_duration_s(ms.step_times_s[0]).c_str(),
-            format_duration_s(later / static_cast<double>(ms.step_times_s.size() - 1)).c_str());
+  // One statement of the step time: the fastest timed step (what the trace records and validate
+  // judges) first, then the mean over every step and what the first one paid for set-up.
+  if (r.warmup_steps > 0 || r.timed_steps > 1) {
+    appendf(out, "\nstep time %s: the fastest of %lld timed step%s after %lld warm-up%s%s\n",
+            format_duration_s(r.fastest_step_s).c_str(), static_cast<long long>(r.timed_steps),
+            r.timed_steps == 1 ? "" : "s", static_cast<long long>(r.warmup_steps), r.warmup_steps == 1 ? "" : "s",
+            r.trace ? " (the trace's step_s, what validate compares)" : "");
+    std::string spread = "  mean " + format_duration_s(ms.step_s) + " over all " +
+                         std::to_string(ms.step_times_s.size()) + " steps, " + format_count(ms.tokens_per_s) +
+                         " tokens/s";
+    if (ms.step_times_s.size() > 1) {  // the first step pays one-time set-up (scratch growth, caches)
+      double later = 0;
+      for (size_t i = 1; i < ms.step_times_s.size(); ++i) later += ms.step_times_s[i];
+      spread += "; first step " + format_duration_s(ms.step_times_s[0]) + ", later steps " +
+                format_duration_s(later / static_cast<double>(ms.step_times_s.size() - 1)) + " on average";
+    }
+    appendf(out, "%s\n", spread.c_str());
+  } else {
+    appendf(out, "\nstep time %s, %s tokens/s\n", format_duration_s(ms.step_s).c_str(),
+            format_count(ms.tokens_per_s).c_str());
   }
   if (!req.planned.empty())
     appendf(out, "buffer table: checked against the plan's (%zu rows)%s\n", req.planned.size(),
             ms.notes.empty() ? ", every row as planned" : "");
   for (const std::string& n : ms.notes) appendf(out, "  note: %s\n", n.c_str());
-  if (r.warmup_steps > 0 || r.timed_steps > 1)
-    appendf(out, "timed step (fastest of %lld after %lld warm-up%s): %s%s\n", static_cast<long long>(r.timed_steps),
-            static_cast<long long>(r.warmup_steps), r.warmup_steps == 1 ? "" : "s",
-            format_duration_s(r.fastest_step_s).c_str(), r.trace ? " (the trace's step_s, what validate compares)" : "");
   appendf(out, "peak device %s, peak host %s\n", format_bytes(ms.peak_device_bytes).c_str(),
           format_bytes(ms.peak_host_bytes).c_str());
   appendf(out, "device pools: KV %lld / %lld pages of %s, KV-grad %lld / %lld pages of %s (high-water / capacity)\n",

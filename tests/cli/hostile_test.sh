@@ -451,6 +451,40 @@ mkdir -p hfllama && sed 's/,"attention_bias":true//' hfbias/config.json >hfllama
 expect 0 "" -- models --import hfllama
 "$oomb" models --import hfllama 2>&1 | grep -q '"id": "tiny"' && bad "a Llama config with tiny's shapes is labelled tiny" || ok
 
+# An HF config read through a pipe (process substitution) is read once and in its own form, not as
+# an oomb.model/1 file asking for "schema"; models --import likewise.
+expect 0 "FITS" -- simulate --model <(cat hfllama/config.json) --gpu h200 --context 4K
+expect 0 '"family": "llama"' -- models --import <(cat hfllama/config.json)
+# head_dim given: q_heads x head_dim need not be hidden (hidden 64, 3 heads of 32), and the run's
+# gradients still equal the full-sequence reference.
+mkdir -p hfhd && sed 's/"num_attention_heads":4,"num_key_value_heads":2,"head_dim":16/"num_attention_heads":3,"num_key_value_heads":1,"head_dim":32/' hfllama/config.json >hfhd/config.json
+expect 0 "FITS" -- simulate --model hfhd --gpu h200 --context 4K
+expect 0 "reference \(full sequence\): loss [0-9.]+ \(rel. error [0-9.e+-]+\), max gradient rel. L2 error [0-9.]+e-0[5-9]" -- run --model hfhd --context 512 --chunk 256 --page 64 --steps 1 --warmup 0 --reference
+# simulate refuses a sparse budget over the context's pages, as plan does.
+expect 2 "--budget: '100000': is larger than the context's 32 pages of 128 tokens" -- simulate --model tiny --gpu h200 --context 4K --attention sparse --budget 100000
+expect 2 "--budget: '100000': is larger than the context's" -- plan --model tiny --gpu h200 --context 4K --attention sparse --budget 100000
+# simulate says which knobs are its defaults rather than a plan's choice.
+expect 0 "defaults, not a plan's choice: schedule, attention, chunk, page, resident layers, checkpointing" -- simulate --model qwen2.5-7b --gpu h200 --context 4M
+expect 0 "defaults, not a plan's choice: schedule, attention, page, resident layers" -- simulate --model qwen2.5-7b --gpu h200 --context 4M --chunk 2K --checkpointing false
+# The published sparse preset: under 5% exposed the step is compute's, but the short link is said.
+expect 0 "^  - h2d link short: copies expose [0-9.]+ s \(4\.[0-9]% of the step\); hiding them needs 65\.[0-9] GB/s of its 55\.0 GB/s" -- simulate --preset oomb-published --model qwen2.5-7b --gpu h200 --context 4M --attention sparse
+# The run's summary: "bf16 storage emulated exactly" only with bf16 storage, and one step time.
+out=$(timeout 120 "$oomb" run --model tiny --context 512 --chunk 256 --page 64 --steps 2 --warmup 0 2>&1)
+grep -q "emulated exactly" <<<"$out" && bad "fp32 storage said to be bf16 emulated: ${out:0:300}" || ok
+grep -qE "^step time [0-9.]+ [mu]?s: the fastest of 2 timed steps after 0 warm-ups" <<<"$out" && [ "$(grep -c '^step time' <<<"$out")" -eq 1 ] && ! grep -q "^timed step" <<<"$out" && ok || bad "run's step time not stated once: ${out:0:600}"
+expect 0 "bf16 storage emulated exactly" -- run --model tiny --context 512 --chunk 256 --page 64 --steps 1 --warmup 0 --param-dtype bf16
+# Close alternatives: no two rows with one step time and one peak; numbers before descriptions.
+out=$("$oomb" plan --model qwen2.5-7b --gpu h200 --context 4M 2>&1)
+rows=$(sed -n '/^Close alternatives/,/^$/p' <<<"$out" | grep -E '^  [0-9]' | awk '{print $1, $2, $4, $5}')
+[ -n "$rows" ] && [ "$(sort <<<"$rows" | uniq -d)" = "" ] && ok || bad "close alternatives repeat a row: $rows"
+# validate's table keeps its columns for long term names.
+"$oomb" validate --plan p.json --trace run.json >val.txt 2>&1
+awk '/^  term / { pos = index($0, "predicted") + 8; on = 1; next }
+     on && /^$/ { exit }
+     on && !(substr($0, pos, 1) != " " && substr($0, pos + 1, 1) == " ") { bad = bad $1 " " }
+     END { if (!pos || bad != "") { print "ragged: " bad; exit 1 } }' val.txt >val_check.txt &&
+  ok || bad "validate's columns move with the term name: $(cat val_check.txt) $(head -8 val.txt)"
+
 # A folder in the current directory named like a catalog id does not replace the catalog entry:
 # an argument is a path only with a '/' or a .json ending (--help says so).
 mkdir -p cwd/tiny && sed 's/"num_hidden_layers":2/"num_hidden_layers":6/' hfllama/config.json >cwd/tiny/config.json

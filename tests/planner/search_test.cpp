@@ -466,6 +466,21 @@ TEST(Search, AlternativesDifferAndFit) {
     EXPECT_NE(a.config.to_json(), res.best->config.to_json());
     EXPECT_NE(describe_difference(res.best->config, a.config, r.scenario.model), "same settings");
   }
+  // No two rows say the same thing: each pair differs by the tie tolerance in time or memory
+  // (at 4M, chunk 2K with page 128 and with page 64 were two rows of one step and one peak).
+  for (size_t i = 0; i < res.alternatives.size(); ++i)
+    for (size_t j = i + 1; j < res.alternatives.size(); ++j) {
+      const auto& x = res.alternatives[i].summary;
+      const auto& y = res.alternatives[j].summary;
+      const bool same_time = std::abs(x.step_s - y.step_s) < kTieTolerance * y.step_s;
+      const bool same_peak = std::abs(static_cast<double>(x.peak_device_bytes - y.peak_device_bytes)) <
+                             kTieTolerance * static_cast<double>(y.peak_device_bytes);
+      EXPECT_FALSE(same_time && same_peak) << describe_difference(res.best->config, res.alternatives[i].config,
+                                                                   r.scenario.model)
+                                           << " and "
+                                           << describe_difference(res.best->config, res.alternatives[j].config,
+                                                                  r.scenario.model);
+    }
 }
 
 }  // namespace
