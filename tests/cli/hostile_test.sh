@@ -485,6 +485,15 @@ awk '/^  term / { pos = index($0, "predicted") + 8; on = 1; next }
      END { if (!pos || bad != "") { print "ragged: " bad; exit 1 } }' val.txt >val_check.txt &&
   ok || bad "validate's columns move with the term name: $(cat val_check.txt) $(head -8 val.txt)"
 
+# Commands that never touch a GPU do not pay for its libraries: cuBLASLt alone held ~210 MB
+# resident from start-up (it is loaded on first use now). `oomb models` stays under 64 MB.
+if command -v python3 >/dev/null; then
+  rss_kb=$(python3 -c 'import resource, subprocess, sys
+subprocess.run([sys.argv[1], "models"], stdout=subprocess.DEVNULL, check=True)
+print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)' "$oomb")
+  [ -n "$rss_kb" ] && [ "$rss_kb" -lt 65536 ] && ok || bad "oomb models holds ${rss_kb:-?} KiB resident (want < 64 MiB)"
+fi
+
 # A folder in the current directory named like a catalog id does not replace the catalog entry:
 # an argument is a path only with a '/' or a .json ending (--help says so).
 mkdir -p cwd/tiny && sed 's/"num_hidden_layers":2/"num_hidden_layers":6/' hfllama/config.json >cwd/tiny/config.json
