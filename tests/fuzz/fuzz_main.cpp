@@ -37,10 +37,13 @@
 #include "cli/command.h"
 #include "core/error.h"
 #include "core/json_util.h"
+#include "executor/runtime/adapters.h"
 #include "executor/runtime/tokens.h"
 #include "executor/runtime/weights.h"
+#include "models/hf_config.h"
 #include "models/specs.h"
 #include "planner/plan.h"
+#include "planner/points.h"
 #include "planner/recall_curve.h"
 #include "simulator/calibration.h"
 #include "traces/trace.h"
@@ -333,6 +336,29 @@ void run_cli(const std::string& sub, const std::string& input) {
   if (rc == 2) throw Error("refused (exit 2)");
 }
 
+// A scratch file with a given name (the points reader decides CSV or JSON by the extension; the
+// adapter and checkpoint readers read fixed names in a folder).
+std::string scratch_named(const std::string& name, const std::string& bytes) {
+  const fs::path p = fs::path(scratch_dir()) / name;
+  fs::create_directories(p.parent_path());
+  std::ofstream(p, std::ios::binary | std::ios::trunc) << bytes;
+  return p.string();
+}
+
+// A two-shard checkpoint of the micro model (shards written once): the fuzzed input is its index,
+// tests/fuzz/corpus/checkpoint_index/ the index write_checkpoint writes for these shards.
+std::string micro_shards_dir() {
+  static const std::string d = [] {
+    const std::string dir = (fs::path(scratch_dir()) / "ckpt").string();
+    const executor::Weights w = executor::random_weights(micro_model(), 7);
+    executor::CheckpointWrite how;
+    how.max_shard_bytes = 1024;  // the micro model's 2.7 KB in a few shards
+    executor::write_checkpoint(w, dir, how);
+    return dir;
+  }();
+  return d;
+}
+
 std::vector<Target> targets() {
   return {
       {"model", Kind::json, 20000, [](const std::string& s) { models::model_from_json(parse_json(s, "fuzz"), "fuzz"); }},
@@ -365,6 +391,24 @@ std::vector<Target> targets() {
        [](const std::string& s) {
          const auto t = executor::TokenSource::from_file(scratch_file(s), 16);
          (void)t.sequence(3, 8);
+       }},
+      {"hf_config", Kind::json, 10000,
+       [](const std::string& s) { models::model_from_hf_config(parse_json(s, "fuzz"), "fuzz", "fuzz"); }},
+      {"points_csv", Kind::bytes, 3000,
+       [](const std::string& s) {
+         (void)planner::read_points(scratch_named("points.csv", s), "h200", models::load_gpu("h200"));
+       }},
+      {"adapter_config", Kind::json, 10000,
+       [](const std::string& s) {
+         scratch_named("adapter/adapter_config.json", s);
+         (void)executor::read_adapter_config((fs::path(scratch_dir()) / "adapter").string());
+       }},
+      {"checkpoint_index", Kind::json, 3000,
+       [](const std::string& s) {
+         const std::string dir = micro_shards_dir();
+         std::ofstream((fs::path(dir) / "model.safetensors.index.json").string(), std::ios::binary | std::ios::trunc)
+             << s;
+         (void)executor::read_checkpoint(dir, micro_model());
        }},
       {"simulate_flags", Kind::argv, 6000, [](const std::string& s) { run_cli("simulate", s); }},
       {"plan_flags", Kind::argv, 3000, [](const std::string& s) { run_cli("plan", s); }},
