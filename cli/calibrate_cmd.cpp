@@ -17,6 +17,7 @@
 
 #include "cli/command.h"
 #include "cli/scenario_flags.h"
+#include "cli/mpi_job.h"
 #include "core/error.h"
 #include "core/format.h"
 #include "executor/runner/calibrate.h"
@@ -68,8 +69,10 @@ void write_or_print(const Json& profile, const std::string& out) {
   else write_text_file(out, profile.dump(2) + "\n");
 }
 
-int run_microbench_mode(const CalibrateArgs& a) {
+int run_microbench_mode(const CalibrateArgs& a, executor::Communicator* comm) {
   runner::CalibrationRequest q;
+  q.comm = comm;
+  const bool lead = !comm || comm->rank() == 0;  // one rank speaks and writes for the job
   q.backend = a.backend;
   q.models = a.models;
   q.efficiency_model = a.efficiency_model;
@@ -77,8 +80,9 @@ int run_microbench_mode(const CalibrateArgs& a) {
   q.id = a.id;
   q.chunk = a.chunk;
   q.threads = a.threads;
-  if (!a.quiet) q.progress = [](const std::string& line) { std::fprintf(stderr, "  %s\n", line.c_str()); };
+  if (!a.quiet && lead) q.progress = [](const std::string& line) { std::fprintf(stderr, "  %s\n", line.c_str()); };
   const runner::BackendCalibration cal = runner::calibrate_backend(q);
+  if (!lead) return 0;
   const Json& profile = cal.profile;
   const executor::MicrobenchResult& r = cal.microbench;
   const auto& runs = cal.runs;
@@ -104,6 +108,10 @@ int run_microbench_mode(const CalibrateArgs& a) {
               format_rate_bytes_per_s(r.h2d_bytes_per_s.median).c_str(),
               format_rate_bytes_per_s(r.d2h_bytes_per_s.median).c_str(), profile["duplex_factor"].get<double>());
   std::printf("  per-op overhead    %s\n", format_duration_s(profile["launch_overhead_s"].get<double>()).c_str());
+  if (cal.ranks > 1)
+    std::printf("  all-reduce         %s of link (%s, %d ranks: the data-parallel gradient all-reduce's rate)\n",
+                format_rate_bytes_per_s(profile["interconnect_bytes_per_s"].get<double>()).c_str(),
+                comm->name().c_str(), cal.ranks);
   if (runs)
     std::printf("  fitted to          %zu calibration run(s) of %s (R^2 %.3f, %.1f s)%s: plans of other models "
                 "are best served by calibrating with --fit-model\n",
@@ -304,12 +312,15 @@ int run_points_mode(const CalibrateArgs& a) {
   return 0;
 }
 
-int run_calibrate(const CalibrateArgs& a) {
+int run_calibrate(const CalibrateArgs& a, executor::Communicator* comm) {
   const int modes =
       !a.backend.empty() + !a.traces.empty() + !a.project_to.empty() + !a.recall.empty() + !a.points.empty();
   if (modes != 1)
     throw Error("calibrate", "", "give exactly one of --backend, --traces, --points, --project-to, --recall",
                 "e.g. oomb calibrate --backend cpu --out cpu.json");
+  if (comm && comm->size() > 1 && a.backend.empty())
+    throw Error("calibrate", "", "only --backend runs as an MPI job (its ranks time their all-reduce together)",
+                "run the other modes without mpirun");
   // Every flag and the output path before any work (the benchmarks take seconds).
   // --chunk: rows of the benchmarked GEMMs; the LM-head slice needs at least 16 and 16K rows of
   // the widest shape already take ~1 GB.
@@ -333,7 +344,7 @@ int run_calibrate(const CalibrateArgs& a) {
   }
   if (!a.recall.empty()) return run_recall_mode(a);
   if (!a.points.empty()) return run_points_mode(a);
-  if (!a.backend.empty()) return run_microbench_mode(a);
+  if (!a.backend.empty()) return run_microbench_mode(a, comm);
   if (!a.traces.empty()) return run_fit_mode(a);
   return run_project_mode(a);
 }
@@ -378,6 +389,8 @@ const Registrar reg(
       sub.footer(
           "Examples:\n"
           "  oomb calibrate --backend cpu --out cpu.json\n"
+          "  mpirun -np 2 oomb calibrate --backend cpu --out cpu-dp2.json  (each rank on its share of the cores, and "
+          "the all-reduce's rate)\n"
           "  oomb run --model tiny --context 8K --trace t1.json && oomb run --model tiny --context 4K --trace t2.json\n"
           "  oomb calibrate --traces t1.json t2.json --gpu cpu.json --out cpu-fit.json\n"
           "  oomb calibrate --project-to h200 --gpu cpu-fit.json --out h200-what-if.json\n"
@@ -385,7 +398,9 @@ const Registrar reg(
           "--trace r4.json  (and --budget 8, 16 ...)\n"
           "  oomb calibrate --recall r4.json r8.json r16.json --out recall.json\n"
           "  oomb calibrate --points runs.csv --gpu h100 --out h100-fit.json  (runs.csv: model,context,chunk,step_s,...)");
-      return [a] { return run_calibrate(*a); };
+      return [a] {
+        return run_as_job("oomb calibrate", [a](executor::Communicator* comm) { return run_calibrate(*a, comm); });
+      };
     });
 
 }  // namespace

@@ -18,10 +18,8 @@
 #include "core/format.h"
 #include "executor/runner/runner.h"
 #include "executor/runtime/adapters.h"
+#include "cli/mpi_job.h"
 #include "executor/runtime/comm.h"
-#ifdef OOMB_HAVE_MPI
-#include "executor/mpi/mpi_comm.h"
-#endif
 #include "executor/runtime/tokens.h"
 #include "executor/runtime/weights.h"
 #include "planner/plan.h"
@@ -434,28 +432,7 @@ const Registrar reg("run", "Execute chunk-recurrent training steps (cpu referenc
                           if (opt->get_expected_min() > 0)
                             for (const auto& r : opt->results()) a->command += " " + r;
                         }
-                        if (!launched_by_mpi()) return run_run(*a, nullptr);
-#ifdef OOMB_HAVE_MPI
-                        // One process of an MPI job: every rank runs the same command; a rank that fails
-                        // ends the job (its peers would wait in a collective for it).
-                        executor::mpi::init(nullptr, nullptr);
-                        const auto world = executor::mpi::world();
-                        int rc = 0;
-                        try {
-                          rc = run_run(*a, world.get());
-                        } catch (const std::exception& e) {
-                          std::fprintf(stderr, "oomb run (rank %d of %d): error: %s\n", world->rank(), world->size(),
-                                       e.what());
-                          std::fflush(stderr);
-                          if (world->size() > 1) executor::mpi::abort(2);
-                          throw;
-                        }
-                        if (rc != 0 && world->size() > 1) executor::mpi::abort(rc);
-                        executor::mpi::finalize();
-                        return rc;
-#else
-                        return run_run(*a, nullptr);
-#endif
+                        return run_as_job("oomb run", [a](executor::Communicator* comm) { return run_run(*a, comm); });
                       };
                     });
 

@@ -1,10 +1,12 @@
 #include "executor/runner/calibrate.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <memory>
 
 #include "core/error.h"
 #include "executor/cpu/cpu_backend.h"
+#include "executor/cpu/threads.h"
 #include "models/specs.h"
 #ifdef OOMB_HAVE_CUDA_BACKEND
 #include "executor/cuda/cuda_backend.h"
@@ -42,7 +44,7 @@ BackendCalibration calibrate_backend(const CalibrationRequest& a) {
   if (a.backend == "cpu") {
     // Measured at the thread count `oomb run --threads` will use (the profile records it).
     executor::CpuBackendOptions copt;
-    copt.threads = a.threads;
+    copt.threads = rank_cpu_threads(a.threads, a.comm);
     backend = std::make_unique<executor::CpuBackend>(copt);
     const int64_t ram = executor::host_ram_bytes();
     capacity_bytes = ram > 0 ? ram / 2 : int64_t{8} << 30;
@@ -115,6 +117,22 @@ BackendCalibration calibrate_backend(const CalibrationRequest& a) {
     profile["calibrated_from"] = profile["calibrated_from"].get<std::string>() + " + " + how;
     models::gpu_from_json(profile, "the fitted profile");  // still a valid profile
   }
+  if (a.comm && a.comm->size() > 1) {
+    // The gradient all-reduce of a data-parallel step, timed on the job's ranks: bf16 (the default
+    // gradient dtype) of 64 MiB, large enough that per-call latency is a small share.
+    if (a.backend != "cpu")
+      throw Error("--backend", a.backend, "measures collectives under mpirun on the cpu backend only",
+                  "mpirun -np N oomb calibrate --backend cpu");
+    out.ranks = a.comm->size();
+    if (a.progress) a.progress("all-reduce of 64 MiB (bf16) over " + std::to_string(out.ranks) + " ranks");
+    const double link = executor::measure_all_reduce_link_bytes_per_s(*a.comm, *backend, int64_t{64} << 20,
+                                                                      executor::DType::bf16);
+    profile["interconnect_bytes_per_s"] = link;
+    profile["sources"]["interconnect_bytes_per_s"] =
+        "measured: " + a.comm->name() + " all-reduce of 64 MiB bf16 over " + std::to_string(out.ranks) +
+        " ranks of this node (median of 5, the ring's 2(N-1)/N x bytes over the time; oomb calibrate under mpirun)";
+    models::gpu_from_json(profile, "the calibrated profile");
+  }
   if (a.backend == "cuda") {
 #ifdef OOMB_HAVE_CUDA_BACKEND
     // The cpu-oriented defaults of device_profile, replaced by the device's own facts.
@@ -133,6 +151,13 @@ BackendCalibration calibrate_backend(const CalibrationRequest& a) {
 #endif
   }
   return out;
+}
+
+int rank_cpu_threads(int requested, const executor::Communicator* comm) {
+  if (requested != 0 || !comm || comm->size() <= 1) return requested;
+  if (const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE"); local && std::atoi(local) > 1)
+    return std::max(1, executor::cpu::available_cpus() / std::atoi(local));
+  return requested;
 }
 
 }  // namespace oomb::runner

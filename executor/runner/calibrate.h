@@ -11,6 +11,7 @@
 
 #include "core/json_util.h"
 #include "executor/runtime/calibration_runs.h"
+#include "executor/runtime/comm.h"
 #include "executor/runtime/microbench.h"
 
 namespace oomb::runner {
@@ -24,6 +25,10 @@ struct CalibrationRequest {
   int64_t chunk = 1024;
   int threads = 0;               // cpu: compute threads (0 = the CPUs this process may use)
   std::function<void(const std::string&)> progress;  // a line per benchmark and run
+  // Under mpirun (the job's ranks): each rank measures with its share of the node's cores, as a
+  // data-parallel `oomb run` computes, and the ranks time their all-reduce together: the profile's
+  // interconnect_bytes_per_s (what the simulator prices the gradient all-reduce with).
+  executor::Communicator* comm = nullptr;
 };
 
 struct BackendCalibration {
@@ -31,7 +36,12 @@ struct BackendCalibration {
   executor::MicrobenchResult microbench;
   std::optional<executor::CalibrationRunsFit> runs;  // cpu with a fit model
   std::string fit_model;                             // as resolved
+  int ranks = 1;                                     // the job's ranks (all-reduce measured when > 1)
 };
+
+// The CPU backend's compute threads for one rank: `requested`, or (0) every CPU this process may
+// use, divided among the ranks of a job on this node (Open MPI's OMPI_COMM_WORLD_LOCAL_SIZE).
+int rank_cpu_threads(int requested, const executor::Communicator* comm);
 
 // Throws oomb::Error naming the flag (--backend, --efficiency-model, --fit-model, --threads).
 BackendCalibration calibrate_backend(const CalibrationRequest& a);

@@ -12,6 +12,7 @@
 #include "executor/cpu/cpu_backend.h"
 #include "executor/cpu/reference.h"
 #include "executor/cpu/threads.h"
+#include "executor/runner/calibrate.h"
 #include "executor/runtime/adapters.h"
 #include "executor/runtime/microbench.h"
 #include "executor/runtime/op_tagger.h"
@@ -351,12 +352,8 @@ RunResult run(const RunRequest& r, const Weights& w, const TokenSource& tokens, 
   std::function<Json()> cuda_summary = [] { return Json(); };
   if (r.backend == "cpu") {
     CpuBackendOptions copt;
-    copt.threads = r.cpu_threads;
-    // Data-parallel ranks on one node share its cores: by default each takes its share of them
-    // (Open MPI's OMPI_COMM_WORLD_LOCAL_SIZE ranks on this node), not all of them.
-    if (copt.threads == 0 && r.comm && r.comm->size() > 1)
-      if (const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE"); local && std::atoi(local) > 1)
-        copt.threads = std::max(1, cpu::available_cpus() / std::atoi(local));
+    // Data-parallel ranks on one node share its cores: by default each takes its share of them.
+    copt.threads = rank_cpu_threads(r.cpu_threads, r.comm);
     backend_owner = std::make_unique<CpuBackend>(copt);
   } else {
 #ifdef OOMB_HAVE_CUDA_BACKEND

@@ -36,6 +36,14 @@ class Communicator {
 // One process: rank 0 of 1.
 std::unique_ptr<Communicator> self_communicator();
 
+// The job's all-reduce as the simulator prices it (a ring: 2 (N-1)/N x bytes over the link):
+// bytes / s of link that reproduce the measured time of all_reduce_sum on `bytes` of `dtype`
+// (allocated from `backend`, in the memory the communicator reduces), the median of `reps` timed
+// repetitions after one warm-up, each between barriers, the mean of the ranks' medians. Every
+// rank calls it (it is collective); 0 with one rank.
+double measure_all_reduce_link_bytes_per_s(Communicator& comm, Backend& backend, int64_t bytes, DType dtype,
+                                           int reps = 5);
+
 // Whether this process was started by an MPI launcher (mpirun / mpiexec / srun set the environment
 // a job's ranks read: OMPI_COMM_WORLD_SIZE, PMI_SIZE, PMIX_RANK) with more than one rank or at all.
 bool launched_by_mpi();

@@ -5,6 +5,7 @@
 // run. Skipped without mpirun or an MPI build.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
@@ -127,6 +128,35 @@ TEST_F(MpiCli, ADataParallelPlanSaysHowItRunsAndItsAllReduceIsPredicted) {
   const CliRun three = sh(mpirun(3) + "run --plan " + path("p.json") + " --quiet");
   EXPECT_NE(three.rc, 0);
   EXPECT_TRUE(has(three.out, "3 processes in this MPI job")) << three.out;
+}
+
+// `mpirun -np 2 oomb calibrate --backend cpu` times the job's all-reduce: the profile carries the
+// measured rate as interconnect_bytes_per_s (said to be measured), one rank prints and writes, and
+// a data-parallel prediction on that profile prices the ring with it: 2 (N-1)/N x bytes / rate.
+TEST_F(MpiCli, CalibrateUnderMpirunMeasuresTheAllReduceThePlanPricesWith) {
+  const CliRun cal = sh(mpirun(2) + "calibrate --backend cpu --model tiny --fit-model none --out " + path("cpu2.json"));
+  ASSERT_EQ(cal.rc, 0) << cal.out;
+  size_t reports = 0;
+  for (size_t at = cal.out.find("of link ("); at != std::string::npos; at = cal.out.find("of link (", at + 1))
+    ++reports;
+  EXPECT_EQ(reports, 1u) << "one rank reports for the job: " << cal.out;
+  EXPECT_TRUE(has(cal.out, "all-reduce ")) << cal.out;
+  const oomb::Json prof = oomb::read_json_file(path("cpu2.json"));
+  const double link = prof["interconnect_bytes_per_s"].get<double>();
+  EXPECT_GT(link, 1e6);  // a real rate (bytes per second), not a default or 0
+  EXPECT_TRUE(has(prof["sources"]["interconnect_bytes_per_s"].get<std::string>(), "measured: mpi all-reduce"));
+  const CliRun sim = sh(oomb_binary() + " simulate --model tiny --gpu " + path("cpu2.json") +
+                        " --context 512 --chunk 256 --page 64 --data-parallel 2 --json");
+  ASSERT_EQ(sim.rc, 0) << sim.out;
+  const oomb::Json s = json_in(sim.out);
+  const double bytes = s["allreduce_bytes"].get<double>();
+  ASSERT_GT(bytes, 0);
+  EXPECT_NEAR(s["allreduce_s"].get<double>(), 2.0 * (2 - 1) / 2 * bytes / link, 1e-9 * bytes / link);
+  // The other modes run alone.
+  const CliRun points = sh(mpirun(2) + "calibrate --project-to h100 --gpu " + path("cpu2.json") + " --out " +
+                           path("x.json"));
+  EXPECT_NE(points.rc, 0);
+  EXPECT_TRUE(has(points.out, "only --backend runs as an MPI job")) << points.out;
 }
 
 }  // namespace
