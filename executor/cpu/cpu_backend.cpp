@@ -223,13 +223,31 @@ void* CpuBackend::allocate(Tier, int64_t bytes) {
       cached_bytes_ -= static_cast<int64_t>(n);
     }
   }
-  if (!p) p = std::aligned_alloc(kAlign, n);
+  if (!p) {
+    // A miss: cached blocks of other sizes go back first where keeping them would hold more than
+    // the most ever in use (or this allocation's new high-water), so the allocator never holds
+    // more than the step's peak in use: what it reserves is what was planned, rounded to kAlign.
+    std::vector<void*> release;
+    {
+      std::lock_guard<std::mutex> lock(alloc_mu_);
+      const int64_t limit = std::max(in_use_high_bytes_, in_use_bytes_ + static_cast<int64_t>(n));
+      while (!cached_.empty() && in_use_bytes_ + static_cast<int64_t>(n) + cached_bytes_ > limit) {
+        auto it = cached_.begin();
+        cached_bytes_ -= static_cast<int64_t>(it->first);
+        release.push_back(it->second);
+        cached_.erase(it);
+      }
+    }
+    for (void* q : release) std::free(q);
+    p = std::aligned_alloc(kAlign, n);
+  }
   if (!p) throw std::bad_alloc();
   zero_bytes(p, static_cast<int64_t>(n));
   std::lock_guard<std::mutex> lock(alloc_mu_);
   live_[p] = n;
   in_use_bytes_ += static_cast<int64_t>(n);
   in_use_high_bytes_ = std::max(in_use_high_bytes_, in_use_bytes_);
+  reserved_high_bytes_ = std::max(reserved_high_bytes_, in_use_bytes_ + cached_bytes_);
   return p;
 }
 

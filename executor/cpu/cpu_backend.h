@@ -63,6 +63,12 @@ class CpuBackend final : public Backend {
     std::lock_guard<std::mutex> lock(alloc_mu_);
     return cached_bytes_;
   }
+  // The most memory the allocator held at once (blocks in use, rounded to its alignment, plus the
+  // cached ones): what a process-level measurement of it sees, as PyTorch's max_memory_reserved.
+  int64_t reserved_high_bytes() {
+    std::lock_guard<std::mutex> lock(alloc_mu_);
+    return reserved_high_bytes_;
+  }
 
   void* allocate(Tier tier, int64_t bytes) override;
   void deallocate(Tier tier, void* p, int64_t bytes) override;
@@ -148,7 +154,7 @@ class CpuBackend final : public Backend {
   std::mutex alloc_mu_;
   std::unordered_map<void*, size_t> live_;
   std::unordered_multimap<size_t, void*> cached_;
-  int64_t cached_bytes_ = 0, in_use_bytes_ = 0, in_use_high_bytes_ = 0;
+  int64_t cached_bytes_ = 0, in_use_bytes_ = 0, in_use_high_bytes_ = 0, reserved_high_bytes_ = 0;
 };
 
 }  // namespace oomb::executor

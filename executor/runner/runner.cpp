@@ -499,6 +499,7 @@ RunResult run(const RunRequest& r, const Weights& w, const TokenSource& tokens, 
     res.failed_step = current + 1;
   }
   res.measured = e.measured();
+  if (auto* cpu = dynamic_cast<CpuBackend*>(&backend)) res.allocator_reserved_bytes = cpu->reserved_high_bytes();
   res.cuda = cuda_summary();
   if (!res.failure.empty()) {
     // What was measured still goes out: the completed steps and the host trace so far.
@@ -725,6 +726,9 @@ std::string describe(const RunResult& r, const RunRequest& req, const std::strin
     appendf(out, "buffer table: checked against the plan's (%zu rows)%s\n", req.planned.size(),
             ms.notes.empty() ? ", every row as planned" : "");
   for (const std::string& n : ms.notes) appendf(out, "  note: %s\n", n.c_str());
+  if (r.allocator_reserved_bytes > 0)
+    appendf(out, "allocator: %s held at most (blocks in use and cached; %s in use at the peak)\n",
+            format_bytes(r.allocator_reserved_bytes).c_str(), format_bytes(ms.peak_device_bytes + ms.peak_host_bytes).c_str());
   appendf(out, "peak device %s, peak host %s\n", format_bytes(ms.peak_device_bytes).c_str(),
           format_bytes(ms.peak_host_bytes).c_str());
   appendf(out, "device pools: KV %lld / %lld pages of %s, KV-grad %lld / %lld pages of %s (high-water / capacity)\n",

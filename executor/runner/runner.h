@@ -111,6 +111,7 @@ struct RunResult {
   std::vector<double> step_times_s;  // the timed steps
   double fastest_step_s = 0, timed_mean_step_s = 0;
   Measured measured;
+  int64_t allocator_reserved_bytes = 0;  // cpu runs: the caching allocator's most held at once
   std::optional<ReferenceCheck> reference;
   std::optional<executor::DenseComparison> dense;
   std::optional<traces::Trace> trace;  // record_trace: the measured trace (host trace so far after a failure)
