@@ -230,23 +230,39 @@ ParallelPlan data_parallel(const Scenario& s, const simulator::Summary& one, int
   const int64_t pinned = checked_mul(u.pinned_need_bytes, replicas);
   p.compute_s = one.compute_s;
   p.step_s = one.step_s;
+  // The replicas' gradient all-reduce before each update (the simulator's ring over the profile's
+  // interconnect, as a data-parallel plan predicts it), not hidden behind the backward.
+  if (replicas > 1) {
+    Scenario sd = s;
+    sd.config.data_parallel = replicas;
+    const simulator::Summary d = simulator::evaluate(sd);
+    const double ar = d.allreduce_s;
+    p.comm_s = ar;
+    p.step_s += ar;
+    if (ar > 0)
+      p.rows.push_back({"gradient all-reduce (per rank)", d.allreduce_bytes,
+                        "trained gradients, ring over " + std::to_string(replicas) + " replicas: " +
+                            format_duration_s(ar) + " per step"});
+  }
+  const double own_step_s = p.step_s;
   // Every replica's copies go through the host's DRAM.
   const double traffic = static_cast<double>(one.h2d_bytes + one.d2h_bytes) * static_cast<double>(replicas);
-  if (s.host.mem_bytes_per_s > 0 && p.step_s > 0 && traffic / p.step_s > s.host.mem_bytes_per_s) {
-    p.step_s = traffic / s.host.mem_bytes_per_s;
+  if (s.host.mem_bytes_per_s > 0 && p.step_s > 0 && traffic / own_step_s > s.host.mem_bytes_per_s) {
+    p.step_s = std::max(own_step_s, traffic / s.host.mem_bytes_per_s);
     p.notes.push_back("the replicas' copies need " + format_rate_bytes_per_s(traffic / one.step_s) + " of host memory " +
                       "bandwidth, more than " + s.host.id + "'s " + format_rate_bytes_per_s(s.host.mem_bytes_per_s) +
                       ": the step stretches to " + format_duration_s(p.step_s));
   }
-  p.exposed_comm_s = p.step_s - one.step_s;
+  p.exposed_comm_s = p.step_s - one.step_s;  // the all-reduce and any host-bandwidth stretch
   const bool device_ok = u.device_ok(), host_ok = p.host_bytes <= p.host_limit_bytes,
              pinned_ok = pinned <= s.host.pinnable_bytes;
   p.fits = one.feasible && device_ok && host_ok && pinned_ok;
   p.binding = !device_ok ? "device memory"
               : !pinned_ok ? "pinned host memory (all replicas)"
               : !host_ok ? "host RAM (all replicas)"
-              : p.exposed_comm_s > 0 ? "host memory bandwidth"
-                                     : one.binding_constraint;
+              : p.step_s > own_step_s ? "host memory bandwidth"
+              : p.comm_s > 0.05 * p.step_s ? "gradient all-reduce"
+                                          : one.binding_constraint;
   if (!pinned_ok || !host_ok) {
     const int64_t fit = std::min(s.host.ram_bytes / std::max<int64_t>(1, u.host_need_bytes),
                                  s.host.pinnable_bytes / std::max<int64_t>(1, u.pinned_need_bytes));

@@ -379,7 +379,15 @@ TEST(ContextParallel, DataParallelReplicasShareTheNodesHost) {
   const ParallelPlan one = data_parallel(s, res.best->summary, 1, kDefaultHeadroom);
   EXPECT_TRUE(one.fits);
   const ParallelPlan eight = data_parallel(s, res.best->summary, 8, kDefaultHeadroom);
-  EXPECT_DOUBLE_EQ(eight.tokens_per_s, 8 * one.tokens_per_s);
+  // Eight replicas' tokens, each step longer by the replicas' gradient all-reduce (the simulator's
+  // ring over the profile's interconnect, as a --data-parallel 8 plan predicts it).
+  simulator::Scenario s8 = s;
+  s8.config.data_parallel = 8;
+  const double ar = simulator::evaluate(s8).allreduce_s;
+  EXPECT_GT(ar, 0);
+  EXPECT_DOUBLE_EQ(eight.comm_s, ar);
+  EXPECT_DOUBLE_EQ(eight.step_s, one.step_s + ar);
+  EXPECT_DOUBLE_EQ(eight.tokens_per_s, 8 * one.tokens_per_s * one.step_s / eight.step_s);
   EXPECT_EQ(eight.host_bytes, 8 * one.host_bytes);
   // 8 x 672 GiB of pinned KV pages is more than the node's 1.8 TiB pinnable.
   EXPECT_FALSE(eight.fits);
