@@ -515,6 +515,69 @@ class Searcher {
     }
   }
 
+  // Phase 4, for the frontier (exhaustive): every recompute setting of a point lies between its
+  // ends, memory growing and time falling with the kept layers, so any of them can be a frontier
+  // point, not only the ends phase 1 keeps. Between two known settings every other one has at
+  // least the lower one's memory and at least the upper one's time: when a known candidate at
+  // least as exact reaches that corner, none of them can be on the frontier; otherwise the middle
+  // one is evaluated and both halves are judged the same way (exact, and a few evaluations per
+  // stretch of the frontier instead of one per layer).
+ public:
+  void complete_frontier() {
+    if (!o_.exhaustive || o_.first_fit || sp_.recomputes.size() < 3 || out_.feasible.empty()) return;
+    struct Metrics {
+      int64_t bytes = 0;
+      double s = 0;
+    };
+    struct Known {
+      Config config;
+      std::map<size_t, Metrics> at = {};  // evaluated settings
+    };
+    std::map<decltype(point_key(std::declval<const Config&>())), Known> points;
+    for (const auto& k : out_.feasible)
+      points.try_emplace(point_key(k.config), Known{k.config})
+          .first->second.at[recompute_index(k.config)] = {k.summary.peak_device_bytes, k.summary.step_s};
+    // Points by their least memory: a filled point then rules out the larger ones it dominates.
+    std::vector<Known*> order;
+    for (auto& [key, p] : points) order.push_back(&p);
+    std::stable_sort(order.begin(), order.end(),
+                     [](const Known* a, const Known* b) { return a->at.begin()->second.bytes < b->at.begin()->second.bytes; });
+    std::vector<Candidate> judges = pareto_frontier(out_.feasible);
+    auto reached = [&](const Config& c, int64_t bytes, double s) {
+      for (const auto& q : judges)
+        if (q.summary.peak_device_bytes <= bytes && q.summary.step_s <= s && at_least_as_exact(q.config, c)) return true;
+      return false;
+    };
+    auto evaluate_at = [&](Known& p, size_t i) {
+      Config c = p.config;
+      set_recompute(c, sp_.recomputes[i], layers_);
+      Candidate k = eval(c);
+      p.at[i] = {k.summary.peak_device_bytes, k.summary.step_s};
+      if (!acceptable(k)) return;
+      judges.push_back(k);
+      out_.feasible.push_back(std::move(k));
+    };
+    std::function<void(Known&, size_t, size_t)> fill = [&](Known& p, size_t lo, size_t hi) {
+      if (hi - lo < 2) return;
+      const Metrics a = p.at.at(lo), b = p.at.at(hi);
+      if (reached(p.config, a.bytes, b.s)) return;
+      const size_t mid = lo + (hi - lo) / 2;
+      evaluate_at(p, mid);
+      fill(p, lo, mid);
+      fill(p, mid, hi);
+    };
+    for (Known* p : order) {
+      // Below the lowest known setting (a speed limit left the first ones out) nothing bounds the
+      // memory from below: every setting there is evaluated.
+      const size_t first = p->at.begin()->first;
+      for (size_t i = 0; i < first; ++i) evaluate_at(*p, i);
+      std::vector<size_t> known;
+      for (const auto& [i, m] : p->at) known.push_back(i);
+      for (size_t j = 1; j < known.size(); ++j) fill(*p, known[j - 1], known[j]);
+    }
+  }
+
+ private:
   // Phase 2: phase 1 held the parameter-gradient dtype and the logits tiling at their
   // memory-smallest values, which the cost model also makes the fastest (fused loss, narrower
   // gradients to move). Try the other values around the best few plans (and, for the frontier,
@@ -801,6 +864,7 @@ SearchResult search(const Request& r, int64_t N, const SearchOptions& o) {
     res.sparse_fallback = !res.feasible.empty();
   }
   s.complete_bands();
+  s.complete_frontier();
   const Objective obj = r.objective == Objective::memory ? Objective::memory : Objective::time;
   if (const Candidate* best = o.first_fit ? (res.feasible.empty() ? nullptr : &res.feasible.front())
                                           : select_best(res.feasible, obj, &r.scenario.config))

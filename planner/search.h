@@ -12,6 +12,8 @@
 // Time falls and memory grows with the kept layers, so each point of the other knobs is tried at
 // full checkpointing and at the most kept layers that fit (checkpointing off, else a binary search
 // over k), and the tie bands are completed by a binary search per point in them (search.cpp).
+// The exhaustive search (the frontier) also judges every k between a point's ends, bisecting
+// where no known point rules the stretch out: its frontier is complete over this space.
 // The selection rule, selection memory, KV and parameter dtypes are never searched. Settings the
 // executor cannot run yet (executable.h) are searched and labelled, never hidden.
 #include <cstdint>

@@ -145,6 +145,87 @@ double predict(const OpWork& w, const Eigen::Matrix<double, kParams, 1>& x) {
   return t;
 }
 
+using Gram = Eigen::Matrix<double, kParams, kParams>;
+using Params = Eigen::Matrix<double, kParams, 1>;
+
+// solve() and check_determined() from the normal equations (G = X^T X, c = X^T y) instead of the
+// rows: a leave-one-out fit is then a rank-one downdate of G and c, not a new design (linear in the
+// points, not quadratic). nullopt where check_determined would throw.
+std::optional<Params> solve_gram(const Gram& G, const Params& c, const double fixed[kParams], const bool hold[kParams]) {
+  std::vector<int> free;
+  for (int j = 0; j < kParams; ++j)
+    if (!hold[j]) free.push_back(j);
+  for (int j : free)
+    if (!(G(j, j) > 0)) return std::nullopt;
+  if (free.size() >= 2) {
+    // The part of column j not explained by the others, over its norm, is 1 / sqrt of the inverse's
+    // diagonal of the normalized Gram matrix.
+    const auto F = static_cast<Eigen::Index>(free.size());
+    Eigen::MatrixXd N(F, F);
+    for (Eigen::Index a = 0; a < F; ++a)
+      for (Eigen::Index b = 0; b < F; ++b)
+        N(a, b) = G(free[a], free[b]) / std::sqrt(G(free[a], free[a]) * G(free[b], free[b]));
+    const Eigen::MatrixXd inv = N.colPivHouseholderQr().inverse();
+    for (Eigen::Index a = 0; a < F; ++a)
+      if (!(inv(a, a) > 0) || 1.0 / std::sqrt(inv(a, a)) < kCollinear) return std::nullopt;
+  }
+  const double lower[kParams] = {1.0, 1.0, 1.0, 1.0, 0.0};
+  double value[kParams];
+  bool held[kParams];
+  for (int j = 0; j < kParams; ++j) held[j] = hold[j], value[j] = hold[j] ? fixed[j] : lower[j];
+  for (;;) {
+    free.clear();
+    for (int j = 0; j < kParams; ++j)
+      if (!held[j]) free.push_back(j);
+    const auto F = static_cast<Eigen::Index>(free.size());
+    Eigen::MatrixXd A(F, F);
+    Eigen::VectorXd y(F);
+    for (Eigen::Index a = 0; a < F; ++a) {
+      y(a) = c(free[a]);
+      for (int j = 0; j < kParams; ++j)
+        if (held[j]) y(a) -= G(free[a], j) * value[j];
+      for (Eigen::Index b = 0; b < F; ++b) A(a, b) = G(free[a], free[b]);
+    }
+    const Eigen::VectorXd b = F == 0 ? Eigen::VectorXd() : Eigen::VectorXd(A.colPivHouseholderQr().solve(y));
+    int worst = -1;
+    double worst_by = 0;
+    for (Eigen::Index k = 0; k < F; ++k) {
+      const int j = free[static_cast<size_t>(k)];
+      const double below = (lower[j] - b(k)) / std::max(lower[j], 1e-9);
+      if (below > worst_by) worst_by = below, worst = j;
+    }
+    if (worst < 0) {
+      Params x;
+      for (int j = 0; j < kParams; ++j) x(j) = value[j];
+      for (Eigen::Index k = 0; k < F; ++k) x(free[static_cast<size_t>(k)]) = b(k);
+      return x;
+    }
+    held[worst] = true;
+  }
+}
+
+// The held parameters of `hold` and the base profile's values for them.
+struct Holds {
+  bool held[kParams] = {false, false, false, false, false};
+  double fixed[kParams] = {};
+};
+Holds holds_of(const models::GpuSpec& base, const std::vector<std::string>& hold) {
+  Holds h;
+  const double fixed[kParams] = {1.0 / base.efficiency.gemm, 1.0 / base.efficiency.attention,
+                                 1.0 / base.efficiency.attention_backward, 1.0 / base.efficiency.memory_bound,
+                                 base.launch_overhead_s};
+  const char* const keys[kParams] = {"gemm", "attention", "attention_backward", "memory_bound", "launch_overhead"};
+  for (int j = 0; j < kParams; ++j) h.fixed[j] = fixed[j];
+  for (const auto& x : hold) {
+    int j = 0;
+    while (j < kParams && x != keys[j]) ++j;
+    if (j == kParams) throw Error("--hold", x, "unknown parameter",
+                                  "gemm, attention, attention_backward, memory_bound or launch_overhead");
+    h.held[j] = true;
+  }
+  return h;
+}
+
 }  // namespace
 
 std::optional<OpWork> pass_work(const Scenario& s, int64_t chunk, const std::string& op, int64_t layer) {
@@ -238,20 +319,12 @@ std::vector<CalibrationSample> calibration_samples(const traces::Trace& t, const
   return out;
 }
 
-FitResult fit_efficiencies(const std::vector<CalibrationSample>& samples, const models::GpuSpec& base,
-                           int trace_count, const std::vector<std::string>& hold) {
-  bool held[kParams] = {false, false, false, false, false};
-  const double fixed[kParams] = {1.0 / base.efficiency.gemm, 1.0 / base.efficiency.attention,
-                                 1.0 / base.efficiency.attention_backward, 1.0 / base.efficiency.memory_bound,
-                                 base.launch_overhead_s};
-  const char* const keys[kParams] = {"gemm", "attention", "attention_backward", "memory_bound", "launch_overhead"};
-  for (const auto& h : hold) {
-    int j = 0;
-    while (j < kParams && h != keys[j]) ++j;
-    if (j == kParams) throw Error("--hold", h, "unknown parameter",
-                                        "gemm, attention, attention_backward, memory_bound or launch_overhead");
-    held[j] = true;
-  }
+namespace {
+FitResult fit_samples(const std::vector<CalibrationSample>& samples, const models::GpuSpec& base, int trace_count,
+                      const std::vector<std::string>& hold, bool leave_one_out) {
+  const Holds h = holds_of(base, hold);
+  const bool* held = h.held;
+  const double* fixed = h.fixed;
   const Design d = design(samples, trace_count, -1);
   check_determined(d.X, held);
   const Solved sol = solve(d, fixed, held);
@@ -290,7 +363,7 @@ FitResult fit_efficiencies(const std::vector<CalibrationSample>& samples, const 
     r.trace_error.push_back(meas[static_cast<size_t>(t)] > 0
                                 ? (pred[static_cast<size_t>(t)] - meas[static_cast<size_t>(t)]) / meas[static_cast<size_t>(t)]
                                 : 0.0);
-  if (trace_count >= 2) {
+  if (leave_one_out && trace_count >= 2) {
     for (int t = 0; t < trace_count; ++t) {
       const Design dt = design(samples, trace_count, t);
       std::optional<double> err;
@@ -307,6 +380,12 @@ FitResult fit_efficiencies(const std::vector<CalibrationSample>& samples, const 
     }
   }
   return r;
+}
+}  // namespace
+
+FitResult fit_efficiencies(const std::vector<CalibrationSample>& samples, const models::GpuSpec& base,
+                           int trace_count, const std::vector<std::string>& hold) {
+  return fit_samples(samples, base, trace_count, hold, true);
 }
 
 OpWork step_work(const Scenario& s) {
@@ -346,7 +425,7 @@ namespace {
 
 // fit_points without its leave-one-out: the fixed point of (time outside compute, fit).
 PointsFit fit_points_once(const std::vector<MeasuredPoint>& points, const models::GpuSpec& base,
-                          const std::vector<std::string>& hold) {
+                          const std::vector<std::string>& hold, std::vector<CalibrationSample>& fitted) {
   const int n = static_cast<int>(points.size());
   std::vector<OpWork> work;
   for (const auto& p : points) {
@@ -365,6 +444,7 @@ PointsFit fit_points_once(const std::vector<MeasuredPoint>& points, const models
       Scenario s = points[i].scenario;
       s.gpu = out.profile;
       const Summary sum = evaluate(s);
+      ++out.evaluations;
       const double o = std::max(0.0, sum.step_s - sum.compute_s);
       moved = std::max(moved, std::fabs(o - other[i]) / points[i].step_s);
       other[i] = o;
@@ -386,7 +466,9 @@ PointsFit fit_points_once(const std::vector<MeasuredPoint>& points, const models
       c.measured_s = compute;
       samples.push_back(c);
     }
-    out.fit = fit_efficiencies(samples, base, n, hold);
+    // Without the per-point leave-one-out of the linear part (fit_points makes its own, once).
+    out.fit = fit_samples(samples, base, n, hold, false);
+    fitted = std::move(samples);
     out.profile.efficiency = out.fit.efficiency;
     out.profile.launch_overhead_s = out.fit.launch_overhead_s;
     out.iterations = it;
@@ -395,6 +477,7 @@ PointsFit fit_points_once(const std::vector<MeasuredPoint>& points, const models
     Scenario s = p.scenario;
     s.gpu = out.profile;
     out.predicted.push_back(evaluate(s));
+    ++out.evaluations;
   }
   return out;
 }
@@ -410,7 +493,8 @@ PointsFit fit_points(const std::vector<MeasuredPoint>& points, const models::Gpu
                   "give single-GPU measurements");
     if (!(p.step_s > 0) || !std::isfinite(p.step_s)) throw Error(p.name, "step_s", "must be a positive number of seconds");
   }
-  PointsFit out = fit_points_once(points, base, hold);
+  std::vector<CalibrationSample> fitted;
+  PointsFit out = fit_points_once(points, base, hold, fitted);
   // Errors of whole steps as the full cost model predicts them (not the fit's linear part): with
   // every point, and with each point left out of the fit.
   out.fit.trace_error.clear();
@@ -429,17 +513,33 @@ PointsFit fit_points(const std::vector<MeasuredPoint>& points, const models::Gpu
   }
   out.fit.r2 = r_squared(ss_res, ss_tot, ss);
   if (points.size() >= 2) {
+    // Each point left out of the fit, with the time outside compute held at the full fit's (a
+    // refit of the others to their own fixed point would cost n fits of n - 1 points: quadratic).
+    // One row per point, weighted by 1 / its compute: leaving it out is a rank-one downdate of the
+    // normal equations. The held-out point is then predicted by the full cost model.
+    const Holds h = holds_of(base, hold);
+    Gram G = Gram::Zero();
+    Params c = Params::Zero();
+    std::vector<Params> rows(points.size());
+    for (const auto& smp : fitted) {
+      Params x;
+      for (int j = 0; j < kParams; ++j) x(j) = column(smp.work, j) / smp.measured_s;
+      rows[static_cast<size_t>(smp.trace)] = x;
+      G += x * x.transpose();
+      c += x;
+    }
     for (size_t i = 0; i < points.size(); ++i) {
-      std::vector<MeasuredPoint> others;
-      for (size_t k = 0; k < points.size(); ++k)
-        if (k != i) others.push_back(points[k]);
       std::optional<double> err;
-      try {
+      if (const std::optional<Params> x = solve_gram(G - rows[i] * rows[i].transpose(), c - rows[i], h.fixed, h.held)) {
         Scenario s = points[i].scenario;
-        s.gpu = fit_points_once(others, base, hold).profile;
+        s.gpu = out.profile;
+        s.gpu.efficiency.gemm = 1.0 / (*x)(0);
+        s.gpu.efficiency.attention = 1.0 / (*x)(1);
+        s.gpu.efficiency.attention_backward = 1.0 / (*x)(2);
+        s.gpu.efficiency.memory_bound = 1.0 / (*x)(3);
+        s.gpu.launch_overhead_s = (*x)(kLaunch);
         err = (evaluate(s).step_s - points[i].step_s) / points[i].step_s;
-      } catch (const Error&) {
-        // The other points alone do not determine every parameter.
+        ++out.evaluations;
       }
       out.fit.leave_one_out.push_back(err);
     }

@@ -105,10 +105,12 @@ struct PointsFit {
   models::GpuSpec profile;         // the base profile with the fitted efficiencies and launch overhead
   std::vector<Summary> predicted;  // each point's prediction with the fitted profile
   int iterations = 0;
+  int64_t evaluations = 0;         // cost-model evaluations, the leave-one-out included (linear in the points)
 };
 
 // Least squares of the efficiencies to whole steps: each point is one sample (weighted by 1 / its
-// step time, so every point counts alike; leave-one-out leaves out one point) whose measured
+// step time, so every point counts alike; leave-one-out leaves out one point, with the time
+// outside compute held at the full fit's: a downdate of the full fit, linear in the points) whose measured
 // compute is step_s minus the step's predicted time outside compute (exposed copies, a host
 // optimizer). That part depends on the compute it hides behind, so the fit is repeated with its
 // own profile until it settles. Bounds, held parameters and undetermined ones (refused by name)

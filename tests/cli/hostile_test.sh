@@ -524,6 +524,24 @@ if command -v python3 >/dev/null; then
 fi
 expect 0 "" -- validate --plan p.json --trace run.json
 
+# --- Issue 24, scaling: --pareto lists every non-dominated point (the planner kept only the ends
+# of each point's kept-layer counts: 12 of 140 points here). The issue's configuration, with the
+# planner's KV-gradient dtype (fp32 needs more host RAM than the node has), is on the frontier or
+# dominated by a point of it.
+if command -v python3 >/dev/null; then
+  "$oomb" plan --model qwen2.5-72b --gpu h200 --context 1M --gpus 8 --pareto --json >pareto.json 2>/dev/null
+  "$oomb" simulate --model qwen2.5-72b --gpu h200 --context 1M --gpus 8 --chunk 2K --resident-layers 2 \
+    --checkpointing true --kept-layers 20 --kv-grad-dtype bf16 --json >point.json 2>/dev/null
+  if python3 - pareto.json point.json <<'PY'; then ok; else bad "plan --pareto misses a non-dominated point (qwen2.5-72b, 1M, 8 GPUs)"; fi
+import json, sys
+front = json.load(open(sys.argv[1]))["pareto"]
+x = json.load(open(sys.argv[2]))
+assert x["feasible"], x["binding_constraint"]
+m, t = x["peak_device_bytes"], x["step_s"]
+sys.exit(0 if any(p["peak_device_bytes"] <= m and p["step_s"] <= t for p in front) else 1)
+PY
+fi
+
 # --- oomb-gui: argument errors are exit 2 with a readable message (before any window opens).
 if [ -n "$gui" ] && [ -x "$gui" ]; then
   gexpect() {
