@@ -481,6 +481,21 @@ if command -v python3 >/dev/null; then
 fi
 expect 0 "" -- validate --plan p.json --trace run.json
 
+# --- An address-space limit (ulimit -v) is out of host memory (exit 3), never a hang: OpenBLAS
+# allocates each compute thread's GEMM buffer (128 MiB) at its first GEMM and retried a failed
+# allocation forever (the run spun at 100% CPU inside its first step), so the buffers are reserved
+# when the backend is made. 16 threads need 2 GiB of them; 4000000 KiB hung before the fix.
+if (ulimit -v 8000000) 2>/dev/null; then
+  for limit in 2000000 3000000 4000000; do
+    out=$( (ulimit -v $limit; timeout 60 "$oomb" run --model qwen2.5-0.5b --layers 2 --context 128 --chunk 128 --page 64 --threads 16 --quiet) 2>&1)
+    rc=$?
+    [ $rc -eq 3 ] && grep -q "oomb run: error: out of host memory" <<<"$out" && ok ||
+      bad "ulimit -v $limit: exit $rc (124: a hang), want 3 and 'out of host memory': ${out:0:300}"
+  done
+else
+  echo "note: ulimit -v cannot be set here: the address-space cases are skipped"
+fi
+
 # --- oomb-gui: argument errors are exit 2 with a readable message (before any window opens).
 if [ -n "$gui" ] && [ -x "$gui" ]; then
   gexpect() {
