@@ -512,6 +512,17 @@ if [ -n "$gui" ] && [ -x "$gui" ]; then
   gexpect "known: .*h200" --gpu nope
   gexpect "--width: Value 100000 not in range 64 to 8192" --width 100000
   gexpect "--frames: Value 0 not in range 1 to 10000" --frames 0
+  # Issue 24: an unwritable --screenshot path is refused before anything renders (it rendered, then
+  # exit 1), and the CLI's event-simulation limit holds (4096 layers at 4M: 27.5 s and 5.93 GB).
+  gexpect "--screenshot: '/nonexistent/dir/x.png': cannot be written: directory /nonexistent/dir does not exist" --screenshot /nonexistent/dir/x.png
+  sed -E 's/"layers": *[0-9]+/"layers": 4096/' "$tiny" >m_4096.json
+  gexpect "--screenshot: 'g_deep.png': cannot show the timeline: an event-level simulation of 1024 chunks x 4096 layers .*the limit is 65536 \(chunk, layer\) pairs" --screenshot g_deep.png --model ./m_4096.json --context 4M
+  [ -e g_deep.png ] && bad "oomb-gui wrote g_deep.png for a refused timeline" || ok
+  # No display is exit 5, its own code (3 is out of host memory), and --help lists the codes.
+  out=$(env -u WAYLAND_DISPLAY DISPLAY= timeout 60 "$gui" --screenshot g_nd.png 2>&1)
+  rc=$?
+  [ $rc -eq 5 ] && grep -q "cannot open a display" <<<"$out" && ok || bad "oomb-gui without a display -> exit $rc, want 5: ${out:0:300}"
+  "$gui" --help 2>&1 | tr -s ' \n' ' ' | grep -q "5 no display" && ok || bad "oomb-gui --help does not list exit 5"
 else
   echo "note: no oomb-gui: its argument checks are skipped"
 fi
