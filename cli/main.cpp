@@ -2,7 +2,9 @@
 // (entry.cpp's main calls it) so that the fuzz suite parses and runs argv vectors in-process.
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <string>
 #include <cstdio>
@@ -60,10 +62,32 @@ int stdout_written(int rc, const std::string& who) {
   std::cout.clear();
   return 2;
 }
+// The subcommand running, for the terminate handler's message.
+char g_running[64] = "oomb";
+std::terminate_handler g_previous_terminate = std::abort;
+
+// Memory that runs out on a worker thread (an OpenMP loop, a copy stream) cannot be caught where it
+// is thrown: the exception ends the process through std::terminate. A std::bad_alloc there is still
+// "out of host memory" (exit 3, the message every other one gets), not an abort.
+[[noreturn]] void on_terminate() {
+  if (const std::exception_ptr e = std::current_exception()) {
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::bad_alloc&) {
+      std::fprintf(stderr, "%s: error: out of host memory\n", g_running);
+      std::fflush(stderr);
+      std::_Exit(3);
+    } catch (...) {
+    }
+  }
+  g_previous_terminate();  // anything else: the runtime's own report and abort (a bug)
+  std::abort();
+}
 }  // namespace
 }  // namespace oomb::cli
 
 int oomb::cli::run_main(int argc, char** argv) {
+  if (std::get_terminate() != on_terminate) g_previous_terminate = std::set_terminate(on_terminate);
   CLI::App app{"oomb: plan, simulate, run and validate chunk-recurrent long-context training.\n"
                "Can model M train at context N on GPU G, with which settings, how fast, and does the\n"
                "real run behave as predicted?  Try: oomb plan --model qwen2.5-7b --gpu h200 --context 4M",
@@ -131,6 +155,7 @@ int oomb::cli::run_main(int argc, char** argv) {
   }
   for (auto& [sub, fn] : subs) {
     if (sub->parsed()) {
+      std::snprintf(g_running, sizeof g_running, "oomb %s", sub->get_name().c_str());
       try {
         return stdout_written(fn(), "oomb " + sub->get_name());
       } catch (const oomb::Error& e) {

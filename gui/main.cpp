@@ -16,6 +16,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/json_util.h"
 #include "core/units.h"
 #include "gui/panels/panels.h"
 #include "gui/png.h"
@@ -35,6 +36,9 @@ struct Options {
   int height = 800;
   std::string model, gpu, host, context, attention, trace;
 };
+
+// No display or no OpenGL 3.0 context: not bad input (2) nor out of memory (3); README's table.
+constexpr int kExitNoDisplay = 5;
 
 void glfw_error(int code, const char* what) { std::fprintf(stderr, "oomb-gui: GLFW error %d: %s\n", code, what); }
 
@@ -83,6 +87,10 @@ Image read_framebuffer(int w, int h) {
 }
 
 int run(const Options& opt) {
+  // The screenshot's path is checked before anything is computed or rendered (exit 2).
+  check_writable(opt.screenshot, "--screenshot");
+  check_distinct_paths({{"--model", opt.model}, {"--gpu", opt.gpu}, {"--host", opt.host}, {"--trace", opt.trace}},
+                       {{"--screenshot", opt.screenshot}});
   // Bad specs are refused here, by flag, file and key (exit 2), not rendered as the default scenario.
   if (!opt.model.empty()) models::load_model(opt.model);
   if (!opt.gpu.empty()) models::load_gpu(opt.gpu);
@@ -105,6 +113,10 @@ int run(const Options& opt) {
                   static_cast<long long>(vm.inputs().config.context_tokens));
   }
   if (!vm.results().ok) throw Error(vm.results().error);
+  // A screenshot shows the finished timeline: one too large to simulate is refused as the CLI's
+  // --timeline is, before a window opens (interactively the timeline panel says why instead).
+  if (!opt.screenshot.empty() && !vm.results().timeline_refused.empty())
+    throw Error("--screenshot", opt.screenshot, "cannot show the timeline: " + vm.results().timeline_refused);
   std::printf("oomb-gui: recompute %.3f ms\n", vm.results().compute_ms);
 
   glfwSetErrorCallback(glfw_error);
@@ -112,7 +124,7 @@ int run(const Options& opt) {
     std::fprintf(stderr, "oomb-gui: cannot open a display (DISPLAY=%s); run under a desktop session or "
                          "`xvfb-run -a -s \"-screen 0 1280x800x24\" oomb-gui ...`\n",
                  std::getenv("DISPLAY") ? std::getenv("DISPLAY") : "unset");
-    return 3;
+    return kExitNoDisplay;
   }
   glfwWindowHint(GLFW_CONTEXT_VERSION_MAJOR, 3);
   glfwWindowHint(GLFW_CONTEXT_VERSION_MINOR, 0);
@@ -120,7 +132,7 @@ int run(const Options& opt) {
   if (!window) {
     std::fprintf(stderr, "oomb-gui: cannot create an OpenGL 3.0 window\n");
     glfwTerminate();
-    return 3;
+    return kExitNoDisplay;
   }
   glfwMakeContextCurrent(window);
   glfwSwapInterval(opt.screenshot.empty() ? 1 : 0);
@@ -179,8 +191,8 @@ int run(const Options& opt) {
                       "render; mean of %d)\n",
                       opt.screenshot.c_str(), fw, fh, frame, 1e3 * frame_total_s / n, 1e3 * frame_cpu_s / n, timed_frames);
         } catch (const std::exception& e) {
-          std::fprintf(stderr, "oomb-gui: %s\n", e.what());
-          rc = 1;
+          std::fprintf(stderr, "oomb-gui: error: --screenshot: %s\n", e.what());
+          rc = 2;  // a failed write, as every oomb output
         }
         break;
       }
@@ -199,6 +211,9 @@ int run(const Options& opt) {
 
 int main(int argc, char** argv) {
   CLI::App app{"oomb-gui: what-if explorer for chunk-recurrent long-context training"};
+  app.footer("Exit status: 0 done, 2 bad input (a flag, a file, an unwritable --screenshot path, a timeline too large "
+             "to simulate for --screenshot) or a failed write, 4 internal error, 5 no display (no X display or no "
+             "OpenGL 3.0 context: run under a desktop session or xvfb-run)");
   Options opt;
   app.add_option("--screenshot", opt.screenshot, "Render --frames frames, write the window as a PNG and exit");
   // Bounded: X refuses windows beyond its maximum size (BadValue), and frames are rendered one by one.

@@ -154,6 +154,15 @@ void ViewModel::recompute() {
     r.error = message_of(e);
   }
   if (r.ok) {
+    try {
+      simulator::check_event_simulation_size(r.scenario, "timeline", "",
+                                             "a larger chunk, fewer layers or a shorter context; the summary, "
+                                             "curves and feasibility map have no such limit");
+    } catch (const Error& e) {
+      r.timeline_refused = e.problem() + " (" + e.hint() + ")";
+    }
+  }
+  if (r.ok) {
     // Curves: the current knobs with the schedule / attention of each curve, over 8K..16M.
     const struct {
       const char* label;
@@ -234,6 +243,13 @@ void ViewModel::start_job() {
   traces::Detail detail = request_.detail;
   job_generation_ = generation_;
   job_detail_ = detail;
+  if (!results_.timeline_refused.empty()) {  // too large to simulate: the refusal is the timeline
+    timeline_ = std::make_unique<Timeline>();
+    timeline_->refused = true;
+    timeline_->error = results_.timeline_refused;
+    timeline_generation_ = generation_;
+    return;
+  }
   const auto pages = results_.table.pages;
   std::string note;
   if (detail == traces::Detail::layer || detail == traces::Detail::op) {

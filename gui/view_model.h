@@ -80,6 +80,9 @@ struct Results {
   std::vector<Curve> curves;
   FeasibilityMap feasibility;
   double compute_ms = 0;  // wall time of the last recompute
+  // Why the event timeline is not simulated for these inputs ("" = it is): beyond the (chunk, layer)
+  // pairs `oomb simulate --timeline` takes (simulator::check_event_simulation_size, the CLI's check).
+  std::string timeline_refused;
 };
 
 struct TimelineRequest {
@@ -106,6 +109,7 @@ struct PoolSeries {  // pool occupancy over the step, bucketed to at most kBucke
 struct Timeline {
   bool ok = false;
   std::string error;
+  bool refused = false;              // not simulated: Results::timeline_refused (error says why)
   std::string note;                  // e.g. detail lowered to keep the event count bounded
   traces::Detail detail = traces::Detail::layer;
   int64_t chunk_first = 0, chunk_last = 0, chunks = 0;

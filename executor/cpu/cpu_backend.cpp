@@ -109,6 +109,7 @@ class Staging {
 CpuBackend::CpuBackend(CpuBackendOptions options)
     : options_(options), threads_(options.threads > 0 ? options.threads : cpu::available_cpus()) {
   cpu::set_threads(threads_);
+  cpu::reserve_gemm_buffers(threads_);  // before any step: a GEMM must not be where memory runs out
   Staging::backend_created();
   for (auto& s : streams_) s.worker = std::thread([this, &s] { run_stream(s); });
   if (options_.report_lag_ns > 0) reporter_ = std::thread([this] { run_reporter(); });

@@ -1,11 +1,19 @@
 #include "executor/cpu/gemm.h"
 
 #include <omp.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
 
 #include <algorithm>
+#include <mutex>
+#include <new>
+#include <string>
+#include <vector>
 
 #include "executor/cpu/eigen_util.h"
 #include "executor/cpu/parallel.h"
+#include "executor/cpu/threads.h"
+#include "core/error.h"
 #ifdef OOMB_HAVE_BLAS
 #include <cblas.h>
 #endif
@@ -82,6 +90,74 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
     const OneThread serial_blas;
     for (int64_t p = 0; p < pieces; ++p) piece_gemm(p);
   }
+}
+
+#ifdef OOMB_HAVE_BLAS
+// OpenBLAS's own buffer allocator (exported by libopenblas, not declared in cblas.h): weak, so that
+// a BLAS without it still links, and the warm-up GEMMs below stand in for it.
+extern "C" void* blas_memory_alloc(int) __attribute__((weak));
+extern "C" void blas_memory_free(void*) __attribute__((weak));
+
+namespace {
+// OpenBLAS's GEMM buffer: BUFFER_SIZE (32 << 22 bytes in common_x86_64.h and common_arm64.h,
+// Debian's build included: the 134217728-byte mmap seen in blas_memory_alloc) plus a page.
+constexpr int64_t kBlasBufferBytes = (int64_t{32} << 22) + 4096;
+// glibc gives a thread its own malloc arena at its first allocation: 64 MiB of address space,
+// 128 MiB while it is being aligned.
+constexpr int64_t kArenaBytes = int64_t{128} << 20;
+constexpr int64_t kReserveMarginBytes = int64_t{64} << 20;  // the warm-up's operands, bookkeeping
+constexpr int kWarmupSize = 256;  // above OpenBLAS's small-matrix path, which takes no buffer
+
+int64_t thread_stack_bytes() {
+  rlimit rl{};
+  // A thread's stack is RLIMIT_STACK's soft limit (glibc), 8 MiB when it is unlimited or absurd.
+  if (getrlimit(RLIMIT_STACK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur >= (1u << 16) &&
+      rl.rlim_cur <= (rlim_t{1} << 30))
+    return static_cast<int64_t>(rl.rlim_cur);
+  return int64_t{8} << 20;
+}
+}  // namespace
+#endif
+
+void reserve_gemm_buffers(int threads) {
+#ifdef OOMB_HAVE_BLAS
+  static std::mutex mu;
+  static int ready = 0;  // buffers OpenBLAS holds for us (it keeps them for the process)
+  std::lock_guard<std::mutex> lock(mu);
+  if (threads <= ready) return;
+  const int64_t need =
+      (threads - ready) * (kBlasBufferBytes + thread_stack_bytes() + kArenaBytes) + kReserveMarginBytes;
+  void* probe = ::mmap(nullptr, static_cast<size_t>(need), PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (probe == MAP_FAILED) throw std::bad_alloc();
+  ::munmap(probe, static_cast<size_t>(need));
+  // Depending on its build OpenBLAS keeps the buffers in one table for the process (a GEMM takes a
+  // free one) or one table per thread: each thread takes a buffer and holds it until every thread
+  // has one, so that either way `threads` GEMMs at once find theirs.
+  bool short_of_buffers = false;
+  const size_t n = static_cast<size_t>(kWarmupSize) * kWarmupSize;
+  std::vector<float> a(blas_memory_alloc ? 0 : n, 1.0f), c(blas_memory_alloc ? 0 : static_cast<size_t>(threads) * n);
+#pragma omp parallel num_threads(threads)
+  {
+    if (blas_memory_alloc && blas_memory_free) {
+      void* buf = blas_memory_alloc(0);
+#pragma omp barrier
+      if (buf) blas_memory_free(buf);
+#pragma omp critical
+      short_of_buffers = short_of_buffers || !buf;
+    } else {
+      float* ci = c.data() + static_cast<size_t>(omp_get_thread_num()) * n;
+      gemm_1(false, false, kWarmupSize, kWarmupSize, kWarmupSize, 1.0f, a.data(), kWarmupSize, a.data(), kWarmupSize,
+             0.0f, ci, kWarmupSize);
+    }
+  }
+  if (short_of_buffers)
+    throw Error("--threads", std::to_string(threads),
+                "more compute threads than the GEMM library (" + std::string(gemm_library()) + ") has buffers for",
+                "fewer --threads");
+  ready = threads;
+#else
+  (void)threads;
+#endif
 }
 
 }  // namespace oomb::executor::cpu

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <new>
 
 #include "core/error.h"
 #include "core/format.h"
@@ -493,6 +494,8 @@ RunResult run(const RunRequest& r, const Weights& w, const TokenSource& tokens, 
     }
   } catch (const Error&) {
     throw;
+  } catch (const std::bad_alloc&) {
+    throw;  // out of host memory: the caller's exit 3, not a failed step's 4
   } catch (const std::exception& ex) {
     const std::optional<FaultTagger::Tag> at = fault_tagger.fault();
     res.failure = ex.what() + (at ? " (in " + at->to_string() + ")" : std::string());

@@ -15,7 +15,7 @@ void draw_pool_panel(const ViewModel& vm) {
     return;
   }
   if (!t || !t->ok) {
-    ImGui::TextDisabled("waiting for the event simulation ...");
+    ImGui::TextDisabled(t && t->refused ? "no event simulation (see the timeline)" : "waiting for the event simulation ...");
     return;
   }
   const PoolSeries& p = t->pool;

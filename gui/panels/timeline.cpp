@@ -202,7 +202,8 @@ void draw_timeline_panel(ViewModel& vm, UiState& ui) {
     return;
   }
   if (!t->ok) {
-    ImGui::TextColored(ImColor(chart::kOomRed), "event simulation failed: %s", t->error.c_str());
+    ImGui::TextColored(ImColor(chart::kOomRed), "event simulation %s: %s", t->refused ? "not run" : "failed",
+                       t->error.c_str());
     return;
   }
   ImGui::TextDisabled("chunks %lld..%lld of %lld, %s detail, %zu events in the step, simulated in %s%s%s",

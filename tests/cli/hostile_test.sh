@@ -542,6 +542,21 @@ sys.exit(0 if any(p["peak_device_bytes"] <= m and p["step_s"] <= t for p in fron
 PY
 fi
 
+# --- An address-space limit (ulimit -v) is out of host memory (exit 3), never a hang: OpenBLAS
+# allocates each compute thread's GEMM buffer (128 MiB) at its first GEMM and retried a failed
+# allocation forever (the run spun at 100% CPU inside its first step), so the buffers are reserved
+# when the backend is made. 16 threads need 2 GiB of them; 4000000 KiB hung before the fix.
+if (ulimit -v 8000000) 2>/dev/null; then
+  for limit in 2000000 3000000 4000000; do
+    out=$( (ulimit -v $limit; timeout 60 "$oomb" run --model qwen2.5-0.5b --layers 2 --context 128 --chunk 128 --page 64 --threads 16 --quiet) 2>&1)
+    rc=$?
+    [ $rc -eq 3 ] && grep -q "oomb run: error: out of host memory" <<<"$out" && ok ||
+      bad "ulimit -v $limit: exit $rc (124: a hang), want 3 and 'out of host memory': ${out:0:300}"
+  done
+else
+  echo "note: ulimit -v cannot be set here: the address-space cases are skipped"
+fi
+
 # --- oomb-gui: argument errors are exit 2 with a readable message (before any window opens).
 if [ -n "$gui" ] && [ -x "$gui" ]; then
   gexpect() {
@@ -558,6 +573,17 @@ if [ -n "$gui" ] && [ -x "$gui" ]; then
   gexpect "known: .*h200" --gpu nope
   gexpect "--width: Value 100000 not in range 64 to 8192" --width 100000
   gexpect "--frames: Value 0 not in range 1 to 10000" --frames 0
+  # Issue 24: an unwritable --screenshot path is refused before anything renders (it rendered, then
+  # exit 1), and the CLI's event-simulation limit holds (4096 layers at 4M: 27.5 s and 5.93 GB).
+  gexpect "--screenshot: '/nonexistent/dir/x.png': cannot be written: directory /nonexistent/dir does not exist" --screenshot /nonexistent/dir/x.png
+  sed -E 's/"layers": *[0-9]+/"layers": 4096/' "$tiny" >m_4096.json
+  gexpect "--screenshot: 'g_deep.png': cannot show the timeline: an event-level simulation of 1024 chunks x 4096 layers .*the limit is 65536 \(chunk, layer\) pairs" --screenshot g_deep.png --model ./m_4096.json --context 4M
+  [ -e g_deep.png ] && bad "oomb-gui wrote g_deep.png for a refused timeline" || ok
+  # No display is exit 5, its own code (3 is out of host memory), and --help lists the codes.
+  out=$(env -u WAYLAND_DISPLAY DISPLAY= timeout 60 "$gui" --screenshot g_nd.png 2>&1)
+  rc=$?
+  [ $rc -eq 5 ] && grep -q "cannot open a display" <<<"$out" && ok || bad "oomb-gui without a display -> exit $rc, want 5: ${out:0:300}"
+  "$gui" --help 2>&1 | tr -s ' \n' ' ' | grep -q "5 no display" && ok || bad "oomb-gui --help does not list exit 5"
 else
   echo "note: no oomb-gui: its argument checks are skipped"
 fi

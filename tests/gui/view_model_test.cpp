@@ -11,6 +11,8 @@
 
 #include <sys/wait.h>
 
+#include "core/error.h"
+#include "core/json_util.h"
 #include "planner/plan.h"
 #include "simulator/simulator.h"
 
@@ -278,6 +280,53 @@ TEST(ViewModel, TimelineRunsInTheBackgroundAndFiltersChunks) {
   EXPECT_EQ(vm.timeline(), nullptr);
   ASSERT_TRUE(vm.wait_timeline(60));
   EXPECT_EQ(vm.timeline()->chunks, 8);
+}
+
+// The CLI's event-simulation limit (simulate --timeline) holds for the GUI's timeline: tiny with
+// 4096 layers at 4M (1024 chunks, 4M pairs) is refused at once, with the CLI's message, instead of a
+// background simulation of many GiB; the closed-form results are still there.
+TEST(ViewModel, TimelineBeyondTheEventLimitIsRefusedAsInTheCli) {
+  const auto dir = std::filesystem::temp_directory_path() / "oomb_gui_deep_test";
+  std::filesystem::create_directories(dir);
+  const std::string deep = (dir / "deep.json").string();
+  {
+    Json m = read_json_file(std::string(OOMB_SOURCE_DIR) + "/models/llm/tiny.json");
+    m["layers"] = 4096;
+    write_text_file(deep, m.dump(2));
+  }
+  Inputs in;
+  in.model = deep;
+  in.gpu = "h200";
+  in.config.context_tokens = 4 * kM;
+  simulator::Scenario s = scenario_of(in);
+  s.config = in.config;
+  std::string cli_problem;
+  try {
+    simulator::check_event_simulation_size(s, "--timeline", "", "");
+  } catch (const Error& e) {
+    cli_problem = e.problem();
+  }
+  ASSERT_NE(cli_problem, "") << "the CLI takes this simulation: the test needs one it refuses";
+  const auto t0 = std::chrono::steady_clock::now();
+  ViewModel vm(in);
+  ASSERT_TRUE(vm.results().ok) << vm.results().error;
+  EXPECT_NE(vm.results().timeline_refused.find(cli_problem), std::string::npos) << vm.results().timeline_refused;
+  ASSERT_TRUE(vm.wait_timeline(60));
+  EXPECT_FALSE(vm.timeline_pending());
+  const Timeline* t = vm.timeline();
+  ASSERT_NE(t, nullptr);
+  EXPECT_FALSE(t->ok);
+  EXPECT_TRUE(t->refused);
+  EXPECT_NE(t->error.find("the limit is 65536 (chunk, layer) pairs"), std::string::npos) << t->error;
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0);
+  // Back within the limit, the timeline is simulated again.
+  in.model = "tiny";
+  in.config.context_tokens = 64 * kK;
+  vm.set_inputs(in);
+  EXPECT_EQ(vm.results().timeline_refused, "");
+  ASSERT_TRUE(vm.wait_timeline(60));
+  EXPECT_TRUE(vm.timeline()->ok) << vm.timeline()->error;
+  std::filesystem::remove_all(dir);
 }
 
 TEST(ViewModel, OverlayAlignsAMeasuredTraceByKey) {
