@@ -171,7 +171,7 @@ int run_simulate(const SimulateArgs& a) {
     events = simulate_events(s, detail);
     events->trace.metadata.command = "oomb simulate";
     if (!a.timeline.empty()) traces::write_trace(events->trace, a.timeline);
-    if (!a.chrome.empty()) write_text_file(a.chrome, traces::to_chrome_trace(events->trace).dump());
+    if (!a.chrome.empty()) traces::write_chrome_trace(events->trace, a.chrome);
     sum = events->summary;
   }
   if (!a.report.empty()) {

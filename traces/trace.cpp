@@ -262,27 +262,46 @@ Trace trace_from_json(const Json& j, const std::string& where) {
 
 Trace read_trace(const std::string& path) { return trace_from_json(read_json_file(path), path); }
 
-// Same document as to_json, but streamed one event per line: no whole-trace Json tree in memory,
-// and the file stays greppable.
+namespace {
+// Appends to a buffer and hands it to the stream a megabyte at a time: a writer of millions of
+// small records without a whole document in memory, nor a stream call per record.
+class Chunked {
+ public:
+  explicit Chunked(std::ostream& out) : out_(out) { buf_.reserve(kFlush + 4096); }
+  ~Chunked() { flush(); }
+  Chunked& operator<<(const std::string& s) {
+    buf_ += s;
+    if (buf_.size() >= kFlush) flush();
+    return *this;
+  }
+  Chunked& operator<<(const char* s) {
+    buf_ += s;
+    return *this;
+  }
+  void flush() {
+    out_.write(buf_.data(), static_cast<std::streamsize>(buf_.size()));
+    buf_.clear();
+  }
+
+ private:
+  static constexpr size_t kFlush = size_t{1} << 20;
+  std::ostream& out_;
+  std::string buf_;
+};
+}  // namespace
+
+// Same document as to_json, but streamed to the file one event per line: no whole-trace Json tree
+// nor text in memory, and the file stays greppable.
 void write_trace(const Trace& t, const std::string& path) {
-  std::string s;
-  s.reserve(256 + t.events.size() * 96 + t.memory.size() * 96);
-  s += "{\"schema\":\"";
-  s += kSchema;
-  s += "\",\n\"metadata\":" + dump(metadata_to_json(t.metadata));
-  s += ",\n\"summary\":" + dump(summary_to_json(t.summary));
-  s += ",\n\"events\":[";
-  for (size_t i = 0; i < t.events.size(); ++i) {
-    s += i == 0 ? "\n" : ",\n";
-    s += dump(event_to_json(t.events[i]));
-  }
-  s += "\n],\n\"memory\":[";
-  for (size_t i = 0; i < t.memory.size(); ++i) {
-    s += i == 0 ? "\n" : ",\n";
-    s += dump(sample_to_json(t.memory[i]));
-  }
-  s += "\n]}\n";
-  write_text_file(path, s);
+  write_file_atomically(path, [&t](std::ostream& os) {
+    Chunked out(os);
+    out << "{\"schema\":\"" << kSchema << "\",\n\"metadata\":" << dump(metadata_to_json(t.metadata))
+        << ",\n\"summary\":" << dump(summary_to_json(t.summary)) << ",\n\"events\":[";
+    for (size_t i = 0; i < t.events.size(); ++i) out << (i == 0 ? "\n" : ",\n") << dump(event_to_json(t.events[i]));
+    out << "\n],\n\"memory\":[";
+    for (size_t i = 0; i < t.memory.size(); ++i) out << (i == 0 ? "\n" : ",\n") << dump(sample_to_json(t.memory[i]));
+    out << "\n]}\n";
+  });
 }
 
 namespace {
@@ -390,7 +409,11 @@ Summary summarize(const Trace& t) {
   return s;
 }
 
-Json to_chrome_trace(const Trace& t) {
+namespace {
+// The Chrome document's parts in its order: the metadata records, then one per event, then two
+// counters per memory sample; `emit` takes each.
+template <class Emit>
+void chrome_records(const Trace& t, const Emit& emit) {
   // Fixed tids for the three streams every producer has; any other stream follows, sorted by name
   // so the mapping does not depend on event order.
   std::map<std::string, int> tid = {{"compute", 1}, {"h2d", 2}, {"d2h", 3}};
@@ -403,34 +426,57 @@ Json to_chrome_trace(const Trace& t) {
   int next = 4;
   for (const std::string& name : others) tid[name] = next++;
 
-  Json out = Json::array();
-  out.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", 1},
-                 {"args", {{"name", "oomb " + (t.metadata.source.empty() ? std::string("trace") : t.metadata.source)}}}});
+  emit(Json{{"ph", "M"}, {"name", "process_name"}, {"pid", 1},
+            {"args", {{"name", "oomb " + (t.metadata.source.empty() ? std::string("trace") : t.metadata.source)}}}});
   for (const auto& [name, id] : tid) {
     if (!used.count(name)) continue;
-    out.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", 1}, {"tid", id}, {"args", {{"name", name}}}});
-    out.push_back({{"ph", "M"}, {"name", "thread_sort_index"}, {"pid", 1}, {"tid", id}, {"args", {{"sort_index", id}}}});
+    emit(Json{{"ph", "M"}, {"name", "thread_name"}, {"pid", 1}, {"tid", id}, {"args", {{"name", name}}}});
+    emit(Json{{"ph", "M"}, {"name", "thread_sort_index"}, {"pid", 1}, {"tid", id}, {"args", {{"sort_index", id}}}});
   }
   for (const Event& e : t.events) {
-    out.push_back({{"ph", "X"}, {"name", e.name.empty() ? std::string(to_string(e.kind)) : e.name},
-                   {"cat", to_string(e.kind)}, {"ts", us(e.start_ns)}, {"dur", us(e.duration_ns())},
-                   {"pid", 1}, {"tid", tid.at(track_of(e))},
-                   {"args", {{"bytes", e.bytes}, {"flops", e.flops}, {"stage", e.stage}, {"chunk", e.chunk},
-                             {"layer", e.layer}, {"op", e.op}}}});
+    emit(Json{{"ph", "X"}, {"name", e.name.empty() ? std::string(to_string(e.kind)) : e.name},
+              {"cat", to_string(e.kind)}, {"ts", us(e.start_ns)}, {"dur", us(e.duration_ns())},
+              {"pid", 1}, {"tid", tid.at(track_of(e))},
+              {"args", {{"bytes", e.bytes}, {"flops", e.flops}, {"stage", e.stage}, {"chunk", e.chunk},
+                        {"layer", e.layer}, {"op", e.op}}}});
   }
   for (const MemorySample& m : t.memory) {
-    out.push_back({{"ph", "C"}, {"name", "device_bytes"}, {"pid", 1}, {"ts", us(m.t_ns)},
-                   {"args", {{"device_bytes", m.device_bytes}}}});
-    out.push_back({{"ph", "C"}, {"name", "host_bytes"}, {"pid", 1}, {"ts", us(m.t_ns)},
-                   {"args", {{"host_bytes", m.host_bytes}}}});
+    emit(Json{{"ph", "C"}, {"name", "device_bytes"}, {"pid", 1}, {"ts", us(m.t_ns)},
+              {"args", {{"device_bytes", m.device_bytes}}}});
+    emit(Json{{"ph", "C"}, {"name", "host_bytes"}, {"pid", 1}, {"ts", us(m.t_ns)},
+              {"args", {{"host_bytes", m.host_bytes}}}});
   }
-  const Metadata& md = t.metadata;
+}
+
+Json chrome_other_data(const Metadata& md) {
   Json other = {{"schema", kSchema},         {"source", md.source}, {"device", md.device},
                 {"plan_digest", md.plan_digest}, {"git_commit", md.git_commit}, {"time", md.time},
                 {"command", md.command},      {"detail", to_string(md.detail)},
                 {"dropped_records", md.dropped_records}};
   if (!md.extra.is_null()) other["extra"] = dump(md.extra);
-  return {{"traceEvents", std::move(out)}, {"displayTimeUnit", "ns"}, {"otherData", std::move(other)}};
+  return other;
+}
+}  // namespace
+
+Json to_chrome_trace(const Trace& t) {
+  Json out = Json::array();
+  chrome_records(t, [&out](Json&& j) { out.push_back(std::move(j)); });
+  return {{"traceEvents", std::move(out)}, {"displayTimeUnit", "ns"}, {"otherData", chrome_other_data(t.metadata)}};
+}
+
+void write_chrome_trace(const Trace& t, const std::string& path) {
+  // The bytes of to_chrome_trace(t).dump(): its keys in the order the Json object sorts them, each
+  // record dumped as the whole document would.
+  write_file_atomically(path, [&t](std::ostream& os) {
+    Chunked out(os);
+    out << "{\"displayTimeUnit\":\"ns\",\"otherData\":" << chrome_other_data(t.metadata).dump() << ",\"traceEvents\":[";
+    bool first = true;
+    chrome_records(t, [&](Json&& j) {
+      out << (first ? "" : ",") << j.dump();
+      first = false;
+    });
+    out << "]}";
+  });
 }
 
 const CompareRow* Comparison::find(const std::string& name) const {

@@ -83,6 +83,9 @@ void write_trace(const Trace& t, const std::string& path);
 // Chrome trace-event format (opens in Perfetto and chrome://tracing): one track per stream,
 // counters for device/host memory.
 Json to_chrome_trace(const Trace& t);
+// The same document streamed to the file record by record (byte for byte to_chrome_trace(t).dump(),
+// without the whole tree in memory); atomic like write_trace.
+void write_chrome_trace(const Trace& t, const std::string& path);
 
 // Compares a predicted and a measured trace: summary terms, and per-(stage, op) time totals
 // aligned by key. error = (measured - predicted) / predicted (0 when both are 0).

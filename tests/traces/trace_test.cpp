@@ -380,6 +380,22 @@ TEST(TraceSummary, PerStepMeanOverTheStepPhases) {
   EXPECT_EQ(s.step_ns, 1000);
 }
 
+// The Chrome export is streamed to its file record by record (issue 24: the whole Json tree of a
+// 4M-token timeline took 1 GB); the file is the document the old writer dumped, byte for byte.
+TEST(TraceChrome, StreamedFileIsTheWholeDocumentsDump) {
+  Trace odd = full_trace();
+  odd.events[0].stream = "zz-extra";  // a stream beyond the three fixed tracks
+  odd.metadata.extra = Json{{"config", {{"context_tokens", 4096}}}};
+  for (const Trace& t : {summary_trace(), full_trace(), odd, Trace{}}) {
+    const std::string path = temp_path("chrome.json");
+    write_chrome_trace(t, path);
+    const std::string text = read_text_file(path);
+    EXPECT_EQ(text, to_chrome_trace(t).dump());
+    EXPECT_EQ(parse_json(text, path), to_chrome_trace(t));
+    std::remove(path.c_str());
+  }
+}
+
 TEST(TraceChrome, CompleteEventsThreadNamesAndCounters) {
   const Trace t = summary_trace();
   const Json c = to_chrome_trace(t);
