@@ -62,6 +62,40 @@ void check_fit(const simulator::FitResult& fit, const std::string& what) {
               "measure configurations whose step times differ (context, chunk, model), and check the measurements");
 }
 
+std::string fmt_number(double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.3g", v);
+  return b;
+}
+
+// A parameter held at its bound: what the fit wanted instead and which traces or points pull it
+// there (the three strongest), so the user knows which measurements to look at.
+void print_clamps(const simulator::FitResult& fit, const std::vector<std::string>& names, const char* unit) {
+  for (size_t k = 0; k < fit.clamped.size(); ++k) {
+    std::printf("  note: %s\n", fit.clamped[k].c_str());
+    if (k >= fit.clamp_pulls.size()) continue;
+    const simulator::ClampPull& c = fit.clamp_pulls[k];
+    std::string by;
+    for (size_t i = 0; i < c.by.size() && i < 3; ++i) {
+      const auto& [t, share] = c.by[i];
+      by += (by.empty() ? "" : ", ") + (t < static_cast<int>(names.size()) ? names[static_cast<size_t>(t)]
+                                                                             : std::to_string(t)) +
+            " (" + format_percent(share) + ")";
+    }
+    if (c.by.size() > 3) by += " and " + std::to_string(c.by.size() - 3) + " more";
+    const bool overhead = c.parameter == "launch overhead";
+    const std::string wanted =
+        !std::isfinite(c.wanted) ? std::string("no time at all for that work")
+        : overhead               ? "an overhead of " + format_duration_s(c.wanted) + " per op"
+                                 : "an efficiency of " + fmt_number(c.wanted) + " (a peak " + fmt_number(c.wanted) +
+                                       "x the profile's)";
+    std::printf("        the fit wanted %s; pulled there by %s %s: measured faster than the bound allows for "
+                "their %s work. Check those measurements%s\n",
+                wanted.c_str(), unit, by.empty() ? "-" : by.c_str(), c.work.c_str(),
+                overhead ? ", or --hold launch_overhead" : ", the profile's peak (bf16_flops_per_s), or --hold it");
+  }
+}
+
 void write_or_print(const Json& profile, const std::string& out) {
   // The written profile must load: check it with the loader before writing.
   models::gpu_from_json(profile, out.empty() ? "calibrated profile" : out);
@@ -164,7 +198,7 @@ int run_fit_mode(const CalibrateArgs& a) {
   std::printf("  efficiency gemm %.4f, attention %.4f (backward %.4f), memory-bound %.4f; launch overhead %s; R^2 %.4f\n",
               fit.efficiency.gemm, fit.efficiency.attention, fit.efficiency.attention_backward, fit.efficiency.memory_bound,
               format_duration_s(fit.launch_overhead_s).c_str(), fit.r2);
-  for (const auto& c : fit.clamped) std::printf("  note: %s\n", c.c_str());
+  print_clamps(fit, a.traces, "trace(s)");
   std::printf("\n  %-16s %7s %12s %12s %8s %10s\n", "op", "events", "measured", "predicted", "error", "rms rel.");
   for (const auto& o : fit.residuals)
     std::printf("  %-16s %7d %12s %12s %8s %10s\n", o.op.c_str(), o.samples, format_duration_s(o.measured_s).c_str(),
@@ -288,7 +322,11 @@ int run_points_mode(const CalibrateArgs& a) {
   std::printf("  efficiency gemm %.4f, attention %.4f (backward %.4f), memory-bound %.4f; launch overhead %s; R^2 %.4f\n",
               fit.efficiency.gemm, fit.efficiency.attention, fit.efficiency.attention_backward,
               fit.efficiency.memory_bound, format_duration_s(fit.launch_overhead_s).c_str(), fit.r2);
-  for (const auto& c : fit.clamped) std::printf("  note: %s\n", c.c_str());
+  {
+    std::vector<std::string> point_names;
+    for (const auto& p : points) point_names.push_back(p.name);
+    print_clamps(fit, point_names, "point(s)");
+  }
   for (const auto& h : a.hold) std::printf("  held at %s's value: %s\n", base.id.c_str(), h.c_str());
   std::printf("\n  %-28s %12s %12s %8s %10s %12s %12s %8s\n", "point", "measured", "predicted", "error", "left out",
               "peak meas.", "peak pred.", "error");

@@ -3,6 +3,7 @@
 
 #include <Eigen/Dense>
 #include <algorithm>
+#include <limits>
 #include <cmath>
 #include <tuple>
 
@@ -68,14 +69,24 @@ Design design(const std::vector<CalibrationSample>& samples, int trace_count, in
 }
 
 // Throws Error naming the first free parameter the design cannot determine.
-void check_determined(const Eigen::MatrixXd& X, const bool held[kParams]) {
-  if (X.rows() == 0) throw Error("calibrate", "--traces", "no measured compute events to fit", "give traces from `oomb run --trace`");
+// What the samples are, for messages: traces of runs (events per op) or measured whole steps.
+struct Source {
+  const char* many;  // "traces" / "points"
+  const char* unit;  // "event" / "point"
+  const char* hint;  // how to get more of them
+};
+constexpr Source kTraces{"traces", "event", "give traces from `oomb run --trace`"};
+constexpr Source kPoints{"points", "point", "give measured steps (rows of --points)"};
+
+void check_determined(const Eigen::MatrixXd& X, const bool held[kParams], const Source& src = kTraces) {
+  if (X.rows() == 0)
+    throw Error("calibrate", std::string("--") + src.many, std::string("no measured ") + src.unit + "s to fit", src.hint);
   for (int j = 0; j < kParams; ++j)
     if (!held[j] && X.col(j).norm() == 0)
       throw Error("calibrate", kParamNames[j],
-                  std::string(kParamNames[j]) + " is not determined by these traces: they contain no " + kWorkNames[j] +
-                      " work",
-                  "add traces of runs that do such work, or --hold it at the profile's value");
+                  std::string(kParamNames[j]) + " is not determined by these " + src.many + ": they contain no " +
+                      kWorkNames[j] + " work",
+                  std::string("add ") + src.many + " of runs that do such work, or --hold it at the profile's value");
   std::vector<int> free;
   for (int j = 0; j < kParams; ++j)
     if (!held[j]) free.push_back(j);
@@ -91,15 +102,17 @@ void check_determined(const Eigen::MatrixXd& X, const bool held[kParams]) {
     const double rest = (N.col(j) - others * beta).norm();
     if (rest < kCollinear)
       throw Error("calibrate", kParamNames[j],
-                  std::string(kParamNames[j]) + " is not determined by these traces: its work is proportional to the "
-                      "other classes' in every event",
-                  "add traces with other shapes (another context, chunk size or model)");
+                  std::string(kParamNames[j]) + " is not determined by these " + src.many +
+                      ": its work is proportional to the other classes' in every " + src.unit,
+                  std::string("add ") + src.many + " with other shapes (another context, chunk size or model), or " +
+                      "--hold it at the profile's value");
   }
 }
 
 struct Solved {
   Eigen::Matrix<double, kParams, 1> x;  // inverse efficiencies, launch overhead
   std::vector<std::string> clamped;
+  std::vector<std::pair<int, double>> bound;  // each parameter held at its bound, and the value the fit wanted
 };
 
 // Bounded least squares by an active set: solve the free parameters, hold the worst violator at
@@ -133,6 +146,8 @@ Solved solve(const Design& d, const double fixed[kParams], const bool hold[kPara
       return out;
     }
     held[worst] = true;
+    for (size_t k = 0; k < free.size(); ++k)
+      if (free[k] == worst) out.bound.emplace_back(worst, b(static_cast<Eigen::Index>(k)));
     out.clamped.push_back(std::string(kParamNames[worst]) +
                           (worst != kLaunch ? " held at 1 (the fit wanted more than the profile's peak)"
                                      : " held at 0 (the fit wanted a negative overhead)"));
@@ -321,12 +336,12 @@ std::vector<CalibrationSample> calibration_samples(const traces::Trace& t, const
 
 namespace {
 FitResult fit_samples(const std::vector<CalibrationSample>& samples, const models::GpuSpec& base, int trace_count,
-                      const std::vector<std::string>& hold, bool leave_one_out) {
+                      const std::vector<std::string>& hold, bool leave_one_out, const Source& src) {
   const Holds h = holds_of(base, hold);
   const bool* held = h.held;
   const double* fixed = h.fixed;
   const Design d = design(samples, trace_count, -1);
-  check_determined(d.X, held);
+  check_determined(d.X, held, src);
   const Solved sol = solve(d, fixed, held);
   FitResult r;
   r.efficiency = base.efficiency;
@@ -340,6 +355,31 @@ FitResult fit_samples(const std::vector<CalibrationSample>& samples, const model
   const double mean = d.y.mean();
   const double ss_res = (d.y - fit).squaredNorm(), ss_tot = (d.y.array() - mean).square().sum();
   r.r2 = r_squared(ss_res, ss_tot, d.y.squaredNorm());
+  // What pulls a parameter to its bound: at a bound the least-squares gradient of parameter j is
+  // -2 sum_i X_ij r_i (r: the weighted residuals, measured - fitted), so the rows with X_ij r_i < 0
+  // (measured faster than the bound allows for their work of that class) want it further; their
+  // shares of that pull, summed per trace (per point).
+  {
+    const Eigen::VectorXd res = d.y - fit;
+    for (const auto& [j, wanted] : sol.bound) {
+      std::vector<double> pull(static_cast<size_t>(trace_count), 0.0);
+      for (Eigen::Index i = 0; i < d.X.rows(); ++i)
+        pull[static_cast<size_t>(samples[static_cast<size_t>(i)].trace)] += d.X(i, j) * res(i);
+      double total = 0;
+      for (double v : pull) total += std::min(v, 0.0);
+      ClampPull c;
+      c.parameter = kParamNames[j];
+      c.work = kWorkNames[j];
+      c.wanted = j == kLaunch ? wanted : (wanted > 0 ? 1.0 / wanted : std::numeric_limits<double>::infinity());
+      std::vector<int> order;
+      for (int t = 0; t < trace_count; ++t)
+        if (pull[static_cast<size_t>(t)] < 0 && total < 0) order.push_back(t);
+      std::sort(order.begin(), order.end(),
+                [&](int a, int b) { return pull[static_cast<size_t>(a)] < pull[static_cast<size_t>(b)]; });
+      for (int t : order) c.by.emplace_back(t, pull[static_cast<size_t>(t)] / total);
+      r.clamp_pulls.push_back(c);
+    }
+  }
 
   std::map<std::string, OpResidual> by_op;
   std::vector<double> meas(static_cast<size_t>(trace_count), 0.0), pred(static_cast<size_t>(trace_count), 0.0);
@@ -368,7 +408,7 @@ FitResult fit_samples(const std::vector<CalibrationSample>& samples, const model
       const Design dt = design(samples, trace_count, t);
       std::optional<double> err;
       try {
-        check_determined(dt.X, held);
+        check_determined(dt.X, held, src);
         const Solved st = solve(dt, fixed, held);
         double m = 0, p = 0;
         for (const auto& s : samples)
@@ -385,7 +425,7 @@ FitResult fit_samples(const std::vector<CalibrationSample>& samples, const model
 
 FitResult fit_efficiencies(const std::vector<CalibrationSample>& samples, const models::GpuSpec& base,
                            int trace_count, const std::vector<std::string>& hold) {
-  return fit_samples(samples, base, trace_count, hold, true);
+  return fit_samples(samples, base, trace_count, hold, true, kTraces);
 }
 
 OpWork step_work(const Scenario& s) {
@@ -467,7 +507,7 @@ PointsFit fit_points_once(const std::vector<MeasuredPoint>& points, const models
       samples.push_back(c);
     }
     // Without the per-point leave-one-out of the linear part (fit_points makes its own, once).
-    out.fit = fit_samples(samples, base, n, hold, false);
+    out.fit = fit_samples(samples, base, n, hold, false, kPoints);
     fitted = std::move(samples);
     out.profile.efficiency = out.fit.efficiency;
     out.profile.launch_overhead_s = out.fit.launch_overhead_s;
@@ -561,6 +601,17 @@ Json FitResult::to_json() const {
           {"launch_overhead_s", launch_overhead_s},
           {"r2", r2},
           {"clamped", clamped},
+          {"clamp_pulls", [&] {
+             Json a = Json::array();
+             for (const auto& c : clamp_pulls) {
+               Json by = Json::array();
+               for (const auto& [t, share] : c.by) by.push_back({{"index", t}, {"share", share}});
+               a.push_back({{"parameter", c.parameter},
+                            {"wanted", std::isfinite(c.wanted) ? Json(c.wanted) : Json(nullptr)},
+                            {"pulled_by", by}});
+             }
+             return a;
+           }()},
           {"residuals", res},
           {"trace_error", trace_error},
           {"leave_one_trace_out_error", loo}};

@@ -60,10 +60,21 @@ struct OpResidual {
   double rms_relative = 0;                 // RMS over samples of (pred - meas) / meas
 };
 
+// A parameter the fit held at its bound, and why: the value the fit wanted without the bound (an
+// efficiency above 1, a negative launch overhead; infinity when it wanted no time at all for that
+// work) and the traces or points that pull it there, with their shares of the pull (largest first).
+struct ClampPull {
+  std::string parameter;  // "gemm efficiency", ...
+  std::string work;       // the work it prices: "GEMM", "attention forward", ...
+  double wanted = 0;
+  std::vector<std::pair<int, double>> by;  // trace / point index, share (0..1]
+};
+
 struct FitResult {
   models::Efficiency efficiency;  // copy unchanged from the input profile
   double launch_overhead_s = 0;
   std::vector<std::string> clamped;  // parameters held at a bound, with why
+  std::vector<ClampPull> clamp_pulls;  // the same, with what pulls each there
   double r2 = 0;                     // of the weighted fit
   std::vector<OpResidual> residuals;  // per op kind
   // Leave one trace out: relative error of each held-out trace's total compute time (nullopt

@@ -434,6 +434,13 @@ expect 2 "huge.csv line 2: 'step_s': '1e300' is out of range" --absent huge_out.
 # and no profile.
 printf 'model,context,chunk,page,step_s\ntiny,4096,1024,64,1.0\nqwen2.5-0.5b,8192,1024,64,1.0\nqwen2.5-7b,16384,4096,128,1.0\nqwen2.5-7b,65536,4096,128,1.0\n' >flat.csv
 expect 2 "the fit failed: R\^2 is undefined.*no profile written" --absent flat_out.json -- calibrate --points flat.csv --gpu h200 --hold attention --hold attention_backward --hold memory_bound --hold launch_overhead --out flat_out.json
+# --points errors speak of points, not of traces and events; a clamp names the points behind it.
+printf 'model,context,chunk,page,step_s\nqwen2.5-7b,16384,4096,128,2.1\n' >onept.csv
+out=$(timeout 60 "$oomb" calibrate --points onept.csv --gpu h200 --out onept_out.json 2>&1)
+[ $? -eq 2 ] && grep -q "is not determined by these points" <<<"$out" && ! grep -qi "trace\|event" <<<"$out" && ok ||
+  bad "calibrate --points speaks of traces or events: ${out:0:300}"
+printf 'model,context,chunk,page,step_s\nqwen2.5-7b,16384,4096,128,0.3\nqwen2.5-7b,65536,4096,128,14.9\nqwen2.5-7b,32768,2048,128,5\nqwen2.5-0.5b,16384,4096,128,0.5\nqwen2.5-0.5b,131072,1024,64,9\n' >clamp.csv
+expect 0 "the fit wanted .*; pulled there by point\(s\) clamp.csv line 2 \(9[0-9.]+%\), clamp.csv line 6 .*their GEMM work" -- calibrate --points clamp.csv --gpu h200 --hold attention_backward --hold memory_bound --out clamp_out.json
 # A UTF-8 byte-order mark is not part of the first key.
 printf 'model,context,chunk,page,step_s\nqwen2.5-7b,16384,4096,128,2.1\nqwen2.5-7b,65536,4096,128,14.9\n' >nobom.csv
 { printf '\xEF\xBB\xBF'; cat nobom.csv; } >bom.csv

@@ -371,7 +371,8 @@ TEST(FitPoints, RefusesWhatThePointsCannotDetermine) {
     fit_points(one, models::load_gpu("h200"));
     FAIL() << "fitted five parameters to one point";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("is not determined"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("is not determined by these points"), std::string::npos) << e.what();
+    EXPECT_EQ(std::string(e.what()).find("trace"), std::string::npos) << "points are not traces: " << e.what();
   }
   // Holding the others, the GEMM efficiency alone is fitted from it.
   const PointsFit f = fit_points(one, known_profile(), {"attention", "attention_backward", "memory_bound",
@@ -387,6 +388,33 @@ TEST(FitPoints, RefusesWhatThePointsCannotDetermine) {
     EXPECT_EQ(e.where(), "point 1");
     EXPECT_EQ(e.key(), "step_s");
   }
+}
+
+// A parameter held at its bound says why: what the fit wanted, and the points pulling it there.
+// Made from the known profile, one point 3x faster than it can be: the GEMM efficiency wants to
+// pass 1, and that point carries most of the pull.
+TEST(FitPoints, AClampNamesThePointsThatPullThere) {
+  std::vector<MeasuredPoint> pts = measured(known_profile(), 0.0, 1);
+  const size_t fast = 2;
+  pts[fast].step_s /= 3.0;
+  const PointsFit f = fit_points(pts, models::load_gpu("h200"), {"attention_backward", "memory_bound", "launch_overhead"});
+  ASSERT_EQ(f.fit.clamp_pulls.size(), f.fit.clamped.size());
+  const ClampPull* gemm = nullptr;
+  for (const auto& c : f.fit.clamp_pulls)
+    if (c.parameter == "gemm efficiency") gemm = &c;
+  ASSERT_NE(gemm, nullptr) << "the GEMM efficiency is not held at its bound";
+  EXPECT_EQ(gemm->work, "GEMM");
+  EXPECT_TRUE(!std::isfinite(gemm->wanted) || gemm->wanted > 1.0) << gemm->wanted;
+  ASSERT_FALSE(gemm->by.empty());
+  EXPECT_EQ(gemm->by.front().first, static_cast<int>(fast));
+  EXPECT_GT(gemm->by.front().second, 0.5);
+  double total = 0;
+  for (const auto& [t, share] : gemm->by) total += share;
+  EXPECT_NEAR(total, 1.0, 1e-9);
+  // Without the outlier nothing is held.
+  EXPECT_TRUE(fit_points(measured(known_profile(), 0.0, 1), models::load_gpu("h200"),
+                         {"attention_backward", "memory_bound", "launch_overhead"})
+                  .fit.clamp_pulls.empty());
 }
 
 // The fit's R^2 is of the residuals it reports per point (trace_error), and measurements that do
