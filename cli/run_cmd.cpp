@@ -5,9 +5,11 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <filesystem>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 
@@ -16,6 +18,7 @@
 #include "cli/scenario_flags.h"
 #include "core/error.h"
 #include "core/format.h"
+#include "core/json_util.h"
 #include "executor/runner/runner.h"
 #include "executor/runtime/adapters.h"
 #include "cli/mpi_job.h"
@@ -222,7 +225,17 @@ int run_run(RunArgs a, Communicator* comm) {
       c.lora_rank <= 0    ? ParamTensors{}
       : a.adapter.empty() ? init_adapters(m, c, a.seed + 1, a.lora_init_b_std)
                           : read_adapter(a.adapter, m, c, r.scenario.model.layers);
+  // With a --trace, an interrupt (SIGINT, SIGTERM, SIGHUP) ends the run after the step in progress
+  // and the trace of the completed steps is written before the process ends by the signal (a second
+  // one ends it at once). A data-parallel job's ranks would stop at different steps, one waiting in
+  // a collective for the others: there, as without a trace, an interrupt ends the process.
+  std::optional<DeferInterrupts> defer;
+  if (!a.trace.empty() && (!comm || comm->size() == 1)) {
+    defer.emplace();
+    r.stop = [] { return interrupt_pending() != 0; };
+  }
   runner::RunResult res = runner::run(r, w, tokens, adapters);
+  defer.reset();  // from here an interrupt ends the process (the writes remove their temporaries)
   line.done();
   if (res.trace) {
     const std::string v = version_string();
@@ -243,6 +256,23 @@ int run_run(RunArgs a, Communicator* comm) {
     }
     if (a.json) std::printf("%s\n", runner::to_json(res).dump(2).c_str());
     return 4;
+  }
+
+  if (res.interrupted) {
+    const int sig = interrupt_pending();
+    std::string what = "no step completed: no trace written";
+    if (res.trace) {
+      traces::write_trace(*res.trace, a.trace);
+      what = "the trace of the " + std::to_string(res.steps_completed) + " completed step" +
+             (res.steps_completed == 1 ? "" : "s") + " written to " + a.trace;
+    }
+    std::fprintf(stderr, "oomb run: interrupted (%s) after %lld of %lld steps: %s; no weights, gradients or "
+                         "adapters written\n",
+                 sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : sig == SIGHUP ? "SIGHUP" : "a signal",
+                 static_cast<long long>(res.steps_completed), static_cast<long long>(res.steps_requested), what.c_str());
+    std::fflush(stderr);
+    raise_pending_interrupt();
+    return 2;  // not reached: the signal ends the process
   }
 
   // Data parallelism: every replica holds the same weights (and adapters); rank 0 writes them and
@@ -379,7 +409,7 @@ const Registrar reg("run", "Execute chunk-recurrent training steps (cpu referenc
                           ->capture_default_str();
                       sub.add_option("--grad-accum", a->grad_accum, "Steps per optimizer step, 1..1000000")->capture_default_str();
                       sub.add_option("--trace", a->trace, "Write the measured trace (oomb.trace/1 JSON) to FILE (at most 1000 steps, warm-up included: "
-                                     "it is held in memory until written)");
+                                     "it is held in memory until written; on SIGTERM/SIGINT the completed steps are written, then the run ends by the signal)");
                       sub.add_option("--detail", a->detail, "Trace detail: step, chunk, layer (default), op")
                           ->capture_default_str();
                       sub.add_option("--trace-timing", a->trace_timing,

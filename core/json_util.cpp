@@ -180,9 +180,19 @@ volatile std::sig_atomic_t g_set_count = 0;
 volatile std::sig_atomic_t g_set_committing = 0;
 volatile std::sig_atomic_t g_set_pending = 0;
 
+// A DeferInterrupts in scope, and the first signal it held back.
+volatile std::sig_atomic_t g_defer = 0;
+volatile std::sig_atomic_t g_deferred = 0;
+
 extern "C" void remove_inflight_tmp(int sig) {
   if (g_set_committing) {  // a checkpoint switching: finished first, then this signal
     g_set_pending = sig;
+    return;
+  }
+  if (g_defer && !g_deferred) {  // the work in progress ends cleanly and writes what it has
+    g_deferred = sig;
+    static const char msg[] = "\noomb: interrupted: finishing the step in progress (signal again to stop at once)\n";
+    (void)!::write(STDERR_FILENO, msg, sizeof msg - 1);
     return;
   }
   if (g_inflight) ::unlink(g_inflight_tmp);
@@ -364,6 +374,22 @@ void FileSetWriter::commit(const std::vector<std::string>& stale) {
 
 void write_text_file(const std::string& path, const std::string& text) {
   write_file_atomically(path, [&text](std::ostream& out) { out << text; });
+}
+
+DeferInterrupts::DeferInterrupts() {
+  install_cleanup_handlers();
+  g_defer = 1;
+}
+
+DeferInterrupts::~DeferInterrupts() { g_defer = 0; }
+
+int interrupt_pending() { return g_deferred; }
+
+void raise_pending_interrupt() {
+  if (const int sig = g_deferred) {
+    std::signal(sig, SIG_DFL);
+    std::raise(sig);
+  }
 }
 
 void check_writable(const std::string& path, const std::string& flag) {

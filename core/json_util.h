@@ -53,6 +53,22 @@ class FileSetWriter {
   std::vector<const char*> tmp_ptrs_;         // tmps_' c_str(), what the signal handler unlinks
   bool done_ = false;
 };
+// While one lives, an interrupt (SIGINT, SIGTERM, SIGHUP: the signals whose handler removes the
+// temporaries above) does not end the process: the first is held (interrupt_pending() returns it)
+// so that the work in progress can stop at its next check and write what it has; a second one ends
+// the process at once, as without it. One at a time; a held signal outlives it.
+class DeferInterrupts {
+ public:
+  DeferInterrupts();
+  ~DeferInterrupts();
+  DeferInterrupts(const DeferInterrupts&) = delete;
+  DeferInterrupts& operator=(const DeferInterrupts&) = delete;
+};
+// The signal a DeferInterrupts held (0: none).
+int interrupt_pending();
+// Ends the process by the held signal, as it would have ended without the deferral (a shell sees
+// 128 + N: 143 for SIGTERM); returns when none is held.
+void raise_pending_interrupt();
 // Error naming `flag` when `path` could not be written (missing or read-only directory, a
 // directory given as the file); called before any work so a bad output path costs nothing.
 void check_writable(const std::string& path, const std::string& flag);

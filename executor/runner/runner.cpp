@@ -337,7 +337,9 @@ RunResult run(const RunRequest& r, const Weights& w, const TokenSource& tokens, 
   res.grad_pages = to_string(page_dtype(r, c.kv_grad_dtype, "--kv-grad-dtype"));
   res.warmup_steps = r.warmup_steps;
   res.timed_steps = r.timed_steps;
-  const int64_t warmup = r.warmup_steps, total_steps = r.warmup_steps + r.timed_steps;
+  int64_t warmup = r.warmup_steps;
+  const int64_t total_steps = r.warmup_steps + r.timed_steps;
+  res.steps_requested = total_steps;
   const std::vector<step::BufferRow> needed_rows = run_rows(r.scenario.model, c, target_of(r));
   const bool use_cupti = uses_cupti(r);
   (void)use_cupti;  // read only in builds with CUPTI
@@ -466,13 +468,19 @@ RunResult run(const RunRequest& r, const Weights& w, const TokenSource& tokens, 
   res.world = world;
   auto sequence_of = [&](int64_t step) { return tokens.sequence(step * world + rank, c.context_tokens); };
   const std::vector<int32_t> first = sequence_of(0);
+  std::vector<double> all_step_times_s;  // warm-up included
   try {
     for (current = 0; current < total_steps; ++current) {
+      if (r.stop && r.stop()) {
+        res.interrupted = true;
+        break;
+      }
       const std::vector<int32_t> seq = current == 0 ? first : sequence_of(current);
       const int64_t t0 = steady_now_ns();
       if (current == warmup) timed_start_ns = t0;
       const StepResult sr = e.step(seq);
       res.losses.push_back(sr.loss);
+      all_step_times_s.push_back(sr.seconds);
       if (current >= warmup) res.step_times_s.push_back(sr.seconds);
 #ifdef OOMB_HAVE_CUPTI
       if (collector) {
@@ -509,6 +517,17 @@ RunResult run(const RunRequest& r, const Weights& w, const TokenSource& tokens, 
     if (r.record_trace) res.trace = e.trace(r.command);
     return res;
   }
+  res.steps_completed = static_cast<int64_t>(res.losses.size());
+  if (res.interrupted) {
+    if (res.steps_completed == 0) return res;  // nothing measured
+    if (res.step_times_s.empty()) {  // stopped in the warm-up: its steps are what was measured
+      warmup = 0;
+      res.step_times_s = all_step_times_s;
+      timed_start_ns = e.trace_origin_ns();
+    }
+    res.warmup_steps = warmup;
+    res.timed_steps = static_cast<int64_t>(res.step_times_s.size());
+  }
   if (world > 1) {
     // Every rank's losses, for the job's summary (rank 0 prints it).
     std::vector<double> all(static_cast<size_t>(world * total_steps), 0.0);
@@ -517,9 +536,9 @@ RunResult run(const RunRequest& r, const Weights& w, const TokenSource& tokens, 
     for (int k = 0; k < world; ++k)
       res.rank_losses.emplace_back(all.begin() + k * total_steps, all.begin() + (k + 1) * total_steps);
   }
-  if (r.keep_weights) res.weights = e.weights();
-  if (r.keep_gradients) res.gradients = e.gradients();
-  if (r.keep_adapters) res.adapters = e.adapters();
+  if (r.keep_weights && !res.interrupted) res.weights = e.weights();
+  if (r.keep_gradients && !res.interrupted) res.gradients = e.gradients();
+  if (r.keep_adapters && !res.interrupted) res.adapters = e.adapters();
   res.fastest_step_s = *std::min_element(res.step_times_s.begin(), res.step_times_s.end());
   for (double x : res.step_times_s) res.timed_mean_step_s += x / static_cast<double>(res.step_times_s.size());
   if (!r.record_trace) return res;
@@ -600,7 +619,7 @@ RunResult run(const RunRequest& r, const Weights& w, const TokenSource& tokens, 
     const int64_t cut = timed_start_ns - e.trace_origin_ns();
     std::erase_if(t.events, [cut](const traces::Event& ev) { return ev.start_ns < cut; });
     t.summary = traces::summarize(t);
-    record_steps = r.timed_steps;
+    record_steps = res.timed_steps;
     step_timing_events = "timed steps only (the warm-up's events are left out)";
   }
   if (!res.cupti) {
@@ -618,6 +637,10 @@ RunResult run(const RunRequest& r, const Weights& w, const TokenSource& tokens, 
   t.metadata.extra["step_timing"] = res.step_timing();
   t.metadata.extra["step_timing"]["events"] = step_timing_events;
   if (r.backend == "cpu") t.metadata.extra["cpu_threads"] = res.cpu_threads;
+  if (res.interrupted)
+    t.metadata.extra["interrupted"] = {{"steps_completed", res.steps_completed},
+                                       {"steps_requested", res.steps_requested},
+                                       {"note", "the run was interrupted: the trace holds the completed steps"}};
   res.trace = std::move(t);
   return res;
 }

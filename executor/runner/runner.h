@@ -84,6 +84,10 @@ struct RunRequest {
   std::function<void(int64_t step, int64_t steps, const Progress&)> progress;
   std::function<void(const std::string&)> status;
   std::function<void(const std::string&)> message;
+  // Asked before every step: true ends the run there (an interrupt). The completed steps are the
+  // result (RunResult::interrupted; no final weights, gradients or adapters are kept), the timed
+  // ones those after the warm-up, or the warm-up steps when none after it completed.
+  std::function<bool()> stop;
 };
 
 // What a CUPTI-timed trace recorded.
@@ -117,6 +121,8 @@ struct RunResult {
   std::optional<traces::Trace> trace;  // record_trace: the measured trace (host trace so far after a failure)
   std::optional<CuptiSummary> cupti;   // the trace is CUPTI-timed
   std::string cupti_failure;           // why a CUPTI-timed trace fell back to host timing ("" = it did not)
+  bool interrupted = false;            // RunRequest::stop ended the run after steps_completed steps
+  int64_t steps_completed = 0, steps_requested = 0;  // warm-up included
   std::string failure;                 // a step failed (device fault or runtime error): what and where
   int64_t failed_step = 0;             // 1-based
   std::optional<Weights> weights;      // keep_weights

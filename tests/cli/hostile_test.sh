@@ -383,6 +383,27 @@ li=$("$oomb" $c24 --weights ck_both/model.safetensors.index.json --json | grep -
 expect 2 "--steps: '1000000': with --trace at most 1000 steps" --absent t_long.json -- $r24 --steps 1000000 --trace t_long.json
 expect 2 "--steps: '999': with --trace at most 1000 steps" --absent t_long.json -- $r24 --steps 999 --warmup 2 --trace t_long.json
 
+# SIGTERM during a long traced run: the step in progress ends, the trace of the completed steps is
+# written (a document validate accepts, that says it was interrupted) and the exit is 143.
+rm -f t_int.json
+"$oomb" run --model tiny --context 1K --chunk 256 --page 64 --steps 1000 --warmup 0 --trace t_int.json >/dev/null 2>t_int.err &
+pid=$!
+for _ in $(seq 600); do  # up to 60 s: until step 3 runs (two steps completed)
+  grep -qE "step ([3-9]|[1-9][0-9]+)/1000" t_int.err 2>/dev/null && break
+  kill -0 $pid 2>/dev/null || break
+  sleep 0.1
+done
+kill -TERM $pid 2>/dev/null
+wait $pid
+rc=$?
+[ $rc -eq 143 ] && grep -q "oomb run: interrupted (SIGTERM) after [0-9]* of 1000 steps: the trace of the [0-9]* completed step" t_int.err &&
+  ok || bad "SIGTERM during a traced run: exit $rc, want 143: $(tail -c 300 t_int.err)"
+if [ -s t_int.json ] && "$oomb" validate --trace t_int.json >/dev/null 2>&1; then
+  grep -qE '"steps_completed": *[1-9]' t_int.json && ok || bad "the interrupted trace does not say how many steps it holds"
+else
+  bad "SIGTERM during a traced run left no trace that validate accepts"
+fi
+
 # --- Standard output on a full disk is a failed write (exit 2, said on stderr), as --out /dev/full is.
 if [ -w /dev/full ]; then
   full() {
