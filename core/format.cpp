@@ -75,7 +75,9 @@ std::string format_count(double v) {
 
 std::string format_percent(double f) { return printf_str("%.1f%s", f * 100.0, "%"); }
 
-std::string format_signed_percent(double f) { return (f >= 0 ? "+" : "") + format_percent(f); }
+// printf's own sign (GCC 12 warned -Wrestrict on "+" + std::string&&, a false positive, in the
+// first build a new user runs).
+std::string format_signed_percent(double f) { return printf_str("%+.1f%s", f * 100.0, "%"); }
 
 void appendf(std::string& out, const char* fmt, ...) {
   char buf[1024];
