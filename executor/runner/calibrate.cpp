@@ -118,18 +118,20 @@ BackendCalibration calibrate_backend(const CalibrationRequest& a) {
     models::gpu_from_json(profile, "the fitted profile");  // still a valid profile
   }
   if (a.comm && a.comm->size() > 1) {
-    // The gradient all-reduce of a data-parallel step, timed on the job's ranks: bf16 (the default
-    // gradient dtype) of 64 MiB, large enough that per-call latency is a small share.
+    // The gradient all-reduce of a data-parallel step, timed on the job's ranks: 256 MiB of fp32, the
+    // transport itself (large enough that per-call latency is a small share). A bf16 gradient is
+    // staged through fp32 by the MPI communicator (summed in fp32, rounded once), which costs more
+    // per byte than this rate says (README, data parallelism).
     if (a.backend != "cpu")
       throw Error("--backend", a.backend, "measures collectives under mpirun on the cpu backend only",
                   "mpirun -np N oomb calibrate --backend cpu");
     out.ranks = a.comm->size();
-    if (a.progress) a.progress("all-reduce of 64 MiB (bf16) over " + std::to_string(out.ranks) + " ranks");
-    const double link = executor::measure_all_reduce_link_bytes_per_s(*a.comm, *backend, int64_t{64} << 20,
-                                                                      executor::DType::bf16);
+    if (a.progress) a.progress("all-reduce of 256 MiB (fp32) over " + std::to_string(out.ranks) + " ranks");
+    const double link = executor::measure_all_reduce_link_bytes_per_s(*a.comm, *backend, int64_t{256} << 20,
+                                                                      executor::DType::f32);
     profile["interconnect_bytes_per_s"] = link;
     profile["sources"]["interconnect_bytes_per_s"] =
-        "measured: " + a.comm->name() + " all-reduce of 64 MiB bf16 over " + std::to_string(out.ranks) +
+        "measured: " + a.comm->name() + " all-reduce of 256 MiB fp32 over " + std::to_string(out.ranks) +
         " ranks of this node (median of 5, the ring's 2(N-1)/N x bytes over the time; oomb calibrate under mpirun)";
     models::gpu_from_json(profile, "the calibrated profile");
   }
