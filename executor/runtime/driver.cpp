@@ -970,7 +970,7 @@ void Engine::optimizer_step() {
     options_.comm->barrier();
     const int64_t t0 = steady_now_ns();
     // The CPU backend's ops are done when they return; NCCL's collectives are stream-ordered.
-    timed("gradient_allreduce", "optimizer", 2, -1, 0, [&] { options_.comm->all_reduce_sum(grads_.t(), n); });
+    timed("gradient_allreduce", "gradient_allreduce", 2, -1, 0, [&] { options_.comm->all_reduce_sum(grads_.t(), n); });
     allreduce_bytes_ += grads_.bytes();
     allreduce_s_ += static_cast<double>(steady_now_ns() - t0) * 1e-9;
   }
@@ -978,7 +978,7 @@ void Engine::optimizer_step() {
   const Tensor grads = host ? host_grads_.t() : grads_.t();
   const Tensor weights = host ? host_weights_.t() : trained.t();
   const int64_t contributions = accumulated_ * world;
-  timed("adamw", "optimizer", 2, -1, 12.0 * static_cast<double>(n), [&] {
+  timed("adamw", "optimizer_step", 2, -1, 12.0 * static_cast<double>(n), [&] {
     if (contributions > 1) backend_.scale(grads, n, 1.0f / static_cast<float>(contributions));
     backend_.adamw(weights, master_.f32(), grads, adam_m_.f32(), adam_v_.f32(),
                    static_cast<const uint8_t*>(decay_mask_.data()), n, o.lr, o.beta1, o.beta2, o.eps, o.weight_decay,
@@ -986,7 +986,7 @@ void Engine::optimizer_step() {
   });
   if (host) copy(CopyDir::h2d, trained.data(), host_weights_.data(), trained.bytes());
   {
-    const TagScope tag(options_.tagger, 2, -1, -1, "optimizer", "zero_gradients");
+    const TagScope tag(options_.tagger, 2, -1, -1, "optimizer_step", "zero_gradients");
     zero_gradients();
   }
   accumulated_ = 0;

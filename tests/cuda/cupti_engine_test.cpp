@@ -97,7 +97,7 @@ TEST_F(CudaCuptiEngine, EveryRecordOfAStepIsTaggedAndCopiesMatchTheEngine) {
   EXPECT_GT(st.kernels, 0);
   EXPECT_GT(st.outside, 0) << "set-up and earlier steps are outside the window";
   const std::set<std::string> known = {"embedding", "layer_fwd", "layer_recompute", "lm_head",
-                                       "layer_bwd", "embedding_bwd", "optimizer"};
+                                       "layer_bwd", "embedding_bwd", "optimizer_step", "gradient_allreduce"};
   int64_t h2d = 0, d2h = 0, kernels = 0;
   for (const auto& ev : dev.events) {
     EXPECT_TRUE(known.count(ev.op)) << "untagged or unknown pass '" << ev.op << "' on " << ev.name << " ("

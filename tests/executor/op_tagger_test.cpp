@@ -96,7 +96,7 @@ TEST(OpTagger, TagsAreBalancedCoverEveryRecordedOpAndChangeNothing) {
   }
   EXPECT_GT(compute, 0);
   EXPECT_GT(copies, 0);
-  EXPECT_TRUE(tagger.keys.count({2, -1, -1, "optimizer", "zero_gradients"}));
+  EXPECT_TRUE(tagger.keys.count({2, -1, -1, "optimizer_step", "zero_gradients"}));
 }
 
 TEST(OpTagger, ThroughACuptiStandInEveryRecordOfAStepBelongsToItsPass) {
@@ -128,7 +128,7 @@ TEST(OpTagger, ThroughACuptiStandInEveryRecordOfAStepBelongsToItsPass) {
 
   const traces::Trace host = e.trace();
   const std::set<std::string> known = {"embedding", "layer_fwd", "layer_recompute", "lm_head",
-                                       "layer_bwd", "embedding_bwd", "optimizer"};
+                                       "layer_bwd", "embedding_bwd", "optimizer_step", "gradient_allreduce"};
   std::set<std::tuple<int, int64_t, int64_t, std::string>> host_keys, dev_keys;
   for (const auto& ev : host.events)
     if (ev.kind == traces::EventKind::compute) host_keys.insert({ev.stage, ev.chunk, ev.layer, ev.op});
