@@ -24,6 +24,7 @@
 #include "executor/runtime/calibration_runs.h"
 #include "executor/runtime/microbench.h"
 #include "planner/defaults.h"
+#include "planner/knobs.h"
 #include "planner/plan.h"
 #include "planner/points.h"
 #include "planner/recall_curve.h"
@@ -62,12 +63,6 @@ void check_fit(const simulator::FitResult& fit, const std::string& what) {
               "measure configurations whose step times differ (context, chunk, model), and check the measurements");
 }
 
-std::string fmt_number(double v) {
-  char b[32];
-  std::snprintf(b, sizeof b, "%.3g", v);
-  return b;
-}
-
 // A parameter held at its bound: what the fit wanted instead and which traces or points pull it
 // there (the three strongest), so the user knows which measurements to look at.
 void print_clamps(const simulator::FitResult& fit, const std::vector<std::string>& names, const char* unit) {
@@ -87,7 +82,7 @@ void print_clamps(const simulator::FitResult& fit, const std::vector<std::string
     const std::string wanted =
         !std::isfinite(c.wanted) ? std::string("no time at all for that work")
         : overhead               ? "an overhead of " + format_duration_s(c.wanted) + " per op"
-                                 : "an efficiency of " + fmt_number(c.wanted) + " (a peak " + fmt_number(c.wanted) +
+                                 : "an efficiency of " + planner::format_number(c.wanted) + " (a peak " + planner::format_number(c.wanted) +
                                        "x the profile's)";
     std::printf("        the fit wanted %s; pulled there by %s %s: measured faster than the bound allows for "
                 "their %s work. Check those measurements%s\n",

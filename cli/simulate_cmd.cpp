@@ -125,14 +125,8 @@ simulator::Scenario scenario_of(const SimulateArgs& a, std::string* placed) {
   // A budget over the context's pages selects every earlier page: oomb plan refuses it, and so
   // does simulate (it would be sparse attention priced as dense under another name).
   const step::Config& c = s.config;
-  if (a.flags.budget && c.attention == Attention::sparse && c.schedule != Schedule::standard && c.page_tokens > 0) {
-    const int64_t pages = (c.context_tokens + c.page_tokens - 1) / c.page_tokens;
-    if (c.page_budget > pages)
-      throw Error("--budget", std::to_string(c.page_budget),
-                  "is larger than the context's " + std::to_string(pages) + " pages of " +
-                      std::to_string(c.page_tokens) + " tokens",
-                  "a budget of at most " + std::to_string(pages) + " pages");
-  }
+  if (a.flags.budget && c.attention == Attention::sparse && c.schedule != Schedule::standard && c.page_tokens > 0)
+    planner::check_budget_within_context(c.page_budget, c.context_tokens, c.page_tokens);
   if (a.flags.optimizer_auto()) {
     s.config.optimizer = planner::place_optimizer(s, planner::kDefaultHeadroom);
     *placed = std::string("--optimizer auto: AdamW state on the ") +

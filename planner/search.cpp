@@ -727,11 +727,7 @@ void check_request(const Request& r, int64_t N) {
                   "a page of 64, 128 or 256 tokens, or give --chunk too");
     }
     const bool may_sparse = !fixed(r, "attention") || b.attention == Attention::sparse;
-    if (fixed(r, "budget") && may_sparse && b.page_budget > pages_of(N, smallest_page))
-      throw Error("--budget", std::to_string(b.page_budget),
-                  "is larger than the context's " + std::to_string(pages_of(N, smallest_page)) + " pages of " +
-                      std::to_string(smallest_page) + " tokens",
-                  "a budget of at most " + std::to_string(pages_of(N, smallest_page)) + " pages");
+    if (fixed(r, "budget") && may_sparse) check_budget_within_context(b.page_budget, N, smallest_page);
   }
   // Everything else (dtypes, heads divisible by the GPUs, selection rule): the simulator's own
   // validation of one representative configuration.
@@ -1050,6 +1046,15 @@ std::string describe_difference(const Config& a, const Config& b, const models::
   std::string s;
   for (const auto& x : d) s += (s.empty() ? "" : ", ") + x;
   return s.empty() ? "same settings" : s;
+}
+
+void check_budget_within_context(int64_t budget, int64_t context_tokens, int64_t page_tokens) {
+  const int64_t pages = ceil_div(context_tokens, page_tokens);
+  if (budget > pages)
+    throw Error("--budget", std::to_string(budget),
+                "is larger than the context's " + std::to_string(pages) + " pages of " + std::to_string(page_tokens) +
+                    " tokens",
+                "a budget of at most " + std::to_string(pages) + " pages");
 }
 
 }  // namespace oomb::planner

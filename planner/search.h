@@ -159,4 +159,8 @@ std::string describe_knobs(const simulator::Config& c, const models::ModelSpec& 
 std::string recompute_text(const simulator::Config& c, const models::ModelSpec& m);
 std::string describe_difference(const simulator::Config& from, const simulator::Config& to, const models::ModelSpec& m);
 
+// Error naming --budget when `budget` pages per query page is more than the context holds (every
+// earlier page selected: sparse attention priced as dense under another name). plan and simulate.
+void check_budget_within_context(int64_t budget, int64_t context_tokens, int64_t page_tokens);
+
 }  // namespace oomb::planner

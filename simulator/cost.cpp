@@ -321,9 +321,10 @@ void finish_summary(const Scenario& s, const MemoryTable& t, Summary& out) {
     out.binding_constraint = worst == dev_ratio ? "device memory" : worst == pin_ratio ? "pinned host memory" : "host RAM";
     return;
   }
+  // The direction that needs more of its link.
+  const bool h2d = out.required_h2d_bytes_per_s / s.gpu.h2d_bytes_per_s >=
+                   out.required_d2h_bytes_per_s / s.gpu.d2h_bytes_per_s;
   if (out.step_s > 0 && out.exposed_copy_s > 0.05 * out.step_s) {
-    const bool h2d = out.required_h2d_bytes_per_s / s.gpu.h2d_bytes_per_s >=
-                     out.required_d2h_bytes_per_s / s.gpu.d2h_bytes_per_s;
     out.binding_constraint = h2d ? "h2d link" : "d2h link";
     out.notes.push_back("copies expose " + format_duration_s(out.exposed_copy_s) + " of the step (" +
                         format_percent(out.exposed_copy_s / out.step_s) + ")");
@@ -334,8 +335,6 @@ void finish_summary(const Scenario& s, const MemoryTable& t, Summary& out) {
     const bool h2d_short = out.required_h2d_bytes_per_s > s.gpu.h2d_bytes_per_s;
     const bool d2h_short = out.required_d2h_bytes_per_s > s.gpu.d2h_bytes_per_s;
     if (out.exposed_copy_s > 0 && (h2d_short || d2h_short)) {
-      const bool h2d = out.required_h2d_bytes_per_s / s.gpu.h2d_bytes_per_s >=
-                       out.required_d2h_bytes_per_s / s.gpu.d2h_bytes_per_s;
       out.notes.push_back(std::string(h2d ? "h2d" : "d2h") + " link short: copies expose " +
                           format_duration_s(out.exposed_copy_s) + " (" +
                           format_percent(out.exposed_copy_s / out.step_s) + " of the step); hiding them needs " +

@@ -215,6 +215,10 @@ void CpuBackend::run_stream(Stream& s) {
 void* CpuBackend::allocate(Tier, int64_t bytes) {
   const size_t n = (static_cast<size_t>(bytes) + kAlign - 1) / kAlign * kAlign;
   void* p = nullptr;
+  // A miss: cached blocks of other sizes go back first where keeping them would hold more than
+  // the most ever in use (or this allocation's new high-water), so the allocator never holds
+  // more than the step's peak in use: what it reserves is what was planned, rounded to kAlign.
+  std::vector<void*> release;
   {
     std::lock_guard<std::mutex> lock(alloc_mu_);
     auto it = cached_.find(n);
@@ -222,26 +226,18 @@ void* CpuBackend::allocate(Tier, int64_t bytes) {
       p = it->second;
       cached_.erase(it);
       cached_bytes_ -= static_cast<int64_t>(n);
-    }
-  }
-  if (!p) {
-    // A miss: cached blocks of other sizes go back first where keeping them would hold more than
-    // the most ever in use (or this allocation's new high-water), so the allocator never holds
-    // more than the step's peak in use: what it reserves is what was planned, rounded to kAlign.
-    std::vector<void*> release;
-    {
-      std::lock_guard<std::mutex> lock(alloc_mu_);
+    } else {
       const int64_t limit = std::max(in_use_high_bytes_, in_use_bytes_ + static_cast<int64_t>(n));
       while (!cached_.empty() && in_use_bytes_ + static_cast<int64_t>(n) + cached_bytes_ > limit) {
-        auto it = cached_.begin();
-        cached_bytes_ -= static_cast<int64_t>(it->first);
-        release.push_back(it->second);
-        cached_.erase(it);
+        auto old = cached_.begin();
+        cached_bytes_ -= static_cast<int64_t>(old->first);
+        release.push_back(old->second);
+        cached_.erase(old);
       }
     }
-    for (void* q : release) std::free(q);
-    p = std::aligned_alloc(kAlign, n);
   }
+  for (void* q : release) std::free(q);
+  if (!p) p = std::aligned_alloc(kAlign, n);
   if (!p) throw std::bad_alloc();
   zero_bytes(p, static_cast<int64_t>(n));
   std::lock_guard<std::mutex> lock(alloc_mu_);

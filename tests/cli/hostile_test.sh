@@ -32,6 +32,21 @@ expect() {
   done
   ok
 }
+# term_when PID TRIES PAUSE CHECK...: polls CHECK (a command) every PAUSE s, up to TRIES times or
+# until PID ends, then sends PID SIGTERM and waits for it; returns its exit code, seen=1 when CHECK
+# succeeded first (the interrupt cases: a signal at a chosen moment of the work).
+term_when() {
+  local pid=$1 tries=$2 pause=$3
+  shift 3
+  seen=0
+  for _ in $(seq "$tries"); do
+    if "$@"; then seen=1; break; fi
+    kill -0 "$pid" 2>/dev/null || break
+    sleep "$pause"
+  done
+  kill -TERM "$pid" 2>/dev/null
+  wait "$pid"
+}
 # variant SRC KEY VALUE OUT: SRC with the number of "KEY" replaced by VALUE (numbers only: the
 # GPU files' "sources" hold strings under the same keys).
 variant() { sed -E "s/\"$2\": *-?[0-9][0-9.eE+-]*/\"$2\": $3/" "$1" >"$4"; }
@@ -284,6 +299,7 @@ fi
 # A model of ~62 MB (tiny's shapes widened) so that a save takes long enough to be caught.
 sed -E 's/"hidden": *[0-9]+/"hidden": 512/; s/"q_heads": *[0-9]+/"q_heads": 8/; s/"kv_heads": *[0-9]+/"kv_heads": 4/; s/"head_dim": *[0-9]+/"head_dim": 64/; s/"ffn_hidden": *[0-9]+/"ffn_hidden": 2048/; s/"layers": *[0-9]+/"layers": 4/' "$tiny" >m_save.json
 big="run --model ./m_save.json --context 128 --chunk 128 --page 64 --quiet"
+shard_aside() { ls -A ckt | grep -q oomb-tmp; }
 for old in sharded single; do
   rm -rf ckt
   if [ $old = sharded ]; then "$oomb" $big --save-weights ckt --max-shard-bytes 5000000 --seed 1 >/dev/null
@@ -291,14 +307,7 @@ for old in sharded single; do
   ckt_before=$(ls -A ckt | sort; sha256sum ckt/* | sort)
   "$oomb" $big --save-weights ckt --max-shard-bytes 5000000 --seed 2 >/dev/null 2>&1 &
   pid=$!
-  seen=0
-  for _ in $(seq 12000); do  # up to 60 s: until the first shard is being written aside
-    if ls -A ckt | grep -q oomb-tmp; then seen=1; break; fi
-    kill -0 $pid 2>/dev/null || break
-    sleep 0.005
-  done
-  kill -TERM $pid 2>/dev/null
-  wait $pid
+  term_when $pid 12000 0.005 shard_aside  # up to 60 s: until the first shard is being written aside
   rc=$?
   if [ $seen -eq 1 ]; then
     [ $rc -eq 143 ] && ok || bad "SIGTERM during a save ($old): exit $rc, want 143"
@@ -388,13 +397,8 @@ expect 2 "--steps: '999': with --trace at most 1000 steps" --absent t_long.json 
 rm -f t_int.json
 "$oomb" run --model tiny --context 1K --chunk 256 --page 64 --steps 1000 --warmup 0 --trace t_int.json >/dev/null 2>t_int.err &
 pid=$!
-for _ in $(seq 600); do  # up to 60 s: until step 3 runs (two steps completed)
-  grep -qE "step ([3-9]|[1-9][0-9]+)/1000" t_int.err 2>/dev/null && break
-  kill -0 $pid 2>/dev/null || break
-  sleep 0.1
-done
-kill -TERM $pid 2>/dev/null
-wait $pid
+step3_running() { grep -qE "step ([3-9]|[1-9][0-9]+)/1000" t_int.err 2>/dev/null; }
+term_when $pid 600 0.1 step3_running  # up to 60 s: until step 3 runs (two steps completed)
 rc=$?
 [ $rc -eq 143 ] && grep -q "oomb run: interrupted (SIGTERM) after [0-9]* of 1000 steps: the trace of the [0-9]* completed step" t_int.err &&
   ok || bad "SIGTERM during a traced run: exit $rc, want 143: $(tail -c 300 t_int.err)"

@@ -84,6 +84,33 @@ std::vector<int64_t> recompute_settings(int64_t L) {
 
 // The pruned search must find a plan as good as trying every combination of the space, the
 // recompute settings included (r < L: checkpointing with the last r layers kept; r = L: off).
+// One point of the planner's search space, as search() evaluates it: kept in `all` when it fits.
+struct SpacePoint {
+  int64_t context, chunk, page, resident, recomputed_from;  // recomputed_from == layers: no checkpointing
+  const char* kv_grad_dtype;
+  const char* param_grad_dtype;
+  int64_t logits_chunk;
+  simulator::Optimizer optimizer;
+};
+void add_if_fits(std::vector<Candidate>& all, const Request& r, int64_t L, const SpacePoint& p) {
+  Config k = r.scenario.config;
+  k.checkpointing = p.recomputed_from < L;
+  k.kept_layers = p.recomputed_from < L ? p.recomputed_from : 0;
+  k.optimizer = p.optimizer;
+  k.context_tokens = p.context;
+  k.chunk_tokens = p.chunk;
+  k.page_tokens = p.page;
+  k.resident_layers = std::min(p.resident, L);
+  k.kv_grad_dtype = p.kv_grad_dtype;
+  k.param_grad_dtype = p.param_grad_dtype;
+  k.logits_chunk_tokens = p.logits_chunk;
+  simulator::Scenario s = r.scenario;
+  s.config = k;
+  Candidate cand{k, simulator::evaluate(s), {}};
+  cand.usage = usage_of(s, cand.summary, r.headroom);
+  if (cand.fits()) all.push_back(cand);
+}
+
 TEST(Search, PrunedSearchMatchesBruteForce) {
   struct Case {
     const char* model;
@@ -137,24 +164,8 @@ TEST(Search, PrunedSearchMatchesBruteForce) {
               for (const char* pg : {"bf16", "fp32"})
                 for (int64_t logits : {1024, 4096, 0})
                   for (int64_t rc : recomputes)
-                    for (simulator::Optimizer opt : placements) {
-                      Config k = r.scenario.config;
-                      k.checkpointing = rc < L;
-                      k.kept_layers = rc < L ? rc : 0;
-                      k.optimizer = opt;
-                      k.context_tokens = c.n;
-                      k.chunk_tokens = chunk;
-                      k.page_tokens = page;
-                      k.resident_layers = std::min(resident, L);
-                      k.kv_grad_dtype = kvg;
-                      k.param_grad_dtype = pg;
-                      k.logits_chunk_tokens = logits;
-                      simulator::Scenario s = r.scenario;
-                      s.config = k;
-                      Candidate cand{k, simulator::evaluate(s), {}};
-                      cand.usage = usage_of(s, cand.summary, r.headroom);
-                      if (cand.fits()) all.push_back(cand);
-                    }
+                    for (simulator::Optimizer opt : placements)
+                      add_if_fits(all, r, L, {c.n, chunk, page, resident, rc, kvg, pg, logits, opt});
       const Candidate* brute = select_best(all, obj, &r.scenario.config);
       // The brute force tries dense attention; where nothing dense fits the search falls back to
       // sparse (qwen2.5-32b at 1M on an H200 since the CUDA backend's op scratch is planned).
@@ -500,24 +511,8 @@ TEST(Search, ParetoFrontierMatchesBruteForce) {
             for (const char* pg : {"bf16", "fp32"})
               for (int64_t logits : {1024, 4096, 0})
                 for (int64_t rc = 0; rc <= L; ++rc)
-                  for (simulator::Optimizer opt : {simulator::Optimizer::gpu, simulator::Optimizer::host}) {
-                    Config k = r.scenario.config;
-                    k.checkpointing = rc < L;
-                    k.kept_layers = rc < L ? rc : 0;
-                    k.optimizer = opt;
-                    k.context_tokens = c.n;
-                    k.chunk_tokens = chunk;
-                    k.page_tokens = page;
-                    k.resident_layers = resident;
-                    k.kv_grad_dtype = kvg;
-                    k.param_grad_dtype = pg;
-                    k.logits_chunk_tokens = logits;
-                    simulator::Scenario s = r.scenario;
-                    s.config = k;
-                    Candidate cand{k, simulator::evaluate(s), {}};
-                    cand.usage = usage_of(s, cand.summary, r.headroom);
-                    if (cand.fits()) all.push_back(cand);
-                  }
+                  for (simulator::Optimizer opt : {simulator::Optimizer::gpu, simulator::Optimizer::host})
+                    add_if_fits(all, r, L, {c.n, chunk, page, resident, rc, kvg, pg, logits, opt});
     ASSERT_FALSE(all.empty());
     // The brute-force frontier, by hand: per KV-gradient dtype the 2-D staircase (memory
     // ascending, time strictly falling); a bf16 point also falls to an fp32 point (more exact)

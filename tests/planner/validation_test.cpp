@@ -36,6 +36,16 @@ traces::Trace cuda_run(const simulator::Scenario& s, std::optional<int64_t> rese
   return t;
 }
 
+// tiny at 2K: chunks of 512, pages of 64, one resident layer (so its pages are offloaded).
+simulator::Scenario tiny_2k_offload() {
+  simulator::Scenario s = testing::request("tiny", "h200").scenario;
+  s.config.context_tokens = 2048;
+  s.config.chunk_tokens = 512;
+  s.config.page_tokens = 64;
+  s.config.resident_layers = 1;
+  return s;
+}
+
 const ValidationTerm* term(const Validation& v, const std::string& name) {
   for (const auto& t : v.terms)
     if (t.name == name) return &t;
@@ -43,11 +53,7 @@ const ValidationTerm* term(const Validation& v, const std::string& name) {
 }
 
 TEST(Validation, CudaReservedBytesAreABoundOnThePlansPeakPlusReserve) {
-  simulator::Scenario s = testing::request("tiny", "h200").scenario;
-  s.config.context_tokens = 2048;
-  s.config.chunk_tokens = 512;
-  s.config.page_tokens = 64;
-  s.config.resident_layers = 1;
+  simulator::Scenario s = tiny_2k_offload();
   simulator::Scenario as_run = s;
   as_run.config.peak_measure = simulator::PeakMeasure::allocated;
   const int64_t bound = simulator::evaluate(as_run).peak_device_bytes + s.gpu.reserved_bytes;
@@ -81,11 +87,7 @@ TEST(Validation, CudaReservedBytesAreABoundOnThePlansPeakPlusReserve) {
 // The stage times are judged over the step that step_s is (the run's fastest timed step), not as
 // means over every step: a slow first step must not inflate the stages of the fastest one.
 TEST(Validation, StageTimesAreTheFastestStepsLikeStepS) {
-  simulator::Scenario s = testing::request("tiny", "h200").scenario;
-  s.config.context_tokens = 2048;
-  s.config.chunk_tokens = 512;
-  s.config.page_tokens = 64;
-  s.config.resident_layers = 1;
+  simulator::Scenario s = tiny_2k_offload();
   traces::Trace t = cuda_run(s, std::nullopt);
   // Two timed steps: a slow one (stage 1: 3 s, stage 2: 5 s of a 9 s step) and the fastest (stage
   // 1: 0.4 s, stage 2: 1.1 s of a 1.5 s step, the record's step_s).
