@@ -195,7 +195,7 @@ Plan make_plan(const simulator::Scenario& s, const simulator::Summary& predictio
   for (const auto& r : t.rows) {
     if (r.tier == simulator::Tier::device) {
       if (r.name == step::row::kKvPool || r.name == step::row::kKvGradPool) a.device_pool_bytes += r.bytes;
-      else if (r.category == "runtime_reserve") a.runtime_reserve_bytes += r.bytes;
+      else if (step::reserved_only(r.category)) a.runtime_reserve_bytes += r.bytes;
       else if (r.phases & peak_bit) a.workspace_bytes += r.bytes;
     } else if (r.category == "kv_pages" || r.category == "kv_grad_pages") {
       a.host_pool_bytes += r.bytes;

@@ -5,7 +5,9 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/format.h"
 #include "core/units.h"
+#include "step/allocator.h"
 #include "step/cuda_scratch.h"
 
 namespace oomb::step {
@@ -26,7 +28,7 @@ constexpr Phase kOombPhases[] = {Phase::fill, Phase::recompute, Phase::loss, Pha
 constexpr Phase kStandardPhases[] = {Phase::forward, Phase::loss, Phase::backward, Phase::optimizer};
 
 bool counted(const BufferRow& r, Tier tier, bool include_reserve) {
-  return r.tier == tier && (include_reserve || r.category != kRuntimeReserveCategory);
+  return r.tier == tier && (include_reserve || !reserved_only(r.category));
 }
 
 // The peak over the schedule's phases of the rows of one tier; the breakdown only for the winner.
@@ -465,9 +467,19 @@ BufferTable buffer_table(const models::ModelSpec& m, const Config& c, const Targ
       add(row::kOpScratch, "backend_scratch", Tier::device, OOMB_SHAPE({s.bytes}), "uint8", s.bytes, all,
           OOMB_TEXT("the CUDA backend's op scratch: its largest op (" + s.op + ", step/cuda_scratch.h)"));
     }
-    if (c.peak_measure == PeakMeasure::reserved)
+    if (c.peak_measure == PeakMeasure::reserved) {
       add(row::kRuntimeReserve, kRuntimeReserveCategory, Tier::device, OOMB_SHAPE({target.runtime_reserve_bytes}),
           "uint8", target.runtime_reserve_bytes, all, OOMB_TEXT("CUDA context + library workspaces (GPU profile)"));
+      // The device arena: one block for the executor's buffers at their peak, reserved before the
+      // first (step/allocator.h); what it holds beyond them is this row.
+      if (!published && g.oomb) {
+        const allocator::ArenaLayout a = allocator::cuda_arena_layout(t.rows, false);
+        const int64_t beyond = a.block_bytes - a.buffer_peak_bytes;
+        add(row::kAllocatorBlocks, kAllocatorCategory, Tier::device, OOMB_SHAPE({beyond}), "uint8", beyond, all,
+            OOMB_TEXT("the CUDA arena's one block beyond the buffers' peak: the rows' layout (" +
+                      format_bytes(a.layout_bytes) + ") + 8 MiB for 256-byte rounding, in 2 MiB units (step/allocator.h)"));
+      }
+    }
   }
   return t;
 }

@@ -56,10 +56,18 @@ inline constexpr const char* kHostPageSummaries = "host_page_summaries";
 inline constexpr const char* kGemmWorkspace = "gemm_workspace";
 inline constexpr const char* kOpScratch = "op_scratch";
 inline constexpr const char* kRuntimeReserve = "runtime_reserve";
+inline constexpr const char* kAllocatorBlocks = "allocator_blocks";
 }  // namespace row
 
 // The category of the runtime reserve (the CUDA context: on the GPU, not allocated by the executor).
 inline constexpr const char* kRuntimeReserveCategory = "runtime_reserve";
+// What the backend's allocator holds beyond the buffers (the reserved measure: block rounding and
+// the CUDA arena's slack, step/allocator.h); not allocated by the executor either.
+inline constexpr const char* kAllocatorCategory = "allocator";
+// Rows of the reserved measure only: the runtime reserve and the allocator's blocks.
+inline bool reserved_only(const std::string& category) {
+  return category == kRuntimeReserveCategory || category == kAllocatorCategory;
+}
 
 // A GPU profile plans for the CUDA backend, a "cpu" profile (calibrated CPU) for the CPU backend.
 Target target_of(const models::GpuSpec& gpu);

@@ -19,7 +19,6 @@
 namespace oomb::executor {
 
 namespace {
-constexpr size_t kAlign = 64;
 int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
@@ -132,7 +131,8 @@ CpuBackend::~CpuBackend() {
     report_cv_.notify_all();
     reporter_.join();
   }
-  for (auto& [n, p] : cached_) std::free(p);
+  for (TierHeap& h : heaps_)
+    for (auto& [n, p] : h.cached) std::free(p);
   Staging::backend_destroyed();
 }
 
@@ -209,61 +209,87 @@ void CpuBackend::run_stream(Stream& s) {
 }
 
 // A caching allocator, as a GPU framework's: a freed block is kept for the next request of the same
-// size (the executor frees and allocates the same phase buffers every step), so a step after the
-// first pays no page faults; the blocks kept never exceed the largest amount in use at once. The
-// memory is zeroed on every allocate (on the compute threads), as before.
-void* CpuBackend::allocate(Tier, int64_t bytes) {
-  const size_t n = (static_cast<size_t>(bytes) + kAlign - 1) / kAlign * kAlign;
+// size and tier (the executor frees and allocates the same phase buffers every step), so a step
+// after the first pays no page faults; the blocks a tier keeps never exceed the most that tier had
+// in use at once. The memory is zeroed on every allocate (on the compute threads), as before.
+void* CpuBackend::allocate_impl(Tier tier, int64_t bytes, const std::string& row) {
+  const size_t n = (static_cast<size_t>(bytes) + kAllocationAlignment - 1) / kAllocationAlignment *
+                   kAllocationAlignment;
+  TierHeap& h = heaps_[static_cast<int>(tier)];
   void* p = nullptr;
   // A miss: cached blocks of other sizes go back first where keeping them would hold more than
-  // the most ever in use (or this allocation's new high-water), so the allocator never holds
-  // more than the step's peak in use: what it reserves is what was planned, rounded to kAlign.
+  // the most ever in use (or this allocation's new high-water), so the tier never holds more than
+  // its peak in use: what it reserves is what was planned, each block rounded to the alignment.
   std::vector<void*> release;
   {
     std::lock_guard<std::mutex> lock(alloc_mu_);
-    auto it = cached_.find(n);
-    if (it != cached_.end()) {
+    auto it = h.cached.find(n);
+    if (it != h.cached.end()) {
       p = it->second;
-      cached_.erase(it);
-      cached_bytes_ -= static_cast<int64_t>(n);
+      h.cached.erase(it);
+      h.cached_bytes -= static_cast<int64_t>(n);
     } else {
-      const int64_t limit = std::max(in_use_high_bytes_, in_use_bytes_ + static_cast<int64_t>(n));
-      while (!cached_.empty() && in_use_bytes_ + static_cast<int64_t>(n) + cached_bytes_ > limit) {
-        auto old = cached_.begin();
-        cached_bytes_ -= static_cast<int64_t>(old->first);
+      const int64_t limit = std::max(h.in_use_high_bytes, h.in_use_bytes + static_cast<int64_t>(n));
+      while (!h.cached.empty() && h.in_use_bytes + static_cast<int64_t>(n) + h.cached_bytes > limit) {
+        auto old = h.cached.begin();
+        h.cached_bytes -= static_cast<int64_t>(old->first);
         release.push_back(old->second);
-        cached_.erase(old);
+        h.cached.erase(old);
       }
     }
   }
   for (void* q : release) std::free(q);
-  if (!p) p = std::aligned_alloc(kAlign, n);
+  if (!p) p = std::aligned_alloc(kAllocationAlignment, n);
   if (!p) throw std::bad_alloc();
   zero_bytes(p, static_cast<int64_t>(n));
   std::lock_guard<std::mutex> lock(alloc_mu_);
-  live_[p] = n;
-  in_use_bytes_ += static_cast<int64_t>(n);
-  in_use_high_bytes_ = std::max(in_use_high_bytes_, in_use_bytes_);
-  reserved_high_bytes_ = std::max(reserved_high_bytes_, in_use_bytes_ + cached_bytes_);
+  live_[p] = Live{n, tier, options_.on_allocation ? row : std::string()};
+  h.in_use_bytes += static_cast<int64_t>(n);
+  h.in_use_high_bytes = std::max(h.in_use_high_bytes, h.in_use_bytes);
+  h.reserved_high_bytes = std::max(h.reserved_high_bytes, h.in_use_bytes + h.cached_bytes);
+  reserved_high_bytes_ =
+      std::max(reserved_high_bytes_, heaps_[0].in_use_bytes + heaps_[0].cached_bytes + heaps_[1].in_use_bytes +
+                                         heaps_[1].cached_bytes);
+  if (options_.on_allocation) options_.on_allocation(tier, p, bytes, row, true);
   return p;
 }
 
-void CpuBackend::deallocate(Tier, void* p, int64_t) {
+void CpuBackend::deallocate(Tier, void* p, int64_t bytes) {
   if (p) {
     std::lock_guard<std::mutex> lock(alloc_mu_);
     auto it = live_.find(p);
     OOMB_ASSERT(it != live_.end(), "cpu backend: deallocate of a block it did not allocate");
-    const size_t n = it->second;
+    const size_t n = it->second.bytes;
+    const Tier tier = it->second.tier;
+    if (options_.on_allocation) options_.on_allocation(tier, p, bytes, it->second.row, false);
     live_.erase(it);
-    in_use_bytes_ -= static_cast<int64_t>(n);
-    if (cached_bytes_ + static_cast<int64_t>(n) <= in_use_high_bytes_) {
-      cached_.emplace(n, p);
-      cached_bytes_ += static_cast<int64_t>(n);
+    TierHeap& h = heaps_[static_cast<int>(tier)];
+    h.in_use_bytes -= static_cast<int64_t>(n);
+    if (h.cached_bytes + static_cast<int64_t>(n) <= h.in_use_high_bytes) {
+      h.cached.emplace(n, p);
+      h.cached_bytes += static_cast<int64_t>(n);
     } else {
       std::free(p);
     }
   }
   if (options_.deallocate_throws) throw std::runtime_error("cpu backend: injected sticky error in deallocate");
+}
+
+int64_t CpuBackend::cached_bytes() {
+  std::lock_guard<std::mutex> lock(alloc_mu_);
+  return heaps_[0].cached_bytes + heaps_[1].cached_bytes;
+}
+int64_t CpuBackend::cached_bytes(Tier tier) {
+  std::lock_guard<std::mutex> lock(alloc_mu_);
+  return heaps_[static_cast<int>(tier)].cached_bytes;
+}
+int64_t CpuBackend::reserved_high_bytes() {
+  std::lock_guard<std::mutex> lock(alloc_mu_);
+  return reserved_high_bytes_;
+}
+int64_t CpuBackend::reserved_high_bytes(Tier tier) {
+  std::lock_guard<std::mutex> lock(alloc_mu_);
+  return heaps_[static_cast<int>(tier)].reserved_high_bytes;
 }
 void CpuBackend::fill_zero(void* p, int64_t bytes) { zero_bytes(p, bytes); }
 void CpuBackend::upload(void* d, const void* s, int64_t bytes) { std::memcpy(d, s, static_cast<size_t>(bytes)); }

@@ -48,6 +48,11 @@ struct CpuBackendOptions {
   // Compute threads (OpenMP loops and BLAS GEMMs, process-wide: cpu::set_threads); 0 = the CPUs
   // this process may run on. The copy workers are two more threads, outside this count.
   int threads = 0;
+  // Called after every allocate and before every deallocate of a block with the requested bytes
+  // (tests replay a run's allocation sequence through another allocator policy). Under the
+  // allocator's lock: it must not call back into the backend.
+  // `row`: the buffer table's row of the buffer (empty for a plain allocate).
+  std::function<void(Tier tier, const void* p, int64_t bytes, const std::string& row, bool allocated)> on_allocation;
 };
 
 class CpuBackend final : public Backend {
@@ -58,19 +63,23 @@ class CpuBackend final : public Backend {
   std::string name() const override { return "cpu"; }
   // Copies whose on_done has not run yet (only with report_lag_ns).
   int64_t reports_pending();
-  // Bytes of freed blocks the caching allocator keeps for reuse (at most the high-water in use).
-  int64_t cached_bytes() {
-    std::lock_guard<std::mutex> lock(alloc_mu_);
-    return cached_bytes_;
-  }
+  // The caching allocator keeps each tier's freed blocks apart (a tier's cache never holds more
+  // than that tier's high-water in use), so each tier's held bytes are measured on their own.
+  // Bytes of freed blocks kept for reuse (both tiers, or one).
+  int64_t cached_bytes();
+  int64_t cached_bytes(Tier tier);
   // The most memory the allocator held at once (blocks in use, rounded to its alignment, plus the
   // cached ones): what a process-level measurement of it sees, as PyTorch's max_memory_reserved.
-  int64_t reserved_high_bytes() {
-    std::lock_guard<std::mutex> lock(alloc_mu_);
-    return reserved_high_bytes_;
-  }
+  // Both tiers (the process's footprint), or one tier's (the plan's reserved device peak).
+  int64_t reserved_high_bytes();
+  int64_t reserved_high_bytes(Tier tier);
+  // The allocator's rounding of every block (bytes up to a multiple of it).
+  static constexpr int64_t kAllocationAlignment = 64;
 
-  void* allocate(Tier tier, int64_t bytes) override;
+  void* allocate(Tier tier, int64_t bytes) override { return allocate_impl(tier, bytes, {}); }
+  void* allocate_row(Tier tier, int64_t bytes, const std::string& row) override {
+    return allocate_impl(tier, bytes, row);
+  }
   void deallocate(Tier tier, void* p, int64_t bytes) override;
   void fill_zero(void* p, int64_t bytes) override;
   void upload(void* device_dst, const void* src, int64_t bytes) override;
@@ -132,6 +141,7 @@ class CpuBackend final : public Backend {
     std::thread worker;
     bool stop = false;
   };
+  void* allocate_impl(Tier tier, int64_t bytes, const std::string& row);
   void run_stream(Stream& s);
   void run_reporter();
   void wait_data(const EventPtr& e);  // the copy's data (report_lag_ns), else e itself
@@ -150,11 +160,21 @@ class CpuBackend final : public Backend {
   std::thread reporter_;
   std::vector<float> kv_scratch_, grad_scratch_;  // fp32 copies of bf16 KV / gradient pages
   std::vector<float> own_scratch_;                // fp32 copies of the chunk's bf16 q, k, v
-  // The caching allocator (allocate / deallocate): blocks in use by address, freed blocks by size.
+  // The caching allocator (allocate / deallocate): blocks in use by address (size, tier), freed
+  // blocks by size, per tier.
+  struct TierHeap {
+    std::unordered_multimap<size_t, void*> cached;
+    int64_t cached_bytes = 0, in_use_bytes = 0, in_use_high_bytes = 0, reserved_high_bytes = 0;
+  };
   std::mutex alloc_mu_;
-  std::unordered_map<void*, size_t> live_;
-  std::unordered_multimap<size_t, void*> cached_;
-  int64_t cached_bytes_ = 0, in_use_bytes_ = 0, in_use_high_bytes_ = 0, reserved_high_bytes_ = 0;
+  struct Live {
+    size_t bytes;
+    Tier tier;
+    std::string row;
+  };
+  std::unordered_map<void*, Live> live_;
+  TierHeap heaps_[2];  // by Tier
+  int64_t reserved_high_bytes_ = 0;  // both tiers
 };
 
 }  // namespace oomb::executor

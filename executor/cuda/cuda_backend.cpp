@@ -18,7 +18,7 @@
 
 #include "core/error.h"
 #include "executor/cuda/adamw.cuh"
-#include "executor/cuda/arena.h"
+#include "executor/runtime/arena.h"
 #include "executor/cuda/attention.cuh"
 #include "executor/cuda/attention_tc.cuh"
 #include "executor/cuda/batch_copy.h"
@@ -74,6 +74,8 @@ struct CudaBackend::Impl {
   cudaEvent_t compute_mark = nullptr;  // re-recorded at each copy_async
   std::unique_ptr<Arena> device, host;
   std::mutex mem_mu;
+  std::unordered_map<std::string, std::pair<int64_t, int64_t>> device_ranges;  // row -> [lo, hi) of the layout
+  int64_t device_spills = 0;
 
   // Device scratch of the ops: reused by every op (all on the compute stream, so in stream order).
   void* workspace = nullptr;
@@ -376,6 +378,8 @@ CudaBackend::CudaBackend(CudaBackendOptions options) : impl_(std::make_unique<Im
       },
       [](void* p, int64_t) { cudaFreeHost(p); }, m.opt.host_slab_bytes, kAlign);
   m.device->reserve(m.opt.device_reserve_bytes);
+  for (const step::allocator::RowRange& r : m.opt.device_layout)
+    m.device_ranges[r.row] = {r.offset_bytes, r.offset_bytes + r.bytes};
   {
     // Exactly the declared size when it is fixed (a run of a buffer table), else at least one block.
     const bool fixed = m.opt.fixed_workspace;
@@ -401,12 +405,20 @@ CudaBackend::~CudaBackend() = default;  // Impl::~Impl
 
 // ---------------------------------------------------------------- memory and copies
 
-void* CudaBackend::allocate(Tier tier, int64_t bytes) {
+void* CudaBackend::allocate(Tier tier, int64_t bytes) { return allocate_row(tier, bytes, {}); }
+
+void* CudaBackend::allocate_row(Tier tier, int64_t bytes, const std::string& row) {
   Impl& m = *impl_;
   void* p = nullptr;
   {
     std::lock_guard<std::mutex> lock(m.mem_mu);
-    p = (tier == Tier::device ? m.device : m.host)->allocate(bytes);
+    if (tier == Tier::device && !row.empty()) {
+      if (auto it = m.device_ranges.find(row); it != m.device_ranges.end()) {
+        p = m.device->allocate_within(bytes, it->second.first, it->second.second);
+        if (!p) ++m.device_spills;  // not in its range: first fit over the block (or a new one)
+      }
+    }
+    if (!p) p = (tier == Tier::device ? m.device : m.host)->allocate(bytes);
   }
   // Device memory freed by deallocate() is reused in compute-stream order (this zeroing and every
   // later use are queued after the work issued before the free); host memory only after
@@ -1334,6 +1346,7 @@ CudaMemoryStats CudaBackend::memory_stats() const {
   s.device_in_use_bytes = m.device->in_use_bytes();
   s.device_blocks = m.device->blocks();
   s.device_grows = m.device->grows();
+  s.device_spills = m.device_spills;
   s.host_reserved_bytes = m.host->reserved_bytes();
   s.host_in_use_bytes = m.host->in_use_bytes();
   s.host_slabs = m.host->blocks();

@@ -32,8 +32,11 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <unordered_map>
+#include <vector>
 
 #include "executor/runtime/backend.h"
+#include "step/allocator.h"
 
 namespace oomb::executor {
 
@@ -88,10 +91,15 @@ struct CudaBackendOptions {
   // throws an oomb::Error naming --attention-kernel instead of running the fp32 kernels
   // (`oomb run --attention-kernel bf16-tc`).
   bool attention_kernel_strict = false;
+  // The device block's layout by the buffer table (step/allocator.h: the run reserves the layout's
+  // block as device_reserve_bytes): a row's buffers are placed in its range, one that does not fit
+  // there goes anywhere in the block (a spill) or, past it, to a new block (a grow).
+  std::vector<step::allocator::RowRange> device_layout;
 };
 
 struct CudaMemoryStats {
   int64_t device_reserved_bytes = 0, device_in_use_bytes = 0, device_blocks = 0, device_grows = 0;
+  int64_t device_spills = 0;  // row buffers placed outside their layout range
   int64_t host_reserved_bytes = 0, host_in_use_bytes = 0, host_slabs = 0, host_grows = 0;
   int64_t workspace_bytes = 0, workspace_grows = 0;
   int64_t gemm_workspace_bytes = 0;
@@ -114,6 +122,7 @@ class CudaBackend final : public Backend {
   void size_op_scratch(int64_t bytes) override;
 
   void* allocate(Tier tier, int64_t bytes) override;
+  void* allocate_row(Tier tier, int64_t bytes, const std::string& row) override;
   void deallocate(Tier tier, void* p, int64_t bytes) override;
   void fill_zero(void* p, int64_t bytes) override;
   void upload(void* device_dst, const void* src, int64_t bytes) override;

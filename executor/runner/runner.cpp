@@ -21,6 +21,7 @@
 #include "executor/runtime/trace_recorder.h"
 #include "planner/executable.h"
 #include "simulator/calibration.h"
+#include "step/allocator.h"
 #include "step/run_record.h"
 #ifdef OOMB_HAVE_CUDA_BACKEND
 #include "executor/cuda/cuda_backend.h"
@@ -384,6 +385,11 @@ RunResult run(const RunRequest& r, const Weights& w, const TokenSource& tokens, 
       for (const step::BufferRow& row : needed_rows)
         if (row.name == step::row::kOpScratch) copt.workspace_bytes = row.bytes;
       copt.fixed_workspace = true;
+      // The device buffers in one block reserved up front and laid out by the table (step/allocator.h),
+      // as its allocator_blocks row prices it: no growth in 1 GiB blocks, no holes first fit leaves.
+      step::allocator::ArenaLayout layout = step::allocator::cuda_arena_layout(needed_rows, true);
+      copt.device_reserve_bytes = layout.block_bytes;
+      copt.device_layout = std::move(layout.ranges);
       // One GPU per rank: the node-local rank picks it (Open MPI's OMPI_COMM_WORLD_LOCAL_RANK).
       if (const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK"); local && r.comm && r.comm->size() > 1)
         copt.device = std::atoi(local);
@@ -407,7 +413,13 @@ RunResult run(const RunRequest& r, const Weights& w, const TokenSource& tokens, 
                       {"bf16", cb->gemm_calls(CudaGemmPrecision::bf16)}}},
                     // The backend's own device buffers: cuBLASLt's workspace, the ops' scratch.
                     {"gemm_workspace_bytes", cb->gemm_workspace_bytes()},
-                    {"scratch_bytes", cb->scratch_bytes()}};
+                    {"scratch_bytes", cb->scratch_bytes()},
+                    // The device block the table laid out (step/allocator.h): a grow or a spill is
+                    // memory the plan did not place.
+                    {"device_arena",
+                     {{"reserved_bytes", cb->memory_stats().device_reserved_bytes},
+                      {"grows", cb->memory_stats().device_grows},
+                      {"spills", cb->memory_stats().device_spills}}}};
       };
 #ifdef OOMB_HAVE_CUPTI
       if (collector) {

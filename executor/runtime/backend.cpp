@@ -125,7 +125,7 @@ Buffer::Buffer(Backend& b, Tier tier, int64_t bytes, MemoryAccount* account, std
   // Accounted first: an allocation the table does not hold is refused before it is made.
   if (account_) account_->add(tier_, row_, bytes_);
   try {
-    ptr_ = bytes > 0 ? b.allocate(tier, bytes) : nullptr;
+    ptr_ = bytes <= 0 ? nullptr : row_.empty() ? b.allocate(tier, bytes) : b.allocate_row(tier, bytes, row_);
   } catch (...) {
     if (account_) account_->add(tier_, row_, -bytes_);
     throw;

@@ -188,6 +188,13 @@ class Backend {
 
   // ---- memory and copies
   virtual void* allocate(Tier tier, int64_t bytes) = 0;  // zero-filled
+  // A buffer of a row of the run's buffer table (Buffer with a row): a backend that lays its
+  // memory out by the table (the CUDA backend's device arena, step/allocator.h) places it in the
+  // row's range; by default as allocate.
+  virtual void* allocate_row(Tier tier, int64_t bytes, const std::string& row) {
+    (void)row;
+    return allocate(tier, bytes);
+  }
   // Ops queued before the call may still be using p (a backend orders the range's reuse after
   // them: the CUDA backend in stream order, without a synchronisation); no copy_async in flight may
   // touch it.

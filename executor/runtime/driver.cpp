@@ -98,9 +98,10 @@ Engine::LayerPtrs Engine::layer_ptrs(int64_t l) const {
 }
 
 namespace {
-// The runtime reserve (the CUDA context) is on the GPU but not allocated by the executor.
+// The runtime reserve (the CUDA context) and the allocator's blocks beyond the buffers are on the
+// GPU but not allocated by the executor.
 step::BufferTable without_reserve(step::BufferTable t) {
-  std::erase_if(t.rows, [](const step::BufferRow& r) { return r.category == step::kRuntimeReserveCategory; });
+  std::erase_if(t.rows, [](const step::BufferRow& r) { return step::reserved_only(r.category); });
   return t;
 }
 }  // namespace
@@ -138,7 +139,7 @@ std::vector<std::string> check_plan_rows(const std::vector<step::BufferRow>& pla
                       format_bytes(r.bytes));
   }
   for (size_t k = 0; k < used.size(); ++k)
-    if (!used[k] && planned[k].category != step::kRuntimeReserveCategory)
+    if (!used[k] && !step::reserved_only(planned[k].category))
       notes.push_back("buffer " + planned[k].name + " (" + format_bytes(planned[k].bytes) + ", " +
                       to_string(planned[k].tier) + "): planned, not allocated by the " + backend_name + " backend");
   return notes;

@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "cuda_test_util.h"
-#include "executor/cuda/arena.h"
+#include "executor/runtime/arena.h"
 #include "executor/cuda/batch_copy.h"
 #include "executor/runtime/memory_account.h"
 #include "executor/runtime/page_pool.h"
@@ -17,7 +17,7 @@
 namespace oomb::executor::cudatest {
 namespace {
 
-using cuda::Arena;
+using executor::Arena;
 
 // The arena is plain C++: these run without a device.
 TEST(CudaArena, FirstFitReusesAndMergesFreedRanges) {

@@ -5,12 +5,18 @@
 // the simulator predicts a plan on a "cpu" profile.
 #include <gtest/gtest.h>
 
+#include <map>
+#include <string>
+#include <unordered_map>
+
 #include "executor/cpu/cpu_backend.h"
+#include "executor/runtime/arena.h"
 #include "executor/runtime/adapters.h"
 #include "executor/runtime/driver.h"
 #include "executor/runtime/tokens.h"
 #include "models/specs.h"
 #include "simulator/simulator.h"
+#include "step/allocator.h"
 #include "step/config.h"
 
 namespace oomb::executor {
@@ -68,7 +74,21 @@ TEST_P(PredictedEqualsAllocated, PeakAndBreakdownAtThePeak) {
   const simulator::Summary pred = simulator::evaluate(s);
 
   const models::ModelSpec m = effective_model(s.model, c);
-  CpuBackend backend;
+  // Every device-tier allocation and free in order, with its row, to replay through the CUDA
+  // backend's arena.
+  struct Event {
+    const void* p;
+    int64_t bytes;
+    std::string row;
+    bool allocated;
+  };
+  std::vector<Event> device_events;
+  CpuBackendOptions bo;
+  bo.on_allocation = [&device_events](Tier tier, const void* p, int64_t bytes, const std::string& row,
+                                      bool allocated) {
+    if (tier == Tier::device) device_events.push_back({p, bytes, row, allocated});
+  };
+  CpuBackend backend(bo);
   EngineOptions o;
   if (c.lora_rank > 0) o.adapters = init_adapters(m, c, 3);
   Engine e(backend, s.model, c, random_weights(m, 3), o);
@@ -81,6 +101,59 @@ TEST_P(PredictedEqualsAllocated, PeakAndBreakdownAtThePeak) {
               100 * err, pred.peak_phase.c_str());
   EXPECT_LE(std::abs(err), kPeakRelTol);
   EXPECT_EQ(me.device_breakdown_bytes, pred.device_breakdown_bytes);
+  // Reserved (issue #23): what the caching allocator held for the device tier at most (blocks in
+  // use, rounded, plus the cached ones) against the plan's reserved peak (its default measure).
+  simulator::Scenario r = s;
+  r.config.peak_measure = simulator::PeakMeasure::reserved;
+  const simulator::Summary pred_reserved = simulator::evaluate(r);
+  std::printf("%-28s reserved predicted %12lld  held %12lld\n", k.name,
+              static_cast<long long>(pred_reserved.peak_device_bytes),
+              static_cast<long long>(backend.reserved_high_bytes(Tier::device)));
+  EXPECT_EQ(backend.reserved_high_bytes(Tier::device), pred_reserved.peak_device_bytes);
+
+  // The CUDA backend's device arena (executor/runtime/arena.h) given the same buffers in the same
+  // order, laid out as a CUDA run lays it out (step/allocator.h: one block, a range per row): no
+  // buffer leaves its row's range and the block never grows, so a CUDA run reserves exactly the
+  // plan's allocator_blocks row beyond its buffers. The arena never touches its memory: the
+  // blocks are addresses only.
+  const step::allocator::ArenaLayout layout = step::allocator::cuda_arena_layout(run_rows(s.model, c, backend.target()), true);
+  EXPECT_EQ(layout.buffer_peak_bytes, pred.peak_device_bytes);
+  std::map<std::string, std::pair<int64_t, int64_t>> ranges;
+  for (const auto& range : layout.ranges) ranges[range.row] = {range.offset_bytes, range.offset_bytes + range.bytes};
+  uintptr_t next = uintptr_t{1} << 40;
+  Arena arena(
+      [&next](int64_t bytes) {
+        void* p = reinterpret_cast<void*>(next);
+        next += static_cast<uintptr_t>(bytes + 4096) / 4096 * 4096;
+        return p;
+      },
+      [](void*, int64_t) {}, int64_t{1} << 30, step::allocator::kCudaArenaAlignmentBytes);
+  arena.reserve(layout.block_bytes);
+  std::unordered_map<const void*, void*> in_arena;
+  int64_t spills = 0;
+  for (const Event& ev : device_events) {
+    if (ev.allocated) {
+      void* q = nullptr;
+      if (auto it = ranges.find(ev.row); it != ranges.end())
+        q = arena.allocate_within(ev.bytes, it->second.first, it->second.second);
+      if (!q) {
+        ++spills;
+        q = arena.allocate(ev.bytes);
+      }
+      in_arena[ev.p] = q;
+    } else {
+      auto it = in_arena.find(ev.p);
+      ASSERT_NE(it, in_arena.end());
+      arena.deallocate(it->second);
+      in_arena.erase(it);
+    }
+  }
+  std::printf("%-28s arena layout %12lld  block %12lld  spills %lld  grows %lld\n", k.name,
+              static_cast<long long>(layout.layout_bytes), static_cast<long long>(layout.block_bytes),
+              static_cast<long long>(spills), static_cast<long long>(arena.grows()));
+  EXPECT_EQ(spills, 0) << "buffers placed outside their row's range (the layout's lifetimes are not the run's)";
+  EXPECT_EQ(arena.grows(), 0) << "the run needed more than the block the plan reserves";
+  EXPECT_EQ(arena.reserved_bytes(), layout.block_bytes);
 }
 
 using simulator::Optimizer;

@@ -130,7 +130,7 @@ TEST(CachingAllocator, ReusedBlocksAreZeroedAndBounded) {
   EXPECT_LE(backend.cached_bytes(), 3 * n);
 }
 
-// What the allocator holds (in use + cached) never exceeds the most ever in use: a miss releases
+// What a tier of the allocator holds (in use + cached) never exceeds its most ever in use: a miss releases
 // cached blocks of other sizes first. Before, a step's phase buffers of one size stayed cached
 // while the next phase's were allocated new (tiny at 8K: 22.60 MiB held for 20.60 MiB in use).
 TEST(CachingAllocator, HoldsNoMoreThanTheHighWaterInUse) {
@@ -147,7 +147,13 @@ TEST(CachingAllocator, HoldsNoMoreThanTheHighWaterInUse) {
   backend.deallocate(Tier::device, b, m);
   backend.deallocate(Tier::host, c, m);
   void* d = backend.allocate(Tier::device, 4 * m);  // a new high-water: nothing cached is kept past it
-  EXPECT_EQ(backend.reserved_high_bytes(), 4 * m);
+  EXPECT_EQ(backend.reserved_high_bytes(Tier::device), 4 * m);
+  // Each tier keeps its own freed blocks within its own high-water: the host's cached block (m,
+  // its high-water) stays for the host, the device's went back for the new device block.
+  EXPECT_EQ(backend.cached_bytes(Tier::host), m);
+  EXPECT_EQ(backend.cached_bytes(Tier::device), 0);
+  EXPECT_EQ(backend.reserved_high_bytes(Tier::host), m);
+  EXPECT_EQ(backend.reserved_high_bytes(), 5 * m);  // the process: both tiers' highs at once
   backend.deallocate(Tier::device, d, 4 * m);
 }
 

@@ -188,9 +188,13 @@ TEST(PhasePeak, OombQwen7bChunk4kHandComputed) {
       {"kv_grad_pool", 1024 * 524288},        // 536,870,912
       {"gemm_workspace", kGemmWorkspace},
       {"op_scratch", op_scratch},
-      {"runtime_reserve", kH200Reserve}};
+      {"runtime_reserve", kH200Reserve},
+      // The device arena's one block (step/allocator.h): the arena's rows peak in the loss phase
+      // (43,564,472,320 - workspace - op scratch - reserve = 38,494,607,360 bytes); + 8 MiB, up to
+      // a multiple of 2 MiB: 38,503,710,720, so 9,103,360 bytes beyond the buffers.
+      {"allocator_blocks", 9103360}};
   EXPECT_EQ(live_set(t, Phase::optimizer), every);
-  EXPECT_EQ(total_of(every), 36396390400);
+  EXPECT_EQ(total_of(every), 36396390400 + 9103360);
   std::map<std::string, int64_t> loss = every;
   loss.insert({{"layer_input_checkpoints", 28 * C * 3584 * 2},  // 822,083,584
                {"hidden_gradients", 2 * C * 3584 * 2},          // 58,720,256
@@ -200,7 +204,7 @@ TEST(PhasePeak, OombQwen7bChunk4kHandComputed) {
                {"logits_upcast", C * 152064 * 4},               // 2,491,416,576
                {"logits_gradient", C * 152064 * 4}});
   EXPECT_EQ(live_set(t, Phase::loss), loss);
-  EXPECT_EQ(total_of(loss), 43564472320);
+  EXPECT_EQ(total_of(loss), 43564472320 + 9103360);
   std::map<std::string, int64_t> backward = every;
   backward.insert({{"layer_input_checkpoints", 28 * C * 3584 * 2},
                    {"hidden_gradients", 2 * C * 3584 * 2},
@@ -209,23 +213,25 @@ TEST(PhasePeak, OombQwen7bChunk4kHandComputed) {
                    {"attention_lse", C * 28 * 4},                   // 458,752
                    {"layer_backward_temporaries", C * 75776 * 2}});  // 620,756,992
   EXPECT_EQ(live_set(t, Phase::backward), backward);
-  EXPECT_EQ(total_of(backward), 38548559872);
-  EXPECT_EQ(t.device_bytes_in(Phase::fill), 36396390400 + 650117120 + 32768 + 458752);
-  EXPECT_EQ(t.device_bytes_in(Phase::recompute), 36396390400 + 822083584 + 58720256 + 650117120 + 32768 + 458752);
+  EXPECT_EQ(total_of(backward), 38548559872 + 9103360);
+  EXPECT_EQ(t.device_bytes_in(Phase::fill), 36396390400 + 9103360 + 650117120 + 32768 + 458752);
+  EXPECT_EQ(t.device_bytes_in(Phase::recompute),
+            36396390400 + 9103360 + 822083584 + 58720256 + 650117120 + 32768 + 458752);
   auto sum = evaluate(s);
   EXPECT_EQ(sum.peak_phase, "loss");
-  EXPECT_EQ(sum.peak_device_bytes, 43564472320);
+  EXPECT_EQ(sum.peak_device_bytes, 43564472320 + 9103360);
   // Fused 1K tiles (fp32): the staging is one tile's (1024 x 152064 x 2) and the loss shrinks to
   // 36,396,390,400 - 934,281,216 (the smaller staging) + 939,540,480 + 1024 x 152064 x 4 =
-  // 37,024,503,808; the layer backward holds the peak.
+  // 37,024,503,808; the layer backward holds the peak. The arena's rows now peak in the backward
+  // (33,478,694,912 bytes): its block is 8,628,224 bytes beyond them.
   s.config.logits_chunk_tokens = 1024;
   const auto fused = memory_table(s);
   EXPECT_EQ(row_bytes(fused, "logits"), 1024LL * 152064 * 4);
   EXPECT_EQ(row_bytes(fused, "op_scratch"), 1024LL * 152064 * 2 + dw_fallback);
-  EXPECT_EQ(fused.device_bytes_in(Phase::loss), 37024503808);
+  EXPECT_EQ(fused.device_bytes_in(Phase::loss), 37024503808 + 8628224);
   sum = evaluate(s);
   EXPECT_EQ(sum.peak_phase, "backward");
-  EXPECT_EQ(sum.peak_device_bytes, 38548559872 - 934281216);
+  EXPECT_EQ(sum.peak_device_bytes, 38548559872 - 934281216 + 8628224);
   EXPECT_EQ(sum.device_breakdown_bytes.count("logits"), 0u);  // freed before the layer backward
 }
 
@@ -247,7 +253,7 @@ TEST(MemoryModel, CpuProfileHasNoGpuImplementationRows) {
     // The CUDA backend's own rows (its workspace and op scratch, which holds the selection's
     // scores) and the context; nothing of the published implementation's (page tables, score
     // matrices: --preset oomb-published, below).
-    const std::set<std::string> gpu_only = {"gemm_workspace", "op_scratch", "runtime_reserve"};
+    const std::set<std::string> gpu_only = {"gemm_workspace", "op_scratch", "runtime_reserve", "allocator_blocks"};
     std::set<std::string> missing;
     for (const auto& n : gpu_names)
       if (!cpu_names.count(n)) missing.insert(n);
@@ -541,6 +547,8 @@ TEST(EventPath, AgreesWithFastPathWhenCopiesBind) {
 
 TEST(Optimizer, UpdateCostsAndPlacement) {
   auto s = scenario("qwen2.5-7b", "h200", 256 * 1024);
+  // The buffers' bytes (the arena block's 2 MiB units, allocator_blocks, are a reserved-measure row).
+  s.config.peak_measure = PeakMeasure::allocated;
   const auto none = evaluate(s);
   s.config.optimizer = Optimizer::gpu;
   const auto gpu = evaluate(s);

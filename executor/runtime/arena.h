@@ -9,7 +9,7 @@
 #include <map>
 #include <vector>
 
-namespace oomb::executor::cuda {
+namespace oomb::executor {
 
 class Arena {
  public:
@@ -23,6 +23,9 @@ class Arena {
 
   void reserve(int64_t bytes);          // adds one block of exactly this size (rounded up)
   void* allocate(int64_t bytes);        // aligned; grows when nothing fits
+  // First fit inside [lo, hi) of the first block (offsets; a range of a layout); nullptr when
+  // nothing there fits (the caller falls back to allocate). Never grows.
+  void* allocate_within(int64_t bytes, int64_t lo, int64_t hi);
   void deallocate(void* p);             // p from allocate
   bool contains(const void* p) const;   // inside any block
   int64_t size_of(const void* p) const;  // of a live allocation, 0 if none
@@ -49,4 +52,4 @@ class Arena {
   int64_t reserved_ = 0, in_use_ = 0, peak_ = 0, grows_ = 0;
 };
 
-}  // namespace oomb::executor::cuda
+}  // namespace oomb::executor

@@ -1,11 +1,11 @@
-#include "executor/cuda/arena.h"
+#include "executor/runtime/arena.h"
 
 #include <algorithm>
 #include <new>
 
 #include "core/error.h"
 
-namespace oomb::executor::cuda {
+namespace oomb::executor {
 
 namespace {
 int64_t round_up(int64_t v, int64_t a) { return (v + a - 1) / a * a; }
@@ -64,6 +64,32 @@ void* Arena::allocate(int64_t bytes) {
   throw std::bad_alloc();
 }
 
+void* Arena::allocate_within(int64_t bytes, int64_t lo, int64_t hi) {
+  OOMB_ASSERT(bytes >= 0 && lo >= 0 && lo <= hi);
+  if (blocks_.empty()) return nullptr;
+  const int64_t need = round_up(std::max<int64_t>(bytes, 1), align_);
+  Block& b = blocks_[0];
+  hi = std::min(hi, b.bytes);
+  lo = round_up(lo, align_);
+  // The free ranges that overlap [lo, hi): from the one starting at or before lo.
+  auto it = b.free.upper_bound(lo);
+  if (it != b.free.begin()) --it;
+  for (; it != b.free.end() && it->first < hi; ++it) {
+    const int64_t off = it->first, len = it->second;
+    const int64_t start = std::max(off, lo);
+    if (start + need > std::min(off + len, hi)) continue;
+    b.free.erase(it);
+    if (start > off) b.free[off] = start - off;
+    if (off + len > start + need) b.free[start + need] = off + len - (start + need);
+    char* p = b.base + start;
+    live_[p] = {0, need};
+    in_use_ += need;
+    peak_ = std::max(peak_, in_use_);
+    return p;
+  }
+  return nullptr;
+}
+
 void Arena::deallocate(void* p) {
   auto it = live_.find(static_cast<const char*>(p));
   OOMB_ASSERT(it != live_.end(), "arena: freeing a pointer it did not allocate");
@@ -99,4 +125,4 @@ int64_t Arena::size_of(const void* p) const {
   return it == live_.end() ? 0 : it->second.second;
 }
 
-}  // namespace oomb::executor::cuda
+}  // namespace oomb::executor

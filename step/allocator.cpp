@@ -1,0 +1,87 @@
+#include "step/allocator.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "core/units.h"
+#include "step/buffers.h"
+
+namespace oomb::step::allocator {
+
+namespace {
+int64_t up(int64_t v, int64_t a) { return checked_add(v, a - 1, "the CUDA arena's block") / a * a; }
+}  // namespace
+
+bool in_cuda_arena(const BufferRow& r) {
+  return r.tier == Tier::device && !reserved_only(r.category) && r.category != "backend_scratch";
+}
+
+ArenaLayout cuda_arena_layout(const std::vector<BufferRow>& rows, bool ranges) {
+  ArenaLayout out;
+  // Groups by phase mask (a handful: the planner evaluates this in its inner loop).
+  struct Group {
+    PhaseMask phases = 0;
+    int64_t bytes = 0, offset = 0;
+    bool placed = false;
+  };
+  Group groups[64];
+  int n = 0;
+  int64_t totals[kPhaseCount] = {};
+  for (const BufferRow& r : rows) {
+    if (!in_cuda_arena(r) || r.bytes <= 0) continue;
+    int i = 0;
+    while (i < n && groups[i].phases != r.phases) ++i;
+    if (i == n) {
+      OOMB_ASSERT(n < 64, "more than 64 lifetimes in a buffer table");
+      groups[n++].phases = r.phases;
+    }
+    groups[i].bytes = checked_add(groups[i].bytes, up(r.bytes, kCudaArenaAlignmentBytes), "the CUDA arena's block");
+    for (int p = 0; p < kPhaseCount; ++p)
+      if (r.phases & phase_bit(static_cast<Phase>(p))) totals[p] = checked_add(totals[p], r.bytes);
+  }
+  out.buffer_peak_bytes = *std::max_element(totals, totals + kPhaseCount);
+  // Largest first; each at the lowest offset (0 or the end of a placed group it is alive with)
+  // that overlaps none of the placed groups it is alive with.
+  int order[64];
+  for (int i = 0; i < n; ++i) order[i] = i;
+  std::stable_sort(order, order + n, [&](int a, int b) { return groups[a].bytes > groups[b].bytes; });
+  for (int k = 0; k < n; ++k) {
+    Group& g = groups[order[k]];
+    int64_t best = -1;
+    auto fits = [&](int64_t at) {
+      for (int j = 0; j < n; ++j) {
+        const Group& o = groups[j];
+        if (!o.placed || !(o.phases & g.phases)) continue;
+        if (at < o.offset + o.bytes && o.offset < at + g.bytes) return false;
+      }
+      return true;
+    };
+    if (fits(0)) best = 0;
+    for (int j = 0; j < n; ++j) {
+      const Group& o = groups[j];
+      if (!o.placed || !(o.phases & g.phases)) continue;
+      const int64_t at = o.offset + o.bytes;
+      if ((best < 0 || at < best) && fits(at)) best = at;
+    }
+    g.offset = best;
+    g.placed = true;
+    out.layout_bytes = std::max(out.layout_bytes, checked_add(g.offset, g.bytes, "the CUDA arena's block"));
+  }
+  out.block_bytes = up(checked_add(out.layout_bytes, kCudaArenaSlackBytes, "the CUDA arena's block"),
+                       kCudaMallocGranularityBytes);
+  if (ranges) {
+    int64_t next[64];
+    for (int i = 0; i < n; ++i) next[i] = groups[i].offset;
+    for (const BufferRow& r : rows) {
+      if (!in_cuda_arena(r) || r.bytes <= 0) continue;
+      int i = 0;
+      while (groups[i].phases != r.phases) ++i;
+      const int64_t b = up(r.bytes, kCudaArenaAlignmentBytes);
+      out.ranges.push_back({r.name, next[i], b});
+      next[i] += b;
+    }
+  }
+  return out;
+}
+
+}  // namespace oomb::step::allocator
