@@ -218,19 +218,25 @@ std::vector<std::vector<int32_t>> select_pages(const SelectionArgs& a) {
   const int64_t P = a.prefix_pages;
   std::vector<double> acc(static_cast<size_t>(qpages * groups * P), 0.0);
   const float sc = 1.0f / std::sqrt(static_cast<float>(hd));
-  RowMat qs(a.rows, hd), s(a.rows, P);
-  for (int64_t g = 0; g < a.kv_heads; ++g) {
-    qs.setZero();
-    for (int64_t h = g * group; h < (g + 1) * group; ++h) qs += block(a.q.f32() + h * hd, a.rows, hd, qd);
-    s.noalias() = sc * (qs * block(a.summaries.f32() + g * hd, P, hd, kvd).transpose());
-    for (int64_t i = 0; i < a.rows; ++i) {
-      auto row = s.row(i).array();
-      row = (row - row.maxCoeff()).exp();
-      row /= row.sum();
-      double* dst = acc.data() + ((i / a.page_tokens) * groups + (a.per_kv_head ? g : 0)) * P;
-      for (int64_t k = 0; k < P; ++k) dst[k] += row[k];
+  // Query pages in parallel: a page's rows add only into its own scores (the same sums in the
+  // same order as one pass over every row; the products are per row).
+  const double flops = 4.0 * static_cast<double>(a.rows) * static_cast<double>(kvd) * static_cast<double>(P);
+  parallel_items(qpages, flops, [&](int64_t j) {
+    const int64_t r0 = j * a.page_tokens, rows = std::min(a.rows, r0 + a.page_tokens) - r0;
+    RowMat qs(rows, hd), s(rows, P);
+    for (int64_t g = 0; g < a.kv_heads; ++g) {
+      qs.setZero();
+      for (int64_t h = g * group; h < (g + 1) * group; ++h) qs += block(a.q.f32() + r0 * qd + h * hd, rows, hd, qd);
+      s.noalias() = sc * (qs * block(a.summaries.f32() + g * hd, P, hd, kvd).transpose());
+      double* dst = acc.data() + (j * groups + (a.per_kv_head ? g : 0)) * P;
+      for (int64_t i = 0; i < rows; ++i) {
+        auto row = s.row(i).array();
+        row = (row - row.maxCoeff()).exp();
+        row /= row.sum();
+        for (int64_t k = 0; k < P; ++k) dst[k] += row[k];
+      }
     }
-  }
+  });
   std::vector<std::vector<int32_t>> out(static_cast<size_t>(qpages * groups));
   std::vector<int32_t> idx(static_cast<size_t>(P));
   for (int64_t jg = 0; jg < qpages * groups; ++jg) {
