@@ -1,6 +1,7 @@
 #include "step/allocator.h"
 
 #include <algorithm>
+#include <string_view>
 
 #include "core/error.h"
 #include "core/units.h"
@@ -13,7 +14,8 @@ int64_t up(int64_t v, int64_t a) { return checked_add(v, a - 1, "the CUDA arena'
 }  // namespace
 
 bool in_cuda_arena(const BufferRow& r) {
-  return r.tier == Tier::device && !reserved_only(r.category) && r.category != "backend_scratch";
+  using namespace std::string_view_literals;
+  return r.tier == Tier::device && !reserved_only(r.category) && std::string_view(r.category) != "backend_scratch"sv;
 }
 
 ArenaLayout cuda_arena_layout(const std::vector<BufferRow>& rows, bool ranges) {

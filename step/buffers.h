@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/json_util.h"
@@ -65,8 +66,10 @@ inline constexpr const char* kRuntimeReserveCategory = "runtime_reserve";
 // the CUDA arena's slack, step/allocator.h); not allocated by the executor either.
 inline constexpr const char* kAllocatorCategory = "allocator";
 // Rows of the reserved measure only: the runtime reserve and the allocator's blocks.
-inline bool reserved_only(const std::string& category) {
-  return category == kRuntimeReserveCategory || category == kAllocatorCategory;
+inline bool reserved_only(std::string_view category) {
+  // Views of known length: the lengths are compared first (the planner's inner loop calls this).
+  constexpr std::string_view reserve{kRuntimeReserveCategory}, allocator{kAllocatorCategory};
+  return category == reserve || category == allocator;
 }
 
 // A GPU profile plans for the CUDA backend, a "cpu" profile (calibrated CPU) for the CPU backend.
