@@ -22,6 +22,7 @@ ImU32 category_color(const std::string& c) {
   for (int i = 0; i < static_cast<int>(sizeof(known) / sizeof(known[0])); ++i)
     if (c == known[i]) return kPalette[i % kPaletteSize];
   if (c == "runtime_reserve") return IM_COL32(110, 110, 120, 255);
+  if (c == "allocator") return IM_COL32(140, 140, 150, 255);  // the arena's block beyond the buffers
   return kPalette[std::hash<std::string>{}(c) % kPaletteSize];
 }
 
