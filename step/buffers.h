@@ -28,6 +28,7 @@ inline constexpr const char* kAdamwMoments = "adamw_moments";
 inline constexpr const char* kAdamwDecayMask = "adamw_decay_mask";
 inline constexpr const char* kHostParameterGradients = "host_parameter_gradients";
 inline constexpr const char* kHostWeights = "host_weights";
+inline constexpr const char* kGradientAllreduceStaging = "gradient_allreduce_staging";
 inline constexpr const char* kTokenIds = "token_ids";
 inline constexpr const char* kHiddenStates = "hidden_states";
 inline constexpr const char* kLayerInputCheckpoints = "layer_input_checkpoints";

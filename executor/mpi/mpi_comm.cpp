@@ -33,13 +33,17 @@ class MpiCommunicator final : public Communicator {
   int size() const override { return size_; }
   std::string name() const override { return "mpi"; }
   void all_reduce_sum(Tensor data, int64_t n) override {
+    std::vector<float> f(data.dtype == DType::f32 ? 0 : static_cast<size_t>(n));
+    all_reduce_sum_staged(data, n, f.data());
+  }
+  bool stages_bf16_in_fp32() const override { return true; }
+  void all_reduce_sum_staged(Tensor data, int64_t n, float* f) override {
     reduced_bytes_ += n * dtype_bytes(data.dtype);
     if (data.dtype == DType::f32) return sum(static_cast<float*>(data.data), n);
     // bf16: summed in fp32 (each rank's values exact in fp32), rounded once.
-    std::vector<float> f(static_cast<size_t>(n));
-    bf16_to_f32(static_cast<const uint16_t*>(data.data), f.data(), n);
-    sum(f.data(), n);
-    f32_to_bf16(f.data(), static_cast<uint16_t*>(data.data), n);
+    bf16_to_f32(static_cast<const uint16_t*>(data.data), f, n);
+    sum(f, n);
+    f32_to_bf16(f, static_cast<uint16_t*>(data.data), n);
   }
   void all_reduce_sum_host(double* data, int64_t n) override {
     for (int64_t at = 0; at < n; at += kPiece)

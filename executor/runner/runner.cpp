@@ -178,6 +178,28 @@ void status(const RunRequest& r, const std::string& line) {
 
 }  // namespace
 
+// The plan's rows for this run. A plan made for the other backend (a GPU plan run on the CPU
+// backend, or the reverse) lacks the rows only this backend needs (the CPU's MPI all-reduce
+// staging): they are this backend's own, sized by the same table for it, added and said (once).
+std::vector<step::BufferRow> planned_rows(const RunRequest& r, const simulator::Config& c, bool say_them) {
+  std::vector<step::BufferRow> planned = r.planned;
+  if (planned.empty()) return planned;
+  step::Target plan_target = step::target_of(r.scenario.gpu);
+  plan_target.bf16_gemm = target_of(r).bf16_gemm;
+  if (plan_target.backend == target_of(r).backend) return planned;
+  const std::vector<step::BufferRow> theirs = run_rows(r.scenario.model, c, plan_target);
+  for (const step::BufferRow& row : run_rows(r.scenario.model, c, target_of(r))) {
+    auto same = [&row](const step::BufferRow& o) { return o.name == row.name && o.tier == row.tier; };
+    if (std::none_of(theirs.begin(), theirs.end(), same) && std::none_of(planned.begin(), planned.end(), same)) {
+      planned.push_back(row);
+      if (say_them)
+        say(r, "buffer " + row.name + " (" + format_bytes(row.bytes) + ", " + to_string(row.tier) + "): the " +
+                   r.backend + " backend's own, not in this plan for the other backend; sized for this run");
+    }
+  }
+  return planned;
+}
+
 void check_run(const RunRequest& r) {
 #ifndef OOMB_HAVE_CUDA_BACKEND
   if (r.backend == "cuda")
@@ -298,7 +320,8 @@ void check_run(const RunRequest& r) {
   // The run's buffer table for the backend that will run it (the CUDA backend's workspace and op
   // scratch included) against the plan's, before any device call: a plan that cannot start is
   // refused here, not after the weights are on the GPU.
-  check_plan_rows(r.planned, run_rows(r.scenario.model, c, target_of(r)), r.backend);
+  const std::vector<step::BufferRow> needed = run_rows(r.scenario.model, c, target_of(r));
+  check_plan_rows(planned_rows(r, c, false), needed, r.backend);
 }
 
 void check_finite(const ParamTensors& t, const std::string& flag, const char* what) {
@@ -451,7 +474,7 @@ RunResult run(const RunRequest& r, const Weights& w, const TokenSource& tokens, 
   Backend& backend = *backend_owner;
   if (r.backend == "cpu") res.cpu_threads = static_cast<CpuBackend&>(backend).threads();
   EngineOptions o;
-  o.planned = r.planned;
+  o.planned = planned_rows(r, c, true);
   o.record_trace = r.record_trace;
   o.detail = r.detail;
   o.adamw.lr = r.lr;

@@ -22,6 +22,13 @@ class Communicator {
   // in the memory the backend computes in (host memory for the CPU backend, device memory for NCCL).
   // A bf16 buffer is summed in fp32 and rounded once.
   virtual void all_reduce_sum(Tensor data, int64_t n) = 0;
+  // Whether all_reduce_sum of bf16 data sums through an fp32 copy (MPI: n floats), which a run of
+  // a buffer table allocates under its row (gradient_allreduce_staging) and passes in.
+  virtual bool stages_bf16_in_fp32() const { return false; }
+  virtual void all_reduce_sum_staged(Tensor data, int64_t n, float* fp32_staging) {
+    (void)fp32_staging;
+    all_reduce_sum(data, n);
+  }
   // In place, host doubles (losses, counters): the sum over the ranks.
   virtual void all_reduce_sum_host(double* data, int64_t n) = 0;
   virtual void broadcast_host(void* data, int64_t bytes, int root) = 0;

@@ -971,7 +971,12 @@ void Engine::optimizer_step() {
     options_.comm->barrier();
     const int64_t t0 = steady_now_ns();
     // The CPU backend's ops are done when they return; NCCL's collectives are stream-ordered.
-    timed("gradient_allreduce", "gradient_allreduce", 2, -1, 0, [&] { options_.comm->all_reduce_sum(grads_.t(), n); });
+    // MPI sums bf16 gradients in an fp32 copy: allocated under the table's row for the all-reduce.
+    Buffer staging;
+    if (grads_.dtype() == DType::bf16 && options_.comm->stages_bf16_in_fp32())
+      staging = row_buffer(step::row::kGradientAllreduceStaging, Tier::host, n, DType::f32);
+    timed("gradient_allreduce", "gradient_allreduce", 2, -1, 0,
+          [&] { options_.comm->all_reduce_sum_staged(grads_.t(), n, staging.f32()); });
     allreduce_bytes_ += grads_.bytes();
     allreduce_s_ += static_cast<double>(steady_now_ns() - t0) * 1e-9;
   }
