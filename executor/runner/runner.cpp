@@ -181,14 +181,17 @@ void status(const RunRequest& r, const std::string& line) {
 // The plan's rows for this run. A plan made for the other backend (a GPU plan run on the CPU
 // backend, or the reverse) lacks the rows only this backend needs (the CPU's MPI all-reduce
 // staging): they are this backend's own, sized by the same table for it, added and said (once).
-std::vector<step::BufferRow> planned_rows(const RunRequest& r, const simulator::Config& c, bool say_them) {
+// `needed`: run_rows for this run's backend.
+std::vector<step::BufferRow> planned_rows(const RunRequest& r, const simulator::Config& c,
+                                          const std::vector<step::BufferRow>& needed, bool say_them) {
   std::vector<step::BufferRow> planned = r.planned;
   if (planned.empty()) return planned;
+  const step::Target ours = target_of(r);
   step::Target plan_target = step::target_of(r.scenario.gpu);
-  plan_target.bf16_gemm = target_of(r).bf16_gemm;
-  if (plan_target.backend == target_of(r).backend) return planned;
+  plan_target.bf16_gemm = ours.bf16_gemm;
+  if (plan_target.backend == ours.backend) return planned;
   const std::vector<step::BufferRow> theirs = run_rows(r.scenario.model, c, plan_target);
-  for (const step::BufferRow& row : run_rows(r.scenario.model, c, target_of(r))) {
+  for (const step::BufferRow& row : needed) {
     auto same = [&row](const step::BufferRow& o) { return o.name == row.name && o.tier == row.tier; };
     if (std::none_of(theirs.begin(), theirs.end(), same) && std::none_of(planned.begin(), planned.end(), same)) {
       planned.push_back(row);
@@ -321,7 +324,7 @@ void check_run(const RunRequest& r) {
   // scratch included) against the plan's, before any device call: a plan that cannot start is
   // refused here, not after the weights are on the GPU.
   const std::vector<step::BufferRow> needed = run_rows(r.scenario.model, c, target_of(r));
-  check_plan_rows(planned_rows(r, c, false), needed, r.backend);
+  check_plan_rows(planned_rows(r, c, needed, false), needed, r.backend);
 }
 
 void check_finite(const ParamTensors& t, const std::string& flag, const char* what) {
@@ -425,6 +428,7 @@ RunResult run(const RunRequest& r, const Weights& w, const TokenSource& tokens, 
                     "--attention-kernel auto or fp32");
       CudaBackend* cb = cuda.get();
       cuda_summary = [cb, ak, gp] {
+        const CudaMemoryStats mem = cb->memory_stats();
         return Json{{"attention_kernel", ak},
                     {"attention_calls",
                      {{"fp32", cb->attention_calls(CudaAttentionKernel::fp32)},
@@ -440,9 +444,9 @@ RunResult run(const RunRequest& r, const Weights& w, const TokenSource& tokens, 
                     // The device block the table laid out (step/allocator.h): a grow or a spill is
                     // memory the plan did not place.
                     {"device_arena",
-                     {{"reserved_bytes", cb->memory_stats().device_reserved_bytes},
-                      {"grows", cb->memory_stats().device_grows},
-                      {"spills", cb->memory_stats().device_spills}}}};
+                     {{"reserved_bytes", mem.device_reserved_bytes},
+                      {"grows", mem.device_grows},
+                      {"spills", mem.device_spills}}}};
       };
 #ifdef OOMB_HAVE_CUPTI
       if (collector) {
@@ -474,7 +478,7 @@ RunResult run(const RunRequest& r, const Weights& w, const TokenSource& tokens, 
   Backend& backend = *backend_owner;
   if (r.backend == "cpu") res.cpu_threads = static_cast<CpuBackend&>(backend).threads();
   EngineOptions o;
-  o.planned = planned_rows(r, c, true);
+  o.planned = planned_rows(r, c, needed_rows, true);
   o.record_trace = r.record_trace;
   o.detail = r.detail;
   o.adamw.lr = r.lr;

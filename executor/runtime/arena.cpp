@@ -46,14 +46,7 @@ void* Arena::allocate(int64_t bytes) {
       Block& b = blocks_[bi];
       for (auto it = b.free.begin(); it != b.free.end(); ++it) {
         if (it->second < need) continue;
-        const int64_t off = it->first, len = it->second;
-        b.free.erase(it);
-        if (len > need) b.free[off + need] = len - need;
-        char* p = b.base + off;
-        live_[p] = {bi, need};
-        in_use_ += need;
-        peak_ = std::max(peak_, in_use_);
-        return p;
+        return carve(bi, it, it->first, need);
       }
     }
     if (attempt == 0) {
@@ -75,19 +68,23 @@ void* Arena::allocate_within(int64_t bytes, int64_t lo, int64_t hi) {
   auto it = b.free.upper_bound(lo);
   if (it != b.free.begin()) --it;
   for (; it != b.free.end() && it->first < hi; ++it) {
-    const int64_t off = it->first, len = it->second;
-    const int64_t start = std::max(off, lo);
-    if (start + need > std::min(off + len, hi)) continue;
-    b.free.erase(it);
-    if (start > off) b.free[off] = start - off;
-    if (off + len > start + need) b.free[start + need] = off + len - (start + need);
-    char* p = b.base + start;
-    live_[p] = {0, need};
-    in_use_ += need;
-    peak_ = std::max(peak_, in_use_);
-    return p;
+    const int64_t start = std::max(it->first, lo);
+    if (start + need <= std::min(it->first + it->second, hi)) return carve(0, it, start, need);
   }
   return nullptr;
+}
+
+char* Arena::carve(size_t bi, std::map<int64_t, int64_t>::iterator range, int64_t start, int64_t need) {
+  Block& b = blocks_[bi];
+  const int64_t off = range->first, len = range->second;
+  b.free.erase(range);
+  if (start > off) b.free[off] = start - off;
+  if (off + len > start + need) b.free[start + need] = off + len - (start + need);
+  char* p = b.base + start;
+  live_[p] = {bi, need};
+  in_use_ += need;
+  peak_ = std::max(peak_, in_use_);
+  return p;
 }
 
 void Arena::deallocate(void* p) {

@@ -43,6 +43,8 @@ class Arena {
     std::map<int64_t, int64_t> free;  // offset -> length
   };
   void add_block(int64_t bytes);
+  // [start, start + need) of the free range `range` of block bi, in use from now on.
+  char* carve(size_t bi, std::map<int64_t, int64_t>::iterator range, int64_t start, int64_t need);
 
   Grow grow_;
   Release release_;
