@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "core/format.h"
+#include "step/buffers.h"
 
 namespace oomb::cli {
 
@@ -41,7 +42,7 @@ void print_scenario_header(const Scenario& s) {
                                   : "on",
               c.logits_chunk_tokens > 0 ? (format_tokens(c.logits_chunk_tokens) + " fused").c_str() : "whole, unfused",
               c.loss_dtype.c_str());
-  if (c.gpus > 1) std::printf(", tensor parallel x%lld (planning only)", static_cast<long long>(c.gpus));
+  if (c.gpus > 1) std::printf(", tensor parallel x%lld (per-rank figures)", static_cast<long long>(c.gpus));
   if (c.data_parallel > 1)
     std::printf(", %lld data-parallel replicas (figures per rank)", static_cast<long long>(c.data_parallel));
   if (c.layers_override > 0) std::printf(", first %lld layers only", static_cast<long long>(c.layers_override));
@@ -92,7 +93,9 @@ void print_memory_report(const Scenario& s, const MemoryTable& t, const Summary&
   for (const auto& r : t.rows) any_host |= r.tier == Tier::host && r.bytes > 0;
   if (any_host) {
     if (s.config.gpus > 1)
-      std::printf("\nHost memory (per node: the host tiers of all %lld GPUs)\n", static_cast<long long>(s.config.gpus));
+      std::printf("\nHost memory (per rank; the node holds all %lld GPUs' host tiers: %s)\n",
+                  static_cast<long long>(s.config.gpus),
+                  format_bytes(step::node_host_bytes(t.host_peak().bytes, s.config)).c_str());
     else
       std::printf("\nHost memory\n");
     for (const auto& r : t.rows)

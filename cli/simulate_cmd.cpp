@@ -12,6 +12,7 @@
 #include "cli/scenario_flags.h"
 #include "core/error.h"
 #include "core/format.h"
+#include "step/buffers.h"
 #include "planner/defaults.h"
 #include "planner/plan.h"
 #include "planner/search.h"
@@ -58,7 +59,7 @@ std::vector<std::pair<std::string, std::string>> report_facts(const simulator::S
                                       : std::string("on"));
   f.emplace_back("loss tile", c.logits_chunk_tokens > 0 ? format_tokens(c.logits_chunk_tokens) + " fused" : "whole, unfused");
   f.emplace_back("loss dtype", c.loss_dtype);
-  if (c.gpus > 1) f.emplace_back("tensor parallel", "x" + std::to_string(c.gpus) + " (planning only)");
+  if (c.gpus > 1) f.emplace_back("tensor parallel", "x" + std::to_string(c.gpus) + " (figures per rank)");
   if (c.data_parallel > 1)
     f.emplace_back("data parallel",
                    "x" + std::to_string(c.data_parallel) + " replicas (per-rank figures); gradient all-reduce " +
@@ -208,8 +209,10 @@ int run_simulate(const SimulateArgs& a) {
     }
     if (!warning.empty()) std::printf("  WARNING: %s\n", warning.c_str());
     if (s.config.gpus > 1)
-      std::printf("  %lld GPUs: device figures are per GPU, host figures per node (all GPUs' host tiers)\n",
-                  static_cast<long long>(s.config.gpus));
+      std::printf("  %lld GPUs: device and host figures are per GPU (rank); the node's host holds %lld ranks' host "
+                  "tiers: %s\n",
+                  static_cast<long long>(s.config.gpus), static_cast<long long>(s.config.gpus),
+                  format_bytes(step::node_host_bytes(sum.peak_host_bytes, s.config)).c_str());
     print_memory_report(s, memory_table(s), sum);
     print_time_report(s, sum);
     if (!a.timeline.empty()) std::printf("\ntimeline (oomb.trace/1, %s detail): %s\n", a.detail.c_str(), a.timeline.c_str());

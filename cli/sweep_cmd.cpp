@@ -11,6 +11,7 @@
 #include "cli/scenario_flags.h"
 #include "core/error.h"
 #include "core/format.h"
+#include "step/buffers.h"
 #include "core/units.h"
 #include "planner/defaults.h"
 #include "planner/executable.h"
@@ -171,7 +172,7 @@ int run_sweep(const SweepArgs& a) {
       if (a.csv) {
         std::printf("%lld,%s,%s,%lld,%lld,%.6g,%.6g,%.6g,%s,%s\n", static_cast<long long>(n), variants[v].name,
                     c.planned ? "true" : "false", static_cast<long long>(sum.peak_device_bytes),
-                    static_cast<long long>(sum.peak_host_bytes), sum.step_s, sum.tokens_per_s, sum.exposed_copy_s,
+                    static_cast<long long>(oomb::step::node_host_bytes(sum.peak_host_bytes, c.config)), sum.step_s, sum.tokens_per_s, sum.exposed_copy_s,
                     c.fits ? "true" : "false", c.fits ? sum.binding_constraint.c_str() : c.binding.c_str());
       } else if (a.json) {
         Json j = to_json(sum);
@@ -183,6 +184,7 @@ int run_sweep(const SweepArgs& a) {
         j["config"] = c.config.to_json();
         j["device_figures"] = tp ? "per GPU" : "one GPU";
         j["host_figures"] = tp ? "per node" : "one GPU's host";
+        j["peak_host_bytes"] = oomb::step::node_host_bytes(sum.peak_host_bytes, c.config);  // the rows are per rank
         rows.push_back(j);
       } else {
         const bool paper = !planner::executable(c.config);

@@ -78,7 +78,7 @@ void print_settings(std::string& out, const simulator::Scenario& s) {
   if (c.lora_rank > 0) {
     const step::Geometry g = step::geometry(s.model, c);
     const int64_t trained = step::trainable_param_count(s.model, c, g);
-    const double share = static_cast<double>(trained) / static_cast<double>(step::param_count(s.model, c) / g.G);
+    const double share = static_cast<double>(trained) / static_cast<double>(step::rank_param_count(s.model, c));
     appendf(out, "  training     LoRA rank %lld (alpha %g) on %s%s: %s trained parameters (%s of the model), the "
                  "base frozen\n",
             static_cast<long long>(c.lora_rank), c.lora_alpha, step::lora_targets_text(c.lora_targets).c_str(),
@@ -113,7 +113,7 @@ void print_memory(std::string& out, const simulator::Scenario& s, const Candidat
               format_bytes(u.host_need_bytes).c_str(),
               s.host.id.c_str(), format_bytes(s.host.ram_bytes).c_str(), format_bytes(s.host.pinnable_bytes).c_str(),
               format_bytes(u.pinned_need_bytes).c_str());
-  appendf(out, "  %-28s %12s %7s\n", "buffer", "bytes", "of pinnable");
+  appendf(out, "  %-28s %12s %7s\n", tp ? "buffer (one rank's)" : "buffer", "bytes", "of pinnable");
   for (const auto& r : t.rows)
     if (r.tier == simulator::Tier::host && r.bytes > 0)
       appendf(out, "  %-28s %12s %7s\n", r.name.c_str(), format_bytes(r.bytes).c_str(),
@@ -197,8 +197,9 @@ std::vector<std::string> plan_notes(const simulator::Config& c, bool sparse_fall
                     "with a budget of " + std::to_string(c.page_budget) +
                     " pages, so its gradients are those of the sparse forward, not of the dense model");
   if (c.gpus > 1)
-    notes.push_back("tensor parallelism over " + std::to_string(c.gpus) +
-                    " GPUs is planned on paper only: execution (oomb run) is single-GPU for now");
+    notes.push_back("tensor parallelism over " + std::to_string(c.gpus) + " GPUs: oomb run executes it on the CPU "
+                    "backend, one process per GPU (mpirun -np " + std::to_string(c.gpus) +
+                    " oomb run --plan P --backend cpu); the CUDA backend runs one GPU for now");
   if (std::string why; !planner::executable(c, &why)) notes.push_back("NOT EXECUTABLE: " + why);
   return notes;
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/format.h"
+#include "step/buffers.h"
 #include "planner/search.h"
 
 namespace oomb::planner {
@@ -61,8 +62,9 @@ std::string optimizer_text(const simulator::Scenario& s) {
                            (c.lora_rank > 0 ? " of the trained parameters)" : ")");
   if (c.optimizer == Optimizer::gpu)
     return what + ", " + format_bytes(optimizer_bytes(s)) + (c.gpus > 1 ? " per GPU" : "") + " on the GPU";
-  return what + ", " + format_bytes(optimizer_bytes(s)) + (c.gpus > 1 ? " per node (all GPUs' shards)" : "") +
-         " on the host (updated there)";
+  // The host's rows are one rank's; the node holds every tensor-parallel rank's shard.
+  return what + ", " + format_bytes(step::node_host_bytes(optimizer_bytes(s), c)) +
+         (c.gpus > 1 ? " per node (all GPUs' shards)" : "") + " on the host (updated there)";
 }
 
 }  // namespace oomb::planner

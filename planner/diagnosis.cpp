@@ -195,7 +195,7 @@ Diagnosis diagnose(const Request& r0, int64_t N, const SearchResult& failed) {
       if (n <= cfg.gpus || m.kv_heads % n != 0 || m.q_heads % n != 0) continue;
       Request q = r;
       q.scenario.config.gpus = n;
-      if (attempt(q, N, std::to_string(n) + " GPUs with tensor parallelism (planned on paper; execution is single-GPU for now)",
+      if (attempt(q, N, std::to_string(n) + " GPUs with tensor parallelism (executed on the CPU backend under mpirun; on one GPU with CUDA for now)",
                   "--gpus " + std::to_string(n)))
         break;
     }

@@ -15,6 +15,7 @@
 
 #include "core/error.h"
 #include "core/format.h"
+#include "step/buffers.h"
 #include "core/units.h"
 
 namespace oomb::planner {
@@ -89,10 +90,11 @@ Usage usage_of(const simulator::Scenario& s, const simulator::Summary& sum, doub
   u.device_capacity_bytes = s.gpu.hbm_capacity_bytes;
   u.device_limit_bytes =
       static_cast<int64_t>(std::floor(static_cast<double>(s.gpu.hbm_capacity_bytes) * (1.0 - headroom)));
+  // The host tier per node: the table's rows are one rank's (step::node_host_bytes).
   for (const auto& [category, bytes] : sum.host_breakdown_bytes)
-    if (category != "optimizer_state") u.pinned_need_bytes += bytes;
+    if (category != "optimizer_state") u.pinned_need_bytes += step::node_host_bytes(bytes, s.config);
   u.pinned_limit_bytes = s.host.pinnable_bytes;
-  u.host_need_bytes = sum.peak_host_bytes;
+  u.host_need_bytes = step::node_host_bytes(sum.peak_host_bytes, s.config);
   u.host_limit_bytes = s.host.ram_bytes;
   return u;
 }

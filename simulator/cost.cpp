@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/format.h"
+#include "step/buffers.h"
 #include "simulator/detail.h"
 #include "simulator/simulator.h"
 
@@ -21,6 +22,8 @@ WorkTerms& WorkTerms::operator+=(const WorkTerms& o) {
   attn_bytes_s += o.attn_bytes_s;
   mb_s += o.mb_s;
   allreduce_s += o.allreduce_s;
+  allreduce_bytes += o.allreduce_bytes;
+  allreduces += o.allreduces;
   kernels += o.kernels;
   return *this;
 }
@@ -44,7 +47,9 @@ struct LayerWork {
   double attn_flops = 0;
   double attn_bytes = 0;  // K/V reads
   double mb_bytes = 0;    // memory-bound elementwise traffic
-  double allreduce_bytes = 0;
+  // Tensor parallelism: one all-reduce of the pass's [tokens, hidden] activations: the bytes each
+  // rank gives it and its ring traffic, 2 (G - 1) / G of them (Mult::allreduces counts them).
+  double allreduce_bytes = 0, allreduce_ring_bytes = 0;
 };
 
 double peak(const Scenario& s) { return s.gpu.bf16_flops_per_s; }
@@ -55,6 +60,10 @@ struct Mult {
   double gemm = 0, attn_fwd = 0, attn_bwd = 0, mb = 0;
   int kernels = 0;
   double skip_dw = 0;  // passes whose frozen dW GEMMs are skipped (a backward: 1)
+  // Tensor-parallel all-reduces of the pass (docs/model.md "Tensor parallelism"): a forward 2 (the
+  // o and down projections' outputs), a backward 2 (the column-parallel input gradients) plus its
+  // recompute's 1 (the recompute stops before the down projection).
+  double allreduces = 0;
 };
 
 double gemm_work(const LayerWork& w, const Mult& m) { return w.gemm_flops * m.gemm - w.frozen_gemm_flops * m.skip_dw; }
@@ -69,7 +78,7 @@ double time_of(const Scenario& s, const LayerWork& w, const Mult& m) {
   double t_ar = 0;
   if (s.config.gpus > 1) {
     double link = s.gpu.interconnect_bytes_per_s > 0 ? s.gpu.interconnect_bytes_per_s : s.gpu.h2d_bytes_per_s;
-    t_ar = w.allreduce_bytes * m.mb / link;
+    t_ar = w.allreduce_ring_bytes * m.allreduces / link;
   }
   return t_gemm + t_attn + t_mb + t_ar + m.kernels * s.gpu.launch_overhead_s;
 }
@@ -84,7 +93,9 @@ WorkTerms terms_of(const Scenario& s, const LayerWork& w, const Mult& m) {
   t.mb_s = w.mb_bytes * m.mb / s.gpu.hbm_bytes_per_s;
   if (s.config.gpus > 1) {
     double link = s.gpu.interconnect_bytes_per_s > 0 ? s.gpu.interconnect_bytes_per_s : s.gpu.h2d_bytes_per_s;
-    t.allreduce_s = w.allreduce_bytes * m.mb / link;
+    t.allreduce_s = w.allreduce_ring_bytes * m.allreduces / link;
+    t.allreduce_bytes = w.allreduce_bytes * m.allreduces;
+    t.allreduces = m.allreduces;
   }
   t.kernels = m.kernels;
   return t;
@@ -107,7 +118,10 @@ LayerWork layer_work(const Geometry& g, int64_t tokens, int64_t prefix_keys, boo
   w.attn_bytes = std::ceil(T / kQueryTile) * keys_avg * static_cast<double>(2 * g.kvd * g.kv_b);
   w.mb_bytes = T * static_cast<double>((10 * g.h + 4 * g.qd + 4 * g.kvd + 4 * g.f) * g.act_b);
   if (qk_norm) w.mb_bytes += T * static_cast<double>(2 * (g.qd + g.kvd) * g.act_b);
-  if (g.G > 1) w.allreduce_bytes = 2.0 * 2.0 * static_cast<double>(g.G - 1) / g.G * T * g.h * g.act_b;
+  if (g.G > 1) {
+    w.allreduce_bytes = T * static_cast<double>(g.h * g.act_b);
+    w.allreduce_ring_bytes = 2.0 * static_cast<double>(g.G - 1) / static_cast<double>(g.G) * w.allreduce_bytes;
+  }
   return w;
 }
 
@@ -121,7 +135,16 @@ PassCost head_cost(const Scenario& s, const Geometry& g, int64_t tokens) {
   PassCost p;
   // Under LoRA a frozen LM head computes no weight gradient: forward and input gradient only.
   const double gemms = g.lora && !s.config.lora_train_embeddings ? 2.0 : 3.0;
-  const Mult m{gemms, 0.0, 0.0, 1.0, kKernelsHead};
+  Mult m{gemms, 0.0, 0.0, 1.0, kKernelsHead};
+  if (g.G > 1) {
+    // Tensor parallelism: the head's input gradient and the stage-2 embedding's output, [T, hidden]
+    // each, and per loss tile the vocabulary-parallel loss's statistics (G x rows x 3 fp32): the
+    // pass's bytes spread over its all-reduces.
+    const double tiles = std::ceil(T / static_cast<double>(std::max<int64_t>(1, g.T)));
+    m.allreduces = 2.0 + tiles;
+    w.allreduce_bytes = (2.0 * T * static_cast<double>(g.h * g.act_b) + T * static_cast<double>(g.G) * 12.0) / m.allreduces;
+    w.allreduce_ring_bytes = 2.0 * static_cast<double>(g.G - 1) / static_cast<double>(g.G) * w.allreduce_bytes;
+  }
   p.compute_s = time_of(s, w, m);
   p.work = terms_of(s, w, m);
   p.flops = gemms * w.gemm_flops;
@@ -172,8 +195,9 @@ void backward_costs(const Scenario& s, const LayerWork& w, bool ckpt, ChunkCosts
   for (PassCost* p : {&cc.backward, &cc.backward_kept}) {
     const bool recompute = ckpt && p == &cc.backward;
     const double r = recompute ? 1.0 : 0.0;
-    const Mult bwd{2.0 + r, r, kAttentionBackwardFactor, 2.0 + r,
-                   kKernelsLayerBwd + (recompute ? kKernelsLayerFwd : 0), 1.0};
+    Mult bwd{2.0 + r, r, kAttentionBackwardFactor, 2.0 + r,
+             kKernelsLayerBwd + (recompute ? kKernelsLayerFwd : 0), 1.0};
+    bwd.allreduces = 2.0 + r;
     p->compute_s = time_of(s, w, bwd);
     p->work = terms_of(s, w, bwd);
     p->flops = gemm_work(w, bwd) + (kAttentionBackwardFactor + r) * w.attn_flops;
@@ -192,7 +216,8 @@ ChunkCosts chunk_costs(const Scenario& s, const Geometry& g, int64_t c) {
   const LayerWork w = layer_work(g, tokens, attended_keys, s.model.qk_norm);
   const bool ckpt = s.config.checkpointing;
 
-  const Mult fwd{1.0, 1.0, 0.0, 1.0, kKernelsLayerFwd};
+  Mult fwd{1.0, 1.0, 0.0, 1.0, kKernelsLayerFwd};
+  fwd.allreduces = 2.0;
   cc.fill.compute_s = time_of(s, w, fwd);
   cc.fill.work = terms_of(s, w, fwd);
   cc.fill.flops = w.gemm_flops + w.attn_flops;
@@ -221,7 +246,12 @@ ChunkCosts chunk_costs(const Scenario& s, const Geometry& g, int64_t c) {
   cc.head = head_cost(s, g, tokens);
   LayerWork emb;
   emb.mb_bytes = static_cast<double>(tokens) * g.h * g.act_b * 2.0;
-  const Mult embedding{0.0, 0.0, 0.0, 1.0, 1};
+  Mult embedding{0.0, 0.0, 0.0, 1.0, 1};
+  if (g.G > 1) {  // the vocabulary-parallel embedding's output
+    embedding.allreduces = 1.0;
+    emb.allreduce_bytes = static_cast<double>(tokens) * static_cast<double>(g.h * g.act_b);
+    emb.allreduce_ring_bytes = 2.0 * static_cast<double>(g.G - 1) / static_cast<double>(g.G) * emb.allreduce_bytes;
+  }
   cc.fill_head.compute_s = time_of(s, emb, embedding);
   cc.fill_head.work = terms_of(s, emb, embedding);
   return cc;
@@ -231,7 +261,8 @@ ChunkCosts standard_costs(const Scenario& s, const Geometry& g) {
   ChunkCosts cc;
   const LayerWork w = layer_work(g, g.N, 0, s.model.qk_norm);
   const bool ckpt = s.config.checkpointing;
-  const Mult fwd{1.0, 1.0, 0.0, 1.0, kKernelsLayerFwd};
+  Mult fwd{1.0, 1.0, 0.0, 1.0, kKernelsLayerFwd};
+  fwd.allreduces = 2.0;
   cc.fill.compute_s = time_of(s, w, fwd);
   cc.fill.work = terms_of(s, w, fwd);
   cc.fill.flops = w.gemm_flops + w.attn_flops;
@@ -250,6 +281,40 @@ double optimizer_update_s(const Scenario& s) {
     return params * bytes_per_param / (s.gpu.hbm_bytes_per_s * s.gpu.efficiency.memory_bound);
   // The host is shared by all tensor-parallel GPUs' shards.
   return params * static_cast<double>(s.config.gpus) * bytes_per_param / s.host.mem_bytes_per_s;
+}
+
+WorkTerms tensor_parallel_comm(const Scenario& s) {
+  WorkTerms out;
+  if (s.config.gpus <= 1) return out;
+  const Geometry g = geometry(s);
+  auto add = [&](const WorkTerms& t, double times) {
+    out.allreduce_s += times * t.allreduce_s;
+    out.allreduce_bytes += times * t.allreduce_bytes;
+    out.allreduces += times * t.allreduces;
+  };
+  const double L = static_cast<double>(g.L), Lr = static_cast<double>(g.Lr);
+  if (g.oomb) {
+    // A chunk's all-reduces depend on its tokens only: the full chunks' are the first's, the last
+    // (maybe ragged) chunk's its own.
+    auto chunk = [&](int64_t c, double times) {
+      const ChunkCosts cc = chunk_costs(s, g, c);
+      add(cc.fill.work, times * L);
+      add(cc.recompute.work, times * L);
+      add(cc.backward.work, times * Lr);
+      add(cc.backward_kept.work, times * (L - Lr));
+      add(cc.head.work, times);
+      add(cc.fill_head.work, times);
+    };
+    if (g.n > 1) chunk(0, static_cast<double>(g.n - 1));
+    chunk(g.n - 1, 1);
+  } else {
+    const ChunkCosts cc = standard_costs(s, g);
+    add(cc.fill.work, L);
+    add(cc.backward.work, Lr);
+    add(cc.backward_kept.work, L - Lr);
+    add(cc.head.work, 1);
+  }
+  return out;
 }
 
 int64_t gradient_allreduce_bytes(const Scenario& s) {
@@ -294,16 +359,25 @@ void finish_summary(const Scenario& s, const MemoryTable& t, Summary& out) {
   out.pages_in_flight = t.pages.pages_in_flight;
   out.allreduce_bytes = gradient_allreduce_bytes(s);
   out.allreduce_s = gradient_allreduce_s(s);
+  if (c.gpus > 1) {
+    const WorkTerms tp = tensor_parallel_comm(s);
+    out.tp_allreduces = std::llround(tp.allreduces);
+    out.tp_allreduce_bytes = std::llround(tp.allreduce_bytes);
+    out.tp_allreduce_s = tp.allreduce_s;
+  }
   out.device_capacity_bytes = s.gpu.hbm_capacity_bytes;
   out.host_capacity_bytes = s.host.pinnable_bytes;
   out.tokens_per_s = out.step_s > 0 ? static_cast<double>(c.context_tokens) / out.step_s : 0;
 
+  // The node's host holds every tensor-parallel rank's host rows (each row is one rank's).
   int64_t pinned = 0;
   for (const auto& r : t.rows)
     if (r.tier == Tier::host && r.category != "optimizer_state") pinned += r.bytes;
+  pinned = step::node_host_bytes(pinned, c);
+  const int64_t node_host = step::node_host_bytes(out.peak_host_bytes, c);
   const double dev_ratio = static_cast<double>(device_need) / static_cast<double>(s.gpu.hbm_capacity_bytes);
   const double pin_ratio = static_cast<double>(pinned) / static_cast<double>(s.host.pinnable_bytes);
-  const double ram_ratio = static_cast<double>(out.peak_host_bytes) / static_cast<double>(s.host.ram_bytes);
+  const double ram_ratio = static_cast<double>(node_host) / static_cast<double>(s.host.ram_bytes);
   out.feasible = dev_ratio <= 1.0 && pin_ratio <= 1.0 && ram_ratio <= 1.0;
   out.notes.clear();
   if (dev_ratio > 1.0)
@@ -315,7 +389,8 @@ void finish_summary(const Scenario& s, const MemoryTable& t, Summary& out) {
                         format_bytes(s.host.pinnable_bytes) + " pinnable (" + s.host.id + "), over by " +
                         format_bytes(pinned - s.host.pinnable_bytes));
   if (ram_ratio > 1.0)
-    out.notes.push_back("host RAM: needs " + format_bytes(out.peak_host_bytes) + " of " + format_bytes(s.host.ram_bytes));
+    out.notes.push_back("host RAM: needs " + format_bytes(node_host) + " of " + format_bytes(s.host.ram_bytes) +
+                        (c.gpus > 1 ? " (" + std::to_string(c.gpus) + " ranks' host tiers on the node)" : ""));
   if (!out.feasible) {
     double worst = std::max({dev_ratio, pin_ratio, ram_ratio});
     out.binding_constraint = worst == dev_ratio ? "device memory" : worst == pin_ratio ? "pinned host memory" : "host RAM";
@@ -619,6 +694,11 @@ Json to_json(const Summary& s) {
   if (s.allreduce_bytes > 0) {
     j["allreduce_bytes"] = s.allreduce_bytes;
     j["allreduce_s"] = s.allreduce_s;
+  }
+  if (s.tp_allreduce_bytes > 0) {
+    j["tp_allreduces"] = s.tp_allreduces;
+    j["tp_allreduce_bytes"] = s.tp_allreduce_bytes;
+    j["tp_allreduce_s"] = s.tp_allreduce_s;
   }
   j["notes"] = s.notes;
   return j;

@@ -35,6 +35,8 @@ struct WorkTerms {
   double attn_bytes_s = 0;  // attention K/V re-reads / HBM bandwidth
   double mb_s = 0;          // elementwise bytes / HBM bandwidth
   double allreduce_s = 0;   // tensor-parallel all-reduce (not fitted)
+  double allreduce_bytes = 0;  // and the bytes each rank gives its all-reduces
+  double allreduces = 0;       // how many
   double kernels = 0;       // launches
   WorkTerms& operator+=(const WorkTerms& o);
 };
@@ -81,6 +83,9 @@ double optimizer_update_s(const Scenario& s);
 // whose MPI moves the bytes through memory). 0 otherwise.
 double gradient_allreduce_s(const Scenario& s);
 int64_t gradient_allreduce_bytes(const Scenario& s);
+// Tensor parallelism (config.gpus > 1): the step's activation all-reduces, summed over its passes
+// (the work terms' allreduce_* fields; zero with one GPU).
+WorkTerms tensor_parallel_comm(const Scenario& s);
 
 // Pages in flight of the published implementation with offload (docs/model.md): in the stage-2
 // forward sweep of a chunk each layer switch issues the write-back of the layer left behind (its

@@ -70,6 +70,11 @@ struct Summary {
   // rank and time, inside step_s); 0 otherwise, and then not in JSON.
   int64_t allreduce_bytes = 0;
   double allreduce_s = 0;
+  // Tensor parallelism (config.gpus > 1): the activations' all-reduces of one step (their count,
+  // the bytes each rank gives them, their ring time on the profile's link; inside step_s); 0
+  // otherwise, and then not in JSON.
+  int64_t tp_allreduces = 0, tp_allreduce_bytes = 0;
+  double tp_allreduce_s = 0;
   std::vector<std::string> notes;     // violated constraints and remarks, human-readable
 };
 

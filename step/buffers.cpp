@@ -222,12 +222,12 @@ BufferTable buffer_table(const models::ModelSpec& m, const Config& c, const Targ
   const bool published = cuda && c.implementation == Implementation::published;
   const std::string& act = c.activation_dtype;
   const int64_t A = g.act_b;
-  const int64_t params = param_count(m, c) / g.G;
+  const int64_t params = rank_param_count(m, c);  // norms whole on every rank
   const int64_t pb = dtype_bytes(c.param_dtype, "--param-dtype");
   (void)dtype_bytes(c.param_grad_dtype, "--param-grad-dtype");  // a bad dtype is refused by flag
   const int64_t lb = dtype_bytes(c.loss_dtype, "--loss-dtype");
   add(row::kWeights, "weights", Tier::device, OOMB_SHAPE({params}), c.param_dtype, checked_mul(params, pb), all,
-      g.lora ? "params / gpus x param dtype (the frozen base)" : "params / gpus x param dtype");
+      g.lora ? "params per rank x param dtype (the frozen base)" : "params per rank (sharded; norms whole) x param dtype");
   // What the step trains: every parameter, or under LoRA the adapters (fp32, as PEFT creates them
   // on a bf16 base) and, with lora_train_embeddings, the embeddings and the LM head.
   const int64_t adapters = lora_param_count(g);
@@ -239,29 +239,29 @@ BufferTable buffer_table(const models::ModelSpec& m, const Config& c, const Targ
   add(row::kParameterGradients, "parameter_gradients", Tier::device, OOMB_SHAPE({adapters + trained_base}),
       g.lora && trained_base == 0 ? std::string("fp32") : c.param_grad_dtype, grad_bytes, all,
       g.lora ? "adapters x 4 + trained embeddings / gpus x param-grad dtype (the frozen base has none)"
-             : "params / gpus x param-grad dtype");
+             : "params per rank x param-grad dtype");
   if (c.optimizer != Optimizer::none) {
     // AdamW in fp32: master weights (of trained parameters that are not fp32), m and v, the decay
-    // mask. The host tier is shared by the tensor-parallel GPUs.
+    // mask. Per rank, as every row (the node's host holds its tensor-parallel ranks' rows:
+    // step::node_host_bytes).
     const Tier tier = c.optimizer == Optimizer::gpu ? Tier::device : Tier::host;
-    const int64_t shards = c.optimizer == Optimizer::host ? g.G : 1;
     const int64_t trained = adapters + trained_base;
     if (pb != 4 && trained_base > 0)
       add(row::kMasterWeights, "optimizer_state", tier, OOMB_SHAPE({trained_base}), "fp32",
-          checked_mul(trained_base, 4) * shards, all,
+          checked_mul(trained_base, 4), all,
           g.lora ? "trained embeddings x 4 (fp32 master weights; the adapters are fp32)"
                  : "params x 4 (fp32 master weights of non-fp32 parameters)");
-    add(row::kAdamwMoments, "optimizer_state", tier, OOMB_SHAPE({2, trained}), "fp32", checked_mul(trained, 8) * shards,
+    add(row::kAdamwMoments, "optimizer_state", tier, OOMB_SHAPE({2, trained}), "fp32", checked_mul(trained, 8),
         all, g.lora ? "2 x trained params x 4 (m, v)" : "2 x params x 4 (m, v)");
-    add(row::kAdamwDecayMask, "optimizer_state", tier, OOMB_SHAPE({trained}), "uint8", trained * shards, all,
+    add(row::kAdamwDecayMask, "optimizer_state", tier, OOMB_SHAPE({trained}), "uint8", trained, all,
         "trained params x 1 (weight decay on or off per parameter)");
     if (c.optimizer == Optimizer::host) {
       // The host update's operands: the gradients copied out, the working weights copied back in.
       add(row::kHostParameterGradients, "optimizer_state", Tier::host, OOMB_SHAPE({trained}),
-          g.lora && trained_base == 0 ? std::string("fp32") : c.param_grad_dtype, grad_bytes * shards, all,
+          g.lora && trained_base == 0 ? std::string("fp32") : c.param_grad_dtype, grad_bytes, all,
           "trained params x param-grad dtype (copied out for the host update)");
       add(row::kHostWeights, "optimizer_state", Tier::host, OOMB_SHAPE({trained}), g.lora ? "fp32" : c.param_dtype,
-          trained_weight_bytes(m, c, g) * shards, all,
+          trained_weight_bytes(m, c, g), all,
           "trained params x their dtype (the updated working weights, copied in)");
     }
     // Data parallelism on the CPU backend: MPI sums bf16 gradients in fp32 (executor/mpi), in a
@@ -298,6 +298,20 @@ BufferTable buffer_table(const models::ModelSpec& m, const Config& c, const Targ
 
   add(row::kTokenIds, "inputs", Tier::device, OOMB_SHAPE({2, T}), "int32", checked_mul(T, 8), all,
       OOMB_TEXT(tok + " tokens x 2 (ids, targets) x 4"));
+  // Tensor parallelism on the CPU backend (MPI; docs/model.md "Tensor parallelism"): the
+  // all-reduced activations (o/down projection outputs, the column-parallel input gradients, the
+  // vocabulary-parallel embedding and LM-head input gradient, all [rows, hidden]) summed in fp32
+  // when stored bf16, and the vocabulary-parallel loss's per-row statistics of every rank (max,
+  // sum of exponentials, target logit), all-reduced to each row's log-sum-exp.
+  if (!cuda && g.G > 1) {
+    if (A != 4)
+      add(row::kTensorParallelStaging, "hidden_states", Tier::device, OOMB_SHAPE({T, g.h}), "fp32",
+          checked_mul(checked_mul(T, g.h), 4), all,
+          OOMB_TEXT(tok + " tokens x hidden x 4 (the MPI all-reduce sums bf16 activations in fp32)"));
+    add(row::kTensorParallelLossStatistics, "logits", Tier::device, OOMB_SHAPE({g.G, tile, 3}), "fp32",
+        checked_mul(checked_mul(g.G, tile), 12), all,
+        "gpus x loss tile x 3 x 4 (each rank's row max, sum of exponentials, target logit)");
+  }
   if (g.oomb) {
     add(row::kHiddenStates, "hidden_states", Tier::device, OOMB_SHAPE({2, T, hs}), act, checked_mul(T, 2 * hs * A),
         all, "2 (x, y ping-pong) x chunk tokens x hidden x activation dtype");
@@ -422,12 +436,10 @@ BufferTable buffer_table(const models::ModelSpec& m, const Config& c, const Targ
     }
     if (g.offload) {
       add(row::kHostKvPages, "kv_pages", Tier::host, OOMB_SHAPE({pc.host_kv_pages, g.p, 2, g.kv_heads, g.head_dim}),
-          c.kv_dtype, checked_mul(checked_mul(pc.host_kv_pages, g.kv_page_bytes), g.G), all,
-          "layers x pages x KV page bytes (x gpus: the host is shared)");
+          c.kv_dtype, checked_mul(pc.host_kv_pages, g.kv_page_bytes), all, "layers x pages x KV page bytes");
       add(row::kHostKvGradPages, "kv_grad_pages", Tier::host,
           OOMB_SHAPE({pc.host_grad_pages, g.p, 2, g.kv_heads, g.head_dim}), c.kv_grad_dtype,
-          checked_mul(checked_mul(pc.host_grad_pages, g.grad_page_bytes), g.G), all,
-          "layers x pages x gradient page bytes (x gpus)");
+          checked_mul(pc.host_grad_pages, g.grad_page_bytes), all, "layers x pages x gradient page bytes");
       if (published)
         add("host_page_tables", "page_tables", Tier::host, OOMB_SHAPE({g.L, g.P, 2}), "int32",
             checked_mul(g.L * 2, g.P * 4), all, "layers x pages x 2 tables x 4 bytes");
@@ -458,10 +470,10 @@ BufferTable buffer_table(const models::ModelSpec& m, const Config& c, const Targ
               checked_mul(g.q * g.B, 4) * g.R, all, "query pages x budget x 4 x resident layers");
         }
         add(row::kHostPageSummaries, "page_summaries", Tier::host, OOMB_SHAPE({g.L, g.P, g.kvd}), c.kv_dtype,
-            summaries * g.G, all, "layers x pages x kv_dim x KV dtype (x gpus)");
+            summaries, all, "layers x pages x kv_dim x KV dtype");
         if (published)
-          add("host_selection_record", "page_tables", Tier::host, OOMB_SHAPE({g.L, g.P, g.B}), "int32", record * g.G,
-              all, "layers x query pages x budget x 4 (x gpus)");
+          add("host_selection_record", "page_tables", Tier::host, OOMB_SHAPE({g.L, g.P, g.B}), "int32", record,
+              all, "layers x query pages x budget x 4");
       }
     }
   }

@@ -29,6 +29,8 @@ inline constexpr const char* kAdamwDecayMask = "adamw_decay_mask";
 inline constexpr const char* kHostParameterGradients = "host_parameter_gradients";
 inline constexpr const char* kHostWeights = "host_weights";
 inline constexpr const char* kGradientAllreduceStaging = "gradient_allreduce_staging";
+inline constexpr const char* kTensorParallelStaging = "tensor_parallel_staging";
+inline constexpr const char* kTensorParallelLossStatistics = "tensor_parallel_loss_statistics";
 inline constexpr const char* kTokenIds = "token_ids";
 inline constexpr const char* kHiddenStates = "hidden_states";
 inline constexpr const char* kLayerInputCheckpoints = "layer_input_checkpoints";
@@ -72,6 +74,11 @@ inline bool reserved_only(std::string_view category) {
   constexpr std::string_view reserve{kRuntimeReserveCategory}, allocator{kAllocatorCategory};
   return category == reserve || category == allocator;
 }
+
+// What a node's host holds of a table's host tier: every row is one rank's, and the node's host RAM
+// and pinned memory serve the config's tensor-parallel GPUs (data-parallel replicas multiply it
+// again where a layout places them on one node: planner/parallel.cpp).
+inline int64_t node_host_bytes(int64_t rank_host_bytes, const Config& c) { return checked_mul(rank_host_bytes, c.gpus); }
 
 // A GPU profile plans for the CUDA backend, a "cpu" profile (calibrated CPU) for the CPU backend.
 Target target_of(const models::GpuSpec& gpu);

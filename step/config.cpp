@@ -261,6 +261,11 @@ void validate(const Config& c, const models::ModelSpec& m) {
     throw Error("--gpus", std::to_string(c.gpus), "does not divide the model's heads (q " + std::to_string(m.q_heads) +
                                                       ", kv " + std::to_string(m.kv_heads) + ")",
                 "tensor parallelism shards KV heads: use a divisor of " + std::to_string(m.kv_heads));
+  if (m.ffn_hidden % c.gpus != 0 || m.vocab % c.gpus != 0)
+    throw Error("--gpus", std::to_string(c.gpus),
+                "does not divide the model's MLP width (" + std::to_string(m.ffn_hidden) + ") and vocabulary (" +
+                    std::to_string(m.vocab) + "), which tensor parallelism splits over the GPUs",
+                "a --gpus that divides both");
   if (c.data_parallel < 1 || c.data_parallel > 4096)
     throw Error("--data-parallel", std::to_string(c.data_parallel), "must be in [1, 4096]",
                 "replicas training on different sequences, e.g. 2 (one process per GPU under mpirun)");

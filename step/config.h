@@ -91,7 +91,7 @@ struct Config {
   // memory and the wait for it), on top of the bytes at the GPU profile's d2h rate. A page is four
   // copies (K, V and their gradients). Written to documents only with "implementation": "published".
   double page_copy_latency_s = 10e-6;
-  int64_t gpus = 1;                    // tensor parallelism degree (planning only)
+  int64_t gpus = 1;                    // tensor parallelism degree (docs/model.md "Tensor parallelism") (planning only)
   // Data parallelism: replicas (one process and GPU each, the same buffer table per rank) train on
   // different sequences, their parameter gradients all-reduced (summed, then averaged) before every
   // optimizer step. Run under MPI (`mpirun -np N oomb run`): the CPU backend's collectives are MPI's,

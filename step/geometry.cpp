@@ -1,5 +1,7 @@
 #include "step/geometry.h"
 
+#include "core/error.h"
+
 namespace oomb::step {
 
 using models::dtype_bytes;
@@ -77,10 +79,25 @@ int64_t param_count(const models::ModelSpec& m, const Config& c) {
   return m.embedding_params() + m.lm_head_params() + L * m.params_per_layer() + m.hidden;
 }
 
+models::ModelSpec tensor_parallel_shard(const models::ModelSpec& m, int64_t tp) {
+  OOMB_ASSERT(tp >= 1 && m.q_heads % tp == 0 && m.kv_heads % tp == 0 && m.ffn_hidden % tp == 0 && m.vocab % tp == 0,
+              "tensor_parallel_shard: tp does not divide the model");
+  models::ModelSpec s = m;
+  s.q_heads = m.q_heads / tp;
+  s.kv_heads = m.kv_heads / tp;
+  s.ffn_hidden = m.ffn_hidden / tp;
+  s.vocab = m.vocab / tp;
+  return s;
+}
+
+int64_t rank_param_count(const models::ModelSpec& m, const Config& c) {
+  return c.gpus == 1 ? param_count(m, c) : param_count(tensor_parallel_shard(m, c.gpus), c);
+}
+
 int64_t lora_param_count(const Geometry& g) { return checked_mul(g.L, g.lora_layer_params, "LoRA parameters"); }
 
 int64_t trainable_param_count(const models::ModelSpec& m, const Config& c, const Geometry& g) {
-  if (!g.lora) return param_count(m, c) / g.G;
+  if (!g.lora) return rank_param_count(m, c);
   const int64_t embeddings = c.lora_train_embeddings ? (m.embedding_params() + m.lm_head_params()) / g.G : 0;
   return lora_param_count(g) + embeddings;
 }

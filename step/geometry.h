@@ -51,6 +51,12 @@ Geometry geometry(const models::ModelSpec& m, const Config& c);
 
 // Parameters of the model as configured (layers_override applied), all GPUs together.
 int64_t param_count(const models::ModelSpec& m, const Config& c);
+// One tensor-parallel rank's share of m (Megatron-style sharding, docs/model.md "Tensor
+// parallelism"): q/k/v heads, the MLP's columns and the vocabulary (embedding and LM head) split
+// over tp ranks; norms replicated. tp must divide them (validate refuses it otherwise).
+models::ModelSpec tensor_parallel_shard(const models::ModelSpec& m, int64_t tp);
+// The parameters one rank holds: param_count of its shard (the norms whole on every rank).
+int64_t rank_param_count(const models::ModelSpec& m, const Config& c);
 // Parameters one GPU trains: every one of its shard (full fine-tuning), or under LoRA the layers'
 // adapters plus, with lora_train_embeddings, its share of the embeddings and the LM head.
 int64_t trainable_param_count(const models::ModelSpec& m, const Config& c, const Geometry& g);

@@ -382,7 +382,10 @@ void CpuBackend::embedding_fwd(const int32_t* ids, int64_t rows, ConstTensor tab
     return;
   }
   const auto* t = static_cast<const uint16_t*>(table.data);
-  for (int64_t r = 0; r < rows; ++r) bf16_to_f32(t + static_cast<int64_t>(ids[r]) * hidden, y + r * hidden, hidden);
+  for (int64_t r = 0; r < rows; ++r) {
+    if (ids[r] < 0) std::fill_n(y + r * hidden, hidden, 0.0f);
+    else bf16_to_f32(t + static_cast<int64_t>(ids[r]) * hidden, y + r * hidden, hidden);
+  }
 }
 void CpuBackend::embedding_bwd(const int32_t* ids, int64_t rows, ConstTensor dout, int64_t hidden, Tensor dt) {
   extents::embedding("embedding_bwd", rows, hidden, dout);
@@ -397,6 +400,7 @@ void CpuBackend::embedding_bwd(const int32_t* ids, int64_t rows, ConstTensor dou
   std::vector<int32_t> seen;
   std::vector<float> acc;
   for (int64_t r = 0; r < rows; ++r) {
+    if (ids[r] < 0) continue;  // another rank's token (the vocabulary-parallel embedding)
     size_t k = 0;
     while (k < seen.size() && seen[k] != ids[r]) ++k;
     if (k == seen.size()) {
@@ -630,17 +634,38 @@ std::vector<std::vector<int32_t>> CpuBackend::select_pages(const SelectionArgs& 
   f.summaries = static_cast<const float*>(sum);
   return cpu::select_pages(f);
 }
-double CpuBackend::cross_entropy(ConstTensor logits, int64_t rows, int64_t vocab, const int32_t* targets, float s,
-                                 Tensor grad) {
+namespace {
+// The loss ops' shared shape: fp32 logits copied into the gradient's fp32 view, f computes the
+// gradient (and loss) in place there, rounded once on store (grad may be the logits' own storage:
+// In has read them before Out writes back).
+template <class F>
+auto in_place_on_logits(ConstTensor logits, int64_t rows, int64_t vocab, Tensor grad, F&& f) {
   extents::cross_entropy(logits, rows, vocab, grad);
-  // The loss and the gradient in fp32 from the exact logits; the gradient rounded once on store
-  // (grad may be the logits' own storage: In has read them before Out writes back).
   const int64_t n = rows * vocab;
   In l(logits, n);
   Out g(grad, n, false);
   if (static_cast<float*>(g) != static_cast<const float*>(l))
     std::memcpy(static_cast<float*>(g), static_cast<const float*>(l), static_cast<size_t>(n) * 4);
-  return cpu::cross_entropy(g, rows, vocab, targets, s);
+  return f(static_cast<float*>(g));
+}
+}  // namespace
+
+double CpuBackend::cross_entropy(ConstTensor logits, int64_t rows, int64_t vocab, const int32_t* targets, float s,
+                                 Tensor grad) {
+  // The loss and the gradient in fp32 from the exact logits.
+  return in_place_on_logits(logits, rows, vocab, grad,
+                            [&](float* g) { return cpu::cross_entropy(g, rows, vocab, targets, s); });
+}
+void CpuBackend::cross_entropy_shard_stats(ConstTensor logits, int64_t rows, int64_t vocab, const int32_t* targets,
+                                           float* stats) {
+  extents::elementwise("cross_entropy_shard_stats", rows * vocab, {logits});
+  In l(logits, rows * vocab);
+  cpu::cross_entropy_shard_stats(l, rows, vocab, targets, stats);
+}
+void CpuBackend::cross_entropy_shard_grad(ConstTensor logits, int64_t rows, int64_t vocab, const int32_t* targets,
+                                          const float* max_sum, float s, Tensor grad) {
+  in_place_on_logits(logits, rows, vocab, grad,
+                     [&](float* g) { cpu::cross_entropy_shard_grad(g, rows, vocab, targets, max_sum, s); });
 }
 void CpuBackend::scale(Tensor x, int64_t n, float s) {
   Out xo(x, n, true);

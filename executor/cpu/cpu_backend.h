@@ -119,6 +119,10 @@ class CpuBackend final : public Backend {
   std::vector<std::vector<int32_t>> select_pages(const SelectionArgs& a) override;
   double cross_entropy(ConstTensor logits, int64_t rows, int64_t vocab, const int32_t* targets, float scale,
                        Tensor grad) override;
+  void cross_entropy_shard_stats(ConstTensor logits, int64_t rows, int64_t vocab, const int32_t* targets,
+                                 float* stats) override;
+  void cross_entropy_shard_grad(ConstTensor logits, int64_t rows, int64_t vocab, const int32_t* targets,
+                                const float* max_sum, float scale, Tensor grad) override;
   void scale(Tensor x, int64_t n, float s) override;
   void adamw(Tensor param, float* master, ConstTensor grad, float* m, float* v, const uint8_t* decay_mask, int64_t n,
              float lr, float beta1, float beta2, float eps, float weight_decay, int64_t step) override;

@@ -34,7 +34,11 @@ inline double dot_d(const float* a, const float* b, const float* c, int64_t n) {
 
 void embedding_fwd(const int32_t* ids, int64_t rows, const float* table, int64_t hidden, float* out) {
   parallel_pieces(rows, kRowGrain, rows * hidden, [&](int64_t r0, int64_t r1) {
-    for (int64_t t = r0; t < r1; ++t) std::copy_n(table + ids[t] * hidden, hidden, out + t * hidden);
+    for (int64_t t = r0; t < r1; ++t) {
+      // A negative id: another rank's token under the vocabulary-parallel embedding (a zero row).
+      if (ids[t] < 0) std::fill_n(out + t * hidden, hidden, 0.0f);
+      else std::copy_n(table + ids[t] * hidden, hidden, out + t * hidden);
+    }
   });
 }
 
@@ -197,6 +201,34 @@ double cross_entropy(float* logits, int64_t rows, int64_t vocab, const int32_t* 
   double total = 0;
   for (double v : term) total += v;
   return total;
+}
+
+void cross_entropy_shard_stats(const float* logits, int64_t rows, int64_t vocab, const int32_t* targets, float* stats) {
+  parallel_pieces(rows, 4, rows * vocab, [&](int64_t r0, int64_t r1) {
+    for (int64_t t = r0; t < r1; ++t) {
+      const CMapA row(logits + t * vocab, vocab);
+      const float mx = row.maxCoeff();
+      stats[t * 3] = mx;
+      stats[t * 3 + 1] = static_cast<float>((row - mx).exp().cast<double>().sum());
+      stats[t * 3 + 2] = targets[t] >= 0 ? row[targets[t]] : 0.0f;
+    }
+  });
+}
+
+void cross_entropy_shard_grad(float* logits, int64_t rows, int64_t vocab, const int32_t* targets,
+                              const float* max_sum, float scale) {
+  parallel_pieces(rows, 4, rows * vocab, [&](int64_t r0, int64_t r1) {
+    for (int64_t t = r0; t < r1; ++t) {
+      MapA row(logits + t * vocab, vocab);
+      if (targets[t] == -1) {
+        row.setZero();
+        continue;
+      }
+      row = (row - max_sum[t * 2]).exp();
+      row *= static_cast<float>(scale / static_cast<double>(max_sum[t * 2 + 1]));
+      if (targets[t] >= 0) row[targets[t]] -= scale;
+    }
+  });
 }
 
 void page_summaries(const float* k, int64_t rows, int64_t kv_dim, int64_t page_tokens, float* out) {

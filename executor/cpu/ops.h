@@ -33,6 +33,14 @@ void swiglu_fwd(const float* gate, const float* up, int64_t n, float* out);
 void swiglu_bwd(const float* gate, const float* up, const float* dout, int64_t n, float* dgate, float* dup);
 
 double cross_entropy(float* logits, int64_t rows, int64_t vocab, const int32_t* targets, float scale);
+// Tensor parallelism's vocabulary-parallel loss over one rank's columns of the logits (Backend::
+// cross_entropy_shard_stats / _grad): per row its max, sum of exp(x - max) and the target's logit
+// (targets[t] in [0, vocab): on this rank; otherwise 0); then, given the row's global max and sum
+// (stats [rows][2]), the gradient scale * (exp(x - max) / sum - [v == target]) in place (rows with
+// target -1 are zeroed; -2: the target is another rank's).
+void cross_entropy_shard_stats(const float* logits, int64_t rows, int64_t vocab, const int32_t* targets, float* stats);
+void cross_entropy_shard_grad(float* logits, int64_t rows, int64_t vocab, const int32_t* targets,
+                              const float* max_sum, float scale);
 
 // Paged, causal-in-chunk attention (blocked per query page; see backend.h PagedAttention).
 void attention_fwd(const PagedAttention& a, float* o, float* lse);

@@ -42,11 +42,6 @@ PlannedRun plan_run(const planner::Plan& plan, const std::string& plan_path, con
   PlannedRun r;
   simulator::Scenario& s = r.scenario;
   s = plan.scenario();
-  if (s.config.gpus > 1)
-    throw Error("--plan", plan_path,
-                "plans tensor parallelism over " + std::to_string(s.config.gpus) +
-                    " GPUs, and oomb run executes on one GPU (its pages and copies would not be the plan's)",
-                "plan for one GPU (drop --gpus from oomb plan) to run it");
   if (!o.layers && !o.kv_dtype && !o.kv_grad_dtype) r.planned = plan.buffers;
   if (o.layers) {
     s.config.layers_override = *o.layers;
@@ -253,7 +248,26 @@ void check_run(const RunRequest& r) {
   const simulator::Config& c = r.scenario.config;
   if (c.context_tokens <= 0) throw Error("--context", "", "is required (or give --plan)", "e.g. 16K");
   const int world = r.comm ? r.comm->size() : 1;
-  if (c.data_parallel != world) {
+  if (c.gpus > 1 && c.data_parallel == 1 && world != c.gpus) {
+    // Tensor parallelism: one process per GPU of the group.
+    const std::string n = std::to_string(c.gpus);
+    const std::string how = "mpirun -np " + n + " oomb run " +
+                            (r.plan_path.empty() ? "... --gpus " + n : "--plan " + r.plan_path) + " --backend cpu";
+    throw Error(r.plan_path.empty() ? "--gpus" : "--plan", r.plan_path.empty() ? n : r.plan_path,
+                "tensor parallelism over " + n + " GPUs runs as " + n + " processes (one per GPU) and this run has " +
+                    std::to_string(world) + (world == 1 ? " (not launched by MPI)" : ""),
+                built_with_mpi() || world > 1 ? "run it as: " + how
+                                              : "this build has no MPI (apt install libopenmpi-dev, rebuild)");
+  }
+  if (c.gpus > 1 && r.backend != "cpu")
+    throw Error("--backend", r.backend,
+                "tensor parallelism (--gpus " + std::to_string(c.gpus) +
+                    ") runs on the CPU backend for now: the CUDA backend has no vocabulary-parallel loss yet",
+                "--backend cpu under mpirun");
+  if (c.gpus > 1 && r.compare_dense)
+    throw Error("--compare-dense", "", "runs one process's dense step beside the sparse one; not with --gpus > 1",
+                "compare without --gpus, or drop --compare-dense");
+  if (c.data_parallel * c.gpus != world && !(c.gpus > 1 && c.data_parallel == 1)) {
     const std::string how = "mpirun -np " + std::to_string(c.data_parallel) + " oomb run " +
                             (r.plan_path.empty() ? "... --data-parallel " + std::to_string(c.data_parallel)
                                                  : "--plan " + r.plan_path);
@@ -505,7 +519,9 @@ RunResult run(const RunRequest& r, const Weights& w, const TokenSource& tokens, 
   const int world = r.comm ? r.comm->size() : 1, rank = r.comm ? r.comm->rank() : 0;
   res.rank = rank;
   res.world = world;
-  auto sequence_of = [&](int64_t step) { return tokens.sequence(step * world + rank, c.context_tokens); };
+  // Tensor parallelism: the ranks of one group train the same sequence.
+  const int replicas = world / static_cast<int>(c.gpus), replica = rank / static_cast<int>(c.gpus);
+  auto sequence_of = [&](int64_t step) { return tokens.sequence(step * replicas + replica, c.context_tokens); };
   const std::vector<int32_t> first = sequence_of(0);
   std::vector<double> all_step_times_s;  // warm-up included
   try {
@@ -700,7 +716,15 @@ Json to_json(const RunResult& r) {
                       {"max_grad_rel_error", r.reference->max_grad_rel_error},
                       {"worst_tensor", r.reference->worst_tensor}};
   if (r.dense) j["compare_dense"] = r.dense->to_json();
-  if (r.world > 1)
+  if (r.measured.tp > 1)
+    j["tensor_parallel"] = {{"tp", r.measured.tp},
+                            {"rank", r.rank},
+                            {"world", r.world},
+                            {"rank_losses", r.rank_losses},
+                            {"allreduces", r.measured.tp_allreduces},
+                            {"allreduce_bytes", r.measured.tp_allreduce_bytes},
+                            {"allreduce_s", r.measured.tp_allreduce_s}};
+  if (r.world > r.measured.tp)
     j["data_parallel"] = {{"world", r.world},
                           {"rank", r.rank},
                           {"rank_losses", r.rank_losses},
@@ -744,7 +768,14 @@ std::string describe(const RunResult& r, const RunRequest& req, const std::strin
   appendf(out, "storage: weights %s, gradients %s, activations %s, loss %s; pages: KV %s, KV-grad %s\n",
           c.param_dtype.c_str(), lora ? "fp32 (the adapters')" : c.param_grad_dtype.c_str(),
           c.activation_dtype.c_str(), c.loss_dtype.c_str(), r.kv_pages.c_str(), r.grad_pages.c_str());
-  if (r.world > 1)
+  if (r.measured.tp > 1)
+    appendf(out,
+            "tensor parallel: rank %d of %lld (%s; this rank holds 1/%lld of the heads, MLP columns and vocabulary), "
+            "%lld activation all-reduces, %s per step (%s on this rank)\n",
+            r.rank, static_cast<long long>(r.measured.tp), r.measured.comm.c_str(),
+            static_cast<long long>(r.measured.tp), static_cast<long long>(r.measured.tp_allreduces),
+            format_bytes(r.measured.tp_allreduce_bytes).c_str(), format_duration_s(r.measured.tp_allreduce_s).c_str());
+  if (r.world > r.measured.tp)
     appendf(out, "data parallel: rank %d of %d (%s), gradient all-reduce %s per optimizer step (%s on this rank)\n",
             r.rank, r.world, r.measured.comm.c_str(), format_bytes(r.measured.allreduce_bytes).c_str(),
             format_duration_s(r.measured.allreduce_s).c_str());

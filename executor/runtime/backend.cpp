@@ -94,6 +94,15 @@ void Backend::cross_entropy_acc(ConstTensor logits, int64_t rows, int64_t vocab,
   loss_slots_[static_cast<size_t>(slot)] += cross_entropy(logits, rows, vocab, targets, scale, grad);
 }
 
+void Backend::cross_entropy_shard_stats(ConstTensor, int64_t, int64_t, const int32_t*, float*) {
+  throw Error("--gpus", "", "tensor parallelism runs on the CPU backend for now (the " + name() +
+                                " backend has no vocabulary-parallel loss)",
+              "--backend cpu under mpirun, or --gpus 1");
+}
+void Backend::cross_entropy_shard_grad(ConstTensor, int64_t, int64_t, const int32_t*, const float*, float, Tensor) {
+  cross_entropy_shard_stats(ConstTensor{}, 0, 0, nullptr, nullptr);
+}
+
 std::vector<double> Backend::take_losses(int64_t n) {
   OOMB_ASSERT(n >= 0);
   std::vector<double> out(static_cast<size_t>(n), 0.0);

@@ -206,6 +206,8 @@ class Backend {
   virtual void wait(const EventPtr& e) = 0;
 
   // ---- model ops (device pointers, typed views; "acc" outputs accumulate, others overwrite)
+  // A negative id (the CPU backend, under tensor parallelism: another rank's token) looks up a zero
+  // row and adds no gradient.
   virtual void embedding_fwd(const int32_t* ids, int64_t rows, ConstTensor table, int64_t hidden, Tensor out) = 0;
   virtual void embedding_bwd(const int32_t* ids, int64_t rows, ConstTensor dout, int64_t hidden,
                              Tensor dtable_acc) = 0;
@@ -270,6 +272,16 @@ class Backend {
   virtual void cross_entropy_acc(ConstTensor logits, int64_t rows, int64_t vocab, const int32_t* targets,
                                  float scale, Tensor grad, int64_t slot);
   virtual std::vector<double> take_losses(int64_t n);
+  // Tensor parallelism's vocabulary-parallel loss: this rank holds `vocab` columns of the logits
+  // and targets index them (-2: the row's target is another rank's column; -1: no target). stats
+  // [rows][3] (device): per row its max, sum of exp(x - max) and the target's logit (0 when not
+  // here). Then, given the row's max and sum over every rank (max_sum [rows][2], device), grad =
+  // scale * (softmax - one-hot) over this rank's columns (rows with -1: 0; grad may be logits).
+  // The default refuses them: only the CPU backend runs tensor parallelism so far.
+  virtual void cross_entropy_shard_stats(ConstTensor logits, int64_t rows, int64_t vocab, const int32_t* targets,
+                                         float* stats);
+  virtual void cross_entropy_shard_grad(ConstTensor logits, int64_t rows, int64_t vocab, const int32_t* targets,
+                                        const float* max_sum, float scale, Tensor grad);
   // Host synchronisations so far: the times the host waited for the device's work (read-backs,
   // stream drains). The CUDA backend counts its own; 0 on the CPU backend, which computes on the
   // host. The Engine reports them per step (Measured::host_syncs).

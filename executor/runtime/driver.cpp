@@ -172,10 +172,39 @@ Engine::Engine(Backend& backend, const models::ModelSpec& model, const simulator
   if (options_.measure_recall && !sparse)
     throw Error("--measure-recall", "", "measures what sparse page selections capture of the dense attention",
                 "add --attention sparse");
-  if (config.gpus != 1)
-    throw Error("--gpus", std::to_string(config.gpus), "the executor runs on one GPU", "--gpus 1");
   const int world = options_.comm ? options_.comm->size() : 1;
-  if (config.data_parallel != world)
+  full_model_ = model_;
+  tp_ = config.gpus;
+  if (tp_ > 1) {
+    // Tensor parallelism (docs/model.md "Tensor parallelism"): one process per GPU of the group,
+    // each holding its shard of the model and of the KV heads.
+    const std::string gpus = std::to_string(tp_);
+    if (world != tp_ * config.data_parallel)
+      throw Error("--gpus", gpus,
+                  "tensor parallelism over " + gpus + " GPUs runs as " + gpus + " processes and the run has " +
+                      std::to_string(world),
+                  "launch one process per GPU: mpirun -np " + gpus + " oomb run ... --gpus " + gpus);
+    if (config.data_parallel > 1)
+      throw Error("--data-parallel", std::to_string(config.data_parallel),
+                  "with tensor parallelism (--gpus " + gpus + ") is planned and simulated, not executed yet",
+                  "--gpus " + gpus + " alone, or --data-parallel alone");
+    if (config.lora_rank > 0)
+      throw Error("--lora-rank", std::to_string(config.lora_rank),
+                  "with tensor parallelism is planned and simulated, not executed yet", "--gpus 1 with LoRA");
+    if (sparse && config.selection == "published")
+      throw Error("--selection", "published",
+                  "selects one set of pages for every head, from scores over all of them; under tensor parallelism "
+                  "those scores would be summed over the ranks first, which the executor does not do yet",
+                  "--selection per-kv-head (each rank selects for its own KV heads)");
+    if (backend_.name() != "cpu")
+      throw Error("--gpus", gpus,
+                  "tensor parallelism runs on the CPU backend for now (the " + backend_.name() +
+                      " backend has no vocabulary-parallel loss)",
+                  "--backend cpu under mpirun");
+    tp_rank_ = options_.comm->rank() % tp_;
+    model_ = step::tensor_parallel_shard(full_model_, tp_);
+    vocab0_ = tp_rank_ * model_.vocab;
+  } else if (config.data_parallel != world)
     throw Error("--data-parallel", std::to_string(config.data_parallel),
                 "the run has " + std::to_string(world) + " rank" + (world == 1 ? "" : "s") +
                     " and the configuration " + std::to_string(config.data_parallel) + " data-parallel replicas",
@@ -190,7 +219,10 @@ Engine::Engine(Backend& backend, const models::ModelSpec& model, const simulator
   g_ = step::geometry(model, config);
 
   layout_ = ParamLayout(model_);
-  OOMB_ASSERT(weights.layout.total() == layout_.total() && weights.layout.params().size() == layout_.params().size(),
+  // Tensor parallelism: the rank's shard of the model's weights.
+  const Weights local = tp_ > 1 ? shard_params(weights, layout_, tp_rank_) : Weights{};
+  const Weights& w0 = tp_ > 1 ? local : weights;
+  OOMB_ASSERT(w0.layout.total() == layout_.total() && w0.layout.params().size() == layout_.params().size(),
               "weights do not have the model's layout");
   lora_ = config.lora_rank > 0;
   if (lora_) {
@@ -228,7 +260,7 @@ Engine::Engine(Backend& backend, const models::ModelSpec& model, const simulator
   const DType trained_dtype = lora_ ? DType::f32 : param_dtype_;
   params_ = row_buffer(step::row::kWeights, Tier::device, n_params, param_dtype_);
   grads_ = row_buffer(step::row::kParameterGradients, Tier::device, n_trained, grad_dtype_);
-  upload_weights(weights.data);
+  upload_weights(w0.data);
   if (lora_) {
     adapters_ = row_buffer(step::row::kLoraAdapters, Tier::device, n_trained, DType::f32);
     backend_.upload(adapters_.data(), options_.adapters.data.data(), adapters_.bytes());
@@ -237,7 +269,7 @@ Engine::Engine(Backend& backend, const models::ModelSpec& model, const simulator
   if (optimizer) {
     if (trained_dtype != DType::f32) {
       master_ = row_buffer(step::row::kMasterWeights, opt_tier, n_params, DType::f32);
-      backend_.upload(master_.data(), weights.data.data(), master_.bytes());
+      backend_.upload(master_.data(), w0.data.data(), master_.bytes());
     }
     if (opt_tier == Tier::host) {
       host_grads_ = row_buffer(step::row::kHostParameterGradients, Tier::host, n_trained, grad_dtype_);
@@ -267,6 +299,15 @@ Engine::Engine(Backend& backend, const models::ModelSpec& model, const simulator
   for (const auto& r : rows_)
     if (r.name == step::row::kOpScratch && r.tier == Tier::device) backend_.size_op_scratch(r.bytes);
   for (const BackendBuffer& b : backend_.device_buffers()) account_.add(Tier::device, b.name, b.bytes);
+
+  if (tp_ > 1) {
+    // The activations' all-reduces sum bf16 in an fp32 copy (MPI), the loss's statistics of every
+    // rank meet in one buffer: both under their rows, for the whole run.
+    if (act_dtype_ == DType::bf16 && options_.comm->stages_bf16_in_fp32())
+      tp_staging_ = row_buffer(step::row::kTensorParallelStaging, Tier::device, Cm * H, DType::f32);
+    tp_stats_ = row_buffer(step::row::kTensorParallelLossStatistics, Tier::device, checked_mul(tp_ * head_rows_, 3),
+                           DType::f32);
+  }
 
   w_ = std::make_unique<Work>();
   w_->ids = row_buffer(step::row::kTokenIds, Tier::device, Cm, DType::f32);
@@ -431,12 +472,33 @@ void Engine::timed(const char* name, const char* op, int stage, int64_t chunk, d
   recorder_.compute(name, op, stage, chunk, -1, t0, steady_now_ns(), flops);
 }
 
+void Engine::tp_all_reduce(Tensor t, int64_t n) {
+  if (tp_ == 1) return;
+  const int64_t t0 = steady_now_ns();
+  options_.comm->all_reduce_sum_staged(t, n, tp_staging_.f32());
+  tp_allreduce_s_ += static_cast<double>(steady_now_ns() - t0) * 1e-9;
+  tp_allreduce_bytes_ += n * dtype_bytes(t.dtype);
+  ++tp_allreduces_;
+}
+
 void Engine::embed(int64_t c, int stage, Tensor x) {
   const int64_t T = g_.chunk_len(c), s = g_.chunk_start(c);
   timed("embedding", "embedding", stage, c, 0, [&] {
-    backend_.upload(w_->ids.data(), tokens_.data() + s, T * 4);
+    if (tp_ == 1) {
+      backend_.upload(w_->ids.data(), tokens_.data() + s, T * 4);
+    } else {
+      // The vocabulary-parallel embedding: this rank's rows of the table for its tokens, zero rows
+      // for the others' (id -1), summed over the ranks.
+      std::vector<int32_t> ids(static_cast<size_t>(T));
+      for (int64_t t = 0; t < T; ++t) {
+        const int64_t v = tokens_[static_cast<size_t>(s + t)] - vocab0_;
+        ids[static_cast<size_t>(t)] = v >= 0 && v < model_.vocab ? static_cast<int32_t>(v) : -1;
+      }
+      backend_.upload(w_->ids.data(), ids.data(), T * 4);
+    }
     backend_.embedding_fwd(w_->ids.i32(), T, params_.ct().at(layout_.embed()), model_.hidden, x);
   });
+  if (tp_ > 1) timed("tp_allreduce", "embedding", stage, c, 0, [&] { tp_all_reduce(x, T * model_.hidden); });
 }
 
 PagedAttention Engine::attention_args(const Pass& pass, const PassPages& pages) const {
@@ -640,6 +702,7 @@ void Engine::layer_forward(const Pass& pass, int64_t pass_index, PassPages& page
   timed("o_proj", pass, 2 * Td * qd * H + adapter_flops(l, {LT::o}, T, 2), [&] {
     backend_.linear_fwd(w.o.t(), T, qd, P.wo, nullptr, H, w.tmp.t());
     adapter_fwd(P, w, LT::o, w.o.ct(), T, w.tmp.t());
+    tp_all_reduce(w.tmp.t(), T * H);  // row-parallel: each rank's heads' share of the output
     backend_.copy(w.x2.t(), in, T * H);
     backend_.add(w.x2.t(), w.tmp.t(), T * H);
   });
@@ -653,6 +716,7 @@ void Engine::layer_forward(const Pass& pass, int64_t pass_index, PassPages& page
     if (out) {
       backend_.linear_fwd(w.m.t(), T, F, P.wd, nullptr, H, w.tmp.t());
       adapter_fwd(P, w, LT::down, w.m.ct(), T, w.tmp.t());
+      tp_all_reduce(w.tmp.t(), T * H);  // row-parallel: each rank's MLP columns' share
       backend_.copy(out, w.x2.t(), T * H);
       backend_.add(out, w.tmp.t(), T * H);
     } else {
@@ -684,6 +748,7 @@ void Engine::layer_backward(const Pass& pass, PassPages& pages, ConstTensor in, 
     adapter_bwd(P, a_, LT::gate, a_.h2.ct(), T, w.dg.ct(), w.dh2.t());
     backend_.linear_bwd(a_.h2.t(), T, H, P.wu, F, w.du.t(), w.dh2.t(), true, P.d_wu, nullptr);
     adapter_bwd(P, a_, LT::up, a_.h2.ct(), T, w.du.ct(), w.dh2.t());
+    tp_all_reduce(w.dh2.t(), T * H);  // column-parallel: the input gradient summed over the ranks
   });
   timed("mlp_norm_bwd", pass, 0, [&] {
     backend_.copy(w.dx2.t(), dy, T * H);  // residual
@@ -723,6 +788,7 @@ void Engine::layer_backward(const Pass& pass, PassPages& pages, ConstTensor in, 
     adapter_bwd(P, a_, LT::k, a_.h1.ct(), T, dk, w.dh1.t());
     backend_.linear_bwd(a_.h1.t(), T, H, P.wv, kvd, w.dv.t(), w.dh1.t(), true, P.d_wv, P.d_bv);
     adapter_bwd(P, a_, LT::v, a_.h1.ct(), T, w.dv.ct(), w.dh1.t());
+    tp_all_reduce(w.dh1.t(), T * H);
   });
   timed("attn_norm_bwd", pass, 0, [&] {
     backend_.copy(dx, w.dx2.t(), T * H);
@@ -741,6 +807,12 @@ void Engine::head_forward_backward(int64_t c, ConstTensor x_last, Tensor dy) {
   // A frozen LM head and final norm (LoRA): no weight gradients, the head's input gradient only.
   const Tensor d_head = lora_ ? Tensor{} : grads_.t().at(layout_.lm_head());
   const Tensor d_final_norm = lora_ ? Tensor{} : grads_.t().at(layout_.final_norm());
+  if (tp_ > 1)  // the vocabulary-parallel loss: targets as this rank's columns (-2: another rank's)
+    for (int32_t& t : targets) {
+      if (t < 0) continue;
+      const int64_t v = t - vocab0_;
+      t = v >= 0 && v < V ? static_cast<int32_t>(v) : -2;
+    }
   timed("lm_head", "lm_head", 2, c, (lora_ ? 4.0 : 6.0) * T * H * V, [&] {
     backend_.upload(w.targets.data(), targets.data(), T * 4);
     backend_.rmsnorm_fwd(x_last, params_.ct().at(layout_.final_norm()), T, H, static_cast<float>(model_.norm_eps),
@@ -761,14 +833,54 @@ void Engine::head_forward_backward(int64_t c, ConstTensor x_last, Tensor dy) {
         }
         grad = w.logits_grad.t();
       }
-      // The tile's loss stays with the backend (chunk c's slot): no read-back per tile.
-      backend_.cross_entropy_acc(logits, rows, V, w.targets.i32() + r0, inv, grad, c);
+      if (tp_ == 1) {
+        // The tile's loss stays with the backend (chunk c's slot): no read-back per tile.
+        backend_.cross_entropy_acc(logits, rows, V, w.targets.i32() + r0, inv, grad, c);
+      } else {
+        tp_losses_[static_cast<size_t>(c)] += tp_cross_entropy(logits, rows, V, targets.data() + r0, r0, inv, grad);
+      }
       backend_.linear_bwd(hf, rows, H, head, V, grad, w.dhf.t().at(r0 * H), false, d_head, nullptr);
     }
+    tp_all_reduce(w.dhf.t(), T * H);  // the vocabulary-parallel head's input gradient
     backend_.fill_zero(dy.data, T * H * dtype_bytes(dy.dtype));
     backend_.rmsnorm_bwd(x_last, params_.ct().at(layout_.final_norm()), w.rstdf.f32(), w.dhf.ct(), T, H, dy,
                          d_final_norm);
   });
+}
+
+// One tile of the vocabulary-parallel cross-entropy: each rank's per-row max, sum of exponentials
+// and target logit meet in one all-reduce (each rank writes its own block of the statistics, zero
+// elsewhere); every rank then has each row's max and sum over the whole vocabulary, its loss, and
+// writes the gradient of its own columns. Returns the tile's summed loss (the same on every rank).
+double Engine::tp_cross_entropy(ConstTensor logits, int64_t rows, int64_t V, const int32_t* host_targets, int64_t r0,
+                                float scale, Tensor grad) {
+  const Work& w = *w_;
+  const int64_t n = tp_ * rows * 3;
+  backend_.fill_zero(tp_stats_.data(), n * 4);
+  backend_.cross_entropy_shard_stats(logits, rows, V, w.targets.i32() + r0, tp_stats_.f32() + tp_rank_ * rows * 3);
+  tp_all_reduce(tp_stats_.t(), n);
+  std::vector<float> st(static_cast<size_t>(n));
+  backend_.download(st.data(), tp_stats_.data(), n * 4);
+  std::vector<float> max_sum(static_cast<size_t>(rows * 2), 0.0f);
+  double loss = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    max_sum[static_cast<size_t>(r * 2 + 1)] = 1;
+    if (host_targets[r] == -1) continue;  // no next token
+    float mx = -std::numeric_limits<float>::infinity();
+    for (int64_t k = 0; k < tp_; ++k) mx = std::max(mx, st[static_cast<size_t>((k * rows + r) * 3)]);
+    double sum = 0, target = 0;
+    for (int64_t k = 0; k < tp_; ++k) {
+      const float* e = st.data() + (k * rows + r) * 3;
+      sum += static_cast<double>(e[1]) * std::exp(static_cast<double>(e[0]) - static_cast<double>(mx));
+      target += static_cast<double>(e[2]);
+    }
+    max_sum[static_cast<size_t>(r * 2)] = mx;
+    max_sum[static_cast<size_t>(r * 2 + 1)] = static_cast<float>(sum);
+    loss += std::log(sum) - (target - static_cast<double>(mx));
+  }
+  backend_.upload(tp_stats_.data(), max_sum.data(), rows * 2 * 4);
+  backend_.cross_entropy_shard_grad(logits, rows, V, w.targets.i32() + r0, tp_stats_.f32(), scale, grad);
+  return loss;
 }
 
 void Engine::report(const Pass& pass) {
@@ -792,15 +904,18 @@ StepResult Engine::step(const std::vector<int32_t>& tokens) {
     throw Error("tokens", "", "got " + std::to_string(tokens.size()) + " tokens for a context of " +
                                   std::to_string(g_.N));
   for (size_t i = 0; i < tokens.size(); ++i)
-    if (tokens[i] < 0 || tokens[i] >= model_.vocab)
+    if (tokens[i] < 0 || tokens[i] >= full_model_.vocab)
       throw Error("tokens", "", "token " + std::to_string(tokens[i]) + " at position " + std::to_string(i) +
-                                    " is out of range", "ids must be < vocab " + std::to_string(model_.vocab));
+                                    " is out of range", "ids must be < vocab " + std::to_string(full_model_.vocab));
   tokens_ = tokens;
   step_start_ns_ = steady_now_ns();
   const int64_t syncs_before = backend_.host_syncs();
   optimizer_h2d_bytes_ = optimizer_d2h_bytes_ = 0;
   allreduce_bytes_ = 0;
   allreduce_s_ = 0;
+  tp_allreduces_ = tp_allreduce_bytes_ = 0;
+  tp_allreduce_s_ = 0;
+  tp_losses_.assign(static_cast<size_t>(g_.n), 0.0);
   work_done_ = 0;
   work_total_ = 0;
   for (double wk : chunk_work_) work_total_ += 5.5 * wk;
@@ -880,7 +995,8 @@ StepResult Engine::step(const std::vector<int32_t>& tokens) {
   }
   OOMB_ASSERT(pi == passes.size());
   // The loss: the chunks' sums, read back once, added in the order stage 2 ran them.
-  const std::vector<double> chunk_loss = backend_.take_losses(g_.n);
+  std::vector<double> chunk_loss = backend_.take_losses(g_.n);
+  for (int64_t c = 0; c < g_.n && tp_ > 1; ++c) chunk_loss[static_cast<size_t>(c)] += tp_losses_[static_cast<size_t>(c)];
   double loss = 0;
   for (int64_t c = g_.n - 1; c >= 0; --c) loss += chunk_loss[static_cast<size_t>(c)] / static_cast<double>(g_.N - 1);
 
@@ -935,6 +1051,11 @@ StepResult Engine::step(const std::vector<int32_t>& tokens) {
   m.comm = options_.comm ? options_.comm->name() : "self";
   m.allreduce_bytes = allreduce_bytes_;
   m.allreduce_s = allreduce_s_;
+  m.tp = tp_;
+  m.tp_rank = tp_rank_;
+  m.tp_allreduces = tp_allreduces_;
+  m.tp_allreduce_bytes = tp_allreduce_bytes_;
+  m.tp_allreduce_s = tp_allreduce_s_;
   m.step_times_s.push_back(r.seconds);
   m.union_pages.clear();
   for (int64_t c = 0; c < g_.n; ++c)
@@ -964,7 +1085,9 @@ void Engine::optimizer_step() {
   };
   // Data parallelism: every replica's gradients summed (their mean below) before the update, so
   // that every replica applies the same one.
-  const int world = options_.comm ? options_.comm->size() : 1;
+  // (Tensor parallelism: the ranks of one group hold different shards and the same replicated
+  // norms' gradients; nothing to sum between them.)
+  const int world = options_.comm ? static_cast<int>(options_.comm->size() / tp_) : 1;
   if (world > 1) {
     // The replicas meet first (a slower rank's backward is not the collective's time), then the
     // all-reduce is timed on its own.
@@ -1010,9 +1133,19 @@ void Engine::download_f32(ConstTensor src, int64_t n, float* dst) const {
   bf16_to_f32(b.data(), dst, n);
 }
 
+ParamTensors Engine::gather_shards(const ParamTensors& local) const {
+  ParamTensors full = zero_params(full_model_);
+  unshard_params_into(local, tp_rank_, tp_rank_ == 0, full);  // the norms: rank 0's (the same on every rank)
+  std::vector<double> sum(full.data.begin(), full.data.end());
+  options_.comm->all_reduce_sum_host(sum.data(), static_cast<int64_t>(sum.size()));
+  for (size_t i = 0; i < sum.size(); ++i) full.data[i] = static_cast<float>(sum[i]);
+  return full;
+}
+
 Gradients Engine::gradients() const {
   Gradients g = lora_ ? zero_params(lora_layout_) : zero_params(model_);
   download_f32(grads_.ct(), g.layout.total(), g.data.data());
+  if (tp_ > 1) return gather_shards(g);
   if (options_.comm && options_.comm->size() > 1) {
     std::vector<double> sum(g.data.begin(), g.data.end());
     options_.comm->all_reduce_sum_host(sum.data(), static_cast<int64_t>(sum.size()));
@@ -1033,7 +1166,7 @@ Weights Engine::weights() const {
   // The working weights as stored (an optimizer's fp32 master weights are what they round from).
   if (master_.data()) download_f32(master_.ct(), layout_.total(), w.data.data());
   else download_f32(params_.ct(), layout_.total(), w.data.data());
-  return w;
+  return tp_ > 1 ? gather_shards(w) : w;
 }
 
 traces::Trace Engine::trace(const std::string& command) const {
@@ -1133,9 +1266,17 @@ Json Measured::to_json() const {
           {"tokens_per_s", tokens_per_s},
           {"loss", loss},
           {"steps", steps}};
-  if (world > 1)
+  if (world > tp)
     j["data_parallel"] = {{"rank", rank}, {"world", world}, {"comm", comm}, {"allreduce_bytes", allreduce_bytes},
                           {"allreduce_s", allreduce_s}};
+  if (tp > 1)
+    j["tensor_parallel"] = {{"tp", tp},
+                            {"rank", tp_rank},
+                            {"world", world},
+                            {"comm", comm},
+                            {"allreduces", tp_allreduces},
+                            {"allreduce_bytes", tp_allreduce_bytes},
+                            {"allreduce_s", tp_allreduce_s}};
   if (!recall.empty()) {
     Json r = Json::array();
     for (const auto& x : recall) r.push_back({{"chunk", x.chunk}, {"layer", x.layer}, {"recall", x.recall}});

@@ -129,6 +129,11 @@ struct Measured {
   std::string comm = "self";
   int64_t allreduce_bytes = 0;
   double allreduce_s = 0;
+  // Tensor parallelism (gpus > 1): the degree, this rank's place in it, and the last step's
+  // activation all-reduces (count, bytes given per rank as stored, wall time); in to_json when tp > 1.
+  int64_t tp = 1, tp_rank = 0;
+  int64_t tp_allreduces = 0, tp_allreduce_bytes = 0;
+  double tp_allreduce_s = 0;
   std::vector<UnionSize> union_pages;                     // last step, per (chunk, layer)
   std::vector<RecallSample> recall;  // last step, per (chunk, layer); empty unless measure_recall
   double mean_recall() const;        // over the samples (0 when none)
@@ -243,6 +248,21 @@ class Engine {
   int64_t optimizer_h2d_bytes_ = 0, optimizer_d2h_bytes_ = 0;  // of the last step
   int64_t allreduce_bytes_ = 0;                                 // of the last step
   double allreduce_s_ = 0;
+  // Tensor parallelism (config.gpus > 1; docs/model.md "Tensor parallelism"): model_ is this rank's
+  // shard of full_model_ (step::tensor_parallel_shard), its vocabulary [vocab0_, vocab0_ + model_.vocab).
+  models::ModelSpec full_model_;
+  int64_t tp_ = 1, tp_rank_ = 0, vocab0_ = 0;
+  Buffer tp_staging_, tp_stats_;  // rows tensor_parallel_staging (bf16 activations), _loss_statistics
+  std::vector<double> tp_losses_;  // per chunk: the vocabulary-parallel loss (every rank the same)
+  int64_t tp_allreduces_ = 0, tp_allreduce_bytes_ = 0;
+  double tp_allreduce_s_ = 0;
+  // The sum over the tensor-parallel ranks, in place (n elements of t); nothing with one rank.
+  void tp_all_reduce(Tensor t, int64_t n);
+  double tp_cross_entropy(ConstTensor logits, int64_t rows, int64_t V, const int32_t* host_targets, int64_t r0,
+                          float scale, Tensor grad);
+  // The gradients (or weights) of the rank's shard written into the full model's layout, summed
+  // over the ranks (a collective): every rank gets the whole model's.
+  ParamTensors gather_shards(const ParamTensors& local) const;
   Buffer summaries_;  // sparse: [L][P][kv_dim] page key means
   std::unique_ptr<Work> w_;
   SelectionLog log_;

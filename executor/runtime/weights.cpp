@@ -734,4 +734,51 @@ std::vector<std::string> write_checkpoint(const ParamTensors& t, const std::stri
   return written;
 }
 
+
+namespace {
+// Visits the blocks of one tensor's shard: fn(full offset, local offset, floats) per contiguous run.
+template <class F>
+void for_shard_blocks(const ParamInfo& f, const ParamInfo& l, int64_t rank, F&& fn) {
+  if (f.shape.size() != l.shape.size())
+    throw Error("tensor parallelism", f.name, "has rank " + std::to_string(f.shape.size()) + " in the model and " +
+                                                  std::to_string(l.shape.size()) + " in its shard");
+  if (f.shape == l.shape) {
+    fn(f.offset, l.offset, l.numel);
+    return;
+  }
+  const int64_t r0 = l.shape[0], c0 = l.shape.size() > 1 ? l.shape[1] : 1;
+  const int64_t fc = f.shape.size() > 1 ? f.shape[1] : 1;
+  if (f.shape[0] != r0 && fc == c0) {  // a block of rows: contiguous
+    OOMB_ASSERT(f.shape[0] % r0 == 0);
+    fn(f.offset + rank * r0 * c0, l.offset, l.numel);
+    return;
+  }
+  OOMB_ASSERT(f.shape.size() == 2 && f.shape[0] == r0 && fc % c0 == 0, f.name);
+  for (int64_t r = 0; r < r0; ++r) fn(f.offset + r * fc + rank * c0, l.offset + r * c0, c0);  // columns
+}
+}  // namespace
+
+ParamTensors shard_params(const ParamTensors& full, ParamLayout local, int64_t rank) {
+  ParamTensors out = zero_params(std::move(local));
+  for (const ParamInfo& l : out.layout.params()) {
+    const ParamInfo* f = full.layout.find(l.name);
+    if (!f) throw Error("tensor parallelism", l.name, "is in the shard's layout and not in the model's");
+    for_shard_blocks(*f, l, rank, [&](int64_t fo, int64_t lo, int64_t n) {
+      std::copy_n(full.data.data() + fo, n, out.data.data() + lo);
+    });
+  }
+  return out;
+}
+
+void unshard_params_into(const ParamTensors& local, int64_t rank, bool with_replicated, ParamTensors& full) {
+  for (const ParamInfo& l : local.layout.params()) {
+    const ParamInfo* f = full.layout.find(l.name);
+    if (!f) throw Error("tensor parallelism", l.name, "is in the shard's layout and not in the model's");
+    if (f->shape == l.shape && !with_replicated) continue;
+    for_shard_blocks(*f, l, rank, [&](int64_t fo, int64_t lo, int64_t n) {
+      std::copy_n(local.data.data() + lo, n, full.data.data() + fo);
+    });
+  }
+}
+
 }  // namespace oomb::executor

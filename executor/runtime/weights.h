@@ -91,6 +91,16 @@ ParamTensors zero_params(ParamLayout layout);
 // the values do not depend on it.
 Weights random_weights(const models::ModelSpec& m, uint64_t seed, float std = 0.02f, int threads = 0);
 
+// Tensor parallelism: rank `rank`'s shard of `full` in `local` (the layout of
+// step::tensor_parallel_shard of full's model). Each tensor is matched by name: one whose local
+// shape is smaller in dim 0 (q/k/v, gate/up, their biases, embedding, LM head) takes the rank's
+// block of rows, in dim 1 (o_proj, down_proj) its block of columns; equal shapes (norms) are
+// copied whole. Throws on a tensor the two layouts do not share.
+ParamTensors shard_params(const ParamTensors& full, ParamLayout local, int64_t rank);
+// The inverse: local's blocks written into full at rank's place (the norms too when
+// with_replicated), the rest of full untouched.
+void unshard_params_into(const ParamTensors& local, int64_t rank, bool with_replicated, ParamTensors& full);
+
 // Relative L2 error ||a - b|| / max(||b||, tiny) of one tensor.
 double relative_l2(const float* a, const float* b, int64_t n);
 

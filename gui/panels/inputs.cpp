@@ -218,7 +218,7 @@ void draw_inputs_panel(ViewModel& vm, UiState& ui) {
              "reserved: include the runtime reserve (what a user sees); allocated: as max_memory_allocated");
   int g = static_cast<int>(c.gpus);
   if (ImGui::SliderInt("TP GPUs", &g, 1, 8)) c.gpus = g;
-  chart::formula_tooltip("tensor-parallel degree (planning only)");
+  chart::formula_tooltip("tensor-parallel degree (per-rank figures; oomb run executes it on the CPU backend under mpirun)");
   ImGui::PopItemWidth();
 
   vm.set_inputs(in);

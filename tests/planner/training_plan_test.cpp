@@ -331,7 +331,9 @@ TEST(ContextParallel, Qwen7bAt1MOn8GpusByHand) {
   // widths by tensor parallelism, the hidden-wide ones by splitting the sequence.
   const ParallelPlan tp2 = context_parallel(s, ContextParallelism::ring, 4, 2, true, kDefaultHeadroom);
   ASSERT_EQ(tp2.rows[0].name, "weights");
-  EXPECT_EQ(tp2.rows[0].bytes, P * 2 / 2);
+  // Every sharded tensor halves; the norms (2 per layer and the final one) are whole on both ranks.
+  const int64_t norms = L * 2 * h + h;
+  EXPECT_EQ(tp2.rows[0].bytes, ((P - norms) / 2 + norms) * 2);
   int checked = 0;
   for (const auto& r : tp2.rows) {
     if (r.name == "layer_input_checkpoints") {
