@@ -26,9 +26,6 @@ bool executable(const simulator::Config& c, std::string* why) {
              "a time (--gpus N, or --data-parallel N)";
   else if (c.gpus > 1 && c.lora_rank > 0)
     reason = "LoRA under tensor parallelism is planned on paper: the executor runs it on one GPU";
-  else if (c.gpus > 1 && c.attention == simulator::Attention::sparse && c.selection == "published")
-    reason = "the published selection rule shares pages across every head: under tensor parallelism the executor "
-             "runs --selection per-kv-head";
   if (why) *why = reason.empty() ? std::string() : reason + "; re-plan with settings the executor runs";
   return reason.empty();
 }

@@ -172,7 +172,14 @@ PassCost selection_cost(const Scenario& s, const Geometry& g, int64_t tokens, in
   LayerWork sel;
   sel.gemm_flops = flops * peak(s) / s.gpu.fp32_flops_per_s;
   sel.mb_bytes = 2.0 * summaries + std::ceil(T / 32.0) * summaries + qpages * summaries + 2.0 * qpages * groups * pp * 8.0;
-  const Mult once{1.0, 0.0, 0.0, 1.0, 5};
+  Mult once{1.0, 0.0, 0.0, 1.0, 5};
+  if (g.G > 1 && s.config.selection == "published" && prefix > g.B) {
+    // Tensor parallelism: the published rule's scores (fp64, query pages x prefix pages) summed
+    // over the ranks before the top-k (the executor selects only beyond the budget).
+    once.allreduces = 1.0;
+    sel.allreduce_bytes = qpages * pp * 8.0;
+    sel.allreduce_ring_bytes = 2.0 * static_cast<double>(g.G - 1) / static_cast<double>(g.G) * sel.allreduce_bytes;
+  }
   p.compute_s = time_of(s, sel, once);
   p.work = terms_of(s, sel, once);
   p.flops = flops;
@@ -294,8 +301,9 @@ WorkTerms tensor_parallel_comm(const Scenario& s) {
   };
   const double L = static_cast<double>(g.L), Lr = static_cast<double>(g.Lr);
   if (g.oomb) {
-    // A chunk's all-reduces depend on its tokens only: the full chunks' are the first's, the last
-    // (maybe ragged) chunk's its own.
+    // A chunk's all-reduces depend on its tokens only (the full chunks' are the first's, the last,
+    // maybe ragged, chunk's its own), except the published rule's score all-reduce, which a chunk
+    // makes once its prefix exceeds the budget.
     auto chunk = [&](int64_t c, double times) {
       const ChunkCosts cc = chunk_costs(s, g, c);
       add(cc.fill.work, times * L);
@@ -305,8 +313,12 @@ WorkTerms tensor_parallel_comm(const Scenario& s) {
       add(cc.head.work, times);
       add(cc.fill_head.work, times);
     };
-    if (g.n > 1) chunk(0, static_cast<double>(g.n - 1));
-    chunk(g.n - 1, 1);
+    if (g.sparse && s.config.selection == "published") {
+      for (int64_t c = 0; c < g.n; ++c) chunk(c, 1);
+    } else {
+      if (g.n > 1) chunk(0, static_cast<double>(g.n - 1));
+      chunk(g.n - 1, 1);
+    }
   } else {
     const ChunkCosts cc = standard_costs(s, g);
     add(cc.fill.work, L);

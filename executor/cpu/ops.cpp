@@ -269,6 +269,7 @@ std::vector<std::vector<int32_t>> select_pages(const SelectionArgs& a) {
       }
     }
   });
+  if (a.reduce_scores) a.reduce_scores(acc.data(), static_cast<int64_t>(acc.size()));
   std::vector<std::vector<int32_t>> out(static_cast<size_t>(qpages * groups));
   std::vector<int32_t> idx(static_cast<size_t>(P));
   for (int64_t jg = 0; jg < qpages * groups; ++jg) {

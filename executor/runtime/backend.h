@@ -163,6 +163,10 @@ struct SelectionArgs {
   int64_t prefix_pages = 0;
   int64_t budget = 0;  // B, < prefix_pages (the caller handles <= B as dense)
   bool per_kv_head = false;
+  // Tensor parallelism (the CPU backend): the scores [query pages x groups x prefix pages] summed
+  // over the ranks before the top-k, in place (the published rule sums over every KV head, which
+  // the ranks hold a share of each); null: the scores are this process's.
+  std::function<void(double*, int64_t)> reduce_scores;
 };
 
 // A device buffer a backend allocates for itself (a GEMM workspace, an op scratch): a row of the

@@ -191,11 +191,6 @@ Engine::Engine(Backend& backend, const models::ModelSpec& model, const simulator
     if (config.lora_rank > 0)
       throw Error("--lora-rank", std::to_string(config.lora_rank),
                   "with tensor parallelism is planned and simulated, not executed yet", "--gpus 1 with LoRA");
-    if (sparse && config.selection == "published")
-      throw Error("--selection", "published",
-                  "selects one set of pages for every head, from scores over all of them; under tensor parallelism "
-                  "those scores would be summed over the ranks first, which the executor does not do yet",
-                  "--selection per-kv-head (each rank selects for its own KV heads)");
     if (backend_.name() != "cpu")
       throw Error("--gpus", gpus,
                   "tensor parallelism runs on the CPU backend for now (the " + backend_.name() +
@@ -564,6 +559,16 @@ void Engine::select(const Pass& pass, int64_t pass_index) {
   a.prefix_pages = prefix;
   a.budget = g_.B;
   a.per_kv_head = config_.selection == "per-kv-head";
+  if (tp_ > 1 && !a.per_kv_head)
+    // The published rule: one selection from the scores of every KV head, which the ranks share:
+    // summed over them before the top-k (every rank then selects the same pages).
+    a.reduce_scores = [this](double* scores, int64_t n) {
+      const int64_t t0 = steady_now_ns();
+      options_.comm->all_reduce_sum_host(scores, n);
+      tp_allreduce_s_ += static_cast<double>(steady_now_ns() - t0) * 1e-9;
+      tp_allreduce_bytes_ += n * 8;
+      ++tp_allreduces_;
+    };
   const double flops = 2.0 * static_cast<double>(a.rows * prefix * model_.kv_dim());
   timed("select", pass, flops, [&] {
     log_.at(c, l) = sparse_selection(c, l, a.per_kv_head ? model_.kv_heads : 1, backend_.select_pages(a));

@@ -184,6 +184,9 @@ INSTANTIATE_TEST_SUITE_P(
         TpCase{"tiny_sparse_offload",
                "--model tiny --context 1K --chunk 128 --page 32 --resident-layers 1 --attention sparse "
                "--selection per-kv-head --budget 2"},
+        TpCase{"tiny_sparse_published_rule",
+               "--model tiny --context 1K --chunk 128 --page 32 --resident-layers 1 --attention sparse "
+               "--selection published --budget 2"},
         TpCase{"tiny_bf16_storage",
                "--model tiny --context 512 --chunk 128 --page 64 --resident-layers 1 --activation-dtype bf16 "
                "--param-dtype bf16 --kv-dtype bf16",
@@ -196,11 +199,10 @@ TEST_F(MpiCli, TensorParallelRunsRefuseWhatTheyCannotRun) {
   const CliRun alone = sh(oomb_binary() + " run --model tiny --context 256 --chunk 128 --gpus 2 --quiet");
   EXPECT_EQ(alone.rc, 2);
   EXPECT_TRUE(has(alone.out, "mpirun -np 2 oomb run")) << alone.out;
-  // The published selection rule shares pages across heads: refused by name under --gpus.
-  const CliRun pub = sh(mpirun(2) + "run --model tiny --context 1K --chunk 128 --page 32 --attention sparse "
-                                    "--selection published --budget 2 --gpus 2 --quiet");
-  EXPECT_NE(pub.rc, 0);
-  EXPECT_TRUE(has(pub.out, "--selection per-kv-head")) << pub.out;
+  // Data-parallel replicas of tensor-parallel groups are planned, not run yet: refused by name.
+  const CliRun both = sh(mpirun(4) + "run --model tiny --context 256 --chunk 128 --gpus 2 --data-parallel 2 --quiet");
+  EXPECT_NE(both.rc, 0);
+  EXPECT_TRUE(has(both.out, "--data-parallel")) << both.out;
   // A degree that does not divide the heads is refused before anything runs.
   const CliRun three = sh(mpirun(3) + "run --model tiny --context 256 --chunk 128 --gpus 3 --quiet");
   EXPECT_NE(three.rc, 0);
@@ -235,6 +237,17 @@ TEST_F(MpiCli, ATensorParallelPlanRunsAndEveryRankValidates) {
     EXPECT_EQ(v.rc, 0) << t << "\n" << v.out;
     EXPECT_TRUE(has(v.out, "peak:weights")) << v.out;
   }
+  // Sparse, the published rule: its score all-reduces (one per selecting layer pass, from the
+  // chunk whose prefix exceeds the budget) are counted and priced too.
+  ASSERT_EQ(sh(oomb_binary() + " plan --model tiny --gpu h200 --context 4K --chunk 512 --page 64 --resident-layers 1 "
+                               "--attention sparse --budget 2 --gpus 2 --out " + path("ps.json")).rc, 0);
+  const CliRun srun = sh(mpirun(2) + "run --plan " + path("ps.json") + " --backend cpu --quiet --json");
+  ASSERT_EQ(srun.rc, 0) << srun.out;
+  const CliRun ssim = sh(oomb_binary() + " simulate --plan " + path("ps.json") + " --json");
+  ASSERT_EQ(ssim.rc, 0) << ssim.out;
+  const oomb::Json sr = json_in(srun.out), ss = json_in(ssim.out);
+  EXPECT_EQ(sr["tensor_parallel"]["allreduces"], ss["tp_allreduces"]);
+  EXPECT_EQ(sr["tensor_parallel"]["allreduce_bytes"], ss["tp_allreduce_bytes"]);
 }
 
 TEST_F(MpiCli, ADataParallelPlanSaysHowItRunsAndItsAllReduceIsPredicted) {
