@@ -21,9 +21,6 @@ bool executable(const simulator::Config& c, std::string* why) {
   else if (!storable(c.param_dtype) || !storable(c.param_grad_dtype) || !storable(c.activation_dtype) ||
            !storable(c.loss_dtype))
     reason = "the executor stores weights, gradients, activations and the loss as fp32 or bf16";
-  else if (c.gpus > 1 && c.data_parallel > 1)
-    reason = "tensor parallelism with data-parallel replicas is planned on paper: the executor runs one of them at "
-             "a time (--gpus N, or --data-parallel N)";
   else if (c.gpus > 1 && c.lora_rank > 0)
     reason = "LoRA under tensor parallelism is planned on paper: the executor runs it on one GPU";
   if (why) *why = reason.empty() ? std::string() : reason + "; re-plan with settings the executor runs";

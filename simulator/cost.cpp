@@ -313,11 +313,22 @@ WorkTerms tensor_parallel_comm(const Scenario& s) {
       add(cc.head.work, times);
       add(cc.fill_head.work, times);
     };
-    if (g.sparse && s.config.selection == "published") {
-      for (int64_t c = 0; c < g.n; ++c) chunk(c, 1);
-    } else {
-      if (g.n > 1) chunk(0, static_cast<double>(g.n - 1));
-      chunk(g.n - 1, 1);
+    if (g.n > 1) chunk(0, static_cast<double>(g.n - 1));
+    chunk(g.n - 1, 1);
+    if (g.sparse && s.config.selection == "published" && g.n > 2) {
+      // The full chunks 1 .. n-2 beyond the budget (chunk 0 has no prefix; the last was added whole):
+      // per layer one all-reduce of q x prefix pages fp64 scores, prefix c q, in closed form (a
+      // context of 2^40 tokens has 2^28 chunks).
+      const int64_t q = g.q, first = std::max<int64_t>(1, g.B / std::max<int64_t>(q, 1) + 1), last = g.n - 2;
+      if (first <= last) {
+        const double count = static_cast<double>(last - first + 1);
+        const double sum_c = (static_cast<double>(first) + static_cast<double>(last)) * count / 2.0;
+        const double bytes = L * 8.0 * static_cast<double>(q) * static_cast<double>(q) * sum_c;
+        const double link = s.gpu.interconnect_bytes_per_s > 0 ? s.gpu.interconnect_bytes_per_s : s.gpu.h2d_bytes_per_s;
+        out.allreduces += L * count;
+        out.allreduce_bytes += bytes;
+        out.allreduce_s += 2.0 * static_cast<double>(g.G - 1) / static_cast<double>(g.G) * bytes / link;
+      }
     }
   } else {
     const ChunkCosts cc = standard_costs(s, g);

@@ -25,9 +25,19 @@ constexpr int64_t kPiece = int64_t{1} << 30;
 
 class MpiCommunicator final : public Communicator {
  public:
-  MpiCommunicator() {
-    check(MPI_Comm_rank(MPI_COMM_WORLD, &rank_), "Comm_rank");
-    check(MPI_Comm_size(MPI_COMM_WORLD, &size_), "Comm_size");
+  explicit MpiCommunicator(MPI_Comm comm = MPI_COMM_WORLD) : comm_(comm) {
+    check(MPI_Comm_rank(comm_, &rank_), "Comm_rank");
+    check(MPI_Comm_size(comm_, &size_), "Comm_size");
+  }
+  ~MpiCommunicator() override {
+    if (comm_ != MPI_COMM_WORLD && initialized()) MPI_Comm_free(&comm_);
+  }
+  MpiCommunicator(const MpiCommunicator&) = delete;
+  MpiCommunicator& operator=(const MpiCommunicator&) = delete;
+  std::unique_ptr<Communicator> split(int color, int key) override {
+    MPI_Comm sub = MPI_COMM_NULL;
+    check(MPI_Comm_split(comm_, color, key, &sub), "Comm_split");
+    return std::make_unique<MpiCommunicator>(sub);
   }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -48,23 +58,24 @@ class MpiCommunicator final : public Communicator {
   void all_reduce_sum_host(double* data, int64_t n) override {
     for (int64_t at = 0; at < n; at += kPiece)
       check(MPI_Allreduce(MPI_IN_PLACE, data + at, static_cast<int>(std::min(kPiece, n - at)), MPI_DOUBLE, MPI_SUM,
-                          MPI_COMM_WORLD),
+                          comm_),
             "Allreduce");
   }
   void broadcast_host(void* data, int64_t bytes, int root) override {
     auto* p = static_cast<char*>(data);
     for (int64_t at = 0; at < bytes; at += kPiece)
-      check(MPI_Bcast(p + at, static_cast<int>(std::min(kPiece, bytes - at)), MPI_BYTE, root, MPI_COMM_WORLD), "Bcast");
+      check(MPI_Bcast(p + at, static_cast<int>(std::min(kPiece, bytes - at)), MPI_BYTE, root, comm_), "Bcast");
   }
-  void barrier() override { check(MPI_Barrier(MPI_COMM_WORLD), "Barrier"); }
+  void barrier() override { check(MPI_Barrier(comm_), "Barrier"); }
 
  private:
   void sum(float* p, int64_t n) {
     for (int64_t at = 0; at < n; at += kPiece)
       check(MPI_Allreduce(MPI_IN_PLACE, p + at, static_cast<int>(std::min(kPiece, n - at)), MPI_FLOAT, MPI_SUM,
-                          MPI_COMM_WORLD),
+                          comm_),
             "Allreduce");
   }
+  MPI_Comm comm_;
   int rank_ = 0, size_ = 1;
 };
 }  // namespace

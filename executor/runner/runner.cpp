@@ -268,14 +268,17 @@ void check_run(const RunRequest& r) {
     throw Error("--compare-dense", "", "runs one process's dense step beside the sparse one; not with --gpus > 1",
                 "compare without --gpus, or drop --compare-dense");
   if (c.data_parallel * c.gpus != world && !(c.gpus > 1 && c.data_parallel == 1)) {
-    const std::string how = "mpirun -np " + std::to_string(c.data_parallel) + " oomb run " +
-                            (r.plan_path.empty() ? "... --data-parallel " + std::to_string(c.data_parallel)
+    // One process per replica, times the tensor-parallel GPUs of each.
+    const std::string gpus = c.gpus > 1 ? " --gpus " + std::to_string(c.gpus) : "";
+    const std::string how = "mpirun -np " + std::to_string(c.data_parallel * c.gpus) + " oomb run " +
+                            (r.plan_path.empty() ? "..." + gpus + " --data-parallel " + std::to_string(c.data_parallel)
                                                  : "--plan " + r.plan_path);
     throw Error(r.plan_path.empty() ? "--data-parallel" : "--plan",
                 r.plan_path.empty() ? std::to_string(c.data_parallel) : r.plan_path,
                 std::to_string(c.data_parallel) + " data-parallel replica" + (c.data_parallel == 1 ? "" : "s") +
-                    " and " + std::to_string(world) + " process" + (world == 1 ? "" : "es") +
-                    (world == 1 ? " (not launched by MPI)" : " in this MPI job") + ": one process per replica",
+                    (c.gpus > 1 ? " of " + std::to_string(c.gpus) + " tensor-parallel GPUs" : "") + " and " +
+                    std::to_string(world) + " process" + (world == 1 ? "" : "es") +
+                    (world == 1 ? " (not launched by MPI)" : " in this MPI job") + ": one process per GPU",
                 world == 1 && c.data_parallel > 1
                     ? (built_with_mpi() ? "run it as: " + how : "this build has no MPI (apt install libopenmpi-dev, rebuild)")
                     : "run it as: " + how);

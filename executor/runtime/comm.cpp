@@ -1,11 +1,20 @@
 #include "executor/runtime/comm.h"
 
+#include "core/error.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <vector>
 
 namespace oomb::executor {
+
+std::unique_ptr<Communicator> Communicator::split(int color, int key) {
+  (void)color;
+  (void)key;
+  throw Error("--gpus", "", "the " + name() + " communicator cannot split its ranks into tensor-parallel groups",
+              "tensor parallelism with data-parallel replicas runs over MPI (the CPU backend under mpirun)");
+}
 
 namespace {
 class SelfCommunicator final : public Communicator {

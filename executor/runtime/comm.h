@@ -33,6 +33,10 @@ class Communicator {
   virtual void all_reduce_sum_host(double* data, int64_t n) = 0;
   virtual void broadcast_host(void* data, int64_t bytes, int root) = 0;
   virtual void barrier() = 0;
+  // The ranks of this communicator with the same color, ordered by key (MPI_Comm_split): tensor
+  // parallelism's groups and the data-parallel replicas across them. A collective. The default
+  // refuses (one process has nothing to split; NCCL's communicators are made per purpose).
+  virtual std::unique_ptr<Communicator> split(int color, int key);
   // Bytes all_reduce_sum was given so far (per rank, as stored).
   int64_t reduced_bytes() const { return reduced_bytes_; }
 

@@ -184,10 +184,6 @@ Engine::Engine(Backend& backend, const models::ModelSpec& model, const simulator
                   "tensor parallelism over " + gpus + " GPUs runs as " + gpus + " processes and the run has " +
                       std::to_string(world),
                   "launch one process per GPU: mpirun -np " + gpus + " oomb run ... --gpus " + gpus);
-    if (config.data_parallel > 1)
-      throw Error("--data-parallel", std::to_string(config.data_parallel),
-                  "with tensor parallelism (--gpus " + gpus + ") is planned and simulated, not executed yet",
-                  "--gpus " + gpus + " alone, or --data-parallel alone");
     if (config.lora_rank > 0)
       throw Error("--lora-rank", std::to_string(config.lora_rank),
                   "with tensor parallelism is planned and simulated, not executed yet", "--gpus 1 with LoRA");
@@ -196,7 +192,16 @@ Engine::Engine(Backend& backend, const models::ModelSpec& model, const simulator
                   "tensor parallelism runs on the CPU backend for now (the " + backend_.name() +
                       " backend has no vocabulary-parallel loss)",
                   "--backend cpu under mpirun");
+    // Rank r: tensor-parallel rank r % tp of replica r / tp (the runner trains that replica's sequence).
     tp_rank_ = options_.comm->rank() % tp_;
+    if (config.data_parallel > 1) {
+      tp_comm_owned_ = options_.comm->split(options_.comm->rank() / static_cast<int>(tp_), static_cast<int>(tp_rank_));
+      dp_comm_owned_ = options_.comm->split(static_cast<int>(tp_rank_), options_.comm->rank() / static_cast<int>(tp_));
+      tp_comm_ = tp_comm_owned_.get();
+      dp_comm_ = dp_comm_owned_.get();
+    } else {
+      tp_comm_ = options_.comm;
+    }
     model_ = step::tensor_parallel_shard(full_model_, tp_);
     vocab0_ = tp_rank_ * model_.vocab;
   } else if (config.data_parallel != world)
@@ -204,6 +209,7 @@ Engine::Engine(Backend& backend, const models::ModelSpec& model, const simulator
                 "the run has " + std::to_string(world) + " rank" + (world == 1 ? "" : "s") +
                     " and the configuration " + std::to_string(config.data_parallel) + " data-parallel replicas",
                 "launch one process per replica: mpirun -np " + std::to_string(config.data_parallel) + " oomb run ...");
+  if (tp_ == 1 && world > 1) dp_comm_ = options_.comm;
   // Storage as the config says: fp32 or bf16 (anything else is refused by name).
   kv_dtype_ = page_dtype_from_string(config.kv_dtype, "--kv-dtype");
   grad_page_dtype_ = page_dtype_from_string(config.kv_grad_dtype, "--kv-grad-dtype");
@@ -298,7 +304,7 @@ Engine::Engine(Backend& backend, const models::ModelSpec& model, const simulator
   if (tp_ > 1) {
     // The activations' all-reduces sum bf16 in an fp32 copy (MPI), the loss's statistics of every
     // rank meet in one buffer: both under their rows, for the whole run.
-    if (act_dtype_ == DType::bf16 && options_.comm->stages_bf16_in_fp32())
+    if (act_dtype_ == DType::bf16 && tp_comm_->stages_bf16_in_fp32())
       tp_staging_ = row_buffer(step::row::kTensorParallelStaging, Tier::device, Cm * H, DType::f32);
     tp_stats_ = row_buffer(step::row::kTensorParallelLossStatistics, Tier::device, checked_mul(tp_ * head_rows_, 3),
                            DType::f32);
@@ -470,7 +476,7 @@ void Engine::timed(const char* name, const char* op, int stage, int64_t chunk, d
 void Engine::tp_all_reduce(Tensor t, int64_t n) {
   if (tp_ == 1) return;
   const int64_t t0 = steady_now_ns();
-  options_.comm->all_reduce_sum_staged(t, n, tp_staging_.f32());
+  tp_comm_->all_reduce_sum_staged(t, n, tp_staging_.f32());
   tp_allreduce_s_ += static_cast<double>(steady_now_ns() - t0) * 1e-9;
   tp_allreduce_bytes_ += n * dtype_bytes(t.dtype);
   ++tp_allreduces_;
@@ -564,7 +570,7 @@ void Engine::select(const Pass& pass, int64_t pass_index) {
     // summed over them before the top-k (every rank then selects the same pages).
     a.reduce_scores = [this](double* scores, int64_t n) {
       const int64_t t0 = steady_now_ns();
-      options_.comm->all_reduce_sum_host(scores, n);
+      tp_comm_->all_reduce_sum_host(scores, n);
       tp_allreduce_s_ += static_cast<double>(steady_now_ns() - t0) * 1e-9;
       tp_allreduce_bytes_ += n * 8;
       ++tp_allreduces_;
@@ -1092,19 +1098,19 @@ void Engine::optimizer_step() {
   // that every replica applies the same one.
   // (Tensor parallelism: the ranks of one group hold different shards and the same replicated
   // norms' gradients; nothing to sum between them.)
-  const int world = options_.comm ? static_cast<int>(options_.comm->size() / tp_) : 1;
+  const int world = dp_comm_ ? dp_comm_->size() : 1;  // the replicas
   if (world > 1) {
     // The replicas meet first (a slower rank's backward is not the collective's time), then the
     // all-reduce is timed on its own.
-    options_.comm->barrier();
+    dp_comm_->barrier();
     const int64_t t0 = steady_now_ns();
     // The CPU backend's ops are done when they return; NCCL's collectives are stream-ordered.
     // MPI sums bf16 gradients in an fp32 copy: allocated under the table's row for the all-reduce.
     Buffer staging;
-    if (grads_.dtype() == DType::bf16 && options_.comm->stages_bf16_in_fp32())
+    if (grads_.dtype() == DType::bf16 && dp_comm_->stages_bf16_in_fp32())
       staging = row_buffer(step::row::kGradientAllreduceStaging, Tier::host, n, DType::f32);
     timed("gradient_allreduce", "gradient_allreduce", 2, -1, 0,
-          [&] { options_.comm->all_reduce_sum_staged(grads_.t(), n, staging.f32()); });
+          [&] { dp_comm_->all_reduce_sum_staged(grads_.t(), n, staging.f32()); });
     allreduce_bytes_ += grads_.bytes();
     allreduce_s_ += static_cast<double>(steady_now_ns() - t0) * 1e-9;
   }
@@ -1142,7 +1148,7 @@ ParamTensors Engine::gather_shards(const ParamTensors& local) const {
   ParamTensors full = zero_params(full_model_);
   unshard_params_into(local, tp_rank_, tp_rank_ == 0, full);  // the norms: rank 0's (the same on every rank)
   std::vector<double> sum(full.data.begin(), full.data.end());
-  options_.comm->all_reduce_sum_host(sum.data(), static_cast<int64_t>(sum.size()));
+  tp_comm_->all_reduce_sum_host(sum.data(), static_cast<int64_t>(sum.size()));
   for (size_t i = 0; i < sum.size(); ++i) full.data[i] = static_cast<float>(sum[i]);
   return full;
 }
@@ -1150,13 +1156,12 @@ ParamTensors Engine::gather_shards(const ParamTensors& local) const {
 Gradients Engine::gradients() const {
   Gradients g = lora_ ? zero_params(lora_layout_) : zero_params(model_);
   download_f32(grads_.ct(), g.layout.total(), g.data.data());
-  if (tp_ > 1) return gather_shards(g);
-  if (options_.comm && options_.comm->size() > 1) {
+  if (dp_comm_ && dp_comm_->size() > 1) {  // the replicas' sum (of this rank's shard under tensor parallelism)
     std::vector<double> sum(g.data.begin(), g.data.end());
-    options_.comm->all_reduce_sum_host(sum.data(), static_cast<int64_t>(sum.size()));
+    dp_comm_->all_reduce_sum_host(sum.data(), static_cast<int64_t>(sum.size()));
     for (size_t i = 0; i < sum.size(); ++i) g.data[i] = static_cast<float>(sum[i]);
   }
-  return g;
+  return tp_ > 1 ? gather_shards(g) : g;
 }
 
 ParamTensors Engine::adapters() const {

@@ -253,6 +253,11 @@ class Engine {
   models::ModelSpec full_model_;
   int64_t tp_ = 1, tp_rank_ = 0, vocab0_ = 0;
   Buffer tp_staging_, tp_stats_;  // rows tensor_parallel_staging (bf16 activations), _loss_statistics
+  // The group's ranks (tensor parallelism) and the replicas' (data parallelism): the job's
+  // communicator itself when the other degree is 1, else split from it (owned).
+  Communicator* tp_comm_ = nullptr;
+  Communicator* dp_comm_ = nullptr;
+  std::unique_ptr<Communicator> tp_comm_owned_, dp_comm_owned_;
   std::vector<double> tp_losses_;  // per chunk: the vocabulary-parallel loss (every rank the same)
   int64_t tp_allreduces_ = 0, tp_allreduce_bytes_ = 0;
   double tp_allreduce_s_ = 0;
