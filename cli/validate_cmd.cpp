@@ -1,6 +1,7 @@
 // oomb validate: a measured trace next to the prediction for the same plan, term by term.
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <cstdio>
 #include <map>
 #include <set>
@@ -29,6 +30,28 @@ struct ValidateArgs {
 
 using planner::Validation;
 using planner::ValidationTerm;
+
+// A multi-rank run (tensor or data parallelism under mpirun): its ranks and this trace's rank, from
+// the measured block (1 and 0 for a one-process run).
+std::pair<int, int> world_and_rank(const traces::Trace& t) {
+  const Json& x = t.metadata.extra;
+  if (!x.is_object() || !x.contains("measured") || !x["measured"].is_object()) return {1, 0};
+  const Json& m = x["measured"];
+  for (const char* k : {"data_parallel", "tensor_parallel"})
+    if (m.contains(k) && m[k].is_object() && m[k].contains("world") && m[k]["world"].is_number_integer()) {
+      // data_parallel's rank is the job's; with tensor parallelism alone the group is the job.
+      const int world = m[k]["world"].get<int>();
+      const int rank = m[k].contains("rank") && m[k]["rank"].is_number_integer() ? m[k]["rank"].get<int>() : 0;
+      return {std::max(1, world), rank};
+    }
+  return {1, 0};
+}
+
+// Rank k's trace beside rank 0's, as oomb run names them: t.json -> t.rank1.json.
+std::string rank_trace_path(const std::string& path, int rank) {
+  const std::filesystem::path p(path);
+  return (p.parent_path() / (p.stem().string() + ".rank" + std::to_string(rank) + p.extension().string())).string();
+}
 
 // NAME=FRACTION with nothing after the number ("0.3abc" is refused, not read as 0.3).
 std::pair<std::string, double> parse_tolerance(const std::string& t) {
@@ -158,8 +181,44 @@ int run_validate(const ValidateArgs& a) {
   std::vector<std::string> notes = res.notes;
   if (a.plan.empty()) notes.insert(notes.begin(), "no --plan: predictions for the configuration recorded in the trace, on " + a.gpu);
   const std::vector<ValidationTerm>& terms = res.terms;
-  const bool all_ok = res.ok;
+  bool all_ok = res.ok;
   const simulator::EventResult& pred = res.prediction;
+
+  // A multi-rank run given by rank 0's trace: every rank's trace is validated against the same
+  // plan (each rank's rows are the plan's, sharded), and the step is the slowest rank's.
+  struct RankResult {
+    int rank = 0;
+    std::string trace;
+    bool found = false, ok = false;
+    std::optional<double> step_s;
+  };
+  std::vector<RankResult> ranks;
+  const auto [world, rank0] = world_and_rank(trace);
+  auto step_of = [](const Validation& v) -> std::optional<double> {
+    for (const auto& t : v.terms)
+      if (t.name == "step_s" && t.measured) return t.measured;
+    return std::nullopt;
+  };
+  if (world > 1 && rank0 == 0) {
+    ranks.push_back({0, a.trace, true, res.ok, step_of(res)});
+    for (int k = 1; k < world; ++k) {
+      RankResult r;
+      r.rank = k;
+      r.trace = rank_trace_path(a.trace, k);
+      if (std::filesystem::exists(r.trace)) {
+        const traces::Trace tk = traces::read_trace(r.trace);
+        planner::ValidationRequest rk = req;
+        rk.trace = &tk;
+        rk.trace_where = r.trace;
+        const Validation vk = planner::validate_run(rk);
+        r.found = true;
+        r.ok = vk.ok;
+        r.step_s = step_of(vk);
+      }
+      all_ok = all_ok && r.found && r.ok;
+      ranks.push_back(r);
+    }
+  }
 
   if (!a.report.empty()) {
     traces::ReportInput in;
@@ -186,12 +245,32 @@ int run_validate(const ValidateArgs& a) {
       if (!t.note.empty()) row["note"] = t.note;
       j["terms"].push_back(row);
     }
+    if (!ranks.empty()) {
+      j["ranks"] = Json::array();
+      for (const auto& r : ranks)
+        j["ranks"].push_back({{"rank", r.rank}, {"trace", r.trace}, {"found", r.found}, {"ok", r.ok},
+                              {"step_s", r.step_s ? Json(*r.step_s) : Json(nullptr)}});
+    }
     std::printf("%s\n", j.dump(2).c_str());
   } else {
     std::printf("oomb validate: plan %s, trace %s (%s)\n", a.plan.empty() ? "(from the trace)" : a.plan.c_str(), a.trace.c_str(), trace.metadata.device.c_str());
     for (const auto& n : notes) std::printf("  note: %s\n", n.c_str());
     print_terms(terms);
-    std::printf("\n%s\n", all_ok ? "OK: every comparable term is within tolerance"
+    if (!ranks.empty()) {
+      // The other ranks' terms are validated the same way (run validate on a rank's trace for its rows).
+      std::printf("\nranks (%d; the terms above are rank 0's, `oomb validate --trace` of a rank's trace prints its):\n",
+                  world);
+      const RankResult* slowest = nullptr;
+      for (const auto& r : ranks) {
+        std::printf("  rank %d  %-40s %s%s\n", r.rank, r.trace.c_str(),
+                    !r.found ? "MISSING (not validated)" : r.ok ? "ok" : "FAILED",
+                    r.step_s ? (", step " + format_duration_s(*r.step_s)).c_str() : "");
+        if (r.step_s && (!slowest || *r.step_s > *slowest->step_s)) slowest = &r;
+      }
+      if (slowest) std::printf("  the step binds on rank %d (the slowest)\n", slowest->rank);
+    }
+    std::printf("\n%s\n", all_ok ? (ranks.empty() ? "OK: every comparable term is within tolerance"
+                                                   : "OK: every comparable term of every rank is within tolerance")
                                  : "FAILED: terms beyond tolerance (see above)");
     if (!a.report.empty()) std::printf("report: %s\n", a.report.c_str());
   }
@@ -205,7 +284,9 @@ const Registrar reg(
                      "The plan the run followed (oomb.plan/1, from `oomb plan --out`); without it the configuration "
                      "recorded in the trace is predicted on --gpu");
       sub.add_option("--gpu", a->gpu, "Device profile when no --plan is given")->capture_default_str();
-      sub.add_option("--trace", a->trace, "The measured trace (oomb.trace/1, from `oomb run --trace`)");
+      sub.add_option("--trace", a->trace,
+                     "The measured trace (oomb.trace/1, from `oomb run --trace`). Rank 0's trace of a multi-rank "
+                     "run (mpirun) validates every rank's beside it too (t.json, t.rank1.json, ...)");
       sub.add_option("--measured", a->measured,
                      "Instead of --trace: numbers measured outside oomb, NAME=VALUE,... of step_s, tokens_per_s, "
                      "peak_device_bytes, peak_host_bytes, h2d_bytes, d2h_bytes (compared with --plan's prediction)");

@@ -63,6 +63,12 @@ RunRecord run_record_from_json(const Json& extra, const std::string& where) {
   r.copy_regions = m.i64_or("copy_regions", 0);
   if (m.has("mean_recall")) r.mean_recall = m.f64("mean_recall");
   if (m.has("min_recall")) r.min_recall = m.f64("min_recall");
+  if (m.has("tensor_parallel")) {
+    const JsonReader t(m.object("tensor_parallel"), where + ": metadata.extra.measured.tensor_parallel");
+    r.tp_rank = t.i64("rank");
+    r.tp_allreduces = t.i64("allreduces");
+    r.tp_allreduce_bytes = t.i64("allreduce_bytes");
+  }
   if (m.has("notes"))
     for (const auto& n : m.array("notes"))
       if (n.is_string()) r.notes.push_back(n.get<std::string>());

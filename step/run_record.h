@@ -40,6 +40,9 @@ struct RunRecord {
   std::optional<double> mean_recall, min_recall;  // --measure-recall runs
   // CUPTI-timed CUDA runs: device bytes CUDA reserved, records without a tag.
   std::optional<int64_t> cupti_reserved_device_bytes, cupti_untagged;
+  // Tensor parallelism (measured.tensor_parallel): this rank of the group, and the last step's
+  // activation all-reduces (count, bytes given as stored).
+  std::optional<int64_t> tp_rank, tp_allreduces, tp_allreduce_bytes;
   std::vector<std::string> notes;  // the plan check's
 };
 

@@ -272,10 +272,22 @@ TEST_F(MpiCli, ATensorParallelPlanRunsAndEveryRankValidates) {
   EXPECT_EQ(j["tensor_parallel"]["allreduce_bytes"], sj["tp_allreduce_bytes"]);
   EXPECT_EQ(j["tensor_parallel"]["allreduces"], sj["tp_allreduces"]);
   EXPECT_GT(sj["tp_allreduce_s"].get<double>(), 0);
+  // Rank 0's trace names the set: every rank validated, the slowest named.
+  const CliRun set = sh(oomb_binary() + " validate --trace " + path("t.json") + " --plan " + path("p.json") + " --json");
+  EXPECT_EQ(set.rc, 0) << set.out;
+  const oomb::Json vj = json_in(set.out);
+  ASSERT_TRUE(vj.contains("ranks")) << set.out;
+  ASSERT_EQ(vj["ranks"].size(), 2u);
+  EXPECT_TRUE(vj["ranks"][1]["found"].get<bool>());
+  EXPECT_TRUE(vj["ranks"][1]["ok"].get<bool>());
+  std::filesystem::rename(path("t.rank1.json"), path("moved.json"));
+  EXPECT_EQ(sh(oomb_binary() + " validate --trace " + path("t.json") + " --plan " + path("p.json")).rc, 1);
+  std::filesystem::rename(path("moved.json"), path("t.rank1.json"));
   for (const char* t : {"t.json", "t.rank1.json"}) {
     const CliRun v = sh(oomb_binary() + " validate --trace " + path(t) + " --plan " + path("p.json"));
     EXPECT_EQ(v.rc, 0) << t << "\n" << v.out;
     EXPECT_TRUE(has(v.out, "peak:weights")) << v.out;
+    EXPECT_TRUE(has(v.out, "tp_allreduce_bytes")) << v.out;
   }
   // Sparse, the published rule: its score all-reduces (one per selecting layer pass, from the
   // chunk whose prefix exceeds the budget) are counted and priced too.
