@@ -47,12 +47,21 @@ struct LayerWork {
   double attn_flops = 0;
   double attn_bytes = 0;  // K/V reads
   double mb_bytes = 0;    // memory-bound elementwise traffic
-  // Tensor parallelism: one all-reduce of the pass's [tokens, hidden] activations: the bytes each
-  // rank gives it and its ring traffic, 2 (G - 1) / G of them (Mult::allreduces counts them).
-  double allreduce_bytes = 0, allreduce_ring_bytes = 0;
+  // Tensor parallelism: the bytes each rank gives one all-reduce of the pass (Mult::allreduces
+  // counts them; ring_allreduce_s prices one).
+  double allreduce_bytes = 0;
 };
 
 double peak(const Scenario& s) { return s.gpu.bf16_flops_per_s; }
+
+// A ring all-reduce over the ranks of `ranks`: 2 (N - 1) / N x the bytes each gives, over the
+// profile's GPU-GPU link (the h2d link where a profile has none, as the CPU's).
+double ring_allreduce_s(const Scenario& s, double bytes, int64_t ranks) {
+  if (ranks <= 1) return 0;
+  const double n = static_cast<double>(ranks);
+  const double link = s.gpu.interconnect_bytes_per_s > 0 ? s.gpu.interconnect_bytes_per_s : s.gpu.h2d_bytes_per_s;
+  return 2.0 * (n - 1) / n * bytes / link;
+}
 
 // How many times a pass runs a layer's work of each class: GEMMs, attention forward (incl. a
 // recompute inside the backward), attention backward (in forward-flop units), memory-bound ops.
@@ -75,11 +84,7 @@ double time_of(const Scenario& s, const LayerWork& w, const Mult& m) {
                                w.attn_flops * m.attn_bwd / (peak(s) * e.attention_backward),
                            w.attn_bytes * (m.attn_fwd + m.attn_bwd) / (s.gpu.hbm_bytes_per_s * e.memory_bound));
   double t_mb = w.mb_bytes * m.mb / (s.gpu.hbm_bytes_per_s * e.memory_bound);
-  double t_ar = 0;
-  if (s.config.gpus > 1) {
-    double link = s.gpu.interconnect_bytes_per_s > 0 ? s.gpu.interconnect_bytes_per_s : s.gpu.h2d_bytes_per_s;
-    t_ar = w.allreduce_ring_bytes * m.allreduces / link;
-  }
+  const double t_ar = ring_allreduce_s(s, w.allreduce_bytes * m.allreduces, s.config.gpus);
   return t_gemm + t_attn + t_mb + t_ar + m.kernels * s.gpu.launch_overhead_s;
 }
 
@@ -92,8 +97,7 @@ WorkTerms terms_of(const Scenario& s, const LayerWork& w, const Mult& m) {
   t.attn_bytes_s = w.attn_bytes * (m.attn_fwd + m.attn_bwd) / s.gpu.hbm_bytes_per_s;
   t.mb_s = w.mb_bytes * m.mb / s.gpu.hbm_bytes_per_s;
   if (s.config.gpus > 1) {
-    double link = s.gpu.interconnect_bytes_per_s > 0 ? s.gpu.interconnect_bytes_per_s : s.gpu.h2d_bytes_per_s;
-    t.allreduce_s = w.allreduce_ring_bytes * m.allreduces / link;
+    t.allreduce_s = ring_allreduce_s(s, w.allreduce_bytes * m.allreduces, s.config.gpus);
     t.allreduce_bytes = w.allreduce_bytes * m.allreduces;
     t.allreduces = m.allreduces;
   }
@@ -118,10 +122,7 @@ LayerWork layer_work(const Geometry& g, int64_t tokens, int64_t prefix_keys, boo
   w.attn_bytes = std::ceil(T / kQueryTile) * keys_avg * static_cast<double>(2 * g.kvd * g.kv_b);
   w.mb_bytes = T * static_cast<double>((10 * g.h + 4 * g.qd + 4 * g.kvd + 4 * g.f) * g.act_b);
   if (qk_norm) w.mb_bytes += T * static_cast<double>(2 * (g.qd + g.kvd) * g.act_b);
-  if (g.G > 1) {
-    w.allreduce_bytes = T * static_cast<double>(g.h * g.act_b);
-    w.allreduce_ring_bytes = 2.0 * static_cast<double>(g.G - 1) / static_cast<double>(g.G) * w.allreduce_bytes;
-  }
+  if (g.G > 1) w.allreduce_bytes = T * static_cast<double>(g.h * g.act_b);
   return w;
 }
 
@@ -143,7 +144,6 @@ PassCost head_cost(const Scenario& s, const Geometry& g, int64_t tokens) {
     const double tiles = std::ceil(T / static_cast<double>(std::max<int64_t>(1, g.T)));
     m.allreduces = 2.0 + tiles;
     w.allreduce_bytes = (2.0 * T * static_cast<double>(g.h * g.act_b) + T * static_cast<double>(g.G) * 12.0) / m.allreduces;
-    w.allreduce_ring_bytes = 2.0 * static_cast<double>(g.G - 1) / static_cast<double>(g.G) * w.allreduce_bytes;
   }
   p.compute_s = time_of(s, w, m);
   p.work = terms_of(s, w, m);
@@ -178,7 +178,6 @@ PassCost selection_cost(const Scenario& s, const Geometry& g, int64_t tokens, in
     // over the ranks before the top-k (the executor selects only beyond the budget).
     once.allreduces = 1.0;
     sel.allreduce_bytes = qpages * pp * 8.0;
-    sel.allreduce_ring_bytes = 2.0 * static_cast<double>(g.G - 1) / static_cast<double>(g.G) * sel.allreduce_bytes;
   }
   p.compute_s = time_of(s, sel, once);
   p.work = terms_of(s, sel, once);
@@ -257,7 +256,6 @@ ChunkCosts chunk_costs(const Scenario& s, const Geometry& g, int64_t c) {
   if (g.G > 1) {  // the vocabulary-parallel embedding's output
     embedding.allreduces = 1.0;
     emb.allreduce_bytes = static_cast<double>(tokens) * static_cast<double>(g.h * g.act_b);
-    emb.allreduce_ring_bytes = 2.0 * static_cast<double>(g.G - 1) / static_cast<double>(g.G) * emb.allreduce_bytes;
   }
   cc.fill_head.compute_s = time_of(s, emb, embedding);
   cc.fill_head.work = terms_of(s, emb, embedding);
@@ -324,10 +322,9 @@ WorkTerms tensor_parallel_comm(const Scenario& s) {
         const double count = static_cast<double>(last - first + 1);
         const double sum_c = (static_cast<double>(first) + static_cast<double>(last)) * count / 2.0;
         const double bytes = L * 8.0 * static_cast<double>(q) * static_cast<double>(q) * sum_c;
-        const double link = s.gpu.interconnect_bytes_per_s > 0 ? s.gpu.interconnect_bytes_per_s : s.gpu.h2d_bytes_per_s;
         out.allreduces += L * count;
         out.allreduce_bytes += bytes;
-        out.allreduce_s += 2.0 * static_cast<double>(g.G - 1) / static_cast<double>(g.G) * bytes / link;
+        out.allreduce_s += ring_allreduce_s(s, bytes, g.G);
       }
     }
   } else {
@@ -346,11 +343,7 @@ int64_t gradient_allreduce_bytes(const Scenario& s) {
 }
 
 double gradient_allreduce_s(const Scenario& s) {
-  const int64_t bytes = gradient_allreduce_bytes(s);
-  if (bytes == 0) return 0;
-  const double n = static_cast<double>(s.config.data_parallel);
-  const double link = s.gpu.interconnect_bytes_per_s > 0 ? s.gpu.interconnect_bytes_per_s : s.gpu.h2d_bytes_per_s;
-  return 2.0 * (n - 1) / n * static_cast<double>(bytes) / link;
+  return ring_allreduce_s(s, static_cast<double>(gradient_allreduce_bytes(s)), s.config.data_parallel);
 }
 
 double h2d_rate(const Scenario& s, bool duplex) {

@@ -248,16 +248,29 @@ void check_run(const RunRequest& r) {
   const simulator::Config& c = r.scenario.config;
   if (c.context_tokens <= 0) throw Error("--context", "", "is required (or give --plan)", "e.g. 16K");
   const int world = r.comm ? r.comm->size() : 1;
-  if (c.gpus > 1 && c.data_parallel == 1 && world != c.gpus) {
-    // Tensor parallelism: one process per GPU of the group.
-    const std::string n = std::to_string(c.gpus);
-    const std::string how = "mpirun -np " + n + " oomb run " +
-                            (r.plan_path.empty() ? "... --gpus " + n : "--plan " + r.plan_path) + " --backend cpu";
-    throw Error(r.plan_path.empty() ? "--gpus" : "--plan", r.plan_path.empty() ? n : r.plan_path,
-                "tensor parallelism over " + n + " GPUs runs as " + n + " processes (one per GPU) and this run has " +
-                    std::to_string(world) + (world == 1 ? " (not launched by MPI)" : ""),
-                built_with_mpi() || world > 1 ? "run it as: " + how
-                                              : "this build has no MPI (apt install libopenmpi-dev, rebuild)");
+  if (c.data_parallel * c.gpus != world) {
+    // One process per GPU: the replicas times each one's tensor-parallel GPUs. Tensor parallelism
+    // alone is said as such (it runs on the CPU backend).
+    const bool tp_only = c.gpus > 1 && c.data_parallel == 1;
+    const std::string n = std::to_string(c.data_parallel * c.gpus), gpus = std::to_string(c.gpus);
+    const std::string dp = std::to_string(c.data_parallel);
+    const std::string how =
+        "mpirun -np " + n + " oomb run " +
+        (tp_only ? (r.plan_path.empty() ? "... --gpus " + gpus : "--plan " + r.plan_path) + " --backend cpu"
+                 : r.plan_path.empty() ? "..." + (c.gpus > 1 ? " --gpus " + gpus : std::string()) + " --data-parallel " + dp
+                                       : "--plan " + r.plan_path);
+    const std::string flag = !r.plan_path.empty() ? "--plan" : tp_only ? "--gpus" : "--data-parallel";
+    const std::string what =
+        tp_only ? "tensor parallelism over " + gpus + " GPUs runs as " + gpus + " processes (one per GPU) and this run has " +
+                      std::to_string(world) + (world == 1 ? " (not launched by MPI)" : "")
+                : dp + " data-parallel replica" + (c.data_parallel == 1 ? "" : "s") +
+                      (c.gpus > 1 ? " of " + gpus + " tensor-parallel GPUs" : "") + " and " + std::to_string(world) +
+                      " process" + (world == 1 ? "" : "es") +
+                      (world == 1 ? " (not launched by MPI)" : " in this MPI job") + ": one process per GPU";
+    const bool needs_mpi = world == 1 && c.data_parallel * c.gpus > 1;
+    throw Error(flag, r.plan_path.empty() ? (tp_only ? gpus : dp) : r.plan_path, what,
+                needs_mpi && !built_with_mpi() ? "this build has no MPI (apt install libopenmpi-dev, rebuild)"
+                                               : "run it as: " + how);
   }
   if (c.gpus > 1 && r.backend != "cpu")
     throw Error("--backend", r.backend,
@@ -267,22 +280,6 @@ void check_run(const RunRequest& r) {
   if (c.gpus > 1 && r.compare_dense)
     throw Error("--compare-dense", "", "runs one process's dense step beside the sparse one; not with --gpus > 1",
                 "compare without --gpus, or drop --compare-dense");
-  if (c.data_parallel * c.gpus != world && !(c.gpus > 1 && c.data_parallel == 1)) {
-    // One process per replica, times the tensor-parallel GPUs of each.
-    const std::string gpus = c.gpus > 1 ? " --gpus " + std::to_string(c.gpus) : "";
-    const std::string how = "mpirun -np " + std::to_string(c.data_parallel * c.gpus) + " oomb run " +
-                            (r.plan_path.empty() ? "..." + gpus + " --data-parallel " + std::to_string(c.data_parallel)
-                                                 : "--plan " + r.plan_path);
-    throw Error(r.plan_path.empty() ? "--data-parallel" : "--plan",
-                r.plan_path.empty() ? std::to_string(c.data_parallel) : r.plan_path,
-                std::to_string(c.data_parallel) + " data-parallel replica" + (c.data_parallel == 1 ? "" : "s") +
-                    (c.gpus > 1 ? " of " + std::to_string(c.gpus) + " tensor-parallel GPUs" : "") + " and " +
-                    std::to_string(world) + " process" + (world == 1 ? "" : "es") +
-                    (world == 1 ? " (not launched by MPI)" : " in this MPI job") + ": one process per GPU",
-                world == 1 && c.data_parallel > 1
-                    ? (built_with_mpi() ? "run it as: " + how : "this build has no MPI (apt install libopenmpi-dev, rebuild)")
-                    : "run it as: " + how);
-  }
   if (world > 1 && r.backend == "cuda" && !built_with_nccl())
     throw Error("--backend", "cuda", "a data-parallel CUDA run all-reduces with NCCL, and this build has none",
                 "build where the CUDA toolkit has NCCL (nccl.h, libnccl), or --backend cpu (MPI)");

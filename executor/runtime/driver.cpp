@@ -477,10 +477,28 @@ void Engine::tp_all_reduce(Tensor t, int64_t n) {
   if (tp_ == 1) return;
   const int64_t t0 = steady_now_ns();
   tp_comm_->all_reduce_sum_staged(t, n, tp_staging_.f32());
-  tp_allreduce_s_ += static_cast<double>(steady_now_ns() - t0) * 1e-9;
-  tp_allreduce_bytes_ += n * dtype_bytes(t.dtype);
+  tp_counted(t0, n * dtype_bytes(t.dtype));
+}
+
+void Engine::tp_counted(int64_t t0_ns, int64_t bytes) {
+  tp_allreduce_s_ += static_cast<double>(steady_now_ns() - t0_ns) * 1e-9;
+  tp_allreduce_bytes_ += bytes;
   ++tp_allreduces_;
 }
+
+int32_t Engine::local_vocab_id(int64_t token, int32_t elsewhere) const {
+  const int64_t v = token - vocab0_;
+  return v >= 0 && v < model_.vocab ? static_cast<int32_t>(v) : elsewhere;
+}
+
+namespace {
+// In place: n floats summed over comm's ranks in double (every rank gets the same sum), rounded once.
+void sum_in_double(Communicator& comm, std::vector<float>& x) {
+  std::vector<double> sum(x.begin(), x.end());
+  comm.all_reduce_sum_host(sum.data(), static_cast<int64_t>(sum.size()));
+  for (size_t i = 0; i < sum.size(); ++i) x[i] = static_cast<float>(sum[i]);
+}
+}  // namespace
 
 void Engine::embed(int64_t c, int stage, Tensor x) {
   const int64_t T = g_.chunk_len(c), s = g_.chunk_start(c);
@@ -491,10 +509,7 @@ void Engine::embed(int64_t c, int stage, Tensor x) {
       // The vocabulary-parallel embedding: this rank's rows of the table for its tokens, zero rows
       // for the others' (id -1), summed over the ranks.
       std::vector<int32_t> ids(static_cast<size_t>(T));
-      for (int64_t t = 0; t < T; ++t) {
-        const int64_t v = tokens_[static_cast<size_t>(s + t)] - vocab0_;
-        ids[static_cast<size_t>(t)] = v >= 0 && v < model_.vocab ? static_cast<int32_t>(v) : -1;
-      }
+      for (int64_t t = 0; t < T; ++t) ids[static_cast<size_t>(t)] = local_vocab_id(tokens_[static_cast<size_t>(s + t)], -1);
       backend_.upload(w_->ids.data(), ids.data(), T * 4);
     }
     backend_.embedding_fwd(w_->ids.i32(), T, params_.ct().at(layout_.embed()), model_.hidden, x);
@@ -571,9 +586,7 @@ void Engine::select(const Pass& pass, int64_t pass_index) {
     a.reduce_scores = [this](double* scores, int64_t n) {
       const int64_t t0 = steady_now_ns();
       tp_comm_->all_reduce_sum_host(scores, n);
-      tp_allreduce_s_ += static_cast<double>(steady_now_ns() - t0) * 1e-9;
-      tp_allreduce_bytes_ += n * 8;
-      ++tp_allreduces_;
+      tp_counted(t0, n * 8);
     };
   const double flops = 2.0 * static_cast<double>(a.rows * prefix * model_.kv_dim());
   timed("select", pass, flops, [&] {
@@ -819,11 +832,8 @@ void Engine::head_forward_backward(int64_t c, ConstTensor x_last, Tensor dy) {
   const Tensor d_head = lora_ ? Tensor{} : grads_.t().at(layout_.lm_head());
   const Tensor d_final_norm = lora_ ? Tensor{} : grads_.t().at(layout_.final_norm());
   if (tp_ > 1)  // the vocabulary-parallel loss: targets as this rank's columns (-2: another rank's)
-    for (int32_t& t : targets) {
-      if (t < 0) continue;
-      const int64_t v = t - vocab0_;
-      t = v >= 0 && v < V ? static_cast<int32_t>(v) : -2;
-    }
+    for (int32_t& t : targets)
+      if (t >= 0) t = local_vocab_id(t, -2);
   timed("lm_head", "lm_head", 2, c, (lora_ ? 4.0 : 6.0) * T * H * V, [&] {
     backend_.upload(w.targets.data(), targets.data(), T * 4);
     backend_.rmsnorm_fwd(x_last, params_.ct().at(layout_.final_norm()), T, H, static_cast<float>(model_.norm_eps),
@@ -1147,20 +1157,15 @@ void Engine::download_f32(ConstTensor src, int64_t n, float* dst) const {
 ParamTensors Engine::gather_shards(const ParamTensors& local) const {
   ParamTensors full = zero_params(full_model_);
   unshard_params_into(local, tp_rank_, tp_rank_ == 0, full);  // the norms: rank 0's (the same on every rank)
-  std::vector<double> sum(full.data.begin(), full.data.end());
-  tp_comm_->all_reduce_sum_host(sum.data(), static_cast<int64_t>(sum.size()));
-  for (size_t i = 0; i < sum.size(); ++i) full.data[i] = static_cast<float>(sum[i]);
+  sum_in_double(*tp_comm_, full.data);
   return full;
 }
 
 Gradients Engine::gradients() const {
   Gradients g = lora_ ? zero_params(lora_layout_) : zero_params(model_);
   download_f32(grads_.ct(), g.layout.total(), g.data.data());
-  if (dp_comm_ && dp_comm_->size() > 1) {  // the replicas' sum (of this rank's shard under tensor parallelism)
-    std::vector<double> sum(g.data.begin(), g.data.end());
-    dp_comm_->all_reduce_sum_host(sum.data(), static_cast<int64_t>(sum.size()));
-    for (size_t i = 0; i < sum.size(); ++i) g.data[i] = static_cast<float>(sum[i]);
-  }
+  // The replicas' sum (of this rank's shard under tensor parallelism).
+  if (dp_comm_ && dp_comm_->size() > 1) sum_in_double(*dp_comm_, g.data);
   return tp_ > 1 ? gather_shards(g) : g;
 }
 

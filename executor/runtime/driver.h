@@ -263,6 +263,9 @@ class Engine {
   double tp_allreduce_s_ = 0;
   // The sum over the tensor-parallel ranks, in place (n elements of t); nothing with one rank.
   void tp_all_reduce(Tensor t, int64_t n);
+  void tp_counted(int64_t t0_ns, int64_t bytes);  // one all-reduce since t0 into the step's measure
+  // A token as this rank's vocabulary index, or `elsewhere` when another rank holds it.
+  int32_t local_vocab_id(int64_t token, int32_t elsewhere) const;
   double tp_cross_entropy(ConstTensor logits, int64_t rows, int64_t V, const int32_t* host_targets, int64_t r0,
                           float scale, Tensor grad);
   // The gradients (or weights) of the rank's shard written into the full model's layout, summed

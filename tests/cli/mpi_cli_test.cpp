@@ -62,6 +62,18 @@ class MpiCli : public ::testing::Test {
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
   std::string path(const char* name) const { return (dir_ / name).string(); }
+  // A plan run by `np` ranks (its JSON) beside the simulator's prediction of it (`simulate --json`).
+  struct RunAndPrediction {
+    oomb::Json run, predicted;
+  };
+  RunAndPrediction run_and_simulate(const std::string& plan, int np, const std::string& run_flags) const {
+    const CliRun run = sh(mpirun(np) + "run --plan " + plan + " --quiet --json " + run_flags);
+    EXPECT_EQ(run.rc, 0) << run.out;
+    const CliRun sim = sh(oomb_binary() + " simulate --plan " + plan + " --json");
+    EXPECT_EQ(sim.rc, 0) << sim.out;
+    if (run.rc != 0 || sim.rc != 0) return {};
+    return {json_in(run.out), json_in(sim.out)};
+  }
   std::filesystem::path dir_;
 };
 
@@ -260,15 +272,10 @@ TEST_F(MpiCli, ATensorParallelPlanRunsAndEveryRankValidates) {
   const CliRun alone = sh(oomb_binary() + " run --plan " + path("p.json") + " --quiet");
   EXPECT_EQ(alone.rc, 2);
   EXPECT_TRUE(has(alone.out, "mpirun -np 2 oomb run --plan")) << alone.out;
-  const CliRun run = sh(mpirun(2) + "run --plan " + path("p.json") + " --backend cpu --quiet --json --trace " +
-                        path("t.json"));
-  ASSERT_EQ(run.rc, 0) << run.out;
   // The activations' all-reduces: the bytes each rank gave them are the simulator's, exactly.
-  const oomb::Json j = json_in(run.out);
-  const CliRun sim = sh(oomb_binary() + " simulate --plan " + path("p.json") + " --json");
-  ASSERT_EQ(sim.rc, 0) << sim.out;
-  const oomb::Json sj = json_in(sim.out);
-  ASSERT_TRUE(sj.contains("tp_allreduce_bytes")) << sim.out;
+  const auto [j, sj] = run_and_simulate(path("p.json"), 2, "--backend cpu --trace " + path("t.json"));
+  ASSERT_FALSE(j.is_null());
+  ASSERT_TRUE(sj.contains("tp_allreduce_bytes")) << sj.dump();
   EXPECT_EQ(j["tensor_parallel"]["allreduce_bytes"], sj["tp_allreduce_bytes"]);
   EXPECT_EQ(j["tensor_parallel"]["allreduces"], sj["tp_allreduces"]);
   EXPECT_GT(sj["tp_allreduce_s"].get<double>(), 0);
@@ -293,11 +300,8 @@ TEST_F(MpiCli, ATensorParallelPlanRunsAndEveryRankValidates) {
   // chunk whose prefix exceeds the budget) are counted and priced too.
   ASSERT_EQ(sh(oomb_binary() + " plan --model tiny --gpu h200 --context 4K --chunk 512 --page 64 --resident-layers 1 "
                                "--attention sparse --budget 2 --gpus 2 --out " + path("ps.json")).rc, 0);
-  const CliRun srun = sh(mpirun(2) + "run --plan " + path("ps.json") + " --backend cpu --quiet --json");
-  ASSERT_EQ(srun.rc, 0) << srun.out;
-  const CliRun ssim = sh(oomb_binary() + " simulate --plan " + path("ps.json") + " --json");
-  ASSERT_EQ(ssim.rc, 0) << ssim.out;
-  const oomb::Json sr = json_in(srun.out), ss = json_in(ssim.out);
+  const auto [sr, ss] = run_and_simulate(path("ps.json"), 2, "--backend cpu");
+  ASSERT_FALSE(sr.is_null());
   EXPECT_EQ(sr["tensor_parallel"]["allreduces"], ss["tp_allreduces"]);
   EXPECT_EQ(sr["tensor_parallel"]["allreduce_bytes"], ss["tp_allreduce_bytes"]);
 }
@@ -310,14 +314,10 @@ TEST_F(MpiCli, ADataParallelPlanSaysHowItRunsAndItsAllReduceIsPredicted) {
   const CliRun alone = sh(oomb_binary() + " run --plan " + path("p.json") + " --quiet");
   EXPECT_EQ(alone.rc, 2);
   EXPECT_TRUE(has(alone.out, "mpirun -np 2 oomb run --plan")) << alone.out;
-  const CliRun run = sh(mpirun(2) + "run --plan " + path("p.json") + " --quiet --json");
-  ASSERT_EQ(run.rc, 0) << run.out;
-  const oomb::Json j = json_in(run.out);
-  const CliRun sim = sh(oomb_binary() + " simulate --plan " + path("p.json") + " --json");
-  ASSERT_EQ(sim.rc, 0) << sim.out;
-  const oomb::Json s = json_in(sim.out);
+  const auto [j, s] = run_and_simulate(path("p.json"), 2, "");
+  ASSERT_FALSE(j.is_null());
   // The bytes each rank all-reduces are the simulator's (the plan's gradient dtype, as stored).
-  ASSERT_TRUE(s.contains("allreduce_bytes")) << sim.out;
+  ASSERT_TRUE(s.contains("allreduce_bytes")) << s.dump();
   EXPECT_EQ(j["data_parallel"]["allreduce_bytes"], s["allreduce_bytes"]);
   // More ranks than replicas: refused by every rank, the job ends.
   const CliRun three = sh(mpirun(3) + "run --plan " + path("p.json") + " --quiet");
