@@ -137,10 +137,16 @@ int run_microbench_mode(const CalibrateArgs& a, executor::Communicator* comm) {
               format_rate_bytes_per_s(r.h2d_bytes_per_s.median).c_str(),
               format_rate_bytes_per_s(r.d2h_bytes_per_s.median).c_str(), profile["duplex_factor"].get<double>());
   std::printf("  per-op overhead    %s\n", format_duration_s(profile["launch_overhead_s"].get<double>()).c_str());
-  if (cal.ranks > 1)
-    std::printf("  all-reduce         %s of link (%s, %d ranks: the data-parallel gradient all-reduce's rate)\n",
-                format_rate_bytes_per_s(profile["interconnect_bytes_per_s"].get<double>()).c_str(),
-                comm->name().c_str(), cal.ranks);
+  if (cal.ranks > 1) {
+    std::printf("  all-reduce         %s, %d ranks: the measured curve (the simulator's price at %d ranks); "
+                "elsewhere %s latency + bytes over %s\n",
+                comm->name().c_str(), cal.ranks, cal.ranks, format_duration_s(cal.allreduce.latency_s).c_str(),
+                format_rate_bytes_per_s(cal.allreduce.link_bytes_per_s).c_str());
+    for (const auto& point : cal.allreduce.points)
+      std::printf("    %10s  %-10s (%s)\n", format_bytes(point.bytes).c_str(), format_duration_s(point.seconds).c_str(),
+                  format_rate_bytes_per_s(point.seconds > 0 ? static_cast<double>(point.bytes) / point.seconds : 0.0)
+                      .c_str());
+  }
   if (runs)
     std::printf("  fitted to          %zu calibration run(s) of %s (R^2 %.3f, %.1f s)%s: plans of other models "
                 "are best served by calibrating with --fit-model\n",

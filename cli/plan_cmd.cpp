@@ -97,6 +97,10 @@ int run_plan(PlanArgs a) {
     if (node.tp > 1) a.flags.gpus = node.tp;
     else a.flags.gpus.reset();
   }
+  // The plan runs on every GPU asked for: the node's GPUs beyond one tensor-parallel group, and
+  // every further node, are data-parallel replicas (unless --data-parallel says how many).
+  if (const int64_t replicas = node.gpus / node.tp * a.flags.nodes.value_or(1); replicas > 1 && !a.flags.data_parallel)
+    a.flags.data_parallel = replicas;
   // --optimizer auto (the default) belongs to the planner: AdamW state is wanted, its placement
   // searched.
   r.optimizer_auto = a.flags.optimizer_auto();

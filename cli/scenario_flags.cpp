@@ -89,6 +89,12 @@ void ScenarioFlags::add_to(CLI::App& app, bool require_context) {
                  "plan's, the step adds the all-reduce. oomb run executes it under MPI: mpirun -np N oomb run ... "
                  "(CPU: MPI's collectives; CUDA: NCCL's)")
       ->check(unsigned_integer());
+  app.add_option("--nodes", nodes,
+                 "Nodes the job spreads over, evenly (default 1): each tensor-parallel group stays inside a node, "
+                 "the replicas on a node share its host RAM, pinned memory and memory bandwidth, and the replicas' "
+                 "gradient all-reduce crosses the host's network (network_bytes_per_s of the host profile). On "
+                 "oomb plan, --gpus N --nodes M plans M nodes of N GPUs")
+      ->check(unsigned_integer());
   app.add_option("--lora-rank", lora_rank,
                  "LoRA: train rank-R adapters (y = W x + (alpha / R) B A x, fp32 as PEFT makes them) on a frozen "
                  "base: no gradients or optimizer state for the base, no weight-gradient GEMMs for it in the "

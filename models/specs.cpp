@@ -152,11 +152,17 @@ Json GpuSpec::to_json() const {
             {"h2d_bytes_per_s", h2d_bytes_per_s}, {"d2h_bytes_per_s", d2h_bytes_per_s},
             {"duplex_factor", duplex_factor}, {"copy_engines", copy_engines}, {"sm_count", sm_count},
             {"reserved_bytes", reserved_bytes}, {"interconnect_bytes_per_s", interconnect_bytes_per_s},
+            {"collective_latency_s", collective_latency_s}, {"collective_step_latency_s", collective_step_latency_s},
             {"launch_overhead_s", launch_overhead_s}, {"default_host", default_host},
             {"efficiency", {{"gemm", efficiency.gemm}, {"attention", efficiency.attention},
                             {"attention_backward", efficiency.attention_backward},
                             {"memory_bound", efficiency.memory_bound}, {"copy", efficiency.copy}}}};
   if (!sources.empty()) j["sources"] = sources;
+  if (!allreduce_curve.empty()) {
+    Json points = Json::array();
+    for (const auto& p : allreduce_curve) points.push_back({{"bytes", p.bytes}, {"seconds", p.seconds}});
+    j["allreduce_curve"] = {{"ranks", allreduce_curve_ranks}, {"points", points}};
+  }
   if (!calibrated_from.empty()) j["calibrated_from"] = calibrated_from;
   if (cpu_threads > 0) j["cpu_threads"] = cpu_threads;
   return j;
@@ -206,6 +212,8 @@ GpuSpec gpu_from_json(const Json& j, const std::string& where) {
   g.interconnect_bytes_per_s = r.f64_in_or("interconnect_bytes_per_s", 0.0, kMaxRate, 0.0);
   if (g.interconnect_bytes_per_s > 0 && g.interconnect_bytes_per_s < kMinRate)
     r.fail("interconnect_bytes_per_s", "is out of range", "0 (none) or at least 1000 bytes/s");
+  g.collective_latency_s = r.f64_in_or("collective_latency_s", 0.0, 1.0, 0.0);
+  g.collective_step_latency_s = r.f64_in_or("collective_step_latency_s", 0.0, 1.0, 0.0);
   g.launch_overhead_s = r.f64_in_or("launch_overhead_s", 0.0, 1.0, 5e-6);
   g.default_host = r.str_or("default_host", "");
   if (r.has("efficiency")) {
@@ -215,6 +223,19 @@ GpuSpec gpu_from_json(const Json& j, const std::string& where) {
     g.efficiency.attention_backward = fraction(e, "attention_backward", g.efficiency.attention);
     g.efficiency.memory_bound = fraction(e, "memory_bound", g.efficiency.memory_bound);
     g.efficiency.copy = fraction(e, "copy", g.efficiency.copy);
+  }
+  if (r.has("allreduce_curve")) {
+    JsonReader c(r.object("allreduce_curve"), where + ": allreduce_curve");
+    g.allreduce_curve_ranks = c.i64_in("ranks", 2, 1 << 20);
+    int64_t i = 0;
+    for (const auto& p : c.array("points")) {
+      JsonReader q(p, where + ": allreduce_curve.points[" + std::to_string(i++) + "]");
+      GpuSpec::AllReducePoint point{q.i64_in("bytes", 1, kMaxMemoryBytes), q.f64_in("seconds", 1e-9, 3600.0)};
+      if (!g.allreduce_curve.empty() && point.bytes <= g.allreduce_curve.back().bytes)
+        q.fail("bytes", "is not above the previous point's", "points in ascending order of bytes");
+      g.allreduce_curve.push_back(point);
+    }
+    if (g.allreduce_curve.empty()) c.fail("points", "is empty", "at least one measured all-reduce");
   }
   g.calibrated_from = r.str_or("calibrated_from", "");
   g.cpu_threads = r.i64_or("cpu_threads", 0);
@@ -229,6 +250,11 @@ Json HostSpec::to_json() const {
     j["nvme_bytes"] = nvme_bytes;
     j["nvme_bytes_per_s"] = nvme_bytes_per_s;
   }
+  if (network_bytes_per_s > 0) {
+    j["network_bytes_per_s"] = network_bytes_per_s;
+    j["network_step_latency_s"] = network_step_latency_s;
+  }
+  if (!sources.empty()) j["sources"] = sources;
   return j;
 }
 
@@ -239,6 +265,12 @@ HostSpec host_from_json(const Json& j, const std::string& where) {
   h.id = r.str("id");
   h.name = r.str_or("name", h.id);
   h.source = r.str("source");
+  if (r.has("sources")) {
+    for (auto& [k, v] : r.object("sources").items()) {
+      if (!v.is_string()) r.fail("sources." + k, "must be a string");
+      h.sources[k] = v.get<std::string>();
+    }
+  }
   h.ram_bytes = r.i64_in("ram_bytes", 1, kMaxMemoryBytes);
   h.pinnable_bytes = r.i64_in("pinnable_bytes", 1, kMaxMemoryBytes);
   if (h.pinnable_bytes > h.ram_bytes) r.fail("pinnable_bytes", "exceeds ram_bytes", "pinned memory is part of RAM");
@@ -247,6 +279,10 @@ HostSpec host_from_json(const Json& j, const std::string& where) {
   h.nvme_bytes_per_s = r.f64_in_or("nvme_bytes_per_s", 0.0, kMaxRate, 0.0);
   if (h.nvme_bytes > 0 && h.nvme_bytes_per_s < kMinRate)
     r.fail("nvme_bytes_per_s", "must be at least 1000 bytes/s when nvme_bytes is set");
+  h.network_bytes_per_s = r.f64_in_or("network_bytes_per_s", 0.0, kMaxRate, 0.0);
+  if (h.network_bytes_per_s > 0 && h.network_bytes_per_s < kMinRate)
+    r.fail("network_bytes_per_s", "is out of range", "0 (no network) or at least 1000 bytes/s");
+  h.network_step_latency_s = r.f64_in_or("network_step_latency_s", 0.0, 1.0, 0.0);
   return h;
 }
 

@@ -80,6 +80,22 @@ struct GpuSpec {
   int64_t sm_count = 0;
   int64_t reserved_bytes = 0;   // CUDA context + library workspaces, not available to the run
   double interconnect_bytes_per_s = 0;  // GPU-GPU (NVLink) per direction, for tensor parallelism
+  // One ring all-reduce over N ranks costs collective_latency_s + 2 (N - 1) x collective_step_latency_s
+  // beyond its bytes (docs/model.md "Communication"): a launch's fixed cost and each ring step's
+  // hand-off. 0 when absent (older profiles: bytes only).
+  double collective_latency_s = 0;
+  double collective_step_latency_s = 0;
+  // Measured all-reduces (oomb calibrate under mpirun): the time of one all-reduce of `bytes` fp32
+  // bytes per rank over `allreduce_curve_ranks` ranks on one node, ascending in bytes. Where it
+  // applies (that rank count, one node) the simulator prices a call by interpolating it: a CPU's
+  // all-reduce is far from one latency + one rate (a message in cache moves ten times faster than
+  // one in DRAM). Empty for datasheet profiles.
+  struct AllReducePoint {
+    int64_t bytes = 0;
+    double seconds = 0;
+  };
+  std::vector<AllReducePoint> allreduce_curve;
+  int64_t allreduce_curve_ranks = 0;
   double launch_overhead_s = 5e-6;
   std::string default_host;
   Efficiency efficiency;
@@ -93,11 +109,16 @@ struct HostSpec {
   std::string id;
   std::string name;
   std::string source;
+  std::map<std::string, std::string> sources;  // per-key provenance (optional)
   int64_t ram_bytes = 0;
   int64_t pinnable_bytes = 0;   // how much the job may pin (page-locked) for offloaded pages
   double mem_bytes_per_s = 0;   // host DRAM bandwidth
   int64_t nvme_bytes = 0;       // optional third tier (0 = none)
   double nvme_bytes_per_s = 0;
+  // The node's network to other nodes (several-node plans, --nodes): per GPU and direction (each
+  // GPU's share of the node's NICs) and the latency of one ring step across it. 0 = no network.
+  double network_bytes_per_s = 0;
+  double network_step_latency_s = 0;
   Json to_json() const;
 };
 

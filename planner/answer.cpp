@@ -108,12 +108,13 @@ void print_memory(std::string& out, const simulator::Scenario& s, const Candidat
     appendf(out, "  %-28s %12s %7s  (not in the reported peak: --peak-measure allocated)\n", "runtime_reserve",
                 format_bytes(s.gpu.reserved_bytes).c_str(),
                 format_percent(static_cast<double>(s.gpu.reserved_bytes) / static_cast<double>(u.device_capacity_bytes)).c_str());
+  const int64_t on_node = step::ranks_per_node(s.config);
   appendf(out, "\nHost memory%s: %s (%s: %s RAM, %s pinnable; %s of it pinned)\n",
-              tp ? (" per node (all " + std::to_string(s.config.gpus) + " GPUs)").c_str() : "",
+              on_node > 1 ? (" per node (all " + std::to_string(on_node) + " GPUs)").c_str() : "",
               format_bytes(u.host_need_bytes).c_str(),
               s.host.id.c_str(), format_bytes(s.host.ram_bytes).c_str(), format_bytes(s.host.pinnable_bytes).c_str(),
               format_bytes(u.pinned_need_bytes).c_str());
-  appendf(out, "  %-28s %12s %7s\n", tp ? "buffer (one rank's)" : "buffer", "bytes", "of pinnable");
+  appendf(out, "  %-28s %12s %7s\n", on_node > 1 ? "buffer (one rank's)" : "buffer", "bytes", "of pinnable");
   for (const auto& r : t.rows)
     if (r.tier == simulator::Tier::host && r.bytes > 0)
       appendf(out, "  %-28s %12s %7s\n", r.name.c_str(), format_bytes(r.bytes).c_str(),
@@ -196,10 +197,16 @@ std::vector<std::string> plan_notes(const simulator::Config& c, bool sparse_fall
     notes.push_back("SPARSE FALLBACK: no dense (exact-gradient) configuration fits; this plan uses sparse attention "
                     "with a budget of " + std::to_string(c.page_budget) +
                     " pages, so its gradients are those of the sparse forward, not of the dense model");
-  if (c.gpus > 1)
-    notes.push_back("tensor parallelism over " + std::to_string(c.gpus) + " GPUs: oomb run executes it on the CPU "
-                    "backend, one process per GPU (mpirun -np " + std::to_string(c.gpus) +
-                    " oomb run --plan P --backend cpu); the CUDA backend runs one GPU for now");
+  if (const int64_t ranks = c.gpus * c.data_parallel; ranks > 1) {
+    std::string layout = c.gpus > 1 ? "tensor parallelism over " + std::to_string(c.gpus) + " GPUs" : "";
+    if (c.data_parallel > 1)
+      layout += (layout.empty() ? "" : " x ") + std::to_string(c.data_parallel) + " data-parallel replicas";
+    if (c.nodes > 1) layout += " on " + std::to_string(c.nodes) + " nodes";
+    // Tensor parallelism runs on the CPU backend for now (the CUDA backend has no vocabulary-parallel loss).
+    notes.push_back(layout + ": one process per GPU, figures per rank; oomb run executes it under MPI (mpirun -np " +
+                    std::to_string(ranks) + " oomb run --plan P" + (c.gpus > 1 ? " --backend cpu" : "") +
+                    (c.nodes > 1 ? ", the nodes in a hostfile" : "") + ")");
+  }
   if (std::string why; !planner::executable(c, &why)) notes.push_back("NOT EXECUTABLE: " + why);
   return notes;
 }

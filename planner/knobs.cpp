@@ -65,6 +65,11 @@ simulator::Scenario Knobs::resolve() const {
                   "replicas training on different sequences, e.g. 2");
     c.data_parallel = *data_parallel;
   }
+  if (nodes) {
+    if (*nodes <= 0 || *nodes > 4096)
+      throw Error("--nodes", std::to_string(*nodes), "must be in [1, 4096]", "the nodes the job's GPUs are on, e.g. 2");
+    c.nodes = *nodes;
+  }
   if (attention) c.attention = attention_from_string(*attention, "--attention");
   if (!preset.empty() && !apply_preset(preset, c))
     throw Error("--preset", preset, "unknown preset", "oomb-published or oomb");
@@ -144,6 +149,7 @@ std::set<std::string> Knobs::explicit_knobs() const {
   note("peak_measure", peak_measure.has_value());
   note("loss_dtype", loss_dtype.has_value());
   note("data_parallel", data_parallel.has_value());
+  note("nodes", nodes.has_value());
   note("lora_rank", lora_rank.has_value());
   note("lora_alpha", lora_alpha.has_value());
   note("lora_targets", lora_targets.has_value());

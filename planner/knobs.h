@@ -22,7 +22,7 @@ struct Knobs {
   std::optional<std::string> schedule, attention, chunk, page, selection, resident_layers, kv_dtype, kv_grad_dtype,
       param_dtype, param_grad_dtype, activation_dtype, optimizer, logits_chunk, selection_memory, peak_measure,
       loss_dtype, lora_targets;
-  std::optional<int64_t> budget, gpus, layers, kept_layers, lora_rank, data_parallel;
+  std::optional<int64_t> budget, gpus, layers, kept_layers, lora_rank, data_parallel, nodes;
   std::optional<double> selection_overlap, lora_alpha;
   std::optional<bool> checkpointing, lora_train_embeddings;
   // plan, simulate, sweep and calibration points: unset optimizer means auto (AdamW, placed on the

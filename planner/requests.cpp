@@ -54,6 +54,8 @@ Comparison compare_multi_gpu(const Request& r, const NodeGpus& node, const std::
   // oomb on one GPU (the method's claim), and as data-parallel replicas filling the node.
   Request one = r;
   one.scenario.config.gpus = 1;
+  one.scenario.config.data_parallel = 1;  // the rows below place the replicas themselves
+  one.scenario.config.nodes = 1;
   const SearchResult single = search(one, context);
   if (single.best) {
     simulator::Scenario s1 = one.scenario;
@@ -66,9 +68,12 @@ Comparison compare_multi_gpu(const Request& r, const NodeGpus& node, const std::
     cmp.notes.push_back("oomb on one GPU: no plan fits at " + format_tokens(context) + " tokens");
   }
   if (chosen && chosen->config.gpus > 1) {
+    // One tensor-parallel group of the plan, its replicas on the node placed by the row.
     simulator::Scenario st = r.scenario;
     st.config = chosen->config;
-    cmp.rows.push_back(data_parallel(st, chosen->summary, node.gpus / chosen->config.gpus, r.headroom));
+    st.config.data_parallel = 1;
+    st.config.nodes = 1;
+    cmp.rows.push_back(data_parallel(st, simulator::evaluate(st), node.gpus / chosen->config.gpus, r.headroom));
   }
   for (auto kind : {ContextParallelism::ring, ContextParallelism::ulysses}) {
     // All the node's GPUs on one sequence; where the heads forbid that (Ulysses), the largest

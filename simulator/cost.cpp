@@ -48,19 +48,66 @@ struct LayerWork {
   double attn_bytes = 0;  // K/V reads
   double mb_bytes = 0;    // memory-bound elementwise traffic
   // Tensor parallelism: the bytes each rank gives one all-reduce of the pass (Mult::allreduces
-  // counts them; ring_allreduce_s prices one).
+  // counts them; allreduce_s prices them), and the part of them stored in bf16.
   double allreduce_bytes = 0;
+  double allreduce_bf16_bytes = 0;
 };
 
 double peak(const Scenario& s) { return s.gpu.bf16_flops_per_s; }
 
-// A ring all-reduce over the ranks of `ranks`: 2 (N - 1) / N x the bytes each gives, over the
-// profile's GPU-GPU link (the h2d link where a profile has none, as the CPU's).
-double ring_allreduce_s(const Scenario& s, double bytes, int64_t ranks) {
+}  // namespace
+
+double allreduce_latency_s(const Scenario& s, int64_t ranks, int64_t nodes) {
   if (ranks <= 1) return 0;
-  const double n = static_cast<double>(ranks);
+  const double steps = 2.0 * static_cast<double>(ranks - 1);
+  const double across = nodes > 1 ? 2.0 * static_cast<double>(nodes - 1) : 0.0;
+  return s.gpu.collective_latency_s + (steps - across) * s.gpu.collective_step_latency_s +
+         across * s.host.network_step_latency_s;
+}
+
+double allreduce_link_bytes_per_s(const Scenario& s, int64_t nodes) {
   const double link = s.gpu.interconnect_bytes_per_s > 0 ? s.gpu.interconnect_bytes_per_s : s.gpu.h2d_bytes_per_s;
-  return 2.0 * (n - 1) / n * bytes / link;
+  return nodes > 1 && s.host.network_bytes_per_s > 0 ? std::min(link, s.host.network_bytes_per_s) : link;
+}
+
+namespace {
+// The profile's measured all-reduce of `bytes` per rank: log-log between the points, the smallest's
+// time below them, the largest's rate beyond.
+double curve_s(const std::vector<models::GpuSpec::AllReducePoint>& curve, double bytes) {
+  const auto& lo = curve.front();
+  if (bytes <= static_cast<double>(lo.bytes)) return lo.seconds;
+  for (size_t i = 1; i < curve.size(); ++i) {
+    const auto& a = curve[i - 1];
+    const auto& b = curve[i];
+    if (bytes > static_cast<double>(b.bytes)) continue;
+    const double x = std::log(bytes / static_cast<double>(a.bytes)) /
+                     std::log(static_cast<double>(b.bytes) / static_cast<double>(a.bytes));
+    return a.seconds * std::pow(b.seconds / a.seconds, x);
+  }
+  return curve.back().seconds * bytes / static_cast<double>(curve.back().bytes);
+}
+}  // namespace
+
+double allreduce_s(const Scenario& s, const Collective& c, int64_t ranks, int64_t nodes) {
+  if (ranks <= 1 || c.calls <= 0) return 0;
+  const double n = static_cast<double>(ranks);
+  // MPI (the CPU backend) sums bf16 data in an fp32 copy: twice its bytes on the wire, converted on
+  // the way in and out (2 + 4 and 4 + 2 bytes of memory traffic per element: 6 per bf16 byte).
+  const bool staged = s.gpu.kind == "cpu";
+  const double wire = c.bytes + (staged ? c.bf16_bytes : 0.0);
+  const double convert_s =
+      staged ? 6.0 * c.bf16_bytes / (s.gpu.hbm_bytes_per_s * s.gpu.efficiency.memory_bound) : 0.0;
+  if (!s.gpu.allreduce_curve.empty() && s.gpu.allreduce_curve_ranks == ranks && nodes <= 1)
+    return c.calls * curve_s(s.gpu.allreduce_curve, wire / c.calls) + convert_s;
+  return c.calls * allreduce_latency_s(s, ranks, nodes) + 2.0 * (n - 1) / n * wire / allreduce_link_bytes_per_s(s, nodes) +
+         convert_s;
+}
+
+namespace {
+
+// The pass's all-reduces: Mult::allreduces of the layer work's per-call bytes.
+Collective pass_collective(const LayerWork& w, double calls) {
+  return {calls, w.allreduce_bytes * calls, w.allreduce_bf16_bytes * calls};
 }
 
 // How many times a pass runs a layer's work of each class: GEMMs, attention forward (incl. a
@@ -84,7 +131,7 @@ double time_of(const Scenario& s, const LayerWork& w, const Mult& m) {
                                w.attn_flops * m.attn_bwd / (peak(s) * e.attention_backward),
                            w.attn_bytes * (m.attn_fwd + m.attn_bwd) / (s.gpu.hbm_bytes_per_s * e.memory_bound));
   double t_mb = w.mb_bytes * m.mb / (s.gpu.hbm_bytes_per_s * e.memory_bound);
-  const double t_ar = ring_allreduce_s(s, w.allreduce_bytes * m.allreduces, s.config.gpus);
+  const double t_ar = allreduce_s(s, pass_collective(w, m.allreduces), s.config.gpus);
   return t_gemm + t_attn + t_mb + t_ar + m.kernels * s.gpu.launch_overhead_s;
 }
 
@@ -97,7 +144,7 @@ WorkTerms terms_of(const Scenario& s, const LayerWork& w, const Mult& m) {
   t.attn_bytes_s = w.attn_bytes * (m.attn_fwd + m.attn_bwd) / s.gpu.hbm_bytes_per_s;
   t.mb_s = w.mb_bytes * m.mb / s.gpu.hbm_bytes_per_s;
   if (s.config.gpus > 1) {
-    t.allreduce_s = ring_allreduce_s(s, w.allreduce_bytes * m.allreduces, s.config.gpus);
+    t.allreduce_s = allreduce_s(s, pass_collective(w, m.allreduces), s.config.gpus);
     t.allreduce_bytes = w.allreduce_bytes * m.allreduces;
     t.allreduces = m.allreduces;
   }
@@ -122,7 +169,10 @@ LayerWork layer_work(const Geometry& g, int64_t tokens, int64_t prefix_keys, boo
   w.attn_bytes = std::ceil(T / kQueryTile) * keys_avg * static_cast<double>(2 * g.kvd * g.kv_b);
   w.mb_bytes = T * static_cast<double>((10 * g.h + 4 * g.qd + 4 * g.kvd + 4 * g.f) * g.act_b);
   if (qk_norm) w.mb_bytes += T * static_cast<double>(2 * (g.qd + g.kvd) * g.act_b);
-  if (g.G > 1) w.allreduce_bytes = T * static_cast<double>(g.h * g.act_b);
+  if (g.G > 1) {
+    w.allreduce_bytes = T * static_cast<double>(g.h * g.act_b);
+    if (g.act_b == 2) w.allreduce_bf16_bytes = w.allreduce_bytes;
+  }
   return w;
 }
 
@@ -143,7 +193,9 @@ PassCost head_cost(const Scenario& s, const Geometry& g, int64_t tokens) {
     // pass's bytes spread over its all-reduces.
     const double tiles = std::ceil(T / static_cast<double>(std::max<int64_t>(1, g.T)));
     m.allreduces = 2.0 + tiles;
-    w.allreduce_bytes = (2.0 * T * static_cast<double>(g.h * g.act_b) + T * static_cast<double>(g.G) * 12.0) / m.allreduces;
+    const double activations = 2.0 * T * static_cast<double>(g.h * g.act_b);
+    w.allreduce_bytes = (activations + T * static_cast<double>(g.G) * 12.0) / m.allreduces;
+    if (g.act_b == 2) w.allreduce_bf16_bytes = activations / m.allreduces;
   }
   p.compute_s = time_of(s, w, m);
   p.work = terms_of(s, w, m);
@@ -256,6 +308,7 @@ ChunkCosts chunk_costs(const Scenario& s, const Geometry& g, int64_t c) {
   if (g.G > 1) {  // the vocabulary-parallel embedding's output
     embedding.allreduces = 1.0;
     emb.allreduce_bytes = static_cast<double>(tokens) * static_cast<double>(g.h * g.act_b);
+    if (g.act_b == 2) emb.allreduce_bf16_bytes = emb.allreduce_bytes;
   }
   cc.fill_head.compute_s = time_of(s, emb, embedding);
   cc.fill_head.work = terms_of(s, emb, embedding);
@@ -324,7 +377,7 @@ WorkTerms tensor_parallel_comm(const Scenario& s) {
         const double bytes = L * 8.0 * static_cast<double>(q) * static_cast<double>(q) * sum_c;
         out.allreduces += L * count;
         out.allreduce_bytes += bytes;
-        out.allreduce_s += ring_allreduce_s(s, bytes, g.G);
+        out.allreduce_s += allreduce_s(s, {L * count, bytes, 0.0}, g.G);
       }
     }
   } else {
@@ -343,7 +396,12 @@ int64_t gradient_allreduce_bytes(const Scenario& s) {
 }
 
 double gradient_allreduce_s(const Scenario& s) {
-  return ring_allreduce_s(s, static_cast<double>(gradient_allreduce_bytes(s)), s.config.data_parallel);
+  const double bytes = static_cast<double>(gradient_allreduce_bytes(s));
+  if (bytes <= 0) return 0;
+  const Geometry g = geometry(s);
+  const bool bf16 = !(g.lora && step::trainable_param_count(s.model, s.config, g) == step::lora_param_count(g)) &&
+                    s.config.param_grad_dtype == "bf16";
+  return allreduce_s(s, {1.0, bytes, bf16 ? bytes : 0.0}, s.config.data_parallel, s.config.nodes);
 }
 
 double h2d_rate(const Scenario& s, bool duplex) {
@@ -385,7 +443,7 @@ void finish_summary(const Scenario& s, const MemoryTable& t, Summary& out) {
   out.host_capacity_bytes = s.host.pinnable_bytes;
   out.tokens_per_s = out.step_s > 0 ? static_cast<double>(c.context_tokens) / out.step_s : 0;
 
-  // The node's host holds every tensor-parallel rank's host rows (each row is one rank's).
+  // The node's host holds the host rows of every rank on it (each row is one rank's).
   int64_t pinned = 0;
   for (const auto& r : t.rows)
     if (r.tier == Tier::host && r.category != "optimizer_state") pinned += r.bytes;
@@ -406,7 +464,9 @@ void finish_summary(const Scenario& s, const MemoryTable& t, Summary& out) {
                         format_bytes(pinned - s.host.pinnable_bytes));
   if (ram_ratio > 1.0)
     out.notes.push_back("host RAM: needs " + format_bytes(node_host) + " of " + format_bytes(s.host.ram_bytes) +
-                        (c.gpus > 1 ? " (" + std::to_string(c.gpus) + " ranks' host tiers on the node)" : ""));
+                        (step::ranks_per_node(c) > 1 ? " (" + std::to_string(step::ranks_per_node(c)) +
+                                                           " ranks' host tiers on the node)"
+                                                     : ""));
   if (!out.feasible) {
     double worst = std::max({dev_ratio, pin_ratio, ram_ratio});
     out.binding_constraint = worst == dev_ratio ? "device memory" : worst == pin_ratio ? "pinned host memory" : "host RAM";

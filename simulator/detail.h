@@ -48,6 +48,8 @@ struct PassCost {
   double flops = 0;
   int64_t in_bytes = 0;   // h2d before the compute
   int64_t out_bytes = 0;  // d2h after the compute
+  // The name of its all-reduces' events on the timeline (tensor parallelism's or data parallelism's).
+  const char* name_of_collective = "tp_allreduce";
   PassCost& operator+=(const PassCost& o);
 };
 
@@ -70,6 +72,23 @@ const PassCost& backward_of(const ChunkCosts& cc, const Geometry& g, int64_t lay
 // Standard schedule: forward over N (per layer), backward with recompute (per layer), head.
 ChunkCosts standard_costs(const Scenario& s, const Geometry& g);
 
+// Collectives (docs/model.md "Communication"): `calls` ring all-reduces over `ranks` ranks spread
+// over `nodes` nodes, the bytes each rank gives them in total and the part of those stored in bf16.
+// Per call the profile's latency, collective_latency_s + 2 (N - 1) steps x collective_step_latency_s
+// (the 2 (nodes - 1) steps that cross nodes at the host's network_step_latency_s instead); the bytes
+// 2 (N - 1) / N times over the link, the profile's GPU-GPU link (interconnect_bytes_per_s; the h2d
+// link where a profile has none) or, across nodes, the slower of it and the host's network. On the
+// CPU backend (a cpu profile) MPI sums bf16 data through an fp32 copy: the bf16 part moves twice
+// its bytes and is converted there and back (6 bytes of memory traffic per bf16 byte). A profile
+// with a measured all-reduce curve at this rank count (oomb calibrate under mpirun, one node)
+// prices each call's bytes on the curve instead of latency + bytes / link.
+struct Collective {
+  double calls = 0, bytes = 0, bf16_bytes = 0;
+};
+double allreduce_s(const Scenario& s, const Collective& c, int64_t ranks, int64_t nodes = 1);
+double allreduce_latency_s(const Scenario& s, int64_t ranks, int64_t nodes = 1);  // of one call
+double allreduce_link_bytes_per_s(const Scenario& s, int64_t nodes = 1);
+
 // Effective copy rates (bytes/s) for one direction, with the duplex share when both run.
 double h2d_rate(const Scenario& s, bool duplex);
 double d2h_rate(const Scenario& s, bool duplex);
@@ -78,9 +97,8 @@ double d2h_rate(const Scenario& s, bool duplex);
 // and writing fp32 master weights and moments plus the gradient and the parameter.
 double optimizer_update_s(const Scenario& s);
 // Data parallelism (config.data_parallel > 1, with an optimizer): the ring all-reduce of one rank's
-// trained-parameter gradients before the update, 2 (N - 1) / N x their bytes over the profile's
-// GPU-GPU link (interconnect_bytes_per_s; the h2d link where a profile has none, as on the CPU,
-// whose MPI moves the bytes through memory). 0 otherwise.
+// trained-parameter gradients before the update, one allreduce_s over the replicas (across the
+// config's nodes). 0 otherwise.
 double gradient_allreduce_s(const Scenario& s);
 int64_t gradient_allreduce_bytes(const Scenario& s);
 // Tensor parallelism (config.gpus > 1): the step's activation all-reduces, summed over its passes

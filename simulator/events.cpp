@@ -37,6 +37,7 @@ class Sim {
     compute_free_ = start + p.compute_s;
     compute_s_ += p.compute_s;
     emit(EventKind::compute, "compute", op, stage, chunk, -1, start, compute_free_, 0, p.flops);
+    collective(p, op, stage, chunk, -1, compute_free_);
   }
 
   // One layer pass using a slot; kv/grad pages are the slot's contents (for pool occupancy).
@@ -58,6 +59,7 @@ class Sim {
     compute_free_ = c_end;
     compute_s_ += p.compute_s;
     emit(EventKind::compute, "compute", op, stage, chunk, layer, c_start, c_end, 0, p.flops);
+    collective(p, op, stage, chunk, layer, c_end);
     double release = c_end;
     if (p.out_bytes > 0) {
       const double o_start = std::max(d2h_free_, c_end);
@@ -164,6 +166,15 @@ class Sim {
   double compute_s() const { return compute_s_; }
 
  private:
+  // The pass's all-reduces (inside its compute time: the compute stream makes them), drawn at the
+  // pass's end on the "comm" stream: one event of their summed time and bytes.
+  void collective(const detail::PassCost& p, const char* op, int stage, int64_t chunk, int64_t layer, double end) {
+    if (p.work.allreduce_s <= 0) return;
+    emit(EventKind::collective, "comm", op, stage, chunk, layer, end - p.work.allreduce_s, end,
+         std::llround(p.work.allreduce_bytes), 0);
+    events_.back().name = p.name_of_collective;
+  }
+
   void emit(EventKind kind, const char* stream, const char* op, int stage, int64_t chunk, int64_t layer, double start,
             double end, int64_t bytes, double flops) {
     Event e;
@@ -185,8 +196,10 @@ class Sim {
   std::vector<Event> merge(std::vector<Event> ev) const {
     if (detail_ == traces::Detail::layer || detail_ == traces::Detail::op) return ev;
     std::vector<Event> out;
-    std::vector<size_t> last_of_stream(3, SIZE_MAX);
-    auto stream_index = [](const Event& e) { return e.kind == EventKind::compute ? 0 : e.kind == EventKind::copy_h2d ? 1 : 2; };
+    std::vector<size_t> last_of_stream(4, SIZE_MAX);
+    auto stream_index = [](const Event& e) {
+      return e.kind == EventKind::compute ? 0 : e.kind == EventKind::copy_h2d ? 1 : e.kind == EventKind::copy_d2h ? 2 : 3;
+    };
     for (auto& e : ev) {
       const int si = stream_index(e);
       size_t li = last_of_stream[si];
@@ -311,6 +324,9 @@ EventResult simulate_events(const Scenario& s, traces::Detail detail) {
   if (const double ar = gradient_allreduce_s(s); ar > 0) {  // data parallelism
     PassCost allreduce;
     allreduce.compute_s = ar;
+    allreduce.work.allreduce_s = ar;
+    allreduce.work.allreduce_bytes = static_cast<double>(gradient_allreduce_bytes(s));
+    allreduce.name_of_collective = "gradient_allreduce";
     sim.compute_only(allreduce, 2, -1, "gradient_allreduce");
   }
   if (s.config.optimizer == Optimizer::gpu) {

@@ -3,6 +3,7 @@
 // category, tier, shape, dtype, bytes, lifetime}, sized here and nowhere else. The simulator
 // prices the table (peak over phases), the plan carries it, the executor allocates every device-
 // and host-tier buffer under its rows and its allocator measures each row's use against it.
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -76,9 +77,12 @@ inline bool reserved_only(std::string_view category) {
 }
 
 // What a node's host holds of a table's host tier: every row is one rank's, and the node's host RAM
-// and pinned memory serve the config's tensor-parallel GPUs (data-parallel replicas multiply it
-// again where a layout places them on one node: planner/parallel.cpp).
-inline int64_t node_host_bytes(int64_t rank_host_bytes, const Config& c) { return checked_mul(rank_host_bytes, c.gpus); }
+// and pinned memory serve the ranks on the node: its data-parallel replicas (data_parallel / nodes)
+// times their tensor-parallel GPUs.
+inline int64_t ranks_per_node(const Config& c) { return c.gpus * std::max<int64_t>(1, c.data_parallel / std::max<int64_t>(1, c.nodes)); }
+inline int64_t node_host_bytes(int64_t rank_host_bytes, const Config& c) {
+  return checked_mul(rank_host_bytes, ranks_per_node(c));
+}
 
 // A GPU profile plans for the CUDA backend, a "cpu" profile (calibrated CPU) for the CPU backend.
 Target target_of(const models::GpuSpec& gpu);

@@ -78,6 +78,7 @@ Json Config::to_json() const {
           {"implementation", to_string(implementation)},
           {"gpus", gpus},
           {"data_parallel", data_parallel},
+          {"nodes", nodes},
           {"sequence_parallel", sequence_parallel},
           {"lora_rank", lora_rank},
           {"lora_alpha", lora_alpha},
@@ -129,6 +130,7 @@ Config config_from_json(const Json& j, const std::string& where) {
   c.implementation = implementation_from_string(r.str_or("implementation", "oomb"), where + ": implementation");
   c.gpus = r.i64_positive("gpus");
   c.data_parallel = r.i64_or("data_parallel", 1);  // documents before the key: one replica
+  c.nodes = r.i64_or("nodes", 1);                  // documents before the key: one node
   c.sequence_parallel = r.boolean_or("sequence_parallel", false);  // documents before the key: off
   // Documents before LoRA: full fine-tuning.
   c.lora_rank = r.i64_or("lora_rank", 0);
@@ -179,6 +181,7 @@ bool apply_preset(const std::string& name, Config& c) {
     d.attention = c.attention;
     d.gpus = c.gpus;
     d.data_parallel = c.data_parallel;
+    d.nodes = c.nodes;
     d.layers_override = c.layers_override;
     c = d;
     return true;
@@ -269,6 +272,14 @@ void validate(const Config& c, const models::ModelSpec& m) {
   if (c.data_parallel < 1 || c.data_parallel > 4096)
     throw Error("--data-parallel", std::to_string(c.data_parallel), "must be in [1, 4096]",
                 "replicas training on different sequences, e.g. 2 (one process per GPU under mpirun)");
+  if (c.nodes < 1 || c.nodes > 4096)
+    throw Error("--nodes", std::to_string(c.nodes), "must be in [1, 4096]", "the nodes the job's GPUs are on, e.g. 2");
+  if (c.data_parallel % c.nodes != 0)
+    throw Error("--nodes", std::to_string(c.nodes),
+                "does not divide the " + std::to_string(c.data_parallel) +
+                    " data-parallel replica(s): every node holds the same number of replicas, and a tensor-parallel "
+                    "group stays inside one node",
+                "--data-parallel a multiple of --nodes (e.g. --data-parallel " + std::to_string(c.nodes) + ")");
   if (c.lora_rank < 0 || c.lora_rank > 4096)
     throw Error("--lora-rank", std::to_string(c.lora_rank), "must be in [0, 4096]", "e.g. 16; 0 = full fine-tuning");
   if (c.lora_rank > 0) {
@@ -313,7 +324,7 @@ void validate_document(const Config& c, const models::ModelSpec& m, const std::s
         {"--kv-grad-dtype", "kv_grad_dtype"}, {"--param-dtype", "param_dtype"},
         {"--param-grad-dtype", "param_grad_dtype"}, {"--activation-dtype", "activation_dtype"},
         {"--loss-dtype", "loss_dtype"},      {"--gpus", "gpus"},
-        {"--data-parallel", "data_parallel"},
+        {"--data-parallel", "data_parallel"}, {"--nodes", "nodes"},
         {"--lora-rank", "lora_rank"},        {"--lora-alpha", "lora_alpha"},
         {"--lora-targets", "lora_targets"},
         {"--layers", "layers_override"},     {"--kept-layers", "kept_layers"},

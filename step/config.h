@@ -97,6 +97,11 @@ struct Config {
   // optimizer step. Run under MPI (`mpirun -np N oomb run`): the CPU backend's collectives are MPI's,
   // the CUDA backend's NCCL's.
   int64_t data_parallel = 1;
+  // Nodes the job's gpus x data_parallel processes spread over, evenly, each tensor-parallel group
+  // inside one node (data_parallel divisible by nodes): the replicas on a node share its host RAM,
+  // pinnable memory and memory bandwidth, and with more than one node the replicas' gradient
+  // all-reduce crosses the host profile's network (network_bytes_per_s, network_step_latency_s).
+  int64_t nodes = 1;
   // With tensor parallelism: the hidden-wide activations (layer inputs, norms, residuals) are split
   // over the gpus along the sequence, as Megatron-LM's sequence parallelism does (the head- and
   // ffn-wide ones are split by tensor parallelism itself). The context-parallel layouts use it.

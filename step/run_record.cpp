@@ -68,6 +68,17 @@ RunRecord run_record_from_json(const Json& extra, const std::string& where) {
     r.tp_rank = t.i64("rank");
     r.tp_allreduces = t.i64("allreduces");
     r.tp_allreduce_bytes = t.i64("allreduce_bytes");
+    // Traces from before the split have the total only.
+    if (t.has("allreduce_transfer_s")) r.tp_allreduce_transfer_s = t.f64("allreduce_transfer_s");
+    if (t.has("allreduce_wait_s")) r.tp_allreduce_wait_s = t.f64("allreduce_wait_s");
+    r.collective_split = r.collective_split && t.boolean_or("collective_split", true);
+  }
+  if (m.has("data_parallel")) {
+    const JsonReader d(m.object("data_parallel"), where + ": metadata.extra.measured.data_parallel");
+    r.dp_allreduce_bytes = d.i64("allreduce_bytes");
+    if (d.has("allreduce_transfer_s")) r.dp_allreduce_transfer_s = d.f64("allreduce_transfer_s");
+    if (d.has("allreduce_wait_s")) r.dp_allreduce_wait_s = d.f64("allreduce_wait_s");
+    r.collective_split = r.collective_split && d.boolean_or("collective_split", true);
   }
   if (m.has("notes"))
     for (const auto& n : m.array("notes"))

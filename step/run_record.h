@@ -43,6 +43,14 @@ struct RunRecord {
   // Tensor parallelism (measured.tensor_parallel): this rank of the group, and the last step's
   // activation all-reduces (count, bytes given as stored).
   std::optional<int64_t> tp_rank, tp_allreduces, tp_allreduce_bytes;
+  // The collectives' time in the last step as the ranks met them (CollectiveClock): the transfer
+  // after the last rank's arrival, and the wait for it (the ranks' skew); collective_split false:
+  // the ranks shared no clock and the wait could not be told apart (then all of it is transfer).
+  std::optional<double> tp_allreduce_transfer_s, tp_allreduce_wait_s;
+  // Data parallelism (measured.data_parallel): the gradient all-reduce, likewise.
+  std::optional<int64_t> dp_allreduce_bytes;
+  std::optional<double> dp_allreduce_transfer_s, dp_allreduce_wait_s;
+  bool collective_split = true;
   std::vector<std::string> notes;  // the plan check's
 };
 

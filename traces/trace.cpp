@@ -14,7 +14,7 @@ namespace oomb::traces {
 namespace {
 
 constexpr const char* kSchema = "oomb.trace/1";
-constexpr const char* kKindNames[] = {"compute", "copy_h2d", "copy_d2h", "alloc", "free", "phase"};
+constexpr const char* kKindNames[] = {"compute", "copy_h2d", "copy_d2h", "alloc", "free", "phase", "collective"};
 constexpr const char* kDetailNames[] = {"step", "chunk", "layer", "op"};
 
 template <size_t N>
@@ -167,6 +167,7 @@ std::string track_of(const Event& e) {
     case EventKind::compute: return "compute";
     case EventKind::copy_h2d: return "h2d";
     case EventKind::copy_d2h: return "d2h";
+    case EventKind::collective: return "comm";
     default: return "other";
   }
 }
@@ -504,11 +505,11 @@ Comparison compare(const Trace& predicted, const Trace& measured) {
 
   // Per-(stage, op) totals, aligned by key; a key present on one side only compares against 0.
   using Key = std::pair<int, std::string>;
-  std::map<Key, std::pair<double, double>> time, bytes;
+  std::map<Key, std::pair<double, double>> time, bytes, comm;
   auto collect = [&](const Trace& t, bool is_measured) {
     for (const Event& e : t.events) {
-      if (e.kind == EventKind::compute) {
-        auto& slot = time[{e.stage, e.op}];
+      if (e.kind == EventKind::compute || e.kind == EventKind::collective) {
+        auto& slot = (e.kind == EventKind::compute ? time : comm)[{e.stage, e.op}];
         (is_measured ? slot.second : slot.first) += d(e.duration_ns());
       } else if (e.kind == EventKind::copy_h2d || e.kind == EventKind::copy_d2h) {
         auto& slot = bytes[{e.stage, to_string(e.kind)}];
@@ -520,6 +521,7 @@ Comparison compare(const Trace& predicted, const Trace& measured) {
   collect(measured, true);
   for (const auto& [key, v] : time) add("time:" + op_key(key.first, key.second), v.first, v.second);
   for (const auto& [key, v] : bytes) add("bytes:" + op_key(key.first, key.second), v.first, v.second);
+  for (const auto& [key, v] : comm) add("comm:" + op_key(key.first, key.second), v.first, v.second);
   return c;
 }
 

@@ -9,7 +9,10 @@
 
 namespace oomb::traces {
 
-enum class EventKind { compute, copy_h2d, copy_d2h, alloc, free, phase };
+// collective: a collective of several ranks (an all-reduce), on stream "comm"; its bytes are what
+// this rank gives it. A collective runs inside a compute event's span on the CPU backend (the
+// compute thread makes the call), so it is never counted as compute time.
+enum class EventKind { compute, copy_h2d, copy_d2h, alloc, free, phase, collective };
 enum class Detail { step, chunk, layer, op };  // coarsest .. finest
 
 const char* to_string(EventKind k);
@@ -24,7 +27,7 @@ inline constexpr const char* kStepPhase = "step";
 struct Event {
   EventKind kind = EventKind::compute;
   std::string name;       // e.g. "attention_fwd", "kv_prefix", "stage1"
-  std::string stream;     // "compute", "h2d", "d2h"
+  std::string stream;     // "compute", "h2d", "d2h", "comm"
   int64_t start_ns = 0;
   int64_t end_ns = 0;
   int64_t bytes = 0;      // bytes moved (copies) or allocated (alloc/free)

@@ -41,6 +41,8 @@ class NcclCommunicator final : public Communicator {
     check(ncclAllReduce(data.data, data.data, static_cast<size_t>(n), type, ncclSum, comm_, stream_), "AllReduce");
   }
   void all_reduce_sum_host(double* data, int64_t n) override { boot_.all_reduce_sum_host(data, n); }
+  void all_reduce_max_host(double* data, int64_t n) override { boot_.all_reduce_max_host(data, n); }
+  bool shares_clock() const override { return boot_.shares_clock(); }
   void broadcast_host(void* data, int64_t bytes, int root) override { boot_.broadcast_host(data, bytes, root); }
   void barrier() override {
     OOMB_CUDA_CHECK(cudaStreamSynchronize(stream_));

@@ -28,6 +28,15 @@ class MpiCommunicator final : public Communicator {
   explicit MpiCommunicator(MPI_Comm comm = MPI_COMM_WORLD) : comm_(comm) {
     check(MPI_Comm_rank(comm_, &rank_), "Comm_rank");
     check(MPI_Comm_size(comm_, &size_), "Comm_size");
+    // The ranks that share this one's host: all of them, or several hosts (no common clock).
+    MPI_Comm local = MPI_COMM_NULL;
+    check(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local), "Comm_split_type");
+    int local_size = 0;
+    check(MPI_Comm_size(local, &local_size), "Comm_size");
+    MPI_Comm_free(&local);
+    int everywhere = local_size == size_ ? 1 : 0;
+    check(MPI_Allreduce(MPI_IN_PLACE, &everywhere, 1, MPI_INT, MPI_MIN, comm_), "Allreduce");
+    one_host_ = everywhere == 1;
   }
   ~MpiCommunicator() override {
     if (comm_ != MPI_COMM_WORLD && initialized()) MPI_Comm_free(&comm_);
@@ -61,6 +70,13 @@ class MpiCommunicator final : public Communicator {
                           comm_),
             "Allreduce");
   }
+  void all_reduce_max_host(double* data, int64_t n) override {
+    for (int64_t at = 0; at < n; at += kPiece)
+      check(MPI_Allreduce(MPI_IN_PLACE, data + at, static_cast<int>(std::min(kPiece, n - at)), MPI_DOUBLE, MPI_MAX,
+                          comm_),
+            "Allreduce");
+  }
+  bool shares_clock() const override { return one_host_; }
   void broadcast_host(void* data, int64_t bytes, int root) override {
     auto* p = static_cast<char*>(data);
     for (int64_t at = 0; at < bytes; at += kPiece)
@@ -77,6 +93,7 @@ class MpiCommunicator final : public Communicator {
   }
   MPI_Comm comm_;
   int rank_ = 0, size_ = 1;
+  bool one_host_ = true;
 };
 }  // namespace
 

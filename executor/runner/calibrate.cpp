@@ -118,21 +118,37 @@ BackendCalibration calibrate_backend(const CalibrationRequest& a) {
     models::gpu_from_json(profile, "the fitted profile");  // still a valid profile
   }
   if (a.comm && a.comm->size() > 1) {
-    // The gradient all-reduce of a data-parallel step, timed on the job's ranks: 256 MiB of fp32, the
-    // transport itself (large enough that per-call latency is a small share). A bf16 gradient is
-    // staged through fp32 by the MPI communicator (summed in fp32, rounded once), which costs more
-    // per byte than this rate says (README, data parallelism).
+    // The collectives of a multi-rank step, timed on the job's ranks: fp32 all-reduces from 4 KiB
+    // (a tensor-parallel activation all-reduce of a small model is a few hundred KiB) to 256 MiB (a
+    // data-parallel gradient all-reduce), kept as the profile's curve, with the latency + bytes /
+    // link line through its ends for other rank counts (docs/model.md "Communication"). bf16 data is
+    // staged through fp32 by the MPI communicator; the simulator prices that staging itself (twice
+    // the bytes, plus the conversions).
     if (a.backend != "cpu")
       throw Error("--backend", a.backend, "measures collectives under mpirun on the cpu backend only",
                   "mpirun -np N oomb calibrate --backend cpu");
     out.ranks = a.comm->size();
-    if (a.progress) a.progress("all-reduce of 256 MiB (fp32) over " + std::to_string(out.ranks) + " ranks");
-    const double link = executor::measure_all_reduce_link_bytes_per_s(*a.comm, *backend, int64_t{256} << 20,
-                                                                      executor::DType::f32);
-    profile["interconnect_bytes_per_s"] = link;
-    profile["sources"]["interconnect_bytes_per_s"] =
-        "measured: " + a.comm->name() + " all-reduce of 256 MiB fp32 over " + std::to_string(out.ranks) +
-        " ranks of this node (median of 5, the ring's 2(N-1)/N x bytes over the time; oomb calibrate under mpirun)";
+    std::vector<int64_t> sizes;
+    for (int64_t b = int64_t{4} << 10; b <= (int64_t{256} << 20); b *= 4) sizes.push_back(b);  // 4 KiB .. 256 MiB
+    if (a.progress)
+      a.progress("all-reduces of 16 KiB .. 256 MiB (fp32) over " + std::to_string(out.ranks) + " ranks");
+    const executor::AllReduceFit fit = executor::measure_all_reduce(*a.comm, *backend, sizes);
+    const std::string how = "measured: " + a.comm->name() + " all-reduces of fp32 over " +
+                            std::to_string(out.ranks) + " ranks of this node, 4 KiB .. 256 MiB (median of 5 per size, " +
+                            "the ranks started together; allreduce_curve), time = latency + 2(N-1)/N x bytes / link " +
+                            "through the smallest and the largest (oomb calibrate under mpirun)";
+    profile["interconnect_bytes_per_s"] = fit.link_bytes_per_s;
+    profile["collective_latency_s"] = fit.latency_s;
+    profile["collective_step_latency_s"] = 0.0;
+    profile["sources"]["interconnect_bytes_per_s"] = how;
+    profile["sources"]["collective_latency_s"] = how;
+    profile["sources"]["collective_step_latency_s"] =
+        "0: measured at one rank count (" + std::to_string(out.ranks) + "), the whole latency is in collective_latency_s";
+    Json points = Json::array();
+    for (const auto& q : fit.points) points.push_back({{"bytes", q.bytes}, {"seconds", q.seconds}});
+    profile["allreduce_curve"] = {{"ranks", out.ranks}, {"points", points}};
+    profile["sources"]["allreduce_curve"] = how;
+    out.allreduce = fit;
     models::gpu_from_json(profile, "the calibrated profile");
   }
   if (a.backend == "cuda") {

@@ -26,8 +26,8 @@ struct CalibrationRequest {
   int threads = 0;               // cpu: compute threads (0 = the CPUs this process may use)
   std::function<void(const std::string&)> progress;  // a line per benchmark and run
   // Under mpirun (the job's ranks): each rank measures with its share of the node's cores, as a
-  // data-parallel `oomb run` computes, and the ranks time their all-reduce together: the profile's
-  // interconnect_bytes_per_s (what the simulator prices the gradient all-reduce with).
+  // data-parallel `oomb run` computes, and the ranks time their all-reduces together: the profile's
+  // interconnect_bytes_per_s and collective_latency_s (what the simulator prices collectives with).
   executor::Communicator* comm = nullptr;
 };
 
@@ -37,6 +37,7 @@ struct BackendCalibration {
   std::optional<executor::CalibrationRunsFit> runs;  // cpu with a fit model
   std::string fit_model;                             // as resolved
   int ranks = 1;                                     // the job's ranks (all-reduce measured when > 1)
+  executor::AllReduceFit allreduce;                  // ranks > 1: the measured all-reduces and their fit
 };
 
 // The CPU backend's compute threads for one rank: `requested`, or (0) every CPU this process may

@@ -723,13 +723,17 @@ Json to_json(const RunResult& r) {
                             {"rank_losses", r.rank_losses},
                             {"allreduces", r.measured.tp_allreduces},
                             {"allreduce_bytes", r.measured.tp_allreduce_bytes},
-                            {"allreduce_s", r.measured.tp_allreduce_s}};
+                            {"allreduce_s", r.measured.tp_allreduce_s},
+                            {"allreduce_wait_s", r.measured.tp_allreduce_wait_s},
+                            {"allreduce_transfer_s", r.measured.tp_allreduce_transfer_s}};
   if (r.world > r.measured.tp)
     j["data_parallel"] = {{"world", r.world},
                           {"rank", r.rank},
                           {"rank_losses", r.rank_losses},
                           {"allreduce_bytes", r.measured.allreduce_bytes},
-                          {"allreduce_s", r.measured.allreduce_s}};
+                          {"allreduce_s", r.measured.allreduce_s},
+                          {"allreduce_wait_s", r.measured.allreduce_wait_s},
+                          {"allreduce_transfer_s", r.measured.allreduce_transfer_s}};
   if (r.trace) {
     j["trace"] = {{"timing", r.cupti ? "cupti" : "host"}, {"step_s", r.fastest_step_s}};
     if (!r.cupti_failure.empty()) j["trace"]["cupti_unavailable"] = r.cupti_failure;
@@ -771,14 +775,21 @@ std::string describe(const RunResult& r, const RunRequest& req, const std::strin
   if (r.measured.tp > 1)
     appendf(out,
             "tensor parallel: rank %d of %lld (%s; this rank holds 1/%lld of the heads, MLP columns and vocabulary), "
-            "%lld activation all-reduces, %s per step (%s on this rank)\n",
+            "%lld activation all-reduces, %s per step (%s on this rank: %s waiting for the other ranks, %s "
+            "transfer)\n",
             r.rank, static_cast<long long>(r.measured.tp), r.measured.comm.c_str(),
             static_cast<long long>(r.measured.tp), static_cast<long long>(r.measured.tp_allreduces),
-            format_bytes(r.measured.tp_allreduce_bytes).c_str(), format_duration_s(r.measured.tp_allreduce_s).c_str());
+            format_bytes(r.measured.tp_allreduce_bytes).c_str(), format_duration_s(r.measured.tp_allreduce_s).c_str(),
+            r.measured.collective_split ? format_duration_s(r.measured.tp_allreduce_wait_s).c_str() : "unknown (no shared clock)",
+            format_duration_s(r.measured.tp_allreduce_transfer_s).c_str());
   if (r.world > r.measured.tp)
-    appendf(out, "data parallel: rank %d of %d (%s), gradient all-reduce %s per optimizer step (%s on this rank)\n",
+    appendf(out,
+            "data parallel: rank %d of %d (%s), gradient all-reduce %s per optimizer step (%s on this rank: %s "
+            "waiting for the other replicas, %s transfer)\n",
             r.rank, r.world, r.measured.comm.c_str(), format_bytes(r.measured.allreduce_bytes).c_str(),
-            format_duration_s(r.measured.allreduce_s).c_str());
+            format_duration_s(r.measured.allreduce_s).c_str(),
+            r.measured.collective_split ? format_duration_s(r.measured.allreduce_wait_s).c_str() : "unknown (no shared clock)",
+            format_duration_s(r.measured.allreduce_transfer_s).c_str());
   if (lora)
     appendf(out, "training: LoRA rank %lld (alpha %g, scale %g) on %s: %s adapter parameters (fp32), the base frozen\n",
             static_cast<long long>(c.lora_rank), c.lora_alpha, c.lora_alpha / static_cast<double>(c.lora_rank),

@@ -24,6 +24,8 @@ class SelfCommunicator final : public Communicator {
   std::string name() const override { return "self"; }
   void all_reduce_sum(Tensor data, int64_t n) override { reduced_bytes_ += n * dtype_bytes(data.dtype); }
   void all_reduce_sum_host(double*, int64_t) override {}
+  void all_reduce_max_host(double*, int64_t) override {}
+  bool shares_clock() const override { return true; }
   void broadcast_host(void*, int64_t, int) override {}
   void barrier() override {}
 };
@@ -31,27 +33,78 @@ class SelfCommunicator final : public Communicator {
 
 std::unique_ptr<Communicator> self_communicator() { return std::make_unique<SelfCommunicator>(); }
 
-double measure_all_reduce_link_bytes_per_s(Communicator& comm, Backend& backend, int64_t bytes, DType dtype,
-                                           int reps) {
-  const int N = comm.size();
-  if (N <= 1 || bytes <= 0) return 0;
-  const int64_t n = bytes / dtype_bytes(dtype);
-  void* p = backend.allocate(Tier::device, n * dtype_bytes(dtype));  // zeroed: sums stay finite
-  std::vector<double> times;
-  for (int i = 0; i <= reps; ++i) {
-    comm.barrier();
-    const auto t0 = std::chrono::steady_clock::now();
-    comm.all_reduce_sum(Tensor(p, dtype, n), n);
-    const auto t1 = std::chrono::steady_clock::now();
-    if (i > 0) times.push_back(std::chrono::duration<double>(t1 - t0).count());  // the first warms up
+void CollectiveClock::resolve(Communicator& comm) {
+  split_ = true;
+  for (Call& c : calls_) c.last_arrival_ns = c.arrival_ns;
+  if (comm.size() <= 1) return;
+  // Every rank must have made the same calls; a mismatch is a driver bug, but it must not turn into
+  // a wrong split: then the waits are left unknown.
+  double count[2] = {static_cast<double>(calls_.size()), -static_cast<double>(calls_.size())};
+  comm.all_reduce_max_host(count, 2);
+  if (!comm.shares_clock() || count[0] != -count[1]) {
+    split_ = false;
+    return;
   }
-  backend.deallocate(Tier::device, p, n * dtype_bytes(dtype));
-  std::sort(times.begin(), times.end());
-  double median = times[times.size() / 2];
-  comm.all_reduce_sum_host(&median, 1);
-  median /= N;
-  const double ring = 2.0 * (N - 1) / N * static_cast<double>(n * dtype_bytes(dtype));
-  return median > 0 ? ring / median : 0;
+  std::vector<double> arrivals(calls_.size());
+  for (size_t i = 0; i < calls_.size(); ++i) arrivals[i] = static_cast<double>(calls_[i].arrival_ns);
+  comm.all_reduce_max_host(arrivals.data(), static_cast<int64_t>(arrivals.size()));
+  for (size_t i = 0; i < calls_.size(); ++i)
+    calls_[i].last_arrival_ns =
+        std::clamp(static_cast<int64_t>(arrivals[i]), calls_[i].arrival_ns, calls_[i].exit_ns);
+}
+
+double CollectiveClock::total_s() const {
+  int64_t ns = 0;
+  for (const Call& c : calls_) ns += c.exit_ns - c.arrival_ns;
+  return static_cast<double>(ns) * 1e-9;
+}
+
+double CollectiveClock::wait_s() const {
+  int64_t ns = 0;
+  for (const Call& c : calls_) ns += c.last_arrival_ns - c.arrival_ns;
+  return static_cast<double>(ns) * 1e-9;
+}
+
+double CollectiveClock::transfer_s() const { return total_s() - wait_s(); }
+
+AllReduceFit measure_all_reduce(Communicator& comm, Backend& backend, const std::vector<int64_t>& sizes_bytes,
+                                int reps) {
+  AllReduceFit fit;
+  const int N = comm.size();
+  if (N <= 1 || sizes_bytes.empty()) return fit;
+  const double ring = 2.0 * (N - 1) / N;
+  for (int64_t bytes : sizes_bytes) {
+    const int64_t n = std::max<int64_t>(1, bytes / 4);
+    void* p = backend.allocate(Tier::device, n * 4);  // zeroed: sums stay finite
+    std::vector<double> times;
+    for (int i = 0; i <= reps; ++i) {
+      comm.barrier();
+      const auto t0 = std::chrono::steady_clock::now();
+      comm.all_reduce_sum(Tensor(p, DType::f32, n), n);
+      const auto t1 = std::chrono::steady_clock::now();
+      if (i > 0) times.push_back(std::chrono::duration<double>(t1 - t0).count());  // the first warms up
+    }
+    backend.deallocate(Tier::device, p, n * 4);
+    std::sort(times.begin(), times.end());
+    double median = times[times.size() / 2];
+    comm.all_reduce_sum_host(&median, 1);
+    fit.points.push_back({n * 4, median / N});
+  }
+  // The line through the ends: the smallest all-reduce's time is latency (its bytes are few), the
+  // largest's rate the link. The points themselves are the curve a profile keeps (GpuSpec).
+  const auto& lo = fit.points.front();
+  const auto& hi = fit.points.back();
+  double link = 0, latency = lo.seconds;
+  if (hi.bytes > lo.bytes && hi.seconds > lo.seconds) {
+    link = ring * static_cast<double>(hi.bytes - lo.bytes) / (hi.seconds - lo.seconds);
+    latency = std::max(0.0, lo.seconds - ring * static_cast<double>(lo.bytes) / link);
+  } else if (hi.seconds > 0) {
+    link = ring * static_cast<double>(hi.bytes) / hi.seconds;
+    latency = 0;
+  }
+  fit.latency_s = latency;
+  fit.link_bytes_per_s = link;
+  return fit;
 }
 
 bool launched_by_mpi() {

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "executor/runtime/backend.h"
 
@@ -31,6 +32,12 @@ class Communicator {
   }
   // In place, host doubles (losses, counters): the sum over the ranks.
   virtual void all_reduce_sum_host(double* data, int64_t n) = 0;
+  // In place, host doubles: the maximum over the ranks (the ranks' arrival times at collectives).
+  virtual void all_reduce_max_host(double* data, int64_t n) = 0;
+  // Whether every rank reads the same steady clock (all on one host): then one rank's arrival time
+  // at a collective can be compared with another's, and a collective's wait for the slowest rank
+  // told apart from its transfer (CollectiveClock).
+  virtual bool shares_clock() const = 0;
   virtual void broadcast_host(void* data, int64_t bytes, int root) = 0;
   virtual void barrier() = 0;
   // The ranks of this communicator with the same color, ordered by key (MPI_Comm_split): tensor
@@ -47,13 +54,64 @@ class Communicator {
 // One process: rank 0 of 1.
 std::unique_ptr<Communicator> self_communicator();
 
-// The job's all-reduce as the simulator prices it (a ring: 2 (N-1)/N x bytes over the link):
-// bytes / s of link that reproduce the measured time of all_reduce_sum on `bytes` of `dtype`
-// (allocated from `backend`, in the memory the communicator reduces), the median of `reps` timed
-// repetitions after one warm-up, each between barriers, the mean of the ranks' medians. Every
-// rank calls it (it is collective); 0 with one rank.
-double measure_all_reduce_link_bytes_per_s(Communicator& comm, Backend& backend, int64_t bytes, DType dtype,
-                                           int reps = 5);
+// The collectives of one step on one communicator, timed as the ranks meet them. A rank that
+// reaches a collective first waits there for the slowest; that wait is the ranks' skew (what they
+// computed at different speeds since they last met), not the collective's cost, which starts when
+// the last rank arrives. record() keeps each call's arrival and exit (steady clock, ns); resolve()
+// (a collective itself: every rank of the communicator calls it, after the step, with the same
+// number of calls) takes the latest arrival of each call over the ranks and splits each rank's time
+// in the calls into wait (its arrival to the last arrival) and transfer (the last arrival to its
+// exit). Where the ranks do not share a clock (several hosts) the split is unknown: everything is
+// transfer and `split` is false.
+class CollectiveClock {
+ public:
+  // Where the call was made, as the trace's events name it (op: a string literal).
+  struct Tag {
+    const char* op = "";
+    int stage = -1;
+    int64_t chunk = -1, layer = -1;
+  };
+  struct Call {
+    int64_t arrival_ns = 0, exit_ns = 0;
+    int64_t bytes = 0;
+    Tag tag;
+    int64_t last_arrival_ns = 0;  // after resolve()
+  };
+  void clear() { calls_.clear(); }
+  void record(int64_t arrival_ns, int64_t exit_ns, int64_t bytes, Tag tag) {
+    calls_.push_back({arrival_ns, exit_ns, bytes, tag, arrival_ns});
+  }
+  void resolve(Communicator& comm);
+  const std::vector<Call>& calls() const { return calls_; }
+  double total_s() const;     // arrival to exit, summed over the calls
+  double wait_s() const;      // arrival to the last rank's arrival
+  double transfer_s() const;  // the last rank's arrival to exit
+  bool split() const { return split_; }
+
+ private:
+  std::vector<Call> calls_;
+  bool split_ = true;  // nothing to split until resolve() says otherwise
+};
+
+// One ring all-reduce as the simulator prices it (docs/model.md "Communication"):
+// time = latency + 2 (N-1)/N x bytes / link. measure_all_reduce times all_reduce_sum of fp32 data at
+// each size of `sizes_bytes`, ascending (allocated from `backend`, in the memory the communicator
+// reduces): per size the median of `reps` repetitions after one warm-up, each started together (a
+// barrier) so that no rank's wait is in it, the ranks' medians averaged; latency and link are the
+// line through the smallest and the largest size (on a CPU the points between lie far from it, so
+// a profile keeps the points as its curve). Every rank calls it
+// (it is collective); zeros with one rank.
+struct AllReduceFit {
+  double latency_s = 0;
+  double link_bytes_per_s = 0;
+  struct Point {
+    int64_t bytes = 0;
+    double seconds = 0;  // measured (mean over the ranks of their medians)
+  };
+  std::vector<Point> points;
+};
+AllReduceFit measure_all_reduce(Communicator& comm, Backend& backend, const std::vector<int64_t>& sizes_bytes,
+                                int reps = 5);
 
 // Whether this process was started by an MPI launcher (mpirun / mpiexec / srun set the environment
 // a job's ranks read: OMPI_COMM_WORLD_SIZE, PMI_SIZE, PMIX_RANK) with more than one rank or at all.

@@ -455,9 +455,25 @@ void Engine::upload_weights(const std::vector<float>& w) {
 
 Engine::~Engine() = default;
 
+namespace {
+// Sets the Engine's collective tag for a scope (restored on exit, exceptions included).
+class CommTagScope {
+ public:
+  CommTagScope(CollectiveClock::Tag& slot, CollectiveClock::Tag tag) : slot_(slot), saved_(slot) { slot_ = tag; }
+  ~CommTagScope() { slot_ = saved_; }
+  CommTagScope(const CommTagScope&) = delete;
+  CommTagScope& operator=(const CommTagScope&) = delete;
+
+ private:
+  CollectiveClock::Tag& slot_;
+  CollectiveClock::Tag saved_;
+};
+}  // namespace
+
 template <class F>
 void Engine::timed(const char* name, const Pass& pass, double flops, F&& f) {
   const TagScope tag(options_.tagger, pass.stage(), pass.chunk, pass.layer, pass_op(pass.kind), name);
+  const CommTagScope comm(comm_tag_, {pass_op(pass.kind), pass.stage(), pass.chunk, pass.layer});
   if (!recorder_.enabled()) return f();
   const int64_t t0 = steady_now_ns();
   f();
@@ -467,6 +483,7 @@ void Engine::timed(const char* name, const Pass& pass, double flops, F&& f) {
 template <class F>
 void Engine::timed(const char* name, const char* op, int stage, int64_t chunk, double flops, F&& f) {
   const TagScope tag(options_.tagger, stage, chunk, -1, op, name);
+  const CommTagScope comm(comm_tag_, {op, stage, chunk, -1});
   if (!recorder_.enabled()) return f();
   const int64_t t0 = steady_now_ns();
   f();
@@ -480,8 +497,20 @@ void Engine::tp_all_reduce(Tensor t, int64_t n) {
   tp_counted(t0, n * dtype_bytes(t.dtype));
 }
 
+void Engine::resolve_collectives() {
+  auto resolve = [&](CollectiveClock& clock, Communicator* comm, const char* name) {
+    if (!comm || comm->size() <= 1) return;
+    clock.resolve(*comm);
+    for (const auto& c : clock.calls())
+      recorder_.collective(name, c.tag.op, c.tag.stage, c.tag.chunk, c.tag.layer, c.last_arrival_ns, c.exit_ns,
+                           c.bytes);
+  };
+  resolve(tp_clock_, tp_ > 1 ? tp_comm_ : nullptr, "tp_allreduce");
+  resolve(dp_clock_, dp_comm_, "gradient_allreduce");
+}
+
 void Engine::tp_counted(int64_t t0_ns, int64_t bytes) {
-  tp_allreduce_s_ += static_cast<double>(steady_now_ns() - t0_ns) * 1e-9;
+  tp_clock_.record(t0_ns, steady_now_ns(), bytes, comm_tag_);
   tp_allreduce_bytes_ += bytes;
   ++tp_allreduces_;
 }
@@ -933,9 +962,9 @@ StepResult Engine::step(const std::vector<int32_t>& tokens) {
   const int64_t syncs_before = backend_.host_syncs();
   optimizer_h2d_bytes_ = optimizer_d2h_bytes_ = 0;
   allreduce_bytes_ = 0;
-  allreduce_s_ = 0;
+  dp_clock_.clear();
+  tp_clock_.clear();
   tp_allreduces_ = tp_allreduce_bytes_ = 0;
-  tp_allreduce_s_ = 0;
   tp_losses_.assign(static_cast<size_t>(g_.n), 0.0);
   work_done_ = 0;
   work_total_ = 0;
@@ -1035,6 +1064,7 @@ StepResult Engine::step(const std::vector<int32_t>& tokens) {
   store_->finish_step();
   const int64_t step_end_ns = steady_now_ns();
   recorder_.phase(traces::kStepPhase, step_start_ns_, step_end_ns);
+  resolve_collectives();  // after the step's end: the ranks' exchange is not part of the step
   StepResult r;
   r.loss = loss;
   r.seconds = static_cast<double>(step_end_ns - step_start_ns_) * 1e-9;
@@ -1071,12 +1101,17 @@ StepResult Engine::step(const std::vector<int32_t>& tokens) {
   m.world = options_.comm ? options_.comm->size() : 1;
   m.comm = options_.comm ? options_.comm->name() : "self";
   m.allreduce_bytes = allreduce_bytes_;
-  m.allreduce_s = allreduce_s_;
+  m.allreduce_s = dp_clock_.total_s();
+  m.allreduce_wait_s = dp_clock_.wait_s();
+  m.allreduce_transfer_s = dp_clock_.transfer_s();
+  m.collective_split = dp_clock_.split() && tp_clock_.split();
   m.tp = tp_;
   m.tp_rank = tp_rank_;
   m.tp_allreduces = tp_allreduces_;
   m.tp_allreduce_bytes = tp_allreduce_bytes_;
-  m.tp_allreduce_s = tp_allreduce_s_;
+  m.tp_allreduce_s = tp_clock_.total_s();
+  m.tp_allreduce_wait_s = tp_clock_.wait_s();
+  m.tp_allreduce_transfer_s = tp_clock_.transfer_s();
   m.step_times_s.push_back(r.seconds);
   m.union_pages.clear();
   for (int64_t c = 0; c < g_.n; ++c)
@@ -1110,9 +1145,8 @@ void Engine::optimizer_step() {
   // norms' gradients; nothing to sum between them.)
   const int world = dp_comm_ ? dp_comm_->size() : 1;  // the replicas
   if (world > 1) {
-    // The replicas meet first (a slower rank's backward is not the collective's time), then the
-    // all-reduce is timed on its own.
-    dp_comm_->barrier();
+    // Timed as the replicas meet it: a faster rank's wait for the slowest is told apart from the
+    // transfer after the step (resolve_collectives).
     const int64_t t0 = steady_now_ns();
     // The CPU backend's ops are done when they return; NCCL's collectives are stream-ordered.
     // MPI sums bf16 gradients in an fp32 copy: allocated under the table's row for the all-reduce.
@@ -1122,7 +1156,7 @@ void Engine::optimizer_step() {
     timed("gradient_allreduce", "gradient_allreduce", 2, -1, 0,
           [&] { dp_comm_->all_reduce_sum_staged(grads_.t(), n, staging.f32()); });
     allreduce_bytes_ += grads_.bytes();
-    allreduce_s_ += static_cast<double>(steady_now_ns() - t0) * 1e-9;
+    dp_clock_.record(t0, steady_now_ns(), grads_.bytes(), {"gradient_allreduce", 2, -1, -1});
   }
   if (host) copy(CopyDir::d2h, host_grads_.data(), grads_.data(), grads_.bytes());
   const Tensor grads = host ? host_grads_.t() : grads_.t();
@@ -1282,8 +1316,14 @@ Json Measured::to_json() const {
           {"loss", loss},
           {"steps", steps}};
   if (world > tp)
-    j["data_parallel"] = {{"rank", rank}, {"world", world}, {"comm", comm}, {"allreduce_bytes", allreduce_bytes},
-                          {"allreduce_s", allreduce_s}};
+    j["data_parallel"] = {{"rank", rank},
+                          {"world", world},
+                          {"comm", comm},
+                          {"allreduce_bytes", allreduce_bytes},
+                          {"allreduce_s", allreduce_s},
+                          {"allreduce_wait_s", allreduce_wait_s},
+                          {"allreduce_transfer_s", allreduce_transfer_s},
+                          {"collective_split", collective_split}};
   if (tp > 1)
     j["tensor_parallel"] = {{"tp", tp},
                             {"rank", tp_rank},
@@ -1291,7 +1331,10 @@ Json Measured::to_json() const {
                             {"comm", comm},
                             {"allreduces", tp_allreduces},
                             {"allreduce_bytes", tp_allreduce_bytes},
-                            {"allreduce_s", tp_allreduce_s}};
+                            {"allreduce_s", tp_allreduce_s},
+                            {"allreduce_wait_s", tp_allreduce_wait_s},
+                            {"allreduce_transfer_s", tp_allreduce_transfer_s},
+                            {"collective_split", collective_split}};
   if (!recall.empty()) {
     Json r = Json::array();
     for (const auto& x : recall) r.push_back({{"chunk", x.chunk}, {"layer", x.layer}, {"recall", x.recall}});

@@ -128,12 +128,16 @@ struct Measured {
   int rank = 0, world = 1;
   std::string comm = "self";
   int64_t allreduce_bytes = 0;
-  double allreduce_s = 0;
+  // Its time as the replicas met it: all of it, the wait for the slowest replica, the transfer
+  // after the last one arrived (CollectiveClock); collective_split false: the ranks share no clock
+  // (several hosts), the waits are unknown (0) and everything counts as transfer.
+  double allreduce_s = 0, allreduce_wait_s = 0, allreduce_transfer_s = 0;
+  bool collective_split = true;
   // Tensor parallelism (gpus > 1): the degree, this rank's place in it, and the last step's
   // activation all-reduces (count, bytes given per rank as stored, wall time); in to_json when tp > 1.
   int64_t tp = 1, tp_rank = 0;
   int64_t tp_allreduces = 0, tp_allreduce_bytes = 0;
-  double tp_allreduce_s = 0;
+  double tp_allreduce_s = 0, tp_allreduce_wait_s = 0, tp_allreduce_transfer_s = 0;  // as the data-parallel ones
   std::vector<UnionSize> union_pages;                     // last step, per (chunk, layer)
   std::vector<RecallSample> recall;  // last step, per (chunk, layer); empty unless measure_recall
   double mean_recall() const;        // over the samples (0 when none)
@@ -247,7 +251,13 @@ class Engine {
   Buffer host_grads_, host_weights_;  // optimizer on the host: its gradients and working weights
   int64_t optimizer_h2d_bytes_ = 0, optimizer_d2h_bytes_ = 0;  // of the last step
   int64_t allreduce_bytes_ = 0;                                 // of the last step
-  double allreduce_s_ = 0;
+  // The last step's collectives as the ranks met them (wait for the slowest rank vs transfer).
+  CollectiveClock dp_clock_, tp_clock_;
+  // Where the op being timed runs (set by timed()): the tag of the collectives it makes.
+  CollectiveClock::Tag comm_tag_;
+  // After the step: each communicator's calls split into wait and transfer (a collective of its
+  // ranks), their transfers recorded as the trace's collective events.
+  void resolve_collectives();
   // Tensor parallelism (config.gpus > 1; docs/model.md "Tensor parallelism"): model_ is this rank's
   // shard of full_model_ (step::tensor_parallel_shard), its vocabulary [vocab0_, vocab0_ + model_.vocab).
   models::ModelSpec full_model_;
@@ -260,7 +270,6 @@ class Engine {
   std::unique_ptr<Communicator> tp_comm_owned_, dp_comm_owned_;
   std::vector<double> tp_losses_;  // per chunk: the vocabulary-parallel loss (every rank the same)
   int64_t tp_allreduces_ = 0, tp_allreduce_bytes_ = 0;
-  double tp_allreduce_s_ = 0;
   // The sum over the tensor-parallel ranks, in place (n elements of t); nothing with one rank.
   void tp_all_reduce(Tensor t, int64_t n);
   void tp_counted(int64_t t0_ns, int64_t bytes);  // one all-reduce since t0 into the step's measure

@@ -20,7 +20,7 @@ TraceRecorder::TraceRecorder(bool enabled, Detail detail)
 void TraceRecorder::add(Event e) {
   std::lock_guard<std::mutex> lock(mu_);
   // Layer (and coarser) detail: merge into the previous event of the stream when the key matches.
-  if (detail_ != Detail::op && e.kind != EventKind::phase) {
+  if (detail_ != Detail::op && e.kind != EventKind::phase && e.kind != EventKind::collective) {
     for (auto it = events_.rbegin(); it != events_.rend(); ++it) {
       if (it->stream != e.stream) continue;
       if (it->kind == e.kind && it->stage == e.stage && it->chunk == e.chunk && it->layer == e.layer &&
@@ -65,6 +65,14 @@ void TraceRecorder::copy(bool h2d, const char* name, const char* op, int stage, 
   if (!enabled_) return;
   Event e = event(h2d ? EventKind::copy_h2d : EventKind::copy_d2h, h2d ? "h2d" : "d2h", name, op, stage, chunk, layer,
                   start_ns, end_ns);
+  e.bytes = bytes;
+  add(std::move(e));
+}
+
+void TraceRecorder::collective(const char* name, const char* op, int stage, int64_t chunk, int64_t layer,
+                               int64_t start_ns, int64_t end_ns, int64_t bytes) {
+  if (!enabled_) return;
+  Event e = event(EventKind::collective, "comm", name, op, stage, chunk, layer, start_ns, end_ns);
   e.bytes = bytes;
   add(std::move(e));
 }

@@ -28,6 +28,10 @@ class TraceRecorder {
                int64_t end_ns, double flops);
   void copy(bool h2d, const char* name, const char* op, int stage, int64_t chunk, int64_t layer, int64_t start_ns,
             int64_t end_ns, int64_t bytes);
+  // A collective (stream "comm"): one call's transfer, from the last rank's arrival to this rank's
+  // exit (CollectiveClock). Never merged with another at layer detail (a pass makes several).
+  void collective(const char* name, const char* op, int stage, int64_t chunk, int64_t layer, int64_t start_ns,
+                  int64_t end_ns, int64_t bytes);
   void memory(int64_t device_bytes, int64_t host_bytes, int64_t pool_pages);
   // A phase event (e.g. traces::kStepPhase around each step); never merged with another.
   void phase(const char* name, int64_t start_ns, int64_t end_ns);

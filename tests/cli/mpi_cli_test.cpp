@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <string>
 #include <unistd.h>
 
@@ -279,6 +280,32 @@ TEST_F(MpiCli, ATensorParallelPlanRunsAndEveryRankValidates) {
   EXPECT_EQ(j["tensor_parallel"]["allreduce_bytes"], sj["tp_allreduce_bytes"]);
   EXPECT_EQ(j["tensor_parallel"]["allreduces"], sj["tp_allreduces"]);
   EXPECT_GT(sj["tp_allreduce_s"].get<double>(), 0);
+  // Their time as the ranks met them (one host, one clock): the wait for the last rank's arrival
+  // and the transfer after it make up the whole, and the trace has one collective event per call
+  // of the last step, its transfer.
+  const oomb::Json& tp = j["tensor_parallel"];
+  EXPECT_NEAR(tp["allreduce_wait_s"].get<double>() + tp["allreduce_transfer_s"].get<double>(),
+              tp["allreduce_s"].get<double>(), 1e-9);
+  EXPECT_GE(tp["allreduce_wait_s"].get<double>(), 0);
+  EXPECT_GT(tp["allreduce_transfer_s"].get<double>(), 0);
+  {
+    const oomb::Json trace = oomb::read_json_file(path("t.json"));
+    const oomb::Json& m = trace["metadata"]["extra"]["measured"]["tensor_parallel"];
+    EXPECT_TRUE(m["collective_split"].get<bool>());
+    double last_step_start = 0;
+    for (const auto& e : trace["events"])
+      if (e["kind"] == "phase" && e["name"] == "step") last_step_start = e["start_ns"].get<double>();
+    int64_t calls = 0;
+    double transfer_ns = 0;
+    for (const auto& e : trace["events"])
+      if (e["kind"] == "collective" && e["start_ns"].get<double>() >= last_step_start) {
+        EXPECT_EQ(e["stream"], "comm");
+        ++calls;
+        transfer_ns += e["end_ns"].get<double>() - e["start_ns"].get<double>();
+      }
+    EXPECT_EQ(calls, m["allreduces"].get<int64_t>());
+    EXPECT_NEAR(transfer_ns * 1e-9, m["allreduce_transfer_s"].get<double>(), 1e-6);
+  }
   // Rank 0's trace names the set: every rank validated, the slowest named.
   const CliRun set = sh(oomb_binary() + " validate --trace " + path("t.json") + " --plan " + path("p.json") + " --json");
   EXPECT_EQ(set.rc, 0) << set.out;
@@ -314,39 +341,72 @@ TEST_F(MpiCli, ADataParallelPlanSaysHowItRunsAndItsAllReduceIsPredicted) {
   const CliRun alone = sh(oomb_binary() + " run --plan " + path("p.json") + " --quiet");
   EXPECT_EQ(alone.rc, 2);
   EXPECT_TRUE(has(alone.out, "mpirun -np 2 oomb run --plan")) << alone.out;
-  const auto [j, s] = run_and_simulate(path("p.json"), 2, "");
+  const auto [j, s] = run_and_simulate(path("p.json"), 2, "--trace " + path("t.json"));
   ASSERT_FALSE(j.is_null());
   // The bytes each rank all-reduces are the simulator's (the plan's gradient dtype, as stored).
   ASSERT_TRUE(s.contains("allreduce_bytes")) << s.dump();
   EXPECT_EQ(j["data_parallel"]["allreduce_bytes"], s["allreduce_bytes"]);
+  const oomb::Json& dp = j["data_parallel"];
+  EXPECT_NEAR(dp["allreduce_wait_s"].get<double>() + dp["allreduce_transfer_s"].get<double>(),
+              dp["allreduce_s"].get<double>(), 1e-9);
+  // validate judges the bytes exactly and names the time term (an h200 plan: not comparable on a CPU).
+  const CliRun v = sh(oomb_binary() + " validate --plan " + path("p.json") + " --trace " + path("t.json") + " --json");
+  EXPECT_EQ(v.rc, 0) << v.out;
+  std::map<std::string, oomb::Json> terms;
+  const oomb::Json vj = json_in(v.out);
+  for (const auto& t : vj["terms"]) terms[t["name"].get<std::string>()] = t;
+  ASSERT_TRUE(terms.count("allreduce_bytes")) << v.out;
+  EXPECT_TRUE(terms["allreduce_bytes"]["ok"].get<bool>());
+  ASSERT_TRUE(terms.count("gradient_allreduce_s")) << v.out;
+  EXPECT_TRUE(terms["gradient_allreduce_s"]["measured"].is_null());
   // More ranks than replicas: refused by every rank, the job ends.
   const CliRun three = sh(mpirun(3) + "run --plan " + path("p.json") + " --quiet");
   EXPECT_NE(three.rc, 0);
   EXPECT_TRUE(has(three.out, "3 processes in this MPI job")) << three.out;
 }
 
-// `mpirun -np 2 oomb calibrate --backend cpu` times the job's all-reduce: the profile carries the
-// measured rate as interconnect_bytes_per_s (said to be measured), one rank prints and writes, and
-// a data-parallel prediction on that profile prices the ring with it: 2 (N-1)/N x bytes / rate.
+// `mpirun -np 2 oomb calibrate --backend cpu` times the job's all-reduces: the profile carries the
+// measured curve (4 KiB .. 256 MiB, said to be measured) and the line through its ends, one rank
+// prints and writes, and a data-parallel prediction on that profile prices the gradient all-reduce
+// on the curve: the bf16 gradients staged through fp32 (twice the bytes on the wire), log-log
+// between the measured points, plus the conversions (6 bytes per bf16 byte at the memory rate).
 TEST_F(MpiCli, CalibrateUnderMpirunMeasuresTheAllReduceThePlanPricesWith) {
   const CliRun cal = sh(mpirun(2) + "calibrate --backend cpu --model tiny --fit-model none --out " + path("cpu2.json"));
   ASSERT_EQ(cal.rc, 0) << cal.out;
   size_t reports = 0;
-  for (size_t at = cal.out.find("of link ("); at != std::string::npos; at = cal.out.find("of link (", at + 1))
+  for (size_t at = cal.out.find("the measured curve"); at != std::string::npos;
+       at = cal.out.find("the measured curve", at + 1))
     ++reports;
   EXPECT_EQ(reports, 1u) << "one rank reports for the job: " << cal.out;
-  EXPECT_TRUE(has(cal.out, "all-reduce ")) << cal.out;
   const oomb::Json prof = oomb::read_json_file(path("cpu2.json"));
-  const double link = prof["interconnect_bytes_per_s"].get<double>();
-  EXPECT_GT(link, 1e6);  // a real rate (bytes per second), not a default or 0
-  EXPECT_TRUE(has(prof["sources"]["interconnect_bytes_per_s"].get<std::string>(), "measured: mpi all-reduce"));
+  EXPECT_GT(prof["interconnect_bytes_per_s"].get<double>(), 1e6);  // a real rate, not a default or 0
+  EXPECT_GE(prof["collective_latency_s"].get<double>(), 0.0);
+  EXPECT_TRUE(has(prof["sources"]["allreduce_curve"].get<std::string>(), "measured: mpi all-reduces"));
+  ASSERT_EQ(prof["allreduce_curve"]["ranks"], 2);
+  const oomb::Json& curve = prof["allreduce_curve"]["points"];
+  ASSERT_EQ(curve.size(), 9u);  // 4 KiB, 16 KiB, .. 256 MiB
+  EXPECT_EQ(curve.front()["bytes"], 4096);
+  EXPECT_EQ(curve.back()["bytes"], 256 << 20);
+  for (const auto& q : curve) EXPECT_GT(q["seconds"].get<double>(), 0) << q.dump();
   const CliRun sim = sh(oomb_binary() + " simulate --model tiny --gpu " + path("cpu2.json") +
-                        " --context 512 --chunk 256 --page 64 --data-parallel 2 --json");
+                        " --context 512 --chunk 256 --page 64 --data-parallel 2 --param-grad-dtype bf16 --json");
   ASSERT_EQ(sim.rc, 0) << sim.out;
   const oomb::Json s = json_in(sim.out);
   const double bytes = s["allreduce_bytes"].get<double>();
   ASSERT_GT(bytes, 0);
-  EXPECT_NEAR(s["allreduce_s"].get<double>(), 2.0 * (2 - 1) / 2 * bytes / link, 1e-9 * bytes / link);
+  const double wire = 2 * bytes;  // fp32 staging
+  double on_curve = 0;
+  for (size_t i = 1; i < curve.size(); ++i) {
+    const double b0 = curve[i - 1]["bytes"].get<double>(), b1 = curve[i]["bytes"].get<double>();
+    const double t0 = curve[i - 1]["seconds"].get<double>(), t1 = curve[i]["seconds"].get<double>();
+    if (wire < b0 || wire > b1) continue;
+    on_curve = t0 * std::pow(t1 / t0, std::log(wire / b0) / std::log(b1 / b0));
+    break;
+  }
+  ASSERT_GT(on_curve, 0) << "tiny's staged gradients lie between two measured sizes";
+  const double convert = 6 * bytes / (prof["hbm_bytes_per_s"].get<double>() *
+                                      prof["efficiency"]["memory_bound"].get<double>());
+  EXPECT_NEAR(s["allreduce_s"].get<double>(), on_curve + convert, 1e-9 * (on_curve + convert));
   // The other modes run alone.
   const CliRun points = sh(mpirun(2) + "calibrate --project-to h100 --gpu " + path("cpu2.json") + " --out " +
                            path("x.json"));

@@ -86,7 +86,8 @@ TEST(CatalogContents, ShippedGpusCiteEveryFigure) {
   const std::vector<std::string> keys = {"hbm_capacity_bytes", "hbm_bytes_per_s", "bf16_flops_per_s",
                                          "fp32_flops_per_s",   "h2d_bytes_per_s", "d2h_bytes_per_s",
                                          "duplex_factor",      "sm_count",        "reserved_bytes",
-                                         "interconnect_bytes_per_s", "efficiency"};
+                                         "interconnect_bytes_per_s", "collective_latency_s",
+                                         "collective_step_latency_s", "efficiency"};
   for (const auto& id : kGpus) {
     auto g = load_gpu(id);
     for (const auto& k : keys) {
@@ -94,6 +95,22 @@ TEST(CatalogContents, ShippedGpusCiteEveryFigure) {
       EXPECT_TRUE(it != g.sources.end() && !it->second.empty()) << "gpu/" << id << " sources." << k;
     }
   }
+}
+
+// A host with a network to other nodes (several-node plans) cites both of its figures, and the
+// whole-host DGX-class entries have one (their datasheets list the NICs).
+TEST(CatalogContents, NetworkedHostsCiteTheirNetwork) {
+  for (const auto& id : kHosts) {
+    const auto h = load_host(id);
+    if (h.network_bytes_per_s <= 0) continue;
+    for (const char* k : {"network_bytes_per_s", "network_step_latency_s"}) {
+      auto it = h.sources.find(k);
+      EXPECT_TRUE(it != h.sources.end() && !it->second.empty()) << "host/" << id << " sources." << k;
+    }
+    EXPECT_GT(h.network_step_latency_s, 0) << id;
+  }
+  for (const char* id : {"dgx-h200", "dgx-h100", "dgx-a100", "hgx-b200"}) EXPECT_GT(load_host(id).network_bytes_per_s, 0) << id;
+  EXPECT_EQ(load_host("workstation-128g").network_bytes_per_s, 0);
 }
 
 TEST(CatalogContents, ParamCountsMatchPublishedFigures) {

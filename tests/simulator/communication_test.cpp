@@ -1,0 +1,163 @@
+// The price of collectives (docs/model.md "Communication"): latency per call and per ring step,
+// bytes over the link or the network across nodes, the CPU backend's fp32 staging of bf16 data,
+// and a calibrated profile's measured curve. Every expectation is worked out by hand from the
+// profile's figures.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "core/error.h"
+#include "simulator/detail.h"
+#include "simulator/simulator.h"
+#include "step/buffers.h"
+
+namespace oomb::simulator {
+namespace {
+
+Scenario scenario(const std::string& model, const std::string& gpu, int64_t context) {
+  Scenario s;
+  s.model = models::load_model(model);
+  s.gpu = models::load_gpu(gpu);
+  s.host = models::load_host(s.gpu.default_host);
+  s.config.context_tokens = context;
+  s.config.chunk_tokens = 256;
+  s.config.page_tokens = 64;
+  return s;
+}
+
+// A cpu profile with a two-point all-reduce curve at 2 ranks (1 ms for 64 KiB, 100 ms for 64 MiB)
+// and the line for other rank counts: 20 us + bytes at 1 GB/s.
+models::GpuSpec cpu_profile_with_curve() {
+  Json j = models::load_gpu("h200").to_json();
+  j["id"] = "cpu-curve";
+  j["kind"] = "cpu";
+  j["hbm_bytes_per_s"] = 10e9;
+  j["efficiency"]["memory_bound"] = 0.5;
+  j["interconnect_bytes_per_s"] = 1e9;
+  j["collective_latency_s"] = 2e-5;
+  j["collective_step_latency_s"] = 0.0;
+  j["allreduce_curve"] = {{"ranks", 2},
+                          {"points", Json::array({Json{{"bytes", 65536}, {"seconds", 1e-3}},
+                                                  Json{{"bytes", 67108864}, {"seconds", 0.1}}})}};
+  return models::gpu_from_json(j, "test profile");
+}
+
+TEST(Communication, TensorParallelAllReducesPayNcclLatencyPerCall) {
+  Scenario s = scenario("tiny", "h200", 1024);
+  s.config.gpus = 2;
+  const Summary sum = evaluate(s);
+  ASSERT_GT(sum.tp_allreduces, 0);
+  // h200: NCCL's ring latency 8.4 us + 2 (N - 1) x 3.4 us; bf16 bytes over 450 GB/s, ring factor
+  // 2 (N - 1) / N = 1 for two ranks; no staging on a GPU profile.
+  const double latency = 8.4e-6 + 2 * 3.4e-6;
+  const double expected = static_cast<double>(sum.tp_allreduces) * latency +
+                          static_cast<double>(sum.tp_allreduce_bytes) / 450e9;
+  EXPECT_NEAR(sum.tp_allreduce_s, expected, 1e-9 * expected);
+  // The latency is most of it for tiny's small messages.
+  EXPECT_GT(static_cast<double>(sum.tp_allreduces) * latency, 0.5 * sum.tp_allreduce_s);
+}
+
+TEST(Communication, DataParallelAcrossNodesCrossesTheNetwork) {
+  Scenario s = scenario("tiny", "h200", 1024);
+  s.config.optimizer = Optimizer::gpu;
+  s.config.data_parallel = 4;
+  const Summary one_node = evaluate(s);
+  ASSERT_GT(one_node.allreduce_bytes, 0);
+  const double bytes = static_cast<double>(one_node.allreduce_bytes);
+  EXPECT_NEAR(one_node.allreduce_s, 8.4e-6 + 6 * 3.4e-6 + 1.5 * bytes / 450e9, 1e-12);
+  s.config.nodes = 2;
+  const Summary two_nodes = evaluate(s);
+  // dgx-h200: 50 GB/s per GPU over the network, 9.6 us per network step; 2 of the 6 steps cross.
+  EXPECT_EQ(s.host.network_bytes_per_s, 50e9);
+  EXPECT_NEAR(two_nodes.allreduce_s, 8.4e-6 + 4 * 3.4e-6 + 2 * 9.6e-6 + 1.5 * bytes / 50e9, 1e-12);
+  EXPECT_GT(two_nodes.step_s, one_node.step_s);
+}
+
+TEST(Communication, NodesShareTheHostBetweenTheirReplicas) {
+  Scenario s = scenario("tiny", "h200", 1024);
+  s.config.optimizer = Optimizer::host;
+  s.config.resident_layers = 1;
+  const int64_t rank = evaluate(s).peak_host_bytes;
+  ASSERT_GT(rank, 0);
+  s.config.data_parallel = 4;
+  EXPECT_EQ(step::ranks_per_node(s.config), 4);
+  EXPECT_EQ(step::node_host_bytes(rank, s.config), 4 * rank);
+  s.config.nodes = 2;
+  EXPECT_EQ(step::ranks_per_node(s.config), 2);
+  s.config.gpus = 2;  // tensor-parallel groups of 2 inside each node
+  EXPECT_EQ(step::ranks_per_node(s.config), 4);
+  // Replicas that do not spread evenly are refused by name.
+  s.config.gpus = 1;
+  s.config.nodes = 3;
+  try {
+    (void)evaluate(s);
+    FAIL() << "4 replicas on 3 nodes accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.where(), "--nodes");
+  }
+}
+
+TEST(Communication, CpuBackendStagesBf16ThroughFp32OnTheMeasuredCurve) {
+  Scenario s = scenario("tiny", "h200", 1024);
+  s.gpu = cpu_profile_with_curve();
+  s.config.optimizer = Optimizer::gpu;
+  s.config.param_grad_dtype = "bf16";
+  s.config.data_parallel = 2;
+  const Summary sum = evaluate(s);
+  const double bytes = static_cast<double>(sum.allreduce_bytes);
+  ASSERT_GT(bytes, 65536.0 / 2);  // the staged message lies on the curve, between its points
+  ASSERT_LT(2 * bytes, 67108864.0);
+  // fp32 on the wire: twice the bf16 bytes, priced log-log between the two points; the conversions
+  // move 6 bytes per bf16 byte at 10 GB/s x 0.5.
+  const double x = std::log(2 * bytes / 65536.0) / std::log(1024.0);
+  const double wire = 1e-3 * std::pow(100.0, x);
+  EXPECT_NEAR(sum.allreduce_s, wire + 6 * bytes / 5e9, 1e-12);
+  // At another rank count the curve does not apply: the line, 20 us + 2 (N - 1) / N x bytes at 1 GB/s.
+  s.config.data_parallel = 4;
+  const Summary four = evaluate(s);
+  EXPECT_NEAR(four.allreduce_s, 2e-5 + 1.5 * 2 * bytes / 1e9 + 6 * bytes / 5e9, 1e-12);
+}
+
+TEST(Communication, CurveIsCheckedOnLoad) {
+  Json j = models::load_gpu("h200").to_json();
+  j["allreduce_curve"] = {{"ranks", 2},
+                          {"points", Json::array({Json{{"bytes", 4096}, {"seconds", 1e-5}},
+                                                  Json{{"bytes", 4096}, {"seconds", 2e-5}}})}};
+  try {
+    (void)models::gpu_from_json(j, "p.json");
+    FAIL() << "points out of order accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("ascending"), std::string::npos) << e.what();
+  }
+  j["allreduce_curve"]["ranks"] = 1;
+  EXPECT_THROW((void)models::gpu_from_json(j, "p.json"), Error);
+}
+
+TEST(Communication, TimelineShowsEachPassAllReduces) {
+  Scenario s = scenario("tiny", "h200", 1024);
+  s.config.gpus = 2;
+  s.config.optimizer = Optimizer::gpu;
+  s.config.data_parallel = 2;
+  const EventResult r = simulate_events(s, traces::Detail::layer);
+  double tp_s = 0, dp_s = 0;
+  int64_t tp_bytes = 0;
+  for (const auto& e : r.trace.events) {
+    if (e.kind != traces::EventKind::collective) continue;
+    EXPECT_EQ(e.stream, "comm");
+    if (e.name == "tp_allreduce") {
+      tp_s += static_cast<double>(e.duration_ns()) * 1e-9;
+      tp_bytes += e.bytes;
+    } else {
+      EXPECT_EQ(e.name, "gradient_allreduce");
+      dp_s += static_cast<double>(e.duration_ns()) * 1e-9;
+    }
+  }
+  // The events add up to the summary's figures (to the nanosecond rounding of each event).
+  EXPECT_NEAR(tp_s, r.summary.tp_allreduce_s, 1e-6);
+  EXPECT_NEAR(static_cast<double>(tp_bytes), static_cast<double>(r.summary.tp_allreduce_bytes),
+              1e-6 * static_cast<double>(r.summary.tp_allreduce_bytes));
+  EXPECT_NEAR(dp_s, r.summary.allreduce_s, 1e-8);
+}
+
+}  // namespace
+}  // namespace oomb::simulator
