@@ -98,9 +98,9 @@ int run_plan(PlanArgs a) {
     else a.flags.gpus.reset();
   }
   // The plan runs on every GPU asked for: the node's GPUs beyond one tensor-parallel group, and
-  // every further node, are data-parallel replicas (unless --data-parallel says how many).
-  if (const int64_t replicas = node.gpus / node.tp * a.flags.nodes.value_or(1); replicas > 1 && !a.flags.data_parallel)
-    a.flags.data_parallel = replicas;
+  // every further node, are data-parallel replicas (unless --data-parallel says how many; derived,
+  // not fixed by the user, but not searched either).
+  const int64_t replicas = a.flags.data_parallel ? 0 : node.gpus / node.tp * a.flags.nodes.value_or(1);
   // --optimizer auto (the default) belongs to the planner: AdamW state is wanted, its placement
   // searched.
   r.optimizer_auto = a.flags.optimizer_auto();
@@ -125,6 +125,7 @@ int run_plan(PlanArgs a) {
   r.fixed = a.flags.explicit_knobs();
   ScenarioFlags f = a.flags;
   f.context.clear();  // knobs are validated per candidate, not against the defaults
+  if (replicas > 1) f.data_parallel = replicas;
   r.scenario = f.resolve();
   r.headroom = a.headroom;
   r.allow_sparse = a.allow_sparse;

@@ -137,9 +137,14 @@ void print_time_report(const Scenario& s, const Summary& sum) {
       std::printf("Copies cannot hide behind compute with 1 resident layer (use --resident-layers 2 or more)\n");
   }
   if (sum.allreduce_bytes > 0)
-    std::printf("Gradient all-reduce (data parallel x%lld, ring): %s per rank, %s per step before the update\n",
-                static_cast<long long>(s.config.data_parallel), format_bytes(sum.allreduce_bytes).c_str(),
-                format_duration_s(sum.allreduce_s).c_str());
+    std::printf("Gradient all-reduce (data parallel x%lld, ring%s): %s per rank, %s per step before the update\n",
+                static_cast<long long>(s.config.data_parallel),
+                s.config.nodes > 1 ? (" across " + std::to_string(s.config.nodes) + " nodes").c_str() : "",
+                format_bytes(sum.allreduce_bytes).c_str(), format_duration_s(sum.allreduce_s).c_str());
+  if (sum.tp_allreduce_s > 0)
+    std::printf("Tensor-parallel all-reduces (x%lld): %lld of %s per rank, %s per step (in the passes)\n",
+                static_cast<long long>(s.config.gpus), static_cast<long long>(sum.tp_allreduces),
+                format_bytes(sum.tp_allreduce_bytes).c_str(), format_duration_s(sum.tp_allreduce_s).c_str());
   std::printf("%s; binding: %s\n", sum.feasible ? "FITS" : "DOES NOT FIT", sum.binding_constraint.c_str());
   for (const auto& n : sum.notes) std::printf("  - %s\n", n.c_str());
 }

@@ -62,7 +62,9 @@ std::vector<std::pair<std::string, std::string>> report_facts(const simulator::S
   if (c.gpus > 1) f.emplace_back("tensor parallel", "x" + std::to_string(c.gpus) + " (figures per rank)");
   if (c.data_parallel > 1)
     f.emplace_back("data parallel",
-                   "x" + std::to_string(c.data_parallel) + " replicas (per-rank figures); gradient all-reduce " +
+                   "x" + std::to_string(c.data_parallel) + " replicas" +
+                       (c.nodes > 1 ? " on " + std::to_string(c.nodes) + " nodes" : std::string()) +
+                       " (per-rank figures); gradient all-reduce " +
                        (sum.allreduce_bytes > 0
                             ? format_bytes(sum.allreduce_bytes) + " per rank, " + format_duration_s(sum.allreduce_s) +
                                   " per step (ring, in the step)"

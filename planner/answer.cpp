@@ -129,6 +129,18 @@ void print_time(std::string& out, const Candidate& k) {
               format_percent(m.step_s > 0 ? m.exposed_copy_s / m.step_s : 0).c_str());
   appendf(out, "Step time: %s, %.1f tokens/s (compute %s)\n", format_duration_s(m.step_s).c_str(), m.tokens_per_s,
               format_duration_s(m.compute_s).c_str());
+  if (const int64_t d = k.config.data_parallel; d > 1) {
+    appendf(out, "  %lld data-parallel replicas: %.1f tokens/s for the job", static_cast<long long>(d),
+            m.tokens_per_s * static_cast<double>(d));
+    if (m.allreduce_s > 0)
+      appendf(out, "; their gradient all-reduce %s per step (%s per rank%s)", format_duration_s(m.allreduce_s).c_str(),
+              format_bytes(m.allreduce_bytes).c_str(),
+              k.config.nodes > 1 ? (", across " + std::to_string(k.config.nodes) + " nodes").c_str() : "");
+    appendf(out, "\n");
+  }
+  if (m.tp_allreduce_s > 0)
+    appendf(out, "  tensor parallelism: %lld all-reduces of %s per step, %s\n", static_cast<long long>(m.tp_allreduces),
+            format_bytes(m.tp_allreduce_bytes).c_str(), format_duration_s(m.tp_allreduce_s).c_str());
   // What bounds the step's time; which limit bounds the context (--max-context) is said apart.
   appendf(out, "Step time bound by: %s\n", m.binding_constraint.c_str());
 }

@@ -395,13 +395,41 @@ int64_t gradient_allreduce_bytes(const Scenario& s) {
   return step::trained_gradient_bytes(s.model, s.config, geometry(s));
 }
 
+std::vector<double> gradient_bucket_s(const Scenario& s, const Geometry& g) {
+  std::vector<double> out;
+  if (s.config.data_parallel <= 1 || s.config.optimizer == Optimizer::none) return out;
+  for (const auto& b : step::gradient_buckets(s.model, s.config, g)) {
+    const double bytes = static_cast<double>(b.bytes);
+    out.push_back(allreduce_s(s, {1.0, bytes, b.bf16 ? bytes : 0.0}, s.config.data_parallel, s.config.nodes));
+  }
+  return out;
+}
+
 double gradient_allreduce_s(const Scenario& s) {
-  const double bytes = static_cast<double>(gradient_allreduce_bytes(s));
-  if (bytes <= 0) return 0;
-  const Geometry g = geometry(s);
-  const bool bf16 = !(g.lora && step::trainable_param_count(s.model, s.config, g) == step::lora_param_count(g)) &&
-                    s.config.param_grad_dtype == "bf16";
-  return allreduce_s(s, {1.0, bytes, bf16 ? bytes : 0.0}, s.config.data_parallel, s.config.nodes);
+  double total = 0;
+  for (double t : gradient_bucket_s(s, geometry(s))) total += t;
+  return total;
+}
+
+bool gradient_allreduce_overlaps(const Scenario& s) { return target_of(s).backend == step::BackendKind::cuda; }
+
+double gradient_allreduce_exposed_s(const Scenario& s, const Geometry& g) {
+  const std::vector<double> buckets = gradient_bucket_s(s, g);
+  double total = 0;
+  for (double t : buckets) total += t;
+  if (buckets.empty() || !gradient_allreduce_overlaps(s)) return total;
+  // The last backward's passes (the last chunk's, or standard training's one): the head bucket is
+  // final after the LM head's backward, each layer's after its own, the embedding's with the last.
+  const ChunkCosts cc = g.oomb ? chunk_costs(s, g, 0) : standard_costs(s, g);
+  std::vector<double> final_at;  // when each bucket is final, from the head pass's start
+  double t = cc.head.compute_s;
+  final_at.push_back(t);
+  for (int64_t l = g.L - 1; l >= 0; --l) final_at.push_back(t += backward_of(cc, g, l).compute_s);
+  double comm_free = 0;
+  const size_t lead = buckets.size() > static_cast<size_t>(g.L) + 1 ? 0 : 1;  // LoRA: no head bucket
+  for (size_t b = 0; b < buckets.size(); ++b)
+    comm_free = std::max(comm_free, final_at[std::min(b + lead, final_at.size() - 1)]) + buckets[b];
+  return std::max(0.0, comm_free - t);
 }
 
 double h2d_rate(const Scenario& s, bool duplex) {
@@ -708,9 +736,12 @@ Summary evaluate(const Scenario& s) {
     // Pipeline fill: the very first copy-in cannot hide behind anything.
     if (g.offload && g.R >= 2) step += sum.eval(0).first_in;
   }
-  // Data parallelism: the gradients' all-reduce before the update, on the compute stream.
-  step += gradient_allreduce_s(s);
-  compute += gradient_allreduce_s(s);
+  // Data parallelism: the gradients' all-reduce, in buckets from the last backward: on the compute
+  // stream (MPI), or on its own stream and only what runs past the backward in the step (NCCL).
+  // (The wait counts with the compute: the stream is held, not by copies.)
+  const double allreduce_exposed = gradient_allreduce_exposed_s(s, g);
+  step += allreduce_exposed;
+  compute += allreduce_exposed;
   if (s.config.optimizer == Optimizer::gpu) {
     compute += optimizer_update_s(s);
     step += optimizer_update_s(s);

@@ -96,11 +96,20 @@ double d2h_rate(const Scenario& s, bool duplex);
 // AdamW update time per step: on the GPU (HBM traffic) or on the host (host DRAM traffic), reading
 // and writing fp32 master weights and moments plus the gradient and the parameter.
 double optimizer_update_s(const Scenario& s);
-// Data parallelism (config.data_parallel > 1, with an optimizer): the ring all-reduce of one rank's
-// trained-parameter gradients before the update, one allreduce_s over the replicas (across the
-// config's nodes). 0 otherwise.
+// Data parallelism (config.data_parallel > 1, with an optimizer): one rank's trained-parameter
+// gradients all-reduced over the replicas (across the config's nodes) in the buckets of
+// step::gradient_buckets, each an allreduce_s of its own as it becomes final in the last
+// backward. gradient_bucket_s: each bucket's time, in that order; gradient_allreduce_s: their sum
+// (the transfer a run measures). 0 / empty otherwise.
+std::vector<double> gradient_bucket_s(const Scenario& s, const Geometry& g);
 double gradient_allreduce_s(const Scenario& s);
 int64_t gradient_allreduce_bytes(const Scenario& s);
+// Whether the buckets overlap the compute after them: NCCL's run on a stream of their own (the
+// CUDA backend, a GPU profile); MPI's on the compute thread at once (the CPU backend).
+bool gradient_allreduce_overlaps(const Scenario& s);
+// The part of it the step waits for: all of it without overlap; with overlap, what the buckets,
+// chained on their stream from when each is final, run past the last backward's end.
+double gradient_allreduce_exposed_s(const Scenario& s, const Geometry& g);
 // Tensor parallelism (config.gpus > 1): the step's activation all-reduces, summed over its passes
 // (the work terms' allreduce_* fields; zero with one GPU).
 WorkTerms tensor_parallel_comm(const Scenario& s);

@@ -81,6 +81,29 @@ class Sim {
   void pool_change(double t, int64_t kv_pages, int64_t grad_pages) {
     changes_.push_back({t, kv_pages + grad_pages, kv_pages * g_.kv_page_bytes + grad_pages * g_.grad_page_bytes});
   }
+  // Data parallelism's gradient bucket, final now: on the compute stream at once (no overlap), or
+  // on the comm stream from now, after the buckets before it (overlap: the compute goes on).
+  void gradient_bucket(double seconds, int64_t bytes, bool overlap) {
+    if (seconds <= 0) return;
+    if (!overlap) {
+      detail::PassCost p;
+      p.compute_s = seconds;
+      p.work.allreduce_s = seconds;
+      p.work.allreduce_bytes = static_cast<double>(bytes);
+      p.name_of_collective = "gradient_allreduce";
+      compute_only(p, 2, 0, "gradient_allreduce");
+      return;
+    }
+    const double start = std::max(comm_free_, compute_free_);
+    comm_free_ = start + seconds;
+    emit(EventKind::collective, "comm", "gradient_allreduce", 2, 0, -1, start, comm_free_, bytes, 0);
+  }
+  // The optimizer waits for every bucket.
+  // (Counted with the compute: the stream is held, as the fast path counts it; not copy time.)
+  void wait_comm() {
+    compute_s_ += std::max(0.0, comm_free_ - compute_free_);
+    compute_free_ = std::max(compute_free_, comm_free_);
+  }
   double compute_free() const { return compute_free_; }
   double last_compute_start() const { return last_compute_start_; }
 
@@ -148,7 +171,7 @@ class Sim {
       samples.push_back({to_ns(ch.t), static_device_bytes + bytes, host_bytes, pages});
     }
     t.memory = downsample(std::move(samples));
-    const double step = std::max({compute_free_, h2d_free_, d2h_free_});
+    const double step = std::max({compute_free_, h2d_free_, d2h_free_, comm_free_});
     t.summary.step_ns = to_ns(step);
     t.summary.compute_busy_ns = to_ns(compute_s_);
     t.summary.exposed_copy_ns = std::max<int64_t>(0, t.summary.step_ns - t.summary.compute_busy_ns);
@@ -162,7 +185,7 @@ class Sim {
     return t;
   }
 
-  double step_s() const { return std::max({compute_free_, h2d_free_, d2h_free_}); }
+  double step_s() const { return std::max({compute_free_, h2d_free_, d2h_free_, comm_free_}); }
   double compute_s() const { return compute_s_; }
 
  private:
@@ -248,7 +271,7 @@ class Sim {
   std::vector<PoolChange> changes_;
   std::vector<double> slot_free_;
   int64_t pass_index_ = 0;
-  double compute_free_ = 0, h2d_free_ = 0, d2h_free_ = 0, compute_s_ = 0, last_compute_start_ = 0;
+  double compute_free_ = 0, h2d_free_ = 0, d2h_free_ = 0, comm_free_ = 0, compute_s_ = 0, last_compute_start_ = 0;
   int64_t h2d_bytes_ = 0, d2h_bytes_ = 0;
   int64_t phase_bytes_ = -1, base_bytes_ = 0;  // device bytes outside the pools: now, at t = 0
 };
@@ -277,14 +300,34 @@ EventResult simulate_events(const Scenario& s, traces::Detail detail) {
   int64_t in_flight_peak = 0;
   std::vector<double> switches;
   auto enter = [&](Phase p) { sim.phase(outside_pools[static_cast<int>(p)]); };
+  // Data parallelism: the gradient buckets of the last backward (the last chunk's), each issued as
+  // it becomes final (gradient_bucket_s; a head bucket after the LM head, each layer's after its
+  // backward, the embedding's with the last).
+  const std::vector<double> bucket_s = gradient_bucket_s(s, g);
+  const std::vector<step::GradientBucket> buckets =
+      bucket_s.empty() ? std::vector<step::GradientBucket>{} : step::gradient_buckets(s.model, s.config, g);
+  const bool overlap = gradient_allreduce_overlaps(s);
+  const size_t lead = buckets.size() > static_cast<size_t>(g.L) + 1 ? 0 : 1;  // LoRA: no head bucket
+  size_t next_bucket = 0;
+  // Final point k (0: after the head, 1 + i: after the i-th layer backward) issues its buckets.
+  auto buckets_final = [&](size_t k, bool last) {
+    while (next_bucket < buckets.size() && (last || next_bucket + lead <= k)) {
+      sim.gradient_bucket(bucket_s[next_bucket], buckets[next_bucket].bytes, overlap);
+      ++next_bucket;
+    }
+  };
   if (!g.oomb) {
     const ChunkCosts cc = standard_costs(s, g);
     enter(Phase::forward);
     for (int64_t l = 0; l < g.L; ++l) sim.layer_pass(cc.fill, 1, 0, l, "layer_fwd", 0, 0);
     enter(Phase::loss);
     sim.compute_only(cc.head, 2, 0, "lm_head");
+    buckets_final(0, false);
     enter(Phase::backward);
-    for (int64_t l = g.L - 1; l >= 0; --l) sim.layer_pass(backward_of(cc, g, l), 2, 0, l, "layer_bwd", 0, 0);
+    for (int64_t l = g.L - 1; l >= 0; --l) {
+      sim.layer_pass(backward_of(cc, g, l), 2, 0, l, "layer_bwd", 0, 0);
+      buckets_final(static_cast<size_t>(g.L - l), l == 0);
+    }
   } else {
     std::vector<ChunkCosts> costs;
     costs.reserve(static_cast<size_t>(g.n));
@@ -313,22 +356,17 @@ EventResult simulate_events(const Scenario& s, traces::Detail detail) {
             std::max(in_flight_peak, sim.published_writebacks(switches, published_slot_pages(g, c), page_s));
       enter(Phase::loss);
       sim.compute_only(cc.head, 2, c, "lm_head");
+      if (c == 0) buckets_final(0, false);
       enter(Phase::backward);
       for (int64_t l = g.L - 1; l >= 0; --l) {
         sim.layer_pass(backward_of(cc, g, l), 2, c, l, "layer_bwd", u, u + own);
         if (!g.offload) sim.pool_change(sim.compute_free(), -own, -own);
+        if (c == 0) buckets_final(static_cast<size_t>(g.L - l), l == 0);
       }
     }
   }
   enter(Phase::optimizer);
-  if (const double ar = gradient_allreduce_s(s); ar > 0) {  // data parallelism
-    PassCost allreduce;
-    allreduce.compute_s = ar;
-    allreduce.work.allreduce_s = ar;
-    allreduce.work.allreduce_bytes = static_cast<double>(gradient_allreduce_bytes(s));
-    allreduce.name_of_collective = "gradient_allreduce";
-    sim.compute_only(allreduce, 2, -1, "gradient_allreduce");
-  }
+  sim.wait_comm();  // every gradient bucket reduced before the update
   if (s.config.optimizer == Optimizer::gpu) {
     PassCost update;
     update.compute_s = optimizer_update_s(s);

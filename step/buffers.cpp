@@ -265,12 +265,14 @@ BufferTable buffer_table(const models::ModelSpec& m, const Config& c, const Targ
           "trained params x their dtype (the updated working weights, copied in)");
     }
     // Data parallelism on the CPU backend: MPI sums bf16 gradients in fp32 (executor/mpi), in a
-    // staging buffer alive for the all-reduce before the update (NCCL sums bf16 itself).
+    // staging buffer alive from the last chunk's LM-head backward, where the first gradient bucket
+    // is final, to the update (step::gradient_buckets; NCCL sums bf16 itself).
     const std::string grad_dtype = g.lora && trained_base == 0 ? std::string("fp32") : c.param_grad_dtype;
     if (!cuda && c.data_parallel > 1 && grad_dtype == "bf16")
       add(row::kGradientAllreduceStaging, "optimizer_state", Tier::host, OOMB_SHAPE({trained}), "fp32",
-          checked_mul(trained, 4), phase_bit(Phase::optimizer),
-          "trained params x 4 (the MPI all-reduce sums bf16 gradients in fp32)");
+          checked_mul(trained, 4), phase_bit(Phase::loss) | phase_bit(Phase::backward) | phase_bit(Phase::optimizer),
+          "trained params x 4 (the MPI all-reduce sums bf16 gradients in fp32, bucket by bucket from the last "
+          "backward)");
   }
 
   // Tokens whose activations are alive at once: the chunk's rows (not page-aligned) or the sequence.

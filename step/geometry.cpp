@@ -112,4 +112,27 @@ int64_t trained_weight_bytes(const models::ModelSpec& m, const Config& c, const 
   return checked_add(checked_mul(adapters, 4), checked_mul(base, dtype_bytes(c.param_dtype, "--param-dtype")));
 }
 
+std::vector<GradientBucket> gradient_buckets(const models::ModelSpec& m, const Config& c, const Geometry& g) {
+  const models::ModelSpec shard = c.gpus > 1 ? tensor_parallel_shard(m, c.gpus) : m;
+  const int64_t gb = dtype_bytes(c.param_grad_dtype, "--param-grad-dtype");
+  const bool bf16 = c.param_grad_dtype == "bf16";
+  std::vector<GradientBucket> out;
+  auto push = [&](int64_t bytes, bool b) {
+    if (bytes > 0) out.push_back({bytes, b});
+  };
+  if (g.lora) {
+    // The adapters (fp32) per layer; the embeddings and the LM head only with lora_train_embeddings
+    // (the final norm stays frozen).
+    const bool emb = c.lora_train_embeddings;
+    push(emb ? checked_mul(shard.lm_head_params(), gb) : 0, bf16);
+    for (int64_t l = 0; l < g.L; ++l) push(checked_mul(g.lora_layer_params, 4), false);
+    push(emb ? checked_mul(shard.embedding_params(), gb) : 0, bf16);
+  } else {
+    push(checked_mul(checked_add(shard.hidden, shard.lm_head_params()), gb), bf16);
+    for (int64_t l = 0; l < g.L; ++l) push(checked_mul(shard.params_per_layer(), gb), bf16);
+    push(checked_mul(shard.embedding_params(), gb), bf16);
+  }
+  return out;
+}
+
 }  // namespace oomb::step

@@ -5,6 +5,7 @@
 // sized from them and the executor walks its passes over them.
 #include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #include "core/units.h"
 #include "models/specs.h"
@@ -67,5 +68,15 @@ int64_t lora_param_count(const Geometry& g);
 // host optimizer copies out and back in per step.
 int64_t trained_gradient_bytes(const models::ModelSpec& m, const Config& c, const Geometry& g);
 int64_t trained_weight_bytes(const models::ModelSpec& m, const Config& c, const Geometry& g);
+// Data parallelism: one GPU's trained gradients in the buckets the replicas all-reduce as each
+// becomes final in the last chunk's backward, in that order: the head (the final norm and an untied
+// LM head: after the LM head's backward), the layers from the last to the first (after each one's
+// backward), the embedding (with a tied LM head: after the embedding's backward). Bytes as stored;
+// frozen parts (LoRA's base) have none. They add up to trained_gradient_bytes.
+struct GradientBucket {
+  int64_t bytes = 0;
+  bool bf16 = false;  // stored in bf16 (MPI stages it through fp32)
+};
+std::vector<GradientBucket> gradient_buckets(const models::ModelSpec& m, const Config& c, const Geometry& g);
 
 }  // namespace oomb::step

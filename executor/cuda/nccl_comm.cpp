@@ -26,6 +26,12 @@ class NcclCommunicator final : public Communicator {
     check(ncclCommInitRank(&comm_, boot_.size(), id, boot_.rank()), "CommInitRank");
   }
   ~NcclCommunicator() override {
+    if (side_) {  // nothing may be left running on it: wait_all() ran, or the job is failing anyway
+      cudaStreamSynchronize(side_);
+      cudaEventDestroy(ready_);
+      cudaEventDestroy(done_);
+      cudaStreamDestroy(side_);
+    }
     if (comm_) ncclCommDestroy(comm_);
   }
   NcclCommunicator(const NcclCommunicator&) = delete;
@@ -40,6 +46,28 @@ class NcclCommunicator final : public Communicator {
     const ncclDataType_t type = data.dtype == DType::f32 ? ncclFloat32 : ncclBfloat16;
     check(ncclAllReduce(data.data, data.data, static_cast<size_t>(n), type, ncclSum, comm_, stream_), "AllReduce");
   }
+  // On a stream of its own, after everything enqueued on the compute stream so far; wait_all()
+  // orders the compute stream after every one started.
+  void all_reduce_sum_async(Tensor data, int64_t n, float*) override {
+    if (!side_) {
+      OOMB_CUDA_CHECK(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking));
+      OOMB_CUDA_CHECK(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
+      OOMB_CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
+    }
+    OOMB_CUDA_CHECK(cudaEventRecord(ready_, stream_));
+    OOMB_CUDA_CHECK(cudaStreamWaitEvent(side_, ready_, 0));
+    reduced_bytes_ += n * dtype_bytes(data.dtype);
+    const ncclDataType_t type = data.dtype == DType::f32 ? ncclFloat32 : ncclBfloat16;
+    check(ncclAllReduce(data.data, data.data, static_cast<size_t>(n), type, ncclSum, comm_, side_), "AllReduce");
+    pending_ = true;
+  }
+  void wait_all() override {
+    if (!pending_) return;
+    OOMB_CUDA_CHECK(cudaEventRecord(done_, side_));
+    OOMB_CUDA_CHECK(cudaStreamWaitEvent(stream_, done_, 0));
+    pending_ = false;
+  }
+  bool overlaps() const override { return true; }
   void all_reduce_sum_host(double* data, int64_t n) override { boot_.all_reduce_sum_host(data, n); }
   void all_reduce_max_host(double* data, int64_t n) override { boot_.all_reduce_max_host(data, n); }
   bool shares_clock() const override { return boot_.shares_clock(); }
@@ -53,6 +81,10 @@ class NcclCommunicator final : public Communicator {
   Communicator& boot_;
   cudaStream_t stream_;
   ncclComm_t comm_ = nullptr;
+  // The asynchronous all-reduces' stream and its two orderings (made at the first one).
+  cudaStream_t side_ = nullptr;
+  cudaEvent_t ready_ = nullptr, done_ = nullptr;
+  bool pending_ = false;
 };
 }  // namespace
 

@@ -30,6 +30,17 @@ class Communicator {
     (void)fp32_staging;
     all_reduce_sum(data, n);
   }
+  // all_reduce_sum_staged started now and finished by wait_all(): data parallelism's gradient
+  // buckets, started as each becomes final in the backward. Where overlaps() (NCCL) it runs on a
+  // stream of its own after the compute stream's work so far, so it overlaps the compute that
+  // follows, and wait_all() makes the compute stream wait for every one started. Otherwise (MPI,
+  // one process) it is done at the call: the CPU backend's ranks compute on every core they have,
+  // and MPI moves data only inside a call, so nothing would move it in the background.
+  virtual void all_reduce_sum_async(Tensor data, int64_t n, float* fp32_staging) {
+    all_reduce_sum_staged(data, n, fp32_staging);
+  }
+  virtual void wait_all() {}
+  virtual bool overlaps() const { return false; }
   // In place, host doubles (losses, counters): the sum over the ranks.
   virtual void all_reduce_sum_host(double* data, int64_t n) = 0;
   // In place, host doubles: the maximum over the ranks (the ranks' arrival times at collectives).

@@ -151,6 +151,38 @@ Buffer Engine::row_buffer(const std::string& name, Tier tier, int64_t elements, 
   return Buffer(backend_, tier, checked_mul(elements, dtype_bytes(dtype), name.c_str()), &account_, name, dtype);
 }
 
+namespace {
+// Data parallelism's gradient buckets over the trained layout, in the order they become final in
+// the last chunk's backward (step::gradient_buckets): the head (the final norm, an untied LM head),
+// each layer from the last, the embedding. Each is one contiguous range of the layout (ParamLayout
+// lays out the embedding, the layers in order, then the head).
+std::vector<Engine::GradientRange> gradient_ranges(const ParamLayout& layout, int64_t layers) {
+  std::vector<Engine::GradientRange> out;
+  int64_t first_layer_offset = INT64_MAX;
+  auto layer_of = [](const std::string& name) -> int64_t {
+    const size_t at = name.find("layers.");
+    if (at == std::string::npos) return -1;
+    return std::stoll(name.substr(at + 7));
+  };
+  for (const ParamInfo& p : layout.params())
+    if (layer_of(p.name) >= 0) first_layer_offset = std::min(first_layer_offset, p.offset);
+  for (const ParamInfo& p : layout.params()) {
+    const int64_t l = layer_of(p.name);
+    // Final after the head (0), after layer l's backward (layers - l), after the embedding's (layers + 1).
+    const int64_t final_at = l >= 0 ? layers - l : p.offset < first_layer_offset ? layers + 1 : 0;
+    if (!out.empty() && out.back().final_at == final_at && out.back().offset + out.back().count == p.offset) {
+      out.back().count += p.numel;
+      continue;
+    }
+    for (const auto& r : out) OOMB_ASSERT(r.final_at != final_at, "a gradient bucket is not contiguous: " + p.name);
+    out.push_back({p.offset, p.numel, final_at});
+  }
+  std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.final_at < b.final_at; });
+  return out;
+}
+
+}  // namespace
+
 Engine::Engine(Backend& backend, const models::ModelSpec& model, const simulator::Config& config,
                const Weights& weights, EngineOptions options)
     : backend_(backend),
@@ -261,6 +293,7 @@ Engine::Engine(Backend& backend, const models::ModelSpec& model, const simulator
   const DType trained_dtype = lora_ ? DType::f32 : param_dtype_;
   params_ = row_buffer(step::row::kWeights, Tier::device, n_params, param_dtype_);
   grads_ = row_buffer(step::row::kParameterGradients, Tier::device, n_trained, grad_dtype_);
+  buckets_ = gradient_ranges(lora_ ? lora_layout_ : layout_, g_.L);
   upload_weights(w0.data);
   if (lora_) {
     adapters_ = row_buffer(step::row::kLoraAdapters, Tier::device, n_trained, DType::f32);
@@ -495,6 +528,37 @@ void Engine::tp_all_reduce(Tensor t, int64_t n) {
   const int64_t t0 = steady_now_ns();
   tp_comm_->all_reduce_sum_staged(t, n, tp_staging_.f32());
   tp_counted(t0, n * dtype_bytes(t.dtype));
+}
+
+bool Engine::reduces_gradients() const {
+  return dp_comm_ && dp_comm_->size() > 1 && config_.optimizer != simulator::Optimizer::none &&
+         accumulated_ + 1 >= options_.adamw.grad_accum;
+}
+
+void Engine::begin_gradient_buckets() {
+  next_bucket_ = 0;
+  // MPI sums bf16 gradients in an fp32 copy: allocated under the table's row, alive to the update.
+  if (grads_.dtype() == DType::bf16 && dp_comm_->stages_bf16_in_fp32())
+    dp_staging_ = row_buffer(step::row::kGradientAllreduceStaging, Tier::host, grads_.bytes() / dtype_bytes(grads_.dtype()),
+                             DType::f32);
+}
+
+void Engine::gradient_buckets_final(int64_t point) {
+  for (; next_bucket_ < buckets_.size() && buckets_[next_bucket_].final_at <= point; ++next_bucket_) {
+    const GradientRange& b = buckets_[next_bucket_];
+    const int64_t bytes = b.count * dtype_bytes(grads_.dtype());
+    // Timed as the replicas meet it: a faster rank's wait for the slowest is told apart from the
+    // transfer after the step (resolve_collectives). Where the transport overlaps (NCCL) the call
+    // only enqueues it.
+    const int64_t t0 = steady_now_ns();
+    timed("gradient_allreduce", "gradient_allreduce", 2, 0, 0, [&] {
+      dp_comm_->all_reduce_sum_async(grads_.t().at(b.offset), b.count,
+                                     dp_staging_.data() ? dp_staging_.f32() + b.offset : nullptr);
+    });
+    allreduce_bytes_ += bytes;
+    const int64_t layer = b.final_at >= 1 && b.final_at <= g_.L ? g_.L - b.final_at : -1;
+    dp_clock_.record(t0, steady_now_ns(), bytes, {"gradient_allreduce", 2, 0, layer});
+  }
 }
 
 void Engine::resolve_collectives() {
@@ -1026,9 +1090,14 @@ StepResult Engine::step(const std::vector<int32_t>& tokens) {
       report(p);
     }
     enter(StepPhase::loss);
+    // Data parallelism, on a step that updates: the last chunk's backward makes each gradient final
+    // and its bucket is all-reduced at once (overlapping what follows where the transport can).
+    const bool buckets = c == 0 && reduces_gradients();
+    if (buckets) begin_gradient_buckets();
     Tensor dy = w.dy.t();
     Tensor dx = w.dx.t();
     head_forward_backward(c, w.x.ct(), dy);
+    if (buckets) gradient_buckets_final(0);
     enter(StepPhase::backward);
     for (int64_t l = g_.L - 1; l >= 0; --l, ++pi) {
       const Pass& p = next(PassKind::backward, c, l);
@@ -1037,11 +1106,13 @@ StepResult Engine::step(const std::vector<int32_t>& tokens) {
       release(p);
       std::swap(dy, dx);
       report(p);
+      if (buckets) gradient_buckets_final(g_.L - l);
     }
     if (!lora_)  // a frozen embedding (LoRA) has no gradient
       timed("embedding_bwd", "embedding_bwd", 2, c, 0, [&] {
         backend_.embedding_bwd(w.ids.i32(), g_.chunk_len(c), dy, H, grads_.t().at(layout_.embed()));
       });
+    if (buckets) gradient_buckets_final(g_.L + 1);
   }
   OOMB_ASSERT(pi == passes.size());
   // The loss: the chunks' sums, read back once, added in the order stage 2 ran them.
@@ -1145,18 +1216,11 @@ void Engine::optimizer_step() {
   // norms' gradients; nothing to sum between them.)
   const int world = dp_comm_ ? dp_comm_->size() : 1;  // the replicas
   if (world > 1) {
-    // Timed as the replicas meet it: a faster rank's wait for the slowest is told apart from the
-    // transfer after the step (resolve_collectives).
-    const int64_t t0 = steady_now_ns();
-    // The CPU backend's ops are done when they return; NCCL's collectives are stream-ordered.
-    // MPI sums bf16 gradients in an fp32 copy: allocated under the table's row for the all-reduce.
-    Buffer staging;
-    if (grads_.dtype() == DType::bf16 && dp_comm_->stages_bf16_in_fp32())
-      staging = row_buffer(step::row::kGradientAllreduceStaging, Tier::host, n, DType::f32);
-    timed("gradient_allreduce", "gradient_allreduce", 2, -1, 0,
-          [&] { dp_comm_->all_reduce_sum_staged(grads_.t(), n, staging.f32()); });
-    allreduce_bytes_ += grads_.bytes();
-    dp_clock_.record(t0, steady_now_ns(), grads_.bytes(), {"gradient_allreduce", 2, -1, -1});
+    // Every bucket was started in the last chunk's backward (begin_gradient_buckets); the update
+    // waits for them (NCCL: the compute stream waits for their stream).
+    OOMB_ASSERT(next_bucket_ == buckets_.size(), "gradient buckets not all-reduced before the update");
+    dp_comm_->wait_all();
+    dp_staging_ = Buffer();
   }
   if (host) copy(CopyDir::d2h, host_grads_.data(), grads_.data(), grads_.bytes());
   const Tensor grads = host ? host_grads_.t() : grads_.t();

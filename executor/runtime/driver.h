@@ -157,6 +157,12 @@ struct StepResult {
 
 class Engine {
  public:
+  // A data-parallel gradient bucket: `count` elements of the trained gradients at `offset`, final
+  // at point `final_at` of the last chunk's backward (Engine::gradient_buckets_final).
+  struct GradientRange {
+    int64_t offset = 0, count = 0, final_at = 0;
+  };
+
   // model: the catalog spec; config.layers_override cuts it. weights must have its layout.
   Engine(Backend& backend, const models::ModelSpec& model, const simulator::Config& config, const Weights& weights,
          EngineOptions options = {});
@@ -253,6 +259,16 @@ class Engine {
   int64_t allreduce_bytes_ = 0;                                 // of the last step
   // The last step's collectives as the ranks met them (wait for the slowest rank vs transfer).
   CollectiveClock dp_clock_, tp_clock_;
+  // Data parallelism: the gradient buckets (offsets into grads_, in the order they become final),
+  // the next to all-reduce, and MPI's fp32 staging of bf16 gradients while they are.
+  std::vector<GradientRange> buckets_;
+  size_t next_bucket_ = 0;
+  Buffer dp_staging_;
+  bool reduces_gradients() const;  // this step ends with a data-parallel update
+  void begin_gradient_buckets();
+  // Every bucket final at `point` (0: after the LM head's backward, L - l: after layer l's, L + 1:
+  // after the embedding's) is all-reduced.
+  void gradient_buckets_final(int64_t point);
   // Where the op being timed runs (set by timed()): the tag of the collectives it makes.
   CollectiveClock::Tag comm_tag_;
   // After the step: each communicator's calls split into wait and transfer (a collective of its

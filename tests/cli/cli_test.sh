@@ -74,6 +74,18 @@ expect_exit 2 "--budget" simulate --model qwen2.5-7b --gpu h200 --context 4M --a
 expect_exit 2 "known: .*qwen2.5-7b" simulate --model qwen9 --gpu h200 --context 4M
 expect_exit 2 "known: .*h200" simulate --model qwen2.5-7b --gpu h900 --context 4M
 expect_exit 2 "--gpus" simulate --model qwen2.5-7b --gpu h200 --context 4M --gpus 3
+# Nodes: the replicas spread evenly; the gradient all-reduce crosses the host's network.
+expect_exit 2 "--nodes.*does not divide the 3 data-parallel replica" simulate --model tiny --gpu h200 --context 8K --data-parallel 3 --nodes 2
+expect_exit 2 "--nodes.*\[1, 4096\]" simulate --model tiny --gpu h200 --context 8K --nodes 0
+expect_exit 0 "across 2 nodes" plan --model qwen2.5-7b --gpu h100-sxm --context 1M --gpus 8 --nodes 2
+# oomb plan --gpus 8 --nodes 2 writes every GPU into the plan: TP 4 x 4 replicas on 2 nodes.
+if "$oomb" plan --model qwen2.5-7b --gpu h100-sxm --context 1M --gpus 8 --nodes 2 --out "$tmp/p16.json" >"$tmp/p16.txt" 2>&1 &&
+  grep -q "mpirun -np 16 oomb run --plan P" "$tmp/p16.txt" &&
+  grep -q '"gpus": 4' "$tmp/p16.json" && grep -q '"data_parallel": 4' "$tmp/p16.json" && grep -q '"nodes": 2' "$tmp/p16.json"; then
+  ok
+else
+  bad "plan --gpus 8 --nodes 2 does not write TP 4 x 4 replicas on 2 nodes: $(cat "$tmp/p16.txt")"
+fi
 expect_exit 2 "--attention.*dense, sparse" simulate --model qwen2.5-7b --gpu h200 --context 4M --attention fuzzy
 expect_exit 2 "--preset" simulate --model qwen2.5-7b --gpu h200 --context 4M --preset nope
 expect_exit 2 "--contexts" sweep --model qwen2.5-7b --gpu h200 --contexts 4M..8K
