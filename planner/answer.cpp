@@ -197,9 +197,9 @@ std::vector<std::string> plan_notes(const simulator::Config& c, bool sparse_fall
                     "with a budget of " + std::to_string(c.page_budget) +
                     " pages, so its gradients are those of the sparse forward, not of the dense model");
   if (c.gpus > 1)
-    notes.push_back("tensor parallelism over " + std::to_string(c.gpus) + " GPUs: oomb run executes it on the CPU "
-                    "backend, one process per GPU (mpirun -np " + std::to_string(c.gpus) +
-                    " oomb run --plan P --backend cpu); the CUDA backend runs one GPU for now");
+    notes.push_back("tensor parallelism over " + std::to_string(c.gpus) + " GPUs: oomb run executes it one process "
+                    "per GPU (mpirun -np " + std::to_string(c.gpus * c.data_parallel) +
+                    " oomb run --plan P --backend cuda: NCCL's collectives; --backend cpu: MPI's)");
   if (std::string why; !planner::executable(c, &why)) notes.push_back("NOT EXECUTABLE: " + why);
   return notes;
 }

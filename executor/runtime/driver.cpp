@@ -187,11 +187,6 @@ Engine::Engine(Backend& backend, const models::ModelSpec& model, const simulator
     if (config.lora_rank > 0)
       throw Error("--lora-rank", std::to_string(config.lora_rank),
                   "with tensor parallelism is planned and simulated, not executed yet", "--gpus 1 with LoRA");
-    if (backend_.name() != "cpu")
-      throw Error("--gpus", gpus,
-                  "tensor parallelism runs on the CPU backend for now (the " + backend_.name() +
-                      " backend has no vocabulary-parallel loss)",
-                  "--backend cpu under mpirun");
     // Rank r: tensor-parallel rank r % tp of replica r / tp (the runner trains that replica's sequence).
     tp_rank_ = options_.comm->rank() % tp_;
     if (config.data_parallel > 1) {
