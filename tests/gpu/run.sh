@@ -43,12 +43,12 @@
 # 85 C++ objects and 12 nvcc ones; 74 of the C++ ones took 787 s together on the 2-core VM with two
 # builds sharing it (per-object times in .ninja_log), the slowest 81 s (cli/run_cmd.cpp); the
 # tensor-core attention (attention_tc.cu, the slowest nvcc one) 12 s alone with ccache off; the
-# tensor-parallel tests' three C++ files and the loss kernels' nvcc one add about 50 s: about 65 s
-# of work for each of the device's 16 cores, so 140 s is a 2x margin); the attention, engine and
-# tensor-parallel tests 60 s (the tensor-parallel ones add about 18 test processes, each a CUDA
-# context of about a second, at -j 4, and about 2 s of CPU references for the 76032-wide shards: 10 s
-# more than the 50 s the others had); the 7B plan 10 s, its run 40 s, validate 15 s. Not yet measured
-# on the device: the
+# tensor-parallel tests' three C++ files and the loss kernels' nvcc one add 67 s (.ninja_log on the
+# same VM: 17, 20, 25 and 5 s): about 64 s of work for each of the device's 16 cores, so 140 s is a
+# 2x margin); the attention, engine and tensor-parallel tests 60 s (the tensor-parallel ones add
+# about 18 test processes, each a CUDA context of about a second, at -j 4, and about 2 s of CPU
+# references for the 76032-wide shards: 10 s more than the 50 s the others had); the 7B plan 10 s,
+# its run 40 s, validate 15 s. Not yet measured on the device: the
 # first window's summary.txt gives each step's time. The quick 7B run is at 16K context (4
 # layers, chunk 4K): from issue 22's 64K estimates (about 6 s a step on tensor cores, 25 s on the
 # fp32 attention fallback) a step is a few seconds either way (attention 16x cheaper, the rest 4x), so the
