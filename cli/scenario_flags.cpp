@@ -81,8 +81,8 @@ void ScenarioFlags::add_to(CLI::App& app, bool require_context) {
                  "reserved (include the runtime reserve, default) or allocated (as PyTorch's max_memory_allocated)");
   app.add_option("--gpus", gpus,
                  "Tensor-parallel GPUs sharing each layer (heads, MLP columns and the vocabulary split over them; "
-                 "KV pages per GPU 1/N). oomb run executes it on the CPU backend under MPI: mpirun -np N oomb run "
-                 "... --gpus N --backend cpu (dense, or sparse with --selection per-kv-head)");
+                 "KV pages per GPU 1/N). oomb run executes it one process per GPU under MPI: mpirun -np N oomb run "
+                 "... --gpus N (--backend cuda: NCCL's collectives; --backend cpu: MPI's)");
   app.add_option("--data-parallel", data_parallel,
                  "Data-parallel replicas, 1..4096: each trains on its own sequence (one process and GPU each), the "
                  "parameter gradients all-reduced before every optimizer step; memory per replica is the one-GPU "

@@ -214,10 +214,9 @@ std::vector<std::string> plan_notes(const simulator::Config& c, bool sparse_fall
     if (c.data_parallel > 1)
       layout += (layout.empty() ? "" : " x ") + std::to_string(c.data_parallel) + " data-parallel replicas";
     if (c.nodes > 1) layout += " on " + std::to_string(c.nodes) + " nodes";
-    // Tensor parallelism runs on the CPU backend for now (the CUDA backend has no vocabulary-parallel loss).
     notes.push_back(layout + ": one process per GPU, figures per rank; oomb run executes it under MPI (mpirun -np " +
-                    std::to_string(ranks) + " oomb run --plan P" + (c.gpus > 1 ? " --backend cpu" : "") +
-                    (c.nodes > 1 ? ", the nodes in a hostfile" : "") + ")");
+                    std::to_string(ranks) + " oomb run --plan P --backend cuda: NCCL's collectives; --backend cpu: " +
+                    "MPI's" + (c.nodes > 1 ? "; the nodes in a hostfile" : "") + ")");
   }
   if (std::string why; !planner::executable(c, &why)) notes.push_back("NOT EXECUTABLE: " + why);
   return notes;

@@ -300,13 +300,14 @@ BufferTable buffer_table(const models::ModelSpec& m, const Config& c, const Targ
 
   add(row::kTokenIds, "inputs", Tier::device, OOMB_SHAPE({2, T}), "int32", checked_mul(T, 8), all,
       OOMB_TEXT(tok + " tokens x 2 (ids, targets) x 4"));
-  // Tensor parallelism on the CPU backend (MPI; docs/model.md "Tensor parallelism"): the
-  // all-reduced activations (o/down projection outputs, the column-parallel input gradients, the
-  // vocabulary-parallel embedding and LM-head input gradient, all [rows, hidden]) summed in fp32
-  // when stored bf16, and the vocabulary-parallel loss's per-row statistics of every rank (max,
-  // sum of exponentials, target logit), all-reduced to each row's log-sum-exp.
-  if (!cuda && g.G > 1) {
-    if (A != 4)
+  // Tensor parallelism (docs/model.md "Tensor parallelism"). Both backends: the vocabulary-parallel
+  // loss's per-row statistics of every rank (max, sum of exponentials, target logit), all-reduced
+  // and combined in place into each row's max and sum over the vocabulary. The CPU backend (MPI)
+  // only: the all-reduced activations (o/down projection outputs, the column-parallel input
+  // gradients, the vocabulary-parallel embedding and LM-head input gradient, all [rows, hidden])
+  // summed in fp32 when stored bf16 (NCCL sums bf16 itself).
+  if (g.G > 1) {
+    if (!cuda && A != 4)
       add(row::kTensorParallelStaging, "hidden_states", Tier::device, OOMB_SHAPE({T, g.h}), "fp32",
           checked_mul(checked_mul(T, g.h), 4), all,
           OOMB_TEXT(tok + " tokens x hidden x 4 (the MPI all-reduce sums bf16 activations in fp32)"));

@@ -23,6 +23,7 @@
 #include "executor/cuda/attention_tc.cuh"
 #include "executor/cuda/batch_copy.h"
 #include "executor/cuda/cross_entropy.cuh"
+#include "executor/cuda/cross_entropy_shard.cuh"
 #include "executor/cuda/cuda_check.h"
 #include "executor/cuda/elementwise.cuh"
 #include "executor/cuda/embedding.cuh"
@@ -1239,8 +1240,12 @@ std::vector<std::vector<int32_t>> CudaBackend::select_pages(const SelectionArgs&
   // fp32 summaries outside the device arena (the host tier with bounded selection memory) are
   // staged into device scratch once; bf16 ones were converted into device scratch above.
   const bool stage = !is_bf16(a.summaries) && !m.in_device_tier(a.summaries.data);
-  launch_select_pages(rows.in(q), a.rows, a.q_heads, a.kv_heads, a.head_dim, a.page_tokens, rows.in(sum),
-                      a.prefix_pages, a.budget, a.per_kv_head, stage, ws, m.compute);
+  launch_page_scores(rows.in(q), a.rows, a.q_heads, a.kv_heads, a.head_dim, a.page_tokens, rows.in(sum),
+                     a.prefix_pages, a.per_kv_head, stage, ws, m.compute);
+  // Tensor parallelism (the published rule): the ranks' scores summed in place on the device, in
+  // stream order (NCCL on the compute stream), before the top-k; no extra host synchronisation.
+  if (a.reduce_scores) a.reduce_scores(ws.scores, qpages * groups * a.prefix_pages);
+  launch_top_pages(a.rows, a.page_tokens, groups, a.prefix_pages, a.budget, ws, m.compute);
   std::vector<int32_t> flat(static_cast<size_t>(qpages * groups * a.budget));
   m.get(flat.data(), ws.selected, static_cast<int64_t>(flat.size()) * 4);
   std::vector<std::vector<int32_t>> out(static_cast<size_t>(qpages * groups));
@@ -1263,6 +1268,27 @@ double CudaBackend::cross_entropy(ConstTensor logits, int64_t rows, int64_t voca
   double total = 0;
   m.get(&total, sum, 8);
   return total;
+}
+
+void CudaBackend::cross_entropy_shard_stats(ConstTensor logits, int64_t rows, int64_t vocab, const int32_t* targets,
+                                            float* stats) {
+  extents::elementwise("cross_entropy_shard_stats", rows * vocab, {logits});
+  launch_cross_entropy_shard_stats(logits, rows, vocab, targets, stats, impl_->compute);
+}
+
+void CudaBackend::cross_entropy_shard_combine(float* stats, int64_t ranks, int64_t rows, const int32_t* targets,
+                                              int64_t slot) {
+  Impl& m = *impl_;
+  OOMB_ASSERT(slot >= 0 && ranks >= 1);
+  if (slot >= m.loss_slot_count) m.grow_loss_slots(slot + 1);
+  launch_cross_entropy_shard_combine(stats, ranks, rows, targets, m.loss_slots_dev + slot, m.compute);
+}
+
+void CudaBackend::cross_entropy_shard_grad(ConstTensor logits, int64_t rows, int64_t vocab, const int32_t* targets,
+                                           const float* max_sum, float scale_, Tensor grad) {
+  extents::cross_entropy(logits, rows, vocab, grad);
+  OOMB_ASSERT(grad.data != logits.data || grad.dtype == logits.dtype, "an in-place loss gradient keeps the dtype");
+  launch_cross_entropy_shard_grad(logits, rows, vocab, targets, max_sum, scale_, grad, impl_->compute);
 }
 
 void CudaBackend::cross_entropy_acc(ConstTensor logits, int64_t rows, int64_t vocab, const int32_t* targets,
@@ -1367,6 +1393,15 @@ std::string CudaBackend::device_name() const {
   return std::string(p.name) + " (sm_" + std::to_string(p.major) + std::to_string(p.minor) + ", " +
          std::to_string(p.multiProcessorCount) + " SMs, driver " + std::to_string(driver / 1000) + "." +
          std::to_string((driver % 1000) / 10) + ")";
+}
+
+int cuda_device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return n;
 }
 
 bool cuda_device_available(std::string* why) {

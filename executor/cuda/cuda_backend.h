@@ -171,6 +171,14 @@ class CudaBackend final : public Backend {
   void cross_entropy_acc(ConstTensor logits, int64_t rows, int64_t vocab, const int32_t* targets, float scale,
                          Tensor grad, int64_t slot) override;
   std::vector<double> take_losses(int64_t n) override;
+  // Tensor parallelism's vocabulary-parallel loss (cross_entropy_shard.cu): statistics, their
+  // combine (on the device: the tile's loss goes to the slot, nothing is read back) and the gradient.
+  void cross_entropy_shard_stats(ConstTensor logits, int64_t rows, int64_t vocab, const int32_t* targets,
+                                 float* stats) override;
+  void cross_entropy_shard_combine(float* stats, int64_t ranks, int64_t rows, const int32_t* targets,
+                                   int64_t slot) override;
+  void cross_entropy_shard_grad(ConstTensor logits, int64_t rows, int64_t vocab, const int32_t* targets,
+                                const float* max_sum, float scale, Tensor grad) override;
   // Counted: read-backs (download, select_pages, cross_entropy, take_losses), synchronize(), a
   // host-tier deallocate, host-side waits for copies (fill_zero on a host range in flight). Not
   // counted: the staging ring's wait for a slot's previous upload, waits on copy events.
@@ -213,5 +221,7 @@ class CudaBackend final : public Backend {
 
 // Whether a CUDA device can be used; why not (driver missing, no device) in *why.
 bool cuda_device_available(std::string* why = nullptr);
+// How many CUDA devices this process sees (0 without a driver or device).
+int cuda_device_count();
 
 }  // namespace oomb::executor

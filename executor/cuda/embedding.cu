@@ -6,18 +6,22 @@ namespace oomb::executor::cuda {
 
 namespace {
 
-// One block per row (grid-strided over rows), threads over the hidden dimension.
+// One block per row (grid-strided over rows), threads over the hidden dimension. A negative id
+// (tensor parallelism's vocabulary-parallel embedding: another rank's token) is a zero row forward
+// and adds no gradient.
 __global__ void embedding_fwd_kernel(const int32_t* __restrict__ ids, int64_t rows, InView table, int64_t hidden,
                                      OutView out) {
   for (int64_t t = blockIdx.x; t < rows; t += gridDim.x) {
-    const int64_t src = int64_t{ids[t]} * hidden, dst = t * hidden;
-    for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) out.store(dst + i, table[src + i]);
+    const int32_t id = ids[t];
+    const int64_t src = int64_t{id} * hidden, dst = t * hidden;
+    for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) out.store(dst + i, id < 0 ? 0.0f : table[src + i]);
   }
 }
 
 __global__ void embedding_bwd_kernel(const int32_t* __restrict__ ids, int64_t rows, InView dout, int64_t hidden,
                                      float* __restrict__ dtable) {
   for (int64_t t = blockIdx.x; t < rows; t += gridDim.x) {
+    if (ids[t] < 0) continue;
     float* dst = dtable + int64_t{ids[t]} * hidden;
     for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) atomicAdd(dst + i, dout[t * hidden + i]);
   }
@@ -29,6 +33,7 @@ __global__ void embedding_bwd_bf16_kernel(const int32_t* __restrict__ ids, int64
                                           OutView dtable) {
   for (int64_t t = blockIdx.x; t < rows; t += gridDim.x) {
     const int32_t id = ids[t];
+    if (id < 0) continue;  // uniform over the block: before the block-wide vote
     int seen = 0;
     for (int64_t r = threadIdx.x; r < t; r += blockDim.x) seen |= ids[r] == id;
     if (__syncthreads_or(seen)) continue;

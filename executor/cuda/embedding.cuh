@@ -3,7 +3,8 @@
 // dtable are fp32 or bf16 (executor/cuda/typed.cuh). fp32 dtable: scatter-add with atomics (repeated
 // ids summed in an unspecified order). bf16 dtable: the block of an id's first row sums that id's
 // rows in row order in fp32 and adds the sum to the stored row with one rounding (the CPU backend's
-// order, so the same bits when dout is the same).
+// order, so the same bits when dout is the same). A negative id (tensor parallelism: a token of
+// another rank's vocabulary shard) looks up a zero row and adds no gradient, as on the CPU backend.
 #include <cuda_runtime_api.h>
 
 #include <cstdint>

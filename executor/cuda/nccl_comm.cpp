@@ -18,8 +18,10 @@ void check(ncclResult_t rc, const char* what) {
 
 class NcclCommunicator final : public Communicator {
  public:
-  NcclCommunicator(Communicator& bootstrap, void* stream)
-      : boot_(bootstrap), stream_(static_cast<cudaStream_t>(stream)) {
+  // Over `bootstrap`'s ranks, in its order; owned: a split's host communicator (null: the job's,
+  // which the caller keeps alive).
+  NcclCommunicator(Communicator& bootstrap, std::unique_ptr<Communicator> owned, void* stream)
+      : owned_(std::move(owned)), boot_(bootstrap), stream_(static_cast<cudaStream_t>(stream)) {
     ncclUniqueId id{};
     if (boot_.rank() == 0) check(ncclGetUniqueId(&id), "GetUniqueId");
     boot_.broadcast_host(&id, sizeof id, 0);
@@ -68,6 +70,10 @@ class NcclCommunicator final : public Communicator {
     pending_ = false;
   }
   bool overlaps() const override { return true; }
+  // Device doubles (the selection's page scores), in place, on the compute stream.
+  void all_reduce_sum_f64(double* data, int64_t n) override {
+    check(ncclAllReduce(data, data, static_cast<size_t>(n), ncclFloat64, ncclSum, comm_, stream_), "AllReduce");
+  }
   void all_reduce_sum_host(double* data, int64_t n) override { boot_.all_reduce_sum_host(data, n); }
   void all_reduce_max_host(double* data, int64_t n) override { boot_.all_reduce_max_host(data, n); }
   bool shares_clock() const override { return boot_.shares_clock(); }
@@ -76,8 +82,20 @@ class NcclCommunicator final : public Communicator {
     OOMB_CUDA_CHECK(cudaStreamSynchronize(stream_));
     boot_.barrier();
   }
+  // Why a new communicator over the split bootstrap and not ncclCommSplit (NCCL 2.18+): the host
+  // collectives need the split host communicator anyway, and initialising the NCCL communicator over
+  // exactly its ranks makes the two the same ranks in the same order by construction (ncclCommSplit
+  // would be a second split that has to agree with MPI_Comm_split's ordering); every NCCL
+  // communicator is then made one way, the one the one-rank test runs. The cost is one unique-id
+  // broadcast per group, once per run. Collective over this communicator's ranks.
+  std::unique_ptr<Communicator> split(int color, int key) override {
+    std::unique_ptr<Communicator> part = boot_.split(color, key);
+    Communicator& boot = *part;
+    return std::make_unique<NcclCommunicator>(boot, std::move(part), stream_);
+  }
 
  private:
+  std::unique_ptr<Communicator> owned_;  // declared before boot_: a split's outlives the reference
   Communicator& boot_;
   cudaStream_t stream_;
   ncclComm_t comm_ = nullptr;
@@ -89,7 +107,7 @@ class NcclCommunicator final : public Communicator {
 }  // namespace
 
 std::unique_ptr<Communicator> nccl_communicator(Communicator& bootstrap, void* stream) {
-  return std::make_unique<NcclCommunicator>(bootstrap, stream);
+  return std::make_unique<NcclCommunicator>(bootstrap, nullptr, stream);
 }
 
 }  // namespace oomb::executor::cuda

@@ -1,9 +1,11 @@
 #pragma once
-// NCCL: the CUDA backend's collectives (issue #25). One communicator per job over its ranks (one
-// GPU each), bootstrapped over another communicator (MPI: rank 0's ncclUniqueId broadcast to the
+// NCCL: the CUDA backend's collectives (issue #25). One NCCL communicator over the ranks of a host
+// communicator (MPI: one GPU per rank), bootstrapped over it (rank 0's ncclUniqueId broadcast to the
 // others); the device collectives are enqueued on the backend's compute stream (stream-ordered with
-// the step's kernels, no host synchronisation), host ones go through the bootstrap. Built when CMake
-// finds NCCL beside the CUDA toolkit (OOMB_HAVE_NCCL).
+// the step's kernels, no host synchronisation), host ones go through the bootstrap. split() gives
+// tensor parallelism's groups and the data-parallel replicas their own NCCL communicators (see
+// nccl_comm.cpp for why they are bootstrapped over split host communicators rather than made by
+// ncclCommSplit). Built when CMake finds NCCL beside the CUDA toolkit (OOMB_HAVE_NCCL).
 #include <memory>
 
 #include "executor/runtime/comm.h"

@@ -280,10 +280,10 @@ void launch_page_summaries(ConstTensor k, int64_t rows, int64_t kv_dim, int64_t 
   OOMB_CUDA_LAUNCH_CHECK("page_summaries_kernel");
 }
 
-void launch_select_pages(const float* q, int64_t rows, int64_t q_heads, int64_t kv_heads, int64_t head_dim,
-                         int64_t page_tokens, const float* summaries, int64_t prefix_pages, int64_t budget,
-                         bool per_kv_head, bool stage, const SelectWorkspace& ws, cudaStream_t s) {
-  if (rows <= 0 || prefix_pages <= 0 || budget <= 0) return;
+void launch_page_scores(const float* q, int64_t rows, int64_t q_heads, int64_t kv_heads, int64_t head_dim,
+                        int64_t page_tokens, const float* summaries, int64_t prefix_pages, bool per_kv_head,
+                        bool stage, const SelectWorkspace& ws, cudaStream_t s) {
+  if (rows <= 0 || prefix_pages <= 0) return;
   const int64_t qpages = (rows + page_tokens - 1) / page_tokens, groups = per_kv_head ? kv_heads : 1;
   const float sc = 1.0f / sqrtf(static_cast<float>(head_dim));
   const int64_t n = rows * kv_heads * head_dim;
@@ -307,6 +307,12 @@ void launch_select_pages(const float* q, int64_t rows, int64_t q_heads, int64_t 
                                                    prefix_pages, sc, ws.norm_m, ws.norm_l, groups, qpages * groups,
                                                    ws.scores);
   OOMB_CUDA_LAUNCH_CHECK("page_scores_kernel");
+}
+
+void launch_top_pages(int64_t rows, int64_t page_tokens, int64_t groups, int64_t prefix_pages, int64_t budget,
+                      const SelectWorkspace& ws, cudaStream_t s) {
+  if (rows <= 0 || prefix_pages <= 0 || budget <= 0) return;
+  const int64_t qpages = (rows + page_tokens - 1) / page_tokens;
   topk_kernel<<<static_cast<unsigned>(qpages * groups), kThreads, 0, s>>>(ws.scores, prefix_pages, budget,
                                                                           ws.selected);
   OOMB_CUDA_LAUNCH_CHECK("topk_kernel");

@@ -35,10 +35,15 @@ struct SelectWorkspace {
                                int64_t groups, int64_t prefix_pages, int64_t budget);
 };
 
-// Fills ws.selected; groups = kv_heads when per_kv_head, else 1. stage: copy the summaries into
-// ws.staged first (they are not device memory).
-void launch_select_pages(const float* q, int64_t rows, int64_t q_heads, int64_t kv_heads, int64_t head_dim,
-                         int64_t page_tokens, const float* summaries, int64_t prefix_pages, int64_t budget,
-                         bool per_kv_head, bool stage, const SelectWorkspace& ws, cudaStream_t s);
+// The selection in two launches, so that tensor parallelism can sum the ranks' scores between them
+// (SelectionArgs::reduce_scores, on the same stream). groups = kv_heads when per_kv_head, else 1.
+// Fills ws.scores [qpages * groups, prefix_pages]; stage: copy the summaries into ws.staged first
+// (they are not device memory).
+void launch_page_scores(const float* q, int64_t rows, int64_t q_heads, int64_t kv_heads, int64_t head_dim,
+                        int64_t page_tokens, const float* summaries, int64_t prefix_pages, bool per_kv_head,
+                        bool stage, const SelectWorkspace& ws, cudaStream_t s);
+// Fills ws.selected [qpages * groups, budget] from ws.scores: the top `budget` pages of each row.
+void launch_top_pages(int64_t rows, int64_t page_tokens, int64_t groups, int64_t prefix_pages, int64_t budget,
+                      const SelectWorkspace& ws, cudaStream_t s);
 
 }  // namespace oomb::executor::cuda

@@ -250,13 +250,13 @@ void check_run(const RunRequest& r) {
   const int world = r.comm ? r.comm->size() : 1;
   if (c.data_parallel * c.gpus != world) {
     // One process per GPU: the replicas times each one's tensor-parallel GPUs. Tensor parallelism
-    // alone is said as such (it runs on the CPU backend).
+    // alone is said as such.
     const bool tp_only = c.gpus > 1 && c.data_parallel == 1;
     const std::string n = std::to_string(c.data_parallel * c.gpus), gpus = std::to_string(c.gpus);
     const std::string dp = std::to_string(c.data_parallel);
     const std::string how =
         "mpirun -np " + n + " oomb run " +
-        (tp_only ? (r.plan_path.empty() ? "... --gpus " + gpus : "--plan " + r.plan_path) + " --backend cpu"
+        (tp_only ? (r.plan_path.empty() ? "... --gpus " + gpus : "--plan " + r.plan_path) + " --backend " + r.backend
                  : r.plan_path.empty() ? "..." + (c.gpus > 1 ? " --gpus " + gpus : std::string()) + " --data-parallel " + dp
                                        : "--plan " + r.plan_path);
     const std::string flag = !r.plan_path.empty() ? "--plan" : tp_only ? "--gpus" : "--data-parallel";
@@ -272,16 +272,20 @@ void check_run(const RunRequest& r) {
                 needs_mpi && !built_with_mpi() ? "this build has no MPI (apt install libopenmpi-dev, rebuild)"
                                                : "run it as: " + how);
   }
-  if (c.gpus > 1 && r.backend != "cpu")
-    throw Error("--backend", r.backend,
-                "tensor parallelism (--gpus " + std::to_string(c.gpus) +
-                    ") runs on the CPU backend for now: the CUDA backend has no vocabulary-parallel loss yet",
-                "--backend cpu under mpirun");
+  // Before any device or communicator exists (the Engine refuses it too, after they do).
+  if (c.gpus > 1 && c.lora_rank > 0)
+    throw Error(r.plan_path.empty() ? "--lora-rank" : "--plan",
+                r.plan_path.empty() ? std::to_string(c.lora_rank) : r.plan_path,
+                "LoRA (--lora-rank) with tensor parallelism (--gpus " + std::to_string(c.gpus) +
+                    ") is planned and simulated, not executed yet",
+                "--gpus 1 with LoRA, or full fine-tuning with --gpus");
   if (c.gpus > 1 && r.compare_dense)
     throw Error("--compare-dense", "", "runs one process's dense step beside the sparse one; not with --gpus > 1",
                 "compare without --gpus, or drop --compare-dense");
   if (world > 1 && r.backend == "cuda" && !built_with_nccl())
-    throw Error("--backend", "cuda", "a data-parallel CUDA run all-reduces with NCCL, and this build has none",
+    throw Error("--backend", "cuda",
+                std::string("a ") + (c.gpus > 1 ? "tensor" : "data") +
+                    "-parallel CUDA run all-reduces with NCCL, and this build has none",
                 "build where the CUDA toolkit has NCCL (nccl.h, libnccl), or --backend cpu (MPI)");
   if (world > 1 && r.reference)
     throw Error("--reference", "", "checks one process's step; each replica of a data-parallel run trains its own "
@@ -391,7 +395,9 @@ RunResult run(const RunRequest& r, const Weights& w, const TokenSource& tokens, 
   std::unique_ptr<cupti::CuptiTagger> tagger;
 #endif
   std::unique_ptr<Backend> backend_owner;
-  std::unique_ptr<Communicator> nccl;  // a data-parallel CUDA run's collectives (bootstrapped over r.comm)
+  // A multi-process CUDA run's collectives (bootstrapped over r.comm); with tensor x data parallelism
+  // the Engine splits it into the groups' and the replicas' NCCL communicators (nccl_comm.h).
+  std::unique_ptr<Communicator> nccl;
   // cuda runs: the kernel families and GEMM precisions that ran, and the backend's own buffers.
   std::function<Json()> cuda_summary = [] { return Json(); };
   if (r.backend == "cpu") {

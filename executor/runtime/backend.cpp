@@ -1,7 +1,10 @@
 #include "executor/runtime/backend.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <exception>
+#include <limits>
 
 #include "core/error.h"
 #include "executor/runtime/memory_account.h"
@@ -95,12 +98,42 @@ void Backend::cross_entropy_acc(ConstTensor logits, int64_t rows, int64_t vocab,
 }
 
 void Backend::cross_entropy_shard_stats(ConstTensor, int64_t, int64_t, const int32_t*, float*) {
-  throw Error("--gpus", "", "tensor parallelism runs on the CPU backend for now (the " + name() +
-                                " backend has no vocabulary-parallel loss)",
-              "--backend cpu under mpirun, or --gpus 1");
+  throw Error("--gpus", "", "tensor parallelism needs a vocabulary-parallel loss, which the " + name() +
+                                " backend does not have",
+              "--backend cpu or cuda under mpirun, or --gpus 1");
 }
 void Backend::cross_entropy_shard_grad(ConstTensor, int64_t, int64_t, const int32_t*, const float*, float, Tensor) {
   cross_entropy_shard_stats(ConstTensor{}, 0, 0, nullptr, nullptr);
+}
+
+void Backend::cross_entropy_shard_combine(float* stats, int64_t ranks, int64_t rows, const int32_t* targets,
+                                          int64_t slot) {
+  OOMB_ASSERT(slot >= 0 && ranks >= 1 && rows >= 0);
+  const int64_t n = ranks * rows * 3;
+  std::vector<float> st(static_cast<size_t>(n));
+  std::vector<int32_t> tg(static_cast<size_t>(rows));
+  download(st.data(), stats, n * 4);
+  download(tg.data(), targets, rows * 4);
+  std::vector<float> max_sum(static_cast<size_t>(rows * 2), 0.0f);
+  double loss = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    max_sum[static_cast<size_t>(r * 2 + 1)] = 1;
+    if (tg[static_cast<size_t>(r)] == -1) continue;  // no next token
+    float mx = -std::numeric_limits<float>::infinity();
+    for (int64_t k = 0; k < ranks; ++k) mx = std::max(mx, st[static_cast<size_t>((k * rows + r) * 3)]);
+    double sum = 0, target = 0;
+    for (int64_t k = 0; k < ranks; ++k) {
+      const float* e = st.data() + (k * rows + r) * 3;
+      sum += static_cast<double>(e[1]) * std::exp(static_cast<double>(e[0]) - static_cast<double>(mx));
+      target += static_cast<double>(e[2]);
+    }
+    max_sum[static_cast<size_t>(r * 2)] = mx;
+    max_sum[static_cast<size_t>(r * 2 + 1)] = static_cast<float>(sum);
+    loss += std::log(sum) - (target - static_cast<double>(mx));
+  }
+  upload(stats, max_sum.data(), rows * 2 * 4);
+  if (static_cast<int64_t>(loss_slots_.size()) <= slot) loss_slots_.resize(static_cast<size_t>(slot) + 1, 0.0);
+  loss_slots_[static_cast<size_t>(slot)] += loss;
 }
 
 std::vector<double> Backend::take_losses(int64_t n) {

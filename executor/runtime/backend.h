@@ -163,9 +163,10 @@ struct SelectionArgs {
   int64_t prefix_pages = 0;
   int64_t budget = 0;  // B, < prefix_pages (the caller handles <= B as dense)
   bool per_kv_head = false;
-  // Tensor parallelism (the CPU backend): the scores [query pages x groups x prefix pages] summed
-  // over the ranks before the top-k, in place (the published rule sums over every KV head, which
-  // the ranks hold a share of each); null: the scores are this process's.
+  // Tensor parallelism: the scores [query pages x groups x prefix pages] summed over the ranks
+  // before the top-k, in place (the published rule sums over every KV head, which the ranks hold a
+  // share of each); null: the scores are this process's. The pointer is where the backend computes
+  // them: host memory on the CPU backend, device memory (stream-ordered) on the CUDA backend.
   std::function<void(double*, int64_t)> reduce_scores;
 };
 
@@ -281,9 +282,19 @@ class Backend {
   // [rows][3] (device): per row its max, sum of exp(x - max) and the target's logit (0 when not
   // here). Then, given the row's max and sum over every rank (max_sum [rows][2], device), grad =
   // scale * (softmax - one-hot) over this rank's columns (rows with -1: 0; grad may be logits).
-  // The default refuses them: only the CPU backend runs tensor parallelism so far.
+  // The default refuses them (a backend without a vocabulary-parallel loss); the CPU and CUDA
+  // backends implement them.
   virtual void cross_entropy_shard_stats(ConstTensor logits, int64_t rows, int64_t vocab, const int32_t* targets,
                                          float* stats);
+  // Between the two (after the ranks' statistics met in one all-reduce): stats [ranks][rows][3]
+  // (device) holds every rank's; each row's max over the ranks and sum of exponentials rescaled to
+  // it become max_sum [rows][2], written over the start of stats (rows with target -1: 0 and 1),
+  // and the tile's loss, the sum over rows with a target of log(sum) - (target logit - max) in
+  // double, is added to loss slot `slot` (take_losses). targets: device, as above. The default
+  // combines on the host (download, upload: the CPU backend, whose "device" is host memory); the
+  // CUDA backend on the device, without a host synchronisation.
+  virtual void cross_entropy_shard_combine(float* stats, int64_t ranks, int64_t rows, const int32_t* targets,
+                                           int64_t slot);
   virtual void cross_entropy_shard_grad(ConstTensor logits, int64_t rows, int64_t vocab, const int32_t* targets,
                                         const float* max_sum, float scale, Tensor grad);
   // Host synchronisations so far: the times the host waited for the device's work (read-backs,

@@ -13,7 +13,8 @@ std::unique_ptr<Communicator> Communicator::split(int color, int key) {
   (void)color;
   (void)key;
   throw Error("--gpus", "", "the " + name() + " communicator cannot split its ranks into tensor-parallel groups",
-              "tensor parallelism with data-parallel replicas runs over MPI (the CPU backend under mpirun)");
+              "tensor parallelism with data-parallel replicas runs under mpirun (MPI for --backend cpu, NCCL for "
+              "--backend cuda)");
 }
 
 namespace {
@@ -28,6 +29,8 @@ class SelfCommunicator final : public Communicator {
   bool shares_clock() const override { return true; }
   void broadcast_host(void*, int64_t, int) override {}
   void barrier() override {}
+  // One rank split is one rank (what MPI_Comm_split gives on a one-rank communicator).
+  std::unique_ptr<Communicator> split(int, int) override { return std::make_unique<SelfCommunicator>(); }
 };
 }  // namespace
 

@@ -1,6 +1,6 @@
 #pragma once
-// The communicator behind the runtime (issue #25): the collectives data parallelism needs, over the
-// ranks of one job. Implementations: self (one process; every collective is the identity), MPI
+// The communicator behind the runtime (issue #25): the collectives data and tensor parallelism need,
+// over the ranks of one job. Implementations: self (one process; every collective is the identity), MPI
 // (executor/mpi: the CPU backend's collectives, and the launcher and bootstrap of a job) and NCCL
 // (executor/cuda: the CUDA backend's, stream-ordered on its compute stream, its id broadcast over
 // MPI). A build without MPI still builds and runs one-process plans.
@@ -49,11 +49,16 @@ class Communicator {
   // at a collective can be compared with another's, and a collective's wait for the slowest rank
   // told apart from its transfer (CollectiveClock).
   virtual bool shares_clock() const = 0;
+  // In place, n doubles in the memory the backend computes in (the published selection rule's page
+  // scores under tensor parallelism): the sum over the ranks. By default the host collective (MPI
+  // and self, whose backend computes in host memory); NCCL reduces device memory on its stream.
+  virtual void all_reduce_sum_f64(double* data, int64_t n) { all_reduce_sum_host(data, n); }
   virtual void broadcast_host(void* data, int64_t bytes, int root) = 0;
   virtual void barrier() = 0;
   // The ranks of this communicator with the same color, ordered by key (MPI_Comm_split): tensor
-  // parallelism's groups and the data-parallel replicas across them. A collective. The default
-  // refuses (one process has nothing to split; NCCL's communicators are made per purpose).
+  // parallelism's groups and the data-parallel replicas across them. A collective. MPI splits its
+  // communicator, NCCL its bootstrap and a new NCCL communicator over each part (nccl_comm.h), one
+  // process gives a one-rank communicator; the default refuses.
   virtual std::unique_ptr<Communicator> split(int color, int key);
   // Bytes all_reduce_sum was given so far (per rank, as stored).
   int64_t reduced_bytes() const { return reduced_bytes_; }

@@ -219,11 +219,6 @@ Engine::Engine(Backend& backend, const models::ModelSpec& model, const simulator
     if (config.lora_rank > 0)
       throw Error("--lora-rank", std::to_string(config.lora_rank),
                   "with tensor parallelism is planned and simulated, not executed yet", "--gpus 1 with LoRA");
-    if (backend_.name() != "cpu")
-      throw Error("--gpus", gpus,
-                  "tensor parallelism runs on the CPU backend for now (the " + backend_.name() +
-                      " backend has no vocabulary-parallel loss)",
-                  "--backend cpu under mpirun");
     // Rank r: tensor-parallel rank r % tp of replica r / tp (the runner trains that replica's sequence).
     tp_rank_ = options_.comm->rank() % tp_;
     if (config.data_parallel > 1) {
@@ -675,10 +670,12 @@ void Engine::select(const Pass& pass, int64_t pass_index) {
   a.per_kv_head = config_.selection == "per-kv-head";
   if (tp_ > 1 && !a.per_kv_head)
     // The published rule: one selection from the scores of every KV head, which the ranks share:
-    // summed over them before the top-k (every rank then selects the same pages).
+    // summed over them before the top-k (every rank then selects the same pages), where the backend
+    // computes them (host memory on the CPU backend; device memory on the CUDA backend, which NCCL
+    // reduces on its compute stream).
     a.reduce_scores = [this](double* scores, int64_t n) {
       const int64_t t0 = steady_now_ns();
-      tp_comm_->all_reduce_sum_host(scores, n);
+      tp_comm_->all_reduce_sum_f64(scores, n);
       tp_counted(t0, n * 8);
     };
   const double flops = 2.0 * static_cast<double>(a.rows * prefix * model_.kv_dim());
@@ -951,7 +948,7 @@ void Engine::head_forward_backward(int64_t c, ConstTensor x_last, Tensor dy) {
         // The tile's loss stays with the backend (chunk c's slot): no read-back per tile.
         backend_.cross_entropy_acc(logits, rows, V, w.targets.i32() + r0, inv, grad, c);
       } else {
-        tp_losses_[static_cast<size_t>(c)] += tp_cross_entropy(logits, rows, V, targets.data() + r0, r0, inv, grad);
+        tp_cross_entropy(logits, rows, V, r0, inv, grad, c);
       }
       backend_.linear_bwd(hf, rows, H, head, V, grad, w.dhf.t().at(r0 * H), false, d_head, nullptr);
     }
@@ -964,37 +961,20 @@ void Engine::head_forward_backward(int64_t c, ConstTensor x_last, Tensor dy) {
 
 // One tile of the vocabulary-parallel cross-entropy: each rank's per-row max, sum of exponentials
 // and target logit meet in one all-reduce (each rank writes its own block of the statistics, zero
-// elsewhere); every rank then has each row's max and sum over the whole vocabulary, its loss, and
-// writes the gradient of its own columns. Returns the tile's summed loss (the same on every rank).
-double Engine::tp_cross_entropy(ConstTensor logits, int64_t rows, int64_t V, const int32_t* host_targets, int64_t r0,
-                                float scale, Tensor grad) {
+// elsewhere); the backend combines them into each row's max and sum over the whole vocabulary (in
+// place) and adds the tile's loss (the same on every rank) to chunk c's loss slot, then writes the
+// gradient of this rank's columns. Nothing comes back to the host: the losses are read once per
+// step (take_losses), as without tensor parallelism.
+void Engine::tp_cross_entropy(ConstTensor logits, int64_t rows, int64_t V, int64_t r0, float scale, Tensor grad,
+                              int64_t c) {
   const Work& w = *w_;
   const int64_t n = tp_ * rows * 3;
+  const int32_t* targets = w.targets.i32() + r0;
   backend_.fill_zero(tp_stats_.data(), n * 4);
-  backend_.cross_entropy_shard_stats(logits, rows, V, w.targets.i32() + r0, tp_stats_.f32() + tp_rank_ * rows * 3);
+  backend_.cross_entropy_shard_stats(logits, rows, V, targets, tp_stats_.f32() + tp_rank_ * rows * 3);
   tp_all_reduce(tp_stats_.t(), n);
-  std::vector<float> st(static_cast<size_t>(n));
-  backend_.download(st.data(), tp_stats_.data(), n * 4);
-  std::vector<float> max_sum(static_cast<size_t>(rows * 2), 0.0f);
-  double loss = 0;
-  for (int64_t r = 0; r < rows; ++r) {
-    max_sum[static_cast<size_t>(r * 2 + 1)] = 1;
-    if (host_targets[r] == -1) continue;  // no next token
-    float mx = -std::numeric_limits<float>::infinity();
-    for (int64_t k = 0; k < tp_; ++k) mx = std::max(mx, st[static_cast<size_t>((k * rows + r) * 3)]);
-    double sum = 0, target = 0;
-    for (int64_t k = 0; k < tp_; ++k) {
-      const float* e = st.data() + (k * rows + r) * 3;
-      sum += static_cast<double>(e[1]) * std::exp(static_cast<double>(e[0]) - static_cast<double>(mx));
-      target += static_cast<double>(e[2]);
-    }
-    max_sum[static_cast<size_t>(r * 2)] = mx;
-    max_sum[static_cast<size_t>(r * 2 + 1)] = static_cast<float>(sum);
-    loss += std::log(sum) - (target - static_cast<double>(mx));
-  }
-  backend_.upload(tp_stats_.data(), max_sum.data(), rows * 2 * 4);
-  backend_.cross_entropy_shard_grad(logits, rows, V, w.targets.i32() + r0, tp_stats_.f32(), scale, grad);
-  return loss;
+  backend_.cross_entropy_shard_combine(tp_stats_.f32(), tp_, rows, targets, c);
+  backend_.cross_entropy_shard_grad(logits, rows, V, targets, tp_stats_.f32(), scale, grad);
 }
 
 void Engine::report(const Pass& pass) {
@@ -1029,7 +1009,6 @@ StepResult Engine::step(const std::vector<int32_t>& tokens) {
   dp_clock_.clear();
   tp_clock_.clear();
   tp_allreduces_ = tp_allreduce_bytes_ = 0;
-  tp_losses_.assign(static_cast<size_t>(g_.n), 0.0);
   work_done_ = 0;
   work_total_ = 0;
   for (double wk : chunk_work_) work_total_ += 5.5 * wk;
@@ -1115,9 +1094,9 @@ StepResult Engine::step(const std::vector<int32_t>& tokens) {
     if (buckets) gradient_buckets_final(g_.L + 1);
   }
   OOMB_ASSERT(pi == passes.size());
-  // The loss: the chunks' sums, read back once, added in the order stage 2 ran them.
-  std::vector<double> chunk_loss = backend_.take_losses(g_.n);
-  for (int64_t c = 0; c < g_.n && tp_ > 1; ++c) chunk_loss[static_cast<size_t>(c)] += tp_losses_[static_cast<size_t>(c)];
+  // The loss: the chunks' sums (tensor parallelism: the vocabulary-parallel tiles' too), read back
+  // once, added in the order stage 2 ran them.
+  const std::vector<double> chunk_loss = backend_.take_losses(g_.n);
   double loss = 0;
   for (int64_t c = g_.n - 1; c >= 0; --c) loss += chunk_loss[static_cast<size_t>(c)] / static_cast<double>(g_.N - 1);
 

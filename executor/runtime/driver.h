@@ -61,9 +61,12 @@ struct EngineOptions {
   // The plan's buffer table. Non-empty: at construction (before anything is allocated) every row
   // the run needs is compared with the plan's row of that name (check_plan_rows).
   std::vector<step::BufferRow> planned;
-  // Data parallelism (config.data_parallel > 1): the job's communicator, one rank per replica (not
-  // owned; its size must be config.data_parallel). The gradients are all-reduced (summed, then
-  // averaged) before every optimizer step. Null: one replica.
+  // Data and tensor parallelism (config.data_parallel x config.gpus > 1): the job's communicator,
+  // one rank per GPU (not owned; its size must be data_parallel x gpus), reducing in the memory the
+  // backend computes in (MPI for the CPU backend, NCCL for the CUDA backend). With both degrees > 1
+  // it is split into the tensor-parallel groups' and the replicas' (Communicator::split). The
+  // replicas' gradients are all-reduced (summed, then averaged) before every optimizer step. Null:
+  // one process.
   Communicator* comm = nullptr;
   // LoRA (config.lora_rank > 0): the adapters' initial values, laid out as
   // adapter_layout(effective_model(model, config), config) (adapters.h: init_adapters, read_adapter).
@@ -284,15 +287,14 @@ class Engine {
   Communicator* tp_comm_ = nullptr;
   Communicator* dp_comm_ = nullptr;
   std::unique_ptr<Communicator> tp_comm_owned_, dp_comm_owned_;
-  std::vector<double> tp_losses_;  // per chunk: the vocabulary-parallel loss (every rank the same)
   int64_t tp_allreduces_ = 0, tp_allreduce_bytes_ = 0;
   // The sum over the tensor-parallel ranks, in place (n elements of t); nothing with one rank.
   void tp_all_reduce(Tensor t, int64_t n);
   void tp_counted(int64_t t0_ns, int64_t bytes);  // one all-reduce since t0 into the step's measure
   // A token as this rank's vocabulary index, or `elsewhere` when another rank holds it.
   int32_t local_vocab_id(int64_t token, int32_t elsewhere) const;
-  double tp_cross_entropy(ConstTensor logits, int64_t rows, int64_t V, const int32_t* host_targets, int64_t r0,
-                          float scale, Tensor grad);
+  // One loss tile of the vocabulary-parallel cross-entropy (rows r0.. of chunk c; its loss to slot c).
+  void tp_cross_entropy(ConstTensor logits, int64_t rows, int64_t V, int64_t r0, float scale, Tensor grad, int64_t c);
   // The gradients (or weights) of the rank's shard written into the full model's layout, summed
   // over the ranks (a collective): every rank gets the whole model's.
   ParamTensors gather_shards(const ParamTensors& local) const;

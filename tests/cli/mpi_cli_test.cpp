@@ -252,10 +252,18 @@ TEST_F(MpiCli, TensorParallelRunsRefuseWhatTheyCannotRun) {
   const CliRun alone = sh(oomb_binary() + " run --model tiny --context 256 --chunk 128 --gpus 2 --quiet");
   EXPECT_EQ(alone.rc, 2);
   EXPECT_TRUE(has(alone.out, "mpirun -np 2 oomb run")) << alone.out;
-  // LoRA under tensor parallelism is planned, not run yet: refused by name.
+  // LoRA under tensor parallelism is planned, not run yet: refused by name, on either backend before
+  // any device is touched (so the CUDA refusal is seen here without a GPU).
   const CliRun lora = sh(mpirun(2) + "run --model tiny --context 256 --chunk 128 --gpus 2 --lora-rank 4 --quiet");
   EXPECT_NE(lora.rc, 0);
   EXPECT_TRUE(has(lora.out, "--lora-rank")) << lora.out;
+  if (has(oomb::test::run_oomb("--version").out, "cuda=yes")) {
+    const CliRun lc = sh(mpirun(2) + "run --model tiny --context 256 --chunk 128 --gpus 2 --lora-rank 4 --backend cuda "
+                                     "--quiet");
+    EXPECT_NE(lc.rc, 0) << lc.out;
+    EXPECT_TRUE(has(lc.out, "--lora-rank")) << lc.out;
+    EXPECT_FALSE(has(lc.out, "CUDA device")) << "refused before the device: " << lc.out;
+  }
   // A degree that does not divide the heads is refused before anything runs.
   const CliRun three = sh(mpirun(3) + "run --model tiny --context 256 --chunk 128 --gpus 3 --quiet");
   EXPECT_NE(three.rc, 0);
@@ -269,7 +277,7 @@ TEST_F(MpiCli, ATensorParallelPlanRunsAndEveryRankValidates) {
   const CliRun plan = sh(oomb_binary() + " plan --model tiny --gpu h200 --context 4K --chunk 1K --page 64 "
                                          "--resident-layers 1 --gpus 2 --out " + path("p.json"));
   ASSERT_EQ(plan.rc, 0) << plan.out;
-  EXPECT_TRUE(has(plan.out, "mpirun -np 2 oomb run --plan P --backend cpu")) << plan.out;
+  EXPECT_TRUE(has(plan.out, "mpirun -np 2 oomb run --plan P --backend cuda")) << plan.out;
   const CliRun alone = sh(oomb_binary() + " run --plan " + path("p.json") + " --quiet");
   EXPECT_EQ(alone.rc, 2);
   EXPECT_TRUE(has(alone.out, "mpirun -np 2 oomb run --plan")) << alone.out;

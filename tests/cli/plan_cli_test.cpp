@@ -67,7 +67,7 @@ TEST_F(PlanCli, MaxContextParetoAndInfeasible) {
   EXPECT_NE(r.out.find("SPARSE FALLBACK"), std::string::npos) << r.out;
   r = run("--model qwen2.5-7b --gpu h200 --context 4M --gpus 2");
   EXPECT_EQ(r.rc, 0) << r.out;
-  EXPECT_NE(r.out.find("mpirun -np 2 oomb run --plan P --backend cpu"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("mpirun -np 2 oomb run --plan P --backend cuda"), std::string::npos) << r.out;
 }
 
 TEST_F(PlanCli, BadInputExitsWithTwo) {

@@ -59,6 +59,49 @@ TEST_F(CudaOps, EmbeddingForwardIsExactAndBackwardScatterAdds) {
   }
 }
 
+// Tensor parallelism's vocabulary-parallel embedding: a negative id (another rank's token) is a
+// zero row and adds no gradient, fp32 and bf16 tables, as on the CPU backend.
+TEST_F(CudaOps, EmbeddingNegativeIdsAreZeroRowsWithoutGradient) {
+  const int64_t vocab = 13, hidden = 37;
+  for (int64_t rows : kRows) {
+    std::vector<int32_t> ids(static_cast<size_t>(rows));
+    for (int64_t t = 0; t < rows; ++t) ids[static_cast<size_t>(t)] = t % 3 == 1 ? -1 : static_cast<int32_t>((t * 5) % vocab);
+    if (rows == 1) ids[0] = -1;
+    const auto table = random_vec(vocab * hidden, 4), dout = random_vec(rows * hidden, 5);
+    std::vector<float> y(rows * hidden, 9.0f), dt = random_vec(vocab * hidden, 6);
+    DeviceVec<int32_t> d_ids(*gpu, ids);
+    DeviceVec<float> d_table(*gpu, table), d_y(*gpu, y), d_dout(*gpu, dout), d_dt(*gpu, dt);
+    cpu.embedding_fwd(ids.data(), rows, table.data(), hidden, y.data());
+    gpu->embedding_fwd(d_ids.get(), rows, d_table.get(), hidden, d_y.get());
+    const auto got = d_y.read();
+    EXPECT_EQ(rel_l2(got, y), kExact) << rows;
+    for (int64_t t = 0; t < rows; ++t) {
+      if (ids[static_cast<size_t>(t)] >= 0) continue;
+      for (int64_t i = 0; i < hidden; ++i) EXPECT_EQ(got[static_cast<size_t>(t * hidden + i)], 0.0f);
+    }
+    const std::vector<float> dt0 = dt;
+    cpu.embedding_bwd(ids.data(), rows, dout.data(), hidden, dt.data());
+    gpu->embedding_bwd(d_ids.get(), rows, d_dout.get(), hidden, d_dt.get());
+    EXPECT_LE(rel_l2(d_dt.read(), dt), kAtomicTol) << rows;
+    if (rows == 1) {
+      EXPECT_EQ(d_dt.read(), dt0) << "a lone foreign token adds nothing";
+    }
+    // bf16 table and its gradient: the same rows, bit for bit the CPU's.
+    std::vector<uint16_t> tb(table.size()), gb(dt0.size());
+    f32_to_bf16(table.data(), tb.data(), vocab * hidden);
+    f32_to_bf16(dt0.data(), gb.data(), vocab * hidden);
+    std::vector<uint16_t> yb(static_cast<size_t>(rows * hidden)), gcpu = gb;
+    DeviceVec<uint16_t> d_tb(*gpu, tb), d_yb(*gpu, yb), d_gb(*gpu, gb);
+    cpu.embedding_fwd(ids.data(), rows, ConstTensor(tb.data(), DType::bf16), hidden, Tensor(yb.data(), DType::bf16));
+    gpu->embedding_fwd(d_ids.get(), rows, ConstTensor(d_tb.get(), DType::bf16), hidden,
+                       Tensor(d_yb.get(), DType::bf16));
+    EXPECT_EQ(d_yb.read(), yb) << rows;
+    cpu.embedding_bwd(ids.data(), rows, dout.data(), hidden, Tensor(gcpu.data(), DType::bf16));
+    gpu->embedding_bwd(d_ids.get(), rows, d_dout.get(), hidden, Tensor(d_gb.get(), DType::bf16));
+    EXPECT_EQ(d_gb.read(), gcpu) << rows;
+  }
+}
+
 TEST_F(CudaOps, RmsNormForwardAndBackward) {
   for (int64_t dim : {1, 7, 64, 3584}) {
     for (int64_t rows : kRows) {

@@ -140,6 +140,52 @@ TEST_F(CudaSelection, RandomInputsAgreeWithTheCpuUpToNearTies) {
   }
 }
 
+// Tensor parallelism (the published rule): SelectionArgs::reduce_scores sums the ranks' scores in
+// place before the top-k; on the CUDA backend it gets the device scores, [query pages x groups x
+// prefix pages]. A "reduction" that adds 100 to every third page's score (more than a query page's
+// probabilities can sum to: p tokens x KV heads = 16) must make those pages the selection, on both
+// backends.
+TEST_F(CudaSelection, ReducedScoresAreWhatTheTopKSelects) {
+  const SelCase c{17, 4, 2, 12, 8, 20, 7};
+  std::vector<int32_t> every_third;
+  for (int32_t k = 0; k < c.P; k += 3) every_third.push_back(k);
+  ASSERT_EQ(static_cast<int64_t>(every_third.size()), c.B);
+  for (bool per_head : {false, true}) {
+    const auto q = random_vec(c.rows * c.qh * c.hd, 31), s = random_vec(c.P * c.kvh * c.hd, 32);
+    const int64_t qpages = (c.rows + c.p - 1) / c.p, groups = per_head ? c.kvh : 1, n = qpages * groups * c.P;
+    auto bonus = [&](double* scores) {
+      for (int64_t i = 0; i < n; ++i) scores[i] += (i % c.P) % 3 == 0 ? 100.0 : 0.0;
+    };
+    SelectionArgs ac = args_of(c, per_head);
+    ac.q = q.data();
+    ac.summaries = s.data();
+    int64_t cpu_n = -1, gpu_n = -1;
+    ac.reduce_scores = [&](double* scores, int64_t count) {
+      cpu_n = count;
+      bonus(scores);
+    };
+    DeviceVec<float> d_q(*gpu, q), d_s(*gpu, s);
+    SelectionArgs ag = args_of(c, per_head);
+    ag.q = d_q.get();
+    ag.summaries = d_s.get();
+    ag.reduce_scores = [&](double* scores, int64_t count) {  // device memory: read, add, write back
+      gpu_n = count;
+      std::vector<double> h(static_cast<size_t>(count));
+      gpu->download(h.data(), scores, count * 8);
+      bonus(h.data());
+      gpu->upload(scores, h.data(), count * 8);
+    };
+    const auto want = cpu.select_pages(ac), got = gpu->select_pages(ag);
+    EXPECT_EQ(cpu_n, n);
+    EXPECT_EQ(gpu_n, n);
+    ASSERT_EQ(got.size(), static_cast<size_t>(qpages * groups));
+    for (size_t row = 0; row < got.size(); ++row) {
+      EXPECT_EQ(want[row], every_third) << "cpu, row " << row;
+      EXPECT_EQ(got[row], every_third) << "gpu, row " << row;
+    }
+  }
+}
+
 // One-token pages: 66,000 query pages (x 2 KV heads per head) put the score kernel's grid past
 // 65,535 blocks in y; its blocks stride over the rest (launch_shape.h), so every query page is scored.
 TEST_F(CudaSelection, QueryPagesPastTheGridLimitAreAllSelected) {

@@ -10,7 +10,8 @@
 // external-correlation record with the packed tag. allocate / deallocate give memory records.
 // host_syncs() counts the calls that make the CUDA backend's host wait for the device (its own
 // count, CudaBackend::host_syncs): download, select_pages, cross_entropy, take_losses, a host-tier
-// deallocate; loss_readbacks() the cross_entropy and take_losses calls among them.
+// deallocate; loss_readbacks() the cross_entropy and take_losses calls among them. (Tensor
+// parallelism's shard loss ops are kernels: no host wait.)
 // decode() (executor/cupti/decode.h) then turns the records into a "cuda-cupti" trace exactly as it
 // does for a real collector's.
 #include <algorithm>
@@ -225,6 +226,20 @@ class FakeCupti final : public Backend, public OpTagger {
   std::vector<double> take_losses(int64_t n) override {
     sync(true);
     return b_.take_losses(n);
+  }
+  // Tensor parallelism's loss: three kernels, none of which makes the CUDA backend's host wait (the
+  // combine adds the tile's loss to the slot on the device).
+  void cross_entropy_shard_stats(ConstTensor logits, int64_t rows, int64_t vocab, const int32_t* targets,
+                                 float* stats) override {
+    kernel("shard_stats_kernel", [&] { b_.cross_entropy_shard_stats(logits, rows, vocab, targets, stats); });
+  }
+  void cross_entropy_shard_combine(float* stats, int64_t ranks, int64_t rows, const int32_t* targets,
+                                   int64_t slot) override {
+    kernel("shard_combine_kernel", [&] { b_.cross_entropy_shard_combine(stats, ranks, rows, targets, slot); });
+  }
+  void cross_entropy_shard_grad(ConstTensor logits, int64_t rows, int64_t vocab, const int32_t* targets,
+                                const float* max_sum, float s, Tensor grad) override {
+    kernel("shard_grad_kernel", [&] { b_.cross_entropy_shard_grad(logits, rows, vocab, targets, max_sum, s, grad); });
   }
   int64_t host_syncs() const override {
     std::lock_guard<std::mutex> lock(mu_);

@@ -8,7 +8,8 @@
 #
 # Steps, in order of value; each runs under `timeout` with its own cap (the table below), and a
 # step the remaining budget cannot hold is reported as skipped, not as a failure:
-#   configure, build; the attention and engine GPU tests; one end-to-end plan: qwen2.5-7b, 4 layers,
+#   configure, build; the attention, engine and tensor-parallel GPU tests (below); one end-to-end
+#   plan: qwen2.5-7b, 4 layers,
 #   64K context (16K with --quick), chunk 4K, page 128, 2 resident layers (the published setting),
 #   bf16 KV pages, dense (`oomb plan --out`, `oomb run --plan --backend cuda --trace`,
 #   `oomb validate --plan --report`; pool, host-pool and copy bytes must be exact; the exposed copy
@@ -16,8 +17,17 @@
 #   reported); then (full mode only) the kernel bench, the other GPU tests, the same run with 1
 #   resident layer (a contrast: by design it cannot overlap), the sparse run, the small-model run
 #   with and without the trace (kernel choices, tracing overhead), compute-sanitizer.
-# --quick: build, the attention and engine tests and the 7B plan (at 16K context) with validate, in
-# at most 5 minutes.
+# --quick: build, the attention, engine and tensor-parallel tests and the 7B plan (at 16K context)
+# with validate, in at most 5 minutes.
+# Tensor parallelism on one GPU: a one-rank NCCL run cannot exercise it (--gpus N needs N processes,
+# one GPU each, and NCCL refuses two ranks on one device; with one rank every tensor-parallel branch
+# is off). So the core tests keep the one-rank NCCL checks (all-reduces, and now a split and device
+# doubles: Nccl.*) and add what one GPU can run of tensor parallelism: the vocabulary-parallel loss
+# kernels against the CPU (CudaShardLoss.*), the embedding's foreign-token rows, the selection's
+# score reduction (CudaSelection.ReducedScores*), and the Engine's whole tensor-parallel path with
+# two ranks as threads on this one GPU against one process (CudaTensorParallel.*, a thread
+# communicator, not NCCL). The NCCL job itself (mpirun -np 2, MpiCudaTensorParallel*) needs 2 GPUs
+# and skips here.
 # --dry-run: print the budget arithmetic and look for a device, then stop (builds nothing).
 # Without a CUDA device the script stops after its budget check with "no device" (exit 0).
 #
@@ -29,12 +39,16 @@
 #   one rerun at once on the warm machine (same caps)               <= 300 s
 #   transfers, the 30 s warm idle after each run, the close         <= 120 s
 #   total                                                          <= 840 s  of 900 s
-# Step caps (--quick, 285 s + 10 s packing): configure 20 s; build 150 s (oomb_cuda_tests and oomb:
-# 82 C++ objects and 11 nvcc ones; 74 of the C++ ones took 787 s together on the 2-core VM with two
+# Step caps (--quick, 285 s + 10 s packing): configure 20 s; build 140 s (oomb_cuda_tests and oomb:
+# 85 C++ objects and 12 nvcc ones; 74 of the C++ ones took 787 s together on the 2-core VM with two
 # builds sharing it (per-object times in .ninja_log), the slowest 81 s (cli/run_cmd.cpp); the
-# tensor-core attention (attention_tc.cu, the slowest nvcc one) 12 s alone with ccache off: about
-# 60 s of work for each of the device's 16 cores, so 150 s is a 2x margin); the attention and engine
-# tests 50 s; the 7B plan 10 s, its run 40 s, validate 15 s. Not yet measured on the device: the
+# tensor-core attention (attention_tc.cu, the slowest nvcc one) 12 s alone with ccache off; the
+# tensor-parallel tests' three C++ files and the loss kernels' nvcc one add 67 s (.ninja_log on the
+# same VM: 17, 20, 25 and 5 s): about 64 s of work for each of the device's 16 cores, so 140 s is a
+# 2x margin); the attention, engine and tensor-parallel tests 60 s (the tensor-parallel ones add
+# about 18 test processes, each a CUDA context of about a second, at -j 4, and about 2 s of CPU
+# references for the 76032-wide shards: 10 s more than the 50 s the others had); the 7B plan 10 s,
+# its run 40 s, validate 15 s. Not yet measured on the device: the
 # first window's summary.txt gives each step's time. The quick 7B run is at 16K context (4
 # layers, chunk 4K): from issue 22's 64K estimates (about 6 s a step on tensor cores, 25 s on the
 # fp32 attention fallback) a step is a few seconds either way (attention 16x cheaper, the rest 4x), so the
@@ -83,7 +97,7 @@ note() { echo "$*" | tee -a "$summary"; }
 # budget (with the packing reserve); the others run while time is left.
 pack_reserve=10
 if ((quick)); then
-  plan=("configure 20 1" "build 150 1" "tests_core 50 1" "e2e7b_plan 10 1" "e2e7b_run 40 1" "e2e7b_validate 15 1")
+  plan=("configure 20 1" "build 140 1" "tests_core 60 1" "e2e7b_plan 10 1" "e2e7b_run 40 1" "e2e7b_validate 15 1")
 else
   plan=("configure 30 1" "build 180 1" "tests_core 60 1" "e2e7b_plan 10 1" "e2e7b_run 90 1" "e2e7b_validate 20 1"
         "bench 45 0" "tests_rest 60 0" "e2e7b_r1_run 75 0" "e2e7b_sparse_run 75 0" "e2e7b_sparse_validate 20 0"
@@ -196,7 +210,9 @@ oomb=$build/oomb
 "$oomb" --version >"$work/version.txt" 2>&1
 note "build: $(tr '\n' ' ' <"$work/version.txt")"
 
-core='Attention|Step|Engine|Lora|Nccl'  # attention kernels, engine steps, LoRA ops vs the CPU; NCCL one-rank check
+# Attention kernels, engine steps, LoRA ops vs the CPU; NCCL one-rank checks; tensor parallelism on one
+# GPU (the loss kernels, foreign embedding rows, the score reduction, two thread ranks vs one process).
+core='Attention|Step|Engine|Lora|Nccl|ShardLoss|TensorParallel|EmbeddingNegative|ReducedScores'
 step tests_core ctest --test-dir "$build" -L gpu -R "$core" --output-on-failure -j 4
 rc=$?
 failed $rc && status=1
