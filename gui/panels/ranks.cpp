@@ -48,7 +48,7 @@ void draw_ranks_panel(ViewModel& vm, UiState& ui) {
     return;
   }
   const auto& shown = ov->ranks[static_cast<size_t>(ov->rank)];
-  ImGui::SetNextItemWidth(ImGui::GetFontSize() * 9);
+  ImGui::SetNextItemWidth(ImGui::GetFontSize() * 10.5f);
   ui.rank_combo_drawn = true;
   if (ImGui::BeginCombo("rank", rank_label(shown).c_str())) {
     for (const auto& r : ov->ranks) {
@@ -61,7 +61,7 @@ void draw_ranks_panel(ViewModel& vm, UiState& ui) {
   chart::formula_tooltip("the rank whose trace the timeline and pool panels overlay (oomb-gui --rank K); every rank "
                          "is validated against the inputs as `oomb validate` validates rank 0's trace of the run");
   ImGui::SameLine();
-  ImGui::TextDisabled("of %d processes", ov->world);
+  ImGui::TextDisabled("of %d", ov->world);
   if (!ui.rank_message.empty()) ImGui::TextColored(ImColor(chart::kOomRed), "%s", ui.rank_message.c_str());
 
   const ImGuiTableFlags flags = ImGuiTableFlags_RowBg | ImGuiTableFlags_BordersInnerH | ImGuiTableFlags_ScrollX |
