@@ -26,6 +26,7 @@
 #include "executor/runtime/tokens.h"
 #include "executor/runtime/weights.h"
 #include "planner/plan.h"
+#include "planner/ranks.h"
 
 namespace oomb::cli {
 namespace {
@@ -89,16 +90,9 @@ class ProgressLine {
   std::chrono::steady_clock::time_point last_{};
 };
 
-// Rank r > 0 of a data-parallel job writes its trace beside rank 0's: t.json -> t.rank1.json.
-std::string rank_path(const std::string& path, int rank) {
-  if (rank == 0 || path.empty()) return path;
-  const std::filesystem::path p(path);
-  return (p.parent_path() / (p.stem().string() + ".rank" + std::to_string(rank) + p.extension().string())).string();
-}
-
 int run_run(RunArgs a, Communicator* comm) {
   const int rank = comm ? comm->rank() : 0;
-  a.trace = rank_path(a.trace, rank);
+  a.trace = planner::rank_trace_path(a.trace, rank);  // rank r > 0 beside rank 0's: t.json -> t.rank1.json
   if (rank > 0) a.quiet = true;  // rank 0 reports progress and prints the job's summary
   // Resource flags are bounded (issue 24): each is refused, naming the flag and its range, before any work.
   bounded(a.steps, 1, kMaxSteps, "--steps", "timed steps, e.g. 3");

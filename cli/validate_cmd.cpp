@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/format.h"
 #include "planner/plan.h"
+#include "planner/ranks.h"
 #include "planner/validation.h"
 #include "simulator/calibration.h"
 #include "simulator/simulator.h"
@@ -30,28 +31,6 @@ struct ValidateArgs {
 
 using planner::Validation;
 using planner::ValidationTerm;
-
-// A multi-rank run (tensor or data parallelism under mpirun): its ranks and this trace's rank, from
-// the measured block (1 and 0 for a one-process run).
-std::pair<int, int> world_and_rank(const traces::Trace& t) {
-  const Json& x = t.metadata.extra;
-  if (!x.is_object() || !x.contains("measured") || !x["measured"].is_object()) return {1, 0};
-  const Json& m = x["measured"];
-  for (const char* k : {"data_parallel", "tensor_parallel"})
-    if (m.contains(k) && m[k].is_object() && m[k].contains("world") && m[k]["world"].is_number_integer()) {
-      // data_parallel's rank is the job's; with tensor parallelism alone the group is the job.
-      const int world = m[k]["world"].get<int>();
-      const int rank = m[k].contains("rank") && m[k]["rank"].is_number_integer() ? m[k]["rank"].get<int>() : 0;
-      return {std::max(1, world), rank};
-    }
-  return {1, 0};
-}
-
-// Rank k's trace beside rank 0's, as oomb run names them: t.json -> t.rank1.json.
-std::string rank_trace_path(const std::string& path, int rank) {
-  const std::filesystem::path p(path);
-  return (p.parent_path() / (p.stem().string() + ".rank" + std::to_string(rank) + p.extension().string())).string();
-}
 
 // NAME=FRACTION with nothing after the number ("0.3abc" is refused, not read as 0.3).
 std::pair<std::string, double> parse_tolerance(const std::string& t) {
@@ -186,51 +165,65 @@ int run_validate(const ValidateArgs& a) {
 
   // A multi-rank run given by rank 0's trace: every rank's trace is validated against the same
   // plan (each rank's rows are the plan's, sharded), and the step is the slowest rank's.
-  struct RankResult {
-    int rank = 0;
-    std::string trace;
-    bool found = false, ok = false;
-    std::optional<double> step_s;
-  };
-  std::vector<RankResult> ranks;
-  const auto [world, rank0] = world_and_rank(trace);
-  auto step_of = [](const Validation& v) -> std::optional<double> {
-    for (const auto& t : v.terms)
-      if (t.name == "step_s" && t.measured) return t.measured;
-    return std::nullopt;
-  };
-  if (world > 1 && rank0 == 0) {
-    ranks.push_back({0, a.trace, true, res.ok, step_of(res)});
-    for (int k = 1; k < world; ++k) {
-      RankResult r;
-      r.rank = k;
-      r.trace = rank_trace_path(a.trace, k);
-      if (std::filesystem::exists(r.trace)) {
-        const traces::Trace tk = traces::read_trace(r.trace);
-        planner::ValidationRequest rk = req;
-        rk.trace = &tk;
-        rk.trace_where = r.trace;
-        const Validation vk = planner::validate_run(rk);
-        r.found = true;
-        r.ok = vk.ok;
-        r.step_s = step_of(vk);
-      }
-      all_ok = all_ok && r.found && r.ok;
-      ranks.push_back(r);
-    }
+  const std::vector<planner::RankTrace> others = planner::read_other_rank_traces(a.trace, trace);
+  std::vector<planner::RankVerdict> ranks;
+  if (!others.empty()) {
+    ranks = planner::judge_ranks(req, &res, others);
+    for (const auto& r : ranks) all_ok = all_ok && r.ok();
   }
+  const int world = static_cast<int>(ranks.size());
+  std::vector<std::string> missing;  // the ranks' files that are not there
+  for (const auto& r : ranks)
+    if (!r.found) missing.push_back(r.trace);
+  std::string missing_text;
+  for (const auto& m : missing) missing_text += (missing_text.empty() ? "" : ", ") + m;
+  const bool terms_failed = !res.ok || std::any_of(ranks.begin(), ranks.end(), [](const auto& r) {
+    return r.found && !r.ok();
+  });
+  // Why the run fails, in one line: terms beyond tolerance and/or ranks' traces missing.
+  std::string failure;
+  if (terms_failed) failure = "terms beyond tolerance (see above)";
+  if (!missing.empty())
+    failure += (failure.empty() ? "" : "; ") + std::to_string(missing.size()) + " of " + std::to_string(world) +
+               " ranks' traces missing (" + missing_text + ")";
 
   if (!a.report.empty()) {
     traces::ReportInput in;
     in.title = "oomb validate: " + s.model.id + " on " + s.gpu.id + ", " + format_tokens(s.config.context_tokens) +
                " tokens";
     in.facts = {{"plan", a.plan}, {"trace", a.trace}, {"measured on", trace.metadata.device},
-                {"verdict", all_ok ? "within tolerance" : "OUT OF TOLERANCE"}};
+                {"verdict", all_ok ? "within tolerance"
+                            : missing.empty() ? "OUT OF TOLERANCE"
+                            : terms_failed ? "OUT OF TOLERANCE; ranks' traces missing: " + missing_text
+                                           : "FAILED: ranks' traces missing: " + missing_text}};
     for (const auto& n : notes) in.facts.emplace_back("note", n);
     in.predicted = &pred.trace;
     in.measured = &trace;
-    for (const auto& t : terms)
-      in.terms.push_back({t.name, t.predicted, t.measured, t.error(), t.tolerance, t.ok(), t.unit, t.note});
+    auto report_terms = [](const std::vector<ValidationTerm>& ts) {
+      std::vector<traces::ReportTerm> out;
+      for (const auto& t : ts) out.push_back({t.name, t.predicted, t.measured, t.error(), t.tolerance, t.ok(), t.unit, t.note});
+      return out;
+    };
+    in.terms = report_terms(terms);
+    if (world > 1)
+      in.facts.emplace_back("ranks", std::to_string(world) + " processes (the memory, timeline and terms are rank 0's; "
+                                                             "every rank's terms follow them)");
+    for (const auto& r : ranks) {
+      traces::ReportRank rr;
+      rr.rank = r.rank;
+      rr.trace = r.trace;
+      rr.found = r.found;
+      if (r.validation) {
+        rr.ok = r.validation->ok;
+        rr.terms = report_terms(r.validation->terms);
+      }
+      rr.note = r.error;
+      rr.step_s = r.step_s;
+      rr.peak_device_bytes = r.peak_device_bytes;
+      for (const auto& f : r.collectives) rr.collectives.push_back({f.name, f.value, f.unit()});
+      rr.binds = r.binds;
+      in.ranks.push_back(std::move(rr));
+    }
     write_text_file(a.report, traces::html_report(in));
   }
 
@@ -247,9 +240,23 @@ int run_validate(const ValidateArgs& a) {
     }
     if (!ranks.empty()) {
       j["ranks"] = Json::array();
-      for (const auto& r : ranks)
-        j["ranks"].push_back({{"rank", r.rank}, {"trace", r.trace}, {"found", r.found}, {"ok", r.ok},
-                              {"step_s", r.step_s ? Json(*r.step_s) : Json(nullptr)}});
+      for (const auto& r : ranks) {
+        Json row = {{"rank", r.rank},
+                    {"trace", r.trace},
+                    {"found", r.found},
+                    {"ok", r.ok()},
+                    {"step_s", r.step_s ? Json(*r.step_s) : Json(nullptr)},
+                    {"peak_device_bytes", r.peak_device_bytes ? Json(*r.peak_device_bytes) : Json(nullptr)},
+                    {"binds", r.binds},
+                    {"collectives", Json::object()}};
+        for (const auto& f : r.collectives) row["collectives"][f.name] = f.value;
+        if (r.validation) {
+          row["failed_terms"] = Json::array();
+          for (const auto& t : r.validation->terms)
+            if (t.ok() == std::optional<bool>(false)) row["failed_terms"].push_back(t.name);
+        }
+        j["ranks"].push_back(row);
+      }
     }
     std::printf("%s\n", j.dump(2).c_str());
   } else {
@@ -260,18 +267,28 @@ int run_validate(const ValidateArgs& a) {
       // The other ranks' terms are validated the same way (run validate on a rank's trace for its rows).
       std::printf("\nranks (%d; the terms above are rank 0's, `oomb validate --trace` of a rank's trace prints its):\n",
                   world);
-      const RankResult* slowest = nullptr;
       for (const auto& r : ranks) {
-        std::printf("  rank %d  %-40s %s%s\n", r.rank, r.trace.c_str(),
-                    !r.found ? "MISSING (not validated)" : r.ok ? "ok" : "FAILED",
-                    r.step_s ? (", step " + format_duration_s(*r.step_s)).c_str() : "");
-        if (r.step_s && (!slowest || *r.step_s > *slowest->step_s)) slowest = &r;
+        std::string figures;
+        if (r.step_s) figures += ", step " + format_duration_s(*r.step_s);
+        if (r.peak_device_bytes) figures += ", device peak " + format_bytes(*r.peak_device_bytes);
+        if (const auto c = r.collective_s()) figures += ", collectives " + format_duration_s(*c);
+        std::string failed;
+        if (r.validation)
+          for (const auto& t : r.validation->terms)
+            if (t.ok() == std::optional<bool>(false)) failed += (failed.empty() ? " (beyond tolerance: " : ", ") + t.name;
+        if (!failed.empty()) failed += ")";
+        std::printf("  rank %d  %-40s %s%s%s%s\n", r.rank, r.trace.c_str(),
+                    !r.found ? "MISSING (not validated)" : r.ok() ? "ok" : "FAILED", failed.c_str(), figures.c_str(),
+                    r.binds ? "  <- binds" : "");
       }
-      if (slowest) std::printf("  the step binds on rank %d (the slowest)\n", slowest->rank);
+      for (const auto& r : ranks)
+        if (r.binds)
+          std::printf("  the step binds on rank %d (the slowest measured step%s)\n", r.rank,
+                      missing.empty() ? "" : " of the ranks found");
     }
     std::printf("\n%s\n", all_ok ? (ranks.empty() ? "OK: every comparable term is within tolerance"
                                                    : "OK: every comparable term of every rank is within tolerance")
-                                 : "FAILED: terms beyond tolerance (see above)");
+                                 : ("FAILED: " + failure).c_str());
     if (!a.report.empty()) std::printf("report: %s\n", a.report.c_str());
   }
   return all_ok ? 0 : 1;
@@ -295,9 +312,13 @@ const Registrar reg(
                      "device pool bytes and bytes per copy direction exact (0) in dense mode, 0.5 in sparse mode (selection-union "
                      "assumption); peak_device_bytes 0.01 and the device breakdown at the peak (peak:CATEGORY) exact, peak_host_bytes 0.25; step_s and time:stage1/2 0.25 (time "
                      "is compared only when the plan's device profile is the kind of device that ran)");
-      sub.add_option("--report", a->report, "Also write a self-contained HTML report (memory and timelines)");
+      sub.add_option("--report", a->report,
+                     "Also write a self-contained HTML report (memory and timelines; of a multi-rank run every rank's "
+                     "file, verdict, step, peak, collectives and terms)");
       sub.add_flag("--json", a->json,
-                   "Print {\"ok\": bool, \"terms\": [{name, predicted, measured, error, tolerance, ok}]}");
+                   "Print {\"ok\": bool, \"terms\": [{name, predicted, measured, error, tolerance, ok}]}, and for rank "
+                   "0's trace of a multi-rank run \"ranks\": [{rank, trace, found, ok, step_s, peak_device_bytes, "
+                   "collectives, binds, failed_terms}]");
       sub.footer("Exit codes: 0 within tolerance, 1 a term beyond tolerance, 2 bad input.\n"
                  "Example:\n"
                  "  oomb plan --model tiny --gpu h200 --context 16K --resident-layers 1 --out p.json\n"

@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <optional>
 #include <string>
 
 #include "core/error.h"
@@ -35,6 +36,7 @@ struct Options {
   int width = 1280;
   int height = 800;
   std::string model, gpu, host, context, attention, trace;
+  std::optional<int> rank;  // --rank: which rank of a multi-rank --trace to overlay
 };
 
 // No display or no OpenGL 3.0 context: not bad input (2) nor out of memory (3); README's table.
@@ -68,9 +70,19 @@ void draw_dashboard(ViewModel& vm, UiState& ui) {
   ImGui::End();
   if (panel("Timeline (wheel: zoom, drag: pan)", rx, row1, rw, row2)) draw_timeline_panel(vm, ui);
   ImGui::End();
-  if (panel("Pool occupancy", rx, row1 + row2, rw * 0.5f, row3)) draw_pool_panel(vm);
+  // A multi-rank run overlaid: its ranks between the pool and the feasibility map.
+  const Overlay* ov = vm.overlay();
+  const bool ranks = ov && !ov->ranks.empty();
+  const float ranks_w = ranks ? rw * 0.29f : 0.0f;
+  const float pool_w = ranks ? rw * 0.27f : rw * 0.5f;
+  if (panel("Pool occupancy", rx, row1 + row2, pool_w, row3)) draw_pool_panel(vm);
   ImGui::End();
-  if (panel("Feasibility map (click a cell)", rx + rw * 0.5f, row1 + row2, rw * 0.5f, row3)) draw_feasibility_panel(vm);
+  if (ranks_w > 0) {
+    if (panel("Ranks of the measured run", rx + pool_w, row1 + row2, ranks_w, row3)) draw_ranks_panel(vm, ui);
+    ImGui::End();
+  }
+  if (panel("Feasibility map (click a cell)", rx + pool_w + ranks_w, row1 + row2, rw - pool_w - ranks_w, row3))
+    draw_feasibility_panel(vm);
   ImGui::End();
 }
 
@@ -91,6 +103,9 @@ int run(const Options& opt) {
   check_writable(opt.screenshot, "--screenshot");
   check_distinct_paths({{"--model", opt.model}, {"--gpu", opt.gpu}, {"--host", opt.host}, {"--trace", opt.trace}},
                        {{"--screenshot", opt.screenshot}});
+  if (opt.rank && opt.trace.empty())
+    throw Error("--rank", std::to_string(*opt.rank), "picks a rank of the measured run given by --trace",
+                "add --trace t.json (rank 0's trace of an `mpirun -np N oomb run --trace t.json` run)");
   // Bad specs are refused here, by flag, file and key (exit 2), not rendered as the default scenario.
   if (!opt.model.empty()) models::load_model(opt.model);
   if (!opt.gpu.empty()) models::load_gpu(opt.gpu);
@@ -109,6 +124,10 @@ int run(const Options& opt) {
     const std::string msg = vm.load_trace(opt.trace, /*adopt_run_config=*/true);
     if (!msg.empty()) throw Error("--trace", opt.trace, msg);
     ui.trace_message = "loaded";
+    if (opt.rank) {
+      const std::string why = vm.select_rank(*opt.rank);
+      if (!why.empty()) throw Error("--rank", std::to_string(*opt.rank), why);
+    }
     std::snprintf(ui.context_text, sizeof(ui.context_text), "%lld",
                   static_cast<long long>(vm.inputs().config.context_tokens));
   }
@@ -118,6 +137,8 @@ int run(const Options& opt) {
   if (!opt.screenshot.empty() && !vm.results().timeline_refused.empty())
     throw Error("--screenshot", opt.screenshot, "cannot show the timeline: " + vm.results().timeline_refused);
   std::printf("oomb-gui: recompute %.3f ms\n", vm.results().compute_ms);
+  if (const Overlay* ov = vm.overlay(); ov && !ov->ranks.empty())
+    std::printf("oomb-gui: overlay rank %d of %d (%s)\n", ov->rank, ov->world, ov->path.c_str());
 
   glfwSetErrorCallback(glfw_error);
   if (!glfwInit()) {
@@ -190,6 +211,8 @@ int run(const Options& opt) {
           std::printf("oomb-gui: wrote %s (%dx%d) after %d frames; frame time %.2f ms (UI build %.2f ms + GL "
                       "render; mean of %d)\n",
                       opt.screenshot.c_str(), fw, fh, frame, 1e3 * frame_total_s / n, 1e3 * frame_cpu_s / n, timed_frames);
+          if (const Overlay* ov = vm.overlay(); ov && ui.rank_combo_drawn)
+            std::printf("oomb-gui: the ranks panel shows rank %d of %d in its combo\n", ov->rank, ov->world);
         } catch (const std::exception& e) {
           std::fprintf(stderr, "oomb-gui: error: --screenshot: %s\n", e.what());
           rc = 2;  // a failed write, as every oomb output
@@ -229,6 +252,10 @@ int main(int argc, char** argv) {
   app.add_option("--context", opt.context, "Initial context: 4M, 128K, 100000 (default 4M)");
   app.add_option("--attention", opt.attention, "Initial attention: dense or sparse");
   app.add_option("--trace", opt.trace, "Measured trace (oomb.trace/1 JSON, from `oomb run --trace`) to overlay on the timeline; the inputs take the run's model and configuration");
+  app.add_option("--rank", opt.rank,
+                 "With --trace of rank 0 of a multi-rank run (mpirun): overlay rank K's trace (t.rank<K>.json beside "
+                 "it) instead of rank 0's; the ranks panel lists them all")
+      ->check(CLI::Range(0, 1 << 20));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -340,23 +340,60 @@ void ViewModel::refilter() {
 
 void ViewModel::compare_overlay() {
   if (!overlay_) return;
-  overlay_->comparison = {};
-  if (const Timeline* t = timeline(); t && t->ok) overlay_->comparison = traces::compare(t->trace, overlay_->trace);
-  overlay_->validation.reset();
-  overlay_->validation_error.clear();
+  Overlay& o = *overlay_;
+  o.validation.reset();
+  o.validation_error.clear();
   if (!results_.ok) {
-    overlay_->validation_error = results_.error;
+    for (auto& r : o.ranks) {
+      r.validation.reset();
+      r.binds = false;
+      if (r.found) r.error = results_.error;
+    }
+    o.binding_rank = -1;
+    o.validation_error = results_.error;
+    show_overlay_rank();
     return;
   }
-  try {
-    planner::ValidationRequest r;
-    r.trace = &overlay_->trace;
-    r.trace_where = overlay_->path;
-    r.scenario = results_.scenario;
-    overlay_->validation = planner::validate_run(r);
-  } catch (const std::exception& e) {
-    overlay_->validation_error = e.what();
+  planner::ValidationRequest req;
+  req.scenario = results_.scenario;
+  if (o.ranks.empty()) {
+    try {
+      req.trace = &o.trace;
+      req.trace_where = o.path;
+      o.validation = planner::validate_run(req);
+    } catch (const std::exception& e) {
+      o.validation_error = e.what();
+    }
+  } else {
+    // Every rank against the current inputs, as `oomb validate` judges rank 0's trace of the run.
+    for (auto& r : o.ranks) {
+      const traces::Trace* t = r.rank == o.rank ? &o.trace
+                               : rank_traces_[static_cast<size_t>(r.rank)] ? &*rank_traces_[static_cast<size_t>(r.rank)]
+                                                                            : nullptr;
+      try {
+        r = planner::judge_rank(req, r.rank, r.trace, t);
+      } catch (const std::exception& e) {
+        r.validation.reset();
+        r.error = e.what();
+      }
+    }
+    o.binding_rank = planner::mark_binding_rank(o.ranks);
   }
+  show_overlay_rank();
+}
+
+// The shown rank: its events by key, its comparison with the predicted timeline and (of a
+// multi-rank run) its verdict, from the rank's.
+void ViewModel::show_overlay_rank() {
+  Overlay& o = *overlay_;
+  o.by_key.clear();
+  for (size_t i = 0; i < o.trace.events.size(); ++i) o.by_key.emplace(event_key(o.trace.events[i]), i);
+  o.comparison = {};
+  if (const Timeline* t = timeline(); t && t->ok) o.comparison = traces::compare(t->trace, o.trace);
+  if (o.ranks.empty()) return;
+  const planner::RankVerdict& v = o.ranks[static_cast<size_t>(o.rank)];
+  o.validation = v.validation;
+  o.validation_error = v.validation ? "" : v.error;
 }
 
 void ViewModel::poll_timeline() {
@@ -387,6 +424,7 @@ std::string ViewModel::load_trace(const std::string& path, bool adopt_run_config
     auto o = std::make_unique<Overlay>();
     o->path = path;
     o->trace = traces::read_trace(path);
+    std::vector<planner::RankTrace> others = planner::read_other_rank_traces(path, o->trace);
     if (adopt_run_config && o->trace.metadata.source != "simulator") {
       const step::RunRecord run = step::run_record_from_json(o->trace.metadata.extra, path);
       Inputs next = inputs_;
@@ -394,13 +432,63 @@ std::string ViewModel::load_trace(const std::string& path, bool adopt_run_config
       next.config = run.config;
       set_inputs(next);
     }
-    for (size_t i = 0; i < o->trace.events.size(); ++i) o->by_key.emplace(event_key(o->trace.events[i]), i);
+    const step::RunRank place = planner::rank_of(o->trace);
+    o->world = place.world;
+    o->rank = place.rank;
+    rank_traces_.clear();
+    if (!others.empty()) {
+      rank_traces_.resize(static_cast<size_t>(o->world));
+      planner::RankVerdict zero;
+      zero.trace = path;
+      zero.found = true;
+      o->ranks.push_back(zero);
+      for (auto& t : others) {
+        planner::RankVerdict v;
+        v.rank = t.rank;
+        v.trace = t.path;
+        v.found = t.trace.has_value();
+        o->ranks.push_back(v);
+        rank_traces_[static_cast<size_t>(t.rank)] = std::move(t.trace);
+      }
+    }
     overlay_ = std::move(o);
     compare_overlay();
     return "";
   } catch (const std::exception& e) {
     return e.what();
   }
+}
+
+void ViewModel::clear_overlay() {
+  overlay_.reset();
+  rank_traces_.clear();
+}
+
+std::string ViewModel::select_rank(int rank) {
+  if (!overlay_) return "no measured trace is loaded (load rank 0's trace of the run, t.json)";
+  Overlay& o = *overlay_;
+  if (o.ranks.empty()) {
+    if (o.world > 1)
+      return o.path + " is rank " + std::to_string(o.rank) + "'s trace of a " + std::to_string(o.world) +
+             "-rank run: load rank 0's (its name without \".rank" + std::to_string(o.rank) +
+             "\"; the others are found beside it) to pick one";
+    if (rank == 0) return "";
+    return "rank " + std::to_string(rank) + " is beyond the run's world size: " + o.path +
+           " is a one-process run (rank 0 only)";
+  }
+  if (rank < 0 || rank >= o.world)
+    return "rank " + std::to_string(rank) + " is beyond the run's world size: " + o.ranks[0].trace +
+           " is rank 0 of " + std::to_string(o.world) + " processes (ranks 0.." + std::to_string(o.world - 1) + ")";
+  const planner::RankVerdict& want = o.ranks[static_cast<size_t>(rank)];
+  if (!want.found) return "rank " + std::to_string(rank) + "'s trace is " + want.error;
+  if (rank == o.rank) return "";
+  rank_traces_[static_cast<size_t>(o.rank)] = std::move(o.trace);
+  o.trace = std::move(*rank_traces_[static_cast<size_t>(rank)]);
+  rank_traces_[static_cast<size_t>(rank)].reset();
+  o.rank = rank;
+  o.path = want.trace;
+  show_overlay_rank();
+  return "";
 }
 
 std::string ViewModel::plan_for_me() {

@@ -14,6 +14,7 @@
 #include <tuple>
 #include <vector>
 
+#include "planner/ranks.h"
 #include "planner/validation.h"
 #include "simulator/simulator.h"
 #include "traces/trace.h"
@@ -124,14 +125,22 @@ struct Timeline {
 };
 
 struct Overlay {
-  std::string path;
-  traces::Trace trace;
+  std::string path;                   // the shown rank's trace file
+  traces::Trace trace;                // the shown rank's trace
   std::map<EventKey, size_t> by_key;  // first measured event per key
   traces::Comparison comparison;      // vs the predicted timeline (empty until one exists)
   // `oomb validate`'s verdict on this trace against the current inputs (planner::validate_run, the
   // same terms and tolerances); empty with validation_error set when it cannot be judged.
   std::optional<planner::Validation> validation;
   std::string validation_error;
+  // A multi-rank run (tensor or data parallelism under mpirun): its processes and the rank shown.
+  // Loaded by rank 0's trace, `ranks` holds every rank's verdict against the current inputs (found
+  // beside it by planner::rank_trace_path, as `oomb validate` finds them; rank k at index k), the
+  // slowest marked `binds`; empty for a one-process run and for another rank's trace loaded alone.
+  int world = 1;
+  int rank = 0;
+  std::vector<planner::RankVerdict> ranks;
+  int binding_rank = -1;  // -1: none (one process, or no rank has a measured step)
 };
 
 class ViewModel {
@@ -174,15 +183,22 @@ class ViewModel {
   // Loads a measured trace to overlay; returns "" or the error message. With adopt_run_config the
   // inputs switch to the model and configuration the trace records (metadata.extra, written by
   // `oomb run`), so that the prediction shown is that of the measured run.
+  // Rank 0's trace of a multi-rank run brings the other ranks' (t.json: t.rank1.json, ...); rank 0
+  // is shown first, a missing rank is listed as missing.
   std::string load_trace(const std::string& path, bool adopt_run_config = false);
   const Overlay* overlay() const { return overlay_.get(); }
-  void clear_overlay() { overlay_.reset(); }
+  void clear_overlay();
+  // Overlays rank `rank` of the loaded multi-rank run instead (its timeline, memory and verdict);
+  // returns "" or why not: no trace loaded, a one-process run, a rank beyond the run's world size,
+  // that rank's trace missing (the message names the file and what would be valid).
+  std::string select_rank(int rank);
 
  private:
   void recompute();
   void start_job();
   void refilter();
   void compare_overlay();
+  void show_overlay_rank();
 
   Inputs inputs_;
   Results results_;
@@ -194,6 +210,9 @@ class ViewModel {
   std::unique_ptr<Timeline> timeline_;
   uint64_t timeline_generation_ = UINT64_MAX;
   std::unique_ptr<Overlay> overlay_;
+  // The other ranks' traces of the loaded run (index: rank; the shown one is in overlay_->trace and
+  // its slot is empty, as is a missing rank's).
+  std::vector<std::optional<traces::Trace>> rank_traces_;
 };
 
 }  // namespace oomb::gui

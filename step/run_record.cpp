@@ -1,5 +1,9 @@
 #include "step/run_record.h"
 
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
 #include "core/error.h"
 
 namespace oomb::step {
@@ -89,6 +93,70 @@ RunRecord run_record_from_json(const Json& extra, const std::string& where) {
     if (c.has("untagged")) r.cupti_untagged = c.i64("untagged");
   }
   return r;
+}
+
+namespace {
+
+// measured.<key> when the section is a run's record and it is an object (nullptr otherwise).
+const Json* measured_block(const Json& extra, const char* key) {
+  if (!extra.is_object()) return nullptr;
+  const auto m = extra.find("measured");
+  if (m == extra.end() || !m->is_object()) return nullptr;
+  const auto b = m->find(key);
+  return b != m->end() && b->is_object() ? &*b : nullptr;
+}
+
+}  // namespace
+
+RunRank run_rank(const Json& extra) {
+  // data_parallel's rank is the job's; with tensor parallelism alone the group is the job.
+  for (const char* key : {"data_parallel", "tensor_parallel"}) {
+    const Json* b = measured_block(extra, key);
+    if (!b || !b->contains("world") || !(*b)["world"].is_number_integer()) continue;
+    RunRank r;
+    const int64_t world = (*b)["world"].get<int64_t>();
+    r.world = static_cast<int>(std::clamp<int64_t>(world, 1, 1 << 20));
+    if (b->contains("rank") && (*b)["rank"].is_number_integer())
+      r.rank = static_cast<int>(std::clamp<int64_t>((*b)["rank"].get<int64_t>(), 0, r.world - 1));
+    return r;
+  }
+  return {};
+}
+
+std::string CollectiveFigure::unit() const {
+  auto ends_with = [&](const std::string& s) {
+    return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
+  };
+  if (ends_with("_bytes")) return "bytes";
+  if (ends_with("_s")) return "s";
+  return "";
+}
+
+std::vector<CollectiveFigure> run_collectives(const Json& extra) {
+  std::vector<CollectiveFigure> out;
+  for (const auto& [key, prefix] : {std::pair<const char*, const char*>{"tensor_parallel", "tp_"},
+                                    std::pair<const char*, const char*>{"data_parallel", ""}}) {
+    const Json* b = measured_block(extra, key);
+    if (!b) continue;
+    const size_t first = out.size();
+    for (const auto& [k, v] : b->items()) {
+      if (k == "tp" || k == "rank" || k == "world" || !v.is_number()) continue;
+      const double x = v.get<double>();
+      if (std::isfinite(x)) out.push_back({prefix + k, x});
+    }
+    // Counts, then bytes, then seconds: tp_allreduces, tp_allreduce_bytes, tp_allreduce_s.
+    auto order = [](const CollectiveFigure& f) { return f.unit().empty() ? 0 : f.unit() == "bytes" ? 1 : 2; };
+    std::stable_sort(out.begin() + static_cast<std::ptrdiff_t>(first), out.end(),
+                     [&](const CollectiveFigure& x, const CollectiveFigure& y) { return order(x) < order(y); });
+  }
+  return out;
+}
+
+std::optional<double> collective_seconds(const std::vector<CollectiveFigure>& figures) {
+  std::optional<double> s;
+  for (const auto& f : figures)
+    if (f.name == "tp_allreduce_s" || f.name == "allreduce_s") s = s.value_or(0) + f.value;
+  return s;
 }
 
 void record_step_timing(Json& extra, int64_t timed_steps, double step_s, double mean_step_s) {

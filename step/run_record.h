@@ -58,6 +58,32 @@ struct RunRecord {
 // simulator trace, a missing or malformed key).
 RunRecord run_record_from_json(const Json& extra, const std::string& where);
 
+// The MPI job a run was one process of (tensor or data parallelism under mpirun): the job's process
+// count and this process's rank in it, from measured.data_parallel (the job's rank) or, with tensor
+// parallelism alone, measured.tensor_parallel (the group is the job). {1, 0} for a one-process run
+// and for a section that records no run; never throws (a reader of any trace).
+struct RunRank {
+  int world = 1;
+  int rank = 0;
+};
+RunRank run_rank(const Json& extra);
+
+// One figure of a run's collectives as its record has it: name (unit in the suffix), value.
+struct CollectiveFigure {
+  std::string name;  // tp_allreduces, tp_allreduce_bytes, tp_allreduce_s, allreduce_bytes, allreduce_s, ...
+  double value = 0;
+  std::string unit() const;  // "bytes", "s" or "" (a count)
+};
+// Every number of measured.tensor_parallel (named tp_<key>, as `oomb simulate --json` names its
+// predictions) and of measured.data_parallel (named <key>), counts, bytes, then seconds within each,
+// leaving out the process's place in the job (tp, rank, world) and what is not a number: figures a
+// later executor adds beside these appear under their own names. Never throws; empty for a
+// one-process run.
+std::vector<CollectiveFigure> run_collectives(const Json& extra);
+// Seconds in collectives: tp_allreduce_s + allreduce_s (the two totals the executor times; other
+// time figures may be parts of them, so they are not added); empty when the record has neither.
+std::optional<double> collective_seconds(const std::vector<CollectiveFigure>& figures);
+
 // The runner's timing of the record (the Engine writes the rest): the timed steps (the warm-up left
 // out; 0 = keep the Engine's count), the fastest timed step validate compares and the mean over every
 // step. No-op on a section without a measured block.

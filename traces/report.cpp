@@ -531,6 +531,8 @@ table.terms td.name{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monos
 .ok{color:#1a7f37;font-weight:700}
 .bad{color:#cf222e;font-weight:700}
 tr.fail td{background:#fff5f5}
+td.failcell{background:#ffe3e3}
+.binds{background:#fff1c2;color:#7a5200;font-weight:700;padding:1px 6px;border-radius:3px}
 footer{margin-top:30px;color:#8a93a6;font-size:12px}
 )";
 
@@ -544,6 +546,121 @@ std::string window_text(const ReportInput& in, int64_t b, int64_t e, bool automa
       (b == e ? "Chunk " + std::to_string(b) : "Chunks " + std::to_string(b) + ".." + std::to_string(e)) + of;
   if (automatic) s += ": the last two chunks of stage 1 and the first two of stage 2 (stage 2 runs chunks in reverse)";
   return s + ". Copies overlapping the window are drawn clipped to it.";
+}
+
+// ---- ranks ---------------------------------------------------------------------------------
+
+std::string ok_mark(const std::optional<bool>& ok) {
+  if (!ok) return "—";
+  return *ok ? "<span class=\"ok\">✓</span>" : "<span class=\"bad\">✗</span>";
+}
+
+// The ranks of a multi-rank run: one row each (its file, verdict, step, peak and collectives),
+// the binding rank marked.
+void ranks_table(std::string& h, const std::vector<ReportRank>& ranks) {
+  std::vector<std::pair<std::string, std::string>> columns;  // collective name, unit (first seen)
+  for (const ReportRank& r : ranks)
+    for (const ReportFigure& f : r.collectives)
+      if (std::none_of(columns.begin(), columns.end(), [&](const auto& c) { return c.first == f.name; }))
+        columns.emplace_back(f.name, f.unit);
+  int judged_ok = 0, missing = 0;
+  const ReportRank* binding = nullptr;
+  for (const ReportRank& r : ranks) {
+    judged_ok += r.ok.value_or(false);
+    missing += !r.found;
+    if (r.binds) binding = &r;
+  }
+  std::string line = std::to_string(judged_ok) + " of " + std::to_string(ranks.size()) + " ranks within tolerance";
+  if (missing > 0) line += "; " + std::to_string(missing) + " trace" + (missing > 1 ? "s" : "") + " missing";
+  if (binding)
+    line += "; the step binds on rank " + std::to_string(binding->rank) + " (the slowest" +
+            (missing > 0 ? " of the ranks found" : "") +
+            (binding->step_s ? ", " + format_duration_s(*binding->step_s) : "") + ")";
+  appendf(h, "<p>%s.</p>\n", esc(line).c_str());
+  h += "<p class=\"hint\">Each rank's trace validated against the same plan (every rank's rows are the plan's, "
+       "sharded). Step: the rank's fastest timed step as measured. The memory chart and stream timeline below "
+       "are rank 0's.</p>\n";
+  h += "<table class=\"terms ranks\">\n<thead><tr><th>rank</th><th>trace</th><th>found</th><th>ok</th>"
+       "<th class=\"num\">step</th><th class=\"num\">device peak</th>";
+  for (const auto& [name, unit] : columns) appendf(h, "<th class=\"num\">%s</th>", esc(name).c_str());
+  h += "<th>binds</th></tr></thead>\n<tbody>\n";
+  for (const ReportRank& r : ranks) {
+    const bool bad = !r.found || (r.ok && !*r.ok);
+    appendf(h, "<tr%s><td class=\"num\">%d</td><td class=\"name\">%s</td><td>%s</td><td>%s</td>",
+            bad ? " class=\"fail\"" : "", r.rank, esc(r.trace).c_str(),
+            r.found ? "yes" : "<span class=\"bad\">MISSING</span>", ok_mark(r.ok).c_str());
+    appendf(h, "<td class=\"num\">%s</td><td class=\"num\">%s</td>",
+            r.step_s ? esc(format_value(*r.step_s, "s")).c_str() : "—",
+            r.peak_device_bytes ? esc(format_bytes(*r.peak_device_bytes)).c_str() : "—");
+    for (const auto& [name, unit] : columns) {
+      const auto it = std::find_if(r.collectives.begin(), r.collectives.end(),
+                                   [&](const ReportFigure& f) { return f.name == name; });
+      appendf(h, "<td class=\"num\">%s</td>",
+              it == r.collectives.end() ? "—" : esc(format_value(it->value, it->unit)).c_str());
+    }
+    appendf(h, "<td>%s</td></tr>\n", r.binds ? "<span class=\"binds\">binds</span>" : "");
+    if (!r.note.empty())
+      appendf(h, "<tr class=\"note\"><td></td><td colspan=\"%zu\" class=\"muted\">%s</td></tr>\n",
+              columns.size() + 6, esc(r.note).c_str());
+  }
+  h += "</tbody>\n</table>\n";
+}
+
+// Every rank's terms side by side: a row per term, a column per rank (measured, error, verdict);
+// rows where the ranks measured different values are marked, failing cells shaded.
+void rank_terms_table(std::string& h, const std::vector<ReportRank>& ranks) {
+  std::vector<std::string> names;
+  for (const ReportRank& r : ranks)
+    for (const ReportTerm& t : r.terms)
+      if (std::find(names.begin(), names.end(), t.name) == names.end()) names.push_back(t.name);
+  if (names.empty()) {
+    h += "<p class=\"muted\">No rank was judged.</p>\n";
+    return;
+  }
+  auto term_of = [](const ReportRank& r, const std::string& name) -> const ReportTerm* {
+    for (const ReportTerm& t : r.terms)
+      if (t.name == name) return &t;
+    return nullptr;
+  };
+  h += "<p class=\"hint\">Measured value, error against the prediction and verdict of every rank; "
+       "<b>differs</b> marks terms the ranks measured differently, shaded cells are beyond tolerance.</p>\n";
+  h += "<table class=\"terms\">\n<thead><tr><th>term</th><th class=\"num\">predicted</th>";
+  for (const ReportRank& r : ranks)
+    appendf(h, "<th class=\"num\">rank %d%s%s</th>", r.rank, r.found ? "" : " (missing)", r.binds ? " (binds)" : "");
+  h += "<th>ranks</th></tr></thead>\n<tbody>\n";
+  for (const std::string& name : names) {
+    const ReportTerm* first = nullptr;
+    std::optional<double> seen;
+    bool differs = false, any_fail = false;
+    for (const ReportRank& r : ranks) {
+      const ReportTerm* t = term_of(r, name);
+      if (!t) continue;
+      if (!first) first = t;
+      any_fail |= t->ok.has_value() && !*t->ok;
+      if (t->measured) {
+        if (seen && *seen != *t->measured) differs = true;
+        if (!seen) seen = t->measured;
+      }
+    }
+    appendf(h, "<tr%s><td class=\"name\">%s</td><td class=\"num\">%s</td>", any_fail ? " class=\"fail\"" : "",
+            esc(name).c_str(), esc(format_value(first->predicted, first->unit)).c_str());
+    for (const ReportRank& r : ranks) {
+      const ReportTerm* t = term_of(r, name);
+      if (!t) {
+        h += "<td class=\"num muted\">—</td>";
+        continue;
+      }
+      const bool failed = t->ok.has_value() && !*t->ok;
+      std::string cell = t->measured ? esc(format_value(*t->measured, t->unit)) + " <span class=\"muted\">" +
+                                           esc(format_signed_percent(t->error)) + "</span>"
+                                     : "—";
+      if (t->predicted != first->predicted)
+        cell += "<br><span class=\"muted\">predicted " + esc(format_value(t->predicted, t->unit)) + "</span>";
+      appendf(h, "<td class=\"num%s\">%s %s</td>", failed ? " failcell" : "", cell.c_str(), ok_mark(t->ok).c_str());
+    }
+    appendf(h, "<td>%s</td></tr>\n", differs ? "<b>differs</b>" : "");
+  }
+  h += "</tbody>\n</table>\n";
 }
 
 }  // namespace
@@ -647,6 +764,12 @@ std::string html_report(const ReportInput& in) {
   }
   h += "</header>\n";
 
+  if (!in.ranks.empty()) {
+    appendf(h, "<section>\n<h2>Ranks (%zu processes)</h2>\n", in.ranks.size());
+    ranks_table(h, in.ranks);
+    h += "</section>\n";
+  }
+
   // Memory over time.
   h += "<section>\n<h2>Memory over time</h2>\n";
   h += "<p class=\"hint\">Device and host bytes in use; predicted solid";
@@ -679,7 +802,7 @@ std::string html_report(const ReportInput& in) {
   h += "</section>\n";
 
   // Terms.
-  h += "<section>\n<h2>Terms</h2>\n";
+  h += in.ranks.empty() ? "<section>\n<h2>Terms</h2>\n" : "<section>\n<h2>Terms (rank 0)</h2>\n";
   if (in.terms.empty()) {
     h += "<p class=\"muted\">No terms.</p>\n";
   } else {
@@ -705,6 +828,11 @@ std::string html_report(const ReportInput& in) {
     h += "</tbody>\n</table>\n";
   }
   h += "</section>\n";
+  if (!in.ranks.empty()) {
+    h += "<section>\n<h2>Terms by rank</h2>\n";
+    rank_terms_table(h, in.ranks);
+    h += "</section>\n";
+  }
   h += "<footer>Written by oomb. Self-contained: inline CSS and SVG, no scripts or external resources.</footer>\n";
   h += "</main>\n</body>\n</html>\n";
   return h;

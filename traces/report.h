@@ -1,6 +1,7 @@
 #pragma once
 // A self-contained HTML report of one step: the facts of the run, memory over time, the stream
-// timeline of a window of chunks, and a table of predicted / measured terms. One file with inline
+// timeline of a window of chunks, and a table of predicted / measured terms (of a multi-rank run:
+// also every rank's file, verdict, step, peak and collectives, and its terms). One file with inline
 // CSS and inline SVG only (tooltips are SVG <title> elements, no script, no fonts, no images), so
 // it opens offline from a CI artifact or an e-mail and stays the same forever.
 #include <cstddef>
@@ -25,12 +26,35 @@ struct ReportTerm {
   std::string note;
 };
 
+// A number with its unit in its name's suffix (_bytes, _s; else a count), e.g. a rank's collectives.
+struct ReportFigure {
+  std::string name;
+  double value = 0;
+  std::string unit;  // "bytes", "s" or "" (a count)
+};
+
+// One rank of a multi-rank run (tensor or data parallelism): its trace, its verdict and its terms.
+struct ReportRank {
+  int rank = 0;
+  std::string trace;      // its file
+  bool found = false;     // false: the trace is missing (never judged, never ok)
+  std::optional<bool> ok; // absent: not judged
+  std::string note;       // why it was not judged, when it was not
+  std::optional<double> step_s;             // measured
+  std::optional<int64_t> peak_device_bytes; // measured
+  std::vector<ReportFigure> collectives;    // as the rank recorded them
+  bool binds = false;     // its step is the job's (the slowest)
+  std::vector<ReportTerm> terms;
+};
+
 struct ReportInput {
   std::string title;
   std::vector<std::pair<std::string, std::string>> facts;  // key / value lines: model, gpu, context, knobs
   const Trace* predicted = nullptr;                        // required
   const Trace* measured = nullptr;                         // nullable
   std::vector<ReportTerm> terms;
+  // A multi-rank run: every rank, rank 0 (whose trace is `measured`) first; empty for one process.
+  std::vector<ReportRank> ranks;
   // Inclusive window of chunk indices the timeline shows; both -1: auto_chunk_window(); one of them
   // -1: a single chunk.
   int64_t chunk_begin = -1, chunk_end = -1;

@@ -12,6 +12,8 @@ struct UiState {
   float timeline_pan = 0.0f;   // start of the visible window as a share of the span
   char trace_path[512] = {};
   std::string trace_message;
+  std::string rank_message;  // why the rank picked cannot be shown
+  bool rank_combo_drawn = false;  // the ranks panel drew its rank combo (said by --screenshot)
   char context_text[32] = {};
   char plan_path[512] = "plan.json";
   std::string plan_message;
@@ -24,5 +26,6 @@ void draw_curves_panel(const ViewModel& vm);
 void draw_timeline_panel(ViewModel& vm, UiState& ui);
 void draw_pool_panel(const ViewModel& vm);
 void draw_feasibility_panel(ViewModel& vm);
+void draw_ranks_panel(ViewModel& vm, UiState& ui);
 
 }  // namespace oomb::gui

@@ -37,12 +37,17 @@ void draw_pool_panel(const ViewModel& vm) {
       dl->AddRectFilled({px(static_cast<double>(t->stage_t0_ns[st]) * 1e-9), pmin.y},
                         {std::max(px(static_cast<double>(t->stage_t1_ns[st]) * 1e-9), px(static_cast<double>(t->stage_t0_ns[st]) * 1e-9) + 2), pmax.y},
                         IM_COL32(255, 255, 255, 30));
+  // Time labels about 8 characters wide each: fewer of them when the panel is narrow (a multi-rank
+  // overlay shares the row with the ranks panel).
+  const int time_ticks = std::clamp(static_cast<int>((pmax.x - pmin.x) / (lh * 6.5f)), 2, 4);
   for (int k = 0; k <= 4; ++k) {
     const double v = ymax / 1.1 * k / 4.0;
     dl->AddLine({pmin.x, py(v)}, {pmax.x, py(v)}, chart::kGrid);
     const std::string txt = std::to_string(static_cast<long long>(v));
     dl->AddText({a.min.x, py(v) - lh / 2}, chart::kAxisText, txt.c_str());
-    const double s = p.step_s * k / 4.0;
+  }
+  for (int k = 0; k <= time_ticks; ++k) {
+    const double s = p.step_s * k / time_ticks;
     const std::string ts = format_duration_s(s);
     const float w = ImGui::CalcTextSize(ts.c_str()).x;
     dl->AddText({std::clamp(px(s) - w / 2, pmin.x, pmax.x - w), pmax.y + 1}, chart::kAxisText, ts.c_str());

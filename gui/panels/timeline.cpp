@@ -183,12 +183,18 @@ void draw_timeline_panel(ViewModel& vm, UiState& ui) {
   ImGui::SameLine();
   if (ImGui::Button("overlay") || enter) {
     ui.trace_message = vm.load_trace(ui.trace_path);
+    ui.rank_message.clear();
     if (ui.trace_message.empty()) ui.trace_message = "loaded";
   }
-  chart::formula_tooltip("oomb.trace/1 (e.g. from the executor or CUPTI); aligned by (stage, chunk, layer, op)");
+  chart::formula_tooltip("oomb.trace/1 (e.g. from the executor or CUPTI); aligned by (stage, chunk, layer, op). Rank 0's "
+                         "trace of a multi-rank run brings every rank's (t.rank1.json, ... beside it): pick one in "
+                         "the ranks panel");
   if (vm.overlay()) {
     ImGui::SameLine();
-    if (ImGui::SmallButton("clear")) vm.clear_overlay();
+    if (ImGui::SmallButton("clear")) {
+      vm.clear_overlay();
+      ui.rank_message.clear();
+    }
   }
   vm.set_timeline_request(req);
   t = vm.timeline();
@@ -212,7 +218,12 @@ void draw_timeline_panel(ViewModel& vm, UiState& ui) {
                       format_duration_s(t->simulate_s).c_str(), t->note.empty() ? "" : "; ", t->note.c_str());
   if (const Overlay* ov = vm.overlay()) {
     ImGui::SameLine();
-    ImGui::TextColored(ImColor(IM_COL32(245, 245, 245, 255)), "| overlay: %zu measured events (white)", ov->trace.events.size());
+    if (ov->ranks.empty())
+      ImGui::TextColored(ImColor(IM_COL32(245, 245, 245, 255)), "| overlay: %zu measured events (white)",
+                         ov->trace.events.size());
+    else
+      ImGui::TextColored(ImColor(IM_COL32(245, 245, 245, 255)), "| overlay: rank %d of %d, %zu events (white)",
+                         ov->rank, ov->world, ov->trace.events.size());
     if (ImGui::IsItemHovered() && !ov->comparison.rows.empty()) {
       ImGui::BeginTooltip();
       ImGui::Text("%s: predicted / measured / error", ov->path.c_str());

@@ -605,6 +605,11 @@ if [ -n "$gui" ] && [ -x "$gui" ]; then
   gexpect "known: .*h200" --gpu nope
   gexpect "--width: Value 100000 not in range 64 to 8192" --width 100000
   gexpect "--frames: Value 0 not in range 1 to 10000" --frames 0
+  # --rank picks a rank of the multi-rank run --trace names: refused without one, beyond its world.
+  gexpect "--rank: '1': picks a rank of the measured run given by --trace" --rank 1
+  gexpect "--rank: Value -1 not in range 0 to 1048576" --rank -1
+  gexpect "--rank: '1': rank 1 is beyond the run's world size: .*cpu-tiny-4K-dense-offload.json is a one-process run" \
+    --trace "$src/traces/recorded/cpu/cpu-tiny-4K-dense-offload.json" --rank 1
   # Issue 24: an unwritable --screenshot path is refused before anything renders (it rendered, then
   # exit 1), and the CLI's event-simulation limit holds (4096 layers at 4M: 27.5 s and 5.93 GB).
   gexpect "--screenshot: '/nonexistent/dir/x.png': cannot be written: directory /nonexistent/dir does not exist" --screenshot /nonexistent/dir/x.png

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "cli_run.h"
+#include "core/format.h"
 #include "core/json_util.h"
 #include "executor/runtime/weights.h"
 #include "models/specs.h"
@@ -27,6 +28,12 @@ using oomb::test::CliRun;
 using oomb::test::oomb_binary;
 
 bool has(const std::string& out, const std::string& s) { return out.find(s) != std::string::npos; }
+
+size_t count_of(const std::string& haystack, const std::string& needle) {
+  size_t n = 0;
+  for (size_t at = haystack.find(needle); at != std::string::npos; at = haystack.find(needle, at + 1)) ++n;
+  return n;
+}
 
 // mpirun as CI runs it: as root in a container, two ranks on however many cores.
 std::string mpirun(int np) {
@@ -322,8 +329,55 @@ TEST_F(MpiCli, ATensorParallelPlanRunsAndEveryRankValidates) {
   ASSERT_EQ(vj["ranks"].size(), 2u);
   EXPECT_TRUE(vj["ranks"][1]["found"].get<bool>());
   EXPECT_TRUE(vj["ranks"][1]["ok"].get<bool>());
+  // Each rank's figures are its own trace's: step, device peak and collectives; the slowest binds.
+  int binds = 0;
+  for (int k = 0; k < 2; ++k) {
+    const oomb::Json& r = vj["ranks"][k];
+    const auto t = oomb::traces::read_trace(path(k == 0 ? "t.json" : "t.rank1.json"));
+    const oomb::Json& me = t.metadata.extra["measured"];
+    EXPECT_EQ(r["step_s"].get<double>(), me["step_s"].get<double>()) << k;
+    EXPECT_EQ(r["peak_device_bytes"], me["peak_device_bytes"]) << k;
+    EXPECT_EQ(r["collectives"]["tp_allreduces"].get<double>(), me["tensor_parallel"]["allreduces"].get<double>());
+    EXPECT_EQ(r["collectives"]["tp_allreduce_bytes"].get<double>(), me["tensor_parallel"]["allreduce_bytes"].get<double>());
+    EXPECT_EQ(r["collectives"]["tp_allreduce_s"].get<double>(), me["tensor_parallel"]["allreduce_s"].get<double>());
+    EXPECT_TRUE(r["failed_terms"].empty()) << r.dump();
+    binds += r["binds"].get<bool>();
+    const int other = 1 - k;
+    if (r["binds"].get<bool>()) {
+      EXPECT_GE(r["step_s"].get<double>(), vj["ranks"][other]["step_s"].get<double>());
+    }
+  }
+  EXPECT_EQ(binds, 1);
+  // The HTML report shows every rank: its file, figures and collectives, and every rank's terms.
+  const CliRun rep = sh(oomb_binary() + " validate --trace " + path("t.json") + " --plan " + path("p.json") +
+                        " --report " + path("v.html"));
+  EXPECT_EQ(rep.rc, 0) << rep.out;
+  {
+    const std::string h = oomb::read_text_file(path("v.html"));
+    EXPECT_TRUE(has(h, "<h2>Ranks (2 processes)</h2>"));
+    EXPECT_TRUE(has(h, "2 of 2 ranks within tolerance"));
+    EXPECT_TRUE(has(h, ">" + path("t.rank1.json") + "</td>"));
+    EXPECT_TRUE(has(h, "<th class=\"num\">tp_allreduce_bytes</th>"));
+    const std::string bytes1 = oomb::format_bytes(vj["ranks"][1]["collectives"]["tp_allreduce_bytes"].get<int64_t>());
+    EXPECT_TRUE(has(h, "<td class=\"num\">" + bytes1 + "</td>")) << bytes1;
+    EXPECT_TRUE(has(h, "<td class=\"num\">" + oomb::format_bytes(vj["ranks"][1]["peak_device_bytes"].get<int64_t>()) +
+                           "</td>"));
+    EXPECT_EQ(count_of(h, "class=\"binds\""), 1u);
+    EXPECT_TRUE(has(h, "<h2>Terms by rank</h2>"));
+    EXPECT_FALSE(has(h, "<script"));
+  }
+  // A rank's trace missing: the run fails, and the report says which.
   std::filesystem::rename(path("t.rank1.json"), path("moved.json"));
-  EXPECT_EQ(sh(oomb_binary() + " validate --trace " + path("t.json") + " --plan " + path("p.json")).rc, 1);
+  const CliRun gone = sh(oomb_binary() + " validate --trace " + path("t.json") + " --plan " + path("p.json") +
+                         " --report " + path("v2.html"));
+  EXPECT_EQ(gone.rc, 1) << gone.out;
+  EXPECT_TRUE(has(gone.out, "FAILED: 1 of 2 ranks' traces missing (" + path("t.rank1.json") + ")")) << gone.out;
+  {
+    const std::string h = oomb::read_text_file(path("v2.html"));
+    EXPECT_TRUE(has(h, "1 trace missing"));
+    EXPECT_TRUE(has(h, "<span class=\"bad\">MISSING</span>"));
+    EXPECT_TRUE(has(h, "FAILED: ranks&#39; traces missing: " + path("t.rank1.json")));
+  }
   std::filesystem::rename(path("moved.json"), path("t.rank1.json"));
   for (const char* t : {"t.json", "t.rank1.json"}) {
     const CliRun v = sh(oomb_binary() + " validate --trace " + path(t) + " --plan " + path("p.json"));
@@ -367,6 +421,27 @@ TEST_F(MpiCli, ADataParallelPlanSaysHowItRunsAndItsAllReduceIsPredicted) {
   EXPECT_TRUE(terms["allreduce_bytes"]["ok"].get<bool>());
   ASSERT_TRUE(terms.count("gradient_allreduce_s")) << v.out;
   EXPECT_TRUE(terms["gradient_allreduce_s"]["measured"].is_null());
+  // validate lists both replicas with their gradient all-reduce, in its JSON and its report.
+  const CliRun vr = sh(oomb_binary() + " validate --trace " + path("t.json") + " --plan " + path("p.json") +
+                       " --json --report " + path("v.html"));
+  EXPECT_NE(vr.rc, 2) << vr.out;
+  const oomb::Json rj = json_in(vr.out);
+  ASSERT_EQ(rj["ranks"].size(), 2u) << vr.out;
+  for (int k = 0; k < 2; ++k) {
+    EXPECT_TRUE(rj["ranks"][k]["found"].get<bool>());
+    EXPECT_EQ(rj["ranks"][k]["collectives"]["allreduce_bytes"].get<double>(), s["allreduce_bytes"].get<double>());
+    EXPECT_GT(rj["ranks"][k]["collectives"]["allreduce_s"].get<double>(), 0);
+    // The clock's split of the total is listed beside it, as the rank recorded it.
+    const oomb::Json& c = rj["ranks"][k]["collectives"];
+    ASSERT_TRUE(c.contains("allreduce_wait_s") && c.contains("allreduce_transfer_s")) << c.dump();
+    EXPECT_NEAR(c["allreduce_wait_s"].get<double>() + c["allreduce_transfer_s"].get<double>(),
+                c["allreduce_s"].get<double>(), 1e-9);
+  }
+  std::string h = oomb::read_text_file(path("v.html"));
+  h = h.substr(h.find("<h2>Ranks"));
+  h = h.substr(0, h.find("</table>"));  // the ranks table
+  EXPECT_TRUE(has(h, "<th class=\"num\">allreduce_bytes</th><th class=\"num\">allreduce_s</th>"));
+  EXPECT_EQ(count_of(h, "<td class=\"num\">" + oomb::format_bytes(s["allreduce_bytes"].get<int64_t>()) + "</td>"), 2u);
   // More ranks than replicas: refused by every rank, the job ends.
   const CliRun three = sh(mpirun(3) + "run --plan " + path("p.json") + " --quiet");
   EXPECT_NE(three.rc, 0);

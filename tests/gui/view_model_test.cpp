@@ -1,5 +1,6 @@
 // The GUI's view-model: inputs -> results as the simulator says, errors as messages, curves,
-// feasibility map, background timeline, trace overlay, and the recompute time per change.
+// feasibility map, background timeline, trace overlay (every rank of a multi-rank run), and the
+// recompute time per change.
 #include "gui/view_model.h"
 
 #include <gtest/gtest.h>
@@ -14,7 +15,10 @@
 #include "core/error.h"
 #include "core/json_util.h"
 #include "planner/plan.h"
+#include "planner/ranks.h"
 #include "simulator/simulator.h"
+#include "step/run_record.h"
+#include "traces/trace.h"
 
 namespace oomb::gui {
 namespace {
@@ -402,6 +406,242 @@ TEST(ViewModel, OverlayGivesTheVerdictOfOombValidate) {
       }
     }
   }
+  std::filesystem::remove_all(dir);
+}
+
+// Inputs of a tiny run small enough to simulate and validate in milliseconds: 4K tokens in chunks
+// of 1K, pages of 64, one resident layer.
+Inputs tiny_4k() {
+  Inputs in;
+  in.model = "tiny";
+  in.gpu = "h200";
+  in.config.context_tokens = 4 * kK;
+  in.config.chunk_tokens = kK;
+  in.config.page_tokens = 64;
+  in.config.resident_layers = 1;
+  return in;
+}
+
+// Rank 0's trace of a multi-rank run brings the others (found by the rule `oomb run` writes them
+// by); the user picks which one is overlaid; every rank is judged against the current inputs and
+// the slowest binds. The traces are written here through traces::write_trace: the predicted
+// timeline's events under a hand-made run record per rank (a 4-process job, rank 3's file absent,
+// rank 2's a run of another model), so that each figure is known.
+TEST(ViewModel, OverlayOfAMultiRankRunFindsPicksAndJudgesEveryRank) {
+  const auto dir = std::filesystem::temp_directory_path() / "oomb_gui_ranks_test";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  ViewModel vm(tiny_4k());
+  ASSERT_TRUE(vm.wait_timeline(60));
+  const Inputs in = vm.inputs();
+  auto rank_trace = [&](int rank, double step_s, const std::string& model) {
+    traces::Trace t = vm.timeline()->trace;
+    t.metadata.source = "cpu";
+    t.metadata.device = "rank " + std::to_string(rank);
+    const Json measured = {{"backend", "cpu"},
+                           {"steps", 1},
+                           {"step_s", step_s},
+                           {"peak_device_bytes", 1000 + rank},
+                           {"tensor_parallel",
+                            {{"tp", 4},
+                             {"rank", rank},
+                             {"world", 4},
+                             {"comm", "mpi"},
+                             {"allreduces", 8},
+                             {"allreduce_bytes", 1000 * (rank + 1)},
+                             {"allreduce_s", 0.1 * (rank + 1)},
+                             {"allreduce_wait_s", 0.01}}}};  // a field beside the total: shown, not added
+    t.metadata.extra = {{"schema", step::kRunRecordSchema},
+                        {"model", model},
+                        {"config", in.config.to_json()},
+                        {"measured", measured}};
+    return t;
+  };
+  const std::string t0 = (dir / "t.json").string();
+  traces::write_trace(rank_trace(0, 1.0, "tiny"), t0);
+  traces::write_trace(rank_trace(1, 3.0, "tiny"), planner::rank_trace_path(t0, 1));
+  traces::write_trace(rank_trace(2, 2.0, "qwen2.5-7b"), planner::rank_trace_path(t0, 2));
+  ASSERT_EQ(vm.load_trace(t0), "");
+  const Overlay* ov = vm.overlay();
+  ASSERT_NE(ov, nullptr);
+  EXPECT_EQ(ov->world, 4);
+  EXPECT_EQ(ov->rank, 0);
+  EXPECT_EQ(ov->path, t0);
+  ASSERT_EQ(ov->ranks.size(), 4u);
+  for (int k = 0; k < 4; ++k) {
+    SCOPED_TRACE(k);
+    const planner::RankVerdict& r = ov->ranks[static_cast<size_t>(k)];
+    EXPECT_EQ(r.rank, k);
+    EXPECT_EQ(r.trace, planner::rank_trace_path(t0, k));
+    EXPECT_EQ(r.found, k < 3);
+    EXPECT_EQ(r.binds, k == 1);  // the slowest step (3 s)
+  }
+  EXPECT_EQ(ov->binding_rank, 1);
+  // Each rank's summary is its own record's: step, peak, collectives (the new field listed too).
+  const planner::RankVerdict& r1 = ov->ranks[1];
+  EXPECT_DOUBLE_EQ(*r1.step_s, 3.0);
+  EXPECT_EQ(*r1.peak_device_bytes, 1001);
+  ASSERT_TRUE(r1.collective_s().has_value());
+  EXPECT_DOUBLE_EQ(*r1.collective_s(), 0.2);
+  bool wait_listed = false;
+  for (const auto& f : r1.collectives) wait_listed |= f.name == "tp_allreduce_wait_s" && f.value == 0.01;
+  EXPECT_TRUE(wait_listed);
+  // Judged against the inputs as validate_run judges each file; rank 2 is no run of them.
+  for (int k : {0, 1}) {
+    planner::ValidationRequest req;
+    const traces::Trace t = traces::read_trace(planner::rank_trace_path(t0, k));
+    req.trace = &t;
+    req.trace_where = planner::rank_trace_path(t0, k);
+    req.scenario = vm.results().scenario;
+    const planner::Validation want = planner::validate_run(req);
+    ASSERT_TRUE(ov->ranks[static_cast<size_t>(k)].validation.has_value()) << ov->ranks[static_cast<size_t>(k)].error;
+    EXPECT_EQ(ov->ranks[static_cast<size_t>(k)].ok(), want.ok);
+    EXPECT_EQ(ov->ranks[static_cast<size_t>(k)].validation->terms.size(), want.terms.size());
+  }
+  EXPECT_FALSE(ov->ranks[2].validation.has_value());
+  EXPECT_NE(ov->ranks[2].error.find("metadata.extra.model"), std::string::npos) << ov->ranks[2].error;
+  EXPECT_NE(ov->ranks[3].error.find("t.rank3.json"), std::string::npos) << ov->ranks[3].error;
+  ASSERT_TRUE(ov->validation.has_value());  // the shown rank's verdict is rank 0's
+  EXPECT_EQ(ov->validation->terms.size(), ov->ranks[0].validation->terms.size());
+
+  // Picking a rank overlays its trace; the others are kept (back and forth, nothing lost).
+  EXPECT_EQ(vm.select_rank(1), "");
+  EXPECT_EQ(ov->rank, 1);
+  EXPECT_EQ(ov->path, planner::rank_trace_path(t0, 1));
+  EXPECT_EQ(ov->trace.metadata.device, "rank 1");
+  EXPECT_FALSE(ov->by_key.empty());
+  ASSERT_TRUE(ov->validation.has_value());
+  EXPECT_EQ(ov->validation->ok, ov->ranks[1].ok());
+  EXPECT_EQ(vm.select_rank(2), "");
+  EXPECT_EQ(ov->trace.metadata.device, "rank 2");
+  EXPECT_FALSE(ov->validation.has_value());
+  EXPECT_NE(ov->validation_error.find("metadata.extra.model"), std::string::npos);
+  EXPECT_EQ(vm.select_rank(0), "");
+  EXPECT_EQ(ov->trace.metadata.device, "rank 0");
+  EXPECT_EQ(vm.select_rank(1), "");
+  EXPECT_EQ(ov->trace.metadata.device, "rank 1");
+  // What cannot be shown is said, naming the file or the valid ranks; the shown rank stays.
+  const std::string missing = vm.select_rank(3);
+  EXPECT_NE(missing.find("missing"), std::string::npos) << missing;
+  EXPECT_NE(missing.find("t.rank3.json"), std::string::npos) << missing;
+  const std::string beyond = vm.select_rank(4);
+  EXPECT_NE(beyond.find("beyond the run's world size"), std::string::npos) << beyond;
+  EXPECT_NE(beyond.find(t0 + " is rank 0 of 4 processes (ranks 0..3)"), std::string::npos) << beyond;
+  EXPECT_NE(vm.select_rank(-1).find("beyond the run's world size"), std::string::npos);
+  EXPECT_EQ(ov->rank, 1);
+  EXPECT_EQ(ov->trace.metadata.device, "rank 1");
+
+  // New inputs: every rank judged again against them (a different context: no run of these).
+  Inputs other = in;
+  other.config.context_tokens = 8 * kK;
+  ASSERT_TRUE(vm.set_inputs(other));
+  ASSERT_TRUE(vm.wait_timeline(60));
+  for (int k : {0, 1}) {
+    EXPECT_FALSE(ov->ranks[static_cast<size_t>(k)].validation.has_value()) << k;
+    EXPECT_NE(ov->ranks[static_cast<size_t>(k)].error.find("context_tokens"), std::string::npos)
+        << ov->ranks[static_cast<size_t>(k)].error;
+  }
+  EXPECT_EQ(ov->binding_rank, 1);  // the measured steps did not change
+
+  // Another rank's trace alone names no set; a one-process trace has rank 0 only; nothing loaded.
+  ASSERT_EQ(vm.load_trace(planner::rank_trace_path(t0, 1)), "");
+  EXPECT_TRUE(vm.overlay()->ranks.empty());
+  EXPECT_EQ(vm.overlay()->world, 4);
+  EXPECT_EQ(vm.overlay()->rank, 1);
+  EXPECT_NE(vm.select_rank(0).find("load rank 0's"), std::string::npos);
+  traces::Trace single = rank_trace(0, 1.0, "tiny");
+  single.metadata.extra["measured"].erase("tensor_parallel");
+  traces::write_trace(single, (dir / "one.json").string());
+  ASSERT_EQ(vm.load_trace((dir / "one.json").string()), "");
+  EXPECT_EQ(vm.overlay()->world, 1);
+  EXPECT_EQ(vm.select_rank(0), "");
+  EXPECT_NE(vm.select_rank(1).find("one-process run"), std::string::npos);
+  vm.clear_overlay();
+  EXPECT_NE(vm.select_rank(0).find("no measured trace"), std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
+// A real two-rank run (mpirun -np 2 oomb run of a tensor-parallel plan): the overlay finds rank
+// 1's trace and judges both ranks as `oomb validate --json` does (verdict, step, peak,
+// collectives, the binding rank); picking rank 1 overlays t.rank1.json with its own terms.
+// Skipped without mpirun or an MPI build of oomb.
+TEST(ViewModel, OverlayOfATwoRankRunJudgesEveryRankAsOombValidate) {
+  const std::string oomb = std::string(OOMB_BINARY_DIR) + "/oomb";
+  auto capture = [](const std::string& cmd, int* rc = nullptr) {
+    std::string out;
+    FILE* p = popen((cmd + " 2>/dev/null").c_str(), "r");
+    if (!p) return out;
+    char buf[4096];
+    size_t n = 0;
+    while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+    const int status = pclose(p);
+    if (rc) *rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    return out;
+  };
+  if (!std::filesystem::exists(oomb)) GTEST_SKIP() << "oomb executable not built";
+  int rc = -1;
+  capture("command -v mpirun", &rc);
+  if (rc != 0) GTEST_SKIP() << "no mpirun (apt install openmpi-bin)";
+  if (capture(oomb + " --version").find("mpi=yes") == std::string::npos) GTEST_SKIP() << "oomb built without MPI";
+  const auto dir = std::filesystem::temp_directory_path() / "oomb_gui_two_ranks_test";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string plan = (dir / "p.json").string(), t0 = (dir / "t.json").string();
+  capture(oomb + " plan --model tiny --gpu h200 --context 4K --chunk 1K --page 64 --resident-layers 1 --gpus 2 --out " +
+              plan,
+          &rc);
+  ASSERT_EQ(rc, 0);
+  capture("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe -np 2 " + oomb +
+              " run --plan " + plan + " --backend cpu --trace " + t0 + " --warmup 0 --steps 1 --quiet",
+          &rc);
+  ASSERT_EQ(rc, 0);
+  const Json j = Json::parse(capture(oomb + " validate --plan " + plan + " --trace " + t0 + " --json"));
+  ASSERT_EQ(j.at("ranks").size(), 2u) << j.dump();
+  const planner::Plan p = planner::load_plan(plan);
+  Inputs in;
+  in.model = "tiny";
+  in.gpu = "h200";
+  in.config = p.config;
+  ViewModel vm(in);
+  ASSERT_TRUE(vm.results().ok) << vm.results().error;
+  ASSERT_EQ(vm.load_trace(t0), "");
+  const Overlay* ov = vm.overlay();
+  ASSERT_EQ(ov->ranks.size(), 2u);
+  int binds = 0;
+  for (int k = 0; k < 2; ++k) {
+    SCOPED_TRACE(k);
+    const planner::RankVerdict& r = ov->ranks[static_cast<size_t>(k)];
+    const Json& jr = j.at("ranks")[static_cast<size_t>(k)];
+    EXPECT_EQ(r.trace, jr.at("trace").get<std::string>());
+    EXPECT_TRUE(r.found);
+    EXPECT_EQ(r.ok(), jr.at("ok").get<bool>());
+    EXPECT_TRUE(r.ok()) << r.error;  // both ranks are the plan's, exactly
+    EXPECT_DOUBLE_EQ(*r.step_s, jr.at("step_s").get<double>());
+    EXPECT_EQ(*r.peak_device_bytes, jr.at("peak_device_bytes").get<int64_t>());
+    EXPECT_EQ(r.binds, jr.at("binds").get<bool>());
+    binds += r.binds;
+    ASSERT_EQ(r.collectives.size(), jr.at("collectives").size());
+    for (const auto& f : r.collectives) EXPECT_DOUBLE_EQ(f.value, jr.at("collectives").at(f.name).get<double>()) << f.name;
+    EXPECT_GT(*r.collective_s(), 0);
+  }
+  EXPECT_EQ(binds, 1);
+  ASSERT_EQ(vm.select_rank(1), "");
+  const traces::Trace t1 = traces::read_trace(planner::rank_trace_path(t0, 1));
+  EXPECT_EQ(ov->trace.events.size(), t1.events.size());
+  EXPECT_EQ(ov->trace.metadata.extra, t1.metadata.extra);
+  // Rank 1's terms are `oomb validate` of its own file.
+  const Json j1 = Json::parse(capture(oomb + " validate --plan " + plan + " --trace " + planner::rank_trace_path(t0, 1) +
+                                      " --json"));
+  ASSERT_TRUE(ov->validation.has_value()) << ov->validation_error;
+  ASSERT_EQ(ov->validation->terms.size(), j1.at("terms").size());
+  for (size_t i = 0; i < ov->validation->terms.size(); ++i) {
+    const planner::ValidationTerm& t = ov->validation->terms[i];
+    EXPECT_EQ(t.name, j1.at("terms")[i].at("name").get<std::string>());
+    if (t.measured) {
+      EXPECT_DOUBLE_EQ(*t.measured, j1.at("terms")[i].at("measured").get<double>()) << t.name;
+    }
+  }
+  EXPECT_NE(vm.select_rank(2).find("beyond the run's world size"), std::string::npos);
   std::filesystem::remove_all(dir);
 }
 

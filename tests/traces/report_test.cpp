@@ -134,6 +134,73 @@ TEST(Report, SelfContained) {
   EXPECT_EQ(h.find("url("), std::string::npos);
 }
 
+// A multi-rank run: a ranks table (file, found, verdict, step, peak, every collective any rank
+// recorded, which rank binds) and every rank's terms side by side; a missing rank shows as missing.
+TEST(Report, RanksOfAMultiRankRun) {
+  const Trace p = three_chunks(1.0, 0, "simulator");
+  const Trace m = three_chunks(1.1, 1000, "cpu");
+  ReportInput in = input(p, &m);
+  {
+    const std::string h = html_report(in);  // one process: no rank sections
+    EXPECT_EQ(h.find("Ranks ("), std::string::npos);
+    EXPECT_EQ(h.find("Terms by rank"), std::string::npos);
+    EXPECT_NE(h.find("<h2>Terms</h2>"), std::string::npos);
+  }
+  ReportTerm peak0{"peak_device_bytes", 1 << 20, double(1 << 20), 0, 0.01, true, "bytes", ""};
+  ReportTerm calls{"tp_allreduces", 64, 64.0, 0, 0, true, "", ""};
+  ReportTerm peak1 = peak0;
+  peak1.measured = double(3 << 19);  // rank 1 held 1.5 MiB: beyond tolerance
+  peak1.error = 0.5;
+  peak1.ok = false;
+  ReportRank r0{0, "runs/t.json", true, true, "", 1.25, int64_t{1} << 20,
+                {{"tp_allreduces", 64, ""}, {"tp_allreduce_bytes", 7962624, "bytes"}, {"tp_allreduce_s", 0.5, "s"}},
+                false, {peak0, calls}};
+  ReportRank r1{1, "runs/t.rank1.json", true, false, "", 1.75, int64_t{3} << 19,
+                {{"tp_allreduces", 64, ""}, {"tp_allreduce_bytes", 7962624, "bytes"}, {"tp_allreduce_s", 0.25, "s"},
+                 {"tp_allreduce_wait_s", 0.125, "s"}},
+                true, {peak1, calls}};
+  ReportRank r2{2, "runs/t.rank2.json", false, std::nullopt, "missing: runs/t.rank2.json <not written>", {}, {}, {},
+                false, {}};
+  in.ranks = {r0, r1, r2};
+  const std::string h = html_report(in);
+  EXPECT_NE(h.find("<h2>Ranks (3 processes)</h2>"), std::string::npos);
+  EXPECT_NE(h.find("1 of 3 ranks within tolerance; 1 trace missing; the step binds on rank 1 (the slowest of the "
+                   "ranks found, 1.75 s)"),
+            std::string::npos);
+  // The columns: every collective any rank recorded, in first-seen order (rank 1's extra figure last).
+  EXPECT_NE(h.find("<th class=\"num\">tp_allreduces</th><th class=\"num\">tp_allreduce_bytes</th><th "
+                   "class=\"num\">tp_allreduce_s</th><th class=\"num\">tp_allreduce_wait_s</th><th>binds</th>"),
+            std::string::npos);
+  EXPECT_NE(h.find("<tr><td class=\"num\">0</td><td class=\"name\">runs/t.json</td><td>yes</td><td><span "
+                   "class=\"ok\">✓</span></td><td class=\"num\">1.25 s</td><td class=\"num\">1.00 MiB</td><td "
+                   "class=\"num\">64</td><td class=\"num\">7.59 MiB</td><td class=\"num\">500.00 ms</td><td "
+                   "class=\"num\">—</td><td></td></tr>"),
+            std::string::npos);
+  EXPECT_NE(h.find("<td class=\"num\">125.00 ms</td><td><span class=\"binds\">binds</span></td></tr>"),
+            std::string::npos);
+  EXPECT_EQ(count(h, "class=\"binds\""), 1u);
+  // The missing rank: said, shaded, with its note escaped; no figures.
+  EXPECT_NE(h.find("<tr class=\"fail\"><td class=\"num\">2</td><td class=\"name\">runs/t.rank2.json</td><td><span "
+                   "class=\"bad\">MISSING</span></td><td>—</td>"),
+            std::string::npos);
+  EXPECT_NE(h.find("missing: runs/t.rank2.json &lt;not written&gt;"), std::string::npos);
+  // Every rank's terms: rank 0's table stays, and the side-by-side one marks what differs and fails.
+  EXPECT_NE(h.find("<h2>Terms (rank 0)</h2>"), std::string::npos);
+  EXPECT_NE(h.find("<h2>Terms by rank</h2>"), std::string::npos);
+  EXPECT_NE(h.find("<th class=\"num\">rank 1 (binds)</th><th class=\"num\">rank 2 (missing)</th>"), std::string::npos);
+  const size_t by_rank = h.find("<h2>Terms by rank</h2>");
+  const std::string table = h.substr(h.find("<tbody>", by_rank));
+  EXPECT_NE(table.find("<tr class=\"fail\"><td class=\"name\">peak_device_bytes</td><td class=\"num\">1.00 "
+                       "MiB</td><td class=\"num\">1.00 MiB <span class=\"muted\">+0.0%</span> <span "
+                       "class=\"ok\">✓</span></td><td class=\"num failcell\">1.50 MiB <span "
+                       "class=\"muted\">+50.0%</span> <span class=\"bad\">✗</span></td><td class=\"num "
+                       "muted\">—</td><td><b>differs</b></td></tr>"),
+            std::string::npos);
+  EXPECT_NE(table.find("<tr><td class=\"name\">tp_allreduces</td>"), std::string::npos);  // the same on both: not marked
+  EXPECT_EQ(count(table, "<b>differs</b>"), 1u);
+  EXPECT_EQ(h.find("<script"), std::string::npos);
+}
+
 TEST(Report, ExplicitWindowDrawsOverlappingEventsOnly) {
   const Trace p = three_chunks(1.0, 0, "simulator");
   const Trace m = three_chunks(1.1, 1000, "cpu");

@@ -1,0 +1,76 @@
+#include "planner/ranks.h"
+
+#include <filesystem>
+
+namespace oomb::planner {
+
+std::string rank_trace_path(const std::string& rank0_trace, int rank) {
+  if (rank == 0 || rank0_trace.empty()) return rank0_trace;
+  const std::filesystem::path p(rank0_trace);
+  return (p.parent_path() / (p.stem().string() + ".rank" + std::to_string(rank) + p.extension().string())).string();
+}
+
+step::RunRank rank_of(const traces::Trace& t) { return step::run_rank(t.metadata.extra); }
+
+std::vector<RankTrace> read_other_rank_traces(const std::string& rank0_path, const traces::Trace& rank0) {
+  const step::RunRank r = rank_of(rank0);
+  std::vector<RankTrace> out;
+  if (r.world <= 1 || r.rank != 0) return out;
+  for (int k = 1; k < r.world; ++k) {
+    RankTrace t;
+    t.rank = k;
+    t.path = rank_trace_path(rank0_path, k);
+    if (std::filesystem::exists(t.path)) t.trace = traces::read_trace(t.path);
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+RankVerdict judge_rank(const ValidationRequest& request, int rank, const std::string& path, const traces::Trace* trace,
+                       const Validation* given) {
+  RankVerdict v;
+  v.rank = rank;
+  v.trace = path;
+  if (!trace) {
+    v.error = "missing: " + path + " (each process of `mpirun -np N oomb run --trace` writes one)";
+    return v;
+  }
+  v.found = true;
+  if (given) {
+    v.validation = *given;
+  } else {
+    ValidationRequest r = request;
+    r.trace = trace;
+    r.trace_where = path;
+    v.validation = validate_run(r);
+  }
+  v.validation->prediction = {};
+  const step::RunRecord run = step::run_record_from_json(trace->metadata.extra, path);
+  v.step_s = run.step_s;
+  v.peak_device_bytes = run.peak_device_bytes;
+  v.collectives = step::run_collectives(trace->metadata.extra);
+  return v;
+}
+
+std::vector<RankVerdict> judge_ranks(const ValidationRequest& rank0_request, const Validation* rank0_validation,
+                                     const std::vector<RankTrace>& others) {
+  std::vector<RankVerdict> out;
+  out.push_back(judge_rank(rank0_request, 0, rank0_request.trace_where, rank0_request.trace, rank0_validation));
+  for (const RankTrace& t : others)
+    out.push_back(judge_rank(rank0_request, t.rank, t.path, t.trace ? &*t.trace : nullptr));
+  mark_binding_rank(out);
+  return out;
+}
+
+int mark_binding_rank(std::vector<RankVerdict>& ranks) {
+  RankVerdict* slowest = nullptr;
+  for (RankVerdict& r : ranks) {
+    r.binds = false;
+    if (r.step_s && (!slowest || *r.step_s > *slowest->step_s)) slowest = &r;
+  }
+  if (!slowest) return -1;
+  slowest->binds = true;
+  return slowest->rank;
+}
+
+}  // namespace oomb::planner
