@@ -673,14 +673,14 @@ void CpuBackend::scale(Tensor x, int64_t n, float s) {
   for (int64_t i = 0; i < n; ++i) d[i] *= s;
 }
 void CpuBackend::adamw(Tensor param, float* master, ConstTensor grad, float* m, float* v, const uint8_t* mask,
-                       int64_t n, float lr, float b1, float b2, float eps, float wd, int64_t step) {
+                       int64_t n, float lr, float b1, float b2, float eps, float wd, int64_t step, float grad_scale) {
   In g(grad, n);
   if (!master) {
     Out p(param, n, true);
-    cpu::adamw(p, g, m, v, mask, n, lr, b1, b2, eps, wd, step);
+    cpu::adamw(p, g, m, v, mask, n, lr, b1, b2, eps, wd, step, grad_scale);
     return;
   }
-  cpu::adamw(master, g, m, v, mask, n, lr, b1, b2, eps, wd, step);
+  cpu::adamw(master, g, m, v, mask, n, lr, b1, b2, eps, wd, step, grad_scale);
   copy(param, master, n);  // the working weights refreshed from the fp32 master, rounded once
 }
 

@@ -125,7 +125,8 @@ class CpuBackend final : public Backend {
                                 const float* max_sum, float scale, Tensor grad) override;
   void scale(Tensor x, int64_t n, float s) override;
   void adamw(Tensor param, float* master, ConstTensor grad, float* m, float* v, const uint8_t* decay_mask, int64_t n,
-             float lr, float beta1, float beta2, float eps, float weight_decay, int64_t step) override;
+             float lr, float beta1, float beta2, float eps, float weight_decay, int64_t step,
+             float grad_scale) override;
 
  private:
   struct Job {

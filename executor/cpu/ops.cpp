@@ -1,5 +1,7 @@
 #include "executor/cpu/ops.h"
 
+#include "executor/runtime/adamw.h"
+
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -286,16 +288,20 @@ std::vector<std::vector<int32_t>> select_pages(const SelectionArgs& a) {
 }
 
 void adamw(float* param, const float* grad, float* m, float* v, const uint8_t* decay_mask, int64_t n, float lr,
-           float beta1, float beta2, float eps, float weight_decay, int64_t step) {
-  const double bc1 = 1.0 - std::pow(static_cast<double>(beta1), static_cast<double>(step));
-  const double bc2 = 1.0 - std::pow(static_cast<double>(beta2), static_cast<double>(step));
+           float beta1, float beta2, float eps, float weight_decay, int64_t step, float grad_scale) {
+  const AdamWConstants k = adamw_constants(lr, beta1, beta2, weight_decay, step);
+  const float one_b1 = 1.0f - beta1, one_b2 = 1.0f - beta2;
+  // fp32 throughout and branch-free, so the loop vectorizes (the division and square root too).
   parallel_pieces(n, kElemGrain, n, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {
-      if (decay_mask[i]) param[i] -= lr * weight_decay * param[i];
-      m[i] = beta1 * m[i] + (1 - beta1) * grad[i];
-      v[i] = beta2 * v[i] + (1 - beta2) * grad[i] * grad[i];
-      const double mhat = m[i] / bc1, vhat = v[i] / bc2;
-      param[i] -= static_cast<float>(lr * mhat / (std::sqrt(vhat) + eps));
+      const float g = grad[i] * grad_scale;
+      const float p = decay_mask[i] ? param[i] * k.decay : param[i];
+      const float mi = beta1 * m[i] + one_b1 * g;
+      const float vi = beta2 * v[i] + one_b2 * g * g;
+      m[i] = mi;
+      v[i] = vi;
+      const float denom = std::sqrt(vi) / k.bc2_sqrt + eps;
+      param[i] = p - k.step_size * (mi / denom);
     }
   });
 }

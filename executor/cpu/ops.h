@@ -62,7 +62,9 @@ void masked_attention_bwd(const MaskedAttention& a, const float* q, const float*
 void page_summaries(const float* k, int64_t rows, int64_t kv_dim, int64_t page_tokens, float* out);
 std::vector<std::vector<int32_t>> select_pages(const SelectionArgs& a);
 
+// AdamW as PyTorch's torch.optim.AdamW computes it in fp32 (executor/runtime/adamw.h), of
+// g = grad x grad_scale.
 void adamw(float* param, const float* grad, float* m, float* v, const uint8_t* decay_mask, int64_t n, float lr,
-           float beta1, float beta2, float eps, float weight_decay, int64_t step);
+           float beta1, float beta2, float eps, float weight_decay, int64_t step, float grad_scale = 1.0f);
 
 }  // namespace oomb::executor::cpu

@@ -1318,8 +1318,10 @@ std::vector<double> CudaBackend::take_losses(int64_t n) {
 int64_t CudaBackend::host_syncs() const { return impl_->host_syncs.load(); }
 
 void CudaBackend::adamw(Tensor param, float* master, ConstTensor grad, float* m_, float* v, const uint8_t* decay_mask,
-                        int64_t n, float lr, float beta1, float beta2, float eps, float weight_decay, int64_t step) {
-  launch_adamw(param, master, grad, m_, v, decay_mask, n, lr, beta1, beta2, eps, weight_decay, step, impl_->compute);
+                        int64_t n, float lr, float beta1, float beta2, float eps, float weight_decay, int64_t step,
+                        float grad_scale) {
+  launch_adamw(param, master, grad, m_, v, decay_mask, n, lr, beta1, beta2, eps, weight_decay, step, grad_scale,
+               impl_->compute);
 }
 
 int64_t CudaBackend::gemm_workspace_bytes() const { return kGemmWorkspaceBytes; }

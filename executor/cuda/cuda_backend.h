@@ -185,7 +185,8 @@ class CudaBackend final : public Backend {
   int64_t host_syncs() const override;
   void scale(Tensor x, int64_t n, float s) override;
   void adamw(Tensor param, float* master, ConstTensor grad, float* m, float* v, const uint8_t* decay_mask, int64_t n,
-             float lr, float beta1, float beta2, float eps, float weight_decay, int64_t step) override;
+             float lr, float beta1, float beta2, float eps, float weight_decay, int64_t step,
+             float grad_scale) override;
 
   // ---- beyond the Backend interface
   void synchronize();                      // all three streams

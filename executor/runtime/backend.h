@@ -302,11 +302,14 @@ class Backend {
   // host. The Engine reports them per step (Measured::host_syncs).
   virtual int64_t host_syncs() const { return 0; }
   virtual void scale(Tensor x, int64_t n, float s) = 0;
-  // AdamW (PyTorch semantics, bias-corrected, decoupled weight decay applied where decay_mask != 0).
-  // master == null: `param` is updated in place (fp32). Otherwise the fp32 master weights are
-  // updated and `param` (the working weights, e.g. bf16) is refreshed from them, rounded once.
+  // AdamW (PyTorch's torch.optim.AdamW in fp32: bias-corrected, decoupled weight decay applied where
+  // decay_mask != 0) of grad x grad_scale (the mean over accumulated steps and replicas, taken as the
+  // gradient is read: no pass of its own). master == null: `param` is updated in place (fp32).
+  // Otherwise the fp32 master weights are updated and `param` (the working weights, e.g. bf16) is
+  // refreshed from them, rounded once.
   virtual void adamw(Tensor param, float* master, ConstTensor grad, float* m, float* v, const uint8_t* decay_mask,
-                     int64_t n, float lr, float beta1, float beta2, float eps, float weight_decay, int64_t step) = 0;
+                     int64_t n, float lr, float beta1, float beta2, float eps, float weight_decay, int64_t step,
+                     float grad_scale) = 0;
 
  private:
   std::vector<double> loss_slots_;  // the default cross_entropy_acc's

@@ -1206,10 +1206,10 @@ void Engine::optimizer_step() {
   const Tensor weights = host ? host_weights_.t() : trained.t();
   const int64_t contributions = accumulated_ * world;
   timed("adamw", "optimizer_step", 2, -1, 12.0 * static_cast<double>(n), [&] {
-    if (contributions > 1) backend_.scale(grads, n, 1.0f / static_cast<float>(contributions));
+    // The mean over the accumulated steps and the replicas, taken as the update reads the gradient.
     backend_.adamw(weights, master_.f32(), grads, adam_m_.f32(), adam_v_.f32(),
                    static_cast<const uint8_t*>(decay_mask_.data()), n, o.lr, o.beta1, o.beta2, o.eps, o.weight_decay,
-                   ++adam_steps_);
+                   ++adam_steps_, 1.0f / static_cast<float>(std::max<int64_t>(1, contributions)));
   });
   if (host) copy(CopyDir::h2d, trained.data(), host_weights_.data(), trained.bytes());
   {

@@ -338,9 +338,9 @@ TEST_F(CudaBf16Storage, AdamWUpdatesTheFp32MasterAndRefreshesBf16WeightsOnce) {
     DeviceVec<uint16_t> d_param(*gpu, param);
     for (int64_t step = 1; step <= 3; ++step) {
       cpu.adamw(host_out(param), master.data(), host_in(g), mc.data(), vc.data(), mask.data(), n, 1e-3f, 0.9f, 0.95f,
-                1e-8f, 0.1f, step);
+                1e-8f, 0.1f, step, 1.0f);
       gpu->adamw(dev_out(d_param), d_master.get(), dev_in(d_g), d_m.get(), d_v.get(), d_mask.get(), n, 1e-3f, 0.9f,
-                 0.95f, 1e-8f, 0.1f, step);
+                 0.95f, 1e-8f, 0.1f, step, 1.0f);
     }
     const auto got_master = d_master.read();
     EXPECT_LE(max_abs_diff(got_master, master), kMasterAbsTol);
@@ -355,11 +355,11 @@ TEST_F(CudaBf16Storage, AdamWUpdatesTheFp32MasterAndRefreshesBf16WeightsOnce) {
     DeviceVec<uint16_t> d_param(*gpu, param);
     DeviceVec<float> f_g(*gpu, decode(g));
     cpu.adamw(host_out(param), nullptr, host_in(g), mc.data(), vc.data(), mask.data(), n, 1e-3f, 0.9f, 0.95f, 1e-8f,
-              0.1f, 1);
+              0.1f, 1, 1.0f);
     gpu->adamw(dev_out(d_param), nullptr, dev_in(d_g), d_m.get(), d_v.get(), d_mask.get(), n, 1e-3f, 0.9f, 0.95f,
-               1e-8f, 0.1f, 1);
+               1e-8f, 0.1f, 1, 1.0f);
     gpu->adamw(f_param.get(), nullptr, f_g.get(), f_m.get(), f_v.get(), d_mask.get(), n, 1e-3f, 0.9f, 0.95f, 1e-8f,
-               0.1f, 1);
+               0.1f, 1, 1.0f);
     EXPECT_EQ(differing(d_param.read(), bits_of(f_param.read())), 0u);
     EXPECT_LE(max_ulps(d_param.read(), param), kOneUlp);
   }

@@ -253,8 +253,8 @@ class FakeCupti final : public Backend, public OpTagger {
     kernel("scale_kernel", [&] { b_.scale(x, n, s); });
   }
   void adamw(Tensor param, float* master, ConstTensor grad, float* m, float* v, const uint8_t* mask, int64_t n,
-             float lr, float b1, float b2, float eps, float wd, int64_t step) override {
-    kernel("adamw", [&] { b_.adamw(param, master, grad, m, v, mask, n, lr, b1, b2, eps, wd, step); });
+             float lr, float b1, float b2, float eps, float wd, int64_t step, float grad_scale) override {
+    kernel("adamw", [&] { b_.adamw(param, master, grad, m, v, mask, n, lr, b1, b2, eps, wd, step, grad_scale); });
   }
 
  private:

@@ -404,6 +404,16 @@ TEST(Ops, AdamWMatchesPyTorchFormula) {
   // Step 1: m_hat = g, v_hat = g^2, update = lr * sign(g) (up to eps); decay only on element 0.
   EXPECT_NEAR(p[0], 1.0f * (1 - lr * wd) - lr, 1e-6);
   EXPECT_NEAR(p[1], -2.0f - lr, 1e-6);
+  // Step 2 with the gradient scaled (the mean over 4 contributions), against the formula in double.
+  const float scale = 0.25f;
+  const double m0 = 0.1 * 0.5, v0 = 0.01 * 0.25, g1 = 0.5 * scale;
+  const double m1 = 0.9 * m0 + 0.1 * g1, v1 = 0.99 * v0 + 0.01 * g1 * g1;
+  const double expect = (static_cast<double>(p[0]) * (1 - 0.1 * 0.01)) -
+                        0.1 / (1 - 0.9 * 0.9) * m1 / (std::sqrt(v1) / std::sqrt(1 - 0.99 * 0.99) + 1e-8);
+  cpu::adamw(p.data(), g.data(), m.data(), v.data(), decay.data(), 2, lr, b1, b2, eps, wd, 2, scale);
+  EXPECT_NEAR(p[0], expect, 1e-6);
+  EXPECT_NEAR(m[0], m1, 1e-7);
+  EXPECT_NEAR(v[0], v1, 1e-8);
 }
 
 }  // namespace
