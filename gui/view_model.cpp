@@ -104,7 +104,7 @@ bool Inputs::operator==(const Inputs& o) const {
   return model == o.model && gpu == o.gpu && host == o.host && config.to_json() == o.config.to_json();
 }
 
-EventKey event_key(const traces::Event& e) { return {e.stage, e.chunk, e.layer, e.op}; }
+EventKey event_key(const traces::Event& e) { return {static_cast<int>(e.kind), e.stage, e.chunk, e.layer, e.op}; }
 
 ViewModel::ViewModel() : ViewModel(Inputs{}) {}
 
@@ -323,12 +323,14 @@ void ViewModel::refilter() {
     t.stage_t0_ns[st] = INT64_MAX;
     t.stage_t1_ns[st] = 0;
   }
+  t.has_comm = false;
   for (size_t i = 0; i < t.trace.events.size(); ++i) {
     const auto& e = t.trace.events[i];
     if (e.kind != traces::EventKind::compute && e.kind != traces::EventKind::copy_h2d &&
-        e.kind != traces::EventKind::copy_d2h)
+        e.kind != traces::EventKind::copy_d2h && e.kind != traces::EventKind::collective)
       continue;
     if (e.stage < 1 || e.stage > 2 || e.chunk < first || e.chunk > last) continue;
+    if (e.kind == traces::EventKind::collective) t.has_comm = true;
     const int st = e.stage - 1;
     t.stage_events[st].push_back(i);
     t.stage_t0_ns[st] = std::min(t.stage_t0_ns[st], e.start_ns);

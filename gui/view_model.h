@@ -94,7 +94,7 @@ struct TimelineRequest {
 };
 
 // Key that aligns a predicted and a measured event (DESIGN.md section 2).
-using EventKey = std::tuple<int, int64_t, int64_t, std::string>;  // stage, chunk, layer, op
+using EventKey = std::tuple<int, int, int64_t, int64_t, std::string>;  // kind, stage, chunk, layer, op
 EventKey event_key(const traces::Event& e);
 
 struct PoolSeries {  // pool occupancy over the step, bucketed to at most kBuckets (max per bucket)
@@ -121,6 +121,8 @@ struct Timeline {
   // trace.events, and their time span.
   std::vector<size_t> stage_events[2];
   int64_t stage_t0_ns[2] = {0, 0}, stage_t1_ns[2] = {0, 0};
+  // Collectives (tensor or data parallelism) in the range: the timeline draws a fourth lane, comm.
+  bool has_comm = false;
   PoolSeries pool;
 };
 

@@ -160,7 +160,11 @@ Json GpuSpec::to_json() const {
   if (!sources.empty()) j["sources"] = sources;
   if (!allreduce_curve.empty()) {
     Json points = Json::array();
-    for (const auto& p : allreduce_curve) points.push_back({{"bytes", p.bytes}, {"seconds", p.seconds}});
+    for (const auto& p : allreduce_curve) {
+      Json q = {{"bytes", p.bytes}, {"seconds", p.seconds}};
+      if (p.bf16_seconds > 0) q["bf16_seconds"] = p.bf16_seconds;
+      points.push_back(q);
+    }
     j["allreduce_curve"] = {{"ranks", allreduce_curve_ranks}, {"points", points}};
   }
   if (!calibrated_from.empty()) j["calibrated_from"] = calibrated_from;
@@ -230,9 +234,12 @@ GpuSpec gpu_from_json(const Json& j, const std::string& where) {
     int64_t i = 0;
     for (const auto& p : c.array("points")) {
       JsonReader q(p, where + ": allreduce_curve.points[" + std::to_string(i++) + "]");
-      GpuSpec::AllReducePoint point{q.i64_in("bytes", 1, kMaxMemoryBytes), q.f64_in("seconds", 1e-9, 3600.0)};
+      GpuSpec::AllReducePoint point{q.i64_in("bytes", 1, kMaxMemoryBytes), q.f64_in("seconds", 1e-9, 3600.0),
+                                    q.has("bf16_seconds") ? q.f64_in("bf16_seconds", 1e-9, 3600.0) : 0.0};
       if (!g.allreduce_curve.empty() && point.bytes <= g.allreduce_curve.back().bytes)
         q.fail("bytes", "is not above the previous point's", "points in ascending order of bytes");
+      if (!g.allreduce_curve.empty() && (point.bf16_seconds > 0) != (g.allreduce_curve.back().bf16_seconds > 0))
+        q.fail("bf16_seconds", "is given for some points and not others", "every point or none");
       g.allreduce_curve.push_back(point);
     }
     if (g.allreduce_curve.empty()) c.fail("points", "is empty", "at least one measured all-reduce");

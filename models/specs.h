@@ -85,14 +85,17 @@ struct GpuSpec {
   // hand-off. 0 when absent (older profiles: bytes only).
   double collective_latency_s = 0;
   double collective_step_latency_s = 0;
-  // Measured all-reduces (oomb calibrate under mpirun): the time of one all-reduce of `bytes` fp32
-  // bytes per rank over `allreduce_curve_ranks` ranks on one node, ascending in bytes. Where it
-  // applies (that rank count, one node) the simulator prices a call by interpolating it: a CPU's
-  // all-reduce is far from one latency + one rate (a message in cache moves ten times faster than
-  // one in DRAM). Empty for datasheet profiles.
+  // Measured all-reduces (oomb calibrate under mpirun): the time of one all-reduce of `bytes` bytes
+  // per rank over `allreduce_curve_ranks` ranks on one node, ascending in bytes, of fp32 data
+  // (seconds) and of bf16 data as a run sums it (bf16_seconds: through the communicator's fp32
+  // staging where it stages; 0 = not measured). Where it applies (that rank count, one node) the
+  // simulator prices a call by interpolating it: a CPU's all-reduce is far from one latency + one
+  // rate (a message in cache moves several times faster than one in DRAM). Empty for datasheet
+  // profiles.
   struct AllReducePoint {
     int64_t bytes = 0;
     double seconds = 0;
+    double bf16_seconds = 0;
   };
   std::vector<AllReducePoint> allreduce_curve;
   int64_t allreduce_curve_ranks = 0;

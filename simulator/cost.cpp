@@ -51,6 +51,7 @@ struct LayerWork {
   // counts them; allreduce_s prices them), and the part of them stored in bf16.
   double allreduce_bytes = 0;
   double allreduce_bf16_bytes = 0;
+  double allreduce_bf16_calls = 0;  // the share of the pass's calls that carry the bf16 part
 };
 
 double peak(const Scenario& s) { return s.gpu.bf16_flops_per_s; }
@@ -71,20 +72,21 @@ double allreduce_link_bytes_per_s(const Scenario& s, int64_t nodes) {
 }
 
 namespace {
-// The profile's measured all-reduce of `bytes` per rank: log-log between the points, the smallest's
-// time below them, the largest's rate beyond.
-double curve_s(const std::vector<models::GpuSpec::AllReducePoint>& curve, double bytes) {
+// The profile's measured all-reduce of `bytes` per rank (fp32, or bf16 as a run sums it): log-log
+// between the points, the smallest's time below them, the largest's rate beyond.
+double curve_s(const std::vector<models::GpuSpec::AllReducePoint>& curve, double bytes, bool bf16) {
+  auto t = [bf16](const models::GpuSpec::AllReducePoint& p) { return bf16 ? p.bf16_seconds : p.seconds; };
   const auto& lo = curve.front();
-  if (bytes <= static_cast<double>(lo.bytes)) return lo.seconds;
+  if (bytes <= static_cast<double>(lo.bytes)) return t(lo);
   for (size_t i = 1; i < curve.size(); ++i) {
     const auto& a = curve[i - 1];
     const auto& b = curve[i];
     if (bytes > static_cast<double>(b.bytes)) continue;
     const double x = std::log(bytes / static_cast<double>(a.bytes)) /
                      std::log(static_cast<double>(b.bytes) / static_cast<double>(a.bytes));
-    return a.seconds * std::pow(b.seconds / a.seconds, x);
+    return t(a) * std::pow(t(b) / t(a), x);
   }
-  return curve.back().seconds * bytes / static_cast<double>(curve.back().bytes);
+  return t(curve.back()) * bytes / static_cast<double>(curve.back().bytes);
 }
 }  // namespace
 
@@ -97,8 +99,20 @@ double allreduce_s(const Scenario& s, const Collective& c, int64_t ranks, int64_
   const double wire = c.bytes + (staged ? c.bf16_bytes : 0.0);
   const double convert_s =
       staged ? 6.0 * c.bf16_bytes / (s.gpu.hbm_bytes_per_s * s.gpu.efficiency.memory_bound) : 0.0;
-  if (!s.gpu.allreduce_curve.empty() && s.gpu.allreduce_curve_ranks == ranks && nodes <= 1)
-    return c.calls * curve_s(s.gpu.allreduce_curve, wire / c.calls) + convert_s;
+  const auto& curve = s.gpu.allreduce_curve;
+  if (!curve.empty() && s.gpu.allreduce_curve_ranks == ranks && nodes <= 1) {
+    // Each kind of call at its own size: bf16 on the bf16 curve (measured through the run's
+    // staging: conversions included), the rest on the fp32 one.
+    const double bf16_calls = c.bf16_bytes > 0 ? std::clamp(c.bf16_calls, 1e-9, c.calls) : 0.0;
+    const double other_calls = c.calls - bf16_calls, other_bytes = c.bytes - c.bf16_bytes;
+    double t = other_calls > 1e-9 ? other_calls * curve_s(curve, other_bytes / other_calls, false) : 0.0;
+    if (bf16_calls > 0) {
+      t += curve.front().bf16_seconds > 0 ? bf16_calls * curve_s(curve, c.bf16_bytes / bf16_calls, true)
+                                          : bf16_calls * curve_s(curve, 2.0 * c.bf16_bytes / bf16_calls, false) +
+                                                (staged ? convert_s : 0.0);
+    }
+    return t;
+  }
   return c.calls * allreduce_latency_s(s, ranks, nodes) + 2.0 * (n - 1) / n * wire / allreduce_link_bytes_per_s(s, nodes) +
          convert_s;
 }
@@ -107,7 +121,7 @@ namespace {
 
 // The pass's all-reduces: Mult::allreduces of the layer work's per-call bytes.
 Collective pass_collective(const LayerWork& w, double calls) {
-  return {calls, w.allreduce_bytes * calls, w.allreduce_bf16_bytes * calls};
+  return {calls, w.allreduce_bytes * calls, w.allreduce_bf16_bytes * calls, w.allreduce_bf16_calls * calls};
 }
 
 // How many times a pass runs a layer's work of each class: GEMMs, attention forward (incl. a
@@ -171,7 +185,7 @@ LayerWork layer_work(const Geometry& g, int64_t tokens, int64_t prefix_keys, boo
   if (qk_norm) w.mb_bytes += T * static_cast<double>(2 * (g.qd + g.kvd) * g.act_b);
   if (g.G > 1) {
     w.allreduce_bytes = T * static_cast<double>(g.h * g.act_b);
-    if (g.act_b == 2) w.allreduce_bf16_bytes = w.allreduce_bytes;
+    if (g.act_b == 2) w.allreduce_bf16_bytes = w.allreduce_bytes, w.allreduce_bf16_calls = 1;
   }
   return w;
 }
@@ -195,7 +209,7 @@ PassCost head_cost(const Scenario& s, const Geometry& g, int64_t tokens) {
     m.allreduces = 2.0 + tiles;
     const double activations = 2.0 * T * static_cast<double>(g.h * g.act_b);
     w.allreduce_bytes = (activations + T * static_cast<double>(g.G) * 12.0) / m.allreduces;
-    if (g.act_b == 2) w.allreduce_bf16_bytes = activations / m.allreduces;
+    if (g.act_b == 2) w.allreduce_bf16_bytes = activations / m.allreduces, w.allreduce_bf16_calls = 2.0 / m.allreduces;
   }
   p.compute_s = time_of(s, w, m);
   p.work = terms_of(s, w, m);
@@ -308,7 +322,7 @@ ChunkCosts chunk_costs(const Scenario& s, const Geometry& g, int64_t c) {
   if (g.G > 1) {  // the vocabulary-parallel embedding's output
     embedding.allreduces = 1.0;
     emb.allreduce_bytes = static_cast<double>(tokens) * static_cast<double>(g.h * g.act_b);
-    if (g.act_b == 2) emb.allreduce_bf16_bytes = emb.allreduce_bytes;
+    if (g.act_b == 2) emb.allreduce_bf16_bytes = emb.allreduce_bytes, emb.allreduce_bf16_calls = 1;
   }
   cc.fill_head.compute_s = time_of(s, emb, embedding);
   cc.fill_head.work = terms_of(s, emb, embedding);
@@ -377,7 +391,7 @@ WorkTerms tensor_parallel_comm(const Scenario& s) {
         const double bytes = L * 8.0 * static_cast<double>(q) * static_cast<double>(q) * sum_c;
         out.allreduces += L * count;
         out.allreduce_bytes += bytes;
-        out.allreduce_s += allreduce_s(s, {L * count, bytes, 0.0}, g.G);
+        out.allreduce_s += allreduce_s(s, {L * count, bytes, 0.0, 0.0}, g.G);
       }
     }
   } else {
@@ -400,7 +414,8 @@ std::vector<double> gradient_bucket_s(const Scenario& s, const Geometry& g) {
   if (s.config.data_parallel <= 1 || s.config.optimizer == Optimizer::none) return out;
   for (const auto& b : step::gradient_buckets(s.model, s.config, g)) {
     const double bytes = static_cast<double>(b.bytes);
-    out.push_back(allreduce_s(s, {1.0, bytes, b.bf16 ? bytes : 0.0}, s.config.data_parallel, s.config.nodes));
+    out.push_back(
+        allreduce_s(s, {1.0, bytes, b.bf16 ? bytes : 0.0, b.bf16 ? 1.0 : 0.0}, s.config.data_parallel, s.config.nodes));
   }
   return out;
 }

@@ -81,9 +81,11 @@ ChunkCosts standard_costs(const Scenario& s, const Geometry& g);
 // CPU backend (a cpu profile) MPI sums bf16 data through an fp32 copy: the bf16 part moves twice
 // its bytes and is converted there and back (6 bytes of memory traffic per bf16 byte). A profile
 // with a measured all-reduce curve at this rank count (oomb calibrate under mpirun, one node)
-// prices each call's bytes on the curve instead of latency + bytes / link.
+// prices each call's bytes on the curve instead: bf16 calls on its bf16 curve (measured through the
+// staging, conversions included), the others on its fp32 one. bf16_calls: how many of the calls
+// carry the bf16 bytes.
 struct Collective {
-  double calls = 0, bytes = 0, bf16_bytes = 0;
+  double calls = 0, bytes = 0, bf16_bytes = 0, bf16_calls = 0;
 };
 double allreduce_s(const Scenario& s, const Collective& c, int64_t ranks, int64_t nodes = 1);
 double allreduce_latency_s(const Scenario& s, int64_t ranks, int64_t nodes = 1);  // of one call

@@ -22,8 +22,9 @@ constexpr double kMemLeft = 92, kMemRight = 16, kMemTop = 34, kMemBottom = 40, k
 constexpr double kLaneLeft = 150, kLaneRight = 16, kLaneHeight = 24, kLaneGap = 5, kSetHeader = 22;
 constexpr double kMinRectWidth = 0.75;    // a zero-length event stays visible
 constexpr double kOutlineMinWidth = 4.0;  // narrower rects are drawn without an outline
-constexpr int kLanes = 3;
-constexpr const char* kLaneNames[kLanes] = {"compute", "h2d", "d2h"};
+// The three streams every producer has, and comm where ranks all-reduce (drawn only then).
+constexpr int kLanes = 4;
+constexpr const char* kLaneNames[kLanes] = {"compute", "h2d", "d2h", "comm"};
 constexpr const char* kDeviceColor = "#1f6fb4";
 constexpr const char* kHostColor = "#e8710a";
 constexpr const char* kMixedColor = "#8a8f98";  // a merged rect holding several ops
@@ -32,7 +33,7 @@ std::string esc(const std::string& s) { return html_escape(s); }
 
 double seconds(int64_t ns) { return static_cast<double>(ns) * 1e-9; }
 
-// The lane of an event: its stream when that is one of the three, else the natural stream of its
+// The lane of an event: its stream when that is one of the four, else the natural stream of its
 // kind; -1 for alloc / free / phase events, which have no lane.
 int lane_of(const Event& e) {
   for (int i = 0; i < kLanes; ++i)
@@ -41,6 +42,7 @@ int lane_of(const Event& e) {
     case EventKind::compute: return 0;
     case EventKind::copy_h2d: return 1;
     case EventKind::copy_d2h: return 2;
+    case EventKind::collective: return 3;
     default: return -1;
   }
 }
@@ -362,8 +364,8 @@ struct Run {
   std::vector<const Event*> events;
 };
 
-// Draws one set of three lanes at y; returns the number of event rects drawn.
-size_t draw_lanes(std::string& out, const LaneSet& set, double y, double px_per_ns, bool merge) {
+// Draws one set of `lanes` lanes at y; returns the number of event rects drawn.
+size_t draw_lanes(std::string& out, const LaneSet& set, double y, double px_per_ns, bool merge, int lanes) {
   const double x_left = kLaneLeft, x_right = kSvgWidth - kLaneRight;
   const int64_t origin = trace_origin(*set.trace);
   appendf(out, "<text x=\"4\" y=\"%.1f\" class=\"set-label\">%s</text>\n", y + 15, esc(set.label).c_str());
@@ -380,7 +382,7 @@ size_t draw_lanes(std::string& out, const LaneSet& set, double y, double px_per_
   auto X = [&](int64_t t) {
     return std::clamp(x_left + static_cast<double>(t - set.span.t0) * px_per_ns, x_left, x_right);
   };
-  for (int lane = 0; lane < kLanes; ++lane) {
+  for (int lane = 0; lane < lanes; ++lane) {
     const double ly = y + kSetHeader + lane * (kLaneHeight + kLaneGap);
     appendf(out, "<rect class=\"lane\" x=\"%.0f\" y=\"%.1f\" width=\"%.0f\" height=\"%.0f\"/>", x_left, ly,
             x_right - x_left, kLaneHeight);
@@ -457,7 +459,10 @@ void timeline_chart(std::string& out, const std::vector<LaneSet>& sets) {
   int64_t length = 1;
   for (const LaneSet& s : sets) length = std::max(length, s.span.length());
   const double px_per_ns = plot_w / static_cast<double>(length);
-  const double set_h = kSetHeader + kLanes * (kLaneHeight + kLaneGap) + 8;
+  int lanes = kLanes - 1;
+  for (const LaneSet& s : sets)
+    if (!s.lanes[kLanes - 1].empty()) lanes = kLanes;
+  const double set_h = kSetHeader + lanes * (kLaneHeight + kLaneGap) + 8;
   const double axis_y = 6 + set_h * static_cast<double>(sets.size());
   const double height = axis_y + 40;
   appendf(out,
@@ -466,7 +471,7 @@ void timeline_chart(std::string& out, const std::vector<LaneSet>& sets) {
           kSvgWidth, height);
   double y = 6;
   for (const LaneSet& s : sets) {
-    draw_lanes(out, s, y, px_per_ns, s.events > kReportMergeEvents);
+    draw_lanes(out, s, y, px_per_ns, s.events > kReportMergeEvents, lanes);
     y += set_h;
   }
   // Time axis, relative to each set's window start (sets share the scale, so durations compare).

@@ -131,11 +131,15 @@ BackendCalibration calibrate_backend(const CalibrationRequest& a) {
     std::vector<int64_t> sizes;
     for (int64_t b = int64_t{4} << 10; b <= (int64_t{256} << 20); b *= 4) sizes.push_back(b);  // 4 KiB .. 256 MiB
     if (a.progress)
-      a.progress("all-reduces of 16 KiB .. 256 MiB (fp32) over " + std::to_string(out.ranks) + " ranks");
+      a.progress("all-reduces of 4 KiB .. 256 MiB (fp32) over " + std::to_string(out.ranks) + " ranks");
     const executor::AllReduceFit fit = executor::measure_all_reduce(*a.comm, *backend, sizes);
-    const std::string how = "measured: " + a.comm->name() + " all-reduces of fp32 over " +
-                            std::to_string(out.ranks) + " ranks of this node, 4 KiB .. 256 MiB (median of 5 per size, " +
-                            "the ranks started together; allreduce_curve), time = latency + 2(N-1)/N x bytes / link " +
+    if (a.progress)
+      a.progress("all-reduces of 4 KiB .. 256 MiB (bf16, as a run sums them) over " + std::to_string(out.ranks) +
+                 " ranks");
+    const executor::AllReduceFit bf16 = executor::measure_all_reduce(*a.comm, *backend, sizes, executor::DType::bf16);
+    const std::string how = "measured: " + a.comm->name() + " all-reduces of fp32 and bf16 over " +
+                            std::to_string(out.ranks) + " ranks of this node, 4 KiB .. 256 MiB (the fastest of 5 or more " +
+                            "per size, the ranks started together; allreduce_curve), time = latency + 2(N-1)/N x bytes / link " +
                             "through the smallest and the largest (oomb calibrate under mpirun)";
     profile["interconnect_bytes_per_s"] = fit.link_bytes_per_s;
     profile["collective_latency_s"] = fit.latency_s;
@@ -145,10 +149,14 @@ BackendCalibration calibrate_backend(const CalibrationRequest& a) {
     profile["sources"]["collective_step_latency_s"] =
         "0: measured at one rank count (" + std::to_string(out.ranks) + "), the whole latency is in collective_latency_s";
     Json points = Json::array();
-    for (const auto& q : fit.points) points.push_back({{"bytes", q.bytes}, {"seconds", q.seconds}});
+    for (size_t i = 0; i < fit.points.size(); ++i)
+      points.push_back({{"bytes", fit.points[i].bytes},
+                        {"seconds", fit.points[i].seconds},
+                        {"bf16_seconds", bf16.points[i].seconds}});
     profile["allreduce_curve"] = {{"ranks", out.ranks}, {"points", points}};
     profile["sources"]["allreduce_curve"] = how;
     out.allreduce = fit;
+    out.allreduce_bf16 = bf16;
     models::gpu_from_json(profile, "the calibrated profile");
   }
   if (a.backend == "cuda") {

@@ -37,7 +37,7 @@ struct BackendCalibration {
   std::optional<executor::CalibrationRunsFit> runs;  // cpu with a fit model
   std::string fit_model;                             // as resolved
   int ranks = 1;                                     // the job's ranks (all-reduce measured when > 1)
-  executor::AllReduceFit allreduce;                  // ranks > 1: the measured all-reduces and their fit
+  executor::AllReduceFit allreduce, allreduce_bf16;  // ranks > 1: the measured all-reduces (fp32, bf16 as run)
 };
 
 // The CPU backend's compute threads for one rank: `requested`, or (0) every CPU this process may

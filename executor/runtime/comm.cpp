@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 #include <cstdlib>
 #include <vector>
 
@@ -71,27 +72,35 @@ double CollectiveClock::wait_s() const {
 double CollectiveClock::transfer_s() const { return total_s() - wait_s(); }
 
 AllReduceFit measure_all_reduce(Communicator& comm, Backend& backend, const std::vector<int64_t>& sizes_bytes,
-                                int reps) {
+                                DType dtype, int reps) {
   AllReduceFit fit;
   const int N = comm.size();
   if (N <= 1 || sizes_bytes.empty()) return fit;
   const double ring = 2.0 * (N - 1) / N;
+  const int64_t eb = dtype_bytes(dtype);
+  const bool staged = dtype == DType::bf16 && comm.stages_bf16_in_fp32();
   for (int64_t bytes : sizes_bytes) {
-    const int64_t n = std::max<int64_t>(1, bytes / 4);
-    void* p = backend.allocate(Tier::device, n * 4);  // zeroed: sums stay finite
-    std::vector<double> times;
-    for (int i = 0; i <= reps; ++i) {
+    const int64_t n = std::max<int64_t>(1, bytes / eb);
+    void* p = backend.allocate(Tier::device, n * eb);  // zeroed: sums stay finite
+    std::vector<float> staging(staged ? static_cast<size_t>(n) : 0);
+    // The fastest of at least `reps` repetitions (after one warm-up), and of as many more as fit in
+    // 50 ms: a rank that loses its core to another process mid-call makes one call ten times
+    // slower, and small calls are quick enough to repeat. The ranks agree on the count.
+    double best = std::numeric_limits<double>::infinity(), spent = 0;
+    for (int i = 0;; ++i) {
       comm.barrier();
       const auto t0 = std::chrono::steady_clock::now();
-      comm.all_reduce_sum(Tensor(p, DType::f32, n), n);
-      const auto t1 = std::chrono::steady_clock::now();
-      if (i > 0) times.push_back(std::chrono::duration<double>(t1 - t0).count());  // the first warms up
+      comm.all_reduce_sum_staged(Tensor(p, dtype, n), n, staging.data());
+      const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (i > 0) best = std::min(best, t);  // the first warms up
+      spent += t;
+      double more = i < reps || spent < 0.05 ? 1.0 : 0.0;
+      comm.all_reduce_max_host(&more, 1);
+      if (more == 0 || i >= 1000) break;
     }
-    backend.deallocate(Tier::device, p, n * 4);
-    std::sort(times.begin(), times.end());
-    double median = times[times.size() / 2];
-    comm.all_reduce_sum_host(&median, 1);
-    fit.points.push_back({n * 4, median / N});
+    backend.deallocate(Tier::device, p, n * eb);
+    comm.all_reduce_sum_host(&best, 1);
+    fit.points.push_back({n * eb, best / N});
   }
   // The line through the ends: the smallest all-reduce's time is latency (its bytes are few), the
   // largest's rate the link. The points themselves are the curve a profile keeps (GpuSpec).

@@ -110,10 +110,11 @@ class CollectiveClock {
 };
 
 // One ring all-reduce as the simulator prices it (docs/model.md "Communication"):
-// time = latency + 2 (N-1)/N x bytes / link. measure_all_reduce times all_reduce_sum of fp32 data at
+// time = latency + 2 (N-1)/N x bytes / link. measure_all_reduce times all-reduces of `dtype` data at
 // each size of `sizes_bytes`, ascending (allocated from `backend`, in the memory the communicator
-// reduces): per size the median of `reps` repetitions after one warm-up, each started together (a
-// barrier) so that no rank's wait is in it, the ranks' medians averaged; latency and link are the
+// reduces): per size the fastest of `reps` or more repetitions (as many as fit in 50 ms) after one
+// warm-up, each started together (a barrier) so that no rank's wait is in it, the ranks' fastest
+// averaged; latency and link are the
 // line through the smallest and the largest size (on a CPU the points between lie far from it, so
 // a profile keeps the points as its curve). Every rank calls it
 // (it is collective); zeros with one rank.
@@ -126,8 +127,10 @@ struct AllReduceFit {
   };
   std::vector<Point> points;
 };
+// dtype: the data's (bf16 goes the way a run's bf16 does: all_reduce_sum_staged through an fp32
+// buffer allocated once, where the communicator stages it). `bytes` are the data's bytes per rank.
 AllReduceFit measure_all_reduce(Communicator& comm, Backend& backend, const std::vector<int64_t>& sizes_bytes,
-                                int reps = 5);
+                                DType dtype = DType::f32, int reps = 5);
 
 // Whether this process was started by an MPI launcher (mpirun / mpiexec / srun set the environment
 // a job's ranks read: OMPI_COMM_WORLD_SIZE, PMI_SIZE, PMIX_RANK) with more than one rank or at all.

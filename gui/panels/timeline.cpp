@@ -1,5 +1,5 @@
 // Timeline of the chosen chunk range: stage 1 (fill) and stage 2 (recompute + backward), each
-// with the three streams compute / h2d / d2h. Mouse wheel zooms around the cursor, dragging pans,
+// with the three streams compute / h2d / d2h, and a fourth, comm, where the plan's ranks all-reduce. Mouse wheel zooms around the cursor, dragging pans,
 // hovering an event shows it (and the aligned measured event when a trace is overlaid). The
 // simulation runs in the background (ViewModel::poll_timeline); this panel never waits for it.
 #include <algorithm>
@@ -17,7 +17,12 @@ namespace oomb::gui {
 namespace {
 
 int lane_of(const traces::Event& e) {
-  return e.kind == traces::EventKind::compute ? 0 : e.kind == traces::EventKind::copy_h2d ? 1 : 2;
+  switch (e.kind) {
+    case traces::EventKind::compute: return 0;
+    case traces::EventKind::copy_h2d: return 1;
+    case traces::EventKind::copy_d2h: return 2;
+    default: return 3;  // collectives
+  }
 }
 
 std::string describe(const traces::Event& e) {
@@ -39,9 +44,11 @@ void stage_lanes(const Timeline& t, const Overlay* ov, int st, UiState& ui, floa
   const float lh = ImGui::GetTextLineHeight();
   const float label_w = lh * 5.5f;
   const char* title = st == 0 ? "stage 1: fill" : "stage 2: recompute + backward";
-  const float height = lh * 1.2f + lane_h * 3 + lh * 1.2f;
+  const int lanes = t.has_comm ? 4 : 3;
+  const float height = lh * 1.2f + lane_h * static_cast<float>(lanes) + lh * 1.2f;
   chart::Area a = chart::reserve(st == 0 ? "##tl_stage1" : "##tl_stage2", height);
-  const ImVec2 pmin{a.min.x + label_w, a.min.y + lh * 1.2f}, pmax{a.max.x - 4, a.min.y + lh * 1.2f + lane_h * 3};
+  const ImVec2 pmin{a.min.x + label_w, a.min.y + lh * 1.2f},
+      pmax{a.max.x - 4, a.min.y + lh * 1.2f + lane_h * static_cast<float>(lanes)};
   const double t0 = static_cast<double>(t.stage_t0_ns[st]), t1 = static_cast<double>(t.stage_t1_ns[st]);
   const double span = std::max(1.0, t1 - t0);
   const double v0 = t0 + span * ui.timeline_pan, v1 = v0 + span / ui.timeline_zoom;
@@ -59,11 +66,11 @@ void stage_lanes(const Timeline& t, const Overlay* ov, int st, UiState& ui, floa
       dl->AddText({x + lh * 0.9f, a.min.y}, chart::kAxisText, op);
     }
   }
-  static const char* lanes[] = {"compute", "h2d", "d2h"};
-  for (int l = 0; l < 3; ++l) {
+  static const char* lane_names[] = {"compute", "h2d", "d2h", "comm"};
+  for (int l = 0; l < lanes; ++l) {
     const float y = pmin.y + lane_h * static_cast<float>(l);
     dl->AddRectFilled({pmin.x, y + 1}, {pmax.x, y + lane_h - 1}, IM_COL32(30, 30, 36, 255));
-    dl->AddText({a.min.x + 8, y + (lane_h - lh) / 2}, chart::kAxisText, lanes[l]);
+    dl->AddText({a.min.x + 8, y + (lane_h - lh) / 2}, chart::kAxisText, lane_names[l]);
   }
   // Time ticks.
   for (int k = 0; k <= 5; ++k) {
@@ -262,7 +269,8 @@ void draw_timeline_panel(ViewModel& vm, UiState& ui) {
     ImGui::TextColored(ImColor(chart::kOomRed), "%s", ui.trace_message.c_str());
   }
   const float lh = ImGui::GetTextLineHeight();
-  const float lane_h = std::max(lh + 4, (ImGui::GetContentRegionAvail().y - lh * 5.2f) / 6.0f);
+  const float lane_h =
+      std::max(lh + 4, (ImGui::GetContentRegionAvail().y - lh * 5.2f) / (t->has_comm ? 8.0f : 6.0f));
   stage_lanes(*t, vm.overlay(), 0, ui, lane_h);
   stage_lanes(*t, vm.overlay(), 1, ui, lane_h);
 }

@@ -157,6 +157,29 @@ TEST(Communication, CpuBackendStagesBf16ThroughFp32OnTheMeasuredCurve) {
               1e-12);
 }
 
+// A curve with bf16 points (as oomb calibrate writes it) prices bf16 data on them: the staging's
+// conversions are in the measurement, not added.
+TEST(Communication, Bf16CallsArePricedOnTheBf16Curve) {
+  Scenario s = scenario("tiny", "h200", 1024);
+  Json j = cpu_profile_with_curve().to_json();
+  j["allreduce_curve"]["points"][0]["bf16_seconds"] = 2e-3;
+  j["allreduce_curve"]["points"][1]["bf16_seconds"] = 0.3;
+  s.gpu = models::gpu_from_json(j, "test profile");
+  s.config.optimizer = Optimizer::gpu;
+  s.config.param_grad_dtype = "bf16";
+  s.config.data_parallel = 2;
+  const Summary sum = evaluate(s);
+  double expect = 0;
+  for (const auto& b : step::gradient_buckets(s.model, s.config, step::geometry(s.model, s.config))) {
+    const double x = static_cast<double>(b.bytes);
+    expect += x <= 65536.0 ? 2e-3 : 2e-3 * std::pow(150.0, std::log(x / 65536.0) / std::log(1024.0));
+  }
+  EXPECT_NEAR(sum.allreduce_s, expect, 1e-12);
+  // One point with bf16 and one without is refused.
+  j["allreduce_curve"]["points"][1].erase("bf16_seconds");
+  EXPECT_THROW((void)models::gpu_from_json(j, "p.json"), Error);
+}
+
 TEST(Communication, CurveIsCheckedOnLoad) {
   Json j = models::load_gpu("h200").to_json();
   j["allreduce_curve"] = {{"ranks", 2},
