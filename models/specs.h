@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/json_util.h"
@@ -150,6 +151,6 @@ std::vector<std::string> gpu_ids();
 std::vector<std::string> host_ids();
 
 // Bytes of one element of a dtype name ("fp32" 4, "bf16"/"fp16" 2, "fp8" 1); Error otherwise.
-int64_t dtype_bytes(const std::string& dtype, const std::string& where = "dtype");
+int64_t dtype_bytes(std::string_view dtype, std::string_view where = "dtype");
 
 }  // namespace oomb::models

@@ -130,10 +130,15 @@ int64_t cross_entropy_bytes(int64_t rows) { return up(std::max<int64_t>(rows, 1)
 
 StepScratch step_op_scratch(const models::ModelSpec& m, const Config& c, const Geometry& g, bool bf16_gemm) {
   StepScratch best;
-  auto need = [&](int64_t bytes, const std::string& op) {
+  // The winner's name is built once, at the end (the planner's inner loop calls this): an op's
+  // name, after the adapted projection's for a LoRA op.
+  const char* best_op = nullptr;
+  const std::string* best_target = nullptr;
+  auto need = [&](int64_t bytes, const char* op, const std::string* target = nullptr) {
     if (bytes > best.bytes) {
       best.bytes = bytes;
-      best.op = op;
+      best_op = op;
+      best_target = target;
     }
   };
   const bool a16 = c.activation_dtype == "bf16", w16 = c.param_dtype == "bf16", d16 = c.param_grad_dtype == "bf16";
@@ -173,8 +178,8 @@ StepScratch step_op_scratch(const models::ModelSpec& m, const Config& c, const G
         s.in = t == "o_proj" ? qd : t == "down_proj" ? F : H;
         s.out = t == "q_proj" ? qd : t == "k_proj" || t == "v_proj" ? kvd : t == "gate_proj" || t == "up_proj" ? F : H;
         s.act16 = a16;
-        need(lora_fwd_bytes(s, bf16_gemm), t + " LoRA forward");
-        need(lora_bwd_bytes(s, true, bf16_gemm), t + " LoRA backward");
+        need(lora_fwd_bytes(s, bf16_gemm), " LoRA forward", &t);
+        need(lora_bwd_bytes(s, true, bf16_gemm), " LoRA backward", &t);
       }
     }
     need(rmsnorm_bwd_bytes(H, d16), "rmsnorm backward");
@@ -205,6 +210,7 @@ StepScratch step_op_scratch(const models::ModelSpec& m, const Config& c, const G
          "lm_head backward");
     need(cross_entropy_bytes(rows), "cross_entropy");
   }
+  if (best_op) best.op = best_target ? *best_target + best_op : std::string(best_op);
   return best;
 }
 
