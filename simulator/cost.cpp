@@ -454,11 +454,11 @@ double d2h_rate(const Scenario& s, bool duplex) {
   return s.gpu.d2h_bytes_per_s * s.gpu.efficiency.copy * (duplex ? s.gpu.duplex_factor : 1.0);
 }
 
-void finish_summary(const Scenario& s, const MemoryTable& t, Summary& out) {
+void finish_summary(const Scenario& s, MemoryFigures m, Summary& out) {
   const auto& c = s.config;
   // The peaks over phases (docs/model.md): the phase holding the device peak and what lives there.
-  MemoryTable::PhasePeak dev = t.device_peak();
-  MemoryTable::PhasePeak host = t.host_peak();
+  MemoryTable::PhasePeak& dev = m.device;
+  MemoryTable::PhasePeak& host = m.host;
   // Device need always includes the runtime reserve, whatever the peak is reported as. The reserve
   // is alive in every phase, so the peak without it is at the same phase.
   const auto reserve_row = dev.breakdown.find("runtime_reserve");
@@ -469,11 +469,11 @@ void finish_summary(const Scenario& s, const MemoryTable& t, Summary& out) {
   out.device_breakdown_bytes = std::move(dev.breakdown);
   out.peak_host_bytes = host.bytes;
   out.host_breakdown_bytes = std::move(host.breakdown);
-  out.kv_pool_pages = t.pages.kv_pool_pages;
-  out.grad_pool_pages = t.pages.grad_pool_pages;
-  out.device_pool_pages = t.pages.kv_pool_pages + t.pages.grad_pool_pages;
-  out.max_union_pages = t.pages.max_union_pages;
-  out.pages_in_flight = t.pages.pages_in_flight;
+  out.kv_pool_pages = m.pages.kv_pool_pages;
+  out.grad_pool_pages = m.pages.grad_pool_pages;
+  out.device_pool_pages = m.pages.kv_pool_pages + m.pages.grad_pool_pages;
+  out.max_union_pages = m.pages.max_union_pages;
+  out.pages_in_flight = m.pages.pages_in_flight;
   out.allreduce_bytes = gradient_allreduce_bytes(s);
   out.allreduce_s = gradient_allreduce_s(s);
   if (c.gpus > 1) {
@@ -487,10 +487,7 @@ void finish_summary(const Scenario& s, const MemoryTable& t, Summary& out) {
   out.tokens_per_s = out.step_s > 0 ? static_cast<double>(c.context_tokens) / out.step_s : 0;
 
   // The node's host holds the host rows of every rank on it (each row is one rank's).
-  int64_t pinned = 0;
-  for (const auto& r : t.rows)
-    if (r.tier == Tier::host && r.category != "optimizer_state") pinned += r.bytes;
-  pinned = step::node_host_bytes(pinned, c);
+  const int64_t pinned = step::node_host_bytes(m.pinned_host_bytes, c);
   const int64_t node_host = step::node_host_bytes(out.peak_host_bytes, c);
   const double dev_ratio = static_cast<double>(device_need) / static_cast<double>(s.gpu.hbm_capacity_bytes);
   const double pin_ratio = static_cast<double>(pinned) / static_cast<double>(s.host.pinnable_bytes);
@@ -702,7 +699,8 @@ class RangeSum {
 Summary evaluate(const Scenario& s) {
   using namespace detail;
   const Geometry g = geometry(s);
-  const MemoryTable t = detail::memory_table(s, g, false);
+  // The table's figures only: the summary needs its peaks, not its rows' text.
+  const step::TableSizes t = detail::table_sizes(s, g);
   Summary out;
   double compute = 0, step = 0, flops = 0, scale = 0;
   int64_t h2d = 0, d2h = 0;
@@ -783,7 +781,7 @@ Summary evaluate(const Scenario& s) {
       out.required_d2h_bytes_per_s = std::numeric_limits<double>::infinity();
     }
   }
-  finish_summary(s, t, out);
+  finish_summary(s, memory_figures(t), out);
   return out;
 }
 

@@ -19,6 +19,17 @@ int64_t param_count(const Scenario& s);  // with --layers applied
 step::Target target_of(const Scenario& s);  // the backend the scenario's GPU profile plans for
 MemoryTable memory_table(const Scenario& s, bool describe);  // describe=false: bytes only
 MemoryTable memory_table(const Scenario& s, const Geometry& g, bool describe);  // g = geometry(s)
+step::TableSizes table_sizes(const Scenario& s, const Geometry& g);  // the same rows' figures (fast path)
+
+// What a summary reports of the table: the peaks (with their breakdowns), the host rows outside the
+// optimizer state (pinned; one rank's) and the page counts. From the table or from its figures.
+struct MemoryFigures {
+  MemoryTable::PhasePeak device, host;
+  int64_t pinned_host_bytes = 0;
+  PageCounts pages;
+};
+MemoryFigures memory_figures(const MemoryTable& t);
+MemoryFigures memory_figures(const step::TableSizes& t);
 
 }  // namespace oomb::simulator::detail
 
@@ -131,6 +142,6 @@ int64_t published_pages_in_flight(const Scenario& s, const Geometry& g, int64_t 
 int64_t published_pages_in_flight(const Scenario& s, const Geometry& g);
 
 // Feasibility, binding constraint and notes from the memory figures and the timing.
-void finish_summary(const Scenario& s, const MemoryTable& t, Summary& out);
+void finish_summary(const Scenario& s, MemoryFigures m, Summary& out);
 
 }  // namespace oomb::simulator::detail

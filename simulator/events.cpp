@@ -387,7 +387,7 @@ EventResult simulate_events(const Scenario& s, traces::Detail detail) {
   sum.exposed_copy_s = std::max(0.0, sum.step_s - sum.compute_s);
   sum.h2d_bytes = res.trace.summary.h2d_bytes;
   sum.d2h_bytes = res.trace.summary.d2h_bytes;
-  finish_summary(s, table, sum);
+  finish_summary(s, memory_figures(table), sum);
   res.trace.summary.peak_device_bytes = sum.peak_device_bytes;
   res.trace.summary.peak_host_bytes = sum.peak_host_bytes;
   res.summary = sum;

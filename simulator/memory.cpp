@@ -13,10 +13,37 @@ step::Target target_of(const Scenario& s) { return step::target_of(s.gpu); }
 
 MemoryTable memory_table(const Scenario& s, bool describe) { return memory_table(s, geometry(s), describe); }
 
-MemoryTable memory_table(const Scenario& s, const Geometry& g, bool describe) {
+namespace {
+step::Target table_target(const Scenario& s, const Geometry& g) {
   step::Target target = target_of(s);
   target.pages_in_flight = published_pages_in_flight(s, g);  // 0 but for the published preset
-  return step::buffer_table(s.model, s.config, target, g, describe);
+  return target;
+}
+
+// One rank's host rows outside the optimizer state: what the node pins (finish_summary).
+template <class Rows>  // of BufferRow or step::RowSize
+int64_t pinned_host_bytes(const Rows& rows) {
+  int64_t pinned = 0;
+  for (const auto& r : rows)
+    if (r.tier == Tier::host && r.category != "optimizer_state") pinned += r.bytes;
+  return pinned;
+}
+}  // namespace
+
+MemoryTable memory_table(const Scenario& s, const Geometry& g, bool describe) {
+  return step::buffer_table(s.model, s.config, table_target(s, g), g, describe);
+}
+
+step::TableSizes table_sizes(const Scenario& s, const Geometry& g) {
+  return step::table_sizes(s.model, s.config, table_target(s, g), g);
+}
+
+MemoryFigures memory_figures(const MemoryTable& t) {
+  return {t.device_peak(), t.host_peak(), pinned_host_bytes(t.rows), t.pages};
+}
+
+MemoryFigures memory_figures(const step::TableSizes& t) {
+  return {t.device_peak(), t.host_peak(), pinned_host_bytes(t.rows()), t.pages};
 }
 
 }  // namespace detail

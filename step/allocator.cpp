@@ -11,14 +11,16 @@ namespace oomb::step::allocator {
 
 namespace {
 int64_t up(int64_t v, int64_t a) { return checked_add(v, a - 1, "the CUDA arena's block") / a * a; }
-}  // namespace
 
-bool in_cuda_arena(const BufferRow& r) {
+bool arena_row(Tier tier, std::string_view category) {
   using namespace std::string_view_literals;
-  return r.tier == Tier::device && !reserved_only(r.category) && std::string_view(r.category) != "backend_scratch"sv;
+  return tier == Tier::device && !reserved_only(category) && category != "backend_scratch"sv;
 }
 
-ArenaLayout cuda_arena_layout(const std::vector<BufferRow>& rows, bool ranges) {
+// One layout for both forms of the rows: the table's (BufferRow) and their figures (RowSize).
+template <class Row>
+ArenaLayout layout_of(std::span<const Row> rows, bool ranges) {
+  auto in_cuda_arena = [](const Row& r) { return arena_row(r.tier, r.category); };
   ArenaLayout out;
   // Groups by phase mask (a handful: the planner evaluates this in its inner loop).
   struct Group {
@@ -29,7 +31,7 @@ ArenaLayout cuda_arena_layout(const std::vector<BufferRow>& rows, bool ranges) {
   Group groups[64];
   int n = 0;
   int64_t totals[kPhaseCount] = {};
-  for (const BufferRow& r : rows) {
+  for (const Row& r : rows) {
     if (!in_cuda_arena(r) || r.bytes <= 0) continue;
     int i = 0;
     while (i < n && groups[i].phases != r.phases) ++i;
@@ -38,8 +40,10 @@ ArenaLayout cuda_arena_layout(const std::vector<BufferRow>& rows, bool ranges) {
       groups[n++].phases = r.phases;
     }
     groups[i].bytes = checked_add(groups[i].bytes, up(r.bytes, kCudaArenaAlignmentBytes), "the CUDA arena's block");
-    for (int p = 0; p < kPhaseCount; ++p)
-      if (r.phases & phase_bit(static_cast<Phase>(p))) totals[p] = checked_add(totals[p], r.bytes);
+    for (PhaseMask m = r.phases & 0x3Fu; m != 0; m &= m - 1) {  // the six phases
+      int64_t& total = totals[__builtin_ctz(m)];
+      total = checked_add(total, r.bytes);
+    }
   }
   out.buffer_peak_bytes = *std::max_element(totals, totals + kPhaseCount);
   // Largest first; each at the lowest offset (0 or the end of a placed group it is alive with)
@@ -74,16 +78,25 @@ ArenaLayout cuda_arena_layout(const std::vector<BufferRow>& rows, bool ranges) {
   if (ranges) {
     int64_t next[64];
     for (int i = 0; i < n; ++i) next[i] = groups[i].offset;
-    for (const BufferRow& r : rows) {
+    for (const Row& r : rows) {
       if (!in_cuda_arena(r) || r.bytes <= 0) continue;
       int i = 0;
       while (groups[i].phases != r.phases) ++i;
       const int64_t b = up(r.bytes, kCudaArenaAlignmentBytes);
-      out.ranges.push_back({r.name, next[i], b});
+      out.ranges.push_back({std::string(r.name), next[i], b});
       next[i] += b;
     }
   }
   return out;
 }
+}  // namespace
+
+bool in_cuda_arena(const BufferRow& r) { return arena_row(r.tier, r.category); }
+
+ArenaLayout cuda_arena_layout(const std::vector<BufferRow>& rows, bool ranges) {
+  return layout_of<BufferRow>(rows, ranges);
+}
+
+ArenaLayout cuda_arena_layout(std::span<const RowSize> rows) { return layout_of<RowSize>(rows, false); }
 
 }  // namespace oomb::step::allocator

@@ -16,11 +16,13 @@
 //     the slack), in cudaMalloc's 2 MiB units. The backend's own scratch (cuBLASLt workspace, op
 //     scratch) is allocated apart; the CUDA context is the runtime reserve.
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
 namespace oomb::step {
 struct BufferRow;
+struct RowSize;
 }
 
 namespace oomb::step::allocator {
@@ -50,5 +52,7 @@ struct ArenaLayout {
 // laid end to end); groups are placed largest first at the lowest offset where they overlap no
 // placed group they share a phase with.
 ArenaLayout cuda_arena_layout(const std::vector<BufferRow>& rows, bool ranges);
+// The same layout from the rows' figures (step::table_sizes, the simulator's fast path); no ranges.
+ArenaLayout cuda_arena_layout(std::span<const RowSize> rows);
 
 }  // namespace oomb::step::allocator

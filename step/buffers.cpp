@@ -27,15 +27,18 @@ namespace {
 constexpr Phase kOombPhases[] = {Phase::fill, Phase::recompute, Phase::loss, Phase::backward, Phase::optimizer};
 constexpr Phase kStandardPhases[] = {Phase::forward, Phase::loss, Phase::backward, Phase::optimizer};
 
-bool counted(const BufferRow& r, Tier tier, bool include_reserve) {
+template <class Row>  // BufferRow or RowSize
+bool counted(const Row& r, Tier tier, bool include_reserve) {
   return r.tier == tier && (include_reserve || !reserved_only(r.category));
 }
 
 // The peak over the schedule's phases of the rows of one tier; the breakdown only for the winner.
 // One pass over the rows sums every phase at once (the planner evaluates this in its inner loop).
-BufferTable::PhasePeak peak_of(const BufferTable& t, Tier tier, bool include_reserve) {
+// Rows: the table's (BufferRow) or their figures (RowSize).
+template <class Rows>
+BufferTable::PhasePeak peak_of(const Rows& rows, Schedule schedule, Tier tier, bool include_reserve) {
   int64_t totals[kPhaseCount] = {};
-  for (const auto& r : t.rows) {
+  for (const auto& r : rows) {
     if (!counted(r, tier, include_reserve)) continue;
     for (PhaseMask m = r.phases & 0x3Fu; m != 0; m &= m - 1) {  // the six phases
       int64_t& total = totals[__builtin_ctz(m)];
@@ -56,19 +59,37 @@ BufferTable::PhasePeak peak_of(const BufferTable& t, Tier tier, bool include_res
       }
     }
   };
-  if (t.schedule == Schedule::oomb) each(kOombPhases);
+  if (schedule == Schedule::oomb) each(kOombPhases);
   else each(kStandardPhases);
+  // The winner's breakdown: the categories summed in a small array first (a table has about a
+  // dozen), so that the map gets one insertion per category rather than a lookup per row.
   const PhaseMask bit = phase_bit(best.phase);
-  for (const auto& r : t.rows)
-    if (counted(r, tier, include_reserve) && (r.phases & bit)) best.breakdown[r.category] += r.bytes;
+  constexpr int kParts = 32;
+  std::pair<std::string_view, int64_t> parts[kParts];
+  int n = 0;
+  for (const auto& r : rows) {
+    if (!counted(r, tier, include_reserve) || !(r.phases & bit)) continue;
+    const std::string_view category = r.category;
+    int i = 0;
+    while (i < n && parts[i].first != category) ++i;
+    if (i < n) parts[i].second += r.bytes;
+    else if (n < kParts) parts[n++] = {category, r.bytes};
+    else best.breakdown[std::string(category)] += r.bytes;  // more categories than any table has
+  }
+  for (int i = 0; i < n; ++i) best.breakdown.emplace(std::string(parts[i].first), parts[i].second);
   return best;
 }
 }  // namespace
 
 BufferTable::PhasePeak BufferTable::device_peak(bool include_reserve) const {
-  return peak_of(*this, Tier::device, include_reserve);
+  return peak_of(rows, schedule, Tier::device, include_reserve);
 }
-BufferTable::PhasePeak BufferTable::host_peak() const { return peak_of(*this, Tier::host, true); }
+BufferTable::PhasePeak BufferTable::host_peak() const { return peak_of(rows, schedule, Tier::host, true); }
+
+BufferTable::PhasePeak TableSizes::device_peak(bool include_reserve) const {
+  return peak_of(rows(), schedule, Tier::device, include_reserve);
+}
+BufferTable::PhasePeak TableSizes::host_peak() const { return peak_of(rows(), schedule, Tier::host, true); }
 
 int64_t BufferTable::device_bytes_in(Phase p, bool include_reserve) const {
   int64_t total = 0;
@@ -182,23 +203,16 @@ std::string dims_text(std::initializer_list<int64_t> v) {
 #define OOMB_SHAPE(...) (describe ? dims_text(__VA_ARGS__) : std::string())
 #define OOMB_TEXT(...) (describe ? std::string(__VA_ARGS__) : std::string())
 
-BufferTable buffer_table(const models::ModelSpec& m, const Config& c, const Target& target, bool describe) {
-  return buffer_table(m, c, target, geometry(m, c), describe);
-}
+namespace {
 
-BufferTable buffer_table(const models::ModelSpec& m, const Config& c, const Target& target, const Geometry& g,
-                         bool describe) {
-  BufferTable t;
-  t.pages = page_counts(g);
-  t.schedule = c.schedule;
-  t.rows.reserve(32);
-  // Phases of the step (docs/model.md); `all` = every phase of the schedule.
-  const PhaseMask all = all_phases(c.schedule);
-  const PhaseMask fill = phase_bit(Phase::fill), rec = phase_bit(Phase::recompute), loss = phase_bit(Phase::loss),
-                  bwd = phase_bit(Phase::backward), fwd = phase_bit(Phase::forward);
-  // Shapes, lifetimes and formulas are text for people; the planner's inner loop skips them.
-  auto add = [&](const char* name, const char* category, Tier tier, auto&& shape, const std::string& dtype,
-                 int64_t bytes, PhaseMask phases, auto&& formula) {
+// Keeps the rows as BufferRows (buffer_table); shapes, lifetimes and formulas only when describing.
+struct RowSink {
+  BufferTable& t;
+  bool describe;
+  PhaseMask all;  // every phase of the schedule
+  template <class Shape, class Formula>
+  void add(const char* name, const char* category, Tier tier, Shape&& shape, std::string_view dtype, int64_t bytes,
+           PhaseMask phases, Formula&& formula) {
     BufferRow& b = t.rows.emplace_back();
     b.name = name;
     b.category = category;
@@ -215,6 +229,36 @@ BufferTable buffer_table(const models::ModelSpec& m, const Config& c, const Targ
         for (const auto& n : phase_names(phases)) b.lifetime += (b.lifetime.empty() ? "" : ", ") + n;
       }
     }
+  }
+  allocator::ArenaLayout arena_layout() const { return allocator::cuda_arena_layout(t.rows, false); }
+};
+
+// Keeps only the figures (table_sizes): no string, no allocation.
+struct SizeSink {
+  TableSizes& t;
+  template <class Shape, class Formula>
+  void add(const char* name, const char* category, Tier tier, Shape&&, std::string_view, int64_t bytes,
+           PhaseMask phases, Formula&&) {
+    OOMB_ASSERT(t.row_count < TableSizes::kMaxRows, "a buffer table with more than TableSizes::kMaxRows rows");
+    t.row_storage[static_cast<size_t>(t.row_count++)] = {name, category, tier, bytes, phases};
+  }
+  allocator::ArenaLayout arena_layout() const { return allocator::cuda_arena_layout(t.rows()); }
+};
+
+// Every row of the step, in table order, each sized here and nowhere else; `sink` keeps them
+// (RowSink or SizeSink). Names and categories are literals (TableSizes keeps views of them).
+template <class Sink>
+void add_rows(const models::ModelSpec& m, const Config& c, const Target& target, const Geometry& g, bool describe,
+              PageCounts& pages, Sink& sink) {
+  pages = page_counts(g);
+  // Phases of the step (docs/model.md); `all` = every phase of the schedule.
+  const PhaseMask all = all_phases(c.schedule);
+  const PhaseMask fill = phase_bit(Phase::fill), rec = phase_bit(Phase::recompute), loss = phase_bit(Phase::loss),
+                  bwd = phase_bit(Phase::backward), fwd = phase_bit(Phase::forward);
+  // Shapes and formulas are text for people (OOMB_SHAPE, OOMB_TEXT build them only when describing).
+  auto add = [&](const char* name, const char* category, Tier tier, auto&& shape, std::string_view dtype,
+                 int64_t bytes, PhaseMask phases, auto&& formula) {
+    sink.add(name, category, tier, shape, dtype, bytes, phases, formula);
   };
   const bool cuda = target.backend == BackendKind::cuda;
   // The published implementation's own GPU buffers (device score matrix, page tables): modelled
@@ -401,7 +445,7 @@ BufferTable buffer_table(const models::ModelSpec& m, const Config& c, const Targ
   }
 
   if (g.oomb) {
-    const auto& pc = t.pages;
+    const auto& pc = pages;
     const char* pool_formula = !g.offload ? "layers x pages per layer x page bytes"
                                : g.sparse ? "resident layers x largest slot (union bound: B pages per query page, + own) "
                                             "x page bytes"
@@ -418,7 +462,7 @@ BufferTable buffer_table(const models::ModelSpec& m, const Config& c, const Targ
     add(row::kKvGradPool, "kv_grad_pages", Tier::device, OOMB_SHAPE({grad_pool_pages, g.p, 2, g.kv_heads, g.head_dim}),
         c.kv_grad_dtype, checked_mul(grad_pool_pages, g.grad_page_bytes), all, pool_formula);
     if (published && g.offload && target.pages_in_flight > 0) {
-      t.pages.pages_in_flight = target.pages_in_flight;
+      pages.pages_in_flight = target.pages_in_flight;
       // Pages in flight (docs/model.md): the published onload allocates a layer's pages as soon as
       // it is issued while the write-back of the layer it replaces frees each page only when that
       // page's blocking copy ends; the simulator counts the pages not yet written back at the peak.
@@ -495,7 +539,7 @@ BufferTable buffer_table(const models::ModelSpec& m, const Config& c, const Targ
       // The device arena: one block for the executor's buffers at their peak, reserved before the
       // first (step/allocator.h); what it holds beyond them is this row.
       if (!published && g.oomb) {
-        const allocator::ArenaLayout a = allocator::cuda_arena_layout(t.rows, false);
+        const allocator::ArenaLayout a = sink.arena_layout();
         const int64_t beyond = a.block_bytes - a.buffer_peak_bytes;
         add(row::kAllocatorBlocks, kAllocatorCategory, Tier::device, OOMB_SHAPE({beyond}), "uint8", beyond, all,
             OOMB_TEXT("the CUDA arena's one block beyond the buffers' peak: the rows' layout (" +
@@ -503,6 +547,29 @@ BufferTable buffer_table(const models::ModelSpec& m, const Config& c, const Targ
       }
     }
   }
+}
+
+}  // namespace
+
+BufferTable buffer_table(const models::ModelSpec& m, const Config& c, const Target& target, bool describe) {
+  return buffer_table(m, c, target, geometry(m, c), describe);
+}
+
+BufferTable buffer_table(const models::ModelSpec& m, const Config& c, const Target& target, const Geometry& g,
+                         bool describe) {
+  BufferTable t;
+  t.schedule = c.schedule;
+  t.rows.reserve(32);
+  RowSink sink{t, describe, all_phases(c.schedule)};
+  add_rows(m, c, target, g, describe, t.pages, sink);
+  return t;
+}
+
+TableSizes table_sizes(const models::ModelSpec& m, const Config& c, const Target& target, const Geometry& g) {
+  TableSizes t;
+  t.schedule = c.schedule;
+  SizeSink sink{t};
+  add_rows(m, c, target, g, false, t.pages, sink);
   return t;
 }
 #undef OOMB_SHAPE

@@ -4,8 +4,10 @@
 // prices the table (peak over phases), the plan carries it, the executor allocates every device-
 // and host-tier buffer under its rows and its allocator measures each row's use against it.
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <map>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -155,10 +157,36 @@ struct BufferTable {
   const BufferRow* find(const std::string& name, Tier tier) const;  // null when absent
 };
 
+// A row's figures without its text: what peaks and the arena layout read. The views point at the
+// table's own string literals (row names and categories are literals in step/buffers.cpp).
+struct RowSize {
+  std::string_view name, category;
+  Tier tier = Tier::device;
+  int64_t bytes = 0;
+  PhaseMask phases = 0;
+};
+
+// The rows of buffer_table as figures only, for the simulator's fast path (which needs the peaks, not
+// the rows): the same rows, in the same order, sized by the same code, built without a string or an
+// allocation (a row's std::strings and the vector holding them were most of an evaluation's time).
+struct TableSizes {
+  static constexpr int kMaxRows = 64;  // a table has about 20 rows; more is a bug (asserted)
+  std::array<RowSize, kMaxRows> row_storage;
+  int row_count = 0;
+  PageCounts pages;
+  Schedule schedule = Schedule::oomb;
+  std::span<const RowSize> rows() const { return {row_storage.data(), static_cast<size_t>(row_count)}; }
+  // As BufferTable's.
+  BufferTable::PhasePeak device_peak(bool include_reserve = true) const;
+  BufferTable::PhasePeak host_peak() const;
+};
+
 // The table of the step for `target` (describe = false: bytes and phases only, for the planner's
 // inner loop). g must be geometry(model, config).
 BufferTable buffer_table(const models::ModelSpec& m, const Config& c, const Target& target, const Geometry& g,
                          bool describe);
 BufferTable buffer_table(const models::ModelSpec& m, const Config& c, const Target& target, bool describe = true);
+// The same table's figures (TableSizes). g must be geometry(model, config).
+TableSizes table_sizes(const models::ModelSpec& m, const Config& c, const Target& target, const Geometry& g);
 
 }  // namespace oomb::step
