@@ -20,12 +20,15 @@ step::Target table_target(const Scenario& s, const Geometry& g) {
   return target;
 }
 
+bool optimizer_state(const Buffer& r) { return r.category == to_string(step::Category::optimizer_state); }
+bool optimizer_state(const step::RowSize& r) { return r.category == step::Category::optimizer_state; }
+
 // One rank's host rows outside the optimizer state: what the node pins (finish_summary).
-template <class Rows>  // of BufferRow or step::RowSize
+template <class Rows>  // of Buffer or step::RowSize
 int64_t pinned_host_bytes(const Rows& rows) {
   int64_t pinned = 0;
   for (const auto& r : rows)
-    if (r.tier == Tier::host && r.category != "optimizer_state") pinned += r.bytes;
+    if (r.tier == Tier::host && !optimizer_state(r)) pinned += r.bytes;
   return pinned;
 }
 }  // namespace

@@ -12,9 +12,13 @@ namespace oomb::step::allocator {
 namespace {
 int64_t up(int64_t v, int64_t a) { return checked_add(v, a - 1, "the CUDA arena's block") / a * a; }
 
+// A device row but the reserved measure's own and the backend's scratch (a row's text, or the
+// table's own category).
 bool arena_row(Tier tier, std::string_view category) {
-  using namespace std::string_view_literals;
-  return tier == Tier::device && !reserved_only(category) && category != "backend_scratch"sv;
+  return tier == Tier::device && !reserved_only(category) && category != to_string(Category::backend_scratch);
+}
+bool arena_row(Tier tier, Category category) {
+  return tier == Tier::device && !reserved_only(category) && category != Category::backend_scratch;
 }
 
 // One layout for both forms of the rows: the table's (BufferRow) and their figures (RowSize).

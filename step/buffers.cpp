@@ -32,6 +32,38 @@ bool counted(const Row& r, Tier tier, bool include_reserve) {
   return r.tier == tier && (include_reserve || !reserved_only(r.category));
 }
 
+// The bytes by category of the rows of one tier alive in the phases of `bit`.
+std::map<std::string, int64_t> breakdown_at(const std::vector<BufferRow>& rows, PhaseMask bit, Tier tier,
+                                            bool include_reserve) {
+  std::map<std::string, int64_t> out;
+  for (const auto& r : rows)
+    if (counted(r, tier, include_reserve) && (r.phases & bit)) out[r.category] += r.bytes;
+  return out;
+}
+// The same from the rows' figures: summed per category first (no string per row), then one entry
+// per category present, appended in key order (the enum's).
+std::map<std::string, int64_t> breakdown_at(std::span<const RowSize> rows, PhaseMask bit, Tier tier,
+                                            bool include_reserve) {
+  int64_t bytes[kCategoryCount] = {};
+  bool present[kCategoryCount] = {};
+  for (const auto& r : rows) {
+    if (!counted(r, tier, include_reserve) || !(r.phases & bit)) continue;
+    bytes[static_cast<int>(r.category)] += r.bytes;
+    present[static_cast<int>(r.category)] = true;
+  }
+  std::map<std::string, int64_t> out;
+  for (int c = 0; c < kCategoryCount; ++c)
+    if (present[c]) out.emplace_hint(out.end(), kCategoryNames[c], bytes[c]);
+  return out;
+}
+
+constexpr bool category_names_sorted() {
+  for (int c = 1; c < kCategoryCount; ++c)
+    if (!(std::string_view(kCategoryNames[c - 1]) < std::string_view(kCategoryNames[c]))) return false;
+  return true;
+}
+static_assert(category_names_sorted(), "Category lists the categories in the order of their names");
+
 // The peak over the schedule's phases of the rows of one tier; the breakdown only for the winner.
 // One pass over the rows sums every phase at once (the planner evaluates this in its inner loop).
 // Rows: the table's (BufferRow) or their figures (RowSize).
@@ -61,22 +93,7 @@ BufferTable::PhasePeak peak_of(const Rows& rows, Schedule schedule, Tier tier, b
   };
   if (schedule == Schedule::oomb) each(kOombPhases);
   else each(kStandardPhases);
-  // The winner's breakdown: the categories summed in a small array first (a table has about a
-  // dozen), so that the map gets one insertion per category rather than a lookup per row.
-  const PhaseMask bit = phase_bit(best.phase);
-  constexpr int kParts = 32;
-  std::pair<std::string_view, int64_t> parts[kParts];
-  int n = 0;
-  for (const auto& r : rows) {
-    if (!counted(r, tier, include_reserve) || !(r.phases & bit)) continue;
-    const std::string_view category = r.category;
-    int i = 0;
-    while (i < n && parts[i].first != category) ++i;
-    if (i < n) parts[i].second += r.bytes;
-    else if (n < kParts) parts[n++] = {category, r.bytes};
-    else best.breakdown[std::string(category)] += r.bytes;  // more categories than any table has
-  }
-  for (int i = 0; i < n; ++i) best.breakdown.emplace(std::string(parts[i].first), parts[i].second);
+  best.breakdown = breakdown_at(rows, phase_bit(best.phase), tier, include_reserve);
   return best;
 }
 }  // namespace
@@ -211,11 +228,11 @@ struct RowSink {
   bool describe;
   PhaseMask all;  // every phase of the schedule
   template <class Shape, class Formula>
-  void add(const char* name, const char* category, Tier tier, Shape&& shape, std::string_view dtype, int64_t bytes,
+  void add(const char* name, Category category, Tier tier, Shape&& shape, std::string_view dtype, int64_t bytes,
            PhaseMask phases, Formula&& formula) {
     BufferRow& b = t.rows.emplace_back();
     b.name = name;
-    b.category = category;
+    b.category = to_string(category);
     b.tier = tier;
     b.dtype = dtype;
     b.bytes = bytes;
@@ -237,7 +254,7 @@ struct RowSink {
 struct SizeSink {
   TableSizes& t;
   template <class Shape, class Formula>
-  void add(const char* name, const char* category, Tier tier, Shape&&, std::string_view, int64_t bytes,
+  void add(const char* name, Category category, Tier tier, Shape&&, std::string_view, int64_t bytes,
            PhaseMask phases, Formula&&) {
     OOMB_ASSERT(t.row_count < TableSizes::kMaxRows, "a buffer table with more than TableSizes::kMaxRows rows");
     t.row_storage[static_cast<size_t>(t.row_count++)] = {name, category, tier, bytes, phases};
@@ -246,7 +263,7 @@ struct SizeSink {
 };
 
 // Every row of the step, in table order, each sized here and nowhere else; `sink` keeps them
-// (RowSink or SizeSink). Names and categories are literals (TableSizes keeps views of them).
+// (RowSink or SizeSink). Names are literals (TableSizes keeps pointers to them).
 template <class Sink>
 void add_rows(const models::ModelSpec& m, const Config& c, const Target& target, const Geometry& g, bool describe,
               PageCounts& pages, Sink& sink) {
@@ -256,7 +273,7 @@ void add_rows(const models::ModelSpec& m, const Config& c, const Target& target,
   const PhaseMask fill = phase_bit(Phase::fill), rec = phase_bit(Phase::recompute), loss = phase_bit(Phase::loss),
                   bwd = phase_bit(Phase::backward), fwd = phase_bit(Phase::forward);
   // Shapes and formulas are text for people (OOMB_SHAPE, OOMB_TEXT build them only when describing).
-  auto add = [&](const char* name, const char* category, Tier tier, auto&& shape, std::string_view dtype,
+  auto add = [&](const char* name, Category category, Tier tier, auto&& shape, std::string_view dtype,
                  int64_t bytes, PhaseMask phases, auto&& formula) {
     sink.add(name, category, tier, shape, dtype, bytes, phases, formula);
   };
@@ -270,17 +287,17 @@ void add_rows(const models::ModelSpec& m, const Config& c, const Target& target,
   const int64_t pb = dtype_bytes(c.param_dtype, "--param-dtype");
   (void)dtype_bytes(c.param_grad_dtype, "--param-grad-dtype");  // a bad dtype is refused by flag
   const int64_t lb = dtype_bytes(c.loss_dtype, "--loss-dtype");
-  add(row::kWeights, "weights", Tier::device, OOMB_SHAPE({params}), c.param_dtype, checked_mul(params, pb), all,
+  add(row::kWeights, Category::weights, Tier::device, OOMB_SHAPE({params}), c.param_dtype, checked_mul(params, pb), all,
       g.lora ? "params per rank x param dtype (the frozen base)" : "params per rank (sharded; norms whole) x param dtype");
   // What the step trains: every parameter, or under LoRA the adapters (fp32, as PEFT creates them
   // on a bf16 base) and, with lora_train_embeddings, the embeddings and the LM head.
   const int64_t adapters = lora_param_count(g);
   const int64_t trained_base = g.lora ? trainable_param_count(m, c, g) - adapters : params;
   if (g.lora)
-    add(row::kLoraAdapters, "weights", Tier::device, OOMB_SHAPE({adapters}), "fp32", checked_mul(adapters, 4), all,
+    add(row::kLoraAdapters, Category::weights, Tier::device, OOMB_SHAPE({adapters}), "fp32", checked_mul(adapters, 4), all,
         "layers x targets x r x (in + out) per GPU x 4 (A and B, fp32)");
   const int64_t grad_bytes = trained_gradient_bytes(m, c, g);
-  add(row::kParameterGradients, "parameter_gradients", Tier::device, OOMB_SHAPE({adapters + trained_base}),
+  add(row::kParameterGradients, Category::parameter_gradients, Tier::device, OOMB_SHAPE({adapters + trained_base}),
       g.lora && trained_base == 0 ? std::string("fp32") : c.param_grad_dtype, grad_bytes, all,
       g.lora ? "adapters x 4 + trained embeddings / gpus x param-grad dtype (the frozen base has none)"
              : "params per rank x param-grad dtype");
@@ -291,20 +308,20 @@ void add_rows(const models::ModelSpec& m, const Config& c, const Target& target,
     const Tier tier = c.optimizer == Optimizer::gpu ? Tier::device : Tier::host;
     const int64_t trained = adapters + trained_base;
     if (pb != 4 && trained_base > 0)
-      add(row::kMasterWeights, "optimizer_state", tier, OOMB_SHAPE({trained_base}), "fp32",
+      add(row::kMasterWeights, Category::optimizer_state, tier, OOMB_SHAPE({trained_base}), "fp32",
           checked_mul(trained_base, 4), all,
           g.lora ? "trained embeddings x 4 (fp32 master weights; the adapters are fp32)"
                  : "params x 4 (fp32 master weights of non-fp32 parameters)");
-    add(row::kAdamwMoments, "optimizer_state", tier, OOMB_SHAPE({2, trained}), "fp32", checked_mul(trained, 8),
+    add(row::kAdamwMoments, Category::optimizer_state, tier, OOMB_SHAPE({2, trained}), "fp32", checked_mul(trained, 8),
         all, g.lora ? "2 x trained params x 4 (m, v)" : "2 x params x 4 (m, v)");
-    add(row::kAdamwDecayMask, "optimizer_state", tier, OOMB_SHAPE({trained}), "uint8", trained, all,
+    add(row::kAdamwDecayMask, Category::optimizer_state, tier, OOMB_SHAPE({trained}), "uint8", trained, all,
         "trained params x 1 (weight decay on or off per parameter)");
     if (c.optimizer == Optimizer::host) {
       // The host update's operands: the gradients copied out, the working weights copied back in.
-      add(row::kHostParameterGradients, "optimizer_state", Tier::host, OOMB_SHAPE({trained}),
+      add(row::kHostParameterGradients, Category::optimizer_state, Tier::host, OOMB_SHAPE({trained}),
           g.lora && trained_base == 0 ? std::string("fp32") : c.param_grad_dtype, grad_bytes, all,
           "trained params x param-grad dtype (copied out for the host update)");
-      add(row::kHostWeights, "optimizer_state", Tier::host, OOMB_SHAPE({trained}), g.lora ? "fp32" : c.param_dtype,
+      add(row::kHostWeights, Category::optimizer_state, Tier::host, OOMB_SHAPE({trained}), g.lora ? "fp32" : c.param_dtype,
           trained_weight_bytes(m, c, g), all,
           "trained params x their dtype (the updated working weights, copied in)");
     }
@@ -313,7 +330,7 @@ void add_rows(const models::ModelSpec& m, const Config& c, const Target& target,
     // is final, to the update (step::gradient_buckets; NCCL sums bf16 itself).
     const std::string grad_dtype = g.lora && trained_base == 0 ? std::string("fp32") : c.param_grad_dtype;
     if (!cuda && c.data_parallel > 1 && grad_dtype == "bf16")
-      add(row::kGradientAllreduceStaging, "optimizer_state", Tier::host, OOMB_SHAPE({trained}), "fp32",
+      add(row::kGradientAllreduceStaging, Category::optimizer_state, Tier::host, OOMB_SHAPE({trained}), "fp32",
           checked_mul(trained, 4), phase_bit(Phase::loss) | phase_bit(Phase::backward) | phase_bit(Phase::optimizer),
           "trained params x 4 (the MPI all-reduce sums bf16 gradients in fp32, bucket by bucket from the last "
           "backward)");
@@ -342,7 +359,7 @@ void add_rows(const models::ModelSpec& m, const Config& c, const Target& target,
   // From the first forward that keeps them to the last backward.
   const PhaseMask kept = g.oomb ? (rec | loss | bwd) : (fwd | loss | bwd);
 
-  add(row::kTokenIds, "inputs", Tier::device, OOMB_SHAPE({2, T}), "int32", checked_mul(T, 8), all,
+  add(row::kTokenIds, Category::inputs, Tier::device, OOMB_SHAPE({2, T}), "int32", checked_mul(T, 8), all,
       OOMB_TEXT(tok + " tokens x 2 (ids, targets) x 4"));
   // Tensor parallelism (docs/model.md "Tensor parallelism"). Both backends: the vocabulary-parallel
   // loss's per-row statistics of every rank (max, sum of exponentials, target logit), all-reduced
@@ -352,42 +369,42 @@ void add_rows(const models::ModelSpec& m, const Config& c, const Target& target,
   // summed in fp32 when stored bf16 (NCCL sums bf16 itself).
   if (g.G > 1) {
     if (!cuda && A != 4)
-      add(row::kTensorParallelStaging, "hidden_states", Tier::device, OOMB_SHAPE({T, g.h}), "fp32",
+      add(row::kTensorParallelStaging, Category::hidden_states, Tier::device, OOMB_SHAPE({T, g.h}), "fp32",
           checked_mul(checked_mul(T, g.h), 4), all,
           OOMB_TEXT(tok + " tokens x hidden x 4 (the MPI all-reduce sums bf16 activations in fp32)"));
-    add(row::kTensorParallelLossStatistics, "logits", Tier::device, OOMB_SHAPE({g.G, tile, 3}), "fp32",
+    add(row::kTensorParallelLossStatistics, Category::logits, Tier::device, OOMB_SHAPE({g.G, tile, 3}), "fp32",
         checked_mul(checked_mul(g.G, tile), 12), all,
         "gpus x loss tile x 3 x 4 (each rank's row max, sum of exponentials, target logit)");
   }
   if (g.oomb) {
-    add(row::kHiddenStates, "hidden_states", Tier::device, OOMB_SHAPE({2, T, hs}), act, checked_mul(T, 2 * hs * A),
+    add(row::kHiddenStates, Category::hidden_states, Tier::device, OOMB_SHAPE({2, T, hs}), act, checked_mul(T, 2 * hs * A),
         all, "2 (x, y ping-pong) x chunk tokens x hidden x activation dtype");
   } else {
     // The layer inputs are the checkpoints; the last layer's output is the final norm's input.
-    add(row::kHiddenStates, "hidden_states", Tier::device, OOMB_SHAPE({g.N, hs}), act, checked_mul(g.N, hs * A),
+    add(row::kHiddenStates, Category::hidden_states, Tier::device, OOMB_SHAPE({g.N, hs}), act, checked_mul(g.N, hs * A),
         fwd | loss, "sequence tokens x hidden x activation dtype (the last layer's output)");
   }
   // The executor keeps the layer inputs also without checkpointing (the input norm's backward reads
   // them); a framework's standard step keeps them inside the activations.
   if (c.checkpointing || g.oomb) {
-    add(row::kLayerInputCheckpoints, "checkpoints", Tier::device, OOMB_SHAPE({g.L, T, hs}), act,
+    add(row::kLayerInputCheckpoints, Category::checkpoints, Tier::device, OOMB_SHAPE({g.L, T, hs}), act,
         checked_mul(checked_mul(g.L, T), hs * A), kept,
         OOMB_TEXT("layers x " + tok + " tokens x hidden x activation dtype"));
   }
   if (!c.checkpointing) {
     // No recompute: every layer's activations are kept, and a layer computes in its own slice.
     const PhaseMask all_layers = g.oomb ? (fill | kept) : kept;
-    add(row::kAllLayerActivations, "checkpoints", Tier::device, OOMB_SHAPE({g.L, T, layer_act_width}), act,
+    add(row::kAllLayerActivations, Category::checkpoints, Tier::device, OOMB_SHAPE({g.L, T, layer_act_width}), act,
         checked_mul(checked_mul(g.L, T), layer_act_width * A), all_layers,
         OOMB_TEXT("layers x " + tok + " tokens x (4 hidden + 2 q_dim + 2 kv_dim + 3 ffn) x activation dtype"));
-    add(row::kLayerNormRstd, "layer_working_set", Tier::device, OOMB_SHAPE({g.L, rstd_per_token, T}), "fp32",
+    add(row::kLayerNormRstd, Category::layer_working_set, Tier::device, OOMB_SHAPE({g.L, rstd_per_token, T}), "fp32",
         ceil_div(checked_mul(checked_mul(g.L, T), 4 * rstd_per_token), rstd_share), all_layers,
         OOMB_TEXT("layers x 2 norms x " + tok + " tokens x 4"));
-    add(row::kAttentionLse, "attention_workspace", Tier::device, OOMB_SHAPE({g.L, T, g.q_heads}), "fp32",
+    add(row::kAttentionLse, Category::attention_workspace, Tier::device, OOMB_SHAPE({g.L, T, g.q_heads}), "fp32",
         checked_mul(checked_mul(g.L, T), g.q_heads * 4), all_layers,
         OOMB_TEXT("layers x " + tok + " tokens x q_heads x 4"));
   }
-  add(row::kHiddenGradients, "layer_working_set", Tier::device, OOMB_SHAPE({2, T, hs}), act,
+  add(row::kHiddenGradients, Category::layer_working_set, Tier::device, OOMB_SHAPE({2, T, hs}), act,
       checked_mul(T, 2 * hs * A), g.oomb ? (rec | loss | bwd) : (loss | bwd),
       OOMB_TEXT("2 (dy, dx) x " + tok + " tokens x hidden x activation dtype"));
   if (c.checkpointing && c.kept_layers > 0) {
@@ -395,51 +412,51 @@ void add_rows(const models::ModelSpec& m, const Config& c, const Target& target,
     // all of them (same lifetime), and the recomputed layers share the one-layer set below.
     const int64_t k = c.kept_layers;
     const PhaseMask all_layers = g.oomb ? (fill | kept) : kept;
-    add(row::kKeptLayerActivations, "checkpoints", Tier::device, OOMB_SHAPE({k, T, layer_act_width}), act,
+    add(row::kKeptLayerActivations, Category::checkpoints, Tier::device, OOMB_SHAPE({k, T, layer_act_width}), act,
         checked_mul(checked_mul(k, T), layer_act_width * A), all_layers,
         OOMB_TEXT("kept layers x " + tok + " tokens x (4 hidden + 2 q_dim + 2 kv_dim + 3 ffn) x activation dtype"));
-    add(row::kKeptLayerNormRstd, "layer_working_set", Tier::device, OOMB_SHAPE({k, rstd_per_token, T}), "fp32",
+    add(row::kKeptLayerNormRstd, Category::layer_working_set, Tier::device, OOMB_SHAPE({k, rstd_per_token, T}), "fp32",
         ceil_div(checked_mul(checked_mul(k, T), 4 * rstd_per_token), rstd_share), all_layers,
         OOMB_TEXT("kept layers x 2 norms x " + tok + " tokens x 4"));
-    add(row::kKeptAttentionLse, "attention_workspace", Tier::device, OOMB_SHAPE({k, T, g.q_heads}), "fp32",
+    add(row::kKeptAttentionLse, Category::attention_workspace, Tier::device, OOMB_SHAPE({k, T, g.q_heads}), "fp32",
         checked_mul(checked_mul(k, T), g.q_heads * 4), all_layers,
         OOMB_TEXT("kept layers x " + tok + " tokens x q_heads x 4"));
   }
   if (c.checkpointing) {
-    add(row::kLayerActivations, "layer_working_set", Tier::device, OOMB_SHAPE({T, layer_act_width}), act,
+    add(row::kLayerActivations, Category::layer_working_set, Tier::device, OOMB_SHAPE({T, layer_act_width}), act,
         checked_mul(T, layer_act_width * A), layer_phases,
         OOMB_TEXT(tok + " tokens x (4 hidden + 2 q_dim + 2 kv_dim + 3 ffn) x activation dtype (one layer)"));
-    add(row::kLayerNormRstd, "layer_working_set", Tier::device, OOMB_SHAPE({rstd_per_token, T}), "fp32",
+    add(row::kLayerNormRstd, Category::layer_working_set, Tier::device, OOMB_SHAPE({rstd_per_token, T}), "fp32",
         ceil_div(checked_mul(T, 4 * rstd_per_token), rstd_share), layer_phases, OOMB_TEXT("2 norms x " + tok + " tokens x 4 (one layer)"));
-    add(row::kAttentionLse, "attention_workspace", Tier::device, OOMB_SHAPE({T, g.q_heads}), "fp32",
+    add(row::kAttentionLse, Category::attention_workspace, Tier::device, OOMB_SHAPE({T, g.q_heads}), "fp32",
         checked_mul(T, g.q_heads * 4), layer_phases,
         OOMB_TEXT(tok + " tokens x q_heads x 4 (log-sum-exp saved for the backward)"));
   }
-  add(row::kLayerBackwardTemporaries, "layer_working_set", Tier::device, OOMB_SHAPE({T, layer_bwd_width}), act,
+  add(row::kLayerBackwardTemporaries, Category::layer_working_set, Tier::device, OOMB_SHAPE({T, layer_bwd_width}), act,
       checked_mul(T, layer_bwd_width * A), bwd,
       OOMB_TEXT(tok + " tokens x (3 hidden + 2 q_dim + 2 kv_dim + 3 ffn) x activation dtype (one layer)"));
   // Final norm, LM head and cross-entropy (the loss phase).
   const int64_t V = g.V / g.G;
-  add(row::kFinalNorm, "logits", Tier::device, OOMB_SHAPE({2, T, hs}), act, checked_mul(T, 2 * hs * A), loss,
+  add(row::kFinalNorm, Category::logits, Tier::device, OOMB_SHAPE({2, T, hs}), act, checked_mul(T, 2 * hs * A), loss,
       OOMB_TEXT("2 (normed final hidden, its gradient) x " + tok + " tokens x hidden x activation dtype"));
-  add(row::kFinalNormRstd, "logits", Tier::device, OOMB_SHAPE({T}), "fp32", ceil_div(checked_mul(T, 4), rstd_share), loss,
+  add(row::kFinalNormRstd, Category::logits, Tier::device, OOMB_SHAPE({T}), "fp32", ceil_div(checked_mul(T, 4), rstd_share), loss,
       OOMB_TEXT(tok + " tokens x 4"));
   if (g.fused_loss) {
-    add(row::kLogits, "logits", Tier::device, OOMB_SHAPE({tile, V}), c.loss_dtype,
+    add(row::kLogits, Category::logits, Tier::device, OOMB_SHAPE({tile, V}), c.loss_dtype,
         checked_mul(checked_mul(tile, V), lb), loss, "tile tokens x vocab x loss dtype (fused: the gradient is written in place)");
   } else {
-    add(row::kLogits, "logits", Tier::device, OOMB_SHAPE({T, V}), act, checked_mul(checked_mul(T, V), A), loss,
+    add(row::kLogits, Category::logits, Tier::device, OOMB_SHAPE({T, V}), act, checked_mul(checked_mul(T, V), A), loss,
         OOMB_TEXT(tok + " tokens x vocab x activation dtype (LM head output)"));
     if (c.loss_dtype != act)
-      add(row::kLogitsUpcast, "logits", Tier::device, OOMB_SHAPE({T, V}), c.loss_dtype,
+      add(row::kLogitsUpcast, Category::logits, Tier::device, OOMB_SHAPE({T, V}), c.loss_dtype,
           checked_mul(checked_mul(T, V), lb), loss, OOMB_TEXT(tok + " tokens x vocab x loss dtype (the upcast copy)"));
-    add(row::kLogitsGradient, "logits", Tier::device, OOMB_SHAPE({T, V}), c.loss_dtype,
+    add(row::kLogitsGradient, Category::logits, Tier::device, OOMB_SHAPE({T, V}), c.loss_dtype,
         checked_mul(checked_mul(T, V), lb), loss, OOMB_TEXT(tok + " tokens x vocab x loss dtype"));
     if (published)
       // The published code's unchunked cross-entropy (docs/model.md): inside the log-softmax
       // backward its saved output (the row above), the NLL gradient and the log-softmax gradient
       // are live at once, three logits-sized tensors.
-      add(row::kLogSoftmaxGradient, "logits", Tier::device, OOMB_SHAPE({T, V}), c.loss_dtype,
+      add(row::kLogSoftmaxGradient, Category::logits, Tier::device, OOMB_SHAPE({T, V}), c.loss_dtype,
           checked_mul(checked_mul(T, V), lb), loss,
           OOMB_TEXT(tok + " tokens x vocab x loss dtype (the log-softmax gradient, published cross-entropy)"));
   }
@@ -457,19 +474,19 @@ void add_rows(const models::ModelSpec& m, const Config& c, const Target& target,
     const int64_t grad_pool_pages = published ? pc.grad_pool_pages : pc.grad_pool_capacity_pages;
     if (published && g.sparse && g.offload)
       pool_formula = "resident layers x largest slot (modelled union + own, allocated per page) x page bytes";
-    add(row::kKvPool, "kv_pages", Tier::device, OOMB_SHAPE({kv_pool_pages, g.p, 2, g.kv_heads, g.head_dim}),
+    add(row::kKvPool, Category::kv_pages, Tier::device, OOMB_SHAPE({kv_pool_pages, g.p, 2, g.kv_heads, g.head_dim}),
         c.kv_dtype, checked_mul(kv_pool_pages, g.kv_page_bytes), all, pool_formula);
-    add(row::kKvGradPool, "kv_grad_pages", Tier::device, OOMB_SHAPE({grad_pool_pages, g.p, 2, g.kv_heads, g.head_dim}),
+    add(row::kKvGradPool, Category::kv_grad_pages, Tier::device, OOMB_SHAPE({grad_pool_pages, g.p, 2, g.kv_heads, g.head_dim}),
         c.kv_grad_dtype, checked_mul(grad_pool_pages, g.grad_page_bytes), all, pool_formula);
     if (published && g.offload && target.pages_in_flight > 0) {
       pages.pages_in_flight = target.pages_in_flight;
       // Pages in flight (docs/model.md): the published onload allocates a layer's pages as soon as
       // it is issued while the write-back of the layer it replaces frees each page only when that
       // page's blocking copy ends; the simulator counts the pages not yet written back at the peak.
-      add(row::kKvPagesInFlight, "kv_pages", Tier::device,
+      add(row::kKvPagesInFlight, Category::kv_pages, Tier::device,
           OOMB_SHAPE({target.pages_in_flight, g.p, 2, g.kv_heads, g.head_dim}), c.kv_dtype, checked_mul(target.pages_in_flight, g.kv_page_bytes), all,
           "pages whose write-back has not finished (copy rate vs layer pass time) x page bytes");
-      add(row::kKvGradPagesInFlight, "kv_grad_pages", Tier::device,
+      add(row::kKvGradPagesInFlight, Category::kv_grad_pages, Tier::device,
           OOMB_SHAPE({target.pages_in_flight, g.p, 2, g.kv_heads, g.head_dim}), c.kv_grad_dtype,
           checked_mul(target.pages_in_flight, g.grad_page_bytes), all,
           "pages whose write-back has not finished (copy rate vs layer pass time) x gradient page bytes");
@@ -477,71 +494,71 @@ void add_rows(const models::ModelSpec& m, const Config& c, const Target& target,
     if (published) {
       const int64_t table_entries = g.offload ? checked_mul(g.R, 2 * (pc.kv_pool_pages / std::max<int64_t>(g.R, 1)))
                                               : checked_mul(g.L, 2 * g.P);
-      add("page_tables", "page_tables", Tier::device, OOMB_SHAPE({table_entries}), "int32",
+      add("page_tables", Category::page_tables, Tier::device, OOMB_SHAPE({table_entries}), "int32",
           checked_mul(table_entries, 4), all,
           g.offload ? "per-slot tables (KV and gradient)" : "layers x pages x 2 tables x 4 bytes");
     }
     if (g.offload) {
-      add(row::kHostKvPages, "kv_pages", Tier::host, OOMB_SHAPE({pc.host_kv_pages, g.p, 2, g.kv_heads, g.head_dim}),
+      add(row::kHostKvPages, Category::kv_pages, Tier::host, OOMB_SHAPE({pc.host_kv_pages, g.p, 2, g.kv_heads, g.head_dim}),
           c.kv_dtype, checked_mul(pc.host_kv_pages, g.kv_page_bytes), all, "layers x pages x KV page bytes");
-      add(row::kHostKvGradPages, "kv_grad_pages", Tier::host,
+      add(row::kHostKvGradPages, Category::kv_grad_pages, Tier::host,
           OOMB_SHAPE({pc.host_grad_pages, g.p, 2, g.kv_heads, g.head_dim}), c.kv_grad_dtype,
           checked_mul(pc.host_grad_pages, g.grad_page_bytes), all, "layers x pages x gradient page bytes");
       if (published)
-        add("host_page_tables", "page_tables", Tier::host, OOMB_SHAPE({g.L, g.P, 2}), "int32",
+        add("host_page_tables", Category::page_tables, Tier::host, OOMB_SHAPE({g.L, g.P, 2}), "int32",
             checked_mul(g.L * 2, g.P * 4), all, "layers x pages x 2 tables x 4 bytes");
     }
     if (g.sparse) {
       const int64_t summaries = checked_mul(checked_mul(g.L, g.P), g.summary_bytes);
       const int64_t record = checked_mul(checked_mul(g.L, g.P), g.B * 4);
       if (c.selection_memory == SelectionMemory::device) {
-        add(row::kPageSummaries, "page_summaries", Tier::device, OOMB_SHAPE({g.L, g.P, g.kvd}), c.kv_dtype, summaries,
+        add(row::kPageSummaries, Category::page_summaries, Tier::device, OOMB_SHAPE({g.L, g.P, g.kvd}), c.kv_dtype, summaries,
             all, "layers x pages x kv_dim x KV dtype (grows with N)");
         if (published) {
-          add("selection_scores", "selection_scores", Tier::device, OOMB_SHAPE({g.C, g.kv_heads, g.P}), "fp32",
+          add("selection_scores", Category::selection_scores, Tier::device, OOMB_SHAPE({g.C, g.kv_heads, g.P}), "fp32",
               checked_mul(checked_mul(g.C, g.kv_heads), g.P * 4), all,
               "chunk tokens x kv_heads x pages x 4 (grows with N)");
-          add("selection_record", "page_tables", Tier::device, OOMB_SHAPE({g.L, g.P, g.B}), "int32", record, all,
+          add("selection_record", Category::page_tables, Tier::device, OOMB_SHAPE({g.L, g.P, g.B}), "int32", record, all,
               "layers x query pages x budget x 4");
         }
       } else {
         const int64_t tile_pages = std::min(c.selection_tile_pages, g.P);
         if (published) {
-          add("summary_tiles", "page_summaries", Tier::device, OOMB_SHAPE({2, tile_pages, g.kv_heads, g.head_dim}),
+          add("summary_tiles", Category::page_summaries, Tier::device, OOMB_SHAPE({2, tile_pages, g.kv_heads, g.head_dim}),
               c.kv_dtype, checked_mul(2 * tile_pages, g.summary_bytes), all,
               "2 x tile pages x kv_heads x head_dim x KV dtype");
-          add("selection_scores", "selection_scores", Tier::device, OOMB_SHAPE({g.C, g.kv_heads, tile_pages}), "fp32",
+          add("selection_scores", Category::selection_scores, Tier::device, OOMB_SHAPE({g.C, g.kv_heads, tile_pages}), "fp32",
               checked_mul(checked_mul(g.C, g.kv_heads), tile_pages * 4) + checked_mul(g.q, g.B * 8), all,
               OOMB_TEXT("chunk tokens x kv_heads x tile pages x 4 + running top-k"));
-          add("selection_record_slot", "page_tables", Tier::device, OOMB_SHAPE({g.R, g.q, g.B}), "int32",
+          add("selection_record_slot", Category::page_tables, Tier::device, OOMB_SHAPE({g.R, g.q, g.B}), "int32",
               checked_mul(g.q * g.B, 4) * g.R, all, "query pages x budget x 4 x resident layers");
         }
-        add(row::kHostPageSummaries, "page_summaries", Tier::host, OOMB_SHAPE({g.L, g.P, g.kvd}), c.kv_dtype,
+        add(row::kHostPageSummaries, Category::page_summaries, Tier::host, OOMB_SHAPE({g.L, g.P, g.kvd}), c.kv_dtype,
             summaries, all, "layers x pages x kv_dim x KV dtype");
         if (published)
-          add("host_selection_record", "page_tables", Tier::host, OOMB_SHAPE({g.L, g.P, g.B}), "int32", record,
+          add("host_selection_record", Category::page_tables, Tier::host, OOMB_SHAPE({g.L, g.P, g.B}), "int32", record,
               all, "layers x query pages x budget x 4");
       }
     }
   }
   if (cuda) {
-    add(row::kGemmWorkspace, "backend_scratch", Tier::device, OOMB_SHAPE({cuda_scratch::kGemmWorkspaceBytes}),
+    add(row::kGemmWorkspace, Category::backend_scratch, Tier::device, OOMB_SHAPE({cuda_scratch::kGemmWorkspaceBytes}),
         "uint8", cuda_scratch::kGemmWorkspaceBytes, all, "the CUDA backend's cuBLASLt workspace (32 MiB)");
     if (!published && g.oomb) {
       // The CUDA backend's op scratch, allocated once at its declared size (step/cuda_scratch.h).
       const cuda_scratch::StepScratch s = cuda_scratch::step_op_scratch(m, c, g, target.bf16_gemm);
-      add(row::kOpScratch, "backend_scratch", Tier::device, OOMB_SHAPE({s.bytes}), "uint8", s.bytes, all,
+      add(row::kOpScratch, Category::backend_scratch, Tier::device, OOMB_SHAPE({s.bytes}), "uint8", s.bytes, all,
           OOMB_TEXT("the CUDA backend's op scratch: its largest op (" + s.op + ", step/cuda_scratch.h)"));
     }
     if (c.peak_measure == PeakMeasure::reserved) {
-      add(row::kRuntimeReserve, kRuntimeReserveCategory, Tier::device, OOMB_SHAPE({target.runtime_reserve_bytes}),
+      add(row::kRuntimeReserve, Category::runtime_reserve, Tier::device, OOMB_SHAPE({target.runtime_reserve_bytes}),
           "uint8", target.runtime_reserve_bytes, all, OOMB_TEXT("CUDA context + library workspaces (GPU profile)"));
       // The device arena: one block for the executor's buffers at their peak, reserved before the
       // first (step/allocator.h); what it holds beyond them is this row.
       if (!published && g.oomb) {
         const allocator::ArenaLayout a = sink.arena_layout();
         const int64_t beyond = a.block_bytes - a.buffer_peak_bytes;
-        add(row::kAllocatorBlocks, kAllocatorCategory, Tier::device, OOMB_SHAPE({beyond}), "uint8", beyond, all,
+        add(row::kAllocatorBlocks, Category::allocator, Tier::device, OOMB_SHAPE({beyond}), "uint8", beyond, all,
             OOMB_TEXT("the CUDA arena's one block beyond the buffers' peak: the rows' layout (" +
                       format_bytes(a.layout_bytes) + ") + 8 MiB for 256-byte rounding, in 2 MiB units (step/allocator.h)"));
       }

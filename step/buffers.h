@@ -66,17 +66,48 @@ inline constexpr const char* kRuntimeReserve = "runtime_reserve";
 inline constexpr const char* kAllocatorBlocks = "allocator_blocks";
 }  // namespace row
 
+// The categories of the table's rows (the breakdown's keys, docs/model.md), in the order of their
+// names (so that a breakdown built in enum order is in key order). A row keeps its category as text
+// (BufferRow::category, what plans carry); the table's own rows are sized with these.
+enum class Category : uint8_t {
+  allocator,            // what the backend's allocator holds beyond the buffers (step/allocator.h)
+  attention_workspace,
+  backend_scratch,
+  checkpoints,
+  hidden_states,
+  inputs,
+  kv_grad_pages,
+  kv_pages,
+  layer_working_set,
+  logits,
+  optimizer_state,
+  page_summaries,
+  page_tables,
+  parameter_gradients,
+  runtime_reserve,      // the CUDA context: on the GPU, not allocated by the executor
+  selection_scores,
+  weights,
+};
+inline constexpr int kCategoryCount = 17;
+inline constexpr const char* kCategoryNames[kCategoryCount] = {
+    "allocator",     "attention_workspace", "backend_scratch", "checkpoints",         "hidden_states",
+    "inputs",        "kv_grad_pages",       "kv_pages",        "layer_working_set",   "logits",
+    "optimizer_state", "page_summaries",    "page_tables",     "parameter_gradients", "runtime_reserve",
+    "selection_scores", "weights"};
+constexpr const char* to_string(Category c) { return kCategoryNames[static_cast<int>(c)]; }
+
 // The category of the runtime reserve (the CUDA context: on the GPU, not allocated by the executor).
-inline constexpr const char* kRuntimeReserveCategory = "runtime_reserve";
+inline constexpr const char* kRuntimeReserveCategory = to_string(Category::runtime_reserve);
 // What the backend's allocator holds beyond the buffers (the reserved measure: block rounding and
 // the CUDA arena's slack, step/allocator.h); not allocated by the executor either.
-inline constexpr const char* kAllocatorCategory = "allocator";
+inline constexpr const char* kAllocatorCategory = to_string(Category::allocator);
 // Rows of the reserved measure only: the runtime reserve and the allocator's blocks.
 inline bool reserved_only(std::string_view category) {
   // Views of known length: the lengths are compared first (the planner's inner loop calls this).
   constexpr std::string_view reserve{kRuntimeReserveCategory}, allocator{kAllocatorCategory};
   return category == reserve || category == allocator;
 }
+constexpr bool reserved_only(Category c) { return c == Category::runtime_reserve || c == Category::allocator; }
 
 // What a node's host holds of a table's host tier: every row is one rank's, and the node's host RAM
 // and pinned memory serve the ranks on the node: its data-parallel replicas (data_parallel / nodes)
@@ -157,10 +188,11 @@ struct BufferTable {
   const BufferRow* find(const std::string& name, Tier tier) const;  // null when absent
 };
 
-// A row's figures without its text: what peaks and the arena layout read. The views point at the
-// table's own string literals (row names and categories are literals in step/buffers.cpp).
+// A row's figures without its text: what peaks and the arena layout read (the name is one of the
+// table's literals, step/buffers.cpp).
 struct RowSize {
-  std::string_view name, category;
+  const char* name = "";
+  Category category = Category::weights;
   Tier tier = Tier::device;
   int64_t bytes = 0;
   PhaseMask phases = 0;
