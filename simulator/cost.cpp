@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <vector>
 
 #include "core/error.h"
@@ -166,6 +167,12 @@ WorkTerms terms_of(const Scenario& s, const LayerWork& w, const Mult& m) {
   return t;
 }
 
+// A pass's time and, unless skipped, its work terms.
+void price(PassCost& p, const Scenario& s, const LayerWork& w, const Mult& m, Terms terms) {
+  p.compute_s = time_of(s, w, m);
+  if (terms == Terms::keep) p.work = terms_of(s, w, m);
+}
+
 // Work of one layer's forward over `tokens` query tokens that see `prefix_keys` earlier keys
 // (all of them attended) plus themselves causally. qk_norm (Qwen3): an RMSNorm over every q and
 // k head reads and writes q and k once more.
@@ -190,7 +197,7 @@ LayerWork layer_work(const Geometry& g, int64_t tokens, int64_t prefix_keys, boo
   return w;
 }
 
-PassCost head_cost(const Scenario& s, const Geometry& g, int64_t tokens) {
+PassCost head_cost(const Scenario& s, const Geometry& g, int64_t tokens, Terms terms) {
   // Final norm + LM head forward and backward (3 GEMMs' worth) + cross-entropy over the vocab shard.
   LayerWork w;
   const double T = static_cast<double>(tokens);
@@ -211,8 +218,7 @@ PassCost head_cost(const Scenario& s, const Geometry& g, int64_t tokens) {
     w.allreduce_bytes = (activations + T * static_cast<double>(g.G) * 12.0) / m.allreduces;
     if (g.act_b == 2) w.allreduce_bf16_bytes = activations / m.allreduces, w.allreduce_bf16_calls = 2.0 / m.allreduces;
   }
-  p.compute_s = time_of(s, w, m);
-  p.work = terms_of(s, w, m);
+  price(p, s, w, m, terms);
   p.flops = gemms * w.gemm_flops;
   return p;
 }
@@ -227,7 +233,7 @@ PassCost head_cost(const Scenario& s, const Geometry& g, int64_t tokens) {
 // summaries read once per 32-token tile and once per query page (per KV head of the group), the
 // fp64 page scores written and read by the top-k; five launches (staging, group sum, two passes,
 // top-k).
-PassCost selection_cost(const Scenario& s, const Geometry& g, int64_t tokens, int64_t prefix) {
+PassCost selection_cost(const Scenario& s, const Geometry& g, int64_t tokens, int64_t prefix, Terms terms) {
   PassCost p;
   if (prefix <= 0) return p;
   const double T = static_cast<double>(tokens), pp = static_cast<double>(prefix);
@@ -245,8 +251,7 @@ PassCost selection_cost(const Scenario& s, const Geometry& g, int64_t tokens, in
     once.allreduces = 1.0;
     sel.allreduce_bytes = qpages * pp * 8.0;
   }
-  p.compute_s = time_of(s, sel, once);
-  p.work = terms_of(s, sel, once);
+  price(p, s, sel, once, terms);
   p.flops = flops;
   return p;
 }
@@ -263,15 +268,14 @@ PassCost& PassCost::operator+=(const PassCost& o) {
 namespace {
 // A layer's backward, with (checkpointing) or without the re-run of its forward; a kept layer's
 // (partial checkpointing) is always the one without.
-void backward_costs(const Scenario& s, const LayerWork& w, bool ckpt, ChunkCosts& cc) {
+void backward_costs(const Scenario& s, const LayerWork& w, bool ckpt, Terms terms, ChunkCosts& cc) {
   for (PassCost* p : {&cc.backward, &cc.backward_kept}) {
     const bool recompute = ckpt && p == &cc.backward;
     const double r = recompute ? 1.0 : 0.0;
     Mult bwd{2.0 + r, r, kAttentionBackwardFactor, 2.0 + r,
              kKernelsLayerBwd + (recompute ? kKernelsLayerFwd : 0), 1.0};
     bwd.allreduces = 2.0 + r;
-    p->compute_s = time_of(s, w, bwd);
-    p->work = terms_of(s, w, bwd);
+    price(*p, s, w, bwd, terms);
     p->flops = gemm_work(w, bwd) + (kAttentionBackwardFactor + r) * w.attn_flops;
   }
 }
@@ -281,7 +285,7 @@ const PassCost& backward_of(const ChunkCosts& cc, const Geometry& g, int64_t lay
   return layer < g.Lr ? cc.backward : cc.backward_kept;
 }
 
-ChunkCosts chunk_costs(const Scenario& s, const Geometry& g, int64_t c) {
+ChunkCosts chunk_costs(const Scenario& s, const Geometry& g, int64_t c, Terms terms) {
   ChunkCosts cc;
   const int64_t tokens = chunk_tokens_of(g, c);
   const int64_t attended_keys = attended_prefix_pages(g, c) * g.p;
@@ -290,14 +294,11 @@ ChunkCosts chunk_costs(const Scenario& s, const Geometry& g, int64_t c) {
 
   Mult fwd{1.0, 1.0, 0.0, 1.0, kKernelsLayerFwd};
   fwd.allreduces = 2.0;
-  cc.fill.compute_s = time_of(s, w, fwd);
-  cc.fill.work = terms_of(s, w, fwd);
+  price(cc.fill, s, w, fwd, terms);
   cc.fill.flops = w.gemm_flops + w.attn_flops;
-  if (g.sparse) cc.fill += selection_cost(s, g, tokens, prefix_pages(g, c));
-  cc.recompute.compute_s = time_of(s, w, fwd);
-  cc.recompute.work = terms_of(s, w, fwd);
-  cc.recompute.flops = w.gemm_flops + w.attn_flops;
-  backward_costs(s, w, ckpt, cc);
+  cc.recompute = cc.fill;  // the same forward, without the fill's selection
+  if (g.sparse) cc.fill += selection_cost(s, g, tokens, prefix_pages(g, c), terms);
+  backward_costs(s, w, ckpt, terms, cc);
 
   if (g.offload) {
     const int64_t u = union_pages(g, c);
@@ -315,7 +316,7 @@ ChunkCosts chunk_costs(const Scenario& s, const Geometry& g, int64_t c) {
     cc.fill.in_bytes += prefix_pages(g, c) * g.summary_bytes;
     cc.fill.out_bytes += own_pages(g, c) * g.summary_bytes;
   }
-  cc.head = head_cost(s, g, tokens);
+  cc.head = head_cost(s, g, tokens, terms);
   LayerWork emb;
   emb.mb_bytes = static_cast<double>(tokens) * g.h * g.act_b * 2.0;
   Mult embedding{0.0, 0.0, 0.0, 1.0, 1};
@@ -324,22 +325,20 @@ ChunkCosts chunk_costs(const Scenario& s, const Geometry& g, int64_t c) {
     emb.allreduce_bytes = static_cast<double>(tokens) * static_cast<double>(g.h * g.act_b);
     if (g.act_b == 2) emb.allreduce_bf16_bytes = emb.allreduce_bytes, emb.allreduce_bf16_calls = 1;
   }
-  cc.fill_head.compute_s = time_of(s, emb, embedding);
-  cc.fill_head.work = terms_of(s, emb, embedding);
+  price(cc.fill_head, s, emb, embedding, terms);
   return cc;
 }
 
-ChunkCosts standard_costs(const Scenario& s, const Geometry& g) {
+ChunkCosts standard_costs(const Scenario& s, const Geometry& g, Terms terms) {
   ChunkCosts cc;
   const LayerWork w = layer_work(g, g.N, 0, s.model.qk_norm);
   const bool ckpt = s.config.checkpointing;
   Mult fwd{1.0, 1.0, 0.0, 1.0, kKernelsLayerFwd};
   fwd.allreduces = 2.0;
-  cc.fill.compute_s = time_of(s, w, fwd);
-  cc.fill.work = terms_of(s, w, fwd);
+  price(cc.fill, s, w, fwd, terms);
   cc.fill.flops = w.gemm_flops + w.attn_flops;
-  backward_costs(s, w, ckpt, cc);
-  cc.head = head_cost(s, g, g.N);
+  backward_costs(s, w, ckpt, terms, cc);
+  cc.head = head_cost(s, g, g.N, terms);
   return cc;
 }
 
@@ -550,7 +549,7 @@ double published_page_writeback_s(const Scenario& s, const Geometry& g) {
 }
 
 double published_layer_period_s(const Scenario& s, const Geometry& g, int64_t c) {
-  const PassCost p = chunk_costs(s, g, c).recompute;
+  const PassCost p = chunk_costs(s, g, c, Terms::skip).recompute;
   const bool both = p.in_bytes > 0 && p.out_bytes > 0 && g.R >= 2;
   const double in_s = p.in_bytes / h2d_rate(s, both), out_s = p.out_bytes / d2h_rate(s, both);
   return pass_time(p, in_s, out_s, g.R);
@@ -604,7 +603,7 @@ struct ChunkTotals {
 
 ChunkTotals chunk_totals(const Scenario& s, const detail::Geometry& g, int64_t c) {
   using namespace detail;
-  const ChunkCosts cc = chunk_costs(s, g, c);
+  const ChunkCosts cc = chunk_costs(s, g, c, Terms::skip);  // times only
   ChunkTotals r;
   const double in_full = h2d_rate(s, false), out_full = d2h_rate(s, false);
   const double in_dup = h2d_rate(s, true), out_dup = d2h_rate(s, true);
@@ -641,7 +640,11 @@ ChunkTotals chunk_totals(const Scenario& s, const detail::Geometry& g, int64_t c
 class RangeSum {
  public:
   RangeSum(const Scenario& s, const detail::Geometry& g) : s_(s), g_(g) {}
-  ChunkTotals eval(int64_t c) { return chunk_totals(s_, g_, c); }
+  ChunkTotals eval(int64_t c) {
+    ChunkTotals t = chunk_totals(s_, g_, c);
+    if (c == 0) first_in = t.first_in;
+    return t;
+  }
 
   void add_range(int64_t a, int64_t b) {
     if (a > b) return;
@@ -653,6 +656,8 @@ class RangeSum {
     interior(a, fa, b, fb);
   }
   ChunkTotals total;
+  // Chunk 0's first copy-in, once eval(0) has run (every sum of a step evaluates chunk 0).
+  std::optional<double> first_in;
 
  private:
   // Adds the sum over the open range (a, b).
@@ -705,7 +710,7 @@ Summary evaluate(const Scenario& s) {
   double compute = 0, step = 0, flops = 0, scale = 0;
   int64_t h2d = 0, d2h = 0;
   if (!g.oomb) {
-    const ChunkCosts cc = standard_costs(s, g);
+    const ChunkCosts cc = standard_costs(s, g, Terms::skip);
     compute = g.L * cc.fill.compute_s + g.Lr * cc.backward.compute_s + (g.L - g.Lr) * cc.backward_kept.compute_s +
               cc.head.compute_s;
     flops = g.L * cc.fill.flops + g.Lr * cc.backward.flops + (g.L - g.Lr) * cc.backward_kept.flops + cc.head.flops;
@@ -747,7 +752,7 @@ Summary evaluate(const Scenario& s) {
     d2h = std::llround(tot.d2h) + std::llround(last.d2h);
     scale = std::max(tot.scale, last.scale);
     // Pipeline fill: the very first copy-in cannot hide behind anything.
-    if (g.offload && g.R >= 2) step += sum.eval(0).first_in;
+    if (g.offload && g.R >= 2) step += sum.first_in ? *sum.first_in : sum.eval(0).first_in;
   }
   // Data parallelism: the gradients' all-reduce, in buckets from the last backward: on the compute
   // stream (MPI), or on its own stream and only what runs past the backward in the step (NCCL).

@@ -64,8 +64,13 @@ struct PassCost {
   PassCost& operator+=(const PassCost& o);
 };
 
+// Whether a pass's cost carries its work terms (calibration and the tensor-parallel counts read them)
+// or only its time, flops and copies (the fast path, which skips the terms' divisions).
+enum class Terms : bool { skip, keep };
+
 // A sparse fill pass's page selection over `prefix` earlier pages (cost.cpp).
-PassCost selection_cost(const Scenario& s, const Geometry& g, int64_t tokens, int64_t prefix);
+PassCost selection_cost(const Scenario& s, const Geometry& g, int64_t tokens, int64_t prefix,
+                        Terms terms = Terms::keep);
 
 // The three layer passes of chunk c (docs/schedule.md) and the chunk's non-layer work.
 struct ChunkCosts {
@@ -77,11 +82,11 @@ struct ChunkCosts {
   PassCost fill_head;   // stage 1: embedding
 };
 
-ChunkCosts chunk_costs(const Scenario& s, const Geometry& g, int64_t c);
+ChunkCosts chunk_costs(const Scenario& s, const Geometry& g, int64_t c, Terms terms = Terms::keep);
 // The backward cost of `layer`: recomputed (layer < g.Lr) or kept.
 const PassCost& backward_of(const ChunkCosts& cc, const Geometry& g, int64_t layer);
 // Standard schedule: forward over N (per layer), backward with recompute (per layer), head.
-ChunkCosts standard_costs(const Scenario& s, const Geometry& g);
+ChunkCosts standard_costs(const Scenario& s, const Geometry& g, Terms terms = Terms::keep);
 
 // Collectives (docs/model.md "Communication"): `calls` ring all-reduces over `ranks` ranks spread
 // over `nodes` nodes, the bytes each rank gives them in total and the part of those stored in bf16.
