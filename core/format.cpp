@@ -1,21 +1,37 @@
 #include "core/format.h"
 
+#include <charconv>
 #include <cmath>
 #include <cstdarg>
 #include <cstdio>
+#include <string_view>
 
 namespace oomb {
 
 namespace {
+constexpr size_t kBufBytes = 64;  // the longest text these functions return is kBufBytes - 1 characters
+
 std::string printf_str(const char* fmt, double v, const char* unit) {
-  char buf[64];
+  char buf[kBufBytes];
   std::snprintf(buf, sizeof buf, fmt, v, unit);
   return buf;
+}
+
+// printf_str("%.<precision>f<suffix>", v) without printf: std::to_chars's fixed form is specified
+// as printf's in the "C" locale, digit for digit, and skips the format parsing and stdio set-up
+// (the simulator's summary formats its notes on every evaluation). Truncated as snprintf would.
+std::string fixed_str(double v, int precision, std::string_view suffix) {
+  char buf[512];  // the longest fixed double (309 digits) with any precision used here
+  const auto r = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::fixed, precision);
+  std::string out(buf, r.ec == std::errc() ? r.ptr : buf);
+  out += suffix;
+  if (out.size() > kBufBytes - 1) out.resize(kBufBytes - 1);
+  return out;
 }
 }  // namespace
 
 std::string format_bytes(int64_t bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  const char* units[] = {" B", " KiB", " MiB", " GiB", " TiB", " PiB", " EiB"};
   double v = static_cast<double>(bytes);
   int u = 0;
   while (std::fabs(v) >= 1024.0 && u < 6) {
@@ -23,7 +39,7 @@ std::string format_bytes(int64_t bytes) {
     ++u;
   }
   if (u == 0) return std::to_string(bytes) + " B";
-  return printf_str("%.2f %s", v, units[u]);
+  return fixed_str(v, 2, units[u]);
 }
 
 std::string format_duration_s(double s) {
@@ -43,23 +59,23 @@ std::string format_duration_s(double s) {
     std::snprintf(buf, sizeof buf, "%s%dm %04.1fs", sign, static_cast<int>(a / 60), std::fmod(a, 60));
     return buf;
   }
-  if (a >= 1.0) return printf_str("%.2f %s", s, "s");
-  if (a >= 1e-3) return printf_str("%.2f %s", s * 1e3, "ms");
-  if (a >= 1e-6) return printf_str("%.1f %s", s * 1e6, "us");
-  return printf_str("%.0f %s", s * 1e9, "ns");
+  if (a >= 1.0) return fixed_str(s, 2, " s");
+  if (a >= 1e-3) return fixed_str(s * 1e3, 2, " ms");
+  if (a >= 1e-6) return fixed_str(s * 1e6, 1, " us");
+  return fixed_str(s * 1e9, 0, " ns");
 }
 
 std::string format_rate_bytes_per_s(double bps) {
-  if (bps >= 1e12) return printf_str("%.2f %s", bps / 1e12, "TB/s");
-  if (bps >= 1e9) return printf_str("%.1f %s", bps / 1e9, "GB/s");
-  if (bps >= 1e6) return printf_str("%.1f %s", bps / 1e6, "MB/s");
-  return printf_str("%.0f %s", bps, "B/s");
+  if (bps >= 1e12) return fixed_str(bps / 1e12, 2, " TB/s");
+  if (bps >= 1e9) return fixed_str(bps / 1e9, 1, " GB/s");
+  if (bps >= 1e6) return fixed_str(bps / 1e6, 1, " MB/s");
+  return fixed_str(bps, 0, " B/s");
 }
 
 std::string format_flops_per_s(double f) {
-  if (f >= 1e12) return printf_str("%.1f %s", f / 1e12, "TFLOP/s");
-  if (f >= 1e9) return printf_str("%.1f %s", f / 1e9, "GFLOP/s");
-  return printf_str("%.0f %s", f, "FLOP/s");
+  if (f >= 1e12) return fixed_str(f / 1e12, 1, " TFLOP/s");
+  if (f >= 1e9) return fixed_str(f / 1e9, 1, " GFLOP/s");
+  return fixed_str(f, 0, " FLOP/s");
 }
 
 std::string format_tokens(int64_t t) {
@@ -70,10 +86,10 @@ std::string format_tokens(int64_t t) {
 
 std::string format_count(double v) {
   if (std::fabs(v) >= 1e6) return printf_str("%.3g%s", v, "");
-  return printf_str("%.0f%s", v, "");
+  return fixed_str(v, 0, "");
 }
 
-std::string format_percent(double f) { return printf_str("%.1f%s", f * 100.0, "%"); }
+std::string format_percent(double f) { return fixed_str(f * 100.0, 1, "%"); }
 
 // printf's own sign (GCC 12 warned -Wrestrict on "+" + std::string&&, a false positive, in the
 // first build a new user runs).

@@ -5,7 +5,12 @@
 #include "core/error.h"
 #include "core/format.h"
 
+#include <cmath>
+#include <cstdio>
 #include <limits>
+#include <random>
+#include <string>
+#include <vector>
 
 namespace oomb {
 namespace {
@@ -71,6 +76,63 @@ TEST(Format, HugeValuesNeverWrap) {
   EXPECT_EQ(format_duration_s(3.44e12), "9.56e+08 h");
   EXPECT_EQ(format_bytes(std::numeric_limits<int64_t>::max()), "8.00 EiB");
   EXPECT_EQ(format_bytes(int64_t{1} << 50), "1.00 PiB");
+}
+
+// The fixed forms are printf's, digit for digit (format.cpp writes them with std::to_chars): halfway
+// and random values of every magnitude, signs, zeros, infinities, NaNs, and texts longer than
+// printf's 63-character buffer (cut where it cut them).
+TEST(Format, FixedFormsArePrintfs) {
+  auto printf_of = [](const char* fmt, double v) {
+    char b[64];
+    std::snprintf(b, sizeof b, fmt, v);
+    return std::string(b);
+  };
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+  std::vector<double> values = {0.0,   -0.0,   0.005,  0.05,  0.125, 0.375,  0.45,   1.005,  2.5,    99.95,
+                                999.95, 1e-300, 5e-324, 1e22,  1e300, inf,   -inf,   nan,    -nan,   std::numeric_limits<double>::max()};
+  for (int k = 0; k < 2000; ++k) values.push_back(k / 100.0 + 0.005);  // decimal halfway cases
+  std::mt19937_64 rng(23);
+  std::uniform_real_distribution<double> mantissa(1.0, 10.0);
+  std::uniform_int_distribution<int> exponent(-12, 30);
+  for (int i = 0; i < 5000; ++i) {
+    const double v = mantissa(rng) * std::pow(10.0, exponent(rng));
+    values.push_back(v);
+    values.push_back(-v);
+  }
+  for (double v : values) {
+    SCOPED_TRACE(printf_of("%.17g", v));
+    EXPECT_EQ(format_percent(v), printf_of("%.1f%%", v * 100.0));
+    if (!(std::fabs(v) >= 1e6)) {
+      EXPECT_EQ(format_count(v), printf_of("%.0f", v));
+    }
+    const std::string rate = v >= 1e12 ? printf_of("%.2f TB/s", v / 1e12)
+                             : v >= 1e9 ? printf_of("%.1f GB/s", v / 1e9)
+                             : v >= 1e6 ? printf_of("%.1f MB/s", v / 1e6)
+                                        : printf_of("%.0f B/s", v);
+    EXPECT_EQ(format_rate_bytes_per_s(v), rate);
+    const std::string flops = v >= 1e12 ? printf_of("%.1f TFLOP/s", v / 1e12)
+                              : v >= 1e9 ? printf_of("%.1f GFLOP/s", v / 1e9)
+                                         : printf_of("%.0f FLOP/s", v);
+    EXPECT_EQ(format_flops_per_s(v), flops);
+    const double a = std::fabs(v);
+    if (std::isfinite(v) && a < 60.0) {
+      const std::string duration = a >= 1.0    ? printf_of("%.2f s", v)
+                                   : a >= 1e-3 ? printf_of("%.2f ms", v * 1e3)
+                                   : a >= 1e-6 ? printf_of("%.1f us", v * 1e6)
+                                               : printf_of("%.0f ns", v * 1e9);
+      EXPECT_EQ(format_duration_s(v), duration);
+    }
+  }
+  for (int i = 0; i < 5000; ++i) {
+    const int64_t bytes = static_cast<int64_t>(rng() >> (rng() % 63));
+    double v = static_cast<double>(bytes);
+    const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+    int u = 0;
+    for (; std::fabs(v) >= 1024.0 && u < 6; ++u) v /= 1024.0;
+    char b[64];
+    std::snprintf(b, sizeof b, "%.2f %s", v, units[u]);
+    EXPECT_EQ(format_bytes(bytes), u == 0 ? std::to_string(bytes) + " B" : std::string(b)) << bytes;
+  }
 }
 
 }  // namespace
