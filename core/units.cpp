@@ -60,16 +60,6 @@ std::vector<int64_t> parse_token_list(const std::string& text, const std::string
   return out;
 }
 
-int64_t checked_mul(int64_t a, int64_t b, const char* what) {
-  int64_t r;
-  if (__builtin_mul_overflow(a, b, &r)) throw Error(std::string(what) + " overflows int64 bytes");
-  return r;
-}
-
-int64_t checked_add(int64_t a, int64_t b, const char* what) {
-  int64_t r;
-  if (__builtin_add_overflow(a, b, &r)) throw Error(std::string(what) + " overflows int64 bytes");
-  return r;
-}
+void throw_int64_overflow(const char* what) { throw Error(std::string(what) + " overflows int64 bytes"); }
 
 }  // namespace oomb
