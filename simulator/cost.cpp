@@ -146,7 +146,8 @@ double time_of(const Scenario& s, const LayerWork& w, const Mult& m) {
                                w.attn_flops * m.attn_bwd / (peak(s) * e.attention_backward),
                            w.attn_bytes * (m.attn_fwd + m.attn_bwd) / (s.gpu.hbm_bytes_per_s * e.memory_bound));
   double t_mb = w.mb_bytes * m.mb / (s.gpu.hbm_bytes_per_s * e.memory_bound);
-  const double t_ar = allreduce_s(s, pass_collective(w, m.allreduces), s.config.gpus);
+  // Tensor parallelism only (allreduce_s is 0 for one rank; the fast path calls this per pass).
+  const double t_ar = s.config.gpus > 1 ? allreduce_s(s, pass_collective(w, m.allreduces), s.config.gpus) : 0.0;
   return t_gemm + t_attn + t_mb + t_ar + m.kernels * s.gpu.launch_overhead_s;
 }
 
