@@ -76,7 +76,7 @@ std::vector<Case> spread() {
     add(std::string("tiny, 2 tensor-parallel GPUs, ") + backend + " profile", s);
     s.config.gpus = 1;
     s.config.data_parallel = 2;
-    s.config.optimizer = Optimizer::host;  // the CPU backend's all-reduce staging: host, optimizer phase only
+    s.config.optimizer = Optimizer::host;  // the CPU backend's all-reduce staging: host, loss to optimizer
     add(std::string("tiny, 2 data-parallel replicas, ") + backend + " profile", s);
   }
   {
