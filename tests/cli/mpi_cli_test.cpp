@@ -297,7 +297,7 @@ TEST_F(MpiCli, ATensorParallelPlanRunsAndEveryRankValidates) {
   EXPECT_GT(sj["tp_allreduce_s"].get<double>(), 0);
   // Their time as the ranks met them (one host, one clock): the wait for the last rank's arrival
   // and the transfer after it make up the whole, and the trace has one collective event per call
-  // of the last step, its transfer.
+  // of every step, its transfer.
   const oomb::Json& tp = j["tensor_parallel"];
   EXPECT_NEAR(tp["allreduce_wait_s"].get<double>() + tp["allreduce_transfer_s"].get<double>(),
               tp["allreduce_s"].get<double>(), 1e-9);
@@ -307,19 +307,27 @@ TEST_F(MpiCli, ATensorParallelPlanRunsAndEveryRankValidates) {
     const oomb::Json trace = oomb::read_json_file(path("t.json"));
     const oomb::Json& m = trace["metadata"]["extra"]["measured"]["tensor_parallel"];
     EXPECT_TRUE(m["collective_split"].get<bool>());
-    double last_step_start = 0;
+    // Per step: its calls and their transfer. The measurement is the fastest timed step's (as
+    // step_s is): one of the steps, with every call of it.
+    std::vector<std::pair<double, double>> steps;  // start, end
     for (const auto& e : trace["events"])
-      if (e["kind"] == "phase" && e["name"] == "step") last_step_start = e["start_ns"].get<double>();
-    int64_t calls = 0;
-    double transfer_ns = 0;
-    for (const auto& e : trace["events"])
-      if (e["kind"] == "collective" && e["start_ns"].get<double>() >= last_step_start) {
-        EXPECT_EQ(e["stream"], "comm");
-        ++calls;
-        transfer_ns += e["end_ns"].get<double>() - e["start_ns"].get<double>();
-      }
-    EXPECT_EQ(calls, m["allreduces"].get<int64_t>());
-    EXPECT_NEAR(transfer_ns * 1e-9, m["allreduce_transfer_s"].get<double>(), 1e-6);
+      if (e["kind"] == "phase" && e["name"] == "step")
+        steps.emplace_back(e["start_ns"].get<double>(), e["end_ns"].get<double>());
+    ASSERT_FALSE(steps.empty());
+    bool matched = false;
+    for (const auto& [a, b] : steps) {
+      int64_t calls = 0;
+      double transfer_ns = 0;
+      for (const auto& e : trace["events"])
+        if (e["kind"] == "collective" && e["start_ns"].get<double>() >= a && e["start_ns"].get<double>() < b) {
+          EXPECT_EQ(e["stream"], "comm");
+          ++calls;
+          transfer_ns += e["end_ns"].get<double>() - e["start_ns"].get<double>();
+        }
+      EXPECT_EQ(calls, m["allreduces"].get<int64_t>());
+      matched = matched || std::abs(transfer_ns * 1e-9 - m["allreduce_transfer_s"].get<double>()) < 1e-6;
+    }
+    EXPECT_TRUE(matched) << "the measured transfer is one step's";
   }
   // Rank 0's trace names the set: every rank validated, the slowest named.
   const CliRun set = sh(oomb_binary() + " validate --trace " + path("t.json") + " --plan " + path("p.json") + " --json");
