@@ -142,15 +142,16 @@ int run_microbench_mode(const CalibrateArgs& a, executor::Communicator* comm) {
                 "elsewhere %s latency + bytes over %s\n",
                 comm->name().c_str(), cal.ranks, cal.ranks, format_duration_s(cal.allreduce.latency_s).c_str(),
                 format_rate_bytes_per_s(cal.allreduce.link_bytes_per_s).c_str());
-    std::printf("    %10s  %-22s %s\n", "bytes", "fp32", "bf16 (as a run sums it)");
+    std::printf("    %10s  %-22s %-22s %s\n", "bytes", "fp32", "bf16 (as a run sums it)", "all-gather");
     auto rate = [](const executor::AllReduceFit::Point& p) {
       return format_duration_s(p.seconds) + " (" +
              format_rate_bytes_per_s(p.seconds > 0 ? static_cast<double>(p.bytes) / p.seconds : 0.0) + ")";
     };
     for (size_t i = 0; i < cal.allreduce.points.size(); ++i)
-      std::printf("    %10s  %-22s %s\n", format_bytes(cal.allreduce.points[i].bytes).c_str(),
+      std::printf("    %10s  %-22s %-22s %s\n", format_bytes(cal.allreduce.points[i].bytes).c_str(),
                   rate(cal.allreduce.points[i]).c_str(),
-                  i < cal.allreduce_bf16.points.size() ? rate(cal.allreduce_bf16.points[i]).c_str() : "");
+                  i < cal.allreduce_bf16.points.size() ? rate(cal.allreduce_bf16.points[i]).c_str() : "",
+                  i < cal.all_gather.points.size() ? rate(cal.all_gather.points[i]).c_str() : "");
   }
   if (runs)
     std::printf("  fitted to          %zu calibration run(s) of %s (R^2 %.3f, %.1f s)%s: plans of other models "

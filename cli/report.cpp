@@ -45,6 +45,9 @@ void print_scenario_header(const Scenario& s) {
   if (c.gpus > 1) std::printf(", tensor parallel x%lld (per-rank figures)", static_cast<long long>(c.gpus));
   if (c.data_parallel > 1)
     std::printf(", %lld data-parallel replicas (figures per rank)", static_cast<long long>(c.data_parallel));
+  if (c.shard_optimizer)
+    std::printf(", AdamW state sharded over the %lld data-parallel replicas (ZeRO-1)",
+                static_cast<long long>(c.data_parallel));
   if (c.layers_override > 0) std::printf(", first %lld layers only", static_cast<long long>(c.layers_override));
   std::printf("\n");
 }
@@ -136,7 +139,13 @@ void print_time_report(const Scenario& s, const Summary& sum) {
     else
       std::printf("Copies cannot hide behind compute with 1 resident layer (use --resident-layers 2 or more)\n");
   }
-  if (sum.allreduce_bytes > 0)
+  if (sum.allreduce_bytes > 0 && s.config.shard_optimizer)
+    std::printf("Gradient reduce-scatter and weight all-gather (data parallel x%lld, AdamW state sharded: ZeRO-1%s): "
+                "%s per rank, %s per step around the update\n",
+                static_cast<long long>(s.config.data_parallel),
+                s.config.nodes > 1 ? (", across " + std::to_string(s.config.nodes) + " nodes").c_str() : "",
+                format_bytes(sum.allreduce_bytes).c_str(), format_duration_s(sum.allreduce_s).c_str());
+  else if (sum.allreduce_bytes > 0)
     std::printf("Gradient all-reduce (data parallel x%lld, ring%s): %s per rank, %s per step before the update\n",
                 static_cast<long long>(s.config.data_parallel),
                 s.config.nodes > 1 ? (" across " + std::to_string(s.config.nodes) + " nodes").c_str() : "",

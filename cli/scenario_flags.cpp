@@ -95,6 +95,12 @@ void ScenarioFlags::add_to(CLI::App& app, bool require_context) {
                  "gradient all-reduce crosses the host's network (network_bytes_per_s of the host profile). On "
                  "oomb plan, --gpus N --nodes M plans M nodes of N GPUs")
       ->check(unsigned_integer());
+  app.add_option("--shard-optimizer", shard_optimizer,
+                 "ZeRO-1: shard the AdamW state (master weights, moments; a host optimizer's copies) over the "
+                 "data-parallel replicas, true or false (default false; oomb plan searches both): each replica "
+                 "updates 1/D of the parameters, the gradients reduce-scattered and the weights all-gathered instead "
+                 "of all-reduced. Full fine-tuning with --data-parallel 2 or more")
+      ->check(boolean_word());
   app.add_option("--lora-rank", lora_rank,
                  "LoRA: train rank-R adapters (y = W x + (alpha / R) B A x, fp32 as PEFT makes them) on a frozen "
                  "base: no gradients or optimizer state for the base, no weight-gradient GEMMs for it in the "

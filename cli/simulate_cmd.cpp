@@ -51,7 +51,10 @@ std::vector<std::pair<std::string, std::string>> report_facts(const simulator::S
   }
   f.emplace_back("KV / KV-grad", c.kv_dtype + " / " + c.kv_grad_dtype);
   f.emplace_back("params / param-grad", c.param_dtype + " / " + c.param_grad_dtype);
-  f.emplace_back("optimizer", to_string(c.optimizer));
+  f.emplace_back("optimizer", std::string(to_string(c.optimizer)) +
+                                  (c.shard_optimizer ? " (AdamW state sharded over the " + std::to_string(c.data_parallel) +
+                                                           " data-parallel replicas: ZeRO-1)"
+                                                     : std::string()));
   f.emplace_back("checkpointing", !c.checkpointing ? std::string("off")
                                   : c.kept_layers > 0
                                       ? "on, last " + std::to_string(c.kept_layers) + " of " +
@@ -64,7 +67,8 @@ std::vector<std::pair<std::string, std::string>> report_facts(const simulator::S
     f.emplace_back("data parallel",
                    "x" + std::to_string(c.data_parallel) + " replicas" +
                        (c.nodes > 1 ? " on " + std::to_string(c.nodes) + " nodes" : std::string()) +
-                       " (per-rank figures); gradient all-reduce " +
+                       " (per-rank figures); " +
+                       (c.shard_optimizer ? "gradient reduce-scatter and weight all-gather " : "gradient all-reduce ") +
                        (sum.allreduce_bytes > 0
                             ? format_bytes(sum.allreduce_bytes) + " per rank, " + format_duration_s(sum.allreduce_s) +
                                   " per step (ring, in the step)"

@@ -163,6 +163,7 @@ Json GpuSpec::to_json() const {
     for (const auto& p : allreduce_curve) {
       Json q = {{"bytes", p.bytes}, {"seconds", p.seconds}};
       if (p.bf16_seconds > 0) q["bf16_seconds"] = p.bf16_seconds;
+      if (p.all_gather_seconds > 0) q["all_gather_seconds"] = p.all_gather_seconds;
       points.push_back(q);
     }
     j["allreduce_curve"] = {{"ranks", allreduce_curve_ranks}, {"points", points}};
@@ -235,11 +236,15 @@ GpuSpec gpu_from_json(const Json& j, const std::string& where) {
     for (const auto& p : c.array("points")) {
       JsonReader q(p, where + ": allreduce_curve.points[" + std::to_string(i++) + "]");
       GpuSpec::AllReducePoint point{q.i64_in("bytes", 1, kMaxMemoryBytes), q.f64_in("seconds", 1e-9, 3600.0),
-                                    q.has("bf16_seconds") ? q.f64_in("bf16_seconds", 1e-9, 3600.0) : 0.0};
+                                    q.has("bf16_seconds") ? q.f64_in("bf16_seconds", 1e-9, 3600.0) : 0.0,
+                                    q.has("all_gather_seconds") ? q.f64_in("all_gather_seconds", 1e-9, 3600.0) : 0.0};
       if (!g.allreduce_curve.empty() && point.bytes <= g.allreduce_curve.back().bytes)
         q.fail("bytes", "is not above the previous point's", "points in ascending order of bytes");
       if (!g.allreduce_curve.empty() && (point.bf16_seconds > 0) != (g.allreduce_curve.back().bf16_seconds > 0))
         q.fail("bf16_seconds", "is given for some points and not others", "every point or none");
+      if (!g.allreduce_curve.empty() &&
+          (point.all_gather_seconds > 0) != (g.allreduce_curve.back().all_gather_seconds > 0))
+        q.fail("all_gather_seconds", "is given for some points and not others", "every point or none");
       g.allreduce_curve.push_back(point);
     }
     if (g.allreduce_curve.empty()) c.fail("points", "is empty", "at least one measured all-reduce");

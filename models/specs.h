@@ -97,6 +97,8 @@ struct GpuSpec {
     int64_t bytes = 0;
     double seconds = 0;
     double bf16_seconds = 0;
+    // An all-gather of `bytes` per rank (every rank's block; ZeRO-1's weights), 0 = not measured.
+    double all_gather_seconds = 0;
   };
   std::vector<AllReducePoint> allreduce_curve;
   int64_t allreduce_curve_ranks = 0;

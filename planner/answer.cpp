@@ -133,7 +133,9 @@ void print_time(std::string& out, const Candidate& k) {
     appendf(out, "  %lld data-parallel replicas: %.1f tokens/s for the job", static_cast<long long>(d),
             m.tokens_per_s * static_cast<double>(d));
     if (m.allreduce_s > 0)
-      appendf(out, "; their gradient all-reduce %s per step (%s per rank%s)", format_duration_s(m.allreduce_s).c_str(),
+      appendf(out, k.config.shard_optimizer ? "; their gradient reduce-scatter and weight all-gather (ZeRO-1) %s per step (%s per rank%s)"
+                                            : "; their gradient all-reduce %s per step (%s per rank%s)",
+              format_duration_s(m.allreduce_s).c_str(),
               format_bytes(m.allreduce_bytes).c_str(),
               k.config.nodes > 1 ? (", across " + std::to_string(k.config.nodes) + " nodes").c_str() : "");
     appendf(out, "\n");
@@ -522,6 +524,7 @@ Json PlanAnswer::to_json() const {
     executable(chosen->config, &why);
     out["executable"] = {{"executable", why.empty()}, {"reason", why}};
     out["optimizer"] = {{"placement", simulator::to_string(chosen->config.optimizer)},
+                        {"sharded", chosen->config.shard_optimizer},
                         {"bytes", optimizer_bytes(chosen_s)},
                         {"tier", chosen->config.optimizer == simulator::Optimizer::host ? "host"
                                  : chosen->config.optimizer == simulator::Optimizer::gpu ? "device"

@@ -59,7 +59,11 @@ std::string optimizer_text(const simulator::Scenario& s) {
   if (c.optimizer == Optimizer::none) return "none (no AdamW state: a measurement setting, not a training run)";
   const bool master = models::dtype_bytes(c.param_dtype) != 4 && (c.lora_rank == 0 || c.lora_train_embeddings);
   const std::string what = std::string(master ? "AdamW (fp32 master + m + v" : "AdamW (fp32 m + v") +
-                           (c.lora_rank > 0 ? " of the trained parameters)" : ")");
+                           (c.lora_rank > 0 ? " of the trained parameters)" : ")") +
+                           (c.shard_optimizer ? " sharded over the " + std::to_string(c.data_parallel) +
+                                                    " data-parallel replicas (ZeRO-1: each holds and updates 1/" +
+                                                    std::to_string(c.data_parallel) + ")"
+                                              : "");
   if (c.optimizer == Optimizer::gpu)
     return what + ", " + format_bytes(optimizer_bytes(s)) + (c.gpus > 1 ? " per GPU" : "") + " on the GPU";
   // The host's rows are one rank's; the node holds every tensor-parallel rank's shard.

@@ -99,6 +99,15 @@ Diagnosis diagnose(const Request& r0, int64_t N, const SearchResult& failed) {
     q.scenario.config.kv_grad_dtype = "bf16";
     attempt(q, N, "bf16 KV gradients (half the KV-gradient pages on the host and the GPU)", "--kv-grad-dtype bf16");
   }
+  if (r.fixed.count("shard_optimizer") && !cfg.shard_optimizer && cfg.data_parallel > 1 && cfg.lora_rank == 0 &&
+      cfg.optimizer != simulator::Optimizer::none) {
+    Request q = r;
+    q.scenario.config.shard_optimizer = true;
+    attempt(q, N,
+            "the AdamW state sharded over the " + std::to_string(cfg.data_parallel) +
+                " data-parallel replicas (ZeRO-1: each holds 1/" + std::to_string(cfg.data_parallel) + " of it)",
+            "--shard-optimizer true");
+  }
   if (r.fixed.count("schedule") && cfg.schedule == simulator::Schedule::standard) {
     Request q = r;
     q.fixed.erase("schedule");
@@ -108,7 +117,8 @@ Diagnosis diagnose(const Request& r0, int64_t N, const SearchResult& failed) {
   {
     Request q = r;
     std::string dropped;
-    for (const char* k : {"chunk", "page", "resident_layers", "kv_grad_dtype", "param_grad_dtype", "logits_chunk"})
+    for (const char* k : {"chunk", "page", "resident_layers", "kv_grad_dtype", "param_grad_dtype", "logits_chunk",
+                          "shard_optimizer"})
       if (q.fixed.erase(k)) dropped += std::string(dropped.empty() ? "" : " ") + "--" + k;
     if (q.fixed.count("optimizer") && cfg.optimizer != simulator::Optimizer::none) {
       q.fixed.erase("optimizer");
@@ -195,7 +205,7 @@ Diagnosis diagnose(const Request& r0, int64_t N, const SearchResult& failed) {
       if (n <= cfg.gpus || m.kv_heads % n != 0 || m.q_heads % n != 0) continue;
       Request q = r;
       q.scenario.config.gpus = n;
-      if (attempt(q, N, std::to_string(n) + " GPUs with tensor parallelism (executed on the CPU backend under mpirun; on one GPU with CUDA for now)",
+      if (attempt(q, N, std::to_string(n) + " GPUs with tensor parallelism (oomb run under mpirun: MPI on the CPU backend, NCCL on CUDA)",
                   "--gpus " + std::to_string(n)))
         break;
     }

@@ -103,6 +103,7 @@ simulator::Scenario Knobs::resolve() const {
   if (activation_dtype) c.activation_dtype = *activation_dtype;
   if (optimizer) c.optimizer = optimizer_from_string(*optimizer, "--optimizer");
   if (checkpointing) c.checkpointing = *checkpointing;
+  if (shard_optimizer) c.shard_optimizer = *shard_optimizer;
   if (kept_layers) c.kept_layers = *kept_layers;
   if (logits_chunk) c.logits_chunk_tokens = *logits_chunk == "0" ? 0 : parse_tokens(*logits_chunk, "--logits-chunk");
   if (peak_measure) c.peak_measure = peak_measure_from_string(*peak_measure, "--peak-measure");
@@ -150,6 +151,7 @@ std::set<std::string> Knobs::explicit_knobs() const {
   note("loss_dtype", loss_dtype.has_value());
   note("data_parallel", data_parallel.has_value());
   note("nodes", nodes.has_value());
+  note("shard_optimizer", shard_optimizer.has_value());
   note("lora_rank", lora_rank.has_value());
   note("lora_alpha", lora_alpha.has_value());
   note("lora_targets", lora_targets.has_value());

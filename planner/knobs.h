@@ -24,7 +24,7 @@ struct Knobs {
       loss_dtype, lora_targets;
   std::optional<int64_t> budget, gpus, layers, kept_layers, lora_rank, data_parallel, nodes;
   std::optional<double> selection_overlap, lora_alpha;
-  std::optional<bool> checkpointing, lora_train_embeddings;
+  std::optional<bool> checkpointing, lora_train_embeddings, shard_optimizer;
   // plan, simulate, sweep and calibration points: unset optimizer means auto (AdamW, placed on the
   // GPU or the host) and unset logits_chunk the fused 1K tiles, except under --preset
   // oomb-published (a measurement setting). `oomb run` keeps the config's defaults.

@@ -56,6 +56,8 @@ Comparison compare_multi_gpu(const Request& r, const NodeGpus& node, const std::
   one.scenario.config.gpus = 1;
   one.scenario.config.data_parallel = 1;  // the rows below place the replicas themselves
   one.scenario.config.nodes = 1;
+  one.scenario.config.shard_optimizer = false;  // nothing to shard over
+  one.fixed.erase("shard_optimizer");
   const SearchResult single = search(one, context);
   if (single.best) {
     simulator::Scenario s1 = one.scenario;
@@ -73,6 +75,7 @@ Comparison compare_multi_gpu(const Request& r, const NodeGpus& node, const std::
     st.config = chosen->config;
     st.config.data_parallel = 1;
     st.config.nodes = 1;
+    st.config.shard_optimizer = false;
     cmp.rows.push_back(data_parallel(st, simulator::evaluate(st), node.gpus / chosen->config.gpus, r.headroom));
   }
   for (auto kind : {ContextParallelism::ring, ContextParallelism::ulysses}) {

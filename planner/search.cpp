@@ -116,6 +116,9 @@ struct Space {
   std::vector<int64_t> chunks, pages, residents, logits, budgets;  // budgets: pages of kDefaultMinBudgetPage
   std::vector<std::string> kv_grads, param_grads;  // memory-ascending
   std::vector<Optimizer> optimizers;
+  // ZeRO-1 (the AdamW state sharded over the data-parallel replicas): searched, unsharded first,
+  // when there are replicas and a full fine-tune's optimizer to shard.
+  std::vector<bool> shards;
   // Recompute settings, memory-ascending (and time-descending): r < L is checkpointing on with the
   // last r layers kept (0 = every layer recomputed), r = L is checkpointing off.
   std::vector<int64_t> recomputes;
@@ -175,6 +178,11 @@ Space make_space(const Request& r, int64_t N) {
   if (fixed(r, "optimizer")) sp.optimizers = {b.optimizer};
   else if (r.optimizer_auto) sp.optimizers = {Optimizer::host, Optimizer::gpu};
   else sp.optimizers = {b.optimizer};
+  if (fixed(r, "shard_optimizer") || b.data_parallel <= 1 || b.lora_rank > 0 ||
+      (sp.optimizers.size() == 1 && sp.optimizers.front() == Optimizer::none))
+    sp.shards = {b.shard_optimizer};
+  else
+    sp.shards = {false, true};
   return sp;
 }
 
@@ -206,6 +214,7 @@ struct Group {
   int64_t budget = 0;
   int64_t page = 0;
   Optimizer optimizer = Optimizer::none;
+  bool shard = false;
   std::string kv_grad;
 };
 
@@ -213,7 +222,7 @@ struct Group {
 // and attention), so a group with no fitting configuration makes every group above it hopeless.
 bool dominates(const Group& above, const Group& dead) {
   return above.attention == dead.attention && above.page == dead.page && above.optimizer == dead.optimizer &&
-         models::dtype_bytes(above.kv_grad) >= models::dtype_bytes(dead.kv_grad) && above.budget >= dead.budget;
+         above.shard == dead.shard && models::dtype_bytes(above.kv_grad) >= models::dtype_bytes(dead.kv_grad) && above.budget >= dead.budget;
 }
 
 double primary(const Candidate& c, Objective o) {
@@ -244,7 +253,7 @@ auto tie_key(const Candidate& c, Objective o) {
   return std::tuple_cat(exactness(k),
                         std::make_tuple(o == Objective::memory ? rank : -rank, secondary(c, o),
                                         -k.chunk_tokens, k.page_tokens, k.resident_layers, k.logits_chunk_tokens,
-                                        k.param_grad_dtype, static_cast<int>(k.optimizer)));
+                                        k.param_grad_dtype, static_cast<int>(k.optimizer), k.shard_optimizer));
 }
 
 // `b` at least as exact as `a` in every respect that the exactness key orders (sparse budgets are
@@ -261,8 +270,8 @@ bool at_least_as_exact(const Config& b, const Config& a) {
 auto config_key(const Config& k) {
   return std::make_tuple(k.attention == Attention::sparse ? k.page_budget : int64_t{0}, k.chunk_tokens, k.page_tokens,
                          k.resident_layers, k.kv_grad_dtype, k.param_grad_dtype, k.logits_chunk_tokens,
-                         static_cast<int>(k.optimizer), static_cast<int>(k.attention), k.checkpointing,
-                         k.kept_layers);
+                         static_cast<int>(k.optimizer), k.shard_optimizer, static_cast<int>(k.attention),
+                         k.checkpointing, k.kept_layers);
 }
 
 // The same without the recompute setting: one point of the search, whose settings run from full
@@ -313,8 +322,11 @@ class Searcher {
         }
         for (int64_t budget : budgets)
           for (Optimizer opt : sp_.optimizers)
-            for (const auto& kvg : sp_.kv_grads)
-              groups.push_back({mode == 0 ? Attention::dense : Attention::sparse, budget, page, opt, kvg});
+            for (bool shard : sp_.shards) {
+              if (shard && opt == Optimizer::none) continue;
+              for (const auto& kvg : sp_.kv_grads)
+                groups.push_back({mode == 0 ? Attention::dense : Attention::sparse, budget, page, opt, shard, kvg});
+            }
       }
     }
     const size_t first_new = out_.feasible.size();
@@ -336,6 +348,7 @@ class Searcher {
     c.page_budget = g.budget;
     c.page_tokens = g.page;
     c.optimizer = g.optimizer;
+    c.shard_optimizer = g.shard;
     c.kv_grad_dtype = g.kv_grad;
     set_recompute(c, sp_.recomputes.front(), layers_);
     c.resident_layers = resident;
@@ -646,6 +659,7 @@ void fill_alternatives(SearchResult& res, Objective o, const Config* preferred) 
       [](const Config& c) { return c.param_grad_dtype; },
       [](const Config& c) { return std::to_string(c.logits_chunk_tokens); },
       [](const Config& c) { return std::string(simulator::to_string(c.optimizer)); },
+      [](const Config& c) { return c.shard_optimizer ? std::string("zero1") : std::string("replicated"); },
       [](const Config& c) { return c.checkpointing ? "ckpt" + std::to_string(c.kept_layers) : std::string("no-ckpt"); },
       [](const Config& c) {
         return c.attention == Attention::sparse ? "sparse" + std::to_string(c.page_budget) : std::string("dense");
@@ -1021,6 +1035,7 @@ std::string describe_knobs(const Config& c, const models::ModelSpec& m) {
             ? ", last " + std::to_string(c.kept_layers) + " of " +
                   std::to_string(simulator::effective_layers(c, m)) + " layers kept"
             : "");
+  if (c.shard_optimizer) s += " sharded over " + std::to_string(c.data_parallel) + " replicas (ZeRO-1)";
   if (c.gpus > 1) s += ", " + std::to_string(c.gpus) + " GPUs (TP)";
   return s;
 }
@@ -1036,6 +1051,9 @@ std::string describe_difference(const Config& a, const Config& b, const models::
   if (a.param_grad_dtype != b.param_grad_dtype) d.push_back("param-grad " + b.param_grad_dtype);
   if (a.logits_chunk_tokens != b.logits_chunk_tokens) d.push_back(logits_text(b));
   if (a.optimizer != b.optimizer) d.push_back(std::string("optimizer ") + simulator::to_string(b.optimizer));
+  if (a.shard_optimizer != b.shard_optimizer)
+    d.push_back(b.shard_optimizer ? "optimizer state sharded over the replicas (ZeRO-1)"
+                                  : "optimizer state replicated (no ZeRO-1)");
   if (a.checkpointing != b.checkpointing || a.kept_layers != b.kept_layers) {
     const int64_t L = simulator::effective_layers(b, m);
     d.push_back(!b.checkpointing       ? "no checkpointing (all activations kept)"

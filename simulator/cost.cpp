@@ -73,10 +73,12 @@ double allreduce_link_bytes_per_s(const Scenario& s, int64_t nodes) {
 }
 
 namespace {
-// The profile's measured all-reduce of `bytes` per rank (fp32, or bf16 as a run sums it): log-log
-// between the points, the smallest's time below them, the largest's rate beyond.
-double curve_s(const std::vector<models::GpuSpec::AllReducePoint>& curve, double bytes, bool bf16) {
-  auto t = [bf16](const models::GpuSpec::AllReducePoint& p) { return bf16 ? p.bf16_seconds : p.seconds; };
+// The profile's measured collective of `bytes` per rank (`field`: an fp32 all-reduce, a bf16 one as
+// a run sums it, an all-gather): log-log between the points, the smallest's time below them, the
+// largest's rate beyond.
+double curve_s(const std::vector<models::GpuSpec::AllReducePoint>& curve, double bytes,
+               double models::GpuSpec::AllReducePoint::*field) {
+  auto t = [field](const models::GpuSpec::AllReducePoint& p) { return p.*field; };
   const auto& lo = curve.front();
   if (bytes <= static_cast<double>(lo.bytes)) return t(lo);
   for (size_t i = 1; i < curve.size(); ++i) {
@@ -106,10 +108,12 @@ double allreduce_s(const Scenario& s, const Collective& c, int64_t ranks, int64_
     // staging: conversions included), the rest on the fp32 one.
     const double bf16_calls = c.bf16_bytes > 0 ? std::clamp(c.bf16_calls, 1e-9, c.calls) : 0.0;
     const double other_calls = c.calls - bf16_calls, other_bytes = c.bytes - c.bf16_bytes;
-    double t = other_calls > 1e-9 ? other_calls * curve_s(curve, other_bytes / other_calls, false) : 0.0;
+    double t = other_calls > 1e-9 ? other_calls * curve_s(curve, other_bytes / other_calls, &models::GpuSpec::AllReducePoint::seconds) : 0.0;
     if (bf16_calls > 0) {
-      t += curve.front().bf16_seconds > 0 ? bf16_calls * curve_s(curve, c.bf16_bytes / bf16_calls, true)
-                                          : bf16_calls * curve_s(curve, 2.0 * c.bf16_bytes / bf16_calls, false) +
+      t += curve.front().bf16_seconds > 0 ? bf16_calls * curve_s(curve, c.bf16_bytes / bf16_calls,
+                                                                    &models::GpuSpec::AllReducePoint::bf16_seconds)
+                                          : bf16_calls * curve_s(curve, 2.0 * c.bf16_bytes / bf16_calls,
+                                                                     &models::GpuSpec::AllReducePoint::seconds) +
                                                 (staged ? convert_s : 0.0);
     }
     return t;
@@ -343,9 +347,20 @@ ChunkCosts standard_costs(const Scenario& s, const Geometry& g, Terms terms) {
   return cc;
 }
 
+int64_t optimizer_gradient_bytes(const Scenario& s, const Geometry& g) {
+  if (!sharded_optimizer(s)) return step::trained_gradient_bytes(s.model, s.config, g);
+  return checked_mul(step::optimizer_shard(s.model, s.config, g).shard, models::dtype_bytes(s.config.param_grad_dtype));
+}
+
+int64_t optimizer_weight_bytes(const Scenario& s, const Geometry& g) {
+  if (!sharded_optimizer(s)) return step::trained_weight_bytes(s.model, s.config, g);
+  return checked_mul(step::optimizer_shard(s.model, s.config, g).shard, models::dtype_bytes(s.config.param_dtype));
+}
+
 double optimizer_update_s(const Scenario& s) {
   if (s.config.optimizer == Optimizer::none) return 0;
-  const double params = static_cast<double>(step::trainable_param_count(s.model, s.config, geometry(s)));
+  // A replica's shard of the trained parameters (ZeRO-1), or all of them.
+  const double params = static_cast<double>(step::optimizer_shard(s.model, s.config, geometry(s)).shard);
   // Read + write of master (4), m (4), v (4); read the gradient, write the parameter.
   const double bytes_per_param = 24.0 + static_cast<double>(models::dtype_bytes(s.config.param_grad_dtype)) +
                                  static_cast<double>(models::dtype_bytes(s.config.param_dtype));
@@ -404,14 +419,47 @@ WorkTerms tensor_parallel_comm(const Scenario& s) {
   return out;
 }
 
+bool sharded_optimizer(const Scenario& s) {
+  return s.config.shard_optimizer && s.config.data_parallel > 1 && s.config.optimizer != Optimizer::none;
+}
+
 int64_t gradient_allreduce_bytes(const Scenario& s) {
   if (s.config.data_parallel <= 1 || s.config.optimizer == Optimizer::none) return 0;
-  return step::trained_gradient_bytes(s.model, s.config, geometry(s));
+  const Geometry g = geometry(s);
+  if (!sharded_optimizer(s)) return step::trained_gradient_bytes(s.model, s.config, g);
+  const int64_t padded = step::optimizer_shard(s.model, s.config, g).padded;
+  return checked_mul(padded, models::dtype_bytes(s.config.param_grad_dtype) + models::dtype_bytes(s.config.param_dtype));
+}
+
+ShardedComm sharded_comm(const Scenario& s, const Geometry& g) {
+  ShardedComm out;
+  if (!sharded_optimizer(s)) return out;
+  const double padded = static_cast<double>(step::optimizer_shard(s.model, s.config, g).padded);
+  const double gbytes = padded * static_cast<double>(models::dtype_bytes(s.config.param_grad_dtype));
+  const double pbytes = padded * static_cast<double>(models::dtype_bytes(s.config.param_dtype));
+  out.gradient_bytes = gbytes;
+  out.weight_bytes = pbytes;
+  const bool bf16 = s.config.param_grad_dtype == "bf16";
+  const int64_t D = s.config.data_parallel, M = s.config.nodes;
+  const Collective grads{1.0, gbytes, bf16 ? gbytes : 0.0, bf16 ? 1.0 : 0.0};
+  // The reduce-scatter: NCCL's is half of a ring all-reduce (N - 1 steps, (N - 1) / N x the
+  // buffer's bytes); MPI's (the CPU backend) is an all-reduce of the whole buffer, which Open MPI
+  // runs faster than its reduce-scatter on one node (executor/mpi/mpi_comm.cpp).
+  const bool mpi = s.gpu.kind == "cpu";
+  out.reduce_scatter_s = (mpi ? 1.0 : 0.5) * allreduce_s(s, grads, D, M);
+  // The all-gather sums nothing, so nothing of it is staged: the profile's measured all-gathers
+  // where it has them (oomb calibrate under mpirun), else half a ring all-reduce of the buffer.
+  const auto& curve = s.gpu.allreduce_curve;
+  if (!curve.empty() && curve.front().all_gather_seconds > 0 && s.gpu.allreduce_curve_ranks == D && M <= 1)
+    out.all_gather_s = curve_s(curve, pbytes, &models::GpuSpec::AllReducePoint::all_gather_seconds);
+  else
+    out.all_gather_s = 0.5 * allreduce_s(s, {1.0, pbytes, 0.0, 0.0}, D, M);
+  return out;
 }
 
 std::vector<double> gradient_bucket_s(const Scenario& s, const Geometry& g) {
   std::vector<double> out;
-  if (s.config.data_parallel <= 1 || s.config.optimizer == Optimizer::none) return out;
+  if (s.config.data_parallel <= 1 || s.config.optimizer == Optimizer::none || sharded_optimizer(s)) return out;
   for (const auto& b : step::gradient_buckets(s.model, s.config, g)) {
     const double bytes = static_cast<double>(b.bytes);
     out.push_back(
@@ -421,16 +469,19 @@ std::vector<double> gradient_bucket_s(const Scenario& s, const Geometry& g) {
 }
 
 double gradient_allreduce_s(const Scenario& s) {
+  const Geometry g = geometry(s);
   double total = 0;
-  for (double t : gradient_bucket_s(s, geometry(s))) total += t;
-  return total;
+  for (double t : gradient_bucket_s(s, g)) total += t;
+  const ShardedComm z = sharded_comm(s, g);
+  return total + z.reduce_scatter_s + z.all_gather_s;
 }
 
 bool gradient_allreduce_overlaps(const Scenario& s) { return target_of(s).backend == step::BackendKind::cuda; }
 
 double gradient_allreduce_exposed_s(const Scenario& s, const Geometry& g) {
+  const ShardedComm z = sharded_comm(s, g);  // around the update: nothing to overlap
   const std::vector<double> buckets = gradient_bucket_s(s, g);
-  double total = 0;
+  double total = z.reduce_scatter_s + z.all_gather_s;
   for (double t : buckets) total += t;
   if (buckets.empty() || !gradient_allreduce_overlaps(s)) return total;
   // The last backward's passes (the last chunk's, or standard training's one): the head bucket is
@@ -766,8 +817,8 @@ Summary evaluate(const Scenario& s) {
     step += optimizer_update_s(s);
   } else if (s.config.optimizer == Optimizer::host) {
     // Gradients go to the host optimizer, it updates, and the parameters come back, once per step.
-    const int64_t gbytes = step::trained_gradient_bytes(s.model, s.config, g);
-    const int64_t pbytes = step::trained_weight_bytes(s.model, s.config, g);
+    const int64_t gbytes = optimizer_gradient_bytes(s, g);
+    const int64_t pbytes = optimizer_weight_bytes(s, g);
     d2h += gbytes;
     h2d += pbytes;
     step += gbytes / d2h_rate(s, false) + optimizer_update_s(s) + pbytes / h2d_rate(s, false);

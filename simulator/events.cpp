@@ -98,6 +98,8 @@ class Sim {
     comm_free_ = start + seconds;
     emit(EventKind::collective, "comm", "gradient_allreduce", 2, 0, -1, start, comm_free_, bytes, 0);
   }
+  // The compute stream waits for the h2d copies issued so far (counted as exposed copy time).
+  void wait_h2d() { compute_free_ = std::max(compute_free_, h2d_free_); }
   // The optimizer waits for every bucket.
   // (Counted with the compute: the stream is held, as the fast path counts it; not copy time.)
   void wait_comm() {
@@ -367,14 +369,28 @@ EventResult simulate_events(const Scenario& s, traces::Detail detail) {
   }
   enter(Phase::optimizer);
   sim.wait_comm();  // every gradient bucket reduced before the update
+  // ZeRO-1: the gradients reduce-scattered before the update, the updated weights all-gathered after.
+  const ShardedComm zero = sharded_comm(s, g);
+  auto collective = [&](double seconds, double bytes, const char* op) {
+    if (seconds <= 0) return;
+    PassCost p;
+    p.compute_s = seconds;
+    p.work.allreduce_s = seconds;
+    p.work.allreduce_bytes = bytes;
+    p.name_of_collective = op;
+    sim.compute_only(p, 2, -1, op);
+  };
+  collective(zero.reduce_scatter_s, zero.gradient_bytes, "gradient_reduce_scatter");
   if (s.config.optimizer == Optimizer::gpu) {
     PassCost update;
     update.compute_s = optimizer_update_s(s);
     sim.compute_only(update, 2, -1, "optimizer_step");
   } else if (s.config.optimizer == Optimizer::host) {
-    sim.optimizer_round_trip(step::trained_gradient_bytes(s.model, s.config, g),
-                             step::trained_weight_bytes(s.model, s.config, g), optimizer_update_s(s));
+    sim.optimizer_round_trip(optimizer_gradient_bytes(s, g), optimizer_weight_bytes(s, g), optimizer_update_s(s));
   }
+  // (A host update's weights come back on the h2d stream: the all-gather waits for them.)
+  if (zero.all_gather_s > 0) sim.wait_h2d();
+  collective(zero.all_gather_s, zero.weight_bytes, "weight_all_gather");
   EventResult res;
   res.trace = sim.finish(sim.base_bytes(), table.host_bytes());
 

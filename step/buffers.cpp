@@ -287,8 +287,15 @@ void add_rows(const models::ModelSpec& m, const Config& c, const Target& target,
   const int64_t pb = dtype_bytes(c.param_dtype, "--param-dtype");
   (void)dtype_bytes(c.param_grad_dtype, "--param-grad-dtype");  // a bad dtype is refused by flag
   const int64_t lb = dtype_bytes(c.loss_dtype, "--loss-dtype");
-  add(row::kWeights, Category::weights, Tier::device, OOMB_SHAPE({params}), c.param_dtype, checked_mul(params, pb), all,
-      g.lora ? "params per rank x param dtype (the frozen base)" : "params per rank (sharded; norms whole) x param dtype");
+  // ZeRO-1: the trained parameters padded to a multiple of the replicas (full fine-tuning: all of
+  // them), the AdamW state one replica's shard.
+  const OptimizerShard zero = optimizer_shard(m, c, g);
+  const bool sharded = zero.sharded;
+  const int64_t weights = sharded ? zero.padded : params;
+  add(row::kWeights, Category::weights, Tier::device, OOMB_SHAPE({weights}), c.param_dtype, checked_mul(weights, pb), all,
+      g.lora ? "params per rank x param dtype (the frozen base)"
+      : sharded ? "params per rank (sharded; norms whole), padded to a multiple of the replicas, x param dtype"
+                : "params per rank (sharded; norms whole) x param dtype");
   // What the step trains: every parameter, or under LoRA the adapters (fp32, as PEFT creates them
   // on a bf16 base) and, with lora_train_embeddings, the embeddings and the LM head.
   const int64_t adapters = lora_param_count(g);
@@ -296,44 +303,60 @@ void add_rows(const models::ModelSpec& m, const Config& c, const Target& target,
   if (g.lora)
     add(row::kLoraAdapters, Category::weights, Tier::device, OOMB_SHAPE({adapters}), "fp32", checked_mul(adapters, 4), all,
         "layers x targets x r x (in + out) per GPU x 4 (A and B, fp32)");
-  const int64_t grad_bytes = trained_gradient_bytes(m, c, g);
-  add(row::kParameterGradients, Category::parameter_gradients, Tier::device, OOMB_SHAPE({adapters + trained_base}),
+  const int64_t grad_bytes = sharded ? checked_mul(zero.padded, dtype_bytes(c.param_grad_dtype, "--param-grad-dtype"))
+                                     : trained_gradient_bytes(m, c, g);
+  add(row::kParameterGradients, Category::parameter_gradients, Tier::device,
+      OOMB_SHAPE({sharded ? zero.padded : adapters + trained_base}),
       g.lora && trained_base == 0 ? std::string("fp32") : c.param_grad_dtype, grad_bytes, all,
-      g.lora ? "adapters x 4 + trained embeddings / gpus x param-grad dtype (the frozen base has none)"
-             : "params per rank x param-grad dtype");
+      g.lora    ? "adapters x 4 + trained embeddings / gpus x param-grad dtype (the frozen base has none)"
+      : sharded ? "params per rank, padded to a multiple of the replicas, x param-grad dtype"
+                : "params per rank x param-grad dtype");
   if (c.optimizer != Optimizer::none) {
     // AdamW in fp32: master weights (of trained parameters that are not fp32), m and v, the decay
     // mask. Per rank, as every row (the node's host holds its tensor-parallel ranks' rows:
     // step::node_host_bytes).
     const Tier tier = c.optimizer == Optimizer::gpu ? Tier::device : Tier::host;
-    const int64_t trained = adapters + trained_base;
+    // Sharded (ZeRO-1): each of these holds one replica's shard of the trained parameters.
+    const int64_t trained = sharded ? zero.shard : adapters + trained_base;
+    const int64_t master = sharded ? zero.shard : trained_base;
     if (pb != 4 && trained_base > 0)
-      add(row::kMasterWeights, Category::optimizer_state, tier, OOMB_SHAPE({trained_base}), "fp32",
-          checked_mul(trained_base, 4), all,
-          g.lora ? "trained embeddings x 4 (fp32 master weights; the adapters are fp32)"
-                 : "params x 4 (fp32 master weights of non-fp32 parameters)");
+      add(row::kMasterWeights, Category::optimizer_state, tier, OOMB_SHAPE({master}), "fp32", checked_mul(master, 4), all,
+          g.lora    ? "trained embeddings x 4 (fp32 master weights; the adapters are fp32)"
+          : sharded ? "a replica's shard of the params x 4 (fp32 master weights of non-fp32 parameters)"
+                    : "params x 4 (fp32 master weights of non-fp32 parameters)");
     add(row::kAdamwMoments, Category::optimizer_state, tier, OOMB_SHAPE({2, trained}), "fp32", checked_mul(trained, 8),
-        all, g.lora ? "2 x trained params x 4 (m, v)" : "2 x params x 4 (m, v)");
+        all, g.lora    ? "2 x trained params x 4 (m, v)"
+             : sharded ? "2 x a replica's shard of the params x 4 (m, v)"
+                       : "2 x params x 4 (m, v)");
     add(row::kAdamwDecayMask, Category::optimizer_state, tier, OOMB_SHAPE({trained}), "uint8", trained, all,
-        "trained params x 1 (weight decay on or off per parameter)");
+        sharded ? "a replica's shard of the trained params x 1 (weight decay on or off per parameter)"
+                : "trained params x 1 (weight decay on or off per parameter)");
     if (c.optimizer == Optimizer::host) {
       // The host update's operands: the gradients copied out, the working weights copied back in.
       add(row::kHostParameterGradients, Category::optimizer_state, Tier::host, OOMB_SHAPE({trained}),
-          g.lora && trained_base == 0 ? std::string("fp32") : c.param_grad_dtype, grad_bytes, all,
-          "trained params x param-grad dtype (copied out for the host update)");
+          g.lora && trained_base == 0 ? std::string("fp32") : c.param_grad_dtype,
+          sharded ? checked_mul(trained, dtype_bytes(c.param_grad_dtype, "--param-grad-dtype")) : grad_bytes, all,
+          sharded ? "a replica's shard of the params x param-grad dtype (copied out for the host update)"
+                  : "trained params x param-grad dtype (copied out for the host update)");
       add(row::kHostWeights, Category::optimizer_state, Tier::host, OOMB_SHAPE({trained}), g.lora ? "fp32" : c.param_dtype,
-          trained_weight_bytes(m, c, g), all,
-          "trained params x their dtype (the updated working weights, copied in)");
+          sharded ? checked_mul(trained, pb) : trained_weight_bytes(m, c, g), all,
+          sharded ? "a replica's shard of the params x param dtype (the updated working weights, copied in)"
+                  : "trained params x their dtype (the updated working weights, copied in)");
     }
     // Data parallelism on the CPU backend: MPI sums bf16 gradients in fp32 (executor/mpi), in a
     // staging buffer alive from the last chunk's LM-head backward, where the first gradient bucket
     // is final, to the update (step::gradient_buckets; NCCL sums bf16 itself).
+    // Sharded, the gradients are reduce-scattered at the update, all at once: staged then only.
     const std::string grad_dtype = g.lora && trained_base == 0 ? std::string("fp32") : c.param_grad_dtype;
     if (!cuda && c.data_parallel > 1 && grad_dtype == "bf16")
-      add(row::kGradientAllreduceStaging, Category::optimizer_state, Tier::host, OOMB_SHAPE({trained}), "fp32",
-          checked_mul(trained, 4), phase_bit(Phase::loss) | phase_bit(Phase::backward) | phase_bit(Phase::optimizer),
-          "trained params x 4 (the MPI all-reduce sums bf16 gradients in fp32, bucket by bucket from the last "
-          "backward)");
+      add(row::kGradientAllreduceStaging, Category::optimizer_state, Tier::host,
+          OOMB_SHAPE({sharded ? zero.padded : adapters + trained_base}), "fp32",
+          checked_mul(sharded ? zero.padded : adapters + trained_base, 4),
+          sharded ? phase_bit(Phase::optimizer)
+                  : phase_bit(Phase::loss) | phase_bit(Phase::backward) | phase_bit(Phase::optimizer),
+          sharded ? "params per rank, padded, x 4 (the MPI reduce-scatter sums bf16 gradients in fp32)"
+                  : "trained params x 4 (the MPI all-reduce sums bf16 gradients in fp32, bucket by bucket from the "
+                    "last backward)");
   }
 
   // Tokens whose activations are alive at once: the chunk's rows (not page-aligned) or the sequence.

@@ -79,6 +79,7 @@ Json Config::to_json() const {
           {"gpus", gpus},
           {"data_parallel", data_parallel},
           {"nodes", nodes},
+          {"shard_optimizer", shard_optimizer},
           {"sequence_parallel", sequence_parallel},
           {"lora_rank", lora_rank},
           {"lora_alpha", lora_alpha},
@@ -131,6 +132,7 @@ Config config_from_json(const Json& j, const std::string& where) {
   c.gpus = r.i64_positive("gpus");
   c.data_parallel = r.i64_or("data_parallel", 1);  // documents before the key: one replica
   c.nodes = r.i64_or("nodes", 1);                  // documents before the key: one node
+  c.shard_optimizer = r.boolean_or("shard_optimizer", false);
   c.sequence_parallel = r.boolean_or("sequence_parallel", false);  // documents before the key: off
   // Documents before LoRA: full fine-tuning.
   c.lora_rank = r.i64_or("lora_rank", 0);
@@ -182,6 +184,7 @@ bool apply_preset(const std::string& name, Config& c) {
     d.gpus = c.gpus;
     d.data_parallel = c.data_parallel;
     d.nodes = c.nodes;
+    d.shard_optimizer = c.shard_optimizer;
     d.layers_override = c.layers_override;
     c = d;
     return true;
@@ -280,6 +283,15 @@ void validate(const Config& c, const models::ModelSpec& m) {
                     " data-parallel replica(s): every node holds the same number of replicas, and a tensor-parallel "
                     "group stays inside one node",
                 "--data-parallel a multiple of --nodes (e.g. --data-parallel " + std::to_string(c.nodes) + ")");
+  if (c.shard_optimizer) {
+    const std::string why = c.data_parallel <= 1 ? "shards the AdamW state over data-parallel replicas, and there is one"
+                            : c.optimizer == Optimizer::none ? "shards the AdamW state, and there is no optimizer"
+                            : c.lora_rank > 0 ? "shards a full fine-tune's AdamW state; LoRA's adapters hold little of it"
+                                              : "";
+    if (!why.empty())
+      throw Error("--shard-optimizer", "true", why,
+                  "--data-parallel 2 or more with --optimizer gpu or host and full fine-tuning, or --shard-optimizer false");
+  }
   if (c.lora_rank < 0 || c.lora_rank > 4096)
     throw Error("--lora-rank", std::to_string(c.lora_rank), "must be in [0, 4096]", "e.g. 16; 0 = full fine-tuning");
   if (c.lora_rank > 0) {
@@ -324,7 +336,7 @@ void validate_document(const Config& c, const models::ModelSpec& m, const std::s
         {"--kv-grad-dtype", "kv_grad_dtype"}, {"--param-dtype", "param_dtype"},
         {"--param-grad-dtype", "param_grad_dtype"}, {"--activation-dtype", "activation_dtype"},
         {"--loss-dtype", "loss_dtype"},      {"--gpus", "gpus"},
-        {"--data-parallel", "data_parallel"}, {"--nodes", "nodes"},
+        {"--data-parallel", "data_parallel"}, {"--nodes", "nodes"}, {"--shard-optimizer", "shard_optimizer"},
         {"--lora-rank", "lora_rank"},        {"--lora-alpha", "lora_alpha"},
         {"--lora-targets", "lora_targets"},
         {"--layers", "layers_override"},     {"--kept-layers", "kept_layers"},

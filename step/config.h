@@ -102,6 +102,12 @@ struct Config {
   // pinnable memory and memory bandwidth, and with more than one node the replicas' gradient
   // all-reduce crosses the host profile's network (network_bytes_per_s, network_step_latency_s).
   int64_t nodes = 1;
+  // ZeRO-1 (DeepSpeed's stage 1): the AdamW state (master weights, moments, decay mask; with the
+  // optimizer on the host, its gradient and weight copies too) sharded over the data-parallel
+  // replicas, each updating 1/data_parallel of the trained parameters: the gradients reduce-scattered
+  // instead of all-reduced, the updated weights all-gathered. Full fine-tuning with an optimizer and
+  // data_parallel > 1 only.
+  bool shard_optimizer = false;
   // With tensor parallelism: the hidden-wide activations (layer inputs, norms, residuals) are split
   // over the gpus along the sequence, as Megatron-LM's sequence parallelism does (the head- and
   // ffn-wide ones are split by tensor parallelism itself). The context-parallel layouts use it.

@@ -112,6 +112,18 @@ int64_t trained_weight_bytes(const models::ModelSpec& m, const Config& c, const 
   return checked_add(checked_mul(adapters, 4), checked_mul(base, dtype_bytes(c.param_dtype, "--param-dtype")));
 }
 
+OptimizerShard optimizer_shard(const models::ModelSpec& m, const Config& c, const Geometry& g) {
+  OptimizerShard o;
+  o.trained = trainable_param_count(m, c, g);
+  o.padded = o.shard = o.trained;
+  if (c.shard_optimizer && c.data_parallel > 1 && c.optimizer != Optimizer::none) {
+    o.sharded = true;
+    o.shard = ceil_div(o.trained, c.data_parallel);
+    o.padded = checked_mul(o.shard, c.data_parallel);
+  }
+  return o;
+}
+
 std::vector<GradientBucket> gradient_buckets(const models::ModelSpec& m, const Config& c, const Geometry& g) {
   const models::ModelSpec shard = c.gpus > 1 ? tensor_parallel_shard(m, c.gpus) : m;
   const int64_t gb = dtype_bytes(c.param_grad_dtype, "--param-grad-dtype");

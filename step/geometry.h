@@ -68,6 +68,15 @@ int64_t lora_param_count(const Geometry& g);
 // host optimizer copies out and back in per step.
 int64_t trained_gradient_bytes(const models::ModelSpec& m, const Config& c, const Geometry& g);
 int64_t trained_weight_bytes(const models::ModelSpec& m, const Config& c, const Geometry& g);
+// ZeRO-1 (Config::shard_optimizer): the trained parameters padded to a multiple of the replicas (the
+// gradient and weight buffers the collectives split evenly) and one replica's shard of them, which
+// its AdamW state holds. Without sharding: padded = shard = trained.
+struct OptimizerShard {
+  int64_t trained = 0, padded = 0, shard = 0;
+  bool sharded = false;
+};
+OptimizerShard optimizer_shard(const models::ModelSpec& m, const Config& c, const Geometry& g);
+
 // Data parallelism: one GPU's trained gradients in the buckets the replicas all-reduce as each
 // becomes final in the last chunk's backward, in that order: the head (the final norm and an untied
 // LM head: after the LM head's backward), the layers from the last to the first (after each one's

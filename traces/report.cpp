@@ -58,7 +58,7 @@ std::string op_of(const Event& e) {
 const char* op_color(const std::string& op) {
   static const std::map<std::string, const char*> known = {
       {"embedding", "#9c755f"}, {"stage1", "#4e79a7"}, {"layer_fwd", "#4e79a7"}, {"layer_recompute", "#59a1a0"},
-      {"lm_head", "#b07aa1"},   {"stage2", "#e15759"}, {"layer_bwd", "#e15759"}, {"optimizer", "#8cd17d"}, {"optimizer_step", "#8cd17d"}, {"gradient_allreduce", "#59a14f"},
+      {"lm_head", "#b07aa1"},   {"stage2", "#e15759"}, {"layer_bwd", "#e15759"}, {"optimizer", "#8cd17d"}, {"optimizer_step", "#8cd17d"}, {"gradient_allreduce", "#59a14f"}, {"gradient_reduce_scatter", "#59a14f"}, {"weight_all_gather", "#59a14f"},
       {"kv", "#59a14f"},        {"dkv", "#edc948"},    {"selection", "#ff9da7"}, {"loss", "#b07aa1"}};
   static const char* const palette[] = {"#f28e2b", "#76b7b2", "#d37295", "#a0cbe8", "#bab0ac", "#86bcb6", "#ffbe7d"};
   const auto it = known.find(op);

@@ -70,6 +70,22 @@ class NcclCommunicator final : public Communicator {
     pending_ = false;
   }
   bool overlaps() const override { return true; }
+  // In place on the compute stream (NCCL's in-place forms: rank r's block at r x n).
+  void reduce_scatter_sum(Tensor data, int64_t n, float*) override {
+    reduced_bytes_ += size() * n * dtype_bytes(data.dtype);
+    const ncclDataType_t type = data.dtype == DType::f32 ? ncclFloat32 : ncclBfloat16;
+    char* base = static_cast<char*>(data.data);
+    check(ncclReduceScatter(base, base + rank() * n * dtype_bytes(data.dtype), static_cast<size_t>(n), type, ncclSum,
+                            comm_, stream_),
+          "ReduceScatter");
+  }
+  void all_gather(Tensor data, int64_t n) override {
+    reduced_bytes_ += size() * n * dtype_bytes(data.dtype);
+    const ncclDataType_t type = data.dtype == DType::f32 ? ncclFloat32 : ncclBfloat16;
+    char* base = static_cast<char*>(data.data);
+    check(ncclAllGather(base + rank() * n * dtype_bytes(data.dtype), base, static_cast<size_t>(n), type, comm_, stream_),
+          "AllGather");
+  }
   // Device doubles (the selection's page scores), in place, on the compute stream.
   void all_reduce_sum_f64(double* data, int64_t n) override {
     check(ncclAllReduce(data, data, static_cast<size_t>(n), ncclFloat64, ncclSum, comm_, stream_), "AllReduce");

@@ -3,6 +3,7 @@
 #include <mpi.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -63,6 +64,22 @@ class MpiCommunicator final : public Communicator {
     bf16_to_f32(static_cast<const uint16_t*>(data.data), f, n);
     sum(f, n);
     f32_to_bf16(f, static_cast<uint16_t*>(data.data), n);
+  }
+  // An all-reduce of the whole buffer (every block summed everywhere, this rank's among them): on
+  // one node's shared memory Open MPI 4.1's MPI_Reduce_scatter_block is slower than its all-reduce of
+  // the same buffer (a 664 MB fp32 buffer over 2 ranks on this 2-core VM: 0.52-0.57 s against
+  // 0.34 s; docs/model.md "Communication"), and the simulator prices what runs.
+  void reduce_scatter_sum(Tensor data, int64_t n, float* f) override { all_reduce_sum_staged(data, size_ * n, f); }
+  // MPI_Allgather in place; a block beyond an int count broadcast from its rank in pieces.
+  void all_gather(Tensor data, int64_t n) override {
+    const int64_t bytes = n * dtype_bytes(data.dtype);
+    reduced_bytes_ += size_ * bytes;
+    if (n <= kPiece) {
+      const MPI_Datatype type = data.dtype == DType::f32 ? MPI_FLOAT : MPI_UINT16_T;
+      check(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data.data, static_cast<int>(n), type, comm_), "Allgather");
+      return;
+    }
+    for (int r = 0; r < size_; ++r) broadcast_host(static_cast<char*>(data.data) + r * bytes, bytes, r);
   }
   void all_reduce_sum_host(double* data, int64_t n) override {
     for (int64_t at = 0; at < n; at += kPiece)

@@ -137,7 +137,10 @@ BackendCalibration calibrate_backend(const CalibrationRequest& a) {
       a.progress("all-reduces of 4 KiB .. 256 MiB (bf16, as a run sums them) over " + std::to_string(out.ranks) +
                  " ranks");
     const executor::AllReduceFit bf16 = executor::measure_all_reduce(*a.comm, *backend, sizes, executor::DType::bf16);
-    const std::string how = "measured: " + a.comm->name() + " all-reduces of fp32 and bf16 over " +
+    if (a.progress)
+      a.progress("all-gathers of 4 KiB .. 256 MiB over " + std::to_string(out.ranks) + " ranks (ZeRO-1's weights)");
+    const executor::AllReduceFit gather = executor::measure_all_gather(*a.comm, *backend, sizes);
+    const std::string how = "measured: " + a.comm->name() + " all-reduces of fp32 and bf16 and all-gathers over " +
                             std::to_string(out.ranks) + " ranks of this node, 4 KiB .. 256 MiB (the fastest of 5 or more " +
                             "per size, the ranks started together; allreduce_curve), time = latency + 2(N-1)/N x bytes / link " +
                             "through the smallest and the largest (oomb calibrate under mpirun)";
@@ -152,11 +155,13 @@ BackendCalibration calibrate_backend(const CalibrationRequest& a) {
     for (size_t i = 0; i < fit.points.size(); ++i)
       points.push_back({{"bytes", fit.points[i].bytes},
                         {"seconds", fit.points[i].seconds},
-                        {"bf16_seconds", bf16.points[i].seconds}});
+                        {"bf16_seconds", bf16.points[i].seconds},
+                        {"all_gather_seconds", gather.points[i].seconds}});
     profile["allreduce_curve"] = {{"ranks", out.ranks}, {"points", points}};
     profile["sources"]["allreduce_curve"] = how;
     out.allreduce = fit;
     out.allreduce_bf16 = bf16;
+    out.all_gather = gather;
     models::gpu_from_json(profile, "the calibrated profile");
   }
   if (a.backend == "cuda") {

@@ -38,6 +38,7 @@ struct BackendCalibration {
   std::string fit_model;                             // as resolved
   int ranks = 1;                                     // the job's ranks (all-reduce measured when > 1)
   executor::AllReduceFit allreduce, allreduce_bf16;  // ranks > 1: the measured all-reduces (fp32, bf16 as run)
+  executor::AllReduceFit all_gather;                  // and all-gathers (ZeRO-1's weights)
 };
 
 // The CPU backend's compute threads for one rank: `requested`, or (0) every CPU this process may

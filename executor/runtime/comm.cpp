@@ -71,16 +71,18 @@ double CollectiveClock::wait_s() const {
 
 double CollectiveClock::transfer_s() const { return total_s() - wait_s(); }
 
-AllReduceFit measure_all_reduce(Communicator& comm, Backend& backend, const std::vector<int64_t>& sizes_bytes,
-                                DType dtype, int reps) {
+namespace {
+AllReduceFit measure(Communicator& comm, Backend& backend, const std::vector<int64_t>& sizes_bytes, DType dtype,
+                     int reps, bool gather) {
   AllReduceFit fit;
   const int N = comm.size();
   if (N <= 1 || sizes_bytes.empty()) return fit;
-  const double ring = 2.0 * (N - 1) / N;
+  const double ring = (gather ? 1.0 : 2.0) * (N - 1) / N;
   const int64_t eb = dtype_bytes(dtype);
-  const bool staged = dtype == DType::bf16 && comm.stages_bf16_in_fp32();
+  const bool staged = !gather && dtype == DType::bf16 && comm.stages_bf16_in_fp32();
   for (int64_t bytes : sizes_bytes) {
-    const int64_t n = std::max<int64_t>(1, bytes / eb);
+    // An all-gather's buffer holds every rank's block: a whole number of blocks.
+    const int64_t n = gather ? std::max<int64_t>(1, bytes / eb / N) * N : std::max<int64_t>(1, bytes / eb);
     void* p = backend.allocate(Tier::device, n * eb);  // zeroed: sums stay finite
     std::vector<float> staging(staged ? static_cast<size_t>(n) : 0);
     // The fastest of at least `reps` repetitions (after one warm-up), and of as many more as fit in
@@ -90,7 +92,8 @@ AllReduceFit measure_all_reduce(Communicator& comm, Backend& backend, const std:
     for (int i = 0;; ++i) {
       comm.barrier();
       const auto t0 = std::chrono::steady_clock::now();
-      comm.all_reduce_sum_staged(Tensor(p, dtype, n), n, staging.data());
+      if (gather) comm.all_gather(Tensor(p, dtype, n), n / N);
+      else comm.all_reduce_sum_staged(Tensor(p, dtype, n), n, staging.data());
       const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       if (i > 0) best = std::min(best, t);  // the first warms up
       spent += t;
@@ -117,6 +120,16 @@ AllReduceFit measure_all_reduce(Communicator& comm, Backend& backend, const std:
   fit.latency_s = latency;
   fit.link_bytes_per_s = link;
   return fit;
+}
+}  // namespace
+
+AllReduceFit measure_all_reduce(Communicator& comm, Backend& backend, const std::vector<int64_t>& sizes_bytes,
+                                DType dtype, int reps) {
+  return measure(comm, backend, sizes_bytes, dtype, reps, false);
+}
+
+AllReduceFit measure_all_gather(Communicator& comm, Backend& backend, const std::vector<int64_t>& sizes_bytes, int reps) {
+  return measure(comm, backend, sizes_bytes, DType::f32, reps, true);
 }
 
 bool launched_by_mpi() {

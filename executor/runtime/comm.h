@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "executor/runtime/backend.h"
 
 namespace oomb::executor {
@@ -41,6 +42,19 @@ class Communicator {
   }
   virtual void wait_all() {}
   virtual bool overlaps() const { return false; }
+  // ZeRO-1's two halves of an all-reduce, in place over `data` of size() x n elements (fp32 or bf16),
+  // rank r's block the n at r x n. reduce_scatter_sum: rank r's block becomes the sum over the ranks
+  // of everyone's block r (bf16 summed in fp32 and rounded once; MPI through `fp32_staging`, size()
+  // x n floats, where it stages); the other blocks are left undefined. all_gather: every rank's
+  // block copied to every rank. The defaults (one process) have nothing to do.
+  virtual void reduce_scatter_sum(Tensor data, int64_t n, float* fp32_staging) {
+    (void)data, (void)n, (void)fp32_staging;
+    OOMB_ASSERT(size() == 1, "reduce_scatter_sum: not implemented by the " + name() + " communicator");
+  }
+  virtual void all_gather(Tensor data, int64_t n) {
+    (void)data, (void)n;
+    OOMB_ASSERT(size() == 1, "all_gather: not implemented by the " + name() + " communicator");
+  }
   // In place, host doubles (losses, counters): the sum over the ranks.
   virtual void all_reduce_sum_host(double* data, int64_t n) = 0;
   // In place, host doubles: the maximum over the ranks (the ranks' arrival times at collectives).
@@ -131,6 +145,10 @@ struct AllReduceFit {
 // buffer allocated once, where the communicator stages it). `bytes` are the data's bytes per rank.
 AllReduceFit measure_all_reduce(Communicator& comm, Backend& backend, const std::vector<int64_t>& sizes_bytes,
                                 DType dtype = DType::f32, int reps = 5);
+// The same for all-gathers (ZeRO-1's weights after the update): `bytes` the gathered buffer's per
+// rank (every rank's block), the line's time = latency + (N-1)/N x bytes / link.
+AllReduceFit measure_all_gather(Communicator& comm, Backend& backend, const std::vector<int64_t>& sizes_bytes,
+                                int reps = 5);
 
 // Whether this process was started by an MPI launcher (mpirun / mpiexec / srun set the environment
 // a job's ranks read: OMPI_COMM_WORLD_SIZE, PMI_SIZE, PMIX_RANK) with more than one rank or at all.

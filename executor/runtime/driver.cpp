@@ -286,8 +286,15 @@ Engine::Engine(Backend& backend, const models::ModelSpec& model, const simulator
   // What the step trains: every parameter, or under LoRA the adapters (fp32).
   const int64_t n_trained = lora_ ? lora_layout_.total() : n_params;
   const DType trained_dtype = lora_ ? DType::f32 : param_dtype_;
-  params_ = row_buffer(step::row::kWeights, Tier::device, n_params, param_dtype_);
-  grads_ = row_buffer(step::row::kParameterGradients, Tier::device, n_trained, grad_dtype_);
+  // ZeRO-1 (config.shard_optimizer): the weights and gradients padded to a multiple of the replicas,
+  // the AdamW state this replica's shard of them (step::optimizer_shard, the table's sizes).
+  zero_ = step::optimizer_shard(model, config, g_);
+  sharded_ = zero_.sharded;
+  OOMB_ASSERT(!sharded_ || (!lora_ && zero_.trained == n_params && dp_comm_ &&
+                            dp_comm_->size() == static_cast<int>(config.data_parallel)),
+              "a sharded optimizer is full fine-tuning over the data-parallel replicas");
+  params_ = row_buffer(step::row::kWeights, Tier::device, sharded_ ? zero_.padded : n_params, param_dtype_);
+  grads_ = row_buffer(step::row::kParameterGradients, Tier::device, sharded_ ? zero_.padded : n_trained, grad_dtype_);
   buckets_ = gradient_ranges(lora_ ? lora_layout_ : layout_, g_.L);
   upload_weights(w0.data);
   if (lora_) {
@@ -296,22 +303,27 @@ Engine::Engine(Backend& backend, const models::ModelSpec& model, const simulator
   }
   const Buffer& trained = lora_ ? adapters_ : params_;
   if (optimizer) {
+    // Sharded, this replica updates elements [shard0, shard0 + n_opt) of the padded buffers.
+    const int64_t n_opt = sharded_ ? zero_.shard : n_trained;
+    const int64_t shard0 = sharded_ ? dp_comm_->rank() * zero_.shard : 0;
+    const int64_t real = std::clamp<int64_t>(n_trained - shard0, 0, n_opt);  // not padding
     if (trained_dtype != DType::f32) {
-      master_ = row_buffer(step::row::kMasterWeights, opt_tier, n_params, DType::f32);
-      backend_.upload(master_.data(), w0.data.data(), master_.bytes());
+      master_ = row_buffer(step::row::kMasterWeights, opt_tier, n_opt, DType::f32);
+      backend_.upload(master_.data(), w0.data.data() + shard0, real * 4);
     }
     if (opt_tier == Tier::host) {
-      host_grads_ = row_buffer(step::row::kHostParameterGradients, Tier::host, n_trained, grad_dtype_);
-      host_weights_ = row_buffer(step::row::kHostWeights, Tier::host, n_trained, trained_dtype);
-      backend_.download(host_weights_.data(), trained.data(), trained.bytes());
+      host_grads_ = row_buffer(step::row::kHostParameterGradients, Tier::host, n_opt, grad_dtype_);
+      host_weights_ = row_buffer(step::row::kHostWeights, Tier::host, n_opt, trained_dtype);
+      backend_.download(host_weights_.data(), static_cast<const char*>(trained.data()) + shard0 * dtype_bytes(trained_dtype),
+                        n_opt * dtype_bytes(trained_dtype));
     }
-    adam_m_ = row_buffer(step::row::kAdamwMoments, opt_tier, n_trained, DType::f32);
-    adam_v_ = row_buffer(step::row::kAdamwMoments, opt_tier, n_trained, DType::f32);
-    decay_mask_ = Buffer(backend_, opt_tier, n_trained, &account_, step::row::kAdamwDecayMask);
-    std::vector<uint8_t> mask(static_cast<size_t>(n_trained), 0);
+    adam_m_ = row_buffer(step::row::kAdamwMoments, opt_tier, n_opt, DType::f32);
+    adam_v_ = row_buffer(step::row::kAdamwMoments, opt_tier, n_opt, DType::f32);
+    decay_mask_ = Buffer(backend_, opt_tier, n_opt, &account_, step::row::kAdamwDecayMask);
+    std::vector<uint8_t> mask(static_cast<size_t>(std::max(n_trained, shard0 + n_opt)), 0);
     for (const auto& p : (lora_ ? lora_layout_ : layout_).params())
       if (p.decay) std::fill_n(mask.begin() + p.offset, p.numel, uint8_t{1});
-    backend_.upload(decay_mask_.data(), mask.data(), n_trained);
+    backend_.upload(decay_mask_.data(), mask.data() + shard0, n_opt);
   }
 
   store_ = std::make_unique<OffloadEngine>(backend_, g_, table.pages.kv_pool_capacity_pages, account_, recorder_,
@@ -471,14 +483,16 @@ Engine::LayerSet& Engine::layer_set(int64_t layer) const {
 }
 
 void Engine::upload_weights(const std::vector<float>& w) {
-  // The working weights in their storage dtype (bf16: each fp32 value rounded once).
+  // The working weights in their storage dtype (bf16: each fp32 value rounded once); a sharded
+  // optimizer's padding beyond them stays zero.
+  const int64_t n = static_cast<int64_t>(w.size());
   if (param_dtype_ == DType::f32) {
-    backend_.upload(params_.data(), w.data(), params_.bytes());
+    backend_.upload(params_.data(), w.data(), n * 4);
     return;
   }
   std::vector<uint16_t> b(w.size());
-  f32_to_bf16(w.data(), b.data(), static_cast<int64_t>(w.size()));
-  backend_.upload(params_.data(), b.data(), params_.bytes());
+  f32_to_bf16(w.data(), b.data(), n);
+  backend_.upload(params_.data(), b.data(), n * 2);
 }
 
 Engine::~Engine() = default;
@@ -526,7 +540,7 @@ void Engine::tp_all_reduce(Tensor t, int64_t n) {
 }
 
 bool Engine::reduces_gradients() const {
-  return dp_comm_ && dp_comm_->size() > 1 && config_.optimizer != simulator::Optimizer::none &&
+  return dp_comm_ && dp_comm_->size() > 1 && config_.optimizer != simulator::Optimizer::none && !sharded_ &&
          accumulated_ + 1 >= options_.adamw.grad_accum;
 }
 
@@ -561,11 +575,13 @@ void Engine::resolve_collectives() {
     if (!comm || comm->size() <= 1) return;
     clock.resolve(*comm);
     for (const auto& c : clock.calls())
-      recorder_.collective(name, c.tag.op, c.tag.stage, c.tag.chunk, c.tag.layer, c.last_arrival_ns, c.exit_ns,
+      recorder_.collective(name ? name : c.tag.op, c.tag.op, c.tag.stage, c.tag.chunk, c.tag.layer, c.last_arrival_ns, c.exit_ns,
                            c.bytes);
   };
   resolve(tp_clock_, tp_ > 1 ? tp_comm_ : nullptr, "tp_allreduce");
-  resolve(dp_clock_, dp_comm_, "gradient_allreduce");
+  // Data parallelism's calls by their own names: the gradient buckets' all-reduces, or ZeRO-1's
+  // gradient_reduce_scatter and weight_all_gather (as the simulator names them).
+  resolve(dp_clock_, dp_comm_, nullptr);
 }
 
 void Engine::tp_counted(int64_t t0_ns, int64_t bytes) {
@@ -1177,9 +1193,12 @@ StepResult Engine::step(const std::vector<int32_t>& tokens) {
 
 void Engine::optimizer_step() {
   const AdamWOptions& o = options_.adamw;
-  const int64_t n = lora_ ? lora_layout_.total() : layout_.total();
   Buffer& trained = lora_ ? adapters_ : params_;
   const bool host = config_.optimizer == simulator::Optimizer::host;
+  // The elements this rank updates: all, or (ZeRO-1) its shard of the padded buffers.
+  const int64_t n = sharded_ ? zero_.shard : lora_ ? lora_layout_.total() : layout_.total();
+  const int64_t first = sharded_ ? dp_comm_->rank() * zero_.shard : 0;
+  const int64_t gb = dtype_bytes(grads_.dtype()), wb = dtype_bytes(trained.dtype());
   // The host optimizer's round trip: the gradients out to the host, the update there, the updated
   // working weights back in (the copies the simulator prices after the last backward).
   auto copy = [&](CopyDir dir, void* dst, const void* src, int64_t bytes) {
@@ -1189,21 +1208,38 @@ void Engine::optimizer_step() {
     backend_.wait(backend_.copy_async(std::move(r)));
     (dir == CopyDir::h2d ? optimizer_h2d_bytes_ : optimizer_d2h_bytes_) += bytes;
   };
+  // A data-parallel collective, timed as the replicas meet it (resolve_collectives).
+  auto collective = [&](const char* op, int64_t bytes, auto&& f) {
+    const int64_t t0 = steady_now_ns();
+    timed(op, op, 2, -1, 0, f);
+    allreduce_bytes_ += bytes;
+    dp_clock_.record(t0, steady_now_ns(), bytes, {op, 2, -1, -1});
+  };
   // Data parallelism: every replica's gradients summed (their mean below) before the update, so
   // that every replica applies the same one.
   // (Tensor parallelism: the ranks of one group hold different shards and the same replicated
   // norms' gradients; nothing to sum between them.)
   const int world = dp_comm_ ? dp_comm_->size() : 1;  // the replicas
-  if (world > 1) {
+  if (world > 1 && !sharded_) {
     // Every bucket was started in the last chunk's backward (begin_gradient_buckets); the update
     // waits for them (NCCL: the compute stream waits for their stream).
     OOMB_ASSERT(next_bucket_ == buckets_.size(), "gradient buckets not all-reduced before the update");
     dp_comm_->wait_all();
     dp_staging_ = Buffer();
   }
-  if (host) copy(CopyDir::d2h, host_grads_.data(), grads_.data(), grads_.bytes());
-  const Tensor grads = host ? host_grads_.t() : grads_.t();
-  const Tensor weights = host ? host_weights_.t() : trained.t();
+  if (sharded_) {
+    // ZeRO-1: this rank's shard of the gradients summed over the replicas (MPI stages bf16 in fp32,
+    // under the table's row, for the update only).
+    Buffer staging;
+    if (grads_.dtype() == DType::bf16 && dp_comm_->stages_bf16_in_fp32())
+      staging = row_buffer(step::row::kGradientAllreduceStaging, Tier::host, zero_.padded, DType::f32);
+    collective("gradient_reduce_scatter", grads_.bytes(),
+               [&] { dp_comm_->reduce_scatter_sum(grads_.t(), zero_.shard, staging.f32()); });
+  }
+  const Tensor shard_grads = grads_.t().at(first), shard_weights = trained.t().at(first);
+  if (host) copy(CopyDir::d2h, host_grads_.data(), shard_grads.data, n * gb);
+  const Tensor grads = host ? host_grads_.t() : shard_grads;
+  const Tensor weights = host ? host_weights_.t() : shard_weights;
   const int64_t contributions = accumulated_ * world;
   timed("adamw", "optimizer_step", 2, -1, 12.0 * static_cast<double>(n), [&] {
     // The mean over the accumulated steps and the replicas, taken as the update reads the gradient.
@@ -1211,7 +1247,10 @@ void Engine::optimizer_step() {
                    static_cast<const uint8_t*>(decay_mask_.data()), n, o.lr, o.beta1, o.beta2, o.eps, o.weight_decay,
                    ++adam_steps_, 1.0f / static_cast<float>(std::max<int64_t>(1, contributions)));
   });
-  if (host) copy(CopyDir::h2d, trained.data(), host_weights_.data(), trained.bytes());
+  if (host) copy(CopyDir::h2d, shard_weights.data, host_weights_.data(), n * wb);
+  // ZeRO-1: every replica's updated shard to every replica.
+  if (sharded_)
+    collective("weight_all_gather", trained.bytes(), [&] { dp_comm_->all_gather(trained.t(), zero_.shard); });
   {
     const TagScope tag(options_.tagger, 2, -1, -1, "optimizer_step", "zero_gradients");
     zero_gradients();
@@ -1256,8 +1295,17 @@ ParamTensors Engine::adapters() const {
 Weights Engine::weights() const {
   Weights w = zero_params(model_);
   // The working weights as stored (an optimizer's fp32 master weights are what they round from).
-  if (master_.data()) download_f32(master_.ct(), layout_.total(), w.data.data());
-  else download_f32(params_.ct(), layout_.total(), w.data.data());
+  if (master_.data() && sharded_) {
+    // ZeRO-1: each replica's master shard in its place, the replicas' summed (the others are zero).
+    std::vector<float> all(static_cast<size_t>(zero_.padded), 0.0f);
+    download_f32(master_.ct(), zero_.shard, all.data() + dp_comm_->rank() * zero_.shard);
+    sum_in_double(*dp_comm_, all);
+    std::copy_n(all.begin(), layout_.total(), w.data.begin());
+  } else if (master_.data()) {
+    download_f32(master_.ct(), layout_.total(), w.data.data());
+  } else {
+    download_f32(params_.ct(), layout_.total(), w.data.data());
+  }
   return tp_ > 1 ? gather_shards(w) : w;
 }
 

@@ -258,6 +258,8 @@ class Engine {
   std::vector<std::string> notes_;
   Buffer params_, grads_, master_, adam_m_, adam_v_, decay_mask_;
   Buffer host_grads_, host_weights_;  // optimizer on the host: its gradients and working weights
+  step::OptimizerShard zero_;         // ZeRO-1's padded buffers and this replica's shard of them
+  bool sharded_ = false;              // the AdamW state sharded over the replicas (ZeRO-1)
   int64_t optimizer_h2d_bytes_ = 0, optimizer_d2h_bytes_ = 0;  // of the last step
   int64_t allreduce_bytes_ = 0;                                 // of the last step
   // The last step's collectives as the ranks met them (wait for the slowest rank vs transfer).

@@ -38,6 +38,11 @@ expect_exit 0 "Full fine-tuning, its best plan" plan --model qwen2.5-7b --gpu h2
 expect_exit 0 "Gradient all-reduce \(data parallel x4, ring\)" simulate --model qwen2.5-7b --gpu h200 --context 64K --data-parallel 4 --optimizer gpu
 expect_exit 2 "--data-parallel.*mpirun -np 2" run --model tiny --context 256 --chunk 256 --page 64 --data-parallel 2
 expect_exit 2 "--data-parallel.*\[1, 4096\]" simulate --model tiny --gpu h200 --context 8K --data-parallel 0
+# ZeRO-1: the AdamW state sharded over the replicas; refused by name where there is nothing to shard over.
+expect_exit 0 "sharded over the 4 data-parallel replicas" simulate --model qwen2.5-7b --gpu h200 --context 64K --data-parallel 4 --optimizer gpu --shard-optimizer true
+expect_exit 2 "--shard-optimizer.*data-parallel replicas, and there is one" simulate --model tiny --gpu h200 --context 8K --optimizer gpu --shard-optimizer true
+expect_exit 2 "--shard-optimizer.*LoRA" plan --model tiny --gpu h200 --context 8K --data-parallel 2 --lora-rank 4 --shard-optimizer true
+expect_exit 2 "--shard-optimizer.*true or false" simulate --model tiny --gpu h200 --context 8K --data-parallel 2 --shard-optimizer maybe
 expect_exit 2 "--lora-targets.*qkv" plan --model qwen2.5-7b --gpu h200 --context 64K --lora-rank 16 --lora-targets q_proj,qkv
 expect_exit 2 "--lora-alpha.*no --lora-rank" simulate --model qwen2.5-7b --gpu h200 --context 64K --lora-alpha 16
 expect_exit 0 "LoRA rank 4 .*the base frozen" run --model tiny --context 256 --chunk 256 --page 64 --lora-rank 4

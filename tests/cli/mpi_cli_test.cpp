@@ -456,6 +456,63 @@ TEST_F(MpiCli, ADataParallelPlanSaysHowItRunsAndItsAllReduceIsPredicted) {
   EXPECT_TRUE(has(three.out, "3 processes in this MPI job")) << three.out;
 }
 
+// ZeRO-1 (--shard-optimizer true): each replica updates its shard of the parameters; the gradients
+// reduce-scattered, the weights all-gathered. The job trains as the replicated one does (the same
+// losses and, after two updates, the same weights: the same sums, the same per-element AdamW), with
+// the optimizer on the GPU tier and on the host; a plan with it runs and validates on both ranks, each
+// holding half the AdamW state, to the byte.
+TEST_F(MpiCli, ShardedOptimizerTrainsAsTheReplicatedOneAndValidates) {
+  const auto m = oomb::models::load_model("tiny");
+  for (const char* opt : {"gpu", "host"}) {
+    SCOPED_TRACE(opt);
+    const std::string common = std::string("run --model tiny --context 512 --chunk 128 --page 64 --resident-layers 1 ") +
+                               "--optimizer " + opt + " --lr 1e-2 --steps 2 --data-parallel 2 --quiet --json ";
+    const CliRun rep = sh(mpirun(2) + common + "--save-weights " + path("rep"));
+    ASSERT_EQ(rep.rc, 0) << rep.out;
+    const CliRun zero = sh(mpirun(2) + common + "--shard-optimizer true --save-weights " + path("zero"));
+    ASSERT_EQ(zero.rc, 0) << zero.out;
+    const oomb::Json a = json_in(rep.out), b = json_in(zero.out);
+    for (int r = 0; r < 2; ++r)
+      for (int st = 0; st < 2; ++st)
+        EXPECT_EQ(a["data_parallel"]["rank_losses"][r][st].get<double>(),
+                  b["data_parallel"]["rank_losses"][r][st].get<double>()) << "rank " << r << " step " << st;
+    const auto wa = oomb::executor::read_checkpoint(path("rep"), m), wb = oomb::executor::read_checkpoint(path("zero"), m);
+    const auto worst = oomb::executor::worst_relative_l2(wb, wa);
+    EXPECT_LE(worst.rel_l2, 1e-6) << worst.name;
+    EXPECT_GT(oomb::executor::worst_relative_l2(wb, oomb::executor::random_weights(m, 1234)).rel_l2, 1e-4);  // trained
+  }
+  // A plan with it: every rank's memory to the byte (the AdamW state halved), the collectives' bytes
+  // as the simulator's.
+  const std::string plan = " plan --model tiny --gpu h200 --context 512 --chunk 128 --page 64 --resident-layers 1 "
+                           "--optimizer gpu --data-parallel 2 --shard-optimizer ";
+  ASSERT_EQ(sh(oomb_binary() + plan + "false --out " + path("pr.json")).rc, 0);
+  const CliRun pz = sh(oomb_binary() + plan + "true --out " + path("pz.json"));
+  ASSERT_EQ(pz.rc, 0) << pz.out;
+  EXPECT_TRUE(has(pz.out, "sharded over the 2 data-parallel replicas (ZeRO-1")) << pz.out;
+  EXPECT_TRUE(oomb::read_json_file(path("pz.json"))["config"]["shard_optimizer"].get<bool>());
+  const auto [j, sj] = run_and_simulate(path("pz.json"), 2, "--trace " + path("t.json"));
+  ASSERT_FALSE(j.is_null());
+  EXPECT_EQ(j["data_parallel"]["allreduce_bytes"], sj["allreduce_bytes"]);
+  const CliRun v = sh(oomb_binary() + " validate --trace " + path("t.json") + " --plan " + path("pz.json") + " --json");
+  EXPECT_EQ(v.rc, 0) << v.out;
+  const oomb::Json vj = json_in(v.out);
+  ASSERT_EQ(vj["ranks"].size(), 2u) << v.out;
+  for (int k = 0; k < 2; ++k) {
+    EXPECT_TRUE(vj["ranks"][k]["ok"].get<bool>()) << vj["ranks"][k].dump();
+    EXPECT_TRUE(vj["ranks"][k]["failed_terms"].empty()) << vj["ranks"][k].dump();
+  }
+  std::map<std::string, oomb::Json> terms;
+  for (const auto& t : vj["terms"]) terms[t["name"].get<std::string>()] = t;
+  ASSERT_TRUE(terms.count("peak_device_bytes")) << v.out;
+  EXPECT_EQ(terms["peak_device_bytes"]["predicted"], terms["peak_device_bytes"]["measured"]);
+  const CliRun sr = sh(oomb_binary() + " simulate --plan " + path("pr.json") + " --json");
+  ASSERT_EQ(sr.rc, 0) << sr.out;
+  const int64_t replicated = json_in(sr.out)["device_breakdown_bytes"]["optimizer_state"].get<int64_t>();
+  const int64_t sharded = sj["device_breakdown_bytes"]["optimizer_state"].get<int64_t>();
+  EXPECT_LE(2 * sharded - replicated, 2 * 13) << "half the state, up to a padded element per replica";
+  EXPECT_GE(2 * sharded, replicated);
+}
+
 // `mpirun -np 2 oomb calibrate --backend cpu` times the job's all-reduces: the profile carries the
 // measured curve (4 KiB .. 256 MiB, fp32 and bf16 as a run sums it, said to be measured) and the
 // line through its ends, one rank prints and writes, and a data-parallel prediction on that profile
@@ -481,6 +538,7 @@ TEST_F(MpiCli, CalibrateUnderMpirunMeasuresTheAllReduceThePlanPricesWith) {
   for (const auto& q : curve) {
     EXPECT_GT(q["seconds"].get<double>(), 0) << q.dump();
     EXPECT_GT(q["bf16_seconds"].get<double>(), 0) << q.dump();
+    EXPECT_GT(q["all_gather_seconds"].get<double>(), 0) << q.dump();  // ZeRO-1's weights
   }
   const CliRun sim = sh(oomb_binary() + " simulate --model tiny --gpu " + path("cpu2.json") +
                         " --context 512 --chunk 256 --page 64 --data-parallel 2 --param-grad-dtype bf16 --json");

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <map>
+#include <set>
 #include <vector>
 
 #include "core/error.h"
@@ -257,6 +258,69 @@ TEST(Search, OptimizerAutoPlacesTheState) {
   const SearchResult none = search(request("qwen2.5-7b", "h200"), 1 * M);
   ASSERT_TRUE(none.best);
   EXPECT_EQ(none.best->config.optimizer, simulator::Optimizer::none);
+}
+
+// ZeRO-1 is a searched dimension with data-parallel replicas and a full fine-tune's optimizer: the
+// free search is as good as the better of the two fixed ones, and where the replicated state does
+// not fit, the sharded one is what the planner picks.
+TEST(Search, ShardedOptimizerIsSearchedWithReplicas) {
+  // The AdamW state on the GPU (fixed): sharding it is what moves the device peak.
+  auto req = [](int64_t replicas, std::set<std::string> fixed = {}) {
+    fixed.insert("optimizer");
+    Request r = request("qwen2.5-0.5b", "h200", "", std::move(fixed));
+    r.scenario.config.optimizer = simulator::Optimizer::gpu;
+    r.scenario.config.data_parallel = replicas;
+    return r;
+  };
+  const SearchResult one = search(req(1), 64 * K);
+  ASSERT_TRUE(one.best);
+  for (const auto& k : one.feasible) EXPECT_FALSE(k.config.shard_optimizer);
+  for (Objective obj : {Objective::time, Objective::memory}) {
+    Request r = req(2);
+    r.objective = obj;
+    const SearchResult res = search(r, 64 * K);
+    ASSERT_TRUE(res.best);
+    std::set<bool> seen;
+    for (const auto& k : res.feasible) seen.insert(k.config.shard_optimizer);
+    EXPECT_EQ(seen.size(), 2u) << "both sharded and replicated state searched";
+    auto metric = [&](const Candidate& k) {
+      return obj == Objective::time ? k.summary.step_s : static_cast<double>(k.summary.peak_device_bytes);
+    };
+    for (bool shard : {false, true}) {
+      Request f = req(2, {"shard_optimizer"});
+      f.objective = obj;
+      f.scenario.config.shard_optimizer = shard;
+      const SearchResult fixed = search(f, 64 * K);
+      ASSERT_TRUE(fixed.best);
+      for (const auto& k : fixed.feasible) EXPECT_EQ(k.config.shard_optimizer, shard);
+      EXPECT_LE(metric(*res.best), metric(*fixed.best) * (1 + kTieTolerance)) << to_string(obj) << " " << shard;
+    }
+    // The memory objective takes the sharded state: half of 0.49B parameters' 13 bytes, ~3 GiB less.
+    if (obj == Objective::memory) {
+      EXPECT_TRUE(res.best->config.shard_optimizer);
+    }
+  }
+  // An HBM where the replicated state fits nowhere: the sharded plan is the answer.
+  Request f = req(2, {"shard_optimizer"});
+  f.objective = Objective::memory;
+  const SearchResult replicated = search(f, 64 * K);
+  ASSERT_TRUE(replicated.best);
+  simulator::Scenario s = f.scenario;
+  s.config = replicated.best->config;
+  Request tight = req(2);
+  tight.scenario.gpu.hbm_capacity_bytes = static_cast<int64_t>(
+      static_cast<double>(usage_of(s, replicated.best->summary, f.headroom).device_need_bytes) * 0.95 /
+      (1.0 - f.headroom));
+  const SearchResult res = search(tight, 64 * K);
+  ASSERT_TRUE(res.best);
+  EXPECT_TRUE(res.best->config.shard_optimizer);
+  EXPECT_TRUE(fits_under_evaluate(tight, res.best->config));
+  // LoRA: nothing worth sharding, not searched.
+  Request lora = req(2);
+  lora.scenario.config.lora_rank = 16;
+  const SearchResult lr = search(lora, 16 * K);
+  ASSERT_TRUE(lr.best);
+  for (const auto& k : lr.feasible) EXPECT_FALSE(k.config.shard_optimizer);
 }
 
 TEST(Search, ObjectivesOrderTheirMetric) {

@@ -221,5 +221,129 @@ TEST(Communication, TimelineShowsEachPassAllReduces) {
   EXPECT_NEAR(dp_s, r.summary.allreduce_s, 1e-8);
 }
 
+// ZeRO-1 (--shard-optimizer): each replica holds 1/D of the AdamW state, its gradient and weight
+// buffers padded to a multiple of D; instead of the gradient buckets, the gradients are
+// reduce-scattered before the update and the weights all-gathered after it, each half of a ring
+// all-reduce over NCCL (a GPU profile).
+TEST(Communication, ShardedOptimizerHoldsAShardAndReduceScattersThenGathers) {
+  Scenario s = scenario("tiny", "h200", 1024);
+  s.config.optimizer = Optimizer::gpu;
+  s.config.param_dtype = "bf16";
+  s.config.param_grad_dtype = "fp32";
+  s.config.data_parallel = 2;
+  Scenario z = s;
+  z.config.shard_optimizer = true;
+  const step::Geometry g = step::geometry(z.model, z.config);
+  const step::OptimizerShard o = step::optimizer_shard(z.model, z.config, g);
+  ASSERT_TRUE(o.sharded);
+  EXPECT_EQ(o.shard, (o.trained + 1) / 2);
+  EXPECT_EQ(o.padded, 2 * o.shard);
+  auto category = [](const Scenario& x, const std::string& cat) {
+    int64_t b = 0;
+    for (const auto& r : memory_table(x).rows)
+      if (r.category == cat) b += r.bytes;
+    return b;
+  };
+  // master (4) + m and v (8) + the decay mask (1) per element: all of them, or the shard.
+  EXPECT_EQ(category(s, "optimizer_state"), 13 * o.trained);
+  EXPECT_EQ(category(z, "optimizer_state"), 13 * o.shard);
+  EXPECT_EQ(category(z, "weights"), 2 * o.padded);
+  EXPECT_EQ(category(z, "parameter_gradients"), 4 * o.padded);
+  const Summary a = evaluate(s), b = evaluate(z);
+  {
+    // The peak falls by the state's half (tiny's is inside the allocator's block rounding).
+    Scenario s5 = s, z5 = z;
+    s5.model = z5.model = models::load_model("qwen2.5-0.5b");
+    const step::OptimizerShard o5 = step::optimizer_shard(z5.model, z5.config, step::geometry(z5.model, z5.config));
+    EXPECT_LT(evaluate(z5).peak_device_bytes, evaluate(s5).peak_device_bytes - 12 * o5.shard);
+  }
+  // The bytes: the gradients reduce-scattered (fp32) and the weights gathered (bf16), per rank.
+  EXPECT_EQ(b.allreduce_bytes, 6 * o.padded);
+  // Each half a ring all-reduce on h200: (8.4 us + 2 x 3.4 us + bytes / 450 GB/s) / 2 (two ranks:
+  // 2 (N - 1) / N = 1).
+  const double latency = 8.4e-6 + 2 * 3.4e-6;
+  const double rs = 0.5 * (latency + 4.0 * static_cast<double>(o.padded) / 450e9);
+  const double ag = 0.5 * (latency + 2.0 * static_cast<double>(o.padded) / 450e9);
+  EXPECT_NEAR(b.allreduce_s, rs + ag, 1e-12);
+  // Around the update, on the compute stream: all of it is in the step (no buckets to overlap).
+  EXPECT_NEAR(detail::gradient_allreduce_exposed_s(z, detail::geometry(z)), rs + ag, 1e-12);
+  EXPECT_NEAR(detail::optimizer_update_s(z), 0.5 * detail::optimizer_update_s(s),
+              1e-3 * detail::optimizer_update_s(s));
+  // The event simulation has both collectives, with their bytes, and the fast path's step.
+  const EventResult r = simulate_events(z, traces::Detail::layer);
+  double rs_s = 0, ag_s = 0;
+  for (const auto& e : r.trace.events) {
+    if (e.kind != traces::EventKind::collective) continue;
+    EXPECT_NE(e.name, "gradient_allreduce");
+    if (e.name == "gradient_reduce_scatter") {
+      rs_s += static_cast<double>(e.duration_ns()) * 1e-9;
+      EXPECT_EQ(e.bytes, 4 * o.padded);
+    } else if (e.name == "weight_all_gather") {
+      ag_s += static_cast<double>(e.duration_ns()) * 1e-9;
+      EXPECT_EQ(e.bytes, 2 * o.padded);
+    }
+  }
+  EXPECT_NEAR(rs_s, rs, 2e-9);
+  EXPECT_NEAR(ag_s, ag, 2e-9);
+  EXPECT_NEAR(r.summary.step_s, b.step_s, 1e-6 * b.step_s);
+  EXPECT_EQ(r.summary.peak_device_bytes, b.peak_device_bytes);
+  // With the optimizer on the host, the host's copies are the shard's too.
+  s.config.optimizer = z.config.optimizer = Optimizer::host;
+  EXPECT_EQ(evaluate(z).d2h_bytes - evaluate(s).d2h_bytes, 4 * (o.shard - o.trained));
+}
+
+// The CPU backend (MPI): the reduce-scatter is an all-reduce of the whole buffer (Open MPI's
+// all-reduce beats its reduce-scatter on one node), priced on the curve; the all-gather on the
+// curve's all-gather points where the profile has them, else half the all-reduce.
+TEST(Communication, ShardedOptimizerOnTheCpuBackendIsPricedAsMpiRunsIt) {
+  Scenario s = scenario("tiny", "h200", 1024);
+  Json j = cpu_profile_with_curve().to_json();
+  s.gpu = models::gpu_from_json(j, "test profile");
+  s.config.optimizer = Optimizer::gpu;
+  s.config.param_dtype = "bf16";
+  s.config.param_grad_dtype = "fp32";
+  s.config.data_parallel = 2;
+  s.config.shard_optimizer = true;
+  const step::OptimizerShard o = step::optimizer_shard(s.model, s.config, step::geometry(s.model, s.config));
+  auto on_curve = [](double bytes, double t0, double t1) {
+    return bytes <= 65536.0 ? t0 : t0 * std::pow(t1 / t0, std::log(bytes / 65536.0) / std::log(1024.0));
+  };
+  const double gbytes = 4.0 * static_cast<double>(o.padded), wbytes = 2.0 * static_cast<double>(o.padded);
+  ASSERT_LT(gbytes, 67108864.0);
+  const double rs = on_curve(gbytes, 1e-3, 0.1);
+  EXPECT_NEAR(evaluate(s).allreduce_s, rs + 0.5 * on_curve(wbytes, 1e-3, 0.1), 1e-12);
+  for (auto& p : j["allreduce_curve"]["points"]) p["all_gather_seconds"] = p["seconds"].get<double>() / 4;
+  s.gpu = models::gpu_from_json(j, "test profile");
+  EXPECT_NEAR(evaluate(s).allreduce_s, rs + on_curve(wbytes, 0.25e-3, 0.025), 1e-12);
+  // Some points with all-gathers and some without: refused.
+  j["allreduce_curve"]["points"][1].erase("all_gather_seconds");
+  EXPECT_THROW((void)models::gpu_from_json(j, "p.json"), Error);
+}
+
+TEST(Communication, ShardedOptimizerNeedsReplicasAndAFullFineTune) {
+  Scenario s = scenario("tiny", "h200", 1024);
+  s.config.optimizer = Optimizer::gpu;
+  s.config.shard_optimizer = true;
+  auto refused = [&](const Scenario& x, const std::string& why) {
+    try {
+      (void)evaluate(x);
+      ADD_FAILURE() << "accepted: " << why;
+    } catch (const Error& e) {
+      const std::string w = e.what();
+      EXPECT_NE(w.find("--shard-optimizer"), std::string::npos) << w;
+      EXPECT_NE(w.find(why), std::string::npos) << w;
+    }
+  };
+  refused(s, "there is one");  // one replica
+  s.config.data_parallel = 2;
+  s.config.optimizer = Optimizer::none;
+  refused(s, "there is no optimizer");
+  s.config.optimizer = Optimizer::gpu;
+  s.config.lora_rank = 8;
+  refused(s, "LoRA");
+  s.config.lora_rank = 0;
+  EXPECT_NO_THROW((void)evaluate(s));
+}
+
 }  // namespace
 }  // namespace oomb::simulator
