@@ -347,16 +347,6 @@ ChunkCosts standard_costs(const Scenario& s, const Geometry& g, Terms terms) {
   return cc;
 }
 
-int64_t optimizer_gradient_bytes(const Scenario& s, const Geometry& g) {
-  if (!sharded_optimizer(s)) return step::trained_gradient_bytes(s.model, s.config, g);
-  return checked_mul(step::optimizer_shard(s.model, s.config, g).shard, models::dtype_bytes(s.config.param_grad_dtype));
-}
-
-int64_t optimizer_weight_bytes(const Scenario& s, const Geometry& g) {
-  if (!sharded_optimizer(s)) return step::trained_weight_bytes(s.model, s.config, g);
-  return checked_mul(step::optimizer_shard(s.model, s.config, g).shard, models::dtype_bytes(s.config.param_dtype));
-}
-
 double optimizer_update_s(const Scenario& s) {
   if (s.config.optimizer == Optimizer::none) return 0;
   // A replica's shard of the trained parameters (ZeRO-1), or all of them.
@@ -419,21 +409,17 @@ WorkTerms tensor_parallel_comm(const Scenario& s) {
   return out;
 }
 
-bool sharded_optimizer(const Scenario& s) {
-  return s.config.shard_optimizer && s.config.data_parallel > 1 && s.config.optimizer != Optimizer::none;
-}
-
 int64_t gradient_allreduce_bytes(const Scenario& s) {
   if (s.config.data_parallel <= 1 || s.config.optimizer == Optimizer::none) return 0;
   const Geometry g = geometry(s);
-  if (!sharded_optimizer(s)) return step::trained_gradient_bytes(s.model, s.config, g);
-  const int64_t padded = step::optimizer_shard(s.model, s.config, g).padded;
-  return checked_mul(padded, models::dtype_bytes(s.config.param_grad_dtype) + models::dtype_bytes(s.config.param_dtype));
+  if (!step::shards_optimizer(s.config)) return step::trained_gradient_bytes(s.model, s.config, g);
+  const ShardedComm z = sharded_comm(s, g);
+  return static_cast<int64_t>(z.gradient_bytes + z.weight_bytes);
 }
 
 ShardedComm sharded_comm(const Scenario& s, const Geometry& g) {
   ShardedComm out;
-  if (!sharded_optimizer(s)) return out;
+  if (!step::shards_optimizer(s.config)) return out;
   const double padded = static_cast<double>(step::optimizer_shard(s.model, s.config, g).padded);
   const double gbytes = padded * static_cast<double>(models::dtype_bytes(s.config.param_grad_dtype));
   const double pbytes = padded * static_cast<double>(models::dtype_bytes(s.config.param_dtype));
@@ -459,7 +445,8 @@ ShardedComm sharded_comm(const Scenario& s, const Geometry& g) {
 
 std::vector<double> gradient_bucket_s(const Scenario& s, const Geometry& g) {
   std::vector<double> out;
-  if (s.config.data_parallel <= 1 || s.config.optimizer == Optimizer::none || sharded_optimizer(s)) return out;
+  if (s.config.data_parallel <= 1 || s.config.optimizer == Optimizer::none || step::shards_optimizer(s.config))
+    return out;
   for (const auto& b : step::gradient_buckets(s.model, s.config, g)) {
     const double bytes = static_cast<double>(b.bytes);
     out.push_back(
@@ -817,8 +804,8 @@ Summary evaluate(const Scenario& s) {
     step += optimizer_update_s(s);
   } else if (s.config.optimizer == Optimizer::host) {
     // Gradients go to the host optimizer, it updates, and the parameters come back, once per step.
-    const int64_t gbytes = optimizer_gradient_bytes(s, g);
-    const int64_t pbytes = optimizer_weight_bytes(s, g);
+    const int64_t gbytes = step::optimizer_gradient_bytes(s.model, s.config, g);
+    const int64_t pbytes = step::optimizer_weight_bytes(s.model, s.config, g);
     d2h += gbytes;
     h2d += pbytes;
     step += gbytes / d2h_rate(s, false) + optimizer_update_s(s) + pbytes / h2d_rate(s, false);

@@ -122,19 +122,14 @@ double optimizer_update_s(const Scenario& s);
 std::vector<double> gradient_bucket_s(const Scenario& s, const Geometry& g);
 double gradient_allreduce_s(const Scenario& s);
 int64_t gradient_allreduce_bytes(const Scenario& s);
-// ZeRO-1 (Config::shard_optimizer, with data parallelism and an optimizer): instead of the buckets,
-// the gradients reduce-scattered before the update and the updated weights all-gathered after it,
-// over the padded buffers (step::optimizer_shard), on the compute stream; zeros otherwise.
-bool sharded_optimizer(const Scenario& s);
+// ZeRO-1 (step::shards_optimizer): instead of the buckets, the gradients reduce-scattered before the
+// update and the updated weights all-gathered after it, over the padded buffers
+// (step::optimizer_shard), on the compute stream; zeros otherwise.
 struct ShardedComm {
   double reduce_scatter_s = 0, all_gather_s = 0;
   double gradient_bytes = 0, weight_bytes = 0;  // each rank's buffer: the padded gradients, weights
 };
 ShardedComm sharded_comm(const Scenario& s, const Geometry& g);
-// What a rank's update reads and writes: its shard's gradients and working weights (ZeRO-1), or all
-// the trained ones (what a host optimizer copies out and back in).
-int64_t optimizer_gradient_bytes(const Scenario& s, const Geometry& g);
-int64_t optimizer_weight_bytes(const Scenario& s, const Geometry& g);
 // Whether the buckets overlap the compute after them: NCCL's run on a stream of their own (the
 // CUDA backend, a GPU profile); MPI's on the compute thread at once (the CPU backend).
 bool gradient_allreduce_overlaps(const Scenario& s);

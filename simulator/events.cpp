@@ -386,7 +386,8 @@ EventResult simulate_events(const Scenario& s, traces::Detail detail) {
     update.compute_s = optimizer_update_s(s);
     sim.compute_only(update, 2, -1, "optimizer_step");
   } else if (s.config.optimizer == Optimizer::host) {
-    sim.optimizer_round_trip(optimizer_gradient_bytes(s, g), optimizer_weight_bytes(s, g), optimizer_update_s(s));
+    sim.optimizer_round_trip(step::optimizer_gradient_bytes(s.model, s.config, g),
+                             step::optimizer_weight_bytes(s.model, s.config, g), optimizer_update_s(s));
   }
   // (A host update's weights come back on the h2d stream: the all-gather waits for them.)
   if (zero.all_gather_s > 0) sim.wait_h2d();

@@ -334,12 +334,11 @@ void add_rows(const models::ModelSpec& m, const Config& c, const Target& target,
     if (c.optimizer == Optimizer::host) {
       // The host update's operands: the gradients copied out, the working weights copied back in.
       add(row::kHostParameterGradients, Category::optimizer_state, Tier::host, OOMB_SHAPE({trained}),
-          g.lora && trained_base == 0 ? std::string("fp32") : c.param_grad_dtype,
-          sharded ? checked_mul(trained, dtype_bytes(c.param_grad_dtype, "--param-grad-dtype")) : grad_bytes, all,
+          g.lora && trained_base == 0 ? std::string("fp32") : c.param_grad_dtype, optimizer_gradient_bytes(m, c, g), all,
           sharded ? "a replica's shard of the params x param-grad dtype (copied out for the host update)"
                   : "trained params x param-grad dtype (copied out for the host update)");
       add(row::kHostWeights, Category::optimizer_state, Tier::host, OOMB_SHAPE({trained}), g.lora ? "fp32" : c.param_dtype,
-          sharded ? checked_mul(trained, pb) : trained_weight_bytes(m, c, g), all,
+          optimizer_weight_bytes(m, c, g), all,
           sharded ? "a replica's shard of the params x param dtype (the updated working weights, copied in)"
                   : "trained params x their dtype (the updated working weights, copied in)");
     }

@@ -112,16 +112,30 @@ int64_t trained_weight_bytes(const models::ModelSpec& m, const Config& c, const 
   return checked_add(checked_mul(adapters, 4), checked_mul(base, dtype_bytes(c.param_dtype, "--param-dtype")));
 }
 
+bool shards_optimizer(const Config& c) {
+  return c.shard_optimizer && c.data_parallel > 1 && c.optimizer != Optimizer::none;
+}
+
 OptimizerShard optimizer_shard(const models::ModelSpec& m, const Config& c, const Geometry& g) {
   OptimizerShard o;
   o.trained = trainable_param_count(m, c, g);
   o.padded = o.shard = o.trained;
-  if (c.shard_optimizer && c.data_parallel > 1 && c.optimizer != Optimizer::none) {
+  if (shards_optimizer(c)) {
     o.sharded = true;
     o.shard = ceil_div(o.trained, c.data_parallel);
     o.padded = checked_mul(o.shard, c.data_parallel);
   }
   return o;
+}
+
+int64_t optimizer_gradient_bytes(const models::ModelSpec& m, const Config& c, const Geometry& g) {
+  if (!shards_optimizer(c)) return trained_gradient_bytes(m, c, g);
+  return checked_mul(optimizer_shard(m, c, g).shard, dtype_bytes(c.param_grad_dtype, "--param-grad-dtype"));
+}
+
+int64_t optimizer_weight_bytes(const models::ModelSpec& m, const Config& c, const Geometry& g) {
+  if (!shards_optimizer(c)) return trained_weight_bytes(m, c, g);
+  return checked_mul(optimizer_shard(m, c, g).shard, dtype_bytes(c.param_dtype, "--param-dtype"));
 }
 
 std::vector<GradientBucket> gradient_buckets(const models::ModelSpec& m, const Config& c, const Geometry& g) {

@@ -75,7 +75,13 @@ struct OptimizerShard {
   int64_t trained = 0, padded = 0, shard = 0;
   bool sharded = false;
 };
+// Whether the configuration shards the AdamW state: shard_optimizer with replicas and an optimizer.
+bool shards_optimizer(const Config& c);
 OptimizerShard optimizer_shard(const models::ModelSpec& m, const Config& c, const Geometry& g);
+// What a rank's update reads and writes of the gradients and the working weights (a host
+// optimizer's copies out and back in): its shard (ZeRO-1), or every trained parameter.
+int64_t optimizer_gradient_bytes(const models::ModelSpec& m, const Config& c, const Geometry& g);
+int64_t optimizer_weight_bytes(const models::ModelSpec& m, const Config& c, const Geometry& g);
 
 // Data parallelism: one GPU's trained gradients in the buckets the replicas all-reduce as each
 // becomes final in the last chunk's backward, in that order: the head (the final norm and an untied
