@@ -5,6 +5,7 @@
 
 #include "models/specs.h"
 #include "planner/search.h"
+#include "planner/validation.h"
 
 namespace oomb::planner::testing {
 
@@ -25,6 +26,13 @@ inline bool fits_under_evaluate(const Request& r, const simulator::Config& c) {
   s.config = c;
   const simulator::Summary sum = simulator::evaluate(s);
   return sum.feasible && usage_of(s, sum, r.headroom).fits();
+}
+
+// The term of a validation by name, or null.
+inline const ValidationTerm* term(const Validation& v, const std::string& name) {
+  for (const auto& t : v.terms)
+    if (t.name == name) return &t;
+  return nullptr;
 }
 
 }  // namespace oomb::planner::testing

@@ -109,11 +109,7 @@ traces::Trace rank_record(const simulator::Scenario& s, int rank, int world, dou
   return t;
 }
 
-const ValidationTerm* term(const Validation& v, const std::string& name) {
-  for (const auto& t : v.terms)
-    if (t.name == name) return &t;
-  return nullptr;
-}
+using testing::term;
 
 TEST(Ranks, EveryRankIsJudgedAgainstThePlanAndTheSlowestBinds) {
   simulator::Scenario s = testing::request("tiny", "h200").scenario;

@@ -46,11 +46,7 @@ simulator::Scenario tiny_2k_offload() {
   return s;
 }
 
-const ValidationTerm* term(const Validation& v, const std::string& name) {
-  for (const auto& t : v.terms)
-    if (t.name == name) return &t;
-  return nullptr;
-}
+using testing::term;
 
 TEST(Validation, CudaReservedBytesAreABoundOnThePlansPeakPlusReserve) {
   simulator::Scenario s = tiny_2k_offload();

@@ -10,16 +10,14 @@
 #include "simulator/detail.h"
 #include "simulator/simulator.h"
 #include "step/buffers.h"
+#include "simulator_test_util.h"
 
 namespace oomb::simulator {
 namespace {
 
+// The catalog scenario in chunks of 256 tokens, pages of 64.
 Scenario scenario(const std::string& model, const std::string& gpu, int64_t context) {
-  Scenario s;
-  s.model = models::load_model(model);
-  s.gpu = models::load_gpu(gpu);
-  s.host = models::load_host(s.gpu.default_host);
-  s.config.context_tokens = context;
+  Scenario s = testing::scenario(model, gpu, context);
   s.config.chunk_tokens = 256;
   s.config.page_tokens = 64;
   return s;

@@ -12,6 +12,7 @@
 #include "simulator/detail.h"
 #include "simulator/simulator.h"
 #include "step/allocator.h"
+#include "simulator_test_util.h"
 
 namespace oomb::simulator {
 namespace {
@@ -21,14 +22,7 @@ struct Case {
   Scenario s;
 };
 
-Scenario scenario(const std::string& model, const std::string& gpu, int64_t context) {
-  Scenario s;
-  s.model = models::load_model(model);
-  s.gpu = models::load_gpu(gpu);
-  s.host = models::load_host(s.gpu.default_host);
-  s.config.context_tokens = context;
-  return s;
-}
+using testing::scenario;
 
 std::vector<Case> spread() {
   constexpr int64_t K = 1024, M = 1024 * 1024;

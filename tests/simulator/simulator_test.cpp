@@ -10,6 +10,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "simulator_test_util.h"
 
 namespace oomb::simulator {
 namespace {
@@ -18,14 +19,7 @@ constexpr int64_t kGiB = int64_t{1} << 30;
 // Fast path vs event path: same costs, different scheduling (steady-state bound vs timeline).
 constexpr double kPathAgreement = 0.05;
 
-Scenario scenario(const std::string& model, const std::string& gpu, int64_t context) {
-  Scenario s;
-  s.model = models::load_model(model);
-  s.gpu = models::load_gpu(gpu);
-  s.host = models::load_host(s.gpu.default_host);
-  s.config.context_tokens = context;
-  return s;
-}
+using testing::scenario;
 
 int64_t row_bytes(const MemoryTable& t, const std::string& name) {
   for (const auto& r : t.rows)
