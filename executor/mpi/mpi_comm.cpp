@@ -67,8 +67,8 @@ class MpiCommunicator final : public Communicator {
   }
   // An all-reduce of the whole buffer (every block summed everywhere, this rank's among them): on
   // one node's shared memory Open MPI 4.1's MPI_Reduce_scatter_block is slower than its all-reduce of
-  // the same buffer (a 664 MB fp32 buffer over 2 ranks on this 2-core VM: 0.52-0.57 s against
-  // 0.34 s; docs/model.md "Communication"), and the simulator prices what runs.
+  // the same buffer (bench/mpi_collectives_bench.cpp: 1.67-1.92x for 664 MB fp32 over 2 ranks on a
+  // 2-core VM; docs/model.md "Data parallelism"), and the simulator prices what runs.
   void reduce_scatter_sum(Tensor data, int64_t n, float* f) override { all_reduce_sum_staged(data, size_ * n, f); }
   // MPI_Allgather in place; a block beyond an int count broadcast from its rank in pieces.
   void all_gather(Tensor data, int64_t n) override {
