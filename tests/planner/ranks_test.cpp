@@ -78,34 +78,13 @@ TEST(Ranks, CollectivesAreEveryNumberTheRankRecordedNewFieldsIncluded) {
 // A run record of `s` that measured exactly the prediction (memory, pools, copies), as rank `rank`
 // of a `world`-process tensor-parallel job, with the given step.
 traces::Trace rank_record(const simulator::Scenario& s, int rank, int world, double step_s) {
-  simulator::Scenario as_run = s;
-  as_run.config.peak_measure = simulator::PeakMeasure::allocated;
-  const simulator::Summary p = simulator::evaluate(as_run);
-  traces::Trace t;
-  t.metadata.source = "cuda-cupti";
-  const Json measured = {{"backend", "cuda"},
-                         {"kv_dtype", s.config.kv_dtype},
-                         {"kv_grad_dtype", s.config.kv_grad_dtype},
-                         {"param_dtype", s.config.param_dtype},
-                         {"param_grad_dtype", s.config.param_grad_dtype},
-                         {"activation_dtype", s.config.activation_dtype},
-                         {"loss_dtype", s.config.loss_dtype},
-                         {"steps", 1},
-                         {"step_s", step_s},
-                         {"peak_device_bytes", p.peak_device_bytes},
-                         {"peak_host_bytes", p.peak_host_bytes},
-                         {"tensor_parallel",
-                          {{"tp", world},
-                           {"rank", rank},
-                           {"world", world},
-                           {"allreduces", 0},
-                           {"allreduce_bytes", 0},
-                           {"allreduce_s", 0.01 * (rank + 1)}}}};
-  t.metadata.extra = {{"schema", step::kRunRecordSchema},
-                      {"model", s.model.id},
-                      {"layers", s.model.layers},
-                      {"config", s.config.to_json()},
-                      {"measured", measured}};
+  traces::Trace t = testing::cuda_record_as_predicted(s, step_s);
+  t.metadata.extra["measured"]["tensor_parallel"] = {{"tp", world},
+                                                     {"rank", rank},
+                                                     {"world", world},
+                                                     {"allreduces", 0},
+                                                     {"allreduce_bytes", 0},
+                                                     {"allreduce_s", 0.01 * (rank + 1)}};
   return t;
 }
 

@@ -11,27 +11,7 @@ namespace {
 // A CUPTI-timed cuda run of `s` that measured exactly the prediction, CUDA having reserved
 // `reserved` device bytes (nullopt: no CUPTI memory records).
 traces::Trace cuda_run(const simulator::Scenario& s, std::optional<int64_t> reserved) {
-  simulator::Scenario as_run = s;
-  as_run.config.peak_measure = simulator::PeakMeasure::allocated;
-  const simulator::Summary p = simulator::evaluate(as_run);
-  traces::Trace t;
-  t.metadata.source = "cuda-cupti";
-  Json measured = {{"backend", "cuda"},
-                   {"kv_dtype", s.config.kv_dtype},
-                   {"kv_grad_dtype", s.config.kv_grad_dtype},
-                   {"param_dtype", s.config.param_dtype},
-                   {"param_grad_dtype", s.config.param_grad_dtype},
-                   {"activation_dtype", s.config.activation_dtype},
-                   {"loss_dtype", s.config.loss_dtype},
-                   {"steps", 1},
-                   {"step_s", p.step_s},
-                   {"peak_device_bytes", p.peak_device_bytes},
-                   {"peak_host_bytes", p.peak_host_bytes}};
-  t.metadata.extra = {{"schema", step::kRunRecordSchema},
-                      {"model", s.model.id},
-                      {"layers", s.model.layers},
-                      {"config", s.config.to_json()},
-                      {"measured", measured}};
+  traces::Trace t = testing::cuda_record_as_predicted(s);
   if (reserved) t.metadata.extra["cupti"] = {{"reserved_device_bytes", *reserved}, {"untagged", 0}};
   return t;
 }
