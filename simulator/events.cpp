@@ -285,15 +285,20 @@ EventResult simulate_events(const Scenario& s, traces::Detail detail) {
   const Geometry g = geometry(s);
   const MemoryTable table = detail::memory_table(s, g, false);
   // Device bytes outside the page pools (the pools are one allocation each; their occupancy is
-  // sampled from the page changes), per phase of the step.
-  int64_t pools = 0;
-  for (const auto& r : table.rows)
-    if (r.tier == Tier::device && (r.name == step::row::kKvPool || r.name == step::row::kKvGradPool ||
-                                   r.name == step::row::kKvPagesInFlight || r.name == step::row::kKvGradPagesInFlight))
-      pools += r.bytes;
+  // sampled from the page changes), per phase of the step (the published sparse cache's second
+  // resident slot lives in the backward only).
+  auto is_pool = [](const std::string& name) {
+    return name == step::row::kKvPool || name == step::row::kKvGradPool || name == step::row::kKvPoolBackwardSlot ||
+           name == step::row::kKvGradPoolBackwardSlot || name == step::row::kKvPagesInFlight ||
+           name == step::row::kKvGradPagesInFlight;
+  };
   int64_t outside_pools[6] = {};
-  for (Phase p : phases_of(s.config.schedule))
+  for (Phase p : phases_of(s.config.schedule)) {
+    int64_t pools = 0;
+    for (const auto& r : table.rows)
+      if (r.tier == Tier::device && (r.phases & phase_bit(p)) && is_pool(r.name)) pools += r.bytes;
     outside_pools[static_cast<int>(p)] = table.device_bytes_in(p) - pools;
+  }
   Sim sim(s, g, detail);
   // The published implementation's write-backs are timed here (not taken from the table's rows).
   const bool published_writebacks = s.config.implementation == Implementation::published && g.oomb && g.offload &&

@@ -492,14 +492,33 @@ void add_rows(const models::ModelSpec& m, const Config& c, const Target& target,
     // The published code allocates each page as it is copied in (kv_cache.py, onload: one tensor
     // per page), not a pool sized before the selection is known: its high-water mark is the
     // modelled union's, not the bound's.
-    const int64_t kv_pool_pages = published ? pc.kv_pool_pages : pc.kv_pool_capacity_pages;
-    const int64_t grad_pool_pages = published ? pc.grad_pool_pages : pc.grad_pool_capacity_pages;
-    if (published && g.sparse && g.offload)
-      pool_formula = "resident layers x largest slot (modelled union + own, allocated per page) x page bytes";
+    int64_t kv_pool_pages = published ? pc.kv_pool_pages : pc.kv_pool_capacity_pages;
+    int64_t grad_pool_pages = published ? pc.grad_pool_pages : pc.grad_pool_capacity_pages;
+    // The published sparse cache onloads a layer only when its attention selects (topk_cache.py,
+    // SparseKVCache.visit: forward visits offload the layers outside the window and onload none;
+    // SparseCacheManager.select onloads the visited layer): one slot in the fill, the stage-2
+    // forward and the loss after it. Only the backward's reverse visits select the next layer too
+    // (docs/model.md), so the other resident slots are live in the backward alone.
+    const bool published_sparse_slots = published && g.sparse && g.offload && g.R > 1;
+    const int64_t backward_slots = published_sparse_slots ? g.R - 1 : 0;
+    if (published_sparse_slots) {
+      pool_formula = "one slot (the selecting layer's modelled union + own, allocated per page) x page bytes";
+      kv_pool_pages /= g.R;
+      grad_pool_pages /= g.R;
+    }
     add(row::kKvPool, Category::kv_pages, Tier::device, OOMB_SHAPE({kv_pool_pages, g.p, 2, g.kv_heads, g.head_dim}),
         c.kv_dtype, checked_mul(kv_pool_pages, g.kv_page_bytes), all, pool_formula);
     add(row::kKvGradPool, Category::kv_grad_pages, Tier::device, OOMB_SHAPE({grad_pool_pages, g.p, 2, g.kv_heads, g.head_dim}),
         c.kv_grad_dtype, checked_mul(grad_pool_pages, g.grad_page_bytes), all, pool_formula);
+    if (backward_slots > 0) {
+      const int64_t kv_slots = checked_mul(backward_slots, kv_pool_pages), grad_slots = checked_mul(backward_slots, grad_pool_pages);
+      add(row::kKvPoolBackwardSlot, Category::kv_pages, Tier::device, OOMB_SHAPE({kv_slots, g.p, 2, g.kv_heads, g.head_dim}),
+          c.kv_dtype, checked_mul(kv_slots, g.kv_page_bytes), bwd,
+          "(resident layers - 1) x largest slot x page bytes (the backward's reverse visits select the next layer too)");
+      add(row::kKvGradPoolBackwardSlot, Category::kv_grad_pages, Tier::device,
+          OOMB_SHAPE({grad_slots, g.p, 2, g.kv_heads, g.head_dim}), c.kv_grad_dtype, checked_mul(grad_slots, g.grad_page_bytes),
+          bwd, "(resident layers - 1) x largest slot x gradient page bytes (the backward's reverse visits)");
+    }
     if (published && g.offload && target.pages_in_flight > 0) {
       pages.pages_in_flight = target.pages_in_flight;
       // Pages in flight (docs/model.md): the published onload allocates a layer's pages as soon as

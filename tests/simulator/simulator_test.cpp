@@ -759,6 +759,52 @@ TEST(PagesInFlight, EventSimulationAgreesWithTheClosedForm) {
   EXPECT_EQ(detail::published_pages_in_flight(s, detail::geometry(s)), 0);
 }
 
+TEST(PublishedSparse, OneSlotUntilTheBackward) {
+  // The published sparse cache (docs/model.md): forward visits onload nothing, the attention's
+  // select onloads the visited layer; only the backward's reverse visits select the next layer as
+  // well. So the fill, the stage-2 forward and the loss hold one slot, the backward R.
+  for (int64_t R : {2, 3}) {
+    auto s = scenario("qwen2.5-7b", "h200", 64 * 1024);
+    s.config = published_preset(s.config);
+    s.config.attention = Attention::sparse;
+    s.config.resident_layers = R;
+    const auto g = detail::geometry(s);
+    const auto t = memory_table(s);
+    SCOPED_TRACE(R);
+    int64_t slot = 0;
+    for (int64_t c = g.n - 2; c < g.n; ++c) slot = std::max(slot, detail::published_slot_pages(g, c));
+    EXPECT_EQ(row_bytes(t, "kv_pool"), slot * g.kv_page_bytes);
+    EXPECT_EQ(row_bytes(t, "kv_grad_pool"), slot * g.grad_page_bytes);
+    const auto* back = t.find("kv_pool_backward_slot", Tier::device);
+    ASSERT_NE(back, nullptr);
+    EXPECT_EQ(back->bytes, (R - 1) * slot * g.kv_page_bytes);
+    EXPECT_EQ(back->phases, phase_bit(Phase::backward));
+    EXPECT_EQ(row_bytes(t, "kv_grad_pool_backward_slot"), (R - 1) * slot * g.grad_page_bytes);
+    // The loss phase (the peak) holds one slot of KV and gradient pages and the pages in flight.
+    int64_t loss_pages_bytes = 0;
+    for (const auto& r : t.rows)
+      if (r.tier == Tier::device && (r.phases & phase_bit(Phase::loss)) &&
+          (r.category == "kv_pages" || r.category == "kv_grad_pages"))
+        loss_pages_bytes += r.bytes;
+    EXPECT_EQ(loss_pages_bytes, (slot + detail::published_pages_in_flight(s, g)) * (g.kv_page_bytes + g.grad_page_bytes));
+    EXPECT_EQ(t.device_peak().phase, Phase::loss);
+    // The event simulation holds the same rows per phase: its peak is the fast path's.
+    const EventResult ev = simulate_events(s, traces::Detail::layer);
+    EXPECT_EQ(ev.summary.peak_device_bytes, evaluate(s).peak_device_bytes);
+    for (const auto& m : ev.trace.memory) EXPECT_LE(m.device_bytes, ev.summary.peak_device_bytes);
+    // This project's executor and the published dense cache keep R slots in every phase.
+    Scenario dense = s;
+    dense.config.attention = Attention::dense;
+    EXPECT_EQ(memory_table(dense).find("kv_pool_backward_slot", Tier::device), nullptr);
+    EXPECT_EQ(row_bytes(memory_table(dense), "kv_pool"),
+              R * detail::published_slot_pages(detail::geometry(dense), detail::geometry(dense).n - 1) *
+                  g.kv_page_bytes);
+    Scenario ours = s;
+    ours.config.implementation = Implementation::oomb;
+    EXPECT_EQ(memory_table(ours).find("kv_pool_backward_slot", Tier::device), nullptr);
+  }
+}
+
 TEST(Presets, PublishedConfiguration) {
   Config c = published_preset(Config{});
   EXPECT_EQ(c.chunk_tokens, 4096);
