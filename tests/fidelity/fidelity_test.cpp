@@ -273,26 +273,33 @@ double rel(double meas, double pred) { return pred != 0 ? (meas - pred) / pred :
 
 simulator::EventResult predict(const Scenario& s) { return simulator::simulate_events(s, traces::Detail::chunk); }
 
-// Compute time per stage of one step: of a prediction, the sum of its events; of a measurement
-// (several steps in one trace), the sum over passes of each pass's fastest occurrence, as the
-// calibration times them.
+// Each compute pass of a trace (stage, chunk, layer, op) at its fastest occurrence: of a
+// prediction, its events; of a measurement (several steps in one trace), as the calibration times
+// the passes.
+using PassKey = std::tuple<int, int64_t, int64_t, std::string>;
+std::map<PassKey, double> fastest_passes(const traces::Trace& t) {
+  std::map<PassKey, double> passes;
+  for (const auto& e : t.events) {
+    if (e.kind != traces::EventKind::compute) continue;
+    const double s = static_cast<double>(e.duration_ns()) * 1e-9;
+    const auto [it, added] = passes.try_emplace({e.stage, e.chunk, e.layer, e.op}, s);
+    if (!added) it->second = std::min(it->second, s);
+  }
+  return passes;
+}
+
+// Compute time per stage of one step (stages 1 and 2).
 std::map<int, double> stage_time(const traces::Trace& t) {
-  std::map<std::tuple<int, int64_t, int64_t, std::string>, std::vector<double>> passes;
-  for (const auto& e : t.events)
-    if (e.kind == traces::EventKind::compute && e.stage > 0)
-      passes[{e.stage, e.chunk, e.layer, e.op}].push_back(e.duration_ns() * 1e-9);
   std::map<int, double> m;
-  for (const auto& [key, times] : passes) m[std::get<0>(key)] += *std::min_element(times.begin(), times.end());
+  for (const auto& [key, s] : fastest_passes(t))
+    if (std::get<0>(key) > 0) m[std::get<0>(key)] += s;
   return m;
 }
 
-// Compute time per op name of one step (every stage, the optimizer's included), as stage_time.
+// Compute time per op name of one step (every stage, the optimizer's included).
 std::map<std::string, double> op_time(const traces::Trace& t) {
-  std::map<std::tuple<int, int64_t, int64_t, std::string>, std::vector<double>> passes;
-  for (const auto& e : t.events)
-    if (e.kind == traces::EventKind::compute) passes[{e.stage, e.chunk, e.layer, e.op}].push_back(e.duration_ns() * 1e-9);
   std::map<std::string, double> m;
-  for (const auto& [key, times] : passes) m[std::get<3>(key)] += *std::min_element(times.begin(), times.end());
+  for (const auto& [key, s] : fastest_passes(t)) m[std::get<3>(key)] += s;
   return m;
 }
 
