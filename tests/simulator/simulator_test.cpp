@@ -788,9 +788,18 @@ TEST(PublishedSparse, OneSlotUntilTheBackward) {
         loss_pages_bytes += r.bytes;
     EXPECT_EQ(loss_pages_bytes, (slot + detail::published_pages_in_flight(s, g)) * (g.kv_page_bytes + g.grad_page_bytes));
     EXPECT_EQ(t.device_peak().phase, Phase::loss);
-    // The event simulation holds the same rows per phase: its peak is the fast path's.
+    // The event simulation holds the same rows per phase: its peak is the fast path's, and its first
+    // sample (the fill, no pages yet) is the fill's rows without the pools live in the fill, which
+    // leave the backward's slots out.
     const EventResult ev = simulate_events(s, traces::Detail::layer);
     EXPECT_EQ(ev.summary.peak_device_bytes, evaluate(s).peak_device_bytes);
+    int64_t fill_pools = 0;
+    for (const auto& r : t.rows)
+      if (r.tier == Tier::device && (r.phases & phase_bit(Phase::fill)) &&
+          (r.category == "kv_pages" || r.category == "kv_grad_pages"))
+        fill_pools += r.bytes;
+    ASSERT_FALSE(ev.trace.memory.empty());
+    EXPECT_EQ(ev.trace.memory.front().device_bytes, t.device_bytes_in(Phase::fill) - fill_pools);
     for (const auto& m : ev.trace.memory) EXPECT_LE(m.device_bytes, ev.summary.peak_device_bytes);
     // This project's executor and the published dense cache keep R slots in every phase.
     Scenario dense = s;
