@@ -79,12 +79,14 @@ TEST(Overlap, WriteBacksOverlapTheNextPassAsTheSimulatorPredicts) {
   const int64_t own_bytes = 8 * 16 * 2 * m.kv_dim() * 4;
   CpuBackendOptions slow;
   slow.copy_ns_per_byte[1] = fill_ns / static_cast<double>(own_bytes);  // d2h as slow as compute
-  // Write-backs in series (today's main) make compute + write-back a lower bound of every step, so
-  // no attempt can pass there; on a loaded machine host wake-ups add to an overlapped step, so the
-  // best of three attempts is judged.
+  // Write-backs in series (today's main) make compute + write-back a lower bound of every step and
+  // start no next pass before a write-back ended, so no attempt can pass there. On a loaded machine
+  // (CI: two cores, two tests at once) host wake-ups add to an overlapped step and can push a next
+  // pass's start past a write-back's end, so each attempt is judged on both counts and the best of
+  // three must pass both.
   const double R = static_cast<double>(c.resident_layers);
-  bool nearer_overlap = false;
-  for (int attempt = 0; attempt < 3 && !nearer_overlap; ++attempt) {
+  bool passed = false;
+  for (int attempt = 0; attempt < 3 && !passed; ++attempt) {
     CpuBackend b(slow);
     Engine e(b, m, c, w, o);
     const double measured_s = e.step(tokens).seconds;
@@ -97,23 +99,24 @@ TEST(Overlap, WriteBacksOverlapTheNextPassAsTheSimulatorPredicts) {
       predicted_ns += std::max({p.compute_ns, p.in_ns, p.out_ns, (p.in_ns + p.compute_ns + p.out_ns) / R});
       serial_ns += p.compute_ns + p.out_ns;
     }
-    std::printf("step %.1f ms: simulator's overlap %.1f ms, compute + write-back in series %.1f ms\n",
-                measured_s * 1e3, predicted_ns * 1e-6, serial_ns * 1e-6);
     // R = 3 leaves the region-reuse chain slack, so thread wake-ups do not add up along it.
-    nearer_overlap = measured_s * 1e9 < (predicted_ns + serial_ns) / 2;
-    // Structurally (every attempt): a stage-1 pass's next layer computes while its write-back runs.
+    const bool nearer_overlap = measured_s * 1e9 < (predicted_ns + serial_ns) / 2;
+    // Structurally: a stage-1 pass's next layer computes while its write-back runs.
     int overlapping = 0, fills = 0;
     for (int64_t ch = 0; ch < 4; ++ch)
       for (int64_t l = 0; l + 1 < m.layers; ++l) {
         const PassTimes& p = passes.at({1, ch, l, "layer_fwd"});
         const PassTimes& next = passes.at({1, ch, l + 1, "layer_fwd"});
         ++fills;
-        if (next.compute_start < p.out_end) ++overlapping;  // main: never (release waited)
+        if (next.compute_start < p.out_end) ++overlapping;  // in series: never (release waited)
       }
-    EXPECT_GE(overlapping, fills / 2) << overlapping << " of " << fills << " write-backs overlap the next pass";
+    std::printf("attempt %d: step %.1f ms, simulator's overlap %.1f ms, compute + write-back in series %.1f ms;"
+                " %d of %d write-backs overlap the next pass\n",
+                attempt + 1, measured_s * 1e3, predicted_ns * 1e-6, serial_ns * 1e-6, overlapping, fills);
+    passed = nearer_overlap && overlapping >= fills / 2;
   }
-  EXPECT_TRUE(nearer_overlap)
-      << "in three attempts the step was nearer compute + write-back in series than the simulator's overlap";
+  EXPECT_TRUE(passed) << "in three attempts none had a step nearer the simulator's overlap than compute +"
+                         " write-back in series and at least half the write-backs overlapping the next pass";
 }
 
 TEST(Overlap, StepAndTraceEndWhenEveryCopyReported) {
