@@ -83,6 +83,30 @@ std::vector<Figure> make_figures(const simulator::Scenario& s, const simulator::
   f.push_back({"Device pool", std::to_string(sum.kv_pool_pages) + " KV + " + std::to_string(sum.grad_pool_pages) + " grad",
                "pages: high-water page counts of the device pools: (layers being computed or prefetched) x (prefix or "
                "selection union + own chunk pages)\npage = " + std::to_string(c.page_tokens) + " tokens"});
+  // Multi-GPU plans: the collectives inside the step (per rank, as the CLI's report states them).
+  if (c.gpus > 1 || c.data_parallel > 1) {
+    std::string v, formula;
+    if (c.gpus > 1) {
+      v = "TP x" + std::to_string(c.gpus) + ": " + format_count(static_cast<double>(sum.tp_allreduces)) +
+          " all-reduces, " + format_bytes(sum.tp_allreduce_bytes) + ", " + format_duration_s(sum.tp_allreduce_s);
+      formula = "tensor parallelism: the activations' all-reduces of one step (two per layer pass, and the LM "
+                "head's), each rank's bytes through a ring on the profile's link, inside the passes";
+    }
+    if (c.data_parallel > 1) {
+      const std::string what = c.shard_optimizer ? "gradient reduce-scatter + weight all-gather (ZeRO-1)"
+                                                 : "gradient all-reduce";
+      v += (v.empty() ? "" : "; ") + std::string("DP x") + std::to_string(c.data_parallel) + ": " +
+           (sum.allreduce_bytes > 0 ? format_bytes(sum.allreduce_bytes) + ", " + format_duration_s(sum.allreduce_s)
+                                    : std::string("none (no optimizer step)"));
+      formula += (formula.empty() ? "" : "\n") + std::string("data parallelism: the ") + what +
+                 " of the trained parameters before the update, each rank's bytes through a ring" +
+                 (c.nodes > 1 ? " across " + std::to_string(c.nodes) + " nodes (the host profile's network)"
+                              : std::string(" inside the node")) +
+                 "; job throughput = replicas x tokens/s = " +
+                 format_count(sum.tokens_per_s * static_cast<double>(c.data_parallel)) + " tokens/s";
+    }
+    f.push_back({"Collectives", v, formula + "\nmemory and time figures are per rank"});
+  }
   std::string why;
   for (const auto& n : sum.notes) why += (why.empty() ? "" : "\n") + n;
   f.push_back({"Binding", std::string(sum.feasible ? "fits, " : "DOES NOT FIT: ") + sum.binding_constraint,

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <vector>
 
 #include "step/config.h"
 #include "core/error.h"
@@ -57,6 +58,20 @@ bool combo_tokens(const char* label, int64_t& value, std::initializer_list<int64
   if (ImGui::BeginCombo(label, name(value).c_str())) {
     for (int64_t it : items)
       if (ImGui::Selectable(name(it).c_str(), it == value)) {
+        value = it;
+        changed = true;
+      }
+    ImGui::EndCombo();
+  }
+  chart::formula_tooltip(help);
+  return changed;
+}
+
+bool combo_count(const char* label, int64_t& value, const std::vector<int64_t>& items, const char* help) {
+  bool changed = false;
+  if (ImGui::BeginCombo(label, std::to_string(value).c_str())) {
+    for (int64_t it : items)
+      if (ImGui::Selectable(std::to_string(it).c_str(), it == value)) {
         value = it;
         changed = true;
       }
@@ -216,9 +231,38 @@ void draw_inputs_panel(ViewModel& vm, UiState& ui) {
                "tokens per fused LM-head + cross-entropy tile; whole = bf16 logits + fp32 upcast, as PyTorch");
   combo_enum("peak as", c.peak_measure, {simulator::PeakMeasure::reserved, simulator::PeakMeasure::allocated},
              "reserved: include the runtime reserve (what a user sees); allocated: as max_memory_allocated");
+  // Parallelism: per-rank figures. oomb run executes both under mpirun (MPI on the CPU backend,
+  // NCCL on the CUDA backend).
   int g = static_cast<int>(c.gpus);
   if (ImGui::SliderInt("TP GPUs", &g, 1, 8)) c.gpus = g;
-  chart::formula_tooltip("tensor-parallel degree (per-rank figures; oomb run executes it on the CPU backend under mpirun)");
+  chart::formula_tooltip("tensor-parallel degree: each layer sharded over this many GPUs of a node (per-rank figures; "
+                         "oomb run executes it under mpirun -np N)");
+  int dp = static_cast<int>(c.data_parallel);
+  if (ImGui::InputInt("DP replicas", &dp, 1, 4)) c.data_parallel = std::clamp(dp, 1, 4096);
+  chart::formula_tooltip("data-parallel replicas: each trains its own sequence, the gradients all-reduced before every "
+                         "update (per-rank figures; the job runs TP x DP processes under mpirun)");
+  if (c.data_parallel > 1) {
+    // Nodes must divide the replicas (each tensor-parallel group inside one node): step through the divisors.
+    std::vector<int64_t> divisors;
+    for (int64_t d = 1; d <= c.data_parallel; ++d)
+      if (c.data_parallel % d == 0) divisors.push_back(d);
+    if (c.data_parallel % c.nodes != 0) c.nodes = 1;
+    combo_count("nodes", c.nodes, divisors,
+                "nodes the replicas spread over (a divisor of the replicas): beyond one, the gradients' all-reduce "
+                "crosses the host profile's network and the replicas on a node share its host");
+    const bool can_shard = c.optimizer != simulator::Optimizer::none && c.lora_rank == 0;
+    if (!can_shard) c.shard_optimizer = false;
+    if (can_shard) {
+      ImGui::Checkbox("ZeRO-1", &c.shard_optimizer);
+      chart::formula_tooltip("shard the AdamW state over the replicas (DeepSpeed stage 1): gradients reduce-scattered, "
+                             "updated weights all-gathered");
+    } else {
+      ImGui::TextDisabled("ZeRO-1: needs an optimizer and full fine-tuning");
+    }
+  } else {
+    c.nodes = 1;
+    c.shard_optimizer = false;
+  }
   ImGui::PopItemWidth();
 
   vm.set_inputs(in);

@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 
 #include "core/error.h"
+#include "core/format.h"
 #include "core/json_util.h"
 #include "planner/plan.h"
 #include "planner/ranks.h"
@@ -87,6 +88,61 @@ TEST(ViewModel, LoraInputsPredictWhatTheSimulatorSays) {
   vm.set_inputs(in);
   EXPECT_FALSE(vm.results().ok);
   EXPECT_NE(vm.results().error.find("--lora-targets"), std::string::npos) << vm.results().error;
+}
+
+// Multi-GPU what-ifs (issue 25): data-parallel replicas, nodes and ZeRO-1 reach the simulator, and
+// the Collectives figure states its per-rank bytes and time.
+TEST(ViewModel, ParallelInputsPredictWhatTheSimulatorSaysAndNameTheCollectives) {
+  ViewModel vm;
+  Inputs in = vm.inputs();
+  in.config.context_tokens = 1 * kM;
+  ASSERT_TRUE(vm.set_inputs(in));
+  for (const auto& f : vm.results().figures) EXPECT_NE(f.label, "Collectives") << "one GPU has no collectives";
+  auto collectives = [&]() -> std::string {
+    for (const auto& f : vm.results().figures)
+      if (f.label == "Collectives") return f.value;
+    return "";
+  };
+  in.config.data_parallel = 4;
+  ASSERT_TRUE(vm.set_inputs(in));
+  ASSERT_TRUE(vm.results().ok) << vm.results().error;
+  EXPECT_NE(collectives().find("DP x4: none (no optimizer step)"), std::string::npos) << collectives();
+  in.config.optimizer = simulator::Optimizer::gpu;
+  ASSERT_TRUE(vm.set_inputs(in));
+  ASSERT_TRUE(vm.results().ok) << vm.results().error;
+  const auto replicated = simulator::evaluate(scenario_of(in));
+  EXPECT_EQ(vm.results().summary.peak_device_bytes, replicated.peak_device_bytes);
+  ASSERT_GT(replicated.allreduce_bytes, 0);
+  EXPECT_NE(collectives().find("DP x4: " + format_bytes(replicated.allreduce_bytes)), std::string::npos)
+      << collectives();
+  // ZeRO-1 holds a quarter of the AdamW state on each rank's device.
+  in.config.shard_optimizer = true;
+  ASSERT_TRUE(vm.set_inputs(in));
+  ASSERT_TRUE(vm.results().ok) << vm.results().error;
+  EXPECT_EQ(vm.results().summary.peak_device_bytes, simulator::evaluate(scenario_of(in)).peak_device_bytes);
+  EXPECT_LT(vm.results().summary.peak_device_bytes, replicated.peak_device_bytes);
+  // Across two nodes the gradients cross the network: slower than inside one node.
+  const double one_node_s = vm.results().summary.allreduce_s;
+  in.config.nodes = 2;
+  ASSERT_TRUE(vm.set_inputs(in));
+  ASSERT_TRUE(vm.results().ok) << vm.results().error;
+  EXPECT_GT(vm.results().summary.allreduce_s, one_node_s);
+  // Tensor parallelism beside it: both collectives are named.
+  in.config.gpus = 2;
+  ASSERT_TRUE(vm.set_inputs(in));
+  ASSERT_TRUE(vm.results().ok) << vm.results().error;
+  const auto both = simulator::evaluate(scenario_of(in));
+  ASSERT_GT(both.tp_allreduces, 0);
+  EXPECT_NE(collectives().find("TP x2: " + format_count(static_cast<double>(both.tp_allreduces)) + " all-reduces, " +
+                               format_bytes(both.tp_allreduce_bytes)),
+            std::string::npos)
+      << collectives();
+  EXPECT_NE(collectives().find("DP x4"), std::string::npos) << collectives();
+  // Nodes that do not divide the replicas are a message, not a crash.
+  in.config.nodes = 3;
+  vm.set_inputs(in);
+  EXPECT_FALSE(vm.results().ok);
+  EXPECT_NE(vm.results().error.find("--nodes"), std::string::npos) << vm.results().error;
 }
 
 TEST(ViewModel, PeakDeviceFigureNamesThePeakPhase) {
