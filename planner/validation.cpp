@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <set>
 
@@ -27,6 +28,12 @@ std::optional<bool> ValidationTerm::ok() const {
 }
 
 namespace {
+
+std::string overlap_text(double overlap) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.2f", overlap);
+  return b;
+}
 
 void apply_tolerances(std::vector<ValidationTerm>& terms, const std::vector<std::pair<std::string, double>>& tols,
                       const char* unknown_problem) {
@@ -223,7 +230,22 @@ Validation validate_run(const ValidationRequest& req) {
     terms.push_back({std::move(name), std::move(unit), p, meas, tol, std::move(note)});
   };
   const double copy_tol = sparse ? kSparseCopiesTolerance : kExactTolerance;
-  const std::string sparse_note = sparse ? "sparse: depends on the selection-overlap assumption" : "";
+  std::string sparse_note = sparse ? "sparse: depends on the selection-overlap assumption" : "";
+  // What the run's unions say of that assumption (the executor measures every (chunk, layer)'s):
+  // the overlap that covers the largest, to plan with when the pools or copies disagree.
+  std::optional<step::ImpliedOverlap> implied;
+  if (sparse && !run.union_pages.empty()) {
+    const step::ImpliedOverlap io = step::implied_overlap(step::geometry(s.model, s.config), run.union_pages);
+    if (io.pairs > 0) {
+      implied = io;
+      sparse_note += " (" + overlap_text(s.config.selection_overlap) + "; the run's unions imply " +
+                     overlap_text(io.at_largest) + ")";
+      notes.push_back("selection unions measured: " + std::to_string(io.pairs) +
+                      " (chunk, layer) pairs whose prefix caps none imply --selection-overlap " +
+                      overlap_text(io.at_largest) + " at the largest (mean " + overlap_text(io.mean) +
+                      "); the plan assumed " + overlap_text(s.config.selection_overlap));
+    }
+  }
   const double kv_hw = static_cast<double>(run.kv_pool_high_water_pages);
   const double grad_hw = static_cast<double>(run.grad_pool_high_water_pages);
   // Device memory: the runtime's allocations, measured by its memory account under the rows of the
@@ -401,6 +423,15 @@ Validation validate_run(const ValidationRequest& req) {
       }
   apply_tolerances(terms, req.tolerances, "unknown term");
   v.ok = all_ok(terms);
+  if (implied) {
+    bool assumption_failed = false;
+    for (const auto& t : terms)
+      if (t.note.rfind("sparse:", 0) == 0 && !t.ok().value_or(true)) assumption_failed = true;
+    if (assumption_failed)
+      notes.push_back("the sparse pools or copies disagree with the plan's --selection-overlap " +
+                      overlap_text(s.config.selection_overlap) + ": re-plan with --selection-overlap " +
+                      overlap_text(implied->at_largest) + " (what this run's unions imply), then run and validate again");
+  }
   return v;
 }
 

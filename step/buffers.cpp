@@ -161,6 +161,28 @@ int64_t union_pages(const Geometry& g, int64_t c) {
   return std::min(pp, static_cast<int64_t>(std::llround(u)));
 }
 
+ImpliedOverlap implied_overlap(const Geometry& g, const std::vector<MeasuredUnion>& unions) {
+  ImpliedOverlap r;
+  if (!g.sparse || g.B <= 0) return r;
+  double sum = 0;
+  for (const MeasuredUnion& u : unions) {
+    if (u.chunk < 0 || u.chunk >= g.n) continue;
+    const int64_t qc = g.own_pages(u.chunk);
+    if (qc <= 1 || g.prefix_pages(u.chunk) <= g.B * qc) continue;
+    const double ov = std::clamp(
+        1.0 - (static_cast<double>(u.pages) / static_cast<double>(g.B) - 1.0) / static_cast<double>(qc - 1), 0.0, 1.0);
+    r.at_largest = r.pairs == 0 ? ov : std::min(r.at_largest, ov);
+    sum += ov;
+    ++r.pairs;
+  }
+  // Two decimals, rounded down: the formula at that overlap reaches at least the largest union.
+  if (r.pairs > 0) {
+    r.at_largest = std::floor(r.at_largest * 100.0 + 1e-9) / 100.0;
+    r.mean = sum / static_cast<double>(r.pairs);
+  }
+  return r;
+}
+
 int64_t attended_prefix_pages(const Geometry& g, int64_t c) {
   const int64_t pp = g.prefix_pages(c);
   return g.sparse ? std::min(pp, g.B) : pp;

@@ -168,6 +168,22 @@ int64_t union_pages(const Geometry& g, int64_t c);
 int64_t attended_prefix_pages(const Geometry& g, int64_t c);  // pages each query page attends
 PageCounts page_counts(const Geometry& g);
 
+// The selection overlap a run's measured unions imply: union_pages's formula inverted,
+// overlap = 1 - (union / B - 1) / (q_c - 1), for each measured (chunk, union) whose chunk has more
+// than one query page and a prefix that caps no union the formula can give (prefix > B x q_c), held
+// in [0, 1] (per-KV-head selections can pick beyond B x q_c: 0, the formula's worst case).
+// at_largest: the overlap under which the formula reaches the largest of those unions (the pools'
+// high-water; rounded down, planning with it covers every measured union); mean: over the pairs
+// (the copies). pairs = 0 (and the figures meaningless) when no measured union is informative.
+struct ImpliedOverlap {
+  int64_t pairs = 0;
+  double at_largest = 1, mean = 0;
+};
+struct MeasuredUnion {
+  int64_t chunk = 0, pages = 0;
+};
+ImpliedOverlap implied_overlap(const Geometry& g, const std::vector<MeasuredUnion>& unions);
+
 // The peak is the maximum over the schedule's phases of the bytes alive in a phase (pools at
 // their allocated capacity); ties go to the first phase in step order.
 struct BufferTable {

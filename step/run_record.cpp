@@ -67,6 +67,11 @@ RunRecord run_record_from_json(const Json& extra, const std::string& where) {
   r.copy_regions = m.i64_or("copy_regions", 0);
   if (m.has("mean_recall")) r.mean_recall = m.f64("mean_recall");
   if (m.has("min_recall")) r.min_recall = m.f64("min_recall");
+  if (m.has("union_pages"))
+    for (const auto& u : m.array("union_pages")) {
+      const JsonReader e(u, where + ": metadata.extra.measured.union_pages[]");
+      r.union_pages.push_back({e.i64("chunk"), e.i64("pages")});
+    }
   if (m.has("tensor_parallel")) {
     const JsonReader t(m.object("tensor_parallel"), where + ": metadata.extra.measured.tensor_parallel");
     r.tp_rank = t.i64("rank");

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/json_util.h"
+#include "step/buffers.h"
 #include "step/config.h"
 
 namespace oomb::step {
@@ -38,6 +39,8 @@ struct RunRecord {
   std::map<std::string, int64_t> row_high_water_bytes;    // per device row of the run's table
   int64_t h2d_bytes = 0, d2h_bytes = 0, copy_regions = 0;
   std::optional<double> mean_recall, min_recall;  // --measure-recall runs
+  // Sparse runs: the selection union of each (chunk, layer) of the last step (measured.union_pages).
+  std::vector<MeasuredUnion> union_pages;
   // CUPTI-timed CUDA runs: device bytes CUDA reserved, records without a tag.
   std::optional<int64_t> cupti_reserved_device_bytes, cupti_untagged;
   // Tensor parallelism (measured.tensor_parallel): this rank of the group, and the last step's

@@ -874,8 +874,20 @@ std::string describe(const RunResult& r, const RunRequest& req, const std::strin
       mx = std::max(mx, u.pages);
       sum += static_cast<double>(u.pages);
     }
-    appendf(out, "selection union per (chunk, layer): mean %.1f pages, max %lld pages\n",
-            ms.union_pages.empty() ? 0.0 : sum / static_cast<double>(ms.union_pages.size()), static_cast<long long>(mx));
+    // Against the plan's assumption: the overlap these unions imply (validate judges the pools by it).
+    std::vector<step::MeasuredUnion> unions;
+    for (const auto& u : ms.union_pages) unions.push_back({u.chunk, u.pages});
+    const step::ImpliedOverlap io = step::implied_overlap(step::geometry(r.model, c), unions);
+    std::string vs;
+    if (io.pairs > 0) {
+      char b[160];
+      std::snprintf(b, sizeof b, " (--selection-overlap %.2f assumed; these imply %.2f at the largest, mean %.2f)",
+                    c.selection_overlap, io.at_largest, io.mean);
+      vs = b;
+    }
+    appendf(out, "selection union per (chunk, layer): mean %.1f pages, max %lld pages%s\n",
+            ms.union_pages.empty() ? 0.0 : sum / static_cast<double>(ms.union_pages.size()), static_cast<long long>(mx),
+            vs.c_str());
   }
   if (!ms.recall.empty())
     appendf(out, "recall of the dense attention mass (last step, %zu (chunk, layer) pairs): mean %.4f, min %.4f\n",

@@ -117,6 +117,21 @@ done
 # A measurement that disagrees fails with exit code 1.
 sed 's/"h2d_bytes":\([0-9]*\)/"h2d_bytes":1\1/' "$tmp/run.json" >"$tmp/tampered.json"
 expect_exit 1 "h2d_bytes .*FAIL" validate --plan "$tmp/p.json" --trace "$tmp/tampered.json"
+# Sparse: the pools depend on the selection-overlap assumption. A random-weight tiny model's
+# selections barely overlap, so the default (0.75) under-sizes the pools; validate says which overlap
+# the run's unions imply, and a plan made with it validates.
+sp=(--model tiny --gpu h200 --context 4K --chunk 512 --page 64 --resident-layers 1 --attention sparse --budget 2)
+expect_exit 0 "Plan written" plan "${sp[@]}" --out "$tmp/ps.json"
+expect_exit 0 "selection union per" run --plan "$tmp/ps.json" --trace "$tmp/runs.json" --quiet
+out=$("$oomb" validate --plan "$tmp/ps.json" --trace "$tmp/runs.json" 2>&1)
+[ $? -eq 1 ] && grep -qE "pool_pages .*FAIL" <<<"$out" && ok || bad "sparse validate at the default overlap: $out"
+implied=$(sed -nE 's/.*re-plan with --selection-overlap ([0-9.]+) .*/\1/p' <<<"$out")
+[ -n "$implied" ] && ok || bad "validate names no overlap to re-plan with: $out"
+expect_exit 0 "Plan written" plan "${sp[@]}" --selection-overlap "${implied:-0}" --out "$tmp/ps2.json"
+expect_exit 0 "selection union per" run --plan "$tmp/ps2.json" --trace "$tmp/runs2.json" --quiet
+out=$("$oomb" validate --plan "$tmp/ps2.json" --trace "$tmp/runs2.json" 2>&1)
+grep -qE "^  pool_pages +([0-9]+) +\1 .* ok" <<<"$out" && grep -q "OK: every comparable term" <<<"$out" && ok ||
+  bad "sparse validate at the implied overlap $implied: $out"
 # Without a plan, the trace's own configuration is predicted.
 expect_exit 0 "no --plan" validate --trace "$tmp/run.json"
 expect_exit 0 "times are compared against a cpu profile: --gpu cpu.json" validate --trace "$tmp/run.json"

@@ -109,5 +109,114 @@ TEST(Validation, StageTimesAreTheFastestStepsLikeStepS) {
   EXPECT_LE(*st1->measured + *st2->measured, *step->measured + 1e-9);  // the stages fit in their step
 }
 
+std::string notes_of(const Validation& v) {
+  std::string all;
+  for (const auto& n : v.notes) all += n + "\n";
+  return all;
+}
+
+// tiny at 4K, sparse with a budget of 2 pages: chunks of 8 query pages, one resident layer.
+simulator::Scenario tiny_4k_sparse(double overlap) {
+  simulator::Scenario s = tiny_2k_offload();
+  s.config.context_tokens = 4096;
+  s.config.attention = simulator::Attention::sparse;
+  s.config.page_budget = 2;
+  s.config.selection_overlap = overlap;
+  return s;
+}
+
+// The implied overlap inverts the union model: fed the unions the model gives at an overlap, it
+// gives one no larger, at which the model covers every one of them; chunks whose prefix caps the
+// union (prefix <= B x query pages) say nothing and are left out.
+TEST(ImpliedOverlap, InvertsTheUnionModelAndCoversTheLargestUnion) {
+  for (double ov : {0.0, 0.14, 0.5, 0.75, 1.0}) {
+    const simulator::Scenario s = tiny_4k_sparse(ov);
+    const step::Geometry g = step::geometry(s.model, s.config);
+    ASSERT_EQ(g.q, 8);
+    std::vector<step::MeasuredUnion> unions;
+    int64_t informative = 0;
+    for (int64_t c = 0; c < g.n; ++c) {
+      unions.push_back({c, step::union_pages(g, c)});
+      informative += g.prefix_pages(c) > g.B * g.own_pages(c);
+    }
+    const step::ImpliedOverlap io = step::implied_overlap(g, unions);
+    EXPECT_EQ(io.pairs, informative) << ov;
+    EXPECT_GT(io.pairs, 0) << ov;
+    EXPECT_LE(io.at_largest, ov + 1e-12) << ov;
+    EXPECT_GE(io.at_largest, ov - 0.08) << ov;  // the model rounds its union to whole pages
+    simulator::Scenario again = s;
+    again.config.selection_overlap = io.at_largest;
+    const step::Geometry g2 = step::geometry(again.model, again.config);
+    for (const auto& u : unions) EXPECT_GE(step::union_pages(g2, u.chunk), u.pages) << ov << " chunk " << u.chunk;
+  }
+  // Disjoint selections (B per query page, none shared): 0. Beyond what the model can give
+  // (per-KV-head selections): held at 0. Out-of-range chunks are ignored.
+  const simulator::Scenario s = tiny_4k_sparse(0.75);
+  const step::Geometry g = step::geometry(s.model, s.config);
+  EXPECT_DOUBLE_EQ(step::implied_overlap(g, {{g.n - 1, g.B * g.q}}).at_largest, 0.0);
+  EXPECT_DOUBLE_EQ(step::implied_overlap(g, {{g.n - 1, 4 * g.B * g.q}}).at_largest, 0.0);
+  EXPECT_DOUBLE_EQ(step::implied_overlap(g, {{g.n - 1, g.B}}).at_largest, 1.0);
+  EXPECT_EQ(step::implied_overlap(g, {{g.n, 3}, {-1, 3}, {0, 3}}).pairs, 0);
+  // Dense: nothing to imply.
+  simulator::Scenario d = s;
+  d.config.attention = simulator::Attention::dense;
+  EXPECT_EQ(step::implied_overlap(step::geometry(d.model, d.config), {{g.n - 1, 6}}).pairs, 0);
+}
+
+// validate reads the run's unions from its record: it states the overlap they imply, and when the
+// sparse pools disagree with the plan's assumption, it names the overlap to re-plan with.
+TEST(Validation, SparsePoolsThatDisagreeNameTheOverlapTheRunsUnionsImply) {
+  const simulator::Scenario s = tiny_4k_sparse(0.75);
+  const step::Geometry g = step::geometry(s.model, s.config);
+  const simulator::PageCounts pc = simulator::page_counts(s);
+  simulator::Scenario in_place = s;
+  in_place.config.selection_memory = simulator::SelectionMemory::device;
+  const simulator::Summary copies = simulator::simulate_events(in_place, traces::Detail::step).summary;
+  auto judge = [&](int64_t measured_union) {
+    traces::Trace t = testing::cuda_record_as_predicted(s);
+    Json& m = t.metadata.extra["measured"];
+    Json unions = Json::array();
+    int64_t slot = 0;
+    for (int64_t c = 0; c < g.n; ++c) {
+      const int64_t u = std::min(g.prefix_pages(c), measured_union);
+      unions.push_back({{"chunk", c}, {"layer", 0}, {"pages", u}});
+      slot = std::max(slot, u + g.own_pages(c));
+    }
+    m["union_pages"] = unions;
+    m["kv_pool_high_water_pages"] = slot;  // one resident layer: one slot
+    m["grad_pool_high_water_pages"] = slot;
+    m["kv_page_bytes"] = pc.kv_page_bytes;
+    m["grad_page_bytes"] = pc.grad_page_bytes;
+    m["host_kv_pages"] = pc.host_kv_pages;
+    m["host_grad_pages"] = pc.host_grad_pages;
+    m["h2d_bytes"] = copies.h2d_bytes;  // as modelled (the summaries read in place, as the executor does)
+    m["d2h_bytes"] = copies.d2h_bytes;
+    ValidationRequest r;
+    r.trace = &t;
+    r.trace_where = "t.json";
+    r.scenario = s;
+    r.plan_where = "p.json";
+    return validate_run(r);
+  };
+  auto note_with = [](const Validation& v, const std::string& text) {
+    for (const auto& n : v.notes)
+      if (n.find(text) != std::string::npos) return true;
+    return false;
+  };
+  {  // as modelled: 6 pages of union (2 x (1 + 7 x 0.25), rounded), the pools as predicted
+    const Validation v = judge(6);
+    ASSERT_EQ(pc.kv_pool_pages, 6 + 8);
+    EXPECT_EQ(term(v, "kv_pool_pages")->ok(), std::optional<bool>(true));
+    EXPECT_TRUE(note_with(v, "imply --selection-overlap 0.71 at the largest")) << notes_of(v);
+    EXPECT_FALSE(note_with(v, "re-plan with")) << notes_of(v);
+  }
+  {  // nearly disjoint: 14 pages of union, 1 - (14 / 2 - 1) / 7 = 0.142..., the pools 22 pages
+    const Validation v = judge(14);
+    EXPECT_EQ(term(v, "kv_pool_pages")->ok(), std::optional<bool>(false));
+    EXPECT_NE(term(v, "kv_pool_pages")->note.find("the run's unions imply 0.14"), std::string::npos);
+    EXPECT_TRUE(note_with(v, "re-plan with --selection-overlap 0.14 ")) << notes_of(v);
+  }
+}
+
 }  // namespace
 }  // namespace oomb::planner
