@@ -191,7 +191,7 @@ const Registrar reg(
                      "Write the plan (oomb.plan/1 JSON) to this file for `oomb run`: only settings the executor "
                      "follows are chosen; the faster plan on paper is named");
       sub.add_flag("--json", a->json, "Print the plan, prediction, alternatives and diagnosis as JSON");
-      sub.add_flag("--pareto", a->pareto, "Also print the frontier of peak device memory vs step time: every non-dominated configuration of the planner's search space (chunk 512..32K, page 64/128/256, 1..4 or all resident layers, gradient dtypes, loss tiles, every kept-layer count, optimizer placement; sparse budgets when sparse competes), knobs you fixed held");
+      sub.add_flag("--pareto", a->pareto, "Also print the frontier of peak device memory vs step time: every non-dominated configuration of the planner's search space (chunk 512..32K, page 64/128/256, 1..4 or all resident layers, gradient dtypes, loss tiles, every kept-layer count, optimizer placement; sparse budgets when sparse competes), knobs you fixed held; a run of kept-layer counts shows its ends and counts the points between, --json lists every point");
       sub.footer(
           "Knobs given on the command line are fixed; the planner searches the others, recompute included: "
           "checkpointing off, full checkpointing, and partial checkpointing (--kept-layers K: the last K layers keep "

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
 
 #include "core/error.h"
 #include "core/format.h"
@@ -178,14 +179,68 @@ void print_alternatives(std::string& out, const Candidate& best, const std::vect
 }
 
 void print_pareto(std::string& out, const std::vector<Candidate>& front, const models::ModelSpec& m) {
-  appendf(out, "\nPareto frontier (peak device memory vs step time), %zu points:\n", front.size());
-  appendf(out, "  (a point is kept unless another is as exact, no larger and no slower: KV-gradient dtypes and "
+  // Kept-layer counts step the memory and time by a fraction of a percent each: of a run of four or
+  // more points that differ only in the count (one more layer kept each), the two ends are shown
+  // and the points between are counted on a line under the run's last (--json lists every point).
+  // Runs of different settings interleave in memory order, so a run is followed by its settings.
+  constexpr size_t kMinRun = 4;
+  struct Run {
+    size_t first = 0, last = 0;
+    int64_t first_kept = 0, last_kept = 0;
+  };
+  std::vector<Run> runs;
+  std::map<std::string, size_t> open;  // settings with kept_layers cleared -> its latest run
+  for (size_t i = 0; i < front.size(); ++i) {
+    const simulator::Config& c = front[i].config;
+    if (!c.checkpointing) continue;
+    simulator::Config base = c;
+    base.kept_layers = 0;
+    const std::string key = base.to_json().dump();
+    auto it = open.find(key);
+    if (it != open.end() && runs[it->second].last_kept + 1 == c.kept_layers) {
+      runs[it->second].last = i;
+      runs[it->second].last_kept = c.kept_layers;
+    } else {
+      open[key] = runs.size();
+      runs.push_back({i, i, c.kept_layers, c.kept_layers});
+    }
+  }
+  std::vector<bool> hidden(front.size(), false);
+  std::map<size_t, const Run*> ends;  // the last point of a collapsed run -> the run
+  for (const Run& r : runs) {
+    const auto n = static_cast<size_t>(r.last_kept - r.first_kept + 1);
+    if (n < kMinRun) continue;
+    for (size_t i = r.first + 1; i < r.last; ++i)
+      if (front[i].config.checkpointing && front[i].config.kept_layers > r.first_kept &&
+          front[i].config.kept_layers < r.last_kept) {
+        simulator::Config a = front[i].config, b = front[r.first].config;
+        a.kept_layers = b.kept_layers = 0;
+        if (a.to_json() == b.to_json()) hidden[i] = true;
+      }
+    ends[r.last] = &r;
+  }
+  size_t shown = 0;
+  for (bool h : hidden) shown += !h;
+  appendf(out, "\nPareto frontier (peak device memory vs step time), %zu points", front.size());
+  if (shown < front.size()) appendf(out, " (%zu shown; --json lists every one)", shown);
+  appendf(out, ":\n  (a point is kept unless another is as exact, no larger and no slower: KV-gradient dtypes and "
               "budgets each keep their own points)\n");
   appendf(out, "  %12s %12s %12s  %s\n", "peak device", "step", "tokens/s", "settings");
-  for (const auto& k : front)
+  for (size_t i = 0; i < front.size(); ++i) {
+    if (hidden[i]) continue;
+    const Candidate& k = front[i];
     appendf(out, "  %12s %12s %12.1f  %s%s\n", format_bytes(k.summary.peak_device_bytes).c_str(),
-                format_duration_s(k.summary.step_s).c_str(), k.summary.tokens_per_s,
-                planner::describe_knobs(k.config, m).c_str(), planner::executable(k.config) ? "" : " [on paper]");
+            format_duration_s(k.summary.step_s).c_str(), k.summary.tokens_per_s,
+            planner::describe_knobs(k.config, m).c_str(), planner::executable(k.config) ? "" : " [on paper]");
+    if (auto e = ends.find(i); e != ends.end()) {
+      const Run& r = *e->second;
+      appendf(out, "  %38s  ^ and %lld points of these settings between %s and this line: last %lld..%lld of %lld "
+                   "layers kept\n",
+              "", static_cast<long long>(r.last_kept - r.first_kept - 1),
+              format_bytes(front[r.first].summary.peak_device_bytes).c_str(), static_cast<long long>(r.first_kept + 1),
+              static_cast<long long>(r.last_kept - 1), static_cast<long long>(simulator::effective_layers(k.config, m)));
+    }
+  }
 }
 
 void print_diagnosis(std::string& out, const planner::Diagnosis& d) {

@@ -2,6 +2,8 @@
 // data, its JSON and its text. (The command line itself is tested in tests/cli.)
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <sstream>
 #include <string>
 
 #include "core/error.h"
@@ -89,6 +91,46 @@ TEST(PlanAnswer, ParetoFrontKeepsTheChosenPlan) {
             << describe_knobs(y.config, q.request.scenario.model);
       }
   EXPECT_TRUE(has(a.describe(), "Pareto frontier"));
+}
+
+// The frontier's text shows the ends of each run of kept-layer counts and counts the points between
+// on a line under its last: every point is a row or counted once; the JSON lists every point.
+TEST(PlanAnswer, ParetoTextCollapsesKeptLayerRunsAndAccountsForEveryPoint) {
+  PlanQuery q = query("qwen2.5-7b", "h200", 1 << 20);
+  q.pareto = true;
+  const PlanAnswer a = answer(q);
+  ASSERT_GT(a.pareto.size(), 20u);
+  const std::string text = a.describe();
+  const size_t start = text.find("Pareto frontier");
+  ASSERT_NE(start, std::string::npos);
+  size_t rows = 0, counted = 0, runs = 0;
+  std::istringstream in(text.substr(start));
+  std::string line;
+  std::getline(in, line);
+  size_t shown = 0;
+  ASSERT_EQ(std::sscanf(line.c_str(), "Pareto frontier (peak device memory vs step time), %*d points (%zu shown", &shown), 1)
+      << line;
+  while (std::getline(in, line) && !line.empty()) {
+    long long n = 0, lo = 0, hi = 0, layers = 0;
+    if (const size_t at = line.find("^ and "); at != std::string::npos) {
+      ASSERT_EQ(std::sscanf(line.c_str() + at, "^ and %lld points of these settings between %*s %*s and this line: "
+                                                "last %lld..%lld of %lld layers kept",
+                            &n, &lo, &hi, &layers),
+                4)
+          << line;
+      EXPECT_EQ(n, hi - lo + 1) << line;
+      EXPECT_GE(n, 2) << "a run of four or more points is collapsed: " << line;
+      EXPECT_EQ(layers, 28);
+      counted += static_cast<size_t>(n);
+      ++runs;
+    } else if (line.find(" GiB ") != std::string::npos || line.find(" MiB ") != std::string::npos) {
+      ++rows;
+    }
+  }
+  EXPECT_GT(runs, 0u) << text.substr(start);
+  EXPECT_EQ(rows, shown);
+  EXPECT_EQ(rows + counted, a.pareto.size()) << text.substr(start);
+  EXPECT_EQ(a.to_json()["pareto"].size(), a.pareto.size());
 }
 
 TEST(PlanAnswer, NothingFitsGivesADiagnosis) {
