@@ -28,6 +28,16 @@ simulator::Scenario tiny_2k_offload() {
 
 using testing::term;
 
+// validate_run of trace t against the plan s (p.json), as `oomb validate --plan p.json --trace t.json`.
+Validation validate_as_plan(const simulator::Scenario& s, const traces::Trace& t) {
+  ValidationRequest r;
+  r.trace = &t;
+  r.trace_where = "t.json";
+  r.scenario = s;
+  r.plan_where = "p.json";
+  return validate_run(r);
+}
+
 TEST(Validation, CudaReservedBytesAreABoundOnThePlansPeakPlusReserve) {
   simulator::Scenario s = tiny_2k_offload();
   simulator::Scenario as_run = s;
@@ -39,12 +49,7 @@ TEST(Validation, CudaReservedBytesAreABoundOnThePlansPeakPlusReserve) {
   EXPECT_GT(bound, simulator::evaluate(as_run).peak_device_bytes + s.gpu.reserved_bytes);
   auto judge = [&](std::optional<int64_t> reserved) {
     const traces::Trace t = cuda_run(s, reserved);
-    ValidationRequest r;
-    r.trace = &t;
-    r.trace_where = "t.json";
-    r.scenario = s;
-    r.plan_where = "p.json";
-    return validate_run(r);
+    return validate_as_plan(s, t);
   };
   {
     const Validation v = judge(bound);
@@ -92,12 +97,7 @@ TEST(Validation, StageTimesAreTheFastestStepsLikeStepS) {
   ev(traces::EventKind::phase, traces::kStepPhase, -1, 10.0, 11.5);
   ev(traces::EventKind::compute, "stage1", 1, 10.0, 10.4);
   ev(traces::EventKind::compute, "stage2", 2, 10.4, 11.5);
-  ValidationRequest r;
-  r.trace = &t;
-  r.trace_where = "t.json";
-  r.scenario = s;
-  r.plan_where = "p.json";
-  const Validation v = validate_run(r);
+  const Validation v = validate_as_plan(s, t);
   const ValidationTerm* step = term(v, "step_s");
   const ValidationTerm* st1 = term(v, "time:stage1");
   const ValidationTerm* st2 = term(v, "time:stage2");
@@ -191,12 +191,7 @@ TEST(Validation, SparsePoolsThatDisagreeNameTheOverlapTheRunsUnionsImply) {
     m["host_grad_pages"] = pc.host_grad_pages;
     m["h2d_bytes"] = copies.h2d_bytes;  // as modelled (the summaries read in place, as the executor does)
     m["d2h_bytes"] = copies.d2h_bytes;
-    ValidationRequest r;
-    r.trace = &t;
-    r.trace_where = "t.json";
-    r.scenario = s;
-    r.plan_where = "p.json";
-    return validate_run(r);
+    return validate_as_plan(s, t);
   };
   auto note_with = [](const Validation& v, const std::string& text) {
     for (const auto& n : v.notes)
