@@ -138,6 +138,13 @@ TEST(ViewModel, ParallelInputsPredictWhatTheSimulatorSaysAndNameTheCollectives) 
             std::string::npos)
       << collectives();
   EXPECT_NE(collectives().find("DP x4"), std::string::npos) << collectives();
+  // "plan for me" plans the layout given: the replicas, nodes, ZeRO-1 and TP degree stay.
+  const std::string planned = vm.plan_for_me();
+  EXPECT_EQ(planned.rfind("planned", 0), 0u) << planned;
+  EXPECT_EQ(vm.inputs().config.data_parallel, 4);
+  EXPECT_EQ(vm.inputs().config.nodes, 2);
+  EXPECT_EQ(vm.inputs().config.gpus, 2);
+  EXPECT_TRUE(vm.inputs().config.shard_optimizer);
   // Nodes that do not divide the replicas are a message, not a crash.
   in.config.nodes = 3;
   vm.set_inputs(in);
