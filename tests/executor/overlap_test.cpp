@@ -65,10 +65,14 @@ TEST(Overlap, WriteBacksOverlapTheNextPassAsTheSimulatorPredicts) {
   EngineOptions o;
   o.record_trace = true;
   o.detail = traces::Detail::op;
+  // One compute thread: with ctest -j 2 on two cores, more would oversubscribe them, and the copy
+  // workers (two more threads, sleeping through a slow copy) must find a core when they wake.
+  CpuBackendOptions one;
+  one.threads = 1;
   // Calibration: a stage-1 pass's compute time, so that its write-back (8 KV pages) takes as long.
   double fill_ns = 0;
   {
-    CpuBackend b;
+    CpuBackend b(one);
     Engine e(b, m, c, w, o);
     e.step(tokens);
     int64_t n = 0;
@@ -77,7 +81,7 @@ TEST(Overlap, WriteBacksOverlapTheNextPassAsTheSimulatorPredicts) {
     fill_ns /= static_cast<double>(n);
   }
   const int64_t own_bytes = 8 * 16 * 2 * m.kv_dim() * 4;
-  CpuBackendOptions slow;
+  CpuBackendOptions slow = one;
   slow.copy_ns_per_byte[1] = fill_ns / static_cast<double>(own_bytes);  // d2h as slow as compute
   // Write-backs in series (today's main) make compute + write-back a lower bound of every step and
   // start no next pass before a write-back ended, so no attempt can pass there. On a loaded machine
