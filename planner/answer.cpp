@@ -29,7 +29,13 @@ std::string tokens_text(int64_t n) {
 
 namespace {
 
-std::string signed_bytes(int64_t b) { return (b >= 0 ? "+" : "-") + format_bytes(b >= 0 ? b : -b); }
+// Built by appending: GCC 12's -Wrestrict misreads a literal prepended to a string here (a false
+// positive in the release build).
+std::string signed_bytes(int64_t b) {
+  std::string s(1, b >= 0 ? '+' : '-');
+  s += format_bytes(b >= 0 ? b : -b);
+  return s;
+}
 
 Json candidate_brief(const Candidate& c) {
   return {{"config", c.config.to_json()},
