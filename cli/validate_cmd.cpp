@@ -229,6 +229,7 @@ int run_validate(const ValidateArgs& a) {
 
   if (a.json) {
     Json j = {{"ok", all_ok}, {"terms", Json::array()}, {"notes", notes}};
+    if (res.implied_selection_overlap) j["implied_selection_overlap"] = *res.implied_selection_overlap;
     for (const auto& t : terms) {
       Json row = {{"name", t.name}, {"predicted", t.predicted}, {"tolerance", t.tolerance}};
       row["measured"] = t.measured ? Json(*t.measured) : Json(nullptr);

@@ -517,6 +517,20 @@ std::string ViewModel::select_rank(int rank) {
   return "";
 }
 
+std::string ViewModel::use_measured_overlap() {
+  if (!overlay_) return "no measured trace loaded";
+  if (!overlay_->validation || !overlay_->validation->implied_selection_overlap)
+    return "the run measured no sparse selection unions to imply an overlap";
+  Inputs next = inputs_;
+  const double was = next.config.selection_overlap;
+  next.config.selection_overlap = *overlay_->validation->implied_selection_overlap;
+  set_inputs(next);
+  char line[128];
+  std::snprintf(line, sizeof line, "selection overlap %.2f -> %.2f (what the run's unions imply)", was,
+                next.config.selection_overlap);
+  return line;
+}
+
 std::string ViewModel::plan_for_me() {
   if (!results_.ok) return "cannot plan: " + results_.error;
   planner::Request r;

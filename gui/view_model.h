@@ -194,6 +194,10 @@ class ViewModel {
   // returns "" or why not: no trace loaded, a one-process run, a rank beyond the run's world size,
   // that rank's trace missing (the message names the file and what would be valid).
   std::string select_rank(int rank);
+  // Sparse: sets the inputs' --selection-overlap to what the overlaid run's unions imply (its
+  // validation's implied_selection_overlap), so that the pools and copies are predicted as the run
+  // selected; returns a one-line report, or why not (no trace, no sparse unions measured).
+  std::string use_measured_overlap();
 
  private:
   void recompute();

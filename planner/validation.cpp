@@ -238,6 +238,7 @@ Validation validate_run(const ValidationRequest& req) {
     const step::ImpliedOverlap io = step::implied_overlap(step::geometry(s.model, s.config), run.union_pages);
     if (io.pairs > 0) {
       implied = io;
+      v.implied_selection_overlap = io.at_largest;
       sparse_note += " (" + overlap_text(s.config.selection_overlap) + "; the run's unions imply " +
                      overlap_text(io.at_largest) + ")";
       notes.push_back("selection unions measured: " + std::to_string(io.pairs) +

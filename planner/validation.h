@@ -37,6 +37,9 @@ struct ValidationTerm {
 struct Validation {
   std::vector<ValidationTerm> terms;
   std::vector<std::string> notes;
+  // Sparse runs: the --selection-overlap the run's measured unions imply (step::implied_overlap, at
+  // the largest union); empty when the run recorded no informative union.
+  std::optional<double> implied_selection_overlap;
   bool ok = true;  // every judged, comparable term within its tolerance
   simulator::EventResult prediction;  // the event simulation the terms were taken from (chunk detail)
 };

@@ -260,6 +260,17 @@ void draw_timeline_panel(ViewModel& vm, UiState& ui) {
         for (const auto& note : ov->validation->notes) ImGui::TextDisabled("note: %s", note.c_str());
         ImGui::EndTooltip();
       }
+      // Sparse: predict with the overlap the run's selections had, when it differs from the inputs'
+      // (on a line of its own: the overlay's line is full).
+      if (const auto& io = ov->validation->implied_selection_overlap;
+          io && std::abs(*io - vm.inputs().config.selection_overlap) > 1e-9) {
+        char label[64];
+        std::snprintf(label, sizeof label, "use the run's overlap (%.2f)", *io);
+        if (ImGui::SmallButton(label)) ui.trace_message = vm.use_measured_overlap();
+        chart::formula_tooltip("--selection-overlap that the run's measured selection unions imply, at the largest "
+                               "(docs/model.md, \"Sparse union assumption\"): the pools and copies predicted as the "
+                               "run selected");
+      }
     } else {
       ImGui::TextDisabled("| validate: n/a");
       if (ImGui::IsItemHovered() && !ov->validation_error.empty()) ImGui::SetTooltip("%s", ov->validation_error.c_str());

@@ -490,6 +490,51 @@ Inputs tiny_4k() {
 // the slowest binds. The traces are written here through traces::write_trace: the predicted
 // timeline's events under a hand-made run record per rank (a 4-process job, rank 3's file absent,
 // rank 2's a run of another model), so that each figure is known.
+// A sparse run whose selections overlap less than the inputs assume: the overlay's verdict carries
+// the overlap the run's unions imply (as `oomb validate --json` states it), and using it predicts
+// the pools as the run filled them.
+TEST(ViewModel, OverlayOfASparseRunOffersTheOverlapItsUnionsImply) {
+  const auto dir = std::filesystem::temp_directory_path() / "oomb_gui_overlap_test";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string oomb = std::string(OOMB_BINARY_DIR) + "/oomb";
+  const std::string plan = (dir / "p.json").string(), trace = (dir / "t.json").string(),
+                    out = (dir / "v.json").string();
+  auto sh = [](const std::string& cmd) { return std::system((cmd + " >/dev/null 2>&1").c_str()); };
+  ASSERT_EQ(sh(oomb + " plan --model tiny --gpu h200 --context 4K --chunk 512 --page 64 --resident-layers 1 "
+                      "--attention sparse --budget 2 --out " + plan),
+            0);
+  ASSERT_EQ(sh(oomb + " run --plan " + plan + " --trace " + trace + " --warmup 0 --steps 1 --threads 1 --quiet"), 0);
+  std::system((oomb + " validate --plan " + plan + " --trace " + trace + " --json > " + out).c_str());
+  const Json j = read_json_file(out);
+  ASSERT_TRUE(j.contains("implied_selection_overlap")) << j.dump();
+  const double implied = j.at("implied_selection_overlap").get<double>();
+  Inputs in;
+  in.model = "tiny";
+  in.gpu = "h200";
+  in.config = planner::load_plan(plan).config;
+  ASSERT_DOUBLE_EQ(in.config.selection_overlap, 0.75);
+  ViewModel vm(in);
+  EXPECT_EQ(vm.use_measured_overlap(), "no measured trace loaded");
+  ASSERT_EQ(vm.load_trace(trace), "");
+  ASSERT_TRUE(vm.overlay()->validation.has_value()) << vm.overlay()->validation_error;
+  ASSERT_TRUE(vm.overlay()->validation->implied_selection_overlap.has_value());
+  EXPECT_DOUBLE_EQ(*vm.overlay()->validation->implied_selection_overlap, implied);
+  EXPECT_LT(implied, 0.75);
+  auto pool_ok = [&] {
+    for (const auto& t : vm.overlay()->validation->terms)
+      if (t.name == "kv_pool_pages") return t.ok();
+    return std::optional<bool>();
+  };
+  EXPECT_EQ(pool_ok(), std::optional<bool>(false)) << "the pools at 0.75 should disagree with this run";
+  EXPECT_NE(vm.use_measured_overlap().find("-> "), std::string::npos);
+  EXPECT_DOUBLE_EQ(vm.inputs().config.selection_overlap, implied);
+  ASSERT_TRUE(vm.wait_timeline(60));
+  ASSERT_TRUE(vm.overlay()->validation.has_value()) << vm.overlay()->validation_error;
+  EXPECT_EQ(pool_ok(), std::optional<bool>(true));
+  std::filesystem::remove_all(dir);
+}
+
 TEST(ViewModel, OverlayOfAMultiRankRunFindsPicksAndJudgesEveryRank) {
   const auto dir = std::filesystem::temp_directory_path() / "oomb_gui_ranks_test";
   std::filesystem::remove_all(dir);
