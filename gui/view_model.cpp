@@ -303,6 +303,7 @@ void ViewModel::start_job() {
       auto& p = t->pool;
       p.step_s = static_cast<double>(t->trace.summary.step_ns) * 1e-9;
       p.pool_capacity_pages = t->summary.device_pool_pages;
+      p.pool_allocated_pages = pages.kv_pool_capacity_pages + pages.grad_pool_capacity_pages;
       const auto& mem = t->trace.memory;
       if (!mem.empty()) {
         const int64_t span = std::max<int64_t>(1, t->trace.summary.step_ns);

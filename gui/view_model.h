@@ -102,7 +102,10 @@ struct PoolSeries {  // pool occupancy over the step, bucketed to at most kBucke
   std::vector<double> t_s;
   std::vector<int64_t> pool_pages;
   std::vector<int64_t> device_bytes;
-  int64_t pool_capacity_pages = 0;
+  int64_t pool_capacity_pages = 0;   // the modelled high-water (summary.device_pool_pages)
+  // What the pools allocate: the high-water in dense mode; sparse pools are allocated for the union's
+  // bound (docs/model.md, peak rule), above the modelled high-water.
+  int64_t pool_allocated_pages = 0;
   double step_s = 0;
 };
 

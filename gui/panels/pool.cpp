@@ -26,7 +26,7 @@ void draw_pool_panel(const ViewModel& vm) {
   dl->AddRectFilled(pmin, pmax, IM_COL32(30, 30, 36, 255));
   dl->AddText({a.min.x, a.min.y}, IM_COL32(220, 220, 225, 255), "device pool pages in use over the step");
   if (p.t_s.empty() || p.step_s <= 0) return;
-  int64_t top = p.pool_capacity_pages;
+  int64_t top = std::max(p.pool_capacity_pages, p.pool_allocated_pages);
   for (int64_t v : p.pool_pages) top = std::max(top, v);
   const double ymax = static_cast<double>(std::max<int64_t>(top, 1)) * 1.1;
   auto px = [&](double s) { return pmin.x + static_cast<float>(s / p.step_s) * (pmax.x - pmin.x); };
@@ -78,11 +78,22 @@ void draw_pool_panel(const ViewModel& vm) {
     }
     dl->AddText({pmin.x + 4, pmin.y + lh + 4}, white, "white: measured (its own step, scaled to this width)");
   }
+  // Dense: one line, the pools' size. Sparse: the allocation (the union's bound) above the modelled
+  // high-water (what --selection-overlap predicts the selections fill).
+  const bool bound_above = p.pool_allocated_pages > p.pool_capacity_pages;
+  if (bound_above) {
+    const float y = py(static_cast<double>(p.pool_allocated_pages));
+    chart::dashed_line(dl, {pmin.x, y}, {pmax.x, y}, chart::kOomRed, 6, 1.5f);
+    const std::string txt = "pools allocated " + std::to_string(p.pool_allocated_pages) + " pages (the union's bound)";
+    dl->AddText({pmax.x - ImGui::CalcTextSize(txt.c_str()).x - 4, y - lh - 1}, chart::kOomRed, txt.c_str());
+  }
   if (p.pool_capacity_pages > 0) {
     const float y = py(static_cast<double>(p.pool_capacity_pages));
-    chart::dashed_line(dl, {pmin.x, y}, {pmax.x, y}, chart::kOomRed, 6, 1.5f);
-    const std::string txt = "pool size " + std::to_string(p.pool_capacity_pages) + " pages";
-    dl->AddText({pmax.x - ImGui::CalcTextSize(txt.c_str()).x - 4, y - lh - 1}, chart::kOomRed, txt.c_str());
+    const ImU32 colour = bound_above ? IM_COL32(230, 170, 60, 255) : chart::kOomRed;
+    chart::dashed_line(dl, {pmin.x, y}, {pmax.x, y}, colour, 6, 1.5f);
+    const std::string txt = (bound_above ? "modelled high-water " : "pool size ") + std::to_string(p.pool_capacity_pages) +
+                            " pages";
+    dl->AddText({pmax.x - ImGui::CalcTextSize(txt.c_str()).x - 4, y - lh - 1}, colour, txt.c_str());
   }
   if (a.hovered) {
     const float mx = ImGui::GetIO().MousePos.x;

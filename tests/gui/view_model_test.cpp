@@ -396,6 +396,31 @@ TEST(ViewModel, TimelineBeyondTheEventLimitIsRefusedAsInTheCli) {
   std::filesystem::remove_all(dir);
 }
 
+// The pool panel's lines: dense pools are allocated at their high-water; sparse pools at the union's
+// bound, above the high-water the modelled overlap predicts (docs/model.md, peak rule).
+TEST(ViewModel, PoolSeriesHoldsTheAllocationAndTheModelledHighWater) {
+  Inputs in;
+  in.model = "tiny";
+  in.config.context_tokens = 4 * kK;
+  in.config.chunk_tokens = 512;
+  in.config.page_tokens = 64;
+  in.config.resident_layers = 1;
+  ViewModel vm(in);
+  ASSERT_TRUE(vm.wait_timeline(60));
+  const PoolSeries& dense = vm.timeline()->pool;
+  EXPECT_GT(dense.pool_capacity_pages, 0);
+  EXPECT_EQ(dense.pool_allocated_pages, dense.pool_capacity_pages);
+  in.config.attention = simulator::Attention::sparse;
+  in.config.page_budget = 2;
+  ASSERT_TRUE(vm.set_inputs(in));
+  ASSERT_TRUE(vm.wait_timeline(60));
+  const PoolSeries& sparse = vm.timeline()->pool;
+  const simulator::PageCounts pc = simulator::page_counts(scenario_of(in));
+  EXPECT_EQ(sparse.pool_capacity_pages, pc.kv_pool_pages + pc.grad_pool_pages);
+  EXPECT_EQ(sparse.pool_allocated_pages, pc.kv_pool_capacity_pages + pc.grad_pool_capacity_pages);
+  EXPECT_GT(sparse.pool_allocated_pages, sparse.pool_capacity_pages);
+}
+
 TEST(ViewModel, OverlayAlignsAMeasuredTraceByKey) {
   Inputs in;
   in.config.context_tokens = 32 * kK;
