@@ -179,8 +179,10 @@ struct ImpliedOverlap {
   int64_t pairs = 0;
   double at_largest = 1, mean = 0;
 };
+// One (chunk, layer)'s selection union as the executor measures it (executor Measured::union_pages,
+// the trace's measured.union_pages).
 struct MeasuredUnion {
-  int64_t chunk = 0, pages = 0;
+  int64_t chunk = 0, layer = 0, pages = 0;
 };
 ImpliedOverlap implied_overlap(const Geometry& g, const std::vector<MeasuredUnion>& unions);
 

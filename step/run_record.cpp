@@ -70,7 +70,7 @@ RunRecord run_record_from_json(const Json& extra, const std::string& where) {
   if (m.has("union_pages"))
     for (const auto& u : m.array("union_pages")) {
       const JsonReader e(u, where + ": metadata.extra.measured.union_pages[]");
-      r.union_pages.push_back({e.i64("chunk"), e.i64("pages")});
+      r.union_pages.push_back({e.i64("chunk"), e.i64_or("layer", 0), e.i64("pages")});
     }
   if (m.has("tensor_parallel")) {
     const JsonReader t(m.object("tensor_parallel"), where + ": metadata.extra.measured.tensor_parallel");

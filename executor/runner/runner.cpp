@@ -875,9 +875,7 @@ std::string describe(const RunResult& r, const RunRequest& req, const std::strin
       sum += static_cast<double>(u.pages);
     }
     // Against the plan's assumption: the overlap these unions imply (validate judges the pools by it).
-    std::vector<step::MeasuredUnion> unions;
-    for (const auto& u : ms.union_pages) unions.push_back({u.chunk, u.pages});
-    const step::ImpliedOverlap io = step::implied_overlap(step::geometry(r.model, c), unions);
+    const step::ImpliedOverlap io = step::implied_overlap(step::geometry(r.model, c), ms.union_pages);
     std::string vs;
     if (io.pairs > 0) {
       char b[160];

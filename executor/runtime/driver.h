@@ -91,9 +91,7 @@ std::vector<step::BufferRow> run_rows(const models::ModelSpec& model, const simu
 std::vector<std::string> check_plan_rows(const std::vector<step::BufferRow>& planned,
                                          const std::vector<step::BufferRow>& needed, const std::string& backend_name);
 
-struct UnionSize {
-  int64_t chunk = 0, layer = 0, pages = 0;
-};
+using UnionSize = step::MeasuredUnion;
 
 // Of one (chunk, layer): mean over the chunk's query tokens and query heads of the dense softmax
 // mass (scores q.k / sqrt(head_dim) over every earlier key and the causal own chunk) that falls on

@@ -136,7 +136,7 @@ TEST(ImpliedOverlap, InvertsTheUnionModelAndCoversTheLargestUnion) {
     std::vector<step::MeasuredUnion> unions;
     int64_t informative = 0;
     for (int64_t c = 0; c < g.n; ++c) {
-      unions.push_back({c, step::union_pages(g, c)});
+      unions.push_back({c, 0, step::union_pages(g, c)});
       informative += g.prefix_pages(c) > g.B * g.own_pages(c);
     }
     const step::ImpliedOverlap io = step::implied_overlap(g, unions);
@@ -153,14 +153,14 @@ TEST(ImpliedOverlap, InvertsTheUnionModelAndCoversTheLargestUnion) {
   // (per-KV-head selections): held at 0. Out-of-range chunks are ignored.
   const simulator::Scenario s = tiny_4k_sparse(0.75);
   const step::Geometry g = step::geometry(s.model, s.config);
-  EXPECT_DOUBLE_EQ(step::implied_overlap(g, {{g.n - 1, g.B * g.q}}).at_largest, 0.0);
-  EXPECT_DOUBLE_EQ(step::implied_overlap(g, {{g.n - 1, 4 * g.B * g.q}}).at_largest, 0.0);
-  EXPECT_DOUBLE_EQ(step::implied_overlap(g, {{g.n - 1, g.B}}).at_largest, 1.0);
-  EXPECT_EQ(step::implied_overlap(g, {{g.n, 3}, {-1, 3}, {0, 3}}).pairs, 0);
+  EXPECT_DOUBLE_EQ(step::implied_overlap(g, {{g.n - 1, 0, g.B * g.q}}).at_largest, 0.0);
+  EXPECT_DOUBLE_EQ(step::implied_overlap(g, {{g.n - 1, 0, 4 * g.B * g.q}}).at_largest, 0.0);
+  EXPECT_DOUBLE_EQ(step::implied_overlap(g, {{g.n - 1, 0, g.B}}).at_largest, 1.0);
+  EXPECT_EQ(step::implied_overlap(g, {{g.n, 0, 3}, {-1, 0, 3}, {0, 0, 3}}).pairs, 0);
   // Dense: nothing to imply.
   simulator::Scenario d = s;
   d.config.attention = simulator::Attention::dense;
-  EXPECT_EQ(step::implied_overlap(step::geometry(d.model, d.config), {{g.n - 1, 6}}).pairs, 0);
+  EXPECT_EQ(step::implied_overlap(step::geometry(d.model, d.config), {{g.n - 1, 0, 6}}).pairs, 0);
 }
 
 // validate reads the run's unions from its record: it states the overlap they imply, and when the
