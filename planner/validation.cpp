@@ -233,11 +233,9 @@ Validation validate_run(const ValidationRequest& req) {
   std::string sparse_note = sparse ? "sparse: depends on the selection-overlap assumption" : "";
   // What the run's unions say of that assumption (the executor measures every (chunk, layer)'s):
   // the overlap that covers the largest, to plan with when the pools or copies disagree.
-  std::optional<step::ImpliedOverlap> implied;
   if (sparse && !run.union_pages.empty()) {
     const step::ImpliedOverlap io = step::implied_overlap(step::geometry(s.model, s.config), run.union_pages);
     if (io.pairs > 0) {
-      implied = io;
       v.implied_selection_overlap = io.at_largest;
       sparse_note += " (" + overlap_text(s.config.selection_overlap) + "; the run's unions imply " +
                      overlap_text(io.at_largest) + ")";
@@ -424,14 +422,15 @@ Validation validate_run(const ValidationRequest& req) {
       }
   apply_tolerances(terms, req.tolerances, "unknown term");
   v.ok = all_ok(terms);
-  if (implied) {
+  if (v.implied_selection_overlap) {
     bool assumption_failed = false;
     for (const auto& t : terms)
       if (t.note.rfind("sparse:", 0) == 0 && !t.ok().value_or(true)) assumption_failed = true;
     if (assumption_failed)
       notes.push_back("the sparse pools or copies disagree with the plan's --selection-overlap " +
                       overlap_text(s.config.selection_overlap) + ": re-plan with --selection-overlap " +
-                      overlap_text(implied->at_largest) + " (what this run's unions imply), then run and validate again");
+                      overlap_text(*v.implied_selection_overlap) +
+                      " (what this run's unions imply), then run and validate again");
   }
   return v;
 }
