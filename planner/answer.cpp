@@ -193,8 +193,11 @@ void print_pareto(std::string& out, const std::vector<Candidate>& front, const m
   struct Run {
     size_t first = 0, last = 0;
     int64_t first_kept = 0, last_kept = 0;
+    bool collapsed() const { return static_cast<size_t>(last_kept - first_kept + 1) >= kMinRun; }
   };
   std::vector<Run> runs;
+  constexpr size_t kNoRun = static_cast<size_t>(-1);
+  std::vector<size_t> run_of(front.size(), kNoRun);  // point -> its run (checkpointing on)
   std::map<std::string, size_t> open;  // settings with kept_layers cleared -> its latest run
   for (size_t i = 0; i < front.size(); ++i) {
     const simulator::Config& c = front[i].config;
@@ -207,45 +210,36 @@ void print_pareto(std::string& out, const std::vector<Candidate>& front, const m
       runs[it->second].last = i;
       runs[it->second].last_kept = c.kept_layers;
     } else {
-      open[key] = runs.size();
+      it = open.insert_or_assign(key, runs.size()).first;
       runs.push_back({i, i, c.kept_layers, c.kept_layers});
     }
+    run_of[i] = it->second;
   }
-  std::vector<bool> hidden(front.size(), false);
-  std::map<size_t, const Run*> ends;  // the last point of a collapsed run -> the run
-  for (const Run& r : runs) {
-    const auto n = static_cast<size_t>(r.last_kept - r.first_kept + 1);
-    if (n < kMinRun) continue;
-    for (size_t i = r.first + 1; i < r.last; ++i)
-      if (front[i].config.checkpointing && front[i].config.kept_layers > r.first_kept &&
-          front[i].config.kept_layers < r.last_kept) {
-        simulator::Config a = front[i].config, b = front[r.first].config;
-        a.kept_layers = b.kept_layers = 0;
-        if (a.to_json() == b.to_json()) hidden[i] = true;
-      }
-    ends[r.last] = &r;
-  }
+  // A collapsed run's points between its ends are hidden; its last point carries the count.
+  auto run_at = [&](size_t i) -> const Run* { return run_of[i] == kNoRun ? nullptr : &runs[run_of[i]]; };
+  auto hidden = [&](size_t i) {
+    const Run* r = run_at(i);
+    return r && r->collapsed() && i != r->first && i != r->last;
+  };
   size_t shown = 0;
-  for (bool h : hidden) shown += !h;
+  for (size_t i = 0; i < front.size(); ++i) shown += !hidden(i);
   appendf(out, "\nPareto frontier (peak device memory vs step time), %zu points", front.size());
   if (shown < front.size()) appendf(out, " (%zu shown; --json lists every one)", shown);
   appendf(out, ":\n  (a point is kept unless another is as exact, no larger and no slower: KV-gradient dtypes and "
               "budgets each keep their own points)\n");
   appendf(out, "  %12s %12s %12s  %s\n", "peak device", "step", "tokens/s", "settings");
   for (size_t i = 0; i < front.size(); ++i) {
-    if (hidden[i]) continue;
+    if (hidden(i)) continue;
     const Candidate& k = front[i];
     appendf(out, "  %12s %12s %12.1f  %s%s\n", format_bytes(k.summary.peak_device_bytes).c_str(),
             format_duration_s(k.summary.step_s).c_str(), k.summary.tokens_per_s,
             planner::describe_knobs(k.config, m).c_str(), planner::executable(k.config) ? "" : " [on paper]");
-    if (auto e = ends.find(i); e != ends.end()) {
-      const Run& r = *e->second;
+    if (const Run* r = run_at(i); r && r->collapsed() && i == r->last)
       appendf(out, "  %38s  ^ and %lld points of these settings between %s and this line: last %lld..%lld of %lld "
                    "layers kept\n",
-              "", static_cast<long long>(r.last_kept - r.first_kept - 1),
-              format_bytes(front[r.first].summary.peak_device_bytes).c_str(), static_cast<long long>(r.first_kept + 1),
-              static_cast<long long>(r.last_kept - 1), static_cast<long long>(simulator::effective_layers(k.config, m)));
-    }
+              "", static_cast<long long>(r->last_kept - r->first_kept - 1),
+              format_bytes(front[r->first].summary.peak_device_bytes).c_str(), static_cast<long long>(r->first_kept + 1),
+              static_cast<long long>(r->last_kept - 1), static_cast<long long>(simulator::effective_layers(k.config, m)));
   }
 }
 
