@@ -250,13 +250,12 @@ void draw_inputs_panel(ViewModel& vm, UiState& ui) {
     combo_count("nodes", c.nodes, divisors,
                 "nodes the replicas spread over (a divisor of the replicas): beyond one, the gradients' all-reduce "
                 "crosses the host profile's network and the replicas on a node share its host");
-    const bool can_shard = c.optimizer != simulator::Optimizer::none && c.lora_rank == 0;
-    if (!can_shard) c.shard_optimizer = false;
-    if (can_shard) {
+    if (c.optimizer != simulator::Optimizer::none && c.lora_rank == 0) {
       ImGui::Checkbox("ZeRO-1", &c.shard_optimizer);
       chart::formula_tooltip("shard the AdamW state over the replicas (DeepSpeed stage 1): gradients reduce-scattered, "
                              "updated weights all-gathered");
     } else {
+      c.shard_optimizer = false;
       ImGui::TextDisabled("ZeRO-1: needs an optimizer and full fine-tuning");
     }
   } else {

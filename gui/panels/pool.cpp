@@ -80,21 +80,18 @@ void draw_pool_panel(const ViewModel& vm) {
   }
   // Dense: one line, the pools' size. Sparse: the allocation (the union's bound) above the modelled
   // high-water (what --selection-overlap predicts the selections fill).
-  const bool bound_above = p.pool_allocated_pages > p.pool_capacity_pages;
-  if (bound_above) {
-    const float y = py(static_cast<double>(p.pool_allocated_pages));
-    chart::dashed_line(dl, {pmin.x, y}, {pmax.x, y}, chart::kOomRed, 6, 1.5f);
-    const std::string txt = "pools allocated " + std::to_string(p.pool_allocated_pages) + " pages (the union's bound)";
-    dl->AddText({pmax.x - ImGui::CalcTextSize(txt.c_str()).x - 4, y - lh - 1}, chart::kOomRed, txt.c_str());
-  }
-  if (p.pool_capacity_pages > 0) {
-    const float y = py(static_cast<double>(p.pool_capacity_pages));
-    const ImU32 colour = bound_above ? IM_COL32(230, 170, 60, 255) : chart::kOomRed;
+  auto level = [&](int64_t pages, ImU32 colour, const std::string& txt) {
+    const float y = py(static_cast<double>(pages));
     chart::dashed_line(dl, {pmin.x, y}, {pmax.x, y}, colour, 6, 1.5f);
-    const std::string txt = (bound_above ? "modelled high-water " : "pool size ") + std::to_string(p.pool_capacity_pages) +
-                            " pages";
     dl->AddText({pmax.x - ImGui::CalcTextSize(txt.c_str()).x - 4, y - lh - 1}, colour, txt.c_str());
-  }
+  };
+  const bool bound_above = p.pool_allocated_pages > p.pool_capacity_pages;
+  if (bound_above)
+    level(p.pool_allocated_pages, chart::kOomRed,
+          "pools allocated " + std::to_string(p.pool_allocated_pages) + " pages (the union's bound)");
+  if (p.pool_capacity_pages > 0)
+    level(p.pool_capacity_pages, bound_above ? IM_COL32(230, 170, 60, 255) : chart::kOomRed,
+          (bound_above ? "modelled high-water " : "pool size ") + std::to_string(p.pool_capacity_pages) + " pages");
   if (a.hovered) {
     const float mx = ImGui::GetIO().MousePos.x;
     const double s = (mx - pmin.x) / (pmax.x - pmin.x) * p.step_s;
