@@ -37,8 +37,9 @@ void launch_adamw(Tensor param, float* master, ConstTensor grad, float* m, float
                   float grad_scale, cudaStream_t s) {
   if (n <= 0) return;
   const AdamWConstants k = adamw_constants(lr, beta1, beta2, weight_decay, step);
-  adamw_kernel<<<grid_for(n), kThreads, 0, s>>>(view(param), master, view(grad), m, v, decay_mask, n, beta1, beta2,
-                                                eps, grad_scale, k.decay, k.step_size, k.bc2_sqrt);
+  OOMB_LAUNCH(grid_for(n), kThreads, 0, s, adamw_kernel)(view(param), master, view(grad), m, v, decay_mask, n,
+                                                         beta1, beta2, eps, grad_scale, k.decay, k.step_size,
+                                                         k.bc2_sqrt);
   OOMB_CUDA_LAUNCH_CHECK("adamw_kernel");
 }
 

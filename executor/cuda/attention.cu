@@ -94,7 +94,7 @@ constexpr size_t dkv_smem() {
 template <int MAXD>
 __global__ void __launch_bounds__(NT) attention_fwd_kernel(Dims D, Ptrs P, float* __restrict__ o,
                                                            float* __restrict__ lse) {
-  extern __shared__ float smem[];
+  OOMB_DYNAMIC_SHARED(float, smem);
   float* Qs = smem;                    // [BQ][MAXD], pre-scaled
   float* Ks = Qs + BQ * MAXD;          // [BK][MAXD + 1]
   float* Vs = Ks + BK * (MAXD + 1);    // [BK][MAXD]
@@ -207,7 +207,7 @@ template <int MAXD>
 __global__ void __launch_bounds__(NT) attention_dq_kernel(Dims D, Ptrs P, const float* __restrict__ lse,
                                                           const float* __restrict__ dout,
                                                           const float* __restrict__ drow, float* __restrict__ dq) {
-  extern __shared__ float smem[];
+  OOMB_DYNAMIC_SHARED(float, smem);
   float* Qs = smem;                    // [BQ][MAXD], pre-scaled
   float* dOs = Qs + BQ * MAXD;         // [BQ][MAXD]
   float* Ks = dOs + BQ * MAXD;         // [BK][MAXD + 1]
@@ -291,7 +291,7 @@ __global__ void __launch_bounds__(NT) attention_dkv_kernel(Dims D, Ptrs P, const
                                                            const float* __restrict__ drow,
                                                            void* const* __restrict__ grad_pages,
                                                            float* __restrict__ dk_own, float* __restrict__ dv_own) {
-  extern __shared__ float smem[];
+  OOMB_DYNAMIC_SHARED(float, smem);
   float* Qs = smem;                    // [BQ][MAXD], pre-scaled
   float* dOs = Qs + BQ * MAXD;         // [BQ][MAXD]
   float* Ks = dOs + BQ * MAXD;         // [BK][MAXD + 1]
@@ -415,20 +415,19 @@ dim3 query_grid(const Dims& D) {
 template <int MAXD>
 void fwd(const Dims& D, const Ptrs& P, float* o, float* lse, cudaStream_t s) {
   allow_smem(attention_fwd_kernel<MAXD>, fwd_smem<MAXD>());
-  attention_fwd_kernel<MAXD><<<query_grid(D), NT, fwd_smem<MAXD>(), s>>>(D, P, o, lse);
+  OOMB_LAUNCH(query_grid(D), NT, fwd_smem<MAXD>(), s, attention_fwd_kernel<MAXD>)(D, P, o, lse);
   OOMB_CUDA_LAUNCH_CHECK("attention_fwd_kernel");
 }
 
 template <int MAXD>
 void bwd(const Dims& D, const Ptrs& P, const AttentionGrads& G, cudaStream_t s) {
   allow_smem(attention_dq_kernel<MAXD>, dq_smem<MAXD>());
-  attention_dq_kernel<MAXD><<<query_grid(D), NT, dq_smem<MAXD>(), s>>>(D, P, G.lse, G.dout, G.drow, G.dq);
+  OOMB_LAUNCH(query_grid(D), NT, dq_smem<MAXD>(), s, attention_dq_kernel<MAXD>)(D, P, G.lse, G.dout, G.drow, G.dq);
   OOMB_CUDA_LAUNCH_CHECK("attention_dq_kernel");
   const int tiles = D.U * ((D.p + BK - 1) / BK) + (D.T + BK - 1) / BK;
   allow_smem(attention_dkv_kernel<MAXD>, dkv_smem<MAXD>());
-  attention_dkv_kernel<MAXD><<<dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(D.kvh)), NT,
-                               dkv_smem<MAXD>(), s>>>(D, P, G.lse, G.dout, G.drow, G.grad_pages, G.dk_own,
-                                                      G.dv_own);
+  OOMB_LAUNCH(dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(D.kvh)), NT, dkv_smem<MAXD>(), s,
+              attention_dkv_kernel<MAXD>)(D, P, G.lse, G.dout, G.drow, G.grad_pages, G.dk_own, G.dv_own);
   OOMB_CUDA_LAUNCH_CHECK("attention_dkv_kernel");
 }
 
@@ -449,7 +448,7 @@ void launch_attention_bwd(const AttentionArgs& a, const AttentionGrads& g, cudaS
   D.grad_bf16 = g.grad_bf16;
   const Ptrs P = ptrs_of(a);
   const int64_t n = a.rows * a.q_heads;
-  attention_drow_kernel<<<grid_for(n), kThreads, 0, s>>>(g.dout, g.o, n, a.head_dim, g.drow);
+  OOMB_LAUNCH(grid_for(n), kThreads, 0, s, attention_drow_kernel)(g.dout, g.o, n, a.head_dim, g.drow);
   OOMB_CUDA_LAUNCH_CHECK("attention_drow_kernel");
   if (a.head_dim <= 32) bwd<32>(D, P, g, s);
   else if (a.head_dim <= 64) bwd<64>(D, P, g, s);

@@ -303,7 +303,7 @@ __global__ void __launch_bounds__(NT, 2) attention_tc_fwd_kernel(Dims D, Ptrs P,
                                                                  float* __restrict__ lse) {
 #if OOMB_TC_DEVICE
   constexpr int LDH = kLdh<HD>, NF = HD / 16;
-  extern __shared__ __align__(128) unsigned char smem[];
+  OOMB_DYNAMIC_SHARED_ALIGNED(unsigned char, smem, 128);
   bf16* Qs = reinterpret_cast<bf16*>(smem);              // [BQ][LDH], pre-scaled; warp rows = its out staging
   bf16* Ks = Qs + BQ * LDH;                              // [BK][LDH]
   bf16* Vs = Ks + BK * LDH;                              // [BK][LDH]
@@ -469,7 +469,7 @@ __global__ void __launch_bounds__(NT, 1) attention_tc_dq_kernel(Dims D, Ptrs P, 
                                                                 float* __restrict__ dq) {
 #if OOMB_TC_DEVICE
   constexpr int LDH = kLdh<HD>, NF = HD / 16;
-  extern __shared__ __align__(128) unsigned char smem[];
+  OOMB_DYNAMIC_SHARED_ALIGNED(unsigned char, smem, 128);
   bf16* Qs = reinterpret_cast<bf16*>(smem);  // [BQ][LDH], pre-scaled; warp rows = its out staging
   bf16* dOs = Qs + BQ * LDH;                 // [BQ][LDH]
   bf16* Ks = dOs + BQ * LDH;                 // [BK][LDH]
@@ -584,7 +584,7 @@ __global__ void __launch_bounds__(NT, 2) attention_tc_dkv_kernel(Dims D, Ptrs P,
                                                                  float* __restrict__ dv_own) {
 #if OOMB_TC_DEVICE
   constexpr int LDH = kLdh<HD>, NF = HD / 16;
-  extern __shared__ __align__(128) unsigned char smem[];
+  OOMB_DYNAMIC_SHARED_ALIGNED(unsigned char, smem, 128);
   bf16* Ks = reinterpret_cast<bf16*>(smem);  // [BKV][LDH]
   bf16* Vs = Ks + BKV * LDH;                 // [BKV][LDH]
   bf16* Qs = Vs + BKV * LDH;                 // [BQV][LDH], pre-scaled; Qs + dOs = out staging at the end
@@ -759,20 +759,19 @@ dim3 query_grid(const Dims& D) {
 template <int HD>
 void fwd(const Dims& D, const Ptrs& P, float* o, float* lse, cudaStream_t s) {
   prepare(attention_tc_fwd_kernel<HD>, fwd_smem<HD>());
-  attention_tc_fwd_kernel<HD><<<query_grid(D), NT, fwd_smem<HD>(), s>>>(D, P, o, lse);
+  OOMB_LAUNCH(query_grid(D), NT, fwd_smem<HD>(), s, attention_tc_fwd_kernel<HD>)(D, P, o, lse);
   OOMB_CUDA_LAUNCH_CHECK("attention_tc_fwd_kernel");
 }
 
 template <int HD>
 void bwd(const Dims& D, const Ptrs& P, const AttentionGrads& G, cudaStream_t s) {
   prepare(attention_tc_dq_kernel<HD>, dq_smem<HD>());
-  attention_tc_dq_kernel<HD><<<query_grid(D), NT, dq_smem<HD>(), s>>>(D, P, G.lse, G.dout, G.drow, G.dq);
+  OOMB_LAUNCH(query_grid(D), NT, dq_smem<HD>(), s, attention_tc_dq_kernel<HD>)(D, P, G.lse, G.dout, G.drow, G.dq);
   OOMB_CUDA_LAUNCH_CHECK("attention_tc_dq_kernel");
   const int tiles = D.U * ((D.p + BKV - 1) / BKV) + (D.T + BKV - 1) / BKV;
   prepare(attention_tc_dkv_kernel<HD>, dkv_smem<HD>());
-  attention_tc_dkv_kernel<HD><<<dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(D.kvh)), NT,
-                                dkv_smem<HD>(), s>>>(D, P, G.lse, G.dout, G.drow, G.grad_pages, G.dk_own,
-                                                     G.dv_own);
+  OOMB_LAUNCH(dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(D.kvh)), NT, dkv_smem<HD>(), s,
+              attention_tc_dkv_kernel<HD>)(D, P, G.lse, G.dout, G.drow, G.grad_pages, G.dk_own, G.dv_own);
   OOMB_CUDA_LAUNCH_CHECK("attention_tc_dkv_kernel");
 }
 
@@ -827,7 +826,7 @@ void launch_attention_tc_bwd(const AttentionArgs& a, const AttentionGrads& g, cu
   D.grad_bf16 = g.grad_bf16;
   const Ptrs P = ptrs_of(a);
   const int64_t n = a.rows * a.q_heads;
-  attention_tc_drow_kernel<<<grid_for(n * 32), kThreads, 0, s>>>(g.dout, g.o, n, static_cast<int>(a.head_dim),
+  OOMB_LAUNCH(grid_for(n * 32), kThreads, 0, s, attention_tc_drow_kernel)(g.dout, g.o, n, static_cast<int>(a.head_dim),
                                                                   g.drow);
   OOMB_CUDA_LAUNCH_CHECK("attention_tc_drow_kernel");
   if (a.head_dim == 64) bwd<64>(D, P, g, s);

@@ -6,6 +6,18 @@
 
 #include "executor/cuda/cuda_check.h"
 
+// A kernel launch and a dynamic shared-memory array, written once for two compilers: under nvcc
+// they are the `<<<>>>` launch and `extern __shared__` declaration they spell; on the emulated
+// device (executor/emulated_cuda/device.h, included before this file) a launch queues the grid on
+// the emulated stream and the array is the block's exact-size buffer. The kernel expression comes
+// last because a template argument list may contain commas:
+//   OOMB_LAUNCH(grid, block, smem_bytes, stream, kernel<A, B>)(args...);
+#ifndef OOMB_LAUNCH
+#define OOMB_LAUNCH(grid, block, smem, stream, ...) __VA_ARGS__<<<grid, block, smem, stream>>>
+#define OOMB_DYNAMIC_SHARED(T, name) extern __shared__ T name[]
+#define OOMB_DYNAMIC_SHARED_ALIGNED(T, name, align) extern __shared__ __align__(align) T name[]
+#endif
+
 namespace oomb::executor::cuda {
 
 constexpr int kThreads = 256;

@@ -64,11 +64,11 @@ void launch_cross_entropy(ConstTensor logits, int64_t rows, int64_t vocab, const
                           Tensor grad, double* row_loss, double* loss_sum, cudaStream_t s, bool accumulate) {
   if (rows > 0 && vocab > 0) {
     const auto blocks = static_cast<unsigned>(rows < 65535 ? rows : 65535);
-    cross_entropy_kernel<<<blocks, kRowThreads, 0, s>>>(view(logits), rows, vocab, targets, scale, view(grad),
+    OOMB_LAUNCH(blocks, kRowThreads, 0, s, cross_entropy_kernel)(view(logits), rows, vocab, targets, scale, view(grad),
                                                         row_loss);
     OOMB_CUDA_LAUNCH_CHECK("cross_entropy_kernel");
   }
-  sum_kernel<<<1, kThreads, 0, s>>>(row_loss, rows > 0 ? rows : 0, loss_sum, accumulate);
+  OOMB_LAUNCH(1, kThreads, 0, s, sum_kernel)(row_loss, rows > 0 ? rows : 0, loss_sum, accumulate);
   OOMB_CUDA_LAUNCH_CHECK("sum_kernel");
 }
 

@@ -100,22 +100,22 @@ __global__ void shard_grad_kernel(InView logits, int64_t rows, int64_t vocab, co
 void launch_cross_entropy_shard_stats(ConstTensor logits, int64_t rows, int64_t vocab, const int32_t* targets,
                                       float* stats, cudaStream_t s) {
   if (rows <= 0 || vocab <= 0) return;
-  shard_stats_kernel<<<row_blocks(rows), kRowThreads, 0, s>>>(view(logits), rows, vocab, targets, stats);
+  OOMB_LAUNCH(row_blocks(rows), kRowThreads, 0, s, shard_stats_kernel)(view(logits), rows, vocab, targets, stats);
   OOMB_CUDA_LAUNCH_CHECK("shard_stats_kernel");
 }
 
 void launch_cross_entropy_shard_combine(float* stats, int64_t ranks, int64_t rows, const int32_t* targets,
                                         double* loss_slot, cudaStream_t s) {
   if (rows <= 0 || ranks <= 0) return;
-  shard_combine_kernel<<<1, kThreads, 0, s>>>(stats, ranks, rows, targets, loss_slot);
+  OOMB_LAUNCH(1, kThreads, 0, s, shard_combine_kernel)(stats, ranks, rows, targets, loss_slot);
   OOMB_CUDA_LAUNCH_CHECK("shard_combine_kernel");
 }
 
 void launch_cross_entropy_shard_grad(ConstTensor logits, int64_t rows, int64_t vocab, const int32_t* targets,
                                      const float* max_sum, float scale, Tensor grad, cudaStream_t s) {
   if (rows <= 0 || vocab <= 0) return;
-  shard_grad_kernel<<<row_blocks(rows), kRowThreads, 0, s>>>(view(logits), rows, vocab, targets, max_sum, scale,
-                                                             view(grad));
+  OOMB_LAUNCH(row_blocks(rows), kRowThreads, 0, s, shard_grad_kernel)(view(logits), rows, vocab, targets, max_sum,
+                                                                       scale, view(grad));
   OOMB_CUDA_LAUNCH_CHECK("shard_grad_kernel");
 }
 

@@ -67,32 +67,32 @@ __global__ void to_bf16_kernel(const float* __restrict__ src, int64_t rows, int6
 
 void launch_add(Tensor y, ConstTensor x, int64_t n, cudaStream_t s) {
   if (n <= 0) return;
-  add_kernel<<<grid_for(n), kThreads, 0, s>>>(view(y), view(x), n);
+  OOMB_LAUNCH(grid_for(n), kThreads, 0, s, add_kernel)(view(y), view(x), n);
   OOMB_CUDA_LAUNCH_CHECK("add_kernel");
 }
 
 void launch_scale(Tensor x, int64_t n, float factor, cudaStream_t s) {
   if (n <= 0) return;
-  scale_kernel<<<grid_for(n), kThreads, 0, s>>>(view(x), n, factor);
+  OOMB_LAUNCH(grid_for(n), kThreads, 0, s, scale_kernel)(view(x), n, factor);
   OOMB_CUDA_LAUNCH_CHECK("scale_kernel");
 }
 
 void launch_convert(Tensor dst, ConstTensor src, int64_t n, cudaStream_t s) {
   if (n <= 0) return;
-  convert_kernel<<<grid_for(n), kThreads, 0, s>>>(view(dst), view(src), n);
+  OOMB_LAUNCH(grid_for(n), kThreads, 0, s, convert_kernel)(view(dst), view(src), n);
   OOMB_CUDA_LAUNCH_CHECK("convert_kernel");
 }
 
 void launch_add_bias(float* y, int64_t rows, int64_t cols, ConstTensor b, cudaStream_t s) {
   if (rows <= 0 || cols <= 0) return;
-  add_bias_kernel<<<grid_for(rows * cols), kThreads, 0, s>>>(y, rows, cols, view(b));
+  OOMB_LAUNCH(grid_for(rows * cols), kThreads, 0, s, add_bias_kernel)(y, rows, cols, view(b));
   OOMB_CUDA_LAUNCH_CHECK("add_bias_kernel");
 }
 
 void launch_store_f32(Tensor dst, const float* src, int64_t rows, int64_t cols, ConstTensor b, bool accumulate,
                       cudaStream_t s) {
   if (rows <= 0 || cols <= 0) return;
-  store_f32_kernel<<<grid_for(rows * cols), kThreads, 0, s>>>(view(dst), src, rows, cols, view(b), accumulate);
+  OOMB_LAUNCH(grid_for(rows * cols), kThreads, 0, s, store_f32_kernel)(view(dst), src, rows, cols, view(b), accumulate);
   OOMB_CUDA_LAUNCH_CHECK("store_f32_kernel");
 }
 
@@ -100,7 +100,7 @@ void launch_column_sum_acc(ConstTensor x, int64_t rows, int64_t cols, float* out
   if (rows <= 0 || cols <= 0) return;
   const GridShape g = column_reduce_grid(rows, cols, kThreads, kRowsPerBlock);
   const dim3 grid(static_cast<unsigned>(g.x), static_cast<unsigned>(g.y));
-  column_sum_kernel<<<grid, kThreads, 0, s>>>(view(x), rows, cols, out);
+  OOMB_LAUNCH(grid, kThreads, 0, s, column_sum_kernel)(view(x), rows, cols, out);
   OOMB_CUDA_LAUNCH_CHECK("column_sum_kernel");
 }
 
@@ -110,7 +110,7 @@ void launch_to_bf16(const float* src, int64_t rows, int64_t cols, uint16_t* dst,
   const int threads = static_cast<int>(cols >= kThreads ? kThreads : (cols + 31) / 32 * 32);
   const int64_t xb = (cols + threads - 1) / threads;
   const dim3 grid(static_cast<unsigned>(xb < 1024 ? xb : 1024), static_cast<unsigned>(rows < 65535 ? rows : 65535));
-  to_bf16_kernel<<<grid, threads, 0, s>>>(src, rows, cols, dst, ld);
+  OOMB_LAUNCH(grid, threads, 0, s, to_bf16_kernel)(src, rows, cols, dst, ld);
   OOMB_CUDA_LAUNCH_CHECK("to_bf16_kernel");
 }
 

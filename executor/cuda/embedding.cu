@@ -54,7 +54,7 @@ unsigned row_blocks(int64_t rows) { return static_cast<unsigned>(rows < 65535 ? 
 void launch_embedding_fwd(const int32_t* ids, int64_t rows, ConstTensor table, int64_t hidden, Tensor out,
                           cudaStream_t s) {
   if (rows <= 0 || hidden <= 0) return;
-  embedding_fwd_kernel<<<row_blocks(rows), kThreads, 0, s>>>(ids, rows, view(table), hidden, view(out));
+  OOMB_LAUNCH(row_blocks(rows), kThreads, 0, s, embedding_fwd_kernel)(ids, rows, view(table), hidden, view(out));
   OOMB_CUDA_LAUNCH_CHECK("embedding_fwd_kernel");
 }
 
@@ -62,10 +62,12 @@ void launch_embedding_bwd(const int32_t* ids, int64_t rows, ConstTensor dout, in
                           cudaStream_t s) {
   if (rows <= 0 || hidden <= 0) return;
   if (dtable_acc.dtype == DType::f32) {
-    embedding_bwd_kernel<<<row_blocks(rows), kThreads, 0, s>>>(ids, rows, view(dout), hidden, dtable_acc.f32());
+    OOMB_LAUNCH(row_blocks(rows), kThreads, 0, s, embedding_bwd_kernel)(ids, rows, view(dout), hidden,
+                                                                        dtable_acc.f32());
     OOMB_CUDA_LAUNCH_CHECK("embedding_bwd_kernel");
   } else {
-    embedding_bwd_bf16_kernel<<<row_blocks(rows), kThreads, 0, s>>>(ids, rows, view(dout), hidden, view(dtable_acc));
+    OOMB_LAUNCH(row_blocks(rows), kThreads, 0, s, embedding_bwd_bf16_kernel)(ids, rows, view(dout), hidden,
+                                                                             view(dtable_acc));
     OOMB_CUDA_LAUNCH_CHECK("embedding_bwd_bf16_kernel");
   }
 }

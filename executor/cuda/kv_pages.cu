@@ -62,8 +62,8 @@ void launch_write_kv_pages(ConstTensor k, ConstTensor v, int64_t rows, int64_t k
   if (npages <= 0 || kv_dim <= 0) return;
   const dim3 grid = grid_of(npages, page_tokens * kv_dim);
   const InView kv = view(k), vv = view(v);
-  if (bf16) write_kv_pages_kernel<true><<<grid, kThreads, 0, s>>>(kv, vv, rows, kv_dim, page_tokens, pages);
-  else write_kv_pages_kernel<false><<<grid, kThreads, 0, s>>>(kv, vv, rows, kv_dim, page_tokens, pages);
+  if (bf16) OOMB_LAUNCH(grid, kThreads, 0, s, write_kv_pages_kernel<true>)(kv, vv, rows, kv_dim, page_tokens, pages);
+  else OOMB_LAUNCH(grid, kThreads, 0, s, write_kv_pages_kernel<false>)(kv, vv, rows, kv_dim, page_tokens, pages);
   OOMB_CUDA_LAUNCH_CHECK("write_kv_pages_kernel");
 }
 
@@ -72,8 +72,10 @@ void launch_add_from_grad_pages(const void* const* pages, int64_t npages, int64_
   if (npages <= 0 || kv_dim <= 0) return;
   const dim3 grid = grid_of(npages, page_tokens * kv_dim);
   const OutView dkv = view(dk), dvv = view(dv);
-  if (bf16) add_from_grad_pages_kernel<true><<<grid, kThreads, 0, s>>>(pages, rows, kv_dim, page_tokens, dkv, dvv);
-  else add_from_grad_pages_kernel<false><<<grid, kThreads, 0, s>>>(pages, rows, kv_dim, page_tokens, dkv, dvv);
+  if (bf16)
+    OOMB_LAUNCH(grid, kThreads, 0, s, add_from_grad_pages_kernel<true>)(pages, rows, kv_dim, page_tokens, dkv, dvv);
+  else
+    OOMB_LAUNCH(grid, kThreads, 0, s, add_from_grad_pages_kernel<false>)(pages, rows, kv_dim, page_tokens, dkv, dvv);
   OOMB_CUDA_LAUNCH_CHECK("add_from_grad_pages_kernel");
 }
 

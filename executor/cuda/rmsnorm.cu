@@ -66,14 +66,14 @@ unsigned row_blocks(int64_t rows) { return static_cast<unsigned>(rows < 65535 ? 
 void launch_rmsnorm_fwd(ConstTensor x, ConstTensor w, int64_t rows, int64_t dim, float eps, Tensor y, float* rstd,
                         cudaStream_t s) {
   if (rows <= 0 || dim <= 0) return;
-  rmsnorm_fwd_kernel<<<row_blocks(rows), kRowThreads, 0, s>>>(view(x), view(w), rows, dim, eps, view(y), rstd);
+  OOMB_LAUNCH(row_blocks(rows), kRowThreads, 0, s, rmsnorm_fwd_kernel)(view(x), view(w), rows, dim, eps, view(y), rstd);
   OOMB_CUDA_LAUNCH_CHECK("rmsnorm_fwd_kernel");
 }
 
 void launch_rmsnorm_bwd(ConstTensor x, ConstTensor w, const float* rstd, ConstTensor dy, int64_t rows, int64_t dim,
                         Tensor dx_acc, Tensor dw_acc, float* dw_scratch, cudaStream_t s) {
   if (rows <= 0 || dim <= 0) return;
-  rmsnorm_dx_kernel<<<row_blocks(rows), kRowThreads, 0, s>>>(view(x), view(w), rstd, view(dy), rows, dim,
+  OOMB_LAUNCH(row_blocks(rows), kRowThreads, 0, s, rmsnorm_dx_kernel)(view(x), view(w), rstd, view(dy), rows, dim,
                                                               view(dx_acc));
   OOMB_CUDA_LAUNCH_CHECK("rmsnorm_dx_kernel");
   if (!dw_acc) return;  // a frozen weight (LoRA): no gradient
@@ -84,7 +84,7 @@ void launch_rmsnorm_bwd(ConstTensor x, ConstTensor w, const float* rstd, ConstTe
   if (!f32) OOMB_CUDA_CHECK(cudaMemsetAsync(acc, 0, static_cast<size_t>(dim) * 4, s));
   const GridShape g = column_reduce_grid(rows, dim, kThreads, kRowsPerBlock);
   const dim3 grid(static_cast<unsigned>(g.x), static_cast<unsigned>(g.y));
-  rmsnorm_dw_kernel<<<grid, kThreads, 0, s>>>(view(x), rstd, view(dy), rows, dim, acc);
+  OOMB_LAUNCH(grid, kThreads, 0, s, rmsnorm_dw_kernel)(view(x), rstd, view(dy), rows, dim, acc);
   OOMB_CUDA_LAUNCH_CHECK("rmsnorm_dw_kernel");
   if (!f32) launch_store_f32(dw_acc, acc, 1, dim, nullptr, true, s);
 }

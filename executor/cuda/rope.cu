@@ -31,7 +31,7 @@ void launch_rope(Tensor x, int64_t rows, int64_t heads, int64_t head_dim, int64_
                  cudaStream_t s) {
   const int64_t n = rows * (head_dim / 2);
   if (n <= 0 || heads <= 0) return;
-  rope_kernel<<<grid_for(n), kThreads, 0, s>>>(view(x), rows, heads, head_dim, pos0, rope, sign);
+  OOMB_LAUNCH(grid_for(n), kThreads, 0, s, rope_kernel)(view(x), rows, heads, head_dim, pos0, rope, sign);
   OOMB_CUDA_LAUNCH_CHECK("rope_kernel");
 }
 

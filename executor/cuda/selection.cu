@@ -276,7 +276,7 @@ void launch_page_summaries(ConstTensor k, int64_t rows, int64_t kv_dim, int64_t 
                            cudaStream_t s) {
   const int64_t n = (rows + page_tokens - 1) / page_tokens * kv_dim;
   if (n <= 0) return;
-  page_summaries_kernel<<<grid_for(n), kThreads, 0, s>>>(view(k), rows, kv_dim, page_tokens, view(out));
+  OOMB_LAUNCH(grid_for(n), kThreads, 0, s, page_summaries_kernel)(view(k), rows, kv_dim, page_tokens, view(out));
   OOMB_CUDA_LAUNCH_CHECK("page_summaries_kernel");
 }
 
@@ -295,15 +295,15 @@ void launch_page_scores(const float* q, int64_t rows, int64_t q_heads, int64_t k
                                     cudaMemcpyDefault, s));
     sums = ws.staged;
   }
-  group_sum_kernel<<<grid_for(n), kThreads, 0, s>>>(q, rows, q_heads, kv_heads, head_dim, ws.qsum);
+  OOMB_LAUNCH(grid_for(n), kThreads, 0, s, group_sum_kernel)(q, rows, q_heads, kv_heads, head_dim, ws.qsum);
   OOMB_CUDA_LAUNCH_CHECK("group_sum_kernel");
   const dim3 norm_grid(static_cast<unsigned>((rows + kTileTokens - 1) / kTileTokens), static_cast<unsigned>(kv_heads));
-  page_norm_kernel<<<norm_grid, kTileThreads, 0, s>>>(ws.qsum, rows, kv_heads, head_dim, sums, prefix_pages, sc,
-                                                      ws.norm_m, ws.norm_l);
+  OOMB_LAUNCH(norm_grid, kTileThreads, 0, s, page_norm_kernel)(ws.qsum, rows, kv_heads, head_dim, sums,
+                                                                prefix_pages, sc, ws.norm_m, ws.norm_l);
   OOMB_CUDA_LAUNCH_CHECK("page_norm_kernel");
   const GridShape g = page_scores_grid(prefix_pages, kTilePages, qpages, groups);
   const dim3 grid(static_cast<unsigned>(g.x), static_cast<unsigned>(g.y));
-  page_scores_kernel<<<grid, kTileThreads, 0, s>>>(ws.qsum, rows, kv_heads, head_dim, page_tokens, sums,
+  OOMB_LAUNCH(grid, kTileThreads, 0, s, page_scores_kernel)(ws.qsum, rows, kv_heads, head_dim, page_tokens, sums,
                                                    prefix_pages, sc, ws.norm_m, ws.norm_l, groups, qpages * groups,
                                                    ws.scores);
   OOMB_CUDA_LAUNCH_CHECK("page_scores_kernel");
@@ -313,7 +313,7 @@ void launch_top_pages(int64_t rows, int64_t page_tokens, int64_t groups, int64_t
                       const SelectWorkspace& ws, cudaStream_t s) {
   if (rows <= 0 || prefix_pages <= 0 || budget <= 0) return;
   const int64_t qpages = (rows + page_tokens - 1) / page_tokens;
-  topk_kernel<<<static_cast<unsigned>(qpages * groups), kThreads, 0, s>>>(ws.scores, prefix_pages, budget,
+  OOMB_LAUNCH(static_cast<unsigned>(qpages * groups), kThreads, 0, s, topk_kernel)(ws.scores, prefix_pages, budget,
                                                                           ws.selected);
   OOMB_CUDA_LAUNCH_CHECK("topk_kernel");
 }

@@ -26,14 +26,15 @@ __global__ void swiglu_bwd_kernel(InView g, InView u, InView d, int64_t n, OutVi
 
 void launch_swiglu_fwd(ConstTensor gate, ConstTensor up, int64_t n, Tensor out, cudaStream_t s) {
   if (n <= 0) return;
-  swiglu_fwd_kernel<<<grid_for(n), kThreads, 0, s>>>(view(gate), view(up), n, view(out));
+  OOMB_LAUNCH(grid_for(n), kThreads, 0, s, swiglu_fwd_kernel)(view(gate), view(up), n, view(out));
   OOMB_CUDA_LAUNCH_CHECK("swiglu_fwd_kernel");
 }
 
 void launch_swiglu_bwd(ConstTensor gate, ConstTensor up, ConstTensor dout, int64_t n, Tensor dgate, Tensor dup,
                        cudaStream_t s) {
   if (n <= 0) return;
-  swiglu_bwd_kernel<<<grid_for(n), kThreads, 0, s>>>(view(gate), view(up), view(dout), n, view(dgate), view(dup));
+  OOMB_LAUNCH(grid_for(n), kThreads, 0, s, swiglu_bwd_kernel)(view(gate), view(up), view(dout), n, view(dgate),
+                                                               view(dup));
   OOMB_CUDA_LAUNCH_CHECK("swiglu_bwd_kernel");
 }
 
