@@ -34,14 +34,6 @@ int64_t ModelSpec::kv_bytes_per_token(int64_t dtype_bytes) const {
   return checked_mul(checked_mul(2 * layers, kv_dim(), "KV per token"), dtype_bytes, "KV bytes per token");
 }
 
-double ModelSpec::dense_forward_flops_per_token() const {
-  double matmul = static_cast<double>(hidden * q_dim() + 2 * hidden * kv_dim() + q_dim() * hidden +
-                                      3 * hidden * ffn_hidden) *
-                  static_cast<double>(layers);
-  matmul += static_cast<double>(vocab * hidden);  // LM head
-  return 2.0 * matmul;
-}
-
 Json ModelSpec::to_json() const {
   Json j = {{"schema", "oomb.model/1"}, {"id", id}, {"family", family}, {"source", source},
             {"layers", layers}, {"hidden", hidden}, {"q_heads", q_heads}, {"kv_heads", kv_heads},

@@ -45,8 +45,6 @@ struct ModelSpec {
   int64_t param_count() const;
   // K and V of one token over all layers: 2 * layers * kv_heads * head_dim * dtype_bytes.
   int64_t kv_bytes_per_token(int64_t dtype_bytes) const;
-  // Matmul FLOPs of the forward pass per token excluding attention scores (2 * matmul params).
-  double dense_forward_flops_per_token() const;
 
   Json to_json() const;
 };

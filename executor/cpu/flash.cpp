@@ -449,7 +449,6 @@ void softmax_bwd_rows(const float* p, float* dp, int64_t rows, int64_t n) {
 }
 
 void flash_force_baseline(bool on) { g_force_baseline = on; }
-bool flash_uses_avx2() { return cpu_has_v3(); }
 
 void flash_fwd(const FlashKeys& k, const FlashRows& r, float* o, float* lse, float* scratch) {
 #if OOMB_HAVE_V3

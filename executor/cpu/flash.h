@@ -50,6 +50,5 @@ void softmax_bwd_rows(const float* p, float* dp, int64_t rows, int64_t n);
 
 // Tests: run the baseline kernels even where the AVX2/FMA ones could run.
 void flash_force_baseline(bool on);
-bool flash_uses_avx2();
 
 }  // namespace oomb::executor::cpu

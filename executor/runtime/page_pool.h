@@ -38,7 +38,6 @@ class PagePool {
   int64_t in_use() const { return in_use_; }
   int64_t high_water() const { return high_water_; }
   int64_t slabs() const { return static_cast<int64_t>(slabs_.size()); }
-  void reset_high_water() { high_water_ = in_use_; }
 
  private:
   Backend& backend_;

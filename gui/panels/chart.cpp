@@ -41,10 +41,6 @@ ImU32 op_color(const std::string& op) {
   return kPalette[std::hash<std::string>{}(op) % kPaletteSize];
 }
 
-ImU32 with_alpha(ImU32 c, int alpha) {
-  return (c & ~IM_COL32_A_MASK) | (static_cast<ImU32>(std::clamp(alpha, 0, 255)) << IM_COL32_A_SHIFT);
-}
-
 float LogAxis::map(double v) const {
   const double a = std::log10(lo), b = std::log10(hi);
   const double t = (std::log10(std::max(v, lo * 1e-3)) - a) / (b - a);

@@ -11,7 +11,6 @@ namespace oomb::gui::chart {
 ImU32 category_color(const std::string& category);  // memory-table categories
 ImU32 series_color(int i);                           // curves: oomb dense, oomb sparse, standard
 ImU32 op_color(const std::string& op);               // timeline ops
-ImU32 with_alpha(ImU32 c, int alpha);
 
 constexpr ImU32 kOomRed = IM_COL32(235, 70, 60, 255);
 constexpr ImU32 kGrid = IM_COL32(255, 255, 255, 28);
