@@ -85,8 +85,9 @@ void ScenarioFlags::add_to(CLI::App& app, bool require_context) {
                  "... --gpus N (--backend cuda: NCCL's collectives; --backend cpu: MPI's)");
   app.add_option("--data-parallel", data_parallel,
                  "Data-parallel replicas, 1..4096: each trains on its own sequence (one process and GPU each), the "
-                 "parameter gradients all-reduced before every optimizer step; memory per replica is the one-GPU "
-                 "plan's, the step adds the all-reduce. oomb run executes it under MPI: mpirun -np N oomb run ... "
+                 "parameter gradients all-reduced before every optimizer step; device memory per replica is the "
+                 "one-GPU plan's (less with --shard-optimizer), the step adds what the backward does not hide of "
+                 "the all-reduce. oomb run executes it under MPI: mpirun -np N oomb run ... "
                  "(CPU: MPI's collectives; CUDA: NCCL's)")
       ->check(unsigned_integer());
   app.add_option("--nodes", nodes,

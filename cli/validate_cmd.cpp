@@ -309,9 +309,9 @@ const Registrar reg(
                      "Instead of --trace: numbers measured outside oomb, NAME=VALUE,... of step_s, tokens_per_s, "
                      "peak_device_bytes, peak_host_bytes, h2d_bytes, d2h_bytes (compared with --plan's prediction)");
       sub.add_option("--tolerance", a->tolerances,
-                     "Override a term's tolerance as NAME=FRACTION (repeatable). Defaults: pool pages, host pool and "
-                     "device pool bytes and bytes per copy direction exact (0) in dense mode, 0.5 in sparse mode (selection-union "
-                     "assumption); peak_device_bytes 0.01 and the device breakdown at the peak (peak:CATEGORY) exact, peak_host_bytes 0.25; step_s and time:stage1/2 0.25 (time "
+                     "Override a term's tolerance as NAME=FRACTION (repeatable). Defaults: pool pages, device pool "
+                     "bytes and bytes per copy direction exact (0) in dense mode, 0.5 in sparse mode (selection-union "
+                     "assumption); host pool bytes exact; peak_device_bytes 0.01 and the device breakdown at the peak (peak:CATEGORY) exact, peak_host_bytes 0.25; step_s and time:stage1/2 0.25 (time "
                      "is compared only when the plan's device profile is the kind of device that ran)");
       sub.add_option("--report", a->report,
                      "Also write a self-contained HTML report (memory and timelines; of a multi-rank run every rank's "
