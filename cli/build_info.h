@@ -2,9 +2,10 @@
 #include <string>
 
 namespace oomb::cli {
-// "oomb 0.1.0 (commit abc123) features: cuda=no cupti=no gui=yes"
+// "oomb 0.1.0 (commit abc123) features: cuda=no cupti=no gui=yes" (cuda=yes|no|emulated)
 std::string version_string();
 bool built_with_cuda();
+bool built_with_emulated_cuda();  // the CUDA backend runs on the emulated device (OOMB_CUDA=EMULATED)
 bool built_with_cupti();
 bool built_with_gui();
 bool built_with_mpi();  // data-parallel runs under mpirun (executor/mpi)

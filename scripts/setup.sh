@@ -4,7 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 pkgs=(build-essential cmake ninja-build git libeigen3-dev nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev
-      libimgui-dev libglfw3-dev pkg-config zlib1g-dev xvfb xauth libopenblas-openmp-dev libopenmpi-dev openmpi-bin)
+      libimgui-dev libglfw3-dev pkg-config zlib1g-dev xvfb xauth libopenblas-openmp-dev libopenmpi-dev openmpi-bin
+      libboost-context-dev)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if ((${#missing[@]})); then
