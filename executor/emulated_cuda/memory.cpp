@@ -335,6 +335,8 @@ cudaError_t cudaMemcpyBatchAsync(void* const* dsts, const void* const* srcs, con
   if (const cudaError_t e = detail::sticky_error(); e != cudaSuccess) return detail::fail(e);
   if (count == 0 || !dsts || !srcs || !sizes || !attrs || !attrsIdxs || numAttrs == 0 || numAttrs > count)
     return detail::fail(cudaErrorInvalidValue);
+  // The driver refuses the legacy default stream for batched copies.
+  if (stream == nullptr || stream == cudaStreamLegacy) return detail::fail(cudaErrorInvalidValue);
   // attrsIdxs: the first copy each attribute applies to; starts at 0, strictly increasing.
   for (size_t a = 0; a < numAttrs; ++a) {
     if (attrsIdxs[a] >= count || (a == 0 && attrsIdxs[a] != 0) || (a > 0 && attrsIdxs[a] <= attrsIdxs[a - 1]))

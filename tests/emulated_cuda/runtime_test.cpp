@@ -23,13 +23,30 @@
 namespace oomb::emulated_cuda {
 namespace {
 
-// Holds a stream at a point until the test opens it.
+// Holds a stream at a point until the test opens it. Opened on destruction too (after the host
+// function has passed it), so a failed assertion cannot leave a stream held for TearDown's reset.
 struct Gate {
   std::mutex mu;
   std::condition_variable cv;
   bool open = false;
+  int held = 0, passed = 0;
 
-  void hold(cudaStream_t s) { ASSERT_EQ(cudaLaunchHostFunc(s, &Gate::wait, this), cudaSuccess); }
+  Gate() = default;
+  Gate(const Gate&) = delete;
+  Gate& operator=(const Gate&) = delete;
+  ~Gate() {
+    release();
+    std::unique_lock lock(mu);
+    cv.wait(lock, [&] { return passed == held; });
+  }
+  void hold(cudaStream_t s) {
+    const cudaError_t e = cudaLaunchHostFunc(s, &Gate::wait, this);
+    if (e == cudaSuccess) {
+      std::lock_guard lock(mu);
+      ++held;
+    }
+    ASSERT_EQ(e, cudaSuccess);
+  }
   void release() {
     {
       std::lock_guard lock(mu);
@@ -41,6 +58,8 @@ struct Gate {
     auto* g = static_cast<Gate*>(self);
     std::unique_lock lock(g->mu);
     g->cv.wait(lock, [&] { return g->open; });
+    ++g->passed;
+    g->cv.notify_all();
   }
 };
 
@@ -324,6 +343,8 @@ TEST_F(EmulatedRuntime, BatchCopyAndItsNotSupportedSwitch) {
   size_t bad_index = 1;  // the first attribute must apply from copy 0
   EXPECT_EQ(cudaMemcpyBatchAsync(dsts.data(), srcs.data(), sizes.data(), sizes.size(), &attr, &bad_index, 1, s),
             cudaErrorInvalidValue);
+  EXPECT_EQ(cudaMemcpyBatchAsync(dsts.data(), srcs.data(), sizes.data(), sizes.size(), &attr, &attr_index, 1, nullptr),
+            cudaErrorInvalidValue);  // not on the legacy default stream
   cudaMemcpyAttributes invalid{};  // srcAccessOrder Invalid
   EXPECT_EQ(cudaMemcpyBatchAsync(dsts.data(), srcs.data(), sizes.data(), sizes.size(), &invalid, &attr_index, 1, s),
             cudaErrorInvalidValue);
@@ -470,7 +491,9 @@ TEST_F(EmulatedRuntime, ALaunchRunsAsynchronouslyInStreamOrder) {
   Gate gate;
   gate.hold(s);
   std::atomic<int> ran{0};
-  ASSERT_EQ(submit_launch(config({1}, {32}), [&] {
+  LaunchConfig c = config({1}, {32});
+  c.stream = s;
+  ASSERT_EQ(submit_launch(c, [&] {
               ran = 1;
               return cudaSuccess;
             }),
