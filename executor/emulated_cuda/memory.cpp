@@ -139,7 +139,8 @@ cudaError_t copy(void* dst, const void* src, size_t count, cudaMemcpyKind kind, 
   if (classify(dst, count, &ds) != cudaSuccess || classify(src, count, &ss) != cudaSuccess)
     return detail::fail(cudaErrorInvalidValue);
   const bool host_to_host = on_host(ds) && on_host(ss);
-  const bool wait_done = host_to_host || ds == Space::pageable || (sync && !(ds == Space::device && ss == Space::device));
+  const bool device_to_device = ds == Space::device && ss == Space::device;
+  const bool wait_done = host_to_host || ds == Space::pageable || (sync && !device_to_device);
   std::function<void()> fn;
   if (ss == Space::pageable && !wait_done) {
     // Staged at the call, as the driver stages pageable memory: the caller may reuse src at once.
@@ -214,7 +215,8 @@ size_t device_memory_in_use() {
 void detail::reset_memory() {
   Memory& m = memory();
   std::lock_guard lock(m.mu);
-  for (const auto& [base, a] : m.allocations) ::operator delete(reinterpret_cast<void*>(base), std::align_val_t{kAlignment});
+  for (const auto& [base, a] : m.allocations)
+    ::operator delete(reinterpret_cast<void*>(base), std::align_val_t{kAlignment});
   m.allocations.clear();
   m.device_in_use = 0;
 }

@@ -70,7 +70,9 @@ void serve(Scheduler& s, const std::shared_ptr<Stream>& stream) {
     if (stream->queue.empty()) return;  // destroyed and drained
     Op op = std::move(stream->queue.front());
     stream->queue.pop_front();
-    s.cv.wait(lock, [&] { return std::all_of(op.after.begin(), op.after.end(), [](const MarkPtr& m) { return m->done; }); });
+    s.cv.wait(lock, [&] {
+      return std::all_of(op.after.begin(), op.after.end(), [](const MarkPtr& m) { return m->done; });
+    });
     lock.unlock();
     // After a sticky error the context is unusable: later work is skipped, as a faulted GPU context
     // runs nothing more, but still completes so that waits return (with the error).
@@ -205,7 +207,9 @@ extern "C" {
 
 cudaError_t cudaStreamCreate(cudaStream_t* pStream) { return create_stream(pStream, cudaStreamDefault); }
 
-cudaError_t cudaStreamCreateWithFlags(cudaStream_t* pStream, unsigned int flags) { return create_stream(pStream, flags); }
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* pStream, unsigned int flags) {
+  return create_stream(pStream, flags);
+}
 
 cudaError_t cudaStreamDestroy(cudaStream_t stream) {
   Scheduler& s = scheduler();

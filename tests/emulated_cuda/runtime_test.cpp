@@ -618,7 +618,8 @@ TEST_F(EmulatedRuntime, ManyHostThreadsAtOnce) {
       void* d2 = nullptr;
       void* h = nullptr;
       bool ok = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess &&
-                cudaEventCreate(&a) == cudaSuccess && cudaEventCreateWithFlags(&b, cudaEventBlockingSync) == cudaSuccess &&
+                cudaEventCreate(&a) == cudaSuccess &&
+                cudaEventCreateWithFlags(&b, cudaEventBlockingSync) == cudaSuccess &&
                 cudaMalloc(&d, 4096) == cudaSuccess && cudaMalloc(&d2, 4096) == cudaSuccess &&
                 cudaHostAlloc(&h, 4096, cudaHostAllocPortable) == cudaSuccess;
       for (int r = 0; ok && r < kRounds; ++r) {
