@@ -175,7 +175,7 @@ TEST_F(CudaBackendCopies, ScatteredRegionsGoAsOneBatch) {
 }
 
 TEST_F(CudaBackendCopies, WaitOrdersComputeAfterACopyAndCopiesAfterCompute) {
-  const int64_t n = 1 << 22, bytes = n * 4;
+  const int64_t n = busy_elements(1 << 22, 1 << 16), bytes = n * 4;
   Buffer host(*gpu, Tier::host, bytes), dev(*gpu, Tier::device, bytes), back(*gpu, Tier::host, bytes);
   std::fill_n(host.f32(), n, 3.0f);
   CopyRequest in;
@@ -215,7 +215,8 @@ TEST_F(CudaBackendCopies, AForeignAfterEventIsWaitedForOnTheHost) {
 }
 
 TEST_F(CudaBackendCopies, HostFillZeroWaitsForAnInFlightCopyIntoThatRange) {
-  const int64_t n = 1 << 24, bytes = n * 4;  // 64 MiB: the copy is still running when fill_zero starts
+  // 64 MiB on a GPU (256 KiB emulated): the copy is still running when fill_zero starts
+  const int64_t n = busy_elements(1 << 24, 1 << 16), bytes = n * 4;
   Buffer dev(*gpu, Tier::device, bytes), host(*gpu, Tier::host, bytes);
   std::vector<float> ones(static_cast<size_t>(n), 1.0f);
   gpu->upload(dev.data(), ones.data(), bytes);
@@ -232,7 +233,8 @@ TEST_F(CudaBackendCopies, HostFillZeroWaitsForAnInFlightCopyIntoThatRange) {
 // A device free inside a step does not drain the streams (no host synchronisation): the range's
 // next owner is ordered after the work queued on it before the free, so it sees its own zeros.
 TEST_F(CudaBackendCopies, ADeviceFreeIsStreamOrderedWithoutASynchronisation) {
-  const int64_t n = 1 << 24, bytes = n * 4;  // 64 MiB: 50 passes over it are still queued at the free
+  // 64 MiB on a GPU (256 KiB emulated): 50 passes over it are still queued at the free
+  const int64_t n = busy_elements(1 << 24, 1 << 16), bytes = n * 4;
   const std::vector<float> ones(static_cast<size_t>(n), 1.0f);
   Buffer a(*gpu, Tier::device, bytes);
   gpu->upload(a.data(), ones.data(), bytes);

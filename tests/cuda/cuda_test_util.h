@@ -24,6 +24,27 @@ namespace oomb::executor::cudatest {
       GTEST_SKIP() << "no CUDA device (" << oomb_why_ << ")";                  \
   } while (0)
 
+// The emulated device (executor/emulated_cuda, OOMB_CUDA_EMULATED_BACKEND) runs every CUDA thread as
+// a fiber on the CPU. Shapes sized to keep a GPU busy for a few milliseconds (tens of MiB moved and
+// scaled while the host acts) take minutes there; the tests that only need "still running when the
+// host acts" use the emulated size, which the emulator's slower streams keep busy just as well.
+#ifdef OOMB_CUDA_EMULATED_BACKEND
+inline constexpr bool kEmulatedDevice = true;
+#else
+inline constexpr bool kEmulatedDevice = false;
+#endif
+inline constexpr int64_t busy_elements(int64_t on_gpu, int64_t on_emulated_device) {
+  return kEmulatedDevice ? on_emulated_device : on_gpu;
+}
+
+// A shape past the hardware's grid limits needs billions of emulated thread switches (hours on the
+// CPU): such a test runs on a GPU only (tests/gpu/run.sh); the grid arithmetic it relies on is
+// unit-tested on the host (tests/executor/launch_shape_test.cpp).
+#define OOMB_SKIP_ON_EMULATED_DEVICE(why)                                                      \
+  do {                                                                                         \
+    if (::oomb::executor::cudatest::kEmulatedDevice) GTEST_SKIP() << "emulated device: " << why; \
+  } while (0)
+
 inline std::vector<float> random_vec(size_t n, uint64_t seed, float scale = 1.0f) {
   Rng r(seed);
   std::vector<float> v(n);
