@@ -126,6 +126,18 @@ const BufferRow* BufferTable::find(const std::string& name, Tier tier) const {
   return nullptr;
 }
 
+int64_t element_bytes(std::string_view dtype, std::string_view where) {
+  if (dtype == "int32") return 4;
+  if (dtype == "uint8") return 1;
+  return dtype_bytes(dtype, where);
+}
+
+const RowTensor* BufferRow::tensor(std::string_view tensor_name) const {
+  for (const RowTensor& t : tensors)
+    if (t.name == tensor_name) return &t;
+  return nullptr;
+}
+
 Json to_json(const BufferRow& r) {
   return {{"name", r.name},   {"category", r.category}, {"tier", to_string(r.tier)}, {"shape", r.shape},
           {"dtype", r.dtype}, {"bytes", r.bytes},       {"phases", phase_names(r.phases)}};
@@ -241,17 +253,23 @@ std::string dims_text(std::initializer_list<int64_t> v) {
 
 #define OOMB_SHAPE(...) (describe ? dims_text(__VA_ARGS__) : std::string())
 #define OOMB_TEXT(...) (describe ? std::string(__VA_ARGS__) : std::string())
+// A row's tensors, built only by a sink that keeps them (RowSink; the fast path's SizeSink never
+// calls it).
+#define OOMB_TENSORS(...) [&] { return Tensors{__VA_ARGS__}; }
 
 namespace {
 
-// Keeps the rows as BufferRows (buffer_table); shapes, lifetimes and formulas only when describing.
+using Tensors = std::vector<RowTensor>;
+
+// Keeps the rows as BufferRows (buffer_table) with their tensors; shapes, lifetimes and formulas
+// only when describing.
 struct RowSink {
   BufferTable& t;
   bool describe;
   PhaseMask all;  // every phase of the schedule
-  template <class Shape, class Formula>
+  template <class Shape, class Formula, class MakeTensors>
   void add(const char* name, Category category, Tier tier, Shape&& shape, std::string_view dtype, int64_t bytes,
-           PhaseMask phases, Formula&& formula) {
+           PhaseMask phases, Formula&& formula, MakeTensors&& tensors) {
     BufferRow& b = t.rows.emplace_back();
     b.name = name;
     b.category = to_string(category);
@@ -259,6 +277,11 @@ struct RowSink {
     b.dtype = dtype;
     b.bytes = bytes;
     b.phases = phases;
+    b.tensors = tensors();
+    int64_t held = 0;
+    for (const RowTensor& x : b.tensors) held = checked_add(held, checked_mul(x.elements, element_bytes(x.dtype)));
+    OOMB_ASSERT(held == bytes, "row " + b.name + ": its tensors hold " + std::to_string(held) + " bytes, the row " +
+                                   std::to_string(bytes));
     if (describe) {
       b.shape = shape;
       b.formula = formula;
@@ -275,9 +298,9 @@ struct RowSink {
 // Keeps only the figures (table_sizes): no string, no allocation.
 struct SizeSink {
   TableSizes& t;
-  template <class Shape, class Formula>
+  template <class Shape, class Formula, class MakeTensors>
   void add(const char* name, Category category, Tier tier, Shape&&, std::string_view, int64_t bytes,
-           PhaseMask phases, Formula&&) {
+           PhaseMask phases, Formula&&, MakeTensors&&) {
     OOMB_ASSERT(t.row_count < TableSizes::kMaxRows, "a buffer table with more than TableSizes::kMaxRows rows");
     t.row_storage[static_cast<size_t>(t.row_count++)] = {name, category, tier, bytes, phases};
   }
@@ -295,9 +318,10 @@ void add_rows(const models::ModelSpec& m, const Config& c, const Target& target,
   const PhaseMask fill = phase_bit(Phase::fill), rec = phase_bit(Phase::recompute), loss = phase_bit(Phase::loss),
                   bwd = phase_bit(Phase::backward), fwd = phase_bit(Phase::forward);
   // Shapes and formulas are text for people (OOMB_SHAPE, OOMB_TEXT build them only when describing).
+  // Each row's tensors (OOMB_TENSORS) are emitted beside its bytes, from the same figures.
   auto add = [&](const char* name, Category category, Tier tier, auto&& shape, std::string_view dtype,
-                 int64_t bytes, PhaseMask phases, auto&& formula) {
-    sink.add(name, category, tier, shape, dtype, bytes, phases, formula);
+                 int64_t bytes, PhaseMask phases, auto&& formula, auto&& tensors) {
+    sink.add(name, category, tier, shape, dtype, bytes, phases, formula, tensors);
   };
   const bool cuda = target.backend == BackendKind::cuda;
   // The published implementation's own GPU buffers (device score matrix, page tables): modelled
@@ -317,22 +341,32 @@ void add_rows(const models::ModelSpec& m, const Config& c, const Target& target,
   add(row::kWeights, Category::weights, Tier::device, OOMB_SHAPE({weights}), c.param_dtype, checked_mul(weights, pb), all,
       g.lora ? "params per rank x param dtype (the frozen base)"
       : sharded ? "params per rank (sharded; norms whole), padded to a multiple of the replicas, x param dtype"
-                : "params per rank (sharded; norms whole) x param dtype");
+                : "params per rank (sharded; norms whole) x param dtype",
+      OOMB_TENSORS({"weights", weights, c.param_dtype}));
   // What the step trains: every parameter, or under LoRA the adapters (fp32, as PEFT creates them
   // on a bf16 base) and, with lora_train_embeddings, the embeddings and the LM head.
   const int64_t adapters = lora_param_count(g);
   const int64_t trained_base = g.lora ? trainable_param_count(m, c, g) - adapters : params;
   if (g.lora)
     add(row::kLoraAdapters, Category::weights, Tier::device, OOMB_SHAPE({adapters}), "fp32", checked_mul(adapters, 4), all,
-        "layers x targets x r x (in + out) per GPU x 4 (A and B, fp32)");
+        "layers x targets x r x (in + out) per GPU x 4 (A and B, fp32)", OOMB_TENSORS({"adapters", adapters, "fp32"}));
   const int64_t grad_bytes = sharded ? checked_mul(zero.padded, dtype_bytes(c.param_grad_dtype, "--param-grad-dtype"))
                                      : trained_gradient_bytes(m, c, g);
+  // The trained parameters' gradients (or, for the host update, the trained parameters): one
+  // tensor, or under LoRA the adapters' (fp32) and the trained embeddings' (in `base_dtype`).
+  auto trained_tensors = [&](const char* name, int64_t elements, const std::string& base_dtype) {
+    if (sharded || !g.lora) return Tensors{{name, elements, base_dtype}};
+    Tensors t{{std::string("adapter_") + name, adapters, "fp32"}};
+    if (trained_base > 0) t.push_back({std::string("embedding_") + name, trained_base, base_dtype});
+    return t;
+  };
   add(row::kParameterGradients, Category::parameter_gradients, Tier::device,
       OOMB_SHAPE({sharded ? zero.padded : adapters + trained_base}),
       g.lora && trained_base == 0 ? std::string("fp32") : c.param_grad_dtype, grad_bytes, all,
       g.lora    ? "adapters x 4 + trained embeddings / gpus x param-grad dtype (the frozen base has none)"
       : sharded ? "params per rank, padded to a multiple of the replicas, x param-grad dtype"
-                : "params per rank x param-grad dtype");
+                : "params per rank x param-grad dtype",
+      [&] { return trained_tensors("gradients", sharded ? zero.padded : params, c.param_grad_dtype); });
   if (c.optimizer != Optimizer::none) {
     // AdamW in fp32: master weights (of trained parameters that are not fp32), m and v, the decay
     // mask. Per rank, as every row (the node's host holds its tensor-parallel ranks' rows:
@@ -345,24 +379,29 @@ void add_rows(const models::ModelSpec& m, const Config& c, const Target& target,
       add(row::kMasterWeights, Category::optimizer_state, tier, OOMB_SHAPE({master}), "fp32", checked_mul(master, 4), all,
           g.lora    ? "trained embeddings x 4 (fp32 master weights; the adapters are fp32)"
           : sharded ? "a replica's shard of the params x 4 (fp32 master weights of non-fp32 parameters)"
-                    : "params x 4 (fp32 master weights of non-fp32 parameters)");
+                    : "params x 4 (fp32 master weights of non-fp32 parameters)",
+          OOMB_TENSORS({"master", master, "fp32"}));
     add(row::kAdamwMoments, Category::optimizer_state, tier, OOMB_SHAPE({2, trained}), "fp32", checked_mul(trained, 8),
         all, g.lora    ? "2 x trained params x 4 (m, v)"
              : sharded ? "2 x a replica's shard of the params x 4 (m, v)"
-                       : "2 x params x 4 (m, v)");
+                       : "2 x params x 4 (m, v)",
+        OOMB_TENSORS({"m", trained, "fp32"}, {"v", trained, "fp32"}));
     add(row::kAdamwDecayMask, Category::optimizer_state, tier, OOMB_SHAPE({trained}), "uint8", trained, all,
         sharded ? "a replica's shard of the trained params x 1 (weight decay on or off per parameter)"
-                : "trained params x 1 (weight decay on or off per parameter)");
+                : "trained params x 1 (weight decay on or off per parameter)",
+        OOMB_TENSORS({"mask", trained, "uint8"}));
     if (c.optimizer == Optimizer::host) {
       // The host update's operands: the gradients copied out, the working weights copied back in.
       add(row::kHostParameterGradients, Category::optimizer_state, Tier::host, OOMB_SHAPE({trained}),
           g.lora && trained_base == 0 ? std::string("fp32") : c.param_grad_dtype, optimizer_gradient_bytes(m, c, g), all,
           sharded ? "a replica's shard of the params x param-grad dtype (copied out for the host update)"
-                  : "trained params x param-grad dtype (copied out for the host update)");
+                  : "trained params x param-grad dtype (copied out for the host update)",
+          [&] { return trained_tensors("gradients", trained, c.param_grad_dtype); });
       add(row::kHostWeights, Category::optimizer_state, Tier::host, OOMB_SHAPE({trained}), g.lora ? "fp32" : c.param_dtype,
           optimizer_weight_bytes(m, c, g), all,
           sharded ? "a replica's shard of the params x param dtype (the updated working weights, copied in)"
-                  : "trained params x their dtype (the updated working weights, copied in)");
+                  : "trained params x their dtype (the updated working weights, copied in)",
+          [&] { return trained_tensors("weights", trained, c.param_dtype); });
     }
     // Data parallelism on the CPU backend: MPI sums bf16 gradients in fp32 (executor/mpi), in a
     // staging buffer alive from the last chunk's LM-head backward, where the first gradient bucket
@@ -377,7 +416,8 @@ void add_rows(const models::ModelSpec& m, const Config& c, const Target& target,
                   : phase_bit(Phase::loss) | phase_bit(Phase::backward) | phase_bit(Phase::optimizer),
           sharded ? "params per rank, padded, x 4 (the MPI reduce-scatter sums bf16 gradients in fp32)"
                   : "trained params x 4 (the MPI all-reduce sums bf16 gradients in fp32, bucket by bucket from the "
-                    "last backward)");
+                    "last backward)",
+          OOMB_TENSORS({"staging", sharded ? zero.padded : adapters + trained_base, "fp32"}));
   }
 
   // Tokens whose activations are alive at once: the chunk's rows (not page-aligned) or the sequence.
@@ -402,9 +442,72 @@ void add_rows(const models::ModelSpec& m, const Config& c, const Target& target,
   const PhaseMask layer_phases = g.oomb ? (fill | rec | bwd) : (fwd | bwd);
   // From the first forward that keeps them to the last backward.
   const PhaseMask kept = g.oomb ? (rec | loss | bwd) : (fwd | loss | bwd);
+  // The tensors of one layer's sets (prefix "" for the one set every layer shares, else
+  // "layers.<l>."), in the widths above. Forward: h1, x2, h2, tmp; q, o; k, v; gate, up, swiglu; with
+  // q/k norm the projections before it; with LoRA each target's rank-r intermediate (lora_u.<target>).
+  // Backward: dx2, dh2, dh1; dout, dq; dk, dv; dswiglu, dgate, dup; dq_pre, dk_pre; lora_du.<target>.
+  auto lora_tensors = [&](Tensors& out, const std::string& prefix, const char* kind) {
+    for (const std::string& t : lora_target_names())
+      if (std::find(c.lora_targets.begin(), c.lora_targets.end(), t) != c.lora_targets.end())
+        out.push_back({prefix + kind + t, checked_mul(T, c.lora_rank), act});
+  };
+  auto activation_set = [&](Tensors& out, const std::string& prefix) {
+    for (const char* n : {"h1", "x2", "h2", "tmp"}) out.push_back({prefix + n, checked_mul(T, hs), act});
+    for (const char* n : {"q", "o"}) out.push_back({prefix + n, checked_mul(T, g.qd), act});
+    for (const char* n : {"k", "v"}) out.push_back({prefix + n, checked_mul(T, g.kvd), act});
+    for (const char* n : {"gate", "up", "swiglu"}) out.push_back({prefix + n, checked_mul(T, g.f), act});
+    if (m.qk_norm) {
+      out.push_back({prefix + "q_pre", checked_mul(T, g.qd), act});
+      out.push_back({prefix + "k_pre", checked_mul(T, g.kvd), act});
+    }
+    if (g.lora) lora_tensors(out, prefix, "lora_u.");
+  };
+  // The norms' rstd: fp32 per token (2, + q_heads + kv_heads with q/k norm). Under sequence
+  // parallelism each GPU holds its share of them, one tensor per set.
+  auto rstd_set = [&](Tensors& out, const std::string& prefix) {
+    if (rstd_share > 1) {
+      out.push_back({prefix + "rstd", ceil_div(checked_mul(T, rstd_per_token), rstd_share), "fp32"});
+      return;
+    }
+    for (const char* n : {"rstd1", "rstd2"}) out.push_back({prefix + n, T, "fp32"});
+    if (m.qk_norm) {
+      out.push_back({prefix + "rstd_q", checked_mul(T, g.q_heads), "fp32"});
+      out.push_back({prefix + "rstd_k", checked_mul(T, g.kv_heads), "fp32"});
+    }
+  };
+  auto rstd_bytes = [&](int64_t sets) {
+    const int64_t per_set = rstd_share > 1 ? ceil_div(checked_mul(T, rstd_per_token), rstd_share)
+                                           : checked_mul(T, rstd_per_token);
+    return checked_mul(checked_mul(sets, per_set), 4);
+  };
+  auto lse_set = [&](Tensors& out, const std::string& prefix) {
+    out.push_back({prefix + "lse", checked_mul(T, g.q_heads), "fp32"});
+  };
+  auto backward_set = [&](Tensors& out) {
+    for (const char* n : {"dx2", "dh2", "dh1"}) out.push_back({n, checked_mul(T, hs), act});
+    for (const char* n : {"dout", "dq"}) out.push_back({n, checked_mul(T, g.qd), act});
+    for (const char* n : {"dk", "dv"}) out.push_back({n, checked_mul(T, g.kvd), act});
+    for (const char* n : {"dswiglu", "dgate", "dup"}) out.push_back({n, checked_mul(T, g.f), act});
+    if (m.qk_norm) {
+      out.push_back({"dq_pre", checked_mul(T, g.qd), act});
+      out.push_back({"dk_pre", checked_mul(T, g.kvd), act});
+    }
+    if (g.lora) lora_tensors(out, "", "lora_du.");
+  };
+  // Layers [first, first + count) of one kind of set, each under its "layers.<l>." prefix.
+  auto sets_of = [&](int64_t first, int64_t count, auto&& set) {
+    Tensors out;
+    for (int64_t l = first; l < first + count; ++l) set(out, "layers." + std::to_string(l) + ".");
+    return out;
+  };
+  auto one_set = [&](auto&& set) {
+    Tensors out;
+    set(out, "");
+    return out;
+  };
 
   add(row::kTokenIds, Category::inputs, Tier::device, OOMB_SHAPE({2, T}), "int32", checked_mul(T, 8), all,
-      OOMB_TEXT(tok + " tokens x 2 (ids, targets) x 4"));
+      OOMB_TEXT(tok + " tokens x 2 (ids, targets) x 4"), OOMB_TENSORS({"ids", T, "int32"}, {"targets", T, "int32"}));
   // Tensor parallelism (docs/model.md "Tensor parallelism"). Both backends: the vocabulary-parallel
   // loss's per-row statistics of every rank (max, sum of exponentials, target logit), all-reduced
   // and combined in place into each row's max and sum over the vocabulary. The CPU backend (MPI)
@@ -415,42 +518,49 @@ void add_rows(const models::ModelSpec& m, const Config& c, const Target& target,
     if (!cuda && A != 4)
       add(row::kTensorParallelStaging, Category::hidden_states, Tier::device, OOMB_SHAPE({T, g.h}), "fp32",
           checked_mul(checked_mul(T, g.h), 4), all,
-          OOMB_TEXT(tok + " tokens x hidden x 4 (the MPI all-reduce sums bf16 activations in fp32)"));
+          OOMB_TEXT(tok + " tokens x hidden x 4 (the MPI all-reduce sums bf16 activations in fp32)"),
+          OOMB_TENSORS({"staging", checked_mul(T, g.h), "fp32"}));
     add(row::kTensorParallelLossStatistics, Category::logits, Tier::device, OOMB_SHAPE({g.G, tile, 3}), "fp32",
         checked_mul(checked_mul(g.G, tile), 12), all,
-        "gpus x loss tile x 3 x 4 (each rank's row max, sum of exponentials, target logit)");
+        "gpus x loss tile x 3 x 4 (each rank's row max, sum of exponentials, target logit)",
+        OOMB_TENSORS({"statistics", checked_mul(checked_mul(g.G, tile), 3), "fp32"}));
   }
   if (g.oomb) {
     add(row::kHiddenStates, Category::hidden_states, Tier::device, OOMB_SHAPE({2, T, hs}), act, checked_mul(T, 2 * hs * A),
-        all, "2 (x, y ping-pong) x chunk tokens x hidden x activation dtype");
+        all, "2 (x, y ping-pong) x chunk tokens x hidden x activation dtype",
+        OOMB_TENSORS({"x", checked_mul(T, hs), act}, {"y", checked_mul(T, hs), act}));
   } else {
     // The layer inputs are the checkpoints; the last layer's output is the final norm's input.
     add(row::kHiddenStates, Category::hidden_states, Tier::device, OOMB_SHAPE({g.N, hs}), act, checked_mul(g.N, hs * A),
-        fwd | loss, "sequence tokens x hidden x activation dtype (the last layer's output)");
+        fwd | loss, "sequence tokens x hidden x activation dtype (the last layer's output)",
+        OOMB_TENSORS({"output", checked_mul(g.N, hs), act}));
   }
   // The executor keeps the layer inputs also without checkpointing (the input norm's backward reads
   // them); a framework's standard step keeps them inside the activations.
   if (c.checkpointing || g.oomb) {
     add(row::kLayerInputCheckpoints, Category::checkpoints, Tier::device, OOMB_SHAPE({g.L, T, hs}), act,
         checked_mul(checked_mul(g.L, T), hs * A), kept,
-        OOMB_TEXT("layers x " + tok + " tokens x hidden x activation dtype"));
+        OOMB_TEXT("layers x " + tok + " tokens x hidden x activation dtype"),
+        OOMB_TENSORS({"checkpoints", checked_mul(checked_mul(g.L, T), hs), act}));
   }
   if (!c.checkpointing) {
     // No recompute: every layer's activations are kept, and a layer computes in its own slice.
     const PhaseMask all_layers = g.oomb ? (fill | kept) : kept;
     add(row::kAllLayerActivations, Category::checkpoints, Tier::device, OOMB_SHAPE({g.L, T, layer_act_width}), act,
         checked_mul(checked_mul(g.L, T), layer_act_width * A), all_layers,
-        OOMB_TEXT("layers x " + tok + " tokens x (4 hidden + 2 q_dim + 2 kv_dim + 3 ffn) x activation dtype"));
+        OOMB_TEXT("layers x " + tok + " tokens x (4 hidden + 2 q_dim + 2 kv_dim + 3 ffn) x activation dtype"),
+        [&] { return sets_of(0, g.L, activation_set); });
     add(row::kLayerNormRstd, Category::layer_working_set, Tier::device, OOMB_SHAPE({g.L, rstd_per_token, T}), "fp32",
-        ceil_div(checked_mul(checked_mul(g.L, T), 4 * rstd_per_token), rstd_share), all_layers,
-        OOMB_TEXT("layers x 2 norms x " + tok + " tokens x 4"));
+        rstd_bytes(g.L), all_layers, OOMB_TEXT("layers x 2 norms x " + tok + " tokens x 4"),
+        [&] { return sets_of(0, g.L, rstd_set); });
     add(row::kAttentionLse, Category::attention_workspace, Tier::device, OOMB_SHAPE({g.L, T, g.q_heads}), "fp32",
         checked_mul(checked_mul(g.L, T), g.q_heads * 4), all_layers,
-        OOMB_TEXT("layers x " + tok + " tokens x q_heads x 4"));
+        OOMB_TEXT("layers x " + tok + " tokens x q_heads x 4"), [&] { return sets_of(0, g.L, lse_set); });
   }
   add(row::kHiddenGradients, Category::layer_working_set, Tier::device, OOMB_SHAPE({2, T, hs}), act,
       checked_mul(T, 2 * hs * A), g.oomb ? (rec | loss | bwd) : (loss | bwd),
-      OOMB_TEXT("2 (dy, dx) x " + tok + " tokens x hidden x activation dtype"));
+      OOMB_TEXT("2 (dy, dx) x " + tok + " tokens x hidden x activation dtype"),
+      OOMB_TENSORS({"dy", checked_mul(T, hs), act}, {"dx", checked_mul(T, hs), act}));
   if (c.checkpointing && c.kept_layers > 0) {
     // Partial checkpointing: the last k layers keep their activations as checkpointing off keeps
     // all of them (same lifetime), and the recomputed layers share the one-layer set below.
@@ -458,55 +568,68 @@ void add_rows(const models::ModelSpec& m, const Config& c, const Target& target,
     const PhaseMask all_layers = g.oomb ? (fill | kept) : kept;
     add(row::kKeptLayerActivations, Category::checkpoints, Tier::device, OOMB_SHAPE({k, T, layer_act_width}), act,
         checked_mul(checked_mul(k, T), layer_act_width * A), all_layers,
-        OOMB_TEXT("kept layers x " + tok + " tokens x (4 hidden + 2 q_dim + 2 kv_dim + 3 ffn) x activation dtype"));
+        OOMB_TEXT("kept layers x " + tok + " tokens x (4 hidden + 2 q_dim + 2 kv_dim + 3 ffn) x activation dtype"),
+        [&] { return sets_of(g.L - k, k, activation_set); });
     add(row::kKeptLayerNormRstd, Category::layer_working_set, Tier::device, OOMB_SHAPE({k, rstd_per_token, T}), "fp32",
-        ceil_div(checked_mul(checked_mul(k, T), 4 * rstd_per_token), rstd_share), all_layers,
-        OOMB_TEXT("kept layers x 2 norms x " + tok + " tokens x 4"));
+        rstd_bytes(k), all_layers, OOMB_TEXT("kept layers x 2 norms x " + tok + " tokens x 4"),
+        [&] { return sets_of(g.L - k, k, rstd_set); });
     add(row::kKeptAttentionLse, Category::attention_workspace, Tier::device, OOMB_SHAPE({k, T, g.q_heads}), "fp32",
         checked_mul(checked_mul(k, T), g.q_heads * 4), all_layers,
-        OOMB_TEXT("kept layers x " + tok + " tokens x q_heads x 4"));
+        OOMB_TEXT("kept layers x " + tok + " tokens x q_heads x 4"), [&] { return sets_of(g.L - k, k, lse_set); });
   }
   if (c.checkpointing) {
     add(row::kLayerActivations, Category::layer_working_set, Tier::device, OOMB_SHAPE({T, layer_act_width}), act,
         checked_mul(T, layer_act_width * A), layer_phases,
-        OOMB_TEXT(tok + " tokens x (4 hidden + 2 q_dim + 2 kv_dim + 3 ffn) x activation dtype (one layer)"));
+        OOMB_TEXT(tok + " tokens x (4 hidden + 2 q_dim + 2 kv_dim + 3 ffn) x activation dtype (one layer)"),
+        [&] { return one_set(activation_set); });
     add(row::kLayerNormRstd, Category::layer_working_set, Tier::device, OOMB_SHAPE({rstd_per_token, T}), "fp32",
-        ceil_div(checked_mul(T, 4 * rstd_per_token), rstd_share), layer_phases, OOMB_TEXT("2 norms x " + tok + " tokens x 4 (one layer)"));
+        rstd_bytes(1), layer_phases, OOMB_TEXT("2 norms x " + tok + " tokens x 4 (one layer)"),
+        [&] { return one_set(rstd_set); });
     add(row::kAttentionLse, Category::attention_workspace, Tier::device, OOMB_SHAPE({T, g.q_heads}), "fp32",
         checked_mul(T, g.q_heads * 4), layer_phases,
-        OOMB_TEXT(tok + " tokens x q_heads x 4 (log-sum-exp saved for the backward)"));
+        OOMB_TEXT(tok + " tokens x q_heads x 4 (log-sum-exp saved for the backward)"), [&] { return one_set(lse_set); });
   }
   add(row::kLayerBackwardTemporaries, Category::layer_working_set, Tier::device, OOMB_SHAPE({T, layer_bwd_width}), act,
       checked_mul(T, layer_bwd_width * A), bwd,
-      OOMB_TEXT(tok + " tokens x (3 hidden + 2 q_dim + 2 kv_dim + 3 ffn) x activation dtype (one layer)"));
+      OOMB_TEXT(tok + " tokens x (3 hidden + 2 q_dim + 2 kv_dim + 3 ffn) x activation dtype (one layer)"), [&] {
+        Tensors out;
+        backward_set(out);
+        return out;
+      });
   // Final norm, LM head and cross-entropy (the loss phase).
   const int64_t V = g.V / g.G;
   add(row::kFinalNorm, Category::logits, Tier::device, OOMB_SHAPE({2, T, hs}), act, checked_mul(T, 2 * hs * A), loss,
-      OOMB_TEXT("2 (normed final hidden, its gradient) x " + tok + " tokens x hidden x activation dtype"));
-  add(row::kFinalNormRstd, Category::logits, Tier::device, OOMB_SHAPE({T}), "fp32", ceil_div(checked_mul(T, 4), rstd_share), loss,
-      OOMB_TEXT(tok + " tokens x 4"));
+      OOMB_TEXT("2 (normed final hidden, its gradient) x " + tok + " tokens x hidden x activation dtype"),
+      OOMB_TENSORS({"normed", checked_mul(T, hs), act}, {"normed_grad", checked_mul(T, hs), act}));
+  add(row::kFinalNormRstd, Category::logits, Tier::device, OOMB_SHAPE({T}), "fp32", checked_mul(ceil_div(T, rstd_share), 4),
+      loss, OOMB_TEXT(tok + " tokens x 4"), OOMB_TENSORS({"rstd", ceil_div(T, rstd_share), "fp32"}));
   if (g.fused_loss) {
     add(row::kLogits, Category::logits, Tier::device, OOMB_SHAPE({tile, V}), c.loss_dtype,
-        checked_mul(checked_mul(tile, V), lb), loss, "tile tokens x vocab x loss dtype (fused: the gradient is written in place)");
+        checked_mul(checked_mul(tile, V), lb), loss, "tile tokens x vocab x loss dtype (fused: the gradient is written in place)",
+        OOMB_TENSORS({"logits", checked_mul(tile, V), c.loss_dtype}));
   } else {
     add(row::kLogits, Category::logits, Tier::device, OOMB_SHAPE({T, V}), act, checked_mul(checked_mul(T, V), A), loss,
-        OOMB_TEXT(tok + " tokens x vocab x activation dtype (LM head output)"));
+        OOMB_TEXT(tok + " tokens x vocab x activation dtype (LM head output)"), OOMB_TENSORS({"logits", checked_mul(T, V), act}));
     if (c.loss_dtype != act)
       add(row::kLogitsUpcast, Category::logits, Tier::device, OOMB_SHAPE({T, V}), c.loss_dtype,
-          checked_mul(checked_mul(T, V), lb), loss, OOMB_TEXT(tok + " tokens x vocab x loss dtype (the upcast copy)"));
+          checked_mul(checked_mul(T, V), lb), loss, OOMB_TEXT(tok + " tokens x vocab x loss dtype (the upcast copy)"),
+          OOMB_TENSORS({"logits_upcast", checked_mul(T, V), c.loss_dtype}));
     add(row::kLogitsGradient, Category::logits, Tier::device, OOMB_SHAPE({T, V}), c.loss_dtype,
-        checked_mul(checked_mul(T, V), lb), loss, OOMB_TEXT(tok + " tokens x vocab x loss dtype"));
+        checked_mul(checked_mul(T, V), lb), loss, OOMB_TEXT(tok + " tokens x vocab x loss dtype"),
+        OOMB_TENSORS({"logits_grad", checked_mul(T, V), c.loss_dtype}));
     if (published)
       // The published code's unchunked cross-entropy (docs/model.md): inside the log-softmax
       // backward its saved output (the row above), the NLL gradient and the log-softmax gradient
       // are live at once, three logits-sized tensors.
       add(row::kLogSoftmaxGradient, Category::logits, Tier::device, OOMB_SHAPE({T, V}), c.loss_dtype,
           checked_mul(checked_mul(T, V), lb), loss,
-          OOMB_TEXT(tok + " tokens x vocab x loss dtype (the log-softmax gradient, published cross-entropy)"));
+          OOMB_TEXT(tok + " tokens x vocab x loss dtype (the log-softmax gradient, published cross-entropy)"),
+          OOMB_TENSORS({"log_softmax_grad", checked_mul(T, V), c.loss_dtype}));
   }
 
   if (g.oomb) {
     const auto& pc = pages;
+    const int64_t page_elements = checked_mul(g.p, 2 * g.kv_heads * g.head_dim);  // K and V of p tokens
     const char* pool_formula = !g.offload ? "layers x pages per layer x page bytes"
                                : g.sparse ? "resident layers x largest slot (union bound: B pages per query page, + own) "
                                             "x page bytes"
@@ -529,17 +652,21 @@ void add_rows(const models::ModelSpec& m, const Config& c, const Target& target,
       grad_pool_pages /= g.R;
     }
     add(row::kKvPool, Category::kv_pages, Tier::device, OOMB_SHAPE({kv_pool_pages, g.p, 2, g.kv_heads, g.head_dim}),
-        c.kv_dtype, checked_mul(kv_pool_pages, g.kv_page_bytes), all, pool_formula);
+        c.kv_dtype, checked_mul(kv_pool_pages, g.kv_page_bytes), all, pool_formula,
+        OOMB_TENSORS({"pages", checked_mul(kv_pool_pages, page_elements), c.kv_dtype}));
     add(row::kKvGradPool, Category::kv_grad_pages, Tier::device, OOMB_SHAPE({grad_pool_pages, g.p, 2, g.kv_heads, g.head_dim}),
-        c.kv_grad_dtype, checked_mul(grad_pool_pages, g.grad_page_bytes), all, pool_formula);
+        c.kv_grad_dtype, checked_mul(grad_pool_pages, g.grad_page_bytes), all, pool_formula,
+        OOMB_TENSORS({"pages", checked_mul(grad_pool_pages, page_elements), c.kv_grad_dtype}));
     if (backward_slots > 0) {
       const int64_t kv_slots = checked_mul(backward_slots, kv_pool_pages), grad_slots = checked_mul(backward_slots, grad_pool_pages);
       add(row::kKvPoolBackwardSlot, Category::kv_pages, Tier::device, OOMB_SHAPE({kv_slots, g.p, 2, g.kv_heads, g.head_dim}),
           c.kv_dtype, checked_mul(kv_slots, g.kv_page_bytes), bwd,
-          "(resident layers - 1) x largest slot x page bytes (the backward's reverse visits select the next layer too)");
+          "(resident layers - 1) x largest slot x page bytes (the backward's reverse visits select the next layer too)",
+          OOMB_TENSORS({"pages", checked_mul(kv_slots, page_elements), c.kv_dtype}));
       add(row::kKvGradPoolBackwardSlot, Category::kv_grad_pages, Tier::device,
           OOMB_SHAPE({grad_slots, g.p, 2, g.kv_heads, g.head_dim}), c.kv_grad_dtype, checked_mul(grad_slots, g.grad_page_bytes),
-          bwd, "(resident layers - 1) x largest slot x gradient page bytes (the backward's reverse visits)");
+          bwd, "(resident layers - 1) x largest slot x gradient page bytes (the backward's reverse visits)",
+          OOMB_TENSORS({"pages", checked_mul(grad_slots, page_elements), c.kv_grad_dtype}));
     }
     if (published && g.offload && target.pages_in_flight > 0) {
       pages.pages_in_flight = target.pages_in_flight;
@@ -548,74 +675,91 @@ void add_rows(const models::ModelSpec& m, const Config& c, const Target& target,
       // page's blocking copy ends; the simulator counts the pages not yet written back at the peak.
       add(row::kKvPagesInFlight, Category::kv_pages, Tier::device,
           OOMB_SHAPE({target.pages_in_flight, g.p, 2, g.kv_heads, g.head_dim}), c.kv_dtype, checked_mul(target.pages_in_flight, g.kv_page_bytes), all,
-          "pages whose write-back has not finished (copy rate vs layer pass time) x page bytes");
+          "pages whose write-back has not finished (copy rate vs layer pass time) x page bytes",
+          OOMB_TENSORS({"pages", checked_mul(target.pages_in_flight, page_elements), c.kv_dtype}));
       add(row::kKvGradPagesInFlight, Category::kv_grad_pages, Tier::device,
           OOMB_SHAPE({target.pages_in_flight, g.p, 2, g.kv_heads, g.head_dim}), c.kv_grad_dtype,
           checked_mul(target.pages_in_flight, g.grad_page_bytes), all,
-          "pages whose write-back has not finished (copy rate vs layer pass time) x gradient page bytes");
+          "pages whose write-back has not finished (copy rate vs layer pass time) x gradient page bytes",
+          OOMB_TENSORS({"pages", checked_mul(target.pages_in_flight, page_elements), c.kv_grad_dtype}));
     }
     if (published) {
       const int64_t table_entries = g.offload ? checked_mul(g.R, 2 * (pc.kv_pool_pages / std::max<int64_t>(g.R, 1)))
                                               : checked_mul(g.L, 2 * g.P);
       add("page_tables", Category::page_tables, Tier::device, OOMB_SHAPE({table_entries}), "int32",
           checked_mul(table_entries, 4), all,
-          g.offload ? "per-slot tables (KV and gradient)" : "layers x pages x 2 tables x 4 bytes");
+          g.offload ? "per-slot tables (KV and gradient)" : "layers x pages x 2 tables x 4 bytes",
+          OOMB_TENSORS({"entries", table_entries, "int32"}));
     }
     if (g.offload) {
       add(row::kHostKvPages, Category::kv_pages, Tier::host, OOMB_SHAPE({pc.host_kv_pages, g.p, 2, g.kv_heads, g.head_dim}),
-          c.kv_dtype, checked_mul(pc.host_kv_pages, g.kv_page_bytes), all, "layers x pages x KV page bytes");
+          c.kv_dtype, checked_mul(pc.host_kv_pages, g.kv_page_bytes), all, "layers x pages x KV page bytes",
+          OOMB_TENSORS({"pages", checked_mul(pc.host_kv_pages, page_elements), c.kv_dtype}));
       add(row::kHostKvGradPages, Category::kv_grad_pages, Tier::host,
           OOMB_SHAPE({pc.host_grad_pages, g.p, 2, g.kv_heads, g.head_dim}), c.kv_grad_dtype,
-          checked_mul(pc.host_grad_pages, g.grad_page_bytes), all, "layers x pages x gradient page bytes");
+          checked_mul(pc.host_grad_pages, g.grad_page_bytes), all, "layers x pages x gradient page bytes",
+          OOMB_TENSORS({"pages", checked_mul(pc.host_grad_pages, page_elements), c.kv_grad_dtype}));
       if (published)
         add("host_page_tables", Category::page_tables, Tier::host, OOMB_SHAPE({g.L, g.P, 2}), "int32",
-            checked_mul(g.L * 2, g.P * 4), all, "layers x pages x 2 tables x 4 bytes");
+            checked_mul(g.L * 2, g.P * 4), all, "layers x pages x 2 tables x 4 bytes",
+            OOMB_TENSORS({"entries", checked_mul(g.L * 2, g.P), "int32"}));
     }
     if (g.sparse) {
+      const int64_t summary_elements = checked_mul(checked_mul(g.L, g.P), g.kvd);
       const int64_t summaries = checked_mul(checked_mul(g.L, g.P), g.summary_bytes);
+      const int64_t record_entries = checked_mul(checked_mul(g.L, g.P), g.B);
       const int64_t record = checked_mul(checked_mul(g.L, g.P), g.B * 4);
       if (c.selection_memory == SelectionMemory::device) {
         add(row::kPageSummaries, Category::page_summaries, Tier::device, OOMB_SHAPE({g.L, g.P, g.kvd}), c.kv_dtype, summaries,
-            all, "layers x pages x kv_dim x KV dtype (grows with N)");
+            all, "layers x pages x kv_dim x KV dtype (grows with N)",
+            OOMB_TENSORS({"summaries", summary_elements, c.kv_dtype}));
         if (published) {
           add("selection_scores", Category::selection_scores, Tier::device, OOMB_SHAPE({g.C, g.kv_heads, g.P}), "fp32",
               checked_mul(checked_mul(g.C, g.kv_heads), g.P * 4), all,
-              "chunk tokens x kv_heads x pages x 4 (grows with N)");
+              "chunk tokens x kv_heads x pages x 4 (grows with N)",
+              OOMB_TENSORS({"scores", checked_mul(checked_mul(g.C, g.kv_heads), g.P), "fp32"}));
           add("selection_record", Category::page_tables, Tier::device, OOMB_SHAPE({g.L, g.P, g.B}), "int32", record, all,
-              "layers x query pages x budget x 4");
+              "layers x query pages x budget x 4", OOMB_TENSORS({"pages", record_entries, "int32"}));
         }
       } else {
         const int64_t tile_pages = std::min(c.selection_tile_pages, g.P);
         if (published) {
           add("summary_tiles", Category::page_summaries, Tier::device, OOMB_SHAPE({2, tile_pages, g.kv_heads, g.head_dim}),
               c.kv_dtype, checked_mul(2 * tile_pages, g.summary_bytes), all,
-              "2 x tile pages x kv_heads x head_dim x KV dtype");
+              "2 x tile pages x kv_heads x head_dim x KV dtype",
+              OOMB_TENSORS({"tiles", checked_mul(2 * tile_pages, g.kvd), c.kv_dtype}));
           add("selection_scores", Category::selection_scores, Tier::device, OOMB_SHAPE({g.C, g.kv_heads, tile_pages}), "fp32",
               checked_mul(checked_mul(g.C, g.kv_heads), tile_pages * 4) + checked_mul(g.q, g.B * 8), all,
-              OOMB_TEXT("chunk tokens x kv_heads x tile pages x 4 + running top-k"));
+              OOMB_TEXT("chunk tokens x kv_heads x tile pages x 4 + running top-k"),
+              OOMB_TENSORS({"scores", checked_mul(checked_mul(g.C, g.kv_heads), tile_pages), "fp32"},
+                           {"top_k_scores", checked_mul(g.q, g.B), "fp32"}, {"top_k_pages", checked_mul(g.q, g.B), "int32"}));
           add("selection_record_slot", Category::page_tables, Tier::device, OOMB_SHAPE({g.R, g.q, g.B}), "int32",
-              checked_mul(g.q * g.B, 4) * g.R, all, "query pages x budget x 4 x resident layers");
+              checked_mul(g.q * g.B, 4) * g.R, all, "query pages x budget x 4 x resident layers",
+              OOMB_TENSORS({"pages", checked_mul(g.q * g.B, g.R), "int32"}));
         }
         add(row::kHostPageSummaries, Category::page_summaries, Tier::host, OOMB_SHAPE({g.L, g.P, g.kvd}), c.kv_dtype,
-            summaries, all, "layers x pages x kv_dim x KV dtype");
+            summaries, all, "layers x pages x kv_dim x KV dtype", OOMB_TENSORS({"summaries", summary_elements, c.kv_dtype}));
         if (published)
           add("host_selection_record", Category::page_tables, Tier::host, OOMB_SHAPE({g.L, g.P, g.B}), "int32", record,
-              all, "layers x query pages x budget x 4");
+              all, "layers x query pages x budget x 4", OOMB_TENSORS({"pages", record_entries, "int32"}));
       }
     }
   }
   if (cuda) {
     add(row::kGemmWorkspace, Category::backend_scratch, Tier::device, OOMB_SHAPE({cuda_scratch::kGemmWorkspaceBytes}),
-        "uint8", cuda_scratch::kGemmWorkspaceBytes, all, "the CUDA backend's cuBLASLt workspace (32 MiB)");
+        "uint8", cuda_scratch::kGemmWorkspaceBytes, all, "the CUDA backend's cuBLASLt workspace (32 MiB)",
+        OOMB_TENSORS({"workspace", cuda_scratch::kGemmWorkspaceBytes, "uint8"}));
     if (!published && g.oomb) {
       // The CUDA backend's op scratch, allocated once at its declared size (step/cuda_scratch.h).
       const cuda_scratch::StepScratch s = cuda_scratch::step_op_scratch(m, c, g, target.bf16_gemm);
       add(row::kOpScratch, Category::backend_scratch, Tier::device, OOMB_SHAPE({s.bytes}), "uint8", s.bytes, all,
-          OOMB_TEXT("the CUDA backend's op scratch: its largest op (" + s.op + ", step/cuda_scratch.h)"));
+          OOMB_TEXT("the CUDA backend's op scratch: its largest op (" + s.op + ", step/cuda_scratch.h)"),
+          OOMB_TENSORS({"scratch", s.bytes, "uint8"}));
     }
     if (c.peak_measure == PeakMeasure::reserved) {
       add(row::kRuntimeReserve, Category::runtime_reserve, Tier::device, OOMB_SHAPE({target.runtime_reserve_bytes}),
-          "uint8", target.runtime_reserve_bytes, all, OOMB_TEXT("CUDA context + library workspaces (GPU profile)"));
+          "uint8", target.runtime_reserve_bytes, all, OOMB_TEXT("CUDA context + library workspaces (GPU profile)"),
+          OOMB_TENSORS({"context", target.runtime_reserve_bytes, "uint8"}));
       // The device arena: one block for the executor's buffers at their peak, reserved before the
       // first (step/allocator.h); what it holds beyond them is this row.
       if (!published && g.oomb) {
@@ -623,7 +767,8 @@ void add_rows(const models::ModelSpec& m, const Config& c, const Target& target,
         const int64_t beyond = a.block_bytes - a.buffer_peak_bytes;
         add(row::kAllocatorBlocks, Category::allocator, Tier::device, OOMB_SHAPE({beyond}), "uint8", beyond, all,
             OOMB_TEXT("the CUDA arena's one block beyond the buffers' peak: the rows' layout (" +
-                      format_bytes(a.layout_bytes) + ") + 8 MiB for 256-byte rounding, in 2 MiB units (step/allocator.h)"));
+                      format_bytes(a.layout_bytes) + ") + 8 MiB for 256-byte rounding, in 2 MiB units (step/allocator.h)"),
+            OOMB_TENSORS({"beyond_buffers", beyond, "uint8"}));
       }
     }
   }
@@ -654,5 +799,6 @@ TableSizes table_sizes(const models::ModelSpec& m, const Config& c, const Target
 }
 #undef OOMB_SHAPE
 #undef OOMB_TEXT
+#undef OOMB_TENSORS
 
 }  // namespace oomb::step

@@ -122,6 +122,17 @@ inline int64_t node_host_bytes(int64_t rank_host_bytes, const Config& c) {
 // A GPU profile plans for the CUDA backend, a "cpu" profile (calibrated CPU) for the CPU backend.
 Target target_of(const models::GpuSpec& gpu);
 
+// One tensor a row holds: the executor allocates it as one buffer in the row's phases (llm.c's one
+// allocation carved into named tensors). Names are unique within the row; in a row of several
+// layers' sets, layer l's are "layers.<l>.<name>".
+struct RowTensor {
+  std::string name;
+  int64_t elements = 0;
+  std::string dtype;  // "fp32", "bf16", "int32", "uint8", ...
+};
+// Bytes per element of a tensor's dtype (the KV dtypes and int32, uint8); Error naming `where` otherwise.
+int64_t element_bytes(std::string_view dtype, std::string_view where = "dtype");
+
 // One row of the table: a buffer (or a class of identical buffers), its bytes and the phases in
 // which it is alive. Totals are derived from the rows, never hand-summed.
 struct BufferRow {
@@ -134,6 +145,9 @@ struct BufferRow {
   PhaseMask phases = 0;  // where it is alive (always set, also on the fast path)
   std::string lifetime;  // the phases in words, for people (describe only)
   std::string formula;   // how bytes are computed (GUI tooltips, --explain; describe only)
+  // What it holds (bytes = the sum of elements x element bytes). Built with the row, not in plans.
+  std::vector<RowTensor> tensors;
+  const RowTensor* tensor(std::string_view name) const;  // null when absent
 };
 
 // A row as a plan carries it: {"name", "category", "tier" ("device" | "host"), "shape" (text),

@@ -218,13 +218,24 @@ void MemoryAccount::bind(const std::vector<step::BufferRow>& rows) {
   std::lock_guard<std::mutex> lock(mu_);
   OOMB_ASSERT(used_[0] == 0 && used_[1] == 0, "a memory account is bound before anything is allocated");
   bound_ = true;
+  all_phases_ = 0;
   for (auto& r : rows_) r.clear();
   for (const step::BufferRow& r : rows) {
     Row& row = rows_[static_cast<int>(r.tier)][r.name];
     row.category = r.category;
     row.capacity = r.bytes;
+    row.phases = r.phases;
+    all_phases_ |= r.phases;
   }
 }
+
+namespace {
+std::string phases_text(step::PhaseMask m) {
+  std::string s;
+  for (const std::string& n : step::phase_names(m)) s += (s.empty() ? "" : ", ") + n;
+  return s;
+}
+}  // namespace
 
 void MemoryAccount::add(Tier tier, const std::string& name, int64_t bytes) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -237,6 +248,13 @@ void MemoryAccount::add(Tier tier, const std::string& name, int64_t bytes) {
     it = rows_[t].emplace(name, Row{name, -1, 0, 0}).first;
   }
   Row& row = it->second;
+  const step::PhaseMask now = in_phase_ ? step::phase_bit(phase_) : all_phases_;
+  if (bound_ && bytes > 0 && (row.phases & now) != now)
+    throw AccountError("row '" + name + "' of the step's buffer table is alive in " + phases_text(row.phases) +
+                       ", and the run allocates " + std::to_string(bytes) + " bytes under it " +
+                       (in_phase_ ? "in phase " + std::string(step::to_string(phase_))
+                                  : "before the step, to hold through every phase") +
+                       " (outside its phases)");
   if (row.capacity >= 0 && row.used + bytes > row.capacity)
     throw AccountError("row '" + name + "' of the step's buffer table holds " + std::to_string(row.capacity) +
                        " bytes, and the run needs " + std::to_string(row.used + bytes) + " under it (an undersized row)");
@@ -277,6 +295,13 @@ std::map<std::string, int64_t> MemoryAccount::row_high_water(Tier tier) const {
 
 void MemoryAccount::enter_phase(step::Phase p) {
   std::lock_guard<std::mutex> lock(mu_);
+  if (bound_)
+    for (const auto& tier : rows_)
+      for (const auto& [name, r] : tier)
+        if (r.used > 0 && !(r.phases & step::phase_bit(p)))
+          throw AccountError("row '" + name + "' of the step's buffer table is alive in " + phases_text(r.phases) +
+                             ", and the run still holds " + std::to_string(r.used) + " bytes under it as phase " +
+                             step::to_string(p) + " begins (past its phases)");
   in_phase_ = true;
   phase_ = p;
   phase_high_[p] = std::max(phase_high_[p], used_[0]);

@@ -26,12 +26,12 @@ models::ModelSpec effective_model(const models::ModelSpec& m, const simulator::C
   return e;
 }
 
-// Device working set of one chunk (Cm = min(C, N) rows), in groups that live in different phases
-// of the step (the rows of the buffer table, docs/model.md "Lifetimes"): allocated when a phase
-// that needs them begins, freed when one that does not begins.
+// The buffers of one chunk's step, each a tensor of a row of the run's table (step/buffers.cpp
+// names them and sizes them; shapes below in Cm = min(C, N) rows). The working set (the device rows
+// alive in some phases only) is carved by enter() from the rows alive in the phase it begins.
 // One layer's forward activations over the chunk.
 struct Engine::LayerSet {
-  Buffer h1, x2, h2, tmp, q, o, k, v, g, u, m;  // layer_activations (act)
+  Buffer h1, x2, h2, tmp, q, o, k, v, g, u, m;  // layer_activations (act; g, u, m: gate, up, swiglu)
   Buffer rstd1, rstd2;                          // layer_norm_rstd: fp32 [Cm]
   Buffer lse;                                   // attention_lse: fp32 [Cm, q_heads]
   Buffer q_pre, k_pre;                          // q/k norm (Qwen3): the projections before it (act)
@@ -46,8 +46,8 @@ struct Engine::Work {
   // stage 2 (recompute, loss, backward)
   Buffer ckpt;                    // layer_input_checkpoints: [L][Cm, H] act
   Buffer dy, dx;                  // hidden_gradients: [Cm, H] act
-  // layer passes (fill, recompute, backward; with checkpointing off also loss): one set, or one
-  // per layer when the backward reuses the stage-2 forward's activations instead of recomputing
+  // layer passes: one set (layer_activations) shared by every layer, or one per layer
+  // (all_layer_activations: the backward reuses the stage-2 forward's instead of recomputing)
   std::vector<LayerSet> sets;
   // partial checkpointing: one set per kept layer (the last ones), alive as checkpointing off's
   std::vector<LayerSet> kept;
@@ -61,8 +61,75 @@ struct Engine::Work {
   Buffer logits;                  // fused: [tile, V] loss dtype (gradient in place); unfused: [Cm, V] act
   Buffer logits_upcast;           // unfused, loss dtype != act: [Cm, V] loss dtype
   Buffer logits_grad;             // unfused: [Cm, V] loss dtype
-  bool stage2 = false, layer = false, kept_alive = false, backward = false, loss = false;
 };
+
+namespace {
+// Which LoRA target a tensor's suffix names ("q_proj" ...: LoraTarget's order).
+size_t lora_index(const std::string& target) {
+  const auto& names = step::lora_target_names();
+  const auto it = std::find(names.begin(), names.end(), target);
+  OOMB_ASSERT(it != names.end(), "no LoRA target " + target);
+  return static_cast<size_t>(it - names.begin());
+}
+}  // namespace
+
+Buffer& Engine::work_slot(const std::string& row, const std::string& tensor) {
+  Work& w = *w_;
+  namespace r = step::row;
+  Buffer* slot = nullptr;
+  if (row == r::kLayerActivations || row == r::kAllLayerActivations || row == r::kLayerNormRstd ||
+      row == r::kAttentionLse || row == r::kKeptLayerActivations || row == r::kKeptLayerNormRstd ||
+      row == r::kKeptAttentionLse) {
+    // "layers.<l>.<name>": layer l's set of a row of several layers; "<name>": the shared set.
+    std::string name = tensor;
+    int64_t layer = -1;
+    if (name.rfind("layers.", 0) == 0) {
+      const size_t dot = name.find('.', 7);
+      layer = std::stoll(name.substr(7, dot - 7));
+      name = name.substr(dot + 1);
+    }
+    const bool kept = row == r::kKeptLayerActivations || row == r::kKeptLayerNormRstd || row == r::kKeptAttentionLse;
+    std::vector<LayerSet>& sets = kept ? w.kept : w.sets;
+    const int64_t index = layer < 0 ? 0 : kept ? layer - recomputed_ : layer;
+    OOMB_ASSERT(index >= 0, "kept layer " + std::to_string(layer) + " is recomputed");
+    if (static_cast<int64_t>(sets.size()) <= index) sets.resize(static_cast<size_t>(index + 1));
+    LayerSet& set = sets[static_cast<size_t>(index)];
+    static const std::pair<const char*, Buffer LayerSet::*> fields[] = {
+        {"h1", &LayerSet::h1},       {"x2", &LayerSet::x2},        {"h2", &LayerSet::h2},
+        {"tmp", &LayerSet::tmp},     {"q", &LayerSet::q},          {"o", &LayerSet::o},
+        {"k", &LayerSet::k},         {"v", &LayerSet::v},          {"gate", &LayerSet::g},
+        {"up", &LayerSet::u},        {"swiglu", &LayerSet::m},     {"rstd1", &LayerSet::rstd1},
+        {"rstd2", &LayerSet::rstd2}, {"lse", &LayerSet::lse},      {"q_pre", &LayerSet::q_pre},
+        {"k_pre", &LayerSet::k_pre}, {"rstd_q", &LayerSet::rstd_q}, {"rstd_k", &LayerSet::rstd_k}};
+    for (const auto& [n, f] : fields)
+      if (name == n) slot = &(set.*f);
+    if (name.rfind("lora_u.", 0) == 0) slot = &set.lora_u[lora_index(name.substr(7))];
+  } else if (row == r::kLayerInputCheckpoints) {
+    if (tensor == "checkpoints") slot = &w.ckpt;
+  } else if (row == r::kHiddenGradients) {
+    slot = tensor == "dy" ? &w.dy : tensor == "dx" ? &w.dx : nullptr;
+  } else if (row == r::kLayerBackwardTemporaries) {
+    static const std::pair<const char*, Buffer Work::*> fields[] = {
+        {"dx2", &Work::dx2},   {"dh2", &Work::dh2},       {"dh1", &Work::dh1},     {"dout", &Work::dout},
+        {"dq", &Work::dq},     {"dk", &Work::dk},         {"dv", &Work::dv},       {"dswiglu", &Work::dm},
+        {"dgate", &Work::dg},  {"dup", &Work::du},        {"dq_pre", &Work::dq_pre}, {"dk_pre", &Work::dk_pre}};
+    for (const auto& [n, f] : fields)
+      if (tensor == n) slot = &(w.*f);
+    if (tensor.rfind("lora_du.", 0) == 0) slot = &w.lora_du[lora_index(tensor.substr(8))];
+  } else if (row == r::kFinalNorm) {
+    slot = tensor == "normed" ? &w.hf : tensor == "normed_grad" ? &w.dhf : nullptr;
+  } else if (row == r::kFinalNormRstd) {
+    if (tensor == "rstd") slot = &w.rstdf;
+  } else if (row == r::kLogits) {
+    if (tensor == "logits") slot = &w.logits;
+  } else if (row == r::kLogitsUpcast) {
+    if (tensor == "logits_upcast") slot = &w.logits_upcast;
+  } else if (row == r::kLogitsGradient) {
+    if (tensor == "logits_grad") slot = &w.logits_grad;
+  }
+  OOMB_ASSERT(slot, "the step's row " + row + " holds a tensor " + tensor + " the executor has no place for");
+  return *slot;
+}
 
 struct Engine::LayerPtrs {
   ConstTensor ln1, wq, bq, wk, bk, wv, bv, wo, ln2, wg, wu, wd, qn, kn;
@@ -145,10 +212,24 @@ std::vector<std::string> check_plan_rows(const std::vector<step::BufferRow>& pla
   return notes;
 }
 
-// A buffer under the row `name` of the run's table: the memory account refuses it when no row of
-// that name and tier exists or the row cannot hold it.
-Buffer Engine::row_buffer(const std::string& name, Tier tier, int64_t elements, DType dtype) {
-  return Buffer(backend_, tier, checked_mul(elements, dtype_bytes(dtype), name.c_str()), &account_, name, dtype);
+// One tensor of a row of the run's table, as the table sizes it, allocated under that row: the
+// memory account refuses it when its rows have no such row, or the row cannot hold it, or the row
+// is not alive in the current phase.
+Buffer Engine::allocate(const step::BufferRow& row, const step::RowTensor& t) {
+  const DType storage = t.dtype == "bf16" ? DType::bf16 : DType::f32;  // a view's element type
+  return Buffer(backend_, row.tier, checked_mul(t.elements, step::element_bytes(t.dtype), row.name.c_str()), &account_,
+                row.name, storage);
+}
+
+Buffer Engine::row_tensor(const char* row, Tier tier, const char* tensor) {
+  for (const step::BufferRow& r : table_)
+    if (r.name == row && r.tier == tier) {
+      const step::RowTensor* t = r.tensor(tensor);
+      OOMB_ASSERT(t, std::string("row ") + row + " of the step's table holds no tensor " + tensor);
+      return allocate(r, *t);
+    }
+  OOMB_ASSERT(false, std::string("the step's table has no ") + to_string(tier) + " row " + row);
+  return {};
 }
 
 namespace {
@@ -265,19 +346,19 @@ Engine::Engine(Backend& backend, const models::ModelSpec& model, const simulator
                 "LoRA: EngineOptions::adapters does not have the adapters' layout");
     grad_dtype_ = DType::f32;  // the adapters' gradients (fp32, as the adapters)
   }
-  const int64_t Cm = g_.Cm, H = model_.hidden, kvd = model_.kv_dim(), n_params = layout_.total();
+  const int64_t kvd = model_.kv_dim(), n_params = layout_.total();
   // The LM head and the loss run over tiles of g.T rows (logits_chunk_tokens, or the whole chunk:
   // the framework path keeps the logits, an upcast when the loss dtype differs, and a gradient).
   head_rows_ = g_.T;
   fused_loss_ = g_.fused_loss;
   recomputed_ = g_.Lr;
-  act_row_ = config.checkpointing ? step::row::kLayerActivations : step::row::kAllLayerActivations;
 
-  // The run's buffer table: every buffer below is allocated under one of its rows, and the memory
-  // account measures each row's use against its bytes (an allocation outside every row, or beyond
-  // its row, is refused). The plan is checked against it first.
+  // The run's buffer table: every buffer below is one of its rows' tensors, and the memory account
+  // measures each row's use against its bytes and phases (an allocation outside every row, beyond
+  // its row or outside its phases is refused). The plan is checked against it first.
   const step::BufferTable table = run_table(model, config, backend_);
-  rows_ = options_.table_override.empty() ? table.rows : options_.table_override;
+  table_ = table.rows;
+  rows_ = options_.table_override.empty() ? table_ : options_.table_override;
   notes_ = check_plan_rows(options_.planned, rows_, backend_.name());
   account_.bind(rows_);
   const bool optimizer = config.optimizer != simulator::Optimizer::none;
@@ -293,12 +374,12 @@ Engine::Engine(Backend& backend, const models::ModelSpec& model, const simulator
   OOMB_ASSERT(!sharded_ || (!lora_ && zero_.trained == n_params && dp_comm_ &&
                             dp_comm_->size() == static_cast<int>(config.data_parallel)),
               "a sharded optimizer is full fine-tuning over the data-parallel replicas");
-  params_ = row_buffer(step::row::kWeights, Tier::device, sharded_ ? zero_.padded : n_params, param_dtype_);
-  grads_ = row_buffer(step::row::kParameterGradients, Tier::device, sharded_ ? zero_.padded : n_trained, grad_dtype_);
+  params_ = row_tensor(step::row::kWeights, Tier::device, "weights");
+  grads_ = row_tensor(step::row::kParameterGradients, Tier::device, lora_ ? "adapter_gradients" : "gradients");
   buckets_ = gradient_ranges(lora_ ? lora_layout_ : layout_, g_.L);
   upload_weights(w0.data);
   if (lora_) {
-    adapters_ = row_buffer(step::row::kLoraAdapters, Tier::device, n_trained, DType::f32);
+    adapters_ = row_tensor(step::row::kLoraAdapters, Tier::device, "adapters");
     backend_.upload(adapters_.data(), options_.adapters.data.data(), adapters_.bytes());
   }
   const Buffer& trained = lora_ ? adapters_ : params_;
@@ -308,18 +389,18 @@ Engine::Engine(Backend& backend, const models::ModelSpec& model, const simulator
     const int64_t shard0 = sharded_ ? dp_comm_->rank() * zero_.shard : 0;
     const int64_t real = std::clamp<int64_t>(n_trained - shard0, 0, n_opt);  // not padding
     if (trained_dtype != DType::f32) {
-      master_ = row_buffer(step::row::kMasterWeights, opt_tier, n_opt, DType::f32);
+      master_ = row_tensor(step::row::kMasterWeights, opt_tier, "master");
       backend_.upload(master_.data(), w0.data.data() + shard0, real * 4);
     }
     if (opt_tier == Tier::host) {
-      host_grads_ = row_buffer(step::row::kHostParameterGradients, Tier::host, n_opt, grad_dtype_);
-      host_weights_ = row_buffer(step::row::kHostWeights, Tier::host, n_opt, trained_dtype);
+      host_grads_ = row_tensor(step::row::kHostParameterGradients, Tier::host, lora_ ? "adapter_gradients" : "gradients");
+      host_weights_ = row_tensor(step::row::kHostWeights, Tier::host, lora_ ? "adapter_weights" : "weights");
       backend_.download(host_weights_.data(), static_cast<const char*>(trained.data()) + shard0 * dtype_bytes(trained_dtype),
                         n_opt * dtype_bytes(trained_dtype));
     }
-    adam_m_ = row_buffer(step::row::kAdamwMoments, opt_tier, n_opt, DType::f32);
-    adam_v_ = row_buffer(step::row::kAdamwMoments, opt_tier, n_opt, DType::f32);
-    decay_mask_ = Buffer(backend_, opt_tier, n_opt, &account_, step::row::kAdamwDecayMask);
+    adam_m_ = row_tensor(step::row::kAdamwMoments, opt_tier, "m");
+    adam_v_ = row_tensor(step::row::kAdamwMoments, opt_tier, "v");
+    decay_mask_ = row_tensor(step::row::kAdamwDecayMask, opt_tier, "mask");
     std::vector<uint8_t> mask(static_cast<size_t>(std::max(n_trained, shard0 + n_opt)), 0);
     for (const auto& p : (lora_ ? lora_layout_ : layout_).params())
       if (p.decay) std::fill_n(mask.begin() + p.offset, p.numel, uint8_t{1});
@@ -331,9 +412,8 @@ Engine::Engine(Backend& backend, const models::ModelSpec& model, const simulator
   if (sparse) {
     // Page key means, stored in the KV page dtype (what the selection reads).
     const bool dev = config.selection_memory == simulator::SelectionMemory::device;
-    const int64_t elems = checked_mul(g_.L * g_.P, kvd, "summaries");
-    summaries_ = row_buffer(dev ? step::row::kPageSummaries : step::row::kHostPageSummaries,
-                            dev ? Tier::device : Tier::host, elems, kv_dtype_);
+    summaries_ = row_tensor(dev ? step::row::kPageSummaries : step::row::kHostPageSummaries,
+                            dev ? Tier::device : Tier::host, "summaries");
   }
   // What the backend holds for itself (the CUDA workspace and op scratch), under their rows: the op
   // scratch is sized to its row first (a larger request throws from then on).
@@ -345,16 +425,18 @@ Engine::Engine(Backend& backend, const models::ModelSpec& model, const simulator
     // The activations' all-reduces sum bf16 in an fp32 copy (MPI), the loss's statistics of every
     // rank meet in one buffer: both under their rows, for the whole run.
     if (act_dtype_ == DType::bf16 && tp_comm_->stages_bf16_in_fp32())
-      tp_staging_ = row_buffer(step::row::kTensorParallelStaging, Tier::device, Cm * H, DType::f32);
-    tp_stats_ = row_buffer(step::row::kTensorParallelLossStatistics, Tier::device, checked_mul(tp_ * head_rows_, 3),
-                           DType::f32);
+      tp_staging_ = row_tensor(step::row::kTensorParallelStaging, Tier::device, "staging");
+    tp_stats_ = row_tensor(step::row::kTensorParallelLossStatistics, Tier::device, "statistics");
   }
 
   w_ = std::make_unique<Work>();
-  w_->ids = row_buffer(step::row::kTokenIds, Tier::device, Cm, DType::f32);
-  w_->targets = row_buffer(step::row::kTokenIds, Tier::device, Cm, DType::f32);
-  w_->x = row_buffer(step::row::kHiddenStates, Tier::device, Cm * H, act_dtype_);
-  w_->y = row_buffer(step::row::kHiddenStates, Tier::device, Cm * H, act_dtype_);
+  w_->ids = row_tensor(step::row::kTokenIds, Tier::device, "ids");
+  w_->targets = row_tensor(step::row::kTokenIds, Tier::device, "targets");
+  w_->x = row_tensor(step::row::kHiddenStates, Tier::device, "x");
+  w_->y = row_tensor(step::row::kHiddenStates, Tier::device, "y");
+  // The working set: the device rows alive in some phases only, carved by enter().
+  for (const step::BufferRow& r : table_)
+    if (r.tier == Tier::device && r.phases != step::all_phases(config.schedule)) working_set_.push_back({&r, false});
 
   if (options_.measure_recall) {
     const int64_t floats = checked_mul(checked_mul(g_.L, g_.N, "recall keys"), kvd, "recall keys");
@@ -378,108 +460,35 @@ Engine::Engine(Backend& backend, const models::ModelSpec& model, const simulator
   }
 }
 
-// The groups of the working set alive in phase p (the rows' lifetimes above): frees what p does not
-// need first, then allocates what it needs, so the device holds exactly p's live set.
+// Phase p's working set from the rows alive in it: frees the rows p does not keep first, then
+// allocates the rows p needs, so the device holds exactly the table's live set of p.
 void Engine::enter(StepPhase p) {
-  Work& w = *w_;
-  const int64_t Cm = g_.Cm, H = model_.hidden, qd = model_.q_dim(), kvd = model_.kv_dim();
-  const int64_t F = model_.ffn_hidden, V = model_.vocab;
-  const bool stage2 = p == StepPhase::recompute || p == StepPhase::loss || p == StepPhase::backward;
-  // Without checkpointing the layers' activations of the chunk live from its recompute pass to its
-  // backward pass, through the loss.
-  const bool layer = p == StepPhase::fill || p == StepPhase::recompute || p == StepPhase::backward ||
-                     (p == StepPhase::loss && !config_.checkpointing);
-  const bool backward = p == StepPhase::backward, loss = p == StepPhase::loss;
-  const bool kept_alive = p != StepPhase::optimizer && recomputed_ < g_.L && config_.checkpointing;
-  if (w.stage2 && !stage2) w.ckpt = Buffer(), w.dy = Buffer(), w.dx = Buffer();
-  if (w.layer && !layer) w.sets.clear();
-  if (w.kept_alive && !kept_alive) w.kept.clear();
-  if (w.backward && !backward)
-    for (Buffer* b : {&w.dx2, &w.dh2, &w.dh1, &w.dout, &w.dq, &w.dk, &w.dv, &w.dm, &w.dg, &w.du, &w.dq_pre, &w.dk_pre})
-      *b = Buffer();
-  if (w.backward && !backward)
-    for (Buffer& b : w.lora_du) b = Buffer();
-  if (w.loss && !loss)
-    for (Buffer* b : {&w.hf, &w.dhf, &w.rstdf, &w.logits, &w.logits_upcast, &w.logits_grad}) *b = Buffer();
+  const step::PhaseMask bit = step::phase_bit(p);
+  for (HeldRow& h : working_set_)
+    if (h.held && !(h.row->phases & bit)) {
+      for (const step::RowTensor& t : h.row->tensors) work_slot(h.row->name, t.name) = Buffer();
+      h.held = false;
+    }
   account_.enter_phase(p);  // what p allocates counts toward p's high-water mark
-  const DType ad = act_dtype_;
-  if (!w.stage2 && stage2) {
-    w.ckpt = row_buffer(step::row::kLayerInputCheckpoints, Tier::device, checked_mul(g_.L, Cm * H), ad);
-    w.dy = row_buffer(step::row::kHiddenGradients, Tier::device, Cm * H, ad);
-    w.dx = row_buffer(step::row::kHiddenGradients, Tier::device, Cm * H, ad);
-  }
-  // One layer's set from the rows act / rstd / lse.
-  auto allocate = [&](std::vector<LayerSet>& sets, int64_t count, const std::string& act, const std::string& rstd,
-                      const std::string& lse) {
-    sets.resize(static_cast<size_t>(count));
-    for (LayerSet& a : sets) {
-      for (Buffer* b : {&a.h1, &a.x2, &a.h2, &a.tmp}) *b = row_buffer(act, Tier::device, Cm * H, ad);
-      for (Buffer* b : {&a.q, &a.o}) *b = row_buffer(act, Tier::device, Cm * qd, ad);
-      for (Buffer* b : {&a.k, &a.v}) *b = row_buffer(act, Tier::device, Cm * kvd, ad);
-      for (Buffer* b : {&a.g, &a.u, &a.m}) *b = row_buffer(act, Tier::device, Cm * F, ad);
-      for (Buffer* b : {&a.rstd1, &a.rstd2}) *b = row_buffer(rstd, Tier::device, Cm, DType::f32);
-      a.lse = row_buffer(lse, Tier::device, Cm * model_.q_heads, DType::f32);
-      if (model_.qk_norm) {
-        a.q_pre = row_buffer(act, Tier::device, Cm * qd, ad);
-        a.k_pre = row_buffer(act, Tier::device, Cm * kvd, ad);
-        a.rstd_q = row_buffer(rstd, Tier::device, Cm * model_.q_heads, DType::f32);
-        a.rstd_k = row_buffer(rstd, Tier::device, Cm * model_.kv_heads, DType::f32);
-      }
-      if (lora_)
-        for (int k = 0; k < kLoraTargets; ++k)
-          if (lora_layout_.lora_slot(0, static_cast<LoraTarget>(k)).a >= 0)
-            a.lora_u[static_cast<size_t>(k)] = row_buffer(act, Tier::device, Cm * config_.lora_rank, ad);
+  for (HeldRow& h : working_set_)
+    if (!h.held && (h.row->phases & bit)) {
+      for (const step::RowTensor& t : h.row->tensors) work_slot(h.row->name, t.name) = allocate(*h.row, t);
+      h.held = true;
     }
-  };
-  if (!w.kept_alive && kept_alive)
-    allocate(w.kept, g_.L - recomputed_, step::row::kKeptLayerActivations, step::row::kKeptLayerNormRstd,
-             step::row::kKeptAttentionLse);
-  if (!w.layer && layer)
-    allocate(w.sets, config_.checkpointing ? 1 : g_.L, act_row_, step::row::kLayerNormRstd, step::row::kAttentionLse);
-  if (!w.backward && backward) {
-    for (Buffer* b : {&w.dx2, &w.dh2, &w.dh1})
-      *b = row_buffer(step::row::kLayerBackwardTemporaries, Tier::device, Cm * H, ad);
-    for (Buffer* b : {&w.dout, &w.dq}) *b = row_buffer(step::row::kLayerBackwardTemporaries, Tier::device, Cm * qd, ad);
-    for (Buffer* b : {&w.dk, &w.dv}) *b = row_buffer(step::row::kLayerBackwardTemporaries, Tier::device, Cm * kvd, ad);
-    for (Buffer* b : {&w.dm, &w.dg, &w.du}) *b = row_buffer(step::row::kLayerBackwardTemporaries, Tier::device, Cm * F, ad);
-    if (model_.qk_norm) {
-      w.dq_pre = row_buffer(step::row::kLayerBackwardTemporaries, Tier::device, Cm * qd, ad);
-      w.dk_pre = row_buffer(step::row::kLayerBackwardTemporaries, Tier::device, Cm * kvd, ad);
-    }
-    if (lora_)
-      for (int k = 0; k < kLoraTargets; ++k)
-        if (lora_layout_.lora_slot(0, static_cast<LoraTarget>(k)).a >= 0)
-          w.lora_du[static_cast<size_t>(k)] =
-              row_buffer(step::row::kLayerBackwardTemporaries, Tier::device, Cm * config_.lora_rank, ad);
-  }
-  if (!w.loss && loss) {
-    w.hf = row_buffer(step::row::kFinalNorm, Tier::device, Cm * H, ad);
-    w.dhf = row_buffer(step::row::kFinalNorm, Tier::device, Cm * H, ad);
-    w.rstdf = row_buffer(step::row::kFinalNormRstd, Tier::device, Cm, DType::f32);
-    if (fused_loss_) {
-      w.logits = row_buffer(step::row::kLogits, Tier::device, checked_mul(head_rows_, V, "logits"), loss_dtype_);
-    } else {
-      w.logits = row_buffer(step::row::kLogits, Tier::device, checked_mul(Cm, V, "logits"), ad);
-      if (loss_dtype_ != ad) w.logits_upcast = row_buffer(step::row::kLogitsUpcast, Tier::device, Cm * V, loss_dtype_);
-      w.logits_grad = row_buffer(step::row::kLogitsGradient, Tier::device, Cm * V, loss_dtype_);
-    }
-  }
-  w.stage2 = stage2;
-  w.layer = layer;
-  w.kept_alive = kept_alive;
-  w.backward = backward;
-  w.loss = loss;
   phase_ = p;
 }
 
 Engine::LayerSet& Engine::layer_set(int64_t layer) const {
   auto& sets = w_->sets;
   if (config_.checkpointing && layer >= recomputed_) {
-    OOMB_ASSERT(static_cast<int64_t>(w_->kept.size()) == g_.L - recomputed_, "kept layer activations not allocated");
+    OOMB_ASSERT(static_cast<int64_t>(w_->kept.size()) == g_.L - recomputed_ &&
+                    w_->kept[static_cast<size_t>(layer - recomputed_)].h1.data(),
+                "kept layer activations not allocated");
     return w_->kept[static_cast<size_t>(layer - recomputed_)];
   }
-  OOMB_ASSERT(!sets.empty(), "layer activations used outside a layer phase");
-  return sets[static_cast<size_t>(config_.checkpointing ? 0 : layer)];
+  const auto i = static_cast<size_t>(config_.checkpointing ? 0 : layer);
+  OOMB_ASSERT(i < sets.size() && sets[i].h1.data(), "layer activations used outside a layer phase");
+  return sets[i];
 }
 
 void Engine::upload_weights(const std::vector<float>& w) {
@@ -548,8 +557,7 @@ void Engine::begin_gradient_buckets() {
   next_bucket_ = 0;
   // MPI sums bf16 gradients in an fp32 copy: allocated under the table's row, alive to the update.
   if (grads_.dtype() == DType::bf16 && dp_comm_->stages_bf16_in_fp32())
-    dp_staging_ = row_buffer(step::row::kGradientAllreduceStaging, Tier::host, grads_.bytes() / dtype_bytes(grads_.dtype()),
-                             DType::f32);
+    dp_staging_ = row_tensor(step::row::kGradientAllreduceStaging, Tier::host, "staging");
 }
 
 void Engine::gradient_buckets_final(int64_t point) {
@@ -1232,7 +1240,7 @@ void Engine::optimizer_step() {
     // under the table's row, for the update only).
     Buffer staging;
     if (grads_.dtype() == DType::bf16 && dp_comm_->stages_bf16_in_fp32())
-      staging = row_buffer(step::row::kGradientAllreduceStaging, Tier::host, zero_.padded, DType::f32);
+      staging = row_tensor(step::row::kGradientAllreduceStaging, Tier::host, "staging");
     collective("gradient_reduce_scatter", grads_.bytes(),
                [&] { dp_comm_->reduce_scatter_sum(grads_.t(), zero_.shard, staging.f32()); });
   }

@@ -71,8 +71,9 @@ struct EngineOptions {
   // LoRA (config.lora_rank > 0): the adapters' initial values, laid out as
   // adapter_layout(effective_model(model, config), config) (adapters.h: init_adapters, read_adapter).
   ParamTensors adapters;
-  // Tests only: the table the engine allocates from, instead of the step's own (to see an
-  // undersized or missing row caught). Empty: step::buffer_table for the backend's target.
+  // Tests only: the rows the memory account measures the run's allocations against, instead of the
+  // table they are carved from (to see an undersized, missing or mis-phased row caught). Empty: the
+  // step's table for the backend's target.
   std::vector<step::BufferRow> table_override;
 };
 
@@ -216,7 +217,10 @@ class Engine {
   void layer_backward(const Pass& pass, PassPages& pages, ConstTensor in, ConstTensor dy, Tensor dx);
   void head_forward_backward(int64_t c, ConstTensor x_last, Tensor dy);  // chunk c's loss: backend slot c
   void enter(StepPhase p);
-  Buffer row_buffer(const std::string& name, Tier tier, int64_t elements, DType dtype);
+  Buffer allocate(const step::BufferRow& row, const step::RowTensor& t);
+  Buffer row_tensor(const char* row, Tier tier, const char* tensor);  // of table_'s row (name, tier)
+  // The Work member a working-set tensor is carved into (by the row's and the tensor's names).
+  Buffer& work_slot(const std::string& row, const std::string& tensor);
   void upload_weights(const std::vector<float>& w);
   void download_f32(ConstTensor src, int64_t n, float* dst) const;
   void select(const Pass& pass, int64_t pass_index);
@@ -250,8 +254,14 @@ class Engine {
   DType param_dtype_ = DType::f32, grad_dtype_ = DType::f32, act_dtype_ = DType::f32, loss_dtype_ = DType::f32;
   bool fused_loss_ = false;
   StepPhase phase_ = StepPhase::optimizer;
-  std::vector<step::BufferRow> rows_;
-  std::string act_row_;  // layer_activations (one set) or all_layer_activations (checkpointing off)
+  std::vector<step::BufferRow> table_;  // the step's table for the backend: what the run allocates
+  std::vector<step::BufferRow> rows_;   // what the memory account measures it against (table_ unless overridden)
+  // The working set: table_'s device rows alive in some phases only, and whether enter() holds them.
+  struct HeldRow {
+    const step::BufferRow* row = nullptr;
+    bool held = false;
+  };
+  std::vector<HeldRow> working_set_;
   int64_t recomputed_ = 0;  // layers 0 .. recomputed_-1 re-run their forward in the backward; the rest kept
   std::vector<std::string> notes_;
   Buffer params_, grads_, master_, adam_m_, adam_v_, decay_mask_;

@@ -3,8 +3,10 @@
 // runtime and of the backend is recorded under a row of the step's buffer table (step/buffers.h):
 // bytes in use per row and tier, the peaks and the breakdown by category at each tier's peak, and
 // each phase's high-water mark. Bound to a table, an allocation under a name that is no row of it,
-// or one that takes a row past its bytes (an undersized row), throws: nothing is allocated outside
-// the table and no row is exceeded silently. Unbound (tests of the pools alone), every name is its
+// one that takes a row past its bytes (an undersized row), or one in a phase its row is not alive in
+// (before the first phase: a row alive in every phase), throws, and so does a row still holding
+// bytes when a phase it is not alive in begins: nothing is allocated outside the table, no row is
+// exceeded and no row outlives its lifetime silently. Unbound (tests of the pools alone), every name is its
 // own category and nothing is refused. Device bytes in use = the pools' allocations (whole, from
 // construction) + every other buffer; the pages in use are counted apart.
 #include <cstdint>
@@ -28,7 +30,7 @@ class AccountError : public std::logic_error {
 
 class MemoryAccount {
  public:
-  // From now on every allocation must name a row of `rows` (name and tier).
+  // From now on every allocation must name a row of `rows` (name and tier) alive in the current phase.
   void bind(const std::vector<step::BufferRow>& rows);
   void add(Tier tier, const std::string& row, int64_t bytes);  // bytes may be negative (a free)
   int64_t in_use(Tier tier) const;
@@ -37,7 +39,8 @@ class MemoryAccount {
   // Rows' high-water marks (bytes in use at once under each row) since the last reset_peaks.
   std::map<std::string, int64_t> row_high_water(Tier tier) const;
   // Per-phase device high-water marks: a phase's mark is the most bytes in use while it was the
-  // current phase (set by enter_phase), since the last reset_peaks.
+  // current phase (set by enter_phase), since the last reset_peaks. Bound, entering p throws for a
+  // row holding bytes that is not alive in p.
   void enter_phase(step::Phase p);
   std::map<step::Phase, int64_t> phase_high_water() const;
   int64_t pool_pages_in_use() const { return pool_pages_; }
@@ -48,10 +51,12 @@ class MemoryAccount {
   struct Row {
     std::string category;
     int64_t capacity = -1;  // -1: unbound
+    step::PhaseMask phases = 0;
     int64_t used = 0, high = 0;
   };
   mutable std::mutex mu_;
   bool bound_ = false;
+  step::PhaseMask all_phases_ = 0;  // of the bound rows: what an allocation before the first phase lives through
   std::map<std::string, Row> rows_[2];
   int64_t used_[2] = {0, 0};
   int64_t peak_[2] = {0, 0};

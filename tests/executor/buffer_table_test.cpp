@@ -154,6 +154,68 @@ TEST(MemoryAccount, AnUndersizedRowIsCaught) {
   }
 }
 
+// The account knows each row's lifetime: an allocation in a phase its row is not alive in is refused.
+// Injected by binding the account to rows whose lifetimes are narrower than the ones the Engine
+// carves its working set from (the step's table).
+TEST(MemoryAccount, AnAllocationOutsideItsRowsPhasesIsCaught) {
+  Small s;
+  CpuBackend b;
+  const struct {
+    const char* row;
+    step::PhaseMask phases;
+    const char* when;  // in the message
+  } cases[] = {
+      // the loss phase's final_norm, narrowed to the backward: refused in the step's loss phase
+      {step::row::kFinalNorm, step::phase_bit(step::Phase::backward), "in phase loss"},
+      // token_ids, allocated at construction for every phase, narrowed to the fill
+      {step::row::kTokenIds, step::phase_bit(step::Phase::fill), "before the step"},
+  };
+  for (const auto& k : cases) {
+    SCOPED_TRACE(k.row);
+    EngineOptions o;
+    o.table_override = run_rows(s.m, s.c, b.target());
+    for (auto& r : o.table_override)
+      if (r.name == k.row) r.phases = k.phases;
+    try {
+      Engine e(b, s.m, s.c, s.w, o);
+      e.step(s.tokens);
+      FAIL() << "an allocation outside its row's phases was accepted";
+    } catch (const AccountError& err) {
+      const std::string what = err.what();
+      EXPECT_NE(what.find(k.row), std::string::npos) << what;
+      EXPECT_NE(what.find("outside its phases"), std::string::npos) << what;
+      EXPECT_NE(what.find(k.when), std::string::npos) << what;
+    }
+  }
+}
+
+// The same account on its own: allocations by phase, and a row still held when a phase it is not
+// alive in begins.
+TEST(MemoryAccount, RefusesRowsOutsideTheirLifetimes) {
+  const step::PhaseMask loss = step::phase_bit(step::Phase::loss), all = step::all_phases(step::Schedule::oomb);
+  std::vector<step::BufferRow> rows(2);
+  rows[0].name = "logits";
+  rows[0].category = "logits";
+  rows[0].bytes = 64;
+  rows[0].phases = loss;
+  rows[1].name = "weights";
+  rows[1].category = "weights";
+  rows[1].bytes = 64;
+  rows[1].phases = all;
+  MemoryAccount a;
+  a.bind(rows);
+  EXPECT_THROW(a.add(Tier::device, "logits", 8), AccountError);  // before the step: it would live through all
+  EXPECT_NO_THROW(a.add(Tier::device, "weights", 8));
+  a.enter_phase(step::Phase::fill);
+  EXPECT_THROW(a.add(Tier::device, "logits", 8), AccountError);
+  a.enter_phase(step::Phase::loss);
+  EXPECT_NO_THROW(a.add(Tier::device, "logits", 8));
+  EXPECT_THROW(a.enter_phase(step::Phase::backward), AccountError);  // held past the loss
+  a.add(Tier::device, "logits", -8);
+  EXPECT_NO_THROW(a.enter_phase(step::Phase::backward));
+  EXPECT_NO_THROW(a.add(Tier::device, "weights", 8));
+}
+
 // The account measures the table exactly: each row's high-water mark is its bytes, and each phase's
 // high-water mark is the table's live set of that phase.
 TEST(MemoryAccount, MeasuresEveryRowAndPhaseOfTheTable) {
