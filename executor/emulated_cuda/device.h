@@ -115,6 +115,16 @@ class Launcher {
 
 }  // namespace oomb::emulated_cuda
 
+// The kernel-pointer forms of these, which cuda_runtime.h declares for nvcc only (__CUDACC__).
+template <class T>
+cudaError_t cudaFuncSetAttribute(T* kernel, cudaFuncAttribute attr, int value) {
+  return ::cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel), attr, value);
+}
+template <class T>
+cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* attributes, T* kernel) {
+  return ::cudaFuncGetAttributes(attributes, reinterpret_cast<const void*>(kernel));
+}
+
 // executor/cuda/common.cuh keeps the nvcc spellings (<<<>>>, extern __shared__) for these.
 #define OOMB_LAUNCH(grid, block, smem, stream, ...) \
   ::oomb::emulated_cuda::Launcher(__VA_ARGS__, (grid), (block), (smem), (stream), #__VA_ARGS__)

@@ -2,10 +2,8 @@
 // fiber, a scheduler that releases block barriers and warp rendezvous (grid.h says the model).
 #include "executor/emulated_cuda/grid.h"
 
-#include <sys/mman.h>
-#include <unistd.h>
-
 #include <boost/context/fiber.hpp>
+#include <boost/context/protected_fixedsize_stack.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -41,7 +39,7 @@ extern "C" void AnnotateIgnoreWritesEnd(const char* file, int line);
 namespace oomb::emulated_cuda {
 
 namespace detail {
-thread_local constinit ThreadIndex* t_current = nullptr;
+OOMB_EMULATED_TLS thread_local constinit ThreadIndex* t_current = nullptr;
 }  // namespace detail
 
 namespace {
@@ -66,8 +64,10 @@ std::atomic<uint64_t> g_resumes{0};
 // (no_sync), so that a missing barrier between two CUDA threads is a reported race. Barriers and
 // rendezvous synchronise the threads they release (release on arrival, acquire on release), and the
 // emulator's own bookkeeping (states, counters, contributions) is ignored: it is ordered by the
-// switches, which TSan is told nothing about. Blocks of a grid stay unordered with one another
-// (their fibers inherit the scheduler's clock, which acquires their exits only when the grid ends).
+// switches, which TSan is told nothing about. The blocks of a grid are ordered one after another
+// (a fiber inherits the scheduler's clock, which has acquired the exits of the blocks before): the
+// next block reuses the same static __shared__ variables and the same pooled stacks, so races
+// between the blocks of a grid are not TSan's to find (the reverse and random block orders are).
 
 #if defined(__SANITIZE_THREAD__)
 struct Bookkeeping {
@@ -95,74 +95,20 @@ void tsan_release(void*) {}
 void tsan_acquire(void*) {}
 #endif
 
-// ---------------------------------------------------------------- stacks
-
-// Fiber stacks, mapped once per OS thread and reused by every block and launch after: a guard page
-// below each, so that an overflow faults instead of running into the next stack.
-class StackPool {
- public:
-  StackPool() = default;
-  StackPool(const StackPool&) = delete;
-  StackPool& operator=(const StackPool&) = delete;
-  ~StackPool() {
-    for (void* base : free_) munmap(base, mapping_bytes());
-  }
-
-  bc::stack_context take() {
-    void* base;
-    if (free_.empty()) {
-      base = mmap(nullptr, mapping_bytes(), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1,
-                  0);
-      if (base == MAP_FAILED) throw std::bad_alloc();
-      if (mprotect(base, guard_bytes(), PROT_NONE) != 0) {
-        munmap(base, mapping_bytes());
-        throw std::bad_alloc();
-      }
-      free_.reserve(++mapped_);  // give() never allocates
-    } else {
-      base = free_.back();
-      free_.pop_back();
-    }
-    char* bottom = static_cast<char*>(base) + guard_bytes();
-#if defined(__SANITIZE_ADDRESS__)
-    // A fiber abandoned by an exception may leave its frames' redzones poisoned.
-    ASAN_UNPOISON_MEMORY_REGION(bottom, kStackBytes);
-#endif
-    bc::stack_context sc;
-    sc.size = kStackBytes;
-    sc.sp = bottom + kStackBytes;
-    return sc;
-  }
-
-  void give(const bc::stack_context& sc) noexcept {
-    free_.push_back(static_cast<char*>(sc.sp) - kStackBytes - guard_bytes());
-  }
-
- private:
-  static size_t guard_bytes() { return static_cast<size_t>(sysconf(_SC_PAGESIZE)); }
-  static size_t mapping_bytes() { return guard_bytes() + kStackBytes; }
-
-  std::vector<void*> free_;
-  size_t mapped_ = 0;
-};
-
-thread_local StackPool t_stacks;
-
-// ---------------------------------------------------------------- threads and blocks
+// ---------------------------------------------------------------- threads, blocks, workers
 
 enum class State : uint8_t { ready, block_barrier, warp, exited };
 
 struct Block;
+struct Worker;
 
 // Thrown into a fiber to unwind it when its block is abandoned (a failure or a deadlock).
 struct Abandon {};
 
 struct Thread : ThreadIndex {
   Block* block = nullptr;
+  Worker* worker = nullptr;  // the fiber that runs it
   unsigned linear = 0, warp = 0, lane = 0;
-  bc::fiber fiber;      // this thread, while it is suspended (empty while it runs and once it exits)
-  bc::fiber scheduler;  // the scheduler, while this thread runs
-  bc::stack_context stack{};
   State state = State::ready;
   // At a block barrier.
   bool barrier_or = false;
@@ -179,6 +125,17 @@ struct Thread : ThreadIndex {
   struct alignas(16) Slot {
     std::byte bytes[kMaxContributionBytes];
   } slots[2]{};
+};
+
+// A fiber that runs one CUDA thread after another: thread i of every block on this OS thread runs
+// on worker i, so a launch creates no fiber and maps no stack once the pool has grown. The stack
+// has a guard page below it (an overflow faults instead of running into the next stack).
+struct Worker {
+  bc::fiber fiber;      // the worker while it is suspended
+  bc::fiber scheduler;  // the scheduler while the worker runs
+  bc::stack_context stack{};
+  Thread* thread = nullptr;  // the CUDA thread it runs next or now
+  bool quit = false;
 #if defined(__SANITIZE_ADDRESS__)
   void* fake_stack = nullptr;
   const void* scheduler_bottom = nullptr;
@@ -186,6 +143,7 @@ struct Thread : ThreadIndex {
 #endif
 #if defined(__SANITIZE_THREAD__)
   void* tsan_fiber = nullptr;
+  void* tsan_scheduler = nullptr;
 #endif
 };
 
@@ -194,10 +152,7 @@ struct Grid {
   KernelEntry entry;
   const void* args;
   Schedule schedule;
-  char exit_sync = 0;  // TSan: every thread's exit, acquired when the grid ends
-#if defined(__SANITIZE_THREAD__)
-  void* scheduler_fiber = nullptr;
-#endif
+  char exit_sync = 0;  // TSan: every thread's exit, acquired at the end of each block
 };
 
 struct FreeAligned {
@@ -218,15 +173,13 @@ struct Block {
   unsigned barrier_generation = 0;
   int barrier_result[2] = {0, 0};  // __syncthreads_or's result by generation parity
   char barrier_sync[2] = {0, 0};   // TSan: a barrier's arrivals, by generation parity
+  char start_sync = 0;             // TSan: what the scheduler did before the block started
   uint32_t warp_waiting[kWarpSize] = {};  // lanes of each warp at a rendezvous
   uint32_t dirty_warps = 0;               // warps with an arrival since the last release
   bool failed = false;
   bool abandoning = false;
   cudaError_t error = cudaSuccess;
   std::string failure;
-#if defined(__SANITIZE_ADDRESS__)
-  void* scheduler_fake_stack = nullptr;
-#endif
 
   Thread& lane(unsigned warp, unsigned l) { return threads[warp * kWarpSize + l]; }
   unsigned lanes_in(unsigned warp) const { return std::min(kWarpSize, n - warp * kWarpSize); }
@@ -259,45 +212,41 @@ void record_failure(Block& b, cudaError_t error, std::string message) {
 
 // ---------------------------------------------------------------- switching
 
-// Scheduler -> fiber, until the fiber suspends or exits.
-void resume(Block& b, Thread& t) {
-  detail::t_current = &t;
+// The scheduler's side of a switch into a worker: until the worker switches back.
+void enter(Worker& w, void** scheduler_fake_stack) {
 #if defined(__SANITIZE_ADDRESS__)
-  __sanitizer_start_switch_fiber(&b.scheduler_fake_stack, static_cast<char*>(t.stack.sp) - t.stack.size,
-                                 t.stack.size);
+  __sanitizer_start_switch_fiber(scheduler_fake_stack, static_cast<char*>(w.stack.sp) - w.stack.size, w.stack.size);
+#else
+  (void)scheduler_fake_stack;
 #endif
 #if defined(__SANITIZE_THREAD__)
-  __tsan_switch_to_fiber(t.tsan_fiber, __tsan_switch_to_fiber_no_sync);
+  __tsan_switch_to_fiber(w.tsan_fiber, __tsan_switch_to_fiber_no_sync);
 #endif
-  t.fiber = std::move(t.fiber).resume();
+  w.fiber = std::move(w.fiber).resume();
 #if defined(__SANITIZE_ADDRESS__)
-  __sanitizer_finish_switch_fiber(b.scheduler_fake_stack, nullptr, nullptr);
+  __sanitizer_finish_switch_fiber(*scheduler_fake_stack, nullptr, nullptr);
 #endif
 }
 
-// Fiber -> scheduler; back when the scheduler resumes this thread. Unwinds an abandoned thread.
-void suspend(Thread& t) {
+// The worker's side: back to the scheduler, until it enters this worker again.
+void leave(Worker& w) {
 #if defined(__SANITIZE_ADDRESS__)
-  __sanitizer_start_switch_fiber(&t.fake_stack, t.scheduler_bottom, t.scheduler_size);
+  __sanitizer_start_switch_fiber(&w.fake_stack, w.scheduler_bottom, w.scheduler_size);
 #endif
 #if defined(__SANITIZE_THREAD__)
-  __tsan_switch_to_fiber(t.block->grid.scheduler_fiber, __tsan_switch_to_fiber_no_sync);
+  __tsan_switch_to_fiber(w.tsan_scheduler, __tsan_switch_to_fiber_no_sync);
 #endif
-  t.scheduler = std::move(t.scheduler).resume();
+  w.scheduler = std::move(w.scheduler).resume();
 #if defined(__SANITIZE_ADDRESS__)
-  __sanitizer_finish_switch_fiber(t.fake_stack, &t.scheduler_bottom, &t.scheduler_size);
+  __sanitizer_finish_switch_fiber(w.fake_stack, &w.scheduler_bottom, &w.scheduler_size);
 #endif
+}
+
+// A CUDA thread waits for the scheduler to release it; an abandoned one unwinds.
+void suspend(Thread& t) {
+  leave(*t.worker);
   if (t.block->abandoning) throw Abandon{};
 }
-
-struct PooledStack {
-  Thread* thread;
-  bc::stack_context allocate() {
-    thread->stack = t_stacks.take();
-    return thread->stack;
-  }
-  void deallocate(bc::stack_context& sc) noexcept { t_stacks.give(sc); }
-};
 
 void run_kernel(Thread& t) {
   Block& b = *t.block;
@@ -315,28 +264,113 @@ void run_kernel(Thread& t) {
   }
 }
 
-bc::fiber make_fiber(Thread& t) {
-  return bc::fiber(std::allocator_arg, PooledStack{&t}, [&t](bc::fiber&& scheduler) {
+void work(Worker& w) {
+  for (;;) {
+    Thread* t;
     {
       Bookkeeping scope;
-      t.scheduler = std::move(scheduler);
-#if defined(__SANITIZE_ADDRESS__)
-      __sanitizer_finish_switch_fiber(nullptr, &t.scheduler_bottom, &t.scheduler_size);
+      if (w.quit) return;
+      t = w.thread;
+    }
+    tsan_acquire(&t->block->start_sync);
+    bool abandoned;
+    {
+      Bookkeeping scope;
+      abandoned = t->block->abandoning;
+    }
+    if (!abandoned) run_kernel(*t);
+    Bookkeeping scope;
+    t->state = State::exited;
+    ++t->block->exited;
+    tsan_release(&t->block->grid.exit_sync);
+    leave(w);
+  }
+}
+
+// The workers of this OS thread (a stream's worker, or a test's thread), grown to the largest block.
+class WorkerPool {
+ public:
+  WorkerPool() = default;
+  WorkerPool(const WorkerPool&) = delete;
+  WorkerPool& operator=(const WorkerPool&) = delete;
+  ~WorkerPool() {
+    Bookkeeping scope;
+    for (auto& w : workers_) {
+      w->quit = true;
+      enter(*w, &fake_stack_);  // returns from its fiber function: the stack is unmapped
+#if defined(__SANITIZE_THREAD__)
+      __tsan_destroy_fiber(w->tsan_fiber);
 #endif
     }
-    if (!t.block->abandoning) run_kernel(t);
-    Bookkeeping scope;
-    t.state = State::exited;
-    ++t.block->exited;
-    tsan_release(&t.block->grid.exit_sync);
+  }
+
+  Worker& at(size_t i) {
+    while (workers_.size() <= i) workers_.push_back(make_worker());
+    return *workers_[i];
+  }
+  void** scheduler_fake_stack() { return &fake_stack_; }
+
+ private:
+  static std::unique_ptr<Worker> make_worker() {
+    auto w = std::make_unique<Worker>();
+    Worker* wp = w.get();
+#if defined(__SANITIZE_THREAD__)
+    w->tsan_fiber = __tsan_create_fiber(0);
+    w->tsan_scheduler = __tsan_get_current_fiber();
+#endif
+    // Boost's protected stack: mmap with a guard page, unmapped when the fiber function returns.
+    struct Stack : bc::protected_fixedsize_stack {
+      Worker* worker;
+      Stack(Worker* w) : bc::protected_fixedsize_stack(kStackBytes), worker(w) {}
+      bc::stack_context allocate() {
+        worker->stack = bc::protected_fixedsize_stack::allocate();
+        return worker->stack;
+      }
+    };
+    w->fiber = bc::fiber(std::allocator_arg, Stack(wp), [wp](bc::fiber&& scheduler) {
+      {
+        Bookkeeping scope;
+        wp->scheduler = std::move(scheduler);
 #if defined(__SANITIZE_ADDRESS__)
-    __sanitizer_start_switch_fiber(nullptr, t.scheduler_bottom, t.scheduler_size);
+        __sanitizer_finish_switch_fiber(nullptr, &wp->scheduler_bottom, &wp->scheduler_size);
+#endif
+      }
+      work(*wp);
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+      Worker last;  // the fields the switch reads, read as bookkeeping
+      {
+        Bookkeeping scope;
+#if defined(__SANITIZE_ADDRESS__)
+        last.scheduler_bottom = wp->scheduler_bottom;
+        last.scheduler_size = wp->scheduler_size;
 #endif
 #if defined(__SANITIZE_THREAD__)
-    __tsan_switch_to_fiber(t.block->grid.scheduler_fiber, __tsan_switch_to_fiber_no_sync);
+        last.tsan_scheduler = wp->tsan_scheduler;
 #endif
-    return std::move(t.scheduler);
-  });
+      }
+#endif
+#if defined(__SANITIZE_ADDRESS__)
+      __sanitizer_start_switch_fiber(nullptr, last.scheduler_bottom, last.scheduler_size);
+#endif
+#if defined(__SANITIZE_THREAD__)
+      __tsan_switch_to_fiber(last.tsan_scheduler, __tsan_switch_to_fiber_no_sync);
+#endif
+      // From here on this runs as the scheduler (whose bookkeeping TSan ignores) on its way back.
+      return std::move(wp->scheduler);
+    });
+    return w;
+  }
+
+  std::vector<std::unique_ptr<Worker>> workers_;
+  void* fake_stack_ = nullptr;  // ASan: the scheduler's fake stack while a worker runs
+};
+
+thread_local WorkerPool t_workers;
+
+// Scheduler -> the fiber running t, until t suspends or exits.
+void resume(Thread& t) {
+  detail::t_current = &t;
+  enter(*t.worker, t_workers.scheduler_fake_stack());
 }
 
 // ---------------------------------------------------------------- releasing
@@ -491,13 +525,15 @@ class BlockOrder {
   Schedule::Kind kind_;
 };
 
+// Releases mostly come in index order already (a barrier releases the whole block).
 void order_pass(std::vector<unsigned>& run, Schedule::Kind kind, std::mt19937_64& rng) {
   switch (kind) {
     case Schedule::Kind::round_robin:
-      std::sort(run.begin(), run.end());
+      if (!std::is_sorted(run.begin(), run.end())) std::sort(run.begin(), run.end());
       break;
     case Schedule::Kind::reverse:
-      std::sort(run.begin(), run.end(), [](unsigned a, unsigned c) { return a > c; });
+      if (!std::is_sorted(run.begin(), run.end())) std::sort(run.begin(), run.end());
+      std::reverse(run.begin(), run.end());
       break;
     case Schedule::Kind::random:
       std::shuffle(run.begin(), run.end(), rng);
@@ -505,11 +541,11 @@ void order_pass(std::vector<unsigned>& run, Schedule::Kind kind, std::mt19937_64
   }
 }
 
-// Resumes every fiber of an abandoned block until it has unwound.
+// Resumes every thread of an abandoned block until it has unwound and exited.
 void abandon(Block& b) {
   b.abandoning = true;
   for (Thread& t : b.threads)
-    while (t.fiber) resume(b, t);
+    while (t.state != State::exited) resume(t);
 }
 
 cudaError_t run_block(Grid& g, uint3 block_idx, uint64_t linear) {
@@ -529,12 +565,11 @@ cudaError_t run_block(Grid& g, uint3 block_idx, uint64_t linear) {
     t.linear = i;
     t.warp = i / kWarpSize;
     t.lane = i % kWarpSize;
-#if defined(__SANITIZE_THREAD__)
-    t.tsan_fiber = __tsan_create_fiber(0);
-#endif
-    t.fiber = make_fiber(t);
+    t.worker = &t_workers.at(i);
+    t.worker->thread = &t;
     b.ready.push_back(i);
   }
+  tsan_release(&b.start_sync);
 
   std::mt19937_64 rng(mix(g.schedule.seed ^ mix(linear)));
   std::vector<unsigned> run;
@@ -543,7 +578,7 @@ cudaError_t run_block(Grid& g, uint3 block_idx, uint64_t linear) {
     order_pass(run, g.schedule.kind, rng);
     g_resumes.fetch_add(run.size(), std::memory_order_relaxed);
     for (unsigned i : run) {
-      resume(b, b.threads[i]);
+      resume(b.threads[i]);
       if (b.failed) break;
     }
     run.clear();
@@ -552,9 +587,7 @@ cudaError_t run_block(Grid& g, uint3 block_idx, uint64_t linear) {
     if (b.ready.empty() && b.exited < b.n) record_failure(b, cudaErrorLaunchFailure, deadlock_report(b));
   }
   if (b.failed) abandon(b);
-#if defined(__SANITIZE_THREAD__)
-  for (Thread& t : b.threads) __tsan_destroy_fiber(t.tsan_fiber);
-#endif
+  tsan_acquire(&g.exit_sync);  // the block's threads are done before its memory goes
   if (!b.failed) return cudaSuccess;
   report_launch_failure(b.failure);
   return b.error;
@@ -578,9 +611,6 @@ cudaError_t run_grid(const LaunchConfig& config, KernelEntry entry, const void* 
     report_launch_failure("kernel " + std::string(config.kernel_name) + ": " + e.what());
     return cudaErrorLaunchFailure;
   }
-#if defined(__SANITIZE_THREAD__)
-  g.scheduler_fiber = __tsan_get_current_fiber();
-#endif
   const dim3 gd = config.grid;
   const uint64_t blocks = uint64_t{gd.x} * gd.y * gd.z;
   const BlockOrder order(blocks, g.schedule);
@@ -591,7 +621,6 @@ cudaError_t run_grid(const LaunchConfig& config, KernelEntry entry, const void* 
                     static_cast<unsigned>(linear / (uint64_t{gd.x} * gd.y))};
     result = run_block(g, idx, linear);
   }
-  tsan_acquire(&g.exit_sync);
   return result;
 }
 
@@ -680,7 +709,7 @@ WarpExchange warp_exchange(unsigned mask, Collective what, const char* name, con
 }
 
 void shuffle(unsigned mask, Collective what, const char* name, void* value, size_t bytes, int arg, int width) {
-  if (width <= 0 || width > static_cast<int>(kWarpSize) || !std::has_single_bit(static_cast<unsigned>(width)))
+  if (width <= 0 || width > static_cast<int>(kWarpSize) || (width & (width - 1)) != 0)
     fail(cudaErrorLaunchFailure, std::string(name) + ": width " + std::to_string(width) +
                                      " is not a power of two in [1, 32]");
   const WarpExchange ex = warp_exchange(mask, what, name, value, bytes);

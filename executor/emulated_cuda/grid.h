@@ -30,8 +30,11 @@ struct ThreadIndex {
 
 namespace detail {
 // The CUDA thread whose fiber runs on this OS thread (null outside a grid). Set by the scheduler
-// before every switch into a fiber; a fiber never leaves the OS thread that started it.
-extern thread_local constinit ThreadIndex* t_current;
+// before every switch into a fiber; a fiber never leaves the OS thread that started it. Read on
+// every built-in: the initial-exec model (no __tls_get_addr call from the shared library), as the
+// library is loaded with the program (a dlopen'ed fake cuBLASLt finds it loaded already).
+#define OOMB_EMULATED_TLS [[gnu::tls_model("initial-exec")]]
+OOMB_EMULATED_TLS extern thread_local constinit ThreadIndex* t_current;
 }  // namespace detail
 
 inline const ThreadIndex& current_thread() { return *detail::t_current; }

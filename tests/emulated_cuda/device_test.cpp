@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
 #include <tuple>
@@ -171,7 +172,15 @@ __global__ void neighbour_kernel(int base, bool barrier, int* out) {
   out[t] = t == 0 ? base : s[t - 1] + 1;
 }
 
+// Under ThreadSanitizer the race itself is the finding (the next test).
+#if defined(__SANITIZE_THREAD__)
+constexpr bool kRunRaces = false;
+#else
+constexpr bool kRunRaces = true;
+#endif
+
 TEST_F(EmulatedDevice, AMissingBarrierGivesAWrongAnswerUnderSomeSchedule) {
+  if (!kRunRaces) GTEST_SKIP() << "a deliberate data race";
   const int n = 128;
   int* out = device<int>(n);
   std::vector<int> want(n);
@@ -199,6 +208,23 @@ TEST_F(EmulatedDevice, AMissingBarrierGivesAWrongAnswerUnderSomeSchedule) {
   }
   EXPECT_GE(wrong_schedules, 2);  // reverse and at least one random order
 }
+
+#if defined(__SANITIZE_THREAD__)
+TEST_F(EmulatedDevice, ThreadSanitizerReportsAMissingBarrier) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");  // a fresh process: the runtime has worker threads
+  setenv("TSAN_OPTIONS", "halt_on_error=1", 1);    // read by that process at its start
+  int* out = device<int>(128);
+  EXPECT_DEATH(
+      {
+        OOMB_LAUNCH(1, 128, 0, 0, neighbour_kernel)(7, false, out);
+        (void)cudaDeviceSynchronize();
+      },
+      "ThreadSanitizer: data race");
+  unsetenv("TSAN_OPTIONS");
+  OOMB_LAUNCH(1, 128, 0, 0, neighbour_kernel)(7, true, out);  // with the barrier: no report
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+}
+#endif
 
 // ---------------------------------------------------------------- shuffles
 
