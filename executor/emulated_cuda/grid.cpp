@@ -106,6 +106,7 @@ struct Worker;
 struct Abandon {};
 
 struct Thread : ThreadIndex {
+  Thread() {}  // user-provided: a vector of them is not zeroed first (the slots need no zeros)
   Block* block = nullptr;
   Worker* worker = nullptr;  // the fiber that runs it
   unsigned linear = 0, warp = 0, lane = 0;
@@ -124,7 +125,7 @@ struct Thread : ThreadIndex {
   uint32_t peer_parity = 0;
   struct alignas(16) Slot {
     std::byte bytes[kMaxContributionBytes];
-  } slots[2]{};
+  } slots[2];  // written before they are read
 };
 
 // A fiber that runs one CUDA thread after another: thread i of every block on this OS thread runs
@@ -664,10 +665,6 @@ int sync_block_or(int predicate) { return arrive_at_barrier(true, predicate); }
 
 void sync_warp(unsigned mask) { warp_exchange(mask, Collective::syncwarp, "__syncwarp", nullptr, 0); }
 
-const void* WarpExchange::contribution(unsigned lane) const {
-  return static_cast<const Thread*>(warp_)[lane].slots[(parity_ >> lane) & 1].bytes;
-}
-
 WarpExchange warp_exchange(unsigned mask, Collective what, const char* name, const void* data, size_t bytes) {
   Thread& t = self();
   Block& b = *t.block;
@@ -705,7 +702,7 @@ WarpExchange warp_exchange(unsigned mask, Collective what, const char* name, con
     const unsigned l = static_cast<unsigned>(std::countr_zero(m));
     tsan_acquire(&warp[l].slots[(parity >> l) & 1]);
   }
-  return WarpExchange(warp, parity, t.lane);
+  return WarpExchange(warp[0].slots[0].bytes, sizeof(Thread), sizeof(Thread::Slot), parity, t.lane);
 }
 
 void shuffle(unsigned mask, Collective what, const char* name, void* value, size_t bytes, int arg, int width) {

@@ -65,12 +65,19 @@ inline constexpr size_t kMaxContributionBytes = 64;
 // a lane that runs ahead writes its next contribution to a second slot, never over this one.
 class WarpExchange {
  public:
-  WarpExchange(const void* warp, uint32_t parity, unsigned lane) : warp_(warp), parity_(parity), lane_(lane) {}
+  // slots: lane 0's first slot; a lane's slots are `stride` bytes after the previous lane's, its
+  // second slot `slot_bytes` after its first; parity bit l: the slot lane l contributed to.
+  WarpExchange(const std::byte* slots, size_t stride, size_t slot_bytes, uint32_t parity, unsigned lane)
+      : slots_(slots), stride_(stride), slot_bytes_(slot_bytes), parity_(parity), lane_(lane) {}
   unsigned lane() const { return lane_; }
-  const void* contribution(unsigned lane) const;  // lane: a lane the mask names
+  // lane: a lane the mask names.
+  const std::byte* contribution(unsigned lane) const {
+    return slots_ + lane * stride_ + ((parity_ >> lane) & 1) * slot_bytes_;
+  }
 
  private:
-  const void* warp_;
+  const std::byte* slots_;
+  size_t stride_, slot_bytes_;
   uint32_t parity_;
   unsigned lane_;
 };

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <bit>
 #include <charconv>
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -204,24 +205,38 @@ void wmma_mma(float* d, FragmentKind a_kind, const __nv_bfloat16* a, FragmentKin
   mine.b_kind = static_cast<uint8_t>(b_kind);
   // The operands are copied at the rendezvous: a lane that runs ahead may overwrite its fragments.
   const WarpExchange ex = warp_exchange(kFullMask, Collective::wmma_mma, "wmma::mma_sync", &mine, sizeof mine);
-  MmaArgs all[kLanes];
-  for (int l = 0; l < kLanes; ++l) std::memcpy(&all[l], ex.contribution(static_cast<unsigned>(l)), sizeof(MmaArgs));
-  if (all[0].a_kind != mine.a_kind || all[0].b_kind != mine.b_kind)
+  MmaArgs first;
+  std::memcpy(&first, ex.contribution(0), sizeof first);
+  if (first.a_kind != mine.a_kind || first.b_kind != mine.b_kind)
     fail(cudaErrorLaunchFailure, "wmma::mma_sync: lane " + std::to_string(ex.lane()) +
                                      " passes fragments of another layout than lane 0");
   const Placement& pl = placement();
   const int ak = mine.a_kind, bk = mine.b_kind, ck = static_cast<int>(FragmentKind::accumulator);
+  const std::byte* lanes[kLanes];
+  for (int l = 0; l < kLanes; ++l) lanes[l] = ex.contribution(static_cast<unsigned>(l));
+  const auto element = [&](int kind, unsigned cell, size_t operand) {
+    uint16_t bits;
+    std::memcpy(&bits, lanes[pl.owner_lane[kind][cell]] + operand + 2 * pl.owner_element[kind][cell], 2);
+    return bf16_value(bits);
+  };
+  // The rows of A and columns of B this lane's elements need, each gathered once.
+  float a_rows[16][16], b_cols[16][16];
+  uint32_t have_row = 0, have_col = 0;
   float out[kElements];
   for (int i = 0; i < kElements; ++i) {
     const unsigned cell = pl.position[ck][ex.lane()][i], r = cell >> 4, col = cell & 15u;
+    if ((have_row >> r & 1) == 0) {
+      for (unsigned k = 0; k < 16; ++k) a_rows[r][k] = element(ak, r * 16 + k, offsetof(MmaArgs, a));
+      have_row |= 1u << r;
+    }
+    if ((have_col >> col & 1) == 0) {
+      for (unsigned k = 0; k < 16; ++k) b_cols[col][k] = element(bk, k * 16 + col, offsetof(MmaArgs, b));
+      have_col |= 1u << col;
+    }
     // The product of two bf16 values is exact in fp32, so every step is one fp32 rounding (and an
     // fma contraction would round the same).
     float s = c[i];
-    for (unsigned k = 0; k < 16; ++k) {
-      const unsigned ac = r * 16 + k, bc = k * 16 + col;
-      s += bf16_value(all[pl.owner_lane[ak][ac]].a[pl.owner_element[ak][ac]]) *
-           bf16_value(all[pl.owner_lane[bk][bc]].b[pl.owner_element[bk][bc]]);
-    }
+    for (unsigned k = 0; k < 16; ++k) s += a_rows[r][k] * b_cols[col][k];
     out[i] = s;
   }
   std::memcpy(d, out, sizeof out);  // d may be c
