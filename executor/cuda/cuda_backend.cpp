@@ -73,6 +73,13 @@ struct CudaBackend::Impl {
   int64_t gemm_calls[3] = {0, 0, 0};     // linear GEMMs run in fp32, tf32, bf16 (CudaGemmPrecision order)
   cudaStream_t compute = nullptr, h2d = nullptr, d2h = nullptr;
   cudaEvent_t compute_mark = nullptr;  // re-recorded at each copy_async
+  // The device clock's anchor on the host's: recorded on the idle compute stream at construction,
+  // epoch_ns the steady clock when it completed. A copy's times are this anchor plus the device's
+  // elapsed time, not the completion thread's wake-up time (which lags the device by however late
+  // that thread is scheduled, so that a d2h copy could appear to start before the h2d copy it
+  // waited for ended: the emulated device's first run of CudaBackendCopies showed 11 ms).
+  cudaEvent_t epoch = nullptr;
+  int64_t epoch_ns = 0;
   std::unique_ptr<Arena> device, host;
   std::mutex mem_mu;
   std::unordered_map<std::string, std::pair<int64_t, int64_t>> device_ranges;  // row -> [lo, hi) of the layout
@@ -160,6 +167,7 @@ struct CudaBackend::Impl {
     device.reset();
     host.reset();
     if (compute_mark) cudaEventDestroy(compute_mark);
+    if (epoch) cudaEventDestroy(epoch);
     for (cudaStream_t s : {compute, h2d, d2h})
       if (s) cudaStreamDestroy(s);
   }
@@ -176,11 +184,18 @@ struct CudaBackend::Impl {
         c.queue.pop_front();
       }
       const cudaError_t e = cudaEventSynchronize(job.end);
-      float ms = 0;
-      if (e == cudaSuccess) cudaEventElapsedTime(&ms, job.start, job.end);
-      else
+      float ms = 0, end_ms = 0;
+      int64_t t1 = steady_ns();
+      if (e == cudaSuccess) {
+        cudaEventElapsedTime(&ms, job.start, job.end);
+        // The end on the device clock; the duration from its own pair of events, which keeps it
+        // exact however far the float offset from the epoch has lost resolution (0.25 ms an hour in).
+        if (cudaEventElapsedTime(&end_ms, epoch, job.end) == cudaSuccess)
+          t1 = epoch_ns + static_cast<int64_t>(static_cast<double>(end_ms) * 1e6);
+      } else {
         std::fprintf(stderr, "oomb: asynchronous copy failed: %s (%s)\n", cudaGetErrorName(e), cudaGetErrorString(e));
-      const int64_t t1 = steady_ns(), t0 = t1 - static_cast<int64_t>(static_cast<double>(ms) * 1e6);
+      }
+      const int64_t t0 = t1 - static_cast<int64_t>(static_cast<double>(ms) * 1e6);
       if (job.on_done) {
         try {
           job.on_done(t0, t1);
@@ -364,6 +379,10 @@ CudaBackend::CudaBackend(CudaBackendOptions options) : impl_(std::make_unique<Im
   OOMB_CUDA_CHECK(cudaStreamCreateWithFlags(&m.h2d, cudaStreamNonBlocking));
   OOMB_CUDA_CHECK(cudaStreamCreateWithFlags(&m.d2h, cudaStreamNonBlocking));
   OOMB_CUDA_CHECK(cudaEventCreateWithFlags(&m.compute_mark, cudaEventDisableTiming));
+  OOMB_CUDA_CHECK(cudaEventCreate(&m.epoch));
+  OOMB_CUDA_CHECK(cudaEventRecord(m.epoch, m.compute));
+  OOMB_CUDA_CHECK(cudaEventSynchronize(m.epoch));
+  m.epoch_ns = steady_ns();
   m.device = std::make_unique<Arena>(
       [](int64_t bytes) {
         void* p = nullptr;
