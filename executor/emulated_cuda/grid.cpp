@@ -24,7 +24,6 @@
 #include "executor/emulated_cuda/runtime.h"
 
 #if defined(__SANITIZE_ADDRESS__)
-#include <sanitizer/asan_interface.h>
 #include <sanitizer/common_interface_defs.h>
 #endif
 #if defined(__SANITIZE_THREAD__)
@@ -47,7 +46,6 @@ namespace {
 namespace bc = boost::context;
 
 constexpr unsigned kWarpSize = 32;
-constexpr unsigned kFullMask = 0xffffffffu;
 // Instrumented frames are several times larger; untouched stack pages cost no memory.
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 constexpr size_t kStackBytes = size_t{512} << 10;
@@ -376,14 +374,13 @@ void resume(Thread& t) {
 
 // ---------------------------------------------------------------- releasing
 
-bool release_warp(Block& b, unsigned warp) {
+void release_warp(Block& b, unsigned warp) {
   uint32_t waiting = b.warp_waiting[warp];
   uint32_t todo = waiting;
-  bool released = false;
   while (todo != 0) {
     const Thread& first = b.lane(warp, static_cast<unsigned>(std::countr_zero(todo)));
+    todo &= todo - 1;  // the lanes of its mask may yet form groups of their own
     const uint32_t mask = first.mask;
-    todo &= ~mask;
     if ((waiting & mask) != mask) continue;  // a lane of the group has not arrived
     bool same = true;
     uint32_t parity = 0;
@@ -402,14 +399,13 @@ bool release_warp(Block& b, unsigned warp) {
       b.ready.push_back(t.linear);
     }
     waiting &= ~mask;
-    released = true;
+    todo &= ~mask;
   }
   b.warp_waiting[warp] = waiting;
-  return released;
 }
 
-bool release_barrier(Block& b) {
-  if (b.at_barrier == 0 || b.at_barrier + b.exited != b.n) return false;
+void release_barrier(Block& b) {
+  if (b.at_barrier == 0 || b.at_barrier + b.exited != b.n) return;
   bool any_or = false, any_plain = false;
   int result = 0;
   for (const Thread& t : b.threads) {
@@ -417,7 +413,7 @@ bool release_barrier(Block& b) {
     (t.barrier_or ? any_or : any_plain) = true;
     result |= t.predicate;
   }
-  if (any_or && any_plain) return false;  // __syncthreads and __syncthreads_or do not meet
+  if (any_or && any_plain) return;  // __syncthreads and __syncthreads_or do not meet
   b.barrier_result[b.barrier_generation & 1] = result;
   ++b.barrier_generation;
   b.at_barrier = 0;
@@ -426,7 +422,6 @@ bool release_barrier(Block& b) {
     t.state = State::ready;
     b.ready.push_back(t.linear);
   }
-  return true;
 }
 
 void release(Block& b) {

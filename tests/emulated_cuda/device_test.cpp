@@ -363,6 +363,24 @@ TEST_F(EmulatedDevice, HalfWarpGroupsThenTheWholeWarp) {
   }
 }
 
+// Lane 0 waits for lanes {0, 1} while lane 1 first meets itself alone: the pair is not a group yet,
+// lane 1's own rendezvous is.
+__global__ void nested_masks_kernel(int* out) {
+  if (threadIdx.x == 1) __syncwarp(0x2u);
+  if (threadIdx.x < 2) __syncwarp(0x3u);
+  out[threadIdx.x] = 1;
+}
+
+TEST_F(EmulatedDevice, AGroupInsideAnUnfinishedOneIsReleased) {
+  int* out = device<int>(32);
+  for (const Schedule& s : kSchedules) {
+    set_schedule(s);
+    OOMB_LAUNCH(1, 32, 0, 0, nested_masks_kernel)(out);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << name_of(s);
+    EXPECT_EQ(host(out, 32), std::vector<int>(32, 1)) << name_of(s);
+  }
+}
+
 // ---------------------------------------------------------------- errors, never a hang
 
 __global__ void half_barrier_kernel(int* out) {
