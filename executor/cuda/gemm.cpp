@@ -97,6 +97,9 @@ Gemm::Plan* Gemm::plan(const Key& key) {
   cublasLtMatmulPreferenceDestroy(pref);
   if (st == CUBLAS_STATUS_NOT_SUPPORTED) found = 0;  // no algorithm for this combination
   else OOMB_CUDA_CHECK(st);
+  // A result is usable only with state SUCCESS (cublasLtMatmulAlgoGetHeuristic's documentation:
+  // inspect each returned result's state); otherwise it is no algorithm, like none found.
+  if (found > 0 && result.state != CUBLAS_STATUS_SUCCESS) found = 0;
   if (found == 0) {
     plans_[key] = nullptr;
     return nullptr;
