@@ -1,6 +1,8 @@
 #pragma once
 // The emulated CUDA device, force-included (-include) before a .cu file compiled as host C++ (with
-// -ffp-contract=off, so that float arithmetic rounds as nvcc's does without fused multiply-adds).
+// -ffp-contract=off: every float operation rounds once, as written; nvcc's default --fmad=true may
+// fuse a * b + c into one rounding, so a GPU can differ in the last place where the source does not
+// spell the operation with an _rn intrinsic or fmaf).
 //
 // Order matters. The toolkit headers the kernels use come first and take their host paths (no
 // __CUDACC__, no __CUDA_ARCH__ yet), so the types are the toolkit's own and host code sees the same
