@@ -31,7 +31,7 @@
 namespace oomb::executor {
 
 OOMB_BF16_HD inline uint32_t f32_bits(float f) {
-#if defined(__CUDA_ARCH__)
+#if defined(__CUDA_ARCH__) && defined(__CUDACC__)  // nvcc's device pass (the emulated device: memcpy, one definition)
   return __float_as_uint(f);
 #else
   uint32_t u;
@@ -41,7 +41,7 @@ OOMB_BF16_HD inline uint32_t f32_bits(float f) {
 }
 
 OOMB_BF16_HD inline float f32_from_bits(uint32_t u) {
-#if defined(__CUDA_ARCH__)
+#if defined(__CUDA_ARCH__) && defined(__CUDACC__)
   return __uint_as_float(u);
 #else
   float f;
