@@ -197,7 +197,7 @@ int run_run(RunArgs a, Communicator* comm) {
     line.done();
     std::fprintf(stderr, "%s\n", s.c_str());
   };
-  runner::check_run(r);
+  const executor::RunTable table = runner::check_run(r);
 
   // All input is read and checked before anything runs or is written.
   const models::ModelSpec m = effective_model(r.scenario.model, r.scenario.config);
@@ -228,7 +228,7 @@ int run_run(RunArgs a, Communicator* comm) {
     defer.emplace();
     r.stop = [] { return interrupt_pending() != 0; };
   }
-  runner::RunResult res = runner::run(r, w, tokens, adapters);
+  runner::RunResult res = runner::run(r, table, w, tokens, adapters);
   defer.reset();  // from here an interrupt ends the process (the writes remove their temporaries)
   line.done();
   if (res.trace) {

@@ -175,10 +175,10 @@ void status(const RunRequest& r, const std::string& line) {
 
 // The plan's rows for this run. A plan made for the other backend (a GPU plan run on the CPU
 // backend, or the reverse) lacks the rows only this backend needs (the CPU's MPI all-reduce
-// staging): they are this backend's own, sized by the same table for it, added and said (once).
-// `needed`: run_rows for this run's backend.
+// staging): they are this backend's own, sized by the same table for it, added and said.
+// `needed`: the run's rows (run_table for this run's backend).
 std::vector<step::BufferRow> planned_rows(const RunRequest& r, const simulator::Config& c,
-                                          const std::vector<step::BufferRow>& needed, bool say_them) {
+                                          const std::vector<step::BufferRow>& needed) {
   std::vector<step::BufferRow> planned = r.planned;
   if (planned.empty()) return planned;
   const step::Target ours = target_of(r);
@@ -190,15 +190,14 @@ std::vector<step::BufferRow> planned_rows(const RunRequest& r, const simulator::
     auto same = [&row](const step::BufferRow& o) { return o.name == row.name && o.tier == row.tier; };
     if (std::none_of(theirs.begin(), theirs.end(), same) && std::none_of(planned.begin(), planned.end(), same)) {
       planned.push_back(row);
-      if (say_them)
-        say(r, "buffer " + row.name + " (" + format_bytes(row.bytes) + ", " + to_string(row.tier) + "): the " +
-                   r.backend + " backend's own, not in this plan for the other backend; sized for this run");
+      say(r, "buffer " + row.name + " (" + format_bytes(row.bytes) + ", " + to_string(row.tier) + "): the " +
+                 r.backend + " backend's own, not in this plan for the other backend; sized for this run");
     }
   }
   return planned;
 }
 
-void check_run(const RunRequest& r) {
+RunTable check_run(const RunRequest& r) {
 #ifndef OOMB_HAVE_CUDA_BACKEND
   if (r.backend == "cuda")
     throw Error("--backend", "cuda", "this build has no CUDA backend",
@@ -339,10 +338,12 @@ void check_run(const RunRequest& r) {
     throw Error("--compare-dense", "", "compares the gradients of step 1, which an optimizer step consumes",
                 "use --optimizer none with --compare-dense");
   // The run's buffer table for the backend that will run it (the CUDA backend's workspace and op
-  // scratch included) against the plan's, before any device call: a plan that cannot start is
-  // refused here, not after the weights are on the GPU.
-  const std::vector<step::BufferRow> needed = run_rows(r.scenario.model, c, target_of(r));
-  check_plan_rows(planned_rows(r, c, needed, false), needed, r.backend);
+  // scratch included), built once, and the plan's against it, before any device call: a plan that
+  // cannot start is refused here, not after the weights are on the GPU.
+  RunTable t;
+  t.table = run_table(r.scenario.model, c, target_of(r));
+  t.notes = check_plan_rows(planned_rows(r, c, t.table.rows), t.table.rows, r.backend);
+  return t;
 }
 
 void check_finite(const ParamTensors& t, const std::string& flag, const char* what) {
@@ -368,7 +369,11 @@ Json RunResult::step_timing() const {
 }
 
 RunResult run(const RunRequest& r, const Weights& w, const TokenSource& tokens, const ParamTensors& adapters) {
-  check_run(r);
+  return run(r, check_run(r), w, tokens, adapters);
+}
+
+RunResult run(const RunRequest& r, const RunTable& table, const Weights& w, const TokenSource& tokens,
+              const ParamTensors& adapters) {
   const simulator::Config& c = r.scenario.config;
   RunResult res;
   res.model = effective_model(r.scenario.model, c);
@@ -385,7 +390,6 @@ RunResult run(const RunRequest& r, const Weights& w, const TokenSource& tokens, 
   int64_t warmup = r.warmup_steps;
   const int64_t total_steps = r.warmup_steps + r.timed_steps;
   res.steps_requested = total_steps;
-  const std::vector<step::BufferRow> needed_rows = run_rows(r.scenario.model, c, target_of(r));
   const bool use_cupti = uses_cupti(r);
   (void)use_cupti;  // read only in builds with CUPTI
 
@@ -428,12 +432,12 @@ RunResult run(const RunRequest& r, const Weights& w, const TokenSource& tokens, 
                             : gp == "tf32" ? CudaGemmPrecision::tf32
                                            : CudaGemmPrecision::bf16;
       // The op scratch is the table's op_scratch row, allocated once; no op grows it.
-      for (const step::BufferRow& row : needed_rows)
+      for (const step::BufferRow& row : table.table.rows)
         if (row.name == step::row::kOpScratch) copt.workspace_bytes = row.bytes;
       copt.fixed_workspace = true;
       // The device buffers in one block reserved up front and laid out by the table (step/allocator.h),
       // as its allocator_blocks row prices it: no growth in 1 GiB blocks, no holes first fit leaves.
-      step::allocator::ArenaLayout layout = step::allocator::cuda_arena_layout(needed_rows, true);
+      step::allocator::ArenaLayout layout = step::allocator::cuda_arena_layout(table.table.rows, true);
       copt.device_reserve_bytes = layout.block_bytes;
       copt.device_layout = std::move(layout.ranges);
       // One GPU per rank: the node-local rank picks it (Open MPI's OMPI_COMM_WORLD_LOCAL_RANK).
@@ -498,7 +502,7 @@ RunResult run(const RunRequest& r, const Weights& w, const TokenSource& tokens, 
   Backend& backend = *backend_owner;
   if (r.backend == "cpu") res.cpu_threads = static_cast<CpuBackend&>(backend).threads();
   EngineOptions o;
-  o.planned = planned_rows(r, c, needed_rows, true);
+  o.table = table;
   o.record_trace = r.record_trace;
   o.detail = r.detail;
   o.adamw.lr = r.lr;

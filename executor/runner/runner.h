@@ -135,12 +135,17 @@ struct RunResult {
 
 // Every check of a run that needs its model and configuration, before anything is read or
 // allocated (throws oomb::Error naming the flag or the plan file): backend options, page dtypes,
-// reference size, host memory, and the plan's buffer table against the one this run needs.
-void check_run(const RunRequest& r);
+// reference size, host memory, and the plan's buffer table against the one this run needs. Returns
+// that table (built once, for the backend that will run it) with the check's notes.
+executor::RunTable check_run(const RunRequest& r);
 
-// Runs it (check_run first). A step that fails is returned (failure, failed_step, the trace so
-// far), not thrown; bad input throws oomb::Error. LoRA (config lora_rank > 0): `adapters` are the
-// initial adapters (executor::init_adapters or read_adapter, laid out for the model as run).
+// Runs it on the table check_run returned for it (the Engine allocates from it). A step that fails is
+// returned (failure, failed_step, the trace so far), not thrown; bad input throws oomb::Error. LoRA
+// (config lora_rank > 0): `adapters` are the initial adapters (executor::init_adapters or
+// read_adapter, laid out for the model as run).
+RunResult run(const RunRequest& r, const executor::RunTable& table, const Weights& weights,
+              const executor::TokenSource& tokens, const executor::ParamTensors& adapters = {});
+// check_run, then run.
 RunResult run(const RunRequest& r, const Weights& weights, const executor::TokenSource& tokens,
               const executor::ParamTensors& adapters = {});
 

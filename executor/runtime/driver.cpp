@@ -178,8 +178,8 @@ std::vector<step::BufferRow> run_rows(const models::ModelSpec& model, const simu
   return without_reserve(step::buffer_table(model, config, target, false)).rows;
 }
 
-step::BufferTable run_table(const models::ModelSpec& model, const simulator::Config& config, const Backend& backend) {
-  return without_reserve(step::buffer_table(model, config, backend.target(), true));
+step::BufferTable run_table(const models::ModelSpec& model, const simulator::Config& config, const step::Target& target) {
+  return without_reserve(step::buffer_table(model, config, target, true));
 }
 
 std::vector<std::string> check_plan_rows(const std::vector<step::BufferRow>& planned,
@@ -355,11 +355,13 @@ Engine::Engine(Backend& backend, const models::ModelSpec& model, const simulator
 
   // The run's buffer table: every buffer below is one of its rows' tensors, and the memory account
   // measures each row's use against its bytes and phases (an allocation outside every row, beyond
-  // its row or outside its phases is refused). The plan is checked against it first.
-  const step::BufferTable table = run_table(model, config, backend_);
+  // its row or outside its phases is refused). The runner's, checked against the plan, or the step's.
+  const step::BufferTable table =
+      options_.table.table.rows.empty() ? run_table(model, config, backend_.target()) : std::move(options_.table.table);
   table_ = table.rows;
   rows_ = options_.table_override.empty() ? table_ : options_.table_override;
-  notes_ = check_plan_rows(options_.planned, rows_, backend_.name());
+  notes_ = options_.planned.empty() ? std::move(options_.table.notes)
+                                     : check_plan_rows(options_.planned, rows_, backend_.name());
   account_.bind(rows_);
   const bool optimizer = config.optimizer != simulator::Optimizer::none;
   const Tier opt_tier = config.optimizer == simulator::Optimizer::host ? Tier::host : Tier::device;

@@ -41,6 +41,13 @@ struct Progress {
   int64_t device_bytes = 0;
 };
 
+// A run's buffer table: the step's table for the backend less the rows the executor does not
+// allocate (run_table), and what checking a plan's rows against it noted (check_plan_rows).
+struct RunTable {
+  step::BufferTable table;
+  std::vector<std::string> notes;
+};
+
 struct EngineOptions {
   bool record_trace = false;
   traces::Detail detail = traces::Detail::layer;
@@ -58,8 +65,13 @@ struct EngineOptions {
   // profiler (op_tagger.h; the CLI's CUPTI timing). Not owned; must outlive the Engine. Null: no
   // tagging (the driver only tests the pointer).
   OpTagger* tagger = nullptr;
-  // The plan's buffer table. Non-empty: at construction (before anything is allocated) every row
-  // the run needs is compared with the plan's row of that name (check_plan_rows).
+  // The run's table as the runner built it and checked it against the plan (runner::check_run): the
+  // Engine allocates from its rows and records its notes (Measured::notes). No rows: the step's
+  // table for the backend's target (run_table).
+  RunTable table;
+  // A plan's buffer table for an Engine run without the runner. Non-empty: at construction (before
+  // anything is allocated) every row the run needs is compared with the plan's row of that name
+  // (check_plan_rows), and the notes are that check's.
   std::vector<step::BufferRow> planned;
   // Data and tensor parallelism (config.data_parallel x config.gpus > 1): the job's communicator,
   // one rank per GPU (not owned; its size must be data_parallel x gpus), reducing in the memory the
@@ -80,9 +92,9 @@ struct EngineOptions {
 // The phases of a step (the oomb schedule's phases of step/phase.h).
 using StepPhase = step::Phase;
 
-// The run's buffer table: the step's table for `backend`'s target (step/buffers.h) less the rows the
+// The run's buffer table: the step's table for `target` (step/buffers.h, described) less the rows the
 // executor does not allocate (the runtime reserve: the CUDA context).
-step::BufferTable run_table(const models::ModelSpec& model, const simulator::Config& config, const Backend& backend);
+step::BufferTable run_table(const models::ModelSpec& model, const simulator::Config& config, const step::Target& target);
 std::vector<step::BufferRow> run_rows(const models::ModelSpec& model, const simulator::Config& config,
                                       const step::Target& target);
 
@@ -111,7 +123,7 @@ struct Measured {
   std::string param_dtype = "fp32", param_grad_dtype = "fp32", activation_dtype = "fp32", loss_dtype = "fp32";
   std::string backend;                  // the backend that ran ("cpu", "cuda")
   std::vector<step::BufferRow> buffers;  // the run's buffer table (what it allocated under)
-  std::vector<std::string> notes;       // the plan check's notes (EngineOptions::planned)
+  std::vector<std::string> notes;       // the plan check's notes (EngineOptions::table or ::planned)
   int64_t kv_page_bytes = 0, grad_page_bytes = 0;
   int64_t kv_pool_pages = 0, grad_pool_pages = 0;  // device pool capacities
   int64_t kv_pool_high_water_pages = 0, grad_pool_high_water_pages = 0;

@@ -114,6 +114,25 @@ struct Small {
   std::vector<int32_t> tokens = TokenSource::synthetic(m.vocab, 1).sequence(0, 48);
 };
 
+// `oomb run` builds the run's table once (runner::check_run) and hands it over: the Engine allocates
+// under those rows and records the plan check's notes, without building or checking a table itself.
+TEST(RunTable, TheEngineAllocatesFromTheTableItIsHanded) {
+  Small s;
+  CpuBackend b;
+  EngineOptions o;
+  o.table.table = run_table(s.m, s.c, b.target());
+  for (auto& r : o.table.table.rows)
+    if (r.name == step::row::kLogits) r.bytes += 4096;  // a plan's larger budget, kept by the runner's check
+  o.table.notes = {"buffer logits: the plan budgets more"};
+  Engine e(b, s.m, s.c, s.w, o);
+  e.step(s.tokens);
+  const step::BufferRow* logits = row_of(e.buffers(), step::row::kLogits);
+  ASSERT_NE(logits, nullptr);
+  EXPECT_EQ(logits->bytes, row_of(run_rows(s.m, s.c, b.target()), step::row::kLogits)->bytes + 4096);
+  EXPECT_EQ(e.measured().notes, o.table.notes);
+  EXPECT_LT(e.measured().row_high_water_bytes.at(step::row::kLogits), logits->bytes);
+}
+
 TEST(MemoryAccount, AnAllocationOutsideTheTableIsCaught) {
   Small s;
   CpuBackend b;
