@@ -1,7 +1,8 @@
 #pragma once
-// Which planned settings the executor (`oomb run`) can follow today. The planner searches every
-// setting that matters and labels the ones the executor does not run yet as "on paper"; `oomb run
-// --plan` refuses them instead of running something else than the plan says.
+// Which planned settings the executor (`oomb run`) can follow today (step::capability for a GPU's
+// CUDA backend). The planner searches every setting that matters and labels the ones the executor
+// does not run yet as "on paper"; `oomb run --plan` refuses them instead of running something else
+// than the plan says.
 #include <string>
 
 #include "simulator/config.h"

@@ -322,30 +322,41 @@ void validate(const Config& c, const models::ModelSpec& m) {
                 "0 = full checkpointing; keeping all " + std::to_string(L) + " is --checkpointing false");
 }
 
+namespace {
+// The flags that set the configuration's keys.
+constexpr std::pair<const char*, const char*> kFlagKeys[] = {
+    {"--context", "context_tokens"},     {"--chunk", "chunk_tokens"},
+    {"--page", "page_tokens"},           {"--budget", "page_budget"},
+    {"--selection", "selection"},        {"--selection-overlap", "selection_overlap"},
+    {"--resident-layers", "resident_layers"}, {"--selection-tile", "selection_tile_pages"},
+    {"--logits-chunk", "logits_chunk_tokens"}, {"--kv-dtype", "kv_dtype"},
+    {"--kv-grad-dtype", "kv_grad_dtype"}, {"--param-dtype", "param_dtype"},
+    {"--param-grad-dtype", "param_grad_dtype"}, {"--activation-dtype", "activation_dtype"},
+    {"--loss-dtype", "loss_dtype"},      {"--gpus", "gpus"},
+    {"--data-parallel", "data_parallel"}, {"--nodes", "nodes"}, {"--shard-optimizer", "shard_optimizer"},
+    {"--lora-rank", "lora_rank"},        {"--lora-alpha", "lora_alpha"},
+    {"--lora-targets", "lora_targets"},
+    {"--layers", "layers_override"},     {"--kept-layers", "kept_layers"},
+    {"--attention", "attention"},        {"--schedule", "schedule"},
+    {"--preset", "implementation"},      {"--lora-train-embeddings", "lora_train_embeddings"}};
+}  // namespace
+
 void validate_document(const Config& c, const models::ModelSpec& m, const std::string& where) {
   try {
     validate(c, m);
   } catch (const Error& e) {
     // validate() names the flag that sets each knob; a document names the key.
-    static const std::pair<const char*, const char*> keys[] = {
-        {"--context", "context_tokens"},     {"--chunk", "chunk_tokens"},
-        {"--page", "page_tokens"},           {"--budget", "page_budget"},
-        {"--selection", "selection"},        {"--selection-overlap", "selection_overlap"},
-        {"--resident-layers", "resident_layers"}, {"--selection-tile", "selection_tile_pages"},
-        {"--logits-chunk", "logits_chunk_tokens"}, {"--kv-dtype", "kv_dtype"},
-        {"--kv-grad-dtype", "kv_grad_dtype"}, {"--param-dtype", "param_dtype"},
-        {"--param-grad-dtype", "param_grad_dtype"}, {"--activation-dtype", "activation_dtype"},
-        {"--loss-dtype", "loss_dtype"},      {"--gpus", "gpus"},
-        {"--data-parallel", "data_parallel"}, {"--nodes", "nodes"}, {"--shard-optimizer", "shard_optimizer"},
-        {"--lora-rank", "lora_rank"},        {"--lora-alpha", "lora_alpha"},
-        {"--lora-targets", "lora_targets"},
-        {"--layers", "layers_override"},     {"--kept-layers", "kept_layers"},
-        {"--attention", "attention"}};
     std::string key = e.where();
-    for (const auto& [flag, k] : keys)
+    for (const auto& [flag, k] : kFlagKeys)
       if (e.where() == flag) key = k;
     throw Error(where, key, e.problem() + (e.key().empty() ? "" : " (" + e.key() + ")"), e.hint());
   }
+}
+
+std::string config_flag(const std::string& key) {
+  for (const auto& [flag, k] : kFlagKeys)
+    if (key == k) return flag;
+  return key;
 }
 
 int64_t effective_layers(const Config& c, const models::ModelSpec& m) {

@@ -141,6 +141,9 @@ void validate(const Config& c, const models::ModelSpec& m);
 // validate() for a configuration read from a document (a trace's or a plan's config): errors name
 // `where` and the config key (context_tokens) instead of a flag nobody passed (--context).
 void validate_document(const Config& c, const models::ModelSpec& m, const std::string& where);
+// The flag that sets a configuration key ("kv_dtype" -> "--kv-dtype"; the key itself when none does):
+// the one vocabulary validate_document reads the other way.
+std::string config_flag(const std::string& key);
 // The projections LoRA may target (PEFT's module names), in layer order; "all-linear" (PEFT's
 // spelling) names them all.
 const std::vector<std::string>& lora_target_names();

@@ -22,6 +22,7 @@
 #include "planner/executable.h"
 #include "simulator/calibration.h"
 #include "step/allocator.h"
+#include "step/capability.h"
 #include "step/run_record.h"
 #ifdef OOMB_HAVE_CUDA_BACKEND
 #include "executor/cuda/cuda_backend.h"
@@ -140,6 +141,35 @@ step::Target target_of(const RunRequest& r) {
   return t;
 }
 
+// What the executor does not run (step::capability), refused naming the flag that asks for it, or
+// the plan, with what runs instead.
+[[noreturn]] void refuse(const RunRequest& r, const simulator::Config& c, const step::Capability& cap) {
+  const std::string& key = cap.key;
+  const bool planned = !r.plan_path.empty();
+  const Error named = step::capability_error(cap, c);  // the flag that sets the key, and its value
+  // The storage dtypes: refused by the parsers the run converts them with.
+  if (key == "kv_dtype" || key == "kv_grad_dtype") page_dtype(r, named.key(), named.where().c_str());
+  if (key == "param_dtype" || key == "param_grad_dtype" || key == "activation_dtype" || key == "loss_dtype")
+    storage_dtype_from_string(named.key(), named.where());
+  if (key == "schedule")
+    throw Error("--schedule", simulator::to_string(c.schedule), "the executor runs the oomb schedule",
+                "--schedule oomb (use --reference for a full-sequence run on the CPU)");
+  if (key == "selection")
+    throw Error("--selection", c.selection, "is not implemented by the executor yet", "published or per-kv-head");
+  if (key == "lora_rank")
+    throw Error(planned ? "--plan" : "--lora-rank", planned ? r.plan_path : std::to_string(c.lora_rank),
+                "LoRA (--lora-rank) with tensor parallelism (--gpus " + std::to_string(c.gpus) +
+                    ") is planned and simulated, not executed yet",
+                "--gpus 1 with LoRA, or full fine-tuning with --gpus");
+  if (key == "lora_train_embeddings")
+    throw Error(planned ? "--plan" : "--lora-train-embeddings", r.plan_path,
+                "trains the embeddings and the LM head beside the adapters: planned and simulated, not executed yet "
+                "(the executor trains adapters on a wholly frozen base)",
+                "drop --lora-train-embeddings to run; plan and simulate take it");
+  if (planned) throw Error("--plan", r.plan_path, "is not executable", cap.reason);
+  throw named;
+}
+
 ReferenceCheck check_against_reference(const models::ModelSpec& m, const simulator::Config& c, const Weights& w,
                                        const ParamTensors& adapters, const std::vector<int32_t>& tokens,
                                        const Engine& e, double loss) {
@@ -246,6 +276,7 @@ RunTable check_run(const RunRequest& r) {
 
   const simulator::Config& c = r.scenario.config;
   if (c.context_tokens <= 0) throw Error("--context", "", "is required (or give --plan)", "e.g. 16K");
+  if (c.context_tokens < 2) throw Error("--context", "", "needs at least 2 tokens (one next-token prediction)");
   const int world = r.comm ? r.comm->size() : 1;
   if (c.data_parallel * c.gpus != world) {
     // One process per GPU: the replicas times each one's tensor-parallel GPUs. Tensor parallelism
@@ -271,13 +302,9 @@ RunTable check_run(const RunRequest& r) {
                 needs_mpi && !built_with_mpi() ? "this build has no MPI (apt install libopenmpi-dev, rebuild)"
                                                : "run it as: " + how);
   }
-  // Before any device or communicator exists (the Engine refuses it too, after they do).
-  if (c.gpus > 1 && c.lora_rank > 0)
-    throw Error(r.plan_path.empty() ? "--lora-rank" : "--plan",
-                r.plan_path.empty() ? std::to_string(c.lora_rank) : r.plan_path,
-                "LoRA (--lora-rank) with tensor parallelism (--gpus " + std::to_string(c.gpus) +
-                    ") is planned and simulated, not executed yet",
-                "--gpus 1 with LoRA, or full fine-tuning with --gpus");
+  // What the executor runs, before any device or communicator exists (the Engine refuses the rest
+  // too, after they do).
+  if (const step::Capability cap = step::capability(c, target_of(r)); !cap.executable()) refuse(r, c, cap);
   if (c.gpus > 1 && r.compare_dense)
     throw Error("--compare-dense", "", "runs one process's dense step beside the sparse one; not with --gpus > 1",
                 "compare without --gpus, or drop --compare-dense");
@@ -289,11 +316,6 @@ RunTable check_run(const RunRequest& r) {
   if (world > 1 && r.reference)
     throw Error("--reference", "", "checks one process's step; each replica of a data-parallel run trains its own "
                 "sequence", "run --reference without mpirun");
-  if (c.lora_rank > 0 && c.lora_train_embeddings)
-    throw Error(r.plan_path.empty() ? "--lora-train-embeddings" : "--plan", r.plan_path,
-                "trains the embeddings and the LM head beside the adapters: planned and simulated, not executed yet "
-                "(the executor trains adapters on a wholly frozen base)",
-                "drop --lora-train-embeddings to run; plan and simulate take it");
   if (r.keep_weights && c.lora_rank > 0)
     throw Error("--save-weights", "", "a LoRA run trains adapters on a frozen base: the base weights do not change",
                 "--save-adapter DIR writes the trained adapter (PEFT's folder)");
@@ -308,8 +330,6 @@ RunTable check_run(const RunRequest& r) {
   if (r.measure_recall && !sparse)
     throw Error("--measure-recall", "", "measures what sparse page selections capture of the dense attention",
                 "add --attention sparse");
-  page_dtype(r, c.kv_dtype, "--kv-dtype");
-  page_dtype(r, c.kv_grad_dtype, "--kv-grad-dtype");
   if (r.backend == "cuda" && ak == "bf16-tc" && m.head_dim != 64 && m.head_dim != 128)
     throw Error("--attention-kernel", "bf16-tc",
                 "the bf16 tensor-core kernels take head_dim 64 or 128; " + m.id + " has head_dim " +

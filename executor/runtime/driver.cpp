@@ -15,6 +15,7 @@
 #include "core/units.h"
 #include "executor/runtime/bf16.h"
 #include "step/buffers.h"
+#include "step/capability.h"
 
 namespace oomb::executor {
 
@@ -273,15 +274,16 @@ Engine::Engine(Backend& backend, const models::ModelSpec& model, const simulator
       options_(std::move(options)),
       recorder_(options_.record_trace, options_.detail) {
   simulator::validate(config, model);
-  if (config.schedule != simulator::Schedule::oomb)
-    throw Error("--schedule", simulator::to_string(config.schedule), "the executor runs the oomb schedule",
-                "--schedule oomb (use --reference for a full-sequence run on the CPU)");
+  if (const step::Capability cap = step::capability(config, backend_.target()); !cap.executable())
+    throw step::capability_error(cap, config);
+  // What the configuration may ask is refused by step/ (validate, capability: the flag that sets
+  // the knob, from step's one vocabulary); the Engine's own refusals name the keys, and the runner
+  // names the flags before (check_run).
   if (config.context_tokens < 2)
-    throw Error("--context", "", "needs at least 2 tokens (one next-token prediction)");
+    throw Error("context_tokens", std::to_string(config.context_tokens),
+                "needs at least 2 tokens (one next-token prediction)");
   const bool sparse = config.attention == Attention::sparse;
-  if (sparse && config.selection != "published" && config.selection != "per-kv-head")
-    throw Error("--selection", config.selection, "is not implemented by the executor yet", "published or per-kv-head");
-  if (model_.head_dim % 2 != 0) throw Error("--model", model_.id, "head_dim must be even for RoPE");
+  if (model_.head_dim % 2 != 0) throw Error(model_.id, "head_dim", "must be even for RoPE");
   if (options_.measure_recall && !sparse)
     throw Error("--measure-recall", "", "measures what sparse page selections capture of the dense attention",
                 "add --attention sparse");
@@ -293,13 +295,10 @@ Engine::Engine(Backend& backend, const models::ModelSpec& model, const simulator
     // each holding its shard of the model and of the KV heads.
     const std::string gpus = std::to_string(tp_);
     if (world != tp_ * config.data_parallel)
-      throw Error("--gpus", gpus,
+      throw Error("gpus", gpus,
                   "tensor parallelism over " + gpus + " GPUs runs as " + gpus + " processes and the run has " +
                       std::to_string(world),
-                  "launch one process per GPU: mpirun -np " + gpus + " oomb run ... --gpus " + gpus);
-    if (config.lora_rank > 0)
-      throw Error("--lora-rank", std::to_string(config.lora_rank),
-                  "with tensor parallelism is planned and simulated, not executed yet", "--gpus 1 with LoRA");
+                  "a communicator of one rank per GPU (EngineOptions::comm)");
     // Rank r: tensor-parallel rank r % tp of replica r / tp (the runner trains that replica's sequence).
     tp_rank_ = options_.comm->rank() % tp_;
     if (config.data_parallel > 1) {
@@ -313,18 +312,18 @@ Engine::Engine(Backend& backend, const models::ModelSpec& model, const simulator
     model_ = step::tensor_parallel_shard(full_model_, tp_);
     vocab0_ = tp_rank_ * model_.vocab;
   } else if (config.data_parallel != world)
-    throw Error("--data-parallel", std::to_string(config.data_parallel),
+    throw Error("data_parallel", std::to_string(config.data_parallel),
                 "the run has " + std::to_string(world) + " rank" + (world == 1 ? "" : "s") +
                     " and the configuration " + std::to_string(config.data_parallel) + " data-parallel replicas",
-                "launch one process per replica: mpirun -np " + std::to_string(config.data_parallel) + " oomb run ...");
+                "a communicator of one rank per replica (EngineOptions::comm)");
   if (tp_ == 1 && world > 1) dp_comm_ = options_.comm;
-  // Storage as the config says: fp32 or bf16 (anything else is refused by name).
-  kv_dtype_ = page_dtype_from_string(config.kv_dtype, "--kv-dtype");
-  grad_page_dtype_ = page_dtype_from_string(config.kv_grad_dtype, "--kv-grad-dtype");
-  param_dtype_ = storage_dtype_from_string(config.param_dtype, "--param-dtype");
-  grad_dtype_ = storage_dtype_from_string(config.param_grad_dtype, "--param-grad-dtype");
-  act_dtype_ = storage_dtype_from_string(config.activation_dtype, "--activation-dtype");
-  loss_dtype_ = storage_dtype_from_string(config.loss_dtype, "--loss-dtype");
+  // Storage as the config says: fp32 or bf16 (anything else is refused above, by the capability).
+  kv_dtype_ = page_dtype_from_string(config.kv_dtype, "kv_dtype");
+  grad_page_dtype_ = page_dtype_from_string(config.kv_grad_dtype, "kv_grad_dtype");
+  param_dtype_ = storage_dtype_from_string(config.param_dtype, "param_dtype");
+  grad_dtype_ = storage_dtype_from_string(config.param_grad_dtype, "param_grad_dtype");
+  act_dtype_ = storage_dtype_from_string(config.activation_dtype, "activation_dtype");
+  loss_dtype_ = storage_dtype_from_string(config.loss_dtype, "loss_dtype");
   g_ = step::geometry(model, config);
 
   layout_ = ParamLayout(model_);
@@ -335,10 +334,6 @@ Engine::Engine(Backend& backend, const models::ModelSpec& model, const simulator
               "weights do not have the model's layout");
   lora_ = config.lora_rank > 0;
   if (lora_) {
-    if (config.lora_train_embeddings)
-      throw Error("--lora-train-embeddings", "",
-                  "is planned and simulated; the executor trains adapters on a wholly frozen base for now",
-                  "drop --lora-train-embeddings to run (plan and simulate take it)");
     lora_layout_ = ParamLayout::lora(model_, config.lora_rank, config.lora_targets);
     lora_scale_ = static_cast<float>(config.lora_alpha / static_cast<double>(config.lora_rank));
     OOMB_ASSERT(options_.adapters.layout.total() == lora_layout_.total() &&

@@ -1,0 +1,48 @@
+#include "step/capability.h"
+
+#include <utility>
+
+namespace oomb::step {
+
+namespace {
+bool storable(const std::string& dtype) { return dtype == "fp32" || dtype == "bf16"; }
+}  // namespace
+
+Capability capability(const Config& c, const Target& target) {
+  auto no = [](const char* key, std::string reason) { return Capability{key, std::move(reason)}; };
+  if (c.schedule != Schedule::oomb)
+    return no("schedule", "the standard schedule is a baseline on paper: the executor runs the oomb schedule");
+  // For the CUDA backend the table of the published implementation is that program's GPU buffers
+  // (its score matrix and page tables, without this backend's op scratch; step/buffers.cpp); the
+  // CPU backend's table is its own either way.
+  if (c.implementation == Implementation::published && target.backend == BackendKind::cuda)
+    return no("implementation",
+              "it describes the published implementation's memory (--preset oomb-published), which is modelled, not "
+              "run: plan without the preset for this project's executor");
+  if (c.attention == Attention::sparse && c.selection != "published" && c.selection != "per-kv-head")
+    return no("selection", "selection rule " + c.selection +
+                               " is modelled, not executed (the executor runs published and per-kv-head)");
+  if (c.lora_rank > 0 && c.lora_train_embeddings)
+    return no("lora_train_embeddings",
+              "LoRA with trained embeddings and LM head (--lora-train-embeddings) is planned on paper: the executor "
+              "trains adapters on a wholly frozen base");
+  if (!storable(c.kv_dtype) || !storable(c.kv_grad_dtype))
+    return no(storable(c.kv_dtype) ? "kv_grad_dtype" : "kv_dtype",
+              "the executor stores KV and KV-gradient pages as fp32 or bf16 (the plan says " + c.kv_dtype + " / " +
+                  c.kv_grad_dtype + ")");
+  for (const auto& [key, dtype] : {std::pair{"param_dtype", &c.param_dtype}, {"param_grad_dtype", &c.param_grad_dtype},
+                                   {"activation_dtype", &c.activation_dtype}, {"loss_dtype", &c.loss_dtype}})
+    if (!storable(*dtype)) return no(key, "the executor stores weights, gradients, activations and the loss as fp32 or bf16");
+  if (c.gpus > 1 && c.lora_rank > 0)
+    return no("lora_rank", "LoRA under tensor parallelism is planned on paper: the executor runs it on one GPU");
+  return {};
+}
+
+Error capability_error(const Capability& cap, const Config& c) {
+  const Json j = c.to_json();
+  std::string value;
+  if (const auto it = j.find(cap.key); it != j.end()) value = it->is_string() ? it->get<std::string>() : it->dump();
+  return Error(config_flag(cap.key), value, cap.reason);
+}
+
+}  // namespace oomb::step

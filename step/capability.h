@@ -1,0 +1,27 @@
+#pragma once
+// What this project's executor runs (`oomb run`, both backends): one check of a configuration and a
+// target, below the planner and the executor. The planner labels the rest "on paper", the runner
+// refuses it naming the flag or the plan, the Engine before it allocates anything.
+#include <string>
+
+#include "core/error.h"
+#include "step/config.h"
+#include "step/target.h"
+
+namespace oomb::step {
+
+// Whether the executor runs a configuration on a target; when not, the configuration key that
+// decides it ("schedule", "kv_dtype", ...) and why, in words. Builds no text when it runs (the
+// planner's search asks for every candidate).
+struct Capability {
+  std::string key;     // empty: executable
+  std::string reason;  // what is modelled and not run
+  bool executable() const { return key.empty(); }
+};
+Capability capability(const Config& c, const Target& target);
+
+// The refusal as an Error naming the flag that sets the key (config_flag) and the configuration's
+// value of it.
+Error capability_error(const Capability& cap, const Config& c);
+
+}  // namespace oomb::step
