@@ -36,7 +36,7 @@ RecallPoint recall_point_from_run(const Json& extra, const std::string& where, s
   if (run.config.attention != step::Attention::sparse)
     throw Error(where, "attention", "was a dense run: recall is measured for sparse attention",
                 "record it with oomb run --attention sparse --measure-recall --trace FILE");
-  if (!run.mean_recall || !run.min_recall)
+  if (!run.recorded_mean_recall || !run.recorded_min_recall)
     throw Error(where, "mean_recall", "the run did not measure recall",
                 "record it with oomb run --attention sparse --measure-recall --trace FILE");
   RecallPoint p;
@@ -44,8 +44,8 @@ RecallPoint recall_point_from_run(const Json& extra, const std::string& where, s
   p.page_tokens = run.config.page_tokens;
   p.context_tokens = run.config.context_tokens;
   p.chunk_tokens = run.config.chunk_tokens;
-  p.mean_recall = *run.mean_recall;
-  p.min_recall = *run.min_recall;
+  p.mean_recall = run.mean_recall();
+  p.min_recall = run.min_recall();
   p.source = where;
   if (model) *model = run.model;
   return p;

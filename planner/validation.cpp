@@ -332,33 +332,33 @@ Validation validate_run(const ValidationRequest& req) {
       : !run.collective_split ? "not comparable: the ranks share no clock (several hosts), the wait for the slowest "
                                 "rank cannot be told apart from the transfer"
                               : "transfer from the last rank's arrival (the wait for it is the ranks' skew)";
-  auto wait_note = [&](const char* what, std::optional<double> wait_s) {
-    if (comm_comparable && wait_s && *wait_s > 0)
-      notes.push_back("this rank waited " + format_duration_s(*wait_s) + " in its " + what +
+  auto wait_note = [&](const char* what, double wait_s) {
+    if (comm_comparable && wait_s > 0)
+      notes.push_back("this rank waited " + format_duration_s(wait_s) + " in its " + what +
                       " for the slowest rank to arrive (the ranks' skew, in the step, not in the collectives' time)");
   };
-  if (s.config.gpus > 1 && run.tp_allreduce_bytes) {
+  if (s.config.gpus > 1 && run.tp > 1) {
     // Tensor parallelism: the collectives of this rank's step, count and bytes exact, and their time.
-    const std::string rank = "rank " + std::to_string(run.tp_rank.value_or(0)) + " of " + std::to_string(s.config.gpus);
+    const std::string rank = "rank " + std::to_string(run.tp_rank) + " of " + std::to_string(s.config.gpus);
     add("tp_allreduces", "calls", static_cast<double>(pred.summary.tp_allreduces),
-        static_cast<double>(run.tp_allreduces.value_or(0)), kExactTolerance, rank);
+        static_cast<double>(run.tp_allreduces), kExactTolerance, rank);
     add("tp_allreduce_bytes", "bytes", static_cast<double>(pred.summary.tp_allreduce_bytes),
-        static_cast<double>(*run.tp_allreduce_bytes), kExactTolerance, rank);
-    if (run.tp_allreduce_transfer_s) {
+        static_cast<double>(run.tp_allreduce_bytes), kExactTolerance, rank);
+    if (run.collective_times_recorded) {
       std::optional<double> meas;
-      if (comm_comparable) meas = *run.tp_allreduce_transfer_s;
+      if (comm_comparable) meas = run.tp_allreduce_transfer_s;
       add("tp_allreduce_s", "s", pred.summary.tp_allreduce_s, meas, kTimeTolerance, comm_note);
       wait_note("tensor-parallel all-reduces", run.tp_allreduce_wait_s);
     }
   }
-  if (s.config.data_parallel > 1 && run.dp_allreduce_bytes && pred.summary.allreduce_bytes > 0) {
+  if (s.config.data_parallel > 1 && run.world > run.tp && pred.summary.allreduce_bytes > 0) {
     add("allreduce_bytes", "bytes", static_cast<double>(pred.summary.allreduce_bytes),
-        static_cast<double>(*run.dp_allreduce_bytes), kExactTolerance, "the gradient all-reduce, per rank");
-    if (run.dp_allreduce_transfer_s) {
+        static_cast<double>(run.allreduce_bytes), kExactTolerance, "the gradient all-reduce, per rank");
+    if (run.collective_times_recorded) {
       std::optional<double> meas;
-      if (comm_comparable) meas = *run.dp_allreduce_transfer_s;
+      if (comm_comparable) meas = run.allreduce_transfer_s;
       add("gradient_allreduce_s", "s", pred.summary.allreduce_s, meas, kTimeTolerance, comm_note);
-      wait_note("gradient all-reduce", run.dp_allreduce_wait_s);
+      wait_note("gradient all-reduce", run.allreduce_wait_s);
     }
   }
   add("d2h_bytes", "bytes", static_cast<double>(pred_d2h), static_cast<double>(run.d2h_bytes), copy_tol, copy_note);

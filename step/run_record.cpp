@@ -23,6 +23,96 @@ std::map<std::string, int64_t> byte_map(const JsonReader& r, const char* key) {
 
 }  // namespace
 
+double RunRecord::mean_recall() const {
+  if (recorded_mean_recall) return *recorded_mean_recall;
+  double s = 0;
+  for (const auto& x : recall) s += x.recall;
+  return recall.empty() ? 0.0 : s / static_cast<double>(recall.size());
+}
+
+double RunRecord::min_recall() const {
+  if (recorded_min_recall) return *recorded_min_recall;
+  double m = recall.empty() ? 0.0 : 1.0;
+  for (const auto& x : recall) m = std::min(m, x.recall);
+  return m;
+}
+
+Json to_json(const RunRecord& r) {
+  Json unions = Json::array();
+  int64_t max_union = 0;
+  for (const auto& u : r.union_pages) {
+    unions.push_back({{"chunk", u.chunk}, {"layer", u.layer}, {"pages", u.pages}});
+    max_union = std::max(max_union, u.pages);
+  }
+  Json bufs = Json::array();
+  for (const auto& b : r.buffers) bufs.push_back(to_json(b));
+  Json phases = Json::object();
+  for (const auto& [p, bytes] : r.phase_high_water_bytes) phases[to_string(p)] = bytes;
+  Json m = {{"compute_dtype", "fp32"},
+            {"param_dtype", r.param_dtype},
+            {"param_grad_dtype", r.param_grad_dtype},
+            {"activation_dtype", r.activation_dtype},
+            {"loss_dtype", r.loss_dtype},
+            {"backend", r.backend},
+            {"buffers", bufs},
+            {"notes", r.notes},
+            {"kv_dtype", r.kv_dtype},
+            {"kv_grad_dtype", r.kv_grad_dtype},
+            {"kv_page_bytes", r.kv_page_bytes},
+            {"grad_page_bytes", r.grad_page_bytes},
+            {"kv_pool_pages", r.kv_pool_pages},
+            {"grad_pool_pages", r.grad_pool_pages},
+            {"kv_pool_high_water_pages", r.kv_pool_high_water_pages},
+            {"grad_pool_high_water_pages", r.grad_pool_high_water_pages},
+            {"device_pool_pages", r.kv_pool_high_water_pages + r.grad_pool_high_water_pages},
+            {"host_kv_pages", r.host_kv_pages},
+            {"host_grad_pages", r.host_grad_pages},
+            {"peak_device_bytes", r.peak_device_bytes},
+            {"peak_host_bytes", r.peak_host_bytes},
+            {"device_breakdown_bytes", r.device_breakdown_bytes},
+            {"row_high_water_bytes", r.row_high_water_bytes},
+            {"phase_high_water_bytes", phases},
+            {"h2d_bytes", r.h2d_bytes},
+            {"d2h_bytes", r.d2h_bytes},
+            {"copy_regions", r.copy_regions},
+            {"host_syncs", r.host_syncs},
+            {"max_union_pages", max_union},
+            {"union_pages", unions},
+            {"step_s", r.step_s},
+            {"step_times_s", r.step_times_s},
+            {"tokens_per_s", r.tokens_per_s},
+            {"loss", r.loss},
+            {"steps", r.steps}};
+  if (r.world > r.tp)
+    m["data_parallel"] = {{"rank", r.rank},
+                          {"world", r.world},
+                          {"comm", r.comm},
+                          {"allreduce_bytes", r.allreduce_bytes},
+                          {"allreduce_s", r.allreduce_s},
+                          {"allreduce_wait_s", r.allreduce_wait_s},
+                          {"allreduce_transfer_s", r.allreduce_transfer_s},
+                          {"collective_split", r.collective_split}};
+  if (r.tp > 1)
+    m["tensor_parallel"] = {{"tp", r.tp},
+                            {"rank", r.tp_rank},
+                            {"world", r.world},
+                            {"comm", r.comm},
+                            {"allreduces", r.tp_allreduces},
+                            {"allreduce_bytes", r.tp_allreduce_bytes},
+                            {"allreduce_s", r.tp_allreduce_s},
+                            {"allreduce_wait_s", r.tp_allreduce_wait_s},
+                            {"allreduce_transfer_s", r.tp_allreduce_transfer_s},
+                            {"collective_split", r.collective_split}};
+  if (!r.recall.empty()) {
+    Json samples = Json::array();
+    for (const auto& x : r.recall) samples.push_back({{"chunk", x.chunk}, {"layer", x.layer}, {"recall", x.recall}});
+    m["recall"] = samples;
+    m["mean_recall"] = r.mean_recall();
+    m["min_recall"] = r.min_recall();
+  }
+  return {{"model", r.model}, {"layers", r.layers}, {"config", r.config.to_json()}, {"measured", m}};
+}
+
 RunRecord run_record_from_json(const Json& extra, const std::string& where) {
   if (!extra.is_object() || !extra.contains("model") || !extra.contains("config") || !extra.contains("measured"))
     throw Error(where, "metadata.extra", "does not record a run of the executor (its model, configuration and "
@@ -38,16 +128,19 @@ RunRecord run_record_from_json(const Json& extra, const std::string& where) {
   r.cpu_threads = x.i64_or("cpu_threads", 1);
   const JsonReader m(x.object("measured"), where + ": metadata.extra.measured");
   // Storage as run (the measured block's word; fp32 before typed storage recorded it).
-  r.config.kv_dtype = m.str_or("kv_dtype", "fp32");
-  r.config.kv_grad_dtype = m.str_or("kv_grad_dtype", "fp32");
-  r.config.param_dtype = m.str_or("param_dtype", "fp32");
-  r.config.param_grad_dtype = m.str_or("param_grad_dtype", "fp32");
-  r.config.activation_dtype = m.str_or("activation_dtype", "fp32");
-  r.config.loss_dtype = m.str_or("loss_dtype", "fp32");
+  r.config.kv_dtype = r.kv_dtype = m.str_or("kv_dtype", "fp32");
+  r.config.kv_grad_dtype = r.kv_grad_dtype = m.str_or("kv_grad_dtype", "fp32");
+  r.config.param_dtype = r.param_dtype = m.str_or("param_dtype", "fp32");
+  r.config.param_grad_dtype = r.param_grad_dtype = m.str_or("param_grad_dtype", "fp32");
+  r.config.activation_dtype = r.activation_dtype = m.str_or("activation_dtype", "fp32");
+  r.config.loss_dtype = r.loss_dtype = m.str_or("loss_dtype", "fp32");
   r.backend = m.str_or("backend", "");
   r.steps = std::max<int64_t>(1, m.i64_or("steps", 1));
   r.step_s = m.has("step_s") ? m.f64("step_s") : 0;
   r.mean_step_s = m.has("mean_step_s") ? m.f64("mean_step_s") : r.step_s;
+  if (m.has("step_times_s"))
+    for (const auto& t : m.array("step_times_s"))
+      if (t.is_number()) r.step_times_s.push_back(t.get<double>());
   r.tokens_per_s = m.has("tokens_per_s") ? m.f64("tokens_per_s") : 0;
   r.loss = m.has("loss") ? m.f64("loss") : 0;
   r.kv_page_bytes = m.i64_or("kv_page_bytes", 0);
@@ -62,31 +155,52 @@ RunRecord run_record_from_json(const Json& extra, const std::string& where) {
   r.peak_host_bytes = m.i64_or("peak_host_bytes", 0);
   r.device_breakdown_bytes = byte_map(m, "device_breakdown_bytes");
   r.row_high_water_bytes = byte_map(m, "row_high_water_bytes");
+  if (m.has("phase_high_water_bytes"))
+    for (const auto& [name, bytes] : byte_map(m, "phase_high_water_bytes"))
+      r.phase_high_water_bytes[phase_from_string(name, where + ": metadata.extra.measured.phase_high_water_bytes")] = bytes;
   r.h2d_bytes = m.i64_or("h2d_bytes", 0);
   r.d2h_bytes = m.i64_or("d2h_bytes", 0);
   r.copy_regions = m.i64_or("copy_regions", 0);
-  if (m.has("mean_recall")) r.mean_recall = m.f64("mean_recall");
-  if (m.has("min_recall")) r.min_recall = m.f64("min_recall");
+  r.host_syncs = m.i64_or("host_syncs", 0);
+  if (m.has("recall"))
+    for (const auto& sample : m.array("recall")) {
+      const JsonReader e(sample, where + ": metadata.extra.measured.recall[]");
+      r.recall.push_back({e.i64("chunk"), e.i64_or("layer", 0), e.f64("recall")});
+    }
+  if (m.has("mean_recall")) r.recorded_mean_recall = m.f64("mean_recall");
+  if (m.has("min_recall")) r.recorded_min_recall = m.f64("min_recall");
   if (m.has("union_pages"))
     for (const auto& u : m.array("union_pages")) {
       const JsonReader e(u, where + ": metadata.extra.measured.union_pages[]");
       r.union_pages.push_back({e.i64("chunk"), e.i64_or("layer", 0), e.i64("pages")});
     }
+  // The collectives' blocks (each written when the run had that parallelism). Traces from before the
+  // split of a collective's time have the total only.
   if (m.has("tensor_parallel")) {
     const JsonReader t(m.object("tensor_parallel"), where + ": metadata.extra.measured.tensor_parallel");
+    r.tp = std::max<int64_t>(2, t.i64_or("tp", r.config.gpus));
     r.tp_rank = t.i64("rank");
+    r.world = static_cast<int>(t.i64_or("world", r.tp));
+    r.comm = t.str_or("comm", r.comm);
     r.tp_allreduces = t.i64("allreduces");
     r.tp_allreduce_bytes = t.i64("allreduce_bytes");
-    // Traces from before the split have the total only.
-    if (t.has("allreduce_transfer_s")) r.tp_allreduce_transfer_s = t.f64("allreduce_transfer_s");
+    if (t.has("allreduce_s")) r.tp_allreduce_s = t.f64("allreduce_s");
     if (t.has("allreduce_wait_s")) r.tp_allreduce_wait_s = t.f64("allreduce_wait_s");
+    if (t.has("allreduce_transfer_s")) r.tp_allreduce_transfer_s = t.f64("allreduce_transfer_s");
+    else r.collective_times_recorded = false;
     r.collective_split = r.collective_split && t.boolean_or("collective_split", true);
   }
   if (m.has("data_parallel")) {
     const JsonReader d(m.object("data_parallel"), where + ": metadata.extra.measured.data_parallel");
-    r.dp_allreduce_bytes = d.i64("allreduce_bytes");
-    if (d.has("allreduce_transfer_s")) r.dp_allreduce_transfer_s = d.f64("allreduce_transfer_s");
-    if (d.has("allreduce_wait_s")) r.dp_allreduce_wait_s = d.f64("allreduce_wait_s");
+    r.rank = static_cast<int>(d.i64_or("rank", 0));
+    // Recorded when the job has more ranks than one tensor-parallel group.
+    r.world = static_cast<int>(std::max<int64_t>(d.i64_or("world", r.config.data_parallel * r.tp), r.tp + 1));
+    r.comm = d.str_or("comm", r.comm);
+    r.allreduce_bytes = d.i64("allreduce_bytes");
+    if (d.has("allreduce_s")) r.allreduce_s = d.f64("allreduce_s");
+    if (d.has("allreduce_wait_s")) r.allreduce_wait_s = d.f64("allreduce_wait_s");
+    if (d.has("allreduce_transfer_s")) r.allreduce_transfer_s = d.f64("allreduce_transfer_s");
+    else r.collective_times_recorded = false;
     r.collective_split = r.collective_split && d.boolean_or("collective_split", true);
   }
   if (m.has("notes"))

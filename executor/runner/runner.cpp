@@ -732,7 +732,7 @@ RunResult run(const RunRequest& r, const RunTable& table, const Weights& w, cons
   }
   if (r.backend == "cuda") t.metadata.extra["cuda"] = res.cuda;
   // The run's measurement: the collectives' times of the fastest timed step, as the step time is.
-  if (t.metadata.extra.contains("measured")) t.metadata.extra["measured"] = res.measured.to_json();
+  if (t.metadata.extra.contains("measured")) t.metadata.extra["measured"] = step::to_json(res.measured)["measured"];
   // What validate compares as the step time: the fastest timed step (the mean over all steps stays
   // as mean_step_s), and how it was timed.
   step::record_step_timing(t.metadata.extra, record_steps, res.fastest_step_s, res.measured.step_s);
@@ -751,9 +751,9 @@ Json to_json(const RunResult& r) {
   if (!r.failure.empty())
     return {{"error", r.failure},   {"failed_step", r.failed_step}, {"losses", r.losses},
             {"backend", r.backend}, {"model", r.model.id},          {"config", r.config.to_json()},
-            {"measured", r.measured.steps > 0 ? r.measured.to_json() : Json()}};
+            {"measured", r.measured.steps > 0 ? step::to_json(r.measured)["measured"] : Json()}};
   Json j = {{"loss", r.losses.back()},      {"losses", r.losses},    {"tokens_per_s", r.measured.tokens_per_s},
-            {"measured", r.measured.to_json()}, {"backend", r.backend}, {"model", r.model.id},
+            {"measured", step::to_json(r.measured)["measured"]}, {"backend", r.backend}, {"model", r.model.id},
             {"config", r.config.to_json()}, {"step_timing", r.step_timing()}};
   if (r.backend == "cpu") j["cpu_threads"] = r.cpu_threads;
   if (r.backend == "cuda") j["cuda"] = r.cuda;

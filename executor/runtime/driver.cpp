@@ -448,6 +448,12 @@ Engine::Engine(Backend& backend, const models::ModelSpec& model, const simulator
   dense_prefix_.resize(static_cast<size_t>(g_.n));
   for (int64_t c = 0; c < g_.n; ++c) dense_prefix_[static_cast<size_t>(c)] = dense_selection(c, 0, g_.prefix_pages(c)).union_pages;
 
+  // What runs, in the run's record (the trace's metadata.extra): the model as run (this rank's
+  // shard under tensor parallelism) and the configuration.
+  measured_.model = model_.id;
+  measured_.layers = model_.layers;
+  measured_.config = config_;
+
   // Relative work per chunk for progress: tokens x (dense per-token cost in key units + keys seen).
   const double a = 2.0 * static_cast<double>(model_.params_per_layer()) / (4.0 * static_cast<double>(model_.q_dim()));
   for (int64_t c = 0; c < g_.n; ++c) {
@@ -1327,8 +1333,7 @@ traces::Trace Engine::trace(const std::string& command) const {
   gmtime_r(&now, &tm);
   std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
   md.time = buf;
-  md.extra = {{"model", model_.id}, {"layers", model_.layers}, {"config", config_.to_json()},
-              {"measured", measured_.to_json()}};
+  md.extra = step::to_json(measured_);
   return recorder_.finish(std::move(md));
 }
 
@@ -1363,94 +1368,6 @@ traces::Trace Engine::device_timed_trace(traces::Trace device, const std::string
                    [](const traces::Event& a, const traces::Event& b) { return a.start_ns < b.start_ns; });
   t.summary = traces::summarize(t);
   return t;
-}
-
-Json Measured::to_json() const {
-  Json unions = Json::array();
-  int64_t max_union = 0;
-  for (const auto& u : union_pages) {
-    unions.push_back({{"chunk", u.chunk}, {"layer", u.layer}, {"pages", u.pages}});
-    max_union = std::max(max_union, u.pages);
-  }
-  Json bufs = Json::array();
-  for (const auto& b : buffers) bufs.push_back(step::to_json(b));
-  Json phases = Json::object();
-  for (const auto& [p, bytes] : phase_high_water_bytes) phases[step::to_string(p)] = bytes;
-  Json j = {{"compute_dtype", "fp32"},
-          {"param_dtype", param_dtype},
-          {"param_grad_dtype", param_grad_dtype},
-          {"activation_dtype", activation_dtype},
-          {"loss_dtype", loss_dtype},
-          {"backend", backend},
-          {"buffers", bufs},
-          {"notes", notes},
-          {"kv_dtype", kv_dtype},
-          {"kv_grad_dtype", kv_grad_dtype},
-          {"kv_page_bytes", kv_page_bytes},
-          {"grad_page_bytes", grad_page_bytes},
-          {"kv_pool_pages", kv_pool_pages},
-          {"grad_pool_pages", grad_pool_pages},
-          {"kv_pool_high_water_pages", kv_pool_high_water_pages},
-          {"grad_pool_high_water_pages", grad_pool_high_water_pages},
-          {"device_pool_pages", kv_pool_high_water_pages + grad_pool_high_water_pages},
-          {"host_kv_pages", host_kv_pages},
-          {"host_grad_pages", host_grad_pages},
-          {"peak_device_bytes", peak_device_bytes},
-          {"peak_host_bytes", peak_host_bytes},
-          {"device_breakdown_bytes", device_breakdown_bytes},
-          {"row_high_water_bytes", row_high_water_bytes},
-          {"phase_high_water_bytes", phases},
-          {"h2d_bytes", h2d_bytes},
-          {"d2h_bytes", d2h_bytes},
-          {"copy_regions", copy_regions},
-          {"host_syncs", host_syncs},
-          {"max_union_pages", max_union},
-          {"union_pages", unions},
-          {"step_s", step_s},
-          {"step_times_s", step_times_s},
-          {"tokens_per_s", tokens_per_s},
-          {"loss", loss},
-          {"steps", steps}};
-  if (world > tp)
-    j["data_parallel"] = {{"rank", rank},
-                          {"world", world},
-                          {"comm", comm},
-                          {"allreduce_bytes", allreduce_bytes},
-                          {"allreduce_s", allreduce_s},
-                          {"allreduce_wait_s", allreduce_wait_s},
-                          {"allreduce_transfer_s", allreduce_transfer_s},
-                          {"collective_split", collective_split}};
-  if (tp > 1)
-    j["tensor_parallel"] = {{"tp", tp},
-                            {"rank", tp_rank},
-                            {"world", world},
-                            {"comm", comm},
-                            {"allreduces", tp_allreduces},
-                            {"allreduce_bytes", tp_allreduce_bytes},
-                            {"allreduce_s", tp_allreduce_s},
-                            {"allreduce_wait_s", tp_allreduce_wait_s},
-                            {"allreduce_transfer_s", tp_allreduce_transfer_s},
-                            {"collective_split", collective_split}};
-  if (!recall.empty()) {
-    Json r = Json::array();
-    for (const auto& x : recall) r.push_back({{"chunk", x.chunk}, {"layer", x.layer}, {"recall", x.recall}});
-    j["recall"] = r;
-    j["mean_recall"] = mean_recall();
-    j["min_recall"] = min_recall();
-  }
-  return j;
-}
-
-double Measured::mean_recall() const {
-  double s = 0;
-  for (const auto& x : recall) s += x.recall;
-  return recall.empty() ? 0.0 : s / static_cast<double>(recall.size());
-}
-
-double Measured::min_recall() const {
-  double m = recall.empty() ? 0.0 : 1.0;
-  for (const auto& x : recall) m = std::min(m, x.recall);
-  return m;
 }
 
 Json DenseComparison::to_json() const {

@@ -24,6 +24,7 @@
 #include "simulator/config.h"
 #include "step/buffers.h"
 #include "step/geometry.h"
+#include "step/run_record.h"
 #include "traces/trace.h"
 
 namespace oomb::executor {
@@ -106,63 +107,12 @@ std::vector<std::string> check_plan_rows(const std::vector<step::BufferRow>& pla
 
 using UnionSize = step::MeasuredUnion;
 
-// Of one (chunk, layer): mean over the chunk's query tokens and query heads of the dense softmax
-// mass (scores q.k / sqrt(head_dim) over every earlier key and the causal own chunk) that falls on
-// the keys the selection attends (selected pages + own chunk). 1 when the selection is dense.
-struct RecallSample {
-  int64_t chunk = 0, layer = 0;
-  double recall = 0;
-};
+// Of one (chunk, layer): the dense attention mass its selection captures (step/run_record.h).
+using RecallSample = step::RecallSample;
 
-// What a run measured (the executor's side of `oomb validate`).
-struct Measured {
-  // Page storage as run (config kv_dtype / kv_grad_dtype: "fp32" or "bf16"); the executor computes
-  // in fp32 ("compute_dtype" in to_json) on values stored in the dtypes below.
-  std::string kv_dtype = "fp32", kv_grad_dtype = "fp32";
-  // Storage of weights, parameter gradients, activations and loss tiles as run (fp32 or bf16).
-  std::string param_dtype = "fp32", param_grad_dtype = "fp32", activation_dtype = "fp32", loss_dtype = "fp32";
-  std::string backend;                  // the backend that ran ("cpu", "cuda")
-  std::vector<step::BufferRow> buffers;  // the run's buffer table (what it allocated under)
-  std::vector<std::string> notes;       // the plan check's notes (EngineOptions::table or ::planned)
-  int64_t kv_page_bytes = 0, grad_page_bytes = 0;
-  int64_t kv_pool_pages = 0, grad_pool_pages = 0;  // device pool capacities
-  int64_t kv_pool_high_water_pages = 0, grad_pool_high_water_pages = 0;
-  int64_t host_kv_pages = 0, host_grad_pages = 0;  // host pool capacities (offload)
-  int64_t peak_device_bytes = 0, peak_host_bytes = 0;
-  std::map<std::string, int64_t> device_breakdown_bytes;  // at the device peak
-  // The memory account against the table: each device row's most bytes in use at once, and each
-  // phase's device high-water mark (MemoryAccount).
-  std::map<std::string, int64_t> row_high_water_bytes;
-  std::map<step::Phase, int64_t> phase_high_water_bytes;
-  int64_t h2d_bytes = 0, d2h_bytes = 0;                   // last step
-  int64_t copy_regions = 0;  // last step: contiguous copy regions issued (API calls unless batched)
-  int64_t host_syncs = 0;    // last step: host synchronisations (Backend::host_syncs; 0 on the cpu backend)
-  // Data parallelism: this rank of `world`, the communicator, and the last step's gradient
-  // all-reduce (bytes given per rank, as stored, and its wall time); in to_json when world > 1.
-  int rank = 0, world = 1;
-  std::string comm = "self";
-  int64_t allreduce_bytes = 0;
-  // Its time as the replicas met it: all of it, the wait for the slowest replica, the transfer
-  // after the last one arrived (CollectiveClock); collective_split false: the ranks share no clock
-  // (several hosts), the waits are unknown (0) and everything counts as transfer.
-  double allreduce_s = 0, allreduce_wait_s = 0, allreduce_transfer_s = 0;
-  bool collective_split = true;
-  // Tensor parallelism (gpus > 1): the degree, this rank's place in it, and the last step's
-  // activation all-reduces (count, bytes given per rank as stored, wall time); in to_json when tp > 1.
-  int64_t tp = 1, tp_rank = 0;
-  int64_t tp_allreduces = 0, tp_allreduce_bytes = 0;
-  double tp_allreduce_s = 0, tp_allreduce_wait_s = 0, tp_allreduce_transfer_s = 0;  // as the data-parallel ones
-  std::vector<UnionSize> union_pages;                     // last step, per (chunk, layer)
-  std::vector<RecallSample> recall;  // last step, per (chunk, layer); empty unless measure_recall
-  double mean_recall() const;        // over the samples (0 when none)
-  double min_recall() const;
-  double step_s = 0;        // mean over steps
-  std::vector<double> step_times_s;  // each step (the first pays one-time set-up)
-  double tokens_per_s = 0;  // over all steps
-  double loss = 0;          // last step
-  int64_t steps = 0;
-  Json to_json() const;
-};
+// What a run measured (the executor's side of `oomb validate`): the run's one record, filled as the
+// Engine runs and written into its trace (step/run_record.h).
+using Measured = step::RunRecord;
 
 struct StepResult {
   double loss = 0;
