@@ -22,6 +22,21 @@ namespace oomb::executor::cuda {
 
 constexpr int kThreads = 256;
 
+// The device's grid limit in y and z (65,535 on every CUDA GPU), queried once. A kernel whose y
+// grows with the problem caps it here and strides over the rest (launch_shape.h); the emulated
+// device can report a lower limit (OOMB_EMULATED_MAX_GRID_YZ), so that tests/cuda runs those
+// strides past the limit with few blocks.
+inline int64_t grid_yz_limit() {
+  static const int64_t limit = [] {
+    int device = 0, y = 0, z = 0;
+    OOMB_CUDA_CHECK(cudaGetDevice(&device));
+    OOMB_CUDA_CHECK(cudaDeviceGetAttribute(&y, cudaDevAttrMaxGridDimY, device));
+    OOMB_CUDA_CHECK(cudaDeviceGetAttribute(&z, cudaDevAttrMaxGridDimZ, device));
+    return int64_t{y < z ? y : z};
+  }();
+  return limit;
+}
+
 // Blocks for a grid-stride loop over n elements.
 inline unsigned grid_for(int64_t n, int threads = kThreads) {
   const int64_t b = (n + threads - 1) / threads;

@@ -2,6 +2,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace oomb::executor {
@@ -20,6 +22,7 @@ CudaDeviceInfo cuda_device_info(int device) {
   i.memory_bytes = static_cast<int64_t>(p.totalGlobalMem);
   i.sm_count = p.multiProcessorCount;
   i.compute_capability = p.major * 10 + p.minor;
+  i.max_grid_yz = std::min(p.maxGridSize[1], p.maxGridSize[2]);
   return i;
 }
 

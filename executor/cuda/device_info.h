@@ -11,6 +11,9 @@ struct CudaDeviceInfo {
   int64_t memory_bytes = 0;     // total global memory
   int64_t sm_count = 0;
   int compute_capability = 0;   // major * 10 + minor
+  // A grid's y and z limit in blocks: 65,535 on every CUDA GPU; the emulated device reports a lower
+  // one under OOMB_EMULATED_MAX_GRID_YZ (the kernels cap their grids at it, common.cuh).
+  int64_t max_grid_yz = 0;
 };
 
 // Throws oomb::Error naming --backend when the device cannot be queried.

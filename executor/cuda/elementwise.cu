@@ -98,7 +98,7 @@ void launch_store_f32(Tensor dst, const float* src, int64_t rows, int64_t cols, 
 
 void launch_column_sum_acc(ConstTensor x, int64_t rows, int64_t cols, float* out, cudaStream_t s) {
   if (rows <= 0 || cols <= 0) return;
-  const GridShape g = column_reduce_grid(rows, cols, kThreads, kRowsPerBlock);
+  const GridShape g = column_reduce_grid(rows, cols, kThreads, kRowsPerBlock, grid_yz_limit());
   const dim3 grid(static_cast<unsigned>(g.x), static_cast<unsigned>(g.y));
   OOMB_LAUNCH(grid, kThreads, 0, s, column_sum_kernel)(view(x), rows, cols, out);
   OOMB_CUDA_LAUNCH_CHECK("column_sum_kernel");
@@ -109,7 +109,8 @@ void launch_to_bf16(const float* src, int64_t rows, int64_t cols, uint16_t* dst,
   // Narrow matrices get narrow blocks (a warp at least); rows beyond the grid's y limit loop.
   const int threads = static_cast<int>(cols >= kThreads ? kThreads : (cols + 31) / 32 * 32);
   const int64_t xb = (cols + threads - 1) / threads;
-  const dim3 grid(static_cast<unsigned>(xb < 1024 ? xb : 1024), static_cast<unsigned>(rows < 65535 ? rows : 65535));
+  const dim3 grid(static_cast<unsigned>(xb < 1024 ? xb : 1024),
+                  static_cast<unsigned>(capped_blocks(rows, 1, grid_yz_limit())));
   OOMB_LAUNCH(grid, threads, 0, s, to_bf16_kernel)(src, rows, cols, dst, ld);
   OOMB_CUDA_LAUNCH_CHECK("to_bf16_kernel");
 }

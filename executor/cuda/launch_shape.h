@@ -3,7 +3,8 @@
 // CUDA header) so that it is unit-tested on the host with shapes past the hardware's limits
 // (tests/executor/launch_shape_test.cpp). A grid's y and z are at most 65,535 blocks (x: 2^31 - 1):
 // a dimension that can exceed its limit is capped here and its kernel strides over the rest
-// (tile = blockIdx.y; tile < tiles; tile += gridDim.y).
+// (tile = blockIdx.y; tile < tiles; tile += gridDim.y). The kernels pass the device's limit
+// (common.cuh: grid_yz_limit, 65,535 on a GPU, lower on the emulated device when a test asks).
 #include <algorithm>
 #include <cstdint>
 
@@ -32,8 +33,9 @@ struct GridShape {
 // of rows_per_block rows (one atomic per column and row tile). The row tiles pass 65,535 above
 // 4,194,240 rows with 64-row tiles (q/k-norm at 64K tokens x 64 heads is 4,194,304 rows), so y is
 // capped and the kernel strides over row tiles.
-inline GridShape column_reduce_grid(int64_t rows, int64_t cols, int64_t threads, int64_t rows_per_block) {
-  return {capped_blocks(cols, threads, kMaxGridX), capped_blocks(rows, rows_per_block, kMaxGridYZ)};
+inline GridShape column_reduce_grid(int64_t rows, int64_t cols, int64_t threads, int64_t rows_per_block,
+                                    int64_t yz_limit = kMaxGridYZ) {
+  return {capped_blocks(cols, threads, kMaxGridX), capped_blocks(rows, rows_per_block, yz_limit)};
 }
 
 // Row tiles of rows_per_block rows over `rows` rows, and the rows [begin, end) of one (the last
@@ -52,8 +54,9 @@ OOMB_HOST_DEVICE inline RowRange row_tile(int64_t tile, int64_t rows_per_block, 
 // Page selection scores: x = tiles of tile_pages prefix pages, y = query pages x groups (KV heads
 // for the per-head rule). Small pages at long chunks pass 65,535 (e.g. 8,192 query pages x 8 KV
 // heads), so y is capped and the kernel strides over (query page, group).
-inline GridShape page_scores_grid(int64_t prefix_pages, int64_t tile_pages, int64_t query_pages, int64_t groups) {
-  return {capped_blocks(prefix_pages, tile_pages, kMaxGridX), capped_blocks(query_pages * groups, 1, kMaxGridYZ)};
+inline GridShape page_scores_grid(int64_t prefix_pages, int64_t tile_pages, int64_t query_pages, int64_t groups,
+                                  int64_t yz_limit = kMaxGridYZ) {
+  return {capped_blocks(prefix_pages, tile_pages, kMaxGridX), capped_blocks(query_pages * groups, 1, yz_limit)};
 }
 
 }  // namespace oomb::executor::cuda

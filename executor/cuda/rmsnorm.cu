@@ -82,7 +82,7 @@ void launch_rmsnorm_bwd(ConstTensor x, ConstTensor w, const float* rstd, ConstTe
   OOMB_ASSERT(f32 || dw_scratch, "a bf16 RMSNorm weight gradient needs an fp32 scratch");
   float* acc = f32 ? dw_acc.f32() : dw_scratch;
   if (!f32) OOMB_CUDA_CHECK(cudaMemsetAsync(acc, 0, static_cast<size_t>(dim) * 4, s));
-  const GridShape g = column_reduce_grid(rows, dim, kThreads, kRowsPerBlock);
+  const GridShape g = column_reduce_grid(rows, dim, kThreads, kRowsPerBlock, grid_yz_limit());
   const dim3 grid(static_cast<unsigned>(g.x), static_cast<unsigned>(g.y));
   OOMB_LAUNCH(grid, kThreads, 0, s, rmsnorm_dw_kernel)(view(x), rstd, view(dy), rows, dim, acc);
   OOMB_CUDA_LAUNCH_CHECK("rmsnorm_dw_kernel");

@@ -301,7 +301,7 @@ void launch_page_scores(const float* q, int64_t rows, int64_t q_heads, int64_t k
   OOMB_LAUNCH(norm_grid, kTileThreads, 0, s, page_norm_kernel)(ws.qsum, rows, kv_heads, head_dim, sums,
                                                                 prefix_pages, sc, ws.norm_m, ws.norm_l);
   OOMB_CUDA_LAUNCH_CHECK("page_norm_kernel");
-  const GridShape g = page_scores_grid(prefix_pages, kTilePages, qpages, groups);
+  const GridShape g = page_scores_grid(prefix_pages, kTilePages, qpages, groups, grid_yz_limit());
   const dim3 grid(static_cast<unsigned>(g.x), static_cast<unsigned>(g.y));
   OOMB_LAUNCH(grid, kTileThreads, 0, s, page_scores_kernel)(ws.qsum, rows, kv_heads, head_dim, page_tokens, sums,
                                                    prefix_pages, sc, ws.norm_m, ws.norm_l, groups, qpages * groups,

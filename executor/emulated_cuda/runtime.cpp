@@ -4,10 +4,13 @@
 #include <cuda_runtime_api.h>
 
 #include <atomic>
+#include <charconv>
 #include <cstdio>
 #include <cstring>
 #include <mutex>
+#include <stdexcept>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <utility>
 
@@ -23,6 +26,26 @@ constexpr int kMultiProcessors = 132;
 constexpr int kMaxThreadsPerBlock = 1024;
 constexpr int kMaxBlockDim[3] = {1024, 1024, 64};
 constexpr int kMaxGridDim[3] = {2147483647, 65535, 65535};
+
+// The grid's y and z limit: the hardware's 65,535, or lower with OOMB_EMULATED_MAX_GRID_YZ (1 to
+// 65,535), read once. A kernel that caps a grid dimension at the device's limit and strides over
+// the rest is then tested past the limit with a few hundred blocks instead of 65,536 (the kernels
+// query the limit, executor/cuda/common.cuh); a kernel that does not cap fails its launch.
+int max_grid_yz() {
+  static const int limit = [] {
+    const char* v = std::getenv("OOMB_EMULATED_MAX_GRID_YZ");
+    if (!v || !*v) return kMaxGridDim[1];
+    int n = 0;
+    const std::string_view s(v);
+    const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), n);
+    if (ec != std::errc() || end != s.data() + s.size() || n < 1 || n > kMaxGridDim[1])
+      throw std::invalid_argument("OOMB_EMULATED_MAX_GRID_YZ=" + std::string(s) +
+                                  ": expected the grid's y and z limit, an integer from 1 to 65535");
+    return n;
+  }();
+  return limit;
+}
+int max_grid_dim(int i) { return i == 0 ? kMaxGridDim[0] : max_grid_yz(); }
 constexpr int kVersion = 13000;  // CUDA 13.0, the toolkit the headers come from
 
 std::atomic<int> g_sticky{cudaSuccess};
@@ -71,7 +94,7 @@ cudaError_t check_config(const LaunchConfig& c) {
   unsigned long long threads = 1;
   for (int i = 0; i < 3; ++i) {
     if (block[i] == 0 || block[i] > static_cast<unsigned>(kMaxBlockDim[i])) return cudaErrorInvalidConfiguration;
-    if (grid[i] == 0 || grid[i] > static_cast<unsigned>(kMaxGridDim[i])) return cudaErrorInvalidConfiguration;
+    if (grid[i] == 0 || grid[i] > static_cast<unsigned>(max_grid_dim(i))) return cudaErrorInvalidConfiguration;
     threads *= block[i];
   }
   if (threads > static_cast<unsigned long long>(kMaxThreadsPerBlock)) return cudaErrorInvalidConfiguration;
@@ -93,7 +116,7 @@ cudaDeviceProp device_properties() {
   p.maxThreadsPerBlock = kMaxThreadsPerBlock;
   for (int i = 0; i < 3; ++i) {
     p.maxThreadsDim[i] = kMaxBlockDim[i];
-    p.maxGridSize[i] = kMaxGridDim[i];
+    p.maxGridSize[i] = max_grid_dim(i);
   }
   p.totalConstMem = 65536;
   p.major = 9;

@@ -140,6 +140,44 @@ TEST_F(CudaBf16PageOps, AddFromGradPagesReadsBf16Exactly) {
   }
 }
 
+// More pages in one call than the grid's y limit (one-token pages: on a GPU 65,540 of them, a 64K
+// chunk's): the page kernels cap y and their blocks stride over the rest (kv_pages.cu), so every
+// page is written and read back. Before the cap the launch failed (y = pages).
+TEST_F(CudaBf16PageOps, PagesPastTheGridLimitAreAllWrittenAndAdded) {
+  const int64_t rows = grid_yz_limit() + 5, kvd = 2, p = 1, page_elems = 2 * p * kvd;
+  OOMB_SKIP_AT_THE_HARDWARE_GRID_LIMIT_ON_EMULATED_DEVICE();
+  const auto k = random_vec(static_cast<size_t>(rows * kvd), 31), v = random_vec(static_cast<size_t>(rows * kvd), 32);
+  for (PageDtype dt : {PageDtype::bf16, PageDtype::f32}) {
+    const int64_t page_bytes = page_elems * page_dtype_bytes(dt);
+    std::vector<uint8_t> cpu_pages(static_cast<size_t>(rows * page_bytes), 0x7e);
+    DeviceVec<uint8_t> d_pages(*gpu, cpu_pages);
+    std::vector<float*> cp, gp;
+    for (int64_t j = 0; j < rows; ++j) {
+      cp.push_back(reinterpret_cast<float*>(cpu_pages.data() + j * page_bytes));
+      gp.push_back(reinterpret_cast<float*>(d_pages.get() + j * page_bytes));
+    }
+    cpu.write_kv_pages(k.data(), v.data(), rows, kvd, p, cp, dt);
+    DeviceVec<float> d_k(*gpu, k), d_v(*gpu, v);
+    gpu->write_kv_pages(d_k.get(), d_v.get(), rows, kvd, p, gp, dt);
+    const std::vector<uint8_t> got = d_pages.read();
+    int64_t differing = 0, first = -1;  // pages not byte for byte the CPU's
+    for (int64_t j = 0; j < rows; ++j)
+      if (!std::equal(got.begin() + j * page_bytes, got.begin() + (j + 1) * page_bytes,
+                      cpu_pages.begin() + j * page_bytes)) {
+        ++differing;
+        if (first < 0) first = j;
+      }
+    ASSERT_EQ(differing, 0) << to_string(dt) << ": pages of " << rows << " differ from the CPU's, the first " << first;
+    // The same pages as gradients, added into dk and dv: the last page's rows too.
+    std::vector<float> dk(static_cast<size_t>(rows * kvd), 1.0f), dv = dk;
+    DeviceVec<float> d_dk(*gpu, dk), d_dv(*gpu, dv);
+    cpu.add_from_grad_pages(cp, rows, kvd, p, dk.data(), dv.data(), dt);
+    gpu->add_from_grad_pages(gp, rows, kvd, p, d_dk.get(), d_dv.get(), dt);
+    EXPECT_EQ(bits(d_dk.read()), bits(dk)) << to_string(dt);
+    EXPECT_EQ(bits(d_dv.read()), bits(dv)) << to_string(dt);
+  }
+}
+
 // ---------------------------------------------------------------- attention
 
 // fp32 family against the CPU: both compute in fp32 on identical (bf16-valued) keys and values, so

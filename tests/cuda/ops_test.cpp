@@ -353,12 +353,13 @@ TEST_F(CudaOps, CrossEntropyLossAndGradient) {
   }
 }
 
-// More rows than 65,535 row tiles of 64 (q/k-norm at 64K tokens x 64 heads is 4,194,304 rows): the
-// weight gradient's grid is capped in y and its blocks stride over the rest (launch_shape.h). All
-// ones: each column's dw is the row count, exact in fp32 (tiles of 64 summed, < 2^24 in all).
+// More rows than the grid's y limit of row tiles of 64 (on a GPU 65,535 tiles; q/k-norm at 64K tokens
+// x 64 heads is 4,194,304 rows): the weight gradient's grid is capped in y and its blocks stride
+// over the rest (launch_shape.h). All ones: each column's dw is the row count, exact in fp32 (tiles
+// of 64 summed, < 2^24 in all).
 TEST_F(CudaOps, RmsNormWeightGradientPastTheGridLimitCoversEveryRow) {
-  OOMB_SKIP_ON_EMULATED_DEVICE("4M rows of block reductions (about 10^10 thread switches)");
-  const int64_t rows = 4194304 + 17, dim = 3;
+  OOMB_SKIP_AT_THE_HARDWARE_GRID_LIMIT_ON_EMULATED_DEVICE();
+  const int64_t rows = (grid_yz_limit() + 1) * 64 + 17, dim = 3;
   const std::vector<float> ones(static_cast<size_t>(rows * dim), 1.0f), rstd(static_cast<size_t>(rows), 1.0f);
   const std::vector<float> w(static_cast<size_t>(dim), 1.0f), dw(static_cast<size_t>(dim), 0.0f);
   DeviceVec<float> d_x(*gpu, ones), d_dy(*gpu, ones), d_dx(*gpu, ones), d_w(*gpu, w), d_rstd(*gpu, rstd),

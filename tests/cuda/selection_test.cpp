@@ -186,11 +186,12 @@ TEST_F(CudaSelection, ReducedScoresAreWhatTheTopKSelects) {
   }
 }
 
-// One-token pages: 66,000 query pages (x 2 KV heads per head) put the score kernel's grid past
-// 65,535 blocks in y; its blocks stride over the rest (launch_shape.h), so every query page is scored.
+// One-token pages: the grid's y limit + 465 query pages (66,000 on a GPU; x 2 KV heads per head) put
+// the score kernel's grid past the limit in y; its blocks stride over the rest (launch_shape.h), so
+// every query page is scored.
 TEST_F(CudaSelection, QueryPagesPastTheGridLimitAreAllSelected) {
-  OOMB_SKIP_ON_EMULATED_DEVICE("66,000 x 66,000 page scores");
-  const SelCase c{66000, 2, 2, 4, 1, 3, 1};
+  OOMB_SKIP_AT_THE_HARDWARE_GRID_LIMIT_ON_EMULATED_DEVICE();
+  const SelCase c{grid_yz_limit() + 465, 2, 2, 4, 1, 3, 1};
   for (bool per_head : {false, true}) check_case(c, per_head, 21, 22);
 }
 
