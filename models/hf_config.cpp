@@ -95,10 +95,27 @@ ModelSpec model_from_hf_config(const Json& j, const std::string& where, const st
                     " is not supported",
            "oomb models full causal attention (sliding_window null / use_sliding_window false)");
   }
-  if (r.has("torch_dtype")) {
-    const std::string dt = r.str("torch_dtype");
+  // transformers v5 writes the weights' type as dtype (v4: torch_dtype); either is read, both must agree.
+  std::string dtype_key;
+  for (const char* k : {"torch_dtype", "dtype"}) {
+    if (!r.has(k)) continue;
+    const std::string dt = r.str(k);
     if (dt != "bfloat16" && dt != "float16" && dt != "float32")
-      r.fail("torch_dtype", "'" + dt + "' is not supported", "bfloat16, float16 or float32");
+      r.fail(k, "'" + dt + "' is not supported", "bfloat16, float16 or float32");
+    if (!dtype_key.empty() && r.str(dtype_key) != dt)
+      r.fail(k, "'" + dt + "' disagrees with " + dtype_key + " '" + r.str(dtype_key) + "'",
+             "one weight type (transformers v5 writes dtype, v4 torch_dtype)");
+    dtype_key = k;
+  }
+  // Per-layer attention kinds (layer_types, written by recent transformers for Qwen2/Qwen3/Llama):
+  // oomb models full attention in every layer.
+  if (r.has("layer_types")) {
+    const Json& kinds = r.array("layer_types");
+    for (size_t i = 0; i < kinds.size(); ++i)
+      if (!kinds[i].is_string() || kinds[i].get<std::string>() != "full_attention")
+        r.fail("layer_types", "layer " + std::to_string(i) + " is " + kinds[i].dump() +
+                                  ": only full attention is supported",
+               "\"full_attention\" in every layer (sliding-window and other layer kinds are not modelled)");
   }
 
   ModelSpec m;
@@ -117,6 +134,15 @@ ModelSpec model_from_hf_config(const Json& j, const std::string& where, const st
   // transformers' defaults for these four families: untied, theta 1e4, eps 1e-6.
   m.tied_embeddings = r.boolean_or("tie_word_embeddings", false);
   m.rope_theta = r.has("rope_theta") ? r.f64_positive("rope_theta") : 10000.0;
+  // A rotary embedding on part of each head (partial_rotary_factor < 1) is not what oomb computes.
+  auto check_partial = [&](const JsonReader& at, const std::string& key) {
+    if (!at.has("partial_rotary_factor")) return;
+    const Json& f = at.json()["partial_rotary_factor"];
+    if (!f.is_number() || f.get<double>() != 1.0)
+      r.fail(key, f.dump() + ": a rotary embedding on part of each head is not supported",
+             "1.0 (oomb rotates the whole head_dim)");
+  };
+  check_partial(r, "partial_rotary_factor");
   m.norm_eps = r.has("rms_norm_eps") ? r.f64_positive("rms_norm_eps") : 1e-6;
   m.max_position = r.i64_positive("max_position_embeddings");
   // Qwen2 always has q/k/v biases and none on o_proj (no key); Mistral has none. Llama and Qwen3's
@@ -135,6 +161,38 @@ ModelSpec model_from_hf_config(const Json& j, const std::string& where, const st
     m.rope_scaling = r.object("rope_scaling");
     if (!rope_of(m, where).llama3()) m.rope_scaling = Json();  // "default": plain RoPE
   }
+  // transformers v5 keeps every RoPE parameter in rope_parameters: rope_type, rope_theta and the
+  // type's own keys (v4: rope_scaling and rope_theta). Read as those two are, and where a config has
+  // both forms they must say the same. A dict per layer type (Gemma 3, ModernBERT) is refused.
+  if (r.has("rope_parameters")) {
+    const Json& rp = r.object("rope_parameters");
+    const JsonReader pr(rp, where + " rope_parameters");
+    for (auto it = rp.begin(); it != rp.end(); ++it)
+      if (it.value().is_object())
+        r.fail("rope_parameters." + it.key(), "RoPE parameters per layer type are not supported",
+               "one rope_parameters object for every layer ({\"rope_type\": ..., \"rope_theta\": ...})");
+    check_partial(pr, "rope_parameters.partial_rotary_factor");
+    if (!pr.has("rope_theta"))
+      r.fail("rope_parameters.rope_theta", "missing: transformers v5 keeps the RoPE base here",
+             "the model's rope_theta, e.g. 1000000 for Qwen2.5 (oomb does not guess it)");
+    const double theta = pr.f64_positive("rope_theta");
+    if (r.has("rope_theta") && r.f64_positive("rope_theta") != theta)
+      r.fail("rope_parameters.rope_theta",
+             fmt(theta) + " disagrees with rope_theta " + fmt(r.f64_positive("rope_theta")),
+             "one value (transformers v5 writes rope_parameters.rope_theta only)");
+    m.rope_theta = theta;
+    Json scaling = rp;
+    scaling.erase("rope_theta");
+    scaling.erase("partial_rotary_factor");
+    if (!scaling.contains("rope_type") && !scaling.contains("type")) scaling["rope_type"] = "default";
+    ModelSpec probe = m;
+    probe.rope_scaling = scaling;
+    const Json v5 = rope_of(probe, where, "rope_parameters").llama3() ? scaling : Json();
+    if (r.has("rope_scaling") && m.rope_scaling != v5)
+      r.fail("rope_parameters", "disagrees with rope_scaling " + r.json()["rope_scaling"].dump(),
+             "one RoPE description (transformers v5 writes rope_parameters only)");
+    m.rope_scaling = v5;
+  }
 
   // The same validation as oomb.model/1 files, with this file's name in the message.
   Json as_oomb = m.to_json();
@@ -150,7 +208,7 @@ ModelSpec model_from_hf_config(const Json& j, const std::string& where, const st
                        fmt(m.rope_theta) + ", rms_norm_eps " + fmt(m.norm_eps) + ", max_position_embeddings " +
                        std::to_string(m.max_position) + ", tie_word_embeddings " +
                        (m.tied_embeddings ? "true" : "false") +
-                       (r.has("torch_dtype") ? ", torch_dtype " + r.str("torch_dtype") : std::string());
+                       (dtype_key.empty() ? std::string() : ", " + dtype_key + " " + r.str(dtype_key));
   checked.id = as_oomb["id"].get<std::string>();
   for (const auto& id : catalog_ids("llm")) {
     const std::string* text = catalog_text("llm", id);

@@ -45,10 +45,9 @@ Json ModelSpec::to_json() const {
   return j;
 }
 
-Rope rope_of(const ModelSpec& m, const std::string& where) {
+Rope rope_of(const ModelSpec& m, const std::string& where, const std::string& key) {
   Rope rope(m.rope_theta);
   if (m.rope_scaling.is_null()) return rope;
-  const std::string key = "rope_scaling";
   if (!m.rope_scaling.is_object())
     throw Error(where, key, "expected an object or null, got " + json_excerpt(m.rope_scaling),
                 "null or {\"rope_type\": \"llama3\", \"factor\", \"low_freq_factor\", \"high_freq_factor\", "
@@ -71,16 +70,16 @@ Rope rope_of(const ModelSpec& m, const std::string& where) {
   if (type == "default") return rope;  // transformers' name for plain RoPE
   if (type != "llama3")
     throw Error(where, key + ".rope_type",
-                "rope_scaling of type '" + type + "' is not supported (the executor would compute plain RoPE)",
+                key + " of type '" + type + "' is not supported (the executor would compute plain RoPE)",
                 supported);
   for (auto it = rs.begin(); it != rs.end(); ++it) {
     const std::string& k = it.key();
     if (k != "rope_type" && k != "type" && k != "factor" && k != "low_freq_factor" && k != "high_freq_factor" &&
         k != "original_max_position_embeddings")
-      throw Error(where, key + "." + k, "unknown key of a llama3 rope_scaling",
+      throw Error(where, key + "." + k, "unknown key of a llama3 " + key,
                   "rope_type, factor, low_freq_factor, high_freq_factor, original_max_position_embeddings");
   }
-  JsonReader r(rs, where + " rope_scaling");
+  JsonReader r(rs, where + " " + key);
   rope.factor = r.f64_in("factor", 1.0, 1e6);
   rope.low_freq_factor = r.f64_in("low_freq_factor", 1e-6, 1e6);
   rope.high_freq_factor = r.f64_in("high_freq_factor", 1e-6, 1e6);

@@ -129,8 +129,9 @@ struct HostSpec {
 // The model's RoPE: rope_theta and, for rope_scaling {"rope_type": "llama3", ...}, its four
 // parameters. Any other rope_scaling (linear, dynamic, yarn, longrope, ...) throws Error naming the
 // key, the type and what is supported: a scaling is implemented or refused, never ignored.
-// model_from_json checks this, so a loaded spec always has a valid one.
-Rope rope_of(const ModelSpec& m, const std::string& where = "model");
+// model_from_json checks this, so a loaded spec always has a valid one. key: the name the messages
+// give the scaling (a transformers v5 config's is rope_parameters).
+Rope rope_of(const ModelSpec& m, const std::string& where = "model", const std::string& key = "rope_scaling");
 
 // Parse from JSON (where = file path or "catalog:<id>" for messages).
 ModelSpec model_from_json(const Json& j, const std::string& where);

@@ -209,6 +209,77 @@ void expect_refused(const std::string& path, const std::string& key, const std::
   }
 }
 
+// transformers v5 writes RoPE as rope_parameters {rope_type, rope_theta, the type's keys} and the
+// weight type as dtype (its MIGRATION_GUIDE_V5.md): the same model as the v4 form, never plain RoPE
+// at theta 10000.
+TEST_F(HfConfig, TransformersV5RopeParametersAndDtypeReadAsTheV4Keys) {
+  Json q = Json::parse(kQwen25_7b);
+  const ModelSpec v4 = load_model(folder("q4", q));
+  q.erase("rope_theta");
+  q.erase("torch_dtype");
+  q["dtype"] = "bfloat16";
+  q["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 1000000.0}};
+  const ModelSpec v5 = load_model(folder("q5", q));
+  EXPECT_DOUBLE_EQ(v5.rope_theta, 1e6);
+  EXPECT_TRUE(v5.rope_scaling.is_null());
+  EXPECT_EQ(v5.id, v4.id) << "the catalog's qwen2.5-7b either way";
+  EXPECT_NE(v5.source.find("dtype bfloat16"), std::string::npos) << v5.source;
+
+  Json l = Json::parse(kLlama31_8b);
+  const ModelSpec l4 = load_model(folder("l4", l));
+  l["rope_parameters"] = l["rope_scaling"];
+  l["rope_parameters"]["rope_theta"] = 500000.0;
+  l.erase("rope_scaling");
+  l.erase("rope_theta");
+  const ModelSpec l5 = load_model(folder("l5", l));
+  EXPECT_DOUBLE_EQ(l5.rope_theta, 5e5);
+  EXPECT_EQ(l5.rope_scaling, l4.rope_scaling);
+  EXPECT_TRUE(rope_of(l5).llama3());
+  // Both forms, saying the same: accepted; saying different things: refused naming both.
+  Json both = l;
+  both["rope_scaling"] = l4.rope_scaling;
+  both["rope_theta"] = 500000.0;
+  EXPECT_EQ(load_model(folder("lb", both)).rope_scaling, l4.rope_scaling);
+  both["rope_theta"] = 10000.0;
+  expect_refused(folder("lt", both), "rope_parameters.rope_theta", {"500000", "10000"});
+  Json factor = l;
+  factor["rope_scaling"] = l4.rope_scaling;
+  factor["rope_scaling"]["factor"] = 4.0;
+  expect_refused(folder("lf", factor), "rope_parameters", {"disagrees with rope_scaling"});
+  Json types = Json::parse(kQwen25_7b);
+  types["dtype"] = "float32";
+  expect_refused(folder("dt", types), "dtype", {"float32", "torch_dtype", "bfloat16"});
+}
+
+TEST_F(HfConfig, TransformersV5FormsOombDoesNotModelAreRefusedByName) {
+  Json yarn = Json::parse(kQwen3_8b);
+  yarn.erase("rope_theta");
+  yarn["rope_parameters"] = {{"rope_type", "yarn"}, {"factor", 4.0}, {"rope_theta", 1000000.0},
+                             {"original_max_position_embeddings", 32768}};
+  expect_refused(folder("yarn5", yarn), "rope_parameters.rope_type", {"yarn", "llama3"});
+  Json no_theta = Json::parse(kQwen3_8b);
+  no_theta.erase("rope_theta");
+  no_theta["rope_parameters"] = {{"rope_type", "default"}};
+  expect_refused(folder("nt", no_theta), "rope_parameters.rope_theta", {"missing"});
+  Json per_layer = Json::parse(kQwen3_8b);
+  per_layer["rope_parameters"] = {{"full_attention", {{"rope_type", "default"}, {"rope_theta", 1e6}}},
+                                  {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", 1e4}}}};
+  expect_refused(folder("pl", per_layer), "rope_parameters.full_attention", {"per layer type"});
+  Json partial = Json::parse(kQwen3_8b);
+  partial["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 1e6}, {"partial_rotary_factor", 0.5}};
+  expect_refused(folder("pr", partial), "rope_parameters.partial_rotary_factor", {"0.5", "head_dim"});
+  Json partial4 = Json::parse(kQwen3_8b);
+  partial4["partial_rotary_factor"] = 0.25;
+  expect_refused(folder("pr4", partial4), "partial_rotary_factor", {"0.25"});
+  Json kinds = Json::parse(kQwen3_8b);
+  kinds["layer_types"] = Json::array();
+  for (int i = 0; i < 36; ++i) kinds["layer_types"].push_back(i < 30 ? "full_attention" : "sliding_attention");
+  expect_refused(folder("lt", kinds), "layer_types", {"layer 30", "sliding_attention"});
+  kinds["layer_types"] = Json::array();
+  for (int i = 0; i < 36; ++i) kinds["layer_types"].push_back("full_attention");
+  EXPECT_EQ(load_model(folder("lt_full", kinds)).layers, 36);
+}
+
 TEST_F(HfConfig, UnsupportedArchitecturesAreRefusedByName) {
   Json mixtral = Json::parse(kMistral7b);
   mixtral["architectures"] = {"MixtralForCausalLM"};
