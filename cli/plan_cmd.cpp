@@ -16,6 +16,7 @@
 #include "core/units.h"
 #include "planner/answer.h"
 #include "planner/defaults.h"
+#include "planner/knobs.h"
 #include "planner/plan.h"
 #include "planner/requests.h"
 
@@ -100,7 +101,18 @@ int run_plan(PlanArgs a) {
   // The plan runs on every GPU asked for: the node's GPUs beyond one tensor-parallel group, and
   // every further node, are data-parallel replicas (unless --data-parallel says how many; derived,
   // not fixed by the user, but not searched either).
+  // --nodes is checked here, before it multiplies into the replicas, so a bad value is named as itself.
+  if (a.flags.nodes && (*a.flags.nodes <= 0 || *a.flags.nodes > planner::kMaxNodes))
+    throw Error("--nodes", std::to_string(*a.flags.nodes), "must be in [1, " + std::to_string(planner::kMaxNodes) + "]",
+                "the nodes the job's GPUs are on, e.g. 2");
   const int64_t replicas = a.flags.data_parallel ? 0 : node.gpus / node.tp * a.flags.nodes.value_or(1);
+  if (replicas > planner::kMaxDataParallel) {
+    const int64_t per_node = node.gpus / node.tp;
+    throw Error("--nodes", std::to_string(*a.flags.nodes),
+                "makes " + std::to_string(replicas) + " data-parallel replicas (" + std::to_string(per_node) +
+                    " per node), more than " + std::to_string(planner::kMaxDataParallel),
+                "at most " + std::to_string(planner::kMaxDataParallel / per_node) + " nodes");
+  }
   // --optimizer auto (the default) belongs to the planner: AdamW state is wanted, its placement
   // searched.
   r.optimizer_auto = a.flags.optimizer_auto();

@@ -154,16 +154,19 @@ int run_run(RunArgs a, Communicator* comm) {
     r.planned = std::move(p.planned);
     r.plan_path = a.plan;
   } else {
-    r.scenario = runner::unplanned_run(a.flags.resolve(), a.flags.explicit_knobs(), a.backend);
-    // --adapter without --lora-rank: the adapter's own rank, alpha and targets.
-    simulator::Config& c = r.scenario.config;
-    if (!a.adapter.empty() && c.lora_rank == 0) {
+    // --adapter without --lora-rank: the adapter's own rank, and its alpha and targets where no flag
+    // gives them (a flag that disagrees with the adapter is then reported as that disagreement).
+    if (!a.adapter.empty() && !a.flags.lora_rank) {
       const AdapterConfig ac = read_adapter_config(a.adapter);
-      c.lora_rank = ac.rank;
-      c.lora_alpha = ac.alpha;
-      c.lora_targets = ac.targets;
-      simulator::validate(c, r.scenario.model);
+      a.flags.lora_rank = ac.rank;
+      if (!a.flags.lora_alpha) a.flags.lora_alpha = ac.alpha;
+      if (!a.flags.lora_targets) {
+        std::string names;
+        for (const std::string& t : ac.targets) names += (names.empty() ? "" : ",") + t;
+        a.flags.lora_targets = names;
+      }
     }
+    r.scenario = runner::unplanned_run(a.flags.resolve(), a.flags.explicit_knobs(), a.backend);
   }
   r.context_flag = a.flags.context;
   r.backend = a.backend;
@@ -214,7 +217,15 @@ int run_run(RunArgs a, Communicator* comm) {
   if (c.lora_rank <= 0 && a.lora_init_b_std != 0)
     throw Error("--lora-init-b-std", "", "initialises LoRA adapters, and this run trains every parameter",
                 "add --lora-rank R");
-  // LoRA: the adapter to train, loaded (a PEFT folder) or initialised as PEFT does (seeded).
+  // LoRA: the adapter to train, loaded (a PEFT folder) or initialised as PEFT does (seeded). A loaded
+  // adapter's file is what the saved one keeps (its base model, its other keys).
+  const std::string run_base = a.weights.empty() ? m.id : a.weights;
+  std::optional<AdapterConfig> loaded_adapter;
+  if (c.lora_rank > 0 && !a.adapter.empty()) {
+    loaded_adapter = read_adapter_config(a.adapter);
+    const std::string warning = adapter_base_warning(*loaded_adapter, a.adapter, run_base);
+    if (!warning.empty() && rank == 0) std::fprintf(stderr, "oomb run: warning: %s\n", warning.c_str());
+  }
   const ParamTensors adapters =
       c.lora_rank <= 0    ? ParamTensors{}
       : a.adapter.empty() ? init_adapters(m, c, a.seed + 1, a.lora_init_b_std)
@@ -288,7 +299,9 @@ int run_run(RunArgs a, Communicator* comm) {
   std::vector<std::string> adapter_files;
   if (res.adapters) {
     runner::check_finite(*res.adapters, "--save-adapter", "adapters");
-    adapter_files = write_adapter(*res.adapters, a.save_adapter, adapter_config(c, a.weights.empty() ? m.id : a.weights));
+    adapter_files = write_adapter(*res.adapters, a.save_adapter,
+                                  loaded_adapter ? continued_adapter_config(*loaded_adapter, c, run_base)
+                                                 : adapter_config(c, run_base));
   }
   if (res.trace) traces::write_trace(*res.trace, a.trace);
   if (a.json) {

@@ -562,11 +562,25 @@ std::string number_text(double v) {
 }
 }  // namespace
 
+// Any integer, a negative one too, is judged against the range: one message for every value out of
+// it (a negative r is out of [1, 4096] as 0 is, not "not a non-negative integer").
 int64_t JsonReader::i64_in(const std::string& key, int64_t lo, int64_t hi) const {
-  const int64_t x = i64(key);
-  if (x < lo || x > hi)
-    fail(key, "is out of range (" + std::to_string(x) + ")",
-         "expected an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  const std::string range = "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+  const Json& v = need(key, range.c_str());
+  int64_t x = 0;
+  if (v.is_number_unsigned()) {
+    if (v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+      fail(key, "is out of range (" + json_excerpt(v) + ")", "expected " + range);
+    x = static_cast<int64_t>(v.get<uint64_t>());
+  } else if (v.is_number_integer()) {
+    x = v.get<int64_t>();
+  } else {
+    const double d = v.is_number_float() ? v.get<double>() : 0.5;
+    if (!(std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9.2e18))
+      fail(key, "is not an integer (" + json_excerpt(v) + ")", "expected " + range);
+    x = static_cast<int64_t>(d);
+  }
+  if (x < lo || x > hi) fail(key, "is out of range (" + std::to_string(x) + ")", "expected " + range);
   return x;
 }
 

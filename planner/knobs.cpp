@@ -60,14 +60,16 @@ simulator::Scenario Knobs::resolve() const {
     c.gpus = *gpus;
   }
   if (data_parallel) {
-    if (*data_parallel <= 0 || *data_parallel > 4096)
-      throw Error("--data-parallel", std::to_string(*data_parallel), "must be in [1, 4096]",
+    if (*data_parallel <= 0 || *data_parallel > kMaxDataParallel)
+      throw Error("--data-parallel", std::to_string(*data_parallel),
+                  "must be in [1, " + std::to_string(kMaxDataParallel) + "]",
                   "replicas training on different sequences, e.g. 2");
     c.data_parallel = *data_parallel;
   }
   if (nodes) {
-    if (*nodes <= 0 || *nodes > 4096)
-      throw Error("--nodes", std::to_string(*nodes), "must be in [1, 4096]", "the nodes the job's GPUs are on, e.g. 2");
+    if (*nodes <= 0 || *nodes > kMaxNodes)
+      throw Error("--nodes", std::to_string(*nodes), "must be in [1, " + std::to_string(kMaxNodes) + "]",
+                  "the nodes the job's GPUs are on, e.g. 2");
     c.nodes = *nodes;
   }
   if (attention) c.attention = attention_from_string(*attention, "--attention");

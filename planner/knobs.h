@@ -13,6 +13,10 @@
 
 namespace oomb::planner {
 
+// The most data-parallel replicas, and nodes, a job may have (--data-parallel, --nodes).
+inline constexpr int64_t kMaxDataParallel = 4096;
+inline constexpr int64_t kMaxNodes = 4096;
+
 struct Knobs {
   std::string model = "qwen2.5-7b";
   std::string gpu = "h200";

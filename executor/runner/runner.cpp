@@ -314,8 +314,12 @@ RunTable check_run(const RunRequest& r) {
                     "-parallel CUDA run all-reduces with NCCL, and this build has none",
                 "build where the CUDA toolkit has NCCL (nccl.h, libnccl), or --backend cpu (MPI)");
   if (world > 1 && r.reference)
-    throw Error("--reference", "", "checks one process's step; each replica of a data-parallel run trains its own "
-                "sequence", "run --reference without mpirun");
+    throw Error("--reference", "",
+                c.gpus > 1 ? "checks one process's step; a tensor-parallel run splits each layer over " +
+                                 std::to_string(c.gpus) + " ranks, none of which holds the whole step"
+                           : std::string("checks one process's step; each replica of a data-parallel run trains its "
+                                         "own sequence"),
+                "run --reference without mpirun (and without --gpus)");
   if (r.keep_weights && c.lora_rank > 0)
     throw Error("--save-weights", "", "a LoRA run trains adapters on a frozen base: the base weights do not change",
                 "--save-adapter DIR writes the trained adapter (PEFT's folder)");

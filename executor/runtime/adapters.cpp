@@ -59,7 +59,7 @@ int64_t layer_of(const std::string& name) {
 
 AdapterConfig adapter_config(const simulator::Config& c, const std::string& base_model) {
   OOMB_ASSERT(c.lora_rank > 0, "adapter_config of a run without LoRA");
-  return {c.lora_rank, c.lora_alpha, ordered(c.lora_targets), base_model};
+  return {c.lora_rank, c.lora_alpha, ordered(c.lora_targets), base_model, Json()};
 }
 
 ParamLayout adapter_layout(const models::ModelSpec& m, const simulator::Config& c) {
@@ -133,8 +133,42 @@ AdapterConfig read_adapter_config(const std::string& dir) {
     r.fail(key, "is set; oomb runs one rank and alpha on every layer's targets and trains nothing else",
            "null (or retrain the adapter without it)");
   }
+  // PEFT applies dropout to each adapter's input while training; oomb's executor has none, so a
+  // nonzero value would be trained as 0 (and saved as 0) without a word.
+  if (r.has("lora_dropout")) {
+    const double d = r.f64_in("lora_dropout", 0.0, 1.0);
+    if (d != 0.0)
+      r.fail("lora_dropout", "is " + num(d) + "; oomb trains adapters without dropout",
+             "0.0 (edit it only if training without dropout is what you want)");
+  }
   a.base_model = r.str_or("base_model_name_or_path", "");
+  a.file = j;
   return a;
+}
+
+AdapterConfig continued_adapter_config(const AdapterConfig& loaded, const simulator::Config& c,
+                                       const std::string& run_base) {
+  AdapterConfig a = adapter_config(c, loaded.base_model.empty() ? run_base : loaded.base_model);
+  a.file = loaded.file;
+  return a;
+}
+
+namespace {
+std::string model_name(std::string s) {
+  while (!s.empty() && s.back() == '/') s.pop_back();
+  const size_t slash = s.find_last_of('/');
+  if (slash != std::string::npos) s = s.substr(slash + 1);
+  for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  return s;
+}
+}  // namespace
+
+std::string adapter_base_warning(const AdapterConfig& a, const std::string& dir, const std::string& run_base) {
+  if (a.base_model.empty() || model_name(a.base_model) == model_name(run_base)) return "";
+  return (std::filesystem::path(dir) / kConfigFile).string() + ": base_model_name_or_path is '" + a.base_model +
+         "' and this run's base model is '" + run_base +
+         "': an adapter trained on another base model rarely transfers (the saved adapter keeps '" + a.base_model +
+         "')";
 }
 
 ParamTensors read_adapter(const std::string& dir, const models::ModelSpec& m, const simulator::Config& c,
@@ -179,6 +213,11 @@ ParamTensors read_adapter(const std::string& dir, const models::ModelSpec& m, co
 void check_adapter_writable(const std::string& dir, const std::string& flag) {
   if (dir.size() >= 12 && dir.compare(dir.size() - 12, 12, ".safetensors") == 0)
     throw Error(flag, dir, "names a file; a PEFT adapter is a folder", "a folder, e.g. --save-adapter out/adapter");
+  std::error_code ec;
+  const std::filesystem::file_status st = std::filesystem::status(dir, ec);
+  if (std::filesystem::exists(st) && !std::filesystem::is_directory(st))
+    throw Error(flag, dir, "is a file; a PEFT adapter is a folder",
+                "a folder (existing or new), e.g. " + flag + " out/adapter");
   check_checkpoint_writable(dir, flag);
 }
 
@@ -192,7 +231,7 @@ std::vector<std::string> write_adapter(const ParamTensors& adapters, const std::
     if (ec) throw Error(dir, "", "cannot create the adapter folder: " + ec.message());
   }
   // PEFT's save_pretrained keys that say how the adapter was made (the rest take PEFT's defaults).
-  const Json j = {{"peft_type", "LORA"},
+  const Json made = {{"peft_type", "LORA"},
                   {"task_type", "CAUSAL_LM"},
                   {"base_model_name_or_path", cfg.base_model},
                   {"r", cfg.rank},
@@ -208,6 +247,11 @@ std::vector<std::string> write_adapter(const ParamTensors& adapters, const std::
                   {"init_lora_weights", true},
                   {"inference_mode", true},
                   {"revision", nullptr}};
+  // Continuing a loaded adapter: its file's keys kept, those that say what oomb trained set.
+  Json j = cfg.file.is_object() ? cfg.file : made;
+  for (const char* key : {"peft_type", "base_model_name_or_path", "r", "lora_alpha", "lora_dropout", "target_modules",
+                          "bias", "fan_in_fan_out", "use_rslora", "use_dora"})
+    j[key] = made.at(key);
   const std::string text = j.dump(2) + "\n";
   const std::vector<std::string> files = {(fs::path(dir) / kWeightsFile).string(),
                                           (fs::path(dir) / kConfigFile).string()};

@@ -20,6 +20,9 @@ struct AdapterConfig {
   double alpha = 0;
   std::vector<std::string> targets;  // PEFT module names, in lora_target_names() order
   std::string base_model;            // base_model_name_or_path
+  // The adapter_config.json it was read from (null when made here): write_adapter keeps its keys,
+  // setting only those oomb determines.
+  Json file;
 };
 
 // The adapter a run of config c (c.lora_rank > 0) trains, for the base model `base_model`.
@@ -35,6 +38,14 @@ ParamTensors init_adapters(const models::ModelSpec& m, const simulator::Config& 
 
 // adapter_config.json of the PEFT folder `dir` (errors name the file and the key).
 AdapterConfig read_adapter_config(const std::string& dir);
+// The adapter a run that started from `loaded` (read_adapter_config) saves: the loaded file's keys and
+// base model (where it names one), the run's rank, alpha and targets.
+AdapterConfig continued_adapter_config(const AdapterConfig& loaded, const simulator::Config& c,
+                                       const std::string& run_base);
+// A warning when the adapter names a base model other than the run's (empty when they agree or the
+// adapter names none): the names compared are the last path component, case-insensitive
+// ("Qwen/Qwen2.5-0.5B" is the catalog's qwen2.5-0.5b and a folder .../Qwen2.5-0.5B).
+std::string adapter_base_warning(const AdapterConfig& a, const std::string& dir, const std::string& run_base);
 // The adapter in `dir` for a run of c on m: its config must agree with c's rank, alpha and targets
 // (an error names the key and the flag to pass), and adapter_model.safetensors must hold every
 // tensor of adapter_layout(m, c) with its shape and no other (tensors of layers that --layers

@@ -203,7 +203,7 @@ out=$("$oomb" validate --trace t_layers.json 2>&1)
 mkdir tokdir
 expect 2 "tokdir: is a directory" -- run --model tiny --context 2K --chunk 512 --page 64 --tokens tokdir --quiet
 variant "$tiny" layers 18446744073709551615 m_u64.json
-expect 2 "m_u64.json: 'layers': is too large" -- simulate --model ./m_u64.json --context 4K
+expect 2 "m_u64.json: 'layers': is out of range \(18446744073709551615\) \(expected an integer in \[1, 4096\]\)" -- simulate --model ./m_u64.json --context 4K
 expect 2 "--tolerance.*not a number" -- validate --plan p.json --trace run.json --tolerance h2d_bytes=0.3abc
 expect 2 "--tolerance.*finite" -- validate --plan p.json --trace run.json --tolerance h2d_bytes=nan
 expect 2 "--seed.*non-negative integer" -- run --model tiny --context 2K --chunk 512 --page 64 --seed -1 --quiet
@@ -633,6 +633,27 @@ if [ -n "$gui" ] && [ -x "$gui" ]; then
 else
   echo "note: no oomb-gui: its argument checks are skipped"
 fi
+
+# Issue 44 (round 3), messages that name what is wrong: --nodes itself (not the replicas it makes),
+# one hint for an adapter path that is a file, the alpha an adapter disagrees on, one range for r.
+expect 2 "--nodes: '100000': must be in \[1, 4096\]" -- plan --model tiny --gpu h200 --context 1K --chunk 256 --page 64 --resident-layers 1 --gpus 8 --nodes 100000
+expect 2 "--nodes: '4000': makes 16000 data-parallel replicas \(4 per node\), more than 4096 \(at most 1024 nodes\)" -- plan --model tiny --gpu h200 --context 1K --chunk 256 --page 64 --resident-layers 1 --gpus 8 --nodes 4000
+touch adapter_file
+out=$(timeout 60 "$oomb" run --model tiny --context 256 --chunk 256 --page 64 --lora-rank 4 --save-adapter adapter_file --quiet 2>&1)
+[ $? -eq 2 ] && grep -q -- "--save-adapter: 'adapter_file': is a file; a PEFT adapter is a folder" <<<"$out" && ! grep -q "safetensors" <<<"$out" && ok || bad "--save-adapter FILE: ${out:0:300}"
+expect 0 "adapter: ad44" -- run --model tiny --context 256 --chunk 256 --page 64 --lora-rank 4 --steps 1 --quiet --save-adapter ad44
+expect 2 "ad44/adapter_config.json: 'lora_alpha': is 8 and the run's --lora-alpha is 16 \(--lora-alpha 8\)" -- run --model tiny --context 256 --chunk 256 --page 64 --adapter ad44 --lora-alpha 16 --steps 1 --quiet
+for r in -4 0 5000; do
+  sed -E "s/\"r\": *-?[0-9]+/\"r\": $r/" ad44/adapter_config.json >ad44/c && mv ad44/c ad44/adapter_config.json
+  expect 2 "ad44/adapter_config.json: 'r': is out of range \($r\) \(expected an integer in \[1, 4096\]\)" -- run --model tiny --context 256 --chunk 256 --page 64 --adapter ad44 --steps 1 --quiet
+done
+# PEFT keys oomb does not run are refused by name (dropout), a base model of another name is warned
+# about and kept in the saved adapter.
+sed -E 's/"r": *-?[0-9]+/"r": 4/; s/"lora_dropout": *[0-9.]+/"lora_dropout": 0.5/' ad44/adapter_config.json >ad44/c && mv ad44/c ad44/adapter_config.json
+expect 2 "ad44/adapter_config.json: 'lora_dropout': is 0.5; oomb trains adapters without dropout" -- run --model tiny --context 256 --chunk 256 --page 64 --adapter ad44 --steps 1 --quiet
+sed -E 's/"lora_dropout": *[0-9.]+/"lora_dropout": 0.0/; s/"base_model_name_or_path": *"[^"]*"/"base_model_name_or_path": "Qwen\/Qwen2.5-0.5B"/' ad44/adapter_config.json >ad44/c && mv ad44/c ad44/adapter_config.json
+expect 0 "warning: ad44/adapter_config.json: base_model_name_or_path is 'Qwen/Qwen2.5-0.5B' and this run's base model is 'tiny'" -- run --model tiny --context 256 --chunk 256 --page 64 --adapter ad44 --steps 1 --quiet --save-adapter ad44b
+grep -q '"base_model_name_or_path": "Qwen/Qwen2.5-0.5B"' ad44b/adapter_config.json && ok || bad "the saved adapter lost the loaded base model: $(cat ad44b/adapter_config.json)"
 
 echo "hostile_test: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

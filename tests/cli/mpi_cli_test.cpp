@@ -275,6 +275,14 @@ TEST_F(MpiCli, TensorParallelRunsRefuseWhatTheyCannotRun) {
   const CliRun three = sh(mpirun(3) + "run --model tiny --context 256 --chunk 128 --gpus 3 --quiet");
   EXPECT_NE(three.rc, 0);
   EXPECT_TRUE(has(three.out, "--gpus")) << three.out;
+  // --reference checks one process's step: refused by the parallelism that splits it, named as such.
+  const CliRun tp = sh(mpirun(2) + "run --model tiny --context 256 --chunk 128 --gpus 2 --reference --quiet");
+  EXPECT_EQ(tp.rc, 2) << tp.out;
+  EXPECT_TRUE(has(tp.out, "--reference") && has(tp.out, "tensor-parallel")) << tp.out;
+  EXPECT_FALSE(has(tp.out, "data-parallel")) << tp.out;
+  const CliRun dp = sh(mpirun(2) + "run --model tiny --context 256 --chunk 128 --data-parallel 2 --reference --quiet");
+  EXPECT_EQ(dp.rc, 2) << dp.out;
+  EXPECT_TRUE(has(dp.out, "--reference") && has(dp.out, "data-parallel")) << dp.out;
 }
 
 // `oomb plan --gpus 2` writes a plan that runs: refused alone with the command that runs it, run by

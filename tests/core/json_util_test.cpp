@@ -104,6 +104,29 @@ TEST(JsonReader, BoundsNameTheKeyAndRefuseNaN) {
   EXPECT_EQ(r.i64_in_or("absent", 1, 7, 3), 3);
 }
 
+// A range check says the same of every value out of the range: a negative integer (or -4.0) is out
+// of [1, 4096] as 0 is; a fraction or a string is not an integer; the range is the hint each time.
+TEST(JsonReader, IntegersOutOfARangeGetOneMessage) {
+  const Json j = parse_json(R"({"neg": -4, "negf": -4.0, "zero": 0, "half": 2.5, "text": "4",
+                                 "huge": 18446744073709551615, "float_ok": 4.0})",
+                            "r.json");
+  const JsonReader r(j, "r.json");
+  for (const char* key : {"neg", "negf", "zero", "huge"}) {
+    const std::string e = error_of([&] { r.i64_in(key, 1, 4096); });
+    EXPECT_NE(e.find("is out of range"), std::string::npos) << e;
+    EXPECT_NE(e.find("[1, 4096]"), std::string::npos) << e;
+  }
+  for (const char* key : {"half", "text"}) {
+    const std::string e = error_of([&] { r.i64_in(key, 1, 4096); });
+    EXPECT_NE(e.find("is not an integer"), std::string::npos) << e;
+    EXPECT_NE(e.find("[1, 4096]"), std::string::npos) << e;
+  }
+  EXPECT_NE(error_of([&] { r.i64_in("absent", 1, 4096); }).find("missing (expected an integer in [1, 4096])"),
+            std::string::npos);
+  EXPECT_EQ(r.i64_in("float_ok", 1, 4096), 4);
+  EXPECT_EQ(r.i64_in("neg", -5, 5), -4);
+}
+
 class WriteFile : public ::testing::Test {
  protected:
   void SetUp() override {

@@ -371,7 +371,8 @@ TEST_F(AdapterFolder, AMismatchedConfigNamesTheKeyAndTheFlag) {
   // PEFT features oomb does not run are refused by key.
   for (const auto& [key, value] : std::vector<std::pair<std::string, Json>>{
            {"use_rslora", true}, {"bias", "all"}, {"modules_to_save", Json({"lm_head"})},
-           {"layers_to_transform", Json({0})}, {"use_dora", true}, {"target_modules", "q_proj|v_proj"}}) {
+           {"layers_to_transform", Json({0})}, {"use_dora", true}, {"target_modules", "q_proj|v_proj"},
+           {"lora_dropout", 0.5}, {"lora_dropout", "0.1"}, {"lora_dropout", 1.5}}) {
     Json j = read_json_file((dir_ / "adapter_config.json").string());
     const Json saved = j;
     j[key] = value;
@@ -385,6 +386,47 @@ TEST_F(AdapterFolder, AMismatchedConfigNamesTheKeyAndTheFlag) {
     write_text_file((dir_ / "adapter_config.json").string(), saved.dump());
   }
   EXPECT_NO_THROW(read_adapter(dir_.string(), m, c));
+}
+
+// An adapter the run continued and saved keeps what the user gave: the loaded file's keys (its
+// base model, task type, revision, keys oomb does not read) with r, alpha and targets set by the run;
+// an adapter made for another base model is named in a warning (the base's name compared by its last
+// path component, case-insensitive).
+TEST_F(AdapterFolder, AContinuedAdapterKeepsTheLoadedKeysAndItsBaseModel) {
+  const LoraCase k{"keep", 1, 4, 2, 8, 32, false, false, false, 32, 16, 8, 4, "q_proj,v_proj"};
+  const auto m = lora_model(k);
+  const auto c = lora_config(k);
+  write_adapter(init_adapters(m, c, 3), dir_.string(), adapter_config(c, "Qwen/Qwen2.5-0.5B"));
+  Json j = read_json_file((dir_ / "adapter_config.json").string());
+  j["task_type"] = "SEQ_CLS";
+  j["revision"] = "v2";
+  j["lora_dropout"] = 0.0;
+  j["my_note"] = "kept";
+  write_text_file((dir_ / "adapter_config.json").string(), j.dump());
+  const AdapterConfig loaded = read_adapter_config(dir_.string());
+  EXPECT_EQ(loaded.base_model, "Qwen/Qwen2.5-0.5B");
+  // Saved by a run on another base (tiny's random weights): the loaded base model is kept.
+  const auto out = dir_ / "out";
+  write_adapter(init_adapters(m, c, 4), out.string(), continued_adapter_config(loaded, c, "tiny"));
+  const Json saved = read_json_file((out / "adapter_config.json").string());
+  EXPECT_EQ(saved.at("base_model_name_or_path"), "Qwen/Qwen2.5-0.5B");
+  EXPECT_EQ(saved.at("task_type"), "SEQ_CLS");
+  EXPECT_EQ(saved.at("revision"), "v2");
+  EXPECT_EQ(saved.at("my_note"), "kept");
+  EXPECT_EQ(saved.at("r"), 4);
+  EXPECT_EQ(saved.at("lora_dropout"), 0.0);
+  // A loaded file without a base model takes the run's.
+  AdapterConfig nameless = loaded;
+  nameless.base_model.clear();
+  EXPECT_EQ(continued_adapter_config(nameless, c, "tiny").base_model, "tiny");
+  // The warning names both models; the same model under a catalog id or a folder path is no warning.
+  const std::string w = adapter_base_warning(loaded, dir_.string(), "tiny");
+  EXPECT_NE(w.find("Qwen/Qwen2.5-0.5B"), std::string::npos) << w;
+  EXPECT_NE(w.find("'tiny'"), std::string::npos) << w;
+  EXPECT_NE(w.find("adapter_config.json"), std::string::npos) << w;
+  EXPECT_EQ(adapter_base_warning(loaded, dir_.string(), "qwen2.5-0.5b"), "");
+  EXPECT_EQ(adapter_base_warning(loaded, dir_.string(), "/models/Qwen2.5-0.5B/"), "");
+  EXPECT_EQ(adapter_base_warning(nameless, dir_.string(), "tiny"), "");
 }
 
 TEST_F(AdapterFolder, AMissingExtraOrMisshapenTensorIsNamed) {
