@@ -588,11 +588,13 @@ int64_t JsonReader::i64_in_or(const std::string& key, int64_t lo, int64_t hi, in
   return has(key) ? i64_in(key, lo, hi) : fallback;
 }
 
+// As i64_in: any number, a negative one too, is judged against the range (one message for all).
 double JsonReader::f64_in(const std::string& key, double lo, double hi) const {
-  const double x = f64(key);
-  if (!(x >= lo && x <= hi))
-    fail(key, "is out of range (" + number_text(x) + ")",
-         "expected a number in [" + number_text(lo) + ", " + number_text(hi) + "]");
+  const std::string range = "a number in [" + number_text(lo) + ", " + number_text(hi) + "]";
+  const Json& v = need(key, range.c_str());
+  if (!v.is_number()) fail(key, "is not a number (" + json_excerpt(v) + ")", "expected " + range);
+  const double x = v.get<double>();
+  if (!(x >= lo && x <= hi)) fail(key, "is out of range (" + number_text(x) + ")", "expected " + range);
   return x;
 }
 

@@ -99,7 +99,7 @@ AdapterConfig read_adapter_config(const std::string& dir) {
     r.fail("peft_type", "is " + r.str("peft_type") + "; oomb runs LoRA adapters only", "\"LORA\"");
   AdapterConfig a;
   a.rank = r.i64_in("r", 1, 4096);
-  a.alpha = r.has("lora_alpha") ? r.f64_positive("lora_alpha") : 8.0;
+  a.alpha = r.f64_in_or("lora_alpha", 1e-6, 1e6, 8.0);  // the range of --lora-alpha
   if (!r.has("target_modules")) r.fail("target_modules", "is missing", "a list of projection names, e.g. [\"q_proj\", \"v_proj\"]");
   const Json& tm = j.at("target_modules");
   if (tm.is_string()) {

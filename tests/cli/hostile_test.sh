@@ -647,6 +647,12 @@ for r in -4 0 5000; do
   sed -E "s/\"r\": *-?[0-9]+/\"r\": $r/" ad44/adapter_config.json >ad44/c && mv ad44/c ad44/adapter_config.json
   expect 2 "ad44/adapter_config.json: 'r': is out of range \($r\) \(expected an integer in \[1, 4096\]\)" -- run --model tiny --context 256 --chunk 256 --page 64 --adapter ad44 --steps 1 --quiet
 done
+sed -E 's/"r": *-?[0-9]+/"r": 4/' ad44/adapter_config.json >ad44/c && mv ad44/c ad44/adapter_config.json
+for alpha in -8 0; do
+  sed -E "s/\"lora_alpha\": *-?[0-9.]+/\"lora_alpha\": $alpha/" ad44/adapter_config.json >ad44/c && mv ad44/c ad44/adapter_config.json
+  expect 2 "ad44/adapter_config.json: 'lora_alpha': is out of range \($alpha\) \(expected a number in \[1e-06, 1e\+06\]\)" -- run --model tiny --context 256 --chunk 256 --page 64 --adapter ad44 --steps 1 --quiet
+done
+sed -E 's/"lora_alpha": *-?[0-9.]+/"lora_alpha": 8.0/' ad44/adapter_config.json >ad44/c && mv ad44/c ad44/adapter_config.json
 # PEFT keys oomb does not run are refused by name (dropout), a base model of another name is warned
 # about and kept in the saved adapter.
 sed -E 's/"r": *-?[0-9]+/"r": 4/; s/"lora_dropout": *[0-9.]+/"lora_dropout": 0.5/' ad44/adapter_config.json >ad44/c && mv ad44/c ad44/adapter_config.json

@@ -125,6 +125,13 @@ TEST(JsonReader, IntegersOutOfARangeGetOneMessage) {
             std::string::npos);
   EXPECT_EQ(r.i64_in("float_ok", 1, 4096), 4);
   EXPECT_EQ(r.i64_in("neg", -5, 5), -4);
+  // Numbers alike: -4 and 0 are out of (1e-06, 1e6] in the same words.
+  for (const char* key : {"neg", "zero"}) {
+    const std::string e = error_of([&] { r.f64_in(key, 1e-6, 1e6); });
+    EXPECT_NE(e.find("is out of range"), std::string::npos) << e;
+    EXPECT_NE(e.find("[1e-06, 1e+06]"), std::string::npos) << e;
+  }
+  EXPECT_NE(error_of([&] { r.f64_in("text", 1e-6, 1e6); }).find("is not a number"), std::string::npos);
 }
 
 class WriteFile : public ::testing::Test {
