@@ -92,7 +92,13 @@ class ProgressLine {
 
 int run_run(RunArgs a, Communicator* comm) {
   const int rank = comm ? comm->rank() : 0;
-  a.trace = planner::rank_trace_path(a.trace, rank);  // rank r > 0 beside rank 0's: t.json -> t.rank1.json
+  // Rank r > 0 writes beside rank 0's trace (t.json -> t.rank1.json); beside a stream (--trace
+  // /dev/null, a FIFO) there is no file to put, so the other ranks record theirs and discard it.
+  const bool discard_trace = rank > 0 && planner::trace_is_stream(a.trace);
+  if (!discard_trace) a.trace = planner::rank_trace_path(a.trace, rank);
+  auto write_own_trace = [&](const traces::Trace& t) {
+    if (!discard_trace) traces::write_trace(t, a.trace);
+  };
   if (rank > 0) a.quiet = true;  // rank 0 reports progress and prints the job's summary
   // Resource flags are bounded (issue 24): each is refused, naming the flag and its range, before any work.
   bounded(a.steps, 1, kMaxSteps, "--steps", "timed steps, e.g. 3");
@@ -253,8 +259,8 @@ int run_run(RunArgs a, Communicator* comm) {
                  static_cast<long long>(r.warmup_steps + r.timed_steps), res.failure.c_str());
     if (res.trace) {
       try {
-        traces::write_trace(*res.trace, a.trace);
-        std::fprintf(stderr, "oomb run: trace so far (host-timed): %s\n", a.trace.c_str());
+        write_own_trace(*res.trace);
+        if (!discard_trace) std::fprintf(stderr, "oomb run: trace so far (host-timed): %s\n", a.trace.c_str());
       } catch (const std::exception& write_error) {
         std::fprintf(stderr, "oomb run: the trace could not be written: %s\n", write_error.what());
       }
@@ -267,7 +273,7 @@ int run_run(RunArgs a, Communicator* comm) {
     const int sig = interrupt_pending();
     std::string what = "no step completed: no trace written";
     if (res.trace) {
-      traces::write_trace(*res.trace, a.trace);
+      write_own_trace(*res.trace);
       what = "the trace of the " + std::to_string(res.steps_completed) + " completed step" +
              (res.steps_completed == 1 ? "" : "s") + " written to " + a.trace;
     }
@@ -283,7 +289,7 @@ int run_run(RunArgs a, Communicator* comm) {
   // Data parallelism: every replica holds the same weights (and adapters); rank 0 writes them and
   // prints the job's summary, each rank writes its own trace.
   if (rank > 0) {
-    if (res.trace) traces::write_trace(*res.trace, a.trace);
+    if (res.trace) write_own_trace(*res.trace);
     return 0;
   }
   const CheckpointWrite shards{a.max_shard_bytes, "F32"};

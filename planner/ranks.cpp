@@ -2,12 +2,21 @@
 
 #include <filesystem>
 
+#include "core/error.h"
+
 namespace oomb::planner {
 
 std::string rank_trace_path(const std::string& rank0_trace, int rank) {
   if (rank == 0 || rank0_trace.empty()) return rank0_trace;
   const std::filesystem::path p(rank0_trace);
   return (p.parent_path() / (p.stem().string() + ".rank" + std::to_string(rank) + p.extension().string())).string();
+}
+
+bool trace_is_stream(const std::string& rank0_trace) {
+  std::error_code ec;
+  const std::filesystem::file_status st = std::filesystem::status(rank0_trace, ec);
+  return !ec && std::filesystem::exists(st) && !std::filesystem::is_regular_file(st) &&
+         !std::filesystem::is_directory(st);
 }
 
 step::RunRank rank_of(const traces::Trace& t) { return step::run_rank(t.metadata.extra); }
@@ -20,7 +29,12 @@ std::vector<RankTrace> read_other_rank_traces(const std::string& rank0_path, con
     RankTrace t;
     t.rank = k;
     t.path = rank_trace_path(rank0_path, k);
-    if (std::filesystem::exists(t.path)) t.trace = traces::read_trace(t.path);
+    std::error_code ec;
+    const std::filesystem::file_status st = std::filesystem::status(t.path, ec);
+    if (std::filesystem::exists(st) && !std::filesystem::is_regular_file(st))
+      throw Error(t.path, "", "is not a regular file: rank " + std::to_string(k) + "'s trace is a file `oomb run` wrote",
+                  "the trace files of one run, side by side (t.json, t.rank1.json, ...)");
+    if (std::filesystem::exists(st)) t.trace = traces::read_trace(t.path);
     out.push_back(std::move(t));
   }
   return out;

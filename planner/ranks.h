@@ -16,6 +16,10 @@ namespace oomb::planner {
 
 // Rank k's trace beside rank 0's: t.json -> t.rank1.json (rank 0: the path itself).
 std::string rank_trace_path(const std::string& rank0_trace, int rank);
+// Whether rank 0's trace path names a stream (a device such as /dev/null, a FIFO, a socket): no
+// file is put beside it (a /dev/null.rank1 created as root), so the other ranks record their traces
+// as usual and discard them.
+bool trace_is_stream(const std::string& rank0_trace);
 
 // The process a trace was written by (step::run_rank of its run record).
 step::RunRank rank_of(const traces::Trace& t);
@@ -28,7 +32,8 @@ struct RankTrace {
 };
 // Ranks 1 .. world - 1 of the run whose rank-0 trace is `rank0` (read from `rank0_path`); empty when
 // `rank0` is of a one-process run or is not rank 0's. A missing file is a rank without a trace; one
-// that exists and cannot be read throws oomb::Error naming it (as read_trace does).
+// that exists and cannot be read throws oomb::Error naming it (as read_trace does), and so does one
+// that is not a regular file (a FIFO would block the reader; a device is no rank's trace).
 std::vector<RankTrace> read_other_rank_traces(const std::string& rank0_path, const traces::Trace& rank0);
 
 // One rank's verdict, as validate and the GUI show it.

@@ -20,6 +20,7 @@
 #include "executor/runtime/weights.h"
 #include "models/specs.h"
 #include "step/buffers.h"
+#include "step/run_record.h"
 #include "traces/trace.h"
 
 namespace {
@@ -283,6 +284,38 @@ TEST_F(MpiCli, TensorParallelRunsRefuseWhatTheyCannotRun) {
   const CliRun dp = sh(mpirun(2) + "run --model tiny --context 256 --chunk 128 --data-parallel 2 --reference --quiet");
   EXPECT_EQ(dp.rc, 2) << dp.out;
   EXPECT_TRUE(has(dp.out, "--reference") && has(dp.out, "data-parallel")) << dp.out;
+}
+
+// Issue 44 part 3: --trace naming a stream (a FIFO, /dev/null) puts no file beside it; rank 0's trace
+// goes to the stream, the other ranks discard theirs. And validate refuses a rank file that is not a
+// regular file (a FIFO blocked it forever) within seconds.
+TEST_F(MpiCli, OtherRanksNeverWriteBesideAStreamAndAFifoRankTraceIsRefused) {
+  const std::string run = "run --model tiny --context 256 --chunk 128 --page 64 --gpus 2 --steps 1 --quiet --trace ";
+  const std::string fifo = path("t.fifo");
+  ASSERT_EQ(sh("mkfifo " + fifo).rc, 0);
+  const CliRun piped = sh("cat " + fifo + " > " + path("read.json") + " & " + mpirun(2) + run + fifo +
+                          "; rc=$?; wait; exit $rc");
+  ASSERT_EQ(piped.rc, 0) << piped.out;
+  EXPECT_FALSE(std::filesystem::exists(path("t.rank1.fifo"))) << "a file beside the FIFO";
+  const oomb::traces::Trace t0 = oomb::traces::read_trace(path("read.json"));
+  EXPECT_EQ(oomb::step::run_rank(t0.metadata.extra).rank, 0) << "rank 0's trace went through the FIFO";
+  const bool existed = std::filesystem::exists("/dev/null.rank1");
+  const CliRun null = sh(mpirun(2) + run + "/dev/null");
+  EXPECT_EQ(null.rc, 0) << null.out;
+  if (!existed) {
+    EXPECT_FALSE(std::filesystem::exists("/dev/null.rank1")) << "a file created in /dev";
+  }
+
+  const CliRun plan = sh(oomb_binary() + " plan --model tiny --gpu h200 --context 1K --chunk 256 --page 64 "
+                                         "--resident-layers 1 --gpus 2 --out " + path("tp2.json"));
+  ASSERT_EQ(plan.rc, 0) << plan.out;
+  ASSERT_EQ(sh(mpirun(2) + "run --plan " + path("tp2.json") + " --quiet --trace " + path("t.json")).rc, 0);
+  std::filesystem::remove(path("t.rank1.json"));
+  ASSERT_EQ(sh("mkfifo " + path("t.rank1.json")).rc, 0);
+  const CliRun v = sh("timeout 60 " + oomb_binary() + " validate --plan " + path("tp2.json") + " --trace " +
+                      path("t.json"));
+  EXPECT_EQ(v.rc, 2) << v.out;
+  EXPECT_TRUE(has(v.out, "t.rank1.json") && has(v.out, "is not a regular file")) << v.out;
 }
 
 // `oomb plan --gpus 2` writes a plan that runs: refused alone with the command that runs it, run by
