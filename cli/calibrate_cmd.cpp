@@ -444,7 +444,8 @@ const Registrar reg(
           "  oomb calibrate --recall r4.json r8.json r16.json --out recall.json\n"
           "  oomb calibrate --points runs.csv --gpu h100 --out h100-fit.json  (runs.csv: model,context,chunk,step_s,...)");
       return [a] {
-        return run_as_job("oomb calibrate", [a](executor::Communicator* comm) { return run_calibrate(*a, comm); });
+        return run_as_job("oomb calibrate", {"--model", "--gpu", "--traces", "--points", "--recall"},
+                          [a](executor::Communicator* comm, const std::string&) { return run_calibrate(*a, comm); });
       };
     });
 

@@ -24,6 +24,8 @@ std::vector<Command>& registry();
 // The oomb command line: parses argv, runs the subcommand, returns the exit code (0 ok, 1 an honest
 // negative result, 2 bad input, 3 out of host memory, 4 an internal error); see README.
 int run_main(int argc, char** argv);
+// The arguments run_main was given (argv[1..]): what the ranks of an MPI job compare (mpi_job.h).
+const std::vector<std::string>& command_line();
 
 // Bounds of the resource flags (issue 24): steps, warm-up steps and gradient accumulation (oomb run),
 // checkpoint shard bytes, and how many items a list flag takes (sweep --contexts, calibrate's

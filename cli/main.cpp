@@ -86,7 +86,15 @@ std::terminate_handler g_previous_terminate = std::abort;
 }  // namespace
 }  // namespace oomb::cli
 
+namespace oomb::cli {
+namespace {
+std::vector<std::string> g_command_line;
+}  // namespace
+const std::vector<std::string>& command_line() { return g_command_line; }
+}  // namespace oomb::cli
+
 int oomb::cli::run_main(int argc, char** argv) {
+  g_command_line.assign(argv + std::min(argc, 1), argv + argc);
   if (std::get_terminate() != on_terminate) g_previous_terminate = std::set_terminate(on_terminate);
   CLI::App app{"oomb: plan, simulate, run and validate chunk-recurrent long-context training.\n"
                "Can model M train at context N on GPU G, with which settings, how fast, and does the\n"

@@ -90,7 +90,7 @@ class ProgressLine {
   std::chrono::steady_clock::time_point last_{};
 };
 
-int run_run(RunArgs a, Communicator* comm) {
+int run_run(RunArgs a, Communicator* comm, const std::string& job) {
   const int rank = comm ? comm->rank() : 0;
   // Rank r > 0 writes beside rank 0's trace (t.json -> t.rank1.json); beside a stream (--trace
   // /dev/null, a FIFO) there is no file to put, so the other ranks record theirs and discard it.
@@ -175,6 +175,7 @@ int run_run(RunArgs a, Communicator* comm) {
     r.scenario = runner::unplanned_run(a.flags.resolve(), a.flags.explicit_knobs(), a.backend);
   }
   r.context_flag = a.flags.context;
+  r.job = job;
   r.backend = a.backend;
   r.cpu_threads = a.threads;
   r.comm = comm;
@@ -475,7 +476,13 @@ const Registrar reg("run", "Execute chunk-recurrent training steps (cpu referenc
                           if (opt->get_expected_min() > 0)
                             for (const auto& r : opt->results()) a->command += " " + r;
                         }
-                        return run_as_job("oomb run", [a](executor::Communicator* comm) { return run_run(*a, comm); });
+                        // The ranks of a job agree on the command and on the files these flags read.
+                        const std::vector<std::string> inputs = {"--plan", "--model", "--gpu", "--host",
+                                                                 "--tokens", "--adapter", "--weights"};
+                        return run_as_job("oomb run", inputs,
+                                          [a](executor::Communicator* comm, const std::string& job) {
+                                            return run_run(*a, comm, job);
+                                          });
                       };
                     });
 

@@ -32,9 +32,28 @@ std::vector<RankTrace> read_other_rank_traces(const std::string& rank0_path, con
     std::error_code ec;
     const std::filesystem::file_status st = std::filesystem::status(t.path, ec);
     if (std::filesystem::exists(st) && !std::filesystem::is_regular_file(st))
-      throw Error(t.path, "", "is not a regular file: rank " + std::to_string(k) + "'s trace is a file `oomb run` wrote",
+      throw Error(t.path, "",
+                  "is not a regular file: rank " + std::to_string(k) + "'s trace is a file `oomb run` wrote",
                   "the trace files of one run, side by side (t.json, t.rank1.json, ...)");
-    if (std::filesystem::exists(st)) t.trace = traces::read_trace(t.path);
+    if (std::filesystem::exists(st)) {
+      t.trace = traces::read_trace(t.path);
+      // The file must be what its name claims: rank k of this job (a copy of rank 0's trace, a rank
+      // of another world size, or a rank of another run of the same plan is refused, naming it).
+      const step::RunRank rk = rank_of(*t.trace);
+      const std::string of_run = " (rank 0's trace " + rank0_path + " is of a job of " + std::to_string(r.world) +
+                                 " ranks" + (r.job.empty() ? std::string() : ", job " + r.job) + ")";
+      if (rk.world != r.world || rk.rank != k)
+        throw Error(t.path, "metadata.extra.measured",
+                    "says rank " + std::to_string(rk.rank) + " of " + std::to_string(rk.world) +
+                        ", and its name says rank " + std::to_string(k) + " of " + std::to_string(r.world) + of_run,
+                    "the trace files one `mpirun -np " + std::to_string(r.world) + " oomb run --trace " + rank0_path +
+                        "` wrote");
+      if (!r.job.empty() && rk.job != r.job)
+        throw Error(t.path, "metadata.extra.measured.job",
+                    (rk.job.empty() ? std::string("names no job") : "is of job " + rk.job) + ", not rank 0's" + of_run +
+                        ": a rank of another run",
+                    "the trace files one run wrote (run the job again to have all of them)");
+    }
     out.push_back(std::move(t));
   }
   return out;

@@ -83,6 +83,7 @@ Json to_json(const RunRecord& r) {
             {"tokens_per_s", r.tokens_per_s},
             {"loss", r.loss},
             {"steps", r.steps}};
+  if (!r.job.empty()) m["job"] = r.job;
   if (r.world > r.tp)
     m["data_parallel"] = {{"rank", r.rank},
                           {"world", r.world},
@@ -135,6 +136,7 @@ RunRecord run_record_from_json(const Json& extra, const std::string& where) {
   r.config.activation_dtype = r.activation_dtype = m.str_or("activation_dtype", "fp32");
   r.config.loss_dtype = r.loss_dtype = m.str_or("loss_dtype", "fp32");
   r.backend = m.str_or("backend", "");
+  r.job = m.str_or("job", "");
   r.steps = std::max<int64_t>(1, m.i64_or("steps", 1));
   r.step_s = m.has("step_s") ? m.f64("step_s") : 0;
   r.mean_step_s = m.has("mean_step_s") ? m.f64("mean_step_s") : r.step_s;
@@ -237,6 +239,8 @@ RunRank run_rank(const Json& extra) {
     r.world = static_cast<int>(std::clamp<int64_t>(world, 1, 1 << 20));
     if (b->contains("rank") && (*b)["rank"].is_number_integer())
       r.rank = static_cast<int>(std::clamp<int64_t>((*b)["rank"].get<int64_t>(), 0, r.world - 1));
+    const Json& m = extra.at("measured");
+    if (m.contains("job") && m.at("job").is_string()) r.job = m.at("job").get<std::string>();
     return r;
   }
   return {};

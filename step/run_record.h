@@ -44,6 +44,9 @@ struct RunRecord {
   // Storage of weights, parameter gradients, activations and loss tiles as run (fp32 or bf16).
   std::string param_dtype = "fp32", param_grad_dtype = "fp32", activation_dtype = "fp32", loss_dtype = "fp32";
   std::string backend;                  // the backend that ran ("cpu", "cuda")
+  // The MPI job this run was a process of (its identity, the same in every rank's record; "" for a
+  // one-process run): measured.job.
+  std::string job;
   std::vector<BufferRow> buffers;       // the run's buffer table (what it allocated under; not read back)
   std::vector<std::string> notes;       // the plan check's notes
   // Measured over the run (memory: its high-water marks; copies: the last step).
@@ -113,6 +116,7 @@ RunRecord run_record_from_json(const Json& extra, const std::string& where);
 struct RunRank {
   int world = 1;
   int rank = 0;
+  std::string job;  // measured.job ("" where the record has none: one process, or a run before it)
 };
 RunRank run_rank(const Json& extra);
 

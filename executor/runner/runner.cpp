@@ -605,6 +605,7 @@ RunResult run(const RunRequest& r, const RunTable& table, const Weights& w, cons
     res.failed_step = current + 1;
   }
   res.measured = e.measured();
+  res.measured.job = r.job;
   if (fastest_comm) {
     Measured& m = res.measured;
     m.allreduce_s = fastest_comm->allreduce_s;

@@ -67,6 +67,9 @@ struct RunRequest {
   // Data parallelism: the job's communicator (MPI under mpirun; not owned). Rank r of N trains on
   // sequence step x N + r. Null: one process.
   executor::Communicator* comm = nullptr;
+  // The MPI job's identity, the same on every rank (cli/mpi_job.h): recorded in the trace, so that
+  // validate judges rank traces of one run together ("" for a one-process run).
+  std::string job;
   std::string attention_kernel;          // cuda: auto (""), fp32, bf16-tc
   std::string gemm_precision;            // cuda: bf16, tf32, fp32; "" = bf16, or fp32 without a plan on fp32 weights
   std::string trace_timing;              // "" (cupti where built, else host), host, cupti

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -284,6 +285,84 @@ TEST_F(MpiCli, TensorParallelRunsRefuseWhatTheyCannotRun) {
   const CliRun dp = sh(mpirun(2) + "run --model tiny --context 256 --chunk 128 --data-parallel 2 --reference --quiet");
   EXPECT_EQ(dp.rc, 2) << dp.out;
   EXPECT_TRUE(has(dp.out, "--reference") && has(dp.out, "data-parallel")) << dp.out;
+}
+
+// Issue 44 parts 1 and 2: the ranks of a job agree on what they run before any work (each rank of an
+// MPMD launch that differs names the flag or file and both values; every rank exits 2 within
+// seconds), and a rank trace is what its name claims: rank k of this job (a copy of rank 0's, or a
+// rank of another run of the same plan, is refused by validate naming the file).
+TEST_F(MpiCli, RanksThatDisagreeStopAndRankTracesAreOfTheirJob) {
+  const std::string planned = " plan --model tiny --gpu h200 --chunk 256 --page 64 --resident-layers 1 --gpus 2 --out ";
+  ASSERT_EQ(sh(oomb_binary() + planned + path("tp2.json") + " --context 1K").rc, 0);
+  ASSERT_EQ(sh(oomb_binary() + planned + path("tp2b.json") + " --context 2K").rc, 0);
+  ASSERT_EQ(sh(oomb_binary() + " plan --model tiny --gpu h200 --context 512 --chunk 256 --page 64 --data-parallel 2 "
+                               "--optimizer gpu --out " + path("dp2.json")).rc,
+            0);
+  // Two commands, one process each: `mpirun -np 1 oomb A : -np 1 oomb B`.
+  auto mpmd = [&](const std::string& a, const std::string& b) {
+    const std::string launcher = mpirun(1);  // "... mpirun --oversubscribe -np 1 <oomb> "
+    return sh("timeout 60 env " + launcher + a + " : -np 1 " + oomb_binary() + " " + b);
+  };
+  struct Case {
+    std::string rank0, rank1, says;
+  };
+  const std::string tp2 = "run --quiet --plan " + path("tp2.json"), dp2 = "run --quiet --plan " + path("dp2.json");
+  for (const Case& c : std::vector<Case>{
+           {tp2 + " --steps 2", tp2 + " --steps 1", "--steps: rank 1 runs with --steps 1, rank 0 with --steps 2"},
+           {tp2, "run --quiet --plan " + path("tp2b.json"), "--plan: rank 1 runs with --plan " + path("tp2b.json")},
+           {dp2 + " --steps 2", dp2 + " --steps 1", "--steps: rank 1 runs with --steps 1"},
+           {dp2 + " --seed 3", dp2, "--seed: rank 1 runs without --seed, rank 0 with --seed 3"},
+           {dp2 + " --lr 1e-3", dp2 + " --lr 1e-2", "--lr: rank 1 runs with --lr 1e-2, rank 0 with --lr 1e-3"}}) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const CliRun r = mpmd(c.rank0, c.rank1);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_NE(r.rc, 0) << r.out;
+    EXPECT_NE(r.rc, 124) << "the job hung: " << r.out;
+    EXPECT_TRUE(has(r.out, "oomb run (rank 1 of 2): error: " + c.says)) << r.out;
+    EXPECT_TRUE(has(r.out, "oomb run (rank 0 of 2): error: a rank of this job was started with another")) << r.out;
+    EXPECT_FALSE(has(r.out, "step 1")) << "nothing runs: " << r.out;
+    EXPECT_LT(s, 30.0) << r.out;
+  }
+  // The same file name with other contents on the two ranks (a plan that differs between nodes).
+  std::filesystem::create_directories(dir_ / "n0");
+  std::filesystem::create_directories(dir_ / "n1");
+  std::filesystem::copy_file(path("tp2.json"), dir_ / "n0" / "p.json");
+  std::filesystem::copy_file(path("tp2b.json"), dir_ / "n1" / "p.json");
+  const CliRun files = sh("cd " + path("n0") + " && timeout 60 env " + mpirun(1) + "run --quiet --plan p.json : -np 1 "
+                          "-wdir " + path("n1") + " " + oomb_binary() + " run --quiet --plan p.json");
+  EXPECT_NE(files.rc, 0) << files.out;
+  EXPECT_TRUE(has(files.out, "--plan: 'p.json' is not the same on rank 1 and rank 0")) << files.out;
+
+  // Rank traces: every rank records the job; validate refuses files that are not this job's ranks.
+  ASSERT_EQ(sh(mpirun(2) + tp2 + " --trace " + path("t.json")).rc, 0);
+  ASSERT_EQ(sh(mpirun(2) + tp2 + " --trace " + path("u.json")).rc, 0);
+  const auto job_of = [](const std::string& file) {
+    return oomb::step::run_rank(oomb::traces::read_trace(file).metadata.extra).job;
+  };
+  EXPECT_FALSE(job_of(path("t.json")).empty());
+  EXPECT_EQ(job_of(path("t.json")), job_of(path("t.rank1.json")));
+  EXPECT_NE(job_of(path("t.json")), job_of(path("u.json"))) << "two runs, two jobs";
+  const std::string validate = oomb_binary() + " validate --plan " + path("tp2.json") + " --trace " + path("t.json");
+  EXPECT_EQ(sh(validate).rc, 0);
+  std::filesystem::copy_file(path("t.rank1.json"), path("keep.json"));
+  std::filesystem::copy_file(path("t.json"), path("t.rank1.json"), std::filesystem::copy_options::overwrite_existing);
+  const CliRun copy = sh(validate);
+  EXPECT_EQ(copy.rc, 2) << copy.out;
+  EXPECT_TRUE(has(copy.out, "t.rank1.json: 'metadata.extra.measured': says rank 0 of 2, and its name says rank 1 of 2"))
+      << copy.out;
+  std::filesystem::copy_file(path("u.rank1.json"), path("t.rank1.json"),
+                             std::filesystem::copy_options::overwrite_existing);
+  const CliRun other = sh(validate);
+  EXPECT_EQ(other.rc, 2) << other.out;
+  EXPECT_TRUE(has(other.out, "t.rank1.json: 'metadata.extra.measured.job': is of job " + job_of(path("u.json"))))
+      << other.out;
+  // A rank trace that says another world (rank 1 of 9) is refused as well.
+  oomb::Json j = oomb::read_json_file(path("keep.json"));
+  j["metadata"]["extra"]["measured"]["tensor_parallel"]["world"] = 9;
+  oomb::write_text_file(path("t.rank1.json"), j.dump());
+  const CliRun nine = sh(validate);
+  EXPECT_EQ(nine.rc, 2) << nine.out;
+  EXPECT_TRUE(has(nine.out, "says rank 1 of 9, and its name says rank 1 of 2")) << nine.out;
 }
 
 // Issue 44 part 3: --trace naming a stream (a FIFO, /dev/null) puts no file beside it; rank 0's trace
