@@ -38,10 +38,16 @@ run_one() {
     "-DCMAKE_EXE_LINKER_FLAGS=$san" "-DCMAKE_SHARED_LINKER_FLAGS=$san" "${launcher[@]}" >/dev/null
   cmake --build "$build" -j "$jobs" --target oomb_emulated_cuda_tests oomb_cuda_tests
   built=$(date +%s)
+  # TSan: the CPU reference backend's OpenMP runtime (libgomp) is not instrumented, so TSan takes its
+  # fork/join and critical sections for races (every test that builds a CpuBackend reported one).
+  # One CPU makes the reference single-threaded (its thread count is the CPUs this process may use),
+  # and TSan reports only the emulated device's and the CUDA host code's threads (slower: one CPU).
+  local pin=()
+  if [[ $kind == tsan ]] && command -v taskset >/dev/null; then pin=(taskset -c 0); fi
   ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0:abort_on_error=1:detect_stack_use_after_return=0} \
     UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
     TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1} \
-    ctest --test-dir "$build" -L emulated -j "$jobs" --output-on-failure "$@" || rc=$?
+    "${pin[@]}" ctest --test-dir "$build" -L emulated -j "$jobs" --output-on-failure "$@" || rc=$?
   echo "sanitize_emulated_cuda $kind: build $((built - start)) s, tests $(($(date +%s) - built)) s, exit $rc"
   return $rc
 }
