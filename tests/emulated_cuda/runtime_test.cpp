@@ -506,6 +506,11 @@ TEST_F(EmulatedRuntime, ALaunchRunsAsynchronouslyInStreamOrder) {
 
 TEST_F(EmulatedRuntime, AFailedGridIsStickyUntilDeviceReset) {
   cudaStream_t s = stream();
+  // The faulting grid waits behind a gate until the second launch is queued: otherwise the stream
+  // may run it first (on one CPU under ThreadSanitizer it did), and the second launch would rightly
+  // return the sticky error already, as a GPU's would.
+  Gate gate;
+  gate.hold(s);
   LaunchConfig c = config({1}, {32});
   c.stream = s;
   ASSERT_EQ(submit_launch(c,
@@ -520,6 +525,7 @@ TEST_F(EmulatedRuntime, AFailedGridIsStickyUntilDeviceReset) {
               return cudaSuccess;
             }),
             cudaSuccess);
+  gate.release();
   EXPECT_EQ(cudaStreamSynchronize(s), cudaErrorLaunchFailure);
   EXPECT_FALSE(later_ran);  // a faulted context runs nothing more
   EXPECT_EQ(cudaGetLastError(), cudaErrorLaunchFailure);
