@@ -1,9 +1,7 @@
 #include "cli/mpi_job.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
-#include <ctime>
 #include <exception>
 #include <filesystem>
 #include <fstream>
@@ -12,6 +10,7 @@
 #include <set>
 
 #include "cli/command.h"
+#include "core/utc_time.h"
 
 #ifdef OOMB_HAVE_MPI
 #include "executor/mpi/mpi_comm.h"
@@ -116,17 +115,11 @@ std::string shown(const std::string& flag, const std::string& value) {
 }
 
 std::string new_job_id() {
-  const auto now = std::chrono::system_clock::now();
-  const std::time_t t = std::chrono::system_clock::to_time_t(now);
-  std::tm utc{};
-  gmtime_r(&t, &utc);
-  char when[32];
-  std::strftime(when, sizeof when, "%Y%m%dT%H%M%SZ", &utc);
   std::random_device rd;
   const uint64_t r = (static_cast<uint64_t>(rd()) << 32) ^ rd();
-  char id[64];
-  std::snprintf(id, sizeof id, "%s-%016llx", when, static_cast<unsigned long long>(r));
-  return id;
+  char random[20];
+  std::snprintf(random, sizeof random, "%016llx", static_cast<unsigned long long>(r));
+  return utc_timestamp() + "-" + random;
 }
 
 }  // namespace

@@ -4,7 +4,6 @@
 #include <array>
 #include <chrono>
 #include <cmath>
-#include <ctime>
 #include <iterator>
 #include <limits>
 
@@ -13,6 +12,7 @@
 #include "core/error.h"
 #include "core/format.h"
 #include "core/units.h"
+#include "core/utc_time.h"
 #include "executor/runtime/bf16.h"
 #include "step/buffers.h"
 #include "step/capability.h"
@@ -1327,12 +1327,7 @@ traces::Trace Engine::trace(const std::string& command) const {
   md.source = backend_.name() == "cuda" ? "cuda" : "cpu";
   md.device = backend_.name() == "cuda" ? "cuda (host-timed)" : backend_.name() + " (reference backend)";
   md.command = command;
-  char buf[32];
-  const std::time_t now = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&now, &tm);
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  md.time = buf;
+  md.time = utc_timestamp();
   md.extra = step::to_json(measured_);
   return recorder_.finish(std::move(md));
 }

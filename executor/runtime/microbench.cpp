@@ -4,11 +4,11 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <ctime>
 #include <fstream>
 #include <thread>
 
 #include "core/error.h"
+#include "core/utc_time.h"
 #include "executor/cpu/threads.h"
 
 namespace oomb::executor {
@@ -71,15 +71,6 @@ struct DeviceArray {
   float* f() const { return buf.f32(); }
   Buffer buf;
 };
-
-std::string iso_date() {
-  char buf[32];
-  const std::time_t now = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&now, &tm);
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
 
 struct Bench {
   Backend& b;
@@ -277,7 +268,7 @@ MicrobenchResult run_microbench(Backend& backend, const MicrobenchOptions& o) {
   // The cpu backend's kernels run at the process-wide thread count its constructor set: the rates
   // below are for that count, which the profile records (validate compares runs at that count).
   if (r.backend == "cpu") r.threads = cpu::threads();
-  r.date = iso_date();
+  r.date = utc_timestamp();
   const int64_t T = o.chunk_tokens;
   for (const auto& m : o.models) {
     const int64_t h = m.hidden, qd = m.q_dim(), kvd = m.kv_dim(), f = m.ffn_hidden, V = m.vocab;
