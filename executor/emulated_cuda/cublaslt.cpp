@@ -14,8 +14,10 @@
 //   compute 32F_FAST_TF32 with A/B/C/D all R_32F; scale type R_32F;
 //   preferences MAX_WORKSPACE_BYTES, REDUCTION_SCHEME_MASK, MIN_ALIGNMENT_{A,B,C,D}_BYTES, SEARCH_MODE.
 // The GEMM runs in stream order on the emulated device: cublasLtMatmul checks the call, copies
-// what the GEMM needs and queues it with cudaLaunchHostFunc, so the caller may destroy its
-// descriptors (and the alpha / beta it pointed at) as soon as the call returns.
+// what the GEMM needs and queues it as a library kernel (launch.h: in stream order, recorded by the
+// emulated CUPTI as the kernel "emulated_cublasLt_gemm" under a driver launch, as the real library's
+// kernels are), so the caller may destroy its descriptors (and the alpha / beta it pointed at) as
+// soon as the call returns.
 //
 // OOMB_EMULATED_CUBLASLT_NO_BF16=1 makes the heuristic find no algorithm for bf16 operands, as a
 // GPU without bf16 kernels for the case would, so that the backend's fp32 fallback runs in tests.
@@ -32,6 +34,7 @@
 #include <new>
 #include <vector>
 
+#include "executor/emulated_cuda/launch.h"
 #include "executor/emulated_cuda/runtime.h"
 
 // The handle's type is a pointer to this struct, which the header leaves incomplete.
@@ -421,7 +424,7 @@ cublasStatus_t matmul(cublasLtMatmulDesc_t desc, const void* alpha, const void* 
   queued->b = B;
   queued->c = reads_c ? C : nullptr;
   queued->d = D;
-  if (cudaLaunchHostFunc(stream, run_job, queued) != cudaSuccess) {
+  if (submit_library_kernel("emulated_cublasLt_gemm", stream, run_job, queued) != cudaSuccess) {
     delete queued;
     return CUBLAS_STATUS_EXECUTION_FAILED;  // "if cuda reported execution error from the device"
   }

@@ -32,6 +32,11 @@ struct LaunchConfig {
 
 cudaError_t submit_launch(const LaunchConfig& config, std::function<cudaError_t()> run);
 
+// A kernel of a library (the emulated cuBLASLt), launched through the driver as the real library
+// launches its kernels: fn(data) runs in stream order on `stream`, and CUPTI records it as a kernel
+// named `name` under a driver cuLaunchKernel call (activity.h). The errors of cudaLaunchHostFunc.
+cudaError_t submit_library_kernel(const char* name, cudaStream_t stream, void (*fn)(void*), void* data);
+
 // Called by a failing grid (on the stream's worker) before it returns its error: the message
 // (kernel, block, thread and what it waited for) is printed to stderr once and kept with the sticky
 // error, for tests to read.

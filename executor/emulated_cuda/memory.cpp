@@ -18,6 +18,7 @@
 #include <string_view>
 #include <vector>
 
+#include "executor/emulated_cuda/activity.h"
 #include "executor/emulated_cuda/runtime.h"
 
 namespace oomb::emulated_cuda {
@@ -86,29 +87,45 @@ cudaError_t classify(const void* p, size_t bytes, Space* space) {
   return bytes <= hit->second.bytes - offset ? cudaSuccess : cudaErrorInvalidValue;
 }
 
-void* allocate(size_t bytes, Space space, unsigned flags) {
+activity::Work::Where where(Space s) {
+  switch (s) {
+    case Space::device: return activity::Work::Where::device;
+    case Space::pinned: return activity::Work::Where::pinned;
+    case Space::pageable: break;
+  }
+  return activity::Work::Where::pageable;
+}
+
+// `correlation`: the API call's (activity.h), for the allocation's record.
+void* allocate(size_t bytes, Space space, unsigned flags, uint32_t correlation) {
   void* p = ::operator new(bytes, std::align_val_t{kAlignment}, std::nothrow);
   if (!p) return nullptr;
   std::memset(p, kPoison, bytes);
   Memory& m = memory();
-  std::lock_guard lock(m.mu);
-  m.allocations[reinterpret_cast<uintptr_t>(p)] = {bytes, space, flags};
-  if (space == Space::device) m.device_in_use += rounded(bytes);
+  {
+    std::lock_guard lock(m.mu);
+    m.allocations[reinterpret_cast<uintptr_t>(p)] = {bytes, space, flags};
+    if (space == Space::device) m.device_in_use += rounded(bytes);
+  }
+  activity::memory(true, space == Space::device, p, bytes, correlation);
   return p;
 }
 
 // Frees the allocation starting exactly at p if it lives in `space`.
-cudaError_t release(void* p, Space space) {
+cudaError_t release(void* p, Space space, uint32_t correlation) {
   // cudaFree and cudaFreeHost synchronise the device: no queued work may still use the memory.
   detail::synchronize_device();
   Memory& m = memory();
+  size_t bytes = 0;
   {
     std::lock_guard lock(m.mu);
     auto it = m.allocations.find(reinterpret_cast<uintptr_t>(p));
     if (it == m.allocations.end() || it->second.space != space) return cudaErrorInvalidValue;
-    if (space == Space::device) m.device_in_use -= rounded(it->second.bytes);
+    bytes = it->second.bytes;
+    if (space == Space::device) m.device_in_use -= rounded(bytes);
     m.allocations.erase(it);
   }
+  activity::memory(false, space == Space::device, p, bytes, correlation);
   ::operator delete(p, std::align_val_t{kAlignment});
   return cudaSuccess;
 }
@@ -131,6 +148,7 @@ bool on_host(Space s) { return s != Space::device; }
 // (unified addressing: the kind argument only has to be valid, the pointers say where they are).
 // `sync`: the synchronous cudaMemcpy, which returns when the copy is done except device to device.
 cudaError_t copy(void* dst, const void* src, size_t count, cudaMemcpyKind kind, cudaStream_t stream, bool sync) {
+  const uint32_t correlation = activity::api_call(sync ? activity::Call::memcpy : activity::Call::memcpy_async);
   if (!valid_kind(kind)) return detail::fail(cudaErrorInvalidMemcpyDirection);
   if (const cudaError_t e = detail::sticky_error(); e != cudaSuccess) return detail::fail(e);
   if (count == 0) return cudaSuccess;
@@ -150,8 +168,15 @@ cudaError_t copy(void* dst, const void* src, size_t count, cudaMemcpyKind kind, 
   } else {
     fn = [dst, src, count] { std::memmove(dst, src, count); };
   }
+  activity::Work work;
+  work.type = activity::Work::Type::memcpy;
+  work.src = where(ss);
+  work.dst = where(ds);
+  work.bytes = count;
   detail::MarkPtr done;
-  if (const cudaError_t e = detail::enqueue(stream, std::move(fn), &done); e != cudaSuccess) return detail::fail(e);
+  if (const cudaError_t e = detail::enqueue(stream, activity::recorded(stream, correlation, work, std::move(fn)), &done);
+      e != cudaSuccess)
+    return detail::fail(e);
   if (wait_done) {
     detail::wait(done);
     if (const cudaError_t e = detail::sticky_error(); e != cudaSuccess) return detail::fail(e);
@@ -160,6 +185,7 @@ cudaError_t copy(void* dst, const void* src, size_t count, cudaMemcpyKind kind, 
 }
 
 cudaError_t fill(void* p, int value, size_t count, cudaStream_t stream, bool sync) {
+  const uint32_t correlation = activity::api_call(sync ? activity::Call::memset : activity::Call::memset_async);
   if (const cudaError_t e = detail::sticky_error(); e != cudaSuccess) return detail::fail(e);
   if (count == 0) return cudaSuccess;
   Space space{};
@@ -167,7 +193,13 @@ cudaError_t fill(void* p, int value, size_t count, cudaStream_t stream, bool syn
     return detail::fail(cudaErrorInvalidValue);
   detail::MarkPtr done;
   const auto byte = static_cast<unsigned char>(value);
-  if (const cudaError_t e = detail::enqueue(stream, [p, byte, count] { std::memset(p, byte, count); }, &done);
+  activity::Work work;
+  work.type = activity::Work::Type::memset;
+  work.dst = where(space);
+  work.bytes = count;
+  work.value = byte;
+  if (const cudaError_t e = detail::enqueue(
+          stream, activity::recorded(stream, correlation, work, [p, byte, count] { std::memset(p, byte, count); }), &done);
       e != cudaSuccess)
     return detail::fail(e);
   // CUDA: the synchronous cudaMemset is asynchronous to the host unless it targets pinned memory.
@@ -175,13 +207,14 @@ cudaError_t fill(void* p, int value, size_t count, cudaStream_t stream, bool syn
   return cudaSuccess;
 }
 
-cudaError_t host_alloc(void** p, size_t size, unsigned flags) {
+cudaError_t host_alloc(void** p, size_t size, unsigned flags, activity::Call call) {
+  const uint32_t correlation = activity::api_call(call);
   constexpr unsigned kKnown = cudaHostAllocPortable | cudaHostAllocMapped | cudaHostAllocWriteCombined;
   if (!p || (flags & ~kKnown) != 0) return detail::fail(cudaErrorInvalidValue);
   if (const cudaError_t e = detail::sticky_error(); e != cudaSuccess) return detail::fail(e);
   *p = nullptr;
   if (size == 0) return cudaSuccess;
-  *p = allocate(size, Space::pinned, flags);
+  *p = allocate(size, Space::pinned, flags, correlation);
   return *p ? cudaSuccess : detail::fail(cudaErrorMemoryAllocation);
 }
 
@@ -228,6 +261,7 @@ using namespace oomb::emulated_cuda;
 extern "C" {
 
 cudaError_t cudaMalloc(void** devPtr, size_t size) {
+  const uint32_t correlation = activity::api_call(activity::Call::malloc);
   if (!devPtr) return detail::fail(cudaErrorInvalidValue);
   if (const cudaError_t e = detail::sticky_error(); e != cudaSuccess) return detail::fail(e);
   *devPtr = nullptr;
@@ -239,25 +273,29 @@ cudaError_t cudaMalloc(void** devPtr, size_t size) {
     // Out of memory is not sticky: the context stays usable and cudaGetLastError clears it.
     if (rounded(size) > capacity - std::min(capacity, m.device_in_use)) return detail::fail(cudaErrorMemoryAllocation);
   }
-  *devPtr = allocate(size, Space::device, 0);
+  *devPtr = allocate(size, Space::device, 0, correlation);
   return *devPtr ? cudaSuccess : detail::fail(cudaErrorMemoryAllocation);
 }
 
 cudaError_t cudaFree(void* devPtr) {
   if (!devPtr) return cudaSuccess;
-  const cudaError_t e = release(devPtr, Space::device);
+  const cudaError_t e = release(devPtr, Space::device, activity::api_call(activity::Call::free));
   if (e != cudaSuccess) return detail::fail(e);
   const cudaError_t sticky = detail::sticky_error();
   return sticky == cudaSuccess ? cudaSuccess : detail::fail(sticky);
 }
 
-cudaError_t cudaMallocHost(void** ptr, size_t size) { return host_alloc(ptr, size, cudaHostAllocDefault); }
+cudaError_t cudaMallocHost(void** ptr, size_t size) {
+  return host_alloc(ptr, size, cudaHostAllocDefault, activity::Call::malloc_host);
+}
 
-cudaError_t cudaHostAlloc(void** pHost, size_t size, unsigned int flags) { return host_alloc(pHost, size, flags); }
+cudaError_t cudaHostAlloc(void** pHost, size_t size, unsigned int flags) {
+  return host_alloc(pHost, size, flags, activity::Call::host_alloc);
+}
 
 cudaError_t cudaFreeHost(void* ptr) {
   if (!ptr) return cudaSuccess;
-  const cudaError_t e = release(ptr, Space::pinned);
+  const cudaError_t e = release(ptr, Space::pinned, activity::api_call(activity::Call::free_host));
   if (e != cudaSuccess) return detail::fail(e);
   const cudaError_t sticky = detail::sticky_error();
   return sticky == cudaSuccess ? cudaSuccess : detail::fail(sticky);
@@ -332,6 +370,7 @@ cudaError_t cudaMemcpyBatchAsync(void* const* dsts, const void* const* srcs, con
                                  cudaStream_t stream) {
   // OOMB_EMULATED_BATCH_COPY=0 plays a driver without batched copies, so the caller's one-by-one
   // fallback runs. Read per call so a test can switch it.
+  const uint32_t correlation = activity::api_call(activity::Call::memcpy_batch_async);
   if (const char* v = std::getenv("OOMB_EMULATED_BATCH_COPY"); v && std::string_view(v) == "0")
     return detail::fail(cudaErrorNotSupported);
   if (const cudaError_t e = detail::sticky_error(); e != cudaSuccess) return detail::fail(e);
@@ -355,6 +394,7 @@ cudaError_t cudaMemcpyBatchAsync(void* const* dsts, const void* const* srcs, con
     const void* src;
     size_t bytes;
     std::shared_ptr<std::vector<unsigned char>> staged;
+    Space src_space, dst_space;
   };
   std::vector<Piece> pieces;
   pieces.reserve(count);
@@ -367,7 +407,7 @@ cudaError_t cudaMemcpyBatchAsync(void* const* dsts, const void* const* srcs, con
     Space ds{}, ss{};
     if (classify(dsts[i], sizes[i], &ds) != cudaSuccess || classify(srcs[i], sizes[i], &ss) != cudaSuccess)
       return detail::fail(cudaErrorInvalidValue);
-    Piece piece{dsts[i], srcs[i], sizes[i], nullptr};
+    Piece piece{dsts[i], srcs[i], sizes[i], nullptr, ss, ds};
     // A pageable source, or one the caller said may be read during the call, is read now.
     if (ss == Space::pageable || attrs[attr].srcAccessOrder == cudaMemcpySrcAccessOrderDuringApiCall) {
       const auto* s = static_cast<const unsigned char*>(srcs[i]);
@@ -377,13 +417,35 @@ cudaError_t cudaMemcpyBatchAsync(void* const* dsts, const void* const* srcs, con
     pieces.push_back(std::move(piece));
   }
   // The batch runs in stream order as a whole; CUDA promises no order inside it, so the emulation
-  // copies last to first, which breaks a batch that depends on one.
-  auto fn = [pieces = std::move(pieces)] {
-    for (auto it = pieces.rbegin(); it != pieces.rend(); ++it)
-      std::memmove(it->dst, it->staged ? it->staged->data() : it->src, it->bytes);
-  };
+  // copies last to first, which breaks a batch that depends on one. For CUPTI, the copies of one
+  // direction are one memcpy record (copyCount: "multiple memcpy operations are batched together"):
+  // a batch of mixed directions runs as one operation per direction, the last direction first.
+  std::vector<std::vector<Piece>> groups;
+  for (Piece& p : pieces) {
+    const auto g = std::find_if(groups.begin(), groups.end(), [&](const std::vector<Piece>& v) {
+      return v.front().src_space == p.src_space && v.front().dst_space == p.dst_space;
+    });
+    if (g != groups.end())
+      g->push_back(std::move(p));
+    else
+      groups.push_back({std::move(p)});
+  }
   detail::MarkPtr done;
-  if (const cudaError_t e = detail::enqueue(stream, std::move(fn), &done); e != cudaSuccess) return detail::fail(e);
+  for (auto g = groups.rbegin(); g != groups.rend(); ++g) {
+    activity::Work work;
+    work.type = activity::Work::Type::memcpy;
+    work.src = where(g->front().src_space);
+    work.dst = where(g->front().dst_space);
+    work.copy_count = g->size();
+    for (const Piece& p : *g) work.bytes += p.bytes;
+    auto fn = [group = std::move(*g)] {
+      for (auto it = group.rbegin(); it != group.rend(); ++it)
+        std::memmove(it->dst, it->staged ? it->staged->data() : it->src, it->bytes);
+    };
+    if (const cudaError_t e = detail::enqueue(stream, activity::recorded(stream, correlation, work, std::move(fn)), &done);
+        e != cudaSuccess)
+      return detail::fail(e);
+  }
   if (wait_done) detail::wait(done);
   return cudaSuccess;
 }

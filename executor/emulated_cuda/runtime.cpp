@@ -14,6 +14,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "executor/emulated_cuda/activity.h"
 #include "executor/emulated_cuda/launch.h"
 #include "executor/emulated_cuda/runtime.h"
 
@@ -254,6 +255,7 @@ void detail::reset_function_attributes() {
 }
 
 cudaError_t submit_launch(const LaunchConfig& config, std::function<cudaError_t()> run) {
+  const uint32_t correlation = activity::api_call(activity::Call::launch_kernel);
   if (const cudaError_t e = detail::sticky_error(); e != cudaSuccess) return detail::fail(e);
   if (const cudaError_t e = check_config(config); e != cudaSuccess) return detail::fail(e);
   auto grid = [run = std::move(run)] {
@@ -262,7 +264,22 @@ cudaError_t submit_launch(const LaunchConfig& config, std::function<cudaError_t(
     // as a GPU exception does; any other status is reported as the launch failure it stands for.
     if (e != cudaSuccess) detail::set_sticky_error(is_sticky(e) ? e : cudaErrorLaunchFailure);
   };
-  return detail::fail(detail::enqueue(config.stream, std::move(grid)));
+  activity::Work work;
+  work.name = config.kernel_name;
+  work.grid = config.grid;
+  work.block = config.block;
+  work.dynamic_shared_bytes = static_cast<int32_t>(config.dynamic_shared_bytes);
+  return detail::fail(
+      detail::enqueue(config.stream, activity::recorded(config.stream, correlation, work, std::move(grid))));
+}
+
+cudaError_t submit_library_kernel(const char* name, cudaStream_t stream, void (*fn)(void*), void* data) {
+  const uint32_t correlation = activity::api_call(activity::Call::driver_launch_kernel);
+  if (!fn) return detail::fail(cudaErrorInvalidValue);
+  if (const cudaError_t e = detail::sticky_error(); e != cudaSuccess) return detail::fail(e);
+  activity::Work work;
+  work.name = name;
+  return detail::fail(detail::enqueue(stream, activity::recorded(stream, correlation, work, [fn, data] { fn(data); })));
 }
 
 void report_launch_failure(const std::string& message) {

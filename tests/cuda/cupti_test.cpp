@@ -5,6 +5,8 @@
 #ifdef OOMB_HAVE_CUPTI
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include "cuda_test_util.h"
 #include "executor/cupti/collector.h"
 
@@ -70,6 +72,54 @@ TEST_F(CudaCupti, TaggedKernelsAndCopiesOnNamedStreams) {
   EXPECT_EQ(fwd_kernels, 1);
   EXPECT_EQ(head_kernels, 1);
   EXPECT_EQ(t.summary.h2d_bytes, bytes);
+}
+
+// Buffers far smaller than a step's records: every kernel still arrives, across many buffers. On
+// the emulated device, a switch then drops every fifth record as CUPTI does when it has no buffer:
+// the collector's count of drops is the trace's.
+TEST_F(CudaCupti, SmallBuffersLoseNothingAndDroppedRecordsAreCounted) {
+  constexpr int kKernels = 200;
+  const int64_t n = 1024;
+  Buffer dev(*gpu, Tier::device, n * 4);
+  auto count_kernels = [&](const traces::Trace& t) {
+    int k = 0;
+    for (const auto& ev : t.events) k += ev.kind == traces::EventKind::compute && ev.name == "scale_kernel";
+    return k;
+  };
+  cupti::CollectorOptions small;
+  small.buffer_bytes = 4096;
+  {
+    cupti::CuptiCollector collector(small);
+    {
+      cupti::ScopedTag tag(&collector, 1, 0, 0, "layer_fwd");
+      for (int i = 0; i < kKernels; ++i) gpu->scale(dev.f32(), n, 1.0f);
+    }
+    gpu->synchronize();
+    cupti::DecodeStats st;
+    const traces::Trace t = collector.trace({}, traces::Detail::op, -1, &st);
+    EXPECT_EQ(count_kernels(t), kKernels);
+    EXPECT_EQ(st.untagged, 0);
+    EXPECT_EQ(collector.dropped(), 0);
+  }
+#ifdef OOMB_CUDA_EMULATED_BACKEND
+  setenv("OOMB_EMULATED_CUPTI_DROP_EVERY", "5", 1);
+  traces::Trace t;
+  int64_t dropped = 0;
+  {
+    cupti::CuptiCollector collector(small);
+    {
+      cupti::ScopedTag tag(&collector, 1, 0, 0, "layer_fwd");
+      for (int i = 0; i < kKernels; ++i) gpu->scale(dev.f32(), n, 1.0f);
+    }
+    gpu->synchronize();
+    t = collector.trace({}, traces::Detail::op);
+    dropped = collector.dropped();
+  }
+  unsetenv("OOMB_EMULATED_CUPTI_DROP_EVERY");
+  EXPECT_GT(dropped, 0);
+  EXPECT_EQ(t.metadata.dropped_records, dropped);
+  EXPECT_LT(count_kernels(t), kKernels);
+#endif
 }
 
 }  // namespace
