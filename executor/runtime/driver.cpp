@@ -465,7 +465,8 @@ Engine::Engine(Backend& backend, const models::ModelSpec& model, const simulator
 
 // Phase p's working set from the rows alive in it: frees the rows p does not keep first, then
 // allocates the rows p needs, so the device holds exactly the table's live set of p.
-void Engine::enter(StepPhase p) {
+void Engine::enter(StepPhase p, int stage, int64_t chunk, int64_t layer, const char* op) {
+  const TagScope tag(options_.tagger, stage, chunk, layer, op, "working_set");
   const step::PhaseMask bit = step::phase_bit(p);
   for (HeldRow& h : working_set_)
     if (h.held && !(h.row->phases & bit)) {
@@ -1041,12 +1042,17 @@ StepResult Engine::step(const std::vector<int32_t>& tokens) {
   for (double wk : chunk_work_) work_total_ += 5.5 * wk;
   log_.reset(g_.n, g_.L);
   recall_.clear();
-  store_->begin_step([this](const Pass& p) -> const std::vector<int64_t>* {
-    if (p.kind == PassKind::fill && (!g_.sparse || g_.prefix_pages(p.chunk) <= g_.B))
-      return &dense_prefix_[static_cast<size_t>(p.chunk)];
-    if (!log_.recorded(p.chunk, p.layer)) return nullptr;
-    return &log_.at(p.chunk, p.layer).union_pages;
-  });
+  // The page store's set-up for the step (its first step allocates and zeroes tables on the
+  // device), tagged with the step's first pass like that pass's own page work.
+  {
+    const TagScope tag(options_.tagger, 1, 0, 0, "layer_fwd", "pages");
+    store_->begin_step([this](const Pass& p) -> const std::vector<int64_t>* {
+      if (p.kind == PassKind::fill && (!g_.sparse || g_.prefix_pages(p.chunk) <= g_.B))
+        return &dense_prefix_[static_cast<size_t>(p.chunk)];
+      if (!log_.recorded(p.chunk, p.layer)) return nullptr;
+      return &log_.at(p.chunk, p.layer).union_pages;
+    });
+  }
   const auto& passes = store_->passes();
   const int64_t H = model_.hidden, Cm = g_.Cm;
   Work& w = *w_;
@@ -1068,7 +1074,7 @@ StepResult Engine::step(const std::vector<int32_t>& tokens) {
   };
 
   // Stage 1: forward fill, chunks in order, no gradients.
-  enter(StepPhase::fill);
+  enter(StepPhase::fill, 1, 0, -1, "embedding");
   for (int64_t c = 0; c < g_.n; ++c) {
     Tensor x = w.x.t();
     Tensor y = w.y.t();
@@ -1085,7 +1091,7 @@ StepResult Engine::step(const std::vector<int32_t>& tokens) {
 
   // Stage 2: chunks in reverse; recompute keeping each layer's input, then backward layer by layer.
   for (int64_t c = g_.n - 1; c >= 0; --c) {
-    enter(StepPhase::recompute);
+    enter(StepPhase::recompute, 2, c, -1, "embedding");
     auto ckpt = [&](int64_t l) { return w.ckpt.t().at(l * Cm * H); };
     embed(c, 2, ckpt(0));
     for (int64_t l = 0; l < g_.L; ++l, ++pi) {
@@ -1095,7 +1101,7 @@ StepResult Engine::step(const std::vector<int32_t>& tokens) {
       release(p);
       report(p);
     }
-    enter(StepPhase::loss);
+    enter(StepPhase::loss, 2, c, -1, "lm_head");
     // Data parallelism, on a step that updates: the last chunk's backward makes each gradient final
     // and its bucket is all-reduced at once (overlapping what follows where the transport can).
     const bool buckets = c == 0 && reduces_gradients();
@@ -1104,7 +1110,7 @@ StepResult Engine::step(const std::vector<int32_t>& tokens) {
     Tensor dx = w.dx.t();
     head_forward_backward(c, w.x.ct(), dy);
     if (buckets) gradient_buckets_final(0);
-    enter(StepPhase::backward);
+    enter(StepPhase::backward, 2, c, g_.L - 1, "layer_bwd");
     for (int64_t l = g_.L - 1; l >= 0; --l, ++pi) {
       const Pass& p = next(PassKind::backward, c, l);
       PassPages& pages = acquire(p);
@@ -1132,7 +1138,7 @@ StepResult Engine::step(const std::vector<int32_t>& tokens) {
     throw Error("run", "loss", std::string("is ") + (std::isnan(loss) ? "NaN" : "infinite") + " at step " +
                                    std::to_string(steps_ + 1) + ": the run diverged; nothing more is computed or written",
                 "finite --weights, a smaller --init-std, or a lower --lr");
-  enter(StepPhase::optimizer);
+  enter(StepPhase::optimizer, 2, -1, -1, "optimizer_step");
   if (config_.optimizer != simulator::Optimizer::none && ++accumulated_ >= options_.adamw.grad_accum)
     optimizer_step();
 
@@ -1213,6 +1219,7 @@ void Engine::optimizer_step() {
   // The host optimizer's round trip: the gradients out to the host, the update there, the updated
   // working weights back in (the copies the simulator prices after the last backward).
   auto copy = [&](CopyDir dir, void* dst, const void* src, int64_t bytes) {
+    const TagScope tag(options_.tagger, 2, -1, -1, "optimizer_step", dir == CopyDir::h2d ? "weights_in" : "gradients_out");
     CopyRequest r;
     r.dir = dir;
     r.regions.push_back({dst, src, bytes});

@@ -178,7 +178,10 @@ class Engine {
   void layer_forward(const Pass& pass, int64_t pass_index, PassPages& pages, ConstTensor in, Tensor out);
   void layer_backward(const Pass& pass, PassPages& pages, ConstTensor in, ConstTensor dy, Tensor dx);
   void head_forward_backward(int64_t c, ConstTensor x_last, Tensor dy);  // chunk c's loss: backend slot c
-  void enter(StepPhase p);
+  // The working set of phase p (enter's rows), its device memory zeroed on the compute stream under
+  // the tag of the work the phase begins with (stage, chunk, layer, op), so that a device trace
+  // attributes the zeroing to that pass instead of leaving it untagged.
+  void enter(StepPhase p, int stage, int64_t chunk, int64_t layer, const char* op);
   Buffer allocate(const step::BufferRow& row, const step::RowTensor& t);
   Buffer row_tensor(const char* row, Tier tier, const char* tensor);  // of table_'s row (name, tier)
   // The Work member a working-set tensor is carved into (by the row's and the tensor's names).
