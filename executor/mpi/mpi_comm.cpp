@@ -2,6 +2,9 @@
 
 #include <mpi.h>
 
+#include <unistd.h>
+
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -132,8 +135,14 @@ void finalize() {
 }
 
 void abort(int code) {
+  std::fflush(nullptr);
+  // MPI_Abort allocates and talks to the launcher: after the failure that brought a rank here (a
+  // corrupted heap, a wedged transport) it can block forever, and the whole job with it. A rank still
+  // here after kAbortGraceS ends by SIGALRM's default action, a death by signal, on which mpirun
+  // ends every other rank of the job.
+  alarm(kAbortGraceS);
   if (initialized()) MPI_Abort(MPI_COMM_WORLD, code);
-  std::exit(code);
+  std::_Exit(code);  // no exit handlers: they may wait on what failed
 }
 
 std::unique_ptr<Communicator> world() {

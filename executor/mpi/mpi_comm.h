@@ -11,7 +11,10 @@ namespace oomb::executor::mpi {
 void init(int* argc, char*** argv);
 bool initialized();
 void finalize();
-// Ends every rank of the job (a rank that failed must not leave the others waiting in a collective).
+// Ends every rank of the job (a rank that failed must not leave the others waiting in a collective):
+// MPI_Abort, and if that has not ended this rank within kAbortGraceS seconds (it can block on a
+// corrupted heap), SIGALRM ends it, which mpirun treats as any rank killed by a signal.
+inline constexpr unsigned kAbortGraceS = 10;
 [[noreturn]] void abort(int code);
 
 // MPI_COMM_WORLD (init() first). Host memory only: the CPU backend's buffers.

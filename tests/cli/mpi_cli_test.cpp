@@ -18,6 +18,7 @@
 #include "cli_run.h"
 #include "core/format.h"
 #include "core/json_util.h"
+#include "executor/mpi/mpi_comm.h"
 #include "executor/runtime/weights.h"
 #include "models/specs.h"
 #include "step/buffers.h"
@@ -368,6 +369,27 @@ TEST_F(MpiCli, RanksThatDisagreeStopAndRankTracesAreOfTheirJob) {
 // Issue 44 part 3: --trace naming a stream (a FIFO, /dev/null) puts no file beside it; rank 0's trace
 // goes to the stream, the other ranks discard theirs. And validate refuses a rank file that is not a
 // regular file (a FIFO blocked it forever) within seconds.
+#ifdef OOMB_HANGING_MPI_ABORT
+// A job whose failing ranks cannot abort (a shim makes MPI_Abort never return, as it may on a
+// corrupted heap): each rank still ends, by the abort's alarm, and mpirun ends the job within
+// seconds of the grace period, with the ranks' error. Without the alarm the job never ends.
+TEST_F(MpiCli, AJobWhoseAbortBlocksStillEnds) {
+  const std::string launcher = mpirun(2);  // "... mpirun --oversubscribe -np 2 <oomb> "
+  const std::string with_shim = "mpirun -x LD_PRELOAD=" + std::string(OOMB_HANGING_MPI_ABORT) + " ";
+  std::string cmd = launcher;
+  cmd.replace(cmd.find("mpirun "), 7, with_shim);
+  const auto t0 = std::chrono::steady_clock::now();
+  const CliRun r = sh("timeout 120 env " + cmd + "run --quiet --model tiny --context 512 --chunk 256 --page 64 " +
+                      "--data-parallel 2 --weights " + path("no_such_checkpoint"));
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_NE(r.rc, 0) << r.out;
+  EXPECT_NE(r.rc, 124) << "the job hung: " << r.out;
+  EXPECT_TRUE(has(r.out, "error:") && has(r.out, "no_such_checkpoint")) << r.out;
+  EXPECT_LT(s, static_cast<double>(oomb::executor::mpi::kAbortGraceS) + 30.0) << r.out;
+  EXPECT_GE(s, static_cast<double>(oomb::executor::mpi::kAbortGraceS) - 1.0) << "the shim did not block MPI_Abort: " << r.out;
+}
+#endif
+
 TEST_F(MpiCli, OtherRanksNeverWriteBesideAStreamAndAFifoRankTraceIsRefused) {
   const std::string run = "run --model tiny --context 256 --chunk 128 --page 64 --gpus 2 --steps 1 --quiet --trace ";
   const std::string fifo = path("t.fifo");
