@@ -161,6 +161,7 @@ Json GpuSpec::to_json() const {
   }
   if (!calibrated_from.empty()) j["calibrated_from"] = calibrated_from;
   if (cpu_threads > 0) j["cpu_threads"] = cpu_threads;
+  if (!cuda_device_names.empty()) j["cuda_device_names"] = cuda_device_names;
   return j;
 }
 
@@ -212,6 +213,16 @@ GpuSpec gpu_from_json(const Json& j, const std::string& where) {
   g.collective_step_latency_s = r.f64_in_or("collective_step_latency_s", 0.0, 1.0, 0.0);
   g.launch_overhead_s = r.f64_in_or("launch_overhead_s", 0.0, 1.0, 5e-6);
   g.default_host = r.str_or("default_host", "");
+  if (r.has("cuda_device_names")) {
+    int64_t i = 0;
+    for (const auto& n : r.array("cuda_device_names")) {
+      if (!n.is_string() || n.get<std::string>().empty())
+        r.fail("cuda_device_names[" + std::to_string(i) + "]", "is not a non-empty string",
+               "the names cudaGetDeviceProperties reports, e.g. [\"NVIDIA H200\"]");
+      g.cuda_device_names.push_back(n.get<std::string>());
+      ++i;
+    }
+  }
   if (r.has("efficiency")) {
     JsonReader e(r.object("efficiency"), where + ": efficiency");
     g.efficiency.gemm = fraction(e, "gemm", g.efficiency.gemm);

@@ -102,6 +102,10 @@ struct GpuSpec {
   int64_t allreduce_curve_ranks = 0;
   double launch_overhead_s = 5e-6;
   std::string default_host;
+  // The names the CUDA runtime reports for this GPU (cudaGetDeviceProperties: "NVIDIA H200"):
+  // `oomb validate` judges a CUPTI trace's times against this profile only when the device that ran
+  // has one of them. Empty: unknown (a profile that names none is not checked).
+  std::vector<std::string> cuda_device_names;
   Efficiency efficiency;
   std::string calibrated_from;  // non-empty for calibrated or projected profiles
   int64_t cpu_threads = 0;      // kind cpu, calibrated: compute threads it was measured at (0 = unknown)

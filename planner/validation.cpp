@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/format.h"
+#include "models/catalog.h"
 #include "step/buffers.h"
 #include "step/run_record.h"
 
@@ -192,6 +193,27 @@ Validation validate_run(const ValidationRequest& req) {
       notes.push_back("CUPTI dropped " + std::to_string(trace.metadata.dropped_records) +
                       " records: measured times miss that work");
   }
+  // A CUPTI trace's times are the GPU's that ran: judged only against a profile of that GPU
+  // (GpuSpec::cuda_device_names), never e.g. an H100's run against an H200's prediction.
+  std::string device_mismatch;
+  if (cupti_run && !run.emulated_device) {
+    const std::string ran = trace.metadata.extra.is_object() ? trace.metadata.extra.value("gpu_name", "") : "";
+    const std::vector<std::string>& names = s.gpu.cuda_device_names;
+    if (!ran.empty() && !names.empty() && std::find(names.begin(), names.end(), ran) == names.end()) {
+      std::string profile;
+      for (const std::string& id : models::catalog_ids("gpu")) {
+        const models::GpuSpec g = models::load_gpu(id);
+        if (std::find(g.cuda_device_names.begin(), g.cuda_device_names.end(), ran) != g.cuda_device_names.end())
+          profile = id;
+      }
+      device_mismatch = "not comparable: measured on " + ran + ", the plan is for " + s.gpu.id + " (" + names.front() +
+                        (profile.empty() ? "; plan with the profile of the GPU that ran"
+                                         : "; plan with --gpu " + profile) +
+                        ")";
+    } else if (!ran.empty() && names.empty()) {
+      notes.push_back(s.gpu.id + " names no CUDA device (cuda_device_names): its times are taken to describe " + ran);
+    }
+  }
   const bool sparse = s.config.attention == Attention::sparse;
   // The re-simulation holds every (chunk, layer) pass: a small file claiming a huge context is
   // refused by its key, not by running out of memory.
@@ -207,9 +229,13 @@ Validation validate_run(const ValidationRequest& req) {
   const int64_t run_threads = run.cpu_threads;
   const bool threads_differ = cpu_run && s.gpu.kind == "cpu" && s.gpu.cpu_threads > 0 && run_threads != s.gpu.cpu_threads;
   const bool time_comparable =
-      cpu_run ? s.gpu.kind == "cpu" && !threads_differ : trace.metadata.source == "cuda-cupti" && s.gpu.kind == "gpu";
+      !run.emulated_device && device_mismatch.empty() &&
+      (cpu_run ? s.gpu.kind == "cpu" && !threads_differ : cupti_run && s.gpu.kind == "gpu");
   const std::string time_note =
       time_comparable ? ""
+      : run.emulated_device ? "not comparable: measured on the emulated CUDA device (its times are not a GPU's; "
+                              "memory and copies are judged)"
+      : !device_mismatch.empty() ? device_mismatch
       : threads_differ ? "not comparable: run at " + std::to_string(run_threads) + " compute threads, " + s.gpu.id +
                              " calibrated at " + std::to_string(s.gpu.cpu_threads) + " (oomb run --threads " +
                              std::to_string(s.gpu.cpu_threads) + ", or oomb calibrate --backend cpu --threads " +

@@ -84,6 +84,7 @@ Json to_json(const RunRecord& r) {
             {"loss", r.loss},
             {"steps", r.steps}};
   if (!r.job.empty()) m["job"] = r.job;
+  if (r.emulated_device) m["emulated_device"] = true;
   if (r.world > r.tp)
     m["data_parallel"] = {{"rank", r.rank},
                           {"world", r.world},
@@ -137,6 +138,7 @@ RunRecord run_record_from_json(const Json& extra, const std::string& where) {
   r.config.loss_dtype = r.loss_dtype = m.str_or("loss_dtype", "fp32");
   r.backend = m.str_or("backend", "");
   r.job = m.str_or("job", "");
+  r.emulated_device = m.boolean_or("emulated_device", false);
   r.steps = std::max<int64_t>(1, m.i64_or("steps", 1));
   r.step_s = m.has("step_s") ? m.f64("step_s") : 0;
   r.mean_step_s = m.has("mean_step_s") ? m.f64("mean_step_s") : r.step_s;

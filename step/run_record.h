@@ -44,6 +44,9 @@ struct RunRecord {
   // Storage of weights, parameter gradients, activations and loss tiles as run (fp32 or bf16).
   std::string param_dtype = "fp32", param_grad_dtype = "fp32", activation_dtype = "fp32", loss_dtype = "fp32";
   std::string backend;                  // the backend that ran ("cpu", "cuda")
+  // The cuda backend ran on the emulated CUDA device (executor/emulated_cuda): memory, copy bytes and
+  // counts are the run's, its times are not a GPU's (validate judges no time term of such a run).
+  bool emulated_device = false;
   // The MPI job this run was a process of (its identity, the same in every rank's record; "" for a
   // one-process run): measured.job.
   std::string job;

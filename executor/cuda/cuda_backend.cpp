@@ -1406,6 +1406,14 @@ CudaMemoryStats CudaBackend::memory_stats() const {
 
 const CudaBackendOptions& CudaBackend::options() const { return impl_->opt; }
 
+bool CudaBackend::emulated() {
+#ifdef OOMB_CUDA_EMULATED_BACKEND
+  return true;
+#else
+  return false;
+#endif
+}
+
 std::string CudaBackend::device_name() const {
   cudaDeviceProp p{};
   OOMB_CUDA_CHECK(cudaGetDeviceProperties(&p, impl_->opt.device));

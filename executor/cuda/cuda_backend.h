@@ -199,6 +199,9 @@ class CudaBackend final : public Backend {
   int64_t scratch_bytes() const;
   const CudaBackendOptions& options() const;
   std::string device_name() const;         // "NVIDIA H200 (sm_90, 132 SMs, driver 12.8)"
+  // Whether this backend was built on the emulated CUDA device (executor/emulated_cuda), whose
+  // times are not a GPU's.
+  static bool emulated();
   // attention_fwd + attention_bwd calls so far that ran kernel family k (after the fallback rule of
   // CudaAttentionKernel::bf16_tensor_core), so tests and benchmarks can tell which one ran.
   int64_t attention_calls(CudaAttentionKernel k) const;

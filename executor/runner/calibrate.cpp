@@ -169,6 +169,8 @@ BackendCalibration calibrate_backend(const CalibrationRequest& a) {
     // The cpu-oriented defaults of device_profile, replaced by the device's own facts.
     const executor::CudaDeviceInfo info = executor::cuda_device_info(0);
     profile["sm_count"] = info.sm_count;
+    profile["cuda_device_names"] = Json::array({info.name});
+    profile["sources"]["cuda_device_names"] = "the device that was measured (cudaGetDeviceProperties)";
     profile["reserved_bytes"] = int64_t{1} << 30;
     profile["default_host"] = "";
     profile["sources"]["hbm_capacity_bytes"] = "the device's total global memory (cudaGetDeviceProperties)";

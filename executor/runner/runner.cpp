@@ -26,6 +26,7 @@
 #include "step/run_record.h"
 #ifdef OOMB_HAVE_CUDA_BACKEND
 #include "executor/cuda/cuda_backend.h"
+#include "executor/cuda/device_info.h"
 #endif
 #ifdef OOMB_HAVE_NCCL
 #include "executor/cuda/nccl_comm.h"
@@ -469,6 +470,8 @@ RunResult run(const RunRequest& r, const RunTable& table, const Weights& w, cons
         copt.device = std::atoi(local);
       auto cuda = std::make_unique<CudaBackend>(copt);
       res.device_name = cuda->device_name();
+      res.cuda_device = cuda_device_info(copt.device).name;
+      res.emulated_device = CudaBackend::emulated();
       if (ak == "bf16-tc" && !cuda->attention_tc_available())
         throw Error("--attention-kernel", "bf16-tc",
                     "the bf16 tensor-core kernels do not run on " + res.device_name +
@@ -544,6 +547,12 @@ RunResult run(const RunRequest& r, const RunTable& table, const Weights& w, cons
   if (r.progress) o.progress = [&](const Progress& p) { r.progress(current, total_steps, p); };
   Engine e(backend, r.scenario.model, c, w, o);
   res.offload = e.geometry().offload;
+#ifdef OOMB_HAVE_CUDA_BACKEND
+  // The set-up the constructor queued (zeroed buffers, the weights' upload) ends before the first
+  // step starts, so that neither its time nor its device work counts in step 1 (a run without
+  // warm-up measures it; a CUPTI window opened at the step would hold its records, untagged).
+  if (r.backend == "cuda") static_cast<CudaBackend&>(backend).synchronize();
+#endif
 
   // CUPTI: the steps' intervals on the steady clock, each closed after the device finished its
   // work; only work inside them goes into the trace (not set-up, nor the checks run between steps).
@@ -606,6 +615,7 @@ RunResult run(const RunRequest& r, const RunTable& table, const Weights& w, cons
   }
   res.measured = e.measured();
   res.measured.job = r.job;
+  res.measured.emulated_device = res.emulated_device;
   if (fastest_comm) {
     Measured& m = res.measured;
     m.allreduce_s = fastest_comm->allreduce_s;
@@ -674,6 +684,16 @@ RunResult run(const RunRequest& r, const RunTable& table, const Weights& w, cons
       say(r, fallback_message(res.cupti_failure));
       engine_clock = true;
     }
+    // A CUPTI that started but recorded no kernel in the timed steps (a virtualised runtime, a
+    // driver that refuses the activity kinds, every record dropped) would give a device trace with
+    // no compute, which validate would judge: the host-timed trace instead, saying why.
+    if (decoded && st.kernels == 0) {
+      res.cupti_failure = "it started but recorded no kernel in the timed steps (" + std::to_string(st.records) +
+                          " records decoded, " + std::to_string(st.dropped) + " dropped)";
+      say(r, fallback_message(res.cupti_failure));
+      decoded.reset();
+      engine_clock = true;
+    }
     if (decoded) {
       traces::Trace& dev = *decoded;
       int64_t reserved_device = 0, reserved_host = 0;  // cudaMalloc'd / pinned, as CUPTI saw them
@@ -682,6 +702,7 @@ RunResult run(const RunRequest& r, const RunTable& table, const Weights& w, cons
         reserved_host = std::max(reserved_host, sample.host_bytes);
       }
       dev.metadata.extra = {{"gpu", res.device_name},
+                            {"gpu_name", res.cuda_device},
                             {"trace_timing", "cupti"},
                             {"cupti",
                              {{"records", st.records},
@@ -731,6 +752,7 @@ RunResult run(const RunRequest& r, const RunTable& table, const Weights& w, cons
     if (r.backend == "cuda") {
       t.metadata.device = res.device_name + ", host-timed (enqueue times)";
       t.metadata.extra["gpu"] = res.device_name;
+      t.metadata.extra["gpu_name"] = res.cuda_device;
       t.metadata.extra["trace_timing"] = "host";
     }
     if (!res.cupti_failure.empty()) record_profiler_fallback(t, res.cupti_failure);
@@ -881,6 +903,9 @@ std::string describe(const RunResult& r, const RunRequest& req, const std::strin
     appendf(out, "\nstep time %s, %s tokens/s\n", format_duration_s(ms.step_s).c_str(),
             format_count(ms.tokens_per_s).c_str());
   }
+  if (r.emulated_device)
+    appendf(out, "  (the emulated CUDA device: its times are the emulator's, not a GPU's; memory and copies are "
+                 "the run's)\n");
   if (!req.planned.empty())
     appendf(out, "buffer table: checked against the plan's (%zu rows)%s\n", req.planned.size(),
             ms.notes.empty() ? ", every row as planned" : "");

@@ -111,7 +111,9 @@ struct RunResult {
   std::string kv_pages, grad_pages;  // page storage as run
   bool offload = false;
   int cpu_threads = 0;      // cpu runs
-  std::string device_name;  // cuda runs
+  std::string device_name;  // cuda runs: the device and its facts ("NVIDIA H200 (sm_90, 132 SMs, driver 12.8)")
+  std::string cuda_device;  // cuda runs: the name the runtime reports ("NVIDIA H200"; models GpuSpec::cuda_device_names)
+  bool emulated_device = false;  // cuda runs on the emulated CUDA device (CudaBackend::emulated)
   Json cuda;                // cuda runs: kernel families and GEMM precisions that ran, the backend's buffers
   int64_t warmup_steps = 0, timed_steps = 0;
   std::vector<double> losses;        // every step, the warm-up's first

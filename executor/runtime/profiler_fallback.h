@@ -26,7 +26,7 @@ auto start_or_fall_back(Start&& start, std::string* failure) -> decltype(start()
 }
 
 inline std::string fallback_message(const std::string& failure) {
-  return "oomb run: CUPTI could not start (" + failure + "): the run goes on and its trace is host-timed";
+  return "oomb run: CUPTI gave no device times (" + failure + "): the run goes on and its trace is host-timed";
 }
 
 // The trace (host-timed) of a run whose profiler could not start or failed: says so and why.

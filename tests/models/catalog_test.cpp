@@ -87,7 +87,7 @@ TEST(CatalogContents, ShippedGpusCiteEveryFigure) {
                                          "fp32_flops_per_s",   "h2d_bytes_per_s", "d2h_bytes_per_s",
                                          "duplex_factor",      "sm_count",        "reserved_bytes",
                                          "interconnect_bytes_per_s", "collective_latency_s",
-                                         "collective_step_latency_s", "efficiency"};
+                                         "collective_step_latency_s", "efficiency", "cuda_device_names"};
   for (const auto& id : kGpus) {
     auto g = load_gpu(id);
     for (const auto& k : keys) {
@@ -198,6 +198,30 @@ TEST(CatalogContents, UserFilesLoadByPath) {
   auto host = load_host(dir.file("my-host.json", h.dump(2)));
   EXPECT_EQ(host.id, "my-host");
   EXPECT_EQ(host.ram_bytes, load_host("workstation-128g").ram_bytes);
+}
+
+// Every shipped GPU names the device the CUDA runtime reports (validate checks a CUPTI trace's device
+// against it), no two the same name, and the names round-trip; a malformed entry is refused by key.
+TEST(CatalogContents, ShippedGpusNameTheirCudaDevice) {
+  std::map<std::string, std::string> owner;
+  for (const auto& id : kGpus) {
+    const GpuSpec g = load_gpu(id);
+    ASSERT_FALSE(g.cuda_device_names.empty()) << id;
+    for (const auto& n : g.cuda_device_names) {
+      EXPECT_EQ(n.rfind("NVIDIA ", 0), 0u) << id << ": " << n;
+      EXPECT_TRUE(owner.emplace(n, id).second) << n << " is named by " << owner[n] << " and " << id;
+    }
+    EXPECT_EQ(gpu_from_json(g.to_json(), id).cuda_device_names, g.cuda_device_names);
+  }
+  TempDir dir;
+  Json g = load_gpu("h200").to_json();
+  g["cuda_device_names"] = Json::array({"NVIDIA H200", 7});
+  try {
+    load_gpu(dir.file("bad-names.json", g.dump(2)));
+    FAIL() << "a non-string device name was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.key(), "cuda_device_names[1]");
+  }
 }
 
 TEST(CatalogContents, GpuFileWithReserveAboveCapacityIsRejected) {

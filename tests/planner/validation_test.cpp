@@ -213,5 +213,45 @@ TEST(Validation, SparsePoolsThatDisagreeNameTheOverlapTheRunsUnionsImply) {
   }
 }
 
+// A CUPTI trace's times are judged only against the profile of the GPU that ran (the trace's
+// gpu_name among the profile's cuda_device_names); an H100's run against an H200 plan is "not
+// comparable" and names the profile to plan with; a run on the emulated device has no time judged.
+TEST(Validation, CuptiTimesAreJudgedOnlyAgainstTheProfileOfTheGpuThatRan) {
+  const simulator::Scenario s = tiny_2k_offload();
+  ASSERT_EQ(s.gpu.id, "h200");
+  auto step_term = [&](const std::string& gpu_name, bool emulated) {
+    traces::Trace t = cuda_run(s, std::nullopt);
+    t.metadata.extra["gpu_name"] = gpu_name;
+    if (emulated) t.metadata.extra["measured"]["emulated_device"] = true;
+    const Validation v = validate_as_plan(s, t);
+    const ValidationTerm* st = term(v, "step_s");
+    EXPECT_NE(st, nullptr);
+    return st ? *st : ValidationTerm{};
+  };
+  const ValidationTerm same = step_term("NVIDIA H200", false);
+  ASSERT_TRUE(same.measured.has_value()) << same.note;
+  EXPECT_EQ(same.ok(), std::optional<bool>(true));
+
+  const ValidationTerm other = step_term("NVIDIA H100 80GB HBM3", false);
+  EXPECT_FALSE(other.measured.has_value());
+  EXPECT_NE(other.note.find("measured on NVIDIA H100 80GB HBM3"), std::string::npos) << other.note;
+  EXPECT_NE(other.note.find("--gpu h100-sxm"), std::string::npos) << other.note;
+
+  const ValidationTerm unknown = step_term("NVIDIA Some Future GPU", false);
+  EXPECT_FALSE(unknown.measured.has_value());
+  EXPECT_NE(unknown.note.find("plan with the profile of the GPU that ran"), std::string::npos) << unknown.note;
+
+  const ValidationTerm emulated = step_term("oomb emulated CUDA device (H200 limits)", true);
+  EXPECT_FALSE(emulated.measured.has_value());
+  EXPECT_NE(emulated.note.find("emulated CUDA device"), std::string::npos) << emulated.note;
+  // Memory is still judged on the emulated device.
+  traces::Trace t = cuda_run(s, std::nullopt);
+  t.metadata.extra["measured"]["emulated_device"] = true;
+  const Validation v = validate_as_plan(s, t);
+  const ValidationTerm* peak = term(v, "peak_device_bytes");
+  ASSERT_NE(peak, nullptr);
+  EXPECT_EQ(peak->ok(), std::optional<bool>(true));
+}
+
 }  // namespace
 }  // namespace oomb::planner

@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# Whole runs of the CUDA backend on the emulated device (issue 42, point 3): for each tiny plan,
+# `oomb run --plan p.json --backend cuda --trace t.json` on the emulated device, then
+#   - its losses equal the CPU backend's on the same plan within the bf16-GEMM bound of
+#     tests/cuda/engine_test.cpp (kBf16GemmLossRelTol, 1e-3 relative: the CUDA run's GEMMs round
+#     their operands to bf16, the CPU's are fp32);
+#   - the CUPTI trace says it was measured on the emulated device (measured.emulated_device), has
+#     every record tagged and none dropped;
+#   - `oomb validate --plan p.json --trace t.json` passes: the memory terms (device rows, pools, host
+#     pages: the table's bytes, to the byte) and the copy bytes are judged, the times are not.
+# Usage: emulated_runs.sh path/to/oomb-emulated path/to/oomb   (the second: any build, for the plans
+# and the CPU runs; the same binary with OOMB_CUDA=EMULATED)
+set -u
+emu=$1
+cpu=${2:-$1}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+pass=0 fail=0
+bad() { echo "FAIL: $*"; fail=$((fail + 1)); }
+
+# The losses of a `run --json` output, one per line.
+losses() { tr -d '\n ' <"$1" | grep -o '"losses":\[[^]]*\]' | head -1 | sed 's/.*\[//; s/\]//' | tr ',' '\n'; }
+
+# case NAME STEPS PLAN-FLAGS...: plan the tiny model at 512 tokens (two chunks of 256) with the
+# flags, then run and check it.
+case_() {
+  local name=$1 steps=$2
+  shift 2
+  local d="$tmp/$name"
+  mkdir -p "$d"
+  if ! "$cpu" plan --model tiny --gpu h200 --context 512 --chunk 256 --page 64 "$@" --out "$d/p.json" >"$d/plan.txt" 2>&1; then
+    bad "$name: plan failed: $(tail -3 "$d/plan.txt")"
+    return
+  fi
+  local start=$SECONDS
+  if ! "$emu" run --plan "$d/p.json" --backend cuda --steps "$steps" --warmup 0 --trace "$d/t.json" --json \
+       >"$d/cuda.json" 2>"$d/cuda.err"; then
+    bad "$name: the emulated cuda run failed: $(tail -5 "$d/cuda.err")"
+    return
+  fi
+  if ! "$cpu" run --plan "$d/p.json" --backend cpu --steps "$steps" --warmup 0 --json >"$d/cpu.json" 2>"$d/cpu.err"; then
+    bad "$name: the cpu run failed: $(tail -5 "$d/cpu.err")"
+    return
+  fi
+  local cl pl
+  cl=$(losses "$d/cuda.json" | tr '\n' ' ')
+  pl=$(losses "$d/cpu.json" | tr '\n' ' ')
+  if [ -z "$cl" ] || [ "$(wc -w <<<"$cl")" -ne "$steps" ] || [ "$(wc -w <<<"$pl")" -ne "$steps" ]; then
+    bad "$name: expected $steps losses, cuda: '$cl', cpu: '$pl'"
+  elif ! awk -v a="$cl" -v b="$pl" 'BEGIN { n = split(a, x, " "); split(b, y, " ");
+         for (i = 1; i <= n; i++) { d = x[i] - y[i]; if (d < 0) d = -d; if (d > 1e-3 * y[i]) exit 1 } }'; then
+    bad "$name: losses differ by more than 1e-3 relative: cuda $cl, cpu $pl"
+  else
+    pass=$((pass + 1))
+  fi
+  if ! grep -q '"emulated_device": *true' "$d/t.json"; then
+    bad "$name: the trace does not say it was measured on the emulated device"
+  else
+    pass=$((pass + 1))
+  fi
+  if ! grep -q '"source": *"cuda-cupti"' "$d/t.json" || ! grep -q '"untagged": *0' "$d/t.json" ||
+     ! grep -q '"dropped_records": *0' "$d/t.json"; then
+    bad "$name: not a CUPTI trace with every record tagged and none dropped: $(grep -o '"untagged": *[0-9]*\|"dropped_records": *[0-9]*\|"source": *"[a-z-]*"' "$d/t.json" | tr '\n' ' ')"
+  else
+    pass=$((pass + 1))
+  fi
+  if ! "$cpu" validate --plan "$d/p.json" --trace "$d/t.json" >"$d/validate.txt" 2>&1; then
+    bad "$name: validate failed: $(grep -E 'FAIL|error' "$d/validate.txt" | head -5)"
+  elif ! grep -q "not comparable: measured on the emulated CUDA device" "$d/validate.txt" ||
+       ! grep -qE "^ *peak_device_bytes .* 0\.0% .* ok" "$d/validate.txt"; then
+    bad "$name: validate did not judge memory and leave the emulated times out: $(head -40 "$d/validate.txt")"
+  else
+    pass=$((pass + 1))
+  fi
+  echo "$name: cuda $cl/ cpu $pl($((SECONDS - start)) s)"
+}
+
+case_ dense 1 --kv-dtype fp32 --resident-layers all
+case_ offload 1 --resident-layers 1
+case_ sparse 1 --attention sparse --budget 2 --resident-layers 1
+case_ bf16_kv 1 --kv-dtype bf16 --kv-grad-dtype bf16 --resident-layers all
+case_ lora 2 --lora-rank 4 --lora-targets all-linear --optimizer gpu --resident-layers all
+case_ kept_layers 1 --kept-layers 1 --resident-layers all
+case_ optimizer_gpu 2 --optimizer gpu --resident-layers 1
+case_ optimizer_host 2 --optimizer host --resident-layers 1
+
+# A CUPTI that starts but records no kernel (here: every record dropped) gives the host-timed trace,
+# saying why, never a device trace without compute.
+d="$tmp/dense"
+if [ -f "$d/p.json" ]; then
+  OOMB_EMULATED_CUPTI_DROP_EVERY=1 "$emu" run --plan "$d/p.json" --backend cuda --steps 1 --warmup 0 \
+    --trace "$d/t0.json" >"$d/no_kernel.txt" 2>&1
+  if grep -q "CUPTI gave no device times (it started but recorded no kernel" "$d/no_kernel.txt" &&
+     grep -q '"trace_timing": *"host"' "$d/t0.json" && grep -q '"cupti_unavailable": *"it started but recorded no kernel' "$d/t0.json"; then
+    pass=$((pass + 1))
+  else
+    bad "no_kernel: a CUPTI with every record dropped did not fall back to the host-timed trace: $(tail -5 "$d/no_kernel.txt")"
+  fi
+fi
+
+# No bf16 GEMM algorithm (a GPU without one for these shapes): every GEMM takes the fp32 fallback,
+# within the op-scratch row the table declares (validate: the memory terms exact).
+d="$tmp/offload"
+if [ -f "$d/p.json" ]; then
+  OOMB_EMULATED_CUBLASLT_NO_BF16=1 "$emu" run --plan "$d/p.json" --backend cuda --steps 1 --warmup 0 \
+    --trace "$d/t_fp32.json" >"$d/fp32_gemms.txt" 2>&1
+  if grep -qE "GEMM precision bf16: 0 GEMMs in bf16, 0 in tf32, [1-9][0-9]* in fp32" "$d/fp32_gemms.txt" &&
+     "$cpu" validate --plan "$d/p.json" --trace "$d/t_fp32.json" >"$d/fp32_validate.txt" 2>&1; then
+    pass=$((pass + 1))
+  else
+    bad "fp32_fallback: $(tail -4 "$d/fp32_gemms.txt") $(grep FAIL "$d/fp32_validate.txt")"
+  fi
+fi
+
+echo "emulated runs: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]
