@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The emulated CUDA device under sanitizers: builds oomb with OOMB_CUDA=EMULATED (the CUDA backend's
 # kernels and host code compiled as C++ on the emulated device, executor/emulated_cuda) and runs the
-# emulated tests (tests/emulated_cuda and tests/cuda, label `emulated`) under
+# emulated tests (tests/emulated_cuda, tests/cuda and the whole runs of tests/cli/emulated_runs.sh,
+# label `emulated`) under
 #   asan: AddressSanitizer + UndefinedBehaviorSanitizer: out-of-bounds reads and writes in kernels
 #         (global memory is cudaMalloc'd heap, dynamic shared memory an exact-size heap block,
 #         static __shared__ arrays thread-local objects), use after cudaFree;
@@ -36,7 +37,8 @@ run_one() {
   cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" \
     -DOOMB_CUDA=EMULATED -DOOMB_GUI=OFF -DOOMB_TEST_TIMEOUT_SCALE=8 "-DCMAKE_CXX_FLAGS=$san" \
     "-DCMAKE_EXE_LINKER_FLAGS=$san" "-DCMAKE_SHARED_LINKER_FLAGS=$san" "${launcher[@]}" >/dev/null
-  cmake --build "$build" -j "$jobs" --target oomb_emulated_cuda_tests oomb_cuda_tests
+  # oomb too: cli.emulated_runs (label emulated) runs whole plans through it under the sanitizer.
+  cmake --build "$build" -j "$jobs" --target oomb_emulated_cuda_tests oomb_cuda_tests oomb
   built=$(date +%s)
   # TSan: the CPU reference backend's OpenMP runtime (libgomp) is not instrumented, so TSan takes its
   # fork/join and critical sections for races (every test that builds a CpuBackend reported one).
