@@ -108,6 +108,24 @@ void check_against_configuration(const Plan& p, const Json& j, const std::string
                   number_text(have_alloc.at(it.key())) + " differs from " + number_text(it.value()) +
                       ", what the plan's configuration gives",
                   hint);
+  // What the plan says of oomb run (derived from the configuration when written): an edit would
+  // tell a reader a plan runs, or does not, for a reason nothing gave.
+  if (j.contains("executable") || j.contains("executable_reason")) {
+    std::string why;
+    const bool can = executable(p.config, &why);
+    const JsonReader r(j, where);
+    if (r.boolean("executable") != can)
+      throw Error(where, "executable",
+                  std::string(can ? "false" : "true") + " differs from what the plan's configuration gives (" +
+                      (can ? std::string("oomb run can run it") : "oomb run cannot: " + why) + ")",
+                  hint);
+    const Json reason = j.value("executable_reason", Json(""));  // "" when it runs
+    if (!reason.is_string()) r.fail("executable_reason", "must be a string");
+    if (reason.get<std::string>() != why)
+      throw Error(where, "executable_reason",
+                  "'" + reason.get<std::string>() + "' differs from what the plan's configuration gives ('" + why + "')",
+                  hint);
+  }
   if (!j.contains("buffers")) return;  // plans written before the buffer table have none
   if (p.buffers.size() != fresh.buffers.size())
     throw Error(where, "buffers",

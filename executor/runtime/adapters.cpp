@@ -126,7 +126,14 @@ AdapterConfig read_adapter_config(const std::string& dir) {
   if (r.boolean_or("use_dora", false)) r.fail("use_dora", "is true; oomb runs plain LoRA", "false");
   if (r.boolean_or("fan_in_fan_out", false))
     r.fail("fan_in_fan_out", "is true (Conv1D-style weights); Qwen and Llama projections are nn.Linear", "false");
-  for (const char* key : {"modules_to_save", "layers_to_transform", "rank_pattern", "alpha_pattern"}) {
+  // Newer PEFT keys that change what is trained: a bias on lora_B, quantisation-aware LoRA.
+  if (r.boolean_or("lora_bias", false)) r.fail("lora_bias", "is true (a bias on lora_B); oomb trains adapters without one", "false");
+  if (r.boolean_or("use_qalora", false)) r.fail("use_qalora", "is true; oomb runs plain LoRA", "false");
+  // An adapter for another task (a classification head, ...) trains another loss than oomb's.
+  if (j.contains("task_type") && !j.at("task_type").is_null() && r.str("task_type") != "CAUSAL_LM")
+    r.fail("task_type", "is " + r.str("task_type") + "; oomb trains causal language modelling", "\"CAUSAL_LM\"");
+  for (const char* key : {"modules_to_save", "layers_to_transform", "rank_pattern", "alpha_pattern",
+                          "layer_replication", "exclude_modules", "target_parameters", "trainable_token_indices"}) {
     if (!j.contains(key) || j.at(key).is_null()) continue;
     const Json& v = j.at(key);
     if ((v.is_object() || v.is_array()) && v.empty()) continue;

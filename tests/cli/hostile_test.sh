@@ -557,6 +557,9 @@ plan_edit pe_head.json 's/"headroom": *[0-9.e-]+/"headroom": 0.999/' "pe_head.js
 plan_edit pe_obj.json 's/"objective": *"[a-z-]*"/"objective": "zzz"/' "pe_obj.json: 'objective': 'zzz' is not an objective"
 plan_edit pe_ckey.json 's/"chunk_tokens":/"zzz_knob": 1, "chunk_tokens":/' "pe_ckey.json: config: 'zzz_knob': unknown configuration key"
 plan_edit pe_key.json '0,/"headroom":/s//"extra": 1, "headroom":/' "pe_key.json: 'extra': unknown key"
+# Issue 44 part 7 (a sibling): what the plan says of oomb run is checked like its prediction.
+plan_edit pe_exec.json 's/"executable": *true/"executable": false/' "pe_exec.json: 'executable': false differs from what the plan's configuration gives \(oomb run can run it\)"
+plan_edit pe_why.json 's/"executable_reason": *""/"executable_reason": "it cannot"/' "pe_why.json: 'executable_reason': 'it cannot' differs from"
 if command -v python3 >/dev/null; then
   python3 -c 'import json,sys; p=json.load(open("p.json")); p["buffers"]=[]; json.dump(p, open("pe_empty.json","w"))'
   expect 2 "pe_empty.json: 'buffers': has 0 rows, the plan's configuration has [0-9]+" -- run --plan pe_empty.json --quiet
@@ -660,6 +663,19 @@ expect 2 "ad44/adapter_config.json: 'lora_dropout': is 0.5; oomb trains adapters
 sed -E 's/"lora_dropout": *[0-9.]+/"lora_dropout": 0.0/; s/"base_model_name_or_path": *"[^"]*"/"base_model_name_or_path": "Qwen\/Qwen2.5-0.5B"/' ad44/adapter_config.json >ad44/c && mv ad44/c ad44/adapter_config.json
 expect 0 "warning: ad44/adapter_config.json: base_model_name_or_path is 'Qwen/Qwen2.5-0.5B' and this run's base model is 'tiny'" -- run --model tiny --context 256 --chunk 256 --page 64 --adapter ad44 --steps 1 --quiet --save-adapter ad44b
 grep -q '"base_model_name_or_path": "Qwen/Qwen2.5-0.5B"' ad44b/adapter_config.json && ok || bad "the saved adapter lost the loaded base model: $(cat ad44b/adapter_config.json)"
+# Issue 44 part 7, siblings: PEFT keys that change what is trained (newer PEFT releases) or the task.
+for kv in '"layer_replication": [[0, 1]]|layer_replication' '"exclude_modules": ["q_proj"]|exclude_modules' \
+          '"target_parameters": ["mlp.experts.gate_up_proj"]|target_parameters' '"trainable_token_indices": [5]|trainable_token_indices'; do
+  key=${kv#*|}
+  sed -E "s/\"bias\": *\"none\"/${kv%|*}, \"bias\": \"none\"/" ad44/adapter_config.json >ad44c.json
+  mkdir -p ad44c && cp ad44/adapter_model.safetensors ad44c/ && mv ad44c.json ad44c/adapter_config.json
+  expect 2 "ad44c/adapter_config.json: '$key': is set; oomb runs one rank and alpha on every layer's targets" -- run --model tiny --context 256 --chunk 256 --page 64 --adapter ad44c --steps 1 --quiet
+done
+for kv in '"lora_bias": true|lora_bias.: is true \(a bias on lora_B\)' '"use_qalora": true|use_qalora.: is true' \
+          '"task_type": "SEQ_CLS"|task_type.: is SEQ_CLS; oomb trains causal language modelling'; do
+  sed -E "s/\"bias\": *\"none\"/${kv%|*}, \"bias\": \"none\"/; s/\"task_type\": *\"CAUSAL_LM\",?//" ad44/adapter_config.json >ad44c/adapter_config.json
+  expect 2 "ad44c/adapter_config.json: '${kv#*|}" -- run --model tiny --context 256 --chunk 256 --page 64 --adapter ad44c --steps 1 --quiet
+done
 
 echo "hostile_test: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

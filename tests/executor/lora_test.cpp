@@ -398,7 +398,7 @@ TEST_F(AdapterFolder, AContinuedAdapterKeepsTheLoadedKeysAndItsBaseModel) {
   const auto c = lora_config(k);
   write_adapter(init_adapters(m, c, 3), dir_.string(), adapter_config(c, "Qwen/Qwen2.5-0.5B"));
   Json j = read_json_file((dir_ / "adapter_config.json").string());
-  j["task_type"] = "SEQ_CLS";
+  j["init_lora_weights"] = "gaussian";  // how PEFT initialised it: kept (a task other than CAUSAL_LM is refused)
   j["revision"] = "v2";
   j["lora_dropout"] = 0.0;
   j["my_note"] = "kept";
@@ -410,7 +410,7 @@ TEST_F(AdapterFolder, AContinuedAdapterKeepsTheLoadedKeysAndItsBaseModel) {
   write_adapter(init_adapters(m, c, 4), out.string(), continued_adapter_config(loaded, c, "tiny"));
   const Json saved = read_json_file((out / "adapter_config.json").string());
   EXPECT_EQ(saved.at("base_model_name_or_path"), "Qwen/Qwen2.5-0.5B");
-  EXPECT_EQ(saved.at("task_type"), "SEQ_CLS");
+  EXPECT_EQ(saved.at("init_lora_weights"), "gaussian");
   EXPECT_EQ(saved.at("revision"), "v2");
   EXPECT_EQ(saved.at("my_note"), "kept");
   EXPECT_EQ(saved.at("r"), 4);
