@@ -2,7 +2,7 @@
 #include <string>
 
 namespace oomb::cli {
-// "oomb 0.1.0 (commit abc123) features: cuda=no cupti=no gui=yes" (cuda=yes|no|emulated)
+// "oomb 0.1.0 (commit abc123) features: cuda=no cupti=no nccl=no gui=yes" (cuda, cupti, nccl: yes|no|emulated)
 std::string version_string();
 bool built_with_cuda();
 bool built_with_emulated_cuda();  // the CUDA backend runs on the emulated device (OOMB_CUDA=EMULATED)

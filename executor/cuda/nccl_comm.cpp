@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <cstdlib>
 #include <string>
 
 #include "core/error.h"
@@ -22,6 +23,11 @@ class NcclCommunicator final : public Communicator {
   // which the caller keeps alive).
   NcclCommunicator(Communicator& bootstrap, std::unique_ptr<Communicator> owned, void* stream)
       : owned_(std::move(owned)), boot_(bootstrap), stream_(static_cast<cudaStream_t>(stream)) {
+    // Every connection made at init, none lazily at a communicator's first collective (NCCL 2.22+
+    // connects at first use by default): a job with two communicators (tensor x data parallelism)
+    // would otherwise set up one while the other's kernels are in flight, and NCCL's buffers would
+    // appear mid-step rather than before the first one. A value the user set is kept.
+    setenv("NCCL_RUNTIME_CONNECT", "0", 0);
     ncclUniqueId id{};
     if (boot_.rank() == 0) check(ncclGetUniqueId(&id), "GetUniqueId");
     boot_.broadcast_host(&id, sizeof id, 0);
@@ -42,7 +48,8 @@ class NcclCommunicator final : public Communicator {
   int size() const override { return boot_.size(); }
   std::string name() const override { return "nccl"; }
   // Device memory, in place, on the compute stream. bf16 is reduced by NCCL in bf16 (two ranks: one
-  // addition, rounded once; more ranks: rounded at each hop of the ring).
+  // addition, rounded once; more ranks: rounded at each hop of the ring, where MPI rounds the fp32
+  // sum once: comm.h).
   void all_reduce_sum(Tensor data, int64_t n) override {
     reduced_bytes_ += n * dtype_bytes(data.dtype);
     const ncclDataType_t type = data.dtype == DType::f32 ? ncclFloat32 : ncclBfloat16;

@@ -36,6 +36,9 @@ cudaError_t submit_launch(const LaunchConfig& config, std::function<cudaError_t(
 // launches its kernels: fn(data) runs in stream order on `stream`, and CUPTI records it as a kernel
 // named `name` under a driver cuLaunchKernel call (activity.h). The errors of cudaLaunchHostFunc.
 cudaError_t submit_library_kernel(const char* name, cudaStream_t stream, void (*fn)(void*), void* data);
+// The same for a library kernel that can fail (the emulated NCCL's collectives): a non-success
+// result of `run` faults the context as a failing grid does (call report_launch_failure first).
+cudaError_t submit_library_kernel(const char* name, cudaStream_t stream, std::function<cudaError_t()> run);
 
 // Called by a failing grid (on the stream's worker) before it returns its error: the message
 // (kernel, block, thread and what it waited for) is printed to stderr once and kept with the sticky

@@ -282,6 +282,19 @@ cudaError_t submit_library_kernel(const char* name, cudaStream_t stream, void (*
   return detail::fail(detail::enqueue(stream, activity::recorded(stream, correlation, work, [fn, data] { fn(data); })));
 }
 
+cudaError_t submit_library_kernel(const char* name, cudaStream_t stream, std::function<cudaError_t()> run) {
+  const uint32_t correlation = activity::api_call(activity::Call::driver_launch_kernel);
+  if (!run) return detail::fail(cudaErrorInvalidValue);
+  if (const cudaError_t e = detail::sticky_error(); e != cudaSuccess) return detail::fail(e);
+  activity::Work work;
+  work.name = name;
+  auto kernel = [run = std::move(run)] {
+    const cudaError_t e = run();
+    if (e != cudaSuccess) detail::set_sticky_error(is_sticky(e) ? e : cudaErrorLaunchFailure);
+  };
+  return detail::fail(detail::enqueue(stream, activity::recorded(stream, correlation, work, std::move(kernel))));
+}
+
 void report_launch_failure(const std::string& message) {
   std::lock_guard lock(g_failure_mu);
   if (!g_failure_message.empty()) return;  // the first failure explains the sticky error

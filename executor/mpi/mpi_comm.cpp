@@ -37,6 +37,7 @@ class MpiCommunicator final : public Communicator {
     check(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local), "Comm_split_type");
     int local_size = 0;
     check(MPI_Comm_size(local, &local_size), "Comm_size");
+    check(MPI_Comm_rank(local, &host_rank_), "Comm_rank");
     MPI_Comm_free(&local);
     int everywhere = local_size == size_ ? 1 : 0;
     check(MPI_Allreduce(MPI_IN_PLACE, &everywhere, 1, MPI_INT, MPI_MIN, comm_), "Allreduce");
@@ -97,6 +98,7 @@ class MpiCommunicator final : public Communicator {
             "Allreduce");
   }
   bool shares_clock() const override { return one_host_; }
+  int host_rank() const override { return host_rank_; }
   void broadcast_host(void* data, int64_t bytes, int root) override {
     auto* p = static_cast<char*>(data);
     for (int64_t at = 0; at < bytes; at += kPiece)
@@ -114,6 +116,7 @@ class MpiCommunicator final : public Communicator {
   MPI_Comm comm_;
   int rank_ = 0, size_ = 1;
   bool one_host_ = true;
+  int host_rank_ = 0;  // among the ranks of this host (MPI_COMM_TYPE_SHARED)
 };
 }  // namespace
 

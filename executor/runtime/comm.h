@@ -22,7 +22,11 @@ class Communicator {
   virtual std::string name() const = 0;  // "self", "mpi", "nccl"
   // In place, on every rank: the sum over the ranks of n elements of `data` (fp32 or bf16 storage)
   // in the memory the backend computes in (host memory for the CPU backend, device memory for NCCL).
-  // A bf16 buffer is summed in fp32 and rounded once.
+  // A bf16 buffer: MPI (and self, and the tests' thread communicator) sum it in fp32 and round once.
+  // NCCL does not: its ring adds in bf16, rounding at every hop, so with three ranks or more a sum can
+  // differ from MPI's by a few bf16 steps (tests/cuda/nccl_test.cpp shows one: 1 + 2^-7 against 1).
+  // Two ranks add once either way and agree. Tests comparing an NCCL run with one process allow
+  // bf16 noise for this (tests/cuda/mpi_tensor_parallel_test.cpp's kBf16NoiseFactor).
   virtual void all_reduce_sum(Tensor data, int64_t n) = 0;
   // Whether all_reduce_sum of bf16 data sums through an fp32 copy (MPI: n floats), which a run of
   // a buffer table allocates under its row (gradient_allreduce_staging) and passes in.
@@ -44,8 +48,8 @@ class Communicator {
   virtual bool overlaps() const { return false; }
   // ZeRO-1's two halves of an all-reduce, in place over `data` of size() x n elements (fp32 or bf16),
   // rank r's block the n at r x n. reduce_scatter_sum: rank r's block becomes the sum over the ranks
-  // of everyone's block r (bf16 summed in fp32 and rounded once; MPI through `fp32_staging`, size()
-  // x n floats, where it stages); the other blocks are left undefined. all_gather: every rank's
+  // of everyone's block r (bf16: as all_reduce_sum, MPI in fp32 through `fp32_staging`, size() x n
+  // floats, rounded once; NCCL in bf16 at every hop); the other blocks are left undefined. all_gather: every rank's
   // block copied to every rank. The defaults (one process) have nothing to do.
   virtual void reduce_scatter_sum(Tensor data, int64_t n, float* fp32_staging) {
     (void)data, (void)n, (void)fp32_staging;
@@ -63,6 +67,9 @@ class Communicator {
   // at a collective can be compared with another's, and a collective's wait for the slowest rank
   // told apart from its transfer (CollectiveClock).
   virtual bool shares_clock() const = 0;
+  // This rank's position among the ranks of its host (MPI: a shared-memory split of the
+  // communicator; one process: 0): with the host's visible device count, which GPU the rank drives.
+  virtual int host_rank() const { return rank(); }
   // In place, n doubles in the memory the backend computes in (the published selection rule's page
   // scores under tensor parallelism): the sum over the ranks. By default the host collective (MPI
   // and self, whose backend computes in host memory); NCCL reduces device memory on its stream.

@@ -12,7 +12,12 @@ struct CliRun {
   std::string out;
 };
 
-inline std::string oomb_binary() { return std::string(OOMB_BINARY_DIR) + "/oomb"; }
+// The executable under test: `oomb`, or the one OOMB_TEST_OOMB_NAME names (the tests of tests/cuda
+// built on the emulated device beside an nvcc build run `oomb-emulated`).
+#ifndef OOMB_TEST_OOMB_NAME
+#define OOMB_TEST_OOMB_NAME "oomb"
+#endif
+inline std::string oomb_binary() { return std::string(OOMB_BINARY_DIR) + "/" OOMB_TEST_OOMB_NAME; }
 
 // `oomb ARGS`; stderr joins stdout unless `stdout_only` (JSON output, with warnings on stderr).
 inline CliRun run_oomb(const std::string& args, bool stdout_only = false) {

@@ -23,7 +23,7 @@ expect_exit() {
   ok
 }
 
-expect_exit 0 "features: cuda=(yes|no|emulated) cupti=(yes|no|emulated) gui=(yes|no)" --version
+expect_exit 0 "features: cuda=(yes|no|emulated) cupti=(yes|no|emulated) nccl=(yes|no|emulated) gui=(yes|no)" --version
 expect_exit 0 "qwen2.5-7b" models
 expect_exit 0 "FITS" simulate --model qwen2.5-7b --gpu h200 --context 4M
 expect_exit 0 "host_kv_grad_pages +448.00 GiB" simulate --preset oomb-published --model qwen2.5-7b --gpu h200 --context 4M --attention sparse

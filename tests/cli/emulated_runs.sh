@@ -8,8 +8,11 @@
 #     every record tagged and none dropped;
 #   - `oomb validate --plan p.json --trace t.json` passes: the memory terms (device rows, pools, host
 #     pages: the table's bytes, to the byte) and the copy bytes are judged, the times are not.
+# The plans cover dense, offload, sparse, bf16 KV, LoRA, partial checkpointing, the optimizer on the
+# GPU and on the host, and (under mpirun -np 2, with the emulated NCCL) tensor parallel 2 and data
+# parallel 2 with ZeRO-1.
 # Usage: emulated_runs.sh path/to/oomb-emulated path/to/oomb   (the second: any build, for the plans
-# and the CPU runs; the same binary with OOMB_CUDA=EMULATED)
+# and the CPU runs; the same binary with OOMB_CUDA=EMULATED). ONLY_MPI=1: the two-rank cases only.
 set -u
 emu=$1
 cpu=${2:-$1}
@@ -21,8 +24,20 @@ bad() { echo "FAIL: $*"; fail=$((fail + 1)); }
 # The losses of a `run --json` output, one per line.
 losses() { tr -d '\n ' <"$1" | grep -o '"losses":\[[^]]*\]' | head -1 | sed 's/.*\[//; s/\]//' | tr ',' '\n'; }
 
+# Ranks: `mpirun -np N` of both binaries when the plan has several (the CUDA run's NCCL is the
+# emulated one: the ranks meet in shared memory), else nothing.
+launch=""
+have_mpi=0
+if command -v mpirun >/dev/null 2>&1 && "$emu" --version | grep -q "mpi=yes" && "$emu" --version | grep -q "nccl=emulated" &&
+   "$cpu" --version | grep -q "mpi=yes"; then
+  have_mpi=1
+fi
+mpirun_np() {
+  echo "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 mpirun --oversubscribe -np $1"
+}
+
 # case NAME STEPS PLAN-FLAGS...: plan the tiny model at 512 tokens (two chunks of 256) with the
-# flags, then run and check it.
+# flags, then run and check it ($launch in front of both runs).
 case_() {
   local name=$1 steps=$2
   shift 2
@@ -33,12 +48,12 @@ case_() {
     return
   fi
   local start=$SECONDS
-  if ! "$emu" run --plan "$d/p.json" --backend cuda --steps "$steps" --warmup 0 --trace "$d/t.json" --json \
+  if ! $launch "$emu" run --plan "$d/p.json" --backend cuda --steps "$steps" --warmup 0 --trace "$d/t.json" --json \
        >"$d/cuda.json" 2>"$d/cuda.err"; then
     bad "$name: the emulated cuda run failed: $(tail -5 "$d/cuda.err")"
     return
   fi
-  if ! "$cpu" run --plan "$d/p.json" --backend cpu --steps "$steps" --warmup 0 --json >"$d/cpu.json" 2>"$d/cpu.err"; then
+  if ! $launch "$cpu" run --plan "$d/p.json" --backend cpu --steps "$steps" --warmup 0 --json >"$d/cpu.json" 2>"$d/cpu.err"; then
     bad "$name: the cpu run failed: $(tail -5 "$d/cpu.err")"
     return
   fi
@@ -75,6 +90,7 @@ case_() {
   echo "$name: cuda $cl/ cpu $pl($((SECONDS - start)) s)"
 }
 
+[ -n "${ONLY_MPI:-}" ] || {
 case_ dense 1 --kv-dtype fp32 --resident-layers all
 case_ offload 1 --resident-layers 1
 case_ sparse 1 --attention sparse --budget 2 --resident-layers 1
@@ -83,6 +99,27 @@ case_ lora 2 --lora-rank 4 --lora-targets all-linear --optimizer gpu --resident-
 case_ kept_layers 1 --kept-layers 1 --resident-layers all
 case_ optimizer_gpu 2 --optimizer gpu --resident-layers 1
 case_ optimizer_host 2 --optimizer host --resident-layers 1
+}
+# Two ranks: tensor parallelism over two emulated GPUs, and two data-parallel replicas with ZeRO-1
+# (the AdamW state sharded: reduce-scatter and all-gather instead of the all-reduce). Each rank's
+# trace is checked above through rank 0's (validate judges the set).
+if [ "$have_mpi" -eq 1 ]; then
+  launch=$(mpirun_np 2)
+  case_ tensor_parallel_2 1 --gpus 2 --resident-layers 1
+  case_ data_parallel_2_zero1 2 --data-parallel 2 --shard-optimizer true --optimizer gpu --resident-layers 1
+  launch=""
+  for name in tensor_parallel_2 data_parallel_2_zero1; do
+    d="$tmp/$name"
+    if [ -f "$d/validate.txt" ] && grep -q "rank 1 .*t.rank1.json .*ok" "$d/validate.txt" &&
+       grep -q '"emulated_device": *true' "$d/t.rank1.json"; then
+      pass=$((pass + 1))
+    else
+      bad "$name: rank 1's trace was not validated as the emulated device's: $(grep 'rank 1' "$d/validate.txt")"
+    fi
+  done
+else
+  echo "skipped: the two-rank cases (need mpirun and binaries built with MPI and the emulated NCCL)"
+fi
 
 # A CUPTI that starts but records no kernel (here: every record dropped) gives the host-timed trace,
 # saying why, never a device trace without compute.

@@ -1,13 +1,16 @@
 // NCCL (issue 25): the one-rank checks of the CUDA backend's communicator (bootstrapped over the
 // self communicator): an all-reduce leaves the device buffer as it was, in fp32 and bf16, and counts
-// its bytes; a split (tensor x data parallelism) gives a working NCCL communicator. Skips without a
-// device or an NCCL build.
+// its bytes; a split (tensor x data parallelism) gives a working NCCL communicator. Three ranks (on
+// the emulated device, or three GPUs): every collective of the communicator, and NCCL's bf16 sum
+// against MPI's. Skips without a device or an NCCL build.
 #include <gtest/gtest.h>
 
 #include <memory>
 #include <vector>
 
+#include "../executor/thread_comm.h"
 #include "executor/cuda/cuda_backend.h"
+#include "executor/runtime/bf16.h"
 #include "executor/runtime/comm.h"
 #ifdef OOMB_HAVE_NCCL
 #include "executor/cuda/nccl_comm.h"
@@ -84,6 +87,91 @@ TEST(Nccl, OneRankSplitAndDeviceDoublesAreTheIdentity) {
     EXPECT_EQ(x, 4.0);
     part->barrier();
     b.deallocate(Tier::device, d, 777 * 8);
+  }
+#endif
+}
+
+// Three ranks as threads of this process, each with its own CudaBackend, the NCCL communicator
+// bootstrapped over the thread communicator (tests/executor/thread_comm.h, which sums as MPI's
+// staging does: bf16 widened, added in fp32, rounded once). NCCL rounds bf16 at each hop of its ring
+// (comm.h): rank 0 holds 1 and ranks 1 and 2 hold 2^-8 (half of bf16's step at 1). MPI's way gives
+// 1 + 2^-7 everywhere; the ring's first chunk adds 2^-8 + 2^-8 first and gets 1 + 2^-7 too, but its
+// other chunks add 1 + 2^-8 first, which rounds to even (1), and then 1 again. The f32, f64 and
+// asynchronous all-reduces, the in-place reduce-scatter and all-gather of ZeRO-1 carry integers
+// (exact in any order). Runs on the emulated device (one device; its NCCL lets ranks share it) or
+// three GPUs (NCCL runs one rank per GPU).
+TEST(Nccl, ThreeRanksRunEveryCollectiveAndRoundBf16AtEachHop) {
+#ifndef OOMB_HAVE_NCCL
+  GTEST_SKIP() << "built without NCCL";
+#else
+  std::string why;
+  if (!cuda_device_available(&why)) GTEST_SKIP() << "no CUDA device: " << why;
+  if (!CudaBackend::emulated() && cuda_device_count() < 3)
+    GTEST_SKIP() << "needs 3 GPUs (NCCL runs one rank per GPU) or the emulated device";
+  constexpr int kRanks = 3;
+  constexpr int64_t kN = 24;  // bf16: three 16-byte chunks of the ring, one per rank
+  test::ThreadGroup group(kRanks);
+  std::vector<std::vector<uint16_t>> by_nccl(kRanks), by_threads(kRanks);
+  group.run([&](int rank) {
+    CudaBackendOptions o;
+    o.device = CudaBackend::emulated() ? 0 : rank;
+    CudaBackend b(o);
+    const auto boot = group.communicator(rank, b);
+    const auto comm = nccl_communicator(*boot, b.stream(CudaStream::compute));
+    ASSERT_EQ(comm->size(), kRanks);
+    ASSERT_EQ(comm->rank(), rank);
+    const uint16_t mine = f32_to_bf16(rank == 0 ? 1.0f : std::ldexp(1.0f, -8));
+    std::vector<uint16_t> h16(kN, mine);
+    void* d = b.allocate(Tier::device, 4 * kRanks * kN);
+    for (auto* out : {&by_nccl, &by_threads}) {
+      b.upload(d, h16.data(), 2 * kN);
+      (out == &by_nccl ? *comm : *boot).all_reduce_sum(Tensor(d, DType::bf16, kN), kN);
+      std::vector<uint16_t> back(kN);
+      b.download(back.data(), d, 2 * kN);
+      (*out)[static_cast<size_t>(rank)] = back;
+    }
+    // f32: the synchronous and the asynchronous all-reduce (on its own stream, ordered by wait_all).
+    auto value = [](int r, int64_t i) { return static_cast<float>((i * 5 + r * 11) % 97); };
+    std::vector<float> h(kRanks * kN);
+    for (int64_t i = 0; i < kRanks * kN; ++i) h[static_cast<size_t>(i)] = value(rank, i);
+    for (bool async : {false, true}) {
+      b.upload(d, h.data(), 4 * kRanks * kN);
+      if (async) {
+        comm->all_reduce_sum_async(Tensor(d, DType::f32, kRanks * kN), kRanks * kN, nullptr);
+        comm->wait_all();
+      } else {
+        comm->all_reduce_sum(Tensor(d, DType::f32, kRanks * kN), kRanks * kN);
+      }
+      std::vector<float> back(kRanks * kN);
+      b.download(back.data(), d, 4 * kRanks * kN);
+      for (int64_t i = 0; i < kRanks * kN; ++i)
+        ASSERT_EQ(back[static_cast<size_t>(i)], value(0, i) + value(1, i) + value(2, i))
+            << "rank " << rank << " element " << i << (async ? " (async)" : "");
+    }
+    // ZeRO-1: reduce-scatter in place (rank r's block at r x n), then all-gather of the blocks.
+    b.upload(d, h.data(), 4 * kRanks * kN);
+    comm->reduce_scatter_sum(Tensor(d, DType::f32, kRanks * kN), kN, nullptr);
+    comm->all_gather(Tensor(d, DType::f32, kRanks * kN), kN);
+    std::vector<float> back(kRanks * kN);
+    b.download(back.data(), d, 4 * kRanks * kN);
+    for (int64_t i = 0; i < kRanks * kN; ++i)
+      ASSERT_EQ(back[static_cast<size_t>(i)], value(0, i) + value(1, i) + value(2, i)) << "rank " << rank << " element " << i;
+    // Device doubles (the published rule's page scores).
+    std::vector<double> hd(kN, 0.25 * (rank + 1));
+    b.upload(d, hd.data(), 8 * kN);
+    comm->all_reduce_sum_f64(static_cast<double*>(d), kN);
+    std::vector<double> backd(kN);
+    b.download(backd.data(), d, 8 * kN);
+    EXPECT_EQ(backd, std::vector<double>(kN, 1.5));
+    EXPECT_EQ(comm->reduced_bytes(), 2 * kN + 2 * 4 * kRanks * kN + 2 * 4 * kRanks * kN);
+    b.deallocate(Tier::device, d, 4 * kRanks * kN);
+  });
+  const uint16_t one = f32_to_bf16(1.0f), above = f32_to_bf16(1.0f + std::ldexp(1.0f, -7));
+  std::vector<uint16_t> ring(kN, one);
+  for (int i = 0; i < 8; ++i) ring[static_cast<size_t>(i)] = above;
+  for (int r = 0; r < kRanks; ++r) {
+    EXPECT_EQ(by_threads[static_cast<size_t>(r)], std::vector<uint16_t>(kN, above)) << "rank " << r;
+    EXPECT_EQ(by_nccl[static_cast<size_t>(r)], ring) << "rank " << r;
   }
 #endif
 }
