@@ -354,6 +354,11 @@ Validation validate_run(const ValidationRequest& req) {
   const bool comm_comparable = time_comparable && backend == "cpu" && run.collective_split;
   const std::string comm_note =
       !time_comparable ? time_note
+      : backend != "cpu" && run.collectives_device_timed
+          ? "not comparable: the NCCL kernels' device time (CUPTI) holds each rank's wait for the slowest with the "
+            "transfer; measured " + format_duration_s(run.tp > 1 ? run.tp_allreduce_s : run.allreduce_s) +
+                " (tensor parallel " + format_duration_s(run.tp_allreduce_s) + ", data parallel " +
+                format_duration_s(run.allreduce_s) + ")"
       : backend != "cpu" ? "not comparable: NCCL collectives run on the device stream (host-timed calls are enqueues)"
       : !run.collective_split ? "not comparable: the ranks share no clock (several hosts), the wait for the slowest "
                                 "rank cannot be told apart from the transfer"

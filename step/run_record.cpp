@@ -93,7 +93,8 @@ Json to_json(const RunRecord& r) {
                           {"allreduce_s", r.allreduce_s},
                           {"allreduce_wait_s", r.allreduce_wait_s},
                           {"allreduce_transfer_s", r.allreduce_transfer_s},
-                          {"collective_split", r.collective_split}};
+                          {"collective_split", r.collective_split},
+                          {"device_timed", r.collectives_device_timed}};
   if (r.tp > 1)
     m["tensor_parallel"] = {{"tp", r.tp},
                             {"rank", r.tp_rank},
@@ -104,7 +105,8 @@ Json to_json(const RunRecord& r) {
                             {"allreduce_s", r.tp_allreduce_s},
                             {"allreduce_wait_s", r.tp_allreduce_wait_s},
                             {"allreduce_transfer_s", r.tp_allreduce_transfer_s},
-                            {"collective_split", r.collective_split}};
+                            {"collective_split", r.collective_split},
+                            {"device_timed", r.collectives_device_timed}};
   if (!r.recall.empty()) {
     Json samples = Json::array();
     for (const auto& x : r.recall) samples.push_back({{"chunk", x.chunk}, {"layer", x.layer}, {"recall", x.recall}});
@@ -193,6 +195,7 @@ RunRecord run_record_from_json(const Json& extra, const std::string& where) {
     if (t.has("allreduce_transfer_s")) r.tp_allreduce_transfer_s = t.f64("allreduce_transfer_s");
     else r.collective_times_recorded = false;
     r.collective_split = r.collective_split && t.boolean_or("collective_split", true);
+    r.collectives_device_timed = r.collectives_device_timed || t.boolean_or("device_timed", false);
   }
   if (m.has("data_parallel")) {
     const JsonReader d(m.object("data_parallel"), where + ": metadata.extra.measured.data_parallel");
@@ -206,6 +209,7 @@ RunRecord run_record_from_json(const Json& extra, const std::string& where) {
     if (d.has("allreduce_transfer_s")) r.allreduce_transfer_s = d.f64("allreduce_transfer_s");
     else r.collective_times_recorded = false;
     r.collective_split = r.collective_split && d.boolean_or("collective_split", true);
+    r.collectives_device_timed = r.collectives_device_timed || d.boolean_or("device_timed", false);
   }
   if (m.has("notes"))
     for (const auto& n : m.array("notes"))

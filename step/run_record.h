@@ -79,6 +79,10 @@ struct RunRecord {
   // Read back from a trace from before the wait was told apart from the transfer (the totals only):
   // false, and no collective time is judged.
   bool collective_times_recorded = true;
+  // The collectives' times (both blocks) are their NCCL kernels' spans on the device (CUPTI) over
+  // the fastest timed step: what the collectives took on the GPU, each rank's wait for the slowest
+  // included (a kernel spins until every rank arrived), so wait and transfer are not told apart.
+  bool collectives_device_timed = false;
   // Tensor parallelism (gpus > 1): the degree, this rank's place in it, and the last step's
   // activation all-reduces (count, bytes given per rank as stored, wall time); recorded when tp > 1.
   int64_t tp = 1, tp_rank = 0;

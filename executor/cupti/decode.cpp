@@ -3,6 +3,8 @@
 #include <cxxabi.h>
 
 #include <algorithm>
+#include <cctype>
+#include <cstring>
 #include <cstdlib>
 #include <limits>
 #include <memory>
@@ -48,6 +50,17 @@ Tag unpack_tag(uint64_t packed) {
   t.layer = unfield(packed, kLayerShift, kLayerBits);
   t.chunk = unfield(packed, kChunkShift, kChunkBits);
   return t;
+}
+
+std::string nccl_collective(const std::string& short_name) {
+  std::string rest;
+  for (const char* prefix : {"ncclDevKernel_", "ncclKernel_"})
+    if (const size_t at = short_name.find(prefix); rest.empty() && at != std::string::npos)
+      rest = short_name.substr(at + std::strlen(prefix));
+  if (rest.empty()) return "";
+  std::string out = "nccl_";
+  for (char c : rest.substr(0, rest.find('_'))) out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
 }
 
 std::string short_kernel_name(const std::string& name) {
@@ -189,9 +202,18 @@ traces::Trace decode(const std::vector<Record>& records, const DecodeOptions& o,
     switch (r.kind) {
       case RecordKind::kernel:
         ++st.kernels;
-        e.kind = EventKind::compute;
         e.name = short_kernel_name(r.name);
-        e.stream = stream_name(r.stream_id, "compute");
+        if (const std::string c = nccl_collective(e.name); !c.empty()) {
+          // NCCL's kernels spin until the last rank arrives: a collective on the communication lane,
+          // never compute (it would fill the pass's compute time and hide exposed copies).
+          ++st.collectives;
+          e.kind = EventKind::collective;
+          e.name = c;
+          e.stream = "comm";
+        } else {
+          e.kind = EventKind::compute;
+          e.stream = stream_name(r.stream_id, "compute");
+        }
         break;
       case RecordKind::memset:
         ++st.memsets;

@@ -71,6 +71,7 @@ struct DecodeOptions {
 struct DecodeStats {
   int64_t records = 0;
   int64_t kernels = 0, memcpys = 0, memsets = 0, memory = 0, correlations = 0;
+  int64_t collectives = 0;  // of the kernels, NCCL's (collective events on "comm")
   int64_t ignored = 0;   // kinds this decoder does not use
   int64_t invalid = 0;   // no or inverted timestamps (incomplete records)
   int64_t untagged = 0;  // work records with no external correlation (op "untagged")
@@ -81,8 +82,13 @@ struct DecodeStats {
 // Kernel names for the trace: demangled, without parameter list, template arguments or namespace
 // ("void oomb::cuda::attn_fwd<128>(Args)" -> "attn_fwd").
 std::string short_kernel_name(const std::string& name);
+// The collective of an NCCL kernel's short name, as a trace event name ("ncclDevKernel_AllReduce_
+// Sum_bf16_RING_LL" -> "nccl_allreduce"; "ncclKernel_..." of older NCCL likewise); "" for others.
+std::string nccl_collective(const std::string& short_name);
 
-// Builds the trace: kernels and memsets -> compute events; H2D / D2H copies -> copy events with
+// Builds the trace: kernels and memsets -> compute events, except NCCL's kernels (nccl_collective):
+// collective events on stream "comm", out of the compute time and the passes' sums (a collective's
+// kernel spins until the last rank arrives: its span is the rank's wait plus the transfer); H2D / D2H copies -> copy events with
 // their bytes, except on the stream named "compute" (the backend's staged uploads, op metadata and
 // result read-backs: compute-stream work, "memcpy_h2d" / "memcpy_d2h" compute events, so that copy
 // events and the summary's h2d / d2h bytes are the copy streams' traffic); D2D / H2H copies are

@@ -573,8 +573,14 @@ void Engine::gradient_buckets_final(int64_t point) {
     // only enqueues it.
     const int64_t t0 = steady_now_ns();
     timed("gradient_allreduce", "gradient_allreduce", 2, 0, 0, [&] {
-      dp_comm_->all_reduce_sum_async(grads_.t().at(b.offset), b.count,
-                                     dp_staging_.data() ? dp_staging_.f32() + b.offset : nullptr);
+      float* staging = dp_staging_.data() ? dp_staging_.f32() + b.offset : nullptr;
+      // With tensor parallelism the bucket goes on the compute stream, after the layer's
+      // tensor-parallel all-reduces, not on the replicas' stream beside the backward's: kernels of
+      // two NCCL communicators in flight at once on one GPU can deadlock (each spins until its
+      // peers arrive, and a device-synchronising call inside NCCL then waits for the other), as
+      // NCCL's documentation warns. The overlap with the backward is given up for that case only.
+      if (tp_ > 1) dp_comm_->all_reduce_sum_staged(grads_.t().at(b.offset), b.count, staging);
+      else dp_comm_->all_reduce_sum_async(grads_.t().at(b.offset), b.count, staging);
     });
     allreduce_bytes_ += bytes;
     const int64_t layer = b.final_at >= 1 && b.final_at <= g_.L ? g_.L - b.final_at : -1;

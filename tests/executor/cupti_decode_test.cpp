@@ -213,6 +213,38 @@ TEST(CuptiDecode, OverlappingRecordsCountComputeOnceAndExposeOnlyUncoveredCopyTi
   EXPECT_EQ(t.summary.exposed_copy_ns, 500);
 }
 
+// Review 3, finding 2: NCCL's kernels (a tensor-parallel all-reduce on the compute stream, a
+// gradient bucket's on the communicator's own stream, which nobody named) are collectives on the
+// communication lane with their tags, not compute: they add nothing to compute_busy, and a copy
+// they overlap stays exposed.
+TEST(CuptiDecode, NcclKernelsAreCollectivesOnTheCommLaneNotCompute) {
+  constexpr uint32_t kSide = 42;  // the data-parallel communicator's stream: not in options.streams
+  const std::vector<Record> recs = {
+      correlation(1, {1, 0, 0, 0}), kernel(1, kCompute, 1000, 2000, "attn_fwd"),
+      correlation(2, {2, 0, 0, 1}),
+      kernel(2, kCompute, 2000, 2600, "_Z39ncclDevKernel_AllReduce_Sum_f32_RING_LL24ncclDevKernelArgsStorageILm4096EE"),
+      correlation(3, {2, 0, 1, 1}), kernel(3, kSide, 2600, 4000, "ncclKernel_ReduceScatter_RING_LL_Sum_bfloat16"),
+      copy(4, kH2d, CopyKind::h2d, 2700, 3000, 64)};
+  DecodeStats st;
+  const traces::Trace t = decode(recs, options(), 0, {}, &st);
+  EXPECT_EQ(st.kernels, 3);
+  EXPECT_EQ(st.collectives, 2);
+  ASSERT_EQ(t.events.size(), 4u);
+  EXPECT_EQ(t.events[0].kind, traces::EventKind::compute);
+  EXPECT_EQ(t.events[1].kind, traces::EventKind::collective);
+  EXPECT_EQ(t.events[1].name, "nccl_allreduce");
+  EXPECT_EQ(t.events[1].stream, "comm");
+  EXPECT_EQ(t.events[1].op, "layer_bwd");
+  EXPECT_EQ(t.events[2].name, "nccl_reducescatter");
+  EXPECT_EQ(t.events[2].stream, "comm");
+  EXPECT_EQ(t.events[2].layer, 1);
+  EXPECT_EQ(t.summary.compute_busy_ns, 1000);  // attn_fwd only
+  EXPECT_EQ(t.summary.exposed_copy_ns, 300);   // the collectives hide no copy
+  EXPECT_EQ(nccl_collective("attn_fwd"), "");
+  EXPECT_EQ(nccl_collective("ncclDevKernel_AllGather_RING_LL"), "nccl_allgather");
+  EXPECT_NO_THROW(traces::trace_from_json(traces::to_json(t), "decoded"));
+}
+
 TEST(CuptiDecode, LayerDetailMergesConsecutiveRecordsOfAKey) {
   const Tag a{1, 0, 0, 0}, b{1, 0, 1, 0};
   const std::vector<Record> recs = {kernel(1, kCompute, 1000, 1100), kernel(2, kCompute, 1100, 1300),
