@@ -16,7 +16,10 @@
 #   time, per timed step, is printed against its 5% target; a CUPTI fallback to host timing is
 #   reported); then (full mode only) the kernel bench, the other GPU tests, the same run with 1
 #   resident layer (a contrast: by design it cannot overlap), the sparse run, the small-model run
-#   with and without the trace (kernel choices, tracing overhead), compute-sanitizer.
+#   with and without the trace (kernel choices, tracing overhead), compute-sanitizer. The full mode
+#   also runs the whole-run plans that CI runs on the emulated device (tests/cli/emulated_runs.sh:
+#   dense, offload, sparse, bf16 KV, LoRA, partial checkpointing, optimizer on GPU and host; the
+#   mpirun -np 2 cases where the machine has two GPUs) right after the 7B plan.
 # --quick: build, the attention, engine and tensor-parallel tests and the 7B plan (at 16K context)
 # with validate, in at most 5 minutes.
 # Tensor parallelism on one GPU: a one-rank NCCL run cannot exercise it (--gpus N needs N processes,
@@ -100,7 +103,7 @@ if ((quick)); then
   plan=("configure 20 1" "build 140 1" "tests_core 60 1" "e2e7b_plan 10 1" "e2e7b_run 40 1" "e2e7b_validate 15 1")
 else
   plan=("configure 30 1" "build 180 1" "tests_core 60 1" "e2e7b_plan 10 1" "e2e7b_run 90 1" "e2e7b_validate 20 1"
-        "bench 45 0" "tests_rest 60 0" "e2e7b_r1_run 75 0" "e2e7b_sparse_run 75 0" "e2e7b_sparse_validate 20 0"
+        "whole_runs 90 0" "bench 45 0" "tests_rest 60 0" "e2e7b_r1_run 75 0" "e2e7b_sparse_run 75 0" "e2e7b_sparse_validate 20 0"
         "e2e_small_run 40 0" "e2e_small_untraced 40 0" "sanitizer_memcheck 60 0" "sanitizer_racecheck 60 0")
 fi
 declare -A cap
@@ -292,6 +295,12 @@ if [ -f "$work/plan-7b.json" ]; then
 fi
 
 if ((!quick)); then
+  # The whole-run plans CI runs on the emulated device (tests/cli/emulated_runs.sh), here on the GPU
+  # with this device's profile: losses against the CPU backend, a CUPTI trace with every record
+  # tagged, memory exact; validate's time verdicts are printed as findings (tiny, launch-bound steps).
+  step whole_runs env OOMB_RUNS_GPU="$gpu" bash tests/cli/emulated_runs.sh "$oomb" "$oomb"
+  failed $? && status=1
+  grep -E "^(emulated runs|finding|FAIL|mode)" "$work/whole_runs.log" | head -n 16 >>"$summary"
   step bench "$build/oomb_cuda_bench"
   failed $? && status=1
   step tests_rest env OMP_NUM_THREADS=4 ctest --test-dir "$build" -L gpu -E "$core" --output-on-failure -j 4 --timeout 25
