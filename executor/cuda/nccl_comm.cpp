@@ -44,6 +44,10 @@ class NcclCommunicator final : public Communicator {
   }
   NcclCommunicator(const NcclCommunicator&) = delete;
   NcclCommunicator& operator=(const NcclCommunicator&) = delete;
+  void abort() override {
+    if (comm_) ncclCommAbort(comm_);
+    comm_ = nullptr;
+  }
   int rank() const override { return boot_.rank(); }
   int size() const override { return boot_.size(); }
   std::string name() const override { return "nccl"; }

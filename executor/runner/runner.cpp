@@ -573,6 +573,15 @@ RunResult run(const RunRequest& r, const RunTable& table, const Weights& w, cons
   const std::vector<int32_t> first = sequence_of(0);
   std::vector<double> all_step_times_s;  // warm-up included
   std::optional<Measured> fastest_comm;   // the measurement after the fastest timed step (its collectives)
+  // Review 3, finding 6: a rank whose step failed aborts its NCCL communicators before it unwinds
+  // (the Engine, the backend and the communicators wait on their streams as they are destroyed, and
+  // a collective that a peer never joins would hold them there, so the rank would never reach the
+  // launcher's abort); its peers' collectives then fail instead of waiting for it.
+  auto abort_communicators = [&] {
+    if (world <= 1) return;
+    e.abort_communicators();
+    if (nccl) nccl->abort();
+  };
   try {
     for (current = 0; current < total_steps; ++current) {
       if (r.stop && r.stop()) {
@@ -610,10 +619,13 @@ RunResult run(const RunRequest& r, const RunTable& table, const Weights& w, cons
       }
     }
   } catch (const Error&) {
+    abort_communicators();
     throw;
   } catch (const std::bad_alloc&) {
+    abort_communicators();
     throw;  // out of host memory: the caller's exit 3, not a failed step's 4
   } catch (const std::exception& ex) {
+    abort_communicators();
     const std::optional<FaultTagger::Tag> at = fault_tagger.fault();
     res.failure = ex.what() + (at ? " (in " + at->to_string() + ")" : std::string());
     res.failed_step = current + 1;

@@ -81,6 +81,12 @@ class Communicator {
   // communicator, NCCL its bootstrap and a new NCCL communicator over each part (nccl_comm.h), one
   // process gives a one-rank communicator; the default refuses.
   virtual std::unique_ptr<Communicator> split(int color, int key);
+  // A rank that failed ends its part at once, before anything waits on a stream: NCCL aborts the
+  // communicator (ncclCommAbort: its kernels stop waiting for peers, and the peers' collectives on
+  // it fail instead of waiting for this rank); the job is then ended by the launcher (MPI_Abort).
+  // Nothing may be called on it afterwards but its destructor. The host communicators have nothing
+  // in flight when a call returns: nothing to do.
+  virtual void abort() {}
   // Bytes all_reduce_sum was given so far (per rank, as stored).
   int64_t reduced_bytes() const { return reduced_bytes_; }
 

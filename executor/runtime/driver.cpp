@@ -510,6 +510,11 @@ void Engine::upload_weights(const std::vector<float>& w) {
 
 Engine::~Engine() = default;
 
+void Engine::abort_communicators() {
+  for (auto* owned : {&tp_comm_owned_, &dp_comm_owned_})
+    if (*owned) (*owned)->abort();
+}
+
 namespace {
 // Sets the Engine's collective tag for a scope (restored on exit, exceptions included).
 class CommTagScope {

@@ -147,6 +147,10 @@ class Engine {
   bool lora() const { return lora_; }
   void zero_gradients();
   const Measured& measured() const { return measured_; }
+  // A failed step of a multi-rank run: aborts the communicators this Engine split from
+  // EngineOptions::comm (Communicator::abort), before anything waits on a stream; the caller aborts
+  // that one. The Engine runs no more steps.
+  void abort_communicators();
   traces::Trace trace(const std::string& command = {}) const;
   // Steady-clock time (ns) that the host trace's times are relative to (its origin).
   int64_t trace_origin_ns() const { return recorder_.origin_ns(); }

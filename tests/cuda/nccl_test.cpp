@@ -5,7 +5,11 @@
 // against MPI's. Skips without a device or an NCCL build.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "../executor/thread_comm.h"
@@ -173,6 +177,56 @@ TEST(Nccl, ThreeRanksRunEveryCollectiveAndRoundBf16AtEachHop) {
     EXPECT_EQ(by_threads[static_cast<size_t>(r)], std::vector<uint16_t>(kN, above)) << "rank " << r;
     EXPECT_EQ(by_nccl[static_cast<size_t>(r)], ring) << "rank " << r;
   }
+#endif
+}
+
+// Review 3, finding 6: a rank whose step failed aborts its communicators before anything waits on a
+// stream, so that a collective no peer will join (the peer failed elsewhere, or is stuck) does not
+// hold its stream, and its destructors, forever: it reaches the launcher's abort. Rank 0 queues an
+// all-reduce that rank 1 never calls, aborts, and synchronises: that returns at once (with the
+// collective's failure) instead of waiting (forever on a GPU; OOMB_EMULATED_NCCL_TIMEOUT_S, 120 s,
+// on the emulated device). In a child process (a death test): the failed collective faults the
+// context, as a GPU's would.
+void abort_scenario() {
+  test::ThreadGroup group(2);
+  double waited_s = -1;
+  std::string error;
+  group.run([&](int rank) {
+    CudaBackendOptions o;
+    o.device = CudaBackend::emulated() ? 0 : rank;
+    CudaBackend b(o);
+    const auto boot = group.communicator(rank, b);
+    const auto comm = nccl_communicator(*boot, b.stream(CudaStream::compute));
+    if (rank == 0) {
+      std::vector<float> h(64, 1.0f);
+      void* d = b.allocate(Tier::device, 256);
+      b.upload(d, h.data(), 256);
+      b.synchronize();
+      const auto t0 = std::chrono::steady_clock::now();
+      comm->all_reduce_sum(Tensor(d, DType::f32, 64), 64);  // rank 1 never joins it
+      comm->abort();
+      try {
+        b.synchronize();
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
+      waited_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    }
+    group.barrier();  // rank 1 leaves only after rank 0 is done
+  });
+  std::fprintf(stderr, "rank 0 synchronised %.3f s after its abort: %s\n", waited_s, error.c_str());
+  std::exit(waited_s >= 0 && waited_s < 30 ? 0 : 1);
+}
+
+TEST(NcclDeathTest, AnAbortedRankDoesNotWaitForACollectiveNoPeerJoins) {
+#ifndef OOMB_HAVE_NCCL
+  GTEST_SKIP() << "built without NCCL";
+#else
+  std::string why;
+  if (!cuda_device_available(&why)) GTEST_SKIP() << "no CUDA device: " << why;
+  if (!CudaBackend::emulated() && cuda_device_count() < 2) GTEST_SKIP() << "needs 2 GPUs or the emulated device";
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(abort_scenario(), ::testing::ExitedWithCode(0), "rank 0 synchronised [0-9.]+ s after its abort");
 #endif
 }
 
