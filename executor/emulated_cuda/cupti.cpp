@@ -247,6 +247,19 @@ uint32_t api_call(Call call) {
   return correlation;
 }
 
+namespace {
+// The fields every timed work record shares (kernel, memcpy, memset): its span on the stream, the
+// context, the stream and the API call it came from.
+template <class R>
+void stamp(R& r, uint64_t start, uint64_t end, uint32_t stream_id, uint32_t correlation) {
+  r.start = start;
+  r.end = end;
+  r.contextId = kContextId;
+  r.streamId = stream_id;
+  r.correlationId = correlation;
+}
+}  // namespace
+
 std::function<void()> recorded(cudaStream_t stream, uint32_t correlation, const Work& work, std::function<void()> fn) {
   if (correlation == 0) return fn;
   const uint32_t sid = stream_id(stream);
@@ -264,12 +277,9 @@ std::function<void()> recorded(cudaStream_t stream, uint32_t correlation, const 
         if (kind == CUPTI_ACTIVITY_KIND_INVALID) return;
         CUpti_ActivityKernel10 k{};
         k.kind = kind;
-        k.start = start;
-        k.end = end;
+        stamp(k, start, end, sid, correlation);
         k.completed = end;
         k.deviceId = 0;
-        k.contextId = kContextId;
-        k.streamId = sid;
         k.gridX = static_cast<int32_t>(w.grid.x);
         k.gridY = static_cast<int32_t>(w.grid.y);
         k.gridZ = static_cast<int32_t>(w.grid.z);
@@ -277,7 +287,6 @@ std::function<void()> recorded(cudaStream_t stream, uint32_t correlation, const 
         k.blockY = static_cast<int32_t>(w.block.y);
         k.blockZ = static_cast<int32_t>(w.block.z);
         k.dynamicSharedMemory = w.dynamic_shared_bytes;
-        k.correlationId = correlation;
         k.gridId = correlation;
         k.name = w.name;
         k.queued = k.submitted = CUPTI_TIMESTAMP_UNKNOWN;
@@ -292,11 +301,7 @@ std::function<void()> recorded(cudaStream_t stream, uint32_t correlation, const 
         m.srcKind = memory_kind(w.src);
         m.dstKind = memory_kind(w.dst);
         m.bytes = w.bytes;
-        m.start = start;
-        m.end = end;
-        m.contextId = kContextId;
-        m.streamId = sid;
-        m.correlationId = correlation;
+        stamp(m, start, end, sid, correlation);
         m.copyCount = w.copy_count;
         append(m);
         return;
@@ -307,11 +312,7 @@ std::function<void()> recorded(cudaStream_t stream, uint32_t correlation, const 
         m.kind = CUPTI_ACTIVITY_KIND_MEMSET;
         m.value = w.value;
         m.bytes = w.bytes;
-        m.start = start;
-        m.end = end;
-        m.contextId = kContextId;
-        m.streamId = sid;
-        m.correlationId = correlation;
+        stamp(m, start, end, sid, correlation);
         m.memoryKind = memory_kind(w.dst);
         append(m);
         return;
