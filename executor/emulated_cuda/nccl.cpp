@@ -85,6 +85,8 @@ struct Header {
   std::atomic<int32_t> why_ready;          // the reason below is written
   char why[1024];
 };
+// The header's bytes in the segment; the slots follow, 64-byte aligned.
+constexpr size_t kHeaderBytes = (sizeof(Header) + 63) / 64 * 64;
 static_assert(std::atomic<int32_t>::is_always_lock_free && std::atomic<uint64_t>::is_always_lock_free,
               "process-shared atomics need lock-free ones");
 
@@ -225,8 +227,7 @@ struct EmulatedComm {
   }
 
   char* slot(uint64_t phase_no, int r) const {
-    const size_t header_bytes = (sizeof(Header) + 63) / 64 * 64;
-    return static_cast<char*>(map) + header_bytes +
+    return static_cast<char*>(map) + kHeaderBytes +
            (static_cast<size_t>(phase_no % 2) * static_cast<size_t>(nranks) + static_cast<size_t>(r)) * slot_bytes;
   }
 
@@ -505,8 +506,7 @@ ncclResult_t ncclCommInitRank(ncclComm_t* out, int nranks, ncclUniqueId id, int 
   s->nranks = nranks;
   s->key = c.key;
   s->slot_bytes = slot_bytes_from_env();
-  const size_t header_bytes = (sizeof(Header) + 63) / 64 * 64;
-  s->map_bytes = header_bytes + 2 * static_cast<size_t>(nranks) * s->slot_bytes;
+  s->map_bytes = kHeaderBytes + 2 * static_cast<size_t>(nranks) * s->slot_bytes;
   const std::string name = segment_name(c.key);
   const int fd = shm_open(name.c_str(), O_CREAT | O_RDWR, 0600);
   if (fd < 0) {

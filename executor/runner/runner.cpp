@@ -748,8 +748,7 @@ RunResult run(const RunRequest& r, const RunTable& table, const Weights& w, cons
         double tp_s = 0, dp_s = 0;
         for (const traces::Event& ev : t.events) {
           if (ev.kind != traces::EventKind::collective || ev.start_ns < a || ev.start_ns >= b) continue;
-          const bool dp = ev.op == "gradient_allreduce" || ev.op == "gradient_reduce_scatter" || ev.op == "weight_all_gather";
-          (dp ? dp_s : tp_s) += static_cast<double>(ev.duration_ns()) * 1e-9;
+          (Engine::data_parallel_op(ev.op) ? dp_s : tp_s) += static_cast<double>(ev.duration_ns()) * 1e-9;
         }
         Measured& m = res.measured;
         m.collectives_device_timed = true;

@@ -510,6 +510,10 @@ void Engine::upload_weights(const std::vector<float>& w) {
 
 Engine::~Engine() = default;
 
+bool Engine::data_parallel_op(const std::string& op) {
+  return op == "gradient_allreduce" || op == "gradient_reduce_scatter" || op == "weight_all_gather";
+}
+
 void Engine::abort_communicators() {
   for (auto* owned : {&tp_comm_owned_, &dp_comm_owned_})
     if (*owned) (*owned)->abort();

@@ -147,6 +147,10 @@ class Engine {
   bool lora() const { return lora_; }
   void zero_gradients();
   const Measured& measured() const { return measured_; }
+  // Whether `op`, a tag of this Engine's collectives, is data parallelism's (the gradient buckets'
+  // all-reduce, ZeRO-1's reduce-scatter and all-gather); every other collective of a step is tensor
+  // parallelism's.
+  static bool data_parallel_op(const std::string& op);
   // A failed step of a multi-rank run: aborts the communicators this Engine split from
   // EngineOptions::comm (Communicator::abort), before anything waits on a stream; the caller aborts
   // that one. The Engine runs no more steps.

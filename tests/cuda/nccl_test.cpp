@@ -23,6 +23,25 @@
 namespace oomb::executor::cuda {
 namespace {
 
+#ifdef OOMB_HAVE_NCCL
+// One rank of a thread group on its own CudaBackend (on the emulated device all on device 0; on
+// GPUs one each), its NCCL communicator bootstrapped over the thread communicator. Destroyed in
+// reverse: the NCCL communicator, the bootstrap, the backend.
+struct NcclThreadRank {
+  NcclThreadRank(test::ThreadGroup& group, int rank)
+      : backend(options(rank)),
+        boot(group.communicator(rank, backend)),
+        comm(nccl_communicator(*boot, backend.stream(CudaStream::compute))) {}
+  static CudaBackendOptions options(int rank) {
+    CudaBackendOptions o;
+    o.device = CudaBackend::emulated() ? 0 : rank;
+    return o;
+  }
+  CudaBackend backend;
+  std::unique_ptr<Communicator> boot, comm;
+};
+#endif
+
 TEST(Nccl, OneRankAllReduceIsTheIdentity) {
 #ifndef OOMB_HAVE_NCCL
   GTEST_SKIP() << "built without NCCL";
@@ -117,11 +136,9 @@ TEST(Nccl, ThreeRanksRunEveryCollectiveAndRoundBf16AtEachHop) {
   test::ThreadGroup group(kRanks);
   std::vector<std::vector<uint16_t>> by_nccl(kRanks), by_threads(kRanks);
   group.run([&](int rank) {
-    CudaBackendOptions o;
-    o.device = CudaBackend::emulated() ? 0 : rank;
-    CudaBackend b(o);
-    const auto boot = group.communicator(rank, b);
-    const auto comm = nccl_communicator(*boot, b.stream(CudaStream::compute));
+    NcclThreadRank me(group, rank);
+    CudaBackend& b = me.backend;
+    Communicator *boot = me.boot.get(), *comm = me.comm.get();
     ASSERT_EQ(comm->size(), kRanks);
     ASSERT_EQ(comm->rank(), rank);
     const uint16_t mine = f32_to_bf16(rank == 0 ? 1.0f : std::ldexp(1.0f, -8));
@@ -192,11 +209,9 @@ void abort_scenario() {
   double waited_s = -1;
   std::string error;
   group.run([&](int rank) {
-    CudaBackendOptions o;
-    o.device = CudaBackend::emulated() ? 0 : rank;
-    CudaBackend b(o);
-    const auto boot = group.communicator(rank, b);
-    const auto comm = nccl_communicator(*boot, b.stream(CudaStream::compute));
+    NcclThreadRank me(group, rank);
+    CudaBackend& b = me.backend;
+    Communicator* comm = me.comm.get();
     if (rank == 0) {
       std::vector<float> h(64, 1.0f);
       void* d = b.allocate(Tier::device, 256);
