@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <map>
 #include <set>
+#include <tuple>
 
 #include "core/error.h"
 #include "core/format.h"
@@ -104,6 +105,45 @@ double seconds_within(const traces::Event& e, const StepWindow& w) {
   if (!w.found) return static_cast<double>(e.duration_ns()) * 1e-9;
   const int64_t b = std::max(e.start_ns, w.start_ns), f = std::min(e.end_ns, w.end_ns);
   return f > b ? static_cast<double>(f - b) * 1e-9 : 0.0;
+}
+
+
+// Event order (issue 42: a trace measured on the emulated device has no GPU times, but the order of
+// its work is the program's). A pass is one (stage, chunk, layer, op) of the compute stream.
+struct Pass {
+  int stage = -1;
+  int64_t chunk = -1, layer = -1;
+  std::string op;
+  bool operator==(const Pass& o) const {
+    return stage == o.stage && chunk == o.chunk && layer == o.layer && op == o.op;
+  }
+  bool operator<(const Pass& o) const {
+    return std::tie(stage, chunk, layer, op) < std::tie(o.stage, o.chunk, o.layer, o.op);
+  }
+};
+Pass pass_of(const traces::Event& e) { return {e.stage, e.chunk, e.layer, e.op}; }
+std::string pass_text(const Pass& p) {
+  std::string s = p.op.empty() ? "(no op)" : p.op;
+  if (p.stage > 0) s += " stage " + std::to_string(p.stage);
+  if (p.chunk >= 0) s += " chunk " + std::to_string(p.chunk);
+  if (p.layer >= 0) s += " layer " + std::to_string(p.layer);
+  return s;
+}
+bool in_window(const traces::Event& e, const StepWindow& w) {
+  return !w.found || (e.start_ns >= w.start_ns && e.end_ns <= w.end_ns);
+}
+// The passes of the compute stream in the order they started (a pass's kernels or ops merged),
+// those of `ops` only.
+std::vector<Pass> pass_order(const std::vector<traces::Event>& events, const StepWindow& w,
+                             const std::set<std::string>& ops) {
+  std::vector<const traces::Event*> es;
+  for (const auto& e : events)
+    if (e.kind == traces::EventKind::compute && e.stage > 0 && ops.count(e.op) && in_window(e, w)) es.push_back(&e);
+  std::stable_sort(es.begin(), es.end(), [](auto* a, auto* b) { return a->start_ns < b->start_ns; });
+  std::vector<Pass> out;
+  for (const auto* e : es)
+    if (out.empty() || !(out.back() == pass_of(*e))) out.push_back(pass_of(*e));
+  return out;
 }
 
 }  // namespace
@@ -393,6 +433,94 @@ Validation validate_run(const ValidationRequest& req) {
     }
   }
   add("d2h_bytes", "bytes", static_cast<double>(pred_d2h), static_cast<double>(run.d2h_bytes), copy_tol, copy_note);
+  const StepWindow fastest = fastest_step(trace);
+  // Event order, judged on every executor trace of layer or op detail, whatever its clock (an
+  // emulated device's or a CPU's times are not the plan's GPU's, their order is the program's):
+  //  - order:passes: the compute stream runs the passes the simulator schedules (ops it predicts;
+  //    a pass it does not schedule, e.g. the embedding's backward, is left out) in its order. Predicted:
+  //    the simulator's pass count; measured: the same count when the sequences agree, else the
+  //    passes before the first difference (or all of them, when the run has more). Exact.
+  //  - order:copies_out_of_order: a copy tagged with a layer pass must respect it: an onload (h2d)
+  //    ends before its pass ends (the pass cannot have read its pages otherwise), an offload (d2h)
+  //    starts after its pass starts (its pages are the pass's output). A missing stream wait shows
+  //    here.
+  const bool pass_detail = trace.metadata.detail == traces::Detail::layer || trace.metadata.detail == traces::Detail::op;
+  // The simulation at layer detail: the passes and their order (and below, per pass kind times).
+  const EventResult layer_pred = pass_detail ? simulate_events(s, traces::Detail::layer) : EventResult{};
+  if (executor_run && pass_detail) {
+    const bool one_step = fastest.found || run.steps == 1;
+    std::set<std::string> predicted_ops, run_compute_ops, run_collective_ops, as_collectives;
+    for (const auto& e : trace.events)
+      if (e.kind == traces::EventKind::compute) run_compute_ops.insert(e.op);
+      else if (e.kind == traces::EventKind::collective) run_collective_ops.insert(e.op);
+    for (const auto& e : layer_pred.trace.events)
+      if (e.kind == traces::EventKind::compute && e.stage > 0) {
+        // A collective the simulator prices as a compute-stream pass (ZeRO-1's reduce-scatter and
+        // all-gather, a bucket without overlap) that the run ran on the comm lane only (NCCL's
+        // kernels on a communicator's stream): no pass of the compute stream's order.
+        if (!run_compute_ops.count(e.op) && run_collective_ops.count(e.op)) as_collectives.insert(e.op);
+        else predicted_ops.insert(e.op);
+      }
+    const std::vector<Pass> want = pass_order(layer_pred.trace.events, StepWindow{}, predicted_ops);
+    const std::vector<Pass> got = pass_order(trace.events, fastest, predicted_ops);
+    std::set<std::string> left_out;
+    for (const auto& e : trace.events)
+      if (e.kind == traces::EventKind::compute && e.stage > 0 && !predicted_ops.count(e.op)) left_out.insert(e.op);
+    std::optional<double> meas;
+    std::string note;
+    if (got.empty()) {
+      note = "not comparable: the trace holds no pass of the compute stream";
+    } else if (!one_step) {
+      note = "not comparable: " + std::to_string(run.steps) + " steps and no step phases to tell them apart";
+    } else {
+      size_t same = 0;
+      while (same < want.size() && same < got.size() && want[same] == got[same]) ++same;
+      meas = static_cast<double>(same == want.size() ? got.size() : same);
+      if (same < want.size() || got.size() != want.size())
+        note = "first difference at pass " + std::to_string(same + 1) + ": ran " +
+               (same < got.size() ? pass_text(got[same]) : std::string("nothing more")) + ", predicted " +
+               (same < want.size() ? pass_text(want[same]) : std::string("nothing more"));
+      else
+        note = "the compute stream's passes in the simulator's order";
+      auto names = [](const std::set<std::string>& ops) {
+        std::string out;
+        for (const auto& op : ops) out += (out.empty() ? "" : ", ") + op;
+        return out;
+      };
+      if (!left_out.empty()) note += " (not scheduled by the simulator, left out: " + names(left_out) + ")";
+      if (!as_collectives.empty()) note += " (run as collectives on the comm lane: " + names(as_collectives) + ")";
+    }
+    add("order:passes", "passes", static_cast<double>(want.size()), meas, kExactTolerance, note);
+    if (meas) {
+      // Each pass's span in the step: its first start and last end.
+      std::map<Pass, std::pair<int64_t, int64_t>> span;
+      for (const auto& e : trace.events)
+        if (e.kind == traces::EventKind::compute && e.stage > 0 && in_window(e, fastest)) {
+          auto [it, fresh] = span.try_emplace(pass_of(e), e.start_ns, e.end_ns);
+          if (!fresh) it->second = {std::min(it->second.first, e.start_ns), std::max(it->second.second, e.end_ns)};
+        }
+      int64_t copies = 0, bad = 0;
+      std::string first_bad;
+      for (const auto& e : trace.events) {
+        const bool h2d = e.kind == traces::EventKind::copy_h2d, d2h = e.kind == traces::EventKind::copy_d2h;
+        // Pages move for layer passes (a chunk's KV and KV-gradient pages of one layer); the
+        // optimizer's round trip (gradients out, weights back) is ordered around the update, not
+        // around a pass's kernels.
+        if ((!h2d && !d2h) || e.layer < 0 || !in_window(e, fastest)) continue;
+        const auto it = span.find(pass_of(e));
+        if (it == span.end()) continue;
+        ++copies;
+        const bool ok = h2d ? e.end_ns <= it->second.second : e.start_ns >= it->second.first;
+        if (!ok && bad++ == 0)
+          first_bad = std::string(h2d ? "the onload of " : "the offload of ") + pass_text(pass_of(e)) +
+                      (h2d ? " ended after its pass" : " started before its pass");
+      }
+      add("order:copies_out_of_order", "copies", 0, static_cast<double>(bad), kExactTolerance,
+          bad > 0 ? std::to_string(bad) + " of " + std::to_string(copies) + " copies; first: " + first_bad
+                  : std::to_string(copies) + " copies tagged with a layer pass: onloads end before their pass ends, "
+                                             "offloads start after it starts");
+    }
+  }
   std::optional<double> step;
   if (time_comparable) step = run.step_s;
   add("step_s", "s", pred.summary.step_s, step, kTimeTolerance, time_note);
@@ -407,7 +535,6 @@ Validation validate_run(const ValidationRequest& req) {
   // Measured over the step that step_s is (the run's fastest timed step: the shortest of the
   // trace's step phases), like with like: means over the steps against the fastest step would
   // give stages that do not fit in the step they are part of.
-  const StepWindow fastest = fastest_step(trace);
   std::map<int, double> pred_stage, meas_stage;
   for (const auto& e : pred.trace.events)
     if (e.kind == traces::EventKind::compute && e.stage > 0) pred_stage[e.stage] += e.duration_ns() * 1e-9;
@@ -427,12 +554,12 @@ Validation validate_run(const ValidationRequest& req) {
   // Per pass kind (layer_fwd, layer_recompute, layer_bwd, lm_head, embedding): information only,
   // the step and stage totals above are what the tolerance judges. Needs a trace of layer or op
   // detail (coarser ones merge the passes of a stage).
-  const bool per_op = trace.metadata.detail == traces::Detail::layer || trace.metadata.detail == traces::Detail::op;
+  const bool per_op = pass_detail;
   // CUPTI traces: device work the driver did not tag (op "untagged") and measured passes the
   // simulator does not predict get rows of their own.
   std::map<std::string, double> pred_op, meas_op;
   if (per_op) {
-    for (const auto& e : simulate_events(s, traces::Detail::layer).trace.events)
+    for (const auto& e : layer_pred.trace.events)
       if (e.kind == traces::EventKind::compute && e.stage > 0) pred_op[e.op] += e.duration_ns() * 1e-9;
     for (const auto& e : trace.events)
       if (e.kind == traces::EventKind::compute && (e.stage > 0 || e.op == "untagged"))

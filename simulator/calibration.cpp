@@ -249,6 +249,7 @@ std::optional<OpWork> pass_work(const Scenario& s, int64_t chunk, const std::str
   if (chunk < 0 || chunk >= g.n) return std::nullopt;
   const detail::ChunkCosts cc = detail::chunk_costs(s, g, chunk);
   const detail::PassCost* p = op == "embedding"         ? &cc.fill_head
+                              : op == "embedding_bwd"   ? (detail::trains_embedding(s) ? &cc.embedding_bwd : nullptr)
                               : op == "layer_fwd"       ? &cc.fill
                               : op == "layer_recompute" ? &cc.recompute
                               : op == "layer_bwd"       ? &detail::backward_of(cc, g, layer)
@@ -447,7 +448,8 @@ OpWork step_work(const Scenario& s) {
       add(cc.backward.work, Lr);
       add(cc.backward_kept.work, L - Lr);
       add(cc.head.work, 1);
-      add(cc.fill_head.work, 1);
+      add(cc.fill_head.work, 2);  // stage 1 and stage 2
+      add(cc.embedding_bwd.work, 1);
     }
   } else {
     const detail::ChunkCosts cc = detail::standard_costs(s, g);

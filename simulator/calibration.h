@@ -22,9 +22,10 @@ struct OpWork {
 };
 
 // Predicted work of the pass that a trace names op ("embedding", "layer_fwd", "layer_recompute",
-// "lm_head", "layer_bwd") for chunk c (and layer: a kept layer's backward does not recompute) of an
-// oomb-schedule scenario; nullopt for ops the cost model does not price (e.g. "embedding_bwd",
-// "optimizer").
+// "lm_head", "layer_bwd", "embedding_bwd") for chunk c (and layer: a kept layer's backward does not
+// recompute) of an oomb-schedule scenario; nullopt for ops the cost model does not price as a pass
+// (e.g. "optimizer_step", "tp_allreduce") or that the scenario does not run (a frozen embedding's
+// gradient).
 std::optional<OpWork> pass_work(const Scenario& s, int64_t chunk, const std::string& op, int64_t layer = 0);
 
 // What the executor backends run (cpu, and cuda at its fp32 interface): fp32 parameters, parameter

@@ -214,14 +214,14 @@ PassCost head_cost(const Scenario& s, const Geometry& g, int64_t tokens, Terms t
   const double gemms = g.lora && !s.config.lora_train_embeddings ? 2.0 : 3.0;
   Mult m{gemms, 0.0, 0.0, 1.0, kKernelsHead};
   if (g.G > 1) {
-    // Tensor parallelism: the head's input gradient and the stage-2 embedding's output, [T, hidden]
-    // each, and per loss tile the vocabulary-parallel loss's statistics (G x rows x 3 fp32): the
-    // pass's bytes spread over its all-reduces.
+    // Tensor parallelism: the head's input gradient, [T, hidden], and per loss tile the
+    // vocabulary-parallel loss's statistics (G x rows x 3 fp32): the pass's bytes spread over its
+    // all-reduces. (The stage-2 embedding's output is that pass's own all-reduce: fill_head.)
     const double tiles = std::ceil(T / static_cast<double>(std::max<int64_t>(1, g.T)));
-    m.allreduces = 2.0 + tiles;
-    const double activations = 2.0 * T * static_cast<double>(g.h * g.act_b);
+    m.allreduces = 1.0 + tiles;
+    const double activations = T * static_cast<double>(g.h * g.act_b);
     w.allreduce_bytes = (activations + T * static_cast<double>(g.G) * 12.0) / m.allreduces;
-    if (g.act_b == 2) w.allreduce_bf16_bytes = activations / m.allreduces, w.allreduce_bf16_calls = 2.0 / m.allreduces;
+    if (g.act_b == 2) w.allreduce_bf16_bytes = activations / m.allreduces, w.allreduce_bf16_calls = 1.0 / m.allreduces;
   }
   price(p, s, w, m, terms);
   p.flops = gemms * w.gemm_flops;
@@ -331,8 +331,19 @@ ChunkCosts chunk_costs(const Scenario& s, const Geometry& g, int64_t c, Terms te
     if (g.act_b == 2) emb.allreduce_bf16_bytes = emb.allreduce_bytes, emb.allreduce_bf16_calls = 1;
   }
   price(cc.fill_head, s, emb, embedding, terms);
+  if (trains_embedding(s)) {
+    // The embedding's gradient: the first layer's input gradient [tokens, hidden] (activation dtype)
+    // read and added into the rows of its tokens (fp32, read and written); a vocabulary-parallel
+    // rank adds the rows its shard holds, about 1/G of them. One scatter-add kernel.
+    LayerWork bwd;
+    bwd.mb_bytes = static_cast<double>(tokens) * static_cast<double>(g.h) *
+                   (static_cast<double>(g.act_b) + 8.0 / static_cast<double>(g.G));
+    price(cc.embedding_bwd, s, bwd, Mult{0.0, 0.0, 0.0, 1.0, 1}, terms);
+  }
   return cc;
 }
+
+bool trains_embedding(const Scenario& s) { return s.config.lora_rank == 0 || s.config.lora_train_embeddings; }
 
 ChunkCosts standard_costs(const Scenario& s, const Geometry& g, Terms terms) {
   ChunkCosts cc;
@@ -381,7 +392,8 @@ WorkTerms tensor_parallel_comm(const Scenario& s) {
       add(cc.backward.work, times * Lr);
       add(cc.backward_kept.work, times * (L - Lr));
       add(cc.head.work, times);
-      add(cc.fill_head.work, times);
+      add(cc.fill_head.work, 2.0 * times);  // stage 1 and stage 2
+      add(cc.embedding_bwd.work, times);
     };
     if (g.n > 1) chunk(0, static_cast<double>(g.n - 1));
     chunk(g.n - 1, 1);
@@ -478,6 +490,7 @@ double gradient_allreduce_exposed_s(const Scenario& s, const Geometry& g) {
   double t = cc.head.compute_s;
   final_at.push_back(t);
   for (int64_t l = g.L - 1; l >= 0; --l) final_at.push_back(t += backward_of(cc, g, l).compute_s);
+  if (g.oomb && trains_embedding(s)) final_at.push_back(t += cc.embedding_bwd.compute_s);  // the embedding's
   double comm_free = 0;
   const size_t lead = buckets.size() > static_cast<size_t>(g.L) + 1 ? 0 : 1;  // LoRA: no head bucket
   for (size_t b = 0; b < buckets.size(); ++b)
@@ -666,8 +679,10 @@ ChunkTotals chunk_totals(const Scenario& s, const detail::Geometry& g, int64_t c
     r.h2d += static_cast<double>(layers * p->in_bytes);
     r.d2h += static_cast<double>(layers * p->out_bytes);
   }
-  r.compute += cc.head.compute_s + cc.fill_head.compute_s;
-  r.step += cc.head.compute_s + cc.fill_head.compute_s;
+  // The chunk's non-layer passes: its embedding in each stage, the LM head, the embedding's gradient.
+  const double head_s = cc.head.compute_s + 2.0 * cc.fill_head.compute_s + cc.embedding_bwd.compute_s;
+  r.compute += head_s;
+  r.step += head_s;
   r.flops += cc.head.flops;
   return r;
 }

@@ -78,9 +78,12 @@ struct ChunkCosts {
   PassCost recompute;   // stage 2 forward recompute, per layer
   PassCost backward;    // stage 2 backward (with per-layer recompute when checkpointing), per layer
   PassCost backward_kept;  // the backward of a layer that kept its activations (no recompute)
-  PassCost head;        // stage 2: final norm + LM head + loss forward and backward (+ embedding)
-  PassCost fill_head;   // stage 1: embedding
+  PassCost head;        // stage 2: final norm + LM head + loss forward and backward
+  PassCost fill_head;   // the embedding of the chunk's tokens: stage 1, and again at the start of stage 2
+  PassCost embedding_bwd;  // stage 2, after the first layer's backward: the embedding's gradient (none when frozen)
 };
+// Does the embedding table get a gradient (full fine-tuning, or LoRA training the embeddings)?
+bool trains_embedding(const Scenario& s);
 
 ChunkCosts chunk_costs(const Scenario& s, const Geometry& g, int64_t c, Terms terms = Terms::keep);
 // The backward cost of `layer`: recomputed (layer < g.Lr) or kept.

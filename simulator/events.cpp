@@ -315,6 +315,7 @@ EventResult simulate_events(const Scenario& s, traces::Detail detail) {
       bucket_s.empty() ? std::vector<step::GradientBucket>{} : step::gradient_buckets(s.model, s.config, g);
   const bool overlap = gradient_allreduce_overlaps(s);
   const size_t lead = buckets.size() > static_cast<size_t>(g.L) + 1 ? 0 : 1;  // LoRA: no head bucket
+  const bool embedding_grad = trains_embedding(s);
   size_t next_bucket = 0;
   // Final point k (0: after the head, 1 + i: after the i-th layer backward) issues its buckets.
   auto buckets_final = [&](size_t k, bool last) {
@@ -354,6 +355,7 @@ EventResult simulate_events(const Scenario& s, traces::Detail detail) {
       const int64_t u = union_pages(g, c), own = own_pages(g, c);
       enter(Phase::recompute);
       switches.clear();
+      sim.compute_only(cc.fill_head, 2, c, "embedding");  // the first layer's input, embedded again
       for (int64_t l = 0; l < g.L; ++l) {
         sim.layer_pass(cc.recompute, 2, c, l, "layer_recompute", u, 0);
         switches.push_back(sim.last_compute_start());
@@ -368,7 +370,11 @@ EventResult simulate_events(const Scenario& s, traces::Detail detail) {
       for (int64_t l = g.L - 1; l >= 0; --l) {
         sim.layer_pass(backward_of(cc, g, l), 2, c, l, "layer_bwd", u, u + own);
         if (!g.offload) sim.pool_change(sim.compute_free(), -own, -own);
-        if (c == 0) buckets_final(static_cast<size_t>(g.L - l), l == 0);
+        if (c == 0) buckets_final(static_cast<size_t>(g.L - l), l == 0 && !embedding_grad);
+      }
+      if (embedding_grad) {
+        sim.compute_only(cc.embedding_bwd, 2, c, "embedding_bwd");
+        if (c == 0) buckets_final(static_cast<size_t>(g.L + 1), true);
       }
     }
   }

@@ -253,5 +253,100 @@ TEST(Validation, CuptiTimesAreJudgedOnlyAgainstTheProfileOfTheGpuThatRan) {
   EXPECT_EQ(peak->ok(), std::optional<bool>(true));
 }
 
+// Event order (issue 42): a trace on the emulated device has no GPU times, its order is still the
+// program's. The passes of the compute stream must run in the simulator's order, and each copy must
+// respect its pass: an onload ends before the pass that reads it ends, an offload starts after the
+// pass that wrote it starts.
+TEST(Validation, PassesRunInTheSimulatorsOrderAndCopiesRespectTheirPass) {
+  const simulator::Scenario s = tiny_2k_offload();
+  // A run that did exactly what the simulator schedules, with the simulator's own clock.
+  traces::Trace t = cuda_run(s, std::nullopt);
+  t.metadata.detail = traces::Detail::layer;
+  t.events = simulator::simulate_events(s, traces::Detail::layer).trace.events;
+  auto order = [&](const traces::Trace& tr) {
+    const Validation v = validate_as_plan(s, tr);
+    const ValidationTerm* passes = term(v, "order:passes");
+    const ValidationTerm* copies = term(v, "order:copies_out_of_order");
+    EXPECT_NE(passes, nullptr);
+    return std::make_pair(passes ? *passes : ValidationTerm{}, copies ? *copies : ValidationTerm{});
+  };
+  const auto [passes, copies] = order(t);
+  // tiny has 2 layers; 4 chunks: per chunk embedding + 2 fills, then embedding, 2 recomputes, head,
+  // 2 backwards and the embedding's gradient; a GPU optimizer's update last.
+  ASSERT_NE(term(validate_as_plan(s, t), "order:copies_out_of_order"), nullptr);
+  EXPECT_EQ(passes.predicted, 4 * 3 + 4 * 7 + (s.config.optimizer == simulator::Optimizer::gpu ? 1 : 0));
+  EXPECT_EQ(passes.ok(), std::optional<bool>(true)) << passes.note;
+  EXPECT_EQ(copies.ok(), std::optional<bool>(true)) << copies.note;
+  EXPECT_NE(copies.note.find(" copies tagged with a layer pass"), std::string::npos) << copies.note;
+  EXPECT_EQ(copies.note.rfind("0 copies", 0), std::string::npos) << "the plan offloads: " << copies.note;
+
+  auto find = [](traces::Trace& tr, traces::EventKind k, int stage, int64_t chunk, int64_t layer, const char* op) {
+    for (auto& e : tr.events)
+      if (e.kind == k && e.stage == stage && e.chunk == chunk && e.layer == layer && e.op == op) return &e;
+    ADD_FAILURE() << "no " << op << " event of chunk " << chunk << " layer " << layer;
+    static traces::Event none;
+    return &none;
+  };
+  {
+    // The last chunk's two layer backwards in the wrong order (layer 0 before layer 1).
+    traces::Trace bad = t;
+    traces::Event* b1 = find(bad, traces::EventKind::compute, 2, 3, 1, "layer_bwd");
+    traces::Event* b0 = find(bad, traces::EventKind::compute, 2, 3, 0, "layer_bwd");
+    std::swap(b1->start_ns, b0->start_ns);
+    std::swap(b1->end_ns, b0->end_ns);
+    const ValidationTerm p = order(bad).first;
+    EXPECT_EQ(p.ok(), std::optional<bool>(false));
+    EXPECT_NE(p.note.find("ran layer_bwd stage 2 chunk 3 layer 0, predicted layer_bwd stage 2 chunk 3 layer 1"),
+              std::string::npos)
+        << p.note;
+  }
+  {
+    // One pass more than scheduled: chunk 0's layer 1 recomputed again after the step's last pass.
+    traces::Trace extra = t;
+    traces::Event again = *find(extra, traces::EventKind::compute, 2, 0, 1, "layer_recompute");
+    int64_t last = 0;
+    for (const auto& e : extra.events) last = std::max(last, e.end_ns);
+    again.start_ns = last + 1;
+    again.end_ns = last + 2;
+    extra.events.push_back(again);
+    const ValidationTerm p = order(extra).first;
+    EXPECT_EQ(p.measured, std::optional<double>(p.predicted + 1));
+    EXPECT_EQ(p.ok(), std::optional<bool>(false));
+    EXPECT_NE(p.note.find("ran layer_recompute stage 2 chunk 0 layer 1, predicted nothing more"), std::string::npos)
+        << p.note;
+  }
+  {
+    // An onload that ends after the pass that reads it (a missing stream wait on a GPU).
+    traces::Trace late = t;
+    const traces::Event* pass = find(late, traces::EventKind::compute, 1, 1, 0, "layer_fwd");
+    traces::Event* in = find(late, traces::EventKind::copy_h2d, 1, 1, 0, "layer_fwd");
+    in->end_ns = pass->end_ns + 1;
+    const ValidationTerm c = order(late).second;
+    EXPECT_EQ(c.measured, std::optional<double>(1));
+    EXPECT_EQ(c.ok(), std::optional<bool>(false));
+    EXPECT_NE(c.note.find("the onload of layer_fwd stage 1 chunk 1 layer 0 ended after its pass"), std::string::npos)
+        << c.note;
+  }
+  {
+    // An offload that starts before the pass that writes its pages.
+    traces::Trace early = t;
+    const traces::Event* pass = find(early, traces::EventKind::compute, 1, 0, 1, "layer_fwd");
+    traces::Event* out = find(early, traces::EventKind::copy_d2h, 1, 0, 1, "layer_fwd");
+    out->start_ns = pass->start_ns - 1;
+    const ValidationTerm c = order(early).second;
+    EXPECT_EQ(c.ok(), std::optional<bool>(false));
+    EXPECT_NE(c.note.find("the offload of layer_fwd stage 1 chunk 0 layer 1 started before its pass"),
+              std::string::npos)
+        << c.note;
+  }
+  {
+    // A trace without passes (a record only) has nothing to order: not comparable, not a failure.
+    const traces::Trace empty = cuda_run(s, std::nullopt);
+    const ValidationTerm p = order(empty).first;
+    EXPECT_FALSE(p.measured.has_value());
+    EXPECT_EQ(term(validate_as_plan(s, empty), "order:copies_out_of_order"), nullptr);
+  }
+}
+
 }  // namespace
 }  // namespace oomb::planner

@@ -120,7 +120,7 @@ TEST(Calibration, PassWorkPricesLikeTheCostModel) {
   const auto& e = s.gpu.efficiency;
   for (int64_t c = 0; c < g.n; ++c) {
     const detail::ChunkCosts cc = detail::chunk_costs(s, g, c);
-    for (const detail::PassCost* p : {&cc.fill, &cc.recompute, &cc.backward, &cc.head, &cc.fill_head}) {
+    for (const detail::PassCost* p : {&cc.fill, &cc.recompute, &cc.backward, &cc.head, &cc.fill_head, &cc.embedding_bwd}) {
       const auto& w = p->work;
       const double t = w.gemm_s / e.gemm +
                        std::max(w.attn_s / e.attention + w.attn_bwd_s / e.attention_backward,
@@ -129,7 +129,13 @@ TEST(Calibration, PassWorkPricesLikeTheCostModel) {
       EXPECT_NEAR(t, p->compute_s, 1e-12 + 1e-9 * p->compute_s) << "chunk " << c;
     }
   }
-  EXPECT_FALSE(pass_work(s, 0, "embedding_bwd").has_value());
+  // The embedding's gradient is a pass of its own (a scatter-add), none when the embedding is frozen.
+  ASSERT_TRUE(pass_work(s, 0, "embedding_bwd").has_value());
+  EXPECT_GT(pass_work(s, 0, "embedding_bwd")->mb_s, 0);
+  Scenario lora = s;
+  lora.config.lora_rank = 8;
+  EXPECT_FALSE(pass_work(lora, 0, "embedding_bwd").has_value());
+  EXPECT_FALSE(pass_work(s, 0, "optimizer_step").has_value());
   EXPECT_FALSE(pass_work(s, g.n, "layer_fwd").has_value());
 }
 
