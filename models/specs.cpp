@@ -162,6 +162,7 @@ Json GpuSpec::to_json() const {
   if (!calibrated_from.empty()) j["calibrated_from"] = calibrated_from;
   if (cpu_threads > 0) j["cpu_threads"] = cpu_threads;
   if (!cuda_device_names.empty()) j["cuda_device_names"] = cuda_device_names;
+  if (nccl_channels > 0) j["nccl_channels"] = nccl_channels;
   return j;
 }
 
@@ -213,6 +214,7 @@ GpuSpec gpu_from_json(const Json& j, const std::string& where) {
   g.collective_step_latency_s = r.f64_in_or("collective_step_latency_s", 0.0, 1.0, 0.0);
   g.launch_overhead_s = r.f64_in_or("launch_overhead_s", 0.0, 1.0, 5e-6);
   g.default_host = r.str_or("default_host", "");
+  g.nccl_channels = r.i64_in_or("nccl_channels", 1, 64, 0);
   if (r.has("cuda_device_names")) {
     int64_t i = 0;
     for (const auto& n : r.array("cuda_device_names")) {

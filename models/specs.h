@@ -106,6 +106,9 @@ struct GpuSpec {
   // `oomb validate` judges a CUPTI trace's times against this profile only when the device that ran
   // has one of them. Empty: unknown (a profile that names none is not checked).
   std::vector<std::string> cuda_device_names;
+  // NCCL channels a communicator of this GPU's nodes connects (its device buffers: the table's
+  // communicator_buffers row, step/cuda_scratch.h). 0: not stated, kDefaultNcclChannels.
+  int64_t nccl_channels = 0;
   Efficiency efficiency;
   std::string calibrated_from;  // non-empty for calibrated or projected profiles
   int64_t cpu_threads = 0;      // kind cpu, calibrated: compute threads it was measured at (0 = unknown)

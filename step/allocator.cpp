@@ -12,13 +12,15 @@ namespace oomb::step::allocator {
 namespace {
 int64_t up(int64_t v, int64_t a) { return checked_add(v, a - 1, "the CUDA arena's block") / a * a; }
 
-// A device row but the reserved measure's own and the backend's scratch (a row's text, or the
-// table's own category).
+// A device row but the reserved measure's own, the backend's scratch and NCCL's buffers (allocated
+// outside the block, by cudaMalloc and by NCCL) (a row's text, or the table's own category).
 bool arena_row(Tier tier, std::string_view category) {
-  return tier == Tier::device && !reserved_only(category) && category != to_string(Category::backend_scratch);
+  return tier == Tier::device && !reserved_only(category) && category != to_string(Category::backend_scratch) &&
+         category != to_string(Category::communication);
 }
 bool arena_row(Tier tier, Category category) {
-  return tier == Tier::device && !reserved_only(category) && category != Category::backend_scratch;
+  return tier == Tier::device && !reserved_only(category) && category != Category::backend_scratch &&
+         category != Category::communication;
 }
 
 // One layout for both forms of the rows: the table's (BufferRow) and their figures (RowSize).

@@ -20,6 +20,7 @@ Target target_of(const models::GpuSpec& gpu) {
   Target t;
   t.backend = gpu.kind == "cpu" ? BackendKind::cpu : BackendKind::cuda;
   t.runtime_reserve_bytes = gpu.reserved_bytes;
+  t.nccl_channels = gpu.nccl_channels > 0 ? gpu.nccl_channels : cuda_scratch::kDefaultNcclChannels;
   return t;
 }
 
@@ -755,6 +756,21 @@ void add_rows(const models::ModelSpec& m, const Config& c, const Target& target,
       add(row::kOpScratch, Category::backend_scratch, Tier::device, OOMB_SHAPE({s.bytes}), "uint8", s.bytes, all,
           OOMB_TEXT("the CUDA backend's op scratch: its largest op (" + s.op + ", step/cuda_scratch.h)"),
           OOMB_TENSORS({"scratch", s.bytes, "uint8"}));
+    }
+    // NCCL's buffers: one communicator per parallel degree > 1 (tensor parallelism's group, the
+    // data-parallel replicas'; the job's world communicator only where it is one of them), each
+    // created and connected before the device block is reserved (executor/runner).
+    const int64_t communicators = (c.gpus > 1 ? 1 : 0) + (c.data_parallel > 1 ? 1 : 0);
+    if (!published && g.oomb && communicators > 0) {
+      const int64_t each = cuda_scratch::nccl_communicator_bytes(target.nccl_channels);
+      const int64_t bytes = checked_mul(communicators, each);
+      add(row::kCommunicatorBuffers, Category::communication, Tier::device, OOMB_SHAPE({communicators, each}), "uint8",
+          bytes, all,
+          OOMB_TEXT("NCCL's buffers: " + std::to_string(communicators) + " communicator" +
+                    (communicators > 1 ? "s" : "") + " x (" + std::to_string(target.nccl_channels) +
+                    " channels x 2 ring neighbours x 9.19 MiB of protocol buffers + 1 MiB work FIFO) "
+                    "(step/cuda_layout.h; channels: the GPU profile's nccl_channels)"),
+          OOMB_TENSORS({"nccl", bytes, "uint8"}));
     }
     if (c.peak_measure == PeakMeasure::reserved) {
       add(row::kRuntimeReserve, Category::runtime_reserve, Tier::device, OOMB_SHAPE({target.runtime_reserve_bytes}),

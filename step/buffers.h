@@ -64,6 +64,7 @@ inline constexpr const char* kPageSummaries = "page_summaries";
 inline constexpr const char* kHostPageSummaries = "host_page_summaries";
 inline constexpr const char* kGemmWorkspace = "gemm_workspace";
 inline constexpr const char* kOpScratch = "op_scratch";
+inline constexpr const char* kCommunicatorBuffers = "communicator_buffers";
 inline constexpr const char* kRuntimeReserve = "runtime_reserve";
 inline constexpr const char* kAllocatorBlocks = "allocator_blocks";
 }  // namespace row
@@ -76,6 +77,7 @@ enum class Category : uint8_t {
   attention_workspace,
   backend_scratch,
   checkpoints,
+  communication,        // NCCL's own device buffers (tensor and data parallelism on the CUDA backend)
   hidden_states,
   inputs,
   kv_grad_pages,
@@ -90,9 +92,9 @@ enum class Category : uint8_t {
   selection_scores,
   weights,
 };
-inline constexpr int kCategoryCount = 17;
+inline constexpr int kCategoryCount = 18;
 inline constexpr const char* kCategoryNames[kCategoryCount] = {
-    "allocator",     "attention_workspace", "backend_scratch", "checkpoints",         "hidden_states",
+    "allocator",     "attention_workspace", "backend_scratch", "checkpoints",         "communication", "hidden_states",
     "inputs",        "kv_grad_pages",       "kv_pages",        "layer_working_set",   "logits",
     "optimizer_state", "page_summaries",    "page_tables",     "parameter_gradients", "runtime_reserve",
     "selection_scores", "weights"};

@@ -13,6 +13,20 @@ inline constexpr int64_t ld8(int64_t cols) { return (cols + 7) / 8 * 8; }  // bf
 // cuBLASLt's workspace: one allocation for the run.
 inline constexpr int64_t kGemmWorkspaceBytes = int64_t{32} << 20;
 
+// NCCL's device memory per communicator of more than one rank, every connection made at init
+// (executor/cuda/nccl_comm.cpp sets NCCL_RUNTIME_CONNECT=0): per channel, a connection to each ring
+// neighbour with a buffer per protocol, Simple (NCCL_BUFFSIZE, 4 MiB), LL (512 KiB) and LL128
+// (4,915,200 bytes) (NCCL v2.30.7 src/init.cc:810-816, src/transport/p2p.cc:409), plus the work FIFO
+// (NCCL_WORK_FIFO_BYTES, 1 MiB, init.cc:394). A model from NCCL's defaults, not a measurement: the
+// channel count is the GPU profile's assumption (nccl_channels), NVLS and tree buffers are left out,
+// and a CUDA run measures what NCCL really took (cudaMemGetInfo around its init) against it.
+inline constexpr int64_t kNcclProtocolBufferBytes = (int64_t{4} << 20) + (int64_t{512} << 10) + 4915200;
+inline constexpr int64_t kNcclWorkFifoBytes = int64_t{1} << 20;
+inline constexpr int64_t kDefaultNcclChannels = 2;
+inline constexpr int64_t nccl_communicator_bytes(int64_t channels) {
+  return channels * 2 * kNcclProtocolBufferBytes + kNcclWorkFifoBytes;
+}
+
 // The selection workspace (SelectWorkspace in executor/cuda/selection.cuh carves it): offsets of
 // the summed queries [rows, kv_heads, head_dim] fp32, the softmax max and sum [rows, kv_heads] fp32,
 // the page scores [qpages x groups, prefix_pages] double, the selected ids [qpages x groups, budget]

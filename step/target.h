@@ -15,6 +15,9 @@ struct Target {
   bool bf16_gemm = true;
   // CUDA with peak_measure reserved: the CUDA context and library workspaces (the GPU profile's).
   int64_t runtime_reserve_bytes = 0;
+  // CUDA under tensor or data parallelism: the NCCL channels each communicator connects (the GPU
+  // profile's nccl_channels), which size the communicator_buffers row.
+  int64_t nccl_channels = 2;
   // The published implementation with offload (docs/model.md, pages in flight): pages whose
   // write-back has been issued and has not finished, beyond the resident layers, at the pool's peak
   // (the simulator's closed form from the copy rate and the layer pass time; 0 = none).

@@ -397,6 +397,7 @@ CudaBackend::CudaBackend(CudaBackendOptions options) : impl_(std::make_unique<Im
         return p;
       },
       [](void* p, int64_t) { cudaFreeHost(p); }, m.opt.host_slab_bytes, kAlign);
+  if (m.opt.before_device_block) m.opt.before_device_block(m.compute);
   m.device->reserve(m.opt.device_reserve_bytes);
   for (const step::allocator::RowRange& r : m.opt.device_layout)
     m.device_ranges[r.row] = {r.offset_bytes, r.offset_bytes + r.bytes};

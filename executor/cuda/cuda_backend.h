@@ -30,6 +30,7 @@
 //  - fill_zero of host-tier memory waits (host) for the in-flight copies that touch that range.
 //  - deallocate() synchronises all three streams first (it is never called inside a step).
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -95,6 +96,11 @@ struct CudaBackendOptions {
   // block as device_reserve_bytes): a row's buffers are placed in its range, one that does not fit
   // there goes anywhere in the block (a spill) or, past it, to a new block (a grow).
   std::vector<step::allocator::RowRange> device_layout;
+  // Called once the streams exist and before the device block is reserved, with the compute
+  // stream (a cudaStream_t): what must take device memory before the block does (the runner: NCCL's
+  // communicators, whose buffers are a row of the table and are measured as the device's free bytes
+  // fall; reserved after the block, they would find the block's slack taken or fail to fit).
+  std::function<void(void* compute_stream)> before_device_block;
 };
 
 struct CudaMemoryStats {

@@ -26,4 +26,15 @@ CudaDeviceInfo cuda_device_info(int device) {
   return i;
 }
 
+int64_t cuda_device_free_bytes() {
+  size_t free = 0, total = 0;
+  const cudaError_t e = cudaMemGetInfo(&free, &total);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    throw Error("--backend", "cuda", std::string("cannot query the CUDA device's free memory: ") + cudaGetErrorString(e),
+                "use --backend cpu");
+  }
+  return static_cast<int64_t>(free);
+}
+
 }  // namespace oomb::executor

@@ -18,5 +18,8 @@ struct CudaDeviceInfo {
 
 // Throws oomb::Error naming --backend when the device cannot be queried.
 CudaDeviceInfo cuda_device_info(int device = 0);
+// The current device's free memory (cudaMemGetInfo): what every allocation on it, by any library,
+// leaves. Throws oomb::Error naming --backend when it cannot be queried.
+int64_t cuda_device_free_bytes();
 
 }  // namespace oomb::executor

@@ -3,11 +3,13 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 
 #include "core/error.h"
 #include "executor/cuda/cuda_check.h"
+#include "executor/cuda/device_info.h"
 
 namespace oomb::executor::cuda {
 
@@ -21,18 +23,29 @@ class NcclCommunicator final : public Communicator {
  public:
   // Over `bootstrap`'s ranks, in its order; owned: a split's host communicator (null: the job's,
   // which the caller keeps alive).
-  NcclCommunicator(Communicator& bootstrap, std::unique_ptr<Communicator> owned, void* stream)
+  // connect: initialise now; else at connect() or the first collective (a world communicator
+  // that is only split: no NCCL communicator, no buffers).
+  NcclCommunicator(Communicator& bootstrap, std::unique_ptr<Communicator> owned, void* stream, bool connect_now)
       : owned_(std::move(owned)), boot_(bootstrap), stream_(static_cast<cudaStream_t>(stream)) {
-    // Every connection made at init, none lazily at a communicator's first collective (NCCL 2.22+
-    // connects at first use by default): a job with two communicators (tensor x data parallelism)
-    // would otherwise set up one while the other's kernels are in flight, and NCCL's buffers would
-    // appear mid-step rather than before the first one. A value the user set is kept.
+    if (connect_now) connect();
+  }
+  // Every connection made at init, none lazily at a communicator's first collective (NCCL 2.22+
+  // connects at first use by default): a job with two communicators (tensor x data parallelism)
+  // would otherwise set up one while the other's kernels are in flight, and NCCL's buffers would
+  // appear mid-step rather than before the first one. A value the user set is kept. The device
+  // memory NCCL took is measured around the init (cudaMemGetInfo: the device's free bytes, so
+  // nothing else may allocate on this device meanwhile; one rank per GPU).
+  void connect() override {
+    if (comm_ || aborted_) return;
     setenv("NCCL_RUNTIME_CONNECT", "0", 0);
     ncclUniqueId id{};
     if (boot_.rank() == 0) check(ncclGetUniqueId(&id), "GetUniqueId");
     boot_.broadcast_host(&id, sizeof id, 0);
+    const int64_t free_before = cuda_device_free_bytes();
     check(ncclCommInitRank(&comm_, boot_.size(), id, boot_.rank()), "CommInitRank");
+    device_bytes_ = std::max<int64_t>(0, free_before - cuda_device_free_bytes());
   }
+  int64_t device_bytes() const override { return device_bytes_; }
   ~NcclCommunicator() override {
     if (side_) {  // nothing may be left running on it: wait_all() ran, or the job is failing anyway
       cudaStreamSynchronize(side_);
@@ -47,6 +60,7 @@ class NcclCommunicator final : public Communicator {
   void abort() override {
     if (comm_) ncclCommAbort(comm_);
     comm_ = nullptr;
+    aborted_ = true;
   }
   int rank() const override { return boot_.rank(); }
   int size() const override { return boot_.size(); }
@@ -55,6 +69,7 @@ class NcclCommunicator final : public Communicator {
   // addition, rounded once; more ranks: rounded at each hop of the ring, where MPI rounds the fp32
   // sum once: comm.h).
   void all_reduce_sum(Tensor data, int64_t n) override {
+    connect();
     reduced_bytes_ += n * dtype_bytes(data.dtype);
     const ncclDataType_t type = data.dtype == DType::f32 ? ncclFloat32 : ncclBfloat16;
     check(ncclAllReduce(data.data, data.data, static_cast<size_t>(n), type, ncclSum, comm_, stream_), "AllReduce");
@@ -62,6 +77,7 @@ class NcclCommunicator final : public Communicator {
   // On a stream of its own, after everything enqueued on the compute stream so far; wait_all()
   // orders the compute stream after every one started.
   void all_reduce_sum_async(Tensor data, int64_t n, float*) override {
+    connect();
     if (!side_) {
       OOMB_CUDA_CHECK(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking));
       OOMB_CUDA_CHECK(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
@@ -83,6 +99,7 @@ class NcclCommunicator final : public Communicator {
   bool overlaps() const override { return true; }
   // In place on the compute stream (NCCL's in-place forms: rank r's block at r x n).
   void reduce_scatter_sum(Tensor data, int64_t n, float*) override {
+    connect();
     reduced_bytes_ += size() * n * dtype_bytes(data.dtype);
     const ncclDataType_t type = data.dtype == DType::f32 ? ncclFloat32 : ncclBfloat16;
     char* base = static_cast<char*>(data.data);
@@ -91,6 +108,7 @@ class NcclCommunicator final : public Communicator {
           "ReduceScatter");
   }
   void all_gather(Tensor data, int64_t n) override {
+    connect();
     reduced_bytes_ += size() * n * dtype_bytes(data.dtype);
     const ncclDataType_t type = data.dtype == DType::f32 ? ncclFloat32 : ncclBfloat16;
     char* base = static_cast<char*>(data.data);
@@ -99,6 +117,7 @@ class NcclCommunicator final : public Communicator {
   }
   // Device doubles (the selection's page scores), in place, on the compute stream.
   void all_reduce_sum_f64(double* data, int64_t n) override {
+    connect();
     check(ncclAllReduce(data, data, static_cast<size_t>(n), ncclFloat64, ncclSum, comm_, stream_), "AllReduce");
   }
   void all_reduce_sum_host(double* data, int64_t n) override { boot_.all_reduce_sum_host(data, n); }
@@ -118,7 +137,7 @@ class NcclCommunicator final : public Communicator {
   std::unique_ptr<Communicator> split(int color, int key) override {
     std::unique_ptr<Communicator> part = boot_.split(color, key);
     Communicator& boot = *part;
-    return std::make_unique<NcclCommunicator>(boot, std::move(part), stream_);
+    return std::make_unique<NcclCommunicator>(boot, std::move(part), stream_, true);
   }
 
  private:
@@ -126,6 +145,8 @@ class NcclCommunicator final : public Communicator {
   Communicator& boot_;
   cudaStream_t stream_;
   ncclComm_t comm_ = nullptr;
+  bool aborted_ = false;
+  int64_t device_bytes_ = 0;  // what NCCL's init took of the device (cudaMemGetInfo)
   // The asynchronous all-reduces' stream and its two orderings (made at the first one).
   cudaStream_t side_ = nullptr;
   cudaEvent_t ready_ = nullptr, done_ = nullptr;
@@ -133,8 +154,8 @@ class NcclCommunicator final : public Communicator {
 };
 }  // namespace
 
-std::unique_ptr<Communicator> nccl_communicator(Communicator& bootstrap, void* stream) {
-  return std::make_unique<NcclCommunicator>(bootstrap, nullptr, stream);
+std::unique_ptr<Communicator> nccl_communicator(Communicator& bootstrap, void* stream, bool connect) {
+  return std::make_unique<NcclCommunicator>(bootstrap, nullptr, stream, connect);
 }
 
 }  // namespace oomb::executor::cuda

@@ -14,6 +14,9 @@ namespace oomb::executor::cuda {
 
 // bootstrap: the job's host communicator (its rank and size are NCCL's); it must outlive the result.
 // stream: the cudaStream_t the collectives are enqueued on (CudaBackend::stream(CudaStream::compute)).
-std::unique_ptr<Communicator> nccl_communicator(Communicator& bootstrap, void* stream);
+// connect: initialise the NCCL communicator now (collective); else at connect() or its first
+// collective, so that a world communicator the job only splits (tensor x data parallelism) never
+// takes NCCL's buffers. Its splits are connected as they are made.
+std::unique_ptr<Communicator> nccl_communicator(Communicator& bootstrap, void* stream, bool connect = true);
 
 }  // namespace oomb::executor::cuda

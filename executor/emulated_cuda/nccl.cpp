@@ -32,6 +32,14 @@
 // error (ncclRemoteError) and its ncclGetLastError text; ncclCommAbort fails the peers' waits the same
 // way. OOMB_EMULATED_NCCL_SLOT_BYTES sets the slot size (default 256 KiB; small values make tests
 // cross chunk boundaries).
+//
+// Device memory. A communicator of more than one rank takes, at init, the device memory NCCL's
+// connections take with every connection made at init (NCCL_RUNTIME_CONNECT=0): per channel, a
+// connection to each ring neighbour with a buffer per protocol (Simple NCCL_BUFFSIZE 4 MiB, LL 512
+// KiB, LL128 4,915,200 bytes; NCCL v2.30.7 src/init.cc:810-816, src/transport/p2p.cc:409) and the
+// work FIFO (1 MiB, init.cc:394), through cudaMalloc, so cudaMemGetInfo and the emulated CUPTI's
+// memory records see it; freed at destroy or abort. Channels: 2, or NCCL_MIN_NCHANNELS /
+// NCCL_MAX_NCHANNELS where set (NCCL's own switches; the real count is the topology's).
 #include <fcntl.h>
 #include <nccl.h>
 #include <sys/mman.h>
@@ -146,6 +154,16 @@ double env_double(const char* name, double fallback) {
 
 double timeout_s() { return env_double("OOMB_EMULATED_NCCL_TIMEOUT_S", kDefaultTimeoutS); }
 
+// NCCL's device memory for a communicator of more than one rank (the file comment).
+constexpr size_t kProtocolBuffersBytes = (size_t{4} << 20) + (size_t{512} << 10) + 4915200;  // Simple, LL, LL128
+constexpr size_t kWorkFifoBytes = size_t{1} << 20;
+size_t device_buffer_bytes() {
+  double channels = 2;
+  if (std::getenv("NCCL_MIN_NCHANNELS")) channels = std::max(channels, env_double("NCCL_MIN_NCHANNELS", channels));
+  if (std::getenv("NCCL_MAX_NCHANNELS")) channels = std::min(channels, env_double("NCCL_MAX_NCHANNELS", channels));
+  return static_cast<size_t>(std::max(1.0, channels)) * 2 * kProtocolBuffersBytes + kWorkFifoBytes;
+}
+
 size_t slot_bytes_from_env() {
   const double v = env_double("OOMB_EMULATED_NCCL_SLOT_BYTES", static_cast<double>(kDefaultSlotBytes));
   return std::max(kMinSlotBytes, static_cast<size_t>(v) / 64 * 64);
@@ -210,6 +228,7 @@ struct EmulatedComm {
   size_t map_bytes = 0;
   size_t slot_bytes = 0;
   Header* header = nullptr;
+  void* device_buffers = nullptr;  // the connections' buffers and the work FIFO (cudaMalloc)
 
   // The order in which the host issued this communicator's calls, and the next one to run.
   std::mutex mu;
@@ -466,6 +485,8 @@ ncclResult_t release(ncclComm* comm, bool abort) {
     comm->state->fail_all("emulated NCCL: rank " + std::to_string(comm->state->rank) + " aborted the communicator");
   }
   drain(*comm->state);
+  if (comm->state->device_buffers) cudaFree(comm->state->device_buffers);
+  comm->state->device_buffers = nullptr;
   delete comm;
   return ncclSuccess;
 }
@@ -549,6 +570,12 @@ ncclResult_t ncclCommInitRank(ncclComm_t* out, int nranks, ncclUniqueId id, int 
     std::fprintf(stderr, "oomb: %s\n", why.c_str());
     set_global_last(why);
     return ncclRemoteError;
+  }
+  if (nranks > 1 && cudaMalloc(&s->device_buffers, device_buffer_bytes()) != cudaSuccess) {
+    s->device_buffers = nullptr;
+    set_global_last("emulated NCCL: the device has no room for the communicator's buffers (" +
+                    std::to_string(device_buffer_bytes()) + " bytes)");
+    return ncclUnhandledCudaError;
   }
   auto* comm = new ncclComm{std::move(s)};
   {

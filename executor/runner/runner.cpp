@@ -424,9 +424,11 @@ RunResult run(const RunRequest& r, const RunTable& table, const Weights& w, cons
   std::unique_ptr<cupti::CuptiTagger> tagger;
 #endif
   std::unique_ptr<Backend> backend_owner;
-  // A multi-process CUDA run's collectives (bootstrapped over r.comm); with tensor x data parallelism
-  // the Engine splits it into the groups' and the replicas' NCCL communicators (nccl_comm.h).
+  // A multi-process CUDA run's collectives (bootstrapped over r.comm), and the groups this rank
+  // trains with (parallel_groups: with tensor x data parallelism, the groups' and the replicas' NCCL
+  // communicators, and the world is never connected), made before the device block.
   std::unique_ptr<Communicator> nccl;
+  ParallelGroups groups;
   // cuda runs: the kernel families and GEMM precisions that ran, and the backend's own buffers.
   std::function<Json()> cuda_summary = [] { return Json(); };
   if (r.backend == "cpu") {
@@ -473,6 +475,19 @@ RunResult run(const RunRequest& r, const RunTable& table, const Weights& w, cons
         const int devices = cuda_device_count();
         if (devices > 0) copt.device = r.comm->host_rank() % devices;
       }
+#ifdef OOMB_HAVE_NCCL
+      // NCCL before the device block (review 3, finding 5): its communicators are created and
+      // connected first, the groups this rank trains with made here (the world is connected only
+      // when it is one of them), and the device memory they took is measured (the
+      // communicator_buffers row).
+      if (r.comm && r.comm->size() > 1)
+        copt.before_device_block = [&](void* stream) {
+          nccl = oomb::executor::cuda::nccl_communicator(*r.comm, stream, false);
+          groups = parallel_groups(*nccl, c.gpus, c.data_parallel);
+          for (Communicator* g : {groups.tp, groups.dp})
+            if (g) g->connect();
+        };
+#endif
       auto cuda = std::make_unique<CudaBackend>(copt);
       res.device_name = cuda->device_name();
       res.cuda_device = cuda_device_info(copt.device).name;
@@ -520,9 +535,6 @@ RunResult run(const RunRequest& r, const RunTable& table, const Weights& w, cons
         }
       }
 #endif
-#ifdef OOMB_HAVE_NCCL
-      if (r.comm && r.comm->size() > 1) nccl = oomb::executor::cuda::nccl_communicator(*r.comm, cuda->stream(CudaStream::compute));
-#endif
       backend_owner = std::move(cuda);
     } catch (const Error&) {
       throw;
@@ -542,6 +554,7 @@ RunResult run(const RunRequest& r, const RunTable& table, const Weights& w, cons
   o.measure_recall = r.measure_recall;
   o.adapters = adapters;
   o.comm = nccl ? nccl.get() : r.comm;
+  if (nccl) o.groups = &groups;
 #ifdef OOMB_HAVE_CUPTI
   o.tagger = tagger.get();
 #endif

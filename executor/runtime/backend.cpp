@@ -237,7 +237,10 @@ std::string phases_text(step::PhaseMask m) {
 }
 }  // namespace
 
-void MemoryAccount::add(Tier tier, const std::string& name, int64_t bytes) {
+void MemoryAccount::add(Tier tier, const std::string& name, int64_t bytes) { add_row(tier, name, bytes, false); }
+void MemoryAccount::add_measured(Tier tier, const std::string& name, int64_t bytes) { add_row(tier, name, bytes, true); }
+
+void MemoryAccount::add_row(Tier tier, const std::string& name, int64_t bytes, bool measured) {
   std::lock_guard<std::mutex> lock(mu_);
   const int t = static_cast<int>(tier);
   auto it = rows_[t].find(name);
@@ -255,7 +258,7 @@ void MemoryAccount::add(Tier tier, const std::string& name, int64_t bytes) {
                        (in_phase_ ? "in phase " + std::string(step::to_string(phase_))
                                   : "before the step, to hold through every phase") +
                        " (outside its phases)");
-  if (row.capacity >= 0 && row.used + bytes > row.capacity)
+  if (!measured && row.capacity >= 0 && row.used + bytes > row.capacity)
     throw AccountError("row '" + name + "' of the step's buffer table holds " + std::to_string(row.capacity) +
                        " bytes, and the run needs " + std::to_string(row.used + bytes) + " under it (an undersized row)");
   row.used += bytes;

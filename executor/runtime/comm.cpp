@@ -37,6 +37,22 @@ class SelfCommunicator final : public Communicator {
 
 std::unique_ptr<Communicator> self_communicator() { return std::make_unique<SelfCommunicator>(); }
 
+ParallelGroups parallel_groups(Communicator& world, int64_t tp, int64_t dp) {
+  ParallelGroups g;
+  if (tp > 1 && dp > 1) {
+    const int t = static_cast<int>(tp), r = world.rank();
+    g.tp_owned = world.split(r / t, r % t);  // the replica's GPUs, by tensor-parallel rank
+    g.dp_owned = world.split(r % t, r / t);  // one tensor-parallel rank of every replica, by replica
+    g.tp = g.tp_owned.get();
+    g.dp = g.dp_owned.get();
+  } else if (tp > 1) {
+    g.tp = &world;
+  } else if (dp > 1) {
+    g.dp = &world;
+  }
+  return g;
+}
+
 void CollectiveClock::resolve(Communicator& comm) {
   split_ = true;
   for (Call& c : calls_) c.last_arrival_ns = c.arrival_ns;

@@ -87,6 +87,12 @@ class Communicator {
   // Nothing may be called on it afterwards but its destructor. The host communicators have nothing
   // in flight when a call returns: nothing to do.
   virtual void abort() {}
+  // Device memory a library holds for this communicator (NCCL's connection buffers, measured around
+  // its set-up: cudaMemGetInfo); 0 for host communicators. Valid after connect().
+  virtual int64_t device_bytes() const { return 0; }
+  // Makes every connection now (NCCL: initialises the communicator, if it was made unconnected).
+  // Collective over the communicator's ranks. Host communicators are always connected.
+  virtual void connect() {}
   // Bytes all_reduce_sum was given so far (per rank, as stored).
   int64_t reduced_bytes() const { return reduced_bytes_; }
 
@@ -96,6 +102,17 @@ class Communicator {
 
 // One process: rank 0 of 1.
 std::unique_ptr<Communicator> self_communicator();
+
+// The communicators a job of tp x dp ranks trains with (docs/model.md "Tensor parallelism"): rank
+// r is tensor-parallel rank r % tp of replica r / tp. With both degrees > 1, the world is split into
+// the tensor-parallel groups' and the replicas' communicators (owned here; the world itself then
+// runs no collective: NCCL never needs to connect it); else the world is the one that is > 1.
+struct ParallelGroups {
+  Communicator* tp = nullptr;  // null when tp == 1
+  Communicator* dp = nullptr;  // null when dp == 1
+  std::unique_ptr<Communicator> tp_owned, dp_owned;
+};
+ParallelGroups parallel_groups(Communicator& world, int64_t tp, int64_t dp);
 
 // The collectives of one step on one communicator, timed as the ranks meet them. A rank that
 // reaches a collective first waits there for the slowest; that wait is the ranks' skew (what they

@@ -301,14 +301,6 @@ Engine::Engine(Backend& backend, const models::ModelSpec& model, const simulator
                   "a communicator of one rank per GPU (EngineOptions::comm)");
     // Rank r: tensor-parallel rank r % tp of replica r / tp (the runner trains that replica's sequence).
     tp_rank_ = options_.comm->rank() % tp_;
-    if (config.data_parallel > 1) {
-      tp_comm_owned_ = options_.comm->split(options_.comm->rank() / static_cast<int>(tp_), static_cast<int>(tp_rank_));
-      dp_comm_owned_ = options_.comm->split(static_cast<int>(tp_rank_), options_.comm->rank() / static_cast<int>(tp_));
-      tp_comm_ = tp_comm_owned_.get();
-      dp_comm_ = dp_comm_owned_.get();
-    } else {
-      tp_comm_ = options_.comm;
-    }
     model_ = step::tensor_parallel_shard(full_model_, tp_);
     vocab0_ = tp_rank_ * model_.vocab;
   } else if (config.data_parallel != world)
@@ -316,7 +308,20 @@ Engine::Engine(Backend& backend, const models::ModelSpec& model, const simulator
                 "the run has " + std::to_string(world) + " rank" + (world == 1 ? "" : "s") +
                     " and the configuration " + std::to_string(config.data_parallel) + " data-parallel replicas",
                 "a communicator of one rank per replica (EngineOptions::comm)");
-  if (tp_ == 1 && world > 1) dp_comm_ = options_.comm;
+  if (world > 1) {
+    // The groups the caller made (the CUDA runner: before the device block, so that NCCL's buffers
+    // are set up first), else split here.
+    if (options_.groups) {
+      tp_comm_ = options_.groups->tp;
+      dp_comm_ = options_.groups->dp;
+    } else {
+      groups_ = parallel_groups(*options_.comm, tp_, config.data_parallel);
+      tp_comm_ = groups_.tp;
+      dp_comm_ = groups_.dp;
+    }
+    OOMB_ASSERT((tp_comm_ != nullptr) == (tp_ > 1) && (dp_comm_ != nullptr) == (config.data_parallel > 1),
+                "the communicator groups do not match the configuration's degrees");
+  }
   // Storage as the config says: fp32 or bf16 (anything else is refused above, by the capability).
   kv_dtype_ = page_dtype_from_string(config.kv_dtype, "kv_dtype");
   grad_page_dtype_ = page_dtype_from_string(config.kv_grad_dtype, "kv_grad_dtype");
@@ -417,6 +422,21 @@ Engine::Engine(Backend& backend, const models::ModelSpec& model, const simulator
   for (const auto& r : rows_)
     if (r.name == step::row::kOpScratch && r.tier == Tier::device) backend_.size_op_scratch(r.bytes);
   for (const BackendBuffer& b : backend_.device_buffers()) account_.add(Tier::device, b.name, b.bytes);
+  // What the communicators' library took of the device (NCCL's buffers, measured at their set-up),
+  // under the table's row for them; a table without that row (a run of thread ranks sharing a GPU,
+  // whose NCCL-free communicators take nothing) gets none.
+  {
+    int64_t comm_bytes = 0;
+    for (Communicator* c : {tp_comm_, dp_comm_})
+      if (c) comm_bytes += c->device_bytes();
+    const bool has_row = std::any_of(rows_.begin(), rows_.end(), [](const step::BufferRow& r) {
+      return r.name == step::row::kCommunicatorBuffers && r.tier == Tier::device;
+    });
+    if (comm_bytes > 0 && has_row) account_.add_measured(Tier::device, step::row::kCommunicatorBuffers, comm_bytes);
+    else if (comm_bytes > 0)
+      notes_.push_back("the communicators' library took " + format_bytes(comm_bytes) +
+                       " of device memory, which the buffer table has no row for");
+  }
 
   if (tp_ > 1) {
     // The activations' all-reduces sum bf16 in an fp32 copy (MPI), the loss's statistics of every
@@ -515,8 +535,9 @@ bool Engine::data_parallel_op(const std::string& op) {
 }
 
 void Engine::abort_communicators() {
-  for (auto* owned : {&tp_comm_owned_, &dp_comm_owned_})
-    if (*owned) (*owned)->abort();
+  // The groups this rank trains with (the world, when it is one of them; aborting twice is a no-op).
+  for (Communicator* c : {tp_comm_, dp_comm_})
+    if (c) c->abort();
 }
 
 namespace {

@@ -81,6 +81,8 @@ struct EngineOptions {
   // replicas' gradients are all-reduced (summed, then averaged) before every optimizer step. Null:
   // one process.
   Communicator* comm = nullptr;
+  // The groups of `comm` (parallel_groups) when the caller made them; null: the Engine splits comm.
+  const ParallelGroups* groups = nullptr;
   // LoRA (config.lora_rank > 0): the adapters' initial values, laid out as
   // adapter_layout(effective_model(model, config), config) (adapters.h: init_adapters, read_adapter).
   ParamTensors adapters;
@@ -269,7 +271,7 @@ class Engine {
   // communicator itself when the other degree is 1, else split from it (owned).
   Communicator* tp_comm_ = nullptr;
   Communicator* dp_comm_ = nullptr;
-  std::unique_ptr<Communicator> tp_comm_owned_, dp_comm_owned_;
+  ParallelGroups groups_;  // the split communicators when the Engine made them
   int64_t tp_allreduces_ = 0, tp_allreduce_bytes_ = 0;
   // The sum over the tensor-parallel ranks, in place (n elements of t); nothing with one rank.
   void tp_all_reduce(Tensor t, int64_t n);

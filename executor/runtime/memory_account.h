@@ -33,6 +33,10 @@ class MemoryAccount {
   // From now on every allocation must name a row of `rows` (name and tier) alive in the current phase.
   void bind(const std::vector<step::BufferRow>& rows);
   void add(Tier tier, const std::string& row, int64_t bytes);  // bytes may be negative (a free)
+  // Bytes a library took under `row` as measured (NCCL's buffers: the device's free memory before
+  // and after its set-up): counted like an allocation, but not refused past the row's bytes (the row
+  // is a model of someone else's allocator; validate judges the gap, peak:<category>).
+  void add_measured(Tier tier, const std::string& row, int64_t bytes);
   int64_t in_use(Tier tier) const;
   int64_t peak(Tier tier) const;
   std::map<std::string, int64_t> peak_by_category(Tier tier) const;  // at the moment of the tier's peak
@@ -48,6 +52,7 @@ class MemoryAccount {
   void reset_peaks();
 
  private:
+  void add_row(Tier tier, const std::string& row, int64_t bytes, bool measured);
   struct Row {
     std::string category;
     int64_t capacity = -1;  // -1: unbound

@@ -7,10 +7,11 @@
 #   - the CUPTI trace says it was measured on the emulated device (measured.emulated_device), has
 #     every record tagged and none dropped;
 #   - `oomb validate --plan p.json --trace t.json` passes: the memory terms (device rows, pools, host
-#     pages: the table's bytes, to the byte) and the copy bytes are judged, the times are not.
+#     pages: the table's bytes, to the byte), the copy bytes and the order of the work (the passes in
+#     the simulator's order, every page copy within its pass) are judged, the times are not.
 # The plans cover dense, offload, sparse, bf16 KV, LoRA, partial checkpointing, the optimizer on the
-# GPU and on the host, and (under mpirun -np 2, with the emulated NCCL) tensor parallel 2 and data
-# parallel 2 with ZeRO-1.
+# GPU and on the host, and (under mpirun, with the emulated NCCL) tensor parallel 2 and data
+# parallel 2 with ZeRO-1 (-np 2), and both at once (-np 4: NCCL's buffers against their row).
 # Usage: emulated_runs.sh path/to/oomb-emulated path/to/oomb   (the second: any build, for the plans
 # and the CPU runs; the same binary with OOMB_CUDA=EMULATED). ONLY_MPI=1: the two-rank cases only.
 # On a GPU (tests/gpu/run.sh, issue 42 part 5): the first binary is an nvcc build (`cuda=yes`), and
@@ -128,12 +129,25 @@ case_ optimizer_gpu 2 --optimizer gpu --resident-layers 1
 case_ optimizer_host 2 --optimizer host --resident-layers 1
 }
 # Two ranks: tensor parallelism over two emulated GPUs, and two data-parallel replicas with ZeRO-1
-# (the AdamW state sharded: reduce-scatter and all-gather instead of the all-reduce). Each rank's
-# trace is checked above through rank 0's (validate judges the set).
+# (the AdamW state sharded: reduce-scatter and all-gather instead of the all-reduce); then four,
+# both at once. Each rank's trace is checked above through rank 0's (validate judges the set).
 if [ "$have_mpi" -eq 1 ]; then
   launch=$(mpirun_np 2)
   case_ tensor_parallel_2 1 --gpus 2 --resident-layers 1
   case_ data_parallel_2_zero1 2 --data-parallel 2 --shard-optimizer true --optimizer gpu --resident-layers 1
+  # Four ranks: two tensor-parallel groups of two and the replicas across them. The world is only
+  # split, so NCCL never connects it: each rank holds its two communicators' buffers, which validate
+  # judges against the table's communicator_buffers row (peak:communication, exact here).
+  launch=$(mpirun_np 4)
+  case_ tensor_x_data_parallel 1 --gpus 2 --data-parallel 2 --resident-layers 1
+  d="$tmp/tensor_x_data_parallel"
+  if [ "$mode" = emulated ] && [ -f "$d/validate.txt" ]; then
+    if grep -qE "^ *peak:communication .* 0\.0% .* ok" "$d/validate.txt"; then
+      pass=$((pass + 1))
+    else
+      bad "tensor_x_data_parallel: NCCL's buffers are not the table's row: $(grep -E 'communication|FAIL' "$d/validate.txt" | head -3)"
+    fi
+  fi
   launch=""
   for name in tensor_parallel_2 data_parallel_2_zero1; do
     d="$tmp/$name"

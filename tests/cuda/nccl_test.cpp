@@ -14,8 +14,10 @@
 
 #include "../executor/thread_comm.h"
 #include "executor/cuda/cuda_backend.h"
+#include "executor/cuda/device_info.h"
 #include "executor/runtime/bf16.h"
 #include "executor/runtime/comm.h"
+#include "step/cuda_layout.h"
 #ifdef OOMB_HAVE_NCCL
 #include "executor/cuda/nccl_comm.h"
 #endif
@@ -193,6 +195,56 @@ TEST(Nccl, ThreeRanksRunEveryCollectiveAndRoundBf16AtEachHop) {
   for (int r = 0; r < kRanks; ++r) {
     EXPECT_EQ(by_threads[static_cast<size_t>(r)], std::vector<uint16_t>(kN, above)) << "rank " << r;
     EXPECT_EQ(by_nccl[static_cast<size_t>(r)], ring) << "rank " << r;
+  }
+#endif
+}
+
+// Review 3, finding 5: NCCL's device memory is a row of the table, measured as the device's free
+// bytes fall around the communicator's init. A communicator made unconnected (the world a job of
+// tensor x data parallelism only splits) takes nothing until connect(); connected, each rank's
+// buffers are the row's size per communicator (step/cuda_layout.h: the emulated NCCL takes what
+// NCCL's defaults do at 2 channels); destroyed, they are given back.
+TEST(Nccl, AnUnconnectedCommunicatorTakesNoDeviceMemoryAndAConnectedOneItsBuffers) {
+#ifndef OOMB_HAVE_NCCL
+  GTEST_SKIP() << "built without NCCL";
+#else
+  std::string why;
+  if (!cuda_device_available(&why)) GTEST_SKIP() << "no CUDA device: " << why;
+  if (!CudaBackend::emulated()) GTEST_SKIP() << "exact sizes are the emulated NCCL's (a GPU's NCCL sizes by topology)";
+  const int64_t each = step::cuda_scratch::nccl_communicator_bytes(step::cuda_scratch::kDefaultNcclChannels);
+  test::ThreadGroup group(2);
+  int64_t free_at[4] = {};
+  int64_t measured[2] = {-1, -1};
+  auto free_bytes = [] { return cuda_device_free_bytes(); };
+  group.run([&](int rank) {
+    CudaBackend backend(NcclThreadRank::options(rank));
+    const auto boot = group.communicator(rank, backend);
+    group.barrier();
+    if (rank == 0) free_at[0] = free_bytes();
+    group.barrier();
+    {
+      const auto world = nccl_communicator(*boot, backend.stream(CudaStream::compute), false);
+      group.barrier();
+      if (rank == 0) free_at[1] = free_bytes();
+      EXPECT_EQ(world->device_bytes(), 0);
+      world->connect();  // collective
+      world->connect();  // once only
+      group.barrier();
+      if (rank == 0) free_at[2] = free_bytes();
+      measured[rank] = world->device_bytes();
+      group.barrier();
+    }
+    group.barrier();
+    if (rank == 0) free_at[3] = free_bytes();
+  });
+  EXPECT_EQ(free_at[1], free_at[0]) << "an unconnected communicator took device memory";
+  EXPECT_EQ(free_at[1] - free_at[2], 2 * each) << "two ranks' buffers on the one emulated device";
+  EXPECT_EQ(free_at[3], free_at[0]) << "destroyed, the buffers are given back";
+  // Each rank measured the fall around its own init: its buffers, and the peer's where they were
+  // taken in the same window (the ranks share the emulated device; a GPU per rank measures its own).
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_GE(measured[r], each) << "rank " << r;
+    EXPECT_LE(measured[r], 2 * each) << "rank " << r;
   }
 #endif
 }

@@ -9,7 +9,9 @@
 
 #include "core/error.h"
 #include "models/specs.h"
+#include "step/allocator.h"
 #include "step/buffers.h"
+#include "step/cuda_layout.h"
 
 namespace oomb::step {
 namespace {
@@ -95,6 +97,7 @@ std::vector<Case> spread() {
     c.optimizer = Optimizer::gpu;
     c.param_grad_dtype = "bf16";
     add("TP 2 x DP 4, ZeRO-1, bf16 gradients", tiny, c);
+    add("TP 2 x DP 4 on cuda (NCCL's buffers)", tiny, c, cuda_target());
   }
   {
     Config c = base;
@@ -237,6 +240,51 @@ TEST(BufferRows, ElementBytes) {
   EXPECT_EQ(element_bytes("bf16"), 2);
   EXPECT_EQ(element_bytes("uint8"), 1);
   EXPECT_THROW(element_bytes("int4"), Error);
+}
+
+// NCCL's device buffers (review 3 of the CUDA side, finding 5): a row of their own on the CUDA
+// backend, one communicator per parallel degree > 1 (the world is never connected when it is only
+// split), sized by the profile's channels, outside the arena's block (NCCL allocates them, before
+// the block is reserved).
+TEST(BufferRows, NcclBuffersAreOneRowPerCommunicatorOutsideTheArena) {
+  const models::ModelSpec tiny = models::load_model("tiny");
+  Config base;
+  base.context_tokens = 1024;
+  base.chunk_tokens = 256;
+  base.page_tokens = 64;
+  auto bytes = [&](int64_t tp, int64_t dp, Target t) -> int64_t {
+    Config c = base;
+    c.gpus = tp;
+    c.data_parallel = dp;
+    const BufferTable table = buffer_table(tiny, c, t);
+    const BufferRow* r = table.find(row::kCommunicatorBuffers, Tier::device);
+    if (!r) return -1;
+    EXPECT_EQ(r->category, "communication");
+    EXPECT_EQ(r->phases, all_phases(c.schedule));
+    // Not in the arena's block: no range, and the block is the one the other rows make.
+    const allocator::ArenaLayout with = allocator::cuda_arena_layout(table.rows, true);
+    for (const auto& range : with.ranges) EXPECT_NE(range.row, row::kCommunicatorBuffers);
+    std::vector<BufferRow> without;
+    for (const auto& x : table.rows)
+      if (x.name != row::kCommunicatorBuffers) without.push_back(x);
+    EXPECT_EQ(with.block_bytes, allocator::cuda_arena_layout(without, false).block_bytes);
+    return r->bytes;
+  };
+  Target cuda = cuda_target();
+  const int64_t each = cuda_scratch::nccl_communicator_bytes(cuda_scratch::kDefaultNcclChannels);
+  EXPECT_EQ(each, 2 * 2 * (4194304 + 524288 + 4915200) + 1048576);  // 2 channels x 2 neighbours x 3 protocols + FIFO
+  EXPECT_EQ(bytes(1, 1, cuda), -1);
+  EXPECT_EQ(bytes(2, 1, cuda), each);
+  EXPECT_EQ(bytes(1, 4, cuda), each);
+  EXPECT_EQ(bytes(2, 4, cuda), 2 * each);  // the groups' and the replicas'; the world is only split
+  cuda.nccl_channels = 16;
+  EXPECT_EQ(bytes(2, 1, cuda), cuda_scratch::nccl_communicator_bytes(16));
+  EXPECT_EQ(bytes(2, 4, Target{}), -1);  // the CPU backend's MPI holds no device memory
+  // The GPU profile's channels reach the target.
+  models::GpuSpec g = models::load_gpu("h200");
+  EXPECT_EQ(target_of(g).nccl_channels, cuda_scratch::kDefaultNcclChannels);
+  g.nccl_channels = 24;
+  EXPECT_EQ(target_of(g).nccl_channels, 24);
 }
 
 }  // namespace
