@@ -89,7 +89,11 @@ std::string format_count(double v) {
   return fixed_str(v, 0, "");
 }
 
-std::string format_percent(double f) { return fixed_str(f * 100.0, 1, "%"); }
+// A value that rounds to zero prints as 0.0%, not -0.0% (an error of -1e-7 is no error).
+std::string format_percent(double f) {
+  const double pct = f * 100.0;
+  return fixed_str(std::fabs(pct) < 0.05 ? 0.0 : pct, 1, "%");
+}
 
 // printf's own sign (GCC 12 warned -Wrestrict on "+" + std::string&&, a false positive, in the
 // first build a new user runs).
