@@ -130,6 +130,7 @@ const BufferRow* BufferTable::find(const std::string& name, Tier tier) const {
 int64_t element_bytes(std::string_view dtype, std::string_view where) {
   if (dtype == "int32") return 4;
   if (dtype == "uint8") return 1;
+  if (dtype == "fp64") return 8;
   return dtype_bytes(dtype, where);
 }
 
@@ -756,6 +757,20 @@ void add_rows(const models::ModelSpec& m, const Config& c, const Target& target,
       add(row::kOpScratch, Category::backend_scratch, Tier::device, OOMB_SHAPE({s.bytes}), "uint8", s.bytes, all,
           OOMB_TEXT("the CUDA backend's op scratch: its largest op (" + s.op + ", step/cuda_scratch.h)"),
           OOMB_TENSORS({"scratch", s.bytes, "uint8"}));
+    }
+    if (!published && g.oomb) {
+      // The backend's pinned host buffers (step/cuda_layout.h).
+      using namespace cuda_scratch;
+      const int64_t ring = kStagingSlots * kStagingSlotBytes, slots = loss_slots(g.n);
+      add(row::kStagingRing, Category::backend_scratch, Tier::host, OOMB_SHAPE({kStagingSlots, kStagingSlotBytes}),
+          "uint8", ring, all, "the CUDA backend's pinned staging ring for uploads: 8 slots x 4 MiB",
+          OOMB_TENSORS({"slots", ring, "uint8"}));
+      add(row::kReadback, Category::backend_scratch, Tier::host, OOMB_SHAPE({kReadbackBytes}), "uint8", kReadbackBytes,
+          all, "the CUDA backend's pinned read-back buffer: downloads go through it in 4 MiB pieces",
+          OOMB_TENSORS({"readback", kReadbackBytes, "uint8"}));
+      add(row::kLossSlots, Category::backend_scratch, Tier::host, OOMB_SHAPE({slots}), "fp64", slots * 8, all,
+          "the CUDA backend's mapped loss slots: max(4096, chunks) x 8 (the kernels add each chunk's loss to one)",
+          OOMB_TENSORS({"losses", slots, "fp64"}));
     }
     // NCCL's buffers: one communicator per parallel degree > 1 (tensor parallelism's group, the
     // data-parallel replicas'; the job's world communicator only where it is one of them), each

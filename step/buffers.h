@@ -65,6 +65,9 @@ inline constexpr const char* kHostPageSummaries = "host_page_summaries";
 inline constexpr const char* kGemmWorkspace = "gemm_workspace";
 inline constexpr const char* kOpScratch = "op_scratch";
 inline constexpr const char* kCommunicatorBuffers = "communicator_buffers";
+inline constexpr const char* kStagingRing = "host_staging_ring";
+inline constexpr const char* kReadback = "host_readback";
+inline constexpr const char* kLossSlots = "host_loss_slots";
 inline constexpr const char* kRuntimeReserve = "runtime_reserve";
 inline constexpr const char* kAllocatorBlocks = "allocator_blocks";
 }  // namespace row
@@ -132,7 +135,7 @@ struct RowTensor {
   int64_t elements = 0;
   std::string dtype;  // "fp32", "bf16", "int32", "uint8", ...
 };
-// Bytes per element of a tensor's dtype (the KV dtypes and int32, uint8); Error naming `where` otherwise.
+// Bytes per element of a tensor's dtype (the KV dtypes and int32, uint8, fp64); Error naming `where` otherwise.
 int64_t element_bytes(std::string_view dtype, std::string_view where = "dtype");
 
 // One row of the table: a buffer (or a class of identical buffers), its bytes and the phases in

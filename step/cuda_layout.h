@@ -13,6 +13,16 @@ inline constexpr int64_t ld8(int64_t cols) { return (cols + 7) / 8 * 8; }  // bf
 // cuBLASLt's workspace: one allocation for the run.
 inline constexpr int64_t kGemmWorkspaceBytes = int64_t{32} << 20;
 
+// The CUDA backend's pinned host buffers (host rows of the table, backend_scratch): the staging
+// ring that uploads go through (slots x slot bytes), the read-back buffer downloads go through in
+// pieces of its size, and the loss slots the cross-entropy kernels add to (one double per chunk, at
+// least kLossSlots; sized before the first step, never grown inside one).
+inline constexpr int64_t kStagingSlots = 8;
+inline constexpr int64_t kStagingSlotBytes = int64_t{4} << 20;
+inline constexpr int64_t kReadbackBytes = int64_t{4} << 20;
+inline constexpr int64_t kLossSlots = 4096;
+inline constexpr int64_t loss_slots(int64_t chunks) { return chunks > kLossSlots ? chunks : kLossSlots; }
+
 // NCCL's device memory per communicator of more than one rank, every connection made at init
 // (executor/cuda/nccl_comm.cpp sets NCCL_RUNTIME_CONNECT=0): per channel, a connection to each ring
 // neighbour with a buffer per protocol, Simple (NCCL_BUFFSIZE, 4 MiB), LL (512 KiB) and LL128

@@ -45,7 +45,7 @@ namespace {
 using step::cuda_scratch::kAlign;
 using step::cuda_scratch::kGemmWorkspaceBytes;
 using step::cuda_scratch::up;
-constexpr int64_t kLossSlots = 4096;  // cross_entropy_acc's slots (the Engine's: one per chunk), 32 KiB pinned
+using step::cuda_scratch::kLossSlots;  // cross_entropy_acc's slots (the Engine's: one per chunk), 32 KiB pinned
 
 int64_t steady_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
@@ -292,20 +292,19 @@ struct CudaBackend::Impl {
     }
   }
 
-  // Device (or any tier) -> host, after everything queued on the compute stream.
+  // Device (or any tier) -> host, after everything queued on the compute stream, through the
+  // pinned read-back buffer in pieces of its size (a host optimizer's first read of the weights
+  // would otherwise pin a buffer the size of the model: the host_readback row is fixed).
   void get(void* dst, const void* src, int64_t bytes) {
     if (bytes <= 0) return;
-    if (bytes > readback_bytes) {
+    for (int64_t off = 0; off < bytes; off += readback_bytes) {
+      const int64_t n = std::min(readback_bytes, bytes - off);
+      OOMB_CUDA_CHECK(cudaMemcpyAsync(readback, static_cast<const char*>(src) + off, static_cast<size_t>(n),
+                                      cudaMemcpyDefault, compute));
+      ++host_syncs;
       OOMB_CUDA_CHECK(cudaStreamSynchronize(compute));
-      if (readback) OOMB_CUDA_CHECK(cudaFreeHost(readback));
-      readback = nullptr;
-      readback_bytes = std::max<int64_t>(up(bytes), 1 << 20);
-      OOMB_CUDA_CHECK(cudaHostAlloc(&readback, static_cast<size_t>(readback_bytes), cudaHostAllocPortable));
+      std::memcpy(static_cast<char*>(dst) + off, readback, static_cast<size_t>(n));
     }
-    OOMB_CUDA_CHECK(cudaMemcpyAsync(readback, src, static_cast<size_t>(bytes), cudaMemcpyDefault, compute));
-    ++host_syncs;
-    OOMB_CUDA_CHECK(cudaStreamSynchronize(compute));
-    std::memcpy(dst, readback, static_cast<size_t>(bytes));
   }
 
   // One cudaMemcpyBatchAsync (CUDA 12.8+) of the regions, in stream order. False (and batching
@@ -418,6 +417,8 @@ CudaBackend::CudaBackend(CudaBackendOptions options) : impl_(std::make_unique<Im
     OOMB_CUDA_CHECK(cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming));
   }
   m.grow_loss_slots(kLossSlots);
+  m.readback_bytes = step::cuda_scratch::kReadbackBytes;
+  OOMB_CUDA_CHECK(cudaHostAlloc(&m.readback, static_cast<size_t>(m.readback_bytes), cudaHostAllocPortable));
   m.host_syncs = 0;  // set-up, not work
   for (auto& c : m.completion) c.thread = std::thread([&m, &c] { m.run_completion(c); });
 }
@@ -1345,6 +1346,19 @@ void CudaBackend::adamw(Tensor param, float* master, ConstTensor grad, float* m_
 }
 
 int64_t CudaBackend::gemm_workspace_bytes() const { return kGemmWorkspaceBytes; }
+
+std::vector<BackendBuffer> CudaBackend::host_buffers() const {
+  const Impl& m = *impl_;
+  const int64_t ring = static_cast<int64_t>(m.slots.size()) * std::max<int64_t>(m.opt.staging_slot_bytes, 1);
+  return {{step::row::kStagingRing, "backend_scratch", m.slots.empty() ? 0 : ring},
+          {step::row::kReadback, "backend_scratch", m.readback_bytes},
+          {step::row::kLossSlots, "backend_scratch", m.loss_slot_count * 8}};
+}
+
+void CudaBackend::size_loss_slots(int64_t slots) {
+  Impl& m = *impl_;
+  if (slots > m.loss_slot_count) m.grow_loss_slots(slots);
+}
 
 std::vector<BackendBuffer> CudaBackend::device_buffers() const {
   return {{step::row::kGemmWorkspace, "backend_scratch", gemm_workspace_bytes()},

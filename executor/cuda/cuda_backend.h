@@ -38,6 +38,7 @@
 
 #include "executor/runtime/backend.h"
 #include "step/allocator.h"
+#include "step/cuda_layout.h"
 
 namespace oomb::executor {
 
@@ -82,8 +83,8 @@ struct CudaBackendOptions {
   // op_scratch row (a run of a buffer table: the size is the row's, step/cuda_scratch.h). Off: it
   // grows, the old block freed at the next synchronize() (tests and benchmarks of single ops).
   bool fixed_workspace = false;
-  int64_t staging_slot_bytes = int64_t{4} << 20;   // pinned slot for upload() / op metadata
-  int staging_slots = 8;
+  int64_t staging_slot_bytes = step::cuda_scratch::kStagingSlotBytes;  // pinned slot for upload() / op metadata
+  int staging_slots = static_cast<int>(step::cuda_scratch::kStagingSlots);
   // linear_fwd / linear_bwd's GEMMs; fp32 by default (the reference the others are tested against).
   CudaGemmPrecision gemm_precision = CudaGemmPrecision::fp32;
   // Paged attention kernels; fp32 by default (the reference the tensor-core kernels are tested against).
@@ -122,6 +123,8 @@ class CudaBackend final : public Backend {
   std::string name() const override { return "cuda"; }
   // The cuBLASLt workspace and the op scratch (its size now: it grows when an op needs more).
   std::vector<BackendBuffer> device_buffers() const override;
+  std::vector<BackendBuffer> host_buffers() const override;
+  void size_loss_slots(int64_t slots) override;
   step::Target target() const override;  // cuda, bf16_gemm when gemm_precision is bf16
   // The op scratch becomes exactly `bytes` (the table's op_scratch row) and fixed: a larger request
   // throws. Synchronises when the size changes (the Engine calls it at set-up).

@@ -190,6 +190,12 @@ class Backend {
   // The device buffers this backend holds for itself (none on the CPU backend, whose scratch is
   // host RAM of the emulator): the runtime accounts them as rows of its buffer table.
   virtual std::vector<BackendBuffer> device_buffers() const { return {}; }
+  // The same on the host tier (the CUDA backend's pinned staging ring, read-back buffer and loss
+  // slots).
+  virtual std::vector<BackendBuffer> host_buffers() const { return {}; }
+  // The loss slots a step uses (one per chunk): a backend that keeps them sizes them now, before
+  // the first step (none grows inside one).
+  virtual void size_loss_slots(int64_t slots) {}
 
   // ---- memory and copies
   virtual void* allocate(Tier tier, int64_t bytes) = 0;  // zero-filled

@@ -15,6 +15,7 @@
 #include "core/utc_time.h"
 #include "executor/runtime/bf16.h"
 #include "step/buffers.h"
+#include "step/cuda_layout.h"
 #include "step/capability.h"
 
 namespace oomb::executor {
@@ -422,6 +423,13 @@ Engine::Engine(Backend& backend, const models::ModelSpec& model, const simulator
   for (const auto& r : rows_)
     if (r.name == step::row::kOpScratch && r.tier == Tier::device) backend_.size_op_scratch(r.bytes);
   for (const BackendBuffer& b : backend_.device_buffers()) account_.add(Tier::device, b.name, b.bytes);
+  backend_.size_loss_slots(step::cuda_scratch::loss_slots(g_.n));
+  for (const BackendBuffer& b : backend_.host_buffers()) {
+    const bool has_row = std::any_of(rows_.begin(), rows_.end(), [&](const step::BufferRow& r) {
+      return r.name == b.name && r.tier == Tier::host;
+    });
+    if (b.bytes > 0 && has_row) account_.add(Tier::host, b.name, b.bytes);
+  }
   // What the communicators' library took of the device (NCCL's buffers, measured at their set-up),
   // under the table's row for them; a table without that row (a run of thread ranks sharing a GPU,
   // whose NCCL-free communicators take nothing) gets none.

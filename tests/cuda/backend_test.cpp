@@ -13,6 +13,8 @@
 #include "executor/cuda/batch_copy.h"
 #include "executor/runtime/memory_account.h"
 #include "executor/runtime/page_pool.h"
+#include "step/buffers.h"
+#include "step/cuda_layout.h"
 
 namespace oomb::executor::cudatest {
 namespace {
@@ -263,6 +265,39 @@ TEST_F(CudaBackendCopies, UploadCopiesTheSourceBeforeItReturns) {
   gpu->download(rb.data(), b.data(), n * 4);
   EXPECT_EQ(ra[n - 1], 1.0f);
   EXPECT_EQ(rb[n - 1], 2.0f);
+}
+
+// Review 3, finding 12: the backend's pinned host buffers are the table's host rows, fixed in size.
+// A download larger than the read-back buffer goes through it in pieces (a host optimizer's first
+// read of the weights used to pin a buffer the size of the model), and the loss slots are sized
+// before the first step to one per chunk (at least 4096).
+TEST_F(CudaBackendCopies, PinnedHostBuffersAreFixedRowsAndDownloadsGoThroughThemInPieces) {
+  using namespace step::cuda_scratch;
+  auto bytes_of = [&](const char* row) {
+    for (const BackendBuffer& b : gpu->host_buffers())
+      if (b.name == row) return b.bytes;
+    ADD_FAILURE() << "no host buffer " << row;
+    return int64_t{-1};
+  };
+  EXPECT_EQ(bytes_of(step::row::kStagingRing), kStagingSlots * kStagingSlotBytes);
+  EXPECT_EQ(bytes_of(step::row::kReadback), kReadbackBytes);
+  EXPECT_EQ(bytes_of(step::row::kLossSlots), kLossSlots * 8);
+  // 2.5 read-back buffers' worth, every piece in its place.
+  const int64_t n = kReadbackBytes * 5 / 2 / 4;
+  std::vector<float> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = static_cast<float>(i % 100003);
+  Buffer d(*gpu, Tier::device, n * 4);
+  gpu->upload(d.data(), v.data(), n * 4);
+  std::vector<float> back(static_cast<size_t>(n), -1.0f);
+  gpu->download(back.data(), d.data(), n * 4);
+  EXPECT_EQ(back, v);
+  EXPECT_EQ(bytes_of(step::row::kReadback), kReadbackBytes) << "the read-back buffer never grows";
+  gpu->size_loss_slots(10000);
+  EXPECT_EQ(bytes_of(step::row::kLossSlots), 10000 * 8);
+  gpu->size_loss_slots(100);  // never shrinks
+  EXPECT_EQ(bytes_of(step::row::kLossSlots), 10000 * 8);
+  EXPECT_EQ(loss_slots(100), kLossSlots);
+  EXPECT_EQ(loss_slots(10000), 10000);
 }
 
 TEST_F(CudaBackendCopies, DeviceNameAndStreamsAreReported) {

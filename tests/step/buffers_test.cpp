@@ -287,5 +287,35 @@ TEST(BufferRows, NcclBuffersAreOneRowPerCommunicatorOutsideTheArena) {
   EXPECT_EQ(target_of(g).nccl_channels, 24);
 }
 
+// Review 3, finding 12: the CUDA backend's pinned host buffers are host rows (backend_scratch):
+// the staging ring (8 x 4 MiB), the read-back buffer (4 MiB) and the loss slots (max(4096, chunks)
+// doubles); the CPU backend has none.
+TEST(BufferRows, TheCudaBackendsPinnedBuffersAreHostRows) {
+  using namespace cuda_scratch;
+  const models::ModelSpec tiny = models::load_model("tiny");
+  Config c;
+  c.context_tokens = 1024;
+  c.chunk_tokens = 256;
+  c.page_tokens = 64;
+  auto host_row = [&](const Config& cfg, const Target& t, const char* name) -> int64_t {
+    const BufferTable table = buffer_table(tiny, cfg, t);
+    const BufferRow* r = table.find(name, Tier::host);
+    if (!r) return -1;
+    EXPECT_EQ(r->category, "backend_scratch");
+    return r->bytes;
+  };
+  const Target cuda = cuda_target();
+  EXPECT_EQ(host_row(c, cuda, row::kStagingRing), int64_t{8} * (4 << 20));
+  EXPECT_EQ(host_row(c, cuda, row::kReadback), int64_t{4} << 20);
+  EXPECT_EQ(host_row(c, cuda, row::kLossSlots), 4096 * 8);
+  Config many = c;  // 5000 chunks of 16 tokens: a slot each
+  many.context_tokens = 5000 * 16;
+  many.chunk_tokens = 16;
+  many.page_tokens = 16;
+  EXPECT_EQ(host_row(many, cuda, row::kLossSlots), 5000 * 8);
+  EXPECT_EQ(host_row(c, Target{}, row::kStagingRing), -1);
+  EXPECT_EQ(host_row(c, Target{}, row::kLossSlots), -1);
+}
+
 }  // namespace
 }  // namespace oomb::step
