@@ -66,6 +66,13 @@ struct Engine::Work {
 };
 
 namespace {
+// The row of `rows` with this name and tier (BufferTable::find over a run's rows), or null.
+const step::BufferRow* find_row(const std::vector<step::BufferRow>& rows, const std::string& name, Tier tier) {
+  for (const auto& r : rows)
+    if (r.tier == tier && r.name == name) return &r;
+  return nullptr;
+}
+
 // Which LoRA target a tensor's suffix names ("q_proj" ...: LoraTarget's order).
 size_t lora_index(const std::string& target) {
   const auto& names = step::lora_target_names();
@@ -420,16 +427,11 @@ Engine::Engine(Backend& backend, const models::ModelSpec& model, const simulator
   }
   // What the backend holds for itself (the CUDA workspace and op scratch), under their rows: the op
   // scratch is sized to its row first (a larger request throws from then on).
-  for (const auto& r : rows_)
-    if (r.name == step::row::kOpScratch && r.tier == Tier::device) backend_.size_op_scratch(r.bytes);
+  if (const step::BufferRow* r = find_row(rows_, step::row::kOpScratch, Tier::device)) backend_.size_op_scratch(r->bytes);
   for (const BackendBuffer& b : backend_.device_buffers()) account_.add(Tier::device, b.name, b.bytes);
   backend_.size_loss_slots(step::cuda_scratch::loss_slots(g_.n));
-  for (const BackendBuffer& b : backend_.host_buffers()) {
-    const bool has_row = std::any_of(rows_.begin(), rows_.end(), [&](const step::BufferRow& r) {
-      return r.name == b.name && r.tier == Tier::host;
-    });
-    if (b.bytes > 0 && has_row) account_.add(Tier::host, b.name, b.bytes);
-  }
+  for (const BackendBuffer& b : backend_.host_buffers())
+    if (b.bytes > 0 && find_row(rows_, b.name, Tier::host)) account_.add(Tier::host, b.name, b.bytes);
   // What the communicators' library took of the device (NCCL's buffers, measured at their set-up),
   // under the table's row for them; a table without that row (a run of thread ranks sharing a GPU,
   // whose NCCL-free communicators take nothing) gets none.
@@ -437,9 +439,7 @@ Engine::Engine(Backend& backend, const models::ModelSpec& model, const simulator
     int64_t comm_bytes = 0;
     for (Communicator* c : {tp_comm_, dp_comm_})
       if (c) comm_bytes += c->device_bytes();
-    const bool has_row = std::any_of(rows_.begin(), rows_.end(), [](const step::BufferRow& r) {
-      return r.name == step::row::kCommunicatorBuffers && r.tier == Tier::device;
-    });
+    const bool has_row = find_row(rows_, step::row::kCommunicatorBuffers, Tier::device) != nullptr;
     if (comm_bytes > 0 && has_row) account_.add_measured(Tier::device, step::row::kCommunicatorBuffers, comm_bytes);
     else if (comm_bytes > 0)
       notes_.push_back("the communicators' library took " + format_bytes(comm_bytes) +
