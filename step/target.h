@@ -2,6 +2,8 @@
 // The backend a buffer table describes (light: CUDA translation units include it).
 #include <cstdint>
 
+#include "step/cuda_layout.h"
+
 namespace oomb::step {
 
 // What a backend allocates besides the runtime's own buffers (step/buffers.h).
@@ -17,7 +19,7 @@ struct Target {
   int64_t runtime_reserve_bytes = 0;
   // CUDA under tensor or data parallelism: the NCCL channels each communicator connects (the GPU
   // profile's nccl_channels), which size the communicator_buffers row.
-  int64_t nccl_channels = 2;
+  int64_t nccl_channels = cuda_scratch::kDefaultNcclChannels;
   // The published implementation with offload (docs/model.md, pages in flight): pages whose
   // write-back has been issued and has not finished, beyond the resident layers, at the pool's peak
   // (the simulator's closed form from the copy rate and the layer pass time; 0 = none).
