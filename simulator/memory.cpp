@@ -9,7 +9,11 @@ namespace detail {
 
 Geometry geometry(const Scenario& s) { return step::geometry(s.model, s.config); }
 
-step::Target target_of(const Scenario& s) { return step::target_of(s.gpu); }
+step::Target target_of(const Scenario& s) {
+  step::Target t = step::target_of(s.gpu);
+  t.cupti = s.cupti_timed && t.backend == step::BackendKind::cuda;
+  return t;
+}
 
 MemoryTable memory_table(const Scenario& s, bool describe) { return memory_table(s, geometry(s), describe); }
 

@@ -22,6 +22,9 @@ struct Scenario {
   models::GpuSpec gpu;
   models::HostSpec host;
   Config config;
+  // The run is timed by the CUPTI collector (a cuda-cupti trace): its activity buffers are a host
+  // row of the table (step::Target::cupti). Plans leave it false; validate sets it for such a trace.
+  bool cupti_timed = false;
 };
 
 // The description of one step (step/): tiers, phases, the buffer table and its page counts.

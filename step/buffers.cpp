@@ -771,6 +771,14 @@ void add_rows(const models::ModelSpec& m, const Config& c, const Target& target,
       add(row::kLossSlots, Category::backend_scratch, Tier::host, OOMB_SHAPE({slots}), "fp64", slots * 8, all,
           "the CUDA backend's mapped loss slots: max(4096, chunks) x 8 (the kernels add each chunk's loss to one)",
           OOMB_TENSORS({"losses", slots, "fp64"}));
+      if (target.cupti) {
+        const int64_t pool = kCuptiPoolBuffers * kCuptiBufferBytes;
+        add(row::kCuptiActivityBuffers, Category::backend_scratch, Tier::host,
+            OOMB_SHAPE({kCuptiPoolBuffers, kCuptiBufferBytes}), "uint8", pool, all,
+            "the CUPTI collector's activity buffers: 4 x 8 MiB, each decoded and handed back to CUPTI as it fills "
+            "(executor/cupti)",
+            OOMB_TENSORS({"buffers", pool, "uint8"}));
+      }
     }
     // NCCL's buffers: one communicator per parallel degree > 1 (tensor parallelism's group, the
     // data-parallel replicas'; the job's world communicator only where it is one of them), each

@@ -68,6 +68,7 @@ inline constexpr const char* kCommunicatorBuffers = "communicator_buffers";
 inline constexpr const char* kStagingRing = "host_staging_ring";
 inline constexpr const char* kReadback = "host_readback";
 inline constexpr const char* kLossSlots = "host_loss_slots";
+inline constexpr const char* kCuptiActivityBuffers = "cupti_activity_buffers";
 inline constexpr const char* kRuntimeReserve = "runtime_reserve";
 inline constexpr const char* kAllocatorBlocks = "allocator_blocks";
 }  // namespace row

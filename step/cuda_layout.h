@@ -23,6 +23,15 @@ inline constexpr int64_t kReadbackBytes = int64_t{4} << 20;
 inline constexpr int64_t kLossSlots = 4096;
 inline constexpr int64_t loss_slots(int64_t chunks) { return chunks > kLossSlots ? chunks : kLossSlots; }
 
+// The CUPTI collector's activity buffers (executor/cupti/collector.h), a host row of a CUPTI-timed
+// run: a pool allocated with the collector and handed to CUPTI over and over, each buffer decoded
+// and given back as CUPTI completes it. Four: CUPTI fills a per-context queue (kernels, copies) and
+// the global one (API records, external correlations) at once, and may ask for the next buffer of
+// a queue before it has handed back the full one. An assumption: a run counts the requests past the
+// pool (metadata.extra.cupti.buffers_beyond_pool) and the most held at once.
+inline constexpr int64_t kCuptiPoolBuffers = 4;
+inline constexpr int64_t kCuptiBufferBytes = int64_t{8} << 20;
+
 // NCCL's device memory per communicator of more than one rank, every connection made at init
 // (executor/cuda/nccl_comm.cpp sets NCCL_RUNTIME_CONNECT=0): per channel, a connection to each ring
 // neighbour with a buffer per protocol, Simple (NCCL_BUFFSIZE, 4 MiB), LL (512 KiB) and LL128

@@ -216,6 +216,7 @@ RunRecord run_record_from_json(const Json& extra, const std::string& where) {
       if (n.is_string()) r.notes.push_back(n.get<std::string>());
   if (x.has("cupti")) {
     const JsonReader c(x.object("cupti"), where + ": metadata.extra.cupti");
+    r.cupti_timed = true;
     if (c.has("reserved_device_bytes")) r.cupti_reserved_device_bytes = c.i64("reserved_device_bytes");
     if (c.has("untagged")) r.cupti_untagged = c.i64("untagged");
   }

@@ -106,6 +106,7 @@ struct RunRecord {
   // CUPTI-timed CUDA runs (the collector's, beside the record): device bytes CUDA reserved, records
   // without a tag.
   std::optional<int64_t> cupti_reserved_device_bytes, cupti_untagged;
+  bool cupti_timed = false;  // the record has the collector's block (metadata.extra.cupti)
 };
 
 // The record as a trace's metadata.extra holds it: {"model", "layers", "config", "measured"} (the

@@ -20,6 +20,10 @@ struct Target {
   // CUDA under tensor or data parallelism: the NCCL channels each communicator connects (the GPU
   // profile's nccl_channels), which size the communicator_buffers row.
   int64_t nccl_channels = cuda_scratch::kDefaultNcclChannels;
+  // CUDA, timed by the CUPTI collector (oomb run --trace on a build with CUPTI): its activity
+  // buffers are a host row (cupti_activity_buffers). A plan is made for an untimed run; the run
+  // that traces adds the row and says so.
+  bool cupti = false;
   // The published implementation with offload (docs/model.md, pages in flight): pages whose
   // write-back has been issued and has not finished, beyond the resident layers, at the pool's peak
   // (the simulator's closed form from the copy rate and the layer pass time; 0 = none).

@@ -35,15 +35,19 @@ uint64_t CUPTIAPI steady_timestamp() {
 
 void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records) {
   CuptiCollector* c = g_active.load();
-  const auto bytes = static_cast<size_t>(c ? c->buffer_bytes() : int64_t{1} << 20);
-  *buffer = static_cast<uint8_t*>(std::aligned_alloc(kBufferAlign, bytes));
-  *size = *buffer ? bytes : 0;
+  *buffer = c ? c->take_buffer() : nullptr;  // none: CUPTI drops the records and counts them
+  *size = *buffer ? static_cast<size_t>(c->buffer_bytes()) : 0;
   *max_records = 0;
 }
 
 void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t* buffer, size_t, size_t valid) {
-  if (CuptiCollector* c = g_active.load()) c->on_buffer(ctx, stream_id, buffer, valid);
-  std::free(buffer);
+  CuptiCollector* c = g_active.load();
+  if (!c) {  // after the collector ended (CUPTI's last flush): nothing to decode into
+    std::free(buffer);
+    return;
+  }
+  c->on_buffer(ctx, stream_id, buffer, valid);
+  c->give_back(buffer);
 }
 
 CopyKind copy_kind(uint8_t k) {
@@ -75,13 +79,28 @@ const CUpti_CallbackId kDriverLaunches[] = {
 }  // namespace
 
 CuptiCollector::CuptiCollector(CollectorOptions options) : options_(options) {
+  if (options_.buffer_bytes < 1024 || options_.buffer_bytes % static_cast<int64_t>(kBufferAlign) != 0 ||
+      options_.pool_buffers < 0)
+    throw Error("cupti", "buffer_bytes", std::to_string(options_.buffer_bytes) + " x " +
+                                             std::to_string(options_.pool_buffers) + " buffers",
+                "buffers of at least 1 KiB, a multiple of 8 bytes, and a pool of 0 or more");
   CuptiCollector* expected = nullptr;
   if (!g_active.compare_exchange_strong(expected, this))
     throw Error("cupti", "", "a CUPTI collector is already active in this process");
   try {
+    for (int64_t i = 0; i < options_.pool_buffers; ++i) {
+      auto* b = static_cast<uint8_t*>(std::aligned_alloc(kBufferAlign, static_cast<size_t>(options_.buffer_bytes)));
+      if (!b) throw std::bad_alloc();
+      pool_.push_back(b);
+    }
+    free_ = pool_;
     // Before any kind is enabled, so that every record uses the steady clock.
     steady_clock_ = cuptiActivityRegisterTimestampCallback(steady_timestamp) == CUPTI_SUCCESS;
     if (!steady_clock_) std::fprintf(stderr, "oomb: CUPTI timestamps are not on the steady clock (callback refused)\n");
+    windowed_ = options_.windowed && steady_clock_;
+    DecodeOptions d;
+    d.windowed = windowed_;
+    decoder_ = std::make_unique<Decoder>(std::move(d));
     OOMB_CUDA_CHECK(cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed));
     for (CUpti_ActivityKind k : kKinds)
       if (k != CUPTI_ACTIVITY_KIND_MEMORY2 || options_.memory) OOMB_CUDA_CHECK(cuptiActivityEnable(k));
@@ -95,7 +114,38 @@ CuptiCollector::CuptiCollector(CollectorOptions options) : options_(options) {
   } catch (...) {
     disable();
     g_active.store(nullptr);
+    for (uint8_t* b : pool_) std::free(b);
     throw;
+  }
+}
+
+uint8_t* CuptiCollector::take_buffer() {
+  uint8_t* b = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(pool_mu_);
+    if (!free_.empty()) {
+      b = free_.back();
+      free_.pop_back();
+    }
+  }
+  if (!b) {
+    b = static_cast<uint8_t*>(std::aligned_alloc(kBufferAlign, static_cast<size_t>(options_.buffer_bytes)));
+    if (!b) return nullptr;
+    ++beyond_pool_;
+  }
+  const int64_t held = ++held_;
+  for (int64_t hw = held_high_water_.load(); held > hw && !held_high_water_.compare_exchange_weak(hw, held);) {
+  }
+  return b;
+}
+
+void CuptiCollector::give_back(uint8_t* buffer) {
+  --held_;
+  if (std::find(pool_.begin(), pool_.end(), buffer) != pool_.end()) {
+    std::lock_guard<std::mutex> lock(pool_mu_);
+    free_.push_back(buffer);
+  } else {
+    std::free(buffer);
   }
 }
 
@@ -113,6 +163,9 @@ CuptiCollector::~CuptiCollector() {
   disable();
   cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
   g_active.store(nullptr);
+  // A buffer CUPTI still holds is freed by buffer_completed (std::free) once the collector is gone;
+  // the pool's are ours (CUPTI holds none after the forced flushes).
+  for (uint8_t* b : pool_) std::free(b);
 }
 
 namespace {
@@ -192,7 +245,7 @@ void CuptiCollector::on_buffer(void* context, uint32_t stream_id, uint8_t* buffe
       dropped > 0)
     dropped_ += static_cast<int64_t>(dropped);
   std::lock_guard<std::mutex> lock(mu_);
-  records_.insert(records_.end(), std::make_move_iterator(out.begin()), std::make_move_iterator(out.end()));
+  if (!decoded_) decoder_->consume(out);
 }
 
 void CuptiCollector::name_stream(void* cuda_stream, const std::string& name) {
@@ -222,9 +275,28 @@ void CuptiCollector::pop_tag() {
 
 void CuptiCollector::flush() { OOMB_CUDA_CHECK(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED)); }
 
-std::vector<Record> CuptiCollector::records() const {
+void CuptiCollector::close_window(int64_t begin_ns, int64_t end_ns) {
+  if (!windowed_)
+    throw Error("cupti", "close_window", "this collector keeps every record",
+                "CollectorOptions::windowed, with CUPTI on the steady clock (steady_clock())");
+  flush();
+  const int64_t now = steady_timestamp();
   std::lock_guard<std::mutex> lock(mu_);
-  return records_;
+  decoder_->add_window(begin_ns, end_ns);
+  decoder_->settle(now);
+}
+
+void CuptiCollector::settle() {
+  if (!windowed_) return;  // nothing is discarded: every record goes into the trace
+  flush();
+  const int64_t now = steady_timestamp();
+  std::lock_guard<std::mutex> lock(mu_);
+  decoder_->settle(now);
+}
+
+int64_t CuptiCollector::held_records() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return decoded_ ? 0 : decoder_->held_records();
 }
 
 traces::Trace CuptiCollector::trace(traces::Metadata metadata, traces::Detail detail, int64_t origin_ns,
@@ -236,15 +308,21 @@ traces::Trace CuptiCollector::trace(traces::Metadata metadata, traces::Detail de
 }
 
 traces::Trace CuptiCollector::trace(traces::Metadata metadata, DecodeOptions o, DecodeStats* stats) {
+  if (!o.windows.empty())
+    throw Error("cupti", "windows", "are given to the collector as the run goes",
+                "CollectorOptions::windowed and close_window() after each step");
   flush();
-  std::vector<Record> recs;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    o.streams = streams_;
-    o.ops = ops_;
-    recs = records_;
-  }
-  return decode(recs, o, dropped(), std::move(metadata), stats);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (decoded_) throw Error("cupti", "trace", "was already taken from this collector", "one trace() per collector");
+  decoded_ = true;
+  DecodeOptions& d = decoder_->options();
+  d.streams = streams_;
+  d.ops = ops_;
+  d.detail = o.detail;
+  d.origin_ns = o.origin_ns;
+  d.base_device_bytes = o.base_device_bytes;
+  d.base_host_bytes = o.base_host_bytes;
+  return decoder_->finish(dropped(), std::move(metadata), stats);
 }
 
 }  // namespace oomb::executor::cupti

@@ -20,19 +20,30 @@
 #include <cstdint>
 #include <exception>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
 #include "executor/cupti/decode.h"
 #include "executor/runtime/op_tagger.h"
+#include "step/cuda_layout.h"
 #include "traces/trace.h"
 
 namespace oomb::executor::cupti {
 
 struct CollectorOptions {
-  int64_t buffer_bytes = int64_t{8} << 20;  // per CUPTI activity buffer
-  bool memory = true;                       // MEMORY2 records (allocations and frees)
+  int64_t buffer_bytes = step::cuda_scratch::kCuptiBufferBytes;  // per CUPTI activity buffer
+  // Buffers allocated with the collector and handed to CUPTI over and over (the table's
+  // cupti_activity_buffers row: buffers x buffer_bytes). A request past them gets a buffer of its
+  // own, freed when CUPTI hands it back, and counted (buffers_beyond_pool()).
+  int64_t pool_buffers = step::cuda_scratch::kCuptiPoolBuffers;
+  bool memory = true;  // MEMORY2 records (allocations and frees)
+  // Decode as the run goes (review 3, finding 12): each buffer is decoded when CUPTI completes it
+  // and handed back, and only the work inside the windows given to close_window() is kept, so the
+  // collector holds the steps' events, not every record of the run. Needs steady_clock() (the
+  // windows are on the steady clock); without it every record is kept (windowed() is false).
+  bool windowed = false;
 };
 
 class CuptiCollector {
@@ -49,16 +60,27 @@ class CuptiCollector {
   void pop_tag();
 
   void flush();  // forces CUPTI to hand over every buffer (completed records only)
-  // Flushes and decodes everything collected so far.
+  // Whether windows apply (CollectorOptions::windowed and CUPTI on the steady clock).
+  bool windowed() const { return windowed_; }
+  // After the device finished the work issued so far (a synchronised step): flushes CUPTI, keeps
+  // the work inside [begin_ns, end_ns] (steady clock; windows in order), and discards everything
+  // else the decoder held for the work before now (records outside every window, correlations).
+  // Only on a windowed() collector.
+  void close_window(int64_t begin_ns, int64_t end_ns);
+  // The same without a window (a warm-up step: its work is discarded).
+  void settle();
+  // Flushes and decodes everything collected so far (once: the decoder's state goes into the trace).
   traces::Trace trace(traces::Metadata metadata, traces::Detail detail = traces::Detail::op, int64_t origin_ns = -1,
                       DecodeStats* stats = nullptr);
-  // The same with every decode option (detail, origin, windows, base bytes); the streams and op
-  // names are the collector's (name_stream, push_tag), whatever `options` holds.
+  // The same with the decode options detail, origin and base bytes; the streams and op names are the
+  // collector's (name_stream, push_tag), whatever `options` holds. Windows come through
+  // close_window(): `options.windows` must be empty.
   traces::Trace trace(traces::Metadata metadata, DecodeOptions options, DecodeStats* stats = nullptr);
+  // What the decoder holds now (decode.h Decoder::held_records).
+  int64_t held_records() const;
   // Whether CUPTI accepted the steady-clock timestamp callback: records are then on
   // std::chrono::steady_clock (the executor's clock: origins and windows from steady_now_ns() apply).
   bool steady_clock() const { return steady_clock_; }
-  std::vector<Record> records() const;
   // Records CUPTI dropped (its buffers full), summed over every queue a buffer came from (each
   // buffer's context and stream).
   int64_t dropped() const { return dropped_.load(); }
@@ -69,14 +91,28 @@ class CuptiCollector {
   // (null for the global queue), stream_id: its stream.
   void on_buffer(void* context, uint32_t stream_id, uint8_t* buffer, size_t valid_bytes);
   int64_t buffer_bytes() const { return options_.buffer_bytes; }
+  uint8_t* take_buffer();              // a pool buffer, else one of its own (null: out of memory)
+  void give_back(uint8_t* buffer);     // to the pool, or freed
+  // The pool's bytes (allocated with the collector, held until it ends).
+  int64_t pool_bytes() const { return static_cast<int64_t>(pool_.size()) * options_.buffer_bytes; }
+  // Buffers CUPTI asked for while the pool was empty (each freed when handed back), and the most
+  // held at once.
+  int64_t buffers_beyond_pool() const { return beyond_pool_.load(); }
+  int64_t buffers_held_high_water() const { return held_high_water_.load(); }
 
  private:
   int op_index(const std::string& op);
   void disable();
 
   CollectorOptions options_;
-  mutable std::mutex mu_;  // records_, ops_, streams_
-  std::vector<Record> records_;
+  std::vector<uint8_t*> pool_;  // every pool buffer (owned)
+  std::mutex pool_mu_;          // free_
+  std::vector<uint8_t*> free_;  // pool buffers not with CUPTI
+  std::atomic<int64_t> beyond_pool_{0}, held_{0}, held_high_water_{0};
+  mutable std::mutex mu_;  // decoder_, decoded_, ops_, streams_
+  std::unique_ptr<Decoder> decoder_;
+  bool decoded_ = false;  // trace() took the decoder's state
+  bool windowed_ = false;
   std::vector<std::string> ops_;
   std::map<uint32_t, std::string> streams_;
   std::atomic<int64_t> dropped_{0};

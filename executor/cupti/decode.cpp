@@ -138,71 +138,154 @@ std::vector<Event> merge(std::vector<Event> ev, Detail d) {
 
 }  // namespace
 
-traces::Trace decode(const std::vector<Record>& records, const DecodeOptions& o, int64_t dropped,
-                     traces::Metadata metadata, DecodeStats* stats_out) {
-  DecodeStats st;
-  st.records = static_cast<int64_t>(records.size());
-  st.dropped = dropped;
-
-  // Pass 1: correlation id -> packed tag (external-correlation records may come after their work).
-  std::unordered_map<uint32_t, uint64_t> tag_of;
-  for (const Record& r : records)
-    if (r.kind == RecordKind::external_correlation) {
-      tag_of[r.correlation_id] = r.external_id;
-      ++st.correlations;
+Decoder::Decoder(DecodeOptions options)
+    : o_(std::move(options)),
+      windowed_(o_.windowed || !o_.windows.empty()),
+      // A fixed list of windows is all there will be: nothing waits for another.
+      settled_ns_(o_.windowed ? std::numeric_limits<int64_t>::min() : std::numeric_limits<int64_t>::max()) {
+  for (size_t i = 1; i < o_.windows.size(); ++i)
+    if (o_.windows[i].first < o_.windows[i - 1].first) {  // any order is fine for a fixed list
+      std::sort(o_.windows.begin(), o_.windows.end());
+      break;
     }
+}
+
+bool Decoder::inside(int64_t t) const {
+  if (!windowed_) return true;
+  for (auto it = o_.windows.rbegin(); it != o_.windows.rend(); ++it)  // the latest first: where new work falls
+    if (t >= it->first && t <= it->second) return true;
+  return false;
+}
+
+int64_t Decoder::horizon() const {
+  return std::max(settled_ns_, o_.windows.empty() ? std::numeric_limits<int64_t>::min() : o_.windows.back().first);
+}
+
+void Decoder::place(Work w) {
+  if (inside(w.start_ns)) {
+    kept_.push_back(w);
+  } else if (w.start_ns < horizon()) {
+    ++st_.outside;
+  } else {
+    waiting_.push_back(w);
+  }
+}
+
+void Decoder::consume(const Record& r) {
+  ++st_.records;
+  switch (r.kind) {
+    case RecordKind::external_correlation:
+      tag_of_[r.correlation_id] = r.external_id;
+      ++st_.correlations;
+      return;
+    case RecordKind::memory:
+      ++st_.memory;
+      memory_.push_back({r.start_ns, r.bytes, r.address, r.memory_op, r.memory_kind});
+      return;
+    case RecordKind::other: ++st_.ignored; return;
+    case RecordKind::kernel: ++st_.kernels; break;
+    case RecordKind::memcpy: ++st_.memcpys; break;
+    case RecordKind::memset: ++st_.memsets; break;
+  }
+  if (!(r.start_ns > 0 && r.end_ns >= r.start_ns)) {  // no or inverted timestamps: incomplete
+    ++st_.invalid;
+    return;
+  }
+  Work w{r.start_ns, r.end_ns, r.bytes, seq_++, 0, r.correlation_id, r.stream_id, -1, r.kind, r.copy, false, false};
+  if (r.kind == RecordKind::kernel) {
+    auto [it, added] = name_index_.try_emplace(r.name, static_cast<int32_t>(names_.size()));
+    if (added) names_.push_back(short_kernel_name(r.name));
+    w.name = it->second;
+  }
+  resolve(w, false);
+  place(w);
+}
+
+void Decoder::add_window(int64_t begin_ns, int64_t end_ns) {
+  if (!o_.windowed || end_ns < begin_ns || (!o_.windows.empty() && begin_ns < o_.windows.back().first))
+    throw Error("cupti decode", "window", "[" + std::to_string(begin_ns) + ", " + std::to_string(end_ns) + "]",
+                "windows in increasing order of their begin, on a decoder made with DecodeOptions::windowed");
+  o_.windows.emplace_back(begin_ns, end_ns);
+  std::vector<Work> waiting;
+  waiting.swap(waiting_);
+  for (const Work& w : waiting) place(w);
+}
+
+void Decoder::settle(int64_t now_ns) {
+  settled_ns_ = std::max(settled_ns_, now_ns);
+  std::vector<Work> waiting;
+  waiting.swap(waiting_);
+  for (const Work& w : waiting) place(w);
+  // Every correlation of the work so far has arrived: what is still untagged stays so.
+  for (std::vector<Work>* v : {&kept_, &waiting_})
+    for (Work& w : *v) resolve(w, true);
+  tag_of_.clear();
+}
+
+void Decoder::resolve(Work& w, bool final_tag) {
+  if (w.tagged || w.untagged) return;
+  if (auto t = tag_of_.find(w.correlation_id); t != tag_of_.end()) {
+    w.tag = t->second;
+    w.tagged = true;
+  } else {
+    w.untagged = final_tag;
+  }
+}
+
+int64_t Decoder::held_records() const {
+  return static_cast<int64_t>(kept_.size() + waiting_.size() + tag_of_.size() + memory_.size());
+}
+
+traces::Trace Decoder::finish(int64_t dropped, traces::Metadata metadata, DecodeStats* stats_out) {
+  // Work past the last window: no window will come now.
+  settled_ns_ = std::numeric_limits<int64_t>::max();
+  {
+    std::vector<Work> waiting;
+    waiting.swap(waiting_);
+    for (const Work& w : waiting) place(w);
+  }
+  DecodeStats st = st_;
+  st.dropped = dropped;
+  const DecodeOptions& o = o_;
 
   auto stream_name = [&](uint32_t id, const char* fallback) -> std::string {
     auto it = o.streams.find(id);
     return it != o.streams.end() ? it->second : std::string(fallback);
   };
-  auto valid = [&](const Record& r) { return r.start_ns > 0 && r.end_ns >= r.start_ns; };
-  auto is_work = [](const Record& r) {
-    return r.kind == RecordKind::kernel || r.kind == RecordKind::memcpy || r.kind == RecordKind::memset;
-  };
-  auto inside = [&](int64_t t) {
-    if (o.windows.empty()) return true;
-    for (const auto& [b, e] : o.windows)
-      if (t >= b && t <= e) return true;
-    return false;
-  };
-  // Memory records before this belong to the base (no windows: none does).
-  int64_t first_window = std::numeric_limits<int64_t>::min();
-  if (!o.windows.empty()) {
-    first_window = std::numeric_limits<int64_t>::max();
-    for (const auto& w : o.windows) first_window = std::min(first_window, w.first);
-  }
   auto compute_stream = [&](uint32_t id) {
     auto it = o.streams.find(id);
     return it != o.streams.end() && it->second == "compute";
   };
+  // Memory records before this belong to the base (no windows: none does).
+  int64_t first_window = std::numeric_limits<int64_t>::min();
+  if (windowed_) {
+    first_window = std::numeric_limits<int64_t>::max();
+    for (const auto& w : o.windows) first_window = std::min(first_window, w.first);
+  }
 
   int64_t origin = o.origin_ns;
   if (origin < 0) {
     origin = std::numeric_limits<int64_t>::max();
-    for (const Record& r : records) {
-      if (r.kind == RecordKind::memory && r.start_ns > 0 && r.start_ns >= first_window)
-        origin = std::min(origin, r.start_ns);
-      if (is_work(r) && valid(r) && inside(r.start_ns)) origin = std::min(origin, r.start_ns);
-    }
+    for (const Memory& m : memory_)
+      if (m.t_ns > 0 && m.t_ns >= first_window) origin = std::min(origin, m.t_ns);
+    for (const Work& w : kept_) origin = std::min(origin, w.start_ns);
     if (origin == std::numeric_limits<int64_t>::max()) origin = 0;
   }
 
-  std::vector<Event> events;
-  struct MemOp {
-    int64_t t;
-    int64_t device_delta, host_delta;
-  };
-  std::vector<MemOp> mem;
-  std::unordered_map<uint64_t, int64_t> live;  // address -> bytes of allocations seen
-  int64_t base_device = o.base_device_bytes, base_host = o.base_host_bytes;
-
-  for (const Record& r : records) {
+  // Work not settled since it arrived: its correlation may have come after it.
+  for (Work& w : kept_) resolve(w, true);
+  std::sort(kept_.begin(), kept_.end(), [](const Work& a, const Work& b) { return a.seq < b.seq; });
+  struct Placed {
     Event e;
-    switch (r.kind) {
+    uint64_t seq;
+  };
+  std::vector<Placed> placed;
+  placed.reserve(kept_.size());
+  for (const Work& w : kept_) {
+    Event e;
+    switch (w.kind) {
       case RecordKind::kernel:
-        ++st.kernels;
-        e.name = short_kernel_name(r.name);
+        e.name = names_[static_cast<size_t>(w.name)];
         if (const std::string c = nccl_collective(e.name); !c.empty()) {
           // NCCL's kernels spin until the last rank arrives: a collective on the communication lane,
           // never compute (it would fill the pass's compute time and hide exposed copies).
@@ -212,95 +295,92 @@ traces::Trace decode(const std::vector<Record>& records, const DecodeOptions& o,
           e.stream = "comm";
         } else {
           e.kind = EventKind::compute;
-          e.stream = stream_name(r.stream_id, "compute");
+          e.stream = stream_name(w.stream_id, "compute");
         }
         break;
       case RecordKind::memset:
-        ++st.memsets;
         e.kind = EventKind::compute;
         e.name = "memset";
-        e.stream = stream_name(r.stream_id, "compute");
-        e.bytes = r.bytes;
+        e.stream = stream_name(w.stream_id, "compute");
+        e.bytes = w.bytes;
         break;
-      case RecordKind::memcpy:
-        ++st.memcpys;
-        e.bytes = r.bytes;
-        if ((r.copy == CopyKind::h2d || r.copy == CopyKind::d2h) && compute_stream(r.stream_id)) {
+      default:  // memcpy
+        e.bytes = w.bytes;
+        if ((w.copy == CopyKind::h2d || w.copy == CopyKind::d2h) && compute_stream(w.stream_id)) {
           e.kind = EventKind::compute;
-          e.name = r.copy == CopyKind::h2d ? "memcpy_h2d" : "memcpy_d2h";
+          e.name = w.copy == CopyKind::h2d ? "memcpy_h2d" : "memcpy_d2h";
           e.stream = "compute";
-        } else if (r.copy == CopyKind::h2d) {
+        } else if (w.copy == CopyKind::h2d) {
           e.kind = EventKind::copy_h2d;
           e.name = "memcpy_h2d";
-          e.stream = stream_name(r.stream_id, "h2d");
-        } else if (r.copy == CopyKind::d2h) {
+          e.stream = stream_name(w.stream_id, "h2d");
+        } else if (w.copy == CopyKind::d2h) {
           e.kind = EventKind::copy_d2h;
           e.name = "memcpy_d2h";
-          e.stream = stream_name(r.stream_id, "d2h");
+          e.stream = stream_name(w.stream_id, "d2h");
         } else {
           e.kind = EventKind::compute;
-          e.name = r.copy == CopyKind::d2d ? "memcpy_d2d" : r.copy == CopyKind::h2h ? "memcpy_h2h" : "memcpy";
-          e.stream = stream_name(r.stream_id, "compute");
+          e.name = w.copy == CopyKind::d2d ? "memcpy_d2d" : w.copy == CopyKind::h2h ? "memcpy_h2h" : "memcpy";
+          e.stream = stream_name(w.stream_id, "compute");
         }
         break;
-      case RecordKind::memory: {
-        ++st.memory;
-        if (r.start_ns <= 0 || r.memory_op == MemoryOp::other ||
-            (r.memory_kind != MemoryKind::device && r.memory_kind != MemoryKind::pinned)) {
-          ++st.invalid;
-          continue;
-        }
-        int64_t bytes = r.bytes;
-        if (r.memory_op == MemoryOp::allocation) {
-          live[r.address] = bytes;
-        } else {
-          auto it = live.find(r.address);
-          if (bytes <= 0 && it != live.end()) bytes = it->second;
-          if (it != live.end()) live.erase(it);
-        }
-        if (bytes <= 0) {
-          ++st.invalid;
-          continue;
-        }
-        const int64_t delta = r.memory_op == MemoryOp::allocation ? bytes : -bytes;
-        const bool device = r.memory_kind == MemoryKind::device;
-        if (r.start_ns < first_window) {  // before the decoded intervals: part of the base
-          (device ? base_device : base_host) += delta;
-          continue;
-        }
-        mem.push_back({r.start_ns - origin, device ? delta : 0, device ? 0 : delta});
-        continue;
-      }
-      case RecordKind::external_correlation: continue;
-      case RecordKind::other: ++st.ignored; continue;
     }
-    if (!valid(r)) {
-      ++st.invalid;
-      continue;
-    }
-    if (!inside(r.start_ns)) {
-      ++st.outside;
-      continue;
-    }
-    e.start_ns = r.start_ns - origin;
-    e.end_ns = r.end_ns - origin;
-    auto t = tag_of.find(r.correlation_id);
-    if (t == tag_of.end()) {
+    e.start_ns = w.start_ns - origin;
+    e.end_ns = w.end_ns - origin;
+    if (!w.tagged) {
       ++st.untagged;
       e.op = "untagged";
     } else {
-      const Tag tag = unpack_tag(t->second);
-      e.stage = tag.stage;
-      e.chunk = tag.chunk;
-      e.layer = tag.layer;
-      if (tag.op >= 0 && tag.op < static_cast<int>(o.ops.size())) e.op = o.ops[static_cast<size_t>(tag.op)];
+      const Tag t = unpack_tag(w.tag);
+      e.stage = t.stage;
+      e.chunk = t.chunk;
+      e.layer = t.layer;
+      if (t.op >= 0 && t.op < static_cast<int>(o.ops.size())) e.op = o.ops[static_cast<size_t>(t.op)];
     }
-    events.push_back(std::move(e));
+    placed.push_back({std::move(e), w.seq});
   }
-
-  std::stable_sort(events.begin(), events.end(), [](const Event& a, const Event& b) {
-    return a.start_ns != b.start_ns ? a.start_ns < b.start_ns : a.stream < b.stream;
+  std::sort(placed.begin(), placed.end(), [](const Placed& a, const Placed& b) {
+    if (a.e.start_ns != b.e.start_ns) return a.e.start_ns < b.e.start_ns;
+    if (a.e.stream != b.e.stream) return a.e.stream < b.e.stream;
+    return a.seq < b.seq;
   });
+  std::vector<Event> events;
+  events.reserve(placed.size());
+  for (Placed& p : placed) events.push_back(std::move(p.e));
+
+  // Memory: device and pinned bytes in use, from the base on.
+  struct MemOp {
+    int64_t t;
+    int64_t device_delta, host_delta;
+  };
+  std::vector<MemOp> mem;
+  std::unordered_map<uint64_t, int64_t> live;  // address -> bytes of allocations seen
+  int64_t base_device = o.base_device_bytes, base_host = o.base_host_bytes;
+  for (const Memory& m : memory_) {
+    if (m.t_ns <= 0 || m.op == MemoryOp::other || (m.kind != MemoryKind::device && m.kind != MemoryKind::pinned)) {
+      ++st.invalid;
+      continue;
+    }
+    int64_t bytes = m.bytes;
+    if (m.op == MemoryOp::allocation) {
+      live[m.address] = bytes;
+    } else {
+      auto it = live.find(m.address);
+      if (bytes <= 0 && it != live.end()) bytes = it->second;
+      if (it != live.end()) live.erase(it);
+    }
+    if (bytes <= 0) {
+      ++st.invalid;
+      continue;
+    }
+    const int64_t delta = m.op == MemoryOp::allocation ? bytes : -bytes;
+    const bool device = m.kind == MemoryKind::device;
+    if (m.t_ns < first_window) {  // before the decoded intervals: part of the base
+      (device ? base_device : base_host) += delta;
+      continue;
+    }
+    mem.push_back({m.t_ns - origin, device ? delta : 0, device ? 0 : delta});
+  }
 
   traces::Trace tr;
   tr.metadata = std::move(metadata);
@@ -320,6 +400,15 @@ traces::Trace decode(const std::vector<Record>& records, const DecodeOptions& o,
   tr.summary = traces::summarize(tr);
   if (stats_out) *stats_out = st;
   return tr;
+}
+
+traces::Trace decode(const std::vector<Record>& records, const DecodeOptions& options, int64_t dropped,
+                     traces::Metadata metadata, DecodeStats* stats) {
+  DecodeOptions o = options;
+  o.windowed = false;  // the windows given are all there are
+  Decoder d(std::move(o));
+  d.consume(records);
+  return d.finish(dropped, std::move(metadata), stats);
 }
 
 }  // namespace oomb::executor::cupti

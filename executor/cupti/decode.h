@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -66,6 +67,8 @@ struct DecodeOptions {
   // of anything run between steps); the rest is counted in DecodeStats::outside. Memory records
   // before the first interval are folded into the base bytes; later ones become samples.
   std::vector<std::pair<int64_t, int64_t>> windows;
+  // Windows come later, through Decoder::add_window (a collector decoding while the run goes on).
+  bool windowed = false;
 };
 
 struct DecodeStats {
@@ -85,6 +88,73 @@ std::string short_kernel_name(const std::string& name);
 // The collective of an NCCL kernel's short name, as a trace event name ("ncclDevKernel_AllReduce_
 // Sum_bf16_RING_LL" -> "nccl_allreduce"; "ncclKernel_..." of older NCCL likewise); "" for others.
 std::string nccl_collective(const std::string& short_name);
+
+// Incremental decoding: the same trace as decode() from records handed over in pieces, keeping
+// only what the trace needs, so that a collector can decode each CUPTI buffer as it completes and
+// free it (review 3, finding 12) instead of holding every record of the run:
+//   - work records (kernels, copies, memsets) are kept compact (no name string: kernel names are
+//     interned) and only once they fall inside a window; those outside every window are counted
+//     and dropped as soon as no later window can hold them;
+//   - external correlations are kept until settle(): work already tagged carries its tag, and the
+//     rest is untagged from then on;
+//   - memory records are kept (few: allocations and frees) and folded at finish().
+// Windows: DecodeOptions::windows is a fixed list (decode()); with DecodeOptions::windowed, more
+// come through add_window() in order of their begin, and a record past the last window's end
+// waits until a window takes it or settle() says none will.
+class Decoder {
+ public:
+  explicit Decoder(DecodeOptions options);
+  void consume(const Record& r);
+  void consume(const std::vector<Record>& records) {
+    for (const Record& r : records) consume(r);
+  }
+  // A window of the run (begin <= end, begins in increasing order; windowed decoders only).
+  void add_window(int64_t begin_ns, int64_t end_ns);
+  // Every record of the work issued before this call has been consumed (the device synchronised and
+  // CUPTI flushed), and no window added later begins before now_ns: work waiting for a correlation
+  // is untagged from here on, and the correlations seen so far are released.
+  void settle(int64_t now_ns);
+  // The trace; streams, ops, detail and origin are those of options() at this call.
+  traces::Trace finish(int64_t dropped, traces::Metadata metadata, DecodeStats* stats = nullptr);
+  DecodeOptions& options() { return o_; }
+  // What the decoder holds: work records kept or waiting, correlations, memory records.
+  int64_t held_records() const;
+
+ private:
+  struct Work {  // a kernel, copy or memset, compactly
+    int64_t start_ns, end_ns, bytes;
+    uint64_t seq;  // arrival order: events with equal start and stream keep it
+    uint64_t tag;
+    uint32_t correlation_id, stream_id;
+    int32_t name;  // kernels: index into names_; -1 otherwise
+    RecordKind kind;
+    CopyKind copy;
+    bool tagged;    // tag holds its (stage, chunk, layer, op)
+    bool untagged;  // settled without a correlation: "untagged" in the trace
+  };
+  struct Memory {
+    int64_t t_ns, bytes;
+    uint64_t address;
+    MemoryOp op;
+    MemoryKind kind;
+  };
+  void place(Work w);  // inside a window (kept), outside (counted), or waiting
+  // Tags w from the correlations seen; final_tag: none will come for it (untagged if absent).
+  void resolve(Work& w, bool final_tag);
+  bool inside(int64_t t) const;
+  int64_t horizon() const;  // no window added later begins before this
+
+  DecodeOptions o_;
+  bool windowed_;
+  int64_t settled_ns_;
+  DecodeStats st_;
+  uint64_t seq_ = 0;
+  std::unordered_map<uint32_t, uint64_t> tag_of_;
+  std::vector<Work> kept_, waiting_;  // waiting: past the last window, not yet placed
+  std::vector<Memory> memory_;
+  std::vector<std::string> names_;
+  std::unordered_map<std::string, int32_t> name_index_;  // mangled name -> names_ index
+};
 
 // Builds the trace: kernels and memsets -> compute events, except NCCL's kernels (nccl_collective):
 // collective events on stream "comm", out of the compute time and the passes' sums (a collective's

@@ -139,6 +139,7 @@ step::Target target_of(const RunRequest& r) {
   step::Target t;
   t.backend = r.backend == "cuda" ? step::BackendKind::cuda : step::BackendKind::cpu;
   t.bf16_gemm = gemm_precision_of(r) == "bf16";
+  t.cupti = uses_cupti(r);  // the collector's activity buffers (a host row)
   return t;
 }
 
@@ -215,7 +216,17 @@ std::vector<step::BufferRow> planned_rows(const RunRequest& r, const simulator::
   const step::Target ours = target_of(r);
   step::Target plan_target = step::target_of(r.scenario.gpu);
   plan_target.bf16_gemm = ours.bf16_gemm;
-  if (plan_target.backend == ours.backend) return planned;
+  if (plan_target.backend == ours.backend) {
+    // A plan is made for an untimed run: a CUPTI-timed one adds the collector's activity buffers.
+    for (const step::BufferRow& row : needed)
+      if (row.name == step::row::kCuptiActivityBuffers &&
+          std::none_of(planned.begin(), planned.end(), [&](const step::BufferRow& o) { return o.name == row.name; })) {
+        planned.push_back(row);
+        say(r, "buffer " + row.name + " (" + format_bytes(row.bytes) + ", " + to_string(row.tier) +
+                   "): the CUPTI collector's, which the plan (made for an untimed run) leaves out; sized for this run");
+      }
+    return planned;
+  }
   const std::vector<step::BufferRow> theirs = run_rows(r.scenario.model, c, plan_target);
   for (const step::BufferRow& row : needed) {
     auto same = [&row](const step::BufferRow& o) { return o.name == row.name && o.tier == row.tier; };
@@ -444,7 +455,13 @@ RunResult run(const RunRequest& r, const RunTable& table, const Weights& w, cons
     // Before the backend exists, so that CUPTI sees its allocations (memory records). Asked for by
     // name (--trace-timing cupti), a refusal is an error; by default the run falls back to host timing.
     if (use_cupti) {
-      collector = start_or_fall_back([] { return std::make_unique<cupti::CuptiCollector>(); }, &res.cupti_failure);
+      collector = start_or_fall_back(
+          [] {
+            cupti::CollectorOptions co;
+            co.windowed = true;  // decoded step by step: only the timed steps' work is kept
+            return std::make_unique<cupti::CuptiCollector>(co);
+          },
+          &res.cupti_failure);
       if (!collector && r.trace_timing == "cupti")
         throw Error("--trace-timing", "cupti", "CUPTI could not start: " + res.cupti_failure, "use --trace-timing host");
       if (!collector) say(r, fallback_message(res.cupti_failure));
@@ -557,6 +574,8 @@ RunResult run(const RunRequest& r, const RunTable& table, const Weights& w, cons
   if (nccl) o.groups = &groups;
 #ifdef OOMB_HAVE_CUPTI
   o.tagger = tagger.get();
+  if (collector)
+    o.host_buffers.push_back({step::row::kCuptiActivityBuffers, "backend_scratch", collector->pool_bytes()});
 #endif
   // Remembers the (stage, chunk, layer, op) a failing step was in (forwarding to the CUPTI tagger).
   FaultTagger fault_tagger(o.tagger);
@@ -616,8 +635,13 @@ RunResult run(const RunRequest& r, const RunTable& table, const Weights& w, cons
 #ifdef OOMB_HAVE_CUPTI
       if (collector) {
         static_cast<CudaBackend&>(backend).synchronize();
-        // The warm-up's device work is left out, as on the host-timed path.
+        // The warm-up's device work is left out, as on the host-timed path. The collector decodes
+        // the step's records now and keeps only its window's work (review 3, finding 12).
         if (current >= warmup) windows.emplace_back(t0, steady_now_ns());
+        if (collector->windowed()) {
+          if (current >= warmup) collector->close_window(windows.back().first, windows.back().second);
+          else collector->settle();
+        }
       }
 #else
       (void)t0;
@@ -696,8 +720,7 @@ RunResult run(const RunRequest& r, const RunTable& table, const Weights& w, cons
     cupti::DecodeOptions d;
     d.detail = r.detail;
     if (collector->steady_clock()) {  // the Engine's clock: same origin as its memory samples
-      d.origin_ns = e.trace_origin_ns();
-      d.windows = windows;
+      d.origin_ns = e.trace_origin_ns();  // the windows were given step by step (close_window)
     } else {
       say(r, "oomb run: warning: CUPTI refused the steady clock; the trace keeps every record (set-up and warm-up "
              "included) on CUPTI's clock");
@@ -749,7 +772,16 @@ RunResult run(const RunRequest& r, const RunTable& table, const Weights& w, cons
                               {"steady_clock", collector->steady_clock()},
                               {"driver_api_records", collector->driver_records()},
                               {"reserved_device_bytes", reserved_device},
-                              {"reserved_pinned_bytes", reserved_host}}}};
+                              {"reserved_pinned_bytes", reserved_host},
+                              {"activity_buffer_bytes", collector->buffer_bytes()},
+                              {"activity_pool_bytes", collector->pool_bytes()},
+                              {"activity_buffers_held_high_water", collector->buffers_held_high_water()},
+                              {"activity_buffers_beyond_pool", collector->buffers_beyond_pool()}}}};
+      if (collector->buffers_beyond_pool() > 0)
+        say(r, "oomb run: note: CUPTI asked for " + std::to_string(collector->buffers_beyond_pool()) +
+                   " activity buffers beyond the collector's pool of " + format_bytes(collector->pool_bytes()) +
+                   " (at most " + std::to_string(collector->buffers_held_high_water()) +
+                   " held at once): host memory past the cupti_activity_buffers row");
       t = e.device_timed_trace(std::move(dev), r.command);
       // Review 3, finding 3: NCCL's host calls only enqueue; its kernels' spans over the fastest timed
       // step are the collectives' device times (the data-parallel ones by their ops, the rest tensor

@@ -430,8 +430,9 @@ Engine::Engine(Backend& backend, const models::ModelSpec& model, const simulator
   if (const step::BufferRow* r = find_row(rows_, step::row::kOpScratch, Tier::device)) backend_.size_op_scratch(r->bytes);
   for (const BackendBuffer& b : backend_.device_buffers()) account_.add(Tier::device, b.name, b.bytes);
   backend_.size_loss_slots(step::cuda_scratch::loss_slots(g_.n));
-  for (const BackendBuffer& b : backend_.host_buffers())
-    if (b.bytes > 0 && find_row(rows_, b.name, Tier::host)) account_.add(Tier::host, b.name, b.bytes);
+  for (const std::vector<BackendBuffer>& held : {backend_.host_buffers(), options_.host_buffers})
+    for (const BackendBuffer& b : held)
+      if (b.bytes > 0 && find_row(rows_, b.name, Tier::host)) account_.add(Tier::host, b.name, b.bytes);
   // What the communicators' library took of the device (NCCL's buffers, measured at their set-up),
   // under the table's row for them; a table without that row (a run of thread ranks sharing a GPU,
   // whose NCCL-free communicators take nothing) gets none.

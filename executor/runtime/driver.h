@@ -55,6 +55,9 @@ struct EngineOptions {
   AdamWOptions adamw;  // used when config.optimizer != none
   std::function<void(const Progress&)> progress;  // called after every layer pass
   int64_t host_slab_bytes = int64_t{256} << 20;
+  // Host buffers the run holds beside the backend's, each charged under its row of the table when
+  // the table has one (the CUPTI collector's activity buffers: step::row::kCuptiActivityBuffers).
+  std::vector<BackendBuffer> host_buffers;
   // Sparse only: per (chunk, layer) of stage 1, the share of the dense attention probability mass
   // the selected pages (plus the causal own chunk) capture (Measured::recall). Keeps a host copy of
   // every layer's post-RoPE keys (L x N x kv_dim floats, not in the memory account) and computes

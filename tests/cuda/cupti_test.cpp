@@ -100,6 +100,27 @@ TEST_F(CudaCupti, SmallBuffersLoseNothingAndDroppedRecordsAreCounted) {
     EXPECT_EQ(count_kernels(t), kKernels);
     EXPECT_EQ(st.untagged, 0);
     EXPECT_EQ(collector.dropped(), 0);
+    EXPECT_EQ(collector.pool_bytes(), step::cuda_scratch::kCuptiPoolBuffers * 4096);
+    EXPECT_GE(collector.buffers_held_high_water(), 1);
+#ifdef OOMB_CUDA_EMULATED_BACKEND
+    // One queue, whose buffer is handed back before the next is asked for: the pool suffices.
+    EXPECT_EQ(collector.buffers_beyond_pool(), 0);
+    EXPECT_EQ(collector.buffers_held_high_water(), 1);
+#endif
+  }
+  {  // Without a pool, every buffer is CUPTI's own request, and nothing is lost.
+    cupti::CollectorOptions none = small;
+    none.pool_buffers = 0;
+    cupti::CuptiCollector collector(none);
+    {
+      cupti::ScopedTag tag(&collector, 1, 0, 0, "layer_fwd");
+      for (int i = 0; i < kKernels; ++i) gpu->scale(dev.f32(), n, 1.0f);
+    }
+    gpu->synchronize();
+    const traces::Trace t = collector.trace({}, traces::Detail::op);
+    EXPECT_EQ(count_kernels(t), kKernels);
+    EXPECT_EQ(collector.pool_bytes(), 0);
+    EXPECT_GT(collector.buffers_beyond_pool(), 1);
   }
 #ifdef OOMB_CUDA_EMULATED_BACKEND
   setenv("OOMB_EMULATED_CUPTI_DROP_EVERY", "5", 1);

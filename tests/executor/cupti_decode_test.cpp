@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <random>
+
 #include "core/error.h"
 
 namespace oomb::executor::cupti {
@@ -296,6 +298,117 @@ TEST(CuptiDecode, OriginDefaultsToTheEarliestRecord) {
   ASSERT_EQ(t.events.size(), 2u);
   EXPECT_EQ(t.events[0].start_ns, 0);
   EXPECT_EQ(t.events[1].start_ns, 1000);
+}
+
+// Review 3, finding 12: a collector decodes each CUPTI buffer as it arrives (Decoder) instead of
+// holding every record of the run. A synthetic run (set-up, a warm-up step, timed steps with work
+// between them; correlations before or after their work, a batched copy's records sharing one;
+// allocations in every phase) handed over in buffers of random sizes, with a window added after each
+// timed step and a settle at every step's end, gives the trace decode() gives from all records at
+// once, byte for byte; and after each settle the decoder holds no correlation and no record from
+// outside the windows.
+TEST(CuptiDecode, DecodingBufferByBufferGivesTheWholeRunsTraceAndHoldsOnlyTheWindows) {
+  std::mt19937_64 rng(20261206);
+  for (int trial = 0; trial < 20; ++trial) {
+    struct StepEnd {
+      size_t records;  // records made before the step's end
+      int64_t begin_ns, end_ns;
+      bool timed;
+    };
+    std::vector<Record> recs;
+    std::vector<StepEnd> ends;
+    uint32_t corr = 1;
+    uint64_t address = 0x1000;
+    int64_t t = 1000;
+    auto work = [&](const Tag& tag, bool tagged, bool batch) {
+      const uint32_t id = corr++;
+      const bool late = rng() % 3 == 0;  // the correlation after its work (another queue's buffer)
+      if (tagged && !late) recs.push_back(correlation(id, tag));
+      const int copies = batch ? 3 : 1;
+      for (int k = 0; k < copies; ++k) {
+        const int64_t d = 10 + static_cast<int64_t>(rng() % 50);
+        switch (rng() % 4) {
+          case 0: recs.push_back(copy(id, kH2d, CopyKind::h2d, t, t + d, 64 + k)); break;
+          case 1: recs.push_back(copy(id, kD2h, CopyKind::d2h, t, t + d, 32)); break;
+          default: recs.push_back(kernel(id, kCompute, t, t + d, rng() % 2 ? "_ZN4oomb4cuda8attn_fwdILi128EEEvv" : "k"));
+        }
+        t += d / (1 + static_cast<int64_t>(rng() % 2));  // some overlap
+      }
+      if (tagged && late) recs.push_back(correlation(id, tag));
+    };
+    auto allocate = [&] {
+      recs.push_back(memory(MemoryOp::allocation, rng() % 2 ? MemoryKind::device : MemoryKind::pinned, t++,
+                            address, 100 + static_cast<int64_t>(rng() % 100)));
+      if (rng() % 2) recs.push_back(memory(MemoryOp::release, MemoryKind::device, t++, address, 0));
+      address += 0x100;
+    };
+    allocate();
+    for (int i = 0; i < 5; ++i) work({-1, -1, -1, -1}, rng() % 2, false);  // set-up
+    const int steps = 4, warmup = 1;
+    for (int step = 0; step < steps; ++step) {
+      const int64_t begin = t;
+      for (int i = 0; i < 30; ++i) {
+        if (rng() % 8 == 0) allocate();
+        work({1 + static_cast<int>(rng() % 2), step, static_cast<int64_t>(rng() % 3), static_cast<int>(rng() % 3)},
+             rng() % 10 != 0, rng() % 5 == 0);
+      }
+      ends.push_back({recs.size(), begin, t, step >= warmup});
+      t += 5;
+      for (int i = 0; i < 3; ++i) work({2, -1, -1, 2}, true, false);  // between steps (a check): left out
+    }
+
+    DecodeOptions whole = options();
+    whole.origin_ns = trial % 2 ? -1 : 900;
+    for (const StepEnd& e : ends)
+      if (e.timed) whole.windows.emplace_back(e.begin_ns, e.end_ns);
+    DecodeStats st_whole;
+    const std::string expected = traces::to_json(decode(recs, whole, 3, {}, &st_whole)).dump();
+
+    DecodeOptions streaming = options();
+    streaming.origin_ns = -1;  // set at the end, as the runner does
+    streaming.windowed = true;
+    Decoder d(streaming);
+    size_t next = 0, end_index = 0;
+    while (next < recs.size() || end_index < ends.size()) {
+      const size_t limit = end_index < ends.size() ? ends[end_index].records : recs.size();
+      const size_t n = std::min(limit - next, static_cast<size_t>(1 + rng() % 7));
+      for (size_t i = 0; i < n; ++i) d.consume(recs[next++]);
+      if (end_index < ends.size() && next == ends[end_index].records) {
+        const StepEnd& e = ends[end_index++];
+        if (e.timed) d.add_window(e.begin_ns, e.end_ns);
+        d.settle(e.end_ns + 1);
+        // Held: the windows' work and the memory records, nothing else.
+        int64_t memory_records = 0, inside = 0;
+        for (size_t i = 0; i < next; ++i) {
+          const Record& r = recs[i];
+          memory_records += r.kind == RecordKind::memory;
+          if (r.kind == RecordKind::kernel || r.kind == RecordKind::memcpy)
+            for (const StepEnd& w : ends)
+              inside += w.timed && &w - ends.data() < static_cast<std::ptrdiff_t>(end_index) &&
+                        r.start_ns >= w.begin_ns && r.start_ns <= w.end_ns;
+        }
+        EXPECT_EQ(d.held_records(), memory_records + inside) << "trial " << trial << ", step " << end_index;
+      }
+    }
+    d.options().origin_ns = whole.origin_ns;
+    DecodeStats st_stream;
+    const std::string got = traces::to_json(d.finish(3, {}, &st_stream)).dump();
+    EXPECT_EQ(got, expected) << "trial " << trial;
+    EXPECT_EQ(st_stream.untagged, st_whole.untagged);
+    EXPECT_EQ(st_stream.outside, st_whole.outside);
+    EXPECT_EQ(st_stream.records, st_whole.records);
+    EXPECT_GT(st_whole.outside, 0);
+    EXPECT_GT(st_whole.untagged, 0);
+  }
+  // Windows come in order, and only to a decoder that expects them.
+  DecodeOptions w = options();
+  w.windowed = true;
+  Decoder d(w);
+  d.add_window(100, 200);
+  EXPECT_THROW(d.add_window(50, 300), Error);
+  EXPECT_THROW(d.add_window(300, 250), Error);
+  Decoder fixed(options());
+  EXPECT_THROW(fixed.add_window(100, 200), Error);
 }
 
 TEST(CuptiDecode, ShortKernelNames) {

@@ -315,6 +315,15 @@ TEST(BufferRows, TheCudaBackendsPinnedBuffersAreHostRows) {
   EXPECT_EQ(host_row(many, cuda, row::kLossSlots), 5000 * 8);
   EXPECT_EQ(host_row(c, Target{}, row::kStagingRing), -1);
   EXPECT_EQ(host_row(c, Target{}, row::kLossSlots), -1);
+  // The CUPTI collector's activity buffers: a row of a CUPTI-timed CUDA run only (4 x 8 MiB); a
+  // plan (made for an untimed run) and a CPU run have none.
+  EXPECT_EQ(host_row(c, cuda, row::kCuptiActivityBuffers), -1);
+  Target timed = cuda;
+  timed.cupti = true;
+  EXPECT_EQ(host_row(c, timed, row::kCuptiActivityBuffers), int64_t{4} * (8 << 20));
+  Target cpu_timed;
+  cpu_timed.cupti = true;
+  EXPECT_EQ(host_row(c, cpu_timed, row::kCuptiActivityBuffers), -1);
 }
 
 }  // namespace
