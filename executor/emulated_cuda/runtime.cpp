@@ -6,6 +6,7 @@
 #include <atomic>
 #include <charconv>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <stdexcept>
@@ -254,11 +255,30 @@ void detail::reset_function_attributes() {
   g_kernels.clear();
 }
 
+namespace {
+// Test switch: OOMB_EMULATED_FAULT_AT_LAUNCH=<n> makes the process's n-th kernel launch (1-based)
+// fault the context when its grid runs, as a GPU exception does (cudaErrorLaunchFailure, sticky):
+// a device failure in the middle of a step, for the tests of what a run does then.
+bool injected_fault() {
+  static const int64_t at = [] {
+    const char* v = std::getenv("OOMB_EMULATED_FAULT_AT_LAUNCH");
+    return v && *v ? std::strtoll(v, nullptr, 10) : int64_t{0};
+  }();
+  static std::atomic<int64_t> launches{0};
+  return at > 0 && launches.fetch_add(1) + 1 == at;
+}
+}  // namespace
+
 cudaError_t submit_launch(const LaunchConfig& config, std::function<cudaError_t()> run) {
   const uint32_t correlation = activity::api_call(activity::Call::launch_kernel);
   if (const cudaError_t e = detail::sticky_error(); e != cudaSuccess) return detail::fail(e);
   if (const cudaError_t e = check_config(config); e != cudaSuccess) return detail::fail(e);
-  auto grid = [run = std::move(run)] {
+  auto grid = [run = std::move(run), fault = injected_fault(), name = std::string(config.kernel_name)] {
+    if (fault) {
+      report_launch_failure(name + ": injected fault (OOMB_EMULATED_FAULT_AT_LAUNCH)");
+      detail::set_sticky_error(cudaErrorLaunchFailure);
+      return;
+    }
     const cudaError_t e = run();
     // A grid that fails (deadlock, a lane missing a rendezvous, a bad address) faults the context
     // as a GPU exception does; any other status is reported as the launch failure it stands for.

@@ -11,7 +11,8 @@
 #     the simulator's order, every page copy within its pass) are judged, the times are not.
 # The plans cover dense, offload, sparse, bf16 KV, LoRA, partial checkpointing, the optimizer on the
 # GPU and on the host, and (under mpirun, with the emulated NCCL) tensor parallel 2 and data
-# parallel 2 with ZeRO-1 (-np 2), and both at once (-np 4: NCCL's buffers against their row).
+# parallel 2 with ZeRO-1 (-np 2), and both at once (-np 4: NCCL's buffers against their row), and a
+# two-rank job whose rank 1 faults mid-step (it must end, non-zero, naming the fault).
 # Usage: emulated_runs.sh path/to/oomb-emulated path/to/oomb   (the second: any build, for the plans
 # and the CPU runs; the same binary with OOMB_CUDA=EMULATED). ONLY_MPI=1: the two-rank cases only.
 # On a GPU (tests/gpu/run.sh, issue 42 part 5): the first binary is an nvcc build (`cuda=yes`), and
@@ -149,6 +150,26 @@ if [ "$have_mpi" -eq 1 ]; then
     fi
   fi
   launch=""
+  # Review 3, finding 6, at the job's level: a rank whose device faults in the middle of a step
+  # (OOMB_EMULATED_FAULT_AT_LAUNCH, rank 1 only) ends the job non-zero within seconds, its error
+  # naming the step, the pass and the fault, instead of leaving its peer waiting in a collective
+  # (the emulated NCCL's own timeout is set far past the bound, so a wait would show).
+  d="$tmp/tensor_parallel_2"
+  if [ "$mode" = emulated ] && [ -f "$d/p.json" ]; then
+    start=$SECONDS
+    OOMB_EMULATED_NCCL_TIMEOUT_S=300 timeout 280 $(mpirun_np 1) "$emu" run --plan "$d/p.json" --backend cuda --steps 1 \
+      --warmup 0 --trace "$d/t_fault.json" : -np 1 env OOMB_EMULATED_FAULT_AT_LAUNCH=50 "$emu" run --plan "$d/p.json" \
+      --backend cuda --steps 1 --warmup 0 --trace "$d/t_fault.json" >"$d/fault.txt" 2>&1
+    frc=$?
+    took=$((SECONDS - start))
+    if [ "$frc" -ne 0 ] && [ "$frc" -ne 124 ] && [ "$took" -lt 120 ] && grep -q "injected fault" "$d/fault.txt" &&
+       grep -q "oomb run: step 1 of 1 failed: .*(in stage" "$d/fault.txt"; then
+      pass=$((pass + 1))
+      echo "a_rank_faults: exit $frc in $took s"
+    else
+      bad "a_rank_faults: a job whose rank 1 faults did not end promptly and non-zero, naming the fault (exit $frc, $took s): $(grep -E 'failed|fault|ABORT' "$d/fault.txt" | head -5)"
+    fi
+  fi
   for name in tensor_parallel_2 data_parallel_2_zero1; do
     d="$tmp/$name"
     [ "$mode" = gpu ] && continue  # rank 1's times are judged there; its memory by the case above
