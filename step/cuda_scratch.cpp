@@ -128,61 +128,136 @@ int64_t page_list_bytes(int64_t pages) { return up(pages * 8); }
 
 int64_t cross_entropy_bytes(int64_t rows) { return up(std::max<int64_t>(rows, 1) * 8) + kAlign; }
 
-StepScratch step_op_scratch(const models::ModelSpec& m, const Config& c, const Geometry& g, bool bf16_gemm) {
-  StepScratch best;
-  // The winner's name is built once, at the end (the planner's inner loop calls this): an op's
-  // name, after the adapted projection's for a LoRA op.
-  const char* best_op = nullptr;
-  const std::string* best_target = nullptr;
-  auto need = [&](int64_t bytes, const char* op, const std::string* target = nullptr) {
-    if (bytes > best.bytes) {
-      best.bytes = bytes;
-      best_op = op;
-      best_target = target;
-    }
-  };
+int64_t LinearCall::bytes(bool bf16_gemm) const {
+  switch (kind) {
+    case Kind::forward: return linear_fwd_bytes(rows, in, out, x16, w16, y16, has_bias, bf16_gemm);
+    case Kind::backward:
+      return linear_bwd_bytes(rows, in, out, x16, w16, dy16, has_dx, dx16, dx_acc, has_dw, dw16, has_db, db16,
+                              bf16_gemm);
+    case Kind::lora_forward: return lora_fwd_bytes(lora, bf16_gemm);
+    case Kind::lora_backward: return lora_bwd_bytes(lora, has_dx, bf16_gemm);
+  }
+  return 0;
+}
+
+std::vector<LinearCall> step_linear_calls(const models::ModelSpec& m, const Config& c, const Geometry& g) {
+  std::vector<LinearCall> calls;
   const bool a16 = c.activation_dtype == "bf16", w16 = c.param_dtype == "bf16", d16 = c.param_grad_dtype == "bf16";
-  const bool l16 = c.loss_dtype == "bf16", kv16 = c.kv_dtype == "bf16", bias = m.qkv_bias;
+  const bool l16 = c.loss_dtype == "bf16", bias = m.qkv_bias;
   const int64_t H = g.h, qd = g.qd, kvd = g.kvd, F = g.f, V = g.V / g.G;  // the vocabulary-parallel LM head's share
   // LoRA freezes the base: its projections' backward computes dx only (no dW, no bias gradient), and
   // the LM head has no weight gradient unless the embeddings are trained (lora_train_embeddings).
   const bool layer_dw = !g.lora, layer_db = bias && !g.lora;
   const bool head_dw = !(g.lora && !c.lora_train_embeddings);
-  // The passes of the last two chunks hold every shape of the step (the largest prefix and the
-  // largest rows: the last chunk may be ragged).
   for (int64_t ch = std::max<int64_t>(0, g.n - 2); ch < g.n; ++ch) {
     const int64_t T = g.chunk_len(ch);
+    auto fwd = [&](const char* op, int64_t rows, int64_t in, int64_t out, bool y16, bool has_bias, bool head) {
+      LinearCall l;
+      l.op = op;
+      l.chunk = ch;
+      l.head = head;
+      l.rows = rows;
+      l.in = in;
+      l.out = out;
+      l.x16 = a16;
+      l.w16 = w16;
+      l.y16 = y16;
+      l.has_bias = has_bias;
+      calls.push_back(l);
+    };
+    auto bwd = [&](const char* op, int64_t rows, int64_t in, int64_t out, bool dy16, bool dx_acc, bool has_dw,
+                   bool has_db, bool head) {
+      LinearCall l;
+      l.kind = LinearCall::Kind::backward;
+      l.op = op;
+      l.chunk = ch;
+      l.head = head;
+      l.rows = rows;
+      l.in = in;
+      l.out = out;
+      l.x16 = a16;
+      l.w16 = w16;
+      l.dy16 = dy16;
+      l.has_dx = true;
+      l.dx16 = a16;
+      l.dx_acc = dx_acc;
+      l.has_dw = has_dw;
+      l.dw16 = d16;
+      l.has_db = has_db;
+      l.db16 = d16;
+      calls.push_back(l);
+    };
     // Layer forward (fill, recompute) and backward.
-    need(linear_fwd_bytes(T, H, qd, a16, w16, a16, bias, bf16_gemm), "q projection");
-    need(linear_fwd_bytes(T, H, kvd, a16, w16, a16, bias, bf16_gemm), "k/v projection");
-    need(linear_fwd_bytes(T, qd, H, a16, w16, a16, false, bf16_gemm), "o projection");
-    need(linear_fwd_bytes(T, H, F, a16, w16, a16, false, bf16_gemm), "gate/up projection");
-    need(linear_fwd_bytes(T, F, H, a16, w16, a16, false, bf16_gemm), "down projection");
-    need(linear_bwd_bytes(T, F, H, a16, w16, a16, true, a16, false, layer_dw, d16, false, false, bf16_gemm),
-         "down projection backward");
-    need(linear_bwd_bytes(T, H, F, a16, w16, a16, true, a16, true, layer_dw, d16, false, false, bf16_gemm),
-         "gate/up projection backward");
-    need(linear_bwd_bytes(T, qd, H, a16, w16, a16, true, a16, false, layer_dw, d16, false, false, bf16_gemm),
-         "o projection backward");
-    need(linear_bwd_bytes(T, H, qd, a16, w16, a16, true, a16, true, layer_dw, d16, layer_db, d16, bf16_gemm),
-         "q projection backward");
-    need(linear_bwd_bytes(T, H, kvd, a16, w16, a16, true, a16, true, layer_dw, d16, layer_db, d16, bf16_gemm),
-         "k/v projection backward");
+    fwd("q projection", T, H, qd, a16, bias, false);
+    fwd("k/v projection", T, H, kvd, a16, bias, false);
+    fwd("o projection", T, qd, H, a16, false, false);
+    fwd("gate/up projection", T, H, F, a16, false, false);
+    fwd("down projection", T, F, H, a16, false, false);
+    bwd("down projection backward", T, F, H, a16, false, layer_dw, false, false);
+    bwd("gate/up projection backward", T, H, F, a16, true, layer_dw, false, false);
+    bwd("o projection backward", T, qd, H, a16, false, layer_dw, false, false);
+    bwd("q projection backward", T, H, qd, a16, true, layer_dw, layer_db, false);
+    bwd("k/v projection backward", T, H, kvd, a16, true, layer_dw, layer_db, false);
     // The adapters of the targeted projections (per-GPU shapes; fp32 A, B and gradients), forward
     // (fill, recompute) and backward with an input gradient.
     if (g.lora) {
       for (const std::string& t : c.lora_targets) {
-        LoraShape s;
-        s.rows = T;
-        s.rank = c.lora_rank;
-        s.in = t == "o_proj" ? qd : t == "down_proj" ? F : H;
-        s.out = t == "q_proj" ? qd : t == "k_proj" || t == "v_proj" ? kvd : t == "gate_proj" || t == "up_proj" ? F : H;
-        s.act16 = a16;
-        need(lora_fwd_bytes(s, bf16_gemm), " LoRA forward", &t);
-        need(lora_bwd_bytes(s, true, bf16_gemm), " LoRA backward", &t);
+        LinearCall l;
+        l.chunk = ch;
+        l.lora.rows = T;
+        l.lora.rank = c.lora_rank;
+        l.lora.in = t == "o_proj" ? qd : t == "down_proj" ? F : H;
+        l.lora.out =
+            t == "q_proj" ? qd : t == "k_proj" || t == "v_proj" ? kvd : t == "gate_proj" || t == "up_proj" ? F : H;
+        l.lora.act16 = a16;
+        l.rows = T;
+        l.in = l.lora.in;
+        l.out = l.lora.out;
+        l.target = &t;
+        l.kind = LinearCall::Kind::lora_forward;
+        l.op = " LoRA forward";
+        calls.push_back(l);
+        l.kind = LinearCall::Kind::lora_backward;
+        l.op = " LoRA backward";
+        l.has_dx = true;
+        calls.push_back(l);
       }
     }
-    need(rmsnorm_bwd_bytes(H, d16), "rmsnorm backward");
+    // The LM head over row tiles of g.T (unfused: the whole chunk).
+    const int64_t rows = std::min(g.T, T);
+    fwd("lm_head", rows, H, V, g.fused_loss ? l16 : a16, false, true);
+    bwd("lm_head backward", rows, H, V, l16, false, head_dw, false, true);
+  }
+  return calls;
+}
+
+StepScratch step_op_scratch(const models::ModelSpec& m, const Config& c, const Geometry& g, bool bf16_gemm) {
+  StepScratch best;
+  // The winner's name is built once, at the end (the planner's inner loop calls this).
+  const LinearCall* best_call = nullptr;
+  const char* best_op = nullptr;
+  auto need = [&](int64_t bytes, const char* op) {
+    if (bytes > best.bytes) {
+      best.bytes = bytes;
+      best_op = op;
+      best_call = nullptr;
+    }
+  };
+  auto need_call = [&](const LinearCall& l) {
+    const int64_t bytes = l.bytes(bf16_gemm);
+    if (bytes > best.bytes) {
+      best.bytes = bytes;
+      best_call = &l;
+      best_op = nullptr;
+    }
+  };
+  const bool a16 = c.activation_dtype == "bf16", d16 = c.param_grad_dtype == "bf16", kv16 = c.kv_dtype == "bf16";
+  const std::vector<LinearCall> calls = step_linear_calls(m, c, g);
+  for (int64_t ch = std::max<int64_t>(0, g.n - 2); ch < g.n; ++ch) {
+    const int64_t T = g.chunk_len(ch);
+    for (const LinearCall& l : calls)
+      if (l.chunk == ch && !l.head) need_call(l);
+    need(rmsnorm_bwd_bytes(g.h, d16), "rmsnorm backward");
     // Attention over the pass's prefix slots (at most the union bound).
     AttentionShape a;
     a.rows = T;
@@ -202,15 +277,12 @@ StepScratch step_op_scratch(const models::ModelSpec& m, const Config& c, const G
     need(attention_fwd_bytes(a), "attention forward");
     need(attention_bwd_bytes(a), "attention backward");
     need(page_list_bytes(g.own_pages(ch)), "page lists");
-    // The LM head and the loss over row tiles of g.T (unfused: the whole chunk).
-    const int64_t rows = std::min(g.T, T);
-    const bool y16 = g.fused_loss ? l16 : a16;
-    need(linear_fwd_bytes(rows, H, V, a16, w16, y16, false, bf16_gemm), "lm_head");
-    need(linear_bwd_bytes(rows, H, V, a16, w16, l16, true, a16, false, head_dw, d16, false, false, bf16_gemm),
-         "lm_head backward");
-    need(cross_entropy_bytes(rows), "cross_entropy");
+    for (const LinearCall& l : calls)
+      if (l.chunk == ch && l.head) need_call(l);
+    need(cross_entropy_bytes(std::min(g.T, T)), "cross_entropy");
   }
-  if (best_op) best.op = best_target ? *best_target + best_op : std::string(best_op);
+  if (best_call) best.op = best_call->name();
+  else if (best_op) best.op = best_op;
   return best;
 }
 

@@ -9,8 +9,13 @@
 //     elements, when fp32 operands run as bf16 GEMMs; a bf16 operand as fp32 when a GEMM falls back
 //     to fp32 because cuBLASLt has no bf16 algorithm for its shape) and an fp32 output of each GEMM
 //     whose output is stored as bf16 (when cuBLASLt cannot write it, or a bias follows); a bf16 bias
-//     gradient's fp32 column sums. The worst case of these paths is declared (the algorithm choice
-//     is cuBLASLt's, at run time).
+//     gradient's fp32 column sums. Declared: the paths cuBLASLt is expected to offer (bf16 where both
+//     operands are bf16 or the precision is bf16; a bf16 output written through the scratch where
+//     it accumulates or has a bias). The choice is cuBLASLt's, at run time: before the first step
+//     the backend plans every call of step_linear_calls against its heuristic and the Engine refuses
+//     by name one whose fp32 fallback outgrows the row (executor/runtime/driver.h check_op_scratch),
+//     rather than declaring a fallback that may never run (an fp32 copy of the LM head's weight is
+//     2.2 GB for Qwen2.5-7B).
 //   lora_fwd / lora_bwd: two of those linear phases in a row (A's, then B's in the forward; B's,
 //     then A's on du in the backward), the second reading what the first wrote, each carved from the
 //     start of the scratch: an op's need is its larger phase's (lora_fwd_bytes / lora_bwd_bytes).
@@ -25,6 +30,7 @@
 //   rmsnorm_bwd: a bf16 weight gradient's fp32 column sums.
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "models/specs.h"
 #include "step/config.h"
@@ -70,6 +76,31 @@ int64_t select_pages_bytes(int64_t rows, int64_t q_heads, int64_t kv_heads, int6
                            int64_t groups, int64_t prefix_pages, int64_t budget, bool q16, bool summaries16);
 int64_t page_list_bytes(int64_t pages);  // write_kv_pages, add_from_grad_pages
 int64_t cross_entropy_bytes(int64_t rows);
+
+// One call of a GEMM-running op in a step (linear_fwd / linear_bwd / lora_fwd / lora_bwd), as the
+// Engine makes it: the shapes and dtypes that decide its op scratch. Its declared need is
+// bytes(bf16_gemm); the CUDA backend plans the same call against cuBLASLt's heuristic before the
+// first step (review 3, finding 8), so a GEMM that falls back to fp32 past the declared row is
+// refused by name then, never in the middle of a step.
+struct LinearCall {
+  enum class Kind { forward, backward, lora_forward, lora_backward };
+  Kind kind = Kind::forward;
+  const char* op = "";                 // "q projection", "lm_head backward", " LoRA forward", ...
+  const std::string* target = nullptr;  // lora_*: the adapted projection (Config::lora_targets)
+  std::string name() const { return target ? *target + op : std::string(op); }  // "q_proj LoRA forward"
+  int64_t chunk = 0;
+  bool head = false;  // the LM head's (after the layers' attention and page ops)
+  int64_t rows = 0, in = 0, out = 0;
+  bool x16 = false, w16 = false;
+  bool y16 = false, has_bias = false;  // forward
+  bool dy16 = false, has_dx = false, dx16 = false, dx_acc = false, has_dw = false, dw16 = false, has_db = false,
+       db16 = false;  // backward
+  LoraShape lora;  // lora_*: its shape (rows, in, rank, out, dtypes); has_dx for the backward
+  int64_t bytes(bool bf16_gemm) const;
+};
+// The GEMM-running calls of one step of (m, c): the passes of the last two chunks, which hold every
+// shape of the step (the largest rows: the last chunk may be ragged).
+std::vector<LinearCall> step_linear_calls(const models::ModelSpec& m, const Config& c, const Geometry& g);
 
 // The largest op scratch of one step of (m, c) and the op that needs it.
 struct StepScratch {

@@ -25,6 +25,7 @@
 #include "executor/cuda/cross_entropy.cuh"
 #include "executor/cuda/cross_entropy_shard.cuh"
 #include "executor/cuda/cuda_check.h"
+#include "step/cuda_scratch.h"
 #include "executor/cuda/elementwise.cuh"
 #include "executor/cuda/embedding.cuh"
 #include "executor/cuda/gemm.h"
@@ -827,6 +828,29 @@ struct GemmPhase {
   int64_t scratch_bytes() const { return steps_scratch_bytes(steps, operands); }
 };
 
+// linear_fwd's GEMM, planned: y[rows, out] = x W^T (+ b). Its op scratch is phase.scratch_bytes().
+void plan_linear_fwd(Gemm& gemm, const CudaBackendOptions& opt, Operand& wo, Operand& xo, int64_t rows, int64_t in,
+                     int64_t out, Tensor y, ConstTensor b, GemmPhase& phase) {
+  phase.steps = {output_step(wo, xo, rows, in, out, y, false, 1.0f)};
+  phase.steps[0].bias = b;
+  phase.operands = {&wo, &xo};
+  phase.plan(gemm, opt);
+}
+
+// linear_bwd's GEMMs, planned: dx (+)= dy W, dW += dy^T x (those asked for), dy read once for both.
+// Its op scratch: phase.scratch_bytes() + linear_bwd_db_bytes (a bf16 bias gradient's sums).
+void plan_linear_bwd(Gemm& gemm, const CudaBackendOptions& opt, Operand& wo, Operand& xo, Operand& dyo, int64_t rows,
+                     int64_t in, int64_t out, Tensor dx, bool accumulate_dx, Tensor dw_acc, GemmPhase& phase) {
+  phase.steps.clear();
+  if (dx && in > 0) phase.steps.push_back(input_grad_step(wo, dyo, rows, in, out, dx, accumulate_dx, 1.0f));
+  if (dw_acc && in > 0) phase.steps.push_back(weight_grad_step(xo, dyo, rows, in, out, dw_acc));
+  phase.operands = {&dyo, &wo, &xo};
+  phase.plan(gemm, opt);
+}
+// The bias gradient sums dy as stored (never a bf16 copy of an fp32 dy); a bf16 db gets the column
+// sums in an fp32 scratch and one rounding.
+int64_t linear_bwd_db_bytes(bool db16, int64_t out) { return db16 ? up(out * 4) : 0; }
+
 }  // namespace
 
 // Row-major y[rows, out] = x[rows, in] W[out, in]^T is column-major y^T = W x^T.
@@ -836,12 +860,10 @@ void CudaBackend::linear_fwd(ConstTensor x, int64_t rows, int64_t in, ConstTenso
   Impl& m = *impl_;
   if (rows <= 0 || out <= 0) return;
   Operand wo(w, out, in), xo(x, rows, in);
-  std::vector<GemmStep> steps{output_step(wo, xo, rows, in, out, y, false, 1.0f)};
-  steps[0].bias = b;
-  plan_step(*m.gemm, m.opt, steps[0]);
-  const std::vector<Operand*> ops{&wo, &xo};
-  const int64_t bytes = steps_scratch_bytes(steps, ops);
-  run_steps(*m.gemm, m.gemm_calls, steps, ops, bytes > 0 ? m.scratch(bytes) : nullptr, m.compute);
+  GemmPhase p;
+  plan_linear_fwd(*m.gemm, m.opt, wo, xo, rows, in, out, y, b, p);
+  const int64_t bytes = p.scratch_bytes();
+  run_steps(*m.gemm, m.gemm_calls, p.steps, p.operands, bytes > 0 ? m.scratch(bytes) : nullptr, m.compute);
 }
 
 void CudaBackend::linear_bwd(ConstTensor x, int64_t rows, int64_t in, ConstTensor w, int64_t out, ConstTensor dy,
@@ -850,15 +872,12 @@ void CudaBackend::linear_bwd(ConstTensor x, int64_t rows, int64_t in, ConstTenso
   Impl& m = *impl_;
   if (rows <= 0 || out <= 0) return;
   Operand wo(w, out, in), xo(x, rows, in), dyo(dy, rows, out);
-  std::vector<GemmStep> steps;
-  if (dx && in > 0) steps.push_back(input_grad_step(wo, dyo, rows, in, out, dx, accumulate_dx, 1.0f));
-  if (dw_acc && in > 0) steps.push_back(weight_grad_step(xo, dyo, rows, in, out, dw_acc));
-  for (GemmStep& g : steps) plan_step(*m.gemm, m.opt, g);
-  const std::vector<Operand*> ops{&dyo, &wo, &xo};  // dy once for both products
-  // The bias gradient sums dy as stored (never a bf16 copy of an fp32 dy); a bf16 db gets the column
-  // sums in an fp32 scratch and one rounding.
+  GemmPhase p;
+  plan_linear_bwd(*m.gemm, m.opt, wo, xo, dyo, rows, in, out, dx, accumulate_dx, dw_acc, p);
+  std::vector<GemmStep>& steps = p.steps;
+  const std::vector<Operand*>& ops = p.operands;
   const bool db16 = db_acc && is_bf16(db_acc);
-  const int64_t gemm_bytes = steps_scratch_bytes(steps, ops), bytes = gemm_bytes + (db16 ? up(out * 4) : 0);
+  const int64_t gemm_bytes = p.scratch_bytes(), bytes = gemm_bytes + linear_bwd_db_bytes(db16, out);
   char* ws = bytes > 0 ? m.scratch(bytes) : nullptr;
   run_steps(*m.gemm, m.gemm_calls, steps, ops, ws, m.compute);
   if (db_acc) {
@@ -891,6 +910,28 @@ void run_phases(Gemm& gemm, const CudaBackendOptions& opt, int64_t* calls, GemmP
   run_steps(gemm, calls, second.steps, second.operands, ws, s);  // after the first in stream order
 }
 
+// lora_fwd's phases: u [rows, rank] = scale x A^T, then y [rows, out] += u B^T.
+void lora_fwd_phases(Operand& ao, Operand& xo, Operand& bo, Operand& uo, int64_t rows, int64_t in, int64_t rank,
+                     int64_t out, float scale, Tensor u, Tensor y, GemmPhase& through_a, GemmPhase& through_b) {
+  through_a.steps.push_back(output_step(ao, xo, rows, in, rank, u, false, scale));
+  through_a.operands = {&ao, &xo};
+  if (out > 0) through_b.steps.push_back(output_step(bo, uo, rows, rank, out, y, true, 1.0f));
+  through_b.operands = {&bo, &uo};
+}
+
+// lora_bwd's phases: the B projection's backward (dB += dy^T u, du = scale dy B: dy read once for
+// both), then the A projection's on du as stored (dA += du^T x, dx += du A).
+void lora_bwd_phases(Operand& dyo, Operand& bo, Operand& uo, Operand& duo, Operand& ao, Operand& xo, int64_t rows,
+                     int64_t in, int64_t rank, int64_t out, float scale, Tensor du, Tensor dx_acc, Tensor da_acc,
+                     Tensor db_acc, GemmPhase& through_b, GemmPhase& through_a) {
+  through_b.steps.push_back(weight_grad_step(uo, dyo, rows, rank, out, db_acc));
+  through_b.steps.push_back(input_grad_step(bo, dyo, rows, rank, out, du, false, scale));
+  through_b.operands = {&dyo, &bo, &uo};
+  if (in > 0) through_a.steps.push_back(weight_grad_step(xo, duo, rows, in, rank, da_acc));
+  if (dx_acc && in > 0) through_a.steps.push_back(input_grad_step(ao, duo, rows, in, rank, dx_acc, true, 1.0f));
+  through_a.operands = {&duo, &ao, &xo};
+}
+
 }  // namespace
 
 void CudaBackend::lora_fwd(ConstTensor x, int64_t rows, int64_t in, ConstTensor a, ConstTensor b, int64_t rank,
@@ -904,11 +945,7 @@ void CudaBackend::lora_fwd(ConstTensor x, int64_t rows, int64_t in, ConstTensor 
   }
   Operand ao(a, rank, in), xo(x, rows, in), bo(b, out, rank), uo(u, rows, rank);
   GemmPhase through_a, through_b;
-  // u [rows, rank] = scale x A^T, then y [rows, out] += u B^T.
-  through_a.steps.push_back(output_step(ao, xo, rows, in, rank, u, false, scale));
-  through_a.operands = {&ao, &xo};
-  if (out > 0) through_b.steps.push_back(output_step(bo, uo, rows, rank, out, y, true, 1.0f));
-  through_b.operands = {&bo, &uo};
+  lora_fwd_phases(ao, xo, bo, uo, rows, in, rank, out, scale, u, y, through_a, through_b);
   run_phases(*m.gemm, m.opt, m.gemm_calls, through_a, through_b, [&](int64_t n) { return m.scratch(n, "lora_fwd"); },
              m.compute);
 }
@@ -926,17 +963,65 @@ void CudaBackend::lora_bwd(ConstTensor x, ConstTensor u, int64_t rows, int64_t i
   }
   Operand dyo(dy, rows, out), bo(b, out, rank), uo(u, rows, rank);
   Operand duo(du, rows, rank), ao(a, rank, in), xo(x, rows, in);
-  // The B projection's backward: dB += dy^T u and du = scale dy B (dy read once for both).
   GemmPhase through_b, through_a;
-  through_b.steps.push_back(weight_grad_step(uo, dyo, rows, rank, out, db_acc));
-  through_b.steps.push_back(input_grad_step(bo, dyo, rows, rank, out, du, false, scale));
-  through_b.operands = {&dyo, &bo, &uo};
-  // The A projection's, on du as stored: dA += du^T x and dx += du A.
-  if (in > 0) through_a.steps.push_back(weight_grad_step(xo, duo, rows, in, rank, da_acc));
-  if (dx_acc && in > 0) through_a.steps.push_back(input_grad_step(ao, duo, rows, in, rank, dx_acc, true, 1.0f));
-  through_a.operands = {&duo, &ao, &xo};
+  lora_bwd_phases(dyo, bo, uo, duo, ao, xo, rows, in, rank, out, scale, du, dx_acc, da_acc, db_acc, through_b,
+                  through_a);
   run_phases(*m.gemm, m.opt, m.gemm_calls, through_b, through_a, [&](int64_t n) { return m.scratch(n, "lora_bwd"); },
              m.compute);
+}
+
+// Review 3, finding 8: the op scratch a GEMM-running call will ask for, planned as linear_fwd /
+// linear_bwd / lora_fwd / lora_bwd plan it (cuBLASLt's heuristic on the shapes, dtypes and leading
+// dimensions of the call; operands and outputs 256-byte aligned, as the arena places them), without
+// running it.
+int64_t CudaBackend::planned_op_scratch(const step::cuda_scratch::LinearCall& l) {
+  using Kind = step::cuda_scratch::LinearCall::Kind;
+  Impl& m = *impl_;
+  static char aligned_probe alignas(256)[256];  // stands for every operand: only its address is read
+  auto t = [](bool b16) { return Tensor(aligned_probe, b16 ? DType::bf16 : DType::f32); };
+  const int64_t rows = l.rows, in = l.in, out = l.out;
+  switch (l.kind) {
+    case Kind::forward: {
+      if (rows <= 0 || out <= 0) return 0;
+      Operand wo(t(l.w16), out, in), xo(t(l.x16), rows, in);
+      GemmPhase p;
+      plan_linear_fwd(*m.gemm, m.opt, wo, xo, rows, in, out, t(l.y16), l.has_bias ? ConstTensor(t(l.y16)) : nullptr, p);
+      return p.scratch_bytes();
+    }
+    case Kind::backward: {
+      if (rows <= 0 || out <= 0) return 0;
+      Operand wo(t(l.w16), out, in), xo(t(l.x16), rows, in), dyo(t(l.dy16), rows, out);
+      GemmPhase p;
+      plan_linear_bwd(*m.gemm, m.opt, wo, xo, dyo, rows, in, out, l.has_dx ? t(l.dx16) : nullptr, l.dx_acc,
+                      l.has_dw ? t(l.dw16) : nullptr, p);
+      return p.scratch_bytes() + linear_bwd_db_bytes(l.has_db && l.db16, out);
+    }
+    case Kind::lora_forward:
+    case Kind::lora_backward: {
+      const step::cuda_scratch::LoraShape& s = l.lora;
+      const int64_t rank = s.rank;
+      if (s.rows <= 0 || rank <= 0) return 0;
+      GemmPhase first, second;
+      const Tensor act = t(s.act16), adapter = t(s.adapter16), grad = t(s.grad16);
+      if (l.kind == Kind::lora_forward) {
+        if (s.in <= 0) return 0;
+        Operand ao(adapter, rank, s.in), xo(act, s.rows, s.in), bo(adapter, s.out, rank), uo(act, s.rows, rank);
+        lora_fwd_phases(ao, xo, bo, uo, s.rows, s.in, rank, s.out, 1.0f, act, act, first, second);
+        first.plan(*m.gemm, m.opt);
+        second.plan(*m.gemm, m.opt);
+        return std::max(first.scratch_bytes(), second.scratch_bytes());
+      }
+      if (s.out <= 0) return 0;
+      Operand dyo(act, s.rows, s.out), bo(adapter, s.out, rank), uo(act, s.rows, rank);
+      Operand duo(act, s.rows, rank), ao(adapter, rank, s.in), xo(act, s.rows, s.in);
+      lora_bwd_phases(dyo, bo, uo, duo, ao, xo, s.rows, s.in, rank, s.out, 1.0f, act, l.has_dx ? act : nullptr, grad,
+                      grad, first, second);
+      first.plan(*m.gemm, m.opt);
+      second.plan(*m.gemm, m.opt);
+      return std::max(first.scratch_bytes(), second.scratch_bytes());
+    }
+  }
+  return 0;
 }
 
 int64_t CudaBackend::gemm_calls(CudaGemmPrecision p) const { return impl_->gemm_calls[static_cast<int>(p)]; }

@@ -129,6 +129,7 @@ class CudaBackend final : public Backend {
   // The op scratch becomes exactly `bytes` (the table's op_scratch row) and fixed: a larger request
   // throws. Synchronises when the size changes (the Engine calls it at set-up).
   void size_op_scratch(int64_t bytes) override;
+  int64_t planned_op_scratch(const step::cuda_scratch::LinearCall& call) override;
 
   void* allocate(Tier tier, int64_t bytes) override;
   void* allocate_row(Tier tier, int64_t bytes, const std::string& row) override;

@@ -25,6 +25,10 @@
 #include "step/phase.h"
 #include "step/target.h"
 
+namespace oomb::step::cuda_scratch {
+struct LinearCall;  // step/cuda_scratch.h
+}
+
 namespace oomb::executor {
 
 using step::Tier;  // device, host (step/phase.h)
@@ -187,6 +191,10 @@ class Backend {
   // The op scratch the run's table declares (its op_scratch row; backends without one ignore it):
   // from now on no op may need more. Called once at set-up, before anything runs.
   virtual void size_op_scratch(int64_t bytes) {}
+  // The op scratch a GEMM-running call of the step will ask for on this backend, its GEMMs planned
+  // as they will run (the CUDA backend: against cuBLASLt's heuristic); -1 = this backend has no op
+  // scratch. Checked against the op_scratch row before the first step (Engine).
+  virtual int64_t planned_op_scratch(const step::cuda_scratch::LinearCall& call) { return -1; }
   // The device buffers this backend holds for itself (none on the CPU backend, whose scratch is
   // host RAM of the emulator): the runtime accounts them as rows of its buffer table.
   virtual std::vector<BackendBuffer> device_buffers() const { return {}; }

@@ -273,6 +273,27 @@ std::vector<Engine::GradientRange> gradient_ranges(const ParamLayout& layout, in
 
 }  // namespace
 
+void check_op_scratch(Backend& backend, const std::vector<step::cuda_scratch::LinearCall>& calls, int64_t row_bytes,
+                      bool bf16_gemm) {
+  for (const step::cuda_scratch::LinearCall& call : calls) {
+    const int64_t planned = backend.planned_op_scratch(call);
+    if (planned < 0) return;  // a backend without an op scratch
+    if (planned <= row_bytes) continue;
+    const int64_t declared = call.bytes(bf16_gemm);
+    throw Error("op_scratch", call.name(),
+                "its GEMMs (" + std::to_string(call.rows) + " rows, " + std::to_string(call.in) + " -> " +
+                    std::to_string(call.out) + ") would need " + format_bytes(planned) + " (" +
+                    std::to_string(planned) + " bytes) of op scratch on this device and the op_scratch row holds " +
+                    format_bytes(row_bytes) + " (this op's declared need: " + format_bytes(declared) +
+                    "): the row is declared for the GEMM paths cuBLASLt is expected to offer (bf16 where both "
+                    "operands are bf16" + (bf16_gemm ? " or the GEMM precision is bf16" : "") +
+                    "), and this device's cuBLASLt has no bf16 algorithm for one of them; its fp32 fallback "
+                    "converts the operands in the scratch",
+                "fp32 storage (param_dtype, activation_dtype and loss_dtype fp32) with fp32 GEMM precision, whose "
+                "table declares the fp32 paths, or a device whose cuBLASLt offers bf16 algorithms for these shapes");
+  }
+}
+
 Engine::Engine(Backend& backend, const models::ModelSpec& model, const simulator::Config& config,
                const Weights& weights, EngineOptions options)
     : backend_(backend),
@@ -427,7 +448,11 @@ Engine::Engine(Backend& backend, const models::ModelSpec& model, const simulator
   }
   // What the backend holds for itself (the CUDA workspace and op scratch), under their rows: the op
   // scratch is sized to its row first (a larger request throws from then on).
-  if (const step::BufferRow* r = find_row(rows_, step::row::kOpScratch, Tier::device)) backend_.size_op_scratch(r->bytes);
+  if (const step::BufferRow* r = find_row(rows_, step::row::kOpScratch, Tier::device)) {
+    backend_.size_op_scratch(r->bytes);
+    check_op_scratch(backend_, step::cuda_scratch::step_linear_calls(model, config, g_), r->bytes,
+                     backend_.target().bf16_gemm);
+  }
   for (const BackendBuffer& b : backend_.device_buffers()) account_.add(Tier::device, b.name, b.bytes);
   backend_.size_loss_slots(step::cuda_scratch::loss_slots(g_.n));
   for (const std::vector<BackendBuffer>& held : {backend_.host_buffers(), options_.host_buffers})

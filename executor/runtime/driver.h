@@ -23,6 +23,7 @@
 #include "models/specs.h"
 #include "simulator/config.h"
 #include "step/buffers.h"
+#include "step/cuda_scratch.h"
 #include "step/geometry.h"
 #include "step/run_record.h"
 #include "traces/trace.h"
@@ -123,6 +124,14 @@ struct StepResult {
   double loss = 0;
   double seconds = 0;
 };
+
+// Review 3, finding 8: every GEMM-running call of the step (step/cuda_scratch.h step_linear_calls),
+// planned by the backend as it will run (planned_op_scratch: on the CUDA backend, cuBLASLt's
+// heuristic decides bf16 or the fp32 fallback per GEMM), fits the op_scratch row of `row_bytes`;
+// else an oomb::Error naming the op, before the first step (never "a bug of the declaration" in
+// the middle of one). bf16_gemm: the path the row was declared for (for the message).
+void check_op_scratch(Backend& backend, const std::vector<step::cuda_scratch::LinearCall>& calls, int64_t row_bytes,
+                      bool bf16_gemm);
 
 class Engine {
  public:

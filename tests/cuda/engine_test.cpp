@@ -8,6 +8,8 @@
 #include "../executor/test_util.h"
 #include "core/error.h"
 #include "cuda_test_util.h"
+#include "step/cuda_scratch.h"
+#include "step/geometry.h"
 #include "executor/cpu/reference.h"
 #include "executor/runtime/driver.h"
 #include "executor/runtime/tokens.h"
@@ -194,13 +196,82 @@ TEST_F(CudaEngine, OpScratchIsItsRowAndNoOpNeedsMore) {
   o.table_override = run_rows(m, c, gpu->target());
   for (auto& r : o.table_override)
     if (r.name == step::row::kOpScratch) r.bytes -= 256;
-  Engine e(*gpu, m, c, w, o);
+  // Refused before the first step when the op that needs the most is a GEMM-running one (the
+  // constructor plans them: check_op_scratch), else by that op in the step.
   try {
+    Engine e(*gpu, m, c, w, o);
     e.step(tokens);
     FAIL() << "an op scratch smaller than the declared need was accepted";
   } catch (const Error& err) {
     EXPECT_NE(std::string(err.what()).find("op_scratch"), std::string::npos) << err.what();
   }
+}
+
+// Review 3, finding 8: every GEMM-running call of the step, planned by the backend as it will run
+// (cuBLASLt's heuristic per GEMM), needs no more op scratch than the table declares for it. Where
+// cuBLASLt has no bf16 algorithm (OOMB_EMULATED_CUBLASLT_NO_BF16 on the emulated device), the fp32
+// fallback converts bf16 operands in the scratch: an op whose fallback outgrows the op_scratch row
+// is refused by name when the Engine is made, before the first step, not in the middle of one.
+TEST_F(CudaEngine, EveryGemmCallIsPlannedWithinTheOpScratchBeforeTheFirstStep) {
+  // A vocabulary large enough that the LM head's backward is the op that needs the most.
+  const auto m = test::small_model(2, 4, 2, 16, 32, true, true, 2048, 48);
+  const Weights w = random_weights(m, 5, kInitStd);
+  const auto tokens = TokenSource::synthetic(m.vocab, 5).sequence(0, 64);
+  auto bf16_storage = [](simulator::Config c) {
+    c.param_dtype = c.param_grad_dtype = c.activation_dtype = c.kv_dtype = c.loss_dtype = "bf16";
+    return c;
+  };
+  const bool bf16_gemm = gpu->target().bf16_gemm;
+  int64_t largest = 0;
+  for (int variant = 0; variant < 3; ++variant) {
+    simulator::Config c = test::small_config(64, 16, 8, 1);
+    if (variant == 1) c = bf16_storage(c);
+    if (variant == 2) {  // LoRA on every projection
+      c.lora_rank = 4;
+      c.lora_alpha = 8;
+      c.lora_targets = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+    }
+    SCOPED_TRACE(variant);
+    const auto calls = step::cuda_scratch::step_linear_calls(m, c, step::geometry(m, c));
+    ASSERT_FALSE(calls.empty());
+    for (const auto& call : calls) {
+      const int64_t planned = gpu->planned_op_scratch(call);
+      EXPECT_GE(planned, 0) << call.name();
+      EXPECT_LE(planned, call.bytes(bf16_gemm)) << call.name() << ": planned past its declared need";
+      largest = std::max(largest, planned);
+    }
+  }
+  EXPECT_GT(largest, 0) << "no call planned any scratch: the probe would check nothing";
+#ifdef OOMB_CUDA_EMULATED_BACKEND
+  setenv("OOMB_EMULATED_CUBLASLT_NO_BF16", "1", 1);
+  const simulator::Config c = bf16_storage(test::small_config(64, 16, 8, 1));
+  const auto calls = step::cuda_scratch::step_linear_calls(m, c, step::geometry(m, c));
+  int64_t row = -1;
+  for (const auto& r : run_rows(m, c, gpu->target()))
+    if (r.name == step::row::kOpScratch) row = r.bytes;
+  std::string past;  // the first call whose fallback outgrows the row
+  // A backend of its own: cuBLASLt's answers are cached per backend, and this one has none yet.
+  CudaBackend fresh(test_options());
+  for (const auto& call : calls)
+    if (past.empty() && fresh.planned_op_scratch(call) > row) past = call.name();
+  std::string refused;
+  try {
+    Engine e(fresh, m, c, w);
+  } catch (const Error& err) {
+    refused = err.what();
+  }
+  unsetenv("OOMB_EMULATED_CUBLASLT_NO_BF16");
+  // The LM head's fallback converts W [vocab, hidden] and x to fp32 in the scratch: 395,264 bytes
+  // here against a row of 262,144 declared for bf16 GEMMs (its backward's, 659,456, too).
+  ASSERT_EQ(past, "lm_head") << "the LM head's fp32 fallback should outgrow the row declared for bf16 GEMMs";
+  EXPECT_NE(refused.find("op_scratch"), std::string::npos) << refused;
+  EXPECT_NE(refused.find("lm_head"), std::string::npos) << refused;
+  EXPECT_NE(refused.find("no bf16 algorithm"), std::string::npos) << refused;
+  // With bf16 algorithms the same Engine is made and its step stays within the row.
+  Engine e(*gpu, m, c, w);
+  EXPECT_NO_THROW(e.step(tokens));
+  EXPECT_EQ(gpu->memory_stats().workspace_grows, 0);
+#endif
 }
 
 TEST_F(CudaEngine, AdamWStepsMatchTheCpuWithDeviceAndHostState) {
