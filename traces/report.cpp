@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "core/format.h"
+#include "traces/palette.h"
 
 namespace oomb::traces {
 
@@ -53,20 +54,8 @@ std::string op_of(const Event& e) {
   return to_string(e.kind);
 }
 
-// Fixed colors for the ops the simulator and executor emit (same op, same color in every report);
-// any other op gets a stable color from its name.
-const char* op_color(const std::string& op) {
-  static const std::map<std::string, const char*> known = {
-      {"embedding", "#9c755f"}, {"stage1", "#4e79a7"}, {"layer_fwd", "#4e79a7"}, {"layer_recompute", "#59a1a0"},
-      {"lm_head", "#b07aa1"},   {"stage2", "#e15759"}, {"layer_bwd", "#e15759"}, {"optimizer", "#8cd17d"}, {"optimizer_step", "#8cd17d"}, {"gradient_allreduce", "#59a14f"}, {"gradient_reduce_scatter", "#59a14f"}, {"weight_all_gather", "#59a14f"},
-      {"kv", "#59a14f"},        {"dkv", "#edc948"},    {"selection", "#ff9da7"}, {"loss", "#b07aa1"}};
-  static const char* const palette[] = {"#f28e2b", "#76b7b2", "#d37295", "#a0cbe8", "#bab0ac", "#86bcb6", "#ffbe7d"};
-  const auto it = known.find(op);
-  if (it != known.end()) return it->second;
-  uint64_t h = 1469598103934665603ull;  // FNV-1a
-  for (unsigned char c : op) h = (h ^ c) * 1099511628211ull;
-  return palette[h % std::size(palette)];
-}
+// An op's colour: the one palette (traces/palette.h), which the GUI uses too.
+std::string op_fill(const std::string& op) { return hex(op_color(op)); }
 
 // A "nice" tick step (1, 2 or 5 times a power of ten) giving about `target` ticks over `range`.
 double nice_step(double range, int target) {
@@ -398,7 +387,7 @@ size_t draw_lanes(std::string& out, const LaneSet& set, double y, double px_per_
       appendf(out,
               "<rect class=\"ev\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.0f\" "
               "fill=\"%s\"%s><title>%s</title></rect>",
-              x0, ly, w, kLaneHeight, op_color(op), w >= kOutlineMinWidth ? " stroke=\"#fff\"" : "",
+              x0, ly, w, kLaneHeight, op_fill(op).c_str(), w >= kOutlineMinWidth ? " stroke=\"#fff\"" : "",
               esc(event_tooltip(e, origin)).c_str());
       const std::string text = short_label(e);
       if (!text.empty() && w > 7.0 * static_cast<double>(text.size()) + 8)
@@ -423,11 +412,11 @@ size_t draw_lanes(std::string& out, const LaneSet& set, double y, double px_per_
       tip += "\nbusy " + format_duration_s(seconds(busy));
       if (bytes != 0) tip += ", bytes " + format_bytes(bytes);
       tip += "\nfrom " + format_duration_s(seconds(r.events.front()->start_ns - origin));
-      const char* color = ops.size() == 1 ? op_color(*ops.begin()) : kMixedColor;
+      const std::string color = ops.size() == 1 ? op_fill(*ops.begin()) : std::string(kMixedColor);
       appendf(out,
               "<rect class=\"ev\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.0f\" "
               "fill=\"%s\"><title>%s</title></rect>\n",
-              r.x0, ly, std::max(kMinRectWidth, r.x1 - r.x0), kLaneHeight, color, esc(tip).c_str());
+              r.x0, ly, std::max(kMinRectWidth, r.x1 - r.x0), kLaneHeight, color.c_str(), esc(tip).c_str());
       ++rects;
     };
 
@@ -796,7 +785,7 @@ std::string html_report(const ReportInput& in) {
   if (!ops.empty()) {
     h += "<div class=\"legend\">";
     for (const std::string& op : ops)
-      appendf(h, "<span><i style=\"background:%s\"></i>%s</span>", op_color(op), esc(op).c_str());
+      appendf(h, "<span><i style=\"background:%s\"></i>%s</span>", op_fill(op).c_str(), esc(op).c_str());
     for (const LaneSet& s : sets)
       if (s.events > kReportMergeEvents) {
         appendf(h, "<span><i style=\"background:%s\"></i>several ops merged</span>", kMixedColor);

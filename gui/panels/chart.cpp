@@ -2,28 +2,15 @@
 
 #include <algorithm>
 #include <cmath>
-#include <functional>
+
+#include "traces/palette.h"
 
 namespace oomb::gui::chart {
 
-namespace {
-// Tableau-like palette, readable on the dark ImGui theme.
-constexpr ImU32 kPalette[] = {IM_COL32(78, 121, 167, 255),  IM_COL32(242, 142, 43, 255), IM_COL32(225, 87, 89, 255),
-                              IM_COL32(118, 183, 178, 255), IM_COL32(89, 161, 79, 255),  IM_COL32(237, 201, 72, 255),
-                              IM_COL32(176, 122, 161, 255), IM_COL32(255, 157, 167, 255), IM_COL32(156, 117, 95, 255),
-                              IM_COL32(186, 176, 172, 255), IM_COL32(95, 160, 220, 255),  IM_COL32(160, 200, 90, 255)};
-constexpr int kPaletteSize = sizeof(kPalette) / sizeof(kPalette[0]);
-}  // namespace
-
+// The one palette (traces/palette.h): the HTML report colours the same op and category the same.
 ImU32 category_color(const std::string& c) {
-  static const char* known[] = {"weights",         "parameter_gradients", "optimizer_state", "checkpoints",
-                                "layer_working_set", "logits",            "attention_workspace", "kv_pages",
-                                "kv_grad_pages",   "page_summaries",      "selection_scores", "page_tables"};
-  for (int i = 0; i < static_cast<int>(sizeof(known) / sizeof(known[0])); ++i)
-    if (c == known[i]) return kPalette[i % kPaletteSize];
-  if (c == "runtime_reserve") return IM_COL32(110, 110, 120, 255);
-  if (c == "allocator") return IM_COL32(140, 140, 150, 255);  // the arena's block beyond the buffers
-  return kPalette[std::hash<std::string>{}(c) % kPaletteSize];
+  const traces::Rgb x = traces::category_color(c);
+  return IM_COL32(x.r, x.g, x.b, 255);
 }
 
 ImU32 series_color(int i) {
@@ -32,13 +19,8 @@ ImU32 series_color(int i) {
 }
 
 ImU32 op_color(const std::string& op) {
-  if (op == "layer_fwd" || op == "stage1") return IM_COL32(78, 121, 167, 255);
-  if (op == "layer_recompute") return IM_COL32(118, 183, 178, 255);
-  if (op == "layer_bwd" || op == "stage2") return IM_COL32(176, 122, 161, 255);
-  if (op == "lm_head" || op == "embedding") return IM_COL32(237, 201, 72, 255);
-  if (op.rfind("kv", 0) == 0 || op.find("h2d") != std::string::npos) return IM_COL32(89, 161, 79, 255);
-  if (op.rfind("dkv", 0) == 0 || op.find("d2h") != std::string::npos) return IM_COL32(225, 87, 89, 255);
-  return kPalette[std::hash<std::string>{}(op) % kPaletteSize];
+  const traces::Rgb x = traces::op_color(op);
+  return IM_COL32(x.r, x.g, x.b, 255);
 }
 
 float LogAxis::map(double v) const {

@@ -2,9 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <iterator>
 #include <string>
 
 #include "core/error.h"
+#include "traces/palette.h"
 
 namespace oomb::traces {
 namespace {
@@ -98,6 +100,41 @@ TEST(Report, SectionsChartsAndEscaping) {
   // Small trace: the whole step, every lane event of both traces, nothing for the alloc.
   EXPECT_EQ(count(h, "class=\"ev\""), 2 * 12u);
   EXPECT_NE(h.find("The whole step"), std::string::npos);
+}
+
+// One palette (traces/palette.h) for the report and the GUI: the passes keep fixed colours
+// (forward blue, recompute teal, backward red, the LM head purple), page onloads green and
+// write-backs yellow by name, and any other op one of the rest by a hash of its name that is the
+// same everywhere; the report draws each op in its palette colour.
+TEST(Palette, PassesHaveFixedColoursAndOtherOpsAStableOne) {
+  EXPECT_EQ(hex(op_color("layer_fwd")), "#4e79a7");
+  EXPECT_EQ(op_color("stage1"), op_color("layer_fwd"));
+  EXPECT_EQ(hex(op_color("layer_recompute")), "#76b7b2");
+  EXPECT_EQ(hex(op_color("layer_bwd")), "#e15759");
+  EXPECT_EQ(op_color("stage2"), op_color("layer_bwd"));
+  EXPECT_EQ(hex(op_color("lm_head")), "#b07aa1");
+  EXPECT_EQ(op_color("kv_onload"), op_color("kv"));
+  EXPECT_EQ(op_color("memcpy_h2d"), op_color("kv"));
+  EXPECT_EQ(op_color("dkv_writeback"), op_color("dkv"));
+  EXPECT_EQ(op_color("memcpy_d2h"), op_color("dkv"));
+  EXPECT_NE(op_color("kv"), op_color("dkv"));
+  // Every pass the simulator schedules has a colour of its own kind: no two of forward, recompute,
+  // backward, the head and the embedding share one.
+  const Rgb passes[] = {op_color("layer_fwd"), op_color("layer_recompute"), op_color("layer_bwd"), op_color("lm_head"),
+                        op_color("embedding")};
+  for (size_t i = 0; i < std::size(passes); ++i)
+    for (size_t j = i + 1; j < std::size(passes); ++j) EXPECT_NE(passes[i], passes[j]) << i << " " << j;
+  // Any other name: FNV-1a of the name (not std::hash, which differs between libraries).
+  EXPECT_EQ(hex(op_color("nccl_allreduce")), hex(op_color(std::string("nccl_") + "allreduce")));
+  EXPECT_EQ(hex(op_color("nccl_allreduce")), "#86bcb6");  // FNV-1a("nccl_allreduce") mod 7 = 4
+  EXPECT_EQ(hex(category_color("kv_pages")), "#ff9da7");
+  EXPECT_EQ(hex(category_color("runtime_reserve")), "#6e6e78");
+
+  const Trace p = three_chunks(1.0, 0, "simulator");
+  const std::string h = html_report(input(p, nullptr));
+  EXPECT_NE(h.find("fill=\"" + hex(op_color("layer_fwd")) + "\""), std::string::npos);
+  EXPECT_NE(h.find("fill=\"" + hex(op_color("layer_bwd")) + "\""), std::string::npos);
+  EXPECT_NE(h.find("background:" + hex(op_color("layer_bwd"))), std::string::npos);
 }
 
 TEST(Report, TermsTable) {
