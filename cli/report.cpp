@@ -154,7 +154,7 @@ void print_time_report(const Scenario& s, const Summary& sum) {
     std::printf("Tensor-parallel all-reduces (x%lld): %lld of %s per rank, %s per step (in the passes)\n",
                 static_cast<long long>(s.config.gpus), static_cast<long long>(sum.tp_allreduces),
                 format_bytes(sum.tp_allreduce_bytes).c_str(), format_duration_s(sum.tp_allreduce_s).c_str());
-  std::printf("%s; binding: %s\n", sum.feasible ? "FITS" : "DOES NOT FIT", sum.binding_constraint.c_str());
+  std::printf("%s; binding: %s\n", sum.feasible ? "FITS" : "DOES NOT FIT", to_string(sum.binding));
   for (const auto& n : sum.notes) std::printf("  - %s\n", n.c_str());
 }
 

@@ -79,7 +79,7 @@ std::vector<std::pair<std::string, std::string>> report_facts(const simulator::S
     if (bytes > 0) at_peak += (at_peak.empty() ? "" : ", ") + category + " " + format_bytes(bytes);
   f.emplace_back("peak phase", sum.peak_phase + " (" + format_bytes(sum.peak_device_bytes) + ": " + at_peak + ")");
   f.emplace_back("tokens/s", format_count(sum.tokens_per_s));
-  f.emplace_back("verdict", std::string(sum.feasible ? "fits" : "does not fit") + "; binding: " + sum.binding_constraint);
+  f.emplace_back("verdict", std::string(sum.feasible ? "fits" : "does not fit") + "; binding: " + to_string(sum.binding));
   f.emplace_back("timeline detail", traces::to_string(detail));
   return f;
 }

@@ -31,7 +31,7 @@ struct Cell {
   simulator::Summary summary;
   bool fits = false;      // within device, pinned and host limits (the planner's test)
   bool planned = false;   // chosen by the planner (else evaluated as given)
-  std::string binding;    // the failed limit when it does not fit
+  simulator::Binding binding = simulator::Binding::compute;  // what binds: the failed limit when it does not fit
 };
 
 Cell evaluated(const simulator::Scenario& s) {
@@ -40,7 +40,7 @@ Cell evaluated(const simulator::Scenario& s) {
   c.summary = simulator::evaluate(s);
   const planner::Usage u = planner::usage_of(s, c.summary, planner::kDefaultHeadroom);
   c.fits = c.summary.feasible && u.fits();
-  c.binding = c.fits ? "" : u.fits() ? c.summary.binding_constraint : u.binding();
+  c.binding = c.fits || u.fits() ? c.summary.binding : u.binding();
   return c;
 }
 
@@ -60,7 +60,7 @@ Cell planned(planner::Request r, int64_t n) {
   c.config = k->config;
   c.summary = k->summary;
   c.fits = res.best.has_value() && !res.sparse_fallback;
-  c.binding = c.fits ? "" : k->usage.binding();
+  c.binding = c.fits ? c.summary.binding : k->usage.binding();
   return c;
 }
 
@@ -173,7 +173,7 @@ int run_sweep(const SweepArgs& a) {
         std::printf("%lld,%s,%s,%lld,%lld,%.6g,%.6g,%.6g,%s,%s\n", static_cast<long long>(n), variants[v].name,
                     c.planned ? "true" : "false", static_cast<long long>(sum.peak_device_bytes),
                     static_cast<long long>(oomb::step::node_host_bytes(sum.peak_host_bytes, c.config)), sum.step_s, sum.tokens_per_s, sum.exposed_copy_s,
-                    c.fits ? "true" : "false", c.fits ? sum.binding_constraint.c_str() : c.binding.c_str());
+                    c.fits ? "true" : "false", to_string(c.binding));
       } else if (a.json) {
         Json j = to_json(sum);
         j["context_tokens"] = n;
@@ -188,7 +188,7 @@ int run_sweep(const SweepArgs& a) {
         rows.push_back(j);
       } else {
         const bool paper = !planner::executable(c.config);
-        const char* verdict = c.fits ? (paper ? "fits*" : "fits") : c.binding == "device memory" ? "OOM " : "host!";
+        const char* verdict = c.fits ? (paper ? "fits*" : "fits") : c.binding == simulator::Binding::device_memory ? "OOM " : "host!";
         char cell[64];
         std::snprintf(cell, sizeof cell, "%10s %10s %s", format_bytes(sum.peak_device_bytes).c_str(),
                       format_duration_s(sum.step_s).c_str(), verdict);

@@ -109,7 +109,7 @@ std::vector<Figure> make_figures(const simulator::Scenario& s, const simulator::
   }
   std::string why;
   for (const auto& n : sum.notes) why += (why.empty() ? "" : "\n") + n;
-  f.push_back({"Binding", std::string(sum.feasible ? "fits, " : "DOES NOT FIT: ") + sum.binding_constraint,
+  f.push_back({"Binding", std::string(sum.feasible ? "fits, " : "DOES NOT FIT: ") + to_string(sum.binding),
                why.empty() ? "largest of the device / pinned / RAM ratios when over; else the slowest resource" : why});
   return f;
 }
@@ -212,9 +212,9 @@ void ViewModel::recompute() {
           p.peak_device_bytes = sum.peak_device_bytes;
           p.peak_host_bytes = sum.peak_host_bytes;
           p.step_s = sum.step_s;
-          p.binding = sum.binding_constraint;
+          p.binding = sum.binding;
         } catch (const std::exception& e) {
-          p.binding = message_of(e);
+          p.invalid = message_of(e);
         }
         curve.points.push_back(std::move(p));
       }
@@ -240,13 +240,13 @@ void ViewModel::recompute() {
           cell.feasible = sum.feasible;
           cell.step_s = sum.step_s;
           cell.peak_device_bytes = sum.peak_device_bytes;
-          cell.binding = sum.binding_constraint;
+          cell.binding = sum.binding;
           if (sum.feasible) {
             fm.min_step_s = std::min(fm.min_step_s, sum.step_s);
             fm.max_step_s = std::max(fm.max_step_s, sum.step_s);
           }
         } catch (const std::exception& e) {
-          cell.binding = message_of(e);
+          cell.invalid = message_of(e);
         }
         fm.cells.push_back(std::move(cell));
       }
@@ -542,7 +542,7 @@ std::string ViewModel::plan_for_me() {
     if (!res.best) {
       const auto& closest = res.closest;
       return "no plan fits at " + format_tokens(inputs_.config.context_tokens) + " tokens" +
-             (closest ? " (closest fails on " + closest->summary.binding_constraint + ")" : std::string()) +
+             (closest ? " (closest fails on " + std::string(to_string(closest->summary.binding)) + ")" : std::string()) +
              "; see `oomb plan` for the diagnosis";
     }
     Inputs next = inputs_;

@@ -40,12 +40,13 @@ struct Figure {
 
 struct CurvePoint {
   int64_t context_tokens = 0;
-  bool valid = false;     // false: the scenario is invalid at this context (message in `binding`)
+  bool valid = false;     // false: the scenario is invalid at this context (message in `invalid`)
   bool feasible = false;
   int64_t peak_device_bytes = 0;
   int64_t peak_host_bytes = 0;
   double step_s = 0;
-  std::string binding;    // binding constraint, or the error message when !valid
+  simulator::Binding binding = simulator::Binding::compute;
+  std::string invalid;    // why, when !valid
 };
 
 struct Curve {
@@ -61,7 +62,8 @@ struct FeasibilityCell {
   bool feasible = false;
   double step_s = 0;
   int64_t peak_device_bytes = 0;
-  std::string binding;    // binding constraint, or the error message when !valid
+  simulator::Binding binding = simulator::Binding::compute;
+  std::string invalid;    // why, when !valid
 };
 struct FeasibilityMap {
   std::vector<int64_t> chunks;

@@ -45,7 +45,7 @@ Json candidate_brief(const Candidate& c) {
           {"tokens_per_s", c.summary.tokens_per_s},
           {"h2d_bytes", c.summary.h2d_bytes},
           {"d2h_bytes", c.summary.d2h_bytes},
-          {"binding_constraint", c.summary.binding_constraint},
+          {"binding_constraint", to_string(c.summary.binding)},
           {"executable", planner::executable(c.config)}};
 }
 
@@ -151,7 +151,7 @@ void print_time(std::string& out, const Candidate& k) {
     appendf(out, "  tensor parallelism: %lld all-reduces of %s per step, %s\n", static_cast<long long>(m.tp_allreduces),
             format_bytes(m.tp_allreduce_bytes).c_str(), format_duration_s(m.tp_allreduce_s).c_str());
   // What bounds the step's time; which limit bounds the context (--max-context) is said apart.
-  appendf(out, "Step time bound by: %s\n", m.binding_constraint.c_str());
+  appendf(out, "Step time bound by: %s\n", to_string(m.binding));
 }
 
 void print_allocation(std::string& out, const planner::Plan& p) {
@@ -246,7 +246,7 @@ void print_pareto(std::string& out, const std::vector<Candidate>& front, const m
 void print_diagnosis(std::string& out, const planner::Diagnosis& d) {
   appendf(out, "\nDiagnosis: no configuration with %s fits.\n", d.target.c_str());
   for (const auto& f : d.failures) {
-    appendf(out, "  Closest %s fails on %s:\n", f.label.c_str(), f.binding_constraint.c_str());
+    appendf(out, "  Closest %s fails on %s:\n", f.label.c_str(), to_string(f.binding));
     for (const auto& v : f.violations) appendf(out, "    %s\n", v.c_str());
   }
   if (d.suggestions.empty()) {
@@ -300,7 +300,7 @@ Json max_context_json(const planner::MaxContext& mc) {
           {"max_context_tokens", mc.tokens},
           {"step_tokens", mc.step_tokens},
           {"capped", mc.capped},
-          {"binding_constraint", mc.binding_constraint},
+          {"binding_constraint", mc.binding_text()},
           {"binding_notes", mc.binding_notes},
           {"speed_limited", mc.speed_limited},
           {"plan", mc.plan ? candidate_brief(*mc.plan) : Json(nullptr)},
@@ -313,11 +313,11 @@ void print_max_context(std::string& out, const planner::MaxContext& mc, const pl
   if (!mc.available) return;
   if (mc.tokens == 0) {
     appendf(out, "  %-26s nothing fits, not even %lld tokens (%s)\n", label, static_cast<long long>(mc.step_tokens),
-                mc.binding_constraint.c_str());
+                mc.binding_text().c_str());
     return;
   }
   appendf(out, "  %-26s %s%s, limited by %s\n", label, tokens_text(mc.tokens).c_str(), mc.capped ? " or more" : "",
-              mc.binding_constraint.c_str());
+              mc.binding_text().c_str());
   for (const auto& n : mc.binding_notes) appendf(out, "  %-26s   at +%lld tokens: %s\n", "", static_cast<long long>(mc.step_tokens), n.c_str());
   if (mc.plan)
     appendf(out, "  %-26s   %s; step %s, peak %s\n", "", planner::describe_knobs(mc.plan->config, r.scenario.model).c_str(),
@@ -334,7 +334,7 @@ void print_baselines(std::string& out, const std::vector<Baseline>& bs, const Ca
     }
     const auto& k = *b.result;
     appendf(out, "  %-62s %s: peak %s, step %s%s\n", b.label.c_str(),
-                b.fits ? "fits" : ("does not fit (" + k.usage.binding() + ")").c_str(),
+                b.fits ? "fits" : ("does not fit (" + std::string(to_string(k.usage.binding())) + ")").c_str(),
                 format_bytes(k.summary.peak_device_bytes).c_str(), format_duration_s(k.summary.step_s).c_str(),
                 b.fits ? (", " +
                           std::string(!k.config.checkpointing ? "checkpointing off"
@@ -705,7 +705,7 @@ std::string PlanAnswer::describe() const {
     appendf(out,
             "\nFull fine-tuning (every parameter trained, AdamW on all), these settings: %s: peak %s, step %s (LoRA saves "
             "%s and %s of the step)\n",
-            f.fits() ? "fits" : ("does not fit (" + f.usage.binding() + ")").c_str(),
+            f.fits() ? "fits" : ("does not fit (" + std::string(to_string(f.usage.binding())) + ")").c_str(),
             format_bytes(f.summary.peak_device_bytes).c_str(), format_duration_s(f.summary.step_s).c_str(),
             format_bytes(f.summary.peak_device_bytes - chosen->summary.peak_device_bytes).c_str(),
             format_percent(1.0 - chosen->summary.step_s / f.summary.step_s).c_str());
@@ -716,7 +716,7 @@ std::string PlanAnswer::describe() const {
     if (full_finetune_fits && f.config.attention == Attention::sparse && chosen->config.attention == Attention::dense)
       tail = " with sparse attention (approximate gradients: no dense full fine-tuning fits)";
     appendf(out, "Full fine-tuning, its best plan: %s: peak %s, step %s%s; %s\n",
-            full_finetune_fits ? "fits" : ("does not fit (" + f.usage.binding() + ")").c_str(),
+            full_finetune_fits ? "fits" : ("does not fit (" + std::string(to_string(f.usage.binding())) + ")").c_str(),
             format_bytes(f.summary.peak_device_bytes).c_str(), format_duration_s(f.summary.step_s).c_str(), tail.c_str(),
             describe_knobs(f.config, s0.model).c_str());
   }

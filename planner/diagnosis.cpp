@@ -19,7 +19,7 @@ Json candidate_json(const Candidate& c) {
           {"peak_host_bytes", s.peak_host_bytes},
           {"step_s", s.step_s},
           {"tokens_per_s", s.tokens_per_s},
-          {"binding_constraint", s.binding_constraint}};
+          {"binding_constraint", to_string(s.binding)}};
 }
 
 }  // namespace
@@ -35,12 +35,12 @@ Json Suggestion::to_json() const {
 }
 
 Json Diagnosis::to_json() const {
-  Json j = {{"target", target}, {"binding_constraint", binding_constraint}, {"violations", violations}};
+  Json j = {{"target", target}, {"binding_constraint", binding ? to_string(*binding) : ""}, {"violations", violations}};
   j["failures"] = Json::array();
   for (const auto& f : failures) {
     Json x = candidate_json(f.closest);
     x["label"] = f.label;
-    x["binding_constraint"] = f.binding_constraint;
+    x["binding_constraint"] = to_string(f.binding);
     x["violations"] = f.violations;
     j["failures"].push_back(x);
   }
@@ -77,10 +77,10 @@ Diagnosis diagnose(const Request& r0, int64_t N, const SearchResult& failed) {
                 format_tokens(k.config.chunk_tokens) + ")";
     else
       f.label = "all layers on the GPU (chunk " + format_tokens(k.config.chunk_tokens) + ")";
-    f.binding_constraint = k.usage.binding();
+    f.binding = k.usage.binding();
     f.violations = k.usage.violations();
     f.closest = k;
-    if (d.binding_constraint.empty()) d.binding_constraint = f.binding_constraint;
+    if (!d.binding) d.binding = f.binding;
     for (const auto& v : f.violations) d.violations.push_back(f.label + ": " + v);
     d.failures.push_back(std::move(f));
   }

@@ -26,12 +26,12 @@ struct Diagnosis {
   // offloading was possible: that is the limit to lift.
   struct Failure {
     std::string label;               // "with offload (2 resident layers, chunk 512)"
-    std::string binding_constraint;
+    simulator::Binding binding = simulator::Binding::device_memory;
     std::vector<std::string> violations;
     Candidate closest;
   };
   std::vector<Failure> failures;
-  std::string binding_constraint;
+  std::optional<simulator::Binding> binding;  // the first failure's (none: nothing was tried)
   std::vector<std::string> violations;  // of every failure, prefixed by its label
   std::vector<Suggestion> suggestions;  // cheapest first: settings, context, then hardware
   Json to_json() const;

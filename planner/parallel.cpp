@@ -262,7 +262,7 @@ ParallelPlan data_parallel(const Scenario& s, const simulator::Summary& one, int
               : !host_ok ? "host RAM (all replicas)"
               : p.step_s > own_step_s ? "host memory bandwidth"
               : p.comm_s > 0.05 * p.step_s ? "gradient all-reduce"
-                                          : one.binding_constraint;
+                                          : to_string(one.binding);
   if (!pinned_ok || !host_ok) {
     const int64_t fit = std::min(s.host.ram_bytes / std::max<int64_t>(1, u.host_need_bytes),
                                  s.host.pinnable_bytes / std::max<int64_t>(1, u.pinned_need_bytes));

@@ -60,7 +60,8 @@ void check_prediction(const Json& j, const std::string& where) {
   r.i64("d2h_bytes");
   r.i64("device_pool_pages");
   r.boolean("feasible");
-  r.str("binding_constraint");
+  if (const std::string b = r.str("binding_constraint"); !simulator::find_binding(b))
+    r.fail("binding_constraint", "is \"" + b + "\", not a binding constraint", simulator::binding_names());
 }
 
 // Keys a document may have: anything else is a typo or an edit the reader would silently ignore.

@@ -56,11 +56,11 @@ double Usage::worst_ratio() const {
                    ratio(host_need_bytes, host_limit_bytes)});
 }
 
-std::string Usage::binding() const {
+simulator::Binding Usage::binding() const {
   const double d = ratio(device_need_bytes, device_limit_bytes), p = ratio(pinned_need_bytes, pinned_limit_bytes),
                h = ratio(host_need_bytes, host_limit_bytes);
-  if (d >= p && d >= h) return "device memory";
-  return p >= h ? "pinned host memory" : "host RAM";
+  if (d >= p && d >= h) return simulator::Binding::device_memory;
+  return p >= h ? simulator::Binding::pinned_host_memory : simulator::Binding::host_ram;
 }
 
 std::vector<std::string> Usage::violations() const {
@@ -945,7 +945,7 @@ MaxContext max_context(const Request& r0, Attention mode, int64_t cap) {
   }
   mc.tokens = lo * mc.step_tokens;
   if (mc.capped) {
-    mc.binding_constraint = "search cap";
+    mc.binding = simulator::Binding::search_cap;
     mc.binding_notes.push_back("fits at the search cap of " + format_tokens(mc.tokens) + " tokens");
   } else {
     // Failed probe at hi: what stops the context from growing further. With speed limits, a
@@ -963,7 +963,7 @@ MaxContext max_context(const Request& r0, Attention mode, int64_t cap) {
     }
     if (fastest) {
       const bool slow = r.max_step_s > 0 && fastest->summary.step_s > r.max_step_s;
-      mc.binding_constraint = slow ? "step time limit" : "throughput limit";
+      mc.binding = slow ? simulator::Binding::step_time_limit : simulator::Binding::throughput_limit;
       mc.speed_limited = true;
       mc.binding_notes.push_back(
           slow ? "the fastest plan that fits takes " + seconds_text(fastest->summary.step_s) + " per step, over the " +
@@ -973,7 +973,7 @@ MaxContext max_context(const Request& r0, Attention mode, int64_t cap) {
     } else {
       if (last_fail.context_tokens != next) fits_at(hi);
       if (last_fail.closest) {
-        mc.binding_constraint = last_fail.closest->usage.binding();
+        mc.binding = last_fail.closest->usage.binding();
         mc.binding_notes = last_fail.closest->usage.violations();
       }
     }

@@ -86,7 +86,7 @@ struct Usage {
   bool host_ok() const { return host_need_bytes <= host_limit_bytes; }
   bool fits() const { return device_ok() && pinned_ok() && host_ok(); }
   double worst_ratio() const;           // need / limit of the tightest constraint
-  std::string binding() const;          // "device memory", "pinned host memory" or "host RAM"
+  simulator::Binding binding() const;   // the memory limit most exceeded (device, pinned host, host RAM)
   std::vector<std::string> violations() const;  // one line per failed limit, with the amounts
 };
 Usage usage_of(const simulator::Scenario& s, const simulator::Summary& sum, double headroom);
@@ -143,7 +143,10 @@ struct MaxContext {
   int64_t step_tokens = 0;    // granularity of the search (a multiple of every page tried)
   bool capped = false;        // reached the search cap; the true maximum may be larger
   std::optional<Candidate> plan;       // best plan at `tokens` (objective time unless memory)
-  std::string binding_constraint;      // what fails at tokens + step_tokens (a memory or a speed limit)
+  // What fails at tokens + step_tokens (a memory or a speed limit), or search_cap; none when no
+  // configuration was evaluated there.
+  std::optional<simulator::Binding> binding;
+  std::string binding_text() const { return binding ? simulator::to_string(*binding) : ""; }
   std::vector<std::string> binding_notes;
   bool speed_limited = false;          // stopped by max_step_s / min_tokens_per_s, not by memory
   int64_t evaluations = 0;

@@ -560,18 +560,20 @@ void finish_summary(const Scenario& s, MemoryFigures m, Summary& out) {
                                                      : ""));
   if (!out.feasible) {
     double worst = std::max({dev_ratio, pin_ratio, ram_ratio});
-    out.binding_constraint = worst == dev_ratio ? "device memory" : worst == pin_ratio ? "pinned host memory" : "host RAM";
+    out.binding = worst == dev_ratio ? Binding::device_memory
+                  : worst == pin_ratio ? Binding::pinned_host_memory
+                                       : Binding::host_ram;
     return;
   }
   // The direction that needs more of its link.
   const bool h2d = out.required_h2d_bytes_per_s / s.gpu.h2d_bytes_per_s >=
                    out.required_d2h_bytes_per_s / s.gpu.d2h_bytes_per_s;
   if (out.step_s > 0 && out.exposed_copy_s > 0.05 * out.step_s) {
-    out.binding_constraint = h2d ? "h2d link" : "d2h link";
+    out.binding = h2d ? Binding::h2d_link : Binding::d2h_link;
     out.notes.push_back("copies expose " + format_duration_s(out.exposed_copy_s) + " of the step (" +
                         format_percent(out.exposed_copy_s / out.step_s) + ")");
   } else {
-    out.binding_constraint = "compute";
+    out.binding = Binding::compute;
     // Under 5% exposed the step is compute's, but a link that cannot hide the copies is said, with
     // what it costs: "binding: compute" alone reads as "the copies are free".
     const bool h2d_short = out.required_h2d_bytes_per_s > s.gpu.h2d_bytes_per_s;
@@ -859,7 +861,7 @@ Json to_json(const Summary& s) {
   j["device_pool_pages"] = s.device_pool_pages;
   j["device_breakdown_bytes"] = s.device_breakdown_bytes;
   j["feasible"] = s.feasible;
-  j["binding_constraint"] = s.binding_constraint;
+  j["binding_constraint"] = to_string(s.binding);
   j["peak_phase"] = s.peak_phase;
   j["host_breakdown_bytes"] = s.host_breakdown_bytes;
   j["compute_s"] = s.compute_s;
@@ -881,6 +883,37 @@ Json to_json(const Summary& s) {
   }
   j["notes"] = s.notes;
   return j;
+}
+
+const char* to_string(Binding b) {
+  switch (b) {
+    case Binding::device_memory: return "device memory";
+    case Binding::pinned_host_memory: return "pinned host memory";
+    case Binding::host_ram: return "host RAM";
+    case Binding::h2d_link: return "h2d link";
+    case Binding::d2h_link: return "d2h link";
+    case Binding::compute: return "compute";
+    case Binding::search_cap: return "search cap";
+    case Binding::step_time_limit: return "step time limit";
+    case Binding::throughput_limit: return "throughput limit";
+  }
+  return "compute";
+}
+
+std::optional<Binding> find_binding(const std::string& name) {
+  for (Binding b : kBindings)
+    if (name == to_string(b)) return b;
+  return std::nullopt;
+}
+
+std::string binding_names() {
+  std::string s;
+  for (Binding b : kBindings) s += (s.empty() ? "" : ", ") + std::string(to_string(b));
+  return s;
+}
+
+bool is_memory(Binding b) {
+  return b == Binding::device_memory || b == Binding::pinned_host_memory || b == Binding::host_ram;
 }
 
 }  // namespace oomb::simulator

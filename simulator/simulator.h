@@ -6,6 +6,7 @@
 // giving the timeline, pool occupancy and exposed copy time). Tests keep the two in agreement.
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,29 @@ using Buffer = step::BufferRow;
 using step::PageCounts;
 using MemoryTable = step::BufferTable;
 
+// What binds a configuration: the first memory limit it exceeds, else what bounds its step; and,
+// for the planner's context search (planner/search.h MaxContext), what stops it. Typed, so that
+// the GUI and the planner branch on the value; its one name (to_string: "device memory", ...) is
+// written only at the edges (JSON, the CLI's and the GUI's text).
+enum class Binding : uint8_t {
+  device_memory,
+  pinned_host_memory,
+  host_ram,
+  h2d_link,
+  d2h_link,
+  compute,
+  search_cap,        // a context search: it fits at the cap
+  step_time_limit,   // a context search: the fastest plan that fits is over --max-step-time
+  throughput_limit,  // a context search: ... under --min-tokens-per-s
+};
+inline constexpr Binding kBindings[] = {Binding::device_memory,  Binding::pinned_host_memory, Binding::host_ram,
+                                        Binding::h2d_link,       Binding::d2h_link,           Binding::compute,
+                                        Binding::search_cap,     Binding::step_time_limit,    Binding::throughput_limit};
+const char* to_string(Binding b);
+std::optional<Binding> find_binding(const std::string& name);  // none: not a binding's name
+std::string binding_names();                                   // "device memory, pinned host memory, ..."
+bool is_memory(Binding b);  // device memory, pinned host memory or host RAM
+
 // The simulation summary (DESIGN.md section 2) plus supporting figures.
 struct Summary {
   int64_t peak_device_bytes = 0;
@@ -57,7 +81,7 @@ struct Summary {
   std::map<std::string, int64_t> host_breakdown_bytes;
   std::string peak_phase;  // the phase that holds the device peak
   bool feasible = false;
-  std::string binding_constraint;  // "device memory", "host memory", "pinned memory", "h2d link", "compute", ...
+  Binding binding = Binding::compute;  // JSON "binding_constraint"
   // Supporting figures.
   double compute_s = 0;
   double flops = 0;

@@ -117,11 +117,11 @@ void curve_chart(const char* id, const Results& r, Quantity q, float width, floa
       const auto& p = r.curves[ci].points[best];
       ImGui::PushStyleColor(ImGuiCol_Text, chart::series_color(static_cast<int>(ci)));
       if (!p.valid)
-        ImGui::Text("%-12s invalid: %s", r.curves[ci].label.c_str(), p.binding.c_str());
+        ImGui::Text("%-12s invalid: %s", r.curves[ci].label.c_str(), p.invalid.c_str());
       else
         ImGui::Text("%-12s %s device, %s host, step %s  %s (%s)", r.curves[ci].label.c_str(),
                     format_bytes(p.peak_device_bytes).c_str(), format_bytes(p.peak_host_bytes).c_str(),
-                    format_duration_s(p.step_s).c_str(), p.feasible ? "fits" : "DOES NOT FIT", p.binding.c_str());
+                    format_duration_s(p.step_s).c_str(), p.feasible ? "fits" : "DOES NOT FIT", to_string(p.binding));
       ImGui::PopStyleColor();
     }
     ImGui::TextDisabled("simulator::evaluate with the current knobs, schedule/attention per curve");

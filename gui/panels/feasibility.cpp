@@ -19,11 +19,13 @@ ImU32 speed_color(double t, double lo, double hi) {
   return IM_COL32(r, g, b, 255);
 }
 
-const char* short_binding(const std::string& b) {
-  if (b == "device memory") return "OOM";
-  if (b == "pinned host memory") return "pinned";
-  if (b == "host RAM") return "RAM";
-  return "over";
+const char* short_binding(simulator::Binding b) {
+  switch (b) {
+    case simulator::Binding::device_memory: return "OOM";
+    case simulator::Binding::pinned_host_memory: return "pinned";
+    case simulator::Binding::host_ram: return "RAM";
+    default: return "over";
+  }
 }
 
 }  // namespace
@@ -95,10 +97,10 @@ void draw_feasibility_panel(ViewModel& vm) {
     ImGui::BeginTooltip();
     ImGui::Text("chunk %s, %s", format_tokens(fm.chunks[static_cast<size_t>(hover_i)]).c_str(),
                 budget == 0 ? "dense attention" : ("sparse, budget " + std::to_string(budget) + " pages").c_str());
-    if (!cell.valid) ImGui::TextWrapped("invalid: %s", cell.binding.c_str());
+    if (!cell.valid) ImGui::TextWrapped("invalid: %s", cell.invalid.c_str());
     else
       ImGui::Text("%s: step %s, peak device %s\nbinding: %s", cell.feasible ? "fits" : "DOES NOT FIT",
-                  format_duration_s(cell.step_s).c_str(), format_bytes(cell.peak_device_bytes).c_str(), cell.binding.c_str());
+                  format_duration_s(cell.step_s).c_str(), format_bytes(cell.peak_device_bytes).c_str(), to_string(cell.binding));
     ImGui::TextDisabled("click to use this chunk and attention");
     ImGui::EndTooltip();
     if (ImGui::IsItemClicked()) {

@@ -35,7 +35,9 @@ TEST(Diagnosis, HostRamBoundTargetNamesHostMemory) {
   ASSERT_FALSE(res.best);
   const Diagnosis d = diagnose(r, 4 * M, res);
   EXPECT_EQ(d.target, "dense attention (exact gradients)");
-  EXPECT_TRUE(d.binding_constraint == "pinned host memory" || d.binding_constraint == "host RAM") << d.binding_constraint;
+  ASSERT_TRUE(d.binding.has_value());
+  EXPECT_TRUE(*d.binding == simulator::Binding::pinned_host_memory || *d.binding == simulator::Binding::host_ram)
+      << to_string(*d.binding);
   bool host_named = false;
   for (const auto& v : d.violations) host_named = host_named || v.find("host") != std::string::npos;
   EXPECT_TRUE(host_named);
@@ -57,7 +59,7 @@ TEST(Diagnosis, DeviceBoundTargetSuggestsBiggerGpuOrTensorParallelism) {
   const SearchResult res = search(r, 1 * M);
   ASSERT_FALSE(res.best);
   const Diagnosis d = diagnose(r, 1 * M, res);
-  EXPECT_EQ(d.binding_constraint, "device memory");
+  EXPECT_EQ(d.binding, simulator::Binding::device_memory);
   bool unfix = false, gpu = false, tp = false;
   for (const auto& s : d.suggestions) {
     unfix = unfix || s.flags.find("--resident-layers") != std::string::npos;
@@ -94,7 +96,7 @@ TEST(Diagnosis, SparseFallbackIsDiagnosedForTheDenseTarget) {
   ASSERT_TRUE(res.best && res.sparse_fallback);
   const Diagnosis d = diagnose(r, 2 * M, res);
   EXPECT_EQ(d.target, "dense attention (exact gradients)");
-  EXPECT_EQ(d.binding_constraint, "device memory");
+  EXPECT_EQ(d.binding, simulator::Binding::device_memory);
   EXPECT_FALSE(d.suggestions.empty());
   for (const auto& s : d.suggestions) EXPECT_EQ(s.result.config.attention, Attention::dense) << s.change;
   expect_suggestions_fit(r, d);

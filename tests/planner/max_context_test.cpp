@@ -37,7 +37,7 @@ void expect_tight(const Request& r, Attention mode, const std::string& what) {
   EXPECT_EQ(mc.plan->config.context_tokens, mc.tokens);
   EXPECT_EQ(mc.plan->config.attention, mode);
   EXPECT_TRUE(fits_under_evaluate(r, mc.plan->config)) << what;
-  EXPECT_FALSE(mc.binding_constraint.empty()) << what;
+  EXPECT_TRUE(mc.binding.has_value()) << what;
   EXPECT_FALSE(mc.binding_notes.empty()) << what;
 }
 
@@ -54,11 +54,11 @@ TEST(MaxContext, IsTight) {
 TEST(MaxContext, BindingConstraintIsTheLimitThatStops) {
   // Qwen2.5-7B on an H200 in a DGX: the 1.8 TiB of pinnable host memory holds every page.
   const MaxContext host_bound = max_context(request("qwen2.5-7b", "h200"), Attention::dense);
-  EXPECT_EQ(host_bound.binding_constraint, "pinned host memory");
+  EXPECT_EQ(host_bound.binding, simulator::Binding::pinned_host_memory);
   EXPECT_GT(host_bound.tokens, 4 * M);  // the README's 4M fits, with room
   // On an A100-80GB the device pools (resident layers x all pages) stop it first.
   const MaxContext device_bound = max_context(request("qwen2.5-7b", "a100-80gb-sxm"), Attention::dense);
-  EXPECT_EQ(device_bound.binding_constraint, "device memory");
+  EXPECT_EQ(device_bound.binding, simulator::Binding::device_memory);
   // Sparse pools do not grow with the context: sparse goes further there.
   const MaxContext sparse = max_context(request("qwen2.5-7b", "a100-80gb-sxm"), Attention::sparse);
   EXPECT_GT(sparse.tokens, device_bound.tokens);
@@ -69,7 +69,7 @@ TEST(MaxContext, ZeroWhenNothingFits) {
   const MaxContext mc = max_context(request("llama-3.1-70b", "h200"), Attention::dense);
   EXPECT_EQ(mc.tokens, 0);
   EXPECT_FALSE(mc.plan);
-  EXPECT_EQ(mc.binding_constraint, "device memory");
+  EXPECT_EQ(mc.binding, simulator::Binding::device_memory);
 }
 
 TEST(MaxContext, FixedAttentionOfTheOtherKindIsUnavailable) {
@@ -142,7 +142,7 @@ TEST(Catalog, MaxContextAndParetoForEveryModel) {
         MaxContext mc;
         ASSERT_NO_THROW(mc = max_context(r, mode)) << what;
         if (mc.tokens == 0) {
-          EXPECT_EQ(mc.binding_constraint, "device memory") << what;
+          EXPECT_EQ(mc.binding, simulator::Binding::device_memory) << what;
           continue;
         }
         ASSERT_TRUE(mc.plan) << what;

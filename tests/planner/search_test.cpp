@@ -369,7 +369,7 @@ TEST(KnownAnswer, Qwen7bAt1MOnH200NeedsOffload) {
   const SearchResult none = search(all, 1 * M);
   EXPECT_FALSE(none.best);
   ASSERT_TRUE(none.closest);
-  EXPECT_EQ(none.closest->usage.binding(), "device memory");
+  EXPECT_EQ(none.closest->usage.binding(), simulator::Binding::device_memory);
   const SearchResult res = search(request("qwen2.5-7b", "h200"), 1 * M);
   ASSERT_TRUE(res.best);
   EXPECT_TRUE(simulator::offloads(res.best->config, all.scenario.model));

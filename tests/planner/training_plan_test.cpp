@@ -222,7 +222,7 @@ TEST(TrainingPlan, MaxStepTimeBoundsTheAnswer) {
   EXPECT_LE(mc.plan->summary.step_s, 3600.0);
   EXPECT_LT(mc.tokens, unlimited.tokens);
   EXPECT_TRUE(mc.speed_limited);
-  EXPECT_EQ(mc.binding_constraint, "step time limit");
+  EXPECT_EQ(mc.binding, simulator::Binding::step_time_limit);
   // One step further, the fastest plan that fits in memory is over the hour.
   Request free = r;
   free.max_step_s = 0;
@@ -236,7 +236,7 @@ TEST(TrainingPlan, MaxStepTimeBoundsTheAnswer) {
   const MaxContext mf = max_context(floor, Attention::dense);
   ASSERT_TRUE(mf.plan);
   EXPECT_GE(mf.plan->summary.tokens_per_s, 1000.0);
-  EXPECT_EQ(mf.binding_constraint, "throughput limit");
+  EXPECT_EQ(mf.binding, simulator::Binding::throughput_limit);
   Request bad = r;
   bad.max_step_s = -1;
   EXPECT_THROW(max_context(bad, Attention::dense), Error);

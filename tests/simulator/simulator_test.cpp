@@ -427,7 +427,7 @@ TEST(Invariants, StandardRunsOutOfMemoryWhereOombFits) {
   s.config.schedule = Schedule::standard;
   auto std_sum = evaluate(s);
   EXPECT_FALSE(std_sum.feasible);
-  EXPECT_EQ(std_sum.binding_constraint, "device memory");
+  EXPECT_EQ(std_sum.binding, Binding::device_memory);
   s.config.schedule = Schedule::oomb;
   EXPECT_TRUE(evaluate(s).feasible);
 }
@@ -437,7 +437,7 @@ TEST(Invariants, HostMemoryBindsOnASmallHost) {
   s.host = models::load_host("workstation-128g");
   auto sum = evaluate(s);
   EXPECT_FALSE(sum.feasible);
-  EXPECT_EQ(sum.binding_constraint, "pinned host memory");
+  EXPECT_EQ(sum.binding, Binding::pinned_host_memory);
   ASSERT_FALSE(sum.notes.empty());
 }
 
@@ -682,7 +682,7 @@ TEST(PublishedBaseline, ThreeLogitsSizedTensorsAtTheLogSoftmaxBackward) {
   s.config.context_tokens = 128 * 1024;
   const auto at128k = evaluate(s);
   EXPECT_FALSE(at128k.feasible);
-  EXPECT_EQ(at128k.binding_constraint, "device memory");
+  EXPECT_EQ(at128k.binding, Binding::device_memory);
   s.config.context_tokens = 64 * 1024;
   EXPECT_TRUE(evaluate(s).feasible);
   // Without the third tensor 128K would (wrongly) fit.
@@ -844,6 +844,22 @@ TEST(Presets, PublishedConfiguration) {
   Json old = s.config.to_json();
   old.erase("loss_dtype");
   EXPECT_EQ(config_from_json(old, "old.json").loss_dtype, "fp32");
+}
+
+// The binding constraint is typed (issue 40, part 5): each value has one name, which is what the
+// JSON and the CLI write, and a name reads back as its value; anything else is not a binding.
+TEST(Binding, EveryBindingHasOneNameThatReadsBack) {
+  std::set<std::string> names;
+  for (Binding b : kBindings) {
+    EXPECT_TRUE(names.insert(to_string(b)).second) << to_string(b);
+    EXPECT_EQ(find_binding(to_string(b)), b) << to_string(b);
+  }
+  EXPECT_EQ(names.size(), std::size(kBindings));
+  EXPECT_EQ(find_binding("host memory"), std::nullopt);
+  EXPECT_EQ(std::string(to_string(Binding::device_memory)), "device memory");
+  EXPECT_NE(binding_names().find("pinned host memory"), std::string::npos);
+  EXPECT_TRUE(is_memory(Binding::host_ram));
+  EXPECT_FALSE(is_memory(Binding::h2d_link));
 }
 
 }  // namespace
