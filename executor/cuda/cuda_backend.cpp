@@ -21,6 +21,7 @@
 #include "executor/runtime/arena.h"
 #include "executor/cuda/attention.cuh"
 #include "executor/cuda/attention_tc.cuh"
+#include "executor/cuda/attention_staging.h"
 #include "executor/cuda/batch_copy.h"
 #include "executor/cuda/cross_entropy.cuh"
 #include "executor/cuda/cross_entropy_shard.cuh"
@@ -586,7 +587,8 @@ void CudaBackend::wait(const EventPtr& e) {
 // "Storage dtypes".
 
 namespace {
-using namespace cuda::gemm_plan;  // is_bf16, and the linear ops' GEMM planning (gemm_plan.h)
+using namespace cuda::gemm_plan;          // is_bf16, and the linear ops' GEMM planning (gemm_plan.h)
+using namespace cuda::attention_staging;  // the attention and selection calls' staging
 }  // namespace
 
 void CudaBackend::embedding_fwd(const int32_t* ids, int64_t rows, ConstTensor table, int64_t hidden, Tensor out) {
@@ -806,144 +808,6 @@ void CudaBackend::copy(Tensor dst, ConstTensor src, int64_t n) {
 }
 
 void CudaBackend::scale(Tensor x, int64_t n, float s) { launch_scale(x, n, s, impl_->compute); }
-
-namespace {
-
-// Host image of a launch's metadata (page pointer arrays, selection lists), laid out as it will be
-// in the device workspace; aligned sub-arrays.
-class Metadata {
- public:
-  template <class T>
-  int64_t add(const T* data, int64_t count) {
-    const int64_t off = static_cast<int64_t>(bytes_.size());
-    const int64_t n = up(count * static_cast<int64_t>(sizeof(T)));
-    bytes_.resize(static_cast<size_t>(off + n), 0);
-    if (count > 0) std::memcpy(bytes_.data() + off, data, static_cast<size_t>(count) * sizeof(T));
-    return off;
-  }
-  int64_t size() const { return static_cast<int64_t>(bytes_.size()); }
-  const char* data() const { return bytes_.data(); }
-
- private:
-  std::vector<char> bytes_;
-};
-
-struct SelectCsr {
-  std::vector<int32_t> offsets, slots;
-};
-
-SelectCsr csr_of(const PagedAttention& a) {
-  SelectCsr c;
-  if (a.select_groups == 0) return c;
-  const int64_t qpages = (a.rows + a.page_tokens - 1) / a.page_tokens;
-  OOMB_ASSERT(static_cast<int64_t>(a.select.size()) == qpages * a.select_groups, "selection lists per query page");
-  c.offsets.push_back(0);
-  for (const auto& list : a.select) {
-    for (int32_t s : list) {
-      OOMB_ASSERT(s >= 0 && s < static_cast<int32_t>(a.prefix_pages.size()), "selected slot out of range");
-      c.slots.push_back(s);
-    }
-    c.offsets.push_back(static_cast<int32_t>(c.slots.size()));
-  }
-  return c;
-}
-
-AttentionArgs attention_args(const PagedAttention& a) {
-  AttentionArgs r;
-  r.rows = a.rows;
-  r.q_heads = a.q_heads;
-  r.kv_heads = a.kv_heads;
-  r.head_dim = a.head_dim;
-  r.page_tokens = a.page_tokens;
-  r.prefix_slots = static_cast<int64_t>(a.prefix_pages.size());
-  r.kv_bf16 = a.kv_dtype == PageDtype::bf16;
-  r.select_groups = a.select_groups;
-  return r;
-}
-
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
-
-template <class Ptr>
-bool all_aligned16(const std::vector<Ptr>& v) {
-  return std::all_of(v.begin(), v.end(), [](Ptr p) { return aligned16(p); });
-}
-
-// Which family runs a call (after the fallback rule of CudaAttentionKernel::bf16_tensor_core); with
-// CudaBackendOptions::attention_kernel_strict a call the tensor-core kernels cannot take is refused.
-bool use_tc(const CudaBackendOptions& opt, const AttentionArgs& args, bool buffers_aligned, const char* op) {
-  if (opt.attention_kernel != CudaAttentionKernel::bf16_tensor_core) return false;
-  if (buffers_aligned && attention_tc_supported(args)) return true;
-  if (!opt.attention_kernel_strict) return false;
-  std::string why;
-  if (args.head_dim != 64 && args.head_dim != 128)
-    why = "head_dim " + std::to_string(args.head_dim) + " (they take 64 or 128)";
-  else if (!attention_tc_device_supported())
-    why = "this device or build (they need sm_80 or later and a kernel image for it)";
-  else
-    why = "a buffer that is not 16-byte aligned";
-  throw Error("--attention-kernel", "bf16-tc",
-              std::string("the bf16 tensor-core kernels cannot run ") + op + " on " + why,
-              "use --attention-kernel auto, which runs the fp32 kernels where the tensor-core ones cannot, or fp32");
-}
-
-// fp32 forms of an op's typed rows for the kernels that compute on fp32 rows (attention, selection):
-// an fp32 view is used as it is, a bf16 one gets an fp32 copy (exact) in the op scratch; an output
-// of bf16 storage gets an fp32 scratch that finish() rounds into it once. Sizes are collected first
-// (add_in / add_out), then the scratch is carved after `base` bytes (place), then the copies made.
-class Fp32Rows {
- public:
-  explicit Fp32Rows(int64_t base) : bytes_(base) {}
-  int add_in(ConstTensor t, int64_t n) { return add(t.data, is_bf16(t), n, t, {}); }
-  int add_out(Tensor t, int64_t n) { return add(t.data, is_bf16(t), n, {}, t); }
-  int64_t bytes() const { return bytes_; }
-  // Carves the copies from ws (at least bytes()) and converts the bf16 inputs.
-  void place(char* ws, cudaStream_t s) {
-    for (Entry& e : entries_) {
-      if (e.off < 0) continue;
-      e.f32 = reinterpret_cast<float*>(ws + e.off);
-      if (e.in) launch_convert(Tensor(e.f32), e.in, e.n, s);
-    }
-  }
-  const float* in(int i) const {
-    const Entry& e = entries_[static_cast<size_t>(i)];
-    return e.off < 0 ? static_cast<const float*>(e.data) : e.f32;
-  }
-  float* out(int i) const {
-    const Entry& e = entries_[static_cast<size_t>(i)];
-    return e.off < 0 ? static_cast<float*>(const_cast<void*>(e.data)) : e.f32;
-  }
-  // Rounds the fp32 scratch of every bf16 output into its storage.
-  void finish(cudaStream_t s) const {
-    for (const Entry& e : entries_)
-      if (e.off >= 0 && e.out) launch_convert(e.out, e.f32, e.n, s);
-  }
-
- private:
-  struct Entry {
-    const void* data = nullptr;
-    int64_t n = 0, off = -1;
-    ConstTensor in;
-    Tensor out;
-    float* f32 = nullptr;
-  };
-  int add(const void* data, bool bf16, int64_t n, ConstTensor in, Tensor out) {
-    Entry e;
-    e.data = data;
-    e.n = n;
-    e.in = in;
-    e.out = out;
-    if (bf16 && data && n > 0) {
-      e.off = bytes_;
-      bytes_ += up(n * 4);
-    }
-    entries_.push_back(e);
-    return static_cast<int>(entries_.size()) - 1;
-  }
-  int64_t bytes_;
-  std::vector<Entry> entries_;
-};
-
-}  // namespace
 
 void CudaBackend::attention_fwd(const PagedAttention& a, Tensor o, float* lse) {
   extents::attention("attention_fwd", a, {a.q, o}, {a.k_own, a.v_own});
