@@ -249,11 +249,7 @@ int run_run(RunArgs a, Communicator* comm, const std::string& job) {
   runner::RunResult res = runner::run(r, table, w, tokens, adapters);
   defer.reset();  // from here an interrupt ends the process (the writes remove their temporaries)
   line.done();
-  if (res.trace) {
-    const std::string v = version_string();
-    const auto at = v.find("commit ");
-    if (at != std::string::npos) res.trace->metadata.git_commit = v.substr(at + 7, v.find(')', at) - at - 7);
-  }
+  if (res.trace) res.trace->metadata.git_commit = git_commit();
   if (!res.failure.empty()) {
     // Still write what was measured: the completed steps (measured) and the host trace so far.
     std::fprintf(stderr, "oomb run: step %lld of %lld failed: %s\n", static_cast<long long>(res.failed_step),

@@ -128,6 +128,10 @@ TEST_F(TrainingCli, KeptLayersArePlannedRunAndValidated) {
   // The trace records the setting; a plan with another one is not this run's.
   const oomb::Json tj = oomb::read_json_file(t);
   EXPECT_EQ(tj["metadata"]["extra"]["config"]["kept_layers"], 1);
+  // ... and the commit of the binary that ran it, as `oomb --version` names it.
+  const std::string version = oomb("--version").out, commit = tj["metadata"]["git_commit"].get<std::string>();
+  EXPECT_FALSE(commit.empty());
+  EXPECT_TRUE(has(version, "(commit " + commit + ")")) << commit << " / " << version;
   const std::string p0 = path("kept0.json");
   ASSERT_EQ(oomb("plan --model tiny --gpu h200 --context 4K --chunk 1K --page 64 --resident-layers 1 "
                  "--kept-layers 0 --out " + p0).rc, 0);
