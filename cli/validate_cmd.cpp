@@ -160,32 +160,18 @@ int run_validate(const ValidateArgs& a) {
   std::vector<std::string> notes = res.notes;
   if (a.plan.empty()) notes.insert(notes.begin(), "no --plan: predictions for the configuration recorded in the trace, on " + a.gpu);
   const std::vector<ValidationTerm>& terms = res.terms;
-  bool all_ok = res.ok;
   const simulator::EventResult& pred = res.prediction;
 
   // A multi-rank run given by rank 0's trace: every rank's trace is validated against the same
   // plan (each rank's rows are the plan's, sharded), and the step is the slowest rank's.
   const std::vector<planner::RankTrace> others = planner::read_other_rank_traces(a.trace, trace);
   std::vector<planner::RankVerdict> ranks;
-  if (!others.empty()) {
-    ranks = planner::judge_ranks(req, &res, others);
-    for (const auto& r : ranks) all_ok = all_ok && r.ok();
-  }
+  if (!others.empty()) ranks = planner::judge_ranks(req, &res, others);
   const int world = static_cast<int>(ranks.size());
-  std::vector<std::string> missing;  // the ranks' files that are not there
-  for (const auto& r : ranks)
-    if (!r.found) missing.push_back(r.trace);
-  std::string missing_text;
-  for (const auto& m : missing) missing_text += (missing_text.empty() ? "" : ", ") + m;
-  const bool terms_failed = !res.ok || std::any_of(ranks.begin(), ranks.end(), [](const auto& r) {
-    return r.found && !r.ok();
-  });
-  // Why the run fails, in one line: terms beyond tolerance and/or ranks' traces missing.
-  std::string failure;
-  if (terms_failed) failure = "terms beyond tolerance (see above)";
-  if (!missing.empty())
-    failure += (failure.empty() ? "" : "; ") + std::to_string(missing.size()) + " of " + std::to_string(world) +
-               " ranks' traces missing (" + missing_text + ")";
+  const planner::JobVerdict verdict = planner::job_verdict(res, ranks);
+  const bool all_ok = verdict.ok, terms_failed = verdict.terms_failed;
+  const std::vector<std::string>& missing = verdict.missing;
+  const std::string missing_text = verdict.missing_text(), failure = verdict.failure;
 
   if (!a.report.empty()) {
     traces::ReportInput in;

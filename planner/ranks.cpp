@@ -1,5 +1,7 @@
 #include "planner/ranks.h"
 
+#include <algorithm>
+
 #include <filesystem>
 
 #include "core/error.h"
@@ -104,6 +106,28 @@ int mark_binding_rank(std::vector<RankVerdict>& ranks) {
   if (!slowest) return -1;
   slowest->binds = true;
   return slowest->rank;
+}
+
+std::string JobVerdict::missing_text() const {
+  std::string t;
+  for (const auto& m : missing) t += (t.empty() ? "" : ", ") + m;
+  return t;
+}
+
+JobVerdict job_verdict(const Validation& rank0, const std::vector<RankVerdict>& ranks) {
+  JobVerdict v;
+  v.ok = rank0.ok;
+  for (const auto& r : ranks) {
+    v.ok = v.ok && r.ok();
+    if (!r.found) v.missing.push_back(r.trace);
+  }
+  v.terms_failed =
+      !rank0.ok || std::any_of(ranks.begin(), ranks.end(), [](const RankVerdict& r) { return r.found && !r.ok(); });
+  if (v.terms_failed) v.failure = "terms beyond tolerance (see above)";
+  if (!v.missing.empty())
+    v.failure += (v.failure.empty() ? "" : "; ") + std::to_string(v.missing.size()) + " of " +
+                 std::to_string(ranks.size()) + " ranks' traces missing (" + v.missing_text() + ")";
+  return v;
 }
 
 }  // namespace oomb::planner

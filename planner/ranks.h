@@ -67,4 +67,17 @@ RankVerdict judge_rank(const ValidationRequest& request, int rank, const std::st
 // rank, or -1 when no rank has a step.
 int mark_binding_rank(std::vector<RankVerdict>& ranks);
 
+// The job's verdict, as `oomb validate` states it (text, JSON, HTML report): rank 0's validation
+// and every rank's (judge_ranks; none for a one-process run).
+struct JobVerdict {
+  bool ok = false;                   // every comparable term of every rank found within tolerance, none missing
+  bool terms_failed = false;         // a term beyond tolerance, of rank 0 or of a rank found
+  std::vector<std::string> missing;  // the ranks' traces that are not there
+  std::string missing_text() const;  // "t.rank1.json, t.rank3.json"
+  // Why it is not ok, in one line ("" when ok): "terms beyond tolerance (see above)" and/or
+  // "1 of 2 ranks' traces missing (t.rank1.json)".
+  std::string failure;
+};
+JobVerdict job_verdict(const Validation& rank0, const std::vector<RankVerdict>& ranks);
+
 }  // namespace oomb::planner

@@ -166,6 +166,40 @@ TEST(Ranks, BindingIsTheSlowestMeasuredStepFirstOfEquals) {
   EXPECT_TRUE(v[2].binds);
 }
 
+// The job's verdict (what `oomb validate` prints last and returns): ok only when every rank was
+// found and every comparable term of each is within tolerance; a term beyond tolerance and a
+// missing rank's trace are both said, in one line.
+TEST(Ranks, TheJobsVerdictCombinesEveryRankAndNamesTheMissingOnes) {
+  Validation good, bad;
+  bad.ok = false;
+  auto rank = [](int k, bool found, std::optional<Validation> v) {
+    RankVerdict r;
+    r.rank = k;
+    r.trace = "t" + (k ? ".rank" + std::to_string(k) : std::string()) + ".json";
+    r.found = found;
+    r.validation = std::move(v);
+    return r;
+  };
+  const JobVerdict one = job_verdict(good, {});  // a one-process run
+  EXPECT_TRUE(one.ok);
+  EXPECT_EQ(one.failure, "");
+  const JobVerdict all = job_verdict(good, {rank(0, true, good), rank(1, true, good)});
+  EXPECT_TRUE(all.ok);
+  EXPECT_FALSE(all.terms_failed);
+  const JobVerdict rank1_bad = job_verdict(good, {rank(0, true, good), rank(1, true, bad)});
+  EXPECT_FALSE(rank1_bad.ok);
+  EXPECT_TRUE(rank1_bad.terms_failed);
+  EXPECT_EQ(rank1_bad.failure, "terms beyond tolerance (see above)");
+  const JobVerdict lost = job_verdict(good, {rank(0, true, good), rank(1, false, std::nullopt), rank(2, true, good),
+                                            rank(3, false, std::nullopt)});
+  EXPECT_FALSE(lost.ok);
+  EXPECT_FALSE(lost.terms_failed) << "a missing rank is not a failed term";
+  EXPECT_EQ(lost.missing_text(), "t.rank1.json, t.rank3.json");
+  EXPECT_EQ(lost.failure, "2 of 4 ranks' traces missing (t.rank1.json, t.rank3.json)");
+  const JobVerdict both = job_verdict(bad, {rank(0, true, bad), rank(1, false, std::nullopt)});
+  EXPECT_EQ(both.failure, "terms beyond tolerance (see above); 1 of 2 ranks' traces missing (t.rank1.json)");
+}
+
 TEST(Ranks, TheOtherRanksTracesAreReadFromBesideRankZeros) {
   const auto dir = std::filesystem::temp_directory_path() / ("oomb_ranks_test_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
