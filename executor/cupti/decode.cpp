@@ -216,9 +216,11 @@ void Decoder::settle(int64_t now_ns) {
   std::vector<Work> waiting;
   waiting.swap(waiting_);
   for (const Work& w : waiting) place(w);
-  // Every correlation of the work so far has arrived: what is still untagged stays so.
-  for (std::vector<Work>* v : {&kept_, &waiting_})
-    for (Work& w : *v) resolve(w, true);
+  // Every correlation of the work so far has arrived: what is still untagged stays so. (Work kept
+  // before the last settle is final already: only what came since is looked at.)
+  for (size_t i = settled_kept_; i < kept_.size(); ++i) resolve(kept_[i], true);
+  for (Work& w : waiting_) resolve(w, true);
+  settled_kept_ = kept_.size();
   tag_of_.clear();
 }
 

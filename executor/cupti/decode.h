@@ -151,6 +151,7 @@ class Decoder {
   uint64_t seq_ = 0;
   std::unordered_map<uint32_t, uint64_t> tag_of_;
   std::vector<Work> kept_, waiting_;  // waiting: past the last window, not yet placed
+  size_t settled_kept_ = 0;           // kept_[0, this) was kept before the last settle: its tags are final
   std::vector<Memory> memory_;
   std::vector<std::string> names_;
   std::unordered_map<std::string, int32_t> name_index_;  // mangled name -> names_ index
