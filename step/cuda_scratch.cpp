@@ -151,8 +151,10 @@ std::vector<LinearCall> step_linear_calls(const models::ModelSpec& m, const Conf
   const bool head_dw = !(g.lora && !c.lora_train_embeddings);
   for (int64_t ch = std::max<int64_t>(0, g.n - 2); ch < g.n; ++ch) {
     const int64_t T = g.chunk_len(ch);
-    auto fwd = [&](const char* op, int64_t rows, int64_t in, int64_t out, bool y16, bool has_bias, bool head) {
+    // A call of this chunk with what every GEMM-running call has: the op, its shape, x and W's dtypes.
+    auto call = [&](LinearCall::Kind kind, const char* op, int64_t rows, int64_t in, int64_t out, bool head) {
       LinearCall l;
+      l.kind = kind;
       l.op = op;
       l.chunk = ch;
       l.head = head;
@@ -161,22 +163,17 @@ std::vector<LinearCall> step_linear_calls(const models::ModelSpec& m, const Conf
       l.out = out;
       l.x16 = a16;
       l.w16 = w16;
+      return l;
+    };
+    auto fwd = [&](const char* op, int64_t rows, int64_t in, int64_t out, bool y16, bool has_bias, bool head) {
+      LinearCall l = call(LinearCall::Kind::forward, op, rows, in, out, head);
       l.y16 = y16;
       l.has_bias = has_bias;
       calls.push_back(l);
     };
     auto bwd = [&](const char* op, int64_t rows, int64_t in, int64_t out, bool dy16, bool dx_acc, bool has_dw,
                    bool has_db, bool head) {
-      LinearCall l;
-      l.kind = LinearCall::Kind::backward;
-      l.op = op;
-      l.chunk = ch;
-      l.head = head;
-      l.rows = rows;
-      l.in = in;
-      l.out = out;
-      l.x16 = a16;
-      l.w16 = w16;
+      LinearCall l = call(LinearCall::Kind::backward, op, rows, in, out, head);
       l.dy16 = dy16;
       l.has_dx = true;
       l.dx16 = a16;
