@@ -216,24 +216,19 @@ std::vector<step::BufferRow> planned_rows(const RunRequest& r, const simulator::
   const step::Target ours = target_of(r);
   step::Target plan_target = step::target_of(r.scenario.gpu);
   plan_target.bf16_gemm = ours.bf16_gemm;
-  if (plan_target.backend == ours.backend) {
-    // A plan is made for an untimed run: a CUPTI-timed one adds the collector's activity buffers.
-    for (const step::BufferRow& row : needed)
-      if (row.name == step::row::kCuptiActivityBuffers &&
-          std::none_of(planned.begin(), planned.end(), [&](const step::BufferRow& o) { return o.name == row.name; })) {
-        planned.push_back(row);
-        say(r, "buffer " + row.name + " (" + format_bytes(row.bytes) + ", " + to_string(row.tier) +
-                   "): the CUPTI collector's, which the plan (made for an untimed run) leaves out; sized for this run");
-      }
-    return planned;
-  }
+  // A plan is made for an untimed run on its GPU profile's backend: the rows only this run needs (the
+  // other backend's, the CUPTI collector's) are the ones the plan's target lacks.
+  const bool other_backend = plan_target.backend != ours.backend;
+  if (!other_backend && !ours.cupti) return planned;
   const std::vector<step::BufferRow> theirs = run_rows(r.scenario.model, c, plan_target);
   for (const step::BufferRow& row : needed) {
     auto same = [&row](const step::BufferRow& o) { return o.name == row.name && o.tier == row.tier; };
     if (std::none_of(theirs.begin(), theirs.end(), same) && std::none_of(planned.begin(), planned.end(), same)) {
       planned.push_back(row);
-      say(r, "buffer " + row.name + " (" + format_bytes(row.bytes) + ", " + to_string(row.tier) + "): the " +
-                 r.backend + " backend's own, not in this plan for the other backend; sized for this run");
+      say(r, "buffer " + row.name + " (" + format_bytes(row.bytes) + ", " + to_string(row.tier) + "): " +
+                 (other_backend ? "the " + r.backend + " backend's own, not in this plan for the other backend"
+                                : std::string("the CUPTI collector's, which the plan (made for an untimed run) leaves out")) +
+                 "; sized for this run");
     }
   }
   return planned;
