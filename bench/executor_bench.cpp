@@ -40,8 +40,8 @@ namespace {
 
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-simulator::Config config(int64_t context, int64_t layers_override) {
-  simulator::Config c;
+step::Config config(int64_t context, int64_t layers_override) {
+  step::Config c;
   c.context_tokens = context;
   c.chunk_tokens = std::min<int64_t>(1024, context);
   c.page_tokens = 128;
@@ -151,7 +151,7 @@ int main(int argc, char** argv) {
     const std::string label = std::string(k.model) + "-" + format_tokens(k.context);
     if (!only_case.empty() && label.rfind(only_case, 0) != 0) continue;
     const models::ModelSpec full = models::load_model(k.model);
-    const simulator::Config c = config(k.context, k.layers);
+    const step::Config c = config(k.context, k.layers);
     const models::ModelSpec m = effective_model(full, c);
     const Weights w = random_weights(m, 7);
     const std::vector<int32_t> tokens = TokenSource::synthetic(m.vocab, 7).sequence(0, c.context_tokens);
@@ -215,7 +215,7 @@ int main(int argc, char** argv) {
   std::printf("%10s %16s %16s %16s\n", "context", "peak device", "page pools", "outside pools");
   const models::ModelSpec tiny = models::load_model("tiny");
   for (int64_t n : {2048, 4096, 8192, 16384}) {
-    const simulator::Config c = config(n, 0);
+    const step::Config c = config(n, 0);
     const Weights w = random_weights(tiny, 7);
     CpuBackend backend;
     Engine e(backend, tiny, c, w);

@@ -100,7 +100,7 @@ int main(int argc, char** argv) {
       1.0);
   line("`oomb plan ... --context 4M` in process", format_duration_s(t_plan), 1.0 / t_plan, "< 1 s");
 
-  const double t_max = per_call([&] { sink = sink + static_cast<double>(planner::max_context(r, simulator::Attention::dense).tokens); }, 1.0);
+  const double t_max = per_call([&] { sink = sink + static_cast<double>(planner::max_context(r, step::Attention::dense).tokens); }, 1.0);
   std::printf("  %-46s %16s\n", "max_context dense (--max-context, one mode)", format_duration_s(t_max).c_str());
 
   // 4. The real command, process start-up included.

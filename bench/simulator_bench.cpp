@@ -21,7 +21,7 @@ int main() {
   s.config.context_tokens = 4 * 1024 * 1024;
 
   std::printf("oomb simulator bench: qwen2.5-7b, h200, 4M tokens, chunk 4K, page 128\n");
-  for (auto attention : {simulator::Attention::dense, simulator::Attention::sparse}) {
+  for (auto attention : {step::Attention::dense, step::Attention::sparse}) {
     s.config.attention = attention;
     volatile double sink = 0;
     int evals = 0;
@@ -32,15 +32,15 @@ int main() {
     }
     const double per_s = evals / seconds_since(t0);
     std::printf("fast path (%s): %.0f evaluations/s (%.1f us each); target 100000/s: ratio %.2f\n",
-                simulator::to_string(attention), per_s, 1e6 / per_s, per_s / 100000.0);
+                step::to_string(attention), per_s, 1e6 / per_s, per_s / 100000.0);
   }
-  for (auto attention : {simulator::Attention::dense, simulator::Attention::sparse}) {
+  for (auto attention : {step::Attention::dense, step::Attention::sparse}) {
     s.config.attention = attention;
     auto t0 = Clock::now();
     auto r = simulator::simulate_events(s, traces::Detail::layer);
     const double wall = seconds_since(t0);
     std::printf("event path (%s, layer detail): %.3f s wall, %zu events, %zu memory samples; target < 1 s: ratio %.2f\n",
-                simulator::to_string(attention), wall, r.trace.events.size(), r.trace.memory.size(), wall / 1.0);
+                step::to_string(attention), wall, r.trace.events.size(), r.trace.memory.size(), wall / 1.0);
   }
   return 0;
 }

@@ -88,9 +88,9 @@ int run_plan(PlanArgs a) {
     in.push_back({"--recall-curve", a.recall_curve});
     check_distinct_paths(in, {{"--out", a.out}});
   }
-  if (a.min_budget && (*a.min_budget < 1 || *a.min_budget > simulator::kMaxPageBudget))
+  if (a.min_budget && (*a.min_budget < 1 || *a.min_budget > step::kMaxPageBudget))
     throw Error("--min-budget", std::to_string(*a.min_budget),
-                "must be in [1, " + std::to_string(simulator::kMaxPageBudget) + "] pages", "e.g. 64");
+                "must be in [1, " + std::to_string(step::kMaxPageBudget) + "] pages", "e.g. 64");
   if (a.min_recall && !(*a.min_recall > 0 && *a.min_recall <= 1))  // NaN fails too
     throw Error("--min-recall", format_number(*a.min_recall), "must be in (0, 1]", "e.g. 0.9");
   const NodeGpus node = planner::node_gpus(a.flags.gpus ? *a.flags.gpus : 1, a.flags.model);

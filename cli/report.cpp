@@ -17,13 +17,13 @@ void print_scenario_header(const Scenario& s) {
   std::printf("%s on %s%s (host %s), context %s tokens, schedule %s", s.model.id.c_str(), s.gpu.id.c_str(),
               projected ? " (projected profile)" : "", s.host.id.c_str(), format_tokens(c.context_tokens).c_str(),
               to_string(c.schedule));
-  if (c.schedule == Schedule::oomb) {
+  if (c.schedule == step::Schedule::oomb) {
     std::printf(", %s attention\n", to_string(c.attention));
     std::printf("  chunk %s, page %lld, resident layers %s", format_tokens(c.chunk_tokens).c_str(),
                 static_cast<long long>(c.page_tokens),
-                c.resident_layers >= effective_layers(c, s.model) ? "all (no offload)"
+                c.resident_layers >= step::effective_layers(c, s.model) ? "all (no offload)"
                                                                    : std::to_string(c.resident_layers).c_str());
-    if (c.attention == Attention::sparse)
+    if (c.attention == step::Attention::sparse)
       std::printf(", budget %lld pages of %lld = %s attended tokens (%s, overlap %.2f, selection memory %s)",
                   static_cast<long long>(c.page_budget), static_cast<long long>(c.page_tokens),
                   format_tokens(c.page_budget * c.page_tokens).c_str(), c.selection.c_str(), c.selection_overlap,
@@ -37,7 +37,7 @@ void print_scenario_header(const Scenario& s) {
               to_string(c.optimizer),
               !c.checkpointing    ? "off"
               : c.kept_layers > 0 ? ("on, last " + std::to_string(c.kept_layers) + " of " +
-                                     std::to_string(effective_layers(c, s.model)) + " layers kept")
+                                     std::to_string(step::effective_layers(c, s.model)) + " layers kept")
                                         .c_str()
                                   : "on",
               c.logits_chunk_tokens > 0 ? (format_tokens(c.logits_chunk_tokens) + " fused").c_str() : "whole, unfused",
@@ -55,28 +55,28 @@ void print_scenario_header(const Scenario& s) {
 namespace {
 
 // One letter per phase of the schedule, '.' where the row is not alive: "F R L B O".
-std::string phase_marks(const MemoryTable& t, PhaseMask m) {
+std::string phase_marks(const step::BufferTable& t, step::PhaseMask m) {
   std::string out;
-  for (Phase p : phases_of(t.schedule)) {
+  for (step::Phase p : step::phases_of(t.schedule)) {
     if (!out.empty()) out += ' ';
-    out += (m & phase_bit(p)) ? static_cast<char>(std::toupper(to_string(p)[0])) : '.';
+    out += (m & step::phase_bit(p)) ? static_cast<char>(std::toupper(to_string(p)[0])) : '.';
   }
   return out;
 }
 
 }  // namespace
 
-void print_memory_report(const Scenario& s, const MemoryTable& t, const Summary& sum) {
-  const MemoryTable::PhasePeak peak = t.device_peak();
+void print_memory_report(const Scenario& s, const step::BufferTable& t, const Summary& sum) {
+  const step::BufferTable::PhasePeak peak = t.device_peak();
   std::string legend;
-  for (Phase p : phases_of(t.schedule))
+  for (step::Phase p : step::phases_of(t.schedule))
     legend += (legend.empty() ? "" : ", ") + std::string(1, static_cast<char>(std::toupper(to_string(p)[0]))) + " " +
               to_string(p);
   std::printf("\nDevice memory (per GPU)                       bytes  peak share  phases (%s)\n", legend.c_str());
   for (const auto& r : t.rows) {
-    if (r.tier != Tier::device || r.bytes == 0) continue;
+    if (r.tier != step::Tier::device || r.bytes == 0) continue;
     // The share of the peak for rows alive at the peak phase; the others are freed by then.
-    const bool at_peak = (r.phases & phase_bit(peak.phase)) != 0;
+    const bool at_peak = (r.phases & step::phase_bit(peak.phase)) != 0;
     std::printf("  %-34s %14s  %10s  %s   %s %s\n", r.name.c_str(), format_bytes(r.bytes).c_str(),
                 at_peak ? format_percent(static_cast<double>(r.bytes) / static_cast<double>(sum.peak_device_bytes)).c_str()
                         : "-",
@@ -86,14 +86,14 @@ void print_memory_report(const Scenario& s, const MemoryTable& t, const Summary&
               format_bytes(s.gpu.hbm_capacity_bytes).c_str(),
               format_percent(static_cast<double>(sum.peak_device_bytes) / static_cast<double>(s.gpu.hbm_capacity_bytes)).c_str(),
               to_string(peak.phase),
-              s.config.peak_measure == PeakMeasure::allocated ? " [allocated; runtime reserve not counted]" : "");
+              s.config.peak_measure == step::PeakMeasure::allocated ? " [allocated; runtime reserve not counted]" : "");
   std::string by_phase;
-  for (Phase p : phases_of(t.schedule))
+  for (step::Phase p : step::phases_of(t.schedule))
     by_phase += std::string(by_phase.empty() ? "" : ", ") + to_string(p) + " " + format_bytes(t.device_bytes_in(p)) +
                 (p == peak.phase ? " (peak)" : "");
   std::printf("  live by phase: %s\n", by_phase.c_str());
   bool any_host = false;
-  for (const auto& r : t.rows) any_host |= r.tier == Tier::host && r.bytes > 0;
+  for (const auto& r : t.rows) any_host |= r.tier == step::Tier::host && r.bytes > 0;
   if (any_host) {
     if (s.config.gpus > 1)
       std::printf("\nHost memory (per rank; the node holds all %lld GPUs' host tiers: %s)\n",
@@ -102,7 +102,7 @@ void print_memory_report(const Scenario& s, const MemoryTable& t, const Summary&
     else
       std::printf("\nHost memory\n");
     for (const auto& r : t.rows)
-      if (r.tier == Tier::host && r.bytes > 0)
+      if (r.tier == step::Tier::host && r.bytes > 0)
         std::printf("  %-34s %14s   %s %s\n", r.name.c_str(), format_bytes(r.bytes).c_str(), r.shape.c_str(),
                     r.dtype.c_str());
     std::printf("  %-34s %14s  of %s pinnable, %s RAM (%s)\n", "peak", format_bytes(sum.peak_host_bytes).c_str(),
@@ -114,7 +114,7 @@ void print_memory_report(const Scenario& s, const MemoryTable& t, const Summary&
     std::printf("\nDevice page pools: %lld KV pages + %lld gradient pages (%s + %s per page)", static_cast<long long>(sum.kv_pool_pages),
                 static_cast<long long>(sum.grad_pool_pages), format_bytes(t.pages.kv_page_bytes).c_str(),
                 format_bytes(t.pages.grad_page_bytes).c_str());
-  if (s.config.attention == Attention::sparse)
+  if (s.config.attention == step::Attention::sparse)
     std::printf("; largest selection union %lld pages", static_cast<long long>(sum.max_union_pages));
   if (sum.pages_in_flight > 0)
     std::printf("; %lld pages of each kind still being written back at the peak (published write-backs)",

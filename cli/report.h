@@ -5,7 +5,7 @@
 namespace oomb::cli {
 
 void print_scenario_header(const simulator::Scenario& s);
-void print_memory_report(const simulator::Scenario& s, const simulator::MemoryTable& t, const simulator::Summary& sum);
+void print_memory_report(const simulator::Scenario& s, const step::BufferTable& t, const simulator::Summary& sum);
 void print_time_report(const simulator::Scenario& s, const simulator::Summary& sum);
 
 }  // namespace oomb::cli

@@ -1,4 +1,4 @@
-// oomb run: flag parsing and printing around the runner (executor/runner/runner.h), which checks the
+// oomb run: flag parsing and printing around the runner (runner/runner.h), which checks the
 // run, builds the backend (CPU; CUDA with the CUPTI collector when built), runs the steps and
 // assembles the trace. Here: the flags and their help, the plan-override policy's flag names, the
 // progress line, reading the tokens and weights, writing the trace and the checkpoints.
@@ -19,7 +19,7 @@
 #include "core/error.h"
 #include "core/format.h"
 #include "core/json_util.h"
-#include "executor/runner/runner.h"
+#include "runner/runner.h"
 #include "executor/runtime/adapters.h"
 #include "cli/mpi_job.h"
 #include "executor/runtime/comm.h"
@@ -217,7 +217,7 @@ int run_run(RunArgs a, Communicator* comm, const std::string& job) {
   // A checkpoint has the model's own layers; tensors of layers --layers leaves out are skipped.
   const Weights w = a.weights.empty() ? random_weights(m, a.seed, a.init_std)
                                       : read_checkpoint(a.weights, m, r.scenario.model.layers);
-  const simulator::Config& c = r.scenario.config;
+  const step::Config& c = r.scenario.config;
   if (c.lora_rank <= 0 && !a.adapter.empty())
     throw Error("--adapter", a.adapter, "loads a LoRA adapter, and the plan trains every parameter",
                 "re-plan with --lora-rank (and the adapter's alpha and targets), or run without --plan");

@@ -33,20 +33,20 @@ struct SimulateArgs {
 std::vector<std::pair<std::string, std::string>> report_facts(const simulator::Scenario& s, const simulator::Summary& sum,
                                                               traces::Detail detail) {
   using namespace simulator;
-  const Config& c = s.config;
+  const step::Config& c = s.config;
   std::vector<std::pair<std::string, std::string>> f = {
-      {"model", s.model.id + " (" + std::to_string(effective_layers(c, s.model)) + " layers)"},
+      {"model", s.model.id + " (" + std::to_string(step::effective_layers(c, s.model)) + " layers)"},
       {"gpu", s.gpu.id + " (" + format_bytes(s.gpu.hbm_capacity_bytes) + " HBM)"},
       {"host", s.host.id + " (" + format_bytes(s.host.pinnable_bytes) + " pinnable)"},
       {"context", format_tokens(c.context_tokens) + " tokens"},
       {"schedule", to_string(c.schedule)},
   };
-  if (c.schedule == Schedule::oomb) {
+  if (c.schedule == step::Schedule::oomb) {
     f.emplace_back("attention", to_string(c.attention));
     f.emplace_back("chunk / page", format_tokens(c.chunk_tokens) + " / " + std::to_string(c.page_tokens) + " tokens");
-    if (c.attention == Attention::sparse)
+    if (c.attention == step::Attention::sparse)
       f.emplace_back("page budget", planner::budget_text(c) + " (" + c.selection + ")");
-    f.emplace_back("resident layers", c.resident_layers >= effective_layers(c, s.model) ? "all (no offload)"
+    f.emplace_back("resident layers", c.resident_layers >= step::effective_layers(c, s.model) ? "all (no offload)"
                                                                                        : std::to_string(c.resident_layers));
   }
   f.emplace_back("KV / KV-grad", c.kv_dtype + " / " + c.kv_grad_dtype);
@@ -58,7 +58,7 @@ std::vector<std::pair<std::string, std::string>> report_facts(const simulator::S
   f.emplace_back("checkpointing", !c.checkpointing ? std::string("off")
                                   : c.kept_layers > 0
                                       ? "on, last " + std::to_string(c.kept_layers) + " of " +
-                                            std::to_string(effective_layers(c, s.model)) + " layers kept"
+                                            std::to_string(step::effective_layers(c, s.model)) + " layers kept"
                                       : std::string("on"));
   f.emplace_back("loss tile", c.logits_chunk_tokens > 0 ? format_tokens(c.logits_chunk_tokens) + " fused" : "whole, unfused");
   f.emplace_back("loss dtype", c.loss_dtype);
@@ -132,12 +132,12 @@ simulator::Scenario scenario_of(const SimulateArgs& a, std::string* placed) {
   // A budget over the context's pages selects every earlier page: oomb plan refuses it, and so
   // does simulate (it would be sparse attention priced as dense under another name).
   const step::Config& c = s.config;
-  if (a.flags.budget && c.attention == Attention::sparse && c.schedule != Schedule::standard && c.page_tokens > 0)
+  if (a.flags.budget && c.attention == step::Attention::sparse && c.schedule != step::Schedule::standard && c.page_tokens > 0)
     planner::check_budget_within_context(c.page_budget, c.context_tokens, c.page_tokens);
   if (a.flags.optimizer_auto()) {
     s.config.optimizer = planner::place_optimizer(s, planner::kDefaultHeadroom);
     *placed = std::string("--optimizer auto: AdamW state on the ") +
-              (s.config.optimizer == Optimizer::gpu ? "GPU" : "host") + " (" + planner::optimizer_text(s) + ")";
+              (s.config.optimizer == step::Optimizer::gpu ? "GPU" : "host") + " (" + planner::optimizer_text(s) + ")";
   }
   return s;
 }

@@ -27,7 +27,7 @@ struct SweepArgs {
 };
 
 struct Cell {
-  simulator::Config config;
+  step::Config config;
   simulator::Summary summary;
   bool fits = false;      // within device, pinned and host limits (the planner's test)
   bool planned = false;   // chosen by the planner (else evaluated as given)
@@ -77,7 +77,7 @@ int run_sweep(const SweepArgs& a) {
   const Scenario base = a.flags.resolve();
   // Every row is checked before the first is printed: a bad range fails whole, naming --contexts.
   for (int64_t n : contexts) {
-    Config c = base.config;
+    step::Config c = base.config;
     c.context_tokens = n;
     try {
       validate(c, base.model);
@@ -116,8 +116,8 @@ int run_sweep(const SweepArgs& a) {
     switch (v) {
       case 0:
       case 1:
-        s.config.schedule = Schedule::oomb;
-        s.config.attention = v == 0 ? Attention::dense : Attention::sparse;
+        s.config.schedule = step::Schedule::oomb;
+        s.config.attention = v == 0 ? step::Attention::dense : step::Attention::sparse;
         if (plan_each) {
           r.scenario.config = s.config;
           return planned(r, n);
@@ -126,14 +126,14 @@ int run_sweep(const SweepArgs& a) {
       case 2:
         // The strongest standard baseline: fused chunked loss, checkpointing searched, dtypes and
         // optimizer placement as the planner finds fastest (the user's fixed knobs kept).
-        s.config.schedule = Schedule::standard;
-        s.config.attention = Attention::dense;
+        s.config.schedule = step::Schedule::standard;
+        s.config.attention = step::Attention::dense;
         r.scenario.config = s.config;
         return planned(r, n);
       default:
         // The published baseline: full-sequence unfused logits, checkpointing on.
-        s.config.schedule = Schedule::standard;
-        s.config.attention = Attention::dense;
+        s.config.schedule = step::Schedule::standard;
+        s.config.attention = step::Attention::dense;
         s.config.logits_chunk_tokens = 0;
         s.config.checkpointing = true;
         s.config.kept_layers = 0;

@@ -115,7 +115,7 @@ int run(const Options& opt) {
   if (!opt.gpu.empty()) in.gpu = opt.gpu;
   if (!opt.host.empty()) in.host = opt.host;
   if (!opt.context.empty()) in.config.context_tokens = parse_tokens(opt.context, "--context");
-  if (!opt.attention.empty()) in.config.attention = simulator::attention_from_string(opt.attention, "--attention");
+  if (!opt.attention.empty()) in.config.attention = step::attention_from_string(opt.attention, "--attention");
   ViewModel vm(in);
   UiState ui;
   std::snprintf(ui.context_text, sizeof(ui.context_text), "%lld", static_cast<long long>(in.config.context_tokens));

@@ -14,8 +14,8 @@
 
 namespace oomb::gui {
 
-using simulator::Attention;
-using simulator::Schedule;
+using step::Attention;
+using step::Schedule;
 using Clock = std::chrono::steady_clock;
 
 namespace {
@@ -37,18 +37,18 @@ simulator::Scenario resolve(const Inputs& in) {
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-std::vector<Figure> make_figures(const simulator::Scenario& s, const simulator::MemoryTable& t,
+std::vector<Figure> make_figures(const simulator::Scenario& s, const step::BufferTable& t,
                                  const simulator::Summary& sum) {
   const auto& c = s.config;
   std::vector<Figure> f;
   int device_rows = 0, host_rows = 0;
-  const simulator::PhaseMask peak_bit = simulator::phase_bit(t.device_peak().phase);
+  const step::PhaseMask peak_bit = step::phase_bit(t.device_peak().phase);
   for (const auto& r : t.rows)
-    if (r.bytes > 0) (r.tier == simulator::Tier::device ? device_rows += (r.phases & peak_bit) != 0 : ++host_rows);
+    if (r.bytes > 0) (r.tier == step::Tier::device ? device_rows += (r.phases & peak_bit) != 0 : ++host_rows);
   f.push_back({"Peak device", format_bytes(sum.peak_device_bytes) + " of " + format_bytes(s.gpu.hbm_capacity_bytes),
                "in phase " + sum.peak_phase + ": sum of the " + std::to_string(device_rows) +
                    " device rows of the memory table alive in it (the largest phase)" +
-                   (c.peak_measure == simulator::PeakMeasure::reserved
+                   (c.peak_measure == step::PeakMeasure::reserved
                         ? " (runtime reserve " + format_bytes(s.gpu.reserved_bytes) + " included)"
                         : " (allocated bytes: runtime reserve " + format_bytes(s.gpu.reserved_bytes) + " not counted)") +
                    "\nfits when rows + reserve <= hbm_capacity_bytes of " + s.gpu.id});
@@ -118,8 +118,8 @@ std::string message_of(const std::exception& e) { return e.what(); }
 
 }  // namespace
 
-simulator::Config Inputs::default_config() {
-  simulator::Config c;
+step::Config Inputs::default_config() {
+  step::Config c;
   c.context_tokens = 4 * 1024 * 1024;
   return c;
 }
@@ -152,7 +152,7 @@ const std::vector<std::string>& ViewModel::presets() {
 
 bool ViewModel::apply_preset(const std::string& name) {
   Inputs in = inputs_;
-  if (!simulator::apply_preset(name, in.config)) return false;
+  if (!step::apply_preset(name, in.config)) return false;
   set_inputs(in);
   return true;
 }
@@ -190,11 +190,11 @@ void ViewModel::recompute() {
     // Curves: the current knobs with the schedule / attention of each curve, over 8K..16M.
     const struct {
       const char* label;
-      Schedule schedule;
-      Attention attention;
-    } variants[] = {{"oomb dense", Schedule::oomb, Attention::dense},
-                    {"oomb sparse", Schedule::oomb, Attention::sparse},
-                    {"standard", Schedule::standard, Attention::dense}};
+      step::Schedule schedule;
+      step::Attention attention;
+    } variants[] = {{"oomb dense", step::Schedule::oomb, step::Attention::dense},
+                    {"oomb sparse", step::Schedule::oomb, step::Attention::sparse},
+                    {"standard", step::Schedule::standard, step::Attention::dense}};
     simulator::Scenario s = r.scenario;
     for (const auto& v : variants) {
       Curve curve{v.label, v.schedule, v.attention, {}};
@@ -229,9 +229,9 @@ void ViewModel::recompute() {
     for (int64_t chunk : fm.chunks)
       for (int64_t budget : fm.budgets) {
         s.config = r.scenario.config;
-        s.config.schedule = Schedule::oomb;
+        s.config.schedule = step::Schedule::oomb;
         s.config.chunk_tokens = chunk;
-        s.config.attention = budget == 0 ? Attention::dense : Attention::sparse;
+        s.config.attention = budget == 0 ? step::Attention::dense : step::Attention::sparse;
         if (budget > 0) s.config.page_budget = budget;
         FeasibilityCell cell;
         try {
@@ -287,7 +287,7 @@ void ViewModel::start_job() {
     auto t = std::make_unique<Timeline>();
     t->detail = detail;
     t->note = note;
-    t->chunks = s.config.schedule == Schedule::oomb ? std::max<int64_t>(pages.chunks, 1) : 1;
+    t->chunks = s.config.schedule == step::Schedule::oomb ? std::max<int64_t>(pages.chunks, 1) : 1;
     const auto t0 = Clock::now();
     try {
       auto r = simulator::simulate_events(s, detail);
@@ -536,7 +536,7 @@ std::string ViewModel::plan_for_me() {
   if (!results_.ok) return "cannot plan: " + results_.error;
   planner::Request r;
   r.scenario = results_.scenario;
-  r.allow_sparse = inputs_.config.attention == simulator::Attention::sparse;
+  r.allow_sparse = inputs_.config.attention == step::Attention::sparse;
   try {
     const planner::SearchResult res = planner::search(r, inputs_.config.context_tokens);
     if (!res.best) {
@@ -548,7 +548,7 @@ std::string ViewModel::plan_for_me() {
     Inputs next = inputs_;
     next.config = res.best->config;
     set_inputs(next);
-    return "planned: " + std::string(simulator::to_string(next.config.attention)) + ", chunk " +
+    return "planned: " + std::string(step::to_string(next.config.attention)) + ", chunk " +
            format_tokens(next.config.chunk_tokens) + ", step " + format_duration_s(res.best->summary.step_s) +
            ", peak " + format_bytes(res.best->summary.peak_device_bytes) + (res.sparse_fallback ? " (sparse fallback)" : "");
   } catch (const Error& e) {

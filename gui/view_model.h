@@ -25,9 +25,9 @@ struct Inputs {
   std::string model = "qwen2.5-7b";
   std::string gpu = "h200";
   std::string host;              // "" = the GPU profile's default host
-  simulator::Config config = default_config();
+  step::Config config = default_config();
 
-  static simulator::Config default_config();  // oomb defaults at 4M tokens
+  static step::Config default_config();  // oomb defaults at 4M tokens
   bool operator==(const Inputs& o) const;
 };
 
@@ -51,8 +51,8 @@ struct CurvePoint {
 
 struct Curve {
   std::string label;      // "oomb dense", "oomb sparse", "standard"
-  simulator::Schedule schedule = simulator::Schedule::oomb;
-  simulator::Attention attention = simulator::Attention::dense;
+  step::Schedule schedule = step::Schedule::oomb;
+  step::Attention attention = step::Attention::dense;
   std::vector<CurvePoint> points;  // one per curve_contexts() entry
 };
 
@@ -77,7 +77,7 @@ struct Results {
   bool ok = false;
   std::string error;      // why the inputs cannot be evaluated (oomb::Error message)
   simulator::Scenario scenario;
-  simulator::MemoryTable table;
+  step::BufferTable table;
   simulator::Summary summary;
   std::vector<Figure> figures;  // headline numbers with formulas
   std::vector<Curve> curves;

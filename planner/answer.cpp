@@ -15,7 +15,7 @@
 
 namespace oomb::planner {
 
-using simulator::Attention;
+using step::Attention;
 
 std::string tokens_text(int64_t n) {
   std::string digits = std::to_string(n), grouped;
@@ -51,13 +51,13 @@ Json candidate_brief(const Candidate& c) {
 
 void print_settings(std::string& out, const simulator::Scenario& s) {
   const auto& c = s.config;
-  const int64_t L = simulator::effective_layers(c, s.model);
+  const int64_t L = step::effective_layers(c, s.model);
   appendf(out, "Settings\n");
-  if (c.schedule == simulator::Schedule::standard) {
+  if (c.schedule == step::Schedule::standard) {
     appendf(out, "  schedule     standard (full-sequence training)\n");
   } else {
     appendf(out, "  schedule     oomb (chunk-recurrent), attention %s\n",
-                c.attention == Attention::dense
+                c.attention == step::Attention::dense
                     ? "dense (exact gradients)"
                     : ("SPARSE, " + planner::budget_text(c) + " per query page, selection " + c.selection).c_str());
     const int64_t chunks = ceil_div(c.context_tokens, c.chunk_tokens);
@@ -69,12 +69,12 @@ void print_settings(std::string& out, const simulator::Scenario& s) {
       appendf(out, "  residency    %lld of %lld layers resident, the rest offloaded to the host\n",
                   static_cast<long long>(c.resident_layers), static_cast<long long>(L));
   }
-  if (c.schedule == simulator::Schedule::standard)
+  if (c.schedule == step::Schedule::standard)
     appendf(out, "  dtypes       params %s, param-grad %s\n", c.param_dtype.c_str(), c.param_grad_dtype.c_str());
   else
     appendf(out, "  dtypes       params %s, KV %s, KV-grad %s, param-grad %s\n", c.param_dtype.c_str(),
                 c.kv_dtype.c_str(), c.kv_grad_dtype.c_str(), c.param_grad_dtype.c_str());
-  const int64_t span = c.schedule == simulator::Schedule::standard ? c.context_tokens
+  const int64_t span = c.schedule == step::Schedule::standard ? c.context_tokens
                                                                     : std::min(c.chunk_tokens, c.context_tokens);
   const int64_t tile = std::min(c.logits_chunk_tokens, span);
   appendf(out, "  logits       %s\n", c.logits_chunk_tokens > 0
@@ -100,7 +100,7 @@ void print_settings(std::string& out, const simulator::Scenario& s) {
 }
 
 void print_memory(std::string& out, const simulator::Scenario& s, const Candidate& k, double headroom) {
-  const simulator::MemoryTable t = simulator::memory_table(s);
+  const step::BufferTable t = simulator::memory_table(s);
   const auto& u = k.usage;
   const bool tp = s.config.gpus > 1;
   appendf(out, "\nDevice memory%s: %s of %s (%s), limit %s with %s headroom\n", tp ? " per GPU" : "",
@@ -108,10 +108,10 @@ void print_memory(std::string& out, const simulator::Scenario& s, const Candidat
               format_bytes(u.device_limit_bytes).c_str(), format_percent(headroom).c_str());
   appendf(out, "  %-28s %12s %7s\n", "buffer", "bytes", "share");
   for (const auto& r : t.rows)
-    if (r.tier == simulator::Tier::device && r.bytes > 0)
+    if (r.tier == step::Tier::device && r.bytes > 0)
       appendf(out, "  %-28s %12s %7s\n", r.name.c_str(), format_bytes(r.bytes).c_str(),
                   format_percent(static_cast<double>(r.bytes) / static_cast<double>(u.device_capacity_bytes)).c_str());
-  if (s.config.peak_measure == simulator::PeakMeasure::allocated)
+  if (s.config.peak_measure == step::PeakMeasure::allocated)
     appendf(out, "  %-28s %12s %7s  (not in the reported peak: --peak-measure allocated)\n", "runtime_reserve",
                 format_bytes(s.gpu.reserved_bytes).c_str(),
                 format_percent(static_cast<double>(s.gpu.reserved_bytes) / static_cast<double>(u.device_capacity_bytes)).c_str());
@@ -123,7 +123,7 @@ void print_memory(std::string& out, const simulator::Scenario& s, const Candidat
               format_bytes(u.pinned_need_bytes).c_str());
   appendf(out, "  %-28s %12s %7s\n", on_node > 1 ? "buffer (one rank's)" : "buffer", "bytes", "of pinnable");
   for (const auto& r : t.rows)
-    if (r.tier == simulator::Tier::host && r.bytes > 0)
+    if (r.tier == step::Tier::host && r.bytes > 0)
       appendf(out, "  %-28s %12s %7s\n", r.name.c_str(), format_bytes(r.bytes).c_str(),
                   format_percent(static_cast<double>(r.bytes) / static_cast<double>(s.host.pinnable_bytes)).c_str());
 }
@@ -200,9 +200,9 @@ void print_pareto(std::string& out, const std::vector<Candidate>& front, const m
   std::vector<size_t> run_of(front.size(), kNoRun);  // point -> its run (checkpointing on)
   std::map<std::string, size_t> open;  // settings with kept_layers cleared -> its latest run
   for (size_t i = 0; i < front.size(); ++i) {
-    const simulator::Config& c = front[i].config;
+    const step::Config& c = front[i].config;
     if (!c.checkpointing) continue;
-    simulator::Config base = c;
+    step::Config base = c;
     base.kept_layers = 0;
     const std::string key = base.to_json().dump();
     auto it = open.find(key);
@@ -239,7 +239,7 @@ void print_pareto(std::string& out, const std::vector<Candidate>& front, const m
                    "layers kept\n",
               "", static_cast<long long>(r->last_kept - r->first_kept - 1),
               format_bytes(front[r->first].summary.peak_device_bytes).c_str(), static_cast<long long>(r->first_kept + 1),
-              static_cast<long long>(r->last_kept - 1), static_cast<long long>(simulator::effective_layers(k.config, m)));
+              static_cast<long long>(r->last_kept - 1), static_cast<long long>(step::effective_layers(k.config, m)));
   }
 }
 
@@ -260,7 +260,7 @@ void print_diagnosis(std::string& out, const planner::Diagnosis& d) {
                 format_bytes(s.result.summary.peak_host_bytes).c_str(), format_duration_s(s.result.summary.step_s).c_str());
 }
 
-std::vector<std::string> plan_notes(const simulator::Config& c, bool sparse_fallback) {
+std::vector<std::string> plan_notes(const step::Config& c, bool sparse_fallback) {
   std::vector<std::string> notes;
   if (sparse_fallback)
     notes.push_back("SPARSE FALLBACK: no dense (exact-gradient) configuration fits; this plan uses sparse attention "
@@ -296,7 +296,7 @@ std::string curve_context_text(const planner::RecallCurve& c, int64_t context) {
 
 Json max_context_json(const planner::MaxContext& mc) {
   if (!mc.available) return nullptr;
-  return {{"attention", simulator::to_string(mc.attention)},
+  return {{"attention", step::to_string(mc.attention)},
           {"max_context_tokens", mc.tokens},
           {"step_tokens", mc.step_tokens},
           {"capped", mc.capped},
@@ -309,7 +309,7 @@ Json max_context_json(const planner::MaxContext& mc) {
 }
 
 void print_max_context(std::string& out, const planner::MaxContext& mc, const planner::Request& r) {
-  const char* label = mc.attention == Attention::dense ? "dense (exact gradients)" : "sparse (approximate)";
+  const char* label = mc.attention == step::Attention::dense ? "dense (exact gradients)" : "sparse (approximate)";
   if (!mc.available) return;
   if (mc.tokens == 0) {
     appendf(out, "  %-26s nothing fits, not even %lld tokens (%s)\n", label, static_cast<long long>(mc.step_tokens),
@@ -365,8 +365,8 @@ void print_comparison(std::string& out, const Comparison& cmp, const NodeGpus& n
   appendf(out, "  (mem per GPU includes the runtime reserve; tokens/s and GPU-hours count every GPU of the layout; "
               "host memory is per node)\n");
 }
-std::optional<double> recall_at(const std::optional<RecallCurve>& curve, const simulator::Config& c) {
-  if (!curve || c.attention != Attention::sparse || c.page_tokens != curve->page_tokens) return std::nullopt;
+std::optional<double> recall_at(const std::optional<RecallCurve>& curve, const step::Config& c) {
+  if (!curve || c.attention != step::Attention::sparse || c.page_tokens != curve->page_tokens) return std::nullopt;
   return interpolate_recall(*curve, c.page_budget);
 }
 
@@ -431,8 +431,8 @@ PlanAnswer answer(const PlanQuery& query) {
 
   if (q.max_context) {
     planner::check_request(r, planner::kMaxContextCap);
-    mc_dense = max_context(r, Attention::dense);
-    if (s0.config.schedule == simulator::Schedule::oomb) mc_sparse = max_context(r, Attention::sparse);
+    mc_dense = max_context(r, step::Attention::dense);
+    if (s0.config.schedule == step::Schedule::oomb) mc_sparse = max_context(r, step::Attention::sparse);
     // Exact gradients unless sparse is asked for (or allowed and longer), or dense fits nothing.
     const MaxContext* pick = mc_dense->available && mc_dense->plan ? &*mc_dense : nullptr;
     const bool sparse_ok = mc_sparse && mc_sparse->available && mc_sparse->plan;
@@ -452,11 +452,11 @@ PlanAnswer answer(const PlanQuery& query) {
     sparse_fallback = res.sparse_fallback;
     if (!res.best || res.sparse_fallback) diagnosis = diagnose(r, N, res);
     // Exact gradients were chosen by default: say what sparse attention would buy, when it is a lot.
-    if (chosen && chosen->config.attention == Attention::dense && !r.fixed.count("attention") &&
-        s0.config.schedule == simulator::Schedule::oomb) {
+    if (chosen && chosen->config.attention == step::Attention::dense && !r.fixed.count("attention") &&
+        s0.config.schedule == step::Schedule::oomb) {
       planner::Request rs = r;
       rs.fixed.insert("attention");
-      rs.scenario.config.attention = Attention::sparse;
+      rs.scenario.config.attention = step::Attention::sparse;
       const SearchResult sparse = search(rs, N);
       if (sparse.best && sparse.best->summary.step_s < 0.5 * chosen->summary.step_s) sparse_hint = sparse.best;
     }
@@ -506,7 +506,7 @@ PlanAnswer answer(const PlanQuery& query) {
   }
 
   if (q.node.gpus > 1 && context > 0) ans.comparison = planner::compare_multi_gpu(r, q.node, chosen, context);
-  if (chosen && s0.config.schedule == simulator::Schedule::oomb) ans.baselines = planner::baselines(r, context);
+  if (chosen && s0.config.schedule == step::Schedule::oomb) ans.baselines = planner::baselines(r, context);
   if (s0.config.lora_rank > 0 && context > 0) {
     Request full = r;
     full.scenario.config.lora_rank = 0;
@@ -538,7 +538,7 @@ Json PlanAnswer::to_json() const {
   const std::optional<MaxContext>& mc_sparse = max_sparse;
   const std::vector<Baseline>& standard = baselines;
   const simulator::Scenario& chosen_s = chosen_scenario;
-  auto recall_of = [&](const simulator::Config& c) { return recall_at(curve, c); };
+  auto recall_of = [&](const step::Config& c) { return recall_at(curve, c); };
   Json out = Json::object();
   out["plan"] = plan ? plan->to_json() : Json(nullptr);
   out["node"] = {{"gpus", node.gpus}, {"tp", node.tp}, {"note", node.note}};
@@ -578,11 +578,11 @@ Json PlanAnswer::to_json() const {
     std::string why;
     executable(chosen->config, &why);
     out["executable"] = {{"executable", why.empty()}, {"reason", why}};
-    out["optimizer"] = {{"placement", simulator::to_string(chosen->config.optimizer)},
+    out["optimizer"] = {{"placement", step::to_string(chosen->config.optimizer)},
                         {"sharded", chosen->config.shard_optimizer},
                         {"bytes", optimizer_bytes(chosen_s)},
-                        {"tier", chosen->config.optimizer == simulator::Optimizer::host ? "host"
-                                 : chosen->config.optimizer == simulator::Optimizer::gpu ? "device"
+                        {"tier", chosen->config.optimizer == step::Optimizer::host ? "host"
+                                 : chosen->config.optimizer == step::Optimizer::gpu ? "device"
                                                                                          : "none"}};
   }
   out["search"] = {{"evaluations", res.evaluations}, {"search_s", res.seconds}, {"fixed", r.fixed}};
@@ -619,7 +619,7 @@ std::string PlanAnswer::describe() const {
   const std::optional<MaxContext>& mc_sparse = max_sparse;
   const std::vector<Baseline>& standard = baselines;
   const int64_t N = q.context;
-  auto recall_of = [&](const simulator::Config& c) { return recall_at(curve, c); };
+  auto recall_of = [&](const step::Config& c) { return recall_at(curve, c); };
   std::string out;
   std::string fixed_text;
   for (const auto& k : r.fixed) fixed_text += (fixed_text.empty() ? "" : ", ") + k;
@@ -660,7 +660,7 @@ std::string PlanAnswer::describe() const {
     std::string line = "  recall       ";
     if (rc) line += "mean " + std::to_string(*rc).substr(0, 6) + " of the dense attention mass at budget " +
                     std::to_string(chosen->config.page_budget);
-    else if (chosen->config.attention == Attention::dense) line += "1 (dense attention)";
+    else if (chosen->config.attention == step::Attention::dense) line += "1 (dense attention)";
     else line += "not measured at this budget/page";
     if (q.min_recall)
       line += " (--min-recall " + std::to_string(*q.min_recall).substr(0, 6) + ": budgets >= " +
@@ -713,7 +713,7 @@ std::string PlanAnswer::describe() const {
   if (full_finetune) {
     const Candidate& f = *full_finetune;
     std::string tail = full_finetune_fits ? "" : " (closest)";
-    if (full_finetune_fits && f.config.attention == Attention::sparse && chosen->config.attention == Attention::dense)
+    if (full_finetune_fits && f.config.attention == step::Attention::sparse && chosen->config.attention == step::Attention::dense)
       tail = " with sparse attention (approximate gradients: no dense full fine-tuning fits)";
     appendf(out, "Full fine-tuning, its best plan: %s: peak %s, step %s%s; %s\n",
             full_finetune_fits ? "fits" : ("does not fit (" + std::string(to_string(f.usage.binding())) + ")").c_str(),

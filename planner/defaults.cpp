@@ -8,11 +8,11 @@
 
 namespace oomb::planner {
 
-using simulator::Optimizer;
+using step::Optimizer;
 
-simulator::Optimizer place_optimizer(const simulator::Scenario& s0, double headroom) {
+step::Optimizer place_optimizer(const simulator::Scenario& s0, double headroom) {
   simulator::Scenario s = s0;
-  auto judge = [&](Optimizer o) {
+  auto judge = [&](step::Optimizer o) {
     s.config.optimizer = o;
     Candidate k;
     k.config = s.config;
@@ -20,18 +20,18 @@ simulator::Optimizer place_optimizer(const simulator::Scenario& s0, double headr
     k.usage = usage_of(s, k.summary, headroom);
     return k;
   };
-  const Candidate gpu = judge(Optimizer::gpu), host = judge(Optimizer::host);
+  const Candidate gpu = judge(step::Optimizer::gpu), host = judge(step::Optimizer::host);
   if (gpu.fits() && host.fits()) {
     // The planner's ranking: the faster, and within the tie band the smaller device peak.
     const double t = std::min(gpu.summary.step_s, host.summary.step_s) * (1.0 + kTieTolerance);
     if (gpu.summary.step_s <= t && host.summary.step_s <= t)
-      return gpu.summary.peak_device_bytes < host.summary.peak_device_bytes ? Optimizer::gpu : Optimizer::host;
-    return gpu.summary.step_s < host.summary.step_s ? Optimizer::gpu : Optimizer::host;
+      return gpu.summary.peak_device_bytes < host.summary.peak_device_bytes ? step::Optimizer::gpu : step::Optimizer::host;
+    return gpu.summary.step_s < host.summary.step_s ? step::Optimizer::gpu : step::Optimizer::host;
   }
-  if (gpu.fits()) return Optimizer::gpu;
-  if (host.fits()) return Optimizer::host;
+  if (gpu.fits()) return step::Optimizer::gpu;
+  if (host.fits()) return step::Optimizer::host;
   // Neither fits: keep the one that is less over its limits, so the report shows the nearer miss.
-  return gpu.usage.worst_ratio() <= host.usage.worst_ratio() ? Optimizer::gpu : Optimizer::host;
+  return gpu.usage.worst_ratio() <= host.usage.worst_ratio() ? step::Optimizer::gpu : step::Optimizer::host;
 }
 
 std::string context_warning(const models::ModelSpec& m, int64_t n) {
@@ -56,7 +56,7 @@ int64_t optimizer_bytes(const simulator::Scenario& s) {
 
 std::string optimizer_text(const simulator::Scenario& s) {
   const auto& c = s.config;
-  if (c.optimizer == Optimizer::none) return "none (no AdamW state: a measurement setting, not a training run)";
+  if (c.optimizer == step::Optimizer::none) return "none (no AdamW state: a measurement setting, not a training run)";
   const bool master = models::dtype_bytes(c.param_dtype) != 4 && (c.lora_rank == 0 || c.lora_train_embeddings);
   const std::string what = std::string(master ? "AdamW (fp32 master + m + v" : "AdamW (fp32 m + v") +
                            (c.lora_rank > 0 ? " of the trained parameters)" : ")") +
@@ -64,7 +64,7 @@ std::string optimizer_text(const simulator::Scenario& s) {
                                                     " data-parallel replicas (ZeRO-1: each holds and updates 1/" +
                                                     std::to_string(c.data_parallel) + ")"
                                               : "");
-  if (c.optimizer == Optimizer::gpu)
+  if (c.optimizer == step::Optimizer::gpu)
     return what + ", " + format_bytes(optimizer_bytes(s)) + (c.gpus > 1 ? " per GPU" : "") + " on the GPU";
   // The host's rows are one rank's; the node holds every tensor-parallel rank's shard.
   return what + ", " + format_bytes(step::node_host_bytes(optimizer_bytes(s), c)) +

@@ -16,7 +16,7 @@ inline constexpr int64_t kDefaultLogitsChunk = 1024;
 // and moments, placed where the planner would rank it first when nothing else differs: of the
 // placements that fit, the faster one, and within kTieTolerance of each other the one with the
 // smaller device peak.
-simulator::Optimizer place_optimizer(const simulator::Scenario& s, double headroom);
+step::Optimizer place_optimizer(const simulator::Scenario& s, double headroom);
 
 // Non-empty when the context is beyond the model's max_position: RoPE scaling (or position
 // interpolation) is needed to train it, and this says which scaling the spec has.

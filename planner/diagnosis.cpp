@@ -8,7 +8,7 @@
 
 namespace oomb::planner {
 
-using simulator::Attention;
+using step::Attention;
 
 namespace {
 
@@ -55,13 +55,13 @@ Diagnosis diagnose(const Request& r0, int64_t N, const SearchResult& failed) {
   const bool attention_fixed = r0.fixed.count("attention") > 0;
   // The target: exact gradients unless the user asked for (or allowed) sparse attention.
   Request r = r0;
-  std::optional<Attention> target;
+  std::optional<step::Attention> target;
   if (attention_fixed) target = cfg.attention;
-  else if (!r0.allow_sparse) target = Attention::dense;
+  else if (!r0.allow_sparse) target = step::Attention::dense;
   if (target) {
     r.fixed.insert("attention");
     r.scenario.config.attention = *target;
-    d.target = *target == Attention::dense ? "dense attention (exact gradients)" : "sparse attention";
+    d.target = *target == step::Attention::dense ? "dense attention (exact gradients)" : "sparse attention";
   } else {
     d.target = "dense or sparse attention";
   }
@@ -70,7 +70,7 @@ Diagnosis diagnose(const Request& r0, int64_t N, const SearchResult& failed) {
     const auto& k = **c;
     const bool offload = c == &failed.closest_offload;
     Diagnosis::Failure f;
-    if (k.config.schedule == simulator::Schedule::standard)
+    if (k.config.schedule == step::Schedule::standard)
       f.label = "standard schedule";
     else if (offload)
       f.label = "with offload (" + std::to_string(k.config.resident_layers) + " resident, chunk " +
@@ -100,7 +100,7 @@ Diagnosis diagnose(const Request& r0, int64_t N, const SearchResult& failed) {
     attempt(q, N, "bf16 KV gradients (half the KV-gradient pages on the host and the GPU)", "--kv-grad-dtype bf16");
   }
   if (r.fixed.count("shard_optimizer") && !cfg.shard_optimizer && cfg.data_parallel > 1 && cfg.lora_rank == 0 &&
-      cfg.optimizer != simulator::Optimizer::none) {
+      cfg.optimizer != step::Optimizer::none) {
     Request q = r;
     q.scenario.config.shard_optimizer = true;
     attempt(q, N,
@@ -108,10 +108,10 @@ Diagnosis diagnose(const Request& r0, int64_t N, const SearchResult& failed) {
                 " data-parallel replicas (ZeRO-1: each holds 1/" + std::to_string(cfg.data_parallel) + " of it)",
             "--shard-optimizer true");
   }
-  if (r.fixed.count("schedule") && cfg.schedule == simulator::Schedule::standard) {
+  if (r.fixed.count("schedule") && cfg.schedule == step::Schedule::standard) {
     Request q = r;
     q.fixed.erase("schedule");
-    q.scenario.config.schedule = simulator::Schedule::oomb;
+    q.scenario.config.schedule = step::Schedule::oomb;
     attempt(q, N, "the chunk-recurrent oomb schedule instead of standard training", "--schedule oomb");
   }
   {
@@ -120,7 +120,7 @@ Diagnosis diagnose(const Request& r0, int64_t N, const SearchResult& failed) {
     for (const char* k : {"chunk", "page", "resident_layers", "kv_grad_dtype", "param_grad_dtype", "logits_chunk",
                           "shard_optimizer"})
       if (q.fixed.erase(k)) dropped += std::string(dropped.empty() ? "" : " ") + "--" + k;
-    if (q.fixed.count("optimizer") && cfg.optimizer != simulator::Optimizer::none) {
+    if (q.fixed.count("optimizer") && cfg.optimizer != step::Optimizer::none) {
       q.fixed.erase("optimizer");
       q.optimizer_auto = true;
       dropped += std::string(dropped.empty() ? "" : " ") + "--optimizer (use auto)";
@@ -129,10 +129,10 @@ Diagnosis diagnose(const Request& r0, int64_t N, const SearchResult& failed) {
     if (!dropped.empty()) attempt(q, N, "let the planner choose the knobs you fixed", "drop " + dropped);
   }
   // 2. Sparse attention with the largest budget that fits (approximate gradients).
-  if (!failed.sparse_fallback && target != Attention::sparse && cfg.schedule == simulator::Schedule::oomb) {
+  if (!failed.sparse_fallback && target != step::Attention::sparse && cfg.schedule == step::Schedule::oomb) {
     Request q = r;
     q.fixed.insert("attention");
-    q.scenario.config.attention = Attention::sparse;
+    q.scenario.config.attention = step::Attention::sparse;
     SearchResult s = search(q, N);
     const Candidate* widest = nullptr;
     // Widest by attended tokens (a budget counts pages of its page size).
@@ -148,7 +148,7 @@ Diagnosis diagnose(const Request& r0, int64_t N, const SearchResult& failed) {
   }
   // 3. A shorter context.
   {
-    const MaxContext mc = max_context(r, target.value_or(Attention::dense), N);
+    const MaxContext mc = max_context(r, target.value_or(step::Attention::dense), N);
     if (mc.tokens > 0 && mc.plan)
       d.suggestions.push_back({"a shorter context: at most " + std::to_string(mc.tokens) + " tokens fit",
                                "--context " + std::to_string(mc.tokens), r.scenario.model.id, r.scenario.gpu.id,

@@ -4,7 +4,7 @@
 
 namespace oomb::planner {
 
-bool executable(const simulator::Config& c, std::string* why) {
+bool executable(const step::Config& c, std::string* why) {
   // Plans are for a GPU: the CUDA backend's table (on the CPU backend the published preset's table
   // is the executor's own, but a plan of it stays on paper).
   step::Target gpu;

@@ -5,7 +5,7 @@
 // than the plan says.
 #include <string>
 
-#include "simulator/config.h"
+#include "step/config.h"
 
 namespace oomb::planner {
 
@@ -13,6 +13,6 @@ namespace oomb::planner {
 // Not executed: the standard schedule, the quest / moba / local selection
 // rules, fp16 / fp8 storage. Checkpointing on, off and partial (--kept-layers) all run (off: no
 // recompute in backward; partial: none for the kept layers).
-bool executable(const simulator::Config& c, std::string* why = nullptr);
+bool executable(const step::Config& c, std::string* why = nullptr);
 
 }  // namespace oomb::planner

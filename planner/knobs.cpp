@@ -35,7 +35,7 @@ simulator::Scenario Knobs::resolve() const {
     plain.training_defaults = false;
     if (plain.optimizer && *plain.optimizer == "auto") plain.optimizer.reset();
     Scenario s = plain.resolve();
-    if (optimizer_auto()) s.config.optimizer = Optimizer::gpu;  // placed by the planner or place_optimizer
+    if (optimizer_auto()) s.config.optimizer = step::Optimizer::gpu;  // placed by the planner or place_optimizer
     if (training_defaults && !logits_chunk && preset != "oomb-published")
       s.config.logits_chunk_tokens = planner::kDefaultLogitsChunk;
     if (s.config.context_tokens > 0) validate(s.config, s.model);
@@ -47,7 +47,7 @@ simulator::Scenario Knobs::resolve() const {
   std::string host_id = host.empty() ? s.gpu.default_host : host;
   if (host_id.empty()) throw Error("--host", "", "the GPU profile names no default host", "give --host ID (see `oomb models`)");
   s.host = models::load_host(host_id);
-  Config& c = s.config;
+  step::Config& c = s.config;
   if (!context.empty()) c.context_tokens = parse_tokens(context, "--context");
   if (layers) {
     if (*layers <= 0 || *layers > s.model.layers)
@@ -72,10 +72,10 @@ simulator::Scenario Knobs::resolve() const {
                   "the nodes the job's GPUs are on, e.g. 2");
     c.nodes = *nodes;
   }
-  if (attention) c.attention = attention_from_string(*attention, "--attention");
+  if (attention) c.attention = step::attention_from_string(*attention, "--attention");
   if (!preset.empty() && !apply_preset(preset, c))
     throw Error("--preset", preset, "unknown preset", "oomb-published or oomb");
-  if (schedule) c.schedule = schedule_from_string(*schedule, "--schedule");
+  if (schedule) c.schedule = step::schedule_from_string(*schedule, "--schedule");
   if (chunk) c.chunk_tokens = parse_tokens(*chunk, "--chunk");
   if (page) c.page_tokens = parse_tokens(*page, "--page");
   if (budget) {
@@ -87,9 +87,9 @@ simulator::Scenario Knobs::resolve() const {
   if (selection) c.selection = *selection;
   if (selection_overlap)
     c.selection_overlap = finite_in(*selection_overlap, 0, 1, "--selection-overlap", "0 = disjoint selections, 1 = identical");
-  if (selection_memory) c.selection_memory = selection_memory_from_string(*selection_memory, "--selection-memory");
+  if (selection_memory) c.selection_memory = step::selection_memory_from_string(*selection_memory, "--selection-memory");
   if (resident_layers) {
-    const int64_t L = effective_layers(c, s.model);  // --layers counts: 'all' is all that run
+    const int64_t L = step::effective_layers(c, s.model);  // --layers counts: 'all' is all that run
     if (*resident_layers == "all") c.resident_layers = L;
     else c.resident_layers = parse_tokens(*resident_layers, "--resident-layers");
     if (c.resident_layers > L)
@@ -103,12 +103,12 @@ simulator::Scenario Knobs::resolve() const {
   if (param_dtype) c.param_dtype = *param_dtype;
   if (param_grad_dtype) c.param_grad_dtype = *param_grad_dtype;
   if (activation_dtype) c.activation_dtype = *activation_dtype;
-  if (optimizer) c.optimizer = optimizer_from_string(*optimizer, "--optimizer");
+  if (optimizer) c.optimizer = step::optimizer_from_string(*optimizer, "--optimizer");
   if (checkpointing) c.checkpointing = *checkpointing;
   if (shard_optimizer) c.shard_optimizer = *shard_optimizer;
   if (kept_layers) c.kept_layers = *kept_layers;
   if (logits_chunk) c.logits_chunk_tokens = *logits_chunk == "0" ? 0 : parse_tokens(*logits_chunk, "--logits-chunk");
-  if (peak_measure) c.peak_measure = peak_measure_from_string(*peak_measure, "--peak-measure");
+  if (peak_measure) c.peak_measure = step::peak_measure_from_string(*peak_measure, "--peak-measure");
   if (loss_dtype) c.loss_dtype = *loss_dtype;
   if (lora_rank) c.lora_rank = *lora_rank;
   if (lora_alpha) c.lora_alpha = finite_in(*lora_alpha, 1e-6, 1e6, "--lora-alpha", "e.g. 16 (PEFT's default is 8)");

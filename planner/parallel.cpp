@@ -87,21 +87,21 @@ ParallelPlan context_parallel(const Scenario& s, ContextParallelism kind, int64_
             std::to_string(cp) + " x TP " + std::to_string(tp) + (checkpointing ? "" : ", no checkpointing");
 
   const int64_t T = ceil_div(N, cp);  // tokens per context-parallel rank
-  const int64_t L = simulator::effective_layers(c, m);
+  const int64_t L = step::effective_layers(c, m);
   const int64_t qd = m.q_dim(), kvd = m.kv_dim();
   const int64_t ab = models::dtype_bytes(c.activation_dtype), kvb = models::dtype_bytes(c.kv_dtype);
 
   // Standard full-sequence training on one TP group (sequence parallelism with TP, fused 1K loss
   // tiles, AdamW state on the GPUs), the configuration both the compute and the memory below are of.
   Scenario whole = s;
-  whole.config.schedule = simulator::Schedule::standard;
-  whole.config.attention = simulator::Attention::dense;
+  whole.config.schedule = step::Schedule::standard;
+  whole.config.attention = step::Attention::dense;
   whole.config.gpus = tp;
   whole.config.sequence_parallel = tp > 1;  // as Megatron-LM runs tensor with context parallelism
   whole.config.checkpointing = checkpointing;
   whole.config.kept_layers = 0;  // context parallelism on paper: checkpointing on or off only
   whole.config.logits_chunk_tokens = 1024;
-  whole.config.optimizer = simulator::Optimizer::gpu;
+  whole.config.optimizer = step::Optimizer::gpu;
 
   // Memory per GPU: the one buffer table (step/buffers.h) of that step over this rank's N/cp tokens,
   // with its AdamW state sharded over the cp ranks (ZeRO-1 in the context-parallel group), plus the

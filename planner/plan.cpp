@@ -199,7 +199,7 @@ Plan make_plan(const simulator::Scenario& s, const simulator::Summary& predictio
   p.gpu = s.gpu;
   p.host = s.host;
 
-  const simulator::MemoryTable t = simulator::memory_table(s);
+  const step::BufferTable t = simulator::memory_table(s);
   Allocation& a = p.allocation;
   // What the executor allocates (sparse: for the union's bound; dense: the high-water mark).
   a.kv_pool_pages = t.pages.kv_pool_capacity_pages;
@@ -210,9 +210,9 @@ Plan make_plan(const simulator::Scenario& s, const simulator::Summary& predictio
   a.host_grad_pages = t.pages.host_grad_pages;
   // The workspace is what lives outside the pools at the device peak's phase (pools and the
   // reserve are alive in every phase), so pools + workspace + reserve = the predicted peak.
-  const simulator::PhaseMask peak_bit = simulator::phase_bit(t.device_peak().phase);
+  const step::PhaseMask peak_bit = step::phase_bit(t.device_peak().phase);
   for (const auto& r : t.rows) {
-    if (r.tier == simulator::Tier::device) {
+    if (r.tier == step::Tier::device) {
       if (r.name == step::row::kKvPool || r.name == step::row::kKvGradPool) a.device_pool_bytes += r.bytes;
       else if (step::reserved_only(r.category)) a.runtime_reserve_bytes += r.bytes;
       else if (r.phases & peak_bit) a.workspace_bytes += r.bytes;
@@ -253,7 +253,7 @@ Plan plan_from_json(const Json& j, const std::string& where) {
   p.headroom = r.f64("headroom");
   // As `oomb plan --headroom` takes it.
   if (!(p.headroom < 0.9)) r.fail("headroom", "is out of range", "a share of HBM capacity in [0, 0.9), e.g. 0.05");
-  p.config = simulator::config_from_json(r.object("config"), where + ": config");
+  p.config = step::config_from_json(r.object("config"), where + ": config");
   check_keys(r.object("allocation"), {"kv_pool_pages", "grad_pool_pages", "kv_page_bytes", "grad_page_bytes",
                                       "device_pool_bytes", "workspace_bytes", "runtime_reserve_bytes", "host_kv_pages",
                                       "host_grad_pages", "host_pool_bytes", "host_other_bytes"},
@@ -285,7 +285,7 @@ Plan plan_from_json(const Json& j, const std::string& where) {
   if (p.model.id != p.model_id) r.fail("model_id", "'" + p.model_id + "' differs from model_spec.id '" + p.model.id + "'");
   if (p.gpu.id != p.gpu_id) r.fail("gpu_id", "'" + p.gpu_id + "' differs from gpu_spec.id '" + p.gpu.id + "'");
   if (p.host.id != p.host_id) r.fail("host_id", "'" + p.host_id + "' differs from host_spec.id '" + p.host.id + "'");
-  simulator::validate_document(p.config, p.model, where + ": config");
+  step::validate_document(p.config, p.model, where + ": config");
   check_against_configuration(p, j, where);
   return p;
 }

@@ -37,7 +37,7 @@ struct Allocation {
 struct Plan {
   std::string model_id, gpu_id, host_id;
   int64_t context_tokens = 0;
-  simulator::Config config;  // every knob, context included
+  step::Config config;  // every knob, context included
   Allocation allocation;
   Json prediction;           // simulator::to_json(Summary) of the fast path the plan was chosen on
   // The step's buffer table (step/buffers.h), device and host rows, as the simulator priced it; the

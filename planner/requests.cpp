@@ -10,8 +10,8 @@ std::vector<Baseline> baselines(const Request& r, int64_t context) {
   Request q = r;
   q.fixed.insert("schedule");
   q.fixed.insert("attention");
-  q.scenario.config.schedule = simulator::Schedule::standard;
-  q.scenario.config.attention = simulator::Attention::dense;
+  q.scenario.config.schedule = step::Schedule::standard;
+  q.scenario.config.attention = step::Attention::dense;
   q.executable_only = false;
   q.max_step_s = q.min_tokens_per_s = 0;
   q.objective = Objective::time;

@@ -20,10 +20,10 @@
 
 namespace oomb::planner {
 
-using simulator::Attention;
-using simulator::Config;
-using simulator::Optimizer;
-using simulator::Schedule;
+using step::Attention;
+using step::Config;
+using step::Optimizer;
+using step::Schedule;
 
 const char* to_string(Objective o) {
   switch (o) {
@@ -115,7 +115,7 @@ struct Space {
   bool standard = false;
   std::vector<int64_t> chunks, pages, residents, logits, budgets;  // budgets: pages of kDefaultMinBudgetPage
   std::vector<std::string> kv_grads, param_grads;  // memory-ascending
-  std::vector<Optimizer> optimizers;
+  std::vector<step::Optimizer> optimizers;
   // ZeRO-1 (the AdamW state sharded over the data-parallel replicas): searched, unsharded first,
   // when there are replicas and a full fine-tune's optimizer to shard.
   std::vector<bool> shards;
@@ -128,10 +128,10 @@ struct Space {
 bool fixed(const Request& r, const char* knob) { return r.fixed.count(knob) > 0; }
 
 Space make_space(const Request& r, int64_t N) {
-  const Config& b = r.scenario.config;
-  const int64_t L = simulator::effective_layers(b, r.scenario.model);
+  const step::Config& b = r.scenario.config;
+  const int64_t L = step::effective_layers(b, r.scenario.model);
   Space sp;
-  sp.standard = b.schedule == Schedule::standard;
+  sp.standard = b.schedule == step::Schedule::standard;
   if (sp.standard) {
     sp.chunks = {b.chunk_tokens};
     sp.pages = {b.page_tokens};
@@ -176,10 +176,10 @@ Space make_space(const Request& r, int64_t N) {
   if (fixed(r, "logits_chunk")) sp.logits = {b.logits_chunk_tokens};
   else sp.logits.assign(std::begin(kLogits), std::end(kLogits));
   if (fixed(r, "optimizer")) sp.optimizers = {b.optimizer};
-  else if (r.optimizer_auto) sp.optimizers = {Optimizer::host, Optimizer::gpu};
+  else if (r.optimizer_auto) sp.optimizers = {step::Optimizer::host, step::Optimizer::gpu};
   else sp.optimizers = {b.optimizer};
   if (fixed(r, "shard_optimizer") || b.data_parallel <= 1 || b.lora_rank > 0 ||
-      (sp.optimizers.size() == 1 && sp.optimizers.front() == Optimizer::none))
+      (sp.optimizers.size() == 1 && sp.optimizers.front() == step::Optimizer::none))
     sp.shards = {b.shard_optimizer};
   else
     sp.shards = {false, true};
@@ -210,10 +210,10 @@ std::vector<int64_t> budgets_for_page(const Request& r, const Space& sp, int64_t
 
 // One group of the first phase: everything but the resident layers and the chunk.
 struct Group {
-  Attention attention = Attention::dense;
+  step::Attention attention = step::Attention::dense;
   int64_t budget = 0;
   int64_t page = 0;
-  Optimizer optimizer = Optimizer::none;
+  step::Optimizer optimizer = step::Optimizer::none;
   bool shard = false;
   std::string kv_grad;
 };
@@ -232,14 +232,14 @@ double secondary(const Candidate& c, Objective o) {
   return o == Objective::memory ? c.summary.step_s : static_cast<double>(c.summary.peak_device_bytes);
 }
 
-auto exactness(const Config& k) {
-  const bool sparse = k.attention == Attention::sparse;
+auto exactness(const step::Config& k) {
+  const bool sparse = k.attention == step::Attention::sparse;
   return std::make_tuple(sparse ? 1 : 0, sparse ? -k.page_budget * k.page_tokens : int64_t{0},
                          -models::dtype_bytes(k.kv_grad_dtype));
 }
 
 // Recompute settings in memory order: kept layers, then checkpointing off.
-int64_t recompute_rank(const Config& k) {
+int64_t recompute_rank(const step::Config& k) {
   return k.checkpointing ? k.kept_layers : std::numeric_limits<int64_t>::max();
 }
 
@@ -248,7 +248,7 @@ int64_t recompute_rank(const Config& k) {
 // of the step on a 28-layer model), so the bands hold several settings of the same plan, and
 // trading the objective for a hair of the other metric would be the wrong way round.
 auto tie_key(const Candidate& c, Objective o) {
-  const Config& k = c.config;
+  const step::Config& k = c.config;
   const int64_t rank = recompute_rank(k);
   return std::tuple_cat(exactness(k),
                         std::make_tuple(o == Objective::memory ? rank : -rank, secondary(c, o),
@@ -258,8 +258,8 @@ auto tie_key(const Candidate& c, Objective o) {
 
 // `b` at least as exact as `a` in every respect that the exactness key orders (sparse budgets are
 // comparable only at equal attention; dtype width at equal attention and budget).
-bool at_least_as_exact(const Config& b, const Config& a) {
-  const bool sa = a.attention == Attention::sparse, sb = b.attention == Attention::sparse;
+bool at_least_as_exact(const step::Config& b, const step::Config& a) {
+  const bool sa = a.attention == step::Attention::sparse, sb = b.attention == step::Attention::sparse;
   if (sb && !sa) return false;
   const int64_t ta = sa ? a.page_budget * a.page_tokens : 0, tb = sb ? b.page_budget * b.page_tokens : 0;
   if (sa && sb && tb < ta) return false;
@@ -267,8 +267,8 @@ bool at_least_as_exact(const Config& b, const Config& a) {
 }
 
 // The knobs the planner varies; equal keys mean the same plan.
-auto config_key(const Config& k) {
-  return std::make_tuple(k.attention == Attention::sparse ? k.page_budget : int64_t{0}, k.chunk_tokens, k.page_tokens,
+auto config_key(const step::Config& k) {
+  return std::make_tuple(k.attention == step::Attention::sparse ? k.page_budget : int64_t{0}, k.chunk_tokens, k.page_tokens,
                          k.resident_layers, k.kv_grad_dtype, k.param_grad_dtype, k.logits_chunk_tokens,
                          static_cast<int>(k.optimizer), k.shard_optimizer, static_cast<int>(k.attention),
                          k.checkpointing, k.kept_layers);
@@ -276,18 +276,18 @@ auto config_key(const Config& k) {
 
 // The same without the recompute setting: one point of the search, whose settings run from full
 // checkpointing (least memory) to checkpointing off (fastest).
-auto point_key(const Config& k) {
-  Config c = k;
+auto point_key(const step::Config& k) {
+  step::Config c = k;
   c.checkpointing = true;
   c.kept_layers = 0;
   return config_key(c);
 }
 
-void set_recompute(Config& c, int64_t r, int64_t L) {
+void set_recompute(step::Config& c, int64_t r, int64_t L) {
   c.checkpointing = r < L;
   c.kept_layers = r < L ? r : 0;
 }
-int64_t recompute_of(const Config& c, int64_t L) { return c.checkpointing ? c.kept_layers : L; }
+int64_t recompute_of(const step::Config& c, int64_t L) { return c.checkpointing ? c.kept_layers : L; }
 
 class Searcher {
  public:
@@ -299,14 +299,14 @@ class Searcher {
     base_ = s_.config;
     // A setting the user fixed is kept even when the executor does not run it (it is labelled).
     only_executable_ = r.executable_only && executable(base_);
-    layers_ = simulator::effective_layers(base_, s_.model);
+    layers_ = step::effective_layers(base_, s_.model);
   }
 
   // One pass over the groups of the given attention modes. Returns true when first_fit found one.
   bool run(bool dense, bool sparse, bool track_closest) {
     track_closest_ = track_closest;
     std::vector<Group> groups;
-    const Config& b = base_;
+    const step::Config& b = base_;
     for (int mode = 0; mode < 2; ++mode) {
       if ((mode == 0 && !dense) || (mode == 1 && (!sparse || sp_.standard))) continue;
       for (int64_t page : sp_.pages) {
@@ -321,11 +321,11 @@ class Searcher {
           }
         }
         for (int64_t budget : budgets)
-          for (Optimizer opt : sp_.optimizers)
+          for (step::Optimizer opt : sp_.optimizers)
             for (bool shard : sp_.shards) {
-              if (shard && opt == Optimizer::none) continue;
+              if (shard && opt == step::Optimizer::none) continue;
               for (const auto& kvg : sp_.kv_grads)
-                groups.push_back({mode == 0 ? Attention::dense : Attention::sparse, budget, page, opt, shard, kvg});
+                groups.push_back({mode == 0 ? step::Attention::dense : step::Attention::sparse, budget, page, opt, shard, kvg});
             }
       }
     }
@@ -342,8 +342,8 @@ class Searcher {
   }
 
  private:
-  Config config_of(const Group& g, int64_t resident, int64_t chunk, const std::string& param_grad, int64_t logits) const {
-    Config c = base_;
+  step::Config config_of(const Group& g, int64_t resident, int64_t chunk, const std::string& param_grad, int64_t logits) const {
+    step::Config c = base_;
     c.attention = g.attention;
     c.page_budget = g.budget;
     c.page_tokens = g.page;
@@ -358,7 +358,7 @@ class Searcher {
     return c;
   }
 
-  Candidate eval(const Config& c) {
+  Candidate eval(const step::Config& c) {
     s_.config = c;
     Candidate k;
     k.config = c;
@@ -370,7 +370,7 @@ class Searcher {
         if (!slot || k.usage.worst_ratio() < slot->usage.worst_ratio()) slot = k;
       };
       keep(out_.closest);
-      keep(simulator::offloads(c, s_.model) ? out_.closest_offload : out_.closest_on_device);
+      keep(step::offloads(c, s_.model) ? out_.closest_offload : out_.closest_on_device);
     }
     return k;
   }
@@ -437,10 +437,10 @@ class Searcher {
   // configuration at the first setting (it fits the device), the one at the largest setting whose
   // device memory fits, when that is not the first: checkpointing off if it fits, else a binary
   // search over the kept layers (a few evaluations instead of one per layer).
-  std::optional<Candidate> fastest_fitting(const Config& low) {
+  std::optional<Candidate> fastest_fitting(const step::Config& low) {
     const std::vector<int64_t>& S = sp_.recomputes;
     if (S.size() < 2) return std::nullopt;
-    Config c = low;
+    step::Config c = low;
     set_recompute(c, S.back(), layers_);
     Candidate last = eval(c);
     if (last.usage.device_ok()) return last;
@@ -460,7 +460,7 @@ class Searcher {
     return best;
   }
 
-  size_t recompute_index(const Config& c) const {
+  size_t recompute_index(const step::Config& c) const {
     const auto& S = sp_.recomputes;
     return static_cast<size_t>(std::lower_bound(S.begin(), S.end(), recompute_of(c, layers_)) - S.begin());
   }
@@ -495,10 +495,10 @@ class Searcher {
   void complete_edge(const In& in, bool low) {
     const std::vector<int64_t>& S = sp_.recomputes;
     struct Known {
-      Config config;
+      step::Config config;
       int64_t in = -1, out = -1;  // the known setting in the band nearest the edge; beyond it, outside
     };
-    std::map<decltype(point_key(std::declval<const Config&>())), Known> points;
+    std::map<decltype(point_key(std::declval<const step::Config&>())), Known> points;
     for (const auto& k : out_.feasible) {
       Known& p = points.try_emplace(point_key(k.config), Known{k.config}).first->second;
       const int64_t i = static_cast<int64_t>(recompute_index(k.config));
@@ -516,7 +516,7 @@ class Searcher {
       std::optional<Candidate> edge;
       while (std::abs(good - bad) > 1) {
         const int64_t mid = (good + bad) / 2;
-        Config c = p.config;
+        step::Config c = p.config;
         set_recompute(c, S[static_cast<size_t>(mid)], layers_);
         Candidate k = eval(c);
         if (acceptable(k) && in(k)) {
@@ -545,10 +545,10 @@ class Searcher {
       double s = 0;
     };
     struct Known {
-      Config config;
+      step::Config config;
       std::map<size_t, Metrics> at = {};  // evaluated settings
     };
-    std::map<decltype(point_key(std::declval<const Config&>())), Known> points;
+    std::map<decltype(point_key(std::declval<const step::Config&>())), Known> points;
     for (const auto& k : out_.feasible)
       points.try_emplace(point_key(k.config), Known{k.config})
           .first->second.at[recompute_index(k.config)] = {k.summary.peak_device_bytes, k.summary.step_s};
@@ -558,13 +558,13 @@ class Searcher {
     std::stable_sort(order.begin(), order.end(),
                      [](const Known* a, const Known* b) { return a->at.begin()->second.bytes < b->at.begin()->second.bytes; });
     std::vector<Candidate> judges = pareto_frontier(out_.feasible);
-    auto reached = [&](const Config& c, int64_t bytes, double s) {
+    auto reached = [&](const step::Config& c, int64_t bytes, double s) {
       for (const auto& q : judges)
         if (q.summary.peak_device_bytes <= bytes && q.summary.step_s <= s && at_least_as_exact(q.config, c)) return true;
       return false;
     };
     auto evaluate_at = [&](Known& p, size_t i) {
-      Config c = p.config;
+      step::Config c = p.config;
       set_recompute(c, sp_.recomputes[i], layers_);
       Candidate k = eval(c);
       p.at[i] = {k.summary.peak_device_bytes, k.summary.step_s};
@@ -609,7 +609,7 @@ class Searcher {
     });
     if (const Candidate* best = select_best(seeds, objective_, &r_.scenario.config)) picked.push_back(*best);
     for (size_t i = 0; i < seeds.size() && i < 3; ++i) picked.push_back(seeds[i]);
-    std::set<decltype(point_key(std::declval<const Config&>()))> done;
+    std::set<decltype(point_key(std::declval<const step::Config&>()))> done;
     for (const auto& k : out_.feasible) done.insert(point_key(k.config));
     for (const Candidate& seed : picked) {
       // Tiles at least as long as the chunk are all the same single fused tile: try one of them.
@@ -619,7 +619,7 @@ class Searcher {
       for (const auto& pg : sp_.param_grads)
         for (int64_t lg : sp_.logits) {
           if (!tried.insert({pg, tile(lg)}).second) continue;
-          Config c = seed.config;
+          step::Config c = seed.config;
           c.param_grad_dtype = pg;
           c.logits_chunk_tokens = lg;
           set_recompute(c, sp_.recomputes.front(), layers_);
@@ -640,29 +640,29 @@ class Searcher {
   Space sp_;
   Objective objective_;
   simulator::Scenario s_;  // s_.config is the configuration being evaluated
-  Config base_;            // the request's configuration at this context
+  step::Config base_;            // the request's configuration at this context
   int64_t layers_ = 0;
   bool track_closest_ = true;
   bool only_executable_ = false;
   std::vector<Group> dead_;
 };
 
-void fill_alternatives(SearchResult& res, Objective o, const Config* preferred) {
+void fill_alternatives(SearchResult& res, Objective o, const step::Config* preferred) {
   if (!res.best) return;
-  const Config& b = res.best->config;
-  using Getter = std::function<std::string(const Config&)>;
+  const step::Config& b = res.best->config;
+  using Getter = std::function<std::string(const step::Config&)>;
   const std::vector<Getter> dims = {
-      [](const Config& c) { return std::to_string(c.chunk_tokens); },
-      [](const Config& c) { return std::to_string(c.page_tokens); },
-      [](const Config& c) { return std::to_string(c.resident_layers); },
-      [](const Config& c) { return c.kv_grad_dtype; },
-      [](const Config& c) { return c.param_grad_dtype; },
-      [](const Config& c) { return std::to_string(c.logits_chunk_tokens); },
-      [](const Config& c) { return std::string(simulator::to_string(c.optimizer)); },
-      [](const Config& c) { return c.shard_optimizer ? std::string("zero1") : std::string("replicated"); },
-      [](const Config& c) { return c.checkpointing ? "ckpt" + std::to_string(c.kept_layers) : std::string("no-ckpt"); },
-      [](const Config& c) {
-        return c.attention == Attention::sparse ? "sparse" + std::to_string(c.page_budget) : std::string("dense");
+      [](const step::Config& c) { return std::to_string(c.chunk_tokens); },
+      [](const step::Config& c) { return std::to_string(c.page_tokens); },
+      [](const step::Config& c) { return std::to_string(c.resident_layers); },
+      [](const step::Config& c) { return c.kv_grad_dtype; },
+      [](const step::Config& c) { return c.param_grad_dtype; },
+      [](const step::Config& c) { return std::to_string(c.logits_chunk_tokens); },
+      [](const step::Config& c) { return std::string(step::to_string(c.optimizer)); },
+      [](const step::Config& c) { return c.shard_optimizer ? std::string("zero1") : std::string("replicated"); },
+      [](const step::Config& c) { return c.checkpointing ? "ckpt" + std::to_string(c.kept_layers) : std::string("no-ckpt"); },
+      [](const step::Config& c) {
+        return c.attention == step::Attention::sparse ? "sparse" + std::to_string(c.page_budget) : std::string("dense");
       }};
   // An alternative within kTieTolerance of the best in both time and memory tells the reader
   // nothing: it is left out (callers say so when nothing else is left).
@@ -718,7 +718,7 @@ void check_request(const Request& r, int64_t N) {
   if (r.min_tokens_per_s < 0 || !std::isfinite(r.min_tokens_per_s))
     throw Error("--min-tokens-per-s", number_text(r.min_tokens_per_s), "must be positive", "e.g. 1000");
   if (N <= 0) throw Error("--context", std::to_string(N), "must be positive", "e.g. 4M, 128K or 100000");
-  const Config& b = r.scenario.config;
+  const step::Config& b = r.scenario.config;
   if (b.gpus != 1 && b.gpus != 2 && b.gpus != 4 && b.gpus != 8)
     throw Error("--gpus", std::to_string(b.gpus), "is not a supported tensor-parallel degree", "1, 2, 4 or 8");
   const Space sp = make_space(r, N);
@@ -742,12 +742,12 @@ void check_request(const Request& r, int64_t N) {
       throw Error("--page", std::to_string(b.page_tokens), "is larger than every chunk the planner tries (512..32K)",
                   "a page of 64, 128 or 256 tokens, or give --chunk too");
     }
-    const bool may_sparse = !fixed(r, "attention") || b.attention == Attention::sparse;
+    const bool may_sparse = !fixed(r, "attention") || b.attention == step::Attention::sparse;
     if (fixed(r, "budget") && may_sparse) check_budget_within_context(b.page_budget, N, smallest_page);
   }
   // Everything else (dtypes, heads divisible by the GPUs, selection rule): the simulator's own
   // validation of one representative configuration.
-  Config rep = b;
+  step::Config rep = b;
   rep.context_tokens = N;
   if (!sp.standard) {
     rep.page_tokens = sp.pages.front();
@@ -759,12 +759,12 @@ void check_request(const Request& r, int64_t N) {
     rep.chunk_tokens = chunks_for_page(sp, rep.page_tokens).front();
     if (rep.page_budget <= 0) rep.page_budget = kDefaultMinBudget;
   }
-  simulator::validate(rep, r.scenario.model);
+  step::validate(rep, r.scenario.model);
   for (const auto& dt : {b.kv_dtype, b.kv_grad_dtype, b.param_dtype, b.param_grad_dtype})
     models::dtype_bytes(dt, "dtype");
 }
 
-const Candidate* select_best(const std::vector<Candidate>& cands, Objective o, const Config* preferred) {
+const Candidate* select_best(const std::vector<Candidate>& cands, Objective o, const step::Config* preferred) {
   if (o == Objective::context) o = Objective::time;
   if (cands.empty()) return nullptr;
   // 1. Within the tie band of the objective ...
@@ -784,8 +784,8 @@ const Candidate* select_best(const std::vector<Candidate>& cands, Objective o, c
   for (const Candidate* k : band) sec = std::min(sec, secondary(*k, o));
   auto distance = [&](const Candidate& c) {
     if (!preferred) return 0;
-    const Config& a = c.config;
-    const Config& b = *preferred;
+    const step::Config& a = c.config;
+    const step::Config& b = *preferred;
     return int(a.chunk_tokens != b.chunk_tokens) + int(a.page_tokens != b.page_tokens) +
            int(a.resident_layers != b.resident_layers) + int(a.param_grad_dtype != b.param_grad_dtype) +
            int(a.optimizer != b.optimizer) + int(a.checkpointing != b.checkpointing) +
@@ -832,7 +832,7 @@ std::vector<Candidate> pareto_frontier(const std::vector<Candidate>& cands, cons
   });
   // Per exactness class, the 2-D frontier (memory ascending, time strictly falling); a point then
   // stays when no point of an at-least-as-exact class dominates it.
-  std::map<decltype(exactness(Config{})), std::vector<const Candidate*>> by_class;
+  std::map<decltype(exactness(step::Config{})), std::vector<const Candidate*>> by_class;
   for (const Candidate* k : v) {
     auto& f = by_class[exactness(k->config)];
     if (f.empty() || k->summary.step_s < f.back()->summary.step_s) {
@@ -864,10 +864,10 @@ SearchResult search(const Request& r, int64_t N, const SearchOptions& o) {
   check_request(r, N);
   SearchResult res;
   res.context_tokens = N;
-  const Config& b = r.scenario.config;
+  const step::Config& b = r.scenario.config;
   const bool attention_fixed = fixed(r, "attention");
-  const bool dense = !attention_fixed || b.attention == Attention::dense;
-  const bool sparse = attention_fixed ? b.attention == Attention::sparse : r.allow_sparse;
+  const bool dense = !attention_fixed || b.attention == step::Attention::dense;
+  const bool sparse = attention_fixed ? b.attention == step::Attention::sparse : r.allow_sparse;
   Searcher s(r, N, o, res);
   bool done = s.run(dense, sparse, true);
   // Exact gradients first; sparse only when dense cannot reach the target (said loudly by callers).
@@ -895,7 +895,7 @@ std::string seconds_text(double s) {
 }
 }  // namespace
 
-MaxContext max_context(const Request& r0, Attention mode, int64_t cap) {
+MaxContext max_context(const Request& r0, step::Attention mode, int64_t cap) {
   const auto t0 = std::chrono::steady_clock::now();
   MaxContext mc;
   mc.attention = mode;
@@ -906,7 +906,7 @@ MaxContext max_context(const Request& r0, Attention mode, int64_t cap) {
   Request r = r0;
   r.fixed.insert("attention");
   r.scenario.config.attention = mode;
-  if (mode == Attention::sparse && !fixed(r, "budget") && r.scenario.config.page_budget <= 0)
+  if (mode == step::Attention::sparse && !fixed(r, "budget") && r.scenario.config.page_budget <= 0)
     r.scenario.config.page_budget = r.min_budget;
   mc.step_tokens = fixed(r, "page") ? r.scenario.config.page_tokens : kPageLcm;
   const int64_t units_cap = std::max<int64_t>(1, cap / mc.step_tokens);
@@ -992,57 +992,57 @@ MaxContext max_context(const Request& r0, Attention mode, int64_t cap) {
 // ---------------------------------------------------------------------------------------------
 
 namespace {
-std::string resident_text(const Config& c, const models::ModelSpec& m) {
-  const int64_t L = simulator::effective_layers(c, m);
+std::string resident_text(const step::Config& c, const models::ModelSpec& m) {
+  const int64_t L = step::effective_layers(c, m);
   if (c.resident_layers >= L) return "all layers resident (no offload)";
   return std::to_string(c.resident_layers) + " resident layer" + (c.resident_layers == 1 ? "" : "s") + " (offload)";
 }
-std::string logits_text(const Config& c) {
+std::string logits_text(const step::Config& c) {
   return c.logits_chunk_tokens > 0 ? "logits in fused " + format_tokens(c.logits_chunk_tokens) + " tiles"
                                    : "logits unfused (whole chunk)";
 }
-std::string attention_text(const Config& c) {
-  return c.attention == Attention::sparse ? "sparse (" + budget_text(c) + ", " + c.selection + ")" : "dense";
+std::string attention_text(const step::Config& c) {
+  return c.attention == step::Attention::sparse ? "sparse (" + budget_text(c) + ", " + c.selection + ")" : "dense";
 }
 }  // namespace
 
-std::string budget_text(const Config& c) {
+std::string budget_text(const step::Config& c) {
   return "budget " + std::to_string(c.page_budget) + " pages of " + std::to_string(c.page_tokens) + " = " +
          format_tokens(c.page_budget * c.page_tokens) + " attended tokens";
 }
 
-std::string recompute_text(const Config& c, const models::ModelSpec& m) {
+std::string recompute_text(const step::Config& c, const models::ModelSpec& m) {
   if (!c.checkpointing) return "checkpointing off (every layer's activations kept: no recompute)";
   if (c.kept_layers == 0) return "checkpointing on (each layer recomputed from its input in the backward)";
-  const int64_t L = simulator::effective_layers(c, m);
+  const int64_t L = step::effective_layers(c, m);
   return "checkpointing on, last " + std::to_string(c.kept_layers) + " of " + std::to_string(L) +
          " layers kept (their activations live from the forward to their backward; the other " +
          std::to_string(L - c.kept_layers) + " are recomputed from their inputs)";
 }
 
-std::string describe_knobs(const Config& c, const models::ModelSpec& m) {
+std::string describe_knobs(const step::Config& c, const models::ModelSpec& m) {
   std::string s;
-  if (c.schedule == Schedule::standard) {
+  if (c.schedule == step::Schedule::standard) {
     s = "standard schedule, ";
   } else {
     s = "chunk " + format_tokens(c.chunk_tokens) + ", page " + std::to_string(c.page_tokens) + ", " +
         resident_text(c, m) + ", ";
   }
   s += attention_text(c) + ", KV " + c.kv_dtype + ", KV-grad " + c.kv_grad_dtype + ", param-grad " +
-       c.param_grad_dtype + ", " + logits_text(c) + ", optimizer " + simulator::to_string(c.optimizer) +
+       c.param_grad_dtype + ", " + logits_text(c) + ", optimizer " + step::to_string(c.optimizer) +
        (!c.checkpointing ? ", no checkpointing"
         : c.kept_layers > 0
             ? ", last " + std::to_string(c.kept_layers) + " of " +
-                  std::to_string(simulator::effective_layers(c, m)) + " layers kept"
+                  std::to_string(step::effective_layers(c, m)) + " layers kept"
             : "");
   if (c.shard_optimizer) s += " sharded over " + std::to_string(c.data_parallel) + " replicas (ZeRO-1)";
   if (c.gpus > 1) s += ", " + std::to_string(c.gpus) + " GPUs (TP)";
   return s;
 }
 
-std::string describe_difference(const Config& a, const Config& b, const models::ModelSpec& m) {
+std::string describe_difference(const step::Config& a, const step::Config& b, const models::ModelSpec& m) {
   std::vector<std::string> d;
-  if (a.attention != b.attention || (b.attention == Attention::sparse && a.page_budget != b.page_budget))
+  if (a.attention != b.attention || (b.attention == step::Attention::sparse && a.page_budget != b.page_budget))
     d.push_back(attention_text(b));
   if (a.chunk_tokens != b.chunk_tokens) d.push_back("chunk " + format_tokens(b.chunk_tokens));
   if (a.page_tokens != b.page_tokens) d.push_back("page " + std::to_string(b.page_tokens));
@@ -1050,12 +1050,12 @@ std::string describe_difference(const Config& a, const Config& b, const models::
   if (a.kv_grad_dtype != b.kv_grad_dtype) d.push_back("KV-grad " + b.kv_grad_dtype);
   if (a.param_grad_dtype != b.param_grad_dtype) d.push_back("param-grad " + b.param_grad_dtype);
   if (a.logits_chunk_tokens != b.logits_chunk_tokens) d.push_back(logits_text(b));
-  if (a.optimizer != b.optimizer) d.push_back(std::string("optimizer ") + simulator::to_string(b.optimizer));
+  if (a.optimizer != b.optimizer) d.push_back(std::string("optimizer ") + step::to_string(b.optimizer));
   if (a.shard_optimizer != b.shard_optimizer)
     d.push_back(b.shard_optimizer ? "optimizer state sharded over the replicas (ZeRO-1)"
                                   : "optimizer state replicated (no ZeRO-1)");
   if (a.checkpointing != b.checkpointing || a.kept_layers != b.kept_layers) {
-    const int64_t L = simulator::effective_layers(b, m);
+    const int64_t L = step::effective_layers(b, m);
     d.push_back(!b.checkpointing       ? "no checkpointing (all activations kept)"
                 : b.kept_layers == 0   ? "checkpointing (recompute)"
                                        : "checkpointing, last " + std::to_string(b.kept_layers) + " of " +

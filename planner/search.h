@@ -92,7 +92,7 @@ struct Usage {
 Usage usage_of(const simulator::Scenario& s, const simulator::Summary& sum, double headroom);
 
 struct Candidate {
-  simulator::Config config;
+  step::Config config;
   simulator::Summary summary;
   Usage usage;
   bool fits() const { return summary.feasible && usage.fits(); }
@@ -126,7 +126,7 @@ SearchResult search(const Request& r, int64_t context_tokens, const SearchOption
 // `preferred` (the starting configuration) breaks the last ties: the fewest knobs changed. The pick
 // is never dominated (see `dominated_by`) by another candidate.
 const Candidate* select_best(const std::vector<Candidate>& cands, Objective o,
-                             const simulator::Config* preferred = nullptr);
+                             const step::Config* preferred = nullptr);
 // Gradient exactness, comparable: dense before sparse, then more attended tokens, then wider KV
 // gradients. `b` dominates `a` when it is at least as exact, no larger and no slower, and strictly
 // better in one of the three (so a bf16-gradient point never hides an fp32 one).
@@ -137,7 +137,7 @@ bool dominated_by(const Candidate& a, const Candidate& b);
 std::vector<Candidate> pareto_frontier(const std::vector<Candidate>& cands, const Candidate* chosen = nullptr);
 
 struct MaxContext {
-  simulator::Attention attention = simulator::Attention::dense;
+  step::Attention attention = step::Attention::dense;
   bool available = true;      // false: the user fixed the other attention mode
   int64_t tokens = 0;         // largest fitting context (0: not even one step fits)
   int64_t step_tokens = 0;    // granularity of the search (a multiple of every page tried)
@@ -152,15 +152,15 @@ struct MaxContext {
   int64_t evaluations = 0;
   double seconds = 0;
 };
-MaxContext max_context(const Request& r, simulator::Attention mode, int64_t cap = kMaxContextCap);
+MaxContext max_context(const Request& r, step::Attention mode, int64_t cap = kMaxContextCap);
 
 // Human descriptions of knobs (CLI, diagnosis). A budget is always shown in pages and tokens:
 // "budget 64 pages of 128 = 8K attended tokens".
-std::string budget_text(const simulator::Config& c);
-std::string describe_knobs(const simulator::Config& c, const models::ModelSpec& m);
+std::string budget_text(const step::Config& c);
+std::string describe_knobs(const step::Config& c, const models::ModelSpec& m);
 // "checkpointing on, last K of L layers kept (...)" and the like (plan output).
-std::string recompute_text(const simulator::Config& c, const models::ModelSpec& m);
-std::string describe_difference(const simulator::Config& from, const simulator::Config& to, const models::ModelSpec& m);
+std::string recompute_text(const step::Config& c, const models::ModelSpec& m);
+std::string describe_difference(const step::Config& from, const step::Config& to, const models::ModelSpec& m);
 
 // Error naming --budget when `budget` pages per query page is more than the context holds (every
 // earlier page selected: sparse attention priced as dense under another name). plan and simulate.

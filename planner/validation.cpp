@@ -72,7 +72,7 @@ Validation validate_numbers(const Scenario& s, const std::vector<std::pair<std::
   add("tokens_per_s", "tokens/s", pred.tokens_per_s, kTimeTolerance, "");
   add("peak_device_bytes", "bytes", static_cast<double>(pred.peak_device_bytes), kOutsideBytesTolerance,
       "as the plan counts its peak: " + measure +
-          (s.config.peak_measure == PeakMeasure::allocated
+          (s.config.peak_measure == step::PeakMeasure::allocated
                ? " (torch.cuda.max_memory_allocated)"
                : " (with the runtime reserve; torch.cuda.max_memory_allocated compares with --peak-measure allocated)"));
   add("peak_host_bytes", "bytes", static_cast<double>(pred.peak_host_bytes), kOutsideBytesTolerance, "");
@@ -165,7 +165,7 @@ Validation validate_run(const ValidationRequest& req) {
     throw Error(tw, "metadata.extra.model", "was measured on " + run.model + ", the plan is for " + s.model.id,
                 "validate a trace of a run of this plan");
   {
-    const Config& rc = run.config;
+    const step::Config& rc = run.config;
     const Json pj = s.config.to_json(), rj = rc.to_json();
     for (const char* key : {"schedule", "attention", "context_tokens", "chunk_tokens", "page_tokens", "page_budget",
                             "selection", "resident_layers", "checkpointing", "optimizer", "gpus"})
@@ -197,8 +197,8 @@ Validation validate_run(const ValidationRequest& req) {
   if (executor_run) {
     // Predict for what ran: the storage dtypes of the run's record (a plan's page dtypes may have
     // been overridden by flags), peak as allocated (the runtime's own allocations).
-    const Config planned = s.config;
-    const Config& rc = run.config;
+    const step::Config planned = s.config;
+    const step::Config& rc = run.config;
     if (rc.kv_dtype != planned.kv_dtype || rc.kv_grad_dtype != planned.kv_grad_dtype)
       notes.push_back("the run stored KV pages as " + rc.kv_dtype + " and KV-gradient pages as " + rc.kv_grad_dtype +
                       " (the plan says KV " + planned.kv_dtype + ", KV-grad " + planned.kv_grad_dtype +
@@ -209,7 +209,7 @@ Validation validate_run(const ValidationRequest& req) {
     s.config.param_grad_dtype = rc.param_grad_dtype;
     s.config.activation_dtype = rc.activation_dtype;
     s.config.loss_dtype = rc.loss_dtype;
-    s.config.peak_measure = PeakMeasure::allocated;
+    s.config.peak_measure = step::PeakMeasure::allocated;
     const bool dtypes_differ = planned.param_dtype != s.config.param_dtype ||
                                planned.param_grad_dtype != s.config.param_grad_dtype ||
                                planned.activation_dtype != s.config.activation_dtype ||
@@ -254,7 +254,7 @@ Validation validate_run(const ValidationRequest& req) {
       notes.push_back(s.gpu.id + " names no CUDA device (cuda_device_names): its times are taken to describe " + ran);
     }
   }
-  const bool sparse = s.config.attention == Attention::sparse;
+  const bool sparse = s.config.attention == step::Attention::sparse;
   // The re-simulation holds every (chunk, layer) pass: a small file claiming a huge context is
   // refused by its key, not by running out of memory.
   check_event_simulation_size(s, config_where, config_key,
@@ -262,7 +262,7 @@ Validation validate_run(const ValidationRequest& req) {
                               "file?");
   v.prediction = simulate_events(s, traces::Detail::chunk);
   const EventResult& pred = v.prediction;
-  const PageCounts pc = page_counts(s);
+  const step::PageCounts pc = page_counts(s);
   // Time is comparable only when the plan's device profile describes the device that ran.
   // A "cuda" trace times ops on the host (enqueue times): only CUPTI's device times compare.
   // A cpu run's compute threads must be the profile's.
@@ -345,7 +345,7 @@ Validation validate_run(const ValidationRequest& req) {
   // The arena's block beyond the buffers (the table's allocator_blocks row) is part of the plan.
   if (run.cupti_reserved_device_bytes) {
     Scenario reserved = mem;
-    reserved.config.peak_measure = PeakMeasure::reserved;
+    reserved.config.peak_measure = step::PeakMeasure::reserved;
     const Summary rp = evaluate(reserved);
     const auto blocks = rp.device_breakdown_bytes.find(step::kAllocatorCategory);
     const int64_t arena_slack = blocks == rp.device_breakdown_bytes.end() ? 0 : blocks->second;
@@ -376,9 +376,9 @@ Validation validate_run(const ValidationRequest& req) {
   // streaming, i.e. as with the summaries on the device.
   int64_t pred_h2d = pred.summary.h2d_bytes, pred_d2h = pred.summary.d2h_bytes;
   std::string copy_note = sparse_note;
-  if (sparse && s.config.selection_memory == SelectionMemory::bounded) {
+  if (sparse && s.config.selection_memory == step::SelectionMemory::bounded) {
     Scenario in_place = s;
-    in_place.config.selection_memory = SelectionMemory::device;
+    in_place.config.selection_memory = step::SelectionMemory::device;
     const auto ip = simulate_events(in_place, traces::Detail::step).summary;
     pred_h2d = ip.h2d_bytes;
     pred_d2h = ip.d2h_bytes;

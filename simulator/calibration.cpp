@@ -244,7 +244,7 @@ Holds holds_of(const models::GpuSpec& base, const std::vector<std::string>& hold
 }  // namespace
 
 std::optional<OpWork> pass_work(const Scenario& s, int64_t chunk, const std::string& op, int64_t layer) {
-  const detail::Geometry g = detail::geometry(s);
+  const step::Geometry g = detail::geometry(s);
   if (!g.oomb) throw Error("calibrate", "schedule", "calibration samples come from oomb-schedule runs", "");
   if (chunk < 0 || chunk >= g.n) return std::nullopt;
   const detail::ChunkCosts cc = detail::chunk_costs(s, g, chunk);
@@ -263,7 +263,7 @@ void apply_cpu_run(Scenario& s) {
   for (std::string* dt :
        {&s.config.param_dtype, &s.config.param_grad_dtype, &s.config.activation_dtype, &s.config.loss_dtype})
     *dt = "fp32";
-  s.config.peak_measure = PeakMeasure::allocated;
+  s.config.peak_measure = step::PeakMeasure::allocated;
 }
 
 namespace {
@@ -281,7 +281,7 @@ Scenario scenario_of_run(const traces::Trace& t, const step::RunRecord& run, con
   s.gpu = gpu;
   s.host = models::load_host(gpu.default_host.empty() ? "workstation-128g" : gpu.default_host);
   s.config = run.config;
-  validate_document(s.config, s.model, where + ": metadata.extra.config");
+  step::validate_document(s.config, s.model, where + ": metadata.extra.config");
   // Timed as the executor's backends compute: fp32 parameters, activations and loss (bf16 storage is
   // emulated, loaded to fp32 and rounded on store: the cost model prices the fp32 work), pages as
   // stored (the record's); peak as allocated.
@@ -430,7 +430,7 @@ FitResult fit_efficiencies(const std::vector<CalibrationSample>& samples, const 
 }
 
 OpWork step_work(const Scenario& s) {
-  const detail::Geometry g = detail::geometry(s);
+  const step::Geometry g = detail::geometry(s);
   OpWork w;
   auto add = [&](const detail::WorkTerms& t, double times) {
     w.gemm_s += times * t.gemm_s;
@@ -459,7 +459,7 @@ OpWork step_work(const Scenario& s) {
     add(cc.head.work, 1);
   }
   // optimizer_update_s prices the GPU update at the memory-bound efficiency.
-  if (s.config.optimizer == Optimizer::gpu) w.mb_s += detail::optimizer_update_s(s) * s.gpu.efficiency.memory_bound;
+  if (s.config.optimizer == step::Optimizer::gpu) w.mb_s += detail::optimizer_update_s(s) * s.gpu.efficiency.memory_bound;
   return w;
 }
 

@@ -181,7 +181,7 @@ void price(PassCost& p, const Scenario& s, const LayerWork& w, const Mult& m, Te
 // Work of one layer's forward over `tokens` query tokens that see `prefix_keys` earlier keys
 // (all of them attended) plus themselves causally. qk_norm (Qwen3): an RMSNorm over every q and
 // k head reads and writes q and k once more.
-LayerWork layer_work(const Geometry& g, int64_t tokens, int64_t prefix_keys, bool qk_norm) {
+LayerWork layer_work(const step::Geometry& g, int64_t tokens, int64_t prefix_keys, bool qk_norm) {
   LayerWork w;
   const double T = static_cast<double>(tokens);
   w.gemm_flops = 2.0 * T * static_cast<double>(g.h * g.qd + 2 * g.h * g.kvd + g.qd * g.h + 3 * g.h * g.f);
@@ -202,7 +202,7 @@ LayerWork layer_work(const Geometry& g, int64_t tokens, int64_t prefix_keys, boo
   return w;
 }
 
-PassCost head_cost(const Scenario& s, const Geometry& g, int64_t tokens, Terms terms) {
+PassCost head_cost(const Scenario& s, const step::Geometry& g, int64_t tokens, Terms terms) {
   // Final norm + LM head forward and backward (3 GEMMs' worth) + cross-entropy over the vocab shard.
   LayerWork w;
   const double T = static_cast<double>(tokens);
@@ -238,7 +238,7 @@ PassCost head_cost(const Scenario& s, const Geometry& g, int64_t tokens, Terms t
 // summaries read once per 32-token tile and once per query page (per KV head of the group), the
 // fp64 page scores written and read by the top-k; five launches (staging, group sum, two passes,
 // top-k).
-PassCost selection_cost(const Scenario& s, const Geometry& g, int64_t tokens, int64_t prefix, Terms terms) {
+PassCost selection_cost(const Scenario& s, const step::Geometry& g, int64_t tokens, int64_t prefix, Terms terms) {
   PassCost p;
   if (prefix <= 0) return p;
   const double T = static_cast<double>(tokens), pp = static_cast<double>(prefix);
@@ -286,14 +286,14 @@ void backward_costs(const Scenario& s, const LayerWork& w, bool ckpt, Terms term
 }
 }  // namespace
 
-const PassCost& backward_of(const ChunkCosts& cc, const Geometry& g, int64_t layer) {
+const PassCost& backward_of(const ChunkCosts& cc, const step::Geometry& g, int64_t layer) {
   return layer < g.Lr ? cc.backward : cc.backward_kept;
 }
 
-ChunkCosts chunk_costs(const Scenario& s, const Geometry& g, int64_t c, Terms terms) {
+ChunkCosts chunk_costs(const Scenario& s, const step::Geometry& g, int64_t c, Terms terms) {
   ChunkCosts cc;
   const int64_t tokens = chunk_tokens_of(g, c);
-  const int64_t attended_keys = attended_prefix_pages(g, c) * g.p;
+  const int64_t attended_keys = step::attended_prefix_pages(g, c) * g.p;
   const LayerWork w = layer_work(g, tokens, attended_keys, s.model.qk_norm);
   const bool ckpt = s.config.checkpointing;
 
@@ -306,7 +306,7 @@ ChunkCosts chunk_costs(const Scenario& s, const Geometry& g, int64_t c, Terms te
   backward_costs(s, w, ckpt, terms, cc);
 
   if (g.offload) {
-    const int64_t u = union_pages(g, c);
+    const int64_t u = step::union_pages(g, c);
     const int64_t own = own_pages(g, c);
     cc.fill.in_bytes = u * g.kv_page_bytes;
     cc.fill.out_bytes = own * g.kv_page_bytes;
@@ -316,7 +316,7 @@ ChunkCosts chunk_costs(const Scenario& s, const Geometry& g, int64_t c, Terms te
       p->out_bytes = u * g.grad_page_bytes;
     }
   }
-  if (g.sparse && s.config.selection_memory == SelectionMemory::bounded) {
+  if (g.sparse && s.config.selection_memory == step::SelectionMemory::bounded) {
     // Page summaries live in the host tier: the prefix's are streamed in, the chunk's written out.
     cc.fill.in_bytes += prefix_pages(g, c) * g.summary_bytes;
     cc.fill.out_bytes += own_pages(g, c) * g.summary_bytes;
@@ -345,7 +345,7 @@ ChunkCosts chunk_costs(const Scenario& s, const Geometry& g, int64_t c, Terms te
 
 bool trains_embedding(const Scenario& s) { return s.config.lora_rank == 0 || s.config.lora_train_embeddings; }
 
-ChunkCosts standard_costs(const Scenario& s, const Geometry& g, Terms terms) {
+ChunkCosts standard_costs(const Scenario& s, const step::Geometry& g, Terms terms) {
   ChunkCosts cc;
   const LayerWork w = layer_work(g, g.N, 0, s.model.qk_norm);
   const bool ckpt = s.config.checkpointing;
@@ -359,13 +359,13 @@ ChunkCosts standard_costs(const Scenario& s, const Geometry& g, Terms terms) {
 }
 
 double optimizer_update_s(const Scenario& s) {
-  if (s.config.optimizer == Optimizer::none) return 0;
+  if (s.config.optimizer == step::Optimizer::none) return 0;
   // A replica's shard of the trained parameters (ZeRO-1), or all of them.
   const double params = static_cast<double>(step::optimizer_shard(s.model, s.config, geometry(s)).shard);
   // Read + write of master (4), m (4), v (4); read the gradient, write the parameter.
   const double bytes_per_param = 24.0 + static_cast<double>(models::dtype_bytes(s.config.param_grad_dtype)) +
                                  static_cast<double>(models::dtype_bytes(s.config.param_dtype));
-  if (s.config.optimizer == Optimizer::gpu)
+  if (s.config.optimizer == step::Optimizer::gpu)
     return params * bytes_per_param / (s.gpu.hbm_bytes_per_s * s.gpu.efficiency.memory_bound);
   // The host is shared by all tensor-parallel GPUs' shards.
   return params * static_cast<double>(s.config.gpus) * bytes_per_param / s.host.mem_bytes_per_s;
@@ -374,7 +374,7 @@ double optimizer_update_s(const Scenario& s) {
 WorkTerms tensor_parallel_comm(const Scenario& s) {
   WorkTerms out;
   if (s.config.gpus <= 1) return out;
-  const Geometry g = geometry(s);
+  const step::Geometry g = geometry(s);
   auto add = [&](const WorkTerms& t, double times) {
     out.allreduce_s += times * t.allreduce_s;
     out.allreduce_bytes += times * t.allreduce_bytes;
@@ -422,14 +422,14 @@ WorkTerms tensor_parallel_comm(const Scenario& s) {
 }
 
 int64_t gradient_allreduce_bytes(const Scenario& s) {
-  if (s.config.data_parallel <= 1 || s.config.optimizer == Optimizer::none) return 0;
-  const Geometry g = geometry(s);
+  if (s.config.data_parallel <= 1 || s.config.optimizer == step::Optimizer::none) return 0;
+  const step::Geometry g = geometry(s);
   if (!step::shards_optimizer(s.config)) return step::trained_gradient_bytes(s.model, s.config, g);
   const ShardedComm z = sharded_comm(s, g);
   return static_cast<int64_t>(z.gradient_bytes + z.weight_bytes);
 }
 
-ShardedComm sharded_comm(const Scenario& s, const Geometry& g) {
+ShardedComm sharded_comm(const Scenario& s, const step::Geometry& g) {
   ShardedComm out;
   if (!step::shards_optimizer(s.config)) return out;
   const double padded = static_cast<double>(step::optimizer_shard(s.model, s.config, g).padded);
@@ -455,9 +455,9 @@ ShardedComm sharded_comm(const Scenario& s, const Geometry& g) {
   return out;
 }
 
-std::vector<double> gradient_bucket_s(const Scenario& s, const Geometry& g) {
+std::vector<double> gradient_bucket_s(const Scenario& s, const step::Geometry& g) {
   std::vector<double> out;
-  if (s.config.data_parallel <= 1 || s.config.optimizer == Optimizer::none || step::shards_optimizer(s.config))
+  if (s.config.data_parallel <= 1 || s.config.optimizer == step::Optimizer::none || step::shards_optimizer(s.config))
     return out;
   for (const auto& b : step::gradient_buckets(s.model, s.config, g)) {
     const double bytes = static_cast<double>(b.bytes);
@@ -468,7 +468,7 @@ std::vector<double> gradient_bucket_s(const Scenario& s, const Geometry& g) {
 }
 
 double gradient_allreduce_s(const Scenario& s) {
-  const Geometry g = geometry(s);
+  const step::Geometry g = geometry(s);
   double total = 0;
   for (double t : gradient_bucket_s(s, g)) total += t;
   const ShardedComm z = sharded_comm(s, g);
@@ -477,7 +477,7 @@ double gradient_allreduce_s(const Scenario& s) {
 
 bool gradient_allreduce_overlaps(const Scenario& s) { return target_of(s).backend == step::BackendKind::cuda; }
 
-double gradient_allreduce_exposed_s(const Scenario& s, const Geometry& g) {
+double gradient_allreduce_exposed_s(const Scenario& s, const step::Geometry& g) {
   const ShardedComm z = sharded_comm(s, g);  // around the update: nothing to overlap
   const std::vector<double> buckets = gradient_bucket_s(s, g);
   double total = z.reduce_scatter_s + z.all_gather_s;
@@ -508,8 +508,8 @@ double d2h_rate(const Scenario& s, bool duplex) {
 void finish_summary(const Scenario& s, MemoryFigures m, Summary& out) {
   const auto& c = s.config;
   // The peaks over phases (docs/model.md): the phase holding the device peak and what lives there.
-  MemoryTable::PhasePeak& dev = m.device;
-  MemoryTable::PhasePeak& host = m.host;
+  step::BufferTable::PhasePeak& dev = m.device;
+  step::BufferTable::PhasePeak& host = m.host;
   // Device need always includes the runtime reserve, whatever the peak is reported as. The reserve
   // is alive in every phase, so the peak without it is at the same phase.
   const auto reserve_row = dev.breakdown.find("runtime_reserve");
@@ -596,22 +596,22 @@ double pass_time(const detail::PassCost& p, double in_s, double out_s, int64_t R
 
 namespace detail {
 
-double published_page_writeback_s(const Scenario& s, const Geometry& g) {
+double published_page_writeback_s(const Scenario& s, const step::Geometry& g) {
   // kv_cache.py CacheManager.offload: per page, copy_ of K, V, K-grad and V-grad, each blocking.
   return 4.0 * s.config.page_copy_latency_s +
          static_cast<double>(g.kv_page_bytes + g.grad_page_bytes) / d2h_rate(s, false);
 }
 
-double published_layer_period_s(const Scenario& s, const Geometry& g, int64_t c) {
+double published_layer_period_s(const Scenario& s, const step::Geometry& g, int64_t c) {
   const PassCost p = chunk_costs(s, g, c, Terms::skip).recompute;
   const bool both = p.in_bytes > 0 && p.out_bytes > 0 && g.R >= 2;
   const double in_s = p.in_bytes / h2d_rate(s, both), out_s = p.out_bytes / d2h_rate(s, both);
   return pass_time(p, in_s, out_s, g.R);
 }
 
-int64_t published_slot_pages(const Geometry& g, int64_t c) { return union_pages(g, c) + own_pages(g, c); }
+int64_t published_slot_pages(const step::Geometry& g, int64_t c) { return step::union_pages(g, c) + own_pages(g, c); }
 
-int64_t published_pages_in_flight(const Scenario& s, const Geometry& g, int64_t c) {
+int64_t published_pages_in_flight(const Scenario& s, const step::Geometry& g, int64_t c) {
   const int64_t S = published_slot_pages(g, c);
   const double page_s = published_page_writeback_s(s, g);
   const double period = published_layer_period_s(s, g, c);
@@ -624,8 +624,8 @@ int64_t published_pages_in_flight(const Scenario& s, const Geometry& g, int64_t 
   return pages;
 }
 
-int64_t published_pages_in_flight(const Scenario& s, const Geometry& g) {
-  if (s.config.implementation != Implementation::published || !g.oomb || !g.offload ||
+int64_t published_pages_in_flight(const Scenario& s, const step::Geometry& g) {
+  if (s.config.implementation != step::Implementation::published || !g.oomb || !g.offload ||
       step::target_of(s.gpu).backend != step::BackendKind::cuda)
     return 0;
   int64_t best = 0;
@@ -655,7 +655,7 @@ struct ChunkTotals {
   double step = 0, compute = 0, flops = 0, h2d = 0, d2h = 0, scale = 0, first_in = 0;
 };
 
-ChunkTotals chunk_totals(const Scenario& s, const detail::Geometry& g, int64_t c) {
+ChunkTotals chunk_totals(const Scenario& s, const step::Geometry& g, int64_t c) {
   using namespace detail;
   const ChunkCosts cc = chunk_costs(s, g, c, Terms::skip);  // times only
   ChunkTotals r;
@@ -695,7 +695,7 @@ ChunkTotals chunk_totals(const Scenario& s, const detail::Geometry& g, int64_t c
 // the trapezoid (b - a + 1)(f(a) + f(b)) / 2, exactly. Otherwise split at the midpoint.
 class RangeSum {
  public:
-  RangeSum(const Scenario& s, const detail::Geometry& g) : s_(s), g_(g) {}
+  RangeSum(const Scenario& s, const step::Geometry& g) : s_(s), g_(g) {}
   ChunkTotals eval(int64_t c) {
     ChunkTotals t = chunk_totals(s_, g_, c);
     if (c == 0) first_in = t.first_in;
@@ -752,14 +752,14 @@ class RangeSum {
     total.scale = std::max(total.scale, t.scale);
   }
   const Scenario& s_;
-  const detail::Geometry& g_;
+  const step::Geometry& g_;
 };
 
 }  // namespace
 
 Summary evaluate(const Scenario& s) {
   using namespace detail;
-  const Geometry g = geometry(s);
+  const step::Geometry g = geometry(s);
   // The table's figures only: the summary needs its peaks, not its rows' text.
   const step::TableSizes t = detail::table_sizes(s, g);
   Summary out;
@@ -780,7 +780,7 @@ Summary evaluate(const Scenario& s) {
     if (g.sparse) {
       cuts.push_back(g.B / g.q + 1);  // first c with prefix pages > B
       for (int64_t c = cuts.back(); c <= last_full; ++c) {
-        if (union_pages(g, c) < prefix_pages(g, c)) {
+        if (step::union_pages(g, c) < prefix_pages(g, c)) {
           cuts.push_back(c);
           break;
         }
@@ -788,7 +788,7 @@ Summary evaluate(const Scenario& s) {
           int64_t lo = c, hi = last_full + 1;
           while (lo < hi) {
             int64_t mid = lo + (hi - lo) / 2;
-            if (union_pages(g, mid) < prefix_pages(g, mid)) hi = mid;
+            if (step::union_pages(g, mid) < prefix_pages(g, mid)) hi = mid;
             else lo = mid + 1;
           }
           cuts.push_back(lo);
@@ -816,10 +816,10 @@ Summary evaluate(const Scenario& s) {
   const double allreduce_exposed = gradient_allreduce_exposed_s(s, g);
   step += allreduce_exposed;
   compute += allreduce_exposed;
-  if (s.config.optimizer == Optimizer::gpu) {
+  if (s.config.optimizer == step::Optimizer::gpu) {
     compute += optimizer_update_s(s);
     step += optimizer_update_s(s);
-  } else if (s.config.optimizer == Optimizer::host) {
+  } else if (s.config.optimizer == step::Optimizer::host) {
     // Gradients go to the host optimizer, it updates, and the parameters come back, once per step.
     const int64_t gbytes = step::optimizer_gradient_bytes(s.model, s.config, g);
     const int64_t pbytes = step::optimizer_weight_bytes(s.model, s.config, g);

@@ -7,28 +7,25 @@
 
 namespace oomb::simulator::detail {
 
-using step::Geometry;
 
-Geometry geometry(const Scenario& s);  // step::geometry(model, config): validates the config first
-inline int64_t prefix_pages(const Geometry& g, int64_t c) { return g.prefix_pages(c); }
-inline int64_t own_pages(const Geometry& g, int64_t c) { return g.own_pages(c); }
-inline int64_t chunk_tokens_of(const Geometry& g, int64_t c) { return g.chunk_len(c); }
-using step::union_pages;            // pages copied in for chunk c
-using step::attended_prefix_pages;  // pages each query page attends
+step::Geometry geometry(const Scenario& s);  // step::geometry(model, config): validates the config first
+inline int64_t prefix_pages(const step::Geometry& g, int64_t c) { return g.prefix_pages(c); }
+inline int64_t own_pages(const step::Geometry& g, int64_t c) { return g.own_pages(c); }
+inline int64_t chunk_tokens_of(const step::Geometry& g, int64_t c) { return g.chunk_len(c); }
 int64_t param_count(const Scenario& s);  // with --layers applied
 step::Target target_of(const Scenario& s);  // the backend the scenario's GPU profile plans for
-MemoryTable memory_table(const Scenario& s, bool describe);  // describe=false: bytes only
-MemoryTable memory_table(const Scenario& s, const Geometry& g, bool describe);  // g = geometry(s)
-step::TableSizes table_sizes(const Scenario& s, const Geometry& g);  // the same rows' figures (fast path)
+step::BufferTable memory_table(const Scenario& s, bool describe);  // describe=false: bytes only
+step::BufferTable memory_table(const Scenario& s, const step::Geometry& g, bool describe);  // g = geometry(s)
+step::TableSizes table_sizes(const Scenario& s, const step::Geometry& g);  // the same rows' figures (fast path)
 
 // What a summary reports of the table: the peaks (with their breakdowns), the host rows outside the
 // optimizer state (pinned; one rank's) and the page counts. From the table or from its figures.
 struct MemoryFigures {
-  MemoryTable::PhasePeak device, host;
+  step::BufferTable::PhasePeak device, host;
   int64_t pinned_host_bytes = 0;
-  PageCounts pages;
+  step::PageCounts pages;
 };
-MemoryFigures memory_figures(const MemoryTable& t);
+MemoryFigures memory_figures(const step::BufferTable& t);
 MemoryFigures memory_figures(const step::TableSizes& t);
 
 }  // namespace oomb::simulator::detail
@@ -69,7 +66,7 @@ struct PassCost {
 enum class Terms : bool { skip, keep };
 
 // A sparse fill pass's page selection over `prefix` earlier pages (cost.cpp).
-PassCost selection_cost(const Scenario& s, const Geometry& g, int64_t tokens, int64_t prefix,
+PassCost selection_cost(const Scenario& s, const step::Geometry& g, int64_t tokens, int64_t prefix,
                         Terms terms = Terms::keep);
 
 // The three layer passes of chunk c (docs/schedule.md) and the chunk's non-layer work.
@@ -85,11 +82,11 @@ struct ChunkCosts {
 // Does the embedding table get a gradient (full fine-tuning, or LoRA training the embeddings)?
 bool trains_embedding(const Scenario& s);
 
-ChunkCosts chunk_costs(const Scenario& s, const Geometry& g, int64_t c, Terms terms = Terms::keep);
+ChunkCosts chunk_costs(const Scenario& s, const step::Geometry& g, int64_t c, Terms terms = Terms::keep);
 // The backward cost of `layer`: recomputed (layer < g.Lr) or kept.
-const PassCost& backward_of(const ChunkCosts& cc, const Geometry& g, int64_t layer);
+const PassCost& backward_of(const ChunkCosts& cc, const step::Geometry& g, int64_t layer);
 // Standard schedule: forward over N (per layer), backward with recompute (per layer), head.
-ChunkCosts standard_costs(const Scenario& s, const Geometry& g, Terms terms = Terms::keep);
+ChunkCosts standard_costs(const Scenario& s, const step::Geometry& g, Terms terms = Terms::keep);
 
 // Collectives (docs/model.md "Communication"): `calls` ring all-reduces over `ranks` ranks spread
 // over `nodes` nodes, the bytes each rank gives them in total and the part of those stored in bf16.
@@ -122,7 +119,7 @@ double optimizer_update_s(const Scenario& s);
 // step::gradient_buckets, each an allreduce_s of its own as it becomes final in the last
 // backward. gradient_bucket_s: each bucket's time, in that order; gradient_allreduce_s: their sum
 // (the transfer a run measures). 0 / empty otherwise.
-std::vector<double> gradient_bucket_s(const Scenario& s, const Geometry& g);
+std::vector<double> gradient_bucket_s(const Scenario& s, const step::Geometry& g);
 double gradient_allreduce_s(const Scenario& s);
 int64_t gradient_allreduce_bytes(const Scenario& s);
 // ZeRO-1 (step::shards_optimizer): instead of the buckets, the gradients reduce-scattered before the
@@ -132,13 +129,13 @@ struct ShardedComm {
   double reduce_scatter_s = 0, all_gather_s = 0;
   double gradient_bytes = 0, weight_bytes = 0;  // each rank's buffer: the padded gradients, weights
 };
-ShardedComm sharded_comm(const Scenario& s, const Geometry& g);
+ShardedComm sharded_comm(const Scenario& s, const step::Geometry& g);
 // Whether the buckets overlap the compute after them: NCCL's run on a stream of their own (the
 // CUDA backend, a GPU profile); MPI's on the compute thread at once (the CPU backend).
 bool gradient_allreduce_overlaps(const Scenario& s);
 // The part of it the step waits for: all of it without overlap; with overlap, what the buckets,
 // chained on their stream from when each is final, run past the last backward's end.
-double gradient_allreduce_exposed_s(const Scenario& s, const Geometry& g);
+double gradient_allreduce_exposed_s(const Scenario& s, const step::Geometry& g);
 // Tensor parallelism (config.gpus > 1): the step's activation all-reduces, summed over its passes
 // (the work terms' allreduce_* fields; zero with one GPU).
 WorkTerms tensor_parallel_comm(const Scenario& s);
@@ -149,13 +146,13 @@ WorkTerms tensor_parallel_comm(const Scenario& s);
 // while the next layer's onload allocates at once. At the sweep's last switch the write-back issued
 // m switches ago (m = 0 .. L-2) still holds max(0, S - floor(m * period / page_s)) of its S pages.
 // page_s: the write-back time of one page; period: the steady-state layer pass time of the sweep.
-double published_page_writeback_s(const Scenario& s, const Geometry& g);
-double published_layer_period_s(const Scenario& s, const Geometry& g, int64_t c);
-int64_t published_slot_pages(const Geometry& g, int64_t c);  // S: the layer's pages in chunk c's stage 2
-int64_t published_pages_in_flight(const Scenario& s, const Geometry& g, int64_t c);
+double published_page_writeback_s(const Scenario& s, const step::Geometry& g);
+double published_layer_period_s(const Scenario& s, const step::Geometry& g, int64_t c);
+int64_t published_slot_pages(const step::Geometry& g, int64_t c);  // S: the layer's pages in chunk c's stage 2
+int64_t published_pages_in_flight(const Scenario& s, const step::Geometry& g, int64_t c);
 // The step's peak: the largest over chunks, that of one of the last two (S and the ratio
 // page_s / period grow with the prefix over the full chunks). 0 unless published with offload.
-int64_t published_pages_in_flight(const Scenario& s, const Geometry& g);
+int64_t published_pages_in_flight(const Scenario& s, const step::Geometry& g);
 
 // Feasibility, binding constraint and notes from the memory figures and the timing.
 void finish_summary(const Scenario& s, MemoryFigures m, Summary& out);

@@ -26,7 +26,7 @@ struct PoolChange {
 
 class Sim {
  public:
-  Sim(const Scenario& s, const detail::Geometry& g, traces::Detail d) : s_(s), g_(g), detail_(d) {
+  Sim(const Scenario& s, const step::Geometry& g, traces::Detail d) : s_(s), g_(g), detail_(d) {
     slot_free_.assign(static_cast<size_t>(std::max<int64_t>(g.R, 1)), 0.0);
   }
 
@@ -267,7 +267,7 @@ class Sim {
   }
 
   const Scenario& s_;
-  const detail::Geometry& g_;
+  const step::Geometry& g_;
   traces::Detail detail_;
   std::vector<Event> events_;
   std::vector<PoolChange> changes_;
@@ -282,8 +282,8 @@ class Sim {
 
 EventResult simulate_events(const Scenario& s, traces::Detail detail) {
   using namespace detail;
-  const Geometry g = geometry(s);
-  const MemoryTable table = detail::memory_table(s, g, false);
+  const step::Geometry g = geometry(s);
+  const step::BufferTable table = detail::memory_table(s, g, false);
   // Device bytes outside the page pools (the pools are one allocation each; their occupancy is
   // sampled from the page changes), per phase of the step (the published sparse cache's second
   // resident slot lives in the backward only).
@@ -293,20 +293,20 @@ EventResult simulate_events(const Scenario& s, traces::Detail detail) {
            name == step::row::kKvGradPagesInFlight;
   };
   int64_t outside_pools[6] = {};
-  for (Phase p : phases_of(s.config.schedule)) {
+  for (step::Phase p : step::phases_of(s.config.schedule)) {
     int64_t pools = 0;
     for (const auto& r : table.rows)
-      if (r.tier == Tier::device && (r.phases & phase_bit(p)) && is_pool(r.name)) pools += r.bytes;
+      if (r.tier == step::Tier::device && (r.phases & step::phase_bit(p)) && is_pool(r.name)) pools += r.bytes;
     outside_pools[static_cast<int>(p)] = table.device_bytes_in(p) - pools;
   }
   Sim sim(s, g, detail);
   // The published implementation's write-backs are timed here (not taken from the table's rows).
-  const bool published_writebacks = s.config.implementation == Implementation::published && g.oomb && g.offload &&
+  const bool published_writebacks = s.config.implementation == step::Implementation::published && g.oomb && g.offload &&
                                     target_of(s).backend == step::BackendKind::cuda;
   const double page_s = published_writebacks ? published_page_writeback_s(s, g) : 0;
   int64_t in_flight_peak = 0;
   std::vector<double> switches;
-  auto enter = [&](Phase p) { sim.phase(outside_pools[static_cast<int>(p)]); };
+  auto enter = [&](step::Phase p) { sim.phase(outside_pools[static_cast<int>(p)]); };
   // Data parallelism: the gradient buckets of the last backward (the last chunk's), each issued as
   // it becomes final (gradient_bucket_s; a head bucket after the LM head, each layer's after its
   // backward, the embedding's with the last).
@@ -326,12 +326,12 @@ EventResult simulate_events(const Scenario& s, traces::Detail detail) {
   };
   if (!g.oomb) {
     const ChunkCosts cc = standard_costs(s, g);
-    enter(Phase::forward);
+    enter(step::Phase::forward);
     for (int64_t l = 0; l < g.L; ++l) sim.layer_pass(cc.fill, 1, 0, l, "layer_fwd", 0, 0);
-    enter(Phase::loss);
+    enter(step::Phase::loss);
     sim.compute_only(cc.head, 2, 0, "lm_head");
     buckets_final(0, false);
-    enter(Phase::backward);
+    enter(step::Phase::backward);
     for (int64_t l = g.L - 1; l >= 0; --l) {
       sim.layer_pass(backward_of(cc, g, l), 2, 0, l, "layer_bwd", 0, 0);
       buckets_final(static_cast<size_t>(g.L - l), l == 0);
@@ -342,8 +342,8 @@ EventResult simulate_events(const Scenario& s, traces::Detail detail) {
     for (int64_t c = 0; c < g.n; ++c) costs.push_back(chunk_costs(s, g, c));
     for (int64_t c = 0; c < g.n; ++c) {
       const ChunkCosts& cc = costs[static_cast<size_t>(c)];
-      const int64_t u = union_pages(g, c), own = own_pages(g, c);
-      enter(Phase::fill);
+      const int64_t u = step::union_pages(g, c), own = own_pages(g, c);
+      enter(step::Phase::fill);
       sim.compute_only(cc.fill_head, 1, c, "embedding");
       for (int64_t l = 0; l < g.L; ++l) {
         sim.layer_pass(cc.fill, 1, c, l, "layer_fwd", u + own, 0);
@@ -352,8 +352,8 @@ EventResult simulate_events(const Scenario& s, traces::Detail detail) {
     }
     for (int64_t c = g.n - 1; c >= 0; --c) {
       const ChunkCosts& cc = costs[static_cast<size_t>(c)];
-      const int64_t u = union_pages(g, c), own = own_pages(g, c);
-      enter(Phase::recompute);
+      const int64_t u = step::union_pages(g, c), own = own_pages(g, c);
+      enter(step::Phase::recompute);
       switches.clear();
       sim.compute_only(cc.fill_head, 2, c, "embedding");  // the first layer's input, embedded again
       for (int64_t l = 0; l < g.L; ++l) {
@@ -363,10 +363,10 @@ EventResult simulate_events(const Scenario& s, traces::Detail detail) {
       if (published_writebacks)
         in_flight_peak =
             std::max(in_flight_peak, sim.published_writebacks(switches, published_slot_pages(g, c), page_s));
-      enter(Phase::loss);
+      enter(step::Phase::loss);
       sim.compute_only(cc.head, 2, c, "lm_head");
       if (c == 0) buckets_final(0, false);
-      enter(Phase::backward);
+      enter(step::Phase::backward);
       for (int64_t l = g.L - 1; l >= 0; --l) {
         sim.layer_pass(backward_of(cc, g, l), 2, c, l, "layer_bwd", u, u + own);
         if (!g.offload) sim.pool_change(sim.compute_free(), -own, -own);
@@ -378,7 +378,7 @@ EventResult simulate_events(const Scenario& s, traces::Detail detail) {
       }
     }
   }
-  enter(Phase::optimizer);
+  enter(step::Phase::optimizer);
   sim.wait_comm();  // every gradient bucket reduced before the update
   // ZeRO-1: the gradients reduce-scattered before the update, the updated weights all-gathered after.
   const ShardedComm zero = sharded_comm(s, g);
@@ -392,11 +392,11 @@ EventResult simulate_events(const Scenario& s, traces::Detail detail) {
     sim.compute_only(p, 2, -1, op);
   };
   collective(zero.reduce_scatter_s, zero.gradient_bytes, "gradient_reduce_scatter");
-  if (s.config.optimizer == Optimizer::gpu) {
+  if (s.config.optimizer == step::Optimizer::gpu) {
     PassCost update;
     update.compute_s = optimizer_update_s(s);
     sim.compute_only(update, 2, -1, "optimizer_step");
-  } else if (s.config.optimizer == Optimizer::host) {
+  } else if (s.config.optimizer == step::Optimizer::host) {
     sim.optimizer_round_trip(step::optimizer_gradient_bytes(s.model, s.config, g),
                              step::optimizer_weight_bytes(s.model, s.config, g), optimizer_update_s(s));
   }
@@ -425,9 +425,9 @@ EventResult simulate_events(const Scenario& s, traces::Detail detail) {
 
 void check_event_simulation_size(const Scenario& s, const std::string& where, const std::string& key,
                                  const std::string& hint) {
-  const Config& c = s.config;
-  const int64_t layers = effective_layers(c, s.model);
-  const int64_t chunks = c.schedule == Schedule::oomb ? ceil_div(c.context_tokens, c.chunk_tokens) : 1;
+  const step::Config& c = s.config;
+  const int64_t layers = step::effective_layers(c, s.model);
+  const int64_t chunks = c.schedule == step::Schedule::oomb ? ceil_div(c.context_tokens, c.chunk_tokens) : 1;
   if (chunks <= kMaxEventPairs / layers) return;
   // Measured: `oomb simulate --model qwen2.5-7b --gpu h200 --context 4M --timeline t.json` (1024
   // chunks x 28 layers) peaks at 136 MB resident and writes 58.7 MB: ~4.7 KB and ~2 KB per pair.

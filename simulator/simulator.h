@@ -12,7 +12,7 @@
 
 #include "core/json_util.h"
 #include "models/specs.h"
-#include "simulator/config.h"
+#include "step/config.h"
 #include "step/buffers.h"
 #include "traces/trace.h"
 
@@ -22,25 +22,11 @@ struct Scenario {
   models::ModelSpec model;
   models::GpuSpec gpu;
   models::HostSpec host;
-  Config config;
+  step::Config config;
   // The run is timed by the CUPTI collector (a cuda-cupti trace): its activity buffers are a host
   // row of the table (step::Target::cupti). Plans leave it false; validate sets it for such a trace.
   bool cupti_timed = false;
 };
-
-// The description of one step (step/): tiers, phases, the buffer table and its page counts.
-using step::to_string;  // Tier, Phase, BackendKind too
-using step::Tier;
-using step::Phase;
-using step::PhaseMask;
-using step::phase_bit;
-using step::phase_from_string;
-using step::phases_of;
-using step::all_phases;
-using step::phase_names;
-using Buffer = step::BufferRow;
-using step::PageCounts;
-using MemoryTable = step::BufferTable;
 
 // What binds a configuration: the first memory limit it exceeds, else what bounds its step; and,
 // for the planner's context search (planner/search.h MaxContext), what stops it. Typed, so that
@@ -108,8 +94,8 @@ struct Summary {
 Json to_json(const Summary& s);  // exactly the DESIGN.md keys first, then the supporting ones
 
 // Validates the scenario (throws oomb::Error) and builds the memory table.
-MemoryTable memory_table(const Scenario& s);
-PageCounts page_counts(const Scenario& s);
+step::BufferTable memory_table(const Scenario& s);
+step::PageCounts page_counts(const Scenario& s);
 
 // Closed-form fast path.
 Summary evaluate(const Scenario& s);

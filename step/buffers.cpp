@@ -782,7 +782,7 @@ void add_rows(const models::ModelSpec& m, const Config& c, const Target& target,
     }
     // NCCL's buffers: one communicator per parallel degree > 1 (tensor parallelism's group, the
     // data-parallel replicas'; the job's world communicator only where it is one of them), each
-    // created and connected before the device block is reserved (executor/runner).
+    // created and connected before the device block is reserved (runner).
     const int64_t communicators = (c.gpus > 1 ? 1 : 0) + (c.data_parallel > 1 ? 1 : 0);
     if (!published && g.oomb && communicators > 0) {
       const int64_t each = cuda_scratch::nccl_communicator_bytes(target.nccl_channels);

@@ -57,16 +57,16 @@ int64_t layer_of(const std::string& name) {
 }
 }  // namespace
 
-AdapterConfig adapter_config(const simulator::Config& c, const std::string& base_model) {
+AdapterConfig adapter_config(const step::Config& c, const std::string& base_model) {
   OOMB_ASSERT(c.lora_rank > 0, "adapter_config of a run without LoRA");
   return {c.lora_rank, c.lora_alpha, ordered(c.lora_targets), base_model, Json()};
 }
 
-ParamLayout adapter_layout(const models::ModelSpec& m, const simulator::Config& c) {
+ParamLayout adapter_layout(const models::ModelSpec& m, const step::Config& c) {
   return ParamLayout::lora(m, c.lora_rank, c.lora_targets);
 }
 
-ParamTensors init_adapters(const models::ModelSpec& m, const simulator::Config& c, uint64_t seed, float b_std) {
+ParamTensors init_adapters(const models::ModelSpec& m, const step::Config& c, uint64_t seed, float b_std) {
   ParamTensors t = zero_params(adapter_layout(m, c));
   Rng rng(seed);
   for (int64_t l = 0; l < t.layout.layers(); ++l)
@@ -153,7 +153,7 @@ AdapterConfig read_adapter_config(const std::string& dir) {
   return a;
 }
 
-AdapterConfig continued_adapter_config(const AdapterConfig& loaded, const simulator::Config& c,
+AdapterConfig continued_adapter_config(const AdapterConfig& loaded, const step::Config& c,
                                        const std::string& run_base) {
   AdapterConfig a = adapter_config(c, loaded.base_model.empty() ? run_base : loaded.base_model);
   a.file = loaded.file;
@@ -178,7 +178,7 @@ std::string adapter_base_warning(const AdapterConfig& a, const std::string& dir,
          "')";
 }
 
-ParamTensors read_adapter(const std::string& dir, const models::ModelSpec& m, const simulator::Config& c,
+ParamTensors read_adapter(const std::string& dir, const models::ModelSpec& m, const step::Config& c,
                           int64_t checkpoint_layers) {
   namespace fs = std::filesystem;
   const AdapterConfig a = read_adapter_config(dir);

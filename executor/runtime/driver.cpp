@@ -20,11 +20,11 @@
 
 namespace oomb::executor {
 
-using simulator::Attention;
+using step::Attention;
 
-models::ModelSpec effective_model(const models::ModelSpec& m, const simulator::Config& c) {
+models::ModelSpec effective_model(const models::ModelSpec& m, const step::Config& c) {
   models::ModelSpec e = m;
-  e.layers = simulator::effective_layers(c, m);
+  e.layers = step::effective_layers(c, m);
   return e;
 }
 
@@ -182,12 +182,12 @@ step::BufferTable without_reserve(step::BufferTable t) {
 }
 }  // namespace
 
-std::vector<step::BufferRow> run_rows(const models::ModelSpec& model, const simulator::Config& config,
+std::vector<step::BufferRow> run_rows(const models::ModelSpec& model, const step::Config& config,
                                       const step::Target& target) {
   return without_reserve(step::buffer_table(model, config, target, false)).rows;
 }
 
-step::BufferTable run_table(const models::ModelSpec& model, const simulator::Config& config, const step::Target& target) {
+step::BufferTable run_table(const models::ModelSpec& model, const step::Config& config, const step::Target& target) {
   return without_reserve(step::buffer_table(model, config, target, true));
 }
 
@@ -294,7 +294,7 @@ void check_op_scratch(Backend& backend, const std::vector<step::cuda_scratch::Li
   }
 }
 
-Engine::Engine(Backend& backend, const models::ModelSpec& model, const simulator::Config& config,
+Engine::Engine(Backend& backend, const models::ModelSpec& model, const step::Config& config,
                const Weights& weights, EngineOptions options)
     : backend_(backend),
       model_(effective_model(model, config)),
@@ -302,7 +302,7 @@ Engine::Engine(Backend& backend, const models::ModelSpec& model, const simulator
       config_(config),
       options_(std::move(options)),
       recorder_(options_.record_trace, options_.detail) {
-  simulator::validate(config, model);
+  step::validate(config, model);
   if (const step::Capability cap = step::capability(config, backend_.target()); !cap.executable())
     throw step::capability_error(cap, config);
   // What the configuration may ask is refused by step/ (validate, capability: the flag that sets
@@ -392,8 +392,8 @@ Engine::Engine(Backend& backend, const models::ModelSpec& model, const simulator
   notes_ = options_.planned.empty() ? std::move(options_.table.notes)
                                      : check_plan_rows(options_.planned, rows_, backend_.name());
   account_.bind(rows_);
-  const bool optimizer = config.optimizer != simulator::Optimizer::none;
-  const Tier opt_tier = config.optimizer == simulator::Optimizer::host ? Tier::host : Tier::device;
+  const bool optimizer = config.optimizer != step::Optimizer::none;
+  const Tier opt_tier = config.optimizer == step::Optimizer::host ? Tier::host : Tier::device;
 
   // What the step trains: every parameter, or under LoRA the adapters (fp32).
   const int64_t n_trained = lora_ ? lora_layout_.total() : n_params;
@@ -442,7 +442,7 @@ Engine::Engine(Backend& backend, const models::ModelSpec& model, const simulator
                                            options_.host_slab_bytes, options_.tagger);
   if (sparse) {
     // Page key means, stored in the KV page dtype (what the selection reads).
-    const bool dev = config.selection_memory == simulator::SelectionMemory::device;
+    const bool dev = config.selection_memory == step::SelectionMemory::device;
     summaries_ = row_tensor(dev ? step::row::kPageSummaries : step::row::kHostPageSummaries,
                             dev ? Tier::device : Tier::host, "summaries");
   }
@@ -617,7 +617,7 @@ void Engine::tp_all_reduce(Tensor t, int64_t n) {
 }
 
 bool Engine::reduces_gradients() const {
-  return dp_comm_ && dp_comm_->size() > 1 && config_.optimizer != simulator::Optimizer::none && !sharded_ &&
+  return dp_comm_ && dp_comm_->size() > 1 && config_.optimizer != step::Optimizer::none && !sharded_ &&
          accumulated_ + 1 >= options_.adamw.grad_accum;
 }
 
@@ -1209,7 +1209,7 @@ StepResult Engine::step(const std::vector<int32_t>& tokens) {
                                    std::to_string(steps_ + 1) + ": the run diverged; nothing more is computed or written",
                 "finite --weights, a smaller --init-std, or a lower --lr");
   enter(StepPhase::optimizer, 2, -1, -1, "optimizer_step");
-  if (config_.optimizer != simulator::Optimizer::none && ++accumulated_ >= options_.adamw.grad_accum)
+  if (config_.optimizer != step::Optimizer::none && ++accumulated_ >= options_.adamw.grad_accum)
     optimizer_step();
 
   // The host runs layer passes ahead of the device: the step ends when the device's work and every
@@ -1281,7 +1281,7 @@ StepResult Engine::step(const std::vector<int32_t>& tokens) {
 void Engine::optimizer_step() {
   const AdamWOptions& o = options_.adamw;
   Buffer& trained = lora_ ? adapters_ : params_;
-  const bool host = config_.optimizer == simulator::Optimizer::host;
+  const bool host = config_.optimizer == step::Optimizer::host;
   // The elements this rank updates: all, or (ZeRO-1) its shard of the padded buffers.
   const int64_t n = sharded_ ? zero_.shard : lora_ ? lora_layout_.total() : layout_.total();
   const int64_t first = sharded_ ? dp_comm_->rank() * zero_.shard : 0;
@@ -1447,12 +1447,12 @@ Json DenseComparison::to_json() const {
           {"max_grad_rel_error", max_grad_rel_error}, {"worst_tensor", worst_tensor}};
 }
 
-DenseComparison compare_with_dense(Backend& backend, const models::ModelSpec& model, const simulator::Config& config,
+DenseComparison compare_with_dense(Backend& backend, const models::ModelSpec& model, const step::Config& config,
                                    const Weights& weights, const std::vector<int32_t>& tokens, double loss,
                                    const Gradients& grads, const ParamTensors& adapters) {
-  simulator::Config c = config;
+  step::Config c = config;
   c.attention = Attention::dense;
-  c.optimizer = simulator::Optimizer::none;
+  c.optimizer = step::Optimizer::none;
   EngineOptions o;
   o.adapters = adapters;
   Engine dense(backend, model, c, weights, std::move(o));

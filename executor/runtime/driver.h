@@ -21,7 +21,7 @@
 #include "executor/runtime/trace_recorder.h"
 #include "executor/runtime/weights.h"
 #include "models/specs.h"
-#include "simulator/config.h"
+#include "step/config.h"
 #include "step/buffers.h"
 #include "step/cuda_scratch.h"
 #include "step/geometry.h"
@@ -101,8 +101,8 @@ using StepPhase = step::Phase;
 
 // The run's buffer table: the step's table for `target` (step/buffers.h, described) less the rows the
 // executor does not allocate (the runtime reserve: the CUDA context).
-step::BufferTable run_table(const models::ModelSpec& model, const simulator::Config& config, const step::Target& target);
-std::vector<step::BufferRow> run_rows(const models::ModelSpec& model, const simulator::Config& config,
+step::BufferTable run_table(const models::ModelSpec& model, const step::Config& config, const step::Target& target);
+std::vector<step::BufferRow> run_rows(const models::ModelSpec& model, const step::Config& config,
                                       const step::Target& target);
 
 // The start-of-run check of a plan: every row the run needs must be in the plan (name and tier) with
@@ -142,7 +142,7 @@ class Engine {
   };
 
   // model: the catalog spec; config.layers_override cuts it. weights must have its layout.
-  Engine(Backend& backend, const models::ModelSpec& model, const simulator::Config& config, const Weights& weights,
+  Engine(Backend& backend, const models::ModelSpec& model, const step::Config& config, const Weights& weights,
          EngineOptions options = {});
   ~Engine();
   Engine(const Engine&) = delete;
@@ -223,7 +223,7 @@ class Engine {
   Backend& backend_;
   models::ModelSpec model_;
   models::Rope rope_;  // the model's RoPE frequencies (plain or llama3-scaled), models::rope_of
-  simulator::Config config_;
+  step::Config config_;
   int64_t head_rows_ = 0;  // rows per LM-head / loss tile (config logits_chunk_tokens, or the chunk)
   EngineOptions options_;
   Geometry g_;
@@ -319,11 +319,11 @@ struct DenseComparison {
   std::string worst_tensor;
   Json to_json() const;
 };
-DenseComparison compare_with_dense(Backend& backend, const models::ModelSpec& model, const simulator::Config& config,
+DenseComparison compare_with_dense(Backend& backend, const models::ModelSpec& model, const step::Config& config,
                                    const Weights& weights, const std::vector<int32_t>& tokens, double loss,
                                    const Gradients& grads, const ParamTensors& adapters = {});
 
 // The model as run: model with config.layers_override applied.
-models::ModelSpec effective_model(const models::ModelSpec& m, const simulator::Config& c);
+models::ModelSpec effective_model(const models::ModelSpec& m, const step::Config& c);
 
 }  // namespace oomb::executor

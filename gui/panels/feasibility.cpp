@@ -70,9 +70,9 @@ void draw_feasibility_panel(ViewModel& vm) {
         txt = short_binding(cell.binding);
       }
       dl->AddRectFilled(p0, p1, col, 2.0f);
-      const bool current = c.schedule == simulator::Schedule::oomb && fm.chunks[i] == c.chunk_tokens &&
-                           (fm.budgets[j] == 0 ? c.attention == simulator::Attention::dense
-                                               : c.attention == simulator::Attention::sparse && fm.budgets[j] == c.page_budget);
+      const bool current = c.schedule == step::Schedule::oomb && fm.chunks[i] == c.chunk_tokens &&
+                           (fm.budgets[j] == 0 ? c.attention == step::Attention::dense
+                                               : c.attention == step::Attention::sparse && fm.budgets[j] == c.page_budget);
       if (current) dl->AddRect({p0.x - 1, p0.y - 1}, {p1.x + 1, p1.y + 1}, IM_COL32(255, 255, 255, 255), 2.0f, 0, 2.5f);
       ImVec2 ts = ImGui::CalcTextSize(txt.c_str());
       float size = ImGui::GetFontSize();
@@ -105,9 +105,9 @@ void draw_feasibility_panel(ViewModel& vm) {
     ImGui::EndTooltip();
     if (ImGui::IsItemClicked()) {
       Inputs in = vm.inputs();
-      in.config.schedule = simulator::Schedule::oomb;
+      in.config.schedule = step::Schedule::oomb;
       in.config.chunk_tokens = fm.chunks[static_cast<size_t>(hover_i)];
-      in.config.attention = budget == 0 ? simulator::Attention::dense : simulator::Attention::sparse;
+      in.config.attention = budget == 0 ? step::Attention::dense : step::Attention::sparse;
       if (budget > 0) in.config.page_budget = budget;
       vm.set_inputs(in);
     }

@@ -1,5 +1,5 @@
 // Inputs: model / GPU / host from the catalog, context on a log slider (8K..16M), every knob of
-// simulator::Config, presets. Edits a copy of the inputs and hands it to the view-model once.
+// step::Config, presets. Edits a copy of the inputs and hands it to the view-model once.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -17,7 +17,7 @@ namespace oomb::gui {
 
 namespace {
 
-using simulator::Config;
+using step::Config;
 
 bool combo_strings(const char* label, std::string& value, const std::vector<std::string>& items, const char* help) {
   bool changed = false;
@@ -39,9 +39,9 @@ bool combo_strings(const char* label, std::string& value, const std::vector<std:
 template <typename E>
 bool combo_enum(const char* label, E& value, std::initializer_list<E> items, const char* help) {
   bool changed = false;
-  if (ImGui::BeginCombo(label, simulator::to_string(value))) {
+  if (ImGui::BeginCombo(label, to_string(value))) {
     for (E it : items)
-      if (ImGui::Selectable(simulator::to_string(it), it == value)) {
+      if (ImGui::Selectable(to_string(it), it == value)) {
         value = it;
         changed = true;
       }
@@ -87,7 +87,7 @@ const std::vector<std::string> kDtypes = {"bf16", "fp16", "fp32", "fp8"};
 
 void draw_inputs_panel(ViewModel& vm, UiState& ui) {
   Inputs in = vm.inputs();
-  Config& c = in.config;
+  step::Config& c = in.config;
   ImGui::PushItemWidth(-ImGui::GetFontSize() * 7.5f);
 
   static const std::vector<std::string> models = models::model_ids(), gpus = models::gpu_ids();
@@ -126,7 +126,7 @@ void draw_inputs_panel(ViewModel& vm, UiState& ui) {
   ImGui::Separator();
   for (const auto& p : ViewModel::presets()) {
     if (ImGui::Button(p.c_str())) {
-      simulator::apply_preset(p, c);
+      step::apply_preset(p, c);
     }
     chart::formula_tooltip(p == "oomb" ? "oomb's defaults: fp32 KV-grad, bounded selection memory, peak incl. reserve"
                                        : "the published OOMB configuration: chunk 4096, page 128, budget 64, 2 resident "
@@ -153,14 +153,14 @@ void draw_inputs_panel(ViewModel& vm, UiState& ui) {
   ImGui::InputText("##plan_path", ui.plan_path, sizeof(ui.plan_path));
   if (!ui.plan_message.empty()) ImGui::TextWrapped("%s", ui.plan_message.c_str());
 
-  combo_enum("schedule", c.schedule, {simulator::Schedule::oomb, simulator::Schedule::standard},
+  combo_enum("schedule", c.schedule, {step::Schedule::oomb, step::Schedule::standard},
              "oomb: chunk-recurrent; standard: full-sequence training with per-layer checkpointing");
-  combo_enum("attention", c.attention, {simulator::Attention::dense, simulator::Attention::sparse},
+  combo_enum("attention", c.attention, {step::Attention::dense, step::Attention::sparse},
              "dense: exact gradients; sparse: top-B page selection per query page");
   combo_tokens("chunk", c.chunk_tokens, {256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536}, nullptr,
                "tokens per chunk (a multiple of the page)");
   combo_tokens("page", c.page_tokens, {16, 32, 64, 128, 256, 512}, nullptr, "tokens per KV page");
-  if (c.attention == simulator::Attention::sparse) {
+  if (c.attention == step::Attention::sparse) {
     int budget = static_cast<int>(c.page_budget);
     if (ImGui::InputInt("budget", &budget, 8, 64)) c.page_budget = std::max(1, budget);
     chart::formula_tooltip("earlier pages selected per query page (B)");
@@ -171,7 +171,7 @@ void draw_inputs_panel(ViewModel& vm, UiState& ui) {
     chart::formula_tooltip("union of a chunk's selections = min(prefix, B x (1 + (q - 1) x (1 - overlap))), "
                            "q = chunk / page");
     combo_enum("sel. memory", c.selection_memory,
-               {simulator::SelectionMemory::bounded, simulator::SelectionMemory::device},
+               {step::SelectionMemory::bounded, step::SelectionMemory::device},
                "bounded: summaries in the host tier, scores in tiles (flat in N); device: all on the GPU (grows with N)");
   }
   int64_t layers = 0;
@@ -190,7 +190,7 @@ void draw_inputs_panel(ViewModel& vm, UiState& ui) {
   combo_strings("KV-grad dtype", c.kv_grad_dtype, {"fp32", "bf16"}, "dtype of KV-gradient pages (accumulated)");
   combo_strings("param dtype", c.param_dtype, {"bf16", "fp32"}, "dtype of the weights");
   combo_strings("grad dtype", c.param_grad_dtype, {"bf16", "fp32"}, "dtype of the parameter gradients");
-  combo_enum("optimizer", c.optimizer, {simulator::Optimizer::none, simulator::Optimizer::gpu, simulator::Optimizer::host},
+  combo_enum("optimizer", c.optimizer, {step::Optimizer::none, step::Optimizer::gpu, step::Optimizer::host},
              "AdamW state: none, on the GPU, or on the host (gradients go down, parameters come back)");
   ImGui::Checkbox("checkpointing", &c.checkpointing);
   chart::formula_tooltip("per-layer checkpointing (inside the chunk for oomb)");
@@ -229,7 +229,7 @@ void draw_inputs_panel(ViewModel& vm, UiState& ui) {
   }
   combo_tokens("loss tile", c.logits_chunk_tokens, {0, 512, 1024, 2048, 4096, 8192}, "whole, unfused",
                "tokens per fused LM-head + cross-entropy tile; whole = bf16 logits + fp32 upcast, as PyTorch");
-  combo_enum("peak as", c.peak_measure, {simulator::PeakMeasure::reserved, simulator::PeakMeasure::allocated},
+  combo_enum("peak as", c.peak_measure, {step::PeakMeasure::reserved, step::PeakMeasure::allocated},
              "reserved: include the runtime reserve (what a user sees); allocated: as max_memory_allocated");
   // Parallelism: per-rank figures. oomb run executes both under mpirun (MPI on the CPU backend,
   // NCCL on the CUDA backend).
@@ -250,7 +250,7 @@ void draw_inputs_panel(ViewModel& vm, UiState& ui) {
     combo_count("nodes", c.nodes, divisors,
                 "nodes the replicas spread over (a divisor of the replicas): beyond one, the gradients' all-reduce "
                 "crosses the host profile's network and the replicas on a node share its host");
-    if (c.optimizer != simulator::Optimizer::none && c.lora_rank == 0) {
+    if (c.optimizer != step::Optimizer::none && c.lora_rank == 0) {
       ImGui::Checkbox("ZeRO-1", &c.shard_optimizer);
       chart::formula_tooltip("shard the AdamW state over the replicas (DeepSpeed stage 1): gradients reduce-scattered, "
                              "updated weights all-gathered");

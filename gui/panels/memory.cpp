@@ -12,12 +12,12 @@ namespace oomb::gui {
 
 namespace {
 
-using simulator::Buffer;
-using simulator::Tier;
+using step::BufferRow;
+using step::Tier;
 
 // One stacked bar: segments per category (in table order), capacity lines, hover = category rows.
 // Only the rows alive in `phases` count (the peak phase; all bits for the host).
-void stacked_bar(const char* id, const std::vector<Buffer>& rows, Tier tier, simulator::PhaseMask phases, int64_t total,
+void stacked_bar(const char* id, const std::vector<step::BufferRow>& rows, step::Tier tier, step::PhaseMask phases, int64_t total,
                  int64_t capacity, const char* capacity_label, int64_t second_line, const char* second_label) {
   ImDrawList* dl = ImGui::GetWindowDrawList();
   const float label_h = ImGui::GetTextLineHeight();
@@ -82,17 +82,17 @@ void draw_memory_panel(const ViewModel& vm) {
     return;
   }
   const auto& s = r.scenario;
-  const simulator::Phase peak = r.table.device_peak().phase;
-  ImGui::TextDisabled("Device (per GPU), at the peak phase: %s", simulator::to_string(peak));
+  const step::Phase peak = r.table.device_peak().phase;
+  ImGui::TextDisabled("Device (per GPU), at the peak phase: %s", step::to_string(peak));
   std::string by_phase;
-  for (simulator::Phase p : simulator::phases_of(r.table.schedule))
-    by_phase += std::string(by_phase.empty() ? "" : "\n") + simulator::to_string(p) + ": " +
+  for (step::Phase p : step::phases_of(r.table.schedule))
+    by_phase += std::string(by_phase.empty() ? "" : "\n") + step::to_string(p) + ": " +
                 format_bytes(r.table.device_bytes_in(p)) + (p == peak ? "  (peak)" : "");
   chart::formula_tooltip("device bytes alive per phase (pools at their allocated size):\n" + by_phase);
-  stacked_bar("##device", r.table.rows, Tier::device, simulator::phase_bit(peak), r.summary.peak_device_bytes,
+  stacked_bar("##device", r.table.rows, step::Tier::device, step::phase_bit(peak), r.summary.peak_device_bytes,
               s.gpu.hbm_capacity_bytes, ("HBM " + s.gpu.id).c_str(), 0, "");
   ImGui::TextDisabled("Host");
-  stacked_bar("##host", r.table.rows, Tier::host, ~simulator::PhaseMask{0}, r.summary.peak_host_bytes, s.host.ram_bytes,
+  stacked_bar("##host", r.table.rows, step::Tier::host, ~step::PhaseMask{0}, r.summary.peak_host_bytes, s.host.ram_bytes,
               ("RAM " + s.host.id).c_str(), s.host.pinnable_bytes, "pinnable");
 
   const ImGuiTableFlags flags = ImGuiTableFlags_ScrollY | ImGuiTableFlags_RowBg | ImGuiTableFlags_BordersInnerV |
@@ -105,12 +105,12 @@ void draw_memory_panel(const ViewModel& vm) {
     ImGui::TableSetupColumn("share", ImGuiTableColumnFlags_WidthStretch, 1.0f);
     ImGui::TableSetupColumn("phases", ImGuiTableColumnFlags_WidthStretch, 2.0f);
     ImGui::TableHeadersRow();
-    std::vector<const simulator::Buffer*> rows;
+    std::vector<const step::BufferRow*> rows;
     for (const auto& b : r.table.rows)
       if (b.bytes > 0) rows.push_back(&b);
     std::stable_sort(rows.begin(), rows.end(), [](auto* x, auto* y) { return x->bytes > y->bytes; });
     for (const auto* b : rows) {
-      const bool dev = b->tier == Tier::device;
+      const bool dev = b->tier == step::Tier::device;
       const int64_t total = dev ? r.summary.peak_device_bytes : r.summary.peak_host_bytes;
       ImGui::TableNextRow();
       ImGui::TableNextColumn();
@@ -128,12 +128,12 @@ void draw_memory_panel(const ViewModel& vm) {
       chart::formula_tooltip(b->formula);
       ImGui::TableNextColumn();
       // Share of the peak for the rows alive at the peak phase; the others are freed by then.
-      if (!dev || (b->phases & simulator::phase_bit(peak)))
+      if (!dev || (b->phases & step::phase_bit(peak)))
         ImGui::TextUnformatted(format_percent(static_cast<double>(b->bytes) / static_cast<double>(std::max<int64_t>(total, 1))).c_str());
       else
         ImGui::TextDisabled("-");
       ImGui::TableNextColumn();
-      if (dev && (b->phases & simulator::phase_bit(peak)))
+      if (dev && (b->phases & step::phase_bit(peak)))
         ImGui::TextUnformatted(b->lifetime.c_str());
       else
         ImGui::TextDisabled("%s", b->lifetime.c_str());

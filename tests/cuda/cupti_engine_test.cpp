@@ -21,12 +21,12 @@ namespace {
 
 constexpr int kTimedSteps = 3;
 
-simulator::Config traced_config() {
+step::Config traced_config() {
   auto c = test::small_config(64, 16, 4, 1);  // 4 chunks, resident layers 1 of 3: offload
-  c.attention = simulator::Attention::sparse;
+  c.attention = step::Attention::sparse;
   c.page_budget = 2;
   c.selection = "published";
-  c.optimizer = simulator::Optimizer::gpu;
+  c.optimizer = step::Optimizer::gpu;
   return c;
 }
 

@@ -50,7 +50,7 @@ struct Out {
   Measured measured;
 };
 
-Out run(Backend& b, const models::ModelSpec& m, const simulator::Config& c, const Weights& w,
+Out run(Backend& b, const models::ModelSpec& m, const step::Config& c, const Weights& w,
         const std::vector<int32_t>& tokens, int steps = 1) {
   Engine e(b, m, c, w);
   Out o;
@@ -62,8 +62,8 @@ Out run(Backend& b, const models::ModelSpec& m, const simulator::Config& c, cons
   return o;
 }
 
-simulator::Config sparse(simulator::Config c, int64_t budget, const char* rule) {
-  c.attention = simulator::Attention::sparse;
+step::Config sparse(step::Config c, int64_t budget, const char* rule) {
+  c.attention = step::Attention::sparse;
   c.page_budget = budget;
   c.selection = rule;
   return c;
@@ -156,7 +156,7 @@ TEST_F(CudaEngine, NoAllocationInsideSteps) {
   const Weights w = random_weights(m, 5, kInitStd);
   const auto tokens = TokenSource::synthetic(m.vocab, 5).sequence(0, 64);
   auto c = sparse(test::small_config(64, 16, 4, 1), 2, "published");
-  c.selection_memory = simulator::SelectionMemory::bounded;  // summaries in the host tier (kernels read them there)
+  c.selection_memory = step::SelectionMemory::bounded;  // summaries in the host tier (kernels read them there)
   Engine e(*gpu, m, c, w);
   const CudaMemoryStats before = gpu->memory_stats();
   e.step(tokens);
@@ -176,7 +176,7 @@ TEST_F(CudaEngine, OpScratchIsItsRowAndNoOpNeedsMore) {
   const Weights w = random_weights(m, 5, kInitStd);
   const auto tokens = TokenSource::synthetic(m.vocab, 5).sequence(0, 64);
   for (int variant = 0; variant < 4; ++variant) {
-    simulator::Config c = test::small_config(64, 16, 8, 1);
+    step::Config c = test::small_config(64, 16, 8, 1);
     if (variant & 1) c = sparse(c, 2, "published");
     if (variant & 2) c.param_dtype = c.param_grad_dtype = c.activation_dtype = c.kv_dtype = "bf16";
     SCOPED_TRACE(variant);
@@ -191,7 +191,7 @@ TEST_F(CudaEngine, OpScratchIsItsRowAndNoOpNeedsMore) {
     EXPECT_EQ(gpu->scratch_bytes(), row);
     EXPECT_EQ(gpu->memory_stats().workspace_grows, 0);
   }
-  simulator::Config c = test::small_config(64, 16, 8, 1);
+  step::Config c = test::small_config(64, 16, 8, 1);
   EngineOptions o;
   o.table_override = run_rows(m, c, gpu->target());
   for (auto& r : o.table_override)
@@ -217,14 +217,14 @@ TEST_F(CudaEngine, EveryGemmCallIsPlannedWithinTheOpScratchBeforeTheFirstStep) {
   const auto m = test::small_model(2, 4, 2, 16, 32, true, true, 2048, 48);
   const Weights w = random_weights(m, 5, kInitStd);
   const auto tokens = TokenSource::synthetic(m.vocab, 5).sequence(0, 64);
-  auto bf16_storage = [](simulator::Config c) {
+  auto bf16_storage = [](step::Config c) {
     c.param_dtype = c.param_grad_dtype = c.activation_dtype = c.kv_dtype = c.loss_dtype = "bf16";
     return c;
   };
   const bool bf16_gemm = gpu->target().bf16_gemm;
   int64_t largest = 0;
   for (int variant = 0; variant < 3; ++variant) {
-    simulator::Config c = test::small_config(64, 16, 8, 1);
+    step::Config c = test::small_config(64, 16, 8, 1);
     if (variant == 1) c = bf16_storage(c);
     if (variant == 2) {  // LoRA on every projection
       c.lora_rank = 4;
@@ -244,7 +244,7 @@ TEST_F(CudaEngine, EveryGemmCallIsPlannedWithinTheOpScratchBeforeTheFirstStep) {
   EXPECT_GT(largest, 0) << "no call planned any scratch: the probe would check nothing";
 #ifdef OOMB_CUDA_EMULATED_BACKEND
   setenv("OOMB_EMULATED_CUBLASLT_NO_BF16", "1", 1);
-  const simulator::Config c = bf16_storage(test::small_config(64, 16, 8, 1));
+  const step::Config c = bf16_storage(test::small_config(64, 16, 8, 1));
   const auto calls = step::cuda_scratch::step_linear_calls(m, c, step::geometry(m, c));
   int64_t row = -1;
   for (const auto& r : run_rows(m, c, gpu->target()))
@@ -278,7 +278,7 @@ TEST_F(CudaEngine, AdamWStepsMatchTheCpuWithDeviceAndHostState) {
   const auto m = test::small_model(1, 2, 1, 8, 16, false, true, 23, 16);
   const Weights w = random_weights(m, 8, kInitStd);
   const auto tokens = TokenSource::synthetic(m.vocab, 8).sequence(0, 20);
-  for (auto placement : {simulator::Optimizer::gpu, simulator::Optimizer::host}) {
+  for (auto placement : {step::Optimizer::gpu, step::Optimizer::host}) {
     auto c = test::small_config(20, 8, 4, 4);
     c.optimizer = placement;
     const Out want = run(cpu, m, c, w, tokens, 2);
@@ -286,7 +286,7 @@ TEST_F(CudaEngine, AdamWStepsMatchTheCpuWithDeviceAndHostState) {
     EXPECT_LE(relative_l2(got.weights.data.data(), want.weights.data.data(),
                           static_cast<int64_t>(want.weights.data.size())),
               kStepGradRelTol)
-        << simulator::to_string(placement);
+        << step::to_string(placement);
     EXPECT_GT(relative_l2(got.weights.data.data(), w.data.data(), static_cast<int64_t>(w.data.size())), 1e-4);
   }
 }

@@ -26,7 +26,7 @@ struct LoraStep {
   Gradients grads;
 };
 
-simulator::Config lora_config(const char* targets, int64_t rank) {
+step::Config lora_config(const char* targets, int64_t rank) {
   auto c = test::small_config(64, 16, 8, 2);
   c.lora_rank = rank;
   c.lora_alpha = 2.0 * static_cast<double>(rank);  // scale 2
@@ -34,7 +34,7 @@ simulator::Config lora_config(const char* targets, int64_t rank) {
   return c;
 }
 
-LoraStep run_lora(Backend& b, const models::ModelSpec& m, const simulator::Config& c, const Weights& w,
+LoraStep run_lora(Backend& b, const models::ModelSpec& m, const step::Config& c, const Weights& w,
                   const std::vector<int32_t>& tokens) {
   EngineOptions o;
   o.adapters = init_adapters(m, c, 99, kInitBStd);

@@ -46,11 +46,11 @@ struct TpCase {
 
 std::ostream& operator<<(std::ostream& os, const TpCase& c) { return os << c.name; }
 
-simulator::Config config_of(const TpCase& k, bool bf16_storage) {
+step::Config config_of(const TpCase& k, bool bf16_storage) {
   auto c = test::small_config(k.N, k.C, k.p, k.R);
   c.logits_chunk_tokens = k.logits_rows;
   if (k.rule) {
-    c.attention = simulator::Attention::sparse;
+    c.attention = step::Attention::sparse;
     c.page_budget = k.budget;
     c.selection = k.rule == 1 ? "published" : "per-kv-head";
   }
@@ -71,7 +71,7 @@ struct OneProcess {
   SelectionLog selections;
 };
 
-OneProcess one_process(const models::ModelSpec& m, const simulator::Config& c, const Weights& w,
+OneProcess one_process(const models::ModelSpec& m, const step::Config& c, const Weights& w,
                        const std::vector<int32_t>& tokens, bool bf16_compute) {
   CudaBackend b(options_of(bf16_compute));
   Engine e(b, m, c, w);
@@ -93,10 +93,10 @@ TEST_P(CudaTensorParallel, TwoRanksOnOneGpuComputeTheOneProcessStep) {
   const auto m = test::small_model(2, 4, 2, k.head_dim, k.hidden, false, !bf16, 62, 48);
   const Weights w = random_weights(m, 1234, kInitStd);
   const auto tokens = TokenSource::synthetic(m.vocab, 7).sequence(0, k.N);
-  const simulator::Config c = config_of(k, k.bf16_storage);
+  const step::Config c = config_of(k, k.bf16_storage);
   const OneProcess one = one_process(m, c, w, tokens, k.bf16_compute);
 
-  simulator::Config tp = c;
+  step::Config tp = c;
   tp.gpus = 2;
   CudaBackend b0(options_of(k.bf16_compute)), b1(options_of(k.bf16_compute));
   const test::ThreadedRanks got = test::threaded_tensor_parallel({&b0, &b1}, m, tp, w, tokens);

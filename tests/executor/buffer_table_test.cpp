@@ -31,7 +31,7 @@ planner::Plan cli_plan(const std::string& model, const std::string& gpu, int64_t
   r.scenario.gpu = models::load_gpu(gpu);
   r.scenario.host = models::load_host(r.scenario.gpu.default_host);
   r.scenario.config.logits_chunk_tokens = 1024;
-  r.scenario.config.optimizer = simulator::Optimizer::gpu;
+  r.scenario.config.optimizer = step::Optimizer::gpu;
   r.optimizer_auto = true;
   r.executable_only = true;
   const planner::SearchResult res = planner::search(r, context);
@@ -86,7 +86,7 @@ TEST(CudaPlanStart, QwenSevenBPlansPassTheStartOfRunCheck) {
 // declares the fp32 dW fallback of a bf16 gradient (hidden x vocab x 4).
 TEST(CudaScratch, LmHeadBackwardDeclaresTheStagingAndTheDwFallback) {
   const models::ModelSpec m = models::load_model("qwen2.5-7b");
-  simulator::Config c;
+  step::Config c;
   c.context_tokens = 64 << 10;
   c.chunk_tokens = 4096;
   c.page_tokens = 128;
@@ -111,7 +111,7 @@ TEST(CudaScratch, LmHeadBackwardDeclaresTheStagingAndTheDwFallback) {
 struct Small {
   models::ModelSpec m = test::small_model(2, 4, 2, 8, 32, false, true);
   Weights w = random_weights(m, 5, kInitStd);
-  simulator::Config c = test::small_config(48, 16, 8, 1);
+  step::Config c = test::small_config(48, 16, 8, 1);
   std::vector<int32_t> tokens = TokenSource::synthetic(m.vocab, 1).sequence(0, 48);
 };
 
@@ -242,7 +242,7 @@ TEST(MemoryAccount, MeasuresEveryRowAndPhaseOfTheTable) {
   Small s;
   for (bool ckpt : {true, false}) {
     SCOPED_TRACE(ckpt);
-    simulator::Config c = s.c;
+    step::Config c = s.c;
     c.checkpointing = ckpt;
     CpuBackend b;
     Engine e(b, s.m, c, s.w);

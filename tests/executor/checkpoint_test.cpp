@@ -38,7 +38,7 @@ bool same_bits(const Weights& a, const Weights& b) {
 }
 
 double loss_of(const models::ModelSpec& m, const Weights& w) {
-  const simulator::Config c = test::small_config(96, 32, 16, 1);
+  const step::Config c = test::small_config(96, 32, 16, 1);
   CpuBackend backend;
   Engine e(backend, m, c, w);
   return e.step(TokenSource::synthetic(m.vocab, 7).sequence(0, c.context_tokens)).loss;

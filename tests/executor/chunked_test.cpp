@@ -31,7 +31,7 @@ struct RunOut {
   Measured measured;
 };
 
-RunOut run(const models::ModelSpec& m, const simulator::Config& c, const Weights& w, const std::vector<int32_t>& t) {
+RunOut run(const models::ModelSpec& m, const step::Config& c, const Weights& w, const std::vector<int32_t>& t) {
   CpuBackend backend;
   Engine e(backend, m, c, w);
   RunOut r;
@@ -238,10 +238,10 @@ TEST(Offload, ResidentOneAndTwoAreBitIdenticalToNoOffload) {
   }
 }
 
-simulator::Config sparse_config(int64_t N, int64_t C, int64_t p, int64_t budget, int64_t resident,
+step::Config sparse_config(int64_t N, int64_t C, int64_t p, int64_t budget, int64_t resident,
                                 const char* rule = "published") {
   auto c = test::small_config(N, C, p, resident);
-  c.attention = simulator::Attention::sparse;
+  c.attention = step::Attention::sparse;
   c.page_budget = budget;
   c.selection = rule;
   return c;
@@ -312,7 +312,7 @@ TEST(Optimizer, AdamWOverAccumulatedStepsMatchesManualUpdate) {
   plain.step(src.sequence(1, 20));
   Gradients g = plain.gradients();  // sum of both
   // AdamW step on the mean, by hand.
-  c.optimizer = simulator::Optimizer::gpu;
+  c.optimizer = step::Optimizer::gpu;
   EngineOptions o;
   o.adamw.grad_accum = 2;
   o.adamw.lr = 0.01f;

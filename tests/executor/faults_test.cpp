@@ -19,7 +19,7 @@ namespace {
 
 TEST(Faults, DestructorsLogInsteadOfThrowingAfterAStickyError) {
   const auto m = test::small_model(3, 2, 1, 8, 16, false, false, 31, 16);
-  const simulator::Config c = test::small_config(64, 16, 8, 1);
+  const step::Config c = test::small_config(64, 16, 8, 1);
   const Weights w = random_weights(m, 1, 0.02f);
   const auto tokens = TokenSource::synthetic(m.vocab, 1).sequence(0, c.context_tokens);
   // In a child process: on a throwing destructor std::terminate aborts it.
@@ -42,7 +42,7 @@ TEST(Faults, DestructorsLogInsteadOfThrowingAfterAStickyError) {
 
 TEST(Faults, AFaultInAStepNamesItsPassAndKeepsWhatEarlierStepsMeasured) {
   const auto m = test::small_model(3, 2, 1, 8, 16, false, false, 31, 16);
-  const simulator::Config c = test::small_config(64, 16, 8, 1);  // dense offload: copies every pass
+  const step::Config c = test::small_config(64, 16, 8, 1);  // dense offload: copies every pass
   const Weights w = random_weights(m, 1, 0.02f);
   const auto tokens = TokenSource::synthetic(m.vocab, 1).sequence(0, c.context_tokens);
   // A dense step's copies are one region each (overlap_test.cpp), plus its end-of-step fence.

@@ -31,7 +31,7 @@ Counts step_counts(const Shape& s, int steps) {
   const Weights w = random_weights(m, 7, 0.05f);
   CpuBackend cpu;
   test::FakeCupti fake(cpu);
-  simulator::Config c = test::small_config(s.context, s.chunk, 4, s.resident);
+  step::Config c = test::small_config(s.context, s.chunk, 4, s.resident);
   c.logits_chunk_tokens = s.logits_rows;
   Engine e(fake, m, c, w, {});
   Counts out;

@@ -156,14 +156,14 @@ models::ModelSpec lora_model(const LoraCase& k) {
   return m;
 }
 
-simulator::Config lora_config(const LoraCase& k) {
+step::Config lora_config(const LoraCase& k) {
   auto c = test::small_config(k.N, k.C, k.p, 64);
   c.lora_rank = k.rank;
   c.lora_alpha = 2.0 * static_cast<double>(k.rank);
   c.lora_targets = step::lora_targets_from_string(k.targets, "--lora-targets");
   c.checkpointing = k.checkpointing;
   if (k.sparse) {
-    c.attention = simulator::Attention::sparse;
+    c.attention = step::Attention::sparse;
     c.page_budget = 2;
   }
   return c;
@@ -252,8 +252,8 @@ TEST(Lora, TheBaseIsFrozenAndTheAdaptedModelStartsAsTheBase) {
     Engine plain(be, m, test::small_config(k.N, k.C, k.p, 64), w);
     base_loss = plain.step(tokens).loss;
   }
-  for (auto opt : {simulator::Optimizer::gpu, simulator::Optimizer::host}) {
-    SCOPED_TRACE(simulator::to_string(opt));
+  for (auto opt : {step::Optimizer::gpu, step::Optimizer::host}) {
+    SCOPED_TRACE(step::to_string(opt));
     auto c = lora_config(k);
     c.optimizer = opt;
     EngineOptions o;
@@ -347,7 +347,7 @@ TEST_F(AdapterFolder, AMismatchedConfigNamesTheKeyAndTheFlag) {
   const auto m = lora_model(k);
   const auto c = lora_config(k);
   write_adapter(init_adapters(m, c, 3), dir_.string(), adapter_config(c, "base"));
-  auto expect_error = [&](const simulator::Config& cc, const std::string& key, const std::string& flag) {
+  auto expect_error = [&](const step::Config& cc, const std::string& key, const std::string& flag) {
     try {
       read_adapter(dir_.string(), m, cc);
       ADD_FAILURE() << "accepted (" << key << ")";

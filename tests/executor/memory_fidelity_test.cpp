@@ -31,8 +31,8 @@ struct MemCase {
   bool sparse;
   const char* storage;  // weights, gradients, activations and loss ("fp32" or "bf16")
   const char* pages;    // KV and KV-gradient pages
-  simulator::Optimizer optimizer;
-  simulator::SelectionMemory selection = simulator::SelectionMemory::bounded;
+  step::Optimizer optimizer;
+  step::SelectionMemory selection = step::SelectionMemory::bounded;
   bool checkpointing = true;
   const char* rule = "published";
   int64_t kept_layers = 0;  // partial checkpointing: the last k layers keep their activations
@@ -58,7 +58,7 @@ TEST_P(PredictedEqualsAllocated, PeakAndBreakdownAtThePeak) {
   c.resident_layers = k.R;
   c.layers_override = k.layers;
   c.logits_chunk_tokens = k.logits_chunk;
-  c.attention = k.sparse ? simulator::Attention::sparse : simulator::Attention::dense;
+  c.attention = k.sparse ? step::Attention::sparse : step::Attention::dense;
   if (k.budget > 0) c.page_budget = k.budget;
   c.selection_memory = k.selection;
   c.param_dtype = c.param_grad_dtype = c.activation_dtype = c.loss_dtype = k.storage;
@@ -67,10 +67,10 @@ TEST_P(PredictedEqualsAllocated, PeakAndBreakdownAtThePeak) {
   c.checkpointing = k.checkpointing;
   c.kept_layers = k.kept_layers;
   c.selection = k.rule;
-  c.peak_measure = simulator::PeakMeasure::allocated;
+  c.peak_measure = step::PeakMeasure::allocated;
   c.lora_rank = k.lora_rank;
   c.lora_targets = step::lora_targets_from_string(k.lora_targets, "--lora-targets");
-  simulator::validate(c, s.model);
+  step::validate(c, s.model);
   const simulator::Summary pred = simulator::evaluate(s);
 
   const models::ModelSpec m = effective_model(s.model, c);
@@ -104,7 +104,7 @@ TEST_P(PredictedEqualsAllocated, PeakAndBreakdownAtThePeak) {
   // Reserved (issue #23): what the caching allocator held for the device tier at most (blocks in
   // use, rounded, plus the cached ones) against the plan's reserved peak (its default measure).
   simulator::Scenario r = s;
-  r.config.peak_measure = simulator::PeakMeasure::reserved;
+  r.config.peak_measure = step::PeakMeasure::reserved;
   const simulator::Summary pred_reserved = simulator::evaluate(r);
   std::printf("%-28s reserved predicted %12lld  held %12lld\n", k.name,
               static_cast<long long>(pred_reserved.peak_device_bytes),
@@ -156,7 +156,7 @@ TEST_P(PredictedEqualsAllocated, PeakAndBreakdownAtThePeak) {
   EXPECT_EQ(arena.reserved_bytes(), layout.block_bytes);
 }
 
-using simulator::Optimizer;
+using step::Optimizer;
 INSTANTIATE_TEST_SUITE_P(
     Plans, PredictedEqualsAllocated,
     ::testing::Values(
@@ -164,30 +164,30 @@ INSTANTIATE_TEST_SUITE_P(
         MemCase{"tiny_8K_chunk1K_R1", "tiny", 0, 8192, 1024, 128, 1, 0, 0, false, "fp32", "fp32", Optimizer::none},
         MemCase{"tiny_8K_sparse_b8", "tiny", 0, 8192, 1024, 128, 1, 0, 8, true, "fp32", "fp32", Optimizer::none},
         MemCase{"tiny_8K_sparse_device_sel", "tiny", 0, 8192, 1024, 128, 2, 256, 8, true, "bf16", "bf16", Optimizer::none,
-                simulator::SelectionMemory::device},
+                step::SelectionMemory::device},
         MemCase{"tiny_ragged_bf16_R2", "tiny", 0, 5000, 1024, 128, 2, 300, 0, false, "bf16", "bf16", Optimizer::none},
         MemCase{"tiny_bf16_adamw_gpu", "tiny", 0, 4096, 1024, 128, 1, 512, 0, false, "bf16", "fp32", Optimizer::gpu},
         MemCase{"tiny_no_recompute_sparse_R1", "tiny", 0, 6144, 1024, 128, 1, 512, 4, true, "bf16", "fp32",
-                Optimizer::none, simulator::SelectionMemory::bounded, false},
+                Optimizer::none, step::SelectionMemory::bounded, false},
         MemCase{"tiny_per_kv_head_R1", "tiny", 0, 6144, 1024, 128, 1, 0, 2, true, "fp32", "fp32", Optimizer::none,
-                simulator::SelectionMemory::bounded, true, "per-kv-head"},
+                step::SelectionMemory::bounded, true, "per-kv-head"},
         MemCase{"tiny_fp32_adamw_host", "tiny", 0, 4096, 1024, 128, 64, 0, 0, false, "fp32", "fp32", Optimizer::host},
         MemCase{"qwen0.5b_x2_512_chunk256_R1", "qwen2.5-0.5b", 2, 512, 256, 128, 1, 0, 0, false, "fp32", "fp32",
                 Optimizer::none},
         MemCase{"qwen0.5b_x2_bf16_tiled", "qwen2.5-0.5b", 2, 256, 128, 64, 1, 64, 0, false, "bf16", "bf16",
                 Optimizer::gpu},
         MemCase{"tiny_one_kept_R1", "tiny", 0, 4096, 1024, 128, 1, 0, 0, false, "fp32", "fp32", Optimizer::none,
-                simulator::SelectionMemory::bounded, true, "published", 1},
+                step::SelectionMemory::bounded, true, "published", 1},
         MemCase{"qwen0.5b_x3_two_kept", "qwen2.5-0.5b", 3, 256, 128, 64, 2, 64, 0, false, "fp32", "fp32",
-                Optimizer::none, simulator::SelectionMemory::bounded, true, "published", 2},
+                Optimizer::none, step::SelectionMemory::bounded, true, "published", 2},
         MemCase{"tiny_one_kept_sparse_bf16_adamw", "tiny", 0, 6144, 1024, 128, 1, 512, 4, true, "bf16", "fp32",
-                Optimizer::gpu, simulator::SelectionMemory::bounded, true, "published", 1},
+                Optimizer::gpu, step::SelectionMemory::bounded, true, "published", 1},
         MemCase{"tiny_lora_r8_bf16_adamw", "tiny", 0, 4096, 1024, 128, 1, 512, 0, false, "bf16", "bf16", Optimizer::gpu,
-                simulator::SelectionMemory::bounded, true, "published", 0, 8},
+                step::SelectionMemory::bounded, true, "published", 0, 8},
         MemCase{"tiny_lora_all_linear_host_adamw", "tiny", 0, 4096, 1024, 128, 2, 0, 0, false, "fp32", "fp32",
-                Optimizer::host, simulator::SelectionMemory::bounded, true, "published", 0, 16, "all-linear"},
+                Optimizer::host, step::SelectionMemory::bounded, true, "published", 0, 16, "all-linear"},
         MemCase{"qwen0.5b_x2_lora_no_recompute_sparse", "qwen2.5-0.5b", 2, 512, 128, 64, 1, 64, 2, true, "bf16", "bf16",
-                Optimizer::gpu, simulator::SelectionMemory::bounded, false, "published", 0, 4, "all-linear"}),
+                Optimizer::gpu, step::SelectionMemory::bounded, false, "published", 0, 4, "all-linear"}),
     [](const auto& i) {
       std::string n = i.param.name;
       for (char& ch : n)

@@ -39,12 +39,12 @@ class RecordingTagger final : public OpTagger {
 };
 
 // Sparse selection (load_prefix after select), offload with prefetch, AdamW on the device.
-simulator::Config tagged_config() {
+step::Config tagged_config() {
   auto c = test::small_config(64, 16, 4, 2);
-  c.attention = simulator::Attention::sparse;
+  c.attention = step::Attention::sparse;
   c.page_budget = 2;
   c.selection = "published";
-  c.optimizer = simulator::Optimizer::gpu;
+  c.optimizer = step::Optimizer::gpu;
   return c;
 }
 

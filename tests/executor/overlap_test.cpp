@@ -59,7 +59,7 @@ models::ModelSpec overlap_model() { return test::small_model(4, 8, 2, 32, 256, f
 
 TEST(Overlap, WriteBacksOverlapTheNextPassAsTheSimulatorPredicts) {
   const auto m = overlap_model();
-  const simulator::Config c = test::small_config(512, 128, 16, 3);  // 4 chunks, 8 pages each, R = 3
+  const step::Config c = test::small_config(512, 128, 16, 3);  // 4 chunks, 8 pages each, R = 3
   const Weights w = random_weights(m, 3, 0.02f);
   const auto tokens = TokenSource::synthetic(m.vocab, 5).sequence(0, c.context_tokens);
   EngineOptions o;
@@ -125,7 +125,7 @@ TEST(Overlap, WriteBacksOverlapTheNextPassAsTheSimulatorPredicts) {
 
 TEST(Overlap, StepAndTraceEndWhenEveryCopyReported) {
   const auto m = test::small_model(3, 2, 1, 8, 16, false, false, 31, 16);
-  const simulator::Config c = test::small_config(64, 16, 8, 1);
+  const step::Config c = test::small_config(64, 16, 8, 1);
   const Weights w = random_weights(m, 1, 0.02f);
   const auto tokens = TokenSource::synthetic(m.vocab, 1).sequence(0, c.context_tokens);
   CpuBackendOptions late;
@@ -164,7 +164,7 @@ TEST(Overlap, DenseCopiesAreOneRegionEach) {
   const auto m = test::small_model(3, 2, 1, 8, 16, false, false, 31, 16);
   for (const auto& [N, C, p, R] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{64, 16, 8, 1},
                                    {100, 32, 8, 2}, {257, 64, 16, 1}, {96, 32, 4, 2}}) {
-    const simulator::Config c = test::small_config(N, C, p, R);
+    const step::Config c = test::small_config(N, C, p, R);
     const Weights w = random_weights(m, 1, 0.02f);
     CpuBackend b;
     Engine e(b, m, c, w);

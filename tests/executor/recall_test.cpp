@@ -14,9 +14,9 @@ namespace {
 constexpr float kInitStd = 0.1f;  // non-uniform attention in a small model
 constexpr int64_t kN = 64, kC = 16, kP = 4;  // 16 pages; the last chunk has 12 earlier pages
 
-simulator::Config sparse_config(int64_t budget, int64_t resident = 8, const char* rule = "published") {
+step::Config sparse_config(int64_t budget, int64_t resident = 8, const char* rule = "published") {
   auto c = test::small_config(kN, kC, kP, resident);
-  c.attention = simulator::Attention::sparse;
+  c.attention = step::Attention::sparse;
   c.page_budget = budget;
   c.selection = rule;
   return c;
@@ -37,7 +37,7 @@ RecallRun run(int64_t budget, int64_t resident = 8, const char* rule = "publishe
   EngineOptions o;
   o.measure_recall = true;
   o.record_trace = true;
-  const simulator::Config c = sparse_config(budget, resident, rule);
+  const step::Config c = sparse_config(budget, resident, rule);
   Engine e(backend, m, c, w, o);
   RecallRun r;
   r.loss = e.step(tokens).loss;

@@ -109,7 +109,7 @@ TEST_P(ScheduleWithBf16Pages, BytesHalveAndMatchTheClosedForm) {
   const int64_t fp32_page = k.p * 2 * m.kv_heads * m.head_dim * 4, bf16_page = fp32_page / 2;
   for (const char* grads : {"fp32", "bf16"}) {
     const bool bf16_grads = std::string(grads) == "bf16";
-    simulator::Config c = test::small_config(k.N, k.C, k.p, k.R);
+    step::Config c = test::small_config(k.N, k.C, k.p, k.R);
     c.kv_dtype = "bf16";
     c.kv_grad_dtype = grads;
     Engine e(backend, m, c, w);

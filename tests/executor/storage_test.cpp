@@ -23,7 +23,7 @@ namespace {
 
 constexpr float kInitStd = 0.1f;
 
-simulator::Config all_bf16(simulator::Config c) {
+step::Config all_bf16(step::Config c) {
   c.param_dtype = c.param_grad_dtype = c.activation_dtype = c.loss_dtype = "bf16";
   c.kv_dtype = "bf16";
   c.kv_grad_dtype = "fp32";
@@ -129,7 +129,7 @@ TEST(Bf16Storage, AdamWUpdatesTheFp32MasterWeights) {
   const int64_t N = 24;
   const auto tokens = TokenSource::synthetic(m.vocab, 9).sequence(0, N);
   auto c = all_bf16(test::small_config(N, 8, 8, 8));
-  c.optimizer = simulator::Optimizer::gpu;
+  c.optimizer = step::Optimizer::gpu;
   CpuBackend b;
   EngineOptions o;
   o.adamw.lr = 1e-4f;  // an update far below bf16's spacing at |w| ~ 0.1 (2^-11 = 4.9e-4)
@@ -157,10 +157,10 @@ TEST(HostOptimizer, RoundTripCopiesAndTheSameUpdateAsOnTheDevice) {
   for (const char* storage : {"fp32", "bf16"}) {
     auto c = test::small_config(N, 8, 8, 8);
     c.param_dtype = c.param_grad_dtype = storage;
-    c.optimizer = simulator::Optimizer::gpu;
+    c.optimizer = step::Optimizer::gpu;
     CpuBackend b1, b2;
     Engine gpu(b1, m, c, w);
-    c.optimizer = simulator::Optimizer::host;
+    c.optimizer = step::Optimizer::host;
     Engine host(b2, m, c, w);
     for (int s = 0; s < 2; ++s) {
       gpu.step(tokens);
@@ -200,7 +200,7 @@ TEST_P(PhaseLiveSet, PeakIsTheLargestPhaseAndEveryAllocationHasARow) {
   c.checkpointing = k.checkpointing;
   c.kept_layers = k.kept_layers;
   if (k.sparse) {
-    c.attention = simulator::Attention::sparse;
+    c.attention = step::Attention::sparse;
     c.page_budget = 2;
   }
   CpuBackend cpu;
@@ -262,10 +262,10 @@ std::set<int64_t> layers_recomputed_in_backward(const traces::Trace& t) {
 
 // The recompute tests' plan: N tokens in chunks of 16, pages of 8, R resident layers, dense or
 // sparse (budget 2); op-detail traces, so the backward's recompute is visible.
-simulator::Config recompute_config(int64_t N, int64_t R, bool sparse) {
+step::Config recompute_config(int64_t N, int64_t R, bool sparse) {
   auto c = test::small_config(N, 16, 8, R);
   if (sparse) {
-    c.attention = simulator::Attention::sparse;
+    c.attention = step::Attention::sparse;
     c.page_budget = 2;
   }
   return c;
@@ -382,7 +382,7 @@ TEST(QkNorm, ChunkedEqualsFullSequence) {
       s.gpu.kind = "cpu";
       s.host = models::load_host("workstation-128g");
       s.config = c;
-      s.config.peak_measure = simulator::PeakMeasure::allocated;
+      s.config.peak_measure = step::PeakMeasure::allocated;
       const simulator::Summary pred = simulator::evaluate(s);
       EXPECT_EQ(e.measured().peak_device_bytes, pred.peak_device_bytes) << "R " << R << " ckpt " << ckpt;
       EXPECT_EQ(e.measured().device_breakdown_bytes, pred.device_breakdown_bytes) << "R " << R << " ckpt " << ckpt;

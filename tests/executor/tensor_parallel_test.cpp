@@ -44,11 +44,11 @@ struct TpCase {
 
 std::ostream& operator<<(std::ostream& os, const TpCase& c) { return os << c.name; }
 
-simulator::Config config_of(const TpCase& k) {
+step::Config config_of(const TpCase& k) {
   auto c = test::small_config(k.N, k.C, k.p, k.R);
   c.logits_chunk_tokens = k.logits_rows;
   if (k.rule) {
-    c.attention = simulator::Attention::sparse;
+    c.attention = step::Attention::sparse;
     c.page_budget = k.budget;
     c.selection = k.rule == 1 ? "published" : "per-kv-head";
   }
@@ -67,7 +67,7 @@ TEST_P(ThreadedTensorParallel, TwoRanksComputeTheOneProcessStep) {
   const auto m = test::small_model(2, 4, 2, 8, 32, false, !k.bf16, 62, 48);
   const Weights w = random_weights(m, 1234, 0.1f);
   const auto tokens = TokenSource::synthetic(m.vocab, 7).sequence(0, k.N);
-  const simulator::Config c = config_of(k);
+  const step::Config c = config_of(k);
 
   CpuBackend one_cpu;
   test::FakeCupti one(one_cpu);
@@ -75,7 +75,7 @@ TEST_P(ThreadedTensorParallel, TwoRanksComputeTheOneProcessStep) {
   const double want = e.step(tokens).loss;
   const Gradients want_grads = e.gradients();
 
-  simulator::Config tp = c;
+  step::Config tp = c;
   tp.gpus = 2;
   CpuBackend cpu0, cpu1;
   test::FakeCupti r0(cpu0), r1(cpu1);

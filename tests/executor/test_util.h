@@ -7,7 +7,7 @@
 
 #include "executor/runtime/rng.h"
 #include "models/specs.h"
-#include "simulator/config.h"
+#include "step/config.h"
 
 namespace oomb::executor::test {
 
@@ -32,13 +32,13 @@ inline models::ModelSpec small_model(int64_t layers, int64_t q_heads, int64_t kv
 }
 
 // c with every storage dtype fp32 (the exact reference configuration).
-inline simulator::Config all_fp32(simulator::Config c) {
+inline step::Config all_fp32(step::Config c) {
   c.kv_dtype = c.kv_grad_dtype = c.param_dtype = c.param_grad_dtype = c.activation_dtype = c.loss_dtype = "fp32";
   return c;
 }
 
-inline simulator::Config small_config(int64_t context, int64_t chunk, int64_t page, int64_t resident) {
-  simulator::Config c;
+inline step::Config small_config(int64_t context, int64_t chunk, int64_t page, int64_t resident) {
+  step::Config c;
   c.context_tokens = context;
   c.chunk_tokens = chunk;
   c.page_tokens = page;
@@ -49,7 +49,7 @@ inline simulator::Config small_config(int64_t context, int64_t chunk, int64_t pa
 }
 
 // c with its KV and KV-gradient pages stored as kv / grads ("fp32" or "bf16").
-inline simulator::Config with_pages(simulator::Config c, const char* kv, const char* grads) {
+inline step::Config with_pages(step::Config c, const char* kv, const char* grads) {
   c.kv_dtype = kv;
   c.kv_grad_dtype = grads;
   return c;

@@ -188,7 +188,7 @@ struct ThreadedRanks {
 // `steps` training steps of config (config.gpus = backends.size(), one data-parallel replica) on
 // `tokens`, rank r on backends[r], every rank on its own thread.
 inline ThreadedRanks threaded_tensor_parallel(const std::vector<Backend*>& backends, const models::ModelSpec& m,
-                                              const simulator::Config& config, const Weights& w,
+                                              const step::Config& config, const Weights& w,
                                               const std::vector<int32_t>& tokens, int steps = 1) {
   const int n = static_cast<int>(backends.size());
   ThreadGroup group(n);

@@ -24,7 +24,7 @@ struct StepOut {
   std::vector<float> grads;
 };
 
-StepOut step_at(int threads, const models::ModelSpec& m, const simulator::Config& c, const Weights& w,
+StepOut step_at(int threads, const models::ModelSpec& m, const step::Config& c, const Weights& w,
                 const std::vector<int32_t>& tokens) {
   CpuBackendOptions o;
   o.threads = threads;
@@ -55,14 +55,14 @@ class ThreadsTest : public ::testing::Test {
 };
 
 TEST_F(ThreadsTest, DenseStepBitIdenticalAt1_2_3Threads) {
-  const simulator::Config c = test::small_config(640, 256, 32, 1);
+  const step::Config c = test::small_config(640, 256, 32, 1);
   const StepOut one = step_at(1, m, c, w, tokens);
   for (int t : {2, 3}) expect_identical(one, step_at(t, m, c, w, tokens), t);
 }
 
 TEST_F(ThreadsTest, SparseStepBitIdenticalAt1_2_3Threads) {
-  simulator::Config c = test::small_config(640, 256, 32, 1);
-  c.attention = simulator::Attention::sparse;
+  step::Config c = test::small_config(640, 256, 32, 1);
+  c.attention = step::Attention::sparse;
   c.page_budget = 3;
   const StepOut one = step_at(1, m, c, w, tokens);
   for (int t : {2, 3}) expect_identical(one, step_at(t, m, c, w, tokens), t);
@@ -158,8 +158,8 @@ TEST(CachingAllocator, HoldsNoMoreThanTheHighWaterInUse) {
 }
 
 TEST_F(ThreadsTest, SecondStepOnReusedBuffersIsBitIdentical) {
-  simulator::Config c = test::small_config(640, 256, 32, 1);
-  c.attention = simulator::Attention::sparse;
+  step::Config c = test::small_config(640, 256, 32, 1);
+  c.attention = step::Attention::sparse;
   c.page_budget = 3;
   CpuBackend backend;
   Engine e(backend, m, c, w);

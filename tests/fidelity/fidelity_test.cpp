@@ -42,7 +42,7 @@
 namespace oomb {
 namespace {
 
-using simulator::Attention;
+using step::Attention;
 using simulator::Scenario;
 
 constexpr double kStepTolerance = 0.25;  // |measured - predicted| / predicted of the step time
@@ -88,17 +88,17 @@ Scenario scenario(const Case& k, const models::GpuSpec& gpu) {
   c.context_tokens = k.context;
   c.chunk_tokens = k.chunk;
   c.page_tokens = k.page;
-  c.attention = k.sparse ? Attention::sparse : Attention::dense;
+  c.attention = k.sparse ? step::Attention::sparse : step::Attention::dense;
   c.page_budget = k.budget > 0 ? k.budget : c.page_budget;
   c.resident_layers = k.resident;
   c.layers_override = k.layers;
   c.checkpointing = k.checkpointing;
   c.kv_dtype = c.kv_grad_dtype = k.page_dtype;  // the executor stores the config's dtypes
   c.param_dtype = c.param_grad_dtype = c.activation_dtype = c.loss_dtype = k.storage;
-  c.peak_measure = simulator::PeakMeasure::allocated;  // the runtime's own allocations
+  c.peak_measure = step::PeakMeasure::allocated;  // the runtime's own allocations
   c.lora_rank = k.lora_rank;
   if (k.lora_rank > 0) c.lora_targets = step::lora_target_names();
-  simulator::validate(c, s.model);
+  step::validate(c, s.model);
   return s;
 }
 
@@ -315,7 +315,7 @@ TEST_P(Fidelity, PredictRunValidate) {
   Scenario micro_s = scenario(k, cal.micro);
   const double micro_step = predict(micro_s).summary.step_s;
   const Scenario& ps = s;
-  const simulator::PageCounts pc = simulator::page_counts(ps);
+  const step::PageCounts pc = simulator::page_counts(ps);
   const auto& m = r.measured;
 
   // Device memory: the runtime's allocations against the predicted table (peak over phases) within
@@ -339,7 +339,7 @@ TEST_P(Fidelity, PredictRunValidate) {
     Scenario best = ps, worst = ps;
     best.config.selection_overlap = 1.0;
     worst.config.selection_overlap = 0.0;
-    best.config.selection_memory = worst.config.selection_memory = simulator::SelectionMemory::device;
+    best.config.selection_memory = worst.config.selection_memory = step::SelectionMemory::device;
     const auto pb = simulator::simulate_events(best, traces::Detail::step).summary;
     const auto pw = simulator::simulate_events(worst, traces::Detail::step).summary;
     EXPECT_LE(m.h2d_bytes, pw.h2d_bytes) << k.name;

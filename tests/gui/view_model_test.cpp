@@ -107,7 +107,7 @@ TEST(ViewModel, ParallelInputsPredictWhatTheSimulatorSaysAndNameTheCollectives) 
   ASSERT_TRUE(vm.set_inputs(in));
   ASSERT_TRUE(vm.results().ok) << vm.results().error;
   EXPECT_NE(collectives().find("DP x4: none (no optimizer step)"), std::string::npos) << collectives();
-  in.config.optimizer = simulator::Optimizer::gpu;
+  in.config.optimizer = step::Optimizer::gpu;
   ASSERT_TRUE(vm.set_inputs(in));
   ASSERT_TRUE(vm.results().ok) << vm.results().error;
   const auto replicated = simulator::evaluate(scenario_of(in));
@@ -274,7 +274,7 @@ TEST(ViewModel, PlanForMeLoadsTheFeasiblePlanAndExportRoundTrips) {
   ASSERT_TRUE(vm.results().ok);
   EXPECT_TRUE(vm.results().summary.feasible);
   EXPECT_EQ(vm.inputs().config.context_tokens, in.config.context_tokens);
-  EXPECT_EQ(vm.inputs().config.attention, simulator::Attention::dense);  // exact unless sparse was chosen
+  EXPECT_EQ(vm.inputs().config.attention, step::Attention::dense);  // exact unless sparse was chosen
 
   const auto path = (std::filesystem::temp_directory_path() / "oomb_gui_plan_test.json").string();
   ASSERT_EQ(vm.export_plan(path), "");
@@ -411,12 +411,12 @@ TEST(ViewModel, PoolSeriesHoldsTheAllocationAndTheModelledHighWater) {
   const PoolSeries& dense = vm.timeline()->pool;
   EXPECT_GT(dense.pool_capacity_pages, 0);
   EXPECT_EQ(dense.pool_allocated_pages, dense.pool_capacity_pages);
-  in.config.attention = simulator::Attention::sparse;
+  in.config.attention = step::Attention::sparse;
   in.config.page_budget = 2;
   ASSERT_TRUE(vm.set_inputs(in));
   ASSERT_TRUE(vm.wait_timeline(60));
   const PoolSeries& sparse = vm.timeline()->pool;
-  const simulator::PageCounts pc = simulator::page_counts(scenario_of(in));
+  const step::PageCounts pc = simulator::page_counts(scenario_of(in));
   EXPECT_EQ(sparse.pool_capacity_pages, pc.kv_pool_pages + pc.grad_pool_pages);
   EXPECT_EQ(sparse.pool_allocated_pages, pc.kv_pool_capacity_pages + pc.grad_pool_capacity_pages);
   EXPECT_GT(sparse.pool_allocated_pages, sparse.pool_capacity_pages);
@@ -782,11 +782,11 @@ TEST(ViewModel, OverlayOfATwoRankRunJudgesEveryRankAsOombValidate) {
 TEST(ViewModel, PresetsApply) {
   ViewModel vm;
   ASSERT_TRUE(vm.apply_preset("oomb-published"));
-  EXPECT_EQ(vm.inputs().config.peak_measure, simulator::PeakMeasure::allocated);
+  EXPECT_EQ(vm.inputs().config.peak_measure, step::PeakMeasure::allocated);
   EXPECT_EQ(vm.inputs().config.context_tokens, 4 * kM);
   EXPECT_FALSE(vm.apply_preset("nonsense"));
   ASSERT_TRUE(vm.apply_preset("oomb"));
-  EXPECT_EQ(vm.inputs().config.peak_measure, simulator::PeakMeasure::reserved);
+  EXPECT_EQ(vm.inputs().config.peak_measure, step::PeakMeasure::reserved);
 }
 
 }  // namespace

@@ -21,7 +21,7 @@ PlanQuery query(const std::string& model, const std::string& gpu, int64_t contex
   PlanQuery q;
   q.request = testing::request(model, gpu, host);
   q.request.optimizer_auto = true;
-  q.request.scenario.config.optimizer = simulator::Optimizer::gpu;
+  q.request.scenario.config.optimizer = step::Optimizer::gpu;
   q.request.scenario.config.logits_chunk_tokens = kDefaultLogitsChunk;
   q.context = context;
   return q;
@@ -34,7 +34,7 @@ TEST(PlanAnswer, ReadmeFirstRequest) {
   ASSERT_TRUE(a.chosen);
   ASSERT_TRUE(a.plan);
   EXPECT_EQ(a.context, 4 << 20);
-  EXPECT_EQ(a.chosen->config.attention, simulator::Attention::dense);
+  EXPECT_EQ(a.chosen->config.attention, step::Attention::dense);
   EXPECT_TRUE(a.chosen->summary.feasible);
   EXPECT_EQ(a.plan->prediction["peak_device_bytes"].get<int64_t>(), a.chosen->summary.peak_device_bytes);
   EXPECT_FALSE(a.warning.empty());  // 4M is beyond the model's max_position
@@ -147,7 +147,7 @@ TEST(PlanAnswer, SparseFallbackIsSaidLoudly) {
   const PlanAnswer a = answer(query("qwen2.5-32b", "h200", 2 << 20));
   ASSERT_TRUE(a.chosen);
   EXPECT_TRUE(a.sparse_fallback);
-  EXPECT_EQ(a.chosen->config.attention, simulator::Attention::sparse);
+  EXPECT_EQ(a.chosen->config.attention, step::Attention::sparse);
   ASSERT_TRUE(a.plan);
   bool noted = false;
   for (const std::string& n : a.plan->notes) noted = noted || has(n, "SPARSE FALLBACK");
@@ -187,12 +187,12 @@ TEST(PlanAnswer, LoraIsPlannedNextToFullFineTuning) {
   const PlanAnswer a = answer(q);
   ASSERT_TRUE(a.chosen);
   EXPECT_EQ(a.chosen->config.lora_rank, 16);
-  EXPECT_EQ(a.chosen->config.attention, simulator::Attention::dense);
+  EXPECT_EQ(a.chosen->config.attention, step::Attention::dense);
   EXPECT_FALSE(a.sparse_fallback);
   ASSERT_TRUE(a.full_finetune);
   EXPECT_EQ(a.full_finetune->config.lora_rank, 0);
   EXPECT_TRUE(a.full_finetune_fits);
-  EXPECT_EQ(a.full_finetune->config.attention, simulator::Attention::sparse);
+  EXPECT_EQ(a.full_finetune->config.attention, step::Attention::sparse);
   const std::string text = a.describe();
   EXPECT_TRUE(has(text, "LoRA rank 16")) << text;
   EXPECT_TRUE(has(text, "lora_adapters")) << text;
@@ -208,7 +208,7 @@ TEST(PlanAnswer, LoraIsPlannedNextToFullFineTuning) {
   // A plan oomb run follows (adapters on a frozen base); with trained embeddings it is on paper.
   std::string why;
   EXPECT_TRUE(executable(a.chosen->config, &why)) << why;
-  simulator::Config emb = a.chosen->config;
+  step::Config emb = a.chosen->config;
   emb.lora_train_embeddings = true;
   EXPECT_FALSE(executable(emb, &why));
   EXPECT_TRUE(has(why, "--lora-train-embeddings")) << why;

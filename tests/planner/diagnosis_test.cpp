@@ -8,7 +8,7 @@
 namespace oomb::planner {
 namespace {
 
-using simulator::Attention;
+using step::Attention;
 using testing::request;
 
 constexpr int64_t M = 1024 * 1024;
@@ -42,7 +42,7 @@ TEST(Diagnosis, HostRamBoundTargetNamesHostMemory) {
   for (const auto& v : d.violations) host_named = host_named || v.find("host") != std::string::npos;
   EXPECT_TRUE(host_named);
   ASSERT_FALSE(d.failures.empty());
-  EXPECT_TRUE(simulator::offloads(d.failures.front().closest.config, r.scenario.model));
+  EXPECT_TRUE(step::offloads(d.failures.front().closest.config, r.scenario.model));
   // A bigger host from the catalog is among the ways out, and it really fits.
   bool bigger_host = false;
   for (const auto& s : d.suggestions)
@@ -50,7 +50,7 @@ TEST(Diagnosis, HostRamBoundTargetNamesHostMemory) {
   EXPECT_TRUE(bigger_host);
   expect_suggestions_fit(r, d);
   // Sparse attention does not shrink the host tier: it must not be suggested as a fix here.
-  for (const auto& s : d.suggestions) EXPECT_EQ(s.result.config.attention, Attention::dense) << s.change;
+  for (const auto& s : d.suggestions) EXPECT_EQ(s.result.config.attention, step::Attention::dense) << s.change;
 }
 
 TEST(Diagnosis, DeviceBoundTargetSuggestsBiggerGpuOrTensorParallelism) {
@@ -98,25 +98,25 @@ TEST(Diagnosis, SparseFallbackIsDiagnosedForTheDenseTarget) {
   EXPECT_EQ(d.target, "dense attention (exact gradients)");
   EXPECT_EQ(d.binding, simulator::Binding::device_memory);
   EXPECT_FALSE(d.suggestions.empty());
-  for (const auto& s : d.suggestions) EXPECT_EQ(s.result.config.attention, Attention::dense) << s.change;
+  for (const auto& s : d.suggestions) EXPECT_EQ(s.result.config.attention, step::Attention::dense) << s.change;
   expect_suggestions_fit(r, d);
 }
 
 TEST(Diagnosis, SuggestsSparseWithTheLargestBudgetThatFits) {
   Request r = request("qwen2.5-32b", "h200", "", {"attention"});
-  r.scenario.config.attention = Attention::dense;
+  r.scenario.config.attention = step::Attention::dense;
   const SearchResult res = search(r, 2 * M);
   ASSERT_FALSE(res.best);
   const Diagnosis d = diagnose(r, 2 * M, res);
   const Suggestion* sparse = nullptr;
   for (const auto& s : d.suggestions)
-    if (s.result.config.attention == Attention::sparse) sparse = &s;
+    if (s.result.config.attention == step::Attention::sparse) sparse = &s;
   ASSERT_NE(sparse, nullptr);
   EXPECT_GE(sparse->result.config.page_budget, kDefaultMinBudget);
   // One budget step up does not fit (or is beyond the search range).
   Request q = r;
   q.fixed.insert("budget");
-  q.scenario.config.attention = Attention::sparse;
+  q.scenario.config.attention = step::Attention::sparse;
   q.scenario.config.page_budget = sparse->result.config.page_budget * 2;
   if (q.scenario.config.page_budget <= 1024) {
     EXPECT_FALSE(search(q, 2 * M).best);

@@ -10,19 +10,19 @@
 namespace oomb::planner {
 namespace {
 
-using simulator::Attention;
+using step::Attention;
 using testing::fits_under_evaluate;
 using testing::request;
 
 constexpr int64_t M = 1024 * 1024;
 
-bool fits_at(Request r, Attention mode, int64_t n) {
+bool fits_at(Request r, step::Attention mode, int64_t n) {
   r.fixed.insert("attention");
   r.scenario.config.attention = mode;
   return search(r, n).best.has_value();
 }
 
-void expect_tight(const Request& r, Attention mode, const std::string& what) {
+void expect_tight(const Request& r, step::Attention mode, const std::string& what) {
   const MaxContext mc = max_context(r, mode);
   ASSERT_TRUE(mc.available) << what;
   ASSERT_GT(mc.tokens, 0) << what;
@@ -42,31 +42,31 @@ void expect_tight(const Request& r, Attention mode, const std::string& what) {
 }
 
 TEST(MaxContext, IsTight) {
-  expect_tight(request("qwen2.5-7b", "h200"), Attention::dense, "qwen2.5-7b h200 dense");
-  expect_tight(request("qwen2.5-7b", "h200"), Attention::sparse, "qwen2.5-7b h200 sparse");
-  expect_tight(request("llama-3.2-1b", "rtx-4090", "workstation-512g"), Attention::dense, "llama-3.2-1b 4090 dense");
-  expect_tight(request("llama-3.2-1b", "rtx-4090", "workstation-512g"), Attention::sparse, "llama-3.2-1b 4090 sparse");
+  expect_tight(request("qwen2.5-7b", "h200"), step::Attention::dense, "qwen2.5-7b h200 dense");
+  expect_tight(request("qwen2.5-7b", "h200"), step::Attention::sparse, "qwen2.5-7b h200 sparse");
+  expect_tight(request("llama-3.2-1b", "rtx-4090", "workstation-512g"), step::Attention::dense, "llama-3.2-1b 4090 dense");
+  expect_tight(request("llama-3.2-1b", "rtx-4090", "workstation-512g"), step::Attention::sparse, "llama-3.2-1b 4090 sparse");
   Request page64 = request("qwen2.5-7b", "a100-80gb-sxm", "", {"page"});
   page64.scenario.config.page_tokens = 64;
-  expect_tight(page64, Attention::dense, "qwen2.5-7b a100 page 64");
+  expect_tight(page64, step::Attention::dense, "qwen2.5-7b a100 page 64");
 }
 
 TEST(MaxContext, BindingConstraintIsTheLimitThatStops) {
   // Qwen2.5-7B on an H200 in a DGX: the 1.8 TiB of pinnable host memory holds every page.
-  const MaxContext host_bound = max_context(request("qwen2.5-7b", "h200"), Attention::dense);
+  const MaxContext host_bound = max_context(request("qwen2.5-7b", "h200"), step::Attention::dense);
   EXPECT_EQ(host_bound.binding, simulator::Binding::pinned_host_memory);
   EXPECT_GT(host_bound.tokens, 4 * M);  // the README's 4M fits, with room
   // On an A100-80GB the device pools (resident layers x all pages) stop it first.
-  const MaxContext device_bound = max_context(request("qwen2.5-7b", "a100-80gb-sxm"), Attention::dense);
+  const MaxContext device_bound = max_context(request("qwen2.5-7b", "a100-80gb-sxm"), step::Attention::dense);
   EXPECT_EQ(device_bound.binding, simulator::Binding::device_memory);
   // Sparse pools do not grow with the context: sparse goes further there.
-  const MaxContext sparse = max_context(request("qwen2.5-7b", "a100-80gb-sxm"), Attention::sparse);
+  const MaxContext sparse = max_context(request("qwen2.5-7b", "a100-80gb-sxm"), step::Attention::sparse);
   EXPECT_GT(sparse.tokens, device_bound.tokens);
 }
 
 TEST(MaxContext, ZeroWhenNothingFits) {
   // Llama-3.1-70B's bf16 weights and gradients alone exceed an H200.
-  const MaxContext mc = max_context(request("llama-3.1-70b", "h200"), Attention::dense);
+  const MaxContext mc = max_context(request("llama-3.1-70b", "h200"), step::Attention::dense);
   EXPECT_EQ(mc.tokens, 0);
   EXPECT_FALSE(mc.plan);
   EXPECT_EQ(mc.binding, simulator::Binding::device_memory);
@@ -74,13 +74,13 @@ TEST(MaxContext, ZeroWhenNothingFits) {
 
 TEST(MaxContext, FixedAttentionOfTheOtherKindIsUnavailable) {
   Request r = request("qwen2.5-7b", "h200", "", {"attention"});
-  r.scenario.config.attention = Attention::dense;
-  EXPECT_FALSE(max_context(r, Attention::sparse).available);
-  EXPECT_TRUE(max_context(r, Attention::dense).available);
+  r.scenario.config.attention = step::Attention::dense;
+  EXPECT_FALSE(max_context(r, step::Attention::sparse).available);
+  EXPECT_TRUE(max_context(r, step::Attention::dense).available);
 }
 
 TEST(MaxContext, CapIsReported) {
-  const MaxContext mc = max_context(request("tiny", "h200"), Attention::dense, 1 * M);
+  const MaxContext mc = max_context(request("tiny", "h200"), step::Attention::dense, 1 * M);
   EXPECT_TRUE(mc.capped);
   EXPECT_EQ(mc.tokens, 1 * M);
 }
@@ -89,7 +89,7 @@ TEST(MaxContext, CapIsReported) {
 TEST(MaxContext, MonotoneInHostMemory) {
   std::vector<models::HostSpec> hosts;
   for (const auto& id : models::host_ids()) hosts.push_back(models::load_host(id));
-  for (Attention mode : {Attention::dense, Attention::sparse}) {
+  for (step::Attention mode : {step::Attention::dense, step::Attention::sparse}) {
     std::vector<std::pair<models::HostSpec, int64_t>> got;
     for (const auto& h : hosts) {
       Request r = request("qwen2.5-7b", "h200");
@@ -121,13 +121,13 @@ TEST(MaxContext, MonotoneInGpuMemory) {
       Request r = request(model, "a100-80gb-sxm");
       r.scenario.gpu.hbm_capacity_bytes =
           static_cast<int64_t>(static_cast<double>(r.scenario.gpu.hbm_capacity_bytes) * scale);
-      const int64_t n = max_context(r, simulator::Attention::dense).tokens;
+      const int64_t n = max_context(r, step::Attention::dense).tokens;
       EXPECT_GE(n, last) << model << " hbm scale " << scale;
       last = n;
     }
     // Catalog: the 80 GB A100 against the 40 GB one, same host.
-    EXPECT_GE(max_context(request(model, "a100-80gb-sxm", "dgx-a100"), Attention::dense).tokens,
-              max_context(request(model, "a100-40gb", "dgx-a100"), Attention::dense).tokens)
+    EXPECT_GE(max_context(request(model, "a100-80gb-sxm", "dgx-a100"), step::Attention::dense).tokens,
+              max_context(request(model, "a100-40gb", "dgx-a100"), step::Attention::dense).tokens)
         << model;
   }
 }
@@ -138,7 +138,7 @@ TEST(Catalog, MaxContextAndParetoForEveryModel) {
     for (const char* gpu : {"h200", "a100-80gb-sxm"}) {
       const std::string what = model + " on " + gpu;
       const Request r = request(model, gpu);
-      for (Attention mode : {Attention::dense, Attention::sparse}) {
+      for (step::Attention mode : {step::Attention::dense, step::Attention::sparse}) {
         MaxContext mc;
         ASSERT_NO_THROW(mc = max_context(r, mode)) << what;
         if (mc.tokens == 0) {

@@ -87,7 +87,7 @@ TEST(Plan, CarriesTheBufferTableAndRoundTripsIt) {
     SCOPED_TRACE(kind);
     EXPECT_EQ(p.config.loss_dtype, "bf16");  // the planner keeps the config's loss dtype
     // One buffer per row of the memory table, with its tier, dtype, bytes and phases.
-    const simulator::MemoryTable t = simulator::memory_table(s);
+    const step::BufferTable t = simulator::memory_table(s);
     ASSERT_EQ(p.buffers.size(), t.rows.size());
     for (size_t i = 0; i < t.rows.size(); ++i) {
       const auto& b = p.buffers[i];

@@ -23,7 +23,7 @@ inline Request request(const std::string& model, const std::string& gpu, const s
 }
 
 // Re-evaluates a configuration from scratch: does it fit under the request's limits?
-inline bool fits_under_evaluate(const Request& r, const simulator::Config& c) {
+inline bool fits_under_evaluate(const Request& r, const step::Config& c) {
   simulator::Scenario s = r.scenario;
   s.config = c;
   const simulator::Summary sum = simulator::evaluate(s);
@@ -34,7 +34,7 @@ inline bool fits_under_evaluate(const Request& r, const simulator::Config& c) {
 // one step of `step_s` (the prediction's when negative).
 inline traces::Trace cuda_record_as_predicted(const simulator::Scenario& s, double step_s = -1) {
   simulator::Scenario as_run = s;
-  as_run.config.peak_measure = simulator::PeakMeasure::allocated;
+  as_run.config.peak_measure = step::PeakMeasure::allocated;
   const simulator::Summary p = simulator::evaluate(as_run);
   traces::Trace t;
   t.metadata.source = "cuda-cupti";

@@ -135,8 +135,8 @@ Json run_extra(const std::string& attention, bool recall, int64_t budget = 8, in
     measured["mean_recall"] = 0.5;
     measured["min_recall"] = 0.25;
   }
-  simulator::Config c;  // a run's whole configuration, as oomb run records it
-  c.attention = simulator::attention_from_string(attention, "test");
+  step::Config c;  // a run's whole configuration, as oomb run records it
+  c.attention = step::attention_from_string(attention, "test");
   c.page_budget = budget;
   c.page_tokens = page;
   c.context_tokens = context;
@@ -188,7 +188,7 @@ TEST(RecallCurve, FromRunTraces) {
 
 TEST(RecallCurve, SearchKeepsSparseCandidatesAtTheMinimumBudgetAndCurvePage) {
   Request r = testing::request("qwen2.5-7b", "h200", "", {"attention"});
-  r.scenario.config.attention = simulator::Attention::sparse;
+  r.scenario.config.attention = step::Attention::sparse;
   r.min_budget = min_budget_for_recall(curve({{16, 0.5}, {64, 0.8}, {256, 0.95}}, 128), 0.9, "c.json");
   EXPECT_EQ(r.min_budget, 192);
   r.sparse_page = 128;

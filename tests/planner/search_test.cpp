@@ -13,8 +13,8 @@
 namespace oomb::planner {
 namespace {
 
-using simulator::Attention;
-using simulator::Config;
+using step::Attention;
+using step::Config;
 using testing::fits_under_evaluate;
 using testing::request;
 
@@ -31,7 +31,7 @@ TEST(Search, ReadmeCommandFindsAFeasiblePlanQuickly) {
   }
   ASSERT_TRUE(res.best);
   EXPECT_FALSE(res.sparse_fallback);
-  EXPECT_EQ(res.best->config.attention, Attention::dense);
+  EXPECT_EQ(res.best->config.attention, step::Attention::dense);
   EXPECT_TRUE(res.best->fits());
   EXPECT_TRUE(fits_under_evaluate(r, res.best->config));
   EXPECT_GT(res.best->summary.peak_host_bytes, 0);  // 4M tokens of KV only fit offloaded
@@ -91,10 +91,10 @@ struct SpacePoint {
   const char* kv_grad_dtype;
   const char* param_grad_dtype;
   int64_t logits_chunk;
-  simulator::Optimizer optimizer;
+  step::Optimizer optimizer;
 };
 void add_if_fits(std::vector<Candidate>& all, const Request& r, int64_t L, const SpacePoint& p) {
-  Config k = r.scenario.config;
+  step::Config k = r.scenario.config;
   k.checkpointing = p.recomputed_from < L;
   k.kept_layers = p.recomputed_from < L ? p.recomputed_from : 0;
   k.optimizer = p.optimizer;
@@ -131,7 +131,7 @@ TEST(Search, PrunedSearchMatchesBruteForce) {
       Request r = request(c.model, c.gpu);
       r.objective = obj;
       r.optimizer_auto = adamw;
-      if (adamw) r.scenario.config.optimizer = simulator::Optimizer::gpu;
+      if (adamw) r.scenario.config.optimizer = step::Optimizer::gpu;
       const int64_t L = r.scenario.model.layers;
       if (c.squeeze > 0) {
         // Device memory for which checkpointing off does not fit the unsqueezed pick but full
@@ -154,9 +154,9 @@ TEST(Search, PrunedSearchMatchesBruteForce) {
                    (c.squeeze > 0 ? " squeezed" : ""));
       const SearchResult res = search(r, c.n);
       std::vector<Candidate> all;
-      const std::vector<simulator::Optimizer> placements =
-          adamw ? std::vector<simulator::Optimizer>{simulator::Optimizer::gpu, simulator::Optimizer::host}
-                : std::vector<simulator::Optimizer>{r.scenario.config.optimizer};
+      const std::vector<step::Optimizer> placements =
+          adamw ? std::vector<step::Optimizer>{step::Optimizer::gpu, step::Optimizer::host}
+                : std::vector<step::Optimizer>{r.scenario.config.optimizer};
       const std::vector<int64_t> recomputes = recompute_settings(L);
       for (int64_t chunk : {512, 1024, 2048, 4096, 8192, 16384, 32768})
         for (int64_t page : {64, 128, 256})
@@ -165,12 +165,12 @@ TEST(Search, PrunedSearchMatchesBruteForce) {
               for (const char* pg : {"bf16", "fp32"})
                 for (int64_t logits : {1024, 4096, 0})
                   for (int64_t rc : recomputes)
-                    for (simulator::Optimizer opt : placements)
+                    for (step::Optimizer opt : placements)
                       add_if_fits(all, r, L, {c.n, chunk, page, resident, rc, kvg, pg, logits, opt});
       const Candidate* brute = select_best(all, obj, &r.scenario.config);
       // The brute force tries dense attention; where nothing dense fits the search falls back to
       // sparse (qwen2.5-32b at 1M on an H200 since the CUDA backend's op scratch is planned).
-      if (res.best && res.best->config.attention == simulator::Attention::sparse) {
+      if (res.best && res.best->config.attention == step::Attention::sparse) {
         EXPECT_EQ(brute, nullptr);
         continue;
       }
@@ -220,14 +220,14 @@ TEST(Search, DefaultsWinTies) {
 TEST(Search, FixedKnobsAreRespected) {
   Request r = request("qwen2.5-7b", "h200", "", {"chunk", "page", "resident_layers", "kv_grad_dtype", "param_grad_dtype",
                                                  "logits_chunk", "optimizer"});
-  Config& c = r.scenario.config;
+  step::Config& c = r.scenario.config;
   c.chunk_tokens = 8192;
   c.page_tokens = 64;
   c.resident_layers = 3;
   c.kv_grad_dtype = "bf16";
   c.param_grad_dtype = "fp32";
   c.logits_chunk_tokens = 4096;
-  c.optimizer = simulator::Optimizer::host;
+  c.optimizer = step::Optimizer::host;
   const SearchResult res = search(r, 2 * M);
   ASSERT_TRUE(res.best);
   ASSERT_FALSE(res.feasible.empty());
@@ -238,7 +238,7 @@ TEST(Search, FixedKnobsAreRespected) {
     EXPECT_EQ(k.config.kv_grad_dtype, "bf16");
     EXPECT_EQ(k.config.param_grad_dtype, "fp32");
     EXPECT_EQ(k.config.logits_chunk_tokens, 4096);
-    EXPECT_EQ(k.config.optimizer, simulator::Optimizer::host);
+    EXPECT_EQ(k.config.optimizer, step::Optimizer::host);
   }
   // One knob fixed, the rest searched: the fixed one holds, the others move.
   Request one = request("qwen2.5-7b", "h200", "", {"chunk"});
@@ -253,11 +253,11 @@ TEST(Search, OptimizerAutoPlacesTheState) {
   r.optimizer_auto = true;
   const SearchResult res = search(r, 1 * M);
   ASSERT_TRUE(res.best);
-  EXPECT_NE(res.best->config.optimizer, simulator::Optimizer::none);
+  EXPECT_NE(res.best->config.optimizer, step::Optimizer::none);
   // Without auto and without --optimizer, no optimizer state is planned.
   const SearchResult none = search(request("qwen2.5-7b", "h200"), 1 * M);
   ASSERT_TRUE(none.best);
-  EXPECT_EQ(none.best->config.optimizer, simulator::Optimizer::none);
+  EXPECT_EQ(none.best->config.optimizer, step::Optimizer::none);
 }
 
 // ZeRO-1 is a searched dimension with data-parallel replicas and a full fine-tune's optimizer: the
@@ -268,7 +268,7 @@ TEST(Search, ShardedOptimizerIsSearchedWithReplicas) {
   auto req = [](int64_t replicas, std::set<std::string> fixed = {}) {
     fixed.insert("optimizer");
     Request r = request("qwen2.5-0.5b", "h200", "", std::move(fixed));
-    r.scenario.config.optimizer = simulator::Optimizer::gpu;
+    r.scenario.config.optimizer = step::Optimizer::gpu;
     r.scenario.config.data_parallel = replicas;
     return r;
   };
@@ -340,7 +340,7 @@ TEST(Search, HeadroomIsKept) {
   for (double h : {0.0, 0.1, 0.3}) {
     Request r = request("qwen2.5-7b", "a100-80gb-sxm");
     r.headroom = h;
-    const MaxContext mc = max_context(r, Attention::dense);
+    const MaxContext mc = max_context(r, step::Attention::dense);
     ASSERT_TRUE(mc.plan);
     const double cap = static_cast<double>(r.scenario.gpu.hbm_capacity_bytes);
     int64_t need = r.scenario.gpu.reserved_bytes;
@@ -372,24 +372,24 @@ TEST(KnownAnswer, Qwen7bAt1MOnH200NeedsOffload) {
   EXPECT_EQ(none.closest->usage.binding(), simulator::Binding::device_memory);
   const SearchResult res = search(request("qwen2.5-7b", "h200"), 1 * M);
   ASSERT_TRUE(res.best);
-  EXPECT_TRUE(simulator::offloads(res.best->config, all.scenario.model));
-  EXPECT_EQ(res.best->config.attention, Attention::dense);
+  EXPECT_TRUE(step::offloads(res.best->config, all.scenario.model));
+  EXPECT_EQ(res.best->config.attention, step::Attention::dense);
 }
 
 // Known answer: Qwen2.5-32B at 2M on an H200 fits only with sparse attention (dense device pools
 // grow with the context; sparse ones with the budget).
 TEST(KnownAnswer, Qwen32bAt2MOnH200OnlyFitsSparse) {
   Request dense = request("qwen2.5-32b", "h200", "", {"attention"});
-  dense.scenario.config.attention = Attention::dense;
+  dense.scenario.config.attention = step::Attention::dense;
   EXPECT_FALSE(search(dense, 2 * M).best);
   const SearchResult res = search(request("qwen2.5-32b", "h200"), 2 * M);
   ASSERT_TRUE(res.best);
   EXPECT_TRUE(res.sparse_fallback);
-  EXPECT_EQ(res.best->config.attention, Attention::sparse);
+  EXPECT_EQ(res.best->config.attention, step::Attention::sparse);
   // The minimum budget counts attended tokens (64 pages of 128), whatever page the plan uses.
   EXPECT_GE(res.best->config.page_budget * res.best->config.page_tokens, kDefaultMinBudget * kDefaultMinBudgetPage);
   ASSERT_TRUE(res.closest);  // the dense attempt, for the diagnosis
-  EXPECT_EQ(res.closest->config.attention, Attention::dense);
+  EXPECT_EQ(res.closest->config.attention, step::Attention::dense);
   // A minimum off the searched grid is itself a candidate, and is never undercut.
   Request odd = request("qwen2.5-7b", "h200");
   odd.allow_sparse = true;
@@ -397,7 +397,7 @@ TEST(KnownAnswer, Qwen32bAt2MOnH200OnlyFitsSparse) {
   const SearchResult s3 = search(odd, 4 * M);
   bool saw_100 = false;
   for (const auto& k : s3.feasible)
-    if (k.config.attention == Attention::sparse) {
+    if (k.config.attention == step::Attention::sparse) {
       EXPECT_GE(k.config.page_budget * k.config.page_tokens, 100 * kDefaultMinBudgetPage) << k.config.page_tokens;
       saw_100 = saw_100 || k.config.page_budget * k.config.page_tokens == 100 * kDefaultMinBudgetPage;
     }
@@ -420,13 +420,13 @@ TEST(Search, AllowSparseLetsSparseCompeteAboveTheMinimumBudget) {
   EXPECT_FALSE(res.sparse_fallback);
   bool any_sparse = false;
   for (const auto& k : res.feasible)
-    if (k.config.attention == Attention::sparse) {
+    if (k.config.attention == step::Attention::sparse) {
       any_sparse = true;
       EXPECT_GE(k.config.page_budget * k.config.page_tokens, 128 * kDefaultMinBudgetPage);
     }
   EXPECT_TRUE(any_sparse);
   // Sparse is much faster at 4M, so it wins the time objective.
-  EXPECT_EQ(res.best->config.attention, Attention::sparse);
+  EXPECT_EQ(res.best->config.attention, step::Attention::sparse);
 }
 
 TEST(Search, TensorParallelismOnPaper) {
@@ -446,7 +446,7 @@ TEST(Search, TensorParallelismOnPaper) {
 TEST(Search, BadInputIsAnErrorNotAnAbort) {
   {
     Request r = request("qwen2.5-7b", "h200", "", {"budget", "attention"});
-    r.scenario.config.attention = Attention::sparse;
+    r.scenario.config.attention = step::Attention::sparse;
     r.scenario.config.page_budget = 1000;
     EXPECT_THROW(search(r, 16 * K), Error);  // 16K tokens have at most 256 pages
     r.scenario.config.page_budget = 0;
@@ -539,7 +539,7 @@ TEST(Search, ParetoFrontierMatchesBruteForce) {
                         Case{"llama-3.2-1b", "rtx-4090", 0, 24 * K, 0.6}, Case{"tiny", "h200", 0, 3000, 0}}) {
     Request r = request(c.model, c.gpu);
     r.optimizer_auto = true;
-    r.scenario.config.optimizer = simulator::Optimizer::gpu;
+    r.scenario.config.optimizer = step::Optimizer::gpu;
     r.scenario.config.layers_override = c.layers;
     const int64_t L = c.layers > 0 ? c.layers : r.scenario.model.layers;
     SearchOptions o;
@@ -575,7 +575,7 @@ TEST(Search, ParetoFrontierMatchesBruteForce) {
             for (const char* pg : {"bf16", "fp32"})
               for (int64_t logits : {1024, 4096, 0})
                 for (int64_t rc = 0; rc <= L; ++rc)
-                  for (simulator::Optimizer opt : {simulator::Optimizer::gpu, simulator::Optimizer::host})
+                  for (step::Optimizer opt : {step::Optimizer::gpu, step::Optimizer::host})
                     add_if_fits(all, r, L, {c.n, chunk, page, resident, rc, kvg, pg, logits, opt});
     ASSERT_FALSE(all.empty());
     // The brute-force frontier, by hand: per KV-gradient dtype the 2-D staircase (memory

@@ -15,8 +15,8 @@
 namespace oomb::planner {
 namespace {
 
-using simulator::Attention;
-using simulator::Config;
+using step::Attention;
+using step::Config;
 using testing::fits_under_evaluate;
 using testing::request;
 
@@ -35,10 +35,10 @@ TEST(TrainingPlan, FourMillionIsAtLeastAsFastAsCheckpointingOff) {
   ASSERT_TRUE(no_ckpt.best) << "checkpointing off fits at 4M on h200 (about 95 of 133 GiB)";
   EXPECT_LE(res.best->summary.step_s, no_ckpt.best->summary.step_s * (1 + kTieTolerance));
   // And it is an AdamW plan: the state has a place.
-  EXPECT_NE(res.best->config.optimizer, simulator::Optimizer::none);
+  EXPECT_NE(res.best->config.optimizer, step::Optimizer::none);
   // Checkpointing off is what makes it faster.
   EXPECT_FALSE(res.best->config.checkpointing);
-  Config on = res.best->config;
+  step::Config on = res.best->config;
   on.checkpointing = true;
   std::string why;
   EXPECT_TRUE(executable(on, &why));
@@ -88,14 +88,14 @@ TEST(TrainingPlan, KeepsTheLayersThatFitWhenCheckpointingOffDoesNot) {
   r.optimizer_auto = false;
   const SearchResult res = search(r, 4 * M);
   ASSERT_TRUE(res.best);
-  const Config& b = res.best->config;
+  const step::Config& b = res.best->config;
   EXPECT_TRUE(b.checkpointing);
   EXPECT_GT(b.kept_layers, 0);
   EXPECT_LT(b.kept_layers, L);
   EXPECT_TRUE(executable(b));
   EXPECT_TRUE(fits_under_evaluate(r, b));
   // The largest k that fits this plan's other settings: one more does not.
-  Config more = b;
+  step::Config more = b;
   if (more.kept_layers + 1 < L) {
     ++more.kept_layers;
     EXPECT_FALSE(fits_under_evaluate(r, more));
@@ -199,13 +199,13 @@ TEST(TrainingPlan, BudgetsAreJudgedByAttendedTokens) {
   const SearchResult res = search(r, 1 * M);
   bool page64 = false;
   for (const auto& k : res.feasible)
-    if (k.config.attention == Attention::sparse) {
+    if (k.config.attention == step::Attention::sparse) {
       // The published 64 pages of 128 tokens: a page of 64 needs 128 pages for the same span.
       EXPECT_GE(k.config.page_budget * k.config.page_tokens, 8 * K) << k.config.page_tokens;
       page64 = page64 || k.config.page_tokens == 64;
     }
   EXPECT_TRUE(page64);
-  Config c;
+  step::Config c;
   c.page_budget = 64;
   c.page_tokens = 64;
   EXPECT_EQ(budget_text(c), "budget 64 pages of 64 = 4K attended tokens");
@@ -214,9 +214,9 @@ TEST(TrainingPlan, BudgetsAreJudgedByAttendedTokens) {
 TEST(TrainingPlan, MaxStepTimeBoundsTheAnswer) {
   Request r = request("qwen2.5-7b", "h200");
   r.optimizer_auto = true;
-  const MaxContext unlimited = max_context(r, Attention::dense);
+  const MaxContext unlimited = max_context(r, step::Attention::dense);
   r.max_step_s = 3600;
-  const MaxContext mc = max_context(r, Attention::dense);
+  const MaxContext mc = max_context(r, step::Attention::dense);
   ASSERT_GT(mc.tokens, 0);
   ASSERT_TRUE(mc.plan);
   EXPECT_LE(mc.plan->summary.step_s, 3600.0);
@@ -233,27 +233,27 @@ TEST(TrainingPlan, MaxStepTimeBoundsTheAnswer) {
   Request floor = request("qwen2.5-7b", "h200");
   floor.optimizer_auto = true;
   floor.min_tokens_per_s = 1000;
-  const MaxContext mf = max_context(floor, Attention::dense);
+  const MaxContext mf = max_context(floor, step::Attention::dense);
   ASSERT_TRUE(mf.plan);
   EXPECT_GE(mf.plan->summary.tokens_per_s, 1000.0);
   EXPECT_EQ(mf.binding, simulator::Binding::throughput_limit);
   Request bad = r;
   bad.max_step_s = -1;
-  EXPECT_THROW(max_context(bad, Attention::dense), Error);
+  EXPECT_THROW(max_context(bad, step::Attention::dense), Error);
 }
 
 TEST(TrainingPlan, OptimizerAutoOutsideThePlanner) {
   simulator::Scenario s = request("qwen2.5-7b", "h200").scenario;
   s.config.context_tokens = 4 * M;
   // 85 GiB of AdamW state does not fit next to 4M tokens of pools on the GPU: it goes to the host.
-  EXPECT_EQ(place_optimizer(s, kDefaultHeadroom), simulator::Optimizer::host);
+  EXPECT_EQ(place_optimizer(s, kDefaultHeadroom), step::Optimizer::host);
   // qwen2.5-3b's 37 GiB do at 16K with every layer resident (qwen2.5-7b's no longer do next to the
   // CUDA backend's op scratch: 129.5 GiB of weights, gradients and AdamW state alone).
   s.model = models::load_model("qwen2.5-3b");
   s.config.context_tokens = 16 * K;
   s.config.resident_layers = s.model.layers;
-  EXPECT_EQ(place_optimizer(s, kDefaultHeadroom), simulator::Optimizer::gpu);
-  s.config.optimizer = simulator::Optimizer::host;
+  EXPECT_EQ(place_optimizer(s, kDefaultHeadroom), step::Optimizer::gpu);
+  s.config.optimizer = step::Optimizer::host;
   EXPECT_NE(optimizer_text(s).find("on the host"), std::string::npos);
   // The memory table's optimizer rows: at least fp32 master + m + v (12 bytes per parameter).
   int64_t rows = 0;
@@ -290,10 +290,10 @@ TEST(ContextParallel, Qwen7bAt1MOn8GpusByHand) {
   // rank's N/cp tokens, alive at its peak (the backward), with the AdamW state sharded over the 8
   // ranks and the ring's exchange buffers added.
   step::Config rank = s.config;
-  rank.schedule = simulator::Schedule::standard;
+  rank.schedule = step::Schedule::standard;
   rank.context_tokens = T;
   rank.logits_chunk_tokens = 1024;
-  rank.optimizer = simulator::Optimizer::gpu;
+  rank.optimizer = step::Optimizer::gpu;
   const step::BufferTable table = step::buffer_table(s.model, rank, step::target_of(s.gpu));
   auto table_row = [&](const char* name) {
     const step::BufferRow* r = table.find(name, step::Tier::device);
@@ -354,9 +354,9 @@ TEST(ContextParallel, Qwen7bAt1MOn8GpusByHand) {
   // The step: the simulator's standard step of the whole sequence shared by 8, plus what the ring's
   // transfers do not hide (at 1M the attention of a block hides them).
   simulator::Scenario whole = s;
-  whole.config.schedule = simulator::Schedule::standard;
+  whole.config.schedule = step::Schedule::standard;
   whole.config.logits_chunk_tokens = 1024;
-  whole.config.optimizer = simulator::Optimizer::gpu;
+  whole.config.optimizer = step::Optimizer::gpu;
   EXPECT_DOUBLE_EQ(p.compute_s, simulator::evaluate(whole).step_s / 8);
   EXPECT_GT(p.comm_s, 0);
   EXPECT_DOUBLE_EQ(p.exposed_comm_s, 0);

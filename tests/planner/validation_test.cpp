@@ -41,10 +41,10 @@ Validation validate_as_plan(const simulator::Scenario& s, const traces::Trace& t
 TEST(Validation, CudaReservedBytesAreABoundOnThePlansPeakPlusReserve) {
   simulator::Scenario s = tiny_2k_offload();
   simulator::Scenario as_run = s;
-  as_run.config.peak_measure = simulator::PeakMeasure::allocated;
+  as_run.config.peak_measure = step::PeakMeasure::allocated;
   // The plan's reserved peak: its buffers, the arena block's slack beyond them (step/allocator.h:
   // the CUDA run reserves that block up front) and the runtime reserve.
-  ASSERT_EQ(s.config.peak_measure, simulator::PeakMeasure::reserved);
+  ASSERT_EQ(s.config.peak_measure, step::PeakMeasure::reserved);
   const int64_t bound = simulator::evaluate(s).peak_device_bytes;
   EXPECT_GT(bound, simulator::evaluate(as_run).peak_device_bytes + s.gpu.reserved_bytes);
   auto judge = [&](std::optional<int64_t> reserved) {
@@ -119,7 +119,7 @@ std::string notes_of(const Validation& v) {
 simulator::Scenario tiny_4k_sparse(double overlap) {
   simulator::Scenario s = tiny_2k_offload();
   s.config.context_tokens = 4096;
-  s.config.attention = simulator::Attention::sparse;
+  s.config.attention = step::Attention::sparse;
   s.config.page_budget = 2;
   s.config.selection_overlap = overlap;
   return s;
@@ -159,7 +159,7 @@ TEST(ImpliedOverlap, InvertsTheUnionModelAndCoversTheLargestUnion) {
   EXPECT_EQ(step::implied_overlap(g, {{g.n, 0, 3}, {-1, 0, 3}, {0, 0, 3}}).pairs, 0);
   // Dense: nothing to imply.
   simulator::Scenario d = s;
-  d.config.attention = simulator::Attention::dense;
+  d.config.attention = step::Attention::dense;
   EXPECT_EQ(step::implied_overlap(step::geometry(d.model, d.config), {{g.n - 1, 0, 6}}).pairs, 0);
 }
 
@@ -168,9 +168,9 @@ TEST(ImpliedOverlap, InvertsTheUnionModelAndCoversTheLargestUnion) {
 TEST(Validation, SparsePoolsThatDisagreeNameTheOverlapTheRunsUnionsImply) {
   const simulator::Scenario s = tiny_4k_sparse(0.75);
   const step::Geometry g = step::geometry(s.model, s.config);
-  const simulator::PageCounts pc = simulator::page_counts(s);
+  const step::PageCounts pc = simulator::page_counts(s);
   simulator::Scenario in_place = s;
-  in_place.config.selection_memory = simulator::SelectionMemory::device;
+  in_place.config.selection_memory = step::SelectionMemory::device;
   const simulator::Summary copies = simulator::simulate_events(in_place, traces::Detail::step).summary;
   auto judge = [&](int64_t measured_union) {
     traces::Trace t = testing::cuda_record_as_predicted(s);
@@ -274,7 +274,7 @@ TEST(Validation, PassesRunInTheSimulatorsOrderAndCopiesRespectTheirPass) {
   // tiny has 2 layers; 4 chunks: per chunk embedding + 2 fills, then embedding, 2 recomputes, head,
   // 2 backwards and the embedding's gradient; a GPU optimizer's update last.
   ASSERT_NE(term(validate_as_plan(s, t), "order:copies_out_of_order"), nullptr);
-  EXPECT_EQ(passes.predicted, 4 * 3 + 4 * 7 + (s.config.optimizer == simulator::Optimizer::gpu ? 1 : 0));
+  EXPECT_EQ(passes.predicted, 4 * 3 + 4 * 7 + (s.config.optimizer == step::Optimizer::gpu ? 1 : 0));
   EXPECT_EQ(passes.ok(), std::optional<bool>(true)) << passes.note;
   EXPECT_EQ(copies.ok(), std::optional<bool>(true)) << copies.note;
   EXPECT_NE(copies.note.find(" copies tagged with a layer pass"), std::string::npos) << copies.note;

@@ -26,7 +26,7 @@ Scenario tiny_scenario(int64_t context, int64_t chunk, bool sparse) {
   s.config.page_tokens = 64;
   s.config.resident_layers = 1;
   if (sparse) {
-    s.config.attention = Attention::sparse;
+    s.config.attention = step::Attention::sparse;
     s.config.page_budget = 3;
   }
   return s;
@@ -116,7 +116,7 @@ TEST(Calibration, PassWorkPricesLikeTheCostModel) {
   // compute_s of every pass = its work terms at the profile's efficiencies (attention flop-bound here).
   Scenario s = tiny_scenario(3000, 512, true);
   s.gpu.efficiency.attention_backward = 0.8;  // priced apart from the forward's 0.5
-  const detail::Geometry g = detail::geometry(s);
+  const step::Geometry g = detail::geometry(s);
   const auto& e = s.gpu.efficiency;
   for (int64_t c = 0; c < g.n; ++c) {
     const detail::ChunkCosts cc = detail::chunk_costs(s, g, c);
@@ -152,7 +152,7 @@ TEST(Calibration, ExecutorRunsArePredictedWithTheirPageDtypes) {
   EXPECT_EQ(s.config.param_grad_dtype, "fp32");
   EXPECT_EQ(s.config.activation_dtype, "fp32");
   EXPECT_EQ(s.config.loss_dtype, "fp32");  // the fp32 reference holds its logits and loss in fp32
-  EXPECT_EQ(s.config.peak_measure, PeakMeasure::allocated);
+  EXPECT_EQ(s.config.peak_measure, step::PeakMeasure::allocated);
   EXPECT_EQ(page_counts(s).kv_page_bytes * 2, page_counts(tiny_scenario(4096, 1024, false)).grad_page_bytes);
 
   // scenario_of_trace: the storage dtypes the run's record says it stored, for every executor source.
@@ -189,7 +189,7 @@ TEST(QkNorm, Qwen3PricesTheNormsWeightsAndTraffic) {
   with.config.resident_layers = 2;
   Scenario without = with;
   without.model.qk_norm = false;
-  const detail::Geometry g = detail::geometry(with);
+  const step::Geometry g = detail::geometry(with);
   const double tokens = 2048;
   const double extra_mb_s = tokens * 2.0 * static_cast<double>((g.qd + g.kvd) * g.act_b) / with.gpu.hbm_bytes_per_s;
   const auto fwd_with = *pass_work(with, 1, "layer_fwd"), fwd_without = *pass_work(without, 1, "layer_fwd");
@@ -225,7 +225,7 @@ models::GpuSpec known_profile() {
   return g;
 }
 
-Scenario point_scenario(const std::string& model, int64_t context, int64_t chunk, Schedule schedule, bool ckpt,
+Scenario point_scenario(const std::string& model, int64_t context, int64_t chunk, step::Schedule schedule, bool ckpt,
                         int64_t resident) {
   Scenario s;
   s.model = models::load_model(model);
@@ -243,20 +243,20 @@ Scenario point_scenario(const std::string& model, int64_t context, int64_t chunk
 // quadratically), chunk sizes (launches per token), checkpointing off and the standard schedule
 // (the attention forward : backward ratio), with and without offload (copy time in the step).
 std::vector<Scenario> point_scenarios() {
-  return {point_scenario("qwen2.5-7b", 256 * 1024, 4096, Schedule::oomb, true, 1),
-          point_scenario("qwen2.5-7b", 64 * 1024, 2048, Schedule::oomb, true, 28),
-          point_scenario("qwen2.5-7b", 32 * 1024, 4096, Schedule::oomb, false, 28),
-          point_scenario("qwen2.5-7b", 1024 * 1024, 8192, Schedule::oomb, true, 2),
-          point_scenario("qwen2.5-0.5b", 128 * 1024, 1024, Schedule::oomb, true, 24),
-          point_scenario("qwen2.5-0.5b", 16 * 1024, 512, Schedule::oomb, true, 2),
-          point_scenario("qwen2.5-0.5b", 8 * 1024, 256, Schedule::oomb, false, 24),
-          point_scenario("qwen2.5-0.5b", 512 * 1024, 4096, Schedule::oomb, false, 24),
-          point_scenario("qwen2.5-1.5b", 32 * 1024, 4096, Schedule::standard, true, 28),
-          point_scenario("qwen2.5-1.5b", 8 * 1024, 4096, Schedule::standard, false, 28),
-          point_scenario("llama-3.1-8b", 512 * 1024, 8192, Schedule::oomb, true, 2),
-          point_scenario("llama-3.1-8b", 16 * 1024, 1024, Schedule::oomb, true, 32),
-          point_scenario("qwen2.5-3b", 96 * 1024, 2048, Schedule::oomb, false, 36),
-          point_scenario("qwen2.5-3b", 256 * 1024, 512, Schedule::oomb, true, 36)};
+  return {point_scenario("qwen2.5-7b", 256 * 1024, 4096, step::Schedule::oomb, true, 1),
+          point_scenario("qwen2.5-7b", 64 * 1024, 2048, step::Schedule::oomb, true, 28),
+          point_scenario("qwen2.5-7b", 32 * 1024, 4096, step::Schedule::oomb, false, 28),
+          point_scenario("qwen2.5-7b", 1024 * 1024, 8192, step::Schedule::oomb, true, 2),
+          point_scenario("qwen2.5-0.5b", 128 * 1024, 1024, step::Schedule::oomb, true, 24),
+          point_scenario("qwen2.5-0.5b", 16 * 1024, 512, step::Schedule::oomb, true, 2),
+          point_scenario("qwen2.5-0.5b", 8 * 1024, 256, step::Schedule::oomb, false, 24),
+          point_scenario("qwen2.5-0.5b", 512 * 1024, 4096, step::Schedule::oomb, false, 24),
+          point_scenario("qwen2.5-1.5b", 32 * 1024, 4096, step::Schedule::standard, true, 28),
+          point_scenario("qwen2.5-1.5b", 8 * 1024, 4096, step::Schedule::standard, false, 28),
+          point_scenario("llama-3.1-8b", 512 * 1024, 8192, step::Schedule::oomb, true, 2),
+          point_scenario("llama-3.1-8b", 16 * 1024, 1024, step::Schedule::oomb, true, 32),
+          point_scenario("qwen2.5-3b", 96 * 1024, 2048, step::Schedule::oomb, false, 36),
+          point_scenario("qwen2.5-3b", 256 * 1024, 512, step::Schedule::oomb, true, 36)};
 }
 
 // Deterministic standard normal (own generator: the same numbers on every platform).
@@ -290,8 +290,8 @@ std::vector<MeasuredPoint> measured(const models::GpuSpec& truth, double noise, 
 TEST(StepWork, PricedAtAProfileIsTheStepsComputeTime) {
   const models::GpuSpec g = known_profile();
   std::vector<Scenario> all = point_scenarios();
-  Scenario opt = point_scenario("qwen2.5-7b", 64 * 1024, 4096, Schedule::oomb, true, 28);
-  opt.config.optimizer = Optimizer::gpu;
+  Scenario opt = point_scenario("qwen2.5-7b", 64 * 1024, 4096, step::Schedule::oomb, true, 28);
+  opt.config.optimizer = step::Optimizer::gpu;
   all.push_back(opt);
   for (Scenario s : all) {
     s.gpu = g;

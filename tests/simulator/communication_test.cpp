@@ -57,7 +57,7 @@ TEST(Communication, TensorParallelAllReducesPayNcclLatencyPerCall) {
 
 TEST(Communication, DataParallelAcrossNodesCrossesTheNetwork) {
   Scenario s = scenario("tiny", "h200", 1024);
-  s.config.optimizer = Optimizer::gpu;
+  s.config.optimizer = step::Optimizer::gpu;
   s.config.data_parallel = 4;
   const Summary one_node = evaluate(s);
   ASSERT_GT(one_node.allreduce_bytes, 0);
@@ -84,7 +84,7 @@ TEST(Communication, GpuBucketsOverlapTheLastBackward) {
   Scenario s = scenario("qwen2.5-0.5b", "h200", 8192);
   s.config.chunk_tokens = 4096;
   s.config.page_tokens = 128;
-  s.config.optimizer = Optimizer::gpu;
+  s.config.optimizer = step::Optimizer::gpu;
   Scenario one = s;
   const Summary alone = evaluate(one);
   s.config.data_parallel = 8;
@@ -105,7 +105,7 @@ TEST(Communication, GpuBucketsOverlapTheLastBackward) {
 
 TEST(Communication, NodesShareTheHostBetweenTheirReplicas) {
   Scenario s = scenario("tiny", "h200", 1024);
-  s.config.optimizer = Optimizer::host;
+  s.config.optimizer = step::Optimizer::host;
   s.config.resident_layers = 1;
   const int64_t rank = evaluate(s).peak_host_bytes;
   ASSERT_GT(rank, 0);
@@ -130,7 +130,7 @@ TEST(Communication, NodesShareTheHostBetweenTheirReplicas) {
 TEST(Communication, CpuBackendStagesBf16ThroughFp32OnTheMeasuredCurve) {
   Scenario s = scenario("tiny", "h200", 1024);
   s.gpu = cpu_profile_with_curve();
-  s.config.optimizer = Optimizer::gpu;
+  s.config.optimizer = step::Optimizer::gpu;
   s.config.param_grad_dtype = "bf16";
   s.config.data_parallel = 2;
   const Summary sum = evaluate(s);
@@ -163,7 +163,7 @@ TEST(Communication, Bf16CallsArePricedOnTheBf16Curve) {
   j["allreduce_curve"]["points"][0]["bf16_seconds"] = 2e-3;
   j["allreduce_curve"]["points"][1]["bf16_seconds"] = 0.3;
   s.gpu = models::gpu_from_json(j, "test profile");
-  s.config.optimizer = Optimizer::gpu;
+  s.config.optimizer = step::Optimizer::gpu;
   s.config.param_grad_dtype = "bf16";
   s.config.data_parallel = 2;
   const Summary sum = evaluate(s);
@@ -196,7 +196,7 @@ TEST(Communication, CurveIsCheckedOnLoad) {
 TEST(Communication, TimelineShowsEachPassAllReduces) {
   Scenario s = scenario("tiny", "h200", 1024);
   s.config.gpus = 2;
-  s.config.optimizer = Optimizer::gpu;
+  s.config.optimizer = step::Optimizer::gpu;
   s.config.data_parallel = 2;
   const EventResult r = simulate_events(s, traces::Detail::layer);
   double tp_s = 0, dp_s = 0;
@@ -225,7 +225,7 @@ TEST(Communication, TimelineShowsEachPassAllReduces) {
 // all-reduce over NCCL (a GPU profile).
 TEST(Communication, ShardedOptimizerHoldsAShardAndReduceScattersThenGathers) {
   Scenario s = scenario("tiny", "h200", 1024);
-  s.config.optimizer = Optimizer::gpu;
+  s.config.optimizer = step::Optimizer::gpu;
   s.config.param_dtype = "bf16";
   s.config.param_grad_dtype = "fp32";
   s.config.data_parallel = 2;
@@ -286,7 +286,7 @@ TEST(Communication, ShardedOptimizerHoldsAShardAndReduceScattersThenGathers) {
   EXPECT_NEAR(r.summary.step_s, b.step_s, 1e-6 * b.step_s);
   EXPECT_EQ(r.summary.peak_device_bytes, b.peak_device_bytes);
   // With the optimizer on the host, the host's copies are the shard's too.
-  s.config.optimizer = z.config.optimizer = Optimizer::host;
+  s.config.optimizer = z.config.optimizer = step::Optimizer::host;
   EXPECT_EQ(evaluate(z).d2h_bytes - evaluate(s).d2h_bytes, 4 * (o.shard - o.trained));
 }
 
@@ -297,7 +297,7 @@ TEST(Communication, ShardedOptimizerOnTheCpuBackendIsPricedAsMpiRunsIt) {
   Scenario s = scenario("tiny", "h200", 1024);
   Json j = cpu_profile_with_curve().to_json();
   s.gpu = models::gpu_from_json(j, "test profile");
-  s.config.optimizer = Optimizer::gpu;
+  s.config.optimizer = step::Optimizer::gpu;
   s.config.param_dtype = "bf16";
   s.config.param_grad_dtype = "fp32";
   s.config.data_parallel = 2;
@@ -320,7 +320,7 @@ TEST(Communication, ShardedOptimizerOnTheCpuBackendIsPricedAsMpiRunsIt) {
 
 TEST(Communication, ShardedOptimizerNeedsReplicasAndAFullFineTune) {
   Scenario s = scenario("tiny", "h200", 1024);
-  s.config.optimizer = Optimizer::gpu;
+  s.config.optimizer = step::Optimizer::gpu;
   s.config.shard_optimizer = true;
   auto refused = [&](const Scenario& x, const std::string& why) {
     try {
@@ -334,9 +334,9 @@ TEST(Communication, ShardedOptimizerNeedsReplicasAndAFullFineTune) {
   };
   refused(s, "there is one");  // one replica
   s.config.data_parallel = 2;
-  s.config.optimizer = Optimizer::none;
+  s.config.optimizer = step::Optimizer::none;
   refused(s, "there is no optimizer");
-  s.config.optimizer = Optimizer::gpu;
+  s.config.optimizer = step::Optimizer::gpu;
   s.config.lora_rank = 8;
   refused(s, "LoRA");
   s.config.lora_rank = 0;

@@ -29,7 +29,7 @@ std::vector<Case> spread() {
   std::vector<Case> cases;
   auto add = [&](std::string label, Scenario s) { cases.push_back({std::move(label), std::move(s)}); };
   for (int64_t context : {8 * K, 64 * K, 4 * M}) {
-    for (Attention attention : {Attention::dense, Attention::sparse}) {
+    for (step::Attention attention : {step::Attention::dense, step::Attention::sparse}) {
       Scenario s = scenario("qwen2.5-7b", "h200", context);
       s.config.attention = attention;
       add("qwen2.5-7b " + std::to_string(context) + " " + to_string(attention), s);
@@ -37,53 +37,53 @@ std::vector<Case> spread() {
   }
   {
     Scenario s = scenario("qwen2.5-7b", "h200", M);
-    s.config.attention = Attention::sparse;
-    s.config.selection_memory = SelectionMemory::device;
+    s.config.attention = step::Attention::sparse;
+    s.config.selection_memory = step::SelectionMemory::device;
     s.config.selection = "per-kv-head";
     add("sparse, per-kv-head selection, summaries on the device", s);
   }
   for (int64_t context : {8 * K, 64 * K, M}) {
     Scenario s = scenario("qwen2.5-7b", "h200", context);
-    s.config = published_preset(s.config);
+    s.config = step::published_preset(s.config);
     s.config.context_tokens = context;
-    if (context == M) s.config.attention = Attention::sparse;
+    if (context == M) s.config.attention = step::Attention::sparse;
     add("published " + std::to_string(context), s);
   }
   {
     Scenario s = scenario("qwen2.5-7b", "h200", 16 * K);
-    s.config = published_preset(s.config);
+    s.config = step::published_preset(s.config);
     s.config.context_tokens = 16 * K;
-    s.config.schedule = Schedule::standard;
+    s.config.schedule = step::Schedule::standard;
     add("published standard", s);
   }
   {
     Scenario s = scenario("qwen2.5-7b", "h200", 64 * K);
-    s.config.schedule = Schedule::standard;
-    s.config.optimizer = Optimizer::gpu;
+    s.config.schedule = step::Schedule::standard;
+    s.config.optimizer = step::Optimizer::gpu;
     add("standard, optimizer on the GPU", s);
   }
   for (const char* backend : {"gpu", "cpu"}) {
     Scenario s = scenario("tiny", "h200", 16 * K);
     s.gpu.kind = backend;
     s.config.gpus = 2;
-    s.config.optimizer = Optimizer::gpu;
+    s.config.optimizer = step::Optimizer::gpu;
     add(std::string("tiny, 2 tensor-parallel GPUs, ") + backend + " profile", s);
     s.config.gpus = 1;
     s.config.data_parallel = 2;
-    s.config.optimizer = Optimizer::host;  // the CPU backend's all-reduce staging: host, loss to optimizer
+    s.config.optimizer = step::Optimizer::host;  // the CPU backend's all-reduce staging: host, loss to optimizer
     add(std::string("tiny, 2 data-parallel replicas, ") + backend + " profile", s);
   }
   {
     Scenario s = scenario("qwen2.5-7b", "h200", 64 * K);
     s.config.data_parallel = 2;
-    s.config.optimizer = Optimizer::gpu;
+    s.config.optimizer = step::Optimizer::gpu;
     add("qwen2.5-7b, 2 data-parallel replicas", s);
     s.config.data_parallel = 1;
     s.config.lora_rank = 16;
     add("LoRA rank 16", s);
     s.config.context_tokens = 4 * M;
     s.config.lora_targets = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
-    s.config.optimizer = Optimizer::host;
+    s.config.optimizer = step::Optimizer::host;
     add("LoRA rank 16, all linear, 4M, optimizer on the host", s);
   }
   for (int64_t context : {64 * K, 4 * M}) {
@@ -103,15 +103,15 @@ std::vector<Case> spread() {
     s.config.logits_chunk_tokens = 0;
     s.config.loss_dtype = "bf16";
     add("unfused bf16 loss", s);
-    s.config = Config{};
+    s.config = step::Config{};
     s.config.context_tokens = M;
-    s.config.peak_measure = PeakMeasure::allocated;
+    s.config.peak_measure = step::PeakMeasure::allocated;
     add("allocated peak", s);
   }
   return cases;
 }
 
-void expect_equal_peaks(const MemoryTable::PhasePeak& a, const MemoryTable::PhasePeak& b) {
+void expect_equal_peaks(const step::BufferTable::PhasePeak& a, const step::BufferTable::PhasePeak& b) {
   EXPECT_EQ(a.phase, b.phase);
   EXPECT_EQ(a.bytes, b.bytes);
   EXPECT_EQ(a.breakdown, b.breakdown);
@@ -122,11 +122,11 @@ TEST(TableSizes, AreTheTablesRows) {
     SCOPED_TRACE(k.label);
     const Scenario& s = k.s;
     const step::Geometry g = detail::geometry(s);
-    const MemoryTable t = detail::memory_table(s, g, false);
+    const step::BufferTable t = detail::memory_table(s, g, false);
     const step::TableSizes z = detail::table_sizes(s, g);
     ASSERT_EQ(z.rows().size(), t.rows.size());
     for (size_t i = 0; i < t.rows.size(); ++i) {
-      const Buffer& r = t.rows[i];
+      const step::BufferRow& r = t.rows[i];
       const step::RowSize& q = z.rows()[i];
       SCOPED_TRACE(r.name);
       EXPECT_EQ(q.name, r.name);

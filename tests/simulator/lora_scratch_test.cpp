@@ -19,8 +19,8 @@ namespace {
 namespace cs = cuda_scratch;
 
 // qwen2.5-7b, chunk 4K, page 128, dense, the planner's fused 1K-token loss tiles, bf16 storage.
-Config qwen_config(int64_t context) {
-  Config c;
+step::Config qwen_config(int64_t context) {
+  step::Config c;
   c.context_tokens = context;
   c.chunk_tokens = 4096;
   c.page_tokens = 128;
@@ -29,7 +29,7 @@ Config qwen_config(int64_t context) {
 }
 
 // The per-GPU (in, out) of a targeted projection.
-std::pair<int64_t, int64_t> projection(const Geometry& g, const std::string& t) {
+std::pair<int64_t, int64_t> projection(const step::Geometry& g, const std::string& t) {
   if (t == "q_proj") return {g.h, g.qd};
   if (t == "k_proj" || t == "v_proj") return {g.h, g.kvd};
   if (t == "o_proj") return {g.qd, g.h};
@@ -43,17 +43,17 @@ TEST(LoraScratch, NoLargerThanFullFineTuningAndCoversTheAdapters) {
   for (int64_t context : {int64_t{64} << 10, int64_t{4} << 20}) {
     for (bool bf16_gemm : {true, false}) {
       for (const char* act : {"bf16", "fp32"}) {
-        Config full = qwen_config(context);
+        step::Config full = qwen_config(context);
         full.activation_dtype = act;
         const cs::StepScratch f = cs::step_op_scratch(m, full, geometry(m, full), bf16_gemm);
         for (const std::vector<std::string>& targets :
              {std::vector<std::string>{"q_proj", "v_proj"}, lora_target_names()}) {
           for (bool train_embeddings : {false, true}) {
-            Config c = full;
+            step::Config c = full;
             c.lora_rank = 16;
             c.lora_targets = targets;
             c.lora_train_embeddings = train_embeddings;
-            const Geometry g = geometry(m, c);
+            const step::Geometry g = geometry(m, c);
             const cs::StepScratch l = cs::step_op_scratch(m, c, g, bf16_gemm);
             SCOPED_TRACE(std::to_string(context) + " tokens, " + act +
                          (bf16_gemm ? ", bf16 GEMMs, " : ", fp32 GEMMs, ") + std::to_string(targets.size()) +

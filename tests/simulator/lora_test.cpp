@@ -18,7 +18,7 @@ Scenario scenario(const std::string& model, int64_t context) {
   s.gpu = models::load_gpu("h200");
   s.host = models::load_host(s.gpu.default_host);
   s.config.context_tokens = context;
-  s.config.optimizer = Optimizer::gpu;
+  s.config.optimizer = step::Optimizer::gpu;
   return s;
 }
 
@@ -62,7 +62,7 @@ TEST(Lora, TensorParallelAdaptersSplitLikeTheirProjections) {
   s.config.lora_rank = 8;
   s.config.lora_targets = {"q_proj", "o_proj"};
   s.config.gpus = 2;
-  const detail::Geometry g = detail::geometry(s);
+  const step::Geometry g = detail::geometry(s);
   const int64_t h = 3584, qd = 3584, r = 8;
   // q_proj column-parallel: A [r, h] whole, B [qd / 2, r]; o_proj row-parallel: A [r, qd / 2], B [h, r] whole.
   EXPECT_EQ(g.lora_layer_params, (r * h + r * qd / 2) + (r * qd / 2 + r * h));
@@ -79,7 +79,7 @@ TEST(Lora, TheBackwardSkipsTheFrozenBasesWeightGradients) {
   const Summary f = evaluate(full), l = evaluate(lora);
   EXPECT_LT(l.step_s, f.step_s);
   EXPECT_LT(l.peak_device_bytes, f.peak_device_bytes);
-  const detail::Geometry g = detail::geometry(full);
+  const step::Geometry g = detail::geometry(full);
   const detail::ChunkCosts cf = detail::chunk_costs(full, g, 0), cl = detail::chunk_costs(lora, detail::geometry(lora), 0);
   const double T = 4096, base = 2.0 * T * (3584.0 * 3584 + 2 * 3584.0 * 512 + 3584.0 * 3584 + 3 * 3584.0 * 18944);
   const double adapter = 2.0 * T * static_cast<double>(detail::geometry(lora).lora_layer_params);
@@ -118,7 +118,7 @@ TEST(Lora, KnobsAreChecked) {
   // The configuration round-trips through a plan's JSON; documents before LoRA are full fine-tuning.
   s.config.lora_alpha = 32;
   s.config.lora_targets = {"q_proj", "down_proj"};
-  const Config back = step::config_from_json(s.config.to_json(), "config");
+  const step::Config back = step::config_from_json(s.config.to_json(), "config");
   EXPECT_EQ(back.lora_rank, 16);
   EXPECT_EQ(back.lora_alpha, 32);
   EXPECT_EQ(back.lora_targets, s.config.lora_targets);

@@ -19,7 +19,7 @@ Scenario sparse_7b(const char* selection) {
   s.config.context_tokens = 64 * 1024;
   s.config.chunk_tokens = 4096;
   s.config.page_tokens = 128;
-  s.config.attention = Attention::sparse;
+  s.config.attention = step::Attention::sparse;
   s.config.page_budget = 64;
   s.config.selection = selection;
   s.config.layers_override = 4;
@@ -29,7 +29,7 @@ Scenario sparse_7b(const char* selection) {
 TEST(SelectionCost, TwoFp32ProductsAndTheStagedSummariesTraffic) {
   for (const char* rule : {"published", "per-kv-head"}) {
     const Scenario s = sparse_7b(rule);
-    const detail::Geometry g = detail::geometry(s);
+    const step::Geometry g = detail::geometry(s);
     const int64_t T = 4096, prefix = 480;  // the last chunk: 15 x 4096 / 128 earlier pages
     const double kvd = static_cast<double>(s.model.kv_heads * s.model.head_dim);
     const double groups = std::string(rule) == "per-kv-head" ? static_cast<double>(s.model.kv_heads) : 1.0;
@@ -46,7 +46,7 @@ TEST(SelectionCost, TwoFp32ProductsAndTheStagedSummariesTraffic) {
     EXPECT_EQ(detail::selection_cost(s, g, T, 0).compute_s, 0.0) << "no earlier pages: nothing to select";
     // The fill pass of the last chunk carries it, on top of the same pass without selection.
     Scenario dense = s;
-    dense.config.attention = Attention::dense;
+    dense.config.attention = step::Attention::dense;
     const int64_t last = g.n - 1;
     const detail::ChunkCosts sparse_cc = detail::chunk_costs(s, g, last);
     const detail::ChunkCosts dense_cc = detail::chunk_costs(dense, detail::geometry(dense), last);

@@ -21,7 +21,7 @@ constexpr double kPathAgreement = 0.05;
 
 using testing::scenario;
 
-int64_t row_bytes(const MemoryTable& t, const std::string& name) {
+int64_t row_bytes(const step::BufferTable& t, const std::string& name) {
   for (const auto& r : t.rows)
     if (r.name == name) return r.bytes;
   ADD_FAILURE() << "no row " << name;
@@ -57,29 +57,29 @@ TEST(MemoryModel, Qwen7bHandComputedRows) {
 }
 
 TEST(MemoryModel, TotalsAreThePeakOverPhasesOfTheRows) {
-  for (Schedule schedule : {Schedule::oomb, Schedule::standard})
+  for (step::Schedule schedule : {step::Schedule::oomb, step::Schedule::standard})
   for (bool checkpointing : {true, false}) {
-    auto s = scenario("qwen2.5-7b", "h200", schedule == Schedule::oomb ? 1 << 20 : 32 << 10);
+    auto s = scenario("qwen2.5-7b", "h200", schedule == step::Schedule::oomb ? 1 << 20 : 32 << 10);
     s.config.schedule = schedule;
     s.config.checkpointing = checkpointing;
-    if (schedule == Schedule::oomb) s.config.attention = Attention::sparse;
+    if (schedule == step::Schedule::oomb) s.config.attention = step::Attention::sparse;
     auto t = memory_table(s);
     auto sum = evaluate(s);
     SCOPED_TRACE(std::string(to_string(schedule)) + (checkpointing ? " checkpointing" : " no checkpointing"));
     // Every row lives in at least one phase of its schedule, and in no other.
     for (const auto& r : t.rows) {
       EXPECT_NE(r.phases, 0u) << r.name;
-      EXPECT_EQ(r.phases & ~all_phases(schedule), 0u) << r.name;
+      EXPECT_EQ(r.phases & ~step::all_phases(schedule), 0u) << r.name;
     }
     int64_t peak = 0, host = 0, sum_of_rows = 0;
     std::string phase;
-    for (Phase p : phases_of(schedule)) {
+    for (step::Phase p : step::phases_of(schedule)) {
       int64_t live = 0;
       for (const auto& r : t.rows)
-        if (r.tier == Tier::device && (r.phases & phase_bit(p))) live += r.bytes;
+        if (r.tier == step::Tier::device && (r.phases & step::phase_bit(p))) live += r.bytes;
       if (live > peak) peak = live, phase = to_string(p);
     }
-    for (const auto& r : t.rows) (r.tier == Tier::device ? sum_of_rows : host) += r.bytes;
+    for (const auto& r : t.rows) (r.tier == step::Tier::device ? sum_of_rows : host) += r.bytes;
     EXPECT_EQ(sum.peak_device_bytes, peak);
     EXPECT_EQ(sum.peak_phase, phase);
     EXPECT_LT(peak, sum_of_rows);  // buffers of different phases do not add up
@@ -92,10 +92,10 @@ TEST(MemoryModel, TotalsAreThePeakOverPhasesOfTheRows) {
 }
 
 // The rows alive in one phase: name -> bytes.
-std::map<std::string, int64_t> live_set(const MemoryTable& t, Phase p) {
+std::map<std::string, int64_t> live_set(const step::BufferTable& t, step::Phase p) {
   std::map<std::string, int64_t> m;
   for (const auto& r : t.rows)
-    if (r.tier == Tier::device && (r.phases & phase_bit(p))) m[r.name] = r.bytes;
+    if (r.tier == step::Tier::device && (r.phases & step::phase_bit(p))) m[r.name] = r.bytes;
   return m;
 }
 
@@ -116,7 +116,7 @@ constexpr int64_t kGemmWorkspace = 33554432;
 
 TEST(PhasePeak, StandardQwen7b64kHoldsThePeakInTheLossHandComputed) {
   auto s = scenario("qwen2.5-7b", "h200", 64 * 1024);
-  s.config.schedule = Schedule::standard;
+  s.config.schedule = step::Schedule::standard;
   const auto t = memory_table(s);
   const int64_t N = 65536;
   // Live in the loss phase: every-phase rows, the last layer's output, the layer-input checkpoints,
@@ -135,15 +135,15 @@ TEST(PhasePeak, StandardQwen7b64kHoldsThePeakInTheLossHandComputed) {
       {"logits_gradient", N * 152064 * 4},                    // 39,862,665,216
       {"gemm_workspace", kGemmWorkspace},
       {"runtime_reserve", kH200Reserve}};
-  EXPECT_EQ(live_set(t, Phase::loss), loss);
+  EXPECT_EQ(live_set(t, step::Phase::loss), loss);
   EXPECT_EQ(total_of(loss), 147266230272);
   // The other phases, by hand: forward keeps one layer's working set instead of the loss rows;
   // backward adds the layer's backward temporaries.
-  EXPECT_EQ(t.device_bytes_in(Phase::forward), 56139995136);
-  EXPECT_EQ(t.device_bytes_in(Phase::backward), 66541869056);
-  EXPECT_EQ(t.device_bytes_in(Phase::optimizer), 32107157504);
+  EXPECT_EQ(t.device_bytes_in(step::Phase::forward), 56139995136);
+  EXPECT_EQ(t.device_bytes_in(step::Phase::backward), 66541869056);
+  EXPECT_EQ(t.device_bytes_in(step::Phase::optimizer), 32107157504);
   const auto peak = t.device_peak();
-  EXPECT_EQ(peak.phase, Phase::loss);
+  EXPECT_EQ(peak.phase, step::Phase::loss);
   EXPECT_EQ(peak.bytes, 147266230272);
   EXPECT_EQ(peak.breakdown.at("logits"), 939524096 + 262144 + 19931332608LL + 2 * 39862665216LL);
   EXPECT_EQ(peak.breakdown.count("layer_working_set"), 1u);  // the hidden gradients
@@ -187,7 +187,7 @@ TEST(PhasePeak, OombQwen7bChunk4kHandComputed) {
       // (43,564,472,320 - workspace - op scratch - reserve = 38,494,607,360 bytes); + 8 MiB, up to
       // a multiple of 2 MiB: 38,503,710,720, so 9,103,360 bytes beyond the buffers.
       {"allocator_blocks", 9103360}};
-  EXPECT_EQ(live_set(t, Phase::optimizer), every);
+  EXPECT_EQ(live_set(t, step::Phase::optimizer), every);
   EXPECT_EQ(total_of(every), 36396390400 + 9103360);
   std::map<std::string, int64_t> loss = every;
   loss.insert({{"layer_input_checkpoints", 28 * C * 3584 * 2},  // 822,083,584
@@ -197,7 +197,7 @@ TEST(PhasePeak, OombQwen7bChunk4kHandComputed) {
                {"logits", C * 152064 * 2},                      // 1,245,708,288
                {"logits_upcast", C * 152064 * 4},               // 2,491,416,576
                {"logits_gradient", C * 152064 * 4}});
-  EXPECT_EQ(live_set(t, Phase::loss), loss);
+  EXPECT_EQ(live_set(t, step::Phase::loss), loss);
   EXPECT_EQ(total_of(loss), 43564472320 + 9103360);
   std::map<std::string, int64_t> backward = every;
   backward.insert({{"layer_input_checkpoints", 28 * C * 3584 * 2},
@@ -206,10 +206,10 @@ TEST(PhasePeak, OombQwen7bChunk4kHandComputed) {
                    {"layer_norm_rstd", 2 * C * 4},
                    {"attention_lse", C * 28 * 4},                   // 458,752
                    {"layer_backward_temporaries", C * 75776 * 2}});  // 620,756,992
-  EXPECT_EQ(live_set(t, Phase::backward), backward);
+  EXPECT_EQ(live_set(t, step::Phase::backward), backward);
   EXPECT_EQ(total_of(backward), 38548559872 + 9103360);
-  EXPECT_EQ(t.device_bytes_in(Phase::fill), 36396390400 + 9103360 + 650117120 + 32768 + 458752);
-  EXPECT_EQ(t.device_bytes_in(Phase::recompute),
+  EXPECT_EQ(t.device_bytes_in(step::Phase::fill), 36396390400 + 9103360 + 650117120 + 32768 + 458752);
+  EXPECT_EQ(t.device_bytes_in(step::Phase::recompute),
             36396390400 + 9103360 + 822083584 + 58720256 + 650117120 + 32768 + 458752);
   auto sum = evaluate(s);
   EXPECT_EQ(sum.peak_phase, "loss");
@@ -222,7 +222,7 @@ TEST(PhasePeak, OombQwen7bChunk4kHandComputed) {
   const auto fused = memory_table(s);
   EXPECT_EQ(row_bytes(fused, "logits"), 1024LL * 152064 * 4);
   EXPECT_EQ(row_bytes(fused, "op_scratch"), 1024LL * 152064 * 2 + dw_fallback);
-  EXPECT_EQ(fused.device_bytes_in(Phase::loss), 37024503808 + 8628224);
+  EXPECT_EQ(fused.device_bytes_in(step::Phase::loss), 37024503808 + 8628224);
   sum = evaluate(s);
   EXPECT_EQ(sum.peak_phase, "backward");
   EXPECT_EQ(sum.peak_device_bytes, 38548559872 - 934281216 + 8628224);
@@ -230,12 +230,12 @@ TEST(PhasePeak, OombQwen7bChunk4kHandComputed) {
 }
 
 TEST(MemoryModel, CpuProfileHasNoGpuImplementationRows) {
-  for (auto memory : {SelectionMemory::device, SelectionMemory::bounded}) {
+  for (auto memory : {step::SelectionMemory::device, step::SelectionMemory::bounded}) {
     auto s = scenario("tiny", "h200", 8192);
     s.config.chunk_tokens = 1024;
     s.config.page_tokens = 64;
     s.config.resident_layers = 1;
-    s.config.attention = Attention::sparse;
+    s.config.attention = step::Attention::sparse;
     s.config.page_budget = 8;
     s.config.selection_memory = memory;
     const auto gpu = memory_table(s);
@@ -256,15 +256,15 @@ TEST(MemoryModel, CpuProfileHasNoGpuImplementationRows) {
     for (const auto& n : cpu_names) EXPECT_TRUE(gpu_names.count(n)) << n;
     // What stays is the same on both (the CPU backend stores what a GPU run stores).
     for (const auto& r : cpu.rows) EXPECT_EQ(r.bytes, row_bytes(gpu, r.name)) << r.name;
-    EXPECT_EQ(gpu_names.count("page_summaries"), memory == SelectionMemory::device ? 1u : 0u);
-    EXPECT_EQ(cpu_names.count("host_page_summaries"), memory == SelectionMemory::bounded ? 1u : 0u);
+    EXPECT_EQ(gpu_names.count("page_summaries"), memory == step::SelectionMemory::device ? 1u : 0u);
+    EXPECT_EQ(cpu_names.count("host_page_summaries"), memory == step::SelectionMemory::bounded ? 1u : 0u);
     // The published implementation keeps its score matrix and page tables on the GPU.
     s.gpu.kind = "gpu";
-    s.config.implementation = Implementation::published;
+    s.config.implementation = step::Implementation::published;
     std::set<std::string> published;
     for (const auto& r : memory_table(s).rows) published.insert(r.name);
     const std::set<std::string> published_only =
-        memory == SelectionMemory::device
+        memory == step::SelectionMemory::device
             ? std::set<std::string>{"page_tables", "selection_scores", "selection_record"}
             : std::set<std::string>{"page_tables", "summary_tiles", "selection_scores", "selection_record_slot",
                                     "host_selection_record"};
@@ -278,7 +278,7 @@ TEST(MemoryModel, LossDtypeSetsTheLogitsRows) {
   s.config.chunk_tokens = 1024;
   s.config.page_tokens = 64;
   const int64_t V = s.model.vocab;
-  auto dtype_of = [](const MemoryTable& t, const std::string& name) {
+  auto dtype_of = [](const step::BufferTable& t, const std::string& name) {
     for (const auto& r : t.rows)
       if (r.name == name) return r.dtype;
     return std::string("absent");
@@ -330,15 +330,15 @@ TEST(MemoryModel, LossDtypeSetsTheLogitsRows) {
 }
 
 TEST(Phases, NamesRoundTripAndUnknownNamesAreRefused) {
-  for (Phase p : {Phase::fill, Phase::recompute, Phase::loss, Phase::backward, Phase::optimizer, Phase::forward})
-    EXPECT_EQ(phase_from_string(to_string(p), "test"), p);
-  EXPECT_THROW(phase_from_string("stage1", "plan.json: buffers[0]: phases"), Error);
-  EXPECT_EQ(phases_of(Schedule::oomb),
-            (std::vector<Phase>{Phase::fill, Phase::recompute, Phase::loss, Phase::backward, Phase::optimizer}));
-  EXPECT_EQ(phases_of(Schedule::standard),
-            (std::vector<Phase>{Phase::forward, Phase::loss, Phase::backward, Phase::optimizer}));
-  EXPECT_EQ(phase_names(phase_bit(Phase::loss) | phase_bit(Phase::fill)), (std::vector<std::string>{"fill", "loss"}));
-  EXPECT_EQ(phase_names(all_phases(Schedule::standard)),
+  for (step::Phase p : {step::Phase::fill, step::Phase::recompute, step::Phase::loss, step::Phase::backward, step::Phase::optimizer, step::Phase::forward})
+    EXPECT_EQ(step::phase_from_string(to_string(p), "test"), p);
+  EXPECT_THROW(step::phase_from_string("stage1", "plan.json: buffers[0]: phases"), Error);
+  EXPECT_EQ(step::phases_of(step::Schedule::oomb),
+            (std::vector<step::Phase>{step::Phase::fill, step::Phase::recompute, step::Phase::loss, step::Phase::backward, step::Phase::optimizer}));
+  EXPECT_EQ(step::phases_of(step::Schedule::standard),
+            (std::vector<step::Phase>{step::Phase::forward, step::Phase::loss, step::Phase::backward, step::Phase::optimizer}));
+  EXPECT_EQ(step::phase_names(step::phase_bit(step::Phase::loss) | step::phase_bit(step::Phase::fill)), (std::vector<std::string>{"fill", "loss"}));
+  EXPECT_EQ(step::phase_names(step::all_phases(step::Schedule::standard)),
             (std::vector<std::string>{"forward", "loss", "backward", "optimizer"}));
 }
 
@@ -392,14 +392,14 @@ TEST(CopyVolume, DenseOffloadMatchesScheduleFormula) {
 
 TEST(Invariants, SparseDevicePeakIsNearlyFlatInContext) {
   auto s = scenario("qwen2.5-7b", "h200", 256 * 1024);
-  s.config.attention = Attention::sparse;
+  s.config.attention = step::Attention::sparse;
   const int64_t small = evaluate(s).peak_device_bytes;
   s.config.context_tokens = 8 * 1024 * 1024;
   const int64_t large = evaluate(s).peak_device_bytes;
   // 32x the context; bounded selection memory keeps the device peak within 1%.
   EXPECT_LT(static_cast<double>(large - small) / static_cast<double>(small), 0.01);
   // The published selection memory grows with N (page summaries and scores on the GPU).
-  s.config.selection_memory = SelectionMemory::device;
+  s.config.selection_memory = step::SelectionMemory::device;
   const int64_t published_large = evaluate(s).peak_device_bytes;
   EXPECT_GT(published_large, large + kGiB);
 }
@@ -412,7 +412,7 @@ TEST(Invariants, DenseStepTimeIsSuperlinearStandardMemoryLinear) {
   EXPECT_GT(t4 / t1, 6.0);  // attention dominates: ~quadratic
 
   auto st = scenario("qwen2.5-7b", "h200", 64 * 1024);
-  st.config.schedule = Schedule::standard;
+  st.config.schedule = step::Schedule::standard;
   const int64_t m1 = evaluate(st).peak_device_bytes;
   st.config.context_tokens *= 2;
   const int64_t m2 = evaluate(st).peak_device_bytes;
@@ -424,11 +424,11 @@ TEST(Invariants, DenseStepTimeIsSuperlinearStandardMemoryLinear) {
 
 TEST(Invariants, StandardRunsOutOfMemoryWhereOombFits) {
   auto s = scenario("qwen2.5-7b", "h200", 1 << 20);
-  s.config.schedule = Schedule::standard;
+  s.config.schedule = step::Schedule::standard;
   auto std_sum = evaluate(s);
   EXPECT_FALSE(std_sum.feasible);
   EXPECT_EQ(std_sum.binding, Binding::device_memory);
-  s.config.schedule = Schedule::oomb;
+  s.config.schedule = step::Schedule::oomb;
   EXPECT_TRUE(evaluate(s).feasible);
 }
 
@@ -469,17 +469,17 @@ TEST(EventPath, AgreesWithFastPath) {
   struct Case {
     const char* model;
     int64_t context;
-    Attention attention;
+    step::Attention attention;
     int64_t resident;
-    Schedule schedule;
+    step::Schedule schedule;
   };
-  for (const Case& k : {Case{"qwen2.5-7b", 256 * 1024, Attention::dense, 2, Schedule::oomb},
-                        Case{"qwen2.5-7b", 1 << 20, Attention::sparse, 2, Schedule::oomb},
-                        Case{"qwen2.5-7b", 128 * 1024, Attention::dense, 1, Schedule::oomb},
-                        Case{"qwen2.5-7b", 64 * 1024, Attention::dense, 3, Schedule::oomb},
-                        Case{"llama-3.1-8b", 512 * 1024, Attention::sparse, 2, Schedule::oomb},
-                        Case{"qwen2.5-7b", 512 * 1024, Attention::dense, 28, Schedule::oomb},
-                        Case{"qwen2.5-0.5b", 32 * 1024, Attention::dense, 2, Schedule::standard}}) {
+  for (const Case& k : {Case{"qwen2.5-7b", 256 * 1024, step::Attention::dense, 2, step::Schedule::oomb},
+                        Case{"qwen2.5-7b", 1 << 20, step::Attention::sparse, 2, step::Schedule::oomb},
+                        Case{"qwen2.5-7b", 128 * 1024, step::Attention::dense, 1, step::Schedule::oomb},
+                        Case{"qwen2.5-7b", 64 * 1024, step::Attention::dense, 3, step::Schedule::oomb},
+                        Case{"llama-3.1-8b", 512 * 1024, step::Attention::sparse, 2, step::Schedule::oomb},
+                        Case{"qwen2.5-7b", 512 * 1024, step::Attention::dense, 28, step::Schedule::oomb},
+                        Case{"qwen2.5-0.5b", 32 * 1024, step::Attention::dense, 2, step::Schedule::standard}}) {
     auto s = scenario(k.model, "h200", k.context);
     s.config.attention = k.attention;
     s.config.resident_layers = k.resident;
@@ -517,10 +517,10 @@ TEST(EventPath, MemorySamplesFollowThePhases) {
     }
     // The step starts in stage 1 with the fill working set and no pages.
     ASSERT_FALSE(ev.trace.memory.empty());
-    EXPECT_EQ(ev.trace.memory.front().device_bytes, t.device_bytes_in(Phase::fill) - pools);
+    EXPECT_EQ(ev.trace.memory.front().device_bytes, t.device_bytes_in(step::Phase::fill) - pools);
     // Each chunk's loss phase shows up: its rows on top of the pages in use (at least none).
-    EXPECT_GE(max_sample, t.device_bytes_in(Phase::loss) - pools);
-    EXPECT_GT(t.device_bytes_in(Phase::loss), t.device_bytes_in(Phase::fill));
+    EXPECT_GE(max_sample, t.device_bytes_in(step::Phase::loss) - pools);
+    EXPECT_GT(t.device_bytes_in(step::Phase::loss), t.device_bytes_in(step::Phase::fill));
     EXPECT_EQ(ev.summary.peak_phase, "loss");
   }
 }
@@ -543,11 +543,11 @@ TEST(EventPath, AgreesWithFastPathWhenCopiesBind) {
 TEST(Optimizer, UpdateCostsAndPlacement) {
   auto s = scenario("qwen2.5-7b", "h200", 256 * 1024);
   // The buffers' bytes (the arena block's 2 MiB units, allocator_blocks, are a reserved-measure row).
-  s.config.peak_measure = PeakMeasure::allocated;
+  s.config.peak_measure = step::PeakMeasure::allocated;
   const auto none = evaluate(s);
-  s.config.optimizer = Optimizer::gpu;
+  s.config.optimizer = step::Optimizer::gpu;
   const auto gpu = evaluate(s);
-  s.config.optimizer = Optimizer::host;
+  s.config.optimizer = step::Optimizer::host;
   const auto host = evaluate(s);
   // AdamW on the GPU: 13 bytes/param of state (m, v, fp32 master, the uint8 decay mask), alive in
   // every phase, and an HBM-bound update.
@@ -574,7 +574,7 @@ TEST(Config, BadInputNamesTheFlag) {
     EXPECT_EQ(e.where(), "--chunk");
   }
   s = scenario("qwen2.5-7b", "h200", 4096);
-  s.config.attention = Attention::sparse;
+  s.config.attention = step::Attention::sparse;
   s.config.page_budget = 0;
   EXPECT_THROW(evaluate(s), Error);
   s = scenario("qwen2.5-7b", "h200", 4096);
@@ -589,14 +589,14 @@ TEST(Config, BadInputNamesTheFlag) {
 // ends: k = 0 is full checkpointing; the step falls by the same amount per kept layer and reaches
 // checkpointing off's one layer past k = L - 1.
 TEST(Config, KeptLayersRowsTimeAndValidation) {
-  for (Schedule schedule : {Schedule::oomb, Schedule::standard}) {
+  for (step::Schedule schedule : {step::Schedule::oomb, step::Schedule::standard}) {
     SCOPED_TRACE(to_string(schedule));
-    auto s = scenario("qwen2.5-7b", "h200", schedule == Schedule::oomb ? int64_t{1} << 20 : int64_t{1} << 15);
+    auto s = scenario("qwen2.5-7b", "h200", schedule == step::Schedule::oomb ? int64_t{1} << 20 : int64_t{1} << 15);
     s.config.schedule = schedule;
     const int64_t L = s.model.layers;
-    const MemoryTable full = memory_table(s);
+    const step::BufferTable full = memory_table(s);
     const Summary t_full = evaluate(s);
-    auto row = [](const MemoryTable& t, const std::string& name) -> const Buffer* {
+    auto row = [](const step::BufferTable& t, const std::string& name) -> const step::BufferRow* {
       for (const auto& r : t.rows)
         if (r.name == name) return &r;
       return nullptr;
@@ -605,16 +605,16 @@ TEST(Config, KeptLayersRowsTimeAndValidation) {
     std::vector<double> steps = {t_full.step_s};
     for (int64_t k : {int64_t{1}, int64_t{2}, L - 1}) {
       s.config.kept_layers = k;
-      const MemoryTable t = memory_table(s);
-      const Buffer* kept = row(t, "kept_layer_activations");
+      const step::BufferTable t = memory_table(s);
+      const step::BufferRow* kept = row(t, "kept_layer_activations");
       ASSERT_NE(kept, nullptr);
       EXPECT_EQ(kept->bytes, k * row(full, "layer_activations")->bytes);
       EXPECT_EQ(kept->category, "checkpoints");
       EXPECT_EQ(row(t, "kept_layer_norm_rstd")->bytes, k * row(full, "layer_norm_rstd")->bytes);
       EXPECT_EQ(row(t, "kept_attention_lse")->bytes, k * row(full, "attention_lse")->bytes);
       EXPECT_EQ(row(t, "layer_activations")->bytes, row(full, "layer_activations")->bytes);
-      EXPECT_TRUE(kept->phases & phase_bit(Phase::loss));
-      EXPECT_FALSE(row(t, "layer_activations")->phases & phase_bit(Phase::loss));
+      EXPECT_TRUE(kept->phases & step::phase_bit(step::Phase::loss));
+      EXPECT_FALSE(row(t, "layer_activations")->phases & step::phase_bit(step::Phase::loss));
       const Summary sum = evaluate(s);
       EXPECT_GT(sum.peak_device_bytes, t_full.peak_device_bytes);
       steps.push_back(sum.step_s);
@@ -659,23 +659,23 @@ TEST(PublishedBaseline, ThreeLogitsSizedTensorsAtTheLogSoftmaxBackward) {
   // gradient are live, 3 x N x V x 2 bytes; bf16 gradients of every parameter stay resident and no
   // optimizer state exists.
   auto s = scenario("qwen2.5-7b", "h200", 16 * 1024);
-  s.config = published_preset(s.config);
-  s.config.schedule = Schedule::standard;
+  s.config = step::published_preset(s.config);
+  s.config.schedule = step::Schedule::standard;
   const int64_t N = 16 * 1024, V = 152064;
   const auto t = memory_table(s);
   EXPECT_EQ(row_bytes(t, "logits"), N * V * 2);
   EXPECT_EQ(row_bytes(t, "logits_gradient"), N * V * 2);
   EXPECT_EQ(row_bytes(t, "log_softmax_gradient"), N * V * 2);
-  EXPECT_EQ(t.find("logits_upcast", Tier::device), nullptr);
-  EXPECT_EQ(t.find("adamw_moments", Tier::device), nullptr);
-  EXPECT_EQ(t.find("adamw_moments", Tier::host), nullptr);
+  EXPECT_EQ(t.find("logits_upcast", step::Tier::device), nullptr);
+  EXPECT_EQ(t.find("adamw_moments", step::Tier::device), nullptr);
+  EXPECT_EQ(t.find("adamw_moments", step::Tier::host), nullptr);
   EXPECT_EQ(row_bytes(t, "parameter_gradients"), row_bytes(t, "weights"));  // bf16, all phases
   const auto peak = t.device_peak();
-  EXPECT_EQ(peak.phase, Phase::loss);
+  EXPECT_EQ(peak.phase, step::Phase::loss);
   // Without the third tensor the loss phase would hold N x V x 2 bytes less.
   Scenario ours = s;
-  ours.config.implementation = Implementation::oomb;
-  EXPECT_EQ(memory_table(ours).find("log_softmax_gradient", Tier::device), nullptr);
+  ours.config.implementation = step::Implementation::oomb;
+  EXPECT_EQ(memory_table(ours).find("log_softmax_gradient", step::Tier::device), nullptr);
   EXPECT_EQ(peak.bytes - memory_table(ours).device_peak().bytes, N * V * 2);
   // The published figure has no point at 128K: out of memory on one H200 (3 x 37.1 GiB of logits
   // over the weights, their gradients and 28 x 128K x 3584 x 2 checkpoints), while 64K fits.
@@ -705,7 +705,7 @@ TEST(PagesInFlight, EventSimulationAgreesWithTheClosedForm) {
             latency = 10e-6;
             s.gpu.h2d_bytes_per_s /= 50;
           }
-          s.config = published_preset(s.config);
+          s.config = step::published_preset(s.config);
           s.config.chunk_tokens = chunk;
           s.config.resident_layers = R;
           s.config.page_copy_latency_s = latency;
@@ -730,7 +730,7 @@ TEST(PagesInFlight, EventSimulationAgreesWithTheClosedForm) {
           // This project's executor at the same knobs: the next pass on a slot waits for the slot's
           // write-back, so the pool's occupancy over time never exceeds its resident slots.
           Scenario ours = s;
-          ours.config.implementation = Implementation::oomb;
+          ours.config.implementation = step::Implementation::oomb;
           const EventResult own = simulate_events(ours, traces::Detail::layer);
           EXPECT_EQ(own.pages_in_flight_peak, 0);
           EXPECT_LE(own.trace.summary.pool_pages_peak, own.summary.device_pool_pages);
@@ -744,18 +744,18 @@ TEST(PagesInFlight, EventSimulationAgreesWithTheClosedForm) {
   // Slower copies hold more pages; without offload, or for this project's executor (the next user
   // of a slot waits for its write-back), nothing is in flight beyond the pool.
   auto s = scenario("qwen2.5-7b", "h200", 64 * 1024);
-  s.config = published_preset(s.config);
+  s.config = step::published_preset(s.config);
   const auto g = detail::geometry(s);
   const int64_t fast = detail::published_pages_in_flight(s, g);
   s.config.page_copy_latency_s = 100e-6;
   EXPECT_GT(detail::published_pages_in_flight(s, g), fast);
-  s.config.implementation = Implementation::oomb;
+  s.config.implementation = step::Implementation::oomb;
   EXPECT_EQ(detail::published_pages_in_flight(s, detail::geometry(s)), 0);
-  EXPECT_EQ(memory_table(s).find("kv_pages_in_flight", Tier::device), nullptr);
+  EXPECT_EQ(memory_table(s).find("kv_pages_in_flight", step::Tier::device), nullptr);
   EXPECT_EQ(evaluate(s).pages_in_flight, 0);
   EXPECT_FALSE(to_json(evaluate(s)).contains("pages_in_flight"));  // other outputs unchanged
   EXPECT_EQ(simulate_events(s, traces::Detail::layer).pages_in_flight_peak, 0);
-  s.config.implementation = Implementation::published;
+  s.config.implementation = step::Implementation::published;
   s.config.resident_layers = 28;
   EXPECT_EQ(detail::published_pages_in_flight(s, detail::geometry(s)), 0);
 }
@@ -766,8 +766,8 @@ TEST(PublishedSparse, OneSlotUntilTheBackward) {
   // well. So the fill, the stage-2 forward and the loss hold one slot, the backward R.
   for (int64_t R : {2, 3}) {
     auto s = scenario("qwen2.5-7b", "h200", 64 * 1024);
-    s.config = published_preset(s.config);
-    s.config.attention = Attention::sparse;
+    s.config = step::published_preset(s.config);
+    s.config.attention = step::Attention::sparse;
     s.config.resident_layers = R;
     const auto g = detail::geometry(s);
     const auto t = memory_table(s);
@@ -776,19 +776,19 @@ TEST(PublishedSparse, OneSlotUntilTheBackward) {
     for (int64_t c = g.n - 2; c < g.n; ++c) slot = std::max(slot, detail::published_slot_pages(g, c));
     EXPECT_EQ(row_bytes(t, "kv_pool"), slot * g.kv_page_bytes);
     EXPECT_EQ(row_bytes(t, "kv_grad_pool"), slot * g.grad_page_bytes);
-    const auto* back = t.find("kv_pool_backward_slot", Tier::device);
+    const auto* back = t.find("kv_pool_backward_slot", step::Tier::device);
     ASSERT_NE(back, nullptr);
     EXPECT_EQ(back->bytes, (R - 1) * slot * g.kv_page_bytes);
-    EXPECT_EQ(back->phases, phase_bit(Phase::backward));
+    EXPECT_EQ(back->phases, step::phase_bit(step::Phase::backward));
     EXPECT_EQ(row_bytes(t, "kv_grad_pool_backward_slot"), (R - 1) * slot * g.grad_page_bytes);
     // The loss phase (the peak) holds one slot of KV and gradient pages and the pages in flight.
     int64_t loss_pages_bytes = 0;
     for (const auto& r : t.rows)
-      if (r.tier == Tier::device && (r.phases & phase_bit(Phase::loss)) &&
+      if (r.tier == step::Tier::device && (r.phases & step::phase_bit(step::Phase::loss)) &&
           (r.category == "kv_pages" || r.category == "kv_grad_pages"))
         loss_pages_bytes += r.bytes;
     EXPECT_EQ(loss_pages_bytes, (slot + detail::published_pages_in_flight(s, g)) * (g.kv_page_bytes + g.grad_page_bytes));
-    EXPECT_EQ(t.device_peak().phase, Phase::loss);
+    EXPECT_EQ(t.device_peak().phase, step::Phase::loss);
     // The event simulation holds the same rows per phase: its peak is the fast path's, and its first
     // sample (the fill, no pages yet) is the fill's rows without the pools live in the fill, which
     // leave the backward's slots out.
@@ -796,54 +796,54 @@ TEST(PublishedSparse, OneSlotUntilTheBackward) {
     EXPECT_EQ(ev.summary.peak_device_bytes, evaluate(s).peak_device_bytes);
     int64_t fill_pools = 0;
     for (const auto& r : t.rows)
-      if (r.tier == Tier::device && (r.phases & phase_bit(Phase::fill)) &&
+      if (r.tier == step::Tier::device && (r.phases & step::phase_bit(step::Phase::fill)) &&
           (r.category == "kv_pages" || r.category == "kv_grad_pages"))
         fill_pools += r.bytes;
     ASSERT_FALSE(ev.trace.memory.empty());
-    EXPECT_EQ(ev.trace.memory.front().device_bytes, t.device_bytes_in(Phase::fill) - fill_pools);
+    EXPECT_EQ(ev.trace.memory.front().device_bytes, t.device_bytes_in(step::Phase::fill) - fill_pools);
     for (const auto& m : ev.trace.memory) EXPECT_LE(m.device_bytes, ev.summary.peak_device_bytes);
     // This project's executor and the published dense cache keep R slots in every phase.
     Scenario dense = s;
-    dense.config.attention = Attention::dense;
-    EXPECT_EQ(memory_table(dense).find("kv_pool_backward_slot", Tier::device), nullptr);
+    dense.config.attention = step::Attention::dense;
+    EXPECT_EQ(memory_table(dense).find("kv_pool_backward_slot", step::Tier::device), nullptr);
     EXPECT_EQ(row_bytes(memory_table(dense), "kv_pool"),
               R * detail::published_slot_pages(detail::geometry(dense), detail::geometry(dense).n - 1) *
                   g.kv_page_bytes);
     Scenario ours = s;
-    ours.config.implementation = Implementation::oomb;
-    EXPECT_EQ(memory_table(ours).find("kv_pool_backward_slot", Tier::device), nullptr);
+    ours.config.implementation = step::Implementation::oomb;
+    EXPECT_EQ(memory_table(ours).find("kv_pool_backward_slot", step::Tier::device), nullptr);
   }
 }
 
 TEST(Presets, PublishedConfiguration) {
-  Config c = published_preset(Config{});
+  step::Config c = step::published_preset(step::Config{});
   EXPECT_EQ(c.chunk_tokens, 4096);
   EXPECT_EQ(c.page_tokens, 128);
   EXPECT_EQ(c.page_budget, 64);
   EXPECT_EQ(c.resident_layers, 2);
   EXPECT_EQ(c.kv_grad_dtype, "fp32");
   EXPECT_EQ(c.param_grad_dtype, "bf16");
-  EXPECT_EQ(c.optimizer, Optimizer::none);
-  EXPECT_EQ(c.peak_measure, PeakMeasure::allocated);
-  EXPECT_EQ(c.selection_memory, SelectionMemory::device);
+  EXPECT_EQ(c.optimizer, step::Optimizer::none);
+  EXPECT_EQ(c.peak_measure, step::PeakMeasure::allocated);
+  EXPECT_EQ(c.selection_memory, step::SelectionMemory::device);
   EXPECT_EQ(c.loss_dtype, "bf16");  // per-chunk full-vocabulary bf16 logits and cross-entropy
   EXPECT_EQ(c.logits_chunk_tokens, 0);
-  EXPECT_EQ(Config{}.loss_dtype, "fp32");
+  EXPECT_EQ(step::Config{}.loss_dtype, "fp32");
   // The published 4M sparse run fits in an H200 with the host memory ALGORITHM.md derives.
   auto s = scenario("qwen2.5-7b", "h200", 4 * 1024 * 1024);
-  s.config = published_preset(s.config);
-  s.config.attention = Attention::sparse;
+  s.config = step::published_preset(s.config);
+  s.config.attention = step::Attention::sparse;
   auto sum = evaluate(s);
   EXPECT_TRUE(sum.feasible);
   EXPECT_LT(sum.peak_device_bytes, 141000000000LL);
   EXPECT_NEAR(static_cast<double>(sum.peak_host_bytes) / kGiB, 672.0, 0.1);
   // Config JSON round trip; a config written before loss_dtype existed reads as the fp32 upcast.
-  Config back = config_from_json(s.config.to_json(), "test");
+  step::Config back = step::config_from_json(s.config.to_json(), "test");
   EXPECT_EQ(back.to_json(), s.config.to_json());
   EXPECT_EQ(back.loss_dtype, "bf16");
   Json old = s.config.to_json();
   old.erase("loss_dtype");
-  EXPECT_EQ(config_from_json(old, "old.json").loss_dtype, "fp32");
+  EXPECT_EQ(step::config_from_json(old, "old.json").loss_dtype, "fp32");
 }
 
 // The binding constraint is typed (issue 40, part 5): each value has one name, which is what the

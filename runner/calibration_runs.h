@@ -17,13 +17,13 @@
 #include "executor/runtime/backend.h"
 #include "models/specs.h"
 #include "simulator/calibration.h"
-#include "simulator/config.h"
+#include "step/config.h"
 
-namespace oomb::executor {
+namespace oomb::runner {
 
 struct CalibrationRun {
   std::string name;
-  simulator::Config config;
+  step::Config config;
 };
 
 // The runs for a model: small models (hidden <= 256, the shapes of `tiny`) run two layers' full
@@ -42,8 +42,8 @@ struct CalibrationRunsFit {
 
 // Runs calibration_runs(m) on backend with `micro` as the prior profile, `steps` timed steps after
 // one warm-up each, and fits. progress (optional) is told each run's name before it starts.
-CalibrationRunsFit fit_to_calibration_runs(Backend& backend, const models::ModelSpec& m, const models::GpuSpec& micro,
+CalibrationRunsFit fit_to_calibration_runs(executor::Backend& backend, const models::ModelSpec& m, const models::GpuSpec& micro,
                                            int steps = 3,
                                            const std::function<void(const std::string&)>& progress = {});
 
-}  // namespace oomb::executor
+}  // namespace oomb::runner

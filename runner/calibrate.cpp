@@ -1,4 +1,4 @@
-#include "executor/runner/calibrate.h"
+#include "runner/calibrate.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -89,13 +89,13 @@ BackendCalibration calibrate_backend(const CalibrationRequest& a) {
   profile = executor::device_profile(r, a.id.empty() ? a.backend + "-calibrated" : a.id, capacity_bytes,
                                           a.efficiency_model);
   // Calibration runs (cpu): short executor steps of the model to be planned, and the efficiencies
-  // fitted to them, as the fidelity suite calibrates (executor/runtime/calibration_runs.h).
-  std::optional<executor::CalibrationRunsFit>& runs = out.runs;
+  // fitted to them, as the fidelity suite calibrates (runner/calibration_runs.h).
+  std::optional<CalibrationRunsFit>& runs = out.runs;
   out.fit_model = fit_model;
   if (a.backend == "cpu" && fit_model != "none") {
     const models::ModelSpec fm = models::load_model(fit_model);
     const models::GpuSpec micro = models::gpu_from_json(profile, "the micro-benchmark profile");
-    runs = executor::fit_to_calibration_runs(*backend, fm, micro, 3, [&](const std::string& name) {
+    runs = fit_to_calibration_runs(*backend, fm, micro, 3, [&](const std::string& name) {
       if (a.progress) a.progress(name);
     });
     const auto& e = runs->profile.efficiency;

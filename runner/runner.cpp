@@ -1,4 +1,4 @@
-#include "executor/runner/runner.h"
+#include "runner/runner.h"
 
 #include <algorithm>
 #include <cmath>
@@ -13,7 +13,7 @@
 #include "executor/cpu/cpu_backend.h"
 #include "executor/cpu/reference.h"
 #include "executor/cpu/threads.h"
-#include "executor/runner/calibrate.h"
+#include "runner/calibrate.h"
 #include "executor/runtime/adapters.h"
 #include "executor/runtime/microbench.h"
 #include "executor/runtime/op_tagger.h"
@@ -52,7 +52,7 @@ PlannedRun plan_run(const planner::Plan& plan, const std::string& plan_path, con
   }
   if (o.kv_dtype) s.config.kv_dtype = *o.kv_dtype;
   if (o.kv_grad_dtype) s.config.kv_grad_dtype = *o.kv_grad_dtype;
-  simulator::validate(s.config, s.model);
+  step::validate(s.config, s.model);
   return r;
 }
 
@@ -72,7 +72,7 @@ simulator::Scenario unplanned_run(simulator::Scenario s, const std::set<std::str
 namespace {
 
 // Whether any stored tensor is bf16 (the CPU backend then rounds to bf16 exactly where the GPU would).
-bool any_bf16(const simulator::Config& c) {
+bool any_bf16(const step::Config& c) {
   for (const std::string* d : {&c.param_dtype, &c.param_grad_dtype, &c.activation_dtype, &c.kv_dtype, &c.kv_grad_dtype,
                                &c.loss_dtype})
     if (*d == "bf16") return true;
@@ -145,7 +145,7 @@ step::Target target_of(const RunRequest& r) {
 
 // What the executor does not run (step::capability), refused naming the flag that asks for it, or
 // the plan, with what runs instead.
-[[noreturn]] void refuse(const RunRequest& r, const simulator::Config& c, const step::Capability& cap) {
+[[noreturn]] void refuse(const RunRequest& r, const step::Config& c, const step::Capability& cap) {
   const std::string& key = cap.key;
   const bool planned = !r.plan_path.empty();
   const Error named = step::capability_error(cap, c);  // the flag that sets the key, and its value
@@ -154,7 +154,7 @@ step::Target target_of(const RunRequest& r) {
   if (key == "param_dtype" || key == "param_grad_dtype" || key == "activation_dtype" || key == "loss_dtype")
     storage_dtype_from_string(named.key(), named.where());
   if (key == "schedule")
-    throw Error("--schedule", simulator::to_string(c.schedule), "the executor runs the oomb schedule",
+    throw Error("--schedule", step::to_string(c.schedule), "the executor runs the oomb schedule",
                 "--schedule oomb (use --reference for a full-sequence run on the CPU)");
   if (key == "selection")
     throw Error("--selection", c.selection, "is not implemented by the executor yet", "published or per-kv-head");
@@ -172,12 +172,12 @@ step::Target target_of(const RunRequest& r) {
   throw named;
 }
 
-ReferenceCheck check_against_reference(const models::ModelSpec& m, const simulator::Config& c, const Weights& w,
+ReferenceCheck check_against_reference(const models::ModelSpec& m, const step::Config& c, const Weights& w,
                                        const ParamTensors& adapters, const std::vector<int32_t>& tokens,
                                        const Engine& e, double loss) {
   check_reference_size(m, static_cast<int64_t>(tokens.size()));
   std::vector<cpu::MaskedAttention> masks;
-  if (c.attention == simulator::Attention::sparse)
+  if (c.attention == step::Attention::sparse)
     for (int64_t l = 0; l < m.layers; ++l)
       masks.push_back(cpu::selection_mask(m, c.context_tokens, c.chunk_tokens, c.page_tokens, e.selections(), l));
   const auto* mask = masks.empty() ? nullptr : &masks;
@@ -209,7 +209,7 @@ void status(const RunRequest& r, const std::string& line) {
 // backend, or the reverse) lacks the rows only this backend needs (the CPU's MPI all-reduce
 // staging): they are this backend's own, sized by the same table for it, added and said.
 // `needed`: the run's rows (run_table for this run's backend).
-std::vector<step::BufferRow> planned_rows(const RunRequest& r, const simulator::Config& c,
+std::vector<step::BufferRow> planned_rows(const RunRequest& r, const step::Config& c,
                                           const std::vector<step::BufferRow>& needed) {
   std::vector<step::BufferRow> planned = r.planned;
   if (planned.empty()) return planned;
@@ -281,7 +281,7 @@ RunTable check_run(const RunRequest& r) {
     throw Error("--trace-timing", "cupti", "this build has no CUPTI collector",
                 "build with -DOOMB_CUDA=ON where the CUDA toolkit has CUPTI, or use --trace-timing host");
 
-  const simulator::Config& c = r.scenario.config;
+  const step::Config& c = r.scenario.config;
   if (c.context_tokens <= 0) throw Error("--context", "", "is required (or give --plan)", "e.g. 16K");
   if (c.context_tokens < 2) throw Error("--context", "", "needs at least 2 tokens (one next-token prediction)");
   const int world = r.comm ? r.comm->size() : 1;
@@ -334,10 +334,10 @@ RunTable check_run(const RunRequest& r) {
     throw Error("--save-adapter", "", "writes a LoRA adapter, and this run trains every parameter",
                 "add --lora-rank R (with --lora-alpha, --lora-targets), or --save-weights for full fine-tuning");
   const models::ModelSpec m = effective_model(r.scenario.model, c);
-  if (r.reference && c.optimizer != simulator::Optimizer::none)
+  if (r.reference && c.optimizer != step::Optimizer::none)
     throw Error("--reference", "", "compares the gradients of step 1, which an optimizer step consumes",
                 "use --optimizer none with --reference");
-  const bool sparse = c.attention == simulator::Attention::sparse;
+  const bool sparse = c.attention == step::Attention::sparse;
   if (r.measure_recall && !sparse)
     throw Error("--measure-recall", "", "measures what sparse page selections capture of the dense attention",
                 "add --attention sparse");
@@ -365,7 +365,7 @@ RunTable check_run(const RunRequest& r) {
   }
   if (r.compare_dense && !sparse)
     throw Error("--compare-dense", "", "compares a sparse step with the dense one", "add --attention sparse");
-  if (r.compare_dense && c.optimizer != simulator::Optimizer::none)
+  if (r.compare_dense && c.optimizer != step::Optimizer::none)
     throw Error("--compare-dense", "", "compares the gradients of step 1, which an optimizer step consumes",
                 "use --optimizer none with --compare-dense");
   // The run's buffer table for the backend that will run it (the CUDA backend's workspace and op
@@ -405,7 +405,7 @@ RunResult run(const RunRequest& r, const Weights& w, const TokenSource& tokens, 
 
 RunResult run(const RunRequest& r, const RunTable& table, const Weights& w, const TokenSource& tokens,
               const ParamTensors& adapters) {
-  const simulator::Config& c = r.scenario.config;
+  const step::Config& c = r.scenario.config;
   RunResult res;
   res.model = effective_model(r.scenario.model, c);
   if (c.lora_rank > 0 && adapters.layout.total() != executor::adapter_layout(res.model, c).total())
@@ -911,12 +911,12 @@ std::string wait_text(const Measured& m, double wait_s) {
 std::string describe(const RunResult& r, const RunRequest& req, const std::string& tokens, const std::string& weights,
                      const std::string& trace_file) {
   std::string out;
-  const simulator::Config& c = r.config;
+  const step::Config& c = r.config;
   const Measured& ms = r.measured;
-  const bool sparse = c.attention == simulator::Attention::sparse;
+  const bool sparse = c.attention == step::Attention::sparse;
   appendf(out, "oomb run: %s (%lld layers), context %s, chunk %s, page %s, %s attention%s, resident layers %lld%s\n",
           r.model.id.c_str(), static_cast<long long>(r.model.layers), format_tokens(c.context_tokens).c_str(),
-          format_tokens(c.chunk_tokens).c_str(), format_tokens(c.page_tokens).c_str(), simulator::to_string(c.attention),
+          format_tokens(c.chunk_tokens).c_str(), format_tokens(c.page_tokens).c_str(), step::to_string(c.attention),
           sparse ? (" (budget " + std::to_string(c.page_budget) + ", " + c.selection + ")").c_str() : "",
           static_cast<long long>(std::min(c.resident_layers, r.model.layers)),
           r.offload ? " (offload)" : " (no offload)");

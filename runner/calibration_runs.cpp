@@ -1,4 +1,4 @@
-#include "executor/runtime/calibration_runs.h"
+#include "runner/calibration_runs.h"
 
 #include <chrono>
 
@@ -7,23 +7,23 @@
 #include "executor/runtime/tokens.h"
 #include "executor/runtime/weights.h"
 
-namespace oomb::executor {
+namespace oomb::runner {
 
 namespace {
 
 bool small_model(const models::ModelSpec& m) { return m.hidden <= 256; }
 
-simulator::Config run_config(int64_t layers, int64_t context, int64_t chunk, int64_t page, int64_t budget) {
-  simulator::Config c;  // bf16 storage, fp32 KV gradients: the planner's defaults
+step::Config run_config(int64_t layers, int64_t context, int64_t chunk, int64_t page, int64_t budget) {
+  step::Config c;  // bf16 storage, fp32 KV gradients: the planner's defaults
   c.context_tokens = context;
   c.chunk_tokens = chunk;
   c.page_tokens = page;
   c.resident_layers = 2;
   c.layers_override = layers;
-  c.optimizer = simulator::Optimizer::gpu;  // what --optimizer auto places for a model this small
-  c.peak_measure = simulator::PeakMeasure::allocated;
+  c.optimizer = step::Optimizer::gpu;  // what --optimizer auto places for a model this small
+  c.peak_measure = step::PeakMeasure::allocated;
   if (budget > 0) {
-    c.attention = simulator::Attention::sparse;
+    c.attention = step::Attention::sparse;
     c.page_budget = budget;
   }
   return c;
@@ -51,7 +51,7 @@ std::vector<std::string> calibration_hold(const models::ModelSpec& m) {
   return {"attention", "attention_backward", "memory_bound", "launch_overhead"};
 }
 
-CalibrationRunsFit fit_to_calibration_runs(Backend& backend, const models::ModelSpec& m, const models::GpuSpec& micro,
+CalibrationRunsFit fit_to_calibration_runs(executor::Backend& backend, const models::ModelSpec& m, const models::GpuSpec& micro,
                                            int steps, const std::function<void(const std::string&)>& progress) {
   OOMB_ASSERT(steps >= 1);
   const auto t0 = std::chrono::steady_clock::now();
@@ -60,14 +60,14 @@ CalibrationRunsFit fit_to_calibration_runs(Backend& backend, const models::Model
   int n = 0;
   for (const CalibrationRun& r : calibration_runs(m)) {
     if (progress) progress(r.name);
-    simulator::validate(r.config, m);
-    const models::ModelSpec em = effective_model(m, r.config);
-    const Weights w = random_weights(em, 7);
-    const auto tokens = TokenSource::synthetic(em.vocab, 7).sequence(0, r.config.context_tokens);
-    EngineOptions o;
+    step::validate(r.config, m);
+    const models::ModelSpec em = executor::effective_model(m, r.config);
+    const executor::Weights w = executor::random_weights(em, 7);
+    const auto tokens = executor::TokenSource::synthetic(em.vocab, 7).sequence(0, r.config.context_tokens);
+    executor::EngineOptions o;
     o.record_trace = true;
     o.detail = traces::Detail::layer;
-    Engine e(backend, m, r.config, w, o);
+    executor::Engine e(backend, m, r.config, w, o);
     for (int i = 0; i <= steps; ++i) e.step(tokens);  // the first is the warm-up: its passes are not the fastest
     const traces::Trace t = e.trace("oomb calibrate: " + r.name);
     auto s = simulator::calibration_samples(t, r.name, micro, n++);
@@ -83,4 +83,4 @@ CalibrationRunsFit fit_to_calibration_runs(Backend& backend, const models::Model
   return out;
 }
 
-}  // namespace oomb::executor
+}  // namespace oomb::runner

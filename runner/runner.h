@@ -106,7 +106,7 @@ struct ReferenceCheck {
 
 struct RunResult {
   models::ModelSpec model;   // as run (layers cut)
-  simulator::Config config;  // as run
+  step::Config config;  // as run
   std::string backend, attention_kernel, gemm_precision;
   std::string kv_pages, grad_pages;  // page storage as run
   bool offload = false;

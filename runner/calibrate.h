@@ -2,7 +2,7 @@
 // `oomb calibrate --backend cpu|cuda` as one library call: builds the backend (the CUDA one with
 // the defaults `oomb run` uses), runs the micro-benchmarks, turns them into a device profile
 // (oomb.gpu/1) and, on the CPU, fits its efficiencies to short calibration runs of the model to be
-// planned (executor/runtime/calibration_runs.h). The CLI prints and writes the profile.
+// planned (runner/calibration_runs.h). The CLI prints and writes the profile.
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "core/json_util.h"
-#include "executor/runtime/calibration_runs.h"
+#include "runner/calibration_runs.h"
 #include "executor/runtime/comm.h"
 #include "executor/runtime/microbench.h"
 
@@ -34,7 +34,7 @@ struct CalibrationRequest {
 struct BackendCalibration {
   Json profile;  // a valid oomb.gpu/1 profile (checked by the loader)
   executor::MicrobenchResult microbench;
-  std::optional<executor::CalibrationRunsFit> runs;  // cpu with a fit model
+  std::optional<CalibrationRunsFit> runs;  // cpu with a fit model
   std::string fit_model;                             // as resolved
   int ranks = 1;                                     // the job's ranks (all-reduce measured when > 1)
   executor::AllReduceFit allreduce, allreduce_bf16;  // ranks > 1: the measured all-reduces (fp32, bf16 as run)
