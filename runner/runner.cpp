@@ -377,6 +377,35 @@ RunTable check_run(const RunRequest& r) {
   return t;
 }
 
+RunInputs read_inputs(const RunRequest& r, const InputFiles& f) {
+  const models::ModelSpec m = effective_model(r.scenario.model, r.scenario.config);
+  const step::Config& c = r.scenario.config;
+  RunInputs in;
+  in.tokens = f.tokens.empty() ? TokenSource::synthetic(m.vocab, f.seed) : TokenSource::from_file(f.tokens, m.vocab);
+  (void)in.tokens.sequence(0, c.context_tokens);  // a file too short is refused now
+  // A checkpoint has the model's own layers; tensors of layers --layers leaves out are skipped.
+  in.weights = f.weights.empty() ? random_weights(m, f.seed, f.init_std)
+                                 : read_checkpoint(f.weights, m, r.scenario.model.layers);
+  if (c.lora_rank <= 0 && !f.adapter.empty())
+    throw Error("--adapter", f.adapter, "loads a LoRA adapter, and the plan trains every parameter",
+                "re-plan with --lora-rank (and the adapter's alpha and targets), or run without --plan");
+  if (c.lora_rank <= 0 && f.lora_init_b_std != 0)
+    throw Error("--lora-init-b-std", "", "initialises LoRA adapters, and this run trains every parameter",
+                "add --lora-rank R");
+  // LoRA: the adapter to train, loaded (a PEFT folder) or initialised as PEFT does (seeded). A loaded
+  // adapter's file is what the saved one keeps (its base model, its other keys).
+  in.base = f.weights.empty() ? m.id : f.weights;
+  if (c.lora_rank > 0 && !f.adapter.empty()) {
+    in.loaded_adapter = read_adapter_config(f.adapter);
+    const std::string warning = adapter_base_warning(*in.loaded_adapter, f.adapter, in.base);
+    if (!warning.empty() && f.warning) f.warning(warning);
+  }
+  if (c.lora_rank > 0)
+    in.adapters = f.adapter.empty() ? init_adapters(m, c, f.seed + 1, f.lora_init_b_std)
+                                    : read_adapter(f.adapter, m, c, r.scenario.model.layers);
+  return in;
+}
+
 void check_finite(const ParamTensors& t, const std::string& flag, const char* what) {
   for (const auto& p : t.layout.params()) {
     const float* x = t.at(p);

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "executor/runtime/adapters.h"
 #include "executor/runtime/driver.h"
 #include "executor/runtime/tokens.h"
 #include "executor/runtime/weights.h"
@@ -143,6 +144,27 @@ struct RunResult {
 // reference size, host memory, and the plan's buffer table against the one this run needs. Returns
 // that table (built once, for the backend that will run it) with the check's notes.
 executor::RunTable check_run(const RunRequest& r);
+
+// What a run reads before it starts, each checked against the run's model and configuration (a
+// file too short, a checkpoint or adapter that does not fit, an adapter for a run that trains every
+// parameter: Error naming the flag). The paths are `oomb run`'s: "" = synthetic tokens / random
+// weights (seeded) / new adapters (PEFT's initialisation, B drawn with lora_init_b_std when > 0).
+struct InputFiles {
+  std::string tokens, weights, adapter;
+  uint64_t seed = 1234;
+  float init_std = 0.02f;
+  float lora_init_b_std = 0;
+  // Told, before the adapter's tensors are read, that a loaded adapter was made for another base model.
+  std::function<void(const std::string&)> warning;
+};
+struct RunInputs {
+  executor::TokenSource tokens;
+  Weights weights;
+  executor::ParamTensors adapters;                     // LoRA: the adapters to train; empty otherwise
+  std::optional<executor::AdapterConfig> loaded_adapter;  // --adapter's config (what a saved one keeps)
+  std::string base;  // the base model a saved adapter names: --weights, else the model id
+};
+RunInputs read_inputs(const RunRequest& r, const InputFiles& f);
 
 // Runs it on the table check_run returned for it (the Engine allocates from it). A step that fails is
 // returned (failure, failed_step, the trace so far), not thrown; bad input throws oomb::Error. LoRA

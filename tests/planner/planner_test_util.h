@@ -1,5 +1,10 @@
 #pragma once
 // Shared set-up for the planner tests: a request over catalog specs, as the CLI builds it.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
 #include <set>
 #include <string>
 
@@ -63,5 +68,23 @@ inline const ValidationTerm* term(const Validation& v, const std::string& name) 
     if (t.name == name) return &t;
   return nullptr;
 }
+
+// A test with its own temporary folder (removed after it): file(name, text) writes one file there.
+class TempFiles : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("oomb_planner_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->test_suite_name() + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::string file(const std::string& name, const std::string& text) {
+    std::ofstream(dir_ / name, std::ios::binary) << text;
+    return (dir_ / name).string();
+  }
+  std::filesystem::path dir_;
+};
 
 }  // namespace oomb::planner::testing

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "planner_test_util.h"
 #include "models/specs.h"
 
 namespace oomb::planner {
@@ -17,18 +18,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-class Points : public ::testing::Test {
+class Points : public testing::TempFiles {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("oomb_points_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string file(const std::string& name, const std::string& text) {
-    std::ofstream(dir_ / name, std::ios::binary) << text;
-    return (dir_ / name).string();
-  }
   std::vector<simulator::MeasuredPoint> read(const std::string& path) {
     return read_points(path, "h200", models::load_gpu("h200"));
   }
@@ -41,7 +32,6 @@ class Points : public ::testing::Test {
     }
     return "";
   }
-  fs::path dir_;
 };
 
 TEST_F(Points, ADuplicatedHeaderColumnIsRefusedNamingIt) {
