@@ -48,8 +48,8 @@ step::Config config(int64_t context, int64_t layers_override) {
   c.resident_layers = 1;  // offload on: the realistic path
   c.layers_override = layers_override;
   // fp32 storage and pages: against the fp32 full-sequence reference and PyTorch's fp32, like for like
-  c.kv_dtype = c.kv_grad_dtype = "fp32";
-  c.param_dtype = c.param_grad_dtype = c.activation_dtype = c.loss_dtype = "fp32";
+  c.kv_dtype = c.kv_grad_dtype = Dtype::fp32;
+  c.param_dtype = c.param_grad_dtype = c.activation_dtype = c.loss_dtype = Dtype::fp32;
   return c;
 }
 

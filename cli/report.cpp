@@ -33,7 +33,7 @@ void print_scenario_header(const Scenario& s) {
     std::printf("\n");
   }
   std::printf("  KV %s, KV-grad %s, params %s, param-grad %s, optimizer %s, checkpointing %s, loss tile %s, loss %s",
-              c.kv_dtype.c_str(), c.kv_grad_dtype.c_str(), c.param_dtype.c_str(), c.param_grad_dtype.c_str(),
+              to_string(c.kv_dtype), to_string(c.kv_grad_dtype), to_string(c.param_dtype), to_string(c.param_grad_dtype),
               to_string(c.optimizer),
               !c.checkpointing    ? "off"
               : c.kept_layers > 0 ? ("on, last " + std::to_string(c.kept_layers) + " of " +
@@ -41,7 +41,7 @@ void print_scenario_header(const Scenario& s) {
                                         .c_str()
                                   : "on",
               c.logits_chunk_tokens > 0 ? (format_tokens(c.logits_chunk_tokens) + " fused").c_str() : "whole, unfused",
-              c.loss_dtype.c_str());
+              to_string(c.loss_dtype));
   if (c.gpus > 1) std::printf(", tensor parallel x%lld (per-rank figures)", static_cast<long long>(c.gpus));
   if (c.data_parallel > 1)
     std::printf(", %lld data-parallel replicas (figures per rank)", static_cast<long long>(c.data_parallel));
@@ -80,7 +80,7 @@ void print_memory_report(const Scenario& s, const step::BufferTable& t, const Su
     std::printf("  %-34s %14s  %10s  %s   %s %s\n", r.name.c_str(), format_bytes(r.bytes).c_str(),
                 at_peak ? format_percent(static_cast<double>(r.bytes) / static_cast<double>(sum.peak_device_bytes)).c_str()
                         : "-",
-                phase_marks(t, r.phases).c_str(), r.shape.c_str(), r.dtype.c_str());
+                phase_marks(t, r.phases).c_str(), r.shape.c_str(), to_string(r.dtype));
   }
   std::printf("  %-34s %14s  of %s (%s), in phase %s%s\n", "peak", format_bytes(sum.peak_device_bytes).c_str(),
               format_bytes(s.gpu.hbm_capacity_bytes).c_str(),
@@ -104,7 +104,7 @@ void print_memory_report(const Scenario& s, const step::BufferTable& t, const Su
     for (const auto& r : t.rows)
       if (r.tier == step::Tier::host && r.bytes > 0)
         std::printf("  %-34s %14s   %s %s\n", r.name.c_str(), format_bytes(r.bytes).c_str(), r.shape.c_str(),
-                    r.dtype.c_str());
+                    to_string(r.dtype));
     std::printf("  %-34s %14s  of %s pinnable, %s RAM (%s)\n", "peak", format_bytes(sum.peak_host_bytes).c_str(),
                 format_bytes(s.host.pinnable_bytes).c_str(), format_bytes(s.host.ram_bytes).c_str(), s.host.id.c_str());
   } else {

@@ -244,7 +244,7 @@ int run_run(RunArgs a, executor::Communicator* comm, const std::string& job) {
     if (res.trace) write_own_trace(*res.trace);
     return 0;
   }
-  const CheckpointWrite shards{a.max_shard_bytes, "F32"};
+  const CheckpointWrite shards{a.max_shard_bytes, Dtype::fp32};
   std::vector<std::string> weight_files, grad_files;
   if (res.weights) {
     runner::check_finite(*res.weights, "--save-weights", "weights");

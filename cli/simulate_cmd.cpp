@@ -49,8 +49,8 @@ std::vector<std::pair<std::string, std::string>> report_facts(const simulator::S
     f.emplace_back("resident layers", c.resident_layers >= step::effective_layers(c, s.model) ? "all (no offload)"
                                                                                        : std::to_string(c.resident_layers));
   }
-  f.emplace_back("KV / KV-grad", c.kv_dtype + " / " + c.kv_grad_dtype);
-  f.emplace_back("params / param-grad", c.param_dtype + " / " + c.param_grad_dtype);
+  f.emplace_back("KV / KV-grad", std::string(to_string(c.kv_dtype)) + " / " + to_string(c.kv_grad_dtype));
+  f.emplace_back("params / param-grad", std::string(to_string(c.param_dtype)) + " / " + to_string(c.param_grad_dtype));
   f.emplace_back("optimizer", std::string(to_string(c.optimizer)) +
                                   (c.shard_optimizer ? " (AdamW state sharded over the " + std::to_string(c.data_parallel) +
                                                            " data-parallel replicas: ZeRO-1)"
@@ -61,7 +61,7 @@ std::vector<std::pair<std::string, std::string>> report_facts(const simulator::S
                                             std::to_string(step::effective_layers(c, s.model)) + " layers kept"
                                       : std::string("on"));
   f.emplace_back("loss tile", c.logits_chunk_tokens > 0 ? format_tokens(c.logits_chunk_tokens) + " fused" : "whole, unfused");
-  f.emplace_back("loss dtype", c.loss_dtype);
+  f.emplace_back("loss dtype", to_string(c.loss_dtype));
   if (c.gpus > 1) f.emplace_back("tensor parallel", "x" + std::to_string(c.gpus) + " (figures per rank)");
   if (c.data_parallel > 1)
     f.emplace_back("data parallel",

@@ -354,11 +354,5 @@ std::vector<std::string> gpu_ids() { return catalog_ids("gpu"); }
 std::vector<std::string> host_ids() { return catalog_ids("host"); }
 
 // Views, not strings: the simulator's fast path asks this several times per evaluation.
-int64_t dtype_bytes(std::string_view dtype, std::string_view where) {
-  if (dtype == "fp32") return 4;
-  if (dtype == "bf16" || dtype == "fp16") return 2;
-  if (dtype == "fp8") return 1;
-  throw Error(std::string(where), std::string(dtype), "unknown dtype", "one of fp32, bf16, fp16, fp8");
-}
 
 }  // namespace oomb::models

@@ -158,7 +158,5 @@ std::vector<std::string> model_ids();
 std::vector<std::string> gpu_ids();
 std::vector<std::string> host_ids();
 
-// Bytes of one element of a dtype name ("fp32" 4, "bf16"/"fp16" 2, "fp8" 1); Error otherwise.
-int64_t dtype_bytes(std::string_view dtype, std::string_view where = "dtype");
 
 }  // namespace oomb::models

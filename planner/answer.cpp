@@ -70,10 +70,10 @@ void print_settings(std::string& out, const simulator::Scenario& s) {
                   static_cast<long long>(c.resident_layers), static_cast<long long>(L));
   }
   if (c.schedule == step::Schedule::standard)
-    appendf(out, "  dtypes       params %s, param-grad %s\n", c.param_dtype.c_str(), c.param_grad_dtype.c_str());
+    appendf(out, "  dtypes       params %s, param-grad %s\n", to_string(c.param_dtype), to_string(c.param_grad_dtype));
   else
-    appendf(out, "  dtypes       params %s, KV %s, KV-grad %s, param-grad %s\n", c.param_dtype.c_str(),
-                c.kv_dtype.c_str(), c.kv_grad_dtype.c_str(), c.param_grad_dtype.c_str());
+    appendf(out, "  dtypes       params %s, KV %s, KV-grad %s, param-grad %s\n", to_string(c.param_dtype),
+                to_string(c.kv_dtype), to_string(c.kv_grad_dtype), to_string(c.param_grad_dtype));
   const int64_t span = c.schedule == step::Schedule::standard ? c.context_tokens
                                                                     : std::min(c.chunk_tokens, c.context_tokens);
   const int64_t tile = std::min(c.logits_chunk_tokens, span);

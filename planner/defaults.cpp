@@ -57,7 +57,7 @@ int64_t optimizer_bytes(const simulator::Scenario& s) {
 std::string optimizer_text(const simulator::Scenario& s) {
   const auto& c = s.config;
   if (c.optimizer == step::Optimizer::none) return "none (no AdamW state: a measurement setting, not a training run)";
-  const bool master = models::dtype_bytes(c.param_dtype) != 4 && (c.lora_rank == 0 || c.lora_train_embeddings);
+  const bool master = dtype_bytes(c.param_dtype) != 4 && (c.lora_rank == 0 || c.lora_train_embeddings);
   const std::string what = std::string(master ? "AdamW (fp32 master + m + v" : "AdamW (fp32 m + v") +
                            (c.lora_rank > 0 ? " of the trained parameters)" : ")") +
                            (c.shard_optimizer ? " sharded over the " + std::to_string(c.data_parallel) +

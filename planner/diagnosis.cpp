@@ -94,9 +94,9 @@ Diagnosis diagnose(const Request& r0, int64_t N, const SearchResult& failed) {
   };
 
   // 1. Settings the user fixed that the planner would have changed.
-  if (r.fixed.count("kv_grad_dtype") && cfg.kv_grad_dtype != "bf16") {
+  if (r.fixed.count("kv_grad_dtype") && cfg.kv_grad_dtype != Dtype::bf16) {
     Request q = r;
-    q.scenario.config.kv_grad_dtype = "bf16";
+    q.scenario.config.kv_grad_dtype = Dtype::bf16;
     attempt(q, N, "bf16 KV gradients (half the KV-gradient pages on the host and the GPU)", "--kv-grad-dtype bf16");
   }
   if (r.fixed.count("shard_optimizer") && !cfg.shard_optimizer && cfg.data_parallel > 1 && cfg.lora_rank == 0 &&

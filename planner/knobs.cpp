@@ -98,18 +98,18 @@ simulator::Scenario Knobs::resolve() const {
                       (c.layers_override > 0 ? " (--layers)" : ""),
                   "1.." + std::to_string(L) + " or 'all' (no offload)");
   }
-  if (kv_dtype) c.kv_dtype = *kv_dtype;
-  if (kv_grad_dtype) c.kv_grad_dtype = *kv_grad_dtype;
-  if (param_dtype) c.param_dtype = *param_dtype;
-  if (param_grad_dtype) c.param_grad_dtype = *param_grad_dtype;
-  if (activation_dtype) c.activation_dtype = *activation_dtype;
+  if (kv_dtype) c.kv_dtype = storage_dtype_from_string(*kv_dtype, "--kv-dtype");
+  if (kv_grad_dtype) c.kv_grad_dtype = storage_dtype_from_string(*kv_grad_dtype, "--kv-grad-dtype");
+  if (param_dtype) c.param_dtype = storage_dtype_from_string(*param_dtype, "--param-dtype");
+  if (param_grad_dtype) c.param_grad_dtype = storage_dtype_from_string(*param_grad_dtype, "--param-grad-dtype");
+  if (activation_dtype) c.activation_dtype = storage_dtype_from_string(*activation_dtype, "--activation-dtype");
   if (optimizer) c.optimizer = step::optimizer_from_string(*optimizer, "--optimizer");
   if (checkpointing) c.checkpointing = *checkpointing;
   if (shard_optimizer) c.shard_optimizer = *shard_optimizer;
   if (kept_layers) c.kept_layers = *kept_layers;
   if (logits_chunk) c.logits_chunk_tokens = *logits_chunk == "0" ? 0 : parse_tokens(*logits_chunk, "--logits-chunk");
   if (peak_measure) c.peak_measure = step::peak_measure_from_string(*peak_measure, "--peak-measure");
-  if (loss_dtype) c.loss_dtype = *loss_dtype;
+  if (loss_dtype) c.loss_dtype = storage_dtype_from_string(*loss_dtype, "--loss-dtype");
   if (lora_rank) c.lora_rank = *lora_rank;
   if (lora_alpha) c.lora_alpha = finite_in(*lora_alpha, 1e-6, 1e6, "--lora-alpha", "e.g. 16 (PEFT's default is 8)");
   if (lora_targets) c.lora_targets = step::lora_targets_from_string(*lora_targets, "--lora-targets");

@@ -89,7 +89,7 @@ ParallelPlan context_parallel(const Scenario& s, ContextParallelism kind, int64_
   const int64_t T = ceil_div(N, cp);  // tokens per context-parallel rank
   const int64_t L = step::effective_layers(c, m);
   const int64_t qd = m.q_dim(), kvd = m.kv_dim();
-  const int64_t ab = models::dtype_bytes(c.activation_dtype), kvb = models::dtype_bytes(c.kv_dtype);
+  const int64_t ab = dtype_bytes(c.activation_dtype), kvb = dtype_bytes(c.kv_dtype);
 
   // Standard full-sequence training on one TP group (sequence parallelism with TP, fused 1K loss
   // tiles, AdamW state on the GPUs), the configuration both the compute and the memory below are of.

@@ -142,7 +142,7 @@ void check_against_configuration(const Plan& p, const Json& j, const std::string
     if (a.name != b.name) differ("name", a.name, b.name);
     if (a.tier != b.tier) differ("tier", step::to_json(a).value("tier", ""), step::to_json(b).value("tier", ""));
     if (a.category != b.category) differ("category", a.category, b.category);
-    if (a.dtype != b.dtype) differ("dtype", a.dtype, b.dtype);
+    if (a.dtype != b.dtype) differ("dtype", to_string(a.dtype), to_string(b.dtype));
     if (a.bytes != b.bytes) differ("bytes", std::to_string(a.bytes), std::to_string(b.bytes));
     if (a.phases != b.phases) differ("phases", step::to_json(a)["phases"].dump(), step::to_json(b)["phases"].dump());
   }

@@ -114,7 +114,7 @@ constexpr int64_t kPageLcm = 256;               // every page above divides it
 struct Space {
   bool standard = false;
   std::vector<int64_t> chunks, pages, residents, logits, budgets;  // budgets: pages of kDefaultMinBudgetPage
-  std::vector<std::string> kv_grads, param_grads;  // memory-ascending
+  std::vector<Dtype> kv_grads, param_grads;  // memory-ascending
   std::vector<step::Optimizer> optimizers;
   // ZeRO-1 (the AdamW state sharded over the data-parallel replicas): searched, unsharded first,
   // when there are replicas and a full fine-tune's optimizer to shard.
@@ -157,7 +157,7 @@ Space make_space(const Request& r, int64_t N) {
       sp.residents.push_back(L);
     }
     if (fixed(r, "kv_grad_dtype")) sp.kv_grads = {b.kv_grad_dtype};
-    else sp.kv_grads = {"bf16", "fp32"};
+    else sp.kv_grads = {Dtype::bf16, Dtype::fp32};
     if (fixed(r, "budget")) sp.budgets = {b.page_budget};
     else sp.budgets.assign(std::begin(kBudgets), std::end(kBudgets));
   }
@@ -172,7 +172,7 @@ Space make_space(const Request& r, int64_t N) {
   // Under LoRA with a frozen embedding and LM head no base parameter has a gradient: the dtype
   // changes nothing (the adapters' gradients are fp32).
   if (fixed(r, "param_grad_dtype") || (b.lora_rank > 0 && !b.lora_train_embeddings)) sp.param_grads = {b.param_grad_dtype};
-  else sp.param_grads = {"bf16", "fp32"};
+  else sp.param_grads = {Dtype::bf16, Dtype::fp32};
   if (fixed(r, "logits_chunk")) sp.logits = {b.logits_chunk_tokens};
   else sp.logits.assign(std::begin(kLogits), std::end(kLogits));
   if (fixed(r, "optimizer")) sp.optimizers = {b.optimizer};
@@ -215,14 +215,14 @@ struct Group {
   int64_t page = 0;
   step::Optimizer optimizer = step::Optimizer::none;
   bool shard = false;
-  std::string kv_grad;
+  Dtype kv_grad = Dtype::fp32;
 };
 
 // Memory never falls when the KV-gradient dtype widens or the budget grows (same page, optimizer
 // and attention), so a group with no fitting configuration makes every group above it hopeless.
 bool dominates(const Group& above, const Group& dead) {
   return above.attention == dead.attention && above.page == dead.page && above.optimizer == dead.optimizer &&
-         above.shard == dead.shard && models::dtype_bytes(above.kv_grad) >= models::dtype_bytes(dead.kv_grad) && above.budget >= dead.budget;
+         above.shard == dead.shard && dtype_bytes(above.kv_grad) >= dtype_bytes(dead.kv_grad) && above.budget >= dead.budget;
 }
 
 double primary(const Candidate& c, Objective o) {
@@ -235,7 +235,7 @@ double secondary(const Candidate& c, Objective o) {
 auto exactness(const step::Config& k) {
   const bool sparse = k.attention == step::Attention::sparse;
   return std::make_tuple(sparse ? 1 : 0, sparse ? -k.page_budget * k.page_tokens : int64_t{0},
-                         -models::dtype_bytes(k.kv_grad_dtype));
+                         -dtype_bytes(k.kv_grad_dtype));
 }
 
 // Recompute settings in memory order: kept layers, then checkpointing off.
@@ -263,7 +263,7 @@ bool at_least_as_exact(const step::Config& b, const step::Config& a) {
   if (sb && !sa) return false;
   const int64_t ta = sa ? a.page_budget * a.page_tokens : 0, tb = sb ? b.page_budget * b.page_tokens : 0;
   if (sa && sb && tb < ta) return false;
-  return models::dtype_bytes(b.kv_grad_dtype) >= models::dtype_bytes(a.kv_grad_dtype);
+  return dtype_bytes(b.kv_grad_dtype) >= dtype_bytes(a.kv_grad_dtype);
 }
 
 // The knobs the planner varies; equal keys mean the same plan.
@@ -342,7 +342,7 @@ class Searcher {
   }
 
  private:
-  step::Config config_of(const Group& g, int64_t resident, int64_t chunk, const std::string& param_grad, int64_t logits) const {
+  step::Config config_of(const Group& g, int64_t resident, int64_t chunk, Dtype param_grad, int64_t logits) const {
     step::Config c = base_;
     c.attention = g.attention;
     c.page_budget = g.budget;
@@ -384,7 +384,7 @@ class Searcher {
     const std::vector<int64_t> chunks = chunks_for_page(sp_, g.page);
     if (chunks.empty()) return false;
     const bool descending = objective_ == Objective::time && !o_.first_fit && !o_.exhaustive;
-    const std::string& pg = sp_.param_grads.front();
+    const Dtype pg = sp_.param_grads.front();
     const int64_t lg = sp_.logits.front();
     bool any_fit = false, host_dead = false;
     for (int64_t resident : sp_.residents) {
@@ -615,7 +615,7 @@ class Searcher {
       // Tiles at least as long as the chunk are all the same single fused tile: try one of them.
       const int64_t C = std::min(seed.config.chunk_tokens, seed.config.context_tokens);
       auto tile = [&](int64_t lg) { return lg == 0 ? int64_t{-1} : std::min(lg, C); };
-      std::set<std::pair<std::string, int64_t>> tried{{seed.config.param_grad_dtype, tile(seed.config.logits_chunk_tokens)}};
+      std::set<std::pair<Dtype, int64_t>> tried{{seed.config.param_grad_dtype, tile(seed.config.logits_chunk_tokens)}};
       for (const auto& pg : sp_.param_grads)
         for (int64_t lg : sp_.logits) {
           if (!tried.insert({pg, tile(lg)}).second) continue;
@@ -655,8 +655,8 @@ void fill_alternatives(SearchResult& res, Objective o, const step::Config* prefe
       [](const step::Config& c) { return std::to_string(c.chunk_tokens); },
       [](const step::Config& c) { return std::to_string(c.page_tokens); },
       [](const step::Config& c) { return std::to_string(c.resident_layers); },
-      [](const step::Config& c) { return c.kv_grad_dtype; },
-      [](const step::Config& c) { return c.param_grad_dtype; },
+      [](const step::Config& c) { return std::string(to_string(c.kv_grad_dtype)); },
+      [](const step::Config& c) { return std::string(to_string(c.param_grad_dtype)); },
       [](const step::Config& c) { return std::to_string(c.logits_chunk_tokens); },
       [](const step::Config& c) { return std::string(step::to_string(c.optimizer)); },
       [](const step::Config& c) { return c.shard_optimizer ? std::string("zero1") : std::string("replicated"); },
@@ -760,8 +760,6 @@ void check_request(const Request& r, int64_t N) {
     if (rep.page_budget <= 0) rep.page_budget = kDefaultMinBudget;
   }
   step::validate(rep, r.scenario.model);
-  for (const auto& dt : {b.kv_dtype, b.kv_grad_dtype, b.param_dtype, b.param_grad_dtype})
-    models::dtype_bytes(dt, "dtype");
 }
 
 const Candidate* select_best(const std::vector<Candidate>& cands, Objective o, const step::Config* preferred) {
@@ -1028,8 +1026,8 @@ std::string describe_knobs(const step::Config& c, const models::ModelSpec& m) {
     s = "chunk " + format_tokens(c.chunk_tokens) + ", page " + std::to_string(c.page_tokens) + ", " +
         resident_text(c, m) + ", ";
   }
-  s += attention_text(c) + ", KV " + c.kv_dtype + ", KV-grad " + c.kv_grad_dtype + ", param-grad " +
-       c.param_grad_dtype + ", " + logits_text(c) + ", optimizer " + step::to_string(c.optimizer) +
+  s += attention_text(c) + ", KV " + to_string(c.kv_dtype) + ", KV-grad " + to_string(c.kv_grad_dtype) +
+       ", param-grad " + to_string(c.param_grad_dtype) + ", " + logits_text(c) + ", optimizer " + step::to_string(c.optimizer) +
        (!c.checkpointing ? ", no checkpointing"
         : c.kept_layers > 0
             ? ", last " + std::to_string(c.kept_layers) + " of " +
@@ -1047,8 +1045,8 @@ std::string describe_difference(const step::Config& a, const step::Config& b, co
   if (a.chunk_tokens != b.chunk_tokens) d.push_back("chunk " + format_tokens(b.chunk_tokens));
   if (a.page_tokens != b.page_tokens) d.push_back("page " + std::to_string(b.page_tokens));
   if (a.resident_layers != b.resident_layers) d.push_back(resident_text(b, m));
-  if (a.kv_grad_dtype != b.kv_grad_dtype) d.push_back("KV-grad " + b.kv_grad_dtype);
-  if (a.param_grad_dtype != b.param_grad_dtype) d.push_back("param-grad " + b.param_grad_dtype);
+  if (a.kv_grad_dtype != b.kv_grad_dtype) d.push_back(std::string("KV-grad ") + to_string(b.kv_grad_dtype));
+  if (a.param_grad_dtype != b.param_grad_dtype) d.push_back(std::string("param-grad ") + to_string(b.param_grad_dtype));
   if (a.logits_chunk_tokens != b.logits_chunk_tokens) d.push_back(logits_text(b));
   if (a.optimizer != b.optimizer) d.push_back(std::string("optimizer ") + step::to_string(b.optimizer));
   if (a.shard_optimizer != b.shard_optimizer)

@@ -200,9 +200,9 @@ Validation validate_run(const ValidationRequest& req) {
     const step::Config planned = s.config;
     const step::Config& rc = run.config;
     if (rc.kv_dtype != planned.kv_dtype || rc.kv_grad_dtype != planned.kv_grad_dtype)
-      notes.push_back("the run stored KV pages as " + rc.kv_dtype + " and KV-gradient pages as " + rc.kv_grad_dtype +
-                      " (the plan says KV " + planned.kv_dtype + ", KV-grad " + planned.kv_grad_dtype +
-                      "): predicted as run");
+      notes.push_back(std::string("the run stored KV pages as ") + to_string(rc.kv_dtype) + " and KV-gradient pages as " +
+                      to_string(rc.kv_grad_dtype) + " (the plan says KV " + to_string(planned.kv_dtype) + ", KV-grad " +
+                      to_string(planned.kv_grad_dtype) + "): predicted as run");
     s.config.kv_dtype = rc.kv_dtype;
     s.config.kv_grad_dtype = rc.kv_grad_dtype;
     s.config.param_dtype = rc.param_dtype;
@@ -216,12 +216,13 @@ Validation validate_run(const ValidationRequest& req) {
                                planned.loss_dtype != s.config.loss_dtype;
     notes.push_back((cupti_run ? std::string("cuda") : trace.metadata.source) +
                     " backend: predicted as run: weights / gradients / activations / loss stored as " +
-                    s.config.param_dtype + " / " + s.config.param_grad_dtype + " / " + s.config.activation_dtype +
-                    " / " + s.config.loss_dtype + ", pages as run (KV " + rc.kv_dtype + ", KV-grad " +
-                    rc.kv_grad_dtype + "), peak as allocated" +
-                    (dtypes_differ ? " (the plan says " + planned.param_dtype + " / " + planned.param_grad_dtype +
-                                         " / " + planned.activation_dtype + " / " + planned.loss_dtype + ")"
-                                   : ""));
+                    to_string(s.config.param_dtype) + " / " + to_string(s.config.param_grad_dtype) + " / " +
+                    to_string(s.config.activation_dtype) + " / " + to_string(s.config.loss_dtype) + ", pages as run (KV " +
+                    to_string(rc.kv_dtype) + ", KV-grad " + to_string(rc.kv_grad_dtype) + "), peak as allocated" +
+                    (dtypes_differ ? std::string(" (the plan says ") + to_string(planned.param_dtype) + " / " +
+                                         to_string(planned.param_grad_dtype) + " / " + to_string(planned.activation_dtype) +
+                                         " / " + to_string(planned.loss_dtype) + ")"
+                                   : std::string()));
   }
   if (cupti_run) {
     std::string n = "times are CUPTI device times (kernels and copies, tagged with their stage, chunk, layer and "

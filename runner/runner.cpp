@@ -50,22 +50,22 @@ PlannedRun plan_run(const planner::Plan& plan, const std::string& plan_path, con
     // A quick run on fewer layers keeps at most all but one of them (the trace records it).
     if (s.config.checkpointing) s.config.kept_layers = std::min(s.config.kept_layers, *o.layers - 1);
   }
-  if (o.kv_dtype) s.config.kv_dtype = *o.kv_dtype;
-  if (o.kv_grad_dtype) s.config.kv_grad_dtype = *o.kv_grad_dtype;
+  if (o.kv_dtype) s.config.kv_dtype = storage_dtype_from_string(*o.kv_dtype, "--kv-dtype");
+  if (o.kv_grad_dtype) s.config.kv_grad_dtype = storage_dtype_from_string(*o.kv_grad_dtype, "--kv-grad-dtype");
   step::validate(s.config, s.model);
   return r;
 }
 
 simulator::Scenario unplanned_run(simulator::Scenario s, const std::set<std::string>& given, const std::string& backend) {
-  auto unless_given = [&](const char* key, std::string& field, const char* value) {
+  auto unless_given = [&](const char* key, Dtype& field, Dtype value) {
     if (!given.count(key)) field = value;
   };
-  unless_given("kv_dtype", s.config.kv_dtype, "fp32");
-  unless_given("kv_grad_dtype", s.config.kv_grad_dtype, "fp32");
-  unless_given("param_dtype", s.config.param_dtype, backend == "cuda" ? "bf16" : "fp32");
-  unless_given("param_grad_dtype", s.config.param_grad_dtype, "fp32");
-  unless_given("activation_dtype", s.config.activation_dtype, "fp32");
-  unless_given("loss_dtype", s.config.loss_dtype, "fp32");
+  unless_given("kv_dtype", s.config.kv_dtype, Dtype::fp32);
+  unless_given("kv_grad_dtype", s.config.kv_grad_dtype, Dtype::fp32);
+  unless_given("param_dtype", s.config.param_dtype, backend == "cuda" ? Dtype::bf16 : Dtype::fp32);
+  unless_given("param_grad_dtype", s.config.param_grad_dtype, Dtype::fp32);
+  unless_given("activation_dtype", s.config.activation_dtype, Dtype::fp32);
+  unless_given("loss_dtype", s.config.loss_dtype, Dtype::fp32);
   return s;
 }
 
@@ -73,9 +73,8 @@ namespace {
 
 // Whether any stored tensor is bf16 (the CPU backend then rounds to bf16 exactly where the GPU would).
 bool any_bf16(const step::Config& c) {
-  for (const std::string* d : {&c.param_dtype, &c.param_grad_dtype, &c.activation_dtype, &c.kv_dtype, &c.kv_grad_dtype,
-                               &c.loss_dtype})
-    if (*d == "bf16") return true;
+  for (Dtype d : {c.param_dtype, c.param_grad_dtype, c.activation_dtype, c.kv_dtype, c.kv_grad_dtype, c.loss_dtype})
+    if (d == Dtype::bf16) return true;
   return false;
 }
 
@@ -109,7 +108,7 @@ std::string attention_kernel_of(const RunRequest& r) { return r.attention_kernel
 // bf16 GEMMs would be converted at every call).
 std::string gemm_precision_of(const RunRequest& r) {
   if (!r.gemm_precision.empty()) return r.gemm_precision;
-  return r.plan_path.empty() && r.scenario.config.param_dtype == "fp32" ? "fp32" : "bf16";
+  return r.plan_path.empty() && r.scenario.config.param_dtype == Dtype::fp32 ? "fp32" : "bf16";
 }
 
 bool uses_cupti(const RunRequest& r) {
@@ -117,12 +116,12 @@ bool uses_cupti(const RunRequest& r) {
 }
 
 // Page dtypes the executor stores (fp32, bf16), refused by flag; a plan's other dtype is named as the plan's.
-PageDtype page_dtype(const RunRequest& r, const std::string& name, const char* flag) {
+PageDtype page_dtype(const RunRequest& r, Dtype d, const char* flag) {
   try {
-    return page_dtype_from_string(name, flag);
+    return page_dtype_of(d, flag);
   } catch (const Error& e) {
     if (r.plan_path.empty()) throw;
-    throw Error(flag, name, e.problem() + "; the plan asks for it", std::string("override it: ") + flag + " fp32 or bf16");
+    throw Error(flag, to_string(d), e.problem() + "; the plan asks for it", std::string("override it: ") + flag + " fp32 or bf16");
   }
 }
 
@@ -150,9 +149,11 @@ step::Target target_of(const RunRequest& r) {
   const bool planned = !r.plan_path.empty();
   const Error named = step::capability_error(cap, c);  // the flag that sets the key, and its value
   // The storage dtypes: refused by the parsers the run converts them with.
-  if (key == "kv_dtype" || key == "kv_grad_dtype") page_dtype(r, named.key(), named.where().c_str());
-  if (key == "param_dtype" || key == "param_grad_dtype" || key == "activation_dtype" || key == "loss_dtype")
-    storage_dtype_from_string(named.key(), named.where());
+  if (key == "kv_dtype" || key == "kv_grad_dtype")
+    page_dtype(r, key == "kv_dtype" ? c.kv_dtype : c.kv_grad_dtype, named.where().c_str());
+  for (const auto& [k, d] : {std::pair{"param_dtype", c.param_dtype}, {"param_grad_dtype", c.param_grad_dtype},
+                             {"activation_dtype", c.activation_dtype}, {"loss_dtype", c.loss_dtype}})
+    if (key == k) storage_dtype_of(d, named.where());
   if (key == "schedule")
     throw Error("--schedule", step::to_string(c.schedule), "the executor runs the oomb schedule",
                 "--schedule oomb (use --reference for a full-sequence run on the CPU)");
@@ -957,8 +958,8 @@ std::string describe(const RunResult& r, const RunRequest& req, const std::strin
           tokens.c_str(), weights.c_str());
   const bool lora = c.lora_rank > 0;
   appendf(out, "storage: weights %s, gradients %s, activations %s, loss %s; pages: KV %s, KV-grad %s\n",
-          c.param_dtype.c_str(), lora ? "fp32 (the adapters')" : c.param_grad_dtype.c_str(),
-          c.activation_dtype.c_str(), c.loss_dtype.c_str(), r.kv_pages.c_str(), r.grad_pages.c_str());
+          to_string(c.param_dtype), lora ? "fp32 (the adapters')" : to_string(c.param_grad_dtype),
+          to_string(c.activation_dtype), to_string(c.loss_dtype), r.kv_pages.c_str(), r.grad_pages.c_str());
   if (r.measured.tp > 1)
     appendf(out,
             "tensor parallel: rank %d of %lld (%s; this rank holds 1/%lld of the heads, MLP columns and vocabulary), "

@@ -260,9 +260,8 @@ std::optional<OpWork> pass_work(const Scenario& s, int64_t chunk, const std::str
 }
 
 void apply_cpu_run(Scenario& s) {
-  for (std::string* dt :
-       {&s.config.param_dtype, &s.config.param_grad_dtype, &s.config.activation_dtype, &s.config.loss_dtype})
-    *dt = "fp32";
+  for (Dtype* dt : {&s.config.param_dtype, &s.config.param_grad_dtype, &s.config.activation_dtype, &s.config.loss_dtype})
+    *dt = Dtype::fp32;
   s.config.peak_measure = step::PeakMeasure::allocated;
 }
 
@@ -287,7 +286,7 @@ Scenario scenario_of_run(const traces::Trace& t, const step::RunRecord& run, con
   // stored (the record's); peak as allocated.
   const std::string& src = t.metadata.source;
   if (src == "cpu" || src == "cuda" || src == "cuda-cupti") {
-    const std::string kv = s.config.kv_dtype, kv_grad = s.config.kv_grad_dtype;
+    const Dtype kv = s.config.kv_dtype, kv_grad = s.config.kv_grad_dtype;
     apply_cpu_run(s);
     s.config.kv_dtype = kv;
     s.config.kv_grad_dtype = kv_grad;

@@ -363,8 +363,8 @@ double optimizer_update_s(const Scenario& s) {
   // A replica's shard of the trained parameters (ZeRO-1), or all of them.
   const double params = static_cast<double>(step::optimizer_shard(s.model, s.config, geometry(s)).shard);
   // Read + write of master (4), m (4), v (4); read the gradient, write the parameter.
-  const double bytes_per_param = 24.0 + static_cast<double>(models::dtype_bytes(s.config.param_grad_dtype)) +
-                                 static_cast<double>(models::dtype_bytes(s.config.param_dtype));
+  const double bytes_per_param = 24.0 + static_cast<double>(dtype_bytes(s.config.param_grad_dtype)) +
+                                 static_cast<double>(dtype_bytes(s.config.param_dtype));
   if (s.config.optimizer == step::Optimizer::gpu)
     return params * bytes_per_param / (s.gpu.hbm_bytes_per_s * s.gpu.efficiency.memory_bound);
   // The host is shared by all tensor-parallel GPUs' shards.
@@ -433,11 +433,11 @@ ShardedComm sharded_comm(const Scenario& s, const step::Geometry& g) {
   ShardedComm out;
   if (!step::shards_optimizer(s.config)) return out;
   const double padded = static_cast<double>(step::optimizer_shard(s.model, s.config, g).padded);
-  const double gbytes = padded * static_cast<double>(models::dtype_bytes(s.config.param_grad_dtype));
-  const double pbytes = padded * static_cast<double>(models::dtype_bytes(s.config.param_dtype));
+  const double gbytes = padded * static_cast<double>(dtype_bytes(s.config.param_grad_dtype));
+  const double pbytes = padded * static_cast<double>(dtype_bytes(s.config.param_dtype));
   out.gradient_bytes = gbytes;
   out.weight_bytes = pbytes;
-  const bool bf16 = s.config.param_grad_dtype == "bf16";
+  const bool bf16 = s.config.param_grad_dtype == Dtype::bf16;
   const int64_t D = s.config.data_parallel, M = s.config.nodes;
   const Collective grads{1.0, gbytes, bf16 ? gbytes : 0.0, bf16 ? 1.0 : 0.0};
   // The reduce-scatter: NCCL's is half of a ring all-reduce (N - 1 steps, (N - 1) / N x the

@@ -12,8 +12,6 @@
 
 namespace oomb::step {
 
-using models::dtype_bytes;
-
 const char* to_string(BackendKind b) { return b == BackendKind::cpu ? "cpu" : "cuda"; }
 
 Target target_of(const models::GpuSpec& gpu) {
@@ -127,13 +125,6 @@ const BufferRow* BufferTable::find(const std::string& name, Tier tier) const {
   return nullptr;
 }
 
-int64_t element_bytes(std::string_view dtype, std::string_view where) {
-  if (dtype == "int32") return 4;
-  if (dtype == "uint8") return 1;
-  if (dtype == "fp64") return 8;
-  return dtype_bytes(dtype, where);
-}
-
 const RowTensor* BufferRow::tensor(std::string_view tensor_name) const {
   for (const RowTensor& t : tensors)
     if (t.name == tensor_name) return &t;
@@ -156,7 +147,10 @@ BufferRow buffer_row_from_json(const Json& j, const std::string& where) {
   if (tier != "device" && tier != "host") r.fail("tier", "'" + tier + "' is not a tier", "device or host");
   b.tier = tier == "device" ? Tier::device : Tier::host;
   b.shape = r.str_or("shape", "");
-  b.dtype = r.str("dtype");
+  const std::string dtype = r.str("dtype");
+  const std::optional<Dtype> d = find_dtype(dtype);
+  if (!d) r.fail("dtype", "'" + dtype + "' is not a dtype", "fp32, bf16, fp16, fp8, int32, uint8 or fp64");
+  b.dtype = *d;
   b.bytes = r.i64("bytes");
   const Json& phases = r.array("phases");
   if (phases.empty()) r.fail("phases", "is empty", "the phases in which the buffer is alive, e.g. [\"loss\"]");
@@ -270,7 +264,7 @@ struct RowSink {
   bool describe;
   PhaseMask all;  // every phase of the schedule
   template <class Shape, class Formula, class MakeTensors>
-  void add(const char* name, Category category, Tier tier, Shape&& shape, std::string_view dtype, int64_t bytes,
+  void add(const char* name, Category category, Tier tier, Shape&& shape, Dtype dtype, int64_t bytes,
            PhaseMask phases, Formula&& formula, MakeTensors&& tensors) {
     BufferRow& b = t.rows.emplace_back();
     b.name = name;
@@ -281,7 +275,7 @@ struct RowSink {
     b.phases = phases;
     b.tensors = tensors();
     int64_t held = 0;
-    for (const RowTensor& x : b.tensors) held = checked_add(held, checked_mul(x.elements, element_bytes(x.dtype)));
+    for (const RowTensor& x : b.tensors) held = checked_add(held, checked_mul(x.elements, dtype_bytes(x.dtype)));
     OOMB_ASSERT(held == bytes, "row " + b.name + ": its tensors hold " + std::to_string(held) + " bytes, the row " +
                                    std::to_string(bytes));
     if (describe) {
@@ -301,7 +295,7 @@ struct RowSink {
 struct SizeSink {
   TableSizes& t;
   template <class Shape, class Formula, class MakeTensors>
-  void add(const char* name, Category category, Tier tier, Shape&&, std::string_view, int64_t bytes,
+  void add(const char* name, Category category, Tier tier, Shape&&, Dtype, int64_t bytes,
            PhaseMask phases, Formula&&, MakeTensors&&) {
     OOMB_ASSERT(t.row_count < TableSizes::kMaxRows, "a buffer table with more than TableSizes::kMaxRows rows");
     t.row_storage[static_cast<size_t>(t.row_count++)] = {name, category, tier, bytes, phases};
@@ -321,7 +315,7 @@ void add_rows(const models::ModelSpec& m, const Config& c, const Target& target,
                   bwd = phase_bit(Phase::backward), fwd = phase_bit(Phase::forward);
   // Shapes and formulas are text for people (OOMB_SHAPE, OOMB_TEXT build them only when describing).
   // Each row's tensors (OOMB_TENSORS) are emitted beside its bytes, from the same figures.
-  auto add = [&](const char* name, Category category, Tier tier, auto&& shape, std::string_view dtype,
+  auto add = [&](const char* name, Category category, Tier tier, auto&& shape, Dtype dtype,
                  int64_t bytes, PhaseMask phases, auto&& formula, auto&& tensors) {
     sink.add(name, category, tier, shape, dtype, bytes, phases, formula, tensors);
   };
@@ -329,12 +323,12 @@ void add_rows(const models::ModelSpec& m, const Config& c, const Target& target,
   // The published implementation's own GPU buffers (device score matrix, page tables): modelled
   // for --preset oomb-published on a GPU profile, never allocated by this project's executor.
   const bool published = cuda && c.implementation == Implementation::published;
-  const std::string& act = c.activation_dtype;
+  const Dtype act = c.activation_dtype;
   const int64_t A = g.act_b;
   const int64_t params = rank_param_count(m, c);  // norms whole on every rank
-  const int64_t pb = dtype_bytes(c.param_dtype, "--param-dtype");
-  (void)dtype_bytes(c.param_grad_dtype, "--param-grad-dtype");  // a bad dtype is refused by flag
-  const int64_t lb = dtype_bytes(c.loss_dtype, "--loss-dtype");
+  const int64_t pb = dtype_bytes(c.param_dtype);
+  (void)dtype_bytes(c.param_grad_dtype);  // a bad dtype is refused by flag
+  const int64_t lb = dtype_bytes(c.loss_dtype);
   // ZeRO-1: the trained parameters padded to a multiple of the replicas (full fine-tuning: all of
   // them), the AdamW state one replica's shard.
   const OptimizerShard zero = optimizer_shard(m, c, g);
@@ -350,21 +344,21 @@ void add_rows(const models::ModelSpec& m, const Config& c, const Target& target,
   const int64_t adapters = lora_param_count(g);
   const int64_t trained_base = g.lora ? trainable_param_count(m, c, g) - adapters : params;
   if (g.lora)
-    add(row::kLoraAdapters, Category::weights, Tier::device, OOMB_SHAPE({adapters}), "fp32", checked_mul(adapters, 4), all,
-        "layers x targets x r x (in + out) per GPU x 4 (A and B, fp32)", OOMB_TENSORS({"adapters", adapters, "fp32"}));
-  const int64_t grad_bytes = sharded ? checked_mul(zero.padded, dtype_bytes(c.param_grad_dtype, "--param-grad-dtype"))
+    add(row::kLoraAdapters, Category::weights, Tier::device, OOMB_SHAPE({adapters}), Dtype::fp32, checked_mul(adapters, 4), all,
+        "layers x targets x r x (in + out) per GPU x 4 (A and B, fp32)", OOMB_TENSORS({"adapters", adapters, Dtype::fp32}));
+  const int64_t grad_bytes = sharded ? checked_mul(zero.padded, dtype_bytes(c.param_grad_dtype))
                                      : trained_gradient_bytes(m, c, g);
   // The trained parameters' gradients (or, for the host update, the trained parameters): one
   // tensor, or under LoRA the adapters' (fp32) and the trained embeddings' (in `base_dtype`).
-  auto trained_tensors = [&](const char* name, int64_t elements, const std::string& base_dtype) {
+  auto trained_tensors = [&](const char* name, int64_t elements, Dtype base_dtype) {
     if (sharded || !g.lora) return Tensors{{name, elements, base_dtype}};
-    Tensors t{{std::string("adapter_") + name, adapters, "fp32"}};
+    Tensors t{{std::string("adapter_") + name, adapters, Dtype::fp32}};
     if (trained_base > 0) t.push_back({std::string("embedding_") + name, trained_base, base_dtype});
     return t;
   };
   add(row::kParameterGradients, Category::parameter_gradients, Tier::device,
       OOMB_SHAPE({sharded ? zero.padded : adapters + trained_base}),
-      g.lora && trained_base == 0 ? std::string("fp32") : c.param_grad_dtype, grad_bytes, all,
+      g.lora && trained_base == 0 ? Dtype::fp32 : c.param_grad_dtype, grad_bytes, all,
       g.lora    ? "adapters x 4 + trained embeddings / gpus x param-grad dtype (the frozen base has none)"
       : sharded ? "params per rank, padded to a multiple of the replicas, x param-grad dtype"
                 : "params per rank x param-grad dtype",
@@ -378,28 +372,28 @@ void add_rows(const models::ModelSpec& m, const Config& c, const Target& target,
     const int64_t trained = sharded ? zero.shard : adapters + trained_base;
     const int64_t master = sharded ? zero.shard : trained_base;
     if (pb != 4 && trained_base > 0)
-      add(row::kMasterWeights, Category::optimizer_state, tier, OOMB_SHAPE({master}), "fp32", checked_mul(master, 4), all,
+      add(row::kMasterWeights, Category::optimizer_state, tier, OOMB_SHAPE({master}), Dtype::fp32, checked_mul(master, 4), all,
           g.lora    ? "trained embeddings x 4 (fp32 master weights; the adapters are fp32)"
           : sharded ? "a replica's shard of the params x 4 (fp32 master weights of non-fp32 parameters)"
                     : "params x 4 (fp32 master weights of non-fp32 parameters)",
-          OOMB_TENSORS({"master", master, "fp32"}));
-    add(row::kAdamwMoments, Category::optimizer_state, tier, OOMB_SHAPE({2, trained}), "fp32", checked_mul(trained, 8),
+          OOMB_TENSORS({"master", master, Dtype::fp32}));
+    add(row::kAdamwMoments, Category::optimizer_state, tier, OOMB_SHAPE({2, trained}), Dtype::fp32, checked_mul(trained, 8),
         all, g.lora    ? "2 x trained params x 4 (m, v)"
              : sharded ? "2 x a replica's shard of the params x 4 (m, v)"
                        : "2 x params x 4 (m, v)",
-        OOMB_TENSORS({"m", trained, "fp32"}, {"v", trained, "fp32"}));
-    add(row::kAdamwDecayMask, Category::optimizer_state, tier, OOMB_SHAPE({trained}), "uint8", trained, all,
+        OOMB_TENSORS({"m", trained, Dtype::fp32}, {"v", trained, Dtype::fp32}));
+    add(row::kAdamwDecayMask, Category::optimizer_state, tier, OOMB_SHAPE({trained}), Dtype::uint8, trained, all,
         sharded ? "a replica's shard of the trained params x 1 (weight decay on or off per parameter)"
                 : "trained params x 1 (weight decay on or off per parameter)",
-        OOMB_TENSORS({"mask", trained, "uint8"}));
+        OOMB_TENSORS({"mask", trained, Dtype::uint8}));
     if (c.optimizer == Optimizer::host) {
       // The host update's operands: the gradients copied out, the working weights copied back in.
       add(row::kHostParameterGradients, Category::optimizer_state, Tier::host, OOMB_SHAPE({trained}),
-          g.lora && trained_base == 0 ? std::string("fp32") : c.param_grad_dtype, optimizer_gradient_bytes(m, c, g), all,
+          g.lora && trained_base == 0 ? Dtype::fp32 : c.param_grad_dtype, optimizer_gradient_bytes(m, c, g), all,
           sharded ? "a replica's shard of the params x param-grad dtype (copied out for the host update)"
                   : "trained params x param-grad dtype (copied out for the host update)",
           [&] { return trained_tensors("gradients", trained, c.param_grad_dtype); });
-      add(row::kHostWeights, Category::optimizer_state, Tier::host, OOMB_SHAPE({trained}), g.lora ? "fp32" : c.param_dtype,
+      add(row::kHostWeights, Category::optimizer_state, Tier::host, OOMB_SHAPE({trained}), g.lora ? Dtype::fp32 : c.param_dtype,
           optimizer_weight_bytes(m, c, g), all,
           sharded ? "a replica's shard of the params x param dtype (the updated working weights, copied in)"
                   : "trained params x their dtype (the updated working weights, copied in)",
@@ -409,17 +403,17 @@ void add_rows(const models::ModelSpec& m, const Config& c, const Target& target,
     // staging buffer alive from the last chunk's LM-head backward, where the first gradient bucket
     // is final, to the update (step::gradient_buckets; NCCL sums bf16 itself).
     // Sharded, the gradients are reduce-scattered at the update, all at once: staged then only.
-    const std::string grad_dtype = g.lora && trained_base == 0 ? std::string("fp32") : c.param_grad_dtype;
-    if (!cuda && c.data_parallel > 1 && grad_dtype == "bf16")
+    const Dtype grad_dtype = g.lora && trained_base == 0 ? Dtype::fp32 : c.param_grad_dtype;
+    if (!cuda && c.data_parallel > 1 && grad_dtype == Dtype::bf16)
       add(row::kGradientAllreduceStaging, Category::optimizer_state, Tier::host,
-          OOMB_SHAPE({sharded ? zero.padded : adapters + trained_base}), "fp32",
+          OOMB_SHAPE({sharded ? zero.padded : adapters + trained_base}), Dtype::fp32,
           checked_mul(sharded ? zero.padded : adapters + trained_base, 4),
           sharded ? phase_bit(Phase::optimizer)
                   : phase_bit(Phase::loss) | phase_bit(Phase::backward) | phase_bit(Phase::optimizer),
           sharded ? "params per rank, padded, x 4 (the MPI reduce-scatter sums bf16 gradients in fp32)"
                   : "trained params x 4 (the MPI all-reduce sums bf16 gradients in fp32, bucket by bucket from the "
                     "last backward)",
-          OOMB_TENSORS({"staging", sharded ? zero.padded : adapters + trained_base, "fp32"}));
+          OOMB_TENSORS({"staging", sharded ? zero.padded : adapters + trained_base, Dtype::fp32}));
   }
 
   // Tokens whose activations are alive at once: the chunk's rows (not page-aligned) or the sequence.
@@ -468,13 +462,13 @@ void add_rows(const models::ModelSpec& m, const Config& c, const Target& target,
   // parallelism each GPU holds its share of them, one tensor per set.
   auto rstd_set = [&](Tensors& out, const std::string& prefix) {
     if (rstd_share > 1) {
-      out.push_back({prefix + "rstd", ceil_div(checked_mul(T, rstd_per_token), rstd_share), "fp32"});
+      out.push_back({prefix + "rstd", ceil_div(checked_mul(T, rstd_per_token), rstd_share), Dtype::fp32});
       return;
     }
-    for (const char* n : {"rstd1", "rstd2"}) out.push_back({prefix + n, T, "fp32"});
+    for (const char* n : {"rstd1", "rstd2"}) out.push_back({prefix + n, T, Dtype::fp32});
     if (m.qk_norm) {
-      out.push_back({prefix + "rstd_q", checked_mul(T, g.q_heads), "fp32"});
-      out.push_back({prefix + "rstd_k", checked_mul(T, g.kv_heads), "fp32"});
+      out.push_back({prefix + "rstd_q", checked_mul(T, g.q_heads), Dtype::fp32});
+      out.push_back({prefix + "rstd_k", checked_mul(T, g.kv_heads), Dtype::fp32});
     }
   };
   auto rstd_bytes = [&](int64_t sets) {
@@ -483,7 +477,7 @@ void add_rows(const models::ModelSpec& m, const Config& c, const Target& target,
     return checked_mul(checked_mul(sets, per_set), 4);
   };
   auto lse_set = [&](Tensors& out, const std::string& prefix) {
-    out.push_back({prefix + "lse", checked_mul(T, g.q_heads), "fp32"});
+    out.push_back({prefix + "lse", checked_mul(T, g.q_heads), Dtype::fp32});
   };
   auto backward_set = [&](Tensors& out) {
     for (const char* n : {"dx2", "dh2", "dh1"}) out.push_back({n, checked_mul(T, hs), act});
@@ -508,8 +502,8 @@ void add_rows(const models::ModelSpec& m, const Config& c, const Target& target,
     return out;
   };
 
-  add(row::kTokenIds, Category::inputs, Tier::device, OOMB_SHAPE({2, T}), "int32", checked_mul(T, 8), all,
-      OOMB_TEXT(tok + " tokens x 2 (ids, targets) x 4"), OOMB_TENSORS({"ids", T, "int32"}, {"targets", T, "int32"}));
+  add(row::kTokenIds, Category::inputs, Tier::device, OOMB_SHAPE({2, T}), Dtype::int32, checked_mul(T, 8), all,
+      OOMB_TEXT(tok + " tokens x 2 (ids, targets) x 4"), OOMB_TENSORS({"ids", T, Dtype::int32}, {"targets", T, Dtype::int32}));
   // Tensor parallelism (docs/model.md "Tensor parallelism"). Both backends: the vocabulary-parallel
   // loss's per-row statistics of every rank (max, sum of exponentials, target logit), all-reduced
   // and combined in place into each row's max and sum over the vocabulary. The CPU backend (MPI)
@@ -518,14 +512,14 @@ void add_rows(const models::ModelSpec& m, const Config& c, const Target& target,
   // summed in fp32 when stored bf16 (NCCL sums bf16 itself).
   if (g.G > 1) {
     if (!cuda && A != 4)
-      add(row::kTensorParallelStaging, Category::hidden_states, Tier::device, OOMB_SHAPE({T, g.h}), "fp32",
+      add(row::kTensorParallelStaging, Category::hidden_states, Tier::device, OOMB_SHAPE({T, g.h}), Dtype::fp32,
           checked_mul(checked_mul(T, g.h), 4), all,
           OOMB_TEXT(tok + " tokens x hidden x 4 (the MPI all-reduce sums bf16 activations in fp32)"),
-          OOMB_TENSORS({"staging", checked_mul(T, g.h), "fp32"}));
-    add(row::kTensorParallelLossStatistics, Category::logits, Tier::device, OOMB_SHAPE({g.G, tile, 3}), "fp32",
+          OOMB_TENSORS({"staging", checked_mul(T, g.h), Dtype::fp32}));
+    add(row::kTensorParallelLossStatistics, Category::logits, Tier::device, OOMB_SHAPE({g.G, tile, 3}), Dtype::fp32,
         checked_mul(checked_mul(g.G, tile), 12), all,
         "gpus x loss tile x 3 x 4 (each rank's row max, sum of exponentials, target logit)",
-        OOMB_TENSORS({"statistics", checked_mul(checked_mul(g.G, tile), 3), "fp32"}));
+        OOMB_TENSORS({"statistics", checked_mul(checked_mul(g.G, tile), 3), Dtype::fp32}));
   }
   if (g.oomb) {
     add(row::kHiddenStates, Category::hidden_states, Tier::device, OOMB_SHAPE({2, T, hs}), act, checked_mul(T, 2 * hs * A),
@@ -552,10 +546,10 @@ void add_rows(const models::ModelSpec& m, const Config& c, const Target& target,
         checked_mul(checked_mul(g.L, T), layer_act_width * A), all_layers,
         OOMB_TEXT("layers x " + tok + " tokens x (4 hidden + 2 q_dim + 2 kv_dim + 3 ffn) x activation dtype"),
         [&] { return sets_of(0, g.L, activation_set); });
-    add(row::kLayerNormRstd, Category::layer_working_set, Tier::device, OOMB_SHAPE({g.L, rstd_per_token, T}), "fp32",
+    add(row::kLayerNormRstd, Category::layer_working_set, Tier::device, OOMB_SHAPE({g.L, rstd_per_token, T}), Dtype::fp32,
         rstd_bytes(g.L), all_layers, OOMB_TEXT("layers x 2 norms x " + tok + " tokens x 4"),
         [&] { return sets_of(0, g.L, rstd_set); });
-    add(row::kAttentionLse, Category::attention_workspace, Tier::device, OOMB_SHAPE({g.L, T, g.q_heads}), "fp32",
+    add(row::kAttentionLse, Category::attention_workspace, Tier::device, OOMB_SHAPE({g.L, T, g.q_heads}), Dtype::fp32,
         checked_mul(checked_mul(g.L, T), g.q_heads * 4), all_layers,
         OOMB_TEXT("layers x " + tok + " tokens x q_heads x 4"), [&] { return sets_of(0, g.L, lse_set); });
   }
@@ -572,10 +566,10 @@ void add_rows(const models::ModelSpec& m, const Config& c, const Target& target,
         checked_mul(checked_mul(k, T), layer_act_width * A), all_layers,
         OOMB_TEXT("kept layers x " + tok + " tokens x (4 hidden + 2 q_dim + 2 kv_dim + 3 ffn) x activation dtype"),
         [&] { return sets_of(g.L - k, k, activation_set); });
-    add(row::kKeptLayerNormRstd, Category::layer_working_set, Tier::device, OOMB_SHAPE({k, rstd_per_token, T}), "fp32",
+    add(row::kKeptLayerNormRstd, Category::layer_working_set, Tier::device, OOMB_SHAPE({k, rstd_per_token, T}), Dtype::fp32,
         rstd_bytes(k), all_layers, OOMB_TEXT("kept layers x 2 norms x " + tok + " tokens x 4"),
         [&] { return sets_of(g.L - k, k, rstd_set); });
-    add(row::kKeptAttentionLse, Category::attention_workspace, Tier::device, OOMB_SHAPE({k, T, g.q_heads}), "fp32",
+    add(row::kKeptAttentionLse, Category::attention_workspace, Tier::device, OOMB_SHAPE({k, T, g.q_heads}), Dtype::fp32,
         checked_mul(checked_mul(k, T), g.q_heads * 4), all_layers,
         OOMB_TEXT("kept layers x " + tok + " tokens x q_heads x 4"), [&] { return sets_of(g.L - k, k, lse_set); });
   }
@@ -584,10 +578,10 @@ void add_rows(const models::ModelSpec& m, const Config& c, const Target& target,
         checked_mul(T, layer_act_width * A), layer_phases,
         OOMB_TEXT(tok + " tokens x (4 hidden + 2 q_dim + 2 kv_dim + 3 ffn) x activation dtype (one layer)"),
         [&] { return one_set(activation_set); });
-    add(row::kLayerNormRstd, Category::layer_working_set, Tier::device, OOMB_SHAPE({rstd_per_token, T}), "fp32",
+    add(row::kLayerNormRstd, Category::layer_working_set, Tier::device, OOMB_SHAPE({rstd_per_token, T}), Dtype::fp32,
         rstd_bytes(1), layer_phases, OOMB_TEXT("2 norms x " + tok + " tokens x 4 (one layer)"),
         [&] { return one_set(rstd_set); });
-    add(row::kAttentionLse, Category::attention_workspace, Tier::device, OOMB_SHAPE({T, g.q_heads}), "fp32",
+    add(row::kAttentionLse, Category::attention_workspace, Tier::device, OOMB_SHAPE({T, g.q_heads}), Dtype::fp32,
         checked_mul(T, g.q_heads * 4), layer_phases,
         OOMB_TEXT(tok + " tokens x q_heads x 4 (log-sum-exp saved for the backward)"), [&] { return one_set(lse_set); });
   }
@@ -603,8 +597,8 @@ void add_rows(const models::ModelSpec& m, const Config& c, const Target& target,
   add(row::kFinalNorm, Category::logits, Tier::device, OOMB_SHAPE({2, T, hs}), act, checked_mul(T, 2 * hs * A), loss,
       OOMB_TEXT("2 (normed final hidden, its gradient) x " + tok + " tokens x hidden x activation dtype"),
       OOMB_TENSORS({"normed", checked_mul(T, hs), act}, {"normed_grad", checked_mul(T, hs), act}));
-  add(row::kFinalNormRstd, Category::logits, Tier::device, OOMB_SHAPE({T}), "fp32", checked_mul(ceil_div(T, rstd_share), 4),
-      loss, OOMB_TEXT(tok + " tokens x 4"), OOMB_TENSORS({"rstd", ceil_div(T, rstd_share), "fp32"}));
+  add(row::kFinalNormRstd, Category::logits, Tier::device, OOMB_SHAPE({T}), Dtype::fp32, checked_mul(ceil_div(T, rstd_share), 4),
+      loss, OOMB_TEXT(tok + " tokens x 4"), OOMB_TENSORS({"rstd", ceil_div(T, rstd_share), Dtype::fp32}));
   if (g.fused_loss) {
     add(row::kLogits, Category::logits, Tier::device, OOMB_SHAPE({tile, V}), c.loss_dtype,
         checked_mul(checked_mul(tile, V), lb), loss, "tile tokens x vocab x loss dtype (fused: the gradient is written in place)",
@@ -688,10 +682,10 @@ void add_rows(const models::ModelSpec& m, const Config& c, const Target& target,
     if (published) {
       const int64_t table_entries = g.offload ? checked_mul(g.R, 2 * (pc.kv_pool_pages / std::max<int64_t>(g.R, 1)))
                                               : checked_mul(g.L, 2 * g.P);
-      add("page_tables", Category::page_tables, Tier::device, OOMB_SHAPE({table_entries}), "int32",
+      add("page_tables", Category::page_tables, Tier::device, OOMB_SHAPE({table_entries}), Dtype::int32,
           checked_mul(table_entries, 4), all,
           g.offload ? "per-slot tables (KV and gradient)" : "layers x pages x 2 tables x 4 bytes",
-          OOMB_TENSORS({"entries", table_entries, "int32"}));
+          OOMB_TENSORS({"entries", table_entries, Dtype::int32}));
     }
     if (g.offload) {
       add(row::kHostKvPages, Category::kv_pages, Tier::host, OOMB_SHAPE({pc.host_kv_pages, g.p, 2, g.kv_heads, g.head_dim}),
@@ -702,9 +696,9 @@ void add_rows(const models::ModelSpec& m, const Config& c, const Target& target,
           checked_mul(pc.host_grad_pages, g.grad_page_bytes), all, "layers x pages x gradient page bytes",
           OOMB_TENSORS({"pages", checked_mul(pc.host_grad_pages, page_elements), c.kv_grad_dtype}));
       if (published)
-        add("host_page_tables", Category::page_tables, Tier::host, OOMB_SHAPE({g.L, g.P, 2}), "int32",
+        add("host_page_tables", Category::page_tables, Tier::host, OOMB_SHAPE({g.L, g.P, 2}), Dtype::int32,
             checked_mul(g.L * 2, g.P * 4), all, "layers x pages x 2 tables x 4 bytes",
-            OOMB_TENSORS({"entries", checked_mul(g.L * 2, g.P), "int32"}));
+            OOMB_TENSORS({"entries", checked_mul(g.L * 2, g.P), Dtype::int32}));
     }
     if (g.sparse) {
       const int64_t summary_elements = checked_mul(checked_mul(g.L, g.P), g.kvd);
@@ -716,12 +710,12 @@ void add_rows(const models::ModelSpec& m, const Config& c, const Target& target,
             all, "layers x pages x kv_dim x KV dtype (grows with N)",
             OOMB_TENSORS({"summaries", summary_elements, c.kv_dtype}));
         if (published) {
-          add("selection_scores", Category::selection_scores, Tier::device, OOMB_SHAPE({g.C, g.kv_heads, g.P}), "fp32",
+          add("selection_scores", Category::selection_scores, Tier::device, OOMB_SHAPE({g.C, g.kv_heads, g.P}), Dtype::fp32,
               checked_mul(checked_mul(g.C, g.kv_heads), g.P * 4), all,
               "chunk tokens x kv_heads x pages x 4 (grows with N)",
-              OOMB_TENSORS({"scores", checked_mul(checked_mul(g.C, g.kv_heads), g.P), "fp32"}));
-          add("selection_record", Category::page_tables, Tier::device, OOMB_SHAPE({g.L, g.P, g.B}), "int32", record, all,
-              "layers x query pages x budget x 4", OOMB_TENSORS({"pages", record_entries, "int32"}));
+              OOMB_TENSORS({"scores", checked_mul(checked_mul(g.C, g.kv_heads), g.P), Dtype::fp32}));
+          add("selection_record", Category::page_tables, Tier::device, OOMB_SHAPE({g.L, g.P, g.B}), Dtype::int32, record, all,
+              "layers x query pages x budget x 4", OOMB_TENSORS({"pages", record_entries, Dtype::int32}));
         }
       } else {
         const int64_t tile_pages = std::min(c.selection_tile_pages, g.P);
@@ -730,54 +724,54 @@ void add_rows(const models::ModelSpec& m, const Config& c, const Target& target,
               c.kv_dtype, checked_mul(2 * tile_pages, g.summary_bytes), all,
               "2 x tile pages x kv_heads x head_dim x KV dtype",
               OOMB_TENSORS({"tiles", checked_mul(2 * tile_pages, g.kvd), c.kv_dtype}));
-          add("selection_scores", Category::selection_scores, Tier::device, OOMB_SHAPE({g.C, g.kv_heads, tile_pages}), "fp32",
+          add("selection_scores", Category::selection_scores, Tier::device, OOMB_SHAPE({g.C, g.kv_heads, tile_pages}), Dtype::fp32,
               checked_mul(checked_mul(g.C, g.kv_heads), tile_pages * 4) + checked_mul(g.q, g.B * 8), all,
               OOMB_TEXT("chunk tokens x kv_heads x tile pages x 4 + running top-k"),
-              OOMB_TENSORS({"scores", checked_mul(checked_mul(g.C, g.kv_heads), tile_pages), "fp32"},
-                           {"top_k_scores", checked_mul(g.q, g.B), "fp32"}, {"top_k_pages", checked_mul(g.q, g.B), "int32"}));
-          add("selection_record_slot", Category::page_tables, Tier::device, OOMB_SHAPE({g.R, g.q, g.B}), "int32",
+              OOMB_TENSORS({"scores", checked_mul(checked_mul(g.C, g.kv_heads), tile_pages), Dtype::fp32},
+                           {"top_k_scores", checked_mul(g.q, g.B), Dtype::fp32}, {"top_k_pages", checked_mul(g.q, g.B), Dtype::int32}));
+          add("selection_record_slot", Category::page_tables, Tier::device, OOMB_SHAPE({g.R, g.q, g.B}), Dtype::int32,
               checked_mul(g.q * g.B, 4) * g.R, all, "query pages x budget x 4 x resident layers",
-              OOMB_TENSORS({"pages", checked_mul(g.q * g.B, g.R), "int32"}));
+              OOMB_TENSORS({"pages", checked_mul(g.q * g.B, g.R), Dtype::int32}));
         }
         add(row::kHostPageSummaries, Category::page_summaries, Tier::host, OOMB_SHAPE({g.L, g.P, g.kvd}), c.kv_dtype,
             summaries, all, "layers x pages x kv_dim x KV dtype", OOMB_TENSORS({"summaries", summary_elements, c.kv_dtype}));
         if (published)
-          add("host_selection_record", Category::page_tables, Tier::host, OOMB_SHAPE({g.L, g.P, g.B}), "int32", record,
-              all, "layers x query pages x budget x 4", OOMB_TENSORS({"pages", record_entries, "int32"}));
+          add("host_selection_record", Category::page_tables, Tier::host, OOMB_SHAPE({g.L, g.P, g.B}), Dtype::int32, record,
+              all, "layers x query pages x budget x 4", OOMB_TENSORS({"pages", record_entries, Dtype::int32}));
       }
     }
   }
   if (cuda) {
     add(row::kGemmWorkspace, Category::backend_scratch, Tier::device, OOMB_SHAPE({cuda_scratch::kGemmWorkspaceBytes}),
-        "uint8", cuda_scratch::kGemmWorkspaceBytes, all, "the CUDA backend's cuBLASLt workspace (32 MiB)",
-        OOMB_TENSORS({"workspace", cuda_scratch::kGemmWorkspaceBytes, "uint8"}));
+        Dtype::uint8, cuda_scratch::kGemmWorkspaceBytes, all, "the CUDA backend's cuBLASLt workspace (32 MiB)",
+        OOMB_TENSORS({"workspace", cuda_scratch::kGemmWorkspaceBytes, Dtype::uint8}));
     if (!published && g.oomb) {
       // The CUDA backend's op scratch, allocated once at its declared size (step/cuda_scratch.h).
       const cuda_scratch::StepScratch s = cuda_scratch::step_op_scratch(m, c, g, target.bf16_gemm);
-      add(row::kOpScratch, Category::backend_scratch, Tier::device, OOMB_SHAPE({s.bytes}), "uint8", s.bytes, all,
+      add(row::kOpScratch, Category::backend_scratch, Tier::device, OOMB_SHAPE({s.bytes}), Dtype::uint8, s.bytes, all,
           OOMB_TEXT("the CUDA backend's op scratch: its largest op (" + s.op + ", step/cuda_scratch.h)"),
-          OOMB_TENSORS({"scratch", s.bytes, "uint8"}));
+          OOMB_TENSORS({"scratch", s.bytes, Dtype::uint8}));
     }
     if (!published && g.oomb) {
       // The backend's pinned host buffers (step/cuda_layout.h).
       using namespace cuda_scratch;
       const int64_t ring = kStagingSlots * kStagingSlotBytes, slots = loss_slots(g.n);
       add(row::kStagingRing, Category::backend_scratch, Tier::host, OOMB_SHAPE({kStagingSlots, kStagingSlotBytes}),
-          "uint8", ring, all, "the CUDA backend's pinned staging ring for uploads: 8 slots x 4 MiB",
-          OOMB_TENSORS({"slots", ring, "uint8"}));
-      add(row::kReadback, Category::backend_scratch, Tier::host, OOMB_SHAPE({kReadbackBytes}), "uint8", kReadbackBytes,
+          Dtype::uint8, ring, all, "the CUDA backend's pinned staging ring for uploads: 8 slots x 4 MiB",
+          OOMB_TENSORS({"slots", ring, Dtype::uint8}));
+      add(row::kReadback, Category::backend_scratch, Tier::host, OOMB_SHAPE({kReadbackBytes}), Dtype::uint8, kReadbackBytes,
           all, "the CUDA backend's pinned read-back buffer: downloads go through it in 4 MiB pieces",
-          OOMB_TENSORS({"readback", kReadbackBytes, "uint8"}));
-      add(row::kLossSlots, Category::backend_scratch, Tier::host, OOMB_SHAPE({slots}), "fp64", slots * 8, all,
+          OOMB_TENSORS({"readback", kReadbackBytes, Dtype::uint8}));
+      add(row::kLossSlots, Category::backend_scratch, Tier::host, OOMB_SHAPE({slots}), Dtype::fp64, slots * 8, all,
           "the CUDA backend's mapped loss slots: max(4096, chunks) x 8 (the kernels add each chunk's loss to one)",
-          OOMB_TENSORS({"losses", slots, "fp64"}));
+          OOMB_TENSORS({"losses", slots, Dtype::fp64}));
       if (target.cupti) {
         const int64_t pool = kCuptiPoolBuffers * kCuptiBufferBytes;
         add(row::kCuptiActivityBuffers, Category::backend_scratch, Tier::host,
-            OOMB_SHAPE({kCuptiPoolBuffers, kCuptiBufferBytes}), "uint8", pool, all,
+            OOMB_SHAPE({kCuptiPoolBuffers, kCuptiBufferBytes}), Dtype::uint8, pool, all,
             "the CUPTI collector's activity buffers: 4 x 8 MiB, each decoded and handed back to CUPTI as it fills "
             "(executor/cupti)",
-            OOMB_TENSORS({"buffers", pool, "uint8"}));
+            OOMB_TENSORS({"buffers", pool, Dtype::uint8}));
       }
     }
     // NCCL's buffers: one communicator per parallel degree > 1 (tensor parallelism's group, the
@@ -787,27 +781,27 @@ void add_rows(const models::ModelSpec& m, const Config& c, const Target& target,
     if (!published && g.oomb && communicators > 0) {
       const int64_t each = cuda_scratch::nccl_communicator_bytes(target.nccl_channels);
       const int64_t bytes = checked_mul(communicators, each);
-      add(row::kCommunicatorBuffers, Category::communication, Tier::device, OOMB_SHAPE({communicators, each}), "uint8",
+      add(row::kCommunicatorBuffers, Category::communication, Tier::device, OOMB_SHAPE({communicators, each}), Dtype::uint8,
           bytes, all,
           OOMB_TEXT("NCCL's buffers: " + std::to_string(communicators) + " communicator" +
                     (communicators > 1 ? "s" : "") + " x (" + std::to_string(target.nccl_channels) +
                     " channels x 2 ring neighbours x 9.19 MiB of protocol buffers + 1 MiB work FIFO) "
                     "(step/cuda_layout.h; channels: the GPU profile's nccl_channels)"),
-          OOMB_TENSORS({"nccl", bytes, "uint8"}));
+          OOMB_TENSORS({"nccl", bytes, Dtype::uint8}));
     }
     if (c.peak_measure == PeakMeasure::reserved) {
       add(row::kRuntimeReserve, Category::runtime_reserve, Tier::device, OOMB_SHAPE({target.runtime_reserve_bytes}),
-          "uint8", target.runtime_reserve_bytes, all, OOMB_TEXT("CUDA context + library workspaces (GPU profile)"),
-          OOMB_TENSORS({"context", target.runtime_reserve_bytes, "uint8"}));
+          Dtype::uint8, target.runtime_reserve_bytes, all, OOMB_TEXT("CUDA context + library workspaces (GPU profile)"),
+          OOMB_TENSORS({"context", target.runtime_reserve_bytes, Dtype::uint8}));
       // The device arena: one block for the executor's buffers at their peak, reserved before the
       // first (step/allocator.h); what it holds beyond them is this row.
       if (!published && g.oomb) {
         const allocator::ArenaLayout a = sink.arena_layout();
         const int64_t beyond = a.block_bytes - a.buffer_peak_bytes;
-        add(row::kAllocatorBlocks, Category::allocator, Tier::device, OOMB_SHAPE({beyond}), "uint8", beyond, all,
+        add(row::kAllocatorBlocks, Category::allocator, Tier::device, OOMB_SHAPE({beyond}), Dtype::uint8, beyond, all,
             OOMB_TEXT("the CUDA arena's one block beyond the buffers' peak: the rows' layout (" +
                       format_bytes(a.layout_bytes) + ") + 8 MiB for 256-byte rounding, in 2 MiB units (step/allocator.h)"),
-            OOMB_TENSORS({"beyond_buffers", beyond, "uint8"}));
+            OOMB_TENSORS({"beyond_buffers", beyond, Dtype::uint8}));
       }
     }
   }

@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/json_util.h"
 #include "models/specs.h"
 #include "step/config.h"
@@ -134,10 +135,8 @@ Target target_of(const models::GpuSpec& gpu);
 struct RowTensor {
   std::string name;
   int64_t elements = 0;
-  std::string dtype;  // "fp32", "bf16", "int32", "uint8", ...
+  Dtype dtype = Dtype::fp32;
 };
-// Bytes per element of a tensor's dtype (the KV dtypes and int32, uint8, fp64); Error naming `where` otherwise.
-int64_t element_bytes(std::string_view dtype, std::string_view where = "dtype");
 
 // One row of the table: a buffer (or a class of identical buffers), its bytes and the phases in
 // which it is alive. Totals are derived from the rows, never hand-summed.
@@ -146,7 +145,7 @@ struct BufferRow {
   std::string category;  // breakdown key: "weights", "kv_pages", ...
   Tier tier = Tier::device;
   std::string shape;     // dimensions, e.g. "[28, 4096, 3584]" (describe only)
-  std::string dtype;     // element type: "fp32", "bf16", "int32", "uint8", ...
+  Dtype dtype = Dtype::fp32;  // element type
   int64_t bytes = 0;
   PhaseMask phases = 0;  // where it is alive (always set, also on the fast path)
   std::string lifetime;  // the phases in words, for people (describe only)

@@ -5,7 +5,7 @@
 namespace oomb::step {
 
 namespace {
-bool storable(const std::string& dtype) { return dtype == "fp32" || dtype == "bf16"; }
+bool storable(Dtype dtype) { return dtype == Dtype::fp32 || dtype == Dtype::bf16; }
 }  // namespace
 
 Capability capability(const Config& c, const Target& target) {
@@ -28,8 +28,8 @@ Capability capability(const Config& c, const Target& target) {
               "trains adapters on a wholly frozen base");
   if (!storable(c.kv_dtype) || !storable(c.kv_grad_dtype))
     return no(storable(c.kv_dtype) ? "kv_grad_dtype" : "kv_dtype",
-              "the executor stores KV and KV-gradient pages as fp32 or bf16 (the plan says " + c.kv_dtype + " / " +
-                  c.kv_grad_dtype + ")");
+              "the executor stores KV and KV-gradient pages as fp32 or bf16 (the plan says " + std::string(to_string(c.kv_dtype)) +
+                  " / " + to_string(c.kv_grad_dtype) + ")");
   for (const auto& [key, dtype] : {std::pair{"param_dtype", &c.param_dtype}, {"param_grad_dtype", &c.param_grad_dtype},
                                    {"activation_dtype", &c.activation_dtype}, {"loss_dtype", &c.loss_dtype}})
     if (!storable(*dtype)) return no(key, "the executor stores weights, gradients, activations and the loss as fp32 or bf16");

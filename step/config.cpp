@@ -114,16 +114,18 @@ Config config_from_json(const Json& j, const std::string& where) {
   c.selection = r.str("selection");
   c.selection_overlap = r.f64("selection_overlap");
   c.resident_layers = r.i64_positive("resident_layers");
-  c.kv_dtype = r.str("kv_dtype");
-  c.kv_grad_dtype = r.str("kv_grad_dtype");
-  c.param_dtype = r.str("param_dtype");
-  c.param_grad_dtype = r.str("param_grad_dtype");
-  c.activation_dtype = r.str_or("activation_dtype", "bf16");
+  // Dtypes are refused by the flag that sets them (as a command line would be).
+  c.kv_dtype = storage_dtype_from_string(r.str("kv_dtype"), "--kv-dtype");
+  c.kv_grad_dtype = storage_dtype_from_string(r.str("kv_grad_dtype"), "--kv-grad-dtype");
+  c.param_dtype = storage_dtype_from_string(r.str("param_dtype"), "--param-dtype");
+  c.param_grad_dtype = storage_dtype_from_string(r.str("param_grad_dtype"), "--param-grad-dtype");
+  c.activation_dtype = storage_dtype_from_string(r.str_or("activation_dtype", "bf16"), "--activation-dtype");
   c.optimizer = optimizer_from_string(r.str("optimizer"), where + ": optimizer");
   c.checkpointing = r.boolean("checkpointing");
   c.kept_layers = r.i64_or("kept_layers", 0);  // documents written before partial checkpointing: full
   c.logits_chunk_tokens = r.i64("logits_chunk_tokens");
-  c.loss_dtype = r.str_or("loss_dtype", "fp32");  // plans written before the knob: the fp32 upcast
+  // Plans written before the knob: the fp32 upcast.
+  c.loss_dtype = storage_dtype_from_string(r.str_or("loss_dtype", "fp32"), "--loss-dtype");
   c.selection_memory = selection_memory_from_string(r.str("selection_memory"), where + ": selection_memory");
   c.selection_tile_pages = r.i64_positive("selection_tile_pages");
   c.peak_measure = peak_measure_from_string(r.str("peak_measure"), where + ": peak_measure");
@@ -157,15 +159,15 @@ Config published_preset(Config c) {
   c.page_budget = 64;
   c.selection = "published";
   c.resident_layers = 2;
-  c.kv_dtype = "bf16";
-  c.kv_grad_dtype = "fp32";
-  c.param_dtype = "bf16";
-  c.param_grad_dtype = "bf16";
+  c.kv_dtype = Dtype::bf16;
+  c.kv_grad_dtype = Dtype::fp32;
+  c.param_dtype = Dtype::bf16;
+  c.param_grad_dtype = Dtype::bf16;
   c.optimizer = Optimizer::none;
   c.checkpointing = true;
   c.kept_layers = 0;
   c.logits_chunk_tokens = 0;
-  c.loss_dtype = "bf16";
+  c.loss_dtype = Dtype::bf16;
   c.selection_memory = SelectionMemory::device;
   c.peak_measure = PeakMeasure::allocated;
   c.implementation = Implementation::published;
@@ -256,12 +258,12 @@ void validate(const Config& c, const models::ModelSpec& m) {
   if (!(c.page_copy_latency_s >= 0 && c.page_copy_latency_s < 1))  // NaN fails too
     throw Error("page_copy_latency_s", "", "must be in [0, 1) seconds", "the published default is 1e-05");
   if (c.logits_chunk_tokens < 0) throw Error("--logits-chunk", "", "must be >= 0", "0 = whole chunk, unfused");
-  if (c.loss_dtype != "bf16" && c.loss_dtype != "fp32")
-    throw Error("--loss-dtype", c.loss_dtype, "unknown loss dtype", "bf16 (no upcast) or fp32 (upcast logits and gradient)");
-  for (auto [flag, dt] : {std::pair{"--kv-dtype", &c.kv_dtype}, {"--kv-grad-dtype", &c.kv_grad_dtype},
-                          {"--param-dtype", &c.param_dtype}, {"--param-grad-dtype", &c.param_grad_dtype},
-                          {"--activation-dtype", &c.activation_dtype}, {"--loss-dtype", &c.loss_dtype}})
-    models::dtype_bytes(*dt, flag);
+  if (c.loss_dtype != Dtype::bf16 && c.loss_dtype != Dtype::fp32)
+    throw Error("--loss-dtype", to_string(c.loss_dtype), "unknown loss dtype", "bf16 (no upcast) or fp32 (upcast logits and gradient)");
+  for (auto [flag, dt] : {std::pair{"--kv-dtype", c.kv_dtype}, {"--kv-grad-dtype", c.kv_grad_dtype},
+                          {"--param-dtype", c.param_dtype}, {"--param-grad-dtype", c.param_grad_dtype},
+                          {"--activation-dtype", c.activation_dtype}, {"--loss-dtype", c.loss_dtype}})
+    (void)storage_dtype_from_string(to_string(dt), flag);  // a storage dtype, never a table-only one
   if (c.gpus <= 0) throw Error("--gpus", "", "must be positive", "1, 2, 4 or 8");
   if (m.kv_heads % c.gpus != 0 || m.q_heads % c.gpus != 0)
     throw Error("--gpus", std::to_string(c.gpus), "does not divide the model's heads (q " + std::to_string(m.q_heads) +

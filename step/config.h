@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/json_util.h"
 #include "models/specs.h"
 
@@ -61,11 +62,11 @@ struct Config {
   // Layers whose KV (and KV-gradient) pages may be on the GPU at once: the layer being computed
   // plus (resident_layers - 1) being prefetched. >= model layers means no offload (all on GPU).
   int64_t resident_layers = 2;
-  std::string kv_dtype = "bf16";
-  std::string kv_grad_dtype = "fp32";
-  std::string param_dtype = "bf16";
-  std::string param_grad_dtype = "bf16";
-  std::string activation_dtype = "bf16";
+  Dtype kv_dtype = Dtype::bf16;
+  Dtype kv_grad_dtype = Dtype::fp32;
+  Dtype param_dtype = Dtype::bf16;
+  Dtype param_grad_dtype = Dtype::bf16;
+  Dtype activation_dtype = Dtype::bf16;
   Optimizer optimizer = Optimizer::none;
   bool checkpointing = true;           // per-layer checkpointing (inside the chunk for oomb)
   // Partial checkpointing: with checkpointing on, the last kept_layers layers of the (effective)
@@ -81,7 +82,7 @@ struct Config {
   // Storage of the logits' softmax and gradient: "fp32" (upcast, as many frameworks do) or "bf16"
   // (the published code: no upcast). Fused tiles hold the logits in it; unfused, the LM head writes
   // activation-dtype logits and an upcast copy exists when it differs (docs/model.md).
-  std::string loss_dtype = "fp32";
+  Dtype loss_dtype = Dtype::fp32;
   SelectionMemory selection_memory = SelectionMemory::bounded;
   int64_t selection_tile_pages = 4096;  // bounded selection: pages scored per tile
   PeakMeasure peak_measure = PeakMeasure::reserved;

@@ -142,8 +142,8 @@ int64_t LinearCall::bytes(bool bf16_gemm) const {
 
 std::vector<LinearCall> step_linear_calls(const models::ModelSpec& m, const Config& c, const Geometry& g) {
   std::vector<LinearCall> calls;
-  const bool a16 = c.activation_dtype == "bf16", w16 = c.param_dtype == "bf16", d16 = c.param_grad_dtype == "bf16";
-  const bool l16 = c.loss_dtype == "bf16", bias = m.qkv_bias;
+  const bool a16 = c.activation_dtype == Dtype::bf16, w16 = c.param_dtype == Dtype::bf16, d16 = c.param_grad_dtype == Dtype::bf16;
+  const bool l16 = c.loss_dtype == Dtype::bf16, bias = m.qkv_bias;
   const int64_t H = g.h, qd = g.qd, kvd = g.kvd, F = g.f, V = g.V / g.G;  // the vocabulary-parallel LM head's share
   // LoRA freezes the base: its projections' backward computes dx only (no dW, no bias gradient), and
   // the LM head has no weight gradient unless the embeddings are trained (lora_train_embeddings).
@@ -248,7 +248,7 @@ StepScratch step_op_scratch(const models::ModelSpec& m, const Config& c, const G
       best_op = nullptr;
     }
   };
-  const bool a16 = c.activation_dtype == "bf16", d16 = c.param_grad_dtype == "bf16", kv16 = c.kv_dtype == "bf16";
+  const bool a16 = c.activation_dtype == Dtype::bf16, d16 = c.param_grad_dtype == Dtype::bf16, kv16 = c.kv_dtype == Dtype::bf16;
   const std::vector<LinearCall> calls = step_linear_calls(m, c, g);
   for (int64_t ch = std::max<int64_t>(0, g.n - 2); ch < g.n; ++ch) {
     const int64_t T = g.chunk_len(ch);

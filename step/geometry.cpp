@@ -4,8 +4,6 @@
 
 namespace oomb::step {
 
-using models::dtype_bytes;
-
 int64_t Geometry::union_bound(int64_t c) const {
   const int64_t pp = prefix_pages(c);
   if (!sparse || pp <= B) return pp;
@@ -33,9 +31,9 @@ Geometry geometry(const models::ModelSpec& m, const Config& c) {
   g.q_heads = m.q_heads / g.G;
   g.kv_heads = m.kv_heads / g.G;
   g.head_dim = m.head_dim;
-  g.act_b = dtype_bytes(c.activation_dtype, "--activation-dtype");
-  g.kv_b = dtype_bytes(c.kv_dtype, "--kv-dtype");
-  g.grad_b = dtype_bytes(c.kv_grad_dtype, "--kv-grad-dtype");
+  g.act_b = dtype_bytes(c.activation_dtype);
+  g.kv_b = dtype_bytes(c.kv_dtype);
+  g.grad_b = dtype_bytes(c.kv_grad_dtype);
   g.oomb = c.schedule == Schedule::oomb;
   g.sparse = c.attention == Attention::sparse;
   g.C = g.oomb ? std::min(c.chunk_tokens, g.N) : g.N;
@@ -104,12 +102,12 @@ int64_t trainable_param_count(const models::ModelSpec& m, const Config& c, const
 
 int64_t trained_gradient_bytes(const models::ModelSpec& m, const Config& c, const Geometry& g) {
   const int64_t adapters = lora_param_count(g), base = trainable_param_count(m, c, g) - adapters;
-  return checked_add(checked_mul(adapters, 4), checked_mul(base, dtype_bytes(c.param_grad_dtype, "--param-grad-dtype")));
+  return checked_add(checked_mul(adapters, 4), checked_mul(base, dtype_bytes(c.param_grad_dtype)));
 }
 
 int64_t trained_weight_bytes(const models::ModelSpec& m, const Config& c, const Geometry& g) {
   const int64_t adapters = lora_param_count(g), base = trainable_param_count(m, c, g) - adapters;
-  return checked_add(checked_mul(adapters, 4), checked_mul(base, dtype_bytes(c.param_dtype, "--param-dtype")));
+  return checked_add(checked_mul(adapters, 4), checked_mul(base, dtype_bytes(c.param_dtype)));
 }
 
 bool shards_optimizer(const Config& c) {
@@ -130,18 +128,18 @@ OptimizerShard optimizer_shard(const models::ModelSpec& m, const Config& c, cons
 
 int64_t optimizer_gradient_bytes(const models::ModelSpec& m, const Config& c, const Geometry& g) {
   if (!shards_optimizer(c)) return trained_gradient_bytes(m, c, g);
-  return checked_mul(optimizer_shard(m, c, g).shard, dtype_bytes(c.param_grad_dtype, "--param-grad-dtype"));
+  return checked_mul(optimizer_shard(m, c, g).shard, dtype_bytes(c.param_grad_dtype));
 }
 
 int64_t optimizer_weight_bytes(const models::ModelSpec& m, const Config& c, const Geometry& g) {
   if (!shards_optimizer(c)) return trained_weight_bytes(m, c, g);
-  return checked_mul(optimizer_shard(m, c, g).shard, dtype_bytes(c.param_dtype, "--param-dtype"));
+  return checked_mul(optimizer_shard(m, c, g).shard, dtype_bytes(c.param_dtype));
 }
 
 std::vector<GradientBucket> gradient_buckets(const models::ModelSpec& m, const Config& c, const Geometry& g) {
   const models::ModelSpec shard = c.gpus > 1 ? tensor_parallel_shard(m, c.gpus) : m;
-  const int64_t gb = dtype_bytes(c.param_grad_dtype, "--param-grad-dtype");
-  const bool bf16 = c.param_grad_dtype == "bf16";
+  const int64_t gb = dtype_bytes(c.param_grad_dtype);
+  const bool bf16 = c.param_grad_dtype == Dtype::bf16;
   std::vector<GradientBucket> out;
   auto push = [&](int64_t bytes, bool b) {
     if (bytes > 0) out.push_back({bytes, b});

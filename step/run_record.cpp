@@ -132,12 +132,15 @@ RunRecord run_record_from_json(const Json& extra, const std::string& where) {
   r.cpu_threads = x.i64_or("cpu_threads", 1);
   const JsonReader m(x.object("measured"), where + ": metadata.extra.measured");
   // Storage as run (the measured block's word; fp32 before typed storage recorded it).
-  r.config.kv_dtype = r.kv_dtype = m.str_or("kv_dtype", "fp32");
-  r.config.kv_grad_dtype = r.kv_grad_dtype = m.str_or("kv_grad_dtype", "fp32");
-  r.config.param_dtype = r.param_dtype = m.str_or("param_dtype", "fp32");
-  r.config.param_grad_dtype = r.param_grad_dtype = m.str_or("param_grad_dtype", "fp32");
-  r.config.activation_dtype = r.activation_dtype = m.str_or("activation_dtype", "fp32");
-  r.config.loss_dtype = r.loss_dtype = m.str_or("loss_dtype", "fp32");
+  auto stored = [&](const char* key) {
+    return storage_dtype_from_string(m.str_or(key, "fp32"), where + ": metadata.extra.measured: " + key);
+  };
+  r.config.kv_dtype = r.kv_dtype = stored("kv_dtype");
+  r.config.kv_grad_dtype = r.kv_grad_dtype = stored("kv_grad_dtype");
+  r.config.param_dtype = r.param_dtype = stored("param_dtype");
+  r.config.param_grad_dtype = r.param_grad_dtype = stored("param_grad_dtype");
+  r.config.activation_dtype = r.activation_dtype = stored("activation_dtype");
+  r.config.loss_dtype = r.loss_dtype = stored("loss_dtype");
   r.backend = m.str_or("backend", "");
   r.job = m.str_or("job", "");
   r.emulated_device = m.boolean_or("emulated_device", false);

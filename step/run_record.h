@@ -40,9 +40,9 @@ struct RunRecord {
   int64_t cpu_threads = 1;  // cpu runs (the runner's; 1 in traces from before threads were recorded)
   // Page storage as run (config kv_dtype / kv_grad_dtype: "fp32" or "bf16"); the executor computes
   // in fp32 ("compute_dtype" in the record) on values stored in the dtypes below.
-  std::string kv_dtype = "fp32", kv_grad_dtype = "fp32";
+  Dtype kv_dtype = Dtype::fp32, kv_grad_dtype = Dtype::fp32;
   // Storage of weights, parameter gradients, activations and loss tiles as run (fp32 or bf16).
-  std::string param_dtype = "fp32", param_grad_dtype = "fp32", activation_dtype = "fp32", loss_dtype = "fp32";
+  Dtype param_dtype = Dtype::fp32, param_grad_dtype = Dtype::fp32, activation_dtype = Dtype::fp32, loss_dtype = Dtype::fp32;
   std::string backend;                  // the backend that ran ("cpu", "cuda")
   // The cuda backend ran on the emulated CUDA device (executor/emulated_cuda): memory, copy bytes and
   // counts are the run's, its times are not a GPU's (validate judges no time term of such a run).

@@ -264,7 +264,7 @@ std::vector<std::string> write_adapter(const ParamTensors& adapters, const std::
                                           (fs::path(dir) / kConfigFile).string()};
   try {
     FileSetWriter set(files);
-    set.write(0, safetensors_contents(adapters, "F32"));
+    set.write(0, safetensors_contents(adapters, Dtype::fp32));
     set.write(1, [&](std::ostream& out) { out << text; });
     set.commit();
   } catch (...) {

@@ -20,18 +20,19 @@ const char* to_string(CopyDir d) { return d == CopyDir::h2d ? "h2d" : "d2h"; }
 int64_t page_dtype_bytes(PageDtype d) { return d == PageDtype::bf16 ? 2 : 4; }
 const char* to_string(PageDtype d) { return d == PageDtype::bf16 ? "bf16" : "fp32"; }
 
-PageDtype page_dtype_from_string(const std::string& name, const std::string& flag) {
-  if (name == "fp32") return PageDtype::f32;
-  if (name == "bf16") return PageDtype::bf16;
+PageDtype page_dtype_of(Dtype d, const std::string& flag) {
+  if (d == Dtype::fp32) return PageDtype::f32;
+  if (d == Dtype::bf16) return PageDtype::bf16;
+  const std::string name = to_string(d);
   throw Error(flag, name, "the executor stores KV and KV-gradient pages as fp32 or bf16 only (" + name +
                               " pages are modelled by simulate and plan, not executed)",
               "fp32 or bf16");
 }
 
-DType storage_dtype_from_string(const std::string& name, const std::string& flag) {
-  if (name == "fp32") return DType::f32;
-  if (name == "bf16") return DType::bf16;
-  throw Error(flag, name, "the executor stores weights, gradients, activations and loss tiles as fp32 or bf16 only",
+DType storage_dtype_of(Dtype d, const std::string& flag) {
+  if (d == Dtype::fp32) return DType::f32;
+  if (d == Dtype::bf16) return DType::bf16;
+  throw Error(flag, to_string(d), "the executor stores weights, gradients, activations and loss tiles as fp32 or bf16 only",
               "fp32 or bf16");
 }
 

@@ -21,6 +21,8 @@
 #include <string>
 #include <vector>
 
+#include "core/dtype.h"
+
 #include "models/rope.h"
 #include "step/phase.h"
 #include "step/target.h"
@@ -49,12 +51,13 @@ using PageDtype = DType;  // pages use the same two storage types
 int64_t page_dtype_bytes(PageDtype d);  // 4 or 2
 inline int64_t dtype_bytes(DType d) { return d == DType::bf16 ? 2 : 4; }
 const char* to_string(PageDtype d);     // "fp32" or "bf16" (the config's names)
-// The config's name of a page dtype ("fp32", "bf16"); anything else (fp16, fp8, ...) is refused
-// with an oomb::Error naming `flag` (--kv-dtype, --kv-grad-dtype) and what the executor supports.
-PageDtype page_dtype_from_string(const std::string& name, const std::string& flag);
-// The executor's storage dtype for weights, gradients, activations and loss tiles: "fp32" or
-// "bf16"; anything else is refused naming `flag`.
-DType storage_dtype_from_string(const std::string& name, const std::string& flag);
+inline Dtype dtype_of(DType d) { return d == DType::bf16 ? Dtype::bf16 : Dtype::fp32; }
+// The config's page dtype as the executor stores it (fp32, bf16); anything else (fp16, fp8) is
+// refused with an oomb::Error naming `flag` (--kv-dtype, --kv-grad-dtype) and what the executor supports.
+PageDtype page_dtype_of(Dtype d, const std::string& flag);
+// The executor's storage dtype for weights, gradients, activations and loss tiles: fp32 or bf16;
+// anything else is refused naming `flag`.
+DType storage_dtype_of(Dtype d, const std::string& flag);
 
 // A typed view of device-tier storage: elements of `dtype` (bf16: uint16 bit patterns, as pages)
 // and, when it comes from a Buffer, how many elements it holds (`elements`, -1 = not known: a raw

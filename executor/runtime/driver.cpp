@@ -225,8 +225,8 @@ std::vector<std::string> check_plan_rows(const std::vector<step::BufferRow>& pla
 // memory account refuses it when its rows have no such row, or the row cannot hold it, or the row
 // is not alive in the current phase.
 Buffer Engine::allocate(const step::BufferRow& row, const step::RowTensor& t) {
-  const DType storage = t.dtype == "bf16" ? DType::bf16 : DType::f32;  // a view's element type
-  return Buffer(backend_, row.tier, checked_mul(t.elements, step::element_bytes(t.dtype), row.name.c_str()), &account_,
+  const DType storage = t.dtype == Dtype::bf16 ? DType::bf16 : DType::f32;  // a view's element type
+  return Buffer(backend_, row.tier, checked_mul(t.elements, oomb::dtype_bytes(t.dtype), row.name.c_str()), &account_,
                 row.name, storage);
 }
 
@@ -352,12 +352,12 @@ Engine::Engine(Backend& backend, const models::ModelSpec& model, const step::Con
                 "the communicator groups do not match the configuration's degrees");
   }
   // Storage as the config says: fp32 or bf16 (anything else is refused above, by the capability).
-  kv_dtype_ = page_dtype_from_string(config.kv_dtype, "kv_dtype");
-  grad_page_dtype_ = page_dtype_from_string(config.kv_grad_dtype, "kv_grad_dtype");
-  param_dtype_ = storage_dtype_from_string(config.param_dtype, "param_dtype");
-  grad_dtype_ = storage_dtype_from_string(config.param_grad_dtype, "param_grad_dtype");
-  act_dtype_ = storage_dtype_from_string(config.activation_dtype, "activation_dtype");
-  loss_dtype_ = storage_dtype_from_string(config.loss_dtype, "loss_dtype");
+  kv_dtype_ = page_dtype_of(config.kv_dtype, "kv_dtype");
+  grad_page_dtype_ = page_dtype_of(config.kv_grad_dtype, "kv_grad_dtype");
+  param_dtype_ = storage_dtype_of(config.param_dtype, "param_dtype");
+  grad_dtype_ = storage_dtype_of(config.param_grad_dtype, "param_grad_dtype");
+  act_dtype_ = storage_dtype_of(config.activation_dtype, "activation_dtype");
+  loss_dtype_ = storage_dtype_of(config.loss_dtype, "loss_dtype");
   g_ = step::geometry(model, config);
 
   layout_ = ParamLayout(model_);
@@ -1224,8 +1224,8 @@ StepResult Engine::step(const std::vector<int32_t>& tokens) {
   ++steps_;
   total_s_ += r.seconds;
   Measured& m = measured_;
-  m.kv_dtype = to_string(kv_dtype_);
-  m.kv_grad_dtype = to_string(grad_page_dtype_);
+  m.kv_dtype = dtype_of(kv_dtype_);
+  m.kv_grad_dtype = dtype_of(grad_page_dtype_);
   m.kv_page_bytes = store_->kv_page_bytes();
   m.grad_page_bytes = store_->grad_page_bytes();
   m.kv_pool_pages = store_->kv_pool().capacity();
@@ -1239,10 +1239,10 @@ StepResult Engine::step(const std::vector<int32_t>& tokens) {
   m.device_breakdown_bytes = account_.peak_by_category(Tier::device);
   m.row_high_water_bytes = account_.row_high_water(Tier::device);
   m.phase_high_water_bytes = account_.phase_high_water();
-  m.param_dtype = to_string(param_dtype_);
-  m.param_grad_dtype = to_string(grad_dtype_);
-  m.activation_dtype = to_string(act_dtype_);
-  m.loss_dtype = to_string(loss_dtype_);
+  m.param_dtype = dtype_of(param_dtype_);
+  m.param_grad_dtype = dtype_of(grad_dtype_);
+  m.activation_dtype = dtype_of(act_dtype_);
+  m.loss_dtype = dtype_of(loss_dtype_);
   m.backend = backend_.name();
   m.buffers = rows_;
   m.notes = notes_;

@@ -589,15 +589,23 @@ std::vector<std::string> checkpoint_input_files(const std::string& path) {
 
 namespace {
 
+// The safetensors name of a dtype oomb writes: F32 or BF16 (Error for any other).
+const char* safetensors_name(Dtype d) {
+  if (d == Dtype::fp32) return "F32";
+  if (d == Dtype::bf16) return "BF16";
+  throw Error("checkpoint dtype", to_string(d), "is not written", "fp32 (F32) or bf16 (BF16)");
+}
+
 // The bytes of the tensors `params` of t as one safetensors file.
 std::function<void(std::ostream&)> file_contents(const ParamTensors& t, const std::vector<const ParamInfo*>& params,
-                                                 const std::string& dtype) {
-  const int64_t elem = dtype == "F32" ? 4 : 2;
+                                                 Dtype dtype) {
+  const int64_t elem = dtype_bytes(dtype);
+  const char* name = safetensors_name(dtype);
   Json header = Json::object();
   header["__metadata__"] = {{"format", "pt"}, {"producer", "oomb"}};
   int64_t offset = 0;
   for (const ParamInfo* p : params) {
-    header[p->name] = {{"dtype", dtype}, {"shape", p->shape}, {"data_offsets", {offset, offset + p->numel * elem}}};
+    header[p->name] = {{"dtype", name}, {"shape", p->shape}, {"data_offsets", {offset, offset + p->numel * elem}}};
     offset += p->numel * elem;
   }
   std::string text = header.dump();
@@ -634,8 +642,8 @@ bool is_shard_name(const std::string& name, const std::string& stem) {
 
 }  // namespace
 
-std::function<void(std::ostream&)> safetensors_contents(const ParamTensors& t, const std::string& dtype) {
-  if (dtype != "F32" && dtype != "BF16") throw Error("safetensors dtype", dtype, "unknown", "F32 or BF16");
+std::function<void(std::ostream&)> safetensors_contents(const ParamTensors& t, Dtype dtype) {
+  (void)safetensors_name(dtype);  // fp32 or bf16, else refused
   std::vector<const ParamInfo*> all;
   for (const auto& p : t.layout.params()) all.push_back(&p);
   return file_contents(t, all, dtype);
@@ -660,13 +668,13 @@ ParamTensors read_safetensors_layout(const std::string& path, ParamLayout layout
 void write_safetensors(const ParamTensors& t, const std::string& path) {
   std::vector<const ParamInfo*> all;
   for (const auto& p : t.layout.params()) all.push_back(&p);
-  write_file_atomically(path, file_contents(t, all, "F32"));
+  write_file_atomically(path, file_contents(t, all, Dtype::fp32));
 }
 
 std::vector<std::string> write_checkpoint(const ParamTensors& t, const std::string& path, const CheckpointWrite& how) {
-  if (how.dtype != "F32" && how.dtype != "BF16") throw Error("checkpoint dtype", how.dtype, "unknown", "F32 or BF16");
+  (void)safetensors_name(how.dtype);  // fp32 or bf16, else refused
   if (how.max_shard_bytes <= 0) throw Error("--max-shard-bytes", std::to_string(how.max_shard_bytes), "must be positive");
-  const int64_t elem = how.dtype == "F32" ? 4 : 2;
+  const int64_t elem = dtype_bytes(how.dtype);
   namespace fs = std::filesystem;
   const CheckpointPaths where = checkpoint_paths(path);
   const fs::path dir = where.dir;

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/dtype.h"
 #include "models/specs.h"
 
 namespace oomb::executor {
@@ -128,9 +129,9 @@ Weights read_checkpoint(const std::string& path, const models::ModelSpec& m, int
 
 // Writes F32 atomically (temp file + rename): a failure leaves no partial file.
 void write_safetensors(const ParamTensors& t, const std::string& path);
-// The bytes of all of t's tensors as one safetensors file in `dtype` ("F32" or "BF16"), for a writer
-// (FileSetWriter) that places it; t must outlive the function.
-std::function<void(std::ostream&)> safetensors_contents(const ParamTensors& t, const std::string& dtype = "F32");
+// The bytes of all of t's tensors as one safetensors file in `dtype` (fp32 or bf16, written as the
+// format's F32 / BF16), for a writer (FileSetWriter) that places it; t must outlive the function.
+std::function<void(std::ostream&)> safetensors_contents(const ParamTensors& t, Dtype dtype = Dtype::fp32);
 // One safetensors file read into `layout`'s tensors (F32, BF16, F16; finite values): each must be
 // present with its exact shape; a tensor the layout lacks is an error naming it unless skip(name).
 // what_for: what the file should be, for the messages (e.g. "a PEFT adapter of qwen2.5-0.5b").
@@ -142,7 +143,7 @@ constexpr int64_t kDefaultMaxShardBytes = 5'000'000'000;
 
 struct CheckpointWrite {
   int64_t max_shard_bytes = kDefaultMaxShardBytes;
-  std::string dtype = "F32";  // "F32" or "BF16" (rounded to nearest even)
+  Dtype dtype = Dtype::fp32;  // fp32 or bf16 (rounded to nearest even), the file's F32 / BF16
 };
 
 // Writes the layout Hugging Face writes. path: a folder (created; files named model*) or a

@@ -81,7 +81,6 @@ bool combo_count(const char* label, int64_t& value, const std::vector<int64_t>& 
   return changed;
 }
 
-const std::vector<std::string> kDtypes = {"bf16", "fp16", "fp32", "fp8"};
 
 }  // namespace
 
@@ -186,10 +185,10 @@ void draw_inputs_panel(ViewModel& vm, UiState& ui) {
     if (ImGui::SliderInt("resident", &resident, 1, static_cast<int>(layers), fmt.c_str())) c.resident_layers = resident;
     chart::formula_tooltip("layers whose KV pages may be on the GPU at once (computed + prefetched); all = no offload");
   }
-  combo_strings("KV dtype", c.kv_dtype, kDtypes, "dtype of KV pages");
-  combo_strings("KV-grad dtype", c.kv_grad_dtype, {"fp32", "bf16"}, "dtype of KV-gradient pages (accumulated)");
-  combo_strings("param dtype", c.param_dtype, {"bf16", "fp32"}, "dtype of the weights");
-  combo_strings("grad dtype", c.param_grad_dtype, {"bf16", "fp32"}, "dtype of the parameter gradients");
+  combo_enum("KV dtype", c.kv_dtype, {Dtype::bf16, Dtype::fp16, Dtype::fp32, Dtype::fp8}, "dtype of KV pages");
+  combo_enum("KV-grad dtype", c.kv_grad_dtype, {Dtype::fp32, Dtype::bf16}, "dtype of KV-gradient pages (accumulated)");
+  combo_enum("param dtype", c.param_dtype, {Dtype::bf16, Dtype::fp32}, "dtype of the weights");
+  combo_enum("grad dtype", c.param_grad_dtype, {Dtype::bf16, Dtype::fp32}, "dtype of the parameter gradients");
   combo_enum("optimizer", c.optimizer, {step::Optimizer::none, step::Optimizer::gpu, step::Optimizer::host},
              "AdamW state: none, on the GPU, or on the host (gradients go down, parameters come back)");
   ImGui::Checkbox("checkpointing", &c.checkpointing);

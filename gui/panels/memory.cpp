@@ -119,7 +119,7 @@ void draw_memory_panel(const ViewModel& vm) {
       ImGui::GetWindowDrawList()->AddRectFilled({p.x, p.y + 2}, {p.x + sq, p.y + 2 + sq}, chart::category_color(b->category));
       ImGui::SetCursorScreenPos({p.x + sq + 4, p.y});
       ImGui::TextUnformatted(b->name.c_str());
-      chart::formula_tooltip(b->category + "  " + b->shape + " " + b->dtype + "\nalive in: " + b->lifetime +
+      chart::formula_tooltip(b->category + "  " + b->shape + " " + to_string(b->dtype) + "\nalive in: " + b->lifetime +
                              "\nbytes = " + b->formula);
       ImGui::TableNextColumn();
       ImGui::TextUnformatted(dev ? "device" : "host");

@@ -690,7 +690,7 @@ TEST_F(MpiCli, CalibrateUnderMpirunMeasuresTheAllReduceThePlanPricesWith) {
   ASSERT_GT(bytes, 0);
   oomb::step::Config c;
   c.context_tokens = 512;
-  c.param_grad_dtype = "bf16";
+  c.param_grad_dtype = oomb::Dtype::bf16;
   c.data_parallel = 2;
   const auto tiny = oomb::models::load_model("tiny");
   const auto buckets = oomb::step::gradient_buckets(tiny, c, oomb::step::geometry(tiny, c));

@@ -178,7 +178,7 @@ TEST_F(CudaEngine, OpScratchIsItsRowAndNoOpNeedsMore) {
   for (int variant = 0; variant < 4; ++variant) {
     step::Config c = test::small_config(64, 16, 8, 1);
     if (variant & 1) c = sparse(c, 2, "published");
-    if (variant & 2) c.param_dtype = c.param_grad_dtype = c.activation_dtype = c.kv_dtype = "bf16";
+    if (variant & 2) c.param_dtype = c.param_grad_dtype = c.activation_dtype = c.kv_dtype = Dtype::bf16;
     SCOPED_TRACE(variant);
     const auto rows = run_rows(m, c, gpu->target());
     int64_t row = -1;
@@ -218,7 +218,7 @@ TEST_F(CudaEngine, EveryGemmCallIsPlannedWithinTheOpScratchBeforeTheFirstStep) {
   const Weights w = random_weights(m, 5, kInitStd);
   const auto tokens = TokenSource::synthetic(m.vocab, 5).sequence(0, 64);
   auto bf16_storage = [](step::Config c) {
-    c.param_dtype = c.param_grad_dtype = c.activation_dtype = c.kv_dtype = c.loss_dtype = "bf16";
+    c.param_dtype = c.param_grad_dtype = c.activation_dtype = c.kv_dtype = c.loss_dtype = Dtype::bf16;
     return c;
   };
   const bool bf16_gemm = gpu->target().bf16_gemm;
@@ -391,20 +391,20 @@ TEST_P(CudaBf16Step, LossAndGradientsMatchTheCpuWithBf16Pages) {
   auto base = test::small_config(k.N, k.C, k.p, k.resident);
   if (k.sparse_rule) base = sparse(base, k.budget, k.sparse_rule == 1 ? "published" : "per-kv-head");
   const Out fp32 = run(*gpu, m, base, w, tokens);
-  for (const char* grads : {"fp32", "bf16"}) {
-    const auto c = test::with_pages(base, "bf16", grads);
+  for (Dtype grads : {Dtype::fp32, Dtype::bf16}) {
+    const auto c = test::with_pages(base, Dtype::bf16, grads);
     const Out want = run(cpu, m, c, w, tokens);
     const Out got = run(*gpu, m, c, w, tokens);
-    const std::string what = std::string("KV bf16, KV-grad ") + grads;
+    const std::string what = std::string("KV bf16, KV-grad ") + to_string(grads);
     EXPECT_NEAR(got.loss, want.loss, kBf16StepLossRelTol * want.loss) << what;
     const auto [err, name] = worst_relative_l2(got.grads, want.grads);
-    EXPECT_LE(err, grads == std::string("bf16") ? kBf16BothStepGradRelTol : kBf16KvStepGradRelTol)
+    EXPECT_LE(err, grads == Dtype::bf16 ? kBf16BothStepGradRelTol : kBf16KvStepGradRelTol)
         << what << ", worst tensor " << name;
     EXPECT_GT(worst_relative_l2(got.grads, fp32.grads).rel_l2, kBf16DiffersMin) << what << ": no different from fp32 pages";
     EXPECT_EQ(got.measured.h2d_bytes, want.measured.h2d_bytes) << what << ": the same page schedule and sizes";
     EXPECT_EQ(got.measured.d2h_bytes, want.measured.d2h_bytes) << what;
     EXPECT_EQ(got.measured.kv_page_bytes * 2, fp32.measured.kv_page_bytes) << what;
-    EXPECT_EQ(got.measured.grad_page_bytes * (grads == std::string("bf16") ? 2 : 1), fp32.measured.grad_page_bytes)
+    EXPECT_EQ(got.measured.grad_page_bytes * (grads == Dtype::bf16 ? 2 : 1), fp32.measured.grad_page_bytes)
         << what;
     std::printf("[bf16 step] %s, %s: loss rel. diff %.2e, max gradient rel. L2 diff %.2e (%s) vs the cpu\n", k.name,
                 what.c_str(), std::abs(got.loss - want.loss) / want.loss, err, name.c_str());
@@ -431,7 +431,7 @@ TEST(CudaBf16Engine, TensorCoreStepWithBf16PagesStaysNearTheCpu) {
   const auto m = test::small_model(2, 4, 2, 64, 64, false, true);
   const Weights w = random_weights(m, 1234, kInitStd);
   const auto tokens = TokenSource::synthetic(m.vocab, 7).sequence(0, 200);
-  const auto c = test::with_pages(test::small_config(200, 64, 32, 1), "bf16", "bf16");
+  const auto c = test::with_pages(test::small_config(200, 64, 32, 1), Dtype::bf16, Dtype::bf16);
   const Out want = run(cpu, m, c, w, tokens);
   const Out got = run(tc, m, c, w, tokens);
   EXPECT_GT(tc.attention_calls(CudaAttentionKernel::bf16_tensor_core), 0);

@@ -72,7 +72,7 @@ TEST_F(CudaLoraEngine, OpScratchIsItsRowAndNoOpNeedsMore) {
     CudaBackend b(test_options(precision));
     for (int variant = 0; variant < 4; ++variant) {
       auto c = lora_config(variant & 1 ? "all-linear" : "q_proj,v_proj", 4);
-      if (variant & 2) c.param_dtype = c.activation_dtype = c.kv_dtype = "bf16";
+      if (variant & 2) c.param_dtype = c.activation_dtype = c.kv_dtype = Dtype::bf16;
       SCOPED_TRACE(std::string(to_string(precision)) + " GEMMs, variant " + std::to_string(variant));
       int64_t row = -1;
       for (const auto& r : run_rows(m, c, b.target()))

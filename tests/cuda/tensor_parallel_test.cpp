@@ -54,7 +54,7 @@ step::Config config_of(const TpCase& k, bool bf16_storage) {
     c.page_budget = k.budget;
     c.selection = k.rule == 1 ? "published" : "per-kv-head";
   }
-  if (bf16_storage) c.param_dtype = c.activation_dtype = c.kv_dtype = "bf16";
+  if (bf16_storage) c.param_dtype = c.activation_dtype = c.kv_dtype = Dtype::bf16;
   return c;
 }
 

@@ -59,7 +59,7 @@ TEST_F(Checkpoint, ShardedGivesTheSameLossAsOneFile) {
   ASSERT_EQ(one.size(), 1u);
   EXPECT_EQ(one[0], path("single/model.safetensors"));
   // Shards of at most 40,000 bytes: tiny's 428 KB of F32 tensors in about a dozen files.
-  const auto sharded = write_checkpoint(w, path("sharded"), {40'000, "F32"});
+  const auto sharded = write_checkpoint(w, path("sharded"), {40'000, Dtype::fp32});
   ASSERT_GT(sharded.size(), 3u);
   EXPECT_EQ(sharded[0], path("sharded/model.safetensors.index.json"));
   EXPECT_TRUE(fs::exists(path("sharded/model-00001-of-" + std::string(5 - std::to_string(sharded.size() - 1).size(), '0') +
@@ -93,7 +93,7 @@ TEST_F(Checkpoint, ShardedGivesTheSameLossAsOneFile) {
   EXPECT_EQ(loss_of(m, b), loss);
 
   // BF16 shards: the loss of the weights rounded to bf16, exactly.
-  write_checkpoint(w, path("bf16"), {40'000, "BF16"});
+  write_checkpoint(w, path("bf16"), {40'000, Dtype::bf16});
   Weights rounded = w;
   for (float& x : rounded.data) x = round_to_bf16(x);
   const Weights r = read_checkpoint(path("bf16"), m);
@@ -127,7 +127,7 @@ TEST_F(Checkpoint, Qwen3ShapedLayoutHasHfNormNamesAndShardsRoundTrip) {
 
   const Weights w = random_weights(m, 5, 0.1f);
   write_checkpoint(w, path("one"));
-  const auto shards = write_checkpoint(w, path("many"), {20'000, "F32"});
+  const auto shards = write_checkpoint(w, path("many"), {20'000, Dtype::fp32});
   ASSERT_GT(shards.size(), 2u);
   EXPECT_EQ(read_json_file(shards[0])["weight_map"].count("model.layers.2.self_attn.k_norm.weight"), 1u);
   EXPECT_TRUE(same_bits(read_checkpoint(path("one"), m), w));
@@ -194,7 +194,7 @@ TEST_F(Checkpoint, ReadsF16AndBf16Exactly) {
 TEST_F(Checkpoint, ErrorsNameTheTensorAndTheShard) {
   const models::ModelSpec m = models::load_model("tiny");
   const Weights w = random_weights(m, 3, 0.05f);
-  const auto files = write_checkpoint(w, path("ok"), {60'000, "F32"});
+  const auto files = write_checkpoint(w, path("ok"), {60'000, Dtype::fp32});
   ASSERT_GT(files.size(), 3u);
   Json index = read_json_file(files[0]);
   const std::string shard1 = index["weight_map"]["model.layers.0.self_attn.q_proj.weight"].get<std::string>();
@@ -247,7 +247,7 @@ TEST_F(Checkpoint, ErrorsNameTheTensorAndTheShard) {
   models::ModelSpec wide = m;
   wide.hidden = 96;
   wide.q_heads = 6;
-  write_checkpoint(random_weights(wide, 3, 0.05f), path("wide"), {60'000, "F32"});
+  write_checkpoint(random_weights(wide, 3, 0.05f), path("wide"), {60'000, Dtype::fp32});
   Json wi = read_json_file(path("wide/model.safetensors.index.json"));
   msg = error_of([&] { read_checkpoint(path("wide"), m); });
   EXPECT_NE(msg.find("model.embed_tokens.weight"), std::string::npos) << msg;
@@ -294,7 +294,7 @@ TEST_F(Checkpoint, SkipsRotaryInverseFrequencyBuffers) {
   file.write(path("rotary.safetensors"));
   EXPECT_TRUE(same_bits(read_checkpoint(path("rotary.safetensors"), m), w));
 
-  const auto files = write_checkpoint(w, path("sharded"), {60'000, "F32"});
+  const auto files = write_checkpoint(w, path("sharded"), {60'000, Dtype::fp32});
   Json index = read_json_file(files[0]);
   const std::string shard = index["weight_map"]["model.layers.0.mlp.up_proj.weight"].get<std::string>();
   index["weight_map"]["model.layers.0.self_attn.rotary_emb.inv_freq"] = shard;
@@ -330,22 +330,22 @@ TEST_F(Checkpoint, WritesAFilePathAndReplacesTheOtherForm) {
   const Weights w = random_weights(m, 9, 0.05f);
   // A .safetensors path: the file itself when it fits, <stem>-0000i-of-N shards + index when not.
   EXPECT_EQ(write_checkpoint(w, path("w.safetensors")), std::vector<std::string>{path("w.safetensors")});
-  const auto s = write_checkpoint(w, path("g.safetensors"), {100'000, "F32"});
+  const auto s = write_checkpoint(w, path("g.safetensors"), {100'000, Dtype::fp32});
   EXPECT_EQ(s[0], path("g.safetensors.index.json"));
   EXPECT_TRUE(fs::exists(path("g-00001-of-0000" + std::to_string(s.size() - 1) + ".safetensors")));
   EXPECT_TRUE(same_bits(read_checkpoint(s[0], m), w));
   // The same file path written sharded after a single file: the stale file goes.
-  write_checkpoint(w, path("w.safetensors"), {100'000, "F32"});
+  write_checkpoint(w, path("w.safetensors"), {100'000, Dtype::fp32});
   EXPECT_FALSE(fs::exists(path("w.safetensors")));
   EXPECT_TRUE(same_bits(read_checkpoint(path("w.safetensors.index.json"), m), w));
   // A folder first written sharded, then as one file: the stale index goes, the new file is read.
-  write_checkpoint(w, path("ck"), {100'000, "F32"});
+  write_checkpoint(w, path("ck"), {100'000, Dtype::fp32});
   const Weights w2 = random_weights(m, 10, 0.05f);
   write_checkpoint(w2, path("ck"));
   EXPECT_FALSE(fs::exists(path("ck/model.safetensors.index.json")));
   EXPECT_TRUE(same_bits(read_checkpoint(path("ck"), m), w2));
-  EXPECT_FALSE(error_of([&] { write_checkpoint(w, path("x"), {0, "F32"}); }).empty());
-  EXPECT_FALSE(error_of([&] { write_checkpoint(w, path("x"), {100, "F8"}); }).empty());
+  EXPECT_FALSE(error_of([&] { write_checkpoint(w, path("x"), {0, Dtype::fp32}); }).empty());
+  EXPECT_FALSE(error_of([&] { write_checkpoint(w, path("x"), {100'000, Dtype::fp8}); }).empty());
 }
 
 TEST_F(Checkpoint, AFailedWriteLeavesTheOldCheckpointWhole) {
@@ -358,7 +358,7 @@ TEST_F(Checkpoint, AFailedWriteLeavesTheOldCheckpointWhole) {
   EXPECT_EQ(write_checkpoint(old_w, path("empty")), std::vector<std::string>{path("empty/model.safetensors")});
   EXPECT_TRUE(same_bits(read_checkpoint(path("empty"), m), old_w));
 
-  const auto old_files = write_checkpoint(old_w, path("ck"), {100'000, "F32"});
+  const auto old_files = write_checkpoint(old_w, path("ck"), {100'000, Dtype::fp32});
   ASSERT_GT(old_files.size(), 3u);
   auto listing = [&](const std::string& d) {
     std::vector<std::string> names;
@@ -370,12 +370,12 @@ TEST_F(Checkpoint, AFailedWriteLeavesTheOldCheckpointWhole) {
   // The last file (the index) fails after every new shard was written aside: those are removed and
   // the old shards are untouched (byte-identical).
   if (fs::exists("/dev/full")) {
-    write_checkpoint(old_w, path("ck2"), {100'000, "F32"});
+    write_checkpoint(old_w, path("ck2"), {100'000, Dtype::fp32});
     const std::string old_shard = read_text_file(path("ck2/model-00001-of-0000" + std::to_string(old_files.size() - 1) + ".safetensors"));
     fs::remove(path("ck2/model.safetensors.index.json"));
     fs::create_symlink("/dev/full", path("ck2/model.safetensors.index.json"));
     const auto before2 = listing("ck2");
-    EXPECT_NE(error_of([&] { write_checkpoint(new_w, path("ck2"), {100'000, "F32"}); }).find("write failed"),
+    EXPECT_NE(error_of([&] { write_checkpoint(new_w, path("ck2"), {100'000, Dtype::fp32}); }).find("write failed"),
               std::string::npos);
     EXPECT_EQ(listing("ck2"), before2);
     EXPECT_EQ(read_text_file(path("ck2/model-00001-of-0000" + std::to_string(old_files.size() - 1) + ".safetensors")), old_shard);
@@ -386,21 +386,21 @@ TEST_F(Checkpoint, AFailedWriteLeavesTheOldCheckpointWhole) {
   if (fs::exists("/dev/full")) {
     fs::remove(shard2);
     fs::create_symlink("/dev/full", shard2);
-    EXPECT_NE(error_of([&] { write_checkpoint(new_w, path("ck"), {100'000, "F32"}); }).find("write failed"),
+    EXPECT_NE(error_of([&] { write_checkpoint(new_w, path("ck"), {100'000, Dtype::fp32}); }).find("write failed"),
               std::string::npos);
     EXPECT_EQ(listing("ck"), before);
     EXPECT_TRUE(fs::is_symlink(shard2));
     fs::remove(shard2);
-    write_checkpoint(old_w, path("ck"), {100'000, "F32"});
+    write_checkpoint(old_w, path("ck"), {100'000, Dtype::fp32});
   }
   EXPECT_TRUE(same_bits(read_checkpoint(path("ck"), m), old_w));
   // Sharded over a single file: the single file stays until the shards and the index are in place.
-  write_checkpoint(new_w, path("empty"), {100'000, "F32"});
+  write_checkpoint(new_w, path("empty"), {100'000, Dtype::fp32});
   EXPECT_FALSE(fs::exists(path("empty/model.safetensors")));
   EXPECT_TRUE(same_bits(read_checkpoint(path("empty"), m), new_w));
   // Fewer shards than before: the stale shards of ours go; other files in the folder stay.
   std::ofstream(path("ck/config.json")) << "{}";
-  write_checkpoint(new_w, path("ck"), {200'000, "F32"});
+  write_checkpoint(new_w, path("ck"), {200'000, Dtype::fp32});
   const Json index = read_json_file(path("ck/model.safetensors.index.json"));
   std::set<std::string> named;
   for (const auto& [k, v] : index["weight_map"].items()) named.insert(v.get<std::string>());
@@ -413,7 +413,7 @@ TEST_F(Checkpoint, AFolderWithBothFormsReadsTheSingleFile) {
   // The single file first, as Hugging Face's loader: an index beside model.safetensors is ignored.
   const models::ModelSpec m = models::load_model("tiny");
   const Weights a = random_weights(m, 31, 0.05f), b = random_weights(m, 32, 0.05f);
-  write_checkpoint(a, path("both"), {100'000, "F32"});
+  write_checkpoint(a, path("both"), {100'000, Dtype::fp32});
   write_safetensors(b, path("both/model.safetensors"));
   EXPECT_TRUE(same_bits(read_checkpoint(path("both"), m), b));
   EXPECT_TRUE(same_bits(read_checkpoint(path("both/model.safetensors.index.json"), m), a));

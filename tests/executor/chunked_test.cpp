@@ -175,8 +175,8 @@ TEST_P(Bf16PagesNearFullSequence, LossAndEveryParameterGradient) {
   const cpu::ReferenceResult ref = cpu::full_sequence_reference(m, w, tokens);
   const auto base = test::small_config(k.N, k.C, k.p, 64);
   const RunOut fp32 = run(m, base, w, tokens);
-  const RunOut kv = run(m, test::with_pages(base, "bf16", "fp32"), w, tokens);
-  const RunOut both = run(m, test::with_pages(base, "bf16", "bf16"), w, tokens);
+  const RunOut kv = run(m, test::with_pages(base, Dtype::bf16, Dtype::fp32), w, tokens);
+  const RunOut both = run(m, test::with_pages(base, Dtype::bf16, Dtype::bf16), w, tokens);
   EXPECT_EQ(kv.measured.kv_page_bytes * 2, fp32.measured.kv_page_bytes);
   EXPECT_EQ(kv.measured.grad_page_bytes, fp32.measured.grad_page_bytes);
   EXPECT_EQ(both.measured.grad_page_bytes * 2, fp32.measured.grad_page_bytes);
@@ -209,10 +209,10 @@ TEST(Offload, Bf16PagesWithResidentOneAndTwoAreBitIdenticalToNoOffload) {
   const auto m = test::small_model(3, 4, 2, 8, 32, false, true);
   const Weights w = random_weights(m, 99, kInitStd);
   const auto tokens = TokenSource::synthetic(m.vocab, 3).sequence(0, 45);
-  for (const char* grads : {"fp32", "bf16"}) {
-    const RunOut off = run(m, test::with_pages(test::small_config(45, 16, 4, 3), "bf16", grads), w, tokens);
+  for (Dtype grads : {Dtype::fp32, Dtype::bf16}) {
+    const RunOut off = run(m, test::with_pages(test::small_config(45, 16, 4, 3), Dtype::bf16, grads), w, tokens);
     for (int64_t r : {1, 2}) {
-      const RunOut on = run(m, test::with_pages(test::small_config(45, 16, 4, r), "bf16", grads), w, tokens);
+      const RunOut on = run(m, test::with_pages(test::small_config(45, 16, 4, r), Dtype::bf16, grads), w, tokens);
       EXPECT_GT(on.measured.h2d_bytes, 0);
       EXPECT_EQ(on.loss, off.loss);
       ASSERT_EQ(on.grads.data.size(), off.grads.data.size());
@@ -261,8 +261,8 @@ TEST(Sparse, Bf16PagesBudgetCoveringAllPagesEqualsDense) {
   const auto m = test::small_model(2, 4, 2, 8, 32, false, true);
   const Weights w = random_weights(m, 5, kInitStd);
   const auto tokens = TokenSource::synthetic(m.vocab, 5).sequence(0, 64);
-  const RunOut dense = run(m, test::with_pages(test::small_config(64, 16, 4, 8), "bf16", "bf16"), w, tokens);
-  const RunOut sparse = run(m, test::with_pages(sparse_config(64, 16, 4, 16, 8), "bf16", "bf16"), w, tokens);
+  const RunOut dense = run(m, test::with_pages(test::small_config(64, 16, 4, 8), Dtype::bf16, Dtype::bf16), w, tokens);
+  const RunOut sparse = run(m, test::with_pages(sparse_config(64, 16, 4, 16, 8), Dtype::bf16, Dtype::bf16), w, tokens);
   EXPECT_EQ(sparse.loss, dense.loss);
   EXPECT_EQ(std::memcmp(sparse.grads.data.data(), dense.grads.data.data(), dense.grads.data.size() * 4), 0);
 }

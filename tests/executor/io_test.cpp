@@ -139,15 +139,16 @@ TEST_F(Io, BadRunInputsAreUserErrors) {
   EXPECT_NE(error_of([&] { Engine(backend, kModel, test::small_config(32, 12, 8, 2), w); }).find("--chunk"),
             std::string::npos);
   // Page dtypes the executor does not store (the simulator models them): refused by flag name.
-  for (const char* dt : {"fp8", "fp16"}) {
+  for (const char* dt : {"fp8", "fp16"}) {  // as named on the command line
+    const Dtype d = storage_dtype_from_string(dt, "--kv-dtype");
     auto c = test::small_config(16, 8, 4, 2);
-    c.kv_dtype = dt;
+    c.kv_dtype = d;
     const std::string kv = error_of([&] { Engine(backend, kModel, c, w); });
     EXPECT_NE(kv.find("--kv-dtype"), std::string::npos) << kv;
     EXPECT_NE(kv.find(dt), std::string::npos) << kv;
     EXPECT_NE(kv.find("fp32 or bf16"), std::string::npos) << kv;
-    c.kv_dtype = "bf16";
-    c.kv_grad_dtype = dt;
+    c.kv_dtype = Dtype::bf16;
+    c.kv_grad_dtype = d;
     const std::string grad = error_of([&] { Engine(backend, kModel, c, w); });
     EXPECT_NE(grad.find("--kv-grad-dtype"), std::string::npos) << grad;
     EXPECT_NE(grad.find("fp32 or bf16"), std::string::npos) << grad;

@@ -219,7 +219,7 @@ TEST(Lora, Bf16StorageWithinItsTolerance) {
   const LoraCase k{"bf16", 2, 4, 2, 8, 32, false, true, false, 64, 16, 8, 4, "all-linear"};
   const auto m = lora_model(k);
   auto c = lora_config(k);
-  c.param_dtype = c.activation_dtype = c.kv_dtype = c.kv_grad_dtype = c.loss_dtype = "bf16";
+  c.param_dtype = c.activation_dtype = c.kv_dtype = c.kv_grad_dtype = c.loss_dtype = Dtype::bf16;
   const Weights w = random_weights(m, 1234, kInitStd);
   EngineOptions o;
   o.adapters = init_adapters(m, c, 99, 0.2f);
@@ -236,7 +236,7 @@ TEST(Lora, Bf16StorageWithinItsTolerance) {
   EXPECT_NEAR(loss, ref.loss, kBf16LossRelTol * ref.loss);
   const auto [err, name] = worst_relative_l2(e.gradients(), ref.grads);
   EXPECT_LE(err, kBf16GradRelTol) << name;
-  EXPECT_EQ(e.measured().param_grad_dtype, "fp32");  // the adapters' gradients, as the adapters
+  EXPECT_EQ(e.measured().param_grad_dtype, Dtype::fp32);  // the adapters' gradients, as the adapters
 }
 
 // PEFT's initialisation (B = 0) starts from the base model's loss; AdamW moves the adapters and

@@ -29,8 +29,8 @@ struct MemCase {
   const char* model;
   int64_t layers, N, C, p, R, logits_chunk, budget;
   bool sparse;
-  const char* storage;  // weights, gradients, activations and loss ("fp32" or "bf16")
-  const char* pages;    // KV and KV-gradient pages
+  Dtype storage;  // weights, gradients, activations and loss (fp32 or bf16)
+  Dtype pages;    // KV and KV-gradient pages
   step::Optimizer optimizer;
   step::SelectionMemory selection = step::SelectionMemory::bounded;
   bool checkpointing = true;
@@ -160,33 +160,33 @@ using step::Optimizer;
 INSTANTIATE_TEST_SUITE_P(
     Plans, PredictedEqualsAllocated,
     ::testing::Values(
-        MemCase{"tiny_16K_one_chunk_resident", "tiny", 0, 16384, 16384, 128, 64, 0, 0, false, "fp32", "fp32", Optimizer::none},
-        MemCase{"tiny_8K_chunk1K_R1", "tiny", 0, 8192, 1024, 128, 1, 0, 0, false, "fp32", "fp32", Optimizer::none},
-        MemCase{"tiny_8K_sparse_b8", "tiny", 0, 8192, 1024, 128, 1, 0, 8, true, "fp32", "fp32", Optimizer::none},
-        MemCase{"tiny_8K_sparse_device_sel", "tiny", 0, 8192, 1024, 128, 2, 256, 8, true, "bf16", "bf16", Optimizer::none,
+        MemCase{"tiny_16K_one_chunk_resident", "tiny", 0, 16384, 16384, 128, 64, 0, 0, false, Dtype::fp32, Dtype::fp32, Optimizer::none},
+        MemCase{"tiny_8K_chunk1K_R1", "tiny", 0, 8192, 1024, 128, 1, 0, 0, false, Dtype::fp32, Dtype::fp32, Optimizer::none},
+        MemCase{"tiny_8K_sparse_b8", "tiny", 0, 8192, 1024, 128, 1, 0, 8, true, Dtype::fp32, Dtype::fp32, Optimizer::none},
+        MemCase{"tiny_8K_sparse_device_sel", "tiny", 0, 8192, 1024, 128, 2, 256, 8, true, Dtype::bf16, Dtype::bf16, Optimizer::none,
                 step::SelectionMemory::device},
-        MemCase{"tiny_ragged_bf16_R2", "tiny", 0, 5000, 1024, 128, 2, 300, 0, false, "bf16", "bf16", Optimizer::none},
-        MemCase{"tiny_bf16_adamw_gpu", "tiny", 0, 4096, 1024, 128, 1, 512, 0, false, "bf16", "fp32", Optimizer::gpu},
-        MemCase{"tiny_no_recompute_sparse_R1", "tiny", 0, 6144, 1024, 128, 1, 512, 4, true, "bf16", "fp32",
+        MemCase{"tiny_ragged_bf16_R2", "tiny", 0, 5000, 1024, 128, 2, 300, 0, false, Dtype::bf16, Dtype::bf16, Optimizer::none},
+        MemCase{"tiny_bf16_adamw_gpu", "tiny", 0, 4096, 1024, 128, 1, 512, 0, false, Dtype::bf16, Dtype::fp32, Optimizer::gpu},
+        MemCase{"tiny_no_recompute_sparse_R1", "tiny", 0, 6144, 1024, 128, 1, 512, 4, true, Dtype::bf16, Dtype::fp32,
                 Optimizer::none, step::SelectionMemory::bounded, false},
-        MemCase{"tiny_per_kv_head_R1", "tiny", 0, 6144, 1024, 128, 1, 0, 2, true, "fp32", "fp32", Optimizer::none,
+        MemCase{"tiny_per_kv_head_R1", "tiny", 0, 6144, 1024, 128, 1, 0, 2, true, Dtype::fp32, Dtype::fp32, Optimizer::none,
                 step::SelectionMemory::bounded, true, "per-kv-head"},
-        MemCase{"tiny_fp32_adamw_host", "tiny", 0, 4096, 1024, 128, 64, 0, 0, false, "fp32", "fp32", Optimizer::host},
-        MemCase{"qwen0.5b_x2_512_chunk256_R1", "qwen2.5-0.5b", 2, 512, 256, 128, 1, 0, 0, false, "fp32", "fp32",
+        MemCase{"tiny_fp32_adamw_host", "tiny", 0, 4096, 1024, 128, 64, 0, 0, false, Dtype::fp32, Dtype::fp32, Optimizer::host},
+        MemCase{"qwen0.5b_x2_512_chunk256_R1", "qwen2.5-0.5b", 2, 512, 256, 128, 1, 0, 0, false, Dtype::fp32, Dtype::fp32,
                 Optimizer::none},
-        MemCase{"qwen0.5b_x2_bf16_tiled", "qwen2.5-0.5b", 2, 256, 128, 64, 1, 64, 0, false, "bf16", "bf16",
+        MemCase{"qwen0.5b_x2_bf16_tiled", "qwen2.5-0.5b", 2, 256, 128, 64, 1, 64, 0, false, Dtype::bf16, Dtype::bf16,
                 Optimizer::gpu},
-        MemCase{"tiny_one_kept_R1", "tiny", 0, 4096, 1024, 128, 1, 0, 0, false, "fp32", "fp32", Optimizer::none,
+        MemCase{"tiny_one_kept_R1", "tiny", 0, 4096, 1024, 128, 1, 0, 0, false, Dtype::fp32, Dtype::fp32, Optimizer::none,
                 step::SelectionMemory::bounded, true, "published", 1},
-        MemCase{"qwen0.5b_x3_two_kept", "qwen2.5-0.5b", 3, 256, 128, 64, 2, 64, 0, false, "fp32", "fp32",
+        MemCase{"qwen0.5b_x3_two_kept", "qwen2.5-0.5b", 3, 256, 128, 64, 2, 64, 0, false, Dtype::fp32, Dtype::fp32,
                 Optimizer::none, step::SelectionMemory::bounded, true, "published", 2},
-        MemCase{"tiny_one_kept_sparse_bf16_adamw", "tiny", 0, 6144, 1024, 128, 1, 512, 4, true, "bf16", "fp32",
+        MemCase{"tiny_one_kept_sparse_bf16_adamw", "tiny", 0, 6144, 1024, 128, 1, 512, 4, true, Dtype::bf16, Dtype::fp32,
                 Optimizer::gpu, step::SelectionMemory::bounded, true, "published", 1},
-        MemCase{"tiny_lora_r8_bf16_adamw", "tiny", 0, 4096, 1024, 128, 1, 512, 0, false, "bf16", "bf16", Optimizer::gpu,
+        MemCase{"tiny_lora_r8_bf16_adamw", "tiny", 0, 4096, 1024, 128, 1, 512, 0, false, Dtype::bf16, Dtype::bf16, Optimizer::gpu,
                 step::SelectionMemory::bounded, true, "published", 0, 8},
-        MemCase{"tiny_lora_all_linear_host_adamw", "tiny", 0, 4096, 1024, 128, 2, 0, 0, false, "fp32", "fp32",
+        MemCase{"tiny_lora_all_linear_host_adamw", "tiny", 0, 4096, 1024, 128, 2, 0, 0, false, Dtype::fp32, Dtype::fp32,
                 Optimizer::host, step::SelectionMemory::bounded, true, "published", 0, 16, "all-linear"},
-        MemCase{"qwen0.5b_x2_lora_no_recompute_sparse", "qwen2.5-0.5b", 2, 512, 128, 64, 1, 64, 2, true, "bf16", "bf16",
+        MemCase{"qwen0.5b_x2_lora_no_recompute_sparse", "qwen2.5-0.5b", 2, 512, 128, 64, 1, 64, 2, true, Dtype::bf16, Dtype::bf16,
                 Optimizer::gpu, step::SelectionMemory::bounded, false, "published", 0, 4, "all-linear"}),
     [](const auto& i) {
       std::string n = i.param.name;

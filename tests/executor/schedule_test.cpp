@@ -107,16 +107,16 @@ TEST_P(ScheduleWithBf16Pages, BytesHalveAndMatchTheClosedForm) {
   e32.step(tokens);
   const Measured f = e32.measured();
   const int64_t fp32_page = k.p * 2 * m.kv_heads * m.head_dim * 4, bf16_page = fp32_page / 2;
-  for (const char* grads : {"fp32", "bf16"}) {
-    const bool bf16_grads = std::string(grads) == "bf16";
+  for (Dtype grads : {Dtype::fp32, Dtype::bf16}) {
+    const bool bf16_grads = grads == Dtype::bf16;
     step::Config c = test::small_config(k.N, k.C, k.p, k.R);
-    c.kv_dtype = "bf16";
+    c.kv_dtype = Dtype::bf16;
     c.kv_grad_dtype = grads;
     Engine e(backend, m, c, w);
     e.step(tokens);
     const Measured& got = e.measured();
     const int64_t grad_page = bf16_grads ? bf16_page : fp32_page;
-    EXPECT_EQ(got.kv_dtype, "bf16");
+    EXPECT_EQ(got.kv_dtype, Dtype::bf16);
     EXPECT_EQ(got.kv_grad_dtype, grads);
     EXPECT_EQ(got.kv_page_bytes, bf16_page);
     EXPECT_EQ(got.grad_page_bytes, grad_page);

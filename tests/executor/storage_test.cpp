@@ -24,9 +24,9 @@ namespace {
 constexpr float kInitStd = 0.1f;
 
 step::Config all_bf16(step::Config c) {
-  c.param_dtype = c.param_grad_dtype = c.activation_dtype = c.loss_dtype = "bf16";
-  c.kv_dtype = "bf16";
-  c.kv_grad_dtype = "fp32";
+  c.param_dtype = c.param_grad_dtype = c.activation_dtype = c.loss_dtype = Dtype::bf16;
+  c.kv_dtype = Dtype::bf16;
+  c.kv_grad_dtype = Dtype::fp32;
   return c;
 }
 
@@ -109,8 +109,8 @@ TEST(Bf16Storage, ChunkedNearFullSequenceAndHalfTheBytes) {
   // Stored bytes: every bf16 row is half its fp32 twin.
   const Measured& m16 = e16.measured();
   const Measured& m32 = e32.measured();
-  EXPECT_EQ(m16.param_dtype, "bf16");
-  EXPECT_EQ(m16.activation_dtype, "bf16");
+  EXPECT_EQ(m16.param_dtype, Dtype::bf16);
+  EXPECT_EQ(m16.activation_dtype, Dtype::bf16);
   for (const char* row : {"weights", "parameter_gradients", "hidden_states", "layer_input_checkpoints",
                           "layer_activations", "layer_backward_temporaries", "final_norm"})
     EXPECT_EQ(2 * row_bytes(m16, row), row_bytes(m32, row)) << row;
@@ -154,7 +154,7 @@ TEST(HostOptimizer, RoundTripCopiesAndTheSameUpdateAsOnTheDevice) {
   const Weights w = random_weights(m, 13, kInitStd);
   const int64_t N = 24;
   const auto tokens = TokenSource::synthetic(m.vocab, 9).sequence(0, N);
-  for (const char* storage : {"fp32", "bf16"}) {
+  for (Dtype storage : {Dtype::fp32, Dtype::bf16}) {
     auto c = test::small_config(N, 8, 8, 8);
     c.param_dtype = c.param_grad_dtype = storage;
     c.optimizer = step::Optimizer::gpu;
@@ -167,7 +167,7 @@ TEST(HostOptimizer, RoundTripCopiesAndTheSameUpdateAsOnTheDevice) {
       host.step(tokens);
     }
     EXPECT_EQ(gpu.weights().data, host.weights().data) << storage;
-    const int64_t n = static_cast<int64_t>(w.data.size()), b = std::string(storage) == "bf16" ? 2 : 4;
+    const int64_t n = static_cast<int64_t>(w.data.size()), b = storage == Dtype::bf16 ? 2 : 4;
     EXPECT_EQ(host.measured().d2h_bytes - gpu.measured().d2h_bytes, n * b) << storage;
     EXPECT_EQ(host.measured().h2d_bytes - gpu.measured().h2d_bytes, n * b) << storage;
     EXPECT_EQ(row_bytes(host.measured(), "host_parameter_gradients"), n * b);

@@ -52,7 +52,7 @@ step::Config config_of(const TpCase& k) {
     c.page_budget = k.budget;
     c.selection = k.rule == 1 ? "published" : "per-kv-head";
   }
-  if (k.bf16) c.param_dtype = c.activation_dtype = c.kv_dtype = "bf16";
+  if (k.bf16) c.param_dtype = c.activation_dtype = c.kv_dtype = Dtype::bf16;
   return c;
 }
 

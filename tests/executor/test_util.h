@@ -33,7 +33,7 @@ inline models::ModelSpec small_model(int64_t layers, int64_t q_heads, int64_t kv
 
 // c with every storage dtype fp32 (the exact reference configuration).
 inline step::Config all_fp32(step::Config c) {
-  c.kv_dtype = c.kv_grad_dtype = c.param_dtype = c.param_grad_dtype = c.activation_dtype = c.loss_dtype = "fp32";
+  c.kv_dtype = c.kv_grad_dtype = c.param_dtype = c.param_grad_dtype = c.activation_dtype = c.loss_dtype = Dtype::fp32;
   return c;
 }
 
@@ -48,8 +48,8 @@ inline step::Config small_config(int64_t context, int64_t chunk, int64_t page, i
   return all_fp32(c);
 }
 
-// c with its KV and KV-gradient pages stored as kv / grads ("fp32" or "bf16").
-inline step::Config with_pages(step::Config c, const char* kv, const char* grads) {
+// c with its KV and KV-gradient pages stored as kv / grads (fp32 or bf16).
+inline step::Config with_pages(step::Config c, Dtype kv, Dtype grads) {
   c.kv_dtype = kv;
   c.kv_grad_dtype = grads;
   return c;

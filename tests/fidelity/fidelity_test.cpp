@@ -67,8 +67,8 @@ struct Case {
   std::string name, family, model;
   int64_t layers = 0, context = 0, chunk = 0, page = 0, budget = 0, resident = 2;
   bool sparse = false;
-  std::string page_dtype = "fp32";  // KV and KV-gradient pages
-  std::string storage = "fp32";     // weights, parameter gradients, activations, loss tiles
+  Dtype page_dtype = Dtype::fp32;  // KV and KV-gradient pages
+  Dtype storage = Dtype::fp32;     // weights, parameter gradients, activations, loss tiles
   // Steps per run after one warm-up step: the step time judged is the fastest of them, as the
   // calibration takes each pass's fastest occurrence (simulator::calibration_samples): interference
   // from other processes on a shared VM only ever adds time. 5, not 3: the fastest of 3 still held
@@ -155,7 +155,7 @@ const std::vector<Case>& calibration_cases() {
       {"cal qwen 192 dense chunk 64", "qwen", "qwen2.5-0.5b", 2, 192, 64, 16, 0, 2, false},
       // GEMMs of a few hundred rows run far faster than the 32-row ones above: the full-depth plan
       // below is its own family, calibrated at its GEMMs' scale (issue #15).
-      {"cal qwen 512 dense chunk 256", "qwen-deep", "qwen2.5-0.5b", 2, 512, 256, 64, 0, 2, false, "fp32", "fp32", 2},
+      {"cal qwen 512 dense chunk 256", "qwen-deep", "qwen2.5-0.5b", 2, 512, 256, 64, 0, 2, false, Dtype::fp32, Dtype::fp32, 2},
   };
   return v;
 }
@@ -168,12 +168,12 @@ const std::vector<Case>& validation_cases() {
       {"tiny 8K dense offload", "tiny", "tiny", 0, 8192, 4096, 128, 0, 1, false},
       {"tiny 8K sparse", "tiny", "tiny", 0, 8192, 1024, 64, 4, 2, true},
       {"tiny 16K sparse offload", "tiny", "tiny", 0, 16384, 2048, 64, 8, 1, true},
-      {"tiny 8K dense offload bf16 pages", "tiny", "tiny", 0, 8192, 2048, 128, 0, 1, false, "bf16"},
-      {"tiny 8K dense offload bf16 storage", "tiny", "tiny", 0, 8192, 2048, 128, 0, 1, false, "bf16", "bf16"},
+      {"tiny 8K dense offload bf16 pages", "tiny", "tiny", 0, 8192, 2048, 128, 0, 1, false, Dtype::bf16},
+      {"tiny 8K dense offload bf16 storage", "tiny", "tiny", 0, 8192, 2048, 128, 0, 1, false, Dtype::bf16, Dtype::bf16},
       {"qwen2.5-0.5b x2 128 dense offload", "qwen", "qwen2.5-0.5b", 2, 128, 64, 16, 0, 1, false},
       // LoRA (issue #26): rank 16 on every projection of a frozen base (no weight-gradient GEMMs,
       // the adapters' rank-r GEMMs), calibrated on full fine-tuning runs only.
-      {"tiny 8K dense offload LoRA r16 all-linear", "tiny", "tiny", 0, 8192, 4096, 128, 0, 1, false, "fp32", "fp32", 3,
+      {"tiny 8K dense offload LoRA r16 all-linear", "tiny", "tiny", 0, 8192, 4096, 128, 0, 1, false, Dtype::fp32, Dtype::fp32, 3,
        true, true, 16},
       // All 24 layers at 2K (issue #15: the larger plan a faster CPU backend affords). Its step is
       // ~50 s on 2 cores, so to keep CI's time: checkpointing off (no backward recompute) and one
@@ -183,7 +183,7 @@ const std::vector<Case>& validation_cases() {
       // compute, 7.1 s of a 55.9 s step, against 5 ms in a warm step), which the prediction of a
       // steady-state step does not hold: +15.3% and +16.1% in two runs, the compute within 2%.
       {"qwen2.5-0.5b 24 layers 2K dense offload, no checkpointing", "qwen-deep", "qwen2.5-0.5b", 0, 2048, 1024, 128, 0, 2,
-       false, "fp32", "fp32", 1, true, false},
+       false, Dtype::fp32, Dtype::fp32, 1, true, false},
   };
   return v;
 }

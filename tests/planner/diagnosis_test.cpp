@@ -76,7 +76,7 @@ TEST(Diagnosis, FixedFp32GradientsSuggestBf16) {
   // 3.5M tokens on a workstation with 448 GiB pinnable: fp32 KV gradients need 168 KiB per token
   // on the host (588 GiB), bf16 ones 112 KiB (392 GiB).
   Request r = request("qwen2.5-7b", "h200", "workstation-512g", {"kv_grad_dtype"});
-  r.scenario.config.kv_grad_dtype = "fp32";
+  r.scenario.config.kv_grad_dtype = Dtype::fp32;
   const SearchResult res = search(r, int64_t{3} * M + M / 2);
   ASSERT_FALSE(res.best);
   const Diagnosis d = diagnose(r, int64_t{3} * M + M / 2, res);
@@ -84,7 +84,7 @@ TEST(Diagnosis, FixedFp32GradientsSuggestBf16) {
   for (const auto& s : d.suggestions)
     if (s.flags == "--kv-grad-dtype bf16") {
       bf16 = true;
-      EXPECT_EQ(s.result.config.kv_grad_dtype, "bf16");
+      EXPECT_EQ(s.result.config.kv_grad_dtype, Dtype::bf16);
     }
   EXPECT_TRUE(bf16);
   expect_suggestions_fit(r, d);

@@ -158,13 +158,13 @@ TEST(Catalog, MaxContextAndParetoForEveryModel) {
       const auto front = pareto_frontier(res.feasible, res.best ? &*res.best : nullptr);
       EXPECT_EQ(front.empty(), !res.best.has_value()) << what;
       // Within one KV-gradient dtype (the exactness class of dense plans) time falls as memory grows.
-      for (const char* dtype : {"bf16", "fp32"}) {
+      for (Dtype dtype : {Dtype::bf16, Dtype::fp32}) {
         std::vector<const Candidate*> pts;
         for (const auto& p : front)
           if (p.config.kv_grad_dtype == dtype) pts.push_back(&p);
         for (size_t i = 1; i < pts.size(); ++i) {
-          EXPECT_GT(pts[i]->summary.peak_device_bytes, pts[i - 1]->summary.peak_device_bytes) << what << " " << dtype;
-          EXPECT_LT(pts[i]->summary.step_s, pts[i - 1]->summary.step_s) << what << " " << dtype;
+          EXPECT_GT(pts[i]->summary.peak_device_bytes, pts[i - 1]->summary.peak_device_bytes) << what << " " << to_string(dtype);
+          EXPECT_LT(pts[i]->summary.step_s, pts[i - 1]->summary.step_s) << what << " " << to_string(dtype);
         }
       }
       // The chosen plan is never dominated by a frontier point.

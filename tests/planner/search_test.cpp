@@ -1,3 +1,4 @@
+#include "planner/knobs.h"
 #include "planner/search.h"
 
 #include <gtest/gtest.h>
@@ -88,8 +89,8 @@ std::vector<int64_t> recompute_settings(int64_t L) {
 // One point of the planner's search space, as search() evaluates it: kept in `all` when it fits.
 struct SpacePoint {
   int64_t context, chunk, page, resident, recomputed_from;  // recomputed_from == layers: no checkpointing
-  const char* kv_grad_dtype;
-  const char* param_grad_dtype;
+  Dtype kv_grad_dtype;
+  Dtype param_grad_dtype;
   int64_t logits_chunk;
   step::Optimizer optimizer;
 };
@@ -161,8 +162,8 @@ TEST(Search, PrunedSearchMatchesBruteForce) {
       for (int64_t chunk : {512, 1024, 2048, 4096, 8192, 16384, 32768})
         for (int64_t page : {64, 128, 256})
           for (int64_t resident : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{4}, L})
-            for (const char* kvg : {"bf16", "fp32"})
-              for (const char* pg : {"bf16", "fp32"})
+            for (Dtype kvg : {Dtype::bf16, Dtype::fp32})
+              for (Dtype pg : {Dtype::bf16, Dtype::fp32})
                 for (int64_t logits : {1024, 4096, 0})
                   for (int64_t rc : recomputes)
                     for (step::Optimizer opt : placements)
@@ -213,8 +214,8 @@ TEST(Search, DefaultsWinTies) {
   // op scratch, whose largest op is the LM head's), so the default page is kept.
   EXPECT_EQ(res.best->config.page_tokens, 128);
   EXPECT_EQ(res.best->config.resident_layers, 2);
-  EXPECT_EQ(res.best->config.kv_grad_dtype, "fp32");
-  EXPECT_EQ(res.best->config.param_grad_dtype, "bf16");
+  EXPECT_EQ(res.best->config.kv_grad_dtype, Dtype::fp32);
+  EXPECT_EQ(res.best->config.param_grad_dtype, Dtype::bf16);
 }
 
 TEST(Search, FixedKnobsAreRespected) {
@@ -224,8 +225,8 @@ TEST(Search, FixedKnobsAreRespected) {
   c.chunk_tokens = 8192;
   c.page_tokens = 64;
   c.resident_layers = 3;
-  c.kv_grad_dtype = "bf16";
-  c.param_grad_dtype = "fp32";
+  c.kv_grad_dtype = Dtype::bf16;
+  c.param_grad_dtype = Dtype::fp32;
   c.logits_chunk_tokens = 4096;
   c.optimizer = step::Optimizer::host;
   const SearchResult res = search(r, 2 * M);
@@ -235,8 +236,8 @@ TEST(Search, FixedKnobsAreRespected) {
     EXPECT_EQ(k.config.chunk_tokens, 8192);
     EXPECT_EQ(k.config.page_tokens, 64);
     EXPECT_EQ(k.config.resident_layers, 3);
-    EXPECT_EQ(k.config.kv_grad_dtype, "bf16");
-    EXPECT_EQ(k.config.param_grad_dtype, "fp32");
+    EXPECT_EQ(k.config.kv_grad_dtype, Dtype::bf16);
+    EXPECT_EQ(k.config.param_grad_dtype, Dtype::fp32);
     EXPECT_EQ(k.config.logits_chunk_tokens, 4096);
     EXPECT_EQ(k.config.optimizer, step::Optimizer::host);
   }
@@ -479,9 +480,10 @@ TEST(Search, BadInputIsAnErrorNotAnAbort) {
     EXPECT_THROW(search(r, 1 * M), Error);
   }
   {
-    Request r = request("qwen2.5-7b", "h200", "", {"kv_grad_dtype"});
-    r.scenario.config.kv_grad_dtype = "int3";
-    EXPECT_THROW(search(r, 1 * M), Error);
+    // A dtype oomb does not know never reaches the search: refused where the request is written.
+    Knobs k;
+    k.kv_grad_dtype = "int3";
+    EXPECT_THROW(k.resolve(), Error);
   }
 }
 
@@ -494,7 +496,7 @@ TEST(Search, ParetoFrontierIsNonDominated) {
   ASSERT_GE(front.size(), 3u);
   // By increasing memory overall; within one exactness class (KV-gradient dtype here) time falls
   // strictly as memory grows.
-  std::map<std::string, std::vector<const Candidate*>> by_dtype;
+  std::map<Dtype, std::vector<const Candidate*>> by_dtype;
   for (size_t i = 0; i < front.size(); ++i) {
     if (i) {
       EXPECT_GE(front[i].summary.peak_device_bytes, front[i - 1].summary.peak_device_bytes);
@@ -510,7 +512,7 @@ TEST(Search, ParetoFrontierIsNonDominated) {
   // No candidate at least as exact is no larger and no slower and better in one.
   for (const auto& p : front)
     for (const auto& k : res.feasible) {
-      const bool as_exact = models::dtype_bytes(k.config.kv_grad_dtype) >= models::dtype_bytes(p.config.kv_grad_dtype);
+      const bool as_exact = dtype_bytes(k.config.kv_grad_dtype) >= dtype_bytes(p.config.kv_grad_dtype);
       EXPECT_FALSE(as_exact && k.summary.peak_device_bytes <= p.summary.peak_device_bytes &&
                    k.summary.step_s <= p.summary.step_s &&
                    (k.summary.peak_device_bytes < p.summary.peak_device_bytes || k.summary.step_s < p.summary.step_s));
@@ -571,8 +573,8 @@ TEST(Search, ParetoFrontierMatchesBruteForce) {
     for (int64_t chunk : chunks)
       for (int64_t page : {64, 128, 256})
         for (int64_t resident : residents)
-          for (const char* kvg : {"bf16", "fp32"})
-            for (const char* pg : {"bf16", "fp32"})
+          for (Dtype kvg : {Dtype::bf16, Dtype::fp32})
+            for (Dtype pg : {Dtype::bf16, Dtype::fp32})
               for (int64_t logits : {1024, 4096, 0})
                 for (int64_t rc = 0; rc <= L; ++rc)
                   for (step::Optimizer opt : {step::Optimizer::gpu, step::Optimizer::host})
@@ -586,15 +588,15 @@ TEST(Search, ParetoFrontierMatchesBruteForce) {
              std::make_pair(b.summary.peak_device_bytes, b.summary.step_s);
     };
     std::sort(all.begin(), all.end(), by_metrics);
-    std::map<std::string, std::vector<const Candidate*>> stair;
+    std::map<Dtype, std::vector<const Candidate*>> stair;
     for (const auto& k : all) {
       auto& v = stair[k.config.kv_grad_dtype];
       if (v.empty() || k.summary.step_s < v.back()->summary.step_s) v.push_back(&k);
     }
-    std::vector<const Candidate*> truth = stair["fp32"];
-    for (const Candidate* k : stair["bf16"]) {
+    std::vector<const Candidate*> truth = stair[Dtype::fp32];
+    for (const Candidate* k : stair[Dtype::bf16]) {
       bool beaten = false;
-      for (const Candidate* q : stair["fp32"])
+      for (const Candidate* q : stair[Dtype::fp32])
         beaten = beaten || (q->summary.peak_device_bytes <= k->summary.peak_device_bytes &&
                             q->summary.step_s <= k->summary.step_s);
       if (!beaten) truth.push_back(k);

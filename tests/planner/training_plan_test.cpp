@@ -161,15 +161,15 @@ TEST(TrainingPlan, ChosenPlanIsNeverDominated) {
     for (const auto& p : front) {
       EXPECT_FALSE(dominated_by(*res.best, p)) << model << ": " << describe_knobs(p.config, r.scenario.model);
       on_front = on_front || p.config.to_json() == res.best->config.to_json();
-      bf16 = bf16 || p.config.kv_grad_dtype == "bf16";
-      fp32 = fp32 || p.config.kv_grad_dtype == "fp32";
+      bf16 = bf16 || p.config.kv_grad_dtype == Dtype::bf16;
+      fp32 = fp32 || p.config.kv_grad_dtype == Dtype::fp32;
     }
     EXPECT_TRUE(on_front) << model << ": the chosen plan is a frontier point";
     // Every KV-gradient dtype that has a feasible plan keeps its points on the frontier.
     bool any_bf16 = false, any_fp32 = false;
     for (const auto& k : res.feasible) {
-      any_bf16 = any_bf16 || k.config.kv_grad_dtype == "bf16";
-      any_fp32 = any_fp32 || k.config.kv_grad_dtype == "fp32";
+      any_bf16 = any_bf16 || k.config.kv_grad_dtype == Dtype::bf16;
+      any_fp32 = any_fp32 || k.config.kv_grad_dtype == Dtype::fp32;
     }
     EXPECT_TRUE(any_bf16 || any_fp32) << model;
     EXPECT_EQ(bf16, any_bf16) << model << ": the frontier spans KV-gradient dtypes";

@@ -142,16 +142,16 @@ TEST(Calibration, PassWorkPricesLikeTheCostModel) {
 TEST(Calibration, ExecutorRunsArePredictedWithTheirPageDtypes) {
   // apply_cpu_run: fp32 parameters, parameter gradients and activations; the pages as configured.
   Scenario s = tiny_scenario(4096, 1024, false);
-  s.config.kv_dtype = "bf16";
-  s.config.kv_grad_dtype = "bf16";
-  s.config.loss_dtype = "bf16";
+  s.config.kv_dtype = Dtype::bf16;
+  s.config.kv_grad_dtype = Dtype::bf16;
+  s.config.loss_dtype = Dtype::bf16;
   apply_cpu_run(s);
-  EXPECT_EQ(s.config.kv_dtype, "bf16");
-  EXPECT_EQ(s.config.kv_grad_dtype, "bf16");
-  EXPECT_EQ(s.config.param_dtype, "fp32");
-  EXPECT_EQ(s.config.param_grad_dtype, "fp32");
-  EXPECT_EQ(s.config.activation_dtype, "fp32");
-  EXPECT_EQ(s.config.loss_dtype, "fp32");  // the fp32 reference holds its logits and loss in fp32
+  EXPECT_EQ(s.config.kv_dtype, Dtype::bf16);
+  EXPECT_EQ(s.config.kv_grad_dtype, Dtype::bf16);
+  EXPECT_EQ(s.config.param_dtype, Dtype::fp32);
+  EXPECT_EQ(s.config.param_grad_dtype, Dtype::fp32);
+  EXPECT_EQ(s.config.activation_dtype, Dtype::fp32);
+  EXPECT_EQ(s.config.loss_dtype, Dtype::fp32);  // the fp32 reference holds its logits and loss in fp32
   EXPECT_EQ(s.config.peak_measure, step::PeakMeasure::allocated);
   EXPECT_EQ(page_counts(s).kv_page_bytes * 2, page_counts(tiny_scenario(4096, 1024, false)).grad_page_bytes);
 
@@ -162,17 +162,17 @@ TEST(Calibration, ExecutorRunsArePredictedWithTheirPageDtypes) {
   for (const char* src : {"cpu", "cuda", "cuda-cupti"}) {
     t.metadata.source = src;
     const Scenario r = scenario_of_trace(t, "t.json", models::load_gpu("h200"));
-    EXPECT_EQ(r.config.kv_dtype, "bf16") << src;
-    EXPECT_EQ(r.config.kv_grad_dtype, "fp32") << src;
-    EXPECT_EQ(r.config.param_dtype, "fp32") << src;
+    EXPECT_EQ(r.config.kv_dtype, Dtype::bf16) << src;
+    EXPECT_EQ(r.config.kv_grad_dtype, Dtype::fp32) << src;
+    EXPECT_EQ(r.config.param_dtype, Dtype::fp32) << src;
   }
   // A trace from before the executor stored bf16 pages: fp32 pages whatever its config says.
   t.metadata.source = "cpu";
   t.metadata.extra["measured"] = {{"steps", 1}};
   const Scenario old = scenario_of_trace(t, "t.json", models::load_gpu("h200"));
-  EXPECT_EQ(old.config.kv_dtype, "fp32");
-  EXPECT_EQ(old.config.kv_grad_dtype, "fp32");
-  EXPECT_EQ(step::run_record_from_json(t.metadata.extra, "t.json").config.kv_dtype, "fp32");
+  EXPECT_EQ(old.config.kv_dtype, Dtype::fp32);
+  EXPECT_EQ(old.config.kv_grad_dtype, Dtype::fp32);
+  EXPECT_EQ(step::run_record_from_json(t.metadata.extra, "t.json").config.kv_dtype, Dtype::fp32);
 }
 
 }  // namespace

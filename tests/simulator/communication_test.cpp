@@ -131,7 +131,7 @@ TEST(Communication, CpuBackendStagesBf16ThroughFp32OnTheMeasuredCurve) {
   Scenario s = scenario("tiny", "h200", 1024);
   s.gpu = cpu_profile_with_curve();
   s.config.optimizer = step::Optimizer::gpu;
-  s.config.param_grad_dtype = "bf16";
+  s.config.param_grad_dtype = Dtype::bf16;
   s.config.data_parallel = 2;
   const Summary sum = evaluate(s);
   const double bytes = static_cast<double>(sum.allreduce_bytes);
@@ -164,7 +164,7 @@ TEST(Communication, Bf16CallsArePricedOnTheBf16Curve) {
   j["allreduce_curve"]["points"][1]["bf16_seconds"] = 0.3;
   s.gpu = models::gpu_from_json(j, "test profile");
   s.config.optimizer = step::Optimizer::gpu;
-  s.config.param_grad_dtype = "bf16";
+  s.config.param_grad_dtype = Dtype::bf16;
   s.config.data_parallel = 2;
   const Summary sum = evaluate(s);
   double expect = 0;
@@ -226,8 +226,8 @@ TEST(Communication, TimelineShowsEachPassAllReduces) {
 TEST(Communication, ShardedOptimizerHoldsAShardAndReduceScattersThenGathers) {
   Scenario s = scenario("tiny", "h200", 1024);
   s.config.optimizer = step::Optimizer::gpu;
-  s.config.param_dtype = "bf16";
-  s.config.param_grad_dtype = "fp32";
+  s.config.param_dtype = Dtype::bf16;
+  s.config.param_grad_dtype = Dtype::fp32;
   s.config.data_parallel = 2;
   Scenario z = s;
   z.config.shard_optimizer = true;
@@ -298,8 +298,8 @@ TEST(Communication, ShardedOptimizerOnTheCpuBackendIsPricedAsMpiRunsIt) {
   Json j = cpu_profile_with_curve().to_json();
   s.gpu = models::gpu_from_json(j, "test profile");
   s.config.optimizer = step::Optimizer::gpu;
-  s.config.param_dtype = "bf16";
-  s.config.param_grad_dtype = "fp32";
+  s.config.param_dtype = Dtype::bf16;
+  s.config.param_grad_dtype = Dtype::fp32;
   s.config.data_parallel = 2;
   s.config.shard_optimizer = true;
   const step::OptimizerShard o = step::optimizer_shard(s.model, s.config, step::geometry(s.model, s.config));

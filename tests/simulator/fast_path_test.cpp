@@ -101,7 +101,7 @@ std::vector<Case> spread() {
     s.config.resident_layers = 2;
     s.config.context_tokens = 256 * K;
     s.config.logits_chunk_tokens = 0;
-    s.config.loss_dtype = "bf16";
+    s.config.loss_dtype = Dtype::bf16;
     add("unfused bf16 loss", s);
     s.config = step::Config{};
     s.config.context_tokens = M;

@@ -42,7 +42,7 @@ TEST(LoraScratch, NoLargerThanFullFineTuningAndCoversTheAdapters) {
   const int64_t hidden_x_vocab_fp32 = int64_t{3584} * 152064 * 4;  // the LM head's dW fallback, 2.18 GB
   for (int64_t context : {int64_t{64} << 10, int64_t{4} << 20}) {
     for (bool bf16_gemm : {true, false}) {
-      for (const char* act : {"bf16", "fp32"}) {
+      for (Dtype act : {Dtype::bf16, Dtype::fp32}) {
         step::Config full = qwen_config(context);
         full.activation_dtype = act;
         const cs::StepScratch f = cs::step_op_scratch(m, full, geometry(m, full), bf16_gemm);
@@ -55,7 +55,7 @@ TEST(LoraScratch, NoLargerThanFullFineTuningAndCoversTheAdapters) {
             c.lora_train_embeddings = train_embeddings;
             const step::Geometry g = geometry(m, c);
             const cs::StepScratch l = cs::step_op_scratch(m, c, g, bf16_gemm);
-            SCOPED_TRACE(std::to_string(context) + " tokens, " + act +
+            SCOPED_TRACE(std::to_string(context) + " tokens, " + to_string(act) +
                          (bf16_gemm ? ", bf16 GEMMs, " : ", fp32 GEMMs, ") + std::to_string(targets.size()) +
                          " targets" + (train_embeddings ? ", trained embeddings" : ""));
             EXPECT_LE(l.bytes, f.bytes) << l.op << " vs " << f.op;
@@ -74,7 +74,7 @@ TEST(LoraScratch, NoLargerThanFullFineTuningAndCoversTheAdapters) {
               s.rows = g.chunk_len(0);
               std::tie(s.in, s.out) = projection(g, t);
               s.rank = c.lora_rank;
-              s.act16 = c.activation_dtype == "bf16";
+              s.act16 = c.activation_dtype == Dtype::bf16;
               EXPECT_GE(l.bytes, cs::lora_fwd_bytes(s, bf16_gemm)) << t;
               EXPECT_GE(l.bytes, cs::lora_bwd_bytes(s, true, bf16_gemm)) << t;
               EXPECT_GE(cs::lora_bwd_bytes(s, true, bf16_gemm), cs::lora_bwd_bytes(s, false, bf16_gemm)) << t;

@@ -51,7 +51,7 @@ TEST(MemoryModel, Qwen7bHandComputedRows) {
   EXPECT_EQ(row_bytes(t, "logits_upcast"), 4096LL * 152064 * 4);
   EXPECT_EQ(row_bytes(t, "logits_gradient"), 4096LL * 152064 * 4);
   // bf16 gradients: 448 GiB of host memory.
-  s.config.kv_grad_dtype = "bf16";
+  s.config.kv_grad_dtype = Dtype::bf16;
   t = memory_table(s);
   EXPECT_EQ(row_bytes(t, "host_kv_pages") + row_bytes(t, "host_kv_grad_pages"), 448 * kGiB);
 }
@@ -154,7 +154,7 @@ TEST(PhasePeak, StandardQwen7b64kHoldsThePeakInTheLossHandComputed) {
   EXPECT_EQ(sum.device_breakdown_bytes, peak.breakdown);
   // The published baseline (bf16 logits and cross-entropy): no fp32 upcast, the gradient in bf16
   // (half of 39,862,665,216): 87,472,232,448 B, still in the loss.
-  s.config.loss_dtype = "bf16";
+  s.config.loss_dtype = Dtype::bf16;
   const auto bf16 = evaluate(s);
   EXPECT_EQ(bf16.peak_device_bytes, 147266230272 - N * 152064 * 4 - N * 152064 * 2);
   EXPECT_EQ(bf16.peak_device_bytes, 87472232448);
@@ -280,7 +280,7 @@ TEST(MemoryModel, LossDtypeSetsTheLogitsRows) {
   const int64_t V = s.model.vocab;
   auto dtype_of = [](const step::BufferTable& t, const std::string& name) {
     for (const auto& r : t.rows)
-      if (r.name == name) return r.dtype;
+      if (r.name == name) return std::string(to_string(r.dtype));
     return std::string("absent");
   };
   // Unfused, fp32 loss: bf16 LM-head output, its fp32 upcast and an fp32 gradient.
@@ -291,26 +291,26 @@ TEST(MemoryModel, LossDtypeSetsTheLogitsRows) {
   EXPECT_EQ(dtype_of(t, "logits_gradient"), "fp32");
   EXPECT_EQ(row_bytes(t, "logits_gradient"), 1024 * V * 4);
   // bf16 loss (published): no upcast, a bf16 gradient.
-  s.config.loss_dtype = "bf16";
+  s.config.loss_dtype = Dtype::bf16;
   t = memory_table(s);
   EXPECT_EQ(dtype_of(t, "logits_upcast"), "absent");
   EXPECT_EQ(row_bytes(t, "logits_gradient"), 1024 * V * 2);
   EXPECT_EQ(dtype_of(t, "logits_gradient"), "bf16");
   // fp32 activations and fp32 loss: nothing to upcast.
-  s.config.loss_dtype = "fp32";
-  s.config.activation_dtype = "fp32";
+  s.config.loss_dtype = Dtype::fp32;
+  s.config.activation_dtype = Dtype::fp32;
   t = memory_table(s);
   EXPECT_EQ(dtype_of(t, "logits_upcast"), "absent");
   EXPECT_EQ(row_bytes(t, "logits"), 1024 * V * 4);
   // Fused tiles: one [tile, V] buffer in the loss dtype, the gradient written in place; the tile
   // never exceeds the chunk's rows (300 tokens: one chunk of 300, not the page-aligned 320).
-  s.config.activation_dtype = "bf16";
-  for (const char* dt : {"bf16", "fp32"}) {
+  s.config.activation_dtype = Dtype::bf16;
+  for (Dtype dt : {Dtype::bf16, Dtype::fp32}) {
     s.config.loss_dtype = dt;
     s.config.logits_chunk_tokens = 256;
     t = memory_table(s);
-    EXPECT_EQ(row_bytes(t, "logits"), 256 * V * (std::string(dt) == "bf16" ? 2 : 4)) << dt;
-    EXPECT_EQ(dtype_of(t, "logits"), dt);
+    EXPECT_EQ(row_bytes(t, "logits"), 256 * V * (dt == Dtype::bf16 ? 2 : 4)) << dt;
+    EXPECT_EQ(dtype_of(t, "logits"), to_string(dt));
     EXPECT_EQ(dtype_of(t, "logits_gradient"), "absent");
     EXPECT_EQ(dtype_of(t, "logits_upcast"), "absent");
   }
@@ -320,7 +320,7 @@ TEST(MemoryModel, LossDtypeSetsTheLogitsRows) {
   EXPECT_EQ(row_bytes(t, "logits"), 300 * V * 4);
   EXPECT_EQ(row_bytes(t, "token_ids"), 300 * 8);
   // Unknown loss dtypes are refused by flag name.
-  s.config.loss_dtype = "fp16";
+  s.config.loss_dtype = Dtype::fp16;
   try {
     evaluate(s);
     FAIL() << "fp16 loss accepted";
@@ -821,14 +821,14 @@ TEST(Presets, PublishedConfiguration) {
   EXPECT_EQ(c.page_tokens, 128);
   EXPECT_EQ(c.page_budget, 64);
   EXPECT_EQ(c.resident_layers, 2);
-  EXPECT_EQ(c.kv_grad_dtype, "fp32");
-  EXPECT_EQ(c.param_grad_dtype, "bf16");
+  EXPECT_EQ(c.kv_grad_dtype, Dtype::fp32);
+  EXPECT_EQ(c.param_grad_dtype, Dtype::bf16);
   EXPECT_EQ(c.optimizer, step::Optimizer::none);
   EXPECT_EQ(c.peak_measure, step::PeakMeasure::allocated);
   EXPECT_EQ(c.selection_memory, step::SelectionMemory::device);
-  EXPECT_EQ(c.loss_dtype, "bf16");  // per-chunk full-vocabulary bf16 logits and cross-entropy
+  EXPECT_EQ(c.loss_dtype, Dtype::bf16);  // per-chunk full-vocabulary bf16 logits and cross-entropy
   EXPECT_EQ(c.logits_chunk_tokens, 0);
-  EXPECT_EQ(step::Config{}.loss_dtype, "fp32");
+  EXPECT_EQ(step::Config{}.loss_dtype, Dtype::fp32);
   // The published 4M sparse run fits in an H200 with the host memory ALGORITHM.md derives.
   auto s = scenario("qwen2.5-7b", "h200", 4 * 1024 * 1024);
   s.config = step::published_preset(s.config);
@@ -840,10 +840,10 @@ TEST(Presets, PublishedConfiguration) {
   // Config JSON round trip; a config written before loss_dtype existed reads as the fp32 upcast.
   step::Config back = step::config_from_json(s.config.to_json(), "test");
   EXPECT_EQ(back.to_json(), s.config.to_json());
-  EXPECT_EQ(back.loss_dtype, "bf16");
+  EXPECT_EQ(back.loss_dtype, Dtype::bf16);
   Json old = s.config.to_json();
   old.erase("loss_dtype");
-  EXPECT_EQ(step::config_from_json(old, "old.json").loss_dtype, "fp32");
+  EXPECT_EQ(step::config_from_json(old, "old.json").loss_dtype, Dtype::fp32);
 }
 
 // The binding constraint is typed (issue 40, part 5): each value has one name, which is what the

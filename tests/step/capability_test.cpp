@@ -34,7 +34,7 @@ TEST(Capability, TheDefaultsRunOnBothBackends) {
   c.attention = Attention::sparse;
   c.selection = "per-kv-head";
   c.lora_rank = 8;
-  c.kv_dtype = c.kv_grad_dtype = "fp32";
+  c.kv_dtype = c.kv_grad_dtype = Dtype::fp32;
   c.checkpointing = false;
   EXPECT_TRUE(capability(c, target(BackendKind::cuda)).executable());
 }
@@ -53,12 +53,12 @@ TEST(Capability, EachRuleNamesItsKey) {
          c.lora_rank = 4;
          c.lora_train_embeddings = true;
        }},
-      {"kv_dtype", [](Config& c) { c.kv_dtype = "fp8"; }},
-      {"kv_grad_dtype", [](Config& c) { c.kv_grad_dtype = "fp16"; }},
-      {"param_dtype", [](Config& c) { c.param_dtype = "fp16"; }},
-      {"param_grad_dtype", [](Config& c) { c.param_grad_dtype = "fp8"; }},
-      {"activation_dtype", [](Config& c) { c.activation_dtype = "fp16"; }},
-      {"loss_dtype", [](Config& c) { c.loss_dtype = "fp16"; }},
+      {"kv_dtype", [](Config& c) { c.kv_dtype = Dtype::fp8; }},
+      {"kv_grad_dtype", [](Config& c) { c.kv_grad_dtype = Dtype::fp16; }},
+      {"param_dtype", [](Config& c) { c.param_dtype = Dtype::fp16; }},
+      {"param_grad_dtype", [](Config& c) { c.param_grad_dtype = Dtype::fp8; }},
+      {"activation_dtype", [](Config& c) { c.activation_dtype = Dtype::fp16; }},
+      {"loss_dtype", [](Config& c) { c.loss_dtype = Dtype::fp16; }},
       {"lora_rank", [](Config& c) {
          c.lora_rank = 4;
          c.gpus = 2;
@@ -85,7 +85,7 @@ TEST(Capability, EachRuleNamesItsKey) {
 // backend the table is this executor's and the run is the preset's knobs.
 TEST(Capability, ThePublishedPresetRunsOnlyWhereItsTableIsTheExecutors) {
   Config c = published_preset(runnable());
-  c.kv_grad_dtype = "fp32";
+  c.kv_grad_dtype = Dtype::fp32;
   EXPECT_TRUE(capability(c, target(BackendKind::cpu)).executable());
   const Capability gpu = capability(c, target(BackendKind::cuda));
   EXPECT_EQ(gpu.key, "implementation");
@@ -94,7 +94,7 @@ TEST(Capability, ThePublishedPresetRunsOnlyWhereItsTableIsTheExecutors) {
 // Text only where it refuses: the planner's search asks for every candidate.
 TEST(Capability, TheReasonSaysWhatIsModelled) {
   Config c = runnable();
-  c.kv_dtype = "fp8";
+  c.kv_dtype = Dtype::fp8;
   const Capability cap = capability(c, target(BackendKind::cpu));
   EXPECT_NE(cap.reason.find("fp32 or bf16"), std::string::npos) << cap.reason;
   EXPECT_NE(cap.reason.find("fp8"), std::string::npos) << cap.reason;

@@ -18,9 +18,9 @@ RunRecord sparse_tp_dp_run() {
   r.config.attention = Attention::sparse;
   r.config.gpus = 2;
   r.config.data_parallel = 3;
-  r.config.kv_dtype = r.kv_dtype = "bf16";
-  r.config.param_grad_dtype = "bf16";
-  r.param_grad_dtype = "fp32";  // stored otherwise than configured (LoRA's adapters' gradients)
+  r.config.kv_dtype = r.kv_dtype = Dtype::bf16;
+  r.config.param_grad_dtype = Dtype::bf16;
+  r.param_grad_dtype = Dtype::fp32;  // stored otherwise than configured (LoRA's adapters' gradients)
   r.backend = "cpu";
   r.notes = {"buffer logits: the plan budgets more"};
   r.kv_page_bytes = 8192;
@@ -65,9 +65,9 @@ TEST(RunRecord, WhatIsWrittenIsReadBack) {
   EXPECT_EQ(r.config.attention, Attention::sparse);
   EXPECT_EQ(r.config.context_tokens, 4096);
   // The configuration as read is the one stored: the measured dtypes replace the configured ones.
-  EXPECT_EQ(r.config.param_grad_dtype, "fp32");
-  EXPECT_EQ(r.param_grad_dtype, "fp32");
-  EXPECT_EQ(r.kv_dtype, "bf16");
+  EXPECT_EQ(r.config.param_grad_dtype, Dtype::fp32);
+  EXPECT_EQ(r.param_grad_dtype, Dtype::fp32);
+  EXPECT_EQ(r.kv_dtype, Dtype::bf16);
   EXPECT_EQ(r.backend, "cpu");
   EXPECT_EQ(r.notes, w.notes);
   EXPECT_EQ(r.kv_page_bytes, w.kv_page_bytes);
@@ -113,7 +113,7 @@ TEST(RunRecord, BlocksOnlyForWhatTheRunHad) {
   EXPECT_FALSE(m.contains("tensor_parallel"));
   EXPECT_FALSE(m.contains("data_parallel"));
   EXPECT_FALSE(m.contains("recall"));
-  EXPECT_EQ(m["compute_dtype"], "fp32");
+  EXPECT_EQ(m["compute_dtype"], Dtype::fp32);
   const RunRecord r = run_record_from_json(to_json(w), "t.json");
   EXPECT_EQ(r.tp, 1);
   EXPECT_EQ(r.world, 1);
@@ -148,7 +148,7 @@ TEST(RunRecord, OlderLayoutsAreReadAsTheyWere) {
   EXPECT_TRUE(r.recall.empty());
   EXPECT_DOUBLE_EQ(r.mean_recall(), 0.5);
   EXPECT_DOUBLE_EQ(r.min_recall(), 0.25);
-  EXPECT_EQ(r.config.kv_dtype, "fp32");
+  EXPECT_EQ(r.config.kv_dtype, Dtype::fp32);
 }
 
 TEST(RunRecord, ASectionThatRecordsNoRunIsRefused) {
