@@ -40,9 +40,13 @@ std::optional<Dtype> find_dtype(std::string_view name) {
   return std::nullopt;
 }
 
+bool is_storage_dtype(Dtype d) {
+  return d == Dtype::fp32 || d == Dtype::bf16 || d == Dtype::fp16 || d == Dtype::fp8;
+}
+
 Dtype storage_dtype_from_string(std::string_view name, std::string_view where) {
   const std::optional<Dtype> d = find_dtype(name);
-  if (!d || *d == Dtype::int32 || *d == Dtype::uint8 || *d == Dtype::fp64)
+  if (!d || !is_storage_dtype(*d))
     throw Error(std::string(where), std::string(name), "unknown dtype", "one of fp32, bf16, fp16, fp8");
   return *d;
 }

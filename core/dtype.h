@@ -28,6 +28,9 @@ const char* to_string(Dtype d);  // "fp32", "bf16", "fp16", "fp8", "int32", "uin
 int64_t dtype_bytes(Dtype d);
 // Any name above; nullopt for anything else.
 std::optional<Dtype> find_dtype(std::string_view name);
+// A dtype a configuration may store its weights, gradients, activations, pages or loss in: fp32,
+// bf16, fp16 or fp8 (int32, uint8 and fp64 are the buffer table's tensors only).
+bool is_storage_dtype(Dtype d);
 // A storage dtype as a user writes it (fp32, bf16, fp16 or fp8); Error naming `where` (the flag or
 // the key) and the valid names otherwise.
 Dtype storage_dtype_from_string(std::string_view name, std::string_view where);

@@ -263,7 +263,7 @@ void validate(const Config& c, const models::ModelSpec& m) {
   for (auto [flag, dt] : {std::pair{"--kv-dtype", c.kv_dtype}, {"--kv-grad-dtype", c.kv_grad_dtype},
                           {"--param-dtype", c.param_dtype}, {"--param-grad-dtype", c.param_grad_dtype},
                           {"--activation-dtype", c.activation_dtype}, {"--loss-dtype", c.loss_dtype}})
-    (void)storage_dtype_from_string(to_string(dt), flag);  // a storage dtype, never a table-only one
+    if (!is_storage_dtype(dt)) throw Error(flag, to_string(dt), "unknown dtype", "one of fp32, bf16, fp16, fp8");
   if (c.gpus <= 0) throw Error("--gpus", "", "must be positive", "1, 2, 4 or 8");
   if (m.kv_heads % c.gpus != 0 || m.q_heads % c.gpus != 0)
     throw Error("--gpus", std::to_string(c.gpus), "does not divide the model's heads (q " + std::to_string(m.q_heads) +

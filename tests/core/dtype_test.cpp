@@ -41,6 +41,8 @@ TEST(Dtype, DeclaredInTheOrderOfTheirNames) {
 }
 
 TEST(Dtype, StorageDtypesAreRefusedByTheFlagThatNamesThem) {
+  for (Dtype d : kAll)
+    EXPECT_EQ(is_storage_dtype(d), d != Dtype::int32 && d != Dtype::uint8 && d != Dtype::fp64) << d;
   EXPECT_EQ(storage_dtype_from_string("bf16", "--kv-dtype"), Dtype::bf16);
   EXPECT_EQ(storage_dtype_from_string("fp8", "--kv-dtype"), Dtype::fp8);
   for (const char* bad : {"int32", "uint8", "fp64", "int3", "", "F32"}) {

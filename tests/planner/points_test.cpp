@@ -3,10 +3,7 @@
 #include "planner/points.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
-#include <filesystem>
-#include <fstream>
 #include <string>
 
 #include "core/error.h"
@@ -15,8 +12,6 @@
 
 namespace oomb::planner {
 namespace {
-
-namespace fs = std::filesystem;
 
 class Points : public testing::TempFiles {
  protected:

@@ -5,11 +5,8 @@
 #include "planner/profiles.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cmath>
-#include <filesystem>
-#include <fstream>
 #include <limits>
 #include <sstream>
 #include <string>
@@ -22,8 +19,6 @@
 
 namespace oomb::planner {
 namespace {
-
-namespace fs = std::filesystem;
 
 using Profiles = testing::TempFiles;
 
