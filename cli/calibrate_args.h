@@ -8,7 +8,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "core/json_util.h"
+#include "core/json.h"
 #include "executor/runtime/comm.h"
 
 namespace oomb::cli {

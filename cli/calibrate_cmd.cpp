@@ -14,6 +14,7 @@
 #include "core/format.h"
 #include "executor/runtime/microbench.h"
 #include "runner/calibrate.h"
+#include "core/files.h"
 
 namespace oomb::cli {
 

@@ -17,6 +17,7 @@
 #include "planner/knobs.h"
 #include "simulator/calibration.h"
 #include "traces/trace.h"
+#include "core/files.h"
 
 namespace oomb::cli {
 namespace {

@@ -5,7 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdint>
 
-#include "core/json_util.h"
+#include "core/files.h"
 #include <functional>
 #include <string>
 #include <vector>

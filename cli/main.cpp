@@ -14,7 +14,8 @@
 #include "cli/build_info.h"
 #include "cli/command.h"
 #include "core/error.h"
-#include "core/json_util.h"
+#include "core/files.h"
+#include "core/json.h"
 #include "models/lookup.h"
 
 namespace oomb::cli {

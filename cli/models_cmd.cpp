@@ -8,6 +8,7 @@
 #include "models/hf_config.h"
 #include "models/lookup.h"
 #include "models/specs.h"
+#include "core/files.h"
 
 namespace oomb::cli {
 namespace {

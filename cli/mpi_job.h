@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "core/json_util.h"
+#include "core/json.h"
 #include "executor/runtime/comm.h"
 
 namespace oomb::cli {

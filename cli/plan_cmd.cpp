@@ -19,6 +19,7 @@
 #include "planner/knobs.h"
 #include "planner/plan.h"
 #include "planner/requests.h"
+#include "core/files.h"
 
 namespace oomb::cli {
 namespace {

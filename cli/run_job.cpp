@@ -19,7 +19,9 @@
 #include "cli/scenario_flags.h"
 #include "core/error.h"
 #include "core/format.h"
-#include "core/json_util.h"
+#include "core/json.h"
+#include "core/files.h"
+#include "core/interrupts.h"
 #include "runner/runner.h"
 #include "executor/runtime/adapters.h"
 #include "cli/mpi_job.h"
@@ -27,7 +29,7 @@
 #include "executor/runtime/tokens.h"
 #include "executor/runtime/weights.h"
 #include "planner/plan.h"
-#include "planner/ranks.h"
+#include "validation/ranks.h"
 
 namespace oomb::cli {
 namespace {
@@ -70,8 +72,8 @@ int run_run(RunArgs a, executor::Communicator* comm, const std::string& job) {
   const int rank = comm ? comm->rank() : 0;
   // Rank r > 0 writes beside rank 0's trace (t.json -> t.rank1.json); beside a stream (--trace
   // /dev/null, a FIFO) there is no file to put, so the other ranks record theirs and discard it.
-  const bool discard_trace = rank > 0 && planner::trace_is_stream(a.trace);
-  if (!discard_trace) a.trace = planner::rank_trace_path(a.trace, rank);
+  const bool discard_trace = rank > 0 && validation::trace_is_stream(a.trace);
+  if (!discard_trace) a.trace = validation::rank_trace_path(a.trace, rank);
   auto write_own_trace = [&](const traces::Trace& t) {
     if (!discard_trace) traces::write_trace(t, a.trace);
   };

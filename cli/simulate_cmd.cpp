@@ -16,7 +16,8 @@
 #include "planner/defaults.h"
 #include "planner/plan.h"
 #include "planner/search.h"
-#include "traces/report.h"
+#include "view/report.h"
+#include "core/files.h"
 
 namespace oomb::cli {
 namespace {
@@ -85,9 +86,9 @@ std::vector<std::pair<std::string, std::string>> report_facts(const simulator::S
 }
 
 // The summary terms, predicted only (no measurement to judge them against).
-std::vector<traces::ReportTerm> report_terms(const simulator::Scenario& s, const simulator::Summary& sum) {
+std::vector<view::ReportTerm> report_terms(const simulator::Scenario& s, const simulator::Summary& sum) {
   auto term = [](std::string name, double v, std::string unit, std::string note) {
-    traces::ReportTerm t;
+    view::ReportTerm t;
     t.name = std::move(name);
     t.predicted = v;
     t.unit = std::move(unit);
@@ -96,7 +97,7 @@ std::vector<traces::ReportTerm> report_terms(const simulator::Scenario& s, const
   };
   auto d = [](int64_t v) { return static_cast<double>(v); };
   auto share = [](double part, double whole) { return format_percent(whole > 0 ? part / whole : 0); };
-  std::vector<traces::ReportTerm> terms;
+  std::vector<view::ReportTerm> terms;
   terms.push_back(term("peak_device_bytes", d(sum.peak_device_bytes), "bytes",
                        share(d(sum.peak_device_bytes), d(s.gpu.hbm_capacity_bytes)) + " of " +
                            format_bytes(s.gpu.hbm_capacity_bytes) + " HBM, in phase " + sum.peak_phase));
@@ -182,13 +183,13 @@ int run_simulate(const SimulateArgs& a) {
       own->trace.metadata.command = "oomb simulate";
     }
     const EventResult& r = own ? *own : *events;
-    traces::ReportInput in;
+    view::ReportInput in;
     in.title = "oomb simulate: " + s.model.id + " on " + s.gpu.id + ", " + format_tokens(s.config.context_tokens) +
                " tokens";
     in.facts = report_facts(s, r.summary, report_detail);
     in.predicted = &r.trace;
     in.terms = report_terms(s, r.summary);
-    write_text_file(a.report, traces::html_report(in));  // atomic: a bad path leaves nothing behind
+    write_text_file(a.report, view::html_report(in));  // atomic: a bad path leaves nothing behind
     if (!events) sum = r.summary;
   } else if (!events) {
     sum = evaluate(s);

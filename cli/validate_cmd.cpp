@@ -12,12 +12,13 @@
 #include "core/error.h"
 #include "core/format.h"
 #include "planner/plan.h"
-#include "planner/ranks.h"
-#include "planner/validation.h"
+#include "validation/ranks.h"
+#include "validation/validation.h"
 #include "simulator/calibration.h"
 #include "simulator/simulator.h"
-#include "traces/report.h"
+#include "view/report.h"
 #include "traces/trace.h"
+#include "core/files.h"
 
 namespace oomb::cli {
 namespace {
@@ -29,8 +30,8 @@ struct ValidateArgs {
   bool json = false;
 };
 
-using planner::Validation;
-using planner::ValidationTerm;
+using validation::Validation;
+using validation::ValidationTerm;
 
 // NAME=FRACTION with nothing after the number ("0.3abc" is refused, not read as 0.3).
 std::pair<std::string, double> parse_tolerance(const std::string& t) {
@@ -54,7 +55,7 @@ std::pair<std::string, double> parse_tolerance(const std::string& t) {
 // next to numbers measured outside oomb (torch.cuda.max_memory_allocated, a logged step time).
 // The comparison table: the name column as wide as the longest term's, so long names
 // (per-stage and per-buffer terms) do not push their row out of line.
-void print_terms(const std::vector<planner::ValidationTerm>& terms) {
+void print_terms(const std::vector<validation::ValidationTerm>& terms) {
   int w = 18;
   for (const auto& t : terms) w = std::max(w, static_cast<int>(t.name.size()));
   auto fmt = [](const std::string& unit, double v) {
@@ -113,7 +114,7 @@ int run_validate_measured(const ValidateArgs& a) {
   std::vector<std::pair<std::string, double>> tols;
   for (const auto& t : a.tolerances) tols.push_back(parse_tolerance(t));
   const Validation res =
-      planner::validate_numbers(s, std::vector<std::pair<std::string, double>>(given.begin(), given.end()), tols);
+      validation::validate_numbers(s, std::vector<std::pair<std::string, double>>(given.begin(), given.end()), tols);
   const std::vector<ValidationTerm>& terms = res.terms;
   const bool all_ok = res.ok;
   if (a.json) {
@@ -150,13 +151,13 @@ int run_validate(const ValidateArgs& a) {
     // No plan: predict the configuration the trace records, on the --gpu profile.
     s = scenario_of_trace(trace, a.trace, models::load_gpu(a.gpu));
   }
-  planner::ValidationRequest req;
+  validation::ValidationRequest req;
   req.trace = &trace;
   req.trace_where = a.trace;
   req.scenario = s;
   req.plan_where = a.plan;
   for (const auto& t : a.tolerances) req.tolerances.push_back(parse_tolerance(t));
-  const Validation res = planner::validate_run(req);
+  const Validation res = validation::validate_run(req);
   std::vector<std::string> notes = res.notes;
   if (a.plan.empty()) notes.insert(notes.begin(), "no --plan: predictions for the configuration recorded in the trace, on " + a.gpu);
   const std::vector<ValidationTerm>& terms = res.terms;
@@ -164,17 +165,17 @@ int run_validate(const ValidateArgs& a) {
 
   // A multi-rank run given by rank 0's trace: every rank's trace is validated against the same
   // plan (each rank's rows are the plan's, sharded), and the step is the slowest rank's.
-  const std::vector<planner::RankTrace> others = planner::read_other_rank_traces(a.trace, trace);
-  std::vector<planner::RankVerdict> ranks;
-  if (!others.empty()) ranks = planner::judge_ranks(req, &res, others);
+  const std::vector<validation::RankTrace> others = validation::read_other_rank_traces(a.trace, trace);
+  std::vector<validation::RankVerdict> ranks;
+  if (!others.empty()) ranks = validation::judge_ranks(req, &res, others);
   const int world = static_cast<int>(ranks.size());
-  const planner::JobVerdict verdict = planner::job_verdict(res, ranks);
+  const validation::JobVerdict verdict = validation::job_verdict(res, ranks);
   const bool all_ok = verdict.ok, terms_failed = verdict.terms_failed;
   const std::vector<std::string>& missing = verdict.missing;
   const std::string missing_text = verdict.missing_text(), failure = verdict.failure;
 
   if (!a.report.empty()) {
-    traces::ReportInput in;
+    view::ReportInput in;
     in.title = "oomb validate: " + s.model.id + " on " + s.gpu.id + ", " + format_tokens(s.config.context_tokens) +
                " tokens";
     in.facts = {{"plan", a.plan}, {"trace", a.trace}, {"measured on", trace.metadata.device},
@@ -186,7 +187,7 @@ int run_validate(const ValidateArgs& a) {
     in.predicted = &pred.trace;
     in.measured = &trace;
     auto report_terms = [](const std::vector<ValidationTerm>& ts) {
-      std::vector<traces::ReportTerm> out;
+      std::vector<view::ReportTerm> out;
       for (const auto& t : ts) out.push_back({t.name, t.predicted, t.measured, t.error(), t.tolerance, t.ok(), t.unit, t.note});
       return out;
     };
@@ -195,7 +196,7 @@ int run_validate(const ValidateArgs& a) {
       in.facts.emplace_back("ranks", std::to_string(world) + " processes (the memory, timeline and terms are rank 0's; "
                                                              "every rank's terms follow them)");
     for (const auto& r : ranks) {
-      traces::ReportRank rr;
+      view::ReportRank rr;
       rr.rank = r.rank;
       rr.trace = r.trace;
       rr.found = r.found;
@@ -210,7 +211,7 @@ int run_validate(const ValidateArgs& a) {
       rr.binds = r.binds;
       in.ranks.push_back(std::move(rr));
     }
-    write_text_file(a.report, traces::html_report(in));
+    write_text_file(a.report, view::html_report(in));
   }
 
   if (a.json) {

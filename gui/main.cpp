@@ -17,7 +17,7 @@
 #include <string>
 
 #include "core/error.h"
-#include "core/json_util.h"
+#include "core/files.h"
 #include "core/units.h"
 #include "gui/panels/panels.h"
 #include "gui/png.h"

@@ -381,13 +381,13 @@ void ViewModel::compare_overlay() {
     show_overlay_rank();
     return;
   }
-  planner::ValidationRequest req;
+  validation::ValidationRequest req;
   req.scenario = results_.scenario;
   if (o.ranks.empty()) {
     try {
       req.trace = &o.trace;
       req.trace_where = o.path;
-      o.validation = planner::validate_run(req);
+      o.validation = validation::validate_run(req);
     } catch (const std::exception& e) {
       o.validation_error = e.what();
     }
@@ -398,13 +398,13 @@ void ViewModel::compare_overlay() {
                                : rank_traces_[static_cast<size_t>(r.rank)] ? &*rank_traces_[static_cast<size_t>(r.rank)]
                                                                             : nullptr;
       try {
-        r = planner::judge_rank(req, r.rank, r.trace, t);
+        r = validation::judge_rank(req, r.rank, r.trace, t);
       } catch (const std::exception& e) {
         r.validation.reset();
         r.error = e.what();
       }
     }
-    o.binding_rank = planner::mark_binding_rank(o.ranks);
+    o.binding_rank = validation::mark_binding_rank(o.ranks);
   }
   show_overlay_rank();
 }
@@ -418,7 +418,7 @@ void ViewModel::show_overlay_rank() {
   o.comparison = {};
   if (const Timeline* t = timeline(); t && t->ok) o.comparison = traces::compare(t->trace, o.trace);
   if (o.ranks.empty()) return;
-  const planner::RankVerdict& v = o.ranks[static_cast<size_t>(o.rank)];
+  const validation::RankVerdict& v = o.ranks[static_cast<size_t>(o.rank)];
   o.validation = v.validation;
   o.validation_error = v.validation ? "" : v.error;
 }
@@ -451,7 +451,7 @@ std::string ViewModel::load_trace(const std::string& path, bool adopt_run_config
     auto o = std::make_unique<Overlay>();
     o->path = path;
     o->trace = traces::read_trace(path);
-    std::vector<planner::RankTrace> others = planner::read_other_rank_traces(path, o->trace);
+    std::vector<validation::RankTrace> others = validation::read_other_rank_traces(path, o->trace);
     if (adopt_run_config && o->trace.metadata.source != "simulator") {
       const step::RunRecord run = step::run_record_from_json(o->trace.metadata.extra, path);
       Inputs next = inputs_;
@@ -459,18 +459,18 @@ std::string ViewModel::load_trace(const std::string& path, bool adopt_run_config
       next.config = run.config;
       set_inputs(next);
     }
-    const step::RunRank place = planner::rank_of(o->trace);
+    const step::RunRank place = validation::rank_of(o->trace);
     o->world = place.world;
     o->rank = place.rank;
     rank_traces_.clear();
     if (!others.empty()) {
       rank_traces_.resize(static_cast<size_t>(o->world));
-      planner::RankVerdict zero;
+      validation::RankVerdict zero;
       zero.trace = path;
       zero.found = true;
       o->ranks.push_back(zero);
       for (auto& t : others) {
-        planner::RankVerdict v;
+        validation::RankVerdict v;
         v.rank = t.rank;
         v.trace = t.path;
         v.found = t.trace.has_value();
@@ -506,7 +506,7 @@ std::string ViewModel::select_rank(int rank) {
   if (rank < 0 || rank >= o.world)
     return "rank " + std::to_string(rank) + " is beyond the run's world size: " + o.ranks[0].trace +
            " is rank 0 of " + std::to_string(o.world) + " processes (ranks 0.." + std::to_string(o.world - 1) + ")";
-  const planner::RankVerdict& want = o.ranks[static_cast<size_t>(rank)];
+  const validation::RankVerdict& want = o.ranks[static_cast<size_t>(rank)];
   if (!want.found) return "rank " + std::to_string(rank) + "'s trace is " + want.error;
   if (rank == o.rank) return "";
   rank_traces_[static_cast<size_t>(o.rank)] = std::move(o.trace);

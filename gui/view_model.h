@@ -14,8 +14,8 @@
 #include <tuple>
 #include <vector>
 
-#include "planner/ranks.h"
-#include "planner/validation.h"
+#include "validation/ranks.h"
+#include "validation/validation.h"
 #include "simulator/simulator.h"
 #include "traces/trace.h"
 
@@ -136,17 +136,17 @@ struct Overlay {
   traces::Trace trace;                // the shown rank's trace
   std::map<EventKey, size_t> by_key;  // first measured event per key
   traces::Comparison comparison;      // vs the predicted timeline (empty until one exists)
-  // `oomb validate`'s verdict on this trace against the current inputs (planner::validate_run, the
+  // `oomb validate`'s verdict on this trace against the current inputs (validation::validate_run, the
   // same terms and tolerances); empty with validation_error set when it cannot be judged.
-  std::optional<planner::Validation> validation;
+  std::optional<validation::Validation> validation;
   std::string validation_error;
   // A multi-rank run (tensor or data parallelism under mpirun): its processes and the rank shown.
   // Loaded by rank 0's trace, `ranks` holds every rank's verdict against the current inputs (found
-  // beside it by planner::rank_trace_path, as `oomb validate` finds them; rank k at index k), the
+  // beside it by validation::rank_trace_path, as `oomb validate` finds them; rank k at index k), the
   // slowest marked `binds`; empty for a one-process run and for another rank's trace loaded alone.
   int world = 1;
   int rank = 0;
-  std::vector<planner::RankVerdict> ranks;
+  std::vector<validation::RankVerdict> ranks;
   int binding_rank = -1;  // -1: none (one process, or no rank has a measured step)
 };
 

@@ -8,7 +8,7 @@
 #include <optional>
 #include <string>
 
-#include "core/json_util.h"
+#include "core/json.h"
 #include "models/specs.h"
 
 namespace oomb::models {

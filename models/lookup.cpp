@@ -5,7 +5,7 @@
 #include <optional>
 #include <utility>
 
-#include "core/json_util.h"
+#include "core/json.h"
 #include "models/catalog.h"
 
 namespace oomb::models {

@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-#include "core/json_util.h"
+#include "core/json.h"
 #include "core/units.h"
 #include "models/rope.h"
 

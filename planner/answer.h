@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "core/json_util.h"
+#include "core/json.h"
 #include "planner/diagnosis.h"
 #include "planner/plan.h"
 #include "planner/recall_curve.h"

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "core/json_util.h"
+#include "core/json.h"
 #include "planner/search.h"
 
 namespace oomb::planner {

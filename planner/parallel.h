@@ -29,7 +29,7 @@
 #include <string>
 #include <vector>
 
-#include "core/json_util.h"
+#include "core/json.h"
 #include "simulator/simulator.h"
 
 namespace oomb::planner {

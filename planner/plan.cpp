@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "planner/executable.h"
+#include "core/files.h"
 
 namespace oomb::planner {
 

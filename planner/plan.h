@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "core/json_util.h"
+#include "core/json.h"
 #include "models/specs.h"
 #include "simulator/simulator.h"
 

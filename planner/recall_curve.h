@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "core/json_util.h"
+#include "core/json.h"
 
 namespace oomb::planner {
 

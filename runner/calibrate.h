@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "core/json_util.h"
+#include "core/json.h"
 #include "runner/calibration_runs.h"
 #include "executor/runtime/comm.h"
 #include "executor/runtime/microbench.h"

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "core/json_util.h"
+#include "core/json.h"
 #include "simulator/simulator.h"
 #include "traces/trace.h"
 

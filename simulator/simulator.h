@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "core/json_util.h"
+#include "core/json.h"
 #include "models/specs.h"
 #include "step/config.h"
 #include "step/buffers.h"

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "core/dtype.h"
-#include "core/json_util.h"
+#include "core/json.h"
 #include "models/specs.h"
 #include "step/config.h"
 #include "step/geometry.h"

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "core/dtype.h"
-#include "core/json_util.h"
+#include "core/json.h"
 #include "models/specs.h"
 
 namespace oomb::step {

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "core/json_util.h"
+#include "core/json.h"
 #include "step/buffers.h"
 #include "step/config.h"
 #include "step/phase.h"

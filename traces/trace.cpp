@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/files.h"
 
 namespace oomb::traces {
 

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "core/json_util.h"
+#include "core/json.h"
 
 namespace oomb::traces {
 

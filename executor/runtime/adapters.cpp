@@ -8,7 +8,8 @@
 
 #include "core/error.h"
 #include "core/format.h"
-#include "core/json_util.h"
+#include "core/json.h"
+#include "core/files.h"
 #include "executor/runtime/rng.h"
 #include "step/config.h"
 

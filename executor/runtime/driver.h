@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "core/json_util.h"
+#include "core/json.h"
 #include "executor/runtime/backend.h"
 #include "executor/runtime/comm.h"
 #include "executor/runtime/memory_account.h"

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "core/json_util.h"
+#include "core/json.h"
 #include "executor/runtime/backend.h"
 #include "models/specs.h"
 

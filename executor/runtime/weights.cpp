@@ -19,7 +19,8 @@
 #include <vector>
 
 #include "core/error.h"
-#include "core/json_util.h"
+#include "core/json.h"
+#include "core/files.h"
 #include "core/units.h"
 #include "executor/runtime/bf16.h"
 #include "executor/runtime/rng.h"

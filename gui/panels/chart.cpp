@@ -3,13 +3,13 @@
 #include <algorithm>
 #include <cmath>
 
-#include "traces/palette.h"
+#include "view/palette.h"
 
 namespace oomb::gui::chart {
 
-// The one palette (traces/palette.h): the HTML report colours the same op and category the same.
+// The one palette (view/palette.h): the HTML report colours the same op and category the same.
 ImU32 category_color(const std::string& c) {
-  const traces::Rgb x = traces::category_color(c);
+  const view::Rgb x = view::category_color(c);
   return IM_COL32(x.r, x.g, x.b, 255);
 }
 
@@ -19,7 +19,7 @@ ImU32 series_color(int i) {
 }
 
 ImU32 op_color(const std::string& op) {
-  const traces::Rgb x = traces::op_color(op);
+  const view::Rgb x = view::op_color(op);
   return IM_COL32(x.r, x.g, x.b, 255);
 }
 

@@ -15,7 +15,7 @@ namespace {
 constexpr ImU32 kBinds = IM_COL32(245, 200, 80, 255);
 constexpr ImU32 kOk = IM_COL32(90, 200, 120, 255);
 
-std::string rank_label(const planner::RankVerdict& r) {
+std::string rank_label(const validation::RankVerdict& r) {
   std::string s = "rank " + std::to_string(r.rank);
   if (!r.found) s += " (missing)";
   else if (r.binds) s += " (binds)";
@@ -23,7 +23,7 @@ std::string rank_label(const planner::RankVerdict& r) {
 }
 
 // What a rank's row says on hover: its file, its collectives as recorded, the terms beyond tolerance.
-std::string rank_tooltip(const planner::RankVerdict& r) {
+std::string rank_tooltip(const validation::RankVerdict& r) {
   std::string s = r.trace;
   if (!r.error.empty()) s += "\n" + r.error;
   for (const auto& f : r.collectives) {

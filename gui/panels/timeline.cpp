@@ -239,7 +239,7 @@ void draw_timeline_panel(ViewModel& vm, UiState& ui) {
                     format_percent(row.error).c_str());
       ImGui::EndTooltip();
     }
-    // `oomb validate`'s verdict on the same trace against these inputs (planner::validate_run).
+    // `oomb validate`'s verdict on the same trace against these inputs (validation::validate_run).
     ImGui::SameLine();
     if (ov->validation) {
       int beyond = 0;

@@ -17,7 +17,8 @@
 
 #include "cli_run.h"
 #include "core/format.h"
-#include "core/json_util.h"
+#include "core/json.h"
+#include "core/files.h"
 #include "executor/mpi/mpi_comm.h"
 #include "executor/runtime/weights.h"
 #include "models/specs.h"

@@ -9,7 +9,7 @@
 #include <string>
 #include <sys/wait.h>
 
-#include "core/json_util.h"
+#include "core/json.h"
 #include "planner/plan.h"
 #include "cli_run.h"
 

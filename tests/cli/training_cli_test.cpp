@@ -11,7 +11,7 @@
 #include <sys/wait.h>
 
 #include "core/format.h"
-#include "core/json_util.h"
+#include "core/json.h"
 #include "planner/plan.h"
 #include "cli_run.h"
 

@@ -6,7 +6,7 @@
 #include <sstream>
 
 #include "core/error.h"
-#include "core/json_util.h"
+#include "core/json.h"
 
 namespace oomb {
 namespace {

@@ -20,7 +20,7 @@
 #include <unistd.h>
 
 #include "../cli/cli_run.h"
-#include "core/json_util.h"
+#include "core/json.h"
 #include "executor/cuda/cuda_backend.h"
 #include "executor/runtime/weights.h"
 #include "models/specs.h"

@@ -11,7 +11,8 @@
 #include <algorithm>
 
 #include "core/error.h"
-#include "core/json_util.h"
+#include "core/json.h"
+#include "core/files.h"
 #include "executor/cpu/cpu_backend.h"
 #include "executor/runtime/bf16.h"
 #include "executor/runtime/driver.h"

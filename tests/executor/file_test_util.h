@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "core/json_util.h"
+#include "core/json.h"
 #include "executor/runtime/weights.h"
 
 namespace oomb::executor::test {

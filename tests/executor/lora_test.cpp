@@ -9,7 +9,8 @@
 #include <fstream>
 
 #include "core/error.h"
-#include "core/json_util.h"
+#include "core/json.h"
+#include "core/files.h"
 #include "executor/cpu/cpu_backend.h"
 #include "executor/cpu/reference.h"
 #include "executor/runtime/adapters.h"

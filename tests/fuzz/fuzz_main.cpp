@@ -36,7 +36,7 @@
 
 #include "cli/command.h"
 #include "core/error.h"
-#include "core/json_util.h"
+#include "core/json.h"
 #include "executor/runtime/adapters.h"
 #include "executor/runtime/tokens.h"
 #include "executor/runtime/weights.h"

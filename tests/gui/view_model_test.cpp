@@ -14,9 +14,10 @@
 
 #include "core/error.h"
 #include "core/format.h"
-#include "core/json_util.h"
+#include "core/json.h"
+#include "core/files.h"
 #include "planner/plan.h"
-#include "planner/ranks.h"
+#include "validation/ranks.h"
 #include "simulator/simulator.h"
 #include "step/run_record.h"
 #include "traces/trace.h"
@@ -479,7 +480,7 @@ TEST(ViewModel, OverlayGivesTheVerdictOfOombValidate) {
     ASSERT_EQ(vm.load_trace(t), "");
     ASSERT_NE(vm.overlay(), nullptr);
     ASSERT_TRUE(vm.overlay()->validation.has_value()) << vm.overlay()->validation_error;
-    const planner::Validation& v = *vm.overlay()->validation;
+    const validation::Validation& v = *vm.overlay()->validation;
     EXPECT_EQ(v.ok, j.at("ok").get<bool>());
     EXPECT_EQ(v.ok, t == trace);
     EXPECT_EQ(WEXITSTATUS(rc), v.ok ? 0 : 1);
@@ -593,8 +594,8 @@ TEST(ViewModel, OverlayOfAMultiRankRunFindsPicksAndJudgesEveryRank) {
   };
   const std::string t0 = (dir / "t.json").string();
   traces::write_trace(rank_trace(0, 1.0, "tiny"), t0);
-  traces::write_trace(rank_trace(1, 3.0, "tiny"), planner::rank_trace_path(t0, 1));
-  traces::write_trace(rank_trace(2, 2.0, "qwen2.5-7b"), planner::rank_trace_path(t0, 2));
+  traces::write_trace(rank_trace(1, 3.0, "tiny"), validation::rank_trace_path(t0, 1));
+  traces::write_trace(rank_trace(2, 2.0, "qwen2.5-7b"), validation::rank_trace_path(t0, 2));
   ASSERT_EQ(vm.load_trace(t0), "");
   const Overlay* ov = vm.overlay();
   ASSERT_NE(ov, nullptr);
@@ -604,15 +605,15 @@ TEST(ViewModel, OverlayOfAMultiRankRunFindsPicksAndJudgesEveryRank) {
   ASSERT_EQ(ov->ranks.size(), 4u);
   for (int k = 0; k < 4; ++k) {
     SCOPED_TRACE(k);
-    const planner::RankVerdict& r = ov->ranks[static_cast<size_t>(k)];
+    const validation::RankVerdict& r = ov->ranks[static_cast<size_t>(k)];
     EXPECT_EQ(r.rank, k);
-    EXPECT_EQ(r.trace, planner::rank_trace_path(t0, k));
+    EXPECT_EQ(r.trace, validation::rank_trace_path(t0, k));
     EXPECT_EQ(r.found, k < 3);
     EXPECT_EQ(r.binds, k == 1);  // the slowest step (3 s)
   }
   EXPECT_EQ(ov->binding_rank, 1);
   // Each rank's summary is its own record's: step, peak, collectives (the new field listed too).
-  const planner::RankVerdict& r1 = ov->ranks[1];
+  const validation::RankVerdict& r1 = ov->ranks[1];
   EXPECT_DOUBLE_EQ(*r1.step_s, 3.0);
   EXPECT_EQ(*r1.peak_device_bytes, 1001);
   ASSERT_TRUE(r1.collective_s().has_value());
@@ -622,12 +623,12 @@ TEST(ViewModel, OverlayOfAMultiRankRunFindsPicksAndJudgesEveryRank) {
   EXPECT_TRUE(wait_listed);
   // Judged against the inputs as validate_run judges each file; rank 2 is no run of them.
   for (int k : {0, 1}) {
-    planner::ValidationRequest req;
-    const traces::Trace t = traces::read_trace(planner::rank_trace_path(t0, k));
+    validation::ValidationRequest req;
+    const traces::Trace t = traces::read_trace(validation::rank_trace_path(t0, k));
     req.trace = &t;
-    req.trace_where = planner::rank_trace_path(t0, k);
+    req.trace_where = validation::rank_trace_path(t0, k);
     req.scenario = vm.results().scenario;
-    const planner::Validation want = planner::validate_run(req);
+    const validation::Validation want = validation::validate_run(req);
     ASSERT_TRUE(ov->ranks[static_cast<size_t>(k)].validation.has_value()) << ov->ranks[static_cast<size_t>(k)].error;
     EXPECT_EQ(ov->ranks[static_cast<size_t>(k)].ok(), want.ok);
     EXPECT_EQ(ov->ranks[static_cast<size_t>(k)].validation->terms.size(), want.terms.size());
@@ -641,7 +642,7 @@ TEST(ViewModel, OverlayOfAMultiRankRunFindsPicksAndJudgesEveryRank) {
   // Picking a rank overlays its trace; the others are kept (back and forth, nothing lost).
   EXPECT_EQ(vm.select_rank(1), "");
   EXPECT_EQ(ov->rank, 1);
-  EXPECT_EQ(ov->path, planner::rank_trace_path(t0, 1));
+  EXPECT_EQ(ov->path, validation::rank_trace_path(t0, 1));
   EXPECT_EQ(ov->trace.metadata.device, "rank 1");
   EXPECT_FALSE(ov->by_key.empty());
   ASSERT_TRUE(ov->validation.has_value());
@@ -678,7 +679,7 @@ TEST(ViewModel, OverlayOfAMultiRankRunFindsPicksAndJudgesEveryRank) {
   EXPECT_EQ(ov->binding_rank, 1);  // the measured steps did not change
 
   // Another rank's trace alone names no set; a one-process trace has rank 0 only; nothing loaded.
-  ASSERT_EQ(vm.load_trace(planner::rank_trace_path(t0, 1)), "");
+  ASSERT_EQ(vm.load_trace(validation::rank_trace_path(t0, 1)), "");
   EXPECT_TRUE(vm.overlay()->ranks.empty());
   EXPECT_EQ(vm.overlay()->world, 4);
   EXPECT_EQ(vm.overlay()->rank, 1);
@@ -744,7 +745,7 @@ TEST(ViewModel, OverlayOfATwoRankRunJudgesEveryRankAsOombValidate) {
   int binds = 0;
   for (int k = 0; k < 2; ++k) {
     SCOPED_TRACE(k);
-    const planner::RankVerdict& r = ov->ranks[static_cast<size_t>(k)];
+    const validation::RankVerdict& r = ov->ranks[static_cast<size_t>(k)];
     const Json& jr = j.at("ranks")[static_cast<size_t>(k)];
     EXPECT_EQ(r.trace, jr.at("trace").get<std::string>());
     EXPECT_TRUE(r.found);
@@ -760,16 +761,16 @@ TEST(ViewModel, OverlayOfATwoRankRunJudgesEveryRankAsOombValidate) {
   }
   EXPECT_EQ(binds, 1);
   ASSERT_EQ(vm.select_rank(1), "");
-  const traces::Trace t1 = traces::read_trace(planner::rank_trace_path(t0, 1));
+  const traces::Trace t1 = traces::read_trace(validation::rank_trace_path(t0, 1));
   EXPECT_EQ(ov->trace.events.size(), t1.events.size());
   EXPECT_EQ(ov->trace.metadata.extra, t1.metadata.extra);
   // Rank 1's terms are `oomb validate` of its own file.
-  const Json j1 = Json::parse(capture(oomb + " validate --plan " + plan + " --trace " + planner::rank_trace_path(t0, 1) +
+  const Json j1 = Json::parse(capture(oomb + " validate --plan " + plan + " --trace " + validation::rank_trace_path(t0, 1) +
                                       " --json"));
   ASSERT_TRUE(ov->validation.has_value()) << ov->validation_error;
   ASSERT_EQ(ov->validation->terms.size(), j1.at("terms").size());
   for (size_t i = 0; i < ov->validation->terms.size(); ++i) {
-    const planner::ValidationTerm& t = ov->validation->terms[i];
+    const validation::ValidationTerm& t = ov->validation->terms[i];
     EXPECT_EQ(t.name, j1.at("terms")[i].at("name").get<std::string>());
     if (t.measured) {
       EXPECT_DOUBLE_EQ(*t.measured, j1.at("terms")[i].at("measured").get<double>()) << t.name;

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "core/error.h"
-#include "core/json_util.h"
+#include "core/json.h"
 #include "planner/search.h"
 #include "planner_test_util.h"
 

@@ -10,8 +10,6 @@
 
 #include "models/specs.h"
 #include "planner/search.h"
-#include "planner/validation.h"
-#include "step/run_record.h"
 #include "traces/trace.h"
 
 namespace oomb::planner::testing {
@@ -33,40 +31,6 @@ inline bool fits_under_evaluate(const Request& r, const step::Config& c) {
   s.config = c;
   const simulator::Summary sum = simulator::evaluate(s);
   return sum.feasible && usage_of(s, sum, r.headroom).fits();
-}
-
-// A CUPTI-timed cuda run record of `s` that measured exactly the prediction (its peaks as allocated),
-// one step of `step_s` (the prediction's when negative).
-inline traces::Trace cuda_record_as_predicted(const simulator::Scenario& s, double step_s = -1) {
-  simulator::Scenario as_run = s;
-  as_run.config.peak_measure = step::PeakMeasure::allocated;
-  const simulator::Summary p = simulator::evaluate(as_run);
-  traces::Trace t;
-  t.metadata.source = "cuda-cupti";
-  const Json measured = {{"backend", "cuda"},
-                         {"kv_dtype", s.config.kv_dtype},
-                         {"kv_grad_dtype", s.config.kv_grad_dtype},
-                         {"param_dtype", s.config.param_dtype},
-                         {"param_grad_dtype", s.config.param_grad_dtype},
-                         {"activation_dtype", s.config.activation_dtype},
-                         {"loss_dtype", s.config.loss_dtype},
-                         {"steps", 1},
-                         {"step_s", step_s < 0 ? p.step_s : step_s},
-                         {"peak_device_bytes", p.peak_device_bytes},
-                         {"peak_host_bytes", p.peak_host_bytes}};
-  t.metadata.extra = {{"schema", step::kRunRecordSchema},
-                      {"model", s.model.id},
-                      {"layers", s.model.layers},
-                      {"config", s.config.to_json()},
-                      {"measured", measured}};
-  return t;
-}
-
-// The term of a validation by name, or null.
-inline const ValidationTerm* term(const Validation& v, const std::string& name) {
-  for (const auto& t : v.terms)
-    if (t.name == name) return &t;
-  return nullptr;
 }
 
 // A test with its own temporary folder (removed after it): file(name, text) writes one file there.

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/files.h"
 
 namespace oomb::traces {
 namespace {

@@ -1,10 +1,10 @@
-#include "traces/palette.h"
+#include "view/palette.h"
 
 #include <cstdio>
 #include <iterator>
 #include <map>
 
-namespace oomb::traces {
+namespace oomb::view {
 
 namespace {
 
@@ -53,4 +53,4 @@ std::string hex(Rgb c) {
   return s;
 }
 
-}  // namespace oomb::traces
+}  // namespace oomb::view

@@ -1,4 +1,4 @@
-#include "traces/report.h"
+#include "view/report.h"
 
 #include <gtest/gtest.h>
 
@@ -6,9 +6,13 @@
 #include <string>
 
 #include "core/error.h"
-#include "traces/palette.h"
+#include "view/palette.h"
 
-namespace oomb::traces {
+namespace oomb::view {
+using traces::Trace;
+using traces::Event;
+using traces::EventKind;
+using traces::Detail;
 namespace {
 
 constexpr size_t kMaxHugeReportBytes = 5u << 20;  // a 200k-event trace must still make a small file
@@ -102,7 +106,7 @@ TEST(Report, SectionsChartsAndEscaping) {
   EXPECT_NE(h.find("The whole step"), std::string::npos);
 }
 
-// One palette (traces/palette.h) for the report and the GUI: the passes keep fixed colours
+// One palette (view/palette.h) for the report and the GUI: the passes keep fixed colours
 // (forward blue, recompute teal, backward red, the LM head purple), page onloads green and
 // write-backs yellow by name, and any other op one of the rest by a hash of its name that is the
 // same everywhere; the report draws each op in its palette colour.
@@ -338,4 +342,4 @@ TEST(Report, HugeTraceStaysBounded) {
 }
 
 }  // namespace
-}  // namespace oomb::traces
+}  // namespace oomb::view

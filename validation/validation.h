@@ -10,7 +10,7 @@
 #include "simulator/simulator.h"
 #include "traces/trace.h"
 
-namespace oomb::planner {
+namespace oomb::validation {
 
 // Default tolerances (fractions): memory and bytes that the schedule fixes are exact in dense
 // mode; sparse copies depend on the selection-union assumption; whole-buffer peaks and times are
@@ -61,4 +61,4 @@ Validation validate_run(const ValidationRequest& r);
 Validation validate_numbers(const simulator::Scenario& plan, const std::vector<std::pair<std::string, double>>& given,
                             const std::vector<std::pair<std::string, double>>& tolerances);
 
-}  // namespace oomb::planner
+}  // namespace oomb::validation

@@ -1,4 +1,4 @@
-#include "planner/ranks.h"
+#include "validation/ranks.h"
 
 #include <algorithm>
 
@@ -6,7 +6,7 @@
 
 #include "core/error.h"
 
-namespace oomb::planner {
+namespace oomb::validation {
 
 std::string rank_trace_path(const std::string& rank0_trace, int rank) {
   if (rank == 0 || rank0_trace.empty()) return rank0_trace;
@@ -130,4 +130,4 @@ JobVerdict job_verdict(const Validation& rank0, const std::vector<RankVerdict>& 
   return v;
 }
 
-}  // namespace oomb::planner
+}  // namespace oomb::validation

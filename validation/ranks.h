@@ -8,11 +8,11 @@
 #include <string>
 #include <vector>
 
-#include "planner/validation.h"
+#include "validation/validation.h"
 #include "step/run_record.h"
 #include "traces/trace.h"
 
-namespace oomb::planner {
+namespace oomb::validation {
 
 // Rank k's trace beside rank 0's: t.json -> t.rank1.json (rank 0: the path itself).
 std::string rank_trace_path(const std::string& rank0_trace, int rank);
@@ -80,4 +80,4 @@ struct JobVerdict {
 };
 JobVerdict job_verdict(const Validation& rank0, const std::vector<RankVerdict>& ranks);
 
-}  // namespace oomb::planner
+}  // namespace oomb::validation

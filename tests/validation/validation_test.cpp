@@ -1,11 +1,11 @@
-// validate_run (planner/validation.h) on hand-made run records: the CUDA reserved-bytes bound.
+// validate_run (validation/validation.h) on hand-made run records: the CUDA reserved-bytes bound.
 #include <gtest/gtest.h>
 
-#include "planner/validation.h"
-#include "planner_test_util.h"
+#include "validation/validation.h"
+#include "validation_test_util.h"
 #include "step/run_record.h"
 
-namespace oomb::planner {
+namespace oomb::validation {
 namespace {
 
 // A CUPTI-timed cuda run of `s` that measured exactly the prediction, CUDA having reserved
@@ -349,4 +349,4 @@ TEST(Validation, PassesRunInTheSimulatorsOrderAndCopiesRespectTheirPass) {
 }
 
 }  // namespace
-}  // namespace oomb::planner
+}  // namespace oomb::validation

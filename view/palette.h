@@ -1,11 +1,11 @@
 #pragma once
-// The one palette of oomb's views: the HTML report (traces/report.cpp) and the GUI (gui/panels/
+// The one palette of oomb's views: the HTML report (view/report.cpp) and the GUI (gui/panels/
 // chart.cpp) colour the same op, and the same buffer category, the same. Tableau 10's colours,
 // readable on the report's white and the GUI's dark background.
 #include <cstdint>
 #include <string>
 
-namespace oomb::traces {
+namespace oomb::view {
 
 struct Rgb {
   uint8_t r = 0, g = 0, b = 0;
@@ -23,4 +23,4 @@ Rgb op_color(const std::string& op);
 Rgb category_color(const std::string& category);
 std::string hex(Rgb c);  // "#4e79a7"
 
-}  // namespace oomb::traces
+}  // namespace oomb::view

@@ -13,7 +13,7 @@
 
 #include "traces/trace.h"
 
-namespace oomb::traces {
+namespace oomb::view {
 
 struct ReportTerm {
   std::string name;  // "peak_device_bytes", "step_s", ...
@@ -50,8 +50,8 @@ struct ReportRank {
 struct ReportInput {
   std::string title;
   std::vector<std::pair<std::string, std::string>> facts;  // key / value lines: model, gpu, context, knobs
-  const Trace* predicted = nullptr;                        // required
-  const Trace* measured = nullptr;                         // nullable
+  const traces::Trace* predicted = nullptr;                        // required
+  const traces::Trace* measured = nullptr;                         // nullable
   std::vector<ReportTerm> terms;
   // A multi-rank run: every rank, rank 0 (whose trace is `measured`) first; empty for one process.
   std::vector<ReportRank> ranks;
@@ -69,7 +69,7 @@ inline constexpr size_t kReportSmallTraceEvents = 200;
 // The window the timeline shows by default: the last 2 chunks of stage 1 and the first 2 of stage 2
 // (in time order; stage 2 runs chunks in reverse, so this is the stage boundary) as an inclusive
 // chunk range, or {-1, -1} (everything) when the trace is small or has no chunk indices.
-std::pair<int64_t, int64_t> auto_chunk_window(const Trace& t);
+std::pair<int64_t, int64_t> auto_chunk_window(const traces::Trace& t);
 
 // The report as one HTML document. Throws Error when the chunk window is inverted.
 std::string html_report(const ReportInput& in);
@@ -77,4 +77,4 @@ std::string html_report(const ReportInput& in);
 // &, <, >, " and ' as entities: safe in element text and in quoted attributes.
 std::string html_escape(const std::string& s);
 
-}  // namespace oomb::traces
+}  // namespace oomb::view

@@ -1,4 +1,4 @@
-#include "traces/report.h"
+#include "view/report.h"
 
 #include <algorithm>
 #include <cmath>
@@ -10,9 +10,16 @@
 
 #include "core/error.h"
 #include "core/format.h"
-#include "traces/palette.h"
+#include "view/palette.h"
 
-namespace oomb::traces {
+namespace oomb::view {
+
+using traces::Event;
+using traces::EventKind;
+using traces::MemorySample;
+using traces::Metadata;
+using traces::Trace;
+using traces::to_string;
 
 namespace {
 
@@ -54,7 +61,7 @@ std::string op_of(const Event& e) {
   return to_string(e.kind);
 }
 
-// An op's colour: the one palette (traces/palette.h), which the GUI uses too.
+// An op's colour: the one palette (view/palette.h), which the GUI uses too.
 std::string op_fill(const std::string& op) { return hex(op_color(op)); }
 
 // A "nice" tick step (1, 2 or 5 times a power of ten) giving about `target` ticks over `range`.
@@ -832,4 +839,4 @@ std::string html_report(const ReportInput& in) {
   return h;
 }
 
-}  // namespace oomb::traces
+}  // namespace oomb::view

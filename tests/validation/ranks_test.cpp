@@ -1,4 +1,4 @@
-// planner/ranks.h: the one naming rule of a multi-rank run's traces, the job's place read from a
+// validation/ranks.h: the one naming rule of a multi-rank run's traces, the job's place read from a
 // rank's run record, its collectives read defensively (fields a later executor adds show up by
 // name), and every rank judged against one plan with the slowest step binding. Records here are
 // hand-made in memory (and written to a temporary folder through traces::write_trace), not runs.
@@ -9,10 +9,10 @@
 #include <unistd.h>
 
 #include "core/error.h"
-#include "planner/ranks.h"
-#include "planner_test_util.h"
+#include "validation/ranks.h"
+#include "validation_test_util.h"
 
-namespace oomb::planner {
+namespace oomb::validation {
 namespace {
 
 TEST(Ranks, TraceFilesAreNamedBesideRankZerosAsOombRunWritesThem) {
@@ -233,4 +233,4 @@ TEST(Ranks, TheOtherRanksTracesAreReadFromBesideRankZeros) {
 }
 
 }  // namespace
-}  // namespace oomb::planner
+}  // namespace oomb::validation
