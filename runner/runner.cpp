@@ -564,9 +564,9 @@ RunResult run(const RunRequest& r, const RunTable& table, const Weights& w, cons
 #ifdef OOMB_HAVE_CUPTI
       if (collector) {
         try {
-          collector->name_stream(cuda->stream(CudaStream::compute), "compute");
-          collector->name_stream(cuda->stream(CudaStream::h2d), "h2d");
-          collector->name_stream(cuda->stream(CudaStream::d2h), "d2h");
+          collector->name_stream(cuda->stream(CudaStream::compute), traces::Lane::compute);
+          collector->name_stream(cuda->stream(CudaStream::h2d), traces::Lane::h2d);
+          collector->name_stream(cuda->stream(CudaStream::d2h), traces::Lane::d2h);
           tagger = std::make_unique<cupti::CuptiTagger>(*collector);
         } catch (const std::exception& ex) {
           if (r.trace_timing == "cupti")

@@ -15,6 +15,7 @@ namespace {
 
 using traces::Event;
 using traces::EventKind;
+using traces::Lane;
 
 int64_t to_ns(double s) { return static_cast<int64_t>(std::llround(s * 1e9)); }
 
@@ -36,7 +37,7 @@ class Sim {
     double start = compute_free_;
     compute_free_ = start + p.compute_s;
     compute_s_ += p.compute_s;
-    emit(EventKind::compute, "compute", op, stage, chunk, -1, start, compute_free_, 0, p.flops);
+    emit(EventKind::compute, Lane::compute, op, stage, chunk, -1, start, compute_free_, 0, p.flops);
     collective(p, op, stage, chunk, -1, compute_free_);
   }
 
@@ -51,14 +52,14 @@ class Sim {
       in_end = in_start + static_cast<double>(p.in_bytes) / detail::h2d_rate(s_, duplex);
       h2d_free_ = in_end;
       h2d_bytes_ += p.in_bytes;
-      emit(EventKind::copy_h2d, "h2d", op, stage, chunk, layer, in_start, in_end, p.in_bytes, 0);
+      emit(EventKind::copy_h2d, Lane::h2d, op, stage, chunk, layer, in_start, in_end, p.in_bytes, 0);
     }
     const double c_start = std::max(compute_free_, in_end);
     last_compute_start_ = c_start;
     const double c_end = c_start + p.compute_s;
     compute_free_ = c_end;
     compute_s_ += p.compute_s;
-    emit(EventKind::compute, "compute", op, stage, chunk, layer, c_start, c_end, 0, p.flops);
+    emit(EventKind::compute, Lane::compute, op, stage, chunk, layer, c_start, c_end, 0, p.flops);
     collective(p, op, stage, chunk, layer, c_end);
     double release = c_end;
     if (p.out_bytes > 0) {
@@ -67,7 +68,7 @@ class Sim {
       release = o_start + static_cast<double>(p.out_bytes) / detail::d2h_rate(s_, duplex);
       d2h_free_ = release;
       d2h_bytes_ += p.out_bytes;
-      emit(EventKind::copy_d2h, "d2h", op, stage, chunk, layer, o_start, release, p.out_bytes, 0);
+      emit(EventKind::copy_d2h, Lane::d2h, op, stage, chunk, layer, o_start, release, p.out_bytes, 0);
     }
     if (g_.offload) {
       slot_free_[slot] = release;
@@ -96,7 +97,7 @@ class Sim {
     }
     const double start = std::max(comm_free_, compute_free_);
     comm_free_ = start + seconds;
-    emit(EventKind::collective, "comm", "gradient_allreduce", 2, 0, -1, start, comm_free_, bytes, 0);
+    emit(EventKind::collective, Lane::comm, "gradient_allreduce", 2, 0, -1, start, comm_free_, bytes, 0);
   }
   // The compute stream waits for the h2d copies issued so far (counted as exposed copy time).
   void wait_h2d() { compute_free_ = std::max(compute_free_, h2d_free_); }
@@ -149,12 +150,12 @@ class Sim {
     double o_start = std::max(d2h_free_, compute_free_);
     d2h_free_ = o_start + static_cast<double>(grad_bytes) / detail::d2h_rate(s_, false);
     d2h_bytes_ += grad_bytes;
-    emit(EventKind::copy_d2h, "d2h", "optimizer_grads", 2, -1, -1, o_start, d2h_free_, grad_bytes, 0);
+    emit(EventKind::copy_d2h, Lane::d2h, "optimizer_grads", 2, -1, -1, o_start, d2h_free_, grad_bytes, 0);
     // The host-side AdamW update runs on no GPU stream: the parameters come back after it.
     double i_start = std::max(h2d_free_, d2h_free_ + host_update_s);
     h2d_free_ = i_start + static_cast<double>(param_bytes) / detail::h2d_rate(s_, false);
     h2d_bytes_ += param_bytes;
-    emit(EventKind::copy_h2d, "h2d", "optimizer_params", 2, -1, -1, i_start, h2d_free_, param_bytes, 0);
+    emit(EventKind::copy_h2d, Lane::h2d, "optimizer_params", 2, -1, -1, i_start, h2d_free_, param_bytes, 0);
   }
 
   traces::Trace finish(int64_t static_device_bytes, int64_t host_bytes) {
@@ -195,16 +196,16 @@ class Sim {
   // pass's end on the "comm" stream: one event of their summed time and bytes.
   void collective(const detail::PassCost& p, const char* op, int stage, int64_t chunk, int64_t layer, double end) {
     if (p.work.allreduce_s <= 0) return;
-    emit(EventKind::collective, "comm", op, stage, chunk, layer, end - p.work.allreduce_s, end,
+    emit(EventKind::collective, Lane::comm, op, stage, chunk, layer, end - p.work.allreduce_s, end,
          std::llround(p.work.allreduce_bytes), 0);
     events_.back().name = p.name_of_collective;
   }
 
-  void emit(EventKind kind, const char* stream, const char* op, int stage, int64_t chunk, int64_t layer, double start,
+  void emit(EventKind kind, Lane lane, const char* op, int stage, int64_t chunk, int64_t layer, double start,
             double end, int64_t bytes, double flops) {
     Event e;
     e.kind = kind;
-    e.stream = stream;
+    e.lane = lane;
     e.op = op;
     e.name = op;
     e.stage = stage;

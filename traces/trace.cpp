@@ -17,6 +17,7 @@ namespace {
 constexpr const char* kSchema = "oomb.trace/1";
 constexpr const char* kKindNames[] = {"compute", "copy_h2d", "copy_d2h", "alloc", "free", "phase", "collective"};
 constexpr const char* kDetailNames[] = {"step", "chunk", "layer", "op"};
+constexpr const char* kLaneNames[] = {"compute", "h2d", "d2h", "comm", "step"};  // Lane::compute ..
 
 template <size_t N>
 std::string one_of(const char* const (&names)[N]) {
@@ -56,7 +57,7 @@ int64_t index_or_na(const JsonReader& r, const std::string& key, int64_t max) {
 Json event_to_json(const Event& e) {
   Json j = {{"kind", to_string(e.kind)}, {"start_ns", e.start_ns}, {"end_ns", e.end_ns}};
   if (!e.name.empty()) j["name"] = e.name;
-  if (!e.stream.empty()) j["stream"] = e.stream;
+  if (e.lane != Lane::none) j["stream"] = to_string(e.lane);
   if (e.bytes != 0) j["bytes"] = e.bytes;
   if (e.flops != 0) j["flops"] = e.flops;
   if (e.stage != -1) j["stage"] = e.stage;
@@ -77,7 +78,11 @@ Event event_from_json(const Json& j, const std::string& where) {
     r.fail("kind", err.problem(), err.hint());
   }
   e.name = text_or_empty(r, "name");
-  e.stream = text_or_empty(r, "stream");
+  try {
+    e.lane = lane_from_string(text_or_empty(r, "stream"), where);
+  } catch (const Error& err) {
+    r.fail("stream", err.problem(), err.hint());
+  }
   e.start_ns = r.i64("start_ns");
   e.end_ns = r.i64("end_ns");
   if (e.end_ns < e.start_ns)
@@ -161,16 +166,10 @@ Summary summary_from_json(const Json& j, const std::string& where) {
 
 std::string dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
 
-// The Chrome track an event lands on: its stream, or the natural stream of its kind.
+// The Chrome track an event lands on: its lane, or the natural lane of its kind, or "other".
 std::string track_of(const Event& e) {
-  if (!e.stream.empty()) return e.stream;
-  switch (e.kind) {
-    case EventKind::compute: return "compute";
-    case EventKind::copy_h2d: return "h2d";
-    case EventKind::copy_d2h: return "d2h";
-    case EventKind::collective: return "comm";
-    default: return "other";
-  }
+  const Lane l = e.lane != Lane::none ? e.lane : natural_lane(e.kind);
+  return l == Lane::none ? "other" : to_string(l);
 }
 
 double us(int64_t ns) { return static_cast<double>(ns) / 1000.0; }
@@ -210,6 +209,31 @@ Detail detail_from_string(const std::string& s, const std::string& where) {
   for (size_t i = 0; i < std::size(kDetailNames); ++i)
     if (s == kDetailNames[i]) return static_cast<Detail>(i);
   throw Error(where, "", "unknown detail level \"" + s + "\"", one_of(kDetailNames));
+}
+
+const char* to_string(Lane l) {
+  if (l == Lane::none) return "";
+  const auto i = static_cast<size_t>(l) - 1;
+  OOMB_ASSERT(i < std::size(kLaneNames), "Lane out of range");
+  return kLaneNames[i];
+}
+
+Lane lane_from_string(const std::string& s, const std::string& where) {
+  if (s.empty()) return Lane::none;
+  for (size_t i = 0; i < std::size(kLaneNames); ++i)
+    if (s == kLaneNames[i]) return static_cast<Lane>(i + 1);
+  throw Error(where, "", "unknown lane \"" + s + "\"", one_of(kLaneNames));
+}
+
+Lane natural_lane(EventKind k) {
+  switch (k) {
+    case EventKind::compute: return Lane::compute;
+    case EventKind::copy_h2d: return Lane::h2d;
+    case EventKind::copy_d2h: return Lane::d2h;
+    case EventKind::collective: return Lane::comm;
+    case EventKind::phase: return Lane::step;
+    default: return Lane::none;
+  }
 }
 
 Json to_json(const Trace& t) {

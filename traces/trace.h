@@ -9,7 +9,7 @@
 
 namespace oomb::traces {
 
-// collective: a collective of several ranks (an all-reduce), on stream "comm"; its bytes are what
+// collective: a collective of several ranks (an all-reduce), on the comm lane; its bytes are what
 // this rank gives it. A collective runs inside a compute event's span on the CPU backend (the
 // compute thread makes the call), so it is never counted as compute time.
 enum class EventKind { compute, copy_h2d, copy_d2h, alloc, free, phase, collective };
@@ -20,6 +20,14 @@ EventKind event_kind_from_string(const std::string& s, const std::string& where)
 const char* to_string(Detail d);
 Detail detail_from_string(const std::string& s, const std::string& where);
 
+// The lane an event ran on (JSON key "stream"): the compute stream, the two copy directions, the
+// collectives' communication lane, and the step boundaries (phase events). none: not given; such an
+// event is drawn on its kind's natural lane (natural_lane), or on a track of its own ("other").
+enum class Lane : uint8_t { none, compute, h2d, d2h, comm, step };
+const char* to_string(Lane l);  // "" for none
+Lane lane_from_string(const std::string& s, const std::string& where);  // "" -> none
+Lane natural_lane(EventKind k);  // the kind's lane; none for allocations
+
 // A phase event with this name spans one training step; summarize() describes the mean step over
 // them (a trace without any is one step: first event to last).
 inline constexpr const char* kStepPhase = "step";
@@ -27,7 +35,7 @@ inline constexpr const char* kStepPhase = "step";
 struct Event {
   EventKind kind = EventKind::compute;
   std::string name;       // e.g. "attention_fwd", "kv_prefix", "stage1"
-  std::string stream;     // "compute", "h2d", "d2h", "comm"
+  Lane lane = Lane::none;
   int64_t start_ns = 0;
   int64_t end_ns = 0;
   int64_t bytes = 0;      // bytes moved (copies) or allocated (alloc/free)

@@ -30,9 +30,10 @@ constexpr double kMemLeft = 92, kMemRight = 16, kMemTop = 34, kMemBottom = 40, k
 constexpr double kLaneLeft = 150, kLaneRight = 16, kLaneHeight = 24, kLaneGap = 5, kSetHeader = 22;
 constexpr double kMinRectWidth = 0.75;    // a zero-length event stays visible
 constexpr double kOutlineMinWidth = 4.0;  // narrower rects are drawn without an outline
-// The three streams every producer has, and comm where ranks all-reduce (drawn only then).
+// The three lanes every producer has, and comm where ranks all-reduce (drawn only then).
 constexpr int kLanes = 4;
-constexpr const char* kLaneNames[kLanes] = {"compute", "h2d", "d2h", "comm"};
+constexpr traces::Lane kLaneOrder[kLanes] = {traces::Lane::compute, traces::Lane::h2d, traces::Lane::d2h,
+                                             traces::Lane::comm};
 constexpr const char* kDeviceColor = "#1f6fb4";
 constexpr const char* kHostColor = "#e8710a";
 constexpr const char* kMixedColor = "#8a8f98";  // a merged rect holding several ops
@@ -41,18 +42,13 @@ std::string esc(const std::string& s) { return html_escape(s); }
 
 double seconds(int64_t ns) { return static_cast<double>(ns) * 1e-9; }
 
-// The lane of an event: its stream when that is one of the four, else the natural stream of its
-// kind; -1 for alloc / free / phase events, which have no lane.
+// The row of an event: its lane when that is one of the four, else the natural lane of its kind;
+// -1 for alloc / free / phase events, which have no row.
 int lane_of(const Event& e) {
-  for (int i = 0; i < kLanes; ++i)
-    if (e.stream == kLaneNames[i]) return i;
-  switch (e.kind) {
-    case EventKind::compute: return 0;
-    case EventKind::copy_h2d: return 1;
-    case EventKind::copy_d2h: return 2;
-    case EventKind::collective: return 3;
-    default: return -1;
-  }
+  for (traces::Lane lane : {e.lane, traces::natural_lane(e.kind)})
+    for (int i = 0; i < kLanes; ++i)
+      if (lane == kLaneOrder[i]) return i;
+  return -1;
 }
 
 std::string op_of(const Event& e) {
@@ -383,7 +379,7 @@ size_t draw_lanes(std::string& out, const LaneSet& set, double y, double px_per_
     appendf(out, "<rect class=\"lane\" x=\"%.0f\" y=\"%.1f\" width=\"%.0f\" height=\"%.0f\"/>", x_left, ly,
             x_right - x_left, kLaneHeight);
     appendf(out, "<text x=\"%.0f\" y=\"%.1f\" text-anchor=\"end\" class=\"lane-label\">%s</text>\n", x_left - 8,
-            ly + kLaneHeight / 2 + 4, kLaneNames[lane]);
+            ly + kLaneHeight / 2 + 4, to_string(kLaneOrder[lane]));
 
     auto emit_one = [&](const Event& e) {
       const double x0 = X(e.start_ns);

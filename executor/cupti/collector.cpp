@@ -248,11 +248,11 @@ void CuptiCollector::on_buffer(void* context, uint32_t stream_id, uint8_t* buffe
   if (!decoded_) decoder_->consume(out);
 }
 
-void CuptiCollector::name_stream(void* cuda_stream, const std::string& name) {
+void CuptiCollector::name_stream(void* cuda_stream, traces::Lane lane) {
   uint32_t id = 0;
   OOMB_CUDA_CHECK(cuptiGetStreamIdEx(nullptr, static_cast<CUstream>(cuda_stream), 0, &id));
   std::lock_guard<std::mutex> lock(mu_);
-  streams_[id] = name;
+  streams_[id] = lane;
 }
 
 int CuptiCollector::op_index(const std::string& op) {

@@ -53,8 +53,8 @@ class CuptiCollector {
   CuptiCollector(const CuptiCollector&) = delete;
   CuptiCollector& operator=(const CuptiCollector&) = delete;
 
-  // Names a cudaStream_t for the trace ("compute", "h2d", "d2h").
-  void name_stream(void* cuda_stream, const std::string& name);
+  // The lane of a cudaStream_t in the trace (compute, h2d, d2h).
+  void name_stream(void* cuda_stream, traces::Lane lane);
 
   void push_tag(int stage, int64_t chunk, int64_t layer, const std::string& op);
   void pop_tag();
@@ -114,7 +114,7 @@ class CuptiCollector {
   bool decoded_ = false;  // trace() took the decoder's state
   bool windowed_ = false;
   std::vector<std::string> ops_;
-  std::map<uint32_t, std::string> streams_;
+  std::map<uint32_t, traces::Lane> streams_;
   std::atomic<int64_t> dropped_{0};
   bool steady_clock_ = false;
   std::string driver_records_;

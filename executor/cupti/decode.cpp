@@ -99,9 +99,10 @@ namespace {
 using traces::Detail;
 using traces::Event;
 using traces::EventKind;
+using traces::Lane;
 
 bool same_key(const Event& a, const Event& b, Detail d) {
-  if (a.kind != b.kind || a.stream != b.stream || a.stage != b.stage) return false;
+  if (a.kind != b.kind || a.lane != b.lane || a.stage != b.stage) return false;
   switch (d) {
     case Detail::op: return false;
     case Detail::layer: return a.chunk == b.chunk && a.layer == b.layer && a.op == b.op;
@@ -115,11 +116,11 @@ bool same_key(const Event& a, const Event& b, Detail d) {
 std::vector<Event> merge(std::vector<Event> ev, Detail d) {
   if (d == Detail::op) return ev;
   std::vector<Event> out;
-  std::unordered_map<std::string, size_t> last;  // stream -> index in out
+  std::map<traces::Lane, size_t> last;  // lane -> index in out
   for (auto& e : ev) {
     if (d == Detail::chunk || d == Detail::step) e.layer = -1;
     if (d == Detail::step) e.chunk = -1;
-    auto it = last.find(e.stream);
+    auto it = last.find(e.lane);
     if (it != last.end() && same_key(out[it->second], e, d)) {
       Event& m = out[it->second];
       m.end_ns = std::max(m.end_ns, e.end_ns);
@@ -131,7 +132,7 @@ std::vector<Event> merge(std::vector<Event> ev, Detail d) {
     }
     if (!e.op.empty()) e.name = e.op;
     out.push_back(std::move(e));
-    last[out.back().stream] = out.size() - 1;
+    last[out.back().lane] = out.size() - 1;
   }
   return out;
 }
@@ -250,13 +251,13 @@ traces::Trace Decoder::finish(int64_t dropped, traces::Metadata metadata, Decode
   st.dropped = dropped;
   const DecodeOptions& o = o_;
 
-  auto stream_name = [&](uint32_t id, const char* fallback) -> std::string {
+  auto stream_name = [&](uint32_t id, Lane fallback) {
     auto it = o.streams.find(id);
-    return it != o.streams.end() ? it->second : std::string(fallback);
+    return it != o.streams.end() ? it->second : fallback;
   };
   auto compute_stream = [&](uint32_t id) {
     auto it = o.streams.find(id);
-    return it != o.streams.end() && it->second == "compute";
+    return it != o.streams.end() && it->second == Lane::compute;
   };
   // Memory records before this belong to the base (no windows: none does).
   int64_t first_window = std::numeric_limits<int64_t>::min();
@@ -294,16 +295,16 @@ traces::Trace Decoder::finish(int64_t dropped, traces::Metadata metadata, Decode
           ++st.collectives;
           e.kind = EventKind::collective;
           e.name = c;
-          e.stream = "comm";
+          e.lane = Lane::comm;
         } else {
           e.kind = EventKind::compute;
-          e.stream = stream_name(w.stream_id, "compute");
+          e.lane = stream_name(w.stream_id, Lane::compute);
         }
         break;
       case RecordKind::memset:
         e.kind = EventKind::compute;
         e.name = "memset";
-        e.stream = stream_name(w.stream_id, "compute");
+        e.lane = stream_name(w.stream_id, Lane::compute);
         e.bytes = w.bytes;
         break;
       default:  // memcpy
@@ -311,19 +312,19 @@ traces::Trace Decoder::finish(int64_t dropped, traces::Metadata metadata, Decode
         if ((w.copy == CopyKind::h2d || w.copy == CopyKind::d2h) && compute_stream(w.stream_id)) {
           e.kind = EventKind::compute;
           e.name = w.copy == CopyKind::h2d ? "memcpy_h2d" : "memcpy_d2h";
-          e.stream = "compute";
+          e.lane = Lane::compute;
         } else if (w.copy == CopyKind::h2d) {
           e.kind = EventKind::copy_h2d;
           e.name = "memcpy_h2d";
-          e.stream = stream_name(w.stream_id, "h2d");
+          e.lane = stream_name(w.stream_id, Lane::h2d);
         } else if (w.copy == CopyKind::d2h) {
           e.kind = EventKind::copy_d2h;
           e.name = "memcpy_d2h";
-          e.stream = stream_name(w.stream_id, "d2h");
+          e.lane = stream_name(w.stream_id, Lane::d2h);
         } else {
           e.kind = EventKind::compute;
           e.name = w.copy == CopyKind::d2d ? "memcpy_d2d" : w.copy == CopyKind::h2h ? "memcpy_h2h" : "memcpy";
-          e.stream = stream_name(w.stream_id, "compute");
+          e.lane = stream_name(w.stream_id, Lane::compute);
         }
         break;
     }
@@ -343,7 +344,7 @@ traces::Trace Decoder::finish(int64_t dropped, traces::Metadata metadata, Decode
   }
   std::sort(placed.begin(), placed.end(), [](const Placed& a, const Placed& b) {
     if (a.e.start_ns != b.e.start_ns) return a.e.start_ns < b.e.start_ns;
-    if (a.e.stream != b.e.stream) return a.e.stream < b.e.stream;
+    if (a.e.lane != b.e.lane) return a.e.lane < b.e.lane;
     return a.seq < b.seq;
   });
   std::vector<Event> events;

@@ -56,7 +56,7 @@ struct Record {
 };
 
 struct DecodeOptions {
-  std::map<uint32_t, std::string> streams;  // CUPTI stream id -> "compute" | "h2d" | "d2h"
+  std::map<uint32_t, traces::Lane> streams;  // CUPTI stream id -> its lane (compute, h2d, d2h)
   std::vector<std::string> ops;             // Tag::op -> op name ("layer_fwd", ...)
   int64_t origin_ns = -1;                   // event times are relative to this; -1 = earliest record
   traces::Detail detail = traces::Detail::op;
@@ -169,7 +169,7 @@ class Decoder {
 // made before the step do not stretch its span). Events are
 // sorted by start; at detail coarser than op, consecutive events of a stream with the same key
 // (kind, stage, chunk, layer, op) are merged (name = op), as TraceRecorder does. Streams not in
-// options.streams fall back to "compute" (kernels, memsets, D2D) or the copy's direction.
+// options.streams fall back to the compute lane (kernels, memsets, D2D) or the copy's direction.
 // metadata.source becomes "cuda-cupti", metadata.dropped_records = dropped; the summary is
 // recomputed from the events (traces::summarize).
 traces::Trace decode(const std::vector<Record>& records, const DecodeOptions& options, int64_t dropped,

@@ -22,7 +22,7 @@ void TraceRecorder::add(Event e) {
   // Layer (and coarser) detail: merge into the previous event of the stream when the key matches.
   if (detail_ != Detail::op && e.kind != EventKind::phase && e.kind != EventKind::collective) {
     for (auto it = events_.rbegin(); it != events_.rend(); ++it) {
-      if (it->stream != e.stream) continue;
+      if (it->lane != e.lane) continue;
       if (it->kind == e.kind && it->stage == e.stage && it->chunk == e.chunk && it->layer == e.layer &&
           it->op == e.op) {
         it->end_ns = std::max(it->end_ns, e.end_ns);
@@ -37,11 +37,11 @@ void TraceRecorder::add(Event e) {
   events_.push_back(std::move(e));
 }
 
-traces::Event TraceRecorder::event(EventKind kind, const char* stream, const char* name, const char* op, int stage,
+traces::Event TraceRecorder::event(EventKind kind, traces::Lane lane, const char* name, const char* op, int stage,
                                    int64_t chunk, int64_t layer, int64_t start_ns, int64_t end_ns) const {
   Event e;
   e.kind = kind;
-  e.stream = stream;
+  e.lane = lane;
   e.name = name;
   e.op = op;
   e.stage = stage;
@@ -55,7 +55,7 @@ traces::Event TraceRecorder::event(EventKind kind, const char* stream, const cha
 void TraceRecorder::compute(const char* name, const char* op, int stage, int64_t chunk, int64_t layer,
                             int64_t start_ns, int64_t end_ns, double flops) {
   if (!enabled_) return;
-  Event e = event(EventKind::compute, "compute", name, op, stage, chunk, layer, start_ns, end_ns);
+  Event e = event(EventKind::compute, traces::Lane::compute, name, op, stage, chunk, layer, start_ns, end_ns);
   e.flops = flops;
   add(std::move(e));
 }
@@ -63,7 +63,7 @@ void TraceRecorder::compute(const char* name, const char* op, int stage, int64_t
 void TraceRecorder::copy(bool h2d, const char* name, const char* op, int stage, int64_t chunk, int64_t layer,
                          int64_t start_ns, int64_t end_ns, int64_t bytes) {
   if (!enabled_) return;
-  Event e = event(h2d ? EventKind::copy_h2d : EventKind::copy_d2h, h2d ? "h2d" : "d2h", name, op, stage, chunk, layer,
+  Event e = event(h2d ? EventKind::copy_h2d : EventKind::copy_d2h, h2d ? traces::Lane::h2d : traces::Lane::d2h, name, op, stage, chunk, layer,
                   start_ns, end_ns);
   e.bytes = bytes;
   add(std::move(e));
@@ -72,14 +72,14 @@ void TraceRecorder::copy(bool h2d, const char* name, const char* op, int stage, 
 void TraceRecorder::collective(const char* name, const char* op, int stage, int64_t chunk, int64_t layer,
                                int64_t start_ns, int64_t end_ns, int64_t bytes) {
   if (!enabled_) return;
-  Event e = event(EventKind::collective, "comm", name, op, stage, chunk, layer, start_ns, end_ns);
+  Event e = event(EventKind::collective, traces::Lane::comm, name, op, stage, chunk, layer, start_ns, end_ns);
   e.bytes = bytes;
   add(std::move(e));
 }
 
 void TraceRecorder::phase(const char* name, int64_t start_ns, int64_t end_ns) {
   if (!enabled_) return;
-  add(event(EventKind::phase, "step", name, name, -1, -1, -1, start_ns, end_ns));  // op = name, as merged events
+  add(event(EventKind::phase, traces::Lane::step, name, name, -1, -1, -1, start_ns, end_ns));  // op = name, as merged events
 }
 
 void TraceRecorder::memory(int64_t device_bytes, int64_t host_bytes, int64_t pool_pages) {
@@ -98,13 +98,13 @@ traces::Trace TraceRecorder::finish(traces::Metadata metadata) const {
   if (detail_ == Detail::chunk || detail_ == Detail::step) {
     // Consecutive events of a stream in the same stage (and chunk) become one.
     std::vector<Event> out;
-    std::vector<std::pair<std::string, size_t>> last;  // stream -> index in out
+    std::vector<std::pair<traces::Lane, size_t>> last;  // lane -> index in out
     for (auto& e : ev) {
       if (e.kind == EventKind::phase) {  // step boundaries stay as they are
         out.push_back(std::move(e));
         continue;
       }
-      auto it = std::find_if(last.begin(), last.end(), [&](const auto& p) { return p.first == e.stream; });
+      auto it = std::find_if(last.begin(), last.end(), [&](const auto& p) { return p.first == e.lane; });
       if (it != last.end()) {
         Event& m = out[it->second];
         if (m.stage == e.stage && (detail_ == Detail::step || m.chunk == e.chunk)) {
@@ -119,7 +119,7 @@ traces::Trace TraceRecorder::finish(traces::Metadata metadata) const {
       if (detail_ == Detail::step) e.chunk = -1;
       out.push_back(std::move(e));
       if (it != last.end()) it->second = out.size() - 1;
-      else last.emplace_back(out.back().stream, out.size() - 1);
+      else last.emplace_back(out.back().lane, out.size() - 1);
     }
     ev = std::move(out);
   }

@@ -28,7 +28,7 @@ class TraceRecorder {
                int64_t end_ns, double flops);
   void copy(bool h2d, const char* name, const char* op, int stage, int64_t chunk, int64_t layer, int64_t start_ns,
             int64_t end_ns, int64_t bytes);
-  // A collective (stream "comm"): one call's transfer, from the last rank's arrival to this rank's
+  // A collective (the comm lane): one call's transfer, from the last rank's arrival to this rank's
   // exit (CollectiveClock). Never merged with another at layer detail (a pass makes several).
   void collective(const char* name, const char* op, int stage, int64_t chunk, int64_t layer, int64_t start_ns,
                   int64_t end_ns, int64_t bytes);
@@ -43,7 +43,7 @@ class TraceRecorder {
   void add(traces::Event e);
   // An event of the given stream, times made relative to the origin (an end before its start is
   // clamped to the start).
-  traces::Event event(traces::EventKind kind, const char* stream, const char* name, const char* op, int stage,
+  traces::Event event(traces::EventKind kind, traces::Lane lane, const char* name, const char* op, int stage,
                       int64_t chunk, int64_t layer, int64_t start_ns, int64_t end_ns) const;
   bool enabled_;
   traces::Detail detail_;

@@ -16,13 +16,14 @@ namespace oomb::gui {
 
 namespace {
 
+// The rows, top to bottom (comm only where ranks all-reduce); an event sits on its kind's lane.
+constexpr traces::Lane kLaneOrder[] = {traces::Lane::compute, traces::Lane::h2d, traces::Lane::d2h, traces::Lane::comm};
+
 int lane_of(const traces::Event& e) {
-  switch (e.kind) {
-    case traces::EventKind::compute: return 0;
-    case traces::EventKind::copy_h2d: return 1;
-    case traces::EventKind::copy_d2h: return 2;
-    default: return 3;  // collectives
-  }
+  const traces::Lane lane = traces::natural_lane(e.kind);
+  for (int i = 0; i < 3; ++i)
+    if (lane == kLaneOrder[i]) return i;
+  return 3;  // collectives
 }
 
 std::string describe(const traces::Event& e) {
@@ -66,11 +67,10 @@ void stage_lanes(const Timeline& t, const Overlay* ov, int st, UiState& ui, floa
       dl->AddText({x + lh * 0.9f, a.min.y}, chart::kAxisText, op);
     }
   }
-  static const char* lane_names[] = {"compute", "h2d", "d2h", "comm"};
   for (int l = 0; l < lanes; ++l) {
     const float y = pmin.y + lane_h * static_cast<float>(l);
     dl->AddRectFilled({pmin.x, y + 1}, {pmax.x, y + lane_h - 1}, IM_COL32(30, 30, 36, 255));
-    dl->AddText({a.min.x + 8, y + (lane_h - lh) / 2}, chart::kAxisText, lane_names[l]);
+    dl->AddText({a.min.x + 8, y + (lane_h - lh) / 2}, chart::kAxisText, traces::to_string(kLaneOrder[l]));
   }
   // Time ticks.
   for (int k = 0; k <= 5; ++k) {

@@ -63,9 +63,9 @@ TEST_F(CudaCuptiEngine, EveryRecordOfAStepIsTaggedAndCopiesMatchTheEngine) {
     cupti::CuptiCollector collector(co);
     ASSERT_TRUE(collector.steady_clock()) << "CUPTI refused the steady-clock timestamps: windows cannot apply";
     ASSERT_TRUE(collector.windowed());
-    collector.name_stream(gpu->stream(CudaStream::compute), "compute");
-    collector.name_stream(gpu->stream(CudaStream::h2d), "h2d");
-    collector.name_stream(gpu->stream(CudaStream::d2h), "d2h");
+    collector.name_stream(gpu->stream(CudaStream::compute), traces::Lane::compute);
+    collector.name_stream(gpu->stream(CudaStream::h2d), traces::Lane::h2d);
+    collector.name_stream(gpu->stream(CudaStream::d2h), traces::Lane::d2h);
     cupti::CuptiTagger tagger(collector);
     EngineOptions ot = o;
     ot.tagger = &tagger;
@@ -115,10 +115,10 @@ TEST_F(CudaCuptiEngine, EveryRecordOfAStepIsTaggedAndCopiesMatchTheEngine) {
   int64_t h2d = 0, d2h = 0, kernels = 0;
   for (const auto& ev : dev.events) {
     EXPECT_TRUE(known.count(ev.op)) << "untagged or unknown pass '" << ev.op << "' on " << ev.name << " ("
-                                    << ev.stream << ")";
+                                    << traces::to_string(ev.lane) << ")";
     EXPECT_TRUE(ev.stage == 1 || ev.stage == 2) << ev.name;
     if (ev.kind == traces::EventKind::compute) {
-      EXPECT_EQ(ev.stream, "compute") << ev.name;
+      EXPECT_EQ(ev.lane, traces::Lane::compute) << ev.name;
       if (ev.name != "memset" && ev.name.rfind("memcpy", 0) != 0) ++kernels;
       continue;
     }
@@ -126,10 +126,10 @@ TEST_F(CudaCuptiEngine, EveryRecordOfAStepIsTaggedAndCopiesMatchTheEngine) {
     EXPECT_GE(ev.layer, 0);
     EXPECT_TRUE(ev.op == "layer_fwd" || ev.op == "layer_recompute" || ev.op == "layer_bwd") << ev.op;
     if (ev.kind == traces::EventKind::copy_h2d) {
-      EXPECT_EQ(ev.stream, "h2d");
+      EXPECT_EQ(ev.lane, traces::Lane::h2d);
       h2d += ev.bytes;
     } else {
-      EXPECT_EQ(ev.stream, "d2h");
+      EXPECT_EQ(ev.lane, traces::Lane::d2h);
       d2h += ev.bytes;
     }
   }

@@ -22,9 +22,9 @@ TEST_F(CudaCupti, TaggedKernelsAndCopiesOnNamedStreams) {
   {
     cupti::CuptiCollector collector;
     EXPECT_THROW(cupti::CuptiCollector second, std::exception) << "one collector per process";
-    collector.name_stream(gpu->stream(CudaStream::compute), "compute");
-    collector.name_stream(gpu->stream(CudaStream::h2d), "h2d");
-    collector.name_stream(gpu->stream(CudaStream::d2h), "d2h");
+    collector.name_stream(gpu->stream(CudaStream::compute), traces::Lane::compute);
+    collector.name_stream(gpu->stream(CudaStream::h2d), traces::Lane::h2d);
+    collector.name_stream(gpu->stream(CudaStream::d2h), traces::Lane::d2h);
     EventPtr e;
     {
       cupti::ScopedTag tag(&collector, 1, 2, 3, "layer_fwd");
@@ -51,12 +51,12 @@ TEST_F(CudaCupti, TaggedKernelsAndCopiesOnNamedStreams) {
   for (const auto& ev : t.events) {
     if (ev.kind == traces::EventKind::copy_h2d && ev.bytes == bytes) {
       ++h2d;
-      EXPECT_EQ(ev.stream, "h2d");
+      EXPECT_EQ(ev.lane, traces::Lane::h2d);
       EXPECT_EQ(ev.op, "layer_fwd");
       EXPECT_EQ(ev.layer, 3);
     }
     if (ev.kind == traces::EventKind::compute && ev.name == "scale_kernel") {
-      EXPECT_EQ(ev.stream, "compute");
+      EXPECT_EQ(ev.lane, traces::Lane::compute);
       if (ev.op == "layer_fwd") {
         ++fwd_kernels;
         EXPECT_EQ(ev.stage, 1);

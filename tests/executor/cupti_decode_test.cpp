@@ -15,7 +15,7 @@ constexpr uint32_t kCompute = 7, kH2d = 8, kD2h = 9;  // CUPTI stream ids of the
 
 DecodeOptions options(traces::Detail detail = traces::Detail::op) {
   DecodeOptions o;
-  o.streams = {{kCompute, "compute"}, {kH2d, "h2d"}, {kD2h, "d2h"}};
+  o.streams = {{kCompute, traces::Lane::compute}, {kH2d, traces::Lane::h2d}, {kD2h, traces::Lane::d2h}};
   o.ops = {"layer_fwd", "layer_bwd", "lm_head"};
   o.origin_ns = 1000;
   o.detail = detail;
@@ -102,14 +102,14 @@ TEST(CuptiDecode, KernelsAndCopiesGoToTheirStreamsWithTagsAndBytes) {
   // Sorted by start; times relative to origin 1000.
   const traces::Event& h2d = t.events[0];
   EXPECT_EQ(h2d.kind, traces::EventKind::copy_h2d);
-  EXPECT_EQ(h2d.stream, "h2d");
+  EXPECT_EQ(h2d.lane, traces::Lane::h2d);
   EXPECT_EQ(h2d.start_ns, 500);
   EXPECT_EQ(h2d.end_ns, 1500);
   EXPECT_EQ(h2d.bytes, 4096);
   EXPECT_EQ(h2d.layer, 6);
   const traces::Event& k = t.events[1];
   EXPECT_EQ(k.kind, traces::EventKind::compute);
-  EXPECT_EQ(k.stream, "compute");
+  EXPECT_EQ(k.lane, traces::Lane::compute);
   EXPECT_EQ(k.name, "attn_fwd");
   EXPECT_EQ(k.stage, 1);
   EXPECT_EQ(k.chunk, 3);
@@ -117,7 +117,7 @@ TEST(CuptiDecode, KernelsAndCopiesGoToTheirStreamsWithTagsAndBytes) {
   EXPECT_EQ(k.op, "layer_fwd");
   const traces::Event& d2h = t.events[2];
   EXPECT_EQ(d2h.kind, traces::EventKind::copy_d2h);
-  EXPECT_EQ(d2h.stream, "d2h");
+  EXPECT_EQ(d2h.lane, traces::Lane::d2h);
   EXPECT_EQ(d2h.bytes, 1024);
   EXPECT_EQ(d2h.stage, 2);
   EXPECT_EQ(d2h.op, "layer_bwd");
@@ -136,8 +136,8 @@ TEST(CuptiDecode, UnknownStreamsFallBackByKindAndUntaggedWorkIsCounted) {
   for (const auto& e : t.events) {
     EXPECT_EQ(e.stage, -1);
     EXPECT_EQ(e.op, "untagged");
-    if (e.kind == traces::EventKind::copy_d2h) EXPECT_EQ(e.stream, "d2h");
-    else EXPECT_EQ(e.stream, "compute");
+    if (e.kind == traces::EventKind::copy_d2h) EXPECT_EQ(e.lane, traces::Lane::d2h);
+    else EXPECT_EQ(e.lane, traces::Lane::compute);
   }
   EXPECT_EQ(t.events[2].name, "memcpy_d2d");  // device-to-device copies are compute-stream work
 }
@@ -152,7 +152,7 @@ TEST(CuptiDecode, CopiesOnTheComputeStreamAreComputeWork) {
   ASSERT_EQ(t.events.size(), 3u);
   int compute = 0;
   for (const auto& e : t.events) {
-    if (e.stream != "compute") continue;
+    if (e.lane != traces::Lane::compute) continue;
     ++compute;
     EXPECT_EQ(e.kind, traces::EventKind::compute);
     EXPECT_TRUE(e.name == "memcpy_h2d" || e.name == "memcpy_d2h") << e.name;
@@ -235,10 +235,10 @@ TEST(CuptiDecode, NcclKernelsAreCollectivesOnTheCommLaneNotCompute) {
   EXPECT_EQ(t.events[0].kind, traces::EventKind::compute);
   EXPECT_EQ(t.events[1].kind, traces::EventKind::collective);
   EXPECT_EQ(t.events[1].name, "nccl_allreduce");
-  EXPECT_EQ(t.events[1].stream, "comm");
+  EXPECT_EQ(t.events[1].lane, traces::Lane::comm);
   EXPECT_EQ(t.events[1].op, "layer_bwd");
   EXPECT_EQ(t.events[2].name, "nccl_reducescatter");
-  EXPECT_EQ(t.events[2].stream, "comm");
+  EXPECT_EQ(t.events[2].lane, traces::Lane::comm);
   EXPECT_EQ(t.events[2].layer, 1);
   EXPECT_EQ(t.summary.compute_busy_ns, 1000);  // attn_fwd only
   EXPECT_EQ(t.summary.exposed_copy_ns, 300);   // the collectives hide no copy
@@ -256,11 +256,11 @@ TEST(CuptiDecode, LayerDetailMergesConsecutiveRecordsOfAKey) {
                                     correlation(5, b)};
   const traces::Trace t = decode(recs, options(traces::Detail::layer), 0, {});
   ASSERT_EQ(t.events.size(), 3u);
-  EXPECT_EQ(t.events[0].stream, "compute");
+  EXPECT_EQ(t.events[0].lane, traces::Lane::compute);
   EXPECT_EQ(t.events[0].layer, 0);
   EXPECT_EQ(t.events[0].end_ns, 300);
   EXPECT_EQ(t.events[0].name, "layer_fwd");
-  EXPECT_EQ(t.events[1].stream, "h2d");
+  EXPECT_EQ(t.events[1].lane, traces::Lane::h2d);
   EXPECT_EQ(t.events[1].bytes, 30);
   EXPECT_EQ(t.events[2].layer, 1);
   // Step detail: one event per stream and stage.

@@ -60,7 +60,7 @@ class FakeCupti final : public Backend, public OpTagger {
   cupti::DecodeOptions decode_options() const {
     std::lock_guard<std::mutex> lock(mu_);
     cupti::DecodeOptions o;
-    o.streams = {{kCompute, "compute"}, {kH2d, "h2d"}, {kD2h, "d2h"}};
+    o.streams = {{kCompute, traces::Lane::compute}, {kH2d, traces::Lane::h2d}, {kD2h, traces::Lane::d2h}};
     o.ops = ops_;
     return o;
   }

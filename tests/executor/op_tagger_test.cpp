@@ -48,11 +48,11 @@ step::Config tagged_config() {
   return c;
 }
 
-using EventKey = std::tuple<int, std::string, std::string, std::string, int, int64_t, int64_t, int64_t>;
+using EventKey = std::tuple<int, std::string, std::string, traces::Lane, int, int64_t, int64_t, int64_t>;
 std::multiset<EventKey> event_keys(const traces::Trace& t) {
   std::multiset<EventKey> s;
   for (const auto& e : t.events)
-    s.insert({static_cast<int>(e.kind), e.name, e.op, e.stream, e.stage, e.chunk, e.layer, e.bytes});
+    s.insert({static_cast<int>(e.kind), e.name, e.op, e.lane, e.stage, e.chunk, e.layer, e.bytes});
   return s;
 }
 

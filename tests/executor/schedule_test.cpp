@@ -170,7 +170,7 @@ TEST(Trace, EventsCopiesAndMemoryAreRecorded) {
   for (const auto& ev : t.events) {
     EXPECT_LE(ev.start_ns, ev.end_ns);
     if (ev.name == "attention_bwd" && ev.stage == 2 && ev.layer == 1 && ev.op == "layer_bwd") attention = true;
-    if (ev.kind == traces::EventKind::copy_h2d && ev.op == "layer_bwd" && ev.stream == "h2d") bwd_copy = true;
+    if (ev.kind == traces::EventKind::copy_h2d && ev.op == "layer_bwd" && ev.lane == traces::Lane::h2d) bwd_copy = true;
   }
   EXPECT_TRUE(attention);
   EXPECT_TRUE(bwd_copy);

@@ -203,7 +203,7 @@ TEST(Communication, TimelineShowsEachPassAllReduces) {
   int64_t tp_bytes = 0;
   for (const auto& e : r.trace.events) {
     if (e.kind != traces::EventKind::collective) continue;
-    EXPECT_EQ(e.stream, "comm");
+    EXPECT_EQ(e.lane, traces::Lane::comm);
     if (e.name == "tp_allreduce") {
       tp_s += static_cast<double>(e.duration_ns()) * 1e-9;
       tp_bytes += e.bytes;

@@ -446,12 +446,12 @@ TEST(EventPath, StreamsNeverOverlapAndDependenciesHold) {
   s.config.chunk_tokens = 4096;
   s.config.resident_layers = 2;
   auto r = simulate_events(s, traces::Detail::layer);
-  std::map<std::string, int64_t> stream_end;
+  std::map<traces::Lane, int64_t> stream_end;
   std::map<std::tuple<int, int64_t, int64_t, std::string>, int64_t> copy_in_end;
   for (const auto& e : r.trace.events) {
     ASSERT_GE(e.end_ns, e.start_ns);
-    ASSERT_GE(e.start_ns, stream_end[e.stream]) << "overlap on " << e.stream;
-    stream_end[e.stream] = e.end_ns;
+    ASSERT_GE(e.start_ns, stream_end[e.lane]) << "overlap on " << traces::to_string(e.lane);
+    stream_end[e.lane] = e.end_ns;
     if (e.kind == traces::EventKind::copy_h2d) copy_in_end[{e.stage, e.chunk, e.layer, e.op}] = e.end_ns;
     if (e.kind == traces::EventKind::compute && e.layer >= 0) {
       auto it = copy_in_end.find({e.stage, e.chunk, e.layer, e.op});

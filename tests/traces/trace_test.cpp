@@ -14,12 +14,12 @@ namespace {
 
 constexpr double kTol = 1e-12;  // relative errors below are exact ratios of small integers
 
-Event ev(EventKind kind, const std::string& stream, int64_t start, int64_t end, int stage = -1,
+Event ev(EventKind kind, Lane lane, int64_t start, int64_t end, int stage = -1,
          const std::string& op = "", int64_t bytes = 0) {
   Event e;
   e.kind = kind;
   e.name = op.empty() ? std::string(to_string(kind)) : op;
-  e.stream = stream;
+  e.lane = lane;
   e.start_ns = start;
   e.end_ns = end;
   e.stage = stage;
@@ -44,7 +44,7 @@ Trace full_trace() {
   Event a;
   a.kind = EventKind::compute;
   a.name = "attention_bwd";
-  a.stream = "compute";
+  a.lane = Lane::compute;
   a.start_ns = 17;
   a.end_ns = 1041;
   a.bytes = 3;
@@ -60,7 +60,7 @@ Trace full_trace() {
   Event c;
   c.kind = EventKind::copy_h2d;
   c.name = "kv_prefix";
-  c.stream = "h2d";
+  c.lane = Lane::h2d;
   c.start_ns = 1;
   c.end_ns = 3;
   c.bytes = 4096;
@@ -91,7 +91,7 @@ void expect_same(const Trace& x, const Trace& y) {
     const Event& b = y.events[i];
     EXPECT_EQ(a.kind, b.kind);
     EXPECT_EQ(a.name, b.name);
-    EXPECT_EQ(a.stream, b.stream);
+    EXPECT_EQ(a.lane, b.lane);
     EXPECT_EQ(a.start_ns, b.start_ns);
     EXPECT_EQ(a.end_ns, b.end_ns);
     EXPECT_EQ(a.bytes, b.bytes);
@@ -182,7 +182,7 @@ TEST(TraceJson, ReadsTheFullFormWithEveryFieldSpelledOut) {
   want.metadata.time = "t";
   want.metadata.command = "oomb simulate";
   want.metadata.detail = Detail::chunk;
-  Event d = ev(EventKind::copy_d2h, "d2h", 10, 25, 2, "dkv", 64);
+  Event d = ev(EventKind::copy_d2h, Lane::d2h, 10, 25, 2, "dkv", 64);
   d.chunk = 3;
   Event a;
   a.kind = EventKind::alloc;
@@ -258,6 +258,15 @@ TEST(TraceJson, RejectsBadEventsNamingTheIndexAndKey) {
   j["events"][0]["layer"] = -2;
   expect_error([&] { trace_from_json(j, "t.json"); }, "t.json", "events[0].layer");
 
+  // A lane is one of the five the producers write ("" or absent: none).
+  j = good;
+  j["events"][1]["stream"] = "compute2";
+  e = expect_error([&] { trace_from_json(j, "t.json"); }, "t.json", "events[1].stream");
+  EXPECT_NE(std::string(e.what()).find("unknown lane \"compute2\""), std::string::npos) << e.what();
+  EXPECT_NE(e.hint().find("compute h2d d2h comm step"), std::string::npos) << e.hint();
+  j["events"][1]["stream"] = "";
+  EXPECT_EQ(trace_from_json(j, "t.json").events[1].lane, Lane::none);
+
   j = good;
   j["metadata"]["detail"] = "token";
   e = expect_error([&] { trace_from_json(j, "t.json"); }, "t.json", "metadata.detail");
@@ -269,7 +278,7 @@ TEST(TraceJson, RejectsBadEventsNamingTheIndexAndKey) {
 }
 
 // Hand-made step (ns):
-//   compute  [1000,1100) on "compute", [1050,1150) on "compute2", [1060,1070) nested, [1200,1300)
+//   compute  [1000,1100) on the compute lane, [1050,1150) on comm, [1060,1070) nested, [1200,1300)
 //   h2d      [1000,1080) 1000 B, [1150,1260) 500 B;  d2h [1300,1400) 700 B;  alloc at 1000 (4096 B)
 //   phase    [1000,1400)
 // union of compute = [1000,1150) + [1200,1300) = 250; step = 1400 - 1000 = 400; exposed = 150.
@@ -277,15 +286,15 @@ Trace summary_trace() {
   Trace t;
   t.metadata.source = "simulator";
   t.events = {
-      ev(EventKind::compute, "compute", 1200, 1300, 1, "layer_fwd"),
-      ev(EventKind::copy_h2d, "h2d", 1000, 1080, 1, "kv", 1000),
-      ev(EventKind::compute, "compute", 1000, 1100, 1, "layer_fwd"),
-      ev(EventKind::copy_d2h, "d2h", 1300, 1400, 2, "dkv", 700),
-      ev(EventKind::compute, "compute2", 1050, 1150, 1, "lm_head"),
-      ev(EventKind::compute, "compute", 1060, 1070, 1, "layer_fwd"),
-      ev(EventKind::copy_h2d, "h2d", 1150, 1260, 2, "kv", 500),
-      ev(EventKind::alloc, "", 1000, 1000, -1, "", 4096),
-      ev(EventKind::phase, "", 1000, 1400),
+      ev(EventKind::compute, Lane::compute, 1200, 1300, 1, "layer_fwd"),
+      ev(EventKind::copy_h2d, Lane::h2d, 1000, 1080, 1, "kv", 1000),
+      ev(EventKind::compute, Lane::compute, 1000, 1100, 1, "layer_fwd"),
+      ev(EventKind::copy_d2h, Lane::d2h, 1300, 1400, 2, "dkv", 700),
+      ev(EventKind::compute, Lane::comm, 1050, 1150, 1, "lm_head"),
+      ev(EventKind::compute, Lane::compute, 1060, 1070, 1, "layer_fwd"),
+      ev(EventKind::copy_h2d, Lane::h2d, 1150, 1260, 2, "kv", 500),
+      ev(EventKind::alloc, Lane::none, 1000, 1000, -1, "", 4096),
+      ev(EventKind::phase, Lane::none, 1000, 1400),
   };
   t.memory = {{1000, 10, 5, 1}, {1100, 30, 2, 4}, {1300, 20, 9, 3}};
   return t;
@@ -317,7 +326,7 @@ TEST(TraceSummary, EmptyTraceAndPeaksKeptWithoutSamples) {
   EXPECT_EQ(s.peak_host_bytes, 88);
   EXPECT_EQ(s.pool_pages_peak, 9);
   // Copies only: nothing hides them, the whole step is exposed.
-  t.events = {ev(EventKind::copy_h2d, "h2d", 7, 24, 1, "kv", 3)};
+  t.events = {ev(EventKind::copy_h2d, Lane::h2d, 7, 24, 1, "kv", 3)};
   s = summarize(t);
   EXPECT_EQ(s.step_ns, 17);
   EXPECT_EQ(s.exposed_copy_ns, 17);
@@ -331,11 +340,11 @@ TEST(TraceSummary, EmptyTraceAndPeaksKeptWithoutSamples) {
 TEST(TraceSummary, ExposedCopyIsCopyTimeNoComputeCovers) {
   Trace t;
   t.events = {
-      ev(EventKind::compute, "compute", 0, 100, 1, "layer_fwd"),
-      ev(EventKind::compute, "compute", 300, 400, 1, "layer_fwd"),
-      ev(EventKind::copy_h2d, "h2d", 50, 150, 1, "kv", 10),
-      ev(EventKind::copy_h2d, "h2d", 380, 450, 2, "kv", 20),
-      ev(EventKind::copy_d2h, "d2h", 350, 500, 2, "dkv", 30),
+      ev(EventKind::compute, Lane::compute, 0, 100, 1, "layer_fwd"),
+      ev(EventKind::compute, Lane::compute, 300, 400, 1, "layer_fwd"),
+      ev(EventKind::copy_h2d, Lane::h2d, 50, 150, 1, "kv", 10),
+      ev(EventKind::copy_h2d, Lane::h2d, 380, 450, 2, "kv", 20),
+      ev(EventKind::copy_d2h, Lane::d2h, 350, 500, 2, "dkv", 30),
   };
   const Summary s = summarize(t);
   EXPECT_EQ(s.step_ns, 500);
@@ -352,20 +361,20 @@ TEST(TraceSummary, ExposedCopyIsCopyTimeNoComputeCovers) {
 //   step 2 [3000,4000): compute [3000,3500) [3600,3900), d2h [3400,3700) 300 B -> busy 800, exposed 100
 TEST(TraceSummary, PerStepMeanOverTheStepPhases) {
   Trace t;
-  Event step1 = ev(EventKind::phase, "", 1000, 2000);
+  Event step1 = ev(EventKind::phase, Lane::none, 1000, 2000);
   step1.name = kStepPhase;
-  Event step2 = ev(EventKind::phase, "", 3000, 4000);
+  Event step2 = ev(EventKind::phase, Lane::none, 3000, 4000);
   step2.name = kStepPhase;
   t.events = {
       step1,
-      ev(EventKind::compute, "compute", 1000, 1800, 1, "layer_fwd"),
-      ev(EventKind::copy_h2d, "h2d", 1700, 2000, 1, "kv", 100),
-      ev(EventKind::compute, "compute", 2200, 2600, -1, "check"),
-      ev(EventKind::copy_h2d, "h2d", 2300, 2400, -1, "check", 999),
+      ev(EventKind::compute, Lane::compute, 1000, 1800, 1, "layer_fwd"),
+      ev(EventKind::copy_h2d, Lane::h2d, 1700, 2000, 1, "kv", 100),
+      ev(EventKind::compute, Lane::compute, 2200, 2600, -1, "check"),
+      ev(EventKind::copy_h2d, Lane::h2d, 2300, 2400, -1, "check", 999),
       step2,
-      ev(EventKind::compute, "compute", 3000, 3500, 2, "layer_bwd"),
-      ev(EventKind::compute, "compute", 3600, 3900, 2, "layer_bwd"),
-      ev(EventKind::copy_d2h, "d2h", 3400, 3700, 2, "dkv", 300),
+      ev(EventKind::compute, Lane::compute, 3000, 3500, 2, "layer_bwd"),
+      ev(EventKind::compute, Lane::compute, 3600, 3900, 2, "layer_bwd"),
+      ev(EventKind::copy_d2h, Lane::d2h, 3400, 3700, 2, "dkv", 300),
   };
   Summary s = summarize(t);
   EXPECT_EQ(s.step_ns, 1000);
@@ -375,7 +384,7 @@ TEST(TraceSummary, PerStepMeanOverTheStepPhases) {
   EXPECT_EQ(s.d2h_bytes, 150);  // 300 B over 2 steps
 
   // A copy running past its step's end counts only inside the step: [3950,4000).
-  t.events.push_back(ev(EventKind::copy_h2d, "h2d", 3950, 4500, 2, "kv", 0));
+  t.events.push_back(ev(EventKind::copy_h2d, Lane::h2d, 3950, 4500, 2, "kv", 0));
   s = summarize(t);
   EXPECT_EQ(s.exposed_copy_ns, 175);  // (200 + 150) / 2
   EXPECT_EQ(s.step_ns, 1000);
@@ -385,7 +394,7 @@ TEST(TraceSummary, PerStepMeanOverTheStepPhases) {
 // 4M-token timeline took 1 GB); the file is the document the old writer dumped, byte for byte.
 TEST(TraceChrome, StreamedFileIsTheWholeDocumentsDump) {
   Trace odd = full_trace();
-  odd.events[0].stream = "zz-extra";  // a stream beyond the three fixed tracks
+  odd.events[0].lane = Lane::step;  // a lane beyond the three fixed tracks
   odd.metadata.extra = Json{{"config", {{"context_tokens", 4096}}}};
   for (const Trace& t : {summary_trace(), full_trace(), odd, Trace{}}) {
     const std::string path = temp_path("chrome.json");
@@ -431,8 +440,9 @@ TEST(TraceChrome, CompleteEventsThreadNamesAndCounters) {
   EXPECT_TRUE(saw_h2d);
   EXPECT_EQ(complete, 9);
   EXPECT_EQ(counters, 6);  // device_bytes + host_bytes per sample
-  // Fixed tids for the standard streams, then the rest by name; stream-less events go to "other".
-  const std::map<int, std::string> want = {{1, "compute"}, {2, "h2d"}, {3, "d2h"}, {4, "compute2"}, {5, "other"}};
+  // Fixed tids for the three standard lanes, then the rest by name: comm, the allocation (no lane:
+  // "other") and the phase (its kind's lane, step).
+  const std::map<int, std::string> want = {{1, "compute"}, {2, "h2d"}, {3, "d2h"}, {4, "comm"}, {5, "other"}, {6, "step"}};
   EXPECT_EQ(threads, want);
 }
 
@@ -441,25 +451,25 @@ TEST(TraceChrome, CompleteEventsThreadNamesAndCounters) {
 //            h2d stage1 1000 B, no d2h.
 TEST(TraceCompare, AlignsByStageAndOp) {
   Trace p;
-  p.events = {ev(EventKind::compute, "compute", 0, 100, 1, "layer_fwd"),
-              ev(EventKind::compute, "compute", 100, 200, 1, "layer_fwd"),
-              ev(EventKind::compute, "compute", 200, 300, 1, "layer_fwd"),
-              ev(EventKind::compute, "compute", 300, 600, 2, "layer_bwd"),
-              ev(EventKind::compute, "compute", 600, 900, 2, "layer_bwd"),
-              ev(EventKind::copy_h2d, "h2d", 0, 50, 1, "kv", 1000),
-              ev(EventKind::copy_d2h, "d2h", 600, 700, 2, "dkv", 800)};
+  p.events = {ev(EventKind::compute, Lane::compute, 0, 100, 1, "layer_fwd"),
+              ev(EventKind::compute, Lane::compute, 100, 200, 1, "layer_fwd"),
+              ev(EventKind::compute, Lane::compute, 200, 300, 1, "layer_fwd"),
+              ev(EventKind::compute, Lane::compute, 300, 600, 2, "layer_bwd"),
+              ev(EventKind::compute, Lane::compute, 600, 900, 2, "layer_bwd"),
+              ev(EventKind::copy_h2d, Lane::h2d, 0, 50, 1, "kv", 1000),
+              ev(EventKind::copy_d2h, Lane::d2h, 600, 700, 2, "dkv", 800)};
   p.memory = {{0, 1000, 0, 0}};
   p.summary = summarize(p);
   Trace m;
-  m.events = {ev(EventKind::compute, "compute", 0, 110, 1, "layer_fwd"),
-              ev(EventKind::compute, "compute", 110, 220, 1, "layer_fwd"),
-              ev(EventKind::compute, "compute", 220, 330, 1, "layer_fwd"),
-              ev(EventKind::compute, "compute", 330, 600, 2, "layer_bwd"),
-              ev(EventKind::compute, "compute", 600, 870, 2, "layer_bwd"),
-              ev(EventKind::compute, "compute", 900, 950, 2, "lm_head"),
-              ev(EventKind::copy_h2d, "h2d", 0, 60, 1, "kv", 1000),
+  m.events = {ev(EventKind::compute, Lane::compute, 0, 110, 1, "layer_fwd"),
+              ev(EventKind::compute, Lane::compute, 110, 220, 1, "layer_fwd"),
+              ev(EventKind::compute, Lane::compute, 220, 330, 1, "layer_fwd"),
+              ev(EventKind::compute, Lane::compute, 330, 600, 2, "layer_bwd"),
+              ev(EventKind::compute, Lane::compute, 600, 870, 2, "layer_bwd"),
+              ev(EventKind::compute, Lane::compute, 900, 950, 2, "lm_head"),
+              ev(EventKind::copy_h2d, Lane::h2d, 0, 60, 1, "kv", 1000),
               // Compute waits [870,900) for this copy (no bytes: d2h_bytes stays 0): exposed 30.
-              ev(EventKind::copy_d2h, "d2h", 860, 900, 2, "dkv", 0)};
+              ev(EventKind::copy_d2h, Lane::d2h, 860, 900, 2, "dkv", 0)};
   m.memory = {{0, 1100, 0, 0}};
   m.summary = summarize(m);
 

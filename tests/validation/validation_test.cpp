@@ -84,7 +84,7 @@ TEST(Validation, StageTimesAreTheFastestStepsLikeStepS) {
     traces::Event x;
     x.kind = k;
     x.name = name;
-    x.stream = "compute";
+    x.lane = traces::Lane::compute;
     x.stage = stage;
     x.op = stage > 0 ? "layer_fwd" : "";
     x.start_ns = static_cast<int64_t>(b * s1);

@@ -29,10 +29,10 @@ Event ev(EventKind kind, int stage, int64_t chunk, int64_t start, int64_t end, c
   Event e;
   e.kind = kind;
   e.name = op;
-  e.stream = kind == EventKind::compute    ? "compute"
-             : kind == EventKind::copy_h2d ? "h2d"
-             : kind == EventKind::copy_d2h ? "d2h"
-                                           : "";
+  e.lane = kind == EventKind::compute    ? traces::Lane::compute
+           : kind == EventKind::copy_h2d ? traces::Lane::h2d
+           : kind == EventKind::copy_d2h ? traces::Lane::d2h
+                                         : traces::Lane::none;
   e.start_ns = start;
   e.end_ns = end;
   e.stage = stage;
