@@ -14,6 +14,7 @@
 #include "executor/cpu/reference.h"
 #include "executor/cpu/threads.h"
 #include "runner/calibrate.h"
+#include "runner/run_device.h"
 #include "executor/runtime/adapters.h"
 #include "executor/runtime/microbench.h"
 #include "executor/runtime/op_tagger.h"
@@ -38,6 +39,11 @@
 namespace oomb::runner {
 
 using namespace oomb::executor;
+
+void detail::say(const RunRequest& r, const std::string& line) {
+  if (r.message) r.message(line);
+}
+using detail::say;
 
 PlannedRun plan_run(const planner::Plan& plan, const std::string& plan_path, const PlanOverrides& o) {
   if (std::string why; !planner::executable(plan.config, &why)) throw Error("--plan", plan_path, "is not executable", why);
@@ -194,10 +200,6 @@ ReferenceCheck check_against_reference(const models::ModelSpec& m, const step::C
   r.max_grad_rel_error = worst.rel_l2;
   r.worst_tensor = worst.name;
   return r;
-}
-
-void say(const RunRequest& r, const std::string& line) {
-  if (r.message) r.message(line);
 }
 
 void status(const RunRequest& r, const std::string& line) {
@@ -433,8 +435,11 @@ RunResult run(const RunRequest& r, const Weights& w, const TokenSource& tokens, 
   return run(r, check_run(r), w, tokens, adapters);
 }
 
-RunResult run(const RunRequest& r, const RunTable& table, const Weights& w, const TokenSource& tokens,
-              const ParamTensors& adapters) {
+namespace {
+
+// What a run is, before it runs: the request's model, configuration, backend and kernels, and the
+// steps asked for.
+RunResult start_result(const RunRequest& r, const ParamTensors& adapters) {
   const step::Config& c = r.scenario.config;
   RunResult res;
   res.model = effective_model(r.scenario.model, c);
@@ -448,145 +453,14 @@ RunResult run(const RunRequest& r, const RunTable& table, const Weights& w, cons
   res.grad_pages = to_string(page_dtype(r, c.kv_grad_dtype, "--kv-grad-dtype"));
   res.warmup_steps = r.warmup_steps;
   res.timed_steps = r.timed_steps;
-  int64_t warmup = r.warmup_steps;
-  const int64_t total_steps = r.warmup_steps + r.timed_steps;
-  res.steps_requested = total_steps;
-  const bool use_cupti = uses_cupti(r);
-  (void)use_cupti;  // read only in builds with CUPTI
+  res.steps_requested = r.warmup_steps + r.timed_steps;
+  return res;
+}
 
-#ifdef OOMB_HAVE_CUPTI
-  // Declared before the backend and the Engine: outlives both.
-  std::unique_ptr<cupti::CuptiCollector> collector;
-  std::unique_ptr<cupti::CuptiTagger> tagger;
-#endif
-  std::unique_ptr<Backend> backend_owner;
-  // A multi-process CUDA run's collectives (bootstrapped over r.comm), and the groups this rank
-  // trains with (parallel_groups: with tensor x data parallelism, the groups' and the replicas' NCCL
-  // communicators, and the world is never connected), made before the device block.
-  std::unique_ptr<Communicator> nccl;
-  ParallelGroups groups;
-  // cuda runs: the kernel families and GEMM precisions that ran, and the backend's own buffers.
-  std::function<Json()> cuda_summary = [] { return Json(); };
-  if (r.backend == "cpu") {
-    CpuBackendOptions copt;
-    // Data-parallel ranks on one node share its cores: by default each takes its share of them.
-    copt.threads = rank_cpu_threads(r.cpu_threads, r.comm);
-    backend_owner = std::make_unique<CpuBackend>(copt);
-  } else {
-#ifdef OOMB_HAVE_CUDA_BACKEND
-    std::string why;
-    if (!cuda_device_available(&why)) throw Error("--backend", "cuda", "no usable CUDA device: " + why, "use --backend cpu");
-#ifdef OOMB_HAVE_CUPTI
-    // Before the backend exists, so that CUPTI sees its allocations (memory records). Asked for by
-    // name (--trace-timing cupti), a refusal is an error; by default the run falls back to host timing.
-    if (use_cupti) {
-      collector = start_or_fall_back(
-          [] {
-            cupti::CollectorOptions co;
-            co.windowed = true;  // decoded step by step: only the timed steps' work is kept
-            return std::make_unique<cupti::CuptiCollector>(co);
-          },
-          &res.cupti_failure);
-      if (!collector && r.trace_timing == "cupti")
-        throw Error("--trace-timing", "cupti", "CUPTI could not start: " + res.cupti_failure, "use --trace-timing host");
-      if (!collector) say(r, fallback_message(res.cupti_failure));
-    }
-#endif
-    try {
-      CudaBackendOptions copt;
-      const std::string ak = res.attention_kernel, gp = res.gemm_precision;
-      copt.attention_kernel = ak == "fp32" ? CudaAttentionKernel::fp32 : CudaAttentionKernel::bf16_tensor_core;
-      copt.attention_kernel_strict = ak == "bf16-tc";
-      copt.gemm_precision = gp == "fp32"   ? CudaGemmPrecision::fp32
-                            : gp == "tf32" ? CudaGemmPrecision::tf32
-                                           : CudaGemmPrecision::bf16;
-      // The op scratch is the table's op_scratch row, allocated once; no op grows it.
-      for (const step::BufferRow& row : table.table.rows)
-        if (row.name == step::row::kOpScratch) copt.workspace_bytes = row.bytes;
-      copt.fixed_workspace = true;
-      // The device buffers in one block reserved up front and laid out by the table (step/allocator.h),
-      // as its allocator_blocks row prices it: no growth in 1 GiB blocks, no holes first fit leaves.
-      step::allocator::ArenaLayout layout = step::allocator::cuda_arena_layout(table.table.rows, true);
-      copt.device_reserve_bytes = layout.block_bytes;
-      copt.device_layout = std::move(layout.ranges);
-      // One GPU per rank: the rank's place among its host's ranks (a shared-memory split of the job,
-      // whatever launched it) modulo the devices this process sees, so that a job with one visible
-      // GPU per rank (CUDA_VISIBLE_DEVICES set per rank) drives device 0 in each, and the emulated
-      // device (one per process) runs any number of ranks.
-      if (r.comm && r.comm->size() > 1) {
-        const int devices = cuda_device_count();
-        if (devices > 0) copt.device = r.comm->host_rank() % devices;
-      }
-#ifdef OOMB_HAVE_NCCL
-      // NCCL before the device block (review 3, finding 5): its communicators are created and
-      // connected first, the groups this rank trains with made here (the world is connected only
-      // when it is one of them), and the device memory they took is measured (the
-      // communicator_buffers row).
-      if (r.comm && r.comm->size() > 1)
-        copt.before_device_block = [&](void* stream) {
-          nccl = oomb::executor::cuda::nccl_communicator(*r.comm, stream, false);
-          groups = parallel_groups(*nccl, c.gpus, c.data_parallel);
-          for (Communicator* g : {groups.tp, groups.dp})
-            if (g) g->connect();
-        };
-#endif
-      auto cuda = std::make_unique<CudaBackend>(copt);
-      res.device_name = cuda->device_name();
-      res.cuda_device = cuda_device_info(copt.device).name;
-      res.emulated_device = CudaBackend::emulated();
-      if (ak == "bf16-tc" && !cuda->attention_tc_available())
-        throw Error("--attention-kernel", "bf16-tc",
-                    "the bf16 tensor-core kernels do not run on " + res.device_name +
-                        " (they need sm_80 or later and a kernel image for it)",
-                    "--attention-kernel auto or fp32");
-      CudaBackend* cb = cuda.get();
-      cuda_summary = [cb, ak, gp] {
-        const CudaMemoryStats mem = cb->memory_stats();
-        return Json{{"attention_kernel", ak},
-                    {"attention_calls",
-                     {{"fp32", cb->attention_calls(CudaAttentionKernel::fp32)},
-                      {"bf16_tc", cb->attention_calls(CudaAttentionKernel::bf16_tensor_core)}}},
-                    {"gemm_precision", gp},
-                    {"gemm_calls",
-                     {{"fp32", cb->gemm_calls(CudaGemmPrecision::fp32)},
-                      {"tf32", cb->gemm_calls(CudaGemmPrecision::tf32)},
-                      {"bf16", cb->gemm_calls(CudaGemmPrecision::bf16)}}},
-                    // The backend's own device buffers: cuBLASLt's workspace, the ops' scratch.
-                    {"gemm_workspace_bytes", cb->gemm_workspace_bytes()},
-                    {"scratch_bytes", cb->scratch_bytes()},
-                    // The device block the table laid out (step/allocator.h): a grow or a spill is
-                    // memory the plan did not place.
-                    {"device_arena",
-                     {{"reserved_bytes", mem.device_reserved_bytes},
-                      {"grows", mem.device_grows},
-                      {"spills", mem.device_spills}}}};
-      };
-#ifdef OOMB_HAVE_CUPTI
-      if (collector) {
-        try {
-          collector->name_stream(cuda->stream(CudaStream::compute), traces::Lane::compute);
-          collector->name_stream(cuda->stream(CudaStream::h2d), traces::Lane::h2d);
-          collector->name_stream(cuda->stream(CudaStream::d2h), traces::Lane::d2h);
-          tagger = std::make_unique<cupti::CuptiTagger>(*collector);
-        } catch (const std::exception& ex) {
-          if (r.trace_timing == "cupti")
-            throw Error("--trace-timing", "cupti", std::string("CUPTI failed: ") + ex.what(), "use --trace-timing host");
-          res.cupti_failure = ex.what();
-          say(r, fallback_message(res.cupti_failure));
-          collector.reset();
-        }
-      }
-#endif
-      backend_owner = std::move(cuda);
-    } catch (const Error&) {
-      throw;
-    } catch (const std::exception& e) {
-      throw Error("--backend", "cuda", std::string("no usable CUDA device: ") + e.what(), "use --backend cpu");
-    }
-#endif
-  }
-  Backend& backend = *backend_owner;
-  if (r.backend == "cpu") res.cpu_threads = static_cast<CpuBackend&>(backend).threads();
+// The Engine's options: the table it allocates from, what it records, the optimizer, the run's
+// adapters, its communicator (NCCL's on a multi-process CUDA run) and the CUPTI tagger.
+EngineOptions engine_options(const RunRequest& r, const RunTable& table, const ParamTensors& adapters,
+                             detail::RunDevice& device) {
   EngineOptions o;
   o.table = table;
   o.record_trace = r.record_trace;
@@ -595,31 +469,39 @@ RunResult run(const RunRequest& r, const RunTable& table, const Weights& w, cons
   o.adamw.grad_accum = r.grad_accum;
   o.measure_recall = r.measure_recall;
   o.adapters = adapters;
-  o.comm = nccl ? nccl.get() : r.comm;
-  if (nccl) o.groups = &groups;
+  o.comm = device.nccl ? device.nccl.get() : r.comm;
+  if (device.nccl) o.groups = &device.groups;
 #ifdef OOMB_HAVE_CUPTI
-  o.tagger = tagger.get();
-  if (collector)
-    o.host_buffers.push_back({step::row::kCuptiActivityBuffers, "backend_scratch", collector->pool_bytes()});
+  o.tagger = device.tagger.get();
+  if (device.collector)
+    o.host_buffers.push_back({step::row::kCuptiActivityBuffers, "backend_scratch", device.collector->pool_bytes()});
+#else
+  (void)device;
 #endif
-  // Remembers the (stage, chunk, layer, op) a failing step was in (forwarding to the CUPTI tagger).
-  FaultTagger fault_tagger(o.tagger);
-  o.tagger = &fault_tagger;
-  int64_t current = 0;
-  if (r.progress) o.progress = [&](const Progress& p) { r.progress(current, total_steps, p); };
-  Engine e(backend, r.scenario.model, c, w, o);
-  res.offload = e.geometry().offload;
-#ifdef OOMB_HAVE_CUDA_BACKEND
-  // The set-up the constructor queued (zeroed buffers, the weights' upload) ends before the first
-  // step starts, so that neither its time nor its device work counts in step 1 (a run without
-  // warm-up measures it; a CUPTI window opened at the step would hold its records, untagged).
-  if (r.backend == "cuda") static_cast<CudaBackend&>(backend).synchronize();
-#endif
+  return o;
+}
 
-  // CUPTI: the steps' intervals on the steady clock, each closed after the device finished its
-  // work; only work inside them goes into the trace (not set-up, nor the checks run between steps).
+// The step loop's record: the steps' intervals for CUPTI, the first timed step's start, every step's
+// time (warm-up included) and the measurement after the fastest timed step.
+struct StepLoop {
+  // CUPTI: the timed steps' intervals on the steady clock, each closed after the device finished
+  // its work; only work inside them goes into the trace (not set-up, nor the checks run between steps).
   std::vector<std::pair<int64_t, int64_t>> windows;
-  int64_t timed_start_ns = 0;  // steady clock at the first timed step
+  int64_t timed_start_ns = 0;            // steady clock at the first timed step
+  std::vector<double> all_step_times_s;  // warm-up included
+  std::optional<Measured> fastest_comm;  // the measurement after the fastest timed step (its collectives)
+};
+
+// Runs the steps (stopping early when asked), checks the first against the reference or the dense
+// step when asked; a step that fails is recorded on `res` (failure, failed_step) after the run's
+// communicators are aborted, and bad input and host memory exhaustion are rethrown.
+StepLoop run_steps(const RunRequest& r, Engine& e, detail::RunDevice& device, const Weights& w,
+                   const TokenSource& tokens, const ParamTensors& adapters, FaultTagger& fault_tagger,
+                   int64_t& current, RunResult& res) {
+  const step::Config& c = r.scenario.config;
+  Backend& backend = *device.backend;
+  const int64_t total_steps = r.warmup_steps + r.timed_steps;
+  StepLoop loop;
   // Data parallelism: rank r of N trains on sequence step x N + r (one process: step).
   const int world = r.comm ? r.comm->size() : 1, rank = r.comm ? r.comm->rank() : 0;
   res.rank = rank;
@@ -628,8 +510,6 @@ RunResult run(const RunRequest& r, const RunTable& table, const Weights& w, cons
   const int replicas = world / static_cast<int>(c.gpus), replica = rank / static_cast<int>(c.gpus);
   auto sequence_of = [&](int64_t step) { return tokens.sequence(step * replicas + replica, c.context_tokens); };
   const std::vector<int32_t> first = sequence_of(0);
-  std::vector<double> all_step_times_s;  // warm-up included
-  std::optional<Measured> fastest_comm;   // the measurement after the fastest timed step (its collectives)
   // Review 3, finding 6: a rank whose step failed aborts its NCCL communicators before it unwinds
   // (the Engine, the backend and the communicators wait on their streams as they are destroyed, and
   // a collective that a peer never joins would hold them there, so the rank would never reach the
@@ -637,7 +517,7 @@ RunResult run(const RunRequest& r, const RunTable& table, const Weights& w, cons
   auto abort_communicators = [&] {
     if (world <= 1) return;
     e.abort_communicators();
-    if (nccl) nccl->abort();
+    if (device.nccl) device.nccl->abort();
   };
   try {
     for (current = 0; current < total_steps; ++current) {
@@ -647,25 +527,25 @@ RunResult run(const RunRequest& r, const RunTable& table, const Weights& w, cons
       }
       const std::vector<int32_t> seq = current == 0 ? first : sequence_of(current);
       const int64_t t0 = steady_now_ns();
-      if (current == warmup) timed_start_ns = t0;
+      if (current == r.warmup_steps) loop.timed_start_ns = t0;
       const StepResult sr = e.step(seq);
       res.losses.push_back(sr.loss);
-      all_step_times_s.push_back(sr.seconds);
-      if (current >= warmup) {
+      loop.all_step_times_s.push_back(sr.seconds);
+      if (current >= r.warmup_steps) {
         // The collectives' times of the step validate compares (the fastest timed one), not of the last.
         if (res.step_times_s.empty() || sr.seconds < *std::min_element(res.step_times_s.begin(), res.step_times_s.end()))
-          fastest_comm = e.measured();
+          loop.fastest_comm = e.measured();
         res.step_times_s.push_back(sr.seconds);
       }
 #ifdef OOMB_HAVE_CUPTI
-      if (collector) {
+      if (device.collector) {
         static_cast<CudaBackend&>(backend).synchronize();
         // The warm-up's device work is left out, as on the host-timed path. The collector decodes
         // the step's records now and keeps only its window's work (review 3, finding 12).
-        if (current >= warmup) windows.emplace_back(t0, steady_now_ns());
-        if (collector->windowed()) {
-          if (current >= warmup) collector->close_window(windows.back().first, windows.back().second);
-          else collector->settle();
+        if (current >= r.warmup_steps) loop.windows.emplace_back(t0, steady_now_ns());
+        if (device.collector->windowed()) {
+          if (current >= r.warmup_steps) device.collector->close_window(loop.windows.back().first, loop.windows.back().second);
+          else device.collector->settle();
         }
       }
 #else
@@ -692,36 +572,45 @@ RunResult run(const RunRequest& r, const RunTable& table, const Weights& w, cons
     res.failure = ex.what() + (at ? " (in " + at->to_string() + ")" : std::string());
     res.failed_step = current + 1;
   }
+  return loop;
+}
+
+// The run's measurement (the Engine's, with the collectives of the fastest timed step) and what is
+// kept of it; false when the run has nothing more to give (a failed step: the host trace so far is
+// kept; an interrupt before any step).
+bool finish_measurement(const RunRequest& r, Engine& e, detail::RunDevice& device, StepLoop& loop, RunResult& res) {
+  const int64_t total_steps = r.warmup_steps + r.timed_steps;
   res.measured = e.measured();
   res.measured.job = r.job;
   res.measured.emulated_device = res.emulated_device;
-  if (fastest_comm) {
+  if (loop.fastest_comm) {
     Measured& m = res.measured;
-    m.allreduce_s = fastest_comm->allreduce_s;
-    m.allreduce_wait_s = fastest_comm->allreduce_wait_s;
-    m.allreduce_transfer_s = fastest_comm->allreduce_transfer_s;
-    m.tp_allreduce_s = fastest_comm->tp_allreduce_s;
-    m.tp_allreduce_wait_s = fastest_comm->tp_allreduce_wait_s;
-    m.tp_allreduce_transfer_s = fastest_comm->tp_allreduce_transfer_s;
+    const Measured& f = *loop.fastest_comm;
+    m.allreduce_s = f.allreduce_s;
+    m.allreduce_wait_s = f.allreduce_wait_s;
+    m.allreduce_transfer_s = f.allreduce_transfer_s;
+    m.tp_allreduce_s = f.tp_allreduce_s;
+    m.tp_allreduce_wait_s = f.tp_allreduce_wait_s;
+    m.tp_allreduce_transfer_s = f.tp_allreduce_transfer_s;
   }
-  if (auto* cpu = dynamic_cast<CpuBackend*>(&backend)) res.allocator_reserved_bytes = cpu->reserved_high_bytes();
-  res.cuda = cuda_summary();
+  if (auto* cpu = dynamic_cast<CpuBackend*>(device.backend.get())) res.allocator_reserved_bytes = cpu->reserved_high_bytes();
+  res.cuda = device.cuda_summary();
   if (!res.failure.empty()) {
     // What was measured still goes out: the completed steps and the host trace so far.
     if (r.record_trace) res.trace = e.trace(r.command);
-    return res;
+    return false;
   }
   res.steps_completed = static_cast<int64_t>(res.losses.size());
   if (res.interrupted) {
-    if (res.steps_completed == 0) return res;  // nothing measured
+    if (res.steps_completed == 0) return false;  // nothing measured
     if (res.step_times_s.empty()) {  // stopped in the warm-up: its steps are what was measured
-      warmup = 0;
-      res.step_times_s = all_step_times_s;
-      timed_start_ns = e.trace_origin_ns();
+      res.warmup_steps = 0;
+      res.step_times_s = loop.all_step_times_s;
+      loop.timed_start_ns = e.trace_origin_ns();
     }
-    res.warmup_steps = warmup;
     res.timed_steps = static_cast<int64_t>(res.step_times_s.size());
   }
+  const int world = res.world, rank = res.rank;
   if (world > 1) {
     // Every rank's losses, for the job's summary (rank 0 prints it).
     std::vector<double> all(static_cast<size_t>(world * total_steps), 0.0);
@@ -735,119 +624,31 @@ RunResult run(const RunRequest& r, const RunTable& table, const Weights& w, cons
   if (r.keep_adapters && !res.interrupted) res.adapters = e.adapters();
   res.fastest_step_s = *std::min_element(res.step_times_s.begin(), res.step_times_s.end());
   for (double x : res.step_times_s) res.timed_mean_step_s += x / static_cast<double>(res.step_times_s.size());
-  if (!r.record_trace) return res;
+  return true;
+}
 
+// The run's trace: CUPTI's device times where they were recorded, else the Engine's host-timed
+// events; the warm-up left out, and the run record and its step timing in the metadata.
+traces::Trace run_trace(const RunRequest& r, Engine& e, detail::RunDevice& device, const StepLoop& loop,
+                        RunResult& res) {
   std::string step_timing_events = "every step's";
   traces::Trace t;
   bool engine_clock = true;  // the events' times are on the Engine's steady clock
 #ifdef OOMB_HAVE_CUPTI
-  if (collector) {
-    cupti::DecodeOptions d;
-    d.detail = r.detail;
-    if (collector->steady_clock()) {  // the Engine's clock: same origin as its memory samples
-      d.origin_ns = e.trace_origin_ns();  // the windows were given step by step (close_window)
-    } else {
-      say(r, "oomb run: warning: CUPTI refused the steady clock; the trace keeps every record (set-up and warm-up "
-             "included) on CUPTI's clock");
-      engine_clock = false;
-    }
-    traces::Metadata md;
-    md.device = res.device_name + ", CUPTI device times";
-    cupti::DecodeStats st;
-    std::optional<traces::Trace> decoded;
-    try {
-      decoded = collector->trace(md, d, &st);
-    } catch (const std::exception& ex) {  // the host trace is still good: keep it, say why
-      res.cupti_failure = ex.what();
-      say(r, fallback_message(res.cupti_failure));
-      engine_clock = true;
-    }
-    // A CUPTI that started but recorded no kernel in the timed steps (a virtualised runtime, a
-    // driver that refuses the activity kinds, every record dropped) would give a device trace with
-    // no compute, which validate would judge: the host-timed trace instead, saying why.
-    if (decoded && st.kernels == 0) {
-      res.cupti_failure = "it started but recorded no kernel in the timed steps (" + std::to_string(st.records) +
-                          " records decoded, " + std::to_string(st.dropped) + " dropped)";
-      say(r, fallback_message(res.cupti_failure));
-      decoded.reset();
-      engine_clock = true;
-    }
-    if (decoded) {
-      traces::Trace& dev = *decoded;
-      int64_t reserved_device = 0, reserved_host = 0;  // cudaMalloc'd / pinned, as CUPTI saw them
-      for (const auto& sample : dev.memory) {
-        reserved_device = std::max(reserved_device, sample.device_bytes);
-        reserved_host = std::max(reserved_host, sample.host_bytes);
-      }
-      dev.metadata.extra = {{"gpu", res.device_name},
-                            {"gpu_name", res.cuda_device},
-                            {"trace_timing", "cupti"},
-                            {"cupti",
-                             {{"records", st.records},
-                              {"kernels", st.kernels},
-                              {"memcpys", st.memcpys},
-                              {"memsets", st.memsets},
-                              {"memory", st.memory},
-                              {"correlations", st.correlations},
-                              {"untagged", st.untagged},
-                              {"outside_steps", st.outside},
-                              {"invalid", st.invalid},
-                              {"ignored", st.ignored},
-                              {"dropped", st.dropped},
-                              {"steady_clock", collector->steady_clock()},
-                              {"driver_api_records", collector->driver_records()},
-                              {"reserved_device_bytes", reserved_device},
-                              {"reserved_pinned_bytes", reserved_host},
-                              {"activity_buffer_bytes", collector->buffer_bytes()},
-                              {"activity_pool_bytes", collector->pool_bytes()},
-                              {"activity_buffers_held_high_water", collector->buffers_held_high_water()},
-                              {"activity_buffers_beyond_pool", collector->buffers_beyond_pool()}}}};
-      if (collector->buffers_beyond_pool() > 0)
-        say(r, "oomb run: note: CUPTI asked for " + std::to_string(collector->buffers_beyond_pool()) +
-                   " activity buffers beyond the collector's pool of " + format_bytes(collector->pool_bytes()) +
-                   " (at most " + std::to_string(collector->buffers_held_high_water()) +
-                   " held at once): host memory past the cupti_activity_buffers row");
-      t = e.device_timed_trace(std::move(dev), r.command);
-      // Review 3, finding 3: NCCL's host calls only enqueue; its kernels' spans over the fastest timed
-      // step are the collectives' device times (the data-parallel ones by their ops, the rest tensor
-      // parallelism's), each rank's wait for the slowest included.
-      if (world > 1 && engine_clock && !res.step_times_s.empty() && windows.size() == res.step_times_s.size()) {
-        const size_t k = static_cast<size_t>(std::min_element(res.step_times_s.begin(), res.step_times_s.end()) -
-                                             res.step_times_s.begin());
-        const int64_t a = windows[k].first - e.trace_origin_ns(), b = windows[k].second - e.trace_origin_ns();
-        double tp_s = 0, dp_s = 0;
-        for (const traces::Event& ev : t.events) {
-          if (ev.kind != traces::EventKind::collective || ev.start_ns < a || ev.start_ns >= b) continue;
-          (Engine::data_parallel_op(ev.op) ? dp_s : tp_s) += static_cast<double>(ev.duration_ns()) * 1e-9;
-        }
-        Measured& m = res.measured;
-        m.collectives_device_timed = true;
-        m.tp_allreduce_s = m.tp_allreduce_transfer_s = tp_s;
-        m.allreduce_s = m.allreduce_transfer_s = dp_s;
-        m.tp_allreduce_wait_s = m.allreduce_wait_s = 0;
-      }
-      if (!engine_clock) {  // the Engine's step intervals are on another clock: one step, first to last
-        std::erase_if(t.events, [](const traces::Event& ev) {
-          return ev.kind == traces::EventKind::phase && ev.name == traces::kStepPhase;
-        });
-        t.summary = traces::summarize(t);
-      }
-      res.cupti = CuptiSummary{st.records, st.kernels, st.memcpys, st.memsets, st.untagged, st.outside, st.dropped};
-      if (st.dropped > 0)
-        say(r, "oomb run: warning: CUPTI dropped " + std::to_string(st.dropped) +
-                   " activity records (its buffers were full): the trace misses work");
-      if (!tagger->error().empty())
-        say(r, "oomb run: warning: a CUPTI tag could not be popped (" + tagger->error() + "): later tags may be wrong");
-    }
+  if (device.collector) {
+    if (std::optional<traces::Trace> timed = detail::cupti_trace(r, e, device, loop.windows, res, engine_clock))
+      t = std::move(*timed);
   }
+#else
+  (void)device;
 #endif
   if (!res.cupti) t = e.trace(r.command);
   // Either timing: the warm-up's events (and its step phase) are left out, so that per-step times
   // (the summary's, and validate's stage and pass rows, which divide by the measured block's steps)
   // describe the timed steps only. CUPTI decoded only the timed steps' windows already.
   int64_t record_steps = 0;  // 0: the Engine's count (every step)
-  if (warmup > 0 && engine_clock) {
-    const int64_t cut = timed_start_ns - e.trace_origin_ns();
+  if (res.warmup_steps > 0 && engine_clock) {
+    const int64_t cut = loop.timed_start_ns - e.trace_origin_ns();
     std::erase_if(t.events, [cut](const traces::Event& ev) { return ev.start_ns < cut; });
     t.summary = traces::summarize(t);
     record_steps = res.timed_steps;
@@ -875,7 +676,37 @@ RunResult run(const RunRequest& r, const RunTable& table, const Weights& w, cons
     t.metadata.extra["interrupted"] = {{"steps_completed", res.steps_completed},
                                        {"steps_requested", res.steps_requested},
                                        {"note", "the run was interrupted: the trace holds the completed steps"}};
-  res.trace = std::move(t);
+  return t;
+}
+
+}  // namespace
+
+RunResult run(const RunRequest& r, const RunTable& table, const Weights& w, const TokenSource& tokens,
+              const ParamTensors& adapters) {
+  const step::Config& c = r.scenario.config;
+  RunResult res = start_result(r, adapters);
+  const int64_t total_steps = r.warmup_steps + r.timed_steps;
+  detail::RunDevice device;
+  detail::open_device(r, table, res, device);
+  Backend& backend = *device.backend;
+  if (r.backend == "cpu") res.cpu_threads = static_cast<CpuBackend&>(backend).threads();
+  EngineOptions o = engine_options(r, table, adapters, device);
+  // Remembers the (stage, chunk, layer, op) a failing step was in (forwarding to the CUPTI tagger).
+  FaultTagger fault_tagger(o.tagger);
+  o.tagger = &fault_tagger;
+  int64_t current = 0;
+  if (r.progress) o.progress = [&](const Progress& p) { r.progress(current, total_steps, p); };
+  Engine e(backend, r.scenario.model, c, w, o);
+  res.offload = e.geometry().offload;
+#ifdef OOMB_HAVE_CUDA_BACKEND
+  // The set-up the constructor queued (zeroed buffers, the weights' upload) ends before the first
+  // step starts, so that neither its time nor its device work counts in step 1 (a run without
+  // warm-up measures it; a CUPTI window opened at the step would hold its records, untagged).
+  if (r.backend == "cuda") static_cast<CudaBackend&>(backend).synchronize();
+#endif
+  StepLoop loop = run_steps(r, e, device, w, tokens, adapters, fault_tagger, current, res);
+  if (!finish_measurement(r, e, device, loop, res)) return res;
+  if (r.record_trace) res.trace = run_trace(r, e, device, loop, res);
   return res;
 }
 

@@ -302,20 +302,35 @@ Engine::Engine(Backend& backend, const models::ModelSpec& model, const step::Con
       config_(config),
       options_(std::move(options)),
       recorder_(options_.record_trace, options_.detail) {
+  check_config(model, config);
+  join_ranks(config);
+  choose_storage(model, config);
+  const step::BufferTable table = bind_table(model, config);
+  allocate_parameters(weights, model, config);
+  allocate_pages(table, config);
+  account_backend_buffers(model, config);
+  allocate_step_state(config);
+}
+
+// What the configuration may ask is refused by step/ (validate, capability: the flag that sets the
+// knob, from step's one vocabulary); the Engine's own refusals name the keys, and the runner names
+// the flags before (check_run).
+void Engine::check_config(const models::ModelSpec& model, const step::Config& config) {
   step::validate(config, model);
   if (const step::Capability cap = step::capability(config, backend_.target()); !cap.executable())
     throw step::capability_error(cap, config);
-  // What the configuration may ask is refused by step/ (validate, capability: the flag that sets
-  // the knob, from step's one vocabulary); the Engine's own refusals name the keys, and the runner
-  // names the flags before (check_run).
   if (config.context_tokens < 2)
     throw Error("context_tokens", std::to_string(config.context_tokens),
                 "needs at least 2 tokens (one next-token prediction)");
-  const bool sparse = config.attention == Attention::sparse;
   if (model_.head_dim % 2 != 0) throw Error(model_.id, "head_dim", "must be even for RoPE");
-  if (options_.measure_recall && !sparse)
+  if (options_.measure_recall && config.attention != Attention::sparse)
     throw Error("--measure-recall", "", "measures what sparse page selections capture of the dense attention",
                 "add --attention sparse");
+}
+
+// The run's ranks: tensor parallelism's shard of the model (one process per GPU of a group) and the
+// groups this rank trains with.
+void Engine::join_ranks(const step::Config& config) {
   const int world = options_.comm ? options_.comm->size() : 1;
   full_model_ = model_;
   tp_ = config.gpus;
@@ -351,6 +366,10 @@ Engine::Engine(Backend& backend, const models::ModelSpec& model, const step::Con
     OOMB_ASSERT((tp_comm_ != nullptr) == (tp_ > 1) && (dp_comm_ != nullptr) == (config.data_parallel > 1),
                 "the communicator groups do not match the configuration's degrees");
   }
+}
+
+// The storage dtypes, the step's geometry, the parameters' layouts (LoRA's adapters) and the loss's tiles.
+void Engine::choose_storage(const models::ModelSpec& model, const step::Config& config) {
   // Storage as the config says: fp32 or bf16 (anything else is refused above, by the capability).
   kv_dtype_ = page_dtype_of(config.kv_dtype, "kv_dtype");
   grad_page_dtype_ = page_dtype_of(config.kv_grad_dtype, "kv_grad_dtype");
@@ -361,11 +380,6 @@ Engine::Engine(Backend& backend, const models::ModelSpec& model, const step::Con
   g_ = step::geometry(model, config);
 
   layout_ = ParamLayout(model_);
-  // Tensor parallelism: the rank's shard of the model's weights.
-  const Weights local = tp_ > 1 ? shard_params(weights, layout_, tp_rank_) : Weights{};
-  const Weights& w0 = tp_ > 1 ? local : weights;
-  OOMB_ASSERT(w0.layout.total() == layout_.total() && w0.layout.params().size() == layout_.params().size(),
-              "weights do not have the model's layout");
   lora_ = config.lora_rank > 0;
   if (lora_) {
     lora_layout_ = ParamLayout::lora(model_, config.lora_rank, config.lora_targets);
@@ -375,23 +389,36 @@ Engine::Engine(Backend& backend, const models::ModelSpec& model, const step::Con
                 "LoRA: EngineOptions::adapters does not have the adapters' layout");
     grad_dtype_ = DType::f32;  // the adapters' gradients (fp32, as the adapters)
   }
-  const int64_t kvd = model_.kv_dim(), n_params = layout_.total();
   // The LM head and the loss run over tiles of g.T rows (logits_chunk_tokens, or the whole chunk:
   // the framework path keeps the logits, an upcast when the loss dtype differs, and a gradient).
   head_rows_ = g_.T;
   fused_loss_ = g_.fused_loss;
   recomputed_ = g_.Lr;
+}
 
+step::BufferTable Engine::bind_table(const models::ModelSpec& model, const step::Config& config) {
   // The run's buffer table: every buffer below is one of its rows' tensors, and the memory account
   // measures each row's use against its bytes and phases (an allocation outside every row, beyond
   // its row or outside its phases is refused). The runner's, checked against the plan, or the step's.
-  const step::BufferTable table =
+  step::BufferTable table =
       options_.table.table.rows.empty() ? run_table(model, config, backend_.target()) : std::move(options_.table.table);
   table_ = table.rows;
   rows_ = options_.table_override.empty() ? table_ : options_.table_override;
   notes_ = options_.planned.empty() ? std::move(options_.table.notes)
                                      : check_plan_rows(options_.planned, rows_, backend_.name());
   account_.bind(rows_);
+  return table;
+}
+
+// The weights (this rank's shard), their gradients and, with an optimizer, its state (ZeRO-1: this
+// replica's shard of it), each a tensor of its row, uploaded.
+void Engine::allocate_parameters(const Weights& weights, const models::ModelSpec& model, const step::Config& config) {
+  // Tensor parallelism: the rank's shard of the model's weights.
+  const Weights local = tp_ > 1 ? shard_params(weights, layout_, tp_rank_) : Weights{};
+  const Weights& w0 = tp_ > 1 ? local : weights;
+  OOMB_ASSERT(w0.layout.total() == layout_.total() && w0.layout.params().size() == layout_.params().size(),
+              "weights do not have the model's layout");
+  const int64_t n_params = layout_.total();
   const bool optimizer = config.optimizer != step::Optimizer::none;
   const Tier opt_tier = config.optimizer == step::Optimizer::host ? Tier::host : Tier::device;
 
@@ -437,15 +464,21 @@ Engine::Engine(Backend& backend, const models::ModelSpec& model, const step::Con
       if (p.decay) std::fill_n(mask.begin() + p.offset, p.numel, uint8_t{1});
     backend_.upload(decay_mask_.data(), mask.data() + shard0, n_opt);
   }
+}
 
+// The page pools' offload engine and, sparse, the page summaries.
+void Engine::allocate_pages(const step::BufferTable& table, const step::Config& config) {
   store_ = std::make_unique<OffloadEngine>(backend_, g_, table.pages.kv_pool_capacity_pages, account_, recorder_,
                                            options_.host_slab_bytes, options_.tagger);
-  if (sparse) {
+  if (config.attention == Attention::sparse) {
     // Page key means, stored in the KV page dtype (what the selection reads).
     const bool dev = config.selection_memory == step::SelectionMemory::device;
     summaries_ = row_tensor(dev ? step::row::kPageSummaries : step::row::kHostPageSummaries,
                             dev ? Tier::device : Tier::host, "summaries");
   }
+}
+
+void Engine::account_backend_buffers(const models::ModelSpec& model, const step::Config& config) {
   // What the backend holds for itself (the CUDA workspace and op scratch), under their rows: the op
   // scratch is sized to its row first (a larger request throws from then on).
   if (const step::BufferRow* r = find_row(rows_, step::row::kOpScratch, Tier::device)) {
@@ -471,7 +504,12 @@ Engine::Engine(Backend& backend, const models::ModelSpec& model, const step::Con
       notes_.push_back("the communicators' library took " + format_bytes(comm_bytes) +
                        " of device memory, which the buffer table has no row for");
   }
+}
 
+// The state a step keeps: tensor parallelism's staging and loss statistics, the chunk's tokens and
+// hidden states, the working set carved per phase, recall's keys, the dense selections, the run
+// record's model and the chunks' relative work (for progress).
+void Engine::allocate_step_state(const step::Config& config) {
   if (tp_ > 1) {
     // The activations' all-reduces sum bf16 in an fp32 copy (MPI), the loss's statistics of every
     // rank meet in one buffer: both under their rows, for the whole run.
@@ -490,6 +528,7 @@ Engine::Engine(Backend& backend, const models::ModelSpec& model, const step::Con
     if (r.tier == Tier::device && r.phases != step::all_phases(config.schedule)) working_set_.push_back({&r, false});
 
   if (options_.measure_recall) {
+    const int64_t kvd = model_.kv_dim();
     const int64_t floats = checked_mul(checked_mul(g_.L, g_.N, "recall keys"), kvd, "recall keys");
     if (floats > (int64_t{1} << 30))
       throw Error("--measure-recall", "", "keeps a host copy of every layer's keys and computes dense scores over the "

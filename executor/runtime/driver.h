@@ -187,6 +187,18 @@ class Engine {
   const Geometry& geometry() const { return g_; }
 
  private:
+  // The constructor's jobs, in order.
+  void check_config(const models::ModelSpec& model, const step::Config& config);
+  void join_ranks(const step::Config& config);
+  void choose_storage(const models::ModelSpec& model, const step::Config& config);
+  // The run's buffer table: every buffer is one of its rows' tensors, and the memory account measures
+  // each row's use against its bytes and phases.
+  step::BufferTable bind_table(const models::ModelSpec& model, const step::Config& config);
+  void allocate_parameters(const Weights& weights, const models::ModelSpec& model, const step::Config& config);
+  void allocate_pages(const step::BufferTable& table, const step::Config& config);
+  // What the backend holds for itself and what the communicators took, under their rows.
+  void account_backend_buffers(const models::ModelSpec& model, const step::Config& config);
+  void allocate_step_state(const step::Config& config);
   struct Work;
   struct LayerSet;
   struct LayerPtrs;
