@@ -6,50 +6,32 @@
 
 #include "core/format.h"
 #include "step/buffers.h"
+#include "step/describe.h"
 
 namespace oomb::cli {
 
 using namespace simulator;
 
+namespace {
+std::string overlap_text(double overlap) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.2f", overlap);
+  return b;
+}
+}  // namespace
+
 void print_scenario_header(const Scenario& s) {
   const auto& c = s.config;
   const bool projected = s.gpu.calibrated_from.rfind("projected", 0) == 0;
-  std::printf("%s on %s%s (host %s), context %s tokens, schedule %s", s.model.id.c_str(), s.gpu.id.c_str(),
-              projected ? " (projected profile)" : "", s.host.id.c_str(), format_tokens(c.context_tokens).c_str(),
-              to_string(c.schedule));
-  if (c.schedule == step::Schedule::oomb) {
-    std::printf(", %s attention\n", to_string(c.attention));
-    std::printf("  chunk %s, page %lld, resident layers %s", format_tokens(c.chunk_tokens).c_str(),
-                static_cast<long long>(c.page_tokens),
-                c.resident_layers >= step::effective_layers(c, s.model) ? "all (no offload)"
-                                                                   : std::to_string(c.resident_layers).c_str());
-    if (c.attention == step::Attention::sparse)
-      std::printf(", budget %lld pages of %lld = %s attended tokens (%s, overlap %.2f, selection memory %s)",
-                  static_cast<long long>(c.page_budget), static_cast<long long>(c.page_tokens),
-                  format_tokens(c.page_budget * c.page_tokens).c_str(), c.selection.c_str(), c.selection_overlap,
-                  to_string(c.selection_memory));
-    std::printf("\n");
-  } else {
-    std::printf("\n");
+  std::printf("%s on %s%s (host %s), context %s tokens\n", s.model.id.c_str(), s.gpu.id.c_str(),
+              projected ? " (projected profile)" : "", s.host.id.c_str(), format_tokens(c.context_tokens).c_str());
+  // The configuration in step/describe.h's words, one knob per line.
+  for (const step::ConfigFact& f : step::describe(c, s.model)) {
+    std::string text = f.text;
+    if (f.knob == "attention" && c.attention == step::Attention::sparse)
+      text += ", overlap " + overlap_text(c.selection_overlap) + ", selection memory " + to_string(c.selection_memory);
+    std::printf("  %-14s %s\n", f.knob.c_str(), text.c_str());
   }
-  std::printf("  KV %s, KV-grad %s, params %s, param-grad %s, optimizer %s, checkpointing %s, loss tile %s, loss %s",
-              to_string(c.kv_dtype), to_string(c.kv_grad_dtype), to_string(c.param_dtype), to_string(c.param_grad_dtype),
-              to_string(c.optimizer),
-              !c.checkpointing    ? "off"
-              : c.kept_layers > 0 ? ("on, last " + std::to_string(c.kept_layers) + " of " +
-                                     std::to_string(step::effective_layers(c, s.model)) + " layers kept")
-                                        .c_str()
-                                  : "on",
-              c.logits_chunk_tokens > 0 ? (format_tokens(c.logits_chunk_tokens) + " fused").c_str() : "whole, unfused",
-              to_string(c.loss_dtype));
-  if (c.gpus > 1) std::printf(", tensor parallel x%lld (per-rank figures)", static_cast<long long>(c.gpus));
-  if (c.data_parallel > 1)
-    std::printf(", %lld data-parallel replicas (figures per rank)", static_cast<long long>(c.data_parallel));
-  if (c.shard_optimizer)
-    std::printf(", AdamW state sharded over the %lld data-parallel replicas (ZeRO-1)",
-                static_cast<long long>(c.data_parallel));
-  if (c.layers_override > 0) std::printf(", first %lld layers only", static_cast<long long>(c.layers_override));
-  std::printf("\n");
 }
 
 namespace {

@@ -12,6 +12,7 @@
 #include "cli/scenario_flags.h"
 #include "core/error.h"
 #include "core/format.h"
+#include "step/describe.h"
 #include "step/buffers.h"
 #include "planner/defaults.h"
 #include "planner/plan.h"
@@ -40,35 +41,13 @@ std::vector<std::pair<std::string, std::string>> report_facts(const simulator::S
       {"gpu", s.gpu.id + " (" + format_bytes(s.gpu.hbm_capacity_bytes) + " HBM)"},
       {"host", s.host.id + " (" + format_bytes(s.host.pinnable_bytes) + " pinnable)"},
       {"context", format_tokens(c.context_tokens) + " tokens"},
-      {"schedule", to_string(c.schedule)},
   };
-  if (c.schedule == step::Schedule::oomb) {
-    f.emplace_back("attention", to_string(c.attention));
-    f.emplace_back("chunk / page", format_tokens(c.chunk_tokens) + " / " + std::to_string(c.page_tokens) + " tokens");
-    if (c.attention == step::Attention::sparse)
-      f.emplace_back("page budget", planner::budget_text(c) + " (" + c.selection + ")");
-    f.emplace_back("resident layers", c.resident_layers >= step::effective_layers(c, s.model) ? "all (no offload)"
-                                                                                       : std::to_string(c.resident_layers));
-  }
-  f.emplace_back("KV / KV-grad", std::string(to_string(c.kv_dtype)) + " / " + to_string(c.kv_grad_dtype));
-  f.emplace_back("params / param-grad", std::string(to_string(c.param_dtype)) + " / " + to_string(c.param_grad_dtype));
-  f.emplace_back("optimizer", std::string(to_string(c.optimizer)) +
-                                  (c.shard_optimizer ? " (AdamW state sharded over the " + std::to_string(c.data_parallel) +
-                                                           " data-parallel replicas: ZeRO-1)"
-                                                     : std::string()));
-  f.emplace_back("checkpointing", !c.checkpointing ? std::string("off")
-                                  : c.kept_layers > 0
-                                      ? "on, last " + std::to_string(c.kept_layers) + " of " +
-                                            std::to_string(step::effective_layers(c, s.model)) + " layers kept"
-                                      : std::string("on"));
-  f.emplace_back("loss tile", c.logits_chunk_tokens > 0 ? format_tokens(c.logits_chunk_tokens) + " fused" : "whole, unfused");
-  f.emplace_back("loss dtype", to_string(c.loss_dtype));
-  if (c.gpus > 1) f.emplace_back("tensor parallel", "x" + std::to_string(c.gpus) + " (figures per rank)");
+  // The configuration in step/describe.h's words, as plan and simulate print it.
+  for (const step::ConfigFact& k : step::describe(c, s.model)) f.emplace_back(k.knob, k.text);
+  if (c.gpus > 1) f.emplace_back("figures", "per rank");
   if (c.data_parallel > 1)
-    f.emplace_back("data parallel",
-                   "x" + std::to_string(c.data_parallel) + " replicas" +
-                       (c.nodes > 1 ? " on " + std::to_string(c.nodes) + " nodes" : std::string()) +
-                       " (per-rank figures); " +
+    f.emplace_back("data-parallel traffic",
+                   std::string("per-rank figures; ") +
                        (c.shard_optimizer ? "gradient reduce-scatter and weight all-gather " : "gradient all-reduce ") +
                        (sum.allreduce_bytes > 0
                             ? format_bytes(sum.allreduce_bytes) + " per rank, " + format_duration_s(sum.allreduce_s) +

@@ -10,6 +10,7 @@
 #include "core/format.h"
 #include "planner/plan.h"
 #include "planner/search.h"
+#include "step/describe.h"
 #include "step/run_record.h"
 
 namespace oomb::gui {
@@ -107,6 +108,13 @@ std::vector<Figure> make_figures(const simulator::Scenario& s, const step::Buffe
     }
     f.push_back({"Collectives", v, formula + "\nmemory and time figures are per rank"});
   }
+  // The configuration in the words plan, simulate and run use (step/describe.h).
+  std::string settings;
+  for (const step::ConfigFact& k : step::describe(c, s.model)) settings += (settings.empty() ? "" : "\n") + k.knob + ": " + k.text;
+  f.push_back({"Settings",
+               step::attention_text(c) +
+                   (c.schedule == step::Schedule::oomb ? ", " + step::residency_text(c, s.model) : std::string()),
+               settings});
   std::string why;
   for (const auto& n : sum.notes) why += (why.empty() ? "" : "\n") + n;
   f.push_back({"Binding", std::string(sum.feasible ? "fits, " : "DOES NOT FIT: ") + to_string(sum.binding),

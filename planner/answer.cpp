@@ -11,6 +11,7 @@
 #include "planner/defaults.h"
 #include "planner/executable.h"
 #include "planner/parallel.h"
+#include "step/describe.h"
 #include "step/geometry.h"
 
 namespace oomb::planner {
@@ -51,7 +52,6 @@ Json candidate_brief(const Candidate& c) {
 
 void print_settings(std::string& out, const simulator::Scenario& s) {
   const auto& c = s.config;
-  const int64_t L = step::effective_layers(c, s.model);
   appendf(out, "Settings\n");
   if (c.schedule == step::Schedule::standard) {
     appendf(out, "  schedule     standard (full-sequence training)\n");
@@ -59,29 +59,18 @@ void print_settings(std::string& out, const simulator::Scenario& s) {
     appendf(out, "  schedule     oomb (chunk-recurrent), attention %s\n",
                 c.attention == step::Attention::dense
                     ? "dense (exact gradients)"
-                    : ("SPARSE, " + planner::budget_text(c) + " per query page, selection " + c.selection).c_str());
+                    : ("SPARSE, " + step::budget_text(c) + " per query page, selection " + c.selection).c_str());
     const int64_t chunks = ceil_div(c.context_tokens, c.chunk_tokens);
     appendf(out, "  chunk        %s tokens (%lld chunk%s), page %lld tokens\n", format_tokens(c.chunk_tokens).c_str(),
                 static_cast<long long>(chunks), chunks == 1 ? "" : "s", static_cast<long long>(c.page_tokens));
-    if (c.resident_layers >= L)
-      appendf(out, "  residency    all %lld layers on the GPU (no offload)\n", static_cast<long long>(L));
-    else
-      appendf(out, "  residency    %lld of %lld layers resident, the rest offloaded to the host\n",
-                  static_cast<long long>(c.resident_layers), static_cast<long long>(L));
+    appendf(out, "  residency    %s\n", step::residency_text(c, s.model).c_str());
   }
-  if (c.schedule == step::Schedule::standard)
-    appendf(out, "  dtypes       params %s, param-grad %s\n", to_string(c.param_dtype), to_string(c.param_grad_dtype));
-  else
-    appendf(out, "  dtypes       params %s, KV %s, KV-grad %s, param-grad %s\n", to_string(c.param_dtype),
-                to_string(c.kv_dtype), to_string(c.kv_grad_dtype), to_string(c.param_grad_dtype));
+  appendf(out, "  dtypes       %s\n", step::dtypes_text(c).c_str());
   const int64_t span = c.schedule == step::Schedule::standard ? c.context_tokens
                                                                     : std::min(c.chunk_tokens, c.context_tokens);
-  const int64_t tile = std::min(c.logits_chunk_tokens, span);
-  appendf(out, "  logits       %s\n", c.logits_chunk_tokens > 0
-                                        ? ("fused, " + format_tokens(tile) + "-token tiles" +
-                                           (tile < c.logits_chunk_tokens ? " (one tile)" : ""))
-                                              .c_str()
-                                        : "unfused, whole chunk");
+  appendf(out, "  loss         %s%s, loss %s\n", step::logits_text(c).c_str(),
+          c.logits_chunk_tokens > span ? (" (one tile of " + format_tokens(span) + ": the whole chunk)").c_str() : "",
+          to_string(c.loss_dtype));
   if (c.lora_rank > 0) {
     const step::Geometry g = step::geometry(s.model, c);
     const int64_t trained = step::trainable_param_count(s.model, c, g);
@@ -93,7 +82,7 @@ void print_settings(std::string& out, const simulator::Scenario& s) {
             format_percent(share).c_str());
   }
   appendf(out, "  optimizer    %s\n", planner::optimizer_text(s).c_str());
-  appendf(out, "  recompute    %s\n", planner::recompute_text(c, s.model).c_str());
+  appendf(out, "  recompute    %s\n", step::recompute_text(c, s.model).c_str());
   std::string why;
   if (!planner::executable(c, &why)) appendf(out, "  executable   NO, on paper: %s\n", why.c_str());
   if (c.gpus > 1) appendf(out, "  gpus         %lld (tensor parallelism, sizes per GPU)\n", static_cast<long long>(c.gpus));
@@ -694,7 +683,7 @@ std::string PlanAnswer::describe() const {
   if (sparse_hint)
     appendf(out, "\nSparse attention would be %.0fx faster: %s (page size %lld tokens), step %s, %s tokens/s, peak %s "
                 "(approximate gradients; add --allow-sparse to plan it)\n",
-                chosen->summary.step_s / sparse_hint->summary.step_s, budget_text(sparse_hint->config).c_str(),
+                chosen->summary.step_s / sparse_hint->summary.step_s, step::budget_text(sparse_hint->config).c_str(),
                 static_cast<long long>(sparse_hint->config.page_tokens),
                 format_duration_s(sparse_hint->summary.step_s).c_str(),
                 format_count(sparse_hint->summary.tokens_per_s).c_str(),

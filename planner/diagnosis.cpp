@@ -5,6 +5,7 @@
 
 #include "core/format.h"
 #include "models/specs.h"
+#include "step/describe.h"
 
 namespace oomb::planner {
 
@@ -141,7 +142,7 @@ Diagnosis diagnose(const Request& r0, int64_t N, const SearchResult& failed) {
       if (!widest || span(k) > span(*widest) || (span(k) == span(*widest) && k.summary.step_s < widest->summary.step_s))
         widest = &k;
     if (widest)
-      d.suggestions.push_back({"sparse attention, " + budget_text(widest->config) + " (approximate gradients)",
+      d.suggestions.push_back({"sparse attention, " + step::budget_text(widest->config) + " (approximate gradients)",
                                "--attention sparse --budget " + std::to_string(widest->config.page_budget) +
                                    " --page " + std::to_string(widest->config.page_tokens),
                                q.scenario.model.id, q.scenario.gpu.id, q.scenario.host.id, *widest});

@@ -15,6 +15,7 @@
 
 #include "core/error.h"
 #include "core/format.h"
+#include "step/describe.h"
 #include "step/buffers.h"
 #include "core/units.h"
 
@@ -989,78 +990,37 @@ MaxContext max_context(const Request& r0, step::Attention mode, int64_t cap) {
 
 // ---------------------------------------------------------------------------------------------
 
-namespace {
-std::string resident_text(const step::Config& c, const models::ModelSpec& m) {
-  const int64_t L = step::effective_layers(c, m);
-  if (c.resident_layers >= L) return "all layers resident (no offload)";
-  return std::to_string(c.resident_layers) + " resident layer" + (c.resident_layers == 1 ? "" : "s") + " (offload)";
-}
-std::string logits_text(const step::Config& c) {
-  return c.logits_chunk_tokens > 0 ? "logits in fused " + format_tokens(c.logits_chunk_tokens) + " tiles"
-                                   : "logits unfused (whole chunk)";
-}
-std::string attention_text(const step::Config& c) {
-  return c.attention == step::Attention::sparse ? "sparse (" + budget_text(c) + ", " + c.selection + ")" : "dense";
-}
-}  // namespace
-
-std::string budget_text(const step::Config& c) {
-  return "budget " + std::to_string(c.page_budget) + " pages of " + std::to_string(c.page_tokens) + " = " +
-         format_tokens(c.page_budget * c.page_tokens) + " attended tokens";
-}
-
-std::string recompute_text(const step::Config& c, const models::ModelSpec& m) {
-  if (!c.checkpointing) return "checkpointing off (every layer's activations kept: no recompute)";
-  if (c.kept_layers == 0) return "checkpointing on (each layer recomputed from its input in the backward)";
-  const int64_t L = step::effective_layers(c, m);
-  return "checkpointing on, last " + std::to_string(c.kept_layers) + " of " + std::to_string(L) +
-         " layers kept (their activations live from the forward to their backward; the other " +
-         std::to_string(L - c.kept_layers) + " are recomputed from their inputs)";
-}
-
 std::string describe_knobs(const step::Config& c, const models::ModelSpec& m) {
   std::string s;
   if (c.schedule == step::Schedule::standard) {
     s = "standard schedule, ";
   } else {
     s = "chunk " + format_tokens(c.chunk_tokens) + ", page " + std::to_string(c.page_tokens) + ", " +
-        resident_text(c, m) + ", ";
+        step::residency_text(c, m) + ", ";
   }
-  s += attention_text(c) + ", KV " + to_string(c.kv_dtype) + ", KV-grad " + to_string(c.kv_grad_dtype) +
-       ", param-grad " + to_string(c.param_grad_dtype) + ", " + logits_text(c) + ", optimizer " + step::to_string(c.optimizer) +
-       (!c.checkpointing ? ", no checkpointing"
-        : c.kept_layers > 0
-            ? ", last " + std::to_string(c.kept_layers) + " of " +
-                  std::to_string(step::effective_layers(c, m)) + " layers kept"
-            : "");
-  if (c.shard_optimizer) s += " sharded over " + std::to_string(c.data_parallel) + " replicas (ZeRO-1)";
-  if (c.gpus > 1) s += ", " + std::to_string(c.gpus) + " GPUs (TP)";
+  s += step::attention_text(c) + ", " + step::dtypes_text(c) + ", " + step::logits_text(c) + ", optimizer " +
+       step::to_string(c.optimizer) + ", " + step::checkpointing_text(c, m);
+  if (const std::string p = step::parallelism_text(c); !p.empty()) s += ", " + p;
   return s;
 }
 
 std::string describe_difference(const step::Config& a, const step::Config& b, const models::ModelSpec& m) {
   std::vector<std::string> d;
   if (a.attention != b.attention || (b.attention == step::Attention::sparse && a.page_budget != b.page_budget))
-    d.push_back(attention_text(b));
+    d.push_back(step::attention_text(b));
   if (a.chunk_tokens != b.chunk_tokens) d.push_back("chunk " + format_tokens(b.chunk_tokens));
   if (a.page_tokens != b.page_tokens) d.push_back("page " + std::to_string(b.page_tokens));
-  if (a.resident_layers != b.resident_layers) d.push_back(resident_text(b, m));
+  if (a.resident_layers != b.resident_layers) d.push_back(step::residency_text(b, m));
   if (a.kv_grad_dtype != b.kv_grad_dtype) d.push_back(std::string("KV-grad ") + to_string(b.kv_grad_dtype));
   if (a.param_grad_dtype != b.param_grad_dtype) d.push_back(std::string("param-grad ") + to_string(b.param_grad_dtype));
-  if (a.logits_chunk_tokens != b.logits_chunk_tokens) d.push_back(logits_text(b));
+  if (a.logits_chunk_tokens != b.logits_chunk_tokens) d.push_back(step::logits_text(b));
   if (a.optimizer != b.optimizer) d.push_back(std::string("optimizer ") + step::to_string(b.optimizer));
   if (a.shard_optimizer != b.shard_optimizer)
     d.push_back(b.shard_optimizer ? "optimizer state sharded over the replicas (ZeRO-1)"
                                   : "optimizer state replicated (no ZeRO-1)");
-  if (a.checkpointing != b.checkpointing || a.kept_layers != b.kept_layers) {
-    const int64_t L = step::effective_layers(b, m);
-    d.push_back(!b.checkpointing       ? "no checkpointing (all activations kept)"
-                : b.kept_layers == 0   ? "checkpointing (recompute)"
-                                       : "checkpointing, last " + std::to_string(b.kept_layers) + " of " +
-                                           std::to_string(L) + " layers kept (" + std::to_string(L - b.kept_layers) +
-                                           " recomputed)");
-  }
-  if (a.gpus != b.gpus) d.push_back(std::to_string(b.gpus) + " GPUs (TP)");
+  if (a.checkpointing != b.checkpointing || a.kept_layers != b.kept_layers)
+    d.push_back(step::checkpointing_text(b, m));
+  if (a.gpus != b.gpus) d.push_back("tensor parallel x" + std::to_string(b.gpus));
   std::string s;
   for (const auto& x : d) s += (s.empty() ? "" : ", ") + x;
   return s.empty() ? "same settings" : s;

@@ -154,12 +154,9 @@ struct MaxContext {
 };
 MaxContext max_context(const Request& r, step::Attention mode, int64_t cap = kMaxContextCap);
 
-// Human descriptions of knobs (CLI, diagnosis). A budget is always shown in pages and tokens:
-// "budget 64 pages of 128 = 8K attended tokens".
-std::string budget_text(const step::Config& c);
+// A configuration's knobs in one line, and what differs between two (CLI, diagnosis), in the words of
+// step/describe.h.
 std::string describe_knobs(const step::Config& c, const models::ModelSpec& m);
-// "checkpointing on, last K of L layers kept (...)" and the like (plan output).
-std::string recompute_text(const step::Config& c, const models::ModelSpec& m);
 std::string describe_difference(const step::Config& from, const step::Config& to, const models::ModelSpec& m);
 
 // Error naming --budget when `budget` pages per query page is more than the context holds (every

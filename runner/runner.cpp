@@ -24,6 +24,7 @@
 #include "simulator/calibration.h"
 #include "step/allocator.h"
 #include "step/capability.h"
+#include "step/describe.h"
 #include "step/run_record.h"
 #ifdef OOMB_HAVE_CUDA_BACKEND
 #include "executor/cuda/cuda_backend.h"
@@ -775,12 +776,10 @@ std::string describe(const RunResult& r, const RunRequest& req, const std::strin
   const step::Config& c = r.config;
   const Measured& ms = r.measured;
   const bool sparse = c.attention == step::Attention::sparse;
-  appendf(out, "oomb run: %s (%lld layers), context %s, chunk %s, page %s, %s attention%s, resident layers %lld%s\n",
-          r.model.id.c_str(), static_cast<long long>(r.model.layers), format_tokens(c.context_tokens).c_str(),
-          format_tokens(c.chunk_tokens).c_str(), format_tokens(c.page_tokens).c_str(), step::to_string(c.attention),
-          sparse ? (" (budget " + std::to_string(c.page_budget) + ", " + c.selection + ")").c_str() : "",
-          static_cast<long long>(std::min(c.resident_layers, r.model.layers)),
-          r.offload ? " (offload)" : " (no offload)");
+  appendf(out, "oomb run: %s (%lld layers), context %s, chunk %s, page %s, %s attention, %s\n", r.model.id.c_str(),
+          static_cast<long long>(r.model.layers), format_tokens(c.context_tokens).c_str(),
+          format_tokens(c.chunk_tokens).c_str(), format_tokens(c.page_tokens).c_str(), step::attention_text(c).c_str(),
+          step::residency_text(c, r.model).c_str());
   appendf(out, "backend %s, tokens %s, weights %s\n",
           r.backend == "cpu" ? ("cpu (" + std::string(any_bf16(c) ? "bf16 storage emulated exactly, " : "") +
                                 std::to_string(r.cpu_threads) + " compute threads)")
