@@ -78,7 +78,7 @@ int run_fit_mode(const CalibrateArgs& a) {
   print_clamps(fit, a.traces, "trace(s)");
   std::printf("\n  %-16s %7s %12s %12s %8s %10s\n", "op", "events", "measured", "predicted", "error", "rms rel.");
   for (const auto& o : fit.residuals)
-    std::printf("  %-16s %7d %12s %12s %8s %10s\n", o.op.c_str(), o.samples, format_duration_s(o.measured_s).c_str(),
+    std::printf("  %-16s %7d %12s %12s %8s %10s\n", to_string(o.op), o.samples, format_duration_s(o.measured_s).c_str(),
                 format_duration_s(o.predicted_s).c_str(),
                 format_percent(o.measured_s > 0 ? (o.predicted_s - o.measured_s) / o.measured_s : 0).c_str(),
                 format_percent(o.rms_relative).c_str());

@@ -96,7 +96,7 @@ struct TimelineRequest {
 };
 
 // Key that aligns a predicted and a measured event (DESIGN.md section 2).
-using EventKey = std::tuple<int, int, int64_t, int64_t, std::string>;  // kind, stage, chunk, layer, op
+using EventKey = std::tuple<int, int, int64_t, int64_t, Op>;  // kind, stage, chunk, layer, op
 EventKey event_key(const traces::Event& e);
 
 struct PoolSeries {  // pool occupancy over the step, bucketed to at most kBuckets (max per bucket)

@@ -243,18 +243,18 @@ Holds holds_of(const models::GpuSpec& base, const std::vector<std::string>& hold
 
 }  // namespace
 
-std::optional<OpWork> pass_work(const Scenario& s, int64_t chunk, const std::string& op, int64_t layer) {
+std::optional<OpWork> pass_work(const Scenario& s, int64_t chunk, Op op, int64_t layer) {
   const step::Geometry g = detail::geometry(s);
   if (!g.oomb) throw Error("calibrate", "schedule", "calibration samples come from oomb-schedule runs", "");
   if (chunk < 0 || chunk >= g.n) return std::nullopt;
   const detail::ChunkCosts cc = detail::chunk_costs(s, g, chunk);
-  const detail::PassCost* p = op == "embedding"         ? &cc.fill_head
-                              : op == "embedding_bwd"   ? (detail::trains_embedding(s) ? &cc.embedding_bwd : nullptr)
-                              : op == "layer_fwd"       ? &cc.fill
-                              : op == "layer_recompute" ? &cc.recompute
-                              : op == "layer_bwd"       ? &detail::backward_of(cc, g, layer)
-                              : op == "lm_head"         ? &cc.head
-                                                        : nullptr;
+  const detail::PassCost* p = op == Op::embedding         ? &cc.fill_head
+                              : op == Op::embedding_bwd   ? (detail::trains_embedding(s) ? &cc.embedding_bwd : nullptr)
+                              : op == Op::layer_fwd       ? &cc.fill
+                              : op == Op::layer_recompute ? &cc.recompute
+                              : op == Op::layer_bwd       ? &detail::backward_of(cc, g, layer)
+                              : op == Op::lm_head         ? &cc.head
+                                                          : nullptr;
   if (!p) return std::nullopt;
   return OpWork{p->work.gemm_s, p->work.attn_s, p->work.attn_bwd_s, p->work.mb_s, p->work.kernels};
 }
@@ -311,7 +311,7 @@ std::vector<CalibrationSample> calibration_samples(const traces::Trace& t, const
   const Scenario s = scenario_of_run(t, run, where, gpu);
   const double steps = static_cast<double>(run.steps);
   // Occurrences of each (stage, chunk, layer, pass), in trace order.
-  std::map<std::tuple<int, int64_t, int64_t, std::string>, std::vector<double>> seen;
+  std::map<std::tuple<int, int64_t, int64_t, Op>, std::vector<double>> seen;
   for (const auto& e : t.events)
     if (e.kind == traces::EventKind::compute) seen[{e.stage, e.chunk, e.layer, e.op}].push_back(e.duration_ns() * 1e-9);
   std::vector<CalibrationSample> out;
@@ -381,7 +381,7 @@ FitResult fit_samples(const std::vector<CalibrationSample>& samples, const model
     }
   }
 
-  std::map<std::string, OpResidual> by_op;
+  std::map<Op, OpResidual> by_op;
   std::vector<double> meas(static_cast<size_t>(trace_count), 0.0), pred(static_cast<size_t>(trace_count), 0.0);
   for (const auto& s : samples) {
     OpResidual& o = by_op[s.op];
@@ -502,7 +502,7 @@ PointsFit fit_points_once(const std::vector<MeasuredPoint>& points, const models
                     "check that the configuration (offload, host, link) is the one that ran");
       CalibrationSample c;
       c.trace = static_cast<int>(i);
-      c.op = "step";
+      c.op = Op::step;
       c.work = work[i];
       c.measured_s = compute;
       samples.push_back(c);
@@ -591,7 +591,7 @@ PointsFit fit_points(const std::vector<MeasuredPoint>& points, const models::Gpu
 Json FitResult::to_json() const {
   Json res = Json::array();
   for (const auto& o : residuals)
-    res.push_back({{"op", o.op}, {"samples", o.samples}, {"measured_s", o.measured_s}, {"predicted_s", o.predicted_s},
+    res.push_back({{"op", to_string(o.op)}, {"samples", o.samples}, {"measured_s", o.measured_s}, {"predicted_s", o.predicted_s},
                    {"error", o.measured_s > 0 ? (o.predicted_s - o.measured_s) / o.measured_s : 0.0},
                    {"rms_relative_error", o.rms_relative}});
   Json loo = Json::array();

@@ -21,12 +21,12 @@ struct OpWork {
   double gemm_s = 0, attn_s = 0, attn_bwd_s = 0, mb_s = 0, kernels = 0;
 };
 
-// Predicted work of the pass that a trace names op ("embedding", "layer_fwd", "layer_recompute",
-// "lm_head", "layer_bwd", "embedding_bwd") for chunk c (and layer: a kept layer's backward does not
+// Predicted work of the pass that a trace names op (embedding, layer_fwd, layer_recompute, lm_head,
+// layer_bwd, embedding_bwd) for chunk c (and layer: a kept layer's backward does not
 // recompute) of an oomb-schedule scenario; nullopt for ops the cost model does not price as a pass
-// (e.g. "optimizer_step", "tp_allreduce") or that the scenario does not run (a frozen embedding's
+// (e.g. optimizer_step) or that the scenario does not run (a frozen embedding's
 // gradient).
-std::optional<OpWork> pass_work(const Scenario& s, int64_t chunk, const std::string& op, int64_t layer = 0);
+std::optional<OpWork> pass_work(const Scenario& s, int64_t chunk, Op op, int64_t layer = 0);
 
 // What the executor backends run (cpu, and cuda at its fp32 interface): fp32 parameters, parameter
 // gradients, activations and loss (no upcast copy); KV and KV-gradient pages as the scenario's kv_dtype / kv_grad_dtype
@@ -45,7 +45,7 @@ struct CalibrationSample {
   int trace = 0;  // index into the fitted traces
   int stage = 0;
   int64_t chunk = 0, layer = -1;
-  std::string op;
+  Op op = Op::none;  // Op::step for a whole measured step (calibration points)
   OpWork work;
   double measured_s = 0;
 };
@@ -55,7 +55,7 @@ std::vector<CalibrationSample> calibration_samples(const traces::Trace& t, const
                                                    const models::GpuSpec& gpu, int trace_index);
 
 struct OpResidual {
-  std::string op;
+  Op op = Op::none;
   int samples = 0;
   double measured_s = 0, predicted_s = 0;  // totals
   double rms_relative = 0;                 // RMS over samples of (pred - meas) / meas

@@ -32,7 +32,7 @@ class Sim {
   }
 
   // A compute-only op (embedding, LM head): no slot.
-  void compute_only(const detail::PassCost& p, int stage, int64_t chunk, const char* op) {
+  void compute_only(const detail::PassCost& p, int stage, int64_t chunk, Op op) {
     if (p.compute_s <= 0) return;
     double start = compute_free_;
     compute_free_ = start + p.compute_s;
@@ -42,7 +42,7 @@ class Sim {
   }
 
   // One layer pass using a slot; kv/grad pages are the slot's contents (for pool occupancy).
-  void layer_pass(const detail::PassCost& p, int stage, int64_t chunk, int64_t layer, const char* op, int64_t kv_pages,
+  void layer_pass(const detail::PassCost& p, int stage, int64_t chunk, int64_t layer, Op op, int64_t kv_pages,
                   int64_t grad_pages) {
     const size_t slot = static_cast<size_t>(pass_index_++ % std::max<int64_t>(g_.R, 1));
     double ready = g_.offload ? slot_free_[slot] : 0.0;
@@ -92,12 +92,12 @@ class Sim {
       p.work.allreduce_s = seconds;
       p.work.allreduce_bytes = static_cast<double>(bytes);
       p.name_of_collective = "gradient_allreduce";
-      compute_only(p, 2, 0, "gradient_allreduce");
+      compute_only(p, 2, 0, Op::gradient_allreduce);
       return;
     }
     const double start = std::max(comm_free_, compute_free_);
     comm_free_ = start + seconds;
-    emit(EventKind::collective, Lane::comm, "gradient_allreduce", 2, 0, -1, start, comm_free_, bytes, 0);
+    emit(EventKind::collective, Lane::comm, Op::gradient_allreduce, 2, 0, -1, start, comm_free_, bytes, 0);
   }
   // The compute stream waits for the h2d copies issued so far (counted as exposed copy time).
   void wait_h2d() { compute_free_ = std::max(compute_free_, h2d_free_); }
@@ -150,12 +150,12 @@ class Sim {
     double o_start = std::max(d2h_free_, compute_free_);
     d2h_free_ = o_start + static_cast<double>(grad_bytes) / detail::d2h_rate(s_, false);
     d2h_bytes_ += grad_bytes;
-    emit(EventKind::copy_d2h, Lane::d2h, "optimizer_grads", 2, -1, -1, o_start, d2h_free_, grad_bytes, 0);
+    emit(EventKind::copy_d2h, Lane::d2h, Op::optimizer_grads, 2, -1, -1, o_start, d2h_free_, grad_bytes, 0);
     // The host-side AdamW update runs on no GPU stream: the parameters come back after it.
     double i_start = std::max(h2d_free_, d2h_free_ + host_update_s);
     h2d_free_ = i_start + static_cast<double>(param_bytes) / detail::h2d_rate(s_, false);
     h2d_bytes_ += param_bytes;
-    emit(EventKind::copy_h2d, Lane::h2d, "optimizer_params", 2, -1, -1, i_start, h2d_free_, param_bytes, 0);
+    emit(EventKind::copy_h2d, Lane::h2d, Op::optimizer_params, 2, -1, -1, i_start, h2d_free_, param_bytes, 0);
   }
 
   traces::Trace finish(int64_t static_device_bytes, int64_t host_bytes) {
@@ -194,20 +194,20 @@ class Sim {
  private:
   // The pass's all-reduces (inside its compute time: the compute stream makes them), drawn at the
   // pass's end on the "comm" stream: one event of their summed time and bytes.
-  void collective(const detail::PassCost& p, const char* op, int stage, int64_t chunk, int64_t layer, double end) {
+  void collective(const detail::PassCost& p, Op op, int stage, int64_t chunk, int64_t layer, double end) {
     if (p.work.allreduce_s <= 0) return;
     emit(EventKind::collective, Lane::comm, op, stage, chunk, layer, end - p.work.allreduce_s, end,
          std::llround(p.work.allreduce_bytes), 0);
     events_.back().name = p.name_of_collective;
   }
 
-  void emit(EventKind kind, Lane lane, const char* op, int stage, int64_t chunk, int64_t layer, double start,
+  void emit(EventKind kind, Lane lane, Op op, int stage, int64_t chunk, int64_t layer, double start,
             double end, int64_t bytes, double flops) {
     Event e;
     e.kind = kind;
     e.lane = lane;
     e.op = op;
-    e.name = op;
+    e.name = to_string(op);
     e.stage = stage;
     e.chunk = chunk;
     e.layer = layer;
@@ -236,7 +236,10 @@ class Sim {
         m.end_ns = std::max(m.end_ns, e.end_ns);
         m.bytes += e.bytes;
         m.flops += e.flops;
-        if (m.op != e.op) m.op = m.name = e.stage == 1 ? "stage1" : "stage2";
+        if (m.op != e.op) {
+          m.op = e.stage == 1 ? Op::stage1 : Op::stage2;
+          m.name = to_string(m.op);
+        }
       } else {
         e.layer = -1;
         if (detail_ == traces::Detail::step) e.chunk = -1;
@@ -328,13 +331,13 @@ EventResult simulate_events(const Scenario& s, traces::Detail detail) {
   if (!g.oomb) {
     const ChunkCosts cc = standard_costs(s, g);
     enter(step::Phase::forward);
-    for (int64_t l = 0; l < g.L; ++l) sim.layer_pass(cc.fill, 1, 0, l, "layer_fwd", 0, 0);
+    for (int64_t l = 0; l < g.L; ++l) sim.layer_pass(cc.fill, 1, 0, l, Op::layer_fwd, 0, 0);
     enter(step::Phase::loss);
-    sim.compute_only(cc.head, 2, 0, "lm_head");
+    sim.compute_only(cc.head, 2, 0, Op::lm_head);
     buckets_final(0, false);
     enter(step::Phase::backward);
     for (int64_t l = g.L - 1; l >= 0; --l) {
-      sim.layer_pass(backward_of(cc, g, l), 2, 0, l, "layer_bwd", 0, 0);
+      sim.layer_pass(backward_of(cc, g, l), 2, 0, l, Op::layer_bwd, 0, 0);
       buckets_final(static_cast<size_t>(g.L - l), l == 0);
     }
   } else {
@@ -345,9 +348,9 @@ EventResult simulate_events(const Scenario& s, traces::Detail detail) {
       const ChunkCosts& cc = costs[static_cast<size_t>(c)];
       const int64_t u = step::union_pages(g, c), own = own_pages(g, c);
       enter(step::Phase::fill);
-      sim.compute_only(cc.fill_head, 1, c, "embedding");
+      sim.compute_only(cc.fill_head, 1, c, Op::embedding);
       for (int64_t l = 0; l < g.L; ++l) {
-        sim.layer_pass(cc.fill, 1, c, l, "layer_fwd", u + own, 0);
+        sim.layer_pass(cc.fill, 1, c, l, Op::layer_fwd, u + own, 0);
         if (!g.offload) sim.pool_change(sim.compute_free(), own, own);
       }
     }
@@ -356,25 +359,25 @@ EventResult simulate_events(const Scenario& s, traces::Detail detail) {
       const int64_t u = step::union_pages(g, c), own = own_pages(g, c);
       enter(step::Phase::recompute);
       switches.clear();
-      sim.compute_only(cc.fill_head, 2, c, "embedding");  // the first layer's input, embedded again
+      sim.compute_only(cc.fill_head, 2, c, Op::embedding);  // the first layer's input, embedded again
       for (int64_t l = 0; l < g.L; ++l) {
-        sim.layer_pass(cc.recompute, 2, c, l, "layer_recompute", u, 0);
+        sim.layer_pass(cc.recompute, 2, c, l, Op::layer_recompute, u, 0);
         switches.push_back(sim.last_compute_start());
       }
       if (published_writebacks)
         in_flight_peak =
             std::max(in_flight_peak, sim.published_writebacks(switches, published_slot_pages(g, c), page_s));
       enter(step::Phase::loss);
-      sim.compute_only(cc.head, 2, c, "lm_head");
+      sim.compute_only(cc.head, 2, c, Op::lm_head);
       if (c == 0) buckets_final(0, false);
       enter(step::Phase::backward);
       for (int64_t l = g.L - 1; l >= 0; --l) {
-        sim.layer_pass(backward_of(cc, g, l), 2, c, l, "layer_bwd", u, u + own);
+        sim.layer_pass(backward_of(cc, g, l), 2, c, l, Op::layer_bwd, u, u + own);
         if (!g.offload) sim.pool_change(sim.compute_free(), -own, -own);
         if (c == 0) buckets_final(static_cast<size_t>(g.L - l), l == 0 && !embedding_grad);
       }
       if (embedding_grad) {
-        sim.compute_only(cc.embedding_bwd, 2, c, "embedding_bwd");
+        sim.compute_only(cc.embedding_bwd, 2, c, Op::embedding_bwd);
         if (c == 0) buckets_final(static_cast<size_t>(g.L + 1), true);
       }
     }
@@ -383,27 +386,27 @@ EventResult simulate_events(const Scenario& s, traces::Detail detail) {
   sim.wait_comm();  // every gradient bucket reduced before the update
   // ZeRO-1: the gradients reduce-scattered before the update, the updated weights all-gathered after.
   const ShardedComm zero = sharded_comm(s, g);
-  auto collective = [&](double seconds, double bytes, const char* op) {
+  auto collective = [&](double seconds, double bytes, Op op) {
     if (seconds <= 0) return;
     PassCost p;
     p.compute_s = seconds;
     p.work.allreduce_s = seconds;
     p.work.allreduce_bytes = bytes;
-    p.name_of_collective = op;
+    p.name_of_collective = to_string(op);
     sim.compute_only(p, 2, -1, op);
   };
-  collective(zero.reduce_scatter_s, zero.gradient_bytes, "gradient_reduce_scatter");
+  collective(zero.reduce_scatter_s, zero.gradient_bytes, Op::gradient_reduce_scatter);
   if (s.config.optimizer == step::Optimizer::gpu) {
     PassCost update;
     update.compute_s = optimizer_update_s(s);
-    sim.compute_only(update, 2, -1, "optimizer_step");
+    sim.compute_only(update, 2, -1, Op::optimizer_step);
   } else if (s.config.optimizer == step::Optimizer::host) {
     sim.optimizer_round_trip(step::optimizer_gradient_bytes(s.model, s.config, g),
                              step::optimizer_weight_bytes(s.model, s.config, g), optimizer_update_s(s));
   }
   // (A host update's weights come back on the h2d stream: the all-gather waits for them.)
   if (zero.all_gather_s > 0) sim.wait_h2d();
-  collective(zero.all_gather_s, zero.weight_bytes, "weight_all_gather");
+  collective(zero.all_gather_s, zero.weight_bytes, Op::weight_all_gather);
   EventResult res;
   res.trace = sim.finish(sim.base_bytes(), table.host_bytes());
 

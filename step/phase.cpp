@@ -1,6 +1,7 @@
 #include "step/phase.h"
 
 #include "core/error.h"
+#include "core/op.h"
 #include "step/config.h"
 
 namespace oomb::step {
@@ -46,13 +47,13 @@ std::vector<std::string> phase_names(PhaseMask m) {
   return v;
 }
 
-const char* pass_op(PassKind k) {
+Op pass_op(PassKind k) {
   switch (k) {
-    case PassKind::fill: return "layer_fwd";
-    case PassKind::recompute: return "layer_recompute";
-    case PassKind::backward: return "layer_bwd";
+    case PassKind::fill: return Op::layer_fwd;
+    case PassKind::recompute: return Op::layer_recompute;
+    case PassKind::backward: return Op::layer_bwd;
   }
-  return "?";
+  return Op::none;
 }
 
 }  // namespace oomb::step

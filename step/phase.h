@@ -5,6 +5,10 @@
 #include <string>
 #include <vector>
 
+namespace oomb {
+enum class Op : uint8_t;  // core/op.h (declared here so that this header includes nothing of ours)
+}
+
 namespace oomb::step {
 
 enum class Schedule;  // step/config.h (this header stays light: CUDA translation units include it)
@@ -28,6 +32,6 @@ std::vector<std::string> phase_names(PhaseMask m);  // in step order (forward be
 // The layer passes of the oomb schedule (docs/schedule.md): stage 1 fill, stage 2 forward
 // recompute, stage 2 backward.
 enum class PassKind { fill, recompute, backward };
-const char* pass_op(PassKind k);  // "layer_fwd", "layer_recompute", "layer_bwd" (trace op names)
+Op pass_op(PassKind k);  // Op::layer_fwd, layer_recompute, layer_bwd (the trace's ops)
 
 }  // namespace oomb::step

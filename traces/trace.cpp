@@ -63,7 +63,7 @@ Json event_to_json(const Event& e) {
   if (e.stage != -1) j["stage"] = e.stage;
   if (e.chunk != -1) j["chunk"] = e.chunk;
   if (e.layer != -1) j["layer"] = e.layer;
-  if (!e.op.empty()) j["op"] = e.op;
+  if (e.op != Op::none) j["op"] = to_string(e.op);
   return j;
 }
 
@@ -93,7 +93,11 @@ Event event_from_json(const Json& j, const std::string& where) {
   e.stage = static_cast<int>(index_or_na(r, "stage", INT_MAX));
   e.chunk = index_or_na(r, "chunk", INT64_MAX);
   e.layer = index_or_na(r, "layer", INT64_MAX);
-  e.op = text_or_empty(r, "op");
+  try {
+    e.op = op_from_string(text_or_empty(r, "op"), where);
+  } catch (const Error& err) {
+    r.fail("op", err.problem(), err.hint());
+  }
   return e;
 }
 
@@ -464,7 +468,7 @@ void chrome_records(const Trace& t, const Emit& emit) {
               {"cat", to_string(e.kind)}, {"ts", us(e.start_ns)}, {"dur", us(e.duration_ns())},
               {"pid", 1}, {"tid", tid.at(track_of(e))},
               {"args", {{"bytes", e.bytes}, {"flops", e.flops}, {"stage", e.stage}, {"chunk", e.chunk},
-                        {"layer", e.layer}, {"op", e.op}}}});
+                        {"layer", e.layer}, {"op", to_string(e.op)}}}});
   }
   for (const MemorySample& m : t.memory) {
     emit(Json{{"ph", "C"}, {"name", "device_bytes"}, {"pid", 1}, {"ts", us(m.t_ns)},
@@ -534,7 +538,7 @@ Comparison compare(const Trace& predicted, const Trace& measured) {
   auto collect = [&](const Trace& t, bool is_measured) {
     for (const Event& e : t.events) {
       if (e.kind == EventKind::compute || e.kind == EventKind::collective) {
-        auto& slot = (e.kind == EventKind::compute ? time : comm)[{e.stage, e.op}];
+        auto& slot = (e.kind == EventKind::compute ? time : comm)[{e.stage, to_string(e.op)}];
         (is_measured ? slot.second : slot.first) += d(e.duration_ns());
       } else if (e.kind == EventKind::copy_h2d || e.kind == EventKind::copy_d2h) {
         auto& slot = bytes[{e.stage, to_string(e.kind)}];

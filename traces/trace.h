@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/json.h"
+#include "core/op.h"
 
 namespace oomb::traces {
 
@@ -43,7 +44,7 @@ struct Event {
   int stage = -1;         // 1 = forward fill, 2 = recompute + backward; -1 = n/a
   int64_t chunk = -1;     // -1 = n/a
   int64_t layer = -1;     // -1 = n/a (e.g. embedding, LM head)
-  std::string op;         // "layer_fwd", "layer_bwd", "lm_head", "kv", "dkv", ... ("" = n/a)
+  Op op = Op::none;       // the pass or collective it belongs to (core/op.h)
   int64_t duration_ns() const { return end_ns - start_ns; }
 };
 

@@ -19,7 +19,7 @@ namespace {
 struct Pass {
   int stage = -1;
   int64_t chunk = -1, layer = -1;
-  std::string op;
+  Op op = Op::none;
   bool operator==(const Pass& o) const {
     return stage == o.stage && chunk == o.chunk && layer == o.layer && op == o.op;
   }
@@ -29,7 +29,7 @@ struct Pass {
 };
 Pass pass_of(const traces::Event& e) { return {e.stage, e.chunk, e.layer, e.op}; }
 std::string pass_text(const Pass& p) {
-  std::string s = p.op.empty() ? "(no op)" : p.op;
+  std::string s = p.op == Op::none ? "(no op)" : to_string(p.op);
   if (p.stage > 0) s += " stage " + std::to_string(p.stage);
   if (p.chunk >= 0) s += " chunk " + std::to_string(p.chunk);
   if (p.layer >= 0) s += " layer " + std::to_string(p.layer);
@@ -38,7 +38,7 @@ std::string pass_text(const Pass& p) {
 // The passes of the compute stream in the order they started (a pass's kernels or ops merged),
 // those of `ops` only.
 std::vector<Pass> pass_order(const std::vector<traces::Event>& events, const StepWindow& w,
-                             const std::set<std::string>& ops) {
+                             const std::set<Op>& ops) {
   std::vector<const traces::Event*> es;
   for (const auto& e : events)
     if (e.kind == traces::EventKind::compute && e.stage > 0 && ops.count(e.op) && in_window(e, w)) es.push_back(&e);
@@ -68,7 +68,7 @@ void order_terms(const Judged& j, const EventResult& layer_pred, Validation& v) 
                   std::string note = {}) { add_term(v, std::move(name), std::move(unit), p, meas, tol, std::move(note)); };
   if (!j.executor_run || !j.pass_detail) return;
   const bool one_step = fastest.found || run.steps == 1;
-  std::set<std::string> predicted_ops, run_compute_ops, run_collective_ops, as_collectives;
+  std::set<Op> predicted_ops, run_compute_ops, run_collective_ops, as_collectives;
   for (const auto& e : trace.events)
     if (e.kind == traces::EventKind::compute) run_compute_ops.insert(e.op);
     else if (e.kind == traces::EventKind::collective) run_collective_ops.insert(e.op);
@@ -82,7 +82,7 @@ void order_terms(const Judged& j, const EventResult& layer_pred, Validation& v) 
     }
   const std::vector<Pass> want = pass_order(layer_pred.trace.events, StepWindow{}, predicted_ops);
   const std::vector<Pass> got = pass_order(trace.events, fastest, predicted_ops);
-  std::set<std::string> left_out;
+  std::set<Op> left_out;
   for (const auto& e : trace.events)
     if (e.kind == traces::EventKind::compute && e.stage > 0 && !predicted_ops.count(e.op)) left_out.insert(e.op);
   std::optional<double> meas;
@@ -101,9 +101,9 @@ void order_terms(const Judged& j, const EventResult& layer_pred, Validation& v) 
              (same < want.size() ? pass_text(want[same]) : std::string("nothing more"));
     else
       note = "the compute stream's passes in the simulator's order";
-    auto names = [](const std::set<std::string>& ops) {
+    auto names = [](const std::set<Op>& ops) {
       std::string out;
-      for (const auto& op : ops) out += (out.empty() ? "" : ", ") + op;
+      for (const Op op : ops) out += std::string(out.empty() ? "" : ", ") + to_string(op);
       return out;
     };
     if (!left_out.empty()) note += " (not scheduled by the simulator, left out: " + names(left_out) + ")";

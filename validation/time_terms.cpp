@@ -56,25 +56,25 @@ void time_terms(const Judged& j, const EventResult& layer_pred, Validation& v) {
   const bool per_op = pass_detail;
   // CUPTI traces: device work the driver did not tag (op "untagged") and measured passes the
   // simulator does not predict get rows of their own.
-  std::map<std::string, double> pred_op, meas_op;
+  std::map<Op, double> pred_op, meas_op;
   if (per_op) {
     for (const auto& e : layer_pred.trace.events)
       if (e.kind == traces::EventKind::compute && e.stage > 0) pred_op[e.op] += e.duration_ns() * 1e-9;
     for (const auto& e : trace.events)
-      if (e.kind == traces::EventKind::compute && (e.stage > 0 || e.op == "untagged"))
-        meas_op[e.op.empty() ? "untagged" : e.op] += seconds_within(e, fastest) / steps;
+      if (e.kind == traces::EventKind::compute && (e.stage > 0 || e.op == Op::untagged))
+        meas_op[e.op == Op::none ? Op::untagged : e.op] += seconds_within(e, fastest) / steps;
   }
   for (const auto& [op, p] : pred_op) {
     std::optional<double> val;
     if (time_comparable) val = meas_op[op];
-    add("time:op/" + op, "s", p, val, kTimeTolerance, time_comparable ? "information only" : time_note);
+    add(std::string("time:op/") + to_string(op), "s", p, val, kTimeTolerance, time_comparable ? "information only" : time_note);
     terms.back().judged = false;
   }
   if (time_comparable && cupti_run)
     for (const auto& [op, val] : meas_op)
       if (!pred_op.count(op)) {
-        add("time:op/" + op, "s", 0, val, kTimeTolerance,
-            op == "untagged" ? "information only: device work with no driver tag" : "information only: not predicted");
+        add(std::string("time:op/") + to_string(op), "s", 0, val, kTimeTolerance,
+            op == Op::untagged ? "information only: device work with no driver tag" : "information only: not predicted");
         terms.back().judged = false;
       }
 }

@@ -52,7 +52,7 @@ int lane_of(const Event& e) {
 }
 
 std::string op_of(const Event& e) {
-  if (!e.op.empty()) return e.op;
+  if (e.op != Op::none) return to_string(e.op);
   if (!e.name.empty()) return e.name;
   return to_string(e.kind);
 }

@@ -255,16 +255,8 @@ void CuptiCollector::name_stream(void* cuda_stream, traces::Lane lane) {
   streams_[id] = lane;
 }
 
-int CuptiCollector::op_index(const std::string& op) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = std::find(ops_.begin(), ops_.end(), op);
-  if (it != ops_.end()) return static_cast<int>(it - ops_.begin());
-  ops_.push_back(op);
-  return static_cast<int>(ops_.size()) - 1;
-}
-
-void CuptiCollector::push_tag(int stage, int64_t chunk, int64_t layer, const std::string& op) {
-  const uint64_t id = pack_tag({stage, chunk, layer, op.empty() ? -1 : op_index(op)});
+void CuptiCollector::push_tag(int stage, int64_t chunk, int64_t layer, Op op) {
+  const uint64_t id = pack_tag({stage, chunk, layer, op == Op::none ? -1 : static_cast<int>(op)});
   OOMB_CUDA_CHECK(cuptiActivityPushExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, id));
 }
 
@@ -317,7 +309,6 @@ traces::Trace CuptiCollector::trace(traces::Metadata metadata, DecodeOptions o, 
   decoded_ = true;
   DecodeOptions& d = decoder_->options();
   d.streams = streams_;
-  d.ops = ops_;
   d.detail = o.detail;
   d.origin_ns = o.origin_ns;
   d.base_device_bytes = o.base_device_bytes;

@@ -56,7 +56,7 @@ class CuptiCollector {
   // The lane of a cudaStream_t in the trace (compute, h2d, d2h).
   void name_stream(void* cuda_stream, traces::Lane lane);
 
-  void push_tag(int stage, int64_t chunk, int64_t layer, const std::string& op);
+  void push_tag(int stage, int64_t chunk, int64_t layer, Op op);
   void pop_tag();
 
   void flush();  // forces CUPTI to hand over every buffer (completed records only)
@@ -72,7 +72,7 @@ class CuptiCollector {
   // Flushes and decodes everything collected so far (once: the decoder's state goes into the trace).
   traces::Trace trace(traces::Metadata metadata, traces::Detail detail = traces::Detail::op, int64_t origin_ns = -1,
                       DecodeStats* stats = nullptr);
-  // The same with the decode options detail, origin and base bytes; the streams and op names are the
+  // The same with the decode options detail, origin and base bytes; the streams are the
   // collector's (name_stream, push_tag), whatever `options` holds. Windows come through
   // close_window(): `options.windows` must be empty.
   traces::Trace trace(traces::Metadata metadata, DecodeOptions options, DecodeStats* stats = nullptr);
@@ -101,7 +101,6 @@ class CuptiCollector {
   int64_t buffers_held_high_water() const { return held_high_water_.load(); }
 
  private:
-  int op_index(const std::string& op);
   void disable();
 
   CollectorOptions options_;
@@ -109,11 +108,10 @@ class CuptiCollector {
   std::mutex pool_mu_;          // free_
   std::vector<uint8_t*> free_;  // pool buffers not with CUPTI
   std::atomic<int64_t> beyond_pool_{0}, held_{0}, held_high_water_{0};
-  mutable std::mutex mu_;  // decoder_, decoded_, ops_, streams_
+  mutable std::mutex mu_;  // decoder_, decoded_, streams_
   std::unique_ptr<Decoder> decoder_;
   bool decoded_ = false;  // trace() took the decoder's state
   bool windowed_ = false;
-  std::vector<std::string> ops_;
   std::map<uint32_t, traces::Lane> streams_;
   std::atomic<int64_t> dropped_{0};
   bool steady_clock_ = false;
@@ -123,7 +121,7 @@ class CuptiCollector {
 // Pushes a tag for the lifetime of the scope.
 class ScopedTag {
  public:
-  ScopedTag(CuptiCollector* c, int stage, int64_t chunk, int64_t layer, const std::string& op) : c_(c) {
+  ScopedTag(CuptiCollector* c, int stage, int64_t chunk, int64_t layer, Op op) : c_(c) {
     if (c_) c_->push_tag(stage, chunk, layer, op);
   }
   ~ScopedTag() {
@@ -137,14 +135,14 @@ class ScopedTag {
 };
 
 // The driver's tagging hook (executor/runtime/op_tagger.h, EngineOptions::tagger) on a collector:
-// each push is a push_tag(stage, chunk, layer, op) with op = the pass ("layer_fwd", ...; the
-// trace's Event::op; the op's name inside the pass is not kept: kernels keep their own names).
+// each push is a push_tag(stage, chunk, layer, op) with op = the pass (the trace's Event::op; the
+// op's name inside the pass is not kept: kernels keep their own names).
 // A failing pop is remembered (error()), never thrown (pops run in destructors).
 class CuptiTagger final : public OpTagger {
  public:
   explicit CuptiTagger(CuptiCollector& c) : c_(c) {}
-  void push(int stage, int64_t chunk, int64_t layer, const char* op, const char*) override {
-    c_.push_tag(stage, chunk, layer, op ? op : "");
+  void push(int stage, int64_t chunk, int64_t layer, Op op, const char*) override {
+    c_.push_tag(stage, chunk, layer, op);
   }
   void pop() noexcept override {
     try {

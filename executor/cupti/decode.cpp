@@ -126,11 +126,11 @@ std::vector<Event> merge(std::vector<Event> ev, Detail d) {
       m.end_ns = std::max(m.end_ns, e.end_ns);
       m.bytes += e.bytes;
       m.flops += e.flops;
-      if (m.op != e.op) m.op = e.stage == 1 ? "stage1" : e.stage == 2 ? "stage2" : "";
-      m.name = m.op.empty() ? m.name : m.op;
+      if (m.op != e.op) m.op = stage_op(e.stage);
+      m.name = m.op == Op::none ? m.name : to_string(m.op);
       continue;
     }
-    if (!e.op.empty()) e.name = e.op;
+    if (e.op != Op::none) e.name = to_string(e.op);
     out.push_back(std::move(e));
     last[out.back().lane] = out.size() - 1;
   }
@@ -332,13 +332,13 @@ traces::Trace Decoder::finish(int64_t dropped, traces::Metadata metadata, Decode
     e.end_ns = w.end_ns - origin;
     if (!w.tagged) {
       ++st.untagged;
-      e.op = "untagged";
+      e.op = Op::untagged;
     } else {
       const Tag t = unpack_tag(w.tag);
       e.stage = t.stage;
       e.chunk = t.chunk;
       e.layer = t.layer;
-      if (t.op >= 0 && t.op < static_cast<int>(o.ops.size())) e.op = o.ops[static_cast<size_t>(t.op)];
+      if (t.op > 0 && t.op < kOpCount) e.op = static_cast<Op>(t.op);
     }
     placed.push_back({std::move(e), w.seq});
   }

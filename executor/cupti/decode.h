@@ -18,7 +18,7 @@
 
 namespace oomb::executor::cupti {
 
-// (stage, chunk, layer, op); -1 = n/a. op indexes DecodeOptions::ops (the collector interns names).
+// (stage, chunk, layer, op); -1 = n/a. op: an oomb::Op as its number (-1 for Op::none).
 struct Tag {
   int stage = -1;
   int64_t chunk = -1;
@@ -57,7 +57,6 @@ struct Record {
 
 struct DecodeOptions {
   std::map<uint32_t, traces::Lane> streams;  // CUPTI stream id -> its lane (compute, h2d, d2h)
-  std::vector<std::string> ops;             // Tag::op -> op name ("layer_fwd", ...)
   int64_t origin_ns = -1;                   // event times are relative to this; -1 = earliest record
   traces::Detail detail = traces::Detail::op;
   // Bytes already allocated when collection started (memory samples start from these).
@@ -114,7 +113,7 @@ class Decoder {
   // CUPTI flushed), and no window added later begins before now_ns: work waiting for a correlation
   // is untagged from here on, and the correlations seen so far are released.
   void settle(int64_t now_ns);
-  // The trace; streams, ops, detail and origin are those of options() at this call.
+  // The trace; streams, detail and origin are those of options() at this call.
   traces::Trace finish(int64_t dropped, traces::Metadata metadata, DecodeStats* stats = nullptr);
   DecodeOptions& options() { return o_; }
   // What the decoder holds: work records kept or waiting, correlations, memory records.

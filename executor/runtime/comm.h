@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/op.h"
 #include "executor/runtime/backend.h"
 
 namespace oomb::executor {
@@ -125,9 +126,9 @@ ParallelGroups parallel_groups(Communicator& world, int64_t tp, int64_t dp);
 // transfer and `split` is false.
 class CollectiveClock {
  public:
-  // Where the call was made, as the trace's events name it (op: a string literal).
+  // Where the call was made, as the trace's events name it.
   struct Tag {
-    const char* op = "";
+    Op op = Op::none;
     int stage = -1;
     int64_t chunk = -1, layer = -1;
   };

@@ -558,7 +558,7 @@ void Engine::allocate_step_state(const step::Config& config) {
 
 // Phase p's working set from the rows alive in it: frees the rows p does not keep first, then
 // allocates the rows p needs, so the device holds exactly the table's live set of p.
-void Engine::enter(StepPhase p, int stage, int64_t chunk, int64_t layer, const char* op) {
+void Engine::enter(StepPhase p, int stage, int64_t chunk, int64_t layer, Op op) {
   const TagScope tag(options_.tagger, stage, chunk, layer, op, "working_set");
   const step::PhaseMask bit = step::phase_bit(p);
   for (HeldRow& h : working_set_)
@@ -603,8 +603,8 @@ void Engine::upload_weights(const std::vector<float>& w) {
 
 Engine::~Engine() = default;
 
-bool Engine::data_parallel_op(const std::string& op) {
-  return op == "gradient_allreduce" || op == "gradient_reduce_scatter" || op == "weight_all_gather";
+bool Engine::data_parallel_op(Op op) {
+  return op == Op::gradient_allreduce || op == Op::gradient_reduce_scatter || op == Op::weight_all_gather;
 }
 
 void Engine::abort_communicators() {
@@ -639,7 +639,7 @@ void Engine::timed(const char* name, const Pass& pass, double flops, F&& f) {
 }
 
 template <class F>
-void Engine::timed(const char* name, const char* op, int stage, int64_t chunk, double flops, F&& f) {
+void Engine::timed(const char* name, Op op, int stage, int64_t chunk, double flops, F&& f) {
   const TagScope tag(options_.tagger, stage, chunk, -1, op, name);
   const CommTagScope comm(comm_tag_, {op, stage, chunk, -1});
   if (!recorder_.enabled()) return f();
@@ -675,7 +675,7 @@ void Engine::gradient_buckets_final(int64_t point) {
     // transfer after the step (resolve_collectives). Where the transport overlaps (NCCL) the call
     // only enqueues it.
     const int64_t t0 = steady_now_ns();
-    timed("gradient_allreduce", "gradient_allreduce", 2, 0, 0, [&] {
+    timed("gradient_allreduce", Op::gradient_allreduce, 2, 0, 0, [&] {
       float* staging = dp_staging_.data() ? dp_staging_.f32() + b.offset : nullptr;
       // With tensor parallelism the bucket goes on the compute stream, after the layer's
       // tensor-parallel all-reduces, not on the replicas' stream beside the backward's: kernels of
@@ -687,7 +687,7 @@ void Engine::gradient_buckets_final(int64_t point) {
     });
     allreduce_bytes_ += bytes;
     const int64_t layer = b.final_at >= 1 && b.final_at <= g_.L ? g_.L - b.final_at : -1;
-    dp_clock_.record(t0, steady_now_ns(), bytes, {"gradient_allreduce", 2, 0, layer});
+    dp_clock_.record(t0, steady_now_ns(), bytes, {Op::gradient_allreduce, 2, 0, layer});
   }
 }
 
@@ -696,7 +696,7 @@ void Engine::resolve_collectives() {
     if (!comm || comm->size() <= 1) return;
     clock.resolve(*comm);
     for (const auto& c : clock.calls())
-      recorder_.collective(name ? name : c.tag.op, c.tag.op, c.tag.stage, c.tag.chunk, c.tag.layer, c.last_arrival_ns, c.exit_ns,
+      recorder_.collective(name ? name : to_string(c.tag.op), c.tag.op, c.tag.stage, c.tag.chunk, c.tag.layer, c.last_arrival_ns, c.exit_ns,
                            c.bytes);
   };
   resolve(tp_clock_, tp_ > 1 ? tp_comm_ : nullptr, "tp_allreduce");
@@ -727,7 +727,7 @@ void sum_in_double(Communicator& comm, std::vector<float>& x) {
 
 void Engine::embed(int64_t c, int stage, Tensor x) {
   const int64_t T = g_.chunk_len(c), s = g_.chunk_start(c);
-  timed("embedding", "embedding", stage, c, 0, [&] {
+  timed("embedding", Op::embedding, stage, c, 0, [&] {
     if (tp_ == 1) {
       backend_.upload(w_->ids.data(), tokens_.data() + s, T * 4);
     } else {
@@ -739,7 +739,7 @@ void Engine::embed(int64_t c, int stage, Tensor x) {
     }
     backend_.embedding_fwd(w_->ids.i32(), T, params_.ct().at(layout_.embed()), model_.hidden, x);
   });
-  if (tp_ > 1) timed("tp_allreduce", "embedding", stage, c, 0, [&] { tp_all_reduce(x, T * model_.hidden); });
+  if (tp_ > 1) timed("tp_allreduce", Op::embedding, stage, c, 0, [&] { tp_all_reduce(x, T * model_.hidden); });
 }
 
 PagedAttention Engine::attention_args(const Pass& pass, const PassPages& pages) const {
@@ -1061,7 +1061,7 @@ void Engine::head_forward_backward(int64_t c, ConstTensor x_last, Tensor dy) {
   if (tp_ > 1)  // the vocabulary-parallel loss: targets as this rank's columns (-2: another rank's)
     for (int32_t& t : targets)
       if (t >= 0) t = local_vocab_id(t, -2);
-  timed("lm_head", "lm_head", 2, c, (lora_ ? 4.0 : 6.0) * T * H * V, [&] {
+  timed("lm_head", Op::lm_head, 2, c, (lora_ ? 4.0 : 6.0) * T * H * V, [&] {
     backend_.upload(w.targets.data(), targets.data(), T * 4);
     backend_.rmsnorm_fwd(x_last, params_.ct().at(layout_.final_norm()), T, H, static_cast<float>(model_.norm_eps),
                          w.hf.t(), w.rstdf.f32());
@@ -1154,7 +1154,7 @@ StepResult Engine::step(const std::vector<int32_t>& tokens) {
   // The page store's set-up for the step (its first step allocates and zeroes tables on the
   // device), tagged with the step's first pass like that pass's own page work.
   {
-    const TagScope tag(options_.tagger, 1, 0, 0, "layer_fwd", "pages");
+    const TagScope tag(options_.tagger, 1, 0, 0, Op::layer_fwd, "pages");
     store_->begin_step([this](const Pass& p) -> const std::vector<int64_t>* {
       if (p.kind == PassKind::fill && (!g_.sparse || g_.prefix_pages(p.chunk) <= g_.B))
         return &dense_prefix_[static_cast<size_t>(p.chunk)];
@@ -1183,7 +1183,7 @@ StepResult Engine::step(const std::vector<int32_t>& tokens) {
   };
 
   // Stage 1: forward fill, chunks in order, no gradients.
-  enter(StepPhase::fill, 1, 0, -1, "embedding");
+  enter(StepPhase::fill, 1, 0, -1, Op::embedding);
   for (int64_t c = 0; c < g_.n; ++c) {
     Tensor x = w.x.t();
     Tensor y = w.y.t();
@@ -1200,7 +1200,7 @@ StepResult Engine::step(const std::vector<int32_t>& tokens) {
 
   // Stage 2: chunks in reverse; recompute keeping each layer's input, then backward layer by layer.
   for (int64_t c = g_.n - 1; c >= 0; --c) {
-    enter(StepPhase::recompute, 2, c, -1, "embedding");
+    enter(StepPhase::recompute, 2, c, -1, Op::embedding);
     auto ckpt = [&](int64_t l) { return w.ckpt.t().at(l * Cm * H); };
     embed(c, 2, ckpt(0));
     for (int64_t l = 0; l < g_.L; ++l, ++pi) {
@@ -1210,7 +1210,7 @@ StepResult Engine::step(const std::vector<int32_t>& tokens) {
       release(p);
       report(p);
     }
-    enter(StepPhase::loss, 2, c, -1, "lm_head");
+    enter(StepPhase::loss, 2, c, -1, Op::lm_head);
     // Data parallelism, on a step that updates: the last chunk's backward makes each gradient final
     // and its bucket is all-reduced at once (overlapping what follows where the transport can).
     const bool buckets = c == 0 && reduces_gradients();
@@ -1219,7 +1219,7 @@ StepResult Engine::step(const std::vector<int32_t>& tokens) {
     Tensor dx = w.dx.t();
     head_forward_backward(c, w.x.ct(), dy);
     if (buckets) gradient_buckets_final(0);
-    enter(StepPhase::backward, 2, c, g_.L - 1, "layer_bwd");
+    enter(StepPhase::backward, 2, c, g_.L - 1, Op::layer_bwd);
     for (int64_t l = g_.L - 1; l >= 0; --l, ++pi) {
       const Pass& p = next(PassKind::backward, c, l);
       PassPages& pages = acquire(p);
@@ -1230,7 +1230,7 @@ StepResult Engine::step(const std::vector<int32_t>& tokens) {
       if (buckets) gradient_buckets_final(g_.L - l);
     }
     if (!lora_)  // a frozen embedding (LoRA) has no gradient
-      timed("embedding_bwd", "embedding_bwd", 2, c, 0, [&] {
+      timed("embedding_bwd", Op::embedding_bwd, 2, c, 0, [&] {
         backend_.embedding_bwd(w.ids.i32(), g_.chunk_len(c), dy, H, grads_.t().at(layout_.embed()));
       });
     if (buckets) gradient_buckets_final(g_.L + 1);
@@ -1247,7 +1247,7 @@ StepResult Engine::step(const std::vector<int32_t>& tokens) {
     throw Error("run", "loss", std::string("is ") + (std::isnan(loss) ? "NaN" : "infinite") + " at step " +
                                    std::to_string(steps_ + 1) + ": the run diverged; nothing more is computed or written",
                 "finite --weights, a smaller --init-std, or a lower --lr");
-  enter(StepPhase::optimizer, 2, -1, -1, "optimizer_step");
+  enter(StepPhase::optimizer, 2, -1, -1, Op::optimizer_step);
   if (config_.optimizer != step::Optimizer::none && ++accumulated_ >= options_.adamw.grad_accum)
     optimizer_step();
 
@@ -1328,7 +1328,7 @@ void Engine::optimizer_step() {
   // The host optimizer's round trip: the gradients out to the host, the update there, the updated
   // working weights back in (the copies the simulator prices after the last backward).
   auto copy = [&](CopyDir dir, void* dst, const void* src, int64_t bytes) {
-    const TagScope tag(options_.tagger, 2, -1, -1, "optimizer_step", dir == CopyDir::h2d ? "weights_in" : "gradients_out");
+    const TagScope tag(options_.tagger, 2, -1, -1, Op::optimizer_step, dir == CopyDir::h2d ? "weights_in" : "gradients_out");
     CopyRequest r;
     r.dir = dir;
     r.regions.push_back({dst, src, bytes});
@@ -1336,9 +1336,9 @@ void Engine::optimizer_step() {
     (dir == CopyDir::h2d ? optimizer_h2d_bytes_ : optimizer_d2h_bytes_) += bytes;
   };
   // A data-parallel collective, timed as the replicas meet it (resolve_collectives).
-  auto collective = [&](const char* op, int64_t bytes, auto&& f) {
+  auto collective = [&](Op op, int64_t bytes, auto&& f) {
     const int64_t t0 = steady_now_ns();
-    timed(op, op, 2, -1, 0, f);
+    timed(to_string(op), op, 2, -1, 0, f);
     allreduce_bytes_ += bytes;
     dp_clock_.record(t0, steady_now_ns(), bytes, {op, 2, -1, -1});
   };
@@ -1360,7 +1360,7 @@ void Engine::optimizer_step() {
     Buffer staging;
     if (grads_.dtype() == DType::bf16 && dp_comm_->stages_bf16_in_fp32())
       staging = row_tensor(step::row::kGradientAllreduceStaging, Tier::host, "staging");
-    collective("gradient_reduce_scatter", grads_.bytes(),
+    collective(Op::gradient_reduce_scatter, grads_.bytes(),
                [&] { dp_comm_->reduce_scatter_sum(grads_.t(), zero_.shard, staging.f32()); });
   }
   const Tensor shard_grads = grads_.t().at(first), shard_weights = trained.t().at(first);
@@ -1368,7 +1368,7 @@ void Engine::optimizer_step() {
   const Tensor grads = host ? host_grads_.t() : shard_grads;
   const Tensor weights = host ? host_weights_.t() : shard_weights;
   const int64_t contributions = accumulated_ * world;
-  timed("adamw", "optimizer_step", 2, -1, 12.0 * static_cast<double>(n), [&] {
+  timed("adamw", Op::optimizer_step, 2, -1, 12.0 * static_cast<double>(n), [&] {
     // The mean over the accumulated steps and the replicas, taken as the update reads the gradient.
     backend_.adamw(weights, master_.f32(), grads, adam_m_.f32(), adam_v_.f32(),
                    static_cast<const uint8_t*>(decay_mask_.data()), n, o.lr, o.beta1, o.beta2, o.eps, o.weight_decay,
@@ -1377,9 +1377,9 @@ void Engine::optimizer_step() {
   if (host) copy(CopyDir::h2d, shard_weights.data, host_weights_.data(), n * wb);
   // ZeRO-1: every replica's updated shard to every replica.
   if (sharded_)
-    collective("weight_all_gather", trained.bytes(), [&] { dp_comm_->all_gather(trained.t(), zero_.shard); });
+    collective(Op::weight_all_gather, trained.bytes(), [&] { dp_comm_->all_gather(trained.t(), zero_.shard); });
   {
-    const TagScope tag(options_.tagger, 2, -1, -1, "optimizer_step", "zero_gradients");
+    const TagScope tag(options_.tagger, 2, -1, -1, Op::optimizer_step, "zero_gradients");
     zero_gradients();
   }
   accumulated_ = 0;

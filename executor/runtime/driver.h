@@ -164,7 +164,7 @@ class Engine {
   // Whether `op`, a tag of this Engine's collectives, is data parallelism's (the gradient buckets'
   // all-reduce, ZeRO-1's reduce-scatter and all-gather); every other collective of a step is tensor
   // parallelism's.
-  static bool data_parallel_op(const std::string& op);
+  static bool data_parallel_op(Op op);
   // A failed step of a multi-rank run: aborts the communicators this Engine split from
   // EngineOptions::comm (Communicator::abort), before anything waits on a stream; the caller aborts
   // that one. The Engine runs no more steps.
@@ -215,7 +215,7 @@ class Engine {
   // The working set of phase p (enter's rows), its device memory zeroed on the compute stream under
   // the tag of the work the phase begins with (stage, chunk, layer, op), so that a device trace
   // attributes the zeroing to that pass instead of leaving it untagged.
-  void enter(StepPhase p, int stage, int64_t chunk, int64_t layer, const char* op);
+  void enter(StepPhase p, int stage, int64_t chunk, int64_t layer, Op op);
   Buffer allocate(const step::BufferRow& row, const step::RowTensor& t);
   Buffer row_tensor(const char* row, Tier tier, const char* tensor);  // of table_'s row (name, tier)
   // The Work member a working-set tensor is carved into (by the row's and the tensor's names).
@@ -230,7 +230,7 @@ class Engine {
   template <class F>
   void timed(const char* name, const Pass& pass, double flops, F&& f);
   template <class F>
-  void timed(const char* name, const char* op, int stage, int64_t chunk, double flops, F&& f);
+  void timed(const char* name, Op op, int stage, int64_t chunk, double flops, F&& f);
 
   Backend& backend_;
   models::ModelSpec model_;

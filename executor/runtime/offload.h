@@ -32,7 +32,7 @@
 namespace oomb::executor {
 
 using step::Geometry;
-using step::pass_op;  // "layer_fwd", "layer_recompute", "layer_bwd"
+using step::pass_op;  // Op::layer_fwd, layer_recompute, layer_bwd
 using step::PassKind;
 
 struct Pass {

@@ -18,17 +18,17 @@
 #include <string>
 #include <vector>
 
+#include "core/op.h"
+
 namespace oomb::executor {
 
 class OpTagger {
  public:
   virtual ~OpTagger() = default;
   // stage: 1 or 2 (-1 n/a); chunk, layer: -1 n/a. op: the pass as in the trace's Event::op
-  // ("embedding", "layer_fwd", "layer_recompute", "layer_bwd", "lm_head", "embedding_bwd",
-  // "optimizer"); name: what runs inside it ("attention_fwd", "mlp_bwd", "pages", copies:
-  // "kv_prefix", "dkv", "kv_own", "dkv_prefix"). Both are string literals (valid for the program's
-  // lifetime).
-  virtual void push(int stage, int64_t chunk, int64_t layer, const char* op, const char* name) = 0;
+  // (core/op.h); name: what runs inside it ("attention_fwd", "mlp_bwd", "pages", copies:
+  // "kv_prefix", "dkv", "kv_own", "dkv_prefix"), a string literal (valid for the program's lifetime).
+  virtual void push(int stage, int64_t chunk, int64_t layer, Op op, const char* name) = 0;
   // Must not throw: it runs in destructors (TagScope), also while an exception unwinds.
   virtual void pop() noexcept = 0;
 };
@@ -36,7 +36,7 @@ class OpTagger {
 // push() for the lifetime of the scope; nothing when the tagger is null.
 class TagScope {
  public:
-  TagScope(OpTagger* t, int stage, int64_t chunk, int64_t layer, const char* op, const char* name) : t_(t) {
+  TagScope(OpTagger* t, int stage, int64_t chunk, int64_t layer, Op op, const char* name) : t_(t) {
     if (t_) t_->push(stage, chunk, layer, op, name);
   }
   ~TagScope() {
@@ -59,17 +59,18 @@ class FaultTagger final : public OpTagger {
   struct Tag {
     int stage = -1;
     int64_t chunk = -1, layer = -1;
-    std::string op, name;
+    Op op = Op::none;
+    std::string name;
     std::string to_string() const {
       return "stage " + std::to_string(stage) + ", chunk " + std::to_string(chunk) + ", layer " +
-             std::to_string(layer) + ", " + op + " / " + name;
+             std::to_string(layer) + ", " + oomb::to_string(op) + " / " + name;
     }
   };
   explicit FaultTagger(OpTagger* inner = nullptr) : inner_(inner) {}
-  void push(int stage, int64_t chunk, int64_t layer, const char* op, const char* name) override {
+  void push(int stage, int64_t chunk, int64_t layer, Op op, const char* name) override {
     {
       std::lock_guard<std::mutex> lock(mu_);
-      stack_.push_back({stage, chunk, layer, op ? op : "", name ? name : ""});
+      stack_.push_back({stage, chunk, layer, op, name ? name : ""});
     }
     if (inner_) inner_->push(stage, chunk, layer, op, name);
   }

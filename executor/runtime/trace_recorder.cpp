@@ -32,12 +32,12 @@ void TraceRecorder::add(Event e) {
       }
       break;
     }
-    e.name = e.op;
+    e.name = to_string(e.op);
   }
   events_.push_back(std::move(e));
 }
 
-traces::Event TraceRecorder::event(EventKind kind, traces::Lane lane, const char* name, const char* op, int stage,
+traces::Event TraceRecorder::event(EventKind kind, traces::Lane lane, const char* name, Op op, int stage,
                                    int64_t chunk, int64_t layer, int64_t start_ns, int64_t end_ns) const {
   Event e;
   e.kind = kind;
@@ -52,7 +52,7 @@ traces::Event TraceRecorder::event(EventKind kind, traces::Lane lane, const char
   return e;
 }
 
-void TraceRecorder::compute(const char* name, const char* op, int stage, int64_t chunk, int64_t layer,
+void TraceRecorder::compute(const char* name, Op op, int stage, int64_t chunk, int64_t layer,
                             int64_t start_ns, int64_t end_ns, double flops) {
   if (!enabled_) return;
   Event e = event(EventKind::compute, traces::Lane::compute, name, op, stage, chunk, layer, start_ns, end_ns);
@@ -60,7 +60,7 @@ void TraceRecorder::compute(const char* name, const char* op, int stage, int64_t
   add(std::move(e));
 }
 
-void TraceRecorder::copy(bool h2d, const char* name, const char* op, int stage, int64_t chunk, int64_t layer,
+void TraceRecorder::copy(bool h2d, const char* name, Op op, int stage, int64_t chunk, int64_t layer,
                          int64_t start_ns, int64_t end_ns, int64_t bytes) {
   if (!enabled_) return;
   Event e = event(h2d ? EventKind::copy_h2d : EventKind::copy_d2h, h2d ? traces::Lane::h2d : traces::Lane::d2h, name, op, stage, chunk, layer,
@@ -69,7 +69,7 @@ void TraceRecorder::copy(bool h2d, const char* name, const char* op, int stage, 
   add(std::move(e));
 }
 
-void TraceRecorder::collective(const char* name, const char* op, int stage, int64_t chunk, int64_t layer,
+void TraceRecorder::collective(const char* name, Op op, int stage, int64_t chunk, int64_t layer,
                                int64_t start_ns, int64_t end_ns, int64_t bytes) {
   if (!enabled_) return;
   Event e = event(EventKind::collective, traces::Lane::comm, name, op, stage, chunk, layer, start_ns, end_ns);
@@ -79,7 +79,7 @@ void TraceRecorder::collective(const char* name, const char* op, int stage, int6
 
 void TraceRecorder::phase(const char* name, int64_t start_ns, int64_t end_ns) {
   if (!enabled_) return;
-  add(event(EventKind::phase, traces::Lane::step, name, name, -1, -1, -1, start_ns, end_ns));  // op = name, as merged events
+  add(event(EventKind::phase, traces::Lane::step, name, Op::step, -1, -1, -1, start_ns, end_ns));
 }
 
 void TraceRecorder::memory(int64_t device_bytes, int64_t host_bytes, int64_t pool_pages) {
@@ -111,7 +111,10 @@ traces::Trace TraceRecorder::finish(traces::Metadata metadata) const {
           m.end_ns = std::max(m.end_ns, e.end_ns);
           m.bytes += e.bytes;
           m.flops += e.flops;
-          if (m.op != e.op) m.op = m.name = e.stage == 1 ? "stage1" : "stage2";
+          if (m.op != e.op) {
+            m.op = e.stage == 1 ? Op::stage1 : Op::stage2;
+            m.name = to_string(m.op);
+          }
           continue;
         }
       }

@@ -27,7 +27,7 @@ int lane_of(const traces::Event& e) {
 }
 
 std::string describe(const traces::Event& e) {
-  std::string s = e.op + "  stage " + std::to_string(e.stage);
+  std::string s = std::string(to_string(e.op)) + "  stage " + std::to_string(e.stage);
   if (e.chunk >= 0) s += ", chunk " + std::to_string(e.chunk);
   if (e.layer >= 0) s += ", layer " + std::to_string(e.layer);
   s += '\n';
@@ -107,11 +107,11 @@ void stage_lanes(const Timeline& t, const Overlay* ov, int st, UiState& ui, floa
     const int l = lane_of(e);
     const float y = pmin.y + lane_h * static_cast<float>(l) + 2;
     float x0 = px(static_cast<double>(e.start_ns)), x1 = std::max(px(static_cast<double>(e.end_ns)), x0 + 1.0f);
-    const ImU32 col = chart::op_color(e.op);
+    const ImU32 col = chart::op_color(to_string(e.op));
     dl->AddRectFilled({x0, y}, {x1, y + bar_h}, col);
     if (x1 - x0 > 4) dl->AddLine({x0, y}, {x0, y + bar_h}, IM_COL32(0, 0, 0, 160));  // event boundary
     if (x1 - x0 > 40) {
-      const std::string lbl = e.layer >= 0 ? e.op + " L" + std::to_string(e.layer) : e.op;
+      const std::string lbl = e.layer >= 0 ? std::string(to_string(e.op)) + " L" + std::to_string(e.layer) : to_string(e.op);
       if (ImGui::CalcTextSize(lbl.c_str()).x < x1 - x0 - 4)
         dl->AddText({x0 + 2, y + (bar_h - lh) / 2}, IM_COL32(15, 15, 15, 255), lbl.c_str());
     }

@@ -110,8 +110,8 @@ TEST_F(CudaCuptiEngine, EveryRecordOfAStepIsTaggedAndCopiesMatchTheEngine) {
   EXPECT_GT(st.outside, 0) << "set-up and earlier steps are outside the window";
   EXPECT_GE(held_between, 0);
   EXPECT_LE(held_between, st.memory) << "of " << st.records << " records, " << st.outside << " outside the window";
-  const std::set<std::string> known = {"embedding", "layer_fwd", "layer_recompute", "lm_head",
-                                       "layer_bwd", "embedding_bwd", "optimizer_step", "gradient_allreduce"};
+  const std::set<Op> known = {Op::embedding, Op::layer_fwd,      Op::layer_recompute, Op::lm_head,
+                              Op::layer_bwd, Op::embedding_bwd, Op::optimizer_step,  Op::gradient_allreduce};
   int64_t h2d = 0, d2h = 0, kernels = 0;
   for (const auto& ev : dev.events) {
     EXPECT_TRUE(known.count(ev.op)) << "untagged or unknown pass '" << ev.op << "' on " << ev.name << " ("
@@ -124,7 +124,7 @@ TEST_F(CudaCuptiEngine, EveryRecordOfAStepIsTaggedAndCopiesMatchTheEngine) {
     }
     EXPECT_GE(ev.chunk, 0);
     EXPECT_GE(ev.layer, 0);
-    EXPECT_TRUE(ev.op == "layer_fwd" || ev.op == "layer_recompute" || ev.op == "layer_bwd") << ev.op;
+    EXPECT_TRUE(ev.op == Op::layer_fwd || ev.op == Op::layer_recompute || ev.op == Op::layer_bwd) << ev.op;
     if (ev.kind == traces::EventKind::copy_h2d) {
       EXPECT_EQ(ev.lane, traces::Lane::h2d);
       h2d += ev.bytes;

@@ -27,7 +27,7 @@ TEST_F(CudaCupti, TaggedKernelsAndCopiesOnNamedStreams) {
     collector.name_stream(gpu->stream(CudaStream::d2h), traces::Lane::d2h);
     EventPtr e;
     {
-      cupti::ScopedTag tag(&collector, 1, 2, 3, "layer_fwd");
+      cupti::ScopedTag tag(&collector, 1, 2, 3, Op::layer_fwd);
       CopyRequest in;
       in.dir = CopyDir::h2d;
       in.regions = {{dev.data(), host.data(), bytes}};
@@ -36,7 +36,7 @@ TEST_F(CudaCupti, TaggedKernelsAndCopiesOnNamedStreams) {
       gpu->scale(dev.f32(), n, 2.0f);
     }
     {
-      cupti::ScopedTag tag(&collector, 2, 0, -1, "lm_head");
+      cupti::ScopedTag tag(&collector, 2, 0, -1, Op::lm_head);
       gpu->scale(dev.f32(), n, 0.5f);
     }
     gpu->synchronize();
@@ -52,17 +52,17 @@ TEST_F(CudaCupti, TaggedKernelsAndCopiesOnNamedStreams) {
     if (ev.kind == traces::EventKind::copy_h2d && ev.bytes == bytes) {
       ++h2d;
       EXPECT_EQ(ev.lane, traces::Lane::h2d);
-      EXPECT_EQ(ev.op, "layer_fwd");
+      EXPECT_EQ(ev.op, Op::layer_fwd);
       EXPECT_EQ(ev.layer, 3);
     }
     if (ev.kind == traces::EventKind::compute && ev.name == "scale_kernel") {
       EXPECT_EQ(ev.lane, traces::Lane::compute);
-      if (ev.op == "layer_fwd") {
+      if (ev.op == Op::layer_fwd) {
         ++fwd_kernels;
         EXPECT_EQ(ev.stage, 1);
         EXPECT_EQ(ev.chunk, 2);
       }
-      if (ev.op == "lm_head") {
+      if (ev.op == Op::lm_head) {
         ++head_kernels;
         EXPECT_EQ(ev.layer, -1);
       }
@@ -91,7 +91,7 @@ TEST_F(CudaCupti, SmallBuffersLoseNothingAndDroppedRecordsAreCounted) {
   {
     cupti::CuptiCollector collector(small);
     {
-      cupti::ScopedTag tag(&collector, 1, 0, 0, "layer_fwd");
+      cupti::ScopedTag tag(&collector, 1, 0, 0, Op::layer_fwd);
       for (int i = 0; i < kKernels; ++i) gpu->scale(dev.f32(), n, 1.0f);
     }
     gpu->synchronize();
@@ -113,7 +113,7 @@ TEST_F(CudaCupti, SmallBuffersLoseNothingAndDroppedRecordsAreCounted) {
     none.pool_buffers = 0;
     cupti::CuptiCollector collector(none);
     {
-      cupti::ScopedTag tag(&collector, 1, 0, 0, "layer_fwd");
+      cupti::ScopedTag tag(&collector, 1, 0, 0, Op::layer_fwd);
       for (int i = 0; i < kKernels; ++i) gpu->scale(dev.f32(), n, 1.0f);
     }
     gpu->synchronize();
@@ -129,7 +129,7 @@ TEST_F(CudaCupti, SmallBuffersLoseNothingAndDroppedRecordsAreCounted) {
   {
     cupti::CuptiCollector collector(small);
     {
-      cupti::ScopedTag tag(&collector, 1, 0, 0, "layer_fwd");
+      cupti::ScopedTag tag(&collector, 1, 0, 0, Op::layer_fwd);
       for (int i = 0; i < kKernels; ++i) gpu->scale(dev.f32(), n, 1.0f);
     }
     gpu->synchronize();

@@ -42,8 +42,8 @@ TEST(CollectiveClock, SplitsWaitForTheLastRankFromTransfer) {
   CollectiveClock clock;
   // Call 1: this rank arrives at 100, the other at 160, this one leaves at 200: waited 60, moved 40.
   // Call 2: this rank arrives last (300; the other at 250): no wait, 300 -> 330 transfer.
-  clock.record(100, 200, 4096, {"layer_fwd", 1, 0, 3});
-  clock.record(300, 330, 4096, {"layer_fwd", 1, 0, 3});
+  clock.record(100, 200, 4096, {Op::layer_fwd, 1, 0, 3});
+  clock.record(300, 330, 4096, {Op::layer_fwd, 1, 0, 3});
   TwoRanks other({2, -2}, {160, 250});
   clock.resolve(other);
   EXPECT_EQ(other.reductions(), 2);
@@ -53,7 +53,7 @@ TEST(CollectiveClock, SplitsWaitForTheLastRankFromTransfer) {
   EXPECT_NEAR(clock.total_s(), 130e-9, 1e-15);
   EXPECT_NEAR(clock.wait_s(), 60e-9, 1e-15);
   EXPECT_NEAR(clock.transfer_s(), 70e-9, 1e-15);
-  EXPECT_STREQ(clock.calls()[0].tag.op, "layer_fwd");
+  EXPECT_EQ(clock.calls()[0].tag.op, Op::layer_fwd);
   EXPECT_EQ(clock.calls()[0].tag.layer, 3);
 }
 

@@ -13,10 +13,13 @@ namespace {
 
 constexpr uint32_t kCompute = 7, kH2d = 8, kD2h = 9;  // CUPTI stream ids of the backend's streams
 
+// Tag::op carries an oomb::Op by its number.
+constexpr int kFwd = static_cast<int>(Op::layer_fwd), kBwd = static_cast<int>(Op::layer_bwd),
+              kHead = static_cast<int>(Op::lm_head);
+
 DecodeOptions options(traces::Detail detail = traces::Detail::op) {
   DecodeOptions o;
   o.streams = {{kCompute, traces::Lane::compute}, {kH2d, traces::Lane::h2d}, {kD2h, traces::Lane::d2h}};
-  o.ops = {"layer_fwd", "layer_bwd", "lm_head"};
   o.origin_ns = 1000;
   o.detail = detail;
   return o;
@@ -85,9 +88,9 @@ TEST(CuptiDecode, KernelsAndCopiesGoToTheirStreamsWithTagsAndBytes) {
       kernel(10, kCompute, 2000, 3000, "_ZN4oomb4cuda8attn_fwdILi128EEEvv"),
       copy(11, kH2d, CopyKind::h2d, 1500, 2500, 4096),
       copy(12, kD2h, CopyKind::d2h, 3000, 3600, 1024),
-      correlation(10, {1, 3, 5, 0}),
-      correlation(11, {1, 3, 6, 0}),
-      correlation(12, {2, 0, 27, 1}),
+      correlation(10, {1, 3, 5, kFwd}),
+      correlation(11, {1, 3, 6, kFwd}),
+      correlation(12, {2, 0, 27, kBwd}),
   };
   DecodeStats st;
   const traces::Trace t = decode(recs, options(), 4, traces::Metadata{}, &st);
@@ -114,13 +117,13 @@ TEST(CuptiDecode, KernelsAndCopiesGoToTheirStreamsWithTagsAndBytes) {
   EXPECT_EQ(k.stage, 1);
   EXPECT_EQ(k.chunk, 3);
   EXPECT_EQ(k.layer, 5);
-  EXPECT_EQ(k.op, "layer_fwd");
+  EXPECT_EQ(k.op, Op::layer_fwd);
   const traces::Event& d2h = t.events[2];
   EXPECT_EQ(d2h.kind, traces::EventKind::copy_d2h);
   EXPECT_EQ(d2h.lane, traces::Lane::d2h);
   EXPECT_EQ(d2h.bytes, 1024);
   EXPECT_EQ(d2h.stage, 2);
-  EXPECT_EQ(d2h.op, "layer_bwd");
+  EXPECT_EQ(d2h.op, Op::layer_bwd);
   EXPECT_EQ(t.summary.h2d_bytes, 4096);
   EXPECT_EQ(t.summary.d2h_bytes, 1024);
   EXPECT_EQ(t.summary.step_ns, 2100);  // first start 500 .. last end 2600
@@ -135,7 +138,7 @@ TEST(CuptiDecode, UnknownStreamsFallBackByKindAndUntaggedWorkIsCounted) {
   EXPECT_EQ(st.untagged, 3);
   for (const auto& e : t.events) {
     EXPECT_EQ(e.stage, -1);
-    EXPECT_EQ(e.op, "untagged");
+    EXPECT_EQ(e.op, Op::untagged);
     if (e.kind == traces::EventKind::copy_d2h) EXPECT_EQ(e.lane, traces::Lane::d2h);
     else EXPECT_EQ(e.lane, traces::Lane::compute);
   }
@@ -146,8 +149,8 @@ TEST(CuptiDecode, CopiesOnTheComputeStreamAreComputeWork) {
   // The backend's staged uploads and read-backs run on the compute stream: not copy-stream traffic.
   const std::vector<Record> recs = {copy(1, kCompute, CopyKind::h2d, 1100, 1200, 256),
                                     copy(2, kCompute, CopyKind::d2h, 1300, 1400, 8),
-                                    copy(3, kH2d, CopyKind::h2d, 1100, 1500, 4096), correlation(1, {1, 0, 0, 0}),
-                                    correlation(2, {2, 0, -1, 2}), correlation(3, {1, 0, 0, 0})};
+                                    copy(3, kH2d, CopyKind::h2d, 1100, 1500, 4096), correlation(1, {1, 0, 0, kFwd}),
+                                    correlation(2, {2, 0, -1, kHead}), correlation(3, {1, 0, 0, kFwd})};
   const traces::Trace t = decode(recs, options(), 0, {});
   ASSERT_EQ(t.events.size(), 3u);
   int compute = 0;
@@ -169,9 +172,9 @@ TEST(CuptiDecode, WindowsKeepOnlyTheStepsAndFoldEarlierAllocationsIntoTheBase) {
   const std::vector<Record> recs = {
       memory(MemoryOp::allocation, MemoryKind::device, 1100, 0xA0, 1000),  // set-up: base
       kernel(1, kCompute, 1200, 1300),                                     // set-up work: left out
-      kernel(2, kCompute, 2100, 2200), correlation(2, {1, 0, 0, 0}),
+      kernel(2, kCompute, 2100, 2200), correlation(2, {1, 0, 0, kFwd}),
       kernel(3, kCompute, 4000, 4100),                                     // between steps: left out
-      copy(4, kH2d, CopyKind::h2d, 5100, 5300, 64), correlation(4, {2, 0, 1, 1}),
+      copy(4, kH2d, CopyKind::h2d, 5100, 5300, 64), correlation(4, {2, 0, 1, kBwd}),
       memory(MemoryOp::allocation, MemoryKind::device, 5200, 0xB0, 24)};
   DecodeStats st;
   const traces::Trace t = decode(recs, o, 0, {}, &st);
@@ -180,7 +183,7 @@ TEST(CuptiDecode, WindowsKeepOnlyTheStepsAndFoldEarlierAllocationsIntoTheBase) {
   ASSERT_EQ(t.events.size(), 2u);
   EXPECT_EQ(t.events[0].start_ns, 0);  // origin: the first work inside a window
   EXPECT_EQ(t.events[1].start_ns, 3000);
-  EXPECT_EQ(t.events[1].op, "layer_bwd");
+  EXPECT_EQ(t.events[1].op, Op::layer_bwd);
   ASSERT_EQ(t.memory.size(), 2u);
   EXPECT_EQ(t.memory[0].device_bytes, 1000);
   EXPECT_EQ(t.memory[1].device_bytes, 1024);
@@ -222,10 +225,10 @@ TEST(CuptiDecode, OverlappingRecordsCountComputeOnceAndExposeOnlyUncoveredCopyTi
 TEST(CuptiDecode, NcclKernelsAreCollectivesOnTheCommLaneNotCompute) {
   constexpr uint32_t kSide = 42;  // the data-parallel communicator's stream: not in options.streams
   const std::vector<Record> recs = {
-      correlation(1, {1, 0, 0, 0}), kernel(1, kCompute, 1000, 2000, "attn_fwd"),
-      correlation(2, {2, 0, 0, 1}),
+      correlation(1, {1, 0, 0, kFwd}), kernel(1, kCompute, 1000, 2000, "attn_fwd"),
+      correlation(2, {2, 0, 0, kBwd}),
       kernel(2, kCompute, 2000, 2600, "_Z39ncclDevKernel_AllReduce_Sum_f32_RING_LL24ncclDevKernelArgsStorageILm4096EE"),
-      correlation(3, {2, 0, 1, 1}), kernel(3, kSide, 2600, 4000, "ncclKernel_ReduceScatter_RING_LL_Sum_bfloat16"),
+      correlation(3, {2, 0, 1, kBwd}), kernel(3, kSide, 2600, 4000, "ncclKernel_ReduceScatter_RING_LL_Sum_bfloat16"),
       copy(4, kH2d, CopyKind::h2d, 2700, 3000, 64)};
   DecodeStats st;
   const traces::Trace t = decode(recs, options(), 0, {}, &st);
@@ -236,7 +239,7 @@ TEST(CuptiDecode, NcclKernelsAreCollectivesOnTheCommLaneNotCompute) {
   EXPECT_EQ(t.events[1].kind, traces::EventKind::collective);
   EXPECT_EQ(t.events[1].name, "nccl_allreduce");
   EXPECT_EQ(t.events[1].lane, traces::Lane::comm);
-  EXPECT_EQ(t.events[1].op, "layer_bwd");
+  EXPECT_EQ(t.events[1].op, Op::layer_bwd);
   EXPECT_EQ(t.events[2].name, "nccl_reducescatter");
   EXPECT_EQ(t.events[2].lane, traces::Lane::comm);
   EXPECT_EQ(t.events[2].layer, 1);
@@ -248,7 +251,7 @@ TEST(CuptiDecode, NcclKernelsAreCollectivesOnTheCommLaneNotCompute) {
 }
 
 TEST(CuptiDecode, LayerDetailMergesConsecutiveRecordsOfAKey) {
-  const Tag a{1, 0, 0, 0}, b{1, 0, 1, 0};
+  const Tag a{1, 0, 0, kFwd}, b{1, 0, 1, kFwd};
   const std::vector<Record> recs = {kernel(1, kCompute, 1000, 1100), kernel(2, kCompute, 1100, 1300),
                                     kernel(3, kCompute, 1300, 1400), copy(4, kH2d, CopyKind::h2d, 1050, 1150, 10),
                                     copy(5, kH2d, CopyKind::h2d, 1150, 1250, 20),
@@ -349,12 +352,12 @@ TEST(CuptiDecode, DecodingBufferByBufferGivesTheWholeRunsTraceAndHoldsOnlyTheWin
       const int64_t begin = t;
       for (int i = 0; i < 30; ++i) {
         if (rng() % 8 == 0) allocate();
-        work({1 + static_cast<int>(rng() % 2), step, static_cast<int64_t>(rng() % 3), static_cast<int>(rng() % 3)},
+        work({1 + static_cast<int>(rng() % 2), step, static_cast<int64_t>(rng() % 3), kBwd + static_cast<int>(rng() % 3)},
              rng() % 10 != 0, rng() % 5 == 0);
       }
       ends.push_back({recs.size(), begin, t, step >= warmup});
       t += 5;
-      for (int i = 0; i < 3; ++i) work({2, -1, -1, 2}, true, false);  // between steps (a check): left out
+      for (int i = 0; i < 3; ++i) work({2, -1, -1, kHead}, true, false);  // between steps (a check): left out
     }
 
     DecodeOptions whole = options();

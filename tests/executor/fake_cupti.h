@@ -34,15 +34,9 @@ class FakeCupti final : public Backend, public OpTagger {
   explicit FakeCupti(Backend& inner) : b_(inner) {}
 
   // ---- OpTagger
-  void push(int stage, int64_t chunk, int64_t layer, const char* op, const char*) override {
+  void push(int stage, int64_t chunk, int64_t layer, Op op, const char*) override {
     std::lock_guard<std::mutex> lock(mu_);
-    int index = -1;
-    if (op && *op) {
-      auto it = std::find(ops_.begin(), ops_.end(), op);
-      index = static_cast<int>(it - ops_.begin());
-      if (it == ops_.end()) ops_.emplace_back(op);
-    }
-    stack_.push_back(cupti::pack_tag({stage, chunk, layer, index}));
+    stack_.push_back(cupti::pack_tag({stage, chunk, layer, op == Op::none ? -1 : static_cast<int>(op)}));
     max_depth_ = std::max(max_depth_, static_cast<int64_t>(stack_.size()));
     ++pushes_;
   }
@@ -61,7 +55,6 @@ class FakeCupti final : public Backend, public OpTagger {
     std::lock_guard<std::mutex> lock(mu_);
     cupti::DecodeOptions o;
     o.streams = {{kCompute, traces::Lane::compute}, {kH2d, traces::Lane::h2d}, {kD2h, traces::Lane::d2h}};
-    o.ops = ops_;
     return o;
   }
   int64_t depth() const {
@@ -315,7 +308,6 @@ class FakeCupti final : public Backend, public OpTagger {
   Backend& b_;
   mutable std::mutex mu_;
   std::vector<cupti::Record> records_;
-  std::vector<std::string> ops_;
   std::vector<uint64_t> stack_;
   uint32_t next_corr_ = 0;
   int64_t max_depth_ = 0, pushes_ = 0, unbalanced_ = 0;

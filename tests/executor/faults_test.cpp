@@ -70,7 +70,7 @@ TEST(Faults, AFaultInAStepNamesItsPassAndKeepsWhatEarlierStepsMeasured) {
   EXPECT_EQ(fault->stage, 1);
   EXPECT_EQ(fault->chunk, 0);
   EXPECT_EQ(fault->layer, 0);
-  EXPECT_EQ(fault->op, "layer_fwd");
+  EXPECT_EQ(fault->op, Op::layer_fwd);
   EXPECT_EQ(fault->name, "kv_own");
   EXPECT_EQ(fault->to_string(), "stage 1, chunk 0, layer 0, layer_fwd / kv_own");
   EXPECT_EQ(e.measured().steps, 1) << "the failed step is not counted";

@@ -19,11 +19,11 @@
 namespace oomb::executor {
 namespace {
 
-using Key = std::tuple<int, int64_t, int64_t, std::string, std::string>;  // stage, chunk, layer, op, name
+using Key = std::tuple<int, int64_t, int64_t, Op, std::string>;  // stage, chunk, layer, op, name
 
 class RecordingTagger final : public OpTagger {
  public:
-  void push(int stage, int64_t chunk, int64_t layer, const char* op, const char* name) override {
+  void push(int stage, int64_t chunk, int64_t layer, Op op, const char* name) override {
     ++depth;
     max_depth = std::max(max_depth, depth);
     ++pushes;
@@ -48,7 +48,7 @@ step::Config tagged_config() {
   return c;
 }
 
-using EventKey = std::tuple<int, std::string, std::string, traces::Lane, int, int64_t, int64_t, int64_t>;
+using EventKey = std::tuple<int, std::string, Op, traces::Lane, int, int64_t, int64_t, int64_t>;
 std::multiset<EventKey> event_keys(const traces::Trace& t) {
   std::multiset<EventKey> s;
   for (const auto& e : t.events)
@@ -96,7 +96,7 @@ TEST(OpTagger, TagsAreBalancedCoverEveryRecordedOpAndChangeNothing) {
   }
   EXPECT_GT(compute, 0);
   EXPECT_GT(copies, 0);
-  EXPECT_TRUE(tagger.keys.count({2, -1, -1, "optimizer_step", "zero_gradients"}));
+  EXPECT_TRUE(tagger.keys.count({2, -1, -1, Op::optimizer_step, "zero_gradients"}));
 }
 
 TEST(OpTagger, ThroughACuptiStandInEveryRecordOfAStepBelongsToItsPass) {
@@ -127,15 +127,15 @@ TEST(OpTagger, ThroughACuptiStandInEveryRecordOfAStepBelongsToItsPass) {
   EXPECT_EQ(dev.metadata.source, "cuda-cupti");
 
   const traces::Trace host = e.trace();
-  const std::set<std::string> known = {"embedding", "layer_fwd", "layer_recompute", "lm_head",
-                                       "layer_bwd", "embedding_bwd", "optimizer_step", "gradient_allreduce"};
-  std::set<std::tuple<int, int64_t, int64_t, std::string>> host_keys, dev_keys;
+  const std::set<Op> known = {Op::embedding, Op::layer_fwd,      Op::layer_recompute, Op::lm_head,
+                              Op::layer_bwd, Op::embedding_bwd, Op::optimizer_step,  Op::gradient_allreduce};
+  std::set<std::tuple<int, int64_t, int64_t, Op>> host_keys, dev_keys;
   for (const auto& ev : host.events)
     if (ev.kind == traces::EventKind::compute) host_keys.insert({ev.stage, ev.chunk, ev.layer, ev.op});
   int untagged = 0;
-  std::multiset<std::tuple<int, int, int64_t, int64_t, std::string, int64_t>> host_copies, dev_copies;
+  std::multiset<std::tuple<int, int, int64_t, int64_t, Op, int64_t>> host_copies, dev_copies;
   for (const auto& ev : dev.events) {
-    if (ev.op == "untagged") {
+    if (ev.op == Op::untagged) {
       ++untagged;
       EXPECT_EQ(ev.name, "stray");
       EXPECT_EQ(ev.stage, -1);

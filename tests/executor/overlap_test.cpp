@@ -18,7 +18,7 @@
 namespace oomb::executor {
 namespace {
 
-using PassKey = std::tuple<int, int64_t, int64_t, std::string>;  // stage, chunk, layer, pass op
+using PassKey = std::tuple<int, int64_t, int64_t, Op>;  // stage, chunk, layer, pass op
 
 struct PassTimes {
   double compute_ns = 0, in_ns = 0, out_ns = 0;
@@ -77,7 +77,7 @@ TEST(Overlap, WriteBacksOverlapTheNextPassAsTheSimulatorPredicts) {
     e.step(tokens);
     int64_t n = 0;
     for (const auto& [k, p] : pass_times(e.trace()))
-      if (std::get<3>(k) == "layer_fwd") fill_ns += p.compute_ns, ++n;
+      if (std::get<3>(k) == Op::layer_fwd) fill_ns += p.compute_ns, ++n;
     fill_ns /= static_cast<double>(n);
   }
   const int64_t own_bytes = 8 * 16 * 2 * m.kv_dim() * 4;
@@ -109,8 +109,8 @@ TEST(Overlap, WriteBacksOverlapTheNextPassAsTheSimulatorPredicts) {
     int overlapping = 0, fills = 0;
     for (int64_t ch = 0; ch < 4; ++ch)
       for (int64_t l = 0; l + 1 < m.layers; ++l) {
-        const PassTimes& p = passes.at({1, ch, l, "layer_fwd"});
-        const PassTimes& next = passes.at({1, ch, l + 1, "layer_fwd"});
+        const PassTimes& p = passes.at({1, ch, l, Op::layer_fwd});
+        const PassTimes& next = passes.at({1, ch, l + 1, Op::layer_fwd});
         ++fills;
         if (next.compute_start < p.out_end) ++overlapping;  // in series: never (release waited)
       }

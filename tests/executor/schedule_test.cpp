@@ -169,8 +169,8 @@ TEST(Trace, EventsCopiesAndMemoryAreRecorded) {
   bool attention = false, bwd_copy = false;
   for (const auto& ev : t.events) {
     EXPECT_LE(ev.start_ns, ev.end_ns);
-    if (ev.name == "attention_bwd" && ev.stage == 2 && ev.layer == 1 && ev.op == "layer_bwd") attention = true;
-    if (ev.kind == traces::EventKind::copy_h2d && ev.op == "layer_bwd" && ev.lane == traces::Lane::h2d) bwd_copy = true;
+    if (ev.name == "attention_bwd" && ev.stage == 2 && ev.layer == 1 && ev.op == Op::layer_bwd) attention = true;
+    if (ev.kind == traces::EventKind::copy_h2d && ev.op == Op::layer_bwd && ev.lane == traces::Lane::h2d) bwd_copy = true;
   }
   EXPECT_TRUE(attention);
   EXPECT_TRUE(bwd_copy);
@@ -189,7 +189,7 @@ TEST(Trace, EventsCopiesAndMemoryAreRecorded) {
         EXPECT_EQ(ev.chunk, -1);
       }
       if (d == traces::Detail::layer) {
-        EXPECT_EQ(ev.name, ev.op);
+        EXPECT_EQ(ev.name, to_string(ev.op));
       }
     }
   }

@@ -256,7 +256,7 @@ INSTANTIATE_TEST_SUITE_P(Cases, PhaseLiveSet,
 std::set<int64_t> layers_recomputed_in_backward(const traces::Trace& t) {
   std::set<int64_t> layers;
   for (const auto& e : t.events)
-    if (e.kind == traces::EventKind::compute && e.name == "attention_fwd" && e.op == "layer_bwd") layers.insert(e.layer);
+    if (e.kind == traces::EventKind::compute && e.name == "attention_fwd" && e.op == Op::layer_bwd) layers.insert(e.layer);
   return layers;
 }
 

@@ -276,7 +276,7 @@ simulator::EventResult predict(const Scenario& s) { return simulator::simulate_e
 // Each compute pass of a trace (stage, chunk, layer, op) at its fastest occurrence: of a
 // prediction, its events; of a measurement (several steps in one trace), as the calibration times
 // the passes.
-using PassKey = std::tuple<int, int64_t, int64_t, std::string>;
+using PassKey = std::tuple<int, int64_t, int64_t, Op>;
 std::map<PassKey, double> fastest_passes(const traces::Trace& t) {
   std::map<PassKey, double> passes;
   for (const auto& e : t.events) {
@@ -299,7 +299,7 @@ std::map<int, double> stage_time(const traces::Trace& t) {
 // Compute time per op name of one step (every stage, the optimizer's included).
 std::map<std::string, double> op_time(const traces::Trace& t) {
   std::map<std::string, double> m;
-  for (const auto& [key, s] : fastest_passes(t)) m[std::get<3>(key)] += s;
+  for (const auto& [key, s] : fastest_passes(t)) m[to_string(std::get<3>(key))] += s;
   return m;
 }
 

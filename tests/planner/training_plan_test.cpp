@@ -9,6 +9,7 @@
 #include "planner/defaults.h"
 #include "planner/executable.h"
 #include "planner/parallel.h"
+#include "step/describe.h"
 #include "step/buffers.h"
 #include "planner_test_util.h"
 
@@ -113,7 +114,7 @@ TEST(TrainingPlan, KeepsTheLayersThatFitWhenCheckpointingOffDoesNot) {
   none.scenario.config.checkpointing = false;
   EXPECT_FALSE(search(none, 4 * M).best);
   // The text says how many.
-  EXPECT_NE(recompute_text(b, r.scenario.model).find("last " + std::to_string(b.kept_layers) + " of 28 layers kept"),
+  EXPECT_NE(step::recompute_text(b, r.scenario.model).find("last " + std::to_string(b.kept_layers) + " of 28 layers kept"),
             std::string::npos);
   // A fixed --kept-layers is kept.
   Request fixed_k = r;
@@ -208,7 +209,7 @@ TEST(TrainingPlan, BudgetsAreJudgedByAttendedTokens) {
   step::Config c;
   c.page_budget = 64;
   c.page_tokens = 64;
-  EXPECT_EQ(budget_text(c), "budget 64 pages of 64 = 4K attended tokens");
+  EXPECT_EQ(step::budget_text(c), "budget 64 pages of 64 = 4K attended tokens");
 }
 
 TEST(TrainingPlan, MaxStepTimeBoundsTheAnswer) {

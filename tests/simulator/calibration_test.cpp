@@ -38,7 +38,7 @@ std::vector<CalibrationSample> synth(const Scenario& s, int trace, const double 
   std::vector<CalibrationSample> out;
   const auto pc = page_counts(s);
   for (int64_t c = 0; c < pc.chunks; ++c)
-    for (const char* op : {"embedding", "layer_fwd", "layer_recompute", "layer_bwd", "lm_head"}) {
+    for (Op op : {Op::embedding, Op::layer_fwd, Op::layer_recompute, Op::layer_bwd, Op::lm_head}) {
       const auto w = pass_work(s, c, op);
       EXPECT_TRUE(w.has_value()) << op;
       const double t = w->gemm_s * x[0] + w->attn_s * x[1] + w->attn_bwd_s * x[2] + w->mb_s * x[3] + w->kernels * x[4];
@@ -100,7 +100,7 @@ TEST(Calibration, RefusesWhatTheTracesDoNotDetermine) {
   EXPECT_DOUBLE_EQ(f.efficiency.attention_backward, models::load_gpu("h200").efficiency.attention_backward);
   // Forward-only traces (no backward pass recorded) name the backward parameter.
   auto fwd_only = synth(tiny_scenario(2048, 512, false), 0, x);
-  fwd_only.erase(std::remove_if(fwd_only.begin(), fwd_only.end(), [](const auto& s) { return s.op == "layer_bwd"; }),
+  fwd_only.erase(std::remove_if(fwd_only.begin(), fwd_only.end(), [](const auto& s) { return s.op == Op::layer_bwd; }),
                  fwd_only.end());
   try {
     fit_efficiencies(fwd_only, models::load_gpu("h200"), 1);
@@ -130,13 +130,13 @@ TEST(Calibration, PassWorkPricesLikeTheCostModel) {
     }
   }
   // The embedding's gradient is a pass of its own (a scatter-add), none when the embedding is frozen.
-  ASSERT_TRUE(pass_work(s, 0, "embedding_bwd").has_value());
-  EXPECT_GT(pass_work(s, 0, "embedding_bwd")->mb_s, 0);
+  ASSERT_TRUE(pass_work(s, 0, Op::embedding_bwd).has_value());
+  EXPECT_GT(pass_work(s, 0, Op::embedding_bwd)->mb_s, 0);
   Scenario lora = s;
   lora.config.lora_rank = 8;
-  EXPECT_FALSE(pass_work(lora, 0, "embedding_bwd").has_value());
-  EXPECT_FALSE(pass_work(s, 0, "optimizer_step").has_value());
-  EXPECT_FALSE(pass_work(s, g.n, "layer_fwd").has_value());
+  EXPECT_FALSE(pass_work(lora, 0, Op::embedding_bwd).has_value());
+  EXPECT_FALSE(pass_work(s, 0, Op::optimizer_step).has_value());
+  EXPECT_FALSE(pass_work(s, g.n, Op::layer_fwd).has_value());
 }
 
 TEST(Calibration, ExecutorRunsArePredictedWithTheirPageDtypes) {
@@ -192,12 +192,12 @@ TEST(QkNorm, Qwen3PricesTheNormsWeightsAndTraffic) {
   const step::Geometry g = detail::geometry(with);
   const double tokens = 2048;
   const double extra_mb_s = tokens * 2.0 * static_cast<double>((g.qd + g.kvd) * g.act_b) / with.gpu.hbm_bytes_per_s;
-  const auto fwd_with = *pass_work(with, 1, "layer_fwd"), fwd_without = *pass_work(without, 1, "layer_fwd");
+  const auto fwd_with = *pass_work(with, 1, Op::layer_fwd), fwd_without = *pass_work(without, 1, Op::layer_fwd);
   EXPECT_NEAR(fwd_with.mb_s - fwd_without.mb_s, extra_mb_s, extra_mb_s * 1e-9);
   EXPECT_DOUBLE_EQ(fwd_with.gemm_s, fwd_without.gemm_s);
   EXPECT_DOUBLE_EQ(fwd_with.attn_s, fwd_without.attn_s);
   // Backward (with its recompute) runs the memory-bound work 3 times.
-  const auto bwd_with = *pass_work(with, 1, "layer_bwd"), bwd_without = *pass_work(without, 1, "layer_bwd");
+  const auto bwd_with = *pass_work(with, 1, Op::layer_bwd), bwd_without = *pass_work(without, 1, Op::layer_bwd);
   EXPECT_NEAR(bwd_with.mb_s - bwd_without.mb_s, 3 * extra_mb_s, extra_mb_s * 1e-9);
   const Summary a = evaluate(with), b = evaluate(without);
   EXPECT_GT(a.step_s, b.step_s);

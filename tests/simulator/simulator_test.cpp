@@ -447,7 +447,7 @@ TEST(EventPath, StreamsNeverOverlapAndDependenciesHold) {
   s.config.resident_layers = 2;
   auto r = simulate_events(s, traces::Detail::layer);
   std::map<traces::Lane, int64_t> stream_end;
-  std::map<std::tuple<int, int64_t, int64_t, std::string>, int64_t> copy_in_end;
+  std::map<std::tuple<int, int64_t, int64_t, Op>, int64_t> copy_in_end;
   for (const auto& e : r.trace.events) {
     ASSERT_GE(e.end_ns, e.start_ns);
     ASSERT_GE(e.start_ns, stream_end[e.lane]) << "overlap on " << traces::to_string(e.lane);

@@ -14,16 +14,18 @@ namespace {
 
 constexpr double kTol = 1e-12;  // relative errors below are exact ratios of small integers
 
+// An event named `name` (its kind's name when empty); its op is the name when the name is an op
+// (layer_fwd, lm_head, ...), none otherwise (a copy named "kv" or "dkv").
 Event ev(EventKind kind, Lane lane, int64_t start, int64_t end, int stage = -1,
-         const std::string& op = "", int64_t bytes = 0) {
+         const std::string& name = "", int64_t bytes = 0) {
   Event e;
   e.kind = kind;
-  e.name = op.empty() ? std::string(to_string(kind)) : op;
+  e.name = name.empty() ? std::string(to_string(kind)) : name;
   e.lane = lane;
   e.start_ns = start;
   e.end_ns = end;
   e.stage = stage;
-  e.op = op;
+  e.op = find_op(name).value_or(Op::none);
   e.bytes = bytes;
   return e;
 }
@@ -52,7 +54,7 @@ Trace full_trace() {
   a.stage = 2;
   a.chunk = 7;
   a.layer = 27;
-  a.op = "layer_bwd";
+  a.op = Op::layer_bwd;
   Event b;  // all defaults, zero length
   b.kind = EventKind::phase;
   b.start_ns = 5;
@@ -67,7 +69,7 @@ Trace full_trace() {
   c.stage = 1;
   c.chunk = 0;
   c.layer = 0;
-  c.op = "kv";
+  c.op = Op::layer_fwd;
   t.events = {a, b, c};
   t.memory = {{0, 100, 200, 1}, {9, 300, 50, 2}};
   t.summary = {1, 2, 3, 4, 5, 6, 7, 8};
@@ -169,7 +171,7 @@ TEST(TraceJson, ReadsTheFullFormWithEveryFieldSpelledOut) {
                 "command":"oomb simulate","detail":"chunk","dropped_records":0,"extra":null},
     "events":[
       {"kind":"copy_d2h","name":"dkv","stream":"d2h","start_ns":10,"end_ns":25,"bytes":64,"flops":0,
-       "stage":2,"chunk":3,"layer":-1,"op":"dkv"},
+       "stage":2,"chunk":3,"layer":-1,"op":"layer_bwd"},
       {"kind":"alloc","name":"","stream":"","start_ns":0,"end_ns":0,"bytes":0,"flops":0.0,
        "stage":-1,"chunk":-1,"layer":-1,"op":""}],
     "memory":[{"t_ns":4,"device_bytes":8,"host_bytes":16,"pool_pages_used":2}],
@@ -184,6 +186,7 @@ TEST(TraceJson, ReadsTheFullFormWithEveryFieldSpelledOut) {
   want.metadata.detail = Detail::chunk;
   Event d = ev(EventKind::copy_d2h, Lane::d2h, 10, 25, 2, "dkv", 64);
   d.chunk = 3;
+  d.op = Op::layer_bwd;
   Event a;
   a.kind = EventKind::alloc;
   want.events = {d, a};
@@ -266,6 +269,15 @@ TEST(TraceJson, RejectsBadEventsNamingTheIndexAndKey) {
   EXPECT_NE(e.hint().find("compute h2d d2h comm step"), std::string::npos) << e.hint();
   j["events"][1]["stream"] = "";
   EXPECT_EQ(trace_from_json(j, "t.json").events[1].lane, Lane::none);
+
+  // An op is a pass or collective of core/op.h ("" or absent: none).
+  j = good;
+  j["events"][2]["op"] = "kv";
+  e = expect_error([&] { trace_from_json(j, "t.json"); }, "t.json", "events[2].op");
+  EXPECT_NE(std::string(e.what()).find("unknown op \"kv\""), std::string::npos) << e.what();
+  EXPECT_NE(e.hint().find("layer_fwd"), std::string::npos) << e.hint();
+  j["events"][2]["op"] = "";
+  EXPECT_EQ(trace_from_json(j, "t.json").events[2].op, Op::none);
 
   j = good;
   j["metadata"]["detail"] = "token";

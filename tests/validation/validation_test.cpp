@@ -86,7 +86,7 @@ TEST(Validation, StageTimesAreTheFastestStepsLikeStepS) {
     x.name = name;
     x.lane = traces::Lane::compute;
     x.stage = stage;
-    x.op = stage > 0 ? "layer_fwd" : "";
+    x.op = stage > 0 ? Op::layer_fwd : Op::none;
     x.start_ns = static_cast<int64_t>(b * s1);
     x.end_ns = static_cast<int64_t>(e * s1);
     t.events.push_back(x);
@@ -280,7 +280,7 @@ TEST(Validation, PassesRunInTheSimulatorsOrderAndCopiesRespectTheirPass) {
   EXPECT_NE(copies.note.find(" copies tagged with a layer pass"), std::string::npos) << copies.note;
   EXPECT_EQ(copies.note.rfind("0 copies", 0), std::string::npos) << "the plan offloads: " << copies.note;
 
-  auto find = [](traces::Trace& tr, traces::EventKind k, int stage, int64_t chunk, int64_t layer, const char* op) {
+  auto find = [](traces::Trace& tr, traces::EventKind k, int stage, int64_t chunk, int64_t layer, Op op) {
     for (auto& e : tr.events)
       if (e.kind == k && e.stage == stage && e.chunk == chunk && e.layer == layer && e.op == op) return &e;
     ADD_FAILURE() << "no " << op << " event of chunk " << chunk << " layer " << layer;
@@ -290,8 +290,8 @@ TEST(Validation, PassesRunInTheSimulatorsOrderAndCopiesRespectTheirPass) {
   {
     // The last chunk's two layer backwards in the wrong order (layer 0 before layer 1).
     traces::Trace bad = t;
-    traces::Event* b1 = find(bad, traces::EventKind::compute, 2, 3, 1, "layer_bwd");
-    traces::Event* b0 = find(bad, traces::EventKind::compute, 2, 3, 0, "layer_bwd");
+    traces::Event* b1 = find(bad, traces::EventKind::compute, 2, 3, 1, Op::layer_bwd);
+    traces::Event* b0 = find(bad, traces::EventKind::compute, 2, 3, 0, Op::layer_bwd);
     std::swap(b1->start_ns, b0->start_ns);
     std::swap(b1->end_ns, b0->end_ns);
     const ValidationTerm p = order(bad).first;
@@ -303,7 +303,7 @@ TEST(Validation, PassesRunInTheSimulatorsOrderAndCopiesRespectTheirPass) {
   {
     // One pass more than scheduled: chunk 0's layer 1 recomputed again after the step's last pass.
     traces::Trace extra = t;
-    traces::Event again = *find(extra, traces::EventKind::compute, 2, 0, 1, "layer_recompute");
+    traces::Event again = *find(extra, traces::EventKind::compute, 2, 0, 1, Op::layer_recompute);
     int64_t last = 0;
     for (const auto& e : extra.events) last = std::max(last, e.end_ns);
     again.start_ns = last + 1;
@@ -318,8 +318,8 @@ TEST(Validation, PassesRunInTheSimulatorsOrderAndCopiesRespectTheirPass) {
   {
     // An onload that ends after the pass that reads it (a missing stream wait on a GPU).
     traces::Trace late = t;
-    const traces::Event* pass = find(late, traces::EventKind::compute, 1, 1, 0, "layer_fwd");
-    traces::Event* in = find(late, traces::EventKind::copy_h2d, 1, 1, 0, "layer_fwd");
+    const traces::Event* pass = find(late, traces::EventKind::compute, 1, 1, 0, Op::layer_fwd);
+    traces::Event* in = find(late, traces::EventKind::copy_h2d, 1, 1, 0, Op::layer_fwd);
     in->end_ns = pass->end_ns + 1;
     const ValidationTerm c = order(late).second;
     EXPECT_EQ(c.measured, std::optional<double>(1));
@@ -330,8 +330,8 @@ TEST(Validation, PassesRunInTheSimulatorsOrderAndCopiesRespectTheirPass) {
   {
     // An offload that starts before the pass that writes its pages.
     traces::Trace early = t;
-    const traces::Event* pass = find(early, traces::EventKind::compute, 1, 0, 1, "layer_fwd");
-    traces::Event* out = find(early, traces::EventKind::copy_d2h, 1, 0, 1, "layer_fwd");
+    const traces::Event* pass = find(early, traces::EventKind::compute, 1, 0, 1, Op::layer_fwd);
+    traces::Event* out = find(early, traces::EventKind::copy_d2h, 1, 0, 1, Op::layer_fwd);
     out->start_ns = pass->start_ns - 1;
     const ValidationTerm c = order(early).second;
     EXPECT_EQ(c.ok(), std::optional<bool>(false));

@@ -37,7 +37,7 @@ Event ev(EventKind kind, int stage, int64_t chunk, int64_t start, int64_t end, c
   e.end_ns = end;
   e.stage = stage;
   e.chunk = chunk;
-  e.op = op;
+  e.op = find_op(op).value_or(Op::none);
   e.bytes = bytes;
   return e;
 }
