@@ -12,14 +12,6 @@ namespace oomb::cli {
 
 using namespace simulator;
 
-namespace {
-std::string overlap_text(double overlap) {
-  char b[32];
-  std::snprintf(b, sizeof b, "%.2f", overlap);
-  return b;
-}
-}  // namespace
-
 void print_scenario_header(const Scenario& s) {
   const auto& c = s.config;
   const bool projected = s.gpu.calibrated_from.rfind("projected", 0) == 0;
@@ -29,7 +21,7 @@ void print_scenario_header(const Scenario& s) {
   for (const step::ConfigFact& f : step::describe(c, s.model)) {
     std::string text = f.text;
     if (f.knob == "attention" && c.attention == step::Attention::sparse)
-      text += ", overlap " + overlap_text(c.selection_overlap) + ", selection memory " + to_string(c.selection_memory);
+      text += ", overlap " + format_fixed(c.selection_overlap, 2) + ", selection memory " + to_string(c.selection_memory);
     std::printf("  %-14s %s\n", f.knob.c_str(), text.c_str());
   }
 }

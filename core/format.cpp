@@ -118,4 +118,12 @@ void appendf(std::string& out, const char* fmt, ...) {
   out += big;
 }
 
+std::string format_number(double v) {
+  char buf[kBufBytes];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
+std::string format_fixed(double v, int decimals) { return fixed_str(v, decimals, ""); }
+
 }  // namespace oomb

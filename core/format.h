@@ -13,6 +13,8 @@ std::string format_tokens(int64_t tokens);        // "4M", "16K", "3000"
 std::string format_count(double v);               // "1.23e+06" style for large, fixed for small
 std::string format_percent(double fraction);      // 0.123 -> "12.3%"
 std::string format_signed_percent(double fraction);  // 0.123 -> "+12.3%", -0.05 -> "-5.0%"
+std::string format_number(double v);               // printf's "%g": 0.05 -> "0.05", 1e6 -> "1e+06"
+std::string format_fixed(double v, int decimals);   // printf's "%.<decimals>f": (0.5, 2) -> "0.50"
 
 // printf into the end of `out` (reports built as text, printed by the CLI).
 void appendf(std::string& out, const char* fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "core/files.h"
+#include "core/format.h"
 
 namespace oomb {
 
@@ -190,13 +191,6 @@ double JsonReader::f64_positive(const std::string& key) const {
 
 double JsonReader::f64_or(const std::string& key, double fallback) const { return has(key) ? f64(key) : fallback; }
 
-namespace {
-std::string number_text(double v) {
-  char b[32];
-  std::snprintf(b, sizeof b, "%g", v);
-  return b;
-}
-}  // namespace
 
 // Any integer, a negative one too, is judged against the range: one message for every value out of
 // it (a negative r is out of [1, 4096] as 0 is, not "not a non-negative integer").
@@ -226,11 +220,11 @@ int64_t JsonReader::i64_in_or(const std::string& key, int64_t lo, int64_t hi, in
 
 // As i64_in: any number, a negative one too, is judged against the range (one message for all).
 double JsonReader::f64_in(const std::string& key, double lo, double hi) const {
-  const std::string range = "a number in [" + number_text(lo) + ", " + number_text(hi) + "]";
+  const std::string range = "a number in [" + format_number(lo) + ", " + format_number(hi) + "]";
   const Json& v = need(key, range.c_str());
   if (!v.is_number()) fail(key, "is not a number (" + json_excerpt(v) + ")", "expected " + range);
   const double x = v.get<double>();
-  if (!(x >= lo && x <= hi)) fail(key, "is out of range (" + number_text(x) + ")", "expected " + range);
+  if (!(x >= lo && x <= hi)) fail(key, "is out of range (" + format_number(x) + ")", "expected " + range);
   return x;
 }
 

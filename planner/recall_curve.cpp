@@ -5,17 +5,11 @@
 #include <cstdio>
 
 #include "core/error.h"
+#include "core/format.h"
 #include "step/run_record.h"
 
 namespace oomb::planner {
 
-namespace {
-std::string fmt(double x) {
-  char b[32];
-  std::snprintf(b, sizeof b, "%.4f", x);
-  return b;
-}
-}  // namespace
 
 Json RecallCurve::to_json() const {
   Json pts = Json::array();
@@ -137,14 +131,14 @@ std::optional<double> interpolate_recall(const RecallCurve& c, int64_t budget) {
 
 int64_t min_budget_for_recall(const RecallCurve& c, double min_recall, const std::string& where) {
   if (!(min_recall > 0 && min_recall <= 1))
-    throw Error("--min-recall", fmt(min_recall), "must be in (0, 1]", "e.g. 0.9");
+    throw Error("--min-recall", format_fixed(min_recall, 4), "must be in (0, 1]", "e.g. 0.9");
   if (c.points.empty()) throw Error(where, "points", "is empty");
   double best = 0;
   for (const auto& p : c.points) best = std::max(best, p.mean_recall);
   if (c.points.back().mean_recall < min_recall)
-    throw Error("--min-recall", fmt(min_recall),
-                "no budget reaches it: " + where + " measures mean recall " + fmt(c.points.back().mean_recall) +
-                    " at its largest budget " + std::to_string(c.points.back().budget) + " (best " + fmt(best) + ")",
+    throw Error("--min-recall", format_fixed(min_recall, 4),
+                "no budget reaches it: " + where + " measures mean recall " + format_fixed(c.points.back().mean_recall, 4) +
+                    " at its largest budget " + std::to_string(c.points.back().budget) + " (best " + format_fixed(best, 4) + ")",
                 "a lower --min-recall, or measure larger budgets");
   // Walk down the segments from the largest measured budget while both ends keep the recall (a
   // segment is linear, so then every budget in it does). In the first segment whose lower end

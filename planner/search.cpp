@@ -699,25 +699,18 @@ void fill_alternatives(SearchResult& res, Objective o, const step::Config* prefe
 
 // ---------------------------------------------------------------------------------------------
 
-namespace {
-std::string number_text(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", v);
-  return buf;
-}
-}  // namespace
 
 void check_request(const Request& r, int64_t N) {
   if (!(r.headroom >= 0.0 && r.headroom < 0.9))
-    throw Error("--headroom", number_text(r.headroom), "is out of range", "a share of HBM capacity in [0, 0.9), e.g. 0.05");
+    throw Error("--headroom", format_number(r.headroom), "is out of range", "a share of HBM capacity in [0, 0.9), e.g. 0.05");
   if (r.min_budget < 1) throw Error("--min-budget", std::to_string(r.min_budget), "must be positive", "e.g. 64");
   if (r.min_budget_page_tokens < 1)
     throw Error("--min-budget", std::to_string(r.min_budget), "is counted in pages of a non-positive size",
                 "pages of 128 tokens (or of --page)");
   if (r.max_step_s < 0 || !std::isfinite(r.max_step_s))
-    throw Error("--max-step-time", number_text(r.max_step_s), "must be a positive duration", "e.g. 1h, 30m or 900s");
+    throw Error("--max-step-time", format_number(r.max_step_s), "must be a positive duration", "e.g. 1h, 30m or 900s");
   if (r.min_tokens_per_s < 0 || !std::isfinite(r.min_tokens_per_s))
-    throw Error("--min-tokens-per-s", number_text(r.min_tokens_per_s), "must be positive", "e.g. 1000");
+    throw Error("--min-tokens-per-s", format_number(r.min_tokens_per_s), "must be positive", "e.g. 1000");
   if (N <= 0) throw Error("--context", std::to_string(N), "must be positive", "e.g. 4M, 128K or 100000");
   const step::Config& b = r.scenario.config;
   if (b.gpus != 1 && b.gpus != 2 && b.gpus != 4 && b.gpus != 8)

@@ -1,7 +1,6 @@
 #include "validation/judged.h"
 
 #include <algorithm>
-#include <cstdio>
 
 namespace oomb::validation::detail {
 
@@ -23,12 +22,6 @@ double seconds_within(const traces::Event& e, const StepWindow& w) {
 
 bool in_window(const traces::Event& e, const StepWindow& w) {
   return !w.found || (e.start_ns >= w.start_ns && e.end_ns <= w.end_ns);
-}
-
-std::string overlap_text(double overlap) {
-  char b[32];
-  std::snprintf(b, sizeof b, "%.2f", overlap);
-  return b;
 }
 
 void add_term(Validation& v, std::string name, std::string unit, double predicted, std::optional<double> measured,

@@ -25,7 +25,6 @@ StepWindow fastest_step(const traces::Trace& t);
 double seconds_within(const traces::Event& e, const StepWindow& w);
 // e lies inside w (always, without a window).
 bool in_window(const traces::Event& e, const StepWindow& w);
-std::string overlap_text(double overlap);  // "0.50"
 
 // A run of the plan, as validate_run found it: what ran, what was predicted for what ran (the
 // scenario with the run's dtypes and peak measure), and which of its measurements compare.

@@ -260,12 +260,12 @@ Validation validate_run(const ValidationRequest& req) {
     const step::ImpliedOverlap io = step::implied_overlap(step::geometry(s.model, s.config), run.union_pages);
     if (io.pairs > 0) {
       v.implied_selection_overlap = io.at_largest;
-      sparse_note += " (" + detail::overlap_text(s.config.selection_overlap) + "; the run's unions imply " +
-                     detail::overlap_text(io.at_largest) + ")";
+      sparse_note += " (" + format_fixed(s.config.selection_overlap, 2) + "; the run's unions imply " +
+                     format_fixed(io.at_largest, 2) + ")";
       notes.push_back("selection unions measured: " + std::to_string(io.pairs) +
                       " (chunk, layer) pairs whose prefix caps none imply --selection-overlap " +
-                      detail::overlap_text(io.at_largest) + " at the largest (mean " + detail::overlap_text(io.mean) +
-                      "); the plan assumed " + detail::overlap_text(s.config.selection_overlap));
+                      format_fixed(io.at_largest, 2) + " at the largest (mean " + format_fixed(io.mean, 2) +
+                      "); the plan assumed " + format_fixed(s.config.selection_overlap, 2));
     }
   }
   j.fastest = detail::fastest_step(trace);
@@ -291,8 +291,8 @@ Validation validate_run(const ValidationRequest& req) {
       if (t.note.rfind("sparse:", 0) == 0 && !t.ok().value_or(true)) assumption_failed = true;
     if (assumption_failed)
       notes.push_back("the sparse pools or copies disagree with the plan's --selection-overlap " +
-                      detail::overlap_text(s.config.selection_overlap) + ": re-plan with --selection-overlap " +
-                      detail::overlap_text(*v.implied_selection_overlap) +
+                      format_fixed(s.config.selection_overlap, 2) + ": re-plan with --selection-overlap " +
+                      format_fixed(*v.implied_selection_overlap, 2) +
                       " (what this run's unions imply), then run and validate again");
   }
   return v;
