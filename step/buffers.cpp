@@ -116,8 +116,6 @@ int64_t BufferTable::device_bytes_in(Phase p, bool include_reserve) const {
 
 int64_t BufferTable::device_bytes(bool include_reserve) const { return device_peak(include_reserve).bytes; }
 int64_t BufferTable::host_bytes() const { return host_peak().bytes; }
-std::map<std::string, int64_t> BufferTable::device_breakdown() const { return device_peak().breakdown; }
-std::map<std::string, int64_t> BufferTable::host_breakdown() const { return host_peak().breakdown; }
 
 const BufferRow* BufferTable::find(const std::string& name, Tier tier) const {
   for (const auto& r : rows)

@@ -222,8 +222,6 @@ struct BufferTable {
   int64_t device_bytes_in(Phase p, bool include_reserve = true) const;
   int64_t device_bytes(bool include_reserve = true) const;
   int64_t host_bytes() const;
-  std::map<std::string, int64_t> device_breakdown() const;
-  std::map<std::string, int64_t> host_breakdown() const;
   const BufferRow* find(const std::string& name, Tier tier) const;  // null when absent
 };
 
