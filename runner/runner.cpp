@@ -501,7 +501,7 @@ StepLoop run_steps(const RunRequest& r, Engine& e, detail::RunDevice& device, co
                    int64_t& current, RunResult& res) {
   const step::Config& c = r.scenario.config;
   Backend& backend = *device.backend;
-  const int64_t total_steps = r.warmup_steps + r.timed_steps;
+  const int64_t total_steps = res.steps_requested;
   StepLoop loop;
   // Data parallelism: rank r of N trains on sequence step x N + r (one process: step).
   const int world = r.comm ? r.comm->size() : 1, rank = r.comm ? r.comm->rank() : 0;
@@ -580,7 +580,7 @@ StepLoop run_steps(const RunRequest& r, Engine& e, detail::RunDevice& device, co
 // kept of it; false when the run has nothing more to give (a failed step: the host trace so far is
 // kept; an interrupt before any step).
 bool finish_measurement(const RunRequest& r, Engine& e, detail::RunDevice& device, StepLoop& loop, RunResult& res) {
-  const int64_t total_steps = r.warmup_steps + r.timed_steps;
+  const int64_t total_steps = res.steps_requested;
   res.measured = e.measured();
   res.measured.job = r.job;
   res.measured.emulated_device = res.emulated_device;
@@ -686,7 +686,7 @@ RunResult run(const RunRequest& r, const RunTable& table, const Weights& w, cons
               const ParamTensors& adapters) {
   const step::Config& c = r.scenario.config;
   RunResult res = start_result(r, adapters);
-  const int64_t total_steps = r.warmup_steps + r.timed_steps;
+  const int64_t total_steps = res.steps_requested;
   detail::RunDevice device;
   detail::open_device(r, table, res, device);
   Backend& backend = *device.backend;

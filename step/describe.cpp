@@ -24,11 +24,17 @@ std::string logits_text(const Config& c) {
                                    : "logits unfused (whole chunk)";
 }
 
+namespace {
+// "off" | "on" | "on, last 2 of 28 layers kept": the knob's state, which checkpointing_text names.
+std::string checkpointing_state(const Config& c, const models::ModelSpec& m) {
+  if (!c.checkpointing) return "off";
+  if (c.kept_layers == 0) return "on";
+  return "on, last " + std::to_string(c.kept_layers) + " of " + std::to_string(effective_layers(c, m)) + " layers kept";
+}
+}  // namespace
+
 std::string checkpointing_text(const Config& c, const models::ModelSpec& m) {
-  if (!c.checkpointing) return "checkpointing off";
-  if (c.kept_layers == 0) return "checkpointing on";
-  return "checkpointing on, last " + std::to_string(c.kept_layers) + " of " + std::to_string(effective_layers(c, m)) +
-         " layers kept";
+  return "checkpointing " + checkpointing_state(c, m);
 }
 
 std::string recompute_text(const Config& c, const models::ModelSpec& m) {
@@ -72,8 +78,7 @@ std::vector<ConfigFact> describe(const Config& c, const models::ModelSpec& m) {
   f.push_back({"optimizer", c.optimizer == Optimizer::none  ? "none (no optimizer step)"
                             : c.optimizer == Optimizer::gpu ? "AdamW on the GPU"
                                                             : "AdamW on the host (updated there)"});
-  // "on, last 2 of 28 layers kept": the knob's name is the line's.
-  f.push_back({"checkpointing", checkpointing_text(c, m).substr(std::string("checkpointing ").size())});
+  f.push_back({"checkpointing", checkpointing_state(c, m)});
   if (const std::string p = parallelism_text(c); !p.empty()) f.push_back({"parallelism", p});
   if (c.layers_override > 0) f.push_back({"layers", "the first " + std::to_string(c.layers_override) + " only"});
   return f;

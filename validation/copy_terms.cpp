@@ -43,8 +43,6 @@ void collective_terms(const Judged& j, Validation& v) {
   const bool time_comparable = j.time_comparable;
   const std::string& time_note = j.time_note;
   std::vector<std::string>& notes = v.notes;
-  auto add = [&v](std::string name, std::string unit, double p, std::optional<double> meas, double tol,
-                  std::string note = {}) { add_term(v, std::move(name), std::move(unit), p, meas, tol, std::move(note)); };
   const bool comm_comparable = time_comparable && backend == "cpu" && run.collective_split;
   const std::string comm_note =
       !time_comparable ? time_note
@@ -65,24 +63,24 @@ void collective_terms(const Judged& j, Validation& v) {
   if (s.config.gpus > 1 && run.tp > 1) {
     // Tensor parallelism: the collectives of this rank's step, count and bytes exact, and their time.
     const std::string rank = "rank " + std::to_string(run.tp_rank) + " of " + std::to_string(s.config.gpus);
-    add("tp_allreduces", "calls", static_cast<double>(pred.summary.tp_allreduces),
+    add_term(v, "tp_allreduces", "calls", static_cast<double>(pred.summary.tp_allreduces),
         static_cast<double>(run.tp_allreduces), kExactTolerance, rank);
-    add("tp_allreduce_bytes", "bytes", static_cast<double>(pred.summary.tp_allreduce_bytes),
+    add_term(v, "tp_allreduce_bytes", "bytes", static_cast<double>(pred.summary.tp_allreduce_bytes),
         static_cast<double>(run.tp_allreduce_bytes), kExactTolerance, rank);
     if (run.collective_times_recorded) {
       std::optional<double> meas;
       if (comm_comparable) meas = run.tp_allreduce_transfer_s;
-      add("tp_allreduce_s", "s", pred.summary.tp_allreduce_s, meas, kTimeTolerance, comm_note);
+      add_term(v, "tp_allreduce_s", "s", pred.summary.tp_allreduce_s, meas, kTimeTolerance, comm_note);
       wait_note("tensor-parallel all-reduces", run.tp_allreduce_wait_s);
     }
   }
   if (s.config.data_parallel > 1 && run.world > run.tp && pred.summary.allreduce_bytes > 0) {
-    add("allreduce_bytes", "bytes", static_cast<double>(pred.summary.allreduce_bytes),
+    add_term(v, "allreduce_bytes", "bytes", static_cast<double>(pred.summary.allreduce_bytes),
         static_cast<double>(run.allreduce_bytes), kExactTolerance, "the gradient all-reduce, per rank");
     if (run.collective_times_recorded) {
       std::optional<double> meas;
       if (comm_comparable) meas = run.allreduce_transfer_s;
-      add("gradient_allreduce_s", "s", pred.summary.allreduce_s, meas, kTimeTolerance, comm_note);
+      add_term(v, "gradient_allreduce_s", "s", pred.summary.allreduce_s, meas, kTimeTolerance, comm_note);
       wait_note("gradient all-reduce", run.allreduce_wait_s);
     }
   }

@@ -18,8 +18,6 @@ void memory_terms(const Judged& j, Validation& v) {
   const double copy_tol = j.copy_tolerance;
   const std::string& sparse_note = j.sparse_note;
   std::vector<ValidationTerm>& terms = v.terms;
-  auto add = [&v](std::string name, std::string unit, double p, std::optional<double> meas, double tol,
-                  std::string note = {}) { add_term(v, std::move(name), std::move(unit), p, meas, tol, std::move(note)); };
   const step::PageCounts pc = page_counts(s);
   const double kv_hw = static_cast<double>(run.kv_pool_high_water_pages);
   const double grad_hw = static_cast<double>(run.grad_pool_high_water_pages);
@@ -32,7 +30,7 @@ void memory_terms(const Judged& j, Validation& v) {
   // A CUPTI-timed run holds the collector's activity buffers (a host row the plan leaves out).
   mem.cupti_timed = backend == "cuda" && run.cupti_timed;
   const Summary mem_pred = mem.gpu.kind == s.gpu.kind && !mem.cupti_timed ? pred.summary : evaluate(mem);
-  add("peak_device_bytes", "bytes", static_cast<double>(mem_pred.peak_device_bytes),
+  add_term(v, "peak_device_bytes", "bytes", static_cast<double>(mem_pred.peak_device_bytes),
       static_cast<double>(run.peak_device_bytes), kPeakBytesTolerance,
       mem_pred.peak_phase.empty() ? "" : "peak phase " + mem_pred.peak_phase);
   if (!run.device_breakdown_bytes.empty()) {
@@ -42,8 +40,10 @@ void memory_terms(const Judged& j, Validation& v) {
     for (const std::string& cat : cats) {
       auto p = mem_pred.device_breakdown_bytes.find(cat);
       auto q = run.device_breakdown_bytes.find(cat);
-      add("peak:" + cat, "bytes", p == mem_pred.device_breakdown_bytes.end() ? 0.0 : static_cast<double>(p->second),
-          q == run.device_breakdown_bytes.end() ? 0.0 : static_cast<double>(q->second), kExactTolerance, "at the peak");
+      add_term(v, "peak:" + cat, "bytes",
+               p == mem_pred.device_breakdown_bytes.end() ? 0.0 : static_cast<double>(p->second),
+               q == run.device_breakdown_bytes.end() ? 0.0 : static_cast<double>(q->second), kExactTolerance,
+               "at the peak");
     }
   }
   // CUDA: what the device really gave the run (every cudaMalloc CUPTI recorded: the arena's blocks,
@@ -58,7 +58,7 @@ void memory_terms(const Judged& j, Validation& v) {
     const Summary rp = evaluate(reserved);
     const auto blocks = rp.device_breakdown_bytes.find(step::kAllocatorCategory);
     const int64_t arena_slack = blocks == rp.device_breakdown_bytes.end() ? 0 : blocks->second;
-    add("reserved_device_bytes", "bytes",
+    add_term(v, "reserved_device_bytes", "bytes",
         static_cast<double>(mem_pred.peak_device_bytes + arena_slack + s.gpu.reserved_bytes),
         static_cast<double>(*run.cupti_reserved_device_bytes), kExactTolerance,
         "at most: the table's peak + the arena block's slack (" + format_bytes(arena_slack) +
@@ -66,20 +66,20 @@ void memory_terms(const Judged& j, Validation& v) {
             "); measured: device bytes CUDA allocated (CUPTI)");
     terms.back().at_most = true;
   }
-  add("device_pool_bytes", "bytes",
+  add_term(v, "device_pool_bytes", "bytes",
       static_cast<double>(pc.kv_pool_pages * pc.kv_page_bytes + pc.grad_pool_pages * pc.grad_page_bytes),
       kv_hw * static_cast<double>(run.kv_page_bytes) + grad_hw * static_cast<double>(run.grad_page_bytes), copy_tol,
       sparse_note);
-  add("pool_pages", "pages", static_cast<double>(pc.kv_pool_pages + pc.grad_pool_pages), kv_hw + grad_hw, copy_tol,
-      sparse_note);
-  add("kv_pool_pages", "pages", static_cast<double>(pc.kv_pool_pages), kv_hw, copy_tol, sparse_note);
-  add("grad_pool_pages", "pages", static_cast<double>(pc.grad_pool_pages), grad_hw, copy_tol, sparse_note);
-  add("host_pool_bytes", "bytes",
+  add_term(v, "pool_pages", "pages", static_cast<double>(pc.kv_pool_pages + pc.grad_pool_pages), kv_hw + grad_hw,
+           copy_tol, sparse_note);
+  add_term(v, "kv_pool_pages", "pages", static_cast<double>(pc.kv_pool_pages), kv_hw, copy_tol, sparse_note);
+  add_term(v, "grad_pool_pages", "pages", static_cast<double>(pc.grad_pool_pages), grad_hw, copy_tol, sparse_note);
+  add_term(v, "host_pool_bytes", "bytes",
       static_cast<double>(pc.host_kv_pages * pc.kv_page_bytes + pc.host_grad_pages * pc.grad_page_bytes),
       static_cast<double>(run.host_kv_pages * run.kv_page_bytes + run.host_grad_pages * run.grad_page_bytes),
       kExactTolerance);
-  add("peak_host_bytes", "bytes", static_cast<double>(mem_pred.peak_host_bytes), static_cast<double>(run.peak_host_bytes),
-      kPeakHostBytesTolerance);
+  add_term(v, "peak_host_bytes", "bytes", static_cast<double>(mem_pred.peak_host_bytes),
+           static_cast<double>(run.peak_host_bytes), kPeakHostBytesTolerance);
 }
 
 }  // namespace oomb::validation::detail

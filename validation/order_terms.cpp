@@ -64,8 +64,6 @@ void order_terms(const Judged& j, const EventResult& layer_pred, Validation& v) 
   const traces::Trace& trace = j.trace;
   const step::RunRecord& run = j.run;
   const StepWindow& fastest = j.fastest;
-  auto add = [&v](std::string name, std::string unit, double p, std::optional<double> meas, double tol,
-                  std::string note = {}) { add_term(v, std::move(name), std::move(unit), p, meas, tol, std::move(note)); };
   if (!j.executor_run || !j.pass_detail) return;
   const bool one_step = fastest.found || run.steps == 1;
   std::set<Op> predicted_ops, run_compute_ops, run_collective_ops, as_collectives;
@@ -109,7 +107,7 @@ void order_terms(const Judged& j, const EventResult& layer_pred, Validation& v) 
     if (!left_out.empty()) note += " (not scheduled by the simulator, left out: " + names(left_out) + ")";
     if (!as_collectives.empty()) note += " (run as collectives on the comm lane: " + names(as_collectives) + ")";
   }
-  add("order:passes", "passes", static_cast<double>(want.size()), meas, kExactTolerance, note);
+  add_term(v, "order:passes", "passes", static_cast<double>(want.size()), meas, kExactTolerance, note);
   if (meas) {
     // Each pass's span in the step: its first start and last end.
     std::map<Pass, std::pair<int64_t, int64_t>> span;
@@ -134,7 +132,7 @@ void order_terms(const Judged& j, const EventResult& layer_pred, Validation& v) 
         first_bad = std::string(h2d ? "the onload of " : "the offload of ") + pass_text(pass_of(e)) +
                     (h2d ? " ended after its pass" : " started before its pass");
     }
-    add("order:copies_out_of_order", "copies", 0, static_cast<double>(bad), kExactTolerance,
+    add_term(v, "order:copies_out_of_order", "copies", 0, static_cast<double>(bad), kExactTolerance,
         bad > 0 ? std::to_string(bad) + " of " + std::to_string(copies) + " copies; first: " + first_bad
                 : std::to_string(copies) + " copies tagged with a layer pass: onloads end before their pass ends, "
                                            "offloads start after it starts");

@@ -18,16 +18,14 @@ void time_terms(const Judged& j, const EventResult& layer_pred, Validation& v) {
   const StepWindow& fastest = j.fastest;
   std::vector<ValidationTerm>& terms = v.terms;
   std::vector<std::string>& notes = v.notes;
-  auto add = [&v](std::string name, std::string unit, double p, std::optional<double> meas, double tol,
-                  std::string note = {}) { add_term(v, std::move(name), std::move(unit), p, meas, tol, std::move(note)); };
   std::optional<double> step;
   if (time_comparable) step = run.step_s;
-  add("step_s", "s", pred.summary.step_s, step, kTimeTolerance, time_note);
+  add_term(v, "step_s", "s", pred.summary.step_s, step, kTimeTolerance, time_note);
   // Exposed copy, information only: the copy time no compute covers, per timed step (the trace's
   // summary) against the event simulation's.
   std::optional<double> exposed;
   if (time_comparable) exposed = static_cast<double>(trace.summary.exposed_copy_ns) * 1e-9;
-  add("exposed_copy_s", "s", pred.summary.exposed_copy_s, exposed, kTimeTolerance,
+  add_term(v, "exposed_copy_s", "s", pred.summary.exposed_copy_s, exposed, kTimeTolerance,
       time_comparable ? "information only: per timed step, copy time no compute covers" : time_note);
   terms.back().judged = false;
   // Per-phase time: compute time of each stage.
@@ -48,7 +46,7 @@ void time_terms(const Judged& j, const EventResult& layer_pred, Validation& v) {
   for (int stage : {1, 2}) {
     std::optional<double> val;
     if (time_comparable) val = meas_stage[stage] / steps;
-    add("time:stage" + std::to_string(stage), "s", pred_stage[stage], val, kTimeTolerance, time_note);
+    add_term(v, "time:stage" + std::to_string(stage), "s", pred_stage[stage], val, kTimeTolerance, time_note);
   }
   // Per pass kind (layer_fwd, layer_recompute, layer_bwd, lm_head, embedding): information only,
   // the step and stage totals above are what the tolerance judges. Needs a trace of layer or op
@@ -67,13 +65,14 @@ void time_terms(const Judged& j, const EventResult& layer_pred, Validation& v) {
   for (const auto& [op, p] : pred_op) {
     std::optional<double> val;
     if (time_comparable) val = meas_op[op];
-    add(std::string("time:op/") + to_string(op), "s", p, val, kTimeTolerance, time_comparable ? "information only" : time_note);
+    add_term(v, std::string("time:op/") + to_string(op), "s", p, val, kTimeTolerance,
+             time_comparable ? "information only" : time_note);
     terms.back().judged = false;
   }
   if (time_comparable && cupti_run)
     for (const auto& [op, val] : meas_op)
       if (!pred_op.count(op)) {
-        add(std::string("time:op/") + to_string(op), "s", 0, val, kTimeTolerance,
+        add_term(v, std::string("time:op/") + to_string(op), "s", 0, val, kTimeTolerance,
             op == Op::untagged ? "information only: device work with no driver tag" : "information only: not predicted");
         terms.back().judged = false;
       }

@@ -10,19 +10,13 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core_test_util.h"
 #include "core/files.h"
 
 namespace oomb {
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using testing::error_of;
 
 class WriteFile : public ::testing::Test {
  protected:

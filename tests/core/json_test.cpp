@@ -6,6 +6,7 @@
 #include <functional>
 
 #include "core/error.h"
+#include "core_test_util.h"
 
 namespace oomb {
 namespace {
@@ -41,14 +42,7 @@ TEST(JsonReader, RejectsWrongSchemaAndTruncatedText) {
 namespace oomb {
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using testing::error_of;
 
 TEST(ParseJson, NumberOutOfRangeNamesTheKey) {
   const std::string e = error_of([] { parse_json(R"({"schema": "x", "rope_theta": 1e999})", "m.json"); });
