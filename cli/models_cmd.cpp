@@ -27,9 +27,19 @@ int import_model(const std::string& from, const std::string& out) {
   const std::string text = m.to_json().dump(2) + "\n";
   if (out.empty()) return std::printf("%s", text.c_str()), 0;
   write_text_file(out, text);
-  std::printf("wrote %s (oomb.model/1, id %s, %s parameters) from %s\n", out.c_str(), m.id.c_str(),
-              format_count(static_cast<double>(m.param_count())).c_str(), file.c_str());
+  std::printf("wrote %s (oomb.model/1, id %s, %s parameters%s) from %s\n", out.c_str(), m.id.c_str(),
+              format_params(m.param_count()).c_str(),
+              m.moe.present() ? (", " + format_params(m.active_param_count()) + " active").c_str() : "", file.c_str());
   return 0;
+}
+
+// "32 x top-4", "16 x top-1 + 1 shared", "-" without experts.
+std::string experts_text(const oomb::models::ModelSpec& m) {
+  if (!m.moe.present()) return "-";
+  std::string s = std::to_string(m.moe.experts) + " x top-" + std::to_string(m.moe.experts_per_token);
+  if (m.moe.shared_experts > 0) s += " + " + std::to_string(m.moe.shared_experts) + " shared";
+  if (m.moe.expert_weights != oomb::models::WeightFormat::native) s += std::string(" (") + to_string(m.moe.expert_weights) + ")";
+  return s;
 }
 
 int run_models(const std::string& show, bool json) {
@@ -52,21 +62,42 @@ int run_models(const std::string& show, bool json) {
   }
   if (json) {
     Json j = {{"models", Json::array()}, {"gpus", Json::array()}, {"hosts", Json::array()}};
-    for (const auto& id : model_ids()) j["models"].push_back(load_model(id).to_json());
+    for (const auto& id : model_ids()) {
+      const ModelSpec m = load_model(id);
+      Json e = m.to_json();
+      // What the listing's columns show, beside the spec (not part of oomb.model/1).
+      e["derived"] = {{"param_count", m.param_count()},
+                      {"active_param_count", m.active_param_count()},
+                      {"kv_bytes_per_token_bf16", m.kv_bytes_per_token(2)},
+                      {"growing_kv_bytes_per_token_bf16", m.growing_kv_bytes_per_token(2)},
+                      {"bounded_kv_bytes_bf16", m.bounded_kv_bytes(2)},
+                      {"layer_kinds", m.layer_kinds_text()},
+                      {"experts", experts_text(m)}};
+      j["models"].push_back(e);
+    }
     for (const auto& id : gpu_ids()) j["gpus"].push_back(load_gpu(id).to_json());
     for (const auto& id : host_ids()) j["hosts"].push_back(load_host(id).to_json());
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
   }
-  std::printf("Models (--model)\n  %-18s %6s %7s %6s %4s %6s %8s %10s %12s\n", "id", "layers", "hidden", "heads", "kv",
-              "hdim", "vocab", "params", "KV B/token");
+  std::printf("Models (--model)\n  %-18s %6s %7s %6s %4s %6s %8s %9s %9s %10s  %-36s %s\n", "id", "layers", "hidden",
+              "heads", "kv", "hdim", "vocab", "params", "active", "KV B/token", "attention", "experts");
+  bool any_unpriced = false;
   for (const auto& id : model_ids()) {
     auto m = load_model(id);
-    std::printf("  %-18s %6lld %7lld %6lld %4lld %6lld %8lld %10s %12lld\n", id.c_str(), (long long)m.layers,
+    const bool priced = m.uniform_layers() && !m.sandwich_norms;
+    any_unpriced = any_unpriced || !priced;
+    std::printf("  %-18s %6lld %7lld %6lld %4lld %6lld %8lld %9s %9s %10lld  %-36s %s%s\n", id.c_str(), (long long)m.layers,
                 (long long)m.hidden, (long long)m.q_heads, (long long)m.kv_heads, (long long)m.head_dim,
-                (long long)m.vocab, format_count(static_cast<double>(m.param_count())).c_str(),
-                (long long)m.kv_bytes_per_token(2));
+                (long long)m.vocab, format_params(m.param_count()).c_str(), format_params(m.active_param_count()).c_str(),
+                (long long)m.growing_kv_bytes_per_token(2), m.layer_kinds_text().c_str(), experts_text(m).c_str(),
+                priced ? "" : "  *");
   }
+  std::printf("  active: the parameters one token uses (the routed experts it is not sent to left out). KV B/token: K and V\n"
+              "  of one token in bf16 over the global layers, what grows with the context; a sliding (window) or chunked\n"
+              "  (block) layer keeps at most its window's tokens.\n");
+  if (any_unpriced)
+    std::printf("  * listed and imported, not yet priced: plan and simulate refuse experts, window layers and sandwich norms.\n");
   std::printf("\nGPUs (--gpu)\n  %-16s %12s %12s %16s %12s %12s  %s\n", "id", "memory", "HBM", "bf16 dense", "h2d", "d2h",
               "default host");
   for (const auto& id : gpu_ids()) {

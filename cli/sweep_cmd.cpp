@@ -180,14 +180,14 @@ int run_sweep(const SweepArgs& a) {
         j["variant"] = variants[v].name;
         j["planned"] = c.planned;
         j["fits"] = c.fits;
-        j["executable"] = planner::executable(c.config);
+        j["executable"] = planner::executable(base.model, c.config);
         j["config"] = c.config.to_json();
         j["device_figures"] = tp ? "per GPU" : "one GPU";
         j["host_figures"] = tp ? "per node" : "one GPU's host";
         j["peak_host_bytes"] = oomb::step::node_host_bytes(sum.peak_host_bytes, c.config);  // the rows are per rank
         rows.push_back(j);
       } else {
-        const bool paper = !planner::executable(c.config);
+        const bool paper = !planner::executable(base.model, c.config);
         const char* verdict = c.fits ? (paper ? "fits*" : "fits") : c.binding == simulator::Binding::device_memory ? "OOM " : "host!";
         char cell[64];
         std::snprintf(cell, sizeof cell, "%10s %10s %s", format_bytes(sum.peak_device_bytes).c_str(),

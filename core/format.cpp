@@ -89,6 +89,14 @@ std::string format_count(double v) {
   return fixed_str(v, 0, "");
 }
 
+std::string format_params(int64_t n) {
+  const double v = static_cast<double>(n);
+  if (n >= 1000000000) return fixed_str(v / 1e9, 2, "B");
+  if (n >= 1000000) return fixed_str(v / 1e6, 1, "M");
+  if (n >= 1000) return fixed_str(v / 1e3, 1, "K");
+  return std::to_string(n);
+}
+
 // A value that rounds to zero prints as 0.0%, not -0.0% (an error of -1e-7 is no error).
 std::string format_percent(double f) {
   const double pct = f * 100.0;

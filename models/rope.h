@@ -38,6 +38,7 @@ OOMB_ROPE_HD inline double rope_inv_freq(const Rope& r, int64_t i, int64_t head_
   const double wavelen = 2.0 * 3.14159265358979323846 / f;
   if (wavelen < r.original_max_position / r.high_freq_factor) return f;       // high frequency: kept
   if (wavelen > r.original_max_position / r.low_freq_factor) return f / r.factor;  // low: divided
+  if (r.high_freq_factor == r.low_freq_factor) return f;  // no band between: the boundary is kept
   const double s = (r.original_max_position / wavelen - r.low_freq_factor) / (r.high_freq_factor - r.low_freq_factor);
   return (1.0 - s) * f / r.factor + s * f;
 }

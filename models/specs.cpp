@@ -1,6 +1,8 @@
 #include "models/specs.h"
 
+#include <algorithm>
 #include <filesystem>
+#include <tuple>
 
 #include "core/error.h"
 #include "core/format.h"
@@ -11,27 +13,149 @@
 
 namespace oomb::models {
 
+const char* to_string(LayerAttention a) {
+  switch (a) {
+    case LayerAttention::global: return "global";
+    case LayerAttention::sliding: return "sliding";
+    case LayerAttention::chunked: return "chunked";
+  }
+  return "?";
+}
+
+const char* to_string(Routing r) {
+  switch (r) {
+    case Routing::softmax_topk: return "softmax_topk";
+    case Routing::softmax_all: return "softmax_all";
+    case Routing::sigmoid_topk: return "sigmoid_topk";
+  }
+  return "?";
+}
+
+const char* to_string(WeightFormat f) { return f == WeightFormat::mxfp4 ? "mxfp4" : "native"; }
+
+const char* to_string(Mlp m) {
+  switch (m) {
+    case Mlp::swiglu: return "swiglu";
+    case Mlp::geglu_tanh: return "geglu_tanh";
+    case Mlp::gpt_oss: return "gpt_oss";
+  }
+  return "?";
+}
+
+int64_t weight_bytes(WeightFormat f, int64_t params, int64_t native_bytes) {
+  if (f == WeightFormat::native) return checked_mul(params, native_bytes, "weight bytes");
+  // MXFP4: 16 bytes of 4-bit values and one scale byte per block of 32 (a last partial block whole).
+  return checked_mul(ceil_div(params, int64_t{32}), 17, "MXFP4 weight bytes");
+}
+
+int64_t ModelSpec::layers_of(LayerAttention a) const {
+  if (layer_attention.empty()) return a == LayerAttention::global ? layers : 0;
+  return static_cast<int64_t>(std::count(layer_attention.begin(), layer_attention.end(), a));
+}
+
+bool ModelSpec::uniform_layers() const {
+  return layers_of(LayerAttention::global) == layers && !moe.present();
+}
+
+bool ModelSpec::moe_layer(int64_t layer) const {
+  return moe.present() && !std::binary_search(moe.dense_layers.begin(), moe.dense_layers.end(), layer);
+}
+
+namespace {
+// A gated MLP of width f: gate, up and down projections.
+int64_t mlp_params(int64_t hidden, int64_t f) { return checked_mul(3, checked_mul(hidden, f, "mlp parameters"), "mlp parameters"); }
+}  // namespace
+
 // Checked: a spec built in code (not through the bounded loader) must not wrap around.
-int64_t ModelSpec::params_per_layer() const {
+int64_t ModelSpec::layer_params(int64_t layer) const {
   const int64_t qd = checked_mul(q_heads, head_dim, "q_heads x head_dim");
   const int64_t kvd = checked_mul(kv_heads, head_dim, "kv_heads x head_dim");
   int64_t attn = checked_mul(hidden, checked_add(checked_mul(2, qd, "q_dim"), checked_mul(2, kvd, "kv_dim"), "qkvo"),
                              "attention parameters");
   if (qkv_bias) attn = checked_add(attn, qd + 2 * kvd, "attention parameters");
-  const int64_t mlp = checked_mul(3, checked_mul(hidden, ffn_hidden, "mlp parameters"), "mlp parameters");
-  const int64_t norms = 2 * hidden + (qk_norm ? 2 * head_dim : 0);
-  return checked_add(checked_add(attn, mlp, "layer parameters"), norms, "layer parameters");
+  if (o_bias) attn = checked_add(attn, hidden, "attention parameters");
+  if (attention_sinks) attn = checked_add(attn, q_heads, "attention parameters");
+  int64_t mlp_n = 0;
+  if (moe_layer(layer)) {
+    const int64_t e = moe.experts;
+    mlp_n = checked_mul(hidden, e, "router parameters") + (moe.router_bias ? e : 0);
+    int64_t expert = mlp_params(hidden, moe.expert_ffn_hidden);
+    if (moe.expert_bias) expert = checked_add(expert, 2 * moe.expert_ffn_hidden + hidden, "expert parameters");
+    mlp_n = checked_add(mlp_n, checked_mul(e, expert, "expert parameters"), "mlp parameters");
+    mlp_n = checked_add(mlp_n, checked_mul(moe.shared_experts, mlp_params(hidden, moe.shared_ffn_hidden), "shared experts"),
+                      "mlp parameters");
+  } else {
+    mlp_n = mlp_params(hidden, ffn_hidden);
+  }
+  const int64_t norms = (sandwich_norms ? 4 : 2) * hidden + (qk_norm ? 2 * head_dim : 0);
+  return checked_add(checked_add(attn, mlp_n, "layer parameters"), norms, "layer parameters");
+}
+
+int64_t ModelSpec::params_per_layer() const {
+  OOMB_ASSERT(moe.dense_layers.empty(), "params_per_layer of " + id + ", whose layers differ: use layer_params");
+  return layer_params(0);
 }
 
 int64_t ModelSpec::param_count() const {
   const int64_t emb = checked_mul(vocab, hidden, "embedding parameters");
   int64_t n = checked_add(emb, tied_embeddings ? 0 : emb, "embedding parameters");
-  n = checked_add(n, checked_mul(layers, params_per_layer(), "layer parameters"), "parameters");
+  for (int64_t l = 0; l < layers; ++l) n = checked_add(n, layer_params(l), "layer parameters");
   return checked_add(n, hidden, "parameters");
+}
+
+int64_t ModelSpec::routed_expert_params() const {
+  if (!moe.present()) return 0;
+  int64_t expert = mlp_params(hidden, moe.expert_ffn_hidden);
+  if (moe.expert_bias) expert += 2 * moe.expert_ffn_hidden + hidden;
+  int64_t n = 0;
+  for (int64_t l = 0; l < layers; ++l)
+    if (moe_layer(l)) n = checked_add(n, checked_mul(moe.experts, expert, "expert parameters"), "expert parameters");
+  return n;
+}
+
+int64_t ModelSpec::active_param_count() const {
+  if (!moe.present()) return param_count();
+  // The routed experts' share a token does not use: (experts - k) / experts of them.
+  const int64_t unused = routed_expert_params() / moe.experts * (moe.experts - moe.experts_per_token);
+  return param_count() - unused;
 }
 
 int64_t ModelSpec::kv_bytes_per_token(int64_t dtype_bytes) const {
   return checked_mul(checked_mul(2 * layers, kv_dim(), "KV per token"), dtype_bytes, "KV bytes per token");
+}
+
+int64_t ModelSpec::growing_kv_bytes_per_token(int64_t dtype_bytes) const {
+  return checked_mul(checked_mul(2 * layers_of(LayerAttention::global), kv_dim(), "KV per token"), dtype_bytes,
+                     "KV bytes per token");
+}
+
+int64_t ModelSpec::window_tokens(LayerAttention a) const {
+  switch (a) {
+    case LayerAttention::sliding: return sliding_window;
+    case LayerAttention::chunked: return attention_chunk;
+    case LayerAttention::global: break;
+  }
+  return 0;
+}
+
+int64_t ModelSpec::bounded_kv_bytes(int64_t dtype_bytes) const {
+  int64_t n = 0;
+  for (LayerAttention a : {LayerAttention::sliding, LayerAttention::chunked})
+    n = checked_add(n, checked_mul(checked_mul(2 * layers_of(a), kv_dim(), "KV"), checked_mul(window_tokens(a), dtype_bytes, "KV"),
+                                   "bounded KV bytes"), "bounded KV bytes");
+  return n;
+}
+
+std::string ModelSpec::layer_kinds_text() const {
+  if (layers_of(LayerAttention::global) == layers) return "global";
+  std::string s;
+  for (LayerAttention a : {LayerAttention::sliding, LayerAttention::chunked, LayerAttention::global}) {
+    const int64_t n = layers_of(a);
+    if (n == 0) continue;
+    s += (s.empty() ? "" : " + ") + std::to_string(n) + " " + to_string(a);
+    if (a != LayerAttention::global) s += " (" + std::to_string(window_tokens(a)) + ")";
+  }
+  return s;
 }
 
 Json ModelSpec::to_json() const {
@@ -42,19 +166,46 @@ Json ModelSpec::to_json() const {
             {"norm_eps", norm_eps}, {"max_position", max_position}};
   if (qk_norm) j["qk_norm"] = true;  // absent = false: older files and plans stay byte-identical
   if (!rope_scaling.is_null()) j["rope_scaling"] = rope_scaling;
+  // Layer kinds and experts: written only when present (the dense defaults are absent keys).
+  if (!layer_attention.empty()) {
+    Json kinds = Json::array();
+    for (LayerAttention a : layer_attention) kinds.push_back(to_string(a));
+    j["layer_attention"] = kinds;
+  }
+  if (sliding_window > 0) j["sliding_window"] = sliding_window;
+  if (attention_chunk > 0) j["attention_chunk"] = attention_chunk;
+  if (!nope_layers.empty()) j["nope_layers"] = nope_layers;
+  if (attention_sinks) j["attention_sinks"] = true;
+  if (o_bias) j["o_bias"] = true;
+  if (sandwich_norms) j["sandwich_norms"] = true;
+  if (mlp != Mlp::swiglu) j["mlp"] = to_string(mlp);
+  if (swiglu_limit > 0) j["swiglu_limit"] = swiglu_limit;
+  if (moe.present()) {
+    Json e = {{"experts", moe.experts}, {"experts_per_token", moe.experts_per_token},
+              {"expert_ffn_hidden", moe.expert_ffn_hidden}, {"routing", to_string(moe.routing)}};
+    if (moe.shared_experts > 0) {
+      e["shared_experts"] = moe.shared_experts;
+      e["shared_ffn_hidden"] = moe.shared_ffn_hidden;
+    }
+    if (!moe.dense_layers.empty()) e["dense_layers"] = moe.dense_layers;
+    if (moe.router_bias) e["router_bias"] = true;
+    if (moe.expert_bias) e["expert_bias"] = true;
+    if (moe.expert_weights != WeightFormat::native) e["expert_weights"] = to_string(moe.expert_weights);
+    j["moe"] = e;
+  }
   return j;
 }
 
-Rope rope_of(const ModelSpec& m, const std::string& where, const std::string& key) {
-  Rope rope(m.rope_theta);
-  if (m.rope_scaling.is_null()) return rope;
+std::string rope_scaling_type(const ModelSpec& m, const std::string& where, const std::string& key) {
+  if (m.rope_scaling.is_null()) return "default";
   if (!m.rope_scaling.is_object())
     throw Error(where, key, "expected an object or null, got " + json_excerpt(m.rope_scaling),
-                "null or {\"rope_type\": \"llama3\", \"factor\", \"low_freq_factor\", \"high_freq_factor\", "
-                "\"original_max_position_embeddings\"}");
+                "null or {\"rope_type\": \"llama3\" | \"linear\" | \"yarn\", ...}");
   const Json& rs = m.rope_scaling;
-  const std::string supported = "null, \"default\" or \"llama3\" (Llama 3.1/3.2; with factor, low_freq_factor, "
-                                "high_freq_factor and original_max_position_embeddings)";
+  const std::string supported = "null, \"default\", \"llama3\" (Llama 3.1/3.2; with factor, low_freq_factor, "
+                                "high_freq_factor and original_max_position_embeddings), \"linear\" (factor) or "
+                                "\"yarn\" (factor, original_max_position_embeddings; optionally beta_fast, beta_slow, "
+                                "attention_factor, mscale, mscale_all_dim, truncate)";
   // Hugging Face's key is rope_type; older configs say type (transformers reads either).
   std::string type;
   for (const char* k : {"rope_type", "type"}) {
@@ -67,26 +218,53 @@ Rope rope_of(const ModelSpec& m, const std::string& where, const std::string& ke
     type = t;
   }
   if (type.empty()) throw Error(where, key + ".rope_type", "missing: the scaling's type is not given", supported);
-  if (type == "default") return rope;  // transformers' name for plain RoPE
-  if (type != "llama3")
-    throw Error(where, key + ".rope_type",
-                key + " of type '" + type + "' is not supported (the executor would compute plain RoPE)",
-                supported);
+  if (type == "default") return type;  // transformers' name for plain RoPE
+  std::vector<std::string> keys;
+  if (type == "llama3") keys = {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"};
+  else if (type == "linear") keys = {"factor"};
+  else if (type == "yarn")
+    keys = {"factor", "original_max_position_embeddings", "beta_fast", "beta_slow", "attention_factor", "mscale",
+            "mscale_all_dim", "truncate"};
+  else
+    throw Error(where, key + ".rope_type", key + " of type '" + type + "' is not supported", supported);
+  std::string known = "rope_type";
+  for (const auto& k : keys) known += ", " + k;
   for (auto it = rs.begin(); it != rs.end(); ++it) {
     const std::string& k = it.key();
-    if (k != "rope_type" && k != "type" && k != "factor" && k != "low_freq_factor" && k != "high_freq_factor" &&
-        k != "original_max_position_embeddings")
-      throw Error(where, key + "." + k, "unknown key of a llama3 " + key,
-                  "rope_type, factor, low_freq_factor, high_freq_factor, original_max_position_embeddings");
+    if (k != "rope_type" && k != "type" && std::find(keys.begin(), keys.end(), k) == keys.end())
+      throw Error(where, key + "." + k, "unknown key of a " + type + " " + key, known);
   }
   JsonReader r(rs, where + " " + key);
+  (void)r.f64_in("factor", 1.0, 1e6);
+  if (type == "yarn") {
+    (void)r.i64_in("original_max_position_embeddings", 1, int64_t{1} << 40);
+    for (const char* k : {"beta_fast", "beta_slow", "attention_factor", "mscale", "mscale_all_dim"})
+      if (r.has(k)) (void)r.f64_in(k, 0.0, 1e6);
+    if (r.has("truncate")) (void)r.boolean("truncate");
+  }
+  if (type != "llama3") return type;
+  const double low = r.f64_in("low_freq_factor", 1e-6, 1e6);
+  const double high = r.f64_in("high_freq_factor", 1e-6, 1e6);
+  // Equal factors leave no band to interpolate (Llama-4-Scout-Instruct: 1 and 1).
+  if (high < low)
+    r.fail("high_freq_factor", "must be at least low_freq_factor (" + format_count(low) + ")",
+           "Llama 3.1 uses low_freq_factor 1, high_freq_factor 4");
+  (void)r.i64_in("original_max_position_embeddings", 1, int64_t{1} << 40);
+  return type;
+}
+
+Rope rope_of(const ModelSpec& m, const std::string& where, const std::string& key) {
+  Rope rope(m.rope_theta);
+  const std::string type = rope_scaling_type(m, where, key);
+  if (type == "default") return rope;
+  if (type != "llama3")
+    throw Error(where, key + ".rope_type",
+                key + " of type '" + type + "' is planned, not run: the executor computes plain RoPE and llama3 scaling",
+                "a model with plain RoPE or llama3 scaling to run it (plans price any RoPE alike)");
+  JsonReader r(m.rope_scaling, where + " " + key);
   rope.factor = r.f64_in("factor", 1.0, 1e6);
   rope.low_freq_factor = r.f64_in("low_freq_factor", 1e-6, 1e6);
   rope.high_freq_factor = r.f64_in("high_freq_factor", 1e-6, 1e6);
-  if (!(rope.high_freq_factor > rope.low_freq_factor))
-    r.fail("high_freq_factor",
-           "must be greater than low_freq_factor (" + format_count(rope.low_freq_factor) + ")",
-           "Llama 3.1 uses low_freq_factor 1, high_freq_factor 4");
   rope.original_max_position =
       static_cast<double>(r.i64_in("original_max_position_embeddings", 1, int64_t{1} << 40));
   return rope;
@@ -94,7 +272,88 @@ Rope rope_of(const ModelSpec& m, const std::string& where, const std::string& ke
 
 namespace {
 constexpr int64_t kMaxLayers = 4096, kMaxWidth = int64_t{1} << 18, kMaxHeads = 4096, kMaxHeadDim = 4096;
-constexpr int64_t kMaxFfn = int64_t{1} << 21, kMaxVocab = int64_t{1} << 24;
+constexpr int64_t kMaxFfn = int64_t{1} << 21, kMaxVocab = int64_t{1} << 24, kMaxExperts = int64_t{1} << 14;
+constexpr int64_t kMaxWindow = int64_t{1} << 40;
+
+// Layer indices (nope_layers, moe.dense_layers): ascending, distinct, each in [0, layers).
+std::vector<int64_t> layer_list(const JsonReader& r, const std::string& key, int64_t layers) {
+  const Json& a = r.array(key);
+  std::vector<int64_t> v;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!a[i].is_number_integer() || a[i].get<int64_t>() < 0 || a[i].get<int64_t>() >= layers ||
+        (!v.empty() && a[i].get<int64_t>() <= v.back()))
+      r.fail(key, "entry " + std::to_string(i) + " (" + json_excerpt(a[i]) + ") is not a layer index above the one before",
+             "ascending layer indices in [0, " + std::to_string(layers) + ")");
+    v.push_back(a[i].get<int64_t>());
+  }
+  return v;
+}
+
+void read_layer_kinds(const JsonReader& r, ModelSpec& m) {
+  if (r.has("layer_attention")) {
+    const Json& a = r.array("layer_attention");
+    if (static_cast<int64_t>(a.size()) != m.layers)
+      r.fail("layer_attention", "has " + std::to_string(a.size()) + " entries for " + std::to_string(m.layers) + " layers",
+             "one of \"global\", \"sliding\", \"chunked\" per layer");
+    for (size_t i = 0; i < a.size(); ++i) {
+      const std::string k = a[i].is_string() ? a[i].get<std::string>() : std::string();
+      if (k == "global") m.layer_attention.push_back(LayerAttention::global);
+      else if (k == "sliding") m.layer_attention.push_back(LayerAttention::sliding);
+      else if (k == "chunked") m.layer_attention.push_back(LayerAttention::chunked);
+      else
+        r.fail("layer_attention", "layer " + std::to_string(i) + " is " + json_excerpt(a[i]),
+               "\"global\", \"sliding\" or \"chunked\"");
+    }
+    if (m.layers_of(LayerAttention::global) == m.layers) m.layer_attention.clear();  // the default, spelled out
+  }
+  for (auto [kind, key, field] : {std::tuple{LayerAttention::sliding, "sliding_window", &m.sliding_window},
+                                  std::tuple{LayerAttention::chunked, "attention_chunk", &m.attention_chunk}}) {
+    const bool used = m.layers_of(kind) > 0;
+    if (used && !r.has(key))
+      r.fail(key, std::string("missing: layer_attention has ") + to_string(kind) + " layers", "their window in tokens");
+    if (!used && r.has(key))
+      r.fail(key, std::string("is given but no layer is ") + to_string(kind),
+             std::string("layer_attention with \"") + to_string(kind) + "\" layers, or no " + key);
+    if (used) *field = r.i64_in(key, 1, kMaxWindow);
+  }
+  if (r.has("nope_layers")) m.nope_layers = layer_list(r, "nope_layers", m.layers);
+  m.attention_sinks = r.boolean_or("attention_sinks", false);
+  m.o_bias = r.boolean_or("o_bias", false);
+  m.sandwich_norms = r.boolean_or("sandwich_norms", false);
+  const std::string mlp = r.str_or("mlp", "swiglu");
+  if (mlp == "swiglu") m.mlp = Mlp::swiglu;
+  else if (mlp == "geglu_tanh") m.mlp = Mlp::geglu_tanh;
+  else if (mlp == "gpt_oss") m.mlp = Mlp::gpt_oss;
+  else r.fail("mlp", "'" + mlp + "' is not an MLP oomb knows", "swiglu, geglu_tanh or gpt_oss");
+  if (m.mlp == Mlp::gpt_oss) m.swiglu_limit = r.f64_in("swiglu_limit", 1e-6, 1e6);
+  else if (r.has("swiglu_limit")) r.fail("swiglu_limit", "is gpt-oss's clamp", "\"mlp\": \"gpt_oss\", or no swiglu_limit");
+}
+
+void read_moe(const JsonReader& parent, ModelSpec& m) {
+  if (!parent.has("moe")) return;
+  const JsonReader r(parent.object("moe"), parent.where() + " moe");
+  MoeSpec& e = m.moe;
+  e.experts = r.i64_in("experts", 2, kMaxExperts);
+  e.experts_per_token = r.i64_in("experts_per_token", 1, e.experts);
+  e.expert_ffn_hidden = r.i64_in("expert_ffn_hidden", 1, kMaxFfn);
+  e.shared_experts = r.i64_in_or("shared_experts", 0, 64, 0);
+  if (e.shared_experts > 0) e.shared_ffn_hidden = r.i64_in("shared_ffn_hidden", 1, kMaxFfn);
+  else if (r.has("shared_ffn_hidden")) r.fail("shared_ffn_hidden", "is given without shared_experts", "shared_experts >= 1");
+  if (r.has("dense_layers")) e.dense_layers = layer_list(r, "dense_layers", m.layers);
+  if (static_cast<int64_t>(e.dense_layers.size()) == m.layers)
+    r.fail("dense_layers", "names every layer: no layer is a mixture", "the layers with a dense MLP only (or no moe)");
+  const std::string routing = r.str_or("routing", "softmax_topk");
+  if (routing == "softmax_topk") e.routing = Routing::softmax_topk;
+  else if (routing == "softmax_all") e.routing = Routing::softmax_all;
+  else if (routing == "sigmoid_topk") e.routing = Routing::sigmoid_topk;
+  else r.fail("routing", "'" + routing + "' is not a routing oomb knows", "softmax_topk, softmax_all or sigmoid_topk");
+  e.router_bias = r.boolean_or("router_bias", false);
+  e.expert_bias = r.boolean_or("expert_bias", false);
+  const std::string w = r.str_or("expert_weights", "native");
+  if (w == "native") e.expert_weights = WeightFormat::native;
+  else if (w == "mxfp4") e.expert_weights = WeightFormat::mxfp4;
+  else r.fail("expert_weights", "'" + w + "' is not a weight format oomb knows", "native or mxfp4");
+}
 }  // namespace
 
 ModelSpec model_from_json(const Json& j, const std::string& where) {
@@ -121,8 +380,10 @@ ModelSpec model_from_json(const Json& j, const std::string& where) {
   m.max_position = r.i64_in("max_position", 1, int64_t{1} << 40);
   if (r.has("rope_scaling")) {
     m.rope_scaling = r.object("rope_scaling");
-    (void)rope_of(m, where);
+    (void)rope_scaling_type(m, where);
   }
+  read_layer_kinds(r, m);
+  read_moe(r, m);
   if (m.q_heads % m.kv_heads != 0)
     r.fail("kv_heads", "kv_heads (" + std::to_string(m.kv_heads) + ") does not divide q_heads (" +
                            std::to_string(m.q_heads) + ")",

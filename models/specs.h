@@ -16,7 +16,59 @@
 
 namespace oomb::models {
 
-// Schema "oomb.model/1": a decoder-only transformer (Qwen2 / Llama / Mistral family shapes).
+// The attention of one layer (HF `layer_types`). global: every earlier token (causal), as in the
+// dense models; sliding: the last ModelSpec::sliding_window tokens, itself included (transformers'
+// masks: key j is seen from query i when i - window < j <= i); chunked: the earlier tokens of its
+// own aligned block of ModelSpec::attention_chunk tokens (Llama 4's chunked local attention: key j
+// from query i when j <= i and j / chunk == i / chunk).
+enum class LayerAttention : uint8_t { global, sliding, chunked };
+const char* to_string(LayerAttention a);  // "global", "sliding", "chunked"
+
+// How a mixture-of-experts layer weighs the experts a token is routed to, from the router's logits.
+//   softmax_topk: softmax over the k largest logits (Mixtral, gpt-oss; Qwen3-MoE with
+//                 norm_topk_prob true, which renormalises the full softmax over the top k: the same)
+//   softmax_all:  softmax over every expert, the k largest kept unnormalised (norm_topk_prob false)
+//   sigmoid_topk: the sigmoid of each of the k largest logits (Llama 4)
+enum class Routing : uint8_t { softmax_topk, softmax_all, sigmoid_topk };
+const char* to_string(Routing r);  // "softmax_topk", "softmax_all", "sigmoid_topk"
+
+// How weights are stored in the checkpoint, where a group differs from the model's dtype.
+//   native: the checkpoint's dtype (bf16 for every catalog model)
+//   mxfp4:  OCP microscaling FP4 (gpt-oss experts): 4-bit E2M1 values in blocks of 32 sharing one
+//           8-bit E8M0 scale, 17 bytes per 32 weights
+enum class WeightFormat : uint8_t { native, mxfp4 };
+const char* to_string(WeightFormat f);  // "native", "mxfp4"
+
+// The MLP's gated unit. swiglu: silu(gate) * up (Qwen, Llama, Mistral, Mixtral); geglu_tanh:
+// gelu_tanh(gate) * up (Gemma 3's gelu_pytorch_tanh); gpt_oss: gpt-oss's clamped unit (gate clamped
+// above at swiglu_limit, up to +-swiglu_limit, gate * sigmoid(1.702 gate) * (up + 1)).
+enum class Mlp : uint8_t { swiglu, geglu_tanh, gpt_oss };
+const char* to_string(Mlp m);  // "swiglu", "geglu_tanh", "gpt_oss"
+
+// Mixture of experts (absent: a dense MLP of ffn_hidden in every layer). A MoE layer has a router
+// (hidden x experts), `experts` routed MLPs of expert_ffn_hidden of which each token uses
+// experts_per_token, and `shared_experts` MLPs of shared_ffn_hidden that every token uses.
+struct MoeSpec {
+  int64_t experts = 0;            // routed experts per MoE layer; 0: no mixture of experts
+  int64_t experts_per_token = 0;  // top-k
+  int64_t expert_ffn_hidden = 0;  // one routed expert's MLP width
+  int64_t shared_experts = 0;     // always-used experts (Llama 4: 1)
+  int64_t shared_ffn_hidden = 0;  // one shared expert's MLP width
+  std::vector<int64_t> dense_layers;  // layers whose MLP is dense (ffn_hidden) instead, ascending
+  Routing routing = Routing::softmax_topk;
+  bool router_bias = false;  // gpt-oss
+  bool expert_bias = false;  // gpt-oss: a bias on each expert's gate, up and down projections
+  WeightFormat expert_weights = WeightFormat::native;  // gpt-oss: mxfp4
+  bool present() const { return experts > 0; }
+};
+
+// Bytes of `params` weights stored in `f`, given the model's element size for native weights.
+int64_t weight_bytes(WeightFormat f, int64_t params, int64_t native_bytes);
+
+// Schema "oomb.model/1": a decoder-only transformer. The dense families (Qwen2/Qwen3/Llama/Mistral)
+// use only the first block of fields; mixture-of-experts and per-layer attention kinds add the
+// rest (docs: models/README.md "Layer kinds and experts"). Absent keys are the dense defaults, so a
+// dense model's file and plans are byte-identical to the older schema's.
 struct ModelSpec {
   std::string id;
   std::string family;  // "qwen2", "qwen3", "llama", "mistral", "tiny"
@@ -36,15 +88,53 @@ struct ModelSpec {
   int64_t max_position = 0;
   Json rope_scaling;  // optional, kept as published (null when absent)
 
+  // Layer kinds and experts (all absent in the dense families).
+  std::vector<LayerAttention> layer_attention;  // one per layer; empty: global in every layer
+  int64_t sliding_window = 0;   // tokens a sliding layer attends, itself included
+  int64_t attention_chunk = 0;  // a chunked layer's block of tokens
+  std::vector<int64_t> nope_layers;  // layers without RoPE (Llama 4's global layers), ascending
+  bool attention_sinks = false;  // one learned logit per q head joins each softmax (gpt-oss)
+  bool o_bias = false;           // an o_proj bias (gpt-oss's attention_bias: on q, k, v and o)
+  bool sandwich_norms = false;   // RMSNorms after attention and after the MLP too (Gemma 3): 4 per layer
+  Mlp mlp = Mlp::swiglu;
+  double swiglu_limit = 0;  // Mlp::gpt_oss's clamp (7.0)
+  MoeSpec moe;
+
   // Derived, never stored.
   int64_t q_dim() const { return q_heads * head_dim; }
   int64_t kv_dim() const { return kv_heads * head_dim; }
+  LayerAttention attention_of(int64_t layer) const {
+    return layer_attention.empty() ? LayerAttention::global : layer_attention[static_cast<size_t>(layer)];
+  }
+  int64_t layers_of(LayerAttention a) const;  // layers of that kind
+  bool uniform_layers() const;   // every layer global with one MLP: the dense families' shape
+  bool moe_layer(int64_t layer) const;  // the MLP of `layer` is a mixture of experts
+  // Parameters of one layer: attention (q, k, v, o and their biases, sinks, q/k norms), its norms,
+  // and its MLP (dense, or router + every routed expert + shared experts).
+  int64_t layer_params(int64_t layer) const;
+  // The one layer's parameters of a model whose layers are all alike (asserts it: a mixture with
+  // dense layers has no single figure; use layer_params).
   int64_t params_per_layer() const;
   int64_t embedding_params() const { return checked_mul(vocab, hidden, "embedding parameters"); }
   int64_t lm_head_params() const { return tied_embeddings ? 0 : embedding_params(); }
   int64_t param_count() const;
+  // Parameters one token's forward uses: all but the routed experts it is not sent to (the
+  // embedding table and the LM head included; OpenAI's "active" figure for gpt-oss leaves the
+  // embedding table out, Qwen's and Mistral's keep it). Equal to param_count() without experts.
+  int64_t active_param_count() const;
+  // Parameters of the routed experts (all of them, every MoE layer); 0 without experts.
+  int64_t routed_expert_params() const;
   // K and V of one token over all layers: 2 * layers * kv_heads * head_dim * dtype_bytes.
   int64_t kv_bytes_per_token(int64_t dtype_bytes) const;
+  // The same over the global layers only: the KV that grows with the context. Sliding and chunked
+  // layers hold at most window_tokens() tokens each (bounded_kv_bytes).
+  int64_t growing_kv_bytes_per_token(int64_t dtype_bytes) const;
+  // Tokens a layer of kind `a` attends at most: sliding_window, attention_chunk, 0 for global (all).
+  int64_t window_tokens(LayerAttention a) const;
+  // KV of the sliding and chunked layers at their window (one sequence, dtype_bytes per element).
+  int64_t bounded_kv_bytes(int64_t dtype_bytes) const;
+  // "global", or the kinds with their counts and windows: "12 sliding (128) + 12 global".
+  std::string layer_kinds_text() const;
 
   Json to_json() const;
 };
@@ -133,12 +223,16 @@ struct HostSpec {
   Json to_json() const;
 };
 
-// The model's RoPE: rope_theta and, for rope_scaling {"rope_type": "llama3", ...}, its four
-// parameters. Any other rope_scaling (linear, dynamic, yarn, longrope, ...) throws Error naming the
-// key, the type and what is supported: a scaling is implemented or refused, never ignored.
-// model_from_json checks this, so a loaded spec always has a valid one. key: the name the messages
+// The model's RoPE as the executor computes it: rope_theta and, for rope_scaling {"rope_type":
+// "llama3", ...}, its four parameters. Any other rope_scaling (linear and yarn, which a spec may
+// hold and a plan prices like any RoPE; dynamic, longrope, ...) throws Error naming the key, the
+// type and what is supported: a scaling is implemented or refused, never ignored. key: the name the messages
 // give the scaling (a transformers v5 config's is rope_parameters).
 Rope rope_of(const ModelSpec& m, const std::string& where = "model", const std::string& key = "rope_scaling");
+// The type of m's rope_scaling, its keys validated: "default" (none), "llama3", "linear" or "yarn"
+// (the last two are planned, not run: rope_of refuses them). Any other type throws naming it.
+std::string rope_scaling_type(const ModelSpec& m, const std::string& where = "model",
+                              const std::string& key = "rope_scaling");
 
 // Parse from JSON (where = file path or "catalog:<id>" for messages).
 ModelSpec model_from_json(const Json& j, const std::string& where);

@@ -11,6 +11,7 @@
 #include "planner/defaults.h"
 #include "planner/executable.h"
 #include "planner/parallel.h"
+#include "step/capability.h"
 #include "step/describe.h"
 #include "step/geometry.h"
 
@@ -38,7 +39,7 @@ std::string signed_bytes(int64_t b) {
   return s;
 }
 
-Json candidate_brief(const Candidate& c) {
+Json candidate_brief(const Candidate& c, const models::ModelSpec& m) {
   return {{"config", c.config.to_json()},
           {"peak_device_bytes", c.summary.peak_device_bytes},
           {"peak_host_bytes", c.summary.peak_host_bytes},
@@ -47,7 +48,7 @@ Json candidate_brief(const Candidate& c) {
           {"h2d_bytes", c.summary.h2d_bytes},
           {"d2h_bytes", c.summary.d2h_bytes},
           {"binding_constraint", to_string(c.summary.binding)},
-          {"executable", planner::executable(c.config)}};
+          {"executable", planner::executable(m, c.config)}};
 }
 
 void print_settings(std::string& out, const simulator::Scenario& s) {
@@ -84,7 +85,7 @@ void print_settings(std::string& out, const simulator::Scenario& s) {
   appendf(out, "  optimizer    %s\n", planner::optimizer_text(s).c_str());
   appendf(out, "  recompute    %s\n", step::recompute_text(c, s.model).c_str());
   std::string why;
-  if (!planner::executable(c, &why)) appendf(out, "  executable   NO, on paper: %s\n", why.c_str());
+  if (!planner::executable(s.model, c, &why)) appendf(out, "  executable   NO, on paper: %s\n", why.c_str());
   if (c.gpus > 1) appendf(out, "  gpus         %lld (tensor parallelism, sizes per GPU)\n", static_cast<long long>(c.gpus));
 }
 
@@ -153,6 +154,13 @@ void print_allocation(std::string& out, const planner::Plan& p) {
               format_bytes(a.host_pool_bytes).c_str(), format_bytes(a.host_other_bytes).c_str());
 }
 
+// " [on paper]" after a row whose settings the executor does not follow; nothing when the model
+// itself is not run (the plan's "executable NO" line says so once, for every row).
+const char* paper_tag(const models::ModelSpec& m, const step::Config& c) {
+  if (!step::model_capability(m).executable()) return "";
+  return planner::executable(m, c) ? "" : " [on paper]";
+}
+
 void print_alternatives(std::string& out, const Candidate& best, const std::vector<Candidate>& alts, const models::ModelSpec& m) {
   if (alts.empty()) {
     appendf(out, "\nClose alternatives: none; every other fitting setting is within 1%% of this plan in both step "
@@ -169,7 +177,7 @@ void print_alternatives(std::string& out, const Candidate& best, const std::vect
                              signed_bytes(a.summary.peak_device_bytes - best.summary.peak_device_bytes) + ")";
     appendf(out, "  %-22s %-28s %s%s\n", step.c_str(), peak.c_str(),
                 planner::describe_difference(best.config, a.config, m).c_str(),
-                planner::executable(a.config) ? "" : " [on paper]");
+                paper_tag(m, a.config));
   }
 }
 
@@ -222,7 +230,7 @@ void print_pareto(std::string& out, const std::vector<Candidate>& front, const m
     const Candidate& k = front[i];
     appendf(out, "  %12s %12s %12.1f  %s%s\n", format_bytes(k.summary.peak_device_bytes).c_str(),
             format_duration_s(k.summary.step_s).c_str(), k.summary.tokens_per_s,
-            planner::describe_knobs(k.config, m).c_str(), planner::executable(k.config) ? "" : " [on paper]");
+            planner::describe_knobs(k.config, m).c_str(), paper_tag(m, k.config));
     if (const Run* r = run_at(i); r && r->collapsed() && i == r->last)
       appendf(out, "  %38s  ^ and %lld points of these settings between %s and this line: last %lld..%lld of %lld "
                    "layers kept\n",
@@ -249,7 +257,7 @@ void print_diagnosis(std::string& out, const planner::Diagnosis& d) {
                 format_bytes(s.result.summary.peak_host_bytes).c_str(), format_duration_s(s.result.summary.step_s).c_str());
 }
 
-std::vector<std::string> plan_notes(const step::Config& c, bool sparse_fallback) {
+std::vector<std::string> plan_notes(const step::Config& c, const models::ModelSpec& m, bool sparse_fallback) {
   std::vector<std::string> notes;
   if (sparse_fallback)
     notes.push_back("SPARSE FALLBACK: no dense (exact-gradient) configuration fits; this plan uses sparse attention "
@@ -264,7 +272,7 @@ std::vector<std::string> plan_notes(const step::Config& c, bool sparse_fallback)
                     std::to_string(ranks) + " oomb run --plan P --backend cuda: NCCL's collectives; --backend cpu: " +
                     "MPI's" + (c.nodes > 1 ? "; the nodes in a hostfile" : "") + ")");
   }
-  if (std::string why; !planner::executable(c, &why)) notes.push_back("NOT EXECUTABLE: " + why);
+  if (std::string why; !planner::executable(m, c, &why)) notes.push_back("NOT EXECUTABLE: " + why);
   return notes;
 }
 
@@ -283,7 +291,7 @@ std::string curve_context_text(const planner::RecallCurve& c, int64_t context) {
          " (more pages compete for the budget: recall measured there is not this context's)";
 }
 
-Json max_context_json(const planner::MaxContext& mc) {
+Json max_context_json(const planner::MaxContext& mc, const models::ModelSpec& m) {
   if (!mc.available) return nullptr;
   return {{"attention", step::to_string(mc.attention)},
           {"max_context_tokens", mc.tokens},
@@ -292,7 +300,7 @@ Json max_context_json(const planner::MaxContext& mc) {
           {"binding_constraint", mc.binding_text()},
           {"binding_notes", mc.binding_notes},
           {"speed_limited", mc.speed_limited},
-          {"plan", mc.plan ? candidate_brief(*mc.plan) : Json(nullptr)},
+          {"plan", mc.plan ? candidate_brief(*mc.plan, m) : Json(nullptr)},
           {"evaluations", mc.evaluations},
           {"search_s", mc.seconds}};
 }
@@ -475,14 +483,14 @@ PlanAnswer answer(const PlanQuery& query) {
     planner::Request rp = r;
     rp.executable_only = false;
     const SearchResult paper = search(rp, context);
-    if (paper.best && !executable(paper.best->config) &&
+    if (paper.best && !executable(s0.model, paper.best->config) &&
         paper.best->summary.step_s < chosen->summary.step_s * (1.0 - kTieTolerance))
       on_paper = paper.best;
   }
-  if (chosen && !executable(chosen->config)) {
+  if (chosen && !executable(s0.model, chosen->config)) {
     std::vector<Candidate> runnable;
     for (const auto& k : res.feasible)
-      if (executable(k.config)) runnable.push_back(k);
+      if (executable(s0.model, k.config)) runnable.push_back(k);
     if (const Candidate* b = select_best(runnable, r.objective, &s0.config)) best_executable = *b;
   }
   ans.warning = context_warning(s0.model, chosen ? chosen->config.context_tokens : N);
@@ -491,7 +499,7 @@ PlanAnswer answer(const PlanQuery& query) {
   if (chosen) {
     ans.chosen_scenario.config = chosen->config;
     ans.plan = make_plan(ans.chosen_scenario, chosen->summary, to_string(r.objective), r.headroom,
-                         plan_notes(chosen->config, sparse_fallback));
+                         plan_notes(chosen->config, s0.model, sparse_fallback));
   }
 
   if (q.node.gpus > 1 && context > 0) ans.comparison = planner::compare_multi_gpu(r, q.node, chosen, context);
@@ -520,6 +528,7 @@ Json PlanAnswer::to_json() const {
   const PlanQuery& q = query;
   const Request& r = q.request;
   const simulator::Scenario& s0 = r.scenario;
+  const models::ModelSpec& m = s0.model;
   const NodeGpus& node = q.node;
   const SearchResult& res = search;
   const std::vector<Candidate>& front = pareto;
@@ -534,7 +543,7 @@ Json PlanAnswer::to_json() const {
   out["multi_gpu"] = comparison ? comparison->to_json() : Json(nullptr);
   out["baselines"] = Json::array();
   for (const auto& b : standard) {
-    Json x = b.result ? candidate_brief(*b.result) : Json::object();
+    Json x = b.result ? candidate_brief(*b.result, m) : Json::object();
     x["label"] = b.label;
     x["fits"] = b.fits;
     out["baselines"].push_back(x);
@@ -543,29 +552,29 @@ Json PlanAnswer::to_json() const {
   out["alternatives"] = Json::array();
   if (chosen)
     for (const auto& alt : res.alternatives) {
-      Json j = candidate_brief(alt);
+      Json j = candidate_brief(alt, m);
       j["difference"] = describe_difference(chosen->config, alt.config, s0.model);
       out["alternatives"].push_back(j);
     }
   out["diagnosis"] = diagnosis ? diagnosis->to_json() : Json(nullptr);
   out["sparse_fallback"] = sparse_fallback;
   if (full_finetune) {
-    Json ff = candidate_brief(*full_finetune);
+    Json ff = candidate_brief(*full_finetune, m);
     ff["fits"] = full_finetune_fits;
     out["full_finetune"] = ff;
   }
   if (full_finetune_same) {
-    Json ff = candidate_brief(*full_finetune_same);
+    Json ff = candidate_brief(*full_finetune_same, m);
     ff["fits"] = full_finetune_same->fits();
     out["full_finetune_same_settings"] = ff;
   }
-  out["sparse_alternative"] = sparse_hint ? candidate_brief(*sparse_hint) : Json(nullptr);
-  out["best_executable"] = best_executable ? candidate_brief(*best_executable) : Json(nullptr);
-  out["on_paper"] = on_paper ? candidate_brief(*on_paper) : Json(nullptr);
+  out["sparse_alternative"] = sparse_hint ? candidate_brief(*sparse_hint, m) : Json(nullptr);
+  out["best_executable"] = best_executable ? candidate_brief(*best_executable, m) : Json(nullptr);
+  out["on_paper"] = on_paper ? candidate_brief(*on_paper, m) : Json(nullptr);
   out["warnings"] = warning.empty() ? Json::array() : Json::array({warning});
   if (chosen) {
     std::string why;
-    executable(chosen->config, &why);
+    executable(m, chosen->config, &why);
     out["executable"] = {{"executable", why.empty()}, {"reason", why}};
     out["optimizer"] = {{"placement", step::to_string(chosen->config.optimizer)},
                         {"sharded", chosen->config.shard_optimizer},
@@ -577,11 +586,11 @@ Json PlanAnswer::to_json() const {
   out["search"] = {{"evaluations", res.evaluations}, {"search_s", res.seconds}, {"fixed", r.fixed}};
   if (q.pareto) {
     out["pareto"] = Json::array();
-    for (const auto& k : front) out["pareto"].push_back(candidate_brief(k));
+    for (const auto& k : front) out["pareto"].push_back(candidate_brief(k, m));
   }
   if (q.max_context)
-    out["max_context"] = {{"dense", mc_dense ? max_context_json(*mc_dense) : Json(nullptr)},
-                          {"sparse", mc_sparse ? max_context_json(*mc_sparse) : Json(nullptr)}};
+    out["max_context"] = {{"dense", mc_dense ? max_context_json(*mc_dense, m) : Json(nullptr)},
+                          {"sparse", mc_sparse ? max_context_json(*mc_sparse, m) : Json(nullptr)}};
   if (curve) {
     const auto rc = chosen ? recall_of(chosen->config) : std::nullopt;
     out["recall"] = {{"curve", q.recall_curve},
@@ -667,7 +676,7 @@ std::string PlanAnswer::describe() const {
   print_alternatives(out, *chosen, res.alternatives, s0.model);
   if (on_paper) {
     std::string why;
-    executable(on_paper->config, &why);
+    executable(s0.model, on_paper->config, &why);
     appendf(out, "\nOn paper (not written: the executor does not run it): %s; step %s (%s), peak %s\n",
                 describe_difference(chosen->config, on_paper->config, s0.model).c_str(),
                 format_duration_s(on_paper->summary.step_s).c_str(),

@@ -9,10 +9,11 @@
 
 namespace oomb::planner {
 
-// True when the executor runs `c` as planned; otherwise false with the reason in *why (if given).
-// Not executed: the standard schedule, the quest / moba / local selection
-// rules, fp16 / fp8 storage. Checkpointing on, off and partial (--kept-layers) all run (off: no
-// recompute in backward; partial: none for the kept layers).
-bool executable(const step::Config& c, std::string* why = nullptr);
+// True when the executor runs model `m` with `c` as planned; otherwise false with the reason in *why
+// (if given). Not executed: a model the executor does not compute (step::model_capability: yarn or
+// linear RoPE, sinks, ...), the standard schedule, the quest / moba / local selection rules, fp16 /
+// fp8 storage. Checkpointing on, off and partial (--kept-layers) all run (off: no recompute in
+// backward; partial: none for the kept layers).
+bool executable(const models::ModelSpec& m, const step::Config& c, std::string* why = nullptr);
 
 }  // namespace oomb::planner

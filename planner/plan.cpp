@@ -114,7 +114,7 @@ void check_against_configuration(const Plan& p, const Json& j, const std::string
   // tell a reader a plan runs, or does not, for a reason nothing gave.
   if (j.contains("executable") || j.contains("executable_reason")) {
     std::string why;
-    const bool can = executable(p.config, &why);
+    const bool can = executable(p.model, p.config, &why);
     const JsonReader r(j, where);
     if (r.boolean("executable") != can)
       throw Error(where, "executable",
@@ -162,7 +162,7 @@ Json Plan::to_json() const {
   j["headroom"] = headroom;
   j["config"] = config.to_json();
   std::string why;  // derived from the config, so not read back
-  j["executable"] = executable(config, &why);
+  j["executable"] = executable(model, config, &why);
   j["executable_reason"] = why;
   j["allocation"] = allocation.to_json();
   j["prediction"] = prediction;

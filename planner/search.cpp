@@ -299,7 +299,7 @@ class Searcher {
     s_.config.context_tokens = N;
     base_ = s_.config;
     // A setting the user fixed is kept even when the executor does not run it (it is labelled).
-    only_executable_ = r.executable_only && executable(base_);
+    only_executable_ = r.executable_only && executable(s_.model, base_);
     layers_ = step::effective_layers(base_, s_.model);
   }
 
@@ -430,7 +430,7 @@ class Searcher {
   }
 
   bool acceptable(const Candidate& k) const {
-    return k.fits() && k.within(r_) && (!only_executable_ || executable(k.config));
+    return k.fits() && k.within(r_) && (!only_executable_ || executable(s_.model, k.config));
   }
 
   // The recompute settings: time falls and memory grows with the index into sp_.recomputes (the

@@ -38,6 +38,33 @@ Capability capability(const Config& c, const Target& target) {
   return {};
 }
 
+Capability model_capability(const models::ModelSpec& m) {
+  auto no = [](std::string reason) { return Capability{"model", std::move(reason) + " is planned, not run"}; };
+  // Families whose arithmetic lives in their conventions, not in the spec's fields (Gemma 3: scaled
+  // embeddings, (1 + w) norms, its query scale and local RoPE base; Llama 4: weightless L2 q/k norms,
+  // attention temperature on the NoPE layers).
+  if (m.family == "gemma3" || m.family == "llama4") return no("the " + m.family + " family's arithmetic");
+  if (m.moe.present()) return no("a mixture of experts");
+  if (m.layers_of(models::LayerAttention::global) != m.layers) return no("attention of kinds " + m.layer_kinds_text());
+  if (!m.nope_layers.empty()) return no("layers without RoPE");
+  if (m.attention_sinks) return no("attention with sinks");
+  if (m.o_bias) return no("an o_proj bias");
+  if (m.sandwich_norms) return no("sandwich norms");
+  if (m.mlp != models::Mlp::swiglu) return no(std::string("the ") + to_string(m.mlp) + " MLP");
+  if (const std::string rope = models::rope_scaling_type(m); rope != "default" && rope != "llama3")
+    return no("RoPE scaling of type " + rope);
+  return {};
+}
+
+Error model_capability_error(const Capability& cap, const models::ModelSpec& m) {
+  return Error("--model", m.id, cap.reason, "the executor runs the dense Qwen2, Qwen3, Llama and Mistral models");
+}
+
+Capability capability(const models::ModelSpec& m, const Config& c, const Target& target) {
+  if (Capability cap = model_capability(m); !cap.executable()) return cap;
+  return capability(c, target);
+}
+
 Error capability_error(const Capability& cap, const Config& c) {
   const Json j = c.to_json();
   std::string value;

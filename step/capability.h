@@ -24,4 +24,13 @@ Capability capability(const Config& c, const Target& target);
 // value of it.
 Error capability_error(const Capability& cap, const Config& c);
 
+// Whether the executor runs a model (both backends): the dense families' arithmetic (SwiGLU, global
+// attention, plain or llama3 RoPE, Qwen2's q/k/v biases, Qwen3's q/k norms). When not, key "model"
+// and what of the model it does not run. A plan of such a model is on paper.
+Capability model_capability(const models::ModelSpec& m);
+// The refusal as an Error naming --model and the model's id.
+Error model_capability_error(const Capability& cap, const models::ModelSpec& m);
+// Both checks: the model's first, then the configuration's.
+Capability capability(const models::ModelSpec& m, const Config& c, const Target& target);
+
 }  // namespace oomb::step

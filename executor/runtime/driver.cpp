@@ -317,6 +317,8 @@ Engine::Engine(Backend& backend, const models::ModelSpec& model, const step::Con
 // the flags before (check_run).
 void Engine::check_config(const models::ModelSpec& model, const step::Config& config) {
   step::validate(config, model);
+  if (const step::Capability cap = step::model_capability(model); !cap.executable())
+    throw step::model_capability_error(cap, model);
   if (const step::Capability cap = step::capability(config, backend_.target()); !cap.executable())
     throw step::capability_error(cap, config);
   if (config.context_tokens < 2)

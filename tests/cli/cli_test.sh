@@ -6,6 +6,7 @@ set -u
 oomb=$1
 synth=${2:-$(dirname "$oomb")/oomb_cupti_synth}
 tmp=$(mktemp -d)
+src=$(cd "$(dirname "$0")/../.." && pwd)  # the repository (its tests/models/hf_configs)
 trap 'rm -rf "$tmp"' EXIT
 pass=0 fail=0
 ok() { pass=$((pass + 1)); }
@@ -307,8 +308,11 @@ grep -q '"schema": "oomb.model/1"' "$tmp/my-model.json" && grep -q 'Qwen2.5-7B/c
   bad "models --import wrote no oomb.model/1 naming its source"
 expect_exit 0 "qwen2.5-7b on h200" simulate --model "$tmp/my-model.json" --gpu h200 --context 1M
 expect_exit 2 "--out.*--import" models --out "$tmp/never.json"
-sed 's/Qwen2ForCausalLM/MixtralForCausalLM/; s/"vocab_size"/"num_local_experts": 8, "vocab_size"/' "$tmp/Qwen2.5-7B/config.json" >"$tmp/mixtral.json"
-expect_exit 2 "MixtralForCausalLM is not supported: it has num_local_experts" plan --model "$tmp/mixtral.json" --gpu h200 --context 1M
+sed 's/"vocab_size"/"num_local_experts": 8, "vocab_size"/' "$tmp/Qwen2.5-7B/config.json" >"$tmp/qwen-experts.json"
+expect_exit 2 "Qwen2ForCausalLM is not supported: it has num_local_experts" plan --model "$tmp/qwen-experts.json" --gpu h200 --context 1M
+# A mixture of experts (Mixtral's published config) is read, and refused by name where a plan would price it.
+expect_exit 2 "--model: 'mixtral-8x7b': has a mixture of experts \(8 experts, top 2\).*do not price them yet" \
+  plan --model "$src/tests/models/hf_configs/mixtral-8x7b.json" --gpu h200 --context 1M
 # Qwen3 (q/k norm) is planned, simulated and executed (a tiny model with the norms: the chunked run
 # against the full-sequence reference).
 expect_exit 0 "qwen3-8b on h200" simulate --model Qwen3-8B --gpu h200 --context 1M

@@ -26,5 +26,13 @@ TEST(Format, NumberAndFixedAreThoseOfPrintf) {
   EXPECT_EQ(format_number(1e6), "1e+06");
 }
 
+TEST(Format, ParamsAsModelCardsQuoteThem) {
+  EXPECT_EQ(format_params(20'914'757'184), "20.91B");
+  EXPECT_EQ(format_params(494'032'768), "494.0M");
+  EXPECT_EQ(format_params(107'072), "107.1K");
+  EXPECT_EQ(format_params(950), "950");
+  EXPECT_EQ(format_params(1'000'000'000), "1.00B");
+}
+
 }  // namespace
 }  // namespace oomb

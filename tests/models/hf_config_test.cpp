@@ -256,7 +256,13 @@ TEST_F(HfConfig, TransformersV5FormsOombDoesNotModelAreRefusedByName) {
   yarn.erase("rope_theta");
   yarn["rope_parameters"] = {{"rope_type", "yarn"}, {"factor", 4.0}, {"rope_theta", 1000000.0},
                              {"original_max_position_embeddings", 32768}};
-  expect_refused(folder("yarn5", yarn), "rope_parameters.rope_type", {"yarn", "llama3"});
+  // YaRN imports (planned; the executor refuses it): the same scaling as the v4 form.
+  EXPECT_EQ(load_model(folder("yarn5", yarn)).rope_scaling,
+            Json({{"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 32768}}));
+  Json dynamic = Json::parse(kQwen3_8b);
+  dynamic.erase("rope_theta");
+  dynamic["rope_parameters"] = {{"rope_type", "dynamic"}, {"factor", 4.0}, {"rope_theta", 1000000.0}};
+  expect_refused(folder("dynamic5", dynamic), "rope_parameters.rope_type", {"dynamic", "llama3"});
   Json no_theta = Json::parse(kQwen3_8b);
   no_theta.erase("rope_theta");
   no_theta["rope_parameters"] = {{"rope_type", "default"}};
@@ -281,13 +287,13 @@ TEST_F(HfConfig, TransformersV5FormsOombDoesNotModelAreRefusedByName) {
 }
 
 TEST_F(HfConfig, UnsupportedArchitecturesAreRefusedByName) {
-  Json mixtral = Json::parse(kMistral7b);
-  mixtral["architectures"] = {"MixtralForCausalLM"};
-  mixtral["model_type"] = "mixtral";
-  mixtral["num_local_experts"] = 8;
-  mixtral["num_experts_per_tok"] = 2;
-  expect_refused(folder("mixtral", mixtral), "architectures",
-                 {"MixtralForCausalLM", "num_local_experts", "mixture of experts"});
+  // A dense family's config with expert keys is refused by them (Mixtral, Qwen3-MoE and gpt-oss
+  // read theirs: EachFamilysPublicConfigImportsAsItsCatalogEntry).
+  Json mistral_moe = Json::parse(kMistral7b);
+  mistral_moe["num_local_experts"] = 8;
+  mistral_moe["num_experts_per_tok"] = 2;
+  expect_refused(folder("mistral_moe", mistral_moe), "architectures",
+                 {"MistralForCausalLM", "num_local_experts", "mixture of experts"});
   Json moe = Json::parse(kQwen25_7b);
   moe["architectures"] = {"Qwen2MoeForCausalLM"};
   moe["num_experts"] = 60;
@@ -295,8 +301,10 @@ TEST_F(HfConfig, UnsupportedArchitecturesAreRefusedByName) {
   expect_refused(folder("qwen2moe", moe), "architectures", {"Qwen2MoeForCausalLM", "num_experts"});
   Json oss = Json::parse(kMistral7b);
   oss["architectures"] = {"GptOssForCausalLM"};
-  oss["num_local_experts"] = 32;
-  expect_refused(folder("gptoss", oss), "architectures", {"GptOssForCausalLM", "num_local_experts"});
+  oss["num_local_experts"] = 32;  // and no window for its sliding layers (transformers' default kinds)
+  expect_refused(folder("gptoss", oss), "sliding_window", {"missing"});
+  oss["sliding_window"] = 128;  // and no top-k
+  expect_refused(folder("gptoss_k", oss), "num_experts_per_tok", {"missing"});
   Json vl = Json::parse(kQwen25_7b);
   vl["architectures"] = {"Qwen2VLForConditionalGeneration"};
   vl["vision_config"] = {{"depth", 32}};
@@ -315,18 +323,130 @@ TEST_F(HfConfig, UnsupportedArchitecturesAreRefusedByName) {
   Json qwin = Json::parse(kQwen25_7b);
   qwin["use_sliding_window"] = true;
   expect_refused(folder("qwin", qwin), "use_sliding_window", {"sliding-window"});
+  // YaRN (Qwen3's way to 128K) and linear scaling import and plan; the executor refuses them by name
+  // (step::model_capability). One it does not know is refused here.
   Json yarn = Json::parse(kQwen3_8b);
-  yarn["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
-  expect_refused(folder("yarn", yarn), "rope_scaling.rope_type", {"yarn", "llama3"});
+  yarn["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 32768}};
+  EXPECT_EQ(rope_scaling_type(load_model(folder("yarn", yarn))), "yarn");
+  yarn["rope_scaling"].erase("original_max_position_embeddings");
+  expect_refused(folder("yarn_short", yarn), "original_max_position_embeddings", {"missing"});
   Json linear = Json::parse(kLlama31_8b);
   linear["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};
-  expect_refused(folder("linear", linear), "rope_scaling.rope_type", {"linear", "llama3"});
+  EXPECT_EQ(rope_scaling_type(load_model(folder("linear", linear))), "linear");
+  Json dynamic = Json::parse(kLlama31_8b);
+  dynamic["rope_scaling"] = {{"type", "dynamic"}, {"factor", 2.0}};
+  expect_refused(folder("dynamic", dynamic), "rope_scaling.rope_type", {"dynamic", "llama3", "yarn"});
   Json act = Json::parse(kLlama31_8b);
   act["hidden_act"] = "gelu";
   expect_refused(folder("gelu", act), "hidden_act", {"gelu"});
   Json missing = Json::parse(kLlama31_8b);
   missing.erase("intermediate_size");
   expect_refused(folder("missing", missing), "intermediate_size", {"missing"});
+}
+
+// The published configs of the layer-kind and expert families (tests/models/hf_configs, with their
+// sources): each imports as its catalog entry (the id, and every field of oomb.model/1 but the source).
+TEST_F(HfConfig, EachFamilysPublicConfigImportsAsItsCatalogEntry) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"qwen3-30b-a3b.json", "qwen3-30b-a3b"}, {"gpt-oss-20b.json", "gpt-oss-20b"},
+      {"gpt-oss-120b.json", "gpt-oss-120b"},   {"mixtral-8x7b.json", "mixtral-8x7b"},
+      {"gemma-3-27b.text_config.json", "gemma-3-27b"}, {"llama-4-scout.text_config.json", "llama-4-scout"}};
+  const fs::path dir = fs::path(OOMB_SOURCE_DIR) / "tests/models/hf_configs";
+  for (const auto& [file, id] : cases) {
+    SCOPED_TRACE(file);
+    const ModelSpec m = load_model((dir / file).string());
+    EXPECT_EQ(m.id, id);
+    Json have = m.to_json(), want = load_model(id).to_json();
+    EXPECT_NE(have["source"].get<std::string>().find(file), std::string::npos) << have["source"];
+    have.erase("source");
+    want.erase("source");
+    EXPECT_EQ(have, want);
+  }
+  // What each family's keys became.
+  const ModelSpec oss = load_model((dir / "gpt-oss-20b.json").string());
+  EXPECT_EQ(oss.layer_kinds_text(), "12 sliding (128) + 12 global");
+  EXPECT_EQ(oss.attention_of(0), LayerAttention::sliding);
+  EXPECT_EQ(oss.attention_of(1), LayerAttention::global);
+  EXPECT_TRUE(oss.attention_sinks && oss.qkv_bias && oss.o_bias && oss.moe.router_bias && oss.moe.expert_bias);
+  EXPECT_EQ(oss.mlp, Mlp::gpt_oss);
+  EXPECT_DOUBLE_EQ(oss.swiglu_limit, 7.0);
+  EXPECT_EQ(oss.moe.expert_weights, WeightFormat::mxfp4);
+  EXPECT_EQ(oss.moe.experts_per_token, 4);
+  const ModelSpec scout = load_model((dir / "llama-4-scout.text_config.json").string());
+  EXPECT_EQ(scout.layer_kinds_text(), "36 chunked (8192) + 12 global");
+  EXPECT_EQ(scout.nope_layers, (std::vector<int64_t>{3, 7, 11, 15, 19, 23, 27, 31, 35, 39, 43, 47}));
+  for (int64_t l : scout.nope_layers) EXPECT_EQ(scout.attention_of(l), LayerAttention::global) << l;
+  EXPECT_EQ(scout.moe.routing, Routing::sigmoid_topk);
+  EXPECT_EQ(scout.moe.shared_experts, 1);
+  EXPECT_EQ(scout.ffn_hidden, 16384);  // intermediate_size_mlp: the dense layers' width (none here)
+  const ModelSpec gemma = load_model((dir / "gemma-3-27b.text_config.json").string());
+  EXPECT_EQ(gemma.layer_kinds_text(), "52 sliding (1024) + 10 global");
+  for (int64_t l = 0; l < gemma.layers; ++l)
+    EXPECT_EQ(gemma.attention_of(l), (l + 1) % 6 == 0 ? LayerAttention::global : LayerAttention::sliding) << l;
+  EXPECT_TRUE(gemma.sandwich_norms && gemma.qk_norm && gemma.tied_embeddings);
+  EXPECT_EQ(gemma.mlp, Mlp::geglu_tanh);
+  // The defaults transformers applies to Gemma 3's ten-key text_config are named in the source, and
+  // so is the query scale the spec does not carry.
+  for (const char* s : {"Gemma3TextConfig defaults", "vocab_size 262208", "sliding_window_pattern 6", "query_pre_attn_scalar 168"})
+    EXPECT_NE(gemma.source.find(s), std::string::npos) << s << " in " << gemma.source;
+  const ModelSpec qwen = load_model((dir / "qwen3-30b-a3b.json").string());
+  EXPECT_EQ(qwen.moe.routing, Routing::softmax_topk);  // norm_topk_prob true
+  EXPECT_TRUE(qwen.moe.dense_layers.empty());
+}
+
+TEST_F(HfConfig, FamilyKeysOombDoesNotModelAreRefusedByName) {
+  const fs::path dir = fs::path(OOMB_SOURCE_DIR) / "tests/models/hf_configs";
+  const Json oss = read_json_file((dir / "gpt-oss-20b.json").string());
+  Json linear = oss;
+  linear["layer_types"][3] = "linear_attention";
+  expect_refused(folder("linear", linear), "layer_types", {"layer 3", "linear_attention"});
+  Json short_types = oss;
+  short_types["layer_types"].erase(0);
+  expect_refused(folder("short", short_types), "layer_types", {"23 entries", "24"});
+  Json topk = oss;
+  topk["experts_per_token"] = 2;
+  expect_refused(folder("topk", topk), "experts_per_token", {"disagrees with num_experts_per_tok"});
+  Json too_many = oss;
+  too_many["num_experts_per_tok"] = too_many["experts_per_token"] = 33;
+  expect_refused(folder("k33", too_many), "experts_per_token", {"exceeds num_local_experts"});
+  Json quant = oss;
+  quant["quantization_config"]["quant_method"] = "gptq";
+  expect_refused(folder("gptq", quant), "quantization_config.quant_method", {"gptq", "mxfp4"});
+  // The multimodal wrappers: refused, the hint naming the language model that imports alone.
+  Json wrapper = {{"architectures", {"Gemma3ForConditionalGeneration"}}, {"model_type", "gemma3"},
+                  {"text_config", read_json_file((dir / "gemma-3-27b.text_config.json").string())},
+                  {"vision_config", {{"model_type", "siglip_vision_model"}}}};
+  expect_refused(folder("wrapper", wrapper), "architectures", {"vision_config", "multimodal", "text_config", "gemma3_text"});
+  // Gemma 2's soft-capping; Qwen3.5's linear-attention layers; a Qwen3-MoE shared expert.
+  Json gemma = read_json_file((dir / "gemma-3-27b.text_config.json").string());
+  gemma["final_logit_softcapping"] = 30.0;
+  expect_refused(folder("softcap", gemma), "final_logit_softcapping", {"soft-capping"});
+  Json hybrid = Json::parse(kQwen3_8b);
+  hybrid["full_attention_interval"] = 4;
+  hybrid["linear_num_key_heads"] = 16;
+  expect_refused(folder("hybrid", hybrid), "architectures", {"linear_num_key_heads", "linear-attention"});
+  Json shared = read_json_file((dir / "qwen3-30b-a3b.json").string());
+  shared["shared_expert_intermediate_size"] = 512;
+  expect_refused(folder("shared", shared), "shared_expert_intermediate_size", {"shared expert"});
+  Json qwin = read_json_file((dir / "qwen3-30b-a3b.json").string());
+  qwin["use_sliding_window"] = true;
+  expect_refused(folder("qwin", qwin), "use_sliding_window", {"sliding-window"});
+  // Qwen3-MoE's layer rule: mlp_only_layers and decoder_sparse_step give the dense layers.
+  Json sparse_step = read_json_file((dir / "qwen3-30b-a3b.json").string());
+  sparse_step["decoder_sparse_step"] = 2;
+  sparse_step["mlp_only_layers"] = {1};
+  const ModelSpec m = load_model(folder("step2", sparse_step));
+  ASSERT_EQ(m.moe.dense_layers.size(), 25u);  // the 24 even layers and layer 1
+  EXPECT_EQ(m.moe.dense_layers[0], 0);
+  EXPECT_EQ(m.moe.dense_layers[1], 1);
+  EXPECT_EQ(m.moe.dense_layers[2], 2);
+  EXPECT_FALSE(m.moe_layer(0));
+  EXPECT_TRUE(m.moe_layer(3));
+  EXPECT_EQ(m.layer_params(0) - m.layer_params(3),
+            3 * 2048 * 6144 - (2048 * 128 + 128 * 3 * 2048 * 768));  // a dense MLP of 6144 for router + 128 experts
+  Json unnormalised = read_json_file((dir / "qwen3-30b-a3b.json").string());
+  unnormalised["norm_topk_prob"] = false;
+  EXPECT_EQ(load_model(folder("nonorm", unnormalised)).moe.routing, Routing::softmax_all);
 }
 
 TEST_F(HfConfig, FolderWithoutConfigAndNonHfJson) {

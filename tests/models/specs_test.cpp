@@ -138,8 +138,17 @@ TEST(Rope, Llama31InverseFrequenciesMatchThePublishedFormula) {
     EXPECT_DOUBLE_EQ(rope_inv_freq(plain, i, 128), std::pow(500000.0, -2.0 * static_cast<double>(i) / 128.0));
     EXPECT_LE(rope_inv_freq(r, i, 128), rope_inv_freq(plain, i, 128));
   }
-  // Every Llama 3.x catalog entry carries its scaling; the others are plain.
-  for (const auto& id : model_ids()) EXPECT_EQ(rope_of(load_model(id)).llama3(), id.rfind("llama-3", 0) == 0) << id;
+  // Every Llama 3.x and 4 catalog entry carries its llama3 scaling, gpt-oss its yarn and Gemma 3 its
+  // linear one (planned, not run); the others are plain.
+  for (const auto& id : model_ids()) {
+    const ModelSpec spec = load_model(id);
+    const std::string want = id.rfind("llama-", 0) == 0 ? "llama3" : id.rfind("gpt-oss", 0) == 0 ? "yarn"
+                             : id == "gemma-3-27b"                  ? "linear"
+                                                                    : "default";
+    EXPECT_EQ(rope_scaling_type(spec), want) << id;
+    if (want == "llama3" || want == "default") EXPECT_EQ(rope_of(spec).llama3(), want == "llama3") << id;
+    else EXPECT_THROW(rope_of(spec), Error) << id;
+  }
 }
 
 std::string rope_error(const Json& scaling) {
@@ -153,10 +162,28 @@ std::string rope_error(const Json& scaling) {
   return "accepted";
 }
 
-// A scaling the executor does not compute is refused by name (the key, the type, what is
-// supported), never run as plain RoPE.
+// A scaling oomb does not know is refused by name (the key, the type, what is supported), never
+// run as plain RoPE. linear and yarn (Gemma 3, gpt-oss) are read, their keys checked, and planned:
+// the executor's RoPE (rope_of) refuses them by name.
 TEST(Rope, OtherScalingsAreRefusedByName) {
-  for (const char* type : {"linear", "dynamic", "yarn", "longrope", "su", "mrope"}) {
+  for (const char* type : {"linear", "yarn"}) {
+    Json j = load_model("tiny").to_json();
+    j["rope_scaling"] = {{"rope_type", type}, {"factor", 4.0}};
+    if (std::string(type) == "yarn") j["rope_scaling"]["original_max_position_embeddings"] = 4096;
+    const ModelSpec m = model_from_json(j, "m.json");
+    EXPECT_EQ(rope_scaling_type(m), type);
+    try {
+      rope_of(m, "m.json");
+      ADD_FAILURE() << type << " ran as plain RoPE";
+    } catch (const Error& e) {
+      const std::string w = e.what();
+      for (const std::string& s : {std::string("'") + type + "'", std::string("planned, not run"), std::string("llama3")})
+        EXPECT_NE(w.find(s), std::string::npos) << w;
+    }
+    j["rope_scaling"]["beta_fst"] = 32.0;  // a misspelt key of the type
+    EXPECT_NE(rope_error(j["rope_scaling"]).find("rope_scaling.beta_fst"), std::string::npos);
+  }
+  for (const char* type : {"dynamic", "longrope", "su", "mrope"}) {
     for (const char* key : {"rope_type", "type"}) {
       const std::string e = rope_error({{key, type}, {"factor", 4.0}});
       EXPECT_EQ(e.rfind("rope_scaling.", 0), 0u) << e;
@@ -180,8 +207,21 @@ TEST(Rope, OtherScalingsAreRefusedByName) {
     EXPECT_NE(rope_error(missing).find(std::string(k) + ": "), std::string::npos) << k;
   }
   Json inverted = ok;
-  inverted["high_freq_factor"] = 1.0;  // would divide by zero
+  inverted["high_freq_factor"] = 0.5;  // below low_freq_factor: no band to interpolate over
   EXPECT_NE(rope_error(inverted).find("high_freq_factor: "), std::string::npos);
+  // Equal factors (Llama-4-Scout-Instruct: 1 and 1) leave no band: each frequency is kept or divided,
+  // the boundary itself kept (transformers' formula would divide 0 by 0 there).
+  Json equal = ok;
+  equal["high_freq_factor"] = 1.0;
+  EXPECT_EQ(rope_error(equal), "accepted");
+  Rope r4(500000.0);
+  r4.factor = 16.0;
+  r4.low_freq_factor = r4.high_freq_factor = 1.0;
+  r4.original_max_position = 8192.0;
+  for (int64_t i = 0; i < 64; ++i) {
+    const double plain = rope_inv_freq(Rope(500000.0), i, 128), f = rope_inv_freq(r4, i, 128);
+    EXPECT_TRUE(f == plain || f == plain / 16.0) << i;
+  }
   Json extra = ok;
   extra["attention_factor"] = 2.0;
   EXPECT_NE(rope_error(extra).find("rope_scaling.attention_factor"), std::string::npos);

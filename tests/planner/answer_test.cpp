@@ -207,11 +207,19 @@ TEST(PlanAnswer, LoraIsPlannedNextToFullFineTuning) {
   EXPECT_FALSE(a.to_json()["full_finetune"].is_null());
   // A plan oomb run follows (adapters on a frozen base); with trained embeddings it is on paper.
   std::string why;
-  EXPECT_TRUE(executable(a.chosen->config, &why)) << why;
+  const models::ModelSpec& m = a.query.request.scenario.model;
+  EXPECT_TRUE(executable(m, a.chosen->config, &why)) << why;
   step::Config emb = a.chosen->config;
   emb.lora_train_embeddings = true;
-  EXPECT_FALSE(executable(emb, &why));
+  EXPECT_FALSE(executable(m, emb, &why));
   EXPECT_TRUE(has(why, "--lora-train-embeddings")) << why;
+  // A model the executor does not compute (YaRN, as Qwen3 reaches 128K): every plan of it is on
+  // paper, and the reason names the model, not a setting to change.
+  models::ModelSpec yarn = m;
+  yarn.rope_scaling = {{"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 32768}};
+  EXPECT_FALSE(executable(yarn, a.chosen->config, &why));
+  EXPECT_TRUE(has(why, "RoPE scaling of type yarn is planned, not run")) << why;
+  EXPECT_TRUE(has(why, "no setting makes it run")) << why;
   // Without LoRA the answer has no such comparison.
   EXPECT_FALSE(answer(query("qwen2.5-7b", "h200", 1 << 20)).full_finetune);
 }

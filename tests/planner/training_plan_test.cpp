@@ -42,7 +42,7 @@ TEST(TrainingPlan, FourMillionIsAtLeastAsFastAsCheckpointingOff) {
   step::Config on = res.best->config;
   on.checkpointing = true;
   std::string why;
-  EXPECT_TRUE(executable(on, &why));
+  EXPECT_TRUE(executable(r.scenario.model, on, &why));
   EXPECT_TRUE(why.empty());
   // A plan to be run keeps to what the executor follows: slower while checkpointing off is on
   // paper (planner/executable.cpp says which), the same plan once the executor runs it.
@@ -50,8 +50,8 @@ TEST(TrainingPlan, FourMillionIsAtLeastAsFastAsCheckpointingOff) {
   run.executable_only = true;
   const SearchResult runnable = search(run, 4 * M);
   ASSERT_TRUE(runnable.best);
-  EXPECT_TRUE(executable(runnable.best->config));
-  if (!executable(res.best->config, &why)) {
+  EXPECT_TRUE(executable(r.scenario.model, runnable.best->config));
+  if (!executable(r.scenario.model, res.best->config, &why)) {
     EXPECT_NE(why.find("checkpoint"), std::string::npos) << why;
     EXPECT_TRUE(runnable.best->config.checkpointing);
     EXPECT_GT(runnable.best->summary.step_s, res.best->summary.step_s);
@@ -93,7 +93,7 @@ TEST(TrainingPlan, KeepsTheLayersThatFitWhenCheckpointingOffDoesNot) {
   EXPECT_TRUE(b.checkpointing);
   EXPECT_GT(b.kept_layers, 0);
   EXPECT_LT(b.kept_layers, L);
-  EXPECT_TRUE(executable(b));
+  EXPECT_TRUE(executable(r.scenario.model, b));
   EXPECT_TRUE(fits_under_evaluate(r, b));
   // The largest k that fits this plan's other settings: one more does not.
   step::Config more = b;

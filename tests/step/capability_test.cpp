@@ -117,5 +117,75 @@ TEST(Capability, TheErrorNamesTheFlagAndTheValue) {
   EXPECT_EQ(emb.key(), "true");
 }
 
+// The model's half: the dense families run; what the executor does not compute is named, and a
+// plan of it stays on paper (planner::executable says why; the runner and the Engine refuse it).
+TEST(Capability, ModelsTheExecutorDoesNotComputeAreNamed) {
+  for (const char* id : {"tiny", "qwen2.5-7b", "qwen3-8b", "llama-3.1-8b", "mistral-7b-v0.3"}) {
+    const models::ModelSpec m = models::load_model(id);
+    EXPECT_TRUE(model_capability(m).executable()) << id << ": " << model_capability(m).reason;
+    EXPECT_TRUE(capability(m, runnable(), target(BackendKind::cpu)).executable()) << id;
+  }
+  const struct {
+    const char* id;
+    const char* named;
+  } cases[] = {{"gpt-oss-20b", "mixture of experts"}, {"qwen3-30b-a3b", "mixture of experts"},
+               {"mixtral-8x7b", "mixture of experts"}, {"gemma-3-27b", "gemma3 family"},
+               {"llama-4-scout", "llama4 family"}};
+  for (const auto& c : cases) {
+    const models::ModelSpec m = models::load_model(c.id);
+    const Capability cap = capability(m, runnable(), target(BackendKind::cpu));
+    EXPECT_EQ(cap.key, "model") << c.id;
+    EXPECT_NE(cap.reason.find(c.named), std::string::npos) << cap.reason;
+    EXPECT_NE(cap.reason.find("planned, not run"), std::string::npos) << cap.reason;
+    const Error e = model_capability_error(cap, m);
+    EXPECT_EQ(e.where(), "--model");
+    EXPECT_NE(std::string(e.what()).find(c.id), std::string::npos) << e.what();
+  }
+  // One feature at a time on a dense model: each is named.
+  const models::ModelSpec base = models::load_model("qwen3-8b");
+  const std::vector<std::pair<std::function<void(models::ModelSpec&)>, const char*>> edits = {
+      {[](models::ModelSpec& m) { m.rope_scaling = {{"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 32768}}; },
+       "RoPE scaling of type yarn"},
+      {[](models::ModelSpec& m) { m.attention_sinks = true; }, "sinks"},
+      {[](models::ModelSpec& m) { m.o_bias = true; }, "o_proj bias"},
+      {[](models::ModelSpec& m) { m.mlp = models::Mlp::geglu_tanh; }, "geglu_tanh"},
+      {[](models::ModelSpec& m) { m.nope_layers = {3}; }, "without RoPE"},
+  };
+  for (const auto& [edit, named] : edits) {
+    models::ModelSpec m = base;
+    edit(m);
+    const Capability cap = model_capability(m);
+    EXPECT_EQ(cap.key, "model") << named;
+    EXPECT_NE(cap.reason.find(named), std::string::npos) << cap.reason;
+  }
+}
+
+// What a step's description does not price yet is refused where every plan, simulation and run
+// starts (validate), naming --model and what the model has: never priced as if it were dense.
+TEST(Capability, ModelsWhoseLayersAreNotPricedAreRefusedByValidate) {
+  const struct {
+    const char* id;
+    std::vector<std::string> named;
+  } cases[] = {{"gpt-oss-20b", {"32 experts, top 4", "12 sliding (128) + 12 global"}},
+               {"qwen3-30b-a3b", {"128 experts, top 8"}},
+               {"gemma-3-27b", {"52 sliding (1024) + 10 global", "sandwich norms"}},
+               {"llama-4-scout", {"16 experts, top 1", "36 chunked (8192) + 12 global"}}};
+  for (const auto& c : cases) {
+    try {
+      validate(runnable(), models::load_model(c.id));
+      ADD_FAILURE() << c.id << " validated";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.where(), "--model") << e.what();
+      EXPECT_EQ(e.key(), c.id) << e.what();
+      for (const auto& n : c.named) EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << n << " in " << e.what();
+    }
+  }
+  // Planned (not run) on a dense model: sinks and yarn change no buffer of the step.
+  models::ModelSpec yarn = models::load_model("qwen3-8b");
+  yarn.rope_scaling = {{"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 32768}};
+  yarn.attention_sinks = true;
+  EXPECT_NO_THROW(validate(runnable(), yarn));
+}
+
 }  // namespace
 }  // namespace oomb::step
