@@ -34,6 +34,20 @@ double LogAxis::unmap(float p) const {
   return std::pow(10.0, a + (p - p0) / (p1 - p0) * (b - a));
 }
 
+namespace {
+int g_cut_cells = 0;
+}  // namespace
+
+void cell_text(const char* text, bool disabled) {
+  // Inside a table cell the content region ends at the column's edge (ImGui's WorkRect).
+  if (ImGui::CalcTextSize(text).x > ImGui::GetContentRegionAvail().x + 0.5f) ++g_cut_cells;
+  if (disabled) ImGui::TextDisabled("%s", text);
+  else ImGui::TextUnformatted(text);
+}
+
+int cut_cells() { return g_cut_cells; }
+void reset_cut_cells() { g_cut_cells = 0; }
+
 void formula_tooltip(const std::string& formula) {
   if (!formula.empty() && ImGui::IsItemHovered()) {
     ImGui::BeginTooltip();

@@ -30,6 +30,13 @@ void formula_tooltip(const std::string& formula);
 // Label: value, with the formula as the tooltip of the value.
 void figure_row(const char* label, const std::string& value, const std::string& formula, ImU32 value_color = 0);
 
+// Text in a table cell, counted when it is wider than the cell (the screenshot's layout check: a
+// column that cuts its buffer names, tiers or byte figures fails gui.screenshot). disabled: greyed.
+void cell_text(const char* text, bool disabled = false);
+// Cells cut since the last reset (oomb-gui resets it each frame and reports the last frame's).
+int cut_cells();
+void reset_cut_cells();
+
 // A dashed horizontal or vertical line.
 void dashed_line(ImDrawList* dl, ImVec2 a, ImVec2 b, ImU32 col, float dash = 5, float thickness = 1.5f);
 

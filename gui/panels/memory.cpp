@@ -95,15 +95,17 @@ void draw_memory_panel(const ViewModel& vm) {
   stacked_bar("##host", r.table.rows, step::Tier::host, ~step::PhaseMask{0}, r.summary.peak_host_bytes, s.host.ram_bytes,
               ("RAM " + s.host.id).c_str(), s.host.pinnable_bytes, "pinnable");
 
-  const ImGuiTableFlags flags = ImGuiTableFlags_ScrollY | ImGuiTableFlags_RowBg | ImGuiTableFlags_BordersInnerV |
-                                ImGuiTableFlags_SizingStretchProp;
+  // Every column as wide as its widest cell (names, tiers and byte figures are never cut); a panel
+  // narrower than the table scrolls sideways with the buffer names frozen on the left.
+  const ImGuiTableFlags flags = ImGuiTableFlags_ScrollX | ImGuiTableFlags_ScrollY | ImGuiTableFlags_RowBg |
+                                ImGuiTableFlags_BordersInnerV | ImGuiTableFlags_SizingFixedFit;
   if (ImGui::BeginTable("rows", 5, flags, ImGui::GetContentRegionAvail())) {
-    ImGui::TableSetupScrollFreeze(0, 1);
-    ImGui::TableSetupColumn("buffer", ImGuiTableColumnFlags_WidthStretch, 3.0f);
-    ImGui::TableSetupColumn("tier", ImGuiTableColumnFlags_WidthStretch, 0.8f);
-    ImGui::TableSetupColumn("bytes", ImGuiTableColumnFlags_WidthStretch, 1.4f);
-    ImGui::TableSetupColumn("share", ImGuiTableColumnFlags_WidthStretch, 1.0f);
-    ImGui::TableSetupColumn("phases", ImGuiTableColumnFlags_WidthStretch, 2.0f);
+    ImGui::TableSetupScrollFreeze(1, 1);
+    ImGui::TableSetupColumn("buffer");
+    ImGui::TableSetupColumn("tier");
+    ImGui::TableSetupColumn("bytes");
+    ImGui::TableSetupColumn("share");
+    ImGui::TableSetupColumn("phases");
     ImGui::TableHeadersRow();
     std::vector<const step::BufferRow*> rows;
     for (const auto& b : r.table.rows)
@@ -118,25 +120,22 @@ void draw_memory_panel(const ViewModel& vm) {
       const float sq = ImGui::GetTextLineHeight() * 0.7f;
       ImGui::GetWindowDrawList()->AddRectFilled({p.x, p.y + 2}, {p.x + sq, p.y + 2 + sq}, chart::category_color(b->category));
       ImGui::SetCursorScreenPos({p.x + sq + 4, p.y});
-      ImGui::TextUnformatted(b->name.c_str());
+      chart::cell_text(b->name.c_str());
       chart::formula_tooltip(b->category + "  " + b->shape + " " + to_string(b->dtype) + "\nalive in: " + b->lifetime +
                              "\nbytes = " + b->formula);
       ImGui::TableNextColumn();
-      ImGui::TextUnformatted(dev ? "device" : "host");
+      chart::cell_text(dev ? "device" : "host");
       ImGui::TableNextColumn();
-      ImGui::TextUnformatted(format_bytes(b->bytes).c_str());
+      chart::cell_text(format_bytes(b->bytes).c_str());
       chart::formula_tooltip(b->formula);
       ImGui::TableNextColumn();
       // Share of the peak for the rows alive at the peak phase; the others are freed by then.
       if (!dev || (b->phases & step::phase_bit(peak)))
-        ImGui::TextUnformatted(format_percent(static_cast<double>(b->bytes) / static_cast<double>(std::max<int64_t>(total, 1))).c_str());
+        chart::cell_text(format_percent(static_cast<double>(b->bytes) / static_cast<double>(std::max<int64_t>(total, 1))).c_str());
       else
-        ImGui::TextDisabled("-");
+        chart::cell_text("-", true);
       ImGui::TableNextColumn();
-      if (dev && (b->phases & step::phase_bit(peak)))
-        ImGui::TextUnformatted(b->lifetime.c_str());
-      else
-        ImGui::TextDisabled("%s", b->lifetime.c_str());
+      chart::cell_text(b->lifetime.c_str(), !(dev && (b->phases & step::phase_bit(peak))));
     }
     ImGui::EndTable();
   }

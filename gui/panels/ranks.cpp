@@ -83,14 +83,14 @@ void draw_ranks_panel(ViewModel& vm, UiState& ui) {
     else ImGui::Text("%d", r.rank);
     chart::formula_tooltip(rank_tooltip(r) + (r.rank == ov->rank ? "\n(shown: the timeline and pool overlay it)" : ""));
     ImGui::TableNextColumn();
-    ImGui::TextUnformatted(r.step_s ? format_duration_s(*r.step_s).c_str() : "-");
+    chart::cell_text(r.step_s ? format_duration_s(*r.step_s).c_str() : "-");
     chart::formula_tooltip("the rank's fastest timed step, as measured");
     ImGui::TableNextColumn();
-    ImGui::TextUnformatted(r.peak_device_bytes ? format_bytes(*r.peak_device_bytes).c_str() : "-");
+    chart::cell_text(r.peak_device_bytes ? format_bytes(*r.peak_device_bytes).c_str() : "-");
     chart::formula_tooltip("the rank's device peak, as measured");
     ImGui::TableNextColumn();
     const auto coll = r.collective_s();
-    ImGui::TextUnformatted(coll ? format_duration_s(*coll).c_str() : "-");
+    chart::cell_text(coll ? format_duration_s(*coll).c_str() : "-");
     chart::formula_tooltip("time in collectives (tp_allreduce_s + allreduce_s, as measured)\n" + rank_tooltip(r));
     ImGui::TableNextColumn();
     if (!r.found) ImGui::TextColored(ImColor(chart::kOomRed), "MISSING");

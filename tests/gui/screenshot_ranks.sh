@@ -22,6 +22,7 @@ shot=$("${xvfb[@]}" "$gui" --screenshot "$out" --frames 3 --width 1280 --height 
 echo "$shot"
 grep -q "overlay rank 1 of 2 ($tmp/t.rank1.json)" <<<"$shot" || fail "rank 1's trace is not the one overlaid"
 grep -q "the ranks panel shows rank 1 of 2 in its combo" <<<"$shot" || fail "no rank combo drawn"
+grep -q "layout: 0 table cells cut" <<<"$shot" || fail "a table cell is cut (or the layout check did not run)"
 "$check" "$out" 1280 800 || fail "the screenshot"
 # Refused before a window opens, naming the flag and what would be valid.
 no=$(DISPLAY= "$gui" --trace "$tmp/t.json" --rank 2 2>&1)
