@@ -146,6 +146,18 @@ int64_t ModelSpec::bounded_kv_bytes(int64_t dtype_bytes) const {
   return n;
 }
 
+int64_t ModelSpec::rope_reach() const {
+  if (!rope_scaling.is_object()) return max_position;
+  const std::string type = rope_scaling.value("rope_type", rope_scaling.value("type", std::string()));
+  if (type != "yarn" && type != "linear") return max_position;  // llama3 configs state the extended length
+  const Json& base = rope_scaling.contains("original_max_position_embeddings") ? rope_scaling["original_max_position_embeddings"]
+                                                                              : Json(max_position);
+  const Json& factor = rope_scaling.contains("factor") ? rope_scaling["factor"] : Json(1.0);
+  if (!base.is_number() || !factor.is_number()) return max_position;
+  const double reach = base.get<double>() * factor.get<double>();
+  return reach > static_cast<double>(max_position) && reach < 1e15 ? static_cast<int64_t>(reach) : max_position;
+}
+
 std::string ModelSpec::layer_kinds_text() const {
   if (layers_of(LayerAttention::global) == layers) return "global";
   std::string s;

@@ -133,6 +133,10 @@ struct ModelSpec {
   int64_t window_tokens(LayerAttention a) const;
   // KV of the sliding and chunked layers at their window (one sequence, dtype_bytes per element).
   int64_t bounded_kv_bytes(int64_t dtype_bytes) const;
+  // The positions the model's RoPE is made for: max_position, or where a yarn or linear scaling
+  // reaches further, its factor times the length it extends (original_max_position_embeddings, else
+  // max_position): Qwen3 with YaRN factor 4 from 32768 reaches 131072 past its max_position 40960.
+  int64_t rope_reach() const;
   // "global", or the kinds with their counts and windows: "12 sliding (128) + 12 global".
   std::string layer_kinds_text() const;
 

@@ -35,16 +35,20 @@ step::Optimizer place_optimizer(const simulator::Scenario& s0, double headroom) 
 }
 
 std::string context_warning(const models::ModelSpec& m, int64_t n) {
-  if (m.max_position <= 0 || n <= m.max_position) return "";
+  // A yarn or linear scaling reaches past max_position (Qwen3 at 128K): no warning within its reach.
+  if (m.max_position <= 0 || n <= m.rope_reach()) return "";
   std::string scaling = "the spec has no rope_scaling (plain RoPE, theta " + format_count(m.rope_theta) + ")";
   if (m.rope_scaling.is_object()) {
     scaling = "the spec has rope_scaling " + m.rope_scaling.dump();
     if (m.rope_scaling.contains("original_max_position_embeddings"))
-      scaling += " (already extended from " + m.rope_scaling["original_max_position_embeddings"].dump() + ")";
+      scaling += " (already extended from " + m.rope_scaling["original_max_position_embeddings"].dump() +
+                 (m.rope_reach() > m.max_position ? " to " + format_tokens(m.rope_reach()) : std::string()) + ")";
   }
-  return "context " + format_tokens(n) + " is beyond " + m.id + "'s max_position " + format_tokens(m.max_position) +
-         " (" + format_count(static_cast<double>(n) / static_cast<double>(m.max_position)) +
-         "x): training it needs RoPE scaling (e.g. YaRN or a larger rope theta) to reach that length; " + scaling;
+  const int64_t reach = m.rope_reach();
+  return "context " + format_tokens(n) + " is beyond " + m.id + "'s " +
+         (reach > m.max_position ? "RoPE reach " + format_tokens(reach) : "max_position " + format_tokens(m.max_position)) +
+         " (" + format_count(static_cast<double>(n) / static_cast<double>(reach)) +
+         "x): training it needs RoPE scaling that reaches that length (e.g. YaRN, a larger factor or rope theta); " + scaling;
 }
 
 int64_t optimizer_bytes(const simulator::Scenario& s) {

@@ -273,6 +273,18 @@ TEST(TrainingPlan, ContextBeyondMaxPositionWarnsWithTheSpecsScaling) {
   const std::string l = context_warning(models::load_model("llama-3.1-8b"), 1 * M);
   EXPECT_NE(l.find("llama3"), std::string::npos) << l;
   EXPECT_NE(l.find("8192"), std::string::npos) << l;
+  // YaRN reaches its factor times the length it extends: Qwen3-8B with factor 4 from 32768 (how Qwen
+  // documents 128K) is within reach at 128K, past it at 256K (and says how far it reaches).
+  models::ModelSpec yarn = models::load_model("qwen3-8b");
+  yarn.rope_scaling = {{"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 32768}};
+  EXPECT_EQ(yarn.rope_reach(), 131072);
+  EXPECT_EQ(context_warning(yarn, 128 * 1024), "");
+  const std::string y = context_warning(yarn, 256 * 1024);
+  EXPECT_NE(y.find("RoPE reach 128K"), std::string::npos) << y;
+  EXPECT_NE(y.find("from 32768 to 128K"), std::string::npos) << y;
+  // gpt-oss's YaRN (32 x 4096) is its max_position; llama3 configs state the extended length.
+  EXPECT_EQ(models::load_model("gpt-oss-20b").rope_reach(), 131072);
+  EXPECT_EQ(models::load_model("llama-3.1-8b").rope_reach(), 131072);
 }
 
 // Per GPU memory of ring attention CP 8 x TP 1 for qwen2.5-7b at 1M, from the published shapes
