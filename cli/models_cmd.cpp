@@ -33,15 +33,6 @@ int import_model(const std::string& from, const std::string& out) {
   return 0;
 }
 
-// "32 x top-4", "16 x top-1 + 1 shared", "-" without experts.
-std::string experts_text(const oomb::models::ModelSpec& m) {
-  if (!m.moe.present()) return "-";
-  std::string s = std::to_string(m.moe.experts) + " x top-" + std::to_string(m.moe.experts_per_token);
-  if (m.moe.shared_experts > 0) s += " + " + std::to_string(m.moe.shared_experts) + " shared";
-  if (m.moe.expert_weights != oomb::models::WeightFormat::native) s += std::string(" (") + to_string(m.moe.expert_weights) + ")";
-  return s;
-}
-
 int run_models(const std::string& show, bool json) {
   using namespace oomb::models;
   if (!show.empty()) {
@@ -72,7 +63,7 @@ int run_models(const std::string& show, bool json) {
                       {"growing_kv_bytes_per_token_bf16", m.growing_kv_bytes_per_token(2)},
                       {"bounded_kv_bytes_bf16", m.bounded_kv_bytes(2)},
                       {"layer_kinds", m.layer_kinds_text()},
-                      {"experts", experts_text(m)}};
+                      {"experts", m.experts_text()}};
       j["models"].push_back(e);
     }
     for (const auto& id : gpu_ids()) j["gpus"].push_back(load_gpu(id).to_json());
@@ -85,12 +76,12 @@ int run_models(const std::string& show, bool json) {
   bool any_unpriced = false;
   for (const auto& id : model_ids()) {
     auto m = load_model(id);
-    const bool priced = m.uniform_layers() && !m.sandwich_norms;
+    const bool priced = m.priced();
     any_unpriced = any_unpriced || !priced;
     std::printf("  %-18s %6lld %7lld %6lld %4lld %6lld %8lld %9s %9s %10lld  %-36s %s%s\n", id.c_str(), (long long)m.layers,
                 (long long)m.hidden, (long long)m.q_heads, (long long)m.kv_heads, (long long)m.head_dim,
                 (long long)m.vocab, format_params(m.param_count()).c_str(), format_params(m.active_param_count()).c_str(),
-                (long long)m.growing_kv_bytes_per_token(2), m.layer_kinds_text().c_str(), experts_text(m).c_str(),
+                (long long)m.growing_kv_bytes_per_token(2), m.layer_kinds_text().c_str(), m.experts_text().c_str(),
                 priced ? "" : "  *");
   }
   std::printf("  active: the parameters one token uses (the routed experts it is not sent to left out). KV B/token: K and V\n"

@@ -158,6 +158,14 @@ int64_t ModelSpec::rope_reach() const {
   return reach > static_cast<double>(max_position) && reach < 1e15 ? static_cast<int64_t>(reach) : max_position;
 }
 
+std::string ModelSpec::experts_text() const {
+  if (!moe.present()) return "-";
+  std::string s = std::to_string(moe.experts) + " x top-" + std::to_string(moe.experts_per_token);
+  if (moe.shared_experts > 0) s += " + " + std::to_string(moe.shared_experts) + " shared";
+  if (moe.expert_weights != WeightFormat::native) s += std::string(" (") + to_string(moe.expert_weights) + ")";
+  return s;
+}
+
 std::string ModelSpec::layer_kinds_text() const {
   if (layers_of(LayerAttention::global) == layers) return "global";
   std::string s;

@@ -233,7 +233,7 @@ void validate(const Config& c, const models::ModelSpec& m) {
   // norms (the table's rows, the geometry and the cost model count per layer). Mixtures of experts,
   // sliding or chunked layers and sandwich norms are read, listed and imported (oomb models) but not
   // yet priced: refused by name, never planned as if the model were dense.
-  if (!m.uniform_layers() || m.sandwich_norms) {
+  if (!m.priced()) {
     std::string what;
     if (m.moe.present())
       what = "a mixture of experts (" + std::to_string(m.moe.experts) + " experts, top " +

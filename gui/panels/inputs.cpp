@@ -4,6 +4,10 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
+#include <map>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "step/config.h"
@@ -19,15 +23,21 @@ namespace {
 
 using step::Config;
 
-bool combo_strings(const char* label, std::string& value, const std::vector<std::string>& items, const char* help) {
+// note(item): a suffix shown after the item in the list and the item's tooltip ({"", ""}: none).
+using ItemNote = std::function<std::pair<std::string, std::string>(const std::string&)>;
+
+bool combo_strings(const char* label, std::string& value, const std::vector<std::string>& items, const char* help,
+                   const ItemNote& note = {}) {
   bool changed = false;
   if (ImGui::BeginCombo(label, value.c_str())) {
     for (const auto& it : items) {
       const bool sel = it == value;
-      if (ImGui::Selectable(it.c_str(), sel)) {
+      const auto [suffix, tip] = note ? note(it) : std::pair<std::string, std::string>{};
+      if (ImGui::Selectable((it + suffix).c_str(), sel)) {
         value = it;
         changed = true;
       }
+      chart::formula_tooltip(tip);
       if (sel) ImGui::SetItemDefaultFocus();
     }
     ImGui::EndCombo();
@@ -98,8 +108,25 @@ void draw_inputs_panel(ViewModel& vm, UiState& ui) {
   // A model given as a path (oomb.model/1 JSON, Hugging Face config.json or folder) stays selectable.
   static std::vector<std::string> model_items = models;
   if (std::find(model_items.begin(), model_items.end(), in.model) == model_items.end()) model_items.push_back(in.model);
+  // Each catalog model's layer kinds, experts and parameters in its tooltip; those a plan does not
+  // price yet (experts, window layers) marked, as oomb models marks them.
+  static const std::map<std::string, std::pair<std::string, std::string>> model_notes = [] {
+    std::map<std::string, std::pair<std::string, std::string>> notes;
+    for (const auto& id : models::model_ids()) {
+      const models::ModelSpec m = models::load_model(id);
+      notes[id] = {m.priced() ? "" : "  *",
+                   "attention " + m.layer_kinds_text() + ", experts " + m.experts_text() + ", " +
+                       format_params(m.param_count()) + " parameters (" + format_params(m.active_param_count()) +
+                       " active)" + (m.priced() ? "" : "\n* listed, not yet priced: plans refuse it by name")};
+    }
+    return notes;
+  }();
   combo_strings("model", in.model, model_items,
-                "models/llm/<id>.json: the published config of the model (or the file / Hugging Face folder given)");
+                "models/llm/<id>.json: the published config of the model (or the file / Hugging Face folder given)",
+                [](const std::string& id) {
+                  const auto it = model_notes.find(id);
+                  return it == model_notes.end() ? std::pair<std::string, std::string>{} : it->second;
+                });
   combo_strings("GPU", in.gpu, gpus, "models/gpu/<id>.json: capacity, bandwidths, FLOP/s, link rates");
   std::string host = in.host.empty() ? hosts[0] : in.host;
   if (combo_strings("host", host, hosts, "models/host/<id>.json: RAM and pinnable bytes for offloaded pages"))
