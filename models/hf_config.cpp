@@ -16,18 +16,19 @@ struct Family {
   const char* architecture;
   const char* model_type;
   const char* family;
-  bool moe;  // reads the mixture-of-experts keys
+  bool dense;  // global attention and a dense MLP in every layer (read_family_layers reads the rest)
+  bool moe;    // reads the mixture-of-experts keys
 };
 const Family kFamilies[] = {
-    {"Qwen2ForCausalLM", "qwen2", "qwen2", false},
-    {"LlamaForCausalLM", "llama", "llama", false},
-    {"MistralForCausalLM", "mistral", "mistral", false},
-    {"Qwen3ForCausalLM", "qwen3", "qwen3", false},
-    {"Qwen3MoeForCausalLM", "qwen3_moe", "qwen3_moe", true},
-    {"MixtralForCausalLM", "mixtral", "mixtral", true},
-    {"GptOssForCausalLM", "gpt_oss", "gpt_oss", true},
-    {"Gemma3ForCausalLM", "gemma3_text", "gemma3", false},
-    {"Llama4ForCausalLM", "llama4_text", "llama4", true},
+    {"Qwen2ForCausalLM", "qwen2", "qwen2", true, false},
+    {"LlamaForCausalLM", "llama", "llama", true, false},
+    {"MistralForCausalLM", "mistral", "mistral", true, false},
+    {"Qwen3ForCausalLM", "qwen3", "qwen3", true, false},
+    {"Qwen3MoeForCausalLM", "qwen3_moe", "qwen3_moe", false, true},
+    {"MixtralForCausalLM", "mixtral", "mixtral", false, true},
+    {"GptOssForCausalLM", "gpt_oss", "gpt_oss", false, true},
+    {"Gemma3ForCausalLM", "gemma3_text", "gemma3", false, false},
+    {"Llama4ForCausalLM", "llama4_text", "llama4", false, true},
 };
 
 // Keys that mark an architecture oomb does not model, with what they mean. The mixture-of-experts
@@ -59,19 +60,23 @@ std::string supported_list() {
   return s;
 }
 
-std::vector<int64_t> shape_of(const ModelSpec& m) {
-  return {m.layers, m.hidden, m.q_heads, m.kv_heads, m.head_dim, m.ffn_hidden, m.vocab,
-          m.tied_embeddings, m.qkv_bias, m.qk_norm};
+// What makes a config the same model as a catalog entry: its oomb.model/1 form but for the id, the
+// source and max_position (the family, the shapes, the RoPE and norm constants, the layer kinds
+// and experts; a Llama config with tiny's shapes is not tiny, which is Qwen2-shaped).
+Json model_key(const ModelSpec& m) {
+  Json j = m.to_json();
+  for (const char* k : {"id", "source", "max_position"}) j.erase(k);
+  return j;
 }
 
-// The layer kinds and experts of a spec, as its JSON writes them (the catalog match compares them).
-Json kinds_of(const ModelSpec& m) {
-  Json j = m.to_json();
-  for (const char* k : {"schema", "id", "family", "source", "layers", "hidden", "q_heads", "kv_heads", "head_dim",
-                        "ffn_hidden", "vocab", "tied_embeddings", "qkv_bias", "qk_norm", "rope_theta", "norm_eps",
-                        "max_position", "rope_scaling"})
-    j.erase(k);
-  return j;
+// Layer indices a config lists (mlp_only_layers, moe_layers): integers.
+std::vector<int64_t> index_list(const JsonReader& r, const std::string& key) {
+  std::vector<int64_t> v;
+  for (const Json& x : r.array(key)) {
+    if (!x.is_number_integer()) r.fail(key, "entry " + json_excerpt(x) + " is not a layer index");
+    v.push_back(x.get<int64_t>());
+  }
+  return v;
 }
 
 // The layer kinds, attention extras and experts of the families beyond the dense four, from their
@@ -176,12 +181,7 @@ void read_family_layers(const JsonReader& r, const std::string& family, ModelSpe
       r.fail("shared_expert_intermediate_size", "a shared expert is not part of Qwen3-MoE", "0 or absent");
     e.routing = r.boolean_or("norm_topk_prob", false) ? Routing::softmax_topk : Routing::softmax_all;
     const int64_t step = r.i64_in_or("decoder_sparse_step", 1, 1 << 20, 1);
-    std::vector<int64_t> mlp_only;
-    if (r.has("mlp_only_layers"))
-      for (const Json& v : r.array("mlp_only_layers")) {
-        if (!v.is_number_integer()) r.fail("mlp_only_layers", "entry " + json_excerpt(v) + " is not a layer index");
-        mlp_only.push_back(v.get<int64_t>());
-      }
+    const std::vector<int64_t> mlp_only = r.has("mlp_only_layers") ? index_list(r, "mlp_only_layers") : std::vector<int64_t>{};
     for (int64_t l = 0; l < L; ++l)
       if (std::find(mlp_only.begin(), mlp_only.end(), l) == mlp_only.end() && (l + 1) % step == 0) moe_layers.push_back(l);
   } else if (family == "llama4") {
@@ -189,10 +189,7 @@ void read_family_layers(const JsonReader& r, const std::string& family, ModelSpe
     e.shared_experts = 1;  // Llama4TextMoe's shared_expert, as wide as a routed one
     e.shared_ffn_hidden = e.expert_ffn_hidden;
     if (r.has("moe_layers")) {
-      for (const Json& v : r.array("moe_layers")) {
-        if (!v.is_number_integer()) r.fail("moe_layers", "entry " + json_excerpt(v) + " is not a layer index");
-        moe_layers.push_back(v.get<int64_t>());
-      }
+      moe_layers = index_list(r, "moe_layers");
     } else {
       const int64_t step = r.i64_in_or("interleave_moe_layer_step", 1, 1 << 20, 1);
       for (int64_t l = step - 1; l < L; l += step) moe_layers.push_back(l);
@@ -259,7 +256,7 @@ ModelSpec model_from_hf_config(const Json& j, const std::string& where, const st
     r.fail(arch.empty() ? "model_type" : "architectures", named + " is not supported",
            "one of " + supported_list() + " (write an oomb.model/1 JSON for other dense models)");
   const std::string family = fam->family;
-  const bool dense_family = family == "qwen2" || family == "qwen3" || family == "llama" || family == "mistral";
+  const bool dense_family = fam->dense;
 
   // The MLP's activation: silu (SwiGLU) for every family but Gemma 3 (gelu_pytorch_tanh, which
   // Gemma's configs call hidden_activation) and gpt-oss (its own clamped unit, whatever hidden_act says).
@@ -426,13 +423,11 @@ ModelSpec model_from_hf_config(const Json& j, const std::string& where, const st
   if (!left_out.empty()) detail += "; not in the spec: " + left_out;
   if (!defaulted.empty()) detail += "; absent, so transformers' Gemma3TextConfig defaults: " + defaulted;
   checked.id = as_oomb["id"].get<std::string>();
+  const Json key = model_key(checked);
   for (const auto& id : catalog_ids("llm")) {
     const std::string* text = catalog_text("llm", id);
     const ModelSpec c = model_from_json(parse_json(*text, id), "catalog llm/" + id + ".json");
-    // The same model: family, shapes and RoPE and norm constants (a Llama config with tiny's
-    // shapes is not tiny, which is Qwen2-shaped).
-    if (c.family == checked.family && shape_of(c) == shape_of(checked) && c.rope_theta == checked.rope_theta &&
-        c.norm_eps == checked.norm_eps && c.rope_scaling == checked.rope_scaling && kinds_of(c) == kinds_of(checked)) {
+    if (model_key(c) == key) {
       checked.id = id;
       detail += " (the shapes of catalog model " + id + ")";
       break;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <optional>
 #include <tuple>
 
 #include "core/error.h"
@@ -13,34 +14,47 @@
 
 namespace oomb::models {
 
-const char* to_string(LayerAttention a) {
-  switch (a) {
-    case LayerAttention::global: return "global";
-    case LayerAttention::sliding: return "sliding";
-    case LayerAttention::chunked: return "chunked";
+namespace {
+// Each enum's names, in declaration order: written once, read (enum_named) and written (to_string)
+// from here.
+const char* const kLayerAttention[] = {"global", "sliding", "chunked"};
+const char* const kRouting[] = {"softmax_topk", "softmax_all", "sigmoid_topk"};
+const char* const kWeightFormat[] = {"native", "mxfp4"};
+const char* const kMlp[] = {"swiglu", "geglu_tanh", "gpt_oss"};
+
+// "a, b or c" (quoted: "\"a\", \"b\" or \"c\"").
+template <size_t N>
+std::string names_text(const char* const (&names)[N], bool quoted = false) {
+  std::string s;
+  for (size_t i = 0; i < N; ++i) {
+    // append, not "\"" + std::string: GCC 12 warns -Wrestrict on that form (a false positive).
+    const std::string n = quoted ? std::string("\"").append(names[i]).append("\"") : std::string(names[i]);
+    s += (i == 0 ? "" : i + 1 == N ? " or " : ", ") + n;
   }
-  return "?";
+  return s;
 }
 
-const char* to_string(Routing r) {
-  switch (r) {
-    case Routing::softmax_topk: return "softmax_topk";
-    case Routing::softmax_all: return "softmax_all";
-    case Routing::sigmoid_topk: return "sigmoid_topk";
-  }
-  return "?";
+// The value named `name`; nullopt when none is.
+template <class E, size_t N>
+std::optional<E> enum_named(const std::string& name, const char* const (&names)[N]) {
+  for (size_t i = 0; i < N; ++i)
+    if (name == names[i]) return static_cast<E>(i);
+  return std::nullopt;
 }
 
-const char* to_string(WeightFormat f) { return f == WeightFormat::mxfp4 ? "mxfp4" : "native"; }
-
-const char* to_string(Mlp m) {
-  switch (m) {
-    case Mlp::swiglu: return "swiglu";
-    case Mlp::geglu_tanh: return "geglu_tanh";
-    case Mlp::gpt_oss: return "gpt_oss";
-  }
-  return "?";
+// The value a JSON key names (`fallback` when absent); refused naming the key and the valid names.
+template <class E, size_t N>
+E read_named(const JsonReader& r, const std::string& key, E fallback, const char* const (&names)[N], const char* what) {
+  const std::string name = r.str_or(key, names[static_cast<size_t>(fallback)]);
+  if (const std::optional<E> e = enum_named<E>(name, names)) return *e;
+  r.fail(key, "'" + name + "' is not " + what + " oomb knows", names_text(names));
 }
+}  // namespace
+
+const char* to_string(LayerAttention a) { return kLayerAttention[static_cast<size_t>(a)]; }
+const char* to_string(Routing r) { return kRouting[static_cast<size_t>(r)]; }
+const char* to_string(WeightFormat f) { return kWeightFormat[static_cast<size_t>(f)]; }
+const char* to_string(Mlp m) { return kMlp[static_cast<size_t>(m)]; }
 
 int64_t weight_bytes(WeightFormat f, int64_t params, int64_t native_bytes) {
   if (f == WeightFormat::native) return checked_mul(params, native_bytes, "weight bytes");
@@ -66,6 +80,12 @@ namespace {
 int64_t mlp_params(int64_t hidden, int64_t f) { return checked_mul(3, checked_mul(hidden, f, "mlp parameters"), "mlp parameters"); }
 }  // namespace
 
+int64_t ModelSpec::expert_params() const {
+  int64_t expert = mlp_params(hidden, moe.expert_ffn_hidden);
+  if (moe.expert_bias) expert = checked_add(expert, 2 * moe.expert_ffn_hidden + hidden, "expert parameters");
+  return expert;
+}
+
 // Checked: a spec built in code (not through the bounded loader) must not wrap around.
 int64_t ModelSpec::layer_params(int64_t layer) const {
   const int64_t qd = checked_mul(q_heads, head_dim, "q_heads x head_dim");
@@ -79,9 +99,7 @@ int64_t ModelSpec::layer_params(int64_t layer) const {
   if (moe_layer(layer)) {
     const int64_t e = moe.experts;
     mlp_n = checked_mul(hidden, e, "router parameters") + (moe.router_bias ? e : 0);
-    int64_t expert = mlp_params(hidden, moe.expert_ffn_hidden);
-    if (moe.expert_bias) expert = checked_add(expert, 2 * moe.expert_ffn_hidden + hidden, "expert parameters");
-    mlp_n = checked_add(mlp_n, checked_mul(e, expert, "expert parameters"), "mlp parameters");
+    mlp_n = checked_add(mlp_n, checked_mul(e, expert_params(), "expert parameters"), "mlp parameters");
     mlp_n = checked_add(mlp_n, checked_mul(moe.shared_experts, mlp_params(hidden, moe.shared_ffn_hidden), "shared experts"),
                       "mlp parameters");
   } else {
@@ -105,11 +123,9 @@ int64_t ModelSpec::param_count() const {
 
 int64_t ModelSpec::routed_expert_params() const {
   if (!moe.present()) return 0;
-  int64_t expert = mlp_params(hidden, moe.expert_ffn_hidden);
-  if (moe.expert_bias) expert += 2 * moe.expert_ffn_hidden + hidden;
   int64_t n = 0;
   for (int64_t l = 0; l < layers; ++l)
-    if (moe_layer(l)) n = checked_add(n, checked_mul(moe.experts, expert, "expert parameters"), "expert parameters");
+    if (moe_layer(l)) n = checked_add(n, checked_mul(moe.experts, expert_params(), "expert parameters"), "expert parameters");
   return n;
 }
 
@@ -147,14 +163,11 @@ int64_t ModelSpec::bounded_kv_bytes(int64_t dtype_bytes) const {
 }
 
 int64_t ModelSpec::rope_reach() const {
-  if (!rope_scaling.is_object()) return max_position;
-  const std::string type = rope_scaling.value("rope_type", rope_scaling.value("type", std::string()));
+  // The type and its keys as rope_scaling_type checks them (factor and, for yarn, the original length).
+  const std::string type = rope_scaling_type(*this);
   if (type != "yarn" && type != "linear") return max_position;  // llama3 configs state the extended length
-  const Json& base = rope_scaling.contains("original_max_position_embeddings") ? rope_scaling["original_max_position_embeddings"]
-                                                                              : Json(max_position);
-  const Json& factor = rope_scaling.contains("factor") ? rope_scaling["factor"] : Json(1.0);
-  if (!base.is_number() || !factor.is_number()) return max_position;
-  const double reach = base.get<double>() * factor.get<double>();
+  const double base = rope_scaling.value("original_max_position_embeddings", static_cast<double>(max_position));
+  const double reach = base * rope_scaling.value("factor", 1.0);
   return reach > static_cast<double>(max_position) && reach < 1e15 ? static_cast<int64_t>(reach) : max_position;
 }
 
@@ -314,15 +327,12 @@ void read_layer_kinds(const JsonReader& r, ModelSpec& m) {
     const Json& a = r.array("layer_attention");
     if (static_cast<int64_t>(a.size()) != m.layers)
       r.fail("layer_attention", "has " + std::to_string(a.size()) + " entries for " + std::to_string(m.layers) + " layers",
-             "one of \"global\", \"sliding\", \"chunked\" per layer");
+             "one of " + names_text(kLayerAttention, true) + " per layer");
     for (size_t i = 0; i < a.size(); ++i) {
-      const std::string k = a[i].is_string() ? a[i].get<std::string>() : std::string();
-      if (k == "global") m.layer_attention.push_back(LayerAttention::global);
-      else if (k == "sliding") m.layer_attention.push_back(LayerAttention::sliding);
-      else if (k == "chunked") m.layer_attention.push_back(LayerAttention::chunked);
-      else
-        r.fail("layer_attention", "layer " + std::to_string(i) + " is " + json_excerpt(a[i]),
-               "\"global\", \"sliding\" or \"chunked\"");
+      const std::optional<LayerAttention> k =
+          a[i].is_string() ? enum_named<LayerAttention>(a[i].get<std::string>(), kLayerAttention) : std::nullopt;
+      if (!k) r.fail("layer_attention", "layer " + std::to_string(i) + " is " + json_excerpt(a[i]), names_text(kLayerAttention, true));
+      m.layer_attention.push_back(*k);
     }
     if (m.layers_of(LayerAttention::global) == m.layers) m.layer_attention.clear();  // the default, spelled out
   }
@@ -340,11 +350,7 @@ void read_layer_kinds(const JsonReader& r, ModelSpec& m) {
   m.attention_sinks = r.boolean_or("attention_sinks", false);
   m.o_bias = r.boolean_or("o_bias", false);
   m.sandwich_norms = r.boolean_or("sandwich_norms", false);
-  const std::string mlp = r.str_or("mlp", "swiglu");
-  if (mlp == "swiglu") m.mlp = Mlp::swiglu;
-  else if (mlp == "geglu_tanh") m.mlp = Mlp::geglu_tanh;
-  else if (mlp == "gpt_oss") m.mlp = Mlp::gpt_oss;
-  else r.fail("mlp", "'" + mlp + "' is not an MLP oomb knows", "swiglu, geglu_tanh or gpt_oss");
+  m.mlp = read_named(r, "mlp", Mlp::swiglu, kMlp, "an MLP");
   if (m.mlp == Mlp::gpt_oss) m.swiglu_limit = r.f64_in("swiglu_limit", 1e-6, 1e6);
   else if (r.has("swiglu_limit")) r.fail("swiglu_limit", "is gpt-oss's clamp", "\"mlp\": \"gpt_oss\", or no swiglu_limit");
 }
@@ -362,17 +368,10 @@ void read_moe(const JsonReader& parent, ModelSpec& m) {
   if (r.has("dense_layers")) e.dense_layers = layer_list(r, "dense_layers", m.layers);
   if (static_cast<int64_t>(e.dense_layers.size()) == m.layers)
     r.fail("dense_layers", "names every layer: no layer is a mixture", "the layers with a dense MLP only (or no moe)");
-  const std::string routing = r.str_or("routing", "softmax_topk");
-  if (routing == "softmax_topk") e.routing = Routing::softmax_topk;
-  else if (routing == "softmax_all") e.routing = Routing::softmax_all;
-  else if (routing == "sigmoid_topk") e.routing = Routing::sigmoid_topk;
-  else r.fail("routing", "'" + routing + "' is not a routing oomb knows", "softmax_topk, softmax_all or sigmoid_topk");
+  e.routing = read_named(r, "routing", Routing::softmax_topk, kRouting, "a routing");
   e.router_bias = r.boolean_or("router_bias", false);
   e.expert_bias = r.boolean_or("expert_bias", false);
-  const std::string w = r.str_or("expert_weights", "native");
-  if (w == "native") e.expert_weights = WeightFormat::native;
-  else if (w == "mxfp4") e.expert_weights = WeightFormat::mxfp4;
-  else r.fail("expert_weights", "'" + w + "' is not a weight format oomb knows", "native or mxfp4");
+  e.expert_weights = read_named(r, "expert_weights", WeightFormat::native, kWeightFormat, "a weight format");
 }
 }  // namespace
 

@@ -122,6 +122,8 @@ struct ModelSpec {
   // embedding table and the LM head included; OpenAI's "active" figure for gpt-oss leaves the
   // embedding table out, Qwen's and Mistral's keep it). Equal to param_count() without experts.
   int64_t active_param_count() const;
+  // One routed expert's parameters: gate, up and down projections (and their biases).
+  int64_t expert_params() const;
   // Parameters of the routed experts (all of them, every MoE layer); 0 without experts.
   int64_t routed_expert_params() const;
   // K and V of one token over all layers: 2 * layers * kv_heads * head_dim * dtype_bytes.
