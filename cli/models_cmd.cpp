@@ -8,6 +8,7 @@
 #include "models/hf_config.h"
 #include "models/lookup.h"
 #include "models/specs.h"
+#include "step/capability.h"
 #include "core/files.h"
 
 namespace oomb::cli {
@@ -73,22 +74,23 @@ int run_models(const std::string& show, bool json) {
   }
   std::printf("Models (--model)\n  %-18s %6s %7s %6s %4s %6s %8s %9s %9s %10s  %-36s %s\n", "id", "layers", "hidden",
               "heads", "kv", "hdim", "vocab", "params", "active", "KV B/token", "attention", "experts");
-  bool any_unpriced = false;
+  bool any_unrun = false;
   for (const auto& id : model_ids()) {
     auto m = load_model(id);
-    const bool priced = m.priced();
-    any_unpriced = any_unpriced || !priced;
+    const bool runs = step::model_capability(m).executable();
+    any_unrun = any_unrun || !runs;
     std::printf("  %-18s %6lld %7lld %6lld %4lld %6lld %8lld %9s %9s %10lld  %-36s %s%s\n", id.c_str(), (long long)m.layers,
                 (long long)m.hidden, (long long)m.q_heads, (long long)m.kv_heads, (long long)m.head_dim,
                 (long long)m.vocab, format_params(m.param_count()).c_str(), format_params(m.active_param_count()).c_str(),
                 (long long)m.growing_kv_bytes_per_token(2), m.layer_kinds_text().c_str(), m.experts_text().c_str(),
-                priced ? "" : "  *");
+                runs ? "" : "  *");
   }
   std::printf("  active: the parameters one token uses (the routed experts it is not sent to left out). KV B/token: K and V\n"
               "  of one token in bf16 over the global layers, what grows with the context; a sliding (window) or chunked\n"
               "  (block) layer keeps at most its window's tokens.\n");
-  if (any_unpriced)
-    std::printf("  * listed and imported, not yet priced: plan and simulate refuse experts, window layers and sandwich norms.\n");
+  if (any_unrun)
+    std::printf("  * planned and simulated, not yet run: oomb run refuses it by name (the executor computes the dense\n"
+                "    families with global attention).\n");
   std::printf("\nGPUs (--gpu)\n  %-16s %12s %12s %16s %12s %12s  %s\n", "id", "memory", "HBM", "bf16 dense", "h2d", "d2h",
               "default host");
   for (const auto& id : gpu_ids()) {

@@ -143,9 +143,6 @@ struct ModelSpec {
   std::string layer_kinds_text() const;
   // "32 x top-4 (mxfp4)", "16 x top-1 + 1 shared", "-" without experts.
   std::string experts_text() const;
-  // What a step's description prices today: layers alike, global attention, a dense MLP and two
-  // norms (step::validate refuses the rest by name; oomb models marks it).
-  bool priced() const { return uniform_layers() && !sandwich_norms; }
 
   Json to_json() const;
 };

@@ -129,6 +129,16 @@ Diagnosis diagnose(const Request& r0, int64_t N, const SearchResult& failed) {
     std::replace(dropped.begin(), dropped.end(), '_', '-');
     if (!dropped.empty()) attempt(q, N, "let the planner choose the knobs you fixed", "drop " + dropped);
   }
+  // A mixture of experts trained in full carries every expert's gradients and AdamW state: LoRA on
+  // the attention keeps the experts frozen, in their stored format (MXFP4 stays MXFP4).
+  if (r.scenario.model.moe.present() && cfg.lora_rank == 0 && !r.fixed.count("lora_rank")) {
+    Request q = r;
+    q.scenario.config.lora_rank = 16;
+    q.scenario.config.lora_alpha = 32;
+    q.scenario.config.lora_targets = {"q_proj", "k_proj", "v_proj", "o_proj"};
+    attempt(q, N, "LoRA rank 16 on the attention, the experts frozen in their stored format",
+            "--lora-rank 16 --lora-targets q_proj,k_proj,v_proj,o_proj");
+  }
   // 2. Sparse attention with the largest budget that fits (approximate gradients).
   if (!failed.sparse_fallback && target != step::Attention::sparse && cfg.schedule == step::Schedule::oomb) {
     Request q = r;
@@ -203,7 +213,9 @@ Diagnosis diagnose(const Request& r0, int64_t N, const SearchResult& failed) {
   {
     const auto& m = r.scenario.model;
     for (int64_t n : {2, 4, 8}) {
-      if (n <= cfg.gpus || m.kv_heads % n != 0 || m.q_heads % n != 0) continue;
+      if (n <= cfg.gpus || m.kv_heads % n != 0 || m.q_heads % n != 0 || m.moe.expert_ffn_hidden % n != 0 ||
+          m.moe.shared_ffn_hidden % n != 0)
+        continue;
       Request q = r;
       q.scenario.config.gpus = n;
       if (attempt(q, N, std::to_string(n) + " GPUs with tensor parallelism (oomb run under mpirun: MPI on the CPU backend, NCCL on CUDA)",

@@ -301,6 +301,9 @@ class Searcher {
     // A setting the user fixed is kept even when the executor does not run it (it is labelled).
     only_executable_ = r.executable_only && executable(s_.model, base_);
     layers_ = step::effective_layers(base_, s_.model);
+    // Sliding and chunked layers keep pages at every chunk boundary: a smaller chunk holds less of
+    // the layer's activations but more of those pages, so device memory is not monotone in it.
+    chunk_monotone_ = step::global_layers(base_, s_.model) == layers_;
   }
 
   // One pass over the groups of the given attention modes. Returns true when first_fit found one.
@@ -391,17 +394,20 @@ class Searcher {
     for (int64_t resident : sp_.residents) {
       const bool offload = !sp_.standard && resident < layers_;
       if (offload && host_dead) continue;
-      bool device_dead = false;
+      // Without monotonicity in the chunk (local layers), no chunk's failure rules out another, and
+      // the resident layers are dead only when every chunk failed.
+      bool device_dead = !chunk_monotone_;
       double band = std::numeric_limits<double>::infinity();
       for (size_t i = 0; i < chunks.size(); ++i) {
         const int64_t chunk = descending ? chunks[chunks.size() - 1 - i] : chunks[i];
         const bool smallest = chunk == chunks.front();
         Candidate k = eval(config_of(g, resident, chunk, pg, lg));
         if (!k.usage.device_ok()) {
-          if (smallest) device_dead = true;
-          if (descending) continue;
+          if (smallest && chunk_monotone_) device_dead = true;
+          if (descending || !chunk_monotone_) continue;
           break;
         }
+        device_dead = false;
         if (!k.usage.host_ok() || !k.usage.pinned_ok()) {
           if (offload) host_dead = true;
           break;
@@ -643,6 +649,7 @@ class Searcher {
   simulator::Scenario s_;  // s_.config is the configuration being evaluated
   step::Config base_;            // the request's configuration at this context
   int64_t layers_ = 0;
+  bool chunk_monotone_ = true;
   bool track_closest_ = true;
   bool only_executable_ = false;
   std::vector<Group> dead_;

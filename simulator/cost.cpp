@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numeric>
 #include <optional>
 #include <vector>
 
@@ -178,22 +179,73 @@ void price(PassCost& p, const Scenario& s, const LayerWork& w, const Mult& m, Te
   if (terms == Terms::keep) p.work = terms_of(s, w, m);
 }
 
+// The kinds of layer a model's stack mixes (docs/model.md "Layer kinds and experts"): its
+// attention (global, or sliding / chunked over `window` tokens) and its MLP (dense or experts).
+// The dense families have one class, global and dense, in every layer.
+struct LayerClass {
+  models::LayerAttention attention = models::LayerAttention::global;
+  int64_t window = 0;
+  bool moe = false;
+  int64_t layers = 0;  // of the effective layers
+};
+struct LayerClasses {
+  LayerClass k[6];
+  int count = 0;
+};
+LayerClasses layer_classes(const Scenario& s, const step::Geometry& g) {
+  LayerClasses out;
+  for (int64_t l = 0; l < g.L; ++l) {
+    const models::LayerAttention a = s.model.attention_of(l);
+    const bool moe = s.model.moe_layer(l);
+    int i = 0;
+    while (i < out.count && !(out.k[i].attention == a && out.k[i].moe == moe)) ++i;
+    if (i == out.count) out.k[out.count++] = {a, s.model.window_tokens(a), moe, 0};
+    ++out.k[i].layers;
+  }
+  return out;
+}
+
+// Query-key pairs of a local layer over the `tokens` queries from position `start` (each query
+// itself included): sliding, min(window, t + 1) keys at position t; chunked, t mod window + 1.
+double local_pairs(const LayerClass& k, int64_t start, int64_t tokens) {
+  const double W = static_cast<double>(k.window);
+  auto upto = [&](int64_t x) {  // the pairs of positions [0, x)
+    const double X = static_cast<double>(x);
+    if (k.attention == models::LayerAttention::sliding)
+      return X <= W ? X * (X + 1) / 2 : W * (W + 1) / 2 + (X - W) * W;
+    const double blocks = static_cast<double>(x / k.window), r = static_cast<double>(x % k.window);
+    return blocks * W * (W + 1) / 2 + r * (r + 1) / 2;
+  };
+  return upto(start + tokens) - upto(start);
+}
+
 // Work of one layer's forward over `tokens` query tokens that see `prefix_keys` earlier keys
-// (all of them attended) plus themselves causally. qk_norm (Qwen3): an RMSNorm over every q and
-// k head reads and writes q and k once more.
-LayerWork layer_work(const step::Geometry& g, int64_t tokens, int64_t prefix_keys, bool qk_norm) {
+// (all of them attended) plus themselves causally; a local layer (LayerClass) sees its reach
+// from the chunk's first position `start` instead. qk_norm (Qwen3): an RMSNorm over every q and
+// k head reads and writes q and k once more. A MoE layer's MLP: the router (hidden x experts), the
+// top_k routed experts' and the shared experts' GEMMs (only the active experts' flops), the
+// dispatch's gather (each routed copy's input read and written) and combine (each copy's output
+// read, the sum written) as memory traffic, and the router's softmax and top-k over the logits.
+// Sandwich norms: two more RMSNorms over hidden-wide outputs.
+LayerWork layer_work(const step::Geometry& g, int64_t tokens, int64_t prefix_keys, bool qk_norm,
+                     const LayerClass& k = {}, int64_t start = 0, bool sandwich = false) {
   LayerWork w;
   const double T = static_cast<double>(tokens);
-  w.gemm_flops = 2.0 * T * static_cast<double>(g.h * g.qd + 2 * g.h * g.kvd + g.qd * g.h + 3 * g.h * g.f);
+  const int64_t mlp = k.moe ? g.h * g.experts + 3 * g.top_k * g.h * g.fe + 3 * g.h * g.fs : 3 * g.h * g.f;
+  w.gemm_flops = 2.0 * T * static_cast<double>(g.h * g.qd + 2 * g.h * g.kvd + g.qd * g.h + mlp);
   if (g.lora) {  // the adapters' two thin GEMMs per target (A x, then B (A x)): 2 flops per parameter and token
     w.frozen_gemm_flops = w.gemm_flops;
     w.gemm_flops += 2.0 * T * static_cast<double>(g.lora_layer_params);
   }
-  const double pairs = T * static_cast<double>(prefix_keys) + T * (T + 1) / 2.0;
+  const bool local = k.attention != models::LayerAttention::global;
+  const double pairs = local ? local_pairs(k, start, tokens) : T * static_cast<double>(prefix_keys) + T * (T + 1) / 2.0;
   w.attn_flops = 4.0 * pairs * static_cast<double>(g.head_dim * g.q_heads);
-  const double keys_avg = static_cast<double>(prefix_keys) + T / 2.0;
+  const double keys_avg = local ? (T > 0 ? pairs / T : 0.0) : static_cast<double>(prefix_keys) + T / 2.0;
   w.attn_bytes = std::ceil(T / kQueryTile) * keys_avg * static_cast<double>(2 * g.kvd * g.kv_b);
-  w.mb_bytes = T * static_cast<double>((10 * g.h + 4 * g.qd + 4 * g.kvd + 4 * g.f) * g.act_b);
+  const int64_t mlp_mb = k.moe ? 4 * g.top_k * g.fe + 4 * g.fs + 3 * g.top_k * g.h : 4 * g.f;
+  w.mb_bytes = T * static_cast<double>((10 * g.h + 4 * g.qd + 4 * g.kvd + mlp_mb) * g.act_b);
+  if (k.moe) w.mb_bytes += T * static_cast<double>(8 * g.experts);
+  if (sandwich) w.mb_bytes += T * static_cast<double>(4 * g.h * g.act_b);
   if (qk_norm) w.mb_bytes += T * static_cast<double>(2 * (g.qd + g.kvd) * g.act_b);
   if (g.G > 1) {
     w.allreduce_bytes = T * static_cast<double>(g.h * g.act_b);
@@ -261,6 +313,17 @@ PassCost selection_cost(const Scenario& s, const step::Geometry& g, int64_t toke
   return p;
 }
 
+PassCost PassCost::scaled(double f) const {
+  PassCost p = *this;
+  for (double* x : {&p.work.gemm_s, &p.work.attn_s, &p.work.attn_bwd_s, &p.work.attn_bytes_s, &p.work.mb_s,
+                    &p.work.allreduce_s, &p.work.allreduce_bytes, &p.work.allreduces, &p.work.kernels, &p.compute_s,
+                    &p.flops})
+    *x *= f;
+  p.in_bytes = std::llround(static_cast<double>(in_bytes) * f);
+  p.out_bytes = std::llround(static_cast<double>(out_bytes) * f);
+  return p;
+}
+
 PassCost& PassCost::operator+=(const PassCost& o) {
   work += o.work;
   compute_s += o.compute_s;
@@ -290,11 +353,14 @@ const PassCost& backward_of(const ChunkCosts& cc, const step::Geometry& g, int64
   return layer < g.Lr ? cc.backward : cc.backward_kept;
 }
 
-ChunkCosts chunk_costs(const Scenario& s, const step::Geometry& g, int64_t c, Terms terms) {
-  ChunkCosts cc;
+namespace {
+// The layer passes of chunk c for the layers of one class (a local layer never selects, copies nor
+// offloads: its pages stay on the device).
+void class_passes(const Scenario& s, const step::Geometry& g, int64_t c, Terms terms, const LayerClass& k,
+                  ChunkCosts& cc) {
   const int64_t tokens = chunk_tokens_of(g, c);
   const int64_t attended_keys = step::attended_prefix_pages(g, c) * g.p;
-  const LayerWork w = layer_work(g, tokens, attended_keys, s.model.qk_norm);
+  const LayerWork w = layer_work(g, tokens, attended_keys, s.model.qk_norm, k, g.chunk_start(c), s.model.sandwich_norms);
   const bool ckpt = s.config.checkpointing;
 
   Mult fwd{1.0, 1.0, 0.0, 1.0, kKernelsLayerFwd};
@@ -302,9 +368,9 @@ ChunkCosts chunk_costs(const Scenario& s, const step::Geometry& g, int64_t c, Te
   price(cc.fill, s, w, fwd, terms);
   cc.fill.flops = w.gemm_flops + w.attn_flops;
   cc.recompute = cc.fill;  // the same forward, without the fill's selection
-  if (g.sparse) cc.fill += selection_cost(s, g, tokens, prefix_pages(g, c), terms);
   backward_costs(s, w, ckpt, terms, cc);
-
+  if (k.attention != models::LayerAttention::global) return;
+  if (g.sparse) cc.fill += selection_cost(s, g, tokens, prefix_pages(g, c), terms);
   if (g.offload) {
     const int64_t u = step::union_pages(g, c);
     const int64_t own = own_pages(g, c);
@@ -321,6 +387,32 @@ ChunkCosts chunk_costs(const Scenario& s, const step::Geometry& g, int64_t c, Te
     cc.fill.in_bytes += prefix_pages(g, c) * g.summary_bytes;
     cc.fill.out_bytes += own_pages(g, c) * g.summary_bytes;
   }
+}
+
+// A mixed stack's layer passes: each class's, weighted by its share of the layers (the fast path and
+// the timeline price every layer at this mean: docs/model.md "Layer kinds and experts").
+template <class Passes>
+void mean_passes(const Scenario& s, const step::Geometry& g, ChunkCosts& cc, Passes&& passes) {
+  const LayerClasses classes = layer_classes(s, g);
+  if (classes.count == 1) return passes(classes.k[0], cc);
+  for (PassCost* p : {&cc.fill, &cc.recompute, &cc.backward, &cc.backward_kept}) *p = PassCost{};
+  for (int i = 0; i < classes.count; ++i) {
+    ChunkCosts one;
+    passes(classes.k[i], one);
+    const double share = static_cast<double>(classes.k[i].layers) / static_cast<double>(g.L);
+    cc.fill += one.fill.scaled(share);
+    cc.recompute += one.recompute.scaled(share);
+    cc.backward += one.backward.scaled(share);
+    cc.backward_kept += one.backward_kept.scaled(share);
+  }
+}
+}  // namespace
+
+ChunkCosts chunk_costs(const Scenario& s, const step::Geometry& g, int64_t c, Terms terms) {
+  ChunkCosts cc;
+  const int64_t tokens = chunk_tokens_of(g, c);
+  if (s.model.uniform_layers()) class_passes(s, g, c, terms, LayerClass{}, cc);
+  else mean_passes(s, g, cc, [&](const LayerClass& k, ChunkCosts& out) { class_passes(s, g, c, terms, k, out); });
   cc.head = head_cost(s, g, tokens, terms);
   LayerWork emb;
   emb.mb_bytes = static_cast<double>(tokens) * g.h * g.act_b * 2.0;
@@ -347,13 +439,16 @@ bool trains_embedding(const Scenario& s) { return s.config.lora_rank == 0 || s.c
 
 ChunkCosts standard_costs(const Scenario& s, const step::Geometry& g, Terms terms) {
   ChunkCosts cc;
-  const LayerWork w = layer_work(g, g.N, 0, s.model.qk_norm);
-  const bool ckpt = s.config.checkpointing;
-  Mult fwd{1.0, 1.0, 0.0, 1.0, kKernelsLayerFwd};
-  fwd.allreduces = 2.0;
-  price(cc.fill, s, w, fwd, terms);
-  cc.fill.flops = w.gemm_flops + w.attn_flops;
-  backward_costs(s, w, ckpt, terms, cc);
+  auto passes = [&](const LayerClass& k, ChunkCosts& out) {
+    const LayerWork w = layer_work(g, g.N, 0, s.model.qk_norm, k, 0, s.model.sandwich_norms);
+    Mult fwd{1.0, 1.0, 0.0, 1.0, kKernelsLayerFwd};
+    fwd.allreduces = 2.0;
+    price(out.fill, s, w, fwd, terms);
+    out.fill.flops = w.gemm_flops + w.attn_flops;
+    backward_costs(s, w, s.config.checkpointing, terms, out);
+  };
+  if (s.model.uniform_layers()) passes(LayerClass{}, cc);
+  else mean_passes(s, g, cc, passes);
   cc.head = head_cost(s, g, g.N, terms);
   return cc;
 }
@@ -693,13 +788,22 @@ ChunkTotals chunk_totals(const Scenario& s, const step::Geometry& g, int64_t c) 
 // affine in c, every summed quantity is a convex piecewise-linear function of c (a max of affine
 // terms), so a midpoint equal to the chord proves the whole range linear and its integer sum is
 // the trapezoid (b - a + 1)(f(a) + f(b)) / 2, exactly. Otherwise split at the midpoint.
+// Over the chunks offset + i x stride instead (i the summed index), where the totals are periodic in
+// the chunk (chunked local layers whose block is not a multiple of the chunk): affine within each
+// residue class.
 class RangeSum {
  public:
-  RangeSum(const Scenario& s, const step::Geometry& g) : s_(s), g_(g) {}
-  ChunkTotals eval(int64_t c) {
+  RangeSum(const Scenario& s, const step::Geometry& g, int64_t stride = 1, int64_t offset = 0)
+      : s_(s), g_(g), stride_(stride), offset_(offset) {}
+  ChunkTotals eval(int64_t i) {
+    const int64_t c = offset_ + i * stride_;
     ChunkTotals t = chunk_totals(s_, g_, c);
     if (c == 0) first_in = t.first_in;
     return t;
+  }
+  // The summed indices of the chunks of [a, b] in this progression.
+  std::pair<int64_t, int64_t> indices(int64_t a, int64_t b) const {
+    return {ceil_div(std::max<int64_t>(a - offset_, 0), stride_), b < offset_ ? -1 : (b - offset_) / stride_};
   }
 
   void add_range(int64_t a, int64_t b) {
@@ -753,7 +857,17 @@ class RangeSum {
   }
   const Scenario& s_;
   const step::Geometry& g_;
+  int64_t stride_ = 1, offset_ = 0;
 };
+
+// The period in chunks of a stack's per-chunk totals beyond the ramps (1: affine between the cuts):
+// a chunked layer whose block is not a multiple of the chunk repeats every lcm(block, C) / C chunks.
+int64_t chunk_period(const Scenario& s, const step::Geometry& g) {
+  int64_t period = 1;
+  if (g.Ll > 0 && s.model.layers_of(models::LayerAttention::chunked) > 0 && g.C % s.model.attention_chunk != 0)
+    period = std::lcm(s.model.attention_chunk, g.C) / g.C;
+  return period;
+}
 
 }  // namespace
 
@@ -777,6 +891,9 @@ Summary evaluate(const Scenario& s) {
     RangeSum sum(s, g);
     const int64_t last_full = g.n - 2;  // the last chunk (maybe ragged) is added on its own
     std::vector<int64_t> cuts = {0};
+    // A sliding layer's work grows until its window lies wholly in the prefix, then is constant.
+    if (g.Ll > 0 && s.model.layers_of(models::LayerAttention::sliding) > 0)
+      cuts.push_back(std::min(ceil_div(s.model.sliding_window, g.C), last_full + 1));
     if (g.sparse) {
       cuts.push_back(g.B / g.q + 1);  // first c with prefix pages > B
       for (int64_t c = cuts.back(); c <= last_full; ++c) {
@@ -797,10 +914,31 @@ Summary evaluate(const Scenario& s) {
       }
     }
     cuts.push_back(last_full + 1);
-    for (size_t i = 0; i + 1 < cuts.size(); ++i)
-      sum.add_range(std::max(cuts[i], i ? cuts[i] : 0), std::min(cuts[i + 1] - 1, last_full));
+    std::sort(cuts.begin(), cuts.end());
+    ChunkTotals tot;
+    const int64_t period = chunk_period(s, g);
+    if (period == 1) {
+      for (size_t i = 0; i + 1 < cuts.size(); ++i)
+        sum.add_range(std::max(cuts[i], i ? cuts[i] : 0), std::min(cuts[i + 1] - 1, last_full));
+      tot = sum.total;
+    } else {
+      // One progression per residue class (chunked layers' blocks), each affine between the cuts.
+      for (int64_t r = 0; r < period; ++r) {
+        RangeSum part(s, g, period, r);
+        for (size_t i = 0; i + 1 < cuts.size(); ++i) {
+          const auto [a, b] = part.indices(cuts[i], std::min(cuts[i + 1] - 1, last_full));
+          part.add_range(a, b);
+        }
+        tot.step += part.total.step;
+        tot.compute += part.total.compute;
+        tot.flops += part.total.flops;
+        tot.h2d += part.total.h2d;
+        tot.d2h += part.total.d2h;
+        tot.scale = std::max(tot.scale, part.total.scale);
+        if (part.first_in) sum.first_in = part.first_in;
+      }
+    }
     ChunkTotals last = sum.eval(g.n - 1);
-    ChunkTotals tot = sum.total;
     step = tot.step + last.step;
     compute = tot.compute + last.compute;
     flops = tot.flops + last.flops;

@@ -59,6 +59,7 @@ struct PassCost {
   // The name of its all-reduces' events on the timeline (tensor parallelism's or data parallelism's).
   const char* name_of_collective = "tp_allreduce";
   PassCost& operator+=(const PassCost& o);
+  PassCost scaled(double f) const;  // every figure times f (copies rounded to bytes)
 };
 
 // Whether a pass's cost carries its work terms (calibration and the tensor-parallel counts read them)

@@ -341,6 +341,7 @@ EventResult simulate_events(const Scenario& s, traces::Detail detail) {
       buckets_final(static_cast<size_t>(g.L - l), l == 0);
     }
   } else {
+    auto global = [&](int64_t l) { return s.model.attention_of(l) == models::LayerAttention::global; };
     std::vector<ChunkCosts> costs;
     costs.reserve(static_cast<size_t>(g.n));
     for (int64_t c = 0; c < g.n; ++c) costs.push_back(chunk_costs(s, g, c));
@@ -350,8 +351,10 @@ EventResult simulate_events(const Scenario& s, traces::Detail detail) {
       enter(step::Phase::fill);
       sim.compute_only(cc.fill_head, 1, c, Op::embedding);
       for (int64_t l = 0; l < g.L; ++l) {
-        sim.layer_pass(cc.fill, 1, c, l, Op::layer_fwd, u + own, 0);
-        if (!g.offload) sim.pool_change(sim.compute_free(), own, own);
+        // The pools' occupancy counts the global layers' pages (a local layer's are a fixed row).
+        const bool paged = global(l);
+        sim.layer_pass(cc.fill, 1, c, l, Op::layer_fwd, paged ? u + own : 0, 0);
+        if (!g.offload && paged) sim.pool_change(sim.compute_free(), own, own);
       }
     }
     for (int64_t c = g.n - 1; c >= 0; --c) {
@@ -361,7 +364,7 @@ EventResult simulate_events(const Scenario& s, traces::Detail detail) {
       switches.clear();
       sim.compute_only(cc.fill_head, 2, c, Op::embedding);  // the first layer's input, embedded again
       for (int64_t l = 0; l < g.L; ++l) {
-        sim.layer_pass(cc.recompute, 2, c, l, Op::layer_recompute, u, 0);
+        sim.layer_pass(cc.recompute, 2, c, l, Op::layer_recompute, global(l) ? u : 0, 0);
         switches.push_back(sim.last_compute_start());
       }
       if (published_writebacks)
@@ -372,8 +375,9 @@ EventResult simulate_events(const Scenario& s, traces::Detail detail) {
       if (c == 0) buckets_final(0, false);
       enter(step::Phase::backward);
       for (int64_t l = g.L - 1; l >= 0; --l) {
-        sim.layer_pass(backward_of(cc, g, l), 2, c, l, Op::layer_bwd, u, u + own);
-        if (!g.offload) sim.pool_change(sim.compute_free(), -own, -own);
+        const bool paged = global(l);
+        sim.layer_pass(backward_of(cc, g, l), 2, c, l, Op::layer_bwd, paged ? u : 0, paged ? u + own : 0);
+        if (!g.offload && paged) sim.pool_change(sim.compute_free(), -own, -own);
         if (c == 0) buckets_final(static_cast<size_t>(g.L - l), l == 0 && !embedding_grad);
       }
       if (embedding_grad) {

@@ -220,10 +220,10 @@ PageCounts page_counts(const Geometry& g) {
     // query page (and selection group), not for the modelled overlap.
     pc.kv_pool_capacity_pages = checked_mul(g.R, g.max_slot_pages(), "KV pool pages");
     pc.grad_pool_capacity_pages = pc.kv_pool_capacity_pages;
-    pc.host_kv_pages = checked_mul(g.L, g.P, "host KV pages");
+    pc.host_kv_pages = checked_mul(g.Lg, g.P, "host KV pages");
     pc.host_grad_pages = pc.host_kv_pages;
   } else {
-    pc.kv_pool_pages = checked_mul(g.L, g.P, "KV pool pages");
+    pc.kv_pool_pages = checked_mul(g.Lg, g.P, "KV pool pages");
     pc.grad_pool_pages = pc.kv_pool_pages;
     pc.kv_pool_capacity_pages = pc.grad_pool_capacity_pages = pc.kv_pool_pages;
   }
@@ -331,12 +331,28 @@ void add_rows(const models::ModelSpec& m, const Config& c, const Target& target,
   // them), the AdamW state one replica's shard.
   const OptimizerShard zero = optimizer_shard(m, c, g);
   const bool sharded = zero.sharded;
-  const int64_t weights = sharded ? zero.padded : params;
+  // A mixture of experts' routed experts are a row of their own (unless ZeRO-1 pads every trained
+  // parameter into one buffer): in the parameter dtype when trained (a full fine-tune trains them
+  // dequantized), in their stored format when frozen (LoRA: MXFP4 stays MXFP4).
+  const int64_t experts = sharded ? 0 : rank_expert_param_count(m, c);
+  const int64_t weights = sharded ? zero.padded : params - experts;
   add(row::kWeights, Category::weights, Tier::device, OOMB_SHAPE({weights}), c.param_dtype, checked_mul(weights, pb), all,
-      g.lora ? "params per rank x param dtype (the frozen base)"
-      : sharded ? "params per rank (sharded; norms whole), padded to a multiple of the replicas, x param dtype"
-                : "params per rank (sharded; norms whole) x param dtype",
+      g.lora ? (experts > 0 ? "params per rank but the routed experts x param dtype (the frozen base)"
+                            : "params per rank x param dtype (the frozen base)")
+      : sharded     ? "params per rank (sharded; norms whole), padded to a multiple of the replicas, x param dtype"
+      : experts > 0 ? "params per rank but the routed experts (sharded; norms whole) x param dtype"
+                    : "params per rank (sharded; norms whole) x param dtype",
       OOMB_TENSORS({"weights", weights, c.param_dtype}));
+  if (experts > 0) {
+    const bool packed = g.lora && m.moe.expert_weights == models::WeightFormat::mxfp4;
+    const int64_t bytes = models::weight_bytes(packed ? m.moe.expert_weights : models::WeightFormat::native, experts, pb);
+    const Dtype dtype = packed ? Dtype::uint8 : c.param_dtype;
+    add(row::kExpertWeights, Category::weights, Tier::device, OOMB_SHAPE({experts}), dtype, bytes, all,
+        packed  ? "MoE layers x experts x expert params per rank, MXFP4 as stored (17 bytes per 32 weights; frozen)"
+        : g.lora ? "MoE layers x experts x expert params per rank x param dtype (frozen)"
+                 : "MoE layers x experts x expert params per rank x param dtype (trained: MXFP4 checkpoints dequantized)",
+        OOMB_TENSORS({"experts", packed ? bytes : experts, dtype}));
+  }
   // What the step trains: every parameter, or under LoRA the adapters (fp32, as PEFT creates them
   // on a bf16 base) and, with lora_train_embeddings, the embeddings and the LM head.
   const int64_t adapters = lora_param_count(g);
@@ -427,11 +443,47 @@ void add_rows(const models::ModelSpec& m, const Config& c, const Target& target,
   // parallelism (each of the tensor-parallel GPUs holds 1/G of the tokens of those tensors).
   const int64_t hs = c.sequence_parallel ? ceil_div(g.h, g.G) : g.h;
   const int64_t rstd_share = c.sequence_parallel ? g.G : 1;  // norms run on the split sequence too
-  const int64_t rstd_per_token = 2 + (m.qk_norm ? g.q_heads + g.kv_heads : 0);
+  const int64_t norms = m.sandwich_norms ? 4 : 2;  // Gemma 3 normalises each sublayer's output too
+  const int64_t rstd_per_token = norms + (m.qk_norm ? g.q_heads + g.kv_heads : 0);
+  // The sandwich norms' inputs (the o and down projections' outputs, hidden-wide) join the forward
+  // set, and one hidden-wide gradient the backward's.
+  const int64_t sandwich = m.sandwich_norms ? hs : 0;
   // LoRA adds its rank-r intermediates (A x of every target) to the forward's and their gradients to
-  // the backward's.
-  const int64_t layer_act_width = 4 * hs + 2 * g.qd + 2 * g.kvd + 3 * g.f + qkn + g.lora_width;
-  const int64_t layer_bwd_width = 3 * hs + 2 * g.qd + 2 * g.kvd + 3 * g.f + qkn + g.lora_width;
+  // the backward's. The MLP's part (3 ffn: gate, up, the gated product; their gradients) is a dense
+  // layer's; a MoE layer's is below.
+  const int64_t layer_act_width = 4 * hs + 2 * sandwich + 2 * g.qd + 2 * g.kvd + 3 * g.f + qkn + g.lora_width;
+  const int64_t layer_bwd_width = 3 * hs + sandwich + 2 * g.qd + 2 * g.kvd + 3 * g.f + qkn + g.lora_width;
+  // A MoE layer's MLP (packed dispatch, docs/model.md "Layer kinds and experts"): per token the
+  // router's logits (experts, fp32), its top-k experts (int32), their weights (fp32) and each routed
+  // copy's row in the packed order (int32); per routed copy (top_k per token) the gathered input
+  // (hidden), the expert's gate, up and gated product (fe each) and its output before the weighted
+  // combine (hidden); the shared experts' gate, up and product (fs each); per layer the packed rows'
+  // offsets of each expert (experts + 1, int32). The backward: the same shapes' gradients, the
+  // logits' (fp32) and the weights' (fp32), no indices.
+  const bool moe = g.Lmoe > 0, dense_mlp = g.Lmoe < g.L;
+  const int64_t moe_mlp_width = 2 * g.top_k * g.h + 3 * g.top_k * g.fe + 3 * g.fs;  // activation elements per token
+  const int64_t moe_fwd_extra = 4 * g.experts + 12 * g.top_k, moe_bwd_extra = 4 * g.experts + 4 * g.top_k;  // bytes
+  const int64_t moe_set_bytes = 4 * (g.experts + 1);
+  // Bytes of the forward sets of `count` layers from `first` (each its own MLP's kind), and of the
+  // one set every recomputed layer shares (both kinds' tensors where the model mixes them).
+  auto fwd_set_bytes = [&](bool moe_layer) {
+    const int64_t width = layer_act_width - (moe_layer ? 3 * g.f - moe_mlp_width : 0);
+    return checked_add(checked_mul(T, checked_add(checked_mul(width, A), moe_layer ? moe_fwd_extra : 0)),
+                       moe_layer ? moe_set_bytes : 0);
+  };
+  auto layers_fwd_bytes = [&](int64_t first, int64_t count) {
+    if (!moe) return checked_mul(checked_mul(count, T), layer_act_width * A);
+    int64_t total = 0;
+    for (int64_t l = first; l < first + count; ++l) total = checked_add(total, fwd_set_bytes(m.moe_layer(l)));
+    return total;
+  };
+  const int64_t shared_fwd_bytes =
+      !moe ? checked_mul(T, layer_act_width * A)
+           : checked_add(fwd_set_bytes(true), dense_mlp ? checked_mul(T, 3 * g.f * A) : 0);
+  const int64_t bwd_bytes =
+      !moe ? checked_mul(T, layer_bwd_width * A)
+           : checked_mul(T, checked_add(checked_mul(layer_bwd_width - (dense_mlp ? 0 : 3 * g.f) + moe_mlp_width, A),
+                                        moe_bwd_extra));
   // Stage 1 and stage 2 forward/backward of a layer (oomb); forward/backward of a layer (standard).
   const PhaseMask layer_phases = g.oomb ? (fill | rec | bwd) : (fwd | bwd);
   // From the first forward that keeps them to the last backward.
@@ -445,11 +497,46 @@ void add_rows(const models::ModelSpec& m, const Config& c, const Target& target,
       if (std::find(c.lora_targets.begin(), c.lora_targets.end(), t) != c.lora_targets.end())
         out.push_back({prefix + kind + t, checked_mul(T, c.lora_rank), act});
   };
-  auto activation_set = [&](Tensors& out, const std::string& prefix) {
+  auto moe_tensors = [&](Tensors& out, const std::string& prefix, bool backward) {
+    const int64_t routed = checked_mul(T, g.top_k);
+    if (!backward) {
+      out.push_back({prefix + "router_logits", checked_mul(T, g.experts), Dtype::fp32});
+      out.push_back({prefix + "route_experts", routed, Dtype::int32});
+      out.push_back({prefix + "route_weights", routed, Dtype::fp32});
+      out.push_back({prefix + "route_rows", routed, Dtype::int32});
+      out.push_back({prefix + "expert_offsets", g.experts + 1, Dtype::int32});
+    } else {
+      out.push_back({prefix + "d_router_logits", checked_mul(T, g.experts), Dtype::fp32});
+      out.push_back({prefix + "d_route_weights", routed, Dtype::fp32});
+    }
+    const std::string d = backward ? "d_" : "";
+    out.push_back({prefix + d + "expert_in", checked_mul(routed, g.h), act});
+    for (const char* n : {"expert_gate", "expert_up", "expert_act"}) out.push_back({prefix + d + n, checked_mul(routed, g.fe), act});
+    out.push_back({prefix + d + "expert_out", checked_mul(routed, g.h), act});
+    if (g.fs > 0)
+      for (const char* n : {"shared_gate", "shared_up", "shared_act"}) out.push_back({prefix + d + n, checked_mul(T, g.fs), act});
+  };
+  // The MLP's tensors of a layer set: a dense layer's, a MoE layer's, or (the set every recomputed
+  // layer shares, layer -1) those of each kind the model has.
+  auto mlp_tensors = [&](Tensors& out, const std::string& prefix, int64_t layer, bool backward) {
+    const bool with_dense = layer < 0 ? dense_mlp : !m.moe_layer(layer);
+    const bool with_moe = layer < 0 ? moe : m.moe_layer(layer);
+    if (with_dense) {
+      if (backward) {
+        for (const char* n : {"dswiglu", "dgate", "dup"}) out.push_back({n, checked_mul(T, g.f), act});
+      } else {
+        for (const char* n : {"gate", "up", "swiglu"}) out.push_back({prefix + n, checked_mul(T, g.f), act});
+      }
+    }
+    if (with_moe) moe_tensors(out, prefix, backward);
+  };
+  auto activation_set = [&](Tensors& out, const std::string& prefix, int64_t layer) {
     for (const char* n : {"h1", "x2", "h2", "tmp"}) out.push_back({prefix + n, checked_mul(T, hs), act});
+    if (m.sandwich_norms)
+      for (const char* n : {"attn_out", "mlp_out"}) out.push_back({prefix + n, checked_mul(T, hs), act});
     for (const char* n : {"q", "o"}) out.push_back({prefix + n, checked_mul(T, g.qd), act});
     for (const char* n : {"k", "v"}) out.push_back({prefix + n, checked_mul(T, g.kvd), act});
-    for (const char* n : {"gate", "up", "swiglu"}) out.push_back({prefix + n, checked_mul(T, g.f), act});
+    mlp_tensors(out, prefix, layer, false);
     if (m.qk_norm) {
       out.push_back({prefix + "q_pre", checked_mul(T, g.qd), act});
       out.push_back({prefix + "k_pre", checked_mul(T, g.kvd), act});
@@ -458,12 +545,14 @@ void add_rows(const models::ModelSpec& m, const Config& c, const Target& target,
   };
   // The norms' rstd: fp32 per token (2, + q_heads + kv_heads with q/k norm). Under sequence
   // parallelism each GPU holds its share of them, one tensor per set.
-  auto rstd_set = [&](Tensors& out, const std::string& prefix) {
+  auto rstd_set = [&](Tensors& out, const std::string& prefix, int64_t) {
     if (rstd_share > 1) {
       out.push_back({prefix + "rstd", ceil_div(checked_mul(T, rstd_per_token), rstd_share), Dtype::fp32});
       return;
     }
     for (const char* n : {"rstd1", "rstd2"}) out.push_back({prefix + n, T, Dtype::fp32});
+    if (m.sandwich_norms)
+      for (const char* n : {"rstd_attn_out", "rstd_mlp_out"}) out.push_back({prefix + n, T, Dtype::fp32});
     if (m.qk_norm) {
       out.push_back({prefix + "rstd_q", checked_mul(T, g.q_heads), Dtype::fp32});
       out.push_back({prefix + "rstd_k", checked_mul(T, g.kv_heads), Dtype::fp32});
@@ -474,14 +563,15 @@ void add_rows(const models::ModelSpec& m, const Config& c, const Target& target,
                                            : checked_mul(T, rstd_per_token);
     return checked_mul(checked_mul(sets, per_set), 4);
   };
-  auto lse_set = [&](Tensors& out, const std::string& prefix) {
+  auto lse_set = [&](Tensors& out, const std::string& prefix, int64_t) {
     out.push_back({prefix + "lse", checked_mul(T, g.q_heads), Dtype::fp32});
   };
   auto backward_set = [&](Tensors& out) {
     for (const char* n : {"dx2", "dh2", "dh1"}) out.push_back({n, checked_mul(T, hs), act});
+    if (m.sandwich_norms) out.push_back({"d_sublayer_out", checked_mul(T, hs), act});
     for (const char* n : {"dout", "dq"}) out.push_back({n, checked_mul(T, g.qd), act});
     for (const char* n : {"dk", "dv"}) out.push_back({n, checked_mul(T, g.kvd), act});
-    for (const char* n : {"dswiglu", "dgate", "dup"}) out.push_back({n, checked_mul(T, g.f), act});
+    mlp_tensors(out, "", -1, true);
     if (m.qk_norm) {
       out.push_back({"dq_pre", checked_mul(T, g.qd), act});
       out.push_back({"dk_pre", checked_mul(T, g.kvd), act});
@@ -491,12 +581,12 @@ void add_rows(const models::ModelSpec& m, const Config& c, const Target& target,
   // Layers [first, first + count) of one kind of set, each under its "layers.<l>." prefix.
   auto sets_of = [&](int64_t first, int64_t count, auto&& set) {
     Tensors out;
-    for (int64_t l = first; l < first + count; ++l) set(out, "layers." + std::to_string(l) + ".");
+    for (int64_t l = first; l < first + count; ++l) set(out, "layers." + std::to_string(l) + ".", l);
     return out;
   };
   auto one_set = [&](auto&& set) {
     Tensors out;
-    set(out, "");
+    set(out, "", int64_t{-1});
     return out;
   };
 
@@ -541,7 +631,7 @@ void add_rows(const models::ModelSpec& m, const Config& c, const Target& target,
     // No recompute: every layer's activations are kept, and a layer computes in its own slice.
     const PhaseMask all_layers = g.oomb ? (fill | kept) : kept;
     add(row::kAllLayerActivations, Category::checkpoints, Tier::device, OOMB_SHAPE({g.L, T, layer_act_width}), act,
-        checked_mul(checked_mul(g.L, T), layer_act_width * A), all_layers,
+        layers_fwd_bytes(0, g.L), all_layers,
         OOMB_TEXT("layers x " + tok + " tokens x (4 hidden + 2 q_dim + 2 kv_dim + 3 ffn) x activation dtype"),
         [&] { return sets_of(0, g.L, activation_set); });
     add(row::kLayerNormRstd, Category::layer_working_set, Tier::device, OOMB_SHAPE({g.L, rstd_per_token, T}), Dtype::fp32,
@@ -561,7 +651,7 @@ void add_rows(const models::ModelSpec& m, const Config& c, const Target& target,
     const int64_t k = c.kept_layers;
     const PhaseMask all_layers = g.oomb ? (fill | kept) : kept;
     add(row::kKeptLayerActivations, Category::checkpoints, Tier::device, OOMB_SHAPE({k, T, layer_act_width}), act,
-        checked_mul(checked_mul(k, T), layer_act_width * A), all_layers,
+        layers_fwd_bytes(g.L - k, k), all_layers,
         OOMB_TEXT("kept layers x " + tok + " tokens x (4 hidden + 2 q_dim + 2 kv_dim + 3 ffn) x activation dtype"),
         [&] { return sets_of(g.L - k, k, activation_set); });
     add(row::kKeptLayerNormRstd, Category::layer_working_set, Tier::device, OOMB_SHAPE({k, rstd_per_token, T}), Dtype::fp32,
@@ -573,7 +663,7 @@ void add_rows(const models::ModelSpec& m, const Config& c, const Target& target,
   }
   if (c.checkpointing) {
     add(row::kLayerActivations, Category::layer_working_set, Tier::device, OOMB_SHAPE({T, layer_act_width}), act,
-        checked_mul(T, layer_act_width * A), layer_phases,
+        shared_fwd_bytes, layer_phases,
         OOMB_TEXT(tok + " tokens x (4 hidden + 2 q_dim + 2 kv_dim + 3 ffn) x activation dtype (one layer)"),
         [&] { return one_set(activation_set); });
     add(row::kLayerNormRstd, Category::layer_working_set, Tier::device, OOMB_SHAPE({rstd_per_token, T}), Dtype::fp32,
@@ -584,7 +674,7 @@ void add_rows(const models::ModelSpec& m, const Config& c, const Target& target,
         OOMB_TEXT(tok + " tokens x q_heads x 4 (log-sum-exp saved for the backward)"), [&] { return one_set(lse_set); });
   }
   add(row::kLayerBackwardTemporaries, Category::layer_working_set, Tier::device, OOMB_SHAPE({T, layer_bwd_width}), act,
-      checked_mul(T, layer_bwd_width * A), bwd,
+      bwd_bytes, bwd,
       OOMB_TEXT(tok + " tokens x (3 hidden + 2 q_dim + 2 kv_dim + 3 ffn) x activation dtype (one layer)"), [&] {
         Tensors out;
         backward_set(out);
@@ -662,6 +752,21 @@ void add_rows(const models::ModelSpec& m, const Config& c, const Target& target,
           bwd, "(resident layers - 1) x largest slot x gradient page bytes (the backward's reverse visits)",
           OOMB_TENSORS({"pages", checked_mul(grad_slots, page_elements), c.kv_grad_dtype}));
     }
+    if (g.Ll > 0) {
+      // The sliding and chunked layers' pages (docs/model.md "Layer kinds and experts"): on the
+      // device, never offloaded, never sparse; the geometry counts them (Geometry::local_kv_pages).
+      add(row::kLocalKvPool, Category::kv_pages, Tier::device, OOMB_SHAPE({g.local_kv_pages, g.p, 2, g.kv_heads, g.head_dim}),
+          c.kv_dtype, checked_mul(g.local_kv_pages, g.kv_page_bytes), all,
+          "local layers x the pages before the chunk boundaries their next chunk reaches back to + one chunk's own "
+          "pages, x page bytes",
+          OOMB_TENSORS({"pages", checked_mul(g.local_kv_pages, page_elements), c.kv_dtype}));
+      add(row::kLocalKvGradPool, Category::kv_grad_pages, Tier::device,
+          OOMB_SHAPE({g.local_grad_pages, g.p, 2, g.kv_heads, g.head_dim}), c.kv_grad_dtype,
+          checked_mul(g.local_grad_pages, g.grad_page_bytes), all,
+          "local layers x their largest reach (gradients pending until the chunk's backward) + one chunk's own pages "
+          "+ one reach, x gradient page bytes",
+          OOMB_TENSORS({"pages", checked_mul(g.local_grad_pages, page_elements), c.kv_grad_dtype}));
+    }
     if (published && g.offload && target.pages_in_flight > 0) {
       pages.pages_in_flight = target.pages_in_flight;
       // Pages in flight (docs/model.md): the published onload allocates a layer's pages as soon as
@@ -699,12 +804,13 @@ void add_rows(const models::ModelSpec& m, const Config& c, const Target& target,
             OOMB_TENSORS({"entries", checked_mul(g.L * 2, g.P), Dtype::int32}));
     }
     if (g.sparse) {
-      const int64_t summary_elements = checked_mul(checked_mul(g.L, g.P), g.kvd);
-      const int64_t summaries = checked_mul(checked_mul(g.L, g.P), g.summary_bytes);
-      const int64_t record_entries = checked_mul(checked_mul(g.L, g.P), g.B);
-      const int64_t record = checked_mul(checked_mul(g.L, g.P), g.B * 4);
+      // The global layers select (a local layer attends its reach densely).
+      const int64_t summary_elements = checked_mul(checked_mul(g.Lg, g.P), g.kvd);
+      const int64_t summaries = checked_mul(checked_mul(g.Lg, g.P), g.summary_bytes);
+      const int64_t record_entries = checked_mul(checked_mul(g.Lg, g.P), g.B);
+      const int64_t record = checked_mul(checked_mul(g.Lg, g.P), g.B * 4);
       if (c.selection_memory == SelectionMemory::device) {
-        add(row::kPageSummaries, Category::page_summaries, Tier::device, OOMB_SHAPE({g.L, g.P, g.kvd}), c.kv_dtype, summaries,
+        add(row::kPageSummaries, Category::page_summaries, Tier::device, OOMB_SHAPE({g.Lg, g.P, g.kvd}), c.kv_dtype, summaries,
             all, "layers x pages x kv_dim x KV dtype (grows with N)",
             OOMB_TENSORS({"summaries", summary_elements, c.kv_dtype}));
         if (published) {
@@ -712,7 +818,7 @@ void add_rows(const models::ModelSpec& m, const Config& c, const Target& target,
               checked_mul(checked_mul(g.C, g.kv_heads), g.P * 4), all,
               "chunk tokens x kv_heads x pages x 4 (grows with N)",
               OOMB_TENSORS({"scores", checked_mul(checked_mul(g.C, g.kv_heads), g.P), Dtype::fp32}));
-          add("selection_record", Category::page_tables, Tier::device, OOMB_SHAPE({g.L, g.P, g.B}), Dtype::int32, record, all,
+          add("selection_record", Category::page_tables, Tier::device, OOMB_SHAPE({g.Lg, g.P, g.B}), Dtype::int32, record, all,
               "layers x query pages x budget x 4", OOMB_TENSORS({"pages", record_entries, Dtype::int32}));
         }
       } else {
@@ -731,10 +837,10 @@ void add_rows(const models::ModelSpec& m, const Config& c, const Target& target,
               checked_mul(g.q * g.B, 4) * g.R, all, "query pages x budget x 4 x resident layers",
               OOMB_TENSORS({"pages", checked_mul(g.q * g.B, g.R), Dtype::int32}));
         }
-        add(row::kHostPageSummaries, Category::page_summaries, Tier::host, OOMB_SHAPE({g.L, g.P, g.kvd}), c.kv_dtype,
+        add(row::kHostPageSummaries, Category::page_summaries, Tier::host, OOMB_SHAPE({g.Lg, g.P, g.kvd}), c.kv_dtype,
             summaries, all, "layers x pages x kv_dim x KV dtype", OOMB_TENSORS({"summaries", summary_elements, c.kv_dtype}));
         if (published)
-          add("host_selection_record", Category::page_tables, Tier::host, OOMB_SHAPE({g.L, g.P, g.B}), Dtype::int32, record,
+          add("host_selection_record", Category::page_tables, Tier::host, OOMB_SHAPE({g.Lg, g.P, g.B}), Dtype::int32, record,
               all, "layers x query pages x budget x 4", OOMB_TENSORS({"pages", record_entries, Dtype::int32}));
       }
     }

@@ -25,6 +25,7 @@ namespace oomb::step {
 // Row names used by more than the table itself (the executor's allocations, the simulator's pools).
 namespace row {
 inline constexpr const char* kWeights = "weights";
+inline constexpr const char* kExpertWeights = "expert_weights";
 inline constexpr const char* kParameterGradients = "parameter_gradients";
 inline constexpr const char* kLoraAdapters = "lora_adapters";
 inline constexpr const char* kMasterWeights = "master_weights";
@@ -55,6 +56,8 @@ inline constexpr const char* kLogitsGradient = "logits_gradient";
 inline constexpr const char* kLogSoftmaxGradient = "log_softmax_gradient";
 inline constexpr const char* kKvPool = "kv_pool";
 inline constexpr const char* kKvGradPool = "kv_grad_pool";
+inline constexpr const char* kLocalKvPool = "local_kv_pool";
+inline constexpr const char* kLocalKvGradPool = "local_kv_grad_pool";
 inline constexpr const char* kKvPoolBackwardSlot = "kv_pool_backward_slot";
 inline constexpr const char* kKvGradPoolBackwardSlot = "kv_grad_pool_backward_slot";
 inline constexpr const char* kKvPagesInFlight = "kv_pages_in_flight";

@@ -229,22 +229,14 @@ std::string lora_targets_text(const std::vector<std::string>& targets) {
 }
 
 void validate(const Config& c, const models::ModelSpec& m) {
-  // What a step's description prices: layers alike, each with global attention, a dense MLP and two
-  // norms (the table's rows, the geometry and the cost model count per layer). Mixtures of experts,
-  // sliding or chunked layers and sandwich norms are read, listed and imported (oomb models) but not
-  // yet priced: refused by name, never planned as if the model were dense.
-  if (!m.priced()) {
-    std::string what;
-    if (m.moe.present())
-      what = "a mixture of experts (" + std::to_string(m.moe.experts) + " experts, top " +
-             std::to_string(m.moe.experts_per_token) + ")";
-    if (m.layers_of(models::LayerAttention::global) != m.layers)
-      what += (what.empty() ? "" : " and ") + std::string("layers ") + m.layer_kinds_text();
-    if (m.sandwich_norms) what += (what.empty() ? "" : " and ") + std::string("sandwich norms");
-    throw Error("--model", m.id,
-                "has " + what + ": oomb reads and lists such models (oomb models) but its plans do not price them yet",
-                "a dense model with global attention in every layer: the ones oomb models lists without a *");
-  }
+  // Mixtures of experts, sliding and chunked layers and sandwich norms are priced (docs/model.md
+  // "Layer kinds and experts"); the published implementation is modelled for the dense models it
+  // was published with only.
+  if (c.implementation == Implementation::published && !m.uniform_layers())
+    throw Error("--preset", "oomb-published",
+                "models the published implementation, which runs dense models with global attention; " + m.id +
+                    " has " + (m.moe.present() ? "a mixture of experts" : "layers " + m.layer_kinds_text()),
+                "plan " + m.id + " without the preset (this project's implementation prices its layer kinds and experts)");
   if (c.context_tokens <= 0) throw Error("--context", "", "must be positive", "e.g. 4M, 128K or 100000");
   if (c.context_tokens > (int64_t{1} << 40))
     throw Error("--context", std::to_string(c.context_tokens), "is beyond any size this tool models",
@@ -290,6 +282,12 @@ void validate(const Config& c, const models::ModelSpec& m) {
                 "does not divide the model's MLP width (" + std::to_string(m.ffn_hidden) + ") and vocabulary (" +
                     std::to_string(m.vocab) + "), which tensor parallelism splits over the GPUs",
                 "a --gpus that divides both");
+  if (m.moe.present() && (m.moe.expert_ffn_hidden % c.gpus != 0 || m.moe.shared_ffn_hidden % c.gpus != 0))
+    throw Error("--gpus", std::to_string(c.gpus),
+                "does not divide the width of " + m.id + "'s experts (" + std::to_string(m.moe.expert_ffn_hidden) +
+                    (m.moe.shared_experts > 0 ? ", shared " + std::to_string(m.moe.shared_ffn_hidden) : std::string()) +
+                    "), which tensor parallelism splits over the GPUs as it splits a dense MLP",
+                "a --gpus that divides it");
   if (c.data_parallel < 1 || c.data_parallel > 4096)
     throw Error("--data-parallel", std::to_string(c.data_parallel), "must be in [1, 4096]",
                 "replicas training on different sequences, e.g. 2 (one process per GPU under mpirun)");
@@ -320,6 +318,13 @@ void validate(const Config& c, const models::ModelSpec& m) {
     std::string joined;
     for (const auto& x : c.lora_targets) joined += (joined.empty() ? "" : ",") + x;
     (void)lora_targets_from_string(joined, "--lora-targets");  // known names, none twice
+    if (m.moe.present())
+      for (const std::string& t : c.lora_targets)
+        if (t == "gate_proj" || t == "up_proj" || t == "down_proj")
+          throw Error("--lora-targets", t,
+                      "is an MLP projection, and " + m.id + "'s MLPs are experts: adapters on experts are not priced (the "
+                      "experts stay frozen, in their stored format)",
+                      "the attention projections: q_proj,k_proj,v_proj,o_proj");
     const int64_t smallest = std::min({m.hidden, m.kv_dim(), m.ffn_hidden});
     if (c.lora_rank > smallest)
       throw Error("--lora-rank", std::to_string(c.lora_rank),
@@ -385,8 +390,16 @@ int64_t recomputed_layers(const Config& c, const models::ModelSpec& m) {
   return c.checkpointing ? effective_layers(c, m) - c.kept_layers : 0;
 }
 
+int64_t global_layers(const Config& c, const models::ModelSpec& m) {
+  const int64_t L = effective_layers(c, m);
+  if (m.layer_attention.empty()) return L;
+  int64_t n = 0;
+  for (int64_t l = 0; l < L; ++l) n += m.attention_of(l) == models::LayerAttention::global;
+  return n;
+}
+
 bool offloads(const Config& c, const models::ModelSpec& m) {
-  return c.schedule == Schedule::oomb && c.resident_layers < effective_layers(c, m);
+  return c.schedule == Schedule::oomb && c.resident_layers < global_layers(c, m);
 }
 
 }  // namespace oomb::step

@@ -156,7 +156,11 @@ constexpr int64_t kMaxPageBudget = int64_t{1} << 20;
 
 // Effective layer count (layers_override or model layers) and resident layer count (clamped).
 int64_t effective_layers(const Config& c, const models::ModelSpec& m);
-bool offloads(const Config& c, const models::ModelSpec& m);  // resident_layers < layers
+// Of the effective layers, those with global attention: the paged pools and the offload are theirs
+// (sliding and chunked layers keep the pages of their reach on the device: docs/model.md "Layer
+// kinds and experts"). All of them for the dense families.
+int64_t global_layers(const Config& c, const models::ModelSpec& m);
+bool offloads(const Config& c, const models::ModelSpec& m);  // resident_layers < global layers
 // Layers whose backward re-runs their forward: L - kept_layers with checkpointing on, 0 off. They
 // are the first ones of the stack (0 .. recomputed - 1); the rest keep their activations.
 int64_t recomputed_layers(const Config& c, const models::ModelSpec& m);

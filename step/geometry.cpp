@@ -16,6 +16,32 @@ int64_t Geometry::max_slot_pages() const {
   return m;
 }
 
+LocalReach local_reach(models::LayerAttention kind, int64_t window, int64_t C, int64_t p, int64_t n) {
+  LocalReach r;
+  if (n <= 1) return r;
+  if (kind == models::LayerAttention::sliding) {
+    // The boundary b = cC is page-aligned; its first query sees the window - 1 tokens before it:
+    // ceil((window - 1) / p) pages, the earliest straddled. Consecutive reaches end C apart, so
+    // their union is (n - 1) x min(reach, C / p) pages; a reach longer than the prefix is cut at 0.
+    const int64_t reach = ceil_div(window - 1, p), q = C / p;
+    r.union_pages = checked_mul(n - 1, std::min(reach, q), "local pages");
+    r.max_pages = std::min(reach, checked_mul(n - 1, q, "local pages"));
+    return r;
+  }
+  // Chunked: the first query after b sees its block's tokens before b, [floor(b / A) A, b). The
+  // reaches of the boundaries of one block share their start (nested), so the union grows by each
+  // boundary's pages past the previous boundary or its block's start, whichever is later.
+  if (C % window == 0) return r;  // every boundary starts a block: nothing reaches back
+  int64_t prev_end = 0;
+  for (int64_t c = 1; c < n; ++c) {
+    const int64_t b = c * C, start = b / window * window / p, end = b / p;
+    r.union_pages += end - std::max(start, prev_end);
+    r.max_pages = std::max(r.max_pages, end - start);
+    prev_end = end;
+  }
+  return r;
+}
+
 Geometry geometry(const models::ModelSpec& m, const Config& c) {
   validate(c, m);
   Geometry g;
@@ -44,8 +70,34 @@ Geometry geometry(const models::ModelSpec& m, const Config& c) {
   g.n = ceil_div(g.N, g.C);
   g.P = ceil_div(g.N, g.p);
   g.q = g.C / g.p;
-  g.R = std::min(c.resident_layers, g.L);
-  g.offload = g.oomb && c.resident_layers < g.L;
+  // Layer kinds: the global layers hold the pools (and offload), the local ones their reach.
+  g.Lg = global_layers(c, m);
+  g.Ll = g.L - g.Lg;
+  if (g.oomb && g.Ll > 0) {
+    LocalReach kinds[2];  // sliding, chunked: one reach per kind (every layer of a kind alike)
+    bool seen[2] = {};
+    int64_t persistent = 0, widest = 0;
+    for (int64_t l = 0; l < g.L; ++l) {
+      const models::LayerAttention a = m.attention_of(l);
+      if (a == models::LayerAttention::global) continue;
+      const int k = a == models::LayerAttention::sliding ? 0 : 1;
+      if (!seen[k]) kinds[k] = local_reach(a, m.window_tokens(a), g.C, c.page_tokens, g.n), seen[k] = true;
+      g.local_kv_pages = checked_add(g.local_kv_pages, kinds[k].union_pages, "local pages");
+      persistent = checked_add(persistent, kinds[k].max_pages, "local pages");
+      widest = std::max(widest, kinds[k].max_pages);
+    }
+    g.local_kv_pages = checked_add(g.local_kv_pages, g.q, "local pages");
+    g.local_grad_pages = checked_add(persistent, g.q + widest, "local pages");
+  }
+  g.R = std::min(c.resident_layers, g.Lg);
+  g.offload = g.oomb && c.resident_layers < g.Lg;
+  if (m.moe.present()) {
+    for (int64_t l = 0; l < g.L; ++l) g.Lmoe += m.moe_layer(l);
+    g.experts = m.moe.experts;
+    g.top_k = m.moe.experts_per_token;
+    g.fe = m.moe.expert_ffn_hidden / g.G;
+    g.fs = m.moe.shared_experts * m.moe.shared_ffn_hidden / g.G;
+  }
   g.B = c.page_budget;
   g.overlap = c.selection_overlap;
   g.select_groups = g.sparse && c.selection == "per-kv-head" ? g.kv_heads : 1;
@@ -74,22 +126,41 @@ Geometry geometry(const models::ModelSpec& m, const Config& c) {
 
 int64_t param_count(const models::ModelSpec& m, const Config& c) {
   const int64_t L = effective_layers(c, m);
-  return m.embedding_params() + m.lm_head_params() + L * m.params_per_layer() + m.hidden;
+  int64_t layers = 0;
+  if (m.uniform_layers() && m.moe.dense_layers.empty()) {
+    layers = checked_mul(L, m.layer_params(0), "parameters");
+  } else {
+    for (int64_t l = 0; l < L; ++l) layers = checked_add(layers, m.layer_params(l), "parameters");
+  }
+  return m.embedding_params() + m.lm_head_params() + layers + m.hidden;
 }
 
 models::ModelSpec tensor_parallel_shard(const models::ModelSpec& m, int64_t tp) {
-  OOMB_ASSERT(tp >= 1 && m.q_heads % tp == 0 && m.kv_heads % tp == 0 && m.ffn_hidden % tp == 0 && m.vocab % tp == 0,
+  OOMB_ASSERT(tp >= 1 && m.q_heads % tp == 0 && m.kv_heads % tp == 0 && m.ffn_hidden % tp == 0 && m.vocab % tp == 0 &&
+                  m.moe.expert_ffn_hidden % tp == 0 && m.moe.shared_ffn_hidden % tp == 0,
               "tensor_parallel_shard: tp does not divide the model");
   models::ModelSpec s = m;
   s.q_heads = m.q_heads / tp;
   s.kv_heads = m.kv_heads / tp;
   s.ffn_hidden = m.ffn_hidden / tp;
   s.vocab = m.vocab / tp;
+  // Each expert's columns split as a dense MLP's; the router (hidden x experts) whole on every rank.
+  s.moe.expert_ffn_hidden = m.moe.expert_ffn_hidden / tp;
+  s.moe.shared_ffn_hidden = m.moe.shared_ffn_hidden / tp;
   return s;
 }
 
 int64_t rank_param_count(const models::ModelSpec& m, const Config& c) {
   return c.gpus == 1 ? param_count(m, c) : param_count(tensor_parallel_shard(m, c.gpus), c);
+}
+
+int64_t rank_expert_param_count(const models::ModelSpec& m, const Config& c) {
+  if (!m.moe.present()) return 0;
+  const int64_t L = effective_layers(c, m);
+  int64_t layers = 0;
+  for (int64_t l = 0; l < L; ++l) layers += m.moe_layer(l);
+  const int64_t one = c.gpus == 1 ? m.expert_params() : tensor_parallel_shard(m, c.gpus).expert_params();
+  return checked_mul(checked_mul(layers, m.moe.experts, "expert parameters"), one, "expert parameters");
 }
 
 int64_t lora_param_count(const Geometry& g) { return checked_mul(g.L, g.lora_layer_params, "LoRA parameters"); }
@@ -153,7 +224,7 @@ std::vector<GradientBucket> gradient_buckets(const models::ModelSpec& m, const C
     push(emb ? checked_mul(shard.embedding_params(), gb) : 0, bf16);
   } else {
     push(checked_mul(checked_add(shard.hidden, shard.lm_head_params()), gb), bf16);
-    for (int64_t l = 0; l < g.L; ++l) push(checked_mul(shard.params_per_layer(), gb), bf16);
+    for (int64_t l = g.L - 1; l >= 0; --l) push(checked_mul(shard.layer_params(l), gb), bf16);
     push(checked_mul(shard.embedding_params(), gb), bf16);
   }
   return out;

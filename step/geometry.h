@@ -33,6 +33,20 @@ struct Geometry {
   // target: the activations an adapter adds).
   int64_t lora_layer_params = 0, lora_width = 0;
   bool lora = false;
+  // Layer kinds (docs/model.md "Layer kinds and experts"), over the effective layers. Lg global
+  // layers hold the paged pools as a dense model's layers do (R and offload count them only); Ll
+  // local (sliding or chunked) layers keep, on the device, the pages a later chunk reaches back to
+  // (local_kv_pages: each local layer's union over the chunk boundaries of the pages before the
+  // boundary its first query attends, + one chunk's own pages) and their gradients (local_grad_pages:
+  // each layer's largest such reach, pending until its chunk's backward, + one chunk's own pages and
+  // one reach more, the one being written while the previous is read). 0 for the dense families.
+  int64_t Lg = 0, Ll = 0;
+  int64_t local_kv_pages = 0, local_grad_pages = 0;
+  // Mixture of experts: Lmoe layers of `experts` routed experts of fe columns per GPU (the expert
+  // width split as a dense MLP's), top_k per token, plus shared experts of fs columns per GPU
+  // together; the other layers' MLP is dense (f). Dispatch is packed: a layer's routed rows are the
+  // T x top_k (token, expert) pairs sorted by expert, whatever the routing.
+  int64_t Lmoe = 0, experts = 0, top_k = 0, fe = 0, fs = 0;
 
   int64_t chunk_start(int64_t c) const { return c * C; }
   int64_t chunk_len(int64_t c) const { return std::min(N, (c + 1) * C) - c * C; }
@@ -47,6 +61,16 @@ struct Geometry {
   int64_t max_slot_pages() const;
 };
 
+// The pages before a chunk boundary that a local layer's first query of the next chunk attends, over
+// the boundaries of a step (docs/model.md "Layer kinds and experts"): their union (what the layer
+// keeps from the fill to its backward) and the largest one (what is pending in its gradient).
+struct LocalReach {
+  int64_t union_pages = 0, max_pages = 0;
+};
+// window: a sliding layer's window (tokens, the query itself included) or a chunked layer's block;
+// C a multiple of p (validate), n chunks.
+LocalReach local_reach(models::LayerAttention kind, int64_t window, int64_t C, int64_t p, int64_t n);
+
 // Validates the configuration against the model first (throws oomb::Error naming the flag).
 Geometry geometry(const models::ModelSpec& m, const Config& c);
 
@@ -58,6 +82,8 @@ int64_t param_count(const models::ModelSpec& m, const Config& c);
 models::ModelSpec tensor_parallel_shard(const models::ModelSpec& m, int64_t tp);
 // The parameters one rank holds: param_count of its shard (the norms whole on every rank).
 int64_t rank_param_count(const models::ModelSpec& m, const Config& c);
+// Of those, the routed experts' (every MoE layer of the effective ones; 0 without experts).
+int64_t rank_expert_param_count(const models::ModelSpec& m, const Config& c);
 // Parameters one GPU trains: every one of its shard (full fine-tuning), or under LoRA the layers'
 // adapters plus, with lora_train_embeddings, its share of the embeddings and the LM head.
 int64_t trainable_param_count(const models::ModelSpec& m, const Config& c, const Geometry& g);

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "step/capability.h"
 #include "step/config.h"
 #include "core/error.h"
 #include "core/format.h"
@@ -108,16 +109,17 @@ void draw_inputs_panel(ViewModel& vm, UiState& ui) {
   // A model given as a path (oomb.model/1 JSON, Hugging Face config.json or folder) stays selectable.
   static std::vector<std::string> model_items = models;
   if (std::find(model_items.begin(), model_items.end(), in.model) == model_items.end()) model_items.push_back(in.model);
-  // Each catalog model's layer kinds, experts and parameters in its tooltip; those a plan does not
-  // price yet (experts, window layers) marked, as oomb models marks them.
+  // Each catalog model's layer kinds, experts and parameters in its tooltip; those the executor does
+  // not run yet (experts, window layers) marked, as oomb models marks them.
   static const std::map<std::string, std::pair<std::string, std::string>> model_notes = [] {
     std::map<std::string, std::pair<std::string, std::string>> notes;
     for (const auto& id : models::model_ids()) {
       const models::ModelSpec m = models::load_model(id);
-      notes[id] = {m.priced() ? "" : "  *",
+      const bool runs = step::model_capability(m).executable();
+      notes[id] = {runs ? "" : "  *",
                    "attention " + m.layer_kinds_text() + ", experts " + m.experts_text() + ", " +
                        format_params(m.param_count()) + " parameters (" + format_params(m.active_param_count()) +
-                       " active)" + (m.priced() ? "" : "\n* listed, not yet priced: plans refuse it by name")};
+                       " active)" + (runs ? "" : "\n* planned, not yet run: oomb run refuses it by name")};
     }
     return notes;
   }();

@@ -310,9 +310,16 @@ expect_exit 0 "qwen2.5-7b on h200" simulate --model "$tmp/my-model.json" --gpu h
 expect_exit 2 "--out.*--import" models --out "$tmp/never.json"
 sed 's/"vocab_size"/"num_local_experts": 8, "vocab_size"/' "$tmp/Qwen2.5-7B/config.json" >"$tmp/qwen-experts.json"
 expect_exit 2 "Qwen2ForCausalLM is not supported: it has num_local_experts" plan --model "$tmp/qwen-experts.json" --gpu h200 --context 1M
-# A mixture of experts (Mixtral's published config) is read, and refused by name where a plan would price it.
-expect_exit 2 "--model: 'mixtral-8x7b': has a mixture of experts \(8 experts, top 2\).*do not price them yet" \
+# A mixture of experts (Mixtral's published config) is read and planned (its weights and gradients
+# do not fit one H200 in full: LoRA on the attention with the experts frozen does); a run refuses it
+# by name. gpt-oss-20b's plan at 4M keeps its sliding layers' reach only (local_kv_pool).
+expect_exit 1 "LoRA rank 16 on the attention, the experts frozen.*--lora-rank 16" \
   plan --model "$src/tests/models/hf_configs/mixtral-8x7b.json" --gpu h200 --context 1M
+expect_exit 2 "--model: 'mixtral-8x7b': a mixture of experts is planned, not run" \
+  run --model "$src/tests/models/hf_configs/mixtral-8x7b.json" --context 1K --chunk 256 --page 64
+expect_exit 0 "\"local_kv_pool\"" plan --model gpt-oss-20b --gpu h200 --context 4M --json
+expect_exit 0 "Device memory" plan --model qwen3-30b-a3b --gpu h200 --context 1M
+expect_exit 0 "expert_weights  .*GiB" plan --model gpt-oss-120b --gpu h200 --context 1M --lora-rank 16
 # Qwen3 (q/k norm) is planned, simulated and executed (a tiny model with the norms: the chunked run
 # against the full-sequence reference).
 expect_exit 0 "qwen3-8b on h200" simulate --model Qwen3-8B --gpu h200 --context 1M

@@ -95,7 +95,7 @@ TEST(LayerKinds, EveryCatalogEntryRoundTripsThroughJson) {
     EXPECT_EQ(back.to_json(), j) << id;
     EXPECT_EQ(back.param_count(), m.param_count()) << id;
   }
-  for (const auto& id : kLayerKindModels) EXPECT_FALSE(load_model(id).priced()) << id;
+  for (const auto& id : kLayerKindModels) EXPECT_FALSE(load_model(id).uniform_layers()) << id;
   EXPECT_EQ(load_model("gpt-oss-20b").experts_text(), "32 x top-4 (mxfp4)");
   EXPECT_EQ(load_model("llama-4-scout").experts_text(), "16 x top-1 + 1 shared");
   EXPECT_EQ(load_model("qwen2.5-7b").experts_text(), "-");

@@ -108,6 +108,31 @@ std::vector<Case> spread() {
     s.config.peak_measure = step::PeakMeasure::allocated;
     add("allocated peak", s);
   }
+  // Layer kinds and experts: sliding layers with experts (MXFP4 under LoRA), chunked layers whose
+  // block is two chunks (periodic totals), sandwich norms with checkpointing off, a mixture whose
+  // MLPs are all experts with partial checkpointing and sparse global layers.
+  {
+    Scenario s = scenario("gpt-oss-20b", "h200", 64 * K);
+    add("gpt-oss-20b 64K", s);
+    s.config.lora_rank = 16;
+    s.config.lora_targets = {"q_proj", "v_proj"};
+    s.config.context_tokens = M;
+    add("gpt-oss-20b 1M LoRA", s);
+    s = scenario("llama-4-scout", "h200", 64 * K);
+    s.config.chunk_tokens = 4096;
+    s.config.lora_rank = 8;
+    s.config.lora_targets = {"q_proj"};
+    add("llama-4-scout 64K chunk 4K LoRA", s);
+    s = scenario("gemma-3-27b", "h200", 32 * K);
+    s.config.checkpointing = false;
+    s.config.chunk_tokens = 1024;
+    add("gemma-3-27b 32K checkpointing off", s);
+    s = scenario("qwen3-30b-a3b", "h200", 128 * K);
+    s.config.kept_layers = 4;
+    s.config.attention = step::Attention::sparse;
+    s.config.page_budget = 16;
+    add("qwen3-30b-a3b 128K sparse, 4 kept layers", s);
+  }
   return cases;
 }
 

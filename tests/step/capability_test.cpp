@@ -160,25 +160,52 @@ TEST(Capability, ModelsTheExecutorDoesNotComputeAreNamed) {
   }
 }
 
-// What a step's description does not price yet is refused where every plan, simulation and run
-// starts (validate), naming --model and what the model has: never priced as if it were dense.
-TEST(Capability, ModelsWhoseLayersAreNotPricedAreRefusedByValidate) {
+// Experts, sliding and chunked layers and sandwich norms are priced (plans validate them), and only
+// this project's implementation: the published preset, which models a program of dense models,
+// is refused naming the preset and what the model has.
+TEST(Capability, ModelsWithLayerKindsAndExpertsArePlannedNotPublished) {
   const struct {
     const char* id;
-    std::vector<std::string> named;
-  } cases[] = {{"gpt-oss-20b", {"32 experts, top 4", "12 sliding (128) + 12 global"}},
-               {"qwen3-30b-a3b", {"128 experts, top 8"}},
-               {"gemma-3-27b", {"52 sliding (1024) + 10 global", "sandwich norms"}},
-               {"llama-4-scout", {"16 experts, top 1", "36 chunked (8192) + 12 global"}}};
+    const char* named;
+  } cases[] = {{"gpt-oss-20b", "a mixture of experts"},
+               {"qwen3-30b-a3b", "a mixture of experts"},
+               {"gemma-3-27b", "layers 52 sliding (1024) + 10 global"},
+               {"llama-4-scout", "a mixture of experts"}};
   for (const auto& c : cases) {
+    const models::ModelSpec m = models::load_model(c.id);
+    EXPECT_NO_THROW(validate(runnable(), m)) << c.id;
+    Config published = runnable();
+    published.implementation = Implementation::published;
     try {
-      validate(runnable(), models::load_model(c.id));
-      ADD_FAILURE() << c.id << " validated";
+      validate(published, m);
+      ADD_FAILURE() << c.id << " validated with the published preset";
     } catch (const Error& e) {
-      EXPECT_EQ(e.where(), "--model") << e.what();
-      EXPECT_EQ(e.key(), c.id) << e.what();
-      for (const auto& n : c.named) EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << n << " in " << e.what();
+      EXPECT_EQ(e.where(), "--preset") << e.what();
+      EXPECT_NE(std::string(e.what()).find(c.named), std::string::npos) << c.named << " in " << e.what();
     }
+  }
+  // Tensor parallelism splits each expert's columns: a --gpus that does not divide them is refused.
+  Config tp = runnable();
+  tp.gpus = 4;
+  models::ModelSpec odd = models::load_model("qwen3-30b-a3b");
+  odd.moe.expert_ffn_hidden = 766;  // 4 does not divide it (it divides the heads, 6144 and the vocabulary)
+  try {
+    validate(tp, odd);
+    ADD_FAILURE() << "an expert width 4 does not divide validated under --gpus 4";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.where(), "--gpus") << e.what();
+    EXPECT_NE(std::string(e.what()).find("766"), std::string::npos) << e.what();
+  }
+  // LoRA on a MoE model's MLP projections (its experts) is refused by name.
+  Config lora = runnable();
+  lora.lora_rank = 16;
+  lora.lora_targets = {"q_proj", "gate_proj"};
+  try {
+    validate(lora, models::load_model("gpt-oss-20b"));
+    ADD_FAILURE() << "LoRA on experts validated";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.where(), "--lora-targets") << e.what();
+    EXPECT_EQ(e.key(), "gate_proj") << e.what();
   }
   // Planned (not run) on a dense model: sinks and yarn change no buffer of the step.
   models::ModelSpec yarn = models::load_model("qwen3-8b");
