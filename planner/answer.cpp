@@ -672,6 +672,15 @@ std::string PlanAnswer::describe() const {
   }
   print_memory(out, chosen_scenario, *chosen, r.headroom);
   print_time(out, *chosen);
+  if (s0.model.moe.present()) {
+    // What the experts' figures assume (docs/model.md "Layer kinds and experts").
+    const step::Config& c = chosen->config;
+    const int64_t rows = std::min(c.chunk_tokens, c.context_tokens) * s0.model.moe.experts_per_token / s0.model.moe.experts;
+    appendf(out,
+            "Experts: packed dispatch (the peak holds for any routing); time assumes balanced routing, each expert's "
+            "GEMMs %lld rows a chunk, priced at the large-GEMM efficiency (not calibrated at that size)\n",
+            static_cast<long long>(rows));
+  }
   print_allocation(out, *plan);
   print_alternatives(out, *chosen, res.alternatives, s0.model);
   if (on_paper) {

@@ -180,30 +180,9 @@ void price(PassCost& p, const Scenario& s, const LayerWork& w, const Mult& m, Te
 }
 
 // The kinds of layer a model's stack mixes (docs/model.md "Layer kinds and experts"): its
-// attention (global, or sliding / chunked over `window` tokens) and its MLP (dense or experts).
-// The dense families have one class, global and dense, in every layer.
-struct LayerClass {
-  models::LayerAttention attention = models::LayerAttention::global;
-  int64_t window = 0;
-  bool moe = false;
-  int64_t layers = 0;  // of the effective layers
-};
-struct LayerClasses {
-  LayerClass k[6];
-  int count = 0;
-};
-LayerClasses layer_classes(const Scenario& s, const step::Geometry& g) {
-  LayerClasses out;
-  for (int64_t l = 0; l < g.L; ++l) {
-    const models::LayerAttention a = s.model.attention_of(l);
-    const bool moe = s.model.moe_layer(l);
-    int i = 0;
-    while (i < out.count && !(out.k[i].attention == a && out.k[i].moe == moe)) ++i;
-    if (i == out.count) out.k[out.count++] = {a, s.model.window_tokens(a), moe, 0};
-    ++out.k[i].layers;
-  }
-  return out;
-}
+// attention (global, or sliding / chunked over `window` tokens) and its MLP (dense or experts), with
+// their counts (step::Geometry::classes). The dense families have one class, global and dense.
+using LayerClass = step::Geometry::LayerClass;
 
 // Query-key pairs of a local layer over the `tokens` queries from position `start` (each query
 // itself included): sliding, min(window, t + 1) keys at position t; chunked, t mod window + 1.
@@ -228,7 +207,7 @@ double local_pairs(const LayerClass& k, int64_t start, int64_t tokens) {
 // read, the sum written) as memory traffic, and the router's softmax and top-k over the logits.
 // Sandwich norms: two more RMSNorms over hidden-wide outputs.
 LayerWork layer_work(const step::Geometry& g, int64_t tokens, int64_t prefix_keys, bool qk_norm,
-                     const LayerClass& k = {}, int64_t start = 0, bool sandwich = false) {
+                     const LayerClass& k = LayerClass{}, int64_t start = 0, bool sandwich = false) {
   LayerWork w;
   const double T = static_cast<double>(tokens);
   const int64_t mlp = k.moe ? g.h * g.experts + 3 * g.top_k * g.h * g.fe + 3 * g.h * g.fs : 3 * g.h * g.f;
@@ -319,8 +298,8 @@ PassCost PassCost::scaled(double f) const {
                     &p.work.allreduce_s, &p.work.allreduce_bytes, &p.work.allreduces, &p.work.kernels, &p.compute_s,
                     &p.flops})
     *x *= f;
-  p.in_bytes = std::llround(static_cast<double>(in_bytes) * f);
-  p.out_bytes = std::llround(static_cast<double>(out_bytes) * f);
+  p.in_bytes = in_bytes * f;
+  p.out_bytes = out_bytes * f;
   return p;
 }
 
@@ -392,14 +371,13 @@ void class_passes(const Scenario& s, const step::Geometry& g, int64_t c, Terms t
 // A mixed stack's layer passes: each class's, weighted by its share of the layers (the fast path and
 // the timeline price every layer at this mean: docs/model.md "Layer kinds and experts").
 template <class Passes>
-void mean_passes(const Scenario& s, const step::Geometry& g, ChunkCosts& cc, Passes&& passes) {
-  const LayerClasses classes = layer_classes(s, g);
-  if (classes.count == 1) return passes(classes.k[0], cc);
+void mean_passes(const step::Geometry& g, ChunkCosts& cc, Passes&& passes) {
+  if (g.class_count == 1) return passes(g.classes[0], cc);
   for (PassCost* p : {&cc.fill, &cc.recompute, &cc.backward, &cc.backward_kept}) *p = PassCost{};
-  for (int i = 0; i < classes.count; ++i) {
+  for (int i = 0; i < g.class_count; ++i) {
     ChunkCosts one;
-    passes(classes.k[i], one);
-    const double share = static_cast<double>(classes.k[i].layers) / static_cast<double>(g.L);
+    passes(g.classes[i], one);
+    const double share = static_cast<double>(g.classes[i].layers) / static_cast<double>(g.L);
     cc.fill += one.fill.scaled(share);
     cc.recompute += one.recompute.scaled(share);
     cc.backward += one.backward.scaled(share);
@@ -412,7 +390,7 @@ ChunkCosts chunk_costs(const Scenario& s, const step::Geometry& g, int64_t c, Te
   ChunkCosts cc;
   const int64_t tokens = chunk_tokens_of(g, c);
   if (s.model.uniform_layers()) class_passes(s, g, c, terms, LayerClass{}, cc);
-  else mean_passes(s, g, cc, [&](const LayerClass& k, ChunkCosts& out) { class_passes(s, g, c, terms, k, out); });
+  else mean_passes(g, cc, [&](const LayerClass& k, ChunkCosts& out) { class_passes(s, g, c, terms, k, out); });
   cc.head = head_cost(s, g, tokens, terms);
   LayerWork emb;
   emb.mb_bytes = static_cast<double>(tokens) * g.h * g.act_b * 2.0;
@@ -448,7 +426,7 @@ ChunkCosts standard_costs(const Scenario& s, const step::Geometry& g, Terms term
     backward_costs(s, w, s.config.checkpointing, terms, out);
   };
   if (s.model.uniform_layers()) passes(LayerClass{}, cc);
-  else mean_passes(s, g, cc, passes);
+  else mean_passes(g, cc, passes);
   cc.head = head_cost(s, g, g.N, terms);
   return cc;
 }

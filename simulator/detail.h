@@ -54,8 +54,10 @@ struct PassCost {
   WorkTerms work;
   double compute_s = 0;
   double flops = 0;
-  int64_t in_bytes = 0;   // h2d before the compute
-  int64_t out_bytes = 0;  // d2h after the compute
+  // Copies of a mean pass of a mixed stack are a share of the global layers' (docs/model.md "Layer
+  // kinds and experts"): bytes as doubles, so that the per-chunk sums stay affine in the chunk.
+  double in_bytes = 0;   // h2d before the compute
+  double out_bytes = 0;  // d2h after the compute
   // The name of its all-reduces' events on the timeline (tensor parallelism's or data parallelism's).
   const char* name_of_collective = "tp_allreduce";
   PassCost& operator+=(const PassCost& o);

@@ -49,10 +49,11 @@ class Sim {
     double in_start = std::max(h2d_free_, ready), in_end = in_start;
     if (p.in_bytes > 0) {
       const bool duplex = d2h_free_ > in_start;
-      in_end = in_start + static_cast<double>(p.in_bytes) / detail::h2d_rate(s_, duplex);
+      in_end = in_start + p.in_bytes / detail::h2d_rate(s_, duplex);
       h2d_free_ = in_end;
-      h2d_bytes_ += p.in_bytes;
-      emit(EventKind::copy_h2d, Lane::h2d, op, stage, chunk, layer, in_start, in_end, p.in_bytes, 0);
+      const int64_t bytes = std::llround(p.in_bytes);  // whole for a layer's own pages
+      h2d_bytes_ += bytes;
+      emit(EventKind::copy_h2d, Lane::h2d, op, stage, chunk, layer, in_start, in_end, bytes, 0);
     }
     const double c_start = std::max(compute_free_, in_end);
     last_compute_start_ = c_start;
@@ -65,10 +66,11 @@ class Sim {
     if (p.out_bytes > 0) {
       const double o_start = std::max(d2h_free_, c_end);
       const bool duplex = h2d_free_ > o_start;
-      release = o_start + static_cast<double>(p.out_bytes) / detail::d2h_rate(s_, duplex);
+      release = o_start + p.out_bytes / detail::d2h_rate(s_, duplex);
       d2h_free_ = release;
-      d2h_bytes_ += p.out_bytes;
-      emit(EventKind::copy_d2h, Lane::d2h, op, stage, chunk, layer, o_start, release, p.out_bytes, 0);
+      const int64_t bytes = std::llround(p.out_bytes);
+      d2h_bytes_ += bytes;
+      emit(EventKind::copy_d2h, Lane::d2h, op, stage, chunk, layer, o_start, release, bytes, 0);
     }
     if (g_.offload) {
       slot_free_[slot] = release;

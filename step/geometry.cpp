@@ -1,5 +1,7 @@
 #include "step/geometry.h"
 
+#include <numeric>
+
 #include "core/error.h"
 
 namespace oomb::step {
@@ -31,14 +33,24 @@ LocalReach local_reach(models::LayerAttention kind, int64_t window, int64_t C, i
   // Chunked: the first query after b sees its block's tokens before b, [floor(b / A) A, b). The
   // reaches of the boundaries of one block share their start (nested), so the union grows by each
   // boundary's pages past the previous boundary or its block's start, whichever is later.
+  // A boundary's growth repeats every lcm(window, C) / C boundaries (both its start and its end move
+  // by lcm / p pages), so one period is summed and multiplied: a context of 2^40 tokens has 2^31
+  // boundaries at chunk 512.
   if (C % window == 0) return r;  // every boundary starts a block: nothing reaches back
-  int64_t prev_end = 0;
-  for (int64_t c = 1; c < n; ++c) {
-    const int64_t b = c * C, start = b / window * window / p, end = b / p;
-    r.union_pages += end - std::max(start, prev_end);
+  auto growth = [&](int64_t c) {
+    const int64_t b = c * C, start = b / window * window / p, end = b / p, prev_end = (c - 1) * C / p;
     r.max_pages = std::max(r.max_pages, end - start);
-    prev_end = end;
+    return end - std::max(start, prev_end);
+  };
+  const int64_t boundaries = n - 1, period = window / std::gcd(window, C);
+  int64_t one_period = 0, part = 0;
+  for (int64_t c = 1; c <= std::min(boundaries, period); ++c) {
+    const int64_t x = growth(c);
+    if (c <= boundaries % period) part += x;
+    one_period += x;
   }
+  r.union_pages = boundaries <= period ? one_period
+                                       : checked_add(checked_mul(boundaries / period, one_period, "local pages"), part, "local pages");
   return r;
 }
 
@@ -91,6 +103,14 @@ Geometry geometry(const models::ModelSpec& m, const Config& c) {
   }
   g.R = std::min(c.resident_layers, g.Lg);
   g.offload = g.oomb && c.resident_layers < g.Lg;
+  for (int64_t l = 0; l < g.L; ++l) {
+    const models::LayerAttention a = m.attention_of(l);
+    const bool moe = m.moe_layer(l);
+    int i = 0;
+    while (i < g.class_count && !(g.classes[i].attention == a && g.classes[i].moe == moe)) ++i;
+    if (i == g.class_count) g.classes[g.class_count++] = {a, m.window_tokens(a), moe, 0};
+    ++g.classes[i].layers;
+  }
   if (m.moe.present()) {
     for (int64_t l = 0; l < g.L; ++l) g.Lmoe += m.moe_layer(l);
     g.experts = m.moe.experts;

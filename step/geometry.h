@@ -4,6 +4,7 @@
 // P = ceil(N / p) pages per layer, per-GPU shapes. The simulator prices them, the buffer table is
 // sized from them and the executor walks its passes over them.
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -47,6 +48,17 @@ struct Geometry {
   // together; the other layers' MLP is dense (f). Dispatch is packed: a layer's routed rows are the
   // T x top_k (token, expert) pairs sorted by expert, whatever the routing.
   int64_t Lmoe = 0, experts = 0, top_k = 0, fe = 0, fs = 0;
+  // The layer classes of the stack (attention kind x MLP kind) with their counts, in the order of
+  // their first layer: one (global, dense) for the dense families. The cost model prices a pass per
+  // class (simulator/cost.cpp).
+  struct LayerClass {
+    models::LayerAttention attention = models::LayerAttention::global;
+    int64_t window = 0;  // tokens of a local layer's reach (sliding window, chunked block)
+    bool moe = false;
+    int64_t layers = 0;
+  };
+  std::array<LayerClass, 6> classes{};
+  int class_count = 0;
 
   int64_t chunk_start(int64_t c) const { return c * C; }
   int64_t chunk_len(int64_t c) const { return std::min(N, (c + 1) * C) - c * C; }

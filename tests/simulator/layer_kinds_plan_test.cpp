@@ -43,7 +43,7 @@ TEST(LocalReach, EqualsTheEnumeratedPages) {
     for (int64_t window : {1, 2, 100, 128, 129, 1024, 3000, 8192})
       for (int64_t p : {16, 128})
         for (int64_t q : {1, 2, 3, 8})
-          for (int64_t n : {1, 2, 5, 17}) {
+          for (int64_t n : {1, 2, 5, 17, 100}) {
             const int64_t C = q * p;
             const step::LocalReach got = step::local_reach(kind, window, C, p, n);
             const step::LocalReach want = brute_reach(kind, window, C, p, n);
