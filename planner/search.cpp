@@ -153,9 +153,12 @@ Space make_space(const Request& r, int64_t N) {
     if (fixed(r, "resident_layers")) {
       sp.residents = {std::min(b.resident_layers, L)};
     } else {
+      // Resident layers count the global layers (a local layer's pages stay on the device): all of
+      // them resident is no offload.
+      const int64_t Lg = std::max<int64_t>(1, step::global_layers(b, r.scenario.model));
       for (int64_t x : kResidents)
-        if (x < L) sp.residents.push_back(x);
-      sp.residents.push_back(L);
+        if (x < Lg) sp.residents.push_back(x);
+      sp.residents.push_back(Lg);
     }
     if (fixed(r, "kv_grad_dtype")) sp.kv_grads = {b.kv_grad_dtype};
     else sp.kv_grads = {Dtype::bf16, Dtype::fp32};

@@ -157,6 +157,9 @@ int64_t published_pages_in_flight(const Scenario& s, const step::Geometry& g, in
 // page_s / period grow with the prefix over the full chunks). 0 unless published with offload.
 int64_t published_pages_in_flight(const Scenario& s, const step::Geometry& g);
 
+// evaluate() without the closed-form sums' shortcuts: every chunk priced (tests hold the two equal).
+Summary evaluate_every_chunk(const Scenario& s);
+
 // Feasibility, binding constraint and notes from the memory figures and the timing.
 void finish_summary(const Scenario& s, MemoryFigures m, Summary& out);
 

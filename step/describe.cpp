@@ -5,9 +5,11 @@
 namespace oomb::step {
 
 std::string residency_text(const Config& c, const models::ModelSpec& m) {
-  const int64_t L = effective_layers(c, m);
-  if (c.resident_layers >= L) return "all " + std::to_string(L) + " layers resident (no offload)";
-  return std::to_string(c.resident_layers) + " of " + std::to_string(L) + " layers resident (offload)";
+  // Offload concerns the global layers; a sliding or chunked layer's pages stay on the device.
+  const int64_t L = effective_layers(c, m), Lg = global_layers(c, m);
+  const std::string layers = Lg == L ? std::to_string(L) + " layers" : std::to_string(Lg) + " global layers";
+  if (c.resident_layers >= Lg) return "all " + layers + " resident (no offload)";
+  return std::to_string(c.resident_layers) + " of " + layers + " resident (offload)";
 }
 
 std::string budget_text(const Config& c) {

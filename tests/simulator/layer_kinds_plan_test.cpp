@@ -199,3 +199,43 @@ TEST(LayerKinds, FastPathSumsPeriodicChunksExactly) {
 
 }  // namespace
 }  // namespace oomb::simulator
+
+namespace oomb::simulator {
+namespace {
+
+// The fast path's closed-form sums over chunks (the bisection, the one-kink ranges of mixed stacks,
+// the residue classes of chunked layers) equal pricing every chunk.
+TEST(FastPath, ClosedFormSumsEqualEveryChunk) {
+  struct Case {
+    const char* model;
+    int64_t context, chunk, resident;
+    step::Attention attention;
+  };
+  const Case cases[] = {
+      {"gemma-3-27b", 4 * M, 4 * K, 2, step::Attention::dense},   {"gemma-3-27b", M, 2 * K, 1, step::Attention::dense},
+      {"gemma-3-27b", M, 4 * K, 4, step::Attention::sparse},      {"gpt-oss-20b", 4 * M, 2 * K, 2, step::Attention::dense},
+      {"gpt-oss-120b", M, 8 * K, 3, step::Attention::dense},      {"llama-4-scout", 4 * M, 2 * K, 2, step::Attention::dense},
+      {"llama-4-scout", M, 3 * K, 2, step::Attention::sparse},    {"qwen3-30b-a3b", M, 4 * K, 2, step::Attention::sparse},
+      {"qwen2.5-7b", 4 * M, 4 * K, 2, step::Attention::dense},    {"qwen2.5-7b", M, 512, 1, step::Attention::sparse},
+      {"gpt-oss-20b", 4 * M, 512, 1, step::Attention::dense},     {"gemma-3-27b", 4 * M, 512, 2, step::Attention::dense},
+      {"gpt-oss-20b", 4 * M, K, 3, step::Attention::sparse},      {"llama-4-scout", 4 * M, 512, 4, step::Attention::dense},
+  };
+  for (const Case& k : cases) {
+    Scenario s = scenario(k.model, "h200", k.context);
+    s.config.chunk_tokens = k.chunk;
+    s.config.resident_layers = k.resident;
+    s.config.attention = k.attention;
+    if (k.attention == step::Attention::sparse) s.config.page_budget = 64;
+    const Summary fast = evaluate(s), all = detail::evaluate_every_chunk(s);
+    const std::string what = std::string(k.model) + " " + std::to_string(k.context) + " chunk " + std::to_string(k.chunk) +
+                             " resident " + std::to_string(k.resident) + " " + to_string(k.attention);
+    EXPECT_NEAR(fast.step_s / all.step_s, 1.0, 1e-9) << what;
+    EXPECT_NEAR(fast.compute_s / all.compute_s, 1.0, 1e-9) << what;
+    EXPECT_NEAR(fast.flops / all.flops, 1.0, 1e-9) << what;
+    EXPECT_NEAR(static_cast<double>(fast.h2d_bytes), static_cast<double>(all.h2d_bytes), 2.0 + 1e-9 * static_cast<double>(all.h2d_bytes)) << what;
+    EXPECT_NEAR(static_cast<double>(fast.d2h_bytes), static_cast<double>(all.d2h_bytes), 2.0 + 1e-9 * static_cast<double>(all.d2h_bytes)) << what;
+  }
+}
+
+}  // namespace
+}  // namespace oomb::simulator
