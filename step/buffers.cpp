@@ -350,7 +350,9 @@ void add_rows(const models::ModelSpec& m, const Config& c, const Target& target,
     add(row::kExpertWeights, Category::weights, Tier::device, OOMB_SHAPE({experts}), dtype, bytes, all,
         packed  ? "MoE layers x experts x expert params per rank, MXFP4 as stored (17 bytes per 32 weights; frozen)"
         : g.lora ? "MoE layers x experts x expert params per rank x param dtype (frozen)"
-                 : "MoE layers x experts x expert params per rank x param dtype (trained: MXFP4 checkpoints dequantized)",
+        : m.moe.expert_weights == models::WeightFormat::mxfp4
+            ? "MoE layers x experts x expert params per rank x param dtype (trained: the MXFP4 checkpoint dequantized)"
+            : "MoE layers x experts x expert params per rank x param dtype (trained)",
         OOMB_TENSORS({"experts", packed ? bytes : experts, dtype}));
   }
   // What the step trains: every parameter, or under LoRA the adapters (fp32, as PEFT creates them
