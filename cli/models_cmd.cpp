@@ -86,8 +86,9 @@ int run_models(const std::string& show, bool json) {
                 runs ? "" : "  *");
   }
   std::printf("  active: the parameters one token uses (the routed experts it is not sent to left out). KV B/token: K and V\n"
-              "  of one token in bf16 over the global layers, what grows with the context; a sliding (window) or chunked\n"
-              "  (block) layer keeps at most its window's tokens.\n");
+              "  of one token in bf16 over the global layers. A sliding (window) or chunked (block) layer attends at most its\n"
+              "  window's tokens; over a chunk-recurrent step it keeps the window before each chunk boundary (a plan's\n"
+              "  local_kv_pool, docs/model.md \"Layer kinds and experts\").\n");
   if (any_unrun)
     std::printf("  * planned and simulated, not yet run: oomb run refuses it by name (the executor computes the dense\n"
                 "    families with global attention).\n");

@@ -128,8 +128,9 @@ struct ModelSpec {
   int64_t routed_expert_params() const;
   // K and V of one token over all layers: 2 * layers * kv_heads * head_dim * dtype_bytes.
   int64_t kv_bytes_per_token(int64_t dtype_bytes) const;
-  // The same over the global layers only: the KV that grows with the context. Sliding and chunked
-  // layers hold at most window_tokens() tokens each (bounded_kv_bytes).
+  // The same over the global layers only: the KV that grows with the context in every layer's
+  // pool. Sliding and chunked layers attend at most window_tokens() tokens each (bounded_kv_bytes);
+  // a chunk-recurrent step keeps their window before each chunk boundary (step::local_reach).
   int64_t growing_kv_bytes_per_token(int64_t dtype_bytes) const;
   // Tokens a layer of kind `a` attends at most: sliding_window, attention_chunk, 0 for global (all).
   int64_t window_tokens(LayerAttention a) const;
