@@ -368,8 +368,9 @@ void class_passes(const Scenario& s, const step::Geometry& g, int64_t c, Terms t
   }
 }
 
-// A mixed stack's layer passes: each class's, weighted by its share of the layers (the fast path and
-// the timeline price every layer at this mean: docs/model.md "Layer kinds and experts").
+// The stack's layer passes: its one class's (the dense families), or each class's weighted by its
+// share of the layers (the fast path and the timeline price every layer of a mixed stack at this
+// mean: docs/model.md "Layer kinds and experts").
 template <class Passes>
 void mean_passes(const step::Geometry& g, ChunkCosts& cc, Passes&& passes) {
   if (g.class_count == 1) return passes(g.classes[0], cc);
@@ -389,8 +390,7 @@ void mean_passes(const step::Geometry& g, ChunkCosts& cc, Passes&& passes) {
 ChunkCosts chunk_costs(const Scenario& s, const step::Geometry& g, int64_t c, Terms terms) {
   ChunkCosts cc;
   const int64_t tokens = chunk_tokens_of(g, c);
-  if (s.model.uniform_layers()) class_passes(s, g, c, terms, LayerClass{}, cc);
-  else mean_passes(g, cc, [&](const LayerClass& k, ChunkCosts& out) { class_passes(s, g, c, terms, k, out); });
+  mean_passes(g, cc, [&](const LayerClass& k, ChunkCosts& out) { class_passes(s, g, c, terms, k, out); });
   cc.head = head_cost(s, g, tokens, terms);
   LayerWork emb;
   emb.mb_bytes = static_cast<double>(tokens) * g.h * g.act_b * 2.0;
@@ -425,8 +425,7 @@ ChunkCosts standard_costs(const Scenario& s, const step::Geometry& g, Terms term
     out.fill.flops = w.gemm_flops + w.attn_flops;
     backward_costs(s, w, s.config.checkpointing, terms, out);
   };
-  if (s.model.uniform_layers()) passes(LayerClass{}, cc);
-  else mean_passes(g, cc, passes);
+  mean_passes(g, cc, passes);
   cc.head = head_cost(s, g, g.N, terms);
   return cc;
 }
@@ -791,6 +790,14 @@ class RangeSum {
     return {ceil_div(std::max<int64_t>(a - offset_, 0), stride_), b < offset_ ? -1 : (b - offset_) / stride_};
   }
 
+  void add(const ChunkTotals& t, double k) {
+    total.step += k * t.step;
+    total.compute += k * t.compute;
+    total.flops += k * t.flops;
+    total.h2d += k * t.h2d;
+    total.d2h += k * t.d2h;
+    total.scale = std::max(total.scale, t.scale);
+  }
   void add_range(int64_t a, int64_t b) {
     if (a > b) return;
     ChunkTotals fa = eval(a);
@@ -883,14 +890,6 @@ class RangeSum {
     for (const auto& [i, t] : seen) total.scale = std::max(total.scale, t.scale);
   }
 
-  void add(const ChunkTotals& t, double k) {
-    total.step += k * t.step;
-    total.compute += k * t.compute;
-    total.flops += k * t.flops;
-    total.h2d += k * t.h2d;
-    total.d2h += k * t.d2h;
-    total.scale = std::max(total.scale, t.scale);
-  }
   const Scenario& s_;
   const step::Geometry& g_;
   int64_t stride_ = 1, offset_ = 0;
@@ -899,10 +898,11 @@ class RangeSum {
 
 // The period in chunks of a stack's per-chunk totals beyond the ramps (1: affine between the cuts):
 // a chunked layer whose block is not a multiple of the chunk repeats every lcm(block, C) / C chunks.
-int64_t chunk_period(const Scenario& s, const step::Geometry& g) {
+int64_t chunk_period(const step::Geometry& g) {
   int64_t period = 1;
-  if (g.Ll > 0 && s.model.layers_of(models::LayerAttention::chunked) > 0 && g.C % s.model.attention_chunk != 0)
-    period = std::lcm(s.model.attention_chunk, g.C) / g.C;
+  for (int i = 0; i < g.class_count; ++i)
+    if (g.classes[i].attention == models::LayerAttention::chunked && g.C % g.classes[i].window != 0)
+      period = std::lcm(period, std::lcm(g.classes[i].window, g.C) / g.C);
   return period;
 }
 
@@ -930,8 +930,9 @@ Summary evaluate_impl(const Scenario& s, bool every_chunk) {
     const int64_t last_full = g.n - 2;  // the last chunk (maybe ragged) is added on its own
     std::vector<int64_t> cuts = {0};
     // A sliding layer's work grows until its window lies wholly in the prefix, then is constant.
-    if (g.Ll > 0 && s.model.layers_of(models::LayerAttention::sliding) > 0)
-      cuts.push_back(std::min(ceil_div(s.model.sliding_window, g.C), last_full + 1));
+    for (int i = 0; i < g.class_count; ++i)
+      if (g.classes[i].attention == models::LayerAttention::sliding)
+        cuts.push_back(std::min(ceil_div(g.classes[i].window, g.C), last_full + 1));
     if (g.sparse) {
       cuts.push_back(g.B / g.q + 1);  // first c with prefix pages > B
       for (int64_t c = cuts.back(); c <= last_full; ++c) {
@@ -953,12 +954,10 @@ Summary evaluate_impl(const Scenario& s, bool every_chunk) {
     }
     cuts.push_back(last_full + 1);
     std::sort(cuts.begin(), cuts.end());
-    ChunkTotals tot;
-    const int64_t period = chunk_period(s, g);
+    const int64_t period = chunk_period(g);
     if (period == 1) {
       for (size_t i = 0; i + 1 < cuts.size(); ++i)
         sum.add_range(std::max(cuts[i], i ? cuts[i] : 0), std::min(cuts[i + 1] - 1, last_full));
-      tot = sum.total;
     } else {
       // One progression per residue class (chunked layers' blocks), each affine between the cuts.
       for (int64_t r = 0; r < period; ++r) {
@@ -967,15 +966,11 @@ Summary evaluate_impl(const Scenario& s, bool every_chunk) {
           const auto [a, b] = part.indices(cuts[i], std::min(cuts[i + 1] - 1, last_full));
           part.add_range(a, b);
         }
-        tot.step += part.total.step;
-        tot.compute += part.total.compute;
-        tot.flops += part.total.flops;
-        tot.h2d += part.total.h2d;
-        tot.d2h += part.total.d2h;
-        tot.scale = std::max(tot.scale, part.total.scale);
+        sum.add(part.total, 1.0);
         if (part.first_in) sum.first_in = part.first_in;
       }
     }
+    const ChunkTotals& tot = sum.total;
     ChunkTotals last = sum.eval(g.n - 1);
     step = tot.step + last.step;
     compute = tot.compute + last.compute;

@@ -1,6 +1,7 @@
 #include "step/geometry.h"
 
 #include <numeric>
+#include <span>
 
 #include "core/error.h"
 
@@ -82,27 +83,7 @@ Geometry geometry(const models::ModelSpec& m, const Config& c) {
   g.n = ceil_div(g.N, g.C);
   g.P = ceil_div(g.N, g.p);
   g.q = g.C / g.p;
-  // Layer kinds: the global layers hold the pools (and offload), the local ones their reach.
-  g.Lg = global_layers(c, m);
-  g.Ll = g.L - g.Lg;
-  if (g.oomb && g.Ll > 0) {
-    LocalReach kinds[2];  // sliding, chunked: one reach per kind (every layer of a kind alike)
-    bool seen[2] = {};
-    int64_t persistent = 0, widest = 0;
-    for (int64_t l = 0; l < g.L; ++l) {
-      const models::LayerAttention a = m.attention_of(l);
-      if (a == models::LayerAttention::global) continue;
-      const int k = a == models::LayerAttention::sliding ? 0 : 1;
-      if (!seen[k]) kinds[k] = local_reach(a, m.window_tokens(a), g.C, c.page_tokens, g.n), seen[k] = true;
-      g.local_kv_pages = checked_add(g.local_kv_pages, kinds[k].union_pages, "local pages");
-      persistent = checked_add(persistent, kinds[k].max_pages, "local pages");
-      widest = std::max(widest, kinds[k].max_pages);
-    }
-    g.local_kv_pages = checked_add(g.local_kv_pages, g.q, "local pages");
-    g.local_grad_pages = checked_add(persistent, g.q + widest, "local pages");
-  }
-  g.R = std::min(c.resident_layers, g.Lg);
-  g.offload = g.oomb && c.resident_layers < g.Lg;
+  // The stack's layer classes (attention kind x MLP kind), counted once; what follows reads them.
   for (int64_t l = 0; l < g.L; ++l) {
     const models::LayerAttention a = m.attention_of(l);
     const bool moe = m.moe_layer(l);
@@ -111,8 +92,25 @@ Geometry geometry(const models::ModelSpec& m, const Config& c) {
     if (i == g.class_count) g.classes[g.class_count++] = {a, m.window_tokens(a), moe, 0};
     ++g.classes[i].layers;
   }
+  // Layer kinds: the global layers hold the pools (and offload), the local ones their reach.
+  g.Lg = global_layers(c, m);
+  g.Ll = g.L - g.Lg;
+  if (g.oomb && g.Ll > 0) {
+    int64_t persistent = 0, widest = 0;
+    for (const Geometry::LayerClass& k : std::span(g.classes.data(), static_cast<size_t>(g.class_count))) {
+      if (k.attention == models::LayerAttention::global) continue;
+      const LocalReach r = local_reach(k.attention, k.window, g.C, c.page_tokens, g.n);
+      g.local_kv_pages = checked_add(g.local_kv_pages, checked_mul(k.layers, r.union_pages, "local pages"), "local pages");
+      persistent = checked_add(persistent, checked_mul(k.layers, r.max_pages, "local pages"), "local pages");
+      widest = std::max(widest, r.max_pages);
+    }
+    g.local_kv_pages = checked_add(g.local_kv_pages, g.q, "local pages");
+    g.local_grad_pages = checked_add(persistent, g.q + widest, "local pages");
+  }
+  g.R = std::min(c.resident_layers, g.Lg);
+  g.offload = g.oomb && c.resident_layers < g.Lg;
   if (m.moe.present()) {
-    for (int64_t l = 0; l < g.L; ++l) g.Lmoe += m.moe_layer(l);
+    for (int i = 0; i < g.class_count; ++i) g.Lmoe += g.classes[i].moe ? g.classes[i].layers : 0;
     g.experts = m.moe.experts;
     g.top_k = m.moe.experts_per_token;
     g.fe = m.moe.expert_ffn_hidden / g.G;
