@@ -304,9 +304,10 @@ class Searcher {
     // A setting the user fixed is kept even when the executor does not run it (it is labelled).
     only_executable_ = r.executable_only && executable(s_.model, base_);
     layers_ = step::effective_layers(base_, s_.model);
+    global_layers_ = step::global_layers(base_, s_.model);
     // Sliding and chunked layers keep pages at every chunk boundary: a smaller chunk holds less of
     // the layer's activations but more of those pages, so device memory is not monotone in it.
-    chunk_monotone_ = step::global_layers(base_, s_.model) == layers_;
+    chunk_monotone_ = global_layers_ == layers_;
   }
 
   // One pass over the groups of the given attention modes. Returns true when first_fit found one.
@@ -395,7 +396,7 @@ class Searcher {
     const int64_t lg = sp_.logits.front();
     bool any_fit = false, host_dead = false;
     for (int64_t resident : sp_.residents) {
-      const bool offload = !sp_.standard && resident < layers_;
+      const bool offload = !sp_.standard && resident < global_layers_;  // step::offloads
       if (offload && host_dead) continue;
       // Without monotonicity in the chunk (local layers), no chunk's failure rules out another, and
       // the resident layers are dead only when every chunk failed.
@@ -651,7 +652,7 @@ class Searcher {
   Objective objective_;
   simulator::Scenario s_;  // s_.config is the configuration being evaluated
   step::Config base_;            // the request's configuration at this context
-  int64_t layers_ = 0;
+  int64_t layers_ = 0, global_layers_ = 0;
   bool chunk_monotone_ = true;
   bool track_closest_ = true;
   bool only_executable_ = false;

@@ -659,5 +659,20 @@ TEST(Search, AlternativesDifferAndFit) {
     }
 }
 
+// Offload concerns the global layers: with a host too small for any offloaded page, a model with
+// sliding layers still plans with its 12 global layers all resident (no offload), which an early
+// host failure of an offloading setting must not rule out.
+TEST(Search, NoOffloadOfAStackWithLocalLayersSurvivesAHostThatFitsNoOffload) {
+  Request r = request("gpt-oss-20b", "h200", "", {"lora_rank", "lora_targets"});
+  r.scenario.config.lora_rank = 16;
+  r.scenario.config.lora_targets = {"q_proj", "v_proj"};
+  r.scenario.host.pinnable_bytes = int64_t{64} << 20;
+  r.scenario.host.ram_bytes = int64_t{4} << 30;
+  const SearchResult res = search(r, 64 * 1024);
+  ASSERT_TRUE(res.best.has_value());
+  EXPECT_FALSE(step::offloads(res.best->config, r.scenario.model));
+  EXPECT_GE(res.best->config.resident_layers, 12);
+}
+
 }  // namespace
 }  // namespace oomb::planner
