@@ -91,7 +91,8 @@ int run_models(const std::string& show, bool json) {
               "  local_kv_pool, docs/model.md \"Layer kinds and experts\").\n");
   if (any_unrun)
     std::printf("  * planned and simulated, not yet run: oomb run refuses it by name (the executor computes the dense\n"
-                "    families with global attention).\n");
+                "    families with global attention, and routed experts with softmax routing).\n");
+  std::printf("  A mixture of experts runs on either backend in one process (no tensor or data parallelism yet).\n");
   std::printf("\nGPUs (--gpu)\n  %-16s %12s %12s %16s %12s %12s  %s\n", "id", "memory", "HBM", "bf16 dense", "h2d", "d2h",
               "default host");
   for (const auto& id : gpu_ids()) {

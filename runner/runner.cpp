@@ -47,7 +47,11 @@ void detail::say(const RunRequest& r, const std::string& line) {
 using detail::say;
 
 PlannedRun plan_run(const planner::Plan& plan, const std::string& plan_path, const PlanOverrides& o) {
-  if (std::string why; !planner::executable(plan.model, plan.config, &why)) throw Error("--plan", plan_path, "is not executable", why);
+  // A plan is made for a GPU; one the CUDA backend does not run may still run on the CPU backend (a
+  // mixture of experts): the run's own backend is checked with the rest of the request (check_run).
+  if (std::string why; !planner::executable(plan.model, plan.config, &why) &&
+                       !step::capability(plan.model, plan.config, step::Target{}).executable())
+    throw Error("--plan", plan_path, "is not executable", why);
   PlannedRun r;
   simulator::Scenario& s = r.scenario;
   s = plan.scenario();
@@ -317,6 +321,8 @@ RunTable check_run(const RunRequest& r) {
   // too, after they do).
   if (const step::Capability cap = step::model_capability(r.scenario.model); !cap.executable())
     throw step::model_capability_error(cap, r.scenario.model);
+  if (const step::Capability cap = step::moe_capability(r.scenario.model, c, target_of(r)); !cap.executable())
+    refuse(r, c, cap);
   if (const step::Capability cap = step::capability(c, target_of(r)); !cap.executable()) refuse(r, c, cap);
   if (c.gpus > 1 && r.compare_dense)
     throw Error("--compare-dense", "", "runs one process's dense step beside the sparse one; not with --gpus > 1",

@@ -44,7 +44,15 @@ Capability model_capability(const models::ModelSpec& m) {
   // embeddings, (1 + w) norms, its query scale and local RoPE base; Llama 4: weightless L2 q/k norms,
   // attention temperature on the NoPE layers).
   if (m.family == "gemma3" || m.family == "llama4") return no("the " + m.family + " family's arithmetic");
-  if (m.moe.present()) return no("a mixture of experts");
+  if (m.moe.present()) {
+    // The CPU backend runs routed experts (packed dispatch, softmax routing); moe_capability adds
+    // what of the configuration and target they run with.
+    if (m.moe.routing == models::Routing::sigmoid_topk) return no("sigmoid top-k routing");
+    if (m.moe.shared_experts > 0) return no("a mixture of experts with shared experts");
+    if (m.moe.router_bias || m.moe.expert_bias) return no("a mixture of experts with router or expert biases");
+    if (m.moe.expert_weights != models::WeightFormat::native)
+      return no(std::string("experts stored as ") + to_string(m.moe.expert_weights));
+  }
   if (m.layers_of(models::LayerAttention::global) != m.layers) return no("attention of kinds " + m.layer_kinds_text());
   if (!m.nope_layers.empty()) return no("layers without RoPE");
   if (m.attention_sinks) return no("attention with sinks");
@@ -57,11 +65,24 @@ Capability model_capability(const models::ModelSpec& m) {
 }
 
 Error model_capability_error(const Capability& cap, const models::ModelSpec& m) {
-  return Error("--model", m.id, cap.reason, "the executor runs the dense Qwen2, Qwen3, Llama and Mistral models");
+  return Error("--model", m.id, cap.reason, "the executor runs the dense Qwen2, Qwen3, Llama and Mistral models and, on the CPU backend, "
+               "mixtures of routed experts with softmax routing (Qwen3-MoE, Mixtral)");
+}
+
+Capability moe_capability(const models::ModelSpec& m, const Config& c, const Target&) {
+  if (!m.moe.present()) return {};
+  auto no = [](const char* key, std::string reason) { return Capability{key, std::move(reason)}; };
+  if (c.gpus > 1) return no("gpus", "a mixture of experts under tensor parallelism is planned on paper: the executor runs it on one GPU");
+  if (c.data_parallel > 1)
+    return no("data_parallel", "a mixture of experts under data parallelism is planned on paper: the executor runs it in one process");
+  if (c.optimizer == Optimizer::host)
+    return no("optimizer", "a mixture of experts' AdamW state on the host is planned on paper: the executor keeps it on the device");
+  return {};
 }
 
 Capability capability(const models::ModelSpec& m, const Config& c, const Target& target) {
   if (Capability cap = model_capability(m); !cap.executable()) return cap;
+  if (Capability cap = moe_capability(m, c, target); !cap.executable()) return cap;
   return capability(c, target);
 }
 

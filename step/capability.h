@@ -24,13 +24,18 @@ Capability capability(const Config& c, const Target& target);
 // value of it.
 Error capability_error(const Capability& cap, const Config& c);
 
-// Whether the executor runs a model (both backends): the dense families' arithmetic (SwiGLU, global
-// attention, plain or llama3 RoPE, Qwen2's q/k/v biases, Qwen3's q/k norms). When not, key "model"
+// Whether the executor runs a model: the dense families' arithmetic (SwiGLU, global attention,
+// plain or llama3 RoPE, Qwen2's q/k/v biases, Qwen3's q/k norms) and routed experts with softmax
+// routing, without shared experts or biases, stored natively (moe_capability: on what). When not, key "model"
 // and what of the model it does not run. A plan of such a model is on paper.
 Capability model_capability(const models::ModelSpec& m);
 // The refusal as an Error naming --model and the model's id.
 Error model_capability_error(const Capability& cap, const models::ModelSpec& m);
-// Both checks: the model's first, then the configuration's.
+// What a mixture-of-experts model (one model_capability accepts) runs with, on either backend: one
+// process and GPU, the AdamW state on the device; key: the configuration's key.
+// Executable for a dense model.
+Capability moe_capability(const models::ModelSpec& m, const Config& c, const Target& target);
+// All three checks: the model's first, then its experts', then the configuration's.
 Capability capability(const models::ModelSpec& m, const Config& c, const Target& target);
 
 }  // namespace oomb::step

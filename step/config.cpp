@@ -361,7 +361,8 @@ constexpr std::pair<const char*, const char*> kFlagKeys[] = {
     {"--lora-targets", "lora_targets"},
     {"--layers", "layers_override"},     {"--kept-layers", "kept_layers"},
     {"--attention", "attention"},        {"--schedule", "schedule"},
-    {"--preset", "implementation"},      {"--lora-train-embeddings", "lora_train_embeddings"}};
+    {"--preset", "implementation"},      {"--lora-train-embeddings", "lora_train_embeddings"},
+    {"--optimizer", "optimizer"}};
 }  // namespace
 
 void validate_document(const Config& c, const models::ModelSpec& m, const std::string& where) {

@@ -188,10 +188,22 @@ std::vector<LinearCall> step_linear_calls(const models::ModelSpec& m, const Conf
     fwd("q projection", T, H, qd, a16, bias, false);
     fwd("k/v projection", T, H, kvd, a16, bias, false);
     fwd("o projection", T, qd, H, a16, false, false);
-    fwd("gate/up projection", T, H, F, a16, false, false);
-    fwd("down projection", T, F, H, a16, false, false);
-    bwd("down projection backward", T, F, H, a16, false, layer_dw, false, false);
-    bwd("gate/up projection backward", T, H, F, a16, true, layer_dw, false, false);
+    if (g.Lmoe < g.L) {  // a dense MLP
+      fwd("gate/up projection", T, H, F, a16, false, false);
+      fwd("down projection", T, F, H, a16, false, false);
+      bwd("down projection backward", T, F, H, a16, false, layer_dw, false, false);
+      bwd("gate/up projection backward", T, H, F, a16, true, layer_dw, false, false);
+    }
+    if (g.Lmoe > 0) {
+      // A MoE layer (Engine::moe_forward / moe_backward): the router (fp32 logits) and each expert's
+      // projections over its packed rows, at most the chunk's tokens (a token picks an expert once).
+      fwd("router", T, H, g.experts, false, false, false);
+      fwd("expert gate/up projection", T, H, g.fe, a16, false, false);
+      fwd("expert down projection", T, g.fe, H, a16, false, false);
+      bwd("expert down projection backward", T, g.fe, H, a16, false, layer_dw, false, false);
+      bwd("expert gate/up projection backward", T, H, g.fe, a16, true, layer_dw, false, false);
+      bwd("router backward", T, H, g.experts, false, true, layer_dw, false, false);
+    }
     bwd("o projection backward", T, qd, H, a16, false, layer_dw, false, false);
     bwd("q projection backward", T, H, qd, a16, true, layer_dw, layer_db, false);
     bwd("k/v projection backward", T, H, kvd, a16, true, layer_dw, layer_db, false);

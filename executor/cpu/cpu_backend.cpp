@@ -13,6 +13,7 @@
 #include <sys/mman.h>
 
 #include "core/error.h"
+#include "executor/cpu/moe.h"
 #include "executor/cpu/ops.h"
 #include "executor/cpu/parallel.h"
 #include "executor/cpu/threads.h"
@@ -518,6 +519,42 @@ void CpuBackend::swiglu_bwd(ConstTensor g, ConstTensor u, ConstTensor d, int64_t
   In gi(g, n), ui(u, n), di(d, n);
   Out dgo(dg, n, false), duo(du, n, false);
   cpu::swiglu_bwd(gi, ui, di, n, dgo, duo);
+}
+void CpuBackend::moe_route(ConstTensor logits, int64_t rows, int64_t experts, int64_t k, bool renormalize,
+                           int32_t* route_experts, float* route_weights, int32_t* route_rows, int32_t* offsets) {
+  cpu::moe_route(extents::fp32_operand("moe_route", logits, rows * experts), rows, experts, k, renormalize,
+                 route_experts, route_weights, route_rows, offsets);
+}
+void CpuBackend::moe_route_bwd(ConstTensor logits, int64_t rows, int64_t experts, int64_t k, bool renormalize,
+                               const int32_t* route_experts, const float* route_weights, const float* d_weights,
+                               Tensor d_logits) {
+  cpu::moe_route_bwd(extents::fp32_operand("moe_route_bwd", logits, rows * experts), rows, experts, k, renormalize,
+                     route_experts, route_weights, d_weights,
+                     extents::fp32_operand("moe_route_bwd", d_logits, rows * experts));
+}
+void CpuBackend::moe_gather(ConstTensor x, int64_t rows, int64_t dim, int64_t k, const int32_t* route_rows,
+                            Tensor packed) {
+  extents::elementwise("moe_gather", rows * dim, {x});
+  extents::elementwise("moe_gather", rows * k * dim, {packed});
+  In xi(x, rows * dim);
+  Out po(packed, rows * k * dim, false);
+  cpu::moe_gather(xi, rows, dim, k, route_rows, po);
+}
+void CpuBackend::moe_combine(ConstTensor packed, int64_t rows, int64_t dim, int64_t k, const int32_t* route_rows,
+                             const float* weights, Tensor y, bool accumulate) {
+  extents::elementwise("moe_combine", rows * k * dim, {packed});
+  extents::elementwise("moe_combine", rows * dim, {y});
+  In pi(packed, rows * k * dim);
+  Out yo(y, rows * dim, accumulate);
+  cpu::moe_combine(pi, rows, dim, k, route_rows, weights, yo, accumulate);
+}
+void CpuBackend::moe_combine_bwd(ConstTensor dy, ConstTensor packed, int64_t rows, int64_t dim, int64_t k,
+                                 const int32_t* route_rows, const float* weights, Tensor d_packed, float* d_weights) {
+  extents::elementwise("moe_combine_bwd", rows * dim, {dy});
+  extents::elementwise("moe_combine_bwd", rows * k * dim, {packed, d_packed});
+  In gi(dy, rows * dim), pi(packed, rows * k * dim);
+  Out dpo(d_packed, rows * k * dim, false);
+  cpu::moe_combine_bwd(gi, pi, rows, dim, k, route_rows, weights, dpo, d_weights);
 }
 void CpuBackend::add(Tensor y, ConstTensor x, int64_t n) {
   extents::elementwise("add", n, {y, x});

@@ -1,6 +1,7 @@
 #include "executor/cpu/reference.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include <Eigen/Core>
 
@@ -16,7 +17,104 @@ struct LayerActs {
   Vec x, h1, rstd1, q, k, v, o, x2, h2, rstd2, g, u, m;
   Vec q_pre, k_pre, rstd_q, rstd_k;  // q/k RMSNorm (Qwen3): the projections before it, per-head rstd
   std::vector<float> probs;
+  // A MoE layer, token by token (no packing): the router's logits [n, E], each token's k experts
+  // and weights [n, k], and per (token, j) the expert's gate, up, product [fe] and output [H].
+  Vec logits, weights, eg, eu, em, eo;
+  std::vector<int32_t> experts;
 };
+
+// A MoE layer's MLP, one token at a time (independent of the executor's packed dispatch): the k
+// largest logits (descending, equal ones by ascending expert), weighted by the softmax of the k
+// selected (renormalize) or of every expert; y [n, H] = the weighted sum of the experts' outputs.
+void moe_reference_fwd(const models::ModelSpec& m, const ParamLayout& L, const LayerOffsets& o, const float* P,
+                       int64_t n, const std::vector<int32_t>* routes, LayerActs& A, float* y) {
+  const int64_t H = m.hidden, E = m.moe.experts, K = m.moe.experts_per_token, Fe = m.moe.expert_ffn_hidden;
+  const int64_t S = L.expert_stride();
+  A.logits = zeros(n * E), A.weights = zeros(n * K), A.experts.assign(static_cast<size_t>(n * K), 0);
+  A.eg = zeros(n * K * Fe), A.eu = zeros(n * K * Fe), A.em = zeros(n * K * Fe), A.eo = zeros(n * K * H);
+  linear_fwd(A.h2.data(), n, H, P + o.router, nullptr, E, A.logits.data());
+  std::fill_n(y, n * H, 0.0f);
+  for (int64_t t = 0; t < n; ++t) {
+    const float* l = A.logits.data() + t * E;
+    std::vector<bool> taken(static_cast<size_t>(E), false);
+    for (int64_t j = 0; j < K; ++j) {
+      int64_t best = -1;
+      if (routes) {
+        best = (*routes)[static_cast<size_t>(t * K + j)];
+        OOMB_ASSERT(best >= 0 && best < E && !taken[static_cast<size_t>(best)], "a route names no new expert");
+      } else {
+        for (int64_t e = 0; e < E; ++e)
+          if (!taken[static_cast<size_t>(e)] && (best < 0 || l[e] > l[best])) best = e;
+      }
+      taken[static_cast<size_t>(best)] = true;
+      A.experts[static_cast<size_t>(t * K + j)] = static_cast<int32_t>(best);
+    }
+    double denom = 0;
+    for (int64_t e = 0; e < E; ++e)
+      if (m.moe.routing != models::Routing::softmax_topk || taken[static_cast<size_t>(e)])
+        denom += std::exp(static_cast<double>(l[e]));
+    for (int64_t j = 0; j < K; ++j) {
+      const int64_t e = A.experts[static_cast<size_t>(t * K + j)], r = t * K + j;
+      A.weights[static_cast<size_t>(r)] = static_cast<float>(std::exp(static_cast<double>(l[e])) / denom);
+      const float* W = P + o.experts + e * S;
+      linear_fwd(A.h2.data() + t * H, 1, H, W, nullptr, Fe, A.eg.data() + r * Fe);
+      linear_fwd(A.h2.data() + t * H, 1, H, W + Fe * H, nullptr, Fe, A.eu.data() + r * Fe);
+      swiglu_fwd(A.eg.data() + r * Fe, A.eu.data() + r * Fe, Fe, A.em.data() + r * Fe);
+      linear_fwd(A.em.data() + r * Fe, 1, Fe, W + 2 * Fe * H, nullptr, H, A.eo.data() + r * H);
+      for (int64_t i = 0; i < H; ++i)
+        y[t * H + i] += A.weights[static_cast<size_t>(r)] * A.eo[static_cast<size_t>(r * H + i)];
+    }
+  }
+}
+
+// Its backward from dy [n, H] into dh2 [n, H] (overwritten) and the router's and experts' gradients.
+void moe_reference_bwd(const models::ModelSpec& m, const ParamLayout& L, const LayerOffsets& o, const float* P, float* G,
+                       int64_t n, const LayerActs& A, const float* dy, float* dh2) {
+  const int64_t H = m.hidden, E = m.moe.experts, K = m.moe.experts_per_token, Fe = m.moe.expert_ffn_hidden;
+  const int64_t S = L.expert_stride();
+  std::fill_n(dh2, n * H, 0.0f);
+  Vec dlogits = zeros(n * E), deo = zeros(H), dem = zeros(Fe), deg = zeros(Fe), deu = zeros(Fe);
+  for (int64_t t = 0; t < n; ++t) {
+    std::vector<double> dw(static_cast<size_t>(K));
+    for (int64_t j = 0; j < K; ++j) {
+      const int64_t e = A.experts[static_cast<size_t>(t * K + j)], r = t * K + j;
+      const float w = A.weights[static_cast<size_t>(r)];
+      double dot = 0;
+      for (int64_t i = 0; i < H; ++i) {
+        deo[static_cast<size_t>(i)] = w * dy[t * H + i];
+        dot += static_cast<double>(dy[t * H + i]) * A.eo[static_cast<size_t>(r * H + i)];
+      }
+      dw[static_cast<size_t>(j)] = dot;
+      const float* W = P + o.experts + e * S;
+      float* GW = G + o.experts + e * S;
+      linear_bwd(A.em.data() + r * Fe, 1, Fe, W + 2 * Fe * H, H, deo.data(), dem.data(), false, GW + 2 * Fe * H,
+                 nullptr);
+      swiglu_bwd(A.eg.data() + r * Fe, A.eu.data() + r * Fe, dem.data(), Fe, deg.data(), deu.data());
+      linear_bwd(A.h2.data() + t * H, 1, H, W, Fe, deg.data(), dh2 + t * H, true, GW, nullptr);
+      linear_bwd(A.h2.data() + t * H, 1, H, W + Fe * H, Fe, deu.data(), dh2 + t * H, true, GW + Fe * H, nullptr);
+    }
+    // The weights' Jacobian written out: w_j = exp(l_{e_j}) / Z, Z over the selected or every expert.
+    const float* l = A.logits.data() + t * E;
+    double Z = 0;
+    std::vector<bool> taken(static_cast<size_t>(E), false);
+    for (int64_t j = 0; j < K; ++j) taken[static_cast<size_t>(A.experts[static_cast<size_t>(t * K + j)])] = true;
+    for (int64_t e = 0; e < E; ++e)
+      if (m.moe.routing != models::Routing::softmax_topk || taken[static_cast<size_t>(e)])
+        Z += std::exp(static_cast<double>(l[e]));
+    for (int64_t e = 0; e < E; ++e) {
+      if (m.moe.routing == models::Routing::softmax_topk && !taken[static_cast<size_t>(e)]) continue;
+      const double pe = std::exp(static_cast<double>(l[e])) / Z;
+      double d = 0;
+      for (int64_t j = 0; j < K; ++j) {
+        const int64_t ej = A.experts[static_cast<size_t>(t * K + j)];
+        const double wj = A.weights[static_cast<size_t>(t * K + j)];
+        d += dw[static_cast<size_t>(j)] * wj * ((ej == e ? 1.0 : 0.0) - pe);
+      }
+      dlogits[static_cast<size_t>(t * E + e)] = static_cast<float>(d);
+    }
+  }
+  linear_bwd(A.h2.data(), n, H, P + o.router, E, dlogits.data(), dh2, true, G + o.router, nullptr);
+}
 }  // namespace
 
 MaskedAttention causal_mask(const models::ModelSpec& m, int64_t n) {
@@ -55,8 +153,8 @@ MaskedAttention selection_mask(const models::ModelSpec& m, int64_t n, int64_t ch
 }
 
 ReferenceResult full_sequence_reference(const models::ModelSpec& m, const Weights& w,
-                                        const std::vector<int32_t>& tokens,
-                                        const std::vector<MaskedAttention>* masks) {
+                                        const std::vector<int32_t>& tokens, const std::vector<MaskedAttention>* masks,
+                                        const std::vector<std::vector<int32_t>>* routes) {
   const auto n = static_cast<int64_t>(tokens.size());
   OOMB_ASSERT(n >= 2 && w.layout.layers() == m.layers);
   const int64_t H = m.hidden, qd = m.q_dim(), kvd = m.kv_dim(), F = m.ffn_hidden, V = m.vocab;
@@ -96,6 +194,15 @@ ReferenceResult full_sequence_reference(const models::ModelSpec& m, const Weight
     linear_fwd(A.o.data(), n, qd, P + o.o, nullptr, H, a.data());
     for (int64_t i = 0; i < n * H; ++i) A.x2[static_cast<size_t>(i)] = A.x[static_cast<size_t>(i)] + a[static_cast<size_t>(i)];
     rmsnorm_fwd(A.x2.data(), P + o.post_norm, n, H, eps, A.h2.data(), A.rstd2.data());
+    if (o.router >= 0) {
+      Vec d = zeros(n * H);
+      const std::vector<int32_t>* r = routes ? &(*routes)[static_cast<size_t>(l)] : nullptr;
+      OOMB_ASSERT(!r || static_cast<int64_t>(r->size()) == n * m.moe.experts_per_token, "routes of another sequence");
+      moe_reference_fwd(m, L, o, P, n, r, A, d.data());
+      for (int64_t i = 0; i < n * H; ++i)
+        x[static_cast<size_t>(i)] = A.x2[static_cast<size_t>(i)] + d[static_cast<size_t>(i)];
+      continue;
+    }
     linear_fwd(A.h2.data(), n, H, P + o.gate, nullptr, F, A.g.data());
     linear_fwd(A.h2.data(), n, H, P + o.up, nullptr, F, A.u.data());
     swiglu_fwd(A.g.data(), A.u.data(), n * F, A.m.data());
@@ -121,10 +228,14 @@ ReferenceResult full_sequence_reference(const models::ModelSpec& m, const Weight
     const MaskedAttention& mask = masks ? (*masks)[static_cast<size_t>(l)] : causal;
     // dx holds d(layer output); it is also d(x2) through the residual.
     Vec dx2 = dx, dm = zeros(n * F), dg = zeros(n * F), du = zeros(n * F), dh2 = zeros(n * H);
-    linear_bwd(A.m.data(), n, F, P + o.down, H, dx.data(), dm.data(), false, G + o.down, nullptr);
-    swiglu_bwd(A.g.data(), A.u.data(), dm.data(), n * F, dg.data(), du.data());
-    linear_bwd(A.h2.data(), n, H, P + o.gate, F, dg.data(), dh2.data(), false, G + o.gate, nullptr);
-    linear_bwd(A.h2.data(), n, H, P + o.up, F, du.data(), dh2.data(), true, G + o.up, nullptr);
+    if (o.router >= 0) {
+      moe_reference_bwd(m, L, o, P, G, n, A, dx.data(), dh2.data());
+    } else {
+      linear_bwd(A.m.data(), n, F, P + o.down, H, dx.data(), dm.data(), false, G + o.down, nullptr);
+      swiglu_bwd(A.g.data(), A.u.data(), dm.data(), n * F, dg.data(), du.data());
+      linear_bwd(A.h2.data(), n, H, P + o.gate, F, dg.data(), dh2.data(), false, G + o.gate, nullptr);
+      linear_bwd(A.h2.data(), n, H, P + o.up, F, du.data(), dh2.data(), true, G + o.up, nullptr);
+    }
     rmsnorm_bwd(A.x2.data(), P + o.post_norm, A.rstd2.data(), dh2.data(), n, H, dx2.data(), G + o.post_norm);
     Vec dout = zeros(n * qd), dq = zeros(n * qd), dk = zeros(n * kvd), dv = zeros(n * kvd), dh1 = zeros(n * H);
     linear_bwd(A.o.data(), n, qd, P + o.o, H, dx2.data(), dout.data(), false, G + o.o, nullptr);

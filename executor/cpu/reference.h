@@ -19,9 +19,13 @@ struct ReferenceResult {
 };
 
 // m.layers must equal the weights' layer count. masks: one per layer, or null for dense causal.
+// routes (a mixture of experts): per layer the N x k experts each token is sent to (a run's
+// Engine::routes()), held as a sparse run's selection is: the weights are still this reference's
+// softmax of its own logits at those experts. Null: each token's top k of its own logits.
 ReferenceResult full_sequence_reference(const models::ModelSpec& m, const Weights& w,
                                         const std::vector<int32_t>& tokens,
-                                        const std::vector<MaskedAttention>* masks = nullptr);
+                                        const std::vector<MaskedAttention>* masks = nullptr,
+                                        const std::vector<std::vector<int32_t>>* routes = nullptr);
 
 // LoRA (Hugging Face PEFT): the reference of a step that trains `adapters` (ParamLayout::lora) on a
 // frozen base. The forward runs on the merged weights W + scale B A of every adapted projection (the

@@ -32,6 +32,7 @@
 #include "executor/cuda/gemm.h"
 #include "executor/cuda/gemm_plan.h"
 #include "executor/cuda/kv_pages.cuh"
+#include "executor/cuda/moe.cuh"
 #include "executor/cuda/rmsnorm.cuh"
 #include "executor/cuda/rope.cuh"
 #include "executor/cuda/selection.cuh"
@@ -788,6 +789,37 @@ void CudaBackend::swiglu_bwd(ConstTensor gate, ConstTensor up_, ConstTensor dout
                              Tensor dup) {
   extents::elementwise("swiglu_bwd", n, {gate, up_, dout, dgate, dup});
   launch_swiglu_bwd(gate, up_, dout, n, dgate, dup, impl_->compute);
+}
+
+void CudaBackend::moe_route(ConstTensor logits, int64_t rows, int64_t experts, int64_t k, bool renormalize,
+                            int32_t* route_experts, float* route_weights, int32_t* route_rows, int32_t* offsets) {
+  launch_moe_route(extents::fp32_operand("moe_route", logits, rows * experts), rows, experts, k, renormalize,
+                   route_experts, route_weights, route_rows, offsets, impl_->compute);
+}
+void CudaBackend::moe_route_bwd(ConstTensor logits, int64_t rows, int64_t experts, int64_t k, bool renormalize,
+                                const int32_t* route_experts, const float* route_weights, const float* d_weights,
+                                Tensor d_logits) {
+  launch_moe_route_bwd(extents::fp32_operand("moe_route_bwd", logits, rows * experts), rows, experts, k, renormalize,
+                       route_experts, route_weights, d_weights,
+                       extents::fp32_operand("moe_route_bwd", d_logits, rows * experts), impl_->compute);
+}
+void CudaBackend::moe_gather(ConstTensor x, int64_t rows, int64_t dim, int64_t k, const int32_t* route_rows,
+                             Tensor packed) {
+  extents::elementwise("moe_gather", rows * dim, {x});
+  extents::elementwise("moe_gather", rows * k * dim, {packed});
+  launch_moe_gather(x, rows, dim, k, route_rows, packed, impl_->compute);
+}
+void CudaBackend::moe_combine(ConstTensor packed, int64_t rows, int64_t dim, int64_t k, const int32_t* route_rows,
+                              const float* weights, Tensor y, bool accumulate) {
+  extents::elementwise("moe_combine", rows * k * dim, {packed});
+  extents::elementwise("moe_combine", rows * dim, {y});
+  launch_moe_combine(packed, rows, dim, k, route_rows, weights, y, accumulate, impl_->compute);
+}
+void CudaBackend::moe_combine_bwd(ConstTensor dy, ConstTensor packed, int64_t rows, int64_t dim, int64_t k,
+                                  const int32_t* route_rows, const float* weights, Tensor d_packed, float* d_weights) {
+  extents::elementwise("moe_combine_bwd", rows * dim, {dy});
+  extents::elementwise("moe_combine_bwd", rows * k * dim, {packed, d_packed});
+  launch_moe_combine_bwd(dy, packed, rows, dim, k, route_rows, weights, d_packed, d_weights, impl_->compute);
 }
 
 void CudaBackend::add(Tensor y, ConstTensor x, int64_t n) {

@@ -158,6 +158,16 @@ class CudaBackend final : public Backend {
   void rope_fwd(Tensor x, int64_t rows, int64_t heads, int64_t head_dim, int64_t pos0, const models::Rope& rope) override;
   void rope_bwd(Tensor dx, int64_t rows, int64_t heads, int64_t head_dim, int64_t pos0, const models::Rope& rope) override;
   void swiglu_fwd(ConstTensor gate, ConstTensor up, int64_t n, Tensor out) override;
+  void moe_route(ConstTensor logits, int64_t rows, int64_t experts, int64_t k, bool renormalize, int32_t* route_experts,
+                 float* route_weights, int32_t* route_rows, int32_t* offsets) override;
+  void moe_route_bwd(ConstTensor logits, int64_t rows, int64_t experts, int64_t k, bool renormalize,
+                     const int32_t* route_experts, const float* route_weights, const float* d_weights,
+                     Tensor d_logits) override;
+  void moe_gather(ConstTensor x, int64_t rows, int64_t dim, int64_t k, const int32_t* route_rows, Tensor packed) override;
+  void moe_combine(ConstTensor packed, int64_t rows, int64_t dim, int64_t k, const int32_t* route_rows,
+                   const float* weights, Tensor y, bool accumulate) override;
+  void moe_combine_bwd(ConstTensor dy, ConstTensor packed, int64_t rows, int64_t dim, int64_t k,
+                       const int32_t* route_rows, const float* weights, Tensor d_packed, float* d_weights) override;
   void swiglu_bwd(ConstTensor gate, ConstTensor up, ConstTensor dout, int64_t n, Tensor dgate, Tensor dup) override;
   void add(Tensor y, ConstTensor x, int64_t n) override;
   void copy(Tensor dst, ConstTensor src, int64_t n) override;

@@ -78,6 +78,15 @@ void elementwise(const char* op, int64_t n, std::initializer_list<ConstTensor> v
   for (const ConstTensor& v : views) check_extent(op, "an operand", v, n);
 }
 
+const float* fp32_operand(const char* op, ConstTensor t, int64_t n) {
+  OOMB_ASSERT(t.dtype == DType::f32, std::string(op) + ": fp32 operands only");
+  check_extent(op, "an operand", t, n);
+  return static_cast<const float*>(t.data);
+}
+float* fp32_operand(const char* op, Tensor t, int64_t n) {
+  return const_cast<float*>(fp32_operand(op, ConstTensor(t), n));
+}
+
 void attention(const char* op, const PagedAttention& a, std::initializer_list<ConstTensor> q_rows,
                std::initializer_list<ConstTensor> kv_rows) {
   for (const ConstTensor& v : q_rows) check_extent(op, "a query-row operand", v, a.rows * a.q_heads * a.head_dim);
@@ -325,6 +334,30 @@ void MemoryAccount::reset_peaks() {
   }
   phase_high_.clear();
   if (in_phase_) phase_high_[phase_] = used_[0];
+}
+
+namespace {
+[[noreturn]] void no_experts(const Backend& b, const char* op) {
+  throw Error("--backend", b.name(), std::string("has no ") + op + " (mixtures of experts run on the CPU backend)",
+              "--backend cpu");
+}
+}  // namespace
+void Backend::moe_route(ConstTensor, int64_t, int64_t, int64_t, bool, int32_t*, float*, int32_t*, int32_t*) {
+  no_experts(*this, "moe_route");
+}
+void Backend::moe_route_bwd(ConstTensor, int64_t, int64_t, int64_t, bool, const int32_t*, const float*, const float*,
+                            Tensor) {
+  no_experts(*this, "moe_route_bwd");
+}
+void Backend::moe_gather(ConstTensor, int64_t, int64_t, int64_t, const int32_t*, Tensor) {
+  no_experts(*this, "moe_gather");
+}
+void Backend::moe_combine(ConstTensor, int64_t, int64_t, int64_t, const int32_t*, const float*, Tensor, bool) {
+  no_experts(*this, "moe_combine");
+}
+void Backend::moe_combine_bwd(ConstTensor, ConstTensor, int64_t, int64_t, int64_t, const int32_t*, const float*, Tensor,
+                              float*) {
+  no_experts(*this, "moe_combine_bwd");
 }
 
 }  // namespace oomb::executor

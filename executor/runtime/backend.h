@@ -261,6 +261,32 @@ class Backend {
   virtual void swiglu_bwd(ConstTensor gate, ConstTensor up, ConstTensor dout, int64_t n, Tensor dgate,
                           Tensor dup) = 0;
   virtual void add(Tensor y, ConstTensor x, int64_t n) = 0;  // y += x
+  // Mixture of experts, packed dispatch (docs/model.md "Layer kinds and experts"): the rows x k
+  // (token, expert) pairs sorted by expert, then by token, so each expert's rows are one block.
+  // moe_route: from the router's logits [rows, experts] (fp32), each token's k largest (descending;
+  // equal logits by ascending expert) in route_experts [rows, k], their weights in route_weights
+  // [rows, k] (renormalize: the softmax of the k selected logits, as Mixtral, gpt-oss and Qwen3-MoE
+  // with norm_topk_prob; else the softmax over every expert read at the selected), each pair's
+  // packed row in route_rows [rows, k] and each expert's first row in offsets [experts + 1] (int32).
+  // The router's logits, weights and their gradients are fp32; the hidden-wide rows (gather, combine)
+  // fp32 or bf16 (fp32 arithmetic, rounded once). The base class refuses the five ops: a backend
+  // that runs experts overrides them.
+  virtual void moe_route(ConstTensor logits, int64_t rows, int64_t experts, int64_t k, bool renormalize,
+                         int32_t* route_experts, float* route_weights, int32_t* route_rows, int32_t* offsets);
+  // d_logits [rows, experts] (overwritten) from the weights' gradients, the selection held.
+  virtual void moe_route_bwd(ConstTensor logits, int64_t rows, int64_t experts, int64_t k, bool renormalize,
+                             const int32_t* route_experts, const float* route_weights, const float* d_weights,
+                             Tensor d_logits);
+  // packed[route_rows[t k + j]] = x[t] (rows x k rows of dim).
+  virtual void moe_gather(ConstTensor x, int64_t rows, int64_t dim, int64_t k, const int32_t* route_rows, Tensor packed);
+  // y[t] (+)= sum_j w[t k + j] packed[route_rows[t k + j]], in j order (weights null: 1, the
+  // gather's backward).
+  virtual void moe_combine(ConstTensor packed, int64_t rows, int64_t dim, int64_t k, const int32_t* route_rows,
+                           const float* weights, Tensor y, bool accumulate);
+  // The combine's backward: d_packed[route_rows[t k + j]] = w[t k + j] dy[t] (overwritten) and
+  // d_weights[t k + j] = dy[t] . packed[route_rows[t k + j]].
+  virtual void moe_combine_bwd(ConstTensor dy, ConstTensor packed, int64_t rows, int64_t dim, int64_t k,
+                               const int32_t* route_rows, const float* weights, Tensor d_packed, float* d_weights);
   // dst = src, converting between storage dtypes when they differ (the loss's fp32 upcast).
   virtual void copy(Tensor dst, ConstTensor src, int64_t n) = 0;
   // Causal paged attention: o [T, q_heads * head_dim], lse [T, q_heads] (log-sum-exp of scaled scores).
@@ -343,6 +369,10 @@ void linear_bwd(ConstTensor x, int64_t rows, int64_t in, ConstTensor w, int64_t 
 void lora(const char* op, ConstTensor x, int64_t rows, int64_t in, ConstTensor a, ConstTensor b, int64_t rank,
           int64_t out, ConstTensor u, ConstTensor y);
 void elementwise(const char* op, int64_t n, std::initializer_list<ConstTensor> views);
+// An fp32-only op's operand (the MoE routing's logits): its data, after the extent check of n
+// elements; a bf16 view is refused naming the op.
+const float* fp32_operand(const char* op, ConstTensor t, int64_t n);
+float* fp32_operand(const char* op, Tensor t, int64_t n);
 void attention(const char* op, const PagedAttention& a, std::initializer_list<ConstTensor> q_rows,
                std::initializer_list<ConstTensor> kv_rows);
 void cross_entropy(ConstTensor logits, int64_t rows, int64_t vocab, ConstTensor grad);

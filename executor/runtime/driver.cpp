@@ -40,6 +40,11 @@ struct Engine::LayerSet {
   Buffer rstd_q, rstd_k;                        // and its per-head rstd: fp32 [Cm, heads]
   // LoRA: per targeted projection, u = scale * x A^T [Cm, r] (act; the row's rank-r share)
   std::array<Buffer, kLoraTargets> lora_u;
+  // A MoE layer (packed dispatch): the router's logits fp32 [Cm, E]; routes int32 / fp32 / int32
+  // [Cm, k]; each expert's first packed row int32 [E + 1]; per packed row (Cm x k) the gathered
+  // input [H], the expert's gate, up and product [fe] and its output [H] (act).
+  Buffer router_logits, route_experts, route_weights, route_rows, expert_offsets;
+  Buffer expert_in, expert_gate, expert_up, expert_act, expert_out;
 };
 
 struct Engine::Work {
@@ -57,6 +62,9 @@ struct Engine::Work {
   Buffer dx2, dh2, dh1, dout, dq, dk, dv, dm, dg, du;  // layer_backward_temporaries (act)
   Buffer dq_pre, dk_pre;                               // + with q/k norm: gradients before it
   std::array<Buffer, kLoraTargets> lora_du;  // LoRA: du [Cm, r] per target, layer_backward_temporaries
+  // A MoE layer's backward (layer_backward_temporaries): the logits' and the weights' gradients
+  // (fp32) and those of the packed rows' tensors (act).
+  Buffer d_router_logits, d_route_weights, d_expert_in, d_expert_gate, d_expert_up, d_expert_act, d_expert_out;
   // loss
   Buffer hf, dhf;                 // final_norm: [Cm, H] act
   Buffer rstdf;                   // final_norm_rstd: fp32 [Cm]
@@ -109,7 +117,12 @@ Buffer& Engine::work_slot(const std::string& row, const std::string& tensor) {
         {"k", &LayerSet::k},         {"v", &LayerSet::v},          {"gate", &LayerSet::g},
         {"up", &LayerSet::u},        {"swiglu", &LayerSet::m},     {"rstd1", &LayerSet::rstd1},
         {"rstd2", &LayerSet::rstd2}, {"lse", &LayerSet::lse},      {"q_pre", &LayerSet::q_pre},
-        {"k_pre", &LayerSet::k_pre}, {"rstd_q", &LayerSet::rstd_q}, {"rstd_k", &LayerSet::rstd_k}};
+        {"k_pre", &LayerSet::k_pre}, {"rstd_q", &LayerSet::rstd_q}, {"rstd_k", &LayerSet::rstd_k},
+        {"router_logits", &LayerSet::router_logits}, {"route_experts", &LayerSet::route_experts},
+        {"route_weights", &LayerSet::route_weights}, {"route_rows", &LayerSet::route_rows},
+        {"expert_offsets", &LayerSet::expert_offsets}, {"expert_in", &LayerSet::expert_in},
+        {"expert_gate", &LayerSet::expert_gate}, {"expert_up", &LayerSet::expert_up},
+        {"expert_act", &LayerSet::expert_act}, {"expert_out", &LayerSet::expert_out}};
     for (const auto& [n, f] : fields)
       if (name == n) slot = &(set.*f);
     if (name.rfind("lora_u.", 0) == 0) slot = &set.lora_u[lora_index(name.substr(7))];
@@ -121,7 +134,11 @@ Buffer& Engine::work_slot(const std::string& row, const std::string& tensor) {
     static const std::pair<const char*, Buffer Work::*> fields[] = {
         {"dx2", &Work::dx2},   {"dh2", &Work::dh2},       {"dh1", &Work::dh1},     {"dout", &Work::dout},
         {"dq", &Work::dq},     {"dk", &Work::dk},         {"dv", &Work::dv},       {"dswiglu", &Work::dm},
-        {"dgate", &Work::dg},  {"dup", &Work::du},        {"dq_pre", &Work::dq_pre}, {"dk_pre", &Work::dk_pre}};
+        {"dgate", &Work::dg},  {"dup", &Work::du},        {"dq_pre", &Work::dq_pre}, {"dk_pre", &Work::dk_pre},
+        {"d_router_logits", &Work::d_router_logits}, {"d_route_weights", &Work::d_route_weights},
+        {"d_expert_in", &Work::d_expert_in}, {"d_expert_gate", &Work::d_expert_gate},
+        {"d_expert_up", &Work::d_expert_up}, {"d_expert_act", &Work::d_expert_act},
+        {"d_expert_out", &Work::d_expert_out}};
     for (const auto& [n, f] : fields)
       if (tensor == n) slot = &(w.*f);
     if (tensor.rfind("lora_du.", 0) == 0) slot = &w.lora_du[lora_index(tensor.substr(8))];
@@ -143,6 +160,10 @@ Buffer& Engine::work_slot(const std::string& row, const std::string& tensor) {
 struct Engine::LayerPtrs {
   ConstTensor ln1, wq, bq, wk, bk, wv, bv, wo, ln2, wg, wu, wd, qn, kn;
   Tensor d_ln1, d_wq, d_bq, d_wk, d_bk, d_wv, d_bv, d_wo, d_ln2, d_wg, d_wu, d_wd, d_qn, d_kn;
+  // A MoE layer: the router [E, H], expert 0's gate (expert e's at e x ParamLayout::expert_stride(),
+  // its up and down after it) and their gradients.
+  ConstTensor router, experts;
+  Tensor d_router, d_experts;
   // LoRA: per target, A and B and their gradients (null where the projection has no adapter)
   std::array<ConstTensor, kLoraTargets> la{}, lb{};
   std::array<Tensor, kLoraTargets> d_la{}, d_lb{};
@@ -153,13 +174,17 @@ Engine::LayerPtrs Engine::layer_ptrs(int64_t l) const {
   const LayerOffsets& o = layout_.layer(l);
   const ConstTensor P = params_.ct();
   const Tensor G = grads_.t();
-  auto p = [&](int64_t off) -> ConstTensor { return off >= 0 ? P.at(off) : ConstTensor{}; };
+  const int64_t eb = layout_.experts_begin();
+  auto p = [&](int64_t off) -> ConstTensor {
+    return off < 0 ? ConstTensor{} : off < eb ? P.at(off) : experts_.ct().at(off - eb);
+  };
   // Under LoRA the base is frozen: no parameter of it has a gradient.
   auto d = [&](int64_t off) -> Tensor { return off >= 0 && !lora_ ? G.at(off) : Tensor{}; };
   LayerPtrs r{p(o.input_norm), p(o.q), p(o.q_bias), p(o.k), p(o.k_bias), p(o.v), p(o.v_bias), p(o.o), p(o.post_norm),
               p(o.gate), p(o.up), p(o.down), p(o.q_norm), p(o.k_norm),
               d(o.input_norm), d(o.q), d(o.q_bias), d(o.k), d(o.k_bias), d(o.v), d(o.v_bias), d(o.o), d(o.post_norm),
-              d(o.gate), d(o.up), d(o.down), d(o.q_norm), d(o.k_norm)};
+              d(o.gate), d(o.up), d(o.down), d(o.q_norm), d(o.k_norm),
+              p(o.router), p(o.experts), d(o.router), d(o.experts)};
   if (lora_) {
     const ConstTensor A = adapters_.ct();
     for (int k = 0; k < kLoraTargets; ++k) {
@@ -264,7 +289,9 @@ std::vector<Engine::GradientRange> gradient_ranges(const ParamLayout& layout, in
       out.back().count += p.numel;
       continue;
     }
-    for (const auto& r : out) OOMB_ASSERT(r.final_at != final_at, "a gradient bucket is not contiguous: " + p.name);
+    // One range per bucket, but a MoE layer's experts (after every other tensor of the layout).
+    if (p.offset < layout.experts_begin())
+      for (const auto& r : out) OOMB_ASSERT(r.final_at != final_at, "a gradient bucket is not contiguous: " + p.name);
     out.push_back({p.offset, p.numel, final_at});
   }
   std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.final_at < b.final_at; });
@@ -319,6 +346,8 @@ void Engine::check_config(const models::ModelSpec& model, const step::Config& co
   step::validate(config, model);
   if (const step::Capability cap = step::model_capability(model); !cap.executable())
     throw step::model_capability_error(cap, model);
+  if (const step::Capability cap = step::moe_capability(model, config, backend_.target()); !cap.executable())
+    throw step::capability_error(cap, config);
   if (const step::Capability cap = step::capability(config, backend_.target()); !cap.executable())
     throw step::capability_error(cap, config);
   if (config.context_tokens < 2)
@@ -435,6 +464,7 @@ void Engine::allocate_parameters(const Weights& weights, const models::ModelSpec
                             dp_comm_->size() == static_cast<int>(config.data_parallel)),
               "a sharded optimizer is full fine-tuning over the data-parallel replicas");
   params_ = row_tensor(step::row::kWeights, Tier::device, "weights");
+  if (layout_.experts_begin() < n_params) experts_ = row_tensor(step::row::kExpertWeights, Tier::device, "experts");
   grads_ = row_tensor(step::row::kParameterGradients, Tier::device, lora_ ? "adapter_gradients" : "gradients");
   buckets_ = gradient_ranges(lora_ ? lora_layout_ : layout_, g_.L);
   upload_weights(w0.data);
@@ -541,6 +571,7 @@ void Engine::allocate_step_state(const step::Config& config) {
   }
 
   dense_prefix_.resize(static_cast<size_t>(g_.n));
+  if (options_.record_routes) routes_.resize(static_cast<size_t>(g_.L));
   for (int64_t c = 0; c < g_.n; ++c) dense_prefix_[static_cast<size_t>(c)] = dense_selection(c, 0, g_.prefix_pages(c)).union_pages;
 
   // What runs, in the run's record (the trace's metadata.extra): the model as run (this rank's
@@ -550,7 +581,9 @@ void Engine::allocate_step_state(const step::Config& config) {
   measured_.config = config_;
 
   // Relative work per chunk for progress: tokens x (dense per-token cost in key units + keys seen).
-  const double a = 2.0 * static_cast<double>(model_.params_per_layer()) / (4.0 * static_cast<double>(model_.q_dim()));
+  double layer_params = 0;  // the mean over the layers (a MoE model's differ)
+  for (int64_t l = 0; l < model_.layers; ++l) layer_params += static_cast<double>(model_.layer_params(l));
+  const double a = 2.0 * layer_params / static_cast<double>(model_.layers) / (4.0 * static_cast<double>(model_.q_dim()));
   for (int64_t c = 0; c < g_.n; ++c) {
     const double T = static_cast<double>(g_.chunk_len(c));
     const double prefix_keys = static_cast<double>(g_.union_bound(c) * g_.p);
@@ -594,13 +627,20 @@ void Engine::upload_weights(const std::vector<float>& w) {
   // The working weights in their storage dtype (bf16: each fp32 value rounded once); a sharded
   // optimizer's padding beyond them stays zero.
   const int64_t n = static_cast<int64_t>(w.size());
-  if (param_dtype_ == DType::f32) {
-    backend_.upload(params_.data(), w.data(), n * 4);
-    return;
-  }
-  std::vector<uint16_t> b(w.size());
-  f32_to_bf16(w.data(), b.data(), n);
-  backend_.upload(params_.data(), b.data(), n * 2);
+  // A mixture of experts: the routed experts (the layout's last tensors) in their own row.
+  OOMB_ASSERT(!experts_.data() || !sharded_, "a mixture of experts' weights are unsharded");
+  const int64_t eb = experts_.data() ? layout_.experts_begin() : n;
+  auto put = [&](void* dst, const float* src, int64_t count) {
+    if (param_dtype_ == DType::f32) {
+      backend_.upload(dst, src, count * 4);
+      return;
+    }
+    std::vector<uint16_t> b(static_cast<size_t>(count));
+    f32_to_bf16(src, b.data(), count);
+    backend_.upload(dst, b.data(), count * 2);
+  };
+  put(params_.data(), w.data(), eb);
+  if (eb < n) put(experts_.data(), w.data() + eb, n - eb);
 }
 
 Engine::~Engine() = default;
@@ -960,6 +1000,10 @@ void Engine::layer_forward(const Pass& pass, int64_t pass_index, PassPages& page
     backend_.add(w.x2.t(), w.tmp.t(), T * H);
   });
   timed("mlp_norm", pass, 0, [&] { backend_.rmsnorm_fwd(w.x2.t(), P.ln2, T, H, eps, w.h2.t(), w.rstd2.f32()); });
+  if (P.router) {
+    moe_forward(pass, P, w, out);
+    return;
+  }
   timed("mlp_fwd", pass, 2 * Td * H * F * (out ? 3 : 2) + adapter_flops(l, {LT::gate, LT::up, LT::down}, T, 2), [&] {
     backend_.linear_fwd(w.h2.t(), T, H, P.wg, nullptr, F, w.g.t());
     backend_.linear_fwd(w.h2.t(), T, H, P.wu, nullptr, F, w.u.t());
@@ -980,6 +1024,93 @@ void Engine::layer_forward(const Pass& pass, int64_t pass_index, PassPages& page
   });
 }
 
+std::vector<int32_t> Engine::host_expert_offsets(const LayerSet& w) const {
+  std::vector<int32_t> off(static_cast<size_t>(model_.moe.experts + 1));
+  backend_.download(off.data(), w.expert_offsets.data(), static_cast<int64_t>(off.size()) * 4);
+  return off;
+}
+
+// Packed dispatch (docs/model.md "Layer kinds and experts"): route, gather each token's hidden
+// state into its k experts' blocks, run each expert's SwiGLU MLP on its block, combine weighted.
+// The recompute (out null) runs the down projections too: the routing weights' gradients read them.
+void Engine::moe_forward(const Pass& pass, const LayerPtrs& P, LayerSet& w, Tensor out) {
+  const int64_t T = g_.chunk_len(pass.chunk), H = model_.hidden;
+  const int64_t E = model_.moe.experts, K = model_.moe.experts_per_token, Fe = model_.moe.expert_ffn_hidden;
+  const int64_t stride = layout_.expert_stride();
+  const bool renormalize = model_.moe.routing == models::Routing::softmax_topk;
+  const double Td = static_cast<double>(T);
+  timed("mlp_fwd", pass, 2 * Td * H * E + 2 * Td * static_cast<double>(K) * H * Fe * 3, [&] {
+    backend_.linear_fwd(w.h2.t(), T, H, P.router, nullptr, E, w.router_logits.t());
+    backend_.moe_route(w.router_logits.ct(), T, E, K, renormalize, w.route_experts.i32(), w.route_weights.f32(),
+                       w.route_rows.i32(), w.expert_offsets.i32());
+    backend_.moe_gather(w.h2.ct(), T, H, K, w.route_rows.i32(), w.expert_in.t());
+    if (options_.record_routes && pass.kind == PassKind::fill) {
+      auto& r = routes_.at(static_cast<size_t>(pass.layer));
+      r.resize(static_cast<size_t>(g_.N * K));
+      backend_.download(r.data() + g_.chunk_start(pass.chunk) * K, w.route_experts.data(), T * K * 4);
+    }
+    const std::vector<int32_t> off = host_expert_offsets(w);
+    for (int64_t e = 0; e < E; ++e) {
+      const int64_t r0 = off[static_cast<size_t>(e)], n = off[static_cast<size_t>(e + 1)] - r0;
+      if (n == 0) continue;
+      const ConstTensor x = w.expert_in.ct().at(r0 * H), ex = P.experts.at(e * stride);
+      backend_.linear_fwd(x, n, H, ex, nullptr, Fe, w.expert_gate.t().at(r0 * Fe));
+      backend_.linear_fwd(x, n, H, ex.at(Fe * H), nullptr, Fe, w.expert_up.t().at(r0 * Fe));
+    }
+    backend_.swiglu_fwd(w.expert_gate.ct(), w.expert_up.ct(), T * K * Fe, w.expert_act.t());
+    for (int64_t e = 0; e < E; ++e) {
+      const int64_t r0 = off[static_cast<size_t>(e)], n = off[static_cast<size_t>(e + 1)] - r0;
+      if (n > 0)
+        backend_.linear_fwd(w.expert_act.ct().at(r0 * Fe), n, Fe, P.experts.at(e * stride + 2 * Fe * H), nullptr, H,
+                            w.expert_out.t().at(r0 * H));
+    }
+    if (out) {
+      backend_.moe_combine(w.expert_out.ct(), T, H, K, w.route_rows.i32(), w.route_weights.f32(), w.tmp.t(), false);
+      backend_.copy(out, w.x2.t(), T * H);
+      backend_.add(out, w.tmp.t(), T * H);
+    }
+  });
+}
+
+void Engine::moe_backward(const Pass& pass, const LayerPtrs& P, LayerSet& a, ConstTensor dy) {
+  Work& w = *w_;
+  const int64_t T = g_.chunk_len(pass.chunk), H = model_.hidden;
+  const int64_t E = model_.moe.experts, K = model_.moe.experts_per_token, Fe = model_.moe.expert_ffn_hidden;
+  const int64_t stride = layout_.expert_stride();
+  const bool renormalize = model_.moe.routing == models::Routing::softmax_topk;
+  const double Td = static_cast<double>(T), bw = lora_ ? 2 : 4;
+  timed("mlp_bwd", pass, bw * Td * H * E + bw * Td * static_cast<double>(K) * H * Fe * 3, [&] {
+    // The combine: each routed row's output gradient and each route weight's.
+    backend_.moe_combine_bwd(dy, a.expert_out.ct(), T, H, K, a.route_rows.i32(), a.route_weights.f32(),
+                             w.d_expert_out.t(), w.d_route_weights.f32());
+    const std::vector<int32_t> off = host_expert_offsets(a);
+    for (int64_t e = 0; e < E; ++e) {
+      const int64_t r0 = off[static_cast<size_t>(e)], n = off[static_cast<size_t>(e + 1)] - r0;
+      if (n == 0) continue;
+      const Tensor d_ex = P.d_experts ? P.d_experts.at(e * stride) : Tensor{};
+      backend_.linear_bwd(a.expert_act.ct().at(r0 * Fe), n, Fe, P.experts.at(e * stride + 2 * Fe * H), H,
+                          w.d_expert_out.ct().at(r0 * H), w.d_expert_act.t().at(r0 * Fe), false,
+                          d_ex ? d_ex.at(2 * Fe * H) : Tensor{}, nullptr);
+    }
+    backend_.swiglu_bwd(a.expert_gate.ct(), a.expert_up.ct(), w.d_expert_act.ct(), T * K * Fe, w.d_expert_gate.t(),
+                        w.d_expert_up.t());
+    for (int64_t e = 0; e < E; ++e) {
+      const int64_t r0 = off[static_cast<size_t>(e)], n = off[static_cast<size_t>(e + 1)] - r0;
+      if (n == 0) continue;
+      const ConstTensor x = a.expert_in.ct().at(r0 * H), ex = P.experts.at(e * stride);
+      const Tensor d_ex = P.d_experts ? P.d_experts.at(e * stride) : Tensor{}, dx = w.d_expert_in.t().at(r0 * H);
+      backend_.linear_bwd(x, n, H, ex, Fe, w.d_expert_gate.ct().at(r0 * Fe), dx, false, d_ex, nullptr);
+      backend_.linear_bwd(x, n, H, ex.at(Fe * H), Fe, w.d_expert_up.ct().at(r0 * Fe), dx, true,
+                          d_ex ? d_ex.at(Fe * H) : Tensor{}, nullptr);
+    }
+    // The gather's backward (each token's k rows summed), then the router's.
+    backend_.moe_combine(w.d_expert_in.ct(), T, H, K, a.route_rows.i32(), nullptr, w.dh2.t(), false);
+    backend_.moe_route_bwd(a.router_logits.ct(), T, E, K, renormalize, a.route_experts.i32(), a.route_weights.f32(),
+                           w.d_route_weights.f32(), w.d_router_logits.t());
+    backend_.linear_bwd(a.h2.ct(), T, H, P.router, E, w.d_router_logits.ct(), w.dh2.t(), true, P.d_router, nullptr);
+  });
+}
+
 void Engine::layer_backward(const Pass& pass, PassPages& pages, ConstTensor in, ConstTensor dy, Tensor dx) {
   // Recompute from the checkpoint, unless the stage-2 forward kept this layer's activations.
   if (pass.layer < recomputed_) layer_forward(pass, -1, pages, in, Tensor{});
@@ -993,16 +1124,20 @@ void Engine::layer_backward(const Pass& pass, PassPages& pages, ConstTensor in, 
   const double bw = lora_ ? 2 : 4;
   const int64_t l = pass.layer;
   using LT = LoraTarget;
-  timed("mlp_bwd", pass, bw * Td * H * F * 3 + adapter_flops(l, {LT::gate, LT::up, LT::down}, T, 4), [&] {
-    backend_.linear_bwd(a_.m.t(), T, F, P.wd, H, dy, w.dm.t(), false, P.d_wd, nullptr);
-    adapter_bwd(P, a_, LT::down, a_.m.ct(), T, dy, w.dm.t());
-    backend_.swiglu_bwd(a_.g.t(), a_.u.t(), w.dm.t(), T * F, w.dg.t(), w.du.t());
-    backend_.linear_bwd(a_.h2.t(), T, H, P.wg, F, w.dg.t(), w.dh2.t(), false, P.d_wg, nullptr);
-    adapter_bwd(P, a_, LT::gate, a_.h2.ct(), T, w.dg.ct(), w.dh2.t());
-    backend_.linear_bwd(a_.h2.t(), T, H, P.wu, F, w.du.t(), w.dh2.t(), true, P.d_wu, nullptr);
-    adapter_bwd(P, a_, LT::up, a_.h2.ct(), T, w.du.ct(), w.dh2.t());
-    tp_all_reduce(w.dh2.t(), T * H);  // column-parallel: the input gradient summed over the ranks
-  });
+  if (P.router) {
+    moe_backward(pass, P, a_, dy);
+  } else {
+    timed("mlp_bwd", pass, bw * Td * H * F * 3 + adapter_flops(l, {LT::gate, LT::up, LT::down}, T, 4), [&] {
+      backend_.linear_bwd(a_.m.t(), T, F, P.wd, H, dy, w.dm.t(), false, P.d_wd, nullptr);
+      adapter_bwd(P, a_, LT::down, a_.m.ct(), T, dy, w.dm.t());
+      backend_.swiglu_bwd(a_.g.t(), a_.u.t(), w.dm.t(), T * F, w.dg.t(), w.du.t());
+      backend_.linear_bwd(a_.h2.t(), T, H, P.wg, F, w.dg.t(), w.dh2.t(), false, P.d_wg, nullptr);
+      adapter_bwd(P, a_, LT::gate, a_.h2.ct(), T, w.dg.ct(), w.dh2.t());
+      backend_.linear_bwd(a_.h2.t(), T, H, P.wu, F, w.du.t(), w.dh2.t(), true, P.d_wu, nullptr);
+      adapter_bwd(P, a_, LT::up, a_.h2.ct(), T, w.du.ct(), w.dh2.t());
+      tp_all_reduce(w.dh2.t(), T * H);  // column-parallel: the input gradient summed over the ranks
+    });
+  }
   timed("mlp_norm_bwd", pass, 0, [&] {
     backend_.copy(w.dx2.t(), dy, T * H);  // residual
     backend_.rmsnorm_bwd(a_.x2.t(), P.ln2, a_.rstd2.f32(), w.dh2.t(), T, H, w.dx2.t(), P.d_ln2);
@@ -1370,11 +1505,23 @@ void Engine::optimizer_step() {
   const Tensor grads = host ? host_grads_.t() : shard_grads;
   const Tensor weights = host ? host_weights_.t() : shard_weights;
   const int64_t contributions = accumulated_ * world;
-  timed("adamw", Op::optimizer_step, 2, -1, 12.0 * static_cast<double>(n), [&] {
+  const int64_t step_no = ++adam_steps_;
+  // Elements [from, from + count) of the update; the weights' view starts at `from`.
+  auto update = [&](Tensor w, int64_t from, int64_t count) {
     // The mean over the accumulated steps and the replicas, taken as the update reads the gradient.
-    backend_.adamw(weights, master_.f32(), grads, adam_m_.f32(), adam_v_.f32(),
-                   static_cast<const uint8_t*>(decay_mask_.data()), n, o.lr, o.beta1, o.beta2, o.eps, o.weight_decay,
-                   ++adam_steps_, 1.0f / static_cast<float>(std::max<int64_t>(1, contributions)));
+    backend_.adamw(w, master_.data() ? master_.f32() + from : nullptr, grads.at(from), adam_m_.f32() + from,
+                   adam_v_.f32() + from, static_cast<const uint8_t*>(decay_mask_.data()) + from, count, o.lr, o.beta1,
+                   o.beta2, o.eps, o.weight_decay, step_no,
+                   1.0f / static_cast<float>(std::max<int64_t>(1, contributions)));
+  };
+  timed("adamw", Op::optimizer_step, 2, -1, 12.0 * static_cast<double>(n), [&] {
+    if (experts_.data() && !lora_) {  // a mixture of experts trained: its two weight rows (on the device)
+      OOMB_ASSERT(!host && !sharded_, "a mixture of experts' AdamW state is on the device, unsharded");
+      update(params_.t(), 0, layout_.experts_begin());
+      update(experts_.t(), layout_.experts_begin(), n - layout_.experts_begin());
+    } else {
+      update(weights, 0, n);
+    }
   });
   if (host) copy(CopyDir::h2d, shard_weights.data, host_weights_.data(), n * wb);
   // ZeRO-1: every replica's updated shard to every replica.
@@ -1433,7 +1580,9 @@ Weights Engine::weights() const {
   } else if (master_.data()) {
     download_f32(master_.ct(), layout_.total(), w.data.data());
   } else {
-    download_f32(params_.ct(), layout_.total(), w.data.data());
+    download_f32(params_.ct(), layout_.experts_begin(), w.data.data());
+    if (experts_.data())
+      download_f32(experts_.ct(), layout_.total() - layout_.experts_begin(), w.data.data() + layout_.experts_begin());
   }
   return tp_ > 1 ? gather_shards(w) : w;
 }

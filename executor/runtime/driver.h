@@ -66,6 +66,9 @@ struct EngineOptions {
   // are the fp32 rows the pages are written from (before any bf16 page rounding), as the page
   // summaries the selection uses are.
   bool measure_recall = false;
+  // A mixture of experts: keeps each MoE layer's routes of stage 1 (every token's experts, in the
+  // routing's order) on the host, for routes() (one read-back of T x k ids per MoE layer pass).
+  bool record_routes = false;
   // Tags every op, page step and copy of a step with its (stage, chunk, layer, op) for a device
   // profiler (op_tagger.h; the CLI's CUPTI timing). Not owned; must outlive the Engine. Null: no
   // tagging (the driver only tests the pointer).
@@ -180,6 +183,10 @@ class Engine {
   // summary recomputed. Needs record_trace.
   traces::Trace device_timed_trace(traces::Trace device, const std::string& command = {}) const;
   const SelectionLog& selections() const { return log_; }  // of the last step
+  // With EngineOptions::record_routes: per layer (empty for a dense MLP) the last step's N x k
+  // experts (token-major), what cpu::full_sequence_reference routes by to give this step's exact
+  // gradient when a rounding (bf16 storage) moved a token to another expert.
+  const std::vector<std::vector<int32_t>>& routes() const { return routes_; }
   // The run's buffer table (every allocation it makes is under one of these rows, measured by the
   // memory account against their bytes).
   const std::vector<step::BufferRow>& buffers() const { return rows_; }
@@ -209,6 +216,12 @@ class Engine {
   void adapter_bwd(const LayerPtrs& P, LayerSet& w, LoraTarget t, ConstTensor x, int64_t rows, ConstTensor dy,
                    Tensor dx);
   double adapter_flops(int64_t layer, std::initializer_list<LoraTarget> targets, int64_t rows, double per_mac) const;
+  // A MoE layer's MLP on w.h2 (the routes, the experts' rows; out: x2 + the combine, or null in a
+  // recompute) and its backward from dy into the work set's dh2 (overwritten).
+  void moe_forward(const Pass& pass, const LayerPtrs& P, LayerSet& w, Tensor out);
+  void moe_backward(const Pass& pass, const LayerPtrs& P, LayerSet& a, ConstTensor dy);
+  // Each expert's first packed row (E + 1) of a layer set's routes, on the host.
+  std::vector<int32_t> host_expert_offsets(const LayerSet& w) const;
   void layer_forward(const Pass& pass, int64_t pass_index, PassPages& pages, ConstTensor in, Tensor out);
   void layer_backward(const Pass& pass, PassPages& pages, ConstTensor in, ConstTensor dy, Tensor dx);
   void head_forward_backward(int64_t c, ConstTensor x_last, Tensor dy);  // chunk c's loss: backend slot c
@@ -264,6 +277,10 @@ class Engine {
   int64_t recomputed_ = 0;  // layers 0 .. recomputed_-1 re-run their forward in the backward; the rest kept
   std::vector<std::string> notes_;
   Buffer params_, grads_, master_, adam_m_, adam_v_, decay_mask_;
+  // A mixture of experts: the routed experts (the layout's floats from experts_begin(), the
+  // expert_weights row); params_ holds the rest. Empty for a dense model.
+  Buffer experts_;
+  std::vector<std::vector<int32_t>> routes_;  // EngineOptions::record_routes
   Buffer host_grads_, host_weights_;  // optimizer on the host: its gradients and working weights
   step::OptimizerShard zero_;         // ZeRO-1's padded buffers and this replica's shard of them
   bool sharded_ = false;              // the AdamW state sharded over the replicas (ZeRO-1)

@@ -51,6 +51,12 @@ int64_t ParamLayout::add(std::string name, std::vector<int64_t> shape, bool deca
   return params_.back().offset;
 }
 
+namespace {
+// The module holding a MoE layer's router and experts: Mixtral's "block_sparse_moe", the Qwen MoE
+// families' "mlp" (model.layers.N.mlp.gate.weight, mlp.experts.E.gate_proj.weight).
+std::string moe_module(const models::ModelSpec& m) { return m.family == "mixtral" ? "block_sparse_moe" : "mlp"; }
+}  // namespace
+
 ParamLayout::ParamLayout(const models::ModelSpec& m) {
   const int64_t h = m.hidden, q = m.q_dim(), kv = m.kv_dim(), f = m.ffn_hidden;
   embed_ = add("model.embed_tokens.weight", {m.vocab, h}, true);
@@ -70,13 +76,33 @@ ParamLayout::ParamLayout(const models::ModelSpec& m) {
       o.k_norm = add(pre + "self_attn.k_norm.weight", {m.head_dim}, false);
     }
     o.post_norm = add(pre + "post_attention_layernorm.weight", {h}, false);
-    o.gate = add(pre + "mlp.gate_proj.weight", {f, h}, true);
-    o.up = add(pre + "mlp.up_proj.weight", {f, h}, true);
-    o.down = add(pre + "mlp.down_proj.weight", {h, f}, true);
+    if (m.moe_layer(l)) {
+      o.router = add(pre + moe_module(m) + ".gate.weight", {m.moe.experts, h}, true);
+    } else {
+      o.gate = add(pre + "mlp.gate_proj.weight", {f, h}, true);
+      o.up = add(pre + "mlp.up_proj.weight", {f, h}, true);
+      o.down = add(pre + "mlp.down_proj.weight", {h, f}, true);
+    }
     layers_.push_back(o);
   }
   final_norm_ = add("model.norm.weight", {h}, false);
   lm_head_ = m.tied_embeddings ? embed_ : add("lm_head.weight", {m.vocab, h}, true);
+  // The routed experts, layer by layer, after everything else (their own row of the buffer table).
+  experts_begin_ = total_;
+  const int64_t fe = m.moe.expert_ffn_hidden;
+  expert_stride_ = m.moe.present() ? 3 * fe * h : 0;
+  const bool mixtral = m.family == "mixtral";  // w1 = gate, w3 = up, w2 = down
+  for (int64_t l = 0; l < m.layers; ++l) {
+    if (!m.moe_layer(l)) continue;
+    const std::string pre = "model.layers." + std::to_string(l) + "." + moe_module(m) + ".experts.";
+    for (int64_t e = 0; e < m.moe.experts; ++e) {
+      const std::string x = pre + std::to_string(e) + ".";
+      const int64_t gate = add(x + (mixtral ? "w1.weight" : "gate_proj.weight"), {fe, h}, true);
+      add(x + (mixtral ? "w3.weight" : "up_proj.weight"), {fe, h}, true);
+      add(x + (mixtral ? "w2.weight" : "down_proj.weight"), {h, fe}, true);
+      if (e == 0) layers_[static_cast<size_t>(l)].experts = gate;
+    }
+  }
 }
 
 ParamLayout ParamLayout::lora(const models::ModelSpec& m, int64_t rank, const std::vector<std::string>& targets) {
@@ -109,6 +135,7 @@ ParamLayout ParamLayout::lora(const models::ModelSpec& m, int64_t rank, const st
       sl.b = t.add(pre + "lora_B.weight", {sl.out, rank}, true);
     }
   }
+  t.experts_begin_ = t.total_;
   return t;
 }
 

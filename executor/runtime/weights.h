@@ -25,7 +25,12 @@ struct ParamInfo {
 struct LayerOffsets {
   int64_t input_norm = -1, q = -1, q_bias = -1, k = -1, k_bias = -1, v = -1, v_bias = -1, o = -1;
   int64_t q_norm = -1, k_norm = -1;  // Qwen3 (ModelSpec::qk_norm): RMSNorm weight [head_dim] per q / k head
-  int64_t post_norm = -1, gate = -1, up = -1, down = -1;
+  int64_t post_norm = -1, gate = -1, up = -1, down = -1;  // a dense MLP's (-1 in a MoE layer)
+  // A mixture-of-experts layer (ModelSpec::moe_layer): the router [experts, hidden] and expert 0's
+  // gate_proj [fe, hidden]; expert e's gate, up [fe, hidden] and down [hidden, fe] follow one another
+  // from experts + e * ParamLayout::expert_stride(). Every layer's experts come after every other
+  // tensor of the layout (from ParamLayout::experts_begin()): the buffer table's expert_weights row.
+  int64_t router = -1, experts = -1;
 };
 
 // The projections a LoRA adapter may sit on, in step::lora_target_names() order (PEFT's names).
@@ -59,6 +64,11 @@ class ParamLayout {
   int64_t embed() const { return embed_; }
   int64_t final_norm() const { return final_norm_; }
   int64_t lm_head() const { return lm_head_; }  // == embed() when tied
+  // Floats of one routed expert (gate, up, down) and where the routed experts begin: the tensors
+  // before experts_begin() are the `weights` row, the rest the `expert_weights` row (total() when
+  // the model has none).
+  int64_t expert_stride() const { return expert_stride_; }
+  int64_t experts_begin() const { return experts_begin_; }
   const LayerOffsets& layer(int64_t l) const { return layers_[static_cast<size_t>(l)]; }
   int64_t layers() const { return static_cast<int64_t>(layers_.size()); }
 
@@ -67,6 +77,7 @@ class ParamLayout {
   std::vector<ParamInfo> params_;
   std::vector<LayerOffsets> layers_;
   int64_t total_ = 0, embed_ = 0, final_norm_ = 0, lm_head_ = 0;
+  int64_t expert_stride_ = 0, experts_begin_ = 0;
   int64_t lora_rank_ = 0;
   std::vector<LoraSlot> lora_;  // layers x kLoraTargets (LoRA layouts only)
 };

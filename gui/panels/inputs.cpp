@@ -119,7 +119,10 @@ void draw_inputs_panel(ViewModel& vm, UiState& ui) {
       notes[id] = {runs ? "" : "  *",
                    "attention " + m.layer_kinds_text() + ", experts " + m.experts_text() + ", " +
                        format_params(m.param_count()) + " parameters (" + format_params(m.active_param_count()) +
-                       " active)" + (runs ? "" : "\n* planned, not yet run: oomb run refuses it by name")};
+                       " active)" +
+                       (!runs             ? "\n* planned, not yet run: oomb run refuses it by name"
+                        : m.moe.present() ? "\nruns in one process (no tensor or data parallelism yet)"
+                                          : "")};
     }
     return notes;
   }();

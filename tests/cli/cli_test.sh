@@ -311,12 +311,29 @@ expect_exit 2 "--out.*--import" models --out "$tmp/never.json"
 sed 's/"vocab_size"/"num_local_experts": 8, "vocab_size"/' "$tmp/Qwen2.5-7B/config.json" >"$tmp/qwen-experts.json"
 expect_exit 2 "Qwen2ForCausalLM is not supported: it has num_local_experts" plan --model "$tmp/qwen-experts.json" --gpu h200 --context 1M
 # A mixture of experts (Mixtral's published config) is read and planned (its weights and gradients
-# do not fit one H200 in full: LoRA on the attention with the experts frozen does); a run refuses it
-# by name. gpt-oss-20b's plan at 4M keeps its sliding layers' reach only (local_kv_pool).
+# do not fit one H200 in full: LoRA on the attention with the experts frozen does); it runs, so a
+# CPU run is refused for the host memory its 46.7B parameters need, not by name.
+# gpt-oss-20b (router biases, MXFP4 experts, sliding layers, sinks) is refused by name. Its plan at
+# 4M keeps its sliding layers' reach only (local_kv_pool).
 expect_exit 1 "LoRA rank 16 on the attention, the experts frozen.*--lora-rank 16" \
   plan --model "$src/tests/models/hf_configs/mixtral-8x7b.json" --gpu h200 --context 1M
-expect_exit 2 "--model: 'mixtral-8x7b': a mixture of experts is planned, not run" \
+expect_exit 2 "--context: '1K': this run needs at least .* of host memory" \
   run --model "$src/tests/models/hf_configs/mixtral-8x7b.json" --context 1K --chunk 256 --page 64
+expect_exit 2 "--model: 'gpt-oss-20b': a mixture of experts with router or expert biases is planned, not run" \
+  run --model gpt-oss-20b --context 1K --chunk 256 --page 64
+# tiny-moe (Qwen3-MoE-shaped, 8 experts, top 2) runs: its chunk-recurrent step is the full-sequence
+# reference's, plan -> run -> validate holds its memory to the byte (bf16 storage, the plan's
+# default; the CUDA backend's run: tests/cli/emulated_runs.sh), and a plan with data parallelism
+# says it is on paper and why.
+expect_exit 0 "reference \(full sequence\): loss .* max gradient rel. L2 error [0-9.]+e-(0[6-9]|[1-9][0-9])" \
+  run --model tiny-moe --context 256 --chunk 64 --page 16 --resident-layers 1 --reference --quiet
+expect_exit 0 "Plan written" plan --model tiny-moe --gpu h200 --context 1K --chunk 256 --page 32 --resident-layers 1 \
+  --out "$tmp/moe-plan.json"
+expect_exit 0 "copies per step" run --plan "$tmp/moe-plan.json" --trace "$tmp/moe-run.json" --quiet
+expect_exit 0 "OK: every comparable term" validate --plan "$tmp/moe-plan.json" --trace "$tmp/moe-run.json"
+expect_exit 0 "NOT EXECUTABLE: a mixture of experts under data parallelism is planned on paper" \
+  plan --model tiny-moe --gpu h200 --context 1K --data-parallel 2
+expect_exit 0 "tiny-moe .* 8 x top-2$" models
 expect_exit 0 "\"local_kv_pool\"" plan --model gpt-oss-20b --gpu h200 --context 4M --json
 expect_exit 0 "Device memory" plan --model qwen3-30b-a3b --gpu h200 --context 1M
 expect_exit 0 "expert_weights  .*GiB" plan --model gpt-oss-120b --gpu h200 --context 1M --lora-rank 16

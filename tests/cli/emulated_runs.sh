@@ -10,7 +10,7 @@
 #     pages: the table's bytes, to the byte), the copy bytes and the order of the work (the passes in
 #     the simulator's order, every page copy within its pass) are judged, the times are not.
 # The plans cover dense, offload, sparse, bf16 KV, LoRA, partial checkpointing, the optimizer on the
-# GPU and on the host, and (under mpirun, with the emulated NCCL) tensor parallel 2 and data
+# GPU and on the host, a mixture of experts, and (under mpirun, with the emulated NCCL) tensor parallel 2 and data
 # parallel 2 with ZeRO-1 (-np 2), and both at once (-np 4: NCCL's buffers against their row), and a
 # two-rank job whose rank 1 faults mid-step (it must end, non-zero, naming the fault).
 # Usage: emulated_runs.sh path/to/oomb-emulated path/to/oomb   (the second: any build, for the plans
@@ -53,14 +53,14 @@ mpirun_np() {
   echo "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 mpirun --oversubscribe -np $1"
 }
 
-# case NAME STEPS PLAN-FLAGS...: plan the tiny model at 512 tokens (two chunks of 256) with the
-# flags, then run and check it ($launch in front of both runs).
+# case NAME STEPS PLAN-FLAGS...: plan the tiny model (or $MODEL) at 512 tokens (two chunks of 256)
+# with the flags, then run and check it ($launch in front of both runs).
 case_() {
   local name=$1 steps=$2
   shift 2
   local d="$tmp/$name"
   mkdir -p "$d"
-  if ! "$cpu" plan --model tiny --gpu "$gpu_profile" --context 512 --chunk 256 --page 64 "$@" --out "$d/p.json" >"$d/plan.txt" 2>&1; then
+  if ! "$cpu" plan --model "${MODEL:-tiny}" --gpu "$gpu_profile" --context 512 --chunk 256 --page 64 "$@" --out "$d/p.json" >"$d/plan.txt" 2>&1; then
     bad "$name: plan failed: $(tail -3 "$d/plan.txt")"
     return
   fi
@@ -128,6 +128,9 @@ case_ lora 2 --lora-rank 4 --lora-targets all-linear --optimizer gpu --resident-
 case_ kept_layers 1 --kept-layers 1 --resident-layers all
 case_ optimizer_gpu 2 --optimizer gpu --resident-layers 1
 case_ optimizer_host 2 --optimizer host --resident-layers 1
+# A mixture of experts (tiny-moe: 8 experts, top 2, its first layer dense): the routing, gather and
+# combine kernels on bf16 rows (the plan's storage), AdamW on the GPU over both weight rows.
+MODEL=tiny-moe case_ moe 2 --optimizer gpu --resident-layers 1
 }
 # Two ranks: tensor parallelism over two emulated GPUs, and two data-parallel replicas with ZeRO-1
 # (the AdamW state sharded: reduce-scatter and all-gather instead of the all-reduce); then four,

@@ -128,8 +128,8 @@ TEST(Capability, ModelsTheExecutorDoesNotComputeAreNamed) {
   const struct {
     const char* id;
     const char* named;
-  } cases[] = {{"gpt-oss-20b", "mixture of experts"}, {"qwen3-30b-a3b", "mixture of experts"},
-               {"mixtral-8x7b", "mixture of experts"}, {"gemma-3-27b", "gemma3 family"},
+  } cases[] = {{"gpt-oss-20b", "mixture of experts with router or expert biases"},
+               {"gemma-3-27b", "gemma3 family"},
                {"llama-4-scout", "llama4 family"}};
   for (const auto& c : cases) {
     const models::ModelSpec m = models::load_model(c.id);
@@ -140,6 +140,38 @@ TEST(Capability, ModelsTheExecutorDoesNotComputeAreNamed) {
     const Error e = model_capability_error(cap, m);
     EXPECT_EQ(e.where(), "--model");
     EXPECT_NE(std::string(e.what()).find(c.id), std::string::npos) << e.what();
+  }
+  // Routed experts with softmax routing run on both backends, in one process; the rest of the
+  // configuration space is refused naming its key (step::moe_capability).
+  Config fp32 = runnable();
+  fp32.param_dtype = fp32.param_grad_dtype = fp32.activation_dtype = fp32.loss_dtype = Dtype::fp32;
+  for (const char* id : {"qwen3-30b-a3b", "mixtral-8x7b", "tiny-moe"}) {
+    const models::ModelSpec m = models::load_model(id);
+    EXPECT_TRUE(model_capability(m).executable()) << id << ": " << model_capability(m).reason;
+    EXPECT_TRUE(capability(m, fp32, target(BackendKind::cpu)).executable()) << id;
+    EXPECT_TRUE(capability(m, fp32, target(BackendKind::cuda)).executable()) << id;
+    EXPECT_TRUE(capability(m, runnable(), target(BackendKind::cuda)).executable()) << id;  // bf16 storage
+    Config c = fp32;
+    c.data_parallel = 2;
+    EXPECT_EQ(capability(m, c, target(BackendKind::cpu)).key, "data_parallel") << id;
+    c = fp32;
+    c.optimizer = Optimizer::host;
+    EXPECT_EQ(capability(m, c, target(BackendKind::cpu)).key, "optimizer") << id;
+    EXPECT_EQ(capability_error(capability(m, c, target(BackendKind::cuda)), c).where(), "--optimizer");
+  }
+  const models::ModelSpec qmoe = models::load_model("qwen3-30b-a3b");
+  const std::vector<std::pair<std::function<void(models::ModelSpec&)>, const char*>> moe_edits = {
+      {[](models::ModelSpec& m) { m.moe.shared_experts = 1, m.moe.shared_ffn_hidden = 512; }, "shared experts"},
+      {[](models::ModelSpec& m) { m.moe.routing = models::Routing::sigmoid_topk; }, "sigmoid top-k routing"},
+      {[](models::ModelSpec& m) { m.moe.router_bias = true; }, "router or expert biases"},
+      {[](models::ModelSpec& m) { m.moe.expert_weights = models::WeightFormat::mxfp4; }, "experts stored as mxfp4"},
+  };
+  for (const auto& [edit, named] : moe_edits) {
+    models::ModelSpec m = qmoe;
+    edit(m);
+    const Capability cap = model_capability(m);
+    EXPECT_EQ(cap.key, "model") << named;
+    EXPECT_NE(cap.reason.find(named), std::string::npos) << cap.reason;
   }
   // One feature at a time on a dense model: each is named.
   const models::ModelSpec base = models::load_model("qwen3-8b");
