@@ -193,10 +193,12 @@ ReferenceCheck check_against_reference(const models::ModelSpec& m, const step::C
     for (int64_t l = 0; l < m.layers; ++l)
       masks.push_back(cpu::selection_mask(m, c.context_tokens, c.chunk_tokens, c.page_tokens, e.selections(), l));
   const auto* mask = masks.empty() ? nullptr : &masks;
+  const auto* routes = m.moe.present() ? &e.routes() : nullptr;  // the run's (EngineOptions::record_routes)
   // LoRA: the adapters' gradients by the merged weights and the chain rule.
   const cpu::ReferenceResult ref =
-      c.lora_rank > 0 ? cpu::lora_reference(m, w, adapters, c.lora_alpha / static_cast<double>(c.lora_rank), tokens, mask)
-                      : cpu::full_sequence_reference(m, w, tokens, mask);
+      c.lora_rank > 0 ? cpu::lora_reference(m, w, adapters, c.lora_alpha / static_cast<double>(c.lora_rank), tokens, mask,
+                                            routes)
+                      : cpu::full_sequence_reference(m, w, tokens, mask, routes);
   const Gradients g = e.gradients();
   ReferenceCheck r;
   r.loss = ref.loss;
@@ -477,6 +479,9 @@ EngineOptions engine_options(const RunRequest& r, const RunTable& table, const P
   o.adamw.lr = r.lr;
   o.adamw.grad_accum = r.grad_accum;
   o.measure_recall = r.measure_recall;
+  // --reference of a mixture of experts: the reference routes as the run did (a bf16 run's rounding
+  // may send a token to another expert than fp32 logits would).
+  o.record_routes = r.reference && r.scenario.model.moe.present();
   o.adapters = adapters;
   o.comm = device.nccl ? device.nccl.get() : r.comm;
   if (device.nccl) o.groups = &device.groups;

@@ -266,7 +266,8 @@ ReferenceResult full_sequence_reference(const models::ModelSpec& m, const Weight
 
 ReferenceResult lora_reference(const models::ModelSpec& m, const Weights& base, const ParamTensors& adapters,
                                double scale, const std::vector<int32_t>& tokens,
-                               const std::vector<MaskedAttention>* masks) {
+                               const std::vector<MaskedAttention>* masks,
+                               const std::vector<std::vector<int32_t>>* routes) {
   OOMB_ASSERT(adapters.layout.is_lora() && adapters.layout.layers() == m.layers, "lora_reference needs m's adapters");
   using Mat = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
   using FMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
@@ -287,7 +288,7 @@ ReferenceResult lora_reference(const models::ModelSpec& m, const Weights& base, 
       const Mat BA = B_of(s) * A_of(s);
       W = (W.cast<double>() + scale * BA).cast<float>();
     }
-  ReferenceResult full = full_sequence_reference(m, merged, tokens, masks);
+  ReferenceResult full = full_sequence_reference(m, merged, tokens, masks, routes);
   ReferenceResult res;
   res.loss = full.loss;
   res.grads = zero_params(adapters.layout);

@@ -34,7 +34,8 @@ ReferenceResult full_sequence_reference(const models::ModelSpec& m, const Weight
 // the executor's adapter GEMMs. grads: in the adapters' layout.
 ReferenceResult lora_reference(const models::ModelSpec& m, const Weights& base, const ParamTensors& adapters,
                                double scale, const std::vector<int32_t>& tokens,
-                               const std::vector<MaskedAttention>* masks = nullptr);
+                               const std::vector<MaskedAttention>* masks = nullptr,
+                               const std::vector<std::vector<int32_t>>* routes = nullptr);
 
 MaskedAttention causal_mask(const models::ModelSpec& m, int64_t n);
 // Layer `layer`'s mask from a recorded selection: query token i of chunk c, query page j, may see
