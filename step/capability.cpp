@@ -75,8 +75,6 @@ Capability moe_capability(const models::ModelSpec& m, const Config& c, const Tar
   if (c.gpus > 1) return no("gpus", "a mixture of experts under tensor parallelism is planned on paper: the executor runs it on one GPU");
   if (c.data_parallel > 1)
     return no("data_parallel", "a mixture of experts under data parallelism is planned on paper: the executor runs it in one process");
-  if (c.optimizer == Optimizer::host)
-    return no("optimizer", "a mixture of experts' AdamW state on the host is planned on paper: the executor keeps it on the device");
   return {};
 }
 

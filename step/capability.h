@@ -32,7 +32,7 @@ Capability model_capability(const models::ModelSpec& m);
 // The refusal as an Error naming --model and the model's id.
 Error model_capability_error(const Capability& cap, const models::ModelSpec& m);
 // What a mixture-of-experts model (one model_capability accepts) runs with, on either backend: one
-// process and GPU, the AdamW state on the device; key: the configuration's key.
+// process and GPU; key: the configuration's key.
 // Executable for a dense model.
 Capability moe_capability(const models::ModelSpec& m, const Config& c, const Target& target);
 // All three checks: the model's first, then its experts', then the configuration's.

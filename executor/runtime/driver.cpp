@@ -485,8 +485,15 @@ void Engine::allocate_parameters(const Weights& weights, const models::ModelSpec
     if (opt_tier == Tier::host) {
       host_grads_ = row_tensor(step::row::kHostParameterGradients, Tier::host, lora_ ? "adapter_gradients" : "gradients");
       host_weights_ = row_tensor(step::row::kHostWeights, Tier::host, lora_ ? "adapter_weights" : "weights");
-      backend_.download(host_weights_.data(), static_cast<const char*>(trained.data()) + shard0 * dtype_bytes(trained_dtype),
-                        n_opt * dtype_bytes(trained_dtype));
+      if (experts_.data() && !lora_) {  // a mixture of experts trained: its two weight rows, in layout order
+        const int64_t eb = layout_.experts_begin(), wb = dtype_bytes(trained_dtype);
+        backend_.download(host_weights_.data(), params_.data(), eb * wb);
+        backend_.download(static_cast<char*>(host_weights_.data()) + eb * wb, experts_.data(), (n_trained - eb) * wb);
+      } else {
+        backend_.download(host_weights_.data(),
+                          static_cast<const char*>(trained.data()) + shard0 * dtype_bytes(trained_dtype),
+                          n_opt * dtype_bytes(trained_dtype));
+      }
     }
     adam_m_ = row_tensor(step::row::kAdamwMoments, opt_tier, "m");
     adam_v_ = row_tensor(step::row::kAdamwMoments, opt_tier, "v");
@@ -1515,15 +1522,21 @@ void Engine::optimizer_step() {
                    1.0f / static_cast<float>(std::max<int64_t>(1, contributions)));
   };
   timed("adamw", Op::optimizer_step, 2, -1, 12.0 * static_cast<double>(n), [&] {
-    if (experts_.data() && !lora_) {  // a mixture of experts trained: its two weight rows (on the device)
-      OOMB_ASSERT(!host && !sharded_, "a mixture of experts' AdamW state is on the device, unsharded");
+    if (experts_.data() && !lora_ && !host) {  // a mixture of experts trained: its two weight rows
+      OOMB_ASSERT(!sharded_, "a mixture of experts' AdamW state is unsharded");
       update(params_.t(), 0, layout_.experts_begin());
       update(experts_.t(), layout_.experts_begin(), n - layout_.experts_begin());
     } else {
       update(weights, 0, n);
     }
   });
-  if (host) copy(CopyDir::h2d, shard_weights.data, host_weights_.data(), n * wb);
+  if (host && experts_.data() && !lora_) {  // the updated working weights into their two rows
+    const int64_t eb = layout_.experts_begin();
+    copy(CopyDir::h2d, params_.data(), host_weights_.data(), eb * wb);
+    copy(CopyDir::h2d, experts_.data(), static_cast<const char*>(host_weights_.data()) + eb * wb, (n - eb) * wb);
+  } else if (host) {
+    copy(CopyDir::h2d, shard_weights.data, host_weights_.data(), n * wb);
+  }
   // ZeRO-1: every replica's updated shard to every replica.
   if (sharded_)
     collective(Op::weight_all_gather, trained.bytes(), [&] { dp_comm_->all_gather(trained.t(), zero_.shard); });

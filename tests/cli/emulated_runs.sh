@@ -129,8 +129,10 @@ case_ kept_layers 1 --kept-layers 1 --resident-layers all
 case_ optimizer_gpu 2 --optimizer gpu --resident-layers 1
 case_ optimizer_host 2 --optimizer host --resident-layers 1
 # A mixture of experts (tiny-moe: 8 experts, top 2, its first layer dense): the routing, gather and
-# combine kernels on bf16 rows (the plan's storage), AdamW on the GPU over both weight rows.
+# combine kernels on bf16 rows (the plan's storage), AdamW on the GPU over both weight rows, and on
+# the host (the round trip copies both rows back in).
 MODEL=tiny-moe case_ moe 2 --optimizer gpu --resident-layers 1
+MODEL=tiny-moe case_ moe_optimizer_host 2 --optimizer host --resident-layers 1
 }
 # Two ranks: tensor parallelism over two emulated GPUs, and two data-parallel replicas with ZeRO-1
 # (the AdamW state sharded: reduce-scatter and all-gather instead of the all-reduce); then four,
