@@ -323,7 +323,7 @@ RunTable check_run(const RunRequest& r) {
   // too, after they do).
   if (const step::Capability cap = step::model_capability(r.scenario.model); !cap.executable())
     throw step::model_capability_error(cap, r.scenario.model);
-  if (const step::Capability cap = step::moe_capability(r.scenario.model, c, target_of(r)); !cap.executable())
+  if (const step::Capability cap = step::moe_capability(r.scenario.model, c); !cap.executable())
     refuse(r, c, cap);
   if (const step::Capability cap = step::capability(c, target_of(r)); !cap.executable()) refuse(r, c, cap);
   if (c.gpus > 1 && r.compare_dense)

@@ -69,7 +69,7 @@ Error model_capability_error(const Capability& cap, const models::ModelSpec& m) 
                "mixtures of routed experts with softmax routing (Qwen3-MoE, Mixtral)");
 }
 
-Capability moe_capability(const models::ModelSpec& m, const Config& c, const Target&) {
+Capability moe_capability(const models::ModelSpec& m, const Config& c) {
   if (!m.moe.present()) return {};
   auto no = [](const char* key, std::string reason) { return Capability{key, std::move(reason)}; };
   if (c.gpus > 1) return no("gpus", "a mixture of experts under tensor parallelism is planned on paper: the executor runs it on one GPU");
@@ -80,7 +80,7 @@ Capability moe_capability(const models::ModelSpec& m, const Config& c, const Tar
 
 Capability capability(const models::ModelSpec& m, const Config& c, const Target& target) {
   if (Capability cap = model_capability(m); !cap.executable()) return cap;
-  if (Capability cap = moe_capability(m, c, target); !cap.executable()) return cap;
+  if (Capability cap = moe_capability(m, c); !cap.executable()) return cap;
   return capability(c, target);
 }
 

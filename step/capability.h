@@ -34,7 +34,7 @@ Error model_capability_error(const Capability& cap, const models::ModelSpec& m);
 // What a mixture-of-experts model (one model_capability accepts) runs with, on either backend: one
 // process and GPU; key: the configuration's key.
 // Executable for a dense model.
-Capability moe_capability(const models::ModelSpec& m, const Config& c, const Target& target);
+Capability moe_capability(const models::ModelSpec& m, const Config& c);
 // All three checks: the model's first, then its experts', then the configuration's.
 Capability capability(const models::ModelSpec& m, const Config& c, const Target& target);
 

@@ -336,28 +336,4 @@ void MemoryAccount::reset_peaks() {
   if (in_phase_) phase_high_[phase_] = used_[0];
 }
 
-namespace {
-[[noreturn]] void no_experts(const Backend& b, const char* op) {
-  throw Error("--backend", b.name(), std::string("has no ") + op + " (mixtures of experts run on the CPU backend)",
-              "--backend cpu");
-}
-}  // namespace
-void Backend::moe_route(ConstTensor, int64_t, int64_t, int64_t, bool, int32_t*, float*, int32_t*, int32_t*) {
-  no_experts(*this, "moe_route");
-}
-void Backend::moe_route_bwd(ConstTensor, int64_t, int64_t, int64_t, bool, const int32_t*, const float*, const float*,
-                            Tensor) {
-  no_experts(*this, "moe_route_bwd");
-}
-void Backend::moe_gather(ConstTensor, int64_t, int64_t, int64_t, const int32_t*, Tensor) {
-  no_experts(*this, "moe_gather");
-}
-void Backend::moe_combine(ConstTensor, int64_t, int64_t, int64_t, const int32_t*, const float*, Tensor, bool) {
-  no_experts(*this, "moe_combine");
-}
-void Backend::moe_combine_bwd(ConstTensor, ConstTensor, int64_t, int64_t, int64_t, const int32_t*, const float*, Tensor,
-                              float*) {
-  no_experts(*this, "moe_combine_bwd");
-}
-
 }  // namespace oomb::executor

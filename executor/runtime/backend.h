@@ -269,24 +269,24 @@ class Backend {
   // with norm_topk_prob; else the softmax over every expert read at the selected), each pair's
   // packed row in route_rows [rows, k] and each expert's first row in offsets [experts + 1] (int32).
   // The router's logits, weights and their gradients are fp32; the hidden-wide rows (gather, combine)
-  // fp32 or bf16 (fp32 arithmetic, rounded once). The base class refuses the five ops: a backend
-  // that runs experts overrides them.
+  // fp32 or bf16 (fp32 arithmetic, rounded once).
   virtual void moe_route(ConstTensor logits, int64_t rows, int64_t experts, int64_t k, bool renormalize,
-                         int32_t* route_experts, float* route_weights, int32_t* route_rows, int32_t* offsets);
+                         int32_t* route_experts, float* route_weights, int32_t* route_rows, int32_t* offsets) = 0;
   // d_logits [rows, experts] (overwritten) from the weights' gradients, the selection held.
   virtual void moe_route_bwd(ConstTensor logits, int64_t rows, int64_t experts, int64_t k, bool renormalize,
                              const int32_t* route_experts, const float* route_weights, const float* d_weights,
-                             Tensor d_logits);
+                             Tensor d_logits) = 0;
   // packed[route_rows[t k + j]] = x[t] (rows x k rows of dim).
-  virtual void moe_gather(ConstTensor x, int64_t rows, int64_t dim, int64_t k, const int32_t* route_rows, Tensor packed);
+  virtual void moe_gather(ConstTensor x, int64_t rows, int64_t dim, int64_t k, const int32_t* route_rows,
+                          Tensor packed) = 0;
   // y[t] (+)= sum_j w[t k + j] packed[route_rows[t k + j]], in j order (weights null: 1, the
   // gather's backward).
   virtual void moe_combine(ConstTensor packed, int64_t rows, int64_t dim, int64_t k, const int32_t* route_rows,
-                           const float* weights, Tensor y, bool accumulate);
+                           const float* weights, Tensor y, bool accumulate) = 0;
   // The combine's backward: d_packed[route_rows[t k + j]] = w[t k + j] dy[t] (overwritten) and
   // d_weights[t k + j] = dy[t] . packed[route_rows[t k + j]].
   virtual void moe_combine_bwd(ConstTensor dy, ConstTensor packed, int64_t rows, int64_t dim, int64_t k,
-                               const int32_t* route_rows, const float* weights, Tensor d_packed, float* d_weights);
+                               const int32_t* route_rows, const float* weights, Tensor d_packed, float* d_weights) = 0;
   // dst = src, converting between storage dtypes when they differ (the loss's fp32 upcast).
   virtual void copy(Tensor dst, ConstTensor src, int64_t n) = 0;
   // Causal paged attention: o [T, q_heads * head_dim], lse [T, q_heads] (log-sum-exp of scaled scores).

@@ -346,7 +346,7 @@ void Engine::check_config(const models::ModelSpec& model, const step::Config& co
   step::validate(config, model);
   if (const step::Capability cap = step::model_capability(model); !cap.executable())
     throw step::model_capability_error(cap, model);
-  if (const step::Capability cap = step::moe_capability(model, config, backend_.target()); !cap.executable())
+  if (const step::Capability cap = step::moe_capability(model, config); !cap.executable())
     throw step::capability_error(cap, config);
   if (const step::Capability cap = step::capability(config, backend_.target()); !cap.executable())
     throw step::capability_error(cap, config);
@@ -472,7 +472,6 @@ void Engine::allocate_parameters(const Weights& weights, const models::ModelSpec
     adapters_ = row_tensor(step::row::kLoraAdapters, Tier::device, "adapters");
     backend_.upload(adapters_.data(), options_.adapters.data.data(), adapters_.bytes());
   }
-  const Buffer& trained = lora_ ? adapters_ : params_;
   if (optimizer) {
     // Sharded, this replica updates elements [shard0, shard0 + n_opt) of the padded buffers.
     const int64_t n_opt = sharded_ ? zero_.shard : n_trained;
@@ -485,15 +484,10 @@ void Engine::allocate_parameters(const Weights& weights, const models::ModelSpec
     if (opt_tier == Tier::host) {
       host_grads_ = row_tensor(step::row::kHostParameterGradients, Tier::host, lora_ ? "adapter_gradients" : "gradients");
       host_weights_ = row_tensor(step::row::kHostWeights, Tier::host, lora_ ? "adapter_weights" : "weights");
-      if (experts_.data() && !lora_) {  // a mixture of experts trained: its two weight rows, in layout order
-        const int64_t eb = layout_.experts_begin(), wb = dtype_bytes(trained_dtype);
-        backend_.download(host_weights_.data(), params_.data(), eb * wb);
-        backend_.download(static_cast<char*>(host_weights_.data()) + eb * wb, experts_.data(), (n_trained - eb) * wb);
-      } else {
-        backend_.download(host_weights_.data(),
-                          static_cast<const char*>(trained.data()) + shard0 * dtype_bytes(trained_dtype),
-                          n_opt * dtype_bytes(trained_dtype));
-      }
+      const int64_t wb = dtype_bytes(trained_dtype);
+      for_each_trained_piece(shard0, n_opt, [&](Tensor src, int64_t at, int64_t count) {
+        backend_.download(static_cast<char*>(host_weights_.data()) + at * wb, src.data, count * wb);
+      });
     }
     adam_m_ = row_tensor(step::row::kAdamwMoments, opt_tier, "m");
     adam_v_ = row_tensor(step::row::kAdamwMoments, opt_tier, "v");
@@ -633,21 +627,35 @@ Engine::LayerSet& Engine::layer_set(int64_t layer) const {
 void Engine::upload_weights(const std::vector<float>& w) {
   // The working weights in their storage dtype (bf16: each fp32 value rounded once); a sharded
   // optimizer's padding beyond them stays zero.
-  const int64_t n = static_cast<int64_t>(w.size());
-  // A mixture of experts: the routed experts (the layout's last tensors) in their own row.
   OOMB_ASSERT(!experts_.data() || !sharded_, "a mixture of experts' weights are unsharded");
-  const int64_t eb = experts_.data() ? layout_.experts_begin() : n;
-  auto put = [&](void* dst, const float* src, int64_t count) {
+  for_each_weight_piece(0, static_cast<int64_t>(w.size()), [&](Tensor dst, int64_t at, int64_t count) {
     if (param_dtype_ == DType::f32) {
-      backend_.upload(dst, src, count * 4);
+      backend_.upload(dst.data, w.data() + at, count * 4);
       return;
     }
     std::vector<uint16_t> b(static_cast<size_t>(count));
-    f32_to_bf16(src, b.data(), count);
-    backend_.upload(dst, b.data(), count * 2);
-  };
-  put(params_.data(), w.data(), eb);
-  if (eb < n) put(experts_.data(), w.data() + eb, n - eb);
+    f32_to_bf16(w.data() + at, b.data(), count);
+    backend_.upload(dst.data, b.data(), count * 2);
+  });
+}
+
+void Engine::for_each_weight_piece(int64_t first, int64_t n,
+                                   const std::function<void(Tensor, int64_t, int64_t)>& f) const {
+  const int64_t eb = experts_.data() ? layout_.experts_begin() : INT64_MAX;
+  const struct {
+    const Buffer* rows;
+    int64_t from, to;  // the flat elements the row holds, from its start
+  } pieces[] = {{&params_, 0, eb}, {&experts_, eb, INT64_MAX}};
+  for (const auto& p : pieces) {
+    const int64_t lo = std::max(first, p.from), hi = std::min(first + n, p.to);
+    if (lo < hi) f(p.rows->t().at(lo - p.from), lo - first, hi - lo);
+  }
+}
+
+void Engine::for_each_trained_piece(int64_t first, int64_t n,
+                                    const std::function<void(Tensor, int64_t, int64_t)>& f) const {
+  if (lora_) f(adapters_.t().at(first), 0, n);
+  else for_each_weight_piece(first, n, f);
 }
 
 Engine::~Engine() = default;
@@ -1031,6 +1039,16 @@ void Engine::layer_forward(const Pass& pass, int64_t pass_index, PassPages& page
   });
 }
 
+namespace {
+// f(expert, its first packed row, its rows) for each expert that received rows (offsets: E + 1).
+template <class F>
+void for_each_routed_expert(const std::vector<int32_t>& offsets, F&& f) {
+  for (size_t e = 0; e + 1 < offsets.size(); ++e)
+    if (const int64_t rows = offsets[e + 1] - offsets[e]; rows > 0)
+      f(static_cast<int64_t>(e), int64_t{offsets[e]}, rows);
+}
+}  // namespace
+
 std::vector<int32_t> Engine::host_expert_offsets(const LayerSet& w) const {
   std::vector<int32_t> off(static_cast<size_t>(model_.moe.experts + 1));
   backend_.download(off.data(), w.expert_offsets.data(), static_cast<int64_t>(off.size()) * 4);
@@ -1057,20 +1075,16 @@ void Engine::moe_forward(const Pass& pass, const LayerPtrs& P, LayerSet& w, Tens
       backend_.download(r.data() + g_.chunk_start(pass.chunk) * K, w.route_experts.data(), T * K * 4);
     }
     const std::vector<int32_t> off = host_expert_offsets(w);
-    for (int64_t e = 0; e < E; ++e) {
-      const int64_t r0 = off[static_cast<size_t>(e)], n = off[static_cast<size_t>(e + 1)] - r0;
-      if (n == 0) continue;
+    for_each_routed_expert(off, [&](int64_t e, int64_t r0, int64_t n) {
       const ConstTensor x = w.expert_in.ct().at(r0 * H), ex = P.experts.at(e * stride);
       backend_.linear_fwd(x, n, H, ex, nullptr, Fe, w.expert_gate.t().at(r0 * Fe));
       backend_.linear_fwd(x, n, H, ex.at(Fe * H), nullptr, Fe, w.expert_up.t().at(r0 * Fe));
-    }
+    });
     backend_.swiglu_fwd(w.expert_gate.ct(), w.expert_up.ct(), T * K * Fe, w.expert_act.t());
-    for (int64_t e = 0; e < E; ++e) {
-      const int64_t r0 = off[static_cast<size_t>(e)], n = off[static_cast<size_t>(e + 1)] - r0;
-      if (n > 0)
-        backend_.linear_fwd(w.expert_act.ct().at(r0 * Fe), n, Fe, P.experts.at(e * stride + 2 * Fe * H), nullptr, H,
-                            w.expert_out.t().at(r0 * H));
-    }
+    for_each_routed_expert(off, [&](int64_t e, int64_t r0, int64_t n) {
+      backend_.linear_fwd(w.expert_act.ct().at(r0 * Fe), n, Fe, P.experts.at(e * stride + 2 * Fe * H), nullptr, H,
+                          w.expert_out.t().at(r0 * H));
+    });
     if (out) {
       backend_.moe_combine(w.expert_out.ct(), T, H, K, w.route_rows.i32(), w.route_weights.f32(), w.tmp.t(), false);
       backend_.copy(out, w.x2.t(), T * H);
@@ -1091,25 +1105,22 @@ void Engine::moe_backward(const Pass& pass, const LayerPtrs& P, LayerSet& a, Con
     backend_.moe_combine_bwd(dy, a.expert_out.ct(), T, H, K, a.route_rows.i32(), a.route_weights.f32(),
                              w.d_expert_out.t(), w.d_route_weights.f32());
     const std::vector<int32_t> off = host_expert_offsets(a);
-    for (int64_t e = 0; e < E; ++e) {
-      const int64_t r0 = off[static_cast<size_t>(e)], n = off[static_cast<size_t>(e + 1)] - r0;
-      if (n == 0) continue;
-      const Tensor d_ex = P.d_experts ? P.d_experts.at(e * stride) : Tensor{};
+    // Expert e's gradient (gate, up, down from e x stride; none when frozen) at element k of it.
+    auto d_expert = [&](int64_t e, int64_t k) { return P.d_experts ? P.d_experts.at(e * stride + k) : Tensor{}; };
+    for_each_routed_expert(off, [&](int64_t e, int64_t r0, int64_t n) {
       backend_.linear_bwd(a.expert_act.ct().at(r0 * Fe), n, Fe, P.experts.at(e * stride + 2 * Fe * H), H,
                           w.d_expert_out.ct().at(r0 * H), w.d_expert_act.t().at(r0 * Fe), false,
-                          d_ex ? d_ex.at(2 * Fe * H) : Tensor{}, nullptr);
-    }
+                          d_expert(e, 2 * Fe * H), nullptr);
+    });
     backend_.swiglu_bwd(a.expert_gate.ct(), a.expert_up.ct(), w.d_expert_act.ct(), T * K * Fe, w.d_expert_gate.t(),
                         w.d_expert_up.t());
-    for (int64_t e = 0; e < E; ++e) {
-      const int64_t r0 = off[static_cast<size_t>(e)], n = off[static_cast<size_t>(e + 1)] - r0;
-      if (n == 0) continue;
+    for_each_routed_expert(off, [&](int64_t e, int64_t r0, int64_t n) {
       const ConstTensor x = a.expert_in.ct().at(r0 * H), ex = P.experts.at(e * stride);
-      const Tensor d_ex = P.d_experts ? P.d_experts.at(e * stride) : Tensor{}, dx = w.d_expert_in.t().at(r0 * H);
-      backend_.linear_bwd(x, n, H, ex, Fe, w.d_expert_gate.ct().at(r0 * Fe), dx, false, d_ex, nullptr);
-      backend_.linear_bwd(x, n, H, ex.at(Fe * H), Fe, w.d_expert_up.ct().at(r0 * Fe), dx, true,
-                          d_ex ? d_ex.at(Fe * H) : Tensor{}, nullptr);
-    }
+      const Tensor dx = w.d_expert_in.t().at(r0 * H);
+      backend_.linear_bwd(x, n, H, ex, Fe, w.d_expert_gate.ct().at(r0 * Fe), dx, false, d_expert(e, 0), nullptr);
+      backend_.linear_bwd(x, n, H, ex.at(Fe * H), Fe, w.d_expert_up.ct().at(r0 * Fe), dx, true, d_expert(e, Fe * H),
+                          nullptr);
+    });
     // The gather's backward (each token's k rows summed), then the router's.
     backend_.moe_combine(w.d_expert_in.ct(), T, H, K, a.route_rows.i32(), nullptr, w.dh2.t(), false);
     backend_.moe_route_bwd(a.router_logits.ct(), T, E, K, renormalize, a.route_experts.i32(), a.route_weights.f32(),
@@ -1507,10 +1518,9 @@ void Engine::optimizer_step() {
     collective(Op::gradient_reduce_scatter, grads_.bytes(),
                [&] { dp_comm_->reduce_scatter_sum(grads_.t(), zero_.shard, staging.f32()); });
   }
-  const Tensor shard_grads = grads_.t().at(first), shard_weights = trained.t().at(first);
+  const Tensor shard_grads = grads_.t().at(first);
   if (host) copy(CopyDir::d2h, host_grads_.data(), shard_grads.data, n * gb);
   const Tensor grads = host ? host_grads_.t() : shard_grads;
-  const Tensor weights = host ? host_weights_.t() : shard_weights;
   const int64_t contributions = accumulated_ * world;
   const int64_t step_no = ++adam_steps_;
   // Elements [from, from + count) of the update; the weights' view starts at `from`.
@@ -1522,21 +1532,13 @@ void Engine::optimizer_step() {
                    1.0f / static_cast<float>(std::max<int64_t>(1, contributions)));
   };
   timed("adamw", Op::optimizer_step, 2, -1, 12.0 * static_cast<double>(n), [&] {
-    if (experts_.data() && !lora_ && !host) {  // a mixture of experts trained: its two weight rows
-      OOMB_ASSERT(!sharded_, "a mixture of experts' AdamW state is unsharded");
-      update(params_.t(), 0, layout_.experts_begin());
-      update(experts_.t(), layout_.experts_begin(), n - layout_.experts_begin());
-    } else {
-      update(weights, 0, n);
-    }
+    if (host) update(host_weights_.t(), 0, n);
+    else for_each_trained_piece(first, n, update);  // a mixture of experts: its two weight rows in turn
   });
-  if (host && experts_.data() && !lora_) {  // the updated working weights into their two rows
-    const int64_t eb = layout_.experts_begin();
-    copy(CopyDir::h2d, params_.data(), host_weights_.data(), eb * wb);
-    copy(CopyDir::h2d, experts_.data(), static_cast<const char*>(host_weights_.data()) + eb * wb, (n - eb) * wb);
-  } else if (host) {
-    copy(CopyDir::h2d, shard_weights.data, host_weights_.data(), n * wb);
-  }
+  if (host)
+    for_each_trained_piece(first, n, [&](Tensor dst, int64_t at, int64_t count) {
+      copy(CopyDir::h2d, dst.data, static_cast<const char*>(host_weights_.data()) + at * wb, count * wb);
+    });
   // ZeRO-1: every replica's updated shard to every replica.
   if (sharded_)
     collective(Op::weight_all_gather, trained.bytes(), [&] { dp_comm_->all_gather(trained.t(), zero_.shard); });
@@ -1593,9 +1595,8 @@ Weights Engine::weights() const {
   } else if (master_.data()) {
     download_f32(master_.ct(), layout_.total(), w.data.data());
   } else {
-    download_f32(params_.ct(), layout_.experts_begin(), w.data.data());
-    if (experts_.data())
-      download_f32(experts_.ct(), layout_.total() - layout_.experts_begin(), w.data.data() + layout_.experts_begin());
+    for_each_weight_piece(0, layout_.total(),
+                          [&](Tensor src, int64_t at, int64_t count) { download_f32(src, count, w.data.data() + at); });
   }
   return tp_ > 1 ? gather_shards(w) : w;
 }

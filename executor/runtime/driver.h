@@ -234,6 +234,14 @@ class Engine {
   // The Work member a working-set tensor is carved into (by the row's and the tensor's names).
   Buffer& work_slot(const std::string& row, const std::string& tensor);
   void upload_weights(const std::vector<float>& w);
+  // Where elements [first, first + n) of a flat parameter array live on the device: f(view, offset
+  // in the range, count) once per row holding some of them. The base weights: params_, and a
+  // mixture of experts' routed experts in experts_ from ParamLayout::experts_begin(). The trained
+  // parameters: those, or under LoRA adapters_.
+  void for_each_weight_piece(int64_t first, int64_t n,
+                             const std::function<void(Tensor, int64_t, int64_t)>& f) const;
+  void for_each_trained_piece(int64_t first, int64_t n,
+                              const std::function<void(Tensor, int64_t, int64_t)>& f) const;
   void download_f32(ConstTensor src, int64_t n, float* dst) const;
   void select(const Pass& pass, int64_t pass_index);
   PagedAttention attention_args(const Pass& pass, const PassPages& pages) const;

@@ -178,6 +178,32 @@ class FakeCupti final : public Backend, public OpTagger {
   void add(Tensor y, ConstTensor x, int64_t n) override {
     kernel("add", [&] { b_.add(y, x, n); });
   }
+  void moe_route(ConstTensor logits, int64_t rows, int64_t experts, int64_t k, bool renormalize, int32_t* route_experts,
+                 float* route_weights, int32_t* route_rows, int32_t* offsets) override {
+    kernel("moe_route", [&] {
+      b_.moe_route(logits, rows, experts, k, renormalize, route_experts, route_weights, route_rows, offsets);
+    });
+  }
+  void moe_route_bwd(ConstTensor logits, int64_t rows, int64_t experts, int64_t k, bool renormalize,
+                     const int32_t* route_experts, const float* route_weights, const float* d_weights,
+                     Tensor d_logits) override {
+    kernel("moe_route_bwd", [&] {
+      b_.moe_route_bwd(logits, rows, experts, k, renormalize, route_experts, route_weights, d_weights, d_logits);
+    });
+  }
+  void moe_gather(ConstTensor x, int64_t rows, int64_t dim, int64_t k, const int32_t* route_rows,
+                  Tensor packed) override {
+    kernel("moe_gather", [&] { b_.moe_gather(x, rows, dim, k, route_rows, packed); });
+  }
+  void moe_combine(ConstTensor packed, int64_t rows, int64_t dim, int64_t k, const int32_t* route_rows,
+                   const float* weights, Tensor y, bool accumulate) override {
+    kernel("moe_combine", [&] { b_.moe_combine(packed, rows, dim, k, route_rows, weights, y, accumulate); });
+  }
+  void moe_combine_bwd(ConstTensor dy, ConstTensor packed, int64_t rows, int64_t dim, int64_t k,
+                       const int32_t* route_rows, const float* weights, Tensor d_packed, float* d_weights) override {
+    kernel("moe_combine_bwd",
+           [&] { b_.moe_combine_bwd(dy, packed, rows, dim, k, route_rows, weights, d_packed, d_weights); });
+  }
   void copy(Tensor dst, ConstTensor src, int64_t n) override {
     timed(cupti::RecordKind::memcpy, "", kCompute, n * dtype_bytes(dst.dtype), [&] { b_.copy(dst, src, n); }, cupti::CopyKind::d2d);
   }

@@ -99,6 +99,40 @@ TEST(OpTagger, TagsAreBalancedCoverEveryRecordedOpAndChangeNothing) {
   EXPECT_TRUE(tagger.keys.count({2, -1, -1, Op::optimizer_step, "zero_gradients"}));
 }
 
+// A mixture of experts' step (routing, gather, per-expert GEMMs, combine, the offsets read back)
+// through the stand-in: every record under its pass's tag, and the step the same as without it.
+TEST(OpTagger, ThroughACuptiStandInAMixtureOfExpertsStepIsTaggedAndUnchanged) {
+  const models::ModelSpec m = models::load_model("tiny-moe");
+  const Weights w = random_weights(m, 5, 0.1f);
+  const auto tokens = TokenSource::synthetic(m.vocab, 5).sequence(0, 64);
+  CpuBackend cpu, plain;
+  test::FakeCupti fake(cpu);
+  EngineOptions o;
+  o.record_trace = true;
+  o.detail = traces::Detail::op;
+  o.tagger = &fake;
+  Engine e(fake, m, tagged_config(), w, o);
+  const int64_t begin = steady_now_ns();
+  const double loss = e.step(tokens).loss;
+  const int64_t end = steady_now_ns() + 1000000;
+  EXPECT_EQ(fake.unbalanced(), 0);
+  cupti::DecodeOptions opt = fake.decode_options();
+  opt.origin_ns = e.trace_origin_ns();
+  opt.windows = {{begin, end}};
+  cupti::DecodeStats st;
+  const traces::Trace dev = cupti::decode(fake.records(), opt, 0, {}, &st);
+  EXPECT_EQ(st.untagged, 0);
+  std::set<std::tuple<int, int64_t, int64_t, Op>> host_keys, dev_keys;
+  for (const auto& ev : e.trace().events)
+    if (ev.kind == traces::EventKind::compute) host_keys.insert({ev.stage, ev.chunk, ev.layer, ev.op});
+  for (const auto& ev : dev.events)
+    if (ev.kind == traces::EventKind::compute) dev_keys.insert({ev.stage, ev.chunk, ev.layer, ev.op});
+  EXPECT_EQ(dev_keys, host_keys);
+  Engine ref(plain, m, tagged_config(), w);
+  EXPECT_EQ(loss, ref.step(tokens).loss);
+  EXPECT_EQ(e.gradients().data, ref.gradients().data);
+}
+
 TEST(OpTagger, ThroughACuptiStandInEveryRecordOfAStepBelongsToItsPass) {
   const auto m = test::small_model(3, 4, 2, 8, 32, false, true);
   const Weights w = random_weights(m, 5, 0.1f);
