@@ -24,6 +24,10 @@ Json ParallelPlan::to_json() const {
           {"tp", tp},
           {"replicas", replicas},
           {"gpus", gpus},
+          {"nodes", nodes},
+          {"fsdp", fsdp},
+          {"offload", offload_checkpoints},
+          {"recipe", recipe},
           {"checkpointing", checkpointing},
           {"context_tokens", context_tokens},
           {"rows_per_gpu", r},
@@ -31,6 +35,10 @@ Json ParallelPlan::to_json() const {
           {"device_limit_bytes_per_gpu", device_limit_bytes},
           {"host_bytes_per_node", host_bytes},
           {"host_limit_bytes_per_node", host_limit_bytes},
+          {"host_pinned_bytes_per_node", host_pinned_bytes},
+          {"offload_bytes_per_gpu", offload_bytes},
+          {"offload_s", offload_s},
+          {"fsdp_comm_s", fsdp_comm_s},
           {"fits", fits},
           {"binding", binding},
           {"compute_s", compute_s},
@@ -61,11 +69,46 @@ void finish_rates(ParallelPlan& p) {
       p.tokens_per_s > 0 ? static_cast<double>(p.gpus) / p.tokens_per_s * 1e9 / 3600.0 : 0;
 }
 
+namespace {
+
+step::BufferRow device_row(std::string name, std::string category, Dtype dtype, int64_t bytes, step::PhaseMask phases,
+                           std::string formula) {
+  step::BufferRow r;
+  r.name = std::move(name);
+  r.category = std::move(category);
+  r.tier = step::Tier::device;
+  r.dtype = dtype;
+  r.bytes = bytes;
+  r.phases = phases;
+  r.formula = std::move(formula);
+  return r;
+}
+
+}  // namespace
+
 ParallelPlan context_parallel(const Scenario& s, ContextParallelism kind, int64_t cp, int64_t tp, bool checkpointing,
                               double headroom) {
+  CpLayout l;
+  l.kind = kind;
+  l.cp = cp;
+  l.tp = tp;
+  l.checkpointing = checkpointing;
+  return context_parallel(s, l, headroom);
+}
+
+ParallelPlan context_parallel(const Scenario& s, const CpLayout& lay, double headroom) {
   const auto& m = s.model;
   const auto& c = s.config;
+  const ContextParallelism kind = lay.kind;
+  const int64_t cp = lay.cp, tp = lay.tp;
+  const bool checkpointing = lay.checkpointing;
   if (cp < 1 || tp < 1) throw Error("--gpus", std::to_string(cp * tp), "must be positive", "e.g. 8");
+  if (lay.nodes < 1 || (cp * tp) % lay.nodes != 0)
+    throw Error("--nodes", std::to_string(lay.nodes), "does not divide the layout's " + std::to_string(cp * tp) + " GPUs",
+                "a divisor of the GPUs");
+  if (lay.offload_checkpoints && !checkpointing)
+    throw Error("--gpus", std::to_string(cp * tp), "offloading checkpoints needs checkpointing on",
+                "a layout with checkpointing");
   if (m.q_heads % tp != 0 || m.kv_heads % tp != 0)
     throw Error("--gpus", std::to_string(tp), "tensor parallelism does not divide " + m.id + "'s heads",
                 "a divisor of " + std::to_string(m.kv_heads) + " KV heads");
@@ -81,18 +124,30 @@ ParallelPlan context_parallel(const Scenario& s, ContextParallelism kind, int64_
   p.cp = cp;
   p.tp = tp;
   p.gpus = cp * tp;
+  p.nodes = lay.nodes;
   p.checkpointing = checkpointing;
+  p.fsdp = lay.fsdp;
+  p.offload_checkpoints = lay.offload_checkpoints;
   p.context_tokens = N;
-  p.label = std::string(kind == ContextParallelism::ring ? "ring attention" : "Ulysses") + " CP " +
-            std::to_string(cp) + " x TP " + std::to_string(tp) + (checkpointing ? "" : ", no checkpointing");
+  const bool torch_cp = lay.fsdp && kind == ContextParallelism::ring;  // PyTorch's context_parallel under FSDP2
+  if (lay.fsdp)
+    p.label = std::string(torch_cp ? "FSDP2 ring attention" : "ZeRO-3 Ulysses") + " CP " + std::to_string(cp) +
+              (tp > 1 ? " x TP " + std::to_string(tp) : std::string()) +
+              (lay.offload_checkpoints ? ", checkpoints on host" : checkpointing ? ", checkpoints on GPU" : ", no checkpointing");
+  else
+    p.label = std::string(kind == ContextParallelism::ring ? "ring attention" : "Ulysses") + " CP " +
+              std::to_string(cp) + " x TP " + std::to_string(tp) + (checkpointing ? "" : ", no checkpointing");
+  if (lay.nodes > 1) p.label += " (" + std::to_string(lay.nodes) + " nodes)";
 
   const int64_t T = ceil_div(N, cp);  // tokens per context-parallel rank
   const int64_t L = step::effective_layers(c, m);
-  const int64_t qd = m.q_dim(), kvd = m.kv_dim();
+  const int64_t qd = m.q_dim(), kvd = m.kv_dim(), h = m.hidden;
   const int64_t ab = dtype_bytes(c.activation_dtype), kvb = dtype_bytes(c.kv_dtype);
+  const int64_t P = m.param_count();
+  const int64_t head_params = m.embedding_params();  // the LM head (the embedding when tied)
 
-  // Standard full-sequence training on one TP group (sequence parallelism with TP, fused 1K loss
-  // tiles, AdamW state on the GPUs), the configuration both the compute and the memory below are of.
+  // Standard full-sequence training on one TP group (sequence parallelism with TP, fused loss tiles,
+  // AdamW state on the GPUs), the configuration both the compute and the memory below are of.
   Scenario whole = s;
   whole.config.schedule = step::Schedule::standard;
   whole.config.attention = step::Attention::dense;
@@ -100,28 +155,98 @@ ParallelPlan context_parallel(const Scenario& s, ContextParallelism kind, int64_
   whole.config.sequence_parallel = tp > 1;  // as Megatron-LM runs tensor with context parallelism
   whole.config.checkpointing = checkpointing;
   whole.config.kept_layers = 0;  // context parallelism on paper: checkpointing on or off only
-  whole.config.logits_chunk_tokens = 1024;
+  // The loss in tiles: 1K-token fused tiles, or TRL's chunked NLL (256-token chunks, fp32 logits:
+  // trl/trainer/sft_trainer.py _CHUNKED_LM_HEAD_CHUNK_SIZE) under FSDP.
+  whole.config.logits_chunk_tokens = lay.fsdp ? 256 : 1024;
+  if (lay.fsdp) whole.config.loss_dtype = Dtype::fp32;
   whole.config.optimizer = step::Optimizer::gpu;
 
   // Memory per GPU: the one buffer table (step/buffers.h) of that step over this rank's N/cp tokens,
-  // with its AdamW state sharded over the cp ranks (ZeRO-1 in the context-parallel group), plus the
-  // buffers context parallelism adds to the attention (its only rows written here).
+  // with the changes each layout makes (formulas in the rows and in parallel.h).
   step::Config rank = whole.config;
   rank.context_tokens = T;
   step::BufferTable table = step::buffer_table(m, rank, step::target_of(s.gpu));
-  for (step::BufferRow& r : table.rows)
-    if (r.tier == step::Tier::device && r.category == "optimizer_state") {
-      r.bytes = ceil_div(r.bytes, cp);
-      r.formula += " / cp (sharded over the context-parallel ranks)";
+  const step::PhaseMask fwd = step::phase_bit(step::Phase::forward), loss = step::phase_bit(step::Phase::loss),
+                        bwd = step::phase_bit(step::Phase::backward), opt = step::phase_bit(step::Phase::optimizer);
+  const step::PhaseMask all = fwd | loss | bwd | opt;
+  const std::string cps = std::to_string(cp);
+  if (!lay.fsdp) {
+    for (step::BufferRow& r : table.rows)
+      if (r.tier == step::Tier::device && r.category == "optimizer_state") {
+        r.bytes = ceil_div(r.bytes, cp);
+        r.formula += " / cp (sharded over the context-parallel ranks)";
+      }
+  } else {
+    // FSDP2 as Accelerate applies it (accelerate utils/fsdp_utils.py fsdp2_prepare_model): every
+    // trainable parameter upcast to fp32 before fully_shard, so the sharded parameters, their
+    // gradients and AdamW's two moments are fp32 shards over the cp ranks (16 bytes per parameter /
+    // cp); compute gathers bf16 copies (MixedPrecisionPolicy param_dtype bf16). ZeRO-3 (DeepSpeed)
+    // holds the same 16: bf16 parameter and gradient shards, fp32 master and moments.
+    std::vector<step::BufferRow> kept;
+    for (step::BufferRow& r : table.rows) {
+      if (r.tier == step::Tier::device && (r.category == "weights" || r.category == "parameter_gradients" ||
+                                           r.category == "optimizer_state"))
+        continue;
+      kept.push_back(std::move(r));
     }
+    table.rows = std::move(kept);
+    const int64_t shard = ceil_div(ceil_div(P, tp), cp);
+    table.rows.push_back(device_row("sharded_parameters", "weights", Dtype::fp32, checked_mul(shard, 4), all,
+                                    "params / tp / cp x 4 (fp32 shards: Accelerate upcasts before fully_shard)"));
+    table.rows.push_back(device_row("sharded_gradients", "parameter_gradients", Dtype::fp32, checked_mul(shard, 4),
+                                    bwd | opt, "params / tp / cp x 4 (fp32 gradient shards)"));
+    table.rows.push_back(device_row("adamw_moments", "optimizer_state", Dtype::fp32, checked_mul(shard, 8), all,
+                                    "2 x params / tp / cp x 4 (m, v of the fp32 shards)"));
+    const int64_t layer = ceil_div(m.layer_params(0), tp);
+    table.rows.push_back(device_row(
+        "gathered_layers", "weights", c.param_dtype, checked_mul(2 * layer, dtype_bytes(c.param_dtype)), fwd | bwd,
+        "2 layers' params / tp x param dtype (the layer computing and the next, gathered ahead)"));
+    table.rows.push_back(device_row("gathered_lm_head", "weights", c.param_dtype,
+                                    checked_mul(ceil_div(head_params, tp) + h, dtype_bytes(c.param_dtype)), loss,
+                                    "(vocab x hidden / tp + hidden) x param dtype (the final norm and LM head unit, "
+                                    "not resharded between the forward and the backward)"));
+    table.rows.push_back(device_row("unsharded_layer_gradients", "parameter_gradients", c.param_dtype,
+                                    checked_mul(layer, dtype_bytes(c.param_dtype)), bwd,
+                                    "one layer's params / tp x param dtype (its gradients before the reduce-scatter)"));
+    // TRL's chunked NLL computes each chunk's logits as h.float() @ w.float().T: an fp32 copy of the
+    // whole LM head per chunk, and in the chunk's backward the gradient of that copy (fp32) beside
+    // the head's gradient being accumulated (param dtype).
+    table.rows.push_back(device_row(
+        "chunked_loss_head_upcast", "logits", Dtype::fp32,
+        checked_mul(ceil_div(head_params, tp), 4 + 4 + dtype_bytes(c.param_dtype)), loss,
+        "vocab x hidden / tp x (4 + 4 + param dtype) (the head upcast to fp32 per chunk, its fp32 gradient, the "
+        "accumulated head gradient)"));
+  }
+  if (lay.offload_checkpoints) {
+    // save_on_cpu(pin_memory=True): each checkpointed layer input is copied to pinned host memory
+    // as the forward saves it and copied back when the backward's recompute unpacks it.
+    for (step::BufferRow& r : table.rows)
+      if (r.tier == step::Tier::device && r.category == "checkpoints") {
+        p.offload_bytes += r.bytes;
+        r.tier = step::Tier::host;
+        r.formula += " (in pinned host memory)";
+      }
+    table.rows.push_back(device_row("checkpoint_unpacked", "checkpoints", c.activation_dtype,
+                                    checked_mul(checked_mul(T, ceil_div(h, tp > 1 ? tp : 1)), ab), bwd,
+                                    "tokens / cp x hidden x act (the layer input copied back for its recompute)"));
+  }
   step::BufferRow exchange;
   exchange.name = "attention_exchange";
   exchange.category = "attention_workspace";
   exchange.tier = step::Tier::device;
   exchange.dtype = c.kv_dtype;
-  exchange.phases = step::phase_bit(step::Phase::forward) | step::phase_bit(step::Phase::backward);
+  exchange.phases = fwd | bwd;
   int64_t kv_heads_local = 0;
-  if (kind == ContextParallelism::ring) {
+  if (torch_cp) {
+    // PyTorch's context_parallel with SDPA (torch/distributed/tensor/experimental/_context_parallel/
+    // _attention.py): the default all-gather rotation gathers the whole sequence's K and V of the
+    // layer per attention call; the merger keeps the output and LSE in fp32; the backward gathers K
+    // and V again and accumulates dq, dk, dv in fp32 at local size, passing dK/dV on in fp32.
+    exchange.bytes = checked_mul(N, 2 * kvd / tp) * kvb + checked_mul(T, (qd + 2 * kvd) / tp) * 4 +
+                     checked_mul(T, 2 * kvd / tp) * 4 * 2;
+    exchange.formula = "N x 2 kv_dim / tp x KV dtype (K, V gathered) + N/cp x (q_dim + 2 kv_dim) / tp x 4 (fp32 "
+                       "output or dq, dk, dv) + dK/dV sent and received (fp32)";
+  } else if (kind == ContextParallelism::ring) {
     exchange.bytes = checked_mul(T, 2 * kvd / tp) * (2 * kvb + 2 * 4);
     exchange.formula = "2 remote K/V blocks (N/cp x 2 kv_dim / tp x KV dtype) + dK/dV send and receive (fp32)";
   } else {
@@ -134,26 +259,60 @@ ParallelPlan context_parallel(const Scenario& s, ContextParallelism kind, int64_
       p.notes.push_back(std::to_string(m.kv_heads) + " KV heads over " + std::to_string(tp * cp) +
                         " GPUs: each KV head is replicated on " + std::to_string(tp * cp / m.kv_heads) + " GPUs");
   }
-  table.rows.push_back(exchange);
-  // The rows alive at the table's device peak (what the per-GPU total is).
+  // The exchange is alive only while a layer's attention runs, and a pre-norm block runs its
+  // attention before its MLP in the forward and after the MLP's backward in the backward: at that
+  // moment the layer's ffn-wide tensors (3 saved activations and 3 backward temporaries per
+  // layer_activations / layer_backward_temporaries) are not yet made (forward) or already freed
+  // (backward). So the per-GPU peak is the larger of the table's peak without the exchange and,
+  // per phase, the attention's moment: that phase's rows less their ffn-wide part, plus the exchange.
   const step::BufferTable::PhasePeak peak = table.device_peak(true);
-  const step::PhaseMask at_peak = step::phase_bit(peak.phase);
+  const int64_t ffn_row = checked_mul(checked_mul(T, 3 * ceil_div(m.ffn_hidden, tp)), ab);
+  auto ffn_part = [&](const step::BufferRow& r) -> int64_t {
+    if (r.tier != step::Tier::device || r.category != "layer_working_set") return 0;
+    if (r.name == "layer_activations" || r.name == "layer_backward_temporaries") return std::min(r.bytes, ffn_row);
+    return 0;
+  };
+  step::Phase attn_phase = step::Phase::backward;
+  int64_t attn_bytes = -1;
+  for (step::Phase ph : {step::Phase::forward, step::Phase::backward}) {
+    int64_t b = table.device_bytes_in(ph, true) + exchange.bytes;
+    for (const step::BufferRow& r : table.rows)
+      if (r.phases & step::phase_bit(ph)) b -= ffn_part(r);
+    if (b > attn_bytes) attn_bytes = b, attn_phase = ph;
+  }
+  const bool attention_peak = attn_bytes > peak.bytes;
+  const step::PhaseMask at_peak = step::phase_bit(attention_peak ? attn_phase : peak.phase);
   for (const step::BufferRow& r : table.rows)
-    if (r.tier == step::Tier::device && r.bytes > 0 && (r.phases & at_peak))
-      p.rows.push_back({r.name, r.bytes, r.formula});
-  p.device_bytes = peak.bytes;
+    if (r.tier == step::Tier::device && (r.phases & at_peak)) {
+      const int64_t b = attention_peak ? r.bytes - ffn_part(r) : r.bytes;
+      if (b > 0)
+        p.rows.push_back({r.name, b, r.formula + (attention_peak && ffn_part(r) > 0 ? " (less its 3 ffn-wide "
+                                                                                       "tensors at the attention)"
+                                                                                     : "")});
+    }
+  if (attention_peak) p.rows.push_back({exchange.name, exchange.bytes, exchange.formula});
+  p.device_bytes = std::max(peak.bytes, attn_bytes);
   p.device_limit_bytes = device_limit(s, headroom);
   p.host_limit_bytes = s.host.ram_bytes;
-  p.fits = p.device_bytes <= p.device_limit_bytes;
+  const int64_t gpus_per_node = p.gpus / lay.nodes;
+  p.host_pinned_bytes = checked_mul(p.offload_bytes, gpus_per_node);
+  p.host_bytes = p.host_pinned_bytes;
+  const bool device_ok = p.device_bytes <= p.device_limit_bytes;
+  const bool pinned_ok = p.host_pinned_bytes <= s.host.pinnable_bytes;
+  p.fits = device_ok && pinned_ok;
 
   // Compute: the simulator's standard step for the whole sequence on one TP group, shared by cp.
   const simulator::Summary sum = simulator::evaluate(whole);
   p.compute_s = sum.step_s / static_cast<double>(cp);
 
-  // Communication per layer and pass, per GPU (bytes each GPU sends; links are full duplex).
-  const double link = link_bytes_per_s(s);
+  // Communication per layer and pass, per GPU (bytes each GPU sends; links are full duplex). Across
+  // nodes the slowest hop of a ring or an all-to-all is the host network's share per GPU.
+  const double link = lay.nodes > 1 && s.host.network_bytes_per_s > 0
+                          ? std::min(link_bytes_per_s(s), s.host.network_bytes_per_s)
+                          : link_bytes_per_s(s);
   const double passes_fwd = checkpointing ? 2.0 : 1.0;  // forward, and its recompute in the backward
   const double Td = static_cast<double>(T);
+  const double frac = static_cast<double>(cp - 1) / static_cast<double>(cp);
   // Attention of one rank's queries against one block of keys, the work a ring step hides its
   // transfer behind: with causal load balancing a rank's N/cp x N/2 pairs spread evenly over the cp
   // steps, T x T / 2 pairs each.
@@ -162,28 +321,66 @@ ParallelPlan context_parallel(const Scenario& s, ContextParallelism kind, int64_
   const double attn_bwd_s = 2.5 * attn_flops_rank / (s.gpu.bf16_flops_per_s * s.gpu.efficiency.attention_backward);
   double comm = 0, exposed = 0;
   if (cp > 1) {
-    if (kind == ContextParallelism::ring) {
-      const double kv_block = Td * 2.0 * static_cast<double>(kvd / tp) * static_cast<double>(kvb);
-      const double fwd = static_cast<double>(cp - 1) * kv_block / link;
-      const double bwd = static_cast<double>(cp - 1) * (kv_block + kv_block) / link;  // K/V in, dK/dV on (bf16)
+    if (torch_cp) {
+      // The all-gather of K and V before each attention call (forward, recompute, backward) is
+      // waited for; dK/dV travel the ring behind the backward's attention of each step.
+      const double gather = frac * static_cast<double>(N) * 2.0 * static_cast<double>(kvd / tp) *
+                            static_cast<double>(kvb) / link;
+      const double dkv = Td * 2.0 * static_cast<double>(kvd / tp) * 4.0 / link;  // one step's fp32 dK/dV
       const double steps = static_cast<double>(cp - 1);
-      comm = static_cast<double>(L) * (passes_fwd * fwd + bwd);
+      comm = static_cast<double>(L) * ((passes_fwd + 1.0) * gather + steps * dkv);
+      exposed = static_cast<double>(L) * ((passes_fwd + 1.0) * gather + steps * std::max(0.0, dkv - attn_bwd_s));
+    } else if (kind == ContextParallelism::ring) {
+      const double kv_block = Td * 2.0 * static_cast<double>(kvd / tp) * static_cast<double>(kvb);
+      const double fwd_s = static_cast<double>(cp - 1) * kv_block / link;
+      const double bwd_s = static_cast<double>(cp - 1) * (kv_block + kv_block) / link;  // K/V in, dK/dV on (bf16)
+      const double steps = static_cast<double>(cp - 1);
+      comm = static_cast<double>(L) * (passes_fwd * fwd_s + bwd_s);
       exposed = static_cast<double>(L) * steps *
-                (passes_fwd * std::max(0.0, fwd / steps - attn_fwd_s) + std::max(0.0, bwd / steps - attn_bwd_s));
+                (passes_fwd * std::max(0.0, fwd_s / steps - attn_fwd_s) + std::max(0.0, bwd_s / steps - attn_bwd_s));
     } else {
       const double per_token =
           static_cast<double>((2 * qd / tp + 2 * std::max<int64_t>(kvd / tp, kv_heads_local * m.head_dim)) * ab);
-      const double a2a = static_cast<double>(cp - 1) / static_cast<double>(cp) * Td * per_token / link;
+      const double a2a = frac * Td * per_token / link;
       comm = static_cast<double>(L) * (passes_fwd + 1.0) * a2a;  // backward: the same volume of gradients
       exposed = comm;
     }
   }
+  if (lay.fsdp && cp > 1) {
+    // FSDP: each layer's weights gathered before its forward and again before its backward (the
+    // recompute uses the backward's copy), its gradients reduce-scattered after (param dtype: the
+    // mixed-precision policy's reduce dtype is bf16), (cp - 1) / cp of each per GPU; the gather of
+    // the next layer overlaps the current one's compute, so only what a layer's share of the compute
+    // does not cover waits. The LM head unit and the embedding likewise.
+    const double pb = static_cast<double>(dtype_bytes(c.param_dtype));
+    const double layer_bytes = static_cast<double>(ceil_div(m.layer_params(0), tp)) * pb;
+    const double per_layer = frac * 3.0 * layer_bytes / link;  // gather, gather, reduce-scatter
+    const double head = frac * 3.0 * 2.0 * static_cast<double>(ceil_div(head_params, tp)) * pb / link;
+    p.fsdp_comm_s = static_cast<double>(L) * per_layer + head;
+    const double layer_compute = p.compute_s / static_cast<double>(L);
+    comm += p.fsdp_comm_s;
+    exposed += static_cast<double>(L) * std::max(0.0, per_layer - layer_compute) + head;
+  }
+  if (lay.offload_checkpoints) {
+    // save_on_cpu's pack copies with a blocking copy_; the unpack's copy back is issued when the
+    // recompute needs it: both directions wait, at the profile's host-link rates.
+    p.offload_s = static_cast<double>(p.offload_bytes) / s.gpu.d2h_bytes_per_s +
+                  static_cast<double>(p.offload_bytes) / s.gpu.h2d_bytes_per_s;
+    exposed += p.offload_s;
+  }
   p.comm_s = comm;
   p.exposed_comm_s = exposed;
   p.step_s = p.compute_s + exposed;
-  p.binding = !p.fits ? "device memory" : exposed > 0.05 * p.step_s ? "interconnect" : "compute";
+  p.binding = !device_ok ? "device memory"
+              : !pinned_ok ? "pinned host memory"
+              : exposed > 0.05 * p.step_s ? (p.offload_s > exposed / 2 ? "host link" : "interconnect")
+                                          : "compute";
   if (s.gpu.interconnect_bytes_per_s <= 0)
     p.notes.push_back(s.gpu.id + " has no NVLink in its profile: GPU-GPU traffic priced at the host link");
+  if (lay.offload_checkpoints)
+    p.notes.push_back("checkpoints on the host: " + format_bytes(p.host_pinned_bytes) + " pinned per node, " +
+                      format_bytes(p.offload_bytes) + " each way per GPU and step (" + format_duration_s(p.offload_s) +
+                      " of blocking copies)");
   finish_rates(p);
   return p;
 }
@@ -210,6 +407,37 @@ std::optional<ParallelPlan> best_context_parallel(const Scenario& s, ContextPara
     }
   }
   return best;
+}
+
+std::vector<ParallelPlan> stock_recipes(const Scenario& s, int64_t gpus, int64_t nodes, double headroom,
+                                        std::vector<std::string>* skipped) {
+  std::vector<ParallelPlan> out;
+  const int64_t all = gpus * nodes;
+  for (auto kind : {ContextParallelism::ring, ContextParallelism::ulysses}) {
+    for (bool offload : {true, false}) {
+      CpLayout l;
+      l.kind = kind;
+      l.cp = all;
+      l.tp = 1;
+      l.checkpointing = true;
+      l.fsdp = true;
+      l.offload_checkpoints = offload;
+      l.nodes = nodes;
+      try {
+        ParallelPlan p = context_parallel(s, l, headroom);
+        p.recipe = kind == ContextParallelism::ring
+                       ? "the stock Hugging Face recipe (TRL's long-context example: Accelerate FSDP2, cp_size " +
+                             std::to_string(all) + ", SDPA, chunked NLL" + (offload ? ", checkpoint offload)" : ")")
+                       : std::string("DeepSpeed ALST (ZeRO-3, Ulysses sequence parallelism") +
+                             (offload ? ", checkpoint offload)" : ")");
+        out.push_back(std::move(p));
+      } catch (const Error& e) {
+        if (skipped && offload) skipped->push_back(std::string(kind == ContextParallelism::ring ? "FSDP2 ring" : "ZeRO-3 Ulysses") +
+                                                   " CP " + std::to_string(all) + ": " + e.what());
+      }
+    }
+  }
+  return out;
 }
 
 ParallelPlan data_parallel(const Scenario& s, const simulator::Summary& one, int64_t replicas, double headroom) {

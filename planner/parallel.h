@@ -17,7 +17,24 @@
 //                      Ulysses: after the all-to-all a GPU holds q, k, v and o of its heads over all N
 //                               tokens (send and receive buffers: x 2); KV heads are replicated when
 //                               fewer than tp x cp
-// The rows listed are those alive at the peak.
+// FSDP2 / ZeRO-3 layouts (CpLayout::fsdp; docs/model.md cites the code each row comes from):
+//   sharded_parameters, sharded_gradients   params / tp / cp x 4 each (fp32 shards), adamw_moments x 8
+//   gathered_layers                          2 layers' params / tp x param dtype (current + prefetched)
+//   unsharded_layer_gradients                one layer's params / tp x param dtype (before its reduce-scatter)
+//   gathered_lm_head                         (vocab x hidden / tp + hidden) x param dtype, loss phase
+//   chunked_loss_head_upcast                 vocab x hidden / tp x (4 + 4 + param dtype), loss phase (TRL's
+//                                            chunked NLL: the head in fp32, its fp32 gradient, the head's
+//                                            accumulated gradient); 256-token fp32 logits tiles
+//   attention_exchange (FSDP2 ring)          PyTorch's all-gather rotation: N x 2 kv_dim / tp x KV dtype +
+//                                            N/cp x (q_dim + 2 kv_dim) / tp x 4 + 2 x N/cp x 2 kv_dim / tp x 4
+// Checkpoint offload (CpLayout::offload_checkpoints): the checkpoint rows on the host (pinned, x the
+// node's GPUs), checkpoint_unpacked = N/cp x hidden x act on the device in the backward; the copies
+// each way at the profile's host-link rates, both waited for (save_on_cpu's blocking pack, the
+// on-demand unpack). FSDP's collectives per layer: 2 gathers + 1 reduce-scatter of (cp - 1) / cp x
+// the layer's param-dtype bytes, waiting for what a layer's share of the compute does not cover.
+// The attention's exchange is alive only during attention (before the MLP in the forward, after its
+// backward): the peak is max(table peak without it, per phase: rows - the layer's 6 ffn-wide tensors
+// + the exchange). The rows listed are those alive at that peak moment.
 // Step time: the simulator's standard-schedule step for the whole sequence on one tensor-parallel
 // group, divided by cp (causal load balancing, e.g. zig-zag, makes every rank's share equal), plus
 // the exposed communication on the GPU profile's interconnect (per direction): ring passes its K/V
@@ -37,6 +54,25 @@ namespace oomb::planner {
 enum class ContextParallelism { ring, ulysses };
 const char* to_string(ContextParallelism k);
 
+// How standard full-sequence training is laid out over the GPUs that share one sequence: the
+// degrees, and the memory knobs of the recipes people run (docs/model.md "Context parallelism").
+struct CpLayout {
+  ContextParallelism kind = ContextParallelism::ring;
+  int64_t cp = 1, tp = 1;
+  bool checkpointing = true;
+  // FSDP2 / ZeRO-3 over the context-parallel ranks: weights, gradients and AdamW state sharded,
+  // each layer's weights gathered before use and its gradients reduce-scattered after its backward.
+  // Off: Megatron-style, the weights and gradients whole on every context-parallel rank and only the
+  // AdamW state sharded (the distributed optimizer).
+  bool fsdp = false;
+  // Each layer's checkpointed input held in pinned host memory (PyTorch's save_on_cpu, as
+  // transformers' gradient checkpointing offload and Accelerate's FSDP2 activation offload do).
+  bool offload_checkpoints = false;
+  // The ranks span this many nodes (cp x tp / nodes GPUs each): ring hops, all-to-alls and FSDP's
+  // collectives that cross nodes go at the host profile's network rate per GPU.
+  int64_t nodes = 1;
+};
+
 struct ParallelRow {
   std::string name;
   int64_t bytes = 0;
@@ -48,12 +84,20 @@ struct ParallelPlan {
   ContextParallelism kind = ContextParallelism::ring;
   int64_t cp = 1, tp = 1, replicas = 1;
   int64_t gpus = 1;   // all GPUs used: cp x tp x replicas
+  int64_t nodes = 1;
   bool checkpointing = true;
+  bool fsdp = false;
+  bool offload_checkpoints = false;
+  std::string recipe;  // who runs this layout ("the stock Hugging Face 1M recipe", ...), empty if nobody in particular
   int64_t context_tokens = 0;
   std::vector<ParallelRow> rows;  // device memory per GPU
   int64_t device_bytes = 0;       // per GPU, reserve included
   int64_t device_limit_bytes = 0;
   int64_t host_bytes = 0;         // per node
+  int64_t host_pinned_bytes = 0;  // per node: the offloaded checkpoints
+  int64_t offload_bytes = 0;      // per GPU and step, each way (device to host in the forward, back in the backward)
+  double offload_s = 0;           // the copies' time per step, both ways (blocking: exposed)
+  double fsdp_comm_s = 0;         // FSDP's gathers and reduce-scatters per step (part of comm_s)
   int64_t host_limit_bytes = 0;
   bool fits = false;
   std::string binding;            // the failed limit, or what bounds the step
@@ -67,8 +111,17 @@ struct ParallelPlan {
 // Context parallelism of degree cp x tensor parallelism tp for the scenario's model, GPU, host and
 // context (dtypes from its config; AdamW state on the GPUs). Throws oomb::Error when the degrees do
 // not suit the model (tp must divide the heads; Ulysses' cp x tp must divide the query heads).
+ParallelPlan context_parallel(const simulator::Scenario& s, const CpLayout& layout, double headroom);
 ParallelPlan context_parallel(const simulator::Scenario& s, ContextParallelism kind, int64_t cp, int64_t tp,
                               bool checkpointing, double headroom);
+
+// The stock recipes of 2026 on `gpus` GPUs over `nodes` nodes, all of them on one sequence with
+// tensor parallelism 1, checkpointing on: FSDP2 with ring context parallelism (PyTorch's
+// context_parallel with SDPA under Accelerate, TRL's long-context example) and ZeRO-3 with Ulysses
+// (DeepSpeed's ALST), each with its checkpoints offloaded to pinned host memory and, to show what the
+// offload buys, without. Layouts whose degrees do not suit the model are left out (named in `skipped`).
+std::vector<ParallelPlan> stock_recipes(const simulator::Scenario& s, int64_t gpus, int64_t nodes, double headroom,
+                                        std::vector<std::string>* skipped = nullptr);
 
 // The fastest fitting layout over cp x tp = gpus (cp >= 2) and checkpointing on/off (or, when none fits, the
 // one with the least device memory); nullopt when no layout suits the model (e.g. Ulysses with

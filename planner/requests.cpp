@@ -1,5 +1,8 @@
 #include "planner/requests.h"
 
+#include <algorithm>
+#include <cstdio>
+
 #include "core/format.h"
 #include "planner/search.h"
 
@@ -101,10 +104,48 @@ Comparison compare_multi_gpu(const Request& r, const NodeGpus& node, const std::
       cmp.notes.push_back(std::string(kind == ContextParallelism::ring ? "ring attention" : "Ulysses") +
                           ": no layout of 2.." + std::to_string(node.gpus) + " GPUs suits " + s.model.id);
   }
-  cmp.notes.push_back("context parallelism is standard full-sequence training (fused chunked loss, AdamW state "
-                      "sharded over the context-parallel ranks) on paper, priced with the same cost model; "
-                      "interconnect " + format_rate_bytes_per_s(s.gpu.interconnect_bytes_per_s) + " per direction (" +
-                      s.gpu.id + " profile)");
+  // The recipes people run at long context (FSDP2 / ZeRO-3 with context parallelism over every GPU
+  // of every node, checkpoints offloaded or not), then which of them and oomb's rows wins.
+  const int64_t nodes = std::max<int64_t>(1, s.config.nodes);
+  std::vector<std::string> skipped;
+  std::vector<ParallelPlan> stock = stock_recipes(s, node.gpus, nodes, r.headroom, &skipped);
+  for (const auto& why : skipped) cmp.notes.push_back(why);
+  // The row a user would otherwise run: the stock Hugging Face recipe when it fits, else the fastest
+  // stock layout that does.
+  const ParallelPlan* best_stock = nullptr;
+  for (const auto& p : stock)
+    if (p.fits && p.kind == ContextParallelism::ring && p.offload_checkpoints) best_stock = &p;
+  for (const auto& p : stock)
+    if (!best_stock && p.fits && (!best_stock || p.step_s < best_stock->step_s)) best_stock = &p;
+  const ParallelPlan* best_oomb = nullptr;
+  for (const auto& p : cmp.rows)
+    if (p.fits && p.replicas == 1 && p.gpus == node.gpus && p.label.rfind("oomb", 0) == 0 &&
+        (!best_oomb || p.step_s < best_oomb->step_s))
+      best_oomb = &p;
+  auto ratio = [](double v) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%.2f", v);
+    return std::string(b);
+  };
+  std::string verdict;
+  if (best_stock && best_oomb && nodes == 1) {
+    const double t = best_stock->step_s / best_oomb->step_s;
+    const double mem = static_cast<double>(best_stock->device_bytes) / static_cast<double>(best_oomb->device_bytes);
+    verdict = best_oomb->label + " against " + best_stock->label + ": " +
+              (t >= 1 ? ratio(t) + "x faster" : ratio(1 / t) + "x slower") + ", " +
+              (mem >= 1 ? ratio(mem) + "x less device memory per GPU"
+                        : ratio(1 / mem) + "x more device memory per GPU");
+  }
+  for (auto& p : stock) cmp.rows.push_back(std::move(p));
+  if (!verdict.empty()) cmp.notes.push_back(verdict);
+  cmp.notes.push_back("context parallelism is standard full-sequence training on paper, priced with the same cost "
+                      "model: Megatron-style rows shard only the AdamW state over the context-parallel ranks (fused "
+                      "1K loss tiles); FSDP2 / ZeRO-3 rows shard fp32 weights, gradients and AdamW state over all "
+                      "ranks and use 256-token chunked NLL (docs/model.md); interconnect " +
+                      format_rate_bytes_per_s(s.gpu.interconnect_bytes_per_s) + " per direction (" + s.gpu.id +
+                      " profile)" + (nodes > 1 ? ", between nodes " + format_rate_bytes_per_s(s.host.network_bytes_per_s) +
+                                                     " per GPU (" + s.host.id + ")"
+                                               : std::string()));
   return cmp;
 }
 

@@ -285,6 +285,40 @@ TEST_F(TrainingCli, EightGpusShowOombAndContextParallelismSideBySide) {
   EXPECT_TRUE(ring_fits) << mg.dump(2);
 }
 
+// Issue 46: the recipe people run at 1M on one node (FSDP2 with context parallelism over the 8 GPUs,
+// checkpoints in pinned host memory) beside oomb's rows, in the text and the JSON.
+TEST_F(TrainingCli, TheStockLongContextRecipeStandsBesideOomb) {
+  const CliRun r = oomb("plan --model qwen3-8b --gpu h100-sxm --context 1M --gpus 8");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  for (const char* s : {"FSDP2 ring attention CP 8, checkpoints on host", "FSDP2 ring attention CP 8, checkpoints on GPU",
+                        "ZeRO-3 Ulysses CP 8", "pinned per node", "oomb TP 8 x 1 data-parallel replica against FSDP2"})
+    EXPECT_TRUE(has(r.out, s)) << s << "\n" << r.out;
+  const CliRun j = oomb("plan --model qwen3-8b --gpu h100-sxm --context 1M --gpus 8 --json", true);
+  ASSERT_EQ(j.rc, 0) << j.out;
+  const oomb::Json mg = oomb::parse_json(j.out, "stdout")["multi_gpu"];
+  int recipe_rows = 0;
+  for (const auto& row : mg["rows"]) {
+    if (!row["fsdp"].get<bool>()) continue;
+    EXPECT_EQ(row["cp"], 8);
+    EXPECT_EQ(row["tp"], 1);
+    EXPECT_EQ(row["nodes"], 1);
+    if (row["kind"] == "ring" && row["offload"].get<bool>()) {
+      ++recipe_rows;
+      EXPECT_TRUE(row["fits"].get<bool>()) << row.dump(2);
+      EXPECT_GT(row["host_pinned_bytes_per_node"].get<int64_t>(), int64_t{250} << 30);
+      EXPECT_GT(row["step_s"].get<double>(), 0);
+      EXPECT_GT(row["tokens_per_s"].get<double>(), 0);
+      EXPECT_NE(row["recipe"].get<std::string>().find("Hugging Face"), std::string::npos);
+    }
+  }
+  EXPECT_EQ(recipe_rows, 1) << mg.dump(2);
+  // Over two nodes the same layouts span 16 GPUs, the ring crossing the host network.
+  const CliRun two = oomb("plan --model qwen3-8b --gpu h100-sxm --context 2M --gpus 8 --nodes 2");
+  ASSERT_EQ(two.rc, 0) << two.out;
+  EXPECT_TRUE(has(two.out, "FSDP2 ring attention CP 16, checkpoints on host (2 nodes)")) << two.out;
+  EXPECT_TRUE(has(two.out, "between nodes")) << two.out;
+}
+
 }  // namespace
 
 namespace {

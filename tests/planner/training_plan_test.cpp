@@ -326,9 +326,15 @@ TEST(ContextParallel, Qwen7bAt1MOn8GpusByHand) {
       {"attention_lse", T * heads * 4},
       {"layer_backward_temporaries", T * (3 * h + 2 * qd + 2 * kvd + 3 * f) * 2},
       {"gemm_workspace", table_row("gemm_workspace")},
-      {"runtime_reserve", s.gpu.reserved_bytes},
-      {"attention_exchange", T * 2 * kvd * (2 * 2 + 2 * 4)}};
+      {"runtime_reserve", s.gpu.reserved_bytes}};
   EXPECT_EQ(table_row("gemm_workspace"), 32 << 20);
+  // The ring's exchange buffers live while a layer's attention runs, after the MLP's backward has
+  // freed its ffn-wide tensors (3 saved, 3 temporaries): that moment is below the MLP's, so the
+  // peak is the MLP's and the exchange is not among its rows.
+  const int64_t exchange = T * 2 * kvd * (2 * 2 + 2 * 4);
+  int64_t mlp_moment = 0;
+  for (const auto& w : want) mlp_moment += w.second;
+  EXPECT_LT(mlp_moment - 2 * T * 3 * f * 2 + exchange, mlp_moment);
   ASSERT_EQ(p.rows.size(), want.size());
   int64_t total = 0;
   for (size_t i = 0; i < want.size(); ++i) {
@@ -382,6 +388,109 @@ TEST(ContextParallel, Qwen7bAt1MOn8GpusByHand) {
   // than its transfer).
   s.config.context_tokens = 2 * K;
   EXPECT_GT(context_parallel(s, ContextParallelism::ring, 8, 1, true, kDefaultHeadroom).exposed_comm_s, 0);
+}
+
+// FSDP2 with PyTorch's ring context parallelism and the checkpoints in pinned host memory, qwen3-8b
+// at 1M on 8 GPUs, from its public shapes (hidden 4096, 36 layers, 32 q / 8 KV heads of 128, ffn
+// 12288, vocab 151936, untied, q/k norms).
+TEST(ContextParallel, FsdpWithCheckpointOffloadByHand) {
+  simulator::Scenario s = request("qwen3-8b", "h100-sxm").scenario;
+  s.config.context_tokens = 1 * M;
+  CpLayout l;
+  l.cp = 8;
+  l.fsdp = true;
+  l.offload_checkpoints = true;
+  const ParallelPlan p = context_parallel(s, l, kDefaultHeadroom);
+  const int64_t h = 4096, qd = 32 * 128, kvd = 8 * 128, f = 12288, V = 151936, L = 36, N = 1 * M, T = N / 8;
+  const int64_t layer = h * (2 * qd + 2 * kvd) + 3 * h * f + 2 * h + 2 * 128;
+  const int64_t P = 2 * V * h + L * layer + h;
+  ASSERT_EQ(P, s.model.param_count());
+  const int64_t shard = (P + 7) / 8;
+  auto row = [&](const char* name) {
+    for (const auto& r : p.rows)
+      if (r.name == name) return r.bytes;
+    return int64_t{-1};
+  };
+  // fp32 shards of the parameters, their gradients and AdamW's moments: 16 bytes per parameter / 8.
+  EXPECT_EQ(row("sharded_parameters"), shard * 4);
+  EXPECT_EQ(row("sharded_gradients"), shard * 4);
+  EXPECT_EQ(row("adamw_moments"), shard * 8);
+  EXPECT_EQ(row("master_weights"), -1);  // the fp32 shards are the master copy
+  EXPECT_EQ(row("weights"), -1);
+  EXPECT_EQ(row("gathered_layers"), 2 * layer * 2);
+  EXPECT_EQ(row("unsharded_layer_gradients"), layer * 2);
+  // The checkpoints are on the host; one comes back for its layer's recompute.
+  EXPECT_EQ(row("layer_input_checkpoints"), -1);
+  EXPECT_EQ(row("checkpoint_unpacked"), T * h * 2);
+  EXPECT_EQ(p.offload_bytes, L * T * h * 2);
+  EXPECT_EQ(p.host_pinned_bytes, 8 * L * T * h * 2);  // 288 GiB for the node
+  EXPECT_DOUBLE_EQ(p.offload_s, 2.0 * static_cast<double>(L * T * h * 2) / 55e9);
+  // The peak is the MLP's moment of a layer's backward (the all-gathered K/V and fp32 attention
+  // buffers, 9 GiB, come after the MLP's backward has freed 18 GiB of ffn-wide tensors).
+  EXPECT_EQ(row("layer_activations"), T * (4 * h + 2 * qd + 2 * kvd + 3 * f + qd + kvd) * 2);  // + the q/k norms' inputs
+  EXPECT_EQ(row("attention_exchange"), -1);
+  int64_t total = 0;
+  for (const auto& r : p.rows) total += r.bytes;
+  EXPECT_EQ(p.device_bytes, total);
+  EXPECT_TRUE(p.fits) << p.device_bytes;
+  EXPECT_EQ(p.binding, "compute");
+  // The same without the offload does not fit an 80 GB H100 (36 GiB of checkpoints per GPU).
+  l.offload_checkpoints = false;
+  const ParallelPlan on_gpu = context_parallel(s, l, kDefaultHeadroom);
+  EXPECT_EQ(on_gpu.device_bytes - p.device_bytes, L * T * h * 2 - T * h * 2);
+  EXPECT_FALSE(on_gpu.fits);
+  EXPECT_EQ(on_gpu.host_pinned_bytes, 0);
+  // The step: the standard step of the whole sequence shared by 8, plus what waits: the blocking
+  // checkpoint copies, the K/V all-gathers before each attention call, FSDP's collectives (hidden).
+  EXPECT_GT(p.step_s, p.compute_s + p.offload_s);
+  EXPECT_LT(p.step_s, p.compute_s * 1.02);
+  EXPECT_GT(p.fsdp_comm_s, 0);
+  // Checkpoint offload needs checkpointing; a node count that does not divide the GPUs is refused.
+  l.checkpointing = false;
+  l.offload_checkpoints = true;
+  EXPECT_THROW(context_parallel(s, l, kDefaultHeadroom), Error);
+  l.checkpointing = true;
+  l.nodes = 3;
+  EXPECT_THROW(context_parallel(s, l, kDefaultHeadroom), Error);
+}
+
+// The published runs of the stock Hugging Face recipe on one 8 x H100 node (trl PR 6845 and 6846,
+// accelerate PR 4175 and 4184; sources in docs/model.md), as external fidelity points: nothing in
+// the model is fitted to them. Published peaks are torch.cuda.max_memory_allocated in GiB, labelled
+// "GB".
+TEST(ContextParallel, TheStockRecipeAgainstItsPublishedRuns) {
+  struct Point {
+    const char* model;
+    bool offload;
+    double step_s, peak_gib;
+  };
+  auto predict = [](const Point& pt) {
+    simulator::Scenario s = request(pt.model, "h100-sxm").scenario;
+    s.config.context_tokens = 1 * M;
+    for (auto& p : stock_recipes(s, 8, 1, kDefaultHeadroom))
+      if (p.kind == ContextParallelism::ring && p.offload_checkpoints == pt.offload) return p;
+    ADD_FAILURE() << "no FSDP2 ring row";
+    return ParallelPlan{};
+  };
+  // Qwen3-8B at 1,048,576 tokens, checkpoints offloaded: 380 s (the example as merged; 373 s and 364 s
+  // in the earlier reports), 56.2 GB. Without the offload it ran out of memory.
+  const ParallelPlan q8 = predict({"qwen3-8b", true, 380, 56.2});
+  EXPECT_TRUE(q8.fits);
+  EXPECT_NE(q8.recipe.find("stock Hugging Face recipe"), std::string::npos) << q8.recipe;
+  const double mem_err = static_cast<double>(q8.device_bytes) / static_cast<double>(1ll << 30) / 56.2 - 1;
+  const double time_err = q8.step_s / 380.0 - 1;
+  std::printf("qwen3-8b 1M FSDP2 CP 8 offload: %.2f GiB (published 56.2, %+.1f%%), %.1f s (published 380, %+.1f%%)\n",
+              static_cast<double>(q8.device_bytes) / (1ll << 30), 100 * mem_err, q8.step_s, 100 * time_err);
+  EXPECT_LT(std::abs(mem_err), 0.10);   // the targets: memory within 10%,
+  EXPECT_LT(std::abs(time_err), 0.20);  // time within 20% (shipped h100-sxm profile, uncalibrated)
+  EXPECT_FALSE(predict({"qwen3-8b", false, 0, 0}).fits);
+  // Qwen3-0.6B, checkpoints on the GPU: 137 s, 27.9 GB (with the offload 20.8 GB). Its memory is
+  // 12% under (docs/model.md: a gap, not fitted away); its time:
+  const ParallelPlan q06 = predict({"qwen3-0.6b", false, 137, 27.9});
+  EXPECT_TRUE(q06.fits);
+  std::printf("qwen3-0.6b 1M FSDP2 CP 8: %.2f GiB (published 27.9), %.1f s (published 137, %+.1f%%)\n",
+              static_cast<double>(q06.device_bytes) / (1ll << 30), q06.step_s, 100 * (q06.step_s / 137.0 - 1));
+  EXPECT_LT(std::abs(q06.step_s / 137.0 - 1), 0.20);
 }
 
 TEST(ContextParallel, DataParallelReplicasShareTheNodesHost) {
