@@ -38,6 +38,7 @@ struct Options {
   int height = 800;
   std::string model, gpu, host, context, attention, trace;
   std::optional<int> rank;  // --rank: which rank of a multi-rank --trace to overlay
+  std::optional<int> gpus;  // --gpus: tensor-parallel GPUs (several: the multi-GPU layouts tab)
 };
 
 // No display or no OpenGL 3.0 context: not bad input (2) nor out of memory (3); README's table.
@@ -117,6 +118,7 @@ int run(const Options& opt) {
   if (!opt.host.empty()) in.host = opt.host;
   if (!opt.context.empty()) in.config.context_tokens = parse_tokens(opt.context, "--context");
   if (!opt.attention.empty()) in.config.attention = step::attention_from_string(opt.attention, "--attention");
+  if (opt.gpus) in.config.gpus = *opt.gpus;
   ViewModel vm(in);
   UiState ui;
   std::snprintf(ui.context_text, sizeof(ui.context_text), "%lld", static_cast<long long>(in.config.context_tokens));
@@ -255,6 +257,10 @@ int main(int argc, char** argv) {
   app.add_option("--host", opt.host, "Initial host (default: the GPU's usual host)");
   app.add_option("--context", opt.context, "Initial context: 4M, 128K, 100000 (default 4M)");
   app.add_option("--attention", opt.attention, "Initial attention: dense or sparse");
+  app.add_option("--gpus", opt.gpus,
+                 "Initial tensor-parallel GPUs (1..64; several show the multi-GPU layouts: FSDP2 / ZeRO-3 with context "
+                 "parallelism over them, beside the feasibility map)")
+      ->check(CLI::Range(1, 64));
   app.add_option("--trace", opt.trace, "Measured trace (oomb.trace/1 JSON, from `oomb run --trace`) to overlay on the timeline; the inputs take the run's model and configuration");
   app.add_option("--rank", opt.rank,
                  "With --trace of rank 0 of a multi-rank run (mpirun): overlay rank K's trace (t.rank<K>.json beside "

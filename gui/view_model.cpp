@@ -564,6 +564,39 @@ std::string ViewModel::plan_for_me() {
   }
 }
 
+int64_t ViewModel::layout_gpus_per_node() const {
+  const auto& c = inputs_.config;
+  const int64_t nodes = std::max<int64_t>(1, c.nodes);
+  return std::max<int64_t>(1, c.gpus) * std::max<int64_t>(1, c.data_parallel) / nodes;
+}
+
+const std::vector<planner::ParallelPlan>& ViewModel::layouts() {
+  if (layouts_generation_ == generation_) return layouts_;
+  layouts_generation_ = generation_;
+  layouts_.clear();
+  const int64_t gpus = layout_gpus_per_node();
+  if (!results_.ok || gpus * std::max<int64_t>(1, inputs_.config.nodes) < 2) return layouts_;
+  const int64_t nodes = std::max<int64_t>(1, inputs_.config.nodes);
+  const double headroom = planner::kDefaultHeadroom;
+  try {
+    layouts_ = planner::stock_recipes(results_.scenario, gpus, nodes, headroom);
+    std::optional<planner::ParallelPlan> best = planner::best_fsdp_layout(results_.scenario, gpus, nodes, headroom);
+    if (best) {
+      bool listed = false;
+      for (const auto& p : layouts_)
+        listed = listed || (p.kind == best->kind && p.cp == best->cp && p.tp == best->tp &&
+                            p.offload_checkpoints == best->offload_checkpoints && p.tiled_mlp == best->tiled_mlp);
+      if (!listed) {
+        best->label += " (best FSDP layout)";
+        layouts_.push_back(std::move(*best));
+      }
+    }
+  } catch (const Error&) {
+    layouts_.clear();  // a context shorter than the GPUs, ...: nothing to show
+  }
+  return layouts_;
+}
+
 std::string ViewModel::export_plan(const std::string& path) const {
   if (!results_.ok) return "cannot export: " + results_.error;
   if (path.empty()) return "give a file name";

@@ -14,6 +14,7 @@
 #include <tuple>
 #include <vector>
 
+#include "planner/parallel.h"
 #include "validation/ranks.h"
 #include "validation/validation.h"
 #include "simulator/simulator.h"
@@ -184,6 +185,13 @@ class ViewModel {
   // with nothing fixed (sparse competes when the current attention is sparse) and loads the chosen
   // configuration. Returns a one-line report, or why nothing fits (the planner's binding limit).
   std::string plan_for_me();
+  // Multi-GPU layouts for the inputs' GPUs per node (gpus x data-parallel replicas / nodes) over
+  // their nodes: the stock recipes (planner::stock_recipes) and the best FSDP layout where it is none
+  // of them; empty for one GPU or when the inputs do not evaluate. Computed when first asked for
+  // after an input change (tens of milliseconds), not on every recompute.
+  int64_t layout_gpus_per_node() const;
+  const std::vector<planner::ParallelPlan>& layouts();
+
   // Writes the plan (oomb.plan/1) of the current inputs to `path`; returns "" or the error message.
   std::string export_plan(const std::string& path) const;
 
@@ -221,6 +229,8 @@ class ViewModel {
   std::unique_ptr<Timeline> timeline_;
   uint64_t timeline_generation_ = UINT64_MAX;
   std::unique_ptr<Overlay> overlay_;
+  std::vector<planner::ParallelPlan> layouts_;
+  uint64_t layouts_generation_ = UINT64_MAX;
   // The other ranks' traces of the loaded run (index: rank; the shown one is in overlay_->trace and
   // its slot is empty, as is a missing rank's).
   std::vector<std::optional<traces::Trace>> rank_traces_;

@@ -27,6 +27,7 @@ Json ParallelPlan::to_json() const {
           {"nodes", nodes},
           {"fsdp", fsdp},
           {"offload", offload_checkpoints},
+          {"tiled_mlp", tiled_mlp},
           {"recipe", recipe},
           {"checkpointing", checkpointing},
           {"context_tokens", context_tokens},
@@ -128,6 +129,7 @@ ParallelPlan context_parallel(const Scenario& s, const CpLayout& lay, double hea
   p.checkpointing = checkpointing;
   p.fsdp = lay.fsdp;
   p.offload_checkpoints = lay.offload_checkpoints;
+  p.tiled_mlp = lay.tiled_mlp;
   p.context_tokens = N;
   const bool torch_cp = lay.fsdp && kind == ContextParallelism::ring;  // PyTorch's context_parallel under FSDP2
   if (lay.fsdp)
@@ -137,6 +139,7 @@ ParallelPlan context_parallel(const Scenario& s, const CpLayout& lay, double hea
   else
     p.label = std::string(kind == ContextParallelism::ring ? "ring attention" : "Ulysses") + " CP " +
               std::to_string(cp) + " x TP " + std::to_string(tp) + (checkpointing ? "" : ", no checkpointing");
+  if (lay.tiled_mlp) p.label += ", tiled MLP";
   if (lay.nodes > 1) p.label += " (" + std::to_string(lay.nodes) + " nodes)";
 
   const int64_t T = ceil_div(N, cp);  // tokens per context-parallel rank
@@ -265,8 +268,20 @@ ParallelPlan context_parallel(const Scenario& s, const CpLayout& lay, double hea
   // layer_activations / layer_backward_temporaries) are not yet made (forward) or already freed
   // (backward). So the per-GPU peak is the larger of the table's peak without the exchange and,
   // per phase, the attention's moment: that phase's rows less their ffn-wide part, plus the exchange.
+  // Tiled MLP: the layer's ffn-wide tensors (3 saved activations, 3 backward temporaries) are one
+  // tile's of ceil(T / ceil(T / hidden)) tokens (DeepSpeed ALST's TiledMLP: ceil(seqlen / hidden) shards).
+  const int64_t mlp_tokens = lay.tiled_mlp ? ceil_div(T, ceil_div(T, h)) : T;
+  if (lay.tiled_mlp) {
+    const int64_t saved = checked_mul(checked_mul(T - mlp_tokens, 3 * ceil_div(m.ffn_hidden, tp)), ab);
+    for (step::BufferRow& r : table.rows)
+      if (r.tier == step::Tier::device &&
+          (r.name == "layer_activations" || r.name == "layer_backward_temporaries") && r.bytes > saved) {
+        r.bytes -= saved;
+        r.formula += ", its 3 ffn-wide tensors over a tile of " + std::to_string(mlp_tokens) + " tokens (tiled MLP)";
+      }
+  }
   const step::BufferTable::PhasePeak peak = table.device_peak(true);
-  const int64_t ffn_row = checked_mul(checked_mul(T, 3 * ceil_div(m.ffn_hidden, tp)), ab);
+  const int64_t ffn_row = checked_mul(checked_mul(mlp_tokens, 3 * ceil_div(m.ffn_hidden, tp)), ab);
   auto ffn_part = [&](const step::BufferRow& r) -> int64_t {
     if (r.tier != step::Tier::device || r.category != "layer_working_set") return 0;
     if (r.name == "layer_activations" || r.name == "layer_backward_temporaries") return std::min(r.bytes, ffn_row);
@@ -304,6 +319,13 @@ ParallelPlan context_parallel(const Scenario& s, const CpLayout& lay, double hea
   // Compute: the simulator's standard step for the whole sequence on one TP group, shared by cp.
   const simulator::Summary sum = simulator::evaluate(whole);
   p.compute_s = sum.step_s / static_cast<double>(cp);
+  if (lay.tiled_mlp) {
+    // One more MLP forward per layer (each tile's, recomputed in its backward): 2 x 3 x hidden x ffn
+    // FLOPs per token and layer, at the profile's GEMM rate.
+    const double flops = 6.0 * static_cast<double>(T) * static_cast<double>(h) *
+                         static_cast<double>(ceil_div(m.ffn_hidden, tp)) * static_cast<double>(L);
+    p.compute_s += flops / (s.gpu.bf16_flops_per_s * s.gpu.efficiency.gemm);
+  }
 
   // Communication per layer and pass, per GPU (bytes each GPU sends; links are full duplex). Across
   // nodes the slowest hop of a ring or an all-to-all is the host network's share per GPU.
@@ -405,6 +427,39 @@ std::optional<ParallelPlan> best_context_parallel(const Scenario& s, ContextPara
         if (skipped && ckpt) skipped->push_back("CP " + std::to_string(cp) + " x TP " + std::to_string(tp) + ": " + e.what());
       }
     }
+  }
+  return best;
+}
+
+std::optional<ParallelPlan> best_fsdp_layout(const Scenario& s, int64_t gpus, int64_t nodes, double headroom) {
+  std::optional<ParallelPlan> best;
+  auto better = [](const ParallelPlan& a, const ParallelPlan& b) {
+    if (a.fits != b.fits) return a.fits;
+    if (a.fits) return std::make_tuple(a.step_s, a.device_bytes) < std::make_tuple(b.step_s, b.device_bytes);
+    return a.device_bytes < b.device_bytes;
+  };
+  for (int64_t tp = 1; tp <= gpus; tp *= 2) {  // tensor parallelism stays inside a node
+    if (gpus % tp != 0) continue;
+    const int64_t cp = gpus / tp * nodes;
+    if (cp < 2) continue;
+    for (auto kind : {ContextParallelism::ring, ContextParallelism::ulysses})
+      for (bool offload : {false, true})
+        for (bool tiled : {false, true}) {
+          CpLayout l;
+          l.kind = kind;
+          l.cp = cp;
+          l.tp = tp;
+          l.fsdp = true;
+          l.offload_checkpoints = offload;
+          l.tiled_mlp = tiled;
+          l.nodes = nodes;
+          try {
+            ParallelPlan p = context_parallel(s, l, headroom);
+            if (!best || better(p, *best)) best = std::move(p);
+          } catch (const Error&) {
+            // degrees that do not suit the model (heads): not a layout
+          }
+        }
   }
   return best;
 }

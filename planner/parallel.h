@@ -68,6 +68,10 @@ struct CpLayout {
   // Each layer's checkpointed input held in pinned host memory (PyTorch's save_on_cpu, as
   // transformers' gradient checkpointing offload and Accelerate's FSDP2 activation offload do).
   bool offload_checkpoints = false;
+  // Sequence-tiled MLP (DeepSpeed ALST's TiledMLP, Liger's tiled_mlp): the MLP runs over
+  // ceil(tokens / hidden) tiles of the rank's tokens without saving its intermediates and recomputes
+  // each tile's forward in its backward: the ffn-wide tensors are one tile's, at one more MLP forward.
+  bool tiled_mlp = false;
   // The ranks span this many nodes (cp x tp / nodes GPUs each): ring hops, all-to-alls and FSDP's
   // collectives that cross nodes go at the host profile's network rate per GPU.
   int64_t nodes = 1;
@@ -88,6 +92,7 @@ struct ParallelPlan {
   bool checkpointing = true;
   bool fsdp = false;
   bool offload_checkpoints = false;
+  bool tiled_mlp = false;
   std::string recipe;  // who runs this layout ("the stock Hugging Face 1M recipe", ...), empty if nobody in particular
   int64_t context_tokens = 0;
   std::vector<ParallelRow> rows;  // device memory per GPU
@@ -120,6 +125,11 @@ ParallelPlan context_parallel(const simulator::Scenario& s, ContextParallelism k
 // context_parallel with SDPA under Accelerate, TRL's long-context example) and ZeRO-3 with Ulysses
 // (DeepSpeed's ALST), each with its checkpoints offloaded to pinned host memory and, to show what the
 // offload buys, without. Layouts whose degrees do not suit the model are left out (named in `skipped`).
+// The fastest fitting FSDP2 / ZeRO-3 layout of `gpus` x `nodes` GPUs on one sequence (or, when none
+// fits, the one with the least device memory): ring or Ulysses, every CP x TP degree (TP within a
+// node), checkpoints on the GPU or the host, tiled MLP or not. nullopt when no degree suits the model.
+std::optional<ParallelPlan> best_fsdp_layout(const simulator::Scenario& s, int64_t gpus, int64_t nodes, double headroom);
+
 std::vector<ParallelPlan> stock_recipes(const simulator::Scenario& s, int64_t gpus, int64_t nodes, double headroom,
                                         std::vector<std::string>* skipped = nullptr);
 

@@ -136,6 +136,19 @@ Comparison compare_multi_gpu(const Request& r, const NodeGpus& node, const std::
               (mem >= 1 ? ratio(mem) + "x less device memory per GPU"
                         : ratio(1 / mem) + "x more device memory per GPU");
   }
+  // The best of every FSDP2 / ZeRO-3 layout (CP x TP, checkpoints on or off the GPU, tiled MLP),
+  // where it is none of the recipes above.
+  std::optional<ParallelPlan> best_fsdp = best_fsdp_layout(s, node.gpus, nodes, r.headroom);
+  if (best_fsdp) {
+    bool listed = false;
+    for (const auto& p : stock)
+      listed = listed || (p.kind == best_fsdp->kind && p.cp == best_fsdp->cp && p.tp == best_fsdp->tp &&
+                          p.offload_checkpoints == best_fsdp->offload_checkpoints && p.tiled_mlp == best_fsdp->tiled_mlp);
+    if (!listed) {
+      best_fsdp->label += " (best FSDP layout)";
+      stock.push_back(std::move(*best_fsdp));
+    }
+  }
   for (auto& p : stock) cmp.rows.push_back(std::move(p));
   if (!verdict.empty()) cmp.notes.push_back(verdict);
   cmp.notes.push_back("context parallelism is standard full-sequence training on paper, priced with the same cost "

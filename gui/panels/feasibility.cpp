@@ -30,7 +30,80 @@ const char* short_binding(simulator::Binding b) {
 
 }  // namespace
 
+namespace {
+
+// The multi-GPU layouts of the inputs' GPUs (ViewModel::layouts): one row each, its rows per GPU,
+// notes and recipe in the tooltip, against this configuration's peak and step.
+void draw_layouts(ViewModel& vm) {
+  const Results& r = vm.results();
+  const auto& rows = vm.layouts();
+  const int64_t gpus = vm.layout_gpus_per_node();
+  const int64_t nodes = std::max<int64_t>(1, r.scenario.config.nodes);
+  ImGui::Text("%lld x %s%s, context %s; this configuration: %s per GPU, step %s", static_cast<long long>(gpus),
+              r.scenario.gpu.id.c_str(), nodes > 1 ? (" x " + std::to_string(nodes) + " nodes").c_str() : "",
+              format_tokens(r.scenario.config.context_tokens).c_str(), format_bytes(r.summary.peak_device_bytes).c_str(),
+              format_duration_s(r.summary.step_s).c_str());
+  if (rows.empty()) {
+    ImGui::TextDisabled("no FSDP / ZeRO-3 layout suits these inputs");
+    return;
+  }
+  const ImGuiTableFlags flags = ImGuiTableFlags_ScrollX | ImGuiTableFlags_ScrollY | ImGuiTableFlags_RowBg |
+                                ImGuiTableFlags_BordersInnerV | ImGuiTableFlags_SizingFixedFit;
+  if (ImGui::BeginTable("layouts", 5, flags, ImGui::GetContentRegionAvail())) {
+    ImGui::TableSetupScrollFreeze(1, 1);
+    ImGui::TableSetupColumn("layout");
+    ImGui::TableSetupColumn("mem per GPU");
+    ImGui::TableSetupColumn("pinned per node");
+    ImGui::TableSetupColumn("step");
+    ImGui::TableSetupColumn("fits");
+    ImGui::TableHeadersRow();
+    for (const auto& p : rows) {
+      ImGui::TableNextRow();
+      ImGui::TableNextColumn();
+      chart::cell_text(p.label.c_str());
+      std::string tip = p.recipe.empty() ? std::string() : p.recipe + "\n";
+      for (const auto& row : p.rows) tip += row.name + "  " + format_bytes(row.bytes) + "  = " + row.formula + "\n";
+      for (const auto& n : p.notes) tip += n + "\n";
+      chart::formula_tooltip(tip);
+      ImGui::TableNextColumn();
+      chart::cell_text(format_bytes(p.device_bytes).c_str());
+      ImGui::TableNextColumn();
+      chart::cell_text(p.host_pinned_bytes > 0 ? format_bytes(p.host_pinned_bytes).c_str() : "-", p.host_pinned_bytes == 0);
+      ImGui::TableNextColumn();
+      chart::cell_text(format_duration_s(p.step_s).c_str());
+      ImGui::TableNextColumn();
+      chart::cell_text(p.fits ? "yes" : ("no: " + p.binding).c_str(), !p.fits);
+    }
+    ImGui::EndTable();
+  }
+}
+
+void draw_map(ViewModel& vm);
+
+}  // namespace
+
 void draw_feasibility_panel(ViewModel& vm) {
+  // With several GPUs the slot holds two tabs: the map and the multi-GPU layouts.
+  if (vm.results().ok && vm.layout_gpus_per_node() * std::max<int64_t>(1, vm.results().scenario.config.nodes) > 1) {
+    if (ImGui::BeginTabBar("##feasibility_tabs")) {
+      if (ImGui::BeginTabItem("Multi-GPU layouts")) {
+        draw_layouts(vm);
+        ImGui::EndTabItem();
+      }
+      if (ImGui::BeginTabItem("Feasibility map")) {
+        draw_map(vm);
+        ImGui::EndTabItem();
+      }
+      ImGui::EndTabBar();
+    }
+    return;
+  }
+  draw_map(vm);
+}
+
+namespace {
+
+void draw_map(ViewModel& vm) {
   const Results& r = vm.results();
   if (!r.ok) {
     ImGui::TextDisabled("no result (see the summary)");
@@ -113,5 +186,7 @@ void draw_feasibility_panel(ViewModel& vm) {
     }
   }
 }
+
+}  // namespace
 
 }  // namespace oomb::gui

@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "core/format.h"
 #include "core/json.h"
+#include "planner/search.h"
 #include "core/files.h"
 #include "planner/plan.h"
 #include "validation/ranks.h"
@@ -89,6 +90,44 @@ TEST(ViewModel, LoraInputsPredictWhatTheSimulatorSays) {
   vm.set_inputs(in);
   EXPECT_FALSE(vm.results().ok);
   EXPECT_NE(vm.results().error.find("--lora-targets"), std::string::npos) << vm.results().error;
+}
+
+// Issue 46: with several GPUs the GUI lists the multi-GPU layouts (the stock recipes), the same
+// rows `oomb plan --gpus` prints; one GPU has none.
+TEST(ViewModel, SeveralGpusListTheStockLongContextRecipes) {
+  Inputs in;
+  in.model = "qwen3-8b";
+  in.gpu = "h100-sxm";
+  in.config.context_tokens = 1 * kM;
+  ViewModel vm(in);
+  ASSERT_TRUE(vm.results().ok) << vm.results().error;
+  EXPECT_EQ(vm.layout_gpus_per_node(), 1);
+  EXPECT_TRUE(vm.layouts().empty());
+  in.config.gpus = 8;
+  ASSERT_TRUE(vm.set_inputs(in));
+  ASSERT_TRUE(vm.results().ok) << vm.results().error;
+  EXPECT_EQ(vm.layout_gpus_per_node(), 8);
+  const auto& rows = vm.layouts();
+  const auto want = planner::stock_recipes(vm.results().scenario, 8, 1, planner::kDefaultHeadroom);
+  ASSERT_GE(rows.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(rows[i].label, want[i].label);
+    EXPECT_EQ(rows[i].device_bytes, want[i].device_bytes);
+    EXPECT_DOUBLE_EQ(rows[i].step_s, want[i].step_s);
+  }
+  bool recipe_fits = false;
+  for (const auto& p : rows)
+    recipe_fits = recipe_fits || (p.fsdp && p.kind == planner::ContextParallelism::ring && p.offload_checkpoints && p.fits);
+  EXPECT_TRUE(recipe_fits);
+  // Cached until the inputs change; a change recomputes (2 nodes: 16 GPUs on the sequence).
+  EXPECT_EQ(&vm.layouts(), &rows);
+  in.config.nodes = 2;
+  in.config.data_parallel = 2;
+  ASSERT_TRUE(vm.set_inputs(in));
+  ASSERT_TRUE(vm.results().ok) << vm.results().error;
+  ASSERT_FALSE(vm.layouts().empty());
+  EXPECT_EQ(vm.layouts().front().cp, 16);  // 8 x 2 / 2 = 8 GPUs per node, over 2 nodes
+  EXPECT_EQ(vm.layouts().front().nodes, 2);
 }
 
 // Multi-GPU what-ifs (issue 25): data-parallel replicas, nodes and ZeRO-1 reach the simulator, and

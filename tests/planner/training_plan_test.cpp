@@ -454,6 +454,47 @@ TEST(ContextParallel, FsdpWithCheckpointOffloadByHand) {
   EXPECT_THROW(context_parallel(s, l, kDefaultHeadroom), Error);
 }
 
+// Tiled MLP (ALST): the ffn-wide tensors of a layer are one tile's of ceil(T / ceil(T / hidden))
+// tokens, at one more MLP forward; the best FSDP layout finds it where the recipes do not fit.
+TEST(ContextParallel, TiledMlpAndTheBestFsdpLayout) {
+  simulator::Scenario s = request("qwen3-8b", "h100-sxm").scenario;
+  s.config.context_tokens = 2 * M;
+  const int64_t h = 4096, f = 12288, L = 36, T = 2 * M / 8;
+  CpLayout l;
+  l.kind = ContextParallelism::ulysses;
+  l.cp = 8;
+  l.fsdp = true;
+  l.offload_checkpoints = true;
+  const ParallelPlan plain = context_parallel(s, l, kDefaultHeadroom);
+  l.tiled_mlp = true;
+  const ParallelPlan tiled = context_parallel(s, l, kDefaultHeadroom);
+  const int64_t tile = (T + (T + h - 1) / h - 1) / ((T + h - 1) / h);  // 4096 tokens
+  ASSERT_EQ(tile, 4096);
+  auto row = [](const ParallelPlan& p, const char* name) {
+    for (const auto& r : p.rows)
+      if (r.name == name) return r.bytes;
+    return int64_t{-1};
+  };
+  // The rows listed are those at the peak moment: the plain layout's is the MLP's; with tiled MLP
+  // it is the attention's (its exchange listed), where a tile's ffn-wide tensors are gone too.
+  EXPECT_EQ(row(plain, "attention_exchange"), -1);
+  ASSERT_GT(row(tiled, "attention_exchange"), 0);
+  for (const char* name : {"layer_activations", "layer_backward_temporaries"})
+    EXPECT_EQ(row(plain, name) - row(tiled, name), (T - tile) * 3 * f * 2 + tile * 3 * f * 2) << name;
+  EXPECT_FALSE(plain.fits);
+  EXPECT_TRUE(tiled.fits) << tiled.device_bytes;
+  EXPECT_NEAR(tiled.compute_s - plain.compute_s, 6.0 * T * h * f * L / (s.gpu.bf16_flops_per_s * s.gpu.efficiency.gemm),
+              1e-9);
+  EXPECT_NE(tiled.label.find("tiled MLP"), std::string::npos);
+  // No recipe row fits at 2M on one node; the best FSDP layout is a fitting one.
+  for (const auto& p : stock_recipes(s, 8, 1, kDefaultHeadroom)) EXPECT_FALSE(p.fits) << p.label;
+  const std::optional<ParallelPlan> best = best_fsdp_layout(s, 8, 1, kDefaultHeadroom);
+  ASSERT_TRUE(best);
+  EXPECT_TRUE(best->fits);
+  EXPECT_TRUE(best->tiled_mlp);
+  EXPECT_LE(best->step_s, tiled.step_s);
+}
+
 // The published runs of the stock Hugging Face recipe on one 8 x H100 node (trl PR 6845 and 6846,
 // accelerate PR 4175 and 4184; sources in docs/model.md), as external fidelity points: nothing in
 // the model is fitted to them. Published peaks are torch.cuda.max_memory_allocated in GiB, labelled
