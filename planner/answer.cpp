@@ -349,11 +349,12 @@ void print_baselines(std::string& out, const std::vector<Baseline>& bs, const Ca
 void print_comparison(std::string& out, const Comparison& cmp, const NodeGpus& node, const simulator::Scenario& s, int64_t context) {
   appendf(out, "\nMulti-GPU comparison: %lld x %s in one node (host %s), context %s\n", static_cast<long long>(node.gpus),
               s.gpu.id.c_str(), s.host.id.c_str(), format_tokens(context).c_str());
-  appendf(out, "  %-52s %12s %12s %14s %12s  %s\n", "layout", "mem per GPU", "step", "tokens/s node", "GPU-h per 1B",
-              "fits");
+  appendf(out, "  %-52s %12s %12s %12s %14s %12s  %s\n", "layout", "mem per GPU", "host/node", "step", "tokens/s node",
+              "GPU-h per 1B", "fits");
   for (const auto& p : cmp.rows) {
-    appendf(out, "  %-52s %12s %12s %14s %12s  %s\n", p.label.c_str(), format_bytes(p.device_bytes).c_str(),
-                format_duration_s(p.step_s).c_str(), format_count(p.tokens_per_s).c_str(),
+    appendf(out, "  %-52s %12s %12s %12s %14s %12s  %s\n", p.label.c_str(), format_bytes(p.device_bytes).c_str(),
+                p.host_bytes > 0 ? format_bytes(p.host_bytes).c_str() : "-", format_duration_s(p.step_s).c_str(),
+                format_count(p.tokens_per_s).c_str(),
                 format_count(p.gpu_hours_per_billion_tokens).c_str(),
                 p.fits ? ("yes (" + p.binding + ")").c_str() : ("NO: " + p.binding).c_str());
     for (const auto& n : p.notes) appendf(out, "  %-52s   %s\n", "", n.c_str());

@@ -242,13 +242,27 @@ ParallelPlan context_parallel(const Scenario& s, const CpLayout& lay, double hea
   int64_t kv_heads_local = 0;
   if (torch_cp) {
     // PyTorch's context_parallel with SDPA (torch/distributed/tensor/experimental/_context_parallel/
-    // _attention.py): the default all-gather rotation gathers the whole sequence's K and V of the
-    // layer per attention call; the merger keeps the output and LSE in fp32; the backward gathers K
-    // and V again and accumulates dq, dk, dv in fp32 at local size, passing dK/dV on in fp32.
-    exchange.bytes = checked_mul(N, 2 * kvd / tp) * kvb + checked_mul(T, (qd + 2 * kvd) / tp) * 4 +
-                     checked_mul(T, 2 * kvd / tp) * 4 * 2;
-    exchange.formula = "N x 2 kv_dim / tp x KV dtype (K, V gathered) + N/cp x (q_dim + 2 kv_dim) / tp x 4 (fp32 "
-                       "output or dq, dk, dv) + dK/dV sent and received (fp32)";
+    // _attention.py), per attention call, the larger of its two moments:
+    //  forward (_templated_ring_attention, _SDPAMerger): the whole sequence's K and V gathered (the
+    //    default all-gather rotation), the local K and V concatenated for it, a step's output (act)
+    //    and, in fp32, the merged output, the step's output upcast, their difference and its scaled
+    //    product (4 x N/cp x q_dim x 4);
+    //  backward (_templated_ring_attention_backward): K and V gathered again and the local copy, fp32
+    //    accumulators dq, dk, dv, the copy of dq a partial update concatenates, dK/dV in fp32 three
+    //    times (the buffer received, the one sent, the next one received: an all-to-all rotation),
+    //    and a step's dq, dk, dv from the SDPA backward (act).
+    const int64_t gathered = checked_mul(N, 2 * kvd / tp) * kvb + checked_mul(T, 2 * kvd / tp) * kvb;
+    const int64_t fwd_moment = gathered + checked_mul(T, qd / tp) * (ab + 4 * 4);
+    const int64_t bwd_moment = gathered + checked_mul(T, (qd + 2 * kvd) / tp) * (4 + ab) + checked_mul(T, qd / tp) * 4 +
+                               checked_mul(T, 2 * kvd / tp) * 4 * 3;
+    exchange.bytes = std::max(fwd_moment, bwd_moment);
+    exchange.formula =
+        bwd_moment >= fwd_moment
+            ? "(N + N/cp) x 2 kv_dim / tp x KV dtype (K, V gathered; the local copy) + N/cp x (q_dim + 2 kv_dim) / tp "
+              "x (4 + act) (fp32 dq, dk, dv; a step's) + N/cp x q_dim / tp x 4 (dq's partial update) + 3 x N/cp x 2 "
+              "kv_dim / tp x 4 (dK/dV received, sent, next)"
+            : "(N + N/cp) x 2 kv_dim / tp x KV dtype (K, V gathered; the local copy) + N/cp x q_dim / tp x (act + 4 "
+              "x 4) (a step's output; the fp32 merge: output, upcast step, difference, product)";
   } else if (kind == ContextParallelism::ring) {
     exchange.bytes = checked_mul(T, 2 * kvd / tp) * (2 * kvb + 2 * 4);
     exchange.formula = "2 remote K/V blocks (N/cp x 2 kv_dim / tp x KV dtype) + dK/dV send and receive (fp32)";
