@@ -120,6 +120,13 @@ ParallelPlan context_parallel(const Scenario& s, const CpLayout& lay, double hea
                 "a divisor of " + std::to_string(m.q_heads));
   const int64_t N = c.context_tokens;
   if (N < cp) throw Error("--context", std::to_string(N), "is shorter than the context-parallel degree", "more tokens");
+  // Accelerate refuses its context parallelism for sliding-window or chunked attention layers
+  // (accelerate PR 4177): PyTorch's ring runs causal SDPA over the whole sequence only.
+  if (lay.fsdp && kind == ContextParallelism::ring && cp > 1 &&
+      (m.layers_of(models::LayerAttention::sliding) > 0 || m.layers_of(models::LayerAttention::chunked) > 0))
+    throw Error("--model", m.id,
+                "has sliding-window or chunked attention layers, which Accelerate's FSDP2 context parallelism refuses",
+                "a model whose every layer attends globally, or Ulysses (heads split, each over the whole sequence)");
   ParallelPlan p;
   p.kind = kind;
   p.cp = cp;

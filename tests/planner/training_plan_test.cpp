@@ -495,6 +495,19 @@ TEST(ContextParallel, TiledMlpAndTheBestFsdpLayout) {
   EXPECT_LE(best->step_s, tiled.step_s);
 }
 
+// Accelerate refuses its context parallelism for sliding-window or chunked layers (accelerate PR
+// 4177): no FSDP2 ring row for gemma-3-27b, named in the skipped list; Ulysses stays.
+TEST(ContextParallel, TheRecipeRefusesLocalAttentionLayers) {
+  simulator::Scenario s = request("gemma-3-27b", "h100-sxm").scenario;
+  s.config.context_tokens = 256 * K;
+  std::vector<std::string> skipped;
+  const auto rows = stock_recipes(s, 8, 1, kDefaultHeadroom, &skipped);
+  ASSERT_FALSE(rows.empty());
+  for (const auto& p : rows) EXPECT_EQ(p.kind, ContextParallelism::ulysses) << p.label;
+  ASSERT_EQ(skipped.size(), 1u);
+  EXPECT_NE(skipped[0].find("sliding-window or chunked"), std::string::npos) << skipped[0];
+}
+
 // The published runs of the stock Hugging Face recipe on one 8 x H100 node (trl PR 6845 and 6846,
 // accelerate PR 4175 and 4184; sources in docs/model.md), as external fidelity points: nothing in
 // the model is fitted to them. Published peaks are torch.cuda.max_memory_allocated in GiB, labelled
