@@ -237,7 +237,7 @@ ParallelPlan context_parallel(const Scenario& s, const CpLayout& lay, double hea
         r.formula += " (in pinned host memory)";
       }
     table.rows.push_back(device_row("checkpoint_unpacked", "checkpoints", c.activation_dtype,
-                                    checked_mul(checked_mul(T, ceil_div(h, tp > 1 ? tp : 1)), ab), bwd,
+                                    checked_mul(checked_mul(T, ceil_div(h, tp)), ab), bwd,
                                     "tokens / cp x hidden x act (the layer input copied back for its recompute)"));
   }
   step::BufferRow exchange;
