@@ -579,18 +579,7 @@ const std::vector<planner::ParallelPlan>& ViewModel::layouts() {
   const int64_t nodes = std::max<int64_t>(1, inputs_.config.nodes);
   const double headroom = planner::kDefaultHeadroom;
   try {
-    layouts_ = planner::stock_recipes(results_.scenario, gpus, nodes, headroom);
-    std::optional<planner::ParallelPlan> best = planner::best_fsdp_layout(results_.scenario, gpus, nodes, headroom);
-    if (best) {
-      bool listed = false;
-      for (const auto& p : layouts_)
-        listed = listed || (p.kind == best->kind && p.cp == best->cp && p.tp == best->tp &&
-                            p.offload_checkpoints == best->offload_checkpoints && p.tiled_mlp == best->tiled_mlp);
-      if (!listed) {
-        best->label += " (best FSDP layout)";
-        layouts_.push_back(std::move(*best));
-      }
-    }
+    layouts_ = planner::long_context_layouts(results_.scenario, gpus, nodes, headroom);
   } catch (const Error&) {
     layouts_.clear();  // a context shorter than the GPUs, ...: nothing to show
   }

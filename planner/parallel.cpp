@@ -516,6 +516,20 @@ std::vector<ParallelPlan> stock_recipes(const Scenario& s, int64_t gpus, int64_t
   return out;
 }
 
+std::vector<ParallelPlan> long_context_layouts(const Scenario& s, int64_t gpus, int64_t nodes, double headroom,
+                                               std::vector<std::string>* skipped) {
+  std::vector<ParallelPlan> out = stock_recipes(s, gpus, nodes, headroom, skipped);
+  std::optional<ParallelPlan> best = best_fsdp_layout(s, gpus, nodes, headroom);
+  if (!best) return out;
+  for (const auto& p : out)
+    if (p.kind == best->kind && p.cp == best->cp && p.tp == best->tp &&
+        p.offload_checkpoints == best->offload_checkpoints && p.tiled_mlp == best->tiled_mlp)
+      return out;
+  best->label += " (best FSDP layout)";
+  out.push_back(std::move(*best));
+  return out;
+}
+
 ParallelPlan data_parallel(const Scenario& s, const simulator::Summary& one, int64_t replicas, double headroom) {
   ParallelPlan p;
   p.tp = s.config.gpus;

@@ -139,6 +139,11 @@ std::vector<ParallelPlan> stock_recipes(const simulator::Scenario& s, int64_t gp
 std::optional<ParallelPlan> best_context_parallel(const simulator::Scenario& s, ContextParallelism kind, int64_t gpus,
                                                   double headroom, std::vector<std::string>* skipped = nullptr);
 
+// What the multi-GPU comparison (and the GUI) lists for long context: stock_recipes, then
+// best_fsdp_layout labelled "(best FSDP layout)" where it is none of them.
+std::vector<ParallelPlan> long_context_layouts(const simulator::Scenario& s, int64_t gpus, int64_t nodes,
+                                               double headroom, std::vector<std::string>* skipped = nullptr);
+
 // Data parallelism over `replicas` copies of one plan (each on tp GPUs): tokens/s add up; the node's
 // host RAM and pinnable memory hold every replica's host tier, and the host's memory bandwidth
 // carries every replica's copies (each GPU keeps its own host link). When the copies need more than

@@ -105,18 +105,21 @@ Comparison compare_multi_gpu(const Request& r, const NodeGpus& node, const std::
                           ": no layout of 2.." + std::to_string(node.gpus) + " GPUs suits " + s.model.id);
   }
   // The recipes people run at long context (FSDP2 / ZeRO-3 with context parallelism over every GPU
-  // of every node, checkpoints offloaded or not), then which of them and oomb's rows wins.
+  // of every node, checkpoints offloaded or not; the best FSDP layout where it is none of them), then
+  // which of them and oomb's rows wins.
   const int64_t nodes = std::max<int64_t>(1, s.config.nodes);
   std::vector<std::string> skipped;
-  std::vector<ParallelPlan> stock = stock_recipes(s, node.gpus, nodes, r.headroom, &skipped);
+  std::vector<ParallelPlan> stock = long_context_layouts(s, node.gpus, nodes, r.headroom, &skipped);
   for (const auto& why : skipped) cmp.notes.push_back(why);
   // The row a user would otherwise run: the stock Hugging Face recipe when it fits, else the fastest
   // stock layout that does.
   const ParallelPlan* best_stock = nullptr;
-  for (const auto& p : stock)
-    if (p.fits && p.kind == ContextParallelism::ring && p.offload_checkpoints) best_stock = &p;
-  for (const auto& p : stock)
-    if (!best_stock && p.fits && (!best_stock || p.step_s < best_stock->step_s)) best_stock = &p;
+  const ParallelPlan* fastest = nullptr;
+  for (const auto& p : stock) {
+    if (p.fits && !p.recipe.empty() && p.kind == ContextParallelism::ring && p.offload_checkpoints) best_stock = &p;
+    if (p.fits && (!fastest || p.step_s < fastest->step_s)) fastest = &p;
+  }
+  if (!best_stock) best_stock = fastest;
   const ParallelPlan* best_oomb = nullptr;
   for (const auto& p : cmp.rows)
     if (p.fits && p.replicas == 1 && p.gpus == node.gpus && p.label.rfind("oomb", 0) == 0 &&
@@ -135,19 +138,6 @@ Comparison compare_multi_gpu(const Request& r, const NodeGpus& node, const std::
               (t >= 1 ? ratio(t) + "x faster" : ratio(1 / t) + "x slower") + ", " +
               (mem >= 1 ? ratio(mem) + "x less device memory per GPU"
                         : ratio(1 / mem) + "x more device memory per GPU");
-  }
-  // The best of every FSDP2 / ZeRO-3 layout (CP x TP, checkpoints on or off the GPU, tiled MLP),
-  // where it is none of the recipes above.
-  std::optional<ParallelPlan> best_fsdp = best_fsdp_layout(s, node.gpus, nodes, r.headroom);
-  if (best_fsdp) {
-    bool listed = false;
-    for (const auto& p : stock)
-      listed = listed || (p.kind == best_fsdp->kind && p.cp == best_fsdp->cp && p.tp == best_fsdp->tp &&
-                          p.offload_checkpoints == best_fsdp->offload_checkpoints && p.tiled_mlp == best_fsdp->tiled_mlp);
-    if (!listed) {
-      best_fsdp->label += " (best FSDP layout)";
-      stock.push_back(std::move(*best_fsdp));
-    }
   }
   for (auto& p : stock) cmp.rows.push_back(std::move(p));
   if (!verdict.empty()) cmp.notes.push_back(verdict);
