@@ -155,6 +155,11 @@ ParallelPlan context_parallel(const Scenario& s, const CpLayout& lay, double hea
   const int64_t ab = dtype_bytes(c.activation_dtype), kvb = dtype_bytes(c.kv_dtype);
   const int64_t P = m.param_count();
   const int64_t head_params = m.embedding_params();  // the LM head (the embedding when tied)
+  // The largest layer FSDP gathers (a mixture of experts' layer with all its experts; dense first
+  // layers are smaller), per TP rank.
+  int64_t layer = 0;
+  for (int64_t l = 0; l < m.layers; ++l) layer = std::max(layer, m.layer_params(l));
+  layer = ceil_div(layer, tp);
 
   // Standard full-sequence training on one TP group (sequence parallelism with TP, fused loss tiles,
   // AdamW state on the GPUs), the configuration both the compute and the memory below are of.
@@ -207,7 +212,6 @@ ParallelPlan context_parallel(const Scenario& s, const CpLayout& lay, double hea
                                     bwd | opt, "params / tp / cp x 4 (fp32 gradient shards)"));
     table.rows.push_back(device_row("adamw_moments", "optimizer_state", Dtype::fp32, checked_mul(shard, 8), all,
                                     "2 x params / tp / cp x 4 (m, v of the fp32 shards)"));
-    const int64_t layer = ceil_div(m.layer_params(0), tp);
     table.rows.push_back(device_row(
         "gathered_layers", "weights", c.param_dtype, checked_mul(2 * layer, dtype_bytes(c.param_dtype)), fwd | bwd,
         "2 layers' params / tp x param dtype (the layer computing and the next, gathered ahead)"));
@@ -396,9 +400,10 @@ ParallelPlan context_parallel(const Scenario& s, const CpLayout& lay, double hea
     // the next layer overlaps the current one's compute, so only what a layer's share of the compute
     // does not cover waits. The LM head unit and the embedding likewise.
     const double pb = static_cast<double>(dtype_bytes(c.param_dtype));
-    const double layer_bytes = static_cast<double>(ceil_div(m.layer_params(0), tp)) * pb;
+    const double layer_bytes = static_cast<double>(layer) * pb;
     const double per_layer = frac * 3.0 * layer_bytes / link;  // gather, gather, reduce-scatter
-    const double head = frac * 3.0 * 2.0 * static_cast<double>(ceil_div(head_params, tp)) * pb / link;
+    const double tables = m.tied_embeddings ? 1.0 : 2.0;       // the embedding and, untied, the LM head
+    const double head = frac * 3.0 * tables * static_cast<double>(ceil_div(head_params, tp)) * pb / link;
     p.fsdp_comm_s = static_cast<double>(L) * per_layer + head;
     const double layer_compute = p.compute_s / static_cast<double>(L);
     comm += p.fsdp_comm_s;
