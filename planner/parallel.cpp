@@ -89,12 +89,7 @@ step::BufferRow device_row(std::string name, std::string category, Dtype dtype, 
 
 ParallelPlan context_parallel(const Scenario& s, ContextParallelism kind, int64_t cp, int64_t tp, bool checkpointing,
                               double headroom) {
-  CpLayout l;
-  l.kind = kind;
-  l.cp = cp;
-  l.tp = tp;
-  l.checkpointing = checkpointing;
-  return context_parallel(s, l, headroom);
+  return context_parallel(s, CpLayout{.kind = kind, .cp = cp, .tp = tp, .checkpointing = checkpointing}, headroom);
 }
 
 ParallelPlan context_parallel(const Scenario& s, const CpLayout& lay, double headroom) {
@@ -244,12 +239,9 @@ ParallelPlan context_parallel(const Scenario& s, const CpLayout& lay, double hea
                                     checked_mul(checked_mul(T, ceil_div(h, tp)), ab), bwd,
                                     "tokens / cp x hidden x act (the layer input copied back for its recompute)"));
   }
-  step::BufferRow exchange;
-  exchange.name = "attention_exchange";
-  exchange.category = "attention_workspace";
-  exchange.tier = step::Tier::device;
-  exchange.dtype = c.kv_dtype;
-  exchange.phases = fwd | bwd;
+  // The attention's exchange buffers: not a row of the table, they are counted at the attention's
+  // moment below.
+  ParallelRow exchange{"attention_exchange", 0, ""};
   int64_t kv_heads_local = 0;
   if (torch_cp) {
     // PyTorch's context_parallel with SDPA (torch/distributed/tensor/experimental/_context_parallel/
@@ -330,7 +322,7 @@ ParallelPlan context_parallel(const Scenario& s, const CpLayout& lay, double hea
                                                                                        "tensors at the attention)"
                                                                                      : "")});
     }
-  if (attention_peak) p.rows.push_back({exchange.name, exchange.bytes, exchange.formula});
+  if (attention_peak) p.rows.push_back(exchange);
   p.device_bytes = std::max(peak.bytes, attn_bytes);
   p.device_limit_bytes = device_limit(s, headroom);
   p.host_limit_bytes = s.host.ram_bytes;
@@ -471,14 +463,8 @@ std::optional<ParallelPlan> best_fsdp_layout(const Scenario& s, int64_t gpus, in
     for (auto kind : {ContextParallelism::ring, ContextParallelism::ulysses})
       for (bool offload : {false, true})
         for (bool tiled : {false, true}) {
-          CpLayout l;
-          l.kind = kind;
-          l.cp = cp;
-          l.tp = tp;
-          l.fsdp = true;
-          l.offload_checkpoints = offload;
-          l.tiled_mlp = tiled;
-          l.nodes = nodes;
+          const CpLayout l{.kind = kind, .cp = cp, .tp = tp, .fsdp = true, .offload_checkpoints = offload,
+                           .tiled_mlp = tiled, .nodes = nodes};
           try {
             ParallelPlan p = context_parallel(s, l, headroom);
             if (!best || better(p, *best)) best = std::move(p);
@@ -496,14 +482,8 @@ std::vector<ParallelPlan> stock_recipes(const Scenario& s, int64_t gpus, int64_t
   const int64_t all = gpus * nodes;
   for (auto kind : {ContextParallelism::ring, ContextParallelism::ulysses}) {
     for (bool offload : {true, false}) {
-      CpLayout l;
-      l.kind = kind;
-      l.cp = all;
-      l.tp = 1;
-      l.checkpointing = true;
-      l.fsdp = true;
-      l.offload_checkpoints = offload;
-      l.nodes = nodes;
+      const CpLayout l{.kind = kind, .cp = all, .tp = 1, .checkpointing = true, .fsdp = true,
+                       .offload_checkpoints = offload, .nodes = nodes};
       try {
         ParallelPlan p = context_parallel(s, l, headroom);
         p.recipe = kind == ContextParallelism::ring

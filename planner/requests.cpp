@@ -1,7 +1,6 @@
 #include "planner/requests.h"
 
 #include <algorithm>
-#include <cstdio>
 
 #include "core/format.h"
 #include "planner/search.h"
@@ -122,22 +121,17 @@ Comparison compare_multi_gpu(const Request& r, const NodeGpus& node, const std::
   if (!best_stock) best_stock = fastest;
   const ParallelPlan* best_oomb = nullptr;
   for (const auto& p : cmp.rows)
-    if (p.fits && p.replicas == 1 && p.gpus == node.gpus && p.label.rfind("oomb", 0) == 0 &&
+    if (p.fits && p.cp == 1 && p.replicas == 1 && p.gpus == node.gpus &&  // oomb's rows are the ones with cp 1
         (!best_oomb || p.step_s < best_oomb->step_s))
       best_oomb = &p;
-  auto ratio = [](double v) {
-    char b[32];
-    std::snprintf(b, sizeof b, "%.2f", v);
-    return std::string(b);
-  };
   std::string verdict;
   if (best_stock && best_oomb && nodes == 1) {
     const double t = best_stock->step_s / best_oomb->step_s;
     const double mem = static_cast<double>(best_stock->device_bytes) / static_cast<double>(best_oomb->device_bytes);
     verdict = best_oomb->label + " against " + best_stock->label + ": " +
-              (t >= 1 ? ratio(t) + "x faster" : ratio(1 / t) + "x slower") + ", " +
-              (mem >= 1 ? ratio(mem) + "x less device memory per GPU"
-                        : ratio(1 / mem) + "x more device memory per GPU");
+              (t >= 1 ? format_fixed(t, 2) + "x faster" : format_fixed(1 / t, 2) + "x slower") + ", " +
+              (mem >= 1 ? format_fixed(mem, 2) + "x less device memory per GPU"
+                        : format_fixed(1 / mem, 2) + "x more device memory per GPU");
   }
   for (auto& p : stock) cmp.rows.push_back(std::move(p));
   if (!verdict.empty()) cmp.notes.push_back(verdict);
