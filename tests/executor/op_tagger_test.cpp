@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <set>
 #include <tuple>
 
@@ -56,19 +57,43 @@ std::multiset<EventKey> event_keys(const traces::Trace& t) {
   return s;
 }
 
+// The (stage, chunk, layer, pass) of every compute event.
+using ComputeKey = std::tuple<int, int64_t, int64_t, Op>;
+std::set<ComputeKey> compute_keys(const traces::Trace& t) {
+  std::set<ComputeKey> s;
+  for (const auto& ev : t.events)
+    if (ev.kind == traces::EventKind::compute) s.insert({ev.stage, ev.chunk, ev.layer, ev.op});
+  return s;
+}
+
+// Options that record an op-detail trace and tag every pass through `tagger`.
+EngineOptions tagged_options(OpTagger* tagger) {
+  EngineOptions o;
+  o.record_trace = true;
+  o.detail = traces::Detail::op;
+  o.tagger = tagger;
+  return o;
+}
+
+// The stand-in's records of the window [begin_ns, end_ns), decoded on e's trace clock (at `detail`
+// when given, else the stand-in's).
+traces::Trace decode_window(const test::FakeCupti& fake, const Engine& e, int64_t begin_ns, int64_t end_ns,
+                            cupti::DecodeStats* st, std::optional<traces::Detail> detail = std::nullopt) {
+  cupti::DecodeOptions opt = fake.decode_options();
+  opt.origin_ns = e.trace_origin_ns();
+  opt.windows = {{begin_ns, end_ns}};
+  if (detail) opt.detail = *detail;
+  return cupti::decode(fake.records(), opt, 0, {}, st);
+}
+
 TEST(OpTagger, TagsAreBalancedCoverEveryRecordedOpAndChangeNothing) {
   const auto m = test::small_model(3, 4, 2, 8, 32, false, true);
   const Weights w = random_weights(m, 21, 0.1f);
   const auto tokens = TokenSource::synthetic(m.vocab, 21).sequence(0, 64);
   CpuBackend cpu;
-  EngineOptions o;
-  o.record_trace = true;
-  o.detail = traces::Detail::op;
-  Engine plain(cpu, m, tagged_config(), w, o);
+  Engine plain(cpu, m, tagged_config(), w, tagged_options(nullptr));
   RecordingTagger tagger;
-  EngineOptions ot = o;
-  ot.tagger = &tagger;
-  Engine tagged(cpu, m, tagged_config(), w, ot);
+  Engine tagged(cpu, m, tagged_config(), w, tagged_options(&tagger));
   for (int s = 0; s < 2; ++s) {
     const auto seq = TokenSource::synthetic(m.vocab, 21).sequence(s, 64);
     EXPECT_EQ(tagged.step(seq).loss, plain.step(seq).loss) << "step " << s;
@@ -107,27 +132,15 @@ TEST(OpTagger, ThroughACuptiStandInAMixtureOfExpertsStepIsTaggedAndUnchanged) {
   const auto tokens = TokenSource::synthetic(m.vocab, 5).sequence(0, 64);
   CpuBackend cpu, plain;
   test::FakeCupti fake(cpu);
-  EngineOptions o;
-  o.record_trace = true;
-  o.detail = traces::Detail::op;
-  o.tagger = &fake;
-  Engine e(fake, m, tagged_config(), w, o);
+  Engine e(fake, m, tagged_config(), w, tagged_options(&fake));
   const int64_t begin = steady_now_ns();
   const double loss = e.step(tokens).loss;
   const int64_t end = steady_now_ns() + 1000000;
   EXPECT_EQ(fake.unbalanced(), 0);
-  cupti::DecodeOptions opt = fake.decode_options();
-  opt.origin_ns = e.trace_origin_ns();
-  opt.windows = {{begin, end}};
   cupti::DecodeStats st;
-  const traces::Trace dev = cupti::decode(fake.records(), opt, 0, {}, &st);
+  const traces::Trace dev = decode_window(fake, e, begin, end, &st);
   EXPECT_EQ(st.untagged, 0);
-  std::set<std::tuple<int, int64_t, int64_t, Op>> host_keys, dev_keys;
-  for (const auto& ev : e.trace().events)
-    if (ev.kind == traces::EventKind::compute) host_keys.insert({ev.stage, ev.chunk, ev.layer, ev.op});
-  for (const auto& ev : dev.events)
-    if (ev.kind == traces::EventKind::compute) dev_keys.insert({ev.stage, ev.chunk, ev.layer, ev.op});
-  EXPECT_EQ(dev_keys, host_keys);
+  EXPECT_EQ(compute_keys(dev), compute_keys(e.trace()));
   Engine ref(plain, m, tagged_config(), w);
   EXPECT_EQ(loss, ref.step(tokens).loss);
   EXPECT_EQ(e.gradients().data, ref.gradients().data);
@@ -139,11 +152,7 @@ TEST(OpTagger, ThroughACuptiStandInEveryRecordOfAStepBelongsToItsPass) {
   const auto tokens = TokenSource::synthetic(m.vocab, 5).sequence(0, 64);
   CpuBackend cpu;
   test::FakeCupti fake(cpu);
-  EngineOptions o;
-  o.record_trace = true;
-  o.detail = traces::Detail::op;
-  o.tagger = &fake;
-  Engine e(fake, m, tagged_config(), w, o);
+  Engine e(fake, m, tagged_config(), w, tagged_options(&fake));
   const int64_t begin = steady_now_ns();
   e.step(tokens);
   fake.untagged_kernel("stray");  // inside the step's window, under no tag
@@ -151,11 +160,8 @@ TEST(OpTagger, ThroughACuptiStandInEveryRecordOfAStepBelongsToItsPass) {
   EXPECT_EQ(fake.depth(), 0);
   EXPECT_EQ(fake.unbalanced(), 0);
 
-  cupti::DecodeOptions opt = fake.decode_options();
-  opt.origin_ns = e.trace_origin_ns();
-  opt.windows = {{begin, end}};
   cupti::DecodeStats st;
-  const traces::Trace dev = cupti::decode(fake.records(), opt, 0, {}, &st);
+  const traces::Trace dev = decode_window(fake, e, begin, end, &st);
   EXPECT_EQ(st.untagged, 1);  // only the stray kernel
   EXPECT_GT(st.outside, 0);   // set-up: weights upload, mask, pool zeroing
   EXPECT_EQ(dev.metadata.source, "cuda-cupti");
@@ -163,9 +169,7 @@ TEST(OpTagger, ThroughACuptiStandInEveryRecordOfAStepBelongsToItsPass) {
   const traces::Trace host = e.trace();
   const std::set<Op> known = {Op::embedding, Op::layer_fwd,      Op::layer_recompute, Op::lm_head,
                               Op::layer_bwd, Op::embedding_bwd, Op::optimizer_step,  Op::gradient_allreduce};
-  std::set<std::tuple<int, int64_t, int64_t, Op>> host_keys, dev_keys;
-  for (const auto& ev : host.events)
-    if (ev.kind == traces::EventKind::compute) host_keys.insert({ev.stage, ev.chunk, ev.layer, ev.op});
+  std::set<ComputeKey> dev_keys;
   int untagged = 0;
   std::multiset<std::tuple<int, int, int64_t, int64_t, Op, int64_t>> host_copies, dev_copies;
   for (const auto& ev : dev.events) {
@@ -181,7 +185,7 @@ TEST(OpTagger, ThroughACuptiStandInEveryRecordOfAStepBelongsToItsPass) {
     else dev_copies.insert({static_cast<int>(ev.kind), ev.stage, ev.chunk, ev.layer, ev.op, ev.bytes});
   }
   EXPECT_EQ(untagged, 1);
-  EXPECT_EQ(dev_keys, host_keys) << "the same (stage, chunk, layer, pass) keys as the host trace's compute events";
+  EXPECT_EQ(dev_keys, compute_keys(host)) << "the same (stage, chunk, layer, pass) keys as the host trace's compute events";
   for (const auto& ev : host.events)
     if (ev.kind == traces::EventKind::copy_h2d || ev.kind == traces::EventKind::copy_d2h)
       host_copies.insert({static_cast<int>(ev.kind), ev.stage, ev.chunk, ev.layer, ev.op, ev.bytes});
@@ -212,8 +216,7 @@ TEST(OpTagger, ThroughACuptiStandInEveryRecordOfAStepBelongsToItsPass) {
   EXPECT_EQ(back.metadata.source, "cuda-cupti");
 
   // Layer detail: merged per (stage, chunk, layer, pass) like the host trace's.
-  opt.detail = traces::Detail::layer;
-  const traces::Trace layer = cupti::decode(fake.records(), opt, 0, {});
+  const traces::Trace layer = decode_window(fake, e, begin, end, nullptr, traces::Detail::layer);
   EXPECT_LT(layer.events.size(), dev.events.size());
   EXPECT_EQ(layer.summary.h2d_bytes, dev.summary.h2d_bytes);
 }
