@@ -12,16 +12,11 @@
 
 #include "core/json.h"
 #include "core/units.h"
+#include "models/layer_attention.h"
 #include "models/rope.h"
 
 namespace oomb::models {
 
-// The attention of one layer (HF `layer_types`). global: every earlier token (causal), as in the
-// dense models; sliding: the last ModelSpec::sliding_window tokens, itself included (transformers'
-// masks: key j is seen from query i when i - window < j <= i); chunked: the earlier tokens of its
-// own aligned block of ModelSpec::attention_chunk tokens (Llama 4's chunked local attention: key j
-// from query i when j <= i and j / chunk == i / chunk).
-enum class LayerAttention : uint8_t { global, sliding, chunked };
 const char* to_string(LayerAttention a);  // "global", "sliding", "chunked"
 
 // How a mixture-of-experts layer weighs the experts a token is routed to, from the router's logits.

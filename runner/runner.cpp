@@ -325,6 +325,8 @@ RunTable check_run(const RunRequest& r) {
     throw step::model_capability_error(cap, r.scenario.model);
   if (const step::Capability cap = step::moe_capability(r.scenario.model, c); !cap.executable())
     refuse(r, c, cap);
+  if (const step::Capability cap = step::local_attention_capability(r.scenario.model, target_of(r)); !cap.executable())
+    refuse(r, c, cap);
   if (const step::Capability cap = step::capability(c, target_of(r)); !cap.executable()) refuse(r, c, cap);
   if (c.gpus > 1 && r.compare_dense)
     throw Error("--compare-dense", "", "runs one process's dense step beside the sparse one; not with --gpus > 1",
@@ -876,6 +878,10 @@ std::string describe(const RunResult& r, const RunRequest& req, const std::strin
           static_cast<long long>(ms.kv_pool_high_water_pages), static_cast<long long>(ms.kv_pool_pages),
           format_bytes(ms.kv_page_bytes).c_str(), static_cast<long long>(ms.grad_pool_high_water_pages),
           static_cast<long long>(ms.grad_pool_pages), format_bytes(ms.grad_page_bytes).c_str());
+  if (ms.local_kv_pool_pages > 0)
+    appendf(out, "local pools (sliding and chunked layers): KV %lld / %lld pages, KV-grad %lld / %lld pages\n",
+            static_cast<long long>(ms.local_kv_high_water_pages), static_cast<long long>(ms.local_kv_pool_pages),
+            static_cast<long long>(ms.local_grad_high_water_pages), static_cast<long long>(ms.local_grad_pool_pages));
   appendf(out, "copies per step: h2d %s, d2h %s, in %lld contiguous regions\n", format_bytes(ms.h2d_bytes).c_str(),
           format_bytes(ms.d2h_bytes).c_str(), static_cast<long long>(ms.copy_regions));
   if (sparse) {

@@ -35,7 +35,10 @@ Error model_capability_error(const Capability& cap, const models::ModelSpec& m);
 // process and GPU; key: the configuration's key.
 // Executable for a dense model.
 Capability moe_capability(const models::ModelSpec& m, const Config& c);
-// All three checks: the model's first, then its experts', then the configuration's.
+// Sliding and chunked layers run on the CPU backend (key "--backend" on a CUDA target); executable
+// for a model of global layers only.
+Capability local_attention_capability(const models::ModelSpec& m, const Target& target);
+// All four checks: the model's first, then its experts', its layer kinds', then the configuration's.
 Capability capability(const models::ModelSpec& m, const Config& c, const Target& target);
 
 }  // namespace oomb::step

@@ -96,16 +96,18 @@ Geometry geometry(const models::ModelSpec& m, const Config& c) {
   g.Lg = global_layers(c, m);
   g.Ll = g.L - g.Lg;
   if (g.oomb && g.Ll > 0) {
-    int64_t persistent = 0, widest = 0;
+    int64_t persistent = 0;
     for (const Geometry::LayerClass& k : std::span(g.classes.data(), static_cast<size_t>(g.class_count))) {
       if (k.attention == models::LayerAttention::global) continue;
       const LocalReach r = local_reach(k.attention, k.window, g.C, c.page_tokens, g.n);
       g.local_kv_pages = checked_add(g.local_kv_pages, checked_mul(k.layers, r.union_pages, "local pages"), "local pages");
       persistent = checked_add(persistent, checked_mul(k.layers, r.max_pages, "local pages"), "local pages");
-      widest = std::max(widest, r.max_pages);
     }
     g.local_kv_pages = checked_add(g.local_kv_pages, g.q, "local pages");
-    g.local_grad_pages = checked_add(persistent, g.q + widest, "local pages");
+    // A layer's backward of chunk c holds its own pages and the reach of boundary c; the reach of
+    // boundary c + 1 it found pending lies within those (reaches end at their boundary and start no
+    // later than the previous one's), so each layer needs at most its largest reach + one chunk.
+    g.local_grad_pages = checked_add(persistent, g.q, "local pages");
   }
   g.R = std::min(c.resident_layers, g.Lg);
   g.offload = g.oomb && c.resident_layers < g.Lg;

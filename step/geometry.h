@@ -39,8 +39,9 @@ struct Geometry {
   // local (sliding or chunked) layers keep, on the device, the pages a later chunk reaches back to
   // (local_kv_pages: each local layer's union over the chunk boundaries of the pages before the
   // boundary its first query attends, + one chunk's own pages) and their gradients (local_grad_pages:
-  // each layer's largest such reach, pending until its chunk's backward, + one chunk's own pages and
-  // one reach more, the one being written while the previous is read). 0 for the dense families.
+  // each layer's largest such reach, pending until its chunk's backward, + the own pages of the
+  // chunk whose backward runs: the earlier reach it reads lies within them and its own reach).
+  // 0 for the dense families.
   int64_t Lg = 0, Ll = 0;
   int64_t local_kv_pages = 0, local_grad_pages = 0;
   // Mixture of experts: Lmoe layers of `experts` routed experts of fe columns per GPU (the expert
@@ -82,6 +83,12 @@ struct LocalReach {
 // window: a sliding layer's window (tokens, the query itself included) or a chunked layer's block;
 // C a multiple of p (validate), n chunks.
 LocalReach local_reach(models::LayerAttention kind, int64_t window, int64_t C, int64_t p, int64_t n);
+// The first page a local layer's chunk c (>= 1) attends before its boundary cC (its first query's
+// first key, models::first_key): the chunk attends pages [reach_first_page(..), cC / p) of its
+// prefix, every one of them whole or in part. C a multiple of p.
+inline int64_t reach_first_page(models::LayerAttention kind, int64_t window, int64_t C, int64_t p, int64_t c) {
+  return models::first_key(kind, window, c * C) / p;
+}
 
 // Validates the configuration against the model first (throws oomb::Error naming the flag).
 Geometry geometry(const models::ModelSpec& m, const Config& c);

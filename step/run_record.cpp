@@ -85,6 +85,12 @@ Json to_json(const RunRecord& r) {
             {"steps", r.steps}};
   if (!r.job.empty()) m["job"] = r.job;
   if (r.emulated_device) m["emulated_device"] = true;
+  if (r.local_kv_pool_pages > 0) {
+    m["local_kv_pool_pages"] = r.local_kv_pool_pages;
+    m["local_grad_pool_pages"] = r.local_grad_pool_pages;
+    m["local_kv_high_water_pages"] = r.local_kv_high_water_pages;
+    m["local_grad_high_water_pages"] = r.local_grad_high_water_pages;
+  }
   if (r.world > r.tp)
     m["data_parallel"] = {{"rank", r.rank},
                           {"world", r.world},
@@ -158,6 +164,10 @@ RunRecord run_record_from_json(const Json& extra, const std::string& where) {
   r.grad_pool_pages = m.i64_or("grad_pool_pages", 0);
   r.kv_pool_high_water_pages = m.i64_or("kv_pool_high_water_pages", 0);
   r.grad_pool_high_water_pages = m.i64_or("grad_pool_high_water_pages", 0);
+  r.local_kv_pool_pages = m.i64_or("local_kv_pool_pages", 0);
+  r.local_grad_pool_pages = m.i64_or("local_grad_pool_pages", 0);
+  r.local_kv_high_water_pages = m.i64_or("local_kv_high_water_pages", 0);
+  r.local_grad_high_water_pages = m.i64_or("local_grad_high_water_pages", 0);
   r.host_kv_pages = m.i64_or("host_kv_pages", 0);
   r.host_grad_pages = m.i64_or("host_grad_pages", 0);
   r.peak_device_bytes = m.i64_or("peak_device_bytes", 0);

@@ -56,6 +56,10 @@ struct RunRecord {
   int64_t kv_page_bytes = 0, grad_page_bytes = 0;
   int64_t kv_pool_pages = 0, grad_pool_pages = 0;  // device pool capacities
   int64_t kv_pool_high_water_pages = 0, grad_pool_high_water_pages = 0;
+  // Sliding and chunked layers' pools (local_kv_pool, local_kv_grad_pool): capacities and high-water
+  // marks in pages; 0 for a model of global layers (and then absent from the JSON).
+  int64_t local_kv_pool_pages = 0, local_grad_pool_pages = 0;
+  int64_t local_kv_high_water_pages = 0, local_grad_high_water_pages = 0;
   int64_t host_kv_pages = 0, host_grad_pages = 0;  // host pool capacities (offload)
   int64_t peak_device_bytes = 0, peak_host_bytes = 0;
   std::map<std::string, int64_t> device_breakdown_bytes;  // at the device peak

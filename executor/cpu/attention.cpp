@@ -59,8 +59,29 @@ struct Gathered {
   }
 };
 
-// The segments of gathered rows query page j (last own row r1 - 1) attends for KV head g.
-void segments(const PagedAttention& a, const Geometry& G, int64_t j, int64_t g, int64_t r1,
+// A local layer's mask: per chunk row, the gathered row of the first key it attends (prefix slot u
+// token r is u * p + r, own token t is U * p + t). Empty for a global layer.
+std::vector<int64_t> first_rows(const PagedAttention& a, const Geometry& G) {
+  if (a.local == models::LayerAttention::global) return {};
+  OOMB_ASSERT(static_cast<int64_t>(a.prefix_ids.size()) == G.U && a.select_groups == 0 && a.window > 0,
+              "a local layer attends its reach's pages densely");
+  std::vector<int64_t> first(static_cast<size_t>(G.T));
+  for (int64_t r = 0; r < G.T; ++r) {
+    const int64_t kp = models::first_key(a.local, a.window, a.q_pos0 + r);
+    if (kp >= a.q_pos0) {
+      first[static_cast<size_t>(r)] = G.U * G.p + (kp - a.q_pos0);
+      continue;
+    }
+    const auto it = std::lower_bound(a.prefix_ids.begin(), a.prefix_ids.end(), kp / G.p);
+    const int64_t u = it - a.prefix_ids.begin();
+    first[static_cast<size_t>(r)] = u * G.p + (it != a.prefix_ids.end() && *it == kp / G.p ? kp % G.p : 0);
+  }
+  return first;
+}
+
+// The segments of gathered rows query page j (last own row r1 - 1) attends for KV head g; a local
+// layer's begin at its first row's first key (`from`: the rows' firsts are non-decreasing).
+void segments(const PagedAttention& a, const Geometry& G, int64_t j, int64_t g, int64_t r1, int64_t from,
               std::vector<int64_t>& start, std::vector<int64_t>& len) {
   start.clear();
   len.clear();
@@ -68,8 +89,8 @@ void segments(const PagedAttention& a, const Geometry& G, int64_t j, int64_t g, 
       a.select_groups == 0 ? nullptr
                            : &a.select[static_cast<size_t>(j * a.select_groups + (a.select_groups == 1 ? 0 : g))];
   if (!slots || static_cast<int64_t>(slots->size()) == G.U) {  // dense: one run up to the causal end
-    start.push_back(0);
-    len.push_back(G.U * G.p + r1);
+    start.push_back(from);
+    len.push_back(G.U * G.p + r1 - from);
     return;
   }
   for (int32_t u : *slots) {
@@ -118,6 +139,7 @@ FlashKeys keys_of(const Gathered& ga, const Geometry& G, int64_t g, const std::v
 void attention_fwd(const PagedAttention& a, float* o, float* lse) {
   const Geometry G(a);
   const Gathered ga(a, G, false);
+  const std::vector<int64_t> first = first_rows(a, G);
   const float sc = 1.0f / std::sqrt(static_cast<float>(G.hd));
   const int64_t qpages = (G.T + G.p - 1) / G.p;
   // ~4 flops per (query row, head, attended key, dim): the causal half of the own chunk and the prefix.
@@ -132,9 +154,10 @@ void attention_fwd(const PagedAttention& a, float* o, float* lse) {
     std::vector<int64_t> start, len;
     std::vector<float> qb(static_cast<size_t>(G.group * nq * G.hd)), ob(qb.size()),
         lb(static_cast<size_t>(G.group * nq)), scratch(static_cast<size_t>(flash_scratch_floats(rows, G.hd)));
-    segments(a, G, j, g, r1, start, len);
+    segments(a, G, j, g, r1, first.empty() ? 0 : first[static_cast<size_t>(r0)], start, len);
     gather_rows(a.q.f32(), G, g, r0, r1, sc, qb.data());
     rows.q = qb.data();
+    rows.first = first.empty() ? nullptr : first.data() + r0;
     flash_fwd(keys_of(ga, G, g, start, len), rows, ob.data(), lb.data(), scratch.data());
     scatter_rows(ob.data(), G, g, r0, r1, o);
     for (int64_t h = 0; h < G.group; ++h)
@@ -151,6 +174,7 @@ void attention_bwd(const PagedAttention& a, const float* o, const float* lse, co
   const Geometry G(a);
   OOMB_ASSERT(static_cast<int64_t>(prefix_grad_pages.size()) == G.U);
   const Gathered ga(a, G, true);
+  const std::vector<int64_t> first = first_rows(a, G);
   const int64_t qpages = (G.T + G.p - 1) / G.p;
   const int64_t slices = std::clamp<int64_t>((8 + a.kv_heads - 1) / a.kv_heads, 1, qpages);
   const auto per_slice = static_cast<size_t>(a.kv_heads * G.Tk * G.hd);
@@ -175,7 +199,8 @@ void attention_bwd(const PagedAttention& a, const float* o, const float* lse, co
       dqb.resize(qb.size());
       lb.resize(static_cast<size_t>(G.group * nq));
       scratch.resize(static_cast<size_t>(flash_scratch_floats(rows, G.hd)));
-      segments(a, G, j, g, r1, start, len);
+      segments(a, G, j, g, r1, first.empty() ? 0 : first[static_cast<size_t>(r0)], start, len);
+      rows.first = first.empty() ? nullptr : first.data() + r0;
       gather_rows(a.q.f32(), G, g, r0, r1, sc, qb.data());
       gather_rows(o, G, g, r0, r1, 1.0f, ob.data());
       gather_rows(dout, G, g, r0, r1, 1.0f, dob.data());

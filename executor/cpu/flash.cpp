@@ -228,6 +228,12 @@ OOMB_INLINE int64_t visible(const FlashKeys& k, const FlashRows& r, int64_t i, i
   return std::min(bk, k.own_start + qi + 1 - t0);
 }
 
+// The first valid column of query row i in that block (a local layer's mask; 0 without one).
+OOMB_INLINE int64_t first_visible(const FlashRows& r, int64_t i, int64_t t0, int64_t bk) {
+  if (!r.first) return 0;
+  return std::clamp<int64_t>(r.first[i % r.nq] - t0, 0, bk);
+}
+
 template <int HD, class ISA>
 OOMB_INLINE void fwd_impl(const FlashKeys& k, const FlashRows& r, float* o, float* lse, float* scratch) {
   const int64_t hd = HD > 0 ? HD : k.hd, rows = r.nq * r.heads;
@@ -244,16 +250,16 @@ OOMB_INLINE void fwd_impl(const FlashKeys& k, const FlashRows& r, float* o, floa
       gemm_rows<ISA>(r.q, rows, hd, k.kt, k.ld, t0, bk, s);
       for (int64_t i = 0; i < rows; ++i) {
         float* srow = s + i * BKS;
-        const int64_t lim = visible(k, r, i, t0, bk);
-        if (lim <= 0) {
+        const int64_t lim = visible(k, r, i, t0, bk), lo = first_visible(r, i, t0, bk);
+        if (lim <= lo) {
           std::fill_n(srow, bk, 0.0f);
           continue;
         }
-        const float m_new = std::max(m[i], row_max(srow, lim));
+        const float m_new = std::max(m[i], row_max(srow + lo, lim - lo));
         const float alpha = m[i] == kNegInf ? 0.0f : fast_exp(m[i] - m_new);
         for (int64_t c = 0; c < bk; ++c) {
           const float e = fast_exp(srow[c] - m_new);
-          srow[c] = c < lim ? e : 0.0f;
+          srow[c] = c >= lo && c < lim ? e : 0.0f;
         }
         const float sum = row_sum(srow, lim);
         l[i] = l[i] * alpha + sum;
@@ -300,11 +306,11 @@ OOMB_INLINE void bwd_impl(const FlashKeys& k, const FlashRows& r, const float* o
       for (int64_t i = 0; i < rows; ++i) {
         float* srow = s + i * BKS;
         float* drow_s = dp + i * BKS;
-        const int64_t lim = visible(k, r, i, t0, bk);
+        const int64_t lim = visible(k, r, i, t0, bk), lo = first_visible(r, i, t0, bk);
         const float li = lse[i], di = drow[i];
         for (int64_t c = 0; c < bk; ++c) {
           const float e = fast_exp(srow[c] - li);
-          const float pv = c < lim ? e : 0.0f;
+          const float pv = c >= lo && c < lim ? e : 0.0f;
           srow[c] = pv;
           drow_s[c] = pv * (drow_s[c] - di);
         }

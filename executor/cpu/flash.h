@@ -29,6 +29,9 @@ struct FlashRows {
   int64_t nq = 0, heads = 0;
   int64_t q_first = 0;
   const float* q = nullptr;
+  // A local layer's mask (null: none): query row i (< nq, every head alike) attends gathered rows
+  // from first[i] on.
+  const int64_t* first = nullptr;
 };
 
 constexpr int64_t kFlashPad = 16;       // dim-major arrays are readable this far past their rows

@@ -130,9 +130,19 @@ MaskedAttention causal_mask(const models::ModelSpec& m, int64_t n) {
   return a;
 }
 
+MaskedAttention layer_mask(const models::ModelSpec& m, int64_t n, int64_t layer) {
+  MaskedAttention a = causal_mask(m, n);
+  const models::LayerAttention kind = m.attention_of(layer);
+  if (kind == models::LayerAttention::global) return a;
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t t = 0; t < models::first_key(kind, m.window_tokens(kind), i); ++t)
+      a.allowed[0][static_cast<size_t>(i * n + t)] = 0;
+  return a;
+}
+
 MaskedAttention selection_mask(const models::ModelSpec& m, int64_t n, int64_t chunk_tokens, int64_t page_tokens,
                                const SelectionLog& log, int64_t layer) {
-  MaskedAttention a = causal_mask(m, n);
+  MaskedAttention a = layer_mask(m, n, layer);
   int64_t groups = 1;
   for (int64_t c = 0; c < log.chunks(); ++c)
     if (!log.at(c, layer).dense) groups = std::max(groups, log.at(c, layer).groups);
@@ -164,7 +174,24 @@ ReferenceResult full_sequence_reference(const models::ModelSpec& m, const Weight
   ReferenceResult res;
   res.grads = zero_params(m);
   float* G = res.grads.data.data();
-  const MaskedAttention causal = masks ? MaskedAttention{} : causal_mask(m, n);
+  // Without masks, each layer's own (one per attention kind, built once).
+  std::vector<MaskedAttention> kind_masks;
+  std::vector<const MaskedAttention*> layer_masks;
+  kind_masks.reserve(3);  // at most one per kind: the pointers stay valid
+  for (int64_t l = 0; l < m.layers; ++l) {
+    if (masks) {
+      layer_masks.push_back(&(*masks)[static_cast<size_t>(l)]);
+      continue;
+    }
+    int64_t same = l - 1;
+    while (same >= 0 && m.attention_of(same) != m.attention_of(l)) --same;
+    if (same >= 0) {
+      layer_masks.push_back(layer_masks[static_cast<size_t>(same)]);
+      continue;
+    }
+    kind_masks.push_back(layer_mask(m, n, l));
+    layer_masks.push_back(&kind_masks.back());
+  }
   const models::Rope rope = models::rope_of(m);
 
   std::vector<LayerActs> acts(static_cast<size_t>(m.layers));
@@ -173,7 +200,7 @@ ReferenceResult full_sequence_reference(const models::ModelSpec& m, const Weight
   for (int64_t l = 0; l < m.layers; ++l) {
     const LayerOffsets& o = L.layer(l);
     LayerActs& A = acts[static_cast<size_t>(l)];
-    const MaskedAttention& mask = masks ? (*masks)[static_cast<size_t>(l)] : causal;
+    const MaskedAttention& mask = *layer_masks[static_cast<size_t>(l)];
     A.x = x;
     A.h1 = zeros(n * H), A.rstd1 = zeros(n), A.q = zeros(n * qd), A.k = zeros(n * kvd), A.v = zeros(n * kvd);
     A.o = zeros(n * qd), A.x2 = zeros(n * H), A.h2 = zeros(n * H), A.rstd2 = zeros(n);
@@ -225,7 +252,7 @@ ReferenceResult full_sequence_reference(const models::ModelSpec& m, const Weight
   for (int64_t l = m.layers - 1; l >= 0; --l) {
     const LayerOffsets& o = L.layer(l);
     LayerActs& A = acts[static_cast<size_t>(l)];
-    const MaskedAttention& mask = masks ? (*masks)[static_cast<size_t>(l)] : causal;
+    const MaskedAttention& mask = *layer_masks[static_cast<size_t>(l)];
     // dx holds d(layer output); it is also d(x2) through the residual.
     Vec dx2 = dx, dm = zeros(n * F), dg = zeros(n * F), du = zeros(n * F), dh2 = zeros(n * H);
     if (o.router >= 0) {

@@ -18,7 +18,8 @@ struct ReferenceResult {
   Gradients grads;
 };
 
-// m.layers must equal the weights' layer count. masks: one per layer, or null for dense causal.
+// m.layers must equal the weights' layer count. masks: one per layer, or null for each layer's
+// layer_mask (dense causal, windowed on sliding and chunked layers).
 // routes (a mixture of experts): per layer the N x k experts each token is sent to (a run's
 // Engine::routes()), held as a sparse run's selection is: the weights are still this reference's
 // softmax of its own logits at those experts. Null: each token's top k of its own logits.
@@ -38,6 +39,9 @@ ReferenceResult lora_reference(const models::ModelSpec& m, const Weights& base, 
                                const std::vector<std::vector<int32_t>>* routes = nullptr);
 
 MaskedAttention causal_mask(const models::ModelSpec& m, int64_t n);
+// Layer `layer`'s mask with no selection: causal, and for a sliding or chunked layer its window
+// (models::first_key). What the references use when no masks are given.
+MaskedAttention layer_mask(const models::ModelSpec& m, int64_t n, int64_t layer);
 // Layer `layer`'s mask from a recorded selection: query token i of chunk c, query page j, may see
 // key t <= i when t is in chunk c or t's page is selected for (c, j[, kv head]).
 MaskedAttention selection_mask(const models::ModelSpec& m, int64_t n, int64_t chunk_tokens, int64_t page_tokens,

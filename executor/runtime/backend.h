@@ -24,6 +24,7 @@
 #include "core/dtype.h"
 
 #include "models/rope.h"
+#include "models/layer_attention.h"
 #include "step/phase.h"
 #include "step/target.h"
 
@@ -160,6 +161,14 @@ struct PagedAttention {
   // page j and KV-head group g (select_groups 1 = one set shared by all heads, kv_heads = per head).
   int64_t select_groups = 0;
   std::vector<std::vector<int32_t>> select;
+  // A local layer (sliding window or chunked block; docs/model.md "Layer kinds and experts"): the
+  // query at position qp attends the keys from models::first_key(local, window, qp) on. Chunk row r
+  // is at position q_pos0 + r, row r of prefix page u at prefix_ids[u] * page_tokens + r (the
+  // pages, ascending, cover every key a row attends). Global: no mask beyond the causal one, and
+  // prefix_ids may be empty.
+  models::LayerAttention local = models::LayerAttention::global;
+  int64_t window = 0, q_pos0 = 0;
+  std::vector<int64_t> prefix_ids;
 };
 
 // Page-level selection (ALGORITHM.md section 5, "published" and per-KV-head rules).

@@ -348,6 +348,8 @@ void Engine::check_config(const models::ModelSpec& model, const step::Config& co
     throw step::model_capability_error(cap, model);
   if (const step::Capability cap = step::moe_capability(model, config); !cap.executable())
     throw step::capability_error(cap, config);
+  if (const step::Capability cap = step::local_attention_capability(model, backend_.target()); !cap.executable())
+    throw step::capability_error(cap, config);
   if (const step::Capability cap = step::capability(config, backend_.target()); !cap.executable())
     throw step::capability_error(cap, config);
   if (config.context_tokens < 2)
@@ -501,8 +503,28 @@ void Engine::allocate_parameters(const Weights& weights, const models::ModelSpec
 
 // The page pools' offload engine and, sparse, the page summaries.
 void Engine::allocate_pages(const step::BufferTable& table, const step::Config& config) {
+  // Sliding and chunked layers keep their pages in the local pools (offload.h LocalPages).
+  int64_t globals = 0;
+  for (int64_t l = 0; l < g_.L; ++l) {
+    const models::LayerAttention kind = model_.attention_of(l);
+    local_.layers.push_back({kind, model_.window_tokens(kind)});
+    global_ordinal_.push_back(kind == models::LayerAttention::global ? globals++ : -1);
+    local_class_.push_back(-1);
+    if (kind == models::LayerAttention::global) continue;
+    for (int64_t m = 0; m < l && local_class_.back() < 0; ++m)
+      if (model_.attention_of(m) == kind) local_class_.back() = local_class_[static_cast<size_t>(m)];
+    if (local_class_.back() >= 0) continue;
+    local_class_.back() = static_cast<int64_t>(reach_.size());
+    std::vector<std::vector<int64_t>>& lists = reach_.emplace_back(static_cast<size_t>(g_.n));
+    for (int64_t c = 1; c < g_.n; ++c)
+      for (int64_t k = step::reach_first_page(kind, model_.window_tokens(kind), g_.C, g_.p, c); k < g_.prefix_pages(c); ++k)
+        lists[static_cast<size_t>(c)].push_back(k);
+  }
+  if (globals == g_.L) local_.layers.clear();
+  local_.kv_pages = g_.local_kv_pages;
+  local_.grad_pages = g_.local_grad_pages;
   store_ = std::make_unique<OffloadEngine>(backend_, g_, table.pages.kv_pool_capacity_pages, account_, recorder_,
-                                           options_.host_slab_bytes, options_.tagger);
+                                           options_.host_slab_bytes, options_.tagger, local_);
   if (config.attention == Attention::sparse) {
     // Page key means, stored in the KV page dtype (what the selection reads).
     const bool dev = config.selection_memory == step::SelectionMemory::device;
@@ -813,6 +835,13 @@ PagedAttention Engine::attention_args(const Pass& pass, const PassPages& pages) 
   a.prefix_pages.assign(pages.prefix_kv.begin(), pages.prefix_kv.end());
   a.kv_dtype = kv_dtype_;
   a.grad_dtype = grad_page_dtype_;
+  if (local_layer(pass.layer)) {
+    const LocalPages::Layer& k = local_.layers[static_cast<size_t>(pass.layer)];
+    a.local = k.kind;
+    a.window = k.window;
+    a.q_pos0 = g_.chunk_start(pass.chunk);
+    a.prefix_ids = *pages.prefix;
+  }
   const ChunkSelection& s = log_.at(pass.chunk, pass.layer);
   if (!s.dense) {
     a.select_groups = s.groups;
@@ -834,6 +863,11 @@ namespace {
 // Query-key pairs a chunk's attention computes (for the trace's FLOP counts).
 double attention_pairs(const PagedAttention& a) {
   double pairs = 0;
+  if (a.local != models::LayerAttention::global) {  // each row's keys from its first on
+    for (int64_t r = 0; r < a.rows; ++r)
+      pairs += static_cast<double>(a.q_pos0 + r - models::first_key(a.local, a.window, a.q_pos0 + r) + 1);
+    return pairs;
+  }
   const int64_t U = static_cast<int64_t>(a.prefix_pages.size());
   for (int64_t j = 0, r0 = 0; r0 < a.rows; ++j, r0 += a.page_tokens) {
     const int64_t nq = std::min(a.rows - r0, a.page_tokens);
@@ -847,6 +881,11 @@ double attention_pairs(const PagedAttention& a) {
 
 void Engine::select(const Pass& pass, int64_t pass_index) {
   const int64_t c = pass.chunk, l = pass.layer, prefix = g_.prefix_pages(c);
+  if (local_layer(l)) {  // its reach, densely (sparse budgets are the global layers')
+    ChunkSelection& s = log_.at(c, l) = dense_selection(c, l, 0);
+    s.union_pages = reach_[static_cast<size_t>(local_class_[static_cast<size_t>(l)])][static_cast<size_t>(c)];
+    return;
+  }
   if (!g_.sparse || prefix <= g_.B) {
     log_.at(c, l) = dense_selection(c, l, prefix);
     return;
@@ -858,7 +897,7 @@ void Engine::select(const Pass& pass, int64_t pass_index) {
   a.kv_heads = model_.kv_heads;
   a.head_dim = model_.head_dim;
   a.page_tokens = g_.p;
-  a.summaries = summaries_.ct().at(l * g_.P * model_.kv_dim());
+  a.summaries = summaries_.ct().at(global_ordinal_[static_cast<size_t>(l)] * g_.P * model_.kv_dim());
   a.prefix_pages = prefix;
   a.budget = g_.B;
   a.per_kv_head = config_.selection == "per-kv-head";
@@ -990,14 +1029,15 @@ void Engine::layer_forward(const Pass& pass, int64_t pass_index, PassPages& page
   });
   if (pass.kind == PassKind::fill) {
     select(pass, pass_index);
-    if (options_.measure_recall) {
+    if (options_.measure_recall && !local_layer(pass.layer)) {
       const TagScope tag(options_.tagger, pass.stage(), pass.chunk, pass.layer, pass_op(pass.kind), "recall");
       measure_recall(pass);
     }
-    if (g_.sparse)
+    if (g_.sparse && !local_layer(pass.layer))
       timed("page_summaries", pass, 0, [&] {
+        const int64_t layer = global_ordinal_[static_cast<size_t>(pass.layer)];
         backend_.page_summaries(w.k.t(), T, kvd, g_.p,
-                                summaries_.t().at((pass.layer * g_.P + g_.first_own_page(pass.chunk)) * kvd));
+                                summaries_.t().at((layer * g_.P + g_.first_own_page(pass.chunk)) * kvd));
       });
   }
   const PagedAttention a = attention_args(pass, pages);
@@ -1311,6 +1351,8 @@ StepResult Engine::step(const std::vector<int32_t>& tokens) {
   {
     const TagScope tag(options_.tagger, 1, 0, 0, Op::layer_fwd, "pages");
     store_->begin_step([this](const Pass& p) -> const std::vector<int64_t>* {
+      if (local_layer(p.layer))
+        return &reach_[static_cast<size_t>(local_class_[static_cast<size_t>(p.layer)])][static_cast<size_t>(p.chunk)];
       if (p.kind == PassKind::fill && (!g_.sparse || g_.prefix_pages(p.chunk) <= g_.B))
         return &dense_prefix_[static_cast<size_t>(p.chunk)];
       if (!log_.recorded(p.chunk, p.layer)) return nullptr;
@@ -1426,6 +1468,12 @@ StepResult Engine::step(const std::vector<int32_t>& tokens) {
   m.grad_pool_pages = store_->grad_pool().capacity();
   m.kv_pool_high_water_pages = store_->kv_pool().high_water();
   m.grad_pool_high_water_pages = store_->grad_pool().high_water();
+  if (const PagePool* lk = store_->local_kv_pool()) {
+    m.local_kv_pool_pages = lk->capacity();
+    m.local_kv_high_water_pages = lk->high_water();
+    m.local_grad_pool_pages = store_->local_grad_pool()->capacity();
+    m.local_grad_high_water_pages = store_->local_grad_pool()->high_water();
+  }
   m.host_kv_pages = store_->host_kv_pool() ? store_->host_kv_pool()->capacity() : 0;
   m.host_grad_pages = store_->host_grad_pool() ? store_->host_grad_pool()->capacity() : 0;
   m.peak_device_bytes = account_.peak(Tier::device);
@@ -1463,7 +1511,8 @@ StepResult Engine::step(const std::vector<int32_t>& tokens) {
   m.union_pages.clear();
   for (int64_t c = 0; c < g_.n; ++c)
     for (int64_t l = 0; l < g_.L; ++l)
-      m.union_pages.push_back({c, l, static_cast<int64_t>(log_.at(c, l).union_pages.size())});
+      if (!local_layer(l))  // what the selections of the global layers took (a local layer's is its reach)
+        m.union_pages.push_back({c, l, static_cast<int64_t>(log_.at(c, l).union_pages.size())});
   m.recall = recall_;
   m.steps = steps_;
   m.step_s = total_s_ / static_cast<double>(steps_);

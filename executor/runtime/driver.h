@@ -336,6 +336,13 @@ class Engine {
   std::unique_ptr<Work> w_;
   SelectionLog log_;
   std::vector<std::vector<int64_t>> dense_prefix_;  // per chunk: 0 .. prefix_pages - 1
+  // Sliding and chunked layers: each one's attention kind and window (global: none), and the pages
+  // each chunk reaches back to, per distinct (kind, window) [class][chunk] (local_class_ per layer,
+  // -1 for a global layer). Global layers' ordinal among them (the page summaries' layer index).
+  LocalPages local_;
+  std::vector<std::vector<std::vector<int64_t>>> reach_;
+  std::vector<int64_t> local_class_, global_ordinal_;
+  bool local_layer(int64_t l) const { return local_.local(l); }
   std::vector<int32_t> tokens_;
   Measured measured_;
   int64_t steps_ = 0, adam_steps_ = 0, accumulated_ = 0;

@@ -9,7 +9,7 @@
 namespace oomb::executor {
 
 OffloadEngine::OffloadEngine(Backend& backend, const Geometry& g, int64_t device_pool_pages, MemoryAccount& account,
-                             TraceRecorder& recorder, int64_t host_slab_bytes, OpTagger* tagger)
+                             TraceRecorder& recorder, int64_t host_slab_bytes, OpTagger* tagger, LocalPages local)
     : backend_(backend),
       g_(g),
       kv_dim_(g.kvd),
@@ -17,10 +17,13 @@ OffloadEngine::OffloadEngine(Backend& backend, const Geometry& g, int64_t device
       grad_page_bytes_(g.grad_page_bytes),
       account_(account),
       recorder_(recorder),
-      tagger_(tagger) {
-  // Pool sizes (docs/schedule.md): without offload all L * P pages of each kind; with offload R
-  // slots of the largest slot on the device and all pages on the host.
-  const int64_t all = checked_mul(g.L, g.P, "pages");
+      tagger_(tagger),
+      local_(std::move(local)) {
+  int64_t globals = 0;
+  for (int64_t l = 0; l < g.L; ++l) global_of_.push_back(local_.local(l) ? -1 : globals++);
+  // Pool sizes (docs/schedule.md): without offload all Lg * P pages of each kind (the global
+  // layers'); with offload R slots of the largest slot on the device and all pages on the host.
+  const int64_t all = checked_mul(globals, g.P, "pages");
   const int64_t device_pages = device_pool_pages;
   OOMB_ASSERT(device_pages >= (g.offload ? g.R * g.max_slot_pages() : all), "device pools smaller than the schedule");
   kv_pool_ = std::make_unique<PagePool>(backend, Tier::device, step::row::kKvPool, kv_page_bytes_, device_pages, account);
@@ -33,6 +36,12 @@ OffloadEngine::OffloadEngine(Backend& backend, const Geometry& g, int64_t device
                                             account, host_slab_bytes);
     host_kv_written_.resize(static_cast<size_t>(all));
     host_dkv_written_.resize(static_cast<size_t>(all));
+  }
+  if (globals < g.L) {
+    local_kv_ = std::make_unique<PagePool>(backend, Tier::device, step::row::kLocalKvPool, kv_page_bytes_,
+                                           local_.kv_pages, account);
+    local_grad_ = std::make_unique<PagePool>(backend, Tier::device, step::row::kLocalKvGradPool, grad_page_bytes_,
+                                             local_.grad_pages, account);
   }
   region_reuse_after_.resize(static_cast<size_t>(g.R));
   kv_table_.resize(static_cast<size_t>(g.L));
@@ -73,6 +82,9 @@ void OffloadEngine::begin_step(PrefixFn prefix_of) {
     for (int64_t l = 0; l < g_.L; ++l) passes_.push_back({PassKind::recompute, c, l});
     for (int64_t l = g_.L - 1; l >= 0; --l) passes_.push_back({PassKind::backward, c, l});
   }
+  pass_global_.clear();
+  int64_t ordinal = 0;
+  for (const Pass& p : passes_) pass_global_.push_back(local_.local(p.layer) ? -1 : ordinal++);
 }
 
 EventPtr OffloadEngine::issue(CopyDir dir, std::vector<CopyRegion> regions, std::vector<EventPtr> after,
@@ -167,9 +179,9 @@ void OffloadEngine::prepare(int64_t i, bool current) {
   Slot& s = slots_[i];
   // Slots live at most R at a time, passes i .. i + R - 1: pass i owns region i mod R of each
   // device pool (max_slot_pages pages), so its pages form one ascending run.
-  s.region = i % g_.R;
+  s.region = pass_global_[static_cast<size_t>(i)] % g_.R;
   for (const auto& [k, other] : slots_)
-    OOMB_ASSERT(k == i || other.region != s.region, "two live slots in one device region");
+    OOMB_ASSERT(k == i || other.local || other.region != s.region, "two live slots in one device region");
   s.reuse_after = region_reuse_after_[static_cast<size_t>(s.region)];
   const int64_t own = g_.own_pages(p.chunk);
   for (int64_t j = 0; j < own; ++j) {
@@ -189,6 +201,12 @@ void OffloadEngine::prepare(int64_t i, bool current) {
 PassPages& OffloadEngine::acquire(int64_t i) {
   OOMB_ASSERT(i >= 0 && i < static_cast<int64_t>(passes_.size()));
   const Pass& p = passes_[static_cast<size_t>(i)];
+  if (local_.local(p.layer)) {
+    Slot& s = slots_[i];
+    local_pointers(s, p);
+    sample();
+    return s.pages;
+  }
   const int64_t first = g_.first_own_page(p.chunk), own = g_.own_pages(p.chunk);
   PageTable& kv = kv_table_[static_cast<size_t>(p.layer)];
   PageTable& dkv = dkv_table_[static_cast<size_t>(p.layer)];
@@ -200,8 +218,8 @@ PassPages& OffloadEngine::acquire(int64_t i) {
     // ascending run there and a copy of consecutive pages is one region.
     for (int64_t j = first; j < first + own; ++j) {
       OOMB_ASSERT(kv[j] < 0 && dkv[j] < 0, "page created twice");
-      kv[j] = home_kv.allocate_at(p.layer * g_.P + j, false);
-      dkv[j] = home_dkv.allocate_at(p.layer * g_.P + j, true);
+      kv[j] = home_kv.allocate_at(home(p.layer) + j, false);
+      dkv[j] = home_dkv.allocate_at(home(p.layer) + j, true);
       if (g_.offload) {
         host_kv_written_[static_cast<size_t>(kv[j])] = nullptr;
         host_dkv_written_[static_cast<size_t>(dkv[j])] = nullptr;
@@ -219,9 +237,13 @@ PassPages& OffloadEngine::acquire(int64_t i) {
     return s.pages;
   }
   prepare(i, true);
-  // Prefetch: the copy-in of the next R - 1 passes runs while this one computes.
+  // Prefetch: the copy-in of the next R - 1 global passes runs while this one computes.
   const auto last = static_cast<int64_t>(passes_.size());
-  for (int64_t k = i + 1; k < std::min(i + g_.R, last); ++k) prepare(k, false);
+  for (int64_t k = i + 1, ahead = 0; k < last && ahead < g_.R - 1; ++k)
+    if (pass_global_[static_cast<size_t>(k)] >= 0) {
+      prepare(k, false);
+      ++ahead;
+    }
   Slot& s = slots_.at(i);
   for (auto& e : s.ready) backend_.wait(e);
   s.ready.clear();
@@ -251,6 +273,12 @@ void OffloadEngine::release(int64_t i) {
   OOMB_ASSERT(it != slots_.end() && it == slots_.begin(), "passes must be released in order");
   Slot& s = it->second;
   const Pass& p = passes_[static_cast<size_t>(i)];
+  if (s.local) {
+    release_local(p);
+    slots_.erase(it);
+    sample();
+    return;
+  }
   const int64_t first = g_.first_own_page(p.chunk), own = g_.own_pages(p.chunk);
   PageTable& kv = kv_table_[static_cast<size_t>(p.layer)];
   PageTable& dkv = dkv_table_[static_cast<size_t>(p.layer)];
@@ -293,6 +321,58 @@ void OffloadEngine::release(int64_t i) {
   in_flight_.erase(std::remove_if(in_flight_.begin(), in_flight_.end(), [](const EventPtr& e) { return e->done(); }),
                    in_flight_.end());
   sample();
+}
+
+void OffloadEngine::local_pointers(Slot& s, const Pass& p) {
+  s.local = true;
+  const std::vector<int64_t>* prefix = prefix_of_(p);
+  OOMB_ASSERT(prefix, "a local layer's pass without its reach");
+  s.pages.prefix = prefix;
+  s.prefix_loaded = true;
+  PageTable& kv = kv_table_[static_cast<size_t>(p.layer)];
+  PageTable& dkv = dkv_table_[static_cast<size_t>(p.layer)];
+  for (int64_t k : *prefix) {
+    OOMB_ASSERT(kv[k] >= 0, "a local layer's reach was not kept");
+    s.pages.prefix_kv.push_back(local_kv_->ptr(kv[k]));
+    if (p.kind != PassKind::backward) continue;
+    if (dkv[k] < 0) dkv[k] = local_grad_->allocate(true);
+    s.pages.prefix_dkv.push_back(local_grad_->ptr(dkv[k]));
+  }
+  const int64_t first = g_.first_own_page(p.chunk), own = g_.own_pages(p.chunk);
+  for (int64_t j = first; j < first + own; ++j) {
+    if (p.kind == PassKind::fill) {
+      OOMB_ASSERT(kv[j] < 0, "page created twice");
+      kv[j] = local_kv_->allocate(false);
+      s.pages.own_kv.push_back(local_kv_->ptr(kv[j]));
+    } else if (p.kind == PassKind::backward) {
+      if (dkv[j] < 0) dkv[j] = local_grad_->allocate(true);  // no later chunk reached it
+      s.pages.own_dkv.push_back(local_grad_->ptr(dkv[j]));
+    }
+  }
+}
+
+void OffloadEngine::release_local(const Pass& p) {
+  const LocalPages::Layer& layer = local_.layers[static_cast<size_t>(p.layer)];
+  PageTable& kv = kv_table_[static_cast<size_t>(p.layer)];
+  PageTable& dkv = dkv_table_[static_cast<size_t>(p.layer)];
+  const int64_t first = g_.first_own_page(p.chunk), own = g_.own_pages(p.chunk);
+  if (p.kind == PassKind::fill) {
+    // Kept: the pages the next chunk's first query reaches (a later boundary's reach into this chunk
+    // lies within it); none after the last chunk.
+    const int64_t keep_from =
+        p.chunk + 1 < g_.n ? step::reach_first_page(layer.kind, layer.window, g_.C, g_.p, p.chunk + 1) : first + own;
+    for (int64_t j = first; j < first + own; ++j)
+      if (j < keep_from) {
+        local_kv_->free(kv[j]);
+        kv[j] = -1;
+      }
+  } else if (p.kind == PassKind::backward) {
+    for (int64_t j = first; j < first + own; ++j) {
+      if (kv[j] >= 0) local_kv_->free(kv[j]);
+      local_grad_->free(dkv[j]);
+      kv[j] = dkv[j] = -1;
+    }
+  }
 }
 
 int64_t OffloadEngine::slot_page(PagePool& pool, const Slot& s, int64_t offset) const {

@@ -56,6 +56,25 @@ struct CopyCounters {
   int64_t regions = 0;   // contiguous regions in them (one cudaMemcpyAsync each unless batched)
 };
 
+// The layers' attention kinds as the page schedule sees them (docs/model.md "Layer kinds and
+// experts"). A global layer's pages follow the schedule above (its home position and device slot
+// counted among the global layers only). A sliding or chunked layer's pages live on the device in
+// the local pools and never move: a fill allocates the chunk's own KV pages and keeps those the
+// next chunk's first query reaches back to (step::reach_first_page); a backward allocates, zeroed,
+// the gradient pages of its own rows and of its reach that no later chunk left pending, and frees
+// the chunk's own KV and gradient pages. Empty `layers`: every layer global.
+struct LocalPages {
+  struct Layer {
+    models::LayerAttention kind = models::LayerAttention::global;
+    int64_t window = 0;
+  };
+  std::vector<Layer> layers;
+  int64_t kv_pages = 0, grad_pages = 0;  // the local_kv_pool and local_kv_grad_pool rows
+  bool local(int64_t layer) const {
+    return !layers.empty() && layers[static_cast<size_t>(layer)].kind != models::LayerAttention::global;
+  }
+};
+
 class OffloadEngine {
  public:
   // prefix_of(pass): the pages the pass attends, or null when not known yet (sparse stage 1 before
@@ -67,7 +86,7 @@ class OffloadEngine {
   // rows, step/buffers.h PageCounts: at least Geometry::max_slot_pages() per resident layer with
   // offload, every page without).
   OffloadEngine(Backend& backend, const Geometry& g, int64_t device_pool_pages, MemoryAccount& account,
-                TraceRecorder& recorder, int64_t host_slab_bytes, OpTagger* tagger = nullptr);
+                TraceRecorder& recorder, int64_t host_slab_bytes, OpTagger* tagger = nullptr, LocalPages local = {});
   ~OffloadEngine();
   OffloadEngine(const OffloadEngine&) = delete;
   OffloadEngine& operator=(const OffloadEngine&) = delete;
@@ -88,12 +107,15 @@ class OffloadEngine {
   const PagePool& grad_pool() const { return *grad_pool_; }
   const PagePool* host_kv_pool() const { return host_kv_.get(); }
   const PagePool* host_grad_pool() const { return host_grad_.get(); }
+  const PagePool* local_kv_pool() const { return local_kv_.get(); }  // null without local layers
+  const PagePool* local_grad_pool() const { return local_grad_.get(); }
   int64_t kv_page_bytes() const { return kv_page_bytes_; }      // Geometry::kv_page_bytes (kv_dtype)
   int64_t grad_page_bytes() const { return grad_page_bytes_; }  // Geometry::grad_page_bytes (kv_grad_dtype)
   bool offload() const { return g_.offload; }
 
  private:
   struct Slot {
+    bool local = false;      // a local layer's pass (no region)
     int64_t region = 0;      // of the device pools (offload)
     EventPtr reuse_after;    // write-back of the region's previous pass (null: none)
     bool prefix_loaded = false;
@@ -105,6 +127,10 @@ class OffloadEngine {
   void prepare(int64_t i, bool current);
   void load_prefix_into(Slot& s, const Pass& p, const std::vector<int64_t>* prefix);
   void resident_pointers(Slot& s, const Pass& p, const std::vector<int64_t>* prefix);
+  void local_pointers(Slot& s, const Pass& p);
+  void release_local(const Pass& p);
+  // A global layer's home position base (its ordinal among the global layers x P).
+  int64_t home(int64_t layer) const { return global_of_[static_cast<size_t>(layer)] * g_.P; }
   EventPtr issue(CopyDir dir, std::vector<CopyRegion> regions, std::vector<EventPtr> after, const char* name,
                  const Pass& p);
   void sample();
@@ -120,6 +146,10 @@ class OffloadEngine {
   TraceRecorder& recorder_;
   OpTagger* tagger_;
   std::unique_ptr<PagePool> kv_pool_, grad_pool_, host_kv_, host_grad_;
+  LocalPages local_;
+  std::unique_ptr<PagePool> local_kv_, local_grad_;
+  std::vector<int64_t> global_of_;    // per layer: its ordinal among the global layers, -1 if local
+  std::vector<int64_t> pass_global_;  // per pass: its ordinal among the global layers' passes, or -1
   std::vector<PageTable> kv_table_, dkv_table_;  // per layer: device (no offload) or host pages
   std::vector<EventPtr> host_kv_written_, host_dkv_written_;  // per host page: last write-back
   std::vector<EventPtr> in_flight_;
