@@ -1,5 +1,6 @@
 // oomb models: list the embedded catalog (or show one spec as JSON, or import a Hugging Face
 // config.json as an oomb.model/1 file).
+#include <algorithm>
 #include <cstdio>
 
 #include "cli/command.h"
@@ -72,17 +73,21 @@ int run_models(const std::string& show, bool json) {
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
   }
-  std::printf("Models (--model)\n  %-18s %6s %7s %6s %4s %6s %8s %9s %9s %10s  %-36s %s\n", "id", "layers", "hidden",
-              "heads", "kv", "hdim", "vocab", "params", "active", "KV B/token", "attention", "experts");
+  // The attention column as wide as its longest entry (a stack of three kinds runs long).
+  int kinds_width = 36;
+  for (const auto& id : model_ids())
+    kinds_width = std::max(kinds_width, static_cast<int>(load_model(id).layer_kinds_text().size()));
+  std::printf("Models (--model)\n  %-18s %6s %7s %6s %4s %6s %8s %9s %9s %10s  %-*s %s\n", "id", "layers", "hidden",
+              "heads", "kv", "hdim", "vocab", "params", "active", "KV B/token", kinds_width, "attention", "experts");
   bool any_unrun = false;
   for (const auto& id : model_ids()) {
     auto m = load_model(id);
     const bool runs = step::model_capability(m).executable();
     any_unrun = any_unrun || !runs;
-    std::printf("  %-18s %6lld %7lld %6lld %4lld %6lld %8lld %9s %9s %10lld  %-36s %s%s\n", id.c_str(), (long long)m.layers,
+    std::printf("  %-18s %6lld %7lld %6lld %4lld %6lld %8lld %9s %9s %10lld  %-*s %s%s\n", id.c_str(), (long long)m.layers,
                 (long long)m.hidden, (long long)m.q_heads, (long long)m.kv_heads, (long long)m.head_dim,
                 (long long)m.vocab, format_params(m.param_count()).c_str(), format_params(m.active_param_count()).c_str(),
-                (long long)m.growing_kv_bytes_per_token(2), m.layer_kinds_text().c_str(), m.experts_text().c_str(),
+                (long long)m.growing_kv_bytes_per_token(2), kinds_width, m.layer_kinds_text().c_str(), m.experts_text().c_str(),
                 runs ? "" : "  *");
   }
   std::printf("  active: the parameters one token uses (the routed experts it is not sent to left out). KV B/token: K and V\n"
@@ -91,8 +96,9 @@ int run_models(const std::string& show, bool json) {
               "  local_kv_pool, docs/model.md \"Layer kinds and experts\").\n");
   if (any_unrun)
     std::printf("  * planned and simulated, not yet run: oomb run refuses it by name (the executor computes the dense\n"
-                "    families with global attention, and routed experts with softmax routing).\n");
-  std::printf("  A mixture of experts runs on either backend in one process (no tensor or data parallelism yet).\n");
+                "    families, sliding-window and chunked layers, attention sinks, and routed experts with softmax routing).\n");
+  std::printf("  A mixture of experts runs on either backend in one process (no tensor or data parallelism yet); attention\n"
+              "  sinks on one GPU.\n");
   std::printf("\nGPUs (--gpu)\n  %-16s %12s %12s %16s %12s %12s  %s\n", "id", "memory", "HBM", "bf16 dense", "h2d", "d2h",
               "default host");
   for (const auto& id : gpu_ids()) {

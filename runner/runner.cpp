@@ -325,7 +325,7 @@ RunTable check_run(const RunRequest& r) {
     throw step::model_capability_error(cap, r.scenario.model);
   if (const step::Capability cap = step::moe_capability(r.scenario.model, c); !cap.executable())
     refuse(r, c, cap);
-  if (const step::Capability cap = step::local_attention_capability(r.scenario.model, target_of(r)); !cap.executable())
+  if (const step::Capability cap = step::attention_capability(r.scenario.model, c); !cap.executable())
     refuse(r, c, cap);
   if (const step::Capability cap = step::capability(c, target_of(r)); !cap.executable()) refuse(r, c, cap);
   if (c.gpus > 1 && r.compare_dense)

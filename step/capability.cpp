@@ -54,7 +54,6 @@ Capability model_capability(const models::ModelSpec& m) {
       return no(std::string("experts stored as ") + to_string(m.moe.expert_weights));
   }
   if (!m.nope_layers.empty()) return no("layers without RoPE");
-  if (m.attention_sinks) return no("attention with sinks");
   if (m.o_bias) return no("an o_proj bias");
   if (m.sandwich_norms) return no("sandwich norms");
   if (m.mlp != models::Mlp::swiglu) return no(std::string("the ") + to_string(m.mlp) + " MLP");
@@ -65,7 +64,7 @@ Capability model_capability(const models::ModelSpec& m) {
 
 Error model_capability_error(const Capability& cap, const models::ModelSpec& m) {
   return Error("--model", m.id, cap.reason, "the executor runs the dense Qwen2, Qwen3, Llama and Mistral models, sliding-window and chunked "
-               "local layers, and mixtures of routed experts with softmax routing (Qwen3-MoE, Mixtral)");
+               "local layers, attention sinks, and mixtures of routed experts with softmax routing (Qwen3-MoE, Mixtral)");
 }
 
 Capability moe_capability(const models::ModelSpec& m, const Config& c) {
@@ -77,16 +76,16 @@ Capability moe_capability(const models::ModelSpec& m, const Config& c) {
   return {};
 }
 
-Capability local_attention_capability(const models::ModelSpec& m, const Target& target) {
-  if (m.layers_of(models::LayerAttention::global) == m.layers || target.backend != BackendKind::cuda) return {};
-  return {"--backend", "attention of kinds " + m.layer_kinds_text() +
-                         " runs on the CPU backend: the CUDA kernels attend every earlier key (--backend cpu)"};
+Capability attention_capability(const models::ModelSpec& m, const Config& c) {
+  if (m.attention_sinks && c.gpus > 1)
+    return {"gpus", "attention sinks under tensor parallelism are planned on paper: the executor runs them on one GPU"};
+  return {};
 }
 
 Capability capability(const models::ModelSpec& m, const Config& c, const Target& target) {
   if (Capability cap = model_capability(m); !cap.executable()) return cap;
   if (Capability cap = moe_capability(m, c); !cap.executable()) return cap;
-  if (Capability cap = local_attention_capability(m, target); !cap.executable()) return cap;
+  if (Capability cap = attention_capability(m, c); !cap.executable()) return cap;
   return capability(c, target);
 }
 

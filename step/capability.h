@@ -24,9 +24,10 @@ Capability capability(const Config& c, const Target& target);
 // value of it.
 Error capability_error(const Capability& cap, const Config& c);
 
-// Whether the executor runs a model: the dense families' arithmetic (SwiGLU, global attention,
-// plain or llama3 RoPE, Qwen2's q/k/v biases, Qwen3's q/k norms) and routed experts with softmax
-// routing, without shared experts or biases, stored natively (moe_capability: on what). When not, key "model"
+// Whether the executor runs a model: the dense families' arithmetic (SwiGLU, plain or llama3 RoPE,
+// Qwen2's q/k/v biases, Qwen3's q/k norms), global, sliding-window and chunked attention, attention
+// sinks (attention_capability: on what), and routed experts with softmax routing, without shared
+// experts or biases, stored natively (moe_capability: on what). When not, key "model"
 // and what of the model it does not run. A plan of such a model is on paper.
 Capability model_capability(const models::ModelSpec& m);
 // The refusal as an Error naming --model and the model's id.
@@ -35,9 +36,9 @@ Error model_capability_error(const Capability& cap, const models::ModelSpec& m);
 // process and GPU; key: the configuration's key.
 // Executable for a dense model.
 Capability moe_capability(const models::ModelSpec& m, const Config& c);
-// Sliding and chunked layers run on the CPU backend (key "--backend" on a CUDA target); executable
-// for a model of global layers only.
-Capability local_attention_capability(const models::ModelSpec& m, const Target& target);
+// The attention's extras: attention sinks run on one GPU (key "gpus"); sliding and chunked layers
+// run with every configuration.
+Capability attention_capability(const models::ModelSpec& m, const Config& c);
 // All four checks: the model's first, then its experts', its layer kinds', then the configuration's.
 Capability capability(const models::ModelSpec& m, const Config& c, const Target& target);
 

@@ -236,9 +236,40 @@ void attention_bwd(const PagedAttention& a, const float* o, const float* lse, co
   }
 }
 
+// Rows in parallel; the sinks' gradient per head in row order (the same sums whatever the threads).
+void attention_sinks_fwd(const float* sinks, int64_t rows, int64_t q_heads, int64_t head_dim, float* o, float* lse) {
+  parallel_pieces(rows, 64, rows * q_heads * head_dim, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t)
+      for (int64_t h = 0; h < q_heads; ++h) {
+        float& l = lse[t * q_heads + h];
+        const float s = sinks[h], m = std::max(l, s);
+        const float merged = m + std::log(std::exp(l - m) + std::exp(s - m));
+        const float scale = std::exp(l - merged);
+        float* row = o + (t * q_heads + h) * head_dim;
+        for (int64_t d = 0; d < head_dim; ++d) row[d] *= scale;
+        l = merged;
+      }
+  });
+}
+
+void attention_sinks_bwd(const float* sinks, int64_t rows, int64_t q_heads, int64_t head_dim, const float* o,
+                         const float* lse, const float* dout, float* d_sinks) {
+  for (int64_t h = 0; h < q_heads; ++h) {
+    double acc = 0;
+    for (int64_t t = 0; t < rows; ++t) {
+      const float* orow = o + (t * q_heads + h) * head_dim;
+      const float* drow = dout + (t * q_heads + h) * head_dim;
+      float dot = 0;
+      for (int64_t d = 0; d < head_dim; ++d) dot += orow[d] * drow[d];
+      acc += static_cast<double>(std::exp(sinks[h] - lse[t * q_heads + h]) * dot);
+    }
+    d_sinks[h] -= static_cast<float>(acc);
+  }
+}
+
 // Per head: scores and P V as (multithreaded) GEMMs, the masked softmax rows in parallel.
 void masked_attention_fwd(const MaskedAttention& a, const float* q, const float* k, const float* v, float* o,
-                          std::vector<float>& probs) {
+                          std::vector<float>& probs, const float* sinks) {
   const int64_t n = a.n, hd = a.head_dim, qd = a.q_heads * hd, kvd = a.kv_heads * hd, group = a.q_heads / a.kv_heads;
   const float sc = 1.0f / std::sqrt(static_cast<float>(hd));
   probs.assign(static_cast<size_t>(a.q_heads * n * n), 0.0f);
@@ -247,9 +278,22 @@ void masked_attention_fwd(const MaskedAttention& a, const float* q, const float*
     const auto& allowed = a.allowed[static_cast<size_t>(a.groups == 1 ? 0 : g)];
     float* P = probs.data() + h * n * n;
     gemm(false, true, n, n, hd, sc, q + h * hd, qd, k + g * hd, kvd, 0.0f, P, n);
-    parallel_pieces(n, 8, n * n * 8, [&](int64_t i0, int64_t i1) {
-      masked_softmax_rows(P + i0 * n, allowed.data() + i0 * n, i1 - i0, n);
-    });
+    if (sinks)
+      for (int64_t i = 0; i < n; ++i) {  // softmax over the allowed keys and the sink
+        float* row = P + i * n;
+        const uint8_t* al = allowed.data() + i * n;
+        double mx = sinks[h], z = 0;
+        for (int64_t t = 0; t < n; ++t)
+          if (al[t]) mx = std::max(mx, static_cast<double>(row[t]));
+        z = std::exp(static_cast<double>(sinks[h]) - mx);
+        for (int64_t t = 0; t < n; ++t) z += al[t] ? std::exp(static_cast<double>(row[t]) - mx) : 0.0;
+        for (int64_t t = 0; t < n; ++t)
+          row[t] = al[t] ? static_cast<float>(std::exp(static_cast<double>(row[t]) - mx) / z) : 0.0f;
+      }
+    else
+      parallel_pieces(n, 8, n * n * 8, [&](int64_t i0, int64_t i1) {
+        masked_softmax_rows(P + i0 * n, allowed.data() + i0 * n, i1 - i0, n);
+      });
     gemm(false, false, n, hd, n, 1.0f, P, n, v + g * hd, kvd, 0.0f, o + h * hd, qd);
   }
 }
@@ -257,7 +301,8 @@ void masked_attention_fwd(const MaskedAttention& a, const float* q, const float*
 // Heads in order (dK / dV of a KV head sum its query heads in head order); within a head the GEMMs
 // are multithreaded and the dS rows run in parallel.
 void masked_attention_bwd(const MaskedAttention& a, const float* q, const float* k, const float* v,
-                          const std::vector<float>& probs, const float* dout, float* dq, float* dk, float* dv) {
+                          const std::vector<float>& probs, const float* dout, float* dq, float* dk, float* dv,
+                          float* d_sinks) {
   const int64_t n = a.n, hd = a.head_dim, qd = a.q_heads * hd, kvd = a.kv_heads * hd, group = a.q_heads / a.kv_heads;
   const float sc = 1.0f / std::sqrt(static_cast<float>(hd));
   std::vector<float> dP(static_cast<size_t>(n * n));
@@ -268,6 +313,18 @@ void masked_attention_bwd(const MaskedAttention& a, const float* q, const float*
     const float* P = probs.data() + h * n * n;
     const float* dO = dout + h * hd;
     gemm(false, true, n, n, hd, 1.0f, dO, qd, v + g * hd, kvd, 0.0f, dP.data(), n);
+    if (d_sinks) {  // d s_h = -sum_i p_sink(i) rowsum(P * dP)(i), p_sink = 1 - the keys' probabilities
+      double acc = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        double mass = 0, rs = 0;
+        for (int64_t t = 0; t < n; ++t) {
+          mass += P[i * n + t];
+          rs += static_cast<double>(P[i * n + t]) * dP[static_cast<size_t>(i * n + t)];
+        }
+        acc += (1.0 - mass) * rs;
+      }
+      d_sinks[h] -= static_cast<float>(acc);
+    }
     // dS = P * (dP - rowsum(P * dP))
     parallel_pieces(n, 8, n * n * 4, [&](int64_t i0, int64_t i1) {
       softmax_bwd_rows(P + i0 * n, dP.data() + i0 * n, i1 - i0, n);

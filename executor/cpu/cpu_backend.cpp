@@ -621,6 +621,20 @@ void CpuBackend::attention_fwd(const PagedAttention& a, Tensor o, float* lse) {
   cpu::attention_fwd(fp32_pages(a, converted), oo, lse);
 }
 
+void CpuBackend::attention_sinks_fwd(ConstTensor sinks, int64_t rows, int64_t q_heads, int64_t head_dim, Tensor o,
+                                     float* lse) {
+  In si(sinks, q_heads);
+  Out oo(o, rows * q_heads * head_dim, true);
+  cpu::attention_sinks_fwd(si, rows, q_heads, head_dim, oo, lse);
+}
+
+void CpuBackend::attention_sinks_bwd(ConstTensor sinks, int64_t rows, int64_t q_heads, int64_t head_dim, ConstTensor o,
+                                     const float* lse, ConstTensor dout, Tensor d_sinks) {
+  In si(sinks, q_heads), oi(o, rows * q_heads * head_dim), di(dout, rows * q_heads * head_dim);
+  Out ds(d_sinks, q_heads, true);
+  cpu::attention_sinks_bwd(si, rows, q_heads, head_dim, oi, lse, di, ds);
+}
+
 void CpuBackend::attention_bwd(const PagedAttention& a, ConstTensor o_, const float* lse, ConstTensor dout_,
                                Tensor dq_, Tensor dk_, Tensor dv_, const std::vector<float*>& pages) {
   extents::attention("attention_bwd", a, {a.q, o_, dout_, dq_}, {a.k_own, a.v_own, dk_, dv_});

@@ -54,10 +54,18 @@ struct MaskedAttention {
   int64_t groups = 1;
   std::vector<std::vector<uint8_t>> allowed;
 };
+// Attention sinks (Backend::attention_sinks_fwd / _bwd): o, lse rescaled in place; d_sinks accumulated.
+void attention_sinks_fwd(const float* sinks, int64_t rows, int64_t q_heads, int64_t head_dim, float* o, float* lse);
+void attention_sinks_bwd(const float* sinks, int64_t rows, int64_t q_heads, int64_t head_dim, const float* o,
+                         const float* lse, const float* dout, float* d_sinks);
+// sinks (optional, [q_heads]): each row's softmax has the head's sink logit in its denominator (a
+// plain loop in double, independent of the executor's attention_sinks_fwd); the backward then adds
+// the sinks' gradient into d_sinks.
 void masked_attention_fwd(const MaskedAttention& a, const float* q, const float* k, const float* v, float* o,
-                          std::vector<float>& probs);
+                          std::vector<float>& probs, const float* sinks = nullptr);
 void masked_attention_bwd(const MaskedAttention& a, const float* q, const float* k, const float* v,
-                          const std::vector<float>& probs, const float* dout, float* dq, float* dk, float* dv);
+                          const std::vector<float>& probs, const float* dout, float* dq, float* dk, float* dv,
+                          float* d_sinks = nullptr);
 
 void page_summaries(const float* k, int64_t rows, int64_t kv_dim, int64_t page_tokens, float* out);
 std::vector<std::vector<int32_t>> select_pages(const SelectionArgs& a);

@@ -216,7 +216,8 @@ ReferenceResult full_sequence_reference(const models::ModelSpec& m, const Weight
     }
     rope_fwd(A.q.data(), n, m.q_heads, m.head_dim, 0, rope);
     rope_fwd(A.k.data(), n, m.kv_heads, m.head_dim, 0, rope);
-    masked_attention_fwd(mask, A.q.data(), A.k.data(), A.v.data(), A.o.data(), A.probs);
+    masked_attention_fwd(mask, A.q.data(), A.k.data(), A.v.data(), A.o.data(), A.probs,
+                         o.sinks >= 0 ? P + o.sinks : nullptr);
     Vec a = zeros(n * H);
     linear_fwd(A.o.data(), n, qd, P + o.o, nullptr, H, a.data());
     for (int64_t i = 0; i < n * H; ++i) A.x2[static_cast<size_t>(i)] = A.x[static_cast<size_t>(i)] + a[static_cast<size_t>(i)];
@@ -267,7 +268,7 @@ ReferenceResult full_sequence_reference(const models::ModelSpec& m, const Weight
     Vec dout = zeros(n * qd), dq = zeros(n * qd), dk = zeros(n * kvd), dv = zeros(n * kvd), dh1 = zeros(n * H);
     linear_bwd(A.o.data(), n, qd, P + o.o, H, dx2.data(), dout.data(), false, G + o.o, nullptr);
     masked_attention_bwd(mask, A.q.data(), A.k.data(), A.v.data(), A.probs, dout.data(), dq.data(), dk.data(),
-                         dv.data());
+                         dv.data(), o.sinks >= 0 ? G + o.sinks : nullptr);
     rope_bwd(dq.data(), n, m.q_heads, m.head_dim, 0, rope);
     rope_bwd(dk.data(), n, m.kv_heads, m.head_dim, 0, rope);
     if (m.qk_norm) {

@@ -26,6 +26,7 @@ constexpr float kNegInf = -INFINITY;
 using attention_keys::attends;
 using attention_keys::Dims;
 using attention_keys::dims_of;
+using attention_keys::in_window;
 using attention_keys::key_rows;
 using attention_keys::key_rows_bf16;
 using attention_keys::page_row;
@@ -145,7 +146,7 @@ __global__ void __launch_bounds__(NT) attention_fwd_kernel(Dims D, Ptrs P, float
     for (int i = 0; i < BQ / NW; ++i) {
       const int r = warp + NW * i, tq = row_tok[r], own = key_own[lane];
       float s = kNegInf;
-      if (tq >= 0 && key_k[lane] && own <= tq)
+      if (tq >= 0 && key_k[lane] && own <= tq && in_window(D, tq, k0 + lane - D.U * D.p))
         s = dot_rows<MAXD, MAXD + 1>(Qs + r * MAXD, Ks + lane * (MAXD + 1), D.hd);
       S[r * (BK + 1) + lane] = s;
     }
@@ -255,7 +256,7 @@ __global__ void __launch_bounds__(NT) attention_dq_kernel(Dims D, Ptrs P, const 
     for (int i = 0; i < BQ / NW; ++i) {
       const int r = warp + NW * i, tq = row_tok[r], own = key_own[lane];
       float ds = 0.0f;
-      if (tq >= 0 && key_k[lane] && own <= tq) {
+      if (tq >= 0 && key_k[lane] && own <= tq && in_window(D, tq, k0 + lane - D.U * D.p)) {
         const float s = dot_rows<MAXD, MAXD + 1>(Qs + r * MAXD, Ks + lane * (MAXD + 1), D.hd);
         const float pr = expf(s - row_lse[r]);
         const float dp = dot_rows<MAXD, MAXD + 1>(dOs + r * MAXD, Vs + lane * (MAXD + 1), D.hd);
@@ -335,6 +336,7 @@ __global__ void __launch_bounds__(NT) attention_dkv_kernel(Dims D, Ptrs P, const
 #pragma unroll
   for (int i = 0; i < DPT; ++i) dk[i] = dv[i] = 0.0f;
   const int key_tok = prefix ? -1 : t0 + lane;  // of this thread's key (lane)
+  const int key_rel = prefix ? (u - D.U) * D.p + kr0 + lane : t0 + lane;  // its chunk-relative position
 
   for (int j = prefix ? 0 : t0 / D.p; j < D.qpages; ++j) {
     if (prefix && !attends(D, P, j, g, u)) continue;
@@ -350,7 +352,7 @@ __global__ void __launch_bounds__(NT) attention_dkv_kernel(Dims D, Ptrs P, const
       for (int i = 0; i < BQ / NW; ++i) {
         const int r = warp + NW * i, tq = row_tok[r];
         float pr = 0.0f, ds = 0.0f;
-        if (tq >= 0 && lane < nk && key_tok <= tq) {
+        if (tq >= 0 && lane < nk && key_tok <= tq && in_window(D, tq, key_rel)) {
           const float s = dot_rows<MAXD, MAXD + 1>(Qs + r * MAXD, Ks + lane * (MAXD + 1), D.hd);
           pr = expf(s - row_lse[r]);
           const float dp = dot_rows<MAXD, MAXD + 1>(dOs + r * MAXD, Vs + lane * (MAXD + 1), D.hd);

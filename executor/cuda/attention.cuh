@@ -22,6 +22,8 @@
 
 #include <cstdint>
 
+#include "models/layer_attention.h"
+
 namespace oomb::executor::cuda {
 
 struct AttentionArgs {
@@ -35,6 +37,12 @@ struct AttentionArgs {
   int64_t select_groups = 0;                 // 0 = dense
   const int32_t* select_offsets = nullptr;   // device [qpages * select_groups + 1] (CSR)
   const int32_t* select_slots = nullptr;     // device
+  // A local layer (PagedAttention::local): query row t sees the keys from models::first_key(local,
+  // window, q_pos0 + t) on. Its prefix slots are the pages right before the chunk, consecutive, and
+  // dense (attention_args checks it), so slot u row r is at q_pos0 + (u - U) p + r. The CUDA-core
+  // kernels only (attention_tc_supported says no).
+  models::LayerAttention local = models::LayerAttention::global;
+  int64_t window = 0, q_pos0 = 0;
 };
 
 void launch_attention_fwd(const AttentionArgs& a, float* o, float* lse, cudaStream_t s);

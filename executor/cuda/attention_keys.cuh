@@ -27,6 +27,8 @@ struct Dims {
   float scale;
   bool kv_bf16;    // prefix KV pages hold bf16
   bool grad_bf16;  // prefix gradient pages hold bf16 (backward; set by the launcher from AttentionGrads)
+  models::LayerAttention local;  // AttentionArgs::local, window, q_pos0
+  int64_t window, q_pos0;
 };
 
 inline Dims dims_of(const AttentionArgs& a) {
@@ -45,6 +47,9 @@ inline Dims dims_of(const AttentionArgs& a) {
   d.scale = 1.0f / sqrtf(static_cast<float>(a.head_dim));
   d.kv_bf16 = a.kv_bf16;
   d.grad_bf16 = false;
+  d.local = a.local;
+  d.window = a.window;
+  d.q_pos0 = a.q_pos0;
   return d;
 }
 
@@ -112,6 +117,14 @@ __device__ __forceinline__ void row_add(void* row, bool bf16, int d, float x) {
   } else {
     static_cast<float*>(row)[d] += x;
   }
+}
+
+// A local layer's mask: whether query token tq of the chunk sees the key at chunk-relative position
+// rel (an own key: its token; prefix slot u, row r: (u - U) p + r, AttentionArgs::local). Every key
+// of a global layer's sequence is in its window; causality is the caller's test.
+__host__ __device__ __forceinline__ bool in_window(const Dims& D, int tq, int rel) {
+  return D.local == models::LayerAttention::global ||
+         D.q_pos0 + rel >= models::first_key(D.local, D.window, D.q_pos0 + tq);
 }
 
 // Key `kappa` of the sequence of (slot list L, KV head g): the addresses of its K and V rows and its

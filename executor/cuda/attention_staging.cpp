@@ -33,6 +33,19 @@ AttentionArgs attention_args(const PagedAttention& a) {
   r.prefix_slots = static_cast<int64_t>(a.prefix_pages.size());
   r.kv_bf16 = a.kv_dtype == PageDtype::bf16;
   r.select_groups = a.select_groups;
+  if (a.local != models::LayerAttention::global) {
+    // The kernels place a local layer's prefix keys from their slot: the pages right before the
+    // chunk, consecutive (the Engine's reach), attended densely.
+    const auto U = static_cast<int64_t>(a.prefix_ids.size());
+    OOMB_ASSERT(U == r.prefix_slots && a.select_groups == 0 && a.window > 0 && a.q_pos0 % a.page_tokens == 0,
+                "a local layer attends its reach's pages densely");
+    for (int64_t u = 0; u < U; ++u)
+      OOMB_ASSERT(a.prefix_ids[static_cast<size_t>(u)] == a.q_pos0 / a.page_tokens - U + u,
+                  "a local layer's prefix pages are the ones right before its chunk");
+    r.local = a.local;
+    r.window = a.window;
+    r.q_pos0 = a.q_pos0;
+  }
   return r;
 }
 
@@ -43,7 +56,10 @@ bool use_tc(const CudaBackendOptions& opt, const AttentionArgs& args, bool buffe
   if (buffers_aligned && attention_tc_supported(args)) return true;
   if (!opt.attention_kernel_strict) return false;
   std::string why;
-  if (args.head_dim != 64 && args.head_dim != 128)
+  if (args.local != models::LayerAttention::global)
+    why = std::string("a ") + (args.local == models::LayerAttention::sliding ? "sliding-window" : "chunked") +
+          " layer (windows run on the fp32 kernels)";
+  else if (args.head_dim != 64 && args.head_dim != 128)
     why = "head_dim " + std::to_string(args.head_dim) + " (they take 64 or 128)";
   else if (!attention_tc_device_supported())
     why = "this device or build (they need sm_80 or later and a kernel image for it)";

@@ -804,6 +804,7 @@ bool device_supports_tc() {
 }  // namespace
 
 bool attention_tc_supported(const AttentionArgs& a) {
+  if (a.local != models::LayerAttention::global) return false;  // a window: the CUDA-core kernels
   if (a.head_dim != 64 && a.head_dim != 128) return false;
   if (a.kv_heads <= 0 || a.q_heads % a.kv_heads != 0) return false;
   if (!aligned16(a.q) || !aligned16(a.k_own) || !aligned16(a.v_own)) return false;

@@ -36,6 +36,7 @@
 #include "executor/cuda/rmsnorm.cuh"
 #include "executor/cuda/rope.cuh"
 #include "executor/cuda/selection.cuh"
+#include "executor/cuda/sinks.cuh"
 #include "executor/cuda/swiglu.cuh"
 #include "step/buffers.h"
 #include "step/cuda_layout.h"
@@ -820,6 +821,20 @@ void CudaBackend::moe_combine_bwd(ConstTensor dy, ConstTensor packed, int64_t ro
   extents::elementwise("moe_combine_bwd", rows * dim, {dy});
   extents::elementwise("moe_combine_bwd", rows * k * dim, {packed, d_packed});
   launch_moe_combine_bwd(dy, packed, rows, dim, k, route_rows, weights, d_packed, d_weights, impl_->compute);
+}
+
+void CudaBackend::attention_sinks_fwd(ConstTensor sinks, int64_t rows, int64_t q_heads, int64_t head_dim, Tensor o,
+                                      float* lse) {
+  extents::elementwise("attention_sinks_fwd", q_heads, {sinks});
+  extents::elementwise("attention_sinks_fwd", rows * q_heads * head_dim, {o});
+  launch_attention_sinks_fwd(sinks, rows, q_heads, head_dim, o, lse, impl_->compute);
+}
+
+void CudaBackend::attention_sinks_bwd(ConstTensor sinks, int64_t rows, int64_t q_heads, int64_t head_dim,
+                                      ConstTensor o, const float* lse, ConstTensor dout, Tensor d_sinks) {
+  extents::elementwise("attention_sinks_bwd", q_heads, {sinks, d_sinks});
+  extents::elementwise("attention_sinks_bwd", rows * q_heads * head_dim, {o, dout});
+  launch_attention_sinks_bwd(sinks, rows, q_heads, head_dim, o, lse, dout, d_sinks, impl_->compute);
 }
 
 void CudaBackend::add(Tensor y, ConstTensor x, int64_t n) {

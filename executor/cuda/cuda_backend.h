@@ -172,6 +172,10 @@ class CudaBackend final : public Backend {
   void add(Tensor y, ConstTensor x, int64_t n) override;
   void copy(Tensor dst, ConstTensor src, int64_t n) override;
   void attention_fwd(const PagedAttention& a, Tensor o, float* lse) override;
+  void attention_sinks_fwd(ConstTensor sinks, int64_t rows, int64_t q_heads, int64_t head_dim, Tensor o,
+                           float* lse) override;
+  void attention_sinks_bwd(ConstTensor sinks, int64_t rows, int64_t q_heads, int64_t head_dim, ConstTensor o,
+                           const float* lse, ConstTensor dout, Tensor d_sinks) override;
   void attention_bwd(const PagedAttention& a, ConstTensor o, const float* lse, ConstTensor dout, Tensor dq,
                      Tensor dk_own, Tensor dv_own, const std::vector<float*>& prefix_grad_pages) override;
   // Pages of either PageDtype, with the CPU backend's semantics: bf16 stores round to nearest even

@@ -296,6 +296,16 @@ class Backend {
   // d_weights[t k + j] = dy[t] . packed[route_rows[t k + j]].
   virtual void moe_combine_bwd(ConstTensor dy, ConstTensor packed, int64_t rows, int64_t dim, int64_t k,
                                const int32_t* route_rows, const float* weights, Tensor d_packed, float* d_weights) = 0;
+  // Attention sinks (gpt-oss; docs/model.md "Layer kinds and experts"): one learned logit s_h per q
+  // head joins every row's softmax and has no value. After attention_fwd, with its o and lse:
+  // lse' = log(exp(lse) + exp(s_h)), o *= exp(lse - lse'), lse = lse' (so attention_bwd, reading
+  // lse' and the scaled o, gives the gradients of the keys, values and queries with the sink in).
+  virtual void attention_sinks_fwd(ConstTensor sinks, int64_t rows, int64_t q_heads, int64_t head_dim, Tensor o,
+                                   float* lse) = 0;
+  // The sinks' gradient, accumulated: d_sinks[h] += -sum_t exp(s_h - lse'[t, h]) (dout[t, h] . o[t, h])
+  // (o and lse' of attention_sinks_fwd).
+  virtual void attention_sinks_bwd(ConstTensor sinks, int64_t rows, int64_t q_heads, int64_t head_dim, ConstTensor o,
+                                   const float* lse, ConstTensor dout, Tensor d_sinks) = 0;
   // dst = src, converting between storage dtypes when they differ (the loss's fp32 upcast).
   virtual void copy(Tensor dst, ConstTensor src, int64_t n) = 0;
   // Causal paged attention: o [T, q_heads * head_dim], lse [T, q_heads] (log-sum-exp of scaled scores).

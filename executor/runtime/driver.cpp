@@ -164,6 +164,8 @@ struct Engine::LayerPtrs {
   // its up and down after it) and their gradients.
   ConstTensor router, experts;
   Tensor d_router, d_experts;
+  ConstTensor sinks;  // attention sinks [q_heads] (null without)
+  Tensor d_sinks;
   // LoRA: per target, A and B and their gradients (null where the projection has no adapter)
   std::array<ConstTensor, kLoraTargets> la{}, lb{};
   std::array<Tensor, kLoraTargets> d_la{}, d_lb{};
@@ -184,7 +186,7 @@ Engine::LayerPtrs Engine::layer_ptrs(int64_t l) const {
               p(o.gate), p(o.up), p(o.down), p(o.q_norm), p(o.k_norm),
               d(o.input_norm), d(o.q), d(o.q_bias), d(o.k), d(o.k_bias), d(o.v), d(o.v_bias), d(o.o), d(o.post_norm),
               d(o.gate), d(o.up), d(o.down), d(o.q_norm), d(o.k_norm),
-              p(o.router), p(o.experts), d(o.router), d(o.experts)};
+              p(o.router), p(o.experts), d(o.router), d(o.experts), p(o.sinks), d(o.sinks)};
   if (lora_) {
     const ConstTensor A = adapters_.ct();
     for (int k = 0; k < kLoraTargets; ++k) {
@@ -348,7 +350,7 @@ void Engine::check_config(const models::ModelSpec& model, const step::Config& co
     throw step::model_capability_error(cap, model);
   if (const step::Capability cap = step::moe_capability(model, config); !cap.executable())
     throw step::capability_error(cap, config);
-  if (const step::Capability cap = step::local_attention_capability(model, backend_.target()); !cap.executable())
+  if (const step::Capability cap = step::attention_capability(model, config); !cap.executable())
     throw step::capability_error(cap, config);
   if (const step::Capability cap = step::capability(config, backend_.target()); !cap.executable())
     throw step::capability_error(cap, config);
@@ -1042,7 +1044,10 @@ void Engine::layer_forward(const Pass& pass, int64_t pass_index, PassPages& page
   }
   const PagedAttention a = attention_args(pass, pages);
   timed("attention_fwd", pass, 4.0 * model_.head_dim * model_.q_heads * attention_pairs(a),
-        [&] { backend_.attention_fwd(a, w.o.t(), w.lse.f32()); });
+        [&] {
+          backend_.attention_fwd(a, w.o.t(), w.lse.f32());
+          if (P.sinks.data) backend_.attention_sinks_fwd(P.sinks, T, model_.q_heads, model_.head_dim, w.o.t(), w.lse.f32());
+        });
   if (pass.kind == PassKind::fill)
     timed("kv_write", pass, 0, [&] {
       backend_.write_kv_pages(w.k.t(), w.v.t(), T, kvd, g_.p, pages.own_kv, kv_dtype_);
@@ -1206,6 +1211,9 @@ void Engine::layer_backward(const Pass& pass, PassPages& pages, ConstTensor in, 
   });
   const PagedAttention a = attention_args(pass, pages);
   timed("attention_bwd", pass, 10.0 * model_.head_dim * model_.q_heads * attention_pairs(a), [&] {
+    if (P.d_sinks.data)
+      backend_.attention_sinks_bwd(P.sinks, T, model_.q_heads, model_.head_dim, a_.o.t(), a_.lse.f32(), w.dout.t(),
+                                   P.d_sinks);
     backend_.attention_bwd(a, a_.o.t(), a_.lse.f32(), w.dout.t(), w.dq.t(), w.dk.t(), w.dv.t(),
                            pages.prefix_dkv);
   });

@@ -75,6 +75,7 @@ ParamLayout::ParamLayout(const models::ModelSpec& m) {
       o.q_norm = add(pre + "self_attn.q_norm.weight", {m.head_dim}, false);
       o.k_norm = add(pre + "self_attn.k_norm.weight", {m.head_dim}, false);
     }
+    if (m.attention_sinks) o.sinks = add(pre + "self_attn.sinks", {m.q_heads}, false);
     o.post_norm = add(pre + "post_attention_layernorm.weight", {h}, false);
     if (m.moe_layer(l)) {
       o.router = add(pre + moe_module(m) + ".gate.weight", {m.moe.experts, h}, true);

@@ -31,6 +31,7 @@ struct LayerOffsets {
   // from experts + e * ParamLayout::expert_stride(). Every layer's experts come after every other
   // tensor of the layout (from ParamLayout::experts_begin()): the buffer table's expert_weights row.
   int64_t router = -1, experts = -1;
+  int64_t sinks = -1;  // gpt-oss (ModelSpec::attention_sinks): one logit per q head, self_attn.sinks
 };
 
 // The projections a LoRA adapter may sit on, in step::lora_target_names() order (PEFT's names).

@@ -334,6 +334,23 @@ expect_exit 0 "OK: every comparable term" validate --plan "$tmp/moe-plan.json" -
 expect_exit 0 "NOT EXECUTABLE: a mixture of experts under data parallelism is planned on paper" \
   plan --model tiny-moe --gpu h200 --context 1K --data-parallel 2
 expect_exit 0 "tiny-moe .* 8 x top-2$" models
+# Local layers (tiny-local: sliding 100, chunked 192, global, sliding) and attention sinks beside
+# sliding layers (tiny-sinks) run: the full-sequence reference's step, the local pools reported, and
+# plan -> run -> validate holds their memory to the byte; their plans are executable.
+expect_exit 0 "local pools \(sliding and chunked layers\): KV 38 / 38 pages, KV-grad 20 / 20 pages" \
+  run --model tiny-local --context 1K --chunk 256 --page 32 --resident-layers 1 --quiet
+for m in tiny-local tiny-sinks; do
+  expect_exit 0 "reference \(full sequence\): loss .* max gradient rel. L2 error [0-9.]+e-(0[6-9]|[1-9][0-9])" \
+    run --model $m --context 640 --chunk 128 --page 32 --resident-layers 1 --reference --quiet
+  expect_exit 0 "Plan written" plan --model $m --gpu h200 --context 2K --chunk 512 --page 64 --resident-layers 1 \
+    --out "$tmp/$m-plan.json"
+  if grep -q "NOT EXECUTABLE" <("$oomb" plan --model $m --gpu h200 --context 2K --chunk 512 --page 64 2>&1); then
+    bad "$m: its plan says it is not executable"; else ok; fi
+  expect_exit 0 "copies per step" run --plan "$tmp/$m-plan.json" --trace "$tmp/$m-run.json" --quiet
+  expect_exit 0 "OK: every comparable term" validate --plan "$tmp/$m-plan.json" --trace "$tmp/$m-run.json"
+done
+expect_exit 0 "NOT EXECUTABLE: attention sinks under tensor parallelism are planned on paper" \
+  plan --model tiny-sinks --gpu h200 --context 1K --gpus 2
 expect_exit 0 "\"local_kv_pool\"" plan --model gpt-oss-20b --gpu h200 --context 4M --json
 expect_exit 0 "Device memory" plan --model qwen3-30b-a3b --gpu h200 --context 1M
 expect_exit 0 "expert_weights  .*GiB" plan --model gpt-oss-120b --gpu h200 --context 1M --lora-rank 16

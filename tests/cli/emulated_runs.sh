@@ -133,6 +133,10 @@ case_ optimizer_host 2 --optimizer host --resident-layers 1
 # the host (the round trip copies both rows back in).
 MODEL=tiny-moe case_ moe 2 --optimizer gpu --resident-layers 1
 MODEL=tiny-moe case_ moe_optimizer_host 2 --optimizer host --resident-layers 1
+# Local layers (tiny-local: sliding, chunked, global, sliding; the window masks of the CUDA-core
+# kernels and the local page pools) and attention sinks beside sliding layers (tiny-sinks).
+MODEL=tiny-local case_ local_layers 1 --resident-layers 1
+MODEL=tiny-sinks case_ sinks 2 --optimizer gpu --resident-layers 1
 }
 # Two ranks: tensor parallelism over two emulated GPUs, and two data-parallel replicas with ZeRO-1
 # (the AdamW state sharded: reduce-scatter and all-gather instead of the all-reduce); then four,

@@ -63,7 +63,8 @@ struct Problem {
   PagedAttention a;  // without pointers
   std::vector<float> o, lse, dq, dk, dv, grads;  // CPU results; grads = grads0 + added
 
-  explicit Problem(const Case& cs) : c(cs) {
+  // sliding_window > 0: a sliding-window layer whose prefix is the U pages right before the chunk.
+  explicit Problem(const Case& cs, int64_t sliding_window = 0) : c(cs) {
     qd = c.qh * c.hd;
     kvd = c.kvh * c.hd;
     page = 2 * c.p * kvd;
@@ -82,6 +83,12 @@ struct Problem {
     if (c.select_groups != 0) {
       a.select_groups = c.select_groups == 1 ? 1 : c.kvh;
       a.select = selections(qpages * a.select_groups, c.U, 7);
+    }
+    if (sliding_window > 0) {
+      a.local = models::LayerAttention::sliding;
+      a.window = sliding_window;
+      a.q_pos0 = c.U * c.p;
+      for (int64_t u = 0; u < c.U; ++u) a.prefix_ids.push_back(u);
     }
     PagedAttention ac = a;
     ac.q = q.data();
@@ -232,6 +239,20 @@ TEST_F(CudaAttentionTcPath, UnsupportedHeadDimFallsBackToFp32) {
   EXPECT_EQ(rt.dv, rf.dv);
   EXPECT_EQ(rt.grads, rf.grads);
   EXPECT_LE(rel_l2(rt.o, pb.o), kFp32ForwardTol) << "o";
+}
+
+// A sliding-window layer runs on the fp32 kernels (the tensor-core ones test causality only): the
+// fp32 backend's numbers, and the CPU's within fp32 tolerance.
+TEST_F(CudaAttentionTcPath, LocalLayerFallsBackToFp32) {
+  const Problem pb(Case{"sliding", 70, 4, 2, 64, 16, 3, 0}, 29);
+  const Results rt = run(*tc, pb), rf = run(*fp32, pb);
+  EXPECT_EQ(tc->attention_calls(CudaAttentionKernel::bf16_tensor_core), 0);
+  EXPECT_EQ(tc->attention_calls(CudaAttentionKernel::fp32), 2);
+  EXPECT_EQ(rt.o, rf.o);
+  EXPECT_EQ(rt.dq, rf.dq);
+  EXPECT_EQ(rt.grads, rf.grads);
+  EXPECT_LE(rel_l2(rt.o, pb.o), kFp32ForwardTol) << "o";
+  EXPECT_LE(rel_l2(rt.dq, pb.dq), kFp32ForwardTol * 4) << "dq";
 }
 
 // The tensor-core kernels read float4 rows: a query buffer starting 4 bytes into an allocation

@@ -1,7 +1,8 @@
 // Paged flash attention of the CUDA backend against the CPU reference: forward (o, lse) and
 // backward (dq, own dk / dv overwritten, prefix gradient pages accumulated onto what they held),
 // dense and selected (one set per query page, and per KV head), GQA ratios 1, 2, 7, head sizes from
-// 4 to 128 (the generic path included), ragged chunks and pages, empty prefix, empty selections.
+// 4 to 128 (the generic path included), ragged chunks and pages, empty prefix, empty selections;
+// local layers' windows (sliding and chunked).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -19,6 +20,9 @@ struct Case {
   const char* name;
   int64_t T, qh, kvh, hd, p, U;
   int select_groups;  // 0 dense, 1 shared, -1 per KV head
+  // A local layer (sliding window or chunked block; the prefix the U pages right before the chunk).
+  models::LayerAttention local = models::LayerAttention::global;
+  int64_t window = 0;
 };
 
 std::ostream& operator<<(std::ostream& os, const Case& c) { return os << c.name; }
@@ -40,6 +44,12 @@ TEST_P(CudaAttention, ForwardAndBackwardMatchTheCpu) {
   a.kv_heads = c.kvh;
   a.head_dim = c.hd;
   a.page_tokens = c.p;
+  if (c.local != models::LayerAttention::global) {
+    a.local = c.local;
+    a.window = c.window;
+    a.q_pos0 = c.U * c.p;
+    for (int64_t u = 0; u < c.U; ++u) a.prefix_ids.push_back(u);
+  }
   if (c.select_groups != 0) {
     a.select_groups = c.select_groups == 1 ? 1 : c.kvh;
     a.select = selections(qpages * a.select_groups, c.U, 7);
@@ -105,7 +115,14 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"hd96_generic", 37, 4, 1, 96, 8, 3, -1}, Case{"hd64", 37, 8, 2, 64, 16, 4, 0},
         Case{"hd128", 40, 4, 2, 128, 8, 3, 1}, Case{"shared_selection", 33, 4, 2, 32, 4, 7, 1},
         Case{"per_head_selection", 33, 4, 2, 32, 4, 7, -1}, Case{"page_longer_than_tile", 70, 2, 1, 16, 64, 2, 1},
-        Case{"qwen_shapes", 512, 28, 4, 128, 128, 4, 1}),
+        Case{"qwen_shapes", 512, 28, 4, 128, 128, 4, 1},
+        // Local layers: the window inside a page, across pages and tiles, longer than the chunk;
+        // chunked blocks inside the chunk and reaching back over the boundary.
+        Case{"sliding_inside_a_page", 37, 4, 2, 16, 8, 2, 0, models::LayerAttention::sliding, 5},
+        Case{"sliding_across_tiles", 90, 4, 2, 32, 16, 3, 0, models::LayerAttention::sliding, 41},
+        Case{"sliding_over_the_chunk", 24, 4, 1, 64, 8, 6, 0, models::LayerAttention::sliding, 50},
+        Case{"chunked_inside_the_chunk", 70, 4, 2, 16, 8, 2, 0, models::LayerAttention::chunked, 24},
+        Case{"chunked_over_the_boundary", 40, 2, 1, 128, 8, 5, 0, models::LayerAttention::chunked, 64}),
     [](const auto& param_info) { return std::string(param_info.param.name); });
 
 }  // namespace

@@ -210,6 +210,14 @@ class FakeCupti final : public Backend, public OpTagger {
   void attention_fwd(const PagedAttention& a, Tensor o, float* lse) override {
     kernel("attn_fwd", [&] { b_.attention_fwd(a, o, lse); });
   }
+  void attention_sinks_fwd(ConstTensor sinks, int64_t rows, int64_t q_heads, int64_t head_dim, Tensor o,
+                           float* lse) override {
+    kernel("attention_sinks_fwd", [&] { b_.attention_sinks_fwd(sinks, rows, q_heads, head_dim, o, lse); });
+  }
+  void attention_sinks_bwd(ConstTensor sinks, int64_t rows, int64_t q_heads, int64_t head_dim, ConstTensor o,
+                           const float* lse, ConstTensor dout, Tensor d_sinks) override {
+    kernel("attention_sinks_bwd", [&] { b_.attention_sinks_bwd(sinks, rows, q_heads, head_dim, o, lse, dout, d_sinks); });
+  }
   void attention_bwd(const PagedAttention& a, ConstTensor o, const float* lse, ConstTensor dout, Tensor dq,
                      Tensor dk, Tensor dv, const std::vector<float*>& pages) override {
     kernel("attn_bwd", [&] { b_.attention_bwd(a, o, lse, dout, dq, dk, dv, pages); });

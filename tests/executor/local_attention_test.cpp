@@ -252,18 +252,102 @@ TEST(LocalAttention, TheCatalogsTinyLocalEqualsFullSequence) {
   EXPECT_GT(std::abs(cpu::full_sequence_reference(global, w, tokens).loss - loss), 1e-4);
 }
 
-// The CUDA kernels attend every earlier key: a local layer is refused there by name, before
-// anything is allocated.
-TEST(LocalAttention, TheCudaTargetRefusesLocalLayersNamingTheBackend) {
-  const models::ModelSpec m = models::load_model("tiny-local");
+// ---- Attention sinks -------------------------------------------------------------------------
+
+// The forward is the merge of one more logit into each row's softmax; the backward is its
+// derivative: central differences of f(s) = sum r . o'(s) over every sink.
+TEST(AttentionSinks, TheOpsAreTheMergedSoftmaxAndItsDerivative) {
+  const int64_t T = 7, qh = 3, hd = 5;
+  const std::vector<float> o0 = test::random_vec(static_cast<size_t>(T * qh * hd), 41);
+  const std::vector<float> lse0 = test::random_vec(static_cast<size_t>(T * qh), 42, 2.0f);
+  const std::vector<float> r = test::random_vec(o0.size(), 43);
+  std::vector<float> sinks = test::random_vec(static_cast<size_t>(qh), 44, 2.0f);
+  auto forward = [&](const std::vector<float>& s, std::vector<float>& o, std::vector<float>& lse) {
+    o = o0;
+    lse = lse0;
+    cpu::attention_sinks_fwd(s.data(), T, qh, hd, o.data(), lse.data());
+  };
+  std::vector<float> o, lse;
+  forward(sinks, o, lse);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t h = 0; h < qh; ++h) {
+      const size_t i = static_cast<size_t>(t * qh + h);
+      const double merged = std::log(std::exp(double{lse0[i]}) + std::exp(double{sinks[static_cast<size_t>(h)]}));
+      EXPECT_NEAR(lse[i], merged, 1e-5);
+      for (int64_t d = 0; d < hd; ++d)
+        EXPECT_NEAR(o[i * hd + static_cast<size_t>(d)], o0[i * hd + static_cast<size_t>(d)] * std::exp(lse0[i] - merged), 1e-5);
+    }
+  std::vector<float> d_sinks(static_cast<size_t>(qh), 0.5f);  // accumulated onto
+  cpu::attention_sinks_bwd(sinks.data(), T, qh, hd, o.data(), lse.data(), r.data(), d_sinks.data());
+  for (int64_t h = 0; h < qh; ++h) {
+    const float eps = 1e-3f;
+    auto f = [&](float delta) {
+      std::vector<float> s = sinks, oo, ll;
+      s[static_cast<size_t>(h)] += delta;
+      forward(s, oo, ll);
+      double acc = 0;
+      for (size_t i = 0; i < oo.size(); ++i) acc += static_cast<double>(oo[i]) * r[i];
+      return acc;
+    };
+    const double fd = (f(eps) - f(-eps)) / (2.0 * eps);
+    EXPECT_NEAR(d_sinks[static_cast<size_t>(h)] - 0.5, fd, 2e-3 * std::max(1.0, std::abs(fd))) << "head " << h;
+  }
+}
+
+// The catalog's sink model (gpt-oss's attention: sinks, sliding layers beside global ones) with
+// sinks large enough to take a real share of each softmax, against the reference with the sinks in
+// its softmax: loss, every gradient, the sinks' own.
+TEST(AttentionSinks, TheCatalogsTinySinksEqualsFullSequence) {
+  const models::ModelSpec m = models::load_model("tiny-sinks");
+  ASSERT_TRUE(m.attention_sinks);
+  for (const int64_t resident : {1, 2}) {
+    const step::Config c = test::small_config(384, 128, 32, resident);
+    Weights w = random_weights(m, 5, kInitStd);
+    std::vector<float> sink_values;
+    for (const auto& p : w.layout.params())
+      if (p.name.find("self_attn.sinks") != std::string::npos)
+        for (int64_t h = 0; h < p.numel; ++h) w.at(p)[h] = 0.5f + 0.6f * static_cast<float>(h);
+    const auto tokens = TokenSource::synthetic(m.vocab, 11).sequence(0, c.context_tokens);
+    CpuBackend backend;
+    Engine e(backend, m, c, w);
+    const double loss = e.step(tokens).loss;
+    const cpu::ReferenceResult ref = cpu::full_sequence_reference(m, w, tokens);
+    EXPECT_NEAR(loss, ref.loss, kLossRelTol * ref.loss);
+    const Gradients g = e.gradients();
+    const auto [err, name] = worst_relative_l2(g, ref.grads);
+    EXPECT_LE(err, kGradRelTol) << "worst tensor " << name;
+    int64_t sink_tensors = 0;
+    for (const auto& p : ref.grads.layout.params()) {
+      if (p.name.find("self_attn.sinks") == std::string::npos) continue;
+      ++sink_tensors;
+      const std::vector<float> zero(static_cast<size_t>(p.numel), 0.0f);
+      EXPECT_GT(relative_l2(ref.grads.at(p), zero.data(), p.numel), 0) << p.name;
+      EXPECT_LE(relative_l2(g.at(p), ref.grads.at(p), p.numel), kGradRelTol) << p.name;
+    }
+    EXPECT_EQ(sink_tensors, m.layers);
+  }
+}
+
+TEST(AttentionSinks, UnderTensorParallelismAreRefusedByName) {
+  const models::ModelSpec m = models::load_model("tiny-sinks");
+  step::Config c = test::small_config(512, 128, 32, 1);
+  c.gpus = 2;
+  const step::Capability cap = step::capability(m, c, {});
+  EXPECT_EQ(cap.key, "gpus");
+  EXPECT_NE(cap.reason.find("sinks"), std::string::npos) << cap.reason;
+}
+
+// Both backends run local layers and sinks (the CUDA ones: tests/cuda/local_attention_test.cpp);
+// a plan for a GPU is executable.
+TEST(LocalAttention, ThePlansOfLocalAndSinkModelsAreExecutableOnEitherBackend) {
   const step::Config c = test::small_config(512, 128, 32, 1);
   step::Target cuda;
   cuda.backend = step::BackendKind::cuda;
-  const step::Capability cap = step::capability(m, c, cuda);
-  EXPECT_EQ(cap.key, "--backend");
-  EXPECT_NE(cap.reason.find("sliding"), std::string::npos) << cap.reason;
-  EXPECT_TRUE(step::capability(m, c, {}).executable());
-  EXPECT_TRUE(step::capability(models::load_model("tiny"), c, cuda).executable());
+  for (const char* id : {"tiny-local", "tiny-sinks"}) {
+    const models::ModelSpec m = models::load_model(id);
+    EXPECT_TRUE(step::capability(m, c, cuda).executable()) << id << ": " << step::capability(m, c, cuda).reason;
+    EXPECT_TRUE(step::capability(m, c, {}).executable()) << id;
+  }
 }
 
 }  // namespace
