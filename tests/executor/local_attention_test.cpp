@@ -225,6 +225,8 @@ INSTANTIATE_TEST_SUITE_P(
         StepCase{"both_kinds_kept_layer_resident_two",
                  {LayerAttention::sliding, LayerAttention::global, LayerAttention::chunked, LayerAttention::global},
                  11, 32, 80, 16, 8, 2, 1},
+        // Mistral 7B v0.1's shape: every layer sliding, no global pool at all.
+        StepCase{"every_layer_sliding", {LayerAttention::sliding, LayerAttention::sliding}, 13, 0, 64, 16, 8, 1},
         StepCase{"sparse_global_layers_beside_local_ones",
                  {LayerAttention::global, LayerAttention::sliding, LayerAttention::global}, 19, 0, 128, 32, 8, 1, 0,
                  true}),

@@ -178,7 +178,6 @@ TEST(Capability, ModelsTheExecutorDoesNotComputeAreNamed) {
   const std::vector<std::pair<std::function<void(models::ModelSpec&)>, const char*>> edits = {
       {[](models::ModelSpec& m) { m.rope_scaling = {{"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 32768}}; },
        "RoPE scaling of type yarn"},
-      {[](models::ModelSpec& m) { m.attention_sinks = true; }, "sinks"},
       {[](models::ModelSpec& m) { m.o_bias = true; }, "o_proj bias"},
       {[](models::ModelSpec& m) { m.mlp = models::Mlp::geglu_tanh; }, "geglu_tanh"},
       {[](models::ModelSpec& m) { m.nope_layers = {3}; }, "without RoPE"},
@@ -190,6 +189,20 @@ TEST(Capability, ModelsTheExecutorDoesNotComputeAreNamed) {
     EXPECT_EQ(cap.key, "model") << named;
     EXPECT_NE(cap.reason.find(named), std::string::npos) << cap.reason;
   }
+  // Attention sinks and local layers run (tests/executor/local_attention_test.cpp) on either
+  // backend; sinks on one GPU, refused under tensor parallelism naming --gpus.
+  models::ModelSpec sinks = base;
+  sinks.attention_sinks = true;
+  sinks.layer_attention.assign(static_cast<size_t>(sinks.layers), models::LayerAttention::global);
+  sinks.layer_attention[0] = models::LayerAttention::sliding;
+  sinks.sliding_window = 128;
+  EXPECT_TRUE(capability(sinks, runnable(), target(BackendKind::cpu)).executable());
+  EXPECT_TRUE(capability(sinks, runnable(), target(BackendKind::cuda)).executable());
+  Config tp = runnable();
+  tp.gpus = 2;
+  const Capability cap = capability(sinks, tp, target(BackendKind::cuda));
+  EXPECT_EQ(cap.key, "gpus");
+  EXPECT_EQ(capability_error(cap, tp).where(), "--gpus");
 }
 
 // Experts, sliding and chunked layers and sandwich norms are priced (plans validate them), and only
