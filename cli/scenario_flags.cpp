@@ -114,6 +114,9 @@ void ScenarioFlags::add_to(CLI::App& app, bool require_context) {
   app.add_option("--lora-train-embeddings", lora_train_embeddings,
                  "LoRA: also train the embeddings and the LM head (PEFT's modules_to_save; default false: frozen)")
       ->check(boolean_word());
+  app.add_option("--router-aux-loss", router_aux_loss,
+                 "A mixture of experts: weight of the load-balancing auxiliary loss added to the loss (Hugging Face's "
+                 "router_aux_loss_coef, e.g. 0.001 for Qwen3-MoE, 0.02 for Mixtral); 0 = off (default)");
   app.add_option("--layers", layers, "Only the first N layers (quick validation runs)");
   // plan, simulate and sweep: the training defaults (resolve() applies them).
   if (training_defaults) {

@@ -112,6 +112,8 @@ simulator::Scenario Knobs::resolve() const {
   if (loss_dtype) c.loss_dtype = storage_dtype_from_string(*loss_dtype, "--loss-dtype");
   if (lora_rank) c.lora_rank = *lora_rank;
   if (lora_alpha) c.lora_alpha = finite_in(*lora_alpha, 1e-6, 1e6, "--lora-alpha", "e.g. 16 (PEFT's default is 8)");
+  if (router_aux_loss)
+    c.router_aux_loss_coef = finite_in(*router_aux_loss, 0, 1e6, "--router-aux-loss", "e.g. 0.001 (Qwen3-MoE's)");
   if (lora_targets) c.lora_targets = step::lora_targets_from_string(*lora_targets, "--lora-targets");
   if (lora_train_embeddings) c.lora_train_embeddings = *lora_train_embeddings;
   if (c.lora_rank == 0 && (lora_alpha || lora_targets || lora_train_embeddings))
@@ -156,6 +158,7 @@ std::set<std::string> Knobs::explicit_knobs() const {
   note("shard_optimizer", shard_optimizer.has_value());
   note("lora_rank", lora_rank.has_value());
   note("lora_alpha", lora_alpha.has_value());
+  note("router_aux_loss_coef", router_aux_loss.has_value());
   note("lora_targets", lora_targets.has_value());
   note("lora_train_embeddings", lora_train_embeddings.has_value());
   return k;

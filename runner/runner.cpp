@@ -197,8 +197,8 @@ ReferenceCheck check_against_reference(const models::ModelSpec& m, const step::C
   // LoRA: the adapters' gradients by the merged weights and the chain rule.
   const cpu::ReferenceResult ref =
       c.lora_rank > 0 ? cpu::lora_reference(m, w, adapters, c.lora_alpha / static_cast<double>(c.lora_rank), tokens, mask,
-                                            routes)
-                      : cpu::full_sequence_reference(m, w, tokens, mask, routes);
+                                            routes, c.router_aux_loss_coef)
+                      : cpu::full_sequence_reference(m, w, tokens, mask, routes, c.router_aux_loss_coef);
   const Gradients g = e.gradients();
   ReferenceCheck r;
   r.loss = ref.loss;

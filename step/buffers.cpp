@@ -594,6 +594,14 @@ void add_rows(const models::ModelSpec& m, const Config& c, const Target& target,
 
   add(row::kTokenIds, Category::inputs, Tier::device, OOMB_SHAPE({2, T}), Dtype::int32, checked_mul(T, 8), all,
       OOMB_TEXT(tok + " tokens x 2 (ids, targets) x 4"), OOMB_TENSORS({"ids", T, Dtype::int32}, {"targets", T, Dtype::int32}));
+  // The load-balancing loss (Config::router_aux_loss_coef): stage 1's routed copies and router
+  // probabilities per expert, summed over every MoE layer's tokens, and their shares for stage 2.
+  if (c.router_aux_loss_coef > 0 && g.experts > 0)
+    add(row::kRouterAuxStatistics, Category::logits, Tier::device, OOMB_SHAPE({g.experts}), Dtype::fp64,
+        checked_mul(g.experts, 20), all,
+        "experts x (8 + 8 + 4): routed copies and router probabilities summed over stage 1 (fp64), the copies' shares (fp32)",
+        OOMB_TENSORS({"counts", g.experts, Dtype::fp64}, {"prob_sums", g.experts, Dtype::fp64},
+                     {"shares", g.experts, Dtype::fp32}));
   // Tensor parallelism (docs/model.md "Tensor parallelism"). Both backends: the vocabulary-parallel
   // loss's per-row statistics of every rank (max, sum of exponentials, target logit), all-reduced
   // and combined in place into each row's max and sum over the vocabulary. The CPU backend (MPI)

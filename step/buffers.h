@@ -37,6 +37,7 @@ inline constexpr const char* kGradientAllreduceStaging = "gradient_allreduce_sta
 inline constexpr const char* kTensorParallelStaging = "tensor_parallel_staging";
 inline constexpr const char* kTensorParallelLossStatistics = "tensor_parallel_loss_statistics";
 inline constexpr const char* kTokenIds = "token_ids";
+inline constexpr const char* kRouterAuxStatistics = "router_aux_statistics";
 inline constexpr const char* kHiddenStates = "hidden_states";
 inline constexpr const char* kLayerInputCheckpoints = "layer_input_checkpoints";
 inline constexpr const char* kAllLayerActivations = "all_layer_activations";

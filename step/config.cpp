@@ -87,6 +87,7 @@ Json Config::to_json() const {
           {"lora_train_embeddings", lora_train_embeddings},
           {"layers_override", layers_override}};
   if (implementation == Implementation::published) j["page_copy_latency_s"] = page_copy_latency_s;
+  if (router_aux_loss_coef > 0) j["router_aux_loss_coef"] = router_aux_loss_coef;
   return j;
 }
 
@@ -96,6 +97,7 @@ Config config_from_json(const Json& j, const std::string& where) {
   if (j.is_object()) {
     Config all;
     all.implementation = Implementation::published;  // the only case writing page_copy_latency_s
+    all.router_aux_loss_coef = 1;                    // written when on
     const Json known = all.to_json();
     for (auto it = j.begin(); it != j.end(); ++it)
       if (!known.contains(it.key())) {
@@ -147,6 +149,7 @@ Config config_from_json(const Json& j, const std::string& where) {
     }
   }
   c.lora_train_embeddings = r.boolean_or("lora_train_embeddings", false);
+  c.router_aux_loss_coef = r.f64_or("router_aux_loss_coef", 0);
   c.layers_override = r.i64_or("layers_override", 0);
   c.page_copy_latency_s = r.f64_or("page_copy_latency_s", Config{}.page_copy_latency_s);
   return c;
@@ -237,6 +240,13 @@ void validate(const Config& c, const models::ModelSpec& m) {
                 "models the published implementation, which runs dense models with global attention; " + m.id +
                     " has " + (m.moe.present() ? "a mixture of experts" : "layers " + m.layer_kinds_text()),
                 "plan " + m.id + " without the preset (this project's implementation prices its layer kinds and experts)");
+  if (!(c.router_aux_loss_coef >= 0) || c.router_aux_loss_coef > 1e6)
+    throw Error("--router-aux-loss", std::to_string(c.router_aux_loss_coef), "must be >= 0 and finite",
+                "e.g. 0.001 (Qwen3-MoE's router_aux_loss_coef) or 0.02 (Mixtral's)");
+  if (c.router_aux_loss_coef > 0 && !m.moe.present())
+    throw Error("--router-aux-loss", std::to_string(c.router_aux_loss_coef),
+                "weighs a mixture of experts' load-balancing loss, and " + m.id + " has no experts",
+                "drop --router-aux-loss, or plan a mixture of experts (qwen3-30b-a3b, mixtral-8x7b, tiny-moe)");
   if (c.context_tokens <= 0) throw Error("--context", "", "must be positive", "e.g. 4M, 128K or 100000");
   if (c.context_tokens > (int64_t{1} << 40))
     throw Error("--context", std::to_string(c.context_tokens), "is beyond any size this tool models",
@@ -362,6 +372,7 @@ constexpr std::pair<const char*, const char*> kFlagKeys[] = {
     {"--layers", "layers_override"},     {"--kept-layers", "kept_layers"},
     {"--attention", "attention"},        {"--schedule", "schedule"},
     {"--preset", "implementation"},      {"--lora-train-embeddings", "lora_train_embeddings"},
+    {"--router-aux-loss", "router_aux_loss_coef"},
     {"--optimizer", "optimizer"}};
 }  // namespace
 

@@ -122,6 +122,11 @@ struct Config {
   double lora_alpha = 8;
   std::vector<std::string> lora_targets = {"q_proj", "v_proj"};
   bool lora_train_embeddings = false;
+  // A mixture of experts: the weight of the load-balancing auxiliary loss added to the cross-entropy
+  // (Hugging Face's router_aux_loss_coef with output_router_logits: E x sum_e f_e P_e over every MoE
+  // layer's tokens, f_e the share of routed copies sent to expert e, P_e its mean router
+  // probability; docs/model.md "Layer kinds and experts"). 0 = off (default; absent from the JSON).
+  double router_aux_loss_coef = 0;
   int64_t layers_override = 0;         // > 0: run/predict only the first N layers (validation runs)
 
   Json to_json() const;

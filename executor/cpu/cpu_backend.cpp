@@ -532,6 +532,14 @@ void CpuBackend::moe_route_bwd(ConstTensor logits, int64_t rows, int64_t experts
                      route_experts, route_weights, d_weights,
                      extents::fp32_operand("moe_route_bwd", d_logits, rows * experts));
 }
+void CpuBackend::moe_aux_statistics(const float* logits, int64_t rows, int64_t experts, int64_t k,
+                                    const int32_t* route_experts, double* counts, double* prob_sums) {
+  cpu::moe_aux_statistics(logits, rows, experts, k, route_experts, counts, prob_sums);
+}
+void CpuBackend::moe_aux_grad(const float* logits, int64_t rows, int64_t experts, const float* shares, float scale,
+                              float* d_logits) {
+  cpu::moe_aux_grad(logits, rows, experts, shares, scale, d_logits);
+}
 void CpuBackend::moe_gather(ConstTensor x, int64_t rows, int64_t dim, int64_t k, const int32_t* route_rows,
                             Tensor packed) {
   extents::elementwise("moe_gather", rows * dim, {x});

@@ -111,6 +111,10 @@ class CpuBackend final : public Backend {
   void moe_route_bwd(ConstTensor logits, int64_t rows, int64_t experts, int64_t k, bool renormalize,
                      const int32_t* route_experts, const float* route_weights, const float* d_weights,
                      Tensor d_logits) override;
+  void moe_aux_statistics(const float* logits, int64_t rows, int64_t experts, int64_t k, const int32_t* route_experts,
+                          double* counts, double* prob_sums) override;
+  void moe_aux_grad(const float* logits, int64_t rows, int64_t experts, const float* shares, float scale,
+                    float* d_logits) override;
   void moe_gather(ConstTensor x, int64_t rows, int64_t dim, int64_t k, const int32_t* route_rows, Tensor packed) override;
   void moe_combine(ConstTensor packed, int64_t rows, int64_t dim, int64_t k, const int32_t* route_rows,
                    const float* weights, Tensor y, bool accumulate) override;

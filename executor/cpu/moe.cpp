@@ -107,4 +107,32 @@ void moe_combine_bwd(const float* dy, const float* packed, int64_t rows, int64_t
   }
 }
 
+// The load-balancing loss: every row's softmax in double (the router's probabilities), rows in order.
+void moe_aux_statistics(const float* logits, int64_t rows, int64_t experts, int64_t k, const int32_t* route_experts,
+                        double* counts, double* prob_sums) {
+  std::vector<double> p(static_cast<size_t>(experts));
+  for (int64_t t = 0; t < rows; ++t) {
+    const float* l = logits + t * experts;
+    const double m = *std::max_element(l, l + experts);
+    double z = 0;
+    for (int64_t e = 0; e < experts; ++e) z += p[static_cast<size_t>(e)] = std::exp(static_cast<double>(l[e]) - m);
+    for (int64_t e = 0; e < experts; ++e) prob_sums[e] += p[static_cast<size_t>(e)] / z;
+    for (int64_t j = 0; j < k; ++j) counts[route_experts[t * k + j]] += 1;
+  }
+}
+
+void moe_aux_grad(const float* logits, int64_t rows, int64_t experts, const float* shares, float scale,
+                  float* d_logits) {
+  std::vector<double> p(static_cast<size_t>(experts));
+  for (int64_t t = 0; t < rows; ++t) {
+    const float* l = logits + t * experts;
+    const double m = *std::max_element(l, l + experts);
+    double z = 0, dot = 0;
+    for (int64_t e = 0; e < experts; ++e) z += p[static_cast<size_t>(e)] = std::exp(static_cast<double>(l[e]) - m);
+    for (int64_t e = 0; e < experts; ++e) dot += p[static_cast<size_t>(e)] / z * shares[e];
+    for (int64_t e = 0; e < experts; ++e)
+      d_logits[t * experts + e] += static_cast<float>(scale * (p[static_cast<size_t>(e)] / z) * (shares[e] - dot));
+  }
+}
+
 }  // namespace oomb::executor::cpu

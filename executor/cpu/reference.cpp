@@ -21,6 +21,7 @@ struct LayerActs {
   // and weights [n, k], and per (token, j) the expert's gate, up, product [fe] and output [H].
   Vec logits, weights, eg, eu, em, eo;
   std::vector<int32_t> experts;
+  Vec aux_dlogits;  // the load-balancing loss's gradient into the logits (empty without it)
 };
 
 // A MoE layer's MLP, one token at a time (independent of the executor's packed dispatch): the k
@@ -113,6 +114,7 @@ void moe_reference_bwd(const models::ModelSpec& m, const ParamLayout& L, const L
       dlogits[static_cast<size_t>(t * E + e)] = static_cast<float>(d);
     }
   }
+  for (size_t i = 0; i < A.aux_dlogits.size(); ++i) dlogits[i] += A.aux_dlogits[i];
   linear_bwd(A.h2.data(), n, H, P + o.router, E, dlogits.data(), dh2, true, G + o.router, nullptr);
 }
 }  // namespace
@@ -164,7 +166,7 @@ MaskedAttention selection_mask(const models::ModelSpec& m, int64_t n, int64_t ch
 
 ReferenceResult full_sequence_reference(const models::ModelSpec& m, const Weights& w,
                                         const std::vector<int32_t>& tokens, const std::vector<MaskedAttention>* masks,
-                                        const std::vector<std::vector<int32_t>>* routes) {
+                                        const std::vector<std::vector<int32_t>>* routes, double router_aux_loss_coef) {
   const auto n = static_cast<int64_t>(tokens.size());
   OOMB_ASSERT(n >= 2 && w.layout.layers() == m.layers);
   const int64_t H = m.hidden, qd = m.q_dim(), kvd = m.kv_dim(), F = m.ffn_hidden, V = m.vocab;
@@ -245,6 +247,51 @@ ReferenceResult full_sequence_reference(const models::ModelSpec& m, const Weight
   for (int64_t t = 0; t + 1 < n; ++t) targets[static_cast<size_t>(t)] = tokens[static_cast<size_t>(t + 1)];
   const float scale = 1.0f / static_cast<float>(n - 1);
   res.loss = cross_entropy(logits.data(), n, V, targets.data(), scale) / static_cast<double>(n - 1);
+  if (router_aux_loss_coef > 0 && m.moe.present()) {
+    // Hugging Face's load_balancing_loss_func over every MoE layer's logits concatenated (M rows):
+    // E sum_e f_e P_e, f_e the share of the M k routed copies' one-hot top-k sent to e (a constant of
+    // the gradient), P_e the mean softmax probability; in double, from the definition.
+    const int64_t E = m.moe.experts, K = m.moe.experts_per_token;
+    std::vector<double> f(static_cast<size_t>(E), 0.0), Pm(static_cast<size_t>(E), 0.0);
+    int64_t moe_layers = 0;
+    auto softmax = [&](const float* l, std::vector<double>& p) {
+      p.assign(static_cast<size_t>(E), 0.0);
+      double mx = l[0], z = 0;
+      for (int64_t e = 1; e < E; ++e) mx = std::max(mx, static_cast<double>(l[e]));
+      for (int64_t e = 0; e < E; ++e) z += p[static_cast<size_t>(e)] = std::exp(static_cast<double>(l[e]) - mx);
+      for (double& pe : p) pe /= z;
+    };
+    std::vector<double> p;
+    for (int64_t l = 0; l < m.layers; ++l) {
+      const LayerActs& A = acts[static_cast<size_t>(l)];
+      if (L.layer(l).router < 0) continue;
+      ++moe_layers;
+      for (int64_t t = 0; t < n; ++t) {
+        softmax(A.logits.data() + t * E, p);
+        for (int64_t e = 0; e < E; ++e) Pm[static_cast<size_t>(e)] += p[static_cast<size_t>(e)];
+        for (int64_t j = 0; j < K; ++j) f[static_cast<size_t>(A.experts[static_cast<size_t>(t * K + j)])] += 1;
+      }
+    }
+    const double M = static_cast<double>(moe_layers * n);
+    double aux = 0;
+    for (int64_t e = 0; e < E; ++e) aux += (f[static_cast<size_t>(e)] / M) * (Pm[static_cast<size_t>(e)] / M);
+    res.loss += router_aux_loss_coef * static_cast<double>(E) * aux;
+    // d/d logit_te of coef E sum_e f_e (1/M) sum_t p_te = coef E / M p_te (f_e - sum_e' p_te' f_e').
+    for (int64_t l = 0; l < m.layers; ++l) {
+      LayerActs& A = acts[static_cast<size_t>(l)];
+      if (L.layer(l).router < 0) continue;
+      A.aux_dlogits = zeros(n * E);
+      for (int64_t t = 0; t < n; ++t) {
+        softmax(A.logits.data() + t * E, p);
+        double dot = 0;
+        for (int64_t e = 0; e < E; ++e) dot += p[static_cast<size_t>(e)] * f[static_cast<size_t>(e)] / M;
+        for (int64_t e = 0; e < E; ++e)
+          A.aux_dlogits[static_cast<size_t>(t * E + e)] = static_cast<float>(
+              router_aux_loss_coef * static_cast<double>(E) / M * p[static_cast<size_t>(e)] *
+              (f[static_cast<size_t>(e)] / M - dot));
+      }
+    }
+  }
 
   // Backward.
   Vec dhf = zeros(n * H), dx = zeros(n * H);
@@ -295,7 +342,7 @@ ReferenceResult full_sequence_reference(const models::ModelSpec& m, const Weight
 ReferenceResult lora_reference(const models::ModelSpec& m, const Weights& base, const ParamTensors& adapters,
                                double scale, const std::vector<int32_t>& tokens,
                                const std::vector<MaskedAttention>* masks,
-                               const std::vector<std::vector<int32_t>>* routes) {
+                               const std::vector<std::vector<int32_t>>* routes, double router_aux_loss_coef) {
   OOMB_ASSERT(adapters.layout.is_lora() && adapters.layout.layers() == m.layers, "lora_reference needs m's adapters");
   using Mat = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
   using FMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
@@ -316,7 +363,7 @@ ReferenceResult lora_reference(const models::ModelSpec& m, const Weights& base, 
       const Mat BA = B_of(s) * A_of(s);
       W = (W.cast<double>() + scale * BA).cast<float>();
     }
-  ReferenceResult full = full_sequence_reference(m, merged, tokens, masks, routes);
+  ReferenceResult full = full_sequence_reference(m, merged, tokens, masks, routes, router_aux_loss_coef);
   ReferenceResult res;
   res.loss = full.loss;
   res.grads = zero_params(adapters.layout);

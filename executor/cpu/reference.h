@@ -23,10 +23,14 @@ struct ReferenceResult {
 // routes (a mixture of experts): per layer the N x k experts each token is sent to (a run's
 // Engine::routes()), held as a sparse run's selection is: the weights are still this reference's
 // softmax of its own logits at those experts. Null: each token's top k of its own logits.
+// router_aux_loss_coef > 0 (a mixture of experts): the load-balancing loss (Config::
+// router_aux_loss_coef) joins the loss and its gradient the routers', computed from its definition
+// over every MoE layer's logits at once.
 ReferenceResult full_sequence_reference(const models::ModelSpec& m, const Weights& w,
                                         const std::vector<int32_t>& tokens,
                                         const std::vector<MaskedAttention>* masks = nullptr,
-                                        const std::vector<std::vector<int32_t>>* routes = nullptr);
+                                        const std::vector<std::vector<int32_t>>* routes = nullptr,
+                                        double router_aux_loss_coef = 0);
 
 // LoRA (Hugging Face PEFT): the reference of a step that trains `adapters` (ParamLayout::lora) on a
 // frozen base. The forward runs on the merged weights W + scale B A of every adapted projection (the
@@ -36,7 +40,8 @@ ReferenceResult full_sequence_reference(const models::ModelSpec& m, const Weight
 ReferenceResult lora_reference(const models::ModelSpec& m, const Weights& base, const ParamTensors& adapters,
                                double scale, const std::vector<int32_t>& tokens,
                                const std::vector<MaskedAttention>* masks = nullptr,
-                               const std::vector<std::vector<int32_t>>* routes = nullptr);
+                               const std::vector<std::vector<int32_t>>* routes = nullptr,
+                               double router_aux_loss_coef = 0);
 
 MaskedAttention causal_mask(const models::ModelSpec& m, int64_t n);
 // Layer `layer`'s mask with no selection: causal, and for a sliding or chunked layer its window

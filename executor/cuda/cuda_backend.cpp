@@ -797,6 +797,16 @@ void CudaBackend::moe_route(ConstTensor logits, int64_t rows, int64_t experts, i
   launch_moe_route(extents::fp32_operand("moe_route", logits, rows * experts), rows, experts, k, renormalize,
                    route_experts, route_weights, route_rows, offsets, impl_->compute);
 }
+void CudaBackend::moe_aux_statistics(const float* logits, int64_t rows, int64_t experts, int64_t k,
+                                     const int32_t* route_experts, double* counts, double* prob_sums) {
+  launch_moe_aux_statistics(logits, rows, experts, k, route_experts, counts, prob_sums, impl_->compute);
+}
+
+void CudaBackend::moe_aux_grad(const float* logits, int64_t rows, int64_t experts, const float* shares, float scale,
+                               float* d_logits) {
+  launch_moe_aux_grad(logits, rows, experts, shares, scale, d_logits, impl_->compute);
+}
+
 void CudaBackend::moe_route_bwd(ConstTensor logits, int64_t rows, int64_t experts, int64_t k, bool renormalize,
                                 const int32_t* route_experts, const float* route_weights, const float* d_weights,
                                 Tensor d_logits) {

@@ -160,6 +160,10 @@ class CudaBackend final : public Backend {
   void swiglu_fwd(ConstTensor gate, ConstTensor up, int64_t n, Tensor out) override;
   void moe_route(ConstTensor logits, int64_t rows, int64_t experts, int64_t k, bool renormalize, int32_t* route_experts,
                  float* route_weights, int32_t* route_rows, int32_t* offsets) override;
+  void moe_aux_statistics(const float* logits, int64_t rows, int64_t experts, int64_t k, const int32_t* route_experts,
+                          double* counts, double* prob_sums) override;
+  void moe_aux_grad(const float* logits, int64_t rows, int64_t experts, const float* shares, float scale,
+                    float* d_logits) override;
   void moe_route_bwd(ConstTensor logits, int64_t rows, int64_t experts, int64_t k, bool renormalize,
                      const int32_t* route_experts, const float* route_weights, const float* d_weights,
                      Tensor d_logits) override;

@@ -151,6 +151,62 @@ void launch_moe_route_bwd(const float* logits, int64_t rows, int64_t experts, in
   OOMB_CUDA_LAUNCH_CHECK("moe_route_bwd_kernel");
 }
 
+namespace {
+
+// Block e: expert e's routed copies and probability sum over the rows, in double (one writer).
+__global__ void moe_aux_statistics_kernel(const float* __restrict__ logits, int64_t rows, int64_t experts, int64_t k,
+                                          const int32_t* __restrict__ route_experts, double* __restrict__ counts,
+                                          double* __restrict__ prob_sums) {
+  __shared__ double red[32];
+  const int64_t e = blockIdx.x;
+  double count = 0, prob = 0;
+  for (int64_t t = threadIdx.x; t < rows; t += blockDim.x) {
+    const float* l = logits + t * experts;
+    double m = l[0], z = 0;
+    for (int64_t i = 1; i < experts; ++i) m = fmax(m, static_cast<double>(l[i]));
+    for (int64_t i = 0; i < experts; ++i) z += exp(static_cast<double>(l[i]) - m);
+    prob += exp(static_cast<double>(l[e]) - m) / z;
+    for (int64_t j = 0; j < k; ++j) count += route_experts[t * k + j] == e ? 1.0 : 0.0;
+  }
+  count = block_sum(count, red);
+  prob = block_sum(prob, red);
+  if (threadIdx.x == 0) {
+    counts[e] += count;
+    prob_sums[e] += prob;
+  }
+}
+
+// One thread per row.
+__global__ void moe_aux_grad_kernel(const float* __restrict__ logits, int64_t rows, int64_t experts,
+                                    const float* __restrict__ shares, float scale, float* __restrict__ d_logits) {
+  for (int64_t t = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; t < rows; t += int64_t{gridDim.x} * blockDim.x) {
+    const float* l = logits + t * experts;
+    double m = l[0], z = 0, dot = 0;
+    for (int64_t i = 1; i < experts; ++i) m = fmax(m, static_cast<double>(l[i]));
+    for (int64_t i = 0; i < experts; ++i) z += exp(static_cast<double>(l[i]) - m);
+    for (int64_t i = 0; i < experts; ++i) dot += exp(static_cast<double>(l[i]) - m) / z * shares[i];
+    for (int64_t i = 0; i < experts; ++i)
+      d_logits[t * experts + i] += static_cast<float>(scale * (exp(static_cast<double>(l[i]) - m) / z) * (shares[i] - dot));
+  }
+}
+
+}  // namespace
+
+void launch_moe_aux_statistics(const float* logits, int64_t rows, int64_t experts, int64_t k,
+                               const int32_t* route_experts, double* counts, double* prob_sums, cudaStream_t s) {
+  if (rows <= 0 || experts <= 0) return;
+  OOMB_LAUNCH(static_cast<unsigned>(experts), kThreads, 0, s, moe_aux_statistics_kernel)
+  (logits, rows, experts, k, route_experts, counts, prob_sums);
+  OOMB_CUDA_LAUNCH_CHECK("moe_aux_statistics_kernel");
+}
+
+void launch_moe_aux_grad(const float* logits, int64_t rows, int64_t experts, const float* shares, float scale,
+                         float* d_logits, cudaStream_t s) {
+  if (rows <= 0 || experts <= 0) return;
+  OOMB_LAUNCH(grid_for(rows), kThreads, 0, s, moe_aux_grad_kernel)(logits, rows, experts, shares, scale, d_logits);
+  OOMB_CUDA_LAUNCH_CHECK("moe_aux_grad_kernel");
+}
+
 void launch_moe_gather(ConstTensor x, int64_t rows, int64_t dim, int64_t k, const int32_t* route_rows, Tensor packed,
                        cudaStream_t s) {
   if (rows * k * dim <= 0) return;

@@ -16,6 +16,10 @@ void launch_moe_route(const float* logits, int64_t rows, int64_t experts, int64_
 void launch_moe_route_bwd(const float* logits, int64_t rows, int64_t experts, int64_t k, bool renormalize,
                           const int32_t* route_experts, const float* route_weights, const float* d_weights,
                           float* d_logits, cudaStream_t s);
+void launch_moe_aux_statistics(const float* logits, int64_t rows, int64_t experts, int64_t k,
+                               const int32_t* route_experts, double* counts, double* prob_sums, cudaStream_t s);
+void launch_moe_aux_grad(const float* logits, int64_t rows, int64_t experts, const float* shares, float scale,
+                         float* d_logits, cudaStream_t s);
 void launch_moe_gather(ConstTensor x, int64_t rows, int64_t dim, int64_t k, const int32_t* route_rows, Tensor packed,
                        cudaStream_t s);
 void launch_moe_combine(ConstTensor packed, int64_t rows, int64_t dim, int64_t k, const int32_t* route_rows,

@@ -285,6 +285,15 @@ class Backend {
   virtual void moe_route_bwd(ConstTensor logits, int64_t rows, int64_t experts, int64_t k, bool renormalize,
                              const int32_t* route_experts, const float* route_weights, const float* d_weights,
                              Tensor d_logits) = 0;
+  // The load-balancing loss (Config::router_aux_loss_coef), stage 1's statistics, accumulated:
+  // counts[e] += the routed copies of route_experts [rows, k] sent to expert e, prob_sums[e] +=
+  // sum_t softmax(logits_t)_e (fp32 logits [rows, experts]; sums in double, in row order).
+  virtual void moe_aux_statistics(const float* logits, int64_t rows, int64_t experts, int64_t k,
+                                  const int32_t* route_experts, double* counts, double* prob_sums) = 0;
+  // Its gradient into the router's logits, accumulated: d_logits[t, e] += scale p_te (shares_e -
+  // sum_e' p_te' shares_e'), p_t = softmax(logits_t), shares [experts] fp32.
+  virtual void moe_aux_grad(const float* logits, int64_t rows, int64_t experts, const float* shares, float scale,
+                            float* d_logits) = 0;
   // packed[route_rows[t k + j]] = x[t] (rows x k rows of dim).
   virtual void moe_gather(ConstTensor x, int64_t rows, int64_t dim, int64_t k, const int32_t* route_rows,
                           Tensor packed) = 0;

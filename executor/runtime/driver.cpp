@@ -595,6 +595,11 @@ void Engine::allocate_step_state(const step::Config& config) {
     recall_keys_.assign(static_cast<size_t>(g_.L), std::vector<float>(static_cast<size_t>(g_.N * kvd), 0.0f));
   }
 
+  if (config.router_aux_loss_coef > 0 && model_.moe.present()) {
+    aux_counts_ = row_tensor(step::row::kRouterAuxStatistics, Tier::device, "counts");
+    aux_prob_sums_ = row_tensor(step::row::kRouterAuxStatistics, Tier::device, "prob_sums");
+    aux_shares_ = row_tensor(step::row::kRouterAuxStatistics, Tier::device, "shares");
+  }
   dense_prefix_.resize(static_cast<size_t>(g_.n));
   if (options_.record_routes) routes_.resize(static_cast<size_t>(g_.L));
   for (int64_t c = 0; c < g_.n; ++c) dense_prefix_[static_cast<size_t>(c)] = dense_selection(c, 0, g_.prefix_pages(c)).union_pages;
@@ -1114,6 +1119,9 @@ void Engine::moe_forward(const Pass& pass, const LayerPtrs& P, LayerSet& w, Tens
     backend_.moe_route(w.router_logits.ct(), T, E, K, renormalize, w.route_experts.i32(), w.route_weights.f32(),
                        w.route_rows.i32(), w.expert_offsets.i32());
     backend_.moe_gather(w.h2.ct(), T, H, K, w.route_rows.i32(), w.expert_in.t());
+    if (aux_loss_on() && pass.kind == PassKind::fill)
+      backend_.moe_aux_statistics(w.router_logits.f32(), T, E, K, w.route_experts.i32(),
+                                  static_cast<double*>(aux_counts_.data()), static_cast<double*>(aux_prob_sums_.data()));
     if (options_.record_routes && pass.kind == PassKind::fill) {
       auto& r = routes_.at(static_cast<size_t>(pass.layer));
       r.resize(static_cast<size_t>(g_.N * K));
@@ -1170,8 +1178,32 @@ void Engine::moe_backward(const Pass& pass, const LayerPtrs& P, LayerSet& a, Con
     backend_.moe_combine(w.d_expert_in.ct(), T, H, K, a.route_rows.i32(), nullptr, w.dh2.t(), false);
     backend_.moe_route_bwd(a.router_logits.ct(), T, E, K, renormalize, a.route_experts.i32(), a.route_weights.f32(),
                            w.d_route_weights.f32(), w.d_router_logits.t());
+    if (aux_loss_on())
+      backend_.moe_aux_grad(a.router_logits.f32(), T, E, aux_shares_.f32(), aux_scale_, w.d_router_logits.f32());
     backend_.linear_bwd(a.h2.ct(), T, H, P.router, E, w.d_router_logits.ct(), w.dh2.t(), true, P.d_router, nullptr);
   });
+}
+
+// The load-balancing loss over the whole step (Hugging Face's load_balancing_loss_func on the
+// concatenated logits of every MoE layer): stage 1 routed every token of every layer, so the shares
+// f_e (constants of the gradient, as the one-hot top-k is) are known before stage 2 recomputes
+// them; the loss term is coef E sum_e f_e P_e, its gradient in each router's backward (moe_aux_grad).
+void Engine::aux_loss_from_statistics() {
+  const int64_t E = model_.moe.experts;
+  std::vector<double> counts(static_cast<size_t>(E)), probs(static_cast<size_t>(E));
+  backend_.download(counts.data(), aux_counts_.data(), E * 8);
+  backend_.download(probs.data(), aux_prob_sums_.data(), E * 8);
+  const double M = static_cast<double>(g_.Lmoe) * static_cast<double>(g_.N);
+  std::vector<float> shares(static_cast<size_t>(E));
+  double sum = 0;
+  for (int64_t e = 0; e < E; ++e) {
+    const double f = counts[static_cast<size_t>(e)] / M;
+    shares[static_cast<size_t>(e)] = static_cast<float>(f);
+    sum += f * probs[static_cast<size_t>(e)] / M;
+  }
+  backend_.upload(aux_shares_.data(), shares.data(), E * 4);
+  aux_loss_ = config_.router_aux_loss_coef * static_cast<double>(E) * sum;
+  aux_scale_ = static_cast<float>(config_.router_aux_loss_coef * static_cast<double>(E) / M);
 }
 
 void Engine::layer_backward(const Pass& pass, PassPages& pages, ConstTensor in, ConstTensor dy, Tensor dx) {
@@ -1389,6 +1421,10 @@ StepResult Engine::step(const std::vector<int32_t>& tokens) {
 
   // Stage 1: forward fill, chunks in order, no gradients.
   enter(StepPhase::fill, 1, 0, -1, Op::embedding);
+  if (aux_loss_on()) {
+    backend_.fill_zero(aux_counts_.data(), aux_counts_.bytes());
+    backend_.fill_zero(aux_prob_sums_.data(), aux_prob_sums_.bytes());
+  }
   for (int64_t c = 0; c < g_.n; ++c) {
     Tensor x = w.x.t();
     Tensor y = w.y.t();
@@ -1403,6 +1439,7 @@ StepResult Engine::step(const std::vector<int32_t>& tokens) {
     }
   }
 
+  if (aux_loss_on()) aux_loss_from_statistics();
   // Stage 2: chunks in reverse; recompute keeping each layer's input, then backward layer by layer.
   for (int64_t c = g_.n - 1; c >= 0; --c) {
     enter(StepPhase::recompute, 2, c, -1, Op::embedding);
@@ -1446,6 +1483,7 @@ StepResult Engine::step(const std::vector<int32_t>& tokens) {
   const std::vector<double> chunk_loss = backend_.take_losses(g_.n);
   double loss = 0;
   for (int64_t c = g_.n - 1; c >= 0; --c) loss += chunk_loss[static_cast<size_t>(c)] / static_cast<double>(g_.N - 1);
+  if (aux_loss_on()) loss += aux_loss_;
 
   // A non-finite loss poisons the gradients and, through the optimizer, every later step: stop.
   if (!std::isfinite(loss))

@@ -333,6 +333,15 @@ class Engine {
   // over the ranks (a collective): every rank gets the whole model's.
   ParamTensors gather_shards(const ParamTensors& local) const;
   Buffer summaries_;  // sparse: [L][P][kv_dim] page key means
+  // The load-balancing loss (Config::router_aux_loss_coef > 0, a mixture of experts): stage 1's
+  // per-expert routed copies and router probabilities (fp64, row router_aux_statistics), the copies'
+  // shares uploaded for stage 2, its gradient's scale (coef x E / M, M = MoE layers x N) and the
+  // step's term of the loss (coef x E x sum_e share_e P_e).
+  Buffer aux_counts_, aux_prob_sums_, aux_shares_;
+  float aux_scale_ = 0;
+  double aux_loss_ = 0;
+  bool aux_loss_on() const { return static_cast<bool>(aux_counts_.data()); }
+  void aux_loss_from_statistics();  // after stage 1: the shares, the scale and the loss term
   std::unique_ptr<Work> w_;
   SelectionLog log_;
   std::vector<std::vector<int64_t>> dense_prefix_;  // per chunk: 0 .. prefix_pages - 1

@@ -334,6 +334,15 @@ expect_exit 0 "OK: every comparable term" validate --plan "$tmp/moe-plan.json" -
 expect_exit 0 "NOT EXECUTABLE: a mixture of experts under data parallelism is planned on paper" \
   plan --model tiny-moe --gpu h200 --context 1K --data-parallel 2
 expect_exit 0 "tiny-moe .* 8 x top-2$" models
+# The load-balancing auxiliary loss: the reference's from its definition, a plan carrying it (its
+# statistics row) validated at 0.0%, and refused by name for a dense model.
+expect_exit 0 "reference \(full sequence\): loss .* max gradient rel. L2 error [0-9.]+e-(0[6-9]|[1-9][0-9])" \
+  run --model tiny-moe --context 256 --chunk 64 --page 16 --resident-layers 1 --router-aux-loss 0.02 --reference --quiet
+expect_exit 0 "router_aux_statistics" plan --model tiny-moe --gpu h200 --context 1K --chunk 256 --page 32 \
+  --resident-layers 1 --router-aux-loss 0.001 --out "$tmp/aux-plan.json"
+expect_exit 0 "copies per step" run --plan "$tmp/aux-plan.json" --trace "$tmp/aux-run.json" --quiet
+expect_exit 0 "OK: every comparable term" validate --plan "$tmp/aux-plan.json" --trace "$tmp/aux-run.json"
+expect_exit 2 "--router-aux-loss: .*tiny has no experts" plan --model tiny --gpu h200 --context 1K --router-aux-loss 0.01
 # Local layers (tiny-local: sliding 100, chunked 192, global, sliding) and attention sinks beside
 # sliding layers (tiny-sinks) run: the full-sequence reference's step, the local pools reported, and
 # plan -> run -> validate holds their memory to the byte; their plans are executable.

@@ -126,5 +126,50 @@ TEST_F(CudaMoe, StepMatchesTheCpuBackendAndTheFullSequence) {
   EXPECT_EQ(on_gpu.measured().h2d_bytes, on_cpu.measured().h2d_bytes) << "the same page schedule";
 }
 
+// The load-balancing loss's kernels (statistics accumulated, the gradient added) against the CPU's,
+// and a step with it (--router-aux-loss) against the CPU backend's and the reference's.
+TEST_F(CudaMoe, LoadBalancingLossMatchesTheCpu) {
+  const int64_t T = 29, E = 7, K = 2;
+  const std::vector<float> logits = random_vec(static_cast<size_t>(T * E), 31);
+  std::vector<int32_t> ce(static_cast<size_t>(T * K)), cr(static_cast<size_t>(T * K)), co(static_cast<size_t>(E + 1));
+  std::vector<float> cw(static_cast<size_t>(T * K));
+  cpu.moe_route(logits.data(), T, E, K, true, ce.data(), cw.data(), cr.data(), co.data());
+  std::vector<double> counts(static_cast<size_t>(E), 3.0), probs(static_cast<size_t>(E), 0.25);
+  const std::vector<float> shares = random_vec(static_cast<size_t>(E), 32, 0.3f), d0 = random_vec(static_cast<size_t>(T * E), 33);
+  std::vector<float> dl = d0;
+  DeviceVec<double> gc(*gpu, counts), gp(*gpu, probs);
+  cpu.moe_aux_statistics(logits.data(), T, E, K, ce.data(), counts.data(), probs.data());
+  cpu.moe_aux_grad(logits.data(), T, E, shares.data(), 0.7f, dl.data());
+  DeviceVec<float> gl(*gpu, logits), gs(*gpu, shares), gd(*gpu, d0);
+  DeviceVec<int32_t> ge(*gpu, ce);
+  gpu->moe_aux_statistics(gl.get(), T, E, K, ge.get(), gc.get(), gp.get());
+  gpu->moe_aux_grad(gl.get(), T, E, gs.get(), 0.7f, gd.get());
+  gpu->synchronize();
+  EXPECT_EQ(gc.read(), counts);
+  const std::vector<double> got = gp.read();
+  for (int64_t e = 0; e < E; ++e) EXPECT_NEAR(got[static_cast<size_t>(e)], probs[static_cast<size_t>(e)], 1e-12) << e;
+  EXPECT_LE(max_abs_diff(gd.read(), dl), 1e-6);
+  EXPECT_GT(max_abs_diff(dl, d0), 1e-4) << "the gradient added something";
+}
+
+TEST_F(CudaMoe, StepWithTheLoadBalancingLossMatchesTheCpu) {
+  const models::ModelSpec m = models::load_model("tiny-moe");
+  step::Config c = test::small_config(48, 16, 8, 1);
+  c.router_aux_loss_coef = 0.5;
+  const Weights w = random_weights(m, 1234, 0.1f);
+  const auto tokens = TokenSource::synthetic(m.vocab, 7).sequence(0, c.context_tokens);
+  Engine on_cpu(cpu, m, c, w);
+  const double want = on_cpu.step(tokens).loss;
+  Engine on_gpu(*gpu, m, c, w);
+  const double got = on_gpu.step(tokens).loss;
+  EXPECT_NEAR(got, want, 1e-5 * want);
+  const auto [err, name] = worst_relative_l2(on_gpu.gradients(), on_cpu.gradients());
+  EXPECT_LE(err, 1e-4) << "worst tensor " << name;
+  const cpu::ReferenceResult ref = cpu::full_sequence_reference(m, w, tokens, nullptr, nullptr, c.router_aux_loss_coef);
+  EXPECT_NEAR(got, ref.loss, 1e-5 * ref.loss);
+  const auto [ref_err, ref_name] = worst_relative_l2(on_gpu.gradients(), ref.grads);
+  EXPECT_LE(ref_err, 1e-4) << "worst tensor " << ref_name;
+}
+
 }  // namespace
 }  // namespace oomb::executor::cudatest

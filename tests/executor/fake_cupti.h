@@ -184,6 +184,14 @@ class FakeCupti final : public Backend, public OpTagger {
       b_.moe_route(logits, rows, experts, k, renormalize, route_experts, route_weights, route_rows, offsets);
     });
   }
+  void moe_aux_statistics(const float* logits, int64_t rows, int64_t experts, int64_t k, const int32_t* route_experts,
+                          double* counts, double* prob_sums) override {
+    kernel("moe_aux_statistics", [&] { b_.moe_aux_statistics(logits, rows, experts, k, route_experts, counts, prob_sums); });
+  }
+  void moe_aux_grad(const float* logits, int64_t rows, int64_t experts, const float* shares, float scale,
+                    float* d_logits) override {
+    kernel("moe_aux_grad", [&] { b_.moe_aux_grad(logits, rows, experts, shares, scale, d_logits); });
+  }
   void moe_route_bwd(ConstTensor logits, int64_t rows, int64_t experts, int64_t k, bool renormalize,
                      const int32_t* route_experts, const float* route_weights, const float* d_weights,
                      Tensor d_logits) override {

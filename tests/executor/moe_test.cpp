@@ -233,6 +233,43 @@ TEST(Moe, TheCatalogsTinyMoeEqualsFullSequence) {
   EXPECT_LE(err, kGradRelTol) << "worst tensor " << name;
 }
 
+// The load-balancing auxiliary loss (--router-aux-loss): its shares are stage 1's routing of every
+// layer, held constant as the one-hot top-k is, so the chunk-recurrent step's loss and gradients
+// equal the reference's, which computes it from its definition over the whole sequence at once. It
+// moves the loss by coef x aux and every gradient upstream of a router, none past the last one.
+TEST(Moe, LoadBalancingLossEqualsItsDefinition) {
+  const MoeCase k{"aux", 6, 2, 16, {1}, models::Routing::softmax_topk, 64, 16, 8, 1};
+  const models::ModelSpec m = moe_model(k);
+  const Weights w = random_weights(m, 77, kInitStd);
+  const auto tokens = TokenSource::synthetic(m.vocab, 5).sequence(0, k.N);
+  auto run = [&](double coef) {
+    step::Config c = test::small_config(k.N, k.C, k.p, k.resident);
+    c.router_aux_loss_coef = coef;
+    CpuBackend backend;
+    Engine e(backend, m, c, w);
+    const double loss = e.step(tokens).loss;
+    return std::pair{loss, e.gradients()};
+  };
+  const double coef = 0.5;
+  const auto [loss, g] = run(coef);
+  const auto [plain_loss, plain] = run(0);
+  const cpu::ReferenceResult ref = cpu::full_sequence_reference(m, w, tokens, nullptr, nullptr, coef);
+  EXPECT_NEAR(loss, ref.loss, kLossRelTol * ref.loss);
+  const auto [err, name] = worst_relative_l2(g, ref.grads);
+  EXPECT_LE(err, kGradRelTol) << "worst tensor " << name;
+  // aux >= k (E sum f_e P_e is k for perfectly balanced routing and more otherwise; the shares sum to k).
+  EXPECT_GE((loss - plain_loss) / coef, 2.0 - 1e-6);
+  for (const auto& p : g.layout.params()) {
+    const double d = relative_l2(g.at(p), plain.at(p), p.numel);
+    if (p.name.find(".gate.weight") != std::string::npos) {
+      EXPECT_GT(d, 1e-4) << p.name;  // the routers feel it
+    } else if (p.name.find("layers.2.mlp.experts.") != std::string::npos || p.name == "model.norm.weight" ||
+               p.name == "lm_head.weight") {
+      EXPECT_EQ(d, 0) << p.name;  // past the last router: the loss term does not reach them
+    }
+  }
+}
+
 // LoRA on the attention with the experts frozen (what the planner suggests for a MoE model that
 // does not fit): the adapters' gradients are the reference's, and no base weight moves.
 TEST(Moe, LoraOnTheAttentionWithFrozenExperts) {
