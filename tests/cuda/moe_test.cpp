@@ -106,25 +106,30 @@ TEST_F(CudaMoe, Bf16RowsMatchTheCpuBitForBit) {
   EXPECT_EQ(gdw.read(), cdw);
 }
 
-// The step (fp32 storage and GEMMs): the CPU backend's loss and gradients, and the full-sequence
-// reference's, for the catalog's tiny-moe (its first layer dense) with offload.
-TEST_F(CudaMoe, StepMatchesTheCpuBackendAndTheFullSequence) {
+// A step of the catalog's tiny-moe (its first layer dense) with offload, fp32 storage and GEMMs,
+// and the load-balancing loss's weight `coef`: the CPU backend's loss and gradients, and the
+// full-sequence reference's.
+void check_tiny_moe_step(CudaBackend& gpu, CpuBackend& cpu, double coef) {
   const models::ModelSpec m = models::load_model("tiny-moe");
-  const step::Config c = test::small_config(48, 16, 8, 1);
+  step::Config c = test::small_config(48, 16, 8, 1);
+  c.router_aux_loss_coef = coef;
   const Weights w = random_weights(m, 1234, 0.1f);
   const auto tokens = TokenSource::synthetic(m.vocab, 7).sequence(0, c.context_tokens);
   Engine on_cpu(cpu, m, c, w);
   const double want = on_cpu.step(tokens).loss;
-  Engine on_gpu(*gpu, m, c, w);
+  Engine on_gpu(gpu, m, c, w);
   const double got = on_gpu.step(tokens).loss;
   EXPECT_NEAR(got, want, 1e-5 * want);
   const auto [err, name] = worst_relative_l2(on_gpu.gradients(), on_cpu.gradients());
   EXPECT_LE(err, 1e-4) << "worst tensor " << name;
-  const cpu::ReferenceResult ref = cpu::full_sequence_reference(m, w, tokens);
+  const cpu::ReferenceResult ref = cpu::full_sequence_reference(m, w, tokens, nullptr, nullptr, coef);
+  EXPECT_NEAR(got, ref.loss, 1e-5 * ref.loss);
   const auto [ref_err, ref_name] = worst_relative_l2(on_gpu.gradients(), ref.grads);
   EXPECT_LE(ref_err, 1e-4) << "worst tensor " << ref_name;
   EXPECT_EQ(on_gpu.measured().h2d_bytes, on_cpu.measured().h2d_bytes) << "the same page schedule";
 }
+
+TEST_F(CudaMoe, StepMatchesTheCpuBackendAndTheFullSequence) { check_tiny_moe_step(*gpu, cpu, 0); }
 
 // The load-balancing loss's kernels (statistics accumulated, the gradient added) against the CPU's,
 // and a step with it (--router-aux-loss) against the CPU backend's and the reference's.
@@ -152,24 +157,7 @@ TEST_F(CudaMoe, LoadBalancingLossMatchesTheCpu) {
   EXPECT_GT(max_abs_diff(dl, d0), 1e-4) << "the gradient added something";
 }
 
-TEST_F(CudaMoe, StepWithTheLoadBalancingLossMatchesTheCpu) {
-  const models::ModelSpec m = models::load_model("tiny-moe");
-  step::Config c = test::small_config(48, 16, 8, 1);
-  c.router_aux_loss_coef = 0.5;
-  const Weights w = random_weights(m, 1234, 0.1f);
-  const auto tokens = TokenSource::synthetic(m.vocab, 7).sequence(0, c.context_tokens);
-  Engine on_cpu(cpu, m, c, w);
-  const double want = on_cpu.step(tokens).loss;
-  Engine on_gpu(*gpu, m, c, w);
-  const double got = on_gpu.step(tokens).loss;
-  EXPECT_NEAR(got, want, 1e-5 * want);
-  const auto [err, name] = worst_relative_l2(on_gpu.gradients(), on_cpu.gradients());
-  EXPECT_LE(err, 1e-4) << "worst tensor " << name;
-  const cpu::ReferenceResult ref = cpu::full_sequence_reference(m, w, tokens, nullptr, nullptr, c.router_aux_loss_coef);
-  EXPECT_NEAR(got, ref.loss, 1e-5 * ref.loss);
-  const auto [ref_err, ref_name] = worst_relative_l2(on_gpu.gradients(), ref.grads);
-  EXPECT_LE(ref_err, 1e-4) << "worst tensor " << ref_name;
-}
+TEST_F(CudaMoe, StepWithTheLoadBalancingLossMatchesTheCpu) { check_tiny_moe_step(*gpu, cpu, 0.5); }
 
 }  // namespace
 }  // namespace oomb::executor::cudatest

@@ -232,6 +232,27 @@ INSTANTIATE_TEST_SUITE_P(
                  true}),
     [](const auto& i) { return std::string(i.param.name); });
 
+// One step of m on the CPU backend against the full-sequence reference (loss and every gradient);
+// the step's loss and gradients and the reference, for what a test checks beyond.
+struct StepAndReference {
+  double loss = 0;
+  Gradients grads;
+  cpu::ReferenceResult ref;
+};
+StepAndReference expect_step_equals_reference(const models::ModelSpec& m, const step::Config& c, const Weights& w,
+                                              const std::vector<int32_t>& tokens) {
+  CpuBackend backend;
+  Engine e(backend, m, c, w);
+  StepAndReference r;
+  r.loss = e.step(tokens).loss;
+  r.grads = e.gradients();
+  r.ref = cpu::full_sequence_reference(m, w, tokens);
+  EXPECT_NEAR(r.loss, r.ref.loss, kLossRelTol * r.ref.loss);
+  const auto [err, name] = worst_relative_l2(r.grads, r.ref.grads);
+  EXPECT_LE(err, kGradRelTol) << "worst tensor " << name;
+  return r;
+}
+
 // The catalog's test model, as `oomb run --model tiny-local` runs it.
 TEST(LocalAttention, TheCatalogsTinyLocalEqualsFullSequence) {
   const models::ModelSpec m = models::load_model("tiny-local");
@@ -240,13 +261,7 @@ TEST(LocalAttention, TheCatalogsTinyLocalEqualsFullSequence) {
   const step::Config c = test::small_config(512, 128, 32, 1);
   const Weights w = random_weights(m, 99, kInitStd);
   const auto tokens = TokenSource::synthetic(m.vocab, 3).sequence(0, c.context_tokens);
-  CpuBackend backend;
-  Engine e(backend, m, c, w);
-  const double loss = e.step(tokens).loss;
-  const cpu::ReferenceResult ref = cpu::full_sequence_reference(m, w, tokens);
-  EXPECT_NEAR(loss, ref.loss, kLossRelTol * ref.loss);
-  const auto [err, name] = worst_relative_l2(e.gradients(), ref.grads);
-  EXPECT_LE(err, kGradRelTol) << "worst tensor " << name;
+  const double loss = expect_step_equals_reference(m, c, w, tokens).loss;
   // The window matters: the same weights with every layer global give another loss.
   models::ModelSpec global = m;
   global.layer_attention.clear();
@@ -305,19 +320,13 @@ TEST(AttentionSinks, TheCatalogsTinySinksEqualsFullSequence) {
   for (const int64_t resident : {1, 2}) {
     const step::Config c = test::small_config(384, 128, 32, resident);
     Weights w = random_weights(m, 5, kInitStd);
-    std::vector<float> sink_values;
     for (const auto& p : w.layout.params())
       if (p.name.find("self_attn.sinks") != std::string::npos)
         for (int64_t h = 0; h < p.numel; ++h) w.at(p)[h] = 0.5f + 0.6f * static_cast<float>(h);
     const auto tokens = TokenSource::synthetic(m.vocab, 11).sequence(0, c.context_tokens);
-    CpuBackend backend;
-    Engine e(backend, m, c, w);
-    const double loss = e.step(tokens).loss;
-    const cpu::ReferenceResult ref = cpu::full_sequence_reference(m, w, tokens);
-    EXPECT_NEAR(loss, ref.loss, kLossRelTol * ref.loss);
-    const Gradients g = e.gradients();
-    const auto [err, name] = worst_relative_l2(g, ref.grads);
-    EXPECT_LE(err, kGradRelTol) << "worst tensor " << name;
+    const StepAndReference r = expect_step_equals_reference(m, c, w, tokens);
+    const Gradients& g = r.grads;
+    const cpu::ReferenceResult& ref = r.ref;
     int64_t sink_tensors = 0;
     for (const auto& p : ref.grads.layout.params()) {
       if (p.name.find("self_attn.sinks") == std::string::npos) continue;
