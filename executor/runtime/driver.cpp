@@ -506,11 +506,9 @@ void Engine::allocate_parameters(const Weights& weights, const models::ModelSpec
 // The page pools' offload engine and, sparse, the page summaries.
 void Engine::allocate_pages(const step::BufferTable& table, const step::Config& config) {
   // Sliding and chunked layers keep their pages in the local pools (offload.h LocalPages).
-  int64_t globals = 0;
   for (int64_t l = 0; l < g_.L; ++l) {
     const models::LayerAttention kind = model_.attention_of(l);
     local_.layers.push_back({kind, model_.window_tokens(kind)});
-    global_ordinal_.push_back(kind == models::LayerAttention::global ? globals++ : -1);
     local_class_.push_back(-1);
     if (kind == models::LayerAttention::global) continue;
     for (int64_t m = 0; m < l && local_class_.back() < 0; ++m)
@@ -522,7 +520,7 @@ void Engine::allocate_pages(const step::BufferTable& table, const step::Config& 
       for (int64_t k = step::reach_first_page(kind, model_.window_tokens(kind), g_.C, g_.p, c); k < g_.prefix_pages(c); ++k)
         lists[static_cast<size_t>(c)].push_back(k);
   }
-  if (globals == g_.L) local_.layers.clear();
+  if (g_.Ll == 0) local_.layers.clear();
   local_.kv_pages = g_.local_kv_pages;
   local_.grad_pages = g_.local_grad_pages;
   store_ = std::make_unique<OffloadEngine>(backend_, g_, table.pages.kv_pool_capacity_pages, account_, recorder_,
@@ -904,7 +902,7 @@ void Engine::select(const Pass& pass, int64_t pass_index) {
   a.kv_heads = model_.kv_heads;
   a.head_dim = model_.head_dim;
   a.page_tokens = g_.p;
-  a.summaries = summaries_.ct().at(global_ordinal_[static_cast<size_t>(l)] * g_.P * model_.kv_dim());
+  a.summaries = summaries_.ct().at(store_->global_index(l) * g_.P * model_.kv_dim());
   a.prefix_pages = prefix;
   a.budget = g_.B;
   a.per_kv_head = config_.selection == "per-kv-head";
@@ -1042,7 +1040,7 @@ void Engine::layer_forward(const Pass& pass, int64_t pass_index, PassPages& page
     }
     if (g_.sparse && !local_layer(pass.layer))
       timed("page_summaries", pass, 0, [&] {
-        const int64_t layer = global_ordinal_[static_cast<size_t>(pass.layer)];
+        const int64_t layer = store_->global_index(pass.layer);
         backend_.page_summaries(w.k.t(), T, kvd, g_.p,
                                 summaries_.t().at((layer * g_.P + g_.first_own_page(pass.chunk)) * kvd));
       });

@@ -347,10 +347,10 @@ class Engine {
   std::vector<std::vector<int64_t>> dense_prefix_;  // per chunk: 0 .. prefix_pages - 1
   // Sliding and chunked layers: each one's attention kind and window (global: none), and the pages
   // each chunk reaches back to, per distinct (kind, window) [class][chunk] (local_class_ per layer,
-  // -1 for a global layer). Global layers' ordinal among them (the page summaries' layer index).
+  // -1 for a global layer). A global layer's ordinal among them: OffloadEngine::global_index.
   LocalPages local_;
   std::vector<std::vector<std::vector<int64_t>>> reach_;
-  std::vector<int64_t> local_class_, global_ordinal_;
+  std::vector<int64_t> local_class_;
   bool local_layer(int64_t l) const { return local_.local(l); }
   std::vector<int32_t> tokens_;
   Measured measured_;

@@ -107,6 +107,8 @@ class OffloadEngine {
   const PagePool& grad_pool() const { return *grad_pool_; }
   const PagePool* host_kv_pool() const { return host_kv_.get(); }
   const PagePool* host_grad_pool() const { return host_grad_.get(); }
+  // A global layer's ordinal among the global layers (its home pages, page summaries); -1 if local.
+  int64_t global_index(int64_t layer) const { return global_of_[static_cast<size_t>(layer)]; }
   const PagePool* local_kv_pool() const { return local_kv_.get(); }  // null without local layers
   const PagePool* local_grad_pool() const { return local_grad_.get(); }
   int64_t kv_page_bytes() const { return kv_page_bytes_; }      // Geometry::kv_page_bytes (kv_dtype)
@@ -130,7 +132,7 @@ class OffloadEngine {
   void local_pointers(Slot& s, const Pass& p);
   void release_local(const Pass& p);
   // A global layer's home position base (its ordinal among the global layers x P).
-  int64_t home(int64_t layer) const { return global_of_[static_cast<size_t>(layer)] * g_.P; }
+  int64_t home(int64_t layer) const { return global_index(layer) * g_.P; }
   EventPtr issue(CopyDir dir, std::vector<CopyRegion> regions, std::vector<EventPtr> after, const char* name,
                  const Pass& p);
   void sample();
