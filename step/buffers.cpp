@@ -372,13 +372,55 @@ void add_rows(const models::ModelSpec& m, const Config& c, const Target& target,
     if (trained_base > 0) t.push_back({std::string("embedding_") + name, trained_base, base_dtype});
     return t;
   };
+  // The measuring process's first step (the published implementation, docs/model.md "How it
+  // measures"): the published test never frees a parameter gradient, so only the step at its sweep's
+  // first context starts without them. With one backward (standard, or a single chunk) they appear
+  // as the backward goes down the layers while the layers' checkpoints are freed: at layer i's
+  // backward the LM head's, the final norm's and those of layers i..L-1 exist (layer i's counted
+  // whole) beside the checkpoints of layers 0..i, and the input embedding's comes last, when no
+  // layer's activations are left. The backward's peak is the largest of those moments. A chunked
+  // step's later chunks find every gradient made by the first chunk's backward (their rows as
+  // always). Dense full fine-tuning on one GPU with checkpointing (the published baseline).
+  const PhaseMask opt = phase_bit(Phase::optimizer);
+  bool first_step = false;
+  int64_t first_step_grads = 0, first_step_checkpoints = 0;
+  if (published && c.sweep_first_context > 0 && g.N <= c.sweep_first_context && (!g.oomb || g.n == 1) && !g.lora &&
+      !sharded && g.G == 1 && experts == 0 && c.checkpointing && c.kept_layers == 0) {
+    const int64_t gb = dtype_bytes(c.param_grad_dtype);
+    const int64_t checkpoint = checked_mul(g.Cm, g.h * g.act_b);
+    int64_t grads = checked_mul(checked_add(m.tied_embeddings ? m.embedding_params() : m.lm_head_params(), m.hidden), gb);
+    int64_t best = -1;
+    for (int64_t i = g.L - 1; i >= 0; --i) {
+      grads = checked_add(grads, checked_mul(m.layer_params(i), gb));
+      const int64_t checkpoints = checked_mul(i + 1, checkpoint);
+      if (checked_add(grads, checkpoints) > best) {
+        best = checked_add(grads, checkpoints);
+        first_step_grads = grads;
+        first_step_checkpoints = checkpoints;
+      }
+    }
+    OOMB_ASSERT(first_step_grads <= grad_bytes, "first-step gradients above the step's");
+    first_step = true;
+  }
   add(row::kParameterGradients, Category::parameter_gradients, Tier::device,
-      OOMB_SHAPE({sharded ? zero.padded : adapters + trained_base}),
-      g.lora && trained_base == 0 ? Dtype::fp32 : c.param_grad_dtype, grad_bytes, all,
-      g.lora    ? "adapters x 4 + trained embeddings / gpus x param-grad dtype (the frozen base has none)"
-      : sharded ? "params per rank, padded to a multiple of the replicas, x param-grad dtype"
-                : "params per rank x param-grad dtype",
-      [&] { return trained_tensors("gradients", sharded ? zero.padded : params, c.param_grad_dtype); });
+      OOMB_SHAPE({sharded ? zero.padded : first_step ? first_step_grads / dtype_bytes(c.param_grad_dtype) : adapters + trained_base}),
+      g.lora && trained_base == 0 ? Dtype::fp32 : c.param_grad_dtype, first_step ? first_step_grads : grad_bytes,
+      first_step ? (bwd | opt) : all,
+      g.lora      ? "adapters x 4 + trained embeddings / gpus x param-grad dtype (the frozen base has none)"
+      : sharded   ? "params per rank, padded to a multiple of the replicas, x param-grad dtype"
+      : first_step ? "(LM head + final norm + layers i..L-1 params) x param-grad dtype, at the backward's largest moment "
+                     "(the first step of the measuring process: made by its backward)"
+                  : "params per rank x param-grad dtype",
+      [&] {
+        return trained_tensors("gradients", sharded ? zero.padded : first_step ? first_step_grads / dtype_bytes(c.param_grad_dtype) : params,
+                               c.param_grad_dtype);
+      });
+  if (first_step)
+    add("later_parameter_gradients", Category::parameter_gradients, Tier::device,
+        OOMB_SHAPE({(grad_bytes - first_step_grads) / dtype_bytes(c.param_grad_dtype)}), c.param_grad_dtype,
+        grad_bytes - first_step_grads, opt,
+        "(embedding + layers 0..i-1 params) x param-grad dtype (the first step's gradients made after the backward's largest moment)",
+        OOMB_TENSORS({"later_gradients", (grad_bytes - first_step_grads) / dtype_bytes(c.param_grad_dtype), c.param_grad_dtype}));
   if (c.optimizer != Optimizer::none) {
     // AdamW in fp32: master weights (of trained parameters that are not fp32), m and v, the decay
     // mask. Per rank, as every row (the node's host holds its tensor-parallel ranks' rows:
@@ -633,9 +675,14 @@ void add_rows(const models::ModelSpec& m, const Config& c, const Target& target,
   // them); a framework's standard step keeps them inside the activations.
   if (c.checkpointing || g.oomb) {
     add(row::kLayerInputCheckpoints, Category::checkpoints, Tier::device, OOMB_SHAPE({g.L, T, hs}), act,
-        checked_mul(checked_mul(g.L, T), hs * A), kept,
+        checked_mul(checked_mul(g.L, T), hs * A), first_step ? (kept & ~bwd) : kept,
         OOMB_TEXT("layers x " + tok + " tokens x hidden x activation dtype"),
         OOMB_TENSORS({"checkpoints", checked_mul(checked_mul(g.L, T), hs), act}));
+    if (first_step)
+      add("layer_input_checkpoints_left", Category::checkpoints, Tier::device,
+          OOMB_SHAPE({first_step_checkpoints / (T * hs * A), T, hs}), act, first_step_checkpoints, bwd,
+          OOMB_TEXT("(i + 1) x " + tok + " tokens x hidden x activation dtype (layers 0..i's, at the first step's backward peak)"),
+          OOMB_TENSORS({"checkpoints_left", first_step_checkpoints / A, act}));
   }
   if (!c.checkpointing) {
     // No recompute: every layer's activations are kept, and a layer computes in its own slice.

@@ -86,7 +86,10 @@ Json Config::to_json() const {
           {"lora_targets", lora_targets},
           {"lora_train_embeddings", lora_train_embeddings},
           {"layers_override", layers_override}};
-  if (implementation == Implementation::published) j["page_copy_latency_s"] = page_copy_latency_s;
+  if (implementation == Implementation::published) {
+    j["page_copy_latency_s"] = page_copy_latency_s;
+    j["sweep_first_context"] = sweep_first_context;
+  }
   if (router_aux_loss_coef > 0) j["router_aux_loss_coef"] = router_aux_loss_coef;
   return j;
 }
@@ -96,7 +99,7 @@ Config config_from_json(const Json& j, const std::string& where) {
   // Every key is one a configuration has (a typo or an invented knob would be ignored).
   if (j.is_object()) {
     Config all;
-    all.implementation = Implementation::published;  // the only case writing page_copy_latency_s
+    all.implementation = Implementation::published;  // the only case writing page_copy_latency_s, sweep_first_context
     all.router_aux_loss_coef = 1;                    // written when on
     const Json known = all.to_json();
     for (auto it = j.begin(); it != j.end(); ++it)
@@ -152,6 +155,7 @@ Config config_from_json(const Json& j, const std::string& where) {
   c.router_aux_loss_coef = r.f64_or("router_aux_loss_coef", 0);
   c.layers_override = r.i64_or("layers_override", 0);
   c.page_copy_latency_s = r.f64_or("page_copy_latency_s", Config{}.page_copy_latency_s);
+  c.sweep_first_context = r.i64_or("sweep_first_context", 0);
   return c;
 }
 
@@ -174,6 +178,8 @@ Config published_preset(Config c) {
   c.selection_memory = SelectionMemory::device;
   c.peak_measure = PeakMeasure::allocated;
   c.implementation = Implementation::published;
+  // The published figure's first context (its memory panel's first point, docs/model.md).
+  c.sweep_first_context = 8192;
   return c;
 }
 
@@ -275,6 +281,9 @@ void validate(const Config& c, const models::ModelSpec& m) {
   if (c.selection_tile_pages <= 0) throw Error("--selection-tile", "", "must be positive");
   if (!(c.page_copy_latency_s >= 0 && c.page_copy_latency_s < 1))  // NaN fails too
     throw Error("page_copy_latency_s", "", "must be in [0, 1) seconds", "the published default is 1e-05");
+  if (c.sweep_first_context < 0)
+    throw Error("sweep_first_context", std::to_string(c.sweep_first_context), "must be >= 0 tokens",
+                "0 = gradients allocated before every step; the published sweep starts at 8192");
   if (c.logits_chunk_tokens < 0) throw Error("--logits-chunk", "", "must be >= 0", "0 = whole chunk, unfused");
   if (c.loss_dtype != Dtype::bf16 && c.loss_dtype != Dtype::fp32)
     throw Error("--loss-dtype", to_string(c.loss_dtype), "unknown loss dtype", "bf16 (no upcast) or fp32 (upcast logits and gradient)");

@@ -92,6 +92,12 @@ struct Config {
   // memory and the wait for it), on top of the bytes at the GPU profile's d2h rate. A page is four
   // copies (K, V and their gradients). Written to documents only with "implementation": "published".
   double page_copy_latency_s = 10e-6;
+  // The published implementation only (docs/model.md, "How it measures"): the first context of the
+  // measuring process's sweep. The published test runs its contexts in ascending order in one
+  // process and never frees a parameter gradient, so only a step at (or below) this context starts
+  // without them: they are made by its first backward. 0 = every step finds them allocated. Written
+  // to documents only with "implementation": "published".
+  int64_t sweep_first_context = 0;
   int64_t gpus = 1;                    // tensor parallelism degree (docs/model.md "Tensor parallelism") (planning only)
   // Data parallelism: replicas (one process and GPU each, the same buffer table per rank) train on
   // different sequences, their parameter gradients all-reduced (summed, then averaged) before every

@@ -690,6 +690,79 @@ TEST(PublishedBaseline, ThreeLogitsSizedTensorsAtTheLogSoftmaxBackward) {
   EXPECT_TRUE(evaluate(ours).feasible);
 }
 
+TEST(PublishedBaseline, TheSweepsFirstStepMakesItsGradientsInItsBackward) {
+  // docs/model.md, "How it measures": the published test runs its contexts in ascending order in one
+  // process, never frees a parameter gradient and reports each context's first run, so only the
+  // sweep's first context (8K, the figure's first point) is measured from a step that starts without
+  // them. Hand-computed for qwen2.5-7b at 8K (L = 28, H = 3584, V = 152064, bf16): the forward and
+  // the loss hold none; at the last layer's backward every gradient but the input embedding's
+  // exists (LM head + final norm + the 28 layers) beside layer 0's checkpoint; the embedding's is
+  // made last, after every layer's activations are freed.
+  auto s = scenario("qwen2.5-7b", "h200", 8 * 1024);
+  s.config = step::published_preset(s.config);
+  s.config.schedule = step::Schedule::standard;
+  EXPECT_EQ(s.config.sweep_first_context, 8192);
+  const int64_t N = 8 * 1024, H = 3584, V = 152064, params = 7615616512;
+  const int64_t embedding = V * H;
+  const auto t = memory_table(s);
+  const auto* grads = t.find("parameter_gradients", step::Tier::device);
+  const auto* later = t.find("later_parameter_gradients", step::Tier::device);
+  const auto* left = t.find("layer_input_checkpoints_left", step::Tier::device);
+  ASSERT_NE(grads, nullptr);
+  ASSERT_NE(later, nullptr);
+  ASSERT_NE(left, nullptr);
+  EXPECT_EQ(grads->bytes, (params - embedding) * 2);
+  EXPECT_EQ(later->bytes, embedding * 2);
+  EXPECT_EQ(left->bytes, N * H * 2);  // layer 0's input
+  EXPECT_EQ(t.device_bytes_in(step::Phase::loss) + (params - embedding) * 2 + embedding * 2,
+            [&] {
+              auto always = s;
+              always.config.sweep_first_context = 0;
+              return memory_table(always).device_bytes_in(step::Phase::loss);
+            }());
+  const auto peak = t.device_peak();
+  EXPECT_EQ(peak.phase, step::Phase::backward);
+  // weights + gradients + layer 0's checkpoint + one layer's activations, norms' rstd, lse and
+  // backward temporaries + dy, dx + ids + the cuBLAS workspace (the rows of the table, by hand).
+  const int64_t layer_acts = N * (4 * H + 2 * 3584 + 2 * 512 + 3 * 18944) * 2, rstd = 2 * N * 4, lse = N * 28 * 4;
+  const int64_t layer_bwd = N * (3 * H + 2 * 3584 + 2 * 512 + 3 * 18944) * 2;
+  EXPECT_EQ(peak.bytes, params * 2 + (params - embedding) * 2 + N * H * 2 + layer_acts + rstd + lse + layer_bwd +
+                            2 * N * H * 2 + 2 * N * 4 + (int64_t{32} << 20));
+  // After the backward every gradient exists.
+  EXPECT_EQ(t.device_bytes_in(step::Phase::optimizer), params * 2 * 2 + 2 * N * 4 + (int64_t{32} << 20));
+
+  // At a long first context a layer's checkpoint outweighs its gradients (128K x 3584 x 2 > a layer's
+  // 233 M parameters x 2): the backward's largest moment is its first layer, every checkpoint still
+  // held, with the LM head's, the final norm's and layer 27's gradients.
+  auto longer = s;
+  longer.config.context_tokens = 128 * 1024;
+  longer.config.sweep_first_context = 128 * 1024;
+  const auto lt = memory_table(longer);
+  const int64_t layer = 233057792;  // q, k, v (with biases), o, MLP and the two norms of one layer
+  EXPECT_EQ(row_bytes(lt, "parameter_gradients"), (V * H + H + layer) * 2);
+  EXPECT_EQ(row_bytes(lt, "layer_input_checkpoints_left"), int64_t{28} * 128 * 1024 * H * 2);
+
+  // A later context of the sweep, and a chunked first step (its later chunks find the gradients the
+  // first chunk's backward made): the rows as always.
+  for (auto [schedule, context] : {std::pair{step::Schedule::standard, 16 * 1024}, std::pair{step::Schedule::oomb, 8 * 1024}}) {
+    auto later_step = s;
+    later_step.config.schedule = schedule;
+    later_step.config.context_tokens = context;
+    const auto lt2 = memory_table(later_step);
+    EXPECT_EQ(lt2.find("later_parameter_gradients", step::Tier::device), nullptr);
+    EXPECT_EQ(row_bytes(lt2, "parameter_gradients"), params * 2);
+  }
+  // One chunk (oomb at 4K): one backward, as the standard step.
+  auto one_chunk = s;
+  one_chunk.config.schedule = step::Schedule::oomb;
+  one_chunk.config.context_tokens = 4096;
+  EXPECT_NE(memory_table(one_chunk).find("later_parameter_gradients", step::Tier::device), nullptr);
+  // This project's own implementation always has its gradients allocated.
+  auto ours = s;
+  ours.config.implementation = step::Implementation::oomb;
+  EXPECT_EQ(row_bytes(memory_table(ours), "parameter_gradients"), params * 2);
+}
+
 TEST(PagesInFlight, EventSimulationAgreesWithTheClosedForm) {
   // The published preset with offload: the pages whose write-back has not finished at the pool's
   // peak, timed on the event simulation's timeline (its layer switches, each write-back freeing a

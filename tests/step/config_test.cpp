@@ -44,6 +44,36 @@ TEST(ConfigFlag, TheRouterAuxLossRoundTripsAndNeedsExperts) {
   }
 }
 
+// The published sweep's first context (docs/model.md, "How it measures"): a key of the published
+// implementation only (no flag), set by the preset, read back, refused below 0 by its name.
+TEST(ConfigFlag, TheSweepsFirstContextIsAPublishedKey) {
+  EXPECT_EQ(config_flag("sweep_first_context"), "sweep_first_context");  // no flag sets it
+  Config ours;
+  EXPECT_FALSE(ours.to_json().contains("sweep_first_context"));
+  Config c = published_preset(Config{});
+  c.context_tokens = 8192;
+  EXPECT_EQ(c.sweep_first_context, 8192);
+  EXPECT_NO_THROW(validate(c, models::load_model("qwen2.5-7b")));
+  Json j = c.to_json();
+  EXPECT_EQ(j["sweep_first_context"], 8192);
+  EXPECT_EQ(config_from_json(j, "plan.json").sweep_first_context, 8192);
+  j["sweep_first_context"] = -1;
+  try {
+    config_from_json(j, "plan.json");
+    FAIL() << "read a negative context";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("sweep_first_context"), std::string::npos) << e.what();
+  }
+  Config bad = c;
+  bad.sweep_first_context = -1;
+  try {
+    validate(bad, models::load_model("qwen2.5-7b"));
+    FAIL() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.where(), "sweep_first_context");
+  }
+}
+
 // validate() names flags; a document's validation names the keys of the same vocabulary.
 TEST(ConfigFlag, ADocumentNamesTheKeyTheFlagSets) {
   const models::ModelSpec m = models::load_model("tiny");
