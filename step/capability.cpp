@@ -54,7 +54,6 @@ Capability model_capability(const models::ModelSpec& m) {
       return no(std::string("experts stored as ") + to_string(m.moe.expert_weights));
   }
   if (!m.nope_layers.empty()) return no("layers without RoPE");
-  if (m.o_bias) return no("an o_proj bias");
   if (m.sandwich_norms) return no("sandwich norms");
   if (m.mlp != models::Mlp::swiglu) return no(std::string("the ") + to_string(m.mlp) + " MLP");
   if (const std::string rope = models::rope_scaling_type(m); rope != "default" && rope != "llama3")
@@ -79,6 +78,8 @@ Capability moe_capability(const models::ModelSpec& m, const Config& c) {
 Capability attention_capability(const models::ModelSpec& m, const Config& c) {
   if (m.attention_sinks && c.gpus > 1)
     return {"gpus", "attention sinks under tensor parallelism are planned on paper: the executor runs them on one GPU"};
+  if (m.o_bias && c.gpus > 1)
+    return {"gpus", "an o_proj bias under tensor parallelism is planned on paper: the executor runs it on one GPU"};
   return {};
 }
 

@@ -187,7 +187,7 @@ std::vector<LinearCall> step_linear_calls(const models::ModelSpec& m, const Conf
     // Layer forward (fill, recompute) and backward.
     fwd("q projection", T, H, qd, a16, bias, false);
     fwd("k/v projection", T, H, kvd, a16, bias, false);
-    fwd("o projection", T, qd, H, a16, false, false);
+    fwd("o projection", T, qd, H, a16, m.o_bias, false);
     if (g.Lmoe < g.L) {  // a dense MLP
       fwd("gate/up projection", T, H, F, a16, false, false);
       fwd("down projection", T, F, H, a16, false, false);
@@ -204,7 +204,7 @@ std::vector<LinearCall> step_linear_calls(const models::ModelSpec& m, const Conf
       bwd("expert gate/up projection backward", T, H, g.fe, a16, true, layer_dw, false, false);
       bwd("router backward", T, H, g.experts, false, true, layer_dw, false, false);
     }
-    bwd("o projection backward", T, qd, H, a16, false, layer_dw, false, false);
+    bwd("o projection backward", T, qd, H, a16, false, layer_dw, m.o_bias && !g.lora, false);
     bwd("q projection backward", T, H, qd, a16, true, layer_dw, layer_db, false);
     bwd("k/v projection backward", T, H, kvd, a16, true, layer_dw, layer_db, false);
     // The adapters of the targeted projections (per-GPU shapes; fp32 A, B and gradients), forward

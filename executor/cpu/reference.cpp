@@ -221,7 +221,7 @@ ReferenceResult full_sequence_reference(const models::ModelSpec& m, const Weight
     masked_attention_fwd(mask, A.q.data(), A.k.data(), A.v.data(), A.o.data(), A.probs,
                          o.sinks >= 0 ? P + o.sinks : nullptr);
     Vec a = zeros(n * H);
-    linear_fwd(A.o.data(), n, qd, P + o.o, nullptr, H, a.data());
+    linear_fwd(A.o.data(), n, qd, P + o.o, o.o_bias >= 0 ? P + o.o_bias : nullptr, H, a.data());
     for (int64_t i = 0; i < n * H; ++i) A.x2[static_cast<size_t>(i)] = A.x[static_cast<size_t>(i)] + a[static_cast<size_t>(i)];
     rmsnorm_fwd(A.x2.data(), P + o.post_norm, n, H, eps, A.h2.data(), A.rstd2.data());
     if (o.router >= 0) {
@@ -313,7 +313,8 @@ ReferenceResult full_sequence_reference(const models::ModelSpec& m, const Weight
     }
     rmsnorm_bwd(A.x2.data(), P + o.post_norm, A.rstd2.data(), dh2.data(), n, H, dx2.data(), G + o.post_norm);
     Vec dout = zeros(n * qd), dq = zeros(n * qd), dk = zeros(n * kvd), dv = zeros(n * kvd), dh1 = zeros(n * H);
-    linear_bwd(A.o.data(), n, qd, P + o.o, H, dx2.data(), dout.data(), false, G + o.o, nullptr);
+    linear_bwd(A.o.data(), n, qd, P + o.o, H, dx2.data(), dout.data(), false, G + o.o,
+               o.o_bias >= 0 ? G + o.o_bias : nullptr);
     masked_attention_bwd(mask, A.q.data(), A.k.data(), A.v.data(), A.probs, dout.data(), dq.data(), dk.data(),
                          dv.data(), o.sinks >= 0 ? G + o.sinks : nullptr);
     rope_bwd(dq.data(), n, m.q_heads, m.head_dim, 0, rope);

@@ -166,6 +166,8 @@ struct Engine::LayerPtrs {
   Tensor d_router, d_experts;
   ConstTensor sinks;  // attention sinks [q_heads] (null without)
   Tensor d_sinks;
+  ConstTensor bo;  // the o_proj bias [H] (null without)
+  Tensor d_bo;
   // LoRA: per target, A and B and their gradients (null where the projection has no adapter)
   std::array<ConstTensor, kLoraTargets> la{}, lb{};
   std::array<Tensor, kLoraTargets> d_la{}, d_lb{};
@@ -186,7 +188,7 @@ Engine::LayerPtrs Engine::layer_ptrs(int64_t l) const {
               p(o.gate), p(o.up), p(o.down), p(o.q_norm), p(o.k_norm),
               d(o.input_norm), d(o.q), d(o.q_bias), d(o.k), d(o.k_bias), d(o.v), d(o.v_bias), d(o.o), d(o.post_norm),
               d(o.gate), d(o.up), d(o.down), d(o.q_norm), d(o.k_norm),
-              p(o.router), p(o.experts), d(o.router), d(o.experts), p(o.sinks), d(o.sinks)};
+              p(o.router), p(o.experts), d(o.router), d(o.experts), p(o.sinks), d(o.sinks), p(o.o_bias), d(o.o_bias)};
   if (lora_) {
     const ConstTensor A = adapters_.ct();
     for (int k = 0; k < kLoraTargets; ++k) {
@@ -1056,7 +1058,8 @@ void Engine::layer_forward(const Pass& pass, int64_t pass_index, PassPages& page
       backend_.write_kv_pages(w.k.t(), w.v.t(), T, kvd, g_.p, pages.own_kv, kv_dtype_);
     });
   timed("o_proj", pass, 2 * Td * qd * H + adapter_flops(l, {LT::o}, T, 2), [&] {
-    backend_.linear_fwd(w.o.t(), T, qd, P.wo, nullptr, H, w.tmp.t());
+    // The o_proj bias (gpt-oss) is added once: refused under tensor parallelism (attention_capability).
+    backend_.linear_fwd(w.o.t(), T, qd, P.wo, P.bo, H, w.tmp.t());
     adapter_fwd(P, w, LT::o, w.o.ct(), T, w.tmp.t());
     tp_all_reduce(w.tmp.t(), T * H);  // row-parallel: each rank's heads' share of the output
     backend_.copy(w.x2.t(), in, T * H);
@@ -1236,7 +1239,7 @@ void Engine::layer_backward(const Pass& pass, PassPages& pages, ConstTensor in, 
     backend_.rmsnorm_bwd(a_.x2.t(), P.ln2, a_.rstd2.f32(), w.dh2.t(), T, H, w.dx2.t(), P.d_ln2);
   });
   timed("o_proj_bwd", pass, bw * Td * qd * H + adapter_flops(l, {LT::o}, T, 4), [&] {
-    backend_.linear_bwd(a_.o.t(), T, qd, P.wo, H, w.dx2.t(), w.dout.t(), false, P.d_wo, nullptr);
+    backend_.linear_bwd(a_.o.t(), T, qd, P.wo, H, w.dx2.t(), w.dout.t(), false, P.d_wo, P.d_bo);
     adapter_bwd(P, a_, LT::o, a_.o.ct(), T, w.dx2.ct(), w.dout.t());
   });
   const PagedAttention a = attention_args(pass, pages);

@@ -71,6 +71,7 @@ ParamLayout::ParamLayout(const models::ModelSpec& m) {
     o.v = add(pre + "self_attn.v_proj.weight", {kv, h}, true);
     if (m.qkv_bias) o.v_bias = add(pre + "self_attn.v_proj.bias", {kv}, false);
     o.o = add(pre + "self_attn.o_proj.weight", {h, q}, true);
+    if (m.o_bias) o.o_bias = add(pre + "self_attn.o_proj.bias", {h}, false);
     if (m.qk_norm) {
       o.q_norm = add(pre + "self_attn.q_norm.weight", {m.head_dim}, false);
       o.k_norm = add(pre + "self_attn.k_norm.weight", {m.head_dim}, false);

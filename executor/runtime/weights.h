@@ -32,6 +32,7 @@ struct LayerOffsets {
   // tensor of the layout (from ParamLayout::experts_begin()): the buffer table's expert_weights row.
   int64_t router = -1, experts = -1;
   int64_t sinks = -1;  // gpt-oss (ModelSpec::attention_sinks): one logit per q head, self_attn.sinks
+  int64_t o_bias = -1;  // gpt-oss (ModelSpec::o_bias): self_attn.o_proj.bias [hidden]
 };
 
 // The projections a LoRA adapter may sit on, in step::lora_target_names() order (PEFT's names).

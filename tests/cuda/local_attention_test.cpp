@@ -1,7 +1,7 @@
 // Local layers (sliding window, chunked blocks) and attention sinks on the CUDA backend: the sinks'
 // kernels against the CPU backend's ops, and whole training steps of the catalog's tiny-local and
-// tiny-sinks against the CPU backend's step and the full-sequence reference (the attention kernels'
-// windows: tests/cuda/attention_test.cpp).
+// tiny-sinks (also with gpt-oss's q, k, v and o_proj biases) against the CPU backend's step and the
+// full-sequence reference (the attention kernels' windows: tests/cuda/attention_test.cpp).
 #include <gtest/gtest.h>
 
 #include "../executor/test_util.h"
@@ -37,8 +37,10 @@ TEST_F(CudaLocalAttention, SinkKernelsMatchTheCpu) {
 }
 
 // fp32 storage: the CPU backend's loss and gradients and the full-sequence reference's.
-void check_step(CudaBackend& gpu, CpuBackend& cpu, const char* id, int64_t resident) {
-  const models::ModelSpec m = models::load_model(id);
+// attention_bias: gpt-oss's biases on q, k, v and o (its attention), on the catalog model named.
+void check_step(CudaBackend& gpu, CpuBackend& cpu, const char* id, int64_t resident, bool attention_bias = false) {
+  models::ModelSpec m = models::load_model(id);
+  if (attention_bias) m.qkv_bias = m.o_bias = true;
   const step::Config c = test::small_config(192, 64, 16, resident);
   Weights w = random_weights(m, 1234, 0.1f);
   for (const auto& p : w.layout.params())  // sinks that take a real share of each softmax
@@ -62,6 +64,10 @@ void check_step(CudaBackend& gpu, CpuBackend& cpu, const char* id, int64_t resid
 TEST_F(CudaLocalAttention, TinyLocalStepMatchesTheCpuAndTheFullSequence) { check_step(*gpu, cpu, "tiny-local", 1); }
 
 TEST_F(CudaLocalAttention, TinySinksStepMatchesTheCpuAndTheFullSequence) { check_step(*gpu, cpu, "tiny-sinks", 2); }
+
+TEST_F(CudaLocalAttention, AttentionBiasesStepMatchesTheCpuAndTheFullSequence) {
+  check_step(*gpu, cpu, "tiny-sinks", 1, true);
+}
 
 }  // namespace
 }  // namespace oomb::executor::cudatest

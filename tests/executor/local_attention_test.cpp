@@ -339,6 +339,38 @@ TEST(AttentionSinks, TheCatalogsTinySinksEqualsFullSequence) {
   }
 }
 
+// gpt-oss's attention_bias: biases on q, k, v and the o projection (o_proj.bias [hidden], added once
+// to the attention's output). The step against the reference with the biases in it: the loss, every
+// gradient, each o_proj bias's own; the biases change the loss.
+TEST(AttentionBias, TheOProjBiasEqualsFullSequence) {
+  models::ModelSpec m = models::load_model("tiny-sinks");
+  m.qkv_bias = m.o_bias = true;
+  const step::Config c = test::small_config(384, 128, 32, 1);
+  Weights w = random_weights(m, 17, kInitStd);
+  int64_t biases = 0;
+  for (const auto& p : w.layout.params())
+    if (p.name.find("self_attn.o_proj.bias") != std::string::npos) {
+      ++biases;
+      EXPECT_EQ(p.shape, std::vector<int64_t>{m.hidden}) << p.name;
+      const std::vector<float> b = test::random_vec(static_cast<size_t>(p.numel), 31 + static_cast<uint64_t>(biases), 0.5f);
+      std::copy(b.begin(), b.end(), w.at(p));
+    }
+  EXPECT_EQ(biases, m.layers);
+  EXPECT_EQ(w.layout.total(), m.param_count());  // the table's parameter count has them
+  const auto tokens = TokenSource::synthetic(m.vocab, 13).sequence(0, c.context_tokens);
+  const StepAndReference r = expect_step_equals_reference(m, c, w, tokens);
+  for (const auto& p : r.ref.grads.layout.params()) {
+    if (p.name.find("self_attn.o_proj.bias") == std::string::npos) continue;
+    const std::vector<float> zero(static_cast<size_t>(p.numel), 0.0f);
+    EXPECT_GT(relative_l2(r.ref.grads.at(p), zero.data(), p.numel), 0) << p.name;
+    EXPECT_LE(relative_l2(r.grads.at(p), r.ref.grads.at(p), p.numel), kGradRelTol) << p.name;
+  }
+  Weights unbiased = w;
+  for (const auto& p : unbiased.layout.params())
+    if (p.name.find("self_attn.o_proj.bias") != std::string::npos) std::fill(unbiased.at(p), unbiased.at(p) + p.numel, 0.0f);
+  EXPECT_GT(std::abs(cpu::full_sequence_reference(m, unbiased, tokens).loss - r.ref.loss), 1e-4);
+}
+
 TEST(AttentionSinks, UnderTensorParallelismAreRefusedByName) {
   const models::ModelSpec m = models::load_model("tiny-sinks");
   step::Config c = test::small_config(512, 128, 32, 1);

@@ -178,7 +178,6 @@ TEST(Capability, ModelsTheExecutorDoesNotComputeAreNamed) {
   const std::vector<std::pair<std::function<void(models::ModelSpec&)>, const char*>> edits = {
       {[](models::ModelSpec& m) { m.rope_scaling = {{"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 32768}}; },
        "RoPE scaling of type yarn"},
-      {[](models::ModelSpec& m) { m.o_bias = true; }, "o_proj bias"},
       {[](models::ModelSpec& m) { m.mlp = models::Mlp::geglu_tanh; }, "geglu_tanh"},
       {[](models::ModelSpec& m) { m.nope_layers = {3}; }, "without RoPE"},
   };
@@ -203,6 +202,15 @@ TEST(Capability, ModelsTheExecutorDoesNotComputeAreNamed) {
   const Capability cap = capability(sinks, tp, target(BackendKind::cuda));
   EXPECT_EQ(cap.key, "gpus");
   EXPECT_EQ(capability_error(cap, tp).where(), "--gpus");
+  // An o_proj bias (gpt-oss's attention_bias) runs on one GPU (tests/executor/local_attention_test.cpp,
+  // OProjBias) and is refused under tensor parallelism, where the row-parallel sum would add it per rank.
+  models::ModelSpec biased = base;
+  biased.o_bias = true;
+  EXPECT_TRUE(capability(biased, runnable(), target(BackendKind::cpu)).executable());
+  EXPECT_TRUE(capability(biased, runnable(), target(BackendKind::cuda)).executable());
+  const Capability bias_tp = capability(biased, tp, target(BackendKind::cpu));
+  EXPECT_EQ(bias_tp.key, "gpus");
+  EXPECT_NE(bias_tp.reason.find("o_proj bias"), std::string::npos) << bias_tp.reason;
 }
 
 // Experts, sliding and chunked layers and sandwich norms are priced (plans validate them), and only
