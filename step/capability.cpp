@@ -49,7 +49,6 @@ Capability model_capability(const models::ModelSpec& m) {
     // what of the configuration and target they run with.
     if (m.moe.routing == models::Routing::sigmoid_topk) return no("sigmoid top-k routing");
     if (m.moe.shared_experts > 0) return no("a mixture of experts with shared experts");
-    if (m.moe.router_bias || m.moe.expert_bias) return no("a mixture of experts with router or expert biases");
     if (m.moe.expert_weights != models::WeightFormat::native)
       return no(std::string("experts stored as ") + to_string(m.moe.expert_weights));
   }
@@ -63,7 +62,8 @@ Capability model_capability(const models::ModelSpec& m) {
 
 Error model_capability_error(const Capability& cap, const models::ModelSpec& m) {
   return Error("--model", m.id, cap.reason, "the executor runs the dense Qwen2, Qwen3, Llama and Mistral models, sliding-window and chunked "
-               "local layers, attention sinks, and mixtures of routed experts with softmax routing (Qwen3-MoE, Mixtral)");
+               "local layers, attention sinks and biases, and mixtures of routed experts with softmax routing (Qwen3-MoE, Mixtral; "
+               "router and expert biases too)");
 }
 
 Capability moe_capability(const models::ModelSpec& m, const Config& c) {

@@ -197,12 +197,13 @@ std::vector<LinearCall> step_linear_calls(const models::ModelSpec& m, const Conf
     if (g.Lmoe > 0) {
       // A MoE layer (Engine::moe_forward / moe_backward): the router (fp32 logits) and each expert's
       // projections over its packed rows, at most the chunk's tokens (a token picks an expert once).
-      fwd("router", T, H, g.experts, false, false, false);
-      fwd("expert gate/up projection", T, H, g.fe, a16, false, false);
-      fwd("expert down projection", T, g.fe, H, a16, false, false);
-      bwd("expert down projection backward", T, g.fe, H, a16, false, layer_dw, false, false);
-      bwd("expert gate/up projection backward", T, H, g.fe, a16, true, layer_dw, false, false);
-      bwd("router backward", T, H, g.experts, false, true, layer_dw, false, false);
+      const bool eb = m.moe.expert_bias, rb = m.moe.router_bias;
+      fwd("router", T, H, g.experts, false, rb, false);
+      fwd("expert gate/up projection", T, H, g.fe, a16, eb, false);
+      fwd("expert down projection", T, g.fe, H, a16, eb, false);
+      bwd("expert down projection backward", T, g.fe, H, a16, false, layer_dw, eb && !g.lora, false);
+      bwd("expert gate/up projection backward", T, H, g.fe, a16, true, layer_dw, eb && !g.lora, false);
+      bwd("router backward", T, H, g.experts, false, true, layer_dw, rb && !g.lora, false);
     }
     bwd("o projection backward", T, qd, H, a16, false, layer_dw, m.o_bias && !g.lora, false);
     bwd("q projection backward", T, H, qd, a16, true, layer_dw, layer_db, false);

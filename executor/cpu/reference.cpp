@@ -33,7 +33,8 @@ void moe_reference_fwd(const models::ModelSpec& m, const ParamLayout& L, const L
   const int64_t S = L.expert_stride();
   A.logits = zeros(n * E), A.weights = zeros(n * K), A.experts.assign(static_cast<size_t>(n * K), 0);
   A.eg = zeros(n * K * Fe), A.eu = zeros(n * K * Fe), A.em = zeros(n * K * Fe), A.eo = zeros(n * K * H);
-  linear_fwd(A.h2.data(), n, H, P + o.router, nullptr, E, A.logits.data());
+  linear_fwd(A.h2.data(), n, H, P + o.router, o.router_bias >= 0 ? P + o.router_bias : nullptr, E, A.logits.data());
+  const int64_t b0 = L.expert_bias();  // an expert's biases (gate, up, down) inside its stride
   std::fill_n(y, n * H, 0.0f);
   for (int64_t t = 0; t < n; ++t) {
     const float* l = A.logits.data() + t * E;
@@ -58,10 +59,10 @@ void moe_reference_fwd(const models::ModelSpec& m, const ParamLayout& L, const L
       const int64_t e = A.experts[static_cast<size_t>(t * K + j)], r = t * K + j;
       A.weights[static_cast<size_t>(r)] = static_cast<float>(std::exp(static_cast<double>(l[e])) / denom);
       const float* W = P + o.experts + e * S;
-      linear_fwd(A.h2.data() + t * H, 1, H, W, nullptr, Fe, A.eg.data() + r * Fe);
-      linear_fwd(A.h2.data() + t * H, 1, H, W + Fe * H, nullptr, Fe, A.eu.data() + r * Fe);
+      linear_fwd(A.h2.data() + t * H, 1, H, W, b0 < 0 ? nullptr : W + b0, Fe, A.eg.data() + r * Fe);
+      linear_fwd(A.h2.data() + t * H, 1, H, W + Fe * H, b0 < 0 ? nullptr : W + b0 + Fe, Fe, A.eu.data() + r * Fe);
       swiglu_fwd(A.eg.data() + r * Fe, A.eu.data() + r * Fe, Fe, A.em.data() + r * Fe);
-      linear_fwd(A.em.data() + r * Fe, 1, Fe, W + 2 * Fe * H, nullptr, H, A.eo.data() + r * H);
+      linear_fwd(A.em.data() + r * Fe, 1, Fe, W + 2 * Fe * H, b0 < 0 ? nullptr : W + b0 + 2 * Fe, H, A.eo.data() + r * H);
       for (int64_t i = 0; i < H; ++i)
         y[t * H + i] += A.weights[static_cast<size_t>(r)] * A.eo[static_cast<size_t>(r * H + i)];
     }
@@ -72,7 +73,7 @@ void moe_reference_fwd(const models::ModelSpec& m, const ParamLayout& L, const L
 void moe_reference_bwd(const models::ModelSpec& m, const ParamLayout& L, const LayerOffsets& o, const float* P, float* G,
                        int64_t n, const LayerActs& A, const float* dy, float* dh2) {
   const int64_t H = m.hidden, E = m.moe.experts, K = m.moe.experts_per_token, Fe = m.moe.expert_ffn_hidden;
-  const int64_t S = L.expert_stride();
+  const int64_t S = L.expert_stride(), b0 = L.expert_bias();
   std::fill_n(dh2, n * H, 0.0f);
   Vec dlogits = zeros(n * E), deo = zeros(H), dem = zeros(Fe), deg = zeros(Fe), deu = zeros(Fe);
   for (int64_t t = 0; t < n; ++t) {
@@ -89,10 +90,11 @@ void moe_reference_bwd(const models::ModelSpec& m, const ParamLayout& L, const L
       const float* W = P + o.experts + e * S;
       float* GW = G + o.experts + e * S;
       linear_bwd(A.em.data() + r * Fe, 1, Fe, W + 2 * Fe * H, H, deo.data(), dem.data(), false, GW + 2 * Fe * H,
-                 nullptr);
+                 b0 < 0 ? nullptr : GW + b0 + 2 * Fe);
       swiglu_bwd(A.eg.data() + r * Fe, A.eu.data() + r * Fe, dem.data(), Fe, deg.data(), deu.data());
-      linear_bwd(A.h2.data() + t * H, 1, H, W, Fe, deg.data(), dh2 + t * H, true, GW, nullptr);
-      linear_bwd(A.h2.data() + t * H, 1, H, W + Fe * H, Fe, deu.data(), dh2 + t * H, true, GW + Fe * H, nullptr);
+      linear_bwd(A.h2.data() + t * H, 1, H, W, Fe, deg.data(), dh2 + t * H, true, GW, b0 < 0 ? nullptr : GW + b0);
+      linear_bwd(A.h2.data() + t * H, 1, H, W + Fe * H, Fe, deu.data(), dh2 + t * H, true, GW + Fe * H,
+                 b0 < 0 ? nullptr : GW + b0 + Fe);
     }
     // The weights' Jacobian written out: w_j = exp(l_{e_j}) / Z, Z over the selected or every expert.
     const float* l = A.logits.data() + t * E;
@@ -115,7 +117,8 @@ void moe_reference_bwd(const models::ModelSpec& m, const ParamLayout& L, const L
     }
   }
   for (size_t i = 0; i < A.aux_dlogits.size(); ++i) dlogits[i] += A.aux_dlogits[i];
-  linear_bwd(A.h2.data(), n, H, P + o.router, E, dlogits.data(), dh2, true, G + o.router, nullptr);
+  linear_bwd(A.h2.data(), n, H, P + o.router, E, dlogits.data(), dh2, true, G + o.router,
+             o.router_bias >= 0 ? G + o.router_bias : nullptr);
 }
 }  // namespace
 

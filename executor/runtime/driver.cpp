@@ -168,6 +168,8 @@ struct Engine::LayerPtrs {
   Tensor d_sinks;
   ConstTensor bo;  // the o_proj bias [H] (null without)
   Tensor d_bo;
+  ConstTensor router_bias;  // a MoE router's bias [E] (null without)
+  Tensor d_router_bias;
   // LoRA: per target, A and B and their gradients (null where the projection has no adapter)
   std::array<ConstTensor, kLoraTargets> la{}, lb{};
   std::array<Tensor, kLoraTargets> d_la{}, d_lb{};
@@ -188,7 +190,8 @@ Engine::LayerPtrs Engine::layer_ptrs(int64_t l) const {
               p(o.gate), p(o.up), p(o.down), p(o.q_norm), p(o.k_norm),
               d(o.input_norm), d(o.q), d(o.q_bias), d(o.k), d(o.k_bias), d(o.v), d(o.v_bias), d(o.o), d(o.post_norm),
               d(o.gate), d(o.up), d(o.down), d(o.q_norm), d(o.k_norm),
-              p(o.router), p(o.experts), d(o.router), d(o.experts), p(o.sinks), d(o.sinks), p(o.o_bias), d(o.o_bias)};
+              p(o.router), p(o.experts), d(o.router), d(o.experts), p(o.sinks), d(o.sinks), p(o.o_bias), d(o.o_bias),
+              p(o.router_bias), d(o.router_bias)};
   if (lora_) {
     const ConstTensor A = adapters_.ct();
     for (int k = 0; k < kLoraTargets; ++k) {
@@ -1116,7 +1119,7 @@ void Engine::moe_forward(const Pass& pass, const LayerPtrs& P, LayerSet& w, Tens
   const bool renormalize = model_.moe.routing == models::Routing::softmax_topk;
   const double Td = static_cast<double>(T);
   timed("mlp_fwd", pass, 2 * Td * H * E + 2 * Td * static_cast<double>(K) * H * Fe * 3, [&] {
-    backend_.linear_fwd(w.h2.t(), T, H, P.router, nullptr, E, w.router_logits.t());
+    backend_.linear_fwd(w.h2.t(), T, H, P.router, P.router_bias, E, w.router_logits.t());
     backend_.moe_route(w.router_logits.ct(), T, E, K, renormalize, w.route_experts.i32(), w.route_weights.f32(),
                        w.route_rows.i32(), w.expert_offsets.i32());
     backend_.moe_gather(w.h2.ct(), T, H, K, w.route_rows.i32(), w.expert_in.t());
@@ -1129,15 +1132,18 @@ void Engine::moe_forward(const Pass& pass, const LayerPtrs& P, LayerSet& w, Tens
       backend_.download(r.data() + g_.chunk_start(pass.chunk) * K, w.route_experts.data(), T * K * 4);
     }
     const std::vector<int32_t> off = host_expert_offsets(w);
+    // An expert's biases (gpt-oss): gate, up and down from bias0 inside its stride.
+    const int64_t bias0 = layout_.expert_bias();
+    auto bias = [&](int64_t e, int64_t k) { return bias0 < 0 ? ConstTensor{} : P.experts.at(e * stride + bias0 + k); };
     for_each_routed_expert(off, [&](int64_t e, int64_t r0, int64_t n) {
       const ConstTensor x = w.expert_in.ct().at(r0 * H), ex = P.experts.at(e * stride);
-      backend_.linear_fwd(x, n, H, ex, nullptr, Fe, w.expert_gate.t().at(r0 * Fe));
-      backend_.linear_fwd(x, n, H, ex.at(Fe * H), nullptr, Fe, w.expert_up.t().at(r0 * Fe));
+      backend_.linear_fwd(x, n, H, ex, bias(e, 0), Fe, w.expert_gate.t().at(r0 * Fe));
+      backend_.linear_fwd(x, n, H, ex.at(Fe * H), bias(e, Fe), Fe, w.expert_up.t().at(r0 * Fe));
     });
     backend_.swiglu_fwd(w.expert_gate.ct(), w.expert_up.ct(), T * K * Fe, w.expert_act.t());
     for_each_routed_expert(off, [&](int64_t e, int64_t r0, int64_t n) {
-      backend_.linear_fwd(w.expert_act.ct().at(r0 * Fe), n, Fe, P.experts.at(e * stride + 2 * Fe * H), nullptr, H,
-                          w.expert_out.t().at(r0 * H));
+      backend_.linear_fwd(w.expert_act.ct().at(r0 * Fe), n, Fe, P.experts.at(e * stride + 2 * Fe * H), bias(e, 2 * Fe),
+                          H, w.expert_out.t().at(r0 * H));
     });
     if (out) {
       backend_.moe_combine(w.expert_out.ct(), T, H, K, w.route_rows.i32(), w.route_weights.f32(), w.tmp.t(), false);
@@ -1161,19 +1167,21 @@ void Engine::moe_backward(const Pass& pass, const LayerPtrs& P, LayerSet& a, Con
     const std::vector<int32_t> off = host_expert_offsets(a);
     // Expert e's gradient (gate, up, down from e x stride; none when frozen) at element k of it.
     auto d_expert = [&](int64_t e, int64_t k) { return P.d_experts ? P.d_experts.at(e * stride + k) : Tensor{}; };
+    const int64_t bias0 = layout_.expert_bias();  // its biases' gradients, with the biases
+    auto d_bias = [&](int64_t e, int64_t k) { return bias0 < 0 ? Tensor{} : d_expert(e, bias0 + k); };
     for_each_routed_expert(off, [&](int64_t e, int64_t r0, int64_t n) {
       backend_.linear_bwd(a.expert_act.ct().at(r0 * Fe), n, Fe, P.experts.at(e * stride + 2 * Fe * H), H,
                           w.d_expert_out.ct().at(r0 * H), w.d_expert_act.t().at(r0 * Fe), false,
-                          d_expert(e, 2 * Fe * H), nullptr);
+                          d_expert(e, 2 * Fe * H), d_bias(e, 2 * Fe));
     });
     backend_.swiglu_bwd(a.expert_gate.ct(), a.expert_up.ct(), w.d_expert_act.ct(), T * K * Fe, w.d_expert_gate.t(),
                         w.d_expert_up.t());
     for_each_routed_expert(off, [&](int64_t e, int64_t r0, int64_t n) {
       const ConstTensor x = a.expert_in.ct().at(r0 * H), ex = P.experts.at(e * stride);
       const Tensor dx = w.d_expert_in.t().at(r0 * H);
-      backend_.linear_bwd(x, n, H, ex, Fe, w.d_expert_gate.ct().at(r0 * Fe), dx, false, d_expert(e, 0), nullptr);
+      backend_.linear_bwd(x, n, H, ex, Fe, w.d_expert_gate.ct().at(r0 * Fe), dx, false, d_expert(e, 0), d_bias(e, 0));
       backend_.linear_bwd(x, n, H, ex.at(Fe * H), Fe, w.d_expert_up.ct().at(r0 * Fe), dx, true, d_expert(e, Fe * H),
-                          nullptr);
+                          d_bias(e, Fe));
     });
     // The gather's backward (each token's k rows summed), then the router's.
     backend_.moe_combine(w.d_expert_in.ct(), T, H, K, a.route_rows.i32(), nullptr, w.dh2.t(), false);
@@ -1181,7 +1189,8 @@ void Engine::moe_backward(const Pass& pass, const LayerPtrs& P, LayerSet& a, Con
                            w.d_route_weights.f32(), w.d_router_logits.t());
     if (aux_loss_on())
       backend_.moe_aux_grad(a.router_logits.f32(), T, E, aux_shares_.f32(), aux_scale_, w.d_router_logits.f32());
-    backend_.linear_bwd(a.h2.ct(), T, H, P.router, E, w.d_router_logits.ct(), w.dh2.t(), true, P.d_router, nullptr);
+    backend_.linear_bwd(a.h2.ct(), T, H, P.router, E, w.d_router_logits.ct(), w.dh2.t(), true, P.d_router,
+                        P.d_router_bias);
   });
 }
 

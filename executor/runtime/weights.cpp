@@ -80,6 +80,7 @@ ParamLayout::ParamLayout(const models::ModelSpec& m) {
     o.post_norm = add(pre + "post_attention_layernorm.weight", {h}, false);
     if (m.moe_layer(l)) {
       o.router = add(pre + moe_module(m) + ".gate.weight", {m.moe.experts, h}, true);
+      if (m.moe.router_bias) o.router_bias = add(pre + moe_module(m) + ".gate.bias", {m.moe.experts}, false);
     } else {
       o.gate = add(pre + "mlp.gate_proj.weight", {f, h}, true);
       o.up = add(pre + "mlp.up_proj.weight", {f, h}, true);
@@ -92,7 +93,8 @@ ParamLayout::ParamLayout(const models::ModelSpec& m) {
   // The routed experts, layer by layer, after everything else (their own row of the buffer table).
   experts_begin_ = total_;
   const int64_t fe = m.moe.expert_ffn_hidden;
-  expert_stride_ = m.moe.present() ? 3 * fe * h : 0;
+  expert_stride_ = m.moe.present() ? 3 * fe * h + (m.moe.expert_bias ? 2 * fe + h : 0) : 0;
+  if (m.moe.present() && m.moe.expert_bias) expert_bias_ = 3 * fe * h;
   const bool mixtral = m.family == "mixtral";  // w1 = gate, w3 = up, w2 = down
   for (int64_t l = 0; l < m.layers; ++l) {
     if (!m.moe_layer(l)) continue;
@@ -102,6 +104,11 @@ ParamLayout::ParamLayout(const models::ModelSpec& m) {
       const int64_t gate = add(x + (mixtral ? "w1.weight" : "gate_proj.weight"), {fe, h}, true);
       add(x + (mixtral ? "w3.weight" : "up_proj.weight"), {fe, h}, true);
       add(x + (mixtral ? "w2.weight" : "down_proj.weight"), {h, fe}, true);
+      if (m.moe.expert_bias) {
+        add(x + (mixtral ? "w1.bias" : "gate_proj.bias"), {fe}, false);
+        add(x + (mixtral ? "w3.bias" : "up_proj.bias"), {fe}, false);
+        add(x + (mixtral ? "w2.bias" : "down_proj.bias"), {h}, false);
+      }
       if (e == 0) layers_[static_cast<size_t>(l)].experts = gate;
     }
   }

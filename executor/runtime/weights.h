@@ -26,11 +26,13 @@ struct LayerOffsets {
   int64_t input_norm = -1, q = -1, q_bias = -1, k = -1, k_bias = -1, v = -1, v_bias = -1, o = -1;
   int64_t q_norm = -1, k_norm = -1;  // Qwen3 (ModelSpec::qk_norm): RMSNorm weight [head_dim] per q / k head
   int64_t post_norm = -1, gate = -1, up = -1, down = -1;  // a dense MLP's (-1 in a MoE layer)
-  // A mixture-of-experts layer (ModelSpec::moe_layer): the router [experts, hidden] and expert 0's
-  // gate_proj [fe, hidden]; expert e's gate, up [fe, hidden] and down [hidden, fe] follow one another
-  // from experts + e * ParamLayout::expert_stride(). Every layer's experts come after every other
-  // tensor of the layout (from ParamLayout::experts_begin()): the buffer table's expert_weights row.
-  int64_t router = -1, experts = -1;
+  // A mixture-of-experts layer (ModelSpec::moe_layer): the router [experts, hidden] (and with
+  // moe.router_bias its bias [experts]) and expert 0's gate_proj [fe, hidden]; expert e's gate, up
+  // [fe, hidden] and down [hidden, fe] follow one another from experts + e * ParamLayout::expert_stride(),
+  // then (moe.expert_bias, gpt-oss) their biases [fe], [fe], [hidden] (ParamLayout::expert_bias()).
+  // Every layer's experts come after every other tensor of the layout (from
+  // ParamLayout::experts_begin()): the buffer table's expert_weights row.
+  int64_t router = -1, router_bias = -1, experts = -1;
   int64_t sinks = -1;  // gpt-oss (ModelSpec::attention_sinks): one logit per q head, self_attn.sinks
   int64_t o_bias = -1;  // gpt-oss (ModelSpec::o_bias): self_attn.o_proj.bias [hidden]
 };
@@ -70,6 +72,9 @@ class ParamLayout {
   // before experts_begin() are the `weights` row, the rest the `expert_weights` row (total() when
   // the model has none).
   int64_t expert_stride() const { return expert_stride_; }
+  // Where an expert's gate bias begins inside its stride (its up and down biases follow; -1 without
+  // biases): after the gate, up and down weights, 3 x fe x hidden.
+  int64_t expert_bias() const { return expert_bias_; }
   int64_t experts_begin() const { return experts_begin_; }
   const LayerOffsets& layer(int64_t l) const { return layers_[static_cast<size_t>(l)]; }
   int64_t layers() const { return static_cast<int64_t>(layers_.size()); }
@@ -78,7 +83,7 @@ class ParamLayout {
   int64_t add(std::string name, std::vector<int64_t> shape, bool decay);
   std::vector<ParamInfo> params_;
   std::vector<LayerOffsets> layers_;
-  int64_t total_ = 0, embed_ = 0, final_norm_ = 0, lm_head_ = 0;
+  int64_t total_ = 0, embed_ = 0, final_norm_ = 0, lm_head_ = 0, expert_bias_ = -1;
   int64_t expert_stride_ = 0, experts_begin_ = 0;
   int64_t lora_rank_ = 0;
   std::vector<LoraSlot> lora_;  // layers x kLoraTargets (LoRA layouts only)

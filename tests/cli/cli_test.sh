@@ -313,13 +313,13 @@ expect_exit 2 "Qwen2ForCausalLM is not supported: it has num_local_experts" plan
 # A mixture of experts (Mixtral's published config) is read and planned (its weights and gradients
 # do not fit one H200 in full: LoRA on the attention with the experts frozen does); it runs, so a
 # CPU run is refused for the host memory its 46.7B parameters need, not by name.
-# gpt-oss-20b (router biases, MXFP4 experts, sliding layers, sinks) is refused by name. Its plan at
+# gpt-oss-20b (MXFP4 experts; its biases, sliding layers and sinks run) is refused by name. Its plan at
 # 4M keeps its sliding layers' reach only (local_kv_pool).
 expect_exit 1 "LoRA rank 16 on the attention, the experts frozen.*--lora-rank 16" \
   plan --model "$src/tests/models/hf_configs/mixtral-8x7b.json" --gpu h200 --context 1M
 expect_exit 2 "--context: '1K': this run needs at least .* of host memory" \
   run --model "$src/tests/models/hf_configs/mixtral-8x7b.json" --context 1K --chunk 256 --page 64
-expect_exit 2 "--model: 'gpt-oss-20b': a mixture of experts with router or expert biases is planned, not run" \
+expect_exit 2 "--model: 'gpt-oss-20b': experts stored as mxfp4 is planned, not run" \
   run --model gpt-oss-20b --context 1K --chunk 256 --page 64
 # tiny-moe (Qwen3-MoE-shaped, 8 experts, top 2) runs: its chunk-recurrent step is the full-sequence
 # reference's, plan -> run -> validate holds its memory to the byte (bf16 storage, the plan's

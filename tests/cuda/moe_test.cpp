@@ -109,11 +109,20 @@ TEST_F(CudaMoe, Bf16RowsMatchTheCpuBitForBit) {
 // A step of the catalog's tiny-moe (its first layer dense) with offload, fp32 storage and GEMMs,
 // and the load-balancing loss's weight `coef`: the CPU backend's loss and gradients, and the
 // full-sequence reference's.
-void check_tiny_moe_step(CudaBackend& gpu, CpuBackend& cpu, double coef) {
-  const models::ModelSpec m = models::load_model("tiny-moe");
+// biases: gpt-oss's router and expert biases on tiny-moe, random.
+void check_tiny_moe_step(CudaBackend& gpu, CpuBackend& cpu, double coef, bool biases = false) {
+  models::ModelSpec m = models::load_model("tiny-moe");
+  m.moe.router_bias = m.moe.expert_bias = biases;
   step::Config c = test::small_config(48, 16, 8, 1);
   c.router_aux_loss_coef = coef;
-  const Weights w = random_weights(m, 1234, 0.1f);
+  Weights w = random_weights(m, 1234, 0.1f);
+  uint64_t seed = 90;
+  for (const auto& p : w.layout.params())
+    if (biases && p.name.find("mlp.") != std::string::npos && p.name.find(".bias") != std::string::npos) {
+      const std::vector<float> b = random_vec(static_cast<size_t>(p.numel), ++seed, 0.3f);
+      std::copy(b.begin(), b.end(), w.at(p));
+    }
+  if (biases) ASSERT_GT(seed, 90u);
   const auto tokens = TokenSource::synthetic(m.vocab, 7).sequence(0, c.context_tokens);
   Engine on_cpu(cpu, m, c, w);
   const double want = on_cpu.step(tokens).loss;
@@ -158,6 +167,9 @@ TEST_F(CudaMoe, LoadBalancingLossMatchesTheCpu) {
 }
 
 TEST_F(CudaMoe, StepWithTheLoadBalancingLossMatchesTheCpu) { check_tiny_moe_step(*gpu, cpu, 0.5); }
+
+// gpt-oss's router and expert biases: the same step on tiny-moe with them.
+TEST_F(CudaMoe, RouterAndExpertBiasesStepMatchesTheCpu) { check_tiny_moe_step(*gpu, cpu, 0, true); }
 
 }  // namespace
 }  // namespace oomb::executor::cudatest

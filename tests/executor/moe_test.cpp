@@ -217,6 +217,56 @@ INSTANTIATE_TEST_SUITE_P(
         MoeCase{"single_chunk", 8, 2, 16, {2}, models::Routing::softmax_topk, 24, 32, 8, 64}),
     [](const auto& i) { return std::string(i.param.name); });
 
+// gpt-oss's biases: the router's [experts] and each expert's gate, up [fe] and down [hidden] (after
+// its weights inside its stride). Random biases large enough to move the routing; the step with
+// offload against the reference: loss, every gradient, the biases' own (every router's, and the
+// experts' that took a token), and the biases change the loss.
+TEST(Moe, RouterAndExpertBiasesEqualFullSequence) {
+  MoeCase k{"biases", 4, 2, 16, {}, models::Routing::softmax_topk, 64, 16, 8, 1};
+  models::ModelSpec m = moe_model(k);
+  m.moe.router_bias = m.moe.expert_bias = true;
+  const step::Config c = test::small_config(k.N, k.C, k.p, k.resident);
+  ASSERT_TRUE(step::capability(m, c, {}).executable()) << step::capability(m, c, {}).reason;
+  Weights w = random_weights(m, 4321, kInitStd);
+  EXPECT_EQ(w.layout.total(), m.param_count());
+  EXPECT_EQ(w.layout.expert_stride(), 3 * 16 * m.hidden + 2 * 16 + m.hidden);
+  int64_t router_biases = 0, expert_biases = 0;
+  uint64_t seed = 70;
+  for (const auto& p : w.layout.params()) {
+    const bool router = p.name.find("mlp.gate.bias") != std::string::npos;
+    const bool expert = p.name.find(".experts.") != std::string::npos && p.name.find(".bias") != std::string::npos;
+    if (!router && !expert) continue;
+    (router ? router_biases : expert_biases) += 1;
+    const std::vector<float> b = test::random_vec(static_cast<size_t>(p.numel), ++seed, 0.3f);
+    std::copy(b.begin(), b.end(), w.at(p));
+  }
+  EXPECT_EQ(router_biases, m.layers);
+  EXPECT_EQ(expert_biases, m.layers * k.experts * 3);
+  ASSERT_NE(w.layout.find("model.layers.0.mlp.experts.3.down_proj.bias"), nullptr);
+  const auto tokens = TokenSource::synthetic(m.vocab, 7).sequence(0, k.N);
+  CpuBackend backend;
+  Engine e(backend, m, c, w);
+  const double loss = e.step(tokens).loss;
+  const cpu::ReferenceResult ref = cpu::full_sequence_reference(m, w, tokens);
+  EXPECT_NEAR(loss, ref.loss, kLossRelTol * ref.loss);
+  const auto [err, name] = worst_relative_l2(e.gradients(), ref.grads);
+  EXPECT_LE(err, kGradRelTol) << "worst tensor " << name;
+  int64_t trained = 0;
+  for (const auto& p : ref.grads.layout.params()) {
+    if (p.name.find(".bias") == std::string::npos || p.name.find("mlp.") == std::string::npos) continue;
+    const std::vector<float> zero(static_cast<size_t>(p.numel), 0.0f);
+    const bool moved = relative_l2(ref.grads.at(p), zero.data(), p.numel) > 0;
+    if (p.name.find("mlp.gate.bias") != std::string::npos) EXPECT_TRUE(moved) << p.name;
+    trained += moved ? 1 : 0;
+  }
+  EXPECT_GE(trained, m.layers + m.layers * k.experts * 3 * 3 / 4);
+  Weights unbiased = w;
+  for (const auto& p : unbiased.layout.params())
+    if (p.name.find("mlp.") != std::string::npos && p.name.find(".bias") != std::string::npos)
+      std::fill(unbiased.at(p), unbiased.at(p) + p.numel, 0.0f);
+  EXPECT_GT(std::abs(cpu::full_sequence_reference(m, unbiased, tokens).loss - ref.loss), 1e-4);
+}
+
 // The catalog's test model, as `oomb run --model tiny-moe` runs it.
 TEST(Moe, TheCatalogsTinyMoeEqualsFullSequence) {
   const models::ModelSpec m = models::load_model("tiny-moe");
