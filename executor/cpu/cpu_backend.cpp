@@ -508,17 +508,17 @@ void CpuBackend::rope_bwd(Tensor dx, int64_t rows, int64_t heads, int64_t hd, in
   Out d(dx, rows * heads * hd, true);
   cpu::rope_bwd(d, rows, heads, hd, pos0, rope);
 }
-void CpuBackend::swiglu_fwd(ConstTensor g, ConstTensor u, int64_t n, Tensor out) {
+void CpuBackend::swiglu_fwd(ConstTensor g, ConstTensor u, int64_t n, Tensor out, float limit) {
   extents::elementwise("swiglu_fwd", n, {g, u, out});
   In gi(g, n), ui(u, n);
   Out o(out, n, false);
-  cpu::swiglu_fwd(gi, ui, n, o);
+  cpu::swiglu_fwd(gi, ui, n, o, limit);
 }
-void CpuBackend::swiglu_bwd(ConstTensor g, ConstTensor u, ConstTensor d, int64_t n, Tensor dg, Tensor du) {
+void CpuBackend::swiglu_bwd(ConstTensor g, ConstTensor u, ConstTensor d, int64_t n, Tensor dg, Tensor du, float limit) {
   extents::elementwise("swiglu_bwd", n, {g, u, d, dg, du});
   In gi(g, n), ui(u, n), di(d, n);
   Out dgo(dg, n, false), duo(du, n, false);
-  cpu::swiglu_bwd(gi, ui, di, n, dgo, duo);
+  cpu::swiglu_bwd(gi, ui, di, n, dgo, duo, limit);
 }
 void CpuBackend::moe_route(ConstTensor logits, int64_t rows, int64_t experts, int64_t k, bool renormalize,
                            int32_t* route_experts, float* route_weights, int32_t* route_rows, int32_t* offsets) {

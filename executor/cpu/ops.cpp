@@ -162,14 +162,35 @@ void rope_bwd(float* dx, int64_t rows, int64_t heads, int64_t head_dim, int64_t 
 // Elementwise: pieces of kElemGrain elements.
 constexpr int64_t kElemGrain = 8192;
 
-void swiglu_fwd(const float* gate, const float* up, int64_t n, float* out) {
+void swiglu_fwd(const float* gate, const float* up, int64_t n, float* out, float limit) {
+  if (limit > 0) {  // gpt-oss: elementwise, written out (the clamps' branches)
+    parallel_pieces(n, kElemGrain, n, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) {
+        const float g = std::min(gate[i], limit), u = std::clamp(up[i], -limit, limit);
+        out[i] = g / (1.0f + std::exp(-kGptOssAlpha * g)) * (u + 1.0f);
+      }
+    });
+    return;
+  }
   parallel_pieces(n, kElemGrain, n, [&](int64_t i0, int64_t i1) {
     const CMapA g(gate + i0, i1 - i0), u(up + i0, i1 - i0);
     MapA(out + i0, i1 - i0) = g / (1.0f + (-g).exp()) * u;
   });
 }
 
-void swiglu_bwd(const float* gate, const float* up, const float* dout, int64_t n, float* dgate, float* dup) {
+void swiglu_bwd(const float* gate, const float* up, const float* dout, int64_t n, float* dgate, float* dup, float limit) {
+  if (limit > 0) {
+    parallel_pieces(n, kElemGrain, n, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) {
+        const float g0 = gate[i], u0 = up[i], d = dout[i];  // read before dup / dgate are written
+        const float g = std::min(g0, limit), u = std::clamp(u0, -limit, limit);
+        const float s = 1.0f / (1.0f + std::exp(-kGptOssAlpha * g));
+        dup[i] = u0 >= -limit && u0 <= limit ? d * g * s : 0.0f;
+        dgate[i] = g0 <= limit ? d * (u + 1.0f) * s * (1.0f + kGptOssAlpha * g * (1.0f - s)) : 0.0f;
+      }
+    });
+    return;
+  }
   parallel_pieces(n, kElemGrain, n, [&](int64_t i0, int64_t i1) {
     const int64_t m = i1 - i0;
     const CMapA g(gate + i0, m), u(up + i0, m), d(dout + i0, m);

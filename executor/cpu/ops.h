@@ -28,9 +28,12 @@ void linear_bwd(const float* x, int64_t rows, int64_t in, const float* w, int64_
 void rope_fwd(float* x, int64_t rows, int64_t heads, int64_t head_dim, int64_t pos0, const models::Rope& rope);
 void rope_bwd(float* dx, int64_t rows, int64_t heads, int64_t head_dim, int64_t pos0, const models::Rope& rope);
 
-// out = silu(gate) * up.
-void swiglu_fwd(const float* gate, const float* up, int64_t n, float* out);
-void swiglu_bwd(const float* gate, const float* up, const float* dout, int64_t n, float* dgate, float* dup);
+// out = silu(gate) * up; limit > 0: gpt-oss's clamped variant (Backend::swiglu_fwd).
+void swiglu_fwd(const float* gate, const float* up, int64_t n, float* out, float limit = 0);
+void swiglu_bwd(const float* gate, const float* up, const float* dout, int64_t n, float* dgate, float* dup,
+                float limit = 0);
+// gpt-oss's constant: sigmoid(1.702 x) x approximates GELU (its MLP's `alpha`).
+inline constexpr float kGptOssAlpha = 1.702f;
 
 double cross_entropy(float* logits, int64_t rows, int64_t vocab, const int32_t* targets, float scale);
 // Tensor parallelism's vocabulary-parallel loss over one rank's columns of the logits (Backend::

@@ -27,6 +27,11 @@ struct LayerActs {
 // A MoE layer's MLP, one token at a time (independent of the executor's packed dispatch): the k
 // largest logits (descending, equal ones by ascending expert), weighted by the softmax of the k
 // selected (renormalize) or of every expert; y [n, H] = the weighted sum of the experts' outputs.
+// The MLP activation's clamp (gpt-oss), 0 for plain SwiGLU.
+float swiglu_limit(const models::ModelSpec& m) {
+  return m.mlp == models::Mlp::gpt_oss ? static_cast<float>(m.swiglu_limit) : 0.0f;
+}
+
 void moe_reference_fwd(const models::ModelSpec& m, const ParamLayout& L, const LayerOffsets& o, const float* P,
                        int64_t n, const std::vector<int32_t>* routes, LayerActs& A, float* y) {
   const int64_t H = m.hidden, E = m.moe.experts, K = m.moe.experts_per_token, Fe = m.moe.expert_ffn_hidden;
@@ -61,7 +66,7 @@ void moe_reference_fwd(const models::ModelSpec& m, const ParamLayout& L, const L
       const float* W = P + o.experts + e * S;
       linear_fwd(A.h2.data() + t * H, 1, H, W, b0 < 0 ? nullptr : W + b0, Fe, A.eg.data() + r * Fe);
       linear_fwd(A.h2.data() + t * H, 1, H, W + Fe * H, b0 < 0 ? nullptr : W + b0 + Fe, Fe, A.eu.data() + r * Fe);
-      swiglu_fwd(A.eg.data() + r * Fe, A.eu.data() + r * Fe, Fe, A.em.data() + r * Fe);
+      swiglu_fwd(A.eg.data() + r * Fe, A.eu.data() + r * Fe, Fe, A.em.data() + r * Fe, swiglu_limit(m));
       linear_fwd(A.em.data() + r * Fe, 1, Fe, W + 2 * Fe * H, b0 < 0 ? nullptr : W + b0 + 2 * Fe, H, A.eo.data() + r * H);
       for (int64_t i = 0; i < H; ++i)
         y[t * H + i] += A.weights[static_cast<size_t>(r)] * A.eo[static_cast<size_t>(r * H + i)];
@@ -91,7 +96,7 @@ void moe_reference_bwd(const models::ModelSpec& m, const ParamLayout& L, const L
       float* GW = G + o.experts + e * S;
       linear_bwd(A.em.data() + r * Fe, 1, Fe, W + 2 * Fe * H, H, deo.data(), dem.data(), false, GW + 2 * Fe * H,
                  b0 < 0 ? nullptr : GW + b0 + 2 * Fe);
-      swiglu_bwd(A.eg.data() + r * Fe, A.eu.data() + r * Fe, dem.data(), Fe, deg.data(), deu.data());
+      swiglu_bwd(A.eg.data() + r * Fe, A.eu.data() + r * Fe, dem.data(), Fe, deg.data(), deu.data(), swiglu_limit(m));
       linear_bwd(A.h2.data() + t * H, 1, H, W, Fe, deg.data(), dh2 + t * H, true, GW, b0 < 0 ? nullptr : GW + b0);
       linear_bwd(A.h2.data() + t * H, 1, H, W + Fe * H, Fe, deu.data(), dh2 + t * H, true, GW + Fe * H,
                  b0 < 0 ? nullptr : GW + b0 + Fe);
@@ -238,7 +243,7 @@ ReferenceResult full_sequence_reference(const models::ModelSpec& m, const Weight
     }
     linear_fwd(A.h2.data(), n, H, P + o.gate, nullptr, F, A.g.data());
     linear_fwd(A.h2.data(), n, H, P + o.up, nullptr, F, A.u.data());
-    swiglu_fwd(A.g.data(), A.u.data(), n * F, A.m.data());
+    swiglu_fwd(A.g.data(), A.u.data(), n * F, A.m.data(), swiglu_limit(m));
     Vec d = zeros(n * H);
     linear_fwd(A.m.data(), n, F, P + o.down, nullptr, H, d.data());
     for (int64_t i = 0; i < n * H; ++i) x[static_cast<size_t>(i)] = A.x2[static_cast<size_t>(i)] + d[static_cast<size_t>(i)];
@@ -310,7 +315,7 @@ ReferenceResult full_sequence_reference(const models::ModelSpec& m, const Weight
       moe_reference_bwd(m, L, o, P, G, n, A, dx.data(), dh2.data());
     } else {
       linear_bwd(A.m.data(), n, F, P + o.down, H, dx.data(), dm.data(), false, G + o.down, nullptr);
-      swiglu_bwd(A.g.data(), A.u.data(), dm.data(), n * F, dg.data(), du.data());
+      swiglu_bwd(A.g.data(), A.u.data(), dm.data(), n * F, dg.data(), du.data(), swiglu_limit(m));
       linear_bwd(A.h2.data(), n, H, P + o.gate, F, dg.data(), dh2.data(), false, G + o.gate, nullptr);
       linear_bwd(A.h2.data(), n, H, P + o.up, F, du.data(), dh2.data(), true, G + o.up, nullptr);
     }

@@ -781,15 +781,15 @@ void CudaBackend::rope_bwd(Tensor dx, int64_t rows, int64_t heads, int64_t head_
   launch_rope(dx, rows, heads, head_dim, pos0, rope, -1.0f, impl_->compute);
 }
 
-void CudaBackend::swiglu_fwd(ConstTensor gate, ConstTensor up_, int64_t n, Tensor out) {
+void CudaBackend::swiglu_fwd(ConstTensor gate, ConstTensor up_, int64_t n, Tensor out, float limit) {
   extents::elementwise("swiglu_fwd", n, {gate, up_, out});
-  launch_swiglu_fwd(gate, up_, n, out, impl_->compute);
+  launch_swiglu_fwd(gate, up_, n, out, limit, impl_->compute);
 }
 
 void CudaBackend::swiglu_bwd(ConstTensor gate, ConstTensor up_, ConstTensor dout, int64_t n, Tensor dgate,
-                             Tensor dup) {
+                             Tensor dup, float limit) {
   extents::elementwise("swiglu_bwd", n, {gate, up_, dout, dgate, dup});
-  launch_swiglu_bwd(gate, up_, dout, n, dgate, dup, impl_->compute);
+  launch_swiglu_bwd(gate, up_, dout, n, dgate, dup, limit, impl_->compute);
 }
 
 void CudaBackend::moe_route(ConstTensor logits, int64_t rows, int64_t experts, int64_t k, bool renormalize,

@@ -6,35 +6,50 @@ namespace oomb::executor::cuda {
 
 namespace {
 
-__global__ void swiglu_fwd_kernel(InView g, InView u, int64_t n, OutView out) {
+constexpr float kGptOssAlpha = 1.702f;  // gpt-oss's MLP: sigmoid(1.702 x) x
+
+__global__ void swiglu_fwd_kernel(InView g, InView u, int64_t n, float limit, OutView out) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
     const float x = g[i];
-    out.store(i, x / (1.0f + expf(-x)) * u[i]);
+    if (limit > 0) {
+      const float xc = fminf(x, limit), uc = fminf(fmaxf(u[i], -limit), limit);
+      out.store(i, xc / (1.0f + expf(-kGptOssAlpha * xc)) * (uc + 1.0f));
+    } else {
+      out.store(i, x / (1.0f + expf(-x)) * u[i]);
+    }
   }
 }
 
-__global__ void swiglu_bwd_kernel(InView g, InView u, InView d, int64_t n, OutView dg, OutView du) {
+__global__ void swiglu_bwd_kernel(InView g, InView u, InView d, int64_t n, float limit, OutView dg, OutView du) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
-    const float x = g[i], sig = 1.0f / (1.0f + expf(-x)), di = d[i];
+    const float x = g[i], di = d[i];
     const float ui = u[i];  // read before du is stored (du may share storage with u)
-    du.store(i, di * x * sig);
-    dg.store(i, di * ui * sig * (1.0f + x * (1.0f - sig)));
+    if (limit > 0) {
+      const float xc = fminf(x, limit), uc = fminf(fmaxf(ui, -limit), limit);
+      const float sig = 1.0f / (1.0f + expf(-kGptOssAlpha * xc));
+      du.store(i, ui >= -limit && ui <= limit ? di * xc * sig : 0.0f);
+      dg.store(i, x <= limit ? di * (uc + 1.0f) * sig * (1.0f + kGptOssAlpha * xc * (1.0f - sig)) : 0.0f);
+    } else {
+      const float sig = 1.0f / (1.0f + expf(-x));
+      du.store(i, di * x * sig);
+      dg.store(i, di * ui * sig * (1.0f + x * (1.0f - sig)));
+    }
   }
 }
 
 }  // namespace
 
-void launch_swiglu_fwd(ConstTensor gate, ConstTensor up, int64_t n, Tensor out, cudaStream_t s) {
+void launch_swiglu_fwd(ConstTensor gate, ConstTensor up, int64_t n, Tensor out, float limit, cudaStream_t s) {
   if (n <= 0) return;
-  OOMB_LAUNCH(grid_for(n), kThreads, 0, s, swiglu_fwd_kernel)(view(gate), view(up), n, view(out));
+  OOMB_LAUNCH(grid_for(n), kThreads, 0, s, swiglu_fwd_kernel)(view(gate), view(up), n, limit, view(out));
   OOMB_CUDA_LAUNCH_CHECK("swiglu_fwd_kernel");
 }
 
 void launch_swiglu_bwd(ConstTensor gate, ConstTensor up, ConstTensor dout, int64_t n, Tensor dgate, Tensor dup,
-                       cudaStream_t s) {
+                       float limit, cudaStream_t s) {
   if (n <= 0) return;
-  OOMB_LAUNCH(grid_for(n), kThreads, 0, s, swiglu_bwd_kernel)(view(gate), view(up), view(dout), n, view(dgate),
-                                                               view(dup));
+  OOMB_LAUNCH(grid_for(n), kThreads, 0, s, swiglu_bwd_kernel)(view(gate), view(up), view(dout), n, limit,
+                                                               view(dgate), view(dup));
   OOMB_CUDA_LAUNCH_CHECK("swiglu_bwd_kernel");
 }
 

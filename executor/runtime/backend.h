@@ -266,9 +266,12 @@ class Backend {
   // In place, rotate-half convention, absolute positions pos0 .. pos0 + rows - 1.
   virtual void rope_fwd(Tensor x, int64_t rows, int64_t heads, int64_t head_dim, int64_t pos0, const models::Rope& rope) = 0;
   virtual void rope_bwd(Tensor dx, int64_t rows, int64_t heads, int64_t head_dim, int64_t pos0, const models::Rope& rope) = 0;
-  virtual void swiglu_fwd(ConstTensor gate, ConstTensor up, int64_t n, Tensor out) = 0;
+  // out = silu(gate) * up; with limit > 0 gpt-oss's variant (models::Mlp::gpt_oss): gate clamped
+  // above at limit, up to [-limit, limit], out = gate sigmoid(1.702 gate) (up + 1), and the clamps'
+  // gradients zero outside their ranges (PyTorch's clamp: bounds included).
+  virtual void swiglu_fwd(ConstTensor gate, ConstTensor up, int64_t n, Tensor out, float limit = 0) = 0;
   virtual void swiglu_bwd(ConstTensor gate, ConstTensor up, ConstTensor dout, int64_t n, Tensor dgate,
-                          Tensor dup) = 0;
+                          Tensor dup, float limit = 0) = 0;
   virtual void add(Tensor y, ConstTensor x, int64_t n) = 0;  // y += x
   // Mixture of experts, packed dispatch (docs/model.md "Layer kinds and experts"): the rows x k
   // (token, expert) pairs sorted by expert, then by token, so each expert's rows are one block.

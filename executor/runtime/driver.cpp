@@ -1078,7 +1078,7 @@ void Engine::layer_forward(const Pass& pass, int64_t pass_index, PassPages& page
     backend_.linear_fwd(w.h2.t(), T, H, P.wu, nullptr, F, w.u.t());
     adapter_fwd(P, w, LT::gate, w.h2.ct(), T, w.g.t());
     adapter_fwd(P, w, LT::up, w.h2.ct(), T, w.u.t());
-    backend_.swiglu_fwd(w.g.t(), w.u.t(), T * F, w.m.t());
+    backend_.swiglu_fwd(w.g.t(), w.u.t(), T * F, w.m.t(), swiglu_limit());
     if (out) {
       backend_.linear_fwd(w.m.t(), T, F, P.wd, nullptr, H, w.tmp.t());
       adapter_fwd(P, w, LT::down, w.m.ct(), T, w.tmp.t());
@@ -1140,7 +1140,7 @@ void Engine::moe_forward(const Pass& pass, const LayerPtrs& P, LayerSet& w, Tens
       backend_.linear_fwd(x, n, H, ex, bias(e, 0), Fe, w.expert_gate.t().at(r0 * Fe));
       backend_.linear_fwd(x, n, H, ex.at(Fe * H), bias(e, Fe), Fe, w.expert_up.t().at(r0 * Fe));
     });
-    backend_.swiglu_fwd(w.expert_gate.ct(), w.expert_up.ct(), T * K * Fe, w.expert_act.t());
+    backend_.swiglu_fwd(w.expert_gate.ct(), w.expert_up.ct(), T * K * Fe, w.expert_act.t(), swiglu_limit());
     for_each_routed_expert(off, [&](int64_t e, int64_t r0, int64_t n) {
       backend_.linear_fwd(w.expert_act.ct().at(r0 * Fe), n, Fe, P.experts.at(e * stride + 2 * Fe * H), bias(e, 2 * Fe),
                           H, w.expert_out.t().at(r0 * H));
@@ -1175,7 +1175,7 @@ void Engine::moe_backward(const Pass& pass, const LayerPtrs& P, LayerSet& a, Con
                           d_expert(e, 2 * Fe * H), d_bias(e, 2 * Fe));
     });
     backend_.swiglu_bwd(a.expert_gate.ct(), a.expert_up.ct(), w.d_expert_act.ct(), T * K * Fe, w.d_expert_gate.t(),
-                        w.d_expert_up.t());
+                        w.d_expert_up.t(), swiglu_limit());
     for_each_routed_expert(off, [&](int64_t e, int64_t r0, int64_t n) {
       const ConstTensor x = a.expert_in.ct().at(r0 * H), ex = P.experts.at(e * stride);
       const Tensor dx = w.d_expert_in.t().at(r0 * H);
@@ -1235,7 +1235,7 @@ void Engine::layer_backward(const Pass& pass, PassPages& pages, ConstTensor in, 
     timed("mlp_bwd", pass, bw * Td * H * F * 3 + adapter_flops(l, {LT::gate, LT::up, LT::down}, T, 4), [&] {
       backend_.linear_bwd(a_.m.t(), T, F, P.wd, H, dy, w.dm.t(), false, P.d_wd, nullptr);
       adapter_bwd(P, a_, LT::down, a_.m.ct(), T, dy, w.dm.t());
-      backend_.swiglu_bwd(a_.g.t(), a_.u.t(), w.dm.t(), T * F, w.dg.t(), w.du.t());
+      backend_.swiglu_bwd(a_.g.t(), a_.u.t(), w.dm.t(), T * F, w.dg.t(), w.du.t(), swiglu_limit());
       backend_.linear_bwd(a_.h2.t(), T, H, P.wg, F, w.dg.t(), w.dh2.t(), false, P.d_wg, nullptr);
       adapter_bwd(P, a_, LT::gate, a_.h2.ct(), T, w.dg.ct(), w.dh2.t());
       backend_.linear_bwd(a_.h2.t(), T, H, P.wu, F, w.du.t(), w.dh2.t(), true, P.d_wu, nullptr);

@@ -313,7 +313,7 @@ expect_exit 2 "Qwen2ForCausalLM is not supported: it has num_local_experts" plan
 # A mixture of experts (Mixtral's published config) is read and planned (its weights and gradients
 # do not fit one H200 in full: LoRA on the attention with the experts frozen does); it runs, so a
 # CPU run is refused for the host memory its 46.7B parameters need, not by name.
-# gpt-oss-20b (MXFP4 experts; its biases, sliding layers and sinks run) is refused by name. Its plan at
+# gpt-oss-20b (MXFP4 experts, YaRN; its biases, clamped SwiGLU, sliding layers and sinks run) is refused by name. Its plan at
 # 4M keeps its sliding layers' reach only (local_kv_pool).
 expect_exit 1 "LoRA rank 16 on the attention, the experts frozen.*--lora-rank 16" \
   plan --model "$src/tests/models/hf_configs/mixtral-8x7b.json" --gpu h200 --context 1M

@@ -109,10 +109,11 @@ TEST_F(CudaMoe, Bf16RowsMatchTheCpuBitForBit) {
 // A step of the catalog's tiny-moe (its first layer dense) with offload, fp32 storage and GEMMs,
 // and the load-balancing loss's weight `coef`: the CPU backend's loss and gradients, and the
 // full-sequence reference's.
-// biases: gpt-oss's router and expert biases on tiny-moe, random.
+// biases: gpt-oss's router and expert biases on tiny-moe, random, and its clamped SwiGLU.
 void check_tiny_moe_step(CudaBackend& gpu, CpuBackend& cpu, double coef, bool biases = false) {
   models::ModelSpec m = models::load_model("tiny-moe");
   m.moe.router_bias = m.moe.expert_bias = biases;
+  if (biases) m.mlp = models::Mlp::gpt_oss, m.swiglu_limit = 0.05;
   step::Config c = test::small_config(48, 16, 8, 1);
   c.router_aux_loss_coef = coef;
   Weights w = random_weights(m, 1234, 0.1f);
@@ -168,8 +169,8 @@ TEST_F(CudaMoe, LoadBalancingLossMatchesTheCpu) {
 
 TEST_F(CudaMoe, StepWithTheLoadBalancingLossMatchesTheCpu) { check_tiny_moe_step(*gpu, cpu, 0.5); }
 
-// gpt-oss's router and expert biases: the same step on tiny-moe with them.
-TEST_F(CudaMoe, RouterAndExpertBiasesStepMatchesTheCpu) { check_tiny_moe_step(*gpu, cpu, 0, true); }
+// gpt-oss's experts (router and expert biases, the clamped SwiGLU): the same step on tiny-moe.
+TEST_F(CudaMoe, GptOssExpertsStepMatchesTheCpu) { check_tiny_moe_step(*gpu, cpu, 0, true); }
 
 }  // namespace
 }  // namespace oomb::executor::cudatest

@@ -314,6 +314,15 @@ TEST_F(CudaOps, SwigluForwardAndBackward) {
     gpu->swiglu_bwd(d_g.get(), d_u.get(), d_d.get(), n, d_dg.get(), d_du.get());
     EXPECT_LE(rel_l2(d_dg.read(), dg), kElementwiseTol) << n;
     EXPECT_LE(rel_l2(d_du.read(), du), kElementwiseTol) << n;
+    // gpt-oss's clamped variant (limit 1.5: a share of both operands beyond their clamps).
+    const float limit = 1.5f;
+    cpu.swiglu_fwd(g.data(), u.data(), n, out.data(), limit);
+    gpu->swiglu_fwd(d_g.get(), d_u.get(), n, d_out.get(), limit);
+    EXPECT_LE(rel_l2(d_out.read(), out), kElementwiseTol) << n << " clamped";
+    cpu.swiglu_bwd(g.data(), u.data(), d.data(), n, dg.data(), du.data(), limit);
+    gpu->swiglu_bwd(d_g.get(), d_u.get(), d_d.get(), n, d_dg.get(), d_du.get(), limit);
+    EXPECT_LE(rel_l2(d_dg.read(), dg), kElementwiseTol) << n << " clamped";
+    EXPECT_LE(rel_l2(d_du.read(), du), kElementwiseTol) << n << " clamped";
   }
 }
 

@@ -169,11 +169,11 @@ class FakeCupti final : public Backend, public OpTagger {
   void rope_bwd(Tensor dx, int64_t rows, int64_t heads, int64_t hd, int64_t pos0, const models::Rope& rope) override {
     kernel("rope_bwd", [&] { b_.rope_bwd(dx, rows, heads, hd, pos0, rope); });
   }
-  void swiglu_fwd(ConstTensor g, ConstTensor u, int64_t n, Tensor out) override {
-    kernel("swiglu_fwd", [&] { b_.swiglu_fwd(g, u, n, out); });
+  void swiglu_fwd(ConstTensor g, ConstTensor u, int64_t n, Tensor out, float limit = 0) override {
+    kernel("swiglu_fwd", [&] { b_.swiglu_fwd(g, u, n, out, limit); });
   }
-  void swiglu_bwd(ConstTensor g, ConstTensor u, ConstTensor dout, int64_t n, Tensor dg, Tensor du) override {
-    kernel("swiglu_bwd", [&] { b_.swiglu_bwd(g, u, dout, n, dg, du); });
+  void swiglu_bwd(ConstTensor g, ConstTensor u, ConstTensor dout, int64_t n, Tensor dg, Tensor du, float limit = 0) override {
+    kernel("swiglu_bwd", [&] { b_.swiglu_bwd(g, u, dout, n, dg, du, limit); });
   }
   void add(Tensor y, ConstTensor x, int64_t n) override {
     kernel("add", [&] { b_.add(y, x, n); });

@@ -267,6 +267,31 @@ TEST(Moe, RouterAndExpertBiasesEqualFullSequence) {
   EXPECT_GT(std::abs(cpu::full_sequence_reference(m, unbiased, tokens).loss - ref.loss), 1e-4);
 }
 
+// gpt-oss's experts: its clamped SwiGLU (a limit the experts' pre-activations cross, so the clamps
+// act) with its biases, softmax over the selected logits; the step against the reference.
+TEST(Moe, GptOssExpertsEqualFullSequence) {
+  MoeCase k{"gpt_oss", 4, 2, 16, {}, models::Routing::softmax_topk, 64, 16, 8, 1};
+  models::ModelSpec m = moe_model(k);
+  m.moe.router_bias = m.moe.expert_bias = true;
+  m.mlp = models::Mlp::gpt_oss;
+  m.swiglu_limit = 0.05;
+  const step::Config c = test::small_config(k.N, k.C, k.p, k.resident);
+  ASSERT_TRUE(step::capability(m, c, {}).executable()) << step::capability(m, c, {}).reason;
+  const Weights w = random_weights(m, 4321, kInitStd);
+  const auto tokens = TokenSource::synthetic(m.vocab, 7).sequence(0, k.N);
+  CpuBackend backend;
+  Engine e(backend, m, c, w);
+  const double loss = e.step(tokens).loss;
+  const cpu::ReferenceResult ref = cpu::full_sequence_reference(m, w, tokens);
+  EXPECT_NEAR(loss, ref.loss, kLossRelTol * ref.loss);
+  const auto [err, name] = worst_relative_l2(e.gradients(), ref.grads);
+  EXPECT_LE(err, kGradRelTol) << "worst tensor " << name;
+  // The clamp acts: without it (plain SwiGLU) the loss is another.
+  models::ModelSpec plain = m;
+  plain.mlp = models::Mlp::swiglu;
+  EXPECT_GT(std::abs(cpu::full_sequence_reference(plain, w, tokens).loss - ref.loss), 1e-5);
+}
+
 // The catalog's test model, as `oomb run --model tiny-moe` runs it.
 TEST(Moe, TheCatalogsTinyMoeEqualsFullSequence) {
   const models::ModelSpec m = models::load_model("tiny-moe");

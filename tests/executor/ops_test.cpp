@@ -95,6 +95,42 @@ TEST(Ops, SwigluBackward) {
   EXPECT_LT(fd_error(u, du, f), kFdTol);
 }
 
+// gpt-oss's clamped SwiGLU (transformers' GptOssExperts): gate clamped above at the limit, up to
+// [-limit, limit], out = gate sigmoid(1.702 gate) (up + 1). Values on both sides of every clamp (and
+// none exactly on a bound, where the derivative jumps); central differences see the clamps' zero
+// gradients.
+TEST(Ops, GptOssSwigluIsItsDefinitionAndItsDerivative) {
+  const int64_t n = 40;
+  const float limit = 0.7f;
+  auto g = random_vec(n, 20, 2.0f), u = random_vec(n, 21, 2.0f), r = random_vec(n, 22);
+  for (auto* v : {&g, &u})
+    for (float& x : *v)
+      if (std::abs(std::abs(x) - limit) < 0.02f) x += 0.05f;
+  int64_t clamped_g = 0, clamped_u = 0;
+  for (int64_t i = 0; i < n; ++i) clamped_g += g[i] > limit, clamped_u += std::abs(u[i]) > limit;
+  ASSERT_GT(clamped_g, 0);
+  ASSERT_GT(clamped_u, 0);
+  ASSERT_LT(clamped_g, n);
+  std::vector<float> y(n);
+  auto f = [&] {
+    cpu::swiglu_fwd(g.data(), u.data(), n, y.data(), limit);
+    return dot(y, r);
+  };
+  f();
+  for (int64_t i = 0; i < n; ++i) {
+    const double gc = std::min(double{g[i]}, double{limit}), uc = std::clamp(double{u[i]}, -double{limit}, double{limit});
+    EXPECT_NEAR(y[i], gc / (1 + std::exp(-1.702 * gc)) * (uc + 1), 1e-5) << i;
+  }
+  std::vector<float> dg(n), du(n);
+  cpu::swiglu_bwd(g.data(), u.data(), r.data(), n, dg.data(), du.data(), limit);
+  EXPECT_LT(fd_error(g, dg, f), kFdTol);
+  EXPECT_LT(fd_error(u, du, f), kFdTol);
+  for (int64_t i = 0; i < n; ++i) {
+    if (g[i] > limit) EXPECT_EQ(dg[i], 0.0f) << i;
+    if (std::abs(u[i]) > limit) EXPECT_EQ(du[i], 0.0f) << i;
+  }
+}
+
 TEST(Ops, CrossEntropyBackward) {
   const int64_t rows = 4, vocab = 9;
   auto logits = random_vec(rows * vocab, 13, 2.0f);
