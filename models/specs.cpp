@@ -290,11 +290,30 @@ Rope rope_of(const ModelSpec& m, const std::string& where, const std::string& ke
   Rope rope(m.rope_theta);
   const std::string type = rope_scaling_type(m, where, key);
   if (type == "default") return rope;
-  if (type != "llama3")
+  if (type != "llama3" && type != "yarn")
     throw Error(where, key + ".rope_type",
-                key + " of type '" + type + "' is planned, not run: the executor computes plain RoPE and llama3 scaling",
-                "a model with plain RoPE or llama3 scaling to run it (plans price any RoPE alike)");
+                key + " of type '" + type + "' is planned, not run: the executor computes plain RoPE, llama3 and yarn scaling",
+                "a model with plain RoPE, llama3 or yarn scaling to run it (plans price any RoPE alike)");
   JsonReader r(m.rope_scaling, where + " " + key);
+  if (type == "yarn") {
+    // Hugging Face's _compute_yarn_parameters (transformers/modeling_rope_utils.py).
+    rope.factor = r.f64_in("factor", 1.0, 1e6);
+    rope.yarn_original_max_position =
+        static_cast<double>(r.i64_in("original_max_position_embeddings", 1, int64_t{1} << 40));
+    auto opt = [&](const char* k, double fallback) {
+      return r.has(k) && !m.rope_scaling[k].is_null() ? r.f64_in(k, 0.0, 1e6) : fallback;
+    };
+    rope.beta_fast = opt("beta_fast", 32.0);
+    rope.beta_slow = opt("beta_slow", 1.0);
+    rope.truncate = r.has("truncate") ? r.boolean("truncate") : true;
+    auto mscale = [&](double scale, double ms) { return scale <= 1.0 ? 1.0 : 0.1 * ms * std::log(scale) + 1.0; };
+    const double ms = opt("mscale", 0.0), ms_all = opt("mscale_all_dim", 0.0);
+    rope.attention_factor = r.has("attention_factor") && !m.rope_scaling["attention_factor"].is_null()
+                                ? r.f64_in("attention_factor", 0.0, 1e6)
+                            : ms > 0 && ms_all > 0 ? mscale(rope.factor, ms) / mscale(rope.factor, ms_all)
+                                                   : mscale(rope.factor, 1.0);
+    return rope;
+  }
   rope.factor = r.f64_in("factor", 1.0, 1e6);
   rope.low_freq_factor = r.f64_in("low_freq_factor", 1e-6, 1e6);
   rope.high_freq_factor = r.f64_in("high_freq_factor", 1e-6, 1e6);

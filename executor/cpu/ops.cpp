@@ -119,11 +119,12 @@ void linear_bwd(const float* x, int64_t rows, int64_t in, const float* w, int64_
 
 namespace {
 // cos/sin of one position for every frequency (angles in double, then rounded once).
-void rope_angles(int64_t pos, int64_t half, const double* inv_freq, float* c, float* s) {
+// scale: YaRN's attention factor (models::rope_scale), in the cos and sin.
+void rope_angles(int64_t pos, int64_t half, const double* inv_freq, double scale, float* c, float* s) {
   for (int64_t i = 0; i < half; ++i) {
     const double a = static_cast<double>(pos) * inv_freq[i];
-    c[i] = static_cast<float>(std::cos(a));
-    s[i] = static_cast<float>(std::sin(a));
+    c[i] = static_cast<float>(std::cos(a) * scale);
+    s[i] = static_cast<float>(std::sin(a) * scale);
   }
 }
 
@@ -136,7 +137,7 @@ void rope_apply(float* x, int64_t rows, int64_t heads, int64_t head_dim, int64_t
   parallel_pieces(rows, kRowGrain, rows * heads * head_dim * 4, [&](int64_t r0, int64_t r1) {
     std::vector<float> c(static_cast<size_t>(half)), s(static_cast<size_t>(half));
     for (int64_t t = r0; t < r1; ++t) {
-      rope_angles(pos0 + t, half, inv_freq.data(), c.data(), s.data());
+      rope_angles(pos0 + t, half, inv_freq.data(), models::rope_scale(rope), c.data(), s.data());
       for (int64_t h = 0; h < heads; ++h) {
         float* v = x + (t * heads + h) * head_dim;
         for (int64_t i = 0; i < half; ++i) {

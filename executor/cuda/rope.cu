@@ -15,7 +15,8 @@ __global__ void rope_kernel(OutView x, int64_t rows, int64_t heads, int64_t head
     const int64_t t = e / half, i = e % half;
     const double inv_freq = models::rope_inv_freq(rope, i, head_dim);
     const double a = static_cast<double>(pos0 + t) * inv_freq;
-    const float co = static_cast<float>(cos(a)), si = sign * static_cast<float>(sin(a));
+    const double scale = models::rope_scale(rope);  // YaRN's attention factor (1 otherwise)
+    const float co = static_cast<float>(cos(a) * scale), si = sign * static_cast<float>(sin(a) * scale);
     for (int64_t h = 0; h < heads; ++h) {
       const int64_t v = (t * heads + h) * head_dim;
       const float p = x.load(v + i), q = x.load(v + i + half);

@@ -450,13 +450,15 @@ for t in dynamic longrope; do
   sed "s/\"rope_theta\": 10000.0,/\"rope_theta\": 10000.0, \"rope_scaling\": {\"rope_type\": \"$t\", \"factor\": 4.0},/" "$tiny" >m_$t.json
   expect 2 "m_$t.json: 'rope_scaling.rope_type': rope_scaling of type '$t' is not supported.*llama3" -- run --model ./m_$t.json --context 256 --chunk 256 --page 64 --quiet
 done
-# linear and yarn (Gemma 3, gpt-oss, Qwen3 at 128K) are read and planned; a run refuses them by name.
+# linear and yarn (Gemma 3, gpt-oss, Qwen3 at 128K) are read and planned; a run computes yarn and
+# refuses linear by name.
 for t in linear yarn; do
   sed "s/\"rope_theta\": 10000.0,/\"rope_theta\": 10000.0, \"rope_scaling\": {\"rope_type\": \"$t\", \"factor\": 4.0, \"original_max_position_embeddings\": 256},/" "$tiny" >m_$t.json
   [ $t = linear ] && sed -i 's/, "original_max_position_embeddings": 256//' m_$t.json
   expect 0 "" -- simulate --model ./m_$t.json --context 4K
-  expect 2 "--model: .*RoPE scaling of type $t is planned, not run" -- run --model ./m_$t.json --context 256 --chunk 256 --page 64 --quiet
 done
+expect 2 "--model: .*RoPE scaling of type linear is planned, not run" -- run --model ./m_linear.json --context 256 --chunk 256 --page 64 --quiet
+expect 0 "" -- run --model ./m_yarn.json --context 256 --chunk 256 --page 64 --quiet
 mkdir -p hfyarn && sed 's/"tie_word_embeddings":true/"tie_word_embeddings":true,"rope_scaling":{"type":"dynamic","factor":2.0}/' hfdir/config.json >hfyarn/config.json
 expect 2 "hfyarn/config.json: 'rope_scaling.rope_type': rope_scaling of type 'dynamic'" -- simulate --model ./hfyarn --context 4K
 

@@ -281,7 +281,10 @@ TEST_F(CudaOps, RopeForwardAndBackward) {
   // Plain RoPE and Llama 3.1's llama3 scaling (factor 8, low 1, high 4, original 8192).
   models::Rope llama3(5e5);
   llama3.factor = 8.0, llama3.low_freq_factor = 1.0, llama3.high_freq_factor = 4.0, llama3.original_max_position = 8192;
-  for (const models::Rope& rope : {models::Rope(1e6), llama3}) {
+  // YaRN (Qwen3's 128K scaling: factor 4 from 32768, attention factor 0.1 ln 4 + 1).
+  models::Rope yarn(1e6);
+  yarn.factor = 4.0, yarn.yarn_original_max_position = 32768, yarn.attention_factor = 0.1 * std::log(4.0) + 1.0;
+  for (const models::Rope& rope : {models::Rope(1e6), llama3, yarn}) {
     for (int64_t hd : {2, 8, 64, 128}) {
       for (int64_t rows : kRows) {
         for (int64_t pos0 : {int64_t{0}, int64_t{4093}, int64_t{4194000}}) {

@@ -111,10 +111,40 @@ TEST(RopeScaling, Llama3ChunkedEqualsFullSequenceAndDiffersFromPlainRope) {
   EXPECT_GT(relative_l2(r.grads.data.data(), p.grads.data.data(), static_cast<int64_t>(p.grads.data.size())),
             1e2 * kGradRelTol);
   // A scaling the executor does not compute never reaches it as plain RoPE.
-  auto yarn = plain;
-  yarn.rope_scaling = {{"rope_type", "yarn"}, {"factor", 4.0}};
-  EXPECT_THROW(run(yarn, test::small_config(N, 16, 8, 64), w, tokens), Error);
-  EXPECT_THROW(cpu::full_sequence_reference(yarn, w, tokens), Error);
+  auto linear = plain;
+  linear.rope_scaling = {{"rope_type", "linear"}, {"factor", 4.0}};
+  EXPECT_THROW(run(linear, test::small_config(N, 16, 8, 64), w, tokens), Error);
+  EXPECT_THROW(cpu::full_sequence_reference(linear, w, tokens), Error);
+}
+
+// YaRN (Qwen3 at 128K, gpt-oss), with an original length of 16 so that a 37-token sequence sees
+// it: the chunked step equals the full-sequence reference with the scaled frequencies and the
+// attention factor, and the scaling changes the loss.
+TEST(RopeScaling, YarnChunkedEqualsFullSequenceAndDiffersFromPlainRope) {
+  auto plain = test::small_model(2, 4, 2, 8, 32, false, false);
+  plain.family = "qwen3";
+  auto scaled = plain;
+  scaled.rope_scaling = {{"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 16}};
+  ASSERT_TRUE(models::rope_of(scaled).yarn());
+  const Weights w = random_weights(plain, 4321, kInitStd);
+  const int64_t N = 37;
+  const auto tokens = TokenSource::synthetic(plain.vocab, 11).sequence(0, N);
+  const RunOut r = run(scaled, test::small_config(N, 16, 8, 1), w, tokens);
+  const cpu::ReferenceResult ref = cpu::full_sequence_reference(scaled, w, tokens);
+  EXPECT_NEAR(r.loss, ref.loss, kLossRelTol * ref.loss);
+  const auto [err, name] = worst_relative_l2(r.grads, ref.grads);
+  EXPECT_LE(err, kGradRelTol) << "worst tensor " << name;
+  const cpu::ReferenceResult pref = cpu::full_sequence_reference(plain, w, tokens);
+  // A hundred times the chunked-vs-reference tolerance (small random weights keep the attention
+  // near uniform, so any RoPE moves the loss little), and every gradient moves.
+  EXPECT_GT(std::fabs(r.loss - pref.loss), 1e2 * kLossRelTol * pref.loss) << r.loss << " vs " << pref.loss;
+  EXPECT_GT(relative_l2(r.grads.data.data(), pref.grads.data.data(), static_cast<int64_t>(pref.grads.data.size())),
+            1e2 * kGradRelTol);
+  // The attention factor alone (frequencies unchanged: factor 1 keeps every one) moves the loss too.
+  auto scale_only = plain;
+  scale_only.rope_scaling = {{"rope_type", "yarn"}, {"factor", 1.0}, {"attention_factor", 1.5},
+                             {"original_max_position_embeddings", 16}};
+  EXPECT_GT(std::fabs(cpu::full_sequence_reference(scale_only, w, tokens).loss - pref.loss), 1e2 * kLossRelTol * pref.loss);
 }
 
 // ---- the LM head and loss in row tiles (config logits_chunk_tokens): the same loss and gradients

@@ -323,8 +323,8 @@ TEST_F(HfConfig, UnsupportedArchitecturesAreRefusedByName) {
   Json qwin = Json::parse(kQwen25_7b);
   qwin["use_sliding_window"] = true;
   expect_refused(folder("qwin", qwin), "use_sliding_window", {"sliding-window"});
-  // YaRN (Qwen3's way to 128K) and linear scaling import and plan; the executor refuses them by name
-  // (step::model_capability). One it does not know is refused here.
+  // YaRN (Qwen3's way to 128K) and linear scaling import and plan; the executor runs YaRN and refuses
+  // linear by name (step::model_capability). One it does not know is refused here.
   Json yarn = Json::parse(kQwen3_8b);
   yarn["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 32768}};
   EXPECT_EQ(rope_scaling_type(load_model(folder("yarn", yarn))), "yarn");

@@ -106,6 +106,42 @@ TEST(Specs, DerivedCountsAreChecked) {
   EXPECT_THROW(m.embedding_params(), Error);
 }
 
+// YaRN (Hugging Face's _compute_yarn_parameters), by hand for theta 1e4, head_dim 16, original 64,
+// factor 4: the correction dims are 16 ln(64 / (2 pi 32)) / (2 ln 1e4) = -0.994 (floored, held at 0)
+// and 16 ln(64 / (2 pi)) / (2 ln 1e4) = 2.016 (ceiled: 3), so frequency i is kept for i = 0, divided
+// by 4 from i = 3, and in between f (1 - i/3) + f / 4 (i/3); cos and sin x (0.1 ln 4 + 1).
+TEST(Rope, YarnInverseFrequenciesAndAttentionFactorMatchThePublishedFormula) {
+  ModelSpec m = load_model("tiny");
+  m.rope_theta = 1e4;
+  m.head_dim = 16;
+  m.rope_scaling = {{"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 64}};
+  const Rope r = rope_of(m);
+  ASSERT_TRUE(r.yarn());
+  EXPECT_FALSE(r.llama3());
+  EXPECT_NEAR(rope_scale(r), 0.1 * std::log(4.0) + 1.0, 1e-15);
+  const Rope plain(1e4);
+  const double want[] = {1.0, 2.0 / 3.0 + 1.0 / 12.0, 1.0 / 3.0 + 2.0 / 12.0, 0.25, 0.25, 0.25, 0.25, 0.25};
+  for (int64_t i = 0; i < 8; ++i)
+    EXPECT_NEAR(rope_inv_freq(r, i, 16) / rope_inv_freq(plain, i, 16), want[i], 1e-12) << "i " << i;
+  // truncate false (gpt-oss): the dims are not rounded, the ramp runs over [0, 2.016].
+  m.rope_scaling["truncate"] = false;
+  const double hi = 16 * std::log(64 / (2 * M_PI)) / (2 * std::log(1e4));
+  const double ramp = 1.0 / hi;
+  EXPECT_NEAR(rope_inv_freq(rope_of(m), 1, 16) / rope_inv_freq(plain, 1, 16), ramp / 4 + (1 - ramp), 1e-12);
+  // mscale and mscale_all_dim (DeepSeek's form): the ratio of the two magnitudes; attention_factor wins.
+  m.rope_scaling["mscale"] = 1.0;
+  m.rope_scaling["mscale_all_dim"] = 0.5;
+  EXPECT_NEAR(rope_scale(rope_of(m)), (0.1 * std::log(4.0) + 1) / (0.05 * std::log(4.0) + 1), 1e-15);
+  m.rope_scaling["attention_factor"] = 1.25;
+  EXPECT_DOUBLE_EQ(rope_scale(rope_of(m)), 1.25);
+  // gpt-oss's published scaling (factor 32 from 4096, beta 32 / 1, truncate false).
+  const Rope oss = rope_of(load_model("gpt-oss-20b"));
+  EXPECT_DOUBLE_EQ(oss.factor, 32.0);
+  EXPECT_DOUBLE_EQ(oss.yarn_original_max_position, 4096.0);
+  EXPECT_FALSE(oss.truncate);
+  EXPECT_NEAR(rope_scale(oss), 0.1 * std::log(32.0) + 1.0, 1e-15);
+}
+
 // Llama 3.1 8B's rope_scaling (factor 8, low_freq_factor 1, high_freq_factor 4, original 8192;
 // theta 5e5, head_dim 128): the inverse frequencies of Hugging Face's llama3 formula, computed by
 // hand (inv = theta^(-2i/128), wavelength 2 pi / inv against 8192 / 4 = 2048 and 8192 / 1 = 8192).
@@ -146,8 +182,11 @@ TEST(Rope, Llama31InverseFrequenciesMatchThePublishedFormula) {
                              : id == "gemma-3-27b"                  ? "linear"
                                                                     : "default";
     EXPECT_EQ(rope_scaling_type(spec), want) << id;
-    if (want == "llama3" || want == "default") EXPECT_EQ(rope_of(spec).llama3(), want == "llama3") << id;
-    else EXPECT_THROW(rope_of(spec), Error) << id;
+    if (want == "linear") EXPECT_THROW(rope_of(spec), Error) << id;
+    else {
+      EXPECT_EQ(rope_of(spec).llama3(), want == "llama3") << id;
+      EXPECT_EQ(rope_of(spec).yarn(), want == "yarn") << id;
+    }
   }
 }
 
@@ -163,8 +202,8 @@ std::string rope_error(const Json& scaling) {
 }
 
 // A scaling oomb does not know is refused by name (the key, the type, what is supported), never
-// run as plain RoPE. linear and yarn (Gemma 3, gpt-oss) are read, their keys checked, and planned:
-// the executor's RoPE (rope_of) refuses them by name.
+// run as plain RoPE. linear and yarn (Gemma 3, gpt-oss) are read and their keys checked; yarn runs,
+// linear is planned: the executor's RoPE (rope_of) refuses it by name.
 TEST(Rope, OtherScalingsAreRefusedByName) {
   for (const char* type : {"linear", "yarn"}) {
     Json j = load_model("tiny").to_json();
@@ -172,13 +211,17 @@ TEST(Rope, OtherScalingsAreRefusedByName) {
     if (std::string(type) == "yarn") j["rope_scaling"]["original_max_position_embeddings"] = 4096;
     const ModelSpec m = model_from_json(j, "m.json");
     EXPECT_EQ(rope_scaling_type(m), type);
-    try {
-      rope_of(m, "m.json");
-      ADD_FAILURE() << type << " ran as plain RoPE";
-    } catch (const Error& e) {
-      const std::string w = e.what();
-      for (const std::string& s : {std::string("'") + type + "'", std::string("planned, not run"), std::string("llama3")})
-        EXPECT_NE(w.find(s), std::string::npos) << w;
+    if (std::string(type) == "yarn") {
+      EXPECT_TRUE(rope_of(m, "m.json").yarn());
+    } else {
+      try {
+        rope_of(m, "m.json");
+        ADD_FAILURE() << type << " ran as plain RoPE";
+      } catch (const Error& e) {
+        const std::string w = e.what();
+        for (const std::string& s : {std::string("'") + type + "'", std::string("planned, not run"), std::string("llama3")})
+          EXPECT_NE(w.find(s), std::string::npos) << w;
+      }
     }
     j["rope_scaling"]["beta_fst"] = 32.0;  // a misspelt key of the type
     EXPECT_NE(rope_error(j["rope_scaling"]).find("rope_scaling.beta_fst"), std::string::npos);

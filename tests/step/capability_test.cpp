@@ -179,8 +179,8 @@ TEST(Capability, ModelsTheExecutorDoesNotComputeAreNamed) {
   // One feature at a time on a dense model: each is named.
   const models::ModelSpec base = models::load_model("qwen3-8b");
   const std::vector<std::pair<std::function<void(models::ModelSpec&)>, const char*>> edits = {
-      {[](models::ModelSpec& m) { m.rope_scaling = {{"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 32768}}; },
-       "RoPE scaling of type yarn"},
+      {[](models::ModelSpec& m) { m.rope_scaling = {{"rope_type", "linear"}, {"factor", 4.0}}; },
+       "RoPE scaling of type linear"},
       {[](models::ModelSpec& m) { m.mlp = models::Mlp::geglu_tanh; }, "geglu_tanh"},
       {[](models::ModelSpec& m) { m.nope_layers = {3}; }, "without RoPE"},
   };
@@ -191,6 +191,10 @@ TEST(Capability, ModelsTheExecutorDoesNotComputeAreNamed) {
     EXPECT_EQ(cap.key, "model") << named;
     EXPECT_NE(cap.reason.find(named), std::string::npos) << cap.reason;
   }
+  // YaRN (Qwen3 at 128K) runs.
+  models::ModelSpec yarn = base;
+  yarn.rope_scaling = {{"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 32768}};
+  EXPECT_TRUE(model_capability(yarn).executable()) << model_capability(yarn).reason;
   // Attention sinks and local layers run (tests/executor/local_attention_test.cpp) on either
   // backend; sinks on one GPU, refused under tensor parallelism naming --gpus.
   models::ModelSpec sinks = base;
