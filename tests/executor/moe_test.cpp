@@ -217,6 +217,19 @@ INSTANTIATE_TEST_SUITE_P(
         MoeCase{"single_chunk", 8, 2, 16, {2}, models::Routing::softmax_topk, 24, 32, 8, 64}),
     [](const auto& i) { return std::string(i.param.name); });
 
+// One CPU step against the full-sequence reference: the loss and every gradient (returned).
+cpu::ReferenceResult expect_step_equals_reference(const models::ModelSpec& m, const step::Config& c, const Weights& w,
+                                                  const std::vector<int32_t>& tokens) {
+  CpuBackend backend;
+  Engine e(backend, m, c, w);
+  const double loss = e.step(tokens).loss;
+  cpu::ReferenceResult ref = cpu::full_sequence_reference(m, w, tokens);
+  EXPECT_NEAR(loss, ref.loss, kLossRelTol * ref.loss);
+  const auto [err, name] = worst_relative_l2(e.gradients(), ref.grads);
+  EXPECT_LE(err, kGradRelTol) << "worst tensor " << name;
+  return ref;
+}
+
 // gpt-oss's biases: the router's [experts] and each expert's gate, up [fe] and down [hidden] (after
 // its weights inside its stride). Random biases large enough to move the routing; the step with
 // offload against the reference: loss, every gradient, the biases' own (every router's, and the
@@ -244,13 +257,7 @@ TEST(Moe, RouterAndExpertBiasesEqualFullSequence) {
   EXPECT_EQ(expert_biases, m.layers * k.experts * 3);
   ASSERT_NE(w.layout.find("model.layers.0.mlp.experts.3.down_proj.bias"), nullptr);
   const auto tokens = TokenSource::synthetic(m.vocab, 7).sequence(0, k.N);
-  CpuBackend backend;
-  Engine e(backend, m, c, w);
-  const double loss = e.step(tokens).loss;
-  const cpu::ReferenceResult ref = cpu::full_sequence_reference(m, w, tokens);
-  EXPECT_NEAR(loss, ref.loss, kLossRelTol * ref.loss);
-  const auto [err, name] = worst_relative_l2(e.gradients(), ref.grads);
-  EXPECT_LE(err, kGradRelTol) << "worst tensor " << name;
+  const cpu::ReferenceResult ref = expect_step_equals_reference(m, c, w, tokens);
   int64_t trained = 0;
   for (const auto& p : ref.grads.layout.params()) {
     if (p.name.find(".bias") == std::string::npos || p.name.find("mlp.") == std::string::npos) continue;
@@ -279,13 +286,7 @@ TEST(Moe, GptOssExpertsEqualFullSequence) {
   ASSERT_TRUE(step::capability(m, c, {}).executable()) << step::capability(m, c, {}).reason;
   const Weights w = random_weights(m, 4321, kInitStd);
   const auto tokens = TokenSource::synthetic(m.vocab, 7).sequence(0, k.N);
-  CpuBackend backend;
-  Engine e(backend, m, c, w);
-  const double loss = e.step(tokens).loss;
-  const cpu::ReferenceResult ref = cpu::full_sequence_reference(m, w, tokens);
-  EXPECT_NEAR(loss, ref.loss, kLossRelTol * ref.loss);
-  const auto [err, name] = worst_relative_l2(e.gradients(), ref.grads);
-  EXPECT_LE(err, kGradRelTol) << "worst tensor " << name;
+  const cpu::ReferenceResult ref = expect_step_equals_reference(m, c, w, tokens);
   // The clamp acts: without it (plain SwiGLU) the loss is another.
   models::ModelSpec plain = m;
   plain.mlp = models::Mlp::swiglu;
@@ -299,13 +300,7 @@ TEST(Moe, TheCatalogsTinyMoeEqualsFullSequence) {
   const step::Config c = test::small_config(96, 32, 16, 1);
   const Weights w = random_weights(m, 99, kInitStd);
   const auto tokens = TokenSource::synthetic(m.vocab, 3).sequence(0, c.context_tokens);
-  CpuBackend backend;
-  Engine e(backend, m, c, w);
-  const double loss = e.step(tokens).loss;
-  const cpu::ReferenceResult ref = cpu::full_sequence_reference(m, w, tokens);
-  EXPECT_NEAR(loss, ref.loss, kLossRelTol * ref.loss);
-  const auto [err, name] = worst_relative_l2(e.gradients(), ref.grads);
-  EXPECT_LE(err, kGradRelTol) << "worst tensor " << name;
+  expect_step_equals_reference(m, c, w, tokens);
 }
 
 // The load-balancing auxiliary loss (--router-aux-loss): its shares are stage 1's routing of every
