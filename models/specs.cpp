@@ -300,16 +300,13 @@ Rope rope_of(const ModelSpec& m, const std::string& where, const std::string& ke
     rope.factor = r.f64_in("factor", 1.0, 1e6);
     rope.yarn_original_max_position =
         static_cast<double>(r.i64_in("original_max_position_embeddings", 1, int64_t{1} << 40));
-    auto opt = [&](const char* k, double fallback) {
-      return r.has(k) && !m.rope_scaling[k].is_null() ? r.f64_in(k, 0.0, 1e6) : fallback;
-    };
+    auto opt = [&](const char* k, double fallback) { return r.has(k) ? r.f64_in(k, 0.0, 1e6) : fallback; };
     rope.beta_fast = opt("beta_fast", 32.0);
     rope.beta_slow = opt("beta_slow", 1.0);
     rope.truncate = r.has("truncate") ? r.boolean("truncate") : true;
-    auto mscale = [&](double scale, double ms) { return scale <= 1.0 ? 1.0 : 0.1 * ms * std::log(scale) + 1.0; };
+    auto mscale = [](double scale, double ms) { return scale <= 1.0 ? 1.0 : 0.1 * ms * std::log(scale) + 1.0; };
     const double ms = opt("mscale", 0.0), ms_all = opt("mscale_all_dim", 0.0);
-    rope.attention_factor = r.has("attention_factor") && !m.rope_scaling["attention_factor"].is_null()
-                                ? r.f64_in("attention_factor", 0.0, 1e6)
+    rope.attention_factor = r.has("attention_factor")   ? r.f64_in("attention_factor", 0.0, 1e6)
                             : ms > 0 && ms_all > 0 ? mscale(rope.factor, ms) / mscale(rope.factor, ms_all)
                                                    : mscale(rope.factor, 1.0);
     return rope;

@@ -96,6 +96,8 @@ struct ModelSpec {
   MoeSpec moe;
 
   // Derived, never stored.
+  // The MLP activation's clamp: swiglu_limit for Mlp::gpt_oss, 0 (plain SwiGLU) otherwise.
+  double mlp_clamp() const { return mlp == Mlp::gpt_oss ? swiglu_limit : 0.0; }
   int64_t q_dim() const { return q_heads * head_dim; }
   int64_t kv_dim() const { return kv_heads * head_dim; }
   LayerAttention attention_of(int64_t layer) const {

@@ -382,29 +382,25 @@ void add_rows(const models::ModelSpec& m, const Config& c, const Target& target,
   // step's later chunks find every gradient made by the first chunk's backward (their rows as
   // always). Dense full fine-tuning on one GPU with checkpointing (the published baseline).
   const PhaseMask opt = phase_bit(Phase::optimizer);
-  bool first_step = false;
+  const bool first_step = published && c.sweep_first_context > 0 && g.N <= c.sweep_first_context &&
+                          (!g.oomb || g.n == 1) && !g.lora && !sharded && g.G == 1 && experts == 0 &&
+                          c.checkpointing && c.kept_layers == 0;
+  const int64_t gb = dtype_bytes(c.param_grad_dtype);
+  // Elements: the gradients held at the backward's largest moment; bytes: the checkpoints then.
   int64_t first_step_grads = 0, first_step_checkpoints = 0;
-  if (published && c.sweep_first_context > 0 && g.N <= c.sweep_first_context && (!g.oomb || g.n == 1) && !g.lora &&
-      !sharded && g.G == 1 && experts == 0 && c.checkpointing && c.kept_layers == 0) {
-    const int64_t gb = dtype_bytes(c.param_grad_dtype);
+  if (first_step) {
     const int64_t checkpoint = checked_mul(g.Cm, g.h * g.act_b);
-    int64_t grads = checked_mul(checked_add(m.tied_embeddings ? m.embedding_params() : m.lm_head_params(), m.hidden), gb);
-    int64_t best = -1;
+    int64_t grads = checked_add(m.tied_embeddings ? m.embedding_params() : m.lm_head_params(), m.hidden), best = -1;
     for (int64_t i = g.L - 1; i >= 0; --i) {
-      grads = checked_add(grads, checked_mul(m.layer_params(i), gb));
-      const int64_t checkpoints = checked_mul(i + 1, checkpoint);
-      if (checked_add(grads, checkpoints) > best) {
-        best = checked_add(grads, checkpoints);
-        first_step_grads = grads;
-        first_step_checkpoints = checkpoints;
-      }
+      grads = checked_add(grads, m.layer_params(i));
+      const int64_t checkpoints = checked_mul(i + 1, checkpoint), moment = checked_add(checked_mul(grads, gb), checkpoints);
+      if (moment > best) best = moment, first_step_grads = grads, first_step_checkpoints = checkpoints;
     }
-    OOMB_ASSERT(first_step_grads <= grad_bytes, "first-step gradients above the step's");
-    first_step = true;
+    OOMB_ASSERT(first_step_grads <= params, "first-step gradients above the step's");
   }
   add(row::kParameterGradients, Category::parameter_gradients, Tier::device,
-      OOMB_SHAPE({sharded ? zero.padded : first_step ? first_step_grads / dtype_bytes(c.param_grad_dtype) : adapters + trained_base}),
-      g.lora && trained_base == 0 ? Dtype::fp32 : c.param_grad_dtype, first_step ? first_step_grads : grad_bytes,
+      OOMB_SHAPE({sharded ? zero.padded : first_step ? first_step_grads : adapters + trained_base}),
+      g.lora && trained_base == 0 ? Dtype::fp32 : c.param_grad_dtype, first_step ? first_step_grads * gb : grad_bytes,
       first_step ? (bwd | opt) : all,
       g.lora      ? "adapters x 4 + trained embeddings / gpus x param-grad dtype (the frozen base has none)"
       : sharded   ? "params per rank, padded to a multiple of the replicas, x param-grad dtype"
@@ -412,15 +408,13 @@ void add_rows(const models::ModelSpec& m, const Config& c, const Target& target,
                      "(the first step of the measuring process: made by its backward)"
                   : "params per rank x param-grad dtype",
       [&] {
-        return trained_tensors("gradients", sharded ? zero.padded : first_step ? first_step_grads / dtype_bytes(c.param_grad_dtype) : params,
-                               c.param_grad_dtype);
+        return trained_tensors("gradients", sharded ? zero.padded : first_step ? first_step_grads : params, c.param_grad_dtype);
       });
   if (first_step)
     add("later_parameter_gradients", Category::parameter_gradients, Tier::device,
-        OOMB_SHAPE({(grad_bytes - first_step_grads) / dtype_bytes(c.param_grad_dtype)}), c.param_grad_dtype,
-        grad_bytes - first_step_grads, opt,
+        OOMB_SHAPE({params - first_step_grads}), c.param_grad_dtype, checked_mul(params - first_step_grads, gb), opt,
         "(embedding + layers 0..i-1 params) x param-grad dtype (the first step's gradients made after the backward's largest moment)",
-        OOMB_TENSORS({"later_gradients", (grad_bytes - first_step_grads) / dtype_bytes(c.param_grad_dtype), c.param_grad_dtype}));
+        OOMB_TENSORS({"later_gradients", params - first_step_grads, c.param_grad_dtype}));
   if (c.optimizer != Optimizer::none) {
     // AdamW in fp32: master weights (of trained parameters that are not fp32), m and v, the decay
     // mask. Per rank, as every row (the node's host holds its tensor-parallel ranks' rows:

@@ -27,10 +27,7 @@ struct LayerActs {
 // A MoE layer's MLP, one token at a time (independent of the executor's packed dispatch): the k
 // largest logits (descending, equal ones by ascending expert), weighted by the softmax of the k
 // selected (renormalize) or of every expert; y [n, H] = the weighted sum of the experts' outputs.
-// The MLP activation's clamp (gpt-oss), 0 for plain SwiGLU.
-float swiglu_limit(const models::ModelSpec& m) {
-  return m.mlp == models::Mlp::gpt_oss ? static_cast<float>(m.swiglu_limit) : 0.0f;
-}
+float swiglu_limit(const models::ModelSpec& m) { return static_cast<float>(m.mlp_clamp()); }  // the ops' float
 
 void moe_reference_fwd(const models::ModelSpec& m, const ParamLayout& L, const LayerOffsets& o, const float* P,
                        int64_t n, const std::vector<int32_t>* routes, LayerActs& A, float* y) {

@@ -219,10 +219,7 @@ class Engine {
   // A MoE layer's MLP on w.h2 (the routes, the experts' rows; out: x2 + the combine, or null in a
   // recompute) and its backward from dy into the work set's dh2 (overwritten).
   void moe_forward(const Pass& pass, const LayerPtrs& P, LayerSet& w, Tensor out);
-  // The MLP activation's clamp: gpt-oss's swiglu_limit (models::Mlp::gpt_oss), else 0 (plain SwiGLU).
-  float swiglu_limit() const {
-    return model_.mlp == models::Mlp::gpt_oss ? static_cast<float>(model_.swiglu_limit) : 0.0f;
-  }
+  float swiglu_limit() const { return static_cast<float>(model_.mlp_clamp()); }  // the backends' float
   void moe_backward(const Pass& pass, const LayerPtrs& P, LayerSet& a, ConstTensor dy);
   // Each expert's first packed row (E + 1) of a layer set's routes, on the host.
   std::vector<int32_t> host_expert_offsets(const LayerSet& w) const;

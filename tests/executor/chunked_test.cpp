@@ -42,6 +42,20 @@ RunOut run(const models::ModelSpec& m, const step::Config& c, const Weights& w, 
   return r;
 }
 
+// The chunked step against the full-sequence reference: the loss and every gradient.
+struct Checked {
+  RunOut run;
+  cpu::ReferenceResult ref;
+};
+Checked expect_equals_reference(const models::ModelSpec& m, const step::Config& c, const Weights& w,
+                                const std::vector<int32_t>& t) {
+  Checked out{run(m, c, w, t), cpu::full_sequence_reference(m, w, t)};
+  EXPECT_NEAR(out.run.loss, out.ref.loss, kLossRelTol * out.ref.loss);
+  const auto [err, name] = worst_relative_l2(out.run.grads, out.ref.grads);
+  EXPECT_LE(err, kGradRelTol) << "worst tensor " << name;
+  return out;
+}
+
 struct DenseCase {
   const char* name;
   int64_t layers, q_heads, kv_heads, head_dim, hidden;
@@ -61,11 +75,7 @@ TEST_P(DenseEqualsFullSequence, LossAndEveryParameterGradient) {
   const auto m = test::small_model(k.layers, k.q_heads, k.kv_heads, k.head_dim, k.hidden, k.tied, k.bias);
   const Weights w = random_weights(m, 1234, kInitStd);
   const auto tokens = TokenSource::synthetic(m.vocab, 7).sequence(0, k.N);
-  const RunOut r = run(m, test::small_config(k.N, k.C, k.p, 64), w, tokens);
-  const cpu::ReferenceResult ref = cpu::full_sequence_reference(m, w, tokens);
-  EXPECT_NEAR(r.loss, ref.loss, kLossRelTol * ref.loss);
-  const auto [err, name] = worst_relative_l2(r.grads, ref.grads);
-  EXPECT_LE(err, kGradRelTol) << "worst tensor " << name;
+  const cpu::ReferenceResult ref = expect_equals_reference(m, test::small_config(k.N, k.C, k.p, 64), w, tokens).ref;
   // The test can fail: the gradient is not trivially zero.
   EXPECT_GT(relative_l2(ref.grads.data.data(), std::vector<float>(ref.grads.data.size(), 0.0f).data(),
                         static_cast<int64_t>(ref.grads.data.size())),
@@ -98,14 +108,8 @@ TEST(RopeScaling, Llama3ChunkedEqualsFullSequenceAndDiffersFromPlainRope) {
   const Weights w = random_weights(plain, 4321, kInitStd);
   const int64_t N = 37;
   const auto tokens = TokenSource::synthetic(plain.vocab, 11).sequence(0, N);
-  const RunOut r = run(scaled, test::small_config(N, 16, 8, 64), w, tokens);
-  const cpu::ReferenceResult ref = cpu::full_sequence_reference(scaled, w, tokens);
-  EXPECT_NEAR(r.loss, ref.loss, kLossRelTol * ref.loss);
-  const auto [err, name] = worst_relative_l2(r.grads, ref.grads);
-  EXPECT_LE(err, kGradRelTol) << "worst tensor " << name;
-  const RunOut p = run(plain, test::small_config(N, 16, 8, 64), w, tokens);
-  const cpu::ReferenceResult pref = cpu::full_sequence_reference(plain, w, tokens);
-  EXPECT_NEAR(p.loss, pref.loss, kLossRelTol * pref.loss);
+  const RunOut r = expect_equals_reference(scaled, test::small_config(N, 16, 8, 64), w, tokens).run;
+  const RunOut p = expect_equals_reference(plain, test::small_config(N, 16, 8, 64), w, tokens).run;
   // Far beyond the chunked-vs-reference tolerance: the scaling is applied, not ignored.
   EXPECT_GT(std::fabs(r.loss - p.loss), 1e3 * kLossRelTol * p.loss) << r.loss << " vs " << p.loss;
   EXPECT_GT(relative_l2(r.grads.data.data(), p.grads.data.data(), static_cast<int64_t>(p.grads.data.size())),
@@ -129,11 +133,7 @@ TEST(RopeScaling, YarnChunkedEqualsFullSequenceAndDiffersFromPlainRope) {
   const Weights w = random_weights(plain, 4321, kInitStd);
   const int64_t N = 37;
   const auto tokens = TokenSource::synthetic(plain.vocab, 11).sequence(0, N);
-  const RunOut r = run(scaled, test::small_config(N, 16, 8, 1), w, tokens);
-  const cpu::ReferenceResult ref = cpu::full_sequence_reference(scaled, w, tokens);
-  EXPECT_NEAR(r.loss, ref.loss, kLossRelTol * ref.loss);
-  const auto [err, name] = worst_relative_l2(r.grads, ref.grads);
-  EXPECT_LE(err, kGradRelTol) << "worst tensor " << name;
+  const RunOut r = expect_equals_reference(scaled, test::small_config(N, 16, 8, 1), w, tokens).run;
   const cpu::ReferenceResult pref = cpu::full_sequence_reference(plain, w, tokens);
   // A hundred times the chunked-vs-reference tolerance (small random weights keep the attention
   // near uniform, so any RoPE moves the loss little), and every gradient moves.
