@@ -276,7 +276,8 @@ step::RunRecord run_of(const traces::Trace& t, const std::string& where) {
 Scenario scenario_of_run(const traces::Trace& t, const step::RunRecord& run, const std::string& where,
                          const models::GpuSpec& gpu) {
   Scenario s;
-  s.model = models::load_model(run.model);
+  s.model = run.model_spec.is_null() ? models::load_model(run.model)
+                                     : models::model_from_json(run.model_spec, where + ": metadata.extra.model_spec");
   s.gpu = gpu;
   s.host = models::load_host(gpu.default_host.empty() ? "workstation-128g" : gpu.default_host);
   s.config = run.config;

@@ -48,7 +48,6 @@ Capability model_capability(const models::ModelSpec& m) {
     // The CPU backend runs routed experts (packed dispatch, softmax routing); moe_capability adds
     // what of the configuration and target they run with.
     if (m.moe.routing == models::Routing::sigmoid_topk) return no("sigmoid top-k routing");
-    if (m.moe.shared_experts > 0) return no("a mixture of experts with shared experts");
     if (m.moe.expert_weights != models::WeightFormat::native)
       return no(std::string("experts stored as ") + to_string(m.moe.expert_weights));
   }
@@ -63,7 +62,7 @@ Capability model_capability(const models::ModelSpec& m) {
 Error model_capability_error(const Capability& cap, const models::ModelSpec& m) {
   return Error("--model", m.id, cap.reason, "the executor runs the dense Qwen2, Qwen3, Llama and Mistral models, sliding-window and chunked "
                "local layers, attention sinks and biases, and mixtures of routed experts with softmax routing (Qwen3-MoE, Mixtral; "
-               "gpt-oss's router and expert biases and clamped SwiGLU too)");
+               "gpt-oss's router and expert biases and clamped SwiGLU too) and shared experts beside them");
 }
 
 Capability moe_capability(const models::ModelSpec& m, const Config& c) {

@@ -204,6 +204,12 @@ std::vector<LinearCall> step_linear_calls(const models::ModelSpec& m, const Conf
       bwd("expert down projection backward", T, g.fe, H, a16, false, layer_dw, eb && !g.lora, false);
       bwd("expert gate/up projection backward", T, H, g.fe, a16, true, layer_dw, eb && !g.lora, false);
       bwd("router backward", T, H, g.experts, false, true, layer_dw, rb && !g.lora, false);
+      if (g.fs > 0) {  // the shared experts: a dense MLP of fs columns over the chunk
+        fwd("shared expert gate/up projection", T, H, g.fs, a16, false, false);
+        fwd("shared expert down projection", T, g.fs, H, a16, false, false);
+        bwd("shared expert down projection backward", T, g.fs, H, a16, false, layer_dw, false, false);
+        bwd("shared expert gate/up projection backward", T, H, g.fs, a16, true, layer_dw, false, false);
+      }
     }
     bwd("o projection backward", T, qd, H, a16, false, layer_dw, m.o_bias && !g.lora, false);
     bwd("q projection backward", T, H, qd, a16, true, layer_dw, layer_db, false);

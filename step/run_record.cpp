@@ -120,7 +120,9 @@ Json to_json(const RunRecord& r) {
     m["mean_recall"] = r.mean_recall();
     m["min_recall"] = r.min_recall();
   }
-  return {{"model", r.model}, {"layers", r.layers}, {"config", r.config.to_json()}, {"measured", m}};
+  Json out = {{"model", r.model}, {"layers", r.layers}, {"config", r.config.to_json()}, {"measured", m}};
+  if (!r.model_spec.is_null()) out["model_spec"] = r.model_spec;
+  return out;
 }
 
 RunRecord run_record_from_json(const Json& extra, const std::string& where) {
@@ -133,6 +135,7 @@ RunRecord run_record_from_json(const Json& extra, const std::string& where) {
     x.fail("schema", "is '" + x.str("schema") + "'", std::string("this oomb reads ") + kRunRecordSchema);
   RunRecord r;
   r.model = x.str("model");
+  if (x.has("model_spec")) r.model_spec = x.object("model_spec");
   r.layers = x.i64_or("layers", 0);
   r.config = config_from_json(x.object("config"), where + ": metadata.extra.config");
   r.cpu_threads = x.i64_or("cpu_threads", 1);

@@ -34,6 +34,11 @@ struct RecallSample {
 
 struct RunRecord {
   std::string model;     // catalog id (or the spec's id)
+  // The spec that ran (ModelSpec::to_json), so that a trace of a model read from a file (an oomb
+  // model JSON, a Hugging Face config) is validated and calibrated without that file, and a catalog
+  // entry changed since is not mistaken for what ran. Null in traces from before it was recorded:
+  // readers then load `model` from the catalog.
+  Json model_spec;
   int64_t layers = 0;    // layers as run
   // The configuration as run (read back: its storage dtypes as stored, from the fields below).
   Config config;

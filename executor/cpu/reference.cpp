@@ -20,13 +20,15 @@ struct LayerActs {
   // A MoE layer, token by token (no packing): the router's logits [n, E], each token's k experts
   // and weights [n, k], and per (token, j) the expert's gate, up, product [fe] and output [H].
   Vec logits, weights, eg, eu, em, eo;
+  Vec sg, su, sm;  // the shared experts' gate, up and product [n, fs] (as one MLP)
   std::vector<int32_t> experts;
   Vec aux_dlogits;  // the load-balancing loss's gradient into the logits (empty without it)
 };
 
 // A MoE layer's MLP, one token at a time (independent of the executor's packed dispatch): the k
 // largest logits (descending, equal ones by ascending expert), weighted by the softmax of the k
-// selected (renormalize) or of every expert; y [n, H] = the weighted sum of the experts' outputs.
+// selected (renormalize) or of every expert; y [n, H] = the weighted sum of the experts' outputs,
+// plus the shared experts' SwiGLU MLP of every token.
 float swiglu_limit(const models::ModelSpec& m) { return static_cast<float>(m.mlp_clamp()); }  // the ops' float
 
 void moe_reference_fwd(const models::ModelSpec& m, const ParamLayout& L, const LayerOffsets& o, const float* P,
@@ -68,6 +70,15 @@ void moe_reference_fwd(const models::ModelSpec& m, const ParamLayout& L, const L
       for (int64_t i = 0; i < H; ++i)
         y[t * H + i] += A.weights[static_cast<size_t>(r)] * A.eo[static_cast<size_t>(r * H + i)];
     }
+  }
+  if (const int64_t Fs = m.moe.shared_experts * m.moe.shared_ffn_hidden; Fs > 0) {
+    A.sg = zeros(n * Fs), A.su = zeros(n * Fs), A.sm = zeros(n * Fs);
+    Vec ys = zeros(n * H);
+    linear_fwd(A.h2.data(), n, H, P + o.shared_gate, nullptr, Fs, A.sg.data());
+    linear_fwd(A.h2.data(), n, H, P + o.shared_up, nullptr, Fs, A.su.data());
+    swiglu_fwd(A.sg.data(), A.su.data(), n * Fs, A.sm.data(), swiglu_limit(m));
+    linear_fwd(A.sm.data(), n, Fs, P + o.shared_down, nullptr, H, ys.data());
+    for (int64_t i = 0; i < n * H; ++i) y[i] += ys[static_cast<size_t>(i)];
   }
 }
 
@@ -121,6 +132,13 @@ void moe_reference_bwd(const models::ModelSpec& m, const ParamLayout& L, const L
   for (size_t i = 0; i < A.aux_dlogits.size(); ++i) dlogits[i] += A.aux_dlogits[i];
   linear_bwd(A.h2.data(), n, H, P + o.router, E, dlogits.data(), dh2, true, G + o.router,
              o.router_bias >= 0 ? G + o.router_bias : nullptr);
+  if (const int64_t Fs = m.moe.shared_experts * m.moe.shared_ffn_hidden; Fs > 0) {
+    Vec dsm = zeros(n * Fs), dsg = zeros(n * Fs), dsu = zeros(n * Fs);
+    linear_bwd(A.sm.data(), n, Fs, P + o.shared_down, H, dy, dsm.data(), false, G + o.shared_down, nullptr);
+    swiglu_bwd(A.sg.data(), A.su.data(), dsm.data(), n * Fs, dsg.data(), dsu.data(), swiglu_limit(m));
+    linear_bwd(A.h2.data(), n, H, P + o.shared_gate, Fs, dsg.data(), dh2, true, G + o.shared_gate, nullptr);
+    linear_bwd(A.h2.data(), n, H, P + o.shared_up, Fs, dsu.data(), dh2, true, G + o.shared_up, nullptr);
+  }
 }
 }  // namespace
 

@@ -45,6 +45,7 @@ struct Engine::LayerSet {
   // input [H], the expert's gate, up and product [fe] and its output [H] (act).
   Buffer router_logits, route_experts, route_weights, route_rows, expert_offsets;
   Buffer expert_in, expert_gate, expert_up, expert_act, expert_out;
+  Buffer shared_gate, shared_up, shared_act;  // its shared experts' gate, up and product [Cm, fs] (act)
 };
 
 struct Engine::Work {
@@ -65,6 +66,7 @@ struct Engine::Work {
   // A MoE layer's backward (layer_backward_temporaries): the logits' and the weights' gradients
   // (fp32) and those of the packed rows' tensors (act).
   Buffer d_router_logits, d_route_weights, d_expert_in, d_expert_gate, d_expert_up, d_expert_act, d_expert_out;
+  Buffer d_shared_gate, d_shared_up, d_shared_act;  // and its shared experts' (act)
   // loss
   Buffer hf, dhf;                 // final_norm: [Cm, H] act
   Buffer rstdf;                   // final_norm_rstd: fp32 [Cm]
@@ -122,7 +124,9 @@ Buffer& Engine::work_slot(const std::string& row, const std::string& tensor) {
         {"route_weights", &LayerSet::route_weights}, {"route_rows", &LayerSet::route_rows},
         {"expert_offsets", &LayerSet::expert_offsets}, {"expert_in", &LayerSet::expert_in},
         {"expert_gate", &LayerSet::expert_gate}, {"expert_up", &LayerSet::expert_up},
-        {"expert_act", &LayerSet::expert_act}, {"expert_out", &LayerSet::expert_out}};
+        {"expert_act", &LayerSet::expert_act}, {"expert_out", &LayerSet::expert_out},
+        {"shared_gate", &LayerSet::shared_gate}, {"shared_up", &LayerSet::shared_up},
+        {"shared_act", &LayerSet::shared_act}};
     for (const auto& [n, f] : fields)
       if (name == n) slot = &(set.*f);
     if (name.rfind("lora_u.", 0) == 0) slot = &set.lora_u[lora_index(name.substr(7))];
@@ -138,7 +142,8 @@ Buffer& Engine::work_slot(const std::string& row, const std::string& tensor) {
         {"d_router_logits", &Work::d_router_logits}, {"d_route_weights", &Work::d_route_weights},
         {"d_expert_in", &Work::d_expert_in}, {"d_expert_gate", &Work::d_expert_gate},
         {"d_expert_up", &Work::d_expert_up}, {"d_expert_act", &Work::d_expert_act},
-        {"d_expert_out", &Work::d_expert_out}};
+        {"d_expert_out", &Work::d_expert_out}, {"d_shared_gate", &Work::d_shared_gate},
+        {"d_shared_up", &Work::d_shared_up}, {"d_shared_act", &Work::d_shared_act}};
     for (const auto& [n, f] : fields)
       if (tensor == n) slot = &(w.*f);
     if (tensor.rfind("lora_du.", 0) == 0) slot = &w.lora_du[lora_index(tensor.substr(8))];
@@ -170,6 +175,8 @@ struct Engine::LayerPtrs {
   Tensor d_bo;
   ConstTensor router_bias;  // a MoE router's bias [E] (null without)
   Tensor d_router_bias;
+  ConstTensor ws_g, ws_u, ws_d;  // a MoE layer's shared experts: gate, up [fs, H], down [H, fs] (null without)
+  Tensor d_ws_g, d_ws_u, d_ws_d;
   // LoRA: per target, A and B and their gradients (null where the projection has no adapter)
   std::array<ConstTensor, kLoraTargets> la{}, lb{};
   std::array<Tensor, kLoraTargets> d_la{}, d_lb{};
@@ -191,7 +198,8 @@ Engine::LayerPtrs Engine::layer_ptrs(int64_t l) const {
               d(o.input_norm), d(o.q), d(o.q_bias), d(o.k), d(o.k_bias), d(o.v), d(o.v_bias), d(o.o), d(o.post_norm),
               d(o.gate), d(o.up), d(o.down), d(o.q_norm), d(o.k_norm),
               p(o.router), p(o.experts), d(o.router), d(o.experts), p(o.sinks), d(o.sinks), p(o.o_bias), d(o.o_bias),
-              p(o.router_bias), d(o.router_bias)};
+              p(o.router_bias), d(o.router_bias), p(o.shared_gate), p(o.shared_up), p(o.shared_down),
+              d(o.shared_gate), d(o.shared_up), d(o.shared_down)};
   if (lora_) {
     const ConstTensor A = adapters_.ct();
     for (int k = 0; k < kLoraTargets; ++k) {
@@ -610,6 +618,7 @@ void Engine::allocate_step_state(const step::Config& config) {
   // What runs, in the run's record (the trace's metadata.extra): the model as run (this rank's
   // shard under tensor parallelism) and the configuration.
   measured_.model = model_.id;
+  measured_.model_spec = model_.to_json();
   measured_.layers = model_.layers;
   measured_.config = config_;
 
@@ -1110,15 +1119,18 @@ std::vector<int32_t> Engine::host_expert_offsets(const LayerSet& w) const {
 }
 
 // Packed dispatch (docs/model.md "Layer kinds and experts"): route, gather each token's hidden
-// state into its k experts' blocks, run each expert's SwiGLU MLP on its block, combine weighted.
-// The recompute (out null) runs the down projections too: the routing weights' gradients read them.
+// state into its k experts' blocks, run each expert's SwiGLU MLP on its block, combine weighted,
+// and add the shared experts' MLP of every token. The recompute (out null) runs the routed down
+// projections too (the routing weights' gradients read them), not the shared one.
 void Engine::moe_forward(const Pass& pass, const LayerPtrs& P, LayerSet& w, Tensor out) {
   const int64_t T = g_.chunk_len(pass.chunk), H = model_.hidden;
   const int64_t E = model_.moe.experts, K = model_.moe.experts_per_token, Fe = model_.moe.expert_ffn_hidden;
+  const int64_t Fs = g_.fs;
   const int64_t stride = layout_.expert_stride();
   const bool renormalize = model_.moe.routing == models::Routing::softmax_topk;
   const double Td = static_cast<double>(T);
-  timed("mlp_fwd", pass, 2 * Td * H * E + 2 * Td * static_cast<double>(K) * H * Fe * 3, [&] {
+  const double shared_flops = 2 * Td * H * static_cast<double>(Fs) * (out ? 3 : 2);
+  timed("mlp_fwd", pass, 2 * Td * H * E + 2 * Td * static_cast<double>(K) * H * Fe * 3 + shared_flops, [&] {
     backend_.linear_fwd(w.h2.t(), T, H, P.router, P.router_bias, E, w.router_logits.t());
     backend_.moe_route(w.router_logits.ct(), T, E, K, renormalize, w.route_experts.i32(), w.route_weights.f32(),
                        w.route_rows.i32(), w.expert_offsets.i32());
@@ -1145,8 +1157,14 @@ void Engine::moe_forward(const Pass& pass, const LayerPtrs& P, LayerSet& w, Tens
       backend_.linear_fwd(w.expert_act.ct().at(r0 * Fe), n, Fe, P.experts.at(e * stride + 2 * Fe * H), bias(e, 2 * Fe),
                           H, w.expert_out.t().at(r0 * H));
     });
+    if (Fs > 0) {
+      backend_.linear_fwd(w.h2.t(), T, H, P.ws_g, nullptr, Fs, w.shared_gate.t());
+      backend_.linear_fwd(w.h2.t(), T, H, P.ws_u, nullptr, Fs, w.shared_up.t());
+      backend_.swiglu_fwd(w.shared_gate.ct(), w.shared_up.ct(), T * Fs, w.shared_act.t(), swiglu_limit());
+    }
     if (out) {
-      backend_.moe_combine(w.expert_out.ct(), T, H, K, w.route_rows.i32(), w.route_weights.f32(), w.tmp.t(), false);
+      if (Fs > 0) backend_.linear_fwd(w.shared_act.t(), T, Fs, P.ws_d, nullptr, H, w.tmp.t());
+      backend_.moe_combine(w.expert_out.ct(), T, H, K, w.route_rows.i32(), w.route_weights.f32(), w.tmp.t(), Fs > 0);
       backend_.copy(out, w.x2.t(), T * H);
       backend_.add(out, w.tmp.t(), T * H);
     }
@@ -1159,8 +1177,9 @@ void Engine::moe_backward(const Pass& pass, const LayerPtrs& P, LayerSet& a, Con
   const int64_t E = model_.moe.experts, K = model_.moe.experts_per_token, Fe = model_.moe.expert_ffn_hidden;
   const int64_t stride = layout_.expert_stride();
   const bool renormalize = model_.moe.routing == models::Routing::softmax_topk;
+  const int64_t Fs = g_.fs;
   const double Td = static_cast<double>(T), bw = lora_ ? 2 : 4;
-  timed("mlp_bwd", pass, bw * Td * H * E + bw * Td * static_cast<double>(K) * H * Fe * 3, [&] {
+  timed("mlp_bwd", pass, bw * Td * H * E + bw * Td * static_cast<double>(K) * H * Fe * 3 + bw * Td * H * Fs * 3, [&] {
     // The combine: each routed row's output gradient and each route weight's.
     backend_.moe_combine_bwd(dy, a.expert_out.ct(), T, H, K, a.route_rows.i32(), a.route_weights.f32(),
                              w.d_expert_out.t(), w.d_route_weights.f32());
@@ -1191,6 +1210,13 @@ void Engine::moe_backward(const Pass& pass, const LayerPtrs& P, LayerSet& a, Con
       backend_.moe_aux_grad(a.router_logits.f32(), T, E, aux_shares_.f32(), aux_scale_, w.d_router_logits.f32());
     backend_.linear_bwd(a.h2.ct(), T, H, P.router, E, w.d_router_logits.ct(), w.dh2.t(), true, P.d_router,
                         P.d_router_bias);
+    if (Fs > 0) {  // the shared experts, as a dense MLP, their input gradient added
+      backend_.linear_bwd(a.shared_act.t(), T, Fs, P.ws_d, H, dy, w.d_shared_act.t(), false, P.d_ws_d, nullptr);
+      backend_.swiglu_bwd(a.shared_gate.ct(), a.shared_up.ct(), w.d_shared_act.ct(), T * Fs, w.d_shared_gate.t(),
+                          w.d_shared_up.t(), swiglu_limit());
+      backend_.linear_bwd(a.h2.t(), T, H, P.ws_g, Fs, w.d_shared_gate.t(), w.dh2.t(), true, P.d_ws_g, nullptr);
+      backend_.linear_bwd(a.h2.t(), T, H, P.ws_u, Fs, w.d_shared_up.t(), w.dh2.t(), true, P.d_ws_u, nullptr);
+    }
   });
 }
 

@@ -35,6 +35,11 @@ struct LayerOffsets {
   int64_t router = -1, router_bias = -1, experts = -1;
   int64_t sinks = -1;  // gpt-oss (ModelSpec::attention_sinks): one logit per q head, self_attn.sinks
   int64_t o_bias = -1;  // gpt-oss (ModelSpec::o_bias): self_attn.o_proj.bias [hidden]
+  // A MoE layer's shared experts (moe.shared_experts x shared_ffn_hidden = fs columns, as one SwiGLU
+  // MLP: the sum of several is one of their concatenated widths), used by every token and added to
+  // the routed experts' combine: <moe module>.shared_expert.gate_proj / up_proj [fs, hidden] and
+  // down_proj [hidden, fs]. In the `weights` row (trained as the dense tensors are).
+  int64_t shared_gate = -1, shared_up = -1, shared_down = -1;
 };
 
 // The projections a LoRA adapter may sit on, in step::lora_target_names() order (PEFT's names).

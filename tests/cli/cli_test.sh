@@ -334,6 +334,19 @@ expect_exit 0 "OK: every comparable term" validate --plan "$tmp/moe-plan.json" -
 expect_exit 0 "NOT EXECUTABLE: a mixture of experts under data parallelism is planned on paper" \
   plan --model tiny-moe --gpu h200 --context 1K --data-parallel 2
 expect_exit 0 "tiny-moe .* 8 x top-2$" models
+# Shared experts (a dense MLP every token uses beside the routed ones) run, in a model read from a
+# file: the reference's step, and plan -> run -> validate at 0.0% with the spec the trace records
+# (validate needs no model file: the run record carries the spec that ran).
+sed -e 's/"id": "tiny-moe"/"id": "tiny-moe-shared"/' \
+    -e 's/"experts_per_token": 2,/"experts_per_token": 2, "shared_experts": 1, "shared_ffn_hidden": 48,/' \
+  "$src/models/llm/tiny-moe.json" > "$tmp/tiny-moe-shared.json"
+expect_exit 0 "reference \(full sequence\): loss .* max gradient rel. L2 error [0-9.]+e-(0[6-9]|[1-9][0-9])" \
+  run --model "$tmp/tiny-moe-shared.json" --context 256 --chunk 64 --page 16 --resident-layers 1 --reference --quiet
+expect_exit 0 "Plan written" plan --model "$tmp/tiny-moe-shared.json" --gpu h200 --context 1K --chunk 256 --page 32 \
+  --resident-layers 1 --out "$tmp/shared-plan.json"
+expect_exit 0 "copies per step" run --plan "$tmp/shared-plan.json" --trace "$tmp/shared-run.json" --quiet
+mv "$tmp/tiny-moe-shared.json" "$tmp/tiny-moe-shared.moved"
+expect_exit 0 "OK: every comparable term" validate --plan "$tmp/shared-plan.json" --trace "$tmp/shared-run.json"
 # The load-balancing auxiliary loss: the reference's from its definition, a plan carrying it (its
 # statistics row) validated at 0.0%, and refused by name for a dense model.
 expect_exit 0 "reference \(full sequence\): loss .* max gradient rel. L2 error [0-9.]+e-(0[6-9]|[1-9][0-9])" \

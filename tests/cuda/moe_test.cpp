@@ -110,9 +110,11 @@ TEST_F(CudaMoe, Bf16RowsMatchTheCpuBitForBit) {
 // and the load-balancing loss's weight `coef`: the CPU backend's loss and gradients, and the
 // full-sequence reference's.
 // biases: gpt-oss's router and expert biases on tiny-moe, random, and its clamped SwiGLU.
-void check_tiny_moe_step(CudaBackend& gpu, CpuBackend& cpu, double coef, bool biases = false) {
+// shared: a shared expert of 48 columns beside the routed ones.
+void check_tiny_moe_step(CudaBackend& gpu, CpuBackend& cpu, double coef, bool biases = false, bool shared = false) {
   models::ModelSpec m = models::load_model("tiny-moe");
   m.moe.router_bias = m.moe.expert_bias = biases;
+  if (shared) m.moe.shared_experts = 1, m.moe.shared_ffn_hidden = 48;
   if (biases) m.mlp = models::Mlp::gpt_oss, m.swiglu_limit = 0.05;
   step::Config c = test::small_config(48, 16, 8, 1);
   c.router_aux_loss_coef = coef;
@@ -171,6 +173,9 @@ TEST_F(CudaMoe, StepWithTheLoadBalancingLossMatchesTheCpu) { check_tiny_moe_step
 
 // gpt-oss's experts (router and expert biases, the clamped SwiGLU): the same step on tiny-moe.
 TEST_F(CudaMoe, GptOssExpertsStepMatchesTheCpu) { check_tiny_moe_step(*gpu, cpu, 0, true); }
+
+// Shared experts (a dense SwiGLU MLP every token uses, added to the routed combine): the same step.
+TEST_F(CudaMoe, SharedExpertsStepMatchesTheCpu) { check_tiny_moe_step(*gpu, cpu, 0, false, true); }
 
 }  // namespace
 }  // namespace oomb::executor::cudatest

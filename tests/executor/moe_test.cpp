@@ -293,6 +293,43 @@ TEST(Moe, GptOssExpertsEqualFullSequence) {
   EXPECT_GT(std::abs(cpu::full_sequence_reference(plain, w, tokens).loss - ref.loss), 1e-5);
 }
 
+// Shared experts (Llama 4's, DeepSeek's): SwiGLU MLPs every token uses, added to the routed
+// combine; two of width 12 are one MLP of 24 columns (mlp.shared_expert.*). The step against the
+// reference with offload, and with the last layer's activations kept: the loss, every gradient,
+// the shared experts' own, and the loss moves without them.
+TEST(Moe, SharedExpertsEqualFullSequence) {
+  MoeCase k{"shared", 6, 2, 16, {0}, models::Routing::softmax_all, 64, 16, 8, 1};
+  models::ModelSpec m = moe_model(k);
+  m.moe.shared_experts = 2;
+  m.moe.shared_ffn_hidden = 12;
+  const Weights w = random_weights(m, 2468, kInitStd);
+  EXPECT_EQ(w.layout.total(), m.param_count());
+  const ParamInfo* gate = w.layout.find("model.layers.1.mlp.shared_expert.gate_proj.weight");
+  ASSERT_NE(gate, nullptr);
+  EXPECT_EQ(gate->shape, (std::vector<int64_t>{24, m.hidden}));
+  EXPECT_LT(gate->offset, w.layout.experts_begin());  // in the weights row, not the routed experts'
+  EXPECT_EQ(w.layout.find("model.layers.0.mlp.shared_expert.gate_proj.weight"), nullptr);  // the dense layer
+  ASSERT_NE(w.layout.find("model.layers.2.mlp.shared_expert.down_proj.weight"), nullptr);
+  const auto tokens = TokenSource::synthetic(m.vocab, 7).sequence(0, k.N);
+  for (const int64_t kept : {0, 1}) {
+    SCOPED_TRACE("kept layers " + std::to_string(kept));
+    step::Config c = test::small_config(k.N, k.C, k.p, k.resident);
+    c.kept_layers = kept;
+    ASSERT_TRUE(step::capability(m, c, {}).executable()) << step::capability(m, c, {}).reason;
+    const cpu::ReferenceResult ref = expect_step_equals_reference(m, c, w, tokens);
+    for (const auto& p : ref.grads.layout.params()) {
+      if (p.name.find("shared_expert") == std::string::npos) continue;
+      const std::vector<float> zero(static_cast<size_t>(p.numel), 0.0f);
+      EXPECT_GT(relative_l2(ref.grads.at(p), zero.data(), p.numel), 0) << p.name;
+    }
+  }
+  Weights without = w;
+  for (const auto& p : without.layout.params())
+    if (p.name.find("shared_expert.down_proj") != std::string::npos) std::fill(without.at(p), without.at(p) + p.numel, 0.0f);
+  EXPECT_GT(std::abs(cpu::full_sequence_reference(m, without, tokens).loss - cpu::full_sequence_reference(m, w, tokens).loss),
+            1e-5);
+}
+
 // The catalog's test model, as `oomb run --model tiny-moe` runs it.
 TEST(Moe, TheCatalogsTinyMoeEqualsFullSequence) {
   const models::ModelSpec m = models::load_model("tiny-moe");
@@ -502,10 +539,10 @@ TEST(Moe, CapabilityNamesWhatItDoesNotRun) {
   step::Config host = c;
   host.optimizer = step::Optimizer::host;
   EXPECT_TRUE(step::capability(m, host, {}).executable());
-  models::ModelSpec shared = m;
+  models::ModelSpec shared = m;  // shared experts run (SharedExpertsEqualFullSequence)
   shared.moe.shared_experts = 1;
   shared.moe.shared_ffn_hidden = 32;
-  EXPECT_EQ(step::capability(shared, c, {}).key, "model");
+  EXPECT_TRUE(step::capability(shared, c, {}).executable());
   models::ModelSpec sigmoid = m;
   sigmoid.moe.routing = models::Routing::sigmoid_topk;
   EXPECT_EQ(step::capability(sigmoid, c, {}).key, "model");

@@ -161,7 +161,6 @@ TEST(Capability, ModelsTheExecutorDoesNotComputeAreNamed) {
   }
   const models::ModelSpec qmoe = models::load_model("qwen3-30b-a3b");
   const std::vector<std::pair<std::function<void(models::ModelSpec&)>, const char*>> moe_edits = {
-      {[](models::ModelSpec& m) { m.moe.shared_experts = 1, m.moe.shared_ffn_hidden = 512; }, "shared experts"},
       {[](models::ModelSpec& m) { m.moe.routing = models::Routing::sigmoid_topk; }, "sigmoid top-k routing"},
       {[](models::ModelSpec& m) { m.moe.expert_weights = models::WeightFormat::mxfp4; }, "experts stored as mxfp4"},
   };
@@ -176,6 +175,9 @@ TEST(Capability, ModelsTheExecutorDoesNotComputeAreNamed) {
   models::ModelSpec moe_biased = qmoe;
   moe_biased.moe.router_bias = moe_biased.moe.expert_bias = true;
   EXPECT_TRUE(model_capability(moe_biased).executable()) << model_capability(moe_biased).reason;
+  models::ModelSpec moe_shared = qmoe;  // and shared experts beside the routed ones
+  moe_shared.moe.shared_experts = 1, moe_shared.moe.shared_ffn_hidden = 512;
+  EXPECT_TRUE(model_capability(moe_shared).executable()) << model_capability(moe_shared).reason;
   // One feature at a time on a dense model: each is named.
   const models::ModelSpec base = models::load_model("qwen3-8b");
   const std::vector<std::pair<std::function<void(models::ModelSpec&)>, const char*>> edits = {
