@@ -339,18 +339,17 @@ ModelSpec model_from_hf_config(const Json& j, const std::string& where, const st
   m.norm_eps = r.has("rms_norm_eps") ? r.f64_positive("rms_norm_eps") : 1e-6;
   m.max_position = gemma_default("max_position_embeddings", "131072") ? 131072 : r.i64_positive("max_position_embeddings");
   if (gemma && !r.has("layer_types")) gemma_default("sliding_window_pattern", "6");
-  // Qwen2 always has q/k/v biases and none on o_proj (no key); Mistral has none. Llama and Qwen3's
-  // attention_bias gives q/k/v *and* o_proj biases (transformers' LlamaAttention / Qwen3Attention):
-  // oomb models q/k/v biases only, so such a config is refused here rather than its checkpoint
-  // later as an "extra tensor" (or, without weights, planned a model it is not).
-  if ((family == "llama" || family == "qwen3" || family == "qwen3_moe" || family == "mixtral" || family == "llama4" ||
-       family == "gemma3") &&
-      r.boolean_or("attention_bias", false))
-    r.fail("attention_bias",
-           "true gives q_proj, k_proj, v_proj and o_proj biases; an o_proj bias is not supported (oomb models "
-           "q/k/v biases only, as in Qwen2)",
-           "attention_bias false (as every published Llama 3 and Qwen3 model)");
-  m.qkv_bias = family == "qwen2";
+  // Qwen2 always has q/k/v biases and none on o_proj (no key); Mistral and Mixtral have none (their
+  // attention ignores the key: a config that sets it true is refused rather than planned as something
+  // transformers would not build). Llama's, Qwen3's (dense and MoE), Gemma 3's and Llama 4's
+  // attention_bias gives q/k/v *and* o_proj biases (transformers' LlamaAttention, Qwen3Attention).
+  const bool attention_bias = r.boolean_or("attention_bias", false);
+  if ((family == "mistral" || family == "mixtral" || family == "qwen2") && attention_bias)
+    r.fail("attention_bias", "true: this family's attention does not read the key (transformers builds its biases as "
+                             "fixed: none for Mistral and Mixtral, q/k/v for Qwen2)",
+           "attention_bias false or absent");
+  m.qkv_bias = family == "qwen2" || attention_bias;
+  m.o_bias = attention_bias && family != "qwen2";
   // Weighted q/k RMSNorms per head (Llama 4's use_qk_norm is a weightless L2 norm: its family's own).
   m.qk_norm = family == "qwen3" || family == "qwen3_moe" || family == "gemma3";
   if (!dense_family) read_family_layers(r, family, m);

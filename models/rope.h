@@ -12,6 +12,8 @@
 // and ceiled unless truncate is false, held in [0, d - 1]), ramp_i = clamp((i - c_fast) / (c_slow -
 // c_fast), 0, 1): inv_freq_i' = inv_freq_i / factor x ramp_i + inv_freq_i x (1 - ramp_i); cos and sin
 // are multiplied by attention_factor (default 0.1 ln(factor) + 1), so q and k are scaled by it.
+// Linear (rope_type "linear", Hugging Face's _compute_linear_scaling_rope_parameters; position
+// interpolation): every inv_freq_i divided by factor (positions compressed by it).
 // Header-only and plain data so that a kernel takes a Rope by value.
 #include <cmath>
 #include <cstdint>
@@ -35,6 +37,7 @@ struct Rope {
   double yarn_original_max_position = 0.0;
   double beta_fast = 32.0, beta_slow = 1.0, attention_factor = 1.0;
   bool truncate = true;
+  bool linear = false;  // linear scaling by factor
 
   Rope() = default;
   OOMB_ROPE_HD Rope(double t) : theta(t) {}  // NOLINT(google-explicit-constructor): plain RoPE
@@ -47,6 +50,7 @@ OOMB_ROPE_HD inline double rope_scale(const Rope& r) { return r.yarn() ? r.atten
 
 OOMB_ROPE_HD inline double rope_inv_freq(const Rope& r, int64_t i, int64_t head_dim) {
   const double f = pow(r.theta, -2.0 * static_cast<double>(i) / static_cast<double>(head_dim));
+  if (r.linear) return f / r.factor;
   if (r.yarn()) {
     const double d = static_cast<double>(head_dim), two_pi = 2.0 * 3.14159265358979323846;
     auto correction = [&](double rotations) {

@@ -290,11 +290,16 @@ Rope rope_of(const ModelSpec& m, const std::string& where, const std::string& ke
   Rope rope(m.rope_theta);
   const std::string type = rope_scaling_type(m, where, key);
   if (type == "default") return rope;
-  if (type != "llama3" && type != "yarn")
+  if (type != "llama3" && type != "yarn" && type != "linear")
     throw Error(where, key + ".rope_type",
-                key + " of type '" + type + "' is planned, not run: the executor computes plain RoPE, llama3 and yarn scaling",
-                "a model with plain RoPE, llama3 or yarn scaling to run it (plans price any RoPE alike)");
+                key + " of type '" + type + "' is planned, not run: the executor computes plain RoPE, llama3, linear and yarn scaling",
+                "a model with plain RoPE, llama3, linear or yarn scaling to run it (plans price any RoPE alike)");
   JsonReader r(m.rope_scaling, where + " " + key);
+  if (type == "linear") {  // Hugging Face's _compute_linear_scaling_rope_parameters
+    rope.linear = true;
+    rope.factor = r.f64_in("factor", 1.0, 1e6);
+    return rope;
+  }
   if (type == "yarn") {
     // Hugging Face's _compute_yarn_parameters (transformers/modeling_rope_utils.py).
     rope.factor = r.f64_in("factor", 1.0, 1e6);

@@ -54,8 +54,6 @@ Capability model_capability(const models::ModelSpec& m) {
   if (!m.nope_layers.empty()) return no("layers without RoPE");
   if (m.sandwich_norms) return no("sandwich norms");
   if (m.mlp != models::Mlp::swiglu && m.mlp != models::Mlp::gpt_oss) return no(std::string("the ") + to_string(m.mlp) + " MLP");
-  if (const std::string rope = models::rope_scaling_type(m); rope != "default" && rope != "llama3" && rope != "yarn")
-    return no("RoPE scaling of type " + rope);
   return {};
 }
 

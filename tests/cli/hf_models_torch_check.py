@@ -4,7 +4,7 @@ modelling semantics in PyTorch, checked against `oomb run` on the CPU.
 
 For each case (a tiny Hugging Face config.json of one family: Qwen3-MoE, Mixtral, gpt-oss, with
 sliding-window, chunk-local and global layers, attention sinks, biases, clamped SwiGLU, YaRN RoPE
-and the load-balancing loss) it
+and the load-balancing loss; Llama with attention_bias and linear RoPE scaling) it
   1. asks oomb for the model's tensor names and shapes (`oomb run --save-weights`, one step),
   2. draws its own weights (wider than oomb's initialisation, so that routing, clamps, sinks and
      windows all matter) and tokens, and writes them as a safetensors file and a token file,
@@ -74,6 +74,11 @@ CASES = {
                     rope_scaling={"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 16,
                                   "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False},
                     layer_types=["sliding_attention", "full_attention"], _flags=["--router-aux-loss", "0.02"]),
+
+    # Llama with attention_bias (q, k, v and o_proj biases) and linear RoPE scaling.
+    "llama_bias_linear": dict(BASE, architectures=["LlamaForCausalLM"], model_type="llama", num_hidden_layers=2,
+                              intermediate_size=48, attention_bias=True, rope_theta=10000.0,
+                              rope_scaling={"rope_type": "linear", "factor": 4.0}),
 }
 
 RUN = ["--context", "96", "--chunk", "32", "--page", "8", "--resident-layers", "1"]
@@ -131,6 +136,8 @@ def rope_tables(cfg, n):
         ramp = ((torch.arange(d // 2) - lo) / (hi - lo)).clamp(0, 1)
         extrapolation = 1 - ramp
         inv_freq = inv_freq / factor * (1 - extrapolation) + inv_freq * extrapolation
+    elif rs and rs.get("rope_type", rs.get("type")) == "linear":  # position interpolation
+        inv_freq = inv_freq / rs["factor"]
     elif rs:
         raise SystemExit("hf_models_torch_check: rope_scaling %r is not written here" % rs)
     ang = torch.arange(n)[:, None] * inv_freq[None, :]
@@ -235,6 +242,8 @@ def moe(cfg, P, pre, x, router_logits):
 
 
 def is_moe_layer(cfg, l):
+    if cfg["model_type"] in ("llama", "qwen3", "qwen2", "mistral"):
+        return False
     if cfg["model_type"] != "qwen3_moe":
         return True
     step = cfg.get("decoder_sparse_step", 1)

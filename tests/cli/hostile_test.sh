@@ -450,14 +450,13 @@ for t in dynamic longrope; do
   sed "s/\"rope_theta\": 10000.0,/\"rope_theta\": 10000.0, \"rope_scaling\": {\"rope_type\": \"$t\", \"factor\": 4.0},/" "$tiny" >m_$t.json
   expect 2 "m_$t.json: 'rope_scaling.rope_type': rope_scaling of type '$t' is not supported.*llama3" -- run --model ./m_$t.json --context 256 --chunk 256 --page 64 --quiet
 done
-# linear and yarn (Gemma 3, gpt-oss, Qwen3 at 128K) are read and planned; a run computes yarn and
-# refuses linear by name.
+# linear and yarn (Gemma 3, gpt-oss, Qwen3 at 128K) are read, planned and run.
 for t in linear yarn; do
   sed "s/\"rope_theta\": 10000.0,/\"rope_theta\": 10000.0, \"rope_scaling\": {\"rope_type\": \"$t\", \"factor\": 4.0, \"original_max_position_embeddings\": 256},/" "$tiny" >m_$t.json
   [ $t = linear ] && sed -i 's/, "original_max_position_embeddings": 256//' m_$t.json
   expect 0 "" -- simulate --model ./m_$t.json --context 4K
 done
-expect 2 "--model: .*RoPE scaling of type linear is planned, not run" -- run --model ./m_linear.json --context 256 --chunk 256 --page 64 --quiet
+expect 0 "" -- run --model ./m_linear.json --context 256 --chunk 256 --page 64 --quiet
 expect 0 "" -- run --model ./m_yarn.json --context 256 --chunk 256 --page 64 --quiet
 mkdir -p hfyarn && sed 's/"tie_word_embeddings":true/"tie_word_embeddings":true,"rope_scaling":{"type":"dynamic","factor":2.0}/' hfdir/config.json >hfyarn/config.json
 expect 2 "hfyarn/config.json: 'rope_scaling.rope_type': rope_scaling of type 'dynamic'" -- simulate --model ./hfyarn --context 4K
@@ -489,10 +488,12 @@ printf '{"schema": "oomb.plan/1"}' >p_cut.json
 printf 'plan,step_s\np_cut.json,0.5\n' >planrow.csv
 expect 2 "planrow.csv line 2: 'plan': p_cut.json: 'model_id': missing" --absent planrow_out.json -- calibrate --points planrow.csv --gpu h200 --out planrow_out.json
 
-# Llama attention_bias true gives q/k/v and o_proj biases: refused by name at load, not later as
-# an "extra tensor"; and a config is a catalog entry only with its family.
+# Llama attention_bias true gives q/k/v and o_proj biases (they run); Mistral's attention does not
+# read the key: refused by name at load; and a config is a catalog entry only with its family.
 mkdir -p hfbias && printf '{"architectures":["LlamaForCausalLM"],"model_type":"llama","hidden_size":64,"intermediate_size":128,"num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"head_dim":16,"vocab_size":256,"max_position_embeddings":16777216,"rms_norm_eps":1e-6,"rope_theta":10000,"tie_word_embeddings":false,"attention_bias":true}' >hfbias/config.json
-expect 2 "hfbias/config.json: 'attention_bias': true gives q_proj, k_proj, v_proj and o_proj biases" -- models --import hfbias
+expect 0 "reference \\(full sequence\\): loss" -- run --model ./hfbias --context 256 --chunk 64 --page 16 --reference --quiet
+mkdir -p hfmbias && sed 's/LlamaForCausalLM/MistralForCausalLM/; s/"llama"/"mistral"/' hfbias/config.json >hfmbias/config.json
+expect 2 "hfmbias/config.json: 'attention_bias': true: this family's attention does not read the key" -- models --import hfmbias
 mkdir -p hfllama && sed 's/,"attention_bias":true//' hfbias/config.json >hfllama/config.json
 expect 0 "" -- models --import hfllama
 "$oomb" models --import hfllama 2>&1 | grep -q '"id": "tiny"' && bad "a Llama config with tiny's shapes is labelled tiny" || ok

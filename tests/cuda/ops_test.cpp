@@ -284,7 +284,10 @@ TEST_F(CudaOps, RopeForwardAndBackward) {
   // YaRN (Qwen3's 128K scaling: factor 4 from 32768, attention factor 0.1 ln 4 + 1).
   models::Rope yarn(1e6);
   yarn.factor = 4.0, yarn.yarn_original_max_position = 32768, yarn.attention_factor = 0.1 * std::log(4.0) + 1.0;
-  for (const models::Rope& rope : {models::Rope(1e6), llama3, yarn}) {
+  // Linear (Gemma 3's global layers: factor 8).
+  models::Rope linear(1e6);
+  linear.linear = true, linear.factor = 8.0;
+  for (const models::Rope& rope : {models::Rope(1e6), llama3, yarn, linear}) {
     for (int64_t hd : {2, 8, 64, 128}) {
       for (int64_t rows : kRows) {
         for (int64_t pos0 : {int64_t{0}, int64_t{4093}, int64_t{4194000}}) {

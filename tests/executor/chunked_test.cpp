@@ -114,11 +114,30 @@ TEST(RopeScaling, Llama3ChunkedEqualsFullSequenceAndDiffersFromPlainRope) {
   EXPECT_GT(std::fabs(r.loss - p.loss), 1e3 * kLossRelTol * p.loss) << r.loss << " vs " << p.loss;
   EXPECT_GT(relative_l2(r.grads.data.data(), p.grads.data.data(), static_cast<int64_t>(p.grads.data.size())),
             1e2 * kGradRelTol);
-  // A scaling the executor does not compute never reaches it as plain RoPE.
-  auto linear = plain;
-  linear.rope_scaling = {{"rope_type", "linear"}, {"factor", 4.0}};
-  EXPECT_THROW(run(linear, test::small_config(N, 16, 8, 64), w, tokens), Error);
-  EXPECT_THROW(cpu::full_sequence_reference(linear, w, tokens), Error);
+}
+
+// Linear scaling (position interpolation; Gemma 3's global layers, long-context Llama 2 fine-tunes):
+// every frequency divided by the factor. The chunked step equals the reference with it, the
+// frequencies are the plain ones over 4, and the scaling changes the loss.
+TEST(RopeScaling, LinearChunkedEqualsFullSequenceAndDiffersFromPlainRope) {
+  auto plain = test::small_model(2, 4, 2, 8, 32, false, false);
+  plain.family = "llama";
+  auto scaled = plain;
+  scaled.rope_scaling = {{"rope_type", "linear"}, {"factor", 4.0}};
+  const models::Rope r = models::rope_of(scaled);
+  ASSERT_TRUE(r.linear);
+  for (int64_t i = 0; i < 4; ++i)
+    EXPECT_DOUBLE_EQ(models::rope_inv_freq(r, i, 8), models::rope_inv_freq(models::rope_of(plain), i, 8) / 4.0);
+  const Weights w = random_weights(plain, 4321, kInitStd);
+  const int64_t N = 37;
+  const auto tokens = TokenSource::synthetic(plain.vocab, 11).sequence(0, N);
+  const RunOut s = expect_equals_reference(scaled, test::small_config(N, 16, 8, 64), w, tokens).run;
+  const RunOut p = expect_equals_reference(plain, test::small_config(N, 16, 8, 64), w, tokens).run;
+  // Far beyond the chunked-vs-reference tolerance (the small model's 37 positions turn slowly at
+  // this theta, so the loss moves by 4e-4 of itself): the scaling is applied, not ignored.
+  EXPECT_GT(std::fabs(s.loss - p.loss), 1e2 * kLossRelTol * p.loss) << s.loss << " vs " << p.loss;
+  EXPECT_GT(relative_l2(s.grads.data.data(), p.grads.data.data(), static_cast<int64_t>(p.grads.data.size())),
+            1e2 * kGradRelTol);
 }
 
 // YaRN (Qwen3 at 128K, gpt-oss), with an original length of 16 so that a 37-token sequence sees

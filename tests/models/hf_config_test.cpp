@@ -139,13 +139,27 @@ TEST_F(HfConfig, FamiliesSetBiasAndNormFlags) {
   EXPECT_FALSE(q3.qkv_bias);
   EXPECT_TRUE(q3.qk_norm);
   EXPECT_EQ(q3.family, "qwen3");
-  // attention_bias true is q/k/v and o_proj biases in Hugging Face Llama and Qwen3: refused by name.
+  // attention_bias true is q/k/v and o_proj biases in Hugging Face Llama and Qwen3 (both run; the
+  // parameter count grows by them); Mistral's and Qwen2's attention does not read the key: refused.
   Json l = Json::parse(kLlama31_8b);
   l["attention_bias"] = true;
-  expect_refused(folder("lb", l), "attention_bias", {"o_proj", "not supported"});
+  const ModelSpec lb = load_model(folder("lb", l));
+  EXPECT_TRUE(lb.qkv_bias);
+  EXPECT_TRUE(lb.o_bias);
+  const ModelSpec lplain = load_model(folder("lplain", std::string(kLlama31_8b)));
+  EXPECT_EQ(lb.param_count() - lplain.param_count(), lb.layers * (lb.q_dim() + 2 * lb.kv_dim() + lb.hidden));
   Json q3b = Json::parse(kQwen3_8b);
   q3b["attention_bias"] = true;
-  expect_refused(folder("q3b", q3b), "attention_bias", {"o_proj"});
+  const ModelSpec q3bias = load_model(folder("q3b", q3b));
+  EXPECT_TRUE(q3bias.qkv_bias && q3bias.o_bias);
+  Json mb = Json::parse(kMistral7b);
+  mb["attention_bias"] = true;
+  expect_refused(folder("mb", mb), "attention_bias", {"does not read the key", "Mistral"});
+  Json qb = Json::parse(kQwen25_7b);
+  qb["attention_bias"] = true;
+  expect_refused(folder("qb", qb), "attention_bias", {"does not read the key"});
+  qb["attention_bias"] = false;
+  EXPECT_TRUE(load_model(folder("qb0", qb)).qkv_bias);
   const ModelSpec llama = load_model(folder("l", std::string(kLlama31_8b)));
   EXPECT_FALSE(llama.qkv_bias);
   EXPECT_EQ(llama.rope_scaling.value("rope_type", ""), "llama3");

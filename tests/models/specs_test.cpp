@@ -175,18 +175,16 @@ TEST(Rope, Llama31InverseFrequenciesMatchThePublishedFormula) {
     EXPECT_LE(rope_inv_freq(r, i, 128), rope_inv_freq(plain, i, 128));
   }
   // Every Llama 3.x and 4 catalog entry carries its llama3 scaling, gpt-oss its yarn and Gemma 3 its
-  // linear one (planned, not run); the others are plain.
+  // linear one; the others are plain.
   for (const auto& id : model_ids()) {
     const ModelSpec spec = load_model(id);
     const std::string want = id.rfind("llama-", 0) == 0 ? "llama3" : id.rfind("gpt-oss", 0) == 0 ? "yarn"
                              : id == "gemma-3-27b"                  ? "linear"
                                                                     : "default";
     EXPECT_EQ(rope_scaling_type(spec), want) << id;
-    if (want == "linear") EXPECT_THROW(rope_of(spec), Error) << id;
-    else {
-      EXPECT_EQ(rope_of(spec).llama3(), want == "llama3") << id;
-      EXPECT_EQ(rope_of(spec).yarn(), want == "yarn") << id;
-    }
+    EXPECT_EQ(rope_of(spec).llama3(), want == "llama3") << id;
+    EXPECT_EQ(rope_of(spec).yarn(), want == "yarn") << id;
+    EXPECT_EQ(rope_of(spec).linear, want == "linear") << id;
   }
 }
 
@@ -202,8 +200,7 @@ std::string rope_error(const Json& scaling) {
 }
 
 // A scaling oomb does not know is refused by name (the key, the type, what is supported), never
-// run as plain RoPE. linear and yarn (Gemma 3, gpt-oss) are read and their keys checked; yarn runs,
-// linear is planned: the executor's RoPE (rope_of) refuses it by name.
+// run as plain RoPE. linear and yarn (Gemma 3, gpt-oss) are read, their keys checked, and run.
 TEST(Rope, OtherScalingsAreRefusedByName) {
   for (const char* type : {"linear", "yarn"}) {
     Json j = load_model("tiny").to_json();
@@ -211,18 +208,8 @@ TEST(Rope, OtherScalingsAreRefusedByName) {
     if (std::string(type) == "yarn") j["rope_scaling"]["original_max_position_embeddings"] = 4096;
     const ModelSpec m = model_from_json(j, "m.json");
     EXPECT_EQ(rope_scaling_type(m), type);
-    if (std::string(type) == "yarn") {
-      EXPECT_TRUE(rope_of(m, "m.json").yarn());
-    } else {
-      try {
-        rope_of(m, "m.json");
-        ADD_FAILURE() << type << " ran as plain RoPE";
-      } catch (const Error& e) {
-        const std::string w = e.what();
-        for (const std::string& s : {std::string("'") + type + "'", std::string("planned, not run"), std::string("llama3")})
-          EXPECT_NE(w.find(s), std::string::npos) << w;
-      }
-    }
+    if (std::string(type) == "yarn") EXPECT_TRUE(rope_of(m, "m.json").yarn());
+    else EXPECT_TRUE(rope_of(m, "m.json").linear && rope_of(m, "m.json").factor == 4.0);
     j["rope_scaling"]["beta_fst"] = 32.0;  // a misspelt key of the type
     EXPECT_NE(rope_error(j["rope_scaling"]).find("rope_scaling.beta_fst"), std::string::npos);
   }

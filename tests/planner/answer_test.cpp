@@ -213,12 +213,12 @@ TEST(PlanAnswer, LoraIsPlannedNextToFullFineTuning) {
   emb.lora_train_embeddings = true;
   EXPECT_FALSE(executable(m, emb, &why));
   EXPECT_TRUE(has(why, "--lora-train-embeddings")) << why;
-  // A model the executor does not compute (linear RoPE scaling, Gemma 3's): every plan of it is on
+  // A model the executor does not compute (layers without RoPE, Llama 4's): every plan of it is on
   // paper, and the reason names the model, not a setting to change.
-  models::ModelSpec linear = m;
-  linear.rope_scaling = {{"rope_type", "linear"}, {"factor", 4.0}};
-  EXPECT_FALSE(executable(linear, a.chosen->config, &why));
-  EXPECT_TRUE(has(why, "RoPE scaling of type linear is planned, not run")) << why;
+  models::ModelSpec nope = m;
+  nope.nope_layers = {3};
+  EXPECT_FALSE(executable(nope, a.chosen->config, &why));
+  EXPECT_TRUE(has(why, "layers without RoPE is planned, not run")) << why;
   EXPECT_TRUE(has(why, "no setting makes it run")) << why;
   // Without LoRA the answer has no such comparison.
   EXPECT_FALSE(answer(query("qwen2.5-7b", "h200", 1 << 20)).full_finetune);

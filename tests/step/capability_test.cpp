@@ -181,8 +181,6 @@ TEST(Capability, ModelsTheExecutorDoesNotComputeAreNamed) {
   // One feature at a time on a dense model: each is named.
   const models::ModelSpec base = models::load_model("qwen3-8b");
   const std::vector<std::pair<std::function<void(models::ModelSpec&)>, const char*>> edits = {
-      {[](models::ModelSpec& m) { m.rope_scaling = {{"rope_type", "linear"}, {"factor", 4.0}}; },
-       "RoPE scaling of type linear"},
       {[](models::ModelSpec& m) { m.mlp = models::Mlp::geglu_tanh; }, "geglu_tanh"},
       {[](models::ModelSpec& m) { m.nope_layers = {3}; }, "without RoPE"},
   };
