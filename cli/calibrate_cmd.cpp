@@ -45,13 +45,17 @@ int run_microbench_mode(const CalibrateArgs& a, executor::Communicator* comm) {
   std::printf("oomb calibrate: %s in %.1f s\n", r.host.c_str(), r.seconds);
   if (r.threads > 0) std::printf("  compute threads    %d\n", r.threads);
   std::printf("  peak (best GEMM)   %s\n", format_flops_per_s(r.peak_flops_per_s).c_str());
-  for (const auto& m : r.models)
-    std::printf("  %-18s GEMM %s (+-%s), attention %s (+-%s)\n", m.model.c_str(),
+  for (const auto& m : r.models) {
+    std::printf("  %-18s GEMM %s (+-%s), attention %s (+-%s)", m.model.c_str(),
                 format_flops_per_s(m.gemm_flops_per_s).c_str(), format_percent(m.gemm_spread / 2).c_str(),
                 format_flops_per_s(m.attention_flops_per_s).c_str(), format_percent(m.attention_spread / 2).c_str());
+    if (m.expert_gemm_flops_per_s > 0) std::printf(", expert GEMMs %s", format_flops_per_s(m.expert_gemm_flops_per_s).c_str());
+    std::printf("\n");
+  }
   std::printf("  efficiency         gemm %.3f, attention %.3f (backward %.3f), memory-bound %.3f\n",
               e["gemm"].get<double>(), e["attention"].get<double>(), e["attention_backward"].get<double>(),
               e["memory_bound"].get<double>());
+  if (e.contains("expert_gemm")) std::printf("  efficiency         expert GEMMs %.3f\n", e["expert_gemm"].get<double>());
   std::printf("  bandwidth          %s (stream), copies h2d %s, d2h %s, duplex factor %.2f\n",
               format_rate_bytes_per_s(profile["hbm_bytes_per_s"].get<double>()).c_str(),
               format_rate_bytes_per_s(r.h2d_bytes_per_s.median).c_str(),

@@ -449,6 +449,7 @@ Json GpuSpec::to_json() const {
             {"efficiency", {{"gemm", efficiency.gemm}, {"attention", efficiency.attention},
                             {"attention_backward", efficiency.attention_backward},
                             {"memory_bound", efficiency.memory_bound}, {"copy", efficiency.copy}}}};
+  if (efficiency.expert_gemm != efficiency.gemm) j["efficiency"]["expert_gemm"] = efficiency.expert_gemm;
   if (!sources.empty()) j["sources"] = sources;
   if (!allreduce_curve.empty()) {
     Json points = Json::array();
@@ -529,6 +530,7 @@ GpuSpec gpu_from_json(const Json& j, const std::string& where) {
   if (r.has("efficiency")) {
     JsonReader e(r.object("efficiency"), where + ": efficiency");
     g.efficiency.gemm = fraction(e, "gemm", g.efficiency.gemm);
+    g.efficiency.expert_gemm = fraction(e, "expert_gemm", g.efficiency.gemm);
     g.efficiency.attention = fraction(e, "attention", g.efficiency.attention);
     g.efficiency.attention_backward = fraction(e, "attention_backward", g.efficiency.attention);
     g.efficiency.memory_bound = fraction(e, "memory_bound", g.efficiency.memory_bound);

@@ -148,6 +148,11 @@ struct ModelSpec {
 // Efficiency of the hardware per op class: achieved / peak. Calibration fits these.
 struct Efficiency {
   double gemm = 0.7;          // large bf16 GEMMs vs the dense tensor-core peak
+  // A mixture of experts' routed-expert GEMMs (T x top-k / experts rows each: a few hundred, far
+  // smaller than a dense layer's) vs the same peak. Optional in JSON: equal to `gemm` when absent
+  // (datasheet profiles, calibrations without an expert model); `oomb calibrate` measures it on the
+  // expert shapes of the MoE models it benchmarks.
+  double expert_gemm = 0.7;
   double attention = 0.5;     // flash attention forward vs the same peak
   // Flash attention backward (its flops counted as 2.5x the forward's) vs the same peak. Optional
   // in JSON: equal to `attention` when absent (datasheet profiles); calibrated profiles fit it

@@ -677,10 +677,14 @@ std::string PlanAnswer::describe() const {
     // What the experts' figures assume (docs/model.md "Layer kinds and experts").
     const step::Config& c = chosen->config;
     const int64_t rows = std::min(c.chunk_tokens, c.context_tokens) * s0.model.moe.experts_per_token / s0.model.moe.experts;
+    const models::Efficiency& e = s0.gpu.efficiency;
     appendf(out,
             "Experts: packed dispatch (the peak holds for any routing); time assumes balanced routing, each expert's "
-            "GEMMs %lld rows a chunk, priced at the large-GEMM efficiency (not calibrated at that size)\n",
-            static_cast<long long>(rows));
+            "GEMMs %lld rows a chunk, priced at efficiency.expert_gemm %.3f (%s)\n",
+            static_cast<long long>(rows), e.expert_gemm,
+            e.expert_gemm != e.gemm ? "measured on expert shapes by oomb calibrate"
+                                    : "the profile's large-GEMM figure: not measured at that size; oomb calibrate "
+                                      "--backend ... --model <a MoE model> measures it");
   }
   print_allocation(out, *plan);
   print_alternatives(out, *chosen, res.alternatives, s0.model);

@@ -26,6 +26,17 @@ double r_squared(double ss_res, double ss_tot, double sum_sq) {
 
 namespace {
 
+// The fit's GEMM column: the dense GEMMs' seconds at the peak, and the routed experts' in the
+// dense GEMMs' units. The experts' efficiency is the micro-benchmarks' (oomb calibrate --backend,
+// on the expert shapes); a fit from traces or steps keeps its ratio to the dense GEMMs' and scales
+// both: expert seconds at e_x are expert_s e_g / e_x at e_g.
+double gemm_column(const Scenario& s, const detail::WorkTerms& t) {
+  return t.gemm_s + t.expert_gemm_s * s.gpu.efficiency.gemm / s.gpu.efficiency.expert_gemm;
+}
+double scaled_expert_gemm(const models::Efficiency& base, double gemm) {
+  return std::min(1.0, gemm * base.expert_gemm / base.gemm);
+}
+
 constexpr int kParams = 5;
 const char* const kParamNames[kParams] = {"gemm efficiency", "attention efficiency",
                                           "attention backward efficiency", "memory-bound efficiency",
@@ -256,7 +267,7 @@ std::optional<OpWork> pass_work(const Scenario& s, int64_t chunk, Op op, int64_t
                               : op == Op::lm_head         ? &cc.head
                                                           : nullptr;
   if (!p) return std::nullopt;
-  return OpWork{p->work.gemm_s, p->work.attn_s, p->work.attn_bwd_s, p->work.mb_s, p->work.kernels};
+  return OpWork{gemm_column(s, p->work), p->work.attn_s, p->work.attn_bwd_s, p->work.mb_s, p->work.kernels};
 }
 
 void apply_cpu_run(Scenario& s) {
@@ -347,6 +358,7 @@ FitResult fit_samples(const std::vector<CalibrationSample>& samples, const model
   FitResult r;
   r.efficiency = base.efficiency;
   r.efficiency.gemm = 1.0 / sol.x(0);
+  r.efficiency.expert_gemm = scaled_expert_gemm(base.efficiency, r.efficiency.gemm);
   r.efficiency.attention = 1.0 / sol.x(1);
   r.efficiency.attention_backward = 1.0 / sol.x(2);
   r.efficiency.memory_bound = 1.0 / sol.x(3);
@@ -433,7 +445,7 @@ OpWork step_work(const Scenario& s) {
   const step::Geometry g = detail::geometry(s);
   OpWork w;
   auto add = [&](const detail::WorkTerms& t, double times) {
-    w.gemm_s += times * t.gemm_s;
+    w.gemm_s += times * gemm_column(s, t);
     w.attn_s += times * t.attn_s;
     w.attn_bwd_s += times * t.attn_bwd_s;
     w.mb_s += times * t.mb_s;
@@ -576,6 +588,7 @@ PointsFit fit_points(const std::vector<MeasuredPoint>& points, const models::Gpu
         Scenario s = points[i].scenario;
         s.gpu = out.profile;
         s.gpu.efficiency.gemm = 1.0 / (*x)(0);
+        s.gpu.efficiency.expert_gemm = scaled_expert_gemm(out.profile.efficiency, s.gpu.efficiency.gemm);
         s.gpu.efficiency.attention = 1.0 / (*x)(1);
         s.gpu.efficiency.attention_backward = 1.0 / (*x)(2);
         s.gpu.efficiency.memory_bound = 1.0 / (*x)(3);

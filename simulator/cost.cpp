@@ -19,6 +19,7 @@ int64_t param_count(const Scenario& s) { return step::param_count(s.model, s.con
 
 WorkTerms& WorkTerms::operator+=(const WorkTerms& o) {
   gemm_s += o.gemm_s;
+  expert_gemm_s += o.expert_gemm_s;
   attn_s += o.attn_s;
   attn_bwd_s += o.attn_bwd_s;
   attn_bytes_s += o.attn_bytes_s;
@@ -46,6 +47,10 @@ struct LayerWork {
   // LoRA: the frozen base's GEMM flops (a forward's worth): its weight gradients are not computed,
   // so a backward skips them (Mult::skip_dw).
   double frozen_gemm_flops = 0;
+  // A MoE layer's routed experts' GEMMs (their own efficiency, Efficiency::expert_gemm), and under
+  // LoRA their frozen share (all of them) as above.
+  double expert_gemm_flops = 0;
+  double frozen_expert_gemm_flops = 0;
   double attn_flops = 0;
   double attn_bytes = 0;  // K/V reads
   double mb_bytes = 0;    // memory-bound elementwise traffic
@@ -143,10 +148,13 @@ struct Mult {
 };
 
 double gemm_work(const LayerWork& w, const Mult& m) { return w.gemm_flops * m.gemm - w.frozen_gemm_flops * m.skip_dw; }
+double expert_gemm_work(const LayerWork& w, const Mult& m) {
+  return w.expert_gemm_flops * m.gemm - w.frozen_expert_gemm_flops * m.skip_dw;
+}
 
 double time_of(const Scenario& s, const LayerWork& w, const Mult& m) {
   const auto& e = s.gpu.efficiency;
-  double t_gemm = gemm_work(w, m) / (peak(s) * e.gemm);
+  double t_gemm = gemm_work(w, m) / (peak(s) * e.gemm) + expert_gemm_work(w, m) / (peak(s) * e.expert_gemm);
   double t_attn = std::max(w.attn_flops * m.attn_fwd / (peak(s) * e.attention) +
                                w.attn_flops * m.attn_bwd / (peak(s) * e.attention_backward),
                            w.attn_bytes * (m.attn_fwd + m.attn_bwd) / (s.gpu.hbm_bytes_per_s * e.memory_bound));
@@ -160,6 +168,7 @@ double time_of(const Scenario& s, const LayerWork& w, const Mult& m) {
 WorkTerms terms_of(const Scenario& s, const LayerWork& w, const Mult& m) {
   WorkTerms t;
   t.gemm_s = gemm_work(w, m) / peak(s);
+  t.expert_gemm_s = expert_gemm_work(w, m) / peak(s);
   t.attn_s = w.attn_flops * m.attn_fwd / peak(s);
   t.attn_bwd_s = w.attn_flops * m.attn_bwd / peak(s);
   t.attn_bytes_s = w.attn_bytes * (m.attn_fwd + m.attn_bwd) / s.gpu.hbm_bytes_per_s;
@@ -210,10 +219,12 @@ LayerWork layer_work(const step::Geometry& g, int64_t tokens, int64_t prefix_key
                      const LayerClass& k = LayerClass{}, int64_t start = 0, bool sandwich = false) {
   LayerWork w;
   const double T = static_cast<double>(tokens);
-  const int64_t mlp = k.moe ? g.h * g.experts + 3 * g.top_k * g.h * g.fe + 3 * g.h * g.fs : 3 * g.h * g.f;
+  const int64_t mlp = k.moe ? g.h * g.experts + 3 * g.h * g.fs : 3 * g.h * g.f;
   w.gemm_flops = 2.0 * T * static_cast<double>(g.h * g.qd + 2 * g.h * g.kvd + g.qd * g.h + mlp);
+  if (k.moe) w.expert_gemm_flops = 2.0 * T * static_cast<double>(3 * g.top_k * g.h * g.fe);
   if (g.lora) {  // the adapters' two thin GEMMs per target (A x, then B (A x)): 2 flops per parameter and token
     w.frozen_gemm_flops = w.gemm_flops;
+    w.frozen_expert_gemm_flops = w.expert_gemm_flops;
     w.gemm_flops += 2.0 * T * static_cast<double>(g.lora_layer_params);
   }
   const bool local = k.attention != models::LayerAttention::global;
@@ -294,7 +305,7 @@ PassCost selection_cost(const Scenario& s, const step::Geometry& g, int64_t toke
 
 PassCost PassCost::scaled(double f) const {
   PassCost p = *this;
-  for (double* x : {&p.work.gemm_s, &p.work.attn_s, &p.work.attn_bwd_s, &p.work.attn_bytes_s, &p.work.mb_s,
+  for (double* x : {&p.work.gemm_s, &p.work.expert_gemm_s, &p.work.attn_s, &p.work.attn_bwd_s, &p.work.attn_bytes_s, &p.work.mb_s,
                     &p.work.allreduce_s, &p.work.allreduce_bytes, &p.work.allreduces, &p.work.kernels, &p.compute_s,
                     &p.flops})
     *x *= f;
@@ -323,7 +334,7 @@ void backward_costs(const Scenario& s, const LayerWork& w, bool ckpt, Terms term
              kKernelsLayerBwd + (recompute ? kKernelsLayerFwd : 0), 1.0};
     bwd.allreduces = 2.0 + r;
     price(*p, s, w, bwd, terms);
-    p->flops = gemm_work(w, bwd) + (kAttentionBackwardFactor + r) * w.attn_flops;
+    p->flops = gemm_work(w, bwd) + expert_gemm_work(w, bwd) + (kAttentionBackwardFactor + r) * w.attn_flops;
   }
 }
 }  // namespace
@@ -345,7 +356,7 @@ void class_passes(const Scenario& s, const step::Geometry& g, int64_t c, Terms t
   Mult fwd{1.0, 1.0, 0.0, 1.0, kKernelsLayerFwd};
   fwd.allreduces = 2.0;
   price(cc.fill, s, w, fwd, terms);
-  cc.fill.flops = w.gemm_flops + w.attn_flops;
+  cc.fill.flops = w.gemm_flops + w.expert_gemm_flops + w.attn_flops;
   cc.recompute = cc.fill;  // the same forward, without the fill's selection
   backward_costs(s, w, ckpt, terms, cc);
   if (k.attention != models::LayerAttention::global) return;
@@ -422,7 +433,7 @@ ChunkCosts standard_costs(const Scenario& s, const step::Geometry& g, Terms term
     Mult fwd{1.0, 1.0, 0.0, 1.0, kKernelsLayerFwd};
     fwd.allreduces = 2.0;
     price(out.fill, s, w, fwd, terms);
-    out.fill.flops = w.gemm_flops + w.attn_flops;
+    out.fill.flops = w.gemm_flops + w.expert_gemm_flops + w.attn_flops;
     backward_costs(s, w, s.config.checkpointing, terms, out);
   };
   mean_passes(g, cc, passes);

@@ -38,6 +38,7 @@ namespace oomb::simulator::detail {
 // allreduce_s + kernels * launch.
 struct WorkTerms {
   double gemm_s = 0;        // GEMM flops / bf16 peak
+  double expert_gemm_s = 0; // routed experts' GEMM flops / bf16 peak
   double attn_s = 0;        // attention forward flops (incl. recomputes) / bf16 peak
   double attn_bwd_s = 0;    // attention backward flops / bf16 peak
   double attn_bytes_s = 0;  // attention K/V re-reads / HBM bandwidth

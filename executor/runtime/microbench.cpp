@@ -194,11 +194,17 @@ ModelRates model_rates(const models::ModelSpec& m, const std::vector<GemmShape>&
   ModelRates mr;
   mr.model = m.id;
   double flops = 0, seconds = 0, lo = 0, hi = 0;
+  double expert_flops = 0, expert_seconds = 0;
   for (const auto& g : gemms) {
     if (g.name.rfind(m.id + " ", 0) != 0) continue;
     const double f = g.weight;  // relative forward flops of this shape in one step
     const bool head = g.name == m.id + " lm_head";
     const double fwd_passes = head ? 1.0 : 3.0;
+    if (g.name.rfind(m.id + " expert_", 0) == 0) {
+      expert_flops += f * (fwd_passes + 2.0);
+      expert_seconds += f * fwd_passes / g.fwd.median + f * 2.0 / g.bwd.median;
+      continue;
+    }
     flops += f * (fwd_passes + 2.0);
     seconds += f * fwd_passes / g.fwd.median + f * 2.0 / g.bwd.median;
     lo += f * fwd_passes / g.fwd.max + f * 2.0 / g.bwd.max;
@@ -208,6 +214,7 @@ ModelRates model_rates(const models::ModelSpec& m, const std::vector<GemmShape>&
     mr.gemm_flops_per_s = flops / seconds;
     mr.gemm_spread = (hi - lo) / seconds;
   }
+  if (expert_seconds > 0) mr.expert_gemm_flops_per_s = expert_flops / expert_seconds;
   for (const auto& p : attn) {
     if (p.model != m.id) continue;
     const double t = 3.0 / p.fwd.median + 2.5 / p.bwd.median;
@@ -234,11 +241,13 @@ Json MicrobenchResult::to_json() const {
     a.push_back({{"model", x.model}, {"rows", x.rows}, {"prefix_tokens", x.prefix_tokens}, {"q_heads", x.q_heads},
                  {"kv_heads", x.kv_heads}, {"head_dim", x.head_dim}, {"fwd_flops_per_s", x.fwd.to_json()},
                  {"bwd_flops_per_s", x.bwd.to_json()}});
-  for (const auto& x : models)
+  for (const auto& x : models) {
     m.push_back({{"model", x.model}, {"gemm_flops_per_s", x.gemm_flops_per_s}, {"gemm_spread", x.gemm_spread},
                  {"attention_flops_per_s", x.attention_flops_per_s}, {"attention_spread", x.attention_spread},
                  {"attention_fwd_flops_per_s", x.attention_fwd_flops_per_s},
                  {"attention_bwd_flops_per_s", x.attention_bwd_flops_per_s}});
+    if (x.expert_gemm_flops_per_s > 0) m.back()["expert_gemm_flops_per_s"] = x.expert_gemm_flops_per_s;
+  }
   return {{"backend", backend},
           {"host", host},
           {"date", date},
@@ -301,6 +310,20 @@ MicrobenchResult run_microbench(Backend& backend, const MicrobenchOptions& o) {
       bench_gemm(B, g);
       r.gemms.push_back(g);
     }
+    if (m.moe.present()) {
+      // The routed experts' GEMMs at the rows one expert receives from a chunk with balanced
+      // routing (T x top-k / experts): far thinner than the dense shapes, their own efficiency.
+      const int64_t fe = m.moe.expert_ffn_hidden;
+      const int64_t rows = std::max<int64_t>(1, T * m.moe.experts_per_token / m.moe.experts);
+      std::vector<GemmShape> experts = {{m.id + " expert_gate_up", rows, h, fe, 2.0 * static_cast<double>(h * fe), {}, {}},
+                                        {m.id + " expert_down", rows, fe, h, static_cast<double>(fe * h), {}, {}}};
+      const double sum = experts[0].weight + experts[1].weight;
+      for (auto& g : experts) {
+        g.weight /= sum;
+        bench_gemm(B, g);
+        r.gemms.push_back(g);
+      }
+    }
     AttentionPoint p{m.id, std::min<int64_t>(T, 256), 2 * std::min<int64_t>(T, 256), m.q_heads, m.kv_heads,
                      m.head_dim, {}, {}};
     bench_attention(B, p, 64);
@@ -321,9 +344,10 @@ MicrobenchResult run_microbench(Backend& backend, const MicrobenchOptions& o) {
 Json device_profile(const MicrobenchResult& r, const std::string& id, int64_t capacity_bytes,
                     const std::string& model_for_efficiency) {
   OOMB_ASSERT(r.peak_flops_per_s > 0 && !r.models.empty(), "run_microbench first");
-  double gemm = 0, attn = 0, attn_bwd = 0, n = 0;
+  double gemm = 0, attn = 0, attn_bwd = 0, n = 0, expert = 0, n_expert = 0;
   for (const auto& m : r.models) {
     if (!model_for_efficiency.empty() && m.model != model_for_efficiency) continue;
+    if (m.expert_gemm_flops_per_s > 0) expert += m.expert_gemm_flops_per_s, n_expert += 1;
     gemm += m.gemm_flops_per_s;
     attn += m.attention_fwd_flops_per_s;
     attn_bwd += m.attention_bwd_flops_per_s;
@@ -367,6 +391,7 @@ Json device_profile(const MicrobenchResult& r, const std::string& id, int64_t ca
               {"attention_backward", frac(attn_bwd / peak)}, {"memory_bound", frac(mb / hbm)}, {"copy", 1.0}}},
             {"calibrated_from", r.host + ", " + r.date + " (" + r.backend + " backend micro-benchmarks)"},
             {"calibration", r.to_json()}};
+  if (n_expert > 0) j["efficiency"]["expert_gemm"] = frac(expert / n_expert / peak);
   if (r.threads > 0) {
     j["cpu_threads"] = r.threads;
     j["name"] = r.backend + " backend on " + r.host + ", " + std::to_string(r.threads) + " compute thread" +
@@ -380,6 +405,9 @@ Json device_profile(const MicrobenchResult& r, const std::string& id, int64_t ca
                               (model_for_efficiency.empty() ? std::string(", mean over the benchmarked models")
                                                             : ", shapes of " + model_for_efficiency)},
       {"efficiency.attention", "paged attention forward rate / peak"},
+      {"efficiency.expert_gemm", n_expert > 0 ? "step-mix rate of the routed experts' GEMMs at the rows one expert "
+                                                "receives (chunk x top-k / experts) / peak, mean over the MoE models"
+                                              : "not measured (no MoE model benchmarked): equal to efficiency.gemm"},
       {"efficiency.attention_backward",
        "paged attention backward rate (flops counted as 2.5x the forward's, as the cost model does) / peak"},
       {"efficiency.memory_bound", "harmonic mean of the rmsnorm, swiglu and add rates / hbm_bytes_per_s"},

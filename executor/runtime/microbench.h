@@ -25,9 +25,11 @@ struct Stat {
 };
 
 struct GemmShape {
-  std::string name;  // "qwen2.5-0.5b mlp_up", ...
+  std::string name;  // "qwen2.5-0.5b mlp_up", ...; a routed expert's: "qwen3-30b-a3b expert_gate_up"
   int64_t rows = 0, in = 0, out = 0;
-  double weight = 0;  // share of the model's GEMM flops in a step (per model, sums to 1)
+  // Share of the model's GEMM flops in a step (per model: the dense shapes sum to 1, the expert
+  // shapes, each at the rows one expert receives, to 1 among themselves)
+  double weight = 0;
   Stat fwd, bwd;      // flops/s (fwd 2 r i o, bwd 4 r i o)
 };
 
@@ -43,6 +45,9 @@ struct ModelRates {
   double attention_flops_per_s = 0;  // step mix: 3 forward passes and one backward per layer
   double attention_fwd_flops_per_s = 0, attention_bwd_flops_per_s = 0;  // each direction alone (medians)
   double gemm_spread = 0, attention_spread = 0;
+  // A mixture of experts: the same step mix over the routed experts' shapes at their per-expert
+  // rows (chunk x top-k / experts), 0 for a dense model.
+  double expert_gemm_flops_per_s = 0;
 };
 
 struct MicrobenchResult {

@@ -257,6 +257,26 @@ TEST(Rope, OtherScalingsAreRefusedByName) {
   EXPECT_NE(rope_error(extra).find("rope_scaling.attention_factor"), std::string::npos);
 }
 
+// efficiency.expert_gemm (the routed experts' GEMMs): optional, the large-GEMM figure when absent
+// (every datasheet profile), read when given, written only where it differs, refused out of (0, 1].
+TEST(GpuSpec, ExpertGemmEfficiencyDefaultsToTheGemmOne) {
+  const GpuSpec h200 = load_gpu("h200");
+  EXPECT_EQ(h200.efficiency.expert_gemm, h200.efficiency.gemm);
+  Json j = h200.to_json();
+  EXPECT_FALSE(j["efficiency"].contains("expert_gemm"));
+  j["efficiency"]["expert_gemm"] = 0.25;
+  const GpuSpec g = gpu_from_json(j, "g.json");
+  EXPECT_EQ(g.efficiency.expert_gemm, 0.25);
+  EXPECT_EQ(g.to_json()["efficiency"]["expert_gemm"], 0.25);
+  j["efficiency"]["expert_gemm"] = 1.5;
+  try {
+    gpu_from_json(j, "g.json");
+    ADD_FAILURE() << "an efficiency above 1 was read";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("expert_gemm"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 
 }  // namespace oomb::models

@@ -139,6 +139,39 @@ TEST(Calibration, PassWorkPricesLikeTheCostModel) {
   EXPECT_FALSE(pass_work(s, g.n, Op::layer_fwd).has_value());
 }
 
+// A MoE model's routed-expert GEMMs join the fit's GEMM column in the dense GEMMs' units, at the
+// base profile's ratio of the two efficiencies (the micro-benchmarks measure it): the fit recovers
+// the dense GEMMs' efficiency and keeps the experts' in that ratio, and pass_work still prices
+// what compute_s does.
+TEST(Calibration, ExpertGemmsKeepTheProfilesRatioToTheDenseOnes) {
+  auto moe = [](int64_t context, int64_t chunk) {
+    Scenario s = tiny_scenario(context, chunk, false);
+    s.model = models::load_model("tiny-moe");
+    s.gpu.efficiency.expert_gemm = s.gpu.efficiency.gemm / 4;
+    return s;
+  };
+  const Scenario s = moe(4096, 1024);
+  const step::Geometry g = detail::geometry(s);
+  const auto& e = s.gpu.efficiency;
+  const detail::ChunkCosts cc = detail::chunk_costs(s, g, 1);
+  ASSERT_GT(cc.fill.work.expert_gemm_s, 0);
+  const auto w = pass_work(s, 1, Op::layer_fwd);
+  ASSERT_TRUE(w.has_value());
+  EXPECT_NEAR(w->gemm_s / e.gemm, cc.fill.work.gemm_s / e.gemm + cc.fill.work.expert_gemm_s / e.expert_gemm,
+              1e-12 * w->gemm_s / e.gemm);
+  const double x[5] = {1.0 / 0.6, 1.0 / 0.35, 1.0 / 0.7, 1.0 / 0.5, 7e-6};
+  auto a = synth(s, 0, x);
+  auto b = synth(moe(3000, 512), 1, x);
+  auto c = synth(tiny_scenario(777, 256, false), 2, x);
+  a.insert(a.end(), b.begin(), b.end());
+  a.insert(a.end(), c.begin(), c.end());
+  models::GpuSpec base = s.gpu;
+  const FitResult f = fit_efficiencies(a, base, 3);
+  EXPECT_NEAR(f.efficiency.gemm, 0.6, kRecoverTol);
+  EXPECT_NEAR(f.efficiency.expert_gemm, 0.6 / 4, kRecoverTol);
+  EXPECT_NEAR(f.r2, 1.0, 1e-9);
+}
+
 TEST(Calibration, ExecutorRunsArePredictedWithTheirPageDtypes) {
   // apply_cpu_run: fp32 parameters, parameter gradients and activations; the pages as configured.
   Scenario s = tiny_scenario(4096, 1024, false);

@@ -174,6 +174,42 @@ TEST(LayerKinds, FlopsOfTheActiveExpertsAndTheWindow) {
   EXPECT_NEAR(detail::chunk_costs(w, gw, c).fill.flops, gemm_w + (global + sliding) / 2, 1e-6 * gemm_w);
 }
 
+// The routed experts' GEMMs are priced at their own efficiency (Efficiency::expert_gemm, measured
+// on expert shapes by oomb calibrate): their work is its own term, halving that efficiency adds
+// exactly their time once more, and a dense model's cost does not move.
+TEST(LayerKinds, ExpertGemmsArePricedAtTheirOwnEfficiency) {
+  Scenario s = scenario("qwen3-30b-a3b", "h200", 64 * K);
+  s.config.chunk_tokens = 4 * K;
+  const step::Geometry g = detail::geometry(s);
+  const double T = 4096, h = 2048;
+  const detail::ChunkCosts base = detail::chunk_costs(s, g, 1);
+  EXPECT_NEAR(base.fill.work.expert_gemm_s, 2 * T * 8 * 3 * h * 768 / s.gpu.bf16_flops_per_s, 1e-15);
+  const double e = s.gpu.efficiency.gemm;
+  ASSERT_EQ(s.gpu.efficiency.expert_gemm, e);  // a datasheet profile: the large-GEMM figure
+  Scenario half = s;
+  half.gpu.efficiency.expert_gemm = e / 2;
+  const detail::ChunkCosts slow = detail::chunk_costs(half, g, 1);
+  for (auto [p, q] : {std::pair{&base.fill, &slow.fill}, {&base.backward, &slow.backward}}) {
+    EXPECT_GT(p->work.expert_gemm_s, 0);
+    EXPECT_NEAR(q->compute_s - p->compute_s, p->work.expert_gemm_s / e, 1e-9 * p->compute_s);
+  }
+  Scenario dense = scenario("qwen2.5-7b", "h200", 64 * K);
+  dense.config.chunk_tokens = 4 * K;
+  const step::Geometry gd = detail::geometry(dense);
+  const double t = detail::chunk_costs(dense, gd, 1).backward.compute_s;
+  dense.gpu.efficiency.expert_gemm = e / 2;
+  EXPECT_EQ(detail::chunk_costs(dense, gd, 1).backward.compute_s, t);
+  // Under LoRA the frozen experts compute no weight gradient: the backward's expert work is a
+  // forward's (recompute) and an input gradient's.
+  Scenario lora = s;
+  lora.config.lora_rank = 16;
+  lora.config.lora_targets = {"q_proj", "v_proj"};
+  const step::Geometry gl = detail::geometry(lora);
+  const detail::ChunkCosts lc = detail::chunk_costs(lora, gl, 1);
+  EXPECT_NEAR(lc.backward.work.expert_gemm_s, 2 * lc.fill.work.expert_gemm_s, 1e-12);
+  EXPECT_NEAR(base.backward.work.expert_gemm_s, 3 * base.fill.work.expert_gemm_s, 1e-12);
+}
+
 // The fast path sums chunked layers' totals per residue class (a block of two chunks repeats every
 // two chunks): equal to the sum over every chunk's costs.
 TEST(LayerKinds, FastPathSumsPeriodicChunksExactly) {
