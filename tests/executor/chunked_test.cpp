@@ -94,50 +94,49 @@ INSTANTIATE_TEST_SUITE_P(
         DenseCase{"two_tokens", 2, 2, 1, 8, 32, false, true, 2, 8, 4}),
     [](const auto& param_info) { return std::string(param_info.param.name); });
 
-// ---- Llama 3.1 rope_scaling (rope_type llama3), scaled so that a 37-token sequence sees it: with
-// head_dim 8 and theta 1e4 the wavelengths are 6.3, 63, 628, 6283 tokens against original 64 / 4
-// and 64 / 1, so one frequency is kept, one interpolated and two divided by 8. The chunked step
-// equals the full-sequence reference with the scaling, and the scaling changes the loss.
-TEST(RopeScaling, Llama3ChunkedEqualsFullSequenceAndDiffersFromPlainRope) {
-  auto plain = test::small_model(2, 4, 2, 8, 32, false, false);
-  plain.family = "llama";
-  auto scaled = plain;
-  scaled.rope_scaling = {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0},
-                         {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 64}};
-  ASSERT_TRUE(models::rope_of(scaled).llama3());
+// A RoPE scaling of `scaled` (plain: the same small Llama with plain RoPE) on 37 tokens: the chunked
+// step with and without it equals the full-sequence reference, and the scaling moves the loss by more
+// than loss_factor x the chunked-vs-reference tolerance and the gradients by 100x theirs (it is
+// applied, not ignored).
+void expect_scaling_applied(const models::ModelSpec& plain, const models::ModelSpec& scaled, double loss_factor) {
   const Weights w = random_weights(plain, 4321, kInitStd);
   const int64_t N = 37;
   const auto tokens = TokenSource::synthetic(plain.vocab, 11).sequence(0, N);
   const RunOut r = expect_equals_reference(scaled, test::small_config(N, 16, 8, 64), w, tokens).run;
   const RunOut p = expect_equals_reference(plain, test::small_config(N, 16, 8, 64), w, tokens).run;
-  // Far beyond the chunked-vs-reference tolerance: the scaling is applied, not ignored.
-  EXPECT_GT(std::fabs(r.loss - p.loss), 1e3 * kLossRelTol * p.loss) << r.loss << " vs " << p.loss;
+  EXPECT_GT(std::fabs(r.loss - p.loss), loss_factor * kLossRelTol * p.loss) << r.loss << " vs " << p.loss;
   EXPECT_GT(relative_l2(r.grads.data.data(), p.grads.data.data(), static_cast<int64_t>(p.grads.data.size())),
             1e2 * kGradRelTol);
 }
 
+models::ModelSpec small_llama() {
+  auto m = test::small_model(2, 4, 2, 8, 32, false, false);
+  m.family = "llama";
+  return m;
+}
+
+// ---- Llama 3.1 rope_scaling (rope_type llama3), scaled so that a 37-token sequence sees it: with
+// head_dim 8 and theta 1e4 the wavelengths are 6.3, 63, 628, 6283 tokens against original 64 / 4
+// and 64 / 1, so one frequency is kept, one interpolated and two divided by 8.
+TEST(RopeScaling, Llama3ChunkedEqualsFullSequenceAndDiffersFromPlainRope) {
+  auto scaled = small_llama();
+  scaled.rope_scaling = {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0},
+                         {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 64}};
+  ASSERT_TRUE(models::rope_of(scaled).llama3());
+  expect_scaling_applied(small_llama(), scaled, 1e3);
+}
+
 // Linear scaling (position interpolation; Gemma 3's global layers, long-context Llama 2 fine-tunes):
-// every frequency divided by the factor. The chunked step equals the reference with it, the
-// frequencies are the plain ones over 4, and the scaling changes the loss.
+// every frequency divided by the factor (here 4). The small model's 37 positions turn slowly at
+// this theta, so the loss moves by 4e-4 of itself: 100x the tolerance.
 TEST(RopeScaling, LinearChunkedEqualsFullSequenceAndDiffersFromPlainRope) {
-  auto plain = test::small_model(2, 4, 2, 8, 32, false, false);
-  plain.family = "llama";
-  auto scaled = plain;
+  auto scaled = small_llama();
   scaled.rope_scaling = {{"rope_type", "linear"}, {"factor", 4.0}};
   const models::Rope r = models::rope_of(scaled);
   ASSERT_TRUE(r.linear);
   for (int64_t i = 0; i < 4; ++i)
-    EXPECT_DOUBLE_EQ(models::rope_inv_freq(r, i, 8), models::rope_inv_freq(models::rope_of(plain), i, 8) / 4.0);
-  const Weights w = random_weights(plain, 4321, kInitStd);
-  const int64_t N = 37;
-  const auto tokens = TokenSource::synthetic(plain.vocab, 11).sequence(0, N);
-  const RunOut s = expect_equals_reference(scaled, test::small_config(N, 16, 8, 64), w, tokens).run;
-  const RunOut p = expect_equals_reference(plain, test::small_config(N, 16, 8, 64), w, tokens).run;
-  // Far beyond the chunked-vs-reference tolerance (the small model's 37 positions turn slowly at
-  // this theta, so the loss moves by 4e-4 of itself): the scaling is applied, not ignored.
-  EXPECT_GT(std::fabs(s.loss - p.loss), 1e2 * kLossRelTol * p.loss) << s.loss << " vs " << p.loss;
-  EXPECT_GT(relative_l2(s.grads.data.data(), p.grads.data.data(), static_cast<int64_t>(p.grads.data.size())),
-            1e2 * kGradRelTol);
+    EXPECT_DOUBLE_EQ(models::rope_inv_freq(r, i, 8), models::rope_inv_freq(models::rope_of(small_llama()), i, 8) / 4.0);
+  expect_scaling_applied(small_llama(), scaled, 1e2);
 }
 
 // YaRN (Qwen3 at 128K, gpt-oss), with an original length of 16 so that a 37-token sequence sees
