@@ -53,14 +53,14 @@ Capability model_capability(const models::ModelSpec& m) {
   }
   if (!m.nope_layers.empty()) return no("layers without RoPE");
   if (m.sandwich_norms) return no("sandwich norms");
-  if (m.mlp != models::Mlp::swiglu && m.mlp != models::Mlp::gpt_oss) return no(std::string("the ") + to_string(m.mlp) + " MLP");
   return {};
 }
 
 Error model_capability_error(const Capability& cap, const models::ModelSpec& m) {
   return Error("--model", m.id, cap.reason, "the executor runs the dense Qwen2, Qwen3, Llama and Mistral models, sliding-window and chunked "
                "local layers, attention sinks and biases, and mixtures of routed experts with softmax routing (Qwen3-MoE, Mixtral; "
-               "gpt-oss's router and expert biases and clamped SwiGLU too) and shared experts beside them");
+               "gpt-oss's router and expert biases and clamped SwiGLU too) and shared experts beside them, and SwiGLU or "
+               "GeGLU MLPs");
 }
 
 Capability moe_capability(const models::ModelSpec& m, const Config& c) {

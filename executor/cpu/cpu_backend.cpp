@@ -520,6 +520,18 @@ void CpuBackend::swiglu_bwd(ConstTensor g, ConstTensor u, ConstTensor d, int64_t
   Out dgo(dg, n, false), duo(du, n, false);
   cpu::swiglu_bwd(gi, ui, di, n, dgo, duo, limit);
 }
+void CpuBackend::geglu_fwd(ConstTensor g, ConstTensor u, int64_t n, Tensor out) {
+  extents::elementwise("geglu_fwd", n, {g, u, out});
+  In gi(g, n), ui(u, n);
+  Out o(out, n, false);
+  cpu::geglu_fwd(gi, ui, n, o);
+}
+void CpuBackend::geglu_bwd(ConstTensor g, ConstTensor u, ConstTensor d, int64_t n, Tensor dg, Tensor du) {
+  extents::elementwise("geglu_bwd", n, {g, u, d, dg, du});
+  In gi(g, n), ui(u, n), di(d, n);
+  Out dgo(dg, n, false), duo(du, n, false);
+  cpu::geglu_bwd(gi, ui, di, n, dgo, duo);
+}
 void CpuBackend::moe_route(ConstTensor logits, int64_t rows, int64_t experts, int64_t k, bool renormalize,
                            int32_t* route_experts, float* route_weights, int32_t* route_rows, int32_t* offsets) {
   cpu::moe_route(extents::fp32_operand("moe_route", logits, rows * experts), rows, experts, k, renormalize,

@@ -201,6 +201,31 @@ void swiglu_bwd(const float* gate, const float* up, const float* dout, int64_t n
   });
 }
 
+// GELU's tanh approximation and its derivative, in float as PyTorch computes it.
+namespace {
+constexpr float kGeluC = 0.7978845608028654f, kGeluA = 0.044715f;  // sqrt(2 / pi), the cubic's weight
+}  // namespace
+
+void geglu_fwd(const float* gate, const float* up, int64_t n, float* out) {
+  parallel_pieces(n, kElemGrain, n, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const float x = gate[i];
+      out[i] = 0.5f * x * (1.0f + std::tanh(kGeluC * (x + kGeluA * x * x * x))) * up[i];
+    }
+  });
+}
+
+void geglu_bwd(const float* gate, const float* up, const float* dout, int64_t n, float* dgate, float* dup) {
+  parallel_pieces(n, kElemGrain, n, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const float x = gate[i], u = up[i], d = dout[i];  // read before dup / dgate are written
+      const float t = std::tanh(kGeluC * (x + kGeluA * x * x * x));
+      dup[i] = d * 0.5f * x * (1.0f + t);
+      dgate[i] = d * u * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * kGeluC * (1.0f + 3.0f * kGeluA * x * x));
+    }
+  });
+}
+
 // Rows in parallel; the loss adds the rows' terms in row order.
 double cross_entropy(float* logits, int64_t rows, int64_t vocab, const int32_t* targets, float scale) {
   std::vector<double> term(static_cast<size_t>(rows), 0.0);

@@ -30,6 +30,9 @@ void rope_bwd(float* dx, int64_t rows, int64_t heads, int64_t head_dim, int64_t 
 
 // out = silu(gate) * up; limit > 0: gpt-oss's clamped variant (Backend::swiglu_fwd).
 void swiglu_fwd(const float* gate, const float* up, int64_t n, float* out, float limit = 0);
+// out = gelu_tanh(gate) * up (Backend::geglu_fwd) and its backward.
+void geglu_fwd(const float* gate, const float* up, int64_t n, float* out);
+void geglu_bwd(const float* gate, const float* up, const float* dout, int64_t n, float* dgate, float* dup);
 void swiglu_bwd(const float* gate, const float* up, const float* dout, int64_t n, float* dgate, float* dup,
                 float limit = 0);
 // gpt-oss's constant: sigmoid(1.702 x) x approximates GELU (its MLP's `alpha`).

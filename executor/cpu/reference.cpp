@@ -30,6 +30,15 @@ struct LayerActs {
 // selected (renormalize) or of every expert; y [n, H] = the weighted sum of the experts' outputs,
 // plus the shared experts' SwiGLU MLP of every token.
 float swiglu_limit(const models::ModelSpec& m) { return static_cast<float>(m.mlp_clamp()); }  // the ops' float
+// The model's gated activation (Engine::gated_fwd's): SwiGLU (gpt-oss's clamped) or GeGLU.
+void gated_fwd(const models::ModelSpec& m, const float* g, const float* u, int64_t n, float* out) {
+  if (m.mlp == models::Mlp::geglu_tanh) geglu_fwd(g, u, n, out);
+  else swiglu_fwd(g, u, n, out, swiglu_limit(m));
+}
+void gated_bwd(const models::ModelSpec& m, const float* g, const float* u, const float* d, int64_t n, float* dg, float* du) {
+  if (m.mlp == models::Mlp::geglu_tanh) geglu_bwd(g, u, d, n, dg, du);
+  else swiglu_bwd(g, u, d, n, dg, du, swiglu_limit(m));
+}
 
 void moe_reference_fwd(const models::ModelSpec& m, const ParamLayout& L, const LayerOffsets& o, const float* P,
                        int64_t n, const std::vector<int32_t>* routes, LayerActs& A, float* y) {
@@ -65,7 +74,7 @@ void moe_reference_fwd(const models::ModelSpec& m, const ParamLayout& L, const L
       const float* W = P + o.experts + e * S;
       linear_fwd(A.h2.data() + t * H, 1, H, W, b0 < 0 ? nullptr : W + b0, Fe, A.eg.data() + r * Fe);
       linear_fwd(A.h2.data() + t * H, 1, H, W + Fe * H, b0 < 0 ? nullptr : W + b0 + Fe, Fe, A.eu.data() + r * Fe);
-      swiglu_fwd(A.eg.data() + r * Fe, A.eu.data() + r * Fe, Fe, A.em.data() + r * Fe, swiglu_limit(m));
+      gated_fwd(m, A.eg.data() + r * Fe, A.eu.data() + r * Fe, Fe, A.em.data() + r * Fe);
       linear_fwd(A.em.data() + r * Fe, 1, Fe, W + 2 * Fe * H, b0 < 0 ? nullptr : W + b0 + 2 * Fe, H, A.eo.data() + r * H);
       for (int64_t i = 0; i < H; ++i)
         y[t * H + i] += A.weights[static_cast<size_t>(r)] * A.eo[static_cast<size_t>(r * H + i)];
@@ -76,7 +85,7 @@ void moe_reference_fwd(const models::ModelSpec& m, const ParamLayout& L, const L
     Vec ys = zeros(n * H);
     linear_fwd(A.h2.data(), n, H, P + o.shared_gate, nullptr, Fs, A.sg.data());
     linear_fwd(A.h2.data(), n, H, P + o.shared_up, nullptr, Fs, A.su.data());
-    swiglu_fwd(A.sg.data(), A.su.data(), n * Fs, A.sm.data(), swiglu_limit(m));
+    gated_fwd(m, A.sg.data(), A.su.data(), n * Fs, A.sm.data());
     linear_fwd(A.sm.data(), n, Fs, P + o.shared_down, nullptr, H, ys.data());
     for (int64_t i = 0; i < n * H; ++i) y[i] += ys[static_cast<size_t>(i)];
   }
@@ -104,7 +113,7 @@ void moe_reference_bwd(const models::ModelSpec& m, const ParamLayout& L, const L
       float* GW = G + o.experts + e * S;
       linear_bwd(A.em.data() + r * Fe, 1, Fe, W + 2 * Fe * H, H, deo.data(), dem.data(), false, GW + 2 * Fe * H,
                  b0 < 0 ? nullptr : GW + b0 + 2 * Fe);
-      swiglu_bwd(A.eg.data() + r * Fe, A.eu.data() + r * Fe, dem.data(), Fe, deg.data(), deu.data(), swiglu_limit(m));
+      gated_bwd(m, A.eg.data() + r * Fe, A.eu.data() + r * Fe, dem.data(), Fe, deg.data(), deu.data());
       linear_bwd(A.h2.data() + t * H, 1, H, W, Fe, deg.data(), dh2 + t * H, true, GW, b0 < 0 ? nullptr : GW + b0);
       linear_bwd(A.h2.data() + t * H, 1, H, W + Fe * H, Fe, deu.data(), dh2 + t * H, true, GW + Fe * H,
                  b0 < 0 ? nullptr : GW + b0 + Fe);
@@ -135,7 +144,7 @@ void moe_reference_bwd(const models::ModelSpec& m, const ParamLayout& L, const L
   if (const int64_t Fs = m.moe.shared_experts * m.moe.shared_ffn_hidden; Fs > 0) {
     Vec dsm = zeros(n * Fs), dsg = zeros(n * Fs), dsu = zeros(n * Fs);
     linear_bwd(A.sm.data(), n, Fs, P + o.shared_down, H, dy, dsm.data(), false, G + o.shared_down, nullptr);
-    swiglu_bwd(A.sg.data(), A.su.data(), dsm.data(), n * Fs, dsg.data(), dsu.data(), swiglu_limit(m));
+    gated_bwd(m, A.sg.data(), A.su.data(), dsm.data(), n * Fs, dsg.data(), dsu.data());
     linear_bwd(A.h2.data(), n, H, P + o.shared_gate, Fs, dsg.data(), dh2, true, G + o.shared_gate, nullptr);
     linear_bwd(A.h2.data(), n, H, P + o.shared_up, Fs, dsu.data(), dh2, true, G + o.shared_up, nullptr);
   }
@@ -258,7 +267,7 @@ ReferenceResult full_sequence_reference(const models::ModelSpec& m, const Weight
     }
     linear_fwd(A.h2.data(), n, H, P + o.gate, nullptr, F, A.g.data());
     linear_fwd(A.h2.data(), n, H, P + o.up, nullptr, F, A.u.data());
-    swiglu_fwd(A.g.data(), A.u.data(), n * F, A.m.data(), swiglu_limit(m));
+    gated_fwd(m, A.g.data(), A.u.data(), n * F, A.m.data());
     Vec d = zeros(n * H);
     linear_fwd(A.m.data(), n, F, P + o.down, nullptr, H, d.data());
     for (int64_t i = 0; i < n * H; ++i) x[static_cast<size_t>(i)] = A.x2[static_cast<size_t>(i)] + d[static_cast<size_t>(i)];
@@ -330,7 +339,7 @@ ReferenceResult full_sequence_reference(const models::ModelSpec& m, const Weight
       moe_reference_bwd(m, L, o, P, G, n, A, dx.data(), dh2.data());
     } else {
       linear_bwd(A.m.data(), n, F, P + o.down, H, dx.data(), dm.data(), false, G + o.down, nullptr);
-      swiglu_bwd(A.g.data(), A.u.data(), dm.data(), n * F, dg.data(), du.data(), swiglu_limit(m));
+      gated_bwd(m, A.g.data(), A.u.data(), dm.data(), n * F, dg.data(), du.data());
       linear_bwd(A.h2.data(), n, H, P + o.gate, F, dg.data(), dh2.data(), false, G + o.gate, nullptr);
       linear_bwd(A.h2.data(), n, H, P + o.up, F, du.data(), dh2.data(), true, G + o.up, nullptr);
     }

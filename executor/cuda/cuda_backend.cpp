@@ -781,6 +781,16 @@ void CudaBackend::rope_bwd(Tensor dx, int64_t rows, int64_t heads, int64_t head_
   launch_rope(dx, rows, heads, head_dim, pos0, rope, -1.0f, impl_->compute);
 }
 
+void CudaBackend::geglu_fwd(ConstTensor gate, ConstTensor up_, int64_t n, Tensor out) {
+  extents::elementwise("geglu_fwd", n, {gate, up_, out});
+  launch_geglu_fwd(gate, up_, n, out, impl_->compute);
+}
+
+void CudaBackend::geglu_bwd(ConstTensor gate, ConstTensor up_, ConstTensor dout, int64_t n, Tensor dgate, Tensor dup) {
+  extents::elementwise("geglu_bwd", n, {gate, up_, dout, dgate, dup});
+  launch_geglu_bwd(gate, up_, dout, n, dgate, dup, impl_->compute);
+}
+
 void CudaBackend::swiglu_fwd(ConstTensor gate, ConstTensor up_, int64_t n, Tensor out, float limit) {
   extents::elementwise("swiglu_fwd", n, {gate, up_, out});
   launch_swiglu_fwd(gate, up_, n, out, limit, impl_->compute);

@@ -12,5 +12,9 @@ namespace oomb::executor::cuda {
 void launch_swiglu_fwd(ConstTensor gate, ConstTensor up, int64_t n, Tensor out, float limit, cudaStream_t s);
 void launch_swiglu_bwd(ConstTensor gate, ConstTensor up, ConstTensor dout, int64_t n, Tensor dgate, Tensor dup,
                        float limit, cudaStream_t s);
+// out = gelu_tanh(gate) * up and its backward (Backend::geglu_fwd).
+void launch_geglu_fwd(ConstTensor gate, ConstTensor up, int64_t n, Tensor out, cudaStream_t s);
+void launch_geglu_bwd(ConstTensor gate, ConstTensor up, ConstTensor dout, int64_t n, Tensor dgate, Tensor dup,
+                      cudaStream_t s);
 
 }  // namespace oomb::executor::cuda

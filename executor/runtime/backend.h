@@ -272,6 +272,10 @@ class Backend {
   virtual void swiglu_fwd(ConstTensor gate, ConstTensor up, int64_t n, Tensor out, float limit = 0) = 0;
   virtual void swiglu_bwd(ConstTensor gate, ConstTensor up, ConstTensor dout, int64_t n, Tensor dgate,
                           Tensor dup, float limit = 0) = 0;
+  // out = gelu_tanh(gate) * up (GeGLU, models::Mlp::geglu_tanh: Gemma's MLP, PyTorch's
+  // gelu(approximate="tanh"): x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))), and its backward.
+  virtual void geglu_fwd(ConstTensor gate, ConstTensor up, int64_t n, Tensor out) = 0;
+  virtual void geglu_bwd(ConstTensor gate, ConstTensor up, ConstTensor dout, int64_t n, Tensor dgate, Tensor dup) = 0;
   virtual void add(Tensor y, ConstTensor x, int64_t n) = 0;  // y += x
   // Mixture of experts, packed dispatch (docs/model.md "Layer kinds and experts"): the rows x k
   // (token, expert) pairs sorted by expert, then by token, so each expert's rows are one block.

@@ -1087,7 +1087,7 @@ void Engine::layer_forward(const Pass& pass, int64_t pass_index, PassPages& page
     backend_.linear_fwd(w.h2.t(), T, H, P.wu, nullptr, F, w.u.t());
     adapter_fwd(P, w, LT::gate, w.h2.ct(), T, w.g.t());
     adapter_fwd(P, w, LT::up, w.h2.ct(), T, w.u.t());
-    backend_.swiglu_fwd(w.g.t(), w.u.t(), T * F, w.m.t(), swiglu_limit());
+    gated_fwd(w.g.t(), w.u.t(), T * F, w.m.t());
     if (out) {
       backend_.linear_fwd(w.m.t(), T, F, P.wd, nullptr, H, w.tmp.t());
       adapter_fwd(P, w, LT::down, w.m.ct(), T, w.tmp.t());
@@ -1111,6 +1111,16 @@ void for_each_routed_expert(const std::vector<int32_t>& offsets, F&& f) {
       f(static_cast<int64_t>(e), int64_t{offsets[e]}, rows);
 }
 }  // namespace
+
+void Engine::gated_fwd(ConstTensor gate, ConstTensor up, int64_t n, Tensor out) {
+  if (model_.mlp == models::Mlp::geglu_tanh) backend_.geglu_fwd(gate, up, n, out);
+  else backend_.swiglu_fwd(gate, up, n, out, swiglu_limit());
+}
+
+void Engine::gated_bwd(ConstTensor gate, ConstTensor up, ConstTensor dout, int64_t n, Tensor dgate, Tensor dup) {
+  if (model_.mlp == models::Mlp::geglu_tanh) backend_.geglu_bwd(gate, up, dout, n, dgate, dup);
+  else backend_.swiglu_bwd(gate, up, dout, n, dgate, dup, swiglu_limit());
+}
 
 std::vector<int32_t> Engine::host_expert_offsets(const LayerSet& w) const {
   std::vector<int32_t> off(static_cast<size_t>(model_.moe.experts + 1));
@@ -1152,7 +1162,7 @@ void Engine::moe_forward(const Pass& pass, const LayerPtrs& P, LayerSet& w, Tens
       backend_.linear_fwd(x, n, H, ex, bias(e, 0), Fe, w.expert_gate.t().at(r0 * Fe));
       backend_.linear_fwd(x, n, H, ex.at(Fe * H), bias(e, Fe), Fe, w.expert_up.t().at(r0 * Fe));
     });
-    backend_.swiglu_fwd(w.expert_gate.ct(), w.expert_up.ct(), T * K * Fe, w.expert_act.t(), swiglu_limit());
+    gated_fwd(w.expert_gate.ct(), w.expert_up.ct(), T * K * Fe, w.expert_act.t());
     for_each_routed_expert(off, [&](int64_t e, int64_t r0, int64_t n) {
       backend_.linear_fwd(w.expert_act.ct().at(r0 * Fe), n, Fe, P.experts.at(e * stride + 2 * Fe * H), bias(e, 2 * Fe),
                           H, w.expert_out.t().at(r0 * H));
@@ -1160,7 +1170,7 @@ void Engine::moe_forward(const Pass& pass, const LayerPtrs& P, LayerSet& w, Tens
     if (Fs > 0) {
       backend_.linear_fwd(w.h2.t(), T, H, P.ws_g, nullptr, Fs, w.shared_gate.t());
       backend_.linear_fwd(w.h2.t(), T, H, P.ws_u, nullptr, Fs, w.shared_up.t());
-      backend_.swiglu_fwd(w.shared_gate.ct(), w.shared_up.ct(), T * Fs, w.shared_act.t(), swiglu_limit());
+      gated_fwd(w.shared_gate.ct(), w.shared_up.ct(), T * Fs, w.shared_act.t());
     }
     if (out) {
       if (Fs > 0) backend_.linear_fwd(w.shared_act.t(), T, Fs, P.ws_d, nullptr, H, w.tmp.t());
@@ -1193,8 +1203,8 @@ void Engine::moe_backward(const Pass& pass, const LayerPtrs& P, LayerSet& a, Con
                           w.d_expert_out.ct().at(r0 * H), w.d_expert_act.t().at(r0 * Fe), false,
                           d_expert(e, 2 * Fe * H), d_bias(e, 2 * Fe));
     });
-    backend_.swiglu_bwd(a.expert_gate.ct(), a.expert_up.ct(), w.d_expert_act.ct(), T * K * Fe, w.d_expert_gate.t(),
-                        w.d_expert_up.t(), swiglu_limit());
+    gated_bwd(a.expert_gate.ct(), a.expert_up.ct(), w.d_expert_act.ct(), T * K * Fe, w.d_expert_gate.t(),
+                        w.d_expert_up.t());
     for_each_routed_expert(off, [&](int64_t e, int64_t r0, int64_t n) {
       const ConstTensor x = a.expert_in.ct().at(r0 * H), ex = P.experts.at(e * stride);
       const Tensor dx = w.d_expert_in.t().at(r0 * H);
@@ -1212,8 +1222,8 @@ void Engine::moe_backward(const Pass& pass, const LayerPtrs& P, LayerSet& a, Con
                         P.d_router_bias);
     if (Fs > 0) {  // the shared experts, as a dense MLP, their input gradient added
       backend_.linear_bwd(a.shared_act.t(), T, Fs, P.ws_d, H, dy, w.d_shared_act.t(), false, P.d_ws_d, nullptr);
-      backend_.swiglu_bwd(a.shared_gate.ct(), a.shared_up.ct(), w.d_shared_act.ct(), T * Fs, w.d_shared_gate.t(),
-                          w.d_shared_up.t(), swiglu_limit());
+      gated_bwd(a.shared_gate.ct(), a.shared_up.ct(), w.d_shared_act.ct(), T * Fs, w.d_shared_gate.t(),
+                          w.d_shared_up.t());
       backend_.linear_bwd(a.h2.t(), T, H, P.ws_g, Fs, w.d_shared_gate.t(), w.dh2.t(), true, P.d_ws_g, nullptr);
       backend_.linear_bwd(a.h2.t(), T, H, P.ws_u, Fs, w.d_shared_up.t(), w.dh2.t(), true, P.d_ws_u, nullptr);
     }
@@ -1261,7 +1271,7 @@ void Engine::layer_backward(const Pass& pass, PassPages& pages, ConstTensor in, 
     timed("mlp_bwd", pass, bw * Td * H * F * 3 + adapter_flops(l, {LT::gate, LT::up, LT::down}, T, 4), [&] {
       backend_.linear_bwd(a_.m.t(), T, F, P.wd, H, dy, w.dm.t(), false, P.d_wd, nullptr);
       adapter_bwd(P, a_, LT::down, a_.m.ct(), T, dy, w.dm.t());
-      backend_.swiglu_bwd(a_.g.t(), a_.u.t(), w.dm.t(), T * F, w.dg.t(), w.du.t(), swiglu_limit());
+      gated_bwd(a_.g.t(), a_.u.t(), w.dm.t(), T * F, w.dg.t(), w.du.t());
       backend_.linear_bwd(a_.h2.t(), T, H, P.wg, F, w.dg.t(), w.dh2.t(), false, P.d_wg, nullptr);
       adapter_bwd(P, a_, LT::gate, a_.h2.ct(), T, w.dg.ct(), w.dh2.t());
       backend_.linear_bwd(a_.h2.t(), T, H, P.wu, F, w.du.t(), w.dh2.t(), true, P.d_wu, nullptr);

@@ -216,6 +216,10 @@ class Engine {
   void adapter_bwd(const LayerPtrs& P, LayerSet& w, LoraTarget t, ConstTensor x, int64_t rows, ConstTensor dy,
                    Tensor dx);
   double adapter_flops(int64_t layer, std::initializer_list<LoraTarget> targets, int64_t rows, double per_mac) const;
+  // The MLP's gated activation (models::Mlp, for every MLP of the model: dense, routed and shared
+  // experts): SwiGLU (gpt-oss's clamped one with its limit) or GeGLU (tanh GELU).
+  void gated_fwd(ConstTensor gate, ConstTensor up, int64_t n, Tensor out);
+  void gated_bwd(ConstTensor gate, ConstTensor up, ConstTensor dout, int64_t n, Tensor dgate, Tensor dup);
   // A MoE layer's MLP on w.h2 (the routes, the experts' rows; out: x2 + the combine, or null in a
   // recompute) and its backward from dy into the work set's dh2 (overwritten).
   void moe_forward(const Pass& pass, const LayerPtrs& P, LayerSet& w, Tensor out);

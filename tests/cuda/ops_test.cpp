@@ -329,6 +329,14 @@ TEST_F(CudaOps, SwigluForwardAndBackward) {
     gpu->swiglu_bwd(d_g.get(), d_u.get(), d_d.get(), n, d_dg.get(), d_du.get(), limit);
     EXPECT_LE(rel_l2(d_dg.read(), dg), kElementwiseTol) << n << " clamped";
     EXPECT_LE(rel_l2(d_du.read(), du), kElementwiseTol) << n << " clamped";
+    // GeGLU (Gemma's MLP).
+    cpu.geglu_fwd(g.data(), u.data(), n, out.data());
+    gpu->geglu_fwd(d_g.get(), d_u.get(), n, d_out.get());
+    EXPECT_LE(rel_l2(d_out.read(), out), kElementwiseTol) << n << " geglu";
+    cpu.geglu_bwd(g.data(), u.data(), d.data(), n, dg.data(), du.data());
+    gpu->geglu_bwd(d_g.get(), d_u.get(), d_d.get(), n, d_dg.get(), d_du.get());
+    EXPECT_LE(rel_l2(d_dg.read(), dg), kElementwiseTol) << n << " geglu";
+    EXPECT_LE(rel_l2(d_du.read(), du), kElementwiseTol) << n << " geglu";
   }
 }
 

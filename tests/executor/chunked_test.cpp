@@ -139,6 +139,19 @@ TEST(RopeScaling, LinearChunkedEqualsFullSequenceAndDiffersFromPlainRope) {
   expect_scaling_applied(small_llama(), scaled, 1e2);
 }
 
+// GeGLU (Gemma's MLP, models::Mlp::geglu_tanh) on a dense model: the chunked step with offload
+// equals the full-sequence reference, and the activation is applied (the loss differs from SwiGLU's).
+TEST(GatedMlp, GegluChunkedEqualsFullSequenceAndDiffersFromSwiglu) {
+  auto geglu = small_llama();
+  geglu.mlp = models::Mlp::geglu_tanh;
+  const Weights w = random_weights(geglu, 4321, 0.2f);
+  const int64_t N = 45;
+  const auto tokens = TokenSource::synthetic(geglu.vocab, 11).sequence(0, N);
+  const RunOut g = expect_equals_reference(geglu, test::small_config(N, 16, 8, 1), w, tokens).run;
+  const RunOut s = expect_equals_reference(small_llama(), test::small_config(N, 16, 8, 1), w, tokens).run;
+  EXPECT_GT(std::fabs(g.loss - s.loss), 1e2 * kLossRelTol * s.loss) << g.loss << " vs " << s.loss;
+}
+
 // YaRN (Qwen3 at 128K, gpt-oss), with an original length of 16 so that a 37-token sequence sees
 // it: the chunked step equals the full-sequence reference with the scaled frequencies and the
 // attention factor, and the scaling changes the loss.

@@ -175,6 +175,12 @@ class FakeCupti final : public Backend, public OpTagger {
   void swiglu_bwd(ConstTensor g, ConstTensor u, ConstTensor dout, int64_t n, Tensor dg, Tensor du, float limit = 0) override {
     kernel("swiglu_bwd", [&] { b_.swiglu_bwd(g, u, dout, n, dg, du, limit); });
   }
+  void geglu_fwd(ConstTensor g, ConstTensor u, int64_t n, Tensor out) override {
+    kernel("geglu_fwd", [&] { b_.geglu_fwd(g, u, n, out); });
+  }
+  void geglu_bwd(ConstTensor g, ConstTensor u, ConstTensor dout, int64_t n, Tensor dg, Tensor du) override {
+    kernel("geglu_bwd", [&] { b_.geglu_bwd(g, u, dout, n, dg, du); });
+  }
   void add(Tensor y, ConstTensor x, int64_t n) override {
     kernel("add", [&] { b_.add(y, x, n); });
   }

@@ -131,6 +131,28 @@ TEST(Ops, GptOssSwigluIsItsDefinitionAndItsDerivative) {
   }
 }
 
+// GeGLU (Gemma's MLP): gelu_tanh(gate) * up against PyTorch's formula in double, and its backward
+// against central differences.
+TEST(Ops, GegluIsItsDefinitionAndItsDerivative) {
+  const int64_t n = 40;
+  const auto g = random_vec(n, 23, 3.0f), u = random_vec(n, 24, 2.0f), r = random_vec(n, 25);
+  auto gv = g, uv = u;
+  std::vector<float> y(n);
+  auto f = [&] {
+    cpu::geglu_fwd(gv.data(), uv.data(), n, y.data());
+    return dot(y, r);
+  };
+  f();
+  for (int64_t i = 0; i < n; ++i) {
+    const double x = g[i], c = std::sqrt(2.0 / 3.14159265358979323846);
+    EXPECT_NEAR(y[i], 0.5 * x * (1 + std::tanh(c * (x + 0.044715 * x * x * x))) * u[i], 1e-5) << i;
+  }
+  std::vector<float> dg(n), du(n);
+  cpu::geglu_bwd(g.data(), u.data(), r.data(), n, dg.data(), du.data());
+  EXPECT_LT(fd_error(gv, dg, f), kFdTol);
+  EXPECT_LT(fd_error(uv, du, f), kFdTol);
+}
+
 TEST(Ops, CrossEntropyBackward) {
   const int64_t rows = 4, vocab = 9;
   auto logits = random_vec(rows * vocab, 13, 2.0f);
