@@ -52,15 +52,15 @@ Capability model_capability(const models::ModelSpec& m) {
       return no(std::string("experts stored as ") + to_string(m.moe.expert_weights));
   }
   if (!m.nope_layers.empty()) return no("layers without RoPE");
-  if (m.sandwich_norms) return no("sandwich norms");
+  if (m.sandwich_norms && m.moe.present()) return no("sandwich norms beside experts");
   return {};
 }
 
 Error model_capability_error(const Capability& cap, const models::ModelSpec& m) {
   return Error("--model", m.id, cap.reason, "the executor runs the dense Qwen2, Qwen3, Llama and Mistral models, sliding-window and chunked "
                "local layers, attention sinks and biases, and mixtures of routed experts with softmax routing (Qwen3-MoE, Mixtral; "
-               "gpt-oss's router and expert biases and clamped SwiGLU too) and shared experts beside them, and SwiGLU or "
-               "GeGLU MLPs");
+               "gpt-oss's router and expert biases and clamped SwiGLU too) and shared experts beside them, SwiGLU or "
+               "GeGLU MLPs and sandwich norms");
 }
 
 Capability moe_capability(const models::ModelSpec& m, const Config& c) {
@@ -77,6 +77,8 @@ Capability attention_capability(const models::ModelSpec& m, const Config& c) {
     return {"gpus", "attention sinks under tensor parallelism are planned on paper: the executor runs them on one GPU"};
   if (m.o_bias && c.gpus > 1)
     return {"gpus", "an o_proj bias under tensor parallelism is planned on paper: the executor runs it on one GPU"};
+  if (m.sandwich_norms && c.gpus > 1)
+    return {"gpus", "sandwich norms under tensor parallelism are planned on paper: the executor runs them on one GPU"};
   return {};
 }
 

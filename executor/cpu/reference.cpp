@@ -21,6 +21,7 @@ struct LayerActs {
   // and weights [n, k], and per (token, j) the expert's gate, up, product [fe] and output [H].
   Vec logits, weights, eg, eu, em, eo;
   Vec sg, su, sm;  // the shared experts' gate, up and product [n, fs] (as one MLP)
+  Vec ao, mo, rstd_ao, rstd_mo;  // sandwich norms: the attention's and the MLP's outputs before them, rstd
   std::vector<int32_t> experts;
   Vec aux_dlogits;  // the load-balancing loss's gradient into the logits (empty without it)
 };
@@ -254,6 +255,10 @@ ReferenceResult full_sequence_reference(const models::ModelSpec& m, const Weight
                          o.sinks >= 0 ? P + o.sinks : nullptr);
     Vec a = zeros(n * H);
     linear_fwd(A.o.data(), n, qd, P + o.o, o.o_bias >= 0 ? P + o.o_bias : nullptr, H, a.data());
+    if (m.sandwich_norms) {  // Gemma: the attention's output normalised before the residual add
+      A.ao = a, A.rstd_ao = zeros(n);
+      rmsnorm_fwd(A.ao.data(), P + o.attn_out_norm, n, H, eps, a.data(), A.rstd_ao.data());
+    }
     for (int64_t i = 0; i < n * H; ++i) A.x2[static_cast<size_t>(i)] = A.x[static_cast<size_t>(i)] + a[static_cast<size_t>(i)];
     rmsnorm_fwd(A.x2.data(), P + o.post_norm, n, H, eps, A.h2.data(), A.rstd2.data());
     if (o.router >= 0) {
@@ -270,6 +275,10 @@ ReferenceResult full_sequence_reference(const models::ModelSpec& m, const Weight
     gated_fwd(m, A.g.data(), A.u.data(), n * F, A.m.data());
     Vec d = zeros(n * H);
     linear_fwd(A.m.data(), n, F, P + o.down, nullptr, H, d.data());
+    if (m.sandwich_norms) {  // and the MLP's
+      A.mo = d, A.rstd_mo = zeros(n);
+      rmsnorm_fwd(A.mo.data(), P + o.mlp_out_norm, n, H, eps, d.data(), A.rstd_mo.data());
+    }
     for (int64_t i = 0; i < n * H; ++i) x[static_cast<size_t>(i)] = A.x2[static_cast<size_t>(i)] + d[static_cast<size_t>(i)];
   }
   Vec hf = zeros(n * H), rstdf = zeros(n), logits = zeros(n * V);
@@ -338,14 +347,24 @@ ReferenceResult full_sequence_reference(const models::ModelSpec& m, const Weight
     if (o.router >= 0) {
       moe_reference_bwd(m, L, o, P, G, n, A, dx.data(), dh2.data());
     } else {
-      linear_bwd(A.m.data(), n, F, P + o.down, H, dx.data(), dm.data(), false, G + o.down, nullptr);
+      Vec dmo = dx;  // d(the MLP's output), through its sandwich norm
+      if (m.sandwich_norms) {
+        dmo = zeros(n * H);
+        rmsnorm_bwd(A.mo.data(), P + o.mlp_out_norm, A.rstd_mo.data(), dx.data(), n, H, dmo.data(), G + o.mlp_out_norm);
+      }
+      linear_bwd(A.m.data(), n, F, P + o.down, H, dmo.data(), dm.data(), false, G + o.down, nullptr);
       gated_bwd(m, A.g.data(), A.u.data(), dm.data(), n * F, dg.data(), du.data());
       linear_bwd(A.h2.data(), n, H, P + o.gate, F, dg.data(), dh2.data(), false, G + o.gate, nullptr);
       linear_bwd(A.h2.data(), n, H, P + o.up, F, du.data(), dh2.data(), true, G + o.up, nullptr);
     }
     rmsnorm_bwd(A.x2.data(), P + o.post_norm, A.rstd2.data(), dh2.data(), n, H, dx2.data(), G + o.post_norm);
     Vec dout = zeros(n * qd), dq = zeros(n * qd), dk = zeros(n * kvd), dv = zeros(n * kvd), dh1 = zeros(n * H);
-    linear_bwd(A.o.data(), n, qd, P + o.o, H, dx2.data(), dout.data(), false, G + o.o,
+    Vec dao = dx2;  // d(the attention's output), through its sandwich norm
+    if (m.sandwich_norms) {
+      dao = zeros(n * H);
+      rmsnorm_bwd(A.ao.data(), P + o.attn_out_norm, A.rstd_ao.data(), dx2.data(), n, H, dao.data(), G + o.attn_out_norm);
+    }
+    linear_bwd(A.o.data(), n, qd, P + o.o, H, dao.data(), dout.data(), false, G + o.o,
                o.o_bias >= 0 ? G + o.o_bias : nullptr);
     masked_attention_bwd(mask, A.q.data(), A.k.data(), A.v.data(), A.probs, dout.data(), dq.data(), dk.data(),
                          dv.data(), o.sinks >= 0 ? G + o.sinks : nullptr);

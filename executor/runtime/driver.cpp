@@ -46,6 +46,9 @@ struct Engine::LayerSet {
   Buffer router_logits, route_experts, route_weights, route_rows, expert_offsets;
   Buffer expert_in, expert_gate, expert_up, expert_act, expert_out;
   Buffer shared_gate, shared_up, shared_act;  // its shared experts' gate, up and product [Cm, fs] (act)
+  // Sandwich norms (Gemma): the attention's and the MLP's outputs before their norms [Cm, H] (act)
+  // and the norms' rstd fp32 [Cm].
+  Buffer attn_out, mlp_out, rstd_attn_out, rstd_mlp_out;
 };
 
 struct Engine::Work {
@@ -67,6 +70,7 @@ struct Engine::Work {
   // (fp32) and those of the packed rows' tensors (act).
   Buffer d_router_logits, d_route_weights, d_expert_in, d_expert_gate, d_expert_up, d_expert_act, d_expert_out;
   Buffer d_shared_gate, d_shared_up, d_shared_act;  // and its shared experts' (act)
+  Buffer d_sublayer_out;  // sandwich norms: a sublayer's output gradient before its norm [Cm, H] (act)
   // loss
   Buffer hf, dhf;                 // final_norm: [Cm, H] act
   Buffer rstdf;                   // final_norm_rstd: fp32 [Cm]
@@ -126,7 +130,9 @@ Buffer& Engine::work_slot(const std::string& row, const std::string& tensor) {
         {"expert_gate", &LayerSet::expert_gate}, {"expert_up", &LayerSet::expert_up},
         {"expert_act", &LayerSet::expert_act}, {"expert_out", &LayerSet::expert_out},
         {"shared_gate", &LayerSet::shared_gate}, {"shared_up", &LayerSet::shared_up},
-        {"shared_act", &LayerSet::shared_act}};
+        {"shared_act", &LayerSet::shared_act}, {"attn_out", &LayerSet::attn_out},
+        {"mlp_out", &LayerSet::mlp_out}, {"rstd_attn_out", &LayerSet::rstd_attn_out},
+        {"rstd_mlp_out", &LayerSet::rstd_mlp_out}};
     for (const auto& [n, f] : fields)
       if (name == n) slot = &(set.*f);
     if (name.rfind("lora_u.", 0) == 0) slot = &set.lora_u[lora_index(name.substr(7))];
@@ -143,7 +149,8 @@ Buffer& Engine::work_slot(const std::string& row, const std::string& tensor) {
         {"d_expert_in", &Work::d_expert_in}, {"d_expert_gate", &Work::d_expert_gate},
         {"d_expert_up", &Work::d_expert_up}, {"d_expert_act", &Work::d_expert_act},
         {"d_expert_out", &Work::d_expert_out}, {"d_shared_gate", &Work::d_shared_gate},
-        {"d_shared_up", &Work::d_shared_up}, {"d_shared_act", &Work::d_shared_act}};
+        {"d_shared_up", &Work::d_shared_up}, {"d_shared_act", &Work::d_shared_act},
+        {"d_sublayer_out", &Work::d_sublayer_out}};
     for (const auto& [n, f] : fields)
       if (tensor == n) slot = &(w.*f);
     if (tensor.rfind("lora_du.", 0) == 0) slot = &w.lora_du[lora_index(tensor.substr(8))];
@@ -177,6 +184,8 @@ struct Engine::LayerPtrs {
   Tensor d_router_bias;
   ConstTensor ws_g, ws_u, ws_d;  // a MoE layer's shared experts: gate, up [fs, H], down [H, fs] (null without)
   Tensor d_ws_g, d_ws_u, d_ws_d;
+  ConstTensor ln_ao, ln_mo;  // sandwich norms: the attention output's and the MLP output's [H] (null without)
+  Tensor d_ln_ao, d_ln_mo;
   // LoRA: per target, A and B and their gradients (null where the projection has no adapter)
   std::array<ConstTensor, kLoraTargets> la{}, lb{};
   std::array<Tensor, kLoraTargets> d_la{}, d_lb{};
@@ -199,7 +208,8 @@ Engine::LayerPtrs Engine::layer_ptrs(int64_t l) const {
               d(o.gate), d(o.up), d(o.down), d(o.q_norm), d(o.k_norm),
               p(o.router), p(o.experts), d(o.router), d(o.experts), p(o.sinks), d(o.sinks), p(o.o_bias), d(o.o_bias),
               p(o.router_bias), d(o.router_bias), p(o.shared_gate), p(o.shared_up), p(o.shared_down),
-              d(o.shared_gate), d(o.shared_up), d(o.shared_down)};
+              d(o.shared_gate), d(o.shared_up), d(o.shared_down), p(o.attn_out_norm), p(o.mlp_out_norm),
+              d(o.attn_out_norm), d(o.mlp_out_norm)};
   if (lora_) {
     const ConstTensor A = adapters_.ct();
     for (int k = 0; k < kLoraTargets; ++k) {
@@ -1069,11 +1079,15 @@ void Engine::layer_forward(const Pass& pass, int64_t pass_index, PassPages& page
     timed("kv_write", pass, 0, [&] {
       backend_.write_kv_pages(w.k.t(), w.v.t(), T, kvd, g_.p, pages.own_kv, kv_dtype_);
     });
+  const bool sandwich = model_.sandwich_norms;
   timed("o_proj", pass, 2 * Td * qd * H + adapter_flops(l, {LT::o}, T, 2), [&] {
     // The o_proj bias (gpt-oss) is added once: refused under tensor parallelism (attention_capability).
-    backend_.linear_fwd(w.o.t(), T, qd, P.wo, P.bo, H, w.tmp.t());
-    adapter_fwd(P, w, LT::o, w.o.ct(), T, w.tmp.t());
-    tp_all_reduce(w.tmp.t(), T * H);  // row-parallel: each rank's heads' share of the output
+    // Sandwich norms (Gemma): the output normalised before the residual add, kept for the backward.
+    const Tensor ao = sandwich ? w.attn_out.t() : w.tmp.t();
+    backend_.linear_fwd(w.o.t(), T, qd, P.wo, P.bo, H, ao);
+    adapter_fwd(P, w, LT::o, w.o.ct(), T, ao);
+    tp_all_reduce(ao, T * H);  // row-parallel: each rank's heads' share of the output
+    if (sandwich) backend_.rmsnorm_fwd(ao, P.ln_ao, T, H, eps, w.tmp.t(), w.rstd_attn_out.f32());
     backend_.copy(w.x2.t(), in, T * H);
     backend_.add(w.x2.t(), w.tmp.t(), T * H);
   });
@@ -1082,18 +1096,24 @@ void Engine::layer_forward(const Pass& pass, int64_t pass_index, PassPages& page
     moe_forward(pass, P, w, out);
     return;
   }
-  timed("mlp_fwd", pass, 2 * Td * H * F * (out ? 3 : 2) + adapter_flops(l, {LT::gate, LT::up, LT::down}, T, 2), [&] {
+  timed("mlp_fwd", pass, 2 * Td * H * F * (out || sandwich ? 3 : 2) + adapter_flops(l, {LT::gate, LT::up, LT::down}, T, 2), [&] {
     backend_.linear_fwd(w.h2.t(), T, H, P.wg, nullptr, F, w.g.t());
     backend_.linear_fwd(w.h2.t(), T, H, P.wu, nullptr, F, w.u.t());
     adapter_fwd(P, w, LT::gate, w.h2.ct(), T, w.g.t());
     adapter_fwd(P, w, LT::up, w.h2.ct(), T, w.u.t());
     gated_fwd(w.g.t(), w.u.t(), T * F, w.m.t());
-    if (out) {
-      backend_.linear_fwd(w.m.t(), T, F, P.wd, nullptr, H, w.tmp.t());
-      adapter_fwd(P, w, LT::down, w.m.ct(), T, w.tmp.t());
-      tp_all_reduce(w.tmp.t(), T * H);  // row-parallel: each rank's MLP columns' share
-      backend_.copy(out, w.x2.t(), T * H);
-      backend_.add(out, w.tmp.t(), T * H);
+    if (out || sandwich) {
+      // A recompute runs the down projection too under sandwich norms: the MLP output's norm's
+      // backward reads its input and rstd.
+      const Tensor mo = sandwich ? w.mlp_out.t() : w.tmp.t();
+      backend_.linear_fwd(w.m.t(), T, F, P.wd, nullptr, H, mo);
+      adapter_fwd(P, w, LT::down, w.m.ct(), T, mo);
+      tp_all_reduce(mo, T * H);  // row-parallel: each rank's MLP columns' share
+      if (sandwich) backend_.rmsnorm_fwd(mo, P.ln_mo, T, H, eps, w.tmp.t(), w.rstd_mlp_out.f32());
+      if (out) {
+        backend_.copy(out, w.x2.t(), T * H);
+        backend_.add(out, w.tmp.t(), T * H);
+      }
     } else {
       // The recompute skips the down projection, but its adapter's backward needs u: computed here
       // (its update lands in tmp, which nothing reads after the o projection's residual add).
@@ -1269,8 +1289,14 @@ void Engine::layer_backward(const Pass& pass, PassPages& pages, ConstTensor in, 
     moe_backward(pass, P, a_, dy);
   } else {
     timed("mlp_bwd", pass, bw * Td * H * F * 3 + adapter_flops(l, {LT::gate, LT::up, LT::down}, T, 4), [&] {
-      backend_.linear_bwd(a_.m.t(), T, F, P.wd, H, dy, w.dm.t(), false, P.d_wd, nullptr);
-      adapter_bwd(P, a_, LT::down, a_.m.ct(), T, dy, w.dm.t());
+      ConstTensor dmo = dy;  // d(the MLP's output), through its sandwich norm
+      if (model_.sandwich_norms) {
+        backend_.fill_zero(w.d_sublayer_out.data(), w.d_sublayer_out.bytes());
+        backend_.rmsnorm_bwd(a_.mlp_out.t(), P.ln_mo, a_.rstd_mlp_out.f32(), dy, T, H, w.d_sublayer_out.t(), P.d_ln_mo);
+        dmo = w.d_sublayer_out.ct();
+      }
+      backend_.linear_bwd(a_.m.t(), T, F, P.wd, H, dmo, w.dm.t(), false, P.d_wd, nullptr);
+      adapter_bwd(P, a_, LT::down, a_.m.ct(), T, dmo, w.dm.t());
       gated_bwd(a_.g.t(), a_.u.t(), w.dm.t(), T * F, w.dg.t(), w.du.t());
       backend_.linear_bwd(a_.h2.t(), T, H, P.wg, F, w.dg.t(), w.dh2.t(), false, P.d_wg, nullptr);
       adapter_bwd(P, a_, LT::gate, a_.h2.ct(), T, w.dg.ct(), w.dh2.t());
@@ -1284,8 +1310,15 @@ void Engine::layer_backward(const Pass& pass, PassPages& pages, ConstTensor in, 
     backend_.rmsnorm_bwd(a_.x2.t(), P.ln2, a_.rstd2.f32(), w.dh2.t(), T, H, w.dx2.t(), P.d_ln2);
   });
   timed("o_proj_bwd", pass, bw * Td * qd * H + adapter_flops(l, {LT::o}, T, 4), [&] {
-    backend_.linear_bwd(a_.o.t(), T, qd, P.wo, H, w.dx2.t(), w.dout.t(), false, P.d_wo, P.d_bo);
-    adapter_bwd(P, a_, LT::o, a_.o.ct(), T, w.dx2.ct(), w.dout.t());
+    ConstTensor dao = w.dx2.ct();  // d(the attention's output), through its sandwich norm
+    if (model_.sandwich_norms) {
+      backend_.fill_zero(w.d_sublayer_out.data(), w.d_sublayer_out.bytes());
+      backend_.rmsnorm_bwd(a_.attn_out.t(), P.ln_ao, a_.rstd_attn_out.f32(), w.dx2.t(), T, H, w.d_sublayer_out.t(),
+                           P.d_ln_ao);
+      dao = w.d_sublayer_out.ct();
+    }
+    backend_.linear_bwd(a_.o.t(), T, qd, P.wo, H, dao, w.dout.t(), false, P.d_wo, P.d_bo);
+    adapter_bwd(P, a_, LT::o, a_.o.ct(), T, dao, w.dout.t());
   });
   const PagedAttention a = attention_args(pass, pages);
   timed("attention_bwd", pass, 10.0 * model_.head_dim * model_.q_heads * attention_pairs(a), [&] {

@@ -77,7 +77,13 @@ ParamLayout::ParamLayout(const models::ModelSpec& m) {
       o.k_norm = add(pre + "self_attn.k_norm.weight", {m.head_dim}, false);
     }
     if (m.attention_sinks) o.sinks = add(pre + "self_attn.sinks", {m.q_heads}, false);
-    o.post_norm = add(pre + "post_attention_layernorm.weight", {h}, false);
+    if (m.sandwich_norms) {
+      o.attn_out_norm = add(pre + "post_attention_layernorm.weight", {h}, false);
+      o.post_norm = add(pre + "pre_feedforward_layernorm.weight", {h}, false);
+      o.mlp_out_norm = add(pre + "post_feedforward_layernorm.weight", {h}, false);
+    } else {
+      o.post_norm = add(pre + "post_attention_layernorm.weight", {h}, false);
+    }
     if (m.moe_layer(l)) {
       o.router = add(pre + moe_module(m) + ".gate.weight", {m.moe.experts, h}, true);
       if (m.moe.router_bias) o.router_bias = add(pre + moe_module(m) + ".gate.bias", {m.moe.experts}, false);

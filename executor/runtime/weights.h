@@ -40,6 +40,10 @@ struct LayerOffsets {
   // the routed experts' combine: <moe module>.shared_expert.gate_proj / up_proj [fs, hidden] and
   // down_proj [hidden, fs]. In the `weights` row (trained as the dense tensors are).
   int64_t shared_gate = -1, shared_up = -1, shared_down = -1;
+  // Sandwich norms (ModelSpec::sandwich_norms, Gemma's names): the attention output's RMSNorm
+  // (post_attention_layernorm) and the MLP output's (post_feedforward_layernorm), each [hidden]; the
+  // norm before the MLP (post_norm above) is then pre_feedforward_layernorm.
+  int64_t attn_out_norm = -1, mlp_out_norm = -1;
 };
 
 // The projections a LoRA adapter may sit on, in step::lora_target_names() order (PEFT's names).

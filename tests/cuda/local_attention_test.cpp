@@ -38,9 +38,12 @@ TEST_F(CudaLocalAttention, SinkKernelsMatchTheCpu) {
 
 // fp32 storage: the CPU backend's loss and gradients and the full-sequence reference's.
 // attention_bias: gpt-oss's biases on q, k, v and o (its attention), on the catalog model named.
-void check_step(CudaBackend& gpu, CpuBackend& cpu, const char* id, int64_t resident, bool attention_bias = false) {
+// gemma_mlp: Gemma's sandwich norms and GeGLU MLP.
+void check_step(CudaBackend& gpu, CpuBackend& cpu, const char* id, int64_t resident, bool attention_bias = false,
+                bool gemma_mlp = false) {
   models::ModelSpec m = models::load_model(id);
   if (attention_bias) m.qkv_bias = m.o_bias = true;
+  if (gemma_mlp) m.sandwich_norms = true, m.mlp = models::Mlp::geglu_tanh;
   const step::Config c = test::small_config(192, 64, 16, resident);
   Weights w = random_weights(m, 1234, 0.1f);
   for (const auto& p : w.layout.params())  // sinks that take a real share of each softmax
@@ -67,6 +70,10 @@ TEST_F(CudaLocalAttention, TinySinksStepMatchesTheCpuAndTheFullSequence) { check
 
 TEST_F(CudaLocalAttention, AttentionBiasesStepMatchesTheCpuAndTheFullSequence) {
   check_step(*gpu, cpu, "tiny-sinks", 1, true);
+}
+
+TEST_F(CudaLocalAttention, SandwichNormsAndGegluStepMatchesTheCpuAndTheFullSequence) {
+  check_step(*gpu, cpu, "tiny-local", 1, false, true);
 }
 
 }  // namespace

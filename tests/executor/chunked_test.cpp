@@ -152,6 +152,48 @@ TEST(GatedMlp, GegluChunkedEqualsFullSequenceAndDiffersFromSwiglu) {
   EXPECT_GT(std::fabs(g.loss - s.loss), 1e2 * kLossRelTol * s.loss) << g.loss << " vs " << s.loss;
 }
 
+// Sandwich norms (Gemma: the attention's and the MLP's outputs normalised before their residual
+// adds; post_attention_layernorm, pre_feedforward_layernorm, post_feedforward_layernorm): the
+// chunked step with offload, and with the last layer kept, equals the full-sequence reference, with
+// norm weights away from 1 so that a wrong one shows; the norms get gradients and move the loss.
+TEST(SandwichNorms, ChunkedEqualsFullSequence) {
+  auto m = small_llama();
+  m.sandwich_norms = true;
+  m.mlp = models::Mlp::geglu_tanh;
+  Weights w = random_weights(m, 4321, 0.2f);
+  EXPECT_EQ(w.layout.total(), m.param_count());
+  uint64_t seed = 50;
+  int64_t norms = 0;
+  for (const char* name : {"post_attention_layernorm", "pre_feedforward_layernorm", "post_feedforward_layernorm"})
+    for (int64_t l = 0; l < m.layers; ++l) {
+      const ParamInfo* p = w.layout.find("model.layers." + std::to_string(l) + "." + name + ".weight");
+      ASSERT_NE(p, nullptr) << name;
+      const std::vector<float> r = test::random_vec(static_cast<size_t>(p->numel), ++seed, 0.5f);
+      for (int64_t i = 0; i < p->numel; ++i) w.at(*p)[i] = 1.0f + r[static_cast<size_t>(i)];
+      ++norms;
+    }
+  EXPECT_EQ(norms, 3 * m.layers);
+  const int64_t N = 45;
+  const auto tokens = TokenSource::synthetic(m.vocab, 11).sequence(0, N);
+  step::Config c = test::small_config(N, 16, 8, 1);
+  const RunOut s = expect_equals_reference(m, c, w, tokens).run;
+  c.kept_layers = 1;
+  expect_equals_reference(m, c, w, tokens);
+  for (const char* name : {"model.layers.0.post_attention_layernorm.weight", "model.layers.1.post_feedforward_layernorm.weight"}) {
+    const ParamInfo* p = s.grads.layout.find(name);
+    ASSERT_NE(p, nullptr);
+    const std::vector<float> zero(static_cast<size_t>(p->numel), 0.0f);
+    EXPECT_GT(relative_l2(s.grads.at(*p), zero.data(), p->numel), 0) << name;
+  }
+  // The MLP output's norm doubled: each layer's MLP adds twice as much, and the loss moves.
+  Weights doubled = w;
+  for (int64_t l = 0; l < m.layers; ++l) {
+    const ParamInfo* p = doubled.layout.find("model.layers." + std::to_string(l) + ".post_feedforward_layernorm.weight");
+    for (int64_t i = 0; i < p->numel; ++i) doubled.at(*p)[i] *= 2.0f;
+  }
+  EXPECT_GT(std::fabs(cpu::full_sequence_reference(m, doubled, tokens).loss - s.loss), 1e2 * kLossRelTol * s.loss);
+}
+
 // YaRN (Qwen3 at 128K, gpt-oss), with an original length of 16 so that a 37-token sequence sees
 // it: the chunked step equals the full-sequence reference with the scaled frequencies and the
 // attention factor, and the scaling changes the loss.

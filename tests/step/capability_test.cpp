@@ -194,6 +194,17 @@ TEST(Capability, ModelsTheExecutorDoesNotComputeAreNamed) {
   models::ModelSpec geglu = base;
   geglu.mlp = models::Mlp::geglu_tanh;
   EXPECT_TRUE(model_capability(geglu).executable()) << model_capability(geglu).reason;
+  // Sandwich norms (Gemma) run on one GPU beside a dense MLP; beside experts and under tensor
+  // parallelism they are refused by name.
+  models::ModelSpec sandwich = base;
+  sandwich.sandwich_norms = true;
+  EXPECT_TRUE(model_capability(sandwich).executable()) << model_capability(sandwich).reason;
+  Config tp2 = runnable();
+  tp2.gpus = 2;
+  EXPECT_EQ(attention_capability(sandwich, tp2).key, "gpus");
+  models::ModelSpec sandwich_moe = qmoe;
+  sandwich_moe.sandwich_norms = true;
+  EXPECT_NE(model_capability(sandwich_moe).reason.find("sandwich norms beside experts"), std::string::npos);
   // YaRN (Qwen3 at 128K) runs.
   models::ModelSpec yarn = base;
   yarn.rope_scaling = {{"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 32768}};
