@@ -334,15 +334,20 @@ expect_exit 0 "OK: every comparable term" validate --plan "$tmp/moe-plan.json" -
 expect_exit 0 "NOT EXECUTABLE: a mixture of experts under data parallelism is planned on paper" \
   plan --model tiny-moe --gpu h200 --context 1K --data-parallel 2
 expect_exit 0 "tiny-moe .* 8 x top-2$" models
+# A model file's step against the full-sequence reference, then its plan run and traced
+# ($tmp/$2-plan.json, $tmp/$2-run.json) for validate.
+reference_plan_run() {
+  expect_exit 0 "reference \(full sequence\): loss .* max gradient rel. L2 error [0-9.]+e-(0[6-9]|[1-9][0-9])" \
+    run --model "$1" --context 256 --chunk 64 --page 16 --resident-layers 1 --reference --quiet
+  expect_exit 0 "Plan written" plan --model "$1" --gpu h200 --context 1K --chunk 256 --page 32 --resident-layers 1 \
+    --out "$tmp/$2-plan.json"
+  expect_exit 0 "copies per step" run --plan "$tmp/$2-plan.json" --trace "$tmp/$2-run.json" --quiet
+}
 # Gemma's sandwich norms and GeGLU MLP run on a dense model read from a file: the reference's step,
 # and plan -> run -> validate holds their rows (the sublayers' outputs and rstd) to the byte.
 sed -e 's/"id": "tiny"/"id": "tiny-sandwich"/' -e 's/"qkv_bias": true,/"qkv_bias": true, "sandwich_norms": true, "mlp": "geglu_tanh",/' \
   "$src/models/llm/tiny.json" > "$tmp/tiny-sandwich.json"
-expect_exit 0 "reference \(full sequence\): loss .* max gradient rel. L2 error [0-9.]+e-(0[6-9]|[1-9][0-9])" \
-  run --model "$tmp/tiny-sandwich.json" --context 256 --chunk 64 --page 16 --resident-layers 1 --reference --quiet
-expect_exit 0 "Plan written" plan --model "$tmp/tiny-sandwich.json" --gpu h200 --context 1K --chunk 256 --page 32 \
-  --resident-layers 1 --out "$tmp/sandwich-plan.json"
-expect_exit 0 "copies per step" run --plan "$tmp/sandwich-plan.json" --trace "$tmp/sandwich-run.json" --quiet
+reference_plan_run "$tmp/tiny-sandwich.json" sandwich
 expect_exit 0 "OK: every comparable term" validate --plan "$tmp/sandwich-plan.json" --trace "$tmp/sandwich-run.json"
 # Shared experts (a dense MLP every token uses beside the routed ones) run, in a model read from a
 # file: the reference's step, and plan -> run -> validate at 0.0% with the spec the trace records
@@ -350,11 +355,7 @@ expect_exit 0 "OK: every comparable term" validate --plan "$tmp/sandwich-plan.js
 sed -e 's/"id": "tiny-moe"/"id": "tiny-moe-shared"/' \
     -e 's/"experts_per_token": 2,/"experts_per_token": 2, "shared_experts": 1, "shared_ffn_hidden": 48,/' \
   "$src/models/llm/tiny-moe.json" > "$tmp/tiny-moe-shared.json"
-expect_exit 0 "reference \(full sequence\): loss .* max gradient rel. L2 error [0-9.]+e-(0[6-9]|[1-9][0-9])" \
-  run --model "$tmp/tiny-moe-shared.json" --context 256 --chunk 64 --page 16 --resident-layers 1 --reference --quiet
-expect_exit 0 "Plan written" plan --model "$tmp/tiny-moe-shared.json" --gpu h200 --context 1K --chunk 256 --page 32 \
-  --resident-layers 1 --out "$tmp/shared-plan.json"
-expect_exit 0 "copies per step" run --plan "$tmp/shared-plan.json" --trace "$tmp/shared-run.json" --quiet
+reference_plan_run "$tmp/tiny-moe-shared.json" shared
 mv "$tmp/tiny-moe-shared.json" "$tmp/tiny-moe-shared.moved"
 expect_exit 0 "OK: every comparable term" validate --plan "$tmp/shared-plan.json" --trace "$tmp/shared-run.json"
 # The load-balancing auxiliary loss: the reference's from its definition, a plan carrying it (its
