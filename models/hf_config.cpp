@@ -349,7 +349,7 @@ ModelSpec model_from_hf_config(const Json& j, const std::string& where, const st
                              "fixed: none for Mistral and Mixtral, q/k/v for Qwen2)",
            "attention_bias false or absent");
   m.qkv_bias = family == "qwen2" || attention_bias;
-  m.o_bias = attention_bias && family != "qwen2";
+  m.o_bias = attention_bias;
   // Weighted q/k RMSNorms per head (Llama 4's use_qk_norm is a weightless L2 norm: its family's own).
   m.qk_norm = family == "qwen3" || family == "qwen3_moe" || family == "gemma3";
   if (!dense_family) read_family_layers(r, family, m);

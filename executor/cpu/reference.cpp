@@ -338,6 +338,14 @@ ReferenceResult full_sequence_reference(const models::ModelSpec& m, const Weight
   Vec dhf = zeros(n * H), dx = zeros(n * H);
   linear_bwd(hf.data(), n, H, P + L.lm_head(), V, logits.data(), dhf.data(), false, G + L.lm_head(), nullptr);
   rmsnorm_bwd(x.data(), P + L.final_norm(), rstdf.data(), dhf.data(), n, H, dx.data(), G + L.final_norm());
+  // The gradient of a sublayer's output from d, the gradient after its sandwich norm (adding the
+  // norm weight's gradient); d itself without sandwich norms.
+  auto sublayer_out_grad = [&](const Vec& out, int64_t norm, const Vec& rstd, const Vec& d) {
+    if (!m.sandwich_norms) return d;
+    Vec g = zeros(n * H);
+    rmsnorm_bwd(out.data(), P + norm, rstd.data(), d.data(), n, H, g.data(), G + norm);
+    return g;
+  };
   for (int64_t l = m.layers - 1; l >= 0; --l) {
     const LayerOffsets& o = L.layer(l);
     LayerActs& A = acts[static_cast<size_t>(l)];
@@ -347,11 +355,7 @@ ReferenceResult full_sequence_reference(const models::ModelSpec& m, const Weight
     if (o.router >= 0) {
       moe_reference_bwd(m, L, o, P, G, n, A, dx.data(), dh2.data());
     } else {
-      Vec dmo = dx;  // d(the MLP's output), through its sandwich norm
-      if (m.sandwich_norms) {
-        dmo = zeros(n * H);
-        rmsnorm_bwd(A.mo.data(), P + o.mlp_out_norm, A.rstd_mo.data(), dx.data(), n, H, dmo.data(), G + o.mlp_out_norm);
-      }
+      const Vec dmo = sublayer_out_grad(A.mo, o.mlp_out_norm, A.rstd_mo, dx);
       linear_bwd(A.m.data(), n, F, P + o.down, H, dmo.data(), dm.data(), false, G + o.down, nullptr);
       gated_bwd(m, A.g.data(), A.u.data(), dm.data(), n * F, dg.data(), du.data());
       linear_bwd(A.h2.data(), n, H, P + o.gate, F, dg.data(), dh2.data(), false, G + o.gate, nullptr);
@@ -359,11 +363,7 @@ ReferenceResult full_sequence_reference(const models::ModelSpec& m, const Weight
     }
     rmsnorm_bwd(A.x2.data(), P + o.post_norm, A.rstd2.data(), dh2.data(), n, H, dx2.data(), G + o.post_norm);
     Vec dout = zeros(n * qd), dq = zeros(n * qd), dk = zeros(n * kvd), dv = zeros(n * kvd), dh1 = zeros(n * H);
-    Vec dao = dx2;  // d(the attention's output), through its sandwich norm
-    if (m.sandwich_norms) {
-      dao = zeros(n * H);
-      rmsnorm_bwd(A.ao.data(), P + o.attn_out_norm, A.rstd_ao.data(), dx2.data(), n, H, dao.data(), G + o.attn_out_norm);
-    }
+    const Vec dao = sublayer_out_grad(A.ao, o.attn_out_norm, A.rstd_ao, dx2);
     linear_bwd(A.o.data(), n, qd, P + o.o, H, dao.data(), dout.data(), false, G + o.o,
                o.o_bias >= 0 ? G + o.o_bias : nullptr);
     masked_attention_bwd(mask, A.q.data(), A.k.data(), A.v.data(), A.probs, dout.data(), dq.data(), dk.data(),

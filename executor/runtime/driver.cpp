@@ -1224,7 +1224,7 @@ void Engine::moe_backward(const Pass& pass, const LayerPtrs& P, LayerSet& a, Con
                           d_expert(e, 2 * Fe * H), d_bias(e, 2 * Fe));
     });
     gated_bwd(a.expert_gate.ct(), a.expert_up.ct(), w.d_expert_act.ct(), T * K * Fe, w.d_expert_gate.t(),
-                        w.d_expert_up.t());
+              w.d_expert_up.t());
     for_each_routed_expert(off, [&](int64_t e, int64_t r0, int64_t n) {
       const ConstTensor x = a.expert_in.ct().at(r0 * H), ex = P.experts.at(e * stride);
       const Tensor dx = w.d_expert_in.t().at(r0 * H);
@@ -1243,7 +1243,7 @@ void Engine::moe_backward(const Pass& pass, const LayerPtrs& P, LayerSet& a, Con
     if (Fs > 0) {  // the shared experts, as a dense MLP, their input gradient added
       backend_.linear_bwd(a.shared_act.t(), T, Fs, P.ws_d, H, dy, w.d_shared_act.t(), false, P.d_ws_d, nullptr);
       gated_bwd(a.shared_gate.ct(), a.shared_up.ct(), w.d_shared_act.ct(), T * Fs, w.d_shared_gate.t(),
-                          w.d_shared_up.t());
+                w.d_shared_up.t());
       backend_.linear_bwd(a.h2.t(), T, H, P.ws_g, Fs, w.d_shared_gate.t(), w.dh2.t(), true, P.d_ws_g, nullptr);
       backend_.linear_bwd(a.h2.t(), T, H, P.ws_u, Fs, w.d_shared_up.t(), w.dh2.t(), true, P.d_ws_u, nullptr);
     }
@@ -1285,16 +1285,20 @@ void Engine::layer_backward(const Pass& pass, PassPages& pages, ConstTensor in, 
   const double bw = lora_ ? 2 : 4;
   const int64_t l = pass.layer;
   using LT = LoraTarget;
+  // The gradient of a sublayer's output (the attention's, the MLP's) from d, the gradient after its
+  // sandwich norm (Gemma): into d_sublayer_out, adding the norm weight's gradient; d itself without
+  // sandwich norms.
+  auto sublayer_out_grad = [&](Buffer& x, ConstTensor norm, Buffer& rstd, ConstTensor d, Tensor d_norm) -> ConstTensor {
+    if (!model_.sandwich_norms) return d;
+    backend_.fill_zero(w.d_sublayer_out.data(), w.d_sublayer_out.bytes());
+    backend_.rmsnorm_bwd(x.t(), norm, rstd.f32(), d, T, H, w.d_sublayer_out.t(), d_norm);
+    return w.d_sublayer_out.ct();
+  };
   if (P.router) {
     moe_backward(pass, P, a_, dy);
   } else {
     timed("mlp_bwd", pass, bw * Td * H * F * 3 + adapter_flops(l, {LT::gate, LT::up, LT::down}, T, 4), [&] {
-      ConstTensor dmo = dy;  // d(the MLP's output), through its sandwich norm
-      if (model_.sandwich_norms) {
-        backend_.fill_zero(w.d_sublayer_out.data(), w.d_sublayer_out.bytes());
-        backend_.rmsnorm_bwd(a_.mlp_out.t(), P.ln_mo, a_.rstd_mlp_out.f32(), dy, T, H, w.d_sublayer_out.t(), P.d_ln_mo);
-        dmo = w.d_sublayer_out.ct();
-      }
+      const ConstTensor dmo = sublayer_out_grad(a_.mlp_out, P.ln_mo, a_.rstd_mlp_out, dy, P.d_ln_mo);
       backend_.linear_bwd(a_.m.t(), T, F, P.wd, H, dmo, w.dm.t(), false, P.d_wd, nullptr);
       adapter_bwd(P, a_, LT::down, a_.m.ct(), T, dmo, w.dm.t());
       gated_bwd(a_.g.t(), a_.u.t(), w.dm.t(), T * F, w.dg.t(), w.du.t());
@@ -1310,13 +1314,7 @@ void Engine::layer_backward(const Pass& pass, PassPages& pages, ConstTensor in, 
     backend_.rmsnorm_bwd(a_.x2.t(), P.ln2, a_.rstd2.f32(), w.dh2.t(), T, H, w.dx2.t(), P.d_ln2);
   });
   timed("o_proj_bwd", pass, bw * Td * qd * H + adapter_flops(l, {LT::o}, T, 4), [&] {
-    ConstTensor dao = w.dx2.ct();  // d(the attention's output), through its sandwich norm
-    if (model_.sandwich_norms) {
-      backend_.fill_zero(w.d_sublayer_out.data(), w.d_sublayer_out.bytes());
-      backend_.rmsnorm_bwd(a_.attn_out.t(), P.ln_ao, a_.rstd_attn_out.f32(), w.dx2.t(), T, H, w.d_sublayer_out.t(),
-                           P.d_ln_ao);
-      dao = w.d_sublayer_out.ct();
-    }
+    const ConstTensor dao = sublayer_out_grad(a_.attn_out, P.ln_ao, a_.rstd_attn_out, w.dx2.ct(), P.d_ln_ao);
     backend_.linear_bwd(a_.o.t(), T, qd, P.wo, H, dao, w.dout.t(), false, P.d_wo, P.d_bo);
     adapter_bwd(P, a_, LT::o, a_.o.ct(), T, dao, w.dout.t());
   });
