@@ -21,6 +21,12 @@ How the chart is read (pure Python: PNG decoding with zlib, no imaging library):
   is reported as hidden (its centre is then within a pixel or two of the covering marker's). The
   standard series has no marker from 128K on (its line ends at 64K: out of memory).
 - one pixel is about 0.24 axis units; the readings are good to about +-0.25.
+- a marker of which no more than a rim shows (fewer than 3 rows) is reported hidden, whichever
+  series it is.
+The upper right panel ("Time / Iteration (sec) on a single H200", 8K..128K, 0..300 s, about 0.66 s
+per pixel) is read the same way; its markers at 8K and 16K lie on top of each other, so several are
+hidden. With --oomb the script also prints the published time per iteration against the step time
+`oomb simulate` predicts for the same run (`step_s`).
 
 The axis says "GB". The published code reports memory as `torch.cuda.max_memory_allocated() /
 1024**2` and prints it with the unit "MB" (test_efficiency/test.py, chunkoptim/utils.py
@@ -40,6 +46,12 @@ LEGEND = (1830, 870, 2300, 1010)  # the legend box inside it (its markers are no
 TICKS = [141.0, 113.25, 85.5, 57.75, 30.0]
 CONTEXTS = ["8K", "16K", "32K", "64K", "128K", "256K"]
 DRAW_ORDER = ["sparse", "dense", "standard"]  # later series are drawn over earlier ones
+# The upper right panel, "Time / Iteration (sec) on a single H200": the same series and markers over
+# 8K..128K, axis 0..300 s (the 225 line hidden behind the legend).
+TIME_PANEL = (1700, 70, 2468, 716)
+TIME_LEGEND = (1830, 160, 2300, 310)
+TIME_TICKS = [300.0, 225.0, 150.0, 75.0, 0.0]
+TIME_CONTEXTS = ["8K", "16K", "32K", "64K", "128K"]
 UNITS = {"GiB": 1.0, "1000 MiB": 1000 * 2**20 / 2**30, "GB": 1e9 / 2**30}  # GiB per axis unit
 
 
@@ -96,10 +108,12 @@ def read_figure(path):
     blob = hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
     if blob != EXPECTED_BLOB:
         sys.exit(f"{path}: git blob {blob}, expected {EXPECTED_BLOB} (the published docs/teaser.png)")
-    return read_panel(data, PANEL, LEGEND)
+    memory = read_panel(data, PANEL, LEGEND)
+    memory["time"] = read_panel(data, TIME_PANEL, TIME_LEGEND, TIME_TICKS, TIME_CONTEXTS)
+    return memory
 
 
-def read_panel(png, panel, legend_box):
+def read_panel(png, panel, legend_box, ticks_of=TICKS, contexts=CONTEXTS):
     width, height, bpp, rows = decode_png(png)
     px = lambda x, y: tuple(rows[y][x * bpp:x * bpp + 3])
     x0, y0, x1, y1 = panel
@@ -109,7 +123,7 @@ def read_panel(png, panel, legend_box):
     lines = [y for i, y in enumerate(grey) if i == 0 or y != grey[i - 1] + 1]
     lines = lines[:-1]  # the frame
     step = min(b - a for a, b in zip(lines, lines[1:]))
-    ticks = [(y, TICKS[round((y - lines[0]) / step)]) for y in lines]
+    ticks = [(y, ticks_of[round((y - lines[0]) / step)]) for y in lines]
     n = len(ticks)
     my, mv = sum(y for y, _ in ticks) / n, sum(v for _, v in ticks) / n
     slope = sum((y - my) * (v - mv) for y, v in ticks) / sum((y - my) ** 2 for y, _ in ticks)
@@ -122,16 +136,17 @@ def read_panel(png, panel, legend_box):
             s = series_of(*px(x, y))
             if s and not (lx0 <= x < lx1 and ly0 <= y < ly1):
                 pts[s].append((x, y))
-    # Columns: the dense series (drawn on top) has a marker at every context.
+    # Columns: every series' markers sit on the contexts' columns (the lines between them are drawn
+    # in lighter colours than the markers).
     cols = []
-    for x, _ in sorted(pts["dense"]):
+    for x, _ in sorted(p for s in DRAW_ORDER for p in pts[s]):
         if not cols or x - cols[-1][-1] > 3:
             cols.append([x])
         else:
             cols[-1].append(x)
     centres_x = [(c[0] + c[-1]) / 2 for c in cols if len(c) > 10]
-    if len(centres_x) != len(CONTEXTS):
-        sys.exit(f"found {len(centres_x)} marker columns, expected {len(CONTEXTS)}")
+    if len(centres_x) != len(contexts):
+        sys.exit(f"found {len(centres_x)} marker columns, expected {len(contexts)}")
     def marker_rows(s, cx):
         # The rows of a series' marker in column cx: the longest run of rows holding at least 3 of
         # its pixels (single pixels of a marker colour also occur in the anti-aliased rims of
@@ -156,10 +171,10 @@ def read_panel(png, panel, legend_box):
     for s in DRAW_ORDER:
         out["series"][s] = {}
         over = DRAW_ORDER[DRAW_ORDER.index(s) + 1:]
-        for ctx, cx in zip(CONTEXTS, centres_x):
+        for ctx, cx in zip(contexts, centres_x):
             ys = marker_rows(s, cx)
-            if not ys:
-                continue
+            if len(ys) < 3:
+                continue  # nothing, or only the rim of a marker drawn over: hidden
             top, bottom = ys[0], ys[-1]
             covered_above = any(series_of(*px(int(cx) + dx, top - 1)) in over for dx in (-1, 0, 1))
             covered_below = any(series_of(*px(int(cx) + dx, bottom + 1)) in over for dx in (-1, 0, 1))
@@ -167,10 +182,10 @@ def read_panel(png, panel, legend_box):
             centre = ((top + bottom) / 2 if full or (covered_above == covered_below)
                       else bottom - radius if covered_above else top + radius)
             out["series"][s][ctx] = round(value(centre), 2)
-        for ctx in CONTEXTS:
-            if ctx not in out["series"][s] and s == "sparse":
-                out["series"][s][ctx] = None  # hidden behind the dense marker
-        out["series"][s] = {c: out["series"][s][c] for c in CONTEXTS if c in out["series"][s]}
+        for ctx in contexts:
+            if ctx not in out["series"][s] and s != DRAW_ORDER[-1]:
+                out["series"][s][ctx] = None  # hidden behind a marker drawn over it
+        out["series"][s] = {c: out["series"][s][c] for c in contexts if c in out["series"][s]}
     return out
 
 
@@ -192,8 +207,9 @@ def self_test():
     y_of = lambda v: 440 - (v - 30.0) * 100 / 27.75
     colours = {"dense": (120, 20, 10), "standard": (120, 70, 20), "sparse": (25, 64, 112)}
     xs = [60 + 110 * i for i in range(6)]
-    truth = {"dense": [33.6, 34.0, 34.2, 34.8, 36.7, 41.5], "sparse": [33.6, None, 33.1, 33.9, 31.0, 34.0],
-             "standard": [32.0, 47.0, 64.0, 100.5]}
+    # dense 8K lies under a standard marker 0.9 px above it: only a rim shows, so it reads as hidden.
+    truth = {"dense": [33.6, 34.0, 34.2, 34.8, 36.7, 41.5], "sparse": [31.0, None, 33.1, 33.9, 31.0, 34.0],
+             "standard": [33.85, 47.0, 64.0, 100.5]}
     discs = []  # drawn in this order: later ones cover earlier ones
     for s in DRAW_ORDER:
         for i, v in enumerate(truth[s]):
@@ -214,8 +230,13 @@ def self_test():
     truth["sparse"][1] = truth["dense"][1]  # hidden: read as the covering dense marker
     out = read_panel(encode_png(W, H, pixel), (0, 0, W, H), (350, 50, 450, 100))
     failures = []
+    if out["series"]["dense"].get("8K", "absent") is not None:
+        failures.append("the dense 8K marker, covered but for a rim, was not reported hidden")
+    truth["dense"][0] = None
     for s, values in truth.items():
         for ctx, v in zip(CONTEXTS, values):
+            if v is None:
+                continue
             got = out["series"][s].get(ctx)
             got = out["series"]["dense"][ctx] if got is None and s == "sparse" else got
             if got is None or abs(got - v) > 0.5 * 27.75 / 100 + 0.01:
@@ -224,7 +245,8 @@ def self_test():
         failures.append("the sparse 16K marker, drawn whole under the dense one, was not reported hidden")
     if failures:
         sys.exit("self-test failed:\n  " + "\n  ".join(failures))
-    print(f"self-test passed: {sum(len(v) for v in truth.values())} markers read back within half a pixel")
+    print(f"self-test passed: {sum(1 for v in truth.values() for x in v if x is not None)} markers read back "
+          "within half a pixel, 2 hidden ones reported hidden")
 
 
 def simulate(oomb, schedule, attention, ctx):
@@ -233,7 +255,7 @@ def simulate(oomb, schedule, attention, ctx):
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         sys.exit(f"{' '.join(cmd)} failed: {r.stderr.strip()}")
-    return json.loads(r.stdout)["peak_device_bytes"] / 2**30
+    return json.loads(r.stdout)
 
 
 def main():
@@ -255,15 +277,29 @@ def main():
             for ctx, v in fig["series"][s].items():
                 covering = fig["series"]["dense"][ctx] if v is None else None
                 read = v if v is not None else covering
-                gib = simulate(args.oomb, *runs[s], ctx)
+                gib = simulate(args.oomb, *runs[s], ctx)["peak_device_bytes"] / 2**30
                 rows.append({"series": s, "context": ctx, "read": read, "hidden": v is None, "oomb_gib": round(gib, 2),
                              "error": {u: round(100 * (gib / (read * k) - 1), 1) for u, k in UNITS.items()}})
+    times = []
+    if args.oomb:
+        # The time panel: markers drawn over by another series' are hidden (no reading).
+        for s in ("dense", "sparse", "standard"):
+            for ctx, v in fig["time"]["series"][s].items():
+                if v is None:
+                    continue
+                step_s = simulate(args.oomb, *runs[s], ctx)["step_s"]
+                times.append({"series": s, "context": ctx, "read_s": v, "oomb_s": round(step_s, 1),
+                              "ratio": round(v / step_s, 2)})
     if args.json:
-        print(json.dumps({"figure": fig, "comparison": rows}, indent=1))
+        print(json.dumps({"figure": fig, "comparison": rows, "time_comparison": times}, indent=1))
         return
     print(f"grid rows {fig['grid_rows']}, {fig['pixel_units']:.4f} axis units per pixel, markers "
           f"{fig['diameter_px']} px across")
     for s, vals in fig["series"].items():
+        print(f"{s:9s}", "  ".join(f"{c} {'hidden' if v is None else v}" for c, v in vals.items()))
+    t = fig["time"]
+    print(f"time panel: grid rows {t['grid_rows']}, {t['pixel_units']:.4f} s per pixel")
+    for s, vals in t["series"].items():
         print(f"{s:9s}", "  ".join(f"{c} {'hidden' if v is None else v}" for c, v in vals.items()))
     if rows:
         print("\n| series, context | read (axis units) | oomb GiB | error if GiB | if 1000 MiB | if GB |")
@@ -273,6 +309,11 @@ def main():
             e = r["error"]
             print(f"| {r['series']} {r['context']} | {read} | {r['oomb_gib']:.2f} | {e['GiB']:+.1f}% | "
                   f"{e['1000 MiB']:+.1f}% | {e['GB']:+.1f}% |")
+    if times:
+        print("\n| series, context | time per iteration read (s) | oomb step_s | published / oomb |")
+        print("|---|---|---|---|")
+        for r in times:
+            print(f"| {r['series']} {r['context']} | {r['read_s']:.1f} | {r['oomb_s']:.1f} | {r['ratio']:.2f} |")
 
 
 if __name__ == "__main__":

@@ -371,6 +371,18 @@ void class_passes(const Scenario& s, const step::Geometry& g, int64_t c, Terms t
       p->in_bytes = u * g.kv_page_bytes + (u + own) * g.grad_page_bytes;
       p->out_bytes = u * g.grad_page_bytes;
     }
+    if (s.config.implementation == step::Implementation::published) {
+      // The published caches copy every loaded page whole (docs/model.md, pages in flight): the
+      // fill's write-back is K and V of the layer's loaded pages (kv_cache.py offload L277-278,
+      // topk_cache.py L220-222), the own chunk's included; in stage 2 an onload brings K, V and
+      // their fp32 gradients (L257-262; topk_cache.py L192-195, L203-206) and a write-back returns
+      // all four (L277-282; topk_cache.py L221-226), in the forward sweep as in the backward's.
+      const int64_t page_bytes = g.kv_page_bytes + g.grad_page_bytes;
+      cc.fill.out_bytes = (u + own) * g.kv_page_bytes;
+      cc.recompute.in_bytes = (u + own) * page_bytes;
+      cc.recompute.out_bytes = (u + own) * page_bytes;
+      for (PassCost* p : {&cc.backward, &cc.backward_kept}) p->in_bytes = p->out_bytes = (u + own) * page_bytes;
+    }
   }
   if (g.sparse && s.config.selection_memory == step::SelectionMemory::bounded) {
     // Page summaries live in the host tier: the prefix's are streamed in, the chunk's written out.
@@ -679,32 +691,69 @@ double pass_time(const detail::PassCost& p, double in_s, double out_s, int64_t R
 
 namespace detail {
 
-double published_page_writeback_s(const Scenario& s, const step::Geometry& g) {
-  // kv_cache.py CacheManager.offload: per page, copy_ of K, V, K-grad and V-grad, each blocking.
-  return 4.0 * s.config.page_copy_latency_s +
-         static_cast<double>(g.kv_page_bytes + g.grad_page_bytes) / d2h_rate(s, false);
+PublishedWriteback published_writeback(const Scenario& s, const step::Geometry& g, int64_t c) {
+  // kv_cache.py CacheManager.offload: per page, copy_ of K, V, K-grad and V-grad, each blocking. The
+  // sweep's onloads (the next layer's pages, issued at the same switches) use the other direction
+  // meanwhile, so a pass that copies in leaves the write-backs the duplex share of the link.
+  const bool duplex = chunk_costs(s, g, c, Terms::skip).recompute.in_bytes > 0;
+  const double page_bytes = static_cast<double>(g.kv_page_bytes + g.grad_page_bytes);
+  const double rate = d2h_rate(s, duplex);
+  PublishedWriteback w;
+  w.page_s = 4.0 * s.config.page_copy_latency_s + page_bytes / rate;
+  w.link_pages_per_s = rate / page_bytes;
+  return w;
+}
+
+std::vector<int64_t> published_writeback_held(const std::vector<double>& switches, int64_t S,
+                                              const PublishedWriteback& w) {
+  std::vector<int64_t> held(switches.size(), 0);
+  if (w.page_s <= 0) return held;  // free copies: nothing outlives its switch
+  const double alone = 1.0 / w.page_s;
+  std::vector<double> left;  // pages left per write-back still running
+  for (size_t k = 1; k < switches.size(); ++k) {
+    // Drain from the previous switch to this one, piecewise: the rate changes when one ends. All
+    // running write-backs drain alike, so the one with the fewest pages ends first, exactly when
+    // every one has lost that many; each step either ends one or reaches the switch.
+    double t = switches[k - 1];
+    while (t < switches[k] && !left.empty()) {
+      const double rate = std::min(alone, w.link_pages_per_s / static_cast<double>(left.size()));
+      const double fewest = *std::min_element(left.begin(), left.end());
+      if (t + fewest / rate >= switches[k]) {
+        for (double& p : left) p = std::max(0.0, p - rate * (switches[k] - t));
+        break;
+      }
+      for (double& p : left) p -= fewest;
+      left.erase(std::remove_if(left.begin(), left.end(), [](double p) { return p <= 0; }), left.end());
+      t += fewest / rate;
+    }
+    left.push_back(static_cast<double>(S));
+    int64_t h = 0;
+    for (double p : left) h += static_cast<int64_t>(std::ceil(p - 1e-9));
+    held[k] = h;
+  }
+  return held;
 }
 
 double published_layer_period_s(const Scenario& s, const step::Geometry& g, int64_t c) {
-  const PassCost p = chunk_costs(s, g, c, Terms::skip).recompute;
-  const bool both = p.in_bytes > 0 && p.out_bytes > 0 && g.R >= 2;
-  const double in_s = p.in_bytes / h2d_rate(s, both), out_s = p.out_bytes / d2h_rate(s, both);
-  return pass_time(p, in_s, out_s, g.R);
+  // The published sweep waits for no copy to land: the compute stream never waits on a manager's
+  // stream, and the host waits only for the onload worker to have issued its copies (page_table
+  // calls wait_onload, kv_cache.py L304-308; topk_cache.py L248-252), one non-blocking copy per
+  // tensor of each page it loads, each at least a launch. The write-backs are waited for at the
+  // chunk's end only (remove_last_update). So a layer's period is its compute or that issue.
+  const double compute_s = chunk_costs(s, g, c, Terms::skip).recompute.compute_s;
+  const double issue_s = 4.0 * static_cast<double>(published_slot_pages(g, c)) * s.gpu.launch_overhead_s;
+  return std::max(compute_s, issue_s);
 }
 
 int64_t published_slot_pages(const step::Geometry& g, int64_t c) { return step::union_pages(g, c) + own_pages(g, c); }
 
 int64_t published_pages_in_flight(const Scenario& s, const step::Geometry& g, int64_t c) {
-  const int64_t S = published_slot_pages(g, c);
-  const double page_s = published_page_writeback_s(s, g);
+  // The closed form: the sweep's L switches a steady period apart; the last holds the most.
   const double period = published_layer_period_s(s, g, c);
-  int64_t pages = 0;
-  for (int64_t m = 0; m + 2 <= g.L; ++m) {
-    const double freed = page_s > 0 ? std::floor(static_cast<double>(m) * period / page_s) : static_cast<double>(S);
-    if (freed >= static_cast<double>(S)) break;  // older write-backs are done too
-    pages += S - static_cast<int64_t>(freed);
-  }
-  return pages;
+  std::vector<double> switches(static_cast<size_t>(g.L));
+  for (size_t k = 0; k < switches.size(); ++k) switches[k] = static_cast<double>(k) * period;
+  const std::vector<int64_t> held = published_writeback_held(switches, published_slot_pages(g, c), published_writeback(s, g, c));
+  return held.empty() ? 0 : *std::max_element(held.begin(), held.end());
 }
 
 int64_t published_pages_in_flight(const Scenario& s, const step::Geometry& g) {

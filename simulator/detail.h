@@ -1,6 +1,7 @@
 #pragma once
 // Internal geometry shared by the memory model, the cost model and the event simulation.
 #include <cstdint>
+#include <vector>
 
 #include "simulator/simulator.h"
 #include "step/geometry.h"
@@ -147,10 +148,23 @@ WorkTerms tensor_parallel_comm(const Scenario& s);
 // Pages in flight of the published implementation with offload (docs/model.md): in the stage-2
 // forward sweep of a chunk each layer switch issues the write-back of the layer left behind (its
 // own worker thread, one blocking copy per tensor of a page, each page freed when its copies end)
-// while the next layer's onload allocates at once. At the sweep's last switch the write-back issued
-// m switches ago (m = 0 .. L-2) still holds max(0, S - floor(m * period / page_s)) of its S pages.
-// page_s: the write-back time of one page; period: the steady-state layer pass time of the sweep.
-double published_page_writeback_s(const Scenario& s, const step::Geometry& g);
+// while the next layer's onload allocates at once. The write-backs share one device-to-host link:
+// each frees pages at min(1 / page_s, link_pages_per_s / n) with n write-backs running (alone it is
+// bound by its copies' latencies, together by the link), at the duplex share of the link while the
+// sweep's onloads copy in.
+struct PublishedWriteback {
+  double page_s = 0;            // one page's write-back alone: 4 blocking copies' latency + its bytes
+  double link_pages_per_s = 0;  // the link's rate in pages (KV + gradient bytes) per second
+};
+PublishedWriteback published_writeback(const Scenario& s, const step::Geometry& g, int64_t c);
+// The pages still held at each switch (index k: right after switch k issues its write-back, one of
+// S pages per switch from switch 1 on), the write-backs draining between switches as above. The
+// fast path counts with it over one steady period's switches, the event simulation over each of
+// its stage-2 sweeps (its memory samples).
+std::vector<int64_t> published_writeback_held(const std::vector<double>& switches, int64_t S,
+                                              const PublishedWriteback& w);
+// The period between those switches: the layer's compute, or the issue of its onload if longer
+// (4 copies per page, each at least a launch); the published sweep waits for no copy's transfer.
 double published_layer_period_s(const Scenario& s, const step::Geometry& g, int64_t c);
 int64_t published_slot_pages(const step::Geometry& g, int64_t c);  // S: the layer's pages in chunk c's stage 2
 int64_t published_pages_in_flight(const Scenario& s, const step::Geometry& g, int64_t c);

@@ -114,18 +114,14 @@ class Sim {
 
   // The published implementation's write-backs over one stage-2 forward sweep (docs/model.md):
   // the pass of layer k (k >= 1) starts at switches[k] and issues the write-back of layer k - 1,
-  // which frees one of its S pages every page_s from then on (its own worker, not queued behind
-  // others); the onload of the next layer allocates at once. Pages only grow at a switch, so the
-  // occupancy peaks at one: the pages still held there are sampled until the next switch.
-  int64_t published_writebacks(const std::vector<double>& switches, int64_t S, double page_s) {
+  // each on its own worker, all sharing the link (published_writeback_held); the onload of the next
+  // layer allocates at once. Pages only grow at a switch, so the occupancy peaks at one: the pages
+  // still held there are sampled until the next switch.
+  int64_t published_writebacks(const std::vector<double>& switches, int64_t S, const detail::PublishedWriteback& w) {
+    const std::vector<int64_t> held_at = detail::published_writeback_held(switches, S, w);
     int64_t peak = 0;
     for (size_t k = 1; k < switches.size(); ++k) {
-      int64_t held = 0;
-      for (size_t j = 1; j <= k; ++j) {
-        const double age = switches[k] - switches[j];
-        const int64_t freed = page_s > 0 ? static_cast<int64_t>(std::min(std::floor(age / page_s), 1e18)) : S;
-        held += std::max<int64_t>(0, S - freed);
-      }
+      const int64_t held = held_at[k];
       peak = std::max(peak, held);
       const double until = k + 1 < switches.size() ? switches[k + 1] : compute_free_;
       const int64_t bytes = held * (g_.kv_page_bytes + g_.grad_page_bytes);
@@ -309,7 +305,6 @@ EventResult simulate_events(const Scenario& s, traces::Detail detail) {
   // The published implementation's write-backs are timed here (not taken from the table's rows).
   const bool published_writebacks = s.config.implementation == step::Implementation::published && g.oomb && g.offload &&
                                     target_of(s).backend == step::BackendKind::cuda;
-  const double page_s = published_writebacks ? published_page_writeback_s(s, g) : 0;
   int64_t in_flight_peak = 0;
   std::vector<double> switches;
   auto enter = [&](step::Phase p) { sim.phase(outside_pools[static_cast<int>(p)]); };
@@ -369,9 +364,16 @@ EventResult simulate_events(const Scenario& s, traces::Detail detail) {
         sim.layer_pass(cc.recompute, 2, c, l, Op::layer_recompute, global(l) ? u : 0, 0);
         switches.push_back(sim.last_compute_start());
       }
-      if (published_writebacks)
+      if (published_writebacks) {
+        // The published host's switches (published_layer_period_s): its sweep waits for no copy, so
+        // a layer starts once the one before has computed and its own onload has been issued,
+        // whatever this timeline's slots make the copies cost; from the sweep's first pass on.
+        const double period = published_layer_period_s(s, g, c);
+        for (size_t k = 1; k < switches.size(); ++k) switches[k] = switches[k - 1] + period;
         in_flight_peak =
-            std::max(in_flight_peak, sim.published_writebacks(switches, published_slot_pages(g, c), page_s));
+            std::max(in_flight_peak, sim.published_writebacks(switches, published_slot_pages(g, c),
+                                                                published_writeback(s, g, c)));
+      }
       enter(step::Phase::loss);
       sim.compute_only(cc.head, 2, c, Op::lm_head);
       if (c == 0) buckets_final(0, false);
