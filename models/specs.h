@@ -55,6 +55,8 @@ struct MoeSpec {
   bool expert_bias = false;  // gpt-oss: a bias on each expert's gate, up and down projections
   WeightFormat expert_weights = WeightFormat::native;  // gpt-oss: mxfp4
   bool present() const { return experts > 0; }
+  // The shared experts' summed width: they run as one MLP of it over every token.
+  int64_t shared_width() const { return shared_experts * shared_ffn_hidden; }
 };
 
 // Bytes of `params` weights stored in `f`, given the model's element size for native weights.

@@ -116,7 +116,7 @@ Geometry geometry(const models::ModelSpec& m, const Config& c) {
     g.experts = m.moe.experts;
     g.top_k = m.moe.experts_per_token;
     g.fe = m.moe.expert_ffn_hidden / g.G;
-    g.fs = m.moe.shared_experts * m.moe.shared_ffn_hidden / g.G;
+    g.fs = m.moe.shared_width() / g.G;
   }
   g.B = c.page_budget;
   g.overlap = c.selection_overlap;

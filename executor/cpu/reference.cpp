@@ -81,7 +81,7 @@ void moe_reference_fwd(const models::ModelSpec& m, const ParamLayout& L, const L
         y[t * H + i] += A.weights[static_cast<size_t>(r)] * A.eo[static_cast<size_t>(r * H + i)];
     }
   }
-  if (const int64_t Fs = m.moe.shared_experts * m.moe.shared_ffn_hidden; Fs > 0) {
+  if (const int64_t Fs = m.moe.shared_width(); Fs > 0) {
     A.sg = zeros(n * Fs), A.su = zeros(n * Fs), A.sm = zeros(n * Fs);
     Vec ys = zeros(n * H);
     linear_fwd(A.h2.data(), n, H, P + o.shared_gate, nullptr, Fs, A.sg.data());
@@ -142,7 +142,7 @@ void moe_reference_bwd(const models::ModelSpec& m, const ParamLayout& L, const L
   for (size_t i = 0; i < A.aux_dlogits.size(); ++i) dlogits[i] += A.aux_dlogits[i];
   linear_bwd(A.h2.data(), n, H, P + o.router, E, dlogits.data(), dh2, true, G + o.router,
              o.router_bias >= 0 ? G + o.router_bias : nullptr);
-  if (const int64_t Fs = m.moe.shared_experts * m.moe.shared_ffn_hidden; Fs > 0) {
+  if (const int64_t Fs = m.moe.shared_width(); Fs > 0) {
     Vec dsm = zeros(n * Fs), dsg = zeros(n * Fs), dsu = zeros(n * Fs);
     linear_bwd(A.sm.data(), n, Fs, P + o.shared_down, H, dy, dsm.data(), false, G + o.shared_down, nullptr);
     gated_bwd(m, A.sg.data(), A.su.data(), dsm.data(), n * Fs, dsg.data(), dsu.data());

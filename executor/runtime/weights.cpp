@@ -87,7 +87,7 @@ ParamLayout::ParamLayout(const models::ModelSpec& m) {
     if (m.moe_layer(l)) {
       o.router = add(pre + moe_module(m) + ".gate.weight", {m.moe.experts, h}, true);
       if (m.moe.router_bias) o.router_bias = add(pre + moe_module(m) + ".gate.bias", {m.moe.experts}, false);
-      if (const int64_t fs = m.moe.shared_experts * m.moe.shared_ffn_hidden; fs > 0) {
+      if (const int64_t fs = m.moe.shared_width(); fs > 0) {
         const std::string shared = pre + moe_module(m) + ".shared_expert.";
         o.shared_gate = add(shared + "gate_proj.weight", {fs, h}, true);
         o.shared_up = add(shared + "up_proj.weight", {fs, h}, true);
