@@ -869,17 +869,23 @@ TEST(PagesInFlight, WriteBacksShareOneLink) {
   EXPECT_EQ(detail::published_writeback_held({0.0, 1.0, 2.0}, 4, w), (std::vector<int64_t>{0, 0, 0}));
 }
 
+// The published preset on Qwen2.5-7B and an H200 at `context`, dense or sparse.
+Scenario published_qwen(step::Attention attention, int64_t context) {
+  auto s = scenario("qwen2.5-7b", "h200", context);
+  s.config = step::published_preset(s.config);
+  s.config.attention = attention;
+  return s;
+}
+
 TEST(PagesInFlight, ThePublishedSweepWaitsForNoCopy) {
   // The published stage-2 sweep's layer period (docs/model.md, pages in flight): its compute, or
   // the onload's issue (4 copies per page, each at least a launch), never its copies' transfer
   // time, which this project's executor waits for.
   for (auto attention : {step::Attention::dense, step::Attention::sparse}) {
-    auto s = scenario("qwen2.5-7b", "h200", 256 * 1024);
-    s.config = step::published_preset(s.config);
-    s.config.attention = attention;
+    const auto s = published_qwen(attention, 256 * 1024);
     const auto g = detail::geometry(s);
     const int64_t c = g.n - 1;
-    SCOPED_TRACE(attention == step::Attention::dense ? "dense" : "sparse");
+    SCOPED_TRACE(step::to_string(attention));
     const double compute_s = detail::chunk_costs(s, g, c, detail::Terms::skip).recompute.compute_s;
     const double issue_s = 4.0 * static_cast<double>(detail::published_slot_pages(g, c)) * s.gpu.launch_overhead_s;
     const double period = detail::published_layer_period_s(s, g, c);
@@ -912,12 +918,10 @@ TEST(PublishedCopies, StageTwoCopiesEveryLoadedPageWhole) {
   // stage 2 onloads and writes back K, V and the fp32 gradients of every loaded page, forward and
   // backward alike.
   for (auto attention : {step::Attention::dense, step::Attention::sparse}) {
-    auto s = scenario("qwen2.5-7b", "h200", 64 * 1024);
-    s.config = step::published_preset(s.config);
-    s.config.attention = attention;
+    const auto s = published_qwen(attention, 64 * 1024);
     const auto g = detail::geometry(s);
     const int64_t c = g.n - 1, u = step::union_pages(g, c), own = detail::own_pages(g, c);
-    SCOPED_TRACE(attention == step::Attention::dense ? "dense" : "sparse");
+    SCOPED_TRACE(step::to_string(attention));
     const double kv = static_cast<double>(g.kv_page_bytes), grad = static_cast<double>(g.grad_page_bytes);
     const auto pub = detail::chunk_costs(s, g, c);
     EXPECT_EQ(pub.fill.in_bytes, u * kv);
