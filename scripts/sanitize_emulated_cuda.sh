@@ -48,7 +48,7 @@ run_one() {
   if [[ $kind == tsan ]] && command -v taskset >/dev/null; then pin=(taskset -c 0); fi
   ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0:abort_on_error=1:detect_stack_use_after_return=0} \
     UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
-    TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1} \
+    TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/scripts/tsan_suppressions.txt} \
     "${pin[@]}" ctest --test-dir "$build" -L emulated -j "$jobs" --output-on-failure "$@" || rc=$?
   echo "sanitize_emulated_cuda $kind: build $((built - start)) s, tests $(($(date +%s) - built)) s, exit $rc"
   return $rc
