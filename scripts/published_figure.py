@@ -34,6 +34,7 @@ History.summary), so the chart's unit is one of: GiB (2^30 bytes), thousands of 
 2^20 bytes) or GB (10^9 bytes). The comparison is printed under each; docs/model.md discusses which.
 """
 import argparse
+import functools
 import hashlib
 import json
 import subprocess
@@ -249,6 +250,7 @@ def self_test():
           "within half a pixel, 2 hidden ones reported hidden")
 
 
+@functools.lru_cache(maxsize=None)  # the memory and time tables ask for the same runs
 def simulate(oomb, schedule, attention, ctx):
     cmd = [oomb, "simulate", "--preset", "oomb-published", "--model", "qwen2.5-7b", "--gpu", "h200",
            "--context", ctx, "--schedule", schedule, "--attention", attention, "--json"]

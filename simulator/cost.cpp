@@ -691,13 +691,12 @@ double pass_time(const detail::PassCost& p, double in_s, double out_s, int64_t R
 
 namespace detail {
 
-PublishedWriteback published_writeback(const Scenario& s, const step::Geometry& g, int64_t c) {
-  // kv_cache.py CacheManager.offload: per page, copy_ of K, V, K-grad and V-grad, each blocking. The
-  // sweep's onloads (the next layer's pages, issued at the same switches) use the other direction
-  // meanwhile, so a pass that copies in leaves the write-backs the duplex share of the link.
-  const bool duplex = chunk_costs(s, g, c, Terms::skip).recompute.in_bytes > 0;
+PublishedWriteback published_writeback(const Scenario& s, const step::Geometry& g) {
+  // kv_cache.py CacheManager.offload: per page, copy_ of K, V, K-grad and V-grad, each blocking. Every
+  // stage-2 pass onloads its layer (the next layer's pages, issued at the same switches), so the
+  // write-backs have the duplex share of the link.
   const double page_bytes = static_cast<double>(g.kv_page_bytes + g.grad_page_bytes);
-  const double rate = d2h_rate(s, duplex);
+  const double rate = d2h_rate(s, true);
   PublishedWriteback w;
   w.page_s = 4.0 * s.config.page_copy_latency_s + page_bytes / rate;
   w.link_pages_per_s = rate / page_bytes;
@@ -747,12 +746,17 @@ double published_layer_period_s(const Scenario& s, const step::Geometry& g, int6
 
 int64_t published_slot_pages(const step::Geometry& g, int64_t c) { return step::union_pages(g, c) + own_pages(g, c); }
 
-int64_t published_pages_in_flight(const Scenario& s, const step::Geometry& g, int64_t c) {
-  // The closed form: the sweep's L switches a steady period apart; the last holds the most.
+std::vector<double> published_switches(const Scenario& s, const step::Geometry& g, int64_t c, double first_s) {
   const double period = published_layer_period_s(s, g, c);
   std::vector<double> switches(static_cast<size_t>(g.L));
-  for (size_t k = 0; k < switches.size(); ++k) switches[k] = static_cast<double>(k) * period;
-  const std::vector<int64_t> held = published_writeback_held(switches, published_slot_pages(g, c), published_writeback(s, g, c));
+  for (size_t k = 0; k < switches.size(); ++k) switches[k] = first_s + static_cast<double>(k) * period;
+  return switches;
+}
+
+int64_t published_pages_in_flight(const Scenario& s, const step::Geometry& g, int64_t c) {
+  // The closed form: the sweep from time 0; the last switch holds the most.
+  const std::vector<int64_t> held =
+      published_writeback_held(published_switches(s, g, c, 0.0), published_slot_pages(g, c), published_writeback(s, g));
   return held.empty() ? 0 : *std::max_element(held.begin(), held.end());
 }
 

@@ -156,7 +156,7 @@ struct PublishedWriteback {
   double page_s = 0;            // one page's write-back alone: 4 blocking copies' latency + its bytes
   double link_pages_per_s = 0;  // the link's rate in pages (KV + gradient bytes) per second
 };
-PublishedWriteback published_writeback(const Scenario& s, const step::Geometry& g, int64_t c);
+PublishedWriteback published_writeback(const Scenario& s, const step::Geometry& g);
 // The pages still held at each switch (index k: right after switch k issues its write-back, one of
 // S pages per switch from switch 1 on), the write-backs draining between switches as above. The
 // fast path counts with it over one steady period's switches, the event simulation over each of
@@ -166,6 +166,8 @@ std::vector<int64_t> published_writeback_held(const std::vector<double>& switche
 // The period between those switches: the layer's compute, or the issue of its onload if longer
 // (4 copies per page, each at least a launch); the published sweep waits for no copy's transfer.
 double published_layer_period_s(const Scenario& s, const step::Geometry& g, int64_t c);
+// Chunk c's stage-2 sweep: its L switches one period apart from first_s.
+std::vector<double> published_switches(const Scenario& s, const step::Geometry& g, int64_t c, double first_s);
 int64_t published_slot_pages(const step::Geometry& g, int64_t c);  // S: the layer's pages in chunk c's stage 2
 int64_t published_pages_in_flight(const Scenario& s, const step::Geometry& g, int64_t c);
 // The step's peak: the largest over chunks, that of one of the last two (S and the ratio

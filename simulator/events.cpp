@@ -306,7 +306,6 @@ EventResult simulate_events(const Scenario& s, traces::Detail detail) {
   const bool published_writebacks = s.config.implementation == step::Implementation::published && g.oomb && g.offload &&
                                     target_of(s).backend == step::BackendKind::cuda;
   int64_t in_flight_peak = 0;
-  std::vector<double> switches;
   auto enter = [&](step::Phase p) { sim.phase(outside_pools[static_cast<int>(p)]); };
   // Data parallelism: the gradient buckets of the last backward (the last chunk's), each issued as
   // it becomes final (gradient_bucket_s; a head bucket after the LM head, each layer's after its
@@ -358,21 +357,19 @@ EventResult simulate_events(const Scenario& s, traces::Detail detail) {
       const ChunkCosts& cc = costs[static_cast<size_t>(c)];
       const int64_t u = step::union_pages(g, c), own = own_pages(g, c);
       enter(step::Phase::recompute);
-      switches.clear();
       sim.compute_only(cc.fill_head, 2, c, Op::embedding);  // the first layer's input, embedded again
+      double sweep_start = 0;
       for (int64_t l = 0; l < g.L; ++l) {
         sim.layer_pass(cc.recompute, 2, c, l, Op::layer_recompute, global(l) ? u : 0, 0);
-        switches.push_back(sim.last_compute_start());
+        if (l == 0) sweep_start = sim.last_compute_start();
       }
       if (published_writebacks) {
-        // The published host's switches (published_layer_period_s): its sweep waits for no copy, so
-        // a layer starts once the one before has computed and its own onload has been issued,
-        // whatever this timeline's slots make the copies cost; from the sweep's first pass on.
-        const double period = published_layer_period_s(s, g, c);
-        for (size_t k = 1; k < switches.size(); ++k) switches[k] = switches[k - 1] + period;
-        in_flight_peak =
-            std::max(in_flight_peak, sim.published_writebacks(switches, published_slot_pages(g, c),
-                                                                published_writeback(s, g, c)));
+        // The published host's switches (published_layer_period_s) from the sweep's first pass on:
+        // its sweep waits for no copy, so a layer starts once the one before has computed and its own
+        // onload has been issued, whatever this timeline's slots make the copies cost.
+        in_flight_peak = std::max(in_flight_peak, sim.published_writebacks(published_switches(s, g, c, sweep_start),
+                                                                           published_slot_pages(g, c),
+                                                                           published_writeback(s, g)));
       }
       enter(step::Phase::loss);
       sim.compute_only(cc.head, 2, c, Op::lm_head);

@@ -894,7 +894,7 @@ TEST(PagesInFlight, ThePublishedSweepWaitsForNoCopy) {
     // meanwhile), in pages of K, V and their gradients; a page alone adds four copies' latency.
     const double page_bytes = static_cast<double>(g.kv_page_bytes + g.grad_page_bytes);
     const double rate = s.gpu.d2h_bytes_per_s * s.gpu.efficiency.copy * s.gpu.duplex_factor;
-    const detail::PublishedWriteback w = detail::published_writeback(s, g, c);
+    const detail::PublishedWriteback w = detail::published_writeback(s, g);
     EXPECT_DOUBLE_EQ(w.link_pages_per_s, rate / page_bytes);
     EXPECT_DOUBLE_EQ(w.page_s, 4 * s.config.page_copy_latency_s + page_bytes / rate);
     // A link 50 times slower leaves the period as it is; the pages in flight grow (the write-backs
