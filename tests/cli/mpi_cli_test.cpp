@@ -29,6 +29,9 @@
 namespace {
 
 using oomb::test::CliRun;
+using oomb::test::json_in;
+using oomb::test::mpirun_oomb;
+using oomb::test::sh;
 using oomb::test::oomb_binary;
 
 bool has(const std::string& out, const std::string& s) { return out.find(s) != std::string::npos; }
@@ -37,30 +40,6 @@ size_t count_of(const std::string& haystack, const std::string& needle) {
   size_t n = 0;
   for (size_t at = haystack.find(needle); at != std::string::npos; at = haystack.find(needle, at + 1)) ++n;
   return n;
-}
-
-// mpirun as CI runs it: as root in a container, two ranks on however many cores.
-std::string mpirun(int np) {
-  return "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 mpirun "
-         "--oversubscribe -np " + std::to_string(np) + " " + oomb_binary() + " ";
-}
-
-CliRun sh(const std::string& cmd) {
-  CliRun r;
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  size_t n = 0;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  const int status = pclose(p);
-  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
-
-// The JSON document in an output that may carry launcher lines around it.
-oomb::Json json_in(const std::string& out) {
-  const size_t a = out.find('{'), b = out.rfind('}');
-  return oomb::parse_json(a == std::string::npos ? out : out.substr(a, b - a + 1), "output");
 }
 
 class MpiCli : public ::testing::Test {
@@ -79,7 +58,7 @@ class MpiCli : public ::testing::Test {
     oomb::Json run, predicted;
   };
   RunAndPrediction run_and_simulate(const std::string& plan, int np, const std::string& run_flags) const {
-    const CliRun run = sh(mpirun(np) + "run --plan " + plan + " --quiet --json " + run_flags);
+    const CliRun run = sh(mpirun_oomb(np) + "run --plan " + plan + " --quiet --json " + run_flags);
     EXPECT_EQ(run.rc, 0) << run.out;
     const CliRun sim = sh(oomb_binary() + " simulate --plan " + plan + " --json");
     EXPECT_EQ(sim.rc, 0) << sim.out;
@@ -92,8 +71,8 @@ class MpiCli : public ::testing::Test {
 TEST_F(MpiCli, TwoReplicasTrainAsOneProcessAccumulatingTheirSequences) {
   const std::string common = "run --model tiny --context 512 --chunk 128 --page 64 --resident-layers 1 --optimizer gpu "
                              "--lr 1e-2 --quiet --json ";
-  const CliRun dp = sh(mpirun(2) + common + "--data-parallel 2 --steps 2 --save-weights " + path("dp") + " --trace " +
-                       path("t.json"));
+  const CliRun dp =
+      sh(mpirun_oomb(2) + common + "--data-parallel 2 --steps 2 --save-weights " + path("dp") + " --trace " + path("t.json"));
   ASSERT_EQ(dp.rc, 0) << dp.out;
   const CliRun one = sh(oomb_binary() + " " + common + "--steps 4 --grad-accum 2 --save-weights " + path("one"));
   ASSERT_EQ(one.rc, 0) << one.out;
@@ -111,7 +90,7 @@ TEST_F(MpiCli, TwoReplicasTrainAsOneProcessAccumulatingTheirSequences) {
   // The gradients: without an optimizer the job's (summed over the replicas, --dump-grads) equal the
   // one process's accumulated over the same two sequences.
   const std::string plain = "run --model tiny --context 512 --chunk 128 --page 64 --resident-layers 1 --quiet --json ";
-  ASSERT_EQ(sh(mpirun(2) + plain + "--data-parallel 2 --dump-grads " + path("gdp")).rc, 0);
+  ASSERT_EQ(sh(mpirun_oomb(2) + plain + "--data-parallel 2 --dump-grads " + path("gdp")).rc, 0);
   ASSERT_EQ(sh(oomb_binary() + " " + plain + "--steps 2 --dump-grads " + path("g1")).rc, 0);
   const auto gd = oomb::executor::read_checkpoint(path("gdp"), m), g1 = oomb::executor::read_checkpoint(path("g1"), m);
   const auto worst = oomb::executor::worst_relative_l2(gd, g1);
@@ -119,7 +98,7 @@ TEST_F(MpiCli, TwoReplicasTrainAsOneProcessAccumulatingTheirSequences) {
   // The weights after one update (AdamW's first step moves every weight by about lr, so its
   // direction is what is compared; after more steps the gradients' rounding differences grow where a
   // gradient is near zero, through the second moment, and no weight bound holds).
-  ASSERT_EQ(sh(mpirun(2) + common + "--data-parallel 2 --save-weights " + path("dp1")).rc, 0);
+  ASSERT_EQ(sh(mpirun_oomb(2) + common + "--data-parallel 2 --save-weights " + path("dp1")).rc, 0);
   ASSERT_EQ(sh(oomb_binary() + " " + common + "--steps 2 --grad-accum 2 --save-weights " + path("one1")).rc, 0);
   const auto wd = oomb::executor::read_checkpoint(path("dp1"), m), w1 = oomb::executor::read_checkpoint(path("one1"), m);
   const auto wworst = oomb::executor::worst_relative_l2(wd, w1);
@@ -154,7 +133,7 @@ TEST_P(MpiTensorParallel, TwoRanksComputeTheOneProcessStep) {
   const std::string common = "run " + tc.flags + " --warmup 0 --steps 1 --quiet --json ";
   const CliRun one = sh(oomb_binary() + " " + common + "--dump-grads " + path("g1"));
   ASSERT_EQ(one.rc, 0) << one.out;
-  const CliRun tp = sh(mpirun(2) + common + "--gpus 2 --dump-grads " + path("gtp") + " --trace " + path("t.json"));
+  const CliRun tp = sh(mpirun_oomb(2) + common + "--gpus 2 --dump-grads " + path("gtp") + " --trace " + path("t.json"));
   ASSERT_EQ(tp.rc, 0) << tp.out;
   const oomb::Json j = json_in(tp.out), k = json_in(one.out);
   ASSERT_TRUE(j.contains("tensor_parallel")) << tp.out;
@@ -224,7 +203,7 @@ INSTANTIATE_TEST_SUITE_P(
 TEST_F(MpiCli, TwoTensorParallelReplicasTrainAsOneProcessAccumulating) {
   const std::string common = "run --model tiny --context 512 --chunk 128 --page 64 --resident-layers 1 --quiet "
                              "--json --warmup 0 ";
-  const CliRun four = sh(mpirun(4) + common + "--steps 1 --gpus 2 --data-parallel 2 --dump-grads " + path("g4"));
+  const CliRun four = sh(mpirun_oomb(4) + common + "--steps 1 --gpus 2 --data-parallel 2 --dump-grads " + path("g4"));
   ASSERT_EQ(four.rc, 0) << four.out;
   const CliRun one = sh(oomb_binary() + " " + common + "--steps 2 --dump-grads " + path("g1"));
   ASSERT_EQ(one.rc, 0) << one.out;
@@ -241,7 +220,7 @@ TEST_F(MpiCli, TwoTensorParallelReplicasTrainAsOneProcessAccumulating) {
   const auto worst = oomb::executor::worst_relative_l2(g4, g1);
   EXPECT_LE(worst.rel_l2, 1e-5) << worst.name;
   const std::string adam = "--optimizer gpu --lr 1e-2 --save-weights ";
-  ASSERT_EQ(sh(mpirun(4) + common + "--steps 1 --gpus 2 --data-parallel 2 " + adam + path("w4")).rc, 0);
+  ASSERT_EQ(sh(mpirun_oomb(4) + common + "--steps 1 --gpus 2 --data-parallel 2 " + adam + path("w4")).rc, 0);
   ASSERT_EQ(sh(oomb_binary() + " " + common + "--steps 2 --grad-accum 2 " + adam + path("w1")).rc, 0);
   const auto w4 = oomb::executor::read_checkpoint(path("w4"), m), w1 = oomb::executor::read_checkpoint(path("w1"), m);
   // AdamW's first update is lr x g / (|g| + eps) per element: lr x sign(g) where |g| >> eps, and
@@ -265,26 +244,27 @@ TEST_F(MpiCli, TensorParallelRunsRefuseWhatTheyCannotRun) {
   EXPECT_TRUE(has(alone.out, "mpirun -np 2 oomb run")) << alone.out;
   // LoRA under tensor parallelism is planned, not run yet: refused by name, on either backend before
   // any device is touched (so the CUDA refusal is seen here without a GPU).
-  const CliRun lora = sh(mpirun(2) + "run --model tiny --context 256 --chunk 128 --gpus 2 --lora-rank 4 --quiet");
+  const CliRun lora = sh(mpirun_oomb(2) + "run --model tiny --context 256 --chunk 128 --gpus 2 --lora-rank 4 --quiet");
   EXPECT_NE(lora.rc, 0);
   EXPECT_TRUE(has(lora.out, "--lora-rank")) << lora.out;
   if (has(oomb::test::run_oomb("--version").out, "cuda=yes")) {
-    const CliRun lc = sh(mpirun(2) + "run --model tiny --context 256 --chunk 128 --gpus 2 --lora-rank 4 --backend cuda "
-                                     "--quiet");
+    const CliRun lc =
+        sh(mpirun_oomb(2) + "run --model tiny --context 256 --chunk 128 --gpus 2 --lora-rank 4 --backend cuda --quiet");
     EXPECT_NE(lc.rc, 0) << lc.out;
     EXPECT_TRUE(has(lc.out, "--lora-rank")) << lc.out;
     EXPECT_FALSE(has(lc.out, "CUDA device")) << "refused before the device: " << lc.out;
   }
   // A degree that does not divide the heads is refused before anything runs.
-  const CliRun three = sh(mpirun(3) + "run --model tiny --context 256 --chunk 128 --gpus 3 --quiet");
+  const CliRun three = sh(mpirun_oomb(3) + "run --model tiny --context 256 --chunk 128 --gpus 3 --quiet");
   EXPECT_NE(three.rc, 0);
   EXPECT_TRUE(has(three.out, "--gpus")) << three.out;
   // --reference checks one process's step: refused by the parallelism that splits it, named as such.
-  const CliRun tp = sh(mpirun(2) + "run --model tiny --context 256 --chunk 128 --gpus 2 --reference --quiet");
+  const CliRun tp = sh(mpirun_oomb(2) + "run --model tiny --context 256 --chunk 128 --gpus 2 --reference --quiet");
   EXPECT_EQ(tp.rc, 2) << tp.out;
   EXPECT_TRUE(has(tp.out, "--reference") && has(tp.out, "tensor-parallel")) << tp.out;
   EXPECT_FALSE(has(tp.out, "data-parallel")) << tp.out;
-  const CliRun dp = sh(mpirun(2) + "run --model tiny --context 256 --chunk 128 --data-parallel 2 --reference --quiet");
+  const CliRun dp =
+      sh(mpirun_oomb(2) + "run --model tiny --context 256 --chunk 128 --data-parallel 2 --reference --quiet");
   EXPECT_EQ(dp.rc, 2) << dp.out;
   EXPECT_TRUE(has(dp.out, "--reference") && has(dp.out, "data-parallel")) << dp.out;
 }
@@ -302,7 +282,7 @@ TEST_F(MpiCli, RanksThatDisagreeStopAndRankTracesAreOfTheirJob) {
             0);
   // Two commands, one process each: `mpirun -np 1 oomb A : -np 1 oomb B`.
   auto mpmd = [&](const std::string& a, const std::string& b) {
-    const std::string launcher = mpirun(1);  // "... mpirun --oversubscribe -np 1 <oomb> "
+    const std::string launcher = mpirun_oomb(1);  // "... mpirun --oversubscribe -np 1 <oomb> "
     return sh("timeout 60 env " + launcher + a + " : -np 1 " + oomb_binary() + " " + b);
   };
   struct Case {
@@ -330,14 +310,14 @@ TEST_F(MpiCli, RanksThatDisagreeStopAndRankTracesAreOfTheirJob) {
   std::filesystem::create_directories(dir_ / "n1");
   std::filesystem::copy_file(path("tp2.json"), dir_ / "n0" / "p.json");
   std::filesystem::copy_file(path("tp2b.json"), dir_ / "n1" / "p.json");
-  const CliRun files = sh("cd " + path("n0") + " && timeout 60 env " + mpirun(1) + "run --quiet --plan p.json : -np 1 "
+  const CliRun files = sh("cd " + path("n0") + " && timeout 60 env " + mpirun_oomb(1) + "run --quiet --plan p.json : -np 1 "
                           "-wdir " + path("n1") + " " + oomb_binary() + " run --quiet --plan p.json");
   EXPECT_NE(files.rc, 0) << files.out;
   EXPECT_TRUE(has(files.out, "--plan: 'p.json' is not the same on rank 1 and rank 0")) << files.out;
 
   // Rank traces: every rank records the job; validate refuses files that are not this job's ranks.
-  ASSERT_EQ(sh(mpirun(2) + tp2 + " --trace " + path("t.json")).rc, 0);
-  ASSERT_EQ(sh(mpirun(2) + tp2 + " --trace " + path("u.json")).rc, 0);
+  ASSERT_EQ(sh(mpirun_oomb(2) + tp2 + " --trace " + path("t.json")).rc, 0);
+  ASSERT_EQ(sh(mpirun_oomb(2) + tp2 + " --trace " + path("u.json")).rc, 0);
   const auto job_of = [](const std::string& file) {
     return oomb::step::run_rank(oomb::traces::read_trace(file).metadata.extra).job;
   };
@@ -375,7 +355,7 @@ TEST_F(MpiCli, RanksThatDisagreeStopAndRankTracesAreOfTheirJob) {
 // corrupted heap): each rank still ends, by the abort's alarm, and mpirun ends the job within
 // seconds of the grace period, with the ranks' error. Without the alarm the job never ends.
 TEST_F(MpiCli, AJobWhoseAbortBlocksStillEnds) {
-  const std::string launcher = mpirun(2);  // "... mpirun --oversubscribe -np 2 <oomb> "
+  const std::string launcher = mpirun_oomb(2);  // "... mpirun --oversubscribe -np 2 <oomb> "
   const std::string with_shim = "mpirun -x LD_PRELOAD=" + std::string(OOMB_HANGING_MPI_ABORT) + " ";
   std::string cmd = launcher;
   cmd.replace(cmd.find("mpirun "), 7, with_shim);
@@ -395,14 +375,14 @@ TEST_F(MpiCli, OtherRanksNeverWriteBesideAStreamAndAFifoRankTraceIsRefused) {
   const std::string run = "run --model tiny --context 256 --chunk 128 --page 64 --gpus 2 --steps 1 --quiet --trace ";
   const std::string fifo = path("t.fifo");
   ASSERT_EQ(sh("mkfifo " + fifo).rc, 0);
-  const CliRun piped = sh("cat " + fifo + " > " + path("read.json") + " & " + mpirun(2) + run + fifo +
+  const CliRun piped = sh("cat " + fifo + " > " + path("read.json") + " & " + mpirun_oomb(2) + run + fifo +
                           "; rc=$?; wait; exit $rc");
   ASSERT_EQ(piped.rc, 0) << piped.out;
   EXPECT_FALSE(std::filesystem::exists(path("t.rank1.fifo"))) << "a file beside the FIFO";
   const oomb::traces::Trace t0 = oomb::traces::read_trace(path("read.json"));
   EXPECT_EQ(oomb::step::run_rank(t0.metadata.extra).rank, 0) << "rank 0's trace went through the FIFO";
   const bool existed = std::filesystem::exists("/dev/null.rank1");
-  const CliRun null = sh(mpirun(2) + run + "/dev/null");
+  const CliRun null = sh(mpirun_oomb(2) + run + "/dev/null");
   EXPECT_EQ(null.rc, 0) << null.out;
   if (!existed) {
     EXPECT_FALSE(std::filesystem::exists("/dev/null.rank1")) << "a file created in /dev";
@@ -411,7 +391,7 @@ TEST_F(MpiCli, OtherRanksNeverWriteBesideAStreamAndAFifoRankTraceIsRefused) {
   const CliRun plan = sh(oomb_binary() + " plan --model tiny --gpu h200 --context 1K --chunk 256 --page 64 "
                                          "--resident-layers 1 --gpus 2 --out " + path("tp2.json"));
   ASSERT_EQ(plan.rc, 0) << plan.out;
-  ASSERT_EQ(sh(mpirun(2) + "run --plan " + path("tp2.json") + " --quiet --trace " + path("t.json")).rc, 0);
+  ASSERT_EQ(sh(mpirun_oomb(2) + "run --plan " + path("tp2.json") + " --quiet --trace " + path("t.json")).rc, 0);
   std::filesystem::remove(path("t.rank1.json"));
   ASSERT_EQ(sh("mkfifo " + path("t.rank1.json")).rc, 0);
   const CliRun v = sh("timeout 60 " + oomb_binary() + " validate --plan " + path("tp2.json") + " --trace " +
@@ -594,7 +574,7 @@ TEST_F(MpiCli, ADataParallelPlanSaysHowItRunsAndItsAllReduceIsPredicted) {
   EXPECT_TRUE(has(h, "<th class=\"num\">allreduce_bytes</th><th class=\"num\">allreduce_s</th>"));
   EXPECT_EQ(count_of(h, "<td class=\"num\">" + oomb::format_bytes(s["allreduce_bytes"].get<int64_t>()) + "</td>"), 2u);
   // More ranks than replicas: refused by every rank, the job ends.
-  const CliRun three = sh(mpirun(3) + "run --plan " + path("p.json") + " --quiet");
+  const CliRun three = sh(mpirun_oomb(3) + "run --plan " + path("p.json") + " --quiet");
   EXPECT_NE(three.rc, 0);
   EXPECT_TRUE(has(three.out, "3 processes in this MPI job")) << three.out;
 }
@@ -610,9 +590,9 @@ TEST_F(MpiCli, ShardedOptimizerTrainsAsTheReplicatedOneAndValidates) {
     SCOPED_TRACE(opt);
     const std::string common = std::string("run --model tiny --context 512 --chunk 128 --page 64 --resident-layers 1 ") +
                                "--optimizer " + opt + " --lr 1e-2 --steps 2 --data-parallel 2 --quiet --json ";
-    const CliRun rep = sh(mpirun(2) + common + "--save-weights " + path("rep"));
+    const CliRun rep = sh(mpirun_oomb(2) + common + "--save-weights " + path("rep"));
     ASSERT_EQ(rep.rc, 0) << rep.out;
-    const CliRun zero = sh(mpirun(2) + common + "--shard-optimizer true --save-weights " + path("zero"));
+    const CliRun zero = sh(mpirun_oomb(2) + common + "--shard-optimizer true --save-weights " + path("zero"));
     ASSERT_EQ(zero.rc, 0) << zero.out;
     const oomb::Json a = json_in(rep.out), b = json_in(zero.out);
     for (int r = 0; r < 2; ++r)
@@ -662,7 +642,8 @@ TEST_F(MpiCli, ShardedOptimizerTrainsAsTheReplicatedOneAndValidates) {
 // prices the gradient all-reduce on the curve: one all-reduce per gradient bucket, bf16 gradients
 // on the bf16 curve (the staging's conversions measured in it), log-log between the points.
 TEST_F(MpiCli, CalibrateUnderMpirunMeasuresTheAllReduceThePlanPricesWith) {
-  const CliRun cal = sh(mpirun(2) + "calibrate --backend cpu --model tiny --fit-model none --out " + path("cpu2.json"));
+  const CliRun cal =
+      sh(mpirun_oomb(2) + "calibrate --backend cpu --model tiny --fit-model none --out " + path("cpu2.json"));
   ASSERT_EQ(cal.rc, 0) << cal.out;
   size_t reports = 0;
   for (size_t at = cal.out.find("the measured curve"); at != std::string::npos;
@@ -714,7 +695,7 @@ TEST_F(MpiCli, CalibrateUnderMpirunMeasuresTheAllReduceThePlanPricesWith) {
   EXPECT_EQ(summed, bytes);
   EXPECT_NEAR(s["allreduce_s"].get<double>(), on_curve, 1e-9 * on_curve);
   // The other modes run alone.
-  const CliRun points = sh(mpirun(2) + "calibrate --project-to h100 --gpu " + path("cpu2.json") + " --out " +
+  const CliRun points = sh(mpirun_oomb(2) + "calibrate --project-to h100 --gpu " + path("cpu2.json") + " --out " +
                            path("x.json"));
   EXPECT_NE(points.rc, 0);
   EXPECT_TRUE(has(points.out, "only --backend runs as an MPI job")) << points.out;

@@ -29,6 +29,9 @@ namespace oomb::executor::cudatest {
 namespace {
 
 using oomb::test::CliRun;
+using oomb::test::json_in;
+using oomb::test::mpirun_oomb;
+using oomb::test::sh;
 using oomb::test::oomb_binary;
 
 // fp32 GEMMs and attention: the GPU step's bounds (engine_test.cpp: summation order only).
@@ -43,23 +46,6 @@ constexpr double kBf16DiffersMin = 1e-4;  // proof that the GEMMs ran in bf16
 
 bool has(const std::string& out, const std::string& s) { return out.find(s) != std::string::npos; }
 
-CliRun sh(const std::string& cmd) {
-  CliRun r;
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  size_t n = 0;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  const int status = pclose(p);
-  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
-
-std::string mpirun(int np) {
-  return "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 mpirun "
-         "--oversubscribe -np " + std::to_string(np) + " " + oomb_binary() + " ";
-}
-
 // GPUs for `ranks` ranks: one per rank on a GPU; on the emulated device every process has its own
 // (the ranks' NCCL is the emulated one, meeting in shared memory).
 bool enough_gpus(int ranks, std::string* why) {
@@ -67,12 +53,6 @@ bool enough_gpus(int ranks, std::string* why) {
   const int n = cuda_device_count();
   *why = "needs " + std::to_string(ranks) + " GPUs, this machine has " + std::to_string(n);
   return n >= ranks;
-}
-
-// The JSON document in an output that may carry launcher lines around it.
-Json json_in(const std::string& out) {
-  const size_t a = out.find('{'), b = out.rfind('}');
-  return parse_json(a == std::string::npos ? out : out.substr(a, b - a + 1), "output");
 }
 
 class MpiCudaTensorParallel : public ::testing::Test {
@@ -124,7 +104,7 @@ TEST_P(MpiCudaTensorParallelCases, TwoGpusComputeTheOneGpuStep) {
   const std::string precision = k.bf16 ? "" : fp32;
   const CliRun one = sh(oomb_binary() + " " + common + precision + " --dump-grads " + path("g1"));
   ASSERT_EQ(one.rc, 0) << one.out;
-  const CliRun tp = sh(mpirun(2) + common + precision + " --gpus 2 --dump-grads " + path("gtp"));
+  const CliRun tp = sh(mpirun_oomb(2) + common + precision + " --gpus 2 --dump-grads " + path("gtp"));
   ASSERT_EQ(tp.rc, 0) << tp.out;
   const Json j = json_in(tp.out), o = json_in(one.out);
   ASSERT_TRUE(j.contains("tensor_parallel")) << tp.out;
@@ -185,7 +165,7 @@ TEST_F(MpiCudaTensorParallel, TwoReplicasOfTwoGpusTrainAsOneGpuAccumulating) {
   if (std::string why; !enough_gpus(4, &why)) GTEST_SKIP() << why;
   const std::string common = "run --model tiny --context 512 --chunk 128 --page 64 --resident-layers 1 --backend cuda "
                              "--gemm-precision fp32 --attention-kernel fp32 --quiet --json --warmup 0 ";
-  const CliRun four = sh(mpirun(4) + common + "--steps 1 --gpus 2 --data-parallel 2 --dump-grads " + path("g4"));
+  const CliRun four = sh(mpirun_oomb(4) + common + "--steps 1 --gpus 2 --data-parallel 2 --dump-grads " + path("g4"));
   ASSERT_EQ(four.rc, 0) << four.out;
   const CliRun one = sh(oomb_binary() + " " + common + "--steps 2 --dump-grads " + path("g1"));
   ASSERT_EQ(one.rc, 0) << one.out;
@@ -209,7 +189,7 @@ TEST_F(MpiCudaTensorParallel, TwoReplicasOfTwoGpusTrainAsOneGpuAccumulating) {
 // overlap another (the emulated device runs streams concurrently, as a GPU does).
 TEST_F(MpiCudaTensorParallel, TensorAndDataParallelCollectivesNeverOverlap) {
   if (std::string why; !enough_gpus(4, &why)) GTEST_SKIP() << why;
-  const CliRun four = sh(mpirun(4) + "run --model tiny --context 512 --chunk 128 --page 64 --resident-layers 1 "
+  const CliRun four = sh(mpirun_oomb(4) + "run --model tiny --context 512 --chunk 128 --page 64 --resident-layers 1 "
                                      "--backend cuda --quiet --json --warmup 0 --steps 1 --gpus 2 --data-parallel 2 "
                                      "--optimizer gpu --trace " + path("t4.json"));
   ASSERT_EQ(four.rc, 0) << four.out;

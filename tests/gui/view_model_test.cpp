@@ -12,6 +12,7 @@
 
 #include <sys/wait.h>
 
+#include "../cli/cli_run.h"
 #include "core/error.h"
 #include "core/format.h"
 #include "core/json.h"
@@ -740,36 +741,23 @@ TEST(ViewModel, OverlayOfAMultiRankRunFindsPicksAndJudgesEveryRank) {
 // collectives, the binding rank); picking rank 1 overlays t.rank1.json with its own terms.
 // Skipped without mpirun or an MPI build of oomb.
 TEST(ViewModel, OverlayOfATwoRankRunJudgesEveryRankAsOombValidate) {
-  const std::string oomb = std::string(OOMB_BINARY_DIR) + "/oomb";
-  auto capture = [](const std::string& cmd, int* rc = nullptr) {
-    std::string out;
-    FILE* p = popen((cmd + " 2>/dev/null").c_str(), "r");
-    if (!p) return out;
-    char buf[4096];
-    size_t n = 0;
-    while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-    const int status = pclose(p);
-    if (rc) *rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    return out;
-  };
-  if (!std::filesystem::exists(oomb)) GTEST_SKIP() << "oomb executable not built";
-  int rc = -1;
-  capture("command -v mpirun", &rc);
-  if (rc != 0) GTEST_SKIP() << "no mpirun (apt install openmpi-bin)";
-  if (capture(oomb + " --version").find("mpi=yes") == std::string::npos) GTEST_SKIP() << "oomb built without MPI";
+  using oomb::test::run_oomb;
+  using oomb::test::sh;
+  if (!std::filesystem::exists(oomb::test::oomb_binary())) GTEST_SKIP() << "oomb executable not built";
+  if (sh("command -v mpirun").rc != 0) GTEST_SKIP() << "no mpirun (apt install openmpi-bin)";
+  if (run_oomb("--version").out.find("mpi=yes") == std::string::npos) GTEST_SKIP() << "oomb built without MPI";
   const auto dir = std::filesystem::temp_directory_path() / "oomb_gui_two_ranks_test";
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   const std::string plan = (dir / "p.json").string(), t0 = (dir / "t.json").string();
-  capture(oomb + " plan --model tiny --gpu h200 --context 4K --chunk 1K --page 64 --resident-layers 1 --gpus 2 --out " +
-              plan,
-          &rc);
-  ASSERT_EQ(rc, 0);
-  capture("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe -np 2 " + oomb +
-              " run --plan " + plan + " --backend cpu --trace " + t0 + " --warmup 0 --steps 1 --quiet",
-          &rc);
-  ASSERT_EQ(rc, 0);
-  const Json j = Json::parse(capture(oomb + " validate --plan " + plan + " --trace " + t0 + " --json"));
+  const auto planned = run_oomb("plan --model tiny --gpu h200 --context 4K --chunk 1K --page 64 --resident-layers 1 "
+                                "--gpus 2 --out " + plan);
+  ASSERT_EQ(planned.rc, 0) << planned.out;
+  const auto two = sh(oomb::test::mpirun_oomb(2) + "run --plan " + plan + " --backend cpu --trace " + t0 +
+                      " --warmup 0 --steps 1 --quiet");
+  ASSERT_EQ(two.rc, 0) << two.out;
+  const auto validated = run_oomb("validate --plan " + plan + " --trace " + t0 + " --json", /*stdout_only=*/true);
+  const Json j = Json::parse(validated.out);
   ASSERT_EQ(j.at("ranks").size(), 2u) << j.dump();
   const planner::Plan p = planner::load_plan(plan);
   Inputs in;
@@ -804,8 +792,8 @@ TEST(ViewModel, OverlayOfATwoRankRunJudgesEveryRankAsOombValidate) {
   EXPECT_EQ(ov->trace.events.size(), t1.events.size());
   EXPECT_EQ(ov->trace.metadata.extra, t1.metadata.extra);
   // Rank 1's terms are `oomb validate` of its own file.
-  const Json j1 = Json::parse(capture(oomb + " validate --plan " + plan + " --trace " + validation::rank_trace_path(t0, 1) +
-                                      " --json"));
+  const Json j1 = Json::parse(
+      run_oomb("validate --plan " + plan + " --trace " + validation::rank_trace_path(t0, 1) + " --json", true).out);
   ASSERT_TRUE(ov->validation.has_value()) << ov->validation_error;
   ASSERT_EQ(ov->validation->terms.size(), j1.at("terms").size());
   for (size_t i = 0; i < ov->validation->terms.size(); ++i) {
