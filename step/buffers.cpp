@@ -786,6 +786,13 @@ void add_rows(const models::ModelSpec& m, const Config& c, const Target& target,
       kv_pool_pages /= g.R;
       grad_pool_pages /= g.R;
     }
+    if (published) {
+      // What the published program allocates for its pools is what these rows hold (a tensor per
+      // page copied in), never a pool sized for the union's bound: the plan's allocation
+      // (planner::make_plan) reads it from the capacity, as it does this project's pools.
+      pages.kv_pool_capacity_pages = kv_pool_pages;
+      pages.grad_pool_capacity_pages = grad_pool_pages;
+    }
     add(row::kKvPool, Category::kv_pages, Tier::device, OOMB_SHAPE({kv_pool_pages, g.p, 2, g.kv_heads, g.head_dim}),
         c.kv_dtype, checked_mul(kv_pool_pages, g.kv_page_bytes), all, pool_formula,
         OOMB_TENSORS({"pages", checked_mul(kv_pool_pages, page_elements), c.kv_dtype}));

@@ -175,7 +175,8 @@ struct PageCounts {
   int64_t kv_pool_pages = 0;      // device pool high-water marks (sparse: with the modelled union)
   int64_t grad_pool_pages = 0;
   // Device pool allocations: the high-water marks in dense mode; sparse pools are allocated for the
-  // union's bound (B pages per query page and selection group), not the modelled overlap.
+  // union's bound (B pages per query page and selection group), not the modelled overlap. The
+  // published implementation allocates per page: its pool rows' pages (set with the table's rows).
   int64_t kv_pool_capacity_pages = 0;
   int64_t grad_pool_capacity_pages = 0;
   int64_t host_kv_pages = 0;      // host tier (offload only)

@@ -74,6 +74,41 @@ TEST(Plan, AllocationMatchesTheMemoryTable) {
   EXPECT_EQ(a.host_pool_bytes, a.host_kv_pages * a.kv_page_bytes + a.host_grad_pages * a.grad_page_bytes);
 }
 
+// The published sparse cache allocates a tensor per selected page, one layer's slot outside the
+// backward (docs/model.md), not this project's pool for the union's bound: the plan's allocation
+// describes the pool rows the table gives it. `oomb plan --preset oomb-published --attention sparse
+// --allow-sparse --page 128 --budget 64 --resident-layers 2` stopped on an internal assertion before.
+TEST(Plan, ThePublishedSparseCacheIsPlannedAsItsPoolRows) {
+  for (int64_t context : {int64_t{32} << 10, int64_t{256} << 10}) {
+    SCOPED_TRACE(context);
+    simulator::Scenario s = testing::request("qwen2.5-7b", "h200").scenario;
+    s.config.context_tokens = context;
+    s.config.attention = step::Attention::sparse;
+    s.config = step::published_preset(s.config);
+    ASSERT_EQ(s.config.resident_layers, 2);
+    const simulator::Summary sum = simulator::evaluate(s);
+    const Plan p = make_plan(s, sum, "what-if", 0.0);
+    const auto& a = p.allocation;
+    const step::BufferTable t = simulator::memory_table(s);
+    int64_t pool_rows = 0, backward_slot_rows = 0;
+    for (const auto& r : t.rows) {
+      if (r.name == step::row::kKvPool || r.name == step::row::kKvGradPool) pool_rows += r.bytes;
+      if (r.name == step::row::kKvPoolBackwardSlot || r.name == step::row::kKvGradPoolBackwardSlot)
+        backward_slot_rows += r.bytes;
+    }
+    EXPECT_EQ(a.device_pool_bytes, pool_rows);
+    EXPECT_EQ(a.device_pool_bytes, a.kv_pool_pages * a.kv_page_bytes + a.grad_pool_pages * a.grad_page_bytes);
+    // One slot of the modelled union (+ own) outside the backward, the other resident layer's slot
+    // in the backward only; both below this project's pool for the union's bound.
+    const auto pc = simulator::page_counts(s);
+    EXPECT_EQ(a.kv_pool_pages * 2, pc.kv_pool_pages);
+    EXPECT_EQ(backward_slot_rows, pool_rows);
+    EXPECT_LT(a.kv_pool_pages, pc.kv_pool_capacity_pages);
+    // And it reads back as written (the plan file's check simulates the configuration again).
+    EXPECT_EQ(plan_from_json(p.to_json(), "mem").to_json(), p.to_json());
+  }
+}
+
 TEST(Plan, CarriesTheBufferTableAndRoundTripsIt) {
   for (const char* kind : {"gpu", "cpu"}) {
     Request r = testing::request("tiny", "h200");
