@@ -53,6 +53,10 @@ void ScenarioFlags::add_to(CLI::App& app, bool require_context) {
   app.add_option("--selection-overlap", selection_overlap,
                  "Sparse: assumed share of a query page's selection already chosen by the chunk's other query pages, "
                  "0..1 (default 0.75); sets the modelled union of selections");
+  app.add_option("--page-copy-latency", page_copy_latency_s,
+                 "With --preset oomb-published: seconds each of the published write-back's blocking page copies "
+                 "costs besides its bytes (default 1e-05; docs/model.md, pages in flight), for what-if runs of that "
+                 "uncited term");
   app.add_option("--selection-memory", selection_memory,
                  "Sparse: device (published: summaries and scores on the GPU, grow with N) or bounded (host tier + "
                  "tiles, flat in N; default)");

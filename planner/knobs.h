@@ -27,7 +27,7 @@ struct Knobs {
       param_dtype, param_grad_dtype, activation_dtype, optimizer, logits_chunk, selection_memory, peak_measure,
       loss_dtype, lora_targets;
   std::optional<int64_t> budget, gpus, layers, kept_layers, lora_rank, data_parallel, nodes;
-  std::optional<double> selection_overlap, lora_alpha, router_aux_loss;
+  std::optional<double> selection_overlap, lora_alpha, router_aux_loss, page_copy_latency_s;
   std::optional<bool> checkpointing, lora_train_embeddings, shard_optimizer;
   // plan, simulate, sweep and calibration points: unset optimizer means auto (AdamW, placed on the
   // GPU or the host) and unset logits_chunk the fused 1K tiles, except under --preset

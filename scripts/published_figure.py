@@ -251,13 +251,30 @@ def self_test():
 
 
 @functools.lru_cache(maxsize=None)  # the memory and time tables ask for the same runs
-def simulate(oomb, schedule, attention, ctx):
+def simulate(oomb, schedule, attention, ctx, latency_s=None):
     cmd = [oomb, "simulate", "--preset", "oomb-published", "--model", "qwen2.5-7b", "--gpu", "h200",
            "--context", ctx, "--schedule", schedule, "--attention", attention, "--json"]
+    if latency_s is not None:
+        cmd += ["--page-copy-latency", repr(latency_s)]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         sys.exit(f"{' '.join(cmd)} failed: {r.stderr.strip()}")
     return json.loads(r.stdout)
+
+
+def implied_latency_s(oomb, attention, ctx, target_gib, hi_s=1e-4):
+    """The --page-copy-latency at which the predicted peak reaches target_gib (bisection: the peak grows
+    with the latency), or None with the bound that holds: over at 0 s, or under at hi_s."""
+    peak = lambda lat: simulate(oomb, "oomb", attention, ctx, lat)["peak_device_bytes"] / 2**30
+    if peak(0.0) >= target_gib:
+        return None, "over at 0"
+    if peak(hi_s) < target_gib:
+        return None, f"under at {hi_s * 1e6:.0f} us"
+    lo, hi = 0.0, hi_s
+    for _ in range(24):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if peak(mid) < target_gib else (lo, mid)
+    return hi, None
 
 
 def main():
@@ -266,6 +283,10 @@ def main():
     ap.add_argument("--self-test", action="store_true", help="read back a chart drawn with known values")
     ap.add_argument("--oomb", help="an oomb binary: also print the error table against its simulate")
     ap.add_argument("--json", action="store_true", help="print the readings (and errors) as JSON")
+    ap.add_argument("--implied-latency", action="store_true",
+                    help="with --oomb: for each OOMB point, the --page-copy-latency (the published write-back's "
+                         "uncited per-copy cost, 10 us in the preset) at which the prediction equals the reading, "
+                         "under each reading of the unit")
     args = ap.parse_args()
     if args.self_test:
         return self_test()
@@ -292,8 +313,19 @@ def main():
                 step_s = simulate(args.oomb, *runs[s], ctx)["step_s"]
                 times.append({"series": s, "context": ctx, "read_s": v, "oomb_s": round(step_s, 1),
                               "ratio": round(v / step_s, 2)})
+    implied = []
+    if args.oomb and args.implied_latency:
+        for r in rows:
+            if r["series"] == "standard" or r["hidden"]:
+                continue
+            row = {"series": r["series"], "context": r["context"], "error_at_preset": r["error"]}
+            for u, k in UNITS.items():
+                lat, why = implied_latency_s(args.oomb, r["series"], r["context"], r["read"] * k)
+                row[u] = round(lat * 1e6, 1) if lat is not None else why
+            implied.append(row)
     if args.json:
-        print(json.dumps({"figure": fig, "comparison": rows, "time_comparison": times}, indent=1))
+        print(json.dumps({"figure": fig, "comparison": rows, "time_comparison": times, "implied_latency_us": implied},
+                         indent=1))
         return
     print(f"grid rows {fig['grid_rows']}, {fig['pixel_units']:.4f} axis units per pixel, markers "
           f"{fig['diameter_px']} px across")
@@ -316,6 +348,14 @@ def main():
         print("|---|---|---|---|")
         for r in times:
             print(f"| {r['series']} {r['context']} | {r['read_s']:.1f} | {r['oomb_s']:.1f} | {r['ratio']:.2f} |")
+    if implied:
+        print("\n--page-copy-latency (us) at which the prediction equals the reading:")
+        print("| series, context | error at the preset's 10 us (1000 MiB) | if GiB | if 1000 MiB | if GB |")
+        print("|---|---|---|---|---|")
+        fmt = lambda v: f"{v:.1f}" if isinstance(v, float) else v
+        for r in implied:
+            print(f"| {r['series']} {r['context']} | {r['error_at_preset']['1000 MiB']:+.1f}% | {fmt(r['GiB'])} | "
+                  f"{fmt(r['1000 MiB'])} | {fmt(r['GB'])} |")
 
 
 if __name__ == "__main__":

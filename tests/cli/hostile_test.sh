@@ -140,6 +140,8 @@ expect 2 "p_wrap.json: allocation: 'device_pool_bytes'" -- run --plan p_wrap.jso
 
 # --- NaN and non-finite values.
 expect 2 "--selection-overlap.*finite" -- simulate --model tiny --context 4K --attention sparse --budget 4 --selection-overlap nan
+expect 2 "--page-copy-latency.*finite" -- simulate --preset oomb-published --model tiny --context 4K --page-copy-latency inf
+expect 2 "--page-copy-latency.*add --preset oomb-published" -- simulate --model tiny --context 4K --page-copy-latency 1e-05
 expect 2 "--selection-overlap.*finite" --absent p_nan.json -- plan --model tiny --gpu h200 --context 4K --selection-overlap nan --out p_nan.json
 for v in nan inf -1; do
   expect 2 "--init-std.*finite" -- run --model tiny --context 2K --chunk 512 --page 64 --init-std $v --quiet

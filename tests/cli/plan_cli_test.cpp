@@ -49,6 +49,40 @@ TEST_F(PlanCli, JsonAndOut) {
   std::filesystem::remove(path);
 }
 
+// --page-copy-latency: the published write-back's per-copy cost, an uncited preset term
+// (docs/model.md, pages in flight), as a what-if flag of plan and simulate; with the preset's value
+// it changes nothing, a dearer copy piles more pages up at long context, and without the published
+// preset it is refused by name.
+TEST_F(PlanCli, ThePublishedCopyLatencyIsAWhatIfOfThePublishedPresetOnly) {
+  const std::string published = "simulate --preset oomb-published --model qwen2.5-7b --gpu h200 --context 256K --json";
+  auto peak = [](const CliRun& r) {
+    EXPECT_EQ(r.rc, 0) << r.out;
+    return r.rc == 0 ? oomb::parse_json(r.out, "stdout").at("peak_device_bytes").get<int64_t>() : int64_t{-1};
+  };
+  const int64_t preset = peak(oomb::test::run_oomb(published, true));
+  EXPECT_EQ(peak(oomb::test::run_oomb(published + " --page-copy-latency 1e-05", true)), preset);
+  const int64_t dearer = peak(oomb::test::run_oomb(published + " --page-copy-latency 2e-05", true));
+  EXPECT_GT(dearer, preset);
+  // The extra bytes are pages in flight: whole KV + gradient pages (128 tokens, 4 KV heads of 128).
+  EXPECT_EQ((dearer - preset) % (128 * 4 * 128 * (2 * 2 + 2 * 4)), 0) << dearer - preset;
+  // plan keeps it (the plan file carries it in its config).
+  const CliRun p = run("--preset oomb-published --model qwen2.5-7b --gpu h200 --context 256K --page-copy-latency 2e-05 "
+                       "--json", true);
+  ASSERT_EQ(p.rc, 0) << p.out;
+  EXPECT_EQ(oomb::parse_json(p.out, "stdout").at("plan").at("config").at("page_copy_latency_s").get<double>(), 2e-05);
+  for (const char* bad : {"--page-copy-latency 2e-05", "--preset oomb --page-copy-latency 2e-05"}) {
+    const CliRun r = oomb::test::run_oomb("simulate --model qwen2.5-7b --gpu h200 --context 256K " + std::string(bad));
+    EXPECT_EQ(r.rc, 2) << r.out;
+    EXPECT_NE(r.out.find("--page-copy-latency"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("add --preset oomb-published"), std::string::npos) << r.out;
+  }
+  for (const char* v : {"-1e-06", "nan", "0.5"}) {
+    const CliRun r = oomb::test::run_oomb(published + " --page-copy-latency " + v);
+    EXPECT_EQ(r.rc, 2) << v << ": " << r.out;
+    EXPECT_NE(r.out.find("--page-copy-latency"), std::string::npos) << r.out;
+  }
+}
+
 TEST_F(PlanCli, MaxContextParetoAndInfeasible) {
   CliRun r = run("--model qwen2.5-7b --gpu a100-80gb-sxm --max-context");
   ASSERT_EQ(r.rc, 0) << r.out;

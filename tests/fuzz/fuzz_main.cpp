@@ -196,7 +196,7 @@ const std::vector<std::string> kFlags = {
     "--budget", "--selection", "--selection-overlap", "--selection-memory", "--resident-layers", "--kv-dtype",
     "--kv-grad-dtype", "--param-dtype", "--param-grad-dtype", "--optimizer", "--checkpointing", "--kept-layers",
     "--logits-chunk", "--peak-measure", "--gpus", "--layers", "--json", "--detail", "--max-context", "--objective",
-    "--allow-sparse", "--min-budget", "--min-recall", "--headroom", "--pareto"};
+    "--allow-sparse", "--min-budget", "--min-recall", "--headroom", "--pareto", "--page-copy-latency"};
 const std::vector<std::string> kWords = {
     "tiny", "qwen2.5-0.5b", "qwen2.5-7b", "h200", "a100-40gb", "workstation-128g", "4K", "2K", "1M", "1G", "0",
     "-1", "64", "128", "512", "1K", "7", "3", "sparse", "dense", "standard", "oomb", "oomb-published", "all", "fp8",
