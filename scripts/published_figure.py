@@ -292,6 +292,8 @@ def main():
         return self_test()
     if not args.png:
         ap.error("the published image is needed (or --self-test)")
+    if args.implied_latency and not args.oomb:
+        ap.error("--implied-latency needs --oomb (the binary whose simulate it bisects)")
     fig = read_figure(args.png)
     rows = []
     if args.oomb:
